@@ -1,0 +1,30 @@
+/// \file
+/// The one place that reads `LOADSTAR_*` macros and defines the library's portability macros.
+#pragma once
+
+#include <cstdio>
+#include <cstdlib>
+
+/// Marks a function callable from host and device code when compiled by nvcc.
+#if defined(__CUDACC__)
+#define LOADSTAR_HOST_DEVICE __host__ __device__
+#else
+#define LOADSTAR_HOST_DEVICE
+#endif
+
+/// Checks a precondition the caller is responsible for; compiled out under `NDEBUG`.
+/// Bad data, files or configurations are never asserted: they throw a `loadstar::Error`.
+#if defined(NDEBUG) && !defined(LOADSTAR_ENABLE_ASSERTS)
+#define LOADSTAR_ASSERT(condition, message) ((void)0)
+#else
+#define LOADSTAR_ASSERT(condition, message)                                                 \
+  ((condition) ? (void)0                                                                     \
+               : (std::fprintf(stderr, "%s:%d: loadstar assertion '%s' failed: %s\n", __FILE__, \
+                               __LINE__, #condition, message),                               \
+                  std::abort()))
+#endif
+
+/// Alignment in bytes of every tensor's storage (one cache line, and enough for AVX-512 loads).
+#ifndef LOADSTAR_TENSOR_ALIGNMENT
+#define LOADSTAR_TENSOR_ALIGNMENT 64
+#endif

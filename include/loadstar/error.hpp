@@ -1,0 +1,60 @@
+/// \file
+/// The exception hierarchy: every bad input a user can give throws one of these.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace loadstar {
+
+/// Base of every exception loadstar throws for bad data, files, configurations or environment.
+/// Messages name the object, what was expected and what was found.
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// A tensor, batch or array whose shape, rank, row count or element type is not the expected one.
+class ShapeError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// A file whose contents are not in the expected format (truncated, corrupt, wrong magic number).
+class FormatError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// A file or directory that cannot be opened, read or written.
+class IoError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// An argument or configuration value outside its allowed range (a batch size of 0, a
+/// `validation_split` of 1.5, a class missing from `class_weight`).
+class ConfigError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// A data-loading worker (thread or process) that threw, died or timed out.
+class WorkerError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// A checkpoint that cannot be written or restored.
+class CheckpointError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// A failure reported by the CUDA runtime or a CUDA library.
+class CudaError : public Error {
+ public:
+  using Error::Error;
+};
+
+}  // namespace loadstar

@@ -1,0 +1,67 @@
+/// \file
+/// Element types a `Tensor` may hold, with their names as NumPy and Keras spell them.
+#pragma once
+
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+namespace loadstar {
+
+/// The element type of a tensor, known at run time.
+enum class DType : std::uint8_t { float32, float64, int32, int64, uint8 };
+
+/// The element types a `Tensor` may hold: `float`, `double`, `int32_t`, `int64_t`, `uint8_t`.
+template <class T>
+concept TensorElement = std::same_as<T, float> || std::same_as<T, double> ||
+                        std::same_as<T, std::int32_t> || std::same_as<T, std::int64_t> ||
+                        std::same_as<T, std::uint8_t>;
+
+/// The `DType` of a C++ element type.
+template <TensorElement T>
+inline constexpr DType dtype_of = std::same_as<T, float>          ? DType::float32
+                                  : std::same_as<T, double>       ? DType::float64
+                                  : std::same_as<T, std::int32_t> ? DType::int32
+                                  : std::same_as<T, std::int64_t> ? DType::int64
+                                                                  : DType::uint8;
+
+/// The NumPy name of a dtype (`"float32"`), used in every error message.
+constexpr std::string_view dtype_name(DType dtype) noexcept {
+  switch (dtype) {
+    case DType::float32:
+      return "float32";
+    case DType::float64:
+      return "float64";
+    case DType::int32:
+      return "int32";
+    case DType::int64:
+      return "int64";
+    case DType::uint8:
+      return "uint8";
+  }
+  return "unknown";
+}
+
+/// The NumPy name of a C++ element type.
+template <TensorElement T>
+constexpr std::string_view dtype_name() noexcept {
+  return dtype_name(dtype_of<T>);
+}
+
+/// Size in bytes of one element of `dtype`.
+constexpr std::size_t dtype_size(DType dtype) noexcept {
+  switch (dtype) {
+    case DType::float32:
+    case DType::int32:
+      return 4;
+    case DType::float64:
+    case DType::int64:
+      return 8;
+    case DType::uint8:
+      return 1;
+  }
+  return 0;
+}
+
+}  // namespace loadstar
