@@ -1,0 +1,11 @@
+/// \file
+/// Umbrella header of the data area: array loaders, readers, sequences and their concepts.
+/// A user who only wants a fast loader includes this and never compiles the executor.
+#pragma once
+
+#include "loadstar/data/array_like.hpp"
+#include "loadstar/data/array_sequence.hpp"
+#include "loadstar/data/class_weight.hpp"
+#include "loadstar/data/concepts.hpp"
+#include "loadstar/data/validation_split.hpp"
+#include "loadstar/tensor/tensor.hpp"
