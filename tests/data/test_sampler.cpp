@@ -33,7 +33,8 @@ std::vector<std::size_t> expected_stream(bool shuffle, std::size_t rank, std::si
     global.insert(global.end(), order.begin(), order.end());
   }
   std::vector<std::size_t> strided;
-  for (std::size_t i = rank; i < global.size(); i += size) strided.push_back(global[i]);
+  for (std::size_t i = rank; i < global.size(); i += size)
+    strided.push_back(global[i]);
   return {strided.begin() + static_cast<std::ptrdiff_t>(skip), strided.end()};
 }
 
@@ -44,12 +45,14 @@ TEST_SUITE("data") {
     const auto a = epoch_permutation(length, seed, 0, true);
     std::vector<std::size_t> sorted = a;
     std::sort(sorted.begin(), sorted.end());
-    for (std::size_t i = 0; i < length; ++i) CHECK(sorted[i] == i);
+    for (std::size_t i = 0; i < length; ++i)
+      CHECK(sorted[i] == i);
     CHECK(a == epoch_permutation(length, seed, 0, true));
     CHECK(a != epoch_permutation(length, seed, 1, true));
     CHECK(a != epoch_permutation(length, seed + 1, 0, true));
     const auto identity = epoch_permutation(length, seed, 5, false);
-    for (std::size_t i = 0; i < length; ++i) CHECK(identity[i] == i);
+    for (std::size_t i = 0; i < length; ++i)
+      CHECK(identity[i] == i);
     CHECK(epoch_permutation(1, seed, 3, true) == std::vector<std::size_t>{0});
     CHECK(epoch_permutation(0, seed, 3, true).empty());
   }
@@ -59,7 +62,8 @@ TEST_SUITE("data") {
     std::vector<std::vector<int>> counts(4, std::vector<int>(4, 0));
     for (std::uint64_t e = 0; e < 24000; ++e) {
       const auto p = epoch_permutation(4, seed, e, true);
-      for (std::size_t i = 0; i < 4; ++i) ++counts[i][p[i]];
+      for (std::size_t i = 0; i < 4; ++i)
+        ++counts[i][p[i]];
     }
     for (const auto& row : counts) {
       for (int c : row) {
@@ -72,15 +76,14 @@ TEST_SUITE("data") {
   TEST_CASE("Sampler yields the strided global stream over several epochs as Determined does") {
     for (const bool shuffle : {false, true}) {
       for (const std::size_t skip : {0, 50, 350}) {
-        for (const auto& [rank, size] : std::vector<std::pair<std::size_t, std::size_t>>{
-                 {0, 1}, {0, 3}, {1, 3}, {2, 3}}) {
+        for (const auto& [rank, size] :
+             std::vector<std::pair<std::size_t, std::size_t>>{{0, 1}, {0, 3}, {1, 3}, {2, 3}}) {
           CAPTURE(shuffle);
           CAPTURE(skip);
           CAPTURE(rank);
           CAPTURE(size);
-          Sampler sampler(length,
-                          {.shuffle = shuffle, .seed = seed, .rank = rank, .size = size,
-                           .skip = skip});
+          Sampler sampler(
+              length, {.shuffle = shuffle, .seed = seed, .rank = rank, .size = size, .skip = skip});
           std::vector<std::size_t> got;
           for (int e = 0; e < 3; ++e) {
             const auto epoch = sampler.yield_epoch();
@@ -121,7 +124,8 @@ TEST_SUITE("data") {
           CHECK(!sampler.next());
         }
         CHECK(seen.size() == n);
-        for (std::size_t i = 0; i < n; ++i) CHECK(seen.count(i) == 1);
+        for (std::size_t i = 0; i < n; ++i)
+          CHECK(seen.count(i) == 1);
       }
     }
   }
@@ -147,11 +151,13 @@ TEST_SUITE("data") {
         const SamplerOptions options{.shuffle = shuffle, .seed = seed, .rank = rank, .size = size};
         Sampler reference(length, options);
         std::vector<std::size_t> stream;
-        for (int i = 0; i < 400; ++i) stream.push_back(reference.next()->index);
+        for (int i = 0; i < 400; ++i)
+          stream.push_back(reference.next()->index);
         for (int trial = 0; trial < 25; ++trial) {
           const auto point = static_cast<std::size_t>(rng() % 350);
           Sampler original(length, options);
-          for (std::size_t i = 0; i < point; ++i) original.next();
+          for (std::size_t i = 0; i < point; ++i)
+            original.next();
           const nlohmann::json saved = original.state();
           const auto state = saved.get<SamplerState>();
           CHECK(state == original.state());
@@ -159,7 +165,8 @@ TEST_SUITE("data") {
           CHECK(state.length == length);
           Sampler resumed(length, options, state);
           CHECK(resumed.position() == point);
-          for (std::size_t i = point; i < point + 50; ++i) CHECK(resumed.next()->index == stream[i]);
+          for (std::size_t i = point; i < point + 50; ++i)
+            CHECK(resumed.next()->index == stream[i]);
         }
       }
     }
@@ -167,7 +174,8 @@ TEST_SUITE("data") {
 
   TEST_CASE("Sampler state names epoch and cursor in the global stream") {
     Sampler sampler(10, {.rank = 1, .size = 3});
-    for (int i = 0; i < 4; ++i) sampler.next();  // global positions 1, 4, 7, 10
+    for (int i = 0; i < 4; ++i)
+      sampler.next();                            // global positions 1, 4, 7, 10
     const SamplerState state = sampler.state();  // next: global 13 = epoch 1, cursor 3
     CHECK(state.epoch == 1);
     CHECK(state.cursor == 3);
@@ -180,28 +188,28 @@ TEST_SUITE("data") {
     CHECK_THROWS_WITH_AS(Sampler(length, options, SamplerState{0, 1, seed + 1, length}),
                          doctest::Contains("saved with seed 778 but the sampler's seed is 777"),
                          CheckpointError);
-    CHECK_THROWS_WITH_AS(Sampler(length, options, SamplerState{0, 1, seed, 99}),
-                         doctest::Contains("saved for a sequence of 99 batches but this one has 100"),
-                         CheckpointError);
+    CHECK_THROWS_WITH_AS(
+        Sampler(length, options, SamplerState{0, 1, seed, 99}),
+        doctest::Contains("saved for a sequence of 99 batches but this one has 100"),
+        CheckpointError);
     CHECK_THROWS_WITH_AS(Sampler(length, options, SamplerState{0, 2, seed, length}),
-                         doctest::Contains("is not on the stride of rank 1 of 3"),
-                         CheckpointError);
+                         doctest::Contains("is not on the stride of rank 1 of 3"), CheckpointError);
     CHECK_THROWS_WITH_AS(Sampler(length, options, SamplerState{0, 100, seed, length}),
                          doctest::Contains("cursor 100 is beyond the 100 batches of an epoch"),
                          CheckpointError);
     CHECK_THROWS_WITH_AS(Sampler(10, {.repeat = false}, SamplerState{1, 1, 0, 10}),
                          doctest::Contains("beyond the single validation pass"), CheckpointError);
-    CHECK_THROWS_WITH_AS(nlohmann::json::parse(R"({"epoch":1,"seed":0,"length":10})")
-                             .get<SamplerState>(),
-                         doctest::Contains("field 'cursor' must be a non-negative integer"),
-                         CheckpointError);
+    CHECK_THROWS_WITH_AS(
+        nlohmann::json::parse(R"({"epoch":1,"seed":0,"length":10})").get<SamplerState>(),
+        doctest::Contains("field 'cursor' must be a non-negative integer"), CheckpointError);
   }
 
   TEST_CASE("batch_seed differs across seeds epochs and indices and is reproducible") {
     std::set<std::uint64_t> seeds;
     for (std::uint64_t s = 0; s < 4; ++s) {
       for (std::uint64_t e = 0; e < 8; ++e) {
-        for (std::uint64_t i = 0; i < 64; ++i) seeds.insert(loadstar::batch_seed(s, e, i));
+        for (std::uint64_t i = 0; i < 64; ++i)
+          seeds.insert(loadstar::batch_seed(s, e, i));
       }
     }
     CHECK(seeds.size() == 4 * 8 * 64);

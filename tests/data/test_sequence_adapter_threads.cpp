@@ -1,0 +1,264 @@
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <loadstar/data/sampler.hpp>
+#include <loadstar/data/sequence_adapter.hpp>
+#include <loadstar/error.hpp>
+#include <loadstar/tensor.hpp>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+using loadstar::AdapterOptions;
+using loadstar::CheckpointError;
+using loadstar::ConfigError;
+using loadstar::Sampler;
+using loadstar::SamplerState;
+using loadstar::SequenceAdapter;
+using loadstar::WorkerError;
+
+namespace {
+
+constexpr std::size_t length = 100;
+constexpr std::uint64_t seed = 777;
+
+// Batch i is the number i, so the stream of batches is the stream of indices.
+struct IndexSequence {
+  std::size_t n = length;
+  std::size_t size() const { return n; }
+  std::size_t operator[](std::size_t i) const { return i; }
+};
+
+// Fails with a message on one index.
+struct FailingSequence {
+  std::size_t failing = 7;
+  std::size_t size() const { return 20; }
+  std::size_t operator[](std::size_t i) const {
+    if (i == failing) throw std::runtime_error("cannot decode image " + std::to_string(i));
+    return i;
+  }
+};
+
+// Slow batches, to fill the queue while workers are busy.
+struct SlowSequence {
+  std::chrono::milliseconds delay{20};
+  std::size_t size() const { return 50; }
+  loadstar::Tensor<float> operator[](std::size_t i) const {
+    std::this_thread::sleep_for(delay);
+    return loadstar::Tensor<float>({4, 4}, static_cast<float>(i));
+  }
+};
+
+// Counts epochs in on_epoch_end and derives each batch from (seed, epoch, index), as an
+// augmentation would; on_epoch_end must never run while a batch is being built.
+struct AugmentingSequence {
+  std::uint64_t epoch = 0;
+  std::shared_ptr<std::atomic<int>> building = std::make_shared<std::atomic<int>>(0);
+  std::shared_ptr<std::atomic<int>> overlaps = std::make_shared<std::atomic<int>>(0);
+  std::size_t size() const { return 10; }
+  std::pair<std::uint64_t, std::uint64_t> operator[](std::size_t i) const {
+    building->fetch_add(1);
+    const std::pair<std::uint64_t, std::uint64_t> batch{epoch,
+                                                        loadstar::batch_seed(seed, epoch, i)};
+    building->fetch_sub(1);
+    return batch;
+  }
+  void on_epoch_end() {
+    if (building->load() != 0) overlaps->fetch_add(1);
+    ++epoch;
+  }
+};
+
+std::vector<std::size_t> sampler_stream(const AdapterOptions& o, std::size_t count) {
+  Sampler sampler(length, {o.shuffle, o.seed, o.rank, o.size, o.repeat, o.skip});
+  std::vector<std::size_t> out;
+  for (std::size_t i = 0; i < count; ++i) out.push_back(sampler.next()->index);
+  return out;
+}
+
+template <std::size_t Workers>
+std::vector<std::size_t> adapter_stream(const AdapterOptions& o, std::size_t count) {
+  SequenceAdapter<IndexSequence, Workers> adapter(IndexSequence{}, o);
+  std::vector<std::size_t> out;
+  for (std::size_t i = 0; i < count; ++i) out.push_back(*adapter.next());
+  return out;
+}
+
+template <std::size_t Workers>
+using workers = std::integral_constant<std::size_t, Workers>;
+
+}  // namespace
+
+TEST_SUITE("data") {
+  TEST_CASE_TEMPLATE("SequenceAdapter on threads yields the sampler's stream across the grid" *
+                         doctest::timeout(60),
+                     W, workers<0>, workers<1>, workers<2>, workers<5>) {
+    for (const bool shuffle : {false, true}) {
+      for (const std::size_t skip : {0, 50, 350}) {
+        for (const auto& [rank, size] : std::vector<std::pair<std::size_t, std::size_t>>{
+                 {0, 1}, {0, 3}, {1, 3}, {2, 3}}) {
+          CAPTURE(shuffle);
+          CAPTURE(skip);
+          CAPTURE(rank);
+          CAPTURE(size);
+          const AdapterOptions o{.shuffle = shuffle,
+                                 .seed = seed,
+                                 .rank = rank,
+                                 .size = size,
+                                 .skip = skip,
+                                 .timeout = std::chrono::seconds(20)};
+          // Three epochs of this rank's share.
+          const std::size_t count = 3 * length / size;
+          CHECK(adapter_stream<W::value>(o, count) == sampler_stream(o, count));
+        }
+      }
+    }
+  }
+
+  TEST_CASE_TEMPLATE("SequenceAdapter on threads makes one finite validation pass" *
+                         doctest::timeout(30),
+                     W, workers<0>, workers<1>, workers<5>) {
+    for (std::size_t rank = 0; rank < 3; ++rank) {
+      SequenceAdapter<IndexSequence, W::value> adapter(IndexSequence{},
+                                                       {.rank = rank, .size = 3, .repeat = false});
+      std::vector<std::size_t> got;
+      for (std::size_t batch : adapter) got.push_back(batch);
+      std::vector<std::size_t> expected;
+      for (std::size_t i = rank; i < length; i += 3) expected.push_back(i);
+      CHECK(got == expected);
+      CHECK(got.size() == adapter.pass_length());
+      CHECK(!adapter.next());
+    }
+  }
+
+  TEST_CASE_TEMPLATE("SequenceAdapter on threads runs on_epoch_end between epochs only" *
+                         doctest::timeout(30),
+                     W, workers<0>, workers<1>, workers<3>) {
+    SequenceAdapter<AugmentingSequence, W::value> adapter(AugmentingSequence{},
+                                                          {.max_queue_size = 4});
+    for (std::uint64_t e = 0; e < 5; ++e) {
+      for (std::size_t i = 0; i < 10; ++i) {
+        const auto [epoch, value] = *adapter.next();
+        CHECK(epoch == e);
+        CHECK(value == loadstar::batch_seed(seed, e, i));
+      }
+    }
+    CHECK(adapter.sequence().epoch == 4);
+    CHECK(adapter.sequence().overlaps->load() == 0);
+  }
+
+  TEST_CASE_TEMPLATE("SequenceAdapter on threads rethrows a failed batch as WorkerError and goes on" *
+                         doctest::timeout(30),
+                     W, workers<0>, workers<1>, workers<4>) {
+    SequenceAdapter<FailingSequence, W::value> adapter(FailingSequence{}, {.max_queue_size = 3});
+    for (std::size_t i = 0; i < 7; ++i) CHECK(*adapter.next() == i);
+    CHECK_THROWS_WITH_AS(adapter.next(), doctest::Contains("batch 7 (epoch 0, position 7)"),
+                         WorkerError);
+    for (std::size_t i = 8; i < 20; ++i) CHECK(*adapter.next() == i);
+    CHECK(*adapter.next() == 0);
+    // The message of the original exception is kept.
+    SequenceAdapter<FailingSequence, W::value> again(FailingSequence{0});
+    CHECK_THROWS_WITH_AS(again.next(), doctest::Contains("cannot decode image 0"), WorkerError);
+  }
+
+  TEST_CASE("SequenceAdapter on threads times out on a slow batch and keeps it requested" *
+            doctest::timeout(30)) {
+    SequenceAdapter<SlowSequence, 1> adapter(
+        SlowSequence{std::chrono::milliseconds(300)},
+        {.max_queue_size = 1, .timeout = std::chrono::milliseconds(20)});
+    CHECK_THROWS_WITH_AS(adapter.next(),
+                         doctest::Contains("position 0 was not ready after 20 ms"), WorkerError);
+    // The same batch arrives later.
+    std::optional<loadstar::Tensor<float>> batch;
+    for (int tries = 0; tries < 100 && !batch; ++tries) {
+      try {
+        batch = adapter.next();
+      } catch (const WorkerError&) {
+      }
+    }
+    REQUIRE(batch);
+    CHECK((*batch)(0, 0) == 0.f);
+  }
+
+  TEST_CASE("SequenceAdapter on threads is destroyed promptly under a full queue" *
+            doctest::timeout(30)) {
+    for (int round = 0; round < 5; ++round) {
+      SequenceAdapter<SlowSequence, 4> adapter(SlowSequence{std::chrono::milliseconds(5)},
+                                               {.max_queue_size = 2});
+      CHECK((*adapter.next())(0, 0) == 0.f);
+      std::this_thread::sleep_for(std::chrono::milliseconds(30));  // let the queue fill
+      CHECK(adapter.stats().queue_occupancy <= 2);
+    }
+    // An early break out of an infinite range-for.
+    SequenceAdapter<SlowSequence, 3> adapter(SlowSequence{std::chrono::milliseconds(1)});
+    std::size_t seen = 0;
+    for (const auto& batch : adapter) {
+      CHECK(batch(0, 0) == static_cast<float>(seen));
+      if (++seen == 5) break;
+    }
+    CHECK(seen == 5);
+  }
+
+  TEST_CASE("SequenceAdapter on threads counts produced batches and waiting time" *
+            doctest::timeout(30)) {
+    SequenceAdapter<SlowSequence, 2> adapter(SlowSequence{std::chrono::milliseconds(2)},
+                                             {.max_queue_size = 4});
+    for (int i = 0; i < 10; ++i) adapter.next();
+    const auto stats = adapter.stats();
+    CHECK(stats.batches_produced >= 10);
+    CHECK(stats.batches_produced <= 10 + 4);
+    CHECK(stats.consumer_wait.count() > 0);
+    CHECK(stats.queue_occupancy <= 4);
+  }
+
+  TEST_CASE("SequenceAdapter resumes at random points with other worker counts" *
+            doctest::timeout(60)) {
+    std::mt19937_64 rng(2024);
+    for (const auto& [rank, size] :
+         std::vector<std::pair<std::size_t, std::size_t>>{{0, 1}, {2, 3}}) {
+      const AdapterOptions o{.shuffle = true, .seed = seed, .rank = rank, .size = size};
+      const auto uninterrupted = adapter_stream<2>(o, 400);
+      for (int trial = 0; trial < 12; ++trial) {
+        const auto point = static_cast<std::size_t>(rng() % 330);
+        nlohmann::json saved;
+        {
+          SequenceAdapter<IndexSequence, 3> first(IndexSequence{}, o);
+          for (std::size_t i = 0; i < point; ++i) first.next();
+          saved = first.state();
+        }
+        const auto state = saved.get<SamplerState>();
+        std::vector<std::size_t> got;
+        if (trial % 2 == 0) {
+          SequenceAdapter<IndexSequence, 0> resumed(IndexSequence{}, o, state);
+          for (int i = 0; i < 60; ++i) got.push_back(*resumed.next());
+        } else {
+          SequenceAdapter<IndexSequence, 5> resumed(IndexSequence{}, o, state);
+          for (int i = 0; i < 60; ++i) got.push_back(*resumed.next());
+        }
+        CAPTURE(point);
+        CHECK(std::equal(got.begin(), got.end(),
+                         uninterrupted.begin() + static_cast<std::ptrdiff_t>(point)));
+      }
+    }
+  }
+
+  TEST_CASE("SequenceAdapter rejects bad options and foreign states" * doctest::timeout(30)) {
+    CHECK_THROWS_WITH_AS((SequenceAdapter<IndexSequence, 2>(IndexSequence{}, {.max_queue_size = 0})),
+                         doctest::Contains("max_queue_size must be positive but is 0"),
+                         ConfigError);
+    CHECK_THROWS_WITH_AS((SequenceAdapter<IndexSequence, 2>(IndexSequence{2}, {.size = 3})),
+                         doctest::Contains("at least as many batches as ranks"), ConfigError);
+    const SamplerState foreign{0, 0, seed + 1, length};
+    CHECK_THROWS_WITH_AS(
+        (SequenceAdapter<IndexSequence, 2>(IndexSequence{}, {.seed = seed}, foreign)),
+        doctest::Contains("saved with seed 778 but the sampler's seed is 777"), CheckpointError);
+  }
+}

@@ -160,8 +160,7 @@ class Sampler {
  public:
   /// A sampler over a sequence of `length` batches; throws `ConfigError` when there are fewer
   /// batches than ranks or `rank >= size`.
-  Sampler(std::size_t length, const SamplerOptions& options)
-      : length_(length), options_(options) {
+  Sampler(std::size_t length, const SamplerOptions& options) : length_(length), options_(options) {
     validate();
     start_ = options_.skip;
     cursor_ = start_;
@@ -271,8 +270,7 @@ class Sampler {
     if (global < options_.rank || (global - options_.rank) % options_.size != 0) {
       throw CheckpointError("sampler state: epoch " + std::to_string(state.epoch) + " cursor " +
                             std::to_string(state.cursor) + " is not on the stride of rank " +
-                            std::to_string(options_.rank) + " of " +
-                            std::to_string(options_.size));
+                            std::to_string(options_.rank) + " of " + std::to_string(options_.size));
     }
     const std::uint64_t position = (global - options_.rank) / options_.size;
     if (position > end()) {
@@ -286,8 +284,8 @@ class Sampler {
   void validate() const {
     if (options_.size == 0) throw ConfigError("sampler: size must be positive but is 0");
     if (options_.rank >= options_.size) {
-      throw ConfigError("sampler: rank " + std::to_string(options_.rank) +
-                        " must be below size " + std::to_string(options_.size));
+      throw ConfigError("sampler: rank " + std::to_string(options_.rank) + " must be below size " +
+                        std::to_string(options_.size));
     }
     // Determined: "please provide a Sequence that has at least as many batches as the number
     // of slots".

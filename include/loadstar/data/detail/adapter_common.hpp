@@ -1,0 +1,80 @@
+/// \file
+/// Pieces shared by the backends of `SequenceAdapter`: options, counters, results.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <optional>
+#include <string>
+
+#include "loadstar/data/sampler.hpp"
+
+namespace loadstar {
+
+/// Options of a `SequenceAdapter`: Determined's `_build_enqueuer` arguments plus the process
+/// transport and a per-batch timeout.
+struct AdapterOptions {
+  /// The most batches requested but not yet consumed (Keras's `max_queue_size`); must be > 0.
+  std::size_t max_queue_size = 10;
+  /// Reshuffle the batch order every epoch, seeded by `seed` (training only, as in Determined).
+  bool shuffle = false;
+  /// The seed of the order (the trial seed).
+  std::uint64_t seed = 0;
+  /// This process's rank and the number of ranks: rank `r` takes `stream[r::size]`.
+  std::size_t rank = 0;
+  std::size_t size = 1;
+  /// `true`: an infinite stream of epochs (training); `false`: one pass (validation).
+  bool repeat = true;
+  /// The batches this rank has already consumed (Determined's `prior_batches_trained`).
+  std::uint64_t skip = 0;
+  /// The longest the consumer waits for one batch before `next()` throws `WorkerError`; zero
+  /// waits forever. The batch stays requested: a later `next()` waits for it again.
+  std::chrono::milliseconds timeout{0};
+  /// Processes only: the bytes of one shared-memory slot (a serialized batch). Zero measures the
+  /// first batch, built in the consumer before forking, and adds a quarter plus 4 KiB of
+  /// headroom. A batch that does not fit is a `WorkerError` naming the bytes it needs.
+  std::size_t slot_bytes = 0;
+};
+
+/// Counters of a `SequenceAdapter`, readable at any time.
+struct AdapterStats {
+  /// Batches built by the workers (or by the consumer with no workers), failed ones included.
+  std::uint64_t batches_produced = 0;
+  /// Total time the consumer spent waiting for a batch that was not ready.
+  std::chrono::nanoseconds consumer_wait{0};
+  /// Batches built and waiting to be consumed right now.
+  std::size_t queue_occupancy = 0;
+};
+
+namespace detail {
+
+/// One batch as a backend hands it over: the batch, or the message of the failure that took its
+/// place, and the ticket it was built for.
+template <class Batch>
+struct BackendResult {
+  std::optional<Batch> batch;
+  std::string error;
+  SamplerTicket ticket;
+};
+
+/// `"batch 17 (epoch 2, position 350)"`: how errors name a batch.
+inline std::string describe_batch(const SamplerTicket& t) {
+  return "batch " + std::to_string(t.index) + " (epoch " + std::to_string(t.epoch) + ", position " +
+         std::to_string(t.position) + ")";
+}
+
+/// The message of the exception being handled.
+inline std::string current_exception_message() {
+  try {
+    throw;
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "unknown exception";
+  }
+}
+
+}  // namespace detail
+}  // namespace loadstar

@@ -1,0 +1,227 @@
+/// \file
+/// `SequenceAdapter<S, Workers, Multiprocess>`: a `Sequence` served in sampler order with
+/// bounded, ordered prefetch on threads or forked processes.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <iterator>
+#include <limits>
+#include <optional>
+#include <type_traits>
+#include <utility>
+
+#include "loadstar/data/concepts.hpp"
+#include "loadstar/data/detail/adapter_common.hpp"
+#include "loadstar/data/detail/process_backend.hpp"
+#include "loadstar/data/detail/thread_backend.hpp"
+#include "loadstar/data/sampler.hpp"
+#include "loadstar/data/serialize.hpp"
+#include "loadstar/error.hpp"
+
+namespace loadstar {
+
+namespace detail {
+
+/// No workers: batches are built on the consumer's thread when asked for.
+template <class S, class Batch>
+class InlineBackend {
+ public:
+  InlineBackend(const S& sequence, Sampler& sampler, const AdapterOptions&, std::size_t,
+                std::uint64_t, std::uint64_t)
+      : sequence_(sequence), sampler_(sampler) {}
+
+  BackendResult<Batch> take(std::uint64_t position) {
+    BackendResult<Batch> result;
+    result.ticket = *sampler_.ticket(position);
+    try {
+      result.batch.emplace(sequence_[result.ticket.index]);
+    } catch (...) {
+      result.error = "sequence adapter: " + describe_batch(result.ticket) +
+                     " failed: " + current_exception_message();
+    }
+    ++produced_;
+    return result;
+  }
+  void resume(std::uint64_t) noexcept {}
+  std::uint64_t produced() const noexcept { return produced_; }
+  std::chrono::nanoseconds waited() const noexcept { return {}; }
+  std::size_t occupancy() const noexcept { return 0; }
+
+ private:
+  const S& sequence_;
+  Sampler& sampler_;
+  std::uint64_t produced_ = 0;
+};
+
+template <class S, std::size_t Workers, bool Multiprocess>
+using backend_t = std::conditional_t<
+    Workers == 0, InlineBackend<S, batch_t<S>>,
+    std::conditional_t<Multiprocess, ProcessBackend<S, batch_t<S>>, ThreadBackend<S, batch_t<S>>>>;
+
+}  // namespace detail
+
+/// A Keras `Sequence` served in the order a `Sampler` decides (Determined's `_Sampler` +
+/// `_Enqueuer`), built ahead by `Workers` threads or, with `Multiprocess`, forked processes, and
+/// delivered strictly in order.
+///
+/// - `Workers == 0` builds each batch on the calling thread. Otherwise at most
+///   `max_queue_size` batches are requested and not yet consumed.
+/// - Training (`repeat`) is an infinite stream; validation is one finite pass.
+/// - `on_epoch_end()` of the sequence runs on the consumer after the last batch of each epoch,
+///   before the next batch is returned, never concurrently with `sequence[i]`. Forked workers see
+///   what it changed: the adapter forks them again at each epoch boundary when the sequence has
+///   the hook.
+/// - A failed batch throws `WorkerError` (batch index and original message) when its turn comes;
+///   calling `next()` again continues with the following batch. A worker process killed by a
+///   signal throws `WorkerError` naming its pid, the signal and the batch, after which the adapter
+///   can only be destroyed.
+/// - `state()` is taken at the consumption boundary and restores, with any `Workers` or
+///   `Multiprocess`, exactly the stream an uninterrupted run would produce, at O(1) cost.
+///
+/// Processes are forked in the constructor (the adapter itself never creates a thread in that
+/// mode) and return batches through a preallocated shared-memory ring of `max_queue_size` slots
+/// (see `AdapterOptions::slot_bytes`); the batch type must be `Serializable`.
+/// \code
+/// SequenceAdapter<MySequence, 4> train(MySequence{...}, {.shuffle = true, .seed = 777});
+/// for (auto& [x, y] : train) { ... }              // infinite: break out
+/// nlohmann::json saved = train.state();
+/// SequenceAdapter<MySequence, 2, true> resumed(MySequence{...}, {.shuffle = true, .seed = 777},
+///                                              saved.get<SamplerState>());
+/// \endcode
+template <Sequence S, std::size_t Workers = 0, bool Multiprocess = false>
+class SequenceAdapter {
+  static_assert(!Multiprocess || Serializable<batch_t<S>>,
+                "SequenceAdapter with Multiprocess = true sends batches between processes: the "
+                "batch type must be Serializable (tensors, arithmetic types, std::string, and "
+                "vectors, maps, pairs, tuples or optionals of them), or specialise "
+                "loadstar::Serializer for it");
+
+ public:
+  using batch_type = batch_t<S>;
+  using sequence_type = S;
+  static constexpr std::size_t workers = Workers;
+  static constexpr bool multiprocess = Multiprocess;
+
+  /// Starts serving `sequence` from the beginning (after `options.skip` batches); throws
+  /// `ConfigError` for a `max_queue_size` of 0, fewer batches than ranks or a bad rank.
+  explicit SequenceAdapter(S sequence, const AdapterOptions& options = {})
+      : sequence_(std::move(sequence)),
+        options_(checked(options)),
+        sampler_(sequence_.size(), sampler_options(options_)),
+        position_(sampler_.start()),
+        backend_(sequence_, sampler_, options_, Workers, position_, first_barrier()) {}
+
+  /// Continues from a state saved by `state()`, possibly with other `Workers` or `Multiprocess`;
+  /// throws `CheckpointError` when the state belongs to another seed or sequence length.
+  SequenceAdapter(S sequence, const AdapterOptions& options, const SamplerState& state)
+      : sequence_(std::move(sequence)),
+        options_(checked(options)),
+        sampler_(sequence_.size(), sampler_options(options_), state),
+        position_(sampler_.start()),
+        backend_(sequence_, sampler_, options_, Workers, position_, first_barrier()) {}
+
+  SequenceAdapter(const SequenceAdapter&) = delete;
+  SequenceAdapter& operator=(const SequenceAdapter&) = delete;
+
+  /// The next batch, or nothing at the end of a validation pass. Throws `WorkerError` for a batch
+  /// that failed (the adapter moves past it), for a timeout (it does not), and for a dead worker
+  /// process.
+  std::optional<batch_type> next() {
+    if (epoch_end_pending_) {
+      epoch_end_pending_ = false;
+      if constexpr (SequenceWithEpochEnd<S>) sequence_.on_epoch_end();
+      backend_.resume(first_barrier());
+    }
+    if (position_ >= sampler_.end()) return std::nullopt;
+    detail::BackendResult<batch_type> result = backend_.take(position_);
+    ++position_;
+    if (result.ticket.last_in_epoch && SequenceWithEpochEnd<S>) epoch_end_pending_ = true;
+    if (!result.batch) throw WorkerError(result.error);
+    return std::move(result.batch);
+  }
+
+  /// An input iterator over the remaining batches; `++` calls `next()`.
+  class iterator {
+   public:
+    using iterator_category = std::input_iterator_tag;
+    using value_type = batch_type;
+    using difference_type = std::ptrdiff_t;
+    using reference = batch_type&;
+
+    iterator() = default;
+    explicit iterator(SequenceAdapter* adapter) noexcept : adapter_(adapter) {}
+    batch_type& operator*() const noexcept { return *adapter_->current_; }
+    batch_type* operator->() const noexcept { return &*adapter_->current_; }
+    iterator& operator++() {
+      adapter_->current_.reset();
+      adapter_->current_ = adapter_->next();
+      return *this;
+    }
+    void operator++(int) { ++*this; }
+    friend bool operator==(const iterator& it, std::default_sentinel_t) noexcept {
+      return it.at_end();
+    }
+
+   private:
+    bool at_end() const noexcept { return adapter_ == nullptr || !adapter_->current_; }
+
+    SequenceAdapter* adapter_ = nullptr;
+  };
+
+  /// Fetches the next batch and returns an iterator at it.
+  iterator begin() {
+    current_.reset();
+    current_ = next();
+    return iterator(this);
+  }
+  std::default_sentinel_t end() const noexcept { return {}; }
+
+  /// The state before the next batch `next()` returns: `{epoch, cursor, seed, length}`.
+  SamplerState state() const noexcept { return sampler_.state_at(position_); }
+
+  /// Counters: batches produced, the consumer's waiting time, batches ready now.
+  AdapterStats stats() const noexcept {
+    return {backend_.produced(), backend_.waited(), backend_.occupancy()};
+  }
+
+  /// The number of batches of the sequence.
+  std::size_t size() const noexcept { return sampler_.length(); }
+  /// The number of batches this rank gets in one validation pass.
+  std::uint64_t pass_length() const noexcept { return sampler_.pass_length(); }
+  const S& sequence() const noexcept { return sequence_; }
+  const AdapterOptions& options() const noexcept { return options_; }
+
+ private:
+  static AdapterOptions checked(const AdapterOptions& options) {
+    if (options.max_queue_size == 0) {
+      throw ConfigError("sequence adapter: max_queue_size must be positive but is 0");
+    }
+    return options;
+  }
+
+  static SamplerOptions sampler_options(const AdapterOptions& o) {
+    return {o.shuffle, o.seed, o.rank, o.size, o.repeat, o.skip};
+  }
+
+  /// Without a hook, prefetch runs across epochs; with one, it stops at the next epoch.
+  std::uint64_t first_barrier() const noexcept {
+    if constexpr (SequenceWithEpochEnd<S>) {
+      return sampler_.first_position_of_epoch(sampler_.epoch_of(position_) + 1);
+    } else {
+      return std::numeric_limits<std::uint64_t>::max();
+    }
+  }
+
+  S sequence_;
+  AdapterOptions options_;
+  Sampler sampler_;
+  std::uint64_t position_;
+  bool epoch_end_pending_ = false;
+  std::optional<batch_type> current_;
+  // Last: its workers stop before the members they read are destroyed.
+  detail::backend_t<S, Workers, Multiprocess> backend_;
+};
+
+}  // namespace loadstar
