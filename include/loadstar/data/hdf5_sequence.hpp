@@ -1,0 +1,206 @@
+/// \file
+/// `Hdf5Sequence`: datasets `x` and `y` of an HDF5 file served as a Keras `Sequence`, each batch
+/// read from disk on demand.
+#pragma once
+
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "loadstar/data/array_sequence.hpp"
+#include "loadstar/data/detail/hdf5.hpp"
+#include "loadstar/error.hpp"
+#include "loadstar/tensor/shape.hpp"
+#include "loadstar/tensor/tensor.hpp"
+
+namespace loadstar {
+
+namespace detail {
+
+/// The open file and datasets of an `Hdf5Sequence`, shared by its copies. Every member is used
+/// under `hdf5_mutex()`, including in the destructor, which closes the HDF5 handles.
+struct Hdf5SequenceState {
+  std::filesystem::path path;
+  std::string x_name;
+  std::string y_name;
+  pid_t pid = 0;  // the process that opened `file`
+  std::optional<H5::H5File> file;
+  std::optional<H5::DataSet> x;
+  std::optional<H5::DataSet> y;
+
+  Hdf5SequenceState(std::filesystem::path path_, std::string x_name_, std::string y_name_)
+      : path(std::move(path_)), x_name(std::move(x_name_)), y_name(std::move(y_name_)) {}
+  Hdf5SequenceState(const Hdf5SequenceState&) = delete;
+  Hdf5SequenceState& operator=(const Hdf5SequenceState&) = delete;
+
+  ~Hdf5SequenceState() {
+    Hdf5Lock lock;
+    close();
+  }
+
+  void close() noexcept {
+    x.reset();
+    y.reset();
+    file.reset();
+  }
+
+  /// Opens the file and datasets in this process (caller holds `Hdf5Lock`). In a forked child
+  /// the handles inherited from the parent are closed first and the file opened afresh, so the
+  /// child has its own file descriptor and HDF5 state rather than sharing the parent's.
+  void open_in_this_process() {
+    const pid_t self = ::getpid();
+    if (file && pid == self) return;
+    close();
+    file.emplace(open_hdf5_for_reading(path));
+    x.emplace(open_hdf5_dataset(*file, path, x_name));
+    y.emplace(open_hdf5_dataset(*file, path, y_name));
+    pid = self;
+  }
+};
+
+/// Reads rows `[begin, end)` of `dataset`, whose shape is `shape`, into `out` with a hyperslab
+/// selection (caller holds `Hdf5Lock`).
+template <TensorElement T>
+void read_hdf5_rows(const H5::DataSet& dataset, const Shape& shape, std::size_t begin,
+                    std::size_t end, const Tensor<T>& out) {
+  if (out.empty()) return;
+  std::vector<hsize_t> start(shape.rank(), 0);
+  std::vector<hsize_t> count(shape.begin(), shape.end());
+  start[0] = begin;
+  count[0] = end - begin;
+  H5::DataSpace file_space = dataset.getSpace();
+  file_space.selectHyperslab(H5S_SELECT_SET, count.data(), start.data());
+  const H5::DataSpace memory_space(static_cast<int>(count.size()), count.data());
+  dataset.read(out.data(), hdf5_native_type<T>(), memory_space, file_space);
+}
+
+}  // namespace detail
+
+/// Datasets `x` and `y` of one HDF5 file as a Keras `Sequence` of `(x, y)` batches, with the
+/// batch semantics of `ArraySequence`: `size()` is `ceil(rows / batch_size)` (`floor` with
+/// `drop_leftovers`) and batch `i` holds rows `[i * batch_size, min((i + 1) * batch_size, rows))`.
+///
+/// Nothing is loaded whole: each batch is read with a hyperslab selection when it is asked for,
+/// so data larger than memory stream from disk. The stored types convert as in `read_hdf5`
+/// (integers to `TX`/`TY` integers, floats to floats). `operator[]` may be called from several
+/// threads (HDF5 calls are serialised by one process-wide lock) and from forked children (each
+/// process opens the file for itself on first use). Copies share the open file.
+/// \code
+/// Hdf5Sequence<float, std::int64_t> train("mnist.h5", "/train/x", "/train/y", 32);
+/// for (std::size_t i = 0; i < train.size(); ++i) {
+///   auto [x, y] = train[i];   // x: (32, 28, 28) float, y: (32,) int64
+/// }
+/// \endcode
+template <TensorElement TX, TensorElement TY>
+class Hdf5Sequence {
+ public:
+  using batch_type = std::tuple<Tensor<TX>, Tensor<TY>>;
+
+  /// Opens `file` and checks both datasets. Throws `IoError` and `FormatError` as `read_hdf5`
+  /// does, `ShapeError` for a type class that is not `TX`'s or `TY`'s, a scalar or empty dataset
+  /// or row counts that differ, and `ConfigError` for a batch size of 0 or larger than the data.
+  Hdf5Sequence(const std::filesystem::path& file, const std::string& x_dataset,
+               const std::string& y_dataset, std::size_t batch_size, ArrayOptions options = {})
+      : state_(std::make_shared<detail::Hdf5SequenceState>(
+            file, detail::absolute_dataset_name(x_dataset),
+            detail::absolute_dataset_name(y_dataset))),
+        batch_size_(batch_size) {
+    const std::string owner = "hdf5 sequence over '" + file.string() + "'";
+    {
+      detail::Hdf5Lock lock;
+      try {
+        state_->open_in_this_process();
+        detail::check_hdf5_type_class<TX>(*state_->x, file, state_->x_name);
+        detail::check_hdf5_type_class<TY>(*state_->y, file, state_->y_name);
+        x_shape_ = detail::hdf5_dataset_shape(*state_->x, file, state_->x_name);
+        y_shape_ = detail::hdf5_dataset_shape(*state_->y, file, state_->y_name);
+      } catch (const H5::Exception& error) {
+        throw FormatError(detail::hdf5_file_name(file) + ": cannot open datasets '" +
+                          state_->x_name + "' and '" + state_->y_name + "' (" +
+                          detail::hdf5_reason(error) + ")");
+      }
+    }
+    for (const auto& [shape, name] :
+         {std::pair{x_shape_, state_->x_name}, std::pair{y_shape_, state_->y_name}}) {
+      if (shape.rank() == 0) {
+        throw ShapeError(owner + ": dataset '" + name +
+                         "' is a scalar but a sequence needs a batch axis (rank >= 1)");
+      }
+    }
+    rows_ = x_shape_[0];
+    if (y_shape_[0] != rows_) {
+      throw ShapeError(owner + ": dataset '" + state_->y_name + "' has " +
+                       std::to_string(y_shape_[0]) + " rows but dataset '" + state_->x_name +
+                       "' has " + std::to_string(rows_));
+    }
+    if (rows_ == 0) {
+      throw ShapeError(owner + ": datasets '" + state_->x_name + "' and '" + state_->y_name +
+                       "' have no rows");
+    }
+    if (batch_size_ == 0) throw ConfigError(owner + ": batch_size must be positive but is 0");
+    // Determined's _ArrayLikeAdapter: "Batch size is too large for the input data."
+    if (batch_size_ > rows_) {
+      throw ConfigError(owner + ": batch_size " + std::to_string(batch_size_) +
+                        " is larger than the " + std::to_string(rows_) + " rows of the data");
+    }
+    batches_ =
+        options.drop_leftovers ? rows_ / batch_size_ : (rows_ + batch_size_ - 1) / batch_size_;
+  }
+
+  /// The number of batches.
+  std::size_t size() const noexcept { return batches_; }
+  /// The number of rows of the datasets.
+  std::size_t rows() const noexcept { return rows_; }
+  std::size_t batch_size() const noexcept { return batch_size_; }
+  /// The shape of the whole `x` dataset.
+  const Shape& x_shape() const noexcept { return x_shape_; }
+  /// The shape of the whole `y` dataset.
+  const Shape& y_shape() const noexcept { return y_shape_; }
+
+  /// Batch `index`, read from the file. Throws `ConfigError` for an index `>= size()`,
+  /// `FormatError` when HDF5 fails to read and `IoError` when the file, reopened in a forked
+  /// child, can no longer be opened.
+  batch_type operator[](std::size_t index) const {
+    if (index >= batches_) {
+      throw ConfigError("hdf5 sequence over '" + state_->path.string() + "': batch " +
+                        std::to_string(index) + " is out of range for a sequence of " +
+                        std::to_string(batches_) + " batches");
+    }
+    const std::size_t begin = index * batch_size_;
+    const std::size_t end = std::min(begin + batch_size_, rows_);
+    // Allocated before taking the lock, which then covers only HDF5's own work.
+    auto x = Tensor<TX>::uninitialized(x_shape_.with_rows(end - begin));
+    auto y = Tensor<TY>::uninitialized(y_shape_.with_rows(end - begin));
+    detail::Hdf5Lock lock;
+    try {
+      state_->open_in_this_process();
+      detail::read_hdf5_rows(*state_->x, x_shape_, begin, end, x);
+      detail::read_hdf5_rows(*state_->y, y_shape_, begin, end, y);
+    } catch (const H5::Exception& error) {
+      throw FormatError(detail::hdf5_file_name(state_->path) + ": cannot read rows [" +
+                        std::to_string(begin) + ", " + std::to_string(end) + ") of datasets '" +
+                        state_->x_name + "' and '" + state_->y_name + "' (" +
+                        detail::hdf5_reason(error) + ")");
+    }
+    return {std::move(x), std::move(y)};
+  }
+
+ private:
+  std::shared_ptr<detail::Hdf5SequenceState> state_;
+  std::size_t batch_size_;
+  Shape x_shape_;
+  Shape y_shape_;
+  std::size_t rows_ = 0;
+  std::size_t batches_ = 0;
+};
+
+}  // namespace loadstar
