@@ -1,0 +1,21 @@
+/// \file
+/// The pipeline area: tf.data-style datasets whose position is saved and restored exactly.
+#pragma once
+
+#include "loadstar/data/dataset/batch.hpp"
+#include "loadstar/data/dataset/concepts.hpp"
+#include "loadstar/data/dataset/element_seed.hpp"
+#include "loadstar/data/dataset/filter.hpp"
+#include "loadstar/data/dataset/from_generator.hpp"
+#include "loadstar/data/dataset/from_sequence.hpp"
+#include "loadstar/data/dataset/from_tensor_slices.hpp"
+#include "loadstar/data/dataset/map.hpp"
+#include "loadstar/data/dataset/prefetch.hpp"
+#include "loadstar/data/dataset/range.hpp"
+#include "loadstar/data/dataset/repeat.hpp"
+#include "loadstar/data/dataset/shard.hpp"
+#include "loadstar/data/dataset/shuffle.hpp"
+#include "loadstar/data/dataset/skip.hpp"
+#include "loadstar/data/dataset/take.hpp"
+#include "loadstar/data/dataset/unbatch.hpp"
+#include "loadstar/data/dataset/wrap_dataset.hpp"

@@ -1,0 +1,235 @@
+/// \file
+/// `map` and `map_with_seed`: a function applied to every element, optionally in parallel.
+#pragma once
+
+#include <oneapi/tbb/parallel_for.h>
+#include <oneapi/tbb/task_arena.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "loadstar/data/dataset/detail/base.hpp"
+#include "loadstar/data/dataset/detail/invoke.hpp"
+#include "loadstar/data/dataset/detail/state.hpp"
+#include "loadstar/data/dataset/element_seed.hpp"
+#include "loadstar/error.hpp"
+
+namespace loadstar {
+
+namespace detail {
+template <class F, class E, bool WithSeed>
+struct MapResult {
+  using type = std::remove_cvref_t<decltype(invoke_element(std::declval<const F&>(),
+                                                           std::declval<E>()))>;
+};
+template <class F, class E>
+struct MapResult<F, E, true> {
+  using type = std::remove_cvref_t<decltype(invoke_element(
+      std::declval<const F&>(), std::declval<E>(), std::uint64_t{}))>;
+};
+}  // namespace detail
+
+/// `f` applied to every element of `D`: `f(element)`, or `f(members...)` for a tuple element;
+/// with `map_with_seed`, `f(element, element_seed(seed, epoch, index))`, so that random
+/// augmentations depend on the element's place in the stream only, never on the thread count.
+///
+/// With `options.num_parallel_calls > 1`, `f` runs on a oneTBB arena of that many threads over
+/// windows of `options.window` elements, and must be safe to call concurrently (it is called
+/// through a const reference). Output order is the input order unless `deterministic` is
+/// false, which yields each window in completion order. An exception thrown by `f` reaches the
+/// consumer when that element's turn comes, as a `WorkerError` "map: element 17 failed: <what>".
+///
+/// State: the upstream's state at the start of the current window, the window's length and how
+/// many of its outputs were consumed (and their order when not deterministic). A restore pulls
+/// the window again from the upstream and recomputes only its unconsumed elements.
+/// \code
+/// auto ds = range(1000).map([](std::int64_t i) { return decode(i); }, {.num_parallel_calls = 4});
+/// auto aug = from_tensor_slices(x).map_with_seed(
+///     [](Tensor<float> image, std::uint64_t seed) { return random_crop(image, seed); }, 42);
+/// \endcode
+template <Dataset D, class F, bool WithSeed>
+class MapDataset : public DatasetBase<MapDataset<D, F, WithSeed>> {
+  using Input = element_t<D>;
+
+ public:
+  using element_type = typename detail::MapResult<F, Input, WithSeed>::type;
+  static_assert(!std::is_void_v<element_type>, "map: the function must return an element");
+
+  /// Throws `ConfigError` for `num_parallel_calls` of 0.
+  MapDataset(D upstream, F f, std::uint64_t seed, MapOptions options)
+      : upstream_(std::move(upstream)), f_(std::move(f)), seed_(seed), options_(options) {
+    if (options.num_parallel_calls == 0) {
+      throw ConfigError("map: num_parallel_calls must be positive but is 0");
+    }
+    if (options_.window == 0) options_.window = 64 * options_.num_parallel_calls;
+    if (options_.num_parallel_calls > 1) {
+      arena_ = std::make_shared<tbb::task_arena>(static_cast<int>(options_.num_parallel_calls));
+    }
+  }
+
+  std::optional<element_type> next() {
+    if (position_ < window_length_) return take_from_window();
+    if (!arena_) {
+      // The sequential path: no window, no state copy per element.
+      auto input = upstream_.next();
+      if (!input) return std::nullopt;
+      const std::size_t index = index_++;
+      try {
+        return call(std::move(*input), index);
+      } catch (...) {
+        throw detail::element_error("map", index, std::current_exception());
+      }
+    }
+    window_start_ = upstream_.state();
+    window_index_ = index_;
+    if (!fill_window(options_.window)) return std::nullopt;
+    compute_window(0, options_.deterministic);
+    return take_from_window();
+  }
+
+  void reset() {
+    upstream_.reset();
+    ++epoch_;
+    index_ = 0;
+    position_ = window_length_ = 0;
+  }
+
+  nlohmann::json state() const {
+    nlohmann::json s = {{"op", "map"}, {"epoch", epoch_}};
+    if (position_ >= window_length_) {
+      s["index"] = index_;
+      s["upstream"] = upstream_.state();
+      s["consumed"] = 0;
+      return s;
+    }
+    s["index"] = window_index_;
+    s["upstream"] = window_start_;
+    s["window"] = window_length_;
+    s["consumed"] = position_;
+    if (!options_.deterministic) s["order"] = order_;
+    return s;
+  }
+
+  void restore(const nlohmann::json& state) {
+    const auto& s = detail::expect_state(state, "map");
+    upstream_.restore(s["upstream"]);
+    epoch_ = s["epoch"];
+    index_ = s["index"];
+    position_ = window_length_ = 0;
+    const std::size_t consumed = s["consumed"];
+    if (consumed == 0) return;
+    window_start_ = s["upstream"];
+    window_index_ = index_;
+    const std::size_t length = s["window"];
+    if (!fill_window(length) || window_length_ != length) {
+      throw CheckpointError("map: state has a window of " + std::to_string(length) +
+                            " elements but the upstream gave " + std::to_string(window_length_));
+    }
+    if (s.contains("order")) {
+      order_ = s["order"].get<std::vector<std::size_t>>();
+    }
+    compute_window(consumed, true);
+    position_ = consumed;
+  }
+
+ private:
+  element_type call(Input&& input, std::size_t index) const {
+    if constexpr (WithSeed) {
+      return detail::invoke_element(f_, std::move(input), element_seed(seed_, epoch_, index));
+    } else {
+      return detail::invoke_element(f_, std::move(input));
+    }
+  }
+
+  // Pulls up to `length` elements into the window; false when there were none.
+  bool fill_window(std::size_t length) {
+    inputs_.resize(length);
+    outputs_.resize(length);
+    errors_.resize(length);
+    std::size_t n = 0;
+    while (n < length) {
+      auto input = upstream_.next();
+      if (!input) break;
+      inputs_[n++] = std::move(*input);
+    }
+    window_length_ = n;
+    position_ = 0;
+    index_ += n;
+    order_.resize(n);
+    std::iota(order_.begin(), order_.end(), std::size_t{0});
+    return n > 0;
+  }
+
+  // Computes the window's outputs `order_[first..)`; without `keep_order`, `order_` becomes the
+  // completion order.
+  void compute_window(std::size_t first, bool keep_order) {
+    // Tasks read the slots from a copy, since without `keep_order` they rewrite `order_`.
+    const std::vector<std::size_t> slots = order_;
+    std::atomic<std::size_t> completed{first};
+    auto body = [&](std::size_t k) {
+      const std::size_t slot = slots[k];
+      errors_[slot] = nullptr;
+      try {
+        outputs_[slot].emplace(call(std::move(*inputs_[slot]), window_index_ + slot));
+      } catch (...) {
+        errors_[slot] = std::current_exception();
+      }
+      inputs_[slot].reset();
+      if (!keep_order) order_[completed.fetch_add(1, std::memory_order_relaxed)] = slot;
+    };
+    run(first, window_length_, body);
+  }
+
+  template <class Body>
+  void run(std::size_t first, std::size_t last, Body& body) {
+    if (!arena_ || last - first < 2) {
+      for (std::size_t k = first; k < last; ++k) body(k);
+      return;
+    }
+    arena_->execute([&] {
+      tbb::parallel_for(first, last, [&](std::size_t k) { body(k); });
+    });
+  }
+
+  element_type take_from_window() {
+    const std::size_t slot = order_[position_++];
+    if (errors_[slot]) {
+      auto error = std::exchange(errors_[slot], nullptr);
+      outputs_[slot].reset();
+      throw detail::element_error("map", window_index_ + slot, error);
+    }
+    element_type out = std::move(*outputs_[slot]);
+    outputs_[slot].reset();
+    return out;
+  }
+
+  D upstream_;
+  F f_;
+  std::uint64_t seed_;
+  MapOptions options_;
+  std::shared_ptr<tbb::task_arena> arena_;
+  std::uint64_t epoch_ = 0;
+  std::size_t index_ = 0;  // Elements pulled from the upstream this epoch.
+  // The current window: elements [window_index_, window_index_ + window_length_) of the epoch.
+  nlohmann::json window_start_;
+  std::size_t window_index_ = 0;
+  std::size_t window_length_ = 0;
+  std::size_t position_ = 0;  // Outputs of the window consumed.
+  std::vector<std::size_t> order_;
+  std::vector<std::optional<Input>> inputs_;
+  std::vector<std::optional<element_type>> outputs_;
+  std::vector<std::exception_ptr> errors_;
+};
+
+}  // namespace loadstar
