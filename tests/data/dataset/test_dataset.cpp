@@ -36,20 +36,23 @@ Tensor<float> iota_tensor(const loadstar::Shape& shape, float start = 0.f) {
 
 Tensor<std::int32_t> labels(std::size_t n) {
   Tensor<std::int32_t> t({n});
-  for (std::size_t i = 0; i < n; ++i) t.data()[i] = static_cast<std::int32_t>(i % 10);
+  for (std::size_t i = 0; i < n; ++i)
+    t.data()[i] = static_cast<std::int32_t>(i % 10);
   return t;
 }
 
 template <class D>
 std::vector<loadstar::element_t<D>> drain(D& dataset) {
   std::vector<loadstar::element_t<D>> out;
-  while (auto element = dataset.next()) out.push_back(std::move(*element));
+  while (auto element = dataset.next())
+    out.push_back(std::move(*element));
   return out;
 }
 
 std::vector<std::int64_t> iota64(std::int64_t begin, std::int64_t end, std::int64_t step = 1) {
   std::vector<std::int64_t> out;
-  for (std::int64_t i = begin; i < end; i += step) out.push_back(i);
+  for (std::int64_t i = begin; i < end; i += step)
+    out.push_back(i);
   return out;
 }
 
@@ -136,7 +139,8 @@ TEST_SUITE("dataset") {
     auto ds = loadstar::from_sequence(sequence);
     const auto batches = drain(ds);
     REQUIRE(batches.size() == 3);
-    for (std::size_t i = 0; i < 3; ++i) CHECK(batches[i] == sequence[i]);
+    for (std::size_t i = 0; i < 3; ++i)
+      CHECK(batches[i] == sequence[i]);
     check_exact_resume([&] { return loadstar::from_sequence(sequence); }, 2, 5);
     CHECK_THROWS_WITH_AS(ds.restore(nlohmann::json{{"op", "sequence"}, {"index", 4}}),
                          doctest::Contains("sequence: state is at batch 4 but the sequence has 3"),
@@ -149,8 +153,7 @@ TEST_SUITE("dataset") {
                          doctest::Contains("batch: state was taken from a 'range' dataset"),
                          CheckpointError);
     CHECK_THROWS_WITH_AS(ds.restore(nlohmann::json::array()),
-                         doctest::Contains("batch: state is not a dataset state"),
-                         CheckpointError);
+                         doctest::Contains("batch: state is not a dataset state"), CheckpointError);
   }
 
   TEST_CASE("map applies a function and unpacks tuples") {
@@ -159,8 +162,8 @@ TEST_SUITE("dataset") {
     auto sums2 = loadstar::from_tensor_slices(iota_tensor({3}), iota_tensor({3}, 10.f))
                      .map([](Tensor<float> a, Tensor<float> b) { return *a.data() + *b.data(); });
     CHECK(drain(sums2) == std::vector<float>{10.f, 12.f, 14.f});
-    check_exact_resume(
-        [] { return loadstar::range(50).map([](std::int64_t i) { return i + 1; }); }, 2, 10);
+    check_exact_resume([] { return loadstar::range(50).map([](std::int64_t i) { return i + 1; }); },
+                       2, 10);
   }
 
   TEST_CASE("map in parallel gives the same stream as sequential map for any thread count") {
@@ -210,9 +213,11 @@ TEST_SUITE("dataset") {
       resumed.restore(reference.states[at]);
       const std::size_t window_end = (at / 16 + 1) * 16;
       std::vector<std::int64_t> rest;
-      while (auto element = resumed.next()) rest.push_back(*element);
+      while (auto element = resumed.next())
+        rest.push_back(*element);
       REQUIRE(rest.size() == 64 - at);
-      for (std::size_t i = at; i < window_end; ++i) CHECK(rest[i - at] == reference.elements[i]);
+      for (std::size_t i = at; i < window_end; ++i)
+        CHECK(rest[i - at] == reference.elements[i]);
       std::vector<std::int64_t> expected(reference.elements.begin() + std::ptrdiff_t(at),
                                          reference.elements.end());
       std::sort(expected.begin(), expected.end());
@@ -230,15 +235,17 @@ TEST_SUITE("dataset") {
     for (std::size_t threads : {1u, 3u}) {
       CAPTURE(threads);
       auto ds = loadstar::range(40).map(f, MapOptions{.num_parallel_calls = threads});
-      for (std::int64_t i = 0; i < 17; ++i) CHECK(*ds.next() == i);
+      for (std::int64_t i = 0; i < 17; ++i)
+        CHECK(*ds.next() == i);
       CHECK_THROWS_WITH_AS(ds.next(), doctest::Contains("map: element 17 failed: bad record"),
                            WorkerError);
       CHECK(*ds.next() == 18);
     }
     auto prefetched = loadstar::range(40).map(f).prefetch(4);
-    for (std::int64_t i = 0; i < 17; ++i) CHECK(*prefetched.next() == i);
-    CHECK_THROWS_WITH_AS(prefetched.next(),
-                         doctest::Contains("map: element 17 failed: bad record"), WorkerError);
+    for (std::int64_t i = 0; i < 17; ++i)
+      CHECK(*prefetched.next() == i);
+    CHECK_THROWS_WITH_AS(prefetched.next(), doctest::Contains("map: element 17 failed: bad record"),
+                         WorkerError);
     CHECK(*prefetched.next() == 18);
   }
 
@@ -308,8 +315,7 @@ TEST_SUITE("dataset") {
     auto direct = loadstar::from_tensor_slices(x, y);
     CHECK(drain(ds) == drain(direct));
     check_exact_resume(
-        [&] { return loadstar::from_sequence(loadstar::ArraySequence(x, y, 3)).unbatch(); }, 2,
-        10);
+        [&] { return loadstar::from_sequence(loadstar::ArraySequence(x, y, 3)).unbatch(); }, 2, 10);
   }
 
   TEST_CASE("shuffle permutes each epoch by seed and resumes exactly") {
@@ -338,7 +344,8 @@ TEST_SUITE("dataset") {
     auto ds = loadstar::range(3).repeat(2);
     CHECK(drain(ds) == std::vector<std::int64_t>{0, 1, 2, 0, 1, 2});
     auto forever = loadstar::range(2).repeat();
-    for (int i = 0; i < 11; ++i) CHECK(*forever.next() == i % 2);
+    for (int i = 0; i < 11; ++i)
+      CHECK(*forever.next() == i % 2);
     auto empty = loadstar::range(0).repeat();
     CHECK_FALSE(empty.next());
     auto reshuffled = loadstar::range(20).shuffle(20, 5).repeat(2);
@@ -399,7 +406,8 @@ TEST_SUITE("dataset") {
     auto ds = loadstar::range(50).map([](std::int64_t i) { return i * 3; }).prefetch(4);
     CHECK(drain(ds) == [] {
       std::vector<std::int64_t> v;
-      for (std::int64_t i = 0; i < 50; ++i) v.push_back(i * 3);
+      for (std::int64_t i = 0; i < 50; ++i)
+        v.push_back(i * 3);
       return v;
     }());
     CHECK_FALSE(ds.next());
@@ -412,8 +420,7 @@ TEST_SUITE("dataset") {
                          ConfigError);
   }
 
-  TEST_CASE("prefetch shuts down promptly with a blocked or busy producer" *
-            doctest::timeout(30)) {
+  TEST_CASE("prefetch shuts down promptly with a blocked or busy producer" * doctest::timeout(30)) {
     using clock = std::chrono::steady_clock;
     {
       // A full queue: the producer is blocked on it.

@@ -31,7 +31,8 @@ concept Dataset = requires(D& d, const D& cd, const nlohmann::json& state) {
   d.reset();
   { cd.state() } -> std::same_as<nlohmann::json>;
   d.restore(state);
-} && std::movable<typename D::element_type>;
+}
+&&std::movable<typename D::element_type>;
 
 /// The element type of a dataset.
 template <Dataset D>

@@ -27,9 +27,8 @@ inline constexpr bool is_optional_v<std::optional<T>> = true;
 /// A callable that makes a fresh generator: a callable returning `std::optional<E>`, empty at
 /// the end of the epoch.
 template <class M>
-concept GeneratorFactory =
-    std::invocable<M&> && std::invocable<std::invoke_result_t<M&>&> &&
-    detail::is_optional_v<std::invoke_result_t<std::invoke_result_t<M&>&>>;
+concept GeneratorFactory = std::invocable<M&> && std::invocable < std::invoke_result_t<M&>
+& > &&detail::is_optional_v<std::invoke_result_t<std::invoke_result_t<M&>&>>;
 
 /// The values of a generator, as `tf.data.Dataset.from_generator`. `make()` is called at the
 /// start of every epoch and returns a generator `g` whose calls `g()` yield the elements until

@@ -30,13 +30,13 @@ namespace loadstar {
 namespace detail {
 template <class F, class E, bool WithSeed>
 struct MapResult {
-  using type = std::remove_cvref_t<decltype(invoke_element(std::declval<const F&>(),
-                                                           std::declval<E>()))>;
+  using type =
+      std::remove_cvref_t<decltype(invoke_element(std::declval<const F&>(), std::declval<E>()))>;
 };
 template <class F, class E>
 struct MapResult<F, E, true> {
-  using type = std::remove_cvref_t<decltype(invoke_element(
-      std::declval<const F&>(), std::declval<E>(), std::uint64_t{}))>;
+  using type = std::remove_cvref_t<decltype(invoke_element(std::declval<const F&>(),
+                                                           std::declval<E>(), std::uint64_t{}))>;
 };
 }  // namespace detail
 
@@ -194,12 +194,11 @@ class MapDataset : public DatasetBase<MapDataset<D, F, WithSeed>> {
   template <class Body>
   void run(std::size_t first, std::size_t last, Body& body) {
     if (!arena_ || last - first < 2) {
-      for (std::size_t k = first; k < last; ++k) body(k);
+      for (std::size_t k = first; k < last; ++k)
+        body(k);
       return;
     }
-    arena_->execute([&] {
-      tbb::parallel_for(first, last, [&](std::size_t k) { body(k); });
-    });
+    arena_->execute([&] { tbb::parallel_for(first, last, [&](std::size_t k) { body(k); }); });
   }
 
   element_type take_from_window() {

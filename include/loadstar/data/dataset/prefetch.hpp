@@ -71,9 +71,7 @@ class PrefetchDataset : public DatasetBase<PrefetchDataset<D>> {
     shared_->upstream.reset();
     consumed_state_ = shared_->upstream.state();
   }
-  nlohmann::json state() const {
-    return {{"op", "prefetch"}, {"upstream", consumed_state_}};
-  }
+  nlohmann::json state() const { return {{"op", "prefetch"}, {"upstream", consumed_state_}}; }
   void restore(const nlohmann::json& state) {
     const auto& s = detail::expect_state(state, "prefetch");
     stop();
@@ -117,8 +115,7 @@ class PrefetchDataset : public DatasetBase<PrefetchDataset<D>> {
       const bool last = !slot.element && !slot.error;
       {
         std::unique_lock lock(shared.mutex);
-        if (!shared.not_full.wait(lock, stop,
-                                  [&] { return shared.queue.size() < capacity; })) {
+        if (!shared.not_full.wait(lock, stop, [&] { return shared.queue.size() < capacity; })) {
           return;
         }
         shared.queue.push_back(std::move(slot));

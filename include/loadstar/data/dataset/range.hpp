@@ -49,6 +49,8 @@ inline RangeDataset range(std::int64_t start, std::int64_t stop, std::int64_t st
 }
 
 /// The integers `[0, stop)`.
-inline RangeDataset range(std::int64_t stop) { return RangeDataset(0, stop, 1); }
+inline RangeDataset range(std::int64_t stop) {
+  return RangeDataset(0, stop, 1);
+}
 
 }  // namespace loadstar

@@ -30,7 +30,8 @@ struct DistributedContext {
 template <Dataset D>
 ShardDataset<D> wrap_dataset(D dataset, const DistributedContext& context,
                              bool shard_dataset = true) {
-  if (context.size == 0) throw ConfigError("wrap_dataset: distributed size must be positive but is 0");
+  if (context.size == 0)
+    throw ConfigError("wrap_dataset: distributed size must be positive but is 0");
   if (context.rank >= context.size) {
     throw ConfigError("wrap_dataset: rank must be less than the distributed size " +
                       std::to_string(context.size) + " but is " + std::to_string(context.rank));

@@ -105,8 +105,7 @@ class DatasetBase {
   /// Shuffles through a buffer of `buffer_size` elements.
   auto shuffle(std::size_t buffer_size, std::uint64_t seed,
                bool reshuffle_each_iteration = true) && {
-    return ShuffleDataset<Derived>(std::move(self()), buffer_size, seed,
-                                   reshuffle_each_iteration);
+    return ShuffleDataset<Derived>(std::move(self()), buffer_size, seed, reshuffle_each_iteration);
   }
   auto shuffle(std::size_t buffer_size, std::uint64_t seed,
                bool reshuffle_each_iteration = true) const& {
@@ -170,7 +169,8 @@ class DatasetBase {
   /// Calls `f(element)` for every remaining element of the current epoch.
   template <class F>
   void for_each(F&& f) {
-    while (auto element = self().next()) f(std::move(*element));
+    while (auto element = self().next())
+      f(std::move(*element));
   }
 
  private:

@@ -26,8 +26,8 @@ inline constexpr bool applicable_v<F, std::pair<A, B>, Extra...> =
     std::invocable<const F&, A, B, Extra...>;
 
 template <class F, class E, class... Extra>
-concept ElementCallable = std::invocable<const F&, E, Extra...> ||
-                          applicable_v<F, std::remove_cvref_t<E>, Extra...>;
+concept ElementCallable =
+    std::invocable<const F&, E, Extra...> || applicable_v<F, std::remove_cvref_t<E>, Extra...>;
 
 /// `f(element, extra...)`, or `f(members..., extra...)` for a tuple element that `f` does not
 /// take whole (tf.data's `map(lambda x, y: ...)`).

@@ -44,7 +44,8 @@ struct Stacker<T> {
   template <class Get>
   static batch_type stack_with(std::size_t n, Get&& get) {
     auto out = Tensor<T>::uninitialized(Shape{n});
-    for (std::size_t i = 0; i < n; ++i) out.data()[i] = get(i);
+    for (std::size_t i = 0; i < n; ++i)
+      out.data()[i] = get(i);
     return out;
   }
   static batch_type stack(const std::vector<T>& elements) {
@@ -95,7 +96,8 @@ struct Stacker<std::vector<E>> {
     for (std::size_t m = 0; m < members; ++m) {
       std::vector<E> column;
       column.reserve(elements.size());
-      for (const auto& e : elements) column.push_back(e[m]);
+      for (const auto& e : elements)
+        column.push_back(e[m]);
       out.push_back(Stacker<E>::stack(column));
     }
     return out;
@@ -143,13 +145,13 @@ struct Stacker<std::tuple<E...>> {
     using M = std::tuple_element_t<I, std::tuple<E...>>;
     if constexpr (TensorElement<M> || AnyTensor<M>) {
       // Tensors and scalars stack straight from the tuples, without a column copy.
-      return Stacker<M>::stack_with(elements.size(), [&](std::size_t i) -> const M& {
-        return std::get<I>(elements[i]);
-      });
+      return Stacker<M>::stack_with(
+          elements.size(), [&](std::size_t i) -> const M& { return std::get<I>(elements[i]); });
     } else {
       std::vector<M> column;
       column.reserve(elements.size());
-      for (const auto& e : elements) column.push_back(std::get<I>(e));
+      for (const auto& e : elements)
+        column.push_back(std::get<I>(e));
       return Stacker<M>::stack(column);
     }
   }
@@ -195,13 +197,15 @@ struct Unstacker<std::vector<B>> {
   static std::size_t rows(const std::vector<B>& b) {
     if (b.empty()) throw ShapeError("unbatch: an empty list of members has no rows");
     const std::size_t n = Unstacker<B>::rows(b[0]);
-    for (std::size_t m = 1; m < b.size(); ++m) same_rows(n, Unstacker<B>::rows(b[m]), m);
+    for (std::size_t m = 1; m < b.size(); ++m)
+      same_rows(n, Unstacker<B>::rows(b[m]), m);
     return n;
   }
   static row_type row(const std::vector<B>& b, std::size_t i) {
     row_type out;
     out.reserve(b.size());
-    for (const auto& m : b) out.push_back(Unstacker<B>::row(m, i));
+    for (const auto& m : b)
+      out.push_back(Unstacker<B>::row(m, i));
     return out;
   }
 };
@@ -213,12 +217,14 @@ struct Unstacker<std::map<std::string, B>> {
     if (b.empty()) throw ShapeError("unbatch: an empty map of members has no rows");
     std::size_t n = Unstacker<B>::rows(b.begin()->second);
     std::size_t m = 0;
-    for (const auto& [key, member] : b) same_rows(n, Unstacker<B>::rows(member), m++);
+    for (const auto& [key, member] : b)
+      same_rows(n, Unstacker<B>::rows(member), m++);
     return n;
   }
   static row_type row(const std::map<std::string, B>& b, std::size_t i) {
     row_type out;
-    for (const auto& [key, member] : b) out.emplace(key, Unstacker<B>::row(member, i));
+    for (const auto& [key, member] : b)
+      out.emplace(key, Unstacker<B>::row(member, i));
     return out;
   }
 };
@@ -227,11 +233,15 @@ template <class... B>
 struct Unstacker<std::tuple<B...>> {
   using row_type = std::tuple<typename Unstacker<B>::row_type...>;
   static std::size_t rows(const std::tuple<B...>& b) {
-    const std::size_t n = Unstacker<std::tuple_element_t<0, std::tuple<B...>>>::rows(std::get<0>(b));
+    const std::size_t n =
+        Unstacker<std::tuple_element_t<0, std::tuple<B...>>>::rows(std::get<0>(b));
     std::size_t m = 0;
-    std::apply([&](const auto&... member) {
-      ((same_rows(n, Unstacker<std::remove_cvref_t<decltype(member)>>::rows(member), m++)), ...);
-    }, b);
+    std::apply(
+        [&](const auto&... member) {
+          ((same_rows(n, Unstacker<std::remove_cvref_t<decltype(member)>>::rows(member), m++)),
+           ...);
+        },
+        b);
     return n;
   }
   static row_type row(const std::tuple<B...>& b, std::size_t i) {
