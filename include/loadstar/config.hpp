@@ -17,10 +17,10 @@
 #if defined(NDEBUG) && !defined(LOADSTAR_ENABLE_ASSERTS)
 #define LOADSTAR_ASSERT(condition, message) ((void)0)
 #else
-#define LOADSTAR_ASSERT(condition, message)                                                 \
-  ((condition) ? (void)0                                                                     \
+#define LOADSTAR_ASSERT(condition, message)                                                     \
+  ((condition) ? (void)0                                                                        \
                : (std::fprintf(stderr, "%s:%d: loadstar assertion '%s' failed: %s\n", __FILE__, \
-                               __LINE__, #condition, message),                               \
+                               __LINE__, #condition, message),                                  \
                   std::abort()))
 #endif
 

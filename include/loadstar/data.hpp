@@ -7,5 +7,8 @@
 #include "loadstar/data/array_sequence.hpp"
 #include "loadstar/data/class_weight.hpp"
 #include "loadstar/data/concepts.hpp"
+#include "loadstar/data/hdf5.hpp"
+#include "loadstar/data/hdf5_sequence.hpp"
+#include "loadstar/data/idx.hpp"
 #include "loadstar/data/validation_split.hpp"
 #include "loadstar/tensor/tensor.hpp"

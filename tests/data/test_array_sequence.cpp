@@ -90,7 +90,8 @@ TEST_SUITE("data") {
     CHECK(by.at("class") == Tensor<std::int64_t>({1}, {4}));
     CHECK(by.at("other") == Tensor<std::int64_t>({1}, {4}));
 
-    std::tuple<Tensor<float>, Tensor<std::uint8_t>> mixed{numbered_x(4), Tensor<std::uint8_t>({4, 3})};
+    std::tuple<Tensor<float>, Tensor<std::uint8_t>> mixed{numbered_x(4),
+                                                          Tensor<std::uint8_t>({4, 3})};
     ArraySequence tuple_seq(mixed, numbered_y(4), 3);
     auto [tx, ty] = tuple_seq[1];
     CHECK(std::get<0>(tx).rows() == 1);
@@ -108,7 +109,8 @@ TEST_SUITE("data") {
 
   TEST_CASE("ArraySequence rejects mismatched row counts naming both") {
     CHECK_THROWS_WITH_AS(ArraySequence(numbered_x(10), numbered_y(9), 2),
-                         doctest::Contains("array sequence: y has 9 rows but x has 10"), ShapeError);
+                         doctest::Contains("array sequence: y has 9 rows but x has 10"),
+                         ShapeError);
     std::vector<Tensor<float>> xs{numbered_x(5), numbered_x(4)};
     CHECK_THROWS_WITH_AS(ArraySequence(xs, numbered_y(5), 2),
                          doctest::Contains("array sequence: x[1] has 4 rows but x[0] has 5"),
@@ -208,9 +210,9 @@ TEST_SUITE("data") {
   TEST_CASE("resolve_sample_weight refuses sample_weight and class_weight together") {
     auto y = numbered_y(2);
     const ClassWeight cw{{0, 1.0f}, {1, 2.0f}};
-    CHECK_THROWS_WITH_AS(
-        loadstar::resolve_sample_weight(y, Tensor<float>({2}), cw),
-        doctest::Contains("fit: sample_weight and class_weight were both given"), ConfigError);
+    CHECK_THROWS_WITH_AS(loadstar::resolve_sample_weight(y, Tensor<float>({2}), cw),
+                         doctest::Contains("fit: sample_weight and class_weight were both given"),
+                         ConfigError);
     auto from_classes = loadstar::resolve_sample_weight(y, std::nullopt, cw);
     REQUIRE(from_classes.has_value());
     CHECK(*from_classes == Tensor<float>({2}, {1.0f, 2.0f}));
@@ -248,9 +250,11 @@ TEST_SUITE("data") {
                            doctest::Contains("validation_split: must be in (0, 1) but is"),
                            ConfigError);
     }
-    CHECK_THROWS_WITH_AS(loadstar::validation_split(numbered_x(1), numbered_y(1), 0.5),
-                         doctest::Contains("validation_split: too few rows to split into training and validation sets with validation_split=0.500000 (rows: 1, training rows: 0)"),
-                         ConfigError);
+    CHECK_THROWS_WITH_AS(
+        loadstar::validation_split(numbered_x(1), numbered_y(1), 0.5),
+        doctest::Contains("validation_split: too few rows to split into training and validation "
+                          "sets with validation_split=0.500000 (rows: 1, training rows: 0)"),
+        ConfigError);
     CHECK_THROWS_WITH_AS(loadstar::validation_split(numbered_x(3), numbered_y(4), 0.5),
                          doctest::Contains("validation_split: y has 4 rows but x has 3"),
                          ShapeError);

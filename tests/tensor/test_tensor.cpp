@@ -43,7 +43,8 @@ TEST_SUITE("tensor") {
     CHECK(t.rows() == 2);
     CHECK(t.row_size() == 3);
     CHECK(reinterpret_cast<std::uintptr_t>(t.data()) % 64 == 0);
-    for (T v : t) CHECK(v == T{0});
+    for (T v : t)
+      CHECK(v == T{0});
     std::iota(t.begin(), t.end(), T{0});
     CHECK(t(1, 2) == T{5});
     CHECK(t(0, 1) == T{1});
@@ -63,9 +64,10 @@ TEST_SUITE("tensor") {
   TEST_CASE("Tensor construction from values checks the count") {
     Tensor<float> t({2, 2}, {1.f, 2.f, 3.f, 4.f});
     CHECK(t(1, 0) == 3.f);
-    CHECK_THROWS_WITH_AS(Tensor<float>({2, 2}, {1.f, 2.f, 3.f}),
-                         doctest::Contains("tensor of shape (2, 2): expected 4 values but 3 were given"),
-                         ShapeError);
+    CHECK_THROWS_WITH_AS(
+        Tensor<float>({2, 2}, {1.f, 2.f, 3.f}),
+        doctest::Contains("tensor of shape (2, 2): expected 4 values but 3 were given"),
+        ShapeError);
     Tensor<int> filled({3}, 7);
     CHECK(filled == Tensor<int>({3}, {7, 7, 7}));
   }
@@ -86,9 +88,9 @@ TEST_SUITE("tensor") {
 
   TEST_CASE("Tensor slice_rows and row reject ranges outside the rows") {
     Tensor<float> t({4, 3});
-    CHECK_THROWS_WITH_AS(t.slice_rows(2, 5),
-                         doctest::Contains("float32 tensor of shape (4, 3): cannot slice rows [2, 5)"),
-                         ShapeError);
+    CHECK_THROWS_WITH_AS(
+        t.slice_rows(2, 5),
+        doctest::Contains("float32 tensor of shape (4, 3): cannot slice rows [2, 5)"), ShapeError);
     CHECK_THROWS_WITH_AS(t.slice_rows(3, 2), doctest::Contains("cannot slice rows [3, 2)"),
                          ShapeError);
     CHECK_THROWS_WITH_AS(t.row(4), doctest::Contains("row 4 is out of range"), ShapeError);
@@ -120,9 +122,9 @@ TEST_SUITE("tensor") {
     const std::vector<std::int64_t> too_big{4};
     CHECK_THROWS_WITH_AS(t.gather_rows(too_big), doctest::Contains("row index 4"), ShapeError);
     Tensor<double> wrong({2, 3});
-    CHECK_THROWS_WITH_AS(t.gather_rows_into(std::span<const std::size_t>(idx), wrong),
-                         doctest::Contains("needs an output of shape (3, 2) but it has shape (2, 3)"),
-                         ShapeError);
+    CHECK_THROWS_WITH_AS(
+        t.gather_rows_into(std::span<const std::size_t>(idx), wrong),
+        doctest::Contains("needs an output of shape (3, 2) but it has shape (2, 3)"), ShapeError);
   }
 
   TEST_CASE("Tensor reshape views the same elements") {
@@ -131,9 +133,9 @@ TEST_SUITE("tensor") {
     auto r = t.reshape({3, 2, 2});
     CHECK(r(2, 1, 1) == 11.f);
     CHECK(r.shares_storage_with(t));
-    CHECK_THROWS_WITH_AS(t.reshape({5, 2}),
-                         doctest::Contains("float32 tensor of shape (2, 6): cannot reshape to (5, 2)"),
-                         ShapeError);
+    CHECK_THROWS_WITH_AS(
+        t.reshape({5, 2}),
+        doctest::Contains("float32 tensor of shape (2, 6): cannot reshape to (5, 2)"), ShapeError);
   }
 
   TEST_CASE("Tensor clone and cast are independent copies") {

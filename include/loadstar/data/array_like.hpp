@@ -35,8 +35,8 @@ inline constexpr bool is_tensor_map_v<std::map<std::string, Tensor<T>>> = true;
 template <class T>
 inline constexpr bool is_tensor_tuple_v = false;
 template <class... T>
-inline constexpr bool is_tensor_tuple_v<std::tuple<T...>> =
-    sizeof...(T) > 0 && (is_tensor_v<T> && ...);
+inline constexpr bool is_tensor_tuple_v<std::tuple<T...>> = sizeof...(T) > 0 &&
+                                                            (is_tensor_v<T> && ...);
 }  // namespace detail
 
 /// A list of tensors of one element type: the inputs of a multi-input model, by position.
@@ -67,7 +67,8 @@ void for_each_member(const A& array, std::string_view name, F&& f) {
       f(std::string(name) + "[" + std::to_string(i) + "]", array[i]);
     }
   } else if constexpr (TensorMap<A>) {
-    for (const auto& [key, tensor] : array) f(std::string(name) + "['" + key + "']", tensor);
+    for (const auto& [key, tensor] : array)
+      f(std::string(name) + "['" + key + "']", tensor);
   } else {
     std::size_t i = 0;
     std::apply(
@@ -126,11 +127,13 @@ A slice_rows(const A& array, std::size_t begin, std::size_t end) {
   } else if constexpr (TensorList<A>) {
     A out;
     out.reserve(array.size());
-    for (const auto& t : array) out.push_back(t.slice_rows(begin, end));
+    for (const auto& t : array)
+      out.push_back(t.slice_rows(begin, end));
     return out;
   } else if constexpr (TensorMap<A>) {
     A out;
-    for (const auto& [key, t] : array) out.emplace(key, t.slice_rows(begin, end));
+    for (const auto& [key, t] : array)
+      out.emplace(key, t.slice_rows(begin, end));
     return out;
   } else {
     return std::apply([&](const auto&... t) { return A{t.slice_rows(begin, end)...}; }, array);
@@ -145,11 +148,13 @@ A gather_rows(const A& array, std::span<const I> indices) {
   } else if constexpr (TensorList<A>) {
     A out;
     out.reserve(array.size());
-    for (const auto& t : array) out.push_back(t.gather_rows(indices));
+    for (const auto& t : array)
+      out.push_back(t.gather_rows(indices));
     return out;
   } else if constexpr (TensorMap<A>) {
     A out;
-    for (const auto& [key, t] : array) out.emplace(key, t.gather_rows(indices));
+    for (const auto& [key, t] : array)
+      out.emplace(key, t.gather_rows(indices));
     return out;
   } else {
     return std::apply([&](const auto&... t) { return A{t.gather_rows(indices)...}; }, array);

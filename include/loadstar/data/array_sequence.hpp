@@ -45,30 +45,28 @@ class ArraySequence {
 
   /// Unweighted arrays; throws `ShapeError` for empty or mismatched arrays and `ConfigError` for a
   /// batch size of 0 or larger than the data.
-  ArraySequence(X x, Y y, std::size_t batch_size, ArrayOptions options = {})
-    requires(!Weighted)
+  ArraySequence(X x, Y y, std::size_t batch_size, ArrayOptions options = {}) requires(!Weighted)
       : x_(std::move(x)), y_(std::move(y)), batch_size_(batch_size), options_(options) {
     validate();
   }
 
   /// Arrays with one sample weight per row (a rank-1 `float` tensor).
   ArraySequence(X x, Y y, Tensor<float> sample_weight, std::size_t batch_size,
-                ArrayOptions options = {})
-    requires Weighted
-      : x_(std::move(x)),
-        y_(std::move(y)),
-        w_(std::move(sample_weight)),
-        batch_size_(batch_size),
-        options_(options) {
+                ArrayOptions options = {}) requires Weighted : x_(std::move(x)),
+                                                               y_(std::move(y)),
+                                                               w_(std::move(sample_weight)),
+                                                               batch_size_(batch_size),
+                                                               options_(options) {
     validate();
   }
 
   /// Arrays whose sample weights come from a weight per class of `y`, as Keras's `class_weight`;
   /// throws `ConfigError` for a class of `y` missing from `class_weight`.
   ArraySequence(X x, Y y, const ClassWeight& class_weight, std::size_t batch_size,
-                ArrayOptions options = {})
-    requires Weighted
-      : x_(std::move(x)), y_(std::move(y)), batch_size_(batch_size), options_(options) {
+                ArrayOptions options = {}) requires Weighted : x_(std::move(x)),
+                                                               y_(std::move(y)),
+                                                               batch_size_(batch_size),
+                                                               options_(options) {
     w_ = class_weight_to_sample_weight(y_, class_weight);
     validate();
   }
@@ -99,11 +97,7 @@ class ArraySequence {
   const X& x() const noexcept { return x_; }
   const Y& y() const noexcept { return y_; }
   /// The sample weights (only with `Weighted`).
-  const Tensor<float>& sample_weight() const noexcept
-    requires Weighted
-  {
-    return w_;
-  }
+  const Tensor<float>& sample_weight() const noexcept requires Weighted { return w_; }
 
  private:
   void validate() {
@@ -133,8 +127,8 @@ class ArraySequence {
       throw ConfigError(std::string(owner) + ": batch_size " + std::to_string(batch_size_) +
                         " is larger than the " + std::to_string(rows_) + " rows of the data");
     }
-    batches_ = options_.drop_leftovers ? rows_ / batch_size_
-                                       : (rows_ + batch_size_ - 1) / batch_size_;
+    batches_ =
+        options_.drop_leftovers ? rows_ / batch_size_ : (rows_ + batch_size_ - 1) / batch_size_;
   }
 
   X x_;

@@ -15,8 +15,10 @@ namespace loadstar {
 
 namespace detail {
 template <class B, std::size_t N>
-concept TupleOfSize = requires { typename std::tuple_size<std::remove_cvref_t<B>>::type; } &&
-                      std::tuple_size_v<std::remove_cvref_t<B>> == N;
+concept TupleOfSize = requires {
+  typename std::tuple_size<std::remove_cvref_t<B>>::type;
+}
+&&std::tuple_size_v<std::remove_cvref_t<B>> == N;
 
 template <class B, std::size_t I>
 using tuple_element_t = std::remove_cvref_t<std::tuple_element_t<I, std::remove_cvref_t<B>>>;
@@ -25,13 +27,13 @@ using tuple_element_t = std::remove_cvref_t<std::tuple_element_t<I, std::remove_
 /// A batch `(x, y)`: a pair or 2-tuple of array-likes with the same number of rows.
 template <class B>
 concept XYBatch = detail::TupleOfSize<B, 2> && ArrayLike<detail::tuple_element_t<B, 0>> &&
-                  ArrayLike<detail::tuple_element_t<B, 1>>;
+    ArrayLike<detail::tuple_element_t<B, 1>>;
 
 /// A batch `(x, y, w)`: inputs, targets and one `float` sample weight per row (a rank-1 tensor).
 template <class B>
 concept XYWBatch = detail::TupleOfSize<B, 3> && ArrayLike<detail::tuple_element_t<B, 0>> &&
-                   ArrayLike<detail::tuple_element_t<B, 1>> &&
-                   std::same_as<detail::tuple_element_t<B, 2>, Tensor<float>>;
+    ArrayLike<detail::tuple_element_t<B, 1>> &&
+    std::same_as<detail::tuple_element_t<B, 2>, Tensor<float>>;
 
 /// A batch Keras can train on: `(x, y)` or `(x, y, w)`.
 template <class B>
@@ -48,8 +50,9 @@ template <class S>
 concept Sequence = requires(const S& s, std::size_t i) {
   { s.size() } -> std::convertible_to<std::size_t>;
   s[i];
-} && !std::is_void_v<decltype(std::declval<const S&>()[std::size_t{}])> &&
-                   std::movable<std::remove_cvref_t<decltype(std::declval<const S&>()[std::size_t{}])>>;
+}
+&&!std::is_void_v<decltype(std::declval<const S&>()[std::size_t{}])> &&
+    std::movable<std::remove_cvref_t<decltype(std::declval<const S&>()[std::size_t{}])>>;
 
 /// The batch type of a sequence.
 template <Sequence S>
@@ -59,7 +62,9 @@ using batch_t = std::remove_cvref_t<decltype(std::declval<const S&>()[std::size_
 /// (to reshuffle or change augmentation). It runs on the consuming thread, never concurrently
 /// with `s[i]`.
 template <class S>
-concept SequenceWithEpochEnd = Sequence<S> && requires(S& s) { s.on_epoch_end(); };
+concept SequenceWithEpochEnd = Sequence<S> && requires(S& s) {
+  s.on_epoch_end();
+};
 
 /// A `Sequence` whose batches Keras can train on.
 template <class S>

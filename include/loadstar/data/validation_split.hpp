@@ -48,10 +48,11 @@ std::pair<Arrays<X, Y>, Arrays<X, Y>> validation_split(const Arrays<X, Y>& data,
   const auto split_at =
       static_cast<std::size_t>(std::floor(static_cast<double>(n) * (1.0 - fraction)));
   if (split_at == 0 || split_at == n) {
-    throw ConfigError("validation_split: too few rows to split into training and validation "
-                      "sets with validation_split=" +
-                      std::to_string(fraction) + " (rows: " + std::to_string(n) +
-                      ", training rows: " + std::to_string(split_at) + ")");
+    throw ConfigError(
+        "validation_split: too few rows to split into training and validation "
+        "sets with validation_split=" +
+        std::to_string(fraction) + " (rows: " + std::to_string(n) +
+        ", training rows: " + std::to_string(split_at) + ")");
   }
   auto part = [&](std::size_t begin, std::size_t end) {
     Arrays<X, Y> out{slice_rows(data.x, begin, end), slice_rows(data.y, begin, end), std::nullopt};

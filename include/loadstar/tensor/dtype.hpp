@@ -15,8 +15,7 @@ enum class DType : std::uint8_t { float32, float64, int32, int64, uint8 };
 /// The element types a `Tensor` may hold: `float`, `double`, `int32_t`, `int64_t`, `uint8_t`.
 template <class T>
 concept TensorElement = std::same_as<T, float> || std::same_as<T, double> ||
-                        std::same_as<T, std::int32_t> || std::same_as<T, std::int64_t> ||
-                        std::same_as<T, std::uint8_t>;
+    std::same_as<T, std::int32_t> || std::same_as<T, std::int64_t> || std::same_as<T, std::uint8_t>;
 
 /// The `DType` of a C++ element type.
 template <TensorElement T>

@@ -37,10 +37,8 @@ class Shape {
   /// A shape from any range of integral dimensions; throws `ShapeError` on a negative dimension
   /// or beyond `max_rank` dimensions.
   template <std::ranges::input_range R>
-    requires std::integral<std::ranges::range_value_t<R>>
-  constexpr explicit Shape(const R& dims) {
-    assign(dims);
-  }
+  requires std::integral<std::ranges::range_value_t<R>>
+  constexpr explicit Shape(const R& dims) { assign(dims); }
 
   constexpr std::size_t rank() const noexcept { return rank_; }
   constexpr std::size_t operator[](std::size_t axis) const noexcept { return dims_[axis]; }
@@ -51,14 +49,16 @@ class Shape {
   /// The number of elements: the product of the dimensions (1 for a scalar).
   constexpr std::size_t elements() const noexcept {
     std::size_t n = 1;
-    for (std::size_t i = 0; i < rank_; ++i) n *= dims_[i];
+    for (std::size_t i = 0; i < rank_; ++i)
+      n *= dims_[i];
     return n;
   }
 
   /// The number of elements in one row along axis 0 (the product of dimensions 1..rank-1).
   constexpr std::size_t row_elements() const noexcept {
     std::size_t n = 1;
-    for (std::size_t i = 1; i < rank_; ++i) n *= dims_[i];
+    for (std::size_t i = 1; i < rank_; ++i)
+      n *= dims_[i];
     return n;
   }
 
@@ -73,17 +73,20 @@ class Shape {
   constexpr Shape row_shape() const noexcept {
     Shape s;
     s.rank_ = rank_ - 1;
-    for (std::size_t i = 1; i < rank_; ++i) s.dims_[i - 1] = dims_[i];
+    for (std::size_t i = 1; i < rank_; ++i)
+      s.dims_[i - 1] = dims_[i];
     return s;
   }
 
   /// This shape with `rows` prepended as a new axis 0; throws `ShapeError` at `max_rank`.
   constexpr Shape prepend(std::size_t rows) const {
-    if (rank_ == max_rank) throw ShapeError("shape " + str() + ": cannot add an axis beyond rank 8");
+    if (rank_ == max_rank)
+      throw ShapeError("shape " + str() + ": cannot add an axis beyond rank 8");
     Shape s;
     s.rank_ = rank_ + 1;
     s.dims_[0] = rows;
-    for (std::size_t i = 0; i < rank_; ++i) s.dims_[i + 1] = dims_[i];
+    for (std::size_t i = 0; i < rank_; ++i)
+      s.dims_[i + 1] = dims_[i];
     return s;
   }
 
