@@ -3,6 +3,8 @@
 #pragma once
 
 #include "loadstar/data/dataset/batch.hpp"
+#include "loadstar/data/dataset/cache.hpp"
+#include "loadstar/data/dataset/cache_train_dataset.hpp"
 #include "loadstar/data/dataset/concepts.hpp"
 #include "loadstar/data/dataset/element_seed.hpp"
 #include "loadstar/data/dataset/filter.hpp"
