@@ -1,0 +1,401 @@
+#include <dirent.h>
+#include <doctest/doctest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstddef>
+#include <cstdint>
+#include <loadstar/data/array_sequence.hpp>
+#include <loadstar/data/sampler.hpp>
+#include <loadstar/data/sequence_adapter.hpp>
+#include <loadstar/data/serialize.hpp>
+#include <loadstar/error.hpp>
+#include <loadstar/tensor.hpp>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+using loadstar::AdapterOptions;
+using loadstar::FormatError;
+using loadstar::Sampler;
+using loadstar::SamplerState;
+using loadstar::SequenceAdapter;
+using loadstar::Serializable;
+using loadstar::ShapeError;
+using loadstar::Tensor;
+using loadstar::WorkerError;
+
+namespace {
+
+constexpr std::size_t length = 100;
+constexpr std::uint64_t seed = 777;
+
+struct IndexSequence {
+  std::size_t size() const { return length; }
+  std::size_t operator[](std::size_t i) const { return i; }
+};
+
+// Fails with a message on index 7, kills its own process on index `killed`.
+struct TroubleSequence {
+  std::size_t killed = 1000;
+  std::size_t size() const { return 20; }
+  std::size_t operator[](std::size_t i) const {
+    if (i == 7) throw std::runtime_error("cannot decode image " + std::to_string(i));
+    if (i == killed) ::raise(SIGKILL);
+    return i;
+  }
+};
+
+struct SlowSequence {
+  std::chrono::milliseconds delay{20};
+  std::size_t size() const { return 50; }
+  Tensor<float> operator[](std::size_t i) const {
+    std::this_thread::sleep_for(delay);
+    return Tensor<float>({4, 4}, static_cast<float>(i));
+  }
+};
+
+// Batch i has i + 1 rows: the first batch is the smallest, so the measured slot is too small
+// for later ones unless a bound is given.
+struct GrowingSequence {
+  std::size_t size() const { return 8; }
+  Tensor<float> operator[](std::size_t i) const {
+    return Tensor<float>({(i + 1) * 1000}, static_cast<float>(i));
+  }
+};
+
+// on_epoch_end changes state that the forked workers must see.
+struct EpochSequence {
+  std::uint64_t epoch = 0;
+  std::size_t size() const { return 10; }
+  std::tuple<std::uint64_t, std::uint64_t> operator[](std::size_t i) const {
+    return {epoch, loadstar::batch_seed(seed, epoch, i)};
+  }
+  void on_epoch_end() { ++epoch; }
+};
+
+// A batch of every supported kind.
+using RichBatch =
+    std::tuple<Tensor<float>, std::vector<Tensor<std::int64_t>>, std::map<std::string, double>,
+               std::optional<std::string>, std::pair<int, std::uint8_t>, std::optional<int>>;
+
+struct RichSequence {
+  std::size_t size() const { return 6; }
+  RichBatch operator[](std::size_t i) const {
+    const auto f = static_cast<float>(i);
+    return {Tensor<float>({2, 3}, {f, f + 1, f + 2, f + 3, f + 4, f + 5}),
+            {Tensor<std::int64_t>({2}, {static_cast<std::int64_t>(i), -1}), Tensor<std::int64_t>()},
+            {{"lr", 0.5 * static_cast<double>(i)}, {"w", -2.0}},
+            i % 2 ? std::optional<std::string>("odd " + std::to_string(i)) : std::nullopt,
+            {static_cast<int>(i) - 3, static_cast<std::uint8_t>(i)},
+            std::nullopt};
+  }
+};
+
+struct NotSerializable {
+  int* pointer = nullptr;
+};
+
+int open_descriptors() {
+  int count = 0;
+  if (DIR* dir = ::opendir("/proc/self/fd")) {
+    while (::readdir(dir))
+      ++count;
+    ::closedir(dir);
+  }
+  return count;
+}
+
+// No child of this process is left, zombie or not.
+bool no_children() {
+  return ::waitpid(-1, nullptr, WNOHANG) < 0 && errno == ECHILD;
+}
+
+template <std::size_t Workers>
+std::vector<std::size_t> process_stream(const AdapterOptions& o, std::size_t count) {
+  SequenceAdapter<IndexSequence, Workers, true> adapter(IndexSequence{}, o);
+  std::vector<std::size_t> out;
+  for (std::size_t i = 0; i < count; ++i)
+    out.push_back(*adapter.next());
+  return out;
+}
+
+std::vector<std::size_t> sampler_stream(const AdapterOptions& o, std::size_t count) {
+  Sampler sampler(length, {o.shuffle, o.seed, o.rank, o.size, o.repeat, o.skip});
+  std::vector<std::size_t> out;
+  for (std::size_t i = 0; i < count; ++i)
+    out.push_back(sampler.next()->index);
+  return out;
+}
+
+template <std::size_t Workers>
+using workers = std::integral_constant<std::size_t, Workers>;
+
+}  // namespace
+
+static_assert(Serializable<Tensor<float>>);
+static_assert(Serializable<RichBatch>);
+static_assert(Serializable<std::tuple<Tensor<float>, Tensor<float>>>);
+static_assert(Serializable<std::map<std::string, Tensor<std::uint8_t>>>);
+static_assert(!Serializable<NotSerializable>);
+static_assert(!Serializable<std::vector<NotSerializable>>);
+static_assert(!Serializable<std::tuple<int, NotSerializable>>);
+static_assert(!Serializable<int*>);
+
+TEST_SUITE("data") {
+  TEST_CASE("Serializer round-trips tensors scalars strings and containers") {
+    const RichBatch batch = RichSequence{}[3];
+    std::vector<std::byte> bytes(loadstar::serialized_size(batch));
+    CHECK(loadstar::serialize(batch, bytes) == bytes.size());
+    const auto back = loadstar::deserialize<RichBatch>(bytes);
+    CHECK(std::get<0>(back) == std::get<0>(batch));
+    CHECK(!std::get<0>(back).shares_storage_with(std::get<0>(batch)));
+    REQUIRE(std::get<1>(back).size() == 2);
+    CHECK(std::get<1>(back)[0] == std::get<1>(batch)[0]);
+    CHECK(std::get<1>(back)[1].shape() == loadstar::Shape{0});
+    CHECK(std::get<2>(back) == std::get<2>(batch));
+    CHECK(std::get<3>(back) == std::optional<std::string>("odd 3"));
+    CHECK(std::get<4>(back) == std::pair<int, std::uint8_t>{0, 3});
+    CHECK(!std::get<5>(back));
+  }
+
+  TEST_CASE("Serializer reports a short buffer and truncated bytes") {
+    const Tensor<float> t({10}, 1.f);
+    std::vector<std::byte> bytes(loadstar::serialized_size(t));
+    std::vector<std::byte> small(bytes.size() - 1);
+    CHECK_THROWS_WITH_AS(loadstar::serialize(t, small),
+                         doctest::Contains("needs 49 bytes but the buffer holds 48"), ShapeError);
+    loadstar::serialize(t, bytes);
+    CHECK_THROWS_WITH_AS(loadstar::deserialize<Tensor<float>>(
+                             std::span<const std::byte>(bytes.data(), bytes.size() - 4)),
+                         doctest::Contains("shape (10,) needs 40 bytes but only 36 remain"),
+                         FormatError);
+  }
+
+  TEST_CASE_TEMPLATE("SequenceAdapter on processes yields the sampler's stream across the grid" *
+                         doctest::timeout(120),
+                     W, workers<1>, workers<2>, workers<5>) {
+    for (const bool shuffle : {false, true}) {
+      for (const std::size_t skip : {0, 50, 350}) {
+        for (const auto& [rank, size] :
+             std::vector<std::pair<std::size_t, std::size_t>>{{0, 1}, {0, 3}, {1, 3}, {2, 3}}) {
+          CAPTURE(shuffle);
+          CAPTURE(skip);
+          CAPTURE(rank);
+          CAPTURE(size);
+          const AdapterOptions o{.shuffle = shuffle,
+                                 .seed = seed,
+                                 .rank = rank,
+                                 .size = size,
+                                 .skip = skip,
+                                 .timeout = std::chrono::seconds(20)};
+          const std::size_t count = 3 * length / size;
+          CHECK(process_stream<W::value>(o, count) == sampler_stream(o, count));
+        }
+      }
+    }
+    CHECK(no_children());
+  }
+
+  TEST_CASE("SequenceAdapter on processes makes one finite validation pass" *
+            doctest::timeout(30)) {
+    for (std::size_t rank = 0; rank < 3; ++rank) {
+      SequenceAdapter<IndexSequence, 2, true> adapter(IndexSequence{},
+                                                      {.rank = rank, .size = 3, .repeat = false});
+      std::vector<std::size_t> got;
+      for (std::size_t batch : adapter)
+        got.push_back(batch);
+      std::vector<std::size_t> expected;
+      for (std::size_t i = rank; i < length; i += 3)
+        expected.push_back(i);
+      CHECK(got == expected);
+    }
+  }
+
+  TEST_CASE("SequenceAdapter on processes carries tensors and containers intact" *
+            doctest::timeout(30)) {
+    SequenceAdapter<RichSequence, 3, true> adapter(RichSequence{}, {.max_queue_size = 2});
+    for (std::size_t i = 0; i < 12; ++i) {
+      const RichBatch got = *adapter.next();
+      const RichBatch expected = RichSequence{}[i % 6];
+      CHECK(std::get<0>(got) == std::get<0>(expected));
+      CHECK(std::get<1>(got)[0] == std::get<1>(expected)[0]);
+      CHECK(std::get<2>(got) == std::get<2>(expected));
+      CHECK(std::get<3>(got) == std::get<3>(expected));
+      CHECK(std::get<4>(got) == std::get<4>(expected));
+    }
+    // ArraySequence batches, (x, y) views, cross as copies.
+    Tensor<float> x({10, 3});
+    for (std::size_t i = 0; i < x.size(); ++i)
+      x.data()[i] = static_cast<float>(i);
+    Tensor<std::int64_t> y({10}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9});
+    loadstar::ArraySequence arrays(x, y, 4);
+    SequenceAdapter<decltype(arrays), 2, true> served(arrays);
+    for (std::size_t i = 0; i < 6; ++i) {
+      const auto [bx, by] = *served.next();
+      const auto [ex, ey] = arrays[i % 3];
+      CHECK(bx == ex);
+      CHECK(by == ey);
+    }
+  }
+
+  TEST_CASE_TEMPLATE(
+      "SequenceAdapter on processes lets workers see on_epoch_end" * doctest::timeout(30), W,
+      workers<1>, workers<3>) {
+    SequenceAdapter<EpochSequence, W::value, true> adapter(EpochSequence{}, {.max_queue_size = 4});
+    for (std::uint64_t e = 0; e < 4; ++e) {
+      for (std::size_t i = 0; i < 10; ++i) {
+        const auto [epoch, value] = *adapter.next();
+        CHECK(epoch == e);
+        CHECK(value == loadstar::batch_seed(seed, e, i));
+      }
+    }
+    CHECK(adapter.sequence().epoch == 3);
+  }
+
+  TEST_CASE("SequenceAdapter gives the same augmented batches on threads and processes" *
+            doctest::timeout(30)) {
+    std::vector<std::tuple<std::uint64_t, std::uint64_t>> inline_batches;
+    std::vector<std::tuple<std::uint64_t, std::uint64_t>> thread_batches;
+    std::vector<std::tuple<std::uint64_t, std::uint64_t>> process_batches;
+    {
+      SequenceAdapter<EpochSequence, 0> a(EpochSequence{}, {.shuffle = true, .seed = seed});
+      SequenceAdapter<EpochSequence, 4> b(EpochSequence{}, {.shuffle = true, .seed = seed});
+      SequenceAdapter<EpochSequence, 2, true> c(EpochSequence{}, {.shuffle = true, .seed = seed});
+      for (int i = 0; i < 35; ++i) {
+        inline_batches.push_back(*a.next());
+        thread_batches.push_back(*b.next());
+        process_batches.push_back(*c.next());
+      }
+    }
+    CHECK(inline_batches == thread_batches);
+    CHECK(inline_batches == process_batches);
+  }
+
+  TEST_CASE("SequenceAdapter on processes rethrows a failed batch as WorkerError and goes on" *
+            doctest::timeout(30)) {
+    SequenceAdapter<TroubleSequence, 3, true> adapter(TroubleSequence{}, {.max_queue_size = 3});
+    for (std::size_t i = 0; i < 7; ++i)
+      CHECK(*adapter.next() == i);
+    CHECK_THROWS_WITH_AS(adapter.next(),
+                         doctest::Contains("batch 7 (epoch 0, position 7) failed in worker "
+                                           "process"),
+                         WorkerError);
+    for (std::size_t i = 8; i < 20; ++i)
+      CHECK(*adapter.next() == i);
+    SequenceAdapter<TroubleSequence, 1, true> again(TroubleSequence{}, {.skip = 7});
+    CHECK_THROWS_WITH_AS(again.next(), doctest::Contains("cannot decode image 7"), WorkerError);
+    CHECK(*again.next() == 8);
+  }
+
+  TEST_CASE("SequenceAdapter on processes reports a worker killed by SIGKILL" *
+            doctest::timeout(30)) {
+    {
+      SequenceAdapter<TroubleSequence, 2, true> adapter(TroubleSequence{5},
+                                                        {.max_queue_size = 4, .skip = 1});
+      for (std::size_t i = 1; i < 5; ++i)
+        CHECK(*adapter.next() == i);
+      const auto started = std::chrono::steady_clock::now();
+      CHECK_THROWS_WITH_AS(adapter.next(),
+                           doctest::Contains("was killed by signal 9 (SIGKILL) while building "
+                                             "batch 5 (epoch 0, position 5)"),
+                           WorkerError);
+      // Reported within a second (well below the test's own timeout).
+      CHECK(std::chrono::steady_clock::now() - started < std::chrono::seconds(1));
+      CHECK_THROWS_WITH_AS(adapter.next(), doctest::Contains("worker process"), WorkerError);
+    }
+    CHECK(no_children());
+  }
+
+  TEST_CASE("SequenceAdapter on processes is destroyed promptly with busy workers" *
+            doctest::timeout(30)) {
+    const int descriptors = open_descriptors();
+    for (int round = 0; round < 3; ++round) {
+      SequenceAdapter<SlowSequence, 3, true> adapter(
+          SlowSequence{std::chrono::seconds(20)},
+          {.max_queue_size = 2, .timeout = std::chrono::milliseconds(50), .slot_bytes = 4096});
+      // Every worker is stuck in a batch: nothing arrives.
+      CHECK_THROWS_WITH_AS(adapter.next(), doctest::Contains("not ready after 50 ms"), WorkerError);
+    }
+    {
+      SequenceAdapter<SlowSequence, 2, true> adapter(SlowSequence{std::chrono::milliseconds(1)},
+                                                     {.max_queue_size = 2});
+      std::size_t seen = 0;
+      for (const auto& batch : adapter) {
+        CHECK(batch(0, 0) == static_cast<float>(seen));
+        if (++seen == 5) break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // full queue
+      CHECK(adapter.stats().batches_produced >= 5);
+    }
+    CHECK(no_children());
+    CHECK(open_descriptors() == descriptors);
+  }
+
+  TEST_CASE("SequenceAdapter on processes names the bytes a batch needs beyond its slot" *
+            doctest::timeout(30)) {
+    {
+      SequenceAdapter<GrowingSequence, 2, true> adapter(GrowingSequence{});
+      // Batch 0 measured 4009 bytes: with headroom and page rounding the slot holds 12224, so
+      // batches 0 to 2 fit and batch 3 does not.
+      for (std::size_t i = 0; i < 3; ++i)
+        CHECK(adapter.next()->size() == (i + 1) * 1000);
+      CHECK_THROWS_WITH_AS(adapter.next(),
+                           doctest::Contains("batch 3 (epoch 0, position 3) needs 16009 bytes but "
+                                             "a shared-memory slot holds 12224"),
+                           WorkerError);
+      // The adapter goes on after it.
+      for (int i = 4; i < 8; ++i)
+        CHECK_THROWS_AS(adapter.next(), WorkerError);
+      for (std::size_t i = 0; i < 3; ++i)
+        CHECK(adapter.next()->size() == (i + 1) * 1000);
+    }
+    {
+      SequenceAdapter<GrowingSequence, 2, true> bounded(GrowingSequence{}, {.slot_bytes = 40000});
+      for (std::size_t i = 0; i < 8; ++i)
+        CHECK(bounded.next()->size() == (i + 1) * 1000);
+    }
+    CHECK_THROWS_WITH_AS((SequenceAdapter<GrowingSequence, 2, true>(
+                             GrowingSequence{}, {.slot_bytes = std::size_t{1} << 50U})),
+                         doctest::Contains("bytes of shared memory (10 slots of"), WorkerError);
+    CHECK(no_children());
+  }
+
+  TEST_CASE("SequenceAdapter resumes on processes from a state saved on threads" *
+            doctest::timeout(60)) {
+    std::mt19937_64 rng(99);
+    const AdapterOptions o{.shuffle = true, .seed = seed, .rank = 1, .size = 3};
+    const auto uninterrupted = sampler_stream(o, 300);
+    for (int trial = 0; trial < 8; ++trial) {
+      const auto point = static_cast<std::size_t>(rng() % 240);
+      nlohmann::json saved;
+      {
+        SequenceAdapter<IndexSequence, 2> first(IndexSequence{}, o);
+        for (std::size_t i = 0; i < point; ++i)
+          first.next();
+        saved = first.state();
+      }
+      SequenceAdapter<IndexSequence, 3, true> resumed(IndexSequence{}, o,
+                                                      saved.get<SamplerState>());
+      std::vector<std::size_t> got;
+      for (int i = 0; i < 50; ++i)
+        got.push_back(*resumed.next());
+      CAPTURE(point);
+      CHECK(std::equal(got.begin(), got.end(),
+                       uninterrupted.begin() + static_cast<std::ptrdiff_t>(point)));
+      CHECK(resumed.state() ==
+            Sampler(length, {o.shuffle, o.seed, o.rank, o.size, o.repeat, point + 50}).state());
+    }
+  }
+}

@@ -80,7 +80,8 @@ struct AugmentingSequence {
 std::vector<std::size_t> sampler_stream(const AdapterOptions& o, std::size_t count) {
   Sampler sampler(length, {o.shuffle, o.seed, o.rank, o.size, o.repeat, o.skip});
   std::vector<std::size_t> out;
-  for (std::size_t i = 0; i < count; ++i) out.push_back(sampler.next()->index);
+  for (std::size_t i = 0; i < count; ++i)
+    out.push_back(sampler.next()->index);
   return out;
 }
 
@@ -88,7 +89,8 @@ template <std::size_t Workers>
 std::vector<std::size_t> adapter_stream(const AdapterOptions& o, std::size_t count) {
   SequenceAdapter<IndexSequence, Workers> adapter(IndexSequence{}, o);
   std::vector<std::size_t> out;
-  for (std::size_t i = 0; i < count; ++i) out.push_back(*adapter.next());
+  for (std::size_t i = 0; i < count; ++i)
+    out.push_back(*adapter.next());
   return out;
 }
 
@@ -103,8 +105,8 @@ TEST_SUITE("data") {
                      W, workers<0>, workers<1>, workers<2>, workers<5>) {
     for (const bool shuffle : {false, true}) {
       for (const std::size_t skip : {0, 50, 350}) {
-        for (const auto& [rank, size] : std::vector<std::pair<std::size_t, std::size_t>>{
-                 {0, 1}, {0, 3}, {1, 3}, {2, 3}}) {
+        for (const auto& [rank, size] :
+             std::vector<std::pair<std::size_t, std::size_t>>{{0, 1}, {0, 3}, {1, 3}, {2, 3}}) {
           CAPTURE(shuffle);
           CAPTURE(skip);
           CAPTURE(rank);
@@ -123,25 +125,27 @@ TEST_SUITE("data") {
     }
   }
 
-  TEST_CASE_TEMPLATE("SequenceAdapter on threads makes one finite validation pass" *
-                         doctest::timeout(30),
-                     W, workers<0>, workers<1>, workers<5>) {
+  TEST_CASE_TEMPLATE(
+      "SequenceAdapter on threads makes one finite validation pass" * doctest::timeout(30), W,
+      workers<0>, workers<1>, workers<5>) {
     for (std::size_t rank = 0; rank < 3; ++rank) {
       SequenceAdapter<IndexSequence, W::value> adapter(IndexSequence{},
                                                        {.rank = rank, .size = 3, .repeat = false});
       std::vector<std::size_t> got;
-      for (std::size_t batch : adapter) got.push_back(batch);
+      for (std::size_t batch : adapter)
+        got.push_back(batch);
       std::vector<std::size_t> expected;
-      for (std::size_t i = rank; i < length; i += 3) expected.push_back(i);
+      for (std::size_t i = rank; i < length; i += 3)
+        expected.push_back(i);
       CHECK(got == expected);
       CHECK(got.size() == adapter.pass_length());
       CHECK(!adapter.next());
     }
   }
 
-  TEST_CASE_TEMPLATE("SequenceAdapter on threads runs on_epoch_end between epochs only" *
-                         doctest::timeout(30),
-                     W, workers<0>, workers<1>, workers<3>) {
+  TEST_CASE_TEMPLATE(
+      "SequenceAdapter on threads runs on_epoch_end between epochs only" * doctest::timeout(30), W,
+      workers<0>, workers<1>, workers<3>) {
     SequenceAdapter<AugmentingSequence, W::value> adapter(AugmentingSequence{},
                                                           {.max_queue_size = 4});
     for (std::uint64_t e = 0; e < 5; ++e) {
@@ -155,14 +159,17 @@ TEST_SUITE("data") {
     CHECK(adapter.sequence().overlaps->load() == 0);
   }
 
-  TEST_CASE_TEMPLATE("SequenceAdapter on threads rethrows a failed batch as WorkerError and goes on" *
-                         doctest::timeout(30),
-                     W, workers<0>, workers<1>, workers<4>) {
+  TEST_CASE_TEMPLATE(
+      "SequenceAdapter on threads rethrows a failed batch as WorkerError and goes on" *
+          doctest::timeout(30),
+      W, workers<0>, workers<1>, workers<4>) {
     SequenceAdapter<FailingSequence, W::value> adapter(FailingSequence{}, {.max_queue_size = 3});
-    for (std::size_t i = 0; i < 7; ++i) CHECK(*adapter.next() == i);
+    for (std::size_t i = 0; i < 7; ++i)
+      CHECK(*adapter.next() == i);
     CHECK_THROWS_WITH_AS(adapter.next(), doctest::Contains("batch 7 (epoch 0, position 7)"),
                          WorkerError);
-    for (std::size_t i = 8; i < 20; ++i) CHECK(*adapter.next() == i);
+    for (std::size_t i = 8; i < 20; ++i)
+      CHECK(*adapter.next() == i);
     CHECK(*adapter.next() == 0);
     // The message of the original exception is kept.
     SequenceAdapter<FailingSequence, W::value> again(FailingSequence{0});
@@ -174,8 +181,8 @@ TEST_SUITE("data") {
     SequenceAdapter<SlowSequence, 1> adapter(
         SlowSequence{std::chrono::milliseconds(300)},
         {.max_queue_size = 1, .timeout = std::chrono::milliseconds(20)});
-    CHECK_THROWS_WITH_AS(adapter.next(),
-                         doctest::Contains("position 0 was not ready after 20 ms"), WorkerError);
+    CHECK_THROWS_WITH_AS(adapter.next(), doctest::Contains("position 0 was not ready after 20 ms"),
+                         WorkerError);
     // The same batch arrives later.
     std::optional<loadstar::Tensor<float>> batch;
     for (int tries = 0; tries < 100 && !batch; ++tries) {
@@ -211,7 +218,8 @@ TEST_SUITE("data") {
             doctest::timeout(30)) {
     SequenceAdapter<SlowSequence, 2> adapter(SlowSequence{std::chrono::milliseconds(2)},
                                              {.max_queue_size = 4});
-    for (int i = 0; i < 10; ++i) adapter.next();
+    for (int i = 0; i < 10; ++i)
+      adapter.next();
     const auto stats = adapter.stats();
     CHECK(stats.batches_produced >= 10);
     CHECK(stats.batches_produced <= 10 + 4);
@@ -231,17 +239,20 @@ TEST_SUITE("data") {
         nlohmann::json saved;
         {
           SequenceAdapter<IndexSequence, 3> first(IndexSequence{}, o);
-          for (std::size_t i = 0; i < point; ++i) first.next();
+          for (std::size_t i = 0; i < point; ++i)
+            first.next();
           saved = first.state();
         }
         const auto state = saved.get<SamplerState>();
         std::vector<std::size_t> got;
         if (trial % 2 == 0) {
           SequenceAdapter<IndexSequence, 0> resumed(IndexSequence{}, o, state);
-          for (int i = 0; i < 60; ++i) got.push_back(*resumed.next());
+          for (int i = 0; i < 60; ++i)
+            got.push_back(*resumed.next());
         } else {
           SequenceAdapter<IndexSequence, 5> resumed(IndexSequence{}, o, state);
-          for (int i = 0; i < 60; ++i) got.push_back(*resumed.next());
+          for (int i = 0; i < 60; ++i)
+            got.push_back(*resumed.next());
         }
         CAPTURE(point);
         CHECK(std::equal(got.begin(), got.end(),
@@ -251,9 +262,9 @@ TEST_SUITE("data") {
   }
 
   TEST_CASE("SequenceAdapter rejects bad options and foreign states" * doctest::timeout(30)) {
-    CHECK_THROWS_WITH_AS((SequenceAdapter<IndexSequence, 2>(IndexSequence{}, {.max_queue_size = 0})),
-                         doctest::Contains("max_queue_size must be positive but is 0"),
-                         ConfigError);
+    CHECK_THROWS_WITH_AS(
+        (SequenceAdapter<IndexSequence, 2>(IndexSequence{}, {.max_queue_size = 0})),
+        doctest::Contains("max_queue_size must be positive but is 0"), ConfigError);
     CHECK_THROWS_WITH_AS((SequenceAdapter<IndexSequence, 2>(IndexSequence{2}, {.size = 3})),
                          doctest::Contains("at least as many batches as ranks"), ConfigError);
     const SamplerState foreign{0, 0, seed + 1, length};

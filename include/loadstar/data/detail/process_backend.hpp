@@ -7,6 +7,7 @@
 #include <poll.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -58,6 +59,20 @@ inline bool write_all(int fd, const void* data, std::size_t bytes) noexcept {
   const auto* p = static_cast<const char*>(data);
   while (bytes > 0) {
     const ssize_t n = ::write(fd, p, bytes);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    p += n;
+    bytes -= static_cast<std::size_t>(n);
+  }
+  return true;
+}
+
+/// Sends all of `bytes` on a socket without raising `SIGPIPE` when the peer is gone (a dead
+/// child is reported by `waitpid`, not by killing the consumer); false on failure.
+inline bool send_all(int fd, const void* data, std::size_t bytes) noexcept {
+  const auto* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    const ssize_t n = ::send(fd, p, bytes, MSG_NOSIGNAL);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return false;
     p += n;
@@ -154,7 +169,7 @@ struct Task {
   std::uint64_t index;
 };
 
-/// `Workers` forked children, each with a task pipe; one shared pipe carries "position done"
+/// `Workers` forked children, each with a task socket; one shared pipe carries "position done"
 /// messages back (8 bytes, below `PIPE_BUF`, so writes from several children never interleave).
 /// The consumer assigns positions round-robin, waits with `poll` in steps of at most 100 ms and
 /// checks its children with `waitpid(WNOHANG)` at each step, so a child killed by a signal is
@@ -282,8 +297,8 @@ class ProcessBackend {
     const pid_t parent = ::getpid();
     for (std::size_t w = 0; w < workers_; ++w) {
       int fds[2];
-      if (::pipe2(fds, O_CLOEXEC) != 0) {
-        throw WorkerError(std::string("sequence adapter: cannot create a pipe: ") +
+      if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) {
+        throw WorkerError(std::string("sequence adapter: cannot create a socket pair: ") +
                           std::strerror(errno));
       }
       const pid_t pid = ::fork();
@@ -356,7 +371,7 @@ class ProcessBackend {
       const std::size_t child = static_cast<std::size_t>(dispatch_ % children_.size());
       const Task task{ticket.position, ticket.epoch, ticket.index};
       // A child that died cannot take its task; waiting reports it.
-      (void)write_all(children_[child].task_fd, &task, sizeof task);
+      (void)send_all(children_[child].task_fd, &task, sizeof task);
       owner_[dispatch_ % queue_] = child;
       ++dispatch_;
     }
