@@ -9,6 +9,7 @@
 #include "loadstar/data/dataset/element_seed.hpp"
 #include "loadstar/data/dataset/filter.hpp"
 #include "loadstar/data/dataset/from_generator.hpp"
+#include "loadstar/data/dataset/from_hdf5.hpp"
 #include "loadstar/data/dataset/from_sequence.hpp"
 #include "loadstar/data/dataset/from_tensor_slices.hpp"
 #include "loadstar/data/dataset/map.hpp"

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <loadstar/data/dataset.hpp>
+#include <loadstar/data/hdf5.hpp>
 #include <loadstar/error.hpp>
 #include <numeric>
 #include <set>
@@ -235,6 +236,30 @@ TEST_SUITE("dataset") {
     CHECK_THROWS_WITH_AS(bad.cache_train_dataset("a", "1")([] { return loadstar::range(3); }),
                          doctest::Contains("cached dataset: rank must be less than the "
                                            "distributed size 2 but is 3"),
+                         ConfigError);
+  }
+}
+
+TEST_SUITE("dataset") {
+  TEST_CASE("from_hdf5 reads rows lazily and resumes exactly") {
+    TempDir dir;
+    const auto file = dir / "data.h5";
+    Tensor<float> x({23, 2, 2});
+    std::iota(x.begin(), x.end(), 0.f);
+    Tensor<std::int64_t> y({23});
+    std::iota(y.begin(), y.end(), std::int64_t{100});
+    loadstar::write_hdf5(file, "/x", x);
+    loadstar::write_hdf5(file, "/y", y);
+    auto ds = loadstar::from_hdf5<float, std::int64_t>(file, "/x", "/y", 5);
+    auto in_memory = loadstar::from_tensor_slices(x, y);
+    CHECK(drain(ds) == drain(in_memory));
+    auto whole = loadstar::from_hdf5<float, std::int64_t>(file, "/x", "/y");
+    CHECK(drain(whole).size() == 23);
+    check_exact_resume(
+        [&] { return loadstar::from_hdf5<float, std::int64_t>(file, "/x", "/y", 4).batch(3); }, 2,
+        8);
+    CHECK_THROWS_WITH_AS((loadstar::from_hdf5<float, std::int64_t>(file, "/x", "/y", 0)),
+                         doctest::Contains("from_hdf5: read_rows must be positive but is 0"),
                          ConfigError);
   }
 }

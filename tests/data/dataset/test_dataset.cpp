@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <loadstar/data/array_sequence.hpp>
 #include <loadstar/data/dataset.hpp>
+#include <loadstar/data/sequence_adapter.hpp>
 #include <loadstar/error.hpp>
 #include <map>
 #include <numeric>
@@ -161,6 +162,42 @@ TEST_SUITE("dataset") {
     CHECK_THROWS_WITH_AS(ds.restore(nlohmann::json{{"op", "sequence"}, {"index", 4}}),
                          doctest::Contains("sequence: state is at batch 4 but the sequence has 3"),
                          CheckpointError);
+  }
+
+  TEST_CASE("from_sequence yields the same batches as the SequenceAdapter" * doctest::timeout(60)) {
+    const auto x = iota_tensor({23, 3});
+    const auto y = labels(23);
+    const loadstar::ArraySequence sequence(x, y, 4);
+    SUBCASE("for one validation pass") {
+      loadstar::SequenceAdapter<decltype(sequence), 2> adapter(sequence, {.repeat = false});
+      auto ds = loadstar::from_sequence(sequence).prefetch(3);
+      std::size_t n = 0;
+      while (auto expected = adapter.next()) {
+        auto got = ds.next();
+        REQUIRE(got);
+        CHECK(*got == *expected);
+        ++n;
+      }
+      CHECK(n == sequence.size());
+      CHECK_FALSE(ds.next());
+    }
+    SUBCASE("for three epochs of training") {
+      loadstar::SequenceAdapter<decltype(sequence), 2> adapter(sequence, {.repeat = true});
+      auto ds = loadstar::from_sequence(sequence).repeat(3);
+      for (std::size_t i = 0; i < 3 * sequence.size(); ++i)
+        CHECK(*ds.next() == *adapter.next());
+      CHECK_FALSE(ds.next());
+    }
+    SUBCASE("for each of three ranks") {
+      for (std::size_t rank = 0; rank < 3; ++rank) {
+        loadstar::SequenceAdapter<decltype(sequence), 1> adapter(
+            sequence, {.rank = rank, .size = 3, .repeat = false});
+        auto ds = loadstar::wrap_dataset(loadstar::from_sequence(sequence), {rank, 3});
+        while (auto expected = adapter.next())
+          CHECK(*ds.next() == *expected);
+        CHECK_FALSE(ds.next());
+      }
+    }
   }
 
   TEST_CASE("Dataset restore rejects a state of another kind of dataset") {
