@@ -12,6 +12,7 @@
 #include "loadstar/data/dataset/from_hdf5.hpp"
 #include "loadstar/data/dataset/from_sequence.hpp"
 #include "loadstar/data/dataset/from_tensor_slices.hpp"
+#include "loadstar/data/dataset/interleave.hpp"
 #include "loadstar/data/dataset/map.hpp"
 #include "loadstar/data/dataset/prefetch.hpp"
 #include "loadstar/data/dataset/range.hpp"

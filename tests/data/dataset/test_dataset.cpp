@@ -502,6 +502,24 @@ TEST_SUITE("dataset") {
     }
   }
 
+  TEST_CASE("interleave reads datasets round robin and resumes exactly") {
+    auto make = [](std::int64_t i) { return loadstar::range(i * 10, i * 10 + 3); };
+    auto ds = loadstar::range(4).interleave(make, 2);
+    CHECK(drain(ds) == std::vector<std::int64_t>{0, 10, 1, 11, 2, 12, 20, 30, 21, 31, 22, 32});
+    auto blocks = loadstar::range(2).interleave(make, 2, 2);
+    CHECK(drain(blocks) == std::vector<std::int64_t>{0, 1, 10, 11, 2, 12});
+    auto uneven = [](std::int64_t i) { return loadstar::range(i * 10, i * 10 + i % 3 + 1); };
+    check_exact_resume([&] { return loadstar::range(9).interleave(uneven, 3, 2); }, 2, 15);
+    check_exact_resume(
+        [&] { return loadstar::range(9).shuffle(4, 1).interleave(uneven, 4).batch(2); }, 2, 10);
+    CHECK_THROWS_WITH_AS(loadstar::range(3).interleave(make, 0),
+                         doctest::Contains("interleave: cycle_length must be positive but is 0"),
+                         ConfigError);
+    CHECK_THROWS_WITH_AS(loadstar::range(3).interleave(make, 1, 0),
+                         doctest::Contains("interleave: block_length must be positive but is 0"),
+                         ConfigError);
+  }
+
   TEST_CASE("Dataset pipelines resume exactly at random points") {
     const auto x = iota_tensor({37, 4});
     const auto y = labels(37);
