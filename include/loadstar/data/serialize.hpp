@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -20,28 +21,67 @@
 
 namespace loadstar {
 
-/// Appends bytes to a buffer whose size was computed beforehand with `Serializer<T>::size`.
+/// The alignment of tensor data inside serialized bytes, relative to the start of the buffer, so
+/// that a reader whose buffer starts aligned (a shared-memory slot) can view tensors in place.
+inline constexpr std::size_t serialized_alignment = 64;
+
+/// Appends bytes to a buffer of at least `Serializer<T>::size` bytes.
 class ByteWriter {
  public:
-  explicit ByteWriter(std::byte* out) noexcept : cursor_(out) {}
+  explicit ByteWriter(std::byte* out) noexcept : begin_(out), cursor_(out) {}
   void write(const void* data, std::size_t bytes) noexcept {
     if (bytes != 0) std::memcpy(cursor_, data, bytes);
     cursor_ += bytes;
+  }
+  /// Pads with zeros up to the next multiple of `serialized_alignment` from the start.
+  void align() noexcept {
+    const auto offset = static_cast<std::size_t>(cursor_ - begin_);
+    const std::size_t pad =
+        (serialized_alignment - offset % serialized_alignment) % serialized_alignment;
+    if (pad != 0) std::memset(cursor_, 0, pad);
+    cursor_ += pad;
   }
   template <class T>
   requires std::is_trivially_copyable_v<T>
   void value(const T& v) noexcept { write(&v, sizeof(T)); }
   std::byte* cursor() const noexcept { return cursor_; }
+  /// The bytes written so far.
+  std::size_t written() const noexcept { return static_cast<std::size_t>(cursor_ - begin_); }
 
  private:
+  std::byte* begin_;
   std::byte* cursor_;
 };
 
 /// Reads bytes back, throwing `FormatError` rather than reading past the end of the buffer.
+/// Given an `owner` that keeps the buffer alive and unchanged, tensors are read as views of the
+/// buffer instead of copies.
 class ByteReader {
  public:
-  explicit ByteReader(std::span<const std::byte> in) noexcept
-      : cursor_(in.data()), end_(in.data() + in.size()) {}
+  explicit ByteReader(std::span<const std::byte> in, std::shared_ptr<void> owner = {}) noexcept
+      : begin_(in.data()),
+        cursor_(in.data()),
+        end_(in.data() + in.size()),
+        owner_(std::move(owner)) {}
+  /// Skips the padding `ByteWriter::align` wrote.
+  void align() {
+    const auto offset = static_cast<std::size_t>(cursor_ - begin_);
+    const std::size_t pad =
+        (serialized_alignment - offset % serialized_alignment) % serialized_alignment;
+    skip(pad);
+  }
+  /// Advances past `bytes` bytes and returns where they start.
+  const std::byte* skip(std::size_t bytes) {
+    if (bytes > remaining()) {
+      throw FormatError("serialized batch: expected " + std::to_string(bytes) +
+                        " more bytes but only " + std::to_string(remaining()) + " remain");
+    }
+    const std::byte* at = cursor_;
+    cursor_ += bytes;
+    return at;
+  }
+  /// What keeps the buffer alive, or null when tensors must be copied out of it.
+  const std::shared_ptr<void>& owner() const noexcept { return owner_; }
   void read(void* data, std::size_t bytes) {
     if (bytes > static_cast<std::size_t>(end_ - cursor_)) {
       throw FormatError("serialized batch: expected " + std::to_string(bytes) +
@@ -59,12 +99,14 @@ class ByteReader {
   std::size_t remaining() const noexcept { return static_cast<std::size_t>(end_ - cursor_); }
 
  private:
+  const std::byte* begin_;
   const std::byte* cursor_;
   const std::byte* end_;
+  std::shared_ptr<void> owner_;
 };
 
 /// The customization point: specialise `Serializer<T>` with
-/// `static std::size_t size(const T&)` (the exact number of bytes `write` appends),
+/// `static std::size_t size(const T&)` (a bound on the bytes `write` appends),
 /// `static void write(const T&, ByteWriter&)` and `static T read(ByteReader&)`. Provided for
 /// `Tensor<T>`, arithmetic types, `std::string`, and recursively for `std::vector`, `std::map`,
 /// `std::pair`, `std::tuple` and `std::optional`.
@@ -80,8 +122,9 @@ struct Serializer {};
 
 /// A type whose values `Serializer<T>` can write to bytes and read back.
 ///
-/// Semantic requirements: `write` appends exactly `size(v)` bytes and `read` of them gives a
-/// value equal to `v` (for tensors, a copy with its own storage).
+/// Semantic requirements: `write` appends at most `size(v)` bytes and `read` of them gives a
+/// value equal to `v` (for tensors, a copy with its own storage, or a view of the buffer when the
+/// reader has an owner).
 template <class T>
 concept Serializable = requires(const T& v, ByteWriter& out, ByteReader& in) {
   { Serializer<T>::size(v) } -> std::same_as<std::size_t>;
@@ -100,12 +143,14 @@ struct Serializer<T> {
 template <TensorElement T>
 struct Serializer<Tensor<T>> {
   static std::size_t size(const Tensor<T>& t) noexcept {
-    return sizeof(std::uint8_t) + t.rank() * sizeof(std::uint64_t) + t.bytes();
+    return sizeof(std::uint8_t) + t.rank() * sizeof(std::uint64_t) + serialized_alignment - 1 +
+           t.bytes();
   }
   static void write(const Tensor<T>& t, ByteWriter& out) noexcept {
     out.value(static_cast<std::uint8_t>(t.rank()));
     for (std::size_t d : t.shape())
       out.value(static_cast<std::uint64_t>(d));
+    out.align();
     out.write(t.data(), t.bytes());
   }
   static Tensor<T> read(ByteReader& in) {
@@ -118,12 +163,18 @@ struct Serializer<Tensor<T>> {
     for (auto& d : dims)
       d = static_cast<std::size_t>(in.value<std::uint64_t>());
     const Shape shape(dims);
+    in.align();
     if (shape.elements() > in.remaining() / sizeof(T)) {
       throw FormatError("serialized tensor: shape " + shape.str() + " needs " +
                         std::to_string(shape.elements() * sizeof(T)) + " bytes but only " +
                         std::to_string(in.remaining()) + " remain");
     }
-    // One copy out of the shared-memory slot into fresh aligned storage the caller owns.
+    if (in.owner()) {
+      // A view of the buffer (a shared-memory slot), kept alive and unchanged by the owner.
+      const std::byte* at = in.skip(shape.elements() * sizeof(T));
+      return Tensor<T>::wrap(reinterpret_cast<T*>(const_cast<std::byte*>(at)), shape, in.owner());
+    }
+    // One copy into fresh aligned storage the caller owns.
     auto t = Tensor<T>::uninitialized(shape);
     in.read(t.data(), t.bytes());
     return t;
@@ -258,8 +309,9 @@ std::size_t serialized_size(const T& value) {
   return Serializer<T>::size(value);
 }
 
-/// Writes `value` into `out`, which must hold at least `serialized_size(value)` bytes; returns the
-/// number of bytes written or throws `ShapeError` when `out` is too small.
+/// Writes `value` into `out`, which must hold at least `serialized_size(value)` bytes (a bound:
+/// tensor data is padded to `serialized_alignment`); returns the number of bytes written or throws
+/// `ShapeError` when `out` is too small.
 template <Serializable T>
 std::size_t serialize(const T& value, std::span<std::byte> out) {
   const std::size_t needed = Serializer<T>::size(value);
@@ -269,13 +321,15 @@ std::size_t serialize(const T& value, std::span<std::byte> out) {
   }
   ByteWriter writer(out.data());
   Serializer<T>::write(value, writer);
-  return needed;
+  return writer.written();
 }
 
-/// Reads a `T` written by `serialize`; throws `FormatError` for truncated bytes.
+/// Reads a `T` written by `serialize`; throws `FormatError` for truncated bytes. With an `owner`
+/// keeping `in` alive and unchanged, and `in` aligned to `serialized_alignment`, tensors view `in`
+/// instead of being copied.
 template <Serializable T>
-T deserialize(std::span<const std::byte> in) {
-  ByteReader reader(in);
+T deserialize(std::span<const std::byte> in, std::shared_ptr<void> owner = {}) {
+  ByteReader reader(in, std::move(owner));
   return Serializer<T>::read(reader);
 }
 

@@ -32,9 +32,11 @@ struct AdapterOptions {
   /// The longest the consumer waits for one batch before `next()` throws `WorkerError`; zero
   /// waits forever. The batch stays requested: a later `next()` waits for it again.
   std::chrono::milliseconds timeout{0};
-  /// Processes only: the bytes of one shared-memory slot (a serialized batch). Zero measures the
-  /// first batch, built in the consumer before forking, and adds a quarter plus 4 KiB of
-  /// headroom. A batch that does not fit is a `WorkerError` naming the bytes it needs.
+  /// Processes only: the bytes of one shared-memory slot (a serialized batch, whose tensors are
+  /// padded to 64 bytes). Zero measures the first batch, built in the consumer before forking,
+  /// and adds a quarter plus 4 KiB of headroom: give a bound when batches grow. A batch that does
+  /// not fit is a `WorkerError` naming the bytes it needs; the ring is reserved up front, and a
+  /// shortfall of memory is a `WorkerError` naming the bytes needed.
   std::size_t slot_bytes = 0;
 };
 

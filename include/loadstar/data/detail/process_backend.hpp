@@ -22,6 +22,7 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -152,6 +153,19 @@ class SharedRing {
   std::byte* base_ = nullptr;
 };
 
+/// The ring and which of its slots the consumer's batches still view. Batches read from a slot are
+/// views of it (no copy out of shared memory); the slot is not given to a worker again until the
+/// last view is gone. Shared by those views, so they may outlive the adapter.
+struct RingLeases {
+  RingLeases(std::size_t slots, std::size_t slot_bytes)
+      : ring(slots, slot_bytes), leased(new std::atomic<bool>[slots]) {
+    for (std::size_t i = 0; i < slots; ++i)
+      leased[i].store(false, std::memory_order_relaxed);
+  }
+  SharedRing ring;
+  std::unique_ptr<std::atomic<bool>[]> leased;
+};
+
 /// The header at the start of every slot; the serialized batch (or an error message) follows at
 /// `payload_offset`.
 struct SlotHeader {
@@ -211,7 +225,8 @@ class ProcessBackend {
       }
     }
     slot_bytes = (payload_offset + slot_bytes + 4095) / 4096 * 4096;
-    ring_.emplace(queue_, slot_bytes);
+    leases_ = std::make_shared<RingLeases>(queue_, slot_bytes);
+    ring_ = &leases_->ring;
     int fds[2];
     if (::pipe2(fds, O_CLOEXEC) != 0) {
       throw WorkerError(std::string("sequence adapter: cannot create a pipe: ") +
@@ -244,6 +259,7 @@ class ProcessBackend {
       return result;
     }
     pump();
+    if (position >= dispatch_) return build_here(position);
     const std::size_t slot_index = position % queue_;
     if (!arrived_[slot_index]) wait_for(position);
     arrived_[slot_index] = false;
@@ -257,7 +273,13 @@ class ProcessBackend {
                                              std::min<std::size_t>(header.bytes, capacity()));
     if (header.status == slot_ok) {
       try {
-        result.batch.emplace(deserialize<Batch>(payload));
+        // The batch's tensors view the slot; releasing the last of them frees the slot.
+        leases_->leased[slot_index].store(true, std::memory_order_relaxed);
+        std::shared_ptr<void> lease(
+            static_cast<void*>(leases_.get()), [leases = leases_, slot_index](void*) {
+              leases->leased[slot_index].store(false, std::memory_order_release);
+            });
+        result.batch.emplace(deserialize<Batch>(payload, std::move(lease)));
       } catch (...) {
         result.error = "sequence adapter: " + describe_batch(result.ticket) +
                        " could not be read back: " + current_exception_message();
@@ -290,6 +312,28 @@ class ProcessBackend {
 
  private:
   std::size_t capacity() const noexcept { return ring_->slot_bytes() - payload_offset; }
+
+  bool leased(std::uint64_t position) const noexcept {
+    return leases_->leased[position % queue_].load(std::memory_order_acquire);
+  }
+
+  /// The consumer still holds a batch viewing the slot of `position`, so no worker can write it:
+  /// build the batch here rather than wait for a release that may never come.
+  BackendResult<Batch> build_here(std::uint64_t position) {
+    BackendResult<Batch> result;
+    result.ticket = *sampler_.ticket(position);
+    try {
+      result.batch.emplace(sequence_[result.ticket.index]);
+    } catch (...) {
+      result.error = "sequence adapter: " + describe_batch(result.ticket) +
+                     " failed in the consumer process: " + current_exception_message();
+    }
+    ++produced_;
+    dispatch_ = position + 1;
+    consume_ = position + 1;
+    pump();
+    return result;
+  }
 
   void spawn() {
     children_.clear();
@@ -339,8 +383,7 @@ class ProcessBackend {
           header.status = slot_overflow;
           header.bytes = bytes;
         } else {
-          serialize(batch, std::span<std::byte>(payload, capacity()));
-          header.bytes = bytes;
+          header.bytes = serialize(batch, std::span<std::byte>(payload, capacity()));
         }
       } catch (...) {
         std::string message;
@@ -366,7 +409,7 @@ class ProcessBackend {
   /// Sends every claimable position to its child.
   void pump() {
     while (dispatch_ < consume_ + queue_ && dispatch_ < end_ && dispatch_ < barrier_ &&
-           !children_.empty()) {
+           !children_.empty() && !leased(dispatch_)) {
       const SamplerTicket ticket = *sampler_.ticket(dispatch_);
       const std::size_t child = static_cast<std::size_t>(dispatch_ % children_.size());
       const Task task{ticket.position, ticket.epoch, ticket.index};
@@ -479,7 +522,8 @@ class ProcessBackend {
   std::size_t workers_;
   std::vector<bool> arrived_;
   std::vector<std::size_t> owner_;
-  std::optional<SharedRing> ring_;
+  std::shared_ptr<RingLeases> leases_;
+  SharedRing* ring_ = nullptr;
   std::optional<BackendResult<Batch>> first_;
   std::vector<Child> children_;
   int done_read_ = -1;
