@@ -52,7 +52,7 @@ class PrefetchDataset : public DatasetBase<PrefetchDataset<D>> {
 
   std::optional<element_type> next() {
     if (ended_) return std::nullopt;
-    if (!producer_.joinable()) start();
+    if (!producer_) start();
     Slot slot;
     {
       std::unique_lock lock(shared_->mutex);
@@ -99,8 +99,9 @@ class PrefetchDataset : public DatasetBase<PrefetchDataset<D>> {
   void start() {
     ended_ = false;
     // The producer touches only the heap-allocated `Shared`, never `this`.
-    producer_ = std::jthread([shared = shared_.get(), capacity = buffer_size_](
-                                 std::stop_token stop) { produce(*shared, capacity, stop); });
+    producer_.emplace([shared = shared_.get(), capacity = buffer_size_](std::stop_token stop) {
+      produce(*shared, capacity, stop);
+    });
   }
 
   static void produce(Shared& shared, std::size_t capacity, std::stop_token stop) {
@@ -126,10 +127,11 @@ class PrefetchDataset : public DatasetBase<PrefetchDataset<D>> {
   }
 
   void stop() {
-    if (producer_.joinable()) {
-      producer_.request_stop();
-      producer_.join();
+    if (producer_ && producer_->joinable()) {
+      producer_->request_stop();
+      producer_->join();
     }
+    producer_.reset();
     if (shared_) shared_->queue.clear();
     ended_ = false;
   }
@@ -138,7 +140,8 @@ class PrefetchDataset : public DatasetBase<PrefetchDataset<D>> {
   std::size_t buffer_size_;
   nlohmann::json consumed_state_;
   bool ended_ = false;
-  std::jthread producer_;
+  // Emplaced in place: GCC 12 warns about a moved-from temporary's stop state.
+  std::optional<std::jthread> producer_;
 };
 
 }  // namespace loadstar

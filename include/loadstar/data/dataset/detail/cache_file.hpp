@@ -151,11 +151,12 @@ class CacheWriter {
   /// Appends one element as a record.
   template <Serializable E>
   void append(const E& element) {
+    // `serialized_size` is a bound (tensor data may be padded): write what `serialize` wrote.
     buffer_.resize(serialized_size(element));
-    serialize(element, std::span<std::byte>(buffer_));
-    write_all(buffer_.data(), buffer_.size());
-    crc_ = crc32_update(crc_, buffer_.data(), buffer_.size());
-    offsets_.push_back(offsets_.back() + buffer_.size());
+    const std::size_t bytes = serialize(element, std::span<std::byte>(buffer_));
+    write_all(buffer_.data(), bytes);
+    crc_ = crc32_update(crc_, buffer_.data(), bytes);
+    offsets_.push_back(offsets_.back() + bytes);
   }
 
   /// Writes the offsets and the header, flushes the file to disk and renames it into place.
