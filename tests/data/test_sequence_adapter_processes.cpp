@@ -186,7 +186,7 @@ TEST_SUITE("data") {
 
   TEST_CASE_TEMPLATE("SequenceAdapter on processes yields the sampler's stream across the grid" *
                          doctest::timeout(120),
-                     W, workers<1>, workers<2>, workers<5>) {
+                     W, workers<0>, workers<1>, workers<2>, workers<5>) {
     for (const bool shuffle : {false, true}) {
       for (const std::size_t skip : {0, 50, 350}) {
         for (const auto& [rank, size] :

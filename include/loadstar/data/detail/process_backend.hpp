@@ -234,7 +234,15 @@ class ProcessBackend {
     }
     done_read_ = fds[0];
     done_write_ = fds[1];
-    spawn();
+    try {
+      spawn();
+    } catch (...) {
+      // A fork that failed part-way: leave no child behind.
+      reap_all();
+      ::close(done_read_);
+      ::close(done_write_);
+      throw;
+    }
   }
 
   ProcessBackend(const ProcessBackend&) = delete;
