@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
 #include <loadstar/data/sampler.hpp>
 #include <loadstar/data/sequence_adapter.hpp>
 #include <loadstar/error.hpp>
@@ -92,6 +93,16 @@ std::vector<std::size_t> adapter_stream(const AdapterOptions& o, std::size_t cou
   for (std::size_t i = 0; i < count; ++i)
     out.push_back(*adapter.next());
   return out;
+}
+
+// The threads of this process.
+std::size_t thread_count() {
+  std::size_t count = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) {
+    (void)entry;
+    ++count;
+  }
+  return count;
 }
 
 template <std::size_t Workers>
@@ -197,6 +208,7 @@ TEST_SUITE("data") {
 
   TEST_CASE("SequenceAdapter on threads is destroyed promptly under a full queue" *
             doctest::timeout(30)) {
+    const std::size_t threads_before = thread_count();
     for (int round = 0; round < 5; ++round) {
       SequenceAdapter<SlowSequence, 4> adapter(SlowSequence{std::chrono::milliseconds(5)},
                                                {.max_queue_size = 2});
@@ -204,14 +216,19 @@ TEST_SUITE("data") {
       std::this_thread::sleep_for(std::chrono::milliseconds(30));  // let the queue fill
       CHECK(adapter.stats().queue_occupancy <= 2);
     }
-    // An early break out of an infinite range-for.
-    SequenceAdapter<SlowSequence, 3> adapter(SlowSequence{std::chrono::milliseconds(1)});
-    std::size_t seen = 0;
-    for (const auto& batch : adapter) {
-      CHECK(batch(0, 0) == static_cast<float>(seen));
-      if (++seen == 5) break;
+    {
+      // An early break out of an infinite range-for.
+      SequenceAdapter<SlowSequence, 3> adapter(SlowSequence{std::chrono::milliseconds(1)});
+      std::size_t seen = 0;
+      for (const auto& batch : adapter) {
+        CHECK(batch(0, 0) == static_cast<float>(seen));
+        if (++seen == 5) break;
+      }
+      CHECK(seen == 5);
+      CHECK(thread_count() == threads_before + 3);
     }
-    CHECK(seen == 5);
+    // Every worker thread is joined.
+    CHECK(thread_count() == threads_before);
   }
 
   TEST_CASE("SequenceAdapter on threads counts produced batches and waiting time" *
