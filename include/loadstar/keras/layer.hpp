@@ -1,0 +1,111 @@
+/// \file
+/// `Layer`: the base of every Keras layer, with one compute hook for each direction.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "loadstar/keras/variable.hpp"
+#include "loadstar/tensor/shape.hpp"
+#include "loadstar/tensor/tensor.hpp"
+
+namespace loadstar::keras {
+
+class Backend;
+
+/// What a layer needs to know about the call it is part of.
+struct CallContext {
+  /// The kernels the layer computes with (GEMM, convolution, elementwise, reductions).
+  Backend& backend;
+  /// `true` in `fit` and `train_on_batch`: `Dropout` drops and `BatchNormalization` uses the
+  /// batch's statistics and updates its moving ones.
+  bool training = false;
+  /// Randomness of this call (dropout masks) derives from (seed, step) and the layer, never from
+  /// a thread or the time, so that runs are reproducible.
+  std::uint64_t seed = 0;
+  std::uint64_t step = 0;
+};
+
+/// The base of every layer: Keras's `class_name`, a unique `name`, weights in Keras's order, and
+/// the compute hooks.
+///
+/// The model owns the activations: it gives `forward` its inputs and an output tensor of the shape
+/// `build` announced (with the batch axis in front), and gives `backward` the same tensors plus
+/// the gradient of the loss with respect to the output. A layer keeps only its weights and the
+/// scratch it needs between `forward` and `backward` (a dropout mask, a max-pooling argmax,
+/// batch statistics), sized on the first batch and reused afterwards so that a training step
+/// allocates nothing. Every computation goes through `ctx.backend`, so that another backend
+/// (CUDA) adds kernels without touching the layers.
+///
+/// A layer is shared by every place it is called from (Keras's shared layers); create it with
+/// `std::make_shared` or pass it by value to a model, which moves it into a shared pointer.
+class Layer : public std::enable_shared_from_this<Layer> {
+ public:
+  explicit Layer(std::string name = {}) : name_(std::move(name)) {}
+  virtual ~Layer() = default;
+  Layer(const Layer&) = default;
+  Layer(Layer&&) noexcept = default;
+  Layer& operator=(const Layer&) = default;
+  Layer& operator=(Layer&&) noexcept = default;
+
+  /// Keras's class name (`"Dense"`): the key of the layer registry and of `model_config`.
+  virtual std::string class_name() const = 0;
+
+  /// The layer's name, unique in its model (`"dense_1"`); empty until a model names it.
+  const std::string& name() const noexcept { return name_; }
+  void set_name(std::string name) { name_ = std::move(name); }
+
+  /// Creates the weights for inputs of the given shapes (without the batch axis) and returns the
+  /// shape of the output (without the batch axis). Throws `ShapeError` naming the layer when the
+  /// shapes do not fit (`"dense layer 'fc1': expects rank-1 inputs but got (28, 28)"`).
+  /// `seed` seeds the default initializers (Keras's `glorot_uniform` and friends).
+  virtual Shape build(std::span<const Shape> input_shapes, std::uint64_t seed) = 0;
+
+  /// Computes `output` (batch axis first) from `inputs`.
+  virtual void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+                       const CallContext& ctx) = 0;
+
+  /// Given the gradient of the loss with respect to `output`, writes the gradients with respect
+  /// to the inputs into `input_gradients` (an entry with no elements is not needed and is skipped)
+  /// and adds the gradients of the weights into their `Variable::gradient` (the model zeroes them
+  /// before each step, so a layer called twice accumulates both calls).
+  virtual void backward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+                        const Tensor<float>& output_gradient,
+                        std::span<const Tensor<float>> input_gradients,
+                        const CallContext& ctx) = 0;
+
+  /// The weights in Keras's order (trainable first, as `layer.weights` lists them).
+  std::span<Variable> weights() noexcept { return weights_; }
+  std::span<const Variable> weights() const noexcept { return weights_; }
+
+  /// Keras's `get_config()` of the layer (the `config` of its `model_config` entry).
+  virtual nlohmann::json get_config() const { return {{"name", name_}, {"trainable", true}}; }
+
+  /// The number of scalars in the weights.
+  std::size_t count_params() const noexcept {
+    std::size_t n = 0;
+    for (const auto& w : weights_) n += w.value.size();
+    return n;
+  }
+
+ protected:
+  /// Adds a weight (in Keras's order) with a zero gradient of the same shape when trainable.
+  Variable& add_weight(std::string name, Tensor<float> value, bool trainable = true) {
+    Tensor<float> gradient = trainable ? Tensor<float>(value.shape()) : Tensor<float>();
+    weights_.push_back(Variable{std::move(name), std::move(value), std::move(gradient), trainable});
+    return weights_.back();
+  }
+
+  std::vector<Variable> weights_;
+
+ private:
+  std::string name_;
+};
+
+}  // namespace loadstar::keras

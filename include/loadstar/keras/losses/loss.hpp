@@ -1,0 +1,60 @@
+/// \file
+/// `Loss`: the base of Keras's losses, with Keras's reductions and sample weighting.
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "loadstar/tensor/tensor.hpp"
+
+namespace loadstar::keras {
+
+/// How per-sample losses become one number, as `tf.keras.losses.Reduction`.
+enum class Reduction {
+  /// The weighted sum divided by the number of per-sample values (Keras's default).
+  sum_over_batch_size,
+  /// The weighted sum.
+  sum,
+  /// No reduction: `compute` returns the mean, `per_sample` holds the values.
+  none,
+};
+
+/// The base of every loss.
+///
+/// `compute` takes `y_true` and `y_pred` with the batch axis first (`y_true` as float: class
+/// indices for the sparse losses), an optional sample weight per row, and returns the reduced
+/// loss; when `gradient` has elements it receives d(loss)/d(y_pred) of the reduced loss, with the
+/// shape of `y_pred`. Buffers are the caller's: a training step allocates nothing.
+class Loss {
+ public:
+  explicit Loss(std::string name, Reduction reduction = Reduction::sum_over_batch_size)
+      : name_(std::move(name)), reduction_(reduction) {}
+  virtual ~Loss() = default;
+  Loss(const Loss&) = default;
+  Loss(Loss&&) noexcept = default;
+  Loss& operator=(const Loss&) = default;
+  Loss& operator=(Loss&&) noexcept = default;
+
+  /// Keras's class name (`"SparseCategoricalCrossentropy"`).
+  virtual std::string class_name() const = 0;
+
+  /// The reduced loss of a batch; see the class comment. Throws `ShapeError` naming the loss when
+  /// the shapes of `y_true` and `y_pred` do not fit, and `ConfigError` for a class index outside
+  /// `[0, classes)` in a sparse loss.
+  virtual float compute(const Tensor<float>& y_true, const Tensor<float>& y_pred,
+                        const Tensor<float>* sample_weight, const Tensor<float>& gradient) = 0;
+
+  /// Keras's `get_config()`.
+  virtual nlohmann::json get_config() const { return {{"name", name_}}; }
+
+  /// The name Keras logs the loss under (`"sparse_categorical_crossentropy"`).
+  const std::string& name() const noexcept { return name_; }
+  Reduction reduction() const noexcept { return reduction_; }
+
+ private:
+  std::string name_;
+  Reduction reduction_;
+};
+
+}  // namespace loadstar::keras

@@ -1,0 +1,60 @@
+/// \file
+/// `Optimizer`: the base of Keras's optimizers, with learning-rate schedules and clipping.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "loadstar/keras/variable.hpp"
+
+namespace loadstar::keras {
+
+/// The base of every optimizer.
+///
+/// `apply_gradients` updates every trainable variable from its `gradient` (after the clipping
+/// the optimizer was configured with: `clipnorm` per variable, `global_clipnorm`, `clipvalue`),
+/// with the learning rate of the current step (a constant or a schedule of `iterations()`), then
+/// counts one iteration. Slot variables (Adam's `m` and `v`) are created on the first call, in
+/// the order of the variables, and are listed by `variables()` for checkpoints, Keras-named
+/// (`"m"`, `"v"`, with the variable they belong to). A step allocates nothing after the first.
+class Optimizer {
+ public:
+  explicit Optimizer(std::string name) : name_(std::move(name)) {}
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = default;
+  Optimizer(Optimizer&&) noexcept = default;
+  Optimizer& operator=(const Optimizer&) = default;
+  Optimizer& operator=(Optimizer&&) noexcept = default;
+
+  /// Keras's class name (`"Adam"`).
+  virtual std::string class_name() const = 0;
+
+  /// One update of `variables` from their gradients (non-trainable ones are skipped).
+  virtual void apply_gradients(std::span<Variable*> variables) = 0;
+
+  /// The learning rate the next step will use.
+  virtual double learning_rate() const = 0;
+  /// Sets a constant learning rate (what `ReduceLROnPlateau` and `LearningRateScheduler` do).
+  virtual void set_learning_rate(double learning_rate) = 0;
+
+  /// The number of steps taken.
+  std::int64_t iterations() const noexcept { return iterations_; }
+  void set_iterations(std::int64_t iterations) noexcept { iterations_ = iterations; }
+
+  /// The slot variables, in creation order, for checkpoints.
+  virtual std::span<Variable> variables() noexcept = 0;
+
+  virtual nlohmann::json get_config() const { return {{"name", name_}}; }
+  const std::string& name() const noexcept { return name_; }
+
+ protected:
+  std::int64_t iterations_ = 0;
+
+ private:
+  std::string name_;
+};
+
+}  // namespace loadstar::keras
