@@ -1,0 +1,69 @@
+/// \file
+/// `BinaryCrossentropy`, as `tf.keras.losses.BinaryCrossentropy`.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "loadstar/keras/losses/detail/row_loss.hpp"
+
+namespace loadstar::keras::losses {
+
+/// The binary cross-entropy averaged over the last axis.
+///
+/// With probabilities, Keras's `backend.binary_crossentropy`: `p` is clipped to
+/// `[epsilon, 1 - epsilon]` and the loss is `-(y log(p + epsilon) + (1 - y) log(1 - p + epsilon))`
+/// (no gradient where `p` was clipped). With logits, TensorFlow's
+/// `sigmoid_cross_entropy_with_logits`. Label smoothing moves labels towards 0.5.
+/// \code
+/// losses::BinaryCrossentropy bce(/*from_logits=*/true, /*label_smoothing=*/0.1);
+/// \endcode
+class BinaryCrossentropy : public detail::RowLoss<BinaryCrossentropy> {
+ public:
+  explicit BinaryCrossentropy(bool from_logits = false, double label_smoothing = 0.0,
+                              Reduction reduction = Reduction::sum_over_batch_size,
+                              std::string name = "binary_crossentropy")
+      : RowLoss(std::move(name), reduction),
+        from_logits_(from_logits),
+        label_smoothing_(label_smoothing) {}
+
+  std::string class_name() const override { return "BinaryCrossentropy"; }
+  nlohmann::json get_config() const override {
+    return {{"name", name()},
+            {"from_logits", from_logits_},
+            {"label_smoothing", label_smoothing_},
+            {"axis", -1}};
+  }
+  bool from_logits() const noexcept { return from_logits_; }
+
+  double row(const float* t, const float* p, std::size_t n, float* g, double scale) const {
+    constexpr double eps = detail::loss_epsilon;
+    const double inverse = 1.0 / static_cast<double>(n);
+    double sum = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const double y = detail::smooth_binary(t[i], label_smoothing_);
+      const double x = p[i];
+      if (from_logits_) {
+        sum += std::max(x, 0.0) - x * y + std::log1p(std::exp(-std::abs(x)));
+        if (g != nullptr)
+          g[i] = static_cast<float>(scale * (1.0 / (1.0 + std::exp(-x)) - y) * inverse);
+      } else {
+        const double q = std::clamp(x, eps, 1.0 - eps);
+        sum -= y * std::log(q + eps) + (1.0 - y) * std::log(1.0 - q + eps);
+        if (g != nullptr) {
+          const bool inside = x >= eps && x <= 1.0 - eps;
+          const double d = -y / (q + eps) + (1.0 - y) / (1.0 - q + eps);
+          g[i] = static_cast<float>(inside ? scale * d * inverse : 0.0);
+        }
+      }
+    }
+    return sum * inverse;
+  }
+
+ private:
+  bool from_logits_;
+  double label_smoothing_;
+};
+
+}  // namespace loadstar::keras::losses

@@ -1,0 +1,93 @@
+/// \file
+/// `CategoricalCrossentropy`, as `tf.keras.losses.CategoricalCrossentropy` (axis -1).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "loadstar/keras/losses/detail/row_loss.hpp"
+
+namespace loadstar::keras::losses {
+
+/// The cross-entropy of one-hot (or soft) labels over the last axis.
+///
+/// With probabilities, Keras's `backend.categorical_crossentropy`: each row is divided by its sum,
+/// clipped to `[epsilon, 1 - epsilon]`, and the loss is `-sum(y log(p))`. With logits, TensorFlow's
+/// `softmax_cross_entropy_with_logits`. Label smoothing: `y * (1 - s) + s / classes`.
+/// \code
+/// losses::CategoricalCrossentropy cce(/*from_logits=*/true);
+/// float loss = cce.compute(one_hot, logits, nullptr, gradient);
+/// \endcode
+class CategoricalCrossentropy : public detail::RowLoss<CategoricalCrossentropy> {
+ public:
+  explicit CategoricalCrossentropy(bool from_logits = false, double label_smoothing = 0.0,
+                                   Reduction reduction = Reduction::sum_over_batch_size,
+                                   std::string name = "categorical_crossentropy")
+      : RowLoss(std::move(name), reduction),
+        from_logits_(from_logits),
+        label_smoothing_(label_smoothing) {}
+
+  std::string class_name() const override { return "CategoricalCrossentropy"; }
+  nlohmann::json get_config() const override {
+    return {{"name", name()},
+            {"from_logits", from_logits_},
+            {"label_smoothing", label_smoothing_},
+            {"axis", -1}};
+  }
+  bool from_logits() const noexcept { return from_logits_; }
+
+  void check_shapes(const Tensor<float>& y_true, const Tensor<float>& y_pred) const {
+    if (y_true.shape() != y_pred.shape()) {
+      throw ShapeError(name() + ": y_true of shape " + y_true.shape().str() +
+                       " does not match y_pred of shape " + y_pred.shape().str());
+    }
+  }
+
+  double row(const float* t, const float* p, std::size_t n, float* g, double scale) const {
+    const double smooth = label_smoothing_ / static_cast<double>(n);
+    auto label = [&](std::size_t i) { return t[i] * (1.0 - label_smoothing_) + smooth; };
+    if (from_logits_) {
+      const double lse = detail::log_sum_exp(p, n);
+      double sum = 0;
+      double label_sum = 0;
+      for (std::size_t i = 0; i < n; ++i) {
+        sum -= label(i) * (p[i] - lse);
+        label_sum += label(i);
+      }
+      if (g != nullptr) {
+        for (std::size_t i = 0; i < n; ++i)
+          g[i] = static_cast<float>(scale * (label_sum * std::exp(p[i] - lse) - label(i)));
+      }
+      return sum;
+    }
+    constexpr double eps = detail::loss_epsilon;
+    double total = 0;
+    for (std::size_t i = 0; i < n; ++i)
+      total += p[i];
+    double sum = 0;
+    double weighted = 0;  // sum_j d(loss)/d(q_j) * q_j, for the derivative of the normalisation
+    for (std::size_t i = 0; i < n; ++i) {
+      const double q = p[i] / total;
+      const double c = std::clamp(q, eps, 1.0 - eps);
+      sum -= label(i) * std::log(c);
+      if (q >= eps && q <= 1.0 - eps) weighted += -label(i) / c * q;
+    }
+    if (g != nullptr) {
+      // q = p / sum(p): d(loss)/d(p_i) = (d(loss)/d(q_i) - sum_j d(loss)/d(q_j) q_j) / sum(p).
+      for (std::size_t i = 0; i < n; ++i) {
+        const double q = p[i] / total;
+        const double c = std::clamp(q, eps, 1.0 - eps);
+        const double dq = q >= eps && q <= 1.0 - eps ? -label(i) / c : 0.0;
+        g[i] = static_cast<float>(scale * (dq - weighted) / total);
+      }
+    }
+    return sum;
+  }
+
+ private:
+  bool from_logits_;
+  double label_smoothing_;
+};
+
+}  // namespace loadstar::keras::losses

@@ -1,0 +1,143 @@
+/// \file
+/// The machinery the losses share: shape checks, sample weights and Keras's reductions.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <limits>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "loadstar/error.hpp"
+#include "loadstar/keras/losses/loss.hpp"
+#include "loadstar/tensor/tensor.hpp"
+
+namespace loadstar::keras::detail {
+
+/// Keras's `backend.epsilon()`.
+inline constexpr double loss_epsilon = 1e-7;
+
+/// A label or value as a message shows it: `12` for an integral value, `2.5` otherwise.
+inline std::string format_value(double value) {
+  if (std::isfinite(value) && value == std::floor(value) && std::abs(value) < 1e15) {
+    return std::to_string(static_cast<long long>(value));
+  }
+  std::string text = std::to_string(value);
+  return text;
+}
+
+/// Whether two shapes are equal up to one trailing axis of size 1 (Keras's
+/// `squeeze_or_expand_dimensions`: `y_true` of shape `(n,)` fits `y_pred` of shape `(n, 1)`).
+inline bool shapes_fit(const Shape& a, const Shape& b) {
+  if (a == b) return true;
+  const Shape& longer = a.rank() > b.rank() ? a : b;
+  const Shape& shorter = a.rank() > b.rank() ? b : a;
+  if (longer.rank() != shorter.rank() + 1 || longer[longer.rank() - 1] != 1) return false;
+  for (std::size_t i = 0; i < shorter.rank(); ++i)
+    if (longer[i] != shorter[i]) return false;
+  return true;
+}
+
+/// `y_pred`'s shape without its last axis (the shape of the per-sample values).
+inline Shape without_last_axis(const Shape& shape) {
+  if (shape.rank() == 0) return shape;
+  return Shape(std::span<const std::size_t>(shape.begin(), shape.rank() - 1));
+}
+
+/// The number of classes (the last axis) of `y_pred`; 1 for rank 0 and 1.
+inline std::size_t last_axis(const Tensor<float>& y_pred) {
+  return y_pred.rank() >= 2 ? y_pred.shape()[y_pred.rank() - 1] : 1;
+}
+
+/// Throws `ShapeError` unless `sample_weight` holds one weight per row of `y_pred`.
+inline void check_sample_weight(const std::string& owner, const Tensor<float>* sample_weight,
+                                const Tensor<float>& y_pred) {
+  if (sample_weight == nullptr) return;
+  if (sample_weight->size() != y_pred.rows() ||
+      (sample_weight->rank() > 1 && sample_weight->rank() != 2)) {
+    throw ShapeError(owner + ": sample_weight of shape " + sample_weight->shape().str() +
+                     " needs one weight per row but y_pred has shape " + y_pred.shape().str());
+  }
+}
+
+/// A loss whose value is a function of each last-axis row of `y_pred` (one per-sample value per
+/// row), reduced as `tf.keras`'s `compute_weighted_loss`: the per-sample values times the row's
+/// weight, summed, divided by the number of per-sample values for `sum_over_batch_size` (not by
+/// the sum of the weights). `Derived` provides
+/// `double row(const float* y_true, const float* y_pred, std::size_t classes, float* gradient,
+/// double scale)`, returning the row's loss and, when `gradient` is not null, writing `scale`
+/// times its derivative; `true_size(classes)` (the elements of `y_true` per row) and
+/// `check_shapes(y_true, y_pred)`, and may hide `prepare(y_true)`.
+template <class Derived>
+class RowLoss : public Loss {
+ public:
+  using Loss::Loss;
+
+  float compute(const Tensor<float>& y_true, const Tensor<float>& y_pred,
+                const Tensor<float>* sample_weight, const Tensor<float>& gradient) override {
+    auto& self = static_cast<Derived&>(*this);
+    self.check_shapes(y_true, y_pred);
+    check_sample_weight(name(), sample_weight, y_pred);
+    if (!gradient.empty() && gradient.shape() != y_pred.shape()) {
+      throw ShapeError(name() + ": the gradient buffer has shape " + gradient.shape().str() +
+                       " but y_pred has shape " + y_pred.shape().str());
+    }
+    self.prepare(y_true);
+    const std::size_t classes = last_axis(y_pred);
+    const std::size_t values = classes == 0 ? 0 : y_pred.size() / classes;
+    const std::size_t true_size = self.true_size(classes);
+    const std::size_t per_row = y_pred.rows() == 0 ? 1 : values / y_pred.rows();
+    const double denominator = reduction() == Reduction::sum ? 1.0 : static_cast<double>(values);
+    const bool keep = reduction() == Reduction::none;
+    if (keep) per_sample_.resize(values);  // reuses its capacity after the first batch
+    const float* t = y_true.data();
+    const float* p = y_pred.data();
+    float* g = gradient.empty() ? nullptr : gradient.data();
+    double total = 0;
+    for (std::size_t j = 0; j < values; ++j) {
+      const double weight =
+          sample_weight == nullptr ? 1.0 : static_cast<double>(sample_weight->data()[j / per_row]);
+      const double loss = self.row(t + j * true_size, p + j * classes, classes,
+                                   g == nullptr ? nullptr : g + j * classes, weight / denominator);
+      if (keep) per_sample_[j] = static_cast<float>(loss);
+      total += loss * weight;
+    }
+    return values == 0 ? 0.0f : static_cast<float>(total / denominator);
+  }
+
+  /// The unweighted per-sample losses of the last batch, with `Reduction::none` (empty otherwise).
+  std::span<const float> per_sample() const noexcept { return per_sample_; }
+
+  // Hooks with defaults.
+  void prepare(const Tensor<float>&) {}
+  std::size_t true_size(std::size_t classes) const noexcept { return classes; }
+  void check_shapes(const Tensor<float>& y_true, const Tensor<float>& y_pred) const {
+    if (!shapes_fit(y_true.shape(), y_pred.shape())) {
+      throw ShapeError(name() + ": y_true of shape " + y_true.shape().str() +
+                       " does not match y_pred of shape " + y_pred.shape().str());
+    }
+  }
+
+ private:
+  std::vector<float> per_sample_;
+};
+
+/// Label smoothing for binary labels, as Keras: `y * (1 - s) + 0.5 * s`.
+inline double smooth_binary(double y, double smoothing) {
+  return y * (1.0 - smoothing) + 0.5 * smoothing;
+}
+
+/// `log(sum(exp(x)))` of a row, stably.
+inline double log_sum_exp(const float* x, std::size_t n) {
+  double top = -std::numeric_limits<double>::infinity();
+  for (std::size_t i = 0; i < n; ++i)
+    top = std::max(top, static_cast<double>(x[i]));
+  double sum = 0;
+  for (std::size_t i = 0; i < n; ++i)
+    sum += std::exp(static_cast<double>(x[i]) - top);
+  return top + std::log(sum);
+}
+
+}  // namespace loadstar::keras::detail

@@ -1,0 +1,46 @@
+/// \file
+/// `Huber`: quadratic within `delta`, linear beyond, as `tf.keras.losses.Huber`.
+#pragma once
+
+#include <cmath>
+#include <string>
+
+#include "loadstar/keras/losses/detail/row_loss.hpp"
+
+namespace loadstar::keras::losses {
+
+/// `0.5 * e^2` where `|e| <= delta`, `delta * |e| - 0.5 * delta^2` elsewhere, averaged over the
+/// last axis (`e = y_pred - y_true`).
+/// \code
+/// losses::Huber huber(2.0);
+/// \endcode
+class Huber : public detail::RowLoss<Huber> {
+ public:
+  explicit Huber(double delta = 1.0, Reduction reduction = Reduction::sum_over_batch_size,
+                 std::string name = "huber_loss")
+      : RowLoss(std::move(name), reduction), delta_(delta) {}
+
+  std::string class_name() const override { return "Huber"; }
+  nlohmann::json get_config() const override { return {{"name", name()}, {"delta", delta_}}; }
+
+  double row(const float* t, const float* p, std::size_t n, float* g, double scale) const {
+    double sum = 0;
+    const double inverse = 1.0 / static_cast<double>(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      const double e = static_cast<double>(p[i]) - t[i];
+      const double a = std::abs(e);
+      const bool inside = a <= delta_;
+      sum += inside ? 0.5 * e * e : delta_ * a - 0.5 * delta_ * delta_;
+      if (g != nullptr) {
+        const double d = inside ? e : delta_ * ((e > 0) - (e < 0));
+        g[i] = static_cast<float>(scale * d * inverse);
+      }
+    }
+    return sum * inverse;
+  }
+
+ private:
+  double delta_;
+};
+
+}  // namespace loadstar::keras::losses

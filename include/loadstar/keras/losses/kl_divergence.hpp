@@ -1,0 +1,42 @@
+/// \file
+/// `KLDivergence`: `sum(y_true * log(y_true / y_pred), axis=-1)`, as `tf.keras.losses`.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "loadstar/keras/losses/detail/row_loss.hpp"
+
+namespace loadstar::keras::losses {
+
+/// The Kullback-Leibler divergence over the last axis, with both arguments clipped to
+/// `[epsilon, 1]` as Keras does (the gradient is 0 where `y_pred` was clipped).
+/// \code
+/// losses::KLDivergence kld;
+/// \endcode
+class KLDivergence : public detail::RowLoss<KLDivergence> {
+ public:
+  explicit KLDivergence(Reduction reduction = Reduction::sum_over_batch_size,
+                        std::string name = "kl_divergence")
+      : RowLoss(std::move(name), reduction) {}
+
+  std::string class_name() const override { return "KLDivergence"; }
+
+  double row(const float* t, const float* p, std::size_t n, float* g, double scale) const {
+    constexpr double eps = detail::loss_epsilon;
+    double sum = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const double y = std::clamp(static_cast<double>(t[i]), eps, 1.0);
+      const double q = std::clamp(static_cast<double>(p[i]), eps, 1.0);
+      sum += y * std::log(y / q);
+      if (g != nullptr) {
+        const bool inside = p[i] >= eps && p[i] <= 1.0;
+        g[i] = static_cast<float>(inside ? -scale * y / q : 0.0);
+      }
+    }
+    return sum;
+  }
+};
+
+}  // namespace loadstar::keras::losses

@@ -1,0 +1,38 @@
+/// \file
+/// `MeanAbsoluteError`: `mean(abs(y_true - y_pred), axis=-1)`, as `tf.keras.losses`.
+#pragma once
+
+#include <cmath>
+#include <string>
+
+#include "loadstar/keras/losses/detail/row_loss.hpp"
+
+namespace loadstar::keras::losses {
+
+/// The mean of the absolute errors over the last axis, then Keras's reduction (the derivative of
+/// `abs` at 0 is 0, as TensorFlow's).
+/// \code
+/// losses::MeanAbsoluteError mae;
+/// float loss = mae.compute(y_true, y_pred, nullptr, Tensor<float>());  // no gradient
+/// \endcode
+class MeanAbsoluteError : public detail::RowLoss<MeanAbsoluteError> {
+ public:
+  explicit MeanAbsoluteError(Reduction reduction = Reduction::sum_over_batch_size,
+                             std::string name = "mean_absolute_error")
+      : RowLoss(std::move(name), reduction) {}
+
+  std::string class_name() const override { return "MeanAbsoluteError"; }
+
+  double row(const float* t, const float* p, std::size_t n, float* g, double scale) const {
+    double sum = 0;
+    const double inverse = 1.0 / static_cast<double>(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      const double e = static_cast<double>(p[i]) - t[i];
+      sum += std::abs(e);
+      if (g != nullptr) g[i] = static_cast<float>(scale * ((e > 0) - (e < 0)) * inverse);
+    }
+    return sum * inverse;
+  }
+};
+
+}  // namespace loadstar::keras::losses

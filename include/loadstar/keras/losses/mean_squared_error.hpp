@@ -1,0 +1,36 @@
+/// \file
+/// `MeanSquaredError`: `mean(square(y_true - y_pred), axis=-1)`, as `tf.keras.losses`.
+#pragma once
+
+#include <string>
+
+#include "loadstar/keras/losses/detail/row_loss.hpp"
+
+namespace loadstar::keras::losses {
+
+/// The mean of the squared errors over the last axis, then Keras's reduction.
+/// \code
+/// losses::MeanSquaredError mse;
+/// float loss = mse.compute(y_true, y_pred, nullptr, gradient);  // gradient: y_pred's shape
+/// \endcode
+class MeanSquaredError : public detail::RowLoss<MeanSquaredError> {
+ public:
+  explicit MeanSquaredError(Reduction reduction = Reduction::sum_over_batch_size,
+                            std::string name = "mean_squared_error")
+      : RowLoss(std::move(name), reduction) {}
+
+  std::string class_name() const override { return "MeanSquaredError"; }
+
+  double row(const float* t, const float* p, std::size_t n, float* g, double scale) const {
+    double sum = 0;
+    const double inverse = 1.0 / static_cast<double>(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      const double e = static_cast<double>(p[i]) - t[i];
+      sum += e * e;
+      if (g != nullptr) g[i] = static_cast<float>(scale * 2.0 * e * inverse);
+    }
+    return sum * inverse;
+  }
+};
+
+}  // namespace loadstar::keras::losses

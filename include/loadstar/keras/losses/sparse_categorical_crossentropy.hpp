@@ -1,0 +1,98 @@
+/// \file
+/// `SparseCategoricalCrossentropy`, as `tf.keras.losses.SparseCategoricalCrossentropy`.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "loadstar/error.hpp"
+#include "loadstar/keras/losses/detail/row_loss.hpp"
+
+namespace loadstar::keras::losses {
+
+/// The cross-entropy of integer labels (held as float, shape `(n,)` or `(n, 1)`) against the last
+/// axis of `y_pred`.
+///
+/// With probabilities, Keras's `backend.sparse_categorical_crossentropy`: `p` is clipped to
+/// `[epsilon, 1 - epsilon]` and its log taken as logits, so the loss is
+/// `-log(c_y) + log(sum(c))` with `c` the clipped row. With logits, TensorFlow's
+/// `sparse_softmax_cross_entropy_with_logits`. A label outside `[0, classes)` is a `ConfigError`.
+/// \code
+/// losses::SparseCategoricalCrossentropy loss(/*from_logits=*/true);
+/// Tensor<float> labels({2}, {3, 0}), logits({2, 10}), gradient({2, 10});
+/// float value = loss.compute(labels, logits, nullptr, gradient);
+/// \endcode
+class SparseCategoricalCrossentropy : public detail::RowLoss<SparseCategoricalCrossentropy> {
+ public:
+  explicit SparseCategoricalCrossentropy(bool from_logits = false,
+                                         Reduction reduction = Reduction::sum_over_batch_size,
+                                         std::string name = "sparse_categorical_crossentropy")
+      : RowLoss(std::move(name), reduction), from_logits_(from_logits) {}
+
+  std::string class_name() const override { return "SparseCategoricalCrossentropy"; }
+  nlohmann::json get_config() const override {
+    return {{"name", name()}, {"from_logits", from_logits_}};
+  }
+  bool from_logits() const noexcept { return from_logits_; }
+
+  std::size_t true_size(std::size_t) const noexcept { return 1; }
+
+  void check_shapes(const Tensor<float>& y_true, const Tensor<float>& y_pred) const {
+    const Shape expected = detail::without_last_axis(y_pred.shape());
+    if (y_pred.rank() < 2 || !detail::shapes_fit(y_true.shape(), expected)) {
+      throw ShapeError(name() + ": y_true of shape " + y_true.shape().str() +
+                       " does not match y_pred of shape " + y_pred.shape().str() +
+                       " (expected one class index per row of shape " + expected.str() + ")");
+    }
+  }
+
+  void prepare(const Tensor<float>& y_true) const { check_labels(y_true, classes_hint_); }
+
+  float compute(const Tensor<float>& y_true, const Tensor<float>& y_pred,
+                const Tensor<float>* sample_weight, const Tensor<float>& gradient) override {
+    classes_hint_ = detail::last_axis(y_pred);
+    return RowLoss::compute(y_true, y_pred, sample_weight, gradient);
+  }
+
+  double row(const float* t, const float* p, std::size_t n, float* g, double scale) const {
+    const auto label = static_cast<std::size_t>(*t);
+    if (from_logits_) {
+      const double lse = detail::log_sum_exp(p, n);
+      if (g != nullptr) {
+        for (std::size_t i = 0; i < n; ++i)
+          g[i] = static_cast<float>(scale * (std::exp(p[i] - lse) - (i == label ? 1.0 : 0.0)));
+      }
+      return lse - p[label];
+    }
+    constexpr double eps = detail::loss_epsilon;
+    double total = 0;
+    for (std::size_t i = 0; i < n; ++i)
+      total += std::clamp(static_cast<double>(p[i]), eps, 1.0 - eps);
+    const double c_label = std::clamp(static_cast<double>(p[label]), eps, 1.0 - eps);
+    if (g != nullptr) {
+      for (std::size_t i = 0; i < n; ++i) {
+        const bool inside = p[i] >= eps && p[i] <= 1.0 - eps;
+        const double d = 1.0 / total - (i == label ? 1.0 / c_label : 0.0);
+        g[i] = static_cast<float>(inside ? scale * d : 0.0);
+      }
+    }
+    return std::log(total) - std::log(c_label);
+  }
+
+ private:
+  void check_labels(const Tensor<float>& y_true, std::size_t classes) const {
+    for (std::size_t i = 0; i < y_true.size(); ++i) {
+      const double v = y_true.data()[i];
+      if (!(v >= 0 && v < static_cast<double>(classes))) {
+        throw ConfigError(name() + ": label " + detail::format_value(v) + " at row " +
+                          std::to_string(i) + " is outside [0, " + std::to_string(classes) + ")");
+      }
+    }
+  }
+
+  bool from_logits_;
+  std::size_t classes_hint_ = 0;
+};
+
+}  // namespace loadstar::keras::losses
