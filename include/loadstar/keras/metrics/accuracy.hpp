@@ -1,0 +1,136 @@
+/// \file
+/// The accuracy metrics of `tf.keras.metrics`: `Accuracy`, `BinaryAccuracy`,
+/// `CategoricalAccuracy`, `SparseCategoricalAccuracy`, `TopKCategoricalAccuracy` and
+/// `SparseTopKCategoricalAccuracy`.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "loadstar/keras/metrics/detail/mean_wrapper.hpp"
+
+namespace loadstar::keras::metrics {
+
+/// How often `y_pred` equals `y_true`, element by element (`tf.keras.metrics.Accuracy`).
+/// \code
+/// metrics::Accuracy accuracy;
+/// accuracy.update_state(y_true, y_pred, nullptr);
+/// double value = accuracy.result();
+/// \endcode
+class Accuracy : public detail::MeanWrapper<Accuracy> {
+ public:
+  explicit Accuracy(std::string name = "accuracy") : MeanWrapper(std::move(name)) {}
+  std::string class_name() const override { return "Accuracy"; }
+  static constexpr bool elementwise = true;
+  double value(const float* t, const float* p, std::size_t) const { return *t == *p ? 1.0 : 0.0; }
+};
+
+/// How often `y_pred > threshold` matches the 0/1 label, averaged over the last axis.
+/// \code
+/// metrics::BinaryAccuracy accuracy("accuracy", 0.5);
+/// \endcode
+class BinaryAccuracy : public detail::MeanWrapper<BinaryAccuracy> {
+ public:
+  explicit BinaryAccuracy(std::string name = "binary_accuracy", double threshold = 0.5)
+      : MeanWrapper(std::move(name)), threshold_(threshold) {}
+  std::string class_name() const override { return "BinaryAccuracy"; }
+  nlohmann::json get_config() const override {
+    return {{"name", name()}, {"threshold", threshold_}};
+  }
+  double value(const float* t, const float* p, std::size_t n) const {
+    std::size_t hits = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const float predicted = p[i] > threshold_ ? 1.0f : 0.0f;
+      hits += t[i] == predicted ? 1 : 0;
+    }
+    return static_cast<double>(hits) / static_cast<double>(n);
+  }
+
+ private:
+  double threshold_;
+};
+
+/// How often the argmax of `y_pred` is the argmax of the one-hot `y_true`.
+/// \code
+/// metrics::CategoricalAccuracy accuracy;
+/// \endcode
+class CategoricalAccuracy : public detail::MeanWrapper<CategoricalAccuracy> {
+ public:
+  explicit CategoricalAccuracy(std::string name = "categorical_accuracy")
+      : MeanWrapper(std::move(name)) {}
+  std::string class_name() const override { return "CategoricalAccuracy"; }
+  double value(const float* t, const float* p, std::size_t n) const {
+    return detail::argmax(t, n) == detail::argmax(p, n) ? 1.0 : 0.0;
+  }
+};
+
+/// How often the argmax of `y_pred` equals the class index in `y_true` (shape `(n,)` or `(n, 1)`).
+/// \code
+/// metrics::SparseCategoricalAccuracy accuracy("accuracy");
+/// \endcode
+class SparseCategoricalAccuracy : public detail::MeanWrapper<SparseCategoricalAccuracy> {
+ public:
+  explicit SparseCategoricalAccuracy(std::string name = "sparse_categorical_accuracy")
+      : MeanWrapper(std::move(name)) {}
+  std::string class_name() const override { return "SparseCategoricalAccuracy"; }
+  std::size_t true_size(std::size_t) const noexcept { return 1; }
+  void check_shapes(const Tensor<float>& y_true, const Tensor<float>& y_pred) const {
+    check_sparse_shapes(y_true, y_pred);
+  }
+  double value(const float* t, const float* p, std::size_t n) const {
+    return static_cast<double>(*t) == static_cast<double>(detail::argmax(p, n)) ? 1.0 : 0.0;
+  }
+};
+
+/// How often the argmax of the one-hot `y_true` is among the `k` largest predictions.
+/// \code
+/// metrics::TopKCategoricalAccuracy top5;  // k = 5
+/// \endcode
+class TopKCategoricalAccuracy : public detail::MeanWrapper<TopKCategoricalAccuracy> {
+ public:
+  explicit TopKCategoricalAccuracy(std::size_t k = 5,
+                                   std::string name = "top_k_categorical_accuracy")
+      : MeanWrapper(std::move(name)), k_(k) {}
+  std::string class_name() const override { return "TopKCategoricalAccuracy"; }
+  nlohmann::json get_config() const override { return {{"name", name()}, {"k", k_}}; }
+  double value(const float* t, const float* p, std::size_t n) const {
+    return detail::in_top_k(p, n, detail::argmax(t, n), k_) ? 1.0 : 0.0;
+  }
+
+ private:
+  std::size_t k_;
+};
+
+/// How often the class index in `y_true` is among the `k` largest predictions; an index outside
+/// `[0, classes)` is a `ConfigError`.
+/// \code
+/// metrics::SparseTopKCategoricalAccuracy top3(3);
+/// \endcode
+class SparseTopKCategoricalAccuracy : public detail::MeanWrapper<SparseTopKCategoricalAccuracy> {
+ public:
+  explicit SparseTopKCategoricalAccuracy(std::size_t k = 5,
+                                         std::string name = "sparse_top_k_categorical_accuracy")
+      : MeanWrapper(std::move(name)), k_(k) {}
+  std::string class_name() const override { return "SparseTopKCategoricalAccuracy"; }
+  nlohmann::json get_config() const override { return {{"name", name()}, {"k", k_}}; }
+  std::size_t true_size(std::size_t) const noexcept { return 1; }
+  void check_shapes(const Tensor<float>& y_true, const Tensor<float>& y_pred) const {
+    check_sparse_shapes(y_true, y_pred);
+    const std::size_t classes = detail::last_axis(y_pred);
+    for (std::size_t i = 0; i < y_true.size(); ++i) {
+      const double v = y_true.data()[i];
+      if (!(v >= 0 && v < static_cast<double>(classes))) {
+        throw ConfigError(name() + ": label " + detail::format_value(v) + " at row " +
+                          std::to_string(i) + " is outside [0, " + std::to_string(classes) + ")");
+      }
+    }
+  }
+  double value(const float* t, const float* p, std::size_t n) const {
+    return detail::in_top_k(p, n, static_cast<std::size_t>(*t), k_) ? 1.0 : 0.0;
+  }
+
+ private:
+  std::size_t k_;
+};
+
+}  // namespace loadstar::keras::metrics

@@ -1,0 +1,82 @@
+/// \file
+/// Weighted confusion counts at thresholds, as Keras's
+/// `metrics_utils.update_confusion_matrix_variables`.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "loadstar/keras/losses/detail/row_loss.hpp"
+#include "loadstar/tensor/tensor.hpp"
+
+namespace loadstar::keras::detail {
+
+/// Counts of true/false positives and negatives at sorted thresholds, where a prediction is
+/// positive at a threshold when it is strictly greater (Keras) and a label is positive when it is
+/// not 0 (Keras casts labels to bool). Each element counts with its batch row's sample weight.
+class ConfusionCounts {
+ public:
+  explicit ConfusionCounts(std::vector<double> thresholds)
+      : thresholds_(std::move(thresholds)),
+        positives_(thresholds_.size() + 1),
+        negatives_(thresholds_.size() + 1) {}
+
+  void update(const std::string& owner, const Tensor<float>& y_true, const Tensor<float>& y_pred,
+              const Tensor<float>* sample_weight) {
+    if (!shapes_fit(y_true.shape(), y_pred.shape())) {
+      throw ShapeError(owner + ": y_true of shape " + y_true.shape().str() +
+                       " does not match y_pred of shape " + y_pred.shape().str());
+    }
+    check_sample_weight(owner, sample_weight, y_pred);
+    const std::size_t per_row = y_pred.rows() == 0 ? 1 : y_pred.size() / y_pred.rows();
+    for (std::size_t j = 0; j < y_pred.size(); ++j) {
+      const double weight =
+          sample_weight == nullptr ? 1.0 : static_cast<double>(sample_weight->data()[j / per_row]);
+      // The bucket is the number of thresholds below the prediction: positive at those.
+      const auto bucket =
+          static_cast<std::size_t>(std::lower_bound(thresholds_.begin(), thresholds_.end(),
+                                                    static_cast<double>(y_pred.data()[j])) -
+                                   thresholds_.begin());
+      (y_true.data()[j] != 0 ? positives_ : negatives_)[bucket] += weight;
+    }
+  }
+
+  /// True positives at threshold `i`: positive labels predicted above it.
+  double true_positives(std::size_t i) const { return above(positives_, i); }
+  double false_positives(std::size_t i) const { return above(negatives_, i); }
+  double false_negatives(std::size_t i) const { return below(positives_, i); }
+  double true_negatives(std::size_t i) const { return below(negatives_, i); }
+  std::size_t size() const noexcept { return thresholds_.size(); }
+
+  void reset() {
+    std::fill(positives_.begin(), positives_.end(), 0.0);
+    std::fill(negatives_.begin(), negatives_.end(), 0.0);
+  }
+
+ private:
+  // Bucket b holds predictions above thresholds 0..b-1, so above threshold i means b > i.
+  static double above(const std::vector<double>& counts, std::size_t i) {
+    double sum = 0;
+    for (std::size_t b = i + 1; b < counts.size(); ++b)
+      sum += counts[b];
+    return sum;
+  }
+  static double below(const std::vector<double>& counts, std::size_t i) {
+    double sum = 0;
+    for (std::size_t b = 0; b <= i; ++b)
+      sum += counts[b];
+    return sum;
+  }
+
+  std::vector<double> thresholds_;
+  std::vector<double> positives_;
+  std::vector<double> negatives_;
+};
+
+inline double divide_no_nan(double a, double b) {
+  return b == 0 ? 0.0 : a / b;
+}
+
+}  // namespace loadstar::keras::detail

@@ -1,0 +1,98 @@
+/// \file
+/// The machinery of Keras's `MeanMetricWrapper`: a weighted running mean of per-sample values.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "loadstar/error.hpp"
+#include "loadstar/keras/losses/detail/row_loss.hpp"
+#include "loadstar/keras/metrics/metric.hpp"
+#include "loadstar/tensor/tensor.hpp"
+
+namespace loadstar::keras::detail {
+
+/// A weighted running mean (Keras's `Reduce` metric with `WEIGHTED_MEAN`): `total / count`, or 0
+/// before any weight was seen (`div_no_nan`).
+struct RunningMean {
+  double total = 0;
+  double count = 0;
+  void add(double value, double weight) {
+    total += value * weight;
+    count += weight;
+  }
+  double result() const { return count == 0 ? 0.0 : total / count; }
+};
+
+/// A metric that is the weighted mean of one value per last-axis row of `y_pred` (or per element
+/// when `Derived::elementwise`), each weighted by its batch row's sample weight, as Keras's
+/// `MeanMetricWrapper`. `Derived` provides `double value(const float* y_true, const float* y_pred,
+/// std::size_t classes) const`, `true_size(classes)` and `check_shapes(y_true, y_pred)`.
+template <class Derived>
+class MeanWrapper : public Metric {
+ public:
+  using Metric::Metric;
+
+  void update_state(const Tensor<float>& y_true, const Tensor<float>& y_pred,
+                    const Tensor<float>* sample_weight) override {
+    const auto& self = static_cast<const Derived&>(*this);
+    self.check_shapes(y_true, y_pred);
+    check_sample_weight(name(), sample_weight, y_pred);
+    const std::size_t classes = Derived::elementwise ? 1 : last_axis(y_pred);
+    const std::size_t values = classes == 0 ? 0 : y_pred.size() / classes;
+    const std::size_t true_size = self.true_size(classes);
+    const std::size_t per_row = y_pred.rows() == 0 ? 1 : values / y_pred.rows();
+    for (std::size_t j = 0; j < values; ++j) {
+      const double weight =
+          sample_weight == nullptr ? 1.0 : static_cast<double>(sample_weight->data()[j / per_row]);
+      mean_.add(self.value(y_true.data() + j * true_size, y_pred.data() + j * classes, classes),
+                weight);
+    }
+  }
+  double result() const override { return mean_.result(); }
+  void reset_state() override { mean_ = {}; }
+
+  static constexpr bool elementwise = false;
+  std::size_t true_size(std::size_t classes) const noexcept { return classes; }
+  void check_shapes(const Tensor<float>& y_true, const Tensor<float>& y_pred) const {
+    if (!shapes_fit(y_true.shape(), y_pred.shape())) {
+      throw ShapeError(name() + ": y_true of shape " + y_true.shape().str() +
+                       " does not match y_pred of shape " + y_pred.shape().str());
+    }
+  }
+
+ protected:
+  /// Throws `ShapeError` unless `y_true` holds one label per last-axis row of `y_pred`.
+  void check_sparse_shapes(const Tensor<float>& y_true, const Tensor<float>& y_pred) const {
+    const Shape expected = without_last_axis(y_pred.shape());
+    if (y_pred.rank() < 2 || !shapes_fit(y_true.shape(), expected)) {
+      throw ShapeError(name() + ": y_true of shape " + y_true.shape().str() +
+                       " does not match y_pred of shape " + y_pred.shape().str() +
+                       " (expected one class index per row of shape " + expected.str() + ")");
+    }
+  }
+
+ private:
+  RunningMean mean_;
+};
+
+/// The index of the largest element (the first one on ties, as `tf.argmax`).
+inline std::size_t argmax(const float* x, std::size_t n) {
+  std::size_t best = 0;
+  for (std::size_t i = 1; i < n; ++i)
+    if (x[i] > x[best]) best = i;
+  return best;
+}
+
+/// `tf.math.in_top_k`: whether `x[target]` is among the `k` largest (ties at the boundary count
+/// as inside; a non-finite `x[target]` is not).
+inline bool in_top_k(const float* x, std::size_t n, std::size_t target, std::size_t k) {
+  const float v = x[target];
+  if (!std::isfinite(v)) return false;
+  std::size_t greater = 0;
+  for (std::size_t i = 0; i < n; ++i)
+    greater += x[i] > v ? 1 : 0;
+  return greater < k;
+}
+
+}  // namespace loadstar::keras::detail

@@ -1,0 +1,45 @@
+/// \file
+/// `Mean`: the weighted running mean of a value, as `tf.keras.metrics.Mean`.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "loadstar/keras/metrics/detail/mean_wrapper.hpp"
+
+namespace loadstar::keras::metrics {
+
+/// The weighted mean of the values given so far (what Keras logs the loss with: each batch's loss
+/// weighted by its batch size).
+/// \code
+/// metrics::Mean loss_tracker("loss");
+/// loss_tracker.update_state(0.7, 32);
+/// loss_tracker.update_state(0.5, 16);
+/// loss_tracker.result();  // (0.7 * 32 + 0.5 * 16) / 48
+/// \endcode
+class Mean : public Metric {
+ public:
+  explicit Mean(std::string name = "mean") : Metric(std::move(name)) {}
+  std::string class_name() const override { return "Mean"; }
+
+  /// Adds one value with a weight.
+  void update_state(double value, double weight = 1.0) { mean_.add(value, weight); }
+
+  /// Adds every element of `values` (`y_true` is ignored), weighted by its row's weight.
+  void update_state(const Tensor<float>&, const Tensor<float>& values,
+                    const Tensor<float>* sample_weight) override {
+    detail::check_sample_weight(name(), sample_weight, values);
+    const std::size_t per_row = values.rows() == 0 ? 1 : values.size() / values.rows();
+    for (std::size_t j = 0; j < values.size(); ++j) {
+      mean_.add(values.data()[j],
+                sample_weight == nullptr ? 1.0 : sample_weight->data()[j / per_row]);
+    }
+  }
+  double result() const override { return mean_.result(); }
+  void reset_state() override { mean_ = {}; }
+
+ private:
+  detail::RunningMean mean_;
+};
+
+}  // namespace loadstar::keras::metrics

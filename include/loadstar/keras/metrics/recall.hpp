@@ -1,0 +1,41 @@
+/// \file
+/// `Recall`: `tp / (tp + fn)` at a threshold, as `tf.keras.metrics.Recall`.
+#pragma once
+
+#include <string>
+
+#include "loadstar/keras/metrics/detail/confusion.hpp"
+#include "loadstar/keras/metrics/metric.hpp"
+
+namespace loadstar::keras::metrics {
+
+/// The weighted recall of `y_pred > threshold` against labels that are not 0; 0 while no
+/// label was positive.
+/// \code
+/// metrics::Recall recall;
+/// recall.update_state(labels, probabilities, nullptr);
+/// \endcode
+class Recall : public Metric {
+ public:
+  explicit Recall(double threshold = 0.5, std::string name = "recall")
+      : Metric(std::move(name)), threshold_(threshold), counts_({threshold}) {}
+  std::string class_name() const override { return "Recall"; }
+  nlohmann::json get_config() const override {
+    return {{"name", name()}, {"thresholds", threshold_}};
+  }
+  void update_state(const Tensor<float>& y_true, const Tensor<float>& y_pred,
+                    const Tensor<float>* sample_weight) override {
+    counts_.update(name(), y_true, y_pred, sample_weight);
+  }
+  double result() const override {
+    const double tp = counts_.true_positives(0);
+    return detail::divide_no_nan(tp, tp + counts_.false_negatives(0));
+  }
+  void reset_state() override { counts_.reset(); }
+
+ private:
+  double threshold_;
+  detail::ConfusionCounts counts_;
+};
+
+}  // namespace loadstar::keras::metrics
