@@ -1,0 +1,82 @@
+/// \file
+/// `Activation`: Keras's activation functions by name (`"relu"`, `"softmax"`, ...).
+#pragma once
+
+#include <array>
+#include <string>
+#include <string_view>
+
+#include "loadstar/error.hpp"
+
+namespace loadstar::keras {
+
+/// An activation function of `tf.keras.activations` (Keras 2 semantics).
+///
+/// `gelu` is the exact (erf) form, Keras's default `approximate=False`; `hard_sigmoid` is Keras 2's
+/// `max(0, min(1, 0.2 x + 0.5))`; `softmax` acts over the last axis.
+/// \code
+/// Activation a = activation_from_name("relu");
+/// activation_name(a);  // "relu"
+/// \endcode
+enum class Activation {
+  linear,
+  relu,
+  sigmoid,
+  tanh,
+  softmax,
+  elu,
+  selu,
+  softplus,
+  softsign,
+  gelu,
+  swish,
+  hard_sigmoid,
+  exponential,
+};
+
+namespace detail {
+inline constexpr std::array<std::pair<std::string_view, Activation>, 13> activation_names{{
+    {"linear", Activation::linear},
+    {"relu", Activation::relu},
+    {"sigmoid", Activation::sigmoid},
+    {"tanh", Activation::tanh},
+    {"softmax", Activation::softmax},
+    {"elu", Activation::elu},
+    {"selu", Activation::selu},
+    {"softplus", Activation::softplus},
+    {"softsign", Activation::softsign},
+    {"gelu", Activation::gelu},
+    {"swish", Activation::swish},
+    {"hard_sigmoid", Activation::hard_sigmoid},
+    {"exponential", Activation::exponential},
+}};
+}  // namespace detail
+
+/// The activation named `name` as Keras spells it; `""` and `"None"` mean `linear` as in Keras.
+/// Throws `ConfigError` listing the known names for an unknown one.
+inline Activation activation_from_name(std::string_view name) {
+  if (name.empty() || name == "None") return Activation::linear;
+  for (const auto& [known, kind] : detail::activation_names)
+    if (known == name) return kind;
+  std::string message = "unknown activation '" + std::string(name) + "'; known: ";
+  for (std::size_t i = 0; i < detail::activation_names.size(); ++i) {
+    if (i > 0) message += ", ";
+    message += detail::activation_names[i].first;
+  }
+  throw ConfigError(message);
+}
+
+/// Keras's name of the activation (`"relu"`).
+inline std::string activation_name(Activation kind) {
+  for (const auto& [known, k] : detail::activation_names)
+    if (k == kind) return std::string(known);
+  return "linear";
+}
+
+/// Whether the activation's derivative needs its input: all others are computed from the output
+/// alone, so that a layer need not keep its pre-activation between `forward` and `backward`.
+constexpr bool activation_gradient_needs_input(Activation kind) noexcept {
+  return kind == Activation::gelu || kind == Activation::swish;
+}
+
+}  // namespace loadstar::keras

@@ -1,0 +1,206 @@
+/// \file
+/// `Backend`: the kernels every layer computes with (GEMM, convolution, pooling, elementwise and
+/// reduction kernels), so that another backend (CUDA) adds kernels without touching the layers.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+
+#include "loadstar/keras/activations.hpp"
+#include "loadstar/tensor/tensor.hpp"
+
+namespace loadstar::keras {
+
+/// The geometry of a 2-D convolution over channels-last inputs `(batch, in_h, in_w, in_c)` with a
+/// kernel `(kernel_h, kernel_w, in_c, out_c)` (Keras's layout) giving `(batch, out_h, out_w,
+/// out_c)`.
+struct Conv2DGeometry {
+  std::size_t batch = 0, in_h = 0, in_w = 0, in_c = 0;
+  std::size_t out_h = 0, out_w = 0, out_c = 0;
+  std::size_t kernel_h = 1, kernel_w = 1;
+  std::size_t stride_h = 1, stride_w = 1;
+  std::size_t dilation_h = 1, dilation_w = 1;
+  /// Zero padding before the first row and column (TensorFlow's rule: `total / 2`).
+  std::size_t pad_top = 0, pad_left = 0;
+
+  /// The number of columns of one im2col row: `kernel_h * kernel_w * in_c`.
+  std::size_t patch_size() const noexcept { return kernel_h * kernel_w * in_c; }
+};
+
+/// The geometry of a 2-D pooling over channels-last inputs.
+struct Pool2DGeometry {
+  std::size_t batch = 0, in_h = 0, in_w = 0, channels = 0;
+  std::size_t out_h = 0, out_w = 0;
+  std::size_t pool_h = 1, pool_w = 1;
+  std::size_t stride_h = 1, stride_w = 1;
+  std::size_t pad_top = 0, pad_left = 0;
+};
+
+/// Keras/TensorFlow output size and padding before of one spatial axis: `valid` gives
+/// `ceil((in - (k - 1) * d) / s)`, `same` gives `ceil(in / s)` with a total padding of
+/// `max((out - 1) * s + (k - 1) * d + 1 - in, 0)`, `total / 2` of it before.
+struct AxisGeometry {
+  std::size_t out = 0;
+  std::size_t pad_before = 0;
+};
+
+/// The output size and padding of one axis under `same` (`true`) or `valid` padding; `out` is 0
+/// when a `valid` window does not fit.
+inline AxisGeometry axis_geometry(std::size_t in, std::size_t kernel, std::size_t stride,
+                                  std::size_t dilation, bool same) noexcept {
+  const std::size_t span = (kernel - 1) * dilation + 1;
+  if (!same) return {in >= span ? (in - span) / stride + 1 : 0, 0};
+  const std::size_t out = (in + stride - 1) / stride;
+  const std::size_t needed = out == 0 ? 0 : (out - 1) * stride + span;
+  const std::size_t total = needed > in ? needed - in : 0;
+  return {out, total / 2};
+}
+
+/// The kernels layers compute with, all on `Tensor<float>` (a CUDA backend holds device tensors).
+///
+/// Matrices are tensors seen as `rows() x row_size()` (`as_matrix`). Output tensors are written,
+/// never resized; gradients of weights are accumulated (`beta = 1`) as `Layer::backward` requires.
+/// \code
+/// CpuBackend backend(4);
+/// backend.gemm(x, false, kernel, false, y);  // y = x * kernel
+/// backend.bias_add(y, bias);
+/// \endcode
+class Backend {
+ public:
+  Backend() = default;
+  virtual ~Backend() = default;
+  Backend(const Backend&) = delete;
+  Backend& operator=(const Backend&) = delete;
+
+  /// The number of threads the backend computes with.
+  virtual std::size_t threads() const noexcept = 0;
+
+  // --- Linear algebra -----------------------------------------------------------------------
+
+  /// `c = alpha * op(a) * op(b) + beta * c` on the matrices `a`, `b`, `c`; `op` transposes when
+  /// asked. With `beta == 0`, `c`'s previous contents are ignored (even NaN).
+  virtual void gemm(const Tensor<float>& a, bool transpose_a, const Tensor<float>& b,
+                    bool transpose_b, const Tensor<float>& c, float alpha = 1.0F,
+                    float beta = 0.0F) = 0;
+  /// Adds `bias` (of `n` elements) to every group of `n` consecutive elements of `x` (the last
+  /// axis).
+  virtual void bias_add(const Tensor<float>& x, const Tensor<float>& bias) = 0;
+  /// `out = beta * out + (sums of x over all but the last axis)`; `out` has `n` elements and `x`
+  /// is seen as `(size / n, n)` (the bias gradient).
+  virtual void column_sums(const Tensor<float>& x, const Tensor<float>& out, float beta) = 0;
+
+  // --- Elementwise --------------------------------------------------------------------------
+
+  /// Every element of `x` set to `value`.
+  virtual void fill(const Tensor<float>& x, float value) = 0;
+  /// `y = x` (same number of elements).
+  virtual void copy(const Tensor<float>& x, const Tensor<float>& y) = 0;
+  /// `x *= alpha`.
+  virtual void scale(const Tensor<float>& x, float alpha) = 0;
+  /// `y += alpha * x`.
+  virtual void axpy(float alpha, const Tensor<float>& x, const Tensor<float>& y) = 0;
+  /// `out = a + b` (`out` may be `a` or `b`).
+  virtual void add(const Tensor<float>& a, const Tensor<float>& b, const Tensor<float>& out) = 0;
+
+  /// `y = f(x)`; `softmax` acts over the last axis. `y` may be `x`.
+  virtual void activation_forward(Activation kind, const Tensor<float>& x,
+                                  const Tensor<float>& y) = 0;
+  /// `dx = f'(x) * dy` (softmax: the Jacobian-vector product over the last axis). Computed from
+  /// the output `y`, except for `activation_gradient_needs_input(kind)` kinds, which read `x`
+  /// (otherwise `x` may be empty). `dx` may be `dy`.
+  virtual void activation_backward(Activation kind, const Tensor<float>& x, const Tensor<float>& y,
+                                   const Tensor<float>& dy, const Tensor<float>& dx) = 0;
+
+  /// Keras's `ReLU` (and `LeakyReLU`): `max_value` for `x >= max_value`, `x` for
+  /// `threshold <= x < max_value`, `negative_slope * (x - threshold)` below.
+  virtual void relu_forward(const Tensor<float>& x, const Tensor<float>& y,
+                            std::optional<float> max_value, float negative_slope,
+                            float threshold) = 0;
+  virtual void relu_backward(const Tensor<float>& x, const Tensor<float>& dy,
+                             const Tensor<float>& dx, std::optional<float> max_value,
+                             float negative_slope, float threshold) = 0;
+
+  /// `y = softmax(x)` over `axis`.
+  virtual void softmax_forward(const Tensor<float>& x, const Tensor<float>& y,
+                               std::size_t axis) = 0;
+  /// `dx = y * (dy - sum(dy * y))` over `axis`.
+  virtual void softmax_backward(const Tensor<float>& y, const Tensor<float>& dy,
+                                const Tensor<float>& dx, std::size_t axis) = 0;
+
+  /// Inverted dropout: element `i` is kept when a counter-based hash of `(key, i)` falls at or
+  /// above `rate`, and kept elements are scaled by `1 / (1 - rate)`. The same key gives the same
+  /// mask, so `backward` applies it again to the gradient without storing it.
+  virtual void dropout(const Tensor<float>& x, const Tensor<float>& y, float rate,
+                       std::uint64_t key) = 0;
+
+  // --- Convolution and pooling -----------------------------------------------------------------
+
+  /// Unfolds the input into `columns` of shape `(batch * out_h * out_w, patch_size)`, each row a
+  /// receptive field in `(kh, kw, in_c)` order (zeros where it falls into the padding).
+  virtual void im2col(const Tensor<float>& x, const Conv2DGeometry& g,
+                      const Tensor<float>& columns) = 0;
+  /// The adjoint of `im2col`: `dx = 0`, then every column element is added back to its pixel.
+  virtual void col2im(const Tensor<float>& columns, const Conv2DGeometry& g,
+                      const Tensor<float>& dx) = 0;
+
+  virtual void max_pool_forward(const Tensor<float>& x, const Pool2DGeometry& g,
+                                const Tensor<float>& y) = 0;
+  /// Routes each output gradient to the first maximum of its window (recomputed from `x`).
+  virtual void max_pool_backward(const Tensor<float>& x, const Pool2DGeometry& g,
+                                 const Tensor<float>& dy, const Tensor<float>& dx) = 0;
+  /// Averages over the window's elements inside the input (TensorFlow's `same` padding).
+  virtual void avg_pool_forward(const Tensor<float>& x, const Pool2DGeometry& g,
+                                const Tensor<float>& y) = 0;
+  virtual void avg_pool_backward(const Pool2DGeometry& g, const Tensor<float>& dy,
+                                 const Tensor<float>& dx) = 0;
+  /// `(batch, h, w, c)` to `(batch, c)`: mean (or max) over `h * w`.
+  virtual void global_pool_forward(const Tensor<float>& x, bool max, const Tensor<float>& y) = 0;
+  virtual void global_pool_backward(const Tensor<float>& x, bool max, const Tensor<float>& dy,
+                                    const Tensor<float>& dx) = 0;
+
+  // --- Normalisation -----------------------------------------------------------------------------
+
+  /// Mean and biased variance over all but the last axis (`x` as `(n, c)`).
+  virtual void moments(const Tensor<float>& x, const Tensor<float>& mean,
+                       const Tensor<float>& variance) = 0;
+  /// `y = gamma * (x - mean) / sqrt(variance + epsilon) + beta` over the last axis; an empty
+  /// `gamma` means 1 and an empty `beta` 0.
+  virtual void batch_norm_forward(const Tensor<float>& x, const Tensor<float>& mean,
+                                  const Tensor<float>& variance, const Tensor<float>& gamma,
+                                  const Tensor<float>& beta, float epsilon,
+                                  const Tensor<float>& y) = 0;
+  /// The gradient of `batch_norm_forward` with respect to `x`, `gamma` and `beta` (the latter two
+  /// accumulated; skipped when empty). `training` means that `mean` and `variance` are the
+  /// batch's own statistics (and so depend on `x`); otherwise they are constants.
+  virtual void batch_norm_backward(const Tensor<float>& x, const Tensor<float>& mean,
+                                   const Tensor<float>& variance, const Tensor<float>& gamma,
+                                   float epsilon, bool training, const Tensor<float>& dy,
+                                   const Tensor<float>& dx, const Tensor<float>& dgamma,
+                                   const Tensor<float>& dbeta) = 0;
+  /// `moving = moving * momentum + value * (1 - momentum)`.
+  virtual void moving_average(const Tensor<float>& moving, const Tensor<float>& value,
+                              float momentum) = 0;
+
+  // --- Indexing and layout
+  // -------------------------------------------------------------------------
+
+  /// `out[i, :] = table[indices[i], :]` with `indices` given as floats (cast toward zero). Returns
+  /// the position of the first index outside `[0, table.rows())` (then `out` is unspecified).
+  virtual std::optional<std::size_t> gather(const Tensor<float>& indices,
+                                            const Tensor<float>& table,
+                                            const Tensor<float>& out) = 0;
+  /// `table_gradient[indices[i], :] += dy[i, :]` (indices already validated by `gather`).
+  virtual void scatter_add(const Tensor<float>& indices, const Tensor<float>& dy,
+                           const Tensor<float>& table_gradient) = 0;
+  /// Concatenates `parts` along `axis` into `out`.
+  virtual void concatenate(std::span<const Tensor<float>> parts, std::size_t axis,
+                           const Tensor<float>& out) = 0;
+  /// The adjoint: copies the slices of `x` along `axis`, `extents[i]` wide, into `parts` (an
+  /// empty part is skipped).
+  virtual void split(const Tensor<float>& x, std::size_t axis, std::span<const std::size_t> extents,
+                     std::span<const Tensor<float>> parts) = 0;
+};
+
+}  // namespace loadstar::keras

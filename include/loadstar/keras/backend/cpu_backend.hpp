@@ -1,0 +1,716 @@
+/// \file
+/// `CpuBackend`: the `Backend` on the CPU, with Eigen for the matrix work and oneTBB for threads.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+#include <tbb/partitioner.h>
+#include <tbb/task_arena.h>
+
+#include "loadstar/error.hpp"
+#include "loadstar/keras/backend/backend.hpp"
+#include "loadstar/keras/initializers.hpp"
+#include "loadstar/tensor/eigen.hpp"
+
+namespace loadstar::keras {
+
+namespace detail {
+
+/// The scaled exponential linear unit's constants (Klambauer et al. 2017, as in Keras).
+inline constexpr float selu_alpha = 1.67326324235437728481704299167F;
+inline constexpr float selu_scale = 1.05070098735548049341933498529F;
+
+inline float sigmoid(float x) noexcept {
+  return 1.0F / (1.0F + std::exp(-x));
+}
+
+inline float activate(Activation kind, float x) noexcept {
+  switch (kind) {
+    case Activation::linear:
+    case Activation::softmax:
+      return x;
+    case Activation::relu:
+      return x > 0.0F ? x : 0.0F;
+    case Activation::sigmoid:
+      return sigmoid(x);
+    case Activation::tanh:
+      return std::tanh(x);
+    case Activation::elu:
+      return x > 0.0F ? x : std::expm1(x);
+    case Activation::selu:
+      return x > 0.0F ? selu_scale * x : selu_scale * selu_alpha * std::expm1(x);
+    case Activation::softplus:
+      return std::log1p(std::exp(-std::abs(x))) + std::max(x, 0.0F);
+    case Activation::softsign:
+      return x / (1.0F + std::abs(x));
+    case Activation::gelu:
+      return 0.5F * x * (1.0F + std::erf(x * 0.70710678118654752F));
+    case Activation::swish:
+      return x * sigmoid(x);
+    case Activation::hard_sigmoid:
+      return std::clamp(0.2F * x + 0.5F, 0.0F, 1.0F);
+    case Activation::exponential:
+      return std::exp(x);
+  }
+  return x;
+}
+
+/// The derivative times `dy`, from the output `y` (and the input `x` where it is needed).
+inline float activation_gradient(Activation kind, float x, float y, float dy) noexcept {
+  switch (kind) {
+    case Activation::linear:
+    case Activation::softmax:
+      return dy;
+    case Activation::relu:
+      return y > 0.0F ? dy : 0.0F;
+    case Activation::sigmoid:
+      return dy * y * (1.0F - y);
+    case Activation::tanh:
+      return dy * (1.0F - y * y);
+    case Activation::elu:
+      return y > 0.0F ? dy : dy * (y + 1.0F);
+    case Activation::selu:
+      return y > 0.0F ? dy * selu_scale : dy * (y + selu_scale * selu_alpha);
+    // softplus' = sigmoid(x) = 1 - exp(-y).
+    case Activation::softplus:
+      return -dy * std::expm1(-y);
+    // softsign' = 1 / (1 + |x|)^2 = (1 - |y|)^2.
+    case Activation::softsign:
+      return dy * (1.0F - std::abs(y)) * (1.0F - std::abs(y));
+    case Activation::gelu: {
+      const float cdf = 0.5F * (1.0F + std::erf(x * 0.70710678118654752F));
+      const float pdf = 0.39894228040143268F * std::exp(-0.5F * x * x);
+      return dy * (cdf + x * pdf);
+    }
+    case Activation::swish: {
+      const float s = sigmoid(x);
+      return dy * (s + x * s * (1.0F - s));
+    }
+    case Activation::hard_sigmoid:
+      return y > 0.0F && y < 1.0F ? 0.2F * dy : 0.0F;
+    case Activation::exponential:
+      return dy * y;
+  }
+  return dy;
+}
+
+/// `(outer, length, inner)`: a tensor seen around one axis.
+struct AxisView {
+  std::size_t outer = 1, length = 1, inner = 1;
+};
+
+inline AxisView axis_view(const Shape& shape, std::size_t axis) noexcept {
+  AxisView v;
+  for (std::size_t i = 0; i < shape.rank(); ++i) {
+    if (i < axis) v.outer *= shape[i];
+    if (i == axis) v.length = shape[i];
+    if (i > axis) v.inner *= shape[i];
+  }
+  return v;
+}
+
+}  // namespace detail
+
+/// The CPU backend: Eigen for GEMM (through `as_matrix` maps with `.noalias()`), hand-written
+/// kernels for the rest, and a `tbb::task_arena` of the user's thread count.
+///
+/// Work is cut into a fixed number of chunks that depends only on the sizes and the thread count,
+/// never on scheduling, so that the same thread count gives bitwise identical results. Reductions
+/// (bias gradients, batch statistics, pooling) keep one thread per output element and so give the
+/// same bits for any thread count; GEMM is split by rows and may differ in the last bits between
+/// thread counts, as Eigen's blocking depends on the block sizes.
+/// \code
+/// CpuBackend backend(4);  // four threads
+/// CallContext ctx{.backend = backend, .training = true};
+/// \endcode
+class CpuBackend final : public Backend {
+ public:
+  /// A backend computing with `threads` threads (at least 1; throws `ConfigError` for 0).
+  explicit CpuBackend(std::size_t threads = 1)
+      : threads_(threads), arena_(static_cast<int>(std::max<std::size_t>(threads, 1))) {
+    if (threads == 0)
+      throw ConfigError("cpu backend: the thread count must be at least 1 but is 0");
+  }
+
+  std::size_t threads() const noexcept override { return threads_; }
+
+  void gemm(const Tensor<float>& a, bool transpose_a, const Tensor<float>& b, bool transpose_b,
+            const Tensor<float>& c, float alpha, float beta) override {
+    const auto A = as_matrix(a);
+    const auto B = as_matrix(b);
+    auto C = as_matrix(c);
+    const auto m = static_cast<std::size_t>(transpose_a ? A.cols() : A.rows());
+    LOADSTAR_ASSERT(m == c.rows(), "gemm: rows of op(a) and c differ");
+    LOADSTAR_ASSERT((transpose_a ? A.rows() : A.cols()) == (transpose_b ? B.cols() : B.rows()),
+                    "gemm: inner dimensions differ");
+    LOADSTAR_ASSERT((transpose_b ? B.rows() : B.cols()) == C.cols(), "gemm: columns differ");
+    auto run = [&](const auto& op_a, const auto& op_b) {
+      // At least 32 rows per chunk: smaller blocks cost more in packing than they gain.
+      parallel(m, 32, [&](std::size_t r0, std::size_t r1) {
+        const auto rows = static_cast<Eigen::Index>(r1 - r0);
+        const auto first = static_cast<Eigen::Index>(r0);
+        auto block = C.middleRows(first, rows);
+        if (beta == 0.0F) {
+          block.noalias() = alpha * (op_a.middleRows(first, rows) * op_b);
+        } else {
+          if (beta != 1.0F) block *= beta;
+          block.noalias() += alpha * (op_a.middleRows(first, rows) * op_b);
+        }
+      });
+    };
+    if (!transpose_a && !transpose_b) run(A, B);
+    if (!transpose_a && transpose_b) run(A, B.transpose());
+    if (transpose_a && !transpose_b) run(A.transpose(), B);
+    if (transpose_a && transpose_b) run(A.transpose(), B.transpose());
+  }
+
+  void bias_add(const Tensor<float>& x, const Tensor<float>& bias) override {
+    const std::size_t n = bias.size();
+    LOADSTAR_ASSERT(n > 0 && x.size() % n == 0, "bias_add: sizes do not fit");
+    const std::size_t rows = x.size() / n;
+    parallel(rows, 64, [&](std::size_t r0, std::size_t r1) {
+      for (std::size_t r = r0; r < r1; ++r) {
+        float* row = x.data() + r * n;
+        for (std::size_t j = 0; j < n; ++j)
+          row[j] += bias.data()[j];
+      }
+    });
+  }
+
+  void column_sums(const Tensor<float>& x, const Tensor<float>& out, float beta) override {
+    const std::size_t n = out.size();
+    LOADSTAR_ASSERT(n > 0 && x.size() % n == 0, "column_sums: sizes do not fit");
+    const std::size_t rows = x.size() / n;
+    parallel(n, 16, [&](std::size_t c0, std::size_t c1) {
+      for (std::size_t c = c0; c < c1; ++c) {
+        double sum = 0.0;
+        for (std::size_t r = 0; r < rows; ++r)
+          sum += x.data()[r * n + c];
+        out.data()[c] = static_cast<float>(beta == 0.0F ? sum : beta * out.data()[c] + sum);
+      }
+    });
+  }
+
+  void fill(const Tensor<float>& x, float value) override {
+    elementwise(x.size(), [&](std::size_t i) { x.data()[i] = value; });
+  }
+  void copy(const Tensor<float>& x, const Tensor<float>& y) override {
+    LOADSTAR_ASSERT(x.size() == y.size(), "copy: sizes differ");
+    if (x.data() == y.data()) return;
+    parallel(x.size(), 1 << 14, [&](std::size_t i0, std::size_t i1) {
+      std::memcpy(y.data() + i0, x.data() + i0, (i1 - i0) * sizeof(float));
+    });
+  }
+  void scale(const Tensor<float>& x, float alpha) override {
+    elementwise(x.size(), [&](std::size_t i) { x.data()[i] *= alpha; });
+  }
+  void axpy(float alpha, const Tensor<float>& x, const Tensor<float>& y) override {
+    LOADSTAR_ASSERT(x.size() == y.size(), "axpy: sizes differ");
+    elementwise(x.size(), [&](std::size_t i) { y.data()[i] += alpha * x.data()[i]; });
+  }
+  void add(const Tensor<float>& a, const Tensor<float>& b, const Tensor<float>& out) override {
+    LOADSTAR_ASSERT(a.size() == b.size() && a.size() == out.size(), "add: sizes differ");
+    elementwise(a.size(), [&](std::size_t i) { out.data()[i] = a.data()[i] + b.data()[i]; });
+  }
+
+  void activation_forward(Activation kind, const Tensor<float>& x,
+                          const Tensor<float>& y) override {
+    LOADSTAR_ASSERT(x.size() == y.size(), "activation_forward: sizes differ");
+    if (kind == Activation::softmax) {
+      softmax_forward(x, y, x.rank() == 0 ? 0 : x.rank() - 1);
+      return;
+    }
+    elementwise(x.size(),
+                [&](std::size_t i) { y.data()[i] = detail::activate(kind, x.data()[i]); });
+  }
+
+  void activation_backward(Activation kind, const Tensor<float>& x, const Tensor<float>& y,
+                           const Tensor<float>& dy, const Tensor<float>& dx) override {
+    LOADSTAR_ASSERT(y.size() == dy.size() && dy.size() == dx.size(), "activation: sizes differ");
+    if (kind == Activation::softmax) {
+      softmax_backward(y, dy, dx, y.rank() == 0 ? 0 : y.rank() - 1);
+      return;
+    }
+    const bool needs_x = activation_gradient_needs_input(kind);
+    LOADSTAR_ASSERT(!needs_x || x.size() == y.size(), "activation: the input is needed");
+    elementwise(y.size(), [&](std::size_t i) {
+      dx.data()[i] = detail::activation_gradient(kind, needs_x ? x.data()[i] : 0.0F, y.data()[i],
+                                                 dy.data()[i]);
+    });
+  }
+
+  void relu_forward(const Tensor<float>& x, const Tensor<float>& y, std::optional<float> max_value,
+                    float negative_slope, float threshold) override {
+    const float top = max_value.value_or(std::numeric_limits<float>::infinity());
+    elementwise(x.size(), [&](std::size_t i) {
+      const float v = x.data()[i];
+      y.data()[i] = v >= top ? top : v >= threshold ? v : negative_slope * (v - threshold);
+    });
+  }
+
+  void relu_backward(const Tensor<float>& x, const Tensor<float>& dy, const Tensor<float>& dx,
+                     std::optional<float> max_value, float negative_slope,
+                     float threshold) override {
+    const float top = max_value.value_or(std::numeric_limits<float>::infinity());
+    elementwise(x.size(), [&](std::size_t i) {
+      const float v = x.data()[i];
+      const float g = dy.data()[i];
+      dx.data()[i] = v >= top ? 0.0F : v >= threshold ? g : negative_slope * g;
+    });
+  }
+
+  void softmax_forward(const Tensor<float>& x, const Tensor<float>& y, std::size_t axis) override {
+    const auto v = detail::axis_view(x.shape(), axis);
+    parallel(v.outer * v.inner, 16, [&](std::size_t l0, std::size_t l1) {
+      for (std::size_t line = l0; line < l1; ++line) {
+        const std::size_t base = (line / v.inner) * v.length * v.inner + line % v.inner;
+        const float* in = x.data() + base;
+        float* out = y.data() + base;
+        float top = -std::numeric_limits<float>::infinity();
+        for (std::size_t k = 0; k < v.length; ++k)
+          top = std::max(top, in[k * v.inner]);
+        float sum = 0.0F;
+        for (std::size_t k = 0; k < v.length; ++k) {
+          out[k * v.inner] = std::exp(in[k * v.inner] - top);
+          sum += out[k * v.inner];
+        }
+        for (std::size_t k = 0; k < v.length; ++k)
+          out[k * v.inner] /= sum;
+      }
+    });
+  }
+
+  void softmax_backward(const Tensor<float>& y, const Tensor<float>& dy, const Tensor<float>& dx,
+                        std::size_t axis) override {
+    const auto v = detail::axis_view(y.shape(), axis);
+    parallel(v.outer * v.inner, 16, [&](std::size_t l0, std::size_t l1) {
+      for (std::size_t line = l0; line < l1; ++line) {
+        const std::size_t base = (line / v.inner) * v.length * v.inner + line % v.inner;
+        float dot = 0.0F;
+        for (std::size_t k = 0; k < v.length; ++k)
+          dot += y.data()[base + k * v.inner] * dy.data()[base + k * v.inner];
+        for (std::size_t k = 0; k < v.length; ++k) {
+          const std::size_t i = base + k * v.inner;
+          dx.data()[i] = y.data()[i] * (dy.data()[i] - dot);
+        }
+      }
+    });
+  }
+
+  void dropout(const Tensor<float>& x, const Tensor<float>& y, float rate,
+               std::uint64_t key) override {
+    if (rate <= 0.0F) {
+      copy(x, y);
+      return;
+    }
+    const float keep_scale = rate < 1.0F ? 1.0F / (1.0F - rate) : 0.0F;
+    const double threshold = rate;
+    // A counter-based mask: element i depends on (key, i) only, whatever the thread split.
+    elementwise(x.size(), [&](std::size_t i) {
+      const std::uint64_t bits = SplitMix64::mix(key + 0x9E3779B97F4A7C15ULL * (i + 1));
+      const double u = static_cast<double>(bits >> 11) * 0x1.0p-53;
+      y.data()[i] = u >= threshold ? x.data()[i] * keep_scale : 0.0F;
+    });
+  }
+
+  void im2col(const Tensor<float>& x, const Conv2DGeometry& g,
+              const Tensor<float>& columns) override {
+    const std::size_t rows = g.batch * g.out_h * g.out_w;
+    const std::size_t patch = g.patch_size();
+    LOADSTAR_ASSERT(columns.size() == rows * patch, "im2col: columns have the wrong size");
+    parallel(rows, 16, [&](std::size_t r0, std::size_t r1) {
+      for (std::size_t r = r0; r < r1; ++r) {
+        const std::size_t b = r / (g.out_h * g.out_w);
+        const std::size_t oh = (r / g.out_w) % g.out_h;
+        const std::size_t ow = r % g.out_w;
+        float* out = columns.data() + r * patch;
+        for (std::size_t kh = 0; kh < g.kernel_h; ++kh) {
+          const auto ih = static_cast<std::ptrdiff_t>(oh * g.stride_h + kh * g.dilation_h) -
+                          static_cast<std::ptrdiff_t>(g.pad_top);
+          for (std::size_t kw = 0; kw < g.kernel_w; ++kw, out += g.in_c) {
+            const auto iw = static_cast<std::ptrdiff_t>(ow * g.stride_w + kw * g.dilation_w) -
+                            static_cast<std::ptrdiff_t>(g.pad_left);
+            if (ih < 0 || iw < 0 || std::size_t(ih) >= g.in_h || std::size_t(iw) >= g.in_w) {
+              std::fill_n(out, g.in_c, 0.0F);
+            } else {
+              const float* in =
+                  x.data() + ((b * g.in_h + std::size_t(ih)) * g.in_w + std::size_t(iw)) * g.in_c;
+              std::memcpy(out, in, g.in_c * sizeof(float));
+            }
+          }
+        }
+      }
+    });
+  }
+
+  void col2im(const Tensor<float>& columns, const Conv2DGeometry& g,
+              const Tensor<float>& dx) override {
+    const std::size_t patch = g.patch_size();
+    const std::size_t per_image = g.out_h * g.out_w;
+    // One chunk per image range: an image's pixels receive only its own rows, in a fixed order.
+    parallel(g.batch, 1, [&](std::size_t b0, std::size_t b1) {
+      std::fill(dx.data() + b0 * g.in_h * g.in_w * g.in_c,
+                dx.data() + b1 * g.in_h * g.in_w * g.in_c, 0.0F);
+      for (std::size_t r = b0 * per_image; r < b1 * per_image; ++r) {
+        const std::size_t b = r / per_image;
+        const std::size_t oh = (r / g.out_w) % g.out_h;
+        const std::size_t ow = r % g.out_w;
+        const float* in = columns.data() + r * patch;
+        for (std::size_t kh = 0; kh < g.kernel_h; ++kh) {
+          const auto ih = static_cast<std::ptrdiff_t>(oh * g.stride_h + kh * g.dilation_h) -
+                          static_cast<std::ptrdiff_t>(g.pad_top);
+          for (std::size_t kw = 0; kw < g.kernel_w; ++kw, in += g.in_c) {
+            const auto iw = static_cast<std::ptrdiff_t>(ow * g.stride_w + kw * g.dilation_w) -
+                            static_cast<std::ptrdiff_t>(g.pad_left);
+            if (ih < 0 || iw < 0 || std::size_t(ih) >= g.in_h || std::size_t(iw) >= g.in_w)
+              continue;
+            float* out =
+                dx.data() + ((b * g.in_h + std::size_t(ih)) * g.in_w + std::size_t(iw)) * g.in_c;
+            for (std::size_t c = 0; c < g.in_c; ++c)
+              out[c] += in[c];
+          }
+        }
+      }
+    });
+  }
+
+  void max_pool_forward(const Tensor<float>& x, const Pool2DGeometry& g,
+                        const Tensor<float>& y) override {
+    pool_windows(g, [&](std::size_t out_index, std::size_t c, auto&& window) {
+      float top = -std::numeric_limits<float>::infinity();
+      window([&](std::size_t in_index) { top = std::max(top, x.data()[in_index + c]); });
+      y.data()[out_index + c] = top;
+    });
+  }
+
+  void max_pool_backward(const Tensor<float>& x, const Pool2DGeometry& g, const Tensor<float>& dy,
+                         const Tensor<float>& dx) override {
+    zero_images(dx, g.batch);
+    pool_windows(
+        g,
+        [&](std::size_t out_index, std::size_t c, auto&& window) {
+          float top = -std::numeric_limits<float>::infinity();
+          std::size_t arg = std::numeric_limits<std::size_t>::max();
+          window([&](std::size_t in_index) {
+            if (arg == std::numeric_limits<std::size_t>::max() || x.data()[in_index + c] > top) {
+              top = x.data()[in_index + c];
+              arg = in_index + c;
+            }
+          });
+          dx.data()[arg] += dy.data()[out_index + c];
+        },
+        /*by_image=*/true);
+  }
+
+  void avg_pool_forward(const Tensor<float>& x, const Pool2DGeometry& g,
+                        const Tensor<float>& y) override {
+    pool_windows(g, [&](std::size_t out_index, std::size_t c, auto&& window) {
+      float sum = 0.0F;
+      std::size_t count = 0;
+      window([&](std::size_t in_index) {
+        sum += x.data()[in_index + c];
+        ++count;
+      });
+      y.data()[out_index + c] = sum / static_cast<float>(count);
+    });
+  }
+
+  void avg_pool_backward(const Pool2DGeometry& g, const Tensor<float>& dy,
+                         const Tensor<float>& dx) override {
+    zero_images(dx, g.batch);
+    pool_windows(
+        g,
+        [&](std::size_t out_index, std::size_t c, auto&& window) {
+          std::size_t count = 0;
+          window([&](std::size_t) { ++count; });
+          const float share = dy.data()[out_index + c] / static_cast<float>(count);
+          window([&](std::size_t in_index) { dx.data()[in_index + c] += share; });
+        },
+        /*by_image=*/true);
+  }
+
+  void global_pool_forward(const Tensor<float>& x, bool max, const Tensor<float>& y) override {
+    const std::size_t batch = x.rows();
+    const std::size_t channels = x.shape()[x.rank() - 1];
+    const std::size_t pixels = x.row_size() / channels;
+    parallel(batch * channels, 16, [&](std::size_t i0, std::size_t i1) {
+      for (std::size_t i = i0; i < i1; ++i) {
+        const float* in = x.data() + (i / channels) * pixels * channels + i % channels;
+        float acc = max ? -std::numeric_limits<float>::infinity() : 0.0F;
+        for (std::size_t p = 0; p < pixels; ++p)
+          acc = max ? std::max(acc, in[p * channels]) : acc + in[p * channels];
+        y.data()[i] = max ? acc : acc / static_cast<float>(pixels);
+      }
+    });
+  }
+
+  void global_pool_backward(const Tensor<float>& x, bool max, const Tensor<float>& dy,
+                            const Tensor<float>& dx) override {
+    const std::size_t batch = x.rows();
+    const std::size_t channels = x.shape()[x.rank() - 1];
+    const std::size_t pixels = x.row_size() / channels;
+    parallel(batch * channels, 16, [&](std::size_t i0, std::size_t i1) {
+      for (std::size_t i = i0; i < i1; ++i) {
+        const std::size_t base = (i / channels) * pixels * channels + i % channels;
+        if (max) {
+          std::size_t arg = 0;
+          for (std::size_t p = 0; p < pixels; ++p) {
+            dx.data()[base + p * channels] = 0.0F;
+            if (x.data()[base + p * channels] > x.data()[base + arg * channels]) arg = p;
+          }
+          dx.data()[base + arg * channels] = dy.data()[i];
+        } else {
+          const float share = dy.data()[i] / static_cast<float>(pixels);
+          for (std::size_t p = 0; p < pixels; ++p)
+            dx.data()[base + p * channels] = share;
+        }
+      }
+    });
+  }
+
+  void moments(const Tensor<float>& x, const Tensor<float>& mean,
+               const Tensor<float>& variance) override {
+    const std::size_t c = mean.size();
+    const std::size_t n = x.size() / c;
+    parallel(c, 4, [&](std::size_t c0, std::size_t c1) {
+      for (std::size_t j = c0; j < c1; ++j) {
+        double sum = 0.0;
+        for (std::size_t r = 0; r < n; ++r)
+          sum += x.data()[r * c + j];
+        const double m = sum / static_cast<double>(n);
+        double squares = 0.0;
+        for (std::size_t r = 0; r < n; ++r) {
+          const double d = x.data()[r * c + j] - m;
+          squares += d * d;
+        }
+        mean.data()[j] = static_cast<float>(m);
+        variance.data()[j] = static_cast<float>(squares / static_cast<double>(n));
+      }
+    });
+  }
+
+  void batch_norm_forward(const Tensor<float>& x, const Tensor<float>& mean,
+                          const Tensor<float>& variance, const Tensor<float>& gamma,
+                          const Tensor<float>& beta, float epsilon,
+                          const Tensor<float>& y) override {
+    const std::size_t c = mean.size();
+    const std::size_t n = x.size() / c;
+    parallel(n, 64, [&](std::size_t r0, std::size_t r1) {
+      for (std::size_t r = r0; r < r1; ++r) {
+        for (std::size_t j = 0; j < c; ++j) {
+          const float inv = 1.0F / std::sqrt(variance.data()[j] + epsilon);
+          const float g = gamma.empty() ? 1.0F : gamma.data()[j];
+          const float b = beta.empty() ? 0.0F : beta.data()[j];
+          y.data()[r * c + j] = (x.data()[r * c + j] - mean.data()[j]) * inv * g + b;
+        }
+      }
+    });
+  }
+
+  void batch_norm_backward(const Tensor<float>& x, const Tensor<float>& mean,
+                           const Tensor<float>& variance, const Tensor<float>& gamma, float epsilon,
+                           bool training, const Tensor<float>& dy, const Tensor<float>& dx,
+                           const Tensor<float>& dgamma, const Tensor<float>& dbeta) override {
+    const std::size_t c = mean.size();
+    const std::size_t n = x.size() / c;
+    if (sums_.size() < 2 * c) sums_.resize(2 * c);  // grows once, then reused
+    double* sum_dy = sums_.data();
+    double* sum_dy_xhat = sums_.data() + c;
+    parallel(c, 4, [&](std::size_t c0, std::size_t c1) {
+      for (std::size_t j = c0; j < c1; ++j) {
+        const double inv = 1.0 / std::sqrt(double(variance.data()[j]) + epsilon);
+        double a = 0.0, b = 0.0;
+        for (std::size_t r = 0; r < n; ++r) {
+          const double g = dy.data()[r * c + j];
+          a += g;
+          b += g * (x.data()[r * c + j] - mean.data()[j]) * inv;
+        }
+        sum_dy[j] = a;
+        sum_dy_xhat[j] = b;
+        if (!dbeta.empty()) dbeta.data()[j] += static_cast<float>(a);
+        if (!dgamma.empty()) dgamma.data()[j] += static_cast<float>(b);
+      }
+    });
+    if (dx.empty()) return;
+    parallel(n, 64, [&](std::size_t r0, std::size_t r1) {
+      for (std::size_t r = r0; r < r1; ++r) {
+        for (std::size_t j = 0; j < c; ++j) {
+          const double inv = 1.0 / std::sqrt(double(variance.data()[j]) + epsilon);
+          const double g = gamma.empty() ? 1.0 : gamma.data()[j];
+          const double d = dy.data()[r * c + j];
+          if (training) {
+            const double xhat = (x.data()[r * c + j] - mean.data()[j]) * inv;
+            const double nn = static_cast<double>(n);
+            dx.data()[r * c + j] =
+                static_cast<float>(g * inv * (d - sum_dy[j] / nn - xhat * sum_dy_xhat[j] / nn));
+          } else {
+            dx.data()[r * c + j] = static_cast<float>(g * inv * d);
+          }
+        }
+      }
+    });
+  }
+
+  void moving_average(const Tensor<float>& moving, const Tensor<float>& value,
+                      float momentum) override {
+    elementwise(moving.size(), [&](std::size_t i) {
+      moving.data()[i] = moving.data()[i] * momentum + value.data()[i] * (1.0F - momentum);
+    });
+  }
+
+  std::optional<std::size_t> gather(const Tensor<float>& indices, const Tensor<float>& table,
+                                    const Tensor<float>& out) override {
+    const std::size_t rows = table.rows();
+    const std::size_t width = table.row_size();
+    for (std::size_t i = 0; i < indices.size(); ++i) {
+      const float v = indices.data()[i];
+      // tf.cast truncates toward zero; NaN and anything outside [0, rows) is rejected.
+      if (!(v > -1.0F) || !(v < static_cast<float>(rows))) return i;
+    }
+    parallel(indices.size(), 64, [&](std::size_t i0, std::size_t i1) {
+      for (std::size_t i = i0; i < i1; ++i) {
+        const auto row = static_cast<std::size_t>(indices.data()[i]);
+        std::memcpy(out.data() + i * width, table.data() + row * width, width * sizeof(float));
+      }
+    });
+    return std::nullopt;
+  }
+
+  void scatter_add(const Tensor<float>& indices, const Tensor<float>& dy,
+                   const Tensor<float>& table_gradient) override {
+    const std::size_t width = table_gradient.row_size();
+    // Split by columns: every element's sum runs over the indices in order, on any thread count.
+    parallel(width, 8, [&](std::size_t c0, std::size_t c1) {
+      for (std::size_t i = 0; i < indices.size(); ++i) {
+        const auto row = static_cast<std::size_t>(indices.data()[i]);
+        for (std::size_t c = c0; c < c1; ++c)
+          table_gradient.data()[row * width + c] += dy.data()[i * width + c];
+      }
+    });
+  }
+
+  void concatenate(std::span<const Tensor<float>> parts, std::size_t axis,
+                   const Tensor<float>& out) override {
+    const std::size_t outer = detail::axis_view(out.shape(), axis).outer;
+    const std::size_t out_inner = out.size() / std::max<std::size_t>(outer, 1);
+    parallel(outer, 16, [&](std::size_t o0, std::size_t o1) {
+      for (std::size_t o = o0; o < o1; ++o) {
+        std::size_t offset = 0;
+        for (const auto& part : parts) {
+          const std::size_t inner = part.size() / outer;
+          std::memcpy(out.data() + o * out_inner + offset, part.data() + o * inner,
+                      inner * sizeof(float));
+          offset += inner;
+        }
+      }
+    });
+  }
+
+  void split(const Tensor<float>& x, std::size_t axis, std::span<const std::size_t> extents,
+             std::span<const Tensor<float>> parts) override {
+    const auto v = detail::axis_view(x.shape(), axis);
+    const std::size_t x_inner = v.length * v.inner;
+    parallel(v.outer, 16, [&](std::size_t o0, std::size_t o1) {
+      for (std::size_t o = o0; o < o1; ++o) {
+        std::size_t offset = 0;
+        for (std::size_t p = 0; p < parts.size(); ++p) {
+          const std::size_t inner = extents[p] * v.inner;
+          if (!parts[p].empty()) {
+            std::memcpy(parts[p].data() + o * inner, x.data() + o * x_inner + offset,
+                        inner * sizeof(float));
+          }
+          offset += inner;
+        }
+      }
+    });
+  }
+
+ private:
+  /// Calls `f(begin, end)` on a fixed split of `[0, n)` into at most `threads_` chunks of at
+  /// least `min_chunk` elements; the split depends only on `n`, `min_chunk` and `threads_`.
+  template <class F>
+  void parallel(std::size_t n, std::size_t min_chunk, F&& f) {
+    const std::size_t chunks = std::min(threads_, std::max<std::size_t>(1, n / min_chunk));
+    if (chunks <= 1) {
+      if (n > 0) f(std::size_t{0}, n);
+      return;
+    }
+    arena_.execute([&] {
+      tbb::parallel_for(
+          tbb::blocked_range<std::size_t>(0, chunks, 1),
+          [&](const tbb::blocked_range<std::size_t>& range) {
+            for (std::size_t i = range.begin(); i != range.end(); ++i)
+              f(n * i / chunks, n * (i + 1) / chunks);
+          },
+          tbb::simple_partitioner());
+    });
+  }
+
+  template <class F>
+  void elementwise(std::size_t n, F&& f) {
+    parallel(n, 1 << 14, [&](std::size_t i0, std::size_t i1) {
+      for (std::size_t i = i0; i < i1; ++i)
+        f(i);
+    });
+  }
+
+  void zero_images(const Tensor<float>& dx, std::size_t batch) {
+    const std::size_t per_image = batch == 0 ? 0 : dx.size() / batch;
+    parallel(batch, 1, [&](std::size_t b0, std::size_t b1) {
+      std::fill(dx.data() + b0 * per_image, dx.data() + b1 * per_image, 0.0F);
+    });
+  }
+
+  /// Visits every output element `(b, oh, ow, c)` with a `window(visit)` that calls
+  /// `visit(in_index)` for the window's pixels inside the input (`in_index` of channel 0). With
+  /// `by_image`, chunks are whole images, so that scattering into an image stays in one thread.
+  template <class F>
+  void pool_windows(const Pool2DGeometry& g, F&& f, bool by_image = false) {
+    auto rows = [&](std::size_t r0, std::size_t r1) {
+      for (std::size_t r = r0; r < r1; ++r) {  // r = (b, oh)
+        const std::size_t b = r / g.out_h;
+        const std::size_t oh = r % g.out_h;
+        const auto h0 =
+            static_cast<std::ptrdiff_t>(oh * g.stride_h) - static_cast<std::ptrdiff_t>(g.pad_top);
+        const std::size_t h_begin = static_cast<std::size_t>(std::max<std::ptrdiff_t>(h0, 0));
+        const std::size_t h_end = static_cast<std::size_t>(std::clamp<std::ptrdiff_t>(
+            h0 + static_cast<std::ptrdiff_t>(g.pool_h), 0, static_cast<std::ptrdiff_t>(g.in_h)));
+        for (std::size_t ow = 0; ow < g.out_w; ++ow) {
+          const auto w0 = static_cast<std::ptrdiff_t>(ow * g.stride_w) -
+                          static_cast<std::ptrdiff_t>(g.pad_left);
+          const std::size_t w_begin = static_cast<std::size_t>(std::max<std::ptrdiff_t>(w0, 0));
+          const std::size_t w_end = static_cast<std::size_t>(std::clamp<std::ptrdiff_t>(
+              w0 + static_cast<std::ptrdiff_t>(g.pool_w), 0, static_cast<std::ptrdiff_t>(g.in_w)));
+          const std::size_t out_index = ((b * g.out_h + oh) * g.out_w + ow) * g.channels;
+          for (std::size_t c = 0; c < g.channels; ++c) {
+            auto window = [&](auto&& visit) {
+              for (std::size_t ih = h_begin; ih < h_end; ++ih)
+                for (std::size_t iw = w_begin; iw < w_end; ++iw)
+                  visit(((b * g.in_h + ih) * g.in_w + iw) * g.channels);
+            };
+            f(out_index, c, window);
+          }
+        }
+      }
+    };
+    if (by_image) {
+      parallel(g.batch, 1,
+               [&](std::size_t b0, std::size_t b1) { rows(b0 * g.out_h, b1 * g.out_h); });
+    } else {
+      parallel(g.batch * g.out_h, 4, rows);
+    }
+  }
+
+  std::size_t threads_;
+  tbb::task_arena arena_;
+  std::vector<double> sums_;
+};
+
+}  // namespace loadstar::keras

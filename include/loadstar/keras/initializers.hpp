@@ -1,0 +1,328 @@
+/// \file
+/// `Initializer`: Keras's weight initializers (`glorot_uniform`, `he_normal`, `zeros`, ...), seeded
+/// by a deterministic generator of ours so that weights do not depend on the standard library.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "loadstar/error.hpp"
+#include "loadstar/tensor/tensor.hpp"
+
+namespace loadstar::keras {
+
+/// SplitMix64 (Steele, Lea and Flood 2014): a small, fast, well-mixed 64-bit generator whose
+/// sequence is the same on every platform; the distributions below are written by hand on top of
+/// it for the same reason.
+class SplitMix64 {
+ public:
+  explicit constexpr SplitMix64(std::uint64_t seed) noexcept : state_(seed) {}
+
+  /// The next 64 random bits.
+  constexpr std::uint64_t next() noexcept { return mix(state_ += 0x9E3779B97F4A7C15ULL); }
+
+  /// A uniform double in `[0, 1)` from the top 53 bits.
+  constexpr double uniform() noexcept { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
+
+  /// A standard normal double (Box-Muller, one value per call).
+  double normal() noexcept {
+    const double u1 = 1.0 - uniform();  // (0, 1]: log is finite
+    const double u2 = uniform();
+    return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+  }
+
+  /// The SplitMix64 finaliser: a bijective mix of 64 bits (also a counter-based hash).
+  static constexpr std::uint64_t mix(std::uint64_t z) noexcept {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+  }
+
+ private:
+  std::uint64_t state_;
+};
+
+/// Keras's `(fan_in, fan_out)` of a weight shape: a kernel `(kh, kw, in, out)` has
+/// `fan_in = kh * kw * in` and `fan_out = kh * kw * out` (keras/initializers `_compute_fans`).
+inline std::pair<double, double> compute_fans(const Shape& shape) {
+  if (shape.rank() == 0) return {1.0, 1.0};
+  if (shape.rank() == 1) return {double(shape[0]), double(shape[0])};
+  if (shape.rank() == 2) return {double(shape[0]), double(shape[1])};
+  double receptive = 1;
+  for (std::size_t i = 0; i + 2 < shape.rank(); ++i)
+    receptive *= double(shape[i]);
+  return {double(shape[shape.rank() - 2]) * receptive, double(shape[shape.rank() - 1]) * receptive};
+}
+
+/// A Keras initializer: its kind, parameters and optional seed.
+///
+/// Converts implicitly from a Keras name, so options read as in Keras:
+/// \code
+/// Initializer init = "he_normal";
+/// Tensor<float> kernel({784, 128});
+/// init.fill(kernel, /*default_seed=*/42);
+/// init.to_json();  // {"class_name": "HeNormal", "config": {"seed": null}}
+/// \endcode
+class Initializer {
+ public:
+  enum class Kind {
+    zeros,
+    ones,
+    constant,
+    random_normal,
+    random_uniform,
+    truncated_normal,
+    variance_scaling,
+  };
+  enum class Mode { fan_in, fan_out, fan_avg };
+  enum class Distribution { truncated_normal, untruncated_normal, uniform };
+
+  /// Resolves a Keras name (`"glorot_uniform"`, `"GlorotUniform"`, `"zeros"`, ...); throws
+  /// `ConfigError` for an unknown one.
+  Initializer(std::string_view name) { *this = from_name(name); }  // NOLINT: implicit by design
+  Initializer(const char* name) : Initializer(std::string_view(name)) {}         // NOLINT
+  Initializer(const std::string& name) : Initializer(std::string_view(name)) {}  // NOLINT
+
+  static Initializer zeros() { return Initializer(Kind::zeros, "Zeros"); }
+  static Initializer ones() { return Initializer(Kind::ones, "Ones"); }
+  static Initializer constant(double value) {
+    Initializer i(Kind::constant, "Constant");
+    i.a_ = value;
+    return i;
+  }
+  static Initializer random_normal(double mean = 0.0, double stddev = 0.05,
+                                   std::optional<std::uint64_t> seed = {}) {
+    Initializer i(Kind::random_normal, "RandomNormal");
+    i.a_ = mean;
+    i.b_ = stddev;
+    i.seed_ = seed;
+    return i;
+  }
+  static Initializer random_uniform(double minval = -0.05, double maxval = 0.05,
+                                    std::optional<std::uint64_t> seed = {}) {
+    Initializer i(Kind::random_uniform, "RandomUniform");
+    i.a_ = minval;
+    i.b_ = maxval;
+    i.seed_ = seed;
+    return i;
+  }
+  /// A normal distribution cut at two standard deviations (values beyond are redrawn), as Keras.
+  static Initializer truncated_normal(double mean = 0.0, double stddev = 0.05,
+                                      std::optional<std::uint64_t> seed = {}) {
+    Initializer i(Kind::truncated_normal, "TruncatedNormal");
+    i.a_ = mean;
+    i.b_ = stddev;
+    i.seed_ = seed;
+    return i;
+  }
+  static Initializer variance_scaling(double scale, Mode mode, Distribution distribution,
+                                      std::optional<std::uint64_t> seed = {},
+                                      std::string class_name = "VarianceScaling") {
+    Initializer i(Kind::variance_scaling, std::move(class_name));
+    i.a_ = scale;
+    i.mode_ = mode;
+    i.distribution_ = distribution;
+    i.seed_ = seed;
+    return i;
+  }
+  static Initializer glorot_uniform(std::optional<std::uint64_t> seed = {}) {
+    return variance_scaling(1.0, Mode::fan_avg, Distribution::uniform, seed, "GlorotUniform");
+  }
+  static Initializer glorot_normal(std::optional<std::uint64_t> seed = {}) {
+    return variance_scaling(1.0, Mode::fan_avg, Distribution::truncated_normal, seed,
+                            "GlorotNormal");
+  }
+  static Initializer he_normal(std::optional<std::uint64_t> seed = {}) {
+    return variance_scaling(2.0, Mode::fan_in, Distribution::truncated_normal, seed, "HeNormal");
+  }
+  static Initializer he_uniform(std::optional<std::uint64_t> seed = {}) {
+    return variance_scaling(2.0, Mode::fan_in, Distribution::uniform, seed, "HeUniform");
+  }
+  static Initializer lecun_normal(std::optional<std::uint64_t> seed = {}) {
+    return variance_scaling(1.0, Mode::fan_in, Distribution::truncated_normal, seed, "LecunNormal");
+  }
+  static Initializer lecun_uniform(std::optional<std::uint64_t> seed = {}) {
+    return variance_scaling(1.0, Mode::fan_in, Distribution::uniform, seed, "LecunUniform");
+  }
+
+  static Initializer from_name(std::string_view name) {
+    if (name == "zeros" || name == "Zeros" || name == "zero") return zeros();
+    if (name == "ones" || name == "Ones" || name == "one") return ones();
+    if (name == "constant" || name == "Constant") return constant(0.0);
+    if (name == "random_normal" || name == "RandomNormal") return random_normal();
+    if (name == "random_uniform" || name == "RandomUniform" || name == "uniform")
+      return random_uniform();
+    if (name == "truncated_normal" || name == "TruncatedNormal") return truncated_normal();
+    if (name == "glorot_uniform" || name == "GlorotUniform") return glorot_uniform();
+    if (name == "glorot_normal" || name == "GlorotNormal") return glorot_normal();
+    if (name == "he_normal" || name == "HeNormal") return he_normal();
+    if (name == "he_uniform" || name == "HeUniform") return he_uniform();
+    if (name == "lecun_normal" || name == "LecunNormal") return lecun_normal();
+    if (name == "lecun_uniform" || name == "LecunUniform") return lecun_uniform();
+    if (name == "variance_scaling" || name == "VarianceScaling")
+      return variance_scaling(1.0, Mode::fan_in, Distribution::truncated_normal);
+    throw ConfigError("unknown initializer '" + std::string(name) +
+                      "'; known: zeros, ones, constant, random_normal, random_uniform, "
+                      "truncated_normal, glorot_uniform, glorot_normal, he_normal, he_uniform, "
+                      "lecun_normal, lecun_uniform, variance_scaling");
+  }
+
+  /// Reads Keras's `{"class_name": ..., "config": {...}}` (or a plain name string).
+  static Initializer from_json(const nlohmann::json& j) {
+    if (j.is_string()) return from_name(j.get<std::string>());
+    if (!j.is_object() || !j.contains("class_name")) {
+      throw ConfigError(
+          "initializer config: expected a name or {\"class_name\", \"config\"} but got " +
+          j.dump());
+    }
+    Initializer i = from_name(j.at("class_name").get<std::string>());
+    const nlohmann::json config = j.value("config", nlohmann::json::object());
+    auto number = [&](const char* key, double fallback) {
+      return config.contains(key) && config[key].is_number() ? config[key].get<double>() : fallback;
+    };
+    switch (i.kind_) {
+      case Kind::constant:
+        i.a_ = number("value", 0.0);
+        break;
+      case Kind::random_normal:
+      case Kind::truncated_normal:
+        i.a_ = number("mean", 0.0);
+        i.b_ = number("stddev", 0.05);
+        break;
+      case Kind::random_uniform:
+        i.a_ = number("minval", -0.05);
+        i.b_ = number("maxval", 0.05);
+        break;
+      case Kind::variance_scaling:
+        if (i.class_name_ == "VarianceScaling") {
+          i.a_ = number("scale", 1.0);
+          const std::string mode = config.value("mode", "fan_in");
+          i.mode_ = mode == "fan_out"   ? Mode::fan_out
+                    : mode == "fan_avg" ? Mode::fan_avg
+                                        : Mode::fan_in;
+          const std::string d = config.value("distribution", "truncated_normal");
+          i.distribution_ = d == "uniform"              ? Distribution::uniform
+                            : d == "untruncated_normal" ? Distribution::untruncated_normal
+                                                        : Distribution::truncated_normal;
+        }
+        break;
+      default:
+        break;
+    }
+    if (config.contains("seed") && config["seed"].is_number_integer())
+      i.seed_ = config["seed"].get<std::uint64_t>();
+    return i;
+  }
+
+  /// Keras's serialisation: `{"class_name": "GlorotUniform", "config": {"seed": null}}`.
+  nlohmann::json to_json() const {
+    nlohmann::json config = nlohmann::json::object();
+    auto seed = [&] { return seed_ ? nlohmann::json(*seed_) : nlohmann::json(nullptr); };
+    switch (kind_) {
+      case Kind::zeros:
+      case Kind::ones:
+        break;
+      case Kind::constant:
+        config["value"] = a_;
+        break;
+      case Kind::random_normal:
+      case Kind::truncated_normal:
+        config = {{"mean", a_}, {"stddev", b_}, {"seed", seed()}};
+        break;
+      case Kind::random_uniform:
+        config = {{"minval", a_}, {"maxval", b_}, {"seed", seed()}};
+        break;
+      case Kind::variance_scaling:
+        if (class_name_ == "VarianceScaling") {
+          const char* modes[] = {"fan_in", "fan_out", "fan_avg"};
+          const char* distributions[] = {"truncated_normal", "untruncated_normal", "uniform"};
+          config = {{"scale", a_},
+                    {"mode", modes[int(mode_)]},
+                    {"distribution", distributions[int(distribution_)]},
+                    {"seed", seed()}};
+        } else {
+          config = {{"seed", seed()}};
+        }
+        break;
+    }
+    return {{"class_name", class_name_}, {"config", config}};
+  }
+
+  /// Fills `t` (of the weight's shape); `default_seed` is used when the initializer has no seed.
+  void fill(const Tensor<float>& t, std::uint64_t default_seed) const {
+    SplitMix64 rng(seed_.value_or(default_seed));
+    auto truncated = [&](double mean, double stddev) {
+      for (;;) {
+        const double z = rng.normal();
+        if (std::abs(z) <= 2.0) return mean + stddev * z;
+      }
+    };
+    switch (kind_) {
+      case Kind::zeros:
+        std::fill(t.begin(), t.end(), 0.0F);
+        return;
+      case Kind::ones:
+        std::fill(t.begin(), t.end(), 1.0F);
+        return;
+      case Kind::constant:
+        std::fill(t.begin(), t.end(), float(a_));
+        return;
+      case Kind::random_normal:
+        for (float& v : t)
+          v = float(a_ + b_ * rng.normal());
+        return;
+      case Kind::random_uniform:
+        for (float& v : t)
+          v = float(a_ + (b_ - a_) * rng.uniform());
+        return;
+      case Kind::truncated_normal:
+        for (float& v : t)
+          v = float(truncated(a_, b_));
+        return;
+      case Kind::variance_scaling: {
+        const auto [fan_in, fan_out] = compute_fans(t.shape());
+        const double n = mode_ == Mode::fan_in    ? fan_in
+                         : mode_ == Mode::fan_out ? fan_out
+                                                  : (fan_in + fan_out) / 2.0;
+        const double scale = a_ / std::max(1.0, n);
+        if (distribution_ == Distribution::uniform) {
+          const double limit = std::sqrt(3.0 * scale);
+          for (float& v : t)
+            v = float(-limit + 2.0 * limit * rng.uniform());
+        } else if (distribution_ == Distribution::untruncated_normal) {
+          const double stddev = std::sqrt(scale);
+          for (float& v : t)
+            v = float(stddev * rng.normal());
+        } else {
+          // Keras divides by the standard deviation of a unit normal truncated at +-2.
+          const double stddev = std::sqrt(scale) / 0.87962566103423978;
+          for (float& v : t)
+            v = float(truncated(0.0, stddev));
+        }
+        return;
+      }
+    }
+  }
+
+  Kind kind() const noexcept { return kind_; }
+  const std::string& class_name() const noexcept { return class_name_; }
+
+ private:
+  Initializer(Kind kind, std::string class_name)
+      : kind_(kind), class_name_(std::move(class_name)) {}
+
+  Kind kind_ = Kind::zeros;
+  std::string class_name_ = "Zeros";
+  double a_ = 0.0;
+  double b_ = 0.0;
+  Mode mode_ = Mode::fan_in;
+  Distribution distribution_ = Distribution::uniform;
+  std::optional<std::uint64_t> seed_;
+};
+
+}  // namespace loadstar::keras

@@ -1,0 +1,13 @@
+/// \file
+/// Every built-in Keras layer, the CPU backend and the layer registry.
+#pragma once
+
+#include "loadstar/keras/activations.hpp"
+#include "loadstar/keras/backend/backend.hpp"
+#include "loadstar/keras/backend/cpu_backend.hpp"
+#include "loadstar/keras/initializers.hpp"
+#include "loadstar/keras/layers/activation.hpp"
+#include "loadstar/keras/layers/dense.hpp"
+#include "loadstar/keras/layers/flatten.hpp"
+#include "loadstar/keras/layers/input_layer.hpp"
+#include "loadstar/keras/layers/reshape.hpp"

@@ -1,0 +1,63 @@
+/// \file
+/// `Activation` (the layer): applies an activation function to its input.
+#pragma once
+
+#include "loadstar/keras/layers/detail/layer_base.hpp"
+
+namespace loadstar::keras {
+
+/// `ActivationLayer`'s Keras arguments after `activation`.
+struct ActivationOptions {
+  std::string name = {};
+};
+
+/// Keras's `Activation` layer (`class_name` `"Activation"`; named `ActivationLayer` in C++ since
+/// `Activation` is the enumeration of functions).
+/// \code
+/// ActivationLayer relu("relu");
+/// \endcode
+class ActivationLayer : public detail::LayerBase {
+ public:
+  explicit ActivationLayer(std::string_view activation, ActivationOptions options = {})
+      : LayerBase(options.name), activation_(activation_from_name(activation)) {}
+
+  std::string class_name() const override { return "Activation"; }
+  Activation activation() const noexcept { return activation_; }
+
+  Shape build(std::span<const Shape> input_shapes, std::uint64_t) override {
+    expect_inputs(input_shapes, 1);
+    remember(input_shapes, input_shapes[0]);
+    return input_shapes[0];
+  }
+
+  void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+               const CallContext& ctx) override {
+    check_inputs(inputs);
+    ctx.backend.activation_forward(activation_, inputs[0], output);
+  }
+
+  void backward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+                const Tensor<float>& output_gradient,
+                std::span<const Tensor<float>> input_gradients, const CallContext& ctx) override {
+    if (input_gradients.empty() || input_gradients[0].empty()) return;
+    ctx.backend.activation_backward(activation_, inputs[0], output, output_gradient,
+                                    input_gradients[0]);
+  }
+
+  nlohmann::json get_config() const override {
+    auto config = base_config();
+    config["activation"] = activation_name(activation_);
+    return config;
+  }
+
+  static std::shared_ptr<Layer> from_config(const nlohmann::json& config) {
+    return std::make_shared<ActivationLayer>(
+        detail::config_activation(config),
+        ActivationOptions{.name = detail::config_value(config, "name", std::string())});
+  }
+
+ private:
+  Activation activation_;
+};
+
+}  // namespace loadstar::keras

@@ -1,0 +1,56 @@
+/// \file
+/// `Flatten`: collapses every axis but the batch axis into one.
+#pragma once
+
+#include "loadstar/keras/layers/detail/layer_base.hpp"
+
+namespace loadstar::keras {
+
+/// `Flatten`'s Keras arguments.
+struct FlattenOptions {
+  std::string name = {};
+};
+
+/// Keras's `Flatten` (channels_last): `(batch, d1, d2, ...)` to `(batch, d1 * d2 * ...)`.
+/// \code
+/// Flatten flatten;
+/// \endcode
+class Flatten : public detail::LayerBase {
+ public:
+  explicit Flatten(FlattenOptions options = {}) : LayerBase(options.name) {}
+
+  std::string class_name() const override { return "Flatten"; }
+
+  Shape build(std::span<const Shape> input_shapes, std::uint64_t) override {
+    expect_inputs(input_shapes, 1);
+    const Shape out{input_shapes[0].elements()};
+    remember(input_shapes, out);
+    return out;
+  }
+
+  void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+               const CallContext& ctx) override {
+    check_inputs(inputs);
+    ctx.backend.copy(inputs[0], output);
+  }
+
+  void backward(std::span<const Tensor<float>>, const Tensor<float>&,
+                const Tensor<float>& output_gradient,
+                std::span<const Tensor<float>> input_gradients, const CallContext& ctx) override {
+    if (input_gradients.empty() || input_gradients[0].empty()) return;
+    ctx.backend.copy(output_gradient, input_gradients[0]);
+  }
+
+  nlohmann::json get_config() const override {
+    auto config = base_config();
+    config["data_format"] = "channels_last";
+    return config;
+  }
+
+  static std::shared_ptr<Layer> from_config(const nlohmann::json& config) {
+    return std::make_shared<Flatten>(
+        FlattenOptions{.name = detail::config_value(config, "name", std::string())});
+  }
+};
+
+}  // namespace loadstar::keras

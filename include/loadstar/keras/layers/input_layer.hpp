@@ -1,0 +1,80 @@
+/// \file
+/// `InputLayer`: the entry point of a model, declaring the shape of one sample.
+#pragma once
+
+#include <vector>
+
+#include "loadstar/keras/layers/detail/layer_base.hpp"
+
+namespace loadstar::keras {
+
+/// `InputLayer`'s Keras arguments after `shape`.
+struct InputLayerOptions {
+  std::string name = {};
+};
+
+/// Keras's `InputLayer`: passes its input through and fixes the shape of a sample (without the
+/// batch axis).
+/// \code
+/// InputLayer input(Shape{28, 28});
+/// \endcode
+class InputLayer : public detail::LayerBase {
+ public:
+  explicit InputLayer(Shape shape, InputLayerOptions options = {})
+      : LayerBase(options.name), shape_(shape) {}
+
+  std::string class_name() const override { return "InputLayer"; }
+  /// The shape of one sample.
+  const Shape& shape() const noexcept { return shape_; }
+
+  /// Accepts no inputs (the model feeds the data) or one of the declared shape.
+  Shape build(std::span<const Shape> input_shapes, std::uint64_t) override {
+    if (input_shapes.size() > 1 || (input_shapes.size() == 1 && input_shapes[0] != shape_)) {
+      throw ShapeError(label() + ": declared for inputs of shape " + batch_str(shape_) +
+                       " but got " +
+                       (input_shapes.empty() ? std::string("none") : input_shapes[0].str()));
+    }
+    const Shape one[] = {shape_};
+    remember(one, shape_);
+    return shape_;
+  }
+
+  void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+               const CallContext& ctx) override {
+    check_inputs(inputs);
+    ctx.backend.copy(inputs[0], output);
+  }
+
+  void backward(std::span<const Tensor<float>>, const Tensor<float>&,
+                const Tensor<float>& output_gradient,
+                std::span<const Tensor<float>> input_gradients, const CallContext& ctx) override {
+    if (input_gradients.empty() || input_gradients[0].empty()) return;
+    ctx.backend.copy(output_gradient, input_gradients[0]);
+  }
+
+  nlohmann::json get_config() const override {
+    nlohmann::json batch_shape = nlohmann::json::array({nullptr});
+    for (std::size_t d : shape_)
+      batch_shape.push_back(d);
+    return {{"batch_input_shape", batch_shape},
+            {"dtype", "float32"},
+            {"sparse", false},
+            {"ragged", false},
+            {"name", name()}};
+  }
+
+  static std::shared_ptr<Layer> from_config(const nlohmann::json& config) {
+    const auto& batch_shape = config.at("batch_input_shape");
+    std::vector<std::size_t> dims;
+    for (std::size_t i = 1; i < batch_shape.size(); ++i)
+      dims.push_back(batch_shape[i].get<std::size_t>());
+    return std::make_shared<InputLayer>(
+        Shape(dims),
+        InputLayerOptions{.name = detail::config_value(config, "name", std::string())});
+  }
+
+ private:
+  Shape shape_;
+};
+
+}  // namespace loadstar::keras

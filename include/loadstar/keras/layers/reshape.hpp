@@ -1,0 +1,92 @@
+/// \file
+/// `Reshape`: gives each sample another shape of the same size.
+#pragma once
+
+#include <vector>
+
+#include "loadstar/keras/layers/detail/layer_base.hpp"
+
+namespace loadstar::keras {
+
+/// `Reshape`'s Keras arguments after `target_shape`.
+struct ReshapeOptions {
+  std::string name = {};
+};
+
+/// Keras's `Reshape`: each sample to `target_shape` (one entry may be `-1`, inferred).
+/// \code
+/// Reshape to_image({28, 28, 1});
+/// \endcode
+class Reshape : public detail::LayerBase {
+ public:
+  explicit Reshape(std::vector<std::ptrdiff_t> target_shape, ReshapeOptions options = {})
+      : LayerBase(options.name), target_(std::move(target_shape)) {}
+
+  std::string class_name() const override { return "Reshape"; }
+
+  Shape build(std::span<const Shape> input_shapes, std::uint64_t) override {
+    expect_inputs(input_shapes, 1);
+    const std::size_t total = input_shapes[0].elements();
+    std::size_t known = 1;
+    std::ptrdiff_t free_axis = -1;
+    for (std::size_t i = 0; i < target_.size(); ++i) {
+      if (target_[i] == -1 && free_axis < 0) {
+        free_axis = static_cast<std::ptrdiff_t>(i);
+      } else if (target_[i] <= 0) {
+        throw ConfigError(label() + ": target_shape " + target_str() +
+                          " may hold one -1 and otherwise positive sizes");
+      } else {
+        known *= static_cast<std::size_t>(target_[i]);
+      }
+    }
+    std::vector<std::size_t> dims(target_.size());
+    for (std::size_t i = 0; i < target_.size(); ++i)
+      dims[i] = target_[i] > 0 ? static_cast<std::size_t>(target_[i]) : 0;
+    if (free_axis >= 0 && known > 0 && total % known == 0)
+      dims[static_cast<std::size_t>(free_axis)] = total / known;
+    const Shape out(dims);
+    if (out.elements() != total) {
+      throw ShapeError(label() + ": cannot reshape inputs of shape " + input_shapes[0].str() +
+                       " to target_shape " + target_str());
+    }
+    remember(input_shapes, out);
+    return out;
+  }
+
+  void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+               const CallContext& ctx) override {
+    check_inputs(inputs);
+    ctx.backend.copy(inputs[0], output);
+  }
+
+  void backward(std::span<const Tensor<float>>, const Tensor<float>&,
+                const Tensor<float>& output_gradient,
+                std::span<const Tensor<float>> input_gradients, const CallContext& ctx) override {
+    if (input_gradients.empty() || input_gradients[0].empty()) return;
+    ctx.backend.copy(output_gradient, input_gradients[0]);
+  }
+
+  nlohmann::json get_config() const override {
+    auto config = base_config();
+    config["target_shape"] = target_;
+    return config;
+  }
+
+  static std::shared_ptr<Layer> from_config(const nlohmann::json& config) {
+    return std::make_shared<Reshape>(
+        config.at("target_shape").get<std::vector<std::ptrdiff_t>>(),
+        ReshapeOptions{.name = detail::config_value(config, "name", std::string())});
+  }
+
+ private:
+  std::string target_str() const {
+    std::string s = "(";
+    for (std::size_t i = 0; i < target_.size(); ++i)
+      s += (i ? ", " : "") + std::to_string(target_[i]);
+    return s + (target_.size() == 1 ? ",)" : ")");
+  }
+
+  std::vector<std::ptrdiff_t> target_;
+};
+
+}  // namespace loadstar::keras
