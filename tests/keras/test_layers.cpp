@@ -33,3 +33,18 @@ TEST_SUITE("keras_layers") {
                          ConfigError);
   }
 }
+
+TEST_CASE("Conv2D and MaxPooling2D build the Keras output shapes") {
+  Conv2D conv(4, 3, {.padding = "same", .activation = "relu", .name = "c"});
+  const Shape in[] = {Shape{5, 5, 2}};
+  CHECK(conv.build(in, 1) == Shape{5, 5, 4});
+  CHECK(conv.weights()[0].value.shape() == Shape{3, 3, 2, 4});
+  MaxPooling2D pool({.name = "p"});
+  const Shape pin[] = {Shape{5, 5, 4}};
+  CHECK(pool.build(pin, 1) == Shape{2, 2, 4});
+  CpuBackend backend;
+  CallContext ctx{.backend = backend};
+  Tensor<float> x({2, 5, 5, 2}, 0.5F), y({2, 5, 5, 4}), p({2, 2, 2, 4});
+  conv.forward(std::span(&x, 1), y, ctx);
+  pool.forward(std::span(&y, 1), p, ctx);
+}

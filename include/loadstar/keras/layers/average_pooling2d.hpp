@@ -1,0 +1,23 @@
+/// \file
+/// `AveragePooling2D`: the mean of each window of a channels-last image.
+#pragma once
+
+#include "loadstar/keras/layers/detail/pooling2d.hpp"
+
+namespace loadstar::keras {
+
+/// Keras's `AveragePooling2D` (channels_last); with `same` padding a window averages over its
+/// elements inside the input only, as TensorFlow does.
+/// \code
+/// AveragePooling2D pool({.pool_size = 2, .padding = "same"});
+/// \endcode
+class AveragePooling2D : public detail::Pooling2D<false> {
+ public:
+  explicit AveragePooling2D(Pooling2DOptions options = {}) : Pooling2D(std::move(options)) {}
+
+  static std::shared_ptr<Layer> from_config(const nlohmann::json& config) {
+    return std::make_shared<AveragePooling2D>(options_from_config(config));
+  }
+};
+
+}  // namespace loadstar::keras

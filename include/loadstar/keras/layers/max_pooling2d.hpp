@@ -1,0 +1,23 @@
+/// \file
+/// `MaxPooling2D`: the maximum of each window of a channels-last image.
+#pragma once
+
+#include "loadstar/keras/layers/detail/pooling2d.hpp"
+
+namespace loadstar::keras {
+
+/// Keras's `MaxPooling2D` (channels_last); the gradient goes to the first maximum of a window.
+/// \code
+/// MaxPooling2D pool;                                        // 2x2, strides 2, valid
+/// MaxPooling2D same({.pool_size = 3, .strides = 1, .padding = "same"});
+/// \endcode
+class MaxPooling2D : public detail::Pooling2D<true> {
+ public:
+  explicit MaxPooling2D(Pooling2DOptions options = {}) : Pooling2D(std::move(options)) {}
+
+  static std::shared_ptr<Layer> from_config(const nlohmann::json& config) {
+    return std::make_shared<MaxPooling2D>(options_from_config(config));
+  }
+};
+
+}  // namespace loadstar::keras
