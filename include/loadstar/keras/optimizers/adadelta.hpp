@@ -1,0 +1,70 @@
+/// \file
+/// `Adadelta`, as Keras 2.11+'s `tf.keras.optimizers.Adadelta`.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "loadstar/keras/optimizers/detail/optimizer_base.hpp"
+
+namespace loadstar::keras::optimizers {
+
+/// `Adadelta`'s arguments, with Keras's defaults.
+struct AdadeltaOptions {
+  LearningRate learning_rate = 0.001;
+  double rho = 0.95;
+  double epsilon = 1e-7;
+  std::optional<double> clipnorm;
+  std::optional<double> global_clipnorm;
+  std::optional<double> clipvalue;
+  std::string name = "Adadelta";
+};
+
+/// Keras's Adadelta: `accumulated_grad = rho * accumulated_grad + (1 - rho) * g^2`,
+/// `delta = -sqrt(accumulated_delta_var + epsilon) * g / sqrt(accumulated_grad + epsilon)`,
+/// `accumulated_delta_var = rho * accumulated_delta_var + (1 - rho) * delta^2`, `w += lr * delta`
+/// (PyTorch's defaults differ: lr 1.0, rho 0.9, eps 1e-6).
+/// \code
+/// optimizers::Adadelta adadelta({.learning_rate = 1.0});
+/// \endcode
+class Adadelta : public detail::OptimizerBase {
+ public:
+  explicit Adadelta(const AdadeltaOptions& options = {})
+      : OptimizerBase(options.name, options.learning_rate,
+                      {options.clipnorm, options.global_clipnorm, options.clipvalue}),
+        rho_(options.rho),
+        epsilon_(options.epsilon) {}
+  std::string class_name() const override { return "Adadelta"; }
+  nlohmann::json get_config() const override {
+    auto config = OptimizerBase::get_config();
+    config["rho"] = rho_;
+    config["epsilon"] = epsilon_;
+    return config;
+  }
+
+ protected:
+  std::vector<std::string> slot_names() const override {
+    return {"accumulated_grad", "accumulated_delta_var"};
+  }
+  void update_step(std::size_t index, detail::ArrayMap w, const detail::ArrayMap& g,
+                   float lr) override {
+    const auto rho = static_cast<float>(rho_);
+    const auto epsilon = static_cast<float>(epsilon_);
+    detail::ArrayMap accumulated_grad = slot(index, 0);
+    detail::ArrayMap accumulated_delta = slot(index, 1);
+    accumulated_grad = rho * accumulated_grad + (1 - rho) * g.square();
+    // w += lr * delta and accumulated_delta from the same delta, evaluated once per element.
+    for (Eigen::Index i = 0; i < w.size(); ++i) {
+      const float delta = -std::sqrt(accumulated_delta[i] + epsilon) * g[i] /
+                          std::sqrt(accumulated_grad[i] + epsilon);
+      accumulated_delta[i] = rho * accumulated_delta[i] + (1 - rho) * delta * delta;
+      w[i] += lr * delta;
+    }
+  }
+
+ private:
+  double rho_, epsilon_;
+};
+
+}  // namespace loadstar::keras::optimizers

@@ -1,0 +1,59 @@
+/// \file
+/// `Adagrad`, as Keras 2.11+'s `tf.keras.optimizers.Adagrad`.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "loadstar/keras/optimizers/detail/optimizer_base.hpp"
+
+namespace loadstar::keras::optimizers {
+
+/// `Adagrad`'s arguments, with Keras's defaults.
+struct AdagradOptions {
+  LearningRate learning_rate = 0.001;
+  double initial_accumulator_value = 0.1;
+  double epsilon = 1e-7;
+  std::optional<double> clipnorm;
+  std::optional<double> global_clipnorm;
+  std::optional<double> clipvalue;
+  std::string name = "Adagrad";
+};
+
+/// Keras 2.11+'s Adagrad: `accumulator += g^2`, `w -= lr * g / sqrt(accumulator + epsilon)`
+/// (the legacy optimizer and PyTorch put epsilon outside the square root; PyTorch's accumulator
+/// starts at 0 and its learning rate is 0.01 by default).
+/// \code
+/// optimizers::Adagrad adagrad({.learning_rate = 0.01});
+/// \endcode
+class Adagrad : public detail::OptimizerBase {
+ public:
+  explicit Adagrad(const AdagradOptions& options = {})
+      : OptimizerBase(options.name, options.learning_rate,
+                      {options.clipnorm, options.global_clipnorm, options.clipvalue}),
+        initial_(options.initial_accumulator_value),
+        epsilon_(options.epsilon) {}
+  std::string class_name() const override { return "Adagrad"; }
+  nlohmann::json get_config() const override {
+    auto config = OptimizerBase::get_config();
+    config["initial_accumulator_value"] = initial_;
+    config["epsilon"] = epsilon_;
+    return config;
+  }
+
+ protected:
+  std::vector<std::string> slot_names() const override { return {"accumulator"}; }
+  float slot_initial_value(std::size_t) const override { return static_cast<float>(initial_); }
+  void update_step(std::size_t index, detail::ArrayMap w, const detail::ArrayMap& g,
+                   float lr) override {
+    detail::ArrayMap accumulator = slot(index, 0);
+    accumulator += g.square();
+    w -= lr * g * (accumulator + static_cast<float>(epsilon_)).rsqrt();
+  }
+
+ private:
+  double initial_, epsilon_;
+};
+
+}  // namespace loadstar::keras::optimizers

@@ -1,0 +1,101 @@
+/// \file
+/// `Adam`, as `tf.keras.optimizers.Adam` (Keras 2.11+).
+#pragma once
+
+#include <cmath>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "loadstar/keras/optimizers/detail/optimizer_base.hpp"
+
+namespace loadstar::keras::optimizers {
+
+/// `Adam`'s arguments, with Keras's defaults.
+struct AdamOptions {
+  LearningRate learning_rate = 0.001;
+  double beta_1 = 0.9;
+  double beta_2 = 0.999;
+  double epsilon = 1e-7;
+  bool amsgrad = false;
+  std::optional<double> clipnorm;
+  std::optional<double> global_clipnorm;
+  std::optional<double> clipvalue;
+  std::string name = "Adam";
+};
+
+}  // namespace loadstar::keras::optimizers
+
+namespace loadstar::keras::detail {
+
+/// Adam's step, shared with AdamW: Keras 2.11+'s `Adam.update_step` (the same formula as the
+/// legacy `ResourceApplyAdam`), with the "epsilon hat" placement:
+/// `alpha = lr * sqrt(1 - beta_2^t) / (1 - beta_1^t)`, `m += (g - m) * (1 - beta_1)`,
+/// `v += (g^2 - v) * (1 - beta_2)`, (`vhat = max(vhat, v)` with amsgrad),
+/// `w -= alpha * m / (sqrt(v) + epsilon)`. PyTorch's Adam puts epsilon outside the bias
+/// correction of `v` instead.
+class AdamBase : public OptimizerBase {
+ public:
+  explicit AdamBase(const optimizers::AdamOptions& options)
+      : OptimizerBase(options.name, options.learning_rate,
+                      {options.clipnorm, options.global_clipnorm, options.clipvalue}),
+        beta_1_(options.beta_1),
+        beta_2_(options.beta_2),
+        epsilon_(options.epsilon),
+        amsgrad_(options.amsgrad) {}
+
+  nlohmann::json get_config() const override {
+    auto config = OptimizerBase::get_config();
+    config["beta_1"] = beta_1_;
+    config["beta_2"] = beta_2_;
+    config["epsilon"] = epsilon_;
+    config["amsgrad"] = amsgrad_;
+    return config;
+  }
+
+ protected:
+  std::vector<std::string> slot_names() const override {
+    if (amsgrad_) return {"m", "v", "vhat"};
+    return {"m", "v"};
+  }
+  void update_step(std::size_t index, ArrayMap w, const ArrayMap& g, float lr) override {
+    const auto step = static_cast<double>(iterations_ + 1);
+    const auto alpha = static_cast<float>(lr * std::sqrt(1.0 - std::pow(beta_2_, step)) /
+                                          (1.0 - std::pow(beta_1_, step)));
+    const auto one_minus_beta_1 = static_cast<float>(1.0 - beta_1_);
+    const auto one_minus_beta_2 = static_cast<float>(1.0 - beta_2_);
+    const auto epsilon = static_cast<float>(epsilon_);
+    ArrayMap m = slot(index, 0);
+    ArrayMap v = slot(index, 1);
+    m += (g - m) * one_minus_beta_1;
+    v += (g.square() - v) * one_minus_beta_2;
+    if (amsgrad_) {
+      ArrayMap v_hat = slot(index, 2);
+      v_hat = v_hat.max(v);
+      w -= (m * alpha) / (v_hat.sqrt() + epsilon);
+    } else {
+      w -= (m * alpha) / (v.sqrt() + epsilon);
+    }
+  }
+
+ private:
+  double beta_1_, beta_2_, epsilon_;
+  bool amsgrad_;
+};
+
+}  // namespace loadstar::keras::detail
+
+namespace loadstar::keras::optimizers {
+
+/// Adam with Keras's defaults and slots `"m"`, `"v"` (and `"vhat"` with amsgrad) per variable.
+/// \code
+/// optimizers::Adam adam({.learning_rate = 3e-4});
+/// adam.apply_gradients(variables);
+/// \endcode
+class Adam : public detail::AdamBase {
+ public:
+  explicit Adam(const AdamOptions& options = {}) : AdamBase(options) {}
+  std::string class_name() const override { return "Adam"; }
+};
+
+}  // namespace loadstar::keras::optimizers

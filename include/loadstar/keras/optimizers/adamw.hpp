@@ -1,0 +1,56 @@
+/// \file
+/// `AdamW`: Adam with decoupled weight decay, as Keras 2.11+'s `tf.keras.optimizers.AdamW`.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "loadstar/keras/optimizers/adam.hpp"
+
+namespace loadstar::keras::optimizers {
+
+/// `AdamW`'s arguments, with Keras's defaults.
+struct AdamWOptions {
+  LearningRate learning_rate = 0.001;
+  double weight_decay = 0.004;
+  double beta_1 = 0.9;
+  double beta_2 = 0.999;
+  double epsilon = 1e-7;
+  bool amsgrad = false;
+  std::optional<double> clipnorm;
+  std::optional<double> global_clipnorm;
+  std::optional<double> clipvalue;
+  std::string name = "AdamW";
+};
+
+/// Adam whose step first decays each weight, `w -= lr * weight_decay * w` (Keras 2.11+'s
+/// `Optimizer._apply_weight_decay`, applied before the gradient step with the same learning rate).
+/// \code
+/// optimizers::AdamW adamw({.learning_rate = 1e-3, .weight_decay = 0.01});
+/// \endcode
+class AdamW : public detail::AdamBase {
+ public:
+  explicit AdamW(const AdamWOptions& options = {})
+      : AdamBase(AdamOptions{options.learning_rate, options.beta_1, options.beta_2, options.epsilon,
+                             options.amsgrad, options.clipnorm, options.global_clipnorm,
+                             options.clipvalue, options.name}),
+        weight_decay_(options.weight_decay) {}
+  std::string class_name() const override { return "AdamW"; }
+  nlohmann::json get_config() const override {
+    auto config = AdamBase::get_config();
+    config["weight_decay"] = weight_decay_;
+    return config;
+  }
+
+ protected:
+  void update_step(std::size_t index, detail::ArrayMap w, const detail::ArrayMap& g,
+                   float lr) override {
+    w -= w * static_cast<float>(lr * weight_decay_);
+    AdamBase::update_step(index, w, g, lr);
+  }
+
+ private:
+  double weight_decay_;
+};
+
+}  // namespace loadstar::keras::optimizers

@@ -1,0 +1,156 @@
+/// \file
+/// What every optimizer shares: slot variables, clipping, the learning rate, one step.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <limits>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "loadstar/detail/eigen.hpp"
+#include "loadstar/error.hpp"
+#include "loadstar/keras/optimizers/optimizer.hpp"
+#include "loadstar/keras/optimizers/schedules.hpp"
+#include "loadstar/keras/variable.hpp"
+
+namespace loadstar::keras::detail {
+
+/// An unaligned array view of a tensor (gradients may be views into larger buffers).
+using ArrayMap = Eigen::Map<Eigen::ArrayXf>;
+
+inline ArrayMap array_of(const Tensor<float>& t) {
+  return {t.data(), static_cast<Eigen::Index>(t.size())};
+}
+
+/// The options every optimizer takes, as Keras 2.11+'s `Optimizer.__init__`.
+struct Clipping {
+  std::optional<double> clipnorm;
+  std::optional<double> global_clipnorm;
+  std::optional<double> clipvalue;
+};
+
+/// The base of the optimizers: `Derived` lists its slot names (`slot_names()`) and updates one
+/// variable in `update_step(std::size_t index, ArrayMap value, const ArrayMap& gradient,
+/// float learning_rate)`, reading its slots with `slot(index, k)`.
+///
+/// Clipping follows Keras 2.11+'s `Optimizer._clip_gradients`: `clipnorm` (each gradient scaled
+/// to at most that L2 norm) if set, else `global_clipnorm` (all gradients scaled together), else
+/// `clipvalue` (element-wise). Clipped gradients go to scratch buffers made on the first step, so
+/// the caller's gradients are left untouched.
+class OptimizerBase : public Optimizer {
+ public:
+  OptimizerBase(std::string name, optimizers::LearningRate learning_rate, Clipping clipping)
+      : Optimizer(std::move(name)), learning_rate_(std::move(learning_rate)), clipping_(clipping) {
+    if (clipping.clipnorm && clipping.global_clipnorm) {
+      throw ConfigError(this->name() +
+                        ": at most one of clipnorm and global_clipnorm can be set "
+                        "but clipnorm is " +
+                        std::to_string(*clipping.clipnorm) + " and global_clipnorm is " +
+                        std::to_string(*clipping.global_clipnorm));
+    }
+  }
+
+  void apply_gradients(std::span<Variable*> variables) override {
+    if (!built_) build(variables);
+    const auto learning_rate = static_cast<float>(learning_rate_.at(iterations_));
+    float scale = 1.0f;
+    const bool by_norm = clipping_.clipnorm && *clipping_.clipnorm > 0;
+    const bool by_global = !by_norm && clipping_.global_clipnorm && *clipping_.global_clipnorm > 0;
+    const bool by_value = !by_norm && !by_global && clipping_.clipvalue && *clipping_.clipvalue > 0;
+    if (by_global) {
+      double squares = 0;
+      for (Variable* v : variables)
+        if (v->trainable) squares += array_of(v->gradient).cast<double>().square().sum();
+      const double norm = std::sqrt(squares);
+      scale = static_cast<float>(*clipping_.global_clipnorm /
+                                 std::max(norm, *clipping_.global_clipnorm));
+    }
+    std::size_t index = 0;
+    for (Variable* v : variables) {
+      if (!v->trainable) continue;
+      ArrayMap value = array_of(v->value);
+      ArrayMap gradient = array_of(v->gradient);
+      if (by_norm) {
+        const double norm = std::sqrt(gradient.cast<double>().square().sum());
+        scale = static_cast<float>(*clipping_.clipnorm / std::max(norm, *clipping_.clipnorm));
+      }
+      if (by_norm || by_global || by_value) {
+        ArrayMap clipped = array_of(scratch_[index]);
+        if (by_value) {
+          const auto c = static_cast<float>(*clipping_.clipvalue);
+          clipped = gradient.max(-c).min(c);
+        } else {
+          clipped = gradient * scale;
+        }
+        update_step(index, value, clipped, learning_rate);
+      } else {
+        update_step(index, value, gradient, learning_rate);
+      }
+      ++index;
+    }
+    ++iterations_;
+  }
+
+  double learning_rate() const override { return learning_rate_.at(iterations_); }
+  void set_learning_rate(double learning_rate) override { learning_rate_ = learning_rate; }
+  std::span<Variable> variables() noexcept override { return slots_; }
+
+  nlohmann::json get_config() const override {
+    nlohmann::json config = {{"name", name()}, {"learning_rate", learning_rate_.get_config()}};
+    config["clipnorm"] = clipping_.clipnorm ? nlohmann::json(*clipping_.clipnorm) : nullptr;
+    config["global_clipnorm"] =
+        clipping_.global_clipnorm ? nlohmann::json(*clipping_.global_clipnorm) : nullptr;
+    config["clipvalue"] = clipping_.clipvalue ? nlohmann::json(*clipping_.clipvalue) : nullptr;
+    return config;
+  }
+
+ protected:
+  /// The names of the slots each trainable variable gets, in creation order.
+  virtual std::vector<std::string> slot_names() const = 0;
+  /// The initial value of slot `k`.
+  virtual float slot_initial_value(std::size_t) const { return 0.0f; }
+  virtual void update_step(std::size_t index, ArrayMap value, const ArrayMap& gradient,
+                           float learning_rate) = 0;
+
+  /// Slot `k` of trainable variable `index`.
+  ArrayMap slot(std::size_t index, std::size_t k) {
+    return array_of(slots_[index * slots_per_variable_ + k].value);
+  }
+
+ private:
+  // Keras 2.11+ names a slot `<slot>/<variable>` (`add_variable_from_reference`): "m/kernel".
+  void build(std::span<Variable*> variables) {
+    const std::vector<std::string> names = slot_names();
+    slots_per_variable_ = names.size();
+    for (Variable* v : variables) {
+      if (!v->trainable) continue;
+      if (v->gradient.size() != v->value.size()) {
+        throw ShapeError(name() + ": variable '" + v->name + "' has shape " +
+                         v->value.shape().str() + " but its gradient has shape " +
+                         v->gradient.shape().str());
+      }
+      for (std::size_t k = 0; k < names.size(); ++k) {
+        slots_.push_back(Variable{names[k] + "/" + v->name,
+                                  Tensor<float>(v->value.shape(), slot_initial_value(k)),
+                                  Tensor<float>(), false});
+      }
+      scratch_.push_back(clipping_.clipnorm || clipping_.global_clipnorm || clipping_.clipvalue
+                             ? Tensor<float>::uninitialized(v->value.shape())
+                             : Tensor<float>());
+    }
+    built_ = true;
+  }
+
+  optimizers::LearningRate learning_rate_;
+  Clipping clipping_;
+  std::vector<Variable> slots_;
+  std::vector<Tensor<float>> scratch_;
+  std::size_t slots_per_variable_ = 0;
+  bool built_ = false;
+};
+
+}  // namespace loadstar::keras::detail

@@ -1,0 +1,94 @@
+/// \file
+/// `RMSprop`, as Keras 2.11+'s `tf.keras.optimizers.RMSprop`.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "loadstar/keras/optimizers/detail/optimizer_base.hpp"
+
+namespace loadstar::keras::optimizers {
+
+/// `RMSprop`'s arguments, with Keras's defaults.
+struct RMSpropOptions {
+  LearningRate learning_rate = 0.001;
+  double rho = 0.9;
+  double momentum = 0.0;
+  double epsilon = 1e-7;
+  bool centered = false;
+  std::optional<double> clipnorm;
+  std::optional<double> global_clipnorm;
+  std::optional<double> clipvalue;
+  std::string name = "RMSprop";
+};
+
+/// Keras's RMSprop: `velocity = rho * velocity + (1 - rho) * g^2`; centered, also
+/// `average_gradient = rho * average_gradient + (1 - rho) * g` and the denominator
+/// `velocity - average_gradient^2 + epsilon`, else `velocity + epsilon`;
+/// `increment = lr * g / sqrt(denominator)`; with momentum `momentum_slot = momentum *
+/// momentum_slot + increment` and `w -= momentum_slot`, else `w -= increment`. Epsilon sits inside
+/// the square root (PyTorch's RMSprop adds it outside, with alpha 0.99 and eps 1e-8 by default).
+/// \code
+/// optimizers::RMSprop rmsprop({.learning_rate = 1e-3, .centered = true});
+/// \endcode
+class RMSprop : public detail::OptimizerBase {
+ public:
+  explicit RMSprop(const RMSpropOptions& options = {})
+      : OptimizerBase(options.name, options.learning_rate,
+                      {options.clipnorm, options.global_clipnorm, options.clipvalue}),
+        rho_(options.rho),
+        momentum_(options.momentum),
+        epsilon_(options.epsilon),
+        centered_(options.centered) {}
+  std::string class_name() const override { return "RMSprop"; }
+  nlohmann::json get_config() const override {
+    auto config = OptimizerBase::get_config();
+    config["rho"] = rho_;
+    config["momentum"] = momentum_;
+    config["epsilon"] = epsilon_;
+    config["centered"] = centered_;
+    return config;
+  }
+
+ protected:
+  std::vector<std::string> slot_names() const override {
+    std::vector<std::string> names{"velocity"};
+    if (momentum_ > 0) names.emplace_back("momentum");
+    if (centered_) names.emplace_back("average_gradient");
+    return names;
+  }
+  void update_step(std::size_t index, detail::ArrayMap w, const detail::ArrayMap& g,
+                   float lr) override {
+    const auto rho = static_cast<float>(rho_);
+    const auto epsilon = static_cast<float>(epsilon_);
+    detail::ArrayMap velocity = slot(index, 0);
+    velocity = rho * velocity + (1 - rho) * g.square();
+    const std::size_t average_slot = momentum_ > 0 ? 2 : 1;
+    // The increment is written into the momentum slot, or applied directly, without a temporary.
+    if (centered_) {
+      detail::ArrayMap average = slot(index, average_slot);
+      average = rho * average + (1 - rho) * g;
+      apply(index, w, lr * g * (velocity - average.square() + epsilon).rsqrt());
+    } else {
+      apply(index, w, lr * g * (velocity + epsilon).rsqrt());
+    }
+  }
+
+ private:
+  template <class Increment>
+  void apply(std::size_t index, detail::ArrayMap& w, const Increment& increment) {
+    if (momentum_ > 0) {
+      detail::ArrayMap momentum = slot(index, 1);
+      momentum = static_cast<float>(momentum_) * momentum + increment;
+      w -= momentum;
+    } else {
+      w -= increment;
+    }
+  }
+
+  double rho_, momentum_, epsilon_;
+  bool centered_;
+};
+
+}  // namespace loadstar::keras::optimizers

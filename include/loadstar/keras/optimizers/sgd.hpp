@@ -1,0 +1,78 @@
+/// \file
+/// `SGD`: gradient descent with optional (Nesterov) momentum, as `tf.keras.optimizers.SGD`.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "loadstar/keras/optimizers/detail/optimizer_base.hpp"
+
+namespace loadstar::keras::optimizers {
+
+/// `SGD`'s arguments, with Keras's defaults.
+struct SGDOptions {
+  LearningRate learning_rate = 0.01;
+  double momentum = 0.0;
+  bool nesterov = false;
+  std::optional<double> clipnorm;
+  std::optional<double> global_clipnorm;
+  std::optional<double> clipvalue;
+  std::string name = "SGD";
+};
+
+/// Keras's SGD: without momentum `w -= lr * g`; with momentum, a slot `"momentum"` per variable,
+/// `velocity = momentum * velocity - lr * g`, then `w += velocity`, or with Nesterov
+/// `w += momentum * velocity - lr * g`.
+/// \code
+/// optimizers::SGD sgd({.learning_rate = 0.1, .momentum = 0.9, .nesterov = true});
+/// sgd.apply_gradients(variables);
+/// \endcode
+class SGD : public detail::OptimizerBase {
+ public:
+  explicit SGD(SGDOptions options = {})
+      : OptimizerBase(options.name, options.learning_rate,
+                      {options.clipnorm, options.global_clipnorm, options.clipvalue}),
+        momentum_(options.momentum),
+        nesterov_(options.nesterov) {
+    if (momentum_ < 0 || momentum_ > 1) {
+      throw ConfigError(name() + ": momentum must be in [0, 1] but is " +
+                        std::to_string(momentum_));
+    }
+  }
+  std::string class_name() const override { return "SGD"; }
+  nlohmann::json get_config() const override {
+    auto config = OptimizerBase::get_config();
+    config["momentum"] = momentum_;
+    config["nesterov"] = nesterov_;
+    return config;
+  }
+
+ protected:
+  // Slots exist only with momentum, as Keras's legacy SGD (the 2.11+ one names them "m").
+  std::vector<std::string> slot_names() const override {
+    if (momentum_ == 0) return {};
+    return {"momentum"};
+  }
+  void update_step(std::size_t index, detail::ArrayMap w, const detail::ArrayMap& g,
+                   float lr) override {
+    if (momentum_ == 0) {
+      w -= lr * g;
+      return;
+    }
+    const auto momentum = static_cast<float>(momentum_);
+    detail::ArrayMap velocity = slot(index, 0);
+    velocity = momentum * velocity - lr * g;
+    if (nesterov_) {
+      w += momentum * velocity - lr * g;
+    } else {
+      w += velocity;
+    }
+  }
+
+ private:
+  double momentum_;
+  bool nesterov_;
+};
+
+}  // namespace loadstar::keras::optimizers
