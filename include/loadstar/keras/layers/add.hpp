@@ -1,0 +1,62 @@
+/// \file
+/// `Add`: the element-wise sum of its inputs.
+#pragma once
+
+#include "loadstar/keras/layers/detail/layer_base.hpp"
+
+namespace loadstar::keras {
+
+/// `Add`'s Keras arguments.
+struct AddOptions {
+  std::string name = {};
+};
+
+/// Keras's `Add`: the sum of two or more inputs of the same shape.
+/// \code
+/// Add residual;
+/// \endcode
+class Add : public detail::LayerBase {
+ public:
+  explicit Add(AddOptions options = {}) : LayerBase(options.name) {}
+
+  std::string class_name() const override { return "Add"; }
+
+  Shape build(std::span<const Shape> input_shapes, std::uint64_t) override {
+    if (input_shapes.size() < 2) {
+      throw ShapeError(label() + ": expects at least 2 inputs but got " +
+                       std::to_string(input_shapes.size()));
+    }
+    for (const Shape& s : input_shapes) {
+      if (s != input_shapes[0]) {
+        throw ShapeError(label() + ": inputs must have the same shape but got " +
+                         batch_str(input_shapes[0]) + " and " + batch_str(s));
+      }
+    }
+    remember(input_shapes, input_shapes[0]);
+    return input_shapes[0];
+  }
+
+  void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+               const CallContext& ctx) override {
+    check_inputs(inputs);
+    ctx.backend.add(inputs[0], inputs[1], output);
+    for (std::size_t i = 2; i < inputs.size(); ++i)
+      ctx.backend.add(output, inputs[i], output);
+  }
+
+  void backward(std::span<const Tensor<float>>, const Tensor<float>&,
+                const Tensor<float>& output_gradient,
+                std::span<const Tensor<float>> input_gradients, const CallContext& ctx) override {
+    for (const auto& gradient : input_gradients)
+      if (!gradient.empty()) ctx.backend.copy(output_gradient, gradient);
+  }
+
+  nlohmann::json get_config() const override { return base_config(); }
+
+  static std::shared_ptr<Layer> from_config(const nlohmann::json& config) {
+    return std::make_shared<Add>(
+        AddOptions{.name = detail::config_value(config, "name", std::string())});
+  }
+};
+
+}  // namespace loadstar::keras

@@ -1,0 +1,173 @@
+/// \file
+/// `BatchNormalization`: normalises the last axis with batch or moving statistics.
+#pragma once
+
+#include "loadstar/keras/layers/detail/layer_base.hpp"
+
+namespace loadstar::keras {
+
+/// `BatchNormalization`'s Keras arguments, with Keras's defaults (only `axis = -1`).
+struct BatchNormalizationOptions {
+  int axis = -1;
+  double momentum = 0.99;
+  double epsilon = 1e-3;
+  bool center = true;
+  bool scale = true;
+  Initializer beta_initializer = Initializer::zeros();
+  Initializer gamma_initializer = Initializer::ones();
+  Initializer moving_mean_initializer = Initializer::zeros();
+  Initializer moving_variance_initializer = Initializer::ones();
+  std::string name = {};
+};
+
+/// Keras's `BatchNormalization` over the last axis: weights `gamma`, `beta` (trainable, present
+/// with `scale` / `center`), `moving_mean`, `moving_variance` (non-trainable), in that order.
+///
+/// Training normalises with the batch mean and biased variance and updates
+/// `moving = moving * momentum + batch * (1 - momentum)`. The variance fed to that update follows
+/// tf.keras 2: rank-4 inputs take Keras's fused path (`tf.compat.v1.nn.fused_batch_norm`, whose
+/// batch variance carries Bessel's correction `n / (n - 1)`), other ranks the non-fused path
+/// (`tf.nn.moments`, biased).
+/// \code
+/// BatchNormalization bn;
+/// BatchNormalization light({.momentum = 0.9, .scale = false});
+/// \endcode
+class BatchNormalization : public detail::LayerBase {
+ public:
+  explicit BatchNormalization(BatchNormalizationOptions options = {})
+      : LayerBase(options.name), options_(std::move(options)) {}
+
+  std::string class_name() const override { return "BatchNormalization"; }
+
+  Shape build(std::span<const Shape> input_shapes, std::uint64_t seed) override {
+    expect_inputs(input_shapes, 1);
+    const Shape& in = input_shapes[0];
+    if (in.rank() < 1)
+      throw ShapeError(label() + ": expects inputs with a feature axis but got " + in.str());
+    const auto rank_with_batch = static_cast<int>(in.rank()) + 1;
+    if (options_.axis != -1 && options_.axis != rank_with_batch - 1) {
+      throw ConfigError(label() + ": only the last axis is supported but axis is " +
+                        std::to_string(options_.axis));
+    }
+    const std::size_t c = in[in.rank() - 1];
+    if (weights_.empty()) {
+      std::uint64_t s = seed;
+      auto make = [&](const Initializer& init, const char* name, bool trainable) {
+        Tensor<float> t({c});
+        init.fill(t, s = SplitMix64::mix(s + 1));
+        add_weight(name, t, trainable);
+      };
+      if (options_.scale) make(options_.gamma_initializer, "gamma", true);
+      if (options_.center) make(options_.beta_initializer, "beta", true);
+      make(options_.moving_mean_initializer, "moving_mean", false);
+      make(options_.moving_variance_initializer, "moving_variance", false);
+      mean_ = Tensor<float>({c});
+      variance_ = Tensor<float>({c});
+      corrected_ = Tensor<float>({c});
+    } else if (mean_.size() != c) {
+      throw ShapeError(label() + ": built for " + std::to_string(mean_.size()) +
+                       " features but the input has shape " + in.str());
+    }
+    remember(input_shapes, in);
+    return in;
+  }
+
+  void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+               const CallContext& ctx) override {
+    check_inputs(inputs);
+    Backend& backend = ctx.backend;
+    const Tensor<float>& x = inputs[0];
+    if (!ctx.training) {
+      backend.batch_norm_forward(x, moving_mean().value, moving_variance().value, gamma(), beta(),
+                                 epsilon(), output);
+      return;
+    }
+    backend.moments(x, mean_, variance_);
+    backend.batch_norm_forward(x, mean_, variance_, gamma(), beta(), epsilon(), output);
+    const auto momentum = static_cast<float>(options_.momentum);
+    backend.moving_average(moving_mean().value, mean_, momentum);
+    const std::size_t n = x.size() / mean_.size();
+    if (x.rank() == 4 && n > 1) {
+      backend.copy(variance_, corrected_);
+      backend.scale(corrected_, static_cast<float>(double(n) / double(n - 1)));
+      backend.moving_average(moving_variance().value, corrected_, momentum);
+    } else {
+      backend.moving_average(moving_variance().value, variance_, momentum);
+    }
+  }
+
+  void backward(std::span<const Tensor<float>> inputs, const Tensor<float>&,
+                const Tensor<float>& output_gradient,
+                std::span<const Tensor<float>> input_gradients, const CallContext& ctx) override {
+    Backend& backend = ctx.backend;
+    const Tensor<float>& x = inputs[0];
+    const Tensor<float> dx = input_gradients.empty() ? Tensor<float>() : input_gradients[0];
+    const Tensor<float> dgamma = options_.scale ? weights_[0].gradient : Tensor<float>();
+    const Tensor<float> dbeta =
+        options_.center ? weights_[options_.scale ? 1 : 0].gradient : Tensor<float>();
+    if (ctx.training) {
+      // The batch statistics are recomputed rather than kept, so a shared layer stays correct.
+      backend.moments(x, mean_, variance_);
+      backend.batch_norm_backward(x, mean_, variance_, gamma(), epsilon(), true, output_gradient,
+                                  dx, dgamma, dbeta);
+    } else {
+      backend.batch_norm_backward(x, moving_mean().value, moving_variance().value, gamma(),
+                                  epsilon(), false, output_gradient, dx, dgamma, dbeta);
+    }
+  }
+
+  nlohmann::json get_config() const override {
+    auto config = base_config();
+    config["axis"] = options_.axis;
+    config["momentum"] = options_.momentum;
+    config["epsilon"] = options_.epsilon;
+    config["center"] = options_.center;
+    config["scale"] = options_.scale;
+    config["beta_initializer"] = options_.beta_initializer.to_json();
+    config["gamma_initializer"] = options_.gamma_initializer.to_json();
+    config["moving_mean_initializer"] = options_.moving_mean_initializer.to_json();
+    config["moving_variance_initializer"] = options_.moving_variance_initializer.to_json();
+    for (const char* key :
+         {"beta_regularizer", "gamma_regularizer", "beta_constraint", "gamma_constraint"})
+      config[key] = nullptr;
+    return config;
+  }
+
+  static std::shared_ptr<Layer> from_config(const nlohmann::json& config) {
+    using detail::config_initializer;
+    using detail::config_value;
+    int axis = -1;
+    if (config.contains("axis")) {
+      const auto& a = config["axis"];
+      axis = a.is_array() ? a.at(0).get<int>() : a.get<int>();
+    }
+    return std::make_shared<BatchNormalization>(BatchNormalizationOptions{
+        .axis = axis,
+        .momentum = config_value(config, "momentum", 0.99),
+        .epsilon = config_value(config, "epsilon", 1e-3),
+        .center = config_value(config, "center", true),
+        .scale = config_value(config, "scale", true),
+        .beta_initializer = config_initializer(config, "beta_initializer", Initializer::zeros()),
+        .gamma_initializer = config_initializer(config, "gamma_initializer", Initializer::ones()),
+        .moving_mean_initializer =
+            config_initializer(config, "moving_mean_initializer", Initializer::zeros()),
+        .moving_variance_initializer =
+            config_initializer(config, "moving_variance_initializer", Initializer::ones()),
+        .name = config_value(config, "name", std::string()),
+    });
+  }
+
+ private:
+  float epsilon() const noexcept { return static_cast<float>(options_.epsilon); }
+  Tensor<float> gamma() const { return options_.scale ? weights_[0].value : Tensor<float>(); }
+  Tensor<float> beta() const {
+    return options_.center ? weights_[options_.scale ? 1 : 0].value : Tensor<float>();
+  }
+  Variable& moving_mean() { return weights_[weights_.size() - 2]; }
+  Variable& moving_variance() { return weights_[weights_.size() - 1]; }
+
+  BatchNormalizationOptions options_;
+  Tensor<float> mean_, variance_, corrected_;
+};
+
+}  // namespace loadstar::keras

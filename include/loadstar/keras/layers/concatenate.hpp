@@ -1,0 +1,91 @@
+/// \file
+/// `Concatenate`: joins its inputs along an axis.
+#pragma once
+
+#include <vector>
+
+#include "loadstar/keras/layers/detail/layer_base.hpp"
+
+namespace loadstar::keras {
+
+/// `Concatenate`'s Keras arguments, with Keras's default `axis = -1`.
+struct ConcatenateOptions {
+  int axis = -1;
+  std::string name = {};
+};
+
+/// Keras's `Concatenate`: inputs equal in every axis but `axis` (counted with the batch axis, as
+/// in Keras; negative from the end) joined along it.
+/// \code
+/// Concatenate concat;  // along the last axis
+/// \endcode
+class Concatenate : public detail::LayerBase {
+ public:
+  explicit Concatenate(ConcatenateOptions options = {})
+      : LayerBase(options.name), axis_(options.axis) {}
+
+  std::string class_name() const override { return "Concatenate"; }
+
+  Shape build(std::span<const Shape> input_shapes, std::uint64_t) override {
+    if (input_shapes.size() < 2) {
+      throw ShapeError(label() + ": expects at least 2 inputs but got " +
+                       std::to_string(input_shapes.size()));
+    }
+    const auto rank = static_cast<int>(input_shapes[0].rank()) + 1;  // with the batch axis
+    const int axis = axis_ < 0 ? axis_ + rank : axis_;
+    if (axis < 1 || axis >= rank) {
+      throw ConfigError(label() + ": axis " + std::to_string(axis_) +
+                        " is not a non-batch axis of inputs of shape " +
+                        batch_str(input_shapes[0]));
+    }
+    axis_in_sample_ = static_cast<std::size_t>(axis - 1);
+    Shape out = input_shapes[0];
+    out[axis_in_sample_] = 0;
+    extents_.clear();
+    for (const Shape& s : input_shapes) {
+      bool fits = s.rank() == out.rank();
+      for (std::size_t i = 0; fits && i < s.rank(); ++i)
+        fits = i == axis_in_sample_ || s[i] == input_shapes[0][i];
+      if (!fits) {
+        throw ShapeError(label() + ": inputs must match except along axis " +
+                         std::to_string(axis_) + " but got shapes " + batch_str(input_shapes[0]) +
+                         " and " + batch_str(s));
+      }
+      out[axis_in_sample_] += s[axis_in_sample_];
+      extents_.push_back(s[axis_in_sample_]);
+    }
+    remember(input_shapes, out);
+    return out;
+  }
+
+  void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+               const CallContext& ctx) override {
+    check_inputs(inputs);
+    ctx.backend.concatenate(inputs, axis_in_sample_ + 1, output);
+  }
+
+  void backward(std::span<const Tensor<float>>, const Tensor<float>&,
+                const Tensor<float>& output_gradient,
+                std::span<const Tensor<float>> input_gradients, const CallContext& ctx) override {
+    ctx.backend.split(output_gradient, axis_in_sample_ + 1, extents_, input_gradients);
+  }
+
+  nlohmann::json get_config() const override {
+    auto config = base_config();
+    config["axis"] = axis_;
+    return config;
+  }
+
+  static std::shared_ptr<Layer> from_config(const nlohmann::json& config) {
+    return std::make_shared<Concatenate>(
+        ConcatenateOptions{.axis = detail::config_value(config, "axis", -1),
+                           .name = detail::config_value(config, "name", std::string())});
+  }
+
+ private:
+  int axis_;
+  std::size_t axis_in_sample_ = 0;
+  std::vector<std::size_t> extents_;
+};
+
+}  // namespace loadstar::keras

@@ -1,0 +1,91 @@
+/// \file
+/// `Dropout`: zeroes a random fraction of its inputs while training.
+#pragma once
+
+#include <functional>
+
+#include "loadstar/keras/layers/detail/layer_base.hpp"
+
+namespace loadstar::keras {
+
+/// `Dropout`'s Keras arguments after `rate`.
+struct DropoutOptions {
+  std::optional<std::uint64_t> seed = std::nullopt;
+  std::string name = {};
+};
+
+/// Keras's `Dropout`: in training each element is dropped with probability `rate` and the kept
+/// ones are scaled by `1 / (1 - rate)` (inverted dropout); outside training it is the identity.
+/// The mask derives from `(seed or ctx.seed, ctx.step, name)`, so runs are reproducible.
+/// \code
+/// Dropout dropout(0.5);
+/// \endcode
+class Dropout : public detail::LayerBase {
+ public:
+  explicit Dropout(double rate, DropoutOptions options = {})
+      : LayerBase(options.name), rate_(rate), options_(std::move(options)) {
+    if (!(rate >= 0.0 && rate < 1.0)) {
+      throw ConfigError(label() + ": rate must be in [0, 1) but is " + std::to_string(rate));
+    }
+  }
+
+  std::string class_name() const override { return "Dropout"; }
+  double rate() const noexcept { return rate_; }
+
+  Shape build(std::span<const Shape> input_shapes, std::uint64_t) override {
+    expect_inputs(input_shapes, 1);
+    remember(input_shapes, input_shapes[0]);
+    return input_shapes[0];
+  }
+
+  void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+               const CallContext& ctx) override {
+    check_inputs(inputs);
+    if (ctx.training) {
+      ctx.backend.dropout(inputs[0], output, static_cast<float>(rate_), key(ctx));
+    } else {
+      ctx.backend.copy(inputs[0], output);
+    }
+  }
+
+  void backward(std::span<const Tensor<float>>, const Tensor<float>&,
+                const Tensor<float>& output_gradient,
+                std::span<const Tensor<float>> input_gradients, const CallContext& ctx) override {
+    if (input_gradients.empty() || input_gradients[0].empty()) return;
+    if (ctx.training) {
+      ctx.backend.dropout(output_gradient, input_gradients[0], static_cast<float>(rate_), key(ctx));
+    } else {
+      ctx.backend.copy(output_gradient, input_gradients[0]);
+    }
+  }
+
+  nlohmann::json get_config() const override {
+    auto config = base_config();
+    config["rate"] = rate_;
+    config["noise_shape"] = nullptr;
+    config["seed"] = options_.seed ? nlohmann::json(*options_.seed) : nlohmann::json(nullptr);
+    return config;
+  }
+
+  static std::shared_ptr<Layer> from_config(const nlohmann::json& config) {
+    DropoutOptions options{.name = detail::config_value(config, "name", std::string())};
+    if (config.contains("seed") && config["seed"].is_number_integer())
+      options.seed = config["seed"].get<std::uint64_t>();
+    return std::make_shared<Dropout>(config.at("rate").get<double>(), options);
+  }
+
+ private:
+  /// The mask's key: the same in `forward` and `backward` of one step, different across steps
+  /// and layers.
+  std::uint64_t key(const CallContext& ctx) const {
+    const std::uint64_t seed = options_.seed.value_or(ctx.seed);
+    return SplitMix64::mix(SplitMix64::mix(seed) ^
+                           SplitMix64::mix(ctx.step + 0x632BE59BD9B4E019ULL) ^
+                           std::hash<std::string>{}(name()));
+  }
+
+  double rate_;
+  DropoutOptions options_;
+};
+
+}  // namespace loadstar::keras

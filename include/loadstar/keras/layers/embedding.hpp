@@ -1,0 +1,103 @@
+/// \file
+/// `Embedding`: maps integer indices to dense vectors.
+#pragma once
+
+#include <cmath>
+
+#include "loadstar/keras/layers/detail/layer_base.hpp"
+
+namespace loadstar::keras {
+
+/// `Embedding`'s Keras arguments after `input_dim` and `output_dim`, with Keras's defaults.
+struct EmbeddingOptions {
+  Initializer embeddings_initializer = Initializer::random_uniform(-0.05, 0.05);
+  std::string name = {};
+};
+
+/// Keras's `Embedding`: indices `(..., )` (given as floats, cast toward zero as `tf.cast` does) to
+/// rows of `embeddings` `(input_dim, output_dim)`, giving `(..., output_dim)`.
+/// \code
+/// Embedding words(10000, 64);
+/// \endcode
+class Embedding : public detail::LayerBase {
+ public:
+  Embedding(std::size_t input_dim, std::size_t output_dim, EmbeddingOptions options = {})
+      : LayerBase(options.name),
+        input_dim_(input_dim),
+        output_dim_(output_dim),
+        options_(std::move(options)) {
+    if (input_dim == 0 || output_dim == 0)
+      throw ConfigError(label() + ": input_dim and output_dim must be positive");
+  }
+
+  std::string class_name() const override { return "Embedding"; }
+
+  Shape build(std::span<const Shape> input_shapes, std::uint64_t seed) override {
+    expect_inputs(input_shapes, 1);
+    if (weights_.empty()) {
+      Tensor<float> embeddings({input_dim_, output_dim_});
+      options_.embeddings_initializer.fill(embeddings, seed);
+      add_weight("embeddings", embeddings);
+    }
+    std::vector<std::size_t> dims(input_shapes[0].begin(), input_shapes[0].end());
+    dims.push_back(output_dim_);
+    const Shape out(dims);
+    remember(input_shapes, out);
+    return out;
+  }
+
+  /// Throws `ConfigError` naming the layer, the index and `input_dim` for an index outside
+  /// `[0, input_dim)`.
+  void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+               const CallContext& ctx) override {
+    check_inputs(inputs);
+    const auto bad = ctx.backend.gather(inputs[0], weights_[0].value, rows(output));
+    if (bad) {
+      const float index = inputs[0].data()[*bad];
+      const std::string shown = std::isfinite(index) && std::trunc(index) == index
+                                    ? std::to_string(static_cast<long long>(index))
+                                    : std::to_string(index);
+      throw ConfigError(label() + ": index " + shown + " at position " + std::to_string(*bad) +
+                        " is outside [0, input_dim) with input_dim " + std::to_string(input_dim_));
+    }
+  }
+
+  void backward(std::span<const Tensor<float>> inputs, const Tensor<float>&,
+                const Tensor<float>& output_gradient, std::span<const Tensor<float>>,
+                const CallContext& ctx) override {
+    ctx.backend.scatter_add(inputs[0], rows(output_gradient), weights_[0].gradient);
+  }
+
+  nlohmann::json get_config() const override {
+    auto config = base_config();
+    config["input_dim"] = input_dim_;
+    config["output_dim"] = output_dim_;
+    config["embeddings_initializer"] = options_.embeddings_initializer.to_json();
+    config["embeddings_regularizer"] = nullptr;
+    config["activity_regularizer"] = nullptr;
+    config["embeddings_constraint"] = nullptr;
+    config["mask_zero"] = false;
+    config["input_length"] = nullptr;
+    return config;
+  }
+
+  static std::shared_ptr<Layer> from_config(const nlohmann::json& config) {
+    return std::make_shared<Embedding>(
+        config.at("input_dim").get<std::size_t>(), config.at("output_dim").get<std::size_t>(),
+        EmbeddingOptions{
+            .embeddings_initializer = detail::config_initializer(
+                config, "embeddings_initializer", Initializer::random_uniform(-0.05, 0.05)),
+            .name = detail::config_value(config, "name", std::string())});
+  }
+
+ private:
+  Tensor<float> rows(const Tensor<float>& t) const {
+    return t.reshape({t.size() / output_dim_, output_dim_});
+  }
+
+  std::size_t input_dim_;
+  std::size_t output_dim_;
+  EmbeddingOptions options_;
+};
+
+}  // namespace loadstar::keras

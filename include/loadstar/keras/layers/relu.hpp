@@ -1,0 +1,118 @@
+/// \file
+/// `ReLU` and `LeakyReLU`: rectified linear units with Keras's parameters.
+#pragma once
+
+#include "loadstar/keras/layers/detail/layer_base.hpp"
+
+namespace loadstar::keras {
+
+/// `ReLU`'s Keras arguments, with Keras's defaults.
+struct ReLUOptions {
+  std::optional<float> max_value = std::nullopt;
+  float negative_slope = 0.0F;
+  float threshold = 0.0F;
+  std::string name = {};
+};
+
+namespace detail {
+
+/// The common part: `max_value` above it, `x` from `threshold`, `negative_slope * (x - threshold)`
+/// below.
+class ReLUBase : public LayerBase {
+ public:
+  explicit ReLUBase(ReLUOptions options) : LayerBase(options.name), options_(std::move(options)) {}
+
+  Shape build(std::span<const Shape> input_shapes, std::uint64_t) override {
+    expect_inputs(input_shapes, 1);
+    remember(input_shapes, input_shapes[0]);
+    return input_shapes[0];
+  }
+
+  void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+               const CallContext& ctx) override {
+    check_inputs(inputs);
+    ctx.backend.relu_forward(inputs[0], output, options_.max_value, options_.negative_slope,
+                             options_.threshold);
+  }
+
+  void backward(std::span<const Tensor<float>> inputs, const Tensor<float>&,
+                const Tensor<float>& output_gradient,
+                std::span<const Tensor<float>> input_gradients, const CallContext& ctx) override {
+    if (input_gradients.empty() || input_gradients[0].empty()) return;
+    ctx.backend.relu_backward(inputs[0], output_gradient, input_gradients[0], options_.max_value,
+                              options_.negative_slope, options_.threshold);
+  }
+
+ protected:
+  ReLUOptions options_;
+};
+
+}  // namespace detail
+
+/// Keras's `ReLU` layer.
+/// \code
+/// ReLU relu6({.max_value = 6.0F});
+/// \endcode
+class ReLU : public detail::ReLUBase {
+ public:
+  explicit ReLU(ReLUOptions options = {}) : ReLUBase(std::move(options)) {
+    if (options_.negative_slope < 0.0F || options_.threshold < 0.0F ||
+        (options_.max_value && *options_.max_value < 0.0F)) {
+      throw ConfigError(label() + ": max_value, negative_slope and threshold must be >= 0");
+    }
+  }
+
+  std::string class_name() const override { return "ReLU"; }
+
+  nlohmann::json get_config() const override {
+    auto config = base_config();
+    config["max_value"] =
+        options_.max_value ? nlohmann::json(*options_.max_value) : nlohmann::json(nullptr);
+    config["negative_slope"] = options_.negative_slope;
+    config["threshold"] = options_.threshold;
+    return config;
+  }
+
+  static std::shared_ptr<Layer> from_config(const nlohmann::json& config) {
+    ReLUOptions options{
+        .negative_slope = detail::config_value(config, "negative_slope", 0.0F),
+        .threshold = detail::config_value(config, "threshold", 0.0F),
+        .name = detail::config_value(config, "name", std::string()),
+    };
+    if (config.contains("max_value") && !config["max_value"].is_null())
+      options.max_value = config["max_value"].get<float>();
+    return std::make_shared<ReLU>(options);
+  }
+};
+
+/// `LeakyReLU`'s Keras arguments, with Keras 2's default `alpha = 0.3`.
+struct LeakyReLUOptions {
+  float alpha = 0.3F;
+  std::string name = {};
+};
+
+/// Keras's `LeakyReLU`: `x` for `x >= 0`, `alpha * x` below.
+/// \code
+/// LeakyReLU leaky({.alpha = 0.1F});
+/// \endcode
+class LeakyReLU : public detail::ReLUBase {
+ public:
+  explicit LeakyReLU(LeakyReLUOptions options = {})
+      : ReLUBase(ReLUOptions{.negative_slope = options.alpha, .name = options.name}) {}
+
+  std::string class_name() const override { return "LeakyReLU"; }
+
+  nlohmann::json get_config() const override {
+    auto config = base_config();
+    config["alpha"] = options_.negative_slope;
+    return config;
+  }
+
+  static std::shared_ptr<Layer> from_config(const nlohmann::json& config) {
+    return std::make_shared<LeakyReLU>(
+        LeakyReLUOptions{.alpha = detail::config_value(config, "alpha", 0.3F),
+                         .name = detail::config_value(config, "name", std::string())});
+  }
+};
+
+}  // namespace loadstar::keras

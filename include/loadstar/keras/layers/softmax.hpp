@@ -1,0 +1,69 @@
+/// \file
+/// `Softmax`: the softmax over an axis, as a layer.
+#pragma once
+
+#include "loadstar/keras/layers/detail/layer_base.hpp"
+
+namespace loadstar::keras {
+
+/// `Softmax`'s Keras arguments, with Keras's default `axis = -1`.
+struct SoftmaxOptions {
+  int axis = -1;
+  std::string name = {};
+};
+
+/// Keras's `Softmax` layer over `axis` (counted with the batch axis; negative from the end).
+/// \code
+/// Softmax softmax;
+/// \endcode
+class Softmax : public detail::LayerBase {
+ public:
+  explicit Softmax(SoftmaxOptions options = {}) : LayerBase(options.name), axis_(options.axis) {}
+
+  std::string class_name() const override { return "Softmax"; }
+
+  Shape build(std::span<const Shape> input_shapes, std::uint64_t) override {
+    expect_inputs(input_shapes, 1);
+    const auto rank = static_cast<int>(input_shapes[0].rank()) + 1;
+    const int axis = axis_ < 0 ? axis_ + rank : axis_;
+    if (axis < 1 || axis >= rank) {
+      throw ConfigError(label() + ": axis " + std::to_string(axis_) +
+                        " is not a non-batch axis of inputs of shape " +
+                        batch_str(input_shapes[0]));
+    }
+    axis_with_batch_ = static_cast<std::size_t>(axis);
+    remember(input_shapes, input_shapes[0]);
+    return input_shapes[0];
+  }
+
+  void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+               const CallContext& ctx) override {
+    check_inputs(inputs);
+    ctx.backend.softmax_forward(inputs[0], output, axis_with_batch_);
+  }
+
+  void backward(std::span<const Tensor<float>>, const Tensor<float>& output,
+                const Tensor<float>& output_gradient,
+                std::span<const Tensor<float>> input_gradients, const CallContext& ctx) override {
+    if (input_gradients.empty() || input_gradients[0].empty()) return;
+    ctx.backend.softmax_backward(output, output_gradient, input_gradients[0], axis_with_batch_);
+  }
+
+  nlohmann::json get_config() const override {
+    auto config = base_config();
+    config["axis"] = axis_;
+    return config;
+  }
+
+  static std::shared_ptr<Layer> from_config(const nlohmann::json& config) {
+    return std::make_shared<Softmax>(
+        SoftmaxOptions{.axis = detail::config_value(config, "axis", -1),
+                       .name = detail::config_value(config, "name", std::string())});
+  }
+
+ private:
+  int axis_;
+  std::size_t axis_with_batch_ = 1;
+};
+
+}  // namespace loadstar::keras
