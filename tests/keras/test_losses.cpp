@@ -1,15 +1,142 @@
 #include <doctest/doctest.h>
 
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
 #include <loadstar/error.hpp>
 #include <loadstar/keras/losses.hpp>
 #include <loadstar/tensor.hpp>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
 
 using loadstar::ConfigError;
+using loadstar::Shape;
 using loadstar::ShapeError;
 using loadstar::Tensor;
 using loadstar::keras::get_loss;
+using loadstar::keras::Loss;
+namespace losses = loadstar::keras::losses;
+
+namespace {
+
+// The checked-in reference values of tests/keras/generate_losses_metrics_optimizers.py.
+const nlohmann::json& reference() {
+  static const nlohmann::json json = [] {
+    const char* root = std::getenv("LOADSTAR_SOURCE_DIR");
+    REQUIRE_MESSAGE(root != nullptr, "LOADSTAR_SOURCE_DIR is not set");
+    std::ifstream in(std::string(root) + "/tests/keras/reference/losses_metrics_optimizers.json");
+    REQUIRE_MESSAGE(in.good(), "cannot open the reference values");
+    return nlohmann::json::parse(in);
+  }();
+  return json;
+}
+
+Tensor<float> tensor_of(const nlohmann::json& values, const nlohmann::json& shape) {
+  const auto v = values.get<std::vector<float>>();
+  return Tensor<float>(Shape(shape.get<std::vector<std::size_t>>()), std::span<const float>(v));
+}
+
+// |value - target| <= absolute + relative * |target|, element by element, reporting the index.
+void check_close(std::string_view what, std::span<const float> values,
+                 const std::vector<double>& targets, double absolute, double relative) {
+  REQUIRE(values.size() == targets.size());
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    const double tolerance = absolute + relative * std::abs(targets[i]);
+    INFO(what, " at index ", i, ": value ", values[i], ", target ", targets[i]);
+    CHECK(std::abs(values[i] - targets[i]) <= tolerance);
+  }
+}
+
+}  // namespace
+
+namespace {
+
+std::unique_ptr<Loss> make_loss(const nlohmann::json& c) {
+  const std::string kind = c["loss"];
+  const auto& args = c["args"];
+  const bool from_logits = args.value("from_logits", false);
+  const double smoothing = args.value("label_smoothing", 0.0);
+  if (kind == "mse") return std::make_unique<losses::MeanSquaredError>();
+  if (kind == "mae") return std::make_unique<losses::MeanAbsoluteError>();
+  if (kind == "huber") return std::make_unique<losses::Huber>(args.value("delta", 1.0));
+  if (kind == "hinge") return std::make_unique<losses::Hinge>();
+  if (kind == "kld") return std::make_unique<losses::KLDivergence>();
+  if (kind == "bce") return std::make_unique<losses::BinaryCrossentropy>(from_logits, smoothing);
+  if (kind == "cce") {
+    return std::make_unique<losses::CategoricalCrossentropy>(from_logits, smoothing);
+  }
+  return std::make_unique<losses::SparseCategoricalCrossentropy>(from_logits);
+}
+
+}  // namespace
 
 TEST_SUITE("keras") {
+  TEST_CASE("Loss values and gradients match the PyTorch reference") {
+    // Float32 inputs and outputs, float64 accumulation: 1e-6 absolute plus 1e-5 relative.
+    for (const auto& c : reference()["losses"]) {
+      const std::string name = c["name"];
+      CAPTURE(name);
+      auto loss = make_loss(c);
+      const Tensor<float> y_true = tensor_of(c["y_true"], c["y_true_shape"]);
+      const Tensor<float> y_pred = tensor_of(c["y_pred"], c["y_pred_shape"]);
+      Tensor<float> weights;
+      const bool weighted = !c["sample_weight"].is_null();
+      if (weighted) {
+        weights = tensor_of(c["sample_weight"], nlohmann::json::array({y_pred.rows()}));
+      }
+      Tensor<float> gradient(y_pred.shape());
+      const float value = loss->compute(y_true, y_pred, weighted ? &weights : nullptr, gradient);
+      check_close(name + " value", std::span<const float>(&value, 1), {c["value"].get<double>()},
+                  1e-6, 1e-5);
+      check_close(name + " gradient", gradient.span(), c["gradient"].get<std::vector<double>>(),
+                  1e-6, 1e-5);
+      // Without a gradient buffer the value is the same.
+      CHECK(loss->compute(y_true, y_pred, weighted ? &weights : nullptr, Tensor<float>()) == value);
+    }
+  }
+
+  TEST_CASE("Loss reduction sum and none follow Keras") {
+    Tensor<float> y_true({2, 2}, {0, 1, 1, 1});
+    Tensor<float> y_pred({2, 2}, {1, 1, 3, 1});
+    Tensor<float> weights({2}, {2, 0.5f});
+    losses::MeanSquaredError sum(loadstar::keras::Reduction::sum);
+    CHECK(sum.compute(y_true, y_pred, &weights, Tensor<float>()) ==
+          doctest::Approx(0.5 * 2 + 2 * 0.5));
+    losses::MeanSquaredError none(loadstar::keras::Reduction::none);
+    CHECK(none.compute(y_true, y_pred, nullptr, Tensor<float>()) == doctest::Approx(1.25));
+    REQUIRE(none.per_sample().size() == 2);
+    CHECK(none.per_sample()[1] == doctest::Approx(2.0));
+  }
+
+  TEST_CASE("Loss rejects mismatched shapes naming the loss and both shapes") {
+    Tensor<float> a({4, 3}), b({4, 2}), gradient({3, 2}), weights({3});
+    CHECK_THROWS_WITH_AS(
+        get_loss("mse")->compute(a, b, nullptr, Tensor<float>()),
+        doctest::Contains(
+            "mean_squared_error: y_true of shape (4, 3) does not match y_pred of shape (4, 2)"),
+        ShapeError);
+    CHECK_THROWS_WITH_AS(
+        get_loss("categorical_crossentropy")->compute(a, b, nullptr, Tensor<float>()),
+        doctest::Contains("categorical_crossentropy: y_true of shape (4, 3)"), ShapeError);
+    CHECK_THROWS_WITH_AS(get_loss("sparse_categorical_crossentropy")
+                             ->compute(Tensor<float>({4, 2}), b, nullptr, Tensor<float>()),
+                         doctest::Contains("sparse_categorical_crossentropy: y_true of shape (4, "
+                                           "2) does not match y_pred of shape (4, 2)"),
+                         ShapeError);
+    CHECK_THROWS_WITH_AS(get_loss("mae")->compute(b, b, nullptr, gradient),
+                         doctest::Contains("mean_absolute_error: the gradient buffer has shape (3, "
+                                           "2) but y_pred has shape (4, 2)"),
+                         ShapeError);
+    CHECK_THROWS_WITH_AS(get_loss("hinge")->compute(b, b, &weights, Tensor<float>()),
+                         doctest::Contains("hinge: sample_weight of shape (3,) needs one weight "
+                                           "per row but y_pred has shape (4, 2)"),
+                         ShapeError);
+  }
+
   TEST_CASE("get_loss resolves Keras strings and rejects unknown names") {
     CHECK(get_loss("mse")->class_name() == "MeanSquaredError");
     CHECK(get_loss("sparse_categorical_crossentropy")->name() == "sparse_categorical_crossentropy");
@@ -22,6 +149,9 @@ TEST_SUITE("keras") {
     auto loss = get_loss("sparse_categorical_crossentropy");
     Tensor<float> labels({4}, {1, 2, 3, 12});
     Tensor<float> probabilities({4, 10}, 0.1f);
+    Tensor<float> negative({4}, {1, -1, 3, 2});
+    CHECK_THROWS_WITH_AS(loss->compute(negative, probabilities, nullptr, Tensor<float>()),
+                         doctest::Contains("label -1 at row 1 is outside [0, 10)"), ConfigError);
     CHECK_THROWS_WITH_AS(
         loss->compute(labels, probabilities, nullptr, Tensor<float>()),
         doctest::Contains("sparse_categorical_crossentropy: label 12 at row 3 is outside [0, 10)"),

@@ -15,9 +15,9 @@ struct AdagradOptions {
   LearningRate learning_rate = 0.001;
   double initial_accumulator_value = 0.1;
   double epsilon = 1e-7;
-  std::optional<double> clipnorm;
-  std::optional<double> global_clipnorm;
-  std::optional<double> clipvalue;
+  std::optional<double> clipnorm = std::nullopt;
+  std::optional<double> global_clipnorm = std::nullopt;
+  std::optional<double> clipvalue = std::nullopt;
   std::string name = "Adagrad";
 };
 

@@ -17,9 +17,9 @@ struct AdamWOptions {
   double beta_2 = 0.999;
   double epsilon = 1e-7;
   bool amsgrad = false;
-  std::optional<double> clipnorm;
-  std::optional<double> global_clipnorm;
-  std::optional<double> clipvalue;
+  std::optional<double> clipnorm = std::nullopt;
+  std::optional<double> global_clipnorm = std::nullopt;
+  std::optional<double> clipvalue = std::nullopt;
   std::string name = "AdamW";
 };
 

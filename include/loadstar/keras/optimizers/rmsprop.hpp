@@ -17,9 +17,9 @@ struct RMSpropOptions {
   double momentum = 0.0;
   double epsilon = 1e-7;
   bool centered = false;
-  std::optional<double> clipnorm;
-  std::optional<double> global_clipnorm;
-  std::optional<double> clipvalue;
+  std::optional<double> clipnorm = std::nullopt;
+  std::optional<double> global_clipnorm = std::nullopt;
+  std::optional<double> clipvalue = std::nullopt;
   std::string name = "RMSprop";
 };
 

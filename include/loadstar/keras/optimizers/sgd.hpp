@@ -15,9 +15,9 @@ struct SGDOptions {
   LearningRate learning_rate = 0.01;
   double momentum = 0.0;
   bool nesterov = false;
-  std::optional<double> clipnorm;
-  std::optional<double> global_clipnorm;
-  std::optional<double> clipvalue;
+  std::optional<double> clipnorm = std::nullopt;
+  std::optional<double> global_clipnorm = std::nullopt;
+  std::optional<double> clipvalue = std::nullopt;
   std::string name = "SGD";
 };
 

@@ -28,9 +28,9 @@ inline ArrayMap array_of(const Tensor<float>& t) {
 
 /// The options every optimizer takes, as Keras 2.11+'s `Optimizer.__init__`.
 struct Clipping {
-  std::optional<double> clipnorm;
-  std::optional<double> global_clipnorm;
-  std::optional<double> clipvalue;
+  std::optional<double> clipnorm = std::nullopt;
+  std::optional<double> global_clipnorm = std::nullopt;
+  std::optional<double> clipvalue = std::nullopt;
 };
 
 /// The base of the optimizers: `Derived` lists its slot names (`slot_names()`) and updates one
