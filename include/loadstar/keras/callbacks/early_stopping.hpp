@@ -1,0 +1,131 @@
+/// \file
+/// `EarlyStopping`: stops training when a monitored value stops improving.
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <cstdio>
+#include <limits>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "loadstar/error.hpp"
+#include "loadstar/keras/callbacks/callback.hpp"
+#include "loadstar/keras/model.hpp"
+
+namespace loadstar::keras {
+
+/// `EarlyStopping`'s Keras arguments, with Keras's defaults.
+struct EarlyStoppingOptions {
+  std::string monitor = "val_loss";
+  /// The smallest change that counts as an improvement.
+  double min_delta = 0.0;
+  /// Epochs without improvement before training stops.
+  std::size_t patience = 0;
+  int verbose = 0;
+  /// `"auto"` (max for names ending in `acc`, `accuracy` or `auc`, else min), `"min"`, `"max"`.
+  std::string mode = "auto";
+  /// Training stops unless the monitored value beats this within `patience` epochs.
+  std::optional<double> baseline = std::nullopt;
+  /// Restore the weights of the best epoch when stopping.
+  bool restore_best_weights = false;
+};
+
+/// Keras's `EarlyStopping` (tf.keras 2.11 callbacks.py): after each epoch, compares the
+/// monitored log with the best so far; after `patience` epochs without an improvement of more
+/// than `min_delta` it sets `model.stop_training` and, with `restore_best_weights`, restores the
+/// weights of the best epoch. `stopped_epoch()` and `best()` tell what happened.
+/// \code
+/// auto stop = std::make_shared<EarlyStopping>(
+///     EarlyStoppingOptions{.monitor = "val_loss", .patience = 2, .restore_best_weights = true});
+/// model.fit(x, y, {.epochs = 100, .validation_split = 0.2, .callbacks = {stop}});
+/// \endcode
+class EarlyStopping : public Callback {
+ public:
+  /// Throws `ConfigError` for a mode other than auto, min or max.
+  explicit EarlyStopping(EarlyStoppingOptions options = {}) : options_(std::move(options)) {
+    const auto& m = options_.mode;
+    if (m != "auto" && m != "min" && m != "max") {
+      throw ConfigError("early stopping: mode must be 'auto', 'min' or 'max' but is '" + m + "'");
+    }
+    const auto ends = [&](const std::string& suffix) {
+      return options_.monitor.size() >= suffix.size() &&
+             options_.monitor.compare(options_.monitor.size() - suffix.size(), suffix.size(),
+                                      suffix) == 0;
+    };
+    maximize_ = m == "max" || (m == "auto" && (ends("acc") || ends("accuracy") || ends("auc")));
+    delta_ = maximize_ ? std::abs(options_.min_delta) : -std::abs(options_.min_delta);
+  }
+
+  void on_train_begin(const Logs&) override {
+    wait_ = 0;
+    stopped_epoch_ = 0;
+    best_ = maximize_ ? -std::numeric_limits<double>::infinity()
+                      : std::numeric_limits<double>::infinity();
+    best_weights_.clear();
+    best_epoch_ = 0;
+  }
+
+  void on_epoch_end(std::size_t epoch, const Logs& logs) override {
+    const auto current = logs.get(options_.monitor);
+    if (!current) {
+      std::string available;
+      for (const auto& [name, value] : logs)
+        available += (available.empty() ? "" : ", ") + name;
+      std::fprintf(stderr, "early stopping: the metric '%s' is not in the logs, which hold: %s\n",
+                   options_.monitor.c_str(), available.c_str());
+      return;
+    }
+    if (options_.restore_best_weights && best_weights_.empty()) {
+      best_weights_ = model().get_weights();
+    }
+    ++wait_;
+    if (improves(*current, best_)) {
+      best_ = *current;
+      best_epoch_ = epoch;
+      if (options_.restore_best_weights) best_weights_ = model().get_weights();
+      // Only restart the wait when beating both the baseline and the best so far.
+      if (!options_.baseline || improves(*current, *options_.baseline)) wait_ = 0;
+    }
+    if (wait_ >= options_.patience && epoch > 0) {
+      stopped_epoch_ = epoch;
+      model().stop_training = true;
+      if (options_.restore_best_weights && !best_weights_.empty()) {
+        if (options_.verbose > 0) {
+          std::printf("Restoring model weights from the end of the best epoch: %zu.\n",
+                      best_epoch_ + 1);
+        }
+        model().set_weights(best_weights_);
+      }
+    }
+  }
+
+  void on_train_end(const Logs&) override {
+    if (stopped_epoch_ > 0 && options_.verbose > 0) {
+      std::printf("Epoch %05zu: early stopping\n", stopped_epoch_ + 1);
+    }
+  }
+
+  /// The epoch training stopped at (0 when it did not stop early).
+  std::size_t stopped_epoch() const noexcept { return stopped_epoch_; }
+  /// The best value of the monitored log, and its epoch.
+  double best() const noexcept { return best_; }
+  std::size_t best_epoch() const noexcept { return best_epoch_; }
+
+ private:
+  bool improves(double value, double reference) const {
+    return maximize_ ? value - delta_ > reference : value - delta_ < reference;
+  }
+
+  EarlyStoppingOptions options_;
+  bool maximize_ = false;
+  double delta_ = 0.0;
+  std::size_t wait_ = 0;
+  std::size_t stopped_epoch_ = 0;
+  double best_ = 0.0;
+  std::size_t best_epoch_ = 0;
+  std::vector<Tensor<float>> best_weights_;
+};
+
+}  // namespace loadstar::keras

@@ -1,0 +1,77 @@
+/// \file
+/// `LambdaCallback`: a callback made of functions.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <utility>
+
+#include "loadstar/keras/callbacks/callback.hpp"
+
+namespace loadstar::keras {
+
+/// The functions of a `LambdaCallback`, one per Keras hook; empty ones are not called.
+struct LambdaCallbackOptions {
+  std::function<void(std::size_t, const Logs&)> on_epoch_begin = {};
+  std::function<void(std::size_t, const Logs&)> on_epoch_end = {};
+  /// Keras's `on_batch_begin` and `on_batch_end`: the training batches.
+  std::function<void(std::size_t, const Logs&)> on_batch_begin = {};
+  std::function<void(std::size_t, const Logs&)> on_batch_end = {};
+  std::function<void(const Logs&)> on_train_begin = {};
+  std::function<void(const Logs&)> on_train_end = {};
+  std::function<void(const Logs&)> on_test_begin = {};
+  std::function<void(const Logs&)> on_test_end = {};
+  std::function<void(std::size_t, const Logs&)> on_test_batch_begin = {};
+  std::function<void(std::size_t, const Logs&)> on_test_batch_end = {};
+  std::function<void(const Logs&)> on_predict_begin = {};
+  std::function<void(const Logs&)> on_predict_end = {};
+  std::function<void(std::size_t, const Logs&)> on_predict_batch_begin = {};
+  std::function<void(std::size_t, const Logs&)> on_predict_batch_end = {};
+};
+
+/// Keras's `LambdaCallback`: calls the given functions from the hooks.
+/// \code
+/// auto print = std::make_shared<LambdaCallback>(LambdaCallbackOptions{
+///     .on_epoch_end = [](std::size_t epoch, const Logs& logs) {
+///       std::printf("%zu %f\n", epoch, *logs.get("loss"));
+///     }});
+/// \endcode
+class LambdaCallback : public Callback {
+ public:
+  explicit LambdaCallback(LambdaCallbackOptions options) : f_(std::move(options)) {}
+
+  void on_epoch_begin(std::size_t e, const Logs& l) override { call(f_.on_epoch_begin, e, l); }
+  void on_epoch_end(std::size_t e, const Logs& l) override { call(f_.on_epoch_end, e, l); }
+  void on_train_batch_begin(std::size_t b, const Logs& l) override {
+    call(f_.on_batch_begin, b, l);
+  }
+  void on_train_batch_end(std::size_t b, const Logs& l) override { call(f_.on_batch_end, b, l); }
+  void on_train_begin(const Logs& l) override { call(f_.on_train_begin, l); }
+  void on_train_end(const Logs& l) override { call(f_.on_train_end, l); }
+  void on_test_begin(const Logs& l) override { call(f_.on_test_begin, l); }
+  void on_test_end(const Logs& l) override { call(f_.on_test_end, l); }
+  void on_test_batch_begin(std::size_t b, const Logs& l) override {
+    call(f_.on_test_batch_begin, b, l);
+  }
+  void on_test_batch_end(std::size_t b, const Logs& l) override {
+    call(f_.on_test_batch_end, b, l);
+  }
+  void on_predict_begin(const Logs& l) override { call(f_.on_predict_begin, l); }
+  void on_predict_end(const Logs& l) override { call(f_.on_predict_end, l); }
+  void on_predict_batch_begin(std::size_t b, const Logs& l) override {
+    call(f_.on_predict_batch_begin, b, l);
+  }
+  void on_predict_batch_end(std::size_t b, const Logs& l) override {
+    call(f_.on_predict_batch_end, b, l);
+  }
+
+ private:
+  template <class F, class... A>
+  static void call(const F& f, A&&... args) {
+    if (f) f(std::forward<A>(args)...);
+  }
+
+  LambdaCallbackOptions f_;
+};
+
+}  // namespace loadstar::keras

@@ -1,0 +1,43 @@
+/// \file
+/// `LearningRateScheduler`: sets the learning rate at the start of every epoch.
+#pragma once
+
+#include <cstddef>
+#include <cstdio>
+#include <functional>
+#include <utility>
+
+#include "loadstar/keras/callbacks/callback.hpp"
+#include "loadstar/keras/model.hpp"
+
+namespace loadstar::keras {
+
+/// Keras's `LearningRateScheduler`: at the start of each epoch, sets the optimizer's learning
+/// rate to `schedule(epoch, current_learning_rate)`.
+/// \code
+/// auto scheduler = std::make_shared<LearningRateScheduler>(
+///     [](std::size_t epoch, double lr) { return epoch < 10 ? lr : lr * 0.9; });
+/// \endcode
+class LearningRateScheduler : public Callback {
+ public:
+  using Schedule = std::function<double(std::size_t epoch, double learning_rate)>;
+
+  explicit LearningRateScheduler(Schedule schedule, int verbose = 0)
+      : schedule_(std::move(schedule)), verbose_(verbose) {}
+
+  void on_epoch_begin(std::size_t epoch, const Logs&) override {
+    auto& optimizer = model().optimizer();
+    const double lr = schedule_(epoch, optimizer.learning_rate());
+    optimizer.set_learning_rate(lr);
+    if (verbose_ > 0) {
+      std::printf("\nEpoch %05zu: LearningRateScheduler setting learning rate to %g.\n", epoch + 1,
+                  lr);
+    }
+  }
+
+ private:
+  Schedule schedule_;
+  int verbose_;
+};
+
+}  // namespace loadstar::keras

@@ -1,0 +1,188 @@
+/// \file
+/// `ProgbarLogger`: Keras's progress bar, with steps, ETA and running metrics.
+#pragma once
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstddef>
+#include <cstdio>
+#include <iostream>
+#include <optional>
+#include <ostream>
+#include <string>
+
+#include "loadstar/keras/callbacks/callback.hpp"
+#include "loadstar/keras/detail/params.hpp"
+
+namespace loadstar::keras {
+
+/// Prints training progress as Keras's `ProgbarLogger` (keras/utils/generic_utils.py `Progbar`):
+///
+/// ```
+/// Epoch 1/5
+/// 1688/1688 [==============================] - 3s 2ms/step - loss: 0.4963 - accuracy: 0.8251 -
+/// val_loss: 0.4012 - val_accuracy: 0.8547
+/// ```
+///
+/// With `verbose = 1` on a terminal the bar is redrawn in place (at most every 50 ms) with an
+/// ETA; when the output is not a terminal (a log file, a pipe) only the final line of each epoch
+/// is printed. `verbose = 2` prints one line per epoch without the bar. `fit`, `evaluate` and
+/// `predict` add one when their `verbose` is not 0; validation inside `fit` prints no bar, as in
+/// Keras.
+/// \code
+/// std::ostringstream out;
+/// model.fit(x, y, {.epochs = 2, .verbose = 0,
+///                  .callbacks = {std::make_shared<ProgbarLogger>(2, out)}});
+/// \endcode
+class ProgbarLogger : public Callback, public detail::ParamsReceiver {
+ public:
+  /// `verbose`: 1 for the bar, 2 for one line per epoch. `interactive`: whether to redraw in
+  /// place; by default, whether `out` is `std::cout` and standard output is a terminal.
+  explicit ProgbarLogger(int verbose = 1, std::ostream& out = std::cout,
+                         std::optional<bool> interactive = std::nullopt)
+      : verbose_(verbose), out_(&out) {
+    interactive_ = interactive ? *interactive : (&out == &std::cout && ::isatty(STDOUT_FILENO));
+  }
+
+  void set_params(const CallbackParams& params) override { params_ = params; }
+
+  void on_train_begin(const Logs&) override { in_fit_ = true; }
+  void on_train_end(const Logs&) override { in_fit_ = false; }
+
+  void on_epoch_begin(std::size_t epoch, const Logs&) override {
+    if (verbose_ != 0 && params_.epochs > 1) {
+      *out_ << "Epoch " << epoch + 1 << "/" << params_.epochs << "\n";
+      out_->flush();
+    }
+    start(params_.steps);
+  }
+  void on_train_batch_end(std::size_t batch, const Logs& logs) override {
+    update(batch + 1, logs, false);
+  }
+  void on_epoch_end(std::size_t, const Logs& logs) override { update(seen_, logs, true); }
+
+  void on_test_begin(const Logs&) override {
+    if (!in_fit_) start(params_.steps);
+  }
+  void on_test_batch_end(std::size_t batch, const Logs& logs) override {
+    if (!in_fit_) update(batch + 1, logs, false);
+  }
+  void on_test_end(const Logs& logs) override {
+    if (!in_fit_) update(seen_, logs, true);
+  }
+  void on_predict_begin(const Logs&) override { start(params_.steps); }
+  void on_predict_batch_end(std::size_t batch, const Logs&) override {
+    update(batch + 1, Logs{}, false);
+  }
+  void on_predict_end(const Logs&) override { update(seen_, Logs{}, true); }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+
+  void start(std::optional<std::size_t> target) {
+    target_ = target;
+    seen_ = 0;
+    width_ = 0;
+    start_ = Clock::now();
+    last_update_ = start_ - std::chrono::seconds(1);
+  }
+
+  static std::string format(const char* pattern, double value) {
+    char buffer[64];
+    std::snprintf(buffer, sizeof buffer, pattern, value);
+    return buffer;
+  }
+
+  static std::string per_step(double seconds) {
+    if (seconds >= 1 || seconds == 0) return format(" %.0fs/step", seconds);
+    if (seconds >= 1e-3) return format(" %.0fms/step", seconds * 1e3);
+    return format(" %.0fus/step", seconds * 1e6);
+  }
+
+  static std::string values(const Logs& logs) {
+    std::string info;
+    for (const auto& [name, value] : logs) {
+      info += " - " + name + ":";
+      info += std::abs(value) > 1e-3 ? format(" %.4f", value) : format(" %.4e", value);
+    }
+    return info;
+  }
+
+  std::string counter(std::size_t current) const {
+    const std::size_t digits = target_ ? std::to_string(*target_).size() : 7;
+    std::string count = std::to_string(current);
+    if (count.size() < digits) count.insert(0, digits - count.size(), ' ');
+    return target_ ? count + "/" + std::to_string(*target_) : count + "/Unknown";
+  }
+
+  void update(std::size_t current, const Logs& logs, bool finalize) {
+    seen_ = current;
+    if (verbose_ == 0) return;
+    const auto now = Clock::now();
+    const double elapsed = std::chrono::duration<double>(now - start_).count();
+    const double per_unit = current > 0 ? elapsed / static_cast<double>(current) : 0.0;
+    if (verbose_ == 2 || !interactive_) {
+      if (!finalize) return;
+      std::string line = counter(current);
+      if (verbose_ == 1 && target_) line += " " + bar(current);
+      line += format(" - %.0fs", elapsed) + per_step(per_unit) + values(logs);
+      *out_ << line << "\n";
+      out_->flush();
+      return;
+    }
+    if (!finalize && now - last_update_ < std::chrono::milliseconds(50)) return;
+    last_update_ = now;
+    std::string line = counter(current) + (target_ ? " " + bar(current) : std::string());
+    if (finalize || !target_) {
+      line += format(" - %.0fs", elapsed) + per_step(per_unit);
+    } else {
+      const double eta = per_unit * static_cast<double>(*target_ - std::min(current, *target_));
+      char buffer[64];
+      const auto whole = static_cast<long long>(eta);
+      if (eta > 3600) {
+        std::snprintf(buffer, sizeof buffer, "%lld:%02lld:%02lld", whole / 3600,
+                      (whole % 3600) / 60, whole % 60);
+      } else if (eta > 60) {
+        std::snprintf(buffer, sizeof buffer, "%lld:%02lld", whole / 60, whole % 60);
+      } else {
+        std::snprintf(buffer, sizeof buffer, "%llds", whole);
+      }
+      line += std::string(" - ETA: ") + buffer;
+    }
+    line += values(logs);
+    const std::size_t previous = width_;
+    width_ = line.size();
+    if (previous > width_) line += std::string(previous - width_, ' ');
+    *out_ << "\r" << line;
+    if (finalize) *out_ << "\n";
+    out_->flush();
+  }
+
+  std::string bar(std::size_t current) const {
+    constexpr std::size_t width = 30;
+    const std::size_t target = *target_;
+    const std::size_t filled = target == 0 ? width : std::min(width, width * current / target);
+    std::string bar = "[";
+    if (filled > 0) {
+      bar += std::string(filled - 1, '=');
+      bar += current < target ? '>' : '=';
+    }
+    bar += std::string(width - filled, '.');
+    return bar + "]";
+  }
+
+  int verbose_;
+  std::ostream* out_;
+  bool interactive_ = false;
+  bool in_fit_ = false;
+  CallbackParams params_;
+  std::optional<std::size_t> target_;
+  std::size_t seen_ = 0;
+  std::size_t width_ = 0;
+  Clock::time_point start_{};
+  Clock::time_point last_update_{};
+};
+
+}  // namespace loadstar::keras

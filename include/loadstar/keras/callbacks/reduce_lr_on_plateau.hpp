@@ -1,0 +1,109 @@
+/// \file
+/// `ReduceLROnPlateau`: lowers the learning rate when a monitored value stops improving.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdio>
+#include <limits>
+#include <string>
+
+#include "loadstar/error.hpp"
+#include "loadstar/keras/callbacks/callback.hpp"
+#include "loadstar/keras/model.hpp"
+
+namespace loadstar::keras {
+
+/// `ReduceLROnPlateau`'s Keras arguments, with Keras's defaults.
+struct ReduceLROnPlateauOptions {
+  std::string monitor = "val_loss";
+  /// The learning rate is multiplied by `factor` (< 1) on a plateau.
+  double factor = 0.1;
+  /// Epochs without improvement before the learning rate is lowered.
+  std::size_t patience = 10;
+  int verbose = 0;
+  /// `"auto"` (max when the name contains `acc`, else min), `"min"`, `"max"`.
+  std::string mode = "auto";
+  /// The smallest change that counts as an improvement.
+  double min_delta = 1e-4;
+  /// Epochs to wait after a reduction before counting again.
+  std::size_t cooldown = 0;
+  /// The learning rate is never lowered below this.
+  double min_lr = 0.0;
+};
+
+/// Keras's `ReduceLROnPlateau` (tf.keras 2.11 callbacks.py): after `patience` epochs without an
+/// improvement of the monitored log, multiplies the optimizer's learning rate by `factor`, not
+/// below `min_lr`, then waits `cooldown` epochs. Keras also writes `lr` into the epoch's logs;
+/// here the logs are read-only, so read `model.optimizer().learning_rate()` instead.
+/// \code
+/// auto plateau = std::make_shared<ReduceLROnPlateau>(
+///     ReduceLROnPlateauOptions{.factor = 0.5, .patience = 2});
+/// \endcode
+class ReduceLROnPlateau : public Callback {
+ public:
+  /// Throws `ConfigError` for a factor of 1 or more and for an unknown mode.
+  explicit ReduceLROnPlateau(ReduceLROnPlateauOptions options = {}) : options_(std::move(options)) {
+    if (options_.factor >= 1.0) {
+      throw ConfigError("reduce lr on plateau: factor must be below 1 but is " +
+                        std::to_string(options_.factor));
+    }
+    const auto& m = options_.mode;
+    if (m != "auto" && m != "min" && m != "max") {
+      throw ConfigError("reduce lr on plateau: mode must be 'auto', 'min' or 'max' but is '" + m +
+                        "'");
+    }
+    maximize_ = m == "max" || (m == "auto" && options_.monitor.find("acc") != std::string::npos);
+  }
+
+  void on_train_begin(const Logs&) override {
+    best_ = maximize_ ? -std::numeric_limits<double>::infinity()
+                      : std::numeric_limits<double>::infinity();
+    cooldown_counter_ = 0;
+    wait_ = 0;
+  }
+
+  void on_epoch_end(std::size_t epoch, const Logs& logs) override {
+    const auto current = logs.get(options_.monitor);
+    if (!current) {
+      std::fprintf(stderr, "reduce lr on plateau: the metric '%s' is not in the logs\n",
+                   options_.monitor.c_str());
+      return;
+    }
+    if (cooldown_counter_ > 0) {
+      --cooldown_counter_;
+      wait_ = 0;
+    }
+    const bool better =
+        maximize_ ? *current > best_ + options_.min_delta : *current < best_ - options_.min_delta;
+    if (better) {
+      best_ = *current;
+      wait_ = 0;
+    } else if (cooldown_counter_ == 0) {
+      ++wait_;
+      if (wait_ >= options_.patience) {
+        auto& optimizer = model().optimizer();
+        const double old_lr = optimizer.learning_rate();
+        if (old_lr > static_cast<double>(static_cast<float>(options_.min_lr))) {
+          const double new_lr = std::max(old_lr * options_.factor, options_.min_lr);
+          optimizer.set_learning_rate(new_lr);
+          if (options_.verbose > 0) {
+            std::printf("\nEpoch %05zu: ReduceLROnPlateau reducing learning rate to %g.\n",
+                        epoch + 1, new_lr);
+          }
+          cooldown_counter_ = options_.cooldown;
+          wait_ = 0;
+        }
+      }
+    }
+  }
+
+ private:
+  ReduceLROnPlateauOptions options_;
+  bool maximize_ = false;
+  double best_ = 0.0;
+  std::size_t cooldown_counter_ = 0;
+  std::size_t wait_ = 0;
+};
+
+}  // namespace loadstar::keras

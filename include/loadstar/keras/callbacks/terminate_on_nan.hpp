@@ -1,0 +1,39 @@
+/// \file
+/// `TerminateOnNaN`: stops training when the loss becomes NaN or infinite.
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <cstdio>
+
+#include "loadstar/keras/callbacks/callback.hpp"
+#include "loadstar/keras/model.hpp"
+
+namespace loadstar::keras {
+
+/// Keras's `TerminateOnNaN`: after a training batch whose `loss` is NaN or infinite, prints
+/// `Batch 3: Invalid loss, terminating training` and sets `model.stop_training`, so that `fit`
+/// returns instead of throwing. `terminated()` tells whether it did.
+/// \code
+/// model.fit(x, y, {.callbacks = {std::make_shared<TerminateOnNaN>()}});
+/// \endcode
+class TerminateOnNaN : public Callback {
+ public:
+  void on_train_begin(const Logs&) override { terminated_ = false; }
+
+  void on_train_batch_end(std::size_t batch, const Logs& logs) override {
+    const auto loss = logs.get("loss");
+    if (loss && !std::isfinite(*loss)) {
+      std::printf("Batch %zu: Invalid loss, terminating training\n", batch);
+      terminated_ = true;
+      model().stop_training = true;
+    }
+  }
+
+  bool terminated() const noexcept { return terminated_; }
+
+ private:
+  bool terminated_ = false;
+};
+
+}  // namespace loadstar::keras

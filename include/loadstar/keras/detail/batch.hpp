@@ -1,0 +1,359 @@
+/// \file
+/// Type-erased batches and batch sources: how `fit`, `evaluate` and `predict` take every loader
+/// kind (arrays, `Sequence`, `Dataset`, `SequenceAdapter`) through one non-template executor.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <numeric>
+#include <optional>
+#include <span>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "loadstar/data/array_like.hpp"
+#include "loadstar/data/concepts.hpp"
+#include "loadstar/data/dataset/concepts.hpp"
+#include "loadstar/data/sequence_adapter.hpp"
+#include "loadstar/error.hpp"
+#include "loadstar/keras/detail/graph.hpp"
+#include "loadstar/tensor/tensor.hpp"
+
+namespace loadstar::keras::detail {
+
+/// One member of an array-like, viewed with its element type known at run time.
+struct MemberView {
+  DType dtype = DType::float32;
+  const void* data = nullptr;
+  Shape shape;
+  /// The key of a map member (named inputs or outputs), else null.
+  const std::string* key = nullptr;
+};
+
+/// How the members of `x` or `y` were given: by position or by name.
+enum class MemberKind { tensor, list, map, tuple, none };
+
+/// A batch whose members are views: rows `rows` (or `[offset, offset + count)` when `rows` is
+/// empty) of `x`, `y` and `w`.
+struct ErasedBatch {
+  MemberKind x_kind = MemberKind::none;
+  MemberKind y_kind = MemberKind::none;
+  std::vector<MemberView> x, y;
+  std::optional<MemberView> w;
+  std::span<const std::size_t> rows;
+  std::size_t offset = 0;
+  std::size_t count = 0;
+};
+
+template <TensorElement T>
+MemberView view_of(const Tensor<T>& t, const std::string* key = nullptr) {
+  return {dtype_of<T>, t.data(), t.shape(), key};
+}
+
+/// Views the members of an array-like into `out` (cleared first; no allocation once its
+/// capacity suffices).
+template <ArrayLike A>
+void collect(const A& array, MemberKind& kind, std::vector<MemberView>& out) {
+  out.clear();
+  if constexpr (AnyTensor<A>) {
+    kind = MemberKind::tensor;
+    out.push_back(view_of(array));
+  } else if constexpr (TensorList<A>) {
+    kind = MemberKind::list;
+    for (const auto& t : array)
+      out.push_back(view_of(t));
+  } else if constexpr (TensorMap<A>) {
+    kind = MemberKind::map;
+    for (const auto& [key, t] : array)
+      out.push_back(view_of(t, &key));
+  } else {
+    kind = MemberKind::tuple;
+    std::apply([&](const auto&... t) { (out.push_back(view_of(t)), ...); }, array);
+  }
+}
+
+/// Where batches come from, one epoch (or one validation pass) at a time.
+class BatchSource {
+ public:
+  virtual ~BatchSource() = default;
+  BatchSource() = default;
+  BatchSource(const BatchSource&) = delete;
+  BatchSource& operator=(const BatchSource&) = delete;
+
+  /// The number of batches of an epoch, when known before it runs.
+  virtual std::optional<std::size_t> steps() const = 0;
+  /// The largest batch, when known in advance (0: learnt from the first batch).
+  virtual std::size_t max_batch() const { return 0; }
+  /// Starts epoch (or pass) `epoch`.
+  virtual void start_epoch(std::size_t epoch) = 0;
+  /// The next batch of the epoch, or null at its end. The batch stays valid until the next call.
+  virtual const ErasedBatch* next() = 0;
+  /// Whether batches carry targets (`predict` needs none).
+  virtual bool has_targets() const { return true; }
+};
+
+/// The order of rows for an epoch: identity, or a Fisher-Yates shuffle driven by SplitMix64 of
+/// (seed, epoch), so that the order is the same on every platform and standard library.
+inline void epoch_order(std::vector<std::size_t>& order, bool shuffle, std::uint64_t seed,
+                        std::size_t epoch) {
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  if (!shuffle) return;
+  std::uint64_t state = splitmix64(seed ^ splitmix64(epoch + 0x5151));
+  for (std::size_t i = order.size(); i > 1; --i) {
+    state = splitmix64(state);
+    const std::size_t j = static_cast<std::size_t>(state % i);
+    std::swap(order[i - 1], order[j]);
+  }
+}
+
+/// Placeholder for arrays without targets (`predict`).
+struct NoTargets {};
+
+/// In-memory arrays cut into batches of `batch_size` rows (the last one partial), in order or
+/// with the rows shuffled every epoch, as Keras's `fit(x, y, shuffle=True)` does for arrays.
+template <ArrayLike X, class Y>
+class ArraySource final : public BatchSource {
+ public:
+  ArraySource(X x, Y y, std::optional<Tensor<float>> w, std::size_t rows, std::size_t batch_size,
+              bool shuffle, std::uint64_t seed, std::optional<std::size_t> max_steps = {})
+      : x_(std::move(x)),
+        y_(std::move(y)),
+        w_(std::move(w)),
+        rows_(rows),
+        batch_size_(batch_size),
+        shuffle_(shuffle),
+        seed_(seed),
+        order_(shuffle ? rows : 0) {
+    collect(x_, batch_.x_kind, batch_.x);
+    if constexpr (!std::is_same_v<Y, NoTargets>) collect(y_, batch_.y_kind, batch_.y);
+    if (w_) batch_.w = view_of(*w_);
+    steps_ = (rows_ + batch_size_ - 1) / batch_size_;
+    if (max_steps) steps_ = std::min(steps_, *max_steps);
+  }
+
+  std::optional<std::size_t> steps() const override { return steps_; }
+  std::size_t max_batch() const override { return std::min(batch_size_, rows_); }
+  bool has_targets() const override { return !std::is_same_v<Y, NoTargets>; }
+
+  void start_epoch(std::size_t epoch) override {
+    if (shuffle_) epoch_order(order_, true, seed_, epoch);
+    step_ = 0;
+  }
+
+  const ErasedBatch* next() override {
+    if (step_ >= steps_) return nullptr;
+    const std::size_t begin = step_ * batch_size_;
+    const std::size_t end = std::min(begin + batch_size_, rows_);
+    ++step_;
+    batch_.count = end - begin;
+    if (shuffle_) {
+      batch_.rows = std::span<const std::size_t>(order_).subspan(begin, end - begin);
+    } else {
+      batch_.offset = begin;
+    }
+    return &batch_;
+  }
+
+ private:
+  X x_;
+  Y y_;
+  std::optional<Tensor<float>> w_;
+  std::size_t rows_, batch_size_;
+  bool shuffle_;
+  std::uint64_t seed_;
+  std::vector<std::size_t> order_;
+  std::size_t steps_ = 0, step_ = 0;
+  ErasedBatch batch_;
+};
+
+/// Views a Keras batch `(x, y)` or `(x, y, w)`, or inputs alone, into `out`.
+template <class B>
+void collect_batch(const B& batch, ErasedBatch& out) {
+  out.rows = {};
+  out.offset = 0;
+  // A pair or triple of array-likes is (x, y[, w]), as Keras reads tuples, before inputs alone.
+  if constexpr (!KerasBatch<B>) {
+    collect(batch, out.x_kind, out.x);
+    out.y.clear();
+    out.y_kind = MemberKind::none;
+    out.w.reset();
+    out.count = out.x.empty() ? 0 : (out.x.front().shape.rank() == 0 ? 1 : out.x.front().shape[0]);
+  } else {
+    collect(std::get<0>(batch), out.x_kind, out.x);
+    collect(std::get<1>(batch), out.y_kind, out.y);
+    if constexpr (XYWBatch<B>) {
+      out.w = view_of(std::get<2>(batch));
+    } else {
+      out.w.reset();
+    }
+    out.count = out.x.empty() ? 0 : (out.x.front().shape.rank() == 0 ? 1 : out.x.front().shape[0]);
+  }
+}
+
+/// The batch type of a source element is a Keras batch or inputs alone.
+template <class B>
+concept SourceBatch = KerasBatch<B> || ArrayLike<B>;
+
+/// A `Sequence` read in order on the calling thread (validation, evaluation, prediction).
+template <Sequence S>
+class SequenceSource final : public BatchSource {
+ public:
+  explicit SequenceSource(S sequence, std::optional<std::size_t> max_steps = {})
+      : sequence_(std::move(sequence)), steps_(sequence_.size()) {
+    if (max_steps) steps_ = std::min(steps_, *max_steps);
+  }
+  std::optional<std::size_t> steps() const override { return steps_; }
+  void start_epoch(std::size_t) override { step_ = 0; }
+  const ErasedBatch* next() override {
+    if (step_ >= steps_) return nullptr;
+    current_.reset();
+    current_.emplace(sequence_[step_++]);
+    collect_batch(*current_, batch_);
+    return &batch_;
+  }
+  bool has_targets() const override { return KerasBatch<batch_t<S>>; }
+
+ private:
+  S sequence_;
+  std::size_t steps_;
+  std::size_t step_ = 0;
+  std::optional<batch_t<S>> current_;
+  ErasedBatch batch_;
+};
+
+/// A `SequenceAdapter` (owned or the caller's): an infinite training stream cut into epochs of
+/// `steps` batches, or one validation pass.
+template <class Adapter>
+class AdapterSource final : public BatchSource {
+ public:
+  AdapterSource(Adapter& adapter, std::optional<std::size_t> steps)
+      : adapter_(adapter),
+        steps_(steps ? *steps : static_cast<std::size_t>(adapter.pass_length())) {}
+  std::optional<std::size_t> steps() const override { return steps_; }
+  void start_epoch(std::size_t) override { step_ = 0; }
+  const ErasedBatch* next() override {
+    if (step_ >= steps_) return nullptr;
+    current_.reset();
+    current_ = adapter_.next();
+    if (!current_) return nullptr;
+    ++step_;
+    collect_batch(*current_, batch_);
+    return &batch_;
+  }
+  bool has_targets() const override { return KerasBatch<typename Adapter::batch_type>; }
+
+ private:
+  Adapter& adapter_;
+  std::size_t steps_;
+  std::size_t step_ = 0;
+  std::optional<typename Adapter::batch_type> current_;
+  ErasedBatch batch_;
+};
+
+/// A `SequenceAdapter` owned by the source (what `fit(sequence)` makes).
+template <Sequence S, std::size_t Workers, bool Multiprocess>
+class OwnedAdapterSource final : public BatchSource {
+ public:
+  OwnedAdapterSource(S sequence, const AdapterOptions& options, std::optional<std::size_t> steps)
+      : adapter_(std::move(sequence), options), source_(adapter_, steps) {}
+  std::optional<std::size_t> steps() const override { return source_.steps(); }
+  void start_epoch(std::size_t epoch) override { source_.start_epoch(epoch); }
+  const ErasedBatch* next() override { return source_.next(); }
+  bool has_targets() const override { return source_.has_targets(); }
+
+ private:
+  SequenceAdapter<S, Workers, Multiprocess> adapter_;
+  AdapterSource<SequenceAdapter<S, Workers, Multiprocess>> source_;
+};
+
+/// A `Dataset` (held by reference when `D` is an lvalue reference type, else owned). Without
+/// `steps`, an epoch is one pass and the dataset is `reset()` before every pass but the first;
+/// with `steps`, epochs take `steps` elements from the stream and a pass that runs out is reset
+/// and continued.
+template <class D>
+class DatasetSource final : public BatchSource {
+  using Dataset = std::remove_cvref_t<D>;
+
+ public:
+  DatasetSource(D dataset, std::optional<std::size_t> steps)
+      : dataset_(std::forward<D>(dataset)), steps_(steps) {}
+  std::optional<std::size_t> steps() const override { return steps_; }
+  void start_epoch(std::size_t) override {
+    if (!steps_ && used_) dataset_.reset();
+    used_ = true;
+    step_ = 0;
+  }
+  const ErasedBatch* next() override {
+    if (steps_ && step_ >= *steps_) return nullptr;
+    current_.reset();
+    current_ = dataset_.next();
+    if (!current_ && steps_) {
+      dataset_.reset();
+      current_ = dataset_.next();
+    }
+    if (!current_) return nullptr;
+    ++step_;
+    collect_batch(*current_, batch_);
+    return &batch_;
+  }
+  bool has_targets() const override { return KerasBatch<typename Dataset::element_type>; }
+
+ private:
+  D dataset_;
+  std::optional<std::size_t> steps_;
+  bool used_ = false;
+  std::size_t step_ = 0;
+  std::optional<typename Dataset::element_type> current_;
+  ErasedBatch batch_;
+};
+
+/// Converts rows of a member of any element type to float into `out` (row-major, `row_size`
+/// elements per row).
+inline void convert_rows(const MemberView& member, std::span<const std::size_t> rows,
+                         std::size_t offset, std::size_t count, float* out) {
+  const std::size_t row_size = member.shape.row_elements();
+  auto convert = [&]<class T>(const T* source) {
+    if (rows.empty()) {
+      const T* from = source + offset * row_size;
+      if constexpr (std::is_same_v<T, float>) {
+        std::copy_n(from, count * row_size, out);
+      } else {
+        std::transform(from, from + count * row_size, out,
+                       [](T v) { return static_cast<float>(v); });
+      }
+    } else {
+      for (std::size_t i = 0; i < count; ++i) {
+        const T* from = source + rows[i] * row_size;
+        std::transform(from, from + row_size, out + i * row_size,
+                       [](T v) { return static_cast<float>(v); });
+      }
+    }
+  };
+  switch (member.dtype) {
+    case DType::float32:
+      convert(static_cast<const float*>(member.data));
+      break;
+    case DType::float64:
+      convert(static_cast<const double*>(member.data));
+      break;
+    case DType::int32:
+      convert(static_cast<const std::int32_t*>(member.data));
+      break;
+    case DType::int64:
+      convert(static_cast<const std::int64_t*>(member.data));
+      break;
+    case DType::uint8:
+      convert(static_cast<const std::uint8_t*>(member.data));
+      break;
+  }
+}
+
+}  // namespace loadstar::keras::detail

@@ -1,0 +1,109 @@
+/// \file
+/// The symbolic graph behind `KerasTensor`: one node per `Input` or layer call.
+#pragma once
+
+#include <cctype>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "loadstar/keras/layer.hpp"
+#include "loadstar/tensor/shape.hpp"
+
+namespace loadstar::keras::detail {
+
+/// One symbolic tensor: an `Input` (no layer) or the output of one call of `layer` on `inputs`.
+struct GraphNode {
+  std::shared_ptr<Layer> layer;
+  std::vector<std::shared_ptr<GraphNode>> inputs;
+  /// The shape of one sample (without the batch axis).
+  Shape shape;
+  /// The name given to an `Input` (empty: the model names it `input_1`, `input_2`, ...).
+  std::string input_name;
+  /// Creation order: a topological order of every graph built in this process.
+  std::uint64_t id = 0;
+};
+
+inline std::uint64_t next_node_id() {
+  static std::uint64_t counter = 0;
+  static std::mutex mutex;
+  const std::lock_guard lock(mutex);
+  return ++counter;
+}
+
+/// SplitMix64: the mixing function every seed of the executor derives through.
+constexpr std::uint64_t splitmix64(std::uint64_t x) noexcept {
+  x += 0x9E3779B97F4A7C15ULL;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+  return x ^ (x >> 31);
+}
+
+/// The global seed of `set_random_seed` and the number of seeds drawn from it since.
+struct SeedState {
+  std::mutex mutex;
+  std::uint64_t seed = 0;
+  std::uint64_t drawn = 0;
+};
+
+inline SeedState& seed_state() {
+  static SeedState state;
+  return state;
+}
+
+/// The next seed for a layer's initializers: a pure function of the global seed and the number
+/// of layers built since `set_random_seed`, as Keras's seeded initializers are.
+inline std::uint64_t next_seed() {
+  auto& state = seed_state();
+  const std::lock_guard lock(state.mutex);
+  return splitmix64(state.seed * 0x100000001B3ULL + ++state.drawn);
+}
+
+/// The global seed (for shuffling and dropout when no other seed is given).
+inline std::uint64_t global_seed() {
+  auto& state = seed_state();
+  const std::lock_guard lock(state.mutex);
+  return state.seed;
+}
+
+/// What a layer's one build returned, so that a shared layer is built once and called again.
+struct BuiltLayer {
+  std::weak_ptr<Layer> layer;
+  std::vector<Shape> input_shapes;
+  Shape output_shape;
+};
+
+inline std::mutex& built_mutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+
+inline std::unordered_map<const Layer*, BuiltLayer>& built_layers() {
+  static std::unordered_map<const Layer*, BuiltLayer> layers;
+  return layers;
+}
+
+/// Keras's `to_snake_case` of a class name: `Dense` -> `dense`, `MaxPooling2D` ->
+/// `max_pooling2d`, `BatchNormalization` -> `batch_normalization` (keras/utils/generic_utils.py:
+/// `(.)([A-Z][a-z]+)` -> `\1_\2`, then `([a-z])([A-Z])` -> `\1_\2`, lower-cased).
+inline std::string to_snake_case(const std::string& name) {
+  const auto upper = [](char c) { return std::isupper(static_cast<unsigned char>(c)) != 0; };
+  const auto lower = [](char c) { return std::islower(static_cast<unsigned char>(c)) != 0; };
+  std::string first;
+  for (std::size_t i = 0; i < name.size(); ++i) {
+    if (i > 0 && upper(name[i]) && i + 1 < name.size() && lower(name[i + 1])) first += '_';
+    first += name[i];
+  }
+  std::string second;
+  for (std::size_t i = 0; i < first.size(); ++i) {
+    if (i > 0 && upper(first[i]) && lower(first[i - 1])) second += '_';
+    second += static_cast<char>(std::tolower(static_cast<unsigned char>(first[i])));
+  }
+  return second;
+}
+
+}  // namespace loadstar::keras::detail

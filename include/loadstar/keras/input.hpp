@@ -1,0 +1,159 @@
+/// \file
+/// `Input` and `KerasTensor`: the symbolic tensors a functional `Model` is built from, and `call`,
+/// which applies a layer to them.
+#pragma once
+
+#include <concepts>
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "loadstar/error.hpp"
+#include "loadstar/keras/detail/graph.hpp"
+#include "loadstar/keras/layer.hpp"
+#include "loadstar/tensor/shape.hpp"
+
+namespace loadstar::keras {
+
+/// Seeds every random choice of the executor that is not given its own seed, as Keras's
+/// `tf.keras.utils.set_random_seed`: the initial weights of the layers built afterwards (drawn
+/// in build order), the shuffling of `fit` and dropout. The same seed, the same model code and the
+/// same thread count give bitwise-identical weights.
+/// \code
+/// keras::set_random_seed(42);
+/// Sequential model{Input({784}), Dense(10)};  // the same initial weights in every run
+/// \endcode
+inline void set_random_seed(std::uint64_t seed) {
+  auto& state = detail::seed_state();
+  const std::lock_guard lock(state.mutex);
+  state.seed = seed;
+  state.drawn = 0;
+}
+
+/// A symbolic tensor: the output of an `Input` or of a layer called on symbolic tensors, with the
+/// shape of one sample (no batch axis). A `Model` is built from the `KerasTensor`s of its inputs
+/// and outputs.
+/// \code
+/// KerasTensor image = Input({28, 28}, "image");
+/// KerasTensor x = call(Flatten(), image);       // shape (784,)
+/// KerasTensor logits = call(Dense(10), x);      // shape (10,)
+/// \endcode
+class KerasTensor {
+ public:
+  /// The shape of one sample, without the batch axis.
+  const Shape& shape() const noexcept { return node_->shape; }
+  /// The layer that produced this tensor (`nullptr` for an `Input`).
+  const std::shared_ptr<Layer>& layer() const noexcept { return node_->layer; }
+  /// Whether this is an `Input`.
+  bool is_input() const noexcept { return node_->layer == nullptr; }
+  /// The name given to the `Input` (empty for layer outputs and unnamed inputs).
+  const std::string& input_name() const noexcept { return node_->input_name; }
+
+  /// The graph node (for the model).
+  const std::shared_ptr<detail::GraphNode>& node() const noexcept { return node_; }
+
+  explicit KerasTensor(std::shared_ptr<detail::GraphNode> node) : node_(std::move(node)) {}
+
+ private:
+  std::shared_ptr<detail::GraphNode> node_;
+};
+
+/// Keras's `keras.Input(shape, name=...)`: a symbolic input of the given sample shape (without
+/// the batch axis). Unnamed inputs are named `input_1`, `input_2`, ... by their model.
+/// \code
+/// auto image = Input({28, 28}, "image");
+/// \endcode
+inline KerasTensor Input(const Shape& shape, std::string name = {}) {
+  auto node = std::make_shared<detail::GraphNode>();
+  node->shape = shape;
+  node->input_name = std::move(name);
+  node->id = detail::next_node_id();
+  return KerasTensor(std::move(node));
+}
+
+/// A layer handed to `call`, `Sequential` or `Model`: a `std::shared_ptr` to one (shared with the
+/// caller) or any layer by value (moved into a new shared pointer).
+class LayerArg {
+ public:
+  template <std::derived_from<Layer> L>
+  LayerArg(std::shared_ptr<L> layer) : layer_(std::move(layer)) {}  // NOLINT: implicit on purpose
+  template <std::derived_from<Layer> L>
+  requires(!std::is_reference_v<L>) LayerArg(L&& layer)  // NOLINT: implicit on purpose
+      : layer_(std::make_shared<std::remove_cvref_t<L>>(std::forward<L>(layer))) {}
+  template <std::derived_from<Layer> L>
+  LayerArg(const L& layer)  // NOLINT: implicit on purpose
+      : layer_(std::make_shared<L>(layer)) {}
+
+  const std::shared_ptr<Layer>& get() const noexcept { return layer_; }
+
+ private:
+  std::shared_ptr<Layer> layer_;
+};
+
+/// Calls `layer` on symbolic inputs, as Keras's `layer([a, b])`: builds the layer for the inputs'
+/// shapes on its first call (its weights are created here, seeded by `set_random_seed`) and
+/// returns the symbolic output. A layer called again (a shared layer) keeps its weights and must
+/// get inputs of the shapes it was built for; throws `ShapeError` naming the layer otherwise, and
+/// whatever the layer's `build` throws for shapes it does not accept.
+/// \code
+/// auto a = Input({16}), b = Input({16});
+/// auto shared = std::make_shared<Dense>(8);
+/// auto ya = call(shared, a), yb = call(shared, b);  // one kernel, two calls
+/// \endcode
+inline KerasTensor call(const LayerArg& layer_arg, const std::vector<KerasTensor>& inputs) {
+  const std::shared_ptr<Layer>& layer = layer_arg.get();
+  if (layer == nullptr) throw ConfigError("call: the layer is a null pointer");
+  std::vector<Shape> shapes;
+  shapes.reserve(inputs.size());
+  for (const auto& input : inputs)
+    shapes.push_back(input.shape());
+  const std::string label = detail::to_snake_case(layer->class_name()) + " layer" +
+                            (layer->name().empty() ? std::string() : " '" + layer->name() + "'");
+  Shape output;
+  bool built = false;
+  {
+    const std::lock_guard lock(detail::built_mutex());
+    auto& registry = detail::built_layers();
+    auto found = registry.find(layer.get());
+    if (found != registry.end() && found->second.layer.lock() == layer) {
+      if (found->second.input_shapes != shapes) {
+        std::string expected, got;
+        for (const auto& s : found->second.input_shapes)
+          expected += (expected.empty() ? "" : ", ") + s.str();
+        for (const auto& s : shapes)
+          got += (got.empty() ? "" : ", ") + s.str();
+        throw ShapeError(label + ": was built for inputs of shape " + expected +
+                         " but is called on inputs of shape " + got);
+      }
+      output = found->second.output_shape;
+      built = true;
+    }
+  }
+  if (!built) {
+    output = layer->build(shapes, detail::next_seed());
+    const std::lock_guard lock(detail::built_mutex());
+    auto& registry = detail::built_layers();
+    // Forget layers that are gone, so that a reused address is not taken for a built layer.
+    std::erase_if(registry, [](const auto& entry) { return entry.second.layer.expired(); });
+    registry[layer.get()] = detail::BuiltLayer{layer, shapes, output};
+  }
+  auto node = std::make_shared<detail::GraphNode>();
+  node->layer = layer;
+  for (const auto& input : inputs)
+    node->inputs.push_back(input.node());
+  node->shape = output;
+  node->id = detail::next_node_id();
+  return KerasTensor(std::move(node));
+}
+
+/// `call` on one symbolic input.
+inline KerasTensor call(const LayerArg& layer, const KerasTensor& input) {
+  return call(layer, std::vector<KerasTensor>{input});
+}
+
+}  // namespace loadstar::keras

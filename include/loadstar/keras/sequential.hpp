@@ -1,0 +1,124 @@
+/// \file
+/// `Sequential`: Keras's linear stack of layers.
+#pragma once
+
+#include <initializer_list>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "loadstar/error.hpp"
+#include "loadstar/keras/input.hpp"
+#include "loadstar/keras/layers/input_layer.hpp"
+#include "loadstar/keras/model.hpp"
+
+namespace loadstar::keras {
+
+/// What a `Sequential` stacks: a layer (by value or shared pointer), or an `Input(shape)` or
+/// `InputLayer` first, which fixes the input shape.
+class SequentialItem {
+ public:
+  SequentialItem(KerasTensor input) : input_(std::move(input)) {}  // NOLINT: implicit on purpose
+  template <class L>
+  requires std::constructible_from<LayerArg, L> SequentialItem(L&& layer)  // NOLINT: implicit
+      : layer_(LayerArg(std::forward<L>(layer)).get()) {}
+
+  const std::optional<KerasTensor>& input() const noexcept { return input_; }
+  const std::shared_ptr<Layer>& layer() const noexcept { return layer_; }
+
+ private:
+  std::optional<KerasTensor> input_;
+  std::shared_ptr<Layer> layer_;
+};
+
+/// Keras's `Sequential`: layers applied one after the other.
+///
+/// The input shape comes from an `Input(shape)` or `InputLayer(shape)` given first; without one,
+/// the model is built from the first batch it sees (Keras's deferred build), and `summary` and
+/// `get_weights` wait until then.
+/// \code
+/// Sequential model{Input({28, 28}), Flatten(), Dense(128, {.activation = "relu"}), Dense(10)};
+/// model.compile("adam", "sparse_categorical_crossentropy", {"accuracy"});
+/// model.fit(x, y, {.epochs = 5, .batch_size = 32, .validation_split = 0.1});
+///
+/// Sequential deferred;               // built on the first batch
+/// deferred.add(Dense(10));
+/// \endcode
+class Sequential : public Model {
+ public:
+  explicit Sequential(std::string name = "sequential") : Model(std::move(name), nullptr) {
+    show_inputs_in_summary_ = false;
+  }
+
+  Sequential(std::initializer_list<SequentialItem> items, std::string name = "sequential")
+      : Sequential(std::move(name)) {
+    for (const auto& item : items)
+      add(item);
+  }
+
+  /// Appends a layer (or, first, an `Input` or `InputLayer`); throws `ConfigError` for an input
+  /// after layers, and what the layer's `build` throws for the output shape of the stack.
+  void add(const SequentialItem& item) {
+    if (item.input()) {
+      set_input(*item.input());
+      return;
+    }
+    if (auto input_layer = std::dynamic_pointer_cast<InputLayer>(item.layer())) {
+      set_input(Input(input_layer->shape(), input_layer->name()));
+      return;
+    }
+    if (!item.layer()) throw ConfigError("sequential model '" + name() + "': a layer is null");
+    stack_.push_back(item.layer());
+    if (input_) {
+      output_ = call(stack_.back(), *output_);
+      set_graph({*input_}, {*output_});
+    }
+  }
+
+  /// Builds the model for samples of `input_shape` (Keras's `model.build((None, ...))`).
+  void build(const Shape& input_shape) {
+    if (input_) {
+      throw ConfigError("sequential model '" + name() + "': is already built for inputs of shape " +
+                        input_->shape().str());
+    }
+    input_ = Input(input_shape);
+    output_ = input_;
+    for (const auto& layer : stack_)
+      output_ = call(layer, *output_);
+    if (stack_.empty()) {
+      throw ConfigError("sequential model '" + name() + "': has no layers to build");
+    }
+    set_graph({*input_}, {*output_});
+  }
+
+ protected:
+  void build_from_batch(const detail::ErasedBatch& batch) override {
+    if (batch.x.size() != 1 || batch.x.front().shape.rank() == 0) {
+      throw ShapeError("sequential model '" + name() + "': takes one input array with a batch " +
+                       "axis but x has " + std::to_string(batch.x.size()) + " arrays");
+    }
+    build(batch.x.front().shape.row_shape());
+  }
+
+ private:
+  void set_input(const KerasTensor& input) {
+    if (input_ || !stack_.empty()) {
+      throw ConfigError("sequential model '" + name() +
+                        "': an Input can only come first, before any layer");
+    }
+    if (!input.is_input()) {
+      throw ConfigError("sequential model '" + name() + "': expects an Input() but got the " +
+                        "output of a layer");
+    }
+    input_ = input;
+    output_ = input;
+  }
+
+  std::vector<std::shared_ptr<Layer>> stack_;
+  std::optional<KerasTensor> input_, output_;
+};
+
+}  // namespace loadstar::keras
