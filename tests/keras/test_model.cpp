@@ -1,5 +1,6 @@
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -9,6 +10,7 @@
 #include <loadstar/data/sequence_adapter.hpp>
 #include <loadstar/keras.hpp>
 #include <map>
+#include <new>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
@@ -17,6 +19,58 @@
 
 using namespace loadstar;
 using namespace loadstar::keras;
+
+namespace {
+std::atomic<std::size_t> allocations{0};
+}  // namespace
+
+// Counts every allocation of this test executable, to check that training steps allocate nothing.
+// GCC 12 takes free() in these replacements for a mismatch with the new they pair with.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+#endif
+void* operator new(std::size_t size) {
+  allocations.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
+  throw std::bad_alloc();
+}
+void* operator new(std::size_t size, std::align_val_t alignment) {
+  allocations.fetch_add(1, std::memory_order_relaxed);
+  const auto align = static_cast<std::size_t>(alignment);
+  if (void* p = std::aligned_alloc(align, (size + align - 1) / align * align)) return p;
+  throw std::bad_alloc();
+}
+void* operator new[](std::size_t size) {
+  return operator new(size);
+}
+void* operator new[](std::size_t size, std::align_val_t alignment) {
+  return operator new(size, alignment);
+}
+void operator delete(void* p) noexcept {
+  std::free(p);
+}
+void operator delete(void* p, std::size_t) noexcept {
+  std::free(p);
+}
+void operator delete(void* p, std::align_val_t) noexcept {
+  std::free(p);
+}
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept {
+  std::free(p);
+}
+void operator delete[](void* p) noexcept {
+  std::free(p);
+}
+void operator delete[](void* p, std::size_t) noexcept {
+  std::free(p);
+}
+void operator delete[](void* p, std::align_val_t) noexcept {
+  std::free(p);
+}
+void operator delete[](void* p, std::size_t, std::align_val_t) noexcept {
+  std::free(p);
+}
 
 namespace {
 
@@ -337,6 +391,32 @@ TEST_SUITE("keras") {
     CHECK(*results.get("accuracy") == doctest::Approx(static_cast<double>(correct) / 50));
     const Logs batch = model->test_on_batch(data.x, data.y);
     CHECK(*batch.get("loss") == doctest::Approx(loss / 50).epsilon(1e-4));
+  }
+
+  TEST_CASE("Model training steps allocate nothing after the first batch") {
+    const Blobs data = blobs(200);
+    for (const std::size_t threads : {1, 2}) {
+      set_random_seed(2);
+      Sequential model{Input({2}), Dense(16, {.activation = "relu"}), Dense(2)};
+      model.compile({.optimizer = "adam",
+                     .loss = losses::SparseCategoricalCrossentropy(true),
+                     .metrics = {"accuracy"},
+                     .threads = threads});
+      std::vector<std::size_t> counts;
+      counts.reserve(64);
+      auto counter = std::make_shared<LambdaCallback>(
+          LambdaCallbackOptions{.on_batch_end = [&](std::size_t, const Logs&) {
+            counts.push_back(allocations.load(std::memory_order_relaxed));
+          }});
+      // 200 rows in batches of 32: six full batches and a partial one of 8 rows (a view).
+      model.fit(data.x, data.y,
+                {.epochs = 1, .batch_size = 32, .verbose = 0, .callbacks = {counter}});
+      REQUIRE(counts.size() == 7);
+      for (std::size_t i = 1; i < counts.size(); ++i) {
+        INFO("threads " << threads << ", batch " << i);
+        CHECK(counts[i] == counts[i - 1]);
+      }
+    }
   }
 
   TEST_CASE("Model fit is bitwise reproducible for one seed and thread count") {
