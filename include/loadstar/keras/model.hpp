@@ -723,6 +723,16 @@ class Model {
       output_names.push_back(o.is_input() ? input_names[index.at(o.node().get())]
                                           : o.layer()->name());
     }
+    // A node's gradient is needed when its layer or a layer before it has trainable weights:
+    // Dense right after Flatten after an input computes no gradient for its input.
+    std::vector<bool> needed(nodes.size(), false);
+    for (std::size_t k = 0; k < nodes.size(); ++k) {
+      if (!nodes[k].layer) continue;
+      for (const auto& w : nodes[k].layer->weights())
+        needed[k] = needed[k] || w.trainable;
+      for (const std::size_t p : nodes[k].inputs)
+        needed[k] = needed[k] || needed[p];
+    }
     // Gradient plan: contributions in backward order are the losses, then the consumers in
     // reverse topological order; the first writes the producer's gradient, later ones add.
     std::vector<bool> written(nodes.size(), false);
@@ -736,7 +746,7 @@ class Model {
       node.targets.resize(node.inputs.size());
       for (std::size_t j = 0; j < node.inputs.size(); ++j) {
         const std::size_t p = node.inputs[j];
-        if (!nodes[p].layer) {
+        if (!nodes[p].layer || !needed[p]) {
           node.targets[j] = detail::GradientTarget::none;
         } else if (!written[p]) {
           node.targets[j] = detail::GradientTarget::direct;
@@ -758,6 +768,7 @@ class Model {
         if (w.trainable) trainable.push_back(&w);
       }
     }
+    needs_backward_ = std::move(needed);
     nodes_ = std::move(nodes);
     layers_ = std::move(layers);
     input_names_ = std::move(input_names);
@@ -1115,7 +1126,7 @@ class Model {
                           static_cast<std::uint64_t>(optimizer_->iterations())};
     for (std::size_t k = nodes_.size(); k-- > 0;) {
       auto& node = nodes_[k];
-      if (!node.layer) continue;
+      if (!node.layer || !needs_backward_[k]) continue;
       node.layer->backward(node.input_values, node.value, node.gradient, node.input_gradients, ctx);
       for (std::size_t j = 0; j < node.inputs.size(); ++j) {
         if (node.targets[j] == detail::GradientTarget::accumulate) {
@@ -1392,7 +1403,7 @@ class Model {
   std::vector<std::shared_ptr<Layer>> layers_;
   std::vector<std::string> input_names_, output_names_, node_names_;
   std::vector<std::size_t> output_nodes_;
-  std::vector<bool> output_direct_;
+  std::vector<bool> output_direct_, needs_backward_;
   std::vector<Variable*> trainable_;
   // Compilation.
   CompileOptions options_;
