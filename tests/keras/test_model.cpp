@@ -463,6 +463,12 @@ TEST_SUITE("keras") {
     from_sequence->fit(BlobSequence{data.x, data.y, 16}, options);
     CHECK(same_weights(from_sequence->get_weights(), expected));
 
+    auto from_processes = small_classifier();
+    FitOptions forked = options;
+    forked.use_multiprocessing = true;
+    from_processes->fit(BlobSequence{data.x, data.y, 16}, forked);
+    CHECK(same_weights(from_processes->get_weights(), expected));
+
     auto from_dataset = small_classifier();
     auto dataset = from_tensor_slices(data.x, data.y).batch(16);
     from_dataset->fit(dataset, options);
