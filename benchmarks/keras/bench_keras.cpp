@@ -1,0 +1,92 @@
+// Training throughput of the Keras executor: the Fashion-MNIST MLP (Flatten -> Dense(128, relu)
+// -> Dense(10)) at batch 32 and 256 and a small CNN (Conv2D 32, MaxPooling2D, Conv2D 64,
+// MaxPooling2D, Flatten, Dense 128, Dense 10) at batch 32, Adam(1e-3), sparse categorical
+// cross-entropy from logits, on synthetic 28x28 images, with 1 and 2 threads. Each iteration
+// trains a fixed number of steps with fit; names are "<workload>/<batch>/<threads>", the counter
+// "rate" is samples per second (beside benchmarks/peers/keras_torch.py, same models and steps),
+// "peak_rss_mb" the process's peak resident memory.
+
+#include <benchmark/benchmark.h>
+#include <sys/resource.h>
+
+#include <cstdint>
+#include <loadstar/keras.hpp>
+#include <memory>
+#include <string>
+
+namespace {
+
+using namespace loadstar;
+using namespace loadstar::keras;
+
+constexpr std::size_t steps = 50;
+
+std::unique_ptr<Model> make_model(const std::string& workload, std::size_t threads) {
+  set_random_seed(1);
+  std::unique_ptr<Sequential> model;
+  if (workload == "mlp") {
+    model = std::make_unique<Sequential>(std::initializer_list<SequentialItem>{
+        Input({28, 28}), Flatten(), Dense(128, {.activation = "relu"}), Dense(10)});
+  } else {
+    model = std::make_unique<Sequential>(std::initializer_list<SequentialItem>{
+        Input({28, 28}), Reshape({28, 28, 1}), Conv2D(32, 3, {.activation = "relu"}),
+        MaxPooling2D(), Conv2D(64, 3, {.activation = "relu"}), MaxPooling2D(), Flatten(),
+        Dense(128, {.activation = "relu"}), Dense(10)});
+  }
+  model->compile({.optimizer = optimizers::Adam({.learning_rate = 1e-3}),
+                  .loss = losses::SparseCategoricalCrossentropy(true),
+                  .threads = threads});
+  return model;
+}
+
+void train(benchmark::State& state, const std::string& workload) {
+  const auto batch = static_cast<std::size_t>(state.range(0));
+  const auto threads = static_cast<std::size_t>(state.range(1));
+  const std::size_t rows = batch * steps;
+  Tensor<float> x({rows, 28, 28});
+  Tensor<std::int64_t> y({rows});
+  std::uint64_t seed = 7;
+  for (auto& v : x) {
+    seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+    v = static_cast<float>(seed >> 40) / static_cast<float>(1ULL << 24);
+  }
+  for (std::size_t i = 0; i < rows; ++i)
+    y(i) = static_cast<std::int64_t>(i % 10);
+  auto model = make_model(workload, threads);
+  const FitOptions options{.epochs = 1, .batch_size = batch, .verbose = 0, .shuffle = false};
+  model->fit(x, y, options);  // warm-up: buffers allocated, optimizer slots created
+  for (auto _ : state)
+    model->fit(x, y, options);
+  state.counters["rate"] = benchmark::Counter(static_cast<double>(state.iterations() * rows),
+                                              benchmark::Counter::kIsRate);
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  state.counters["peak_rss_mb"] = static_cast<double>(usage.ru_maxrss) / 1024.0;
+  state.SetLabel("samples/s");
+}
+
+void mlp(benchmark::State& state) {
+  train(state, "mlp");
+}
+void cnn(benchmark::State& state) {
+  train(state, "cnn");
+}
+
+}  // namespace
+
+BENCHMARK(mlp)
+    ->Name("mlp")
+    ->Args({32, 1})
+    ->Args({32, 2})
+    ->Args({256, 1})
+    ->Args({256, 2})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(cnn)
+    ->Name("cnn")
+    ->Args({32, 1})
+    ->Args({32, 2})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+BENCHMARK_MAIN();

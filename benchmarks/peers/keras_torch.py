@@ -1,0 +1,74 @@
+#!/usr/bin/python3
+"""PyTorch on the workloads of bench_keras, for `benchmarks/run keras`.
+
+The same models (the Fashion-MNIST MLP and the small CNN, channels first as PyTorch wants),
+Adam(1e-3) and cross-entropy from logits, trained for the same 50 steps per pass on synthetic
+28x28 images, with torch.set_num_threads(threads). Each (workload, batch, threads) runs in its own
+process, so that its peak resident memory is its own. Prints a JSON list of {"workload", "batch",
+"threads", "value", "unit", "peak_rss_mb"} on stdout. Run with /usr/bin/python3.
+"""
+import json
+import multiprocessing
+import resource
+import sys
+import time
+
+STEPS = 50
+MEASURE_SECONDS = 2.0
+GRID = [("mlp", 32, 1), ("mlp", 32, 2), ("mlp", 256, 1), ("mlp", 256, 2), ("cnn", 32, 1),
+        ("cnn", 32, 2)]
+
+
+def model_of(workload):
+    import torch.nn as nn
+    if workload == "mlp":
+        return nn.Sequential(nn.Flatten(), nn.Linear(784, 128), nn.ReLU(), nn.Linear(128, 10))
+    return nn.Sequential(nn.Conv2d(1, 32, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(32, 64, 3),
+                         nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(1600, 128),
+                         nn.ReLU(), nn.Linear(128, 10))
+
+
+def measure(workload, batch, threads, queue):
+    import torch
+    torch.set_num_threads(threads)
+    torch.manual_seed(1)
+    model = model_of(workload)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, eps=1e-7)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    shape = (batch, 28, 28) if workload == "mlp" else (batch, 1, 28, 28)
+    xs = [torch.rand(shape) for _ in range(STEPS)]
+    ys = [torch.arange(batch) % 10 for _ in range(STEPS)]
+
+    def one_pass():
+        for x, y in zip(xs, ys):
+            optimizer.zero_grad()
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            optimizer.step()
+
+    one_pass()  # warm-up
+    samples, start = 0, time.perf_counter()
+    while time.perf_counter() - start < MEASURE_SECONDS:
+        one_pass()
+        samples += batch * STEPS
+    rate = samples / (time.perf_counter() - start)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    queue.put({"workload": workload, "batch": batch, "threads": threads, "value": rate,
+               "unit": "samples/s", "peak_rss_mb": peak})
+
+
+def main():
+    records = []
+    context = multiprocessing.get_context("spawn")
+    for workload, batch, threads in GRID:
+        queue = context.Queue()
+        process = context.Process(target=measure, args=(workload, batch, threads, queue))
+        process.start()
+        records.append(queue.get())
+        process.join()
+    json.dump(records, sys.stdout, indent=1)
+    sys.stdout.write("\n")
+
+
+if __name__ == "__main__":
+    main()
