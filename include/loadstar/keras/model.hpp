@@ -40,6 +40,7 @@
 #include "loadstar/keras/callbacks/progbar_logger.hpp"
 #include "loadstar/keras/detail/args.hpp"
 #include "loadstar/keras/detail/batch.hpp"
+#include "loadstar/keras/detail/flush_denormal.hpp"
 #include "loadstar/keras/detail/graph.hpp"
 #include "loadstar/keras/detail/params.hpp"
 #include "loadstar/keras/detail/runtime.hpp"
@@ -1154,6 +1155,7 @@ class Model {
   }
 
   double train_step(const detail::ErasedBatch& batch) {
+    const detail::ScopedFlushDenormal flush_denormal;
     load(batch, true);
     for (auto* variable : trainable_)
       backend().fill(variable->gradient, 0.0F);
@@ -1166,6 +1168,7 @@ class Model {
   }
 
   double test_step(const detail::ErasedBatch& batch) {
+    const detail::ScopedFlushDenormal flush_denormal;
     load(batch, true);
     forward(false);
     const double total = compute_losses(false);
@@ -1379,8 +1382,11 @@ class Model {
     while (const auto* batch = source.next()) {
       list.each([&](Callback& cb) { cb.on_predict_batch_begin(step, empty); });
       prepare(*batch, source.max_batch());
-      load(*batch, false);
-      forward(false);
+      {
+        const detail::ScopedFlushDenormal flush_denormal;
+        load(*batch, false);
+        forward(false);
+      }
       for (std::size_t o = 0; o < output_nodes_.size(); ++o)
         collected[o].insert(collected[o].end(), outputs_[o].begin(), outputs_[o].end());
       rows += batch->count;

@@ -16,6 +16,7 @@
 
 #include "loadstar/error.hpp"
 #include "loadstar/keras/backend/backend.hpp"
+#include "loadstar/keras/detail/flush_denormal.hpp"
 #include "loadstar/keras/initializers.hpp"
 #include "loadstar/tensor/eigen.hpp"
 
@@ -646,6 +647,8 @@ class CpuBackend final : public Backend {
       tbb::parallel_for(
           tbb::blocked_range<std::size_t>(0, chunks, 1),
           [&](const tbb::blocked_range<std::size_t>& range) {
+            // The worker threads compute as the caller does (see ScopedFlushDenormal).
+            const detail::ScopedFlushDenormal flush_denormal;
             for (std::size_t i = range.begin(); i != range.end(); ++i)
               f(n * i / chunks, n * (i + 1) / chunks);
           },
