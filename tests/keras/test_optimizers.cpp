@@ -1,5 +1,7 @@
 #include <doctest/doctest.h>
 
+#include "reference_values.hpp"
+
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -21,37 +23,9 @@ using loadstar::keras::Variable;
 namespace optimizers = loadstar::keras::optimizers;
 namespace schedules = loadstar::keras::optimizers::schedules;
 
-namespace {
-
-// The checked-in reference values of tests/keras/generate_losses_metrics_optimizers.py.
-const nlohmann::json& reference() {
-  static const nlohmann::json json = [] {
-    const char* root = std::getenv("LOADSTAR_SOURCE_DIR");
-    REQUIRE_MESSAGE(root != nullptr, "LOADSTAR_SOURCE_DIR is not set");
-    std::ifstream in(std::string(root) + "/tests/keras/reference/losses_metrics_optimizers.json");
-    REQUIRE_MESSAGE(in.good(), "cannot open the reference values");
-    return nlohmann::json::parse(in);
-  }();
-  return json;
-}
-
-Tensor<float> tensor_of(const nlohmann::json& values, const nlohmann::json& shape) {
-  const auto v = values.get<std::vector<float>>();
-  return Tensor<float>(Shape(shape.get<std::vector<std::size_t>>()), std::span<const float>(v));
-}
-
-// |value - target| <= absolute + relative * |target|, element by element, reporting the index.
-void check_close(std::string_view what, std::span<const float> values,
-                 const std::vector<double>& targets, double absolute, double relative) {
-  REQUIRE(values.size() == targets.size());
-  for (std::size_t i = 0; i < values.size(); ++i) {
-    const double tolerance = absolute + relative * std::abs(targets[i]);
-    INFO(what, " at index ", i, ": value ", values[i], ", target ", targets[i]);
-    CHECK(std::abs(values[i] - targets[i]) <= tolerance);
-  }
-}
-
-}  // namespace
+using reference_values::check_close;
+using reference_values::reference;
+using reference_values::tensor_of;
 
 namespace {
 
