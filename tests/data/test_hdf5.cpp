@@ -1,7 +1,9 @@
 #include <H5Cpp.h>
 #include <doctest/doctest.h>
+
 #include <sys/wait.h>
 #include <unistd.h>
+#include "temp_dir.hpp"
 
 #include <atomic>
 #include <cstdint>
@@ -41,27 +43,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-/// A fresh directory under the system's temporary directory, removed with its contents.
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path_ = fs::temp_directory_path() /
-            ("loadstar-test-hdf5-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-    fs::create_directories(path_);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  fs::path operator/(const std::string& name) const { return path_ / name; }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using test_support::TempDir;
 
 /// `doctest::Contains` for a message built at run time.
 doctest::Contains contains(const std::string& text) {

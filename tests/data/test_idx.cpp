@@ -1,6 +1,8 @@
 #include <doctest/doctest.h>
+
 #include <unistd.h>
 #include <zlib.h>
+#include "temp_dir.hpp"
 
 #include <atomic>
 #include <cstdint>
@@ -24,26 +26,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-/// A fresh directory under the system's temporary directory, removed with its contents.
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path_ = fs::temp_directory_path() /
-            ("loadstar-test-idx-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-    fs::create_directories(path_);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  fs::path operator/(const std::string& name) const { return path_ / name; }
-
- private:
-  fs::path path_;
-};
+using test_support::TempDir;
 
 using Bytes = std::vector<unsigned char>;
 

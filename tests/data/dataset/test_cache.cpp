@@ -17,11 +17,11 @@
 #include "temp_dir.hpp"
 
 using dataset_test::check_exact_resume;
-using dataset_test::TempDir;
 using loadstar::ConfigError;
 using loadstar::FormatError;
 using loadstar::IoError;
 using loadstar::Tensor;
+using test_support::TempDir;
 
 namespace {
 

@@ -17,7 +17,7 @@
 
 #include "temp_dir.hpp"
 
-using dataset_test::TempDir;
+using test_support::TempDir;
 
 namespace {
 

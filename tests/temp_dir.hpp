@@ -1,4 +1,5 @@
-// A temporary directory removed at the end of a test.
+// A fresh directory under the system's temporary directory, removed with its contents at the end
+// of a test; shared by every test that writes files.
 #pragma once
 
 #include <unistd.h>
@@ -7,14 +8,14 @@
 #include <filesystem>
 #include <string>
 
-namespace dataset_test {
+namespace test_support {
 
 class TempDir {
  public:
   TempDir() {
     static std::atomic<int> counter{0};
     path_ = std::filesystem::temp_directory_path() /
-            ("loadstar-dataset-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+            ("loadstar-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
     std::filesystem::remove_all(path_);
     std::filesystem::create_directories(path_);
   }
@@ -31,4 +32,4 @@ class TempDir {
   std::filesystem::path path_;
 };
 
-}  // namespace dataset_test
+}  // namespace test_support
