@@ -1,7 +1,9 @@
 #include <dirent.h>
 #include <doctest/doctest.h>
+
 #include <sys/wait.h>
 #include <unistd.h>
+#include "adapter_grid.hpp"
 
 #include <cerrno>
 #include <chrono>
@@ -38,13 +40,12 @@ using loadstar::WorkerError;
 
 namespace {
 
-constexpr std::size_t length = 100;
-constexpr std::uint64_t seed = 777;
-
-struct IndexSequence {
-  std::size_t size() const { return length; }
-  std::size_t operator[](std::size_t i) const { return i; }
-};
+using adapter_grid::adapter_stream;
+using adapter_grid::IndexSequence;
+using adapter_grid::length;
+using adapter_grid::sampler_stream;
+using adapter_grid::seed;
+using adapter_grid::workers;
 
 // Fails with a message on index 7, kills its own process on index `killed`.
 struct TroubleSequence {
@@ -122,26 +123,6 @@ bool no_children() {
   return ::waitpid(-1, nullptr, WNOHANG) < 0 && errno == ECHILD;
 }
 
-template <std::size_t Workers>
-std::vector<std::size_t> process_stream(const AdapterOptions& o, std::size_t count) {
-  SequenceAdapter<IndexSequence, Workers, true> adapter(IndexSequence{}, o);
-  std::vector<std::size_t> out;
-  for (std::size_t i = 0; i < count; ++i)
-    out.push_back(*adapter.next());
-  return out;
-}
-
-std::vector<std::size_t> sampler_stream(const AdapterOptions& o, std::size_t count) {
-  Sampler sampler(length, {o.shuffle, o.seed, o.rank, o.size, o.repeat, o.skip});
-  std::vector<std::size_t> out;
-  for (std::size_t i = 0; i < count; ++i)
-    out.push_back(sampler.next()->index);
-  return out;
-}
-
-template <std::size_t Workers>
-using workers = std::integral_constant<std::size_t, Workers>;
-
 }  // namespace
 
 static_assert(Serializable<Tensor<float>>);
@@ -187,25 +168,9 @@ TEST_SUITE("data") {
   TEST_CASE_TEMPLATE("SequenceAdapter on processes yields the sampler's stream across the grid" *
                          doctest::timeout(120),
                      W, workers<0>, workers<1>, workers<2>, workers<5>) {
-    for (const bool shuffle : {false, true}) {
-      for (const std::size_t skip : {0, 50, 350}) {
-        for (const auto& [rank, size] :
-             std::vector<std::pair<std::size_t, std::size_t>>{{0, 1}, {0, 3}, {1, 3}, {2, 3}}) {
-          CAPTURE(shuffle);
-          CAPTURE(skip);
-          CAPTURE(rank);
-          CAPTURE(size);
-          const AdapterOptions o{.shuffle = shuffle,
-                                 .seed = seed,
-                                 .rank = rank,
-                                 .size = size,
-                                 .skip = skip,
-                                 .timeout = std::chrono::seconds(20)};
-          const std::size_t count = 3 * length / size;
-          CHECK(process_stream<W::value>(o, count) == sampler_stream(o, count));
-        }
-      }
-    }
+    adapter_grid::for_each_grid_point([](const AdapterOptions& o, std::size_t count) {
+      CHECK(adapter_stream<W::value, true>(o, count) == sampler_stream(o, count));
+    });
     CHECK(no_children());
   }
 

@@ -1,5 +1,7 @@
 #include <doctest/doctest.h>
 
+#include "adapter_grid.hpp"
+
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -28,15 +30,12 @@ using loadstar::WorkerError;
 
 namespace {
 
-constexpr std::size_t length = 100;
-constexpr std::uint64_t seed = 777;
-
-// Batch i is the number i, so the stream of batches is the stream of indices.
-struct IndexSequence {
-  std::size_t n = length;
-  std::size_t size() const { return n; }
-  std::size_t operator[](std::size_t i) const { return i; }
-};
+using adapter_grid::adapter_stream;
+using adapter_grid::IndexSequence;
+using adapter_grid::length;
+using adapter_grid::sampler_stream;
+using adapter_grid::seed;
+using adapter_grid::workers;
 
 // Fails with a message on one index.
 struct FailingSequence {
@@ -78,23 +77,6 @@ struct AugmentingSequence {
   }
 };
 
-std::vector<std::size_t> sampler_stream(const AdapterOptions& o, std::size_t count) {
-  Sampler sampler(length, {o.shuffle, o.seed, o.rank, o.size, o.repeat, o.skip});
-  std::vector<std::size_t> out;
-  for (std::size_t i = 0; i < count; ++i)
-    out.push_back(sampler.next()->index);
-  return out;
-}
-
-template <std::size_t Workers>
-std::vector<std::size_t> adapter_stream(const AdapterOptions& o, std::size_t count) {
-  SequenceAdapter<IndexSequence, Workers> adapter(IndexSequence{}, o);
-  std::vector<std::size_t> out;
-  for (std::size_t i = 0; i < count; ++i)
-    out.push_back(*adapter.next());
-  return out;
-}
-
 // The threads of this process.
 std::size_t thread_count() {
   std::size_t count = 0;
@@ -105,35 +87,15 @@ std::size_t thread_count() {
   return count;
 }
 
-template <std::size_t Workers>
-using workers = std::integral_constant<std::size_t, Workers>;
-
 }  // namespace
 
 TEST_SUITE("data") {
   TEST_CASE_TEMPLATE("SequenceAdapter on threads yields the sampler's stream across the grid" *
                          doctest::timeout(60),
                      W, workers<0>, workers<1>, workers<2>, workers<5>) {
-    for (const bool shuffle : {false, true}) {
-      for (const std::size_t skip : {0, 50, 350}) {
-        for (const auto& [rank, size] :
-             std::vector<std::pair<std::size_t, std::size_t>>{{0, 1}, {0, 3}, {1, 3}, {2, 3}}) {
-          CAPTURE(shuffle);
-          CAPTURE(skip);
-          CAPTURE(rank);
-          CAPTURE(size);
-          const AdapterOptions o{.shuffle = shuffle,
-                                 .seed = seed,
-                                 .rank = rank,
-                                 .size = size,
-                                 .skip = skip,
-                                 .timeout = std::chrono::seconds(20)};
-          // Three epochs of this rank's share.
-          const std::size_t count = 3 * length / size;
-          CHECK(adapter_stream<W::value>(o, count) == sampler_stream(o, count));
-        }
-      }
-    }
+    adapter_grid::for_each_grid_point([](const AdapterOptions& o, std::size_t count) {
+      CHECK(adapter_stream<W::value>(o, count) == sampler_stream(o, count));
+    });
   }
 
   TEST_CASE_TEMPLATE(

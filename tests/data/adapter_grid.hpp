@@ -1,0 +1,76 @@
+// What the threaded and forked SequenceAdapter tests share: a sequence whose batch i is the
+// number i, the stream the sampler orders, the stream an adapter delivers, and Determined's grid.
+#pragma once
+
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <loadstar/data/sampler.hpp>
+#include <loadstar/data/sequence_adapter.hpp>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace adapter_grid {
+
+constexpr std::size_t length = 100;
+constexpr std::uint64_t seed = 777;
+
+// Batch i is the number i, so the stream of batches is the stream of indices.
+struct IndexSequence {
+  std::size_t n = length;
+  std::size_t size() const { return n; }
+  std::size_t operator[](std::size_t i) const { return i; }
+};
+
+template <std::size_t Workers>
+using workers = std::integral_constant<std::size_t, Workers>;
+
+// The first `count` batch indices of the sampler's stream (itself checked against an independent
+// expectation in test_sampler.cpp).
+inline std::vector<std::size_t> sampler_stream(const loadstar::AdapterOptions& o,
+                                               std::size_t count) {
+  loadstar::Sampler sampler(length, {o.shuffle, o.seed, o.rank, o.size, o.repeat, o.skip});
+  std::vector<std::size_t> out;
+  for (std::size_t i = 0; i < count; ++i)
+    out.push_back(sampler.next()->index);
+  return out;
+}
+
+// The first `count` batches an adapter with these options delivers.
+template <std::size_t Workers, bool Multiprocess = false>
+std::vector<std::size_t> adapter_stream(const loadstar::AdapterOptions& o, std::size_t count) {
+  loadstar::SequenceAdapter<IndexSequence, Workers, Multiprocess> adapter(IndexSequence{}, o);
+  std::vector<std::size_t> out;
+  for (std::size_t i = 0; i < count; ++i)
+    out.push_back(*adapter.next());
+  return out;
+}
+
+// Determined's test_sampler grid: shuffle x skip x (rank, size); calls `f(options, count)` with
+// three epochs of the rank's share, the grid point captured for failure messages.
+template <class F>
+void for_each_grid_point(F&& f) {
+  for (const bool shuffle : {false, true}) {
+    for (const std::size_t skip : {0, 50, 350}) {
+      for (const auto& [rank, size] :
+           std::vector<std::pair<std::size_t, std::size_t>>{{0, 1}, {0, 3}, {1, 3}, {2, 3}}) {
+        CAPTURE(shuffle);
+        CAPTURE(skip);
+        CAPTURE(rank);
+        CAPTURE(size);
+        const loadstar::AdapterOptions o{.shuffle = shuffle,
+                                         .seed = seed,
+                                         .rank = rank,
+                                         .size = size,
+                                         .skip = skip,
+                                         .timeout = std::chrono::seconds(20)};
+        f(o, 3 * length / size);
+      }
+    }
+  }
+}
+
+}  // namespace adapter_grid
