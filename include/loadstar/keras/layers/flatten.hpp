@@ -15,9 +15,9 @@ struct FlattenOptions {
 /// \code
 /// Flatten flatten;
 /// \endcode
-class Flatten : public detail::LayerBase {
+class Flatten : public detail::ShapeOnlyLayer {
  public:
-  explicit Flatten(FlattenOptions options = {}) : LayerBase(options.name) {}
+  explicit Flatten(FlattenOptions options = {}) : ShapeOnlyLayer(options.name) {}
 
   std::string class_name() const override { return "Flatten"; }
 
@@ -26,19 +26,6 @@ class Flatten : public detail::LayerBase {
     const Shape out{input_shapes[0].elements()};
     remember(input_shapes, out);
     return out;
-  }
-
-  void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
-               const CallContext& ctx) override {
-    check_inputs(inputs);
-    ctx.backend.copy(inputs[0], output);
-  }
-
-  void backward(std::span<const Tensor<float>>, const Tensor<float>&,
-                const Tensor<float>& output_gradient,
-                std::span<const Tensor<float>> input_gradients, const CallContext& ctx) override {
-    if (input_gradients.empty() || input_gradients[0].empty()) return;
-    ctx.backend.copy(output_gradient, input_gradients[0]);
   }
 
   nlohmann::json get_config() const override {

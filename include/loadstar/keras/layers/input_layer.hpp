@@ -18,10 +18,10 @@ struct InputLayerOptions {
 /// \code
 /// InputLayer input(Shape{28, 28});
 /// \endcode
-class InputLayer : public detail::LayerBase {
+class InputLayer : public detail::ShapeOnlyLayer {
  public:
   explicit InputLayer(Shape shape, InputLayerOptions options = {})
-      : LayerBase(options.name), shape_(shape) {}
+      : ShapeOnlyLayer(options.name), shape_(shape) {}
 
   std::string class_name() const override { return "InputLayer"; }
   /// The shape of one sample.
@@ -37,19 +37,6 @@ class InputLayer : public detail::LayerBase {
     const Shape one[] = {shape_};
     remember(one, shape_);
     return shape_;
-  }
-
-  void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
-               const CallContext& ctx) override {
-    check_inputs(inputs);
-    ctx.backend.copy(inputs[0], output);
-  }
-
-  void backward(std::span<const Tensor<float>>, const Tensor<float>&,
-                const Tensor<float>& output_gradient,
-                std::span<const Tensor<float>> input_gradients, const CallContext& ctx) override {
-    if (input_gradients.empty() || input_gradients[0].empty()) return;
-    ctx.backend.copy(output_gradient, input_gradients[0]);
   }
 
   nlohmann::json get_config() const override {

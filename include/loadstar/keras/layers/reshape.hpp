@@ -17,10 +17,10 @@ struct ReshapeOptions {
 /// \code
 /// Reshape to_image({28, 28, 1});
 /// \endcode
-class Reshape : public detail::LayerBase {
+class Reshape : public detail::ShapeOnlyLayer {
  public:
   explicit Reshape(std::vector<std::ptrdiff_t> target_shape, ReshapeOptions options = {})
-      : LayerBase(options.name), target_(std::move(target_shape)) {}
+      : ShapeOnlyLayer(options.name), target_(std::move(target_shape)) {}
 
   std::string class_name() const override { return "Reshape"; }
 
@@ -51,19 +51,6 @@ class Reshape : public detail::LayerBase {
     }
     remember(input_shapes, out);
     return out;
-  }
-
-  void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
-               const CallContext& ctx) override {
-    check_inputs(inputs);
-    ctx.backend.copy(inputs[0], output);
-  }
-
-  void backward(std::span<const Tensor<float>>, const Tensor<float>&,
-                const Tensor<float>& output_gradient,
-                std::span<const Tensor<float>> input_gradients, const CallContext& ctx) override {
-    if (input_gradients.empty() || input_gradients[0].empty()) return;
-    ctx.backend.copy(output_gradient, input_gradients[0]);
   }
 
   nlohmann::json get_config() const override {

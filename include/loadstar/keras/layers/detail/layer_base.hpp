@@ -117,6 +117,27 @@ class LayerBase : public Layer {
   Shape output_shape_;
 };
 
+/// A layer that changes the shape of its one input but not its values (`InputLayer`, `Flatten`,
+/// `Reshape`): the output is the input's elements in the same row-major order, and so is the
+/// input gradient.
+class ShapeOnlyLayer : public LayerBase {
+ public:
+  using LayerBase::LayerBase;
+
+  void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+               const CallContext& ctx) override {
+    check_inputs(inputs);
+    ctx.backend.copy(inputs[0], output);
+  }
+
+  void backward(std::span<const Tensor<float>>, const Tensor<float>&,
+                const Tensor<float>& output_gradient,
+                std::span<const Tensor<float>> input_gradients, const CallContext& ctx) override {
+    if (input_gradients.empty() || input_gradients[0].empty()) return;
+    ctx.backend.copy(output_gradient, input_gradients[0]);
+  }
+};
+
 /// Reads `key` of a config as `T`, or `fallback` when absent or null.
 template <class T>
 T config_value(const nlohmann::json& config, const char* key, T fallback) {
