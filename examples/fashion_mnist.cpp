@@ -40,7 +40,8 @@ int main(int argc, char** argv) {
     const Split test = load(folder, "t10k");
 
     set_random_seed(42);
-    Sequential model{Input({28, 28}), Flatten(), Dense(128, {.activation = "relu"}), Dense(10)};
+    Sequential model{Input({28, 28}), layers::Flatten(), layers::Dense(128, {.activation = "relu"}),
+                     layers::Dense(10)};
     model.compile({.optimizer = optimizers::Adam({.learning_rate = 1e-3}),
                    .loss = losses::SparseCategoricalCrossentropy(/*from_logits=*/true),
                    .metrics = {"accuracy"},

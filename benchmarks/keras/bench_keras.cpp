@@ -18,6 +18,8 @@ namespace {
 
 using namespace loadstar;
 using namespace loadstar::keras;
+using namespace loadstar::keras::layers;
+using namespace loadstar::keras::callbacks;
 
 constexpr std::size_t steps = 50;
 

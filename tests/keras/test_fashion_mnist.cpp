@@ -15,6 +15,8 @@
 
 using namespace loadstar;
 using namespace loadstar::keras;
+using namespace loadstar::keras::layers;
+using namespace loadstar::keras::callbacks;
 
 namespace {
 

@@ -14,6 +14,7 @@ using loadstar::Shape;
 using loadstar::ShapeError;
 using loadstar::Tensor;
 using namespace loadstar::keras;
+using namespace loadstar::keras::layers;
 
 namespace {
 

@@ -19,6 +19,8 @@
 
 using namespace loadstar;
 using namespace loadstar::keras;
+using namespace loadstar::keras::layers;
+using namespace loadstar::keras::callbacks;
 
 namespace {
 std::atomic<std::size_t> allocations{0};

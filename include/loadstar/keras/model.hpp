@@ -145,7 +145,7 @@ struct FitOptions {
   std::size_t batch_size = 32;
   /// 0: silent, 1: progress bar, 2: one line per epoch.
   int verbose = 1;
-  std::vector<std::shared_ptr<Callback>> callbacks = {};
+  std::vector<std::shared_ptr<keras::callbacks::Callback>> callbacks = {};
   /// The last fraction of the arrays' rows, before shuffling, validates (arrays only).
   double validation_split = 0.0;
   ValidationData validation_data = {};
@@ -183,7 +183,7 @@ struct EvaluateOptions {
   int verbose = 1;
   std::optional<Tensor<float>> sample_weight = {};
   std::optional<std::size_t> steps = {};
-  std::vector<std::shared_ptr<Callback>> callbacks = {};
+  std::vector<std::shared_ptr<keras::callbacks::Callback>> callbacks = {};
 };
 
 /// The arguments of `predict`.
@@ -191,7 +191,7 @@ struct PredictOptions {
   std::size_t batch_size = 32;
   int verbose = 0;
   std::optional<std::size_t> steps = {};
-  std::vector<std::shared_ptr<Callback>> callbacks = {};
+  std::vector<std::shared_ptr<keras::callbacks::Callback>> callbacks = {};
 };
 
 /// Keras's functional `Model`: a directed acyclic graph of layer calls from named `Input`s to
@@ -214,9 +214,8 @@ struct PredictOptions {
 /// auto logits = call(Dense(10), x);
 /// Model model(image, logits);
 /// model.compile("adam", "sparse_categorical_crossentropy", {"accuracy"});
-/// History history = model.fit(x_train, y_train, {.epochs = 5, .validation_split = 0.1});
-/// Logs results = model.evaluate(x_test, y_test);  // results.get("accuracy")
-/// \endcode
+/// keras::callbacks::History history = model.fit(x_train, y_train, {.epochs = 5, .validation_split
+/// = 0.1}); Logs results = model.evaluate(x_test, y_test);  // results.get("accuracy") \endcode
 class Model {
  public:
   /// A model from its inputs to its outputs; throws `ConfigError` when an output depends on an
@@ -249,6 +248,11 @@ class Model {
     }
     throw ConfigError("model '" + name_ + "': no layer named '" + std::string(name) + "'");
   }
+
+  /// The symbolic inputs and outputs the model was built from (Keras's `model.inputs` and
+  /// `model.outputs`); their nodes hold the layer calls (`inbound_nodes` in `get_config`).
+  const std::vector<KerasTensor>& inputs() const noexcept { return graph_inputs_; }
+  const std::vector<KerasTensor>& outputs() const noexcept { return graph_outputs_; }
 
   /// The names of the inputs, in order.
   const std::vector<std::string>& input_names() const noexcept { return input_names_; }
@@ -307,12 +311,12 @@ class Model {
   // --- fit ------------------------------------------------------------------------------------
 
   /// Trains on arrays (`x` and `y` each a tensor of any element type, a list, a map by name or a
-  /// tuple of tensors) for `options.epochs` epochs; returns the `History`. Throws `ShapeError`
-  /// when the data do not fit the model's inputs or outputs (naming the input and both shapes),
-  /// `ConfigError` before `compile` and for bad options, and `Error` for a loss that is NaN or
-  /// infinite unless a callback (`TerminateOnNaN`) stops training.
+  /// tuple of tensors) for `options.epochs` epochs; returns the `keras::callbacks::History`. Throws
+  /// `ShapeError` when the data do not fit the model's inputs or outputs (naming the input and both
+  /// shapes), `ConfigError` before `compile` and for bad options, and `Error` for a loss that is
+  /// NaN or infinite unless a callback (`TerminateOnNaN`) stops training.
   template <ArrayLike X, ArrayLike Y>
-  History fit(const X& x, const Y& y, const FitOptions& options = {}) {
+  keras::callbacks::History fit(const X& x, const Y& y, const FitOptions& options = {}) {
     require_compiled("fit");
     auto weights = resolve_sample_weight(y, options.sample_weight, options.class_weight);
     Arrays<X, Y> train{x, y, weights};
@@ -350,7 +354,7 @@ class Model {
   /// `SequenceAdapter` with `options.workers` threads (or processes with
   /// `use_multiprocessing`), `max_queue_size` and, with `shuffle`, a seeded batch order.
   template <KerasSequence S>
-  requires(!ArrayLike<std::remove_cvref_t<S>>) History
+  requires(!ArrayLike<std::remove_cvref_t<S>>) keras::callbacks::History
       fit(S sequence, const FitOptions& options = {}) {
     require_compiled("fit");
     check_loader_options(options, "a sequence");
@@ -358,7 +362,7 @@ class Model {
                                  .shuffle = options.shuffle,
                                  .seed = shuffle_seed(options)};
     auto validation = validation_source(options);
-    History history;
+    keras::callbacks::History history;
     with_workers(options.workers, [&]<std::size_t Workers>() {
       if (options.use_multiprocessing) {
         if constexpr (Serializable<batch_t<S>> && Workers > 0) {
@@ -383,7 +387,8 @@ class Model {
   /// each epoch is one pass, `reset()` before every pass but the first; with `steps_per_epoch`,
   /// epochs take that many batches from the stream, resetting it when it runs out.
   template <Dataset D>
-  requires KerasBatch<element_t<D>> History fit(D& dataset, const FitOptions& options = {}) {
+  requires KerasBatch<element_t<D>> keras::callbacks::History fit(D& dataset,
+                                                                  const FitOptions& options = {}) {
     require_compiled("fit");
     check_loader_options(options, "a dataset");
     auto validation = validation_source(options);
@@ -394,8 +399,8 @@ class Model {
   /// Trains on the caller's `SequenceAdapter` (an infinite training stream): an epoch is
   /// `steps_per_epoch` batches, by default one pass over the sequence.
   template <Sequence S, std::size_t Workers, bool Multiprocess>
-  requires KerasBatch<batch_t<S>> History fit(SequenceAdapter<S, Workers, Multiprocess>& adapter,
-                                              const FitOptions& options = {}) {
+  requires KerasBatch<batch_t<S>> keras::callbacks::History fit(
+      SequenceAdapter<S, Workers, Multiprocess>& adapter, const FitOptions& options = {}) {
     require_compiled("fit");
     check_loader_options(options, "a sequence adapter");
     auto validation = validation_source(options);
@@ -1231,7 +1236,7 @@ class Model {
   // --- loops ------------------------------------------------------------------------------------
 
   struct CallbackList {
-    std::vector<std::shared_ptr<Callback>> callbacks = {};
+    std::vector<std::shared_ptr<keras::callbacks::Callback>> callbacks = {};
     void set(Model& model, const CallbackParams& params) {
       for (auto& cb : callbacks) {
         cb->set_model(model);
@@ -1283,8 +1288,8 @@ class Model {
     }
   }
 
-  History run_fit(detail::BatchSource& source, detail::BatchSource* validation,
-                  const FitOptions& options, bool) {
+  keras::callbacks::History run_fit(detail::BatchSource& source, detail::BatchSource* validation,
+                                    const FitOptions& options, bool) {
     if (options.epochs <= options.initial_epoch) {
       throw ConfigError("fit: epochs (" + std::to_string(options.epochs) +
                         ") must be larger than initial_epoch (" +
@@ -1295,28 +1300,28 @@ class Model {
     }
     class_weight_ = options.class_weight;
     seed_ = shuffle_seed(options);
-    auto history = std::make_shared<History>();
+    auto history = std::make_shared<keras::callbacks::History>();
     CallbackList list{options.callbacks};
     list.callbacks.push_back(history);
     if (options.verbose != 0) {
-      list.callbacks.push_back(std::make_shared<ProgbarLogger>(options.verbose));
+      list.callbacks.push_back(std::make_shared<keras::callbacks::ProgbarLogger>(options.verbose));
     }
     list.set(*this, {options.verbose, options.epochs, source.steps()});
     stop_training = false;
     const Logs empty;
-    list.each([&](Callback& cb) { cb.on_train_begin(empty); });
+    list.each([&](keras::callbacks::Callback& cb) { cb.on_train_begin(empty); });
     Logs logs, epoch_logs;
     for (std::size_t epoch = options.initial_epoch; epoch < options.epochs; ++epoch) {
       reset_metrics();
       source.start_epoch(epoch);
-      list.each([&](Callback& cb) { cb.on_epoch_begin(epoch, empty); });
+      list.each([&](keras::callbacks::Callback& cb) { cb.on_epoch_begin(epoch, empty); });
       std::size_t step = 0;
       while (const auto* batch = source.next()) {
-        list.each([&](Callback& cb) { cb.on_train_batch_begin(step, empty); });
+        list.each([&](keras::callbacks::Callback& cb) { cb.on_train_batch_begin(step, empty); });
         prepare(*batch, source.max_batch());
         const double loss = train_step(*batch);
         fill_logs(logs, "");
-        list.each([&](Callback& cb) { cb.on_train_batch_end(step, logs); });
+        list.each([&](keras::callbacks::Callback& cb) { cb.on_train_batch_end(step, logs); });
         if (!std::isfinite(loss) && !stop_training) check_finite(loss, epoch, step, "fit");
         ++step;
         if (stop_training) break;
@@ -1328,10 +1333,10 @@ class Model {
         for (const auto& [name, value] : val)
           epoch_logs.set("val_" + name, value);
       }
-      list.each([&](Callback& cb) { cb.on_epoch_end(epoch, epoch_logs); });
+      list.each([&](keras::callbacks::Callback& cb) { cb.on_epoch_end(epoch, epoch_logs); });
       if (stop_training) break;
     }
-    list.each([&](Callback& cb) { cb.on_train_end(epoch_logs); });
+    list.each([&](keras::callbacks::Callback& cb) { cb.on_train_end(epoch_logs); });
     return *history;
   }
 
@@ -1340,26 +1345,26 @@ class Model {
     source.start_epoch(pass);
     const Logs empty;
     if (!in_fit) list.set(*this, {list_verbose_, 1, source.steps()});
-    list.each([&](Callback& cb) { cb.on_test_begin(empty); });
+    list.each([&](keras::callbacks::Callback& cb) { cb.on_test_begin(empty); });
     Logs logs;
     std::size_t step = 0;
     while (const auto* batch = source.next()) {
-      list.each([&](Callback& cb) { cb.on_test_batch_begin(step, empty); });
+      list.each([&](keras::callbacks::Callback& cb) { cb.on_test_batch_begin(step, empty); });
       prepare(*batch, source.max_batch());
       test_step(*batch);
       fill_logs(logs, "");
-      list.each([&](Callback& cb) { cb.on_test_batch_end(step, logs); });
+      list.each([&](keras::callbacks::Callback& cb) { cb.on_test_batch_end(step, logs); });
       ++step;
     }
     if (step == 0) throw ShapeError("model '" + name_ + "': the evaluation data has no batches");
-    list.each([&](Callback& cb) { cb.on_test_end(logs); });
+    list.each([&](keras::callbacks::Callback& cb) { cb.on_test_end(logs); });
     return logs;
   }
 
   Logs evaluate_source(detail::BatchSource& source, const EvaluateOptions& options) {
     CallbackList list{options.callbacks};
     if (options.verbose != 0) {
-      list.callbacks.push_back(std::make_shared<ProgbarLogger>(options.verbose));
+      list.callbacks.push_back(std::make_shared<keras::callbacks::ProgbarLogger>(options.verbose));
     }
     class_weight_.reset();
     list_verbose_ = options.verbose;
@@ -1370,17 +1375,17 @@ class Model {
                                             const PredictOptions& options) {
     CallbackList list{options.callbacks};
     if (options.verbose != 0) {
-      list.callbacks.push_back(std::make_shared<ProgbarLogger>(options.verbose));
+      list.callbacks.push_back(std::make_shared<keras::callbacks::ProgbarLogger>(options.verbose));
     }
     list.set(*this, {options.verbose, 1, source.steps()});
     source.start_epoch(0);
     const Logs empty;
-    list.each([&](Callback& cb) { cb.on_predict_begin(empty); });
+    list.each([&](keras::callbacks::Callback& cb) { cb.on_predict_begin(empty); });
     std::vector<std::vector<float>> collected(output_nodes_.size());
     std::size_t rows = 0;
     std::size_t step = 0;
     while (const auto* batch = source.next()) {
-      list.each([&](Callback& cb) { cb.on_predict_batch_begin(step, empty); });
+      list.each([&](keras::callbacks::Callback& cb) { cb.on_predict_batch_begin(step, empty); });
       prepare(*batch, source.max_batch());
       {
         const detail::ScopedFlushDenormal flush_denormal;
@@ -1390,10 +1395,10 @@ class Model {
       for (std::size_t o = 0; o < output_nodes_.size(); ++o)
         collected[o].insert(collected[o].end(), outputs_[o].begin(), outputs_[o].end());
       rows += batch->count;
-      list.each([&](Callback& cb) { cb.on_predict_batch_end(step, empty); });
+      list.each([&](keras::callbacks::Callback& cb) { cb.on_predict_batch_end(step, empty); });
       ++step;
     }
-    list.each([&](Callback& cb) { cb.on_predict_end(empty); });
+    list.each([&](keras::callbacks::Callback& cb) { cb.on_predict_end(empty); });
     std::vector<Tensor<float>> out;
     for (std::size_t o = 0; o < output_nodes_.size(); ++o) {
       out.emplace_back(nodes_[output_nodes_[o]].shape.prepend(rows),

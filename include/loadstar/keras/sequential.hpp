@@ -66,7 +66,7 @@ class Sequential : public Model {
       set_input(*item.input());
       return;
     }
-    if (auto input_layer = std::dynamic_pointer_cast<InputLayer>(item.layer())) {
+    if (auto input_layer = std::dynamic_pointer_cast<layers::InputLayer>(item.layer())) {
       set_input(Input(input_layer->shape(), input_layer->name()));
       return;
     }

@@ -7,8 +7,10 @@
 #include "loadstar/keras/callbacks/logs.hpp"
 
 namespace loadstar::keras {
-
 class Model;
+}  // namespace loadstar::keras
+
+namespace loadstar::keras::callbacks {
 
 /// The base of every callback; each hook does nothing unless overridden. The hooks are Keras's,
 /// called in Keras's order by `fit`, `evaluate` and `predict`. Setting
@@ -48,4 +50,4 @@ class Callback {
   Model* model_ = nullptr;
 };
 
-}  // namespace loadstar::keras
+}  // namespace loadstar::keras::callbacks

@@ -14,7 +14,7 @@
 #include "loadstar/error.hpp"
 #include "loadstar/keras/callbacks/callback.hpp"
 
-namespace loadstar::keras {
+namespace loadstar::keras::callbacks {
 
 /// Keras's `CSVLogger` (tf.keras 2.11 callbacks.py): writes `epoch,<log names sorted>` as a
 /// header, then one row per epoch, values in Python's shortest round-trip form, lines ended by
@@ -89,4 +89,4 @@ class CSVLogger : public Callback {
   std::vector<std::string> keys_;
 };
 
-}  // namespace loadstar::keras
+}  // namespace loadstar::keras::callbacks

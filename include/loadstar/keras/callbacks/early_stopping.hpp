@@ -14,7 +14,7 @@
 #include "loadstar/keras/callbacks/callback.hpp"
 #include "loadstar/keras/model.hpp"
 
-namespace loadstar::keras {
+namespace loadstar::keras::callbacks {
 
 /// `EarlyStopping`'s Keras arguments, with Keras's defaults.
 struct EarlyStoppingOptions {
@@ -128,4 +128,4 @@ class EarlyStopping : public Callback {
   std::vector<Tensor<float>> best_weights_;
 };
 
-}  // namespace loadstar::keras
+}  // namespace loadstar::keras::callbacks

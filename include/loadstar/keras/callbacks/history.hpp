@@ -9,7 +9,7 @@
 
 #include "loadstar/keras/callbacks/callback.hpp"
 
-namespace loadstar::keras {
+namespace loadstar::keras::callbacks {
 
 /// Records the logs of every epoch: `history["loss"][e]`, `history["val_accuracy"][e]`, and the
 /// epoch numbers in `epoch`. `fit` always records one and returns it, as Keras does.
@@ -36,4 +36,4 @@ class History : public Callback {
   }
 };
 
-}  // namespace loadstar::keras
+}  // namespace loadstar::keras::callbacks

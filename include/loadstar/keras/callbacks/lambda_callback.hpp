@@ -8,7 +8,7 @@
 
 #include "loadstar/keras/callbacks/callback.hpp"
 
-namespace loadstar::keras {
+namespace loadstar::keras::callbacks {
 
 /// The functions of a `LambdaCallback`, one per Keras hook; empty ones are not called.
 struct LambdaCallbackOptions {
@@ -74,4 +74,4 @@ class LambdaCallback : public Callback {
   LambdaCallbackOptions f_;
 };
 
-}  // namespace loadstar::keras
+}  // namespace loadstar::keras::callbacks

@@ -10,7 +10,7 @@
 #include "loadstar/keras/callbacks/callback.hpp"
 #include "loadstar/keras/model.hpp"
 
-namespace loadstar::keras {
+namespace loadstar::keras::callbacks {
 
 /// Keras's `LearningRateScheduler`: at the start of each epoch, sets the optimizer's learning
 /// rate to `schedule(epoch, current_learning_rate)`.
@@ -40,4 +40,4 @@ class LearningRateScheduler : public Callback {
   int verbose_;
 };
 
-}  // namespace loadstar::keras
+}  // namespace loadstar::keras::callbacks

@@ -16,7 +16,7 @@
 #include "loadstar/keras/callbacks/callback.hpp"
 #include "loadstar/keras/detail/params.hpp"
 
-namespace loadstar::keras {
+namespace loadstar::keras::callbacks {
 
 /// Prints training progress as Keras's `ProgbarLogger` (keras/utils/generic_utils.py `Progbar`):
 ///
@@ -185,4 +185,4 @@ class ProgbarLogger : public Callback, public detail::ParamsReceiver {
   Clock::time_point last_update_{};
 };
 
-}  // namespace loadstar::keras
+}  // namespace loadstar::keras::callbacks

@@ -12,7 +12,7 @@
 #include "loadstar/keras/callbacks/callback.hpp"
 #include "loadstar/keras/model.hpp"
 
-namespace loadstar::keras {
+namespace loadstar::keras::callbacks {
 
 /// `ReduceLROnPlateau`'s Keras arguments, with Keras's defaults.
 struct ReduceLROnPlateauOptions {
@@ -106,4 +106,4 @@ class ReduceLROnPlateau : public Callback {
   std::size_t wait_ = 0;
 };
 
-}  // namespace loadstar::keras
+}  // namespace loadstar::keras::callbacks

@@ -9,7 +9,7 @@
 #include "loadstar/keras/callbacks/callback.hpp"
 #include "loadstar/keras/model.hpp"
 
-namespace loadstar::keras {
+namespace loadstar::keras::callbacks {
 
 /// Keras's `TerminateOnNaN`: after a training batch whose `loss` is NaN or infinite, prints
 /// `Batch 3: Invalid loss, terminating training` and sets `model.stop_training`, so that `fit`
@@ -36,4 +36,4 @@ class TerminateOnNaN : public Callback {
   bool terminated_ = false;
 };
 
-}  // namespace loadstar::keras
+}  // namespace loadstar::keras::callbacks

@@ -4,25 +4,25 @@
 
 #include "loadstar/keras/layers/detail/layer_base.hpp"
 
-namespace loadstar::keras {
+namespace loadstar::keras::layers {
 
-/// `ActivationLayer`'s Keras arguments after `activation`.
+/// `Activation`'s Keras arguments after `activation`.
 struct ActivationOptions {
   std::string name = {};
 };
 
-/// Keras's `Activation` layer (`class_name` `"Activation"`; named `ActivationLayer` in C++ since
-/// `Activation` is the enumeration of functions).
+/// Keras's `Activation` layer, `keras::layers::Activation` (the enumeration of functions is
+/// `keras::Activation`).
 /// \code
-/// ActivationLayer relu("relu");
+/// Activation relu("relu");
 /// \endcode
-class ActivationLayer : public detail::LayerBase {
+class Activation : public detail::LayerBase {
  public:
-  explicit ActivationLayer(std::string_view activation, ActivationOptions options = {})
+  explicit Activation(std::string_view activation, ActivationOptions options = {})
       : LayerBase(options.name), activation_(activation_from_name(activation)) {}
 
   std::string class_name() const override { return "Activation"; }
-  Activation activation() const noexcept { return activation_; }
+  keras::Activation activation() const noexcept { return activation_; }
 
   Shape build(std::span<const Shape> input_shapes, std::uint64_t) override {
     expect_inputs(input_shapes, 1);
@@ -51,13 +51,13 @@ class ActivationLayer : public detail::LayerBase {
   }
 
   static std::shared_ptr<Layer> from_config(const nlohmann::json& config) {
-    return std::make_shared<ActivationLayer>(
+    return std::make_shared<Activation>(
         detail::config_activation(config),
         ActivationOptions{.name = detail::config_value(config, "name", std::string())});
   }
 
  private:
-  Activation activation_;
+  keras::Activation activation_;
 };
 
-}  // namespace loadstar::keras
+}  // namespace loadstar::keras::layers

@@ -4,7 +4,7 @@
 
 #include "loadstar/keras/layers/detail/layer_base.hpp"
 
-namespace loadstar::keras {
+namespace loadstar::keras::layers {
 
 /// `Add`'s Keras arguments.
 struct AddOptions {
@@ -59,4 +59,4 @@ class Add : public detail::LayerBase {
   }
 };
 
-}  // namespace loadstar::keras
+}  // namespace loadstar::keras::layers

@@ -4,7 +4,7 @@
 
 #include "loadstar/keras/layers/detail/pooling2d.hpp"
 
-namespace loadstar::keras {
+namespace loadstar::keras::layers {
 
 /// Keras's `AveragePooling2D` (channels_last); with `same` padding a window averages over its
 /// elements inside the input only, as TensorFlow does.
@@ -20,4 +20,4 @@ class AveragePooling2D : public detail::Pooling2D<false> {
   }
 };
 
-}  // namespace loadstar::keras
+}  // namespace loadstar::keras::layers

@@ -4,7 +4,7 @@
 
 #include "loadstar/keras/layers/detail/layer_base.hpp"
 
-namespace loadstar::keras {
+namespace loadstar::keras::layers {
 
 /// `BatchNormalization`'s Keras arguments, with Keras's defaults (only `axis = -1`).
 struct BatchNormalizationOptions {
@@ -170,4 +170,4 @@ class BatchNormalization : public detail::LayerBase {
   Tensor<float> mean_, variance_, corrected_;
 };
 
-}  // namespace loadstar::keras
+}  // namespace loadstar::keras::layers

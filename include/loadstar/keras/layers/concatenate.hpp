@@ -6,7 +6,7 @@
 
 #include "loadstar/keras/layers/detail/layer_base.hpp"
 
-namespace loadstar::keras {
+namespace loadstar::keras::layers {
 
 /// `Concatenate`'s Keras arguments, with Keras's default `axis = -1`.
 struct ConcatenateOptions {
@@ -88,4 +88,4 @@ class Concatenate : public detail::LayerBase {
   std::vector<std::size_t> extents_;
 };
 
-}  // namespace loadstar::keras
+}  // namespace loadstar::keras::layers

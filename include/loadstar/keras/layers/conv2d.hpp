@@ -4,7 +4,7 @@
 
 #include "loadstar/keras/layers/detail/layer_base.hpp"
 
-namespace loadstar::keras {
+namespace loadstar::keras::layers {
 
 /// `Conv2D`'s Keras arguments after `filters` and `kernel_size`, with Keras's defaults.
 struct Conv2DOptions {
@@ -102,7 +102,7 @@ class Conv2D : public detail::LayerBase {
     const Tensor<float> y = output.reshape({rows, filters_});
     backend.gemm(columns, false, kernel_matrix(), false, y);
     if (options_.use_bias) backend.bias_add(y, weights_[1].value);
-    if (activation_ != Activation::linear) backend.activation_forward(activation_, y, y);
+    if (activation_ != keras::Activation::linear) backend.activation_forward(activation_, y, y);
   }
 
   void backward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
@@ -116,7 +116,7 @@ class Conv2D : public detail::LayerBase {
     const Tensor<float> columns = columns_.get({rows, g.patch_size()});
     backend.im2col(inputs[0], g, columns);
     Tensor<float> dz = output_gradient.reshape({rows, filters_});
-    if (activation_ != Activation::linear) {
+    if (activation_ != keras::Activation::linear) {
       Tensor<float> z;
       if (activation_gradient_needs_input(activation_)) {
         z = pre_activation_.get({rows, filters_});
@@ -186,7 +186,7 @@ class Conv2D : public detail::LayerBase {
 
   std::size_t filters_;
   Size2 kernel_size_;
-  Activation activation_;
+  keras::Activation activation_;
   Conv2DOptions options_;
   bool same_ = false;
   Conv2DGeometry geometry_;
@@ -195,4 +195,4 @@ class Conv2D : public detail::LayerBase {
   detail::Scratch gradient_;
 };
 
-}  // namespace loadstar::keras
+}  // namespace loadstar::keras::layers

@@ -4,7 +4,7 @@
 
 #include "loadstar/keras/layers/detail/layer_base.hpp"
 
-namespace loadstar::keras {
+namespace loadstar::keras::layers {
 
 /// `Dense`'s Keras arguments after `units`, with Keras's defaults.
 struct DenseOptions {
@@ -33,7 +33,7 @@ class Dense : public detail::LayerBase {
 
   std::string class_name() const override { return "Dense"; }
   std::size_t units() const noexcept { return units_; }
-  Activation activation() const noexcept { return activation_; }
+  keras::Activation activation() const noexcept { return activation_; }
 
   Shape build(std::span<const Shape> input_shapes, std::uint64_t seed) override {
     expect_inputs(input_shapes, 1);
@@ -74,7 +74,7 @@ class Dense : public detail::LayerBase {
     const std::size_t rows = inputs[0].size() / features_;
     const Tensor<float> y = output.reshape({rows, units_});
     affine(ctx.backend, inputs[0].reshape({rows, features_}), y);
-    if (activation_ != Activation::linear) ctx.backend.activation_forward(activation_, y, y);
+    if (activation_ != keras::Activation::linear) ctx.backend.activation_forward(activation_, y, y);
   }
 
   void backward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
@@ -84,7 +84,7 @@ class Dense : public detail::LayerBase {
     const std::size_t rows = inputs[0].size() / features_;
     const Tensor<float> x = inputs[0].reshape({rows, features_});
     Tensor<float> dz = output_gradient.reshape({rows, units_});
-    if (activation_ != Activation::linear) {
+    if (activation_ != keras::Activation::linear) {
       Tensor<float> z;
       if (activation_gradient_needs_input(activation_)) {
         // The pre-activation is recomputed rather than kept, so a shared layer stays correct.
@@ -138,10 +138,10 @@ class Dense : public detail::LayerBase {
 
   std::size_t units_;
   std::size_t features_ = 0;
-  Activation activation_;
+  keras::Activation activation_;
   DenseOptions options_;
   detail::Scratch pre_activation_;
   detail::Scratch gradient_;
 };
 
-}  // namespace loadstar::keras
+}  // namespace loadstar::keras::layers

@@ -6,7 +6,7 @@
 
 #include "loadstar/keras/layers/detail/layer_base.hpp"
 
-namespace loadstar::keras {
+namespace loadstar::keras::layers {
 
 /// `Dropout`'s Keras arguments after `rate`.
 struct DropoutOptions {
@@ -88,4 +88,4 @@ class Dropout : public detail::LayerBase {
   DropoutOptions options_;
 };
 
-}  // namespace loadstar::keras
+}  // namespace loadstar::keras::layers

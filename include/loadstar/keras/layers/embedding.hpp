@@ -6,7 +6,7 @@
 
 #include "loadstar/keras/layers/detail/layer_base.hpp"
 
-namespace loadstar::keras {
+namespace loadstar::keras::layers {
 
 /// `Embedding`'s Keras arguments after `input_dim` and `output_dim`, with Keras's defaults.
 struct EmbeddingOptions {
@@ -100,4 +100,4 @@ class Embedding : public detail::LayerBase {
   EmbeddingOptions options_;
 };
 
-}  // namespace loadstar::keras
+}  // namespace loadstar::keras::layers

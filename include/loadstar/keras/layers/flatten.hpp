@@ -4,7 +4,7 @@
 
 #include "loadstar/keras/layers/detail/layer_base.hpp"
 
-namespace loadstar::keras {
+namespace loadstar::keras::layers {
 
 /// `Flatten`'s Keras arguments.
 struct FlattenOptions {
@@ -40,4 +40,4 @@ class Flatten : public detail::ShapeOnlyLayer {
   }
 };
 
-}  // namespace loadstar::keras
+}  // namespace loadstar::keras::layers

@@ -4,7 +4,7 @@
 
 #include "loadstar/keras/layers/detail/layer_base.hpp"
 
-namespace loadstar::keras {
+namespace loadstar::keras::layers {
 
 /// The Keras arguments of the global pooling layers.
 struct GlobalPooling2DOptions {
@@ -81,4 +81,4 @@ class GlobalMaxPooling2D : public detail::GlobalPooling2D<true> {
   }
 };
 
-}  // namespace loadstar::keras
+}  // namespace loadstar::keras::layers

@@ -6,7 +6,7 @@
 
 #include "loadstar/keras/layers/detail/layer_base.hpp"
 
-namespace loadstar::keras {
+namespace loadstar::keras::layers {
 
 /// `InputLayer`'s Keras arguments after `shape`.
 struct InputLayerOptions {
@@ -64,4 +64,4 @@ class InputLayer : public detail::ShapeOnlyLayer {
   Shape shape_;
 };
 
-}  // namespace loadstar::keras
+}  // namespace loadstar::keras::layers

@@ -4,7 +4,7 @@
 
 #include "loadstar/keras/layers/detail/pooling2d.hpp"
 
-namespace loadstar::keras {
+namespace loadstar::keras::layers {
 
 /// Keras's `MaxPooling2D` (channels_last); the gradient goes to the first maximum of a window.
 /// \code
@@ -20,4 +20,4 @@ class MaxPooling2D : public detail::Pooling2D<true> {
   }
 };
 
-}  // namespace loadstar::keras
+}  // namespace loadstar::keras::layers

@@ -29,7 +29,7 @@
 #include "loadstar/keras/layers/reshape.hpp"
 #include "loadstar/keras/layers/softmax.hpp"
 
-namespace loadstar::keras {
+namespace loadstar::keras::layers {
 
 /// Maps Keras's `class_name` (`"Dense"`) to a factory building the layer from its `get_config()`
 /// JSON; every built-in layer is registered, and users add their own.
@@ -83,7 +83,7 @@ class LayerRegistry {
     factories_ = {
         {"InputLayer", InputLayer::from_config},
         {"Dense", Dense::from_config},
-        {"Activation", ActivationLayer::from_config},
+        {"Activation", Activation::from_config},
         {"Dropout", Dropout::from_config},
         {"Flatten", Flatten::from_config},
         {"Reshape", Reshape::from_config},
@@ -106,4 +106,4 @@ class LayerRegistry {
   std::map<std::string, Factory> factories_;
 };
 
-}  // namespace loadstar::keras
+}  // namespace loadstar::keras::layers

@@ -4,7 +4,7 @@
 
 #include "loadstar/keras/layers/detail/layer_base.hpp"
 
-namespace loadstar::keras {
+namespace loadstar::keras::layers {
 
 /// `ReLU`'s Keras arguments, with Keras's defaults.
 struct ReLUOptions {
@@ -115,4 +115,4 @@ class LeakyReLU : public detail::ReLUBase {
   }
 };
 
-}  // namespace loadstar::keras
+}  // namespace loadstar::keras::layers

@@ -6,7 +6,7 @@
 
 #include "loadstar/keras/layers/detail/layer_base.hpp"
 
-namespace loadstar::keras {
+namespace loadstar::keras::layers {
 
 /// `Reshape`'s Keras arguments after `target_shape`.
 struct ReshapeOptions {
@@ -76,4 +76,4 @@ class Reshape : public detail::ShapeOnlyLayer {
   std::vector<std::ptrdiff_t> target_;
 };
 
-}  // namespace loadstar::keras
+}  // namespace loadstar::keras::layers

@@ -4,7 +4,7 @@
 
 #include "loadstar/keras/layers/detail/layer_base.hpp"
 
-namespace loadstar::keras {
+namespace loadstar::keras::layers {
 
 /// `Softmax`'s Keras arguments, with Keras's default `axis = -1`.
 struct SoftmaxOptions {
@@ -66,4 +66,4 @@ class Softmax : public detail::LayerBase {
   std::size_t axis_with_batch_ = 1;
 };
 
-}  // namespace loadstar::keras
+}  // namespace loadstar::keras::layers

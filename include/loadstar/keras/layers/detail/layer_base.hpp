@@ -19,7 +19,7 @@
 #include "loadstar/keras/initializers.hpp"
 #include "loadstar/keras/layer.hpp"
 
-namespace loadstar::keras {
+namespace loadstar::keras::layers {
 
 /// Two sizes (height, width) of a kernel, stride, pool or dilation; `3` means `(3, 3)` as Keras.
 struct Size2 {
@@ -175,4 +175,4 @@ inline bool parse_padding(const std::string& padding, const std::string& label) 
 }
 
 }  // namespace detail
-}  // namespace loadstar::keras
+}  // namespace loadstar::keras::layers

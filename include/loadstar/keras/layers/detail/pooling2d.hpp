@@ -6,7 +6,7 @@
 
 #include "loadstar/keras/layers/detail/layer_base.hpp"
 
-namespace loadstar::keras {
+namespace loadstar::keras::layers {
 
 /// The Keras arguments of `MaxPooling2D` and `AveragePooling2D`; `strides` defaults to
 /// `pool_size` as in Keras.
@@ -119,4 +119,4 @@ class Pooling2D : public LayerBase {
 };
 
 }  // namespace detail
-}  // namespace loadstar::keras
+}  // namespace loadstar::keras::layers
