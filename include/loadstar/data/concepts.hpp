@@ -4,6 +4,7 @@
 
 #include <concepts>
 #include <cstddef>
+#include <cstdint>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -64,6 +65,17 @@ using batch_t = std::remove_cvref_t<decltype(std::declval<const S&>()[std::size_
 template <class S>
 concept SequenceWithEpochEnd = Sequence<S> && requires(S& s) {
   s.on_epoch_end();
+};
+
+/// A `Sequence` whose batches depend on the epoch (augmentation changed every epoch), as
+/// PyTorch's `sampler.set_epoch`: `SequenceAdapter` calls `s.set_epoch(e)` on the consumer before
+/// any batch of epoch `e` is built (also after a restore, with the epoch restored into), never
+/// concurrently with `s[i]`; forked workers are forked again after it, as for `on_epoch_end`.
+/// Derive what changes from `e` alone (not from the calls before), so that a sequence restored
+/// into epoch `e` builds the same batches as one that ran epochs `0..e-1`.
+template <class S>
+concept SequenceWithSetEpoch = Sequence<S> && requires(S& s, std::uint64_t epoch) {
+  s.set_epoch(epoch);
 };
 
 /// A `Sequence` whose batches Keras can train on.

@@ -15,69 +15,9 @@
 #include <nlohmann/json.hpp>
 
 #include "loadstar/error.hpp"
+#include "loadstar/random.hpp"
 
 namespace loadstar {
-
-namespace detail {
-
-/// SplitMix64's finaliser (Steele, Lea and Flood, "Fast splittable pseudorandom number
-/// generators"): a bijective mix of 64 bits.
-constexpr std::uint64_t mix64(std::uint64_t z) noexcept {
-  z = (z ^ (z >> 30U)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27U)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31U);
-}
-
-/// A SplitMix64 stream: small, fast, and seeded directly from any 64-bit key, so that the
-/// permutation of an epoch is computed without generating the epochs before it.
-class SplitMix64 {
- public:
-  constexpr explicit SplitMix64(std::uint64_t seed) noexcept : state_(seed) {}
-  constexpr std::uint64_t operator()() noexcept {
-    state_ += 0x9e3779b97f4a7c15ULL;
-    return mix64(state_);
-  }
-  /// A uniform integer in `[0, bound)` for `bound > 0`, without modulo bias (rejection).
-  constexpr std::uint64_t below(std::uint64_t bound) noexcept {
-    const std::uint64_t threshold = (0 - bound) % bound;
-    for (;;) {
-      const std::uint64_t r = (*this)();
-      if (r >= threshold) return r % bound;
-    }
-  }
-
- private:
-  std::uint64_t state_;
-};
-
-}  // namespace detail
-
-/// A seed for the randomness of one batch (augmentation), derived from the trial seed, the epoch
-/// and the batch index only: never from a worker id or timing, so that batches are identical for
-/// any number of workers, threads or processes, and across a resume.
-/// \code
-/// std::mt19937_64 rng(loadstar::batch_seed(seed, epoch, index));
-/// \endcode
-constexpr std::uint64_t batch_seed(std::uint64_t seed, std::uint64_t epoch,
-                                   std::uint64_t index) noexcept {
-  return detail::mix64(detail::mix64(detail::mix64(seed ^ 0x6a09e667f3bcc909ULL) + epoch) ^
-                       (index * 0x9e3779b97f4a7c15ULL));
-}
-
-/// The order of the batches of epoch `epoch`: the identity without `shuffle`, otherwise a
-/// Fisher-Yates shuffle driven by a generator seeded from `(seed, epoch)` alone. Computing it costs
-/// O(length) whatever the epoch: nothing is replayed.
-inline std::vector<std::size_t> epoch_permutation(std::size_t length, std::uint64_t seed,
-                                                  std::uint64_t epoch, bool shuffle) {
-  std::vector<std::size_t> order(length);
-  std::iota(order.begin(), order.end(), std::size_t{0});
-  if (!shuffle || length < 2) return order;
-  detail::SplitMix64 rng(detail::mix64(seed) ^ detail::mix64(epoch + 0x243f6a8885a308d3ULL));
-  for (std::size_t i = length - 1; i > 0; --i) {
-    std::swap(order[i], order[static_cast<std::size_t>(rng.below(i + 1))]);
-  }
-  return order;
-}
 
 /// Options of a `Sampler`, with the meaning of Determined's `_Sampler` and `_build_enqueuer`.
 struct SamplerOptions {

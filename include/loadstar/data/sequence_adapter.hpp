@@ -70,9 +70,10 @@ using backend_t = std::conditional_t<
 ///   `max_queue_size` batches are requested and not yet consumed.
 /// - Training (`repeat`) is an infinite stream; validation is one finite pass.
 /// - `on_epoch_end()` of the sequence runs on the consumer after the last batch of each epoch,
-///   before the next batch is returned, never concurrently with `sequence[i]`. Forked workers see
-///   what it changed: the adapter forks them again at each epoch boundary when the sequence has
-///   the hook.
+///   before the next batch is returned, never concurrently with `sequence[i]`; then
+///   `set_epoch(e)` (`SequenceWithSetEpoch`), which also runs before the first batch. Forked
+///   workers see what it changed: the adapter forks them again at each epoch boundary when the
+///   sequence has the hook.
 /// - A failed batch throws `WorkerError` (batch index and original message) when its turn comes;
 ///   calling `next()` again continues with the following batch. A worker process killed by a
 ///   signal throws `WorkerError` naming its pid, the signal and the batch, after which the adapter
@@ -114,7 +115,7 @@ class SequenceAdapter {
       : sequence_(std::move(sequence)),
         options_(checked(options)),
         sampler_(sequence_.size(), sampler_options(options_)),
-        position_(sampler_.start()),
+        position_(starting_position()),
         backend_(sequence_, sampler_, options_, Workers, position_, first_barrier()) {}
 
   /// Continues from a state saved by `state()`, possibly with other `Workers` or `Multiprocess`;
@@ -123,7 +124,7 @@ class SequenceAdapter {
       : sequence_(std::move(sequence)),
         options_(checked(options)),
         sampler_(sequence_.size(), sampler_options(options_), state),
-        position_(sampler_.start()),
+        position_(starting_position()),
         backend_(sequence_, sampler_, options_, Workers, position_, first_barrier()) {}
 
   SequenceAdapter(const SequenceAdapter&) = delete;
@@ -136,12 +137,15 @@ class SequenceAdapter {
     if (epoch_end_pending_) {
       epoch_end_pending_ = false;
       if constexpr (SequenceWithEpochEnd<S>) sequence_.on_epoch_end();
+      if constexpr (SequenceWithSetEpoch<S>) sequence_.set_epoch(sampler_.epoch_of(position_));
       backend_.resume(first_barrier());
     }
     if (position_ >= sampler_.end()) return std::nullopt;
     detail::BackendResult<batch_type> result = backend_.take(position_);
     ++position_;
-    if (result.ticket.last_in_epoch && SequenceWithEpochEnd<S>) epoch_end_pending_ = true;
+    if (result.ticket.last_in_epoch && (SequenceWithEpochEnd<S> || SequenceWithSetEpoch<S>)) {
+      epoch_end_pending_ = true;
+    }
     if (!result.batch) throw WorkerError(result.error);
     return std::move(result.batch);
   }
@@ -209,9 +213,17 @@ class SequenceAdapter {
     return {o.shuffle, o.seed, o.rank, o.size, o.repeat, o.skip};
   }
 
+  /// The first position, after telling a sequence with `set_epoch` the epoch it starts in
+  /// (before any worker exists).
+  std::uint64_t starting_position() {
+    const std::uint64_t start = sampler_.start();
+    if constexpr (SequenceWithSetEpoch<S>) sequence_.set_epoch(sampler_.epoch_of(start));
+    return start;
+  }
+
   /// Without a hook, prefetch runs across epochs; with one, it stops at the next epoch.
   std::uint64_t first_barrier() const noexcept {
-    if constexpr (SequenceWithEpochEnd<S>) {
+    if constexpr (SequenceWithEpochEnd<S> || SequenceWithSetEpoch<S>) {
       return sampler_.first_position_of_epoch(sampler_.epoch_of(position_) + 1);
     } else {
       return std::numeric_limits<std::uint64_t>::max();

@@ -12,40 +12,13 @@
 #include <nlohmann/json.hpp>
 
 #include "loadstar/error.hpp"
+#include "loadstar/random.hpp"
 #include "loadstar/tensor/tensor.hpp"
 
 namespace loadstar::keras {
 
-/// SplitMix64 (Steele, Lea and Flood 2014): a small, fast, well-mixed 64-bit generator whose
-/// sequence is the same on every platform; the distributions below are written by hand on top of
-/// it for the same reason.
-class SplitMix64 {
- public:
-  explicit constexpr SplitMix64(std::uint64_t seed) noexcept : state_(seed) {}
-
-  /// The next 64 random bits.
-  constexpr std::uint64_t next() noexcept { return mix(state_ += 0x9E3779B97F4A7C15ULL); }
-
-  /// A uniform double in `[0, 1)` from the top 53 bits.
-  constexpr double uniform() noexcept { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
-
-  /// A standard normal double (Box-Muller, one value per call).
-  double normal() noexcept {
-    const double u1 = 1.0 - uniform();  // (0, 1]: log is finite
-    const double u2 = uniform();
-    return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
-  }
-
-  /// The SplitMix64 finaliser: a bijective mix of 64 bits (also a counter-based hash).
-  static constexpr std::uint64_t mix(std::uint64_t z) noexcept {
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-  }
-
- private:
-  std::uint64_t state_;
-};
+/// The generator of the initializers and dropout: loadstar's one SplitMix64.
+using SplitMix64 = loadstar::SplitMix64;
 
 /// Keras's `(fan_in, fan_out)` of a weight shape: a kernel `(kh, kw, in, out)` has
 /// `fan_in = kh * kw * in` and `fan_out = kh * kw * out` (keras/initializers `_compute_fans`).

@@ -77,8 +77,7 @@ class Layer : public std::enable_shared_from_this<Layer> {
   /// before each step, so a layer called twice accumulates both calls).
   virtual void backward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
                         const Tensor<float>& output_gradient,
-                        std::span<const Tensor<float>> input_gradients,
-                        const CallContext& ctx) = 0;
+                        std::span<const Tensor<float>> input_gradients, const CallContext& ctx) = 0;
 
   /// The weights in Keras's order (trainable first, as `layer.weights` lists them).
   std::span<Variable> weights() noexcept { return weights_; }
@@ -90,7 +89,8 @@ class Layer : public std::enable_shared_from_this<Layer> {
   /// The number of scalars in the weights.
   std::size_t count_params() const noexcept {
     std::size_t n = 0;
-    for (const auto& w : weights_) n += w.value.size();
+    for (const auto& w : weights_)
+      n += w.value.size();
     return n;
   }
 

@@ -31,168 +31,48 @@
 #include "loadstar/data/sequence_adapter.hpp"
 #include "loadstar/data/serialize.hpp"
 #include "loadstar/data/validation_split.hpp"
+#include "loadstar/detail/strings.hpp"
 #include "loadstar/error.hpp"
 #include "loadstar/keras/backend/backend.hpp"
 #include "loadstar/keras/backend/cpu_backend.hpp"
 #include "loadstar/keras/callbacks/callback.hpp"
+#include "loadstar/keras/callbacks/callback_list.hpp"
 #include "loadstar/keras/callbacks/history.hpp"
 #include "loadstar/keras/callbacks/logs.hpp"
 #include "loadstar/keras/callbacks/progbar_logger.hpp"
+#include "loadstar/keras/data_iterator.hpp"
 #include "loadstar/keras/detail/args.hpp"
 #include "loadstar/keras/detail/batch.hpp"
 #include "loadstar/keras/detail/flush_denormal.hpp"
 #include "loadstar/keras/detail/graph.hpp"
+#include "loadstar/keras/detail/graph_plan.hpp"
 #include "loadstar/keras/detail/params.hpp"
 #include "loadstar/keras/detail/runtime.hpp"
+#include "loadstar/keras/detail/shape_text.hpp"
 #include "loadstar/keras/input.hpp"
 #include "loadstar/keras/layer.hpp"
 #include "loadstar/keras/losses.hpp"
 #include "loadstar/keras/metrics.hpp"
 #include "loadstar/keras/optimizers.hpp"
+#include "loadstar/keras/options.hpp"
+#include "loadstar/keras/running_metrics.hpp"
+#include "loadstar/keras/validation_data.hpp"
 #include "loadstar/tensor/tensor.hpp"
 
 namespace loadstar::keras {
 
-/// The arguments of `compile`, for designated initializers.
-/// \code
-/// model.compile({.optimizer = Adam(1e-3), .loss = "sparse_categorical_crossentropy",
-///                .metrics = {"accuracy"}, .threads = 4});
-/// \endcode
-struct CompileOptions {
-  /// An optimizer name (`"adam"`, `"sgd"`, `"rmsprop"`) or object.
-  OptimizerArg optimizer = "rmsprop";
-  /// One loss for every output, a list by output position or a map by output name.
-  Losses loss = {};
-  /// Metric names (`"accuracy"`) or objects, computed for every output.
-  std::vector<MetricArg> metrics = {};
-  /// The weight of each output's loss in the total loss (default 1 each).
-  std::vector<double> loss_weights = {};
-  /// The threads the CPU backend computes with (the same thread count and seed give
-  /// bitwise-identical weights).
-  std::size_t threads = 1;
-};
+class Model;
 
-/// The validation data of `fit`: arrays `(x, y[, sample_weight])`, a `Sequence` or a `Dataset`
-/// (held by a shared pointer: pass `std::move(dataset)` or a copy). Empty by default.
-/// \code
-/// model.fit(x, y, {.epochs = 5, .validation_data = {x_test, y_test}});
-/// \endcode
-class ValidationData {
- public:
-  ValidationData() = default;
-  template <ArrayLike X, ArrayLike Y>
-  ValidationData(X x, Y y)  // NOLINT: implicit, for `.validation_data = {x, y}`
-      : make_([x = std::move(x), y = std::move(y)](std::size_t batch_size,
-                                                   std::optional<std::size_t> steps) {
-          return arrays(x, y, std::nullopt, batch_size, steps);
-        }) {}
-  template <ArrayLike X, ArrayLike Y>
-  ValidationData(X x, Y y, Tensor<float> sample_weight)
-      : make_([x = std::move(x), y = std::move(y), w = std::move(sample_weight)](
-                  std::size_t batch_size, std::optional<std::size_t> steps) {
-          return arrays(x, y, w, batch_size, steps);
-        }) {}
-  template <KerasSequence S>
-  requires(!ArrayLike<S>) ValidationData(S sequence)  // NOLINT: implicit on purpose
-      : make_([sequence = std::move(sequence)](std::size_t, std::optional<std::size_t> steps) {
-          return std::shared_ptr<detail::BatchSource>(
-              std::make_shared<detail::SequenceSource<S>>(sequence, steps));
-        }) {}
-  template <Dataset D>
-  requires KerasBatch<element_t<D>> ValidationData(D dataset)  // NOLINT: implicit on purpose
-      : make_([dataset = std::make_shared<D>(std::move(dataset))](std::size_t,
-                                                                  std::optional<std::size_t>) {
-          return std::shared_ptr<detail::BatchSource>(
-              std::make_shared<detail::DatasetSource<D&>>(*dataset, std::nullopt));
-        }) {}
-
-  bool empty() const noexcept { return !make_; }
-
-  /// The source of validation batches (for the model).
-  std::shared_ptr<detail::BatchSource> source(std::size_t batch_size,
-                                              std::optional<std::size_t> steps) const {
-    return make_(batch_size, steps);
-  }
-
- private:
-  template <ArrayLike X, ArrayLike Y>
-  static std::shared_ptr<detail::BatchSource> arrays(const X& x, const Y& y,
-                                                     std::optional<Tensor<float>> w,
-                                                     std::size_t batch_size,
-                                                     std::optional<std::size_t> steps) {
-    const std::size_t rows = rows_of(x, "x", "validation_data");
-    const std::size_t y_rows = rows_of(y, "y", "validation_data");
-    if (y_rows != rows) {
-      throw ShapeError("validation_data: y has " + std::to_string(y_rows) + " rows but x has " +
-                       std::to_string(rows));
-    }
-    return std::make_shared<detail::ArraySource<X, Y>>(x, y, std::move(w), rows,
-                                                       std::min(batch_size, rows), false, 0, steps);
-  }
-
-  std::function<std::shared_ptr<detail::BatchSource>(std::size_t, std::optional<std::size_t>)>
-      make_;
-};
-
-/// The arguments of `fit`, in Keras's order except that `epochs` comes before `batch_size`
-/// (designated initializers must follow the declaration order).
-/// \code
-/// model.fit(x, y, {.epochs = 5, .batch_size = 32, .validation_split = 0.1});
-/// \endcode
-struct FitOptions {
-  std::size_t epochs = 1;
-  /// Rows per batch for arrays (a `Sequence` or `Dataset` makes its own batches).
-  std::size_t batch_size = 32;
-  /// 0: silent, 1: progress bar, 2: one line per epoch.
-  int verbose = 1;
-  std::vector<std::shared_ptr<keras::callbacks::Callback>> callbacks = {};
-  /// The last fraction of the arrays' rows, before shuffling, validates (arrays only).
-  double validation_split = 0.0;
-  ValidationData validation_data = {};
-  /// Arrays: shuffle the rows every epoch; `Sequence`: shuffle the order of batches every epoch.
-  /// Seeded by `seed`: the same seed gives the same order.
-  bool shuffle = true;
-  std::optional<ClassWeight> class_weight = {};
-  /// One weight per row of the arrays (arrays only).
-  std::optional<Tensor<float>> sample_weight = {};
-  std::size_t initial_epoch = 0;
-  /// Batches per epoch (default: one pass over the data).
-  std::optional<std::size_t> steps_per_epoch = {};
-  /// Validation batches per validation (default: one pass).
-  std::optional<std::size_t> validation_steps = {};
-  /// Rows per validation batch for arrays (default: `batch_size`).
-  std::optional<std::size_t> validation_batch_size = {};
-  /// Validate every `validation_freq` epochs.
-  std::size_t validation_freq = 1;
-  /// `Sequence` only: the prefetch queue of the `SequenceAdapter` that serves it.
-  std::size_t max_queue_size = 10;
-  /// `Sequence` only: the workers building batches ahead. The adapter's worker count is a
-  /// template parameter; `fit` instantiates 0, 1, 2, 4 and 8 and uses the largest of those that
-  /// is not more than `workers` (so 3 runs 2, and anything above 8 runs 8). 0 builds batches on
-  /// the training thread.
-  std::size_t workers = 1;
-  /// `Sequence` only: build batches in forked processes (the batch type must be `Serializable`).
-  bool use_multiprocessing = false;
-  /// The seed of shuffling (default: the seed of `set_random_seed`).
-  std::optional<std::uint64_t> seed = {};
-};
-
-/// The arguments of `evaluate`.
-struct EvaluateOptions {
-  std::size_t batch_size = 32;
-  int verbose = 1;
-  std::optional<Tensor<float>> sample_weight = {};
-  std::optional<std::size_t> steps = {};
-  std::vector<std::shared_ptr<keras::callbacks::Callback>> callbacks = {};
-};
-
-/// The arguments of `predict`.
-struct PredictOptions {
-  std::size_t batch_size = 32;
-  int verbose = 0;
-  std::optional<std::size_t> steps = {};
-  std::vector<std::shared_ptr<keras::callbacks::Callback>> callbacks = {};
-};
+namespace detail {
+// The loops, defined in keras/detail/loops.hpp on the public step API.
+inline callbacks::History run_fit(Model& model, DataIterator& data, BatchSource* validation,
+                                  const FitOptions& options, const ClassWeight* class_weight);
+inline Logs run_evaluate(Model& model, BatchSource& source, const EvaluateOptions& options);
+inline std::vector<Tensor<float>> run_predict(Model& model, BatchSource& source,
+                                              const PredictOptions& options);
+inline Error non_finite_loss(const std::string& model, double loss, std::size_t epoch,
+                             std::size_t batch, std::string_view where);
+}  // namespace detail
 
 /// Keras's functional `Model`: a directed acyclic graph of layer calls from named `Input`s to
 /// outputs, trained with `compile` and `fit`.
@@ -254,6 +134,10 @@ class Model {
   const std::vector<KerasTensor>& inputs() const noexcept { return graph_inputs_; }
   const std::vector<KerasTensor>& outputs() const noexcept { return graph_outputs_; }
 
+  /// The trainable weights in `layers()` order: what the optimizer updates (and `build`s slots
+  /// for).
+  std::span<Variable*> trainable_variables() noexcept { return trainable_; }
+
   /// The names of the inputs, in order.
   const std::vector<std::string>& input_names() const noexcept { return input_names_; }
   /// The names of the outputs (their layers' names), in order.
@@ -278,8 +162,13 @@ class Model {
   /// \endcode
   void compile(OptimizerArg optimizer, Losses loss, std::vector<MetricArg> metrics = {},
                std::vector<double> loss_weights = {}) {
-    compile(CompileOptions{std::move(optimizer), std::move(loss), std::move(metrics),
-                           std::move(loss_weights), options_.threads});
+    CompileOptions options;
+    options.threads = options_.threads;
+    options.optimizer = std::move(optimizer);
+    options.loss = std::move(loss);
+    options.metrics = std::move(metrics);
+    options.loss_weights = std::move(loss_weights);
+    compile(options);
   }
 
   /// The optimizer given to `compile`; throws `ConfigError` before `compile`.
@@ -301,22 +190,20 @@ class Model {
       for (const auto& output : output_names_)
         names.push_back(output + "_loss");
     }
-    for (const auto& per_output : metrics_) {
-      for (const auto& metric : per_output)
-        names.push_back(metric->name());
-    }
+    for (auto& metric : training_.names())
+      names.push_back(std::move(metric));
     return names;
   }
 
   // --- fit ------------------------------------------------------------------------------------
 
   /// Trains on arrays (`x` and `y` each a tensor of any element type, a list, a map by name or a
-  /// tuple of tensors) for `options.epochs` epochs; returns the `keras::callbacks::History`. Throws
-  /// `ShapeError` when the data do not fit the model's inputs or outputs (naming the input and both
-  /// shapes), `ConfigError` before `compile` and for bad options, and `Error` for a loss that is
-  /// NaN or infinite unless a callback (`TerminateOnNaN`) stops training.
+  /// tuple of tensors) for `options.epochs` epochs; returns the `History`. Throws `ShapeError`
+  /// when the data do not fit the model's inputs or outputs (naming the input and both shapes),
+  /// `ConfigError` before `compile` and for bad options, and `Error` for a loss that is NaN or
+  /// infinite unless a callback (`TerminateOnNaN`) stops training.
   template <ArrayLike X, ArrayLike Y>
-  keras::callbacks::History fit(const X& x, const Y& y, const FitOptions& options = {}) {
+  callbacks::History fit(const X& x, const Y& y, const FitOptions& options = {}) {
     require_compiled("fit");
     auto weights = resolve_sample_weight(y, options.sample_weight, options.class_weight);
     Arrays<X, Y> train{x, y, weights};
@@ -335,78 +222,128 @@ class Model {
     } else if (!options.validation_data.empty()) {
       validation = options.validation_data.source(val_batch, options.validation_steps);
     }
-    // ArraySequence checks the arrays and the batch size as Determined's array adapter does,
-    // except that a batch larger than the data is one batch of every row, as in Keras.
-    const std::size_t batch_size = std::min(options.batch_size, rows_of(train.x, "x", "fit"));
-    const std::size_t rows = [&] {
-      if (train.sample_weight) {
-        return ArraySequence(train.x, train.y, *train.sample_weight, batch_size).rows();
-      }
-      return ArraySequence(train.x, train.y, batch_size).rows();
-    }();
-    detail::ArraySource<X, Y> source(train.x, train.y, train.sample_weight, rows, batch_size,
-                                     options.shuffle, shuffle_seed(options),
-                                     options.steps_per_epoch);
-    return run_fit(source, validation.get(), options, false);
+    DataIterator data(array_source(train.x, train.y, train.sample_weight, options));
+    return detail::run_fit(*this, data, validation.get(), options, /*class_weight=*/nullptr);
   }
 
   /// Trains on a Keras `Sequence` of `(x, y)` or `(x, y, w)` batches, served by a
   /// `SequenceAdapter` with `options.workers` threads (or processes with
   /// `use_multiprocessing`), `max_queue_size` and, with `shuffle`, a seeded batch order.
   template <KerasSequence S>
-  requires(!ArrayLike<std::remove_cvref_t<S>>) keras::callbacks::History
+  requires(!ArrayLike<std::remove_cvref_t<S>>) callbacks::History
       fit(S sequence, const FitOptions& options = {}) {
     require_compiled("fit");
-    check_loader_options(options, "a sequence");
-    const AdapterOptions adapter{.max_queue_size = options.max_queue_size,
-                                 .shuffle = options.shuffle,
-                                 .seed = shuffle_seed(options)};
-    auto validation = validation_source(options);
-    keras::callbacks::History history;
-    with_workers(options.workers, [&]<std::size_t Workers>() {
-      if (options.use_multiprocessing) {
-        if constexpr (Serializable<batch_t<S>> && Workers > 0) {
-          detail::OwnedAdapterSource<S, Workers, true> source(std::move(sequence), adapter,
-                                                              options.steps_per_epoch);
-          history = run_fit(source, validation.get(), options, true);
-          return;
-        } else {
-          throw ConfigError(
-              "fit: use_multiprocessing needs workers > 0 and a batch type that can be "
-              "serialized");
-        }
-      }
-      detail::OwnedAdapterSource<S, Workers, false> source(std::move(sequence), adapter,
-                                                           options.steps_per_epoch);
-      history = run_fit(source, validation.get(), options, true);
-    });
-    return history;
+    DataIterator data = make_data_iterator(std::move(sequence), options);
+    return fit(data, options);
   }
 
   /// Trains on a `Dataset` of `(x, y)` or `(x, y, w)` batches (the caller's, by reference):
   /// each epoch is one pass, `reset()` before every pass but the first; with `steps_per_epoch`,
   /// epochs take that many batches from the stream, resetting it when it runs out.
   template <Dataset D>
-  requires KerasBatch<element_t<D>> keras::callbacks::History fit(D& dataset,
-                                                                  const FitOptions& options = {}) {
+  requires KerasBatch<element_t<D>> callbacks::History fit(D& dataset,
+                                                           const FitOptions& options = {}) {
     require_compiled("fit");
-    check_loader_options(options, "a dataset");
-    auto validation = validation_source(options);
-    detail::DatasetSource<D&> source(dataset, options.steps_per_epoch);
-    return run_fit(source, validation.get(), options, false);
+    DataIterator data = make_data_iterator(dataset, options);
+    return fit(data, options);
   }
 
   /// Trains on the caller's `SequenceAdapter` (an infinite training stream): an epoch is
   /// `steps_per_epoch` batches, by default one pass over the sequence.
   template <Sequence S, std::size_t Workers, bool Multiprocess>
-  requires KerasBatch<batch_t<S>> keras::callbacks::History fit(
+  requires KerasBatch<batch_t<S>> callbacks::History fit(
       SequenceAdapter<S, Workers, Multiprocess>& adapter, const FitOptions& options = {}) {
     require_compiled("fit");
-    check_loader_options(options, "a sequence adapter");
-    auto validation = validation_source(options);
-    detail::AdapterSource<SequenceAdapter<S, Workers, Multiprocess>> source(
-        adapter, options.steps_per_epoch);
-    return run_fit(source, validation.get(), options, false);
+    DataIterator data = make_data_iterator(adapter, options);
+    return fit(data, options);
+  }
+
+  /// Trains on a `DataIterator` (from `make_data_iterator`), which keeps its position after `fit`
+  /// returns: a run stopped mid-epoch (`stop_training` in a batch hook) and checkpointed with
+  /// `data.state()` continues exactly where it stopped when a fresh iterator is restored and
+  /// `fit` is called with `initial_epoch` set to the epoch it stopped in. The loader options of
+  /// `options` (batch size, shuffling, workers, `validation_split`, `sample_weight`) belong to
+  /// `make_data_iterator` and are ignored here; `class_weight` applies to batches without sample
+  /// weights.
+  callbacks::History fit(DataIterator& data, const FitOptions& options = {}) {
+    require_compiled("fit");
+    const std::string kind = "a data iterator";
+    if (options.validation_split > 0.0) {
+      throw ConfigError("fit: validation_split is supported for arrays only, not for " + kind +
+                        "; give validation_data instead");
+    }
+    if (options.sample_weight) {
+      throw ConfigError("fit: sample_weight is supported for arrays only, not for " + kind +
+                        "; return (x, y, w) batches instead");
+    }
+    std::shared_ptr<detail::BatchSource> validation;
+    if (!options.validation_data.empty()) {
+      validation = options.validation_data.source(
+          options.validation_batch_size.value_or(options.batch_size), options.validation_steps);
+    }
+    return detail::run_fit(*this, data, validation.get(), options,
+                           options.class_weight ? &*options.class_weight : nullptr);
+  }
+
+  // --- data iterators ---------------------------------------------------------------------------
+
+  /// The batches `fit(x, y, options)` trains on (without `validation_split`): `batch_size` rows,
+  /// shuffled every epoch with `seed` when `shuffle`, `sample_weight` and `class_weight` as sample
+  /// weights, at most `steps_per_epoch` batches an epoch.
+  template <ArrayLike X, ArrayLike Y>
+  DataIterator make_data_iterator(const X& x, const Y& y, const FitOptions& options = {}) const {
+    auto weights = resolve_sample_weight(y, options.sample_weight, options.class_weight);
+    return DataIterator(array_source(x, y, weights, options));
+  }
+
+  /// The batches `fit(sequence, options)` trains on: a `SequenceAdapter` with the options' workers,
+  /// processes, queue size and shuffling, owned by the iterator (a restore re-creates it).
+  template <KerasSequence S>
+  requires(!ArrayLike<std::remove_cvref_t<S>>) DataIterator
+      make_data_iterator(S sequence, const FitOptions& options = {})
+  const {
+    const AdapterOptions adapter{.max_queue_size = options.max_queue_size,
+                                 .shuffle = options.shuffle,
+                                 .seed = shuffle_seed(options)};
+    std::unique_ptr<detail::BatchSource> source;
+    with_workers(options.workers, [&]<std::size_t Workers>() {
+      if (options.use_multiprocessing) {
+        if constexpr (Workers == 0) {
+          throw ConfigError("fit: use_multiprocessing needs workers > 0 but workers is 0");
+        } else if constexpr (!Serializable<batch_t<S>>) {
+          throw ConfigError(
+              "fit: use_multiprocessing needs a batch type that can be serialized (tensors, "
+              "arithmetic types, strings and containers of them, or a Serializer "
+              "specialisation)");
+        } else {
+          source = std::make_unique<detail::OwnedAdapterSource<S, Workers, true>>(
+              std::move(sequence), adapter, options.steps_per_epoch);
+          return;
+        }
+      }
+      source = std::make_unique<detail::OwnedAdapterSource<S, Workers, false>>(
+          std::move(sequence), adapter, options.steps_per_epoch);
+    });
+    return DataIterator(std::move(source));
+  }
+
+  /// The batches `fit(dataset, options)` trains on (the caller's dataset, by reference).
+  template <Dataset D>
+  requires KerasBatch<element_t<D>> DataIterator make_data_iterator(D& dataset,
+                                                                    const FitOptions& options = {})
+  const {
+    return DataIterator(
+        std::make_unique<detail::DatasetSource<D&>>(dataset, options.steps_per_epoch));
+  }
+
+  /// The batches `fit(adapter, options)` trains on (the caller's adapter, by reference).
+  template <Sequence S, std::size_t Workers, bool Multiprocess>
+  requires KerasBatch<batch_t<S>> DataIterator make_data_iterator(
+      SequenceAdapter<S, Workers, Multiprocess>& adapter, const FitOptions& options = {})
+  const {
+    return DataIterator(
+        std::make_unique<detail::AdapterSource<SequenceAdapter<S, Workers, Multiprocess>>>(
+            adapter, options.steps_per_epoch));
   }
 
   // --- evaluate, predict -------------------------------------------------------------------------
@@ -418,7 +355,7 @@ class Model {
     const std::size_t rows = rows_of(x, "x", "evaluate");
     detail::ArraySource<X, Y> source(x, y, options.sample_weight, rows,
                                      std::min(options.batch_size, rows), false, 0, options.steps);
-    return evaluate_source(source, options);
+    return detail::run_evaluate(*this, source, options);
   }
 
   /// The loss and metrics over a `Sequence`, read in order.
@@ -426,7 +363,7 @@ class Model {
   requires(!ArrayLike<S>) Logs evaluate(S sequence, const EvaluateOptions& options = {}) {
     require_compiled("evaluate");
     detail::SequenceSource<S> source(std::move(sequence), options.steps);
-    return evaluate_source(source, options);
+    return detail::run_evaluate(*this, source, options);
   }
 
   /// The loss and metrics over one pass of a `Dataset`.
@@ -434,7 +371,7 @@ class Model {
   requires KerasBatch<element_t<D>> Logs evaluate(D& dataset, const EvaluateOptions& options = {}) {
     require_compiled("evaluate");
     detail::DatasetSource<D&> source(dataset, options.steps);
-    return evaluate_source(source, options);
+    return detail::run_evaluate(*this, source, options);
   }
 
   /// The outputs for arrays, one tensor per output (batch axis first).
@@ -444,7 +381,7 @@ class Model {
     detail::ArraySource<X, detail::NoTargets> source(x, detail::NoTargets{}, std::nullopt, rows,
                                                      std::min(options.batch_size, rows), false, 0,
                                                      options.steps);
-    return predict_source(source, options);
+    return detail::run_predict(*this, source, options);
   }
 
   /// The outputs for a `Sequence` (its targets, if any, are ignored).
@@ -452,7 +389,7 @@ class Model {
   requires(!ArrayLike<S>) std::vector<Tensor<float>> predict_outputs(
       S sequence, const PredictOptions& options = {}) {
     detail::SequenceSource<S> source(std::move(sequence), options.steps);
-    return predict_source(source, options);
+    return detail::run_predict(*this, source, options);
   }
 
   /// The output of a single-output model for `x` (arrays or a `Sequence`); throws `ConfigError`
@@ -466,36 +403,127 @@ class Model {
     return predict_outputs(x, options).front();
   }
 
-  /// One training step on one batch; returns its loss and metrics (metrics reset first, as
-  /// Keras's `train_on_batch(reset_metrics=True)`).
+  // --- steps ------------------------------------------------------------------------------------
+
+  /// One training step on one batch of any kind `fit` takes (`(x, y)` or `(x, y, w)` of array-likes
+  /// of any element type, or a `BatchView` from a `DataIterator`): forward, loss, backward, one
+  /// optimizer update, and the training metrics accumulated. Returns the training logs so far
+  /// (since the last `training_metrics().reset()`); they stay valid until the next step. After the
+  /// first batch a step allocates nothing (unless a batch is larger than every one before).
+  /// `fit` is written on this, so a runner can train N batches, validate, checkpoint and continue.
+  /// \code
+  /// model.training_metrics().reset();
+  /// while (const auto* batch = data.next()) model.train_step(*batch);
+  /// \endcode
+  template <KerasBatch B>
+  const Logs& train_step(const B& batch, const StepOptions& options = {}) {
+    detail::collect_batch(batch, step_batch_);
+    return train_step(step_batch_, options);
+  }
+  const Logs& train_step(const BatchView& batch, const StepOptions& options = {}) {
+    require_compiled("train_step");
+    prepare(batch, 0);
+    const detail::ScopedFlushDenormal flush_denormal;
+    load(batch, true, options.class_weight);
+    for (auto* variable : trainable_)
+      backend().fill(variable->gradient, 0.0F);
+    const std::uint64_t seed = options.seed ? *options.seed : detail::global_seed();
+    forward(true, seed);
+    const double total = compute_losses(true);
+    backward(seed);
+    optimizer_->apply_gradients(trainable_);
+    update_metrics(training_, total);
+    training_.fill(training_logs_, output_names_);
+    return training_logs_;
+  }
+
+  /// One evaluation step: forward and loss, accumulated into the evaluation metrics (separate
+  /// from the training metrics, so a validation in the middle of an epoch leaves those alone).
+  /// Returns the evaluation logs so far.
+  template <KerasBatch B>
+  const Logs& test_step(const B& batch, const StepOptions& options = {}) {
+    detail::collect_batch(batch, step_batch_);
+    return test_step(step_batch_, options);
+  }
+  const Logs& test_step(const BatchView& batch, const StepOptions& options = {}) {
+    require_compiled("test_step");
+    prepare(batch, 0);
+    const detail::ScopedFlushDenormal flush_denormal;
+    load(batch, true, options.class_weight);
+    forward(false, options.seed ? *options.seed : detail::global_seed());
+    const double total = compute_losses(false);
+    update_metrics(evaluation_, total);
+    evaluation_.fill(evaluation_logs_, output_names_);
+    return evaluation_logs_;
+  }
+
+  /// The outputs for one batch of inputs (an array-like, or a batch whose targets are ignored):
+  /// views of the model's output buffers, valid until the next step.
+  template <class X>
+  requires(ArrayLike<X> ||
+           KerasBatch<X>) const std::vector<Tensor<float>>& predict_step(const X& x) {
+    detail::collect_batch(x, step_batch_);
+    return predict_step(step_batch_);
+  }
+  const std::vector<Tensor<float>>& predict_step(const BatchView& batch) {
+    prepare(batch, 0);
+    const detail::ScopedFlushDenormal flush_denormal;
+    load(batch, false, nullptr);
+    forward(false, detail::global_seed());
+    return outputs_;
+  }
+
+  /// Allocates the buffers for batches of up to `rows` rows now, so that no later step allocates
+  /// (the loops call it with the largest batch of their loader).
+  /// Does nothing before the model is built (a `Sequential` without an input shape): its first
+  /// step allocates.
+  void reserve_batch(std::size_t rows) {
+    if (built()) reserve(rows);
+  }
+
+  /// The running loss and metrics of training (`train_step`) and of evaluation (`test_step`):
+  /// separate objects, reset by the loops at the start of every epoch and every evaluation, and
+  /// checkpointable (`state()`, `restore()`).
+  RunningMetrics& training_metrics() noexcept { return training_; }
+  RunningMetrics& evaluation_metrics() noexcept { return evaluation_; }
+  /// Resets both, as Keras's `model.reset_metrics()`.
+  void reset_metrics() {
+    training_.reset();
+    evaluation_.reset();
+  }
+
+  /// One training step on one batch of any kind `fit` takes; returns its loss and metrics
+  /// (training metrics reset first, as Keras's `train_on_batch(reset_metrics=True)`).
   template <ArrayLike X, ArrayLike Y>
   Logs train_on_batch(const X& x, const Y& y,
                       std::optional<Tensor<float>> sample_weight = std::nullopt) {
+    if (sample_weight) return train_on_batch(std::tie(x, y, *sample_weight));
+    return train_on_batch(std::tie(x, y));
+  }
+  template <KerasBatch B>
+  Logs train_on_batch(const B& batch, const StepOptions& options = {}) {
     require_compiled("train_on_batch");
-    const std::size_t rows = rows_of(x, "x", "train_on_batch");
-    detail::ArraySource<X, Y> source(x, y, std::move(sample_weight), rows, rows, false, 0);
-    source.start_epoch(0);
-    reset_metrics();
-    const auto* batch = source.next();
-    prepare(*batch, rows);
-    const double loss = train_step(*batch);
-    check_finite(loss, 0, 0, "train_on_batch");
-    return current_logs("");
+    training_.reset();
+    const Logs logs = train_step(batch, options);
+    if (const auto loss = logs.get("loss"); loss && !std::isfinite(*loss)) {
+      throw detail::non_finite_loss(name_, *loss, 0, 0, "train_on_batch");
+    }
+    return logs;
   }
 
-  /// The loss and metrics of one batch without training.
+  /// The loss and metrics of one batch of any kind without training (evaluation metrics reset
+  /// first).
   template <ArrayLike X, ArrayLike Y>
   Logs test_on_batch(const X& x, const Y& y,
                      std::optional<Tensor<float>> sample_weight = std::nullopt) {
+    if (sample_weight) return test_on_batch(std::tie(x, y, *sample_weight));
+    return test_on_batch(std::tie(x, y));
+  }
+  template <KerasBatch B>
+  Logs test_on_batch(const B& batch, const StepOptions& options = {}) {
     require_compiled("test_on_batch");
-    const std::size_t rows = rows_of(x, "x", "test_on_batch");
-    detail::ArraySource<X, Y> source(x, y, std::move(sample_weight), rows, rows, false, 0);
-    source.start_epoch(0);
-    reset_metrics();
-    const auto* batch = source.next();
-    prepare(*batch, rows);
-    test_step(*batch);
-    return current_logs("");
+    evaluation_.reset();
+    return test_step(batch, options);
   }
 
   // --- weights ----------------------------------------------------------------------------------
@@ -573,12 +601,7 @@ class Model {
     if (!chain) header.emplace_back("Connected to");
     row(header);
     out << std::string(line, '=') << "\n";
-    auto shape_of = [](const Shape& s) {
-      std::string text = "(None";
-      for (auto d : s)
-        text += ", " + std::to_string(d);
-      return text + ")";
-    };
+    const auto shape_of = detail::batch_shape_str;
     for (std::size_t k = 0; k < nodes_.size(); ++k) {
       const auto& node = nodes_[k];
       if (!node.layer && !show_inputs_in_summary_) continue;
@@ -623,7 +646,8 @@ class Model {
     graph_outputs_ = std::move(outputs);
     capacity_ = 0;
     rows_ = 0;
-    metrics_.clear();
+    training_ = {};
+    evaluation_ = {};
     if (compiled_) resolve_losses();
   }
 
@@ -640,148 +664,16 @@ class Model {
   // --- graph ------------------------------------------------------------------------------------
 
   void plan(const std::vector<KerasTensor>& inputs, const std::vector<KerasTensor>& outputs) {
-    if (inputs.empty()) throw ConfigError("model '" + name_ + "': has no inputs");
-    if (outputs.empty()) throw ConfigError("model '" + name_ + "': has no outputs");
-    // Every node the outputs depend on, in creation order (a topological order).
-    std::map<std::uint64_t, std::shared_ptr<detail::GraphNode>> reached;
-    std::vector<std::shared_ptr<detail::GraphNode>> stack;
-    for (const auto& o : outputs)
-      stack.push_back(o.node());
-    for (const auto& i : inputs)
-      stack.push_back(i.node());
-    std::set<const detail::GraphNode*> declared;
-    for (const auto& i : inputs) {
-      if (!i.is_input()) {
-        throw ConfigError("model '" + name_ + "': inputs must come from Input() but one is the " +
-                          "output of layer '" + i.layer()->name() + "'");
-      }
-      declared.insert(i.node().get());
-    }
-    while (!stack.empty()) {
-      auto node = stack.back();
-      stack.pop_back();
-      if (!reached.emplace(node->id, node).second) continue;
-      if (!node->layer && !declared.contains(node.get())) {
-        throw ConfigError("model '" + name_ + "': an output depends on an Input" +
-                          (node->input_name.empty() ? "" : " '" + node->input_name + "'") +
-                          " that is not among the model's inputs");
-      }
-      for (const auto& in : node->inputs)
-        stack.push_back(in);
-    }
-    std::vector<detail::RuntimeNode> nodes;
-    std::unordered_map<const detail::GraphNode*, std::size_t> index;
-    // Inputs first, in the order given, then the layer calls in creation order.
-    for (const auto& i : inputs) {
-      if (index.contains(i.node().get())) {
-        throw ConfigError("model '" + name_ + "': the same Input is listed twice");
-      }
-      index[i.node().get()] = nodes.size();
-      detail::RuntimeNode node;
-      node.shape = i.shape();
-      nodes.push_back(std::move(node));
-    }
-    for (const auto& [id, graph_node] : reached) {
-      if (!graph_node->layer) continue;
-      index[graph_node.get()] = nodes.size();
-      detail::RuntimeNode node;
-      node.layer = graph_node->layer;
-      node.shape = graph_node->shape;
-      for (const auto& in : graph_node->inputs)
-        node.inputs.push_back(index.at(in.get()));
-      nodes.push_back(std::move(node));
-    }
-    // Layer names: Keras's snake_case class name, then _1, _2, ... unique in the model.
-    std::vector<std::shared_ptr<Layer>> layers;
-    std::set<const Layer*> seen;
-    for (const auto& node : nodes) {
-      if (node.layer && seen.insert(node.layer.get()).second) layers.push_back(node.layer);
-    }
-    std::set<std::string> used;
-    for (const auto& layer : layers) {
-      if (layer->name().empty()) continue;
-      if (!used.insert(layer->name()).second) {
-        throw ConfigError("model '" + name_ + "': the name '" + layer->name() +
-                          "' is used by two layers; layer names must be unique");
-      }
-    }
-    std::map<std::string, std::size_t> counts;
-    for (const auto& layer : layers) {
-      if (!layer->name().empty()) continue;
-      const std::string base = detail::to_snake_case(layer->class_name());
-      std::string candidate = base;
-      std::size_t& n = counts[base];
-      while (used.contains(candidate))
-        candidate = base + "_" + std::to_string(++n);
-      used.insert(candidate);
-      layer->set_name(candidate);
-    }
-    std::vector<std::string> input_names;
-    std::size_t unnamed = 0;
-    for (const auto& i : inputs) {
-      input_names.push_back(i.input_name().empty() ? "input_" + std::to_string(++unnamed)
-                                                   : i.input_name());
-    }
-    std::vector<std::size_t> output_nodes;
-    std::vector<std::string> output_names;
-    for (const auto& o : outputs) {
-      output_nodes.push_back(index.at(o.node().get()));
-      output_names.push_back(o.is_input() ? input_names[index.at(o.node().get())]
-                                          : o.layer()->name());
-    }
-    // A node's gradient is needed when its layer or a layer before it has trainable weights:
-    // Dense right after Flatten after an input computes no gradient for its input.
-    std::vector<bool> needed(nodes.size(), false);
-    for (std::size_t k = 0; k < nodes.size(); ++k) {
-      if (!nodes[k].layer) continue;
-      for (const auto& w : nodes[k].layer->weights())
-        needed[k] = needed[k] || w.trainable;
-      for (const std::size_t p : nodes[k].inputs)
-        needed[k] = needed[k] || needed[p];
-    }
-    // Gradient plan: contributions in backward order are the losses, then the consumers in
-    // reverse topological order; the first writes the producer's gradient, later ones add.
-    std::vector<bool> written(nodes.size(), false);
-    output_direct_.assign(outputs.size(), false);
-    for (std::size_t o = 0; o < output_nodes.size(); ++o) {
-      if (!written[output_nodes[o]]) output_direct_[o] = true;
-      written[output_nodes[o]] = true;
-    }
-    for (std::size_t k = nodes.size(); k-- > 0;) {
-      auto& node = nodes[k];
-      node.targets.resize(node.inputs.size());
-      for (std::size_t j = 0; j < node.inputs.size(); ++j) {
-        const std::size_t p = node.inputs[j];
-        if (!nodes[p].layer || !needed[p]) {
-          node.targets[j] = detail::GradientTarget::none;
-        } else if (!written[p]) {
-          node.targets[j] = detail::GradientTarget::direct;
-          written[p] = true;
-        } else {
-          node.targets[j] = detail::GradientTarget::accumulate;
-        }
-      }
-      node.input_values.resize(node.inputs.size());
-      node.input_gradients.resize(node.inputs.size());
-      node.scratch_full.resize(node.inputs.size());
-    }
-    std::vector<std::string> node_names(nodes.size());
-    for (std::size_t k = 0; k < nodes.size(); ++k)
-      node_names[k] = nodes[k].layer ? nodes[k].layer->name() : input_names[k];
-    std::vector<Variable*> trainable;
-    for (const auto& layer : layers) {
-      for (auto& w : layer->weights()) {
-        if (w.trainable) trainable.push_back(&w);
-      }
-    }
-    needs_backward_ = std::move(needed);
-    nodes_ = std::move(nodes);
-    layers_ = std::move(layers);
-    input_names_ = std::move(input_names);
-    output_nodes_ = std::move(output_nodes);
-    output_names_ = std::move(output_names);
-    node_names_ = std::move(node_names);
-    trainable_ = std::move(trainable);
+    detail::GraphPlan plan = detail::plan_graph(name_, inputs, outputs);
+    needs_backward_ = std::move(plan.needs_backward);
+    nodes_ = std::move(plan.nodes);
+    layers_ = std::move(plan.layers);
+    input_names_ = std::move(plan.input_names);
+    output_nodes_ = std::move(plan.output_nodes);
+    output_names_ = std::move(plan.output_names);
+    node_names_ = std::move(plan.node_names);
+    trainable_ = std::move(plan.trainable);
+    output_direct_ = std::move(plan.output_direct);
     outputs_.assign(output_nodes_.size(), {});
     targets_.assign(output_nodes_.size(), {});
     targets_full_.assign(output_nodes_.size(), {});
@@ -871,28 +763,60 @@ class Model {
                           "the model has " + std::to_string(n) + "; give metrics by name");
       }
     }
-    metrics_.clear();
+    for (const auto& metric : options_.weighted_metrics) {
+      if (metric.object() && n > 1) {
+        throw ConfigError("model '" + name_ + "': a metric object can measure one output but " +
+                          "the model has " + std::to_string(n) + "; give metrics by name");
+      }
+    }
+    training_ = {};
+    evaluation_ = {};
   }
 
   static std::string joined(const std::vector<std::string>& names) {
-    std::string out;
-    for (const auto& n : names)
-      out += (out.empty() ? "'" : ", '") + n + "'";
-    return out;
+    return loadstar::detail::join(names, ", ", "'");
   }
 
+  /// The metric objects of training and of evaluation (separate objects; a metric object given
+  /// to `compile` measures training and its clone evaluation), named as Keras's
+  /// `MetricsContainer._set_metric_names` does.
   void create_metrics() {
-    metrics_.assign(output_nodes_.size(), {});
-    for (std::size_t o = 0; o < output_nodes_.size(); ++o) {
-      for (const auto& arg : options_.metrics) {
-        std::shared_ptr<Metric> metric = arg.object();
-        if (!metric) {
-          metric = std::shared_ptr<Metric>(get_metric(arg.name(), losses_[o]->class_name(),
-                                                      targets_[o].shape(), outputs_[o].shape()));
+    const std::size_t n = output_nodes_.size();
+    auto make = [&](const MetricArg& arg, std::size_t o, bool evaluation) {
+      if (const auto object = arg.object()) return evaluation ? object->clone() : object;
+      return std::shared_ptr<Metric>(get_metric(arg.name(), losses_[o]->class_name(),
+                                                targets_[o].shape(), outputs_[o].shape()));
+    };
+    for (const bool evaluation : {false, true}) {
+      RunningMetrics& running = evaluation ? evaluation_ : training_;
+      running.metrics.assign(n, {});
+      running.weighted.assign(n, {});
+      std::set<std::string> names;
+      auto add = [&](std::vector<std::shared_ptr<Metric>>& to, std::shared_ptr<Metric> metric) {
+        if (!names.insert(metric->name()).second) {
+          throw ConfigError("model '" + name_ + "': two metrics are named '" + metric->name() +
+                            "'; give one of them another name");
         }
-        if (output_nodes_.size() > 1) metric->set_name(output_names_[o] + "_" + metric->name());
-        metrics_[o].push_back(std::move(metric));
+        to.push_back(std::move(metric));
+      };
+      for (std::size_t o = 0; o < n; ++o) {
+        for (const auto& arg : options_.metrics) {
+          auto metric = make(arg, o, evaluation);
+          if (n > 1) metric->set_name(output_names_[o] + "_" + metric->name());
+          add(running.metrics[o], std::move(metric));
+        }
+        for (const auto& arg : options_.weighted_metrics) {
+          auto metric = make(arg, o, evaluation);
+          if (n > 1) {
+            const bool taken = names.contains(output_names_[o] + "_" + metric->name());
+            metric->set_name(output_names_[o] + (taken ? "_weighted_" : "_") + metric->name());
+          } else if (names.contains(metric->name())) {
+            metric->set_name("weighted_" + metric->name());
+          }
+          add(running.weighted[o], std::move(metric));
+        }
       }
+      running.set_created();
     }
   }
 
@@ -1008,7 +932,7 @@ class Model {
   }
 
   /// Converts the batch into the input (and target and weight) buffers.
-  void load(const detail::ErasedBatch& batch, bool targets) {
+  void load(const detail::ErasedBatch& batch, bool targets, const ClassWeight* class_weight) {
     const std::size_t n = batch.count;
     if (n == 0) throw ShapeError("model '" + name_ + "': a batch has no rows");
     reserve(n);
@@ -1061,14 +985,14 @@ class Model {
       }
       detail::convert_rows(*batch.w, batch.rows, batch.offset, n, weights_.data());
       has_weights_ = true;
-    } else if (class_weight_) {
-      apply_class_weight(n);
+    } else if (class_weight) {
+      apply_class_weight(n, *class_weight);
       has_weights_ = true;
     }
   }
 
   /// Keras's `class_weight` for loaders other than arrays: the weight of each row's class.
-  void apply_class_weight(std::size_t n) {
+  void apply_class_weight(std::size_t n, const ClassWeight& class_weight) {
     if (targets_.size() != 1) {
       throw ConfigError(
           "fit: class_weight is supported for a single output only but the model "
@@ -1085,8 +1009,8 @@ class Model {
       } else {
         label = static_cast<std::int64_t>(std::max_element(row, row + width) - row);
       }
-      auto found = class_weight_->find(label);
-      if (found == class_weight_->end()) {
+      auto found = class_weight.find(label);
+      if (found == class_weight.end()) {
         throw ConfigError("class_weight: no weight for class " + std::to_string(label));
       }
       weights_.data()[i] = found->second;
@@ -1095,8 +1019,8 @@ class Model {
 
   // --- steps ------------------------------------------------------------------------------------
 
-  void forward(bool training) {
-    const CallContext ctx{backend(), training, seed_,
+  void forward(bool training, std::uint64_t seed) {
+    const CallContext ctx{backend(), training, seed,
                           optimizer_ ? static_cast<std::uint64_t>(optimizer_->iterations()) : 0};
     for (auto& node : nodes_) {
       if (node.layer) node.layer->forward(node.input_values, node.value, ctx);
@@ -1127,8 +1051,8 @@ class Model {
     return total;
   }
 
-  void backward() {
-    const CallContext ctx{backend(), true, seed_,
+  void backward(std::uint64_t seed) {
+    const CallContext ctx{backend(), true, seed,
                           static_cast<std::uint64_t>(optimizer_->iterations())};
     for (std::size_t k = nodes_.size(); k-- > 0;) {
       auto& node = nodes_[k];
@@ -1142,135 +1066,30 @@ class Model {
     }
   }
 
-  void update_metrics(double total) {
-    if (metrics_.size() != output_nodes_.size()) create_metrics();
-    const auto n = static_cast<double>(rows_);
-    // Keras's loss metrics are means weighted by the batch size (compile_utils.LossesContainer).
-    loss_sum_ += total * n;
-    for (std::size_t o = 0; o < output_losses_.size(); ++o) {
-      output_loss_sums_.resize(output_losses_.size(), 0.0);
-      output_loss_sums_[o] += output_losses_[o] * n;
-    }
-    seen_rows_ += n;
+  /// Accumulates the current batch into `running` (its metric objects made on the first batch).
+  void update_metrics(RunningMetrics& running, double total) {
+    if (!running.created()) create_metrics();
     const Tensor<float>* weights = has_weights_ ? &weights_ : nullptr;
-    for (std::size_t o = 0; o < metrics_.size(); ++o) {
-      for (auto& metric : metrics_[o])
-        metric->update_state(targets_[o], outputs_[o], weights);
-    }
+    running.update(total, output_losses_, rows_, targets_, outputs_, weights);
   }
 
-  double train_step(const detail::ErasedBatch& batch) {
-    const detail::ScopedFlushDenormal flush_denormal;
-    load(batch, true);
-    for (auto* variable : trainable_)
-      backend().fill(variable->gradient, 0.0F);
-    forward(true);
-    const double total = compute_losses(true);
-    backward();
-    optimizer_->apply_gradients(trainable_);
-    update_metrics(total);
-    return total;
-  }
-
-  double test_step(const detail::ErasedBatch& batch) {
-    const detail::ScopedFlushDenormal flush_denormal;
-    load(batch, true);
-    forward(false);
-    const double total = compute_losses(false);
-    update_metrics(total);
-    return total;
-  }
-
-  void reset_metrics() {
-    loss_sum_ = 0.0;
-    seen_rows_ = 0.0;
-    std::fill(output_loss_sums_.begin(), output_loss_sums_.end(), 0.0);
-    for (auto& per_output : metrics_) {
-      for (auto& metric : per_output)
-        metric->reset_state();
-    }
-  }
-
-  /// The running loss and metrics into `logs_`, names prefixed with `prefix`.
-  const Logs& fill_logs(Logs& logs, std::string_view prefix) {
-    auto set = [&](std::string_view name, double value) {
-      if (prefix.empty()) {
-        logs.set(name, value);
-      } else {
-        prefixed_.assign(prefix);
-        prefixed_.append(name);
-        logs.set(prefixed_, value);
-      }
-    };
-    const double rows = std::max(seen_rows_, 1.0);
-    set("loss", loss_sum_ / rows);
-    if (output_nodes_.size() > 1) {
-      for (std::size_t o = 0; o < output_nodes_.size(); ++o) {
-        loss_names_.resize(output_nodes_.size());
-        if (loss_names_[o].empty()) loss_names_[o] = output_names_[o] + "_loss";
-        set(loss_names_[o], o < output_loss_sums_.size() ? output_loss_sums_[o] / rows : 0.0);
-      }
-    }
-    for (const auto& per_output : metrics_) {
-      for (const auto& metric : per_output)
-        set(metric->name(), metric->result());
-    }
-    return logs;
-  }
-
-  Logs current_logs(std::string_view prefix) {
-    Logs logs;
-    fill_logs(logs, prefix);
-    return logs;
-  }
-
-  void check_finite(double loss, std::size_t epoch, std::size_t batch, std::string_view where) {
-    if (std::isfinite(loss)) return;
-    throw Error("model '" + name_ + "': " + std::string(where) + ": the loss is " +
-                (std::isnan(loss) ? "nan" : "inf") + " at batch " + std::to_string(batch) +
-                " of epoch " + std::to_string(epoch + 1) +
-                "; lower the learning rate or check the data, or add TerminateOnNaN to stop "
-                "training instead");
-  }
-
-  // --- loops ------------------------------------------------------------------------------------
-
-  struct CallbackList {
-    std::vector<std::shared_ptr<keras::callbacks::Callback>> callbacks = {};
-    void set(Model& model, const CallbackParams& params) {
-      for (auto& cb : callbacks) {
-        cb->set_model(model);
-        if (auto* receiver = dynamic_cast<detail::ParamsReceiver*>(cb.get())) {
-          receiver->set_params(params);
-        }
-      }
-    }
-    template <class F>
-    void each(F&& f) {
-      for (auto& cb : callbacks)
-        f(*cb);
-    }
-  };
-
-  std::uint64_t shuffle_seed(const FitOptions& options) const {
+  /// The seed of shuffling: the options', else `set_random_seed`'s.
+  static std::uint64_t shuffle_seed(const FitOptions& options) {
     return options.seed ? *options.seed : detail::global_seed();
   }
 
-  static void check_loader_options(const FitOptions& options, const std::string& kind) {
-    if (options.validation_split > 0.0) {
-      throw ConfigError("fit: validation_split is supported for arrays only, not for " + kind +
-                        "; give validation_data instead");
-    }
-    if (options.sample_weight) {
-      throw ConfigError("fit: sample_weight is supported for arrays only, not for " + kind +
-                        "; return (x, y, w) batches instead");
-    }
-  }
-
-  std::shared_ptr<detail::BatchSource> validation_source(const FitOptions& options) const {
-    if (options.validation_data.empty()) return nullptr;
-    return options.validation_data.source(
-        options.validation_batch_size.value_or(options.batch_size), options.validation_steps);
+  /// The source of `fit(x, y)` and `make_data_iterator(x, y)`: checks the arrays as Determined's
+  /// array adapter does, except that a batch larger than the data is one batch of every row, as
+  /// in Keras.
+  template <ArrayLike X, ArrayLike Y>
+  static std::unique_ptr<detail::BatchSource> array_source(const X& x, const Y& y,
+                                                           const std::optional<Tensor<float>>& w,
+                                                           const FitOptions& options) {
+    const std::size_t batch_size = std::min(options.batch_size, rows_of(x, "x", "fit"));
+    const std::size_t rows =
+        w ? ArraySequence(x, y, *w, batch_size).rows() : ArraySequence(x, y, batch_size).rows();
+    return std::make_unique<detail::ArraySource<X, Y>>(
+        x, y, w, rows, batch_size, options.shuffle, shuffle_seed(options), options.steps_per_epoch);
   }
 
   template <class F>
@@ -1286,125 +1105,6 @@ class Model {
     } else {
       f.template operator()<0>();
     }
-  }
-
-  keras::callbacks::History run_fit(detail::BatchSource& source, detail::BatchSource* validation,
-                                    const FitOptions& options, bool) {
-    if (options.epochs <= options.initial_epoch) {
-      throw ConfigError("fit: epochs (" + std::to_string(options.epochs) +
-                        ") must be larger than initial_epoch (" +
-                        std::to_string(options.initial_epoch) + ")");
-    }
-    if (options.validation_freq == 0) {
-      throw ConfigError("fit: validation_freq must be positive but is 0");
-    }
-    class_weight_ = options.class_weight;
-    seed_ = shuffle_seed(options);
-    auto history = std::make_shared<keras::callbacks::History>();
-    CallbackList list{options.callbacks};
-    list.callbacks.push_back(history);
-    if (options.verbose != 0) {
-      list.callbacks.push_back(std::make_shared<keras::callbacks::ProgbarLogger>(options.verbose));
-    }
-    list.set(*this, {options.verbose, options.epochs, source.steps()});
-    stop_training = false;
-    const Logs empty;
-    list.each([&](keras::callbacks::Callback& cb) { cb.on_train_begin(empty); });
-    Logs logs, epoch_logs;
-    for (std::size_t epoch = options.initial_epoch; epoch < options.epochs; ++epoch) {
-      reset_metrics();
-      source.start_epoch(epoch);
-      list.each([&](keras::callbacks::Callback& cb) { cb.on_epoch_begin(epoch, empty); });
-      std::size_t step = 0;
-      while (const auto* batch = source.next()) {
-        list.each([&](keras::callbacks::Callback& cb) { cb.on_train_batch_begin(step, empty); });
-        prepare(*batch, source.max_batch());
-        const double loss = train_step(*batch);
-        fill_logs(logs, "");
-        list.each([&](keras::callbacks::Callback& cb) { cb.on_train_batch_end(step, logs); });
-        if (!std::isfinite(loss) && !stop_training) check_finite(loss, epoch, step, "fit");
-        ++step;
-        if (stop_training) break;
-      }
-      epoch_logs = logs;
-      if (validation && (epoch + 1 - options.initial_epoch) % options.validation_freq == 0 &&
-          !(stop_training && step == 0)) {
-        const Logs val = run_test(*validation, list, epoch, true);
-        for (const auto& [name, value] : val)
-          epoch_logs.set("val_" + name, value);
-      }
-      list.each([&](keras::callbacks::Callback& cb) { cb.on_epoch_end(epoch, epoch_logs); });
-      if (stop_training) break;
-    }
-    list.each([&](keras::callbacks::Callback& cb) { cb.on_train_end(epoch_logs); });
-    return *history;
-  }
-
-  Logs run_test(detail::BatchSource& source, CallbackList& list, std::size_t pass, bool in_fit) {
-    reset_metrics();
-    source.start_epoch(pass);
-    const Logs empty;
-    if (!in_fit) list.set(*this, {list_verbose_, 1, source.steps()});
-    list.each([&](keras::callbacks::Callback& cb) { cb.on_test_begin(empty); });
-    Logs logs;
-    std::size_t step = 0;
-    while (const auto* batch = source.next()) {
-      list.each([&](keras::callbacks::Callback& cb) { cb.on_test_batch_begin(step, empty); });
-      prepare(*batch, source.max_batch());
-      test_step(*batch);
-      fill_logs(logs, "");
-      list.each([&](keras::callbacks::Callback& cb) { cb.on_test_batch_end(step, logs); });
-      ++step;
-    }
-    if (step == 0) throw ShapeError("model '" + name_ + "': the evaluation data has no batches");
-    list.each([&](keras::callbacks::Callback& cb) { cb.on_test_end(logs); });
-    return logs;
-  }
-
-  Logs evaluate_source(detail::BatchSource& source, const EvaluateOptions& options) {
-    CallbackList list{options.callbacks};
-    if (options.verbose != 0) {
-      list.callbacks.push_back(std::make_shared<keras::callbacks::ProgbarLogger>(options.verbose));
-    }
-    class_weight_.reset();
-    list_verbose_ = options.verbose;
-    return run_test(source, list, 0, false);
-  }
-
-  std::vector<Tensor<float>> predict_source(detail::BatchSource& source,
-                                            const PredictOptions& options) {
-    CallbackList list{options.callbacks};
-    if (options.verbose != 0) {
-      list.callbacks.push_back(std::make_shared<keras::callbacks::ProgbarLogger>(options.verbose));
-    }
-    list.set(*this, {options.verbose, 1, source.steps()});
-    source.start_epoch(0);
-    const Logs empty;
-    list.each([&](keras::callbacks::Callback& cb) { cb.on_predict_begin(empty); });
-    std::vector<std::vector<float>> collected(output_nodes_.size());
-    std::size_t rows = 0;
-    std::size_t step = 0;
-    while (const auto* batch = source.next()) {
-      list.each([&](keras::callbacks::Callback& cb) { cb.on_predict_batch_begin(step, empty); });
-      prepare(*batch, source.max_batch());
-      {
-        const detail::ScopedFlushDenormal flush_denormal;
-        load(*batch, false);
-        forward(false);
-      }
-      for (std::size_t o = 0; o < output_nodes_.size(); ++o)
-        collected[o].insert(collected[o].end(), outputs_[o].begin(), outputs_[o].end());
-      rows += batch->count;
-      list.each([&](keras::callbacks::Callback& cb) { cb.on_predict_batch_end(step, empty); });
-      ++step;
-    }
-    list.each([&](keras::callbacks::Callback& cb) { cb.on_predict_end(empty); });
-    std::vector<Tensor<float>> out;
-    for (std::size_t o = 0; o < output_nodes_.size(); ++o) {
-      out.emplace_back(nodes_[output_nodes_[o]].shape.prepend(rows),
-                       std::span<const float>(collected[o]));
-    }
-    return out;
   }
 
   std::string name_;
@@ -1423,21 +1123,19 @@ class Model {
   std::shared_ptr<Optimizer> optimizer_;
   std::vector<std::shared_ptr<Loss>> losses_;
   std::vector<double> loss_weights_;
-  std::vector<std::vector<std::shared_ptr<Metric>>> metrics_;
-  std::optional<ClassWeight> class_weight_;
-  std::uint64_t seed_ = 0;
-  int list_verbose_ = 1;
   // Buffers.
   std::size_t capacity_ = 0, rows_ = 0;
   std::vector<Tensor<float>> outputs_, targets_, targets_full_, loss_scratch_full_;
   Tensor<float> weights_full_, weights_;
   bool has_weights_ = false;
   std::vector<std::size_t> input_order_, target_order_;
-  // Running metrics.
-  double loss_sum_ = 0.0, seen_rows_ = 0.0;
-  std::vector<double> output_losses_, output_loss_sums_;
-  std::vector<std::string> loss_names_;
-  std::string prefixed_;
+  // Running metrics, and the batch view of the templated steps.
+  RunningMetrics training_, evaluation_;
+  Logs training_logs_, evaluation_logs_;
+  std::vector<double> output_losses_;
+  detail::ErasedBatch step_batch_;
 };
 
 }  // namespace loadstar::keras
+
+#include "loadstar/keras/detail/loops.hpp"

@@ -103,15 +103,9 @@ class CachedRecordsDataset : public DatasetBase<CachedRecordsDataset<E>> {
  private:
   void build_order() {
     const std::size_t n = reader_->size();
-    std::vector<std::size_t> keys(n);
-    std::iota(keys.begin(), keys.end(), std::size_t{0});
-    if (options_.shuffle && n > 1) {
-      // Fisher-Yates with a generator of our own: the same order on every platform.
-      detail::SplitMixRng rng(
-          element_seed(options_.seed, options_.skip_shuffle_at_epoch_end ? 0 : epoch_, 0));
-      for (std::size_t i = n - 1; i > 0; --i)
-        std::swap(keys[i], keys[rng.below(i + 1)]);
-    }
+    // The sampler's epoch permutation: the same order on every platform.
+    const std::vector<std::size_t> keys = epoch_permutation(
+        n, options_.seed, options_.skip_shuffle_at_epoch_end ? 0 : epoch_, options_.shuffle);
     order_.clear();
     order_.reserve(per_rank_);
     const auto& d = options_.distributed;

@@ -25,7 +25,7 @@ namespace loadstar {
 /// auto [image, label] = *ds.next();
 /// \endcode
 template <class A>
-  requires detail::Unstackable<A>
+requires detail::Unstackable<A>
 class TensorSlices : public DatasetBase<TensorSlices<A>> {
  public:
   using element_type = typename detail::Unstacker<A>::row_type;

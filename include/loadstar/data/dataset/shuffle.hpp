@@ -98,14 +98,14 @@ class ShuffleDataset : public DatasetBase<ShuffleDataset<D>> {
     buffer_.clear();
     filled_ = false;
     produced_ = 0;
-    rng_ = detail::SplitMixRng(element_seed(seed_, reshuffle_ ? epoch_ : 0, 0));
+    rng_ = SplitMix64(epoch_seed(seed_, reshuffle_ ? epoch_ : 0));
   }
 
   D upstream_;
   std::size_t buffer_size_;
   std::uint64_t seed_;
   bool reshuffle_;
-  detail::SplitMixRng rng_;
+  SplitMix64 rng_;
   std::uint64_t epoch_ = 0;
   std::size_t produced_ = 0;
   bool filled_ = false;

@@ -3,8 +3,13 @@
 #pragma once
 
 #include <cstddef>
+#include <iostream>
+#include <ostream>
+
+#include <nlohmann/json.hpp>
 
 #include "loadstar/keras/callbacks/logs.hpp"
+#include "loadstar/keras/detail/params.hpp"
 
 namespace loadstar::keras {
 class Model;
@@ -23,6 +28,21 @@ class Callback {
   /// Called by `fit`, `evaluate` and `predict` before any other hook.
   virtual void set_model(Model& model) { model_ = &model; }
   Model& model() const { return *model_; }
+
+  /// Keras's `set_params`: called by `fit`, `evaluate` and `predict` before their first hook.
+  virtual void set_params(const CallbackParams& params) { params_ = params; }
+  const CallbackParams& params() const noexcept { return params_; }
+
+  /// Where the callback writes its messages: the stream `fit`, `evaluate` or `predict` was given
+  /// (`output`), `std::cout` by default. Callbacks never write to standard error, so that a trial
+  /// runner or an MPI rank can route or silence them.
+  std::ostream& out() const { return params_.output ? *params_.output : std::cout; }
+
+  /// The state a checkpoint keeps (Determined's `get_state`): JSON, null when the callback keeps
+  /// none. `load_state` gives it back to a fresh callback before training resumes; the next
+  /// `on_train_begin` then continues from it instead of starting over.
+  virtual nlohmann::json get_state() const { return nullptr; }
+  virtual void load_state(const nlohmann::json& /*state*/) {}
 
   virtual void on_train_begin(const Logs&) {}
   virtual void on_train_end(const Logs&) {}
@@ -48,6 +68,7 @@ class Callback {
 
  private:
   Model* model_ = nullptr;
+  CallbackParams params_{};
 };
 
 }  // namespace loadstar::keras::callbacks

@@ -4,14 +4,15 @@
 
 #include <cmath>
 #include <cstddef>
-#include <cstdio>
 #include <limits>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "loadstar/error.hpp"
 #include "loadstar/keras/callbacks/callback.hpp"
+#include "loadstar/keras/callbacks/detail/output.hpp"
 #include "loadstar/keras/model.hpp"
 
 namespace loadstar::keras::callbacks {
@@ -59,6 +60,7 @@ class EarlyStopping : public Callback {
   }
 
   void on_train_begin(const Logs&) override {
+    if (std::exchange(resumed_, false)) return;
     wait_ = 0;
     stopped_epoch_ = 0;
     best_ = maximize_ ? -std::numeric_limits<double>::infinity()
@@ -70,11 +72,8 @@ class EarlyStopping : public Callback {
   void on_epoch_end(std::size_t epoch, const Logs& logs) override {
     const auto current = logs.get(options_.monitor);
     if (!current) {
-      std::string available;
-      for (const auto& [name, value] : logs)
-        available += (available.empty() ? "" : ", ") + name;
-      std::fprintf(stderr, "early stopping: the metric '%s' is not in the logs, which hold: %s\n",
-                   options_.monitor.c_str(), available.c_str());
+      out() << "early stopping: the metric '" << options_.monitor
+            << "' is not in the logs, which hold: " << detail::joined_names(logs) << "\n";
       return;
     }
     if (options_.restore_best_weights && best_weights_.empty()) {
@@ -93,8 +92,8 @@ class EarlyStopping : public Callback {
       model().stop_training = true;
       if (options_.restore_best_weights && !best_weights_.empty()) {
         if (options_.verbose > 0) {
-          std::printf("Restoring model weights from the end of the best epoch: %zu.\n",
-                      best_epoch_ + 1);
+          out() << "Restoring model weights from the end of the best epoch: " << best_epoch_ + 1
+                << ".\n";
         }
         model().set_weights(best_weights_);
       }
@@ -103,8 +102,25 @@ class EarlyStopping : public Callback {
 
   void on_train_end(const Logs&) override {
     if (stopped_epoch_ > 0 && options_.verbose > 0) {
-      std::printf("Epoch %05zu: early stopping\n", stopped_epoch_ + 1);
+      out() << "Epoch " << detail::epoch_label(stopped_epoch_) << ": early stopping\n";
     }
+  }
+
+  /// `{"wait", "stopped_epoch", "best", "best_epoch"}` (the best weights, when kept, are the
+  /// model's to checkpoint: they are not part of the state).
+  nlohmann::json get_state() const override {
+    return {{"wait", wait_},
+            {"stopped_epoch", stopped_epoch_},
+            {"best", best_},
+            {"best_epoch", best_epoch_}};
+  }
+  void load_state(const nlohmann::json& state) override {
+    const detail::StateReader read("early stopping", state);
+    wait_ = read.get<std::size_t>("wait");
+    stopped_epoch_ = read.get<std::size_t>("stopped_epoch");
+    best_ = read.get<double>("best");
+    best_epoch_ = read.get<std::size_t>("best_epoch");
+    resumed_ = true;
   }
 
   /// The epoch training stopped at (0 when it did not stop early).
@@ -126,6 +142,7 @@ class EarlyStopping : public Callback {
   double best_ = 0.0;
   std::size_t best_epoch_ = 0;
   std::vector<Tensor<float>> best_weights_;
+  bool resumed_ = false;
 };
 
 }  // namespace loadstar::keras::callbacks

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "loadstar/keras/callbacks/callback.hpp"
+#include "loadstar/keras/callbacks/detail/output.hpp"
 #include "loadstar/keras/model.hpp"
 
 namespace loadstar::keras::callbacks {
@@ -30,8 +31,8 @@ class LearningRateScheduler : public Callback {
     const double lr = schedule_(epoch, optimizer.learning_rate());
     optimizer.set_learning_rate(lr);
     if (verbose_ > 0) {
-      std::printf("\nEpoch %05zu: LearningRateScheduler setting learning rate to %g.\n", epoch + 1,
-                  lr);
+      out() << "\nEpoch " << detail::epoch_label(epoch)
+            << ": LearningRateScheduler setting learning rate to " << detail::general(lr) << ".\n";
     }
   }
 

@@ -14,7 +14,6 @@
 #include <string>
 
 #include "loadstar/keras/callbacks/callback.hpp"
-#include "loadstar/keras/detail/params.hpp"
 
 namespace loadstar::keras::callbacks {
 
@@ -36,17 +35,24 @@ namespace loadstar::keras::callbacks {
 /// model.fit(x, y, {.epochs = 2, .verbose = 0,
 ///                  .callbacks = {std::make_shared<ProgbarLogger>(2, out)}});
 /// \endcode
-class ProgbarLogger : public Callback, public detail::ParamsReceiver {
+class ProgbarLogger : public Callback {
  public:
-  /// `verbose`: 1 for the bar, 2 for one line per epoch. `interactive`: whether to redraw in
-  /// place; by default, whether `out` is `std::cout` and standard output is a terminal.
-  explicit ProgbarLogger(int verbose = 1, std::ostream& out = std::cout,
-                         std::optional<bool> interactive = std::nullopt)
-      : verbose_(verbose), out_(&out) {
-    interactive_ = interactive ? *interactive : (&out == &std::cout && ::isatty(STDOUT_FILENO));
-  }
+  /// `verbose`: 1 for the bar, 2 for one line per epoch; writes to the stream `fit` was given
+  /// (`FitOptions::output`, `std::cout` by default). `interactive`: whether to redraw in place;
+  /// by default, whether the stream is `std::cout` and standard output is a terminal.
+  explicit ProgbarLogger(int verbose = 1, std::optional<bool> interactive = std::nullopt)
+      : verbose_(verbose), interactive_option_(interactive) {}
+  /// A progress bar that writes to `out` whatever `fit` was given.
+  ProgbarLogger(int verbose, std::ostream& out, std::optional<bool> interactive = std::nullopt)
+      : verbose_(verbose), own_out_(&out), interactive_option_(interactive) {}
 
-  void set_params(const CallbackParams& params) override { params_ = params; }
+  void set_params(const CallbackParams& params) override {
+    Callback::set_params(params);
+    params_ = params;
+    out_ = own_out_ ? own_out_ : &out();
+    interactive_ = interactive_option_ ? *interactive_option_
+                                       : (out_ == &std::cout && ::isatty(STDOUT_FILENO));
+  }
 
   void on_train_begin(const Logs&) override { in_fit_ = true; }
   void on_train_end(const Logs&) override { in_fit_ = false; }
@@ -174,7 +180,9 @@ class ProgbarLogger : public Callback, public detail::ParamsReceiver {
   }
 
   int verbose_;
-  std::ostream* out_;
+  std::ostream* own_out_ = nullptr;
+  std::ostream* out_ = &std::cout;
+  std::optional<bool> interactive_option_;
   bool interactive_ = false;
   bool in_fit_ = false;
   CallbackParams params_;

@@ -10,6 +10,7 @@
 
 #include "loadstar/error.hpp"
 #include "loadstar/keras/callbacks/callback.hpp"
+#include "loadstar/keras/callbacks/detail/output.hpp"
 #include "loadstar/keras/model.hpp"
 
 namespace loadstar::keras::callbacks {
@@ -57,6 +58,7 @@ class ReduceLROnPlateau : public Callback {
   }
 
   void on_train_begin(const Logs&) override {
+    if (std::exchange(resumed_, false)) return;
     best_ = maximize_ ? -std::numeric_limits<double>::infinity()
                       : std::numeric_limits<double>::infinity();
     cooldown_counter_ = 0;
@@ -66,8 +68,8 @@ class ReduceLROnPlateau : public Callback {
   void on_epoch_end(std::size_t epoch, const Logs& logs) override {
     const auto current = logs.get(options_.monitor);
     if (!current) {
-      std::fprintf(stderr, "reduce lr on plateau: the metric '%s' is not in the logs\n",
-                   options_.monitor.c_str());
+      out() << "reduce lr on plateau: the metric '" << options_.monitor
+            << "' is not in the logs, which hold: " << detail::joined_names(logs) << "\n";
       return;
     }
     if (cooldown_counter_ > 0) {
@@ -88,8 +90,9 @@ class ReduceLROnPlateau : public Callback {
           const double new_lr = std::max(old_lr * options_.factor, options_.min_lr);
           optimizer.set_learning_rate(new_lr);
           if (options_.verbose > 0) {
-            std::printf("\nEpoch %05zu: ReduceLROnPlateau reducing learning rate to %g.\n",
-                        epoch + 1, new_lr);
+            out() << "\nEpoch " << detail::epoch_label(epoch)
+                  << ": ReduceLROnPlateau reducing learning rate to " << detail::general(new_lr)
+                  << ".\n";
           }
           cooldown_counter_ = options_.cooldown;
           wait_ = 0;
@@ -98,8 +101,21 @@ class ReduceLROnPlateau : public Callback {
     }
   }
 
+  /// `{"best", "cooldown_counter", "wait"}`.
+  nlohmann::json get_state() const override {
+    return {{"best", best_}, {"cooldown_counter", cooldown_counter_}, {"wait", wait_}};
+  }
+  void load_state(const nlohmann::json& state) override {
+    const detail::StateReader read("reduce lr on plateau", state);
+    best_ = read.get<double>("best");
+    cooldown_counter_ = read.get<std::size_t>("cooldown_counter");
+    wait_ = read.get<std::size_t>("wait");
+    resumed_ = true;
+  }
+
  private:
   ReduceLROnPlateauOptions options_;
+  bool resumed_ = false;
   bool maximize_ = false;
   double best_ = 0.0;
   std::size_t cooldown_counter_ = 0;

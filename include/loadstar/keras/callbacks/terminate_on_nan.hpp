@@ -24,7 +24,7 @@ class TerminateOnNaN : public Callback {
   void on_train_batch_end(std::size_t batch, const Logs& logs) override {
     const auto loss = logs.get("loss");
     if (loss && !std::isfinite(*loss)) {
-      std::printf("Batch %zu: Invalid loss, terminating training\n", batch);
+      out() << "Batch " << batch << ": Invalid loss, terminating training\n";
       terminated_ = true;
       model().stop_training = true;
     }

@@ -10,6 +10,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <optional>
 #include <span>
@@ -22,7 +23,9 @@
 #include "loadstar/data/array_like.hpp"
 #include "loadstar/data/concepts.hpp"
 #include "loadstar/data/dataset/concepts.hpp"
+#include "loadstar/data/sampler.hpp"
 #include "loadstar/data/sequence_adapter.hpp"
+#include "loadstar/detail/json_state.hpp"
 #include "loadstar/error.hpp"
 #include "loadstar/keras/detail/graph.hpp"
 #include "loadstar/tensor/tensor.hpp"
@@ -81,6 +84,11 @@ void collect(const A& array, MemberKind& kind, std::vector<MemberView>& out) {
 }
 
 /// Where batches come from, one epoch (or one validation pass) at a time.
+///
+/// A source can say where it stands (`state()`, taken before the next batch) and start again
+/// from there (`restore()`): the next `start_epoch` of the epoch the state was taken in then
+/// continues mid-epoch instead of starting over, and `step()` tells how many batches of that
+/// epoch came before. States are O(1) or proportional to the model, never to the data.
 class BatchSource {
  public:
   virtual ~BatchSource() = default;
@@ -92,85 +100,139 @@ class BatchSource {
   virtual std::optional<std::size_t> steps() const = 0;
   /// The largest batch, when known in advance (0: learnt from the first batch).
   virtual std::size_t max_batch() const { return 0; }
-  /// Starts epoch (or pass) `epoch`.
+  /// Starts epoch (or pass) `epoch` (or, after `restore`, continues it).
   virtual void start_epoch(std::size_t epoch) = 0;
   /// The next batch of the epoch, or null at its end. The batch stays valid until the next call.
   virtual const ErasedBatch* next() = 0;
   /// Whether batches carry targets (`predict` needs none).
   virtual bool has_targets() const { return true; }
-};
 
-/// The order of rows for an epoch: identity, or a Fisher-Yates shuffle driven by SplitMix64 of
-/// (seed, epoch), so that the order is the same on every platform and standard library.
-inline void epoch_order(std::vector<std::size_t>& order, bool shuffle, std::uint64_t seed,
-                        std::size_t epoch) {
-  std::iota(order.begin(), order.end(), std::size_t{0});
-  if (!shuffle) return;
-  std::uint64_t state = splitmix64(seed ^ splitmix64(epoch + 0x5151));
-  for (std::size_t i = order.size(); i > 1; --i) {
-    state = splitmix64(state);
-    const std::size_t j = static_cast<std::size_t>(state % i);
-    std::swap(order[i - 1], order[j]);
+  /// The batches of the current epoch taken so far.
+  std::size_t step() const noexcept { return step_; }
+  /// Whether the next `start_epoch` continues a restored state.
+  bool resuming() const noexcept { return resuming_; }
+
+  /// Where the source stands, as JSON: `{"epoch", "step", ...}` and what the kind of source needs
+  /// (a sampler state, a dataset state).
+  nlohmann::json state() const {
+    nlohmann::json out = own_state();
+    out["epoch"] = epoch_;
+    out["step"] = step_;
+    return out;
   }
-}
+  /// Continues from `state()`; throws `CheckpointError` for a state of another source.
+  void restore(const nlohmann::json& state) {
+    const loadstar::detail::StateReader read(kind(), state);
+    const auto epoch = read.get<std::uint64_t>("epoch");
+    const auto step = read.get<std::size_t>("step");
+    restore_own(state);
+    epoch_ = epoch;
+    step_ = step;
+    resuming_ = true;
+  }
+
+ protected:
+  /// The name of the kind of source, for messages (`"array source"`).
+  virtual std::string kind() const = 0;
+  virtual nlohmann::json own_state() const { return nlohmann::json::object(); }
+  virtual void restore_own(const nlohmann::json&) {}
+
+  /// For `start_epoch`: whether this epoch continues a restored state (then `step()` stays),
+  /// else starts it at step 0.
+  bool begin_epoch(std::size_t epoch) {
+    const bool resumed = std::exchange(resuming_, false) && epoch_ == epoch;
+    epoch_ = epoch;
+    if (!resumed) step_ = 0;
+    return resumed;
+  }
+
+  std::uint64_t epoch_ = 0;
+  std::size_t step_ = 0;
+
+ private:
+  bool resuming_ = false;
+};
 
 /// Placeholder for arrays without targets (`predict`).
 struct NoTargets {};
 
 /// In-memory arrays cut into batches of `batch_size` rows (the last one partial), in order or
-/// with the rows shuffled every epoch, as Keras's `fit(x, y, shuffle=True)` does for arrays.
+/// with the rows shuffled every epoch, as Keras's `fit(x, y, shuffle=True)` does for arrays. The
+/// row order comes from a `Sampler` over the rows, as every other loader's order does, so arrays
+/// are sharded by rank the same way (rank `r` of `size` takes rows `stream[r::size]`) and a
+/// mid-epoch state is one sampler position.
 template <ArrayLike X, class Y>
 class ArraySource final : public BatchSource {
  public:
   ArraySource(X x, Y y, std::optional<Tensor<float>> w, std::size_t rows, std::size_t batch_size,
-              bool shuffle, std::uint64_t seed, std::optional<std::size_t> max_steps = {})
+              bool shuffle, std::uint64_t seed, std::optional<std::size_t> max_steps = {},
+              std::size_t rank = 0, std::size_t size = 1)
       : x_(std::move(x)),
         y_(std::move(y)),
         w_(std::move(w)),
-        rows_(rows),
         batch_size_(batch_size),
-        shuffle_(shuffle),
-        seed_(seed),
-        order_(shuffle ? rows : 0) {
+        contiguous_(!shuffle && size == 1),
+        sampler_(rows, {.shuffle = shuffle, .seed = seed, .rank = rank, .size = size}),
+        order_(contiguous_ ? 0 : batch_size) {
     collect(x_, batch_.x_kind, batch_.x);
     if constexpr (!std::is_same_v<Y, NoTargets>) collect(y_, batch_.y_kind, batch_.y);
     if (w_) batch_.w = view_of(*w_);
-    steps_ = (rows_ + batch_size_ - 1) / batch_size_;
+    const std::uint64_t rows_per_rank = sampler_.pass_length();
+    steps_ = static_cast<std::size_t>((rows_per_rank + batch_size_ - 1) / batch_size_);
     if (max_steps) steps_ = std::min(steps_, *max_steps);
   }
 
   std::optional<std::size_t> steps() const override { return steps_; }
-  std::size_t max_batch() const override { return std::min(batch_size_, rows_); }
+  std::size_t max_batch() const override {
+    return std::min<std::size_t>(batch_size_, sampler_.pass_length());
+  }
   bool has_targets() const override { return !std::is_same_v<Y, NoTargets>; }
 
   void start_epoch(std::size_t epoch) override {
-    if (shuffle_) epoch_order(order_, true, seed_, epoch);
-    step_ = 0;
+    if (!begin_epoch(epoch)) position_ = sampler_.first_position_of_epoch(epoch);
   }
 
   const ErasedBatch* next() override {
     if (step_ >= steps_) return nullptr;
-    const std::size_t begin = step_ * batch_size_;
-    const std::size_t end = std::min(begin + batch_size_, rows_);
+    std::size_t count = 0;
+    std::size_t first = 0;
+    while (count < batch_size_) {
+      const auto ticket = sampler_.ticket(position_);
+      if (!ticket || ticket->epoch != epoch_) break;
+      ++position_;
+      if (count == 0) first = ticket->index;
+      if (!contiguous_) order_[count] = ticket->index;
+      ++count;
+      if (ticket->last_in_epoch) break;
+    }
+    if (count == 0) return nullptr;
     ++step_;
-    batch_.count = end - begin;
-    if (shuffle_) {
-      batch_.rows = std::span<const std::size_t>(order_).subspan(begin, end - begin);
+    batch_.count = count;
+    if (contiguous_) {
+      batch_.offset = first;
     } else {
-      batch_.offset = begin;
+      batch_.rows = std::span<const std::size_t>(order_).first(count);
     }
     return &batch_;
+  }
+
+ protected:
+  std::string kind() const override { return "array source"; }
+  nlohmann::json own_state() const override { return {{"sampler", sampler_.state_at(position_)}}; }
+  void restore_own(const nlohmann::json& state) override {
+    position_ = sampler_.position_of(state.at("sampler").get<SamplerState>());
   }
 
  private:
   X x_;
   Y y_;
   std::optional<Tensor<float>> w_;
-  std::size_t rows_, batch_size_;
-  bool shuffle_;
-  std::uint64_t seed_;
+  std::size_t batch_size_;
+  bool contiguous_;
+  Sampler sampler_;
   std::vector<std::size_t> order_;
-  std::size_t steps_ = 0, step_ = 0;
+  std::uint64_t position_ = 0;
+  std::size_t steps_ = 0;
   ErasedBatch batch_;
 };
 
@@ -202,7 +264,8 @@ void collect_batch(const B& batch, ErasedBatch& out) {
 template <class B>
 concept SourceBatch = KerasBatch<B> || ArrayLike<B>;
 
-/// A `Sequence` read in order on the calling thread (validation, evaluation, prediction).
+/// A `Sequence` read in order on the calling thread (validation, evaluation, prediction). A
+/// sequence with `set_epoch` is told the pass it serves before its first batch.
 template <Sequence S>
 class SequenceSource final : public BatchSource {
  public:
@@ -211,7 +274,10 @@ class SequenceSource final : public BatchSource {
     if (max_steps) steps_ = std::min(steps_, *max_steps);
   }
   std::optional<std::size_t> steps() const override { return steps_; }
-  void start_epoch(std::size_t) override { step_ = 0; }
+  void start_epoch(std::size_t epoch) override {
+    begin_epoch(epoch);
+    if constexpr (SequenceWithSetEpoch<S>) sequence_.set_epoch(epoch);
+  }
   const ErasedBatch* next() override {
     if (step_ >= steps_) return nullptr;
     current_.reset();
@@ -221,28 +287,31 @@ class SequenceSource final : public BatchSource {
   }
   bool has_targets() const override { return KerasBatch<batch_t<S>>; }
 
+ protected:
+  std::string kind() const override { return "sequence source"; }
+
  private:
   S sequence_;
   std::size_t steps_;
-  std::size_t step_ = 0;
   std::optional<batch_t<S>> current_;
   ErasedBatch batch_;
 };
 
 /// A `SequenceAdapter` (owned or the caller's): an infinite training stream cut into epochs of
-/// `steps` batches, or one validation pass.
+/// `steps` batches, or one validation pass. Its state holds the adapter's; a caller's adapter
+/// resumes by being constructed from that state before `restore` (which checks it).
 template <class Adapter>
 class AdapterSource final : public BatchSource {
  public:
   AdapterSource(Adapter& adapter, std::optional<std::size_t> steps)
-      : adapter_(adapter),
+      : adapter_(&adapter),
         steps_(steps ? *steps : static_cast<std::size_t>(adapter.pass_length())) {}
   std::optional<std::size_t> steps() const override { return steps_; }
-  void start_epoch(std::size_t) override { step_ = 0; }
+  void start_epoch(std::size_t epoch) override { begin_epoch(epoch); }
   const ErasedBatch* next() override {
     if (step_ >= steps_) return nullptr;
     current_.reset();
-    current_ = adapter_.next();
+    current_ = adapter_->next();
     if (!current_) return nullptr;
     ++step_;
     collect_batch(*current_, batch_);
@@ -250,34 +319,77 @@ class AdapterSource final : public BatchSource {
   }
   bool has_targets() const override { return KerasBatch<typename Adapter::batch_type>; }
 
+  /// Serves `adapter` from now on (an owner re-created it from a state).
+  void rebind(Adapter& adapter) noexcept { adapter_ = &adapter; }
+
+ protected:
+  std::string kind() const override { return "sequence adapter source"; }
+  nlohmann::json own_state() const override { return {{"adapter", adapter_->state()}}; }
+  void restore_own(const nlohmann::json& state) override {
+    const auto saved = state.at("adapter").get<SamplerState>();
+    if (saved != adapter_->state()) {
+      throw CheckpointError(
+          "sequence adapter source: the state was saved at adapter state " +
+          nlohmann::json(saved).dump() + " but the adapter stands at " +
+          nlohmann::json(adapter_->state()).dump() +
+          "; construct the adapter from the saved state (SequenceAdapter(sequence, options, "
+          "state)) before restoring");
+    }
+  }
+
  private:
-  Adapter& adapter_;
+  Adapter* adapter_;
   std::size_t steps_;
-  std::size_t step_ = 0;
   std::optional<typename Adapter::batch_type> current_;
   ErasedBatch batch_;
 };
 
-/// A `SequenceAdapter` owned by the source (what `fit(sequence)` makes).
+/// A `SequenceAdapter` owned by the source (what `fit(sequence)` makes); `restore` re-creates it
+/// from the saved state.
 template <Sequence S, std::size_t Workers, bool Multiprocess>
 class OwnedAdapterSource final : public BatchSource {
+  using Adapter = SequenceAdapter<S, Workers, Multiprocess>;
+
  public:
   OwnedAdapterSource(S sequence, const AdapterOptions& options, std::optional<std::size_t> steps)
-      : adapter_(std::move(sequence), options), source_(adapter_, steps) {}
+      : sequence_(sequence),
+        options_(options),
+        adapter_(std::make_unique<Adapter>(std::move(sequence), options)),
+        source_(*adapter_, steps) {}
   std::optional<std::size_t> steps() const override { return source_.steps(); }
-  void start_epoch(std::size_t epoch) override { source_.start_epoch(epoch); }
-  const ErasedBatch* next() override { return source_.next(); }
+  void start_epoch(std::size_t epoch) override {
+    begin_epoch(epoch);
+    source_.start_epoch(epoch);
+  }
+  const ErasedBatch* next() override {
+    const auto* batch = source_.next();
+    step_ = source_.step();
+    return batch;
+  }
   bool has_targets() const override { return source_.has_targets(); }
 
+ protected:
+  std::string kind() const override { return "sequence source"; }
+  nlohmann::json own_state() const override { return source_.state(); }
+  void restore_own(const nlohmann::json& state) override {
+    const auto saved = state.at("adapter").get<SamplerState>();
+    adapter_.reset();
+    adapter_ = std::make_unique<Adapter>(sequence_, options_, saved);
+    source_.rebind(*adapter_);
+    source_.restore(state);
+  }
+
  private:
-  SequenceAdapter<S, Workers, Multiprocess> adapter_;
-  AdapterSource<SequenceAdapter<S, Workers, Multiprocess>> source_;
+  S sequence_;  // a copy, for re-creating the adapter from a state
+  AdapterOptions options_;
+  std::unique_ptr<Adapter> adapter_;
+  AdapterSource<Adapter> source_;
 };
 
 /// A `Dataset` (held by reference when `D` is an lvalue reference type, else owned). Without
 /// `steps`, an epoch is one pass and the dataset is `reset()` before every pass but the first;
 /// with `steps`, epochs take `steps` elements from the stream and a pass that runs out is reset
-/// and continued.
+/// and continued. Its state holds the dataset's.
 template <class D>
 class DatasetSource final : public BatchSource {
   using Dataset = std::remove_cvref_t<D>;
@@ -286,10 +398,10 @@ class DatasetSource final : public BatchSource {
   DatasetSource(D dataset, std::optional<std::size_t> steps)
       : dataset_(std::forward<D>(dataset)), steps_(steps) {}
   std::optional<std::size_t> steps() const override { return steps_; }
-  void start_epoch(std::size_t) override {
+  void start_epoch(std::size_t epoch) override {
+    if (begin_epoch(epoch)) return;
     if (!steps_ && used_) dataset_.reset();
     used_ = true;
-    step_ = 0;
   }
   const ErasedBatch* next() override {
     if (steps_ && step_ >= *steps_) return nullptr;
@@ -306,11 +418,20 @@ class DatasetSource final : public BatchSource {
   }
   bool has_targets() const override { return KerasBatch<typename Dataset::element_type>; }
 
+ protected:
+  std::string kind() const override { return "dataset source"; }
+  nlohmann::json own_state() const override {
+    return {{"dataset", dataset_.state()}, {"used", used_}};
+  }
+  void restore_own(const nlohmann::json& state) override {
+    dataset_.restore(state.at("dataset"));
+    used_ = state.at("used").get<bool>();
+  }
+
  private:
   D dataset_;
   std::optional<std::size_t> steps_;
   bool used_ = false;
-  std::size_t step_ = 0;
   std::optional<typename Dataset::element_type> current_;
   ErasedBatch batch_;
 };

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "loadstar/keras/layer.hpp"
+#include "loadstar/random.hpp"
 #include "loadstar/tensor/shape.hpp"
 
 namespace loadstar::keras::detail {
@@ -35,13 +36,7 @@ inline std::uint64_t next_node_id() {
   return ++counter;
 }
 
-/// SplitMix64: the mixing function every seed of the executor derives through.
-constexpr std::uint64_t splitmix64(std::uint64_t x) noexcept {
-  x += 0x9E3779B97F4A7C15ULL;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-  return x ^ (x >> 31);
-}
+using loadstar::splitmix64;
 
 /// The global seed of `set_random_seed` and the number of seeds drawn from it since.
 struct SeedState {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -56,6 +57,9 @@ class AUC : public Metric {
     return area;
   }
   void reset_state() override { counts_.reset(); }
+  nlohmann::json get_state() const override { return counts_.state(); }
+  void set_state(const nlohmann::json& state) override { counts_.restore(name(), state); }
+  std::shared_ptr<Metric> clone() const override { return std::make_shared<AUC>(*this); }
 
  private:
   static std::vector<double> thresholds(const std::string& owner, std::size_t n) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <string>
 
 #include "loadstar/keras/metrics/detail/mean_wrapper.hpp"
@@ -37,6 +38,9 @@ class Mean : public Metric {
   }
   double result() const override { return mean_.result(); }
   void reset_state() override { mean_ = {}; }
+  nlohmann::json get_state() const override { return mean_.state(); }
+  void set_state(const nlohmann::json& state) override { mean_.restore(name(), state); }
+  std::shared_ptr<Metric> clone() const override { return std::make_shared<Mean>(*this); }
 
  private:
   detail::RunningMean mean_;

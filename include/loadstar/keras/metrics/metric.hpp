@@ -2,10 +2,12 @@
 /// `Metric`: the base of Keras's metrics, running means (or counts) reset every epoch.
 #pragma once
 
+#include <memory>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
+#include "loadstar/error.hpp"
 #include "loadstar/tensor/tensor.hpp"
 
 namespace loadstar::keras {
@@ -33,6 +35,21 @@ class Metric {
   virtual void reset_state() = 0;
 
   virtual nlohmann::json get_config() const { return {{"name", name_}}; }
+
+  /// The accumulators a checkpoint keeps (sums and counts, so that states of several ranks can
+  /// be merged), as JSON; null for a metric that keeps none. `set_state` gives them back.
+  virtual nlohmann::json get_state() const { return nullptr; }
+  virtual void set_state(const nlohmann::json& /*state*/) {}
+
+  /// A new metric of the same kind and configuration with the same state: the model measures
+  /// training and evaluation with separate objects, so a metric object given to `compile` is
+  /// cloned for evaluation. Every built-in metric implements it; a user's metric that does not
+  /// cannot be used with validation data or `evaluate` (`ConfigError`).
+  virtual std::shared_ptr<Metric> clone() const {
+    throw ConfigError("metric '" + name_ + "' (" + class_name() +
+                      "): clone() is not implemented, but the model needs a second object to " +
+                      "measure evaluation separately from training; override clone()");
+  }
 
   /// The name logs use (`"accuracy"`, `"val_accuracy"` for validation).
   const std::string& name() const noexcept { return name_; }

@@ -2,6 +2,7 @@
 /// `Precision`: `tp / (tp + fp)` at a threshold, as `tf.keras.metrics.Precision`.
 #pragma once
 
+#include <memory>
 #include <string>
 
 #include "loadstar/keras/metrics/detail/confusion.hpp"
@@ -32,6 +33,9 @@ class Precision : public Metric {
     return detail::divide_no_nan(tp, tp + counts_.false_positives(0));
   }
   void reset_state() override { counts_.reset(); }
+  nlohmann::json get_state() const override { return counts_.state(); }
+  void set_state(const nlohmann::json& state) override { counts_.restore(name(), state); }
+  std::shared_ptr<Metric> clone() const override { return std::make_shared<Precision>(*this); }
 
  private:
   double threshold_;

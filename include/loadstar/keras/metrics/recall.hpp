@@ -2,6 +2,7 @@
 /// `Recall`: `tp / (tp + fn)` at a threshold, as `tf.keras.metrics.Recall`.
 #pragma once
 
+#include <memory>
 #include <string>
 
 #include "loadstar/keras/metrics/detail/confusion.hpp"
@@ -32,6 +33,9 @@ class Recall : public Metric {
     return detail::divide_no_nan(tp, tp + counts_.false_negatives(0));
   }
   void reset_state() override { counts_.reset(); }
+  nlohmann::json get_state() const override { return counts_.state(); }
+  void set_state(const nlohmann::json& state) override { counts_.restore(name(), state); }
+  std::shared_ptr<Metric> clone() const override { return std::make_shared<Recall>(*this); }
 
  private:
   double threshold_;

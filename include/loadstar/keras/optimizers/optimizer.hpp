@@ -44,6 +44,10 @@ class Optimizer {
   std::int64_t iterations() const noexcept { return iterations_; }
   void set_iterations(std::int64_t iterations) noexcept { iterations_ = iterations; }
 
+  /// Creates the slot variables of `variables` now (otherwise the first step does), so that
+  /// slots loaded from a checkpoint have somewhere to go; does nothing once built.
+  virtual void build(std::span<Variable*> variables) = 0;
+
   /// The slot variables, in creation order, for checkpoints.
   virtual std::span<Variable> variables() noexcept = 0;
 

@@ -16,6 +16,8 @@
 #include "loadstar/error.hpp"
 #include "loadstar/keras/activations.hpp"
 #include "loadstar/keras/backend/backend.hpp"
+#include "loadstar/keras/detail/graph.hpp"
+#include "loadstar/keras/detail/shape_text.hpp"
 #include "loadstar/keras/initializers.hpp"
 #include "loadstar/keras/layer.hpp"
 
@@ -53,12 +55,10 @@ class LayerBase : public Layer {
   using Layer::Layer;
 
  protected:
-  /// `"dense layer 'fc1'"`.
+  /// `"max_pooling2d layer 'p'"`: Keras's snake_case class name, the one label of a layer in
+  /// every message (the model names unnamed layers from the same words).
   std::string label() const {
-    std::string kind = class_name();
-    std::transform(kind.begin(), kind.end(), kind.begin(),
-                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-    return kind + " layer '" + name() + "'";
+    return keras::detail::to_snake_case(class_name()) + " layer '" + name() + "'";
   }
 
   /// Throws `ShapeError` unless exactly `count` inputs are given.
@@ -98,12 +98,7 @@ class LayerBase : public Layer {
   }
 
   /// `"(None, 28, 28)"`: a shape with a free batch axis, as Keras prints it.
-  static std::string batch_str(const Shape& shape) {
-    std::string s = "(None";
-    for (std::size_t d : shape)
-      s += ", " + std::to_string(d);
-    return s + ")";
-  }
+  static std::string batch_str(const Shape& shape) { return keras::detail::batch_shape_str(shape); }
 
   /// The keys every Keras layer config has.
   nlohmann::json base_config() const {

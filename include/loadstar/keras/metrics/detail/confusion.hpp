@@ -6,8 +6,11 @@
 #include <algorithm>
 #include <cstddef>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "loadstar/detail/json_state.hpp"
+#include "loadstar/error.hpp"
 #include "loadstar/keras/losses/detail/row_loss.hpp"
 #include "loadstar/tensor/tensor.hpp"
 
@@ -53,6 +56,21 @@ class ConfusionCounts {
   void reset() {
     std::fill(positives_.begin(), positives_.end(), 0.0);
     std::fill(negatives_.begin(), negatives_.end(), 0.0);
+  }
+
+  /// `{"positives": [...], "negatives": [...]}`: the weighted counts per bucket.
+  nlohmann::json state() const { return {{"positives", positives_}, {"negatives", negatives_}}; }
+  void restore(const std::string& owner, const nlohmann::json& state) {
+    const loadstar::detail::StateReader read(owner, state);
+    auto positives = read.get<std::vector<double>>("positives");
+    auto negatives = read.get<std::vector<double>>("negatives");
+    if (positives.size() != positives_.size() || negatives.size() != negatives_.size()) {
+      throw CheckpointError(owner + " state: expected " + std::to_string(positives_.size()) +
+                            " counts per label but found " + std::to_string(positives.size()) +
+                            " and " + std::to_string(negatives.size()));
+    }
+    positives_ = std::move(positives);
+    negatives_ = std::move(negatives);
   }
 
  private:

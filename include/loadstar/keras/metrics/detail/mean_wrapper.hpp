@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <string>
 
+#include "loadstar/detail/json_state.hpp"
 #include "loadstar/error.hpp"
 #include "loadstar/keras/losses/detail/row_loss.hpp"
 #include "loadstar/keras/metrics/metric.hpp"
@@ -22,6 +23,12 @@ struct RunningMean {
     count += weight;
   }
   double result() const { return count == 0 ? 0.0 : total / count; }
+  nlohmann::json state() const { return {{"total", total}, {"count", count}}; }
+  void restore(const std::string& owner, const nlohmann::json& state) {
+    const loadstar::detail::StateReader read(owner, state);
+    total = read.get<double>("total");
+    count = read.get<double>("count");
+  }
 };
 
 /// A metric that is the weighted mean of one value per last-axis row of `y_pred` (or per element
@@ -51,6 +58,11 @@ class MeanWrapper : public Metric {
   }
   double result() const override { return mean_.result(); }
   void reset_state() override { mean_ = {}; }
+  nlohmann::json get_state() const override { return mean_.state(); }
+  void set_state(const nlohmann::json& state) override { mean_.restore(name(), state); }
+  std::shared_ptr<Metric> clone() const override {
+    return std::make_shared<Derived>(static_cast<const Derived&>(*this));
+  }
 
   static constexpr bool elementwise = false;
   std::size_t true_size(std::size_t classes) const noexcept { return classes; }

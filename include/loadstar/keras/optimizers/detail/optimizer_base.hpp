@@ -121,9 +121,10 @@ class OptimizerBase : public Optimizer {
     return array_of(slots_[index * slots_per_variable_ + k].value);
   }
 
- private:
+ public:
   // Keras 2.11+ names a slot `<slot>/<variable>` (`add_variable_from_reference`): "m/kernel".
-  void build(std::span<Variable*> variables) {
+  void build(std::span<Variable*> variables) override {
+    if (built_) return;
     const std::vector<std::string> names = slot_names();
     slots_per_variable_ = names.size();
     for (Variable* v : variables) {
@@ -145,6 +146,7 @@ class OptimizerBase : public Optimizer {
     built_ = true;
   }
 
+ private:
   optimizers::LearningRate learning_rate_;
   Clipping clipping_;
   std::vector<Variable> slots_;
