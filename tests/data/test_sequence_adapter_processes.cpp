@@ -10,13 +10,13 @@
 #include <csignal>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <loadstar/data/array_sequence.hpp>
 #include <loadstar/data/sampler.hpp>
 #include <loadstar/data/sequence_adapter.hpp>
 #include <loadstar/data/serialize.hpp>
 #include <loadstar/error.hpp>
 #include <loadstar/tensor.hpp>
-#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -398,9 +398,9 @@ TEST_SUITE("data") {
   TEST_CASE("SequenceAdapter on processes names the largest slot_bytes it accepts" *
             doctest::timeout(30)) {
     // Sizes near SIZE_MAX once wrapped around: a ring of 0 bytes, or a slot of 4032.
-    for (const std::size_t bytes : {std::numeric_limits<std::size_t>::max() - 4095,
-                                    std::numeric_limits<std::size_t>::max(),
-                                    AdapterOptions::max_slot_bytes + 1}) {
+    for (const std::size_t bytes :
+         {std::numeric_limits<std::size_t>::max() - 4095, std::numeric_limits<std::size_t>::max(),
+          AdapterOptions::max_slot_bytes + 1}) {
       CAPTURE(bytes);
       CHECK_THROWS_WITH_AS(
           (SequenceAdapter<IndexSequence, 2, true>(IndexSequence{}, {.slot_bytes = bytes})),

@@ -7,11 +7,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
-#include <memory>
 #include <loadstar/data/sampler.hpp>
 #include <loadstar/data/sequence_adapter.hpp>
 #include <loadstar/error.hpp>
 #include <loadstar/tensor.hpp>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <stdexcept>

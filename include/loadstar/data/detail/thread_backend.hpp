@@ -132,12 +132,14 @@ class ThreadBackend {
     slot.ready = false;
     s.consume = position + 1;
     s.ready_count.fetch_sub(1, std::memory_order_relaxed);
-    // Wake sleeping workers once half the ring is free, not for every slot: each wake-up is a
-    // system call and a context switch, which on two cores cost more than building a small batch.
+    // Wake one sleeping worker once half the ring is free, not one per slot and not all: each
+    // wake-up is a system call and a context switch, and a thread more than there are cores takes
+    // the consumer's core. Workers sleep on a full ring only when they outpace the consumer, so
+    // one of them is enough until the consumer would wait, which wakes them all (above).
     const std::uint64_t free = s.consume + s.slots.size() - s.dispatch;
     const bool wake = s.sleeping > 0 && s.claimable() && free >= (s.slots.size() + 1) / 2;
     lock.unlock();
-    if (wake) s.work_cv.notify_all();
+    if (wake) s.work_cv.notify_one();
     return result;
   }
 
@@ -158,10 +160,10 @@ class ThreadBackend {
     std::unique_lock lock(s.mutex);
     if (s.abandoned_running == 0) return;
     if (!s.ready_cv.wait_for(lock, s.timeout, [&] { return s.abandoned_running == 0; })) {
-      throw WorkerError("sequence adapter: on_epoch_end cannot run yet: " +
-                        std::to_string(s.abandoned_running) +
-                        " abandoned call(s) to sequence[i] still running after " +
-                        std::to_string(s.timeout.count()) + " ms");
+      throw WorkerError(
+          "sequence adapter: on_epoch_end cannot run yet: " + std::to_string(s.abandoned_running) +
+          " abandoned call(s) to sequence[i] still running after " +
+          std::to_string(s.timeout.count()) + " ms");
     }
   }
 

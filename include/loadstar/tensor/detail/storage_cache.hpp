@@ -6,10 +6,12 @@
 #pragma once
 
 #include <pthread.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -47,7 +49,25 @@ class StorageCache {
         }
       }
     }
-    return ::operator new(bytes, alignment);
+    void* block = ::operator new(bytes, alignment);
+    if (bytes >= min_bytes) populate(block, bytes);
+    return block;
+  }
+
+  /// Frees every cached block. A forked child calls it: the blocks it inherited are shared with
+  /// its parent copy-on-write, so writing one would fault and copy every page.
+  void drop_all() noexcept {
+    std::array<Block, max_blocks> dropped{};
+    std::size_t drop_count = 0;
+    {
+      std::lock_guard lock(mutex_);
+      std::copy_n(blocks_.begin(), count_, dropped.begin());
+      drop_count = count_;
+      count_ = 0;
+      held_ = 0;
+    }
+    for (std::size_t i = 0; i < drop_count; ++i)
+      ::operator delete(dropped[i].memory, alignment);
   }
 
   /// Gives back a block from `allocate(bytes)`: kept, after dropping the oldest blocks to make
@@ -83,6 +103,23 @@ class StorageCache {
     // sequence adapter forks its workers, and user threads may be allocating tensors).
     ::pthread_atfork([] { instance().mutex_.lock(); }, [] { instance().mutex_.unlock(); },
                      [] { instance().mutex_.unlock(); });
+  }
+
+  /// Maps the whole pages of a fresh block in one system call (`MADV_POPULATE_WRITE`, Linux
+  /// 5.14; ignored before): faulting them in one by one costs about 20 us a page in a virtual
+  /// machine, 100 ms for a 19 MB batch, against 1 ms populated.
+  static void populate(void* block, std::size_t bytes) noexcept {
+#ifdef MADV_POPULATE_WRITE
+    const std::size_t page = 4096;
+    const auto begin = (reinterpret_cast<std::uintptr_t>(block) + page - 1) / page * page;
+    const auto end = (reinterpret_cast<std::uintptr_t>(block) + bytes) / page * page;
+    if (end > begin) {
+      (void)::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_WRITE);
+    }
+#else
+    (void)block;
+    (void)bytes;
+#endif
   }
 
   struct Block {
