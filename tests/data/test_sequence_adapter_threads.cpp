@@ -113,6 +113,14 @@ std::size_t thread_count() {
   return count;
 }
 
+// The abandoned call ends on its own, reading its sequence after the adapter is gone (under
+// AddressSanitizer, a freed sequence would be reported), and its thread exits.
+void check_abandoned_call_ends(const std::atomic<int>& finished, std::size_t threads_before) {
+  wait_until([&] { return finished.load() == 1 && thread_count() == threads_before; });
+  CHECK(finished.load() == 1);
+  CHECK(thread_count() == threads_before);
+}
+
 }  // namespace
 
 TEST_SUITE("data") {
@@ -197,11 +205,7 @@ TEST_SUITE("data") {
         CHECK(*adapter.next() == i);
       CHECK(finished->load() == 0);
     }
-    // The abandoned call ends on its own, reading its sequence after the adapter is gone (under
-    // AddressSanitizer, a freed sequence would be reported), and its thread exits.
-    wait_until([&] { return finished->load() == 1 && thread_count() == threads_before; });
-    CHECK(finished->load() == 1);
-    CHECK(thread_count() == threads_before);
+    check_abandoned_call_ends(*finished, threads_before);
   }
 
   TEST_CASE("SequenceAdapter on threads is destroyed promptly while a worker is in a slow batch" *
@@ -225,9 +229,7 @@ TEST_SUITE("data") {
     // Measured: under 1 ms (2.95 s before, waiting for the batch).
     CHECK(destruction < std::chrono::seconds(1));
     CHECK(finished->load() == 0);
-    wait_until([&] { return finished->load() == 1 && thread_count() == threads_before; });
-    CHECK(finished->load() == 1);
-    CHECK(thread_count() == threads_before);
+    check_abandoned_call_ends(*finished, threads_before);
   }
 
   TEST_CASE("SequenceAdapter on threads is destroyed promptly under a full queue" *
