@@ -2,6 +2,7 @@
 /// The one place that reads `LOADSTAR_*` macros and defines the library's portability macros.
 #pragma once
 
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 
@@ -27,4 +28,11 @@
 /// Alignment in bytes of every tensor's storage (one cache line, and enough for AVX-512 loads).
 #ifndef LOADSTAR_TENSOR_ALIGNMENT
 #define LOADSTAR_TENSOR_ALIGNMENT 64
+#endif
+
+/// The most bytes of freed large tensor storage (blocks of at least 256 KiB) kept for reuse, so
+/// that a loader building one large batch after another does not fault in fresh pages for each;
+/// 0 gives every block back at once.
+#ifndef LOADSTAR_TENSOR_CACHE_BYTES
+#define LOADSTAR_TENSOR_CACHE_BYTES (std::size_t{256} << 20U)
 #endif

@@ -10,6 +10,7 @@
 #include <csignal>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <loadstar/data/array_sequence.hpp>
 #include <loadstar/data/sampler.hpp>
 #include <loadstar/data/sequence_adapter.hpp>
@@ -29,6 +30,7 @@
 #include <vector>
 
 using loadstar::AdapterOptions;
+using loadstar::ConfigError;
 using loadstar::FormatError;
 using loadstar::Sampler;
 using loadstar::SamplerState;
@@ -102,6 +104,32 @@ struct RichSequence {
             {static_cast<int>(i) - 3, static_cast<std::uint8_t>(i)},
             std::nullopt};
   }
+};
+
+// Batch `slow` sleeps for `delay`; batch `killed` kills its own process; batch `failing` throws a
+// message of `message_bytes` bytes that ends in "end of message".
+struct FaultSequence {
+  std::size_t slow = 1000;
+  std::chrono::milliseconds delay{0};
+  std::size_t killed = 1000;
+  std::size_t failing = 1000;
+  std::size_t message_bytes = 0;
+  std::size_t size() const { return 20; }
+  std::size_t operator[](std::size_t i) const {
+    if (i == slow) std::this_thread::sleep_for(delay);
+    if (i == killed) ::raise(SIGKILL);
+    if (i == failing) throw std::runtime_error(std::string(message_bytes, 'x') + "end of message");
+    return i;
+  }
+};
+
+// Kills the test process (SIGALRM) if it is still alive after `seconds`: a hang fails at once
+// instead of at the suite's timeout.
+struct Watchdog {
+  explicit Watchdog(unsigned seconds) { ::alarm(seconds); }
+  ~Watchdog() { ::alarm(0); }
+  Watchdog(const Watchdog&) = delete;
+  Watchdog& operator=(const Watchdog&) = delete;
 };
 
 struct NotSerializable {
@@ -295,7 +323,9 @@ TEST_SUITE("data") {
   TEST_CASE("SequenceAdapter on processes reports a worker killed by SIGKILL" *
             doctest::timeout(30)) {
     {
-      SequenceAdapter<TroubleSequence, 2, true> adapter(TroubleSequence{5},
+      // One worker, so that batches 1 to 4 are built before it dies (with more, a death is
+      // reported as soon as the consumer waits, and batches still being built are lost).
+      SequenceAdapter<TroubleSequence, 1, true> adapter(TroubleSequence{5},
                                                         {.max_queue_size = 4, .skip = 1});
       for (std::size_t i = 1; i < 5; ++i)
         CHECK(*adapter.next() == i);
@@ -360,8 +390,105 @@ TEST_SUITE("data") {
         CHECK(bounded.next()->size() == (i + 1) * 1000);
     }
     CHECK_THROWS_WITH_AS((SequenceAdapter<GrowingSequence, 2, true>(
-                             GrowingSequence{}, {.slot_bytes = std::size_t{1} << 50U})),
+                             GrowingSequence{}, {.slot_bytes = AdapterOptions::max_slot_bytes})),
                          doctest::Contains("bytes of shared memory (10 slots of"), WorkerError);
+    CHECK(no_children());
+  }
+
+  TEST_CASE("SequenceAdapter on processes names the largest slot_bytes it accepts" *
+            doctest::timeout(30)) {
+    // Sizes near SIZE_MAX once wrapped around: a ring of 0 bytes, or a slot of 4032.
+    for (const std::size_t bytes :
+         {std::numeric_limits<std::size_t>::max() - 4095, std::numeric_limits<std::size_t>::max(),
+          AdapterOptions::max_slot_bytes + 1}) {
+      CAPTURE(bytes);
+      CHECK_THROWS_WITH_AS(
+          (SequenceAdapter<IndexSequence, 2, true>(IndexSequence{}, {.slot_bytes = bytes})),
+          doctest::Contains(
+              ("slot_bytes must be at most 1099511627776 but is " + std::to_string(bytes)).c_str()),
+          ConfigError);
+    }
+    CHECK(no_children());
+  }
+
+  TEST_CASE("SequenceAdapter on processes runs three rings of small batches for any queue size" *
+            doctest::timeout(120)) {
+    const Watchdog watchdog(100);
+    for (const std::size_t queue : {16, 4096, 8192, 65536}) {
+      CAPTURE(queue);
+      SequenceAdapter<IndexSequence, 2, true> adapter(IndexSequence{},
+                                                      {.max_queue_size = queue, .slot_bytes = 1});
+      bool in_order = true;
+      for (std::size_t i = 0; i < 3 * queue; ++i)
+        in_order = in_order && *adapter.next() == i % length;
+      CHECK(in_order);
+    }
+    CHECK(no_children());
+  }
+
+  TEST_CASE("SequenceAdapter on processes gives up a batch past the timeout and kills its worker" *
+            doctest::timeout(30)) {
+    {
+      SequenceAdapter<FaultSequence, 2, true> adapter(
+          FaultSequence{.slow = 1, .delay = std::chrono::seconds(3)},
+          {.max_queue_size = 4, .timeout = std::chrono::milliseconds(100), .slot_bytes = 4096});
+      const auto started = std::chrono::steady_clock::now();
+      CHECK(*adapter.next() == 0);
+      // Measured: about 2 ms (3 s before, waiting for the slow batch).
+      CHECK(std::chrono::steady_clock::now() - started < std::chrono::seconds(1));
+      CHECK_THROWS_WITH_AS(adapter.next(),
+                           doctest::Contains("batch 1 (epoch 0, position 1) was not ready after "
+                                             "100 ms (per-batch timeout); worker process "),
+                           WorkerError);
+      // Measured: 0.1 s.
+      CHECK(std::chrono::steady_clock::now() - started < std::chrono::seconds(2));
+      // A fresh worker takes over; the stream goes on after the batch given up.
+      for (std::size_t i = 2; i < 20; ++i)
+        CHECK(*adapter.next() == i);
+    }
+    CHECK(no_children());
+  }
+
+  TEST_CASE("SequenceAdapter on processes reports a dead worker while another is busy" *
+            doctest::timeout(30)) {
+    {
+      SequenceAdapter<FaultSequence, 2, true> adapter(
+          FaultSequence{.slow = 0, .delay = std::chrono::seconds(4), .killed = 1},
+          {.max_queue_size = 4, .slot_bytes = 4096});
+      const auto started = std::chrono::steady_clock::now();
+      CHECK_THROWS_WITH_AS(adapter.next(),
+                           doctest::Contains("was killed by signal 9 (SIGKILL) while building "
+                                             "batch 1 (epoch 0, position 1)"),
+                           WorkerError);
+      // Measured: about 2 ms (4.1 s before, when the busy worker finished).
+      CHECK(std::chrono::steady_clock::now() - started < std::chrono::seconds(1));
+    }
+    CHECK(no_children());
+  }
+
+  TEST_CASE("SequenceAdapter on processes delivers a long exception message whole" *
+            doctest::timeout(30)) {
+    // 20 KB arrived cut at the slot (4 KiB here); 1 MB is more than a socket buffer holds.
+    for (const std::size_t bytes : {20000, 1000000}) {
+      CAPTURE(bytes);
+      SequenceAdapter<FaultSequence, 2, true> adapter(
+          FaultSequence{.failing = 3, .message_bytes = bytes},
+          {.max_queue_size = 4, .slot_bytes = 4096});
+      for (std::size_t i = 0; i < 3; ++i)
+        CHECK(*adapter.next() == i);
+      try {
+        adapter.next();
+        FAIL("batch 3 did not fail");
+      } catch (const WorkerError& e) {
+        const std::string message = e.what();
+        CHECK(message.find("batch 3 (epoch 0, position 3) failed in worker process") !=
+              std::string::npos);
+        CHECK(message.size() > bytes);
+        CHECK(message.ends_with(std::string(100, 'x') + "end of message"));
+      }
+      for (std::size_t i = 4; i < 20; ++i)
+        CHECK(*adapter.next() == i);
+    }
     CHECK(no_children());
   }
 

@@ -8,7 +8,9 @@
 #include <cstdint>
 #include <iterator>
 #include <limits>
+#include <memory>
 #include <optional>
+#include <string>
 #include <type_traits>
 #include <utility>
 
@@ -28,9 +30,9 @@ namespace detail {
 template <class S, class Batch>
 class InlineBackend {
  public:
-  InlineBackend(const S& sequence, Sampler& sampler, const AdapterOptions&, std::size_t,
-                std::uint64_t, std::uint64_t)
-      : sequence_(sequence), sampler_(sampler) {}
+  InlineBackend(const std::shared_ptr<S>& sequence, Sampler& sampler, const AdapterOptions&,
+                std::size_t, std::uint64_t, std::uint64_t)
+      : sequence_(*sequence), sampler_(sampler) {}
 
   BackendResult<Batch> take(std::uint64_t position) {
     BackendResult<Batch> result;
@@ -45,6 +47,7 @@ class InlineBackend {
     return result;
   }
   void resume(std::uint64_t) noexcept {}
+  void settle() noexcept {}
   std::uint64_t produced() const noexcept { return produced_; }
   std::chrono::nanoseconds waited() const noexcept { return {}; }
   std::size_t occupancy() const noexcept { return 0; }
@@ -72,12 +75,19 @@ using backend_t = std::conditional_t<
 /// - `on_epoch_end()` of the sequence runs on the consumer after the last batch of each epoch,
 ///   before the next batch is returned, never concurrently with `sequence[i]`; then
 ///   `set_epoch(e)` (`SequenceWithSetEpoch`), which also runs before the first batch. Forked
-///   workers see what it changed: the adapter forks them again at each epoch boundary when the
-///   sequence has the hook.
-/// - A failed batch throws `WorkerError` (batch index and original message) when its turn comes;
-///   calling `next()` again continues with the following batch. A worker process killed by a
-///   signal throws `WorkerError` naming its pid, the signal and the batch, after which the adapter
-///   can only be destroyed.
+///   workers see what they changed: the adapter forks them again at each epoch boundary when the
+///   sequence has either hook.
+/// - A failed batch throws `WorkerError` (batch index and original message, whole) when its turn
+///   comes; calling `next()` again continues with the following batch. So does a batch that is not
+///   ready within `AdapterOptions::timeout`: a worker process stuck in it is killed and replaced, a
+///   worker thread is abandoned (see below) and replaced. A worker process that dies throws
+///   `WorkerError` naming its pid, the signal and the batch as soon as the consumer waits, whatever
+///   the other workers are doing, after which the adapter can only be destroyed.
+/// - Destruction, an early `break` included, returns promptly: worker processes are killed; a
+///   worker thread inside `sequence[i]` cannot be interrupted, so it is abandoned: the call runs to
+///   its end on that detached thread, which owns a share of the sequence (freed after the last
+///   such call returns, on that thread), then drops its batch and exits. A process that exits
+///   first cuts the call short, as it would any thread.
 /// - `state()` is taken at the consumption boundary and restores, with any `Workers` or
 ///   `Multiprocess`, exactly the stream an uninterrupted run would produce, at O(1) cost.
 ///
@@ -110,20 +120,21 @@ class SequenceAdapter {
   static constexpr bool multiprocess = Multiprocess;
 
   /// Starts serving `sequence` from the beginning (after `options.skip` batches); throws
-  /// `ConfigError` for a `max_queue_size` of 0, fewer batches than ranks or a bad rank.
+  /// `ConfigError` for a `max_queue_size` of 0 or above `max_queue_size_limit`, a `slot_bytes`
+  /// above `max_slot_bytes`, fewer batches than ranks or a bad rank.
   explicit SequenceAdapter(S sequence, const AdapterOptions& options = {})
-      : sequence_(std::move(sequence)),
+      : sequence_(std::make_shared<S>(std::move(sequence))),
         options_(checked(options)),
-        sampler_(sequence_.size(), sampler_options(options_)),
+        sampler_(sequence_->size(), sampler_options(options_)),
         position_(starting_position()),
         backend_(sequence_, sampler_, options_, Workers, position_, first_barrier()) {}
 
   /// Continues from a state saved by `state()`, possibly with other `Workers` or `Multiprocess`;
   /// throws `CheckpointError` when the state belongs to another seed or sequence length.
   SequenceAdapter(S sequence, const AdapterOptions& options, const SamplerState& state)
-      : sequence_(std::move(sequence)),
+      : sequence_(std::make_shared<S>(std::move(sequence))),
         options_(checked(options)),
-        sampler_(sequence_.size(), sampler_options(options_), state),
+        sampler_(sequence_->size(), sampler_options(options_), state),
         position_(starting_position()),
         backend_(sequence_, sampler_, options_, Workers, position_, first_barrier()) {}
 
@@ -131,13 +142,15 @@ class SequenceAdapter {
   SequenceAdapter& operator=(const SequenceAdapter&) = delete;
 
   /// The next batch, or nothing at the end of a validation pass. Throws `WorkerError` for a batch
-  /// that failed (the adapter moves past it), for a timeout (it does not), and for a dead worker
-  /// process.
+  /// that failed or passed the timeout (the adapter moves past it), and for a dead worker process.
   std::optional<batch_type> next() {
     if (epoch_end_pending_) {
+      if constexpr (SequenceWithEpochEnd<S> || SequenceWithSetEpoch<S>) {
+        backend_.settle();  // no abandoned sequence[i] may run beside the hooks
+      }
+      if constexpr (SequenceWithEpochEnd<S>) sequence_->on_epoch_end();
+      if constexpr (SequenceWithSetEpoch<S>) sequence_->set_epoch(sampler_.epoch_of(position_));
       epoch_end_pending_ = false;
-      if constexpr (SequenceWithEpochEnd<S>) sequence_.on_epoch_end();
-      if constexpr (SequenceWithSetEpoch<S>) sequence_.set_epoch(sampler_.epoch_of(position_));
       backend_.resume(first_barrier());
     }
     if (position_ >= sampler_.end()) return std::nullopt;
@@ -198,13 +211,23 @@ class SequenceAdapter {
   std::size_t size() const noexcept { return sampler_.length(); }
   /// The number of batches this rank gets in one validation pass.
   std::uint64_t pass_length() const noexcept { return sampler_.pass_length(); }
-  const S& sequence() const noexcept { return sequence_; }
+  const S& sequence() const noexcept { return *sequence_; }
   const AdapterOptions& options() const noexcept { return options_; }
 
  private:
   static AdapterOptions checked(const AdapterOptions& options) {
     if (options.max_queue_size == 0) {
       throw ConfigError("sequence adapter: max_queue_size must be positive but is 0");
+    }
+    if (options.max_queue_size > AdapterOptions::max_queue_size_limit) {
+      throw ConfigError("sequence adapter: max_queue_size must be at most " +
+                        std::to_string(AdapterOptions::max_queue_size_limit) + " but is " +
+                        std::to_string(options.max_queue_size));
+    }
+    if (options.slot_bytes > AdapterOptions::max_slot_bytes) {
+      throw ConfigError("sequence adapter: slot_bytes must be at most " +
+                        std::to_string(AdapterOptions::max_slot_bytes) + " but is " +
+                        std::to_string(options.slot_bytes));
     }
     return options;
   }
@@ -217,7 +240,7 @@ class SequenceAdapter {
   /// (before any worker exists).
   std::uint64_t starting_position() {
     const std::uint64_t start = sampler_.start();
-    if constexpr (SequenceWithSetEpoch<S>) sequence_.set_epoch(sampler_.epoch_of(start));
+    if constexpr (SequenceWithSetEpoch<S>) sequence_->set_epoch(sampler_.epoch_of(start));
     return start;
   }
 
@@ -230,7 +253,8 @@ class SequenceAdapter {
     }
   }
 
-  S sequence_;
+  // Shared with worker threads, so that an abandoned one never outlives what it reads.
+  std::shared_ptr<S> sequence_;
   AdapterOptions options_;
   Sampler sampler_;
   std::uint64_t position_;

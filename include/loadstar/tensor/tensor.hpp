@@ -17,6 +17,7 @@
 
 #include "loadstar/config.hpp"
 #include "loadstar/error.hpp"
+#include "loadstar/tensor/detail/storage_cache.hpp"
 #include "loadstar/tensor/dtype.hpp"
 #include "loadstar/tensor/shape.hpp"
 
@@ -220,11 +221,13 @@ class Tensor {
   Tensor(const Shape& shape, Uninitialized) : shape_(shape) { allocate(); }
 
   void allocate() {
-    // One allocation per tensor, aligned for vector loads; the deleter matches the aligned new.
+    // One allocation per tensor, aligned for vector loads; large blocks are recycled (see
+    // `StorageCache`).
     const std::size_t bytes = std::max<std::size_t>(size() * sizeof(T), 1);
-    constexpr std::align_val_t alignment{LOADSTAR_TENSOR_ALIGNMENT};
-    void* memory = ::operator new(bytes, alignment);
-    owner_ = std::shared_ptr<void>(memory, [](void* p) { ::operator delete(p, alignment); });
+    void* memory = detail::StorageCache::instance().allocate(bytes);
+    // When the control block cannot be allocated, shared_ptr gives the block back itself.
+    owner_ = std::shared_ptr<void>(
+        memory, [bytes](void* p) { detail::StorageCache::instance().release(p, bytes); });
     data_ = static_cast<T*>(memory);
   }
 

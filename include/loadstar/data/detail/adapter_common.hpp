@@ -16,7 +16,8 @@ namespace loadstar {
 /// Options of a `SequenceAdapter`: Determined's `_build_enqueuer` arguments plus the process
 /// transport and a per-batch timeout.
 struct AdapterOptions {
-  /// The most batches requested but not yet consumed (Keras's `max_queue_size`); must be > 0.
+  /// The most batches requested but not yet consumed (Keras's `max_queue_size`); from 1 to
+  /// `max_queue_size_limit`.
   std::size_t max_queue_size = 10;
   /// Reshuffle the batch order every epoch, seeded by `seed` (training only, as in Determined).
   bool shuffle = false;
@@ -29,15 +30,24 @@ struct AdapterOptions {
   bool repeat = true;
   /// The batches this rank has already consumed (Determined's `prior_batches_trained`).
   std::uint64_t skip = 0;
-  /// The longest the consumer waits for one batch before `next()` throws `WorkerError`; zero
-  /// waits forever. The batch stays requested: a later `next()` waits for it again.
+  /// The longest the consumer waits for one batch before `next()` throws `WorkerError` naming it;
+  /// zero waits forever. The batch is given up, as a failed one is, and the next `next()` goes on
+  /// with the following batch. The worker stuck in it is replaced: a worker process is killed; a
+  /// worker thread cannot be, so it is abandoned (it finishes the call on its own, keeping the
+  /// sequence alive until then, and its batch is dropped).
   std::chrono::milliseconds timeout{0};
   /// Processes only: the bytes of one shared-memory slot (a serialized batch, whose tensors are
   /// padded to 64 bytes). Zero measures the first batch, built in the consumer before forking,
   /// and adds a quarter plus 4 KiB of headroom: give a bound when batches grow. A batch that does
   /// not fit is a `WorkerError` naming the bytes it needs; the ring is reserved up front, and a
-  /// shortfall of memory is a `WorkerError` naming the bytes needed.
+  /// shortfall of memory is a `WorkerError` naming the bytes needed. At most `max_slot_bytes`.
   std::size_t slot_bytes = 0;
+
+  /// The largest `max_queue_size`: a ring of 2^20 batches is far beyond any prefetch need, and
+  /// the bound keeps the slot count times `max_slot_bytes` within 64 bits.
+  static constexpr std::size_t max_queue_size_limit = std::size_t{1} << 20U;
+  /// The largest `slot_bytes` (1 TiB).
+  static constexpr std::size_t max_slot_bytes = std::size_t{1} << 40U;
 };
 
 /// Counters of a `SequenceAdapter`, readable at any time.
