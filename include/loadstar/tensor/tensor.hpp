@@ -221,7 +221,8 @@ class Tensor {
 
   void allocate() {
     // One allocation per tensor, aligned for vector loads; the deleter matches the aligned new.
-    const std::size_t bytes = std::max<std::size_t>(size() * sizeof(T), 1);
+    // Overflow-checked: a shape read from a file may have more bytes than memory can address.
+    const std::size_t bytes = std::max<std::size_t>(shape_.bytes(sizeof(T)), 1);
     constexpr std::align_val_t alignment{LOADSTAR_TENSOR_ALIGNMENT};
     void* memory = ::operator new(bytes, alignment);
     owner_ = std::shared_ptr<void>(memory, [](void* p) { ::operator delete(p, alignment); });
