@@ -9,6 +9,7 @@
 #include "loadstar/data/concepts.hpp"
 #include "loadstar/data/dataset.hpp"
 #include "loadstar/data/hdf5.hpp"
+#include "loadstar/data/hdf5_options.hpp"
 #include "loadstar/data/hdf5_sequence.hpp"
 #include "loadstar/data/idx.hpp"
 #include "loadstar/data/sampler.hpp"

@@ -10,9 +10,11 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <loadstar/data/array_sequence.hpp>
 #include <loadstar/data/concepts.hpp>
 #include <loadstar/data/hdf5.hpp>
+#include <loadstar/data/hdf5_options.hpp>
 #include <loadstar/data/hdf5_sequence.hpp>
 #include <loadstar/error.hpp>
 #include <loadstar/tensor.hpp>
@@ -25,6 +27,7 @@
 using loadstar::ArrayOptions;
 using loadstar::ConfigError;
 using loadstar::FormatError;
+using loadstar::Hdf5Options;
 using loadstar::Hdf5Sequence;
 using loadstar::IoError;
 using loadstar::read_hdf5;
@@ -73,6 +76,27 @@ void write_raw(const fs::path& file, const std::string& name, const H5::PredType
   const H5::DataSet data = h5.createDataSet(name, file_type, space);
   data.write(values.data(), memory_type);
 }
+
+/// A crafted file of `tests/data/hostile/`, found by fuzzing the readers.
+fs::path hostile_file(const std::string& name) {
+  const char* root = std::getenv("LOADSTAR_SOURCE_DIR");
+  REQUIRE_MESSAGE(root != nullptr, "LOADSTAR_SOURCE_DIR is not set");
+  return fs::path(root) / "tests" / "data" / "hostile" / name;
+}
+
+/// Creates an empty float32 dataset of shape `dims`, chunked as `chunk` (or contiguous when
+/// `chunk` is empty), of which nothing is ever written: a file of a few kilobytes.
+void write_unwritten(const fs::path& file, const std::string& name,
+                     const std::vector<hsize_t>& dims, const std::vector<hsize_t>& chunk) {
+  H5::H5File h5(file.c_str(), fs::exists(file) ? H5F_ACC_RDWR : H5F_ACC_TRUNC);
+  H5::DSetCreatPropList create;
+  if (!chunk.empty()) create.setChunk(static_cast<int>(chunk.size()), chunk.data());
+  const H5::DataSpace space(static_cast<int>(dims.size()), dims.data());
+  h5.createDataSet(name, H5::PredType::IEEE_F32LE, space, create);
+}
+
+constexpr loadstar::Hdf5Options trusted{.trust = loadstar::Trust::trusted};
+constexpr loadstar::Hdf5Options untrusted{.trust = loadstar::Trust::untrusted};
 
 /// Rows `[begin, end)` of `t` as a new tensor, to compare batches with.
 template <class T>
@@ -392,6 +416,175 @@ TEST_SUITE("data") {
     CHECK(WEXITSTATUS(status) == 0);
     // The parent's handles still work after the child closed its inherited copies.
     CHECK(std::get<1>(seq[6]) == rows(y, 48, 50));
+  }
+
+  TEST_CASE("read_hdf5 turns a file that crashes libhdf5 into a FormatError naming the file") {
+    // Found by fuzzing: libhdf5 1.10 dereferences a corrupt heap address in H5F__accum_read,
+    // reached from H5Lexists, and the process dies of SIGSEGV (release builds too). Parsed in a
+    // sandbox child, the file costs the child only.
+    const auto file = hostile_file("h5lexists-segv.h5");
+    const std::string where = "hdf5 file '" + file.string() + "': corrupt or hostile file: ";
+    CHECK_THROWS_WITH_AS(read_hdf5<float>(file, "x"), contains(where + "the sandbox process"),
+                         FormatError);
+    CHECK_THROWS_WITH_AS(read_hdf5<float>(file, "x"),
+                         doctest::Contains("reading dataset '/x' was killed by SIGSEGV"),
+                         FormatError);
+    CHECK_THROWS_WITH_AS((Hdf5Sequence<float, float>(file, "x", "y", 1)),
+                         contains(where + "the sandbox process"), FormatError);
+    CHECK_THROWS_WITH_AS((Hdf5Sequence<float, float>(file, "x", "y", 1)),
+                         doctest::Contains("checking datasets '/x' and '/y' was killed by SIGSEGV"),
+                         FormatError);
+    // The process goes on reading other files.
+    TempDir dir;
+    write_hdf5(dir / "fine.h5", "x", Tensor<float>({2}, {1.f, 2.f}));
+    CHECK(read_hdf5<float>(dir / "fine.h5", "x") == Tensor<float>({2}, {1.f, 2.f}));
+  }
+
+  TEST_CASE("read_hdf5 refuses a compact dataset holding fewer bytes than its shape needs") {
+    // Found by fuzzing: a float type of 49 bytes over 20 bytes of compact data; libhdf5 copied
+    // 245 bytes out of the 20-byte buffer (a heap over-read AddressSanitizer reports, silent
+    // garbage otherwise).
+    const auto file = hostile_file("compact-overread.h5");
+    for (const Hdf5Options& options : {trusted, untrusted}) {
+      CAPTURE(static_cast<int>(options.trust));
+      CHECK_THROWS_WITH_AS(read_hdf5<float>(file, "y", {}, options),
+                           contains("hdf5 file '" + file.string() +
+                                    "': dataset '/y' has shape (5,) of 49-byte elements (245 "
+                                    "bytes) but its compact storage holds 20 bytes"),
+                           FormatError);
+      CHECK(read_hdf5<float>(file, "x", {}, options).shape() == Shape{5, 3});
+    }
+  }
+
+  TEST_CASE("read_hdf5 and Hdf5Sequence refuse a dataset whose element count overflows") {
+    // (2^32, 2^32) has 2^64 elements: the count used to wrap to 0, a 1-byte tensor came back
+    // claiming the whole shape, and reading it faulted.
+    TempDir dir;
+    const auto file = dir / "huge.h5";
+    write_unwritten(file, "x", {hsize_t{1} << 32, hsize_t{1} << 32}, {1, 1024});
+    write_unwritten(file, "y", {hsize_t{1} << 32}, {1024});
+    const std::string expected = "hdf5 file '" + file.string() +
+                                 "': dataset '/x' declares shape (4294967296, 4294967296), more "
+                                 "elements than memory can address";
+    for (const Hdf5Options& options : {trusted, untrusted}) {
+      CAPTURE(static_cast<int>(options.trust));
+      CHECK_THROWS_WITH_AS(read_hdf5<float>(file, "x", {}, options), contains(expected),
+                           FormatError);
+      CHECK_THROWS_WITH_AS((Hdf5Sequence<float, float>(file, "x", "y", 1, {}, options)),
+                           contains(expected), FormatError);
+    }
+  }
+
+  TEST_CASE("read_hdf5 refuses a dataset whose data the file does not store") {
+    // A file of under 2 KB declaring a 1 GiB dataset whose chunks were never written: HDF5 used
+    // to fill the whole gigabyte with the fill value (or throw std::bad_alloc).
+    TempDir dir;
+    const auto file = dir / "unwritten.h5";
+    write_unwritten(file, "chunked", {16384, 16384}, {64, 64});
+    write_unwritten(file, "contiguous", {16384, 16384}, {});
+    write_unwritten(file, "small", {4, 4}, {2, 2});
+    CHECK(fs::file_size(file) < 8192);
+    for (const Hdf5Options& options : {trusted, untrusted}) {
+      CAPTURE(static_cast<int>(options.trust));
+      CHECK_THROWS_WITH_AS(read_hdf5<float>(file, "chunked", {}, options),
+                           contains("hdf5 file '" + file.string() +
+                                    "': dataset '/chunked' has shape (16384, 16384) (1073741824 "
+                                    "bytes to read) but the file stores 0 chunks of 4096 "
+                                    "elements: 1073741824 bytes would be fill value never "
+                                    "written, more than the limit of 67108864 bytes "
+                                    "(Hdf5Options::max_fill_bytes)"),
+                           FormatError);
+      CHECK_THROWS_WITH_AS(read_hdf5<float>(file, "contiguous", {}, options),
+                           doctest::Contains("the file stores no data (its storage was never "
+                                             "allocated): 1073741824 bytes would be fill value"),
+                           FormatError);
+      // Within the limit, unwritten data read as the fill value, as h5py reads them.
+      CHECK(read_hdf5<float>(file, "small", {}, options) == Tensor<float>({4, 4}));
+      Hdf5Options strict = options;
+      strict.max_fill_bytes = 32;
+      CHECK_THROWS_WITH_AS(read_hdf5<float>(file, "small", {}, strict),
+                           doctest::Contains("64 bytes would be fill value never written, more "
+                                             "than the limit of 32 bytes"),
+                           FormatError);
+    }
+  }
+
+  TEST_CASE("read_hdf5 and Hdf5Sequence check their allocations against max_bytes first") {
+    TempDir dir;
+    const auto file = dir / "data.h5";
+    write_hdf5(file, "x", iota<float>({6, 4}));
+    write_hdf5(file, "y", iota<std::int64_t>({6}));
+    for (const Hdf5Options& options : {trusted, untrusted}) {
+      CAPTURE(static_cast<int>(options.trust));
+      Hdf5Options small = options;
+      small.max_bytes = 64;
+      CHECK_THROWS_WITH_AS(read_hdf5<float>(file, "x", {}, small),
+                           contains("hdf5 file '" + file.string() +
+                                    "': dataset '/x' of shape (6, 4) needs 96 bytes, more than "
+                                    "the limit of 64 bytes (Hdf5Options::max_bytes)"),
+                           FormatError);
+      CHECK(read_hdf5<std::int64_t>(file, "y", {}, small).shape() == Shape{6});
+      CHECK((Hdf5Sequence<float, std::int64_t>(file, "x", "y", 4, {}, small).size()) == 2);
+      CHECK_THROWS_WITH_AS((Hdf5Sequence<float, std::int64_t>(file, "x", "y", 5, {}, small)),
+                           contains("hdf5 sequence over '" + file.string() +
+                                    "': a batch of dataset '/x' of shape (5, 4) needs 80 bytes, "
+                                    "more than the limit of 64 bytes (Hdf5Options::max_bytes)"),
+                           FormatError);
+    }
+    // A batch of rows larger than memory is refused when the sequence is made, not by a
+    // std::bad_alloc escaping the first operator[].
+    const auto huge = dir / "rows.h5";
+    write_unwritten(huge, "x", {4, hsize_t{1} << 40}, {1, 1024});
+    write_unwritten(huge, "y", {4}, {4});
+    Hdf5Options unlimited_fill = trusted;
+    unlimited_fill.max_fill_bytes = std::numeric_limits<std::size_t>::max();
+    CHECK_THROWS_WITH_AS(
+        (Hdf5Sequence<float, float>(huge, "x", "y", 1, {}, unlimited_fill)),
+        doctest::Contains("a batch of dataset '/x' of shape (1, 1099511627776) needs "
+                          "4398046511104 bytes, more than the limit of 17179869184 bytes"),
+        FormatError);
+  }
+
+  TEST_CASE("read_hdf5 leaves no library state behind when opening a corrupt dataset fails" *
+            doctest::timeout(60)) {
+    // Found by fuzzing: with an automatic error handler installed, libhdf5 1.10 kept state from
+    // a failed dataset open and printed "HDF5: infinite loop closing library" when the process
+    // ended. A child reads the file in this process (trusted), closes the library and reports
+    // what HDF5 printed.
+    const auto file = hostile_file("failed-dataset-open.h5");
+    int pipe_fds[2];
+    REQUIRE(::pipe(pipe_fds) == 0);
+    const pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+      // No doctest assertions in the child: its exit status and output are the verdict.
+      ::dup2(pipe_fds[1], 2);
+      ::close(pipe_fds[0]);
+      int status = 0;
+      try {
+        read_hdf5<float>(file, "x", {}, trusted);
+        status = 2;
+      } catch (const FormatError& e) {
+        if (std::string(e.what()).find("chunk size must be < 4GB") == std::string::npos) {
+          status = 3;
+        }
+      } catch (...) {
+        status = 4;
+      }
+      H5close();
+      ::_exit(status);
+    }
+    ::close(pipe_fds[1]);
+    std::string printed;
+    char buffer[256];
+    for (ssize_t got; (got = ::read(pipe_fds[0], buffer, sizeof buffer)) > 0;)
+      printed.append(buffer, static_cast<std::size_t>(got));
+    ::close(pipe_fds[0]);
+    int status = -1;
+    REQUIRE(::waitpid(child, &status, 0) == child);
+    REQUIRE(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+    CHECK(printed.find("infinite loop") == std::string::npos);
   }
 
   TEST_CASE("read_hdf5 and Hdf5Sequence read a Keras-written file as h5py does") {

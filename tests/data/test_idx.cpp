@@ -4,6 +4,7 @@
 #include <zlib.h>
 #include "temp_dir.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
@@ -222,6 +223,28 @@ TEST_SUITE("data") {
                                        "but it holds more"),
           FormatError);
     }
+  }
+
+  TEST_CASE("read_idx refuses a gzip header declaring more than the file can decompress to") {
+    // Found by fuzzing: a gzip file of a few dozen bytes whose header declares 1 GiB made
+    // read_idx allocate the gigabyte before reading anything.
+    TempDir dir;
+    write_gzip(dir / "huge.gz", idx_header(0x08, {1024, 1024, 1024}));
+    const auto size = fs::file_size(dir / "huge.gz");
+    CHECK(size < 64);
+    CHECK_THROWS_WITH_AS(read_idx<std::uint8_t>(dir / "huge.gz"),
+                         contains("huge.gz': header declares shape (1024, 1024, 1024) "
+                                  "(1073741824 bytes) but a gzip file of " +
+                                  std::to_string(size) + " bytes decompresses to at most " +
+                                  std::to_string(1032 * size)),
+                         FormatError);
+    // The bound is deflate's own (1032:1): the most compressible data still read.
+    const Bytes zeros(std::size_t{4} << 20, 0);
+    write_gzip(dir / "zeros.gz", concat(idx_header(0x08, {4, 1024, 1024}), zeros));
+    CHECK(fs::file_size(dir / "zeros.gz") * 900 < zeros.size());
+    const auto t = read_idx<std::uint8_t>(dir / "zeros.gz");
+    CHECK(t.shape() == Shape{4, 1024, 1024});
+    CHECK(std::all_of(t.begin(), t.end(), [](std::uint8_t v) { return v == 0; }));
   }
 
   TEST_CASE("read_idx rejects gzip data whose checksum or stream is corrupt") {

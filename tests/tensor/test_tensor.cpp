@@ -4,6 +4,7 @@
 #include <loadstar/error.hpp>
 #include <loadstar/tensor.hpp>
 #include <numeric>
+#include <optional>
 #include <vector>
 
 using loadstar::Shape;
@@ -34,6 +35,38 @@ TEST_SUITE("tensor") {
                          doctest::Contains("at most 8 dimensions"), ShapeError);
     Shape eight{1, 1, 1, 1, 1, 1, 1, 1};
     CHECK_THROWS_WITH_AS(eight.prepend(2), doctest::Contains("beyond rank 8"), ShapeError);
+  }
+
+  TEST_CASE("Shape refuses dimensions whose number of elements overflows") {
+    constexpr std::size_t two_32 = std::size_t{1} << 32;
+    // (2^32, 2^32) has 2^64 elements: elements() used to wrap to 0 and a tensor of this shape
+    // got a 1-byte allocation.
+    CHECK_THROWS_WITH_AS((Shape{two_32, two_32}),
+                         doctest::Contains("shape (4294967296, 4294967296): the number of "
+                                           "elements overflows std::size_t"),
+                         ShapeError);
+    CHECK_THROWS_AS(Shape(std::vector<std::uint64_t>{two_32 + 1, two_32, 3}), ShapeError);
+    CHECK_THROWS_AS(Shape{two_32}.prepend(two_32), ShapeError);
+    CHECK_THROWS_AS((Shape{1, two_32}).with_rows(two_32), ShapeError);
+    // A zero dimension makes any shape empty, as in NumPy.
+    CHECK((Shape{0, two_32, two_32}).elements() == 0);
+    CHECK((Shape{two_32, two_32 - 1}).elements() == two_32 * (two_32 - 1));
+    CHECK(Shape{3, 4}.bytes(8) == 96);
+    CHECK_THROWS_WITH_AS(Shape{std::size_t{1} << 62}.bytes(4),
+                         doctest::Contains("shape (4611686018427387904,): 4-byte elements need "
+                                           "more bytes than memory can address"),
+                         ShapeError);
+    CHECK(Shape::checked_product(std::vector<std::uint64_t>{two_32, two_32}) == std::nullopt);
+    CHECK(Shape::checked_product(std::vector<int>{2, -1}) == std::nullopt);
+    CHECK(Shape::checked_product(std::vector<int>{2, 3}) == 6);
+  }
+
+  TEST_CASE("Tensor refuses a shape whose bytes overflow rather than allocating less") {
+    // 2^62 elements fit in std::size_t but 2^62 floats do not fit in 2^64 bytes.
+    CHECK_THROWS_WITH_AS(Tensor<float>::uninitialized(Shape{std::size_t{1} << 62}),
+                         doctest::Contains("4-byte elements need more bytes than memory can "
+                                           "address"),
+                         ShapeError);
   }
 
   TEST_CASE_TEMPLATE("Tensor stores every element type row-major and aligned", T, float, double,

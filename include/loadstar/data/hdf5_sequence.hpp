@@ -8,8 +8,10 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <new>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -18,6 +20,8 @@
 
 #include "loadstar/data/array_sequence.hpp"
 #include "loadstar/data/detail/hdf5.hpp"
+#include "loadstar/data/detail/sandbox.hpp"
+#include "loadstar/data/hdf5_options.hpp"
 #include "loadstar/error.hpp"
 #include "loadstar/tensor/shape.hpp"
 #include "loadstar/tensor/tensor.hpp"
@@ -108,21 +112,34 @@ class Hdf5Sequence {
   /// Opens `file` and checks both datasets. Throws `IoError` and `FormatError` as `read_hdf5`
   /// does, `ShapeError` for a type class that is not `TX`'s or `TY`'s, a scalar or empty dataset
   /// or row counts that differ, and `ConfigError` for a batch size of 0 or larger than the data.
+  ///
+  /// Unless `hdf5.trust` is `Trust::trusted`, a forked child first opens the file and reads
+  /// every row of both datasets once (in blocks of at most 16 MiB), so that a file that crashes
+  /// libhdf5 gives a `FormatError` here rather than ending the process in a later `operator[]`.
+  /// The file must not change while the sequence is in use.
   Hdf5Sequence(const std::filesystem::path& file, const std::string& x_dataset,
-               const std::string& y_dataset, std::size_t batch_size, ArrayOptions options = {})
+               const std::string& y_dataset, std::size_t batch_size, ArrayOptions options = {},
+               Hdf5Options hdf5 = {})
       : state_(std::make_shared<detail::Hdf5SequenceState>(
             file, detail::absolute_dataset_name(x_dataset),
             detail::absolute_dataset_name(y_dataset))),
         batch_size_(batch_size) {
     const std::string owner = "hdf5 sequence over '" + file.string() + "'";
+    if (hdf5.trust == Trust::untrusted) {
+      detail::run_sandboxed(
+          detail::hdf5_file_name(file),
+          "checking datasets '" + state_->x_name + "' and '" + state_->y_name + "'",
+          detail::hdf5_mutex(), [&] {
+            detail::Hdf5Lock::configure_errors();
+            check_in_child(file, hdf5);
+            return std::string();
+          });
+    }
     {
       detail::Hdf5Lock lock;
       try {
         state_->open_in_this_process();
-        detail::check_hdf5_type_class<TX>(*state_->x, file, state_->x_name);
-        detail::check_hdf5_type_class<TY>(*state_->y, file, state_->y_name);
-        x_shape_ = detail::hdf5_dataset_shape(*state_->x, file, state_->x_name);
-        y_shape_ = detail::hdf5_dataset_shape(*state_->y, file, state_->y_name);
+        std::tie(x_shape_, y_shape_) = inspect(*state_->x, *state_->y, file, hdf5);
       } catch (const H5::Exception& error) {
         throw FormatError(detail::hdf5_file_name(file) + ": cannot open datasets '" +
                           state_->x_name + "' and '" + state_->y_name + "' (" +
@@ -152,6 +169,11 @@ class Hdf5Sequence {
       throw ConfigError(owner + ": batch_size " + std::to_string(batch_size_) +
                         " is larger than the " + std::to_string(rows_) + " rows of the data");
     }
+    // A batch is allocated by every `operator[]`: its size must be within the limit.
+    detail::checked_hdf5_read_bytes(owner + ": a batch of dataset '" + state_->x_name + "'",
+                                    x_shape_.with_rows(batch_size_), sizeof(TX), hdf5);
+    detail::checked_hdf5_read_bytes(owner + ": a batch of dataset '" + state_->y_name + "'",
+                                    y_shape_.with_rows(batch_size_), sizeof(TY), hdf5);
     batches_ =
         options.drop_leftovers ? rows_ / batch_size_ : (rows_ + batch_size_ - 1) / batch_size_;
   }
@@ -177,9 +199,18 @@ class Hdf5Sequence {
     }
     const std::size_t begin = index * batch_size_;
     const std::size_t end = std::min(begin + batch_size_, rows_);
-    // Allocated before taking the lock, which then covers only HDF5's own work.
-    auto x = Tensor<TX>::uninitialized(x_shape_.with_rows(end - begin));
-    auto y = Tensor<TY>::uninitialized(y_shape_.with_rows(end - begin));
+    // Allocated before taking the lock, which then covers only HDF5's own work; their sizes
+    // were checked against `Hdf5Options::max_bytes` on construction.
+    Tensor<TX> x;
+    Tensor<TY> y;
+    try {
+      x = Tensor<TX>::uninitialized(x_shape_.with_rows(end - begin));
+      y = Tensor<TY>::uninitialized(y_shape_.with_rows(end - begin));
+    } catch (const std::bad_alloc&) {
+      throw FormatError(detail::hdf5_file_name(state_->path) + ": cannot allocate rows [" +
+                        std::to_string(begin) + ", " + std::to_string(end) + ") of datasets '" +
+                        state_->x_name + "' and '" + state_->y_name + "'");
+    }
     detail::Hdf5Lock lock;
     try {
       state_->open_in_this_process();
@@ -195,6 +226,52 @@ class Hdf5Sequence {
   }
 
  private:
+  /// The shapes of datasets `x` and `y`, after checking their type classes and storage.
+  std::pair<Shape, Shape> inspect(const H5::DataSet& x, const H5::DataSet& y,
+                                  const std::filesystem::path& file,
+                                  const Hdf5Options& hdf5) const {
+    detail::check_hdf5_type_class<TX>(x, file, state_->x_name);
+    detail::check_hdf5_type_class<TY>(y, file, state_->y_name);
+    Shape x_shape = detail::hdf5_dataset_shape(x, file, state_->x_name);
+    Shape y_shape = detail::hdf5_dataset_shape(y, file, state_->y_name);
+    detail::check_hdf5_storage(x, file, state_->x_name, x_shape, sizeof(TX), hdf5);
+    detail::check_hdf5_storage(y, file, state_->y_name, y_shape, sizeof(TY), hdf5);
+    return {x_shape, y_shape};
+  }
+
+  /// In a sandbox child: opens the file as the constructor does and reads every row of both
+  /// datasets, so that whatever libhdf5 does with the file happens here first. Errors are left
+  /// for the constructor to report as it always does, after this child succeeded.
+  void check_in_child(const std::filesystem::path& file, const Hdf5Options& hdf5) const {
+    const H5::H5File h5 = detail::open_hdf5_for_reading(file);
+    try {
+      const H5::DataSet x = detail::open_hdf5_dataset(h5, file, state_->x_name);
+      const H5::DataSet y = detail::open_hdf5_dataset(h5, file, state_->y_name);
+      const auto [x_shape, y_shape] = inspect(x, y, file, hdf5);
+      read_every_row<TX>(x, x_shape, hdf5);
+      read_every_row<TY>(y, y_shape, hdf5);
+    } catch (const H5::Exception& error) {
+      throw FormatError(detail::hdf5_file_name(file) + ": cannot read datasets '" + state_->x_name +
+                        "' and '" + state_->y_name + "' (" + detail::hdf5_reason(error) + ")");
+    }
+  }
+
+  template <TensorElement T>
+  static void read_every_row(const H5::DataSet& dataset, const Shape& shape,
+                             const Hdf5Options& hdf5) {
+    if (shape.rank() == 0 || shape.elements() == 0) return;
+    constexpr std::size_t block_bytes = std::size_t{16} << 20;
+    const std::uint64_t row_bytes = detail::saturating_bytes(shape.row_elements(), sizeof(T));
+    if (row_bytes > hdf5.max_bytes) return;  // refused by the constructor
+    const auto block =
+        static_cast<std::size_t>(std::max<std::uint64_t>(1, block_bytes / row_bytes));
+    const auto buffer = Tensor<T>::uninitialized(shape.with_rows(std::min(block, shape[0])));
+    for (std::size_t begin = 0; begin < shape[0]; begin += block) {
+      const std::size_t end = std::min(begin + block, shape[0]);
+      detail::read_hdf5_rows(dataset, shape, begin, end, buffer.slice_rows(0, end - begin));
+    }
+  }
+
   std::shared_ptr<detail::Hdf5SequenceState> state_;
   std::size_t batch_size_;
   Shape x_shape_;

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <new>
 #include <optional>
@@ -229,10 +230,26 @@ Tensor<T> read_idx(const std::filesystem::path& file,
   if (reader.plain()) {
     std::error_code error;
     const auto file_bytes = std::filesystem::file_size(file, error);
-    if (!error && file_bytes < header_bytes + data_bytes) {
+    // The header was read whole, so the file holds at least `header_bytes`; comparing what
+    // follows it cannot overflow as `header_bytes + data_bytes` could.
+    if (!error && file_bytes - header_bytes < data_bytes) {
       throw truncated(static_cast<std::size_t>(file_bytes) - header_bytes);
     }
-    if (!error && file_bytes > header_bytes + data_bytes) throw trailing();
+    if (!error && file_bytes - header_bytes > data_bytes) throw trailing();
+  } else {
+    // Deflate expands at most 1032 times (zlib's FAQ: 258 bytes per 2 bits at best), so a gzip
+    // file cannot hold more than 1032 times its size: a header declaring more is refused before
+    // allocating what it declares.
+    std::error_code error;
+    const auto file_bytes = std::filesystem::file_size(file, error);
+    constexpr std::uint64_t max_ratio = 1032;
+    if (!error && file_bytes <= std::numeric_limits<std::uint64_t>::max() / max_ratio &&
+        data_bytes > file_bytes * max_ratio) {
+      throw FormatError(reader.name() + ": header declares shape " + shape.str() + " (" +
+                        std::to_string(data_bytes) + " bytes) but a gzip file of " +
+                        std::to_string(file_bytes) + " bytes decompresses to at most " +
+                        std::to_string(file_bytes * max_ratio));
+    }
   }
 
   Tensor<T> out;

@@ -159,16 +159,29 @@ struct Serializer<Tensor<T>> {
       throw FormatError("serialized tensor: rank " + std::to_string(rank) + " exceeds " +
                         std::to_string(Shape::max_rank));
     }
-    std::vector<std::size_t> dims(rank);
-    for (auto& d : dims)
-      d = static_cast<std::size_t>(in.value<std::uint64_t>());
-    const Shape shape(dims);
+    std::uint64_t dims[Shape::max_rank];
+    for (std::size_t i = 0; i < rank; ++i)
+      dims[i] = in.value<std::uint64_t>();
+    const std::span<const std::uint64_t> dims_read(dims, rank);
+    // The dimensions come from the bytes: their product must not wrap before the check below
+    // trusts it (nor before `Shape` refuses it with a `ShapeError`).
+    const auto elements = Shape::checked_product(dims_read);
+    std::string text;
+    for (std::size_t i = 0; i < rank; ++i)
+      text += (i > 0 ? ", " : "") + std::to_string(dims[i]);
+    if (!elements) {
+      throw FormatError("serialized tensor: shape (" + text + (rank == 1 ? ",)" : ")") +
+                        " has more elements than memory can address");
+    }
     in.align();
-    if (shape.elements() > in.remaining() / sizeof(T)) {
-      throw FormatError("serialized tensor: shape " + shape.str() + " needs " +
-                        std::to_string(shape.elements() * sizeof(T)) + " bytes but only " +
+    if (*elements > in.remaining() / sizeof(T)) {
+      std::size_t bytes = 0;
+      const bool wraps = __builtin_mul_overflow(*elements, sizeof(T), &bytes);
+      throw FormatError("serialized tensor: shape (" + text + (rank == 1 ? ",)" : ")") + " needs " +
+                        (wraps ? "more than 2^64" : std::to_string(bytes)) + " bytes but only " +
                         std::to_string(in.remaining()) + " remain");
     }
+    const Shape shape(dims_read);
     if (in.owner()) {
       // A view of the buffer (a shared-memory slot), kept alive and unchanged by the owner.
       const std::byte* at = in.skip(shape.elements() * sizeof(T));

@@ -222,8 +222,9 @@ class Tensor {
 
   void allocate() {
     // One allocation per tensor, aligned for vector loads; large blocks are recycled (see
-    // `StorageCache`).
-    const std::size_t bytes = std::max<std::size_t>(size() * sizeof(T), 1);
+    // `StorageCache`). Overflow-checked: a shape read from a file may have more bytes than memory
+    // can address.
+    const std::size_t bytes = std::max<std::size_t>(shape_.bytes(sizeof(T)), 1);
     void* memory = detail::StorageCache::instance().allocate(bytes);
     // When the control block cannot be allocated, shared_ptr gives the block back itself.
     owner_ = std::shared_ptr<void>(

@@ -1,4 +1,5 @@
 #include <doctest/doctest.h>
+#include <zlib.h>
 
 #include <atomic>
 #include <cstdint>
@@ -6,9 +7,11 @@
 #include <fstream>
 #include <loadstar/data/dataset.hpp>
 #include <loadstar/data/hdf5.hpp>
+#include <loadstar/data/serialize.hpp>
 #include <loadstar/error.hpp>
 #include <numeric>
 #include <set>
+#include <span>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -24,6 +27,11 @@ using loadstar::Tensor;
 using test_support::TempDir;
 
 namespace {
+
+/// `doctest::Contains` for a message built at run time.
+doctest::Contains contains(const std::string& text) {
+  return doctest::Contains(text.c_str());
+}
 
 template <class D>
 std::vector<loadstar::element_t<D>> drain(D& dataset) {
@@ -43,6 +51,48 @@ auto counted_rows(std::atomic<int>& reads, std::size_t n = 20) {
     ++reads;
     return std::tuple{a.clone(), b.clone()};
   });
+}
+
+/// A cache file of the format of `detail/cache_file.hpp`, with a correct CRC32 over whatever
+/// it is given: a crafted file, as anyone can write one.
+struct CraftedCache {
+  std::uint32_t reserved0 = 0;
+  std::uint64_t count = 0;
+  std::uint64_t payload_bytes = 0;
+  std::vector<unsigned char> payload;
+  std::vector<std::uint64_t> offsets;
+
+  void write(const std::filesystem::path& path) const {
+    std::string body(reinterpret_cast<const char*>(payload.data()), payload.size());
+    body.append(reinterpret_cast<const char*>(offsets.data()),
+                offsets.size() * sizeof(std::uint64_t));
+    const auto crc = static_cast<std::uint32_t>(::crc32(::crc32(0, nullptr, 0),
+                                                        reinterpret_cast<const Bytef*>(body.data()),
+                                                        static_cast<uInt>(body.size())));
+    std::string header = "LDSCACHE";
+    const auto put = [&header](auto value) {
+      header.append(reinterpret_cast<const char*>(&value), sizeof value);
+    };
+    put(std::uint32_t{1});
+    put(reserved0);
+    put(count);
+    put(payload_bytes);
+    put(crc);
+    put(std::uint32_t{0});
+    put(std::uint64_t{0});
+    std::ofstream(path, std::ios::binary) << header << body;
+  }
+};
+
+/// The bytes `serialize` writes for a tensor of the given dimensions and no data.
+std::vector<unsigned char> tensor_record(const std::vector<std::uint64_t>& dims) {
+  std::vector<unsigned char> out{static_cast<unsigned char>(dims.size())};
+  for (const std::uint64_t d : dims) {
+    const auto* bytes = reinterpret_cast<const unsigned char*>(&d);
+    out.insert(out.end(), bytes, bytes + sizeof d);
+  }
+  out.resize(loadstar::serialized_alignment);
+  return out;
 }
 
 }  // namespace
@@ -150,6 +200,101 @@ TEST_SUITE("dataset") {
                            doctest::Contains("truncated: 10 bytes is less than the 48-byte header"),
                            FormatError);
     }
+  }
+
+  TEST_CASE("cache on disk refuses a crafted file with a valid checksum") {
+    // The CRC32 guards against accidents only: each file below carries a correct one.
+    TempDir dir;
+    const auto path = dir / "crafted.cache";
+    const std::string where = "cache '" + path.string() + "': ";
+    std::vector<unsigned char> seven(8, 0);
+    seven[0] = 7;
+    SUBCASE("with a record offset beyond the payload") {
+      // Found by fuzzing: the reader resized its buffer to what the offsets said (3.16 GB of
+      // zeros over 25 s, or std::length_error for 2^63) before reading anything.
+      for (const std::uint64_t end : {std::uint64_t{3160000000}, std::uint64_t{1} << 63}) {
+        CAPTURE(end);
+        CraftedCache{.count = 1, .payload_bytes = 8, .payload = seven, .offsets = {0, end}}.write(
+            path);
+        auto ds = loadstar::range(1).cache(path);
+        CHECK_THROWS_WITH_AS(ds.next(),
+                             contains(where +
+                                      "corrupt offsets: expected them to run from 0 to the "
+                                      "payload's 8 bytes but they run from 0 to " +
+                                      std::to_string(end)),
+                             FormatError);
+      }
+    }
+    SUBCASE("with offsets that decrease") {
+      std::vector<unsigned char> two(16, 0);
+      CraftedCache{.count = 3, .payload_bytes = 16, .payload = two, .offsets = {0, 16, 8, 16}}
+          .write(path);
+      auto ds = loadstar::range(3).cache(path);
+      CHECK_THROWS_WITH_AS(
+          ds.next(),
+          contains(where + "corrupt offsets: record 1 ends at 8, before it begins at 16"),
+          FormatError);
+    }
+    SUBCASE("with a payload size that wraps the file size around") {
+      // 48 + (2^64 - 8) + 16 wraps to the file's 56 bytes.
+      CraftedCache{
+          .count = 1, .payload_bytes = ~std::uint64_t{0} - 7, .payload = seven, .offsets = {}}
+          .write(path);
+      REQUIRE(std::filesystem::file_size(path) == 56);
+      auto ds = loadstar::range(1).cache(path);
+      CHECK_THROWS_WITH_AS(
+          ds.next(),
+          contains(where + "truncated or corrupt: the header describes 1 records in "
+                           "18446744073709551608 bytes but the file has 56"),
+          FormatError);
+    }
+    SUBCASE("with a reserved header field that is not zero") {
+      CraftedCache{
+          .reserved0 = 1, .count = 1, .payload_bytes = 8, .payload = seven, .offsets = {0, 8}}
+          .write(path);
+      auto ds = loadstar::range(1).cache(path);
+      CHECK_THROWS_WITH_AS(
+          ds.next(),
+          contains(where + "corrupt header: reserved fields must be 0 but hold 1, 0 and 0"),
+          FormatError);
+    }
+    SUBCASE("with a tensor shape whose element count overflows") {
+      // (2^63, 2) has 2^64 elements: the count wrapped to 0 and passed the size check, and a
+      // tensor claiming the whole shape came back from 64 bytes.
+      const auto record = tensor_record({std::uint64_t{1} << 63, 2});
+      CraftedCache{.count = 1,
+                   .payload_bytes = record.size(),
+                   .payload = record,
+                   .offsets = {0, record.size()}}
+          .write(path);
+      auto ds = loadstar::from_tensor_slices(Tensor<float>({1, 2})).cache(path);
+      CHECK_THROWS_WITH_AS(
+          ds.next(),
+          contains(where + "record 0: serialized tensor: shape (9223372036854775808, "
+                           "2) has more elements than memory can address"),
+          FormatError);
+    }
+  }
+
+  TEST_CASE("deserialize refuses tensor shapes whose sizes overflow or exceed the bytes") {
+    const auto bytes = [](const std::vector<unsigned char>& record) {
+      return std::span<const std::byte>(reinterpret_cast<const std::byte*>(record.data()),
+                                        record.size());
+    };
+    CHECK_THROWS_WITH_AS(
+        loadstar::deserialize<Tensor<float>>(
+            bytes(tensor_record({std::uint64_t{1} << 32, std::uint64_t{1} << 32}))),
+        doctest::Contains("shape (4294967296, 4294967296) has more elements than memory can "
+                          "address"),
+        FormatError);
+    // 2^62 elements fit in std::size_t but 2^62 floats are more bytes than it holds.
+    CHECK_THROWS_WITH_AS(
+        loadstar::deserialize<Tensor<float>>(bytes(tensor_record({std::uint64_t{1} << 62}))),
+        doctest::Contains("shape (4611686018427387904,) needs more than 2^64 bytes but only 0 "
+                          "remain"),
+        FormatError);
+    CHECK(loadstar::deserialize<Tensor<float>>(bytes(tensor_record({0, std::uint64_t{1} << 62})))
+              .shape() == loadstar::Shape{0, std::size_t{1} << 62});
   }
 
   TEST_CASE("DataLayer cache_train_dataset builds once and streams shuffled shards") {

@@ -22,6 +22,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -29,6 +30,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "loadstar/data/hdf5_options.hpp"
 #include "loadstar/error.hpp"
 #include "loadstar/tensor/dtype.hpp"
 #include "loadstar/tensor/shape.hpp"
@@ -44,22 +46,19 @@ inline std::recursive_mutex& hdf5_mutex() {
   return mutex;
 }
 
-/// The innermost message of the last HDF5 error on this thread (`"file signature not found"`),
-/// recorded by `record_hdf5_error` in place of HDF5's printing to stderr.
-inline thread_local std::string hdf5_last_error;
-
-inline herr_t record_hdf5_error(hid_t stack, void*) {
+/// The innermost message of this thread's current HDF5 error stack (`"file signature not
+/// found"`), or empty. Read when a failure is caught, before any other HDF5 call clears the stack.
+inline std::string hdf5_innermost_error() {
   std::string innermost;
   // Walking upward starts with the function that detected the error: its message says why.
   H5Ewalk2(
-      stack, H5E_WALK_UPWARD,
+      H5E_DEFAULT, H5E_WALK_UPWARD,
       [](unsigned n, const H5E_error2_t* error, void* data) -> herr_t {
         if (n == 0 && error->desc != nullptr) *static_cast<std::string*>(data) = error->desc;
         return 0;
       },
       &innermost);
-  hdf5_last_error = innermost;
-  return 0;
+  return innermost;
 }
 
 /// Holds `hdf5_mutex()` and keeps HDF5 from printing errors: each failure becomes an
@@ -67,10 +66,18 @@ inline herr_t record_hdf5_error(hid_t stack, void*) {
 /// thread in a thread-safe HDF5 build, hence set for the calling thread every time.)
 class Hdf5Lock {
  public:
-  Hdf5Lock() : lock_(hdf5_mutex()) {
+  Hdf5Lock() : lock_(hdf5_mutex()) { configure_errors(); }
+
+  /// What the constructor does besides locking, for a sandbox child, which runs HDF5 alone and
+  /// must not take the lock its parent held when it forked.
+  ///
+  /// No automatic error handler is installed, not even one that only records the message: with
+  /// one, libhdf5 1.10 leaves state behind when opening a corrupt dataset fails, and the process
+  /// prints "HDF5: infinite loop closing library" at exit. The message is read from the error
+  /// stack when the failure is caught (`hdf5_reason`).
+  static void configure_errors() {
     H5::Exception::dontPrint();
-    H5Eset_auto2(H5E_DEFAULT, &record_hdf5_error, nullptr);
-    hdf5_last_error.clear();
+    H5Eclear2(H5E_DEFAULT);
   }
 
  private:
@@ -89,9 +96,9 @@ inline std::string absolute_dataset_name(std::string_view name) {
 
 /// Why an HDF5 call failed, for a message: HDF5's innermost reason when it gave one.
 inline std::string hdf5_reason(const H5::Exception& error) {
-  std::string reason = hdf5_last_error.empty() ? error.getDetailMsg() : hdf5_last_error;
-  hdf5_last_error.clear();
-  return reason;
+  std::string reason = hdf5_innermost_error();
+  H5Eclear2(H5E_DEFAULT);
+  return reason.empty() ? error.getDetailMsg() : reason;
 }
 
 /// Throws `IoError` when `path` is missing, a directory or unreadable by this process.
@@ -120,9 +127,11 @@ inline H5::H5File open_hdf5_for_reading(const std::filesystem::path& path) {
   if (H5Fis_hdf5(path.c_str()) <= 0) {
     throw FormatError(hdf5_file_name(path) + ": expected an hdf5 file but found no hdf5 signature");
   }
+  // Outside the `try`: its destructor, an HDF5 call, would clear the error stack before the
+  // handler reads it.
+  H5::FileAccPropList access;
+  H5Pset_file_locking(access.getId(), false, true);
   try {
-    H5::FileAccPropList access;
-    H5Pset_file_locking(access.getId(), false, true);
     return H5::H5File(path.c_str(), H5F_ACC_RDONLY, H5::FileCreatPropList::DEFAULT, access);
   } catch (const H5::Exception& error) {
     throw FormatError(hdf5_file_name(path) + ": cannot open (" + hdf5_reason(error) + ")");
@@ -139,7 +148,7 @@ inline bool hdf5_link_exists(const H5::H5File& file, const std::string& name) {
       if (slash == std::string::npos) return true;
     }
   } catch (const H5::Exception&) {
-    hdf5_last_error.clear();
+    H5Eclear2(H5E_DEFAULT);
     return false;  // a parent that is a dataset, not a group
   }
 }
@@ -261,7 +270,128 @@ inline Shape hdf5_dataset_shape(const H5::DataSet& dataset, const std::filesyste
   }
   std::vector<hsize_t> dims(static_cast<std::size_t>(rank));
   space.getSimpleExtentDims(dims.data());
+  // Dimensions come from the file: their product must not wrap before a `Shape` is made of them.
+  if (!Shape::checked_product(dims)) {
+    std::string text = "(";
+    for (std::size_t i = 0; i < dims.size(); ++i)
+      text += (i > 0 ? ", " : "") + std::to_string(dims[i]);
+    throw FormatError(hdf5_file_name(path) + ": dataset '" + name + "' declares shape " + text +
+                      "), more elements than memory can address");
+  }
   return Shape(dims);
+}
+
+/// `"1024 bytes"`: an exact byte count for messages.
+inline std::string hdf5_bytes_text(std::uint64_t bytes) {
+  return std::to_string(bytes) + " bytes";
+}
+
+/// The bytes of `elements` elements of `element_bytes` each, saturated at the largest value
+/// (for comparisons with limits, where a saturated value is as refused as the exact one).
+inline std::uint64_t saturating_bytes(std::uint64_t elements, std::uint64_t element_bytes) {
+  std::uint64_t bytes = 0;
+  return __builtin_mul_overflow(elements, element_bytes, &bytes)
+             ? std::numeric_limits<std::uint64_t>::max()
+             : bytes;
+}
+
+/// Throws `FormatError` unless the data dataset `name` (of shape `shape`, read as
+/// `memory_element_bytes`-byte elements) declares is what the file stores, checked before
+/// anything is allocated or read:
+/// - compact data must hold every element (libhdf5 1.10 reads past a shorter buffer);
+/// - contiguous data must fit in the file;
+/// - at most `options.max_fill_bytes` may come from the fill value, for chunks never written
+///   or storage never allocated (HDF5 writes the fill value without reading anything, so a file
+///   of 1,672 bytes can declare a gigabyte);
+/// - a chunk may hold at most `options.max_bytes` (HDF5 allocates whole chunks);
+/// - an untrusted file may not name external files or virtual sources, which would read other
+///   files of this machine.
+inline void check_hdf5_storage(const H5::DataSet& dataset, const std::filesystem::path& path,
+                               const std::string& name, const Shape& shape,
+                               std::size_t memory_element_bytes, const Hdf5Options& options) {
+  const std::string where = hdf5_file_name(path) + ": dataset '" + name + "'";
+  const hid_t id = dataset.getId();
+  const std::uint64_t elements = shape.elements();
+  const std::uint64_t file_bytes = saturating_bytes(elements, dataset.getDataType().getSize());
+  const std::uint64_t memory_bytes = saturating_bytes(elements, memory_element_bytes);
+  const H5::DSetCreatPropList create = dataset.getCreatePlist();
+  const H5D_layout_t layout = create.getLayout();
+  if (layout == H5D_VIRTUAL || create.getExternalCount() > 0) {
+    if (options.trust == Trust::untrusted) {
+      throw FormatError(
+          where + " is stored in " +
+          (layout == H5D_VIRTUAL ? "other datasets (a virtual layout)" : "external files") +
+          ", which an untrusted file may not name");
+    }
+    return;
+  }
+  // Elements no stored data backs: HDF5 gives them the fill value.
+  std::uint64_t unwritten = 0;
+  std::string stored;
+  if (layout == H5D_COMPACT) {
+    const std::uint64_t held = H5Dget_storage_size(id);
+    if (held < file_bytes) {
+      throw FormatError(where + " has shape " + shape.str() + " of " +
+                        std::to_string(dataset.getDataType().getSize()) + "-byte elements (" +
+                        hdf5_bytes_text(file_bytes) + ") but its compact storage holds " +
+                        hdf5_bytes_text(held));
+    }
+  } else if (layout == H5D_CONTIGUOUS) {
+    const std::uint64_t held = H5Dget_storage_size(id);
+    if (held == 0) {
+      unwritten = elements;
+      stored = "no data (its storage was never allocated)";
+    } else {
+      std::error_code error;
+      const std::uint64_t size = std::filesystem::file_size(path, error);
+      if (!error && file_bytes > size) {
+        throw FormatError(where + " has shape " + shape.str() + " (" + hdf5_bytes_text(file_bytes) +
+                          " stored contiguously) but the file has " + hdf5_bytes_text(size));
+      }
+    }
+  } else if (layout == H5D_CHUNKED) {
+    std::vector<hsize_t> chunk(shape.rank());
+    if (shape.rank() > 0) create.getChunk(static_cast<int>(chunk.size()), chunk.data());
+    const auto chunk_elements = Shape::checked_product(chunk);
+    const std::uint64_t chunk_bytes =
+        chunk_elements ? saturating_bytes(*chunk_elements, dataset.getDataType().getSize())
+                       : std::numeric_limits<std::uint64_t>::max();
+    if (chunk_bytes > options.max_bytes) {
+      throw FormatError(where + " is stored in chunks of " + hdf5_bytes_text(chunk_bytes) +
+                        ", more than the limit of " + hdf5_bytes_text(options.max_bytes) +
+                        " (Hdf5Options::max_bytes)");
+    }
+    hsize_t chunks = 0;
+    const H5::DataSpace space = dataset.getSpace();
+    if (H5Dget_num_chunks(id, space.getId(), &chunks) < 0) {
+      throw H5::DataSetIException("H5Dget_num_chunks", "cannot count the stored chunks");
+    }
+    const std::uint64_t covered = saturating_bytes(chunks, chunk_elements.value_or(0));
+    unwritten = elements > covered ? elements - covered : 0;
+    stored = std::to_string(chunks) + " chunks of " + std::to_string(chunk_elements.value_or(0)) +
+             " elements";
+  }
+  const std::uint64_t fill_bytes = saturating_bytes(unwritten, memory_element_bytes);
+  if (fill_bytes > options.max_fill_bytes) {
+    throw FormatError(where + " has shape " + shape.str() + " (" + hdf5_bytes_text(memory_bytes) +
+                      " to read) but the file stores " + stored + ": " +
+                      hdf5_bytes_text(fill_bytes) +
+                      " would be fill value never written, more than the limit of " +
+                      hdf5_bytes_text(options.max_fill_bytes) + " (Hdf5Options::max_fill_bytes)");
+  }
+}
+
+/// The bytes of a read of `shape` as `element_bytes`-byte elements, which a read allocates;
+/// throws `FormatError` naming `what` when they exceed `options.max_bytes`.
+inline std::size_t checked_hdf5_read_bytes(const std::string& what, const Shape& shape,
+                                           std::size_t element_bytes, const Hdf5Options& options) {
+  const std::uint64_t bytes = saturating_bytes(shape.elements(), element_bytes);
+  if (bytes > options.max_bytes) {
+    throw FormatError(what + " of shape " + shape.str() + " needs " + hdf5_bytes_text(bytes) +
+                      ", more than the limit of " + hdf5_bytes_text(options.max_bytes) +
+                      " (Hdf5Options::max_bytes)");
+  }
+  return static_cast<std::size_t>(bytes);
 }
 
 }  // namespace loadstar::detail

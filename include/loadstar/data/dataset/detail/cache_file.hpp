@@ -8,6 +8,12 @@
 ///   offsets: record count + 1 u64 offsets into the payload (the last one is its length)
 /// A cache is written to `<path>.tmp.<pid>` and renamed to `<path>` once complete, so a file at
 /// `<path>` is always a finished cache; the checksum catches a file corrupted afterwards.
+///
+/// The CRC32 guards against accidents (a truncated copy, a flipped bit), not against a crafted
+/// file: anyone can compute it. So the reader also checks everything a crafted file could lie
+/// about before using it: the reserved fields are zero, the sizes add up to the file's size
+/// without overflowing, the offsets start at 0, never decrease and end at the payload's size,
+/// and each record's shapes fit in the record's bytes (`serialize.hpp`).
 #pragma once
 
 #include <fcntl.h>
@@ -22,6 +28,7 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <new>
 #include <span>
 #include <string>
 #include <utility>
@@ -235,14 +242,23 @@ class CacheReader {
                         std::to_string(header.version) + " is not the supported version " +
                         std::to_string(cache_format_version));
     }
-    const std::uint64_t expected =
-        sizeof header + header.payload_bytes + (header.count + 1) * sizeof(std::uint64_t);
-    if (header.count > file_bytes || expected != file_bytes) {
+    if (header.reserved0 != 0 || header.reserved1 != 0 || header.reserved2 != 0) {
       throw FormatError("cache '" + path_.string() +
-                        "': truncated or corrupt: the header "
-                        "describes " +
-                        std::to_string(expected) + " bytes but the file has " +
-                        std::to_string(file_bytes));
+                        "': corrupt header: reserved fields must be 0 but hold " +
+                        std::to_string(header.reserved0) + ", " + std::to_string(header.reserved1) +
+                        " and " + std::to_string(header.reserved2));
+    }
+    // Each term is at most the file's size before they are added: the sum cannot wrap.
+    const bool sizes_fit =
+        header.count < file_bytes / sizeof(std::uint64_t) && header.payload_bytes <= file_bytes;
+    const std::uint64_t expected = sizes_fit ? sizeof header + header.payload_bytes +
+                                                   (header.count + 1) * sizeof(std::uint64_t)
+                                             : 0;
+    if (!sizes_fit || expected != file_bytes) {
+      throw FormatError(
+          "cache '" + path_.string() + "': truncated or corrupt: the header describes " +
+          std::to_string(header.count) + " records in " + std::to_string(header.payload_bytes) +
+          " bytes but the file has " + std::to_string(file_bytes));
     }
     // Checks the checksum over the whole file once, in pieces.
     std::uint32_t crc = static_cast<std::uint32_t>(::crc32(0, nullptr, 0));
@@ -261,6 +277,21 @@ class CacheReader {
     offsets_.resize(header.count + 1);
     read_at(offsets_.data(), offsets_.size() * sizeof(std::uint64_t),
             sizeof header + header.payload_bytes);
+    // Checked once here, so that a record's offsets never make `read` allocate or read beyond
+    // the payload.
+    if (offsets_.front() != 0 || offsets_.back() != header.payload_bytes) {
+      throw FormatError("cache '" + path_.string() + "': corrupt offsets: expected them to run " +
+                        "from 0 to the payload's " + std::to_string(header.payload_bytes) +
+                        " bytes but they run from " + std::to_string(offsets_.front()) + " to " +
+                        std::to_string(offsets_.back()));
+    }
+    for (std::size_t i = 1; i < offsets_.size(); ++i) {
+      if (offsets_[i] < offsets_[i - 1]) {
+        throw FormatError("cache '" + path_.string() + "': corrupt offsets: record " +
+                          std::to_string(i - 1) + " ends at " + std::to_string(offsets_[i]) +
+                          ", before it begins at " + std::to_string(offsets_[i - 1]));
+      }
+    }
     payload_at_ = sizeof header;
   }
 
@@ -270,19 +301,19 @@ class CacheReader {
   /// Record `index`, deserialised; `buffer` is scratch space reused between calls.
   template <Serializable E>
   E read(std::size_t index, std::vector<std::byte>& buffer) const {
+    // The offsets were checked on opening: within the payload, in order.
     const std::uint64_t begin = offsets_[index];
     const std::uint64_t end = offsets_[index + 1];
-    if (end < begin || end > offsets_.back()) {
-      throw FormatError("cache '" + path_.string() + "': record " + std::to_string(index) +
-                        " has corrupt offsets");
-    }
     buffer.resize(static_cast<std::size_t>(end - begin));
     read_at(buffer.data(), buffer.size(), payload_at_ + begin);
     try {
       return deserialize<E>(std::span<const std::byte>(buffer));
-    } catch (const FormatError& e) {
+    } catch (const Error& e) {
       throw FormatError("cache '" + path_.string() + "': record " + std::to_string(index) + ": " +
                         e.what());
+    } catch (const std::bad_alloc&) {
+      throw FormatError("cache '" + path_.string() + "': record " + std::to_string(index) +
+                        ": cannot allocate what it declares");
     }
   }
 
