@@ -3,9 +3,11 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
+#include "loadstar/keras/detail/config_reader.hpp"
 #include "loadstar/tensor/tensor.hpp"
 
 namespace loadstar::keras {
@@ -32,7 +34,8 @@ class Metric {
   /// Forgets every batch.
   virtual void reset_state() = 0;
 
-  virtual nlohmann::json get_config() const { return {{"name", name_}}; }
+  /// Keras's `get_config()`: `{"name": ..., "dtype": "float32"}` and the metric's own arguments.
+  virtual nlohmann::json get_config() const { return {{"name", name_}, {"dtype", "float32"}}; }
 
   /// The name logs use (`"accuracy"`, `"val_accuracy"` for validation).
   const std::string& name() const noexcept { return name_; }
@@ -42,4 +45,15 @@ class Metric {
   std::string name_;
 };
 
+namespace detail {
+
+/// A reader of a metric's Keras config whose errors name the metric (`metric 'auc' (AUC)`); the
+/// `dtype` must be absent or float32.
+inline ConfigReader metric_config(const nlohmann::json& config, std::string_view class_name) {
+  auto read = ConfigReader::of(config, "metric", class_name);
+  read.expect("dtype", "float32", "loadstar metrics accumulate in float32 and double");
+  return read;
+}
+
+}  // namespace detail
 }  // namespace loadstar::keras
