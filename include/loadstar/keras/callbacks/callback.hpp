@@ -3,8 +3,13 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
 
 #include "loadstar/keras/callbacks/logs.hpp"
+#include "loadstar/keras/detail/config_reader.hpp"
 
 namespace loadstar::keras {
 class Model;
@@ -23,6 +28,12 @@ class Callback {
   /// Called by `fit`, `evaluate` and `predict` before any other hook.
   virtual void set_model(Model& model) { model_ = &model; }
   Model& model() const { return *model_; }
+
+  /// The class name (`"EarlyStopping"`): the key of `Registry<Callback>`.
+  virtual std::string class_name() const { return "Callback"; }
+  /// The constructor arguments as a Keras-style config (`{"monitor": "val_loss", ...}`), which
+  /// the class's `from_config` reads back.
+  virtual nlohmann::json get_config() const { return nlohmann::json::object(); }
 
   virtual void on_train_begin(const Logs&) {}
   virtual void on_train_end(const Logs&) {}
@@ -51,3 +62,21 @@ class Callback {
 };
 
 }  // namespace loadstar::keras::callbacks
+
+namespace loadstar::keras::detail {
+
+/// A reader of a callback's config whose errors name the callback (`callback (EarlyStopping)`).
+inline ConfigReader callback_config(const nlohmann::json& config,
+                                                   std::string_view class_name) {
+  return ConfigReader::of(config, "callback", class_name);
+}
+
+/// Reads `"auto"`, `"min"` or `"max"` from a config's `mode`.
+inline std::string config_mode(const ConfigReader& read) {
+  std::string mode = read.get("mode", "auto");
+  if (mode != "auto" && mode != "min" && mode != "max")
+    read.fail("mode", "\"auto\", \"min\" or \"max\"");
+  return mode;
+}
+
+}  // namespace loadstar::keras::detail

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstddef>
+#include <memory>
 #include <cstdio>
 #include <iostream>
 #include <optional>
@@ -44,6 +45,20 @@ class ProgbarLogger : public Callback, public detail::ParamsReceiver {
                          std::optional<bool> interactive = std::nullopt)
       : verbose_(verbose), out_(&out) {
     interactive_ = interactive ? *interactive : (&out == &std::cout && ::isatty(STDOUT_FILENO));
+  }
+
+  std::string class_name() const override { return "ProgbarLogger"; }
+  /// `{"count_mode": "steps", "verbose": 1}`; a logger built from a config prints to `std::cout`.
+  nlohmann::json get_config() const override {
+    return {{"count_mode", "steps"}, {"stateful_metrics", nullptr}, {"verbose", verbose_}};
+  }
+  /// The callback described by a config (`Registry<Callback>`'s factory).
+  static std::shared_ptr<Callback> from_config(const nlohmann::json& config) {
+    const auto read = detail::callback_config(config, "ProgbarLogger");
+    read.expect("count_mode", "steps", "loadstar counts steps");
+    const int verbose = read.get("verbose", 1);
+    if (verbose != 1 && verbose != 2) read.fail("verbose", "1 or 2");
+    return std::make_shared<ProgbarLogger>(verbose);
   }
 
   void set_params(const CallbackParams& params) override { params_ = params; }
