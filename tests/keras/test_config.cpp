@@ -104,16 +104,16 @@ TEST_SUITE("keras") {
                          doctest::Contains("loss: expected a name or {\"class_name\": ..., "
                                            "\"config\": {...}} but found 3"),
                          ConfigError);
-    CHECK_THROWS_WITH_AS(
-        Registry<callbacks::Callback>::instance().create("EarlyStop"),
-        doctest::Contains("unknown callback 'EarlyStop'; known: EarlyStopping"), ConfigError);
+    CHECK_THROWS_WITH_AS(Registry<callbacks::Callback>::instance().create("EarlyStop"),
+                         doctest::Contains("unknown callback 'EarlyStop'; known: EarlyStopping"),
+                         ConfigError);
   }
 
   TEST_CASE("Registry round-trips every kind's config") {
-    for (const char* name : {"Dense", "Conv2D", "MaxPooling2D", "AveragePooling2D",
-                             "GlobalAveragePooling2D", "GlobalMaxPooling2D", "BatchNormalization",
-                             "Dropout", "Flatten", "Activation", "ReLU", "LeakyReLU", "Softmax",
-                             "Concatenate", "Add"}) {
+    for (const char* name :
+         {"Dense", "Conv2D", "MaxPooling2D", "AveragePooling2D", "GlobalAveragePooling2D",
+          "GlobalMaxPooling2D", "BatchNormalization", "Dropout", "Flatten", "Activation", "ReLU",
+          "LeakyReLU", "Softmax", "Concatenate", "Add"}) {
       json config = json::object();
       if (std::string(name) == "Dense") config = {{"units", 3}, {"activation", "tanh"}};
       if (std::string(name) == "Conv2D") config = {{"filters", 2}, {"kernel_size", 3}};
@@ -148,12 +148,13 @@ TEST_SUITE("keras") {
                    {"config",
                     {{"initial_learning_rate", 0.1}, {"decay_steps", 10}, {"decay_rate", 0.5}}}}}});
     using optimizers::schedules::LearningRateSchedule;
-    check_round_trip<LearningRateSchedule>(
-        "PiecewiseConstantDecay", {{"boundaries", {10, 20}}, {"values", {1.0, 0.5, 0.1}}});
+    check_round_trip<LearningRateSchedule>("PiecewiseConstantDecay",
+                                           {{"boundaries", {10, 20}}, {"values", {1.0, 0.5, 0.1}}});
     check_round_trip<LearningRateSchedule>(
         "CosineDecay", {{"initial_learning_rate", 1.0}, {"decay_steps", 100}, {"alpha", 0.1}});
     check_round_trip<LearningRateSchedule>(
-        "InverseTimeDecay", {{"initial_learning_rate", 1.0}, {"decay_steps", 1}, {"decay_rate", 2}});
+        "InverseTimeDecay",
+        {{"initial_learning_rate", 1.0}, {"decay_steps", 1}, {"decay_rate", 2}});
     for (const char* name : {"GlorotUniform", "he_normal", "Zeros", "Ones", "LecunUniform"}) {
       const Initializer first = Registry<Initializer>::instance().create(name);
       CHECK(Registry<Initializer>::instance().create(first.to_json()).to_json() == first.to_json());
@@ -267,8 +268,7 @@ TEST_SUITE("keras") {
       return std::make_shared<Dense>(config.at("units").get<std::size_t>());
     });
     CHECK_THROWS_WITH_AS(Registry<Layer>::instance().create("Strict", json::object()),
-                         doctest::Contains("layer class 'Strict': invalid config {}"),
-                         ConfigError);
+                         doctest::Contains("layer class 'Strict': invalid config {}"), ConfigError);
   }
 
   TEST_CASE("Registry names the key path the expectation and the value of a bad config") {
@@ -286,24 +286,27 @@ TEST_SUITE("keras") {
                           "known: linear, relu"),
         ConfigError);
     CHECK_THROWS_WITH_AS(
-        layers.create("Conv2D", {{"name", "c"}, {"filters", 2}, {"kernel_size", 3},
-                                 {"data_format", "channels_first"}}),
+        layers.create(
+            "Conv2D",
+            {{"name", "c"}, {"filters", 2}, {"kernel_size", 3}, {"data_format", "channels_first"}}),
         "layer 'c' (Conv2D): config.data_format: expected \"channels_last\" (loadstar computes "
         "channels_last only) but found \"channels_first\"",
         ConfigError);
-    CHECK_THROWS_WITH_AS(layers.create("Dense", {{"units", 2}, {"kernel_regularizer", {{"l2", 1}}}}),
-                         doctest::Contains("config.kernel_regularizer: expected null (loadstar "
-                                           "has no regularizers or constraints) but found"),
-                         ConfigError);
     CHECK_THROWS_WITH_AS(
-        layers.create("Dense", {{"units", 2}, {"use_bias", "yes"}}),
-        "layer (Dense): config.use_bias: expected a boolean but found \"yes\"", ConfigError);
+        layers.create("Dense", {{"units", 2}, {"kernel_regularizer", {{"l2", 1}}}}),
+        doctest::Contains("config.kernel_regularizer: expected null (loadstar "
+                          "has no regularizers or constraints) but found"),
+        ConfigError);
+    CHECK_THROWS_WITH_AS(layers.create("Dense", {{"units", 2}, {"use_bias", "yes"}}),
+                         "layer (Dense): config.use_bias: expected a boolean but found \"yes\"",
+                         ConfigError);
     CHECK_THROWS_WITH_AS(layers.create("Dense", json::array({1})),
                          "layer (Dense): config: expected an object but found [1]", ConfigError);
     CHECK_THROWS_WITH_AS(
-        layers.create("Dense", {{"units", 2}, {"kernel_initializer",
-                                               {{"class_name", "RandomNormal"},
-                                                {"config", {{"stddev", "big"}}}}}}),
+        layers.create("Dense",
+                      {{"units", 2},
+                       {"kernel_initializer",
+                        {{"class_name", "RandomNormal"}, {"config", {{"stddev", "big"}}}}}}),
         "layer (Dense): config.kernel_initializer: initializer (RandomNormal): config.stddev: "
         "expected a number but found \"big\"",
         ConfigError);
@@ -535,9 +538,8 @@ TEST_SUITE("keras") {
         MESSAGE("skipped: " << path.string() << " is missing");
         continue;
       }
-      const std::string text = path.extension() == ".json"
-                                   ? read_text(path)
-                                   : h5_string_attribute(path, "model_config");
+      const std::string text =
+          path.extension() == ".json" ? read_text(path) : h5_string_attribute(path, "model_config");
       REQUIRE_FALSE(text.empty());
       if (f.failure != nullptr) {
         MESSAGE("not built, as expected: " << std::string(f.failure));

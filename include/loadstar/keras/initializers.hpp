@@ -213,13 +213,15 @@ class Initializer {
           const std::string mode = read.get("mode", "fan_in");
           if (mode != "fan_in" && mode != "fan_out" && mode != "fan_avg")
             read.fail("mode", "\"fan_in\", \"fan_out\" or \"fan_avg\"");
-          i.mode_ = mode == "fan_out" ? Mode::fan_out : mode == "fan_avg" ? Mode::fan_avg
-                                                                          : Mode::fan_in;
+          i.mode_ = mode == "fan_out"   ? Mode::fan_out
+                    : mode == "fan_avg" ? Mode::fan_avg
+                                        : Mode::fan_in;
           // Keras 2.0 wrote "normal" for what later versions call "truncated_normal".
           const std::string d = read.get("distribution", "truncated_normal");
           if (d != "uniform" && d != "untruncated_normal" && d != "truncated_normal" &&
               d != "normal") {
-            read.fail("distribution", "\"truncated_normal\", \"untruncated_normal\" or \"uniform\"");
+            read.fail("distribution",
+                      "\"truncated_normal\", \"untruncated_normal\" or \"uniform\"");
           }
           i.distribution_ = d == "uniform"              ? Distribution::uniform
                             : d == "untruncated_normal" ? Distribution::untruncated_normal
@@ -350,12 +352,35 @@ struct RegistryTraits<Initializer> {
   static constexpr const char* kind = "initializer";
   static constexpr bool case_insensitive = false;
   static void defaults(Registry<Initializer>& registry) {
-    for (const char* name :
-         {"zeros", "Zeros", "zero", "ones", "Ones", "one", "constant", "Constant", "random_normal",
-          "RandomNormal", "random_uniform", "RandomUniform", "uniform", "truncated_normal",
-          "TruncatedNormal", "glorot_uniform", "GlorotUniform", "glorot_normal", "GlorotNormal",
-          "he_normal", "HeNormal", "he_uniform", "HeUniform", "lecun_normal", "LecunNormal",
-          "lecun_uniform", "LecunUniform", "variance_scaling", "VarianceScaling"}) {
+    for (const char* name : {"zeros",
+                             "Zeros",
+                             "zero",
+                             "ones",
+                             "Ones",
+                             "one",
+                             "constant",
+                             "Constant",
+                             "random_normal",
+                             "RandomNormal",
+                             "random_uniform",
+                             "RandomUniform",
+                             "uniform",
+                             "truncated_normal",
+                             "TruncatedNormal",
+                             "glorot_uniform",
+                             "GlorotUniform",
+                             "glorot_normal",
+                             "GlorotNormal",
+                             "he_normal",
+                             "HeNormal",
+                             "he_uniform",
+                             "HeUniform",
+                             "lecun_normal",
+                             "LecunNormal",
+                             "lecun_uniform",
+                             "LecunUniform",
+                             "variance_scaling",
+                             "VarianceScaling"}) {
       registry.add(name, [class_name = std::string(name)](const nlohmann::json& config) {
         return Initializer::from_config(class_name, config);
       });

@@ -70,9 +70,8 @@ struct RegistryTraits<Metric> {
     registry.add("MeanMetricWrapper", [](const nlohmann::json& config) {
       const auto read = detail::metric_config(config, "MeanMetricWrapper");
       const auto fn = read.get<std::string>("fn");
-      auto metric = read.nested("fn", [&] {
-        return Registry<Metric>::instance().create(fn, nlohmann::json::object());
-      });
+      auto metric = read.nested(
+          "fn", [&] { return Registry<Metric>::instance().create(fn, nlohmann::json::object()); });
       metric->set_name(read.get("name", fn.c_str()));
       return metric;
     });

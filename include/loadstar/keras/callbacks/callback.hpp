@@ -66,8 +66,7 @@ class Callback {
 namespace loadstar::keras::detail {
 
 /// A reader of a callback's config whose errors name the callback (`callback (EarlyStopping)`).
-inline ConfigReader callback_config(const nlohmann::json& config,
-                                                   std::string_view class_name) {
+inline ConfigReader callback_config(const nlohmann::json& config, std::string_view class_name) {
   return ConfigReader::of(config, "callback", class_name);
 }
 

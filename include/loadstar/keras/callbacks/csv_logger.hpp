@@ -6,9 +6,9 @@
 #include <charconv>
 #include <cmath>
 #include <cstddef>
-#include <memory>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <vector>
 

@@ -122,14 +122,14 @@ class EarlyStopping : public Callback {
   static std::shared_ptr<Callback> from_config(const nlohmann::json& config) {
     const auto read = detail::callback_config(config, "EarlyStopping");
     read.expect("start_from_epoch", 0, "loadstar counts from the first epoch");
-    return std::make_shared<EarlyStopping>(EarlyStoppingOptions{
-        .monitor = read.get("monitor", "val_loss"),
-        .min_delta = read.get("min_delta", 0.0),
-        .patience = read.get("patience", std::size_t{0}),
-        .verbose = read.get("verbose", 0),
-        .mode = detail::config_mode(read),
-        .baseline = read.optional<double>("baseline"),
-        .restore_best_weights = read.get("restore_best_weights", false)});
+    return std::make_shared<EarlyStopping>(
+        EarlyStoppingOptions{.monitor = read.get("monitor", "val_loss"),
+                             .min_delta = read.get("min_delta", 0.0),
+                             .patience = read.get("patience", std::size_t{0}),
+                             .verbose = read.get("verbose", 0),
+                             .mode = detail::config_mode(read),
+                             .baseline = read.optional<double>("baseline"),
+                             .restore_best_weights = read.get("restore_best_weights", false)});
   }
 
   /// The epoch training stopped at (0 when it did not stop early).

@@ -3,8 +3,8 @@
 #pragma once
 
 #include <cstddef>
-#include <memory>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 

@@ -7,9 +7,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstddef>
-#include <memory>
 #include <cstdio>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <ostream>
 #include <string>

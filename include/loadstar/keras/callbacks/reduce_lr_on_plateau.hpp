@@ -59,7 +59,7 @@ class ReduceLROnPlateau : public Callback {
 
   std::string class_name() const override { return "ReduceLROnPlateau"; }
   nlohmann::json get_config() const override {
-    return {{"monitor", options_.monitor}, {"factor", options_.factor},
+    return {{"monitor", options_.monitor},   {"factor", options_.factor},
             {"patience", options_.patience}, {"verbose", options_.verbose},
             {"mode", options_.mode},         {"min_delta", options_.min_delta},
             {"cooldown", options_.cooldown}, {"min_lr", options_.min_lr}};
@@ -69,15 +69,15 @@ class ReduceLROnPlateau : public Callback {
     const auto read = detail::callback_config(config, "ReduceLROnPlateau");
     const double factor = read.get("factor", 0.1);
     if (!(factor < 1.0)) read.fail("factor", "a number below 1");
-    return std::make_shared<ReduceLROnPlateau>(ReduceLROnPlateauOptions{
-        .monitor = read.get("monitor", "val_loss"),
-        .factor = factor,
-        .patience = read.get("patience", std::size_t{10}),
-        .verbose = read.get("verbose", 0),
-        .mode = detail::config_mode(read),
-        .min_delta = read.get("min_delta", 1e-4),
-        .cooldown = read.get("cooldown", std::size_t{0}),
-        .min_lr = read.get("min_lr", 0.0)});
+    return std::make_shared<ReduceLROnPlateau>(
+        ReduceLROnPlateauOptions{.monitor = read.get("monitor", "val_loss"),
+                                 .factor = factor,
+                                 .patience = read.get("patience", std::size_t{10}),
+                                 .verbose = read.get("verbose", 0),
+                                 .mode = detail::config_mode(read),
+                                 .min_delta = read.get("min_delta", 1e-4),
+                                 .cooldown = read.get("cooldown", std::size_t{0}),
+                                 .min_lr = read.get("min_lr", 0.0)});
   }
 
   void on_train_begin(const Logs&) override {

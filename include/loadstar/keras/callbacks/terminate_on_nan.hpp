@@ -4,8 +4,8 @@
 
 #include <cmath>
 #include <cstddef>
-#include <memory>
 #include <cstdio>
+#include <memory>
 
 #include "loadstar/keras/callbacks/callback.hpp"
 #include "loadstar/keras/model.hpp"

@@ -182,7 +182,8 @@ class ConfigReader {
   }
 
   /// Throws unless `key` is absent or holds `expected` (a setting loadstar does not support in
-  /// another value: `data_format` other than `"channels_last"`, a regularizer, ...). `why` says why.
+  /// another value: `data_format` other than `"channels_last"`, a regularizer, ...). `why` says
+  /// why.
   void expect(std::string_view key, const nlohmann::json& expected, std::string_view why) const {
     const nlohmann::json* value = find(key);
     if (value == nullptr || *value == expected) return;

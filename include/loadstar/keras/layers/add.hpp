@@ -55,8 +55,8 @@ class Add : public detail::LayerBase {
 
   static std::shared_ptr<Layer> from_config(const nlohmann::json& config) {
     const auto read = detail::layer_config(config, "Add");
-    return detail::finish_layer(read,
-                                std::make_shared<Add>(AddOptions{.name = detail::config_name(read)}));
+    return detail::finish_layer(
+        read, std::make_shared<Add>(AddOptions{.name = detail::config_name(read)}));
   }
 };
 

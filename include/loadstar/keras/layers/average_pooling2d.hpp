@@ -17,7 +17,8 @@ class AveragePooling2D : public detail::Pooling2D<false> {
 
   static std::shared_ptr<Layer> from_config(const nlohmann::json& config) {
     const auto read = detail::layer_config(config, "AveragePooling2D");
-    return detail::finish_layer(read, std::make_shared<AveragePooling2D>(options_from_config(read)));
+    return detail::finish_layer(read,
+                                std::make_shared<AveragePooling2D>(options_from_config(read)));
   }
 };
 

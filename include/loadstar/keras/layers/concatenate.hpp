@@ -78,9 +78,9 @@ class Concatenate : public detail::LayerBase {
 
   static std::shared_ptr<Layer> from_config(const nlohmann::json& config) {
     const auto read = detail::layer_config(config, "Concatenate");
-    return detail::finish_layer(read, std::make_shared<Concatenate>(ConcatenateOptions{
-                                          .axis = detail::config_axis(read, -1),
-                                          .name = detail::config_name(read)}));
+    return detail::finish_layer(
+        read, std::make_shared<Concatenate>(ConcatenateOptions{
+                  .axis = detail::config_axis(read, -1), .name = detail::config_name(read)}));
   }
 
  private:

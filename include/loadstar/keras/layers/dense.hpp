@@ -119,17 +119,17 @@ class Dense : public detail::LayerBase {
   static std::shared_ptr<Layer> from_config(const nlohmann::json& config) {
     const auto read = detail::layer_config(config, "Dense");
     return detail::finish_layer(
-        read, std::make_shared<Dense>(
-                  read.positive("units"),
-                  DenseOptions{
-                      .activation = detail::config_activation(read),
-                      .use_bias = read.get("use_bias", true),
-                      .kernel_initializer = detail::config_initializer(
-                          read, "kernel_initializer", Initializer::glorot_uniform()),
-                      .bias_initializer = detail::config_initializer(read, "bias_initializer",
-                                                                     Initializer::zeros()),
-                      .name = detail::config_name(read),
-                  }));
+        read,
+        std::make_shared<Dense>(read.positive("units"),
+                                DenseOptions{
+                                    .activation = detail::config_activation(read),
+                                    .use_bias = read.get("use_bias", true),
+                                    .kernel_initializer = detail::config_initializer(
+                                        read, "kernel_initializer", Initializer::glorot_uniform()),
+                                    .bias_initializer = detail::config_initializer(
+                                        read, "bias_initializer", Initializer::zeros()),
+                                    .name = detail::config_name(read),
+                                }));
   }
 
  private:

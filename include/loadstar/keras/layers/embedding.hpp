@@ -89,10 +89,10 @@ class Embedding : public detail::LayerBase {
     return detail::finish_layer(
         read, std::make_shared<Embedding>(
                   read.positive("input_dim"), read.positive("output_dim"),
-                  EmbeddingOptions{.embeddings_initializer = detail::config_initializer(
-                                       read, "embeddings_initializer",
-                                       Initializer::random_uniform(-0.05, 0.05)),
-                                   .name = detail::config_name(read)}));
+                  EmbeddingOptions{
+                      .embeddings_initializer = detail::config_initializer(
+                          read, "embeddings_initializer", Initializer::random_uniform(-0.05, 0.05)),
+                      .name = detail::config_name(read)}));
   }
 
  private:

@@ -65,8 +65,9 @@ class GlobalAveragePooling2D : public detail::GlobalPooling2D<false> {
     const auto read = detail::layer_config(config, "GlobalAveragePooling2D");
     detail::expect_channels_last(read);
     read.expect("keepdims", false, "loadstar drops the pooled axes");
-    return detail::finish_layer(read, std::make_shared<GlobalAveragePooling2D>(GlobalPooling2DOptions{
-                                          .name = detail::config_name(read)}));
+    return detail::finish_layer(read,
+                                std::make_shared<GlobalAveragePooling2D>(
+                                    GlobalPooling2DOptions{.name = detail::config_name(read)}));
   }
 };
 

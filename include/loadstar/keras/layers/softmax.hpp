@@ -57,9 +57,9 @@ class Softmax : public detail::LayerBase {
 
   static std::shared_ptr<Layer> from_config(const nlohmann::json& config) {
     const auto read = detail::layer_config(config, "Softmax");
-    return detail::finish_layer(read, std::make_shared<Softmax>(SoftmaxOptions{
-                                          .axis = detail::config_axis(read, -1),
-                                          .name = detail::config_name(read)}));
+    return detail::finish_layer(
+        read, std::make_shared<Softmax>(SoftmaxOptions{.axis = detail::config_axis(read, -1),
+                                                       .name = detail::config_name(read)}));
   }
 
  private:

@@ -35,8 +35,9 @@ class BinaryCrossentropy : public detail::RowLoss<BinaryCrossentropy> {
   static std::unique_ptr<Loss> from_config(const nlohmann::json& config) {
     const auto read = detail::loss_config(config, "BinaryCrossentropy");
     read.expect("axis", -1, "loadstar reduces over the last axis");
-    return std::make_unique<BinaryCrossentropy>(read.get("from_logits", false), read.get("label_smoothing", 0.0),
-                                                detail::config_reduction(read), read.get("name", "binary_crossentropy"));
+    return std::make_unique<BinaryCrossentropy>(
+        read.get("from_logits", false), read.get("label_smoothing", 0.0),
+        detail::config_reduction(read), read.get("name", "binary_crossentropy"));
   }
   nlohmann::json get_config() const override {
     auto config = Loss::get_config();

@@ -35,8 +35,9 @@ class CategoricalCrossentropy : public detail::RowLoss<CategoricalCrossentropy> 
   static std::unique_ptr<Loss> from_config(const nlohmann::json& config) {
     const auto read = detail::loss_config(config, "CategoricalCrossentropy");
     read.expect("axis", -1, "loadstar reduces over the last axis");
-    return std::make_unique<CategoricalCrossentropy>(read.get("from_logits", false), read.get("label_smoothing", 0.0),
-                                                detail::config_reduction(read), read.get("name", "categorical_crossentropy"));
+    return std::make_unique<CategoricalCrossentropy>(
+        read.get("from_logits", false), read.get("label_smoothing", 0.0),
+        detail::config_reduction(read), read.get("name", "categorical_crossentropy"));
   }
   nlohmann::json get_config() const override {
     auto config = Loss::get_config();

@@ -26,7 +26,8 @@ class Huber : public detail::RowLoss<Huber> {
   /// The loss described by a Keras config (`Registry<Loss>`'s factory).
   static std::unique_ptr<Loss> from_config(const nlohmann::json& config) {
     const auto read = detail::loss_config(config, "Huber");
-    return std::make_unique<Huber>(read.get("delta", 1.0), detail::config_reduction(read), read.get("name", "huber_loss"));
+    return std::make_unique<Huber>(read.get("delta", 1.0), detail::config_reduction(read),
+                                   read.get("name", "huber_loss"));
   }
   nlohmann::json get_config() const override {
     auto config = Loss::get_config();

@@ -27,7 +27,8 @@ class KLDivergence : public detail::RowLoss<KLDivergence> {
   /// The loss described by a Keras config (`Registry<Loss>`'s factory).
   static std::unique_ptr<Loss> from_config(const nlohmann::json& config) {
     const auto read = detail::loss_config(config, "KLDivergence");
-    return std::make_unique<KLDivergence>(detail::config_reduction(read), read.get("name", "kl_divergence"));
+    return std::make_unique<KLDivergence>(detail::config_reduction(read),
+                                          read.get("name", "kl_divergence"));
   }
 
   double row(const float* t, const float* p, std::size_t n, float* g, double scale) const {

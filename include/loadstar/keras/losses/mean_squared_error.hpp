@@ -25,7 +25,8 @@ class MeanSquaredError : public detail::RowLoss<MeanSquaredError> {
   /// The loss described by a Keras config (`Registry<Loss>`'s factory).
   static std::unique_ptr<Loss> from_config(const nlohmann::json& config) {
     const auto read = detail::loss_config(config, "MeanSquaredError");
-    return std::make_unique<MeanSquaredError>(detail::config_reduction(read), read.get("name", "mean_squared_error"));
+    return std::make_unique<MeanSquaredError>(detail::config_reduction(read),
+                                              read.get("name", "mean_squared_error"));
   }
 
   double row(const float* t, const float* p, std::size_t n, float* g, double scale) const {

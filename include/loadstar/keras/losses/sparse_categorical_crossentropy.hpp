@@ -38,7 +38,9 @@ class SparseCategoricalCrossentropy : public detail::RowLoss<SparseCategoricalCr
     const auto read = detail::loss_config(config, "SparseCategoricalCrossentropy");
     read.expect("ignore_class", nullptr, "loadstar ignores no class");
     read.expect("axis", -1, "loadstar reduces over the last axis");
-    return std::make_unique<SparseCategoricalCrossentropy>(read.get("from_logits", false), detail::config_reduction(read), read.get("name", "sparse_categorical_crossentropy"));
+    return std::make_unique<SparseCategoricalCrossentropy>(
+        read.get("from_logits", false), detail::config_reduction(read),
+        read.get("name", "sparse_categorical_crossentropy"));
   }
   nlohmann::json get_config() const override {
     auto config = Loss::get_config();

@@ -43,7 +43,8 @@ class BinaryAccuracy : public detail::MeanWrapper<BinaryAccuracy> {
   /// The metric described by a Keras config (`Registry<Metric>`'s factory).
   static std::unique_ptr<Metric> from_config(const nlohmann::json& config) {
     const auto read = detail::metric_config(config, "BinaryAccuracy");
-    return std::make_unique<BinaryAccuracy>(read.get("name", "binary_accuracy"), read.get("threshold", 0.5));
+    return std::make_unique<BinaryAccuracy>(read.get("name", "binary_accuracy"),
+                                            read.get("threshold", 0.5));
   }
   nlohmann::json get_config() const override {
     auto config = Metric::get_config();
@@ -94,7 +95,8 @@ class SparseCategoricalAccuracy : public detail::MeanWrapper<SparseCategoricalAc
   /// The metric described by a Keras config (`Registry<Metric>`'s factory).
   static std::unique_ptr<Metric> from_config(const nlohmann::json& config) {
     const auto read = detail::metric_config(config, "SparseCategoricalAccuracy");
-    return std::make_unique<SparseCategoricalAccuracy>(read.get("name", "sparse_categorical_accuracy"));
+    return std::make_unique<SparseCategoricalAccuracy>(
+        read.get("name", "sparse_categorical_accuracy"));
   }
   std::size_t true_size(std::size_t) const noexcept { return 1; }
   void check_shapes(const Tensor<float>& y_true, const Tensor<float>& y_pred) const {
@@ -118,7 +120,8 @@ class TopKCategoricalAccuracy : public detail::MeanWrapper<TopKCategoricalAccura
   /// The metric described by a Keras config (`Registry<Metric>`'s factory).
   static std::unique_ptr<Metric> from_config(const nlohmann::json& config) {
     const auto read = detail::metric_config(config, "TopKCategoricalAccuracy");
-    return std::make_unique<TopKCategoricalAccuracy>(read.get("k", std::size_t{5}), read.get("name", "top_k_categorical_accuracy"));
+    return std::make_unique<TopKCategoricalAccuracy>(
+        read.get("k", std::size_t{5}), read.get("name", "top_k_categorical_accuracy"));
   }
   nlohmann::json get_config() const override {
     auto config = Metric::get_config();
@@ -147,7 +150,8 @@ class SparseTopKCategoricalAccuracy : public detail::MeanWrapper<SparseTopKCateg
   /// The metric described by a Keras config (`Registry<Metric>`'s factory).
   static std::unique_ptr<Metric> from_config(const nlohmann::json& config) {
     const auto read = detail::metric_config(config, "SparseTopKCategoricalAccuracy");
-    return std::make_unique<SparseTopKCategoricalAccuracy>(read.get("k", std::size_t{5}), read.get("name", "sparse_top_k_categorical_accuracy"));
+    return std::make_unique<SparseTopKCategoricalAccuracy>(
+        read.get("k", std::size_t{5}), read.get("name", "sparse_top_k_categorical_accuracy"));
   }
   nlohmann::json get_config() const override {
     auto config = Metric::get_config();

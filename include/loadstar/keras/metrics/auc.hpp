@@ -36,7 +36,8 @@ class AUC : public Metric {
     read.expect("thresholds", nullptr, "loadstar spaces thresholds evenly");
     read.expect("label_weights", nullptr, "loadstar weighs labels equally");
     read.expect("from_logits", false, "loadstar takes probabilities");
-    return std::make_unique<AUC>(read.get("num_thresholds", std::size_t{200}), read.get("name", "auc"));
+    return std::make_unique<AUC>(read.get("num_thresholds", std::size_t{200}),
+                                 read.get("name", "auc"));
   }
   nlohmann::json get_config() const override {
     auto config = Metric::get_config();

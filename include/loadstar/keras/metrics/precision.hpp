@@ -26,7 +26,8 @@ class Precision : public Metric {
     const auto read = detail::metric_config(config, "Precision");
     read.expect("top_k", nullptr, "loadstar thresholds every prediction");
     read.expect("class_id", nullptr, "loadstar counts every class");
-    return std::make_unique<Precision>(detail::config_threshold(read), read.get("name", "precision"));
+    return std::make_unique<Precision>(detail::config_threshold(read),
+                                       read.get("name", "precision"));
   }
   nlohmann::json get_config() const override {
     auto config = Metric::get_config();

@@ -73,9 +73,9 @@ class ExponentialDecay : public LearningRateSchedule {
   /// The schedule described by a Keras config (`Registry<LearningRateSchedule>`'s factory).
   static std::shared_ptr<const LearningRateSchedule> from_config(const nlohmann::json& config) {
     const auto read = keras::detail::ConfigReader::of(config, "schedule", "ExponentialDecay");
-    return std::make_shared<ExponentialDecay>(
-        read.get<double>("initial_learning_rate"), positive_steps(read),
-        read.get<double>("decay_rate"), read.get("staircase", false));
+    return std::make_shared<ExponentialDecay>(read.get<double>("initial_learning_rate"),
+                                              positive_steps(read), read.get<double>("decay_rate"),
+                                              read.get("staircase", false));
   }
   nlohmann::json get_config() const override {
     return {{"initial_learning_rate", initial_},
@@ -116,8 +116,8 @@ class PiecewiseConstantDecay : public LearningRateSchedule {
     auto boundaries = read.get<std::vector<std::int64_t>>("boundaries");
     auto values = read.get<std::vector<double>>("values");
     if (values.size() != boundaries.size() + 1) {
-      read.fail("values", "one more value than the " + std::to_string(boundaries.size()) +
-                              " boundaries");
+      read.fail("values",
+                "one more value than the " + std::to_string(boundaries.size()) + " boundaries");
     }
     return std::make_shared<PiecewiseConstantDecay>(std::move(boundaries), std::move(values));
   }
@@ -191,9 +191,9 @@ class InverseTimeDecay : public LearningRateSchedule {
   std::string class_name() const override { return "InverseTimeDecay"; }
   static std::shared_ptr<const LearningRateSchedule> from_config(const nlohmann::json& config) {
     const auto read = keras::detail::ConfigReader::of(config, "schedule", "InverseTimeDecay");
-    return std::make_shared<InverseTimeDecay>(
-        read.get<double>("initial_learning_rate"), positive_steps(read),
-        read.get<double>("decay_rate"), read.get("staircase", false));
+    return std::make_shared<InverseTimeDecay>(read.get<double>("initial_learning_rate"),
+                                              positive_steps(read), read.get<double>("decay_rate"),
+                                              read.get("staircase", false));
   }
   nlohmann::json get_config() const override {
     return {{"initial_learning_rate", initial_},

@@ -116,7 +116,8 @@ inline std::string item_path(const std::string& path, std::size_t index) {
 
 /// One `{"class_name": ..., "config": {...}}` entry of `layers`, built through the layer registry
 /// (custom objects first); errors name the entry's path.
-inline std::shared_ptr<Layer> layer_from_entry(const ConfigReader& model, const nlohmann::json& entry,
+inline std::shared_ptr<Layer> layer_from_entry(const ConfigReader& model,
+                                               const nlohmann::json& entry,
                                                const std::string& path) {
   const ConfigReader read(entry, model.owner(), path);
   const auto class_name = read.get<std::string>("class_name");
@@ -175,10 +176,10 @@ inline std::unique_ptr<Model> sequential_from_config(const nlohmann::json& confi
 /// node as soon as its inbound layers' outputs exist (Keras's `reconstruct_from_config`).
 inline std::unique_ptr<Model> functional_from_config(const nlohmann::json& config,
                                                      std::string_view class_name) {
-  const std::string name = config.is_object() && config.contains("name") &&
-                                   config["name"].is_string()
-                               ? config["name"].get<std::string>()
-                               : std::string("model");
+  const std::string name =
+      config.is_object() && config.contains("name") && config["name"].is_string()
+          ? config["name"].get<std::string>()
+          : std::string("model");
   const ConfigReader read(config, "model '" + name + "' (" + std::string(class_name) + ")");
   const nlohmann::json* entries = read.find("layers");
   if (entries == nullptr || !entries->is_array()) read.fail("layers", "a list of layer configs");
@@ -194,8 +195,7 @@ inline std::unique_ptr<Model> functional_from_config(const nlohmann::json& confi
   for (std::size_t i = 0; i < entries->size(); ++i) {
     const std::string path = item_path(read.path("layers"), i);
     auto layer = layer_from_entry(read, (*entries)[i], path);
-    const ConfigReader entry(
-        (*entries)[i], read.owner(), path);
+    const ConfigReader entry((*entries)[i], read.owner(), path);
     const std::string layer_name = entry.get("name", layer->name().c_str());
     if (auto input = std::dynamic_pointer_cast<layers::InputLayer>(layer)) {
       tensors.emplace(std::pair{layer_name, std::size_t{0}}, Input(input->shape(), layer_name));
@@ -210,8 +210,8 @@ inline std::unique_ptr<Model> functional_from_config(const nlohmann::json& confi
   // does not exist yet.
   const auto input_of = [&](const Pending& p, std::size_t k, std::size_t j) -> const KerasTensor* {
     const nlohmann::json& ref = (*p.nodes)[k][j];
-    const std::string path = p.path + ".inbound_nodes[" + std::to_string(k) + "][" +
-                             std::to_string(j) + "]";
+    const std::string path =
+        p.path + ".inbound_nodes[" + std::to_string(k) + "][" + std::to_string(j) + "]";
     if (!ref.is_array() || ref.size() < 3 || !ref[0].is_string() ||
         !ConfigValue<std::size_t>::fits(ref[1]) || !ConfigValue<std::size_t>::fits(ref[2])) {
       throw ConfigError(read.owner() + ": " + path +
@@ -303,10 +303,9 @@ inline nlohmann::json model_get_config(const Model& model) {
   if (const auto* sequential = dynamic_cast<const Sequential*>(&model)) {
     nlohmann::json layers = nlohmann::json::array();
     if (!model.inputs().empty()) {
-      layers.push_back(
-          {{"class_name", "InputLayer"},
-           {"config", detail::input_layer_config(model.inputs()[0].shape(),
-                                                 model.input_names()[0])}});
+      layers.push_back({{"class_name", "InputLayer"},
+                        {"config", detail::input_layer_config(model.inputs()[0].shape(),
+                                                              model.input_names()[0])}});
     }
     for (const auto& layer : sequential->stacked_layers())
       layers.push_back({{"class_name", layer->class_name()}, {"config", layer->get_config()}});
@@ -317,7 +316,9 @@ inline nlohmann::json model_get_config(const Model& model) {
 }
 
 /// Keras's `model.to_json()`: `model_get_config` as compact JSON text.
-inline std::string to_json(const Model& model) { return model_get_config(model).dump(); }
+inline std::string to_json(const Model& model) {
+  return model_get_config(model).dump();
+}
 
 /// Keras's `keras.models.model_from_config`: the model a `model_config` describes (Keras 2.0-2.13
 /// `Sequential`, with a list or an object as `config` and the input shape on an `InputLayer` or

@@ -176,9 +176,9 @@ inline std::shared_ptr<Layer> finish_layer(const ConfigReader& read, std::shared
     // Keras 2 writes "float32"; Keras 3 a DTypePolicy {"class_name": "DTypePolicy", "config":
     // {"name": "float32"}}.
     const bool is_float32 =
-        *dtype == "float32" || (dtype->is_object() && dtype->contains("config") &&
-                                (*dtype)["config"].is_object() &&
-                                (*dtype)["config"].value("name", "") == "float32");
+        *dtype == "float32" ||
+        (dtype->is_object() && dtype->contains("config") && (*dtype)["config"].is_object() &&
+         (*dtype)["config"].value("name", "") == "float32");
     if (!is_float32) read.fail("dtype", "\"float32\" (loadstar layers compute in float32)");
   }
   if (read.has("batch_input_shape")) config_batch_shape(read, "batch_input_shape");
@@ -190,14 +190,17 @@ inline std::shared_ptr<Layer> finish_layer(const ConfigReader& read, std::shared
 }
 
 /// The layer's `name` (empty when absent: the model names it).
-inline std::string config_name(const ConfigReader& read) { return read.get("name", ""); }
+inline std::string config_name(const ConfigReader& read) {
+  return read.get("name", "");
+}
 
 /// A config's activation: a name (`"relu"`) or a serialised `{"class_name": "relu", ...}`,
 /// resolved through the activation registry; `"linear"` when absent or null.
 inline std::string config_activation(const ConfigReader& read) {
   if (!read.has("activation")) return "linear";
   return read.nested("activation", [&] {
-    return activation_name(Registry<keras::Activation>::instance().create(read.json()["activation"]));
+    return activation_name(
+        Registry<keras::Activation>::instance().create(read.json()["activation"]));
   });
 }
 
@@ -218,7 +221,8 @@ inline Size2 config_size2(const ConfigReader& read, std::string_view key, Size2 
 inline Initializer config_initializer(const ConfigReader& read, std::string_view key,
                                       Initializer fallback) {
   if (!read.has(key)) return fallback;
-  return read.nested(key, [&] { return Registry<Initializer>::instance().create(*read.find(key)); });
+  return read.nested(key,
+                     [&] { return Registry<Initializer>::instance().create(*read.find(key)); });
 }
 
 /// A config's axis: an integer, or a list of one (`[3]`, as some tf.keras versions write
