@@ -15,4 +15,6 @@
 #include "loadstar/keras/metrics.hpp"
 #include "loadstar/keras/model.hpp"
 #include "loadstar/keras/optimizers.hpp"
+#include "loadstar/keras/registry.hpp"
+#include "loadstar/keras/saving/model_config.hpp"
 #include "loadstar/keras/sequential.hpp"

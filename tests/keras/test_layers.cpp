@@ -308,7 +308,9 @@ TEST_SUITE("keras_layers") {
     CHECK_THROWS_WITH_AS(registry.create("Dense2", {}),
                          doctest::Contains("unknown layer class 'Dense2'"), ConfigError);
     CHECK_THROWS_WITH_AS(registry.create("Dense", {{"name", "x"}}),
-                         doctest::Contains("layer class 'Dense': invalid config"), ConfigError);
+                         doctest::Contains("layer 'x' (Dense): config.units: expected a positive "
+                                           "integer but found nothing"),
+                         ConfigError);
     registry.add("MyFlatten", [](const nlohmann::json& config) -> std::shared_ptr<Layer> {
       return std::make_shared<Flatten>(FlattenOptions{.name = config.value("name", "")});
     });

@@ -5,8 +5,12 @@
 #include <array>
 #include <string>
 #include <string_view>
+#include <utility>
+
+#include <nlohmann/json.hpp>
 
 #include "loadstar/error.hpp"
+#include "loadstar/keras/registry.hpp"
 
 namespace loadstar::keras {
 
@@ -52,18 +56,25 @@ inline constexpr std::array<std::pair<std::string_view, Activation>, 13> activat
 }};
 }  // namespace detail
 
-/// The activation named `name` as Keras spells it; `""` and `"None"` mean `linear` as in Keras.
-/// Throws `ConfigError` listing the known names for an unknown one.
+/// The activation registry makes `Activation`s: every name of `tf.keras.activations` is
+/// registered, and users may add aliases (`"silu"` for `swish`) that map to one of them.
+template <>
+struct RegistryTraits<Activation> {
+  using Object = Activation;
+  static constexpr const char* kind = "activation";
+  static constexpr bool case_insensitive = false;
+  static void defaults(Registry<Activation>& registry) {
+    for (const auto& [name, value] : detail::activation_names)
+      registry.add(std::string(name), [value = value](const nlohmann::json&) { return value; });
+  }
+};
+
+/// The activation named `name` as Keras spells it, resolved through `Registry<Activation>`;
+/// `""` and `"None"` mean `linear` as in Keras. Throws `ConfigError` listing the known names for
+/// an unknown one.
 inline Activation activation_from_name(std::string_view name) {
   if (name.empty() || name == "None") return Activation::linear;
-  for (const auto& [known, kind] : detail::activation_names)
-    if (known == name) return kind;
-  std::string message = "unknown activation '" + std::string(name) + "'; known: ";
-  for (std::size_t i = 0; i < detail::activation_names.size(); ++i) {
-    if (i > 0) message += ", ";
-    message += detail::activation_names[i].first;
-  }
-  throw ConfigError(message);
+  return Registry<Activation>::instance().create(std::string(name), nlohmann::json::object());
 }
 
 /// Keras's name of the activation (`"relu"`).

@@ -3,6 +3,8 @@
 /// `CSVLogger`, `LearningRateScheduler`, `TerminateOnNaN` and `LambdaCallback`.
 #pragma once
 
+#include <memory>
+
 #include "loadstar/keras/callbacks/callback.hpp"
 #include "loadstar/keras/callbacks/csv_logger.hpp"
 #include "loadstar/keras/callbacks/early_stopping.hpp"
@@ -13,3 +15,29 @@
 #include "loadstar/keras/callbacks/progbar_logger.hpp"
 #include "loadstar/keras/callbacks/reduce_lr_on_plateau.hpp"
 #include "loadstar/keras/callbacks/terminate_on_nan.hpp"
+#include "loadstar/keras/registry.hpp"
+
+namespace loadstar::keras {
+
+/// The callback registry: `EarlyStopping`, `ReduceLROnPlateau`, `CSVLogger`, `TerminateOnNaN`,
+/// `History` and `ProgbarLogger` from their configs; `LearningRateScheduler` and `LambdaCallback`
+/// hold functions, so theirs throw `ConfigError` saying so.
+template <>
+struct RegistryTraits<callbacks::Callback> {
+  using Object = std::shared_ptr<callbacks::Callback>;
+  static constexpr const char* kind = "callback";
+  static constexpr bool case_insensitive = false;
+  static void defaults(Registry<callbacks::Callback>& registry) {
+    using namespace callbacks;
+    registry.add("EarlyStopping", EarlyStopping::from_config);
+    registry.add("ReduceLROnPlateau", ReduceLROnPlateau::from_config);
+    registry.add("CSVLogger", CSVLogger::from_config);
+    registry.add("TerminateOnNaN", TerminateOnNaN::from_config);
+    registry.add("History", History::from_config);
+    registry.add("ProgbarLogger", ProgbarLogger::from_config);
+    registry.add("LearningRateScheduler", LearningRateScheduler::from_config);
+    registry.add("LambdaCallback", LambdaCallback::from_config);
+  }
+};
+
+}  // namespace loadstar::keras

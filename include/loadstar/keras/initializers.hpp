@@ -13,6 +13,8 @@
 
 #include "loadstar/error.hpp"
 #include "loadstar/random.hpp"
+#include "loadstar/keras/detail/config_reader.hpp"
+#include "loadstar/keras/registry.hpp"
 #include "loadstar/tensor/tensor.hpp"
 
 namespace loadstar::keras {
@@ -145,40 +147,55 @@ class Initializer {
                       "lecun_normal, lecun_uniform, variance_scaling");
   }
 
-  /// Reads Keras's `{"class_name": ..., "config": {...}}` (or a plain name string).
+  /// Reads Keras's `{"class_name": ..., "config": {...}}` (or a plain name string) of a built-in
+  /// initializer; throws `ConfigError` naming the key for a bad value. `Registry<Initializer>`
+  /// resolves custom ones too.
   static Initializer from_json(const nlohmann::json& j) {
     if (j.is_string()) return from_name(j.get<std::string>());
-    if (!j.is_object() || !j.contains("class_name")) {
+    if (!j.is_object() || !j.contains("class_name") || !j["class_name"].is_string()) {
       throw ConfigError(
-          "initializer config: expected a name or {\"class_name\", \"config\"} but got " +
-          j.dump());
+          "initializer config: expected a name or {\"class_name\", \"config\"} but found " +
+          detail::describe_json(j));
     }
-    Initializer i = from_name(j.at("class_name").get<std::string>());
-    const nlohmann::json config = j.value("config", nlohmann::json::object());
-    auto number = [&](const char* key, double fallback) {
-      return config.contains(key) && config[key].is_number() ? config[key].get<double>() : fallback;
-    };
+    const auto config = j.find("config");
+    return from_config(j["class_name"].get<std::string>(),
+                       config == j.end() || config->is_null() ? nlohmann::json::object() : *config);
+  }
+
+  /// The built-in initializer `class_name` (`"RandomNormal"`, `"glorot_uniform"`) from its Keras
+  /// config (`{"mean": 0.0, "stddev": 0.05, "seed": null}`).
+  static Initializer from_config(const std::string& class_name, const nlohmann::json& config) {
+    Initializer i = from_name(class_name);
+    const auto read = detail::ConfigReader::of(config, "initializer", i.class_name_);
     switch (i.kind_) {
       case Kind::constant:
-        i.a_ = number("value", 0.0);
+        i.a_ = read.get("value", 0.0);
         break;
       case Kind::random_normal:
       case Kind::truncated_normal:
-        i.a_ = number("mean", 0.0);
-        i.b_ = number("stddev", 0.05);
+        i.a_ = read.get("mean", 0.0);
+        i.b_ = read.get("stddev", 0.05);
         break;
       case Kind::random_uniform:
-        i.a_ = number("minval", -0.05);
-        i.b_ = number("maxval", 0.05);
+        i.a_ = read.get("minval", -0.05);
+        i.b_ = read.get("maxval", 0.05);
         break;
       case Kind::variance_scaling:
         if (i.class_name_ == "VarianceScaling") {
-          i.a_ = number("scale", 1.0);
-          const std::string mode = config.value("mode", "fan_in");
+          i.a_ = read.get("scale", 1.0);
+          const std::string mode = read.get("mode", "fan_in");
+          if (mode != "fan_in" && mode != "fan_out" && mode != "fan_avg")
+            read.fail("mode", "\"fan_in\", \"fan_out\" or \"fan_avg\"");
           i.mode_ = mode == "fan_out"   ? Mode::fan_out
                     : mode == "fan_avg" ? Mode::fan_avg
                                         : Mode::fan_in;
-          const std::string d = config.value("distribution", "truncated_normal");
+          // Keras 2.0 wrote "normal" for what later versions call "truncated_normal".
+          const std::string d = read.get("distribution", "truncated_normal");
+          if (d != "uniform" && d != "untruncated_normal" && d != "truncated_normal" &&
+              d != "normal") {
+            read.fail("distribution",
+                      "\"truncated_normal\", \"untruncated_normal\" or \"uniform\"");
+          }
           i.distribution_ = d == "uniform"              ? Distribution::uniform
                             : d == "untruncated_normal" ? Distribution::untruncated_normal
                                                         : Distribution::truncated_normal;
@@ -187,8 +204,7 @@ class Initializer {
       default:
         break;
     }
-    if (config.contains("seed") && config["seed"].is_number_integer())
-      i.seed_ = config["seed"].get<std::uint64_t>();
+    i.seed_ = read.optional<std::uint64_t>("seed");
     return i;
   }
 
@@ -284,6 +300,8 @@ class Initializer {
 
   Kind kind() const noexcept { return kind_; }
   const std::string& class_name() const noexcept { return class_name_; }
+  /// Keras's `get_config()`: the `config` of `to_json()`.
+  nlohmann::json get_config() const { return to_json()["config"]; }
 
  private:
   Initializer(Kind kind, std::string class_name)
@@ -296,6 +314,51 @@ class Initializer {
   Mode mode_ = Mode::fan_in;
   Distribution distribution_ = Distribution::uniform;
   std::optional<std::uint64_t> seed_;
+};
+
+/// The initializer registry makes `Initializer`s: every Keras name of the built-in ones
+/// (`"glorot_uniform"`, `"GlorotUniform"`, ...); users register other names whose factories return
+/// a configured built-in one (`Initializer` is a value type).
+template <>
+struct RegistryTraits<Initializer> {
+  using Object = Initializer;
+  static constexpr const char* kind = "initializer";
+  static constexpr bool case_insensitive = false;
+  static void defaults(Registry<Initializer>& registry) {
+    for (const char* name : {"zeros",
+                             "Zeros",
+                             "zero",
+                             "ones",
+                             "Ones",
+                             "one",
+                             "constant",
+                             "Constant",
+                             "random_normal",
+                             "RandomNormal",
+                             "random_uniform",
+                             "RandomUniform",
+                             "uniform",
+                             "truncated_normal",
+                             "TruncatedNormal",
+                             "glorot_uniform",
+                             "GlorotUniform",
+                             "glorot_normal",
+                             "GlorotNormal",
+                             "he_normal",
+                             "HeNormal",
+                             "he_uniform",
+                             "HeUniform",
+                             "lecun_normal",
+                             "LecunNormal",
+                             "lecun_uniform",
+                             "LecunUniform",
+                             "variance_scaling",
+                             "VarianceScaling"}) {
+      registry.add(name, [class_name = std::string(name)](const nlohmann::json& config) {
+        return Initializer::from_config(class_name, config);
+      });
+    }
+  }
 };
 
 }  // namespace loadstar::keras

@@ -115,32 +115,21 @@ inline KerasTensor call(const LayerArg& layer_arg, const std::vector<KerasTensor
   const std::string label = detail::to_snake_case(layer->class_name()) + " layer" +
                             (layer->name().empty() ? std::string() : " '" + layer->name() + "'");
   Shape output;
-  bool built = false;
-  {
-    const std::lock_guard lock(detail::built_mutex());
-    auto& registry = detail::built_layers();
-    auto found = registry.find(layer.get());
-    if (found != registry.end() && found->second.layer.lock() == layer) {
-      if (found->second.input_shapes != shapes) {
-        std::string expected, got;
-        for (const auto& s : found->second.input_shapes)
-          expected += (expected.empty() ? "" : ", ") + s.str();
-        for (const auto& s : shapes)
-          got += (got.empty() ? "" : ", ") + s.str();
-        throw ShapeError(label + ": was built for inputs of shape " + expected +
-                         " but is called on inputs of shape " + got);
-      }
-      output = found->second.output_shape;
-      built = true;
+  // The built state lives on the layer (Keras's `layer.built`): a shared layer is built once.
+  if (layer->built()) {
+    if (layer->built_input_shapes() != shapes) {
+      std::string expected, got;
+      for (const auto& s : layer->built_input_shapes())
+        expected += (expected.empty() ? "" : ", ") + s.str();
+      for (const auto& s : shapes)
+        got += (got.empty() ? "" : ", ") + s.str();
+      throw ShapeError(label + ": was built for inputs of shape " + expected +
+                       " but is called on inputs of shape " + got);
     }
-  }
-  if (!built) {
+    output = layer->built_output_shape();
+  } else {
     output = layer->build(shapes, detail::next_seed());
-    const std::lock_guard lock(detail::built_mutex());
-    auto& registry = detail::built_layers();
-    // Forget layers that are gone, so that a reused address is not taken for a built layer.
-    std::erase_if(registry, [](const auto& entry) { return entry.second.layer.expired(); });
-    registry[layer.get()] = detail::BuiltLayer{layer, shapes, output};
+    layer->set_built(shapes, output);
   }
   auto node = std::make_shared<detail::GraphNode>();
   node->layer = layer;

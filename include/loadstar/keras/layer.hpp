@@ -7,6 +7,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -84,7 +85,32 @@ class Layer : public std::enable_shared_from_this<Layer> {
   std::span<const Variable> weights() const noexcept { return weights_; }
 
   /// Keras's `get_config()` of the layer (the `config` of its `model_config` entry).
-  virtual nlohmann::json get_config() const { return {{"name", name_}, {"trainable", true}}; }
+  virtual nlohmann::json get_config() const { return {{"name", name_}, {"trainable", trainable_}}; }
+
+  /// Whether the layer was built: its weights exist for the input shapes it was built for.
+  /// `call` builds a layer on its first call and records this; a layer called again (a shared
+  /// layer) is checked against these shapes instead of being built twice (Keras's `built` and
+  /// `_build_shapes_dict`, kept on the layer).
+  bool built() const noexcept { return built_; }
+  /// The shapes (without the batch axis) the layer was built for; empty until built.
+  const std::vector<Shape>& built_input_shapes() const noexcept { return built_input_shapes_; }
+  /// The output shape (without the batch axis) of the build.
+  const Shape& built_output_shape() const noexcept { return built_output_shape_; }
+  /// Records a build for `input_shapes` giving `output_shape` (`call` does this after `build`).
+  void set_built(std::vector<Shape> input_shapes, Shape output_shape) {
+    built_input_shapes_ = std::move(input_shapes);
+    built_output_shape_ = std::move(output_shape);
+    built_ = true;
+  }
+
+  /// Keras's `layer.trainable`: `false` freezes the weights (they become non-trainable, so that
+  /// optimizers skip them), those created later included.
+  bool trainable() const noexcept { return trainable_; }
+  void set_trainable(bool trainable) {
+    trainable_ = trainable;
+    for (auto& w : weights_)
+      w.trainable = trainable && !w.gradient.empty();
+  }
 
   /// The number of scalars in the weights.
   std::size_t count_params() const noexcept {
@@ -98,7 +124,8 @@ class Layer : public std::enable_shared_from_this<Layer> {
   /// Adds a weight (in Keras's order) with a zero gradient of the same shape when trainable.
   Variable& add_weight(std::string name, Tensor<float> value, bool trainable = true) {
     Tensor<float> gradient = trainable ? Tensor<float>(value.shape()) : Tensor<float>();
-    weights_.push_back(Variable{std::move(name), std::move(value), std::move(gradient), trainable});
+    weights_.push_back(
+        Variable{std::move(name), std::move(value), std::move(gradient), trainable && trainable_});
     return weights_.back();
   }
 
@@ -106,6 +133,10 @@ class Layer : public std::enable_shared_from_this<Layer> {
 
  private:
   std::string name_;
+  bool trainable_ = true;
+  bool built_ = false;
+  std::vector<Shape> built_input_shapes_;
+  Shape built_output_shape_;
 };
 
 }  // namespace loadstar::keras

@@ -2,11 +2,13 @@
 /// The losses, and `get_loss`, which resolves Keras's loss strings.
 #pragma once
 
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <string_view>
 
-#include "loadstar/error.hpp"
+#include <nlohmann/json.hpp>
+
 #include "loadstar/keras/losses/binary_crossentropy.hpp"
 #include "loadstar/keras/losses/categorical_crossentropy.hpp"
 #include "loadstar/keras/losses/hinge.hpp"
@@ -16,49 +18,49 @@
 #include "loadstar/keras/losses/mean_absolute_error.hpp"
 #include "loadstar/keras/losses/mean_squared_error.hpp"
 #include "loadstar/keras/losses/sparse_categorical_crossentropy.hpp"
+#include "loadstar/keras/registry.hpp"
 
 namespace loadstar::keras {
 
-/// The loss Keras's `tf.keras.losses.get` returns for a string, with Keras's defaults: a
-/// function name (`"mse"`, `"mean_squared_error"`, `"mae"`, `"binary_crossentropy"`,
-/// `"categorical_crossentropy"`, `"sparse_categorical_crossentropy"`, `"huber"`, `"kld"`,
-/// `"kl_divergence"`, `"hinge"`, ...) or a class name (`"MeanSquaredError"`). Throws
-/// `ConfigError` for any other name.
+/// The loss registry: Keras's loss function names (`"mse"`, `"mean_squared_error"`, `"mae"`,
+/// `"binary_crossentropy"`, `"categorical_crossentropy"`, `"sparse_categorical_crossentropy"`,
+/// `"huber"`, `"kld"`, `"kl_divergence"`, `"hinge"`, ...) and class names (`"MeanSquaredError"`),
+/// each made with Keras's defaults or from its config.
+template <>
+struct RegistryTraits<Loss> {
+  using Object = std::unique_ptr<Loss>;
+  static constexpr const char* kind = "loss";
+  static constexpr bool case_insensitive = false;
+  static void defaults(Registry<Loss>& registry) {
+    using namespace losses;
+    const auto add = [&](std::initializer_list<const char*> names, auto factory) {
+      for (const char* name : names)
+        registry.add(name, factory);
+    };
+    add({"mse", "MSE", "mean_squared_error", "MeanSquaredError"}, MeanSquaredError::from_config);
+    add({"mae", "MAE", "mean_absolute_error", "MeanAbsoluteError"}, MeanAbsoluteError::from_config);
+    add({"binary_crossentropy", "BinaryCrossentropy"}, BinaryCrossentropy::from_config);
+    add({"categorical_crossentropy", "CategoricalCrossentropy"},
+        CategoricalCrossentropy::from_config);
+    add({"sparse_categorical_crossentropy", "SparseCategoricalCrossentropy"},
+        SparseCategoricalCrossentropy::from_config);
+    add({"huber", "huber_loss", "Huber"}, Huber::from_config);
+    add({"kld", "KLD", "kl_divergence", "kullback_leibler_divergence", "KLDivergence"},
+        KLDivergence::from_config);
+    add({"hinge", "Hinge"}, Hinge::from_config);
+  }
+};
+
+/// The loss Keras's `tf.keras.losses.get` returns for a string, with Keras's defaults, resolved
+/// through `Registry<Loss>`: a function name (`"mse"`, `"mean_squared_error"`, `"mae"`,
+/// `"binary_crossentropy"`, `"categorical_crossentropy"`, `"sparse_categorical_crossentropy"`,
+/// `"huber"`, `"kld"`, `"kl_divergence"`, `"hinge"`, ...) or a class name (`"MeanSquaredError"`).
+/// Throws `ConfigError` for any other name.
 /// \code
 /// std::unique_ptr<Loss> loss = get_loss("sparse_categorical_crossentropy");
 /// \endcode
 inline std::unique_ptr<Loss> get_loss(std::string_view name) {
-  using namespace losses;
-  if (name == "mse" || name == "MSE" || name == "mean_squared_error" ||
-      name == "MeanSquaredError") {
-    return std::make_unique<MeanSquaredError>();
-  }
-  if (name == "mae" || name == "MAE" || name == "mean_absolute_error" ||
-      name == "MeanAbsoluteError") {
-    return std::make_unique<MeanAbsoluteError>();
-  }
-  if (name == "binary_crossentropy" || name == "BinaryCrossentropy") {
-    return std::make_unique<BinaryCrossentropy>();
-  }
-  if (name == "categorical_crossentropy" || name == "CategoricalCrossentropy") {
-    return std::make_unique<CategoricalCrossentropy>();
-  }
-  if (name == "sparse_categorical_crossentropy" || name == "SparseCategoricalCrossentropy") {
-    return std::make_unique<SparseCategoricalCrossentropy>();
-  }
-  if (name == "huber" || name == "huber_loss" || name == "Huber") {
-    return std::make_unique<Huber>();
-  }
-  if (name == "kld" || name == "KLD" || name == "kl_divergence" ||
-      name == "kullback_leibler_divergence" || name == "KLDivergence") {
-    return std::make_unique<KLDivergence>();
-  }
-  if (name == "hinge" || name == "Hinge") return std::make_unique<Hinge>();
-  throw ConfigError("unknown loss '" + std::string(name) +
-                    "'; known: mse, mean_squared_error, mae, mean_absolute_error, "
-                    "binary_crossentropy, categorical_crossentropy, "
-                    "sparse_categorical_crossentropy, huber, kld, kl_divergence, hinge "
-                    "(or their Keras class names)");
+  return Registry<Loss>::instance().create(std::string(name), nlohmann::json::object());
 }
 
 }  // namespace loadstar::keras

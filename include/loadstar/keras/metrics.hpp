@@ -6,7 +6,8 @@
 #include <string>
 #include <string_view>
 
-#include "loadstar/error.hpp"
+#include <nlohmann/json.hpp>
+
 #include "loadstar/keras/metrics/accuracy.hpp"
 #include "loadstar/keras/metrics/auc.hpp"
 #include "loadstar/keras/metrics/mean.hpp"
@@ -14,9 +15,68 @@
 #include "loadstar/keras/metrics/precision.hpp"
 #include "loadstar/keras/metrics/recall.hpp"
 #include "loadstar/keras/metrics/regression.hpp"
+#include "loadstar/keras/registry.hpp"
 #include "loadstar/tensor/shape.hpp"
 
 namespace loadstar::keras {
+
+/// The metric registry: Keras's metric function names (`"accuracy"`, `"binary_accuracy"`,
+/// `"mse"`, ...), made with the name they were given, and class names (`"BinaryAccuracy"`,
+/// `"AUC"`, ...), made from their configs. `"MeanMetricWrapper"` (what tf.keras writes for
+/// compiled string metrics: `{"name": "accuracy", "fn": "categorical_accuracy"}`) makes the metric
+/// of its `fn` under its `name`.
+template <>
+struct RegistryTraits<Metric> {
+  using Object = std::unique_ptr<Metric>;
+  static constexpr const char* kind = "metric";
+  static constexpr bool case_insensitive = false;
+  static void defaults(Registry<Metric>& registry) {
+    using namespace metrics;
+    using Factory = Registry<Metric>::Factory;
+    // A function name logs under itself unless the config names the metric (Keras's
+    // `MeanMetricWrapper(fn, name=metric_name)` in compile_utils).
+    const auto function = [&](const char* name, Factory factory) {
+      registry.add(name, [name = std::string(name), factory](const nlohmann::json& config) {
+        auto metric = factory(config);
+        if (!config.contains("name")) metric->set_name(name);
+        return metric;
+      });
+    };
+    function("accuracy", Accuracy::from_config);
+    function("binary_accuracy", BinaryAccuracy::from_config);
+    function("categorical_accuracy", CategoricalAccuracy::from_config);
+    function("sparse_categorical_accuracy", SparseCategoricalAccuracy::from_config);
+    function("top_k_categorical_accuracy", TopKCategoricalAccuracy::from_config);
+    function("sparse_top_k_categorical_accuracy", SparseTopKCategoricalAccuracy::from_config);
+    function("mse", metrics::MeanSquaredError::from_config);
+    function("mean_squared_error", metrics::MeanSquaredError::from_config);
+    function("mae", metrics::MeanAbsoluteError::from_config);
+    function("mean_absolute_error", metrics::MeanAbsoluteError::from_config);
+    function("precision", Precision::from_config);
+    function("recall", Recall::from_config);
+    function("auc", AUC::from_config);
+    registry.add("Accuracy", Accuracy::from_config);
+    registry.add("BinaryAccuracy", BinaryAccuracy::from_config);
+    registry.add("CategoricalAccuracy", CategoricalAccuracy::from_config);
+    registry.add("SparseCategoricalAccuracy", SparseCategoricalAccuracy::from_config);
+    registry.add("TopKCategoricalAccuracy", TopKCategoricalAccuracy::from_config);
+    registry.add("SparseTopKCategoricalAccuracy", SparseTopKCategoricalAccuracy::from_config);
+    registry.add("MeanSquaredError", metrics::MeanSquaredError::from_config);
+    registry.add("MeanAbsoluteError", metrics::MeanAbsoluteError::from_config);
+    registry.add("Precision", Precision::from_config);
+    registry.add("Recall", Recall::from_config);
+    registry.add("AUC", AUC::from_config);
+    registry.add("Mean", Mean::from_config);
+    registry.add("MeanMetricWrapper", [](const nlohmann::json& config) {
+      const auto read = detail::metric_config(config, "MeanMetricWrapper");
+      const auto fn = read.get<std::string>("fn");
+      auto metric = read.nested(
+          "fn", [&] { return Registry<Metric>::instance().create(fn, nlohmann::json::object()); });
+      metric->set_name(read.get("name", fn.c_str()));
+      return metric;
+    });
+  }
+};
 
 /// The metric `Model.compile(metrics=[name])` makes, logged under `name` as Keras does.
 ///
@@ -50,37 +110,8 @@ inline std::unique_ptr<Metric> get_metric(std::string_view name, std::string_vie
     if (is_sparse_categorical) return std::make_unique<SparseCategoricalAccuracy>(logged);
     return std::make_unique<CategoricalAccuracy>(logged);
   }
-  if (name == "binary_accuracy" || name == "BinaryAccuracy") {
-    return std::make_unique<BinaryAccuracy>("binary_accuracy");
-  }
-  if (name == "categorical_accuracy" || name == "CategoricalAccuracy") {
-    return std::make_unique<CategoricalAccuracy>("categorical_accuracy");
-  }
-  if (name == "sparse_categorical_accuracy" || name == "SparseCategoricalAccuracy") {
-    return std::make_unique<SparseCategoricalAccuracy>("sparse_categorical_accuracy");
-  }
-  if (name == "top_k_categorical_accuracy" || name == "TopKCategoricalAccuracy") {
-    return std::make_unique<TopKCategoricalAccuracy>(5, "top_k_categorical_accuracy");
-  }
-  if (name == "sparse_top_k_categorical_accuracy" || name == "SparseTopKCategoricalAccuracy") {
-    return std::make_unique<SparseTopKCategoricalAccuracy>(5, "sparse_top_k_categorical_accuracy");
-  }
-  if (name == "mse" || name == "mean_squared_error") {
-    return std::make_unique<metrics::MeanSquaredError>(logged);
-  }
-  if (name == "MeanSquaredError") return std::make_unique<metrics::MeanSquaredError>();
-  if (name == "mae" || name == "mean_absolute_error") {
-    return std::make_unique<metrics::MeanAbsoluteError>(logged);
-  }
-  if (name == "MeanAbsoluteError") return std::make_unique<metrics::MeanAbsoluteError>();
-  if (name == "precision" || name == "Precision") return std::make_unique<Precision>();
-  if (name == "recall" || name == "Recall") return std::make_unique<Recall>();
-  if (name == "auc" || name == "AUC") return std::make_unique<AUC>();
-  throw ConfigError("unknown metric '" + logged +
-                    "'; known: accuracy, acc, binary_accuracy, categorical_accuracy, "
-                    "sparse_categorical_accuracy, top_k_categorical_accuracy, "
-                    "sparse_top_k_categorical_accuracy, mse, mean_squared_error, mae, "
-                    "mean_absolute_error, precision, recall, auc (or their Keras class names)");
+  // Every other name resolves through the registry (Keras's `metrics.get`).
+  return Registry<Metric>::instance().create(logged, nlohmann::json::object());
 }
 
 }  // namespace loadstar::keras

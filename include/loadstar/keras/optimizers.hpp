@@ -2,13 +2,12 @@
 /// The optimizers and schedules, and `get_optimizer`, which resolves Keras's optimizer strings.
 #pragma once
 
-#include <algorithm>
-#include <cctype>
 #include <memory>
 #include <string>
 #include <string_view>
 
-#include "loadstar/error.hpp"
+#include <nlohmann/json.hpp>
+
 #include "loadstar/keras/optimizers/adadelta.hpp"
 #include "loadstar/keras/optimizers/adagrad.hpp"
 #include "loadstar/keras/optimizers/adam.hpp"
@@ -17,27 +16,37 @@
 #include "loadstar/keras/optimizers/rmsprop.hpp"
 #include "loadstar/keras/optimizers/schedules.hpp"
 #include "loadstar/keras/optimizers/sgd.hpp"
+#include "loadstar/keras/registry.hpp"
 
 namespace loadstar::keras {
 
+/// The optimizer registry: Keras's optimizer names, in any case (`"sgd"`, `"adam"`, `"Adam"`,
+/// `"adamw"`, `"rmsprop"`, `"adagrad"`, `"adadelta"`), made with Keras's defaults or from their
+/// configs (Keras 2.0-2.3's `lr` and `decay` and Keras 2.11+'s `"Custom>Adam"` included).
+template <>
+struct RegistryTraits<Optimizer> {
+  using Object = std::unique_ptr<Optimizer>;
+  static constexpr const char* kind = "optimizer";
+  static constexpr bool case_insensitive = true;
+  static void defaults(Registry<Optimizer>& registry) {
+    using namespace optimizers;
+    registry.add("sgd", SGD::from_config);
+    registry.add("adam", Adam::from_config);
+    registry.add("adamw", AdamW::from_config);
+    registry.add("rmsprop", RMSprop::from_config);
+    registry.add("adagrad", Adagrad::from_config);
+    registry.add("adadelta", Adadelta::from_config);
+  }
+};
+
 /// The optimizer `tf.keras.optimizers.get` returns for a name, case-insensitive, with Keras's
-/// defaults: `"sgd"`, `"adam"`, `"adamw"`, `"rmsprop"`, `"adagrad"`, `"adadelta"`. Throws
-/// `ConfigError` for any other name.
+/// defaults, resolved through `Registry<Optimizer>`: `"sgd"`, `"adam"`, `"adamw"`, `"rmsprop"`,
+/// `"adagrad"`, `"adadelta"`. Throws `ConfigError` for any other name.
 /// \code
 /// std::unique_ptr<Optimizer> optimizer = get_optimizer("Adam");
 /// \endcode
 inline std::unique_ptr<Optimizer> get_optimizer(std::string_view name) {
-  std::string lower(name);
-  std::transform(lower.begin(), lower.end(), lower.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  if (lower == "sgd") return std::make_unique<optimizers::SGD>();
-  if (lower == "adam") return std::make_unique<optimizers::Adam>();
-  if (lower == "adamw") return std::make_unique<optimizers::AdamW>();
-  if (lower == "rmsprop") return std::make_unique<optimizers::RMSprop>();
-  if (lower == "adagrad") return std::make_unique<optimizers::Adagrad>();
-  if (lower == "adadelta") return std::make_unique<optimizers::Adadelta>();
-  throw ConfigError("unknown optimizer '" + std::string(name) +
-                    "'; known: sgd, adam, adamw, rmsprop, adagrad, adadelta");
+  return Registry<Optimizer>::instance().create(std::string(name), nlohmann::json::object());
 }
 
 }  // namespace loadstar::keras

@@ -78,6 +78,9 @@ class Sequential : public Model {
     }
   }
 
+  /// The layers in the order they were added, also before the model is built (`get_config`).
+  const std::vector<std::shared_ptr<Layer>>& stacked_layers() const noexcept { return stack_; }
+
   /// Builds the model for samples of `input_shape` (Keras's `model.build((None, ...))`).
   void build(const Shape& input_shape) {
     if (input_) {

@@ -5,10 +5,13 @@
 #include <cstddef>
 #include <iostream>
 #include <ostream>
+#include <string>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
 #include "loadstar/keras/callbacks/logs.hpp"
+#include "loadstar/keras/detail/config_reader.hpp"
 #include "loadstar/keras/detail/params.hpp"
 
 namespace loadstar::keras {
@@ -44,6 +47,12 @@ class Callback {
   virtual nlohmann::json get_state() const { return nullptr; }
   virtual void load_state(const nlohmann::json& /*state*/) {}
 
+  /// The class name (`"EarlyStopping"`): the key of `Registry<Callback>`.
+  virtual std::string class_name() const { return "Callback"; }
+  /// The constructor arguments as a Keras-style config (`{"monitor": "val_loss", ...}`), which
+  /// the class's `from_config` reads back.
+  virtual nlohmann::json get_config() const { return nlohmann::json::object(); }
+
   virtual void on_train_begin(const Logs&) {}
   virtual void on_train_end(const Logs&) {}
   virtual void on_epoch_begin(std::size_t /*epoch*/, const Logs&) {}
@@ -72,3 +81,20 @@ class Callback {
 };
 
 }  // namespace loadstar::keras::callbacks
+
+namespace loadstar::keras::detail {
+
+/// A reader of a callback's config whose errors name the callback (`callback (EarlyStopping)`).
+inline ConfigReader callback_config(const nlohmann::json& config, std::string_view class_name) {
+  return ConfigReader::of(config, "callback", class_name);
+}
+
+/// Reads `"auto"`, `"min"` or `"max"` from a config's `mode`.
+inline std::string config_mode(const ConfigReader& read) {
+  std::string mode = read.get("mode", "auto");
+  if (mode != "auto" && mode != "min" && mode != "max")
+    read.fail("mode", "\"auto\", \"min\" or \"max\"");
+  return mode;
+}
+
+}  // namespace loadstar::keras::detail

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,21 @@ class CSVLogger : public Callback {
  public:
   explicit CSVLogger(std::filesystem::path filename, char separator = ',', bool append = false)
       : filename_(std::move(filename)), separator_(separator), append_(append) {}
+
+  std::string class_name() const override { return "CSVLogger"; }
+  nlohmann::json get_config() const override {
+    return {{"filename", filename_.string()},
+            {"separator", std::string(1, separator_)},
+            {"append", append_}};
+  }
+  /// The callback described by a config (`Registry<Callback>`'s factory).
+  static std::shared_ptr<Callback> from_config(const nlohmann::json& config) {
+    const auto read = detail::callback_config(config, "CSVLogger");
+    const std::string separator = read.get("separator", ",");
+    if (separator.size() != 1) read.fail("separator", "a string of one character");
+    return std::make_shared<CSVLogger>(read.get<std::string>("filename"), separator[0],
+                                       read.get("append", false));
+  }
 
   /// Throws `IoError` when the file cannot be opened.
   void on_train_begin(const Logs&) override {

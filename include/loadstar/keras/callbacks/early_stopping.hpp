@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstddef>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -121,6 +122,30 @@ class EarlyStopping : public Callback {
     best_ = read.get<double>("best");
     best_epoch_ = read.get<std::size_t>("best_epoch");
     resumed_ = true;
+  }
+
+  std::string class_name() const override { return "EarlyStopping"; }
+  nlohmann::json get_config() const override {
+    return {{"monitor", options_.monitor},
+            {"min_delta", options_.min_delta},
+            {"patience", options_.patience},
+            {"verbose", options_.verbose},
+            {"mode", options_.mode},
+            {"baseline", options_.baseline ? nlohmann::json(*options_.baseline) : nullptr},
+            {"restore_best_weights", options_.restore_best_weights}};
+  }
+  /// The callback described by a config (`Registry<Callback>`'s factory).
+  static std::shared_ptr<Callback> from_config(const nlohmann::json& config) {
+    const auto read = detail::callback_config(config, "EarlyStopping");
+    read.expect("start_from_epoch", 0, "loadstar counts from the first epoch");
+    return std::make_shared<EarlyStopping>(
+        EarlyStoppingOptions{.monitor = read.get("monitor", "val_loss"),
+                             .min_delta = read.get("min_delta", 0.0),
+                             .patience = read.get("patience", std::size_t{0}),
+                             .verbose = read.get("verbose", 0),
+                             .mode = detail::config_mode(read),
+                             .baseline = read.optional<double>("baseline"),
+                             .restore_best_weights = read.get("restore_best_weights", false)});
   }
 
   /// The epoch training stopped at (0 when it did not stop early).

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,13 @@ class History : public Callback {
   std::map<std::string, std::vector<double>> history;
   /// The epochs run (0-based, as Keras's `history.epoch`).
   std::vector<std::size_t> epoch;
+
+  std::string class_name() const override { return "History"; }
+  /// The callback described by a config (`{}`; `Registry<Callback>`'s factory).
+  static std::shared_ptr<Callback> from_config(const nlohmann::json& config) {
+    static_cast<void>(detail::callback_config(config, "History"));
+    return std::make_shared<History>();
+  }
 
   void on_train_begin(const Logs&) override {
     history.clear();

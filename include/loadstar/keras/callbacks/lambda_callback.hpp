@@ -4,8 +4,10 @@
 
 #include <cstddef>
 #include <functional>
+#include <memory>
 #include <utility>
 
+#include "loadstar/error.hpp"
 #include "loadstar/keras/callbacks/callback.hpp"
 
 namespace loadstar::keras::callbacks {
@@ -39,6 +41,14 @@ struct LambdaCallbackOptions {
 class LambdaCallback : public Callback {
  public:
   explicit LambdaCallback(LambdaCallbackOptions options) : f_(std::move(options)) {}
+
+  std::string class_name() const override { return "LambdaCallback"; }
+  /// Throws `ConfigError`: the hooks are functions, which a config cannot hold.
+  static std::shared_ptr<Callback> from_config(const nlohmann::json&) {
+    throw ConfigError(
+        "callback (LambdaCallback): holds functions (its hooks) and cannot be built from a "
+        "config; construct it in code, or pass a factory in the custom objects");
+  }
 
   void on_epoch_begin(std::size_t e, const Logs& l) override { call(f_.on_epoch_begin, e, l); }
   void on_epoch_end(std::size_t e, const Logs& l) override { call(f_.on_epoch_end, e, l); }

@@ -5,8 +5,10 @@
 #include <cstddef>
 #include <cstdio>
 #include <functional>
+#include <memory>
 #include <utility>
 
+#include "loadstar/error.hpp"
 #include "loadstar/keras/callbacks/callback.hpp"
 #include "loadstar/keras/callbacks/detail/output.hpp"
 #include "loadstar/keras/model.hpp"
@@ -25,6 +27,15 @@ class LearningRateScheduler : public Callback {
 
   explicit LearningRateScheduler(Schedule schedule, int verbose = 0)
       : schedule_(std::move(schedule)), verbose_(verbose) {}
+
+  std::string class_name() const override { return "LearningRateScheduler"; }
+  nlohmann::json get_config() const override { return {{"verbose", verbose_}}; }
+  /// Throws `ConfigError`: the schedule is a function, which a config cannot hold.
+  static std::shared_ptr<Callback> from_config(const nlohmann::json&) {
+    throw ConfigError(
+        "callback (LearningRateScheduler): holds a function (schedule) and cannot be built from "
+        "a config; construct it in code, or pass a factory in the custom objects");
+  }
 
   void on_epoch_begin(std::size_t epoch, const Logs&) override {
     auto& optimizer = model().optimizer();

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdio>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -45,6 +46,20 @@ class ProgbarLogger : public Callback {
   /// A progress bar that writes to `out` whatever `fit` was given.
   ProgbarLogger(int verbose, std::ostream& out, std::optional<bool> interactive = std::nullopt)
       : verbose_(verbose), own_out_(&out), interactive_option_(interactive) {}
+
+  std::string class_name() const override { return "ProgbarLogger"; }
+  /// `{"count_mode": "steps", "verbose": 1}`; a logger built from a config prints to `std::cout`.
+  nlohmann::json get_config() const override {
+    return {{"count_mode", "steps"}, {"stateful_metrics", nullptr}, {"verbose", verbose_}};
+  }
+  /// The callback described by a config (`Registry<Callback>`'s factory).
+  static std::shared_ptr<Callback> from_config(const nlohmann::json& config) {
+    const auto read = detail::callback_config(config, "ProgbarLogger");
+    read.expect("count_mode", "steps", "loadstar counts steps");
+    const int verbose = read.get("verbose", 1);
+    if (verbose != 1 && verbose != 2) read.fail("verbose", "1 or 2");
+    return std::make_shared<ProgbarLogger>(verbose);
+  }
 
   void set_params(const CallbackParams& params) override {
     Callback::set_params(params);

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdio>
 #include <limits>
+#include <memory>
 #include <string>
 
 #include "loadstar/error.hpp"
@@ -55,6 +56,29 @@ class ReduceLROnPlateau : public Callback {
                         "'");
     }
     maximize_ = m == "max" || (m == "auto" && options_.monitor.find("acc") != std::string::npos);
+  }
+
+  std::string class_name() const override { return "ReduceLROnPlateau"; }
+  nlohmann::json get_config() const override {
+    return {{"monitor", options_.monitor},   {"factor", options_.factor},
+            {"patience", options_.patience}, {"verbose", options_.verbose},
+            {"mode", options_.mode},         {"min_delta", options_.min_delta},
+            {"cooldown", options_.cooldown}, {"min_lr", options_.min_lr}};
+  }
+  /// The callback described by a config (`Registry<Callback>`'s factory).
+  static std::shared_ptr<Callback> from_config(const nlohmann::json& config) {
+    const auto read = detail::callback_config(config, "ReduceLROnPlateau");
+    const double factor = read.get("factor", 0.1);
+    if (!(factor < 1.0)) read.fail("factor", "a number below 1");
+    return std::make_shared<ReduceLROnPlateau>(
+        ReduceLROnPlateauOptions{.monitor = read.get("monitor", "val_loss"),
+                                 .factor = factor,
+                                 .patience = read.get("patience", std::size_t{10}),
+                                 .verbose = read.get("verbose", 0),
+                                 .mode = detail::config_mode(read),
+                                 .min_delta = read.get("min_delta", 1e-4),
+                                 .cooldown = read.get("cooldown", std::size_t{0}),
+                                 .min_lr = read.get("min_lr", 0.0)});
   }
 
   void on_train_begin(const Logs&) override {

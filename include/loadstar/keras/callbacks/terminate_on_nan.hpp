@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdio>
+#include <memory>
 
 #include "loadstar/keras/callbacks/callback.hpp"
 #include "loadstar/keras/model.hpp"
@@ -19,6 +20,13 @@ namespace loadstar::keras::callbacks {
 /// \endcode
 class TerminateOnNaN : public Callback {
  public:
+  std::string class_name() const override { return "TerminateOnNaN"; }
+  /// The callback described by a config (`{}`; `Registry<Callback>`'s factory).
+  static std::shared_ptr<Callback> from_config(const nlohmann::json& config) {
+    static_cast<void>(detail::callback_config(config, "TerminateOnNaN"));
+    return std::make_shared<TerminateOnNaN>();
+  }
+
   void on_train_begin(const Logs&) override { terminated_ = false; }
 
   void on_train_batch_end(std::size_t batch, const Logs& logs) override {

@@ -8,7 +8,6 @@
 #include <memory>
 #include <mutex>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "loadstar/keras/layer.hpp"
@@ -63,23 +62,6 @@ inline std::uint64_t global_seed() {
   auto& state = seed_state();
   const std::lock_guard lock(state.mutex);
   return state.seed;
-}
-
-/// What a layer's one build returned, so that a shared layer is built once and called again.
-struct BuiltLayer {
-  std::weak_ptr<Layer> layer;
-  std::vector<Shape> input_shapes;
-  Shape output_shape;
-};
-
-inline std::mutex& built_mutex() {
-  static std::mutex mutex;
-  return mutex;
-}
-
-inline std::unordered_map<const Layer*, BuiltLayer>& built_layers() {
-  static std::unordered_map<const Layer*, BuiltLayer> layers;
-  return layers;
 }
 
 /// Keras's `to_snake_case` of a class name: `Dense` -> `dense`, `MaxPooling2D` ->

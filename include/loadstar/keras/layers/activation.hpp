@@ -51,9 +51,10 @@ class Activation : public detail::LayerBase {
   }
 
   static std::shared_ptr<Layer> from_config(const nlohmann::json& config) {
-    return std::make_shared<Activation>(
-        detail::config_activation(config),
-        ActivationOptions{.name = detail::config_value(config, "name", std::string())});
+    const auto read = detail::layer_config(config, "Activation");
+    return detail::finish_layer(
+        read, std::make_shared<Activation>(detail::config_activation(read),
+                                           ActivationOptions{.name = detail::config_name(read)}));
   }
 
  private:

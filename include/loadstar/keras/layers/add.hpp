@@ -54,8 +54,9 @@ class Add : public detail::LayerBase {
   nlohmann::json get_config() const override { return base_config(); }
 
   static std::shared_ptr<Layer> from_config(const nlohmann::json& config) {
-    return std::make_shared<Add>(
-        AddOptions{.name = detail::config_value(config, "name", std::string())});
+    const auto read = detail::layer_config(config, "Add");
+    return detail::finish_layer(
+        read, std::make_shared<Add>(AddOptions{.name = detail::config_name(read)}));
   }
 };
 

@@ -16,7 +16,9 @@ class AveragePooling2D : public detail::Pooling2D<false> {
   explicit AveragePooling2D(Pooling2DOptions options = {}) : Pooling2D(std::move(options)) {}
 
   static std::shared_ptr<Layer> from_config(const nlohmann::json& config) {
-    return std::make_shared<AveragePooling2D>(options_from_config(config));
+    const auto read = detail::layer_config(config, "AveragePooling2D");
+    return detail::finish_layer(read,
+                                std::make_shared<AveragePooling2D>(options_from_config(read)));
   }
 };
 

@@ -135,26 +135,28 @@ class BatchNormalization : public detail::LayerBase {
 
   static std::shared_ptr<Layer> from_config(const nlohmann::json& config) {
     using detail::config_initializer;
-    using detail::config_value;
-    int axis = -1;
-    if (config.contains("axis")) {
-      const auto& a = config["axis"];
-      axis = a.is_array() ? a.at(0).get<int>() : a.get<int>();
-    }
-    return std::make_shared<BatchNormalization>(BatchNormalizationOptions{
-        .axis = axis,
-        .momentum = config_value(config, "momentum", 0.99),
-        .epsilon = config_value(config, "epsilon", 1e-3),
-        .center = config_value(config, "center", true),
-        .scale = config_value(config, "scale", true),
-        .beta_initializer = config_initializer(config, "beta_initializer", Initializer::zeros()),
-        .gamma_initializer = config_initializer(config, "gamma_initializer", Initializer::ones()),
-        .moving_mean_initializer =
-            config_initializer(config, "moving_mean_initializer", Initializer::zeros()),
-        .moving_variance_initializer =
-            config_initializer(config, "moving_variance_initializer", Initializer::ones()),
-        .name = config_value(config, "name", std::string()),
-    });
+    const auto read = detail::layer_config(config, "BatchNormalization");
+    for (const char* key :
+         {"beta_regularizer", "gamma_regularizer", "beta_constraint", "gamma_constraint"})
+      read.expect(key, nullptr, "loadstar has no regularizers or constraints");
+    read.expect("renorm", false, "loadstar has no batch renormalization");
+    read.expect("synchronized", false, "loadstar normalizes per replica");
+    return detail::finish_layer(
+        read,
+        std::make_shared<BatchNormalization>(BatchNormalizationOptions{
+            .axis = detail::config_axis(read, -1),
+            .momentum = read.get("momentum", 0.99),
+            .epsilon = read.get("epsilon", 1e-3),
+            .center = read.get("center", true),
+            .scale = read.get("scale", true),
+            .beta_initializer = config_initializer(read, "beta_initializer", Initializer::zeros()),
+            .gamma_initializer = config_initializer(read, "gamma_initializer", Initializer::ones()),
+            .moving_mean_initializer =
+                config_initializer(read, "moving_mean_initializer", Initializer::zeros()),
+            .moving_variance_initializer =
+                config_initializer(read, "moving_variance_initializer", Initializer::ones()),
+            .name = detail::config_name(read),
+        }));
   }
 
  private:

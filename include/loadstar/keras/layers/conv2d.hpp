@@ -156,20 +156,27 @@ class Conv2D : public detail::LayerBase {
   }
 
   static std::shared_ptr<Layer> from_config(const nlohmann::json& config) {
-    return std::make_shared<Conv2D>(
-        config.at("filters").get<std::size_t>(), detail::config_size2(config, "kernel_size", 1),
-        Conv2DOptions{
-            .strides = detail::config_size2(config, "strides", 1),
-            .padding = detail::config_value(config, "padding", std::string("valid")),
-            .dilation_rate = detail::config_size2(config, "dilation_rate", 1),
-            .activation = detail::config_activation(config),
-            .use_bias = detail::config_value(config, "use_bias", true),
-            .kernel_initializer = detail::config_initializer(config, "kernel_initializer",
-                                                             Initializer::glorot_uniform()),
-            .bias_initializer =
-                detail::config_initializer(config, "bias_initializer", Initializer::zeros()),
-            .name = detail::config_value(config, "name", std::string()),
-        });
+    const auto read = detail::layer_config(config, "Conv2D");
+    detail::expect_channels_last(read);
+    read.expect("groups", 1, "loadstar has no grouped convolutions");
+    if (!read.has("kernel_size")) read.fail("kernel_size", "a positive integer or a list of two");
+    const std::string padding = read.get("padding", "valid");
+    if (padding != "valid" && padding != "same") read.fail("padding", "\"valid\" or \"same\"");
+    return detail::finish_layer(
+        read, std::make_shared<Conv2D>(
+                  read.positive("filters"), detail::config_size2(read, "kernel_size", 1),
+                  Conv2DOptions{
+                      .strides = detail::config_size2(read, "strides", 1),
+                      .padding = padding,
+                      .dilation_rate = detail::config_size2(read, "dilation_rate", 1),
+                      .activation = detail::config_activation(read),
+                      .use_bias = read.get("use_bias", true),
+                      .kernel_initializer = detail::config_initializer(
+                          read, "kernel_initializer", Initializer::glorot_uniform()),
+                      .bias_initializer = detail::config_initializer(read, "bias_initializer",
+                                                                     Initializer::zeros()),
+                      .name = detail::config_name(read),
+                  }));
   }
 
  private:

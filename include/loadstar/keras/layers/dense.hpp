@@ -117,17 +117,19 @@ class Dense : public detail::LayerBase {
 
   /// The layer described by a Keras config (the registry's factory).
   static std::shared_ptr<Layer> from_config(const nlohmann::json& config) {
-    return std::make_shared<Dense>(
-        config.at("units").get<std::size_t>(),
-        DenseOptions{
-            .activation = detail::config_activation(config),
-            .use_bias = detail::config_value(config, "use_bias", true),
-            .kernel_initializer = detail::config_initializer(config, "kernel_initializer",
-                                                             Initializer::glorot_uniform()),
-            .bias_initializer =
-                detail::config_initializer(config, "bias_initializer", Initializer::zeros()),
-            .name = detail::config_value(config, "name", std::string()),
-        });
+    const auto read = detail::layer_config(config, "Dense");
+    return detail::finish_layer(
+        read,
+        std::make_shared<Dense>(read.positive("units"),
+                                DenseOptions{
+                                    .activation = detail::config_activation(read),
+                                    .use_bias = read.get("use_bias", true),
+                                    .kernel_initializer = detail::config_initializer(
+                                        read, "kernel_initializer", Initializer::glorot_uniform()),
+                                    .bias_initializer = detail::config_initializer(
+                                        read, "bias_initializer", Initializer::zeros()),
+                                    .name = detail::config_name(read),
+                                }));
   }
 
  private:

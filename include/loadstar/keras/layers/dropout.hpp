@@ -68,10 +68,13 @@ class Dropout : public detail::LayerBase {
   }
 
   static std::shared_ptr<Layer> from_config(const nlohmann::json& config) {
-    DropoutOptions options{.name = detail::config_value(config, "name", std::string())};
-    if (config.contains("seed") && config["seed"].is_number_integer())
-      options.seed = config["seed"].get<std::uint64_t>();
-    return std::make_shared<Dropout>(config.at("rate").get<double>(), options);
+    const auto read = detail::layer_config(config, "Dropout");
+    read.expect("noise_shape", nullptr, "loadstar drops elements independently");
+    const auto rate = read.get<double>("rate");
+    if (!(rate >= 0 && rate < 1)) read.fail("rate", "a number in [0, 1)");
+    DropoutOptions options{.name = detail::config_name(read)};
+    options.seed = read.optional<std::uint64_t>("seed");
+    return detail::finish_layer(read, std::make_shared<Dropout>(rate, options));
   }
 
  private:

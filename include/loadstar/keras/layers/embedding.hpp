@@ -82,12 +82,17 @@ class Embedding : public detail::LayerBase {
   }
 
   static std::shared_ptr<Layer> from_config(const nlohmann::json& config) {
-    return std::make_shared<Embedding>(
-        config.at("input_dim").get<std::size_t>(), config.at("output_dim").get<std::size_t>(),
-        EmbeddingOptions{
-            .embeddings_initializer = detail::config_initializer(
-                config, "embeddings_initializer", Initializer::random_uniform(-0.05, 0.05)),
-            .name = detail::config_value(config, "name", std::string())});
+    const auto read = detail::layer_config(config, "Embedding");
+    read.expect("mask_zero", false, "loadstar has no masks");
+    read.expect("embeddings_regularizer", nullptr, "loadstar has no regularizers");
+    read.expect("embeddings_constraint", nullptr, "loadstar has no constraints");
+    return detail::finish_layer(
+        read, std::make_shared<Embedding>(
+                  read.positive("input_dim"), read.positive("output_dim"),
+                  EmbeddingOptions{
+                      .embeddings_initializer = detail::config_initializer(
+                          read, "embeddings_initializer", Initializer::random_uniform(-0.05, 0.05)),
+                      .name = detail::config_name(read)}));
   }
 
  private:

@@ -35,8 +35,10 @@ class Flatten : public detail::ShapeOnlyLayer {
   }
 
   static std::shared_ptr<Layer> from_config(const nlohmann::json& config) {
-    return std::make_shared<Flatten>(
-        FlattenOptions{.name = detail::config_value(config, "name", std::string())});
+    const auto read = detail::layer_config(config, "Flatten");
+    detail::expect_channels_last(read);
+    return detail::finish_layer(
+        read, std::make_shared<Flatten>(FlattenOptions{.name = detail::config_name(read)}));
   }
 };
 

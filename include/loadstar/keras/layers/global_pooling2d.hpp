@@ -62,8 +62,12 @@ class GlobalAveragePooling2D : public detail::GlobalPooling2D<false> {
   explicit GlobalAveragePooling2D(GlobalPooling2DOptions options = {})
       : GlobalPooling2D(std::move(options)) {}
   static std::shared_ptr<Layer> from_config(const nlohmann::json& config) {
-    return std::make_shared<GlobalAveragePooling2D>(
-        GlobalPooling2DOptions{.name = detail::config_value(config, "name", std::string())});
+    const auto read = detail::layer_config(config, "GlobalAveragePooling2D");
+    detail::expect_channels_last(read);
+    read.expect("keepdims", false, "loadstar drops the pooled axes");
+    return detail::finish_layer(read,
+                                std::make_shared<GlobalAveragePooling2D>(
+                                    GlobalPooling2DOptions{.name = detail::config_name(read)}));
   }
 };
 
@@ -76,8 +80,11 @@ class GlobalMaxPooling2D : public detail::GlobalPooling2D<true> {
   explicit GlobalMaxPooling2D(GlobalPooling2DOptions options = {})
       : GlobalPooling2D(std::move(options)) {}
   static std::shared_ptr<Layer> from_config(const nlohmann::json& config) {
-    return std::make_shared<GlobalMaxPooling2D>(
-        GlobalPooling2DOptions{.name = detail::config_value(config, "name", std::string())});
+    const auto read = detail::layer_config(config, "GlobalMaxPooling2D");
+    detail::expect_channels_last(read);
+    read.expect("keepdims", false, "loadstar drops the pooled axes");
+    return detail::finish_layer(read, std::make_shared<GlobalMaxPooling2D>(GlobalPooling2DOptions{
+                                          .name = detail::config_name(read)}));
   }
 };
 

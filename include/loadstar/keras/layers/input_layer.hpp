@@ -50,14 +50,15 @@ class InputLayer : public detail::ShapeOnlyLayer {
             {"name", name()}};
   }
 
+  /// Reads Keras 2's `batch_input_shape` or Keras 3's `batch_shape`; any `dtype` (the data are
+  /// converted to float32 when fed).
   static std::shared_ptr<Layer> from_config(const nlohmann::json& config) {
-    const auto& batch_shape = config.at("batch_input_shape");
-    std::vector<std::size_t> dims;
-    for (std::size_t i = 1; i < batch_shape.size(); ++i)
-      dims.push_back(batch_shape[i].get<std::size_t>());
-    return std::make_shared<InputLayer>(
-        Shape(dims),
-        InputLayerOptions{.name = detail::config_value(config, "name", std::string())});
+    const auto read = detail::layer_config(config, "InputLayer");
+    read.expect("sparse", false, "loadstar has no sparse inputs");
+    read.expect("ragged", false, "loadstar has no ragged inputs");
+    const char* key = read.has("batch_shape") ? "batch_shape" : "batch_input_shape";
+    return std::make_shared<InputLayer>(detail::config_batch_shape(read, key),
+                                        InputLayerOptions{.name = detail::config_name(read)});
   }
 
  private:

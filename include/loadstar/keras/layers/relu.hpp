@@ -74,14 +74,14 @@ class ReLU : public detail::ReLUBase {
   }
 
   static std::shared_ptr<Layer> from_config(const nlohmann::json& config) {
+    const auto read = detail::layer_config(config, "ReLU");
     ReLUOptions options{
-        .negative_slope = detail::config_value(config, "negative_slope", 0.0F),
-        .threshold = detail::config_value(config, "threshold", 0.0F),
-        .name = detail::config_value(config, "name", std::string()),
+        .negative_slope = read.get("negative_slope", 0.0F),
+        .threshold = read.get("threshold", 0.0F),
+        .name = detail::config_name(read),
     };
-    if (config.contains("max_value") && !config["max_value"].is_null())
-      options.max_value = config["max_value"].get<float>();
-    return std::make_shared<ReLU>(options);
+    options.max_value = read.optional<float>("max_value");
+    return detail::finish_layer(read, std::make_shared<ReLU>(options));
   }
 };
 
@@ -109,9 +109,11 @@ class LeakyReLU : public detail::ReLUBase {
   }
 
   static std::shared_ptr<Layer> from_config(const nlohmann::json& config) {
-    return std::make_shared<LeakyReLU>(
-        LeakyReLUOptions{.alpha = detail::config_value(config, "alpha", 0.3F),
-                         .name = detail::config_value(config, "name", std::string())});
+    const auto read = detail::layer_config(config, "LeakyReLU");
+    // Keras 3 renamed `alpha` to `negative_slope`.
+    const float alpha = read.get("alpha", read.get("negative_slope", 0.3F));
+    return detail::finish_layer(read, std::make_shared<LeakyReLU>(LeakyReLUOptions{
+                                          .alpha = alpha, .name = detail::config_name(read)}));
   }
 };
 

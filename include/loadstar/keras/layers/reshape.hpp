@@ -60,9 +60,11 @@ class Reshape : public detail::ShapeOnlyLayer {
   }
 
   static std::shared_ptr<Layer> from_config(const nlohmann::json& config) {
-    return std::make_shared<Reshape>(
-        config.at("target_shape").get<std::vector<std::ptrdiff_t>>(),
-        ReshapeOptions{.name = detail::config_value(config, "name", std::string())});
+    const auto read = detail::layer_config(config, "Reshape");
+    const auto target = read.get<std::vector<std::int64_t>>("target_shape");
+    return detail::finish_layer(
+        read, std::make_shared<Reshape>(std::vector<std::ptrdiff_t>(target.begin(), target.end()),
+                                        ReshapeOptions{.name = detail::config_name(read)}));
   }
 
  private:

@@ -56,9 +56,10 @@ class Softmax : public detail::LayerBase {
   }
 
   static std::shared_ptr<Layer> from_config(const nlohmann::json& config) {
-    return std::make_shared<Softmax>(
-        SoftmaxOptions{.axis = detail::config_value(config, "axis", -1),
-                       .name = detail::config_value(config, "name", std::string())});
+    const auto read = detail::layer_config(config, "Softmax");
+    return detail::finish_layer(
+        read, std::make_shared<Softmax>(SoftmaxOptions{.axis = detail::config_axis(read, -1),
+                                                       .name = detail::config_name(read)}));
   }
 
  private:

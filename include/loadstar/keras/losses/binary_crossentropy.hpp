@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <string>
 
 #include "loadstar/keras/losses/detail/row_loss.hpp"
@@ -29,11 +30,21 @@ class BinaryCrossentropy : public detail::RowLoss<BinaryCrossentropy> {
         label_smoothing_(label_smoothing) {}
 
   std::string class_name() const override { return "BinaryCrossentropy"; }
+
+  /// The loss described by a Keras config (`Registry<Loss>`'s factory).
+  static std::unique_ptr<Loss> from_config(const nlohmann::json& config) {
+    const auto read = detail::loss_config(config, "BinaryCrossentropy");
+    read.expect("axis", -1, "loadstar reduces over the last axis");
+    return std::make_unique<BinaryCrossentropy>(
+        read.get("from_logits", false), read.get("label_smoothing", 0.0),
+        detail::config_reduction(read), read.get("name", "binary_crossentropy"));
+  }
   nlohmann::json get_config() const override {
-    return {{"name", name()},
-            {"from_logits", from_logits_},
-            {"label_smoothing", label_smoothing_},
-            {"axis", -1}};
+    auto config = Loss::get_config();
+    config["from_logits"] = from_logits_;
+    config["label_smoothing"] = label_smoothing_;
+    config["axis"] = -1;
+    return config;
   }
   bool from_logits() const noexcept { return from_logits_; }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <memory>
 #include <string>
 
 #include "loadstar/keras/losses/detail/row_loss.hpp"
@@ -20,6 +21,12 @@ class Hinge : public detail::RowLoss<Hinge> {
       : RowLoss(std::move(name), reduction) {}
 
   std::string class_name() const override { return "Hinge"; }
+
+  /// The loss described by a Keras config (`Registry<Loss>`'s factory).
+  static std::unique_ptr<Loss> from_config(const nlohmann::json& config) {
+    const auto read = detail::loss_config(config, "Hinge");
+    return std::make_unique<Hinge>(detail::config_reduction(read), read.get("name", "hinge"));
+  }
 
   void prepare(const Tensor<float>& y_true) {
     convert_ = std::all_of(y_true.begin(), y_true.end(), [](float y) { return y == 0 || y == 1; });

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cmath>
+#include <memory>
 #include <string>
 
 #include "loadstar/keras/losses/detail/row_loss.hpp"
@@ -21,7 +22,18 @@ class Huber : public detail::RowLoss<Huber> {
       : RowLoss(std::move(name), reduction), delta_(delta) {}
 
   std::string class_name() const override { return "Huber"; }
-  nlohmann::json get_config() const override { return {{"name", name()}, {"delta", delta_}}; }
+
+  /// The loss described by a Keras config (`Registry<Loss>`'s factory).
+  static std::unique_ptr<Loss> from_config(const nlohmann::json& config) {
+    const auto read = detail::loss_config(config, "Huber");
+    return std::make_unique<Huber>(read.get("delta", 1.0), detail::config_reduction(read),
+                                   read.get("name", "huber_loss"));
+  }
+  nlohmann::json get_config() const override {
+    auto config = Loss::get_config();
+    config["delta"] = delta_;
+    return config;
+  }
 
   double row(const float* t, const float* p, std::size_t n, float* g, double scale) const {
     double sum = 0;

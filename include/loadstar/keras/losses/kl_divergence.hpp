@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <string>
 
 #include "loadstar/keras/losses/detail/row_loss.hpp"
@@ -22,6 +23,13 @@ class KLDivergence : public detail::RowLoss<KLDivergence> {
       : RowLoss(std::move(name), reduction) {}
 
   std::string class_name() const override { return "KLDivergence"; }
+
+  /// The loss described by a Keras config (`Registry<Loss>`'s factory).
+  static std::unique_ptr<Loss> from_config(const nlohmann::json& config) {
+    const auto read = detail::loss_config(config, "KLDivergence");
+    return std::make_unique<KLDivergence>(detail::config_reduction(read),
+                                          read.get("name", "kl_divergence"));
+  }
 
   double row(const float* t, const float* p, std::size_t n, float* g, double scale) const {
     constexpr double eps = detail::loss_epsilon;

@@ -4,7 +4,11 @@
 
 #include <string>
 
+#include <string_view>
+
 #include <nlohmann/json.hpp>
+
+#include "loadstar/keras/detail/config_reader.hpp"
 
 #include "loadstar/tensor/tensor.hpp"
 
@@ -45,8 +49,12 @@ class Loss {
   virtual float compute(const Tensor<float>& y_true, const Tensor<float>& y_pred,
                         const Tensor<float>* sample_weight, const Tensor<float>& gradient) = 0;
 
-  /// Keras's `get_config()`.
-  virtual nlohmann::json get_config() const { return {{"name", name_}}; }
+  /// Keras's `get_config()`: `{"reduction": "sum_over_batch_size", "name": ...}` and the loss's
+  /// own arguments.
+  virtual nlohmann::json get_config() const {
+    const char* reductions[] = {"sum_over_batch_size", "sum", "none"};
+    return {{"reduction", reductions[static_cast<int>(reduction_)]}, {"name", name_}};
+  }
 
   /// The name Keras logs the loss under (`"sparse_categorical_crossentropy"`).
   const std::string& name() const noexcept { return name_; }
@@ -57,4 +65,24 @@ class Loss {
   Reduction reduction_;
 };
 
+namespace detail {
+
+/// A reader of a loss's Keras config whose errors name the loss (`loss 'huber_loss' (Huber)`).
+inline ConfigReader loss_config(const nlohmann::json& config, std::string_view class_name) {
+  return ConfigReader::of(config, "loss", class_name);
+}
+
+/// A loss config's `reduction`: Keras's `"auto"` and `"sum_over_batch_size"` (the default),
+/// `"sum"`, `"none"`.
+inline Reduction config_reduction(const ConfigReader& read) {
+  const std::string reduction = read.get("reduction", "auto");
+  if (reduction == "auto" || reduction == "sum_over_batch_size") {
+    return Reduction::sum_over_batch_size;
+  }
+  if (reduction == "sum") return Reduction::sum;
+  if (reduction == "none") return Reduction::none;
+  read.fail("reduction", "\"auto\", \"sum_over_batch_size\", \"sum\" or \"none\"");
+}
+
+}  // namespace detail
 }  // namespace loadstar::keras

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cmath>
+#include <memory>
 #include <string>
 
 #include "loadstar/keras/losses/detail/row_loss.hpp"
@@ -22,6 +23,13 @@ class MeanAbsoluteError : public detail::RowLoss<MeanAbsoluteError> {
       : RowLoss(std::move(name), reduction) {}
 
   std::string class_name() const override { return "MeanAbsoluteError"; }
+
+  /// The loss described by a Keras config (`Registry<Loss>`'s factory).
+  static std::unique_ptr<Loss> from_config(const nlohmann::json& config) {
+    const auto read = detail::loss_config(config, "MeanAbsoluteError");
+    return std::make_unique<MeanAbsoluteError>(detail::config_reduction(read),
+                                               read.get("name", "mean_absolute_error"));
+  }
 
   double row(const float* t, const float* p, std::size_t n, float* g, double scale) const {
     double sum = 0;

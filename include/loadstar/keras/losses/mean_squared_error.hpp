@@ -2,6 +2,7 @@
 /// `MeanSquaredError`: `mean(square(y_true - y_pred), axis=-1)`, as `tf.keras.losses`.
 #pragma once
 
+#include <memory>
 #include <string>
 
 #include "loadstar/keras/losses/detail/row_loss.hpp"
@@ -20,6 +21,13 @@ class MeanSquaredError : public detail::RowLoss<MeanSquaredError> {
       : RowLoss(std::move(name), reduction) {}
 
   std::string class_name() const override { return "MeanSquaredError"; }
+
+  /// The loss described by a Keras config (`Registry<Loss>`'s factory).
+  static std::unique_ptr<Loss> from_config(const nlohmann::json& config) {
+    const auto read = detail::loss_config(config, "MeanSquaredError");
+    return std::make_unique<MeanSquaredError>(detail::config_reduction(read),
+                                              read.get("name", "mean_squared_error"));
+  }
 
   double row(const float* t, const float* p, std::size_t n, float* g, double scale) const {
     double sum = 0;

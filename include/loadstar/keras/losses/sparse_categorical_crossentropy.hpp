@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <string>
 
 #include "loadstar/error.hpp"
@@ -31,8 +32,21 @@ class SparseCategoricalCrossentropy : public detail::RowLoss<SparseCategoricalCr
       : RowLoss(std::move(name), reduction), from_logits_(from_logits) {}
 
   std::string class_name() const override { return "SparseCategoricalCrossentropy"; }
+
+  /// The loss described by a Keras config (`Registry<Loss>`'s factory).
+  static std::unique_ptr<Loss> from_config(const nlohmann::json& config) {
+    const auto read = detail::loss_config(config, "SparseCategoricalCrossentropy");
+    read.expect("ignore_class", nullptr, "loadstar ignores no class");
+    read.expect("axis", -1, "loadstar reduces over the last axis");
+    return std::make_unique<SparseCategoricalCrossentropy>(
+        read.get("from_logits", false), detail::config_reduction(read),
+        read.get("name", "sparse_categorical_crossentropy"));
+  }
   nlohmann::json get_config() const override {
-    return {{"name", name()}, {"from_logits", from_logits_}};
+    auto config = Loss::get_config();
+    config["from_logits"] = from_logits_;
+    config["ignore_class"] = nullptr;
+    return config;
   }
   bool from_logits() const noexcept { return from_logits_; }
 

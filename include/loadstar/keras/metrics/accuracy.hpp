@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <string>
 
 #include "loadstar/keras/metrics/detail/mean_wrapper.hpp"
@@ -21,6 +22,11 @@ class Accuracy : public detail::MeanWrapper<Accuracy> {
  public:
   explicit Accuracy(std::string name = "accuracy") : MeanWrapper(std::move(name)) {}
   std::string class_name() const override { return "Accuracy"; }
+  /// The metric described by a Keras config (`Registry<Metric>`'s factory).
+  static std::unique_ptr<Metric> from_config(const nlohmann::json& config) {
+    const auto read = detail::metric_config(config, "Accuracy");
+    return std::make_unique<Accuracy>(read.get("name", "accuracy"));
+  }
   static constexpr bool elementwise = true;
   double value(const float* t, const float* p, std::size_t) const { return *t == *p ? 1.0 : 0.0; }
 };
@@ -34,8 +40,16 @@ class BinaryAccuracy : public detail::MeanWrapper<BinaryAccuracy> {
   explicit BinaryAccuracy(std::string name = "binary_accuracy", double threshold = 0.5)
       : MeanWrapper(std::move(name)), threshold_(threshold) {}
   std::string class_name() const override { return "BinaryAccuracy"; }
+  /// The metric described by a Keras config (`Registry<Metric>`'s factory).
+  static std::unique_ptr<Metric> from_config(const nlohmann::json& config) {
+    const auto read = detail::metric_config(config, "BinaryAccuracy");
+    return std::make_unique<BinaryAccuracy>(read.get("name", "binary_accuracy"),
+                                            read.get("threshold", 0.5));
+  }
   nlohmann::json get_config() const override {
-    return {{"name", name()}, {"threshold", threshold_}};
+    auto config = Metric::get_config();
+    config["threshold"] = threshold_;
+    return config;
   }
   double value(const float* t, const float* p, std::size_t n) const {
     std::size_t hits = 0;
@@ -59,6 +73,11 @@ class CategoricalAccuracy : public detail::MeanWrapper<CategoricalAccuracy> {
   explicit CategoricalAccuracy(std::string name = "categorical_accuracy")
       : MeanWrapper(std::move(name)) {}
   std::string class_name() const override { return "CategoricalAccuracy"; }
+  /// The metric described by a Keras config (`Registry<Metric>`'s factory).
+  static std::unique_ptr<Metric> from_config(const nlohmann::json& config) {
+    const auto read = detail::metric_config(config, "CategoricalAccuracy");
+    return std::make_unique<CategoricalAccuracy>(read.get("name", "categorical_accuracy"));
+  }
   double value(const float* t, const float* p, std::size_t n) const {
     return detail::argmax(t, n) == detail::argmax(p, n) ? 1.0 : 0.0;
   }
@@ -73,6 +92,12 @@ class SparseCategoricalAccuracy : public detail::MeanWrapper<SparseCategoricalAc
   explicit SparseCategoricalAccuracy(std::string name = "sparse_categorical_accuracy")
       : MeanWrapper(std::move(name)) {}
   std::string class_name() const override { return "SparseCategoricalAccuracy"; }
+  /// The metric described by a Keras config (`Registry<Metric>`'s factory).
+  static std::unique_ptr<Metric> from_config(const nlohmann::json& config) {
+    const auto read = detail::metric_config(config, "SparseCategoricalAccuracy");
+    return std::make_unique<SparseCategoricalAccuracy>(
+        read.get("name", "sparse_categorical_accuracy"));
+  }
   std::size_t true_size(std::size_t) const noexcept { return 1; }
   void check_shapes(const Tensor<float>& y_true, const Tensor<float>& y_pred) const {
     check_sparse_shapes(y_true, y_pred);
@@ -92,7 +117,17 @@ class TopKCategoricalAccuracy : public detail::MeanWrapper<TopKCategoricalAccura
                                    std::string name = "top_k_categorical_accuracy")
       : MeanWrapper(std::move(name)), k_(k) {}
   std::string class_name() const override { return "TopKCategoricalAccuracy"; }
-  nlohmann::json get_config() const override { return {{"name", name()}, {"k", k_}}; }
+  /// The metric described by a Keras config (`Registry<Metric>`'s factory).
+  static std::unique_ptr<Metric> from_config(const nlohmann::json& config) {
+    const auto read = detail::metric_config(config, "TopKCategoricalAccuracy");
+    return std::make_unique<TopKCategoricalAccuracy>(
+        read.get("k", std::size_t{5}), read.get("name", "top_k_categorical_accuracy"));
+  }
+  nlohmann::json get_config() const override {
+    auto config = Metric::get_config();
+    config["k"] = k_;
+    return config;
+  }
   double value(const float* t, const float* p, std::size_t n) const {
     return detail::in_top_k(p, n, detail::argmax(t, n), k_) ? 1.0 : 0.0;
   }
@@ -112,7 +147,17 @@ class SparseTopKCategoricalAccuracy : public detail::MeanWrapper<SparseTopKCateg
                                          std::string name = "sparse_top_k_categorical_accuracy")
       : MeanWrapper(std::move(name)), k_(k) {}
   std::string class_name() const override { return "SparseTopKCategoricalAccuracy"; }
-  nlohmann::json get_config() const override { return {{"name", name()}, {"k", k_}}; }
+  /// The metric described by a Keras config (`Registry<Metric>`'s factory).
+  static std::unique_ptr<Metric> from_config(const nlohmann::json& config) {
+    const auto read = detail::metric_config(config, "SparseTopKCategoricalAccuracy");
+    return std::make_unique<SparseTopKCategoricalAccuracy>(
+        read.get("k", std::size_t{5}), read.get("name", "sparse_top_k_categorical_accuracy"));
+  }
+  nlohmann::json get_config() const override {
+    auto config = Metric::get_config();
+    config["k"] = k_;
+    return config;
+  }
   std::size_t true_size(std::size_t) const noexcept { return 1; }
   void check_shapes(const Tensor<float>& y_true, const Tensor<float>& y_pred) const {
     check_sparse_shapes(y_true, y_pred);

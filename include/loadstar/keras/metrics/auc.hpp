@@ -27,11 +27,26 @@ class AUC : public Metric {
   explicit AUC(std::size_t num_thresholds = 200, std::string name = "auc")
       : Metric(std::move(name)), counts_(thresholds(this->name(), num_thresholds)) {}
   std::string class_name() const override { return "AUC"; }
+  /// The metric described by a Keras config (`Registry<Metric>`'s factory).
+  static std::unique_ptr<Metric> from_config(const nlohmann::json& config) {
+    const auto read = detail::metric_config(config, "AUC");
+    read.expect("curve", "ROC", "loadstar computes the ROC curve");
+    read.expect("summation_method", "interpolation", "loadstar sums trapezoids");
+    read.expect("multi_label", false, "loadstar computes one curve");
+    read.expect("thresholds", nullptr, "loadstar spaces thresholds evenly");
+    read.expect("label_weights", nullptr, "loadstar weighs labels equally");
+    read.expect("from_logits", false, "loadstar takes probabilities");
+    return std::make_unique<AUC>(read.get("num_thresholds", std::size_t{200}),
+                                 read.get("name", "auc"));
+  }
   nlohmann::json get_config() const override {
-    return {{"name", name()},
-            {"num_thresholds", counts_.size()},
-            {"curve", "ROC"},
-            {"summation_method", "interpolation"}};
+    auto config = Metric::get_config();
+    config["num_thresholds"] = counts_.size();
+    config["curve"] = "ROC";
+    config["summation_method"] = "interpolation";
+    config["multi_label"] = false;
+    config["label_weights"] = nullptr;
+    return config;
   }
   void update_state(const Tensor<float>& y_true, const Tensor<float>& y_pred,
                     const Tensor<float>* sample_weight) override {

@@ -22,6 +22,11 @@ class Mean : public Metric {
  public:
   explicit Mean(std::string name = "mean") : Metric(std::move(name)) {}
   std::string class_name() const override { return "Mean"; }
+  /// The metric described by a Keras config (`Registry<Metric>`'s factory).
+  static std::unique_ptr<Metric> from_config(const nlohmann::json& config) {
+    const auto read = detail::metric_config(config, "Mean");
+    return std::make_unique<Mean>(read.get("name", "mean"));
+  }
 
   /// Adds one value with a weight.
   void update_state(double value, double weight = 1.0) { mean_.add(value, weight); }

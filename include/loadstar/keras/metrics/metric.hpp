@@ -4,10 +4,12 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
 #include "loadstar/error.hpp"
+#include "loadstar/keras/detail/config_reader.hpp"
 #include "loadstar/tensor/tensor.hpp"
 
 namespace loadstar::keras {
@@ -34,7 +36,8 @@ class Metric {
   /// Forgets every batch.
   virtual void reset_state() = 0;
 
-  virtual nlohmann::json get_config() const { return {{"name", name_}}; }
+  /// Keras's `get_config()`: `{"name": ..., "dtype": "float32"}` and the metric's own arguments.
+  virtual nlohmann::json get_config() const { return {{"name", name_}, {"dtype", "float32"}}; }
 
   /// The accumulators a checkpoint keeps (sums and counts, so that states of several ranks can
   /// be merged), as JSON; null for a metric that keeps none. `set_state` gives them back.
@@ -59,4 +62,15 @@ class Metric {
   std::string name_;
 };
 
+namespace detail {
+
+/// A reader of a metric's Keras config whose errors name the metric (`metric 'auc' (AUC)`); the
+/// `dtype` must be absent or float32.
+inline ConfigReader metric_config(const nlohmann::json& config, std::string_view class_name) {
+  auto read = ConfigReader::of(config, "metric", class_name);
+  read.expect("dtype", "float32", "loadstar metrics accumulate in float32 and double");
+  return read;
+}
+
+}  // namespace detail
 }  // namespace loadstar::keras

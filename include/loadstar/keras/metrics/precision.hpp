@@ -21,8 +21,20 @@ class Precision : public Metric {
   explicit Precision(double threshold = 0.5, std::string name = "precision")
       : Metric(std::move(name)), threshold_(threshold), counts_({threshold}) {}
   std::string class_name() const override { return "Precision"; }
+  /// The metric described by a Keras config (`Registry<Metric>`'s factory).
+  static std::unique_ptr<Metric> from_config(const nlohmann::json& config) {
+    const auto read = detail::metric_config(config, "Precision");
+    read.expect("top_k", nullptr, "loadstar thresholds every prediction");
+    read.expect("class_id", nullptr, "loadstar counts every class");
+    return std::make_unique<Precision>(detail::config_threshold(read),
+                                       read.get("name", "precision"));
+  }
   nlohmann::json get_config() const override {
-    return {{"name", name()}, {"thresholds", threshold_}};
+    auto config = Metric::get_config();
+    config["thresholds"] = threshold_;
+    config["top_k"] = nullptr;
+    config["class_id"] = nullptr;
+    return config;
   }
   void update_state(const Tensor<float>& y_true, const Tensor<float>& y_pred,
                     const Tensor<float>* sample_weight) override {

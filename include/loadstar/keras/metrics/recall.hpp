@@ -21,8 +21,19 @@ class Recall : public Metric {
   explicit Recall(double threshold = 0.5, std::string name = "recall")
       : Metric(std::move(name)), threshold_(threshold), counts_({threshold}) {}
   std::string class_name() const override { return "Recall"; }
+  /// The metric described by a Keras config (`Registry<Metric>`'s factory).
+  static std::unique_ptr<Metric> from_config(const nlohmann::json& config) {
+    const auto read = detail::metric_config(config, "Recall");
+    read.expect("top_k", nullptr, "loadstar thresholds every prediction");
+    read.expect("class_id", nullptr, "loadstar counts every class");
+    return std::make_unique<Recall>(detail::config_threshold(read), read.get("name", "recall"));
+  }
   nlohmann::json get_config() const override {
-    return {{"name", name()}, {"thresholds", threshold_}};
+    auto config = Metric::get_config();
+    config["thresholds"] = threshold_;
+    config["top_k"] = nullptr;
+    config["class_id"] = nullptr;
+    return config;
   }
   void update_state(const Tensor<float>& y_true, const Tensor<float>& y_pred,
                     const Tensor<float>* sample_weight) override {

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstddef>
+#include <memory>
 #include <string>
 
 #include "loadstar/keras/metrics/detail/mean_wrapper.hpp"
@@ -19,6 +20,11 @@ class MeanSquaredError : public detail::MeanWrapper<MeanSquaredError> {
   explicit MeanSquaredError(std::string name = "mean_squared_error")
       : MeanWrapper(std::move(name)) {}
   std::string class_name() const override { return "MeanSquaredError"; }
+  /// The metric described by a Keras config (`Registry<Metric>`'s factory).
+  static std::unique_ptr<Metric> from_config(const nlohmann::json& config) {
+    const auto read = detail::metric_config(config, "MeanSquaredError");
+    return std::make_unique<MeanSquaredError>(read.get("name", "mean_squared_error"));
+  }
   double value(const float* t, const float* p, std::size_t n) const {
     double sum = 0;
     for (std::size_t i = 0; i < n; ++i) {
@@ -38,6 +44,11 @@ class MeanAbsoluteError : public detail::MeanWrapper<MeanAbsoluteError> {
   explicit MeanAbsoluteError(std::string name = "mean_absolute_error")
       : MeanWrapper(std::move(name)) {}
   std::string class_name() const override { return "MeanAbsoluteError"; }
+  /// The metric described by a Keras config (`Registry<Metric>`'s factory).
+  static std::unique_ptr<Metric> from_config(const nlohmann::json& config) {
+    const auto read = detail::metric_config(config, "MeanAbsoluteError");
+    return std::make_unique<MeanAbsoluteError>(read.get("name", "mean_absolute_error"));
+  }
   double value(const float* t, const float* p, std::size_t n) const {
     double sum = 0;
     for (std::size_t i = 0; i < n; ++i)

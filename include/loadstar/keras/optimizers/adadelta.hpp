@@ -2,11 +2,13 @@
 /// `Adadelta`, as Keras 2.11+'s `tf.keras.optimizers.Adadelta`.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "loadstar/keras/optimizers/detail/optimizer_base.hpp"
+#include "loadstar/keras/optimizers/detail/optimizer_config.hpp"
 
 namespace loadstar::keras::optimizers {
 
@@ -36,6 +38,15 @@ class Adadelta : public detail::OptimizerBase {
         rho_(options.rho),
         epsilon_(options.epsilon) {}
   std::string class_name() const override { return "Adadelta"; }
+  /// The optimizer described by a Keras config (`Registry<Optimizer>`'s factory).
+  static std::unique_ptr<Optimizer> from_config(const nlohmann::json& config) {
+    const auto read = detail::optimizer_config(config, "Adadelta");
+    detail::expect_no_weight_decay(read);
+    auto options = detail::read_optimizer_options(read, AdadeltaOptions{});
+    options.rho = read.get("rho", options.rho);
+    options.epsilon = read.get("epsilon", options.epsilon);
+    return std::make_unique<Adadelta>(options);
+  }
   nlohmann::json get_config() const override {
     auto config = OptimizerBase::get_config();
     config["rho"] = rho_;

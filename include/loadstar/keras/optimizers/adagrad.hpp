@@ -2,11 +2,13 @@
 /// `Adagrad`, as Keras 2.11+'s `tf.keras.optimizers.Adagrad`.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "loadstar/keras/optimizers/detail/optimizer_base.hpp"
+#include "loadstar/keras/optimizers/detail/optimizer_config.hpp"
 
 namespace loadstar::keras::optimizers {
 
@@ -35,6 +37,16 @@ class Adagrad : public detail::OptimizerBase {
         initial_(options.initial_accumulator_value),
         epsilon_(options.epsilon) {}
   std::string class_name() const override { return "Adagrad"; }
+  /// The optimizer described by a Keras config (`Registry<Optimizer>`'s factory).
+  static std::unique_ptr<Optimizer> from_config(const nlohmann::json& config) {
+    const auto read = detail::optimizer_config(config, "Adagrad");
+    detail::expect_no_weight_decay(read);
+    auto options = detail::read_optimizer_options(read, AdagradOptions{});
+    options.initial_accumulator_value =
+        read.get("initial_accumulator_value", options.initial_accumulator_value);
+    options.epsilon = read.get("epsilon", options.epsilon);
+    return std::make_unique<Adagrad>(options);
+  }
   nlohmann::json get_config() const override {
     auto config = OptimizerBase::get_config();
     config["initial_accumulator_value"] = initial_;

@@ -3,11 +3,13 @@
 #pragma once
 
 #include <cmath>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "loadstar/keras/optimizers/detail/optimizer_base.hpp"
+#include "loadstar/keras/optimizers/detail/optimizer_config.hpp"
 
 namespace loadstar::keras::optimizers {
 
@@ -96,6 +98,17 @@ class Adam : public detail::AdamBase {
  public:
   explicit Adam(const AdamOptions& options = {}) : AdamBase(options) {}
   std::string class_name() const override { return "Adam"; }
+  /// The optimizer described by a Keras config (`Registry<Optimizer>`'s factory).
+  static std::unique_ptr<Optimizer> from_config(const nlohmann::json& config) {
+    const auto read = detail::optimizer_config(config, "Adam");
+    detail::expect_no_weight_decay(read);
+    auto options = detail::read_optimizer_options(read, AdamOptions{});
+    options.beta_1 = read.get("beta_1", options.beta_1);
+    options.beta_2 = read.get("beta_2", options.beta_2);
+    options.epsilon = read.get("epsilon", options.epsilon);
+    options.amsgrad = read.get("amsgrad", options.amsgrad);
+    return std::make_unique<Adam>(options);
+  }
 };
 
 }  // namespace loadstar::keras::optimizers

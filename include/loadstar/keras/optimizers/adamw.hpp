@@ -2,6 +2,7 @@
 /// `AdamW`: Adam with decoupled weight decay, as Keras 2.11+'s `tf.keras.optimizers.AdamW`.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -36,6 +37,17 @@ class AdamW : public detail::AdamBase {
                              options.clipvalue, options.name}),
         weight_decay_(options.weight_decay) {}
   std::string class_name() const override { return "AdamW"; }
+  /// The optimizer described by a Keras config (`Registry<Optimizer>`'s factory).
+  static std::unique_ptr<Optimizer> from_config(const nlohmann::json& config) {
+    const auto read = detail::optimizer_config(config, "AdamW");
+    auto options = detail::read_optimizer_options(read, AdamWOptions{});
+    options.weight_decay = read.get("weight_decay", options.weight_decay);
+    options.beta_1 = read.get("beta_1", options.beta_1);
+    options.beta_2 = read.get("beta_2", options.beta_2);
+    options.epsilon = read.get("epsilon", options.epsilon);
+    options.amsgrad = read.get("amsgrad", options.amsgrad);
+    return std::make_unique<AdamW>(options);
+  }
   nlohmann::json get_config() const override {
     auto config = AdamBase::get_config();
     config["weight_decay"] = weight_decay_;

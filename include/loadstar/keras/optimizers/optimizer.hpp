@@ -44,13 +44,17 @@ class Optimizer {
   std::int64_t iterations() const noexcept { return iterations_; }
   void set_iterations(std::int64_t iterations) noexcept { iterations_ = iterations; }
 
-  /// Creates the slot variables of `variables` now (otherwise the first step does), so that
-  /// slots loaded from a checkpoint have somewhere to go; does nothing once built.
-  virtual void build(std::span<Variable*> variables) = 0;
-
   /// The slot variables, in creation order, for checkpoints.
   virtual std::span<Variable> variables() noexcept = 0;
 
+  /// Creates the slot variables of `variables` before the first step (Keras's
+  /// `optimizer.build(var_list)`), so that slots loaded from a checkpoint have somewhere to go;
+  /// `apply_gradients` builds on its first call otherwise. An optimizer without slots does nothing.
+  virtual void build(std::span<Variable*> variables) { static_cast<void>(variables); }
+  /// Whether `build` (or a first step) created the slots.
+  virtual bool built() const noexcept { return false; }
+
+  /// Keras's `get_config()`: `{"name", "learning_rate", "clipnorm", ...}`.
   virtual nlohmann::json get_config() const { return {{"name", name_}}; }
   const std::string& name() const noexcept { return name_; }
 

@@ -2,11 +2,13 @@
 /// `RMSprop`, as Keras 2.11+'s `tf.keras.optimizers.RMSprop`.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "loadstar/keras/optimizers/detail/optimizer_base.hpp"
+#include "loadstar/keras/optimizers/detail/optimizer_config.hpp"
 
 namespace loadstar::keras::optimizers {
 
@@ -42,6 +44,17 @@ class RMSprop : public detail::OptimizerBase {
         epsilon_(options.epsilon),
         centered_(options.centered) {}
   std::string class_name() const override { return "RMSprop"; }
+  /// The optimizer described by a Keras config (`Registry<Optimizer>`'s factory).
+  static std::unique_ptr<Optimizer> from_config(const nlohmann::json& config) {
+    const auto read = detail::optimizer_config(config, "RMSprop");
+    detail::expect_no_weight_decay(read);
+    auto options = detail::read_optimizer_options(read, RMSpropOptions{});
+    options.rho = read.get("rho", options.rho);
+    options.momentum = read.get("momentum", options.momentum);
+    options.epsilon = read.get("epsilon", options.epsilon);
+    options.centered = read.get("centered", options.centered);
+    return std::make_unique<RMSprop>(options);
+  }
   nlohmann::json get_config() const override {
     auto config = OptimizerBase::get_config();
     config["rho"] = rho_;

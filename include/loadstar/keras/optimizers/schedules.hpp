@@ -16,6 +16,8 @@
 #include <nlohmann/json.hpp>
 
 #include "loadstar/error.hpp"
+#include "loadstar/keras/detail/config_reader.hpp"
+#include "loadstar/keras/registry.hpp"
 
 namespace loadstar::keras::optimizers::schedules {
 
@@ -30,8 +32,18 @@ class LearningRateSchedule {
   LearningRateSchedule& operator=(LearningRateSchedule&&) noexcept = default;
 
   virtual double operator()(std::int64_t step) const = 0;
+  /// Keras's class name (`"ExponentialDecay"`): the key of `Registry<LearningRateSchedule>`.
   virtual std::string class_name() const = 0;
+  /// Keras's `get_config()`.
   virtual nlohmann::json get_config() const = 0;
+
+ protected:
+  /// A config's `decay_steps`, which must be positive.
+  static double positive_steps(const keras::detail::ConfigReader& read) {
+    const auto steps = read.get<double>("decay_steps");
+    if (!(steps > 0)) read.fail("decay_steps", "a positive number");
+    return steps;
+  }
 };
 
 /// `initial_learning_rate * decay_rate ^ (step / decay_steps)`, the exponent floored with
@@ -58,6 +70,13 @@ class ExponentialDecay : public LearningRateSchedule {
     return initial_ * std::pow(decay_rate_, p);
   }
   std::string class_name() const override { return "ExponentialDecay"; }
+  /// The schedule described by a Keras config (`Registry<LearningRateSchedule>`'s factory).
+  static std::shared_ptr<const LearningRateSchedule> from_config(const nlohmann::json& config) {
+    const auto read = keras::detail::ConfigReader::of(config, "schedule", "ExponentialDecay");
+    return std::make_shared<ExponentialDecay>(read.get<double>("initial_learning_rate"),
+                                              positive_steps(read), read.get<double>("decay_rate"),
+                                              read.get("staircase", false));
+  }
   nlohmann::json get_config() const override {
     return {{"initial_learning_rate", initial_},
             {"decay_steps", decay_steps_},
@@ -92,6 +111,16 @@ class PiecewiseConstantDecay : public LearningRateSchedule {
     return values_[static_cast<std::size_t>(it - boundaries_.begin())];
   }
   std::string class_name() const override { return "PiecewiseConstantDecay"; }
+  static std::shared_ptr<const LearningRateSchedule> from_config(const nlohmann::json& config) {
+    const auto read = keras::detail::ConfigReader::of(config, "schedule", "PiecewiseConstantDecay");
+    auto boundaries = read.get<std::vector<std::int64_t>>("boundaries");
+    auto values = read.get<std::vector<double>>("values");
+    if (values.size() != boundaries.size() + 1) {
+      read.fail("values",
+                "one more value than the " + std::to_string(boundaries.size()) + " boundaries");
+    }
+    return std::make_shared<PiecewiseConstantDecay>(std::move(boundaries), std::move(values));
+  }
   nlohmann::json get_config() const override {
     return {{"boundaries", boundaries_}, {"values", values_}};
   }
@@ -121,6 +150,13 @@ class CosineDecay : public LearningRateSchedule {
     return initial_ * ((1.0 - alpha_) * cosine + alpha_);
   }
   std::string class_name() const override { return "CosineDecay"; }
+  static std::shared_ptr<const LearningRateSchedule> from_config(const nlohmann::json& config) {
+    const auto read = keras::detail::ConfigReader::of(config, "schedule", "CosineDecay");
+    // tf.keras 2.13 added a linear warmup; loadstar has none.
+    read.expect("warmup_steps", 0, "loadstar's CosineDecay has no warmup");
+    return std::make_shared<CosineDecay>(read.get<double>("initial_learning_rate"),
+                                         positive_steps(read), read.get("alpha", 0.0));
+  }
   nlohmann::json get_config() const override {
     return {{"initial_learning_rate", initial_}, {"decay_steps", decay_steps_}, {"alpha", alpha_}};
   }
@@ -129,7 +165,69 @@ class CosineDecay : public LearningRateSchedule {
   double initial_, decay_steps_, alpha_;
 };
 
+/// `initial_learning_rate / (1 + decay_rate * step / decay_steps)`, the quotient floored with
+/// `staircase`; also what Keras's legacy optimizer argument `decay` means (`decay_steps` 1).
+/// \code
+/// InverseTimeDecay schedule(0.1, 1.0, 0.5);
+/// \endcode
+class InverseTimeDecay : public LearningRateSchedule {
+ public:
+  InverseTimeDecay(double initial_learning_rate, double decay_steps, double decay_rate,
+                   bool staircase = false)
+      : initial_(initial_learning_rate),
+        decay_steps_(decay_steps),
+        decay_rate_(decay_rate),
+        staircase_(staircase) {
+    if (!(decay_steps > 0)) {
+      throw ConfigError("InverseTimeDecay: decay_steps must be positive but is " +
+                        std::to_string(decay_steps));
+    }
+  }
+  double operator()(std::int64_t step) const override {
+    double p = static_cast<double>(step) / decay_steps_;
+    if (staircase_) p = std::floor(p);
+    return initial_ / (1.0 + decay_rate_ * p);
+  }
+  std::string class_name() const override { return "InverseTimeDecay"; }
+  static std::shared_ptr<const LearningRateSchedule> from_config(const nlohmann::json& config) {
+    const auto read = keras::detail::ConfigReader::of(config, "schedule", "InverseTimeDecay");
+    return std::make_shared<InverseTimeDecay>(read.get<double>("initial_learning_rate"),
+                                              positive_steps(read), read.get<double>("decay_rate"),
+                                              read.get("staircase", false));
+  }
+  nlohmann::json get_config() const override {
+    return {{"initial_learning_rate", initial_},
+            {"decay_steps", decay_steps_},
+            {"decay_rate", decay_rate_},
+            {"staircase", staircase_}};
+  }
+
+ private:
+  double initial_, decay_steps_, decay_rate_;
+  bool staircase_;
+};
+
 }  // namespace loadstar::keras::optimizers::schedules
+
+namespace loadstar::keras {
+
+/// The learning-rate schedule registry: `ExponentialDecay`, `PiecewiseConstantDecay`,
+/// `CosineDecay` and `InverseTimeDecay` by their Keras class names.
+template <>
+struct RegistryTraits<optimizers::schedules::LearningRateSchedule> {
+  using Object = std::shared_ptr<const optimizers::schedules::LearningRateSchedule>;
+  static constexpr const char* kind = "learning-rate schedule";
+  static constexpr bool case_insensitive = false;
+  static void defaults(Registry<optimizers::schedules::LearningRateSchedule>& registry) {
+    using namespace optimizers::schedules;
+    registry.add("ExponentialDecay", ExponentialDecay::from_config);
+    registry.add("PiecewiseConstantDecay", PiecewiseConstantDecay::from_config);
+    registry.add("CosineDecay", CosineDecay::from_config);
+    registry.add("InverseTimeDecay", InverseTimeDecay::from_config);
+  }
+};
+
+}  // namespace loadstar::keras
 
 namespace loadstar::keras::optimizers {
 
@@ -151,9 +249,17 @@ class LearningRate {
   double at(std::int64_t step) const { return schedule_ ? (*schedule_)(step) : value_; }
   const schedules::LearningRateSchedule* schedule() const noexcept { return schedule_.get(); }
 
+  /// Keras's serialisation: the number, or the schedule's `{"class_name", "config"}`.
   nlohmann::json get_config() const {
     if (!schedule_) return value_;
     return {{"class_name", schedule_->class_name()}, {"config", schedule_->get_config()}};
+  }
+
+  /// A number, or a schedule's `{"class_name", "config"}` resolved through
+  /// `Registry<LearningRateSchedule>` (custom schedules included).
+  static LearningRate from_config(const nlohmann::json& config) {
+    if (config.is_number()) return config.get<double>();
+    return LearningRate(Registry<schedules::LearningRateSchedule>::instance().create(config));
   }
 
  private:

@@ -2,11 +2,13 @@
 /// `SGD`: gradient descent with optional (Nesterov) momentum, as `tf.keras.optimizers.SGD`.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "loadstar/keras/optimizers/detail/optimizer_base.hpp"
+#include "loadstar/keras/optimizers/detail/optimizer_config.hpp"
 
 namespace loadstar::keras::optimizers {
 
@@ -41,6 +43,15 @@ class SGD : public detail::OptimizerBase {
     }
   }
   std::string class_name() const override { return "SGD"; }
+  /// The optimizer described by a Keras config (`Registry<Optimizer>`'s factory).
+  static std::unique_ptr<Optimizer> from_config(const nlohmann::json& config) {
+    const auto read = detail::optimizer_config(config, "SGD");
+    detail::expect_no_weight_decay(read);
+    auto options = detail::read_optimizer_options(read, SGDOptions{});
+    options.momentum = read.get("momentum", options.momentum);
+    options.nesterov = read.get("nesterov", options.nesterov);
+    return std::make_unique<SGD>(options);
+  }
   nlohmann::json get_config() const override {
     auto config = OptimizerBase::get_config();
     config["momentum"] = momentum_;

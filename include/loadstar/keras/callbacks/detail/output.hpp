@@ -11,7 +11,7 @@
 #include "loadstar/detail/strings.hpp"
 #include "loadstar/keras/callbacks/logs.hpp"
 
-namespace loadstar::keras::callbacks::detail {
+namespace loadstar::keras::detail {
 
 using loadstar::detail::StateReader;
 
@@ -34,4 +34,4 @@ inline std::string joined_names(const Logs& logs) {
   return loadstar::detail::join(logs, ", ", "", [](const auto& entry) { return entry.first; });
 }
 
-}  // namespace loadstar::keras::callbacks::detail
+}  // namespace loadstar::keras::detail

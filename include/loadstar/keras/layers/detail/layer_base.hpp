@@ -6,9 +6,12 @@
 #include <array>
 #include <cctype>
 #include <cstddef>
+#include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -18,8 +21,10 @@
 #include "loadstar/keras/backend/backend.hpp"
 #include "loadstar/keras/detail/graph.hpp"
 #include "loadstar/keras/detail/shape_text.hpp"
+#include "loadstar/keras/detail/config_reader.hpp"
 #include "loadstar/keras/initializers.hpp"
 #include "loadstar/keras/layer.hpp"
+#include "loadstar/keras/registry.hpp"
 
 namespace loadstar::keras::layers {
 
@@ -77,21 +82,21 @@ class LayerBase : public Layer {
     }
   }
 
-  /// Remembers the shapes `build` accepted, for `check_inputs`.
+  /// Records the shapes `build` accepted (the layer's built state), for `check_inputs`.
   void remember(std::span<const Shape> shapes, const Shape& output) {
-    input_shapes_.assign(shapes.begin(), shapes.end());
-    output_shape_ = output;
+    set_built(std::vector<Shape>(shapes.begin(), shapes.end()), output);
   }
 
   /// Throws `ShapeError` when a batch's input does not have the shape the layer was built for.
   void check_inputs(std::span<const Tensor<float>> inputs) const {
-    if (inputs.size() != input_shapes_.size()) {
-      throw ShapeError(label() + ": built for " + std::to_string(input_shapes_.size()) +
+    const std::vector<Shape>& shapes = built_input_shapes();
+    if (inputs.size() != shapes.size()) {
+      throw ShapeError(label() + ": built for " + std::to_string(shapes.size()) +
                        " inputs but called with " + std::to_string(inputs.size()));
     }
     for (std::size_t i = 0; i < inputs.size(); ++i) {
-      if (inputs[i].rank() == 0 || inputs[i].shape().row_shape() != input_shapes_[i]) {
-        throw ShapeError(label() + ": expects inputs of shape " + batch_str(input_shapes_[i]) +
+      if (inputs[i].rank() == 0 || inputs[i].shape().row_shape() != shapes[i]) {
+        throw ShapeError(label() + ": expects inputs of shape " + batch_str(shapes[i]) +
                          " but got " + inputs[i].shape().str());
       }
     }
@@ -102,14 +107,11 @@ class LayerBase : public Layer {
 
   /// The keys every Keras layer config has.
   nlohmann::json base_config() const {
-    return {{"name", name()}, {"trainable", true}, {"dtype", "float32"}};
+    return {{"name", name()}, {"trainable", trainable()}, {"dtype", "float32"}};
   }
 
   /// The weight `index` (fixed at build, in Keras's order).
   Variable& weight(std::size_t index) { return weights_[index]; }
-
-  std::vector<Shape> input_shapes_;
-  Shape output_shape_;
 };
 
 /// A layer that changes the shape of its one input but not its values (`InputLayer`, `Flatten`,
@@ -133,33 +135,105 @@ class ShapeOnlyLayer : public LayerBase {
   }
 };
 
-/// Reads `key` of a config as `T`, or `fallback` when absent or null.
-template <class T>
-T config_value(const nlohmann::json& config, const char* key, T fallback) {
-  if (!config.contains(key) || config[key].is_null()) return fallback;
-  return config[key].get<T>();
+using keras::detail::ConfigReader;
+
+/// A reader of a layer's Keras config whose errors name the layer: `layer 'fc1' (Dense):
+/// config.units: expected a positive integer but found "ten"`.
+inline ConfigReader layer_config(const nlohmann::json& config, std::string_view class_name) {
+  return ConfigReader::of(config, "layer", class_name);
 }
 
-/// A config's activation: a name, or Keras's serialised `{"class_name": "relu", ...}`.
-inline std::string config_activation(const nlohmann::json& config) {
-  if (!config.contains("activation") || config["activation"].is_null()) return "linear";
-  const auto& a = config["activation"];
-  if (a.is_object()) return a.value("class_name", std::string("linear"));
-  return a.get<std::string>();
+/// A shape with a free batch axis (`[null, 28, 28, 1]`, Keras's `batch_input_shape`) without the
+/// batch axis; every other axis must be a positive integer (loadstar's shapes are fixed).
+inline Shape config_batch_shape(const ConfigReader& read, std::string_view key) {
+  const nlohmann::json* value = read.find(key);
+  const auto fits = [&] {
+    if (value == nullptr || !value->is_array() || value->empty()) return false;
+    if (!(*value)[0].is_null() && !(*value)[0].is_number_integer()) return false;
+    for (std::size_t i = 1; i < value->size(); ++i) {
+      const auto& d = (*value)[i];
+      if (!d.is_number_integer() || d.get<std::int64_t>() <= 0) return false;
+    }
+    return true;
+  };
+  if (!fits()) read.fail(key, "a batch shape [null, positive integers...]");
+  std::vector<std::size_t> dims;
+  for (std::size_t i = 1; i < value->size(); ++i)
+    dims.push_back((*value)[i].get<std::size_t>());
+  return Shape(dims);
 }
 
-/// A config's pair of sizes: `[3, 3]` or `3`.
-inline Size2 config_size2(const nlohmann::json& config, const char* key, Size2 fallback) {
-  if (!config.contains(key) || config[key].is_null()) return fallback;
-  const auto& v = config[key];
-  if (v.is_number()) return Size2(v.get<std::size_t>());
-  return Size2(v.at(0).get<std::size_t>(), v.at(1).get<std::size_t>());
+/// Checks the keys every Keras layer config may hold (`trainable`, `dtype`, `batch_input_shape`)
+/// and applies `trainable` to the layer built from the config.
+inline std::shared_ptr<Layer> finish_layer(const ConfigReader& read, std::shared_ptr<Layer> layer) {
+  layer->set_trainable(read.get("trainable", true));
+  if (const nlohmann::json* dtype = read.find("dtype"); dtype != nullptr && !dtype->is_null()) {
+    // Keras 2 writes "float32"; Keras 3 a DTypePolicy {"class_name": "DTypePolicy", "config":
+    // {"name": "float32"}}.
+    const bool is_float32 =
+        *dtype == "float32" ||
+        (dtype->is_object() && dtype->contains("config") && (*dtype)["config"].is_object() &&
+         (*dtype)["config"].value("name", "") == "float32");
+    if (!is_float32) read.fail("dtype", "\"float32\" (loadstar layers compute in float32)");
+  }
+  if (read.has("batch_input_shape")) config_batch_shape(read, "batch_input_shape");
+  for (const char* key : {"kernel_regularizer", "bias_regularizer", "activity_regularizer",
+                          "kernel_constraint", "bias_constraint"}) {
+    read.expect(key, nullptr, "loadstar has no regularizers or constraints");
+  }
+  return layer;
 }
 
-inline Initializer config_initializer(const nlohmann::json& config, const char* key,
+/// The layer's `name` (empty when absent: the model names it).
+inline std::string config_name(const ConfigReader& read) {
+  return read.get("name", "");
+}
+
+/// A config's activation: a name (`"relu"`) or a serialised `{"class_name": "relu", ...}`,
+/// resolved through the activation registry; `"linear"` when absent or null.
+inline std::string config_activation(const ConfigReader& read) {
+  if (!read.has("activation")) return "linear";
+  return read.nested("activation", [&] {
+    return activation_name(
+        Registry<keras::Activation>::instance().create(read.json()["activation"]));
+  });
+}
+
+/// A config's pair of sizes: `[3, 3]` or `3`, each positive.
+inline Size2 config_size2(const ConfigReader& read, std::string_view key, Size2 fallback) {
+  if (!read.has(key)) return fallback;
+  const nlohmann::json& v = *read.find(key);
+  const auto positive = [](const nlohmann::json& d) {
+    return d.is_number_integer() && d.get<std::int64_t>() > 0;
+  };
+  if (positive(v)) return Size2(v.get<std::size_t>());
+  if (v.is_array() && v.size() == 2 && positive(v[0]) && positive(v[1]))
+    return Size2(v[0].get<std::size_t>(), v[1].get<std::size_t>());
+  read.fail(key, "a positive integer or a list of two");
+}
+
+/// A config's initializer, resolved through the initializer registry (custom ones included).
+inline Initializer config_initializer(const ConfigReader& read, std::string_view key,
                                       Initializer fallback) {
-  if (!config.contains(key) || config[key].is_null()) return fallback;
-  return Initializer::from_json(config[key]);
+  if (!read.has(key)) return fallback;
+  return read.nested(key,
+                     [&] { return Registry<Initializer>::instance().create(*read.find(key)); });
+}
+
+/// A config's axis: an integer, or a list of one (`[3]`, as some tf.keras versions write
+/// BatchNormalization's axis).
+inline int config_axis(const ConfigReader& read, int fallback) {
+  if (!read.has("axis")) return fallback;
+  const nlohmann::json& v = *read.find("axis");
+  if (v.is_array() && v.size() == 1 && keras::detail::ConfigValue<int>::fits(v[0]))
+    return v[0].get<int>();
+  if (!keras::detail::ConfigValue<int>::fits(v)) read.fail("axis", "an integer or a list of one");
+  return v.get<int>();
+}
+
+/// Throws unless the config's `data_format` is absent or `"channels_last"`.
+inline void expect_channels_last(const ConfigReader& read) {
+  read.expect("data_format", "channels_last", "loadstar computes channels_last only");
 }
 
 /// `"valid"` or `"same"`; anything else throws `ConfigError` naming the layer.

@@ -93,14 +93,16 @@ class Pooling2D : public LayerBase {
   }
 
  protected:
-  static Pooling2DOptions options_from_config(const nlohmann::json& config) {
+  static Pooling2DOptions options_from_config(const ConfigReader& read) {
+    expect_channels_last(read);
     Pooling2DOptions options{
-        .pool_size = config_size2(config, "pool_size", 2),
-        .padding = config_value(config, "padding", std::string("valid")),
-        .name = config_value(config, "name", std::string()),
+        .pool_size = config_size2(read, "pool_size", 2),
+        .padding = read.get("padding", "valid"),
+        .name = config_name(read),
     };
-    if (config.contains("strides") && !config["strides"].is_null())
-      options.strides = config_size2(config, "strides", options.pool_size);
+    if (options.padding != "valid" && options.padding != "same")
+      read.fail("padding", "\"valid\" or \"same\"");
+    if (read.has("strides")) options.strides = config_size2(read, "strides", options.pool_size);
     return options;
   }
 

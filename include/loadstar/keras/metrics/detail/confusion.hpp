@@ -9,6 +9,9 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "loadstar/keras/detail/config_reader.hpp"
 #include "loadstar/detail/json_state.hpp"
 #include "loadstar/error.hpp"
 #include "loadstar/keras/losses/detail/row_loss.hpp"
@@ -95,6 +98,15 @@ class ConfusionCounts {
 
 inline double divide_no_nan(double a, double b) {
   return b == 0 ? 0.0 : a / b;
+}
+
+/// Keras's `thresholds` of `Precision` and `Recall`: a number, a list of one, or null for 0.5.
+inline double config_threshold(const ConfigReader& read) {
+  if (!read.has("thresholds")) return 0.5;
+  const nlohmann::json& v = *read.find("thresholds");
+  if (v.is_number()) return v.get<double>();
+  if (v.is_array() && v.size() == 1 && v[0].is_number()) return v[0].get<double>();
+  read.fail("thresholds", "a number or a list of one");
 }
 
 }  // namespace loadstar::keras::detail

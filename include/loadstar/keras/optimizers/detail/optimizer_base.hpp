@@ -105,6 +105,13 @@ class OptimizerBase : public Optimizer {
     config["global_clipnorm"] =
         clipping_.global_clipnorm ? nlohmann::json(*clipping_.global_clipnorm) : nullptr;
     config["clipvalue"] = clipping_.clipvalue ? nlohmann::json(*clipping_.clipvalue) : nullptr;
+    // The rest of Keras 2.11+'s base config, so that Keras reads the config back.
+    config["weight_decay"] = nullptr;
+    config["use_ema"] = false;
+    config["ema_momentum"] = 0.99;
+    config["ema_overwrite_frequency"] = nullptr;
+    config["jit_compile"] = false;
+    config["is_legacy_optimizer"] = false;
     return config;
   }
 
@@ -122,9 +129,23 @@ class OptimizerBase : public Optimizer {
   }
 
  public:
-  // Keras 2.11+ names a slot `<slot>/<variable>` (`add_variable_from_reference`): "m/kernel".
+  /// Creates the slot variables of the trainable `variables` (Keras's `optimizer.build(var_list)`)
+  /// before the first step, so that slots read from a checkpoint have somewhere to go
+  /// (`variables()` lists them). The first `apply_gradients` builds the optimizer when this was not
+  /// called; either way the slots and the steps are the same. A second call does nothing when
+  /// given as many trainable variables, and throws `ConfigError` otherwise.
   void build(std::span<Variable*> variables) override {
-    if (built_) return;
+    if (built_) {
+      std::size_t trainable = 0;
+      for (const Variable* v : variables)
+        trainable += v->trainable ? 1 : 0;
+      if (trainable != scratch_.size()) {
+        throw ConfigError(name() + ": was built for " + std::to_string(scratch_.size()) +
+                          " trainable variables but is given " + std::to_string(trainable));
+      }
+      return;
+    }
+    // Keras 2.11+ names a slot `<slot>/<variable>` (`add_variable_from_reference`): "m/kernel".
     const std::vector<std::string> names = slot_names();
     slots_per_variable_ = names.size();
     for (Variable* v : variables) {
@@ -145,6 +166,8 @@ class OptimizerBase : public Optimizer {
     }
     built_ = true;
   }
+
+  bool built() const noexcept override { return built_; }
 
  private:
   optimizers::LearningRate learning_rate_;

@@ -1,0 +1,359 @@
+/// \file
+/// A model's architecture as Keras 2's JSON (`model.get_config()`, `model.to_json()`,
+/// `keras.models.model_from_json`): `Sequential` and functional models, the `model_config` of
+/// Keras's HDF5 files.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "loadstar/error.hpp"
+#include "loadstar/keras/detail/config_reader.hpp"
+#include "loadstar/keras/detail/graph.hpp"
+#include "loadstar/keras/input.hpp"
+#include "loadstar/keras/layer.hpp"
+#include "loadstar/keras/layers/input_layer.hpp"
+#include "loadstar/keras/layers/registry.hpp"
+#include "loadstar/keras/model.hpp"
+#include "loadstar/keras/registry.hpp"
+#include "loadstar/keras/sequential.hpp"
+
+namespace loadstar::keras {
+
+namespace detail {
+
+/// Keras 2's `InputLayer` config for an input of sample shape `shape`.
+inline nlohmann::json input_layer_config(const Shape& shape, const std::string& name) {
+  nlohmann::json batch_shape = nlohmann::json::array({nullptr});
+  for (std::size_t d : shape)
+    batch_shape.push_back(d);
+  return {{"batch_input_shape", batch_shape},
+          {"dtype", "float32"},
+          {"sparse", false},
+          {"ragged", false},
+          {"name", name}};
+}
+
+/// The `config` of a functional model: every layer with its `inbound_nodes`, Keras 2's
+/// `[[["dense", 0, 0, {}], ...], ...]` (one list per call of the layer, `node_index` counting the
+/// calls of that layer inside the model, in call order).
+inline nlohmann::json functional_config(const Model& model) {
+  // The calls the outputs depend on, in creation (call) order.
+  std::map<std::uint64_t, const GraphNode*> reached;
+  std::vector<const GraphNode*> stack;
+  for (const auto& o : model.outputs())
+    stack.push_back(o.node().get());
+  while (!stack.empty()) {
+    const GraphNode* node = stack.back();
+    stack.pop_back();
+    if (!reached.emplace(node->id, node).second) continue;
+    for (const auto& in : node->inputs)
+      stack.push_back(in.get());
+  }
+  std::map<const GraphNode*, std::string> input_names;
+  for (std::size_t i = 0; i < model.inputs().size(); ++i)
+    input_names[model.inputs()[i].node().get()] = model.input_names()[i];
+  std::map<const GraphNode*, std::size_t> node_index;
+  std::map<const Layer*, std::vector<const GraphNode*>> calls;
+  for (const auto& [id, node] : reached) {
+    if (node->layer == nullptr) continue;
+    auto& list = calls[node->layer.get()];
+    node_index[node] = list.size();
+    list.push_back(node);
+  }
+  const auto reference = [&](const GraphNode* node) {
+    if (node->layer == nullptr) return nlohmann::json::array({input_names.at(node), 0, 0});
+    return nlohmann::json::array({node->layer->name(), node_index.at(node), 0});
+  };
+  nlohmann::json layers = nlohmann::json::array();
+  nlohmann::json input_layers = nlohmann::json::array();
+  for (std::size_t i = 0; i < model.inputs().size(); ++i) {
+    const auto& name = model.input_names()[i];
+    layers.push_back({{"class_name", "InputLayer"},
+                      {"config", input_layer_config(model.inputs()[i].shape(), name)},
+                      {"name", name},
+                      {"inbound_nodes", nlohmann::json::array()}});
+    input_layers.push_back({name, 0, 0});
+  }
+  for (const auto& layer : model.layers()) {
+    nlohmann::json inbound = nlohmann::json::array();
+    for (const GraphNode* node : calls[layer.get()]) {
+      nlohmann::json call = nlohmann::json::array();
+      for (const auto& in : node->inputs) {
+        auto ref = reference(in.get());
+        ref.push_back(nlohmann::json::object());
+        call.push_back(std::move(ref));
+      }
+      inbound.push_back(std::move(call));
+    }
+    layers.push_back({{"class_name", layer->class_name()},
+                      {"config", layer->get_config()},
+                      {"name", layer->name()},
+                      {"inbound_nodes", std::move(inbound)}});
+  }
+  nlohmann::json output_layers = nlohmann::json::array();
+  for (const auto& o : model.outputs())
+    output_layers.push_back(reference(o.node().get()));
+  return {{"name", model.name()},
+          {"layers", std::move(layers)},
+          {"input_layers", std::move(input_layers)},
+          {"output_layers", std::move(output_layers)}};
+}
+
+/// `"config.layers[3]"`.
+inline std::string item_path(const std::string& path, std::size_t index) {
+  return path + "[" + std::to_string(index) + "]";
+}
+
+/// One `{"class_name": ..., "config": {...}}` entry of `layers`, built through the layer registry
+/// (custom objects first); errors name the entry's path.
+inline std::shared_ptr<Layer> layer_from_entry(const ConfigReader& model,
+                                               const nlohmann::json& entry,
+                                               const std::string& path) {
+  const ConfigReader read(entry, model.owner(), path);
+  const auto class_name = read.get<std::string>("class_name");
+  const nlohmann::json empty = nlohmann::json::object();
+  const nlohmann::json* config = read.has("config") ? read.find("config") : &empty;
+  try {
+    return Registry<Layer>::instance().create(class_name, *config);
+  } catch (const ConfigError& e) {
+    throw ConfigError(model.owner() + ": " + path + ": " + e.what());
+  }
+}
+
+inline std::unique_ptr<Model> sequential_from_config(const nlohmann::json& config) {
+  // Keras 2.0-2.1 write the list of layers alone; 2.2+ {"name": ..., "layers": [...]}.
+  const nlohmann::json wrapped = {{"layers", config}};
+  const nlohmann::json& object = config.is_array() ? wrapped : config;
+  const std::string name =
+      object.is_object() && object.contains("name") && object["name"].is_string()
+          ? object["name"].get<std::string>()
+          : std::string("sequential");
+  const ConfigReader read(object, "model '" + name + "' (Sequential)");
+  const nlohmann::json* layers = read.find("layers");
+  if (layers == nullptr || !layers->is_array()) read.fail("layers", "a list of layer configs");
+  auto model = std::make_unique<Sequential>(name);
+  bool has_input = false;
+  for (std::size_t i = 0; i < layers->size(); ++i) {
+    const std::string path = item_path(read.path("layers"), i);
+    const nlohmann::json& entry = (*layers)[i];
+    auto layer = layer_from_entry(read, entry, path);
+    try {
+      if (auto input = std::dynamic_pointer_cast<layers::InputLayer>(layer)) {
+        model->add(Input(input->shape(), input->name()));
+        has_input = true;
+        continue;
+      }
+      // Keras 2 puts the input shape on the first layer when there is no InputLayer (and repeats
+      // it there when there is one), and names the input `<layer>_input`.
+      const auto layer_config = entry.find("config");
+      if (!has_input && i == 0 && layer_config != entry.end() && layer_config->is_object() &&
+          layer_config->contains("batch_input_shape") &&
+          !(*layer_config)["batch_input_shape"].is_null()) {
+        const ConfigReader shape_reader(*layer_config, read.owner(), path + ".config");
+        model->add(Input(layers::detail::config_batch_shape(shape_reader, "batch_input_shape"),
+                         layer->name() + "_input"));
+        has_input = true;
+      }
+      model->add(layer);
+    } catch (const ShapeError& e) {
+      throw ShapeError(read.owner() + ": " + path + ": " + e.what());
+    }
+  }
+  return model;
+}
+
+/// A functional model from Keras 2's config: layers are called in the order of the list, each
+/// node as soon as its inbound layers' outputs exist (Keras's `reconstruct_from_config`).
+inline std::unique_ptr<Model> functional_from_config(const nlohmann::json& config,
+                                                     std::string_view class_name) {
+  const std::string name =
+      config.is_object() && config.contains("name") && config["name"].is_string()
+          ? config["name"].get<std::string>()
+          : std::string("model");
+  const ConfigReader read(config, "model '" + name + "' (" + std::string(class_name) + ")");
+  const nlohmann::json* entries = read.find("layers");
+  if (entries == nullptr || !entries->is_array()) read.fail("layers", "a list of layer configs");
+  struct Pending {
+    std::shared_ptr<Layer> layer;
+    std::string name;
+    std::string path;
+    const nlohmann::json* nodes;
+    std::size_t done = 0;
+  };
+  std::vector<Pending> pending;
+  std::map<std::pair<std::string, std::size_t>, KerasTensor> tensors;
+  for (std::size_t i = 0; i < entries->size(); ++i) {
+    const std::string path = item_path(read.path("layers"), i);
+    auto layer = layer_from_entry(read, (*entries)[i], path);
+    const ConfigReader entry((*entries)[i], read.owner(), path);
+    const std::string layer_name = entry.get("name", layer->name().c_str());
+    if (auto input = std::dynamic_pointer_cast<layers::InputLayer>(layer)) {
+      tensors.emplace(std::pair{layer_name, std::size_t{0}}, Input(input->shape(), layer_name));
+      continue;
+    }
+    const nlohmann::json* nodes = entry.find("inbound_nodes");
+    if (nodes == nullptr || !nodes->is_array())
+      entry.fail("inbound_nodes", "a list of calls [[[layer, node, tensor, {}], ...], ...]");
+    pending.push_back({std::move(layer), layer_name, path, nodes});
+  }
+  // Reads [layer, node_index, tensor_index, kwargs] of a call's input; nullptr when that tensor
+  // does not exist yet.
+  const auto input_of = [&](const Pending& p, std::size_t k, std::size_t j) -> const KerasTensor* {
+    const nlohmann::json& ref = (*p.nodes)[k][j];
+    const std::string path =
+        p.path + ".inbound_nodes[" + std::to_string(k) + "][" + std::to_string(j) + "]";
+    if (!ref.is_array() || ref.size() < 3 || !ref[0].is_string() ||
+        !ConfigValue<std::size_t>::fits(ref[1]) || !ConfigValue<std::size_t>::fits(ref[2])) {
+      throw ConfigError(read.owner() + ": " + path +
+                        ": expected [layer name, node index, tensor index, kwargs] but found " +
+                        describe_json(ref));
+    }
+    if (ref[2].get<std::size_t>() != 0) {
+      throw ConfigError(read.owner() + ": " + path +
+                        ": expected tensor index 0 (loadstar layers have one output) but found " +
+                        describe_json(ref[2]));
+    }
+    const auto it = tensors.find({ref[0].get<std::string>(), ref[1].get<std::size_t>()});
+    return it == tensors.end() ? nullptr : &it->second;
+  };
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (auto& p : pending) {
+      while (p.done < p.nodes->size()) {
+        const nlohmann::json& node = (*p.nodes)[p.done];
+        if (!node.is_array()) {
+          throw ConfigError(read.owner() + ": " + p.path + ".inbound_nodes[" +
+                            std::to_string(p.done) +
+                            "]: expected a list of [layer, node, tensor, kwargs] but found " +
+                            describe_json(node));
+        }
+        std::vector<KerasTensor> inputs;
+        for (std::size_t j = 0; j < node.size(); ++j) {
+          const KerasTensor* input = input_of(p, p.done, j);
+          if (input == nullptr) break;
+          inputs.push_back(*input);
+        }
+        if (inputs.size() != node.size()) break;
+        try {
+          tensors.emplace(std::pair{p.name, p.done}, call(p.layer, inputs));
+        } catch (const ShapeError& e) {
+          throw ShapeError(read.owner() + ": " + p.path + ": " + e.what());
+        }
+        ++p.done;
+        progress = true;
+      }
+    }
+  }
+  for (const auto& p : pending) {
+    if (p.done == p.nodes->size()) continue;
+    const nlohmann::json& node = (*p.nodes)[p.done];
+    for (std::size_t j = 0; j < node.size(); ++j) {
+      if (input_of(p, p.done, j) == nullptr) {
+        throw ConfigError(read.owner() + ": " + p.path + ".inbound_nodes[" +
+                          std::to_string(p.done) + "][" + std::to_string(j) +
+                          "]: expected the output of a layer of the model but found " +
+                          describe_json(node[j]) + ", which no layer produces");
+      }
+    }
+  }
+  const auto endpoints = [&](const char* key) {
+    const nlohmann::json* list = read.find(key);
+    if (list == nullptr || !list->is_array() || list->empty())
+      read.fail(key, "a list of [layer name, node index, tensor index]");
+    std::vector<KerasTensor> out;
+    for (std::size_t i = 0; i < list->size(); ++i) {
+      const nlohmann::json& ref = (*list)[i];
+      const auto it = ref.is_array() && ref.size() >= 2 && ref[0].is_string() &&
+                              ConfigValue<std::size_t>::fits(ref[1])
+                          ? tensors.find({ref[0].get<std::string>(), ref[1].get<std::size_t>()})
+                          : tensors.end();
+      if (it == tensors.end()) {
+        throw ConfigError(read.owner() + ": " + item_path(read.path(key), i) +
+                          ": expected a tensor of the model [layer name, node index, tensor "
+                          "index] but found " +
+                          describe_json(ref));
+      }
+      out.push_back(it->second);
+    }
+    return out;
+  };
+  return std::make_unique<Model>(endpoints("input_layers"), endpoints("output_layers"), name);
+}
+
+}  // namespace detail
+
+/// Keras's `model.get_config()` wrapped as `model_config` is: `{"class_name": "Sequential",
+/// "config": {"name", "layers": [InputLayer, ...]}}` or `{"class_name": "Functional", "config":
+/// {"name", "layers": [{"class_name", "config", "name", "inbound_nodes"}], "input_layers",
+/// "output_layers"}}` (Keras 2's format, which Keras 3 also reads).
+/// \code
+/// nlohmann::json config = model_get_config(model);
+/// \endcode
+inline nlohmann::json model_get_config(const Model& model) {
+  if (const auto* sequential = dynamic_cast<const Sequential*>(&model)) {
+    nlohmann::json layers = nlohmann::json::array();
+    if (!model.inputs().empty()) {
+      layers.push_back({{"class_name", "InputLayer"},
+                        {"config", detail::input_layer_config(model.inputs()[0].shape(),
+                                                              model.input_names()[0])}});
+    }
+    for (const auto& layer : sequential->stacked_layers())
+      layers.push_back({{"class_name", layer->class_name()}, {"config", layer->get_config()}});
+    return {{"class_name", "Sequential"},
+            {"config", {{"name", model.name()}, {"layers", std::move(layers)}}}};
+  }
+  return {{"class_name", "Functional"}, {"config", detail::functional_config(model)}};
+}
+
+/// Keras's `model.to_json()`: `model_get_config` as compact JSON text.
+inline std::string to_json(const Model& model) {
+  return model_get_config(model).dump();
+}
+
+/// Keras's `keras.models.model_from_config`: the model a `model_config` describes (Keras 2.0-2.13
+/// `Sequential`, with a list or an object as `config` and the input shape on an `InputLayer` or
+/// the first layer; `Functional` and Keras 2.2's `Model`), its layers built through the layer
+/// registry with `custom` objects first. The weights are new (set them with `set_weights`).
+/// Throws `ConfigError` naming the key path for a bad config and an unknown layer class.
+/// \code
+/// auto copy = model_from_config(model_get_config(model));
+/// copy->set_weights(model.get_weights());  // predicts bitwise as `model`
+/// \endcode
+inline std::unique_ptr<Model> model_from_config(const nlohmann::json& model_config,
+                                                const CustomObjects* custom = nullptr) {
+  const detail::CustomObjectScope scope(custom);
+  const detail::ConfigReader read(model_config, "model config", "model_config");
+  const auto class_name = read.get<std::string>("class_name");
+  const nlohmann::json* config = read.find("config");
+  if (config == nullptr) read.fail("config", "the model's config");
+  if (class_name == "Sequential") return detail::sequential_from_config(*config);
+  if (class_name == "Functional" || class_name == "Model") {
+    return detail::functional_from_config(*config, class_name);
+  }
+  read.fail("class_name", "\"Sequential\", \"Functional\" or \"Model\"");
+}
+
+/// Keras's `keras.models.model_from_json`: `model_from_config` of JSON text; throws
+/// `FormatError` when the text is not JSON.
+inline std::unique_ptr<Model> model_from_json(std::string_view json,
+                                              const CustomObjects* custom = nullptr) {
+  nlohmann::json parsed;
+  try {
+    parsed = nlohmann::json::parse(json);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw FormatError(std::string("model_from_json: the text is not JSON: ") + e.what());
+  }
+  return model_from_config(parsed, custom);
+}
+
+}  // namespace loadstar::keras
