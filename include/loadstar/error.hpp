@@ -51,6 +51,13 @@ class CheckpointError : public Error {
   using Error::Error;
 };
 
+/// A tensor used where its memory cannot be reached: device memory read or written on the host
+/// outside the backend that owns it.
+class DeviceError : public Error {
+ public:
+  using Error::Error;
+};
+
 /// A failure reported by the CUDA runtime or a CUDA library.
 class CudaError : public Error {
  public:

@@ -12,9 +12,9 @@
 #include <nlohmann/json.hpp>
 
 #include "loadstar/error.hpp"
-#include "loadstar/random.hpp"
 #include "loadstar/keras/detail/config_reader.hpp"
 #include "loadstar/keras/registry.hpp"
+#include "loadstar/random.hpp"
 #include "loadstar/tensor/tensor.hpp"
 
 namespace loadstar::keras {

@@ -148,10 +148,26 @@ class Model {
   /// that is not the number of outputs, and for a map of losses naming no output.
   void compile(const CompileOptions& options) {
     options_ = options;
-    backend_ = std::make_shared<CpuBackend>(options.threads);
+    std::shared_ptr<Backend> backend =
+        options.backend ? options.backend : std::make_shared<CpuBackend>(options.threads);
+    if (backend_ && backend_->device() != backend->device()) {
+      // Weights in the previous backend's memory come back to the host, to move to the new
+      // backend's memory before the next step; the activations are allocated again there.
+      for (const auto& layer : layers_) {
+        for (auto& w : layer->weights()) {
+          if (!w.value.is_host()) w.value = backend_->to_host(w.value);
+          if (!w.gradient.is_host()) w.gradient = Tensor<float>(w.gradient.shape());
+        }
+      }
+      capacity_ = 0;
+      rows_ = 0;
+    }
+    backend_ = std::move(backend);
+    weights_placed_ = false;
     optimizer_ = options.optimizer.object();
     if (!optimizer_)
       optimizer_ = std::shared_ptr<Optimizer>(get_optimizer(options.optimizer.name()));
+    optimizer_->set_backend(backend_);
     compiled_ = true;
     if (built()) resolve_losses();
   }
@@ -164,6 +180,7 @@ class Model {
                std::vector<double> loss_weights = {}) {
     CompileOptions options;
     options.threads = options_.threads;
+    options.backend = options_.backend;
     options.optimizer = std::move(optimizer);
     options.loss = std::move(loss);
     options.metrics = std::move(metrics);
@@ -533,7 +550,7 @@ class Model {
     std::vector<Tensor<float>> out;
     for (const auto& layer : layers_) {
       for (const auto& w : layer->weights())
-        out.push_back(w.value.clone());
+        out.push_back(w.value.is_host() ? w.value.clone() : backend_->to_host(w.value));
     }
     return out;
   }
@@ -562,7 +579,11 @@ class Model {
     i = 0;
     for (const auto& layer : layers_) {
       for (auto& w : layer->weights()) {
-        std::copy(weights[i].begin(), weights[i].end(), w.value.begin());
+        if (w.value.is_host()) {
+          std::copy(weights[i].begin(), weights[i].end(), w.value.begin());
+        } else {
+          backend_->copy_from_host(weights[i], w.value);
+        }
         ++i;
       }
     }
@@ -823,28 +844,68 @@ class Model {
   // --- batches ----------------------------------------------------------------------------------
 
   /// Allocates every buffer for `rows` rows when more than allocated so far.
+  /// Allocates every buffer for `rows` rows when more than allocated so far, in the backend's
+  /// memory (with host staging buffers for the batch when that memory is not the host's), and
+  /// moves the weights there first.
   void reserve(std::size_t rows) {
+    if (!weights_placed_) place_weights();
     if (rows <= capacity_) return;
+    Backend& backend = this->backend();
     for (auto& node : nodes_) {
-      node.value_full = Tensor<float>(node.shape.prepend(rows));
-      if (node.layer) node.gradient_full = Tensor<float>(node.shape.prepend(rows));
+      node.value_full = backend.allocate(node.shape.prepend(rows));
+      if (node.layer) node.gradient_full = backend.allocate(node.shape.prepend(rows));
       for (std::size_t j = 0; j < node.inputs.size(); ++j) {
         if (node.targets[j] == detail::GradientTarget::accumulate) {
-          node.scratch_full[j] = Tensor<float>(nodes_[node.inputs[j]].shape.prepend(rows));
+          node.scratch_full[j] = backend.allocate(nodes_[node.inputs[j]].shape.prepend(rows));
         }
       }
     }
     for (std::size_t o = 0; o < output_nodes_.size(); ++o) {
       if (!output_direct_[o]) {
-        loss_scratch_full_[o] = Tensor<float>(nodes_[output_nodes_[o]].shape.prepend(rows));
+        loss_scratch_full_[o] = backend.allocate(nodes_[output_nodes_[o]].shape.prepend(rows));
       }
-      if (targets_full_[o].rank() > 0 && targets_full_[o].rows() < rows) {
-        targets_full_[o] = Tensor<float>(targets_full_[o].shape().with_rows(rows));
+      if (targets_full_[o].rank() > 0 &&
+          (targets_full_[o].rows() < rows || targets_full_[o].device() != backend.device())) {
+        targets_full_[o] = backend.allocate(targets_full_[o].shape().with_rows(rows));
       }
     }
-    weights_full_ = Tensor<float>({rows});
+    weights_full_ = backend.allocate({rows});
+    staging_full_.clear();
+    if (!backend.is_host()) {
+      for (std::size_t i = 0; i < input_names_.size(); ++i)
+        staging_full_.emplace_back(nodes_[i].shape.prepend(rows));
+      staging_weights_full_ = Tensor<float>({rows});
+    }
     capacity_ = rows;
     rows_ = 0;
+  }
+
+  /// Moves the weights (made on the host by `build`) into the backend's memory, with zero
+  /// gradients there; nothing moves for a host backend.
+  void place_weights() {
+    Backend& backend = this->backend();
+    for (const auto& layer : layers_) {
+      for (auto& w : layer->weights()) {
+        if (w.value.device() != backend.device()) w.value = backend.from_host(w.value);
+        if (!w.gradient.empty() && w.gradient.device() != backend.device())
+          w.gradient = backend.allocate(w.gradient.shape());
+      }
+    }
+    weights_placed_ = true;
+  }
+
+  /// Converts rows of a batch member into `target`: straight into it for a host backend, through
+  /// the host buffer `staging` (at least `n` rows) otherwise.
+  template <class Member>
+  void upload(const Member& member, const detail::ErasedBatch& batch, std::size_t n,
+              const Tensor<float>& staging, const Tensor<float>& target) {
+    if (target.is_host()) {
+      detail::convert_rows(member, batch.rows, batch.offset, n, target.data());
+      return;
+    }
+    const Tensor<float> rows = staging.slice_rows(0, n).reshape(target.shape());
+    detail::convert_rows(member, batch.rows, batch.offset, n, rows.data());
+    backend().copy_from_host(rows, target);
   }
 
   /// Points every view at the first `rows` rows of the buffers.
@@ -953,7 +1014,8 @@ class Model {
                          " has " + std::to_string(member.shape[0]) + " rows but the batch has " +
                          std::to_string(n));
       }
-      detail::convert_rows(member, batch.rows, batch.offset, n, node.value.data());
+      upload(member, batch, n, staging_full_.empty() ? Tensor<float>() : staging_full_[i],
+             node.value);
     }
     has_weights_ = false;
     if (!targets) return;
@@ -961,6 +1023,8 @@ class Model {
       throw ShapeError("model '" + name_ + "': the batch has no targets y");
     }
     match_members(batch, false, target_order_);
+    if (staging_targets_.size() != target_order_.size())
+      staging_targets_.resize(target_order_.size());
     for (std::size_t o = 0; o < target_order_.size(); ++o) {
       const auto& member = batch.y[target_order_[o]];
       if (member.shape.rank() == 0) {
@@ -973,9 +1037,12 @@ class Model {
                          std::to_string(n));
       }
       const Shape wanted = member.shape.with_rows(capacity_);
-      if (targets_full_[o].shape() != wanted) targets_full_[o] = Tensor<float>(wanted);
+      if (targets_full_[o].shape() != wanted || targets_full_[o].device() != backend().device())
+        targets_full_[o] = backend().allocate(wanted);
       targets_[o] = targets_full_[o].slice_rows(0, n);
-      detail::convert_rows(member, batch.rows, batch.offset, n, targets_[o].data());
+      if (!targets_[o].is_host() && staging_targets_[o].shape() != wanted)
+        staging_targets_[o] = Tensor<float>(wanted);
+      upload(member, batch, n, staging_targets_[o], targets_[o]);
     }
     if (batch.w) {
       if (batch.w->shape.rank() != 1 || batch.w->dtype != DType::float32) {
@@ -983,7 +1050,7 @@ class Model {
                          "': sample_weight must be a rank-1 float32 tensor but " + "has shape " +
                          batch.w->shape.str());
       }
-      detail::convert_rows(*batch.w, batch.rows, batch.offset, n, weights_.data());
+      upload(*batch.w, batch, n, staging_weights_full_, weights_);
       has_weights_ = true;
     } else if (class_weight) {
       apply_class_weight(n, *class_weight);
@@ -999,22 +1066,25 @@ class Model {
           "has " +
           std::to_string(targets_.size()));
     }
-    const auto& y = targets_.front();
-    const std::size_t width = y.row_size();
-    for (std::size_t i = 0; i < n; ++i) {
-      const float* row = y.data() + i * width;
-      std::int64_t label = 0;
-      if (width == 1) {
-        label = static_cast<std::int64_t>(std::llround(row[0]));
-      } else {
-        label = static_cast<std::int64_t>(std::max_element(row, row + width) - row);
+    // Reads the targets and writes the weights on the host, as the backend's host kernel.
+    backend().on_host({targets_.front(), weights_}, [&](std::span<const Tensor<float>> t) {
+      const auto& y = t[0];
+      const std::size_t width = y.row_size();
+      for (std::size_t i = 0; i < n; ++i) {
+        const float* row = y.data() + i * width;
+        std::int64_t label = 0;
+        if (width == 1) {
+          label = static_cast<std::int64_t>(std::llround(row[0]));
+        } else {
+          label = static_cast<std::int64_t>(std::max_element(row, row + width) - row);
+        }
+        auto found = class_weight.find(label);
+        if (found == class_weight.end()) {
+          throw ConfigError("class_weight: no weight for class " + std::to_string(label));
+        }
+        t[1].data()[i] = found->second;
       }
-      auto found = class_weight.find(label);
-      if (found == class_weight.end()) {
-        throw ConfigError("class_weight: no weight for class " + std::to_string(label));
-      }
-      weights_.data()[i] = found->second;
-    }
+    });
   }
 
   // --- steps ------------------------------------------------------------------------------------
@@ -1039,7 +1109,8 @@ class Model {
       if (gradients && node.layer) {
         gradient = output_direct_[o] ? node.gradient : loss_scratch_full_[o].slice_rows(0, rows_);
       }
-      const double value = losses_[o]->compute(targets_[o], outputs_[o], weights, gradient);
+      const double value =
+          losses_[o]->compute(backend(), targets_[o], outputs_[o], weights, gradient);
       const auto weight = static_cast<float>(loss_weights_[o]);
       if (gradients && node.layer) {
         if (weight != 1.0F) backend().scale(gradient, weight);
@@ -1070,7 +1141,7 @@ class Model {
   void update_metrics(RunningMetrics& running, double total) {
     if (!running.created()) create_metrics();
     const Tensor<float>* weights = has_weights_ ? &weights_ : nullptr;
-    running.update(total, output_losses_, rows_, targets_, outputs_, weights);
+    running.update(backend(), total, output_losses_, rows_, targets_, outputs_, weights);
   }
 
   /// The seed of shuffling: the options', else `set_random_seed`'s.
@@ -1127,6 +1198,11 @@ class Model {
   std::size_t capacity_ = 0, rows_ = 0;
   std::vector<Tensor<float>> outputs_, targets_, targets_full_, loss_scratch_full_;
   Tensor<float> weights_full_, weights_;
+  // Host buffers the batch is converted into before it is copied to a device backend's memory
+  // (empty for a host backend): per input, per target, and the sample weights.
+  std::vector<Tensor<float>> staging_full_, staging_targets_;
+  Tensor<float> staging_weights_full_;
+  bool weights_placed_ = false;
   bool has_weights_ = false;
   std::vector<std::size_t> input_order_, target_order_;
   // Running metrics, and the batch view of the templated steps.

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "loadstar/data/class_weight.hpp"
+#include "loadstar/keras/backend/backend.hpp"
 #include "loadstar/keras/callbacks/callback.hpp"
 #include "loadstar/keras/detail/args.hpp"
 #include "loadstar/keras/validation_data.hpp"
@@ -37,8 +38,12 @@ struct CompileOptions {
   /// `weighted_metrics`; named `weighted_<name>` when `metrics` has the same name.
   std::vector<MetricArg> weighted_metrics = {};
   /// The threads the CPU backend computes with (the same thread count and seed give
-  /// bitwise-identical weights).
+  /// bitwise-identical weights); used when `backend` is not given.
   std::size_t threads = 1;
+  /// The backend whose memory holds the weights, activations and batches and whose kernels
+  /// compute the step; by default a `CpuBackend(threads)` made at `compile`. Weights move to its
+  /// memory before the first step.
+  std::shared_ptr<Backend> backend = nullptr;
 };
 
 /// The arguments of `fit`, in Keras's order except that `epochs` comes before `batch_size`

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "loadstar/detail/json_state.hpp"
+#include "loadstar/keras/backend/backend.hpp"
 #include "loadstar/keras/callbacks/logs.hpp"
 #include "loadstar/keras/metrics/metric.hpp"
 #include "loadstar/tensor/tensor.hpp"
@@ -53,11 +54,11 @@ class RunningMetrics {
   }
 
   /// Accumulates one batch of `rows` rows: its total loss, the loss of each output, and the
-  /// metrics of each output from its targets and predictions (`weights` only for the weighted
-  /// metrics).
-  void update(double total, std::span<const double> output_losses, std::size_t rows,
-              std::span<const Tensor<float>> targets, std::span<const Tensor<float>> outputs,
-              const Tensor<float>* weights) {
+  /// metrics of each output from its targets and predictions (through `backend`) (`weights` only
+  /// for the weighted metrics).
+  void update(Backend& backend, double total, std::span<const double> output_losses,
+              std::size_t rows, std::span<const Tensor<float>> targets,
+              std::span<const Tensor<float>> outputs, const Tensor<float>* weights) {
     const auto n = static_cast<double>(rows);
     loss_sum_ += total * n;
     output_loss_sums_.resize(output_losses.size(), 0.0);
@@ -66,11 +67,11 @@ class RunningMetrics {
     rows_ += n;
     for (std::size_t o = 0; o < metrics.size(); ++o) {
       for (auto& metric : metrics[o])
-        metric->update_state(targets[o], outputs[o], nullptr);
+        metric->update_state(backend, targets[o], outputs[o], nullptr);
     }
     for (std::size_t o = 0; o < weighted.size(); ++o) {
       for (auto& metric : weighted[o])
-        metric->update_state(targets[o], outputs[o], weights);
+        metric->update_state(backend, targets[o], outputs[o], weights);
     }
   }
 

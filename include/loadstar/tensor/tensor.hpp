@@ -11,6 +11,7 @@
 #include <new>
 #include <span>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -23,12 +24,43 @@
 
 namespace loadstar {
 
+/// Where a tensor's memory lives: the host (`Device::host()`, the default) or the memory of a
+/// backend's device (`Device{"cuda", 0}`), which only that backend's kernels and copies may read.
+/// \code
+/// Device gpu{"cuda", 1};
+/// gpu.str();      // "cuda:1"
+/// gpu.is_host();  // false
+/// \endcode
+struct Device {
+  /// The kind of memory (a string with static storage duration); `"cpu"` is host memory.
+  const char* kind = "cpu";
+  /// Which device of that kind.
+  int index = 0;
+
+  /// Host memory, readable by any code.
+  static constexpr Device host() noexcept { return {}; }
+  constexpr bool is_host() const noexcept {
+    return kind[0] == 'c' && std::string_view(kind) == "cpu";
+  }
+  /// `"cpu"` or `"<kind>:<index>"`.
+  std::string str() const {
+    return is_host() ? std::string(kind) : kind + (":" + std::to_string(index));
+  }
+  friend bool operator==(const Device& a, const Device& b) noexcept {
+    return a.index == b.index && std::string_view(a.kind) == std::string_view(b.kind);
+  }
+};
+
 /// A contiguous row-major array of `T` with a run-time shape.
 ///
 /// A `Tensor` is a handle, as in PyTorch: copying it shares the storage, and `slice_rows` returns
 /// a view of the same storage, so cutting a batch out of a data set costs no copy. `clone()`
 /// makes an independent copy. Storage is aligned to `LOADSTAR_TENSOR_ALIGNMENT` (64) bytes.
 /// The math belongs to Eigen: `<loadstar/tensor/eigen.hpp>` maps a tensor as a matrix or vector.
+/// A tensor knows where its memory lives (`device()`): the constructors make host tensors, and a
+/// backend's `allocate` makes tensors in its device memory. The element accessors (`begin`,
+/// `span`, `operator()`, `clone`, `cast`, `gather_rows`, `==`) need host memory and throw
+/// `DeviceError` otherwise; `data()` is the raw pointer that kernels of the owning backend use.
 /// \code
 /// Tensor<float> x({60000, 28, 28});          // zero-filled
 /// Tensor<float> batch = x.slice_rows(0, 32); // shape (32, 28, 28), shares x's storage
@@ -75,12 +107,15 @@ class Tensor {
   }
 
   /// A tensor viewing `elements` of memory owned by `owner` (kept alive as long as any view of
-  /// it lives), for example a shared-memory slot or a buffer of another library.
-  static Tensor wrap(T* data, const Shape& shape, std::shared_ptr<void> owner) {
+  /// it lives), for example a shared-memory slot, a buffer of another library or, with `device`,
+  /// memory a backend allocated on its device.
+  static Tensor wrap(T* data, const Shape& shape, std::shared_ptr<void> owner,
+                     Device device = Device::host()) {
     Tensor t;
     t.shape_ = shape;
     t.data_ = data;
     t.owner_ = std::move(owner);
+    t.device_ = device;
     return t;
   }
 
@@ -103,16 +138,42 @@ class Tensor {
   bool empty() const noexcept { return size() == 0; }
   static constexpr DType dtype() noexcept { return dtype_of<T>; }
 
-  /// The first element. A `Tensor` is a handle: a const handle still gives access to the elements,
-  /// as a `const std::shared_ptr<T>` does.
-  T* data() const noexcept { return data_; }
-  T* begin() const noexcept { return data_; }
-  T* end() const noexcept { return data_ + size(); }
-  std::span<T> span() const noexcept { return {data_, size()}; }
+  /// Where the elements live.
+  const Device& device() const noexcept { return device_; }
+  /// Whether the elements live in host memory (then every accessor works).
+  bool is_host() const noexcept { return device_.is_host(); }
+  /// Throws `DeviceError` naming the tensor, its device and `what` unless it is a host tensor.
+  void require_host(const char* what) const {
+    if (!is_host()) {
+      throw DeviceError(description() + ": " + what +
+                        " needs host memory but the tensor lives on " + device_.str() +
+                        " (copy it to the host through its backend first)");
+    }
+  }
 
-  /// The element at the given indices, one per axis (checked only by `LOADSTAR_ASSERT`).
+  /// The first element: the raw pointer, for the kernels of the backend that owns the memory. A
+  /// `Tensor` is a handle: a const handle still gives access to the elements, as a
+  /// `const std::shared_ptr<T>` does.
+  T* data() const noexcept { return data_; }
+  /// The elements as a host range; throw `DeviceError` for a tensor in device memory.
+  T* begin() const {
+    require_host("begin()");
+    return data_;
+  }
+  T* end() const {
+    require_host("end()");
+    return data_ + size();
+  }
+  std::span<T> span() const {
+    require_host("span()");
+    return {data_, size()};
+  }
+
+  /// The element at the given indices, one per axis (checked only by `LOADSTAR_ASSERT`); throws
+  /// `DeviceError` for a tensor in device memory.
   template <std::integral... I>
-  T& operator()(I... indices) const noexcept {
+  T& operator()(I... indices) const {
+    require_host("operator()");
     LOADSTAR_ASSERT(sizeof...(I) == rank(), "one index per axis is required");
     std::size_t offset = 0;
     std::size_t axis = 0;
@@ -129,7 +190,7 @@ class Tensor {
       throw ShapeError(description() + ": cannot slice rows [" + std::to_string(begin) + ", " +
                        std::to_string(end) + ")");
     }
-    return wrap(data_ + begin * row_size(), shape_.with_rows(end - begin), owner_);
+    return wrap(data_ + begin * row_size(), shape_.with_rows(end - begin), owner_, device_);
   }
 
   /// A view of row `index` (one rank lower) sharing this tensor's storage.
@@ -137,7 +198,7 @@ class Tensor {
     if (rank() == 0 || index >= shape_[0]) {
       throw ShapeError(description() + ": row " + std::to_string(index) + " is out of range");
     }
-    return wrap(data_ + index * row_size(), shape_.row_shape(), owner_);
+    return wrap(data_ + index * row_size(), shape_.row_shape(), owner_, device_);
   }
 
   /// A new tensor holding the rows named by `indices`, in that order (a copy); throws
@@ -159,6 +220,8 @@ class Tensor {
   /// `indices.size()` rows (no allocation; for loaders that reuse batch buffers).
   template <std::integral I>
   void gather_rows_into(std::span<const I> indices, const Tensor& out) const {
+    require_host("gather_rows");
+    out.require_host("gather_rows (output)");
     if (rank() == 0 || out.shape() != shape_.with_rows(indices.size())) {
       throw ShapeError(description() + ": gathering " + std::to_string(indices.size()) +
                        " rows needs an output of shape " +
@@ -187,11 +250,15 @@ class Tensor {
       throw ShapeError(description() + ": cannot reshape to " + shape.str() + " (" +
                        std::to_string(shape.elements()) + " elements)");
     }
-    return wrap(data_, shape, owner_);
+    return wrap(data_, shape, owner_, device_);
   }
 
-  /// An independent copy with its own storage.
-  Tensor clone() const { return Tensor(shape_, std::span<const T>(data_, size())); }
+  /// An independent host copy with its own storage; throws `DeviceError` for a tensor in device
+  /// memory (its backend's `copy_to_host` copies those).
+  Tensor clone() const {
+    require_host("clone()");
+    return Tensor(shape_, std::span<const T>(data_, size()));
+  }
 
   /// A copy converted element-wise to `U` with `static_cast`.
   template <TensorElement U>
@@ -206,8 +273,8 @@ class Tensor {
     return owner_ != nullptr && owner_ == other.owner_;
   }
 
-  /// Element-wise equality of shapes and values.
-  friend bool operator==(const Tensor& a, const Tensor& b) noexcept {
+  /// Element-wise equality of shapes and values of host tensors (`DeviceError` otherwise).
+  friend bool operator==(const Tensor& a, const Tensor& b) {
     return a.shape_ == b.shape_ && std::equal(a.begin(), a.end(), b.begin());
   }
 
@@ -235,6 +302,7 @@ class Tensor {
   Shape shape_;
   T* data_ = nullptr;
   std::shared_ptr<void> owner_;
+  Device device_;
 };
 
 /// Whether `T` is a `Tensor<U>` for some element type `U`.

@@ -3,10 +3,14 @@
 /// reduction kernels), so that another backend (CUDA) adds kernels without touching the layers.
 #pragma once
 
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
+#include <memory>
 #include <optional>
 #include <span>
+#include <type_traits>
 
 #include "loadstar/keras/activations.hpp"
 #include "loadstar/tensor/tensor.hpp"
@@ -58,14 +62,52 @@ inline AxisGeometry axis_geometry(std::size_t in, std::size_t kernel, std::size_
   return {out, total / 2};
 }
 
-/// The kernels layers compute with, all on `Tensor<float>` (a CUDA backend holds device tensors).
+/// An index outside its range found by a kernel: its position and its value.
+struct BadIndex {
+  std::size_t position = 0;
+  float value = 0.0F;
+};
+
+/// A host computation handed to `Backend::host_kernel`: a non-owning reference to a callable
+/// taking the host views of the kernel's tensors (no allocation, unlike `std::function`). It
+/// refers to the callable, which must outlive the call (a lambda written in the call does).
+class HostKernelRef {
+ public:
+  template <class F>
+  requires std::invocable < std::remove_reference_t<F>
+  &,
+      std::span < const Tensor < float >>>
+          &&(!std::same_as<std::remove_cvref_t<F>, HostKernelRef>)HostKernelRef(
+              F&& kernel) noexcept  // NOLINT: implicit, for `host_kernel(tensors, lambda)`
+      : object_(const_cast<void*>(static_cast<const void*>(std::addressof(kernel)))),
+  call_([](void* object, std::span<const Tensor<float>> tensors) {
+    (*static_cast<std::remove_reference_t<F>*>(object))(tensors);
+  }) {}
+
+  void operator()(std::span<const Tensor<float>> tensors) const { call_(object_, tensors); }
+
+ private:
+  void* object_;
+  void (*call_)(void*, std::span<const Tensor<float>>);
+};
+
+/// The memory and the kernels layers, losses, metrics and optimizers compute with, all on
+/// `Tensor<float>` (a CUDA backend holds device tensors).
+///
+/// Memory (ggml's buffer split, Eigen's devices): `allocate` makes tensors in the backend's
+/// memory (`device()`), `copy_from_host` and `copy_to_host` move elements across, `synchronize`
+/// waits for queued work. Code outside a backend never dereferences a tensor that may live on a
+/// device: it calls a kernel, or `host_kernel` for a host computation on host views of the
+/// tensors (what a device backend stages through host memory).
 ///
 /// Matrices are tensors seen as `rows() x row_size()` (`as_matrix`). Output tensors are written,
 /// never resized; gradients of weights are accumulated (`beta = 1`) as `Layer::backward` requires.
 /// \code
 /// CpuBackend backend(4);
+/// Tensor<float> x = backend.from_host(batch), y = backend.allocate({32, 10});
 /// backend.gemm(x, false, kernel, false, y);  // y = x * kernel
 /// backend.bias_add(y, bias);
+/// Tensor<float> result = backend.to_host(y);
 /// \endcode
 class Backend {
  public:
@@ -73,6 +115,51 @@ class Backend {
   virtual ~Backend() = default;
   Backend(const Backend&) = delete;
   Backend& operator=(const Backend&) = delete;
+
+  // --- Memory ---------------------------------------------------------------------------------
+
+  /// The memory `allocate` returns (`Device::host()` for the CPU backend).
+  virtual Device device() const noexcept = 0;
+  /// Whether the backend's memory is host memory (then host code may read its tensors directly,
+  /// and batches are converted straight into its buffers).
+  bool is_host() const noexcept { return device().is_host(); }
+  /// A zero-filled tensor of `shape` in the backend's memory.
+  virtual Tensor<float> allocate(const Shape& shape) = 0;
+  /// Copies the host tensor `host` into `tensor` (same number of elements, the backend's memory).
+  virtual void copy_from_host(const Tensor<float>& host, const Tensor<float>& tensor) = 0;
+  /// Copies `tensor` (the backend's memory) into the host tensor `host` (same number of elements)
+  /// and waits until the copy is complete.
+  virtual void copy_to_host(const Tensor<float>& tensor, const Tensor<float>& host) = 0;
+  /// Waits until every kernel and copy queued so far is complete.
+  virtual void synchronize() = 0;
+  /// Runs `kernel` on the host with host views of `tensors` (in order; empty tensors and host
+  /// tensors are passed as they are): the elements the tensors hold before the call are visible
+  /// to the kernel, and what it writes is in the tensors afterwards. Exceptions propagate. The
+  /// CPU backend calls `kernel(tensors)`; a device backend stages the tensors through the host.
+  virtual void host_kernel(std::span<const Tensor<float>> tensors, HostKernelRef kernel) = 0;
+
+  /// `host_kernel` on a list of tensors: `backend.on_host({y_true, y_pred}, [&](auto t) {...})`.
+  template <class F>
+  requires std::invocable<F&, std::span<const Tensor<float>>>
+  void on_host(std::initializer_list<Tensor<float>> tensors, F&& kernel) {
+    host_kernel(std::span<const Tensor<float>>(tensors.begin(), tensors.size()), kernel);
+  }
+
+  /// A host copy of `tensor`, which lives in this backend's memory (or on the host).
+  Tensor<float> to_host(const Tensor<float>& tensor) {
+    if (tensor.is_host()) return tensor.clone();
+    auto host = Tensor<float>::uninitialized(tensor.shape());
+    copy_to_host(tensor, host);
+    return host;
+  }
+  /// A copy of the host tensor `host` in this backend's memory.
+  Tensor<float> from_host(const Tensor<float>& host) {
+    Tensor<float> tensor = allocate(host.shape());
+    copy_from_host(host, tensor);
+    return tensor;
+  }
+
+  // --- Threads ----------------------------------------------------------------------------------
 
   /// The number of threads the backend computes with.
   virtual std::size_t threads() const noexcept = 0;
@@ -187,10 +274,10 @@ class Backend {
   // -------------------------------------------------------------------------
 
   /// `out[i, :] = table[indices[i], :]` with `indices` given as floats (cast toward zero). Returns
-  /// the position of the first index outside `[0, table.rows())` (then `out` is unspecified).
-  virtual std::optional<std::size_t> gather(const Tensor<float>& indices,
-                                            const Tensor<float>& table,
-                                            const Tensor<float>& out) = 0;
+  /// the first index outside `[0, table.rows())` and its position (then `out` is unspecified), so
+  /// that the caller reports it without reading `indices` on the host.
+  virtual std::optional<BadIndex> gather(const Tensor<float>& indices, const Tensor<float>& table,
+                                         const Tensor<float>& out) = 0;
   /// `table_gradient[indices[i], :] += dy[i, :]` (indices already validated by `gather`).
   virtual void scatter_add(const Tensor<float>& indices, const Tensor<float>& dy,
                            const Tensor<float>& table_gradient) = 0;

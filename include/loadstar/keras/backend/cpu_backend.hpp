@@ -142,6 +142,20 @@ class CpuBackend final : public Backend {
 
   std::size_t threads() const noexcept override { return threads_; }
 
+  /// Host memory: every tensor of this backend is an ordinary host tensor.
+  Device device() const noexcept override { return Device::host(); }
+  Tensor<float> allocate(const Shape& shape) override { return Tensor<float>(shape); }
+  void copy_from_host(const Tensor<float>& host, const Tensor<float>& tensor) override {
+    copy(host, tensor);
+  }
+  void copy_to_host(const Tensor<float>& tensor, const Tensor<float>& host) override {
+    copy(tensor, host);
+  }
+  void synchronize() override {}
+  void host_kernel(std::span<const Tensor<float>> tensors, HostKernelRef kernel) override {
+    kernel(tensors);
+  }
+
   void gemm(const Tensor<float>& a, bool transpose_a, const Tensor<float>& b, bool transpose_b,
             const Tensor<float>& c, float alpha, float beta) override {
     const auto A = as_matrix(a);
@@ -566,14 +580,14 @@ class CpuBackend final : public Backend {
     });
   }
 
-  std::optional<std::size_t> gather(const Tensor<float>& indices, const Tensor<float>& table,
-                                    const Tensor<float>& out) override {
+  std::optional<BadIndex> gather(const Tensor<float>& indices, const Tensor<float>& table,
+                                 const Tensor<float>& out) override {
     const std::size_t rows = table.rows();
     const std::size_t width = table.row_size();
     for (std::size_t i = 0; i < indices.size(); ++i) {
       const float v = indices.data()[i];
       // tf.cast truncates toward zero; NaN and anything outside [0, rows) is rejected.
-      if (!(v > -1.0F) || !(v < static_cast<float>(rows))) return i;
+      if (!(v > -1.0F) || !(v < static_cast<float>(rows))) return BadIndex{i, v};
     }
     parallel(indices.size(), 64, [&](std::size_t i0, std::size_t i1) {
       for (std::size_t i = i0; i < i1; ++i) {
@@ -715,5 +729,16 @@ class CpuBackend final : public Backend {
   tbb::task_arena arena_;
   std::vector<double> sums_;
 };
+
+namespace detail {
+
+/// The one-thread CPU backend that the host-tensor conveniences (`Loss::compute`,
+/// `Metric::update_state` and `Optimizer::apply_gradients` without a backend) compute with.
+inline CpuBackend& host_backend() {
+  static CpuBackend backend(1);
+  return backend;
+}
+
+}  // namespace detail
 
 }  // namespace loadstar::keras

@@ -146,7 +146,9 @@ inline std::vector<Tensor<float>> run_predict(Model& model, BatchSource& source,
     collected.resize(outputs.size());
     shapes.resize(outputs.size());
     for (std::size_t o = 0; o < outputs.size(); ++o) {
-      collected[o].insert(collected[o].end(), outputs[o].begin(), outputs[o].end());
+      const Tensor<float> output =
+          outputs[o].is_host() ? outputs[o] : model.backend().to_host(outputs[o]);
+      collected[o].insert(collected[o].end(), output.begin(), output.end());
       shapes[o] = outputs[o].shape();
     }
     rows += batch->count;

@@ -61,11 +61,8 @@ class BatchNormalization : public detail::LayerBase {
       if (options_.center) make(options_.beta_initializer, "beta", true);
       make(options_.moving_mean_initializer, "moving_mean", false);
       make(options_.moving_variance_initializer, "moving_variance", false);
-      mean_ = Tensor<float>({c});
-      variance_ = Tensor<float>({c});
-      corrected_ = Tensor<float>({c});
-    } else if (mean_.size() != c) {
-      throw ShapeError(label() + ": built for " + std::to_string(mean_.size()) +
+    } else if (features() != c) {
+      throw ShapeError(label() + ": built for " + std::to_string(features()) +
                        " features but the input has shape " + in.str());
     }
     remember(input_shapes, in);
@@ -82,17 +79,20 @@ class BatchNormalization : public detail::LayerBase {
                                  epsilon(), output);
       return;
     }
-    backend.moments(x, mean_, variance_);
-    backend.batch_norm_forward(x, mean_, variance_, gamma(), beta(), epsilon(), output);
+    const Tensor<float> mean = mean_.get(backend, {features()});
+    const Tensor<float> variance = variance_.get(backend, {features()});
+    backend.moments(x, mean, variance);
+    backend.batch_norm_forward(x, mean, variance, gamma(), beta(), epsilon(), output);
     const auto momentum = static_cast<float>(options_.momentum);
-    backend.moving_average(moving_mean().value, mean_, momentum);
-    const std::size_t n = x.size() / mean_.size();
+    backend.moving_average(moving_mean().value, mean, momentum);
+    const std::size_t n = x.size() / features();
     if (x.rank() == 4 && n > 1) {
-      backend.copy(variance_, corrected_);
-      backend.scale(corrected_, static_cast<float>(double(n) / double(n - 1)));
-      backend.moving_average(moving_variance().value, corrected_, momentum);
+      const Tensor<float> corrected = corrected_.get(backend, {features()});
+      backend.copy(variance, corrected);
+      backend.scale(corrected, static_cast<float>(double(n) / double(n - 1)));
+      backend.moving_average(moving_variance().value, corrected, momentum);
     } else {
-      backend.moving_average(moving_variance().value, variance_, momentum);
+      backend.moving_average(moving_variance().value, variance, momentum);
     }
   }
 
@@ -107,9 +107,11 @@ class BatchNormalization : public detail::LayerBase {
         options_.center ? weights_[options_.scale ? 1 : 0].gradient : Tensor<float>();
     if (ctx.training) {
       // The batch statistics are recomputed rather than kept, so a shared layer stays correct.
-      backend.moments(x, mean_, variance_);
-      backend.batch_norm_backward(x, mean_, variance_, gamma(), epsilon(), true, output_gradient,
-                                  dx, dgamma, dbeta);
+      const Tensor<float> mean = mean_.get(backend, {features()});
+      const Tensor<float> variance = variance_.get(backend, {features()});
+      backend.moments(x, mean, variance);
+      backend.batch_norm_backward(x, mean, variance, gamma(), epsilon(), true, output_gradient, dx,
+                                  dgamma, dbeta);
     } else {
       backend.batch_norm_backward(x, moving_mean().value, moving_variance().value, gamma(),
                                   epsilon(), false, output_gradient, dx, dgamma, dbeta);
@@ -161,6 +163,8 @@ class BatchNormalization : public detail::LayerBase {
 
  private:
   float epsilon() const noexcept { return static_cast<float>(options_.epsilon); }
+  /// The size of the normalised axis (that of `moving_variance`, the last weight).
+  std::size_t features() const noexcept { return weights_.back().value.size(); }
   Tensor<float> gamma() const { return options_.scale ? weights_[0].value : Tensor<float>(); }
   Tensor<float> beta() const {
     return options_.center ? weights_[options_.scale ? 1 : 0].value : Tensor<float>();
@@ -169,7 +173,8 @@ class BatchNormalization : public detail::LayerBase {
   Variable& moving_variance() { return weights_[weights_.size() - 1]; }
 
   BatchNormalizationOptions options_;
-  Tensor<float> mean_, variance_, corrected_;
+  // The batch statistics, in the backend's memory.
+  detail::Scratch mean_, variance_, corrected_;
 };
 
 }  // namespace loadstar::keras::layers

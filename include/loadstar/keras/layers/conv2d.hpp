@@ -97,7 +97,7 @@ class Conv2D : public detail::LayerBase {
     Backend& backend = ctx.backend;
     const Conv2DGeometry g = geometry(inputs[0].rows());
     const std::size_t rows = g.batch * g.out_h * g.out_w;
-    const Tensor<float> columns = columns_.get({rows, g.patch_size()});
+    const Tensor<float> columns = columns_.get(backend, {rows, g.patch_size()});
     backend.im2col(inputs[0], g, columns);
     const Tensor<float> y = output.reshape({rows, filters_});
     backend.gemm(columns, false, kernel_matrix(), false, y);
@@ -113,17 +113,17 @@ class Conv2D : public detail::LayerBase {
     const std::size_t rows = g.batch * g.out_h * g.out_w;
     // The columns are unfolded again rather than kept from forward, so a shared layer stays
     // correct; im2col is cheap next to the GEMMs.
-    const Tensor<float> columns = columns_.get({rows, g.patch_size()});
+    const Tensor<float> columns = columns_.get(backend, {rows, g.patch_size()});
     backend.im2col(inputs[0], g, columns);
     Tensor<float> dz = output_gradient.reshape({rows, filters_});
     if (activation_ != keras::Activation::linear) {
       Tensor<float> z;
       if (activation_gradient_needs_input(activation_)) {
-        z = pre_activation_.get({rows, filters_});
+        z = pre_activation_.get(backend, {rows, filters_});
         backend.gemm(columns, false, kernel_matrix(), false, z);
         if (options_.use_bias) backend.bias_add(z, weights_[1].value);
       }
-      const Tensor<float> gradient = gradient_.get({rows, filters_});
+      const Tensor<float> gradient = gradient_.get(backend, {rows, filters_});
       backend.activation_backward(activation_, z, output.reshape({rows, filters_}), dz, gradient);
       dz = gradient;
     }

@@ -88,10 +88,10 @@ class Dense : public detail::LayerBase {
       Tensor<float> z;
       if (activation_gradient_needs_input(activation_)) {
         // The pre-activation is recomputed rather than kept, so a shared layer stays correct.
-        z = pre_activation_.get({rows, units_});
+        z = pre_activation_.get(backend, {rows, units_});
         affine(backend, x, z);
       }
-      const Tensor<float> gradient = gradient_.get({rows, units_});
+      const Tensor<float> gradient = gradient_.get(backend, {rows, units_});
       backend.activation_backward(activation_, z, output.reshape({rows, units_}), dz, gradient);
       dz = gradient;
     }

@@ -53,11 +53,12 @@ class Embedding : public detail::LayerBase {
     check_inputs(inputs);
     const auto bad = ctx.backend.gather(inputs[0], weights_[0].value, rows(output));
     if (bad) {
-      const float index = inputs[0].data()[*bad];
+      const float index = bad->value;
       const std::string shown = std::isfinite(index) && std::trunc(index) == index
                                     ? std::to_string(static_cast<long long>(index))
                                     : std::to_string(index);
-      throw ConfigError(label() + ": index " + shown + " at position " + std::to_string(*bad) +
+      throw ConfigError(label() + ": index " + shown + " at position " +
+                        std::to_string(bad->position) +
                         " is outside [0, input_dim) with input_dim " + std::to_string(input_dim_));
     }
   }

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "loadstar/keras/backend/cpu_backend.hpp"
 #include "loadstar/keras/detail/config_reader.hpp"
 
 #include "loadstar/tensor/tensor.hpp"
@@ -29,7 +30,9 @@ enum class Reduction {
 /// `compute` takes `y_true` and `y_pred` with the batch axis first (`y_true` as float: class
 /// indices for the sparse losses), an optional sample weight per row, and returns the reduced
 /// loss; when `gradient` has elements it receives d(loss)/d(y_pred) of the reduced loss, with the
-/// shape of `y_pred`. Buffers are the caller's: a training step allocates nothing.
+/// shape of `y_pred`. Buffers are the caller's: a training step allocates nothing. The tensors
+/// live in the memory of the backend given to `compute`, which computes the loss (the reduced
+/// value comes back to the host).
 class Loss {
  public:
   explicit Loss(std::string name, Reduction reduction = Reduction::sum_over_batch_size)
@@ -46,8 +49,14 @@ class Loss {
   /// The reduced loss of a batch; see the class comment. Throws `ShapeError` naming the loss when
   /// the shapes of `y_true` and `y_pred` do not fit, and `ConfigError` for a class index outside
   /// `[0, classes)` in a sparse loss.
-  virtual float compute(const Tensor<float>& y_true, const Tensor<float>& y_pred,
+  virtual float compute(Backend& backend, const Tensor<float>& y_true, const Tensor<float>& y_pred,
                         const Tensor<float>* sample_weight, const Tensor<float>& gradient) = 0;
+
+  /// `compute` on host tensors, with the CPU backend.
+  float compute(const Tensor<float>& y_true, const Tensor<float>& y_pred,
+                const Tensor<float>* sample_weight, const Tensor<float>& gradient) {
+    return compute(detail::host_backend(), y_true, y_pred, sample_weight, gradient);
+  }
 
   /// Keras's `get_config()`: `{"reduction": "sum_over_batch_size", "name": ...}` and the loss's
   /// own arguments.

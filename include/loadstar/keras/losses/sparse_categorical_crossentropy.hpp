@@ -63,10 +63,12 @@ class SparseCategoricalCrossentropy : public detail::RowLoss<SparseCategoricalCr
 
   void prepare(const Tensor<float>& y_true) const { check_labels(y_true, classes_hint_); }
 
-  float compute(const Tensor<float>& y_true, const Tensor<float>& y_pred,
+  using RowLoss::compute;
+
+  float compute(Backend& backend, const Tensor<float>& y_true, const Tensor<float>& y_pred,
                 const Tensor<float>* sample_weight, const Tensor<float>& gradient) override {
     classes_hint_ = detail::last_axis(y_pred);
-    return RowLoss::compute(y_true, y_pred, sample_weight, gradient);
+    return RowLoss::compute(backend, y_true, y_pred, sample_weight, gradient);
   }
 
   double row(const float* t, const float* p, std::size_t n, float* g, double scale) const {

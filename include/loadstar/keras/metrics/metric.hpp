@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "loadstar/error.hpp"
+#include "loadstar/keras/backend/backend.hpp"
 #include "loadstar/keras/detail/config_reader.hpp"
 #include "loadstar/tensor/tensor.hpp"
 
@@ -28,9 +29,22 @@ class Metric {
   /// Keras's class name (`"SparseCategoricalAccuracy"`).
   virtual std::string class_name() const = 0;
 
-  /// Accumulates one batch (`y_true` as float, batch axis first; optional weight per row).
+  /// Accumulates one batch (`y_true` as float, batch axis first; optional weight per row) of host
+  /// tensors.
   virtual void update_state(const Tensor<float>& y_true, const Tensor<float>& y_pred,
                             const Tensor<float>* sample_weight) = 0;
+
+  /// Accumulates one batch of tensors in `backend`'s memory: the host `update_state` runs as the
+  /// backend's host kernel, on host views of the tensors (exceptions propagate).
+  virtual void update_state(Backend& backend, const Tensor<float>& y_true,
+                            const Tensor<float>& y_pred, const Tensor<float>* sample_weight) {
+    const bool weighted = sample_weight != nullptr;
+    static const Tensor<float> none;
+    const Tensor<float>& weight = weighted ? *sample_weight : none;
+    backend.on_host({y_true, y_pred, weight}, [&](std::span<const Tensor<float>> t) {
+      update_state(t[0], t[1], weighted ? &t[2] : nullptr);
+    });
+  }
   /// The value so far.
   virtual double result() const = 0;
   /// Forgets every batch.

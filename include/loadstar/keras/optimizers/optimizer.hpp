@@ -3,11 +3,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
+#include "loadstar/keras/backend/cpu_backend.hpp"
 #include "loadstar/keras/variable.hpp"
 
 namespace loadstar::keras {
@@ -20,6 +22,8 @@ namespace loadstar::keras {
 /// counts one iteration. Slot variables (Adam's `m` and `v`) are created on the first call, in
 /// the order of the variables, and are listed by `variables()` for checkpoints, Keras-named
 /// (`"m"`, `"v"`, with the variable they belong to). A step allocates nothing after the first.
+/// Slots live in the memory of the optimizer's backend (`set_backend`; the model sets its own at
+/// `compile`), which also runs the updates; without one, the one-thread CPU backend.
 class Optimizer {
  public:
   explicit Optimizer(std::string name) : name_(std::move(name)) {}
@@ -40,6 +44,10 @@ class Optimizer {
   /// Sets a constant learning rate (what `ReduceLROnPlateau` and `LearningRateScheduler` do).
   virtual void set_learning_rate(double learning_rate) = 0;
 
+  /// The backend whose memory holds the variables and slots, and which runs the updates; slots
+  /// already made move to its memory.
+  virtual void set_backend(std::shared_ptr<Backend> backend) { backend_ = std::move(backend); }
+
   /// The number of steps taken.
   std::int64_t iterations() const noexcept { return iterations_; }
   void set_iterations(std::int64_t iterations) noexcept { iterations_ = iterations; }
@@ -59,7 +67,11 @@ class Optimizer {
   const std::string& name() const noexcept { return name_; }
 
  protected:
+  /// The backend set by `set_backend`, or the one-thread CPU backend.
+  Backend& backend() const noexcept { return backend_ ? *backend_ : detail::host_backend(); }
+
   std::int64_t iterations_ = 0;
+  std::shared_ptr<Backend> backend_;
 
  private:
   std::string name_;

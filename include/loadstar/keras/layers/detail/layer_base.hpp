@@ -39,13 +39,15 @@ struct Size2 {
 
 namespace detail {
 
-/// A buffer sized on the first batch and reused: `get` returns a view of the shape asked for,
-/// reallocating only when a batch is larger than every batch before.
+/// A buffer in the backend's memory, sized on the first batch and reused: `get` returns a view of
+/// the shape asked for, reallocating only when a batch is larger than every batch before (or the
+/// backend's memory is another).
 class Scratch {
  public:
-  Tensor<float> get(const Shape& shape) {
-    if (shape.elements() > buffer_.size() || buffer_.empty())
-      buffer_ = Tensor<float>::uninitialized(Shape{std::max<std::size_t>(shape.elements(), 1)});
+  Tensor<float> get(Backend& backend, const Shape& shape) {
+    if (shape.elements() > buffer_.size() || buffer_.empty() ||
+        buffer_.device() != backend.device())
+      buffer_ = backend.allocate(Shape{std::max<std::size_t>(shape.elements(), 1)});
     return buffer_.slice_rows(0, shape.elements()).reshape(shape);
   }
 

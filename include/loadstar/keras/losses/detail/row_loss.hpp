@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "loadstar/error.hpp"
+#include "loadstar/keras/backend/backend.hpp"
 #include "loadstar/keras/losses/loss.hpp"
 #include "loadstar/tensor/tensor.hpp"
 
@@ -75,7 +76,9 @@ class RowLoss : public Loss {
  public:
   using Loss::Loss;
 
-  float compute(const Tensor<float>& y_true, const Tensor<float>& y_pred,
+  using Loss::compute;
+
+  float compute(Backend& backend, const Tensor<float>& y_true, const Tensor<float>& y_pred,
                 const Tensor<float>* sample_weight, const Tensor<float>& gradient) override {
     auto& self = static_cast<Derived&>(*this);
     self.check_shapes(y_true, y_pred);
@@ -84,6 +87,34 @@ class RowLoss : public Loss {
       throw ShapeError(name() + ": the gradient buffer has shape " + gradient.shape().str() +
                        " but y_pred has shape " + y_pred.shape().str());
     }
+    const bool weighted = sample_weight != nullptr;
+    static const Tensor<float> none;
+    const Tensor<float>& weight = weighted ? *sample_weight : none;
+    float result = 0.0F;
+    backend.on_host({y_true, y_pred, weight, gradient}, [&](std::span<const Tensor<float>> t) {
+      result = reduce(t[0], t[1], weighted ? &t[2] : nullptr, t[3]);
+    });
+    return result;
+  }
+
+  /// The unweighted per-sample losses of the last batch, with `Reduction::none` (empty otherwise).
+  std::span<const float> per_sample() const noexcept { return per_sample_; }
+
+  // Hooks with defaults.
+  void prepare(const Tensor<float>&) {}
+  std::size_t true_size(std::size_t classes) const noexcept { return classes; }
+  void check_shapes(const Tensor<float>& y_true, const Tensor<float>& y_pred) const {
+    if (!shapes_fit(y_true.shape(), y_pred.shape())) {
+      throw ShapeError(name() + ": y_true of shape " + y_true.shape().str() +
+                       " does not match y_pred of shape " + y_pred.shape().str());
+    }
+  }
+
+ private:
+  /// The loss of host tensors (the body of the backend's host kernel).
+  float reduce(const Tensor<float>& y_true, const Tensor<float>& y_pred,
+               const Tensor<float>* sample_weight, const Tensor<float>& gradient) {
+    auto& self = static_cast<Derived&>(*this);
     self.prepare(y_true);
     const std::size_t classes = last_axis(y_pred);
     const std::size_t values = classes == 0 ? 0 : y_pred.size() / classes;
@@ -107,20 +138,6 @@ class RowLoss : public Loss {
     return values == 0 ? 0.0f : static_cast<float>(total / denominator);
   }
 
-  /// The unweighted per-sample losses of the last batch, with `Reduction::none` (empty otherwise).
-  std::span<const float> per_sample() const noexcept { return per_sample_; }
-
-  // Hooks with defaults.
-  void prepare(const Tensor<float>&) {}
-  std::size_t true_size(std::size_t classes) const noexcept { return classes; }
-  void check_shapes(const Tensor<float>& y_true, const Tensor<float>& y_pred) const {
-    if (!shapes_fit(y_true.shape(), y_pred.shape())) {
-      throw ShapeError(name() + ": y_true of shape " + y_true.shape().str() +
-                       " does not match y_pred of shape " + y_pred.shape().str());
-    }
-  }
-
- private:
   std::vector<float> per_sample_;
 };
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstddef>
 #include <limits>
@@ -13,6 +14,7 @@
 
 #include "loadstar/detail/eigen.hpp"
 #include "loadstar/error.hpp"
+#include "loadstar/keras/backend/backend.hpp"
 #include "loadstar/keras/optimizers/optimizer.hpp"
 #include "loadstar/keras/optimizers/schedules.hpp"
 #include "loadstar/keras/variable.hpp"
@@ -55,44 +57,75 @@ class OptimizerBase : public Optimizer {
   }
 
   void apply_gradients(std::span<Variable*> variables) override {
-    if (!built_) build(variables);
+    Backend& backend = this->backend();
+    if (!built_) build(backend, variables);
     const auto learning_rate = static_cast<float>(learning_rate_.at(iterations_));
     float scale = 1.0f;
     const bool by_norm = clipping_.clipnorm && *clipping_.clipnorm > 0;
     const bool by_global = !by_norm && clipping_.global_clipnorm && *clipping_.global_clipnorm > 0;
     const bool by_value = !by_norm && !by_global && clipping_.clipvalue && *clipping_.clipvalue > 0;
     if (by_global) {
-      double squares = 0;
+      gradients_.clear();  // keeps its capacity: no allocation after the first step
       for (Variable* v : variables)
-        if (v->trainable) squares += array_of(v->gradient).cast<double>().square().sum();
+        if (v->trainable) gradients_.push_back(v->gradient);
+      double squares = 0;
+      backend.host_kernel(gradients_, [&](std::span<const Tensor<float>> gradients) {
+        for (const auto& gradient : gradients)
+          squares += array_of(gradient).cast<double>().square().sum();
+      });
       const double norm = std::sqrt(squares);
       scale = static_cast<float>(*clipping_.global_clipnorm /
                                  std::max(norm, *clipping_.global_clipnorm));
     }
     std::size_t index = 0;
+    // Per variable: its value, gradient, clipping scratch and slots, as one host kernel.
+    std::array<Tensor<float>, 3 + max_slots> tensors;
     for (Variable* v : variables) {
       if (!v->trainable) continue;
-      ArrayMap value = array_of(v->value);
-      ArrayMap gradient = array_of(v->gradient);
-      if (by_norm) {
-        const double norm = std::sqrt(gradient.cast<double>().square().sum());
-        scale = static_cast<float>(*clipping_.clipnorm / std::max(norm, *clipping_.clipnorm));
-      }
-      if (by_norm || by_global || by_value) {
-        ArrayMap clipped = array_of(scratch_[index]);
-        if (by_value) {
-          const auto c = static_cast<float>(*clipping_.clipvalue);
-          clipped = gradient.max(-c).min(c);
-        } else {
-          clipped = gradient * scale;
-        }
-        update_step(index, value, clipped, learning_rate);
-      } else {
-        update_step(index, value, gradient, learning_rate);
-      }
+      tensors[0] = v->value;
+      tensors[1] = v->gradient;
+      tensors[2] = scratch_[index];
+      for (std::size_t k = 0; k < slots_per_variable_; ++k)
+        tensors[3 + k] = slots_[index * slots_per_variable_ + k].value;
+      backend.host_kernel(
+          std::span<const Tensor<float>>(tensors.data(), 3 + slots_per_variable_),
+          [&](std::span<const Tensor<float>> t) {
+            current_slots_ = t.subspan(3);
+            ArrayMap value = array_of(t[0]);
+            ArrayMap gradient = array_of(t[1]);
+            if (by_norm) {
+              const double norm = std::sqrt(gradient.cast<double>().square().sum());
+              scale = static_cast<float>(*clipping_.clipnorm / std::max(norm, *clipping_.clipnorm));
+            }
+            if (by_norm || by_global || by_value) {
+              ArrayMap clipped = array_of(t[2]);
+              if (by_value) {
+                const auto c = static_cast<float>(*clipping_.clipvalue);
+                clipped = gradient.max(-c).min(c);
+              } else {
+                clipped = gradient * scale;
+              }
+              update_step(index, value, clipped, learning_rate);
+            } else {
+              update_step(index, value, gradient, learning_rate);
+            }
+            current_slots_ = {};
+          });
       ++index;
     }
     ++iterations_;
+  }
+
+  void set_backend(std::shared_ptr<Backend> backend) override {
+    // Slots made on another backend's memory move through the host.
+    Backend& from = this->backend();
+    Optimizer::set_backend(std::move(backend));
+    Backend& to = this->backend();
+    if (from.device() == to.device()) return;
+    for (auto& slot : slots_)
+      slot.value = to.from_host(from.to_host(slot.value));
+    for (auto& scratch : scratch_)
+      if (!scratch.empty()) scratch = to.allocate(scratch.shape());
   }
 
   double learning_rate() const override { return learning_rate_.at(iterations_); }
@@ -123,9 +156,14 @@ class OptimizerBase : public Optimizer {
   virtual void update_step(std::size_t index, ArrayMap value, const ArrayMap& gradient,
                            float learning_rate) = 0;
 
-  /// Slot `k` of trainable variable `index`.
-  ArrayMap slot(std::size_t index, std::size_t k) {
-    return array_of(slots_[index * slots_per_variable_ + k].value);
+  /// The most slots a variable has.
+  static constexpr std::size_t max_slots = 5;
+
+  /// Slot `k` of trainable variable `index` (the one `update_step` is updating): a host view,
+  /// valid during `update_step` only.
+  ArrayMap slot([[maybe_unused]] std::size_t index, std::size_t k) {
+    LOADSTAR_ASSERT(k < current_slots_.size(), "slot: only valid inside update_step");
+    return array_of(current_slots_[k]);
   }
 
  public:
@@ -145,8 +183,16 @@ class OptimizerBase : public Optimizer {
       }
       return;
     }
-    // Keras 2.11+ names a slot `<slot>/<variable>` (`add_variable_from_reference`): "m/kernel".
+    build(this->backend(), variables);
+  }
+
+  bool built() const noexcept override { return built_; }
+
+ private:
+  // Keras 2.11+ names a slot `<slot>/<variable>` (`add_variable_from_reference`): "m/kernel".
+  void build(Backend& backend, std::span<Variable*> variables) {
     const std::vector<std::string> names = slot_names();
+    LOADSTAR_ASSERT(names.size() <= max_slots, "too many slots per variable");
     slots_per_variable_ = names.size();
     for (Variable* v : variables) {
       if (!v->trainable) continue;
@@ -156,24 +202,24 @@ class OptimizerBase : public Optimizer {
                          v->gradient.shape().str());
       }
       for (std::size_t k = 0; k < names.size(); ++k) {
-        slots_.push_back(Variable{names[k] + "/" + v->name,
-                                  Tensor<float>(v->value.shape(), slot_initial_value(k)),
-                                  Tensor<float>(), false});
+        Tensor<float> slot = backend.allocate(v->value.shape());
+        if (const float initial = slot_initial_value(k); initial != 0.0F)
+          backend.fill(slot, initial);
+        slots_.push_back(Variable{names[k] + "/" + v->name, slot, Tensor<float>(), false});
       }
       scratch_.push_back(clipping_.clipnorm || clipping_.global_clipnorm || clipping_.clipvalue
-                             ? Tensor<float>::uninitialized(v->value.shape())
+                             ? backend.allocate(v->value.shape())
                              : Tensor<float>());
     }
     built_ = true;
   }
 
-  bool built() const noexcept override { return built_; }
-
  private:
   optimizers::LearningRate learning_rate_;
   Clipping clipping_;
   std::vector<Variable> slots_;
-  std::vector<Tensor<float>> scratch_;
+  std::vector<Tensor<float>> scratch_, gradients_;
+  std::span<const Tensor<float>> current_slots_;
   std::size_t slots_per_variable_ = 0;
   bool built_ = false;
 };
