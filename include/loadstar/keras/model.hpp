@@ -1,4 +1,9 @@
 /// \file
+/// The declaration of `Model` and its public template members (the `fit`, `evaluate`, `predict`,
+/// data-iterator and step overloads for every loader and batch kind, which must stay in the
+/// class); this is why the header is longer than 600 lines. The non-template members live in
+/// keras/detail/model_*.hpp by concern, the loops in keras/detail/loops.hpp.
+///
 /// `Model`: Keras's functional model, with `compile`, `fit`, `evaluate`, `predict`,
 /// `train_on_batch`, `test_on_batch`, `summary`, `get_weights` and `set_weights`.
 #pragma once
@@ -137,6 +142,12 @@ class Model {
   /// The trainable weights in `layers()` order: what the optimizer updates (and `build`s slots
   /// for).
   std::span<Variable*> trainable_variables() noexcept { return trainable_; }
+
+  /// Keras's `model.get_config()` (the `model_config` of a Keras 2 file: `Functional` with
+  /// `inbound_nodes`, or `Sequential`) and `model.to_json()`; `model_from_json` rebuilds the model
+  /// (keras/saving/model_config.hpp).
+  nlohmann::json get_config() const;
+  std::string to_json() const;
 
   /// The names of the inputs, in order.
   const std::vector<std::string>& input_names() const noexcept { return input_names_; }
@@ -546,115 +557,19 @@ class Model {
   // --- weights ----------------------------------------------------------------------------------
 
   /// Copies of every weight, layer by layer in `layers()` order, each layer's in Keras's order.
-  std::vector<Tensor<float>> get_weights() const {
-    std::vector<Tensor<float>> out;
-    for (const auto& layer : layers_) {
-      for (const auto& w : layer->weights())
-        out.push_back(w.value.is_host() ? w.value.clone() : backend_->to_host(w.value));
-    }
-    return out;
-  }
+  std::vector<Tensor<float>> get_weights() const;
 
   /// Sets every weight from `weights` (in `get_weights` order); throws `ShapeError` for a wrong
   /// number of weights or a weight of another shape, naming the layer and the weight.
-  void set_weights(const std::vector<Tensor<float>>& weights) {
-    std::size_t expected = 0;
-    for (const auto& layer : layers_)
-      expected += layer->weights().size();
-    if (weights.size() != expected) {
-      throw ShapeError("model '" + name_ + "': set_weights expects " + std::to_string(expected) +
-                       " weights but got " + std::to_string(weights.size()));
-    }
-    std::size_t i = 0;
-    for (const auto& layer : layers_) {
-      for (const auto& w : layer->weights()) {
-        if (weights[i].shape() != w.value.shape()) {
-          throw ShapeError("model '" + name_ + "': layer '" + layer->name() + "' weight '" +
-                           w.name + "' has shape " + w.value.shape().str() +
-                           " but the given weight has shape " + weights[i].shape().str());
-        }
-        ++i;
-      }
-    }
-    i = 0;
-    for (const auto& layer : layers_) {
-      for (auto& w : layer->weights()) {
-        if (w.value.is_host()) {
-          std::copy(weights[i].begin(), weights[i].end(), w.value.begin());
-        } else {
-          backend_->copy_from_host(weights[i], w.value);
-        }
-        ++i;
-      }
-    }
-  }
+  void set_weights(const std::vector<Tensor<float>>& weights);
 
   /// The number of scalars in the weights.
-  std::size_t count_params() const {
-    std::size_t n = 0;
-    for (const auto& layer : layers_)
-      n += layer->count_params();
-    return n;
-  }
+  std::size_t count_params() const;
 
   /// Prints Keras's summary table: layers, output shapes, parameter counts and totals (with a
   /// "Connected to" column when the graph is not a chain). Throws `ConfigError` for a
   /// `Sequential` model not built yet.
-  void summary(std::ostream& out = std::cout) const {
-    require_built("summary");
-    const bool chain = is_chain();
-    const std::size_t line = chain ? 65 : 98;
-    const std::vector<std::size_t> positions =
-        chain ? std::vector<std::size_t>{29, 55, 65} : std::vector<std::size_t>{32, 53, 65, 98};
-    auto row = [&](std::vector<std::string> fields) {
-      std::string text;
-      for (std::size_t c = 0; c < fields.size(); ++c) {
-        const std::size_t start = c == 0 ? 0 : positions[c - 1];
-        const std::size_t space = c + 1 == positions.size() ? 0 : 2;
-        std::string field = fields[c].substr(0, positions[c] - start - space);
-        text += field + std::string(space, ' ');
-        if (text.size() < positions[c]) text += std::string(positions[c] - text.size(), ' ');
-      }
-      out << text << "\n";
-    };
-    out << "Model: \"" << name_ << "\"\n" << std::string(line, '_') << "\n";
-    std::vector<std::string> header{" Layer (type)", "Output Shape", "Param #"};
-    if (!chain) header.emplace_back("Connected to");
-    row(header);
-    out << std::string(line, '=') << "\n";
-    const auto shape_of = detail::batch_shape_str;
-    for (std::size_t k = 0; k < nodes_.size(); ++k) {
-      const auto& node = nodes_[k];
-      if (!node.layer && !show_inputs_in_summary_) continue;
-      std::vector<std::string> fields;
-      if (!node.layer) {
-        fields = {" " + node_names_[k] + " (InputLayer)", "[" + shape_of(node.shape) + "]", "0"};
-      } else {
-        fields = {" " + node.layer->name() + " (" + node.layer->class_name() + ")",
-                  shape_of(node.shape), std::to_string(node.layer->count_params())};
-      }
-      if (!chain) {
-        std::string connected = "[";
-        for (std::size_t j = 0; j < node.inputs.size(); ++j) {
-          connected += (j ? ", '" : "'") + node_names_[node.inputs[j]] + "[0][0]'";
-        }
-        fields.push_back(connected + "]");
-      }
-      row(fields);
-      out << std::string(line, ' ') << "\n";  // tf.keras 2.9+ separates rows by a blank line
-    }
-    out << std::string(line, '=') << "\n";
-    std::size_t trainable = 0, total = 0;
-    for (const auto& layer : layers_) {
-      for (const auto& w : layer->weights()) {
-        total += w.value.size();
-        if (w.trainable) trainable += w.value.size();
-      }
-    }
-    out << "Total params: " << grouped(total) << "\nTrainable params: " << grouped(trainable)
-        << "\nNon-trainable params: " << grouped(total - trainable) << "\n"
-        << std::string(line, '_') << "\n";
-  }
+  void summary(std::ostream& out = std::cout) const;
 
  protected:
   /// A model whose graph comes later (`Sequential`).
@@ -684,162 +599,26 @@ class Model {
  private:
   // --- graph ------------------------------------------------------------------------------------
 
-  void plan(const std::vector<KerasTensor>& inputs, const std::vector<KerasTensor>& outputs) {
-    detail::GraphPlan plan = detail::plan_graph(name_, inputs, outputs);
-    needs_backward_ = std::move(plan.needs_backward);
-    nodes_ = std::move(plan.nodes);
-    layers_ = std::move(plan.layers);
-    input_names_ = std::move(plan.input_names);
-    output_nodes_ = std::move(plan.output_nodes);
-    output_names_ = std::move(plan.output_names);
-    node_names_ = std::move(plan.node_names);
-    trainable_ = std::move(plan.trainable);
-    output_direct_ = std::move(plan.output_direct);
-    outputs_.assign(output_nodes_.size(), {});
-    targets_.assign(output_nodes_.size(), {});
-    targets_full_.assign(output_nodes_.size(), {});
-    loss_scratch_full_.assign(output_nodes_.size(), {});
-  }
+  void plan(const std::vector<KerasTensor>& inputs, const std::vector<KerasTensor>& outputs);
 
-  bool is_chain() const {
-    for (std::size_t k = 0; k < nodes_.size(); ++k) {
-      if (nodes_[k].inputs.size() > 1) return false;
-      if (nodes_[k].layer && nodes_[k].inputs.front() + 1 != k) return false;
-    }
-    return input_names_.size() == 1 && output_nodes_.size() == 1 &&
-           output_nodes_.front() + 1 == nodes_.size();
-  }
+  bool is_chain() const;
 
-  static std::string grouped(std::size_t n) {
-    const std::string digits = std::to_string(n);
-    std::string out;
-    for (std::size_t i = 0; i < digits.size(); ++i) {
-      if (i > 0 && (digits.size() - i) % 3 == 0) out.push_back(',');
-      out.push_back(digits[i]);
-    }
-    return out;
-  }
+  static std::string grouped(std::size_t n);
 
-  void require_compiled(std::string_view what) const {
-    if (!compiled_) {
-      throw ConfigError("model '" + name_ + "': must be compiled before " + std::string(what) +
-                        "; call compile(optimizer, loss) first");
-    }
-  }
+  void require_compiled(std::string_view what) const;
 
-  void require_built(std::string_view what) const {
-    if (!built()) {
-      throw ConfigError("model '" + name_ + "': has not been built yet, so " + std::string(what) +
-                        " cannot run; give it an Input first or call fit with data");
-    }
-  }
+  void require_built(std::string_view what) const;
 
   // --- compile ----------------------------------------------------------------------------------
 
-  void resolve_losses() {
-    const auto& spec = options_.loss;
-    const std::size_t n = output_nodes_.size();
-    if (spec.empty()) throw ConfigError("model '" + name_ + "': compile needs a loss");
-    auto make = [&](const LossArg& arg) {
-      if (arg.object()) return arg.object();
-      return std::shared_ptr<Loss>(get_loss(arg.name()));
-    };
-    losses_.clear();
-    if (!spec.map().empty()) {
-      for (const auto& [key, arg] : spec.map()) {
-        if (std::find(output_names_.begin(), output_names_.end(), key) == output_names_.end()) {
-          throw ConfigError("model '" + name_ + "': the loss map names '" + key +
-                            "', which is not an output (outputs: " + joined(output_names_) + ")");
-        }
-      }
-      for (const auto& output : output_names_) {
-        auto found = spec.map().find(output);
-        if (found == spec.map().end()) {
-          throw ConfigError("model '" + name_ + "': the loss map has no loss for output '" +
-                            output + "'");
-        }
-        losses_.push_back(make(found->second));
-      }
-    } else if (spec.single()) {
-      for (std::size_t o = 0; o < n; ++o)
-        losses_.push_back(o == 0 || spec.list().front().object() ? make(spec.list().front())
-                                                                 : make(spec.list().front()));
-    } else {
-      if (spec.list().size() != n) {
-        throw ConfigError("model '" + name_ + "': has " + std::to_string(n) + " outputs but " +
-                          std::to_string(spec.list().size()) + " losses were given");
-      }
-      for (const auto& arg : spec.list())
-        losses_.push_back(make(arg));
-    }
-    loss_weights_ = options_.loss_weights;
-    if (loss_weights_.empty()) loss_weights_.assign(n, 1.0);
-    if (loss_weights_.size() != n) {
-      throw ConfigError("model '" + name_ + "': has " + std::to_string(n) + " outputs but " +
-                        std::to_string(loss_weights_.size()) + " loss weights were given");
-    }
-    for (const auto& metric : options_.metrics) {
-      if (metric.object() && n > 1) {
-        throw ConfigError("model '" + name_ + "': a metric object can measure one output but " +
-                          "the model has " + std::to_string(n) + "; give metrics by name");
-      }
-    }
-    for (const auto& metric : options_.weighted_metrics) {
-      if (metric.object() && n > 1) {
-        throw ConfigError("model '" + name_ + "': a metric object can measure one output but " +
-                          "the model has " + std::to_string(n) + "; give metrics by name");
-      }
-    }
-    training_ = {};
-    evaluation_ = {};
-  }
+  void resolve_losses();
 
-  static std::string joined(const std::vector<std::string>& names) {
-    return loadstar::detail::join(names, ", ", "'");
-  }
+  static std::string joined(const std::vector<std::string>& names);
 
   /// The metric objects of training and of evaluation (separate objects; a metric object given
   /// to `compile` measures training and its clone evaluation), named as Keras's
   /// `MetricsContainer._set_metric_names` does.
-  void create_metrics() {
-    const std::size_t n = output_nodes_.size();
-    auto make = [&](const MetricArg& arg, std::size_t o, bool evaluation) {
-      if (const auto object = arg.object()) return evaluation ? object->clone() : object;
-      return std::shared_ptr<Metric>(get_metric(arg.name(), losses_[o]->class_name(),
-                                                targets_[o].shape(), outputs_[o].shape()));
-    };
-    for (const bool evaluation : {false, true}) {
-      RunningMetrics& running = evaluation ? evaluation_ : training_;
-      running.metrics.assign(n, {});
-      running.weighted.assign(n, {});
-      std::set<std::string> names;
-      auto add = [&](std::vector<std::shared_ptr<Metric>>& to, std::shared_ptr<Metric> metric) {
-        if (!names.insert(metric->name()).second) {
-          throw ConfigError("model '" + name_ + "': two metrics are named '" + metric->name() +
-                            "'; give one of them another name");
-        }
-        to.push_back(std::move(metric));
-      };
-      for (std::size_t o = 0; o < n; ++o) {
-        for (const auto& arg : options_.metrics) {
-          auto metric = make(arg, o, evaluation);
-          if (n > 1) metric->set_name(output_names_[o] + "_" + metric->name());
-          add(running.metrics[o], std::move(metric));
-        }
-        for (const auto& arg : options_.weighted_metrics) {
-          auto metric = make(arg, o, evaluation);
-          if (n > 1) {
-            const bool taken = names.contains(output_names_[o] + "_" + metric->name());
-            metric->set_name(output_names_[o] + (taken ? "_weighted_" : "_") + metric->name());
-          } else if (names.contains(metric->name())) {
-            metric->set_name("weighted_" + metric->name());
-          }
-          add(running.weighted[o], std::move(metric));
-        }
-      }
-      running.set_created();
-    }
-  }
+  void create_metrics();
 
   // --- batches ----------------------------------------------------------------------------------
 
@@ -847,307 +626,51 @@ class Model {
   /// Allocates every buffer for `rows` rows when more than allocated so far, in the backend's
   /// memory (with host staging buffers for the batch when that memory is not the host's), and
   /// moves the weights there first.
-  void reserve(std::size_t rows) {
-    if (!weights_placed_) place_weights();
-    if (rows <= capacity_) return;
-    Backend& backend = this->backend();
-    for (auto& node : nodes_) {
-      node.value_full = backend.allocate(node.shape.prepend(rows));
-      if (node.layer) node.gradient_full = backend.allocate(node.shape.prepend(rows));
-      for (std::size_t j = 0; j < node.inputs.size(); ++j) {
-        if (node.targets[j] == detail::GradientTarget::accumulate) {
-          node.scratch_full[j] = backend.allocate(nodes_[node.inputs[j]].shape.prepend(rows));
-        }
-      }
-    }
-    for (std::size_t o = 0; o < output_nodes_.size(); ++o) {
-      if (!output_direct_[o]) {
-        loss_scratch_full_[o] = backend.allocate(nodes_[output_nodes_[o]].shape.prepend(rows));
-      }
-      if (targets_full_[o].rank() > 0 &&
-          (targets_full_[o].rows() < rows || targets_full_[o].device() != backend.device())) {
-        targets_full_[o] = backend.allocate(targets_full_[o].shape().with_rows(rows));
-      }
-    }
-    weights_full_ = backend.allocate({rows});
-    staging_full_.clear();
-    if (!backend.is_host()) {
-      for (std::size_t i = 0; i < input_names_.size(); ++i)
-        staging_full_.emplace_back(nodes_[i].shape.prepend(rows));
-      staging_weights_full_ = Tensor<float>({rows});
-    }
-    capacity_ = rows;
-    rows_ = 0;
-  }
+  void reserve(std::size_t rows);
 
   /// Moves the weights (made on the host by `build`) into the backend's memory, with zero
   /// gradients there; nothing moves for a host backend.
-  void place_weights() {
-    Backend& backend = this->backend();
-    for (const auto& layer : layers_) {
-      for (auto& w : layer->weights()) {
-        if (w.value.device() != backend.device()) w.value = backend.from_host(w.value);
-        if (!w.gradient.empty() && w.gradient.device() != backend.device())
-          w.gradient = backend.allocate(w.gradient.shape());
-      }
-    }
-    weights_placed_ = true;
-  }
+  void place_weights();
 
   /// Converts rows of a batch member into `target`: straight into it for a host backend, through
   /// the host buffer `staging` (at least `n` rows) otherwise.
   template <class Member>
   void upload(const Member& member, const detail::ErasedBatch& batch, std::size_t n,
-              const Tensor<float>& staging, const Tensor<float>& target) {
-    if (target.is_host()) {
-      detail::convert_rows(member, batch.rows, batch.offset, n, target.data());
-      return;
-    }
-    const Tensor<float> rows = staging.slice_rows(0, n).reshape(target.shape());
-    detail::convert_rows(member, batch.rows, batch.offset, n, rows.data());
-    backend().copy_from_host(rows, target);
-  }
+              const Tensor<float>& staging, const Tensor<float>& target);
 
   /// Points every view at the first `rows` rows of the buffers.
-  void set_rows(std::size_t rows) {
-    if (rows == rows_) return;
-    for (auto& node : nodes_) {
-      node.value = node.value_full.slice_rows(0, rows);
-      if (node.layer) node.gradient = node.gradient_full.slice_rows(0, rows);
-    }
-    for (auto& node : nodes_) {
-      for (std::size_t j = 0; j < node.inputs.size(); ++j) {
-        const auto& producer = nodes_[node.inputs[j]];
-        node.input_values[j] = producer.value;
-        switch (node.targets[j]) {
-          case detail::GradientTarget::none:
-            node.input_gradients[j] = Tensor<float>();
-            break;
-          case detail::GradientTarget::direct:
-            node.input_gradients[j] = producer.gradient;
-            break;
-          case detail::GradientTarget::accumulate:
-            node.input_gradients[j] = node.scratch_full[j].slice_rows(0, rows);
-            break;
-        }
-      }
-    }
-    for (std::size_t o = 0; o < output_nodes_.size(); ++o)
-      outputs_[o] = nodes_[output_nodes_[o]].value;
-    weights_ = weights_full_.slice_rows(0, rows);
-    rows_ = rows;
-  }
+  void set_rows(std::size_t rows);
 
   /// Builds the graph if needed, allocates for `max_rows` and checks nothing else.
-  void prepare(const detail::ErasedBatch& batch, std::size_t max_rows) {
-    if (!built()) build_from_batch(batch);
-    require_built("the model");
-    reserve(std::max(max_rows, batch.count));
-  }
+  void prepare(const detail::ErasedBatch& batch, std::size_t max_rows);
 
-  std::string member_label(const detail::ErasedBatch& batch, bool is_x, std::size_t i) const {
-    const auto kind = is_x ? batch.x_kind : batch.y_kind;
-    const auto& members = is_x ? batch.x : batch.y;
-    const std::string name = is_x ? "x" : "y";
-    if (kind == detail::MemberKind::tensor) return name;
-    if (kind == detail::MemberKind::map) return name + "['" + *members[i].key + "']";
-    return name + "[" + std::to_string(i) + "]";
-  }
+  std::string member_label(const detail::ErasedBatch& batch, bool is_x, std::size_t i) const;
 
   /// For each input (or output), the member of the batch that feeds it.
   void match_members(const detail::ErasedBatch& batch, bool is_x,
-                     std::vector<std::size_t>& order) const {
-    const auto& members = is_x ? batch.x : batch.y;
-    const auto kind = is_x ? batch.x_kind : batch.y_kind;
-    const auto& names = is_x ? input_names_ : output_names_;
-    const std::string what = is_x ? "input" : "output";
-    const std::string name = is_x ? "x" : "y";
-    order.resize(names.size());
-    if (kind == detail::MemberKind::map) {
-      for (const auto& member : members) {
-        if (std::find(names.begin(), names.end(), *member.key) == names.end()) {
-          throw ConfigError("model '" + name_ + "': " + name + " has the key '" + *member.key +
-                            "', which names no " + what + " (" + what + "s: " + joined(names) +
-                            ")");
-        }
-      }
-      for (std::size_t i = 0; i < names.size(); ++i) {
-        auto found = std::find_if(members.begin(), members.end(),
-                                  [&](const auto& m) { return *m.key == names[i]; });
-        if (found == members.end()) {
-          throw ConfigError("model '" + name_ + "': no data for " + what + " '" + names[i] +
-                            "' in the map " + name + " (" + what + "s: " + joined(names) + ")");
-        }
-        order[i] = static_cast<std::size_t>(found - members.begin());
-      }
-      return;
-    }
-    if (members.size() != names.size()) {
-      throw ShapeError("model '" + name_ + "': has " + std::to_string(names.size()) + " " + what +
-                       (names.size() == 1 ? "" : "s") + " but " + name + " has " +
-                       std::to_string(members.size()) + " array" +
-                       (members.size() == 1 ? "" : "s"));
-    }
-    for (std::size_t i = 0; i < names.size(); ++i)
-      order[i] = i;
-  }
+                     std::vector<std::size_t>& order) const;
 
   /// Converts the batch into the input (and target and weight) buffers.
-  void load(const detail::ErasedBatch& batch, bool targets, const ClassWeight* class_weight) {
-    const std::size_t n = batch.count;
-    if (n == 0) throw ShapeError("model '" + name_ + "': a batch has no rows");
-    reserve(n);
-    set_rows(n);
-    match_members(batch, true, input_order_);
-    for (std::size_t i = 0; i < input_order_.size(); ++i) {
-      const auto& member = batch.x[input_order_[i]];
-      const auto& node = nodes_[i];
-      if (member.shape.rank() == 0 || member.shape.row_shape() != node.shape) {
-        throw ShapeError(
-            "model '" + name_ + "': input '" + input_names_[i] + "' expects samples of shape " +
-            node.shape.str() + " but " + member_label(batch, true, input_order_[i]) +
-            " has samples of shape " +
-            (member.shape.rank() == 0 ? std::string("()") : member.shape.row_shape().str()));
-      }
-      if (batch.rows.empty() && member.shape[0] < batch.offset + n) {
-        throw ShapeError("model '" + name_ + "': " + member_label(batch, true, input_order_[i]) +
-                         " has " + std::to_string(member.shape[0]) + " rows but the batch has " +
-                         std::to_string(n));
-      }
-      upload(member, batch, n, staging_full_.empty() ? Tensor<float>() : staging_full_[i],
-             node.value);
-    }
-    has_weights_ = false;
-    if (!targets) return;
-    if (batch.y_kind == detail::MemberKind::none) {
-      throw ShapeError("model '" + name_ + "': the batch has no targets y");
-    }
-    match_members(batch, false, target_order_);
-    if (staging_targets_.size() != target_order_.size())
-      staging_targets_.resize(target_order_.size());
-    for (std::size_t o = 0; o < target_order_.size(); ++o) {
-      const auto& member = batch.y[target_order_[o]];
-      if (member.shape.rank() == 0) {
-        throw ShapeError("model '" + name_ + "': " + member_label(batch, false, target_order_[o]) +
-                         " is a scalar but targets need a batch axis");
-      }
-      if (batch.rows.empty() && member.shape[0] < batch.offset + n) {
-        throw ShapeError("model '" + name_ + "': " + member_label(batch, false, target_order_[o]) +
-                         " has " + std::to_string(member.shape[0]) + " rows but x has " +
-                         std::to_string(n));
-      }
-      const Shape wanted = member.shape.with_rows(capacity_);
-      if (targets_full_[o].shape() != wanted || targets_full_[o].device() != backend().device())
-        targets_full_[o] = backend().allocate(wanted);
-      targets_[o] = targets_full_[o].slice_rows(0, n);
-      if (!targets_[o].is_host() && staging_targets_[o].shape() != wanted)
-        staging_targets_[o] = Tensor<float>(wanted);
-      upload(member, batch, n, staging_targets_[o], targets_[o]);
-    }
-    if (batch.w) {
-      if (batch.w->shape.rank() != 1 || batch.w->dtype != DType::float32) {
-        throw ShapeError("model '" + name_ +
-                         "': sample_weight must be a rank-1 float32 tensor but " + "has shape " +
-                         batch.w->shape.str());
-      }
-      upload(*batch.w, batch, n, staging_weights_full_, weights_);
-      has_weights_ = true;
-    } else if (class_weight) {
-      apply_class_weight(n, *class_weight);
-      has_weights_ = true;
-    }
-  }
+  void load(const detail::ErasedBatch& batch, bool targets, const ClassWeight* class_weight);
 
   /// Keras's `class_weight` for loaders other than arrays: the weight of each row's class.
-  void apply_class_weight(std::size_t n, const ClassWeight& class_weight) {
-    if (targets_.size() != 1) {
-      throw ConfigError(
-          "fit: class_weight is supported for a single output only but the model "
-          "has " +
-          std::to_string(targets_.size()));
-    }
-    // Reads the targets and writes the weights on the host, as the backend's host kernel.
-    backend().on_host({targets_.front(), weights_}, [&](std::span<const Tensor<float>> t) {
-      const auto& y = t[0];
-      const std::size_t width = y.row_size();
-      for (std::size_t i = 0; i < n; ++i) {
-        const float* row = y.data() + i * width;
-        std::int64_t label = 0;
-        if (width == 1) {
-          label = static_cast<std::int64_t>(std::llround(row[0]));
-        } else {
-          label = static_cast<std::int64_t>(std::max_element(row, row + width) - row);
-        }
-        auto found = class_weight.find(label);
-        if (found == class_weight.end()) {
-          throw ConfigError("class_weight: no weight for class " + std::to_string(label));
-        }
-        t[1].data()[i] = found->second;
-      }
-    });
-  }
+  void apply_class_weight(std::size_t n, const ClassWeight& class_weight);
 
   // --- steps ------------------------------------------------------------------------------------
 
-  void forward(bool training, std::uint64_t seed) {
-    const CallContext ctx{backend(), training, seed,
-                          optimizer_ ? static_cast<std::uint64_t>(optimizer_->iterations()) : 0};
-    for (auto& node : nodes_) {
-      if (node.layer) node.layer->forward(node.input_values, node.value, ctx);
-    }
-  }
+  void forward(bool training, std::uint64_t seed);
 
   /// Losses of the current batch: the total, and per output into `output_losses_`; with
   /// `gradients`, also d(total)/d(outputs) into the output nodes' gradients.
-  double compute_losses(bool gradients) {
-    double total = 0.0;
-    output_losses_.resize(output_nodes_.size());
-    const Tensor<float>* weights = has_weights_ ? &weights_ : nullptr;
-    for (std::size_t o = 0; o < output_nodes_.size(); ++o) {
-      auto& node = nodes_[output_nodes_[o]];
-      Tensor<float> gradient;
-      if (gradients && node.layer) {
-        gradient = output_direct_[o] ? node.gradient : loss_scratch_full_[o].slice_rows(0, rows_);
-      }
-      const double value =
-          losses_[o]->compute(backend(), targets_[o], outputs_[o], weights, gradient);
-      const auto weight = static_cast<float>(loss_weights_[o]);
-      if (gradients && node.layer) {
-        if (weight != 1.0F) backend().scale(gradient, weight);
-        if (!output_direct_[o]) backend().axpy(1.0F, gradient, node.gradient);
-      }
-      output_losses_[o] = value;
-      total += loss_weights_[o] * value;
-    }
-    return total;
-  }
+  double compute_losses(bool gradients);
 
-  void backward(std::uint64_t seed) {
-    const CallContext ctx{backend(), true, seed,
-                          static_cast<std::uint64_t>(optimizer_->iterations())};
-    for (std::size_t k = nodes_.size(); k-- > 0;) {
-      auto& node = nodes_[k];
-      if (!node.layer || !needs_backward_[k]) continue;
-      node.layer->backward(node.input_values, node.value, node.gradient, node.input_gradients, ctx);
-      for (std::size_t j = 0; j < node.inputs.size(); ++j) {
-        if (node.targets[j] == detail::GradientTarget::accumulate) {
-          backend().axpy(1.0F, node.input_gradients[j], nodes_[node.inputs[j]].gradient);
-        }
-      }
-    }
-  }
+  void backward(std::uint64_t seed);
 
   /// Accumulates the current batch into `running` (its metric objects made on the first batch).
-  void update_metrics(RunningMetrics& running, double total) {
-    if (!running.created()) create_metrics();
-    const Tensor<float>* weights = has_weights_ ? &weights_ : nullptr;
-    running.update(backend(), total, output_losses_, rows_, targets_, outputs_, weights);
-  }
+  void update_metrics(RunningMetrics& running, double total);
 
   /// The seed of shuffling: the options', else `set_random_seed`'s.
-  static std::uint64_t shuffle_seed(const FitOptions& options) {
-    return options.seed ? *options.seed : detail::global_seed();
-  }
+  static std::uint64_t shuffle_seed(const FitOptions& options);
 
   /// The source of `fit(x, y)` and `make_data_iterator(x, y)`: checks the arrays as Determined's
   /// array adapter does, except that a batch larger than the data is one batch of every row, as
@@ -1215,3 +738,9 @@ class Model {
 }  // namespace loadstar::keras
 
 #include "loadstar/keras/detail/loops.hpp"
+#include "loadstar/keras/detail/model_buffers.hpp"
+#include "loadstar/keras/detail/model_compile.hpp"
+#include "loadstar/keras/detail/model_graph.hpp"
+#include "loadstar/keras/detail/model_steps.hpp"
+#include "loadstar/keras/detail/model_weights.hpp"
+#include "loadstar/keras/saving/model_config.hpp"

@@ -320,6 +320,13 @@ inline std::string to_json(const Model& model) {
   return model_get_config(model).dump();
 }
 
+inline nlohmann::json Model::get_config() const {
+  return model_get_config(*this);
+}
+inline std::string Model::to_json() const {
+  return keras::to_json(*this);
+}
+
 /// Keras's `keras.models.model_from_config`: the model a `model_config` describes (Keras 2.0-2.13
 /// `Sequential`, with a list or an object as `config` and the input shape on an `InputLayer` or
 /// the first layer; `Functional` and Keras 2.2's `Model`), its layers built through the layer

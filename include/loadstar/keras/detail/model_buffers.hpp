@@ -1,0 +1,242 @@
+/// \file
+/// `Model`'s batch buffers: activations, gradients, targets and sample weights allocated by the
+/// backend, and batches of any loader kind converted into them, defined out of the class (Taskflow
+/// style) so that model.hpp keeps the declaration and each concern has its own file. Included by
+/// model.hpp; do not include alone.
+#pragma once
+
+#include "loadstar/keras/model.hpp"
+
+namespace loadstar::keras {
+
+inline void Model::reserve(std::size_t rows) {
+  if (!weights_placed_) place_weights();
+  if (rows <= capacity_) return;
+  Backend& backend = this->backend();
+  for (auto& node : nodes_) {
+    node.value_full = backend.allocate(node.shape.prepend(rows));
+    if (node.layer) node.gradient_full = backend.allocate(node.shape.prepend(rows));
+    for (std::size_t j = 0; j < node.inputs.size(); ++j) {
+      if (node.targets[j] == detail::GradientTarget::accumulate) {
+        node.scratch_full[j] = backend.allocate(nodes_[node.inputs[j]].shape.prepend(rows));
+      }
+    }
+  }
+  for (std::size_t o = 0; o < output_nodes_.size(); ++o) {
+    if (!output_direct_[o]) {
+      loss_scratch_full_[o] = backend.allocate(nodes_[output_nodes_[o]].shape.prepend(rows));
+    }
+    if (targets_full_[o].rank() > 0 &&
+        (targets_full_[o].rows() < rows || targets_full_[o].device() != backend.device())) {
+      targets_full_[o] = backend.allocate(targets_full_[o].shape().with_rows(rows));
+    }
+  }
+  weights_full_ = backend.allocate({rows});
+  staging_full_.clear();
+  if (!backend.is_host()) {
+    for (std::size_t i = 0; i < input_names_.size(); ++i)
+      staging_full_.emplace_back(nodes_[i].shape.prepend(rows));
+    staging_weights_full_ = Tensor<float>({rows});
+  }
+  capacity_ = rows;
+  rows_ = 0;
+}
+
+inline void Model::place_weights() {
+  Backend& backend = this->backend();
+  for (const auto& layer : layers_) {
+    for (auto& w : layer->weights()) {
+      if (w.value.device() != backend.device()) w.value = backend.from_host(w.value);
+      if (!w.gradient.empty() && w.gradient.device() != backend.device())
+        w.gradient = backend.allocate(w.gradient.shape());
+    }
+  }
+  weights_placed_ = true;
+}
+
+template <class Member>
+void Model::upload(const Member& member, const detail::ErasedBatch& batch, std::size_t n,
+                   const Tensor<float>& staging, const Tensor<float>& target) {
+  if (target.is_host()) {
+    detail::convert_rows(member, batch.rows, batch.offset, n, target.data());
+    return;
+  }
+  const Tensor<float> rows = staging.slice_rows(0, n).reshape(target.shape());
+  detail::convert_rows(member, batch.rows, batch.offset, n, rows.data());
+  backend().copy_from_host(rows, target);
+}
+
+inline void Model::set_rows(std::size_t rows) {
+  if (rows == rows_) return;
+  for (auto& node : nodes_) {
+    node.value = node.value_full.slice_rows(0, rows);
+    if (node.layer) node.gradient = node.gradient_full.slice_rows(0, rows);
+  }
+  for (auto& node : nodes_) {
+    for (std::size_t j = 0; j < node.inputs.size(); ++j) {
+      const auto& producer = nodes_[node.inputs[j]];
+      node.input_values[j] = producer.value;
+      switch (node.targets[j]) {
+        case detail::GradientTarget::none:
+          node.input_gradients[j] = Tensor<float>();
+          break;
+        case detail::GradientTarget::direct:
+          node.input_gradients[j] = producer.gradient;
+          break;
+        case detail::GradientTarget::accumulate:
+          node.input_gradients[j] = node.scratch_full[j].slice_rows(0, rows);
+          break;
+      }
+    }
+  }
+  for (std::size_t o = 0; o < output_nodes_.size(); ++o)
+    outputs_[o] = nodes_[output_nodes_[o]].value;
+  weights_ = weights_full_.slice_rows(0, rows);
+  rows_ = rows;
+}
+
+inline void Model::prepare(const detail::ErasedBatch& batch, std::size_t max_rows) {
+  if (!built()) build_from_batch(batch);
+  require_built("the model");
+  reserve(std::max(max_rows, batch.count));
+}
+
+inline std::string Model::member_label(const detail::ErasedBatch& batch, bool is_x,
+                                       std::size_t i) const {
+  const auto kind = is_x ? batch.x_kind : batch.y_kind;
+  const auto& members = is_x ? batch.x : batch.y;
+  const std::string name = is_x ? "x" : "y";
+  if (kind == detail::MemberKind::tensor) return name;
+  if (kind == detail::MemberKind::map) return name + "['" + *members[i].key + "']";
+  return name + "[" + std::to_string(i) + "]";
+}
+
+inline void Model::match_members(const detail::ErasedBatch& batch, bool is_x,
+                                 std::vector<std::size_t>& order) const {
+  const auto& members = is_x ? batch.x : batch.y;
+  const auto kind = is_x ? batch.x_kind : batch.y_kind;
+  const auto& names = is_x ? input_names_ : output_names_;
+  const std::string what = is_x ? "input" : "output";
+  const std::string name = is_x ? "x" : "y";
+  order.resize(names.size());
+  if (kind == detail::MemberKind::map) {
+    for (const auto& member : members) {
+      if (std::find(names.begin(), names.end(), *member.key) == names.end()) {
+        throw ConfigError("model '" + name_ + "': " + name + " has the key '" + *member.key +
+                          "', which names no " + what + " (" + what + "s: " + joined(names) + ")");
+      }
+    }
+    for (std::size_t i = 0; i < names.size(); ++i) {
+      auto found = std::find_if(members.begin(), members.end(),
+                                [&](const auto& m) { return *m.key == names[i]; });
+      if (found == members.end()) {
+        throw ConfigError("model '" + name_ + "': no data for " + what + " '" + names[i] +
+                          "' in the map " + name + " (" + what + "s: " + joined(names) + ")");
+      }
+      order[i] = static_cast<std::size_t>(found - members.begin());
+    }
+    return;
+  }
+  if (members.size() != names.size()) {
+    throw ShapeError("model '" + name_ + "': has " + std::to_string(names.size()) + " " + what +
+                     (names.size() == 1 ? "" : "s") + " but " + name + " has " +
+                     std::to_string(members.size()) + " array" + (members.size() == 1 ? "" : "s"));
+  }
+  for (std::size_t i = 0; i < names.size(); ++i)
+    order[i] = i;
+}
+
+inline void Model::load(const detail::ErasedBatch& batch, bool targets,
+                        const ClassWeight* class_weight) {
+  const std::size_t n = batch.count;
+  if (n == 0) throw ShapeError("model '" + name_ + "': a batch has no rows");
+  reserve(n);
+  set_rows(n);
+  match_members(batch, true, input_order_);
+  for (std::size_t i = 0; i < input_order_.size(); ++i) {
+    const auto& member = batch.x[input_order_[i]];
+    const auto& node = nodes_[i];
+    if (member.shape.rank() == 0 || member.shape.row_shape() != node.shape) {
+      throw ShapeError(
+          "model '" + name_ + "': input '" + input_names_[i] + "' expects samples of shape " +
+          node.shape.str() + " but " + member_label(batch, true, input_order_[i]) +
+          " has samples of shape " +
+          (member.shape.rank() == 0 ? std::string("()") : member.shape.row_shape().str()));
+    }
+    if (batch.rows.empty() && member.shape[0] < batch.offset + n) {
+      throw ShapeError("model '" + name_ + "': " + member_label(batch, true, input_order_[i]) +
+                       " has " + std::to_string(member.shape[0]) + " rows but the batch has " +
+                       std::to_string(n));
+    }
+    upload(member, batch, n, staging_full_.empty() ? Tensor<float>() : staging_full_[i],
+           node.value);
+  }
+  has_weights_ = false;
+  if (!targets) return;
+  if (batch.y_kind == detail::MemberKind::none) {
+    throw ShapeError("model '" + name_ + "': the batch has no targets y");
+  }
+  match_members(batch, false, target_order_);
+  if (staging_targets_.size() != target_order_.size())
+    staging_targets_.resize(target_order_.size());
+  for (std::size_t o = 0; o < target_order_.size(); ++o) {
+    const auto& member = batch.y[target_order_[o]];
+    if (member.shape.rank() == 0) {
+      throw ShapeError("model '" + name_ + "': " + member_label(batch, false, target_order_[o]) +
+                       " is a scalar but targets need a batch axis");
+    }
+    if (batch.rows.empty() && member.shape[0] < batch.offset + n) {
+      throw ShapeError("model '" + name_ + "': " + member_label(batch, false, target_order_[o]) +
+                       " has " + std::to_string(member.shape[0]) + " rows but x has " +
+                       std::to_string(n));
+    }
+    const Shape wanted = member.shape.with_rows(capacity_);
+    if (targets_full_[o].shape() != wanted || targets_full_[o].device() != backend().device())
+      targets_full_[o] = backend().allocate(wanted);
+    targets_[o] = targets_full_[o].slice_rows(0, n);
+    if (!targets_[o].is_host() && staging_targets_[o].shape() != wanted)
+      staging_targets_[o] = Tensor<float>(wanted);
+    upload(member, batch, n, staging_targets_[o], targets_[o]);
+  }
+  if (batch.w) {
+    if (batch.w->shape.rank() != 1 || batch.w->dtype != DType::float32) {
+      throw ShapeError("model '" + name_ + "': sample_weight must be a rank-1 float32 tensor but " +
+                       "has shape " + batch.w->shape.str());
+    }
+    upload(*batch.w, batch, n, staging_weights_full_, weights_);
+    has_weights_ = true;
+  } else if (class_weight) {
+    apply_class_weight(n, *class_weight);
+    has_weights_ = true;
+  }
+}
+
+inline void Model::apply_class_weight(std::size_t n, const ClassWeight& class_weight) {
+  if (targets_.size() != 1) {
+    throw ConfigError(
+        "fit: class_weight is supported for a single output only but the model "
+        "has " +
+        std::to_string(targets_.size()));
+  }
+  // Reads the targets and writes the weights on the host, as the backend's host kernel.
+  backend().on_host({targets_.front(), weights_}, [&](std::span<const Tensor<float>> t) {
+    const auto& y = t[0];
+    const std::size_t width = y.row_size();
+    for (std::size_t i = 0; i < n; ++i) {
+      const float* row = y.data() + i * width;
+      std::int64_t label = 0;
+      if (width == 1) {
+        label = static_cast<std::int64_t>(std::llround(row[0]));
+      } else {
+        label = static_cast<std::int64_t>(std::max_element(row, row + width) - row);
+      }
+      auto found = class_weight.find(label);
+      if (found == class_weight.end()) {
+        throw ConfigError("class_weight: no weight for class " + std::to_string(label));
+      }
+      t[1].data()[i] = found->second;
+    }
+  });
+}
+
+}  // namespace loadstar::keras

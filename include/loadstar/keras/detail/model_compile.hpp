@@ -1,0 +1,112 @@
+/// \file
+/// `Model`'s compiled losses and metrics: the losses, loss weights and metric objects `compile`
+/// resolves, defined out of the class (Taskflow style) so that model.hpp keeps the declaration and
+/// each concern has its own file. Included by model.hpp; do not include alone.
+#pragma once
+
+#include "loadstar/keras/model.hpp"
+
+namespace loadstar::keras {
+
+inline void Model::resolve_losses() {
+  const auto& spec = options_.loss;
+  const std::size_t n = output_nodes_.size();
+  if (spec.empty()) throw ConfigError("model '" + name_ + "': compile needs a loss");
+  auto make = [&](const LossArg& arg) {
+    if (arg.object()) return arg.object();
+    return std::shared_ptr<Loss>(get_loss(arg.name()));
+  };
+  losses_.clear();
+  if (!spec.map().empty()) {
+    for (const auto& [key, arg] : spec.map()) {
+      if (std::find(output_names_.begin(), output_names_.end(), key) == output_names_.end()) {
+        throw ConfigError("model '" + name_ + "': the loss map names '" + key +
+                          "', which is not an output (outputs: " + joined(output_names_) + ")");
+      }
+    }
+    for (const auto& output : output_names_) {
+      auto found = spec.map().find(output);
+      if (found == spec.map().end()) {
+        throw ConfigError("model '" + name_ + "': the loss map has no loss for output '" + output +
+                          "'");
+      }
+      losses_.push_back(make(found->second));
+    }
+  } else if (spec.single()) {
+    for (std::size_t o = 0; o < n; ++o)
+      losses_.push_back(make(spec.list().front()));
+  } else {
+    if (spec.list().size() != n) {
+      throw ConfigError("model '" + name_ + "': has " + std::to_string(n) + " outputs but " +
+                        std::to_string(spec.list().size()) + " losses were given");
+    }
+    for (const auto& arg : spec.list())
+      losses_.push_back(make(arg));
+  }
+  loss_weights_ = options_.loss_weights;
+  if (loss_weights_.empty()) loss_weights_.assign(n, 1.0);
+  if (loss_weights_.size() != n) {
+    throw ConfigError("model '" + name_ + "': has " + std::to_string(n) + " outputs but " +
+                      std::to_string(loss_weights_.size()) + " loss weights were given");
+  }
+  for (const auto& metric : options_.metrics) {
+    if (metric.object() && n > 1) {
+      throw ConfigError("model '" + name_ + "': a metric object can measure one output but " +
+                        "the model has " + std::to_string(n) + "; give metrics by name");
+    }
+  }
+  for (const auto& metric : options_.weighted_metrics) {
+    if (metric.object() && n > 1) {
+      throw ConfigError("model '" + name_ + "': a metric object can measure one output but " +
+                        "the model has " + std::to_string(n) + "; give metrics by name");
+    }
+  }
+  training_ = {};
+  evaluation_ = {};
+}
+
+inline std::string Model::joined(const std::vector<std::string>& names) {
+  return loadstar::detail::join(names, ", ", "'");
+}
+
+inline void Model::create_metrics() {
+  const std::size_t n = output_nodes_.size();
+  auto make = [&](const MetricArg& arg, std::size_t o, bool evaluation) {
+    if (const auto object = arg.object()) return evaluation ? object->clone() : object;
+    return std::shared_ptr<Metric>(
+        get_metric(arg.name(), losses_[o]->class_name(), targets_[o].shape(), outputs_[o].shape()));
+  };
+  for (const bool evaluation : {false, true}) {
+    RunningMetrics& running = evaluation ? evaluation_ : training_;
+    running.metrics.assign(n, {});
+    running.weighted.assign(n, {});
+    std::set<std::string> names;
+    auto add = [&](std::vector<std::shared_ptr<Metric>>& to, std::shared_ptr<Metric> metric) {
+      if (!names.insert(metric->name()).second) {
+        throw ConfigError("model '" + name_ + "': two metrics are named '" + metric->name() +
+                          "'; give one of them another name");
+      }
+      to.push_back(std::move(metric));
+    };
+    for (std::size_t o = 0; o < n; ++o) {
+      for (const auto& arg : options_.metrics) {
+        auto metric = make(arg, o, evaluation);
+        if (n > 1) metric->set_name(output_names_[o] + "_" + metric->name());
+        add(running.metrics[o], std::move(metric));
+      }
+      for (const auto& arg : options_.weighted_metrics) {
+        auto metric = make(arg, o, evaluation);
+        if (n > 1) {
+          const bool taken = names.contains(output_names_[o] + "_" + metric->name());
+          metric->set_name(output_names_[o] + (taken ? "_weighted_" : "_") + metric->name());
+        } else if (names.contains(metric->name())) {
+          metric->set_name("weighted_" + metric->name());
+        }
+        add(running.weighted[o], std::move(metric));
+      }
+    }
+    running.set_created();
+  }
+}
+
+}  // namespace loadstar::keras

@@ -1,0 +1,67 @@
+/// \file
+/// `Model`'s step internals: forward, losses, backward and metric updates of one batch, defined out
+/// of the class (Taskflow style) so that model.hpp keeps the declaration and each concern has its
+/// own file. Included by model.hpp; do not include alone.
+#pragma once
+
+#include "loadstar/keras/model.hpp"
+
+namespace loadstar::keras {
+
+inline void Model::forward(bool training, std::uint64_t seed) {
+  const CallContext ctx{backend(), training, seed,
+                        optimizer_ ? static_cast<std::uint64_t>(optimizer_->iterations()) : 0};
+  for (auto& node : nodes_) {
+    if (node.layer) node.layer->forward(node.input_values, node.value, ctx);
+  }
+}
+
+inline double Model::compute_losses(bool gradients) {
+  double total = 0.0;
+  output_losses_.resize(output_nodes_.size());
+  const Tensor<float>* weights = has_weights_ ? &weights_ : nullptr;
+  for (std::size_t o = 0; o < output_nodes_.size(); ++o) {
+    auto& node = nodes_[output_nodes_[o]];
+    Tensor<float> gradient;
+    if (gradients && node.layer) {
+      gradient = output_direct_[o] ? node.gradient : loss_scratch_full_[o].slice_rows(0, rows_);
+    }
+    const double value =
+        losses_[o]->compute(backend(), targets_[o], outputs_[o], weights, gradient);
+    const auto weight = static_cast<float>(loss_weights_[o]);
+    if (gradients && node.layer) {
+      if (weight != 1.0F) backend().scale(gradient, weight);
+      if (!output_direct_[o]) backend().axpy(1.0F, gradient, node.gradient);
+    }
+    output_losses_[o] = value;
+    total += loss_weights_[o] * value;
+  }
+  return total;
+}
+
+inline void Model::backward(std::uint64_t seed) {
+  const CallContext ctx{backend(), true, seed,
+                        static_cast<std::uint64_t>(optimizer_->iterations())};
+  for (std::size_t k = nodes_.size(); k-- > 0;) {
+    auto& node = nodes_[k];
+    if (!node.layer || !needs_backward_[k]) continue;
+    node.layer->backward(node.input_values, node.value, node.gradient, node.input_gradients, ctx);
+    for (std::size_t j = 0; j < node.inputs.size(); ++j) {
+      if (node.targets[j] == detail::GradientTarget::accumulate) {
+        backend().axpy(1.0F, node.input_gradients[j], nodes_[node.inputs[j]].gradient);
+      }
+    }
+  }
+}
+
+inline void Model::update_metrics(RunningMetrics& running, double total) {
+  if (!running.created()) create_metrics();
+  const Tensor<float>* weights = has_weights_ ? &weights_ : nullptr;
+  running.update(backend(), total, output_losses_, rows_, targets_, outputs_, weights);
+}
+
+inline std::uint64_t Model::shuffle_seed(const FitOptions& options) {
+  return options.seed ? *options.seed : detail::global_seed();
+}
+
+}  // namespace loadstar::keras

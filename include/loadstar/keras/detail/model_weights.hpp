@@ -1,0 +1,115 @@
+/// \file
+/// `Model`'s weights and summary: `get_weights`, `set_weights`, `count_params` and Keras's summary
+/// table, defined out of the class (Taskflow style) so that model.hpp keeps the declaration and
+/// each concern has its own file. Included by model.hpp; do not include alone.
+#pragma once
+
+#include "loadstar/keras/model.hpp"
+
+namespace loadstar::keras {
+
+inline std::vector<Tensor<float>> Model::get_weights() const {
+  std::vector<Tensor<float>> out;
+  for (const auto& layer : layers_) {
+    for (const auto& w : layer->weights())
+      out.push_back(w.value.is_host() ? w.value.clone() : backend_->to_host(w.value));
+  }
+  return out;
+}
+
+inline void Model::set_weights(const std::vector<Tensor<float>>& weights) {
+  std::size_t expected = 0;
+  for (const auto& layer : layers_)
+    expected += layer->weights().size();
+  if (weights.size() != expected) {
+    throw ShapeError("model '" + name_ + "': set_weights expects " + std::to_string(expected) +
+                     " weights but got " + std::to_string(weights.size()));
+  }
+  std::size_t i = 0;
+  for (const auto& layer : layers_) {
+    for (const auto& w : layer->weights()) {
+      if (weights[i].shape() != w.value.shape()) {
+        throw ShapeError("model '" + name_ + "': layer '" + layer->name() + "' weight '" + w.name +
+                         "' has shape " + w.value.shape().str() +
+                         " but the given weight has shape " + weights[i].shape().str());
+      }
+      ++i;
+    }
+  }
+  i = 0;
+  for (const auto& layer : layers_) {
+    for (auto& w : layer->weights()) {
+      if (w.value.is_host()) {
+        std::copy(weights[i].begin(), weights[i].end(), w.value.begin());
+      } else {
+        backend_->copy_from_host(weights[i], w.value);
+      }
+      ++i;
+    }
+  }
+}
+
+inline std::size_t Model::count_params() const {
+  std::size_t n = 0;
+  for (const auto& layer : layers_)
+    n += layer->count_params();
+  return n;
+}
+
+inline void Model::summary(std::ostream& out) const {
+  require_built("summary");
+  const bool chain = is_chain();
+  const std::size_t line = chain ? 65 : 98;
+  const std::vector<std::size_t> positions =
+      chain ? std::vector<std::size_t>{29, 55, 65} : std::vector<std::size_t>{32, 53, 65, 98};
+  auto row = [&](std::vector<std::string> fields) {
+    std::string text;
+    for (std::size_t c = 0; c < fields.size(); ++c) {
+      const std::size_t start = c == 0 ? 0 : positions[c - 1];
+      const std::size_t space = c + 1 == positions.size() ? 0 : 2;
+      std::string field = fields[c].substr(0, positions[c] - start - space);
+      text += field + std::string(space, ' ');
+      if (text.size() < positions[c]) text += std::string(positions[c] - text.size(), ' ');
+    }
+    out << text << "\n";
+  };
+  out << "Model: \"" << name_ << "\"\n" << std::string(line, '_') << "\n";
+  std::vector<std::string> header{" Layer (type)", "Output Shape", "Param #"};
+  if (!chain) header.emplace_back("Connected to");
+  row(header);
+  out << std::string(line, '=') << "\n";
+  const auto shape_of = detail::batch_shape_str;
+  for (std::size_t k = 0; k < nodes_.size(); ++k) {
+    const auto& node = nodes_[k];
+    if (!node.layer && !show_inputs_in_summary_) continue;
+    std::vector<std::string> fields;
+    if (!node.layer) {
+      fields = {" " + node_names_[k] + " (InputLayer)", "[" + shape_of(node.shape) + "]", "0"};
+    } else {
+      fields = {" " + node.layer->name() + " (" + node.layer->class_name() + ")",
+                shape_of(node.shape), std::to_string(node.layer->count_params())};
+    }
+    if (!chain) {
+      std::string connected = "[";
+      for (std::size_t j = 0; j < node.inputs.size(); ++j) {
+        connected += (j ? ", '" : "'") + node_names_[node.inputs[j]] + "[0][0]'";
+      }
+      fields.push_back(connected + "]");
+    }
+    row(fields);
+    out << std::string(line, ' ') << "\n";  // tf.keras 2.9+ separates rows by a blank line
+  }
+  out << std::string(line, '=') << "\n";
+  std::size_t trainable = 0, total = 0;
+  for (const auto& layer : layers_) {
+    for (const auto& w : layer->weights()) {
+      total += w.value.size();
+      if (w.trainable) trainable += w.value.size();
+    }
+  }
+  out << "Total params: " << grouped(total) << "\nTrainable params: " << grouped(trainable)
+      << "\nNon-trainable params: " << grouped(total - trainable) << "\n"
+      << std::string(line, '_') << "\n";
+}
+
+}  // namespace loadstar::keras
