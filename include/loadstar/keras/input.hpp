@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "loadstar/detail/strings.hpp"
 #include "loadstar/error.hpp"
 #include "loadstar/keras/detail/graph.hpp"
 #include "loadstar/keras/layer.hpp"
@@ -118,11 +119,10 @@ inline KerasTensor call(const LayerArg& layer_arg, const std::vector<KerasTensor
   // The built state lives on the layer (Keras's `layer.built`): a shared layer is built once.
   if (layer->built()) {
     if (layer->built_input_shapes() != shapes) {
-      std::string expected, got;
-      for (const auto& s : layer->built_input_shapes())
-        expected += (expected.empty() ? "" : ", ") + s.str();
-      for (const auto& s : shapes)
-        got += (got.empty() ? "" : ", ") + s.str();
+      const auto str = [](const Shape& s) { return s.str(); };
+      const std::string expected =
+          loadstar::detail::join(layer->built_input_shapes(), ", ", "", str);
+      const std::string got = loadstar::detail::join(shapes, ", ", "", str);
       throw ShapeError(label + ": was built for inputs of shape " + expected +
                        " but is called on inputs of shape " + got);
     }

@@ -16,19 +16,13 @@ struct ActivationOptions {
 /// \code
 /// Activation relu("relu");
 /// \endcode
-class Activation : public detail::LayerBase {
+class Activation : public detail::SameShapeLayer {
  public:
   explicit Activation(std::string_view activation, ActivationOptions options = {})
-      : LayerBase(options.name), activation_(activation_from_name(activation)) {}
+      : SameShapeLayer(options.name), activation_(activation_from_name(activation)) {}
 
   std::string class_name() const override { return "Activation"; }
   keras::Activation activation() const noexcept { return activation_; }
-
-  Shape build(std::span<const Shape> input_shapes, std::uint64_t) override {
-    expect_inputs(input_shapes, 1);
-    remember(input_shapes, input_shapes[0]);
-    return input_shapes[0];
-  }
 
   void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
                const CallContext& ctx) override {

@@ -20,10 +20,10 @@ struct DropoutOptions {
 /// \code
 /// Dropout dropout(0.5);
 /// \endcode
-class Dropout : public detail::LayerBase {
+class Dropout : public detail::SameShapeLayer {
  public:
   explicit Dropout(double rate, DropoutOptions options = {})
-      : LayerBase(options.name), rate_(rate), options_(std::move(options)) {
+      : SameShapeLayer(options.name), rate_(rate), options_(std::move(options)) {
     if (!(rate >= 0.0 && rate < 1.0)) {
       throw ConfigError(label() + ": rate must be in [0, 1) but is " + std::to_string(rate));
     }
@@ -31,12 +31,6 @@ class Dropout : public detail::LayerBase {
 
   std::string class_name() const override { return "Dropout"; }
   double rate() const noexcept { return rate_; }
-
-  Shape build(std::span<const Shape> input_shapes, std::uint64_t) override {
-    expect_inputs(input_shapes, 1);
-    remember(input_shapes, input_shapes[0]);
-    return input_shapes[0];
-  }
 
   void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
                const CallContext& ctx) override {

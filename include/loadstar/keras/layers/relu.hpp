@@ -18,15 +18,10 @@ namespace detail {
 
 /// The common part: `max_value` above it, `x` from `threshold`, `negative_slope * (x - threshold)`
 /// below.
-class ReLUBase : public LayerBase {
+class ReLUBase : public SameShapeLayer {
  public:
-  explicit ReLUBase(ReLUOptions options) : LayerBase(options.name), options_(std::move(options)) {}
-
-  Shape build(std::span<const Shape> input_shapes, std::uint64_t) override {
-    expect_inputs(input_shapes, 1);
-    remember(input_shapes, input_shapes[0]);
-    return input_shapes[0];
-  }
+  explicit ReLUBase(ReLUOptions options)
+      : SameShapeLayer(options.name), options_(std::move(options)) {}
 
   void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
                const CallContext& ctx) override {

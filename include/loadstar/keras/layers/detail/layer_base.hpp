@@ -19,9 +19,9 @@
 #include "loadstar/error.hpp"
 #include "loadstar/keras/activations.hpp"
 #include "loadstar/keras/backend/backend.hpp"
+#include "loadstar/keras/detail/config_reader.hpp"
 #include "loadstar/keras/detail/graph.hpp"
 #include "loadstar/keras/detail/shape_text.hpp"
-#include "loadstar/keras/detail/config_reader.hpp"
 #include "loadstar/keras/initializers.hpp"
 #include "loadstar/keras/layer.hpp"
 #include "loadstar/keras/registry.hpp"
@@ -114,6 +114,19 @@ class LayerBase : public Layer {
 
   /// The weight `index` (fixed at build, in Keras's order).
   Variable& weight(std::size_t index) { return weights_[index]; }
+};
+
+/// A layer of one input whose output has the input's shape (`Activation`, `ReLU`, `LeakyReLU`,
+/// `Dropout`): one `build` for all of them.
+class SameShapeLayer : public LayerBase {
+ public:
+  using LayerBase::LayerBase;
+
+  Shape build(std::span<const Shape> input_shapes, std::uint64_t) override {
+    expect_inputs(input_shapes, 1);
+    remember(input_shapes, input_shapes[0]);
+    return input_shapes[0];
+  }
 };
 
 /// A layer that changes the shape of its one input but not its values (`InputLayer`, `Flatten`,
