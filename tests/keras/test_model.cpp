@@ -1,5 +1,7 @@
 #include <doctest/doctest.h>
 
+#include "keras/blobs.hpp"
+
 #include <atomic>
 #include <cmath>
 #include <cstdint>
@@ -130,25 +132,6 @@ void check_close(const Tensor<float>& got, const nlohmann::json& expected, doubl
       return;
     }
   }
-}
-
-/// Two features, the class is whether their sum is positive.
-struct Blobs {
-  Tensor<float> x;
-  Tensor<std::int64_t> y;
-};
-
-Blobs blobs(std::size_t n) {
-  Blobs b{Tensor<float>({n, 2}), Tensor<std::int64_t>({n})};
-  std::uint64_t state = 99;
-  for (std::size_t i = 0; i < n; ++i) {
-    for (std::size_t j = 0; j < 2; ++j) {
-      state = state * 6364136223846793005ULL + 1442695040888963407ULL;
-      b.x(i, j) = static_cast<float>((state >> 40) % 2001) / 1000.0F - 1.0F;
-    }
-    b.y(i) = b.x(i, 0) + b.x(i, 1) > 0 ? 1 : 0;
-  }
-  return b;
 }
 
 std::shared_ptr<Model> small_classifier(std::uint64_t seed = 3) {

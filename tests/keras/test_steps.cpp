@@ -2,6 +2,8 @@
 // epoch for every loader kind.
 #include <doctest/doctest.h>
 
+#include "keras/blobs.hpp"
+
 #include <cstdint>
 #include <functional>
 #include <loadstar/data.hpp>
@@ -19,25 +21,6 @@ using namespace loadstar;
 using namespace loadstar::keras;
 
 namespace {
-
-/// Two features, the class is whether their sum is positive.
-struct Blobs {
-  Tensor<float> x;
-  Tensor<std::int64_t> y;
-};
-
-Blobs blobs(std::size_t n) {
-  Blobs b{Tensor<float>({n, 2}), Tensor<std::int64_t>({n})};
-  std::uint64_t state = 7;
-  for (std::size_t i = 0; i < n; ++i) {
-    for (std::size_t j = 0; j < 2; ++j) {
-      state = state * 6364136223846793005ULL + 1442695040888963407ULL;
-      b.x(i, j) = static_cast<float>((state >> 40) % 2001) / 1000.0F - 1.0F;
-    }
-    b.y(i) = b.x(i, 0) + b.x(i, 1) > 0 ? 1 : 0;
-  }
-  return b;
-}
 
 /// An MLP with dropout (so that resumed runs must also draw the same masks).
 std::shared_ptr<Model> classifier(std::uint64_t seed = 11) {
@@ -163,7 +146,7 @@ bool resumes_exactly(const std::function<DataIterator(Model&)>& make) {
 
 TEST_SUITE("keras") {
   TEST_CASE("A loop of train_step over a DataIterator trains exactly as fit") {
-    const Blobs data = blobs(100);
+    const Blobs data = blobs(100, 7);
     auto by_fit = classifier();
     by_fit->fit(data.x, data.y, {.epochs = 2, .batch_size = 16, .verbose = 0});
 
@@ -179,7 +162,7 @@ TEST_SUITE("keras") {
   }
 
   TEST_CASE("train_on_batch and test_on_batch take every batch kind") {
-    const Blobs data = blobs(16);
+    const Blobs data = blobs(16, 7);
     Tensor<float> weights({16}, 1.0F);
     auto a = classifier();
     auto b = classifier();
@@ -198,7 +181,7 @@ TEST_SUITE("keras") {
   }
 
   TEST_CASE("Validation between training steps leaves the training metrics alone") {
-    const Blobs data = blobs(64);
+    const Blobs data = blobs(64, 7);
     auto plain = classifier();
     auto interleaved = classifier();
     const auto batch = [&](std::size_t i) {
@@ -220,7 +203,7 @@ TEST_SUITE("keras") {
   }
 
   TEST_CASE("evaluate called from a callback during fit leaves class weights and metrics alone") {
-    const Blobs data = blobs(96);
+    const Blobs data = blobs(96, 7);
     const FitOptions options{.epochs = 2,
                              .batch_size = 16,
                              .verbose = 0,
@@ -293,7 +276,7 @@ TEST_SUITE("keras") {
   }
 
   TEST_CASE("fit stopped mid-epoch resumes bitwise from arrays") {
-    const Blobs data = blobs(100);
+    const Blobs data = blobs(100, 7);
     CHECK(resumes_exactly([&](Model& model) {
       return model.make_data_iterator(data.x, data.y, {.batch_size = 16, .seed = 5});
     }));
@@ -301,7 +284,7 @@ TEST_SUITE("keras") {
 
   TEST_CASE(
       "fit stopped mid-epoch resumes bitwise from a Sequence whose batches depend on the epoch") {
-    const Blobs data = blobs(100);
+    const Blobs data = blobs(100, 7);
     CHECK(resumes_exactly([&](Model& model) {
       return model.make_data_iterator(EpochSequence{data.x, data.y},
                                       {.shuffle = true, .workers = 2, .seed = 5});
@@ -316,7 +299,7 @@ TEST_SUITE("keras") {
   }
 
   TEST_CASE("fit stopped mid-epoch resumes bitwise from a Dataset") {
-    const Blobs data = blobs(100);
+    const Blobs data = blobs(100, 7);
     // One dataset per model, kept alive by the iterator's owner below.
     std::vector<
         std::unique_ptr<decltype(from_tensor_slices(data.x, data.y).shuffle(64, 3).batch(16))>>
@@ -330,7 +313,7 @@ TEST_SUITE("keras") {
   }
 
   TEST_CASE("fit stopped mid-epoch resumes bitwise from a SequenceAdapter") {
-    const Blobs data = blobs(100);
+    const Blobs data = blobs(100, 7);
     using Adapter = SequenceAdapter<EpochSequence, 2>;
     const AdapterOptions adapter_options{.shuffle = true, .seed = 9};
     const FitOptions options{.epochs = 3, .verbose = 0, .seed = 42};
@@ -369,7 +352,7 @@ TEST_SUITE("keras") {
   }
 
   TEST_CASE("Callbacks write to the stream fit is given and keep their state") {
-    const Blobs data = blobs(64);
+    const Blobs data = blobs(64, 7);
     std::ostringstream out;
     auto model = classifier();
     auto stop = std::make_shared<callbacks::EarlyStopping>(callbacks::EarlyStoppingOptions{

@@ -24,6 +24,8 @@ namespace loadstar::keras::metrics {
 /// \endcode
 class AUC : public Metric {
  public:
+  // The model calls the backend overload; this class implements the host one.
+  using Metric::update_state;
   explicit AUC(std::size_t num_thresholds = 200, std::string name = "auc")
       : Metric(std::move(name)), counts_(thresholds(this->name(), num_thresholds)) {}
   std::string class_name() const override { return "AUC"; }

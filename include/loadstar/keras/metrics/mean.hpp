@@ -20,6 +20,8 @@ namespace loadstar::keras::metrics {
 /// \endcode
 class Mean : public Metric {
  public:
+  // The model calls the backend overload; this class implements the host one.
+  using Metric::update_state;
   explicit Mean(std::string name = "mean") : Metric(std::move(name)) {}
   std::string class_name() const override { return "Mean"; }
   /// The metric described by a Keras config (`Registry<Metric>`'s factory).

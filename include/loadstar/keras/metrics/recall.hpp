@@ -18,6 +18,8 @@ namespace loadstar::keras::metrics {
 /// \endcode
 class Recall : public Metric {
  public:
+  // The model calls the backend overload; this class implements the host one.
+  using Metric::update_state;
   explicit Recall(double threshold = 0.5, std::string name = "recall")
       : Metric(std::move(name)), threshold_(threshold), counts_({threshold}) {}
   std::string class_name() const override { return "Recall"; }

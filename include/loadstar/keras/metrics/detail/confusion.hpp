@@ -11,9 +11,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "loadstar/keras/detail/config_reader.hpp"
 #include "loadstar/detail/json_state.hpp"
 #include "loadstar/error.hpp"
+#include "loadstar/keras/detail/config_reader.hpp"
 #include "loadstar/keras/losses/detail/row_loss.hpp"
 #include "loadstar/tensor/tensor.hpp"
 

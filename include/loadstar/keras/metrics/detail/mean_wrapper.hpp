@@ -38,7 +38,9 @@ struct RunningMean {
 template <class Derived>
 class MeanWrapper : public Metric {
  public:
+  // The model calls the backend overload; this class implements the host one.
   using Metric::Metric;
+  using Metric::update_state;
 
   void update_state(const Tensor<float>& y_true, const Tensor<float>& y_pred,
                     const Tensor<float>* sample_weight) override {
