@@ -357,8 +357,10 @@ inline std::unique_ptr<Model> model_from_json(std::string_view json,
   nlohmann::json parsed;
   try {
     parsed = nlohmann::json::parse(json);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw FormatError(std::string("model_from_json: the text is not JSON: ") + e.what());
+  } catch (const nlohmann::json::exception& e) {
+    // parse_error, and out_of_range for a number JSON allows but a double cannot hold.
+    throw FormatError(std::string("model_from_json: the text is not JSON loadstar can read: ") +
+                      e.what());
   }
   return model_from_config(parsed, custom);
 }
