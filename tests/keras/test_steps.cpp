@@ -351,6 +351,26 @@ TEST_SUITE("keras") {
     }
   }
 
+  TEST_CASE("Restoring a state of another kind or shape throws CheckpointError naming it") {
+    const Blobs data = blobs(32, 7);
+    auto model = classifier();
+    DataIterator batches = model->make_data_iterator(data.x, data.y, {.batch_size = 8});
+    CHECK_THROWS_WITH_AS(batches.restore({{"epoch", 0}}),
+                         "array source state: the field 'step' is missing in {\"epoch\":0}",
+                         CheckpointError);
+    nlohmann::json saved = batches.state();
+    saved["sampler"]["seed"] = 12345U;
+    CHECK_THROWS_WITH_AS(batches.restore(saved), doctest::Contains("saved with seed 12345"),
+                         CheckpointError);
+    model->train_on_batch(data.x, data.y);
+    nlohmann::json metrics = model->training_metrics().state();
+    metrics["metrics"].push_back(nullptr);
+    CHECK_THROWS_WITH_AS(model->training_metrics().restore(metrics),
+                         doctest::Contains("running metrics state: expected the states of 1 "
+                                           "metrics"),
+                         CheckpointError);
+  }
+
   TEST_CASE("Callbacks write to the stream fit is given and keep their state") {
     const Blobs data = blobs(64, 7);
     std::ostringstream out;

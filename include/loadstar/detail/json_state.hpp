@@ -3,6 +3,7 @@
 /// object, the field, the expected type and what was found.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -39,7 +40,9 @@ class StateReader {
       if constexpr (std::is_same_v<T, bool>) {
         return found->is_boolean();
       } else if constexpr (std::is_unsigned_v<T>) {
-        return found->is_number_unsigned();
+        // JSON built in C++ from an int is signed even when non-negative.
+        return found->is_number_unsigned() ||
+               (found->is_number_integer() && found->template get<std::int64_t>() >= 0);
       } else if constexpr (std::is_arithmetic_v<T>) {
         return found->is_number();
       } else if constexpr (std::is_same_v<T, std::string>) {
