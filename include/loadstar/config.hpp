@@ -2,6 +2,13 @@
 /// The one place that reads `LOADSTAR_*` macros and defines the library's portability macros.
 #pragma once
 
+// loadstar is C++20 (concepts, ranges, std::span): say so once, before the first concept would give
+// hundreds of errors, and stop (a missing include is fatal in GCC and Clang).
+#if !defined(__cplusplus) || __cplusplus < 202002L
+#error "loadstar requires C++20: compile with -std=c++20 (or -std=gnu++20), or a newer standard"
+#include <loadstar_requires_cpp20_compile_with_std_cxx20>
+#endif
+
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>

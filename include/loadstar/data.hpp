@@ -3,6 +3,8 @@
 /// A user who only wants a fast loader includes this and never compiles the executor.
 #pragma once
 
+#include "loadstar/config.hpp"  // first: says at once when the standard is older than C++20
+
 #include "loadstar/data/array_like.hpp"
 #include "loadstar/data/array_sequence.hpp"
 #include "loadstar/data/class_weight.hpp"

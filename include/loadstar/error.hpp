@@ -2,6 +2,8 @@
 /// The exception hierarchy: every bad input a user can give throws one of these.
 #pragma once
 
+#include "loadstar/config.hpp"  // first: says at once when the standard is older than C++20
+
 #include <stdexcept>
 #include <string>
 

@@ -8,6 +8,8 @@
 /// \endcode
 #pragma once
 
+#include "loadstar/config.hpp"  // first: says at once when the standard is older than C++20
+
 #include "loadstar/keras/callbacks.hpp"
 #include "loadstar/keras/input.hpp"
 #include "loadstar/keras/layers.hpp"

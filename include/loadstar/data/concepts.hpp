@@ -2,6 +2,8 @@
 /// The concepts of the data area: sequences and the batch shapes Keras trains on.
 #pragma once
 
+#include "loadstar/config.hpp"  // first: says at once when the standard is older than C++20
+
 #include <concepts>
 #include <cstddef>
 #include <cstdint>

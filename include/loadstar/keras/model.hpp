@@ -112,6 +112,13 @@ class Model {
   }
   Model(const KerasTensor& input, const KerasTensor& output, std::string name = "model")
       : Model(std::vector<KerasTensor>{input}, std::vector<KerasTensor>{output}, std::move(name)) {}
+  /// Several inputs and one output, as Keras's `Model(inputs=[a, b], outputs=out)`:
+  /// `Model({a, b}, out)`.
+  Model(std::vector<KerasTensor> inputs, const KerasTensor& output, std::string name = "model")
+      : Model(std::move(inputs), std::vector<KerasTensor>{output}, std::move(name)) {}
+  /// One input and several outputs: `Model(a, {out1, out2})`.
+  Model(const KerasTensor& input, std::vector<KerasTensor> outputs, std::string name = "model")
+      : Model(std::vector<KerasTensor>{input}, std::move(outputs), std::move(name)) {}
 
   virtual ~Model() = default;
   Model(const Model&) = delete;
@@ -179,6 +186,8 @@ class Model {
     if (!optimizer_)
       optimizer_ = std::shared_ptr<Optimizer>(get_optimizer(options.optimizer.name()));
     optimizer_->set_backend(backend_);
+    check_metric_names(options.metrics);
+    check_metric_names(options.weighted_metrics);
     compiled_ = true;
     if (built()) resolve_losses();
   }
@@ -669,6 +678,20 @@ class Model {
   /// Accumulates the current batch into `running` (its metric objects made on the first batch).
   void update_metrics(RunningMetrics& running, double total);
 
+  /// Refuses a metric name `get_metric` will not know at the first batch, at `compile` as Keras
+  /// does (`"acuracy"` is a `ConfigError` naming the known metrics).
+  void check_metric_names(const std::vector<MetricArg>& metrics) const {
+    for (const auto& metric : metrics) {
+      if (metric.object() || metric.name() == "accuracy" || metric.name() == "acc") continue;
+      if (Registry<Metric>::instance().contains(metric.name())) continue;
+      try {
+        Registry<Metric>::instance().create(metric.name(), nlohmann::json::object());
+      } catch (const ConfigError& e) {
+        throw ConfigError("model '" + name_ + "': compile: " + e.what());
+      }
+    }
+  }
+
   /// The seed of shuffling: the options', else `set_random_seed`'s.
   static std::uint64_t shuffle_seed(const FitOptions& options);
 
@@ -679,7 +702,18 @@ class Model {
   static std::unique_ptr<detail::BatchSource> array_source(const X& x, const Y& y,
                                                            const std::optional<Tensor<float>>& w,
                                                            const FitOptions& options) {
-    const std::size_t batch_size = std::min(options.batch_size, rows_of(x, "x", "fit"));
+    // Named after what the user called, not the ArraySequence made for it.
+    const std::size_t x_rows = rows_of(x, "x", "fit");
+    const std::size_t y_rows = rows_of(y, "y", "fit");
+    if (y_rows != x_rows) {
+      throw ShapeError("fit: y has " + std::to_string(y_rows) + " rows but x has " +
+                       std::to_string(x_rows) + " (x and y need one row per sample)");
+    }
+    if (w && w->rank() >= 1 && w->rows() != x_rows) {
+      throw ShapeError("fit: sample_weight has " + std::to_string(w->rows()) + " rows but x has " +
+                       std::to_string(x_rows) + " (one weight per sample)");
+    }
+    const std::size_t batch_size = std::min(options.batch_size, x_rows);
     const std::size_t rows =
         w ? ArraySequence(x, y, *w, batch_size).rows() : ArraySequence(x, y, batch_size).rows();
     return std::make_unique<detail::ArraySource<X, Y>>(

@@ -2,6 +2,8 @@
 /// Element types a `Tensor` may hold, with their names as NumPy and Keras spell them.
 #pragma once
 
+#include "loadstar/config.hpp"  // first: says at once when the standard is older than C++20
+
 #include <concepts>
 #include <cstddef>
 #include <cstdint>

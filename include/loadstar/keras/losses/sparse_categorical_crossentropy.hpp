@@ -54,6 +54,13 @@ class SparseCategoricalCrossentropy : public detail::RowLoss<SparseCategoricalCr
 
   void check_shapes(const Tensor<float>& y_true, const Tensor<float>& y_pred) const {
     const Shape expected = detail::without_last_axis(y_pred.shape());
+    if (y_pred.rank() >= 2 && y_true.shape() == y_pred.shape() &&
+        y_pred.shape()[y_pred.rank() - 1] > 1) {
+      throw ShapeError(name() + ": y_true of shape " + y_true.shape().str() +
+                       " looks one-hot (the shape of y_pred); this loss takes one class index " +
+                       "per row, of shape " + expected.str() +
+                       ": use categorical_crossentropy for one-hot labels");
+    }
     if (y_pred.rank() < 2 || !detail::shapes_fit(y_true.shape(), expected)) {
       throw ShapeError(name() + ": y_true of shape " + y_true.shape().str() +
                        " does not match y_pred of shape " + y_pred.shape().str() +
