@@ -6,7 +6,9 @@
 
 #include <cstdint>
 #include <loadstar/keras.hpp>
+#include <memory>
 #include <sstream>
+#include <tuple>
 #include <vector>
 
 using namespace loadstar;
@@ -67,4 +69,29 @@ TEST_CASE("fit with arrays of different row counts names fit and its arguments")
   model.compile({.optimizer = "sgd", .loss = "sparse_categorical_crossentropy"});
   CHECK_THROWS_WITH_AS(model.fit(data.x, data.y.slice_rows(0, 9), {.epochs = 1, .verbose = 0}),
                        doctest::Contains("fit: y has 9 rows but x has 10"), ShapeError);
+}
+
+namespace {
+/// A Keras Sequence that counts its on_epoch_end calls (in a counter its copies share).
+struct CountingSequence {
+  Blobs data = blobs(24);
+  std::shared_ptr<int> epoch_ends = std::make_shared<int>(0);
+  std::size_t size() const { return 3; }
+  std::tuple<Tensor<float>, Tensor<std::int64_t>> operator[](std::size_t i) const {
+    return {data.x.slice_rows(i * 8, i * 8 + 8), data.y.slice_rows(i * 8, i * 8 + 8)};
+  }
+  void on_epoch_end() { ++*epoch_ends; }
+};
+}  // namespace
+
+TEST_CASE("fit runs a Sequence's on_epoch_end at the end of every epoch, the last one included") {
+  for (const std::size_t workers : {0, 2}) {
+    CAPTURE(workers);
+    CountingSequence sequence;
+    Sequential model{Input({2}), layers::Dense(2)};
+    model.compile({.optimizer = "sgd", .loss = "sparse_categorical_crossentropy"});
+    std::ostringstream quiet;
+    model.fit(sequence, {.epochs = 2, .verbose = 0, .workers = workers, .output = &quiet});
+    CHECK(*sequence.epoch_ends == 2);  // Keras: once per epoch
+  }
 }

@@ -72,8 +72,10 @@ using backend_t = std::conditional_t<
 /// - `Workers == 0` builds each batch on the calling thread. Otherwise at most
 ///   `max_queue_size` batches are requested and not yet consumed.
 /// - Training (`repeat`) is an infinite stream; validation is one finite pass.
-/// - `on_epoch_end()` of the sequence runs on the consumer after the last batch of each epoch,
-///   before the next batch is returned, never concurrently with `sequence[i]`; then
+/// - `on_epoch_end()` of the sequence runs on the consumer after the last batch of each epoch:
+///   at `finish_epoch()` (what `fit` calls at the end of each epoch, so that after two epochs it
+///   has run twice, as in Keras) or else before the next batch is returned; never concurrently
+///   with `sequence[i]`; then
 ///   `set_epoch(e)` (`SequenceWithSetEpoch`), which also runs before the first batch. Forked
 ///   workers see what they changed: the adapter forks them again at each epoch boundary when the
 ///   sequence has either hook.
@@ -144,15 +146,7 @@ class SequenceAdapter {
   /// The next batch, or nothing at the end of a validation pass. Throws `WorkerError` for a batch
   /// that failed or passed the timeout (the adapter moves past it), and for a dead worker process.
   std::optional<batch_type> next() {
-    if (epoch_end_pending_) {
-      if constexpr (SequenceWithEpochEnd<S> || SequenceWithSetEpoch<S>) {
-        backend_.settle();  // no abandoned sequence[i] may run beside the hooks
-      }
-      if constexpr (SequenceWithEpochEnd<S>) sequence_->on_epoch_end();
-      if constexpr (SequenceWithSetEpoch<S>) sequence_->set_epoch(sampler_.epoch_of(position_));
-      epoch_end_pending_ = false;
-      backend_.resume(first_barrier());
-    }
+    finish_epoch();
     if (position_ >= sampler_.end()) return std::nullopt;
     detail::BackendResult<batch_type> result = backend_.take(position_);
     ++position_;
@@ -161,6 +155,22 @@ class SequenceAdapter {
     }
     if (!result.batch) throw WorkerError(result.error);
     return std::move(result.batch);
+  }
+
+  /// Runs the epoch-end hooks (`on_epoch_end`, then `set_epoch` of the next epoch) now, when the
+  /// last batch of an epoch has been taken and they have not run yet; otherwise does nothing.
+  /// `next()` runs them itself before the next epoch's first batch; a training loop calls this
+  /// once it is done with the epoch's last batch, so that `on_epoch_end` runs at the end of every
+  /// epoch, the last one included, as in Keras's `fit` (which the executor's `fit` does).
+  void finish_epoch() {
+    if (!epoch_end_pending_) return;
+    if constexpr (SequenceWithEpochEnd<S> || SequenceWithSetEpoch<S>) {
+      backend_.settle();  // no abandoned sequence[i] may run beside the hooks
+    }
+    if constexpr (SequenceWithEpochEnd<S>) sequence_->on_epoch_end();
+    if constexpr (SequenceWithSetEpoch<S>) sequence_->set_epoch(sampler_.epoch_of(position_));
+    epoch_end_pending_ = false;
+    backend_.resume(first_barrier());
   }
 
   /// An input iterator over the remaining batches; `++` calls `next()`.

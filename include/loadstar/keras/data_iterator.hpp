@@ -41,6 +41,9 @@ class DataIterator {
   std::size_t max_batch() const { return source_->max_batch(); }
   /// Starts epoch `epoch` (or, after `restore`, continues it).
   void start_epoch(std::size_t epoch) { source_->start_epoch(epoch); }
+  /// Ends the epoch: a `Sequence`'s `on_epoch_end` runs now if the epoch's last batch was taken,
+  /// as in Keras (otherwise it runs before the next epoch's first batch).
+  void finish_epoch() { source_->finish_epoch(); }
   /// The next batch of the epoch, or null at its end; valid until the next call.
   const BatchView* next() { return source_->next(); }
   /// The batches of the current epoch taken so far.

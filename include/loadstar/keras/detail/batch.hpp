@@ -106,6 +106,9 @@ class BatchSource {
   virtual const ErasedBatch* next() = 0;
   /// Whether batches carry targets (`predict` needs none).
   virtual bool has_targets() const { return true; }
+  /// The caller is done with the epoch: a sequence's epoch-end hooks run now if its last batch
+  /// was taken (`SequenceAdapter::finish_epoch`), not at the next epoch's first batch.
+  virtual void finish_epoch() {}
 
   /// The batches of the current epoch taken so far.
   std::size_t step() const noexcept { return step_; }
@@ -319,6 +322,7 @@ class AdapterSource final : public BatchSource {
   }
   bool has_targets() const override { return KerasBatch<typename Adapter::batch_type>; }
 
+  void finish_epoch() override { adapter_->finish_epoch(); }
   /// Serves `adapter` from now on (an owner re-created it from a state).
   void rebind(Adapter& adapter) noexcept { adapter_ = &adapter; }
 
@@ -367,6 +371,7 @@ class OwnedAdapterSource final : public BatchSource {
     return batch;
   }
   bool has_targets() const override { return source_.has_targets(); }
+  void finish_epoch() override { source_.finish_epoch(); }
 
  protected:
   std::string kind() const override { return "sequence source"; }

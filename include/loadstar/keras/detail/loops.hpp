@@ -113,6 +113,7 @@ inline callbacks::History run_fit(Model& model, DataIterator& data, BatchSource*
         epoch_logs.set("val_" + name, value);
     }
     list.on_epoch_end(epoch, epoch_logs);
+    data.finish_epoch();  // a Sequence's on_epoch_end, after the epoch as in tf.keras's fit
     if (model.stop_training) break;
   }
   list.on_train_end(epoch_logs);
