@@ -112,7 +112,9 @@ def main():
             try:
                 value = rate(make(), workers) * scale
             except Exception as error:  # a worker died or hung: one line, not a traceback
-                common.fail(f"{name}/*/{workers}", f"{type(error).__name__}: "
+                names = [f"{name}/{m}/{workers}" for m in MODES]
+                common.fail(", ".join(n for n in names if n in SELECTED),
+                            f"{type(error).__name__}: "
                             + (str(error).strip().splitlines() or [""])[0])
             # One measurement for both modes: PyTorch has no thread workers.
             for mode in MODES:
