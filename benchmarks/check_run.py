@@ -10,7 +10,6 @@ without it). Runs no benchmark: every case fails before or at its first measurem
 """
 import os
 import subprocess
-import sys
 import tempfile
 import textwrap
 import unittest

@@ -2,8 +2,9 @@
 """PyTorch DataLoader on the workloads of bench_data_dataset, for `benchmarks/run data`.
 
 pipeline: rows of a 60000x32 float tensor (small rows: the cost per element, not bandwidth) and
-int64 labels, a pass-through map (the dataset's __getitem__), batches of 32 by the default collate, with workers=0 (main process) or 1 (one worker
-process with prefetch_factor=2, PyTorch's prefetch). parallel-map: a CPU-bound function of about
+int64 labels, a pass-through map (the dataset's __getitem__), batches of 32 by the default
+collate, with workers=0 (main process) or 1 (one worker process with prefetch_factor=2, PyTorch's
+prefetch). parallel-map: a CPU-bound function of about
 100 us per element (calibrated here, as the C++ side calibrates its own), batches of 32, on 1, 2 or
 4 worker processes. PyTorch has no thread workers: its worker processes are its parallel map, so
 they are reported under mode "threads". Prints a JSON list of
