@@ -4,17 +4,27 @@
 Map-style datasets, batch_size=None (each item is a batch), persistent workers. PyTorch has no
 thread workers, so its process measurement is reported for both modes. Prints a JSON list of
 {"workload", "workers", "mode", "value", "unit"} on stdout. Run with /usr/bin/python3 (Debian's
-python3-torch).
+python3-torch). Takes --list, --only REGEX and --timeout S (see common.py).
 """
 import json
 import math
 import sys
 import time
 
-import torch
-from torch.utils.data import DataLoader, Dataset
+import common
 
 LENGTH = 1000
+WORKLOADS = ("hand-off", "cpu-bound", "large")
+WORKERS = (1, 2)
+MODES = ("threads", "processes")
+NAMES = [f"{w}/{m}/{n}" for n in WORKERS for m in MODES for w in WORKLOADS]
+
+if __name__ == "__main__":
+    # Before importing torch (seconds), so that --list is cheap.
+    SELECTED, ARGS = common.select(NAMES, __doc__.splitlines()[0])
+
+import torch  # noqa: E402
+from torch.utils.data import DataLoader, Dataset  # noqa: E402
 
 
 class HandOff(Dataset):
@@ -72,8 +82,10 @@ def calibrate():
 
 def rate(dataset, workers, seconds=1.0):
     """Batches per second in steady state, after a warm-up."""
+    # timeout bounds each wait for a worker's batch: a hung worker raises instead of blocking.
     loader = DataLoader(dataset, batch_size=None, shuffle=False, num_workers=workers,
-                        persistent_workers=workers > 0, prefetch_factor=2 if workers else None)
+                        persistent_workers=workers > 0, prefetch_factor=2 if workers else None,
+                        timeout=ARGS.timeout if workers else 0)
     count = 0
     while True:  # an infinite stream over epochs, as the adapter's training stream
         for batch in loader:
@@ -86,18 +98,29 @@ def rate(dataset, workers, seconds=1.0):
 
 def main():
     torch.set_num_threads(1)
-    rounds = calibrate()
+    wanted = lambda name, workers: any(f"{name}/{m}/{workers}" in SELECTED for m in MODES)
+    rounds = calibrate() if any(wanted("cpu-bound", n) for n in WORKERS) else 1
     records = []
     large_bytes = Large().source.numel() * 4
-    for workers in (1, 2):
-        for name, dataset, unit, scale in (
-                ("hand-off", HandOff(), "batches/s", 1.0),
-                ("cpu-bound", CpuBound(rounds), "batches/s", 1.0),
-                ("large", Large(), "GB/s", large_bytes / 1e9)):
-            value = rate(dataset, workers) * scale
-            for mode in ("threads", "processes"):
-                records.append({"workload": name, "workers": workers, "mode": mode,
-                                "value": value, "unit": unit})
+    for workers in WORKERS:
+        for name, make, unit, scale in (
+                ("hand-off", HandOff, "batches/s", 1.0),
+                ("cpu-bound", lambda: CpuBound(rounds), "batches/s", 1.0),
+                ("large", Large, "GB/s", large_bytes / 1e9)):
+            if not wanted(name, workers):
+                continue
+            try:
+                value = rate(make(), workers) * scale
+            except Exception as error:  # a worker died or hung: one line, not a traceback
+                names = [f"{name}/{m}/{workers}" for m in MODES]
+                common.fail(", ".join(n for n in names if n in SELECTED),
+                            f"{type(error).__name__}: "
+                            + (str(error).strip().splitlines() or [""])[0])
+            # One measurement for both modes: PyTorch has no thread workers.
+            for mode in MODES:
+                if f"{name}/{mode}/{workers}" in SELECTED:
+                    records.append({"workload": name, "workers": workers, "mode": mode,
+                                    "value": value, "unit": unit})
     json.dump(records, sys.stdout)
     print()
 

@@ -5,13 +5,18 @@ The same models (the Fashion-MNIST MLP and the small CNN, channels first as PyTo
 Adam(1e-3) and cross-entropy from logits, trained for the same 50 steps per pass on synthetic
 28x28 images, with torch.set_num_threads(threads). Each (workload, batch, threads) runs in its own
 process, so that its peak resident memory is its own. Prints a JSON list of {"workload", "batch",
-"threads", "value", "unit", "peak_rss_mb"} on stdout. Run with /usr/bin/python3.
+"threads", "value", "unit", "peak_rss_mb"} on stdout. Run with /usr/bin/python3. Takes --list,
+--only REGEX and --timeout S (see common.py); a measuring process that dies or outlives the
+timeout is reported in one line with the workload and its exit code.
 """
 import json
 import multiprocessing
+import queue as queues
 import resource
 import sys
 import time
+
+import common
 
 STEPS = 50
 MEASURE_SECONDS = 2.0
@@ -57,15 +62,45 @@ def measure(workload, batch, threads, queue):
                "unit": "samples/s", "peak_rss_mb": peak})
 
 
+def name_of(workload, batch, threads):
+    return f"{workload}/{batch}/{threads}"
+
+
+def run_child(context, workload, batch, threads, timeout):
+    """The record the measuring process sends, waiting at most timeout seconds for it."""
+    name = name_of(workload, batch, threads)
+    queue = context.Queue()
+    process = context.Process(target=measure, args=(workload, batch, threads, queue))
+    process.start()
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            record = queue.get(timeout=1.0)
+            process.join(timeout=max(1.0, deadline - time.monotonic()))
+            return record
+        except queues.Empty:
+            pass
+        if not process.is_alive():
+            try:  # it may have sent its record just before exiting
+                return queue.get(timeout=1.0)
+            except queues.Empty:
+                common.fail(name, f"the measuring process exited with code {process.exitcode} "
+                            "before sending its result")
+        if time.monotonic() > deadline:
+            process.kill()
+            process.join(timeout=10)
+            common.fail(name, f"the measuring process sent no result within {timeout:g} s; "
+                        "killed")
+
+
 def main():
+    selected, args = common.select([name_of(*point) for point in GRID],
+                                   __doc__.splitlines()[0])
     records = []
     context = multiprocessing.get_context("spawn")
     for workload, batch, threads in GRID:
-        queue = context.Queue()
-        process = context.Process(target=measure, args=(workload, batch, threads, queue))
-        process.start()
-        records.append(queue.get())
-        process.join()
+        if name_of(workload, batch, threads) in selected:
+            records.append(run_child(context, workload, batch, threads, args.timeout))
     json.dump(records, sys.stdout, indent=1)
     sys.stdout.write("\n")
 
