@@ -120,7 +120,8 @@ def conv2d_cf(xs, ws, s, d, padding, act):
 
 for name, (shape, filters, ks, s, d, padding, act) in {
     "conv2d_channels_first_valid": ((2, 2, 5, 4), 3, (3, 2), (1, 1), (1, 1), "valid", "relu"),
-    "conv2d_channels_first_same_stride2": ((1, 3, 6, 5), 2, (3, 3), (2, 2), (1, 1), "same", "linear"),
+    "conv2d_channels_first_same_stride2":
+        ((1, 3, 6, 5), 2, (3, 3), (2, 2), (1, 1), "same", "linear"),
     "conv2d_channels_first_dilation": ((2, 1, 6, 6), 2, (2, 2), (1, 1), (2, 2), "valid", "swish"),
 }.items():
     cases.append(case(name, "Conv2D",
@@ -265,7 +266,8 @@ for name, (shape, padding, cf) in {
     else:
         (t, b), (l, r) = padding
     cases.append(case(name, "ZeroPadding2D",
-                      {"padding": padding, "data_format": "channels_first" if cf else "channels_last"},
+                      {"padding": padding,
+                       "data_format": "channels_first" if cf else "channels_last"},
                       [rnd(*shape)], {},
                       lambda xs, ws, pads=(l, r, t, b), cf=cf:
                       (channels_first_op(xs[0], lambda v: F.pad(v, pads), cf), {})))

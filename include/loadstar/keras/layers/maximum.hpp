@@ -6,8 +6,11 @@
 
 namespace loadstar::keras::layers {
 
-/// Keras's `Maximum`: the maximum of two or more inputs of the same shape; the gradient goes to the
-/// first input holding it, as TensorFlow's. \code auto top = call(Maximum(), {a, b}); \endcode
+/// Keras's `Maximum`: the maximum of two or more inputs of the same shape; the gradient goes to
+/// the first input holding it, as TensorFlow's.
+/// \code
+/// auto top = call(Maximum(), {a, b});
+/// \endcode
 class Maximum : public detail::Merge<detail::MergeOp::maximum> {
  public:
   using Merge::Merge;

@@ -6,8 +6,11 @@
 
 namespace loadstar::keras::layers {
 
-/// Keras's `Minimum`: the minimum of two or more inputs of the same shape; the gradient goes to the
-/// first input holding it, as TensorFlow's. \code auto bottom = call(Minimum(), {a, b}); \endcode
+/// Keras's `Minimum`: the minimum of two or more inputs of the same shape; the gradient goes to
+/// the first input holding it, as TensorFlow's.
+/// \code
+/// auto bottom = call(Minimum(), {a, b});
+/// \endcode
 class Minimum : public detail::Merge<detail::MergeOp::minimum> {
  public:
   using Merge::Merge;
