@@ -88,27 +88,27 @@ inline void permute_rows(const Tensor<float>& x, std::span<const std::size_t> ax
     strides[i] = x_strides[axes[i]];
     dims[i] = y.shape()[i];
   }
-  // The run copied at once: the last axis when it stays last (stride 1 in both), else 1 element.
-  const bool runs = axes[rank - 1] == rank - 1;
-  const std::size_t run = runs ? dims[rank - 1] : 1;
-  const std::size_t loop_rank = runs ? rank - 1 : rank;
+  // The last axis of y is copied in one go per position of the others: a memcpy when it stays
+  // last (stride 1 in both), else a strided gather; an odometer walks axes 1..rank-2 of y.
+  const std::size_t run = dims[rank - 1];
+  const std::size_t run_stride = strides[rank - 1];
   const std::size_t row = y.size() / std::max<std::size_t>(y.shape()[0], 1);
   if (row == 0 || run == 0) return;
   for (std::size_t r = row_begin; r < row_end; ++r) {
     float* out = y.data() + r * row;
     const float* out_end = out + row;
     index.fill(0);
-    index[0] = r;
     std::size_t offset = r * strides[0];
     while (out < out_end) {
-      if (runs) {
-        std::memcpy(out, x.data() + offset, run * sizeof(float));
+      const float* in = x.data() + offset;
+      if (run_stride == 1) {
+        std::memcpy(out, in, run * sizeof(float));
       } else {
-        *out = x.data()[offset];
+        for (std::size_t j = 0; j < run; ++j)
+          out[j] = in[j * run_stride];
       }
       out += run;
-      // Odometer over axes 1..loop_rank-1 of y.
-      for (std::size_t i = loop_rank; i-- > 1;) {
+      for (std::size_t i = rank - 1; i-- > 1;) {
         offset += strides[i];
         if (++index[i] < dims[i]) break;
         offset -= strides[i] * dims[i];
