@@ -310,9 +310,58 @@ cases.append(case("permute_rank3", "Permute", {"dims": [3, 1, 2]}, [rnd(2, 2, 3,
 cases.append(case("repeat_vector", "RepeatVector", {"n": 3}, [rnd(2, 4)], {},
                   lambda xs, ws: (xs[0].unsqueeze(1).expand(2, 3, 4), {})))
 
+# --- Whole Keras files: PyTorch on their weights, for the models loadstar builds from their configs.
+# The fixtures live in the shared directory (LOADSTAR_SHARED_DIR/fixtures/keras); skipped without.
+def read_weights(path):
+    import h5py
+    out = {}
+    with h5py.File(path, "r") as f:
+        group = f["model_weights"]
+        for layer in group:
+            for w in group[layer].attrs.get("weight_names", []):
+                w = w.decode() if isinstance(w, bytes) else w
+                out.setdefault(layer, {})[w.split("/")[-1].split(":")[0]] = \
+                    torch.tensor(group[layer][w][()], dtype=DT)
+    return out
+
+
+def issue_9349(w, ids):
+    x = w["embedding"]["embeddings"][ids.long()]                        # (b, 6, 3)
+    x = F.relu(F.conv1d(x.permute(0, 2, 1), w["conv1d"]["kernel"].permute(2, 1, 0),
+                        w["conv1d"]["bias"]))                            # (b, 3, 5)
+    x = F.max_pool1d(x, 5, 5).permute(0, 2, 1).reshape(x.shape[0], -1)  # (b, 3)
+    return torch.softmax(x @ w["dense"]["kernel"] + w["dense"]["bias"], dim=-1)
+
+
+def simpleconv2d(w, x):
+    # conv2d_1 is channels_first: (b, 1, 28, 28) -> (b, 30, 26, 26).
+    x = F.relu(F.conv2d(x, w["conv2d_1"]["kernel"].permute(3, 2, 0, 1), w["conv2d_1"]["bias"]))
+    # Every later layer is channels_last: it sees (h=30, w=26, c=26).
+    x = F.max_pool2d(x.permute(0, 3, 1, 2), 2, 2)                       # NCHW of (15, 13, 26)
+    x = F.relu(F.conv2d(x, w["conv2d_2"]["kernel"].permute(3, 2, 0, 1), w["conv2d_2"]["bias"]))
+    x = F.max_pool2d(x, 2, 2).permute(0, 2, 3, 1).reshape(x.shape[0], -1)  # (b, 6 * 5 * 15)
+    for name in ["dense_1", "dense_2", "dense_3"]:
+        x = F.relu(x @ w[name]["kernel"] + w[name]["bias"])
+    return torch.softmax(x @ w["dense_4"]["kernel"] + w["dense_4"]["bias"], dim=-1)
+
+
+models = []
+fixtures = os.path.join(os.environ.get("LOADSTAR_SHARED_DIR", "/work/shared"), "fixtures", "keras")
+for file, fn, inputs in [
+    ("dl4j_tfkeras_issue_9349.hdf5", issue_9349, torch.randint(0, 5, (4, 6)).to(DT)),
+    ("dl4j_simpleconv2d.hdf5", simpleconv2d, torch.rand(2, 1, 28, 28, dtype=DT)),
+]:
+    path = os.path.join(fixtures, file)
+    if not os.path.exists(path):
+        print(f"skipped {file}: {path} is missing")
+        continue
+    out = fn(read_weights(path), inputs)
+    models.append({"file": file, "input_shape": list(inputs.shape), "input": flat(inputs),
+                   "output_shape": list(out.shape), "output": flat(out)})
+
 path = os.path.join(HERE, "reference", "layers_more.json")
 os.makedirs(os.path.dirname(path), exist_ok=True)
 with open(path, "w") as f:
     json.dump({"generator": "tests/keras/generate_layers_more.py", "torch": torch.__version__,
-               "cases": cases}, f, separators=(",", ":"))
+               "cases": cases, "models": models}, f, separators=(",", ":"))
 print(f"wrote {len(cases)} cases to {path}")

@@ -4,6 +4,9 @@
 
 #include <doctest/doctest.h>
 
+#include <H5Cpp.h>
+
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <loadstar/error.hpp>
@@ -72,6 +75,33 @@ void check_model_round_trip(const std::string& class_name, const json& config,
   REQUIRE(expected.size() == 1);
   REQUIRE(actual.size() == 1);
   CHECK(bitwise_equal(expected[0], actual[0]));
+}
+
+/// The weights of a Keras 2 HDF5 file for `model`, read from
+/// `/model_weights/<layer>/<layer>/<weight>:0` in the order of `model.get_weights()`.
+std::vector<Tensor<float>> keras_file_weights(const std::filesystem::path& path,
+                                              const Model& model) {
+  H5::H5File file(path.string(), H5F_ACC_RDONLY);
+  std::vector<Tensor<float>> weights;
+  for (const auto& layer : model.layers()) {
+    for (const auto& w : layer->weights()) {
+      Tensor<float> value(w.value.shape());
+      const std::string dataset =
+          "/model_weights/" + layer->name() + "/" + layer->name() + "/" + w.name + ":0";
+      INFO(dataset);
+      file.openDataSet(dataset).read(value.data(), H5::PredType::NATIVE_FLOAT);
+      weights.push_back(value);
+    }
+  }
+  return weights;
+}
+
+std::string h5_string_attribute(const std::filesystem::path& path, const char* name) {
+  H5::H5File file(path.string(), H5F_ACC_RDONLY);
+  H5::Attribute attribute = file.openAttribute(name);
+  std::string value;
+  attribute.read(attribute.getStrType(), value);
+  return value;
 }
 
 }  // namespace
@@ -378,5 +408,28 @@ TEST_SUITE("keras_layers") {
     minimum.backward(x, y, dy, dx, ctx);
     CHECK(dx[0] == Tensor<float>({1, 2}, {3.0F, 5.0F}));
     CHECK(dx[1] == Tensor<float>({1, 2}, {0.0F, 0.0F}));
+  }
+
+  TEST_CASE("Keras files with Conv1D and mixed data formats predict as PyTorch on their weights") {
+    const char* shared = std::getenv("LOADSTAR_SHARED_DIR");
+    REQUIRE_MESSAGE(shared != nullptr, "LOADSTAR_SHARED_DIR is not set");
+    const json& models = reference()["models"];
+    CHECK(models.size() == 2);
+    for (const auto& m : models) {
+      const std::string file = m["file"];
+      INFO(file);
+      const auto path = std::filesystem::path(shared) / "fixtures" / "keras" / file;
+      if (!std::filesystem::exists(path)) {
+        MESSAGE("skipped: " << path.string() << " is missing");
+        continue;
+      }
+      auto model = model_from_json(h5_string_attribute(path, "model_config"));
+      model->set_weights(keras_file_weights(path, *model));
+      const Tensor<float> x =
+          layer_cases::tensor_of(m["input"], layer_cases::shape_of(m["input_shape"]));
+      const Tensor<float> y = model->predict(x, {.verbose = 0});
+      CHECK(y.shape() == layer_cases::shape_of(m["output_shape"]));
+      layer_cases::check_close("prediction", y, m["output"]);
+    }
   }
 }
