@@ -301,6 +301,17 @@ cases.append(case("maximum", "Maximum", {}, [rnd(2, 5), rnd(2, 5), rnd(2, 5)], {
                   lambda xs, ws: (torch.maximum(torch.maximum(xs[0], xs[1]), xs[2]), {})))
 cases.append(case("minimum", "Minimum", {}, [rnd(3, 2, 2), rnd(3, 2, 2)], {},
                   lambda xs, ws: (torch.minimum(xs[0], xs[1]), {})))
+# Keras's _Merge broadcasts as NumPy does: right-aligned, axes of 1 stretched.
+cases.append(case("multiply_broadcast", "Multiply", {}, [rnd(2, 3, 4), rnd(2, 3, 1), rnd(2, 4)], {},
+                  lambda xs, ws: (xs[0] * xs[1] * xs[2].unsqueeze(1), {})))
+cases.append(case("subtract_broadcast", "Subtract", {}, [rnd(2, 1, 4), rnd(2, 3, 1)], {},
+                  lambda xs, ws: (xs[0] - xs[1], {})))
+cases.append(case("average_broadcast", "Average", {}, [rnd(2, 3, 2), rnd(2, 2)], {},
+                  lambda xs, ws: ((xs[0] + xs[1].unsqueeze(1)) / 2, {})))
+cases.append(case("maximum_broadcast", "Maximum", {}, [rnd(2, 3, 1), rnd(2, 1, 4)], {},
+                  lambda xs, ws: (torch.maximum(xs[0], xs[1]), {})))
+cases.append(case("minimum_broadcast", "Minimum", {}, [rnd(2, 4), rnd(2, 1), rnd(2, 4)], {},
+                  lambda xs, ws: (torch.minimum(torch.minimum(xs[0], xs[1]), xs[2]), {})))
 
 # --- Permute (dims from 1) and RepeatVector ------------------------------------------------------
 cases.append(case("permute_swap", "Permute", {"dims": [2, 1]}, [rnd(2, 3, 4)], {},

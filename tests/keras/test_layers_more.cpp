@@ -283,6 +283,7 @@ TEST_SUITE("keras_layers") {
     for (const char* merge : {"Multiply", "Average", "Maximum", "Minimum"})
       check_model_round_trip(merge, json::object(), {Shape{4}, Shape{4}, Shape{4}});
     check_model_round_trip("Subtract", json::object(), {Shape{2, 3}, Shape{2, 3}});
+    check_model_round_trip("Multiply", json::object(), {Shape{2, 3}, Shape{2, 1}, Shape{3}});
     check_model_round_trip("Permute", {{"dims", {3, 1, 2}}}, {Shape{2, 3, 4}});
     check_model_round_trip("RepeatVector", {{"n", 4}}, {Shape{5}});
   }
@@ -323,7 +324,7 @@ TEST_SUITE("keras_layers") {
     Maximum maximum({.name = "mx"});
     const Shape different[] = {Shape{2, 3}, Shape{3, 2}};
     CHECK_THROWS_WITH_AS(maximum.build(different, 0),
-                         "maximum layer 'mx': inputs must have the same shape but got "
+                         "maximum layer 'mx': inputs must have the same shape or broadcast but got "
                          "(None, 2, 3) and (None, 3, 2)",
                          ShapeError);
     CHECK_THROWS_WITH_AS(Permute({1, 3}, {.name = "p"}),

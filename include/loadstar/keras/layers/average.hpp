@@ -6,7 +6,7 @@
 
 namespace loadstar::keras::layers {
 
-/// Keras's `Average`: the mean of two or more inputs of the same shape.
+/// Keras's `Average`: the mean of two or more inputs whose shapes broadcast.
 /// \code
 /// auto ensemble = call(Average(), {a, b, c});
 /// \endcode

@@ -6,8 +6,8 @@
 
 namespace loadstar::keras::layers {
 
-/// Keras's `Maximum`: the maximum of two or more inputs of the same shape; the gradient goes to
-/// the first input holding it, as TensorFlow's.
+/// Keras's `Maximum`: the maximum of two or more inputs whose shapes broadcast; the
+/// gradient goes to the first input holding it, as TensorFlow's.
 /// \code
 /// auto top = call(Maximum(), {a, b});
 /// \endcode

@@ -6,7 +6,7 @@
 
 namespace loadstar::keras::layers {
 
-/// Keras's `Multiply`: the product of two or more inputs of the same shape.
+/// Keras's `Multiply`: the product of two or more inputs whose shapes broadcast.
 /// \code
 /// auto gated = call(Multiply(), {values, gates});
 /// \endcode

@@ -6,7 +6,7 @@
 
 namespace loadstar::keras::layers {
 
-/// Keras's `Subtract`: `inputs[0] - inputs[1]`, two inputs of the same shape.
+/// Keras's `Subtract`: `inputs[0] - inputs[1]`, two inputs whose shapes broadcast.
 /// \code
 /// auto residual = call(Subtract(), {x, y});
 /// \endcode
