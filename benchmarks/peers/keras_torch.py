@@ -2,9 +2,9 @@
 """PyTorch on the workloads of bench_keras, for `benchmarks/run keras`.
 
 The same models (the Fashion-MNIST MLP, the small CNN and the 1-D text CNN, channels first as
-PyTorch wants),
-Adam(1e-3) and cross-entropy from logits, trained for the same 50 steps per pass on synthetic
-28x28 images (100 token ids for the text CNN), with torch.set_num_threads(threads). Each (workload, batch, threads) runs in its own
+PyTorch wants), Adam(1e-3) and cross-entropy from logits, trained for the same 50 steps per pass
+on synthetic 28x28 images (100 token ids for the text CNN), with torch.set_num_threads(threads).
+Each (workload, batch, threads) runs in its own
 process, so that its peak resident memory is its own. Prints a JSON list of {"workload", "batch",
 "threads", "value", "unit", "peak_rss_mb"} on stdout. Run with /usr/bin/python3. Takes --list,
 --only REGEX and --timeout S (see common.py); a measuring process that dies or outlives the
