@@ -97,9 +97,16 @@ TEST_SUITE("keras") {
         get_loss("categorical_crossentropy")->compute(a, b, nullptr, Tensor<float>()),
         doctest::Contains("categorical_crossentropy: y_true of shape (4, 3)"), ShapeError);
     CHECK_THROWS_WITH_AS(get_loss("sparse_categorical_crossentropy")
-                             ->compute(Tensor<float>({4, 2}), b, nullptr, Tensor<float>()),
+                             ->compute(Tensor<float>({4, 3}), b, nullptr, Tensor<float>()),
                          doctest::Contains("sparse_categorical_crossentropy: y_true of shape (4, "
-                                           "2) does not match y_pred of shape (4, 2)"),
+                                           "3) does not match y_pred of shape (4, 2)"),
+                         ShapeError);
+    // One-hot labels (y_true shaped as y_pred) are told which loss takes them.
+    CHECK_THROWS_WITH_AS(get_loss("sparse_categorical_crossentropy")
+                             ->compute(Tensor<float>({4, 2}), b, nullptr, Tensor<float>()),
+                         doctest::Contains("y_true of shape (4, 2) looks one-hot (the shape of "
+                                           "y_pred); this loss takes one class index per row, of "
+                                           "shape (4,): use categorical_crossentropy"),
                          ShapeError);
     CHECK_THROWS_WITH_AS(get_loss("mae")->compute(b, b, nullptr, gradient),
                          doctest::Contains("mean_absolute_error: the gradient buffer has shape (3, "
