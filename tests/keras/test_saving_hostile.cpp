@@ -114,7 +114,9 @@ TEST_SUITE("keras") {
       // Big files get fewer variants: their middle is weights, which load as other weights.
       // (The case's budget is under a minute in a plain build: about 600 variants.)
       const bool big = bytes.size() > (1 << 18);
-      for (const auto& [change, variant] : variants(bytes, big ? 6 : 12, big ? 6 : 12)) {
+      for (const auto& entry : variants(bytes, big ? 6 : 12, big ? 6 : 12)) {
+        const std::string& change = entry.first;
+        const std::string& variant = entry.second;
         const auto path = dir / ("hostile" + subject.path.extension().string());
         write_bytes(path, variant);
         INFO(subject.path.filename().string() << " " << change);
