@@ -1,6 +1,6 @@
 /// \file
 /// Keras's callbacks: `History`, `ProgbarLogger`, `EarlyStopping`, `ReduceLROnPlateau`,
-/// `CSVLogger`, `LearningRateScheduler`, `TerminateOnNaN`, `LambdaCallback` and
+/// `CSVLogger`, `LearningRateScheduler`, `TerminateOnNaN`, `LambdaCallback`, `ModelCheckpoint` and
 /// `BackupAndRestore`.
 #pragma once
 
@@ -14,6 +14,7 @@
 #include "loadstar/keras/callbacks/lambda_callback.hpp"
 #include "loadstar/keras/callbacks/learning_rate_scheduler.hpp"
 #include "loadstar/keras/callbacks/logs.hpp"
+#include "loadstar/keras/callbacks/model_checkpoint.hpp"
 #include "loadstar/keras/callbacks/progbar_logger.hpp"
 #include "loadstar/keras/callbacks/reduce_lr_on_plateau.hpp"
 #include "loadstar/keras/callbacks/terminate_on_nan.hpp"
@@ -22,8 +23,9 @@
 namespace loadstar::keras {
 
 /// The callback registry: `EarlyStopping`, `ReduceLROnPlateau`, `CSVLogger`, `TerminateOnNaN`,
-/// `History`, `ProgbarLogger` and `BackupAndRestore` from their configs; `LearningRateScheduler`
-/// and `LambdaCallback` hold functions, so theirs throw `ConfigError` saying so.
+/// `History`, `ProgbarLogger`, `ModelCheckpoint` and `BackupAndRestore` from their configs;
+/// `LearningRateScheduler` and `LambdaCallback` hold functions, so theirs throw `ConfigError`
+/// saying so.
 template <>
 struct RegistryTraits<callbacks::Callback> {
   using Object = std::shared_ptr<callbacks::Callback>;
@@ -39,6 +41,7 @@ struct RegistryTraits<callbacks::Callback> {
     registry.add("ProgbarLogger", ProgbarLogger::from_config);
     registry.add("LearningRateScheduler", LearningRateScheduler::from_config);
     registry.add("LambdaCallback", LambdaCallback::from_config);
+    registry.add("ModelCheckpoint", ModelCheckpoint::from_config);
     registry.add("BackupAndRestore", BackupAndRestore::from_config);
   }
 };

@@ -80,9 +80,11 @@ class TensorFile {
           elements *= dims.back();
         }
         in.need(elements * sizeof(float));
-        group.emplace_back(
-            Shape(dims),
-            std::span<const float>(reinterpret_cast<const float*>(bytes.data() + in.at), elements));
+        // Copied bytewise: the elements are not aligned for float in the file's bytes.
+        Tensor<float> tensor{Shape(dims)};
+        if (elements != 0)
+          std::memcpy(tensor.data(), bytes.data() + in.at, elements * sizeof(float));
+        group.push_back(std::move(tensor));
         in.at += elements * sizeof(float);
       }
     }
