@@ -8,6 +8,7 @@
 #include "keras/resume_training.hpp"
 #include "temp_dir.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -181,6 +182,40 @@ TEST_SUITE("keras") {
       CHECK(resumed.history.epoch == uninterrupted().history.epoch);
       CHECK_FALSE(std::filesystem::exists(dir / "backup"));
     }
+  }
+
+  TEST_CASE("BackupAndRestore restores the best value and batch counter of ModelCheckpoint") {
+    TempDir dir;
+    const auto fit_with = [&](const std::string& name, std::size_t interrupt_after,
+                              std::uint64_t seed) {
+      auto m = resume_support::model(seed);
+      auto checkpoint = std::make_shared<callbacks::ModelCheckpoint>(
+          (dir / name / "m-{epoch:02d}-{batch:02d}-{loss:.4f}.weights.h5").string(),
+          callbacks::ModelCheckpointOptions{.monitor = "loss",
+                                            .save_best_only = true,
+                                            .save_weights_only = true,
+                                            .save_freq = 6});
+      std::vector<std::shared_ptr<callbacks::Callback>> list = {
+          std::make_shared<callbacks::BackupAndRestore>(
+              dir / (name + "-backup"), callbacks::BackupAndRestoreOptions{.save_freq = 1}),
+          checkpoint, std::make_shared<Interrupt>(interrupt_after)};
+      resume_support::fit(*m, list);
+      return checkpoint;
+    };
+    const auto reference = fit_with("reference", 0, 11);
+    CHECK_THROWS_WITH(fit_with("resumed", 53, 11), "interrupted");
+    const auto resumed = fit_with("resumed", 0, 12345);
+    CHECK(resumed->best() == reference->best());
+    CHECK(resumed->get_state() == reference->get_state());
+    const auto files = [&](const std::string& name) {
+      std::vector<std::string> names;
+      for (const auto& entry : std::filesystem::directory_iterator(dir / name))
+        names.push_back(entry.path().filename().string());
+      std::sort(names.begin(), names.end());
+      return names;
+    };
+    CHECK(files("resumed") == files("reference"));
+    CHECK(files("reference").size() > 2);
   }
 
   TEST_CASE("BackupAndRestore keeps one backup and the pointer to it") {
