@@ -105,8 +105,8 @@ inline callbacks::History run_fit(Model& model, DataIterator& data, BatchSource*
     while (const auto* batch = data.next()) {
       list.on_train_batch_begin(step);
       const Logs& logs = model.train_step(*batch, step_options);
+      loop.logs = logs;  // copied before the hooks: only the first batch's copy allocates
       list.on_train_batch_end(step, logs);
-      loop.logs = logs;
       const auto loss = logs.get("loss");
       if (loss && !std::isfinite(*loss) && !model.stop_training) {
         throw non_finite_loss(model.name(), *loss, epoch, step, "fit");
