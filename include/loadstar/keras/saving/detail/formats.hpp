@@ -368,9 +368,11 @@ inline nlohmann::json keras3_layer_config(const std::string& class_name, nlohman
   if (config.contains("dtype") && config["dtype"].is_string()) {
     config["dtype"] = dtype_policy(config["dtype"].get<std::string>());
   }
-  for (auto& [key, value] : config.items()) {
+  for (auto item : config.items()) {
+    const std::string key = item.key();
+    nlohmann::json& value = item.value();
     if (!value.is_object() || !value.contains("class_name") || value.contains("module")) continue;
-    const auto ends = [&](std::string_view suffix) {
+    const auto ends = [&key](std::string_view suffix) {
       return key.size() >= suffix.size() &&
              key.compare(key.size() - suffix.size(), suffix.size(), suffix) == 0;
     };
