@@ -1,10 +1,12 @@
 /// \file
 /// Keras's callbacks: `History`, `ProgbarLogger`, `EarlyStopping`, `ReduceLROnPlateau`,
-/// `CSVLogger`, `LearningRateScheduler`, `TerminateOnNaN` and `LambdaCallback`.
+/// `CSVLogger`, `LearningRateScheduler`, `TerminateOnNaN`, `LambdaCallback`, `ModelCheckpoint` and
+/// `BackupAndRestore`.
 #pragma once
 
 #include <memory>
 
+#include "loadstar/keras/callbacks/backup_and_restore.hpp"
 #include "loadstar/keras/callbacks/callback.hpp"
 #include "loadstar/keras/callbacks/csv_logger.hpp"
 #include "loadstar/keras/callbacks/early_stopping.hpp"
@@ -12,6 +14,7 @@
 #include "loadstar/keras/callbacks/lambda_callback.hpp"
 #include "loadstar/keras/callbacks/learning_rate_scheduler.hpp"
 #include "loadstar/keras/callbacks/logs.hpp"
+#include "loadstar/keras/callbacks/model_checkpoint.hpp"
 #include "loadstar/keras/callbacks/progbar_logger.hpp"
 #include "loadstar/keras/callbacks/reduce_lr_on_plateau.hpp"
 #include "loadstar/keras/callbacks/terminate_on_nan.hpp"
@@ -20,8 +23,9 @@
 namespace loadstar::keras {
 
 /// The callback registry: `EarlyStopping`, `ReduceLROnPlateau`, `CSVLogger`, `TerminateOnNaN`,
-/// `History` and `ProgbarLogger` from their configs; `LearningRateScheduler` and `LambdaCallback`
-/// hold functions, so theirs throw `ConfigError` saying so.
+/// `History`, `ProgbarLogger`, `ModelCheckpoint` and `BackupAndRestore` from their configs;
+/// `LearningRateScheduler` and `LambdaCallback` hold functions, so theirs throw `ConfigError`
+/// saying so.
 template <>
 struct RegistryTraits<callbacks::Callback> {
   using Object = std::shared_ptr<callbacks::Callback>;
@@ -37,6 +41,8 @@ struct RegistryTraits<callbacks::Callback> {
     registry.add("ProgbarLogger", ProgbarLogger::from_config);
     registry.add("LearningRateScheduler", LearningRateScheduler::from_config);
     registry.add("LambdaCallback", LambdaCallback::from_config);
+    registry.add("ModelCheckpoint", ModelCheckpoint::from_config);
+    registry.add("BackupAndRestore", BackupAndRestore::from_config);
   }
 };
 

@@ -50,6 +50,8 @@ class DataIterator {
   std::size_t step() const noexcept { return source_->step(); }
   /// Whether the next `start_epoch` continues a restored state.
   bool resuming() const noexcept { return source_->resuming(); }
+  /// Whether `start_epoch(epoch)` continues a restored state in the middle of `epoch`.
+  bool continues(std::size_t epoch) const noexcept { return source_->continues(epoch); }
   /// Whether batches carry targets.
   bool has_targets() const { return source_->has_targets(); }
 

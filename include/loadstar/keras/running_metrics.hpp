@@ -45,8 +45,9 @@ class RunningMetrics {
     if (pending_) restore(*std::exchange(pending_, std::nullopt));
   }
 
-  /// Forgets every batch.
+  /// Forgets every batch, and a restored state not applied yet.
   void reset() {
+    pending_.reset();
     loss_sum_ = 0.0;
     rows_ = 0.0;
     std::fill(output_loss_sums_.begin(), output_loss_sums_.end(), 0.0);

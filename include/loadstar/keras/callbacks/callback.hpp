@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "loadstar/keras/callbacks/fit_loop.hpp"
 #include "loadstar/keras/callbacks/logs.hpp"
 #include "loadstar/keras/detail/config_reader.hpp"
 #include "loadstar/keras/detail/params.hpp"
@@ -67,6 +68,16 @@ class Callback {
   virtual void on_predict_end(const Logs&) {}
   virtual void on_predict_batch_begin(std::size_t /*batch*/, const Logs&) {}
   virtual void on_predict_batch_end(std::size_t /*batch*/, const Logs&) {}
+
+  /// Loadstar's hooks for a callback that checkpoints training to resume it at the exact batch
+  /// (`BackupAndRestore`), called by `fit` only: `on_fit_begin` before any callback's
+  /// `on_train_begin`, where it may restore the model, `loop.data`, `loop.logs` and every
+  /// callback's `load_state`, and move `loop.initial_epoch` forward; `on_fit_batch_end` after every
+  /// callback's `on_train_batch_end`, and `on_fit_epoch_end` after every callback's `on_epoch_end`,
+  /// where all the state training depends on is consistent and can be saved.
+  virtual void on_fit_begin(FitLoop& /*loop*/) {}
+  virtual void on_fit_batch_end(FitLoop& /*loop*/) {}
+  virtual void on_fit_epoch_end(FitLoop& /*loop*/) {}
 
  protected:
   Callback() = default;

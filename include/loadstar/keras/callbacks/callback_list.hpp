@@ -95,12 +95,20 @@ class CallbackList {
   void on_predict_batch_end(std::size_t batch, const Logs& logs = {}) {
     each(&Callback::on_predict_batch_end, batch, logs);
   }
+  // Loadstar's hooks for checkpointing callbacks (`Callback::on_fit_begin`).
+  void on_fit_begin(FitLoop& loop) { each_loop(&Callback::on_fit_begin, loop); }
+  void on_fit_batch_end(FitLoop& loop) { each_loop(&Callback::on_fit_batch_end, loop); }
+  void on_fit_epoch_end(FitLoop& loop) { each_loop(&Callback::on_fit_epoch_end, loop); }
 
  private:
   template <class Hook, class... Args>
   void each(Hook hook, const Args&... args) {
     for (auto& cb : callbacks_)
       ((*cb).*hook)(args...);
+  }
+  void each_loop(void (Callback::*hook)(FitLoop&), FitLoop& loop) {
+    for (auto& cb : callbacks_)
+      ((*cb).*hook)(loop);
   }
 
   std::vector<std::shared_ptr<Callback>> callbacks_;

@@ -6,9 +6,12 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "loadstar/error.hpp"
 #include "loadstar/keras/callbacks/callback.hpp"
+#include "loadstar/keras/callbacks/detail/output.hpp"
 
 namespace loadstar::keras::callbacks {
 
@@ -33,8 +36,26 @@ class History : public Callback {
   }
 
   void on_train_begin(const Logs&) override {
+    if (std::exchange(resumed_, false)) return;
     history.clear();
     epoch.clear();
+  }
+
+  /// `{"history": {name: [values]}, "epoch": [epochs]}`: a resumed `fit` returns the whole run's
+  /// history.
+  nlohmann::json get_state() const override { return {{"history", history}, {"epoch", epoch}}; }
+  void load_state(const nlohmann::json& state) override {
+    const detail::StateReader read("history", state);
+    const auto saved = read.get<nlohmann::json>("history");
+    const auto epochs = read.get<nlohmann::json>("epoch");
+    try {
+      history = saved.get<std::map<std::string, std::vector<double>>>();
+      epoch = epochs.get<std::vector<std::size_t>>();
+    } catch (const nlohmann::json::exception& e) {
+      throw CheckpointError("history state: expected lists of numbers but found " + state.dump() +
+                            " (" + e.what() + ")");
+    }
+    resumed_ = true;
   }
 
   void on_epoch_end(std::size_t index, const Logs& logs) override {
@@ -42,6 +63,9 @@ class History : public Callback {
     for (const auto& [name, value] : logs)
       history[name].push_back(value);
   }
+
+ private:
+  bool resumed_ = false;
 };
 
 }  // namespace loadstar::keras::callbacks

@@ -114,6 +114,9 @@ class BatchSource {
   std::size_t step() const noexcept { return step_; }
   /// Whether the next `start_epoch` continues a restored state.
   bool resuming() const noexcept { return resuming_; }
+  /// Whether `start_epoch(epoch)` continues a restored state in the middle of `epoch` (a state
+  /// saved at the end of an epoch starts the next one from its beginning).
+  bool continues(std::size_t epoch) const noexcept { return resuming_ && epoch_ == epoch; }
 
   /// Where the source stands, as JSON: `{"epoch", "step", ...}` and what the kind of source needs
   /// (a sampler state, a dataset state).

@@ -67,7 +67,10 @@ inline Logs run_test(Model& model, BatchSource& source, callbacks::CallbackList&
 }
 
 /// `fit`'s loop over `data` (continuing mid-epoch when `data` was restored), validating on
-/// `validation` every `validation_freq` epochs.
+/// `validation` every `validation_freq` epochs. A `FitLoop` carries what the loop depends on
+/// between batches besides the model: callbacks' `on_fit_begin` may restore it (and move the
+/// first epoch forward) before `on_train_begin`, and `on_fit_batch_end` and `on_fit_epoch_end`
+/// see it once every other hook of the batch or epoch has run (`BackupAndRestore`).
 inline callbacks::History run_fit(Model& model, DataIterator& data, BatchSource* validation,
                                   const FitOptions& options, const ClassWeight* class_weight) {
   if (options.epochs <= options.initial_epoch) {
@@ -84,39 +87,46 @@ inline callbacks::History run_fit(Model& model, DataIterator& data, BatchSource*
   const auto history = list.add_history();
   list.add_progbar(options.verbose);
   model.stop_training = false;
+  callbacks::FitLoop loop{.data = data,
+                          .callbacks = list,
+                          .initial_epoch = options.initial_epoch,
+                          .epoch = options.initial_epoch,
+                          .logs = {}};
+  list.on_fit_begin(loop);
   list.on_train_begin();
   if (data.max_batch() > 0) model.reserve_batch(data.max_batch());
-  Logs epoch_logs;
-  for (std::size_t epoch = options.initial_epoch; epoch < options.epochs; ++epoch) {
+  for (std::size_t epoch = loop.initial_epoch; epoch < options.epochs; ++epoch) {
+    loop.epoch = epoch;
     // A restored iterator continues its epoch, and the training metrics restored with it.
-    if (!data.resuming()) model.training_metrics().reset();
+    if (!data.continues(epoch)) model.training_metrics().reset();
     data.start_epoch(epoch);
     list.on_epoch_begin(epoch);
     std::size_t step = data.step();
-    const Logs* logs = &epoch_logs;
     while (const auto* batch = data.next()) {
       list.on_train_batch_begin(step);
-      logs = &model.train_step(*batch, step_options);
-      list.on_train_batch_end(step, *logs);
-      const auto loss = logs->get("loss");
+      const Logs& logs = model.train_step(*batch, step_options);
+      loop.logs = logs;  // copied before the hooks: only the first batch's copy allocates
+      list.on_train_batch_end(step, logs);
+      const auto loss = logs.get("loss");
       if (loss && !std::isfinite(*loss) && !model.stop_training) {
         throw non_finite_loss(model.name(), *loss, epoch, step, "fit");
       }
       ++step;
+      list.on_fit_batch_end(loop);
       if (model.stop_training) break;
     }
-    epoch_logs = *logs;
     if (validation && (epoch + 1 - options.initial_epoch) % options.validation_freq == 0 &&
         !(model.stop_training && step == 0)) {
       const Logs val = run_test(model, *validation, list, epoch, true);
       for (const auto& [name, value] : val)
-        epoch_logs.set("val_" + name, value);
+        loop.logs.set("val_" + name, value);
     }
-    list.on_epoch_end(epoch, epoch_logs);
+    list.on_epoch_end(epoch, loop.logs);
     data.finish_epoch();  // a Sequence's on_epoch_end, after the epoch as in tf.keras's fit
+    list.on_fit_epoch_end(loop);
     if (model.stop_training) break;
   }
-  list.on_train_end(epoch_logs);
+  list.on_train_end(loop.logs);
   return *history;
 }
 
