@@ -2,15 +2,20 @@
 """Writes the NumPy-written .npy files under tests/data/npy/ that tests/data/test_npy.cpp reads.
 
 Run with Debian's python3-numpy: /usr/bin/python3 tests/data/generate_npy.py
+The same files are the seed corpus of tests/fuzz/fuzz_npy.cpp (tests/fuzz/corpus/npy/).
 Every array of the "pattern" files holds value(i) = (i % 11) - 3 at flat index i (C order), cast
 to the file's dtype (bool: i % 3 == 0), so the test computes the expected values on its own. The
 other files hold the literal values listed in the test.
 """
 import os
+import shutil
 
 import numpy as np
 
-HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "npy")
+TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.join(TESTS, "data", "npy")
+# The same files seed the fuzz harness tests/fuzz/fuzz_npy.cpp (tools/fuzz fuzz_npy).
+SEEDS = os.path.join(TESTS, "fuzz", "corpus", "npy")
 
 
 def pattern(dtype, shape):
@@ -29,6 +34,7 @@ def save(name, array, version=None):
     path = os.path.join(HERE, name)
     with open(path, "wb") as f:
         np.lib.format.write_array(f, array, version=version, allow_pickle=False)
+    shutil.copyfile(path, os.path.join(SEEDS, name))
     back = np.load(path)
     assert back.dtype == array.dtype and back.shape == array.shape
     assert np.array_equal(back, array, equal_nan=array.dtype.kind == "f")
@@ -36,6 +42,7 @@ def save(name, array, version=None):
 
 def main():
     os.makedirs(HERE, exist_ok=True)
+    os.makedirs(SEEDS, exist_ok=True)
     # Every supported dtype in both byte orders, shape (2, 3, 4), format version 1.0.
     for kind in ["f4", "f8", "i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", "b1"]:
         orders = ["<", ">"] if kind[1] != "1" else ["|"]

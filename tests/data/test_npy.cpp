@@ -266,6 +266,13 @@ TEST_SUITE("data") {
                          FormatError);
     write_raw(file, good, two, 2);
     CHECK(read_npy<float>(file).data()[1] == 2.0f);
+    // A bool byte other than 0 and 1 (NumPy writes only those) reads as true.
+    write_raw(file, "{'descr': '|b1', 'fortran_order': False, 'shape': (3,), }",
+              std::string("\x00\x08\x01", 3));
+    const auto flags = read_npy<float>(file);
+    CHECK(flags.data()[0] == 0.0f);
+    CHECK(flags.data()[1] == 1.0f);
+    CHECK(flags.data()[2] == 1.0f);
   }
 
   TEST_CASE("read_npy reports missing files and directories as IoError") {

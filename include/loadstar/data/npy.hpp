@@ -371,22 +371,27 @@ inline std::uint64_t npy_open(const std::filesystem::path& file, const std::stri
 template <class S, TensorElement T>
 void npy_convert(unsigned char* bytes, std::size_t count, bool swap, T* out, std::size_t first,
                  const std::string& where) {
-  if (swap) swap_bytes_in_place<sizeof(S)>(bytes, count);
-  for (std::size_t i = 0; i < count; ++i) {
-    S value;
-    std::memcpy(&value, bytes + i * sizeof(S), sizeof(S));
-    if constexpr (std::same_as<S, bool>) {
-      out[i] = static_cast<T>(value ? 1 : 0);
-    } else if constexpr (std::floating_point<T>) {
-      out[i] = static_cast<T>(value);
-    } else {
-      static_assert(std::integral<S>, "floating-point elements are refused before conversion");
-      if (!std::in_range<T>(value)) {
-        throw ShapeError(where + ": element " + std::to_string(first + i) + " (" +
-                         std::to_string(value) + ") does not fit in " +
-                         std::string(dtype_name<T>()));
+  if constexpr (std::same_as<S, bool>) {
+    // NumPy stores 0 and 1, but a file may hold any byte: only 0 is false. (Copying a byte other
+    // than 0 or 1 into a C++ bool is undefined behaviour.)
+    for (std::size_t i = 0; i < count; ++i)
+      out[i] = static_cast<T>(bytes[i] != 0 ? 1 : 0);
+  } else {
+    if (swap) swap_bytes_in_place<sizeof(S)>(bytes, count);
+    for (std::size_t i = 0; i < count; ++i) {
+      S value;
+      std::memcpy(&value, bytes + i * sizeof(S), sizeof(S));
+      if constexpr (std::floating_point<T>) {
+        out[i] = static_cast<T>(value);
+      } else {
+        static_assert(std::integral<S>, "floating-point elements are refused before conversion");
+        if (!std::in_range<T>(value)) {
+          throw ShapeError(where + ": element " + std::to_string(first + i) + " (" +
+                           std::to_string(value) + ") does not fit in " +
+                           std::string(dtype_name<T>()));
+        }
+        out[i] = static_cast<T>(value);
       }
-      out[i] = static_cast<T>(value);
     }
   }
 }
