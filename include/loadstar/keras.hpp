@@ -17,4 +17,5 @@
 #include "loadstar/keras/optimizers.hpp"
 #include "loadstar/keras/registry.hpp"
 #include "loadstar/keras/saving/model_config.hpp"
+#include "loadstar/keras/saving/saving.hpp"
 #include "loadstar/keras/sequential.hpp"

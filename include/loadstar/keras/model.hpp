@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <iostream>
 #include <map>
@@ -61,6 +62,7 @@
 #include "loadstar/keras/optimizers.hpp"
 #include "loadstar/keras/options.hpp"
 #include "loadstar/keras/running_metrics.hpp"
+#include "loadstar/keras/saving/options.hpp"
 #include "loadstar/keras/validation_data.hpp"
 #include "loadstar/tensor/tensor.hpp"
 
@@ -198,6 +200,12 @@ class Model {
     options.loss_weights = std::move(loss_weights);
     compile(options);
   }
+
+  /// Whether `compile` was called.
+  bool compiled() const noexcept { return compiled_; }
+
+  /// The options of the last `compile` (what `save_model` writes as `training_config`).
+  const CompileOptions& compile_options() const noexcept { return options_; }
 
   /// The optimizer given to `compile`; throws `ConfigError` before `compile`.
   Optimizer& optimizer() const {
@@ -566,6 +574,13 @@ class Model {
   /// The number of scalars in the weights.
   std::size_t count_params() const;
 
+  /// Keras's `model.save(path)`: `save_model(*this, path, options)` (keras/saving/saving.hpp).
+  void save(const std::filesystem::path& path, const SaveOptions& options = {}) const;
+  /// Keras's `model.save_weights(path)`: `save_weights(*this, path)`.
+  void save_weights(const std::filesystem::path& path) const;
+  /// Keras's `model.load_weights(path)`: `load_weights(*this, path, options)`.
+  void load_weights(const std::filesystem::path& path, const LoadWeightsOptions& options = {});
+
   /// Prints Keras's summary table: layers, output shapes, parameter counts and totals (with a
   /// "Connected to" column when the graph is not a chain). Throws `ConfigError` for a
   /// `Sequential` model not built yet.
@@ -744,3 +759,4 @@ class Model {
 #include "loadstar/keras/detail/model_steps.hpp"
 #include "loadstar/keras/detail/model_weights.hpp"
 #include "loadstar/keras/saving/model_config.hpp"
+#include "loadstar/keras/saving/saving.hpp"

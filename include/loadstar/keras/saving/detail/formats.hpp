@@ -1,0 +1,818 @@
+/// \file
+/// Writing and reading the contents of Keras's model files: the layer lists and names Keras uses,
+/// `training_config` and Keras 3's `compile_config`, Keras 3's `config.json` serialization, the
+/// legacy and Keras 3 weight layouts, the optimizer's state, and writing through a temporary file.
+#pragma once
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "loadstar/error.hpp"
+#include "loadstar/keras/layer.hpp"
+#include "loadstar/keras/layers/registry.hpp"
+#include "loadstar/keras/losses.hpp"
+#include "loadstar/keras/metrics.hpp"
+#include "loadstar/keras/model.hpp"
+#include "loadstar/keras/optimizers.hpp"
+#include "loadstar/keras/registry.hpp"
+#include "loadstar/keras/saving/detail/h5_io.hpp"
+#include "loadstar/keras/saving/detail/model_file.hpp"
+#include "loadstar/keras/saving/options.hpp"
+#include "loadstar/keras/sequential.hpp"
+
+namespace loadstar::keras::detail {
+
+/// The tf.keras release whose legacy layout and weight names our `.h5` files follow.
+inline constexpr const char* legacy_keras_version = "2.13.1";
+/// The Keras 3 release whose `.keras` layout our archives follow.
+inline constexpr const char* keras3_version = "3.5.0";
+
+// --- the model's layers as Keras lists them
+// -------------------------------------------------------
+
+/// One entry of Keras's `model.layers`: an input (functional models list their `InputLayer`s,
+/// without weights) or a layer.
+struct KerasLayerEntry {
+  std::string name;
+  std::string class_name;
+  const Layer* layer = nullptr;
+};
+
+/// Keras's `model.layers`: a `Sequential` lists its layers alone (Keras leaves out the
+/// auto-generated `InputLayer`), a functional model its inputs first, then its layers.
+inline std::vector<KerasLayerEntry> keras_layers(const Model& model) {
+  std::vector<KerasLayerEntry> out;
+  if (dynamic_cast<const Sequential*>(&model) == nullptr) {
+    for (const auto& name : model.input_names())
+      out.push_back({name, "InputLayer", nullptr});
+  }
+  for (const auto& layer : model.layers())
+    out.push_back({layer->name(), layer->class_name(), layer.get()});
+  return out;
+}
+
+/// Keras 3's `naming.to_snake_case`: `"Conv2D"` -> `"conv2d"`, `"BatchNormalization"` ->
+/// `"batch_normalization"`, `"MaxPooling2D"` -> `"max_pooling2d"`.
+inline std::string snake_case(const std::string& name) {
+  std::string word;
+  for (char c : name)
+    if (std::isalnum(static_cast<unsigned char>(c)) || c == '_') word += c;
+  const auto upper = [](char c) { return c >= 'A' && c <= 'Z'; };
+  const auto lower = [](char c) { return c >= 'a' && c <= 'z'; };
+  // re.sub("(.)([A-Z][a-z]+)", r"\1_\2"), then re.sub("([a-z])([A-Z])", r"\1_\2"), then lower.
+  std::string first;
+  for (std::size_t i = 0; i < word.size(); ++i) {
+    if (i > 0 && upper(word[i]) && i + 1 < word.size() && lower(word[i + 1])) first += '_';
+    first += word[i];
+  }
+  std::string second;
+  for (std::size_t i = 0; i < first.size(); ++i) {
+    if (i > 0 && upper(first[i]) && lower(first[i - 1])) second += '_';
+    second += first[i];
+  }
+  std::string out;
+  for (char c : second)
+    out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+/// The groups Keras 3 stores each entry of `model.layers` under (`layers/<key>`): the class name
+/// in snake case, made unique with `_1`, `_2`, ... in list order (saving_lib's
+/// `_save_container_state`; names are not used, since they are not reproducible).
+inline std::vector<std::string> keras3_keys(const std::vector<KerasLayerEntry>& entries) {
+  std::map<std::string, std::size_t> used;
+  std::vector<std::string> keys;
+  for (const auto& entry : entries) {
+    const std::string base = snake_case(entry.class_name);
+    auto [it, fresh] = used.emplace(base, 0);
+    if (fresh) {
+      keys.push_back(base);
+    } else {
+      keys.push_back(base + "_" + std::to_string(++it->second));
+    }
+  }
+  return keys;
+}
+
+/// The weights of every layer on the host, by layer, from `get_weights`.
+inline std::map<const Layer*, std::vector<Tensor<float>>> host_weights(const Model& model) {
+  std::map<const Layer*, std::vector<Tensor<float>>> out;
+  auto all = model.get_weights();
+  std::size_t i = 0;
+  for (const auto& layer : model.layers()) {
+    auto& list = out[layer.get()];
+    for (std::size_t k = 0; k < layer->weights().size(); ++k)
+      list.push_back(std::move(all[i++]));
+  }
+  return out;
+}
+
+/// A tensor on the host (optimizer slots live in the backend's memory).
+inline Tensor<float> to_host(const Model& model, const Tensor<float>& tensor) {
+  if (tensor.is_host()) return tensor.clone();
+  // The backend exists: a tensor off the host was made by it.
+  return const_cast<Model&>(model).backend().to_host(tensor);
+}
+
+/// For each trainable variable of the model, in `trainable_variables` order: its layer's name
+/// and its own (`"dense"`, `"kernel"`).
+inline std::vector<std::pair<std::string, std::string>> trainable_names(const Model& model) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& layer : model.layers())
+    for (const auto& w : layer->weights())
+      if (w.trainable) out.emplace_back(layer->name(), w.name);
+  return out;
+}
+
+// --- writing through a temporary file ------------------------------------------------------------
+
+/// Runs `write(temporary)` for a temporary name in the directory of `path`, then renames it to
+/// `path` (atomic on POSIX file systems): a failure leaves neither a half-written file under the
+/// final name nor the temporary file. With `overwrite` false, an existing `path` is an `IoError`.
+template <class Write>
+void write_atomically(const std::filesystem::path& path, bool overwrite, const std::string& where,
+                      Write&& write) {
+  std::error_code error;
+  if (!overwrite && std::filesystem::exists(path, error)) {
+    throw IoError(where + ": exists and overwrite is false");
+  }
+  if (std::filesystem::is_directory(path, error)) {
+    throw IoError(where + ": cannot write (is a directory)");
+  }
+  static std::atomic<unsigned> counter{0};
+  const std::filesystem::path directory =
+      path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
+  const std::filesystem::path temporary =
+      directory / ("." + path.filename().string() + ".tmp-" + std::to_string(::getpid()) + "-" +
+                   std::to_string(counter++));
+  try {
+    write(temporary);
+    std::filesystem::rename(temporary, path, error);
+    if (error)
+      throw IoError(where + ": cannot rename the temporary file into place (" + error.message() +
+                    ")");
+  } catch (...) {
+    std::filesystem::remove(temporary, error);
+    throw;
+  }
+}
+
+// --- training_config / compile_config
+// --------------------------------------------------------------
+
+template <class Arg>
+nlohmann::json object_arg_json(const Arg& arg, const char* module) {
+  if (!arg.object()) return arg.name();
+  nlohmann::json out = {{"class_name", arg.object()->class_name()},
+                        {"config", arg.object()->get_config()}};
+  if (module != nullptr) {
+    out["module"] = module;
+    out["registered_name"] = nullptr;
+  }
+  return out;
+}
+
+inline nlohmann::json losses_json(const Losses& losses, const char* module) {
+  if (!losses.map().empty()) {
+    nlohmann::json out = nlohmann::json::object();
+    for (const auto& [name, arg] : losses.map())
+      out[name] = object_arg_json(arg, module);
+    return out;
+  }
+  if (losses.single()) return object_arg_json(losses.list().front(), module);
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& arg : losses.list())
+    out.push_back(object_arg_json(arg, module));
+  return out;
+}
+
+inline nlohmann::json metrics_json(const std::vector<MetricArg>& metrics, const char* module) {
+  if (metrics.empty()) return nullptr;
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& arg : metrics)
+    out.push_back(object_arg_json(arg, module));
+  return out;
+}
+
+inline nlohmann::json loss_weights_json(const CompileOptions& options) {
+  if (options.loss_weights.empty()) return nullptr;
+  return options.loss_weights;
+}
+
+/// tf.keras 2.x's `training_config` (`saving_utils.model_metadata`): the compile arguments and
+/// `optimizer_config`.
+inline nlohmann::json training_config(const Model& model) {
+  const CompileOptions& options = model.compile_options();
+  const Optimizer& optimizer = model.optimizer();
+  return {{"loss", losses_json(options.loss, nullptr)},
+          {"metrics", metrics_json(options.metrics, nullptr)},
+          {"weighted_metrics", metrics_json(options.weighted_metrics, nullptr)},
+          {"loss_weights", loss_weights_json(options)},
+          {"optimizer_config",
+           {{"class_name", optimizer.class_name()}, {"config", optimizer.get_config()}}}};
+}
+
+/// Keras 3's `compile_config` (`Trainer.get_compile_config`).
+inline nlohmann::json compile_config(const Model& model) {
+  const CompileOptions& options = model.compile_options();
+  const Optimizer& optimizer = model.optimizer();
+  return {{"optimizer",
+           {{"module", "keras.optimizers"},
+            {"class_name", optimizer.class_name()},
+            {"config", optimizer.get_config()},
+            {"registered_name", nullptr}}},
+          {"loss", losses_json(options.loss, "keras.losses")},
+          {"loss_weights", loss_weights_json(options)},
+          {"metrics", metrics_json(options.metrics, "keras.metrics")},
+          {"weighted_metrics", metrics_json(options.weighted_metrics, "keras.metrics")},
+          {"run_eagerly", false},
+          {"steps_per_execution", 1},
+          {"jit_compile", false}};
+}
+
+/// Appends the metrics a config lists: names, objects, and tf.keras 2.4+'s per-output lists of
+/// `MeanMetricWrapper` configs (a wrapped Keras function, named by its `name`).
+inline void read_metrics(const nlohmann::json& value, std::vector<MetricArg>& out,
+                         const CustomObjects* custom) {
+  if (value.is_null()) return;
+  if (value.is_string()) {
+    out.emplace_back(value.get<std::string>());
+  } else if (value.is_array()) {
+    for (const auto& item : value)
+      read_metrics(item, out, custom);
+  } else if (value.is_object() && value.contains("class_name")) {
+    const auto config = value.find("config");
+    if (value["class_name"] == "MeanMetricWrapper" && config != value.end() &&
+        config->is_object() && config->contains("name") && (*config)["name"].is_string()) {
+      out.emplace_back((*config)["name"].get<std::string>());
+    } else {
+      out.emplace_back(std::shared_ptr<Metric>(Registry<Metric>::instance().create(value, custom)));
+    }
+  } else if (value.is_object()) {
+    for (const auto& [name, item] : value.items())
+      read_metrics(item, out, custom);
+  } else {
+    throw ConfigError("metrics: expected names or configs but found " + describe_json(value));
+  }
+}
+
+inline LossArg read_loss(const nlohmann::json& value, const CustomObjects* custom) {
+  if (value.is_string()) return LossArg(value.get<std::string>());
+  return LossArg(std::shared_ptr<Loss>(Registry<Loss>::instance().create(value, custom)));
+}
+
+/// Compiles `model` as a `training_config` (legacy) or `compile_config` (Keras 3) describes;
+/// returns false, leaving the model uncompiled, when it names no loss (Keras compiles such a model
+/// with `loss=None`, which loadstar cannot train).
+inline bool compile_from_config(Model& model, const nlohmann::json& config,
+                                const CustomObjects* custom) {
+  if (!config.is_object()) {
+    throw ConfigError("expected an object but found " + describe_json(config));
+  }
+  const auto loss = config.find("loss");
+  if (loss == config.end() || loss->is_null()) return false;
+  const auto optimizer = config.contains("optimizer_config") ? config.find("optimizer_config")
+                                                             : config.find("optimizer");
+  if (optimizer == config.end() || optimizer->is_null()) {
+    throw ConfigError("no optimizer_config");
+  }
+  CompileOptions options;
+  options.threads = model.compile_options().threads;
+  options.backend = model.compile_options().backend;
+  options.optimizer =
+      std::shared_ptr<Optimizer>(Registry<Optimizer>::instance().create(*optimizer, custom));
+  if (loss->is_array()) {
+    std::vector<LossArg> list;
+    for (const auto& item : *loss)
+      list.push_back(read_loss(item, custom));
+    options.loss = Losses(std::move(list));
+  } else if (loss->is_object() && !loss->contains("class_name")) {
+    std::map<std::string, LossArg> by_name;
+    for (const auto& [name, item] : loss->items())
+      by_name.emplace(name, read_loss(item, custom));
+    options.loss = Losses::by_name(std::move(by_name));
+  } else {
+    options.loss = read_loss(*loss, custom);
+  }
+  if (const auto metrics = config.find("metrics"); metrics != config.end()) {
+    read_metrics(*metrics, options.metrics, custom);
+  }
+  if (const auto weighted = config.find("weighted_metrics"); weighted != config.end()) {
+    read_metrics(*weighted, options.weighted_metrics, custom);
+  }
+  if (const auto weights = config.find("loss_weights");
+      weights != config.end() && !weights->is_null()) {
+    if (weights->is_array()) {
+      for (const auto& w : *weights) {
+        if (!w.is_number()) throw ConfigError("loss_weights: expected numbers");
+        options.loss_weights.push_back(w.get<double>());
+      }
+    } else if (weights->is_object()) {
+      for (const auto& output : model.output_names()) {
+        const auto w = weights->find(output);
+        options.loss_weights.push_back(w != weights->end() && w->is_number() ? w->get<double>()
+                                                                             : 1.0);
+      }
+    } else {
+      throw ConfigError("loss_weights: expected a list or a map by output name");
+    }
+  }
+  model.compile(options);
+  return true;
+}
+
+// --- Keras 3's config.json
+// ---------------------------------------------------------------------------
+
+inline nlohmann::json batch_shape_json(const Shape& shape) {
+  nlohmann::json out = nlohmann::json::array({nullptr});
+  for (std::size_t d : shape)
+    out.push_back(d);
+  return out;
+}
+
+inline nlohmann::json dtype_policy(const std::string& name) {
+  return {{"module", "keras"},
+          {"class_name", "DTypePolicy"},
+          {"config", {{"name", name}}},
+          {"registered_name", nullptr}};
+}
+
+/// A layer's Keras 2 config as Keras 3 writes it: `batch_shape` for `InputLayer`, no
+/// `batch_input_shape` elsewhere, a `DTypePolicy`, and `module`s on nested objects.
+inline nlohmann::json keras3_layer_config(const std::string& class_name, nlohmann::json config) {
+  if (!config.is_object()) return config;
+  if (class_name == "InputLayer") {
+    if (config.contains("batch_input_shape")) {
+      config["batch_shape"] = config["batch_input_shape"];
+      config.erase("batch_input_shape");
+    }
+    return config;
+  }
+  config.erase("batch_input_shape");
+  if (config.contains("dtype") && config["dtype"].is_string()) {
+    config["dtype"] = dtype_policy(config["dtype"].get<std::string>());
+  }
+  for (auto& [key, value] : config.items()) {
+    if (!value.is_object() || !value.contains("class_name") || value.contains("module")) continue;
+    const auto ends = [&](std::string_view suffix) {
+      return key.size() >= suffix.size() &&
+             key.compare(key.size() - suffix.size(), suffix.size(), suffix) == 0;
+    };
+    const char* module = ends("_initializer")   ? "keras.initializers"
+                         : ends("_regularizer") ? "keras.regularizers"
+                         : ends("_constraint")  ? "keras.constraints"
+                                                : nullptr;
+    if (module == nullptr) continue;
+    value["module"] = module;
+    value["registered_name"] = nullptr;
+  }
+  return config;
+}
+
+/// Keras 3's `config.json` for a model (`serialize_keras_object(model)`): `module`,
+/// `class_name`, `config` with Keras 3 layer entries (functional `inbound_nodes` as
+/// `{"args": [__keras_tensor__...], "kwargs": {}}`), `build_config`, and `compile_config` for a
+/// compiled model when `include_compile`.
+inline nlohmann::json keras3_model_config(const Model& model, bool include_compile) {
+  nlohmann::json legacy = model_get_config(model);
+  const std::string class_name = legacy["class_name"].get<std::string>();
+  nlohmann::json config = legacy["config"];
+  std::map<std::string, const Layer*> by_name;
+  for (const auto& layer : model.layers())
+    by_name[layer->name()] = layer.get();
+  std::map<std::string, Shape> output_shapes;
+  for (std::size_t i = 0; i < model.inputs().size(); ++i)
+    output_shapes[model.input_names()[i]] = model.inputs()[i].shape();
+  for (const auto& layer : model.layers())
+    output_shapes[layer->name()] = layer->built_output_shape();
+  const auto keras_tensor = [&](const nlohmann::json& ref) {
+    const std::string name = ref[0].get<std::string>();
+    const auto shape = output_shapes.find(name);
+    return nlohmann::json{
+        {"class_name", "__keras_tensor__"},
+        {"config",
+         {{"shape", shape != output_shapes.end() ? batch_shape_json(shape->second) : nullptr},
+          {"dtype", "float32"},
+          {"keras_history", {name, ref[1], ref[2]}}}}};
+  };
+  nlohmann::json layers = nlohmann::json::array();
+  for (const auto& entry : config["layers"]) {
+    const std::string layer_class = entry["class_name"].get<std::string>();
+    nlohmann::json out = {{"module", "keras.layers"},
+                          {"class_name", layer_class},
+                          {"config", keras3_layer_config(layer_class, entry["config"])},
+                          {"registered_name", nullptr}};
+    const std::string name = entry.contains("name") ? entry["name"].get<std::string>()
+                             : entry["config"].contains("name")
+                                 ? entry["config"]["name"].get<std::string>()
+                                 : std::string();
+    if (const auto it = by_name.find(name); it != by_name.end() && it->second->built()) {
+      const auto& shapes = it->second->built_input_shapes();
+      nlohmann::json input_shape;
+      if (shapes.size() == 1) {
+        input_shape = batch_shape_json(shapes.front());
+      } else {
+        for (const auto& s : shapes)
+          input_shape.push_back(batch_shape_json(s));
+      }
+      out["build_config"] = {{"input_shape", input_shape}};
+    }
+    if (entry.contains("inbound_nodes")) {
+      nlohmann::json nodes = nlohmann::json::array();
+      for (const auto& call : entry["inbound_nodes"]) {
+        nlohmann::json args = nlohmann::json::array();
+        for (const auto& ref : call)
+          args.push_back(keras_tensor(ref));
+        nodes.push_back({{"args", call.size() == 1 ? args : nlohmann::json::array({args})},
+                         {"kwargs", nlohmann::json::object()}});
+      }
+      out["name"] = name;
+      out["inbound_nodes"] = std::move(nodes);
+    }
+    layers.push_back(std::move(out));
+  }
+  config["layers"] = std::move(layers);
+  config["trainable"] = true;
+  nlohmann::json out = {
+      {"module", class_name == "Sequential" ? "keras" : "keras.src.models.functional"},
+      {"class_name", class_name},
+      {"config", nullptr},
+      {"registered_name",
+       class_name == "Sequential" ? nlohmann::json(nullptr) : nlohmann::json(class_name)}};
+  if (class_name == "Sequential") {
+    config["dtype"] = dtype_policy("float32");
+    if (!model.inputs().empty()) {
+      config["build_input_shape"] = batch_shape_json(model.inputs()[0].shape());
+      out["build_config"] = {{"input_shape", config["build_input_shape"]}};
+    }
+  } else {
+    out["build_config"] = {{"input_shape", nullptr}};
+  }
+  out["config"] = std::move(config);
+  if (include_compile && model.compiled()) out["compile_config"] = compile_config(model);
+  return out;
+}
+
+/// The `[[layer, node, tensor, {}], ...]` of one Keras 3 call: every `__keras_tensor__` of its
+/// `args`, in order.
+inline void collect_keras_tensors(const nlohmann::json& value, nlohmann::json& out) {
+  if (value.is_array()) {
+    for (const auto& item : value)
+      collect_keras_tensors(item, out);
+  } else if (value.is_object()) {
+    const auto class_name = value.find("class_name");
+    const auto config = value.find("config");
+    if (class_name != value.end() && *class_name == "__keras_tensor__" && config != value.end() &&
+        config->is_object() && config->contains("keras_history") &&
+        (*config)["keras_history"].is_array() && (*config)["keras_history"].size() == 3) {
+      const auto& history = (*config)["keras_history"];
+      out.push_back({history[0], history[1], history[2], nlohmann::json::object()});
+      return;
+    }
+    for (const auto& [key, item] : value.items())
+      collect_keras_tensors(item, out);
+  }
+}
+
+/// A Keras 3 `config.json` as the Keras 2 `model_config` that `model_from_config` reads: layer
+/// entries keep their configs (the layer factories read Keras 3's keys), and `inbound_nodes`
+/// become Keras 2's lists.
+inline nlohmann::json legacy_model_config(nlohmann::json config) {
+  if (!config.is_object()) return config;
+  const auto inner = config.find("config");
+  if (inner == config.end() || !inner->is_object()) return config;
+  const auto layers = inner->find("layers");
+  if (layers != inner->end() && layers->is_array()) {
+    for (auto& entry : *layers) {
+      if (!entry.is_object()) continue;
+      const auto nodes = entry.find("inbound_nodes");
+      if (nodes == entry.end() || !nodes->is_array()) continue;
+      nlohmann::json legacy = nlohmann::json::array();
+      for (const auto& node : *nodes) {
+        if (!node.is_object()) {
+          legacy.push_back(node);
+          continue;
+        }
+        nlohmann::json refs = nlohmann::json::array();
+        if (node.contains("args")) collect_keras_tensors(node["args"], refs);
+        legacy.push_back(std::move(refs));
+      }
+      *nodes = std::move(legacy);
+    }
+  }
+  for (const char* key : {"input_layers", "output_layers"}) {
+    const auto list = inner->find(key);
+    // Keras 3 writes one endpoint [name, 0, 0] without the enclosing list for a single tensor.
+    if (list != inner->end() && list->is_array() && !list->empty() && (*list)[0].is_string()) {
+      *list = nlohmann::json::array({*list});
+    }
+  }
+  return {{"class_name", config.value("class_name", nlohmann::json())}, {"config", *inner}};
+}
+
+// --- writing weights
+// --------------------------------------------------------------------------------
+
+/// The legacy weights of every layer into `group` (`/model_weights` or the root of a weights
+/// file), as `save_weights_to_hdf5_group`: `layer_names` in model order, `backend` and
+/// `keras_version`, one group per layer created in name order, each with `weight_names`
+/// (`dense/kernel:0`) and the datasets at those paths, and `top_level_model_weights`.
+inline void write_legacy_layers(H5Writer& writer, hid_t group, const Model& model) {
+  const auto entries = keras_layers(model);
+  std::vector<std::string> names;
+  for (const auto& entry : entries)
+    names.push_back(entry.name);
+  writer.string_list_attribute(group, "layer_names", names);
+  writer.string_attribute(group, "backend", "tensorflow", false);
+  writer.string_attribute(group, "keras_version", legacy_keras_version, false);
+  auto weights = host_weights(model);
+  std::vector<const KerasLayerEntry*> sorted;
+  for (const auto& entry : entries)
+    sorted.push_back(&entry);
+  std::sort(sorted.begin(), sorted.end(),
+            [](const auto* a, const auto* b) { return a->name < b->name; });
+  for (const KerasLayerEntry* entry : sorted) {
+    H5Id layer_group = writer.create_group(group, entry->name);
+    std::vector<std::string> weight_names;
+    if (entry->layer != nullptr) {
+      const auto& values = weights[entry->layer];
+      for (std::size_t k = 0; k < values.size(); ++k) {
+        weight_names.push_back(entry->name + "/" + entry->layer->weights()[k].name + ":0");
+      }
+      writer.string_list_attribute(layer_group.get(), "weight_names", weight_names);
+      for (std::size_t k = 0; k < values.size(); ++k) {
+        writer.float_dataset(layer_group.get(), weight_names[k], values[k].shape(),
+                             values[k].data());
+      }
+    } else {
+      writer.string_list_attribute(layer_group.get(), "weight_names", weight_names);
+    }
+  }
+  H5Id top = writer.create_group(group, "top_level_model_weights");
+  writer.string_list_attribute(top.get(), "weight_names", {});
+}
+
+/// The slot kind of a slot variable (`"m"` of `"m/kernel"`).
+inline std::string slot_kind(const std::string& slot_name) {
+  return slot_name.substr(0, slot_name.find('/'));
+}
+
+/// `/optimizer_weights` as tf.keras 2.x's OptimizerV2 lists its weights: `Adam/iter:0`, then
+/// every variable's first slot (`Adam/dense/kernel/m:0`, ...), then every variable's second,
+/// which is the order `optimizer.set_weights` expects.
+inline void write_legacy_optimizer(H5Writer& writer, const Model& model) {
+  Optimizer& optimizer = model.optimizer();
+  H5Id group = writer.create_group(writer.root(), "optimizer_weights");
+  const std::string prefix = optimizer.name();
+  const auto slots = optimizer.variables();
+  const auto variables = trainable_names(model);
+  std::vector<std::string> names{prefix + "/iter:0"};
+  std::vector<const Variable*> order;
+  const std::size_t per_variable = variables.empty() ? 0 : slots.size() / variables.size();
+  if (per_variable * variables.size() == slots.size()) {
+    for (std::size_t k = 0; k < per_variable; ++k) {
+      for (std::size_t j = 0; j < variables.size(); ++j) {
+        const Variable& slot = slots[j * per_variable + k];
+        names.push_back(prefix + "/" + variables[j].first + "/" + variables[j].second + "/" +
+                        slot_kind(slot.name) + ":0");
+        order.push_back(&slot);
+      }
+    }
+  }
+  writer.string_list_attribute(group.get(), "weight_names", names);
+  writer.int64_dataset(group.get(), names[0], optimizer.iterations());
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    const Tensor<float> value = to_host(model, order[i]->value);
+    writer.float_dataset(group.get(), names[i + 1], value.shape(), value.data());
+  }
+}
+
+/// Keras 3's weights layout (`saving_lib._save_state`): the model's own `vars` (none), each
+/// entry of `model.layers` under `layers/<key>/vars` with datasets `0`, `1`, ..., and, with
+/// `optimizer`, `optimizer/vars`: the iteration count, the learning rate (when constant), then
+/// every variable's slots in turn.
+inline void write_keras3_weights(H5Writer& writer, const Model& model, bool optimizer) {
+  H5Id root_vars = writer.create_group(writer.root(), "vars");
+  writer.string_attribute(root_vars.get(), "name", model.name(), true);
+  const auto entries = keras_layers(model);
+  const auto keys = keras3_keys(entries);
+  auto weights = host_weights(model);
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    H5Id vars = writer.create_group(writer.root(), "layers/" + keys[i] + "/vars");
+    writer.string_attribute(vars.get(), "name", entries[i].name, true);
+    if (entries[i].layer == nullptr) continue;
+    const auto& values = weights[entries[i].layer];
+    for (std::size_t k = 0; k < values.size(); ++k)
+      writer.float_dataset(vars.get(), std::to_string(k), values[k].shape(), values[k].data());
+  }
+  if (!optimizer || !model.compiled()) return;
+  Optimizer& opt = model.optimizer();
+  H5Id vars = writer.create_group(writer.root(), "optimizer/vars");
+  writer.string_attribute(vars.get(), "name", opt.name(), true);
+  std::size_t index = 0;
+  writer.int64_dataset(vars.get(), std::to_string(index++), opt.iterations());
+  const nlohmann::json config = opt.get_config();
+  if (config.contains("learning_rate") && config["learning_rate"].is_number()) {
+    const float rate = static_cast<float>(opt.learning_rate());
+    writer.float_dataset(vars.get(), std::to_string(index++), Shape{}, &rate);
+  }
+  for (const Variable& slot : opt.variables()) {
+    const Tensor<float> value = to_host(model, slot.value);
+    writer.float_dataset(vars.get(), std::to_string(index++), value.shape(), value.data());
+  }
+}
+
+// --- reading weights -----------------------------------------------------------------------------
+
+inline std::string names_text(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& name : names)
+    out += (out.empty() ? "'" : ", '") + name + "'";
+  return out.empty() ? "none" : out;
+}
+
+/// Sets the weights of `model` from a file's layers. Legacy files pair layers with weights by
+/// position (Keras's `load_weights_from_hdf5_group`) or, with `by_name`, by name; Keras 3 files
+/// by their `layers/<key>` group. Throws `FormatError` for a different number of layers with
+/// weights or a missing layer, `ShapeError` for a different number or shape of weights, each
+/// naming the layer (and weight); with `skip_mismatch`, such layers keep their weights instead.
+inline void assign_weights(Model& model, const ModelFile& file, const LoadWeightsOptions& options,
+                           const std::string& where) {
+  auto values = model.get_weights();
+  std::map<const Layer*, std::size_t> offsets;
+  std::size_t offset = 0;
+  for (const auto& layer : model.layers()) {
+    offsets[layer.get()] = offset;
+    offset += layer->weights().size();
+  }
+  const auto assign = [&](const Layer& layer, const StoredLayer& stored) {
+    const auto weights = layer.weights();
+    if (stored.weights.size() != weights.size()) {
+      if (options.skip_mismatch) return;
+      throw ShapeError(where + ": layer '" + layer.name() + "' (" + layer.class_name() + ") has " +
+                       std::to_string(weights.size()) + " weights but the file holds " +
+                       std::to_string(stored.weights.size()) + " for it (layer '" + stored.name +
+                       "')");
+    }
+    for (std::size_t k = 0; k < weights.size(); ++k) {
+      if (stored.weights[k].shape != weights[k].value.shape()) {
+        if (options.skip_mismatch) return;
+        throw ShapeError(where + ": layer '" + layer.name() + "' weight '" + weights[k].name +
+                         "' has shape " + weights[k].value.shape().str() + " but the file's '" +
+                         stored.weights[k].name + "' has shape " + stored.weights[k].shape.str());
+      }
+    }
+    const std::size_t first = offsets.at(&layer);
+    for (std::size_t k = 0; k < weights.size(); ++k) {
+      std::copy(stored.weights[k].values.begin(), stored.weights[k].values.end(),
+                values[first + k].begin());
+    }
+  };
+  if (file.layout == FileLayout::keras3_archive || file.layout == FileLayout::keras3_weights) {
+    const auto entries = keras_layers(model);
+    const auto keys = keras3_keys(entries);
+    std::map<std::string, const StoredLayer*> stored;
+    for (const auto& layer : file.layers)
+      stored[layer.name] = &layer;
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+      const Layer* layer = entries[i].layer;
+      if (layer == nullptr || layer->weights().empty()) continue;
+      const auto it = stored.find(keys[i]);
+      if (it == stored.end()) {
+        if (options.skip_mismatch) continue;
+        throw FormatError(where + ": layer '" + layer->name() + "' (" + layer->class_name() +
+                          ") has weights but the file has no group 'layers/" + keys[i] +
+                          "/vars' for it");
+      }
+      assign(*layer, *it->second);
+    }
+  } else if (options.by_name) {
+    std::map<std::string, const StoredLayer*> stored;
+    for (const auto& layer : file.layers)
+      stored[layer.name] = &layer;
+    for (const auto& layer : model.layers()) {
+      if (layer->weights().empty()) continue;
+      const auto it = stored.find(layer->name());
+      if (it != stored.end()) assign(*layer, *it->second);
+    }
+  } else {
+    std::vector<const StoredLayer*> stored;
+    std::vector<std::string> stored_names, model_names;
+    for (const auto& layer : file.layers) {
+      if (layer.weights.empty()) continue;
+      stored.push_back(&layer);
+      stored_names.push_back(layer.name);
+    }
+    std::vector<const Layer*> targets;
+    for (const auto& layer : model.layers()) {
+      if (layer->weights().empty()) continue;
+      targets.push_back(layer.get());
+      model_names.push_back(layer->name());
+    }
+    if (stored.size() != targets.size()) {
+      throw FormatError(where + ": holds weights for " + std::to_string(stored.size()) +
+                        " layers (" + names_text(stored_names) + ") but model '" + model.name() +
+                        "' has " + std::to_string(targets.size()) + " layers with weights (" +
+                        names_text(model_names) + ")");
+    }
+    for (std::size_t i = 0; i < targets.size(); ++i)
+      assign(*targets[i], *stored[i]);
+  }
+  model.set_weights(values);
+}
+
+/// The last component of a weight name without `:0` (`"m"` of `"Adam/dense/kernel/m:0"`).
+inline std::string last_component(const std::string& name) {
+  std::string last = name.substr(name.rfind('/') == std::string::npos ? 0 : name.rfind('/') + 1);
+  if (const auto colon = last.rfind(':'); colon != std::string::npos) last.resize(colon);
+  return last;
+}
+
+/// Restores the compiled optimizer's slots and iteration count from a file's optimizer state:
+/// tf.keras 2.x's `/optimizer_weights` (the iteration count found by name, the slots grouped by
+/// kind as OptimizerV2 lists them or interleaved per variable as Keras 3 does), or Keras 3's
+/// `optimizer/vars` (iterations, learning rate, slots). Throws `FormatError` when the slots do not
+/// match the optimizer's for the model's trainable weights.
+inline void restore_optimizer(Model& model, const ModelFile& file, const std::string& where) {
+  Optimizer& optimizer = model.optimizer();
+  optimizer.build(model.trainable_variables());
+  const auto slots = optimizer.variables();
+  std::optional<std::int64_t> iterations;
+  std::vector<const StoredArray*> entries;
+  const bool keras3 =
+      file.layout == FileLayout::keras3_archive || file.layout == FileLayout::keras3_weights;
+  const auto count_of = [&](const StoredArray& a) -> std::int64_t {
+    if (a.integer) return *a.integer;
+    if (a.values.size() != 1 || !(a.values[0] >= 0) || a.values[0] > 9e18F) {
+      throw FormatError(where + ": optimizer iteration count '" + a.name +
+                        "' is not a non-negative scalar");
+    }
+    return static_cast<std::int64_t>(a.values[0]);
+  };
+  if (keras3) {
+    if (file.optimizer.empty()) return;
+    iterations = count_of(file.optimizer[0]);
+    const std::size_t skip = file.optimizer.size() == slots.size() + 2 ? 2 : 1;
+    for (std::size_t i = skip; i < file.optimizer.size(); ++i)
+      entries.push_back(&file.optimizer[i]);
+  } else {
+    for (const auto& a : file.optimizer) {
+      const std::string last = last_component(a.name);
+      if (last == "iter" || last == "iteration" || last == "iterations") {
+        iterations = count_of(a);
+      } else if (last != "learning_rate") {
+        entries.push_back(&a);
+      }
+    }
+  }
+  if (!entries.empty() && entries.size() != slots.size()) {
+    throw FormatError(where + ": the optimizer state holds " + std::to_string(entries.size()) +
+                      " slot arrays but optimizer '" + optimizer.name() + "' (" +
+                      optimizer.class_name() + ") has " + std::to_string(slots.size()) +
+                      " for the model's " + std::to_string(model.trainable_variables().size()) +
+                      " trainable weights");
+  }
+  const std::size_t variables = model.trainable_variables().size();
+  const std::size_t per_variable = variables == 0 ? 0 : slots.size() / variables;
+  // OptimizerV2 groups the slots by kind (every m, then every v): its first two names end alike.
+  const bool grouped = !keras3 && per_variable > 1 && variables > 1 && entries.size() > 1 &&
+                       last_component(entries[0]->name) == last_component(entries[1]->name);
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    const std::size_t target = grouped ? (i % variables) * per_variable + i / variables : i;
+    const Variable& slot = slots[target];
+    if (entries[i]->shape != slot.value.shape()) {
+      throw FormatError(where + ": optimizer weight '" + entries[i]->name + "' has shape " +
+                        entries[i]->shape.str() + " but slot '" + slot.name + "' of optimizer '" +
+                        optimizer.name() + "' has shape " + slot.value.shape().str());
+    }
+  }
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    const std::size_t target = grouped ? (i % variables) * per_variable + i / variables : i;
+    const Variable& slot = slots[target];
+    const Tensor<float> value(entries[i]->shape, std::span<const float>(entries[i]->values));
+    if (slot.value.is_host()) {
+      std::copy(value.begin(), value.end(), slot.value.begin());
+    } else {
+      model.backend().copy_from_host(value, slot.value);
+    }
+  }
+  if (iterations) optimizer.set_iterations(*iterations);
+}
+
+}  // namespace loadstar::keras::detail

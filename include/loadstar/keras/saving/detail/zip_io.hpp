@@ -1,0 +1,156 @@
+/// \file
+/// The one place that includes libzip: reading and writing the zip container of Keras 3's
+/// `.keras` archive (`metadata.json`, `config.json`, `model.weights.h5`).
+#pragma once
+
+// libzip's header annotates pointers with Clang's nullability extension, which -Wpedantic reports.
+#if defined(__clang__)
+#pragma clang diagnostic push
+#pragma clang diagnostic ignored "-Wnullability-extension"
+#pragma clang diagnostic ignored "-Wnullability-completeness"
+#endif
+#include <zip.h>
+#if defined(__clang__)
+#pragma clang diagnostic pop
+#endif
+
+#include <cstdint>
+#include <filesystem>
+#include <list>
+#include <string>
+
+#include "loadstar/error.hpp"
+
+namespace loadstar::keras::detail {
+
+/// `"keras archive 'model.keras'"`: how messages name an archive.
+inline std::string archive_name(const std::filesystem::path& path) {
+  return "keras archive '" + path.string() + "'";
+}
+
+/// Reads members of a zip archive; every problem is a `FormatError` naming the archive.
+class ZipReader {
+ public:
+  explicit ZipReader(const std::filesystem::path& path) : where_(archive_name(path)) {
+    int error = 0;
+    zip_ = zip_open(path.c_str(), ZIP_RDONLY | ZIP_CHECKCONS, &error);
+    if (zip_ == nullptr) {
+      zip_error_t details;
+      zip_error_init_with_code(&details, error);
+      const std::string reason = zip_error_strerror(&details);
+      zip_error_fini(&details);
+      if (error == ZIP_ER_OPEN || error == ZIP_ER_READ || error == ZIP_ER_NOENT) {
+        throw IoError(where_ + ": cannot open (" + reason + ")");
+      }
+      throw FormatError(where_ + ": not a zip archive Keras can have written (" + reason + ")");
+    }
+  }
+  ZipReader(const ZipReader&) = delete;
+  ZipReader& operator=(const ZipReader&) = delete;
+  ~ZipReader() {
+    if (zip_ != nullptr) zip_discard(zip_);
+  }
+
+  const std::string& where() const noexcept { return where_; }
+
+  bool has(const std::string& name) const { return zip_name_locate(zip_, name.c_str(), 0) >= 0; }
+
+  /// The bytes of member `name`; throws `FormatError` when it is missing, declares more than
+  /// `max_bytes` uncompressed (a zip bomb) or does not decompress to what it declares.
+  std::string read(const std::string& name, std::uint64_t max_bytes) const {
+    const zip_int64_t index = zip_name_locate(zip_, name.c_str(), 0);
+    if (index < 0) throw FormatError(where_ + ": member '" + name + "' missing");
+    zip_stat_t stat;
+    zip_stat_init(&stat);
+    if (zip_stat_index(zip_, static_cast<zip_uint64_t>(index), 0, &stat) != 0 ||
+        (stat.valid & ZIP_STAT_SIZE) == 0) {
+      throw FormatError(where_ + ": member '" + name + "' has no size (" + zip_strerror(zip_) +
+                        ")");
+    }
+    if (stat.size > max_bytes) {
+      throw FormatError(where_ + ": member '" + name + "' declares " + std::to_string(stat.size) +
+                        " bytes, more than the limit of " + std::to_string(max_bytes));
+    }
+    zip_file_t* file = zip_fopen_index(zip_, static_cast<zip_uint64_t>(index), 0);
+    if (file == nullptr) {
+      throw FormatError(where_ + ": cannot open member '" + name + "' (" + zip_strerror(zip_) +
+                        ")");
+    }
+    std::string bytes(static_cast<std::size_t>(stat.size), '\0');
+    std::uint64_t done = 0;
+    while (done < stat.size) {
+      const zip_int64_t got = zip_fread(file, bytes.data() + done, stat.size - done);
+      if (got <= 0) break;
+      done += static_cast<std::uint64_t>(got);
+    }
+    char extra = 0;
+    const bool longer = done == stat.size && zip_fread(file, &extra, 1) > 0;
+    const std::string reason = zip_file_strerror(file);
+    zip_fclose(file);
+    if (done != stat.size || longer) {
+      throw FormatError(where_ + ": member '" + name + "' declares " + std::to_string(stat.size) +
+                        " bytes but " + (longer ? "holds more" : "yields " + std::to_string(done)) +
+                        " (" + reason + ")");
+    }
+    return bytes;
+  }
+
+ private:
+  std::string where_;
+  zip_t* zip_ = nullptr;
+};
+
+/// Writes a zip archive of stored (uncompressed) members, as Python's `zipfile.ZipFile(f, "w")`
+/// does for Keras; every failure is an `IoError` naming `shown`.
+class ZipWriter {
+ public:
+  ZipWriter(const std::filesystem::path& path, const std::filesystem::path& shown)
+      : where_(archive_name(shown)) {
+    int error = 0;
+    zip_ = zip_open(path.c_str(), ZIP_CREATE | ZIP_TRUNCATE, &error);
+    if (zip_ == nullptr) {
+      zip_error_t details;
+      zip_error_init_with_code(&details, error);
+      const std::string reason = zip_error_strerror(&details);
+      zip_error_fini(&details);
+      throw IoError(where_ + ": cannot create (" + reason + ")");
+    }
+  }
+  ZipWriter(const ZipWriter&) = delete;
+  ZipWriter& operator=(const ZipWriter&) = delete;
+  ~ZipWriter() {
+    if (zip_ != nullptr) zip_discard(zip_);
+  }
+
+  /// Adds member `name` with `bytes` (kept until `close`, which writes everything).
+  void add(const std::string& name, std::string bytes) {
+    const std::string& kept = members_.emplace_back(std::move(bytes));
+    zip_source_t* source = zip_source_buffer(zip_, kept.data(), kept.size(), 0);
+    if (source == nullptr) fail("cannot add member '" + name + "'");
+    const zip_int64_t index = zip_file_add(zip_, name.c_str(), source, ZIP_FL_ENC_UTF_8);
+    if (index < 0) {
+      zip_source_free(source);
+      fail("cannot add member '" + name + "'");
+    }
+    if (zip_set_file_compression(zip_, static_cast<zip_uint64_t>(index), ZIP_CM_STORE, 0) != 0) {
+      fail("cannot store member '" + name + "'");
+    }
+  }
+
+  /// Writes the archive and closes it.
+  void close() {
+    if (zip_close(zip_) != 0) fail("cannot write the archive");
+    zip_ = nullptr;
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string& what) const {
+    throw IoError(where_ + ": " + what + " (" + zip_strerror(zip_) + ")");
+  }
+
+  std::string where_;
+  zip_t* zip_ = nullptr;
+  std::list<std::string> members_;
+};
+
+}  // namespace loadstar::keras::detail
