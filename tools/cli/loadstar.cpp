@@ -39,14 +39,8 @@
 #include <loadstar/data/npy.hpp>
 #include <loadstar/error.hpp>
 #include <loadstar/keras.hpp>
-#include <loadstar/tensor.hpp>
-
-#if __has_include(<loadstar/keras/saving/saving.hpp>)
 #include <loadstar/keras/saving/saving.hpp>
-#define LOADSTAR_CLI_SAVING 1
-#else
-#define LOADSTAR_CLI_SAVING 0
-#endif
+#include <loadstar/tensor.hpp>
 
 #ifndef LOADSTAR_CLI_VERSION
 #define LOADSTAR_CLI_VERSION "unknown"
@@ -129,14 +123,9 @@ std::unique_ptr<keras::Model> read_model(const fs::path& path, bool compile) {
       throw loadstar::ShapeError(where + e.what());
     }
   }
-#if LOADSTAR_CLI_SAVING
   keras::LoadOptions options;
   options.compile = compile;
   return keras::load_model(path, {}, options);
-#else
-  (void)compile;
-  throw loadstar::ConfigError("model file '" + path.string() + "': only .json models can be read");
-#endif
 }
 
 /// The model of `path`, with the weights of `weights` (a `save_weights` file) when not empty.
@@ -144,11 +133,7 @@ std::unique_ptr<keras::Model> open_model(const fs::path& path, const std::string
                                          bool compile) {
   auto model = read_model(path, compile);
   if (!weights.empty()) {
-#if LOADSTAR_CLI_SAVING
     keras::load_weights(*model, weights);
-#else
-    throw loadstar::ConfigError("cannot load weights");
-#endif
   }
   return model;
 }
@@ -498,13 +483,9 @@ int run_convert(const ConvertArgs& args) {
     throw UsageError("OUT must end in .h5, .hdf5 or .keras but is '" + args.out + "'");
   }
   const auto model = open_model(args.model, args.weights, !args.no_optimizer);
-#if LOADSTAR_CLI_SAVING
   keras::SaveOptions options;
   options.include_optimizer = !args.no_optimizer;
   keras::save_model(*model, args.out, options);
-#else
-  throw loadstar::ConfigError("cannot save " + model->name());
-#endif
   return 0;
 }
 
