@@ -608,6 +608,40 @@ def fixture_weights_and_summary_match_the_files():
         raise Skip("no fixture file is present")
 
 
+def optimizer_weights(file):
+    """{name: array} of a legacy HDF5 file's /optimizer_weights (empty when it has none)."""
+    with h5py.File(file, "r") as f:
+        if "optimizer_weights" not in f:
+            return {}
+        g = f["optimizer_weights"]
+        names = [n.decode() if isinstance(n, bytes) else n for n in g.attrs["weight_names"]]
+        return {n: g[n][()] for n in names}
+
+
+@case
+def fixture_convert_keeps_the_optimizer_state_unless_told_not_to():
+    source = require_fixture("purinat33_mnist_cnn_keras2.10.h5")
+    expected = optimizer_weights(source)
+    assert len(expected) == 25 and "Adam/iter:0" in expected
+    run("convert", source, path("cnn.keras"))
+    run("convert", path("cnn.keras"), path("cnn.h5"))
+    back = optimizer_weights(path("cnn.h5"))
+    assert list(back) == list(expected), list(back)
+    for name, value in expected.items():
+        assert back[name].dtype == value.dtype and np.array_equal(back[name], value), name
+    with h5py.File(path("cnn.h5"), "r") as f:
+        assert json.loads(f.attrs["training_config"])["optimizer_config"]["class_name"] == "Adam"
+    run("convert", "--no-optimizer", source, path("cnn_bare.h5"))
+    assert optimizer_weights(path("cnn_bare.h5")) == {}
+    with h5py.File(path("cnn_bare.h5"), "r") as f:
+        assert "training_config" not in f.attrs
+    x = np.random.default_rng(3).uniform(0, 1, (4, 28, 28, 1)).astype(np.float32)
+    np.save(path("cnn_x.npy"), x)
+    first = predictions(source, path("cnn_x.npy"))
+    for converted in ["cnn.keras", "cnn.h5", "cnn_bare.h5"]:
+        assert np.array_equal(predictions(path(converted), path("cnn_x.npy")), first), converted
+
+
 def main():
     failed = 0
     skipped = 0
