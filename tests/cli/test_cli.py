@@ -292,8 +292,16 @@ def bad_files_give_one_line_and_status_1():
         f.write(open(whole, "rb").read()[:3000])
     with open(path("fake.keras"), "wb") as f:
         f.write(b"PK\x03\x04" + b"\x00" * 60)
+    with h5py.File(write_keras_h5(path("odd_optimizer.h5"), CLF_CONFIG, CLF_W), "a") as f:
+        f.attrs["training_config"] = json.dumps(
+            {"loss": "mse", "metrics": [],
+             "optimizer_config": {"class_name": "Frobnicator", "config": {}}}).encode()
     x = path("x4.npy")
     cases = [
+        (["convert", path("odd_optimizer.h5"), path("odd.keras")],
+         "unknown optimizer 'Frobnicator'"),
+        (["convert", path("odd_optimizer.h5"), path("odd.keras")], "--no-optimizer converts"),
+        (["predict", path("absent.h5"), "-i", x], "absent.h5': cannot open (No such file or directory)"),
         (["summary", path("half.h5")], "truncated file"),
         (["weights", path("fake.keras")], "fake.keras"),
         (["convert", whole, path("absent/out.keras")], "out.keras"),
@@ -544,6 +552,18 @@ def convert_writes_a_json_architecture_as_a_model_file():
     with h5py.File(path("mlp.h5"), "r") as f:
         config = json.loads(f.attrs["model_config"])
         assert config["class_name"] == "Sequential", config
+
+
+@case
+def convert_without_optimizer_skips_a_training_config_it_cannot_compile():
+    with h5py.File(write_keras_h5(path("odd_ok.h5"), CLF_CONFIG, CLF_W), "a") as f:
+        f.attrs["training_config"] = json.dumps(
+            {"loss": "mse", "metrics": [],
+             "optimizer_config": {"class_name": "Frobnicator", "config": {}}}).encode()
+    run("convert", "--no-optimizer", path("odd_ok.h5"), path("odd_ok.keras"))
+    x = RNG.normal(size=(3, 5)).astype(np.float32)
+    np.save(path("odd_x.npy"), x)
+    close(predictions(path("odd_ok.keras"), path("odd_x.npy")), clf_reference(x), "converted")
 
 
 # --- Keras-written fixtures -------------------------------------------------------------------

@@ -11,11 +11,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
+#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <filesystem>
 #include <fstream>
@@ -81,14 +84,15 @@ std::string leading_bytes(const fs::path& path, std::size_t count, const std::st
   if (fs::is_directory(path, error)) {
     throw loadstar::IoError(what + " '" + path.string() + "': cannot open (is a directory)");
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
+  errno = 0;
+  std::FILE* file = std::fopen(path.c_str(), "rb");
+  if (file == nullptr) {
     throw loadstar::IoError(what + " '" + path.string() + "': cannot open (" +
-                            (fs::exists(path, error) ? "permission denied" : "no such file") + ")");
+                            (errno != 0 ? std::strerror(errno) : "unknown error") + ")");
   }
   std::string bytes(count, '\0');
-  in.read(bytes.data(), static_cast<std::streamsize>(count));
-  bytes.resize(static_cast<std::size_t>(in.gcount()));
+  bytes.resize(std::fread(bytes.data(), 1, count, file));
+  std::fclose(file);
   return bytes;
 }
 
@@ -482,7 +486,17 @@ int run_convert(const ConvertArgs& args) {
   if (ext != ".h5" && ext != ".hdf5" && ext != ".keras") {
     throw UsageError("OUT must end in .h5, .hdf5 or .keras but is '" + args.out + "'");
   }
-  const auto model = open_model(args.model, args.weights, !args.no_optimizer);
+  std::unique_ptr<keras::Model> model;
+  try {
+    model = open_model(args.model, args.weights, !args.no_optimizer);
+  } catch (const loadstar::ConfigError& e) {
+    const std::string message = e.what();
+    if (message.find("training_config") == std::string::npos &&
+        message.find("compile_config") == std::string::npos) {
+      throw;
+    }
+    throw loadstar::ConfigError(message + " (--no-optimizer converts the model without it)");
+  }
   keras::SaveOptions options;
   options.include_optimizer = !args.no_optimizer;
   keras::save_model(*model, args.out, options);
