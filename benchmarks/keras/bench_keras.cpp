@@ -1,7 +1,9 @@
 // Training throughput of the Keras executor: the Fashion-MNIST MLP (Flatten -> Dense(128, relu)
 // -> Dense(10)) at batch 32 and 256 and a small CNN (Conv2D 32, MaxPooling2D, Conv2D 64,
-// MaxPooling2D, Flatten, Dense 128, Dense 10) at batch 32, Adam(1e-3), sparse categorical
-// cross-entropy from logits, on synthetic 28x28 images, with 1 and 2 threads. Each iteration
+// MaxPooling2D, Flatten, Dense 128, Dense 10) at batch 32, and a 1-D text CNN (Embedding 1000x32,
+// Conv1D 64x5, MaxPooling1D 4, Conv1D 64x5, GlobalMaxPooling1D, Dense 10) on sequences of 100
+// token ids at batch 32, Adam(1e-3), sparse categorical cross-entropy from logits, on synthetic
+// data, with 1 and 2 threads. Each iteration
 // trains a fixed number of steps with fit; names are "<workload>/<batch>/<threads>", the counter
 // "rate" is samples per second (beside benchmarks/peers/keras_torch.py, same models and steps),
 // "peak_rss_mb" the process's peak resident memory.
@@ -22,6 +24,7 @@ using namespace loadstar::keras::layers;
 using namespace loadstar::keras::callbacks;
 
 constexpr std::size_t steps = 50;
+constexpr std::size_t text_steps = 100;
 
 std::unique_ptr<Model> make_model(const std::string& workload, std::size_t threads) {
   set_random_seed(1);
@@ -29,6 +32,11 @@ std::unique_ptr<Model> make_model(const std::string& workload, std::size_t threa
   if (workload == "mlp") {
     model = std::make_unique<Sequential>(std::initializer_list<SequentialItem>{
         Input({28, 28}), Flatten(), Dense(128, {.activation = "relu"}), Dense(10)});
+  } else if (workload == "text") {
+    model = std::make_unique<Sequential>(std::initializer_list<SequentialItem>{
+        Input({text_steps}), Embedding(1000, 32), Conv1D(64, 5, {.activation = "relu"}),
+        MaxPooling1D({.pool_size = 4}), Conv1D(64, 5, {.activation = "relu"}), GlobalMaxPooling1D(),
+        Dense(10)});
   } else {
     model = std::make_unique<Sequential>(std::initializer_list<SequentialItem>{
         Input({28, 28}), Reshape({28, 28, 1}), Conv2D(32, 3, {.activation = "relu"}),
@@ -45,12 +53,15 @@ void train(benchmark::State& state, const std::string& workload) {
   const auto batch = static_cast<std::size_t>(state.range(0));
   const auto threads = static_cast<std::size_t>(state.range(1));
   const std::size_t rows = batch * steps;
-  Tensor<float> x({rows, 28, 28});
+  const bool text = workload == "text";
+  Tensor<float> x(text ? Shape{rows, text_steps} : Shape{rows, 28, 28});
   Tensor<std::int64_t> y({rows});
   std::uint64_t seed = 7;
   for (auto& v : x) {
     seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
-    v = static_cast<float>(seed >> 40) / static_cast<float>(1ULL << 24);
+    // Pixels in [0, 1), or token ids in [0, 1000).
+    v = text ? static_cast<float>((seed >> 33) % 1000)
+             : static_cast<float>(seed >> 40) / static_cast<float>(1ULL << 24);
   }
   for (std::size_t i = 0; i < rows; ++i)
     y(i) = static_cast<std::int64_t>(i % 10);
@@ -73,6 +84,9 @@ void mlp(benchmark::State& state) {
 void cnn(benchmark::State& state) {
   train(state, "cnn");
 }
+void text(benchmark::State& state) {
+  train(state, "text");
+}
 
 }  // namespace
 
@@ -86,6 +100,13 @@ BENCHMARK(mlp)
     ->UseRealTime();
 BENCHMARK(cnn)
     ->Name("cnn")
+    ->Args({32, 1})
+    ->Args({32, 2})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+BENCHMARK(text)
+    ->Name("text")
     ->Args({32, 1})
     ->Args({32, 2})
     ->Unit(benchmark::kMillisecond)

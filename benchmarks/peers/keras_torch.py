@@ -1,9 +1,10 @@
 #!/usr/bin/python3
 """PyTorch on the workloads of bench_keras, for `benchmarks/run keras`.
 
-The same models (the Fashion-MNIST MLP and the small CNN, channels first as PyTorch wants),
+The same models (the Fashion-MNIST MLP, the small CNN and the 1-D text CNN, channels first as
+PyTorch wants),
 Adam(1e-3) and cross-entropy from logits, trained for the same 50 steps per pass on synthetic
-28x28 images, with torch.set_num_threads(threads). Each (workload, batch, threads) runs in its own
+28x28 images (100 token ids for the text CNN), with torch.set_num_threads(threads). Each (workload, batch, threads) runs in its own
 process, so that its peak resident memory is its own. Prints a JSON list of {"workload", "batch",
 "threads", "value", "unit", "peak_rss_mb"} on stdout. Run with /usr/bin/python3.
 """
@@ -16,11 +17,22 @@ import time
 STEPS = 50
 MEASURE_SECONDS = 2.0
 GRID = [("mlp", 32, 1), ("mlp", 32, 2), ("mlp", 256, 1), ("mlp", 256, 2), ("cnn", 32, 1),
-        ("cnn", 32, 2)]
+        ("cnn", 32, 2), ("text", 32, 1), ("text", 32, 2)]
+TEXT_STEPS = 100
 
 
 def model_of(workload):
     import torch.nn as nn
+
+    class Transpose(nn.Module):
+        def forward(self, x):
+            return x.transpose(1, 2)
+
+    if workload == "text":
+        # Keras's Conv1D is channels_last; PyTorch's Conv1d wants (batch, channels, steps).
+        return nn.Sequential(nn.Embedding(1000, 32), Transpose(), nn.Conv1d(32, 64, 5), nn.ReLU(),
+                             nn.MaxPool1d(4), nn.Conv1d(64, 64, 5), nn.ReLU(),
+                             nn.AdaptiveMaxPool1d(1), nn.Flatten(), nn.Linear(64, 10))
     if workload == "mlp":
         return nn.Sequential(nn.Flatten(), nn.Linear(784, 128), nn.ReLU(), nn.Linear(128, 10))
     return nn.Sequential(nn.Conv2d(1, 32, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(32, 64, 3),
@@ -35,8 +47,11 @@ def measure(workload, batch, threads, queue):
     model = model_of(workload)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, eps=1e-7)
     loss_fn = torch.nn.CrossEntropyLoss()
-    shape = (batch, 28, 28) if workload == "mlp" else (batch, 1, 28, 28)
-    xs = [torch.rand(shape) for _ in range(STEPS)]
+    if workload == "text":
+        xs = [torch.randint(0, 1000, (batch, TEXT_STEPS)) for _ in range(STEPS)]
+    else:
+        shape = (batch, 28, 28) if workload == "mlp" else (batch, 1, 28, 28)
+        xs = [torch.rand(shape) for _ in range(STEPS)]
     ys = [torch.arange(batch) % 10 for _ in range(STEPS)]
 
     def one_pass():

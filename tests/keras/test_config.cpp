@@ -286,11 +286,10 @@ TEST_SUITE("keras") {
                           "known: linear, relu"),
         ConfigError);
     CHECK_THROWS_WITH_AS(
-        layers.create(
-            "Conv2D",
-            {{"name", "c"}, {"filters", 2}, {"kernel_size", 3}, {"data_format", "channels_first"}}),
-        "layer 'c' (Conv2D): config.data_format: expected \"channels_last\" (loadstar computes "
-        "channels_last only) but found \"channels_first\"",
+        layers.create("Conv2D",
+                      {{"name", "c"}, {"filters", 2}, {"kernel_size", 3}, {"data_format", "nchw"}}),
+        "layer 'c' (Conv2D): config.data_format: expected \"channels_last\" or "
+        "\"channels_first\" but found \"nchw\"",
         ConfigError);
     CHECK_THROWS_WITH_AS(
         layers.create("Dense", {{"units", 2}, {"kernel_regularizer", {{"l2", 1}}}}),
@@ -478,9 +477,19 @@ TEST_SUITE("keras") {
         ConfigError);
     CHECK_THROWS_WITH_AS(
         model_from_json(R"({"class_name": "Sequential", "config": {"layers": [
-            {"class_name": "Conv1D", "config": {}}]}})"),
-        doctest::Contains("model 'sequential' (Sequential): config.layers[0]: unknown layer class "
-                          "'Conv1D'"),
+            {"class_name": "GRU", "config": {"name": "gru_1", "units": 4}}]}})"),
+        doctest::Contains("model 'sequential' (Sequential): config.layers[0]: layer 'gru_1' "
+                          "(GRU): unknown layer class 'GRU'"),
+        ConfigError);
+    CHECK_THROWS_WITH_AS(
+        model_from_json(R"({"class_name": "Functional", "config": {"name": "f", "layers": [
+            {"class_name": "InputLayer", "config": {"batch_input_shape": [null, 3, 4]},
+             "name": "x", "inbound_nodes": []},
+            {"class_name": "GRU", "config": {"units": 2}, "name": "recurrent",
+             "inbound_nodes": [[["x", 0, 0, {}]]]}],
+            "input_layers": [["x", 0, 0]], "output_layers": [["recurrent", 0, 0]]}})"),
+        doctest::Contains("model 'f' (Functional): config.layers[1]: layer 'recurrent' (GRU): "
+                          "unknown layer class 'GRU'"),
         ConfigError);
     CHECK_THROWS_WITH_AS(
         model_from_json(R"({"class_name": "Functional", "config": {"name": "f", "layers": [
@@ -524,10 +533,10 @@ TEST_SUITE("keras") {
         {"dl4j_simple_sparse_xent_mlp_keras_2_model.h5", 2, Shape{3}, nullptr},
         {"purinat33_mnist_cnn_keras2.10.h5", 9, Shape{10}, nullptr},
         {"hls4ml_mlp_streaming_keras_model.keras", 4, Shape{2}, nullptr},
-        // A channels_first Conv2D (loadstar computes channels_last only).
-        {"dl4j_simpleconv2d.hdf5", 0, Shape{}, "config.data_format: expected \"channels_last\""},
-        // Conv1D and MaxPooling1D are not loadstar layers.
-        {"dl4j_tfkeras_issue_9349.hdf5", 0, Shape{}, "unknown layer class 'Conv1D'"},
+        // Its first Conv2D is channels_first, the rest channels_last.
+        {"dl4j_simpleconv2d.hdf5", 10, Shape{22}, nullptr},
+        // Embedding, Conv1D, MaxPooling1D, Flatten, Dropout, Dense.
+        {"dl4j_tfkeras_issue_9349.hdf5", 6, Shape{2}, nullptr},
         // A kernel initializer that is a Python function: built with custom objects below.
         {"hls4ml_conv2d_1layer.h5", 0, Shape{}, "unknown initializer 'function'"},
     };

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "keras/layer_cases.hpp"
+
 using loadstar::ConfigError;
 using loadstar::Shape;
 using loadstar::ShapeError;
@@ -18,90 +20,15 @@ using namespace loadstar::keras::layers;
 
 namespace {
 
-// float32 against float64 targets: 1e-5 relative plus 1e-5 absolute.
-constexpr double relative_tolerance = 1e-5;
-constexpr double absolute_tolerance = 1e-5;
-
 const nlohmann::json& reference() {
-  static const nlohmann::json data = [] {
-    const char* dir = std::getenv("LOADSTAR_SOURCE_DIR");
-    REQUIRE_MESSAGE(dir != nullptr, "LOADSTAR_SOURCE_DIR is not set");
-    std::ifstream in(std::string(dir) + "/tests/keras/reference/layers.json");
-    REQUIRE_MESSAGE(in.good(), "cannot open tests/keras/reference/layers.json");
-    return nlohmann::json::parse(in);
-  }();
+  static const nlohmann::json data = layer_cases::load("layers.json");
   return data;
-}
-
-Shape shape_of(const nlohmann::json& j) {
-  return Shape(j.get<std::vector<std::size_t>>());
-}
-
-Tensor<float> tensor_of(const nlohmann::json& values, const Shape& shape) {
-  std::vector<float> v;
-  for (const auto& x : values)
-    v.push_back(x.get<float>());
-  return Tensor<float>(shape, std::span<const float>(v));
-}
-
-void check_close(const std::string& what, const Tensor<float>& actual,
-                 const nlohmann::json& target) {
-  REQUIRE_MESSAGE(actual.size() == target.size(),
-                  what << ": " << actual.size() << " values but " << target.size() << " targets");
-  for (std::size_t i = 0; i < actual.size(); ++i) {
-    const double t = target[i].get<double>();
-    const double a = actual.data()[i];
-    if (!(std::abs(a - t) <= absolute_tolerance + relative_tolerance * std::abs(t))) {
-      FAIL_CHECK(what << ": index " << i << " is " << a << " but the target is " << t);
-      return;
-    }
-  }
 }
 
 /// Runs one reference case through CpuBackend(threads) and checks every target.
 void run_case(const nlohmann::json& c, std::size_t threads) {
-  const std::string name = c["name"];
-  INFO("case ", name, " with ", threads, " threads");
-  auto config = c["config"];
-  config["name"] = name;
-  auto layer = LayerRegistry::instance().create(c["class_name"], config);
-  std::vector<Shape> batch_shapes, sample_shapes;
-  for (const auto& s : c["input_shapes"]) {
-    batch_shapes.push_back(shape_of(s));
-    sample_shapes.push_back(batch_shapes.back().row_shape());
-  }
-  const Shape out_shape = layer->build(sample_shapes, 7);
-  CHECK(out_shape.prepend(batch_shapes[0][0]) == shape_of(c["output_shape"]));
-  for (auto& w : layer->weights()) {
-    REQUIRE_MESSAGE(c["weights"].contains(w.name), "weight " << w.name << " has no reference");
-    w.value = tensor_of(c["weights"][w.name], w.value.shape());
-  }
-  std::vector<Tensor<float>> inputs, input_gradients;
-  for (std::size_t i = 0; i < batch_shapes.size(); ++i) {
-    inputs.push_back(tensor_of(c["inputs"][i], batch_shapes[i]));
-    input_gradients.push_back(c["input_gradients"][i].is_null() ? Tensor<float>()
-                                                                : Tensor<float>(batch_shapes[i]));
-  }
   CpuBackend backend(threads);
-  const CallContext ctx{.backend = backend, .training = c["training"].get<bool>()};
-  const Tensor<float> output(shape_of(c["output_shape"]), std::nanf(""));
-  layer->forward(inputs, output, ctx);
-  check_close("output", output, c["output"]);
-  const Tensor<float> upstream = tensor_of(c["upstream"], output.shape());
-  layer->backward(inputs, output, upstream, input_gradients, ctx);
-  for (std::size_t i = 0; i < inputs.size(); ++i) {
-    if (!c["input_gradients"][i].is_null())
-      check_close("gradient of input " + std::to_string(i), input_gradients[i],
-                  c["input_gradients"][i]);
-  }
-  for (const auto& w : layer->weights()) {
-    if (w.trainable) {
-      REQUIRE(c["weight_gradients"].contains(w.name));
-      check_close("gradient of " + w.name, w.gradient, c["weight_gradients"][w.name]);
-    } else if (c["updated_weights"].contains(w.name)) {
-      check_close("updated " + w.name, w.value, c["updated_weights"][w.name]);
-    }
-  }
+  layer_cases::run_case(c, backend);
 }
 
 std::vector<float> run_conv_dense(std::size_t threads) {

@@ -3,15 +3,19 @@
 /// reduction kernels), so that another backend (CUDA) adds kernels without touching the layers.
 #pragma once
 
+#include <algorithm>
+#include <array>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <initializer_list>
 #include <memory>
 #include <optional>
 #include <span>
 #include <type_traits>
 
+#include "loadstar/config.hpp"
 #include "loadstar/keras/activations.hpp"
 #include "loadstar/tensor/tensor.hpp"
 
@@ -61,6 +65,60 @@ inline AxisGeometry axis_geometry(std::size_t in, std::size_t kernel, std::size_
   const std::size_t total = needed > in ? needed - in : 0;
   return {out, total / 2};
 }
+
+namespace detail {
+
+/// Rows `[row_begin, row_end)` of axis 0 of `y = transpose(x, axes)` (NumPy's and TensorFlow's
+/// `transpose`: axis `i` of `y` is axis `axes[i]` of `x`), on host memory. Runs of the last axis
+/// are copied whole when `axes` keeps the last axis last.
+inline void permute_rows(const Tensor<float>& x, std::span<const std::size_t> axes,
+                         const Tensor<float>& y, std::size_t row_begin, std::size_t row_end) {
+  const std::size_t rank = x.rank();
+  if (rank <= 1) {
+    std::memcpy(y.data() + row_begin, x.data() + row_begin, (row_end - row_begin) * sizeof(float));
+    return;
+  }
+  std::array<std::size_t, Shape::max_rank> x_strides{}, strides{}, dims{}, index{};
+  std::size_t stride = 1;
+  for (std::size_t i = rank; i-- > 0;) {
+    x_strides[i] = stride;
+    stride *= x.shape()[i];
+  }
+  for (std::size_t i = 0; i < rank; ++i) {
+    strides[i] = x_strides[axes[i]];
+    dims[i] = y.shape()[i];
+  }
+  // The last axis of y is copied in one go per position of the others: a memcpy when it stays
+  // last (stride 1 in both), else a strided gather; an odometer walks axes 1..rank-2 of y.
+  const std::size_t run = dims[rank - 1];
+  const std::size_t run_stride = strides[rank - 1];
+  const std::size_t row = y.size() / std::max<std::size_t>(y.shape()[0], 1);
+  if (row == 0 || run == 0) return;
+  for (std::size_t r = row_begin; r < row_end; ++r) {
+    float* out = y.data() + r * row;
+    const float* out_end = out + row;
+    index.fill(0);
+    std::size_t offset = r * strides[0];
+    while (out < out_end) {
+      const float* in = x.data() + offset;
+      if (run_stride == 1) {
+        std::memcpy(out, in, run * sizeof(float));
+      } else {
+        for (std::size_t j = 0; j < run; ++j)
+          out[j] = in[j * run_stride];
+      }
+      out += run;
+      for (std::size_t i = rank - 1; i-- > 1;) {
+        offset += strides[i];
+        if (++index[i] < dims[i]) break;
+        offset -= strides[i] * dims[i];
+        index[i] = 0;
+      }
+    }
+  }
+}
+
+}  // namespace detail
 
 /// An index outside its range found by a kernel: its position and its value.
 struct BadIndex {
@@ -288,6 +346,19 @@ class Backend {
   /// empty part is skipped).
   virtual void split(const Tensor<float>& x, std::size_t axis, std::span<const std::size_t> extents,
                      std::span<const Tensor<float>> parts) = 0;
+
+  /// `y = transpose(x, axes)` (NumPy's `transpose`: axis `i` of `y` is axis `axes[i]` of `x`;
+  /// `y` has the permuted shape). The channels_first layers and `Permute` move axes with it.
+  /// The default runs on the host through `host_kernel`; a backend may override it.
+  virtual void permute(const Tensor<float>& x, std::span<const std::size_t> axes,
+                       const Tensor<float>& y) {
+    LOADSTAR_ASSERT(axes.size() == x.rank() && x.rank() == y.rank() && x.size() == y.size(),
+                    "permute: shapes and axes do not fit");
+    const Tensor<float> tensors[] = {x, y};
+    host_kernel(tensors, [&](std::span<const Tensor<float>> t) {
+      detail::permute_rows(t[0], axes, t[1], 0, t[1].rank() == 0 ? 0 : t[1].shape()[0]);
+    });
+  }
 };
 
 }  // namespace loadstar::keras

@@ -647,6 +647,16 @@ class CpuBackend final : public Backend {
     });
   }
 
+  void permute(const Tensor<float>& x, std::span<const std::size_t> axes,
+               const Tensor<float>& y) override {
+    LOADSTAR_ASSERT(axes.size() == x.rank() && x.rank() == y.rank() && x.size() == y.size(),
+                    "permute: shapes and axes do not fit");
+    const std::size_t rows = y.rank() == 0 ? 0 : y.shape()[0];
+    const std::size_t row = rows == 0 ? 0 : y.size() / rows;
+    parallel(rows, std::max<std::size_t>(1, 4096 / std::max<std::size_t>(row, 1)),
+             [&](std::size_t r0, std::size_t r1) { detail::permute_rows(x, axes, y, r0, r1); });
+  }
+
  private:
   /// Calls `f(begin, end)` on a fixed split of `[0, n)` into at most `threads_` chunks of at
   /// least `min_chunk` elements; the split depends only on `n`, `min_chunk` and `threads_`.

@@ -1,19 +1,20 @@
 /// \file
-/// `MaxPooling2D`: the maximum of each window of a channels-last image.
+/// `MaxPooling2D`: the maximum of each window of an image.
 #pragma once
 
-#include "loadstar/keras/layers/detail/pooling2d.hpp"
+#include "loadstar/keras/layers/detail/pooling.hpp"
 
 namespace loadstar::keras::layers {
 
-/// Keras's `MaxPooling2D` (channels_last); the gradient goes to the first maximum of a window.
+/// Keras's `MaxPooling2D` (channels_last or channels_first); the gradient goes to the first
+/// maximum of a window.
 /// \code
 /// MaxPooling2D pool;                                        // 2x2, strides 2, valid
 /// MaxPooling2D same({.pool_size = 3, .strides = 1, .padding = "same"});
 /// \endcode
-class MaxPooling2D : public detail::Pooling2D<true> {
+class MaxPooling2D : public detail::Pooling<true, 2> {
  public:
-  explicit MaxPooling2D(Pooling2DOptions options = {}) : Pooling2D(std::move(options)) {}
+  explicit MaxPooling2D(Pooling2DOptions options = {}) : Pooling(std::move(options)) {}
 
   static std::shared_ptr<Layer> from_config(const nlohmann::json& config) {
     const auto read = detail::layer_config(config, "MaxPooling2D");

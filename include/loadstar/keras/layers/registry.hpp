@@ -8,20 +8,34 @@
 #include "loadstar/keras/layer.hpp"
 #include "loadstar/keras/layers/activation.hpp"
 #include "loadstar/keras/layers/add.hpp"
+#include "loadstar/keras/layers/average.hpp"
+#include "loadstar/keras/layers/average_pooling1d.hpp"
 #include "loadstar/keras/layers/average_pooling2d.hpp"
 #include "loadstar/keras/layers/batch_normalization.hpp"
 #include "loadstar/keras/layers/concatenate.hpp"
+#include "loadstar/keras/layers/conv1d.hpp"
 #include "loadstar/keras/layers/conv2d.hpp"
 #include "loadstar/keras/layers/dense.hpp"
 #include "loadstar/keras/layers/dropout.hpp"
 #include "loadstar/keras/layers/embedding.hpp"
 #include "loadstar/keras/layers/flatten.hpp"
+#include "loadstar/keras/layers/global_pooling1d.hpp"
 #include "loadstar/keras/layers/global_pooling2d.hpp"
 #include "loadstar/keras/layers/input_layer.hpp"
+#include "loadstar/keras/layers/layer_normalization.hpp"
+#include "loadstar/keras/layers/max_pooling1d.hpp"
 #include "loadstar/keras/layers/max_pooling2d.hpp"
+#include "loadstar/keras/layers/maximum.hpp"
+#include "loadstar/keras/layers/minimum.hpp"
+#include "loadstar/keras/layers/multiply.hpp"
+#include "loadstar/keras/layers/permute.hpp"
 #include "loadstar/keras/layers/relu.hpp"
+#include "loadstar/keras/layers/repeat_vector.hpp"
 #include "loadstar/keras/layers/reshape.hpp"
 #include "loadstar/keras/layers/softmax.hpp"
+#include "loadstar/keras/layers/subtract.hpp"
+#include "loadstar/keras/layers/up_sampling2d.hpp"
+#include "loadstar/keras/layers/zero_padding2d.hpp"
 #include "loadstar/keras/registry.hpp"
 
 namespace loadstar::keras {
@@ -41,7 +55,12 @@ struct RegistryTraits<Layer> {
     registry.add("Dropout", Dropout::from_config);
     registry.add("Flatten", Flatten::from_config);
     registry.add("Reshape", Reshape::from_config);
+    registry.add("Conv1D", Conv1D::from_config);
     registry.add("Conv2D", Conv2D::from_config);
+    registry.add("MaxPooling1D", MaxPooling1D::from_config);
+    registry.add("AveragePooling1D", AveragePooling1D::from_config);
+    registry.add("GlobalAveragePooling1D", GlobalAveragePooling1D::from_config);
+    registry.add("GlobalMaxPooling1D", GlobalMaxPooling1D::from_config);
     registry.add("MaxPooling2D", MaxPooling2D::from_config);
     registry.add("AveragePooling2D", AveragePooling2D::from_config);
     registry.add("GlobalAveragePooling2D", GlobalAveragePooling2D::from_config);
@@ -53,6 +72,16 @@ struct RegistryTraits<Layer> {
     registry.add("ReLU", ReLU::from_config);
     registry.add("LeakyReLU", LeakyReLU::from_config);
     registry.add("Softmax", Softmax::from_config);
+    registry.add("LayerNormalization", LayerNormalization::from_config);
+    registry.add("ZeroPadding2D", ZeroPadding2D::from_config);
+    registry.add("UpSampling2D", UpSampling2D::from_config);
+    registry.add("Multiply", Multiply::from_config);
+    registry.add("Subtract", Subtract::from_config);
+    registry.add("Average", Average::from_config);
+    registry.add("Maximum", Maximum::from_config);
+    registry.add("Minimum", Minimum::from_config);
+    registry.add("Permute", Permute::from_config);
+    registry.add("RepeatVector", RepeatVector::from_config);
   }
 };
 

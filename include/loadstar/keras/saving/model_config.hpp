@@ -126,7 +126,19 @@ inline std::shared_ptr<Layer> layer_from_entry(const ConfigReader& model,
   try {
     return Registry<Layer>::instance().create(class_name, *config);
   } catch (const ConfigError& e) {
-    throw ConfigError(model.owner() + ": " + path + ": " + e.what());
+    // Name the layer when the message does not (an unknown class): "layer 'gru_1' (GRU): ...".
+    std::string layer;
+    for (const nlohmann::json* object : {config, &entry}) {
+      if (layer.empty() && object->is_object() && object->contains("name") &&
+          (*object)["name"].is_string())
+        layer = (*object)["name"].get<std::string>();
+    }
+    const std::string what = e.what();
+    const std::string label = "layer '" + layer + "'";
+    const std::string prefix = layer.empty() || what.find(label) != std::string::npos
+                                   ? ""
+                                   : label + " (" + class_name + "): ";
+    throw ConfigError(model.owner() + ": " + path + ": " + prefix + what);
   }
 }
 

@@ -227,6 +227,19 @@ inline Size2 config_size2(const ConfigReader& read, std::string_view key, Size2 
   read.fail(key, "a positive integer or a list of two");
 }
 
+/// A config's size of a 1-D layer: `[3]` or `3`, positive (tf.keras writes 1-tuples as lists).
+inline std::size_t config_size1(const ConfigReader& read, std::string_view key,
+                                std::size_t fallback) {
+  if (!read.has(key)) return fallback;
+  const nlohmann::json& v = *read.find(key);
+  const auto positive = [](const nlohmann::json& d) {
+    return d.is_number_integer() && d.get<std::int64_t>() > 0;
+  };
+  if (positive(v)) return v.get<std::size_t>();
+  if (v.is_array() && v.size() == 1 && positive(v[0])) return v[0].get<std::size_t>();
+  read.fail(key, "a positive integer or a list of one");
+}
+
 /// A config's initializer, resolved through the initializer registry (custom ones included).
 inline Initializer config_initializer(const ConfigReader& read, std::string_view key,
                                       Initializer fallback) {
@@ -246,9 +259,47 @@ inline int config_axis(const ConfigReader& read, int fallback) {
   return v.get<int>();
 }
 
-/// Throws unless the config's `data_format` is absent or `"channels_last"`.
-inline void expect_channels_last(const ConfigReader& read) {
-  read.expect("data_format", "channels_last", "loadstar computes channels_last only");
+/// A config's `data_format`: `true` for `"channels_first"`, `false` for `"channels_last"` (also
+/// when absent or null: Keras's default `image_data_format()`).
+inline bool config_channels_first(const ConfigReader& read) {
+  const std::string format = read.get("data_format", "channels_last");
+  if (format == "channels_first") return true;
+  if (format != "channels_last")
+    read.fail("data_format", "\"channels_last\" or \"channels_first\"");
+  return false;
+}
+
+/// `"channels_last"` (`false`) or `"channels_first"` (`true`); anything else throws `ConfigError`
+/// naming the layer.
+inline bool parse_data_format(const std::string& format, const std::string& label) {
+  if (format == "channels_first") return true;
+  if (format == "channels_last") return false;
+  throw ConfigError(label + ": data_format must be 'channels_last' or 'channels_first' but is '" +
+                    format + "'");
+}
+
+/// The `transpose` axes of a batch of rank `rank` (batch axis included) that move the channel
+/// axis from 1 to the end (`[0, 2, ..., rank - 1, 1]`), or with `to_first` back
+/// (`[0, rank - 1, 1, ..., rank - 2]`).
+inline std::vector<std::size_t> channel_axes(std::size_t rank, bool to_first) {
+  std::vector<std::size_t> axes{0};
+  if (to_first) axes.push_back(rank - 1);
+  for (std::size_t i = 1; i + 1 < rank; ++i)
+    axes.push_back(to_first ? i : i + 1);
+  if (!to_first) axes.push_back(1);
+  return axes;
+}
+
+/// A sample shape `(c, d1, ..., dn)` as `(d1, ..., dn, c)`, or back with `to_first`.
+inline Shape move_channels(const Shape& shape, bool to_first) {
+  std::vector<std::size_t> dims(shape.begin(), shape.end());
+  if (dims.size() < 2) return shape;
+  if (to_first) {
+    std::rotate(dims.rbegin(), dims.rbegin() + 1, dims.rend());
+  } else {
+    std::rotate(dims.begin(), dims.begin() + 1, dims.end());
+  }
+  return Shape(dims);
 }
 
 /// `"valid"` or `"same"`; anything else throws `ConfigError` naming the layer.

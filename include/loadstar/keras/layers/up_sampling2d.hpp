@@ -1,0 +1,178 @@
+/// \file
+/// `UpSampling2D`: enlarges an image by whole factors (nearest or bilinear).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "loadstar/keras/layers/detail/layer_base.hpp"
+
+namespace loadstar::keras::layers {
+
+/// `UpSampling2D`'s Keras arguments after `size`.
+struct UpSampling2DOptions {
+  /// `"channels_last"` (Keras's default) or `"channels_first"`.
+  std::string data_format = "channels_last";
+  /// `"nearest"` (each pixel repeated) or `"bilinear"` (TensorFlow 2's `tf.image.resize`, half
+  /// pixel centres).
+  std::string interpolation = "nearest";
+  std::string name = {};
+};
+
+/// Keras's `UpSampling2D`: `(h, w, c)` to `(h * size.h, w * size.w, c)` (or the channels_first
+/// equivalent).
+/// \code
+/// UpSampling2D up(2);
+/// UpSampling2D smooth({2, 3}, {.interpolation = "bilinear"});
+/// \endcode
+class UpSampling2D : public detail::LayerBase {
+ public:
+  explicit UpSampling2D(Size2 size = 2, UpSampling2DOptions options = {})
+      : LayerBase(options.name), size_(size), bilinear_(options.interpolation == "bilinear") {
+    channels_first_ = detail::parse_data_format(options.data_format, label());
+    if (options.interpolation != "nearest" && options.interpolation != "bilinear") {
+      throw ConfigError(label() + ": interpolation must be 'nearest' or 'bilinear' but is '" +
+                        options.interpolation + "'");
+    }
+    if (size.h == 0 || size.w == 0) throw ConfigError(label() + ": size must be positive");
+  }
+
+  std::string class_name() const override { return "UpSampling2D"; }
+
+  Shape build(std::span<const Shape> input_shapes, std::uint64_t) override {
+    expect_inputs(input_shapes, 1);
+    expect_rank(input_shapes[0], 3);
+    const Shape& in = input_shapes[0];
+    // The image as (planes, h, w, inner): (1, h, w, c) channels_last, (c, h, w, 1) channels_first.
+    planes_ = channels_first_ ? in[0] : 1;
+    height_ = channels_first_ ? in[1] : in[0];
+    width_ = channels_first_ ? in[2] : in[1];
+    inner_ = channels_first_ ? 1 : in[2];
+    rows_ = taps(height_, size_.h);
+    columns_ = taps(width_, size_.w);
+    const std::size_t h = height_ * size_.h, w = width_ * size_.w;
+    const Shape out = channels_first_ ? Shape{in[0], h, w} : Shape{h, w, in[2]};
+    remember(input_shapes, out);
+    return out;
+  }
+
+  void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+               const CallContext& ctx) override {
+    check_inputs(inputs);
+    const Tensor<float> tensors[] = {inputs[0], output};
+    ctx.backend.host_kernel(tensors, [this](std::span<const Tensor<float>> t) {
+      visit(
+          t[0].rows(),
+          [&](std::size_t out, std::size_t in, float weight) {
+            for (std::size_t k = 0; k < inner_; ++k)
+              t[1].data()[out + k] += weight * t[0].data()[in + k];
+          },
+          t[1]);
+    });
+  }
+
+  void backward(std::span<const Tensor<float>> inputs, const Tensor<float>&,
+                const Tensor<float>& output_gradient,
+                std::span<const Tensor<float>> input_gradients, const CallContext& ctx) override {
+    if (input_gradients.empty() || input_gradients[0].empty()) return;
+    const Tensor<float> tensors[] = {output_gradient, input_gradients[0]};
+    ctx.backend.host_kernel(tensors, [&](std::span<const Tensor<float>> t) {
+      visit(
+          inputs[0].rows(),
+          [&](std::size_t out, std::size_t in, float weight) {
+            for (std::size_t k = 0; k < inner_; ++k)
+              t[1].data()[in + k] += weight * t[0].data()[out + k];
+          },
+          t[1]);
+    });
+  }
+
+  nlohmann::json get_config() const override {
+    auto config = base_config();
+    config["size"] = {size_.h, size_.w};
+    config["data_format"] = channels_first_ ? "channels_first" : "channels_last";
+    config["interpolation"] = bilinear_ ? "bilinear" : "nearest";
+    return config;
+  }
+
+  static std::shared_ptr<Layer> from_config(const nlohmann::json& config) {
+    const auto read = detail::layer_config(config, "UpSampling2D");
+    const std::string interpolation = read.get("interpolation", "nearest");
+    if (interpolation != "nearest" && interpolation != "bilinear")
+      read.fail("interpolation", "\"nearest\" or \"bilinear\"");
+    return detail::finish_layer(
+        read, std::make_shared<UpSampling2D>(
+                  detail::config_size2(read, "size", 2),
+                  UpSampling2DOptions{.data_format = detail::config_channels_first(read)
+                                                         ? "channels_first"
+                                                         : "channels_last",
+                                      .interpolation = interpolation,
+                                      .name = detail::config_name(read)}));
+  }
+
+ private:
+  /// One source of an output row (or column): input index `index` with weight `weight`.
+  struct Tap {
+    std::size_t index[2] = {0, 0};
+    float weight[2] = {1.0F, 0.0F};
+  };
+
+  /// The taps of the `in * factor` outputs of one axis. Nearest: `o / factor`. Bilinear
+  /// (`tf.image.resize`, half pixel centres, as PyTorch's `align_corners=False`): the source
+  /// `(o + 0.5) / factor - 0.5`, clamped at 0, between its two neighbours.
+  std::vector<Tap> taps(std::size_t in, std::size_t factor) const {
+    std::vector<Tap> out(in * factor);
+    for (std::size_t o = 0; o < out.size(); ++o) {
+      if (!bilinear_) {
+        out[o].index[0] = o / factor;
+        continue;
+      }
+      const double source =
+          std::max((static_cast<double>(o) + 0.5) / static_cast<double>(factor) - 0.5, 0.0);
+      const auto low = static_cast<std::size_t>(std::floor(source));
+      const double lerp = source - static_cast<double>(low);
+      out[o].index[0] = std::min(low, in - 1);
+      out[o].index[1] = std::min(low + 1, in - 1);
+      out[o].weight[0] = static_cast<float>(1.0 - lerp);
+      out[o].weight[1] = static_cast<float>(lerp);
+    }
+    return out;
+  }
+
+  /// Zeroes `target`, then calls `f(output offset, input offset, weight)` for every tap of every
+  /// output pixel of `batch` images (offsets of the pixel's first `inner_` element).
+  template <class F>
+  void visit(std::size_t batch, F&& f, const Tensor<float>& target) const {
+    std::fill(target.begin(), target.end(), 0.0F);
+    const std::size_t out_h = rows_.size(), out_w = columns_.size();
+    const std::size_t taps = bilinear_ ? 2 : 1;
+    for (std::size_t plane = 0; plane < batch * planes_; ++plane) {
+      for (std::size_t oy = 0; oy < out_h; ++oy) {
+        for (std::size_t ox = 0; ox < out_w; ++ox) {
+          const std::size_t out = ((plane * out_h + oy) * out_w + ox) * inner_;
+          for (std::size_t a = 0; a < taps; ++a) {
+            for (std::size_t b = 0; b < taps; ++b) {
+              const float weight = rows_[oy].weight[a] * columns_[ox].weight[b];
+              if (weight == 0.0F) continue;
+              const std::size_t in =
+                  ((plane * height_ + rows_[oy].index[a]) * width_ + columns_[ox].index[b]) *
+                  inner_;
+              f(out, in, weight);
+            }
+          }
+        }
+      }
+    }
+  }
+
+  Size2 size_;
+  bool bilinear_;
+  bool channels_first_ = false;
+  std::size_t planes_ = 1, height_ = 0, width_ = 0, inner_ = 1;
+  std::vector<Tap> rows_;
+  std::vector<Tap> columns_;
+};
+
+}  // namespace loadstar::keras::layers
