@@ -607,11 +607,11 @@ def fixture_architecture_json_with_weights_file_matches_keras():
 
 @case
 def fixture_weights_and_summary_match_the_files():
-    # Left out, as loadstar cannot build their layers: hls4ml_conv2d_1layer.h5 (its Conv2D names
-    # a Python function as kernel_initializer) and dl4j_tfkeras_issue_9349.hdf5 (Conv1D).
+    # Left out: hls4ml_conv2d_1layer.h5, whose Conv2D names a Python function as its
+    # kernel_initializer, which the layer registry refuses.
     names = ["dl4j_simple_sparse_xent_mlp_keras_2_model.h5",
              "hls4ml_mlp_streaming_keras_model.keras", "purinat33_mnist_cnn_keras2.10.h5",
-             "dl4j_cnn_batch_norm.h5"]
+             "dl4j_cnn_batch_norm.h5", "dl4j_tfkeras_issue_9349.hdf5", "dl4j_simpleconv2d.hdf5"]
     found = 0
     for name in names:
         try:
