@@ -69,6 +69,9 @@ TEST_CASE("fit with arrays of different row counts names fit and its arguments")
   model.compile({.optimizer = "sgd", .loss = "sparse_categorical_crossentropy"});
   CHECK_THROWS_WITH_AS(model.fit(data.x, data.y.slice_rows(0, 9), {.epochs = 1, .verbose = 0}),
                        doctest::Contains("fit: y has 9 rows but x has 10"), ShapeError);
+  CHECK_THROWS_WITH_AS(
+      model.fit(data.x, data.y, {.epochs = 1, .verbose = 0, .sample_weight = Tensor<float>({8})}),
+      doctest::Contains("fit: sample_weight has 8 rows but x has 10"), ShapeError);
 }
 
 namespace {
