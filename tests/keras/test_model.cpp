@@ -572,6 +572,21 @@ TEST_SUITE("keras") {
       CHECK_THROWS_WITH_AS(model.fit(data.x, y, {.verbose = 0, .shuffle = false}),
                            doctest::Contains("the loss is nan at batch 0 of epoch 1"), Error);
     }
+    SUBCASE("a label out of range names the epoch and the batch") {
+      Sequential model{Input({2}), Dense(3)};
+      model.compile("sgd", "sparse_categorical_crossentropy");
+      Tensor<float> y({20, 1});
+      y(13, 0) = 5;  // batch 1 (rows 8..15) at row 5 of the batch, without shuffling
+      CHECK_THROWS_WITH_AS(
+          model.fit(data.x, y, {.epochs = 2, .batch_size = 8, .verbose = 0, .shuffle = false}),
+          "fit: epoch 1, batch 1 (rows counted within the batch): "
+          "sparse_categorical_crossentropy: label 5 at row 5 is outside [0, 3)",
+          ConfigError);
+      CHECK_THROWS_WITH_AS(model.evaluate(data.x, y, {.batch_size = 4, .verbose = 0}),
+                           doctest::Contains("evaluate: batch 3 (rows counted within the batch): "
+                                             "sparse_categorical_crossentropy: label 5 at row 1"),
+                           ConfigError);
+    }
     SUBCASE("weights of another shape") {
       auto model = small_classifier();
       auto weights = model->get_weights();

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -36,6 +37,26 @@ inline Error non_finite_loss(const std::string& model, double loss, std::size_t 
                "training instead");
 }
 
+/// Runs `step` on batch `batch` (of epoch `epoch`, counted from 1 in the message), adding where
+/// to a `ConfigError` or `ShapeError` from the data (a label out of range, a batch of the wrong
+/// shape), so that the message names the epoch and the batch of the bad rows.
+template <class Step>
+const Logs& in_batch(std::string_view where, std::optional<std::size_t> epoch, std::size_t batch,
+                     Step&& step) {
+  const auto context = [&] {
+    return std::string(where) + ": " +
+           (epoch ? "epoch " + std::to_string(*epoch + 1) + ", " : std::string()) + "batch " +
+           std::to_string(batch) + " (rows counted within the batch): ";
+  };
+  try {
+    return step();
+  } catch (const ShapeError& e) {
+    throw ShapeError(context() + e.what());
+  } catch (const ConfigError& e) {
+    throw ConfigError(context() + e.what());
+  }
+}
+
 /// One evaluation pass of `source` (pass `pass`) through `test_step`, with the evaluation metrics
 /// reset first; returns the logs. `in_fit`: a validation inside `fit` (the callbacks' params stay
 /// those of `fit`).
@@ -55,7 +76,8 @@ inline Logs run_test(Model& model, BatchSource& source, callbacks::CallbackList&
   std::size_t step = 0;
   while (const auto* batch = source.next()) {
     list.on_test_batch_begin(step);
-    logs = &model.test_step(*batch);
+    logs = &in_batch(in_fit ? "fit: validation" : "evaluate", std::nullopt, step,
+                     [&]() -> const Logs& { return model.test_step(*batch); });
     list.on_test_batch_end(step, *logs);
     ++step;
   }
@@ -104,7 +126,9 @@ inline callbacks::History run_fit(Model& model, DataIterator& data, BatchSource*
     std::size_t step = data.step();
     while (const auto* batch = data.next()) {
       list.on_train_batch_begin(step);
-      const Logs& logs = model.train_step(*batch, step_options);
+      const Logs& logs = in_batch("fit", epoch, step, [&]() -> const Logs& {
+        return model.train_step(*batch, step_options);
+      });
       loop.logs = logs;  // copied before the hooks: only the first batch's copy allocates
       list.on_train_batch_end(step, logs);
       const auto loss = logs.get("loss");
