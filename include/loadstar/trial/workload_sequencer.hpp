@@ -387,7 +387,7 @@ class WorkloadSequencer {
 
   /// Restores `state()`; `CheckpointError` for a malformed state.
   void restore(const nlohmann::json& json) {
-    const detail::StateReader read("workload sequencer", json);
+    const loadstar::detail::StateReader read("workload sequencer", json);
     State state = from_json(json);
     if (json.contains("latest_snapshot")) {
       snapshot_ = from_json(read.get<nlohmann::json>("latest_snapshot"));
@@ -443,7 +443,7 @@ class WorkloadSequencer {
   }
 
   static State from_json(const nlohmann::json& json) {
-    const detail::StateReader read("workload sequencer", json);
+    const loadstar::detail::StateReader read("workload sequencer", json);
     State state;
     state.batches_towards_current_op = read.get<std::uint64_t>("batches_towards_current_op");
     state.batches_since_last_validation = read.get<std::uint64_t>("batches_since_last_val");
