@@ -104,7 +104,9 @@ inline Length length_from_json(const nlohmann::json& json, const std::string& ow
     throw CheckpointError(owner + ": expected a length in batches, records or epochs but found " +
                           json.dump());
   }
-  if (!value.is_number_unsigned()) {
+  // JSON built in C++ from an int is signed even when non-negative.
+  if (!value.is_number_unsigned() &&
+      !(value.is_number_integer() && value.get<std::int64_t>() >= 0)) {
     throw CheckpointError(owner + ": expected a non-negative integer length but found " +
                           json.dump());
   }
