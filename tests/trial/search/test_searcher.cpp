@@ -356,6 +356,15 @@ TEST_SUITE("trial") {
       CHECK(plan.max_trials == std::vector<std::uint64_t>{19, 1});
       CHECK(plan.rung_lengths == std::vector<std::vector<std::uint64_t>>{{1, 6, 25, 100}, {100}});
     }
+    SUBCASE("rungs that do not lengthen are refused") {
+      searcher.max_length = Length{Unit::batches, 3};
+      searcher.bracket_rungs = {3};
+      CHECK_THROWS_WITH_AS(adaptive_asha_plan(searcher),
+                           "searcher 'adaptive_asha': a bracket of 3 rungs over max_length "
+                           "{\"batches\":3} validates at [1, 1, 3]; expected increasing lengths "
+                           "(fewer rungs or a longer max_length)",
+                           ConfigError);
+    }
     SUBCASE("bad values are refused") {
       searcher.mode = "reckless";
       CHECK_THROWS_WITH_AS(adaptive_asha_plan(searcher),

@@ -1,4 +1,5 @@
-// Writes the streams of Determined's workload sequencer for random configurations as JSON.
+// Writes, as JSON, the streams of Determined's workload sequencer for random configurations
+// (argument "sequencer") or the searches of its adaptive_asha searcher ("asha").
 package main
 
 import (
@@ -6,11 +7,17 @@ import (
 	"os"
 
 	"seqref/internal"
+	"seqref/searcher"
 )
 
 func main() {
-	out := json.NewEncoder(os.Stdout)
-	if err := out.Encode(map[string]interface{}{"cases": internal.Generate(20261123, 150)}); err != nil {
+	var cases interface{}
+	if len(os.Args) > 1 && os.Args[1] == "asha" {
+		cases = searcher.GenerateAsha(20261123, 120)
+	} else {
+		cases = internal.Generate(20261123, 150)
+	}
+	if err := json.NewEncoder(os.Stdout).Encode(map[string]interface{}{"cases": cases}); err != nil {
 		panic(err)
 	}
 }

@@ -150,7 +150,7 @@ func Generate(seed int64, n int) []Case {
 			stopAfter = r.Intn(last/su + 8)
 		}
 		exp := &model.Experiment{ID: 1, Config: config}
-		s := newTrialWorkloadSequencer(exp, searcher.Create{Hparams: searcher.Hparams{Gbs: gbs}}, nil)
+		s := newTrialWorkloadSequencer(exp, searcher.Create{Hparams: searcher.GbsSample(gbs)}, nil)
 		s.SetTrialID(1)
 		stopped := false
 		for i, op := range ops {

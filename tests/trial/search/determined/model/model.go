@@ -38,3 +38,17 @@ type Experiment struct {
 type WorkloadManagerType string
 
 const TrialWorkloadManagerType WorkloadManagerType = "TRIAL_WORKLOAD_MANAGER"
+
+// RequestID: Determined's are random; here they count from 1 in the order trials are asked for,
+// as loadstar's do.
+type RequestID int
+
+type WorkloadSequencerType string
+
+const TrialWorkloadSequencerType WorkloadSequencerType = "TRIAL_WORKLOAD_SEQUENCER"
+
+const (
+	AggressiveMode   = "aggressive"
+	StandardMode     = "standard"
+	ConservativeMode = "conservative"
+)
