@@ -22,13 +22,13 @@ type ExperimentConfig struct {
 	SchedulingUnitVal int
 }
 
-func (c ExperimentConfig) PerformInitialValidation() bool       { return c.InitialValidation }
-func (c ExperimentConfig) CheckpointPolicy() string             { return c.Policy }
-func (c ExperimentConfig) MinValidationPeriod() expconf.Length  { return c.MinValidation }
-func (c ExperimentConfig) MinCheckpointPeriod() expconf.Length  { return c.MinCheckpoint }
-func (c ExperimentConfig) Unit() expconf.Unit                   { return c.SearcherUnit }
-func (c ExperimentConfig) RecordsPerEpoch() int                 { return c.Rpe }
-func (c ExperimentConfig) SchedulingUnit() int                  { return c.SchedulingUnitVal }
+func (c ExperimentConfig) PerformInitialValidation() bool      { return c.InitialValidation }
+func (c ExperimentConfig) CheckpointPolicy() string            { return c.Policy }
+func (c ExperimentConfig) MinValidationPeriod() expconf.Length { return c.MinValidation }
+func (c ExperimentConfig) MinCheckpointPeriod() expconf.Length { return c.MinCheckpoint }
+func (c ExperimentConfig) Unit() expconf.Unit                  { return c.SearcherUnit }
+func (c ExperimentConfig) RecordsPerEpoch() int                { return c.Rpe }
+func (c ExperimentConfig) SchedulingUnit() int                 { return c.SchedulingUnitVal }
 
 type Experiment struct {
 	ID     int
