@@ -156,10 +156,19 @@ func Generate(seed int64, n int) []Case {
 		for i, op := range ops {
 			c.Ops = append(c.Ops, lengthJSON(op))
 			s.OperationRequested(searcher.ValidateAfter{RequestID: 1, Length: op})
-			for !s.UpToDate() {
-				w, err := s.Workload()
-				if err != nil {
-					panic(err)
+			for {
+				// trial.go's sendNextWorkload: the sequencer's workload while it has one, then a
+				// pre-close checkpoint of any batch not checkpointed, then terminate.
+				var w workload.Workload
+				if !s.UpToDate() {
+					var err error
+					if w, err = s.Workload(); err != nil {
+						panic(err)
+					}
+				} else if preclose := s.PrecloseCheckpointWorkload(); preclose != nil {
+					w = *preclose
+				} else {
+					break
 				}
 				best := false
 				msg := workload.CompletedMessage{Workload: w}
