@@ -133,7 +133,9 @@ struct ExperimentConfig {
   nlohmann::json raw = nlohmann::json::object();
 };
 
-namespace detail {
+/// The reading and writing of experiment configs (its own namespace, so that its helpers and
+/// its `json` alias stay clear of the other trial headers' `detail` code).
+namespace detail::expconf {
 
 using json = nlohmann::json;
 
@@ -162,7 +164,7 @@ inline const std::vector<std::string>& ignored_optimizations_keys() {
   return keys;
 }
 
-inline std::string unit_name(Unit unit) {
+inline std::string length_unit_key(Unit unit) {
   switch (unit) {
     case Unit::batches:
       return "batches";
@@ -174,7 +176,7 @@ inline std::string unit_name(Unit unit) {
   return "batches";
 }
 
-inline std::string policy_name(CheckpointPolicy policy) {
+inline std::string checkpoint_policy_key(CheckpointPolicy policy) {
   switch (policy) {
     case CheckpointPolicy::best:
       return "best";
@@ -186,12 +188,12 @@ inline std::string policy_name(CheckpointPolicy policy) {
   return "best";
 }
 
-inline json length_json(const Length& length) {
-  return json{{unit_name(length.unit), length.value}};
+inline json length_config_json(const Length& length) {
+  return json{{length_unit_key(length.unit), length.value}};
 }
 
 /// The keys a searcher takes, by its name (Determined's per-searcher schemas refuse the others).
-inline std::vector<std::string> searcher_keys(const std::string& name) {
+inline std::vector<std::string> searcher_config_keys(const std::string& name) {
   std::vector<std::string> keys{"name",       "metric",          "smaller_is_better",
                                 "max_length", "source_trial_id", "source_checkpoint_uuid"};
   if (name == "grid" || name == "random" || name == "adaptive_asha") {
@@ -207,7 +209,7 @@ inline std::vector<std::string> searcher_keys(const std::string& name) {
 }
 
 /// "a, b or c".
-inline std::string either(const std::vector<std::string>& options) {
+inline std::string one_of_text(const std::vector<std::string>& options) {
   std::string out;
   for (std::size_t i = 0; i < options.size(); ++i) {
     if (i > 0) out += i + 1 == options.size() ? " or " : ", ";
@@ -218,9 +220,9 @@ inline std::string either(const std::vector<std::string>& options) {
 
 /// Reads one experiment config given as JSON, with messages that name the config, the key path,
 /// the expectation and the finding (shown in YAML's flow style, as the user wrote it).
-class ConfigReader {
+class ExperimentConfigReader {
  public:
-  explicit ConfigReader(std::string_view source)
+  explicit ExperimentConfigReader(std::string_view source)
       : where_("experiment config '" + std::string(source) + "'") {}
 
   const std::string& where() const { return where_; }
@@ -318,9 +320,9 @@ class ConfigReader {
     if (value.is_string()) {
       const auto& text = value.get_ref<const std::string&>();
       if (std::find(options.begin(), options.end(), text) != options.end()) return text;
-      refuse(path, "one of " + either(quoted), value, did_you_mean(text, options));
+      refuse(path, "one of " + one_of_text(quoted), value, did_you_mean(text, options));
     }
-    refuse(path, "one of " + either(quoted), value);
+    refuse(path, "one of " + one_of_text(quoted), value);
   }
 
   Length to_length(const json& value, const std::string& path, bool positive) const {
@@ -565,7 +567,7 @@ class ConfigReader {
     for (const auto& [path, length] : lengths) {
       if (length.unit == Unit::epochs && config.records_per_epoch == 0) {
         fail(path, "expected a length in batches or records, or records_per_epoch set, but found " +
-                       to_flow(length_json(length)) + " with records_per_epoch unset");
+                       to_flow(length_config_json(length)) + " with records_per_epoch unset");
       }
     }
     config.raw = root;
@@ -576,10 +578,10 @@ class ConfigReader {
     static const std::vector<std::string> names{"single", "grid", "random", "adaptive_asha"};
     if (!value.is_object()) refuse("searcher", "a mapping (name, metric, max_length)", value);
     SearcherConfig searcher;
-    searcher.name = to_choice(required(value, "name", "searcher", "one of " + either(names)),
+    searcher.name = to_choice(required(value, "name", "searcher", "one of " + one_of_text(names)),
                               "searcher.name", names);
     check_keys(value, "searcher", "the " + searcher.name + " searcher",
-               searcher_keys(searcher.name));
+               searcher_config_keys(searcher.name));
     searcher.metric = to_string(
         required(value, "metric", "searcher", "the validation metric's name"), "searcher.metric");
     if (searcher.metric.empty()) {
@@ -663,7 +665,7 @@ class ConfigReader {
   std::string where_;
 };
 
-inline json hyperparameter_json(const Hyperparameter& hp) {
+inline json hyperparameter_config_json(const Hyperparameter& hp) {
   using Type = Hyperparameter::Type;
   const auto bound = [&](double x) {
     return hp.type == Type::integer ? json(static_cast<std::int64_t>(x)) : json(x);
@@ -677,7 +679,7 @@ inline json hyperparameter_json(const Hyperparameter& hp) {
     case Type::nested:
       out = json::object();
       for (const auto& member : hp.members)
-        out[member.name] = hyperparameter_json(member.value);
+        out[member.name] = hyperparameter_config_json(member.value);
       return out;
     case Type::integer:
     case Type::real:
@@ -695,8 +697,8 @@ inline json hyperparameter_json(const Hyperparameter& hp) {
 }
 
 /// `section` of `raw` without the keys that `to_json` writes (keeping the ignored ones).
-inline json kept_section(const json& raw, const std::string& section,
-                         std::initializer_list<const char*> written) {
+inline json kept_config_section(const json& raw, const std::string& section,
+                                std::initializer_list<const char*> written) {
   json out = json::object();
   const auto found = raw.find(section);
   if (found != raw.end() && found->is_object()) out = *found;
@@ -705,7 +707,7 @@ inline json kept_section(const json& raw, const std::string& section,
   return out;
 }
 
-}  // namespace detail
+}  // namespace detail::expconf
 
 /// The config as JSON, every field written out with its value (Determined's defaults included),
 /// in Determined's schema: what an experiment stores and what `experiment_config_from_json` reads
@@ -718,15 +720,15 @@ inline nlohmann::json to_json(const ExperimentConfig& config) {
   out["entrypoint"] = config.entrypoint;
   json hparams = json::object();
   for (const auto& hp : config.hyperparameters) {
-    hparams[hp.name] = detail::hyperparameter_json(hp.value);
+    hparams[hp.name] = detail::expconf::hyperparameter_config_json(hp.value);
   }
   out["hyperparameters"] = hparams;
   const SearcherConfig& s = config.searcher;
   json searcher{{"name", s.name},
                 {"metric", s.metric},
                 {"smaller_is_better", s.smaller_is_better},
-                {"max_length", detail::length_json(s.max_length)}};
-  const auto keys = detail::searcher_keys(s.name);
+                {"max_length", detail::expconf::length_config_json(s.max_length)}};
+  const auto keys = detail::expconf::searcher_config_keys(s.name);
   const auto takes = [&](const char* key) {
     return std::find(keys.begin(), keys.end(), key) != keys.end();
   };
@@ -744,13 +746,14 @@ inline nlohmann::json to_json(const ExperimentConfig& config) {
   out["searcher"] = searcher;
   out["records_per_epoch"] = config.records_per_epoch;
   out["scheduling_unit"] = config.scheduling_unit;
-  out["min_validation_period"] = detail::length_json(config.min_validation_period);
-  out["min_checkpoint_period"] = detail::length_json(config.min_checkpoint_period);
+  out["min_validation_period"] = detail::expconf::length_config_json(config.min_validation_period);
+  out["min_checkpoint_period"] = detail::expconf::length_config_json(config.min_checkpoint_period);
   out["perform_initial_validation"] = config.perform_initial_validation;
-  out["checkpoint_policy"] = detail::policy_name(config.checkpoint_policy);
-  json storage = detail::kept_section(config.raw, "checkpoint_storage",
-                                      {"type", "host_path", "storage_path", "save_experiment_best",
-                                       "save_trial_best", "save_trial_latest"});
+  out["checkpoint_policy"] = detail::expconf::checkpoint_policy_key(config.checkpoint_policy);
+  json storage = detail::expconf::kept_config_section(
+      config.raw, "checkpoint_storage",
+      {"type", "host_path", "storage_path", "save_experiment_best", "save_trial_best",
+       "save_trial_latest"});
   const CheckpointStorage& cs = config.checkpoint_storage;
   storage["type"] = cs.type;
   if (!cs.host_path.empty()) storage["host_path"] = cs.host_path;
@@ -763,11 +766,12 @@ inline nlohmann::json to_json(const ExperimentConfig& config) {
   if (config.experiment_seed) reproducibility["experiment_seed"] = *config.experiment_seed;
   out["reproducibility"] = reproducibility;
   out["max_restarts"] = config.max_restarts;
-  json resources = detail::kept_section(config.raw, "resources", {"slots_per_trial"});
+  json resources =
+      detail::expconf::kept_config_section(config.raw, "resources", {"slots_per_trial"});
   resources["slots_per_trial"] = config.slots_per_trial;
   out["resources"] = resources;
-  json optimizations = detail::kept_section(config.raw, "optimizations",
-                                            {"aggregation_frequency", "average_training_metrics"});
+  json optimizations = detail::expconf::kept_config_section(
+      config.raw, "optimizations", {"aggregation_frequency", "average_training_metrics"});
   optimizations["aggregation_frequency"] = config.aggregation_frequency;
   optimizations["average_training_metrics"] = config.average_training_metrics;
   out["optimizations"] = optimizations;
@@ -783,7 +787,7 @@ inline nlohmann::json to_json(const ExperimentConfig& config) {
 /// expected and what was found. `raw` is `to_json` of the result.
 inline ExperimentConfig experiment_config_from_json(const nlohmann::json& config,
                                                     std::string_view source) {
-  ExperimentConfig parsed = detail::ConfigReader(source).read(config);
+  ExperimentConfig parsed = detail::expconf::ExperimentConfigReader(source).read(config);
   parsed.raw = to_json(parsed);
   return parsed;
 }
