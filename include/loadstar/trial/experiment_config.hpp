@@ -329,7 +329,8 @@ class ExperimentConfigReader {
     static const std::vector<std::string> units{"batches", "records", "epochs"};
     const std::string expected = "exactly one of batches, records or epochs";
     if (!value.is_object() || value.size() != 1) refuse(path, expected, value);
-    const auto& [key, amount] = *value.items().begin();
+    const std::string key = value.begin().key();
+    const json& amount = value.begin().value();
     Length length;
     if (key == "batches") {
       length.unit = Unit::batches;
