@@ -56,12 +56,25 @@ struct Hyperparameter {
   std::vector<nlohmann::json> vals;
   /// A nested group (a mapping without `type`): its members, sorted by name.
   std::vector<NamedHyperparameter> members;
+
+  // Defined below, where NamedHyperparameter is complete (written out: clang 14 crashes on a
+  // defaulted comparison of this recursive type).
+  friend bool operator==(const Hyperparameter&, const Hyperparameter&);
 };
 
 struct NamedHyperparameter {
   std::string name;
   Hyperparameter value;
+
+  friend bool operator==(const NamedHyperparameter& a, const NamedHyperparameter& b) {
+    return a.name == b.name && a.value == b.value;
+  }
 };
+
+inline bool operator==(const Hyperparameter& a, const Hyperparameter& b) {
+  return a.type == b.type && a.val == b.val && a.minval == b.minval && a.maxval == b.maxval &&
+         a.base == b.base && a.count == b.count && a.vals == b.vals && a.members == b.members;
+}
 
 /// `searcher`.
 struct SearcherConfig {
@@ -83,6 +96,8 @@ struct SearcherConfig {
   bool stop_once = false;
   std::optional<std::uint64_t> source_trial_id;
   std::optional<std::string> source_checkpoint_uuid;
+
+  friend bool operator==(const SearcherConfig&, const SearcherConfig&) = default;
 };
 
 enum class CheckpointPolicy { best, all, none };
@@ -96,6 +111,8 @@ struct CheckpointStorage {
   std::uint64_t save_experiment_best = 0;
   std::uint64_t save_trial_best = 1;
   std::uint64_t save_trial_latest = 1;
+
+  friend bool operator==(const CheckpointStorage&, const CheckpointStorage&) = default;
 };
 
 /// An experiment configuration, with Determined's defaults for what the file leaves out.
@@ -131,6 +148,10 @@ struct ExperimentConfig {
   /// Keys of Determined's that mean nothing on one machine (`environment`, `bind_mounts`) are
   /// kept here as given.
   nlohmann::json raw = nlohmann::json::object();
+
+  /// Every field equal, `raw` included: `experiment_config_from_json(to_json(c), …) == c` for a
+  /// parsed `c`.
+  friend bool operator==(const ExperimentConfig&, const ExperimentConfig&) = default;
 };
 
 /// The reading and writing of experiment configs (its own namespace, so that its helpers and
@@ -831,7 +852,8 @@ inline ExperimentConfig load_experiment_config(const std::filesystem::path& path
 /// latest checkpoint kept (Determined keeps none; here the one checkpoint `--test` writes stays
 /// for inspection). The description gets Determined's `[test-mode] ` prefix.
 inline ExperimentConfig make_test_config(ExperimentConfig config) {
-  config.description = "[test-mode] " + config.description;
+  const std::string prefix = "[test-mode] ";
+  if (config.description.rfind(prefix, 0) != 0) config.description = prefix + config.description;
   config.scheduling_unit = 1;
   config.min_validation_period = Length{Unit::batches, 1};
   SearcherConfig searcher;

@@ -273,6 +273,7 @@ data: {path: /data/fashion, augment: false}
     const ExperimentConfig back = experiment_config_from_json(json::parse(stored.dump()), "e.json");
     CHECK(to_json(back) == stored);
     CHECK(back.raw == c.raw);
+    CHECK(back == c);
     CHECK(back.entrypoint == c.entrypoint);
     CHECK(back.labels == c.labels);
     REQUIRE(back.hyperparameters.size() == c.hyperparameters.size());
@@ -311,6 +312,7 @@ data: {path: /data/fashion, augment: false}
     built.searcher.max_length = Length{Unit::batches, 3};
     const ExperimentConfig rebuilt = experiment_config_from_json(to_json(built), "built");
     CHECK(to_json(rebuilt) == to_json(built));
+    CHECK_FALSE(rebuilt == built);  // built.raw is empty; rebuilt.raw is the whole config
     CHECK(rebuilt.raw == to_json(built));
   }
 
@@ -338,6 +340,9 @@ data: {path: /data/fashion, augment: false}
     CHECK(t.entrypoint == c.entrypoint);
     CHECK(t.raw == to_json(t));
     CHECK(t.raw.at("searcher").at("name") == "single");
+    // Applied twice, the same.
+    CHECK(make_test_config(t) == t);
+    CHECK_FALSE(t == c);
   }
 
   TEST_CASE("load_experiment_config reads a file and names it") {
