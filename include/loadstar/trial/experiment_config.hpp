@@ -445,7 +445,15 @@ class ExperimentConfigReader {
         "need it)";
     const auto found = std::find_if(parsed.begin(), parsed.end(),
                                     [](const auto& hp) { return hp.name == "global_batch_size"; });
-    if (found == parsed.end()) fail(path, "expected " + expected + " but it is missing");
+    if (found == parsed.end()) {
+      // A misspelt name is the likely cause: name the nearest.
+      std::vector<std::string> names;
+      for (const auto& hp : parsed)
+        names.push_back(hp.name);
+      const std::string near = nearest_name("global_batch_size", names);
+      fail(path, "expected " + expected + " but it is missing" +
+                     (near.empty() ? "" : " (is '" + near + "' a misspelling of it?)"));
+    }
     const Hyperparameter& hp = found->value;
     const json& given = hparams.at("global_batch_size");
     const auto is_size = [](const json& v) {

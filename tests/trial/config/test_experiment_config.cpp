@@ -556,6 +556,8 @@ data: {path: /data/fashion, augment: false}
         "hyperparameters.global_batch_size: expected an int >= 1 (a const, an int range or a "
         "categorical of ints; Determined's Keras trials need it) but ";
     refuses("batch_size: 32", gbs + "it is missing");
+    refuses("global_batch_sise: 32",
+            gbs + "it is missing (is 'global_batch_sise' a misspelling of it?)");
     refuses("global_batch_size: 0", gbs + "found 0");
     refuses("global_batch_size: '32'", gbs + "found \"32\"");
     refuses("global_batch_size: 32.5", gbs + "found 32.5");
