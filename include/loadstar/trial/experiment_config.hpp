@@ -366,6 +366,15 @@ class ExperimentConfigReader {
     return length;
   }
 
+  /// Hyperparameters are named by their dotted path (`optimizer.learning_rate`), so a name may
+  /// hold no '.' and may not be empty.
+  void check_hparam_name(const std::string& name, const std::string& path) const {
+    if (name.empty()) fail(path, "expected non-empty hyperparameter names but found ''");
+    if (name.find('.') != std::string::npos) {
+      fail(join(path, name), "expected a hyperparameter name without '.' but found '" + name + "'");
+    }
+  }
+
   Hyperparameter to_hyperparameter(const json& value, const std::string& path) const {
     using Type = Hyperparameter::Type;
     Hyperparameter hp;
@@ -380,6 +389,7 @@ class ExperimentConfigReader {
       if (value.empty()) refuse(path, "a hyperparameter or a group of them", value);
       hp.type = Type::nested;
       for (const auto& [name, member] : value.items()) {
+        check_hparam_name(name, path);
         hp.members.push_back({name, to_hyperparameter(member, join(path, name))});
       }
       return hp;
@@ -520,6 +530,7 @@ class ExperimentConfigReader {
     const json& hparams = required(root, "hyperparameters", "", "a mapping of hyperparameters");
     if (!hparams.is_object()) refuse("hyperparameters", "a mapping of hyperparameters", hparams);
     for (const auto& [name, value] : hparams.items()) {
+      check_hparam_name(name, "hyperparameters");
       config.hyperparameters.push_back(
           {name, to_hyperparameter(value, join("hyperparameters", name))});
     }
@@ -843,6 +854,11 @@ inline ExperimentConfig parse_experiment_config(std::string_view yaml, std::stri
 /// Reads and parses the YAML file `path` (named in messages as given); `IoError` when it cannot
 /// be read.
 inline ExperimentConfig load_experiment_config(const std::filesystem::path& path) {
+  std::error_code ignored;
+  if (std::filesystem::is_directory(path, ignored)) {
+    throw IoError("experiment config '" + path.string() +
+                  "': expected a YAML file but found a directory");
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     const int error = errno;
