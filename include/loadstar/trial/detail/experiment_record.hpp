@@ -22,7 +22,7 @@ namespace loadstar::trial::detail {
 inline constexpr const char* experiment_format = "loadstar-experiment";
 inline constexpr int experiment_format_version = 1;
 
-inline const char* unit_name(Unit unit) {
+inline const char* length_unit_name(Unit unit) {
   switch (unit) {
     case Unit::batches:
       return "batches";
@@ -34,7 +34,7 @@ inline const char* unit_name(Unit unit) {
   return "batches";
 }
 
-inline std::optional<Unit> unit_from_name(const std::string& name) {
+inline std::optional<Unit> length_unit_from_name(const std::string& name) {
   if (name == "batches") return Unit::batches;
   if (name == "records") return Unit::records;
   if (name == "epochs") return Unit::epochs;
@@ -43,7 +43,7 @@ inline std::optional<Unit> unit_from_name(const std::string& name) {
 
 /// `{"epochs": 5}`.
 inline nlohmann::json length_to_json(const Length& length) {
-  return nlohmann::json{{unit_name(length.unit), length.value}};
+  return nlohmann::json{{length_unit_name(length.unit), length.value}};
 }
 
 /// One trial as the experiment tracks it.
@@ -223,14 +223,14 @@ inline ExperimentRecord experiment_record_from_json(const nlohmann::json& json,
     trial.trial_seed = member<std::uint32_t>(item, "trial_seed", file, where);
     trial.state = member<std::string>(item, "state", file, where);
     for (const auto& length : member<nlohmann::json>(item, "pending", file, where)) {
-      if (!length.is_object() || length.size() != 1 || !unit_from_name(length.begin().key()) ||
+      if (!length.is_object() || length.size() != 1 || !length_unit_from_name(length.begin().key()) ||
           !length.begin()->is_number_unsigned()) {
         throw FormatError("experiment '" + file.string() + "': " + where +
                           "pending: expected lengths like {\"batches\": 10} but found " +
                           length.dump().substr(0, 100));
       }
       trial.pending.push_back(
-          {*unit_from_name(length.begin().key()), length.begin()->get<std::uint64_t>()});
+          {*length_unit_from_name(length.begin().key()), length.begin()->get<std::uint64_t>()});
     }
     trial.closed = member<bool>(item, "closed", file, where);
     trial.total_batches = member<std::uint64_t>(item, "total_batches", file, where);
