@@ -135,7 +135,7 @@ inline ProgramResult run_program(std::vector<std::string> arguments, std::string
   ::close(from_child[1]);
   // The script is small (a few hundred kilobytes at most) but gnuplot may answer before reading
   // it all, so a failed write (EPIPE) is not an error here: the exit status says what happened.
-  ::signal(SIGPIPE, SIG_IGN);
+  const auto previous_handler = ::signal(SIGPIPE, SIG_IGN);
   std::size_t done = 0;
   while (done < input.size()) {
     const ::ssize_t n = ::write(to_child[1], input.data() + done, input.size() - done);
@@ -144,6 +144,7 @@ inline ProgramResult run_program(std::vector<std::string> arguments, std::string
     done += static_cast<std::size_t>(n);
   }
   ::close(to_child[1]);
+  ::signal(SIGPIPE, previous_handler);
   ProgramResult result;
   char buffer[4096];
   while (true) {
