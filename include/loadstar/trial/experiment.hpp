@@ -404,7 +404,7 @@ class ExperimentLoop {
       trial->error = error;
       trial->pending.clear();
       say(name + ": failed: " + error);
-      apply(searcher_->trial_exited_early(trial->request_id));
+      apply(searcher_->trial_exited_early(trial->request_id, ExitedReason::errored));
       apply(searcher_->trial_closed(trial->request_id));
       return;
     }
@@ -430,7 +430,7 @@ class ExperimentLoop {
           " batches");
       trial->state = "COMPLETED";
       trial->pending.clear();
-      apply(searcher_->trial_exited_early(trial->request_id));
+      apply(searcher_->trial_exited_early(trial->request_id, ExitedReason::user_canceled));
       apply(searcher_->trial_closed(trial->request_id));
     }
   }
@@ -561,6 +561,8 @@ inline ExperimentSummary create_experiment(const std::filesystem::path& config_f
                       "the name of a registered trial class but found '" + config.entrypoint +
                       "' (registered: " + (known.empty() ? std::string("none") : known) + ")");
   }
+  // A searcher the config cannot make (a grid without counts) is refused before any folder is.
+  (void)make_searcher(config, config.experiment_seed.value_or(0));
   if (dir.empty()) dir = default_experiment_dir(config_file, options.test);
   const auto file = detail::experiment_file(dir);
   if (std::filesystem::exists(file)) {
