@@ -95,13 +95,6 @@ inline std::filesystem::path default_experiment_dir(const std::filesystem::path&
 
 namespace detail {
 
-/// Where the checkpoints of the experiment in `dir` go.
-inline std::filesystem::path checkpoint_root(const std::filesystem::path& dir,
-                                             const ExperimentRecord& record) {
-  const std::filesystem::path stored = record.checkpoint_dir;
-  return stored.is_absolute() ? stored : dir / stored;
-}
-
 /// An exclusive lock on `dir/.lock`, held while this process runs the experiment, so that two
 /// processes never drive the same experiment. The file descriptor is close-on-exec: trials do not
 /// inherit the lock.
@@ -111,7 +104,8 @@ class ExperimentLock {
     const auto file = dir / ".lock";
     fd_ = ::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (fd_ < 0) {
-      throw IoError("experiment lock '" + file.string() + "': cannot open: " + std::strerror(errno));
+      throw IoError("experiment lock '" + file.string() +
+                    "': cannot open: " + std::strerror(errno));
     }
     if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
       ::close(fd_);
@@ -208,10 +202,12 @@ inline std::string log_tail(const std::filesystem::path& file, std::size_t count
 /// event.
 class ExperimentLoop {
  public:
-  ExperimentLoop(std::filesystem::path dir, ExperimentRecord record, const ExperimentOptions& options)
-      : dir_(std::move(dir)), record_(std::move(record)), options_(options),
-        config_(experiment_config_from_json(record_.config,
-                                            experiment_file(dir_).string())),
+  ExperimentLoop(std::filesystem::path dir, ExperimentRecord record,
+                 const ExperimentOptions& options)
+      : dir_(std::move(dir)),
+        record_(std::move(record)),
+        options_(options),
+        config_(experiment_config_from_json(record_.config, experiment_file(dir_).string())),
         searcher_(make_searcher(config_, record_.seed)) {}
 
   ExperimentSummary run() {
@@ -223,7 +219,7 @@ class ExperimentLoop {
       for (auto& trial : record_.trials) {
         if (trial.state == "ACTIVE" && !trial.pending.empty()) {
           say("trial " + std::to_string(trial.id) + ": resuming towards " +
-              length_to_json(trial.pending.front()).dump());
+              pending_length_json(trial.pending.front()).dump());
         }
       }
     }
@@ -317,7 +313,8 @@ class ExperimentLoop {
     std::filesystem::create_directories(folder);
     std::error_code ignored;
     std::filesystem::remove(folder / "result.json", ignored);
-    say("trial " + std::to_string(trial.id) + ": training until " + length_to_json(until).dump());
+    say("trial " + std::to_string(trial.id) + ": training until " +
+        pending_length_json(until).dump());
     if (in_process_) {
       TrialOutcome outcome;
       try {
@@ -341,7 +338,7 @@ class ExperimentLoop {
                                           std::filesystem::absolute(dir_).string(),
                                           std::to_string(trial.id),
                                           "--until",
-                                          length_to_json(until).dump()};
+                                          pending_length_json(until).dump()};
     if (record_.test) arguments.push_back("--test");
     const ::pid_t pid = spawn_logged(std::move(arguments), folder / "output.log");
     running_[pid] = trial.id;
@@ -358,8 +355,8 @@ class ExperimentLoop {
       const ::pid_t pid = ::waitpid(-1, &status, 0);
       if (pid < 0) {
         if (errno == EINTR) continue;
-        throw IoError("experiment '" + dir_.string() + "': cannot wait for its trials: " +
-                      std::strerror(errno));
+        throw IoError("experiment '" + dir_.string() +
+                      "': cannot wait for its trials: " + std::strerror(errno));
       }
       const auto found = running_.find(pid);
       if (found == running_.end()) continue;
@@ -414,9 +411,9 @@ class ExperimentLoop {
     if (outcome.result.searcher_metric) {
       const double metric = *outcome.result.searcher_metric;
       trial->searcher_metric = metric;
-      if (!trial->best_validation || (config_.searcher.smaller_is_better
-                                          ? metric < *trial->best_validation
-                                          : metric > *trial->best_validation)) {
+      if (!trial->best_validation ||
+          (config_.searcher.smaller_is_better ? metric < *trial->best_validation
+                                              : metric > *trial->best_validation)) {
         trial->best_validation = metric;
       }
       say(name + ": " + config_.searcher.metric + " " + format_metric(metric) + " after " +
@@ -454,7 +451,8 @@ class ExperimentLoop {
   /// `save_experiment_best`: the best checkpoints over all trials, by the searcher metric.
   void finish() {
     std::size_t completed = 0;
-    for (const auto& trial : record_.trials) completed += trial.state == "COMPLETED" ? 1 : 0;
+    for (const auto& trial : record_.trials)
+      completed += trial.state == "COMPLETED" ? 1 : 0;
     record_.state = completed > 0 || record_.trials.empty() ? "COMPLETED" : "ERROR";
     std::vector<std::pair<double, nlohmann::json>> candidates;
     for (const auto& trial : record_.trials) {
@@ -534,9 +532,9 @@ inline ExperimentSummary run_experiment(const std::filesystem::path& dir,
   if (options.plot) {
     try {
       const auto reread = detail::read_experiment_record(dir);
-      plot_metrics(detail::experiment_curves(dir, reread), dir / "plot.svg",
-                   {.title = "experiment " + std::to_string(reread.id) + ": " +
-                             reread.config_file});
+      plot_metrics(
+          detail::experiment_curves(dir, reread), dir / "plot.svg",
+          {.title = "experiment " + std::to_string(reread.id) + ": " + reread.config_file});
       summary.plot = dir / "plot.svg";
     } catch (const Error& error) {
       summary.plot_error = error.what();
@@ -556,9 +554,12 @@ inline ExperimentSummary create_experiment(const std::filesystem::path& config_f
   if (options.test) config = make_test_config(std::move(config));
   if (!has_trial(config.entrypoint)) {
     std::string known;
-    for (const auto& name : registered_trials()) known += (known.empty() ? "" : ", ") + name;
-    throw ConfigError("experiment config '" + config_file.string() + "': entrypoint: expected "
-                      "the name of a registered trial class but found '" + config.entrypoint +
+    for (const auto& name : registered_trials())
+      known += (known.empty() ? "" : ", ") + name;
+    throw ConfigError("experiment config '" + config_file.string() +
+                      "': entrypoint: expected "
+                      "the name of a registered trial class but found '" +
+                      config.entrypoint +
                       "' (registered: " + (known.empty() ? std::string("none") : known) + ")");
   }
   // A searcher the config cannot make (a grid without counts) is refused before any folder is.
@@ -641,6 +642,10 @@ inline void describe_experiment(const std::filesystem::path& dir, std::ostream& 
 
 /// One line per experiment folder under `root`: folder, id, state, searcher, trials.
 inline void list_experiments(const std::filesystem::path& root, std::ostream& out) {
+  if (!std::filesystem::exists(root)) {
+    out << "no experiments in '" << root.string() << "' (no such folder)\n";
+    return;
+  }
   const auto listings = detail::list_experiment_folders(root);
   if (listings.empty()) {
     out << "no experiments in '" << root.string() << "'\n";
@@ -677,7 +682,8 @@ inline int run_trial_of_experiment(const std::filesystem::path& dir, std::uint64
     run.until = until;
     run.test = test;
     run.verbose = verbose;
-    result = detail::result_to_json(run_trial(detail::trial_spec(dir, record, config, *trial), run));
+    result =
+        detail::result_to_json(run_trial(detail::trial_spec(dir, record, config, *trial), run));
   } catch (const std::exception& error) {
     result = {{"ok", false}, {"error", error.what()}};
     std::cerr << "trial " << trial_id << ": " << error.what() << std::endl;

@@ -71,7 +71,7 @@ inline void print_summary(const ExperimentSummary& summary, std::ostream& out) {
   }
   if (!summary.plot.empty()) {
     out << "  plot:        " << summary.plot.string() << "\n";
-  } else {
+  } else if (!summary.plot_error.empty()) {
     out << "  plot:        not drawn (" << summary.plot_error << ")\n";
   }
   out << "  describe:    experiment describe " << summary.dir.string() << "\n";
@@ -89,7 +89,8 @@ inline int main(int argc, char** argv) {
   CLI::App app{"Run Determined-style experiments of the trial classes built into this program.",
                program};
   app.require_subcommand(1);
-  auto* experiment = app.add_subcommand("experiment", "Create, resume, list and describe experiments");
+  auto* experiment =
+      app.add_subcommand("experiment", "Create, resume, list and describe experiments");
   experiment->require_subcommand(1);
 
   std::filesystem::path config_file;
@@ -181,8 +182,8 @@ inline int main(int argc, char** argv) {
 
 /// Defines `main` as `loadstar::trial::main`, for a binary of trial classes:
 /// `LOADSTAR_TRIAL_MAIN();` after their `LOADSTAR_REGISTER_TRIAL`s.
-#define LOADSTAR_TRIAL_MAIN()                \
-  int main(int argc, char** argv) {          \
+#define LOADSTAR_TRIAL_MAIN()                   \
+  int main(int argc, char** argv) {             \
     return ::loadstar::trial::main(argc, argv); \
-  }                                          \
+  }                                             \
   static_assert(true, "LOADSTAR_TRIAL_MAIN() is used with a semicolon")

@@ -131,8 +131,8 @@ TEST_SUITE("trial") {
     test_support::TempDir dir;
     write(dir / "single.yaml", single_config);
     const auto folder = dir / "exp";
-    const Ran created = run({"experiment", "create", (dir / "single.yaml").string(), "--dir",
-                             folder.string()});
+    const Ran created =
+        run({"experiment", "create", (dir / "single.yaml").string(), "--dir", folder.string()});
     INFO(created.output);
     REQUIRE(created.exit_code() == 0);
     CHECK(contains(created.output, "': COMPLETED (1 trial: 1 completed, 0 failed)"));
@@ -164,8 +164,8 @@ TEST_SUITE("trial") {
       CHECK(contains(listed.output, "COMPLETED  single  1 trial  tiny single"));
     }
     SUBCASE("describe prints the trial and plots its curves as PNG") {
-      const Ran described = run({"experiment", "describe", folder.string(), "--plot",
-                                 (dir / "curves.png").string()});
+      const Ran described =
+          run({"experiment", "describe", folder.string(), "--plot", (dir / "curves.png").string()});
       INFO(described.output);
       CHECK(described.exit_code() == 0);
       CHECK(contains(described.output, "searcher:    single, metric val_loss (smaller is better)"));
@@ -173,14 +173,14 @@ TEST_SUITE("trial") {
       CHECK(contains(described.output, latest));
       CHECK(contains(described.output, "plot: " + (dir / "curves.png").string()));
       CHECK(read_bytes(dir / "curves.png").substr(1, 3) == "PNG");
-      const Ran bad = run({"experiment", "describe", folder.string(), "--plot",
-                           (dir / "curves.pdf").string()});
+      const Ran bad =
+          run({"experiment", "describe", folder.string(), "--plot", (dir / "curves.pdf").string()});
       CHECK(bad.exit_code() == 1);
       CHECK(contains(bad.output, "expected a file name ending in .svg or .png but found '.pdf'"));
     }
     SUBCASE("create again with the same config finds it done") {
-      const Ran again = run({"experiment", "create", (dir / "single.yaml").string(), "--dir",
-                             folder.string()});
+      const Ran again =
+          run({"experiment", "create", (dir / "single.yaml").string(), "--dir", folder.string()});
       INFO(again.output);
       CHECK(again.exit_code() == 0);
       CHECK(contains(again.output, "already exists for this configuration: it is COMPLETED"));
@@ -191,11 +191,11 @@ TEST_SUITE("trial") {
       std::string other = single_config;
       other.replace(other.find("hidden: 8"), 9, "hidden: 9");
       write(dir / "other.yaml", other);
-      const Ran refused = run({"experiment", "create", (dir / "other.yaml").string(), "--dir",
-                               folder.string()});
+      const Ran refused =
+          run({"experiment", "create", (dir / "other.yaml").string(), "--dir", folder.string()});
       CHECK(refused.exit_code() == 1);
-      CHECK(contains(refused.output, "experiment folder '" + folder.string() +
-                                         "': expected the experiment of '"));
+      CHECK(contains(refused.output,
+                     "experiment folder '" + folder.string() + "': expected the experiment of '"));
       CHECK(contains(refused.output, "with another configuration (run 'experiment resume " +
                                          folder.string() +
                                          "' to continue it, or give this one another folder "
@@ -258,9 +258,9 @@ TEST_SUITE("trial") {
     REQUIRE(reference.exit_code() == 0);
 
     const auto folder = dir / "killed";
-    std::vector<std::string> arguments = {tiny_trial(), "experiment", "create",
-                                          (dir / "slow.yaml").string(), "--dir", folder.string(),
-                                          "--no-plot"};
+    std::vector<std::string> arguments = {
+        tiny_trial(), "experiment",    "create",   (dir / "slow.yaml").string(),
+        "--dir",      folder.string(), "--no-plot"};
     std::size_t kills = 0;
     for (int attempt = 0; attempt < 3; ++attempt) {
       const ::pid_t pid = detail::spawn_logged(arguments, dir / "killed.log");
@@ -311,18 +311,19 @@ TEST_SUITE("trial") {
     std::string unknown = single_config;
     unknown.replace(unknown.find("tiny:TinyTrial"), 14, "nope:Nope");
     write(dir / "unknown.yaml", unknown);
-    Ran ran = run({"experiment", "create", (dir / "unknown.yaml").string(), "--dir",
-                   (dir / "a").string()});
+    Ran ran = run(
+        {"experiment", "create", (dir / "unknown.yaml").string(), "--dir", (dir / "a").string()});
     CHECK(ran.exit_code() == 1);
-    CHECK(contains(ran.output, "unknown.yaml': entrypoint: expected the name of a registered "
-                               "trial class but found 'nope:Nope' (registered: tiny:TinyTrial)"));
+    CHECK(contains(ran.output,
+                   "unknown.yaml': entrypoint: expected the name of a registered "
+                   "trial class but found 'nope:Nope' (registered: tiny:TinyTrial)"));
     CHECK_FALSE(std::filesystem::exists(dir / "a"));
 
     std::string misspelt = single_config;
     misspelt.replace(misspelt.find("scheduling_unit"), 15, "scheduling_unti");
     write(dir / "misspelt.yaml", misspelt);
-    ran = run({"experiment", "create", (dir / "misspelt.yaml").string(), "--dir",
-               (dir / "b").string()});
+    ran = run(
+        {"experiment", "create", (dir / "misspelt.yaml").string(), "--dir", (dir / "b").string()});
     CHECK(ran.exit_code() == 1);
     CHECK(contains(ran.output, "misspelt.yaml"));
     CHECK(contains(ran.output, "scheduling_unti"));
@@ -335,11 +336,12 @@ TEST_SUITE("trial") {
     write(dir / "single.yaml", single_config);
     std::filesystem::create_directories(dir / "full");
     write(dir / "full" / "notes.txt", "mine");
-    ran = run({"experiment", "create", (dir / "single.yaml").string(), "--dir",
-               (dir / "full").string()});
+    ran = run(
+        {"experiment", "create", (dir / "single.yaml").string(), "--dir", (dir / "full").string()});
     CHECK(ran.exit_code() == 1);
-    CHECK(contains(ran.output, "full': expected a new or empty folder but found files and no "
-                              "experiment.json"));
+    CHECK(contains(ran.output,
+                   "full': expected a new or empty folder but found files and no "
+                   "experiment.json"));
 
     ran = run({"experiment", "describe", (dir / "full").string()});
     CHECK(ran.exit_code() == 1);

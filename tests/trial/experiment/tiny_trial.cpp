@@ -48,15 +48,14 @@ class TinyTrial : public trial::KerasTrial {
     if (hparam_or<std::string>(context, "fail", "none") == "crash") std::abort();
     auto model = std::make_shared<keras::Sequential>();
     model->add(keras::Input({4}));
-    model->add(keras::layers::Dense(hparam_or<std::size_t>(context, "hidden", 8),
-                                    {.activation = "relu"}));
+    model->add(
+        keras::layers::Dense(hparam_or<std::size_t>(context, "hidden", 8), {.activation = "relu"}));
     model->add(keras::layers::Dense(2));
     context.wrap_model(*model);
-    model->compile(
-        {.optimizer = keras::optimizers::Adam({.learning_rate =
-                                                   hparam_or<double>(context, "learning_rate", 0.01)}),
-         .loss = keras::losses::SparseCategoricalCrossentropy(/*from_logits=*/true),
-         .metrics = {"accuracy"}});
+    model->compile({.optimizer = keras::optimizers::Adam(
+                        {.learning_rate = hparam_or<double>(context, "learning_rate", 0.01)}),
+                    .loss = keras::losses::SparseCategoricalCrossentropy(/*from_logits=*/true),
+                    .metrics = {"accuracy"}});
     return model;
   }
 
@@ -72,10 +71,11 @@ class TinyTrial : public trial::KerasTrial {
   std::vector<std::shared_ptr<keras::callbacks::Callback>> keras_callbacks() override {
     const auto sleep_ms = hparam_or<int>(context, "sleep_ms", 0);
     if (sleep_ms <= 0) return {};
-    return {std::make_shared<keras::callbacks::LambdaCallback>(keras::callbacks::LambdaCallbackOptions{
-        .on_batch_end = [sleep_ms](std::size_t, const keras::Logs&) {
-          std::this_thread::sleep_for(std::chrono::milliseconds(sleep_ms));
-        }})};
+    return {
+        std::make_shared<keras::callbacks::LambdaCallback>(keras::callbacks::LambdaCallbackOptions{
+            .on_batch_end = [sleep_ms](std::size_t, const keras::Logs&) {
+              std::this_thread::sleep_for(std::chrono::milliseconds(sleep_ms));
+            }})};
   }
 };
 

@@ -93,7 +93,7 @@ inline void describe_experiment_to(const std::filesystem::path& dir, std::ostrea
       << (record.smaller_is_better ? "smaller" : "larger") << " is better), progress "
       << static_cast<int>(record.progress * 100 + 0.5) << "%\n";
   out << "  seed:        " << record.seed << "\n";
-  out << "  checkpoints: " << record.checkpoint_dir << "\n";
+  out << "  checkpoints: " << checkpoint_root(dir, record).string() << "\n";
   out << "\n";
   out << std::left << std::setw(7) << "trial" << std::setw(11) << "state" << std::setw(10)
       << "batches" << std::setw(14) << ("best " + record.metric).substr(0, 13) << std::setw(10)
@@ -145,7 +145,8 @@ inline void describe_experiment_to(const std::filesystem::path& dir, std::ostrea
     }
   }
   if (!checkpoints.str().empty()) {
-    out << "\ncheckpoints (in " << record.checkpoint_dir << "):\n" << checkpoints.str();
+    out << "\ncheckpoints (in " << checkpoint_root(dir, record).string() << "):\n"
+        << checkpoints.str();
   }
   if (!record.best_checkpoints.empty()) {
     out << "\nbest checkpoints of the experiment (save_experiment_best):\n";

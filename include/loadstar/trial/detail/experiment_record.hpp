@@ -42,7 +42,7 @@ inline std::optional<Unit> length_unit_from_name(const std::string& name) {
 }
 
 /// `{"epochs": 5}`.
-inline nlohmann::json length_to_json(const Length& length) {
+inline nlohmann::json pending_length_json(const Length& length) {
   return nlohmann::json{{length_unit_name(length.unit), length.value}};
 }
 
@@ -117,7 +117,7 @@ inline nlohmann::json optional_number(const std::optional<double>& value) {
 inline nlohmann::json to_json(const TrialRecord& trial) {
   nlohmann::json pending = nlohmann::json::array();
   for (const auto& length : trial.pending)
-    pending.push_back(length_to_json(length));
+    pending.push_back(pending_length_json(length));
   return {{"id", trial.id},
           {"request_id", trial.request_id},
           {"hparams", trial.hparams},
@@ -223,8 +223,8 @@ inline ExperimentRecord experiment_record_from_json(const nlohmann::json& json,
     trial.trial_seed = member<std::uint32_t>(item, "trial_seed", file, where);
     trial.state = member<std::string>(item, "state", file, where);
     for (const auto& length : member<nlohmann::json>(item, "pending", file, where)) {
-      if (!length.is_object() || length.size() != 1 || !length_unit_from_name(length.begin().key()) ||
-          !length.begin()->is_number_unsigned()) {
+      if (!length.is_object() || length.size() != 1 ||
+          !length_unit_from_name(length.begin().key()) || !length.begin()->is_number_unsigned()) {
         throw FormatError("experiment '" + file.string() + "': " + where +
                           "pending: expected lengths like {\"batches\": 10} but found " +
                           length.dump().substr(0, 100));
@@ -265,6 +265,13 @@ inline ExperimentRecord read_experiment_record(const std::filesystem::path& dir)
                       "': expected JSON but found text that does not parse (" + error.what() + ")");
   }
   return experiment_record_from_json(json, file);
+}
+
+/// Where the checkpoints of the experiment in `dir` go.
+inline std::filesystem::path checkpoint_root(const std::filesystem::path& dir,
+                                             const ExperimentRecord& record) {
+  const std::filesystem::path stored = record.checkpoint_dir;
+  return stored.is_absolute() ? stored : dir / stored;
 }
 
 /// Writes `dir/experiment.json` atomically.
