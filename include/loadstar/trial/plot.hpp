@@ -165,7 +165,10 @@ inline std::string gnuplot_script(const std::vector<TrialCurves>& trials,
   std::ostringstream plots;
   std::size_t block = 0;
   script << "set multiplot layout " << rows << ",1 title " << detail::gnuplot_quote(title) << "\n";
-  script << "set grid\nset key outside right top\nset xlabel 'batches'\n";
+  script << "set grid\nset xlabel 'batches'\n";
+  // Beyond a few trials a legend would outgrow the panels: colours tell trials apart, solid
+  // lines are training and dashed ones validation.
+  script << (trials.size() > 8 ? "unset key\n" : "set key outside right top\n");
   if (panels.empty()) {
     script << "set label 'no metrics yet' at graph 0.5,0.5 center\n"
            << "plot [0:1][0:1] NaN notitle\n";

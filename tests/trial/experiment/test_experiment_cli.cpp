@@ -51,6 +51,25 @@ nlohmann::json read_json(const std::filesystem::path& path) {
   return nlohmann::json::parse(read_bytes(path));
 }
 
+/// Whether a process whose command line mentions `text` is alive (a trial of a folder).
+bool process_mentions(const std::string& text) {
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string command;
+    try {
+      command = read_bytes(entry.path() / "cmdline");
+    } catch (...) {
+      continue;
+    }
+    for (char& c : command) {
+      if (c == '\0') c = ' ';
+    }
+    if (command.find(" trial run " + text) != std::string::npos) return true;
+  }
+  return false;
+}
+
 bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
@@ -103,7 +122,7 @@ const std::string slow_grid_config = R"(
 entrypoint: tiny:TinyTrial
 hyperparameters:
   global_batch_size: 8
-  sleep_ms: 25
+  sleep_ms: 40
   hidden:
     type: categorical
     vals: [4, 8]
@@ -283,6 +302,12 @@ TEST_SUITE("trial") {
           ::kill(pid, SIGKILL);
           ::waitpid(pid, &status, 0);
           killed = true;
+          // Its trials die with it (PR_SET_PDEATHSIG), so a resume never races a stale trial.
+          const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+          while (process_mentions(folder.string()) && std::chrono::steady_clock::now() < until) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+          }
+          CHECK_FALSE(process_mentions(folder.string()));
           ++kills;
           break;
         }
