@@ -92,6 +92,8 @@ searcher:
   smaller_is_better: true
   max_length:
     batches: 24
+checkpoint_storage:
+  save_experiment_best: 1
 reproducibility:
   experiment_seed: 3
 )";
@@ -166,6 +168,13 @@ TEST_SUITE("trial") {
     CHECK(experiment["trials"][0]["state"] == "COMPLETED");
     CHECK(experiment["trials"][0]["total_batches"] == 24);
     CHECK(experiment["trials"][0]["best_validation"].is_number());
+    // save_experiment_best 1: the best checkpoint over all trials, by val_loss.
+    REQUIRE(experiment["best_checkpoints"].size() == 1);
+    CHECK(experiment["best_checkpoints"][0]["trial_id"] == 1);
+    CHECK(experiment["best_checkpoints"][0]["validation"] ==
+          experiment["trials"][0]["best_validation"]);
+    CHECK(std::filesystem::exists(folder / "checkpoints" /
+                                  experiment["best_checkpoints"][0]["uuid"].get<std::string>()));
     const auto trial = read_json(folder / "trials/1/trial.json");
     CHECK(trial["state"] == "COMPLETED");
     CHECK(trial["total_batches"] == 24);
@@ -237,6 +246,26 @@ TEST_SUITE("trial") {
     CHECK(std::filesystem::exists(folder / "checkpoints" /
                                   trial["latest_checkpoint"].get<std::string>() /
                                   "determined-keras-model.h5"));
+  }
+
+  TEST_CASE("experiment create puts checkpoints under checkpoint_storage host_path") {
+    test_support::TempDir dir;
+    std::string stored = single_config;
+    const std::string storage = "checkpoint_storage:\n";
+    stored.insert(stored.find(storage) + storage.size(),
+                  "  host_path: " + dir.path().string() + "\n  storage_path: shared/ckpts\n");
+    write(dir / "stored.yaml", stored);
+    const auto folder = dir / "exp";
+    const Ran created = run({"experiment", "create", (dir / "stored.yaml").string(), "--test",
+                             "--dir", folder.string(), "--no-plot"});
+    INFO(created.output);
+    REQUIRE(created.exit_code() == 0);
+    CHECK(contains(created.output, "checkpoints: " + (dir / "shared/ckpts").string()));
+    const auto trial = read_json(folder / "trials/1/trial.json");
+    CHECK(std::filesystem::exists(dir / "shared/ckpts" /
+                                  trial["latest_checkpoint"].get<std::string>() /
+                                  "determined-keras-model.h5"));
+    CHECK_FALSE(std::filesystem::exists(folder / "checkpoints"));
   }
 
   TEST_CASE("experiment create keeps going when one trial crashes and another throws") {

@@ -95,9 +95,10 @@ inline void describe_experiment_to(const std::filesystem::path& dir, std::ostrea
   out << "  seed:        " << record.seed << "\n";
   out << "  checkpoints: " << checkpoint_root(dir, record).string() << "\n";
   out << "\n";
+  const std::string best_header = "best " + record.metric;
+  const int best_width = static_cast<int>(std::max<std::size_t>(14, best_header.size() + 2));
   out << std::left << std::setw(7) << "trial" << std::setw(11) << "state" << std::setw(10)
-      << "batches" << std::setw(14) << ("best " + record.metric).substr(0, 13) << std::setw(10)
-      << "restarts"
+      << "batches" << std::setw(best_width) << best_header << std::setw(10) << "restarts"
       << "hyperparameters\n";
   std::ostringstream checkpoints;
   for (const auto& trial : record.trials) {
@@ -123,7 +124,7 @@ inline void describe_experiment_to(const std::filesystem::path& dir, std::ostrea
       }
     }
     out << std::left << std::setw(7) << trial.id << std::setw(11) << state << std::setw(10)
-        << batches << std::setw(14) << format_metric(best) << std::setw(10) << restarts
+        << batches << std::setw(best_width) << format_metric(best) << std::setw(10) << restarts
         << trial.hparams.dump() << "\n";
     if (!trial.error.empty()) out << "         error: " << trial.error << "\n";
     if (json.is_object() && json.contains("checkpoints") && json["checkpoints"].is_array()) {
