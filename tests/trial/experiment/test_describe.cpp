@@ -130,9 +130,9 @@ TEST_SUITE("trial") {
     CHECK(text.find("description: two widths") != std::string::npos);
     CHECK(text.find("searcher:    grid, metric val_loss (smaller is better), progress 100%") !=
           std::string::npos);
-    CHECK(text.find("1      COMPLETED  20        0.125         1         {\"hidden_size\":8}") !=
+    CHECK(text.find("1      COMPLETED  20        0.125          1         {\"hidden_size\":8}") !=
           std::string::npos);
-    CHECK(text.find("2      ERROR      0         -             0         {\"hidden_size\":16}") !=
+    CHECK(text.find("2      ERROR      0         -              0         {\"hidden_size\":16}") !=
           std::string::npos);
     CHECK(text.find("error: the trial process ended with killed by signal 9") != std::string::npos);
     CHECK(text.find("trial 1  uuid-a  batches 10  val_loss 0.125  best") != std::string::npos);
