@@ -56,12 +56,25 @@ struct Hyperparameter {
   std::vector<nlohmann::json> vals;
   /// A nested group (a mapping without `type`): its members, sorted by name.
   std::vector<NamedHyperparameter> members;
+
+  // Defined below, where NamedHyperparameter is complete (written out: clang 14 crashes on a
+  // defaulted comparison of this recursive type).
+  friend bool operator==(const Hyperparameter&, const Hyperparameter&);
 };
 
 struct NamedHyperparameter {
   std::string name;
   Hyperparameter value;
+
+  friend bool operator==(const NamedHyperparameter& a, const NamedHyperparameter& b) {
+    return a.name == b.name && a.value == b.value;
+  }
 };
+
+inline bool operator==(const Hyperparameter& a, const Hyperparameter& b) {
+  return a.type == b.type && a.val == b.val && a.minval == b.minval && a.maxval == b.maxval &&
+         a.base == b.base && a.count == b.count && a.vals == b.vals && a.members == b.members;
+}
 
 /// `searcher`.
 struct SearcherConfig {
@@ -83,6 +96,8 @@ struct SearcherConfig {
   bool stop_once = false;
   std::optional<std::uint64_t> source_trial_id;
   std::optional<std::string> source_checkpoint_uuid;
+
+  friend bool operator==(const SearcherConfig&, const SearcherConfig&) = default;
 };
 
 enum class CheckpointPolicy { best, all, none };
@@ -96,6 +111,8 @@ struct CheckpointStorage {
   std::uint64_t save_experiment_best = 0;
   std::uint64_t save_trial_best = 1;
   std::uint64_t save_trial_latest = 1;
+
+  friend bool operator==(const CheckpointStorage&, const CheckpointStorage&) = default;
 };
 
 /// An experiment configuration, with Determined's defaults for what the file leaves out.
@@ -131,9 +148,15 @@ struct ExperimentConfig {
   /// Keys of Determined's that mean nothing on one machine (`environment`, `bind_mounts`) are
   /// kept here as given.
   nlohmann::json raw = nlohmann::json::object();
+
+  /// Every field equal, `raw` included: `experiment_config_from_json(to_json(c), …) == c` for a
+  /// parsed `c`.
+  friend bool operator==(const ExperimentConfig&, const ExperimentConfig&) = default;
 };
 
-namespace detail {
+/// The reading and writing of experiment configs (its own namespace, so that its helpers and
+/// its `json` alias stay clear of the other trial headers' `detail` code).
+namespace detail::expconf {
 
 using json = nlohmann::json;
 
@@ -162,7 +185,7 @@ inline const std::vector<std::string>& ignored_optimizations_keys() {
   return keys;
 }
 
-inline std::string unit_name(Unit unit) {
+inline std::string length_unit_key(Unit unit) {
   switch (unit) {
     case Unit::batches:
       return "batches";
@@ -174,7 +197,7 @@ inline std::string unit_name(Unit unit) {
   return "batches";
 }
 
-inline std::string policy_name(CheckpointPolicy policy) {
+inline std::string checkpoint_policy_key(CheckpointPolicy policy) {
   switch (policy) {
     case CheckpointPolicy::best:
       return "best";
@@ -186,12 +209,12 @@ inline std::string policy_name(CheckpointPolicy policy) {
   return "best";
 }
 
-inline json length_json(const Length& length) {
-  return json{{unit_name(length.unit), length.value}};
+inline json length_config_json(const Length& length) {
+  return json{{length_unit_key(length.unit), length.value}};
 }
 
 /// The keys a searcher takes, by its name (Determined's per-searcher schemas refuse the others).
-inline std::vector<std::string> searcher_keys(const std::string& name) {
+inline std::vector<std::string> searcher_config_keys(const std::string& name) {
   std::vector<std::string> keys{"name",       "metric",          "smaller_is_better",
                                 "max_length", "source_trial_id", "source_checkpoint_uuid"};
   if (name == "grid" || name == "random" || name == "adaptive_asha") {
@@ -207,7 +230,7 @@ inline std::vector<std::string> searcher_keys(const std::string& name) {
 }
 
 /// "a, b or c".
-inline std::string either(const std::vector<std::string>& options) {
+inline std::string one_of_text(const std::vector<std::string>& options) {
   std::string out;
   for (std::size_t i = 0; i < options.size(); ++i) {
     if (i > 0) out += i + 1 == options.size() ? " or " : ", ";
@@ -218,9 +241,9 @@ inline std::string either(const std::vector<std::string>& options) {
 
 /// Reads one experiment config given as JSON, with messages that name the config, the key path,
 /// the expectation and the finding (shown in YAML's flow style, as the user wrote it).
-class ConfigReader {
+class ExperimentConfigReader {
  public:
-  explicit ConfigReader(std::string_view source)
+  explicit ExperimentConfigReader(std::string_view source)
       : where_("experiment config '" + std::string(source) + "'") {}
 
   const std::string& where() const { return where_; }
@@ -318,16 +341,17 @@ class ConfigReader {
     if (value.is_string()) {
       const auto& text = value.get_ref<const std::string&>();
       if (std::find(options.begin(), options.end(), text) != options.end()) return text;
-      refuse(path, "one of " + either(quoted), value, did_you_mean(text, options));
+      refuse(path, "one of " + one_of_text(quoted), value, did_you_mean(text, options));
     }
-    refuse(path, "one of " + either(quoted), value);
+    refuse(path, "one of " + one_of_text(quoted), value);
   }
 
   Length to_length(const json& value, const std::string& path, bool positive) const {
     static const std::vector<std::string> units{"batches", "records", "epochs"};
     const std::string expected = "exactly one of batches, records or epochs";
     if (!value.is_object() || value.size() != 1) refuse(path, expected, value);
-    const auto& [key, amount] = *value.items().begin();
+    const std::string key = value.begin().key();
+    const json& amount = value.begin().value();
     Length length;
     if (key == "batches") {
       length.unit = Unit::batches;
@@ -340,6 +364,15 @@ class ConfigReader {
     }
     length.value = to_uint(amount, join(path, key), positive ? 1 : 0);
     return length;
+  }
+
+  /// Hyperparameters are named by their dotted path (`optimizer.learning_rate`), so a name may
+  /// hold no '.' and may not be empty.
+  void check_hparam_name(const std::string& name, const std::string& path) const {
+    if (name.empty()) fail(path, "expected non-empty hyperparameter names but found ''");
+    if (name.find('.') != std::string::npos) {
+      fail(join(path, name), "expected a hyperparameter name without '.' but found '" + name + "'");
+    }
   }
 
   Hyperparameter to_hyperparameter(const json& value, const std::string& path) const {
@@ -356,6 +389,7 @@ class ConfigReader {
       if (value.empty()) refuse(path, "a hyperparameter or a group of them", value);
       hp.type = Type::nested;
       for (const auto& [name, member] : value.items()) {
+        check_hparam_name(name, path);
         hp.members.push_back({name, to_hyperparameter(member, join(path, name))});
       }
       return hp;
@@ -421,7 +455,15 @@ class ConfigReader {
         "need it)";
     const auto found = std::find_if(parsed.begin(), parsed.end(),
                                     [](const auto& hp) { return hp.name == "global_batch_size"; });
-    if (found == parsed.end()) fail(path, "expected " + expected + " but it is missing");
+    if (found == parsed.end()) {
+      // A misspelt name is the likely cause: name the nearest.
+      std::vector<std::string> names;
+      for (const auto& hp : parsed)
+        names.push_back(hp.name);
+      const std::string near = nearest_name("global_batch_size", names);
+      fail(path, "expected " + expected + " but it is missing" +
+                     (near.empty() ? "" : " (is '" + near + "' a misspelling of it?)"));
+    }
     const Hyperparameter& hp = found->value;
     const json& given = hparams.at("global_batch_size");
     const auto is_size = [](const json& v) {
@@ -488,6 +530,7 @@ class ConfigReader {
     const json& hparams = required(root, "hyperparameters", "", "a mapping of hyperparameters");
     if (!hparams.is_object()) refuse("hyperparameters", "a mapping of hyperparameters", hparams);
     for (const auto& [name, value] : hparams.items()) {
+      check_hparam_name(name, "hyperparameters");
       config.hyperparameters.push_back(
           {name, to_hyperparameter(value, join("hyperparameters", name))});
     }
@@ -565,7 +608,7 @@ class ConfigReader {
     for (const auto& [path, length] : lengths) {
       if (length.unit == Unit::epochs && config.records_per_epoch == 0) {
         fail(path, "expected a length in batches or records, or records_per_epoch set, but found " +
-                       to_flow(length_json(length)) + " with records_per_epoch unset");
+                       to_flow(length_config_json(length)) + " with records_per_epoch unset");
       }
     }
     config.raw = root;
@@ -576,10 +619,10 @@ class ConfigReader {
     static const std::vector<std::string> names{"single", "grid", "random", "adaptive_asha"};
     if (!value.is_object()) refuse("searcher", "a mapping (name, metric, max_length)", value);
     SearcherConfig searcher;
-    searcher.name = to_choice(required(value, "name", "searcher", "one of " + either(names)),
+    searcher.name = to_choice(required(value, "name", "searcher", "one of " + one_of_text(names)),
                               "searcher.name", names);
     check_keys(value, "searcher", "the " + searcher.name + " searcher",
-               searcher_keys(searcher.name));
+               searcher_config_keys(searcher.name));
     searcher.metric = to_string(
         required(value, "metric", "searcher", "the validation metric's name"), "searcher.metric");
     if (searcher.metric.empty()) {
@@ -663,7 +706,7 @@ class ConfigReader {
   std::string where_;
 };
 
-inline json hyperparameter_json(const Hyperparameter& hp) {
+inline json hyperparameter_config_json(const Hyperparameter& hp) {
   using Type = Hyperparameter::Type;
   const auto bound = [&](double x) {
     return hp.type == Type::integer ? json(static_cast<std::int64_t>(x)) : json(x);
@@ -677,7 +720,7 @@ inline json hyperparameter_json(const Hyperparameter& hp) {
     case Type::nested:
       out = json::object();
       for (const auto& member : hp.members)
-        out[member.name] = hyperparameter_json(member.value);
+        out[member.name] = hyperparameter_config_json(member.value);
       return out;
     case Type::integer:
     case Type::real:
@@ -695,8 +738,8 @@ inline json hyperparameter_json(const Hyperparameter& hp) {
 }
 
 /// `section` of `raw` without the keys that `to_json` writes (keeping the ignored ones).
-inline json kept_section(const json& raw, const std::string& section,
-                         std::initializer_list<const char*> written) {
+inline json kept_config_section(const json& raw, const std::string& section,
+                                std::initializer_list<const char*> written) {
   json out = json::object();
   const auto found = raw.find(section);
   if (found != raw.end() && found->is_object()) out = *found;
@@ -705,7 +748,7 @@ inline json kept_section(const json& raw, const std::string& section,
   return out;
 }
 
-}  // namespace detail
+}  // namespace detail::expconf
 
 /// The config as JSON, every field written out with its value (Determined's defaults included),
 /// in Determined's schema: what an experiment stores and what `experiment_config_from_json` reads
@@ -718,15 +761,15 @@ inline nlohmann::json to_json(const ExperimentConfig& config) {
   out["entrypoint"] = config.entrypoint;
   json hparams = json::object();
   for (const auto& hp : config.hyperparameters) {
-    hparams[hp.name] = detail::hyperparameter_json(hp.value);
+    hparams[hp.name] = detail::expconf::hyperparameter_config_json(hp.value);
   }
   out["hyperparameters"] = hparams;
   const SearcherConfig& s = config.searcher;
   json searcher{{"name", s.name},
                 {"metric", s.metric},
                 {"smaller_is_better", s.smaller_is_better},
-                {"max_length", detail::length_json(s.max_length)}};
-  const auto keys = detail::searcher_keys(s.name);
+                {"max_length", detail::expconf::length_config_json(s.max_length)}};
+  const auto keys = detail::expconf::searcher_config_keys(s.name);
   const auto takes = [&](const char* key) {
     return std::find(keys.begin(), keys.end(), key) != keys.end();
   };
@@ -744,13 +787,14 @@ inline nlohmann::json to_json(const ExperimentConfig& config) {
   out["searcher"] = searcher;
   out["records_per_epoch"] = config.records_per_epoch;
   out["scheduling_unit"] = config.scheduling_unit;
-  out["min_validation_period"] = detail::length_json(config.min_validation_period);
-  out["min_checkpoint_period"] = detail::length_json(config.min_checkpoint_period);
+  out["min_validation_period"] = detail::expconf::length_config_json(config.min_validation_period);
+  out["min_checkpoint_period"] = detail::expconf::length_config_json(config.min_checkpoint_period);
   out["perform_initial_validation"] = config.perform_initial_validation;
-  out["checkpoint_policy"] = detail::policy_name(config.checkpoint_policy);
-  json storage = detail::kept_section(config.raw, "checkpoint_storage",
-                                      {"type", "host_path", "storage_path", "save_experiment_best",
-                                       "save_trial_best", "save_trial_latest"});
+  out["checkpoint_policy"] = detail::expconf::checkpoint_policy_key(config.checkpoint_policy);
+  json storage = detail::expconf::kept_config_section(
+      config.raw, "checkpoint_storage",
+      {"type", "host_path", "storage_path", "save_experiment_best", "save_trial_best",
+       "save_trial_latest"});
   const CheckpointStorage& cs = config.checkpoint_storage;
   storage["type"] = cs.type;
   if (!cs.host_path.empty()) storage["host_path"] = cs.host_path;
@@ -763,11 +807,12 @@ inline nlohmann::json to_json(const ExperimentConfig& config) {
   if (config.experiment_seed) reproducibility["experiment_seed"] = *config.experiment_seed;
   out["reproducibility"] = reproducibility;
   out["max_restarts"] = config.max_restarts;
-  json resources = detail::kept_section(config.raw, "resources", {"slots_per_trial"});
+  json resources =
+      detail::expconf::kept_config_section(config.raw, "resources", {"slots_per_trial"});
   resources["slots_per_trial"] = config.slots_per_trial;
   out["resources"] = resources;
-  json optimizations = detail::kept_section(config.raw, "optimizations",
-                                            {"aggregation_frequency", "average_training_metrics"});
+  json optimizations = detail::expconf::kept_config_section(
+      config.raw, "optimizations", {"aggregation_frequency", "average_training_metrics"});
   optimizations["aggregation_frequency"] = config.aggregation_frequency;
   optimizations["average_training_metrics"] = config.average_training_metrics;
   out["optimizations"] = optimizations;
@@ -783,7 +828,7 @@ inline nlohmann::json to_json(const ExperimentConfig& config) {
 /// expected and what was found. `raw` is `to_json` of the result.
 inline ExperimentConfig experiment_config_from_json(const nlohmann::json& config,
                                                     std::string_view source) {
-  ExperimentConfig parsed = detail::ConfigReader(source).read(config);
+  ExperimentConfig parsed = detail::expconf::ExperimentConfigReader(source).read(config);
   parsed.raw = to_json(parsed);
   return parsed;
 }
@@ -809,6 +854,11 @@ inline ExperimentConfig parse_experiment_config(std::string_view yaml, std::stri
 /// Reads and parses the YAML file `path` (named in messages as given); `IoError` when it cannot
 /// be read.
 inline ExperimentConfig load_experiment_config(const std::filesystem::path& path) {
+  std::error_code ignored;
+  if (std::filesystem::is_directory(path, ignored)) {
+    throw IoError("experiment config '" + path.string() +
+                  "': expected a YAML file but found a directory");
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     const int error = errno;
@@ -826,7 +876,8 @@ inline ExperimentConfig load_experiment_config(const std::filesystem::path& path
 /// latest checkpoint kept (Determined keeps none; here the one checkpoint `--test` writes stays
 /// for inspection). The description gets Determined's `[test-mode] ` prefix.
 inline ExperimentConfig make_test_config(ExperimentConfig config) {
-  config.description = "[test-mode] " + config.description;
+  const std::string prefix = "[test-mode] ";
+  if (config.description.rfind(prefix, 0) != 0) config.description = prefix + config.description;
   config.scheduling_unit = 1;
   config.min_validation_period = Length{Unit::batches, 1};
   SearcherConfig searcher;

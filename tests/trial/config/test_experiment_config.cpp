@@ -273,13 +273,13 @@ data: {path: /data/fashion, augment: false}
     const ExperimentConfig back = experiment_config_from_json(json::parse(stored.dump()), "e.json");
     CHECK(to_json(back) == stored);
     CHECK(back.raw == c.raw);
+    CHECK(back == c);
     CHECK(back.entrypoint == c.entrypoint);
     CHECK(back.labels == c.labels);
     REQUIRE(back.hyperparameters.size() == c.hyperparameters.size());
     for (std::size_t i = 0; i < c.hyperparameters.size(); ++i) {
       CHECK(back.hyperparameters[i].name == c.hyperparameters[i].name);
-      CHECK(detail::hyperparameter_json(back.hyperparameters[i].value) ==
-            detail::hyperparameter_json(c.hyperparameters[i].value));
+      CHECK(back.hyperparameters[i].value.type == c.hyperparameters[i].value.type);
     }
     // Sorted: global_batch_size, layers, lr, opt.
     REQUIRE(back.hyperparameters[2].name == "lr");
@@ -312,6 +312,7 @@ data: {path: /data/fashion, augment: false}
     built.searcher.max_length = Length{Unit::batches, 3};
     const ExperimentConfig rebuilt = experiment_config_from_json(to_json(built), "built");
     CHECK(to_json(rebuilt) == to_json(built));
+    CHECK_FALSE(rebuilt == built);  // built.raw is empty; rebuilt.raw is the whole config
     CHECK(rebuilt.raw == to_json(built));
   }
 
@@ -339,6 +340,9 @@ data: {path: /data/fashion, augment: false}
     CHECK(t.entrypoint == c.entrypoint);
     CHECK(t.raw == to_json(t));
     CHECK(t.raw.at("searcher").at("name") == "single");
+    // Applied twice, the same.
+    CHECK(make_test_config(t) == t);
+    CHECK_FALSE(t == c);
   }
 
   TEST_CASE("load_experiment_config reads a file and names it") {
@@ -361,6 +365,11 @@ data: {path: /data/fashion, augment: false}
     CHECK_THROWS_WITH_AS(load_experiment_config(dir / "missing.yaml"),
                          ("experiment config '" + (dir / "missing.yaml").string() +
                           "': cannot open for reading: No such file or directory")
+                             .c_str(),
+                         IoError);
+    CHECK_THROWS_WITH_AS(load_experiment_config(dir.path()),
+                         ("experiment config '" + dir.path().string() +
+                          "': expected a YAML file but found a directory")
                              .c_str(),
                          IoError);
   }
@@ -544,6 +553,10 @@ data: {path: /data/fashion, augment: false}
             "hyperparameters.c.val: expected the constant's value but it is missing");
     refuses("global_batch_size: 32, c: {type: const, val: 1, vals: [1]}",
             "hyperparameters.c.vals: not a key of a const hyperparameter (did you mean 'val'?)");
+    refuses("global_batch_size: 32, opt: {a.b: 1}",
+            "hyperparameters.opt.a.b: expected a hyperparameter name without '.' but found 'a.b'");
+    refuses("global_batch_size: 32, '': 1",
+            "hyperparameters: expected non-empty hyperparameter names but found ''");
     refuses("global_batch_size: 32, g: {}",
             "hyperparameters.g: expected a hyperparameter or a group of them but found {}");
     refuses("global_batch_size: 32, opt: {lr: {type: int, minval: 2, maxval: 1}}",
@@ -552,6 +565,8 @@ data: {path: /data/fashion, augment: false}
         "hyperparameters.global_batch_size: expected an int >= 1 (a const, an int range or a "
         "categorical of ints; Determined's Keras trials need it) but ";
     refuses("batch_size: 32", gbs + "it is missing");
+    refuses("global_batch_sise: 32",
+            gbs + "it is missing (is 'global_batch_sise' a misspelling of it?)");
     refuses("global_batch_size: 0", gbs + "found 0");
     refuses("global_batch_size: '32'", gbs + "found \"32\"");
     refuses("global_batch_size: 32.5", gbs + "found 32.5");

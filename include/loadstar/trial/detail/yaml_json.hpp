@@ -22,7 +22,7 @@ namespace loadstar::trial::detail {
 
 /// Whether `text` is all decimal digits (at least one), with single `_` separators allowed as
 /// YAML 1.1 allows them.
-inline bool is_digits(std::string_view text) {
+inline bool is_yaml_digits(std::string_view text) {
   if (text.empty()) return false;
   for (const char c : text) {
     if (!(c >= '0' && c <= '9') && c != '_') return false;
@@ -33,7 +33,7 @@ inline bool is_digits(std::string_view text) {
 /// A plain (unquoted) YAML scalar as JSON: null, a bool, an int, a float or a string, by the
 /// rules of YAML 1.1 as PyYAML applies them (`yes`/`no`/`on`/`off` are bools), and `1e-3`, which
 /// PyYAML leaves text for want of a point, a float.
-inline nlohmann::json plain_scalar(const std::string& text) {
+inline nlohmann::json yaml_plain_scalar(const std::string& text) {
   static const std::set<std::string, std::less<>> nulls{"", "~", "null", "Null", "NULL"};
   static const std::set<std::string, std::less<>> trues{"true", "True", "TRUE", "yes", "Yes",
                                                         "YES",  "on",   "On",   "ON"};
@@ -56,7 +56,7 @@ inline nlohmann::json plain_scalar(const std::string& text) {
   for (const char c : body) {
     if (c != '_') digits += c;
   }
-  if (is_digits(body)) {
+  if (is_yaml_digits(body)) {
     std::uint64_t magnitude = 0;
     const auto [end, error] =
         std::from_chars(digits.data(), digits.data() + digits.size(), magnitude);
@@ -108,7 +108,7 @@ inline nlohmann::json yaml_to_json(const YAML::Node& node, const std::string& wh
     case YAML::NodeType::Scalar:
       // A quoted scalar (tag "!") is a string whatever it looks like.
       if (node.Tag() == "!") return node.Scalar();
-      return plain_scalar(node.Scalar());
+      return yaml_plain_scalar(node.Scalar());
     case YAML::NodeType::Sequence: {
       nlohmann::json out = nlohmann::json::array();
       std::size_t i = 0;
@@ -153,8 +153,8 @@ inline nlohmann::json parse_yaml(std::string_view text, const std::string& where
 }
 
 /// Whether `text` can be shown as a plain YAML scalar and still read back as the same string.
-inline bool plain_safe(const std::string& text) {
-  if (text.empty() || !plain_scalar(text).is_string()) return false;
+inline bool yaml_plain_safe(const std::string& text) {
+  if (text.empty() || !yaml_plain_scalar(text).is_string()) return false;
   if (text.front() == ' ' || text.back() == ' ') return false;
   for (const char c : text) {
     if (std::string_view(":#{}[],&*!|>'\"%@`\n\t").find(c) != std::string_view::npos) return false;
@@ -171,7 +171,7 @@ inline std::string to_flow(const nlohmann::json& value) {
       for (const auto& [key, item] : value.items()) {
         if (!first) out += ", ";
         first = false;
-        out += (plain_safe(key) ? key : nlohmann::json(key).dump()) + ": " + to_flow(item);
+        out += (yaml_plain_safe(key) ? key : nlohmann::json(key).dump()) + ": " + to_flow(item);
       }
       return out + "}";
     }
@@ -187,7 +187,7 @@ inline std::string to_flow(const nlohmann::json& value) {
     }
     case nlohmann::json::value_t::string: {
       const auto& text = value.get_ref<const std::string&>();
-      return plain_safe(text) ? text : value.dump();
+      return yaml_plain_safe(text) ? text : value.dump();
     }
     case nlohmann::json::value_t::number_float: {
       const double x = value.get<double>();
