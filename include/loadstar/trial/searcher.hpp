@@ -454,6 +454,19 @@ inline AshaPlan adaptive_asha_plan(const SearcherConfig& searcher) {
     std::vector<std::uint64_t> lengths;
     for (const auto& rung : bracket.rungs())
       lengths.push_back(rung.units_needed);
+    // A trial would be asked to train to the same length twice, which Determined's master
+    // cannot run either (it trains on without end, then refuses the operation done twice).
+    for (std::size_t r = 1; r < lengths.size(); ++r) {
+      if (lengths[r] <= lengths[r - 1]) {
+        std::string list;
+        for (const auto length : lengths)
+          list += (list.empty() ? "" : ", ") + std::to_string(length);
+        throw ConfigError("searcher 'adaptive_asha': a bracket of " +
+                          std::to_string(lengths.size()) + " rungs over max_length " +
+                          length_to_json(searcher.max_length).dump() + " validates at [" + list +
+                          "]; expected increasing lengths (fewer rungs or a longer max_length)");
+      }
+    }
     plan.rung_lengths.push_back(std::move(lengths));
   }
   return plan;

@@ -9,6 +9,7 @@
 #include <limits>
 #include <loadstar/random.hpp>
 #include <loadstar/trial/detail/rng_state.hpp>
+#include <loadstar/trial/experiment_config.hpp>
 #include <loadstar/trial/searcher.hpp>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -356,6 +357,15 @@ TEST_SUITE("trial") {
       CHECK(plan.max_trials == std::vector<std::uint64_t>{19, 1});
       CHECK(plan.rung_lengths == std::vector<std::vector<std::uint64_t>>{{1, 6, 25, 100}, {100}});
     }
+    SUBCASE("rungs that do not lengthen are refused") {
+      searcher.max_length = Length{Unit::batches, 3};
+      searcher.bracket_rungs = {3};
+      CHECK_THROWS_WITH_AS(adaptive_asha_plan(searcher),
+                           "searcher 'adaptive_asha': a bracket of 3 rungs over max_length "
+                           "{\"batches\":3} validates at [1, 1, 3]; expected increasing lengths "
+                           "(fewer rungs or a longer max_length)",
+                           ConfigError);
+    }
     SUBCASE("bad values are refused") {
       searcher.mode = "reckless";
       CHECK_THROWS_WITH_AS(adaptive_asha_plan(searcher),
@@ -366,6 +376,45 @@ TEST_SUITE("trial") {
       searcher.divisor = 1;
       CHECK_THROWS_WITH_AS(adaptive_asha_plan(searcher),
                            doctest::Contains("expected a divisor greater than 1"), ConfigError);
+    }
+  }
+
+  TEST_CASE("make_searcher runs a parsed adaptive_asha config in epochs") {
+    const ExperimentConfig config = parse_experiment_config(R"(
+entrypoint: model_def:Trial
+hyperparameters:
+  global_batch_size: 32
+  learning_rate: {type: log, minval: -4, maxval: -1, base: 10}
+  hidden_size: {type: int, minval: 32, maxval: 512}
+records_per_epoch: 60000
+searcher:
+  name: adaptive_asha
+  metric: val_loss
+  max_length: {epochs: 5}
+  max_trials: 16
+)",
+                                                            "adaptive.yaml");
+    // max_rungs = min(5, int(log 5 / log 4) + 1 = 2, int(log 16 / log 4) + 1) = 2; standard:
+    // brackets of 2 and 1 rungs; weights 4/2 and 1: int(10.7) = 10 + 1, int(5.3) = 5 trials;
+    // max(5, 4) = 5 at once each; rungs at 5/4 = 1 and 5 epochs.
+    const AshaPlan plan = adaptive_asha_plan(config.searcher);
+    CHECK(plan.bracket_rungs == std::vector<std::uint64_t>{2, 1});
+    CHECK(plan.max_trials == std::vector<std::uint64_t>{11, 5});
+    CHECK(plan.max_concurrent_trials == std::vector<std::uint64_t>{5, 5});
+    CHECK(plan.rung_lengths == std::vector<std::vector<std::uint64_t>>{{1, 5}, {5}});
+    auto searcher = make_searcher(config, 42);
+    CHECK(searcher->max_concurrent_trials() == 10);
+    const auto ops = searcher->initial_operations();
+    REQUIRE(ops.size() == 20);
+    CHECK(to_string(ops[1]) == "ValidateAfter 1 {\"epochs\":1}");
+    CHECK(to_string(ops[11]) == "ValidateAfter 6 {\"epochs\":5}");
+    for (const auto& op : ops) {
+      if (const auto* create = std::get_if<Create>(&op)) {
+        CHECK_NOTHROW(check_hparams(config.hyperparameters, create->hparams));
+        const double lr = create->hparams["learning_rate"].get<double>();
+        CHECK(lr >= 1e-4);
+        CHECK(lr <= 1e-1);
+      }
     }
   }
 
