@@ -145,6 +145,81 @@ reproducibility:
   experiment_seed: 9
 )";
 
+/// Runs the experiment of `dir/config` to its end in `dir/reference`; runs it again in
+/// `dir/killed`, killing the experiment process with SIGKILL once its trials have checkpointed
+/// `thresholds[k]` batches in all (then resuming it, with `create` for an in-process trial and
+/// `resume` otherwise); then checks that it completes with the reference's metrics.
+void kill_resume_and_compare(const test_support::TempDir& dir, const std::string& config,
+                             const std::vector<std::uint64_t>& thresholds, int trials,
+                             std::uint64_t batches_per_trial) {
+  const Ran reference = run({"experiment", "create", (dir / config).string(), "--dir",
+                             (dir / "reference").string(), "--no-plot"});
+  INFO(reference.output);
+  REQUIRE(reference.exit_code() == 0);
+
+  const auto folder = dir / "killed";
+  std::vector<std::string> arguments = {
+      tiny_trial(), "experiment",    "create",   (dir / config).string(),
+      "--dir",      folder.string(), "--no-plot"};
+  std::size_t kills = 0;
+  for (const std::uint64_t threshold : thresholds) {
+    const ::pid_t pid = detail::spawn_logged(arguments, dir / "killed.log");
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    bool killed = false;
+    while (std::chrono::steady_clock::now() < deadline) {
+      int status = 0;
+      if (::waitpid(pid, &status, WNOHANG) == pid) break;  // it finished first
+      std::uint64_t batches = 0;
+      for (int id = 1; id <= trials; ++id) {
+        try {
+          batches +=
+              read_json(folder / "trials" / std::to_string(id) / "trial.json")["total_batches"]
+                  .get<std::uint64_t>();
+        } catch (...) {
+        }
+      }
+      if (batches >= threshold) {
+        ::kill(pid, SIGKILL);
+        ::waitpid(pid, &status, 0);
+        killed = true;
+        // Its trials die with it (PR_SET_PDEATHSIG), so a resume never races a stale trial.
+        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+        while (process_mentions(folder.string()) && std::chrono::steady_clock::now() < until) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+        CHECK_FALSE(process_mentions(folder.string()));
+        ++kills;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    if (!killed) break;
+    // Running `create` again on its folder resumes it, as `resume` does: both are used in turn.
+    if (kills % 2 == 1) {
+      arguments = {tiny_trial(), "experiment", "resume", folder.string(), "--no-plot"};
+    } else {
+      arguments = {tiny_trial(), "experiment",    "create",   (dir / config).string(),
+                   "--dir",      folder.string(), "--no-plot"};
+    }
+  }
+  MESSAGE("killed the experiment " << kills << " times");
+  CHECK(kills >= 1);
+  const Ran resumed = run({"experiment", "resume", folder.string(), "--no-plot"});
+  INFO(read_bytes(dir / "killed.log"));
+  INFO(resumed.output);
+  REQUIRE(resumed.exit_code() == 0);
+  CHECK(contains(resumed.output, "COMPLETED (" + std::to_string(trials) +
+                                     (trials == 1 ? " trial: " : " trials: ") +
+                                     std::to_string(trials) + " completed, 0 failed)"));
+  for (int id = 1; id <= trials; ++id) {
+    const std::string name = std::to_string(id);
+    CAPTURE(name);
+    CHECK(read_bytes(folder / "trials" / name / "metrics.jsonl") ==
+          read_bytes(dir / "reference" / "trials" / name / "metrics.jsonl"));
+    CHECK(read_json(folder / "trials" / name / "trial.json")["total_batches"] == batches_per_trial);
+  }
+}
+
 }  // namespace
 
 TEST_SUITE("trial") {
@@ -297,67 +372,20 @@ TEST_SUITE("trial") {
     CHECK(contains(created.output, "restarting it from its latest checkpoint (restart 1 of 1)"));
   }
 
-  TEST_CASE("experiment resume continues a killed experiment and ends as an uninterrupted one") {
+  TEST_CASE("experiment resume continues a killed experiment of trials in their own processes") {
     test_support::TempDir dir;
     write(dir / "slow.yaml", slow_grid_config);
-    const Ran reference = run({"experiment", "create", (dir / "slow.yaml").string(), "--dir",
-                               (dir / "reference").string(), "--no-plot"});
-    INFO(reference.output);
-    REQUIRE(reference.exit_code() == 0);
+    // Thresholds of the 80 batches of both trials.
+    kill_resume_and_compare(dir, "slow.yaml", {8, 28, 52}, 2, 40);
+  }
 
-    const auto folder = dir / "killed";
-    std::vector<std::string> arguments = {
-        tiny_trial(), "experiment",    "create",   (dir / "slow.yaml").string(),
-        "--dir",      folder.string(), "--no-plot"};
-    std::size_t kills = 0;
-    for (int attempt = 0; attempt < 3; ++attempt) {
-      const ::pid_t pid = detail::spawn_logged(arguments, dir / "killed.log");
-      // Kill it once its trials have checkpointed more batches than at the last kill.
-      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-      bool killed = false;
-      const std::uint64_t thresholds[] = {8, 28, 52};  // of the 80 batches of both trials
-      while (std::chrono::steady_clock::now() < deadline) {
-        int status = 0;
-        if (::waitpid(pid, &status, WNOHANG) == pid) break;  // it finished first
-        std::uint64_t batches = 0;
-        for (const char* id : {"1", "2"}) {
-          try {
-            batches += read_json(folder / "trials" / id / "trial.json")["total_batches"]
-                           .get<std::uint64_t>();
-          } catch (...) {
-          }
-        }
-        if (batches >= thresholds[attempt]) {
-          ::kill(pid, SIGKILL);
-          ::waitpid(pid, &status, 0);
-          killed = true;
-          // Its trials die with it (PR_SET_PDEATHSIG), so a resume never races a stale trial.
-          const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-          while (process_mentions(folder.string()) && std::chrono::steady_clock::now() < until) {
-            std::this_thread::sleep_for(std::chrono::milliseconds(10));
-          }
-          CHECK_FALSE(process_mentions(folder.string()));
-          ++kills;
-          break;
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      }
-      if (!killed) break;
-      arguments = {tiny_trial(), "experiment", "resume", folder.string(), "--no-plot"};
-    }
-    MESSAGE("killed the experiment " << kills << " times");
-    CHECK(kills >= 1);
-    const Ran resumed = run({"experiment", "resume", folder.string(), "--no-plot"});
-    INFO(read_bytes(dir / "killed.log"));
-    INFO(resumed.output);
-    REQUIRE(resumed.exit_code() == 0);
-    CHECK(contains(resumed.output, "COMPLETED (2 trials: 2 completed, 0 failed)"));
-    for (const char* id : {"1", "2"}) {
-      CAPTURE(id);
-      CHECK(read_bytes(folder / "trials" / id / "metrics.jsonl") ==
-            read_bytes(dir / "reference" / "trials" / id / "metrics.jsonl"));
-      CHECK(read_json(folder / "trials" / id / "trial.json")["total_batches"] == 40);
-    }
+  TEST_CASE("experiment create resumes a killed experiment whose one trial runs in its process") {
+    test_support::TempDir dir;
+    std::string slow = single_config;
+    slow.replace(slow.find("  hidden: 8\n"), 12, "  hidden: 8\n  sleep_ms: 40\n");
+    slow.replace(slow.find("  batches: 8\n"), 13, "  batches: 4\n");
+    write(dir / "slow.yaml", slow);
+    kill_resume_and_compare(dir, "slow.yaml", {4, 12}, 1, 24);
   }
 
   TEST_CASE("experiment commands refuse bad configs entrypoints and folders") {
