@@ -1,7 +1,16 @@
 /// \file
 /// `ExperimentConfig`: Determined's experiment configuration for a Keras trial, as plain data
-/// (the fields and defaults of Determined 0.15's schemas).
+/// (the fields and defaults of Determined 0.15's schemas), read from YAML
+/// (`load_experiment_config`, `parse_experiment_config`) or JSON (`experiment_config_from_json`),
+/// written as JSON (`to_json`), and turned into Determined's `--test` config (`make_test_config`).
+/// \code
+/// const ExperimentConfig config = load_experiment_config("const.yaml");
+/// const nlohmann::json stored = to_json(config);  // what an experiment keeps
+/// assert(experiment_config_from_json(stored, "experiment.json") == config);
+/// \endcode
 #pragma once
+
+#include "loadstar/config.hpp"  // first: says at once when the standard is older than C++20
 
 #include <algorithm>
 #include <cerrno>
