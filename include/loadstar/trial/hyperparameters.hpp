@@ -32,18 +32,18 @@ namespace loadstar::trial {
 namespace detail {
 
 /// A hyperparameter that is not a group, with its path of names from the top.
-struct FlatHyperparameter {
+struct FlatHparam {
   std::vector<std::string> path;
   std::string name;  // the path joined by '.'
   const Hyperparameter* value = nullptr;
 };
 
-inline void flatten_into(const std::vector<NamedHyperparameter>& hparams,
-                         std::vector<std::string>& prefix, std::vector<FlatHyperparameter>& out) {
+inline void flatten_hparams_into(const std::vector<NamedHyperparameter>& hparams,
+                                 std::vector<std::string>& prefix, std::vector<FlatHparam>& out) {
   for (const auto& hp : hparams) {
     prefix.push_back(hp.name);
     if (hp.value.type == Hyperparameter::Type::nested) {
-      flatten_into(hp.value.members, prefix, out);
+      flatten_hparams_into(hp.value.members, prefix, out);
     } else {
       std::string name;
       for (const auto& part : prefix)
@@ -56,18 +56,18 @@ inline void flatten_into(const std::vector<NamedHyperparameter>& hparams,
 
 /// Every hyperparameter that is not a group, sorted by dotted name (Determined flattens nested
 /// hyperparameters to dotted names and visits them sorted).
-inline std::vector<FlatHyperparameter> flatten(const std::vector<NamedHyperparameter>& hparams) {
-  std::vector<FlatHyperparameter> out;
+inline std::vector<FlatHparam> flatten_hparams(const std::vector<NamedHyperparameter>& hparams) {
+  std::vector<FlatHparam> out;
   std::vector<std::string> prefix;
-  flatten_into(hparams, prefix, out);
+  flatten_hparams_into(hparams, prefix, out);
   std::stable_sort(out.begin(), out.end(),
                    [](const auto& a, const auto& b) { return a.name < b.name; });
   return out;
 }
 
 /// Sets `values[path[0]][path[1]]... = value`, creating the groups.
-inline void set_at(nlohmann::json& values, const std::vector<std::string>& path,
-                   nlohmann::json value) {
+inline void set_hparam_at(nlohmann::json& values, const std::vector<std::string>& path,
+                          nlohmann::json value) {
   nlohmann::json* at = &values;
   for (const auto& part : path)
     at = &(*at)[part];
@@ -76,7 +76,7 @@ inline void set_at(nlohmann::json& values, const std::vector<std::string>& path,
 
 /// `x` as a message shows it: an integral value without a fraction, others in JSON's shortest
 /// round-trip form.
-inline std::string format_number(double x) {
+inline std::string format_hparam_number(double x) {
   if (std::isfinite(x) && x == std::floor(x) && std::fabs(x) < 1e15) {
     return std::to_string(static_cast<std::int64_t>(x));
   }
@@ -84,18 +84,21 @@ inline std::string format_number(double x) {
 }
 
 /// What a hyperparameter accepts, for messages: `an int in [1, 8]`, `one of [16, 32]`.
-inline std::string describe(const Hyperparameter& hp) {
+inline std::string describe_hparam(const Hyperparameter& hp) {
   using Type = Hyperparameter::Type;
   switch (hp.type) {
     case Type::constant:
       return "the constant " + hp.val.dump();
     case Type::integer:
-      return "an int in [" + format_number(hp.minval) + ", " + format_number(hp.maxval) + "]";
+      return "an int in [" + format_hparam_number(hp.minval) + ", " +
+             format_hparam_number(hp.maxval) + "]";
     case Type::real:
-      return "a double in [" + format_number(hp.minval) + ", " + format_number(hp.maxval) + "]";
+      return "a double in [" + format_hparam_number(hp.minval) + ", " +
+             format_hparam_number(hp.maxval) + "]";
     case Type::log:
-      return "a double in [" + format_number(hp.base) + "^" + format_number(hp.minval) + ", " +
-             format_number(hp.base) + "^" + format_number(hp.maxval) + "]";
+      return "a double in [" + format_hparam_number(hp.base) + "^" +
+             format_hparam_number(hp.minval) + ", " + format_hparam_number(hp.base) + "^" +
+             format_hparam_number(hp.maxval) + "]";
     case Type::categorical:
       return "one of " + nlohmann::json(hp.vals).dump();
     case Type::nested:
@@ -105,7 +108,7 @@ inline std::string describe(const Hyperparameter& hp) {
 }
 
 /// The grid points of one hyperparameter (Determined's `grid.go`).
-inline std::vector<nlohmann::json> grid_points(const FlatHyperparameter& flat) {
+inline std::vector<nlohmann::json> hparam_grid_points(const FlatHparam& flat) {
   using Type = Hyperparameter::Type;
   const Hyperparameter& hp = *flat.value;
   std::vector<nlohmann::json> points;
@@ -170,12 +173,12 @@ inline std::vector<nlohmann::json> grid_points(const FlatHyperparameter& flat) {
 
 /// Checks `value` against `hp` (named `name`) and returns it normalised (an integral double given
 /// for an int becomes an int).
-inline nlohmann::json check_value(const std::string& name, const Hyperparameter& hp,
-                                  const nlohmann::json& value) {
+inline nlohmann::json check_hparam_value(const std::string& name, const Hyperparameter& hp,
+                                         const nlohmann::json& value) {
   using Type = Hyperparameter::Type;
   const auto refuse = [&]() -> ConfigError {
-    return ConfigError("hyperparameter '" + name + "': expected " + describe(hp) + " but found " +
-                       value.dump());
+    return ConfigError("hyperparameter '" + name + "': expected " + describe_hparam(hp) +
+                       " but found " + value.dump());
   };
   switch (hp.type) {
     case Type::constant:
@@ -214,8 +217,8 @@ inline nlohmann::json check_value(const std::string& name, const Hyperparameter&
   throw refuse();
 }
 
-inline nlohmann::json check_group(const std::vector<NamedHyperparameter>& hparams,
-                                  const nlohmann::json& values, const std::string& prefix) {
+inline nlohmann::json check_hparam_group(const std::vector<NamedHyperparameter>& hparams,
+                                         const nlohmann::json& values, const std::string& prefix) {
   const std::string group =
       prefix.empty() ? std::string("hyperparameters") : "hyperparameter '" + prefix + "'";
   if (!values.is_object()) {
@@ -236,12 +239,12 @@ inline nlohmann::json check_group(const std::vector<NamedHyperparameter>& hparam
     const std::string name = prefix.empty() ? hp.name : prefix + "." + hp.name;
     const auto found = values.find(hp.name);
     if (found == values.end()) {
-      throw ConfigError("hyperparameter '" + name + "': expected " + describe(hp.value) +
+      throw ConfigError("hyperparameter '" + name + "': expected " + describe_hparam(hp.value) +
                         " but found no value");
     }
     out[hp.name] = hp.value.type == Hyperparameter::Type::nested
-                       ? check_group(hp.value.members, *found, name)
-                       : check_value(name, hp.value, *found);
+                       ? check_hparam_group(hp.value.members, *found, name)
+                       : check_hparam_value(name, hp.value, *found);
   }
   return out;
 }
@@ -260,7 +263,7 @@ inline nlohmann::json sample_hparams(const std::vector<NamedHyperparameter>& hpa
                                      SplitMix64& rng) {
   using Type = Hyperparameter::Type;
   nlohmann::json values = nlohmann::json::object();
-  for (const auto& flat : detail::flatten(hparams)) {
+  for (const auto& flat : detail::flatten_hparams(hparams)) {
     const Hyperparameter& hp = *flat.value;
     nlohmann::json value;
     switch (hp.type) {
@@ -288,9 +291,9 @@ inline nlohmann::json sample_hparams(const std::vector<NamedHyperparameter>& hpa
         value = hp.vals[static_cast<std::size_t>(rng.below(hp.vals.size()))];
         break;
       case Type::nested:
-        continue;  // flatten() yields no groups
+        continue;  // flatten_hparams() yields no groups
     }
-    detail::set_at(values, flat.path, std::move(value));
+    detail::set_hparam_at(values, flat.path, std::move(value));
   }
   return values;
 }
@@ -305,11 +308,11 @@ inline nlohmann::json sample_hparams(const std::vector<NamedHyperparameter>& hpa
 /// for (const nlohmann::json& hparams : grid_hparams(config.hyperparameters)) create(hparams);
 /// \endcode
 inline std::vector<nlohmann::json> grid_hparams(const std::vector<NamedHyperparameter>& hparams) {
-  const auto flat = detail::flatten(hparams);
+  const auto flat = detail::flatten_hparams(hparams);
   std::vector<std::vector<nlohmann::json>> points;
   points.reserve(flat.size());
   for (const auto& hp : flat)
-    points.push_back(detail::grid_points(hp));
+    points.push_back(detail::hparam_grid_points(hp));
   // No hyperparameters: no point, as Determined's cartesianProduct returns none.
   if (flat.empty()) return {};
   std::vector<nlohmann::json> grid{nlohmann::json::object()};
@@ -320,7 +323,7 @@ inline std::vector<nlohmann::json> grid_hparams(const std::vector<NamedHyperpara
     for (const auto& value : points[k]) {
       for (const auto& rest : grid) {
         nlohmann::json point = rest;
-        detail::set_at(point, flat[k].path, value);
+        detail::set_hparam_at(point, flat[k].path, value);
         next.push_back(std::move(point));
       }
     }
@@ -336,7 +339,7 @@ inline std::vector<nlohmann::json> grid_hparams(const std::vector<NamedHyperpara
 /// found.
 inline nlohmann::json check_hparams(const std::vector<NamedHyperparameter>& hparams,
                                     const nlohmann::json& values) {
-  return detail::check_group(hparams, values, "");
+  return detail::check_hparam_group(hparams, values, "");
 }
 
 }  // namespace loadstar::trial

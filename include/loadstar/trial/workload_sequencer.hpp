@@ -104,7 +104,9 @@ inline Length length_from_json(const nlohmann::json& json, const std::string& ow
     throw CheckpointError(owner + ": expected a length in batches, records or epochs but found " +
                           json.dump());
   }
-  if (!value.is_number_unsigned()) {
+  // JSON built in C++ from an int is signed even when non-negative.
+  if (!value.is_number_unsigned() &&
+      !(value.is_number_integer() && value.get<std::int64_t>() >= 0)) {
     throw CheckpointError(owner + ": expected a non-negative integer length but found " +
                           json.dump());
   }
@@ -239,7 +241,8 @@ inline SequencerOptions sequencer_options(const ExperimentConfig& config,
 /// `min_checkpoint_period`; (3) the searcher operation's own validation; (4) train
 /// `max(min(left in the operation, until validation, until checkpoint, scheduling_unit), 1)`
 /// batches. So an operation ends checkpoint-then-validate, and a period validation is followed by
-/// its policy checkpoint.
+/// its policy checkpoint. With nothing left to do, a trial checkpoints what is not checkpointed
+/// (an operation ending on a period validation) before `terminate`, as Determined's trial does.
 class WorkloadSequencer {
  public:
   explicit WorkloadSequencer(SequencerOptions options) : options_(options) {
@@ -279,9 +282,12 @@ class WorkloadSequencer {
            (state_.exiting_early && !post_graceful_stop_checkpoint_needed());
   }
 
-  /// The workload to run now; `terminate` when `up_to_date()`.
+  /// The workload to run now. Once `up_to_date()`, a checkpoint of any batch not yet
+  /// checkpointed (Determined's trial asks its sequencer for this `PrecloseCheckpointWorkload`
+  /// before it ends the trial process), then `terminate`.
   Workload next() const {
     if (up_to_date()) {
+      if (state_.batches_since_last_checkpoint != 0) return checkpoint();
       return Workload{WorkloadKind::terminate, state_.cur_step_id, 0, state_.total_batches};
     }
     if (state_.need_initial_validation || min_validation_needed()) return validate();
@@ -387,7 +393,7 @@ class WorkloadSequencer {
 
   /// Restores `state()`; `CheckpointError` for a malformed state.
   void restore(const nlohmann::json& json) {
-    const detail::StateReader read("workload sequencer", json);
+    const loadstar::detail::StateReader read("workload sequencer", json);
     State state = from_json(json);
     if (json.contains("latest_snapshot")) {
       snapshot_ = from_json(read.get<nlohmann::json>("latest_snapshot"));
@@ -443,7 +449,7 @@ class WorkloadSequencer {
   }
 
   static State from_json(const nlohmann::json& json) {
-    const detail::StateReader read("workload sequencer", json);
+    const loadstar::detail::StateReader read("workload sequencer", json);
     State state;
     state.batches_towards_current_op = read.get<std::uint64_t>("batches_towards_current_op");
     state.batches_since_last_validation = read.get<std::uint64_t>("batches_since_last_val");

@@ -183,6 +183,24 @@ TEST_SUITE("trial") {
     CHECK(run(sequencer, always) == expand("V@0 T4 T4 T2 C@10 V@10 X@10"));
   }
 
+  TEST_CASE("WorkloadSequencer checkpoints before terminate when an operation ends on a period") {
+    // Determined's --test overrides: one batch, a validation period of one batch. The period
+    // validation is the operation's; the trial checkpoints before it ends (pre-close checkpoint).
+    SequencerOptions options;
+    options.scheduling_unit = 1;
+    options.min_validation_period = Length{Unit::batches, 1};
+    options.checkpoint_policy = CheckpointPolicy::none;
+    WorkloadSequencer sequencer(options);
+    sequencer.set_operation(Length{Unit::batches, 1});
+    CHECK(run(sequencer, never) == expand("T1 V@1 C@1 X@1"));
+    SUBCASE("the same with policy best and an improvement") {
+      options.checkpoint_policy = CheckpointPolicy::best;
+      WorkloadSequencer best(options);
+      best.set_operation(Length{Unit::batches, 1});
+      CHECK(run(best, always) == expand("T1 V@1 C@1 X@1"));
+    }
+  }
+
   TEST_CASE("WorkloadSequencer checkpoints and terminates after a graceful stop") {
     SequencerOptions options;
     options.scheduling_unit = 4;

@@ -38,11 +38,10 @@ inline std::size_t edit_distance(std::string_view a, std::string_view b) {
   return previous[m];
 }
 
-/// ` (did you mean 'batches'?)` naming the candidate nearest to `word`, when one is close enough
-/// (at most a third of the word's letters, and at least 2, differ); otherwise empty. Ties go to
-/// the candidate listed first.
+/// The candidate nearest to `word` when one is close enough (at most a third of the word's
+/// letters, and at least 2, differ), else empty. Ties go to the candidate listed first.
 template <class Range>
-std::string did_you_mean(std::string_view word, const Range& candidates) {
+std::string nearest_name(std::string_view word, const Range& candidates) {
   const std::size_t limit = std::max<std::size_t>(2, (word.size() + 2) / 3);
   std::size_t best = limit + 1;
   std::string found;
@@ -54,6 +53,13 @@ std::string did_you_mean(std::string_view word, const Range& candidates) {
       found = std::string(text);
     }
   }
+  return found;
+}
+
+/// ` (did you mean 'batches'?)` naming `nearest_name(word, candidates)`, or empty.
+template <class Range>
+std::string did_you_mean(std::string_view word, const Range& candidates) {
+  const std::string found = nearest_name(word, candidates);
   if (found.empty()) return {};
   return " (did you mean '" + found + "'?)";
 }

@@ -1,0 +1,205 @@
+/// \file
+/// YAML documents as JSON (typing plain scalars the way PyYAML, which Determined's CLI uses, types
+/// them, except that `1e-3` is a float here as in YAML 1.2, where PyYAML reads text), and JSON
+/// values shown back in YAML's flow style for messages (a mapping's keys sorted).
+#pragma once
+
+#include <charconv>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <set>
+#include <string>
+#include <string_view>
+#include <system_error>
+
+#include <yaml-cpp/yaml.h>
+#include <nlohmann/json.hpp>
+
+#include "loadstar/error.hpp"
+
+namespace loadstar::trial::detail {
+
+/// Whether `text` is all decimal digits (at least one), with single `_` separators allowed as
+/// YAML 1.1 allows them.
+inline bool is_yaml_digits(std::string_view text) {
+  if (text.empty()) return false;
+  for (const char c : text) {
+    if (!(c >= '0' && c <= '9') && c != '_') return false;
+  }
+  return text.front() != '_';
+}
+
+/// A plain (unquoted) YAML scalar as JSON: null, a bool, an int, a float or a string, by the
+/// rules of YAML 1.1 as PyYAML applies them (`yes`/`no`/`on`/`off` are bools), and `1e-3`, which
+/// PyYAML leaves text for want of a point, a float.
+inline nlohmann::json yaml_plain_scalar(const std::string& text) {
+  static const std::set<std::string, std::less<>> nulls{"", "~", "null", "Null", "NULL"};
+  static const std::set<std::string, std::less<>> trues{"true", "True", "TRUE", "yes", "Yes",
+                                                        "YES",  "on",   "On",   "ON"};
+  static const std::set<std::string, std::less<>> falses{"false", "False", "FALSE", "no", "No",
+                                                         "NO",    "off",   "Off",   "OFF"};
+  if (nulls.contains(text)) return nullptr;
+  if (trues.contains(text)) return true;
+  if (falses.contains(text)) return false;
+  std::string_view body(text);
+  const bool negative = !body.empty() && body.front() == '-';
+  if (!body.empty() && (body.front() == '-' || body.front() == '+')) body.remove_prefix(1);
+  if (body == ".inf" || body == ".Inf" || body == ".INF") {
+    return negative ? -std::numeric_limits<double>::infinity()
+                    : std::numeric_limits<double>::infinity();
+  }
+  if (text == ".nan" || text == ".NaN" || text == ".NAN") {
+    return std::numeric_limits<double>::quiet_NaN();
+  }
+  std::string digits;
+  for (const char c : body) {
+    if (c != '_') digits += c;
+  }
+  if (is_yaml_digits(body)) {
+    std::uint64_t magnitude = 0;
+    const auto [end, error] =
+        std::from_chars(digits.data(), digits.data() + digits.size(), magnitude);
+    if (error == std::errc() && end == digits.data() + digits.size()) {
+      if (!negative) {
+        if (magnitude <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
+          return static_cast<std::int64_t>(magnitude);
+        }
+        return magnitude;
+      }
+      if (magnitude <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) + 1) {
+        return magnitude == 0 ? std::int64_t{0} : -static_cast<std::int64_t>(magnitude - 1) - 1;
+      }
+    }
+  }
+  // A float: digits with a point or an exponent (`1.5`, `.5`, `1e-3`, `1.0E+3`).
+  bool has_digit = false;
+  bool float_like = true;
+  bool has_point_or_exponent = false;
+  for (std::size_t i = 0; i < digits.size(); ++i) {
+    const char c = digits[i];
+    if (c >= '0' && c <= '9') {
+      has_digit = true;
+    } else if (c == '.' || c == 'e' || c == 'E') {
+      has_point_or_exponent = true;
+    } else if ((c == '+' || c == '-') && i > 0 && (digits[i - 1] == 'e' || digits[i - 1] == 'E')) {
+    } else {
+      float_like = false;
+    }
+  }
+  if (float_like && has_digit && has_point_or_exponent) {
+    double value = 0;
+    const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
+    if (error == std::errc() && end == digits.data() + digits.size()) {
+      return negative ? -value : value;
+    }
+  }
+  return text;
+}
+
+/// `node` as JSON; `ConfigError` (prefixed by `where`) for a mapping with a key given twice or a
+/// key that is not a scalar.
+inline nlohmann::json yaml_to_json(const YAML::Node& node, const std::string& where,
+                                   const std::string& path = "") {
+  switch (node.Type()) {
+    case YAML::NodeType::Undefined:
+    case YAML::NodeType::Null:
+      return nullptr;
+    case YAML::NodeType::Scalar:
+      // A quoted scalar (tag "!") is a string whatever it looks like.
+      if (node.Tag() == "!") return node.Scalar();
+      return yaml_plain_scalar(node.Scalar());
+    case YAML::NodeType::Sequence: {
+      nlohmann::json out = nlohmann::json::array();
+      std::size_t i = 0;
+      for (const auto& item : node) {
+        out.push_back(yaml_to_json(item, where, path + "[" + std::to_string(i++) + "]"));
+      }
+      return out;
+    }
+    case YAML::NodeType::Map: {
+      nlohmann::json out = nlohmann::json::object();
+      for (const auto& item : node) {
+        const std::string at = path.empty() ? std::string("the top level") : path;
+        if (!item.first.IsScalar()) {
+          throw ConfigError(where + ": " + at + ": expected text keys but found a " +
+                            (item.first.IsMap() ? "mapping" : "sequence") + " as a key");
+        }
+        const std::string key = item.first.Scalar();
+        const std::string child = path.empty() ? key : path + "." + key;
+        if (out.contains(key)) {
+          throw ConfigError(where + ": " + child + ": expected each key once but found it twice");
+        }
+        out[key] = yaml_to_json(item.second, where, child);
+      }
+      return out;
+    }
+  }
+  return nullptr;
+}
+
+/// Parses the YAML document `text`; `ConfigError` naming `where`, the line and the column for
+/// text that is not YAML.
+inline nlohmann::json parse_yaml(std::string_view text, const std::string& where) {
+  YAML::Node node;
+  try {
+    node = YAML::Load(std::string(text));
+  } catch (const YAML::Exception& error) {
+    throw ConfigError(where + ": line " + std::to_string(error.mark.line + 1) + ", column " +
+                      std::to_string(error.mark.column + 1) +
+                      ": expected YAML but found an error: " + error.msg);
+  }
+  return yaml_to_json(node, where);
+}
+
+/// Whether `text` can be shown as a plain YAML scalar and still read back as the same string.
+inline bool yaml_plain_safe(const std::string& text) {
+  if (text.empty() || !yaml_plain_scalar(text).is_string()) return false;
+  if (text.front() == ' ' || text.back() == ' ') return false;
+  for (const char c : text) {
+    if (std::string_view(":#{}[],&*!|>'\"%@`\n\t").find(c) != std::string_view::npos) return false;
+  }
+  return std::string_view("-?").find(text.front()) == std::string_view::npos;
+}
+
+/// `value` in YAML's flow style, as a user wrote it: `{bathces: 5}`, `[relu, tanh]`, `0.5`.
+inline std::string to_flow(const nlohmann::json& value) {
+  switch (value.type()) {
+    case nlohmann::json::value_t::object: {
+      std::string out = "{";
+      bool first = true;
+      for (const auto& [key, item] : value.items()) {
+        if (!first) out += ", ";
+        first = false;
+        out += (yaml_plain_safe(key) ? key : nlohmann::json(key).dump()) + ": " + to_flow(item);
+      }
+      return out + "}";
+    }
+    case nlohmann::json::value_t::array: {
+      std::string out = "[";
+      bool first = true;
+      for (const auto& item : value) {
+        if (!first) out += ", ";
+        first = false;
+        out += to_flow(item);
+      }
+      return out + "]";
+    }
+    case nlohmann::json::value_t::string: {
+      const auto& text = value.get_ref<const std::string&>();
+      return yaml_plain_safe(text) ? text : value.dump();
+    }
+    case nlohmann::json::value_t::number_float: {
+      const double x = value.get<double>();
+      if (std::isnan(x)) return ".nan";
+      if (std::isinf(x)) return x > 0 ? ".inf" : "-.inf";
+      return value.dump();
+    }
+    case nlohmann::json::value_t::null:
+      return "null";
+    default:
+      return value.dump();
+  }
+}
+
+}  // namespace loadstar::trial::detail

@@ -1,0 +1,3 @@
+module seqref
+
+go 1.19
