@@ -1,7 +1,16 @@
 /// \file
 /// `ExperimentConfig`: Determined's experiment configuration for a Keras trial, as plain data
-/// (the fields and defaults of Determined 0.15's schemas).
+/// (the fields and defaults of Determined 0.15's schemas), read from YAML
+/// (`load_experiment_config`, `parse_experiment_config`) or JSON (`experiment_config_from_json`),
+/// written as JSON (`to_json`), and turned into Determined's `--test` config (`make_test_config`).
+/// \code
+/// const ExperimentConfig config = load_experiment_config("const.yaml");
+/// const nlohmann::json stored = to_json(config);  // what an experiment keeps
+/// assert(experiment_config_from_json(stored, "experiment.json") == config);
+/// \endcode
 #pragma once
+
+#include "loadstar/config.hpp"  // first: says at once when the standard is older than C++20
 
 #include <algorithm>
 #include <cerrno>
@@ -366,6 +375,15 @@ class ExperimentConfigReader {
     return length;
   }
 
+  /// Hyperparameters are named by their dotted path (`optimizer.learning_rate`), so a name may
+  /// hold no '.' and may not be empty.
+  void check_hparam_name(const std::string& name, const std::string& path) const {
+    if (name.empty()) fail(path, "expected non-empty hyperparameter names but found ''");
+    if (name.find('.') != std::string::npos) {
+      fail(join(path, name), "expected a hyperparameter name without '.' but found '" + name + "'");
+    }
+  }
+
   Hyperparameter to_hyperparameter(const json& value, const std::string& path) const {
     using Type = Hyperparameter::Type;
     Hyperparameter hp;
@@ -380,6 +398,7 @@ class ExperimentConfigReader {
       if (value.empty()) refuse(path, "a hyperparameter or a group of them", value);
       hp.type = Type::nested;
       for (const auto& [name, member] : value.items()) {
+        check_hparam_name(name, path);
         hp.members.push_back({name, to_hyperparameter(member, join(path, name))});
       }
       return hp;
@@ -520,6 +539,7 @@ class ExperimentConfigReader {
     const json& hparams = required(root, "hyperparameters", "", "a mapping of hyperparameters");
     if (!hparams.is_object()) refuse("hyperparameters", "a mapping of hyperparameters", hparams);
     for (const auto& [name, value] : hparams.items()) {
+      check_hparam_name(name, "hyperparameters");
       config.hyperparameters.push_back(
           {name, to_hyperparameter(value, join("hyperparameters", name))});
     }
@@ -843,6 +863,11 @@ inline ExperimentConfig parse_experiment_config(std::string_view yaml, std::stri
 /// Reads and parses the YAML file `path` (named in messages as given); `IoError` when it cannot
 /// be read.
 inline ExperimentConfig load_experiment_config(const std::filesystem::path& path) {
+  std::error_code ignored;
+  if (std::filesystem::is_directory(path, ignored)) {
+    throw IoError("experiment config '" + path.string() +
+                  "': expected a YAML file but found a directory");
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     const int error = errno;

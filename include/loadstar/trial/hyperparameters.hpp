@@ -11,6 +11,8 @@
 /// depends on the order of the file.
 #pragma once
 
+#include "loadstar/config.hpp"  // first: says at once when the standard is older than C++20
+
 #include <algorithm>
 #include <cmath>
 #include <cstddef>

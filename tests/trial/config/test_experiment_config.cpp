@@ -367,6 +367,11 @@ data: {path: /data/fashion, augment: false}
                           "': cannot open for reading: No such file or directory")
                              .c_str(),
                          IoError);
+    CHECK_THROWS_WITH_AS(load_experiment_config(dir.path()),
+                         ("experiment config '" + dir.path().string() +
+                          "': expected a YAML file but found a directory")
+                             .c_str(),
+                         IoError);
   }
 
   TEST_CASE("parse_experiment_config refuses unknown keys with a suggestion") {
@@ -548,6 +553,10 @@ data: {path: /data/fashion, augment: false}
             "hyperparameters.c.val: expected the constant's value but it is missing");
     refuses("global_batch_size: 32, c: {type: const, val: 1, vals: [1]}",
             "hyperparameters.c.vals: not a key of a const hyperparameter (did you mean 'val'?)");
+    refuses("global_batch_size: 32, opt: {a.b: 1}",
+            "hyperparameters.opt.a.b: expected a hyperparameter name without '.' but found 'a.b'");
+    refuses("global_batch_size: 32, '': 1",
+            "hyperparameters: expected non-empty hyperparameter names but found ''");
     refuses("global_batch_size: 32, g: {}",
             "hyperparameters.g: expected a hyperparameter or a group of them but found {}");
     refuses("global_batch_size: 32, opt: {lr: {type: int, minval: 2, maxval: 1}}",
