@@ -70,15 +70,10 @@ struct TrialResult {
 
 namespace detail {
 
-/// Determined's `--test` overrides (trial-runner.md §4): one batch per workload, validate after
-/// every batch, a single searcher operation of one batch, no restarts.
+/// Determined's `--test` overrides (trial-runner.md §4): `make_test_config`, idempotent, so an
+/// experiment that applied it already may pass `test` too.
 inline ExperimentConfig test_overrides(ExperimentConfig config) {
-  config.scheduling_unit = 1;
-  config.min_validation_period = Length{Unit::batches, 1};
-  config.searcher.name = "single";
-  config.searcher.max_length = Length{Unit::batches, 1};
-  config.max_restarts = 0;
-  return config;
+  return make_test_config(std::move(config));
 }
 
 class TrialController {
