@@ -82,9 +82,10 @@ inline std::filesystem::path write_checkpoint(const std::filesystem::path& check
   std::filesystem::remove_all(temporary);
   std::filesystem::remove_all(target);
   std::filesystem::create_directory(temporary);
+  // The metadata first: it tells whose a folder left by a killed write is.
+  kd::write_synced(temporary / checkpoint_metadata_file, metadata.dump(2) + "\n");
   keras::save_model(model, temporary / checkpoint_model_file);
   sync_file(temporary / checkpoint_model_file);  // written through HDF5, flushed here
-  kd::write_synced(temporary / checkpoint_metadata_file, metadata.dump(2) + "\n");
   const std::vector<std::uint8_t> cbor = nlohmann::json::to_cbor(state);
   kd::write_synced(temporary / checkpoint_state_file,
                    std::string_view(reinterpret_cast<const char*>(cbor.data()), cbor.size()));

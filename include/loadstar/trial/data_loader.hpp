@@ -109,19 +109,27 @@ class DataLoader {
     };
   }
 
-  /// A `SequenceAdapter` (not copyable, so shared); training reads it, validation reads its
-  /// sequence in order.
+  /// A `SequenceAdapter` (not copyable, so shared), read as Determined 0.13.10+ reads one: as a
+  /// holder of its sequence and settings (`_data.py@0.15.6`): training reads a copy of the
+  /// sequence with the adapter's workers, processes, queue size and shuffling (these override
+  /// `configure_fit`'s), shuffled with the trial seed, so that a resume can rebuild it at the saved
+  /// position; validation reads the sequence in order.
   template <Sequence S, std::size_t Workers, bool Multiprocess>
   requires KerasBatch<batch_t<S>> DataLoader(
       std::shared_ptr<SequenceAdapter<S, Workers, Multiprocess>> adapter)
       : kind_("SequenceAdapter") {
     if (!adapter) throw ConfigError("data loader: the SequenceAdapter is null");
-    training_ = [adapter](keras::Model& model, const LoaderSettings&) {
-      return model.make_data_iterator(*adapter);
+    training_ = [adapter](keras::Model& model, const LoaderSettings& s) {
+      auto options = fit_options(s);
+      options.workers = Workers;
+      options.use_multiprocessing = Multiprocess;
+      options.max_queue_size = adapter->options().max_queue_size;
+      options.shuffle = adapter->options().shuffle;
+      return model.make_data_iterator(S(adapter->sequence()), options);
     };
     validate_ = [adapter](keras::Model& model, const LoaderSettings&,
                           std::optional<std::size_t> steps) {
-      return model.evaluate(adapter->sequence(), {.verbose = 0, .steps = steps});
+      return model.evaluate(S(adapter->sequence()), {.verbose = 0, .steps = steps});
     };
   }
 

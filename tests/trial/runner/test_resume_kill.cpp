@@ -25,6 +25,15 @@ TEST_SUITE("trial") {
       CHECK(final_weights(dir / "clean") == final_weights(dir / "killed"));
       CHECK(file_bytes(dir / "clean" / "trial" / "metrics.jsonl") ==
             file_bytes(dir / "killed" / "trial" / "metrics.jsonl"));
+      // Checkpoints a killed run wrote but did not record are gone: the folder holds the
+      // record's checkpoints only.
+      const auto record =
+          nlohmann::json::parse(file_bytes(dir / "killed" / "trial" / "trial.json"));
+      std::size_t folders = 0;
+      for ([[maybe_unused]] const auto& entry :
+           std::filesystem::directory_iterator(dir / "killed" / "checkpoints"))
+        ++folders;
+      CHECK(folders == record["checkpoints"].size());
     }
   }
 }

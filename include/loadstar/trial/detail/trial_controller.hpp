@@ -70,15 +70,10 @@ struct TrialResult {
 
 namespace detail {
 
-/// Determined's `--test` overrides (trial-runner.md §4): one batch per workload, validate after
-/// every batch, a single searcher operation of one batch, no restarts.
+/// Determined's `--test` overrides (trial-runner.md §4): `make_test_config`, idempotent, so an
+/// experiment that applied it already may pass `test` too.
 inline ExperimentConfig test_overrides(ExperimentConfig config) {
-  config.scheduling_unit = 1;
-  config.min_validation_period = Length{Unit::batches, 1};
-  config.searcher.name = "single";
-  config.searcher.max_length = Length{Unit::batches, 1};
-  config.max_restarts = 0;
-  return config;
+  return make_test_config(std::move(config));
 }
 
 class TrialController {
@@ -119,6 +114,7 @@ class TrialController {
   TrialResult run(TrialJson& record) {
     record_ = &record;
     resume();
+    remove_orphans();
     sequencer_.set_operation(options_.until ? *options_.until : config_.searcher.max_length);
     for (const auto& cb : callbacks_) {
       cb->set_model(model_);
@@ -252,6 +248,38 @@ class TrialController {
       *out_ << owner() << ": resuming from checkpoint " << record_->latest_checkpoint << " at "
             << sequencer_.total_batches() << " batches\n";
     }
+  }
+
+  /// Removes this trial's checkpoint folders that its record does not list: those a killed run
+  /// renamed into place but did not record, and those it was writing (`<uuid>.tmp`). A folder is
+  /// this trial's when its metadata names this experiment and trial (the folder is shared with
+  /// the experiment's other trials).
+  void remove_orphans() const {
+    std::error_code error;
+    if (!std::filesystem::is_directory(spec_.checkpoint_dir, error)) return;
+    std::vector<std::filesystem::path> orphans;
+    for (const auto& entry : std::filesystem::directory_iterator(spec_.checkpoint_dir, error)) {
+      if (!entry.is_directory()) continue;
+      std::string uuid = entry.path().filename().string();
+      const bool temporary = uuid.size() > 4 && uuid.ends_with(".tmp");
+      if (temporary) uuid.resize(uuid.size() - 4);
+      const bool listed = uuid == record_->latest_checkpoint ||
+                          std::any_of(record_->checkpoints.begin(), record_->checkpoints.end(),
+                                      [&](const CheckpointEntry& c) { return c.uuid == uuid; });
+      if (listed && !temporary) continue;
+      try {
+        const auto metadata = nlohmann::json::parse(
+            keras::detail::read_bytes(entry.path() / checkpoint_metadata_file));
+        if (metadata.value("experiment_id", std::uint64_t{0}) == spec_.experiment_id &&
+            metadata.value("trial_id", std::uint64_t{0}) == spec_.trial_id) {
+          orphans.push_back(entry.path());
+        }
+      } catch (const std::exception&) {
+        // Not (yet) a checkpoint with metadata: possibly another trial's, being written.
+      }
+    }
+    for (const auto& path : orphans)
+      std::filesystem::remove_all(path, error);
   }
 
   // --- training -------------------------------------------------------------------------------
