@@ -1,0 +1,176 @@
+/// \file
+/// A trial's checkpoint: a folder `<checkpoint_dir>/<uuid>/` holding the Keras model file, its
+/// metadata and the state that makes a resume exact, written under a temporary name and renamed
+/// into place.
+#pragma once
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "loadstar/detail/json_state.hpp"
+#include "loadstar/error.hpp"
+#include "loadstar/keras/callbacks/detail/files.hpp"
+#include "loadstar/keras/model.hpp"
+#include "loadstar/keras/saving/saving.hpp"
+
+namespace loadstar::trial {
+
+/// The loadstar version written into checkpoint metadata.
+inline constexpr std::string_view loadstar_version = "0.1.0";
+/// The checkpoint format: `determined-keras-model.h5` (a whole Keras model with its optimizer),
+/// `metadata.json` and `state.cbor`.
+inline constexpr std::string_view checkpoint_format = "loadstar-trial-1";
+
+/// The file names inside a checkpoint folder.
+inline constexpr std::string_view checkpoint_model_file = "determined-keras-model.h5";
+inline constexpr std::string_view checkpoint_metadata_file = "metadata.json";
+inline constexpr std::string_view checkpoint_state_file = "state.cbor";
+
+/// A fresh random (version 4) UUID, Determined's checkpoint name.
+inline std::string new_checkpoint_uuid() {
+  std::random_device device;
+  std::uint8_t bytes[16];
+  for (auto& byte : bytes)
+    byte = static_cast<std::uint8_t>(device() & 0xFF);
+  bytes[6] = static_cast<std::uint8_t>((bytes[6] & 0x0F) | 0x40);
+  bytes[8] = static_cast<std::uint8_t>((bytes[8] & 0x3F) | 0x80);
+  static constexpr char digits[] = "0123456789abcdef";
+  std::string text;
+  for (int i = 0; i < 16; ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) text += '-';
+    text += digits[bytes[i] >> 4];
+    text += digits[bytes[i] & 0x0F];
+  }
+  return text;
+}
+
+/// Flushes the file `path` to disk; `IoError` naming it when it cannot.
+inline void sync_file(const std::filesystem::path& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0 || ::fsync(fd) != 0) {
+    const std::string reason = std::strerror(errno);
+    if (fd >= 0) ::close(fd);
+    throw IoError("'" + path.string() + "': cannot flush to disk: " + reason);
+  }
+  ::close(fd);
+}
+
+/// Writes checkpoint `uuid` into `checkpoint_dir`: `<uuid>.tmp/` with the model file
+/// (`keras::save_model`, optimizer included), `metadata` as `metadata.json` and `state` as
+/// `state.cbor` (CBOR keeps every double's bits), each flushed to disk, then renamed to `<uuid>/`.
+/// Returns the folder. A folder left by a process killed while writing is replaced.
+inline std::filesystem::path write_checkpoint(const std::filesystem::path& checkpoint_dir,
+                                              const std::string& uuid, const keras::Model& model,
+                                              const nlohmann::json& metadata,
+                                              const nlohmann::json& state) {
+  namespace kd = keras::detail;
+  std::filesystem::create_directories(checkpoint_dir);
+  const auto target = checkpoint_dir / uuid;
+  auto temporary = target;
+  temporary += ".tmp";
+  std::filesystem::remove_all(temporary);
+  std::filesystem::remove_all(target);
+  std::filesystem::create_directory(temporary);
+  // The metadata first: it tells whose a folder left by a killed write is.
+  kd::write_synced(temporary / checkpoint_metadata_file, metadata.dump(2) + "\n");
+  keras::save_model(model, temporary / checkpoint_model_file);
+  sync_file(temporary / checkpoint_model_file);  // written through HDF5, flushed here
+  const std::vector<std::uint8_t> cbor = nlohmann::json::to_cbor(state);
+  kd::write_synced(temporary / checkpoint_state_file,
+                   std::string_view(reinterpret_cast<const char*>(cbor.data()), cbor.size()));
+  kd::sync_directory(temporary);
+  kd::rename_into_place(temporary, target);
+  kd::sync_directory(checkpoint_dir);
+  return target;
+}
+
+/// What a checkpoint is checked against when it is read: the experiment and trial it must belong
+/// to.
+struct CheckpointOwner {
+  std::uint64_t experiment_id = 1;
+  std::uint64_t trial_id = 1;
+};
+
+/// Reads and checks `metadata.json` of the checkpoint folder `path`; throws `CheckpointError`
+/// naming the file for a missing folder or file, a file that is not complete JSON, and a
+/// checkpoint of another experiment or trial.
+inline nlohmann::json read_checkpoint_metadata(const std::filesystem::path& path,
+                                               const CheckpointOwner& owner) {
+  if (!std::filesystem::is_directory(path)) {
+    throw CheckpointError("checkpoint '" + path.string() + "': expected a checkpoint folder but " +
+                          (std::filesystem::exists(path) ? "found a file" : "it is missing"));
+  }
+  for (const auto name : {checkpoint_model_file, checkpoint_metadata_file, checkpoint_state_file}) {
+    if (!std::filesystem::is_regular_file(path / name)) {
+      throw CheckpointError("checkpoint '" + (path / name).string() + "': the file is missing");
+    }
+  }
+  const auto file = path / checkpoint_metadata_file;
+  nlohmann::json metadata;
+  try {
+    metadata = nlohmann::json::parse(keras::detail::read_bytes(file));
+  } catch (const nlohmann::json::exception& e) {
+    throw CheckpointError("checkpoint '" + file.string() +
+                          "': expected JSON metadata but the file is truncated or corrupt (" +
+                          e.what() + ")");
+  }
+  const loadstar::detail::StateReader read("checkpoint '" + file.string() + "'", metadata);
+  if (const auto format = read.get<std::string>("format"); format != checkpoint_format) {
+    throw CheckpointError("checkpoint '" + file.string() + "': expected format '" +
+                          std::string(checkpoint_format) + "' but found '" + format + "'");
+  }
+  const auto experiment = read.get<std::uint64_t>("experiment_id");
+  const auto trial = read.get<std::uint64_t>("trial_id");
+  if (experiment != owner.experiment_id || trial != owner.trial_id) {
+    throw CheckpointError("checkpoint '" + file.string() +
+                          "': expected a checkpoint of experiment " +
+                          std::to_string(owner.experiment_id) + " trial " +
+                          std::to_string(owner.trial_id) + " but found one of experiment " +
+                          std::to_string(experiment) + " trial " + std::to_string(trial));
+  }
+  return metadata;
+}
+
+/// Reads `state.cbor` of the checkpoint folder `path`; `CheckpointError` naming the file when it
+/// is truncated or not CBOR.
+inline nlohmann::json read_checkpoint_state(const std::filesystem::path& path) {
+  const auto file = path / checkpoint_state_file;
+  try {
+    const std::string bytes = keras::detail::read_bytes(file);
+    nlohmann::json state = nlohmann::json::from_cbor(bytes.begin(), bytes.end());
+    if (!state.is_object()) throw CheckpointError("");
+    return state;
+  } catch (const std::exception& e) {
+    throw CheckpointError(
+        "checkpoint '" + file.string() +
+        "': expected the trial's state in CBOR but the file is truncated or "
+        "corrupt" +
+        (std::string_view(e.what()).empty() ? "" : std::string(" (") + e.what() + ")"));
+  }
+}
+
+/// Loads the weights and the optimizer's state of the checkpoint folder `path` into `model`;
+/// `CheckpointError` naming the file when it is truncated, corrupt or of another model.
+inline void load_checkpoint_model(keras::Model& model, const std::filesystem::path& path) {
+  const auto file = path / checkpoint_model_file;
+  try {
+    model.load_weights(file, {.optimizer = true});
+  } catch (const CheckpointError&) {
+    throw;
+  } catch (const Error& e) {
+    throw CheckpointError("checkpoint '" + file.string() + "': " + e.what());
+  }
+}
+
+}  // namespace loadstar::trial

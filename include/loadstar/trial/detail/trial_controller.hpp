@@ -1,0 +1,591 @@
+/// \file
+/// `TrialController`: runs one trial's workloads on a built model and its loaders, writes its
+/// metrics, checkpoints and record, and resumes it from its latest checkpoint (the pull-style
+/// equivalent of Determined's `TFKerasTrialController`, trial-runner.md §1).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "loadstar/detail/json_state.hpp"
+#include "loadstar/error.hpp"
+#include "loadstar/keras/callbacks/backup_and_restore.hpp"
+#include "loadstar/keras/callbacks/callback.hpp"
+#include "loadstar/keras/model.hpp"
+#include "loadstar/trial/callback.hpp"
+#include "loadstar/trial/checkpoint.hpp"
+#include "loadstar/trial/data_loader.hpp"
+#include "loadstar/trial/detail/trial_files.hpp"
+#include "loadstar/trial/trial_context.hpp"
+#include "loadstar/trial/workload_sequencer.hpp"
+
+namespace loadstar::trial {
+
+/// Where a trial runs: its configuration, identity, hyperparameters, seed and folders.
+struct TrialSpec {
+  ExperimentConfig config = {};
+  std::uint64_t experiment_id = 1;
+  std::uint64_t trial_id = 1;
+  nlohmann::json hparams = nlohmann::json::object();
+  std::uint32_t trial_seed = 0;
+  /// The runner owns it: `metrics.jsonl`, `trial.json`.
+  std::filesystem::path trial_dir = {};
+  /// Checkpoints go to `checkpoint_dir/<uuid>/`.
+  std::filesystem::path checkpoint_dir = {};
+};
+
+/// How far and how loudly to run.
+struct RunOptions {
+  /// The searcher operation (cumulative); unset: `searcher.max_length`.
+  std::optional<Length> until = {};
+  /// Determined's `--test`: train 1 batch, validate 1 batch, checkpoint.
+  bool test = false;
+  /// Workload lines on standard output.
+  bool verbose = true;
+  /// Where the workload lines go (default: `std::cout`).
+  std::ostream* output = nullptr;
+};
+
+/// What a run ended with.
+struct TrialResult {
+  std::uint64_t total_batches = 0;
+  /// The searcher metric of the validation that ended the operation (none after a stop).
+  std::optional<double> searcher_metric = {};
+  bool stop_requested = false;
+  std::string latest_checkpoint = {};
+  std::string best_checkpoint = {};
+  std::uint64_t restarts = 0;
+};
+
+namespace detail {
+
+/// Determined's `--test` overrides (trial-runner.md §4): `make_test_config`, idempotent, so an
+/// experiment that applied it already may pass `test` too.
+inline ExperimentConfig test_overrides(ExperimentConfig config) {
+  return make_test_config(std::move(config));
+}
+
+class TrialController {
+ public:
+  TrialController(const TrialSpec& spec, const RunOptions& options, TrialContext& context,
+                  keras::Model& model, const DataLoader& training, const DataLoader& validation,
+                  std::vector<std::shared_ptr<keras::callbacks::Callback>> callbacks)
+      : spec_(spec),
+        options_(options),
+        context_(context),
+        config_(context.get_experiment_config()),
+        model_(model),
+        validation_(validation),
+        callbacks_(std::move(callbacks)),
+        settings_{static_cast<std::size_t>(context.get_per_slot_batch_size()),
+                  context.fit_settings(), context.get_trial_seed()},
+        data_(training.training(
+            model, settings_, "trial " + std::to_string(spec.trial_id) + ": training data loader")),
+        sequencer_(sequencer_options(config_, context.get_global_batch_size())),
+        metrics_(spec.trial_dir / "metrics.jsonl"),
+        out_(options.output ? options.output : &std::cout) {
+    if (validation_.empty()) {
+      throw ConfigError("trial " + std::to_string(spec.trial_id) +
+                        ": validation data loader: expected (x, y), (x, y, sample_weights), a "
+                        "Sequence, a Dataset or a SequenceAdapter but found an empty data loader");
+    }
+    if (!model_.compiled()) {
+      throw ConfigError("trial " + std::to_string(spec.trial_id) +
+                        ": build_model must return a compiled model but model '" + model_.name() +
+                        "' is not compiled");
+    }
+    const std::uint64_t gbs = context.get_global_batch_size();
+    batches_per_epoch_ = config_.records_per_epoch / gbs;
+  }
+
+  /// Runs the workloads until the sequencer terminates; `record` is `trial.json` as it stands
+  /// (the restart count already set), updated in place.
+  TrialResult run(TrialJson& record) {
+    record_ = &record;
+    resume();
+    remove_orphans();
+    sequencer_.set_operation(options_.until ? *options_.until : config_.searcher.max_length);
+    for (const auto& cb : callbacks_) {
+      cb->set_model(model_);
+      cb->set_params({.verbose = 0, .epochs = 1, .steps = std::nullopt, .output = out_});
+    }
+    for (const auto& cb : callbacks_)
+      cb->on_train_begin({});
+    TrialResult result;
+    for (;;) {
+      Workload w = sequencer_.next();
+      if (w.kind == WorkloadKind::terminate) {
+        // Determined's pre-close checkpoint (trial-runner.md §2.1): batches trained since the
+        // last checkpoint are checkpointed before the trial exits (an operation whose end was
+        // validated by a period validation), so that a later operation continues from here.
+        if (sequencer_.state().value("batches_since_last_chkp", std::uint64_t{0}) == 0) break;
+        w.kind = WorkloadKind::checkpoint_model;
+      }
+      switch (w.kind) {
+        case WorkloadKind::run_step:
+          train(w);
+          sequencer_.complete(w);
+          break;
+        case WorkloadKind::compute_validation_metrics: {
+          const double metric = validate(w);
+          const bool improved =
+              !best_ || (config_.searcher.smaller_is_better ? metric < *best_ : metric > *best_);
+          if (improved) best_ = metric;
+          if (sequencer_.complete_validation(w, improved)) result.searcher_metric = metric;
+          break;
+        }
+        case WorkloadKind::checkpoint_model:
+          checkpoint(w);
+          break;
+        case WorkloadKind::terminate:
+          break;
+      }
+      if (context_.get_stop_requested() && !sequencer_.stop_requested()) {
+        sequencer_.request_stop();
+      }
+    }
+    for (const auto& cb : callbacks_)
+      cb->on_train_end({});
+
+    record.total_batches = sequencer_.total_batches();
+    const std::uint64_t max_batches = to_batches(
+        config_.searcher.max_length, context_.get_global_batch_size(), config_.records_per_epoch);
+    const bool done = sequencer_.stop_requested() || sequencer_.total_batches() >= max_batches;
+    record.state = done ? "COMPLETED" : "ACTIVE";
+    apply_retention(done);
+    write_trial_record(spec_.trial_dir, record);
+
+    result.total_batches = sequencer_.total_batches();
+    result.stop_requested = sequencer_.stop_requested();
+    result.latest_checkpoint = record.latest_checkpoint;
+    result.best_checkpoint = record.best_checkpoint;
+    result.restarts = record.restarts;
+    return result;
+  }
+
+ private:
+  std::string owner() const { return "trial " + std::to_string(spec_.trial_id); }
+
+  // --- resume ---------------------------------------------------------------------------------
+
+  /// Determined's restore order (trial-runner.md §3): weights and optimizer, the random state,
+  /// the callbacks' states, the sequencer, the data position; metrics after the checkpoint are
+  /// dropped, to be produced again.
+  void resume() {
+    if (record_->latest_checkpoint.empty()) {
+      metrics_.keep(0);
+      return;
+    }
+    const auto path = spec_.checkpoint_dir / record_->latest_checkpoint;
+    read_checkpoint_metadata(path, {spec_.experiment_id, spec_.trial_id});
+    const nlohmann::json state = read_checkpoint_state(path);
+    load_checkpoint_model(model_, path);
+    const auto file = (path / checkpoint_state_file).string();
+    try {
+      const loadstar::detail::StateReader read("checkpoint '" + file + "'", state);
+      if (const auto name = read.get<std::string>("model"); name != model_.name()) {
+        throw CheckpointError("checkpoint '" + file + "': expected a checkpoint of model '" +
+                              model_.name() + "' but found one of model '" + name + "'");
+      }
+      auto& optimizer = model_.optimizer();
+      optimizer.set_iterations(read.get<std::int64_t>("iterations"));
+      if (const auto lr = read.get<nlohmann::json>("learning_rate"); lr.is_number()) {
+        optimizer.set_learning_rate(lr.get<double>());
+      }
+      keras::detail::restore_global_seed(read.get<std::uint64_t>("seed"));
+      model_.training_metrics().restore(read.get<nlohmann::json>("training_metrics"));
+
+      const auto states = read.get<nlohmann::json>("callbacks");
+      std::string saved_names, names;
+      if (states.is_array()) {
+        for (const auto& entry : states)
+          saved_names += (saved_names.empty() ? "" : ", ") + entry.value("class_name", "?");
+      }
+      for (const auto& cb : callbacks_)
+        names += (names.empty() ? "" : ", ") + cb->class_name();
+      if (!states.is_array() || saved_names != names) {
+        throw CheckpointError("checkpoint '" + file + "': saved with the callbacks [" +
+                              saved_names + "] but the trial has [" + names + "]");
+      }
+      for (std::size_t i = 0; i < callbacks_.size(); ++i) {
+        const auto& saved = states[i].at("state");
+        if (!saved.is_null()) callbacks_[i]->load_state(saved);
+      }
+
+      sequencer_.restore(read.get<nlohmann::json>("sequencer"));
+      context_.set_stop_requested(sequencer_.stop_requested());
+      const auto best = read.get<nlohmann::json>("best_validation");
+      best_ = best.is_number() ? std::optional<double>(best.get<double>()) : std::nullopt;
+      epoch_ = read.get<std::uint64_t>("epoch");
+      epoch_batches_ = read.get<std::uint64_t>("epoch_batches");
+      want_epoch_begin_ = read.get<bool>("want_epoch_begin");
+      data_epoch_ = read.get<std::size_t>("data_epoch");
+      data_.restore(read.get<nlohmann::json>("data"));
+      data_started_ = false;  // start_epoch continues the restored epoch
+      metrics_.keep(read.get<std::uint64_t>("metrics_lines"));
+    } catch (const CheckpointError&) {
+      throw;
+    } catch (const Error& e) {
+      throw CheckpointError("checkpoint '" + file + "': " + e.what());
+    }
+    // Checkpoints written after the one resumed from (by a run killed before it recorded them)
+    // are not in the record; drop the record's entries beyond it too.
+    auto& list = record_->checkpoints;
+    while (!list.empty() && list.back().uuid != record_->latest_checkpoint)
+      list.pop_back();
+    if (verbose()) {
+      *out_ << owner() << ": resuming from checkpoint " << record_->latest_checkpoint << " at "
+            << sequencer_.total_batches() << " batches\n";
+    }
+  }
+
+  /// Removes this trial's checkpoint folders that its record does not list: those a killed run
+  /// renamed into place but did not record, and those it was writing (`<uuid>.tmp`). A folder is
+  /// this trial's when its metadata names this experiment and trial (the folder is shared with
+  /// the experiment's other trials).
+  void remove_orphans() const {
+    std::error_code error;
+    if (!std::filesystem::is_directory(spec_.checkpoint_dir, error)) return;
+    std::vector<std::filesystem::path> orphans;
+    for (const auto& entry : std::filesystem::directory_iterator(spec_.checkpoint_dir, error)) {
+      if (!entry.is_directory()) continue;
+      std::string uuid = entry.path().filename().string();
+      const bool temporary = uuid.size() > 4 && uuid.ends_with(".tmp");
+      if (temporary) uuid.resize(uuid.size() - 4);
+      const bool listed = uuid == record_->latest_checkpoint ||
+                          std::any_of(record_->checkpoints.begin(), record_->checkpoints.end(),
+                                      [&](const CheckpointEntry& c) { return c.uuid == uuid; });
+      if (listed && !temporary) continue;
+      try {
+        const auto metadata = nlohmann::json::parse(
+            keras::detail::read_bytes(entry.path() / checkpoint_metadata_file));
+        if (metadata.value("experiment_id", std::uint64_t{0}) == spec_.experiment_id &&
+            metadata.value("trial_id", std::uint64_t{0}) == spec_.trial_id) {
+          orphans.push_back(entry.path());
+        }
+      } catch (const std::exception&) {
+        // Not (yet) a checkpoint with metadata: possibly another trial's, being written.
+      }
+    }
+    for (const auto& path : orphans)
+      std::filesystem::remove_all(path, error);
+  }
+
+  // --- training -------------------------------------------------------------------------------
+
+  const keras::BatchView& next_batch() {
+    if (!data_started_) {
+      data_.start_epoch(data_epoch_);
+      data_started_ = true;
+    }
+    if (const auto* batch = data_.next()) return *batch;
+    data_.finish_epoch();
+    ++data_epoch_;
+    data_.start_epoch(data_epoch_);
+    if (const auto* batch = data_.next()) return *batch;
+    throw ConfigError(owner() + ": training data loader: expected batches but epoch " +
+                      std::to_string(data_epoch_) + " has none");
+  }
+
+  template <class F>
+  void each_trial_callback(F&& f) {
+    for (const auto& cb : callbacks_) {
+      if (auto* t = dynamic_cast<Callback*>(cb.get())) f(*t);
+    }
+  }
+
+  void check_stop_training() {
+    if (model_.stop_training) {
+      context_.set_stop_requested(true);
+      model_.stop_training = false;
+    }
+  }
+
+  void train(const Workload& w) {
+    model_.training_metrics().reset();
+    const keras::Logs none;
+    const ClassWeight* class_weight =
+        settings_.fit.class_weight ? &*settings_.fit.class_weight : nullptr;
+    std::uint64_t total = w.total_batches_processed;
+    keras::Logs logs;
+    for (std::uint64_t i = 0; i < w.num_batches; ++i) {
+      if (i == 0) {
+        each_trial_callback(
+            [&](Callback& cb) { cb.on_train_workload_begin(total, w.num_batches, none); });
+      }
+      if (batches_per_epoch_ != 0 && want_epoch_begin_) {
+        for (const auto& cb : callbacks_)
+          cb->on_epoch_begin(epoch_, none);
+        want_epoch_begin_ = false;
+      }
+      for (const auto& cb : callbacks_)
+        cb->on_train_batch_begin(epoch_batches_, none);
+      const keras::BatchView& batch = next_batch();
+      logs = model_.train_step(batch, {.class_weight = class_weight});
+      if (const auto loss = logs.get("loss"); loss && !std::isfinite(*loss)) {
+        throw Error(owner() + ": the training loss is " + std::to_string(*loss) + " at batch " +
+                    std::to_string(total + 1));
+      }
+      for (const auto& cb : callbacks_)
+        cb->on_train_batch_end(epoch_batches_, logs);
+      ++total;
+      ++epoch_batches_;
+      if (batches_per_epoch_ != 0 && epoch_batches_ == batches_per_epoch_) {
+        for (const auto& cb : callbacks_)
+          cb->on_epoch_end(epoch_, none);
+        ++epoch_;
+        epoch_batches_ = 0;
+        want_epoch_begin_ = true;
+        check_stop_training();
+      }
+    }
+    each_trial_callback([&](Callback& cb) { cb.on_train_workload_end(total, logs); });
+    check_stop_training();
+    metrics_.append(metrics_line("training", w.step_id, total, logs));
+    if (verbose()) {
+      *out_ << owner() << ": step " << w.step_id << ": trained " << w.num_batches
+            << " batches (total " << total << "):" << describe(logs) << "\n";
+    }
+  }
+
+  // --- validation -----------------------------------------------------------------------------
+
+  double validate(const Workload& w) {
+    for (const auto& cb : callbacks_)
+      cb->on_test_begin({});
+    const std::optional<std::size_t> steps =
+        options_.test ? std::optional<std::size_t>(1) : settings_.fit.validation_steps;
+    const keras::Logs raw =
+        validation_.validate(model_, settings_, steps, owner() + ": validation data loader");
+    keras::Logs logs;
+    for (const auto& [name, value] : raw)
+      logs.set("val_" + name, value);
+    for (const auto& cb : callbacks_)
+      cb->on_test_end(logs);
+    check_stop_training();
+    const double metric = searcher_metric(logs);
+    last_validation_ = {w.total_batches_processed, metric};
+    metrics_.append(metrics_line("validation", w.step_id, w.total_batches_processed, logs));
+    // A checkpoint taken at these batches (an operation's end checkpoints, then validates).
+    if (!record_->checkpoints.empty() &&
+        record_->checkpoints.back().batches == w.total_batches_processed &&
+        !record_->checkpoints.back().validation) {
+      record_->checkpoints.back().validation = metric;
+      write_trial_record(spec_.trial_dir, *record_);
+    }
+    if (verbose()) {
+      *out_ << owner() << ": step " << w.step_id << ": validation at " << w.total_batches_processed
+            << " batches:" << describe(logs) << "\n";
+    }
+    return metric;
+  }
+
+  /// The searcher's metric among the validation logs (`val_loss`, or `loss` meaning `val_loss`);
+  /// `ConfigError` naming the metrics found when it is missing, `Error` when it is NaN.
+  double searcher_metric(const keras::Logs& logs) const {
+    std::string name = config_.searcher.metric.empty() ? "val_loss" : config_.searcher.metric;
+    auto value = logs.get(name);
+    if (!value && name.rfind("val_", 0) != 0) value = logs.get("val_" + name);
+    if (!value) {
+      std::string known;
+      for (const auto& [key, v] : logs)
+        known += (known.empty() ? "" : ", ") + key;
+      throw ConfigError(owner() + ": searcher.metric '" + name +
+                        "' is not among the validation metrics (" + known + ")");
+    }
+    if (std::isnan(*value)) {
+      throw Error(owner() + ": the searcher metric '" + name + "' is NaN at " +
+                  std::to_string(sequencer_.total_batches()) + " batches");
+    }
+    return *value;
+  }
+
+  // --- checkpoints ----------------------------------------------------------------------------
+
+  nlohmann::json units(std::uint64_t batches) const {
+    const std::uint64_t records = batches * context_.get_global_batch_size();
+    const double epochs =
+        config_.records_per_epoch == 0
+            ? 0.0
+            : static_cast<double>(records) / static_cast<double>(config_.records_per_epoch);
+    return {{"batches", batches}, {"records", records}, {"epochs", epochs}};
+  }
+
+  void checkpoint(const Workload& w) {
+    const std::uint64_t batches = w.total_batches_processed;
+    const std::string uuid = new_checkpoint_uuid();
+    const auto u = units(batches);
+    nlohmann::json metadata = {{"format", checkpoint_format},
+                               {"framework", "loadstar"},
+                               {"loadstar_version", loadstar_version},
+                               {"uuid", uuid},
+                               {"batches", u["batches"]},
+                               {"records", u["records"]},
+                               {"epochs", u["epochs"]},
+                               {"experiment_id", spec_.experiment_id},
+                               {"trial_id", spec_.trial_id},
+                               {"trial_seed", context_.get_trial_seed()},
+                               {"hparams", context_.get_hparams()},
+                               {"experiment_config", config_.raw}};
+
+    auto& optimizer = model_.optimizer();
+    const nlohmann::json config = optimizer.get_config();
+    const auto lr = config.find("learning_rate");
+    nlohmann::json callback_states = nlohmann::json::array();
+    for (const auto& cb : callbacks_)
+      callback_states.push_back({{"class_name", cb->class_name()}, {"state", cb->get_state()}});
+    const nlohmann::json state = {
+        {"model", model_.name()},
+        {"iterations", optimizer.iterations()},
+        {"learning_rate", lr != config.end() && lr->is_number() ? *lr : nlohmann::json()},
+        {"seed", keras::detail::global_seed()},
+        {"training_metrics", model_.training_metrics().state()},
+        {"callbacks", std::move(callback_states)},
+        {"sequencer", sequencer_.state_after(w)},
+        {"best_validation", best_ ? nlohmann::json(*best_) : nlohmann::json()},
+        {"epoch", epoch_},
+        {"epoch_batches", epoch_batches_},
+        {"want_epoch_begin", want_epoch_begin_},
+        {"data_epoch", data_epoch_},
+        {"data", data_.state()},
+        {"metrics_lines", metrics_.lines()}};
+    const auto path = write_checkpoint(spec_.checkpoint_dir, uuid, model_, metadata, state);
+    each_trial_callback([&](Callback& cb) { cb.on_checkpoint_end(path.string()); });
+    sequencer_.complete(w);
+
+    CheckpointEntry entry{uuid, batches, u["records"].get<std::uint64_t>(),
+                          u["epochs"].get<double>(), std::nullopt};
+    if (last_validation_ && last_validation_->first == batches)
+      entry.validation = last_validation_->second;
+    record_->checkpoints.push_back(entry);
+    record_->latest_checkpoint = uuid;
+    record_->total_batches = batches;
+    apply_retention(false);
+    write_trial_record(spec_.trial_dir, *record_);
+    remove_unlisted();
+    if (verbose()) {
+      *out_ << owner() << ": checkpoint " << uuid << " at " << batches << " batches\n";
+    }
+  }
+
+  /// `save_trial_latest` and `save_trial_best`: which checkpoints stay listed. While the trial
+  /// may go on, its latest checkpoint always stays (a resume needs it).
+  void apply_retention(bool done) {
+    auto& list = record_->checkpoints;
+    const auto& storage = config_.checkpoint_storage;
+    std::vector<bool> keep(list.size(), false);
+    for (std::size_t i = 0; i < list.size() && i < storage.save_trial_latest; ++i)
+      keep[list.size() - 1 - i] = true;
+    std::vector<std::size_t> validated;
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      if (list[i].validation) validated.push_back(i);
+    }
+    const bool smaller = config_.searcher.smaller_is_better;
+    std::stable_sort(validated.begin(), validated.end(), [&](std::size_t a, std::size_t b) {
+      return smaller ? *list[a].validation < *list[b].validation
+                     : *list[a].validation > *list[b].validation;
+    });
+    for (std::size_t i = 0; i < validated.size() && i < storage.save_trial_best; ++i)
+      keep[validated[i]] = true;
+    if (!validated.empty()) {
+      record_->best_checkpoint = list[validated.front()].uuid;
+      record_->best_validation = list[validated.front()].validation;
+    }
+    if (!done && !list.empty()) keep.back() = true;
+    std::vector<CheckpointEntry> kept;
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      if (keep[i])
+        kept.push_back(list[i]);
+      else
+        removed_.push_back(list[i].uuid);
+    }
+    list = std::move(kept);
+    if (list.empty() || list.back().uuid != record_->latest_checkpoint) {
+      // The latest was removed by the rules (a finished trial with save_trial_latest 0).
+      if (done && std::none_of(list.begin(), list.end(), [&](const CheckpointEntry& c) {
+            return c.uuid == record_->latest_checkpoint;
+          })) {
+        record_->latest_checkpoint = list.empty() ? std::string() : list.back().uuid;
+      }
+    }
+    if (std::none_of(list.begin(), list.end(), [&](const CheckpointEntry& c) {
+          return c.uuid == record_->best_checkpoint;
+        })) {
+      record_->best_checkpoint.clear();
+    }
+    if (done) remove_unlisted();
+  }
+
+  /// Removes the folders of checkpoints the record no longer lists (after the record is written,
+  /// so that a kill in between leaves the record's checkpoints in place).
+  void remove_unlisted() {
+    for (const auto& uuid : removed_) {
+      std::error_code ignored;
+      std::filesystem::remove_all(spec_.checkpoint_dir / uuid, ignored);
+    }
+    removed_.clear();
+  }
+
+  // --- output ---------------------------------------------------------------------------------
+
+  nlohmann::json metrics_line(const char* kind, std::uint64_t step_id, std::uint64_t batches,
+                              const keras::Logs& logs) const {
+    nlohmann::json metrics = nlohmann::json::object();
+    for (const auto& [name, value] : logs)
+      metrics[name] = value;
+    const auto u = units(batches);
+    return {{"kind", kind},
+            {"trial_id", spec_.trial_id},
+            {"step_id", step_id},
+            {"batches", batches},
+            {"records", u["records"]},
+            {"epochs", u["epochs"]},
+            {"metrics", std::move(metrics)}};
+  }
+
+  static std::string describe(const keras::Logs& logs) {
+    std::ostringstream text;
+    for (const auto& [name, value] : logs)
+      text << " " << name << " " << value;
+    return text.str();
+  }
+
+  bool verbose() const { return options_.verbose && settings_.fit.verbose; }
+
+  const TrialSpec& spec_;
+  const RunOptions& options_;
+  TrialContext& context_;
+  const ExperimentConfig& config_;
+  keras::Model& model_;
+  const DataLoader& validation_;
+  std::vector<std::shared_ptr<keras::callbacks::Callback>> callbacks_;
+  LoaderSettings settings_;
+  keras::DataIterator data_;
+  std::size_t data_epoch_ = 0;
+  bool data_started_ = false;
+  WorkloadSequencer sequencer_;
+  MetricsFile metrics_;
+  std::ostream* out_;
+  TrialJson* record_ = nullptr;
+  std::optional<double> best_;
+  std::optional<std::pair<std::uint64_t, double>> last_validation_;
+  std::uint64_t batches_per_epoch_ = 0;
+  std::uint64_t epoch_ = 0;
+  std::uint64_t epoch_batches_ = 0;
+  bool want_epoch_begin_ = true;
+  std::vector<std::string> removed_;
+};
+
+}  // namespace detail
+}  // namespace loadstar::trial

@@ -1,0 +1,697 @@
+/// \file
+/// Experiments: a searcher's trials run from an experiment configuration, in a folder that holds
+/// everything (`experiment.json`, `trials/<id>/`, `checkpoints/<uuid>/`), resumable after the
+/// experiment process is killed. What `experiment create`, `resume`, `list` and `describe` do.
+///
+/// The folder:
+/// - `experiment.json`: the config (as JSON), the experiment's id, seed and state, the
+///   searcher's state and every trial with its hyperparameters, seed, state and pending searcher
+///   operations, rewritten atomically after every event;
+/// - `trials/<id>/`: the runner's `trial.json` and `metrics.jsonl`, plus `output.log` (what a
+///   trial run in its own process printed) and `result.json` (its last operation's outcome);
+/// - `checkpoints/<uuid>/`, or `checkpoint_storage.host_path/storage_path/<uuid>/` when set;
+/// - `plot.svg`: the training and validation curves, drawn at the end.
+#pragma once
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <ostream>
+#include <random>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "loadstar/error.hpp"
+#include "loadstar/keras/callbacks/detail/files.hpp"
+#include "loadstar/trial/detail/experiment_describe.hpp"
+#include "loadstar/trial/detail/experiment_process.hpp"
+#include "loadstar/trial/detail/experiment_record.hpp"
+#include "loadstar/trial/experiment_config.hpp"
+#include "loadstar/trial/plot.hpp"
+#include "loadstar/trial/registry.hpp"
+#include "loadstar/trial/searcher.hpp"
+#include "loadstar/trial/trial_runner.hpp"
+
+namespace loadstar::trial {
+
+/// How an experiment runs.
+struct ExperimentOptions {
+  /// Determined's `--test`: the config's test overrides (one batch, one validation batch, a
+  /// checkpoint) and a `--test` folder of its own.
+  bool test = false;
+  /// Progress bars and workload lines of a trial run in this process; trial lines on `out`.
+  bool verbose = true;
+  /// The executable whose hidden `trial run` command runs a trial in a process of its own.
+  /// Empty: this process's own executable (`/proc/self/exe`).
+  std::filesystem::path executable;
+  /// Run the trials of an experiment that runs one at a time in this process (the progress bar
+  /// shows), instead of in child processes.
+  bool in_process = true;
+  /// Draw `plot.svg` at the end.
+  bool plot = true;
+  /// Where the experiment reports what it does.
+  std::ostream* out = &std::cout;
+};
+
+/// What `run_experiment` did.
+struct ExperimentSummary {
+  std::filesystem::path dir;
+  std::uint64_t id = 0;
+  /// `COMPLETED`, or `ERROR` when no trial completed.
+  std::string state;
+  std::size_t trials = 0;
+  std::size_t completed = 0;
+  std::size_t errored = 0;
+  std::filesystem::path checkpoint_dir;
+  /// Empty when the plot could not be drawn (`plot_error` says why).
+  std::filesystem::path plot;
+  std::string plot_error;
+};
+
+/// The folder `experiment create CONFIG` uses without `--dir`: `experiments/<config stem>`
+/// (`experiments/<stem>-test` with `--test`).
+inline std::filesystem::path default_experiment_dir(const std::filesystem::path& config_file,
+                                                    bool test = false) {
+  return std::filesystem::path("experiments") /
+         (config_file.stem().string() + (test ? "-test" : ""));
+}
+
+namespace detail {
+
+/// An exclusive lock on `dir/.lock`, held while this process runs the experiment, so that two
+/// processes never drive the same experiment. The file descriptor is close-on-exec: trials do not
+/// inherit the lock.
+class ExperimentLock {
+ public:
+  explicit ExperimentLock(const std::filesystem::path& dir) {
+    const auto file = dir / ".lock";
+    fd_ = ::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ < 0) {
+      throw IoError("experiment lock '" + file.string() +
+                    "': cannot open: " + std::strerror(errno));
+    }
+    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      ::close(fd_);
+      throw ConfigError("experiment folder '" + dir.string() +
+                        "': expected no other process running it but the lock '" + file.string() +
+                        "' is held");
+    }
+  }
+  ExperimentLock(const ExperimentLock&) = delete;
+  ExperimentLock& operator=(const ExperimentLock&) = delete;
+  ~ExperimentLock() { ::close(fd_); }
+
+ private:
+  int fd_ = -1;
+};
+
+/// The `TrialSpec` of trial `trial` of the experiment in `dir`.
+inline TrialSpec trial_spec(const std::filesystem::path& dir, const ExperimentRecord& record,
+                            const ExperimentConfig& config, const TrialRecord& trial) {
+  TrialSpec spec;
+  spec.config = config;
+  spec.experiment_id = record.id;
+  spec.trial_id = trial.id;
+  spec.hparams = trial.hparams;
+  spec.trial_seed = trial.trial_seed;
+  spec.trial_dir = trial_dir(dir, trial.id);
+  spec.checkpoint_dir = checkpoint_root(dir, record);
+  return spec;
+}
+
+/// `trial_dir/result.json`: the outcome of a trial's last operation.
+inline nlohmann::json result_to_json(const TrialResult& result) {
+  return {{"ok", true},
+          {"total_batches", result.total_batches},
+          {"searcher_metric", optional_number(result.searcher_metric)},
+          {"stop_requested", result.stop_requested},
+          {"latest_checkpoint", result.latest_checkpoint},
+          {"best_checkpoint", result.best_checkpoint},
+          {"restarts", result.restarts}};
+}
+
+/// How a trial's operation ended.
+struct TrialOutcome {
+  bool ok = false;
+  TrialResult result;
+  std::string error;
+  /// The process died without reporting (a crash, a signal): worth another try.
+  bool crashed = false;
+};
+
+inline TrialOutcome outcome_from_json(const nlohmann::json& json) {
+  TrialOutcome outcome;
+  outcome.ok = json.value("ok", false);
+  if (!outcome.ok) {
+    outcome.error = json.value("error", std::string("the trial failed"));
+    return outcome;
+  }
+  outcome.result.total_batches = json.value("total_batches", std::uint64_t{0});
+  outcome.result.searcher_metric = optional_member(json, "searcher_metric");
+  outcome.result.stop_requested = json.value("stop_requested", false);
+  outcome.result.latest_checkpoint = json.value("latest_checkpoint", std::string());
+  outcome.result.best_checkpoint = json.value("best_checkpoint", std::string());
+  outcome.result.restarts = json.value("restarts", std::uint64_t{0});
+  return outcome;
+}
+
+/// The last `count` lines of `file` (what a crashed trial printed last), on one line.
+inline std::string log_tail(const std::filesystem::path& file, std::size_t count = 3) {
+  std::string text;
+  try {
+    text = keras::detail::read_bytes(file);
+  } catch (const IoError&) {
+    return {};
+  }
+  std::vector<std::string> lines;
+  std::size_t begin = 0;
+  while (begin < text.size()) {
+    auto end = text.find('\n', begin);
+    if (end == std::string::npos) end = text.size();
+    std::string line = text.substr(begin, end - begin);
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.find_first_not_of(' ') != std::string::npos) lines.push_back(std::move(line));
+    begin = end + 1;
+  }
+  std::string tail;
+  for (std::size_t i = lines.size() > count ? lines.size() - count : 0; i < lines.size(); ++i) {
+    tail += (tail.empty() ? "" : " | ") + lines[i];
+  }
+  return tail;
+}
+
+/// Drives one experiment: applies the searcher's operations to the record, runs trials (in this
+/// process or in child processes), reports validations back, and saves the record after every
+/// event.
+class ExperimentLoop {
+ public:
+  ExperimentLoop(std::filesystem::path dir, ExperimentRecord record,
+                 const ExperimentOptions& options)
+      : dir_(std::move(dir)),
+        record_(std::move(record)),
+        options_(options),
+        config_(experiment_config_from_json(record_.config, experiment_file(dir_).string())),
+        searcher_(make_searcher(config_, record_.seed)) {}
+
+  ExperimentSummary run() {
+    if (record_.searcher_state.is_null()) {
+      apply(searcher_->initial_operations());
+      save();
+    } else {
+      searcher_->restore(record_.searcher_state);
+      for (auto& trial : record_.trials) {
+        if (trial.state == "ACTIVE" && !trial.pending.empty()) {
+          say("trial " + std::to_string(trial.id) + ": resuming towards " +
+              pending_length_json(trial.pending.front()).dump());
+        }
+      }
+    }
+    std::uint64_t concurrency = searcher_->max_concurrent_trials();
+    if (concurrency == 0) concurrency = 1;
+    in_process_ = options_.in_process && concurrency == 1;
+    while (true) {
+      start_trials(concurrency);
+      if (running_.empty() && finished_.empty()) break;
+      const auto [trial_id, outcome] = wait_one();
+      handle(trial_id, outcome);
+      close_finished_trials();
+      save();
+    }
+    // Nothing runs and nothing can start: trials still open wait for operations that will not
+    // come (the searcher is done with them).
+    for (auto& trial : record_.trials) {
+      if (trial.state == "ACTIVE") {
+        trial.state = "COMPLETED";
+        apply(searcher_->trial_closed(trial.request_id));
+      }
+    }
+    finish();
+    save();
+    return summary();
+  }
+
+ private:
+  void say(const std::string& line) {
+    if (options_.out != nullptr) *options_.out << line << std::endl;
+  }
+
+  void save() {
+    record_.searcher_state = searcher_->state();
+    record_.progress = searcher_->progress();
+    write_experiment_record(dir_, record_);
+  }
+
+  void apply(const std::vector<Operation>& operations) {
+    for (const auto& operation : operations) {
+      std::visit(
+          [&](const auto& op) {
+            using Op = std::decay_t<decltype(op)>;
+            if constexpr (std::is_same_v<Op, Create>) {
+              TrialRecord trial;
+              trial.id = record_.next_trial_id++;
+              trial.request_id = op.request_id;
+              trial.hparams = op.hparams;
+              trial.trial_seed = op.trial_seed;
+              std::filesystem::create_directories(trial_dir(dir_, trial.id));
+              say("trial " + std::to_string(trial.id) + ": created with " + trial.hparams.dump());
+              record_.trials.push_back(std::move(trial));
+            } else if constexpr (std::is_same_v<Op, ValidateAfter>) {
+              if (auto* trial = record_.find_request(op.request_id)) {
+                if (trial->state == "ACTIVE") trial->pending.push_back(op.length);
+              }
+            } else if constexpr (std::is_same_v<Op, Close>) {
+              if (auto* trial = record_.find_request(op.request_id)) trial->closed = true;
+            } else {
+              record_.shutdown = true;
+            }
+          },
+          operation);
+    }
+  }
+
+  bool is_running(std::uint64_t trial_id) const {
+    for (const auto& [pid, id] : running_) {
+      if (id == trial_id) return true;
+    }
+    return false;
+  }
+
+  void start_trials(std::uint64_t concurrency) {
+    for (auto& trial : record_.trials) {
+      if (running_.size() + finished_.size() >= concurrency) return;
+      if (trial.state != "ACTIVE" || trial.pending.empty() || is_running(trial.id)) continue;
+      if (record_.shutdown && !trial.closed) {
+        // Shutdown: the searcher wants no more training; the trial closes.
+        trial.pending.clear();
+        trial.closed = true;
+        continue;
+      }
+      start(trial);
+    }
+  }
+
+  void start(const TrialRecord& trial) {
+    const Length until = trial.pending.front();
+    const auto folder = trial_dir(dir_, trial.id);
+    std::filesystem::create_directories(folder);
+    std::error_code ignored;
+    std::filesystem::remove(folder / "result.json", ignored);
+    say("trial " + std::to_string(trial.id) + ": training until " +
+        pending_length_json(until).dump());
+    if (in_process_) {
+      TrialOutcome outcome;
+      try {
+        RunOptions run;
+        run.until = until;
+        run.test = record_.test;
+        run.verbose = options_.verbose;
+        outcome.result = run_trial(trial_spec(dir_, record_, config_, trial), run);
+        outcome.ok = true;
+      } catch (const std::exception& error) {
+        outcome.error = error.what();
+      }
+      finished_.emplace_back(trial.id, std::move(outcome));
+      return;
+    }
+    std::filesystem::path executable = options_.executable;
+    if (executable.empty()) executable = std::filesystem::read_symlink("/proc/self/exe");
+    std::vector<std::string> arguments = {executable.string(),
+                                          "trial",
+                                          "run",
+                                          std::filesystem::absolute(dir_).string(),
+                                          std::to_string(trial.id),
+                                          "--until",
+                                          pending_length_json(until).dump()};
+    if (record_.test) arguments.push_back("--test");
+    const ::pid_t pid = spawn_logged(std::move(arguments), folder / "output.log");
+    running_[pid] = trial.id;
+  }
+
+  std::pair<std::uint64_t, TrialOutcome> wait_one() {
+    if (!finished_.empty()) {
+      auto next = std::move(finished_.front());
+      finished_.pop_front();
+      return next;
+    }
+    while (true) {
+      int status = 0;
+      const ::pid_t pid = ::waitpid(-1, &status, 0);
+      if (pid < 0) {
+        if (errno == EINTR) continue;
+        throw IoError("experiment '" + dir_.string() +
+                      "': cannot wait for its trials: " + std::strerror(errno));
+      }
+      const auto found = running_.find(pid);
+      if (found == running_.end()) continue;
+      const std::uint64_t trial_id = found->second;
+      running_.erase(found);
+      const auto folder = trial_dir(dir_, trial_id);
+      TrialOutcome outcome;
+      nlohmann::json json;
+      try {
+        json = nlohmann::json::parse(keras::detail::read_bytes(folder / "result.json"));
+      } catch (const std::exception&) {
+        json = nullptr;
+      }
+      if (json.is_object()) {
+        outcome = outcome_from_json(json);
+      } else {
+        outcome.crashed = true;
+        const std::string tail = log_tail(folder / "output.log");
+        outcome.error = "the trial process ended with " + describe_status(status) +
+                        " without reporting" + (tail.empty() ? std::string() : ": " + tail);
+      }
+      return {trial_id, std::move(outcome)};
+    }
+  }
+
+  void handle(std::uint64_t trial_id, const TrialOutcome& outcome) {
+    TrialRecord* trial = record_.find_trial(trial_id);
+    if (trial == nullptr) return;
+    const std::string name = "trial " + std::to_string(trial_id);
+    if (outcome.crashed && crashes_[trial_id] < config_.max_restarts) {
+      ++crashes_[trial_id];
+      say(name + ": " + outcome.error + "; restarting it from its latest checkpoint (restart " +
+          std::to_string(crashes_[trial_id]) + " of " + std::to_string(config_.max_restarts) + ")");
+      return;  // still ACTIVE with its operation pending: start_trials runs it again
+    }
+    std::string error = outcome.error;
+    if (outcome.ok && !outcome.result.searcher_metric && !outcome.result.stop_requested) {
+      error = "its validation did not report the searcher metric '" + config_.searcher.metric + "'";
+    }
+    if (!outcome.ok || !error.empty()) {
+      trial->state = "ERROR";
+      trial->error = error;
+      trial->pending.clear();
+      say(name + ": failed: " + error);
+      apply(searcher_->trial_exited_early(trial->request_id, ExitedReason::errored));
+      apply(searcher_->trial_closed(trial->request_id));
+      return;
+    }
+    trial->total_batches = outcome.result.total_batches;
+    const Length reached = trial->pending.front();
+    trial->pending.pop_front();
+    if (outcome.result.searcher_metric) {
+      const double metric = *outcome.result.searcher_metric;
+      trial->searcher_metric = metric;
+      if (!trial->best_validation ||
+          (config_.searcher.smaller_is_better ? metric < *trial->best_validation
+                                              : metric > *trial->best_validation)) {
+        trial->best_validation = metric;
+      }
+      say(name + ": " + config_.searcher.metric + " " + format_metric(metric) + " after " +
+          std::to_string(trial->total_batches) + " batches");
+      apply(searcher_->validation_completed(trial->request_id, metric,
+                                            ValidateAfter{trial->request_id, reached}));
+    }
+    if (outcome.result.stop_requested) {
+      // Determined: a trial that asks to stop exits early (USER_CANCELED) and completes.
+      say(name + ": stopped at its own request after " + std::to_string(trial->total_batches) +
+          " batches");
+      trial->state = "COMPLETED";
+      trial->pending.clear();
+      apply(searcher_->trial_exited_early(trial->request_id, ExitedReason::user_canceled));
+      apply(searcher_->trial_closed(trial->request_id));
+    }
+  }
+
+  void close_finished_trials() {
+    bool changed = true;
+    while (changed) {
+      changed = false;
+      for (auto& trial : record_.trials) {
+        if (trial.state == "ACTIVE" && trial.closed && trial.pending.empty() &&
+            !is_running(trial.id)) {
+          trial.state = "COMPLETED";
+          say("trial " + std::to_string(trial.id) + ": completed");
+          apply(searcher_->trial_closed(trial.request_id));
+          changed = true;
+        }
+      }
+    }
+  }
+
+  /// `save_experiment_best`: the best checkpoints over all trials, by the searcher metric.
+  void finish() {
+    std::size_t completed = 0;
+    for (const auto& trial : record_.trials)
+      completed += trial.state == "COMPLETED" ? 1 : 0;
+    record_.state = completed > 0 || record_.trials.empty() ? "COMPLETED" : "ERROR";
+    std::vector<std::pair<double, nlohmann::json>> candidates;
+    for (const auto& trial : record_.trials) {
+      const nlohmann::json json = read_trial_json(trial_dir(dir_, trial.id));
+      if (!json.is_object() || !json.contains("checkpoints") || !json["checkpoints"].is_array()) {
+        continue;
+      }
+      for (const auto& checkpoint : json["checkpoints"]) {
+        if (!checkpoint.is_object() || !checkpoint.contains("validation")) continue;
+        const auto value = validation_value(checkpoint["validation"], config_.searcher.metric);
+        if (!value) continue;
+        candidates.emplace_back(*value, nlohmann::json{{"trial_id", trial.id},
+                                                       {"uuid", checkpoint.value("uuid", "")},
+                                                       {"batches", checkpoint.value("batches", 0)},
+                                                       {"validation", *value}});
+      }
+    }
+    std::stable_sort(candidates.begin(), candidates.end(), [&](const auto& a, const auto& b) {
+      return config_.searcher.smaller_is_better ? a.first < b.first : a.first > b.first;
+    });
+    record_.best_checkpoints = nlohmann::json::array();
+    for (std::size_t i = 0;
+         i < candidates.size() && i < config_.checkpoint_storage.save_experiment_best; ++i) {
+      record_.best_checkpoints.push_back(candidates[i].second);
+    }
+  }
+
+  ExperimentSummary summary() const {
+    ExperimentSummary summary;
+    summary.dir = dir_;
+    summary.id = record_.id;
+    summary.state = record_.state;
+    summary.trials = record_.trials.size();
+    for (const auto& trial : record_.trials) {
+      summary.completed += trial.state == "COMPLETED" ? 1 : 0;
+      summary.errored += trial.state == "ERROR" ? 1 : 0;
+    }
+    summary.checkpoint_dir = checkpoint_root(dir_, record_);
+    return summary;
+  }
+
+  std::filesystem::path dir_;
+  ExperimentRecord record_;
+  ExperimentOptions options_;
+  ExperimentConfig config_;
+  std::unique_ptr<Searcher> searcher_;
+  bool in_process_ = false;
+  std::map<::pid_t, std::uint64_t> running_;
+  std::deque<std::pair<std::uint64_t, TrialOutcome>> finished_;
+  std::map<std::uint64_t, std::uint64_t> crashes_;
+};
+
+}  // namespace detail
+
+/// Runs (or resumes) the experiment in `dir` until its searcher is done: trials whose
+/// operations are pending continue from their latest checkpoints. Draws `dir/plot.svg` at the
+/// end when `options.plot`. Throws `ConfigError` when `dir` holds no experiment or another
+/// process runs it.
+inline ExperimentSummary run_experiment(const std::filesystem::path& dir,
+                                        const ExperimentOptions& options = {}) {
+  detail::ExperimentLock lock(dir);
+  detail::ExperimentRecord record = detail::read_experiment_record(dir);
+  ExperimentSummary summary;
+  if (record.state == "ACTIVE") {
+    summary = detail::ExperimentLoop(dir, std::move(record), options).run();
+  } else {
+    summary.dir = dir;
+    summary.id = record.id;
+    summary.state = record.state;
+    summary.trials = record.trials.size();
+    for (const auto& trial : record.trials) {
+      summary.completed += trial.state == "COMPLETED" ? 1 : 0;
+      summary.errored += trial.state == "ERROR" ? 1 : 0;
+    }
+    summary.checkpoint_dir = detail::checkpoint_root(dir, record);
+  }
+  if (options.plot) {
+    try {
+      const auto reread = detail::read_experiment_record(dir);
+      plot_metrics(
+          detail::experiment_curves(dir, reread), dir / "plot.svg",
+          {.title = "experiment " + std::to_string(reread.id) + ": " + reread.config_file});
+      summary.plot = dir / "plot.svg";
+    } catch (const Error& error) {
+      summary.plot_error = error.what();
+    }
+  }
+  return summary;
+}
+
+/// Creates the experiment of `config_file` in `dir` (`default_experiment_dir` when empty) and
+/// runs it. When `dir` already holds the experiment of the same configuration it resumes it;
+/// another experiment there is a `ConfigError` that suggests `experiment resume` or `--dir`.
+/// Throws `ConfigError` for a bad config or an entrypoint that no trial is registered under.
+inline ExperimentSummary create_experiment(const std::filesystem::path& config_file,
+                                           std::filesystem::path dir = {},
+                                           const ExperimentOptions& options = {}) {
+  ExperimentConfig config = load_experiment_config(config_file);
+  if (options.test) config = make_test_config(std::move(config));
+  if (!has_trial(config.entrypoint)) {
+    std::string known;
+    for (const auto& name : registered_trials())
+      known += (known.empty() ? "" : ", ") + name;
+    throw ConfigError("experiment config '" + config_file.string() +
+                      "': entrypoint: expected "
+                      "the name of a registered trial class but found '" +
+                      config.entrypoint +
+                      "' (registered: " + (known.empty() ? std::string("none") : known) + ")");
+  }
+  // A searcher the config cannot make (a grid without counts) is refused before any folder is.
+  (void)make_searcher(config, config.experiment_seed.value_or(0));
+  if (dir.empty()) dir = default_experiment_dir(config_file, options.test);
+  const auto file = detail::experiment_file(dir);
+  if (std::filesystem::exists(file)) {
+    const auto existing = detail::read_experiment_record(dir);
+    if (existing.raw != config.raw || existing.test != options.test) {
+      throw ConfigError("experiment folder '" + dir.string() + "': expected the experiment of '" +
+                        config_file.string() + "'" + (options.test ? " (--test)" : "") +
+                        " but found the experiment of '" + existing.config_file + "'" +
+                        (existing.test ? " (--test)" : "") +
+                        " with another configuration (run 'experiment resume " + dir.string() +
+                        "' to continue it, or give this one another folder with --dir)");
+    }
+    if (options.out != nullptr) {
+      *options.out << "experiment " << existing.id << " in '" << dir.string()
+                   << "' already exists for this configuration: "
+                   << (existing.state == "ACTIVE" ? "resuming it" : "it is " + existing.state)
+                   << std::endl;
+    }
+    return run_experiment(dir, options);
+  }
+  if (std::filesystem::exists(dir) && !std::filesystem::is_directory(dir)) {
+    throw ConfigError("experiment folder '" + dir.string() +
+                      "': expected a folder but found a file");
+  }
+  if (std::filesystem::exists(dir) && !std::filesystem::is_empty(dir)) {
+    throw ConfigError("experiment folder '" + dir.string() +
+                      "': expected a new or empty folder but found files and no experiment.json "
+                      "(give the experiment another folder with --dir)");
+  }
+  std::filesystem::create_directories(dir);
+  detail::ExperimentRecord record;
+  std::random_device entropy;
+  record.id = 1 + (static_cast<std::uint64_t>(entropy()) % 999999);
+  // Determined: an unset experiment_seed is chosen when the experiment is created (the time);
+  // here from the system's entropy source, once, and stored.
+  record.seed = config.experiment_seed ? *config.experiment_seed
+                                       : static_cast<std::uint32_t>(entropy() & 0x7fffffffU);
+  config.experiment_seed = record.seed;
+  record.test = options.test;
+  record.config_file = std::filesystem::absolute(config_file).lexically_normal().string();
+  record.raw = config.raw;
+  record.config = to_json(config);
+  record.description = config.description;
+  record.searcher_name = config.searcher.name;
+  record.metric = config.searcher.metric;
+  record.smaller_is_better = config.searcher.smaller_is_better;
+  const auto& storage = config.checkpoint_storage;
+  record.checkpoint_dir = storage.host_path.empty()
+                              ? std::string("checkpoints")
+                              : (std::filesystem::path(storage.host_path) / storage.storage_path)
+                                    .lexically_normal()
+                                    .string();
+  detail::write_experiment_record(dir, record);
+  if (options.out != nullptr) {
+    *options.out << "experiment " << record.id << " created in '" << dir.string() << "' from '"
+                 << config_file.string() << "' (searcher " << record.searcher_name << ", seed "
+                 << record.seed << ")" << std::endl;
+  }
+  return run_experiment(dir, options);
+}
+
+/// Prints the experiment in `dir`: state, searcher, trials (hyperparameters, state, best
+/// validation, checkpoints) and where its metrics are; with `plot`, also draws its curves there
+/// (`.svg` or `.png`). Throws `ConfigError` when `dir` holds no experiment, `IoError` when the
+/// plot cannot be drawn.
+inline void describe_experiment(const std::filesystem::path& dir, std::ostream& out,
+                                const std::optional<std::filesystem::path>& plot = std::nullopt) {
+  detail::describe_experiment_to(dir, out);
+  if (plot) {
+    const auto record = detail::read_experiment_record(dir);
+    plot_metrics(detail::experiment_curves(dir, record), *plot,
+                 {.title = "experiment " + std::to_string(record.id) + ": " + record.config_file});
+    out << "plot: " << plot->string() << "\n";
+  }
+}
+
+/// One line per experiment folder under `root`: folder, id, state, searcher, trials.
+inline void list_experiments(const std::filesystem::path& root, std::ostream& out) {
+  if (!std::filesystem::exists(root)) {
+    out << "no experiments in '" << root.string() << "' (no such folder)\n";
+    return;
+  }
+  const auto listings = detail::list_experiment_folders(root);
+  if (listings.empty()) {
+    out << "no experiments in '" << root.string() << "'\n";
+    return;
+  }
+  for (const auto& listing : listings) {
+    out << listing.dir.string() << "  id " << listing.id << "  " << listing.state << "  "
+        << listing.searcher << "  " << listing.trials
+        << (listing.trials == 1 ? " trial" : " trials");
+    if (!listing.description.empty()) out << "  " << listing.description;
+    out << "\n";
+  }
+}
+
+/// The hidden `trial run DIR ID --until LENGTH` command: runs trial `trial_id` of the experiment
+/// in `dir` until `until` and writes its outcome to `trials/<id>/result.json` (also when it
+/// fails, with the error). Returns the process's exit status.
+inline int run_trial_of_experiment(const std::filesystem::path& dir, std::uint64_t trial_id,
+                                   const Length& until, bool test, bool verbose = true) {
+  const auto folder = detail::trial_dir(dir, trial_id);
+  nlohmann::json result;
+  int status = 0;
+  try {
+    const auto record = detail::read_experiment_record(dir);
+    auto copy = record;
+    const detail::TrialRecord* trial = copy.find_trial(trial_id);
+    if (trial == nullptr) {
+      throw ConfigError("experiment '" + dir.string() + "': expected a trial " +
+                        std::to_string(trial_id) + " but found none");
+    }
+    const ExperimentConfig config =
+        experiment_config_from_json(record.config, detail::experiment_file(dir).string());
+    RunOptions run;
+    run.until = until;
+    run.test = test;
+    run.verbose = verbose;
+    result =
+        detail::result_to_json(run_trial(detail::trial_spec(dir, record, config, *trial), run));
+  } catch (const std::exception& error) {
+    result = {{"ok", false}, {"error", error.what()}};
+    std::cerr << "trial " << trial_id << ": " << error.what() << std::endl;
+    status = 1;
+  }
+  std::filesystem::create_directories(folder);
+  keras::detail::write_atomically(folder / "result.json", result.dump(2) + "\n");
+  return status;
+}
+
+}  // namespace loadstar::trial

@@ -1,0 +1,195 @@
+/// \file
+/// `TrialContext`: what a trial sees of the experiment it runs in (Determined's
+/// `TFKerasTrialContext`): its hyperparameters, batch sizes, seed, configuration and the
+/// `configure_fit` arguments, and the stop request.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+#include "loadstar/data/class_weight.hpp"
+#include "loadstar/error.hpp"
+#include "loadstar/keras/model.hpp"
+#include "loadstar/trial/experiment_config.hpp"
+
+namespace loadstar::trial {
+
+/// The arguments of `configure_fit`, with Determined's defaults (`_tf_keras_context.py@0.15.6`).
+/// Fields left unset by a call keep their earlier value.
+struct FitConfig {
+  /// Workload lines and the Keras progress bar on standard output.
+  std::optional<bool> verbose = {};
+  /// Keras's `class_weight`, applied to batches without sample weights.
+  std::optional<ClassWeight> class_weight = {};
+  /// `Sequence` loaders: the threads (or processes) building batches ahead; 0: the training thread.
+  std::optional<std::size_t> workers = {};
+  /// `Sequence` loaders: build batches in forked processes.
+  std::optional<bool> use_multiprocessing = {};
+  std::optional<std::size_t> max_queue_size = {};
+  /// Shuffle the training data every epoch, seeded with the trial seed.
+  std::optional<bool> shuffle = {};
+  /// Batches per validation (default: one pass over the validation data).
+  std::optional<std::size_t> validation_steps = {};
+  /// Keras's `validation_freq`: kept for the signature; validations follow the experiment's
+  /// `min_validation_period` and the searcher.
+  std::optional<std::size_t> validation_freq = {};
+};
+
+/// The `configure_fit` arguments in force (every default applied).
+struct FitSettings {
+  bool verbose = true;
+  std::optional<ClassWeight> class_weight = {};
+  std::size_t workers = 1;
+  bool use_multiprocessing = false;
+  std::size_t max_queue_size = 10;
+  bool shuffle = true;
+  std::optional<std::size_t> validation_steps = {};
+  std::size_t validation_freq = 1;
+};
+
+/// `context.distributed`: one process for now (rank 0 of 1), until the MPI issue.
+struct DistributedContext {
+  int rank = 0;
+  int size = 1;
+  int local_rank = 0;
+  int get_rank() const noexcept { return rank; }
+  int get_size() const noexcept { return size; }
+  int get_local_rank() const noexcept { return local_rank; }
+};
+
+/// `context.experimental`: Determined's data layer decorators. Here a cached dataset is the
+/// dataset itself (every loader is read from memory or a local file already); the calls are kept
+/// so that a Determined trial reads the same.
+class ExperimentalContext {
+ public:
+  /// Returns `make()`'s dataset (Determined caches it under `dataset_id`/`dataset_version`).
+  template <class F>
+  auto cache_train_dataset(std::string_view /*dataset_id*/, std::string_view /*dataset_version*/,
+                           F&& make) {
+    return std::forward<F>(make)();
+  }
+  template <class F>
+  auto cache_validation_dataset(std::string_view /*dataset_id*/,
+                                std::string_view /*dataset_version*/, F&& make) {
+    return std::forward<F>(make)();
+  }
+};
+
+/// What a trial is given: Determined's `TrialContext` for a Keras trial.
+/// \code
+/// auto lr = context.get_hparam("learning_rate").get<double>();
+/// context.configure_fit({.workers = 2, .shuffle = true});
+/// \endcode
+class TrialContext {
+ public:
+  /// A context for one trial; throws `ConfigError` when `hparams` has no `global_batch_size` (an
+  /// integer at least 1) or it is not divisible among `slots_per_trial`.
+  TrialContext(ExperimentConfig config, nlohmann::json hparams, std::uint64_t trial_id = 1,
+               std::uint32_t trial_seed = 0, std::uint64_t experiment_id = 1)
+      : config_(std::move(config)),
+        hparams_(std::move(hparams)),
+        trial_id_(trial_id),
+        experiment_id_(experiment_id),
+        trial_seed_(trial_seed) {
+    if (!hparams_.is_object()) {
+      throw ConfigError("trial " + std::to_string(trial_id_) +
+                        ": expected the hyperparameters as an object but found " + hparams_.dump());
+    }
+    const auto found = hparams_.find("global_batch_size");
+    if (found == hparams_.end() || !found->is_number_integer() || found->get<std::int64_t>() < 1) {
+      throw ConfigError(
+          "trial " + std::to_string(trial_id_) +
+          ": hyperparameter 'global_batch_size' must be an integer at least 1 but " +
+          (found == hparams_.end() ? std::string("is missing") : "is " + found->dump()));
+    }
+    global_batch_size_ = found->get<std::uint64_t>();
+    const std::uint64_t slots = std::max<std::uint64_t>(config_.slots_per_trial, 1);
+    if (global_batch_size_ < slots) {
+      throw ConfigError("trial " + std::to_string(trial_id_) + ": global_batch_size " +
+                        std::to_string(global_batch_size_) + " is less than slots_per_trial " +
+                        std::to_string(slots));
+    }
+    per_slot_batch_size_ = global_batch_size_ / slots;
+  }
+
+  const nlohmann::json& get_hparams() const noexcept { return hparams_; }
+  /// The hyperparameter `name`; throws `ConfigError` naming it and the known ones when missing.
+  const nlohmann::json& get_hparam(std::string_view name) const {
+    const auto found = hparams_.find(std::string(name));
+    if (found == hparams_.end()) {
+      std::string known;
+      for (const auto& [key, value] : hparams_.items())
+        known += (known.empty() ? "" : ", ") + key;
+      throw ConfigError("trial " + std::to_string(trial_id_) + ": no hyperparameter '" +
+                        std::string(name) + "' (the hyperparameters are " + known + ")");
+    }
+    return *found;
+  }
+  std::uint64_t get_global_batch_size() const noexcept { return global_batch_size_; }
+  std::uint64_t get_per_slot_batch_size() const noexcept { return per_slot_batch_size_; }
+  const ExperimentConfig& get_experiment_config() const noexcept { return config_; }
+  const nlohmann::json& get_data_config() const noexcept { return config_.data; }
+  std::uint64_t get_trial_id() const noexcept { return trial_id_; }
+  std::uint64_t get_experiment_id() const noexcept { return experiment_id_; }
+  std::uint32_t get_trial_seed() const noexcept { return trial_seed_; }
+
+  /// Records the model the runner trains (compiled by `build_model` itself) and returns it.
+  keras::Model& wrap_model(keras::Model& model) {
+    model_ = &model;
+    return model;
+  }
+  /// The model `wrap_model` recorded (null before).
+  keras::Model* model() const noexcept { return model_; }
+
+  /// Returns `dataset` (one process: nothing to shard).
+  template <class D>
+  D&& wrap_dataset(D&& dataset, bool /*shard_dataset*/ = true) {
+    return std::forward<D>(dataset);
+  }
+
+  /// Determined's `configure_fit`: sets the given arguments, keeps the others.
+  void configure_fit(const FitConfig& config) {
+    if (config.verbose) fit_.verbose = *config.verbose;
+    if (config.class_weight) fit_.class_weight = *config.class_weight;
+    if (config.workers) fit_.workers = *config.workers;
+    if (config.use_multiprocessing) fit_.use_multiprocessing = *config.use_multiprocessing;
+    if (config.max_queue_size) {
+      if (*config.max_queue_size == 0) {
+        throw ConfigError("trial " + std::to_string(trial_id_) +
+                          ": configure_fit: max_queue_size must be positive but is 0");
+      }
+      fit_.max_queue_size = *config.max_queue_size;
+    }
+    if (config.shuffle) fit_.shuffle = *config.shuffle;
+    if (config.validation_steps) fit_.validation_steps = *config.validation_steps;
+    if (config.validation_freq) fit_.validation_freq = *config.validation_freq;
+  }
+  const FitSettings& fit_settings() const noexcept { return fit_; }
+
+  /// Determined's stop request: finish the workload, checkpoint and exit.
+  bool get_stop_requested() const noexcept { return stop_requested_; }
+  void set_stop_requested(bool stop) noexcept { stop_requested_ = stop; }
+
+  DistributedContext distributed;
+  ExperimentalContext experimental;
+
+ private:
+  ExperimentConfig config_;
+  nlohmann::json hparams_;
+  std::uint64_t trial_id_;
+  std::uint64_t experiment_id_;
+  std::uint32_t trial_seed_;
+  std::uint64_t global_batch_size_ = 1;
+  std::uint64_t per_slot_batch_size_ = 1;
+  keras::Model* model_ = nullptr;
+  FitSettings fit_;
+  bool stop_requested_ = false;
+};
+
+}  // namespace loadstar::trial

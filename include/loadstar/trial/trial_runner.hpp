@@ -1,0 +1,131 @@
+/// \file
+/// `run_trial`: runs one trial of an experiment on this machine, from its registered class, with
+/// Determined's workloads, checkpoints, metrics, exact resume and restarts.
+#pragma once
+
+#include <exception>
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include "loadstar/keras/input.hpp"
+#include "loadstar/trial/detail/trial_controller.hpp"
+#include "loadstar/trial/detail/trial_files.hpp"
+#include "loadstar/trial/registry.hpp"
+
+namespace loadstar::trial {
+
+namespace detail {
+
+/// The record a run starts from: `trial.json` if the trial ran before (checked to be this
+/// trial's), a fresh one otherwise.
+inline TrialJson start_record(const TrialSpec& spec) {
+  if (auto record = read_trial_record(spec.trial_dir)) {
+    if (record->trial_id != spec.trial_id || record->experiment_id != spec.experiment_id) {
+      throw CheckpointError("trial record '" + (spec.trial_dir / "trial.json").string() +
+                            "': expected experiment " + std::to_string(spec.experiment_id) +
+                            " trial " + std::to_string(spec.trial_id) + " but found experiment " +
+                            std::to_string(record->experiment_id) + " trial " +
+                            std::to_string(record->trial_id));
+    }
+    record->state = "ACTIVE";
+    record->error.clear();
+    return *record;
+  }
+  TrialJson record;
+  record.trial_id = spec.trial_id;
+  record.experiment_id = spec.experiment_id;
+  record.hparams = spec.hparams;
+  record.trial_seed = spec.trial_seed;
+  return record;
+}
+
+/// One attempt: builds the trial in Determined's order (training loader, validation loader,
+/// model, callbacks) and runs it, resuming from the record's latest checkpoint.
+inline TrialResult run_attempt(const TrialSpec& spec, const RunOptions& options,
+                               TrialJson& record) {
+  TrialContext context(spec.config, spec.hparams, spec.trial_id, spec.trial_seed,
+                       spec.experiment_id);
+  // Determined seeds every generator with the trial seed before the trial is built
+  // (`_set_random_seeds`), so the initial weights, shuffling and dropout follow from it.
+  keras::set_random_seed(spec.trial_seed);
+  auto trial = make_trial(spec.config.entrypoint, context);
+  const DataLoader training = trial->build_training_data_loader();
+  const DataLoader validation = trial->build_validation_data_loader();
+  std::shared_ptr<keras::Model> model = trial->build_model();
+  if (!model) {
+    throw ConfigError("trial " + std::to_string(spec.trial_id) + " ('" + spec.config.entrypoint +
+                      "'): build_model returned no model");
+  }
+  context.wrap_model(*model);
+  auto callbacks = trial->keras_callbacks();
+  TrialController controller(spec, options, context, *model, training, validation,
+                             std::move(callbacks));
+  return controller.run(record);
+}
+
+}  // namespace detail
+
+/// Runs the trial `spec` until `options.until` (default: `searcher.max_length`): makes the trial
+/// registered under `config.entrypoint`, resumes it from the latest checkpoint that
+/// `trial_dir/trial.json` names (exactly: the weights, optimizer, data position, random state,
+/// training metrics, callback states and workload sequencer; metrics after the checkpoint are
+/// dropped and produced again), runs Determined's workload sequence (trial-runner.md §2.1),
+/// appends every training workload and validation to `metrics.jsonl`, checkpoints to
+/// `checkpoint_dir/<uuid>/` and keeps `trial.json` up to date. When the trial throws, it is
+/// restarted in-process from its latest checkpoint up to `max_restarts` times (counted in
+/// `trial.json` across processes), then the error is rethrown with the trial in state `ERROR`.
+/// \code
+/// auto result = trial::run_trial({.config = config, .hparams = {{"global_batch_size", 32}},
+///                                 .trial_dir = "trial", .checkpoint_dir = "checkpoints"});
+/// \endcode
+inline TrialResult run_trial(const TrialSpec& given, const RunOptions& options = {}) {
+  TrialSpec spec = given;
+  if (options.test) spec.config = detail::test_overrides(std::move(spec.config));
+  if (spec.trial_dir.empty() || spec.checkpoint_dir.empty()) {
+    throw ConfigError("trial " + std::to_string(spec.trial_id) +
+                      ": trial_dir and checkpoint_dir must be given");
+  }
+  detail::TrialJson record = detail::start_record(spec);
+  for (;;) {
+    try {
+      return detail::run_attempt(spec, options, record);
+    } catch (const std::exception& e) {
+      // A bad entrypoint or a trial that cannot be built fails the same way every time.
+      const bool retry =
+          record.restarts < spec.config.max_restarts &&
+          !(dynamic_cast<const ConfigError*>(&e) && !has_trial(spec.config.entrypoint));
+      if (!retry) {
+        record.state = "ERROR";
+        record.error = e.what();
+        try {
+          detail::write_trial_record(spec.trial_dir, record);
+        } catch (const std::exception&) {
+          // The original error matters more.
+        }
+        throw;
+      }
+      ++record.restarts;
+      // The record on disk names the checkpoint to restart from; the in-memory one may list
+      // checkpoints written after it.
+      if (auto saved = detail::read_trial_record(spec.trial_dir)) {
+        const auto restarts = record.restarts;
+        record = *saved;
+        record.restarts = restarts;
+        record.state = "ACTIVE";
+      } else {
+        const auto restarts = record.restarts;
+        record = detail::start_record(spec);
+        record.restarts = restarts;
+      }
+      detail::write_trial_record(spec.trial_dir, record);
+      if (options.verbose) {
+        (options.output ? *options.output : std::cout)
+            << "trial " << spec.trial_id << ": restart " << record.restarts << " of "
+            << spec.config.max_restarts << " after: " << e.what() << "\n";
+      }
+    }
+  }
+}
+
+}  // namespace loadstar::trial

@@ -1,0 +1,435 @@
+// The experiment commands end to end: the tiny trial program (tiny_trial.cpp, whose main is
+// LOADSTAR_TRIAL_MAIN) is run as a process, as a user runs their own trial binary.
+
+#include <doctest/doctest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <loadstar/keras/callbacks/detail/files.hpp>
+#include <loadstar/trial/detail/experiment_process.hpp>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "temp_dir.hpp"
+
+namespace detail = loadstar::trial::detail;
+using loadstar::keras::detail::read_bytes;
+
+namespace {
+
+std::string tiny_trial() {
+  const char* path = std::getenv("LOADSTAR_TINY_TRIAL");
+  REQUIRE_MESSAGE(path != nullptr, "LOADSTAR_TINY_TRIAL names the tiny trial program");
+  return path;
+}
+
+struct Ran {
+  int status = -1;
+  std::string output;
+  int exit_code() const { return WIFEXITED(status) ? WEXITSTATUS(status) : -1; }
+};
+
+/// Runs the tiny trial program with `arguments` to its end.
+Ran run(std::vector<std::string> arguments) {
+  arguments.insert(arguments.begin(), tiny_trial());
+  const auto result = detail::run_program(arguments, "");
+  return {result.status, result.output};
+}
+
+void write(const std::filesystem::path& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary) << text;
+}
+
+nlohmann::json read_json(const std::filesystem::path& path) {
+  return nlohmann::json::parse(read_bytes(path));
+}
+
+/// Whether a process whose command line mentions `text` is alive (a trial of a folder).
+bool process_mentions(const std::string& text) {
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string command;
+    try {
+      command = read_bytes(entry.path() / "cmdline");
+    } catch (...) {
+      continue;
+    }
+    for (char& c : command) {
+      if (c == '\0') c = ' ';
+    }
+    if (command.find(" trial run " + text) != std::string::npos) return true;
+  }
+  return false;
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+/// One trial, 24 batches of 8 rows, validated every 8 batches.
+const std::string single_config = R"(
+description: tiny single
+entrypoint: tiny:TinyTrial
+hyperparameters:
+  global_batch_size: 8
+  hidden: 8
+  learning_rate: 0.01
+records_per_epoch: 64
+scheduling_unit: 4
+min_validation_period:
+  batches: 8
+searcher:
+  name: single
+  metric: val_loss
+  smaller_is_better: true
+  max_length:
+    batches: 24
+checkpoint_storage:
+  save_experiment_best: 1
+reproducibility:
+  experiment_seed: 3
+)";
+
+/// Three trials at once in their own processes; one crashes, one throws.
+const std::string failing_grid_config = R"(
+entrypoint: tiny:TinyTrial
+hyperparameters:
+  global_batch_size: 8
+  fail:
+    type: categorical
+    vals: [none, crash, throw]
+records_per_epoch: 64
+scheduling_unit: 4
+max_restarts: 1
+searcher:
+  name: grid
+  metric: val_loss
+  max_length:
+    batches: 8
+  max_concurrent_trials: 3
+reproducibility:
+  experiment_seed: 5
+)";
+
+/// Two slow trials at once in their own processes, checkpointed every 4 batches.
+const std::string slow_grid_config = R"(
+entrypoint: tiny:TinyTrial
+hyperparameters:
+  global_batch_size: 8
+  sleep_ms: 40
+  hidden:
+    type: categorical
+    vals: [4, 8]
+records_per_epoch: 64
+scheduling_unit: 2
+min_validation_period:
+  batches: 4
+min_checkpoint_period:
+  batches: 4
+checkpoint_policy: all
+searcher:
+  name: grid
+  metric: val_loss
+  max_length:
+    batches: 40
+  max_concurrent_trials: 2
+reproducibility:
+  experiment_seed: 9
+)";
+
+/// Runs the experiment of `dir/config` to its end in `dir/reference`; runs it again in
+/// `dir/killed`, killing the experiment process with SIGKILL once its trials have checkpointed
+/// `thresholds[k]` batches in all (then resuming it, with `create` for an in-process trial and
+/// `resume` otherwise); then checks that it completes with the reference's metrics.
+void kill_resume_and_compare(const test_support::TempDir& dir, const std::string& config,
+                             const std::vector<std::uint64_t>& thresholds, int trials,
+                             std::uint64_t batches_per_trial) {
+  const Ran reference = run({"experiment", "create", (dir / config).string(), "--dir",
+                             (dir / "reference").string(), "--no-plot"});
+  INFO(reference.output);
+  REQUIRE(reference.exit_code() == 0);
+
+  const auto folder = dir / "killed";
+  std::vector<std::string> arguments = {
+      tiny_trial(), "experiment",    "create",   (dir / config).string(),
+      "--dir",      folder.string(), "--no-plot"};
+  std::size_t kills = 0;
+  for (const std::uint64_t threshold : thresholds) {
+    const ::pid_t pid = detail::spawn_logged(arguments, dir / "killed.log");
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    bool killed = false;
+    while (std::chrono::steady_clock::now() < deadline) {
+      int status = 0;
+      if (::waitpid(pid, &status, WNOHANG) == pid) break;  // it finished first
+      std::uint64_t batches = 0;
+      for (int id = 1; id <= trials; ++id) {
+        try {
+          batches +=
+              read_json(folder / "trials" / std::to_string(id) / "trial.json")["total_batches"]
+                  .get<std::uint64_t>();
+        } catch (...) {
+        }
+      }
+      if (batches >= threshold) {
+        ::kill(pid, SIGKILL);
+        ::waitpid(pid, &status, 0);
+        killed = true;
+        // Its trials die with it (PR_SET_PDEATHSIG), so a resume never races a stale trial.
+        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+        while (process_mentions(folder.string()) && std::chrono::steady_clock::now() < until) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+        CHECK_FALSE(process_mentions(folder.string()));
+        ++kills;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    if (!killed) break;
+    // Running `create` again on its folder resumes it, as `resume` does: both are used in turn.
+    if (kills % 2 == 1) {
+      arguments = {tiny_trial(), "experiment", "resume", folder.string(), "--no-plot"};
+    } else {
+      arguments = {tiny_trial(), "experiment",    "create",   (dir / config).string(),
+                   "--dir",      folder.string(), "--no-plot"};
+    }
+  }
+  MESSAGE("killed the experiment " << kills << " times");
+  CHECK(kills >= 1);
+  const Ran resumed = run({"experiment", "resume", folder.string(), "--no-plot"});
+  INFO(read_bytes(dir / "killed.log"));
+  INFO(resumed.output);
+  REQUIRE(resumed.exit_code() == 0);
+  CHECK(contains(resumed.output, "COMPLETED (" + std::to_string(trials) +
+                                     (trials == 1 ? " trial: " : " trials: ") +
+                                     std::to_string(trials) + " completed, 0 failed)"));
+  for (int id = 1; id <= trials; ++id) {
+    const std::string name = std::to_string(id);
+    CAPTURE(name);
+    CHECK(read_bytes(folder / "trials" / name / "metrics.jsonl") ==
+          read_bytes(dir / "reference" / "trials" / name / "metrics.jsonl"));
+    CHECK(read_json(folder / "trials" / name / "trial.json")["total_batches"] == batches_per_trial);
+  }
+}
+
+}  // namespace
+
+TEST_SUITE("trial") {
+  TEST_CASE("experiment create runs a single trial and prints where its files are") {
+    test_support::TempDir dir;
+    write(dir / "single.yaml", single_config);
+    const auto folder = dir / "exp";
+    const Ran created =
+        run({"experiment", "create", (dir / "single.yaml").string(), "--dir", folder.string()});
+    INFO(created.output);
+    REQUIRE(created.exit_code() == 0);
+    CHECK(contains(created.output, "': COMPLETED (1 trial: 1 completed, 0 failed)"));
+    CHECK(contains(created.output, "checkpoints: " + (folder / "checkpoints").string()));
+    CHECK(contains(created.output, "metrics:     " + (folder / "trials/1/metrics.jsonl").string()));
+    CHECK(contains(created.output, "plot:        " + (folder / "plot.svg").string()));
+
+    const auto experiment = read_json(folder / "experiment.json");
+    CHECK(experiment["state"] == "COMPLETED");
+    CHECK(experiment["seed"] == 3);
+    REQUIRE(experiment["trials"].size() == 1);
+    CHECK(experiment["trials"][0]["state"] == "COMPLETED");
+    CHECK(experiment["trials"][0]["total_batches"] == 24);
+    CHECK(experiment["trials"][0]["best_validation"].is_number());
+    // save_experiment_best 1: the best checkpoint over all trials, by val_loss.
+    REQUIRE(experiment["best_checkpoints"].size() == 1);
+    CHECK(experiment["best_checkpoints"][0]["trial_id"] == 1);
+    CHECK(experiment["best_checkpoints"][0]["validation"] ==
+          experiment["trials"][0]["best_validation"]);
+    CHECK(std::filesystem::exists(folder / "checkpoints" /
+                                  experiment["best_checkpoints"][0]["uuid"].get<std::string>()));
+    const auto trial = read_json(folder / "trials/1/trial.json");
+    CHECK(trial["state"] == "COMPLETED");
+    CHECK(trial["total_batches"] == 24);
+    const std::string latest = trial["latest_checkpoint"].get<std::string>();
+    CHECK(std::filesystem::exists(folder / "checkpoints" / latest / "determined-keras-model.h5"));
+    const std::string metrics = read_bytes(folder / "trials/1/metrics.jsonl");
+    CHECK(contains(metrics, "\"kind\":\"validation\""));
+    CHECK(contains(read_bytes(folder / "plot.svg"), "<svg"));
+
+    SUBCASE("list shows it") {
+      const Ran listed = run({"experiment", "list", dir.path().string()});
+      INFO(listed.output);
+      CHECK(listed.exit_code() == 0);
+      CHECK(contains(listed.output, folder.string() + "  id "));
+      CHECK(contains(listed.output, "COMPLETED  single  1 trial  tiny single"));
+    }
+    SUBCASE("describe prints the trial and plots its curves as PNG") {
+      const Ran described =
+          run({"experiment", "describe", folder.string(), "--plot", (dir / "curves.png").string()});
+      INFO(described.output);
+      CHECK(described.exit_code() == 0);
+      CHECK(contains(described.output, "searcher:    single, metric val_loss (smaller is better)"));
+      CHECK(contains(described.output, "1      COMPLETED  24"));
+      CHECK(contains(described.output, latest));
+      CHECK(contains(described.output, "plot: " + (dir / "curves.png").string()));
+      CHECK(read_bytes(dir / "curves.png").substr(1, 3) == "PNG");
+      const Ran bad =
+          run({"experiment", "describe", folder.string(), "--plot", (dir / "curves.pdf").string()});
+      CHECK(bad.exit_code() == 1);
+      CHECK(contains(bad.output, "expected a file name ending in .svg or .png but found '.pdf'"));
+    }
+    SUBCASE("create again with the same config finds it done") {
+      const Ran again =
+          run({"experiment", "create", (dir / "single.yaml").string(), "--dir", folder.string()});
+      INFO(again.output);
+      CHECK(again.exit_code() == 0);
+      CHECK(contains(again.output, "already exists for this configuration: it is COMPLETED"));
+      CHECK(read_bytes(folder / "trials/1/metrics.jsonl") == metrics);
+    }
+    SUBCASE("create with another config on its folder is refused") {
+      write(dir / "other.yaml", single_config + "description: another\n");
+      std::string other = single_config;
+      other.replace(other.find("hidden: 8"), 9, "hidden: 9");
+      write(dir / "other.yaml", other);
+      const Ran refused =
+          run({"experiment", "create", (dir / "other.yaml").string(), "--dir", folder.string()});
+      CHECK(refused.exit_code() == 1);
+      CHECK(contains(refused.output,
+                     "experiment folder '" + folder.string() + "': expected the experiment of '"));
+      CHECK(contains(refused.output, "with another configuration (run 'experiment resume " +
+                                         folder.string() +
+                                         "' to continue it, or give this one another folder "
+                                         "with --dir)"));
+    }
+  }
+
+  TEST_CASE("experiment create --test trains one batch and checkpoints") {
+    test_support::TempDir dir;
+    write(dir / "single.yaml", single_config);
+    const auto folder = dir / "exp-test";
+    const Ran created = run({"experiment", "create", (dir / "single.yaml").string(), "--test",
+                             "--dir", folder.string()});
+    INFO(created.output);
+    REQUIRE(created.exit_code() == 0);
+    const auto experiment = read_json(folder / "experiment.json");
+    CHECK(experiment["test"] == true);
+    CHECK(experiment["trials"][0]["total_batches"] == 1);
+    const auto trial = read_json(folder / "trials/1/trial.json");
+    CHECK(std::filesystem::exists(folder / "checkpoints" /
+                                  trial["latest_checkpoint"].get<std::string>() /
+                                  "determined-keras-model.h5"));
+  }
+
+  TEST_CASE("experiment create puts checkpoints under checkpoint_storage host_path") {
+    test_support::TempDir dir;
+    std::string stored = single_config;
+    const std::string storage = "checkpoint_storage:\n";
+    stored.insert(stored.find(storage) + storage.size(),
+                  "  host_path: " + dir.path().string() + "\n  storage_path: shared/ckpts\n");
+    write(dir / "stored.yaml", stored);
+    const auto folder = dir / "exp";
+    const Ran created = run({"experiment", "create", (dir / "stored.yaml").string(), "--test",
+                             "--dir", folder.string(), "--no-plot"});
+    INFO(created.output);
+    REQUIRE(created.exit_code() == 0);
+    CHECK(contains(created.output, "checkpoints: " + (dir / "shared/ckpts").string()));
+    const auto trial = read_json(folder / "trials/1/trial.json");
+    CHECK(std::filesystem::exists(dir / "shared/ckpts" /
+                                  trial["latest_checkpoint"].get<std::string>() /
+                                  "determined-keras-model.h5"));
+    CHECK_FALSE(std::filesystem::exists(folder / "checkpoints"));
+  }
+
+  TEST_CASE("experiment create keeps going when one trial crashes and another throws") {
+    test_support::TempDir dir;
+    write(dir / "grid.yaml", failing_grid_config);
+    const auto folder = dir / "exp";
+    const Ran created = run({"experiment", "create", (dir / "grid.yaml").string(), "--dir",
+                             folder.string(), "--no-plot"});
+    INFO(created.output);
+    REQUIRE(created.exit_code() == 0);
+    CHECK(contains(created.output, "COMPLETED (3 trials: 1 completed, 2 failed)"));
+    const auto experiment = read_json(folder / "experiment.json");
+    REQUIRE(experiment["trials"].size() == 3);
+    for (const auto& trial : experiment["trials"]) {
+      const std::string fail = trial["hparams"]["fail"];
+      INFO(fail);
+      if (fail == "none") {
+        CHECK(trial["state"] == "COMPLETED");
+        CHECK(trial["total_batches"] == 8);
+      } else if (fail == "crash") {
+        CHECK(trial["state"] == "ERROR");
+        CHECK(contains(trial["error"], "the trial process ended with killed by signal 6"));
+      } else {
+        CHECK(trial["state"] == "ERROR");
+        CHECK(contains(trial["error"], "tiny trial fails on purpose"));
+      }
+    }
+    // The crashing trial was started again once (max_restarts 1) before it was given up.
+    CHECK(contains(created.output, "restarting it from its latest checkpoint (restart 1 of 1)"));
+  }
+
+  TEST_CASE("experiment resume continues a killed experiment of trials in their own processes") {
+    test_support::TempDir dir;
+    write(dir / "slow.yaml", slow_grid_config);
+    // Thresholds of the 80 batches of both trials.
+    kill_resume_and_compare(dir, "slow.yaml", {8, 28, 52}, 2, 40);
+  }
+
+  TEST_CASE("experiment create resumes a killed experiment whose one trial runs in its process") {
+    test_support::TempDir dir;
+    std::string slow = single_config;
+    slow.replace(slow.find("  hidden: 8\n"), 12, "  hidden: 8\n  sleep_ms: 40\n");
+    slow.replace(slow.find("  batches: 8\n"), 13, "  batches: 4\n");
+    write(dir / "slow.yaml", slow);
+    kill_resume_and_compare(dir, "slow.yaml", {4, 12}, 1, 24);
+  }
+
+  TEST_CASE("experiment commands refuse bad configs entrypoints and folders") {
+    test_support::TempDir dir;
+    std::string unknown = single_config;
+    unknown.replace(unknown.find("tiny:TinyTrial"), 14, "nope:Nope");
+    write(dir / "unknown.yaml", unknown);
+    Ran ran = run(
+        {"experiment", "create", (dir / "unknown.yaml").string(), "--dir", (dir / "a").string()});
+    CHECK(ran.exit_code() == 1);
+    CHECK(contains(ran.output,
+                   "unknown.yaml': entrypoint: expected the name of a registered "
+                   "trial class but found 'nope:Nope' (registered: tiny:TinyTrial)"));
+    CHECK_FALSE(std::filesystem::exists(dir / "a"));
+
+    std::string misspelt = single_config;
+    misspelt.replace(misspelt.find("scheduling_unit"), 15, "scheduling_unti");
+    write(dir / "misspelt.yaml", misspelt);
+    ran = run(
+        {"experiment", "create", (dir / "misspelt.yaml").string(), "--dir", (dir / "b").string()});
+    CHECK(ran.exit_code() == 1);
+    CHECK(contains(ran.output, "misspelt.yaml"));
+    CHECK(contains(ran.output, "scheduling_unti"));
+    CHECK(contains(ran.output, "did you mean 'scheduling_unit'"));
+
+    ran = run({"experiment", "resume", (dir / "nowhere").string()});
+    CHECK(ran.exit_code() == 1);
+    CHECK(contains(ran.output, "nowhere': expected an experiment.json but found no such folder"));
+
+    write(dir / "single.yaml", single_config);
+    std::filesystem::create_directories(dir / "full");
+    write(dir / "full" / "notes.txt", "mine");
+    ran = run(
+        {"experiment", "create", (dir / "single.yaml").string(), "--dir", (dir / "full").string()});
+    CHECK(ran.exit_code() == 1);
+    CHECK(contains(ran.output,
+                   "full': expected a new or empty folder but found files and no "
+                   "experiment.json"));
+
+    ran = run({"experiment", "describe", (dir / "full").string()});
+    CHECK(ran.exit_code() == 1);
+    CHECK(contains(ran.output, "expected an experiment.json but found none in it"));
+
+    ran = run({"experiment", "frobnicate"});
+    CHECK(ran.exit_code() != 0);
+  }
+}

@@ -1,0 +1,133 @@
+// The trial runner with the other loader kinds ((x, y, sample_weights) and a SequenceAdapter),
+// a callback's stop_training turned into Determined's stop request, and checkpoint retention.
+#include "trial/runner/tiny_trial.hpp"
+
+#include <doctest/doctest.h>
+
+#include <fstream>
+
+#include "temp_dir.hpp"
+
+namespace {
+
+using namespace runner_support;
+
+class OtherLoadersTrial : public BlobsTrial {
+ public:
+  using BlobsTrial::BlobsTrial;
+  trial::DataLoader build_training_data_loader() override {
+    const std::string loader = context.get_hparams().value("loader", "weighted");
+    const auto batch = static_cast<std::size_t>(context.get_per_slot_batch_size());
+    const Blobs& d = data();
+    if (loader == "weighted") {
+      Tensor<float> w({d.x.rows()});
+      for (std::size_t i = 0; i < w.size(); ++i)
+        w(i) = 0.5F + static_cast<float>(i % 3);
+      return {d.x, d.y, w};
+    }
+    return trial::DataLoader(
+        std::make_shared<SequenceAdapter<decltype(ArraySequence(d.x, d.y, batch)), 2>>(
+            ArraySequence(d.x, d.y, batch),
+            AdapterOptions{.shuffle = true, .seed = context.get_trial_seed()}));
+  }
+};
+
+/// Sets stop_training at the end of the workload that reaches 7 batches.
+class StopAtSeven : public trial::Callback {
+ public:
+  void on_train_workload_end(std::uint64_t total, const Logs&) override {
+    if (total >= 7) model().stop_training = true;
+  }
+  std::string class_name() const override { return "StopAtSeven"; }
+};
+
+class StoppingTrial : public BlobsTrial {
+ public:
+  using BlobsTrial::BlobsTrial;
+  std::vector<std::shared_ptr<callbacks::Callback>> keras_callbacks() override {
+    return {std::make_shared<StopAtSeven>()};
+  }
+};
+
+trial::TrialSpec spec_in(const std::filesystem::path& dir, trial::ExperimentConfig c,
+                         nlohmann::json hp) {
+  register_trials();
+  trial::register_trial<OtherLoadersTrial>("tests:OtherLoadersTrial");
+  trial::register_trial<StoppingTrial>("tests:StoppingTrial");
+  trial::TrialSpec s;
+  s.config = std::move(c);
+  s.hparams = std::move(hp);
+  s.trial_seed = 42;
+  s.trial_dir = dir / "trial";
+  s.checkpoint_dir = dir / "checkpoints";
+  return s;
+}
+
+std::string text(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+nlohmann::json record(const trial::TrialSpec& s) {
+  return nlohmann::json::parse(text(s.trial_dir / "trial.json"));
+}
+
+std::string final_weights(const trial::TrialSpec& s) {
+  auto m = load_model(s.checkpoint_dir / record(s).at("latest_checkpoint").get<std::string>() /
+                      "determined-keras-model.h5");
+  return weight_bytes(m->get_weights());
+}
+
+}  // namespace
+
+TEST_SUITE("trial") {
+  TEST_CASE("run_trial resumes sample-weighted arrays and a SequenceAdapter exactly") {
+    for (const std::string loader : {"weighted", "adapter"}) {
+      CAPTURE(loader);
+      test_support::TempDir one;
+      test_support::TempDir two;
+      const auto c = config("tests:OtherLoadersTrial");
+      const auto a = spec_in(one.path(), c, hparams(loader));
+      trial::run_trial(a, {.verbose = false});
+      const auto b = spec_in(two.path(), c, hparams(loader));
+      trial::run_trial(b, {.until = trial::Length{trial::Unit::batches, 20}, .verbose = false});
+      trial::run_trial(b, {.verbose = false});
+      CHECK(final_weights(a) == final_weights(b));
+      CHECK(text(a.trial_dir / "metrics.jsonl") == text(b.trial_dir / "metrics.jsonl"));
+    }
+  }
+
+  TEST_CASE("run_trial turns stop_training into a stop request that checkpoints and ends") {
+    test_support::TempDir dir;
+    auto c = config("tests:StoppingTrial");
+    c.min_checkpoint_period = {trial::Unit::batches, 0};
+    c.min_validation_period = {trial::Unit::batches, 0};
+    const auto s = spec_in(dir.path(), c, hparams());
+    const auto result = trial::run_trial(s, {.verbose = false});
+    CHECK(result.stop_requested);
+    CHECK(result.total_batches == 9);  // workloads of 3: the one reaching 7 ends at 9
+    CHECK_FALSE(result.searcher_metric.has_value());
+    const auto r = record(s);
+    CHECK(r["state"] == "COMPLETED");
+    REQUIRE(r["checkpoints"].size() == 1);
+    CHECK(r["checkpoints"][0]["batches"] == 9);
+    CHECK(r["latest_checkpoint"] == result.latest_checkpoint);
+  }
+
+  TEST_CASE("run_trial keeps save_trial_latest and save_trial_best checkpoints") {
+    test_support::TempDir dir;
+    auto c = config();
+    c.checkpoint_storage.save_trial_latest = 2;
+    c.checkpoint_storage.save_trial_best = 0;
+    const auto s = spec_in(dir.path(), c, hparams());
+    trial::run_trial(s, {.verbose = false});
+    const auto r = record(s);
+    REQUIRE(r["checkpoints"].size() == 2);
+    CHECK(r["checkpoints"][0]["batches"] == 44);
+    CHECK(r["checkpoints"][1]["batches"] == 45);
+    std::size_t folders = 0;
+    for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator(s.checkpoint_dir))
+      ++folders;
+    CHECK(folders == 2);
+  }
+}
