@@ -31,17 +31,25 @@ int main(int argc, char** argv) {
       std::cerr << "kill_resume: the uninterrupted run failed for " << loader << "\n";
       return 1;
     }
-    // Kills land after 1 to 8 batches: several per run of 45 batches, every part of the run.
-    const KillRun run = kill_until_done(dir / "killed", loader, rng, kills, 8);
-    const bool equal = run.finished &&
-                       final_weights(dir / "clean") == final_weights(dir / "killed") &&
-                       file_bytes(dir / "clean" / "trial" / "metrics.jsonl") ==
-                           file_bytes(dir / "killed" / "trial" / "metrics.jsonl");
-    std::cout << loader << ": survived " << run.kills << " kills in " << run.runs
-              << " runs, final weights and metrics " << (equal ? "bitwise equal" : "DIFFERENT")
-              << "\n";
+    // Kills land after 1 to 8 batches: several per run of 45 batches, every part of the run. A
+    // trial survives as many as it takes to finish; rounds of fresh trials go on until `kills`.
+    std::size_t loader_kills = 0, runs = 0, rounds = 0;
+    bool equal = true;
+    while (loader_kills < kills) {
+      const auto killed = dir / ("killed-" + std::to_string(rounds++));
+      const KillRun run = kill_until_done(killed, loader, rng, kills - loader_kills, 8);
+      equal = equal && run.finished && final_weights(dir / "clean") == final_weights(killed) &&
+              file_bytes(dir / "clean" / "trial" / "metrics.jsonl") ==
+                  file_bytes(killed / "trial" / "metrics.jsonl");
+      loader_kills += run.kills;
+      runs += run.runs;
+      std::filesystem::remove_all(killed);
+    }
+    std::cout << loader << ": survived " << loader_kills << " kills in " << runs << " runs ("
+              << rounds << " trials), final weights and metrics "
+              << (equal ? "bitwise equal" : "DIFFERENT") << "\n";
     all_equal = all_equal && equal;
-    survived += run.kills;
+    survived += loader_kills;
   }
   std::filesystem::remove_all(root);
   std::cout << "total: survived " << survived << " kills, "
