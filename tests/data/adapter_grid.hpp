@@ -55,8 +55,12 @@ template <class F>
 void for_each_grid_point(F&& f) {
   for (const bool shuffle : {false, true}) {
     for (const std::size_t skip : {0, 50, 350}) {
-      for (const auto& [rank, size] :
+      for (const auto& shard :
            std::vector<std::pair<std::size_t, std::size_t>>{{0, 1}, {0, 3}, {1, 3}, {2, 3}}) {
+        // Named copies, not a structured binding: CAPTURE's lambda captures them (Clang 14
+        // refuses to capture a structured binding).
+        const std::size_t rank = shard.first;
+        const std::size_t size = shard.second;
         CAPTURE(shuffle);
         CAPTURE(skip);
         CAPTURE(rank);

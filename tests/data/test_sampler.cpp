@@ -76,8 +76,12 @@ TEST_SUITE("data") {
   TEST_CASE("Sampler yields the strided global stream over several epochs as Determined does") {
     for (const bool shuffle : {false, true}) {
       for (const std::size_t skip : {0, 50, 350}) {
-        for (const auto& [rank, size] :
+        for (const auto& shard :
              std::vector<std::pair<std::size_t, std::size_t>>{{0, 1}, {0, 3}, {1, 3}, {2, 3}}) {
+          // Named copies, not a structured binding: CAPTURE's lambda captures them (Clang 14
+          // refuses to capture a structured binding).
+          const std::size_t rank = shard.first;
+          const std::size_t size = shard.second;
           CAPTURE(shuffle);
           CAPTURE(skip);
           CAPTURE(rank);

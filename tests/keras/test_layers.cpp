@@ -223,7 +223,9 @@ TEST_SUITE("keras_layers") {
         {"Add", nlohmann::json::object()},
         {"InputLayer", {{"batch_input_shape", {nullptr, 4, 4, 2}}}},
     };
-    for (const auto& [class_name, config] : layers) {
+    for (const auto& entry : layers) {
+      const std::string& class_name = entry.first;  // not a structured binding: INFO captures it
+      const auto& config = entry.second;
       INFO(class_name);
       auto layer = registry.create(class_name, config);
       CHECK(layer->class_name() == class_name);

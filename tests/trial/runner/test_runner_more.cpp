@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <fstream>
+#include <sstream>
 
 #include "temp_dir.hpp"
 
@@ -112,6 +113,28 @@ TEST_SUITE("trial") {
     REQUIRE(r["checkpoints"].size() == 1);
     CHECK(r["checkpoints"][0]["batches"] == 9);
     CHECK(r["latest_checkpoint"] == result.latest_checkpoint);
+  }
+
+  TEST_CASE("run_trial shows Keras's progress bar per synthesized epoch, or per workload") {
+    test_support::TempDir dir;
+    auto c = config();
+    c.records_per_epoch = 160;  // 10 batches of 16 per epoch: epochs 1..5 of 45 batches
+    std::ostringstream out;
+    trial::run_trial(spec_in(dir.path() / "epochs", c, hparams()), {.output = &out});
+    const std::string shown = out.str();
+    CAPTURE(shown);
+    CHECK(shown.find("Epoch 1/5\n") != std::string::npos);
+    CHECK(shown.find("Epoch 5/5\n") != std::string::npos);
+    // Not a terminal: the final line of each finished epoch, with the running training metrics.
+    CHECK(shown.find("10/10 [==============================] - ") != std::string::npos);
+    CHECK(shown.find(" - loss: ") != std::string::npos);
+    CHECK(shown.find("trial 1: step ") != std::string::npos);  // validations and checkpoints
+
+    c.records_per_epoch = 0;  // no epochs: one bar per training workload of scheduling_unit 3
+    std::ostringstream plain;
+    trial::run_trial(spec_in(dir.path() / "workloads", c, hparams()), {.output = &plain});
+    CHECK(plain.str().find("Epoch") == std::string::npos);
+    CHECK(plain.str().find("3/3 [==============================] - ") != std::string::npos);
   }
 
   TEST_CASE("run_trial keeps save_trial_latest and save_trial_best checkpoints") {

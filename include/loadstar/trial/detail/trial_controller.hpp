@@ -16,12 +16,15 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include <nlohmann/json.hpp>
 
 #include "loadstar/detail/json_state.hpp"
 #include "loadstar/error.hpp"
 #include "loadstar/keras/callbacks/backup_and_restore.hpp"
 #include "loadstar/keras/callbacks/callback.hpp"
+#include "loadstar/keras/callbacks/progbar_logger.hpp"
 #include "loadstar/keras/model.hpp"
 #include "loadstar/trial/callback.hpp"
 #include "loadstar/trial/checkpoint.hpp"
@@ -51,7 +54,8 @@ struct RunOptions {
   std::optional<Length> until = {};
   /// Determined's `--test`: train 1 batch, validate 1 batch, checkpoint.
   bool test = false;
-  /// Workload lines on standard output.
+  /// Keras's progress bar (one per epoch of `records_per_epoch`, else per training workload),
+  /// and a line per validation, checkpoint and resume.
   bool verbose = true;
   /// Where the workload lines go (default: `std::cout`).
   std::ostream* output = nullptr;
@@ -122,6 +126,7 @@ class TrialController {
     }
     for (const auto& cb : callbacks_)
       cb->on_train_begin({});
+    start_bar();
     TrialResult result;
     for (;;) {
       Workload w = sequencer_.next();
@@ -245,6 +250,7 @@ class TrialController {
     while (!list.empty() && list.back().uuid != record_->latest_checkpoint)
       list.pop_back();
     if (verbose()) {
+      end_bar_line();
       *out_ << owner() << ": resuming from checkpoint " << record_->latest_checkpoint << " at "
             << sequencer_.total_batches() << " batches\n";
     }
@@ -327,7 +333,15 @@ class TrialController {
       if (batches_per_epoch_ != 0 && want_epoch_begin_) {
         for (const auto& cb : callbacks_)
           cb->on_epoch_begin(epoch_, none);
+        if (bar_) bar_->on_epoch_begin(epoch_, none);
         want_epoch_begin_ = false;
+      }
+      if (bar_ && batches_per_epoch_ == 0 && i == 0) {
+        bar_->set_params({.verbose = 1,
+                          .epochs = 1,
+                          .steps = static_cast<std::size_t>(w.num_batches),
+                          .output = out_});
+        bar_->on_epoch_begin(0, none);
       }
       for (const auto& cb : callbacks_)
         cb->on_train_batch_begin(epoch_batches_, none);
@@ -339,11 +353,13 @@ class TrialController {
       }
       for (const auto& cb : callbacks_)
         cb->on_train_batch_end(epoch_batches_, logs);
+      if (bar_) bar_->on_train_batch_end(batches_per_epoch_ != 0 ? epoch_batches_ : i, logs);
       ++total;
       ++epoch_batches_;
       if (batches_per_epoch_ != 0 && epoch_batches_ == batches_per_epoch_) {
         for (const auto& cb : callbacks_)
           cb->on_epoch_end(epoch_, none);
+        if (bar_) bar_->on_epoch_end(epoch_, logs);
         ++epoch_;
         epoch_batches_ = 0;
         want_epoch_begin_ = true;
@@ -353,10 +369,9 @@ class TrialController {
     each_trial_callback([&](Callback& cb) { cb.on_train_workload_end(total, logs); });
     check_stop_training();
     metrics_.append(metrics_line("training", w.step_id, total, logs));
-    if (verbose()) {
-      *out_ << owner() << ": step " << w.step_id << ": trained " << w.num_batches
-            << " batches (total " << total << "):" << describe(logs) << "\n";
-    }
+    // Without epochs the bar shows each training workload; with them, each epoch (the bar's
+    // final line of an epoch stands for its workloads).
+    if (bar_ && batches_per_epoch_ == 0) bar_->on_epoch_end(0, logs);
   }
 
   // --- validation -----------------------------------------------------------------------------
@@ -385,6 +400,7 @@ class TrialController {
       write_trial_record(spec_.trial_dir, *record_);
     }
     if (verbose()) {
+      end_bar_line();
       *out_ << owner() << ": step " << w.step_id << ": validation at " << w.total_batches_processed
             << " batches:" << describe(logs) << "\n";
     }
@@ -475,6 +491,7 @@ class TrialController {
     write_trial_record(spec_.trial_dir, *record_);
     remove_unlisted();
     if (verbose()) {
+      end_bar_line();
       *out_ << owner() << ": checkpoint " << uuid << " at " << batches << " batches\n";
     }
   }
@@ -563,6 +580,32 @@ class TrialController {
 
   bool verbose() const { return options_.verbose && settings_.fit.verbose; }
 
+  /// Keras's progress bar for the training (verbose only): one bar per epoch of
+  /// `records_per_epoch` records ("Epoch 3/5"), or per training workload without it.
+  void start_bar() {
+    if (!verbose()) return;
+    bar_ = std::make_unique<keras::callbacks::ProgbarLogger>(1, *out_);
+    std::size_t epochs = 1;
+    std::optional<std::size_t> steps;
+    if (batches_per_epoch_ != 0) {
+      const std::uint64_t batches = sequencer_.operation_batches();
+      epochs = static_cast<std::size_t>((batches + batches_per_epoch_ - 1) / batches_per_epoch_);
+      steps = static_cast<std::size_t>(batches_per_epoch_);
+    }
+    bar_->set_model(model_);
+    bar_->set_params({.verbose = 1, .epochs = epochs, .steps = steps, .output = out_});
+    bar_->on_train_begin({});
+  }
+
+  /// Ends a progress bar line that a workload line would otherwise continue (mid-epoch, on a
+  /// terminal).
+  void end_bar_line() const {
+    if (bar_ && batches_per_epoch_ != 0 && epoch_batches_ != 0 && out_ == &std::cout &&
+        ::isatty(STDOUT_FILENO)) {
+      *out_ << "\n";
+    }
+  }
+
   const TrialSpec& spec_;
   const RunOptions& options_;
   TrialContext& context_;
@@ -585,6 +628,7 @@ class TrialController {
   std::uint64_t epoch_batches_ = 0;
   bool want_epoch_begin_ = true;
   std::vector<std::string> removed_;
+  std::unique_ptr<keras::callbacks::ProgbarLogger> bar_;
 };
 
 }  // namespace detail
