@@ -281,9 +281,9 @@ TEST_SUITE("keras") {
     CHECK_THROWS_WITH_AS(callbacks::BackupAndRestore(""), "backup and restore: backup_dir is empty",
                          ConfigError);
     CHECK_THROWS_WITH_AS(
-        callbacks::BackupAndRestoreOptions{.save_freq = 0},
+        (void)callbacks::BackupAndRestoreOptions{.save_freq = 0},
         "save_freq: expected \"epoch\" or a positive number of batches but found 0", ConfigError);
-    CHECK_THROWS_WITH_AS(callbacks::BackupAndRestoreOptions{.save_freq = "batch"},
+    CHECK_THROWS_WITH_AS((void)callbacks::BackupAndRestoreOptions{.save_freq = "batch"},
                          doctest::Contains("but found \"batch\""), ConfigError);
     const callbacks::BackupAndRestore backup("/tmp/b",
                                              {.save_freq = 7, .delete_checkpoint = false});
