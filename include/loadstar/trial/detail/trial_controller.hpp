@@ -170,6 +170,7 @@ class TrialController {
     record.state = done ? "COMPLETED" : "ACTIVE";
     apply_retention(done);
     write_trial_record(spec_.trial_dir, record);
+    remove_unlisted();  // the folders the final retention dropped, as after every checkpoint
 
     result.total_batches = sequencer_.total_batches();
     result.stop_requested = sequencer_.stop_requested();
