@@ -165,6 +165,24 @@ struct ExperimentConfig {
 
 /// The reading and writing of experiment configs (its own namespace, so that its helpers and
 /// its `json` alias stay clear of the other trial headers' `detail` code).
+/// `"batches"`, `"records"` or `"epochs"`.
+inline std::string to_string(Unit unit) {
+  switch (unit) {
+    case Unit::batches:
+      return "batches";
+    case Unit::records:
+      return "records";
+    case Unit::epochs:
+      return "epochs";
+  }
+  return "unknown";
+}
+
+/// `{"batches": 5}`: a length as Determined writes it.
+inline nlohmann::json length_to_json(const Length& length) {
+  return nlohmann::json{{to_string(length.unit), length.value}};
+}
+
 namespace detail::expconf {
 
 using json = nlohmann::json;
@@ -194,18 +212,6 @@ inline const std::vector<std::string>& ignored_optimizations_keys() {
   return keys;
 }
 
-inline std::string length_unit_key(Unit unit) {
-  switch (unit) {
-    case Unit::batches:
-      return "batches";
-    case Unit::records:
-      return "records";
-    case Unit::epochs:
-      return "epochs";
-  }
-  return "batches";
-}
-
 inline std::string checkpoint_policy_key(CheckpointPolicy policy) {
   switch (policy) {
     case CheckpointPolicy::best:
@@ -219,7 +225,7 @@ inline std::string checkpoint_policy_key(CheckpointPolicy policy) {
 }
 
 inline json length_config_json(const Length& length) {
-  return json{{length_unit_key(length.unit), length.value}};
+  return length_to_json(length);
 }
 
 /// The keys a searcher takes, by its name (Determined's per-searcher schemas refuse the others).

@@ -74,24 +74,6 @@ inline std::string to_string(const Workload& workload) {
          std::to_string(workload.step_id);
 }
 
-/// `"batches"`, `"records"` or `"epochs"`.
-inline std::string to_string(Unit unit) {
-  switch (unit) {
-    case Unit::batches:
-      return "batches";
-    case Unit::records:
-      return "records";
-    case Unit::epochs:
-      return "epochs";
-  }
-  return "unknown";
-}
-
-/// `{"batches": 5}`: a length as Determined writes it.
-inline nlohmann::json length_to_json(const Length& length) {
-  return nlohmann::json{{to_string(length.unit), length.value}};
-}
-
 /// Reads `{"batches": 5}` (or records, epochs); `CheckpointError` naming `owner` otherwise.
 inline Length length_from_json(const nlohmann::json& json, const std::string& owner) {
   if (!json.is_object() || json.size() != 1) {

@@ -22,18 +22,6 @@ namespace loadstar::trial::detail {
 inline constexpr const char* experiment_format = "loadstar-experiment";
 inline constexpr int experiment_format_version = 1;
 
-inline const char* length_unit_name(Unit unit) {
-  switch (unit) {
-    case Unit::batches:
-      return "batches";
-    case Unit::records:
-      return "records";
-    case Unit::epochs:
-      return "epochs";
-  }
-  return "batches";
-}
-
 inline std::optional<Unit> length_unit_from_name(const std::string& name) {
   if (name == "batches") return Unit::batches;
   if (name == "records") return Unit::records;
@@ -43,7 +31,7 @@ inline std::optional<Unit> length_unit_from_name(const std::string& name) {
 
 /// `{"epochs": 5}`.
 inline nlohmann::json pending_length_json(const Length& length) {
-  return nlohmann::json{{length_unit_name(length.unit), length.value}};
+  return length_to_json(length);
 }
 
 /// One trial as the experiment tracks it.
