@@ -60,6 +60,13 @@ class DeviceError : public Error {
   using Error::Error;
 };
 
+/// A collective that cannot go on: ranks that disagree (tensor counts, batch sizes, the model),
+/// a failing MPI call, or a rank that threw or died (the message names the rank).
+class DistributedError : public Error {
+ public:
+  using Error::Error;
+};
+
 /// A failure reported by the CUDA runtime or a CUDA library.
 class CudaError : public Error {
  public:

@@ -222,6 +222,23 @@ class Model {
     return *optimizer_;
   }
 
+  /// Replaces the optimizer `compile` set (with its iterations and slots, if any) by `optimizer`,
+  /// moved to the model's backend: how a runner wraps the optimizer of a compiled model (the
+  /// data-parallel `dist::DistributedOptimizer`). Throws `ConfigError` before `compile` or for a
+  /// null optimizer.
+  void set_optimizer(std::shared_ptr<Optimizer> optimizer) {
+    require_compiled("set_optimizer");
+    if (!optimizer)
+      throw ConfigError("model '" + name_ + "': set_optimizer: the optimizer is null");
+    optimizer->set_backend(backend_);
+    optimizer_ = std::move(optimizer);
+  }
+  /// The optimizer `compile` set, shared.
+  std::shared_ptr<Optimizer> optimizer_ptr() const {
+    require_compiled("optimizer");
+    return optimizer_;
+  }
+
   /// The backend the layers compute with.
   Backend& backend() {
     if (!backend_) backend_ = std::make_shared<CpuBackend>(options_.threads);
@@ -349,7 +366,9 @@ class Model {
   const {
     const AdapterOptions adapter{.max_queue_size = options.max_queue_size,
                                  .shuffle = options.shuffle,
-                                 .seed = shuffle_seed(options)};
+                                 .seed = shuffle_seed(options),
+                                 .rank = options.shard_rank,
+                                 .size = options.num_shards};
     std::unique_ptr<detail::BatchSource> source;
     with_workers(options.workers, [&]<std::size_t Workers>() {
       if (options.use_multiprocessing) {
@@ -399,7 +418,8 @@ class Model {
     require_compiled("evaluate");
     const std::size_t rows = rows_of(x, "x", "evaluate");
     detail::ArraySource<X, Y> source(x, y, options.sample_weight, rows,
-                                     std::min(options.batch_size, rows), false, 0, options.steps);
+                                     std::min(options.batch_size, rows), false, 0, options.steps,
+                                     options.shard_rank, options.num_shards);
     return detail::run_evaluate(*this, source, options);
   }
 
@@ -467,6 +487,17 @@ class Model {
   }
   const Logs& train_step(const BatchView& batch, const StepOptions& options = {}) {
     require_compiled("train_step");
+    if (batch.count == 0 && built()) {
+      // A rank of a data-parallel job with no rows in this step (the last batch of an epoch
+      // has fewer rows than there are ranks): zero gradients, so that the optimizer still
+      // takes part in the step, and nothing to measure.
+      place_weights();
+      for (auto* variable : trainable_)
+        backend().fill(variable->gradient, 0.0F);
+      optimizer_->apply_batch_gradients(trainable_, 0);
+      training_.fill(training_logs_, output_names_);
+      return training_logs_;
+    }
     prepare(batch, 0);
     const detail::ScopedFlushDenormal flush_denormal;
     load(batch, true, options.class_weight);
@@ -476,7 +507,7 @@ class Model {
     forward(true, seed);
     const double total = compute_losses(true);
     backward(seed);
-    optimizer_->apply_gradients(trainable_);
+    optimizer_->apply_batch_gradients(trainable_, rows_);
     update_metrics(training_, total);
     training_.fill(training_logs_, output_names_);
     return training_logs_;
@@ -732,7 +763,8 @@ class Model {
     const std::size_t rows =
         w ? ArraySequence(x, y, *w, batch_size).rows() : ArraySequence(x, y, batch_size).rows();
     return std::make_unique<detail::ArraySource<X, Y>>(
-        x, y, w, rows, batch_size, options.shuffle, shuffle_seed(options), options.steps_per_epoch);
+        x, y, w, rows, batch_size, options.shuffle, shuffle_seed(options), options.steps_per_epoch,
+        options.shard_rank, options.num_shards, true);
   }
 
   template <class F>

@@ -89,6 +89,13 @@ struct FitOptions {
   std::optional<std::uint64_t> seed = {};
   /// Where the progress bar and the callbacks write (default: `std::cout`).
   std::ostream* output = nullptr;
+  /// Data-parallel training: this rank and the number of ranks (Determined's `shard_rank` and
+  /// `num_shards`). Arrays are sharded by row: step `k` of every rank together covers the global
+  /// batch of `batch_size * num_shards` rows that one process would take at that batch size, and
+  /// every rank has the same steps per epoch. A `Sequence` is sharded by batch (rank `r` takes
+  /// batches `r, r + num_shards, ...` of the stream).
+  std::size_t shard_rank = 0;
+  std::size_t num_shards = 1;
 };
 
 /// The arguments of `evaluate`.
@@ -100,6 +107,10 @@ struct EvaluateOptions {
   std::vector<std::shared_ptr<callbacks::Callback>> callbacks = {};
   /// Where the progress bar and the callbacks write (default: `std::cout`).
   std::ostream* output = nullptr;
+  /// Arrays only: evaluate this rank's share of the rows (`stream[shard_rank::num_shards]`), so
+  /// that the ranks together see every row once (merge their metrics for the global result).
+  std::size_t shard_rank = 0;
+  std::size_t num_shards = 1;
 };
 
 /// The arguments of `predict`.

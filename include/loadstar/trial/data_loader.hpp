@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "loadstar/data/concepts.hpp"
@@ -27,7 +28,39 @@ struct LoaderSettings {
   std::size_t batch_size = 32;
   FitSettings fit = {};
   std::uint64_t seed = 0;
+  /// This rank and the trial's number of ranks: each reads its shard of every loader.
+  std::size_t rank = 0;
+  std::size_t size = 1;
 };
+
+namespace detail {
+
+/// Rank `rank`'s share of a `Sequence` for one validation pass: batches `rank, rank + size, ...`,
+/// so that the ranks together read every batch once (Determined's validation sharding).
+template <class S>
+struct StridedSequence {
+  S sequence;
+  std::size_t rank = 0;
+  std::size_t ranks = 1;
+  std::size_t size() const {
+    const std::size_t n = sequence.size();
+    return n > rank ? (n - rank + ranks - 1) / ranks : 0;
+  }
+  decltype(auto) operator[](std::size_t i) const { return sequence[rank + i * ranks]; }
+};
+
+/// A `Dataset` cannot be sharded by the runner: refuse it in a trial of several ranks.
+inline void require_one_rank(const LoaderSettings& s, std::string_view what) {
+  if (s.size > 1) {
+    throw ConfigError(std::string(what) + ": a Dataset loader is not sharded among the " +
+                      std::to_string(s.size) +
+                      " ranks of the trial; shard it in the trial (Dataset::shard or "
+                      "cache_train_dataset with the rank) and return arrays, a Sequence or a "
+                      "SequenceAdapter, which the runner shards itself");
+  }
+}
+
+}  // namespace detail
 
 /// A trial's data: `(x, y)` or `(x, y, sample_weights)` arrays (batched by the per-slot batch
 /// size, the last batch partial, as Determined's `_ArrayLikeAdapter`), a Keras `Sequence` (served
@@ -50,7 +83,11 @@ class DataLoader {
     validate_ = [data](keras::Model& model, const LoaderSettings& s,
                        std::optional<std::size_t> steps) {
       return model.evaluate(data->first, data->second,
-                            {.batch_size = s.batch_size, .verbose = 0, .steps = steps});
+                            {.batch_size = s.batch_size,
+                             .verbose = 0,
+                             .steps = steps,
+                             .shard_rank = s.rank,
+                             .num_shards = s.size});
     };
   }
 
@@ -70,9 +107,13 @@ class DataLoader {
     };
     validate_ = [data](keras::Model& model, const LoaderSettings& s,
                        std::optional<std::size_t> steps) {
-      return model.evaluate(
-          data->x, data->y,
-          {.batch_size = s.batch_size, .verbose = 0, .sample_weight = data->w, .steps = steps});
+      return model.evaluate(data->x, data->y,
+                            {.batch_size = s.batch_size,
+                             .verbose = 0,
+                             .sample_weight = data->w,
+                             .steps = steps,
+                             .shard_rank = s.rank,
+                             .num_shards = s.size});
     };
   }
 
@@ -84,8 +125,12 @@ class DataLoader {
     training_ = [data](keras::Model& model, const LoaderSettings& s) {
       return model.make_data_iterator(*data, fit_options(s));
     };
-    validate_ = [data](keras::Model& model, const LoaderSettings&,
+    validate_ = [data](keras::Model& model, const LoaderSettings& s,
                        std::optional<std::size_t> steps) {
+      if (s.size > 1) {
+        return model.evaluate(detail::StridedSequence<S>{*data, s.rank, s.size},
+                              {.verbose = 0, .steps = steps});
+      }
       return model.evaluate(*data, {.verbose = 0, .steps = steps});
     };
   }
@@ -99,11 +144,13 @@ class DataLoader {
   template <Dataset D>
   requires KerasBatch<element_t<D>> DataLoader(std::shared_ptr<D> dataset) : kind_("Dataset") {
     if (!dataset) throw ConfigError("data loader: the Dataset is null");
-    training_ = [dataset](keras::Model& model, const LoaderSettings&) {
+    training_ = [dataset](keras::Model& model, const LoaderSettings& s) {
+      detail::require_one_rank(s, "training data loader");
       return model.make_data_iterator(*dataset);
     };
-    validate_ = [dataset](keras::Model& model, const LoaderSettings&,
+    validate_ = [dataset](keras::Model& model, const LoaderSettings& s,
                           std::optional<std::size_t> steps) {
+      detail::require_one_rank(s, "validation data loader");
       dataset->reset();
       return model.evaluate(*dataset, {.verbose = 0, .steps = steps});
     };
@@ -127,8 +174,12 @@ class DataLoader {
       options.shuffle = adapter->options().shuffle;
       return model.make_data_iterator(S(adapter->sequence()), options);
     };
-    validate_ = [adapter](keras::Model& model, const LoaderSettings&,
+    validate_ = [adapter](keras::Model& model, const LoaderSettings& s,
                           std::optional<std::size_t> steps) {
+      if (s.size > 1) {
+        return model.evaluate(detail::StridedSequence<S>{S(adapter->sequence()), s.rank, s.size},
+                              {.verbose = 0, .steps = steps});
+      }
       return model.evaluate(S(adapter->sequence()), {.verbose = 0, .steps = steps});
     };
   }
@@ -163,6 +214,8 @@ class DataLoader {
     options.workers = s.fit.workers;
     options.use_multiprocessing = s.fit.use_multiprocessing;
     options.max_queue_size = s.fit.max_queue_size;
+    options.shard_rank = s.rank;
+    options.num_shards = s.size;
     return options;
   }
 

@@ -21,16 +21,20 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <exception>
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <optional>
 #include <ostream>
 #include <random>
 #include <string>
+#include <string_view>
+#include <thread>
 #include <type_traits>
 #include <utility>
 #include <variant>
@@ -225,7 +229,16 @@ class ExperimentLoop {
     }
     std::uint64_t concurrency = searcher_->max_concurrent_trials();
     if (concurrency == 0) concurrency = 1;
-    in_process_ = options_.in_process && concurrency == 1;
+    in_process_ = options_.in_process && concurrency == 1 && config_.slots_per_trial == 1;
+#if !defined(LOADSTAR_WITH_MPI)
+    if (config_.slots_per_trial > 1) {
+      throw ConfigError("experiment '" + dir_.string() + "': resources.slots_per_trial is " +
+                        std::to_string(config_.slots_per_trial) +
+                        " but this trainer was built without MPI; build it with the "
+                        "loadstar-mpi dependency (which defines LOADSTAR_WITH_MPI) to run a "
+                        "trial on several ranks");
+    }
+#endif
     while (true) {
       start_trials(concurrency);
       if (running_.empty() && finished_.empty()) break;
@@ -332,16 +345,45 @@ class ExperimentLoop {
     }
     std::filesystem::path executable = options_.executable;
     if (executable.empty()) executable = std::filesystem::read_symlink("/proc/self/exe");
-    std::vector<std::string> arguments = {executable.string(),
-                                          "trial",
-                                          "run",
-                                          std::filesystem::absolute(dir_).string(),
-                                          std::to_string(trial.id),
-                                          "--until",
-                                          pending_length_json(until).dump()};
+    std::vector<std::string> arguments = mpirun_prefix();
+    arguments.insert(arguments.end(),
+                     {executable.string(), "trial", "run", std::filesystem::absolute(dir_).string(),
+                      std::to_string(trial.id), "--until", pending_length_json(until).dump()});
     if (record_.test) arguments.push_back("--test");
     const ::pid_t pid = spawn_logged(std::move(arguments), folder / "output.log");
     running_[pid] = trial.id;
+  }
+
+  /// `mpirun -np N ...` before the trial's command when `slots_per_trial` is N > 1 (one rank per
+  /// slot, on this machine; `LOADSTAR_MPIRUN` names another launcher), else nothing.
+  std::vector<std::string> mpirun_prefix() const {
+    const std::uint64_t slots = config_.slots_per_trial;
+    if (slots <= 1) return {};
+    std::string launcher;
+    if (const char* named = std::getenv("LOADSTAR_MPIRUN"); named && *named) {
+      launcher = named;
+    } else if (const char* path = std::getenv("PATH")) {
+      std::string_view rest(path);
+      while (launcher.empty()) {
+        const auto colon = rest.find(':');
+        const auto candidate = std::filesystem::path(std::string(rest.substr(0, colon))) / "mpirun";
+        if (::access(candidate.c_str(), X_OK) == 0) launcher = candidate.string();
+        if (colon == std::string_view::npos) break;
+        rest.remove_prefix(colon + 1);
+      }
+    }
+    if (launcher.empty()) {
+      throw ConfigError("experiment '" + dir_.string() + "': resources.slots_per_trial is " +
+                        std::to_string(slots) +
+                        " but no mpirun was found on PATH (install openmpi-bin, or name the "
+                        "launcher in LOADSTAR_MPIRUN)");
+    }
+    std::vector<std::string> prefix = {launcher, "-np", std::to_string(slots), "--bind-to", "none"};
+    if (::geteuid() == 0) prefix.emplace_back("--allow-run-as-root");
+    if (slots > std::max(1U, std::thread::hardware_concurrency())) {
+      prefix.emplace_back("--oversubscribe");
+    }
+    return prefix;
   }
 
   std::pair<std::uint64_t, TrialOutcome> wait_one() {
@@ -663,8 +705,11 @@ inline void list_experiments(const std::filesystem::path& root, std::ostream& ou
 /// The hidden `trial run DIR ID --until LENGTH` command: runs trial `trial_id` of the experiment
 /// in `dir` until `until` and writes its outcome to `trials/<id>/result.json` (also when it
 /// fails, with the error). Returns the process's exit status.
+/// With `ranks` of several processes (under `mpirun`), every rank runs the trial's share and rank
+/// 0 writes `result.json`.
 inline int run_trial_of_experiment(const std::filesystem::path& dir, std::uint64_t trial_id,
-                                   const Length& until, bool test, bool verbose = true) {
+                                   const Length& until, bool test, bool verbose = true,
+                                   std::shared_ptr<dist::Collective> ranks = nullptr) {
   const auto folder = detail::trial_dir(dir, trial_id);
   nlohmann::json result;
   int status = 0;
@@ -682,13 +727,15 @@ inline int run_trial_of_experiment(const std::filesystem::path& dir, std::uint64
     run.until = until;
     run.test = test;
     run.verbose = verbose;
-    result =
-        detail::result_to_json(run_trial(detail::trial_spec(dir, record, config, *trial), run));
+    TrialSpec spec = detail::trial_spec(dir, record, config, *trial);
+    spec.collective = ranks;
+    result = detail::result_to_json(run_trial(spec, run));
   } catch (const std::exception& error) {
     result = {{"ok", false}, {"error", error.what()}};
     std::cerr << "trial " << trial_id << ": " << error.what() << std::endl;
     status = 1;
   }
+  if (ranks && ranks->rank() != 0) return status;
   std::filesystem::create_directories(folder);
   keras::detail::write_atomically(folder / "result.json", result.dump(2) + "\n");
   return status;

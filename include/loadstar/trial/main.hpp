@@ -20,6 +20,7 @@
 #include <exception>
 #include <filesystem>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -32,6 +33,9 @@
 #include <nlohmann/json.hpp>
 
 #include "loadstar/error.hpp"
+#if defined(LOADSTAR_WITH_MPI)
+#include "loadstar/dist/mpi.hpp"
+#endif
 #include "loadstar/trial/detail/experiment_record.hpp"
 #include "loadstar/trial/experiment.hpp"
 
@@ -167,8 +171,13 @@ inline int main(int argc, char** argv) {
       return 0;
     }
     if (run->parsed()) {
+      std::shared_ptr<dist::Collective> ranks;
+#if defined(LOADSTAR_WITH_MPI)
+      // Started by mpirun (a trial of several slots): join the job.
+      if (dist::started_by_mpirun()) ranks = dist::mpi_world(&argc, &argv);
+#endif
       return run_trial_of_experiment(run_dir, trial_id, detail::parse_length_argument(until),
-                                     run_test);
+                                     run_test, true, ranks);
     }
   } catch (const std::exception& error) {
     std::cout.flush();

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -14,6 +15,8 @@
 #include <nlohmann/json.hpp>
 
 #include "loadstar/data/class_weight.hpp"
+#include "loadstar/dist/collective.hpp"
+#include "loadstar/dist/distributed_optimizer.hpp"
 #include "loadstar/error.hpp"
 #include "loadstar/keras/model.hpp"
 #include "loadstar/trial/experiment_config.hpp"
@@ -53,14 +56,22 @@ struct FitSettings {
   std::size_t validation_freq = 1;
 };
 
-/// `context.distributed`: one process for now (rank 0 of 1), until the MPI issue.
+/// `context.distributed`: where this process stands in a data-parallel trial (Determined's
+/// `DistributedContext`): its rank among the trial's ranks, their number, its rank on its machine
+/// and its machine's index. One process is rank 0 of 1.
 struct DistributedContext {
   int rank = 0;
   int size = 1;
   int local_rank = 0;
+  int local_size = 1;
+  int cross_rank = 0;
   int get_rank() const noexcept { return rank; }
   int get_size() const noexcept { return size; }
   int get_local_rank() const noexcept { return local_rank; }
+  int get_local_size() const noexcept { return local_size; }
+  int get_cross_rank() const noexcept { return cross_rank; }
+  /// Rank 0: the rank that writes checkpoints, metrics and the progress bar.
+  bool is_chief() const noexcept { return rank == 0; }
 };
 
 /// `context.experimental`: Determined's data layer decorators. Here a cached dataset is the
@@ -88,15 +99,22 @@ class ExperimentalContext {
 /// \endcode
 class TrialContext {
  public:
-  /// A context for one trial; throws `ConfigError` when `hparams` has no `global_batch_size` (an
-  /// integer at least 1) or it is not divisible among `slots_per_trial`.
+  /// A context for one trial on the ranks of `collective` (null: one process); throws
+  /// `ConfigError` when `hparams` has no `global_batch_size` (an integer at least 1) or it is
+  /// less than the number of ranks. Each rank's batch is `global_batch_size / ranks` (Determined's
+  /// per-slot batch size).
   TrialContext(ExperimentConfig config, nlohmann::json hparams, std::uint64_t trial_id = 1,
-               std::uint32_t trial_seed = 0, std::uint64_t experiment_id = 1)
+               std::uint32_t trial_seed = 0, std::uint64_t experiment_id = 1,
+               std::shared_ptr<dist::Collective> collective = nullptr)
       : config_(std::move(config)),
         hparams_(std::move(hparams)),
         trial_id_(trial_id),
         experiment_id_(experiment_id),
-        trial_seed_(trial_seed) {
+        trial_seed_(trial_seed),
+        collective_(collective ? std::move(collective)
+                               : std::make_shared<dist::LocalCollective>()) {
+    distributed = {collective_->rank(), collective_->size(), collective_->local_rank(),
+                   collective_->local_size(), collective_->cross_rank()};
     if (!hparams_.is_object()) {
       throw ConfigError("trial " + std::to_string(trial_id_) +
                         ": expected the hyperparameters as an object but found " + hparams_.dump());
@@ -109,11 +127,11 @@ class TrialContext {
           (found == hparams_.end() ? std::string("is missing") : "is " + found->dump()));
     }
     global_batch_size_ = found->get<std::uint64_t>();
-    const std::uint64_t slots = std::max<std::uint64_t>(config_.slots_per_trial, 1);
+    const auto slots = static_cast<std::uint64_t>(distributed.size);
     if (global_batch_size_ < slots) {
       throw ConfigError("trial " + std::to_string(trial_id_) + ": global_batch_size " +
-                        std::to_string(global_batch_size_) + " is less than slots_per_trial " +
-                        std::to_string(slots));
+                        std::to_string(global_batch_size_) + " is less than the " +
+                        std::to_string(slots) + " ranks of the trial");
     }
     per_slot_batch_size_ = global_batch_size_ / slots;
   }
@@ -146,6 +164,23 @@ class TrialContext {
   }
   /// The model `wrap_model` recorded (null before).
   keras::Model* model() const noexcept { return model_; }
+
+  /// Determined's `wrap_optimizer`: with several ranks, `optimizer` wrapped in a
+  /// `dist::DistributedOptimizer` (with `optimizations.aggregation_frequency`); with one, the
+  /// optimizer itself. The runner wraps the compiled model's optimizer itself when the trial did
+  /// not.
+  std::shared_ptr<keras::Optimizer> wrap_optimizer(std::shared_ptr<keras::Optimizer> optimizer) {
+    if (distributed.size == 1 || dynamic_cast<dist::DistributedOptimizer*>(optimizer.get())) {
+      return optimizer;
+    }
+    return std::make_shared<dist::DistributedOptimizer>(
+        std::move(optimizer), collective_,
+        dist::DistributedOptions{.aggregation_frequency =
+                                     static_cast<std::size_t>(config_.aggregation_frequency)});
+  }
+
+  /// The collectives between the trial's ranks (a one-process collective without MPI).
+  const std::shared_ptr<dist::Collective>& collective() const noexcept { return collective_; }
 
   /// Returns `dataset` (one process: nothing to shard).
   template <class D>
@@ -185,6 +220,7 @@ class TrialContext {
   std::uint64_t trial_id_;
   std::uint64_t experiment_id_;
   std::uint32_t trial_seed_;
+  std::shared_ptr<dist::Collective> collective_;
   std::uint64_t global_batch_size_ = 1;
   std::uint64_t per_slot_batch_size_ = 1;
   keras::Model* model_ = nullptr;

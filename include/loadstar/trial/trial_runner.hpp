@@ -45,7 +45,7 @@ inline TrialJson start_record(const TrialSpec& spec) {
 inline TrialResult run_attempt(const TrialSpec& spec, const RunOptions& options,
                                TrialJson& record) {
   TrialContext context(spec.config, spec.hparams, spec.trial_id, spec.trial_seed,
-                       spec.experiment_id);
+                       spec.experiment_id, spec.collective);
   // Determined seeds every generator with the trial seed before the trial is built
   // (`_set_random_seeds`), so the initial weights, shuffling and dropout follow from it.
   keras::set_random_seed(spec.trial_seed);
@@ -58,6 +58,10 @@ inline TrialResult run_attempt(const TrialSpec& spec, const RunOptions& options,
                       "'): build_model returned no model");
   }
   context.wrap_model(*model);
+  if (context.distributed.size > 1) {
+    // Horovod's DistributedOptimizer around the trial's own, unless it wrapped it already.
+    model->set_optimizer(context.wrap_optimizer(model->optimizer_ptr()));
+  }
   auto callbacks = trial->keras_callbacks();
   TrialController controller(spec, options, context, *model, training, validation,
                              std::move(callbacks));
@@ -75,6 +79,13 @@ inline TrialResult run_attempt(const TrialSpec& spec, const RunOptions& options,
 /// `checkpoint_dir/<uuid>/` and keeps `trial.json` up to date. When the trial throws, it is
 /// restarted in-process from its latest checkpoint up to `max_restarts` times (counted in
 /// `trial.json` across processes), then the error is rethrown with the trial in state `ERROR`.
+///
+/// With `spec.collective` of several ranks (every rank calls `run_trial` with the same spec), the
+/// trial is data-parallel: each rank trains on its shard at `global_batch_size / ranks`, the
+/// gradients are combined by a `dist::DistributedOptimizer`, validation merges every rank's
+/// metrics, and rank 0 alone writes files and prints. A rank that throws ends the job on every
+/// rank (`Collective::abort`, naming the rank and the error) after rank 0 has recorded the
+/// error; the experiment restarts the whole job from the latest checkpoint.
 /// \code
 /// auto result = trial::run_trial({.config = config, .hparams = {{"global_batch_size", 32}},
 ///                                 .trial_dir = "trial", .checkpoint_dir = "checkpoints"});
@@ -87,6 +98,23 @@ inline TrialResult run_trial(const TrialSpec& given, const RunOptions& options =
                       ": trial_dir and checkpoint_dir must be given");
   }
   detail::TrialJson record = detail::start_record(spec);
+  if (spec.collective && spec.collective->size() > 1) {
+    dist::Collective& ranks = *spec.collective;
+    try {
+      return detail::run_attempt(spec, options, record);
+    } catch (const std::exception& e) {
+      const std::string message =
+          ranks.describe() + ": trial " + std::to_string(spec.trial_id) + ": " + e.what();
+      record.state = "ERROR";
+      record.error = message;
+      try {
+        detail::write_trial_record(spec.trial_dir, record);
+      } catch (const std::exception&) {
+        // The original error matters more.
+      }
+      ranks.abort(message);
+    }
+  }
   for (;;) {
     try {
       return detail::run_attempt(spec, options, record);

@@ -40,6 +40,7 @@
 #include "loadstar/data/detail/adapter_common.hpp"
 #include "loadstar/data/sampler.hpp"
 #include "loadstar/data/serialize.hpp"
+#include "loadstar/detail/fork_guard.hpp"
 #include "loadstar/error.hpp"
 #include "loadstar/tensor/detail/storage_cache.hpp"
 
@@ -486,6 +487,7 @@ class ProcessBackend {
   }
 
   void spawn(std::size_t index) {
+    loadstar::detail::require_fork_allowed("sequence adapter");
     int fds[2];
     if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) {
       throw WorkerError(std::string("sequence adapter: cannot create a socket pair: ") +

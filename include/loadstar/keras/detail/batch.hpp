@@ -167,23 +167,34 @@ struct NoTargets {};
 /// row order comes from a `Sampler` over the rows, as every other loader's order does, so arrays
 /// are sharded by rank the same way (rank `r` of `size` takes rows `stream[r::size]`) and a
 /// mid-epoch state is one sampler position.
+///
+/// Sharded (`size > 1`), step `k` of an epoch on every rank together covers rows `[kG, (k+1)G)`
+/// of the epoch's order, `G = batch_size * size` (the global batch): the same rows one process
+/// takes at batch `G`. With `aligned` (training), every rank has the same number of steps per
+/// epoch, and a rank with no rows left in the epoch's last global batch gets an empty batch
+/// (its step contributes nothing). The state is `(epoch, step)` and `G`, so a state saved with
+/// any number of ranks resumes with any other that keeps `G`.
 template <ArrayLike X, class Y>
 class ArraySource final : public BatchSource {
  public:
   ArraySource(X x, Y y, std::optional<Tensor<float>> w, std::size_t rows, std::size_t batch_size,
               bool shuffle, std::uint64_t seed, std::optional<std::size_t> max_steps = {},
-              std::size_t rank = 0, std::size_t size = 1)
+              std::size_t rank = 0, std::size_t size = 1, bool aligned = false)
       : x_(std::move(x)),
         y_(std::move(y)),
         w_(std::move(w)),
         batch_size_(batch_size),
+        size_(size),
+        aligned_(aligned && size > 1),
         contiguous_(!shuffle && size == 1),
         sampler_(rows, {.shuffle = shuffle, .seed = seed, .rank = rank, .size = size}),
         order_(contiguous_ ? 0 : batch_size) {
     collect(x_, batch_.x_kind, batch_.x);
     if constexpr (!std::is_same_v<Y, NoTargets>) collect(y_, batch_.y_kind, batch_.y);
     if (w_) batch_.w = view_of(*w_);
-    const std::uint64_t rows_per_rank = sampler_.pass_length();
+    // Rank 0 has the most rows of an epoch, ceil(rows / size): its steps are the global steps.
+    const std::uint64_t rows_per_rank =
+        aligned_ ? (rows + size - 1) / size : sampler_.pass_length();
     steps_ = static_cast<std::size_t>((rows_per_rank + batch_size_ - 1) / batch_size_);
     if (max_steps) steps_ = std::min(steps_, *max_steps);
   }
@@ -211,7 +222,7 @@ class ArraySource final : public BatchSource {
       ++count;
       if (ticket->last_in_epoch) break;
     }
-    if (count == 0) return nullptr;
+    if (count == 0 && !aligned_) return nullptr;
     ++step_;
     batch_.count = count;
     if (contiguous_) {
@@ -224,9 +235,31 @@ class ArraySource final : public BatchSource {
 
  protected:
   std::string kind() const override { return "array source"; }
-  nlohmann::json own_state() const override { return {{"sampler", sampler_.state_at(position_)}}; }
+  nlohmann::json own_state() const override {
+    return {{"sampler", sampler_.state_at(position_)}, {"global_batch", batch_size_ * size_}};
+  }
   void restore_own(const nlohmann::json& state) override {
-    position_ = sampler_.position_of(state.at("sampler").get<SamplerState>());
+    const auto saved = state.at("sampler").get<SamplerState>();
+    if (!state.contains("global_batch")) {
+      position_ = sampler_.position_of(saved);
+      return;
+    }
+    const loadstar::detail::StateReader read(kind(), state);
+    const auto global = read.get<std::uint64_t>("global_batch");
+    if (global != batch_size_ * size_) {
+      throw CheckpointError(
+          "array source: the state was saved with a global batch of " + std::to_string(global) +
+          " rows but this source has " + std::to_string(batch_size_ * size_) + " (" +
+          std::to_string(batch_size_) + " rows on each of " + std::to_string(size_) +
+          " ranks); a resume with another number of ranks needs the same global batch");
+    }
+    // The seed and length must match; the stride may differ (another number of ranks).
+    if (saved.length != sampler_.length() || saved.seed != sampler_.options().seed) {
+      static_cast<void>(sampler_.position_of(saved));  // throws, naming what differs
+    }
+    const auto epoch = read.get<std::uint64_t>("epoch");
+    const auto step = read.get<std::uint64_t>("step");
+    position_ = sampler_.first_position_of_epoch(epoch) + step * batch_size_;
   }
 
  private:
@@ -234,6 +267,8 @@ class ArraySource final : public BatchSource {
   Y y_;
   std::optional<Tensor<float>> w_;
   std::size_t batch_size_;
+  std::size_t size_;
+  bool aligned_;
   bool contiguous_;
   Sampler sampler_;
   std::vector<std::size_t> order_;

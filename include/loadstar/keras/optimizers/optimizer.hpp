@@ -2,6 +2,7 @@
 /// `Optimizer`: the base of Keras's optimizers, with learning-rate schedules and clipping.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -39,6 +40,15 @@ class Optimizer {
   /// One update of `variables` from their gradients (non-trainable ones are skipped).
   virtual void apply_gradients(std::span<Variable*> variables) = 0;
 
+  /// What a training step calls: `apply_gradients` for gradients of the mean loss over a batch
+  /// of `rows` rows. An optimizer that combines the gradients of several batches (the
+  /// data-parallel `dist::DistributedOptimizer`) weights each by its rows; a batch of 0 rows
+  /// (a rank with nothing left in the last batch of an epoch) carries zero gradients.
+  virtual void apply_batch_gradients(std::span<Variable*> variables, std::size_t rows) {
+    static_cast<void>(rows);
+    apply_gradients(variables);
+  }
+
   /// The learning rate the next step will use.
   virtual double learning_rate() const = 0;
   /// Sets a constant learning rate (what `ReduceLROnPlateau` and `LearningRateScheduler` do).
@@ -50,7 +60,7 @@ class Optimizer {
 
   /// The number of steps taken.
   std::int64_t iterations() const noexcept { return iterations_; }
-  void set_iterations(std::int64_t iterations) noexcept { iterations_ = iterations; }
+  virtual void set_iterations(std::int64_t iterations) noexcept { iterations_ = iterations; }
 
   /// The slot variables, in creation order, for checkpoints.
   virtual std::span<Variable> variables() noexcept = 0;

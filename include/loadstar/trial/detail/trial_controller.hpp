@@ -21,6 +21,8 @@
 #include <nlohmann/json.hpp>
 
 #include "loadstar/detail/json_state.hpp"
+#include "loadstar/dist/collective.hpp"
+#include "loadstar/dist/state.hpp"
 #include "loadstar/error.hpp"
 #include "loadstar/keras/callbacks/backup_and_restore.hpp"
 #include "loadstar/keras/callbacks/callback.hpp"
@@ -46,6 +48,9 @@ struct TrialSpec {
   std::filesystem::path trial_dir = {};
   /// Checkpoints go to `checkpoint_dir/<uuid>/`.
   std::filesystem::path checkpoint_dir = {};
+  /// The ranks of a data-parallel trial (`dist::mpi_world()` under `mpirun`); null: one process.
+  /// Every rank runs the same spec; rank 0 writes the files.
+  std::shared_ptr<dist::Collective> collective = nullptr;
 };
 
 /// How far and how loudly to run.
@@ -92,8 +97,12 @@ class TrialController {
         model_(model),
         validation_(validation),
         callbacks_(std::move(callbacks)),
+        collective_(*context.collective()),
+        chief_(context.distributed.is_chief()),
         settings_{static_cast<std::size_t>(context.get_per_slot_batch_size()),
-                  context.fit_settings(), context.get_trial_seed()},
+                  context.fit_settings(), context.get_trial_seed(),
+                  static_cast<std::size_t>(context.distributed.rank),
+                  static_cast<std::size_t>(context.distributed.size)},
         data_(training.training(
             model, settings_, "trial " + std::to_string(spec.trial_id) + ": training data loader")),
         sequencer_(sequencer_options(config_, context.get_global_batch_size())),
@@ -118,7 +127,12 @@ class TrialController {
   TrialResult run(TrialJson& record) {
     record_ = &record;
     resume();
-    remove_orphans();
+    if (distributed()) {
+      // Every rank starts from rank 0's weights and optimizer state (after a resume they are
+      // the same already; before the first step the initial weights may differ).
+      dist::broadcast_state(model_, collective_);
+    }
+    if (chief_) remove_orphans();
     sequencer_.set_operation(options_.until ? *options_.until : config_.searcher.max_length);
     for (const auto& cb : callbacks_) {
       cb->set_model(model_);
@@ -156,6 +170,7 @@ class TrialController {
         case WorkloadKind::terminate:
           break;
       }
+      if (distributed()) agree_on_stop();
       if (context_.get_stop_requested() && !sequencer_.stop_requested()) {
         sequencer_.request_stop();
       }
@@ -169,7 +184,7 @@ class TrialController {
     const bool done = sequencer_.stop_requested() || sequencer_.total_batches() >= max_batches;
     record.state = done ? "COMPLETED" : "ACTIVE";
     apply_retention(done);
-    write_trial_record(spec_.trial_dir, record);
+    if (chief_) write_trial_record(spec_.trial_dir, record);
     remove_unlisted();  // the folders the final retention dropped, as after every checkpoint
 
     result.total_batches = sequencer_.total_batches();
@@ -183,6 +198,17 @@ class TrialController {
  private:
   std::string owner() const { return "trial " + std::to_string(spec_.trial_id); }
 
+  bool distributed() const noexcept { return collective_.size() > 1; }
+
+  /// A stop requested on any rank (a callback's `stop_training`) stops every rank, so that the
+  /// ranks run the same workloads.
+  void agree_on_stop() {
+    const auto flags = collective_.allgather(context_.get_stop_requested() ? 1 : 0);
+    if (std::any_of(flags.begin(), flags.end(), [](std::uint64_t f) { return f != 0; })) {
+      context_.set_stop_requested(true);
+    }
+  }
+
   // --- resume ---------------------------------------------------------------------------------
 
   /// Determined's restore order (trial-runner.md §3): weights and optimizer, the random state,
@@ -190,7 +216,7 @@ class TrialController {
   /// dropped, to be produced again.
   void resume() {
     if (record_->latest_checkpoint.empty()) {
-      metrics_.keep(0);
+      if (chief_) metrics_.keep(0);
       return;
     }
     const auto path = spec_.checkpoint_dir / record_->latest_checkpoint;
@@ -237,9 +263,18 @@ class TrialController {
       epoch_batches_ = read.get<std::uint64_t>("epoch_batches");
       want_epoch_begin_ = read.get<bool>("want_epoch_begin");
       data_epoch_ = read.get<std::size_t>("data_epoch");
-      data_.restore(read.get<nlohmann::json>("data"));
+      // Each rank's own position when the checkpoint has one per rank of this trial's ranks;
+      // otherwise (one process, or another number of ranks) rank 0's, which array loaders
+      // translate to any number of ranks that keeps the global batch.
+      const auto ranks = state.find("data_ranks");
+      if (ranks != state.end() && ranks->is_array() &&
+          ranks->size() == static_cast<std::size_t>(collective_.size())) {
+        data_.restore(ranks->at(static_cast<std::size_t>(collective_.rank())));
+      } else {
+        data_.restore(read.get<nlohmann::json>("data"));
+      }
       data_started_ = false;  // start_epoch continues the restored epoch
-      metrics_.keep(read.get<std::uint64_t>("metrics_lines"));
+      if (chief_) metrics_.keep(read.get<std::uint64_t>("metrics_lines"));
     } catch (const CheckpointError&) {
       throw;
     } catch (const Error& e) {
@@ -367,9 +402,13 @@ class TrialController {
         check_stop_training();
       }
     }
+    if (distributed() && config_.average_training_metrics) {
+      // The exact metrics of every rank's rows together (Determined averages per-rank means).
+      logs = dist::merged_logs(model_, model_.training_metrics(), collective_);
+    }
     each_trial_callback([&](Callback& cb) { cb.on_train_workload_end(total, logs); });
     check_stop_training();
-    metrics_.append(metrics_line("training", w.step_id, total, logs));
+    if (chief_) metrics_.append(metrics_line("training", w.step_id, total, logs));
     // Without epochs the bar shows each training workload; with them, each epoch (the bar's
     // final line of an epoch stands for its workloads).
     if (bar_ && batches_per_epoch_ == 0) bar_->on_epoch_end(0, logs);
@@ -382,8 +421,13 @@ class TrialController {
       cb->on_test_begin({});
     const std::optional<std::size_t> steps =
         options_.test ? std::optional<std::size_t>(1) : settings_.fit.validation_steps;
-    const keras::Logs raw =
+    keras::Logs raw =
         validation_.validate(model_, settings_, steps, owner() + ": validation data loader");
+    if (distributed()) {
+      // Every rank read its share: the global metrics from the merged sums and counts, the same
+      // on every rank (so that every rank's sequencer decides alike).
+      raw = dist::merged_logs(model_, model_.evaluation_metrics(), collective_);
+    }
     keras::Logs logs;
     for (const auto& [name, value] : raw)
       logs.set("val_" + name, value);
@@ -392,13 +436,15 @@ class TrialController {
     check_stop_training();
     const double metric = searcher_metric(logs);
     last_validation_ = {w.total_batches_processed, metric};
-    metrics_.append(metrics_line("validation", w.step_id, w.total_batches_processed, logs));
+    if (chief_) {
+      metrics_.append(metrics_line("validation", w.step_id, w.total_batches_processed, logs));
+    }
     // A checkpoint taken at these batches (an operation's end checkpoints, then validates).
     if (!record_->checkpoints.empty() &&
         record_->checkpoints.back().batches == w.total_batches_processed &&
         !record_->checkpoints.back().validation) {
       record_->checkpoints.back().validation = metric;
-      write_trial_record(spec_.trial_dir, *record_);
+      if (chief_) write_trial_record(spec_.trial_dir, *record_);
     }
     if (verbose()) {
       end_bar_line();
@@ -441,7 +487,8 @@ class TrialController {
 
   void checkpoint(const Workload& w) {
     const std::uint64_t batches = w.total_batches_processed;
-    const std::string uuid = new_checkpoint_uuid();
+    std::string uuid = new_checkpoint_uuid();
+    if (distributed()) collective_.broadcast_bytes(uuid);  // rank 0's name, on every rank
     const auto u = units(batches);
     nlohmann::json metadata = {{"format", checkpoint_format},
                                {"framework", "loadstar"},
@@ -477,7 +524,16 @@ class TrialController {
         {"data_epoch", data_epoch_},
         {"data", data_.state()},
         {"metrics_lines", metrics_.lines()}};
-    const auto path = write_checkpoint(spec_.checkpoint_dir, uuid, model_, metadata, state);
+    nlohmann::json full = state;
+    if (distributed()) {
+      nlohmann::json ranks = nlohmann::json::array();
+      for (const auto& text : collective_.allgather_strings(data_.state().dump()))
+        ranks.push_back(nlohmann::json::parse(text));
+      full["data_ranks"] = std::move(ranks);
+    }
+    // Rank 0 writes; the others name the same folder.
+    const auto path = chief_ ? write_checkpoint(spec_.checkpoint_dir, uuid, model_, metadata, full)
+                             : spec_.checkpoint_dir / uuid;
     each_trial_callback([&](Callback& cb) { cb.on_checkpoint_end(path.string()); });
     sequencer_.complete(w);
 
@@ -489,7 +545,7 @@ class TrialController {
     record_->latest_checkpoint = uuid;
     record_->total_batches = batches;
     apply_retention(false);
-    write_trial_record(spec_.trial_dir, *record_);
+    if (chief_) write_trial_record(spec_.trial_dir, *record_);
     remove_unlisted();
     if (verbose()) {
       end_bar_line();
@@ -548,6 +604,7 @@ class TrialController {
   /// Removes the folders of checkpoints the record no longer lists (after the record is written,
   /// so that a kill in between leaves the record's checkpoints in place).
   void remove_unlisted() {
+    if (!chief_) removed_.clear();
     for (const auto& uuid : removed_) {
       std::error_code ignored;
       std::filesystem::remove_all(spec_.checkpoint_dir / uuid, ignored);
@@ -579,7 +636,8 @@ class TrialController {
     return text.str();
   }
 
-  bool verbose() const { return options_.verbose && settings_.fit.verbose; }
+  /// Rank 0 alone prints.
+  bool verbose() const { return chief_ && options_.verbose && settings_.fit.verbose; }
 
   /// Keras's progress bar for the training (verbose only): one bar per epoch of
   /// `records_per_epoch` records ("Epoch 3/5"), or per training workload without it.
@@ -614,6 +672,8 @@ class TrialController {
   keras::Model& model_;
   const DataLoader& validation_;
   std::vector<std::shared_ptr<keras::callbacks::Callback>> callbacks_;
+  dist::Collective& collective_;
+  bool chief_ = true;
   LoaderSettings settings_;
   keras::DataIterator data_;
   std::size_t data_epoch_ = 0;

@@ -1,0 +1,113 @@
+// A data-parallel job that the driver (test_dist_jobs.cpp) starts under mpirun:
+//   dist_child stream STEPS STATE_IN STATE_OUT LOG   trains STEPS global steps of the sample-id
+//       stream from STATE_IN (if it exists), appends each global step's sample ids to LOG and
+//       writes the position to STATE_OUT (rank 0);
+//   dist_child throw|die FAILING_RANK                trains until step 3, where that rank throws
+//       (and the job aborts naming it) or exits without a word.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <loadstar/dist.hpp>
+#include <loadstar/dist/mpi.hpp>
+#include <loadstar/keras.hpp>
+#include <nlohmann/json.hpp>
+
+#include "dist/sample_stream.hpp"
+
+using namespace loadstar;
+using namespace loadstar::keras;
+
+namespace {
+
+int stream(dist::Collective& world, std::size_t steps, const std::string& state_in,
+           const std::string& state_out, const std::string& log) {
+  const auto ranks = static_cast<std::size_t>(world.size());
+  const auto rank = static_cast<std::size_t>(world.rank());
+  auto data = sample_stream::make();
+  Sequential model({Input({1}), layers::Dense(1)});
+  auto it = model.make_data_iterator(data.x, data.y,
+                                     {.batch_size = sample_stream::global_batch / ranks,
+                                      .shuffle = true,
+                                      .seed = sample_stream::seed,
+                                      .shard_rank = rank,
+                                      .num_shards = ranks});
+  std::size_t epoch = 0;
+  if (std::filesystem::exists(state_in)) {
+    std::ifstream in(state_in);
+    const auto saved = nlohmann::json::parse(in);
+    it.restore(saved.at("data"));
+    epoch = saved.at("epoch").get<std::size_t>();
+  }
+  it.start_epoch(epoch);
+  std::ofstream out;
+  if (rank == 0) out.open(log, std::ios::app);
+  for (std::size_t s = 0; s < steps; ++s) {
+    const auto* batch = it.next();
+    if (batch == nullptr) {
+      it.finish_epoch();
+      it.start_epoch(++epoch);
+      batch = it.next();
+    }
+    if (batch == nullptr) throw std::runtime_error("no batch at step " + std::to_string(s));
+    std::vector<double> seen(sample_stream::rows, 0.0);
+    for (std::size_t i = 0; i < batch->count; ++i)
+      seen[sample_stream::id_of(*batch, i)] += 1.0;
+    world.allreduce_sum(std::span<double>(seen));
+    if (rank == 0) out << sample_stream::line(epoch, seen) << "\n";
+  }
+  if (rank == 0) {
+    const nlohmann::json saved = {{"data", it.state()}, {"epoch", epoch}};
+    std::ofstream(state_out + ".tmp") << saved.dump();
+    std::filesystem::rename(state_out + ".tmp", state_out);
+  }
+  return 0;
+}
+
+int fail(dist::Collective& world, bool die, int failing_rank) {
+  const auto ranks = static_cast<std::size_t>(world.size());
+  auto data = sample_stream::make();
+  set_random_seed(3);
+  Sequential model({Input({1}), layers::Dense(1)});
+  model.compile({.optimizer = std::make_shared<dist::DistributedOptimizer>(
+                     std::make_shared<optimizers::SGD>(), dist::mpi_world()),
+                 .loss = "mse"});
+  auto it = model.make_data_iterator(data.x, data.x,
+                                     {.batch_size = sample_stream::global_batch / ranks,
+                                      .shard_rank = static_cast<std::size_t>(world.rank()),
+                                      .num_shards = ranks});
+  it.start_epoch(0);
+  for (int step = 0; step < 10; ++step) {
+    if (step == 3 && world.rank() == failing_rank) {
+      if (die) ::_exit(7);
+      throw std::runtime_error("injected failure at step 3");
+    }
+    model.train_step(*it.next());
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  auto world = dist::mpi_world(&argc, &argv);
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  return dist::run_or_abort(*world, [&] {
+    if (args.size() == 5 && args[0] == "stream") {
+      return stream(*world, std::stoul(args[1]), args[2], args[3], args[4]);
+    }
+    if (args.size() == 2 && (args[0] == "throw" || args[0] == "die")) {
+      return fail(*world, args[0] == "die", std::stoi(args[1]));
+    }
+    std::cerr << "usage: dist_child stream STEPS STATE_IN STATE_OUT LOG | throw|die RANK\n";
+    return 2;
+  });
+}

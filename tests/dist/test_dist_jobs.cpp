@@ -1,0 +1,137 @@
+// Whole mpirun jobs, started from this (non-MPI) test: elastic resume of the sample stream across
+// 2 -> 3 -> 1 ranks, and a rank that throws or dies ending the job on every rank.
+#include <doctest/doctest.h>
+
+#include <sys/wait.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "dist/sample_stream.hpp"
+#include "temp_dir.hpp"
+
+using namespace loadstar;
+using test_support::TempDir;
+
+namespace {
+
+struct Job {
+  int status = -1;
+  std::string output;
+  double seconds = 0.0;
+};
+
+/// Runs `mpirun -np N dist_child ARGS...` with a time limit, capturing both streams.
+Job run_job(int ranks, const std::string& args) {
+  const char* mpirun = std::getenv("LOADSTAR_MPIRUN");
+  const char* child = std::getenv("LOADSTAR_DIST_CHILD");
+  REQUIRE_MESSAGE(mpirun != nullptr, "LOADSTAR_MPIRUN names mpirun (set by meson test)");
+  REQUIRE_MESSAGE(child != nullptr, "LOADSTAR_DIST_CHILD names dist_child (set by meson test)");
+  const std::string command = std::string("timeout 120 ") + mpirun +
+                              " --bind-to none --oversubscribe -np " + std::to_string(ranks) + " " +
+                              child + " " + args + " 2>&1";
+  const auto start = std::chrono::steady_clock::now();
+  Job job;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  char buffer[4096];
+  while (std::fgets(buffer, sizeof buffer, pipe))
+    job.output += buffer;
+  const int raw = ::pclose(pipe);
+  job.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw);
+  job.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return job;
+}
+
+std::vector<std::string> lines_of(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  std::vector<std::string> out;
+  for (std::string line; std::getline(in, line);)
+    out.push_back(line);
+  return out;
+}
+
+/// The stream one process reads at the global batch: one line per step.
+std::vector<std::string> one_process_stream(std::size_t steps) {
+  auto data = sample_stream::make();
+  keras::Sequential model({keras::Input({1}), keras::layers::Dense(1)});
+  auto it = model.make_data_iterator(
+      data.x, data.y,
+      {.batch_size = sample_stream::global_batch, .shuffle = true, .seed = sample_stream::seed});
+  std::vector<std::string> out;
+  std::size_t epoch = 0;
+  it.start_epoch(epoch);
+  while (out.size() < steps) {
+    const auto* batch = it.next();
+    if (batch == nullptr) {
+      it.finish_epoch();
+      it.start_epoch(++epoch);
+      continue;
+    }
+    std::vector<double> seen(sample_stream::rows, 0.0);
+    for (std::size_t i = 0; i < batch->count; ++i)
+      seen[sample_stream::id_of(*batch, i)] += 1.0;
+    out.push_back(sample_stream::line(epoch, seen));
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a position saved with 2 ranks resumes with 3, then 1, on the same global stream") {
+  const TempDir dir;
+  const auto state1 = (dir.path() / "after2.json").string();
+  const auto state2 = (dir.path() / "after3.json").string();
+  const auto state3 = (dir.path() / "after1.json").string();
+  const auto log = (dir.path() / "ids.log").string();
+  // 18 steps of 6 rows cross the first epoch's end (103 rows: 18 steps, the last of 1 row).
+  const Job a = run_job(2, "stream 13 none " + state1 + " " + log);
+  REQUIRE_MESSAGE(a.status == 0, a.output);
+  const Job b = run_job(3, "stream 11 " + state1 + " " + state2 + " " + log);
+  REQUIRE_MESSAGE(b.status == 0, b.output);
+  const Job c = run_job(1, "stream 12 " + state2 + " " + state3 + " " + log);
+  REQUIRE_MESSAGE(c.status == 0, c.output);
+
+  const auto got = lines_of(log);
+  const auto expected = one_process_stream(36);
+  REQUIRE(got.size() == expected.size());
+  for (std::size_t s = 0; s < got.size(); ++s) {
+    CAPTURE(s);
+    CHECK(got[s] == expected[s]);
+  }
+  // Within each epoch, every sample exactly once: the lines of epoch 0 hold ids 0..102 once.
+  std::multiset<std::size_t> epoch0;
+  for (const auto& line : got) {
+    if (line.rfind("0:", 0) != 0) continue;
+    std::istringstream in(line.substr(2));
+    for (std::size_t id; in >> id;)
+      epoch0.insert(id);
+  }
+  CHECK(epoch0.size() == sample_stream::rows);
+  for (std::size_t id = 0; id < sample_stream::rows; ++id)
+    CHECK(epoch0.count(id) == 1);
+}
+
+TEST_CASE("a rank that throws ends the job on every rank, naming the rank and the error") {
+  const Job job = run_job(2, "throw 1");
+  CHECK(job.status != 0);
+  CHECK_MESSAGE(job.output.find("rank 1 of 2: injected failure at step 3") != std::string::npos,
+                job.output);
+  CHECK(job.seconds < 60.0);
+}
+
+TEST_CASE("a rank that dies ends the job on every rank") {
+  const Job job = run_job(3, "die 2");
+  CHECK(job.status != 0);
+  CHECK(job.seconds < 60.0);
+  INFO(job.output);
+  // Open MPI names the process that failed and its exit code.
+  CHECK(job.output.find("Exit code:    7") != std::string::npos);
+}
