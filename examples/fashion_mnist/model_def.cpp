@@ -8,11 +8,14 @@
 //   fashion_mnist_trial experiment create const.yaml --test
 //
 // The data are the IDX files in the folder named by the config's data.path, else by
-// LOADSTAR_FASHION_MNIST_DIR, else /usr/share/datasets/fashion-mnist.
+// LOADSTAR_FASHION_MNIST_DIR, else /usr/share/datasets/fashion-mnist. With data.workers, the
+// training images are read as a Keras Sequence by that many workers (in processes with
+// data.use_multiprocessing), as Determined's configure_fit does.
 
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <loadstar/data/array_sequence.hpp>
 #include <loadstar/data/idx.hpp>
 #include <loadstar/keras.hpp>
 #include <loadstar/tensor.hpp>
@@ -21,6 +24,7 @@
 #include <loadstar/trial/registry.hpp>
 #include <memory>
 #include <string>
+#include <utility>
 
 namespace {
 
@@ -39,11 +43,17 @@ std::filesystem::path data_folder(const nlohmann::json& data) {
 }
 
 /// Images scaled to [0, 1] (n, 28, 28) and their class ids (n,).
-trial::DataLoader load(const std::filesystem::path& folder, const std::string& prefix) {
+std::pair<loadstar::Tensor<float>, loadstar::Tensor<std::uint8_t>> arrays(
+    const std::filesystem::path& folder, const std::string& prefix) {
   auto x = loadstar::read_idx<std::uint8_t>(folder / (prefix + "-images-idx3-ubyte.gz"), 3)
                .cast<float>();
   loadstar::as_vector(x) /= 255.0f;
   auto y = loadstar::read_idx<std::uint8_t>(folder / (prefix + "-labels-idx1-ubyte.gz"), 1);
+  return {std::move(x), std::move(y)};
+}
+
+trial::DataLoader load(const std::filesystem::path& folder, const std::string& prefix) {
+  auto [x, y] = arrays(folder, prefix);
   return {std::move(x), std::move(y)};
 }
 
@@ -68,7 +78,12 @@ class FashionMNISTTrial : public trial::KerasTrial {
   }
 
   trial::DataLoader build_training_data_loader() override {
-    return load(data_folder(context.get_data_config()), "train");
+    const auto& data = context.get_data_config();
+    if (!data.contains("workers")) return load(data_folder(data), "train");
+    const auto [x, y] = arrays(data_folder(data), "train");
+    context.configure_fit({.workers = data.at("workers").get<std::size_t>(),
+                           .use_multiprocessing = data.value("use_multiprocessing", false)});
+    return loadstar::ArraySequence(x, y, context.get_per_slot_batch_size());
   }
 
   trial::DataLoader build_validation_data_loader() override {

@@ -4,11 +4,14 @@
 
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 #include <string>
@@ -28,12 +31,14 @@ struct Job {
   double seconds = 0.0;
 };
 
-/// Runs `mpirun -np N dist_child ARGS...` with a time limit, capturing both streams.
-Job run_job(int ranks, const std::string& args) {
+/// Runs `mpirun -np N CHILD ARGS...` with a time limit, capturing both streams; the child program
+/// is the one the environment variable `child_variable` names.
+Job run_job(int ranks, const std::string& args,
+            const char* child_variable = "LOADSTAR_DIST_CHILD") {
   const char* mpirun = std::getenv("LOADSTAR_MPIRUN");
-  const char* child = std::getenv("LOADSTAR_DIST_CHILD");
+  const char* child = std::getenv(child_variable);
   REQUIRE_MESSAGE(mpirun != nullptr, "LOADSTAR_MPIRUN names mpirun (set by meson test)");
-  REQUIRE_MESSAGE(child != nullptr, "LOADSTAR_DIST_CHILD names dist_child (set by meson test)");
+  REQUIRE_MESSAGE(child != nullptr, child_variable << " names the child (set by meson test)");
   const std::string command = std::string("timeout 120 ") + mpirun +
                               " --bind-to none --oversubscribe -np " + std::to_string(ranks) + " " +
                               child + " " + args + " 2>&1";
@@ -134,4 +139,47 @@ TEST_CASE("a rank that dies ends the job on every rank") {
   INFO(job.output);
   // Open MPI names the process that failed and its exit code.
   CHECK(job.output.find("Exit code:    7") != std::string::npos);
+}
+
+namespace {
+
+/// The weights the trial child printed (the last line of its output) after `batches` batches.
+std::vector<std::vector<float>> trial_weights(const Job& job, std::uint64_t batches) {
+  REQUIRE_MESSAGE(job.status == 0, job.output);
+  const auto start = job.output.rfind("{\"batches\"");
+  REQUIRE_MESSAGE(start != std::string::npos, job.output);
+  const auto line =
+      nlohmann::json::parse(job.output.substr(start, job.output.find('\n', start) - start));
+  CHECK(line.at("batches").get<std::uint64_t>() == batches);
+  return line.at("weights").get<std::vector<std::vector<float>>>();
+}
+
+Job run_trial_job(int ranks, const std::filesystem::path& dir, std::uint64_t batches) {
+  return run_job(ranks, dir.string() + " " + std::to_string(batches), "LOADSTAR_DIST_TRIAL_CHILD");
+}
+
+}  // namespace
+
+TEST_CASE("a data-parallel trial resumes exactly, and with another number of ranks closely") {
+  const TempDir dir;
+  const auto whole = trial_weights(run_trial_job(2, dir / "whole", 60), 60);
+
+  // The same 2 ranks, stopped at 25 batches (a pre-close checkpoint) and resumed: bit for bit.
+  trial_weights(run_trial_job(2, dir / "resumed", 25), 25);
+  const auto resumed = trial_weights(run_trial_job(2, dir / "resumed", 60), 60);
+  CHECK(resumed == whole);
+
+  // 2 ranks, then 3, then 1, on the same global batch of 12: the same samples in every step,
+  // summed in another order, so equal within rounding.
+  trial_weights(run_trial_job(2, dir / "elastic", 20), 20);
+  trial_weights(run_trial_job(3, dir / "elastic", 40), 40);
+  const auto elastic = trial_weights(run_trial_job(1, dir / "elastic", 60), 60);
+  REQUIRE(elastic.size() == whole.size());
+  double worst = 0.0;
+  for (std::size_t i = 0; i < whole.size(); ++i) {
+    REQUIRE(elastic[i].size() == whole[i].size());
+    for (std::size_t j = 0; j < whole[i].size(); ++j)
+      worst = std::max(worst, static_cast<double>(std::abs(elastic[i][j] - whole[i][j])));
+  }
+  CHECK(worst < 1e-4);
 }

@@ -5,12 +5,14 @@
 /// `MpiCollective` (`<loadstar/dist/mpi.hpp>`, opt-in) is Open MPI.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -121,6 +123,56 @@ class LocalCollective final : public Collective {
     }
   }
 };
+
+/// The place of this process in a job whose transport is not connected (yet): what the ranks'
+/// environment says before `MPI_Init` (a loader process forked before it uses it to shard its
+/// data). Every collective throws `DistributedError`.
+class UnconnectedCollective final : public Collective {
+ public:
+  UnconnectedCollective(int rank, int size, int local_rank = 0, int local_size = 1)
+      : rank_(rank), size_(size), local_rank_(local_rank), local_size_(local_size) {}
+  int rank() const noexcept override { return rank_; }
+  int size() const noexcept override { return size_; }
+  int local_rank() const noexcept override { return local_rank_; }
+  int local_size() const noexcept override { return local_size_; }
+  int cross_rank() const noexcept override { return 0; }
+  void allreduce_sum(std::span<float>) override { refuse("allreduce_sum"); }
+  void allreduce_sum(std::span<double>) override { refuse("allreduce_sum"); }
+  void broadcast(std::span<std::byte>, int = 0) override { refuse("broadcast"); }
+  std::vector<std::uint64_t> allgather(std::uint64_t) override { refuse("allgather"); }
+  void barrier() override { refuse("barrier"); }
+  [[noreturn]] void abort(std::string_view message, int code = 1) override {
+    std::fprintf(stderr, "%.*s\n", static_cast<int>(message.size()), message.data());
+    std::fflush(stderr);
+    std::_Exit(code);
+  }
+
+ private:
+  [[noreturn]] void refuse(const char* what) const {
+    throw DistributedError(describe() + ": " + what +
+                           " on a process that is not connected to the other ranks");
+  }
+  int rank_, size_, local_rank_, local_size_;
+};
+
+/// This process's rank, size, local rank and local size from the environment `mpirun` (Open MPI)
+/// gives its processes, read without initialising MPI; nothing outside such a job.
+inline std::optional<std::array<int, 4>> ranks_from_environment() {
+  const auto read = [](const char* name) -> std::optional<int> {
+    const char* text = std::getenv(name);
+    if (text == nullptr || *text == '\0') return std::nullopt;
+    char* end = nullptr;
+    const long value = std::strtol(text, &end, 10);
+    if (*end != '\0' || value < 0 || value > (1L << 30)) return std::nullopt;
+    return static_cast<int>(value);
+  };
+  const auto rank = read("OMPI_COMM_WORLD_RANK");
+  const auto size = read("OMPI_COMM_WORLD_SIZE");
+  if (!rank || !size || *rank >= *size) return std::nullopt;
+  const auto local_rank = read("OMPI_COMM_WORLD_LOCAL_RANK");
+  const auto local_size = read("OMPI_COMM_WORLD_LOCAL_SIZE");
+  return std::array<int, 4>{*rank, *size, local_rank.value_or(0), local_size.value_or(1)};
+}
 
 /// Runs `body`; if it throws, ends the whole job through `collective.abort` with the rank and
 /// the error (`rank 1 of 2: fit: ...`), so that the other ranks do not wait in a collective for

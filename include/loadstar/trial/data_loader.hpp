@@ -18,6 +18,7 @@
 #include "loadstar/error.hpp"
 #include "loadstar/keras/data_iterator.hpp"
 #include "loadstar/keras/model.hpp"
+#include "loadstar/trial/detail/loader_process.hpp"
 #include "loadstar/trial/trial_context.hpp"
 
 namespace loadstar::trial {
@@ -121,6 +122,7 @@ class DataLoader {
   /// sequences and file readers are).
   template <KerasSequence S>
   requires(!ArrayLike<S>) DataLoader(S sequence) : kind_("Sequence") {
+    forks_ = [](const FitSettings& fit) { return fit.use_multiprocessing && fit.workers > 0; };
     auto data = std::make_shared<S>(std::move(sequence));
     training_ = [data](keras::Model& model, const LoaderSettings& s) {
       return model.make_data_iterator(*data, fit_options(s));
@@ -166,6 +168,7 @@ class DataLoader {
       std::shared_ptr<SequenceAdapter<S, Workers, Multiprocess>> adapter)
       : kind_("SequenceAdapter") {
     if (!adapter) throw ConfigError("data loader: the SequenceAdapter is null");
+    forks_ = [](const FitSettings&) { return Multiprocess; };
     training_ = [adapter](keras::Model& model, const LoaderSettings& s) {
       auto options = fit_options(s);
       options.workers = Workers;
@@ -189,6 +192,20 @@ class DataLoader {
   /// `arrays`, `arrays with sample weights`, `Sequence`, `Dataset` or `SequenceAdapter` (empty
   /// for an empty loader).
   const std::string& kind() const noexcept { return kind_; }
+
+  /// Whether reading the training data forks worker processes (a `Sequence` with
+  /// `use_multiprocessing`, a `SequenceAdapter` of processes) under the `configure_fit` settings.
+  bool forks_processes(const FitSettings& fit) const { return forks_ && forks_(fit); }
+
+  /// This loader with its training batches read from `process` (a loader process forked before
+  /// `MPI_Init`, which builds the same loader and serves it); validation stays as it is.
+  DataLoader served_by(std::shared_ptr<detail::LoaderProcess> process) const {
+    DataLoader out = *this;
+    out.training_ = [process](keras::Model&, const LoaderSettings&) {
+      return keras::DataIterator(std::make_unique<detail::RemoteSource>(process));
+    };
+    return out;
+  }
 
   /// The training batches, an endless stream of epochs with a checkpointable position.
   keras::DataIterator training(keras::Model& model, const LoaderSettings& settings,
@@ -228,6 +245,7 @@ class DataLoader {
   }
 
   std::string kind_;
+  std::function<bool(const FitSettings&)> forks_;
   std::function<keras::DataIterator(keras::Model&, const LoaderSettings&)> training_;
   std::function<keras::Logs(keras::Model&, const LoaderSettings&, std::optional<std::size_t>)>
       validate_;

@@ -44,6 +44,7 @@
 
 #include "loadstar/error.hpp"
 #include "loadstar/keras/callbacks/detail/files.hpp"
+#include "loadstar/keras/sequential.hpp"
 #include "loadstar/trial/detail/experiment_describe.hpp"
 #include "loadstar/trial/detail/experiment_process.hpp"
 #include "loadstar/trial/detail/experiment_record.hpp"
@@ -359,19 +360,8 @@ class ExperimentLoop {
   std::vector<std::string> mpirun_prefix() const {
     const std::uint64_t slots = config_.slots_per_trial;
     if (slots <= 1) return {};
-    std::string launcher;
-    if (const char* named = std::getenv("LOADSTAR_MPIRUN"); named && *named) {
-      launcher = named;
-    } else if (const char* path = std::getenv("PATH")) {
-      std::string_view rest(path);
-      while (launcher.empty()) {
-        const auto colon = rest.find(':');
-        const auto candidate = std::filesystem::path(std::string(rest.substr(0, colon))) / "mpirun";
-        if (::access(candidate.c_str(), X_OK) == 0) launcher = candidate.string();
-        if (colon == std::string_view::npos) break;
-        rest.remove_prefix(colon + 1);
-      }
-    }
+    const char* named = std::getenv("LOADSTAR_MPIRUN");
+    const std::string launcher = find_program(named && *named ? named : "mpirun").string();
     if (launcher.empty()) {
       throw ConfigError("experiment '" + dir_.string() + "': resources.slots_per_trial is " +
                         std::to_string(slots) +
@@ -702,6 +692,38 @@ inline void list_experiments(const std::filesystem::path& root, std::ostream& ou
   }
 }
 
+/// For `trial run` under `mpirun`, before `MPI_Init`: forks the process that builds trial
+/// `trial_id`'s training loader as this rank's share and serves its batches, when that loader
+/// forks worker processes (which must never be forked from a process that initialised MPI);
+/// null when it does not, or outside an `mpirun` job.
+inline std::shared_ptr<detail::LoaderProcess> start_training_loader_process(
+    const std::filesystem::path& dir, std::uint64_t trial_id, bool test) {
+  const auto place = dist::ranks_from_environment();
+  if (!place || (*place)[1] <= 1) return nullptr;
+  return detail::LoaderProcess::start([&]() -> std::optional<keras::DataIterator> {
+    auto record = detail::read_experiment_record(dir);
+    const detail::TrialRecord* trial = record.find_trial(trial_id);
+    if (trial == nullptr) return std::nullopt;
+    const ExperimentConfig config =
+        experiment_config_from_json(record.config, detail::experiment_file(dir).string());
+    TrialSpec spec = detail::trial_spec(dir, record, config, *trial);
+    if (test) spec.config = detail::test_overrides(std::move(spec.config));
+    const auto& [rank, size, local_rank, local_size] = *place;
+    TrialContext context(
+        spec.config, spec.hparams, spec.trial_id, spec.trial_seed, spec.experiment_id,
+        std::make_shared<dist::UnconnectedCollective>(rank, size, local_rank, local_size));
+    keras::set_random_seed(spec.trial_seed);
+    auto made = make_trial(spec.config.entrypoint, context);
+    const DataLoader training = made->build_training_data_loader();
+    if (!training.forks_processes(context.fit_settings())) return std::nullopt;
+    const LoaderSettings settings{static_cast<std::size_t>(context.get_per_slot_batch_size()),
+                                  context.fit_settings(), context.get_trial_seed(),
+                                  static_cast<std::size_t>(rank), static_cast<std::size_t>(size)};
+    keras::Sequential reader;  // the iterators read no model state
+    return training.training(reader, settings);
+  });
+}
+
 /// The hidden `trial run DIR ID --until LENGTH` command: runs trial `trial_id` of the experiment
 /// in `dir` until `until` and writes its outcome to `trials/<id>/result.json` (also when it
 /// fails, with the error). Returns the process's exit status.
@@ -709,7 +731,8 @@ inline void list_experiments(const std::filesystem::path& root, std::ostream& ou
 /// 0 writes `result.json`.
 inline int run_trial_of_experiment(const std::filesystem::path& dir, std::uint64_t trial_id,
                                    const Length& until, bool test, bool verbose = true,
-                                   std::shared_ptr<dist::Collective> ranks = nullptr) {
+                                   std::shared_ptr<dist::Collective> ranks = nullptr,
+                                   std::shared_ptr<detail::LoaderProcess> loader = nullptr) {
   const auto folder = detail::trial_dir(dir, trial_id);
   nlohmann::json result;
   int status = 0;
@@ -729,6 +752,7 @@ inline int run_trial_of_experiment(const std::filesystem::path& dir, std::uint64
     run.verbose = verbose;
     TrialSpec spec = detail::trial_spec(dir, record, config, *trial);
     spec.collective = ranks;
+    spec.training_process = loader;
     result = detail::result_to_json(run_trial(spec, run));
   } catch (const std::exception& error) {
     result = {{"ok", false}, {"error", error.what()}};

@@ -172,12 +172,17 @@ inline int main(int argc, char** argv) {
     }
     if (run->parsed()) {
       std::shared_ptr<dist::Collective> ranks;
+      std::shared_ptr<detail::LoaderProcess> loader;
 #if defined(LOADSTAR_WITH_MPI)
-      // Started by mpirun (a trial of several slots): join the job.
-      if (dist::started_by_mpirun()) ranks = dist::mpi_world(&argc, &argv);
+      // Started by mpirun (a trial of several slots): fork the loader process while no MPI is
+      // initialised, then join the job.
+      if (dist::started_by_mpirun()) {
+        loader = start_training_loader_process(run_dir, trial_id, run_test);
+        ranks = dist::mpi_world(&argc, &argv);
+      }
 #endif
       return run_trial_of_experiment(run_dir, trial_id, detail::parse_length_argument(until),
-                                     run_test, true, ranks);
+                                     run_test, true, ranks, loader);
     }
   } catch (const std::exception& error) {
     std::cout.flush();

@@ -50,7 +50,8 @@ inline TrialResult run_attempt(const TrialSpec& spec, const RunOptions& options,
   // (`_set_random_seeds`), so the initial weights, shuffling and dropout follow from it.
   keras::set_random_seed(spec.trial_seed);
   auto trial = make_trial(spec.config.entrypoint, context);
-  const DataLoader training = trial->build_training_data_loader();
+  DataLoader training = trial->build_training_data_loader();
+  if (spec.training_process) training = training.served_by(spec.training_process);
   const DataLoader validation = trial->build_validation_data_loader();
   std::shared_ptr<keras::Model> model = trial->build_model();
   if (!model) {

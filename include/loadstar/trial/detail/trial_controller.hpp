@@ -51,6 +51,9 @@ struct TrialSpec {
   /// The ranks of a data-parallel trial (`dist::mpi_world()` under `mpirun`); null: one process.
   /// Every rank runs the same spec; rank 0 writes the files.
   std::shared_ptr<dist::Collective> collective = nullptr;
+  /// Under `mpirun`: the process forked before `MPI_Init` that serves the training batches when
+  /// the training loader forks worker processes (`trial run` starts it); null otherwise.
+  std::shared_ptr<detail::LoaderProcess> training_process = nullptr;
 };
 
 /// How far and how loudly to run.

@@ -1,0 +1,85 @@
+// A data-parallel trial that test_dist_jobs.cpp runs under mpirun:
+//   dist_trial_child DIR BATCHES   runs the trial in DIR (resuming from its latest checkpoint)
+//       until BATCHES batches, then rank 0 prints the final weights as one line of JSON.
+// The trial: an MLP on 125 rows of two features, global batch 12, a checkpoint every 10 batches.
+#include <cstdint>
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include <loadstar/dist/mpi.hpp>
+#include <loadstar/keras.hpp>
+#include <loadstar/trial.hpp>
+#include <nlohmann/json.hpp>
+
+#include "keras/blobs.hpp"
+
+using namespace loadstar;
+
+namespace {
+
+class BlobsTrial : public trial::KerasTrial {
+ public:
+  using KerasTrial::KerasTrial;
+  std::shared_ptr<keras::Model> build_model() override {
+    auto model = std::make_shared<keras::Sequential>(std::initializer_list<keras::SequentialItem>{
+        keras::Input({2}), keras::layers::Dense(16, {.activation = "relu"}),
+        keras::layers::Dense(2)});
+    model->compile({.optimizer = keras::optimizers::Adam({.learning_rate = 0.01}),
+                    .loss = keras::losses::SparseCategoricalCrossentropy(true),
+                    .metrics = {"accuracy"}});
+    return model;
+  }
+  trial::DataLoader build_training_data_loader() override {
+    auto data = blobs(125);
+    return {data.x, data.y};
+  }
+  trial::DataLoader build_validation_data_loader() override {
+    auto data = blobs(50, 7);
+    return {data.x, data.y};
+  }
+};
+LOADSTAR_REGISTER_TRIAL(BlobsTrial, "dist:blobs");
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  auto world = dist::mpi_world(&argc, &argv);
+  if (argc != 3) {
+    std::cerr << "usage: dist_trial_child DIR BATCHES\n";
+    return 2;
+  }
+  const std::string dir = argv[1];
+  const auto batches = std::stoull(argv[2]);
+  return dist::run_or_abort(*world, [&] {
+    const auto config = trial::parse_experiment_config(R"(
+entrypoint: dist:blobs
+hyperparameters: {global_batch_size: 12}
+records_per_epoch: 125
+scheduling_unit: 5
+min_validation_period: {batches: 10}
+min_checkpoint_period: {batches: 10}
+searcher: {name: single, metric: val_loss, max_length: {batches: 60}}
+reproducibility: {experiment_seed: 3}
+)",
+                                                       "dist_trial_child.yaml");
+    const auto result =
+        trial::run_trial({.config = config,
+                          .hparams = {{"global_batch_size", 12}},
+                          .trial_seed = 17,
+                          .trial_dir = dir + "/trial",
+                          .checkpoint_dir = dir + "/checkpoints",
+                          .collective = world},
+                         {.until = trial::Length{trial::Unit::batches, batches}, .verbose = false});
+    if (world->rank() == 0) {
+      const auto model = keras::load_model(std::filesystem::path(dir) / "checkpoints" /
+                                           result.latest_checkpoint / trial::checkpoint_model_file);
+      nlohmann::json weights = nlohmann::json::array();
+      for (const auto& w : model->get_weights())
+        weights.push_back(std::vector<float>(w.data(), w.data() + w.size()));
+      std::cout << nlohmann::json{{"batches", result.total_batches}, {"weights", weights}}.dump()
+                << std::endl;
+    }
+    return 0;
+  });
+}
