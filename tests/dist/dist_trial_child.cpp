@@ -1,12 +1,16 @@
 // A data-parallel trial that test_dist_jobs.cpp runs under mpirun:
-//   dist_trial_child DIR BATCHES   runs the trial in DIR (resuming from its latest checkpoint)
-//       until BATCHES batches, then rank 0 prints the final weights as one line of JSON.
-// The trial: an MLP on 125 rows of two features, global batch 12, a checkpoint every 10 batches.
+//   dist_trial_child DIR BATCHES [KIND]   runs the trial in DIR (resuming from its latest
+//       checkpoint) until BATCHES batches, then rank 0 prints the final weights as one line of
+//       JSON.
+// The trial: an MLP on 125 rows of two features, global batch 12, a checkpoint every 10 batches;
+// its data are arrays (KIND blobs, the default) or Datasets sharded with wrap_dataset (dataset)
+// or not (dataset-unwrapped, which a trial of several ranks refuses).
 #include <cstdint>
 #include <iostream>
 #include <memory>
 #include <string>
 
+#include <loadstar/data/dataset.hpp>
 #include <loadstar/dist/mpi.hpp>
 #include <loadstar/keras.hpp>
 #include <loadstar/trial.hpp>
@@ -41,19 +45,43 @@ class BlobsTrial : public trial::KerasTrial {
 };
 LOADSTAR_REGISTER_TRIAL(BlobsTrial, "dist:blobs");
 
+/// The same data as Datasets, sharded with `wrap_dataset` (or, with `wrap` false, not).
+template <bool wrap>
+class DatasetTrial : public BlobsTrial {
+ public:
+  using BlobsTrial::BlobsTrial;
+  trial::DataLoader build_training_data_loader() override { return dataset(blobs(125), true); }
+  trial::DataLoader build_validation_data_loader() override { return dataset(blobs(50, 7), false); }
+
+ private:
+  trial::DataLoader dataset(const Blobs& data, bool repeat) {
+    const auto batch = static_cast<std::size_t>(context.get_per_slot_batch_size());
+    auto slices = from_tensor_slices(data.x, data.y);
+    if constexpr (wrap) {
+      auto mine = context.wrap_dataset(std::move(slices));
+      if (repeat) return mine.repeat().batch(batch);
+      return mine.batch(batch);
+    } else {
+      return slices.batch(batch);
+    }
+  }
+};
+LOADSTAR_REGISTER_TRIAL(DatasetTrial<true>, "dist:dataset");
+LOADSTAR_REGISTER_TRIAL(DatasetTrial<false>, "dist:dataset-unwrapped");
+
 }  // namespace
 
 int main(int argc, char** argv) {
   auto world = dist::mpi_world(&argc, &argv);
-  if (argc != 3) {
-    std::cerr << "usage: dist_trial_child DIR BATCHES\n";
+  if (argc != 3 && argc != 4) {
+    std::cerr << "usage: dist_trial_child DIR BATCHES [blobs|dataset|dataset-unwrapped]\n";
     return 2;
   }
   const std::string dir = argv[1];
   const auto batches = std::stoull(argv[2]);
+  const std::string kind = argc == 4 ? argv[3] : "blobs";
   return dist::run_or_abort(*world, [&] {
-    const auto config = trial::parse_experiment_config(R"(
-entrypoint: dist:blobs
+    const auto config = trial::parse_experiment_config("entrypoint: dist:" + kind + R"(
 hyperparameters: {global_batch_size: 12}
 records_per_epoch: 125
 scheduling_unit: 5

@@ -125,3 +125,19 @@ TEST_CASE("worker processes are not forked once MPI is initialised") {
   loadstar::SequenceAdapter<Numbers, 1, false> threads(Numbers{}, {});
   CHECK(threads.next().has_value());
 }
+
+TEST_CASE("the environment mpirun gives names the rank before MPI is joined") {
+  auto world = dist::mpi_world();
+  const auto place = dist::ranks_from_environment();
+  REQUIRE(place.has_value());
+  CHECK((*place)[0] == world->rank());
+  CHECK((*place)[1] == world->size());
+  CHECK((*place)[2] == world->local_rank());
+  // A process that knows its place but is not connected refuses every collective.
+  dist::UnconnectedCollective alone((*place)[0], (*place)[1]);
+  CHECK(alone.size() == world->size());
+  std::vector<float> values(3);
+  CHECK_THROWS_WITH_AS(alone.allreduce_sum(std::span<float>(values)),
+                       doctest::Contains("allreduce_sum on a process that is not connected"),
+                       loadstar::DistributedError);
+}

@@ -1,7 +1,9 @@
-// Whole mpirun jobs, started from this (non-MPI) test: elastic resume of the sample stream across
-// 2 -> 3 -> 1 ranks, and a rank that throws or dies ending the job on every rank.
+// Whole mpirun jobs, started from this (non-MPI) test: elastic resume of the sample stream and of
+// a trial across 2 -> 3 -> 1 ranks, exact resume of a trial, a rank that throws or dies ending the
+// job on every rank; and the loader process that serves a rank's worker-process batches.
 #include <doctest/doctest.h>
 
+#include <signal.h>
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -15,9 +17,11 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "dist/sample_stream.hpp"
+#include "loadstar/trial/detail/loader_process.hpp"
 #include "temp_dir.hpp"
 
 using namespace loadstar;
@@ -154,8 +158,10 @@ std::vector<std::vector<float>> trial_weights(const Job& job, std::uint64_t batc
   return line.at("weights").get<std::vector<std::vector<float>>>();
 }
 
-Job run_trial_job(int ranks, const std::filesystem::path& dir, std::uint64_t batches) {
-  return run_job(ranks, dir.string() + " " + std::to_string(batches), "LOADSTAR_DIST_TRIAL_CHILD");
+Job run_trial_job(int ranks, const std::filesystem::path& dir, std::uint64_t batches,
+                  const std::string& kind = "blobs") {
+  return run_job(ranks, dir.string() + " " + std::to_string(batches) + " " + kind,
+                 "LOADSTAR_DIST_TRIAL_CHILD");
 }
 
 }  // namespace
@@ -182,4 +188,87 @@ TEST_CASE("a data-parallel trial resumes exactly, and with another number of ran
       worst = std::max(worst, static_cast<double>(std::abs(elastic[i][j] - whole[i][j])));
   }
   CHECK(worst < 1e-4);
+}
+
+namespace {
+
+/// Ten batches whose only value is their index.
+struct Indexed {
+  std::size_t size() const { return 10; }
+  std::tuple<Tensor<float>, Tensor<std::int64_t>> operator[](std::size_t i) const {
+    Tensor<float> x({2, 1});
+    x(0, 0) = static_cast<float>(i);
+    x(1, 0) = static_cast<float>(i) + 0.5F;
+    Tensor<std::int64_t> y({2});
+    y(0) = static_cast<std::int64_t>(i);
+    y(1) = static_cast<std::int64_t>(i);
+    return {x, y};
+  }
+};
+
+keras::DataIterator indexed_iterator() {
+  keras::Sequential reader;
+  return reader.make_data_iterator(
+      Indexed{}, {.shuffle = true, .workers = 2, .use_multiprocessing = true, .seed = 5});
+}
+
+/// The first value of each of the next `n` batches (crossing into the next epoch).
+std::vector<float> take(keras::DataIterator& it, std::size_t& epoch, std::size_t n) {
+  std::vector<float> out;
+  while (out.size() < n) {
+    const auto* b = it.next();
+    if (b == nullptr) {
+      it.finish_epoch();
+      it.start_epoch(++epoch);
+      continue;
+    }
+    REQUIRE(b->count == 2);
+    out.push_back(static_cast<const float*>(b->x.at(0).data)[0]);
+    CHECK(static_cast<const float*>(b->x.at(0).data)[1] == out.back() + 0.5F);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a loader process serves a Sequence read by worker processes, and resumes from a state") {
+  // Both loader processes are forked first, from this process while it runs no other thread.
+  auto process = trial::detail::LoaderProcess::start([] { return indexed_iterator(); });
+  auto second = trial::detail::LoaderProcess::start([] { return indexed_iterator(); });
+  REQUIRE(process != nullptr);
+  REQUIRE(second != nullptr);
+  auto local = indexed_iterator();
+  keras::DataIterator remote(std::make_unique<trial::detail::RemoteSource>(process));
+  CHECK(remote.steps() == local.steps());
+  std::size_t e_local = 0, e_remote = 0;
+  local.start_epoch(0);
+  remote.start_epoch(0);
+  CHECK(take(remote, e_remote, 14) == take(local, e_local, 14));
+  const nlohmann::json saved = remote.state();
+
+  // Another loader process continues from the state.
+  keras::DataIterator resumed(std::make_unique<trial::detail::RemoteSource>(second));
+  resumed.restore(saved);
+  std::size_t e_resumed = e_remote;
+  resumed.start_epoch(e_resumed);
+  CHECK(take(resumed, e_resumed, 9) == take(local, e_local, 9));
+
+  // A loader that builds nothing (its loader forks no process) gives no process.
+  CHECK(trial::detail::LoaderProcess::start([] { return std::optional<keras::DataIterator>(); }) ==
+        nullptr);
+  // A loader process that dies is a WorkerError naming it.
+  ::kill(second->pid(), SIGKILL);
+  CHECK_THROWS_WITH_AS(take(resumed, e_resumed, 1),
+                       doctest::Contains("training data loader process"), WorkerError);
+}
+
+TEST_CASE("a Dataset loader runs on several ranks once wrap_dataset shards it") {
+  const TempDir dir;
+  trial_weights(run_trial_job(2, dir / "wrapped", 20, "dataset"), 20);
+  const Job unwrapped = run_trial_job(2, dir / "unwrapped", 20, "dataset-unwrapped");
+  CHECK(unwrapped.status != 0);
+  CHECK_MESSAGE(
+      unwrapped.output.find("must be sharded with context.wrap_dataset(dataset) before "
+                            "batching, but wrap_dataset was not called") != std::string::npos,
+      unwrapped.output);
 }

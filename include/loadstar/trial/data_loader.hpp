@@ -50,17 +50,6 @@ struct StridedSequence {
   decltype(auto) operator[](std::size_t i) const { return sequence[rank + i * ranks]; }
 };
 
-/// A `Dataset` cannot be sharded by the runner: refuse it in a trial of several ranks.
-inline void require_one_rank(const LoaderSettings& s, std::string_view what) {
-  if (s.size > 1) {
-    throw ConfigError(std::string(what) + ": a Dataset loader is not sharded among the " +
-                      std::to_string(s.size) +
-                      " ranks of the trial; shard it in the trial (Dataset::shard or "
-                      "cache_train_dataset with the rank) and return arrays, a Sequence or a "
-                      "SequenceAdapter, which the runner shards itself");
-  }
-}
-
 }  // namespace detail
 
 /// A trial's data: `(x, y)` or `(x, y, sample_weights)` arrays (batched by the per-slot batch
@@ -146,13 +135,11 @@ class DataLoader {
   template <Dataset D>
   requires KerasBatch<element_t<D>> DataLoader(std::shared_ptr<D> dataset) : kind_("Dataset") {
     if (!dataset) throw ConfigError("data loader: the Dataset is null");
-    training_ = [dataset](keras::Model& model, const LoaderSettings& s) {
-      detail::require_one_rank(s, "training data loader");
+    training_ = [dataset](keras::Model& model, const LoaderSettings&) {
       return model.make_data_iterator(*dataset);
     };
-    validate_ = [dataset](keras::Model& model, const LoaderSettings& s,
+    validate_ = [dataset](keras::Model& model, const LoaderSettings&,
                           std::optional<std::size_t> steps) {
-      detail::require_one_rank(s, "validation data loader");
       dataset->reset();
       return model.evaluate(*dataset, {.verbose = 0, .steps = steps});
     };

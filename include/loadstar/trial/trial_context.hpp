@@ -10,11 +10,13 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 
 #include <nlohmann/json.hpp>
 
 #include "loadstar/data/class_weight.hpp"
+#include "loadstar/data/dataset/wrap_dataset.hpp"
 #include "loadstar/dist/collective.hpp"
 #include "loadstar/dist/distributed_optimizer.hpp"
 #include "loadstar/error.hpp"
@@ -182,11 +184,21 @@ class TrialContext {
   /// The collectives between the trial's ranks (a one-process collective without MPI).
   const std::shared_ptr<dist::Collective>& collective() const noexcept { return collective_; }
 
-  /// Returns `dataset` (one process: nothing to shard).
-  template <class D>
-  D&& wrap_dataset(D&& dataset, bool /*shard_dataset*/ = true) {
-    return std::forward<D>(dataset);
+  /// Determined's `wrap_dataset`: this rank's shard of `dataset` (`dataset.shard(size, rank)`,
+  /// so that the ranks partition every epoch) when the trial has several ranks and
+  /// `shard_dataset`, else every element. Call it on a `Dataset` before batching it; a trial of
+  /// several ranks whose `Dataset` loader was not wrapped is refused.
+  template <Dataset D>
+  ShardDataset<std::remove_cvref_t<D>> wrap_dataset(D&& dataset, bool shard_dataset = true) {
+    ++wrapped_datasets_;
+    return loadstar::wrap_dataset(
+        std::remove_cvref_t<D>(std::forward<D>(dataset)),
+        loadstar::DistributedContext{static_cast<std::size_t>(distributed.rank),
+                                     static_cast<std::size_t>(distributed.size)},
+        shard_dataset);
   }
+  /// How many datasets `wrap_dataset` has wrapped.
+  std::size_t wrapped_datasets() const noexcept { return wrapped_datasets_; }
 
   /// Determined's `configure_fit`: sets the given arguments, keeps the others.
   void configure_fit(const FitConfig& config) {
@@ -226,6 +238,7 @@ class TrialContext {
   keras::Model* model_ = nullptr;
   FitSettings fit_;
   bool stop_requested_ = false;
+  std::size_t wrapped_datasets_ = 0;
 };
 
 }  // namespace loadstar::trial

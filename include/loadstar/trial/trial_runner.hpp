@@ -53,6 +53,16 @@ inline TrialResult run_attempt(const TrialSpec& spec, const RunOptions& options,
   DataLoader training = trial->build_training_data_loader();
   if (spec.training_process) training = training.served_by(spec.training_process);
   const DataLoader validation = trial->build_validation_data_loader();
+  if (context.distributed.size > 1 && context.wrapped_datasets() == 0 &&
+      (training.kind() == "Dataset" || validation.kind() == "Dataset")) {
+    // Determined: "please use context.wrap_dataset(dataset)"; an unsharded dataset would be
+    // read whole by every rank.
+    throw ConfigError("trial " + std::to_string(spec.trial_id) + " ('" + spec.config.entrypoint +
+                      "'): a Dataset loader in a trial of " +
+                      std::to_string(context.distributed.size) +
+                      " ranks must be sharded with context.wrap_dataset(dataset) before "
+                      "batching, but wrap_dataset was not called");
+  }
   std::shared_ptr<keras::Model> model = trial->build_model();
   if (!model) {
     throw ConfigError("trial " + std::to_string(spec.trial_id) + " ('" + spec.config.entrypoint +
