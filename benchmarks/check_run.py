@@ -5,10 +5,12 @@ says what failed, with a non-zero exit status, and in bounded time, never a trac
     benchmarks/check_run.py [-v]
 
 Needs /usr/bin/python3 with PyTorch for the peer cases (skipped without it) and, for the --only
-cases, the benchmark build directory build-bench that `benchmarks/run data` makes (skipped
-without it). Runs no benchmark: every case fails before or at its first measurement.
+and timeout cases, the benchmark build directory build-bench that `benchmarks/run data` makes
+(skipped without it; the dist cases that build also need mpirun). Runs no benchmark: every case
+fails before or at its first measurement.
 """
 import os
+import shutil
 import subprocess
 import tempfile
 import textwrap
@@ -19,6 +21,7 @@ RUN = os.path.join(HERE, "run")
 PEERS = os.path.join(HERE, "peers")
 BUILD = os.path.join(os.path.dirname(HERE), "build-bench")
 TORCH_PYTHON = "/usr/bin/python3"
+HAS_MPIRUN = shutil.which("mpirun") is not None
 
 
 def has_torch():
@@ -74,6 +77,48 @@ class Runner(OneLine):
     def test_bad_regex(self):
         done = run(RUN, "compile", "--only", "(")
         self.assert_one_line(done, "--only '(' is not a regular expression")
+
+    def test_empty_dist_selection_lists_the_workloads(self):
+        done = run(RUN, "dist", "--only", "no-such-workload")
+        self.assertEqual(done.returncode, 2)
+        self.assert_one_line(done, "--only 'no-such-workload' selects none of the dist",
+                             "cnn/1 cnn/2")
+
+    def test_dist_batch_that_does_not_divide_among_the_ranks(self):
+        done = run(RUN, "dist", "--batch", "63")
+        self.assertEqual(done.returncode, 2)
+        self.assert_one_line(done, "--batch 63 does not divide among 2 ranks")
+
+    def test_dist_without_mpirun_says_what_to_install(self):
+        done = run(RUN, "dist", env={"PATH": "/nonexistent"})
+        self.assertEqual(done.returncode, 2)
+        self.assert_one_line(done, "no mpirun on PATH", "tools/install-deps")
+
+    @unittest.skipUnless(os.path.exists(os.path.join(BUILD, "build.ninja")) and HAS_MPIRUN,
+                         "no build-bench or no mpirun")
+    def test_a_failing_rank_is_its_own_line_not_mpiruns_banner(self):
+        with tempfile.TemporaryDirectory() as folder:
+            mpirun = os.path.join(folder, "mpirun")
+            with open(mpirun, "w") as out:  # what Open MPI prints after a rank's MPI_Abort
+                out.write("#!/bin/sh\necho 'rank 1 of 2: injected failure' >&2\n"
+                          "printf -- '-----\\nMPI_ABORT was invoked on rank 1\\n-----\\n' >&2\n"
+                          "exit 1\n")
+            os.chmod(mpirun, 0o755)
+            done = run(RUN, "dist", "--no-peers", "--only", "cnn/2", timeout=1800,
+                       env={"PATH": folder + os.pathsep + os.environ["PATH"]})
+        self.assertEqual(done.returncode, 2)
+        self.assert_one_line(done, "bench_dist_train (2 ranks): exited with code 1: rank 1 of 2: "
+                             "injected failure")
+
+    @unittest.skipUnless(os.path.exists(os.path.join(BUILD, "build.ninja")) and HAS_MPIRUN,
+                         "no build-bench or no mpirun")
+    def test_a_dist_run_past_the_timeout_stops_every_rank(self):
+        done = run(RUN, "dist", "--no-peers", "--only", "cnn/2", "--timeout", "5", "--min-time",
+                   "600", timeout=1800)
+        self.assert_one_line(done, "bench_dist_train (2 ranks): still running after 5 s")
+        exe = os.path.join(BUILD, "benchmarks", "bench_dist_train")
+        ranks = subprocess.run(["pgrep", "-f", exe], capture_output=True, text=True)
+        self.assertEqual(ranks.stdout, "")
 
     @unittest.skipUnless(os.path.exists(os.path.join(BUILD, "build.ninja")), "no build-bench")
     def test_empty_data_selection_lists_the_workloads(self):
@@ -140,6 +185,48 @@ class Peers(OneLine):
             done = run(TORCH_PYTHON, path, "--only", "^hand-off/threads/2$", "--timeout", "30")
         self.assert_one_line(done, "peers/data_torch.py: hand-off/threads/2:",
                              "exited unexpectedly")
+
+    def test_a_dead_rank_is_one_line(self):
+        with tempfile.TemporaryDirectory() as folder:
+            path = self.wrapper(folder, "dist_torch.py", """\
+                import dist_torch
+                def dies(rank, ranks, batch, seconds, store, timeout, queue):
+                    if rank == 1:
+                        os._exit(3)
+                    time.sleep(1000)
+                if __name__ == "__main__":
+                    dist_torch.measure = dies
+                    dist_torch.main()
+                """)
+            done = run(TORCH_PYTHON, path, "--only", "^cnn/2$")
+        self.assert_one_line(done, "peers/dist_torch.py: cnn/2: rank 1 exited with code 3")
+
+    def test_a_rank_that_raises_is_one_line(self):
+        with tempfile.TemporaryDirectory() as folder:
+            path = self.wrapper(folder, "dist_torch.py", """\
+                import dist_torch
+                def broken(workload):
+                    raise RuntimeError("no model\\nmore")
+                dist_torch.keras_torch.model_of = broken  # in the spawned ranks, too
+                if __name__ == "__main__":
+                    dist_torch.main()
+                """)
+            done = run(TORCH_PYTHON, path, "--only", "^cnn/2$")
+        self.assert_one_line(done, "peers/dist_torch.py: cnn/2:",
+                             "rank 0 failed (RuntimeError: no model)")
+
+    def test_hung_ranks_are_killed(self):
+        with tempfile.TemporaryDirectory() as folder:
+            path = self.wrapper(folder, "dist_torch.py", """\
+                import dist_torch
+                def hangs(*args):
+                    time.sleep(1000)
+                if __name__ == "__main__":
+                    dist_torch.measure = hangs
+                    dist_torch.main()
+                """)
+            done = run(TORCH_PYTHON, path, "--only", "^cnn/2$", "--timeout", "3", timeout=60)
+        self.assert_one_line(done, "peers/dist_torch.py: cnn/2:", "within 3 s; killed")
 
     def test_list_and_only(self):
         listed = run(TORCH_PYTHON, os.path.join(PEERS, "keras_torch.py"), "--list")

@@ -16,8 +16,9 @@ import re
 import sys
 
 
-def select(names, description):
-    """The names that --only selects (all by default) and the parsed arguments."""
+def select(names, description, add_arguments=None):
+    """The names that --only selects (all by default) and the parsed arguments; add_arguments,
+    if given, adds a script's own options to the parser."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--list", action="store_true",
                         help="print the workload names, one a line, and exit")
@@ -25,6 +26,8 @@ def select(names, description):
                         help="measure only the workloads whose names match REGEX (default: all)")
     parser.add_argument("--timeout", type=float, default=300.0, metavar="S",
                         help="seconds one measurement may take (default 300)")
+    if add_arguments:
+        add_arguments(parser)
     args = parser.parse_args()
     if args.list:
         print("\n".join(names))
