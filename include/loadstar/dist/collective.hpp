@@ -19,8 +19,8 @@
 #include <utility>
 #include <vector>
 
-#include "loadstar/detail/fork_guard.hpp"
 #include "loadstar/error.hpp"
+#include "loadstar/tensor/shape.hpp"
 
 namespace loadstar::dist {
 
@@ -94,6 +94,14 @@ class Collective {
       }
     }
   }
+
+ protected:
+  /// Writes `message` to standard error and ends this process with `code` (no transport to tell).
+  [[noreturn]] static void exit_after(std::string_view message, int code) {
+    std::fprintf(stderr, "%.*s\n", static_cast<int>(message.size()), message.data());
+    std::fflush(stderr);
+    std::_Exit(code);
+  }
 };
 
 /// One process: rank 0 of 1; the collectives leave the buffers as they are.
@@ -110,9 +118,7 @@ class LocalCollective final : public Collective {
   std::vector<std::uint64_t> allgather(std::uint64_t value) override { return {value}; }
   void barrier() override {}
   [[noreturn]] void abort(std::string_view message, int code = 1) override {
-    std::fprintf(stderr, "%.*s\n", static_cast<int>(message.size()), message.data());
-    std::fflush(stderr);
-    std::_Exit(code);
+    exit_after(message, code);
   }
 
  private:
@@ -142,9 +148,7 @@ class UnconnectedCollective final : public Collective {
   std::vector<std::uint64_t> allgather(std::uint64_t) override { refuse("allgather"); }
   void barrier() override { refuse("barrier"); }
   [[noreturn]] void abort(std::string_view message, int code = 1) override {
-    std::fprintf(stderr, "%.*s\n", static_cast<int>(message.size()), message.data());
-    std::fflush(stderr);
-    std::_Exit(code);
+    exit_after(message, code);
   }
 
  private:
@@ -190,6 +194,25 @@ decltype(auto) run_or_abort(Collective& collective, F&& body) {
 }
 
 namespace detail {
-using loadstar::detail::fork_forbidden_by;
+
+/// FNV-1a over a sequence of shapes, for `require_same` to check that every rank's tensors agree
+/// in one collective.
+class ShapeFingerprint {
+ public:
+  void add(const Shape& shape) noexcept {
+    for (std::size_t d = 0; d < shape.rank(); ++d)
+      mix(shape[d]);
+    mix(0xffU);  // ends the shape: (2, 3) then (4) differs from (2) then (3, 4)
+  }
+  std::uint64_t value() const noexcept { return hash_; }
+
+ private:
+  void mix(std::uint64_t v) noexcept {
+    hash_ ^= v;
+    hash_ *= 1099511628211ULL;
+  }
+  std::uint64_t hash_ = 1469598103934665603ULL;
+};
+
 }  // namespace detail
 }  // namespace loadstar::dist

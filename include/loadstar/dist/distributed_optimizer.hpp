@@ -156,22 +156,17 @@ class DistributedOptimizer final : public keras::Optimizer {
   /// pieces of at most the fusion threshold, and checks that every rank has the same layout.
   void plan(std::span<keras::Variable*> variables) {
     std::size_t offset = 0;
-    std::uint64_t fingerprint = 1469598103934665603ULL;  // FNV-1a over the shapes
+    detail::ShapeFingerprint shapes;
     for (keras::Variable* v : variables) {
       if (!v->trainable) continue;
       const std::size_t n = v->gradient.size();
       layout_.push_back({offset, n});
       offset += n;
-      for (std::size_t d = 0; d < v->gradient.shape().rank(); ++d) {
-        fingerprint ^= v->gradient.shape()[d];
-        fingerprint *= 1099511628211ULL;
-      }
-      fingerprint ^= 0xffU;
-      fingerprint *= 1099511628211ULL;
+      shapes.add(v->gradient.shape());
     }
     buffer_.assign(offset + 1, 0.0F);
     collective_->require_same(layout_.size(), "the number of trainable variables");
-    collective_->require_same(fingerprint, "the shapes of the trainable variables (a hash)");
+    collective_->require_same(shapes.value(), "the shapes of the trainable variables (a hash)");
     const std::size_t per_piece =
         options_.fusion_threshold_bytes == 0
             ? 0

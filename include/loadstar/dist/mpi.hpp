@@ -32,6 +32,7 @@
 #endif
 #include <mpi.h>
 
+#include "loadstar/detail/fork_guard.hpp"
 #include "loadstar/dist/collective.hpp"
 #include "loadstar/error.hpp"
 
@@ -71,7 +72,7 @@ class MpiCollective final : public Collective {
     check(MPI_Comm_split(comm_, local_rank_, rank_, &cross), "MPI_Comm_split");
     check(MPI_Comm_rank(cross, &cross_rank_), "MPI_Comm_rank");
     MPI_Comm_free(&cross);
-    detail::fork_forbidden_by().store("Open MPI (MPI_Init has run in this process)");
+    loadstar::detail::fork_forbidden_by().store("Open MPI (MPI_Init has run in this process)");
   }
 
   ~MpiCollective() override {
@@ -79,7 +80,7 @@ class MpiCollective final : public Collective {
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (owns_mpi_ && !finalized) MPI_Finalize();
-    detail::fork_forbidden_by().store(nullptr);
+    loadstar::detail::fork_forbidden_by().store(nullptr);
   }
 
   int rank() const noexcept override { return rank_; }

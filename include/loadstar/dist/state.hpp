@@ -53,17 +53,12 @@ inline void flatten(nlohmann::json& state, std::vector<double>& out, const doubl
 inline void broadcast_state(keras::Model& model, Collective& collective, int root = 0) {
   if (collective.size() == 1) return;
   std::vector<Tensor<float>> weights = model.get_weights();
-  std::uint64_t shapes = 1469598103934665603ULL;
-  for (const auto& w : weights) {
-    for (std::size_t d = 0; d < w.shape().rank(); ++d) {
-      shapes ^= w.shape()[d];
-      shapes *= 1099511628211ULL;
-    }
-    shapes ^= 0xffU;
-    shapes *= 1099511628211ULL;
-  }
+  detail::ShapeFingerprint shapes;
+  for (const auto& w : weights)
+    shapes.add(w.shape());
   collective.require_same(weights.size(), "the number of weights of model '" + model.name() + "'");
-  collective.require_same(shapes, "the shapes of the weights of model '" + model.name() + "'");
+  collective.require_same(shapes.value(),
+                          "the shapes of the weights of model '" + model.name() + "'");
   for (auto& w : weights)
     collective.broadcast(detail::bytes_of(w), root);
   model.set_weights(weights);

@@ -512,7 +512,8 @@ class TrialController {
     nlohmann::json callback_states = nlohmann::json::array();
     for (const auto& cb : callbacks_)
       callback_states.push_back({{"class_name", cb->class_name()}, {"state", cb->get_state()}});
-    const nlohmann::json state = {
+    const nlohmann::json data = data_.state();  // one call: a loader process answers it
+    nlohmann::json state = {
         {"model", model_.name()},
         {"iterations", optimizer.iterations()},
         {"learning_rate", lr != config.end() && lr->is_number() ? *lr : nlohmann::json()},
@@ -525,17 +526,16 @@ class TrialController {
         {"epoch_batches", epoch_batches_},
         {"want_epoch_begin", want_epoch_begin_},
         {"data_epoch", data_epoch_},
-        {"data", data_.state()},
+        {"data", data},
         {"metrics_lines", metrics_.lines()}};
-    nlohmann::json full = state;
     if (distributed()) {
       nlohmann::json ranks = nlohmann::json::array();
-      for (const auto& text : collective_.allgather_strings(data_.state().dump()))
+      for (const auto& text : collective_.allgather_strings(data.dump()))
         ranks.push_back(nlohmann::json::parse(text));
-      full["data_ranks"] = std::move(ranks);
+      state["data_ranks"] = std::move(ranks);
     }
     // Rank 0 writes; the others name the same folder.
-    const auto path = chief_ ? write_checkpoint(spec_.checkpoint_dir, uuid, model_, metadata, full)
+    const auto path = chief_ ? write_checkpoint(spec_.checkpoint_dir, uuid, model_, metadata, state)
                              : spec_.checkpoint_dir / uuid;
     each_trial_callback([&](Callback& cb) { cb.on_checkpoint_end(path.string()); });
     sequencer_.complete(w);
