@@ -58,7 +58,7 @@ TEST_CASE("the ranks of the job know their place") {
   CHECK(world->cross_rank() == 0);
   CHECK(world->describe() ==
         "rank " + std::to_string(world->rank()) + " of " + std::to_string(world->size()));
-  CHECK(dist::detail::fork_forbidden_by().load() != nullptr);
+  CHECK(loadstar::detail::fork_forbidden_by().load() != nullptr);
 }
 
 TEST_CASE_TEMPLATE("allreduce_sum adds in rank order, bitwise", T, float, double) {

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "dist/sample_stream.hpp"
+#include "loadstar/dist.hpp"
 #include "loadstar/trial/detail/loader_process.hpp"
 #include "temp_dir.hpp"
 
@@ -271,4 +272,37 @@ TEST_CASE("a Dataset loader runs on several ranks once wrap_dataset shards it") 
       unwrapped.output.find("must be sharded with context.wrap_dataset(dataset) before "
                             "batching, but wrap_dataset was not called") != std::string::npos,
       unwrapped.output);
+}
+
+TEST_CASE("refusals of the data-parallel pieces that need no other rank") {
+  // An array position saved at one global batch does not resume at another.
+  auto data = sample_stream::make();
+  keras::Sequential reader({keras::Input({1}), keras::layers::Dense(1)});
+  auto three = reader.make_data_iterator(data.x, data.y,
+                                         {.batch_size = 4, .shard_rank = 1, .num_shards = 3});
+  three.start_epoch(0);
+  static_cast<void>(three.next());
+  auto two = reader.make_data_iterator(data.x, data.y,
+                                       {.batch_size = 5, .shard_rank = 1, .num_shards = 2});
+  CHECK_THROWS_WITH_AS(two.restore(three.state()),
+                       doctest::Contains("array source: the state was saved with a global batch "
+                                         "of 12 rows but this source has 10 (5 rows on each of 2 "
+                                         "ranks)"),
+                       CheckpointError);
+
+  auto one = std::make_shared<dist::LocalCollective>();
+  CHECK_THROWS_WITH_AS(
+      dist::DistributedOptimizer(std::make_shared<keras::optimizers::SGD>(), nullptr),
+      "distributed optimizer: the collective is null", ConfigError);
+  CHECK_THROWS_WITH_AS(reader.set_optimizer(nullptr), doctest::Contains("set_optimizer"),
+                       ConfigError);
+  // A step in which no rank had a row.
+  reader.compile({.optimizer = std::make_shared<dist::DistributedOptimizer>(
+                      std::make_shared<keras::optimizers::SGD>(), one),
+                  .loss = "mse"});
+  CHECK_THROWS_WITH_AS(reader.optimizer().apply_batch_gradients(reader.trainable_variables(), 0),
+                       doctest::Contains("rank 0 of 1: a training step of 0 rows on every rank"),
+                       DistributedError);
+  CHECK_THROWS_WITH_AS(reader.set_optimizer(nullptr),
+                       "model 'sequential': set_optimizer: the optimizer is null", ConfigError);
 }
