@@ -43,3 +43,26 @@
 #ifndef LOADSTAR_TENSOR_CACHE_BYTES
 #define LOADSTAR_TENSOR_CACHE_BYTES (std::size_t{256} << 20U)
 #endif
+
+/// Separate compilation of the executor (opt-in). By default loadstar is header-only: every
+/// function is defined, `inline`, in the headers, and each translation unit that includes
+/// `<loadstar/keras.hpp>` compiles the executor's code again. Defining
+/// `LOADSTAR_SEPARATE_COMPILATION` (Meson's `loadstar-compiled` dependency and the pkg-config module
+/// of the same name do) keeps the executor's non-template code out of the headers: it is compiled
+/// once, in the `loadstar_keras` library (src/keras.cpp), and linked. Templates (the `fit`,
+/// `evaluate` and `predict` overloads for each loader) stay in the headers in both modes.
+///
+/// `LOADSTAR_DECL` marks the functions the library defines: `inline` when header-only, plain when
+/// separately compiled. `LOADSTAR_HEADER_BODIES` says whether this translation unit sees their
+/// bodies: always when header-only, and in the library's own source when separately compiled.
+#if defined(LOADSTAR_SEPARATE_COMPILATION)
+#define LOADSTAR_DECL
+#if defined(LOADSTAR_BUILDING_LIBRARY)
+#define LOADSTAR_HEADER_BODIES 1
+#else
+#define LOADSTAR_HEADER_BODIES 0
+#endif
+#else
+#define LOADSTAR_DECL inline
+#define LOADSTAR_HEADER_BODIES 1
+#endif

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <functional>
 #include <loadstar/keras.hpp>
+#include <loadstar/keras/backend/cpu_backend.hpp>
 #include <memory>
 #include <string>
 #include <vector>

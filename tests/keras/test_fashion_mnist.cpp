@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <loadstar/data/idx.hpp>
 #include <loadstar/keras.hpp>
+#include <loadstar/tensor/eigen.hpp>
 #include <string>
 
 using namespace loadstar;

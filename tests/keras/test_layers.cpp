@@ -5,6 +5,7 @@
 #include <fstream>
 #include <loadstar/error.hpp>
 #include <loadstar/keras/layers.hpp>
+#include <loadstar/keras/backend/cpu_backend.hpp>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>

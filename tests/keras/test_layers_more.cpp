@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <loadstar/error.hpp>
 #include <loadstar/keras.hpp>
+#include <loadstar/keras/backend/cpu_backend.hpp>
 #include <loadstar/keras/saving/model_config.hpp>
 #include <memory>
 #include <nlohmann/json.hpp>

@@ -2,6 +2,8 @@
 /// `Activation`: Keras's activation functions by name (`"relu"`, `"softmax"`, ...).
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <array>
 #include <string>
 #include <string_view>
@@ -63,10 +65,7 @@ struct RegistryTraits<Activation> {
   using Object = Activation;
   static constexpr const char* kind = "activation";
   static constexpr bool case_insensitive = false;
-  static void defaults(Registry<Activation>& registry) {
-    for (const auto& [name, value] : detail::activation_names)
-      registry.add(std::string(name), [value = value](const nlohmann::json&) { return value; });
-  }
+  LOADSTAR_DECL static void defaults(Registry<Activation>& registry);
 };
 
 /// The activation named `name` as Keras spells it, resolved through `Registry<Activation>`;
@@ -91,3 +90,18 @@ constexpr bool activation_gradient_needs_input(Activation kind) noexcept {
 }
 
 }  // namespace loadstar::keras
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_HEADER_BODIES
+namespace loadstar::keras {
+
+LOADSTAR_DECL void RegistryTraits<loadstar::keras::Activation>::defaults(
+    Registry<Activation>& registry) {
+  for (const auto& [name, value] : detail::activation_names)
+    registry.add(std::string(name), [value = value](const nlohmann::json&) { return value; });
+}
+
+}  // namespace loadstar::keras
+#endif

@@ -4,6 +4,8 @@
 /// `BackupAndRestore`.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <memory>
 
 #include "loadstar/keras/callbacks/backup_and_restore.hpp"
@@ -31,19 +33,31 @@ struct RegistryTraits<callbacks::Callback> {
   using Object = std::shared_ptr<callbacks::Callback>;
   static constexpr const char* kind = "callback";
   static constexpr bool case_insensitive = false;
-  static void defaults(Registry<callbacks::Callback>& registry) {
-    using namespace callbacks;
-    registry.add("EarlyStopping", EarlyStopping::from_config);
-    registry.add("ReduceLROnPlateau", ReduceLROnPlateau::from_config);
-    registry.add("CSVLogger", CSVLogger::from_config);
-    registry.add("TerminateOnNaN", TerminateOnNaN::from_config);
-    registry.add("History", History::from_config);
-    registry.add("ProgbarLogger", ProgbarLogger::from_config);
-    registry.add("LearningRateScheduler", LearningRateScheduler::from_config);
-    registry.add("LambdaCallback", LambdaCallback::from_config);
-    registry.add("ModelCheckpoint", ModelCheckpoint::from_config);
-    registry.add("BackupAndRestore", BackupAndRestore::from_config);
-  }
+  LOADSTAR_DECL static void defaults(Registry<callbacks::Callback>& registry);
 };
 
 }  // namespace loadstar::keras
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_HEADER_BODIES
+namespace loadstar::keras {
+
+LOADSTAR_DECL void RegistryTraits<callbacks::Callback>::defaults(
+    Registry<callbacks::Callback>& registry) {
+  using namespace callbacks;
+  registry.add("EarlyStopping", EarlyStopping::from_config);
+  registry.add("ReduceLROnPlateau", ReduceLROnPlateau::from_config);
+  registry.add("CSVLogger", CSVLogger::from_config);
+  registry.add("TerminateOnNaN", TerminateOnNaN::from_config);
+  registry.add("History", History::from_config);
+  registry.add("ProgbarLogger", ProgbarLogger::from_config);
+  registry.add("LearningRateScheduler", LearningRateScheduler::from_config);
+  registry.add("LambdaCallback", LambdaCallback::from_config);
+  registry.add("ModelCheckpoint", ModelCheckpoint::from_config);
+  registry.add("BackupAndRestore", BackupAndRestore::from_config);
+}
+
+}  // namespace loadstar::keras
+#endif

@@ -3,6 +3,8 @@
 /// position (Keras 3's `EpochIterator`).
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <cstddef>
 #include <memory>
 #include <optional>
@@ -31,9 +33,7 @@ using BatchView = detail::ErasedBatch;
 /// \endcode
 class DataIterator {
  public:
-  explicit DataIterator(std::unique_ptr<detail::BatchSource> source) : source_(std::move(source)) {
-    if (!source_) throw ConfigError("data iterator: the batch source is null");
-  }
+  LOADSTAR_DECL explicit DataIterator(std::unique_ptr<detail::BatchSource> source);
 
   /// The batches of an epoch, when known.
   std::optional<std::size_t> steps() const { return source_->steps(); }
@@ -66,3 +66,17 @@ class DataIterator {
 };
 
 }  // namespace loadstar::keras
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_HEADER_BODIES
+namespace loadstar::keras {
+
+LOADSTAR_DECL DataIterator::DataIterator(std::unique_ptr<detail::BatchSource> source)
+    : source_(std::move(source)) {
+  if (!source_) throw ConfigError("data iterator: the batch source is null");
+}
+
+}  // namespace loadstar::keras
+#endif

@@ -3,6 +3,8 @@
 /// by a deterministic generator of ours so that weights do not depend on the standard library.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <cmath>
 #include <cstdint>
 #include <optional>
@@ -65,46 +67,18 @@ class Initializer {
 
   static Initializer zeros() { return Initializer(Kind::zeros, "Zeros"); }
   static Initializer ones() { return Initializer(Kind::ones, "Ones"); }
-  static Initializer constant(double value) {
-    Initializer i(Kind::constant, "Constant");
-    i.a_ = value;
-    return i;
-  }
-  static Initializer random_normal(double mean = 0.0, double stddev = 0.05,
-                                   std::optional<std::uint64_t> seed = {}) {
-    Initializer i(Kind::random_normal, "RandomNormal");
-    i.a_ = mean;
-    i.b_ = stddev;
-    i.seed_ = seed;
-    return i;
-  }
-  static Initializer random_uniform(double minval = -0.05, double maxval = 0.05,
-                                    std::optional<std::uint64_t> seed = {}) {
-    Initializer i(Kind::random_uniform, "RandomUniform");
-    i.a_ = minval;
-    i.b_ = maxval;
-    i.seed_ = seed;
-    return i;
-  }
+  LOADSTAR_DECL static Initializer constant(double value);
+  LOADSTAR_DECL static Initializer random_normal(double mean = 0.0, double stddev = 0.05,
+                                                 std::optional<std::uint64_t> seed = {});
+  LOADSTAR_DECL static Initializer random_uniform(double minval = -0.05, double maxval = 0.05,
+                                                  std::optional<std::uint64_t> seed = {});
   /// A normal distribution cut at two standard deviations (values beyond are redrawn), as Keras.
-  static Initializer truncated_normal(double mean = 0.0, double stddev = 0.05,
-                                      std::optional<std::uint64_t> seed = {}) {
-    Initializer i(Kind::truncated_normal, "TruncatedNormal");
-    i.a_ = mean;
-    i.b_ = stddev;
-    i.seed_ = seed;
-    return i;
-  }
-  static Initializer variance_scaling(double scale, Mode mode, Distribution distribution,
-                                      std::optional<std::uint64_t> seed = {},
-                                      std::string class_name = "VarianceScaling") {
-    Initializer i(Kind::variance_scaling, std::move(class_name));
-    i.a_ = scale;
-    i.mode_ = mode;
-    i.distribution_ = distribution;
-    i.seed_ = seed;
-    return i;
-  }
+  LOADSTAR_DECL static Initializer truncated_normal(double mean = 0.0, double stddev = 0.05,
+                                                    std::optional<std::uint64_t> seed = {});
+  LOADSTAR_DECL static Initializer variance_scaling(double scale, Mode mode,
+                                                    Distribution distribution,
+                                                    std::optional<std::uint64_t> seed = {},
+                                                    std::string class_name = "VarianceScaling");
   static Initializer glorot_uniform(std::optional<std::uint64_t> seed = {}) {
     return variance_scaling(1.0, Mode::fan_avg, Distribution::uniform, seed, "GlorotUniform");
   }
@@ -125,178 +99,23 @@ class Initializer {
     return variance_scaling(1.0, Mode::fan_in, Distribution::uniform, seed, "LecunUniform");
   }
 
-  static Initializer from_name(std::string_view name) {
-    if (name == "zeros" || name == "Zeros" || name == "zero") return zeros();
-    if (name == "ones" || name == "Ones" || name == "one") return ones();
-    if (name == "constant" || name == "Constant") return constant(0.0);
-    if (name == "random_normal" || name == "RandomNormal") return random_normal();
-    if (name == "random_uniform" || name == "RandomUniform" || name == "uniform")
-      return random_uniform();
-    if (name == "truncated_normal" || name == "TruncatedNormal") return truncated_normal();
-    if (name == "glorot_uniform" || name == "GlorotUniform") return glorot_uniform();
-    if (name == "glorot_normal" || name == "GlorotNormal") return glorot_normal();
-    if (name == "he_normal" || name == "HeNormal") return he_normal();
-    if (name == "he_uniform" || name == "HeUniform") return he_uniform();
-    if (name == "lecun_normal" || name == "LecunNormal") return lecun_normal();
-    if (name == "lecun_uniform" || name == "LecunUniform") return lecun_uniform();
-    if (name == "variance_scaling" || name == "VarianceScaling")
-      return variance_scaling(1.0, Mode::fan_in, Distribution::truncated_normal);
-    throw ConfigError("unknown initializer '" + std::string(name) +
-                      "'; known: zeros, ones, constant, random_normal, random_uniform, "
-                      "truncated_normal, glorot_uniform, glorot_normal, he_normal, he_uniform, "
-                      "lecun_normal, lecun_uniform, variance_scaling");
-  }
+  LOADSTAR_DECL static Initializer from_name(std::string_view name);
 
   /// Reads Keras's `{"class_name": ..., "config": {...}}` (or a plain name string) of a built-in
   /// initializer; throws `ConfigError` naming the key for a bad value. `Registry<Initializer>`
   /// resolves custom ones too.
-  static Initializer from_json(const nlohmann::json& j) {
-    if (j.is_string()) return from_name(j.get<std::string>());
-    if (!j.is_object() || !j.contains("class_name") || !j["class_name"].is_string()) {
-      throw ConfigError(
-          "initializer config: expected a name or {\"class_name\", \"config\"} but found " +
-          detail::describe_json(j));
-    }
-    const auto config = j.find("config");
-    return from_config(j["class_name"].get<std::string>(),
-                       config == j.end() || config->is_null() ? nlohmann::json::object() : *config);
-  }
+  LOADSTAR_DECL static Initializer from_json(const nlohmann::json& j);
 
   /// The built-in initializer `class_name` (`"RandomNormal"`, `"glorot_uniform"`) from its Keras
   /// config (`{"mean": 0.0, "stddev": 0.05, "seed": null}`).
-  static Initializer from_config(const std::string& class_name, const nlohmann::json& config) {
-    Initializer i = from_name(class_name);
-    const auto read = detail::ConfigReader::of(config, "initializer", i.class_name_);
-    switch (i.kind_) {
-      case Kind::constant:
-        i.a_ = read.get("value", 0.0);
-        break;
-      case Kind::random_normal:
-      case Kind::truncated_normal:
-        i.a_ = read.get("mean", 0.0);
-        i.b_ = read.get("stddev", 0.05);
-        break;
-      case Kind::random_uniform:
-        i.a_ = read.get("minval", -0.05);
-        i.b_ = read.get("maxval", 0.05);
-        break;
-      case Kind::variance_scaling:
-        if (i.class_name_ == "VarianceScaling") {
-          i.a_ = read.get("scale", 1.0);
-          const std::string mode = read.get("mode", "fan_in");
-          if (mode != "fan_in" && mode != "fan_out" && mode != "fan_avg")
-            read.fail("mode", "\"fan_in\", \"fan_out\" or \"fan_avg\"");
-          i.mode_ = mode == "fan_out"   ? Mode::fan_out
-                    : mode == "fan_avg" ? Mode::fan_avg
-                                        : Mode::fan_in;
-          // Keras 2.0 wrote "normal" for what later versions call "truncated_normal".
-          const std::string d = read.get("distribution", "truncated_normal");
-          if (d != "uniform" && d != "untruncated_normal" && d != "truncated_normal" &&
-              d != "normal") {
-            read.fail("distribution",
-                      "\"truncated_normal\", \"untruncated_normal\" or \"uniform\"");
-          }
-          i.distribution_ = d == "uniform"              ? Distribution::uniform
-                            : d == "untruncated_normal" ? Distribution::untruncated_normal
-                                                        : Distribution::truncated_normal;
-        }
-        break;
-      default:
-        break;
-    }
-    i.seed_ = read.optional<std::uint64_t>("seed");
-    return i;
-  }
+  LOADSTAR_DECL static Initializer from_config(const std::string& class_name,
+                                               const nlohmann::json& config);
 
   /// Keras's serialisation: `{"class_name": "GlorotUniform", "config": {"seed": null}}`.
-  nlohmann::json to_json() const {
-    nlohmann::json config = nlohmann::json::object();
-    auto seed = [&] { return seed_ ? nlohmann::json(*seed_) : nlohmann::json(nullptr); };
-    switch (kind_) {
-      case Kind::zeros:
-      case Kind::ones:
-        break;
-      case Kind::constant:
-        config["value"] = a_;
-        break;
-      case Kind::random_normal:
-      case Kind::truncated_normal:
-        config = {{"mean", a_}, {"stddev", b_}, {"seed", seed()}};
-        break;
-      case Kind::random_uniform:
-        config = {{"minval", a_}, {"maxval", b_}, {"seed", seed()}};
-        break;
-      case Kind::variance_scaling:
-        if (class_name_ == "VarianceScaling") {
-          const char* modes[] = {"fan_in", "fan_out", "fan_avg"};
-          const char* distributions[] = {"truncated_normal", "untruncated_normal", "uniform"};
-          config = {{"scale", a_},
-                    {"mode", modes[int(mode_)]},
-                    {"distribution", distributions[int(distribution_)]},
-                    {"seed", seed()}};
-        } else {
-          config = {{"seed", seed()}};
-        }
-        break;
-    }
-    return {{"class_name", class_name_}, {"config", config}};
-  }
+  LOADSTAR_DECL nlohmann::json to_json() const;
 
   /// Fills `t` (of the weight's shape); `default_seed` is used when the initializer has no seed.
-  void fill(const Tensor<float>& t, std::uint64_t default_seed) const {
-    SplitMix64 rng(seed_.value_or(default_seed));
-    auto truncated = [&](double mean, double stddev) {
-      for (;;) {
-        const double z = rng.normal();
-        if (std::abs(z) <= 2.0) return mean + stddev * z;
-      }
-    };
-    switch (kind_) {
-      case Kind::zeros:
-        std::fill(t.begin(), t.end(), 0.0F);
-        return;
-      case Kind::ones:
-        std::fill(t.begin(), t.end(), 1.0F);
-        return;
-      case Kind::constant:
-        std::fill(t.begin(), t.end(), float(a_));
-        return;
-      case Kind::random_normal:
-        for (float& v : t)
-          v = float(a_ + b_ * rng.normal());
-        return;
-      case Kind::random_uniform:
-        for (float& v : t)
-          v = float(a_ + (b_ - a_) * rng.uniform());
-        return;
-      case Kind::truncated_normal:
-        for (float& v : t)
-          v = float(truncated(a_, b_));
-        return;
-      case Kind::variance_scaling: {
-        const auto [fan_in, fan_out] = compute_fans(t.shape());
-        const double n = mode_ == Mode::fan_in    ? fan_in
-                         : mode_ == Mode::fan_out ? fan_out
-                                                  : (fan_in + fan_out) / 2.0;
-        const double scale = a_ / std::max(1.0, n);
-        if (distribution_ == Distribution::uniform) {
-          const double limit = std::sqrt(3.0 * scale);
-          for (float& v : t)
-            v = float(-limit + 2.0 * limit * rng.uniform());
-        } else if (distribution_ == Distribution::untruncated_normal) {
-          const double stddev = std::sqrt(scale);
-          for (float& v : t)
-            v = float(stddev * rng.normal());
-        } else {
-          // Keras divides by the standard deviation of a unit normal truncated at +-2.
-          const double stddev = std::sqrt(scale) / 0.87962566103423978;
-          for (float& v : t)
-            v = float(truncated(0.0, stddev));
-        }
-        return;
-      }
-    }
-  }
+  LOADSTAR_DECL void fill(const Tensor<float>& t, std::uint64_t default_seed) const;
 
   Kind kind() const noexcept { return kind_; }
   const std::string& class_name() const noexcept { return class_name_; }
@@ -324,41 +143,264 @@ struct RegistryTraits<Initializer> {
   using Object = Initializer;
   static constexpr const char* kind = "initializer";
   static constexpr bool case_insensitive = false;
-  static void defaults(Registry<Initializer>& registry) {
-    for (const char* name : {"zeros",
-                             "Zeros",
-                             "zero",
-                             "ones",
-                             "Ones",
-                             "one",
-                             "constant",
-                             "Constant",
-                             "random_normal",
-                             "RandomNormal",
-                             "random_uniform",
-                             "RandomUniform",
-                             "uniform",
-                             "truncated_normal",
-                             "TruncatedNormal",
-                             "glorot_uniform",
-                             "GlorotUniform",
-                             "glorot_normal",
-                             "GlorotNormal",
-                             "he_normal",
-                             "HeNormal",
-                             "he_uniform",
-                             "HeUniform",
-                             "lecun_normal",
-                             "LecunNormal",
-                             "lecun_uniform",
-                             "LecunUniform",
-                             "variance_scaling",
-                             "VarianceScaling"}) {
-      registry.add(name, [class_name = std::string(name)](const nlohmann::json& config) {
-        return Initializer::from_config(class_name, config);
-      });
-    }
-  }
+  LOADSTAR_DECL static void defaults(Registry<Initializer>& registry);
 };
 
 }  // namespace loadstar::keras
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_HEADER_BODIES
+namespace loadstar::keras {
+
+LOADSTAR_DECL Initializer Initializer::constant(double value) {
+  Initializer i(Kind::constant, "Constant");
+  i.a_ = value;
+  return i;
+}
+
+LOADSTAR_DECL Initializer Initializer::random_normal(double mean, double stddev,
+                                                     std::optional<std::uint64_t> seed) {
+  Initializer i(Kind::random_normal, "RandomNormal");
+  i.a_ = mean;
+  i.b_ = stddev;
+  i.seed_ = seed;
+  return i;
+}
+
+LOADSTAR_DECL Initializer Initializer::random_uniform(double minval, double maxval,
+                                                      std::optional<std::uint64_t> seed) {
+  Initializer i(Kind::random_uniform, "RandomUniform");
+  i.a_ = minval;
+  i.b_ = maxval;
+  i.seed_ = seed;
+  return i;
+}
+
+LOADSTAR_DECL Initializer Initializer::truncated_normal(double mean, double stddev,
+                                                        std::optional<std::uint64_t> seed) {
+  Initializer i(Kind::truncated_normal, "TruncatedNormal");
+  i.a_ = mean;
+  i.b_ = stddev;
+  i.seed_ = seed;
+  return i;
+}
+
+LOADSTAR_DECL Initializer Initializer::variance_scaling(double scale, Mode mode,
+                                                        Distribution distribution,
+                                                        std::optional<std::uint64_t> seed,
+                                                        std::string class_name) {
+  Initializer i(Kind::variance_scaling, std::move(class_name));
+  i.a_ = scale;
+  i.mode_ = mode;
+  i.distribution_ = distribution;
+  i.seed_ = seed;
+  return i;
+}
+
+LOADSTAR_DECL Initializer Initializer::from_name(std::string_view name) {
+  if (name == "zeros" || name == "Zeros" || name == "zero") return zeros();
+  if (name == "ones" || name == "Ones" || name == "one") return ones();
+  if (name == "constant" || name == "Constant") return constant(0.0);
+  if (name == "random_normal" || name == "RandomNormal") return random_normal();
+  if (name == "random_uniform" || name == "RandomUniform" || name == "uniform")
+    return random_uniform();
+  if (name == "truncated_normal" || name == "TruncatedNormal") return truncated_normal();
+  if (name == "glorot_uniform" || name == "GlorotUniform") return glorot_uniform();
+  if (name == "glorot_normal" || name == "GlorotNormal") return glorot_normal();
+  if (name == "he_normal" || name == "HeNormal") return he_normal();
+  if (name == "he_uniform" || name == "HeUniform") return he_uniform();
+  if (name == "lecun_normal" || name == "LecunNormal") return lecun_normal();
+  if (name == "lecun_uniform" || name == "LecunUniform") return lecun_uniform();
+  if (name == "variance_scaling" || name == "VarianceScaling")
+    return variance_scaling(1.0, Mode::fan_in, Distribution::truncated_normal);
+  throw ConfigError("unknown initializer '" + std::string(name) +
+                    "'; known: zeros, ones, constant, random_normal, random_uniform, "
+                    "truncated_normal, glorot_uniform, glorot_normal, he_normal, he_uniform, "
+                    "lecun_normal, lecun_uniform, variance_scaling");
+}
+
+LOADSTAR_DECL Initializer Initializer::from_json(const nlohmann::json& j) {
+  if (j.is_string()) return from_name(j.get<std::string>());
+  if (!j.is_object() || !j.contains("class_name") || !j["class_name"].is_string()) {
+    throw ConfigError(
+        "initializer config: expected a name or {\"class_name\", \"config\"} but found " +
+        detail::describe_json(j));
+  }
+  const auto config = j.find("config");
+  return from_config(j["class_name"].get<std::string>(),
+                     config == j.end() || config->is_null() ? nlohmann::json::object() : *config);
+}
+
+LOADSTAR_DECL Initializer Initializer::from_config(const std::string& class_name,
+                                                   const nlohmann::json& config) {
+  Initializer i = from_name(class_name);
+  const auto read = detail::ConfigReader::of(config, "initializer", i.class_name_);
+  switch (i.kind_) {
+    case Kind::constant:
+      i.a_ = read.get("value", 0.0);
+      break;
+    case Kind::random_normal:
+    case Kind::truncated_normal:
+      i.a_ = read.get("mean", 0.0);
+      i.b_ = read.get("stddev", 0.05);
+      break;
+    case Kind::random_uniform:
+      i.a_ = read.get("minval", -0.05);
+      i.b_ = read.get("maxval", 0.05);
+      break;
+    case Kind::variance_scaling:
+      if (i.class_name_ == "VarianceScaling") {
+        i.a_ = read.get("scale", 1.0);
+        const std::string mode = read.get("mode", "fan_in");
+        if (mode != "fan_in" && mode != "fan_out" && mode != "fan_avg")
+          read.fail("mode", "\"fan_in\", \"fan_out\" or \"fan_avg\"");
+        i.mode_ = mode == "fan_out"   ? Mode::fan_out
+                  : mode == "fan_avg" ? Mode::fan_avg
+                                      : Mode::fan_in;
+        // Keras 2.0 wrote "normal" for what later versions call "truncated_normal".
+        const std::string d = read.get("distribution", "truncated_normal");
+        if (d != "uniform" && d != "untruncated_normal" && d != "truncated_normal" &&
+            d != "normal") {
+          read.fail("distribution", "\"truncated_normal\", \"untruncated_normal\" or \"uniform\"");
+        }
+        i.distribution_ = d == "uniform"              ? Distribution::uniform
+                          : d == "untruncated_normal" ? Distribution::untruncated_normal
+                                                      : Distribution::truncated_normal;
+      }
+      break;
+    default:
+      break;
+  }
+  i.seed_ = read.optional<std::uint64_t>("seed");
+  return i;
+}
+
+LOADSTAR_DECL nlohmann::json Initializer::to_json() const {
+  nlohmann::json config = nlohmann::json::object();
+  auto seed = [&] { return seed_ ? nlohmann::json(*seed_) : nlohmann::json(nullptr); };
+  switch (kind_) {
+    case Kind::zeros:
+    case Kind::ones:
+      break;
+    case Kind::constant:
+      config["value"] = a_;
+      break;
+    case Kind::random_normal:
+    case Kind::truncated_normal:
+      config = {{"mean", a_}, {"stddev", b_}, {"seed", seed()}};
+      break;
+    case Kind::random_uniform:
+      config = {{"minval", a_}, {"maxval", b_}, {"seed", seed()}};
+      break;
+    case Kind::variance_scaling:
+      if (class_name_ == "VarianceScaling") {
+        const char* modes[] = {"fan_in", "fan_out", "fan_avg"};
+        const char* distributions[] = {"truncated_normal", "untruncated_normal", "uniform"};
+        config = {{"scale", a_},
+                  {"mode", modes[int(mode_)]},
+                  {"distribution", distributions[int(distribution_)]},
+                  {"seed", seed()}};
+      } else {
+        config = {{"seed", seed()}};
+      }
+      break;
+  }
+  return {{"class_name", class_name_}, {"config", config}};
+}
+
+LOADSTAR_DECL void Initializer::fill(const Tensor<float>& t, std::uint64_t default_seed) const {
+  SplitMix64 rng(seed_.value_or(default_seed));
+  auto truncated = [&](double mean, double stddev) {
+    for (;;) {
+      const double z = rng.normal();
+      if (std::abs(z) <= 2.0) return mean + stddev * z;
+    }
+  };
+  switch (kind_) {
+    case Kind::zeros:
+      std::fill(t.begin(), t.end(), 0.0F);
+      return;
+    case Kind::ones:
+      std::fill(t.begin(), t.end(), 1.0F);
+      return;
+    case Kind::constant:
+      std::fill(t.begin(), t.end(), float(a_));
+      return;
+    case Kind::random_normal:
+      for (float& v : t)
+        v = float(a_ + b_ * rng.normal());
+      return;
+    case Kind::random_uniform:
+      for (float& v : t)
+        v = float(a_ + (b_ - a_) * rng.uniform());
+      return;
+    case Kind::truncated_normal:
+      for (float& v : t)
+        v = float(truncated(a_, b_));
+      return;
+    case Kind::variance_scaling: {
+      const auto [fan_in, fan_out] = compute_fans(t.shape());
+      const double n = mode_ == Mode::fan_in    ? fan_in
+                       : mode_ == Mode::fan_out ? fan_out
+                                                : (fan_in + fan_out) / 2.0;
+      const double scale = a_ / std::max(1.0, n);
+      if (distribution_ == Distribution::uniform) {
+        const double limit = std::sqrt(3.0 * scale);
+        for (float& v : t)
+          v = float(-limit + 2.0 * limit * rng.uniform());
+      } else if (distribution_ == Distribution::untruncated_normal) {
+        const double stddev = std::sqrt(scale);
+        for (float& v : t)
+          v = float(stddev * rng.normal());
+      } else {
+        // Keras divides by the standard deviation of a unit normal truncated at +-2.
+        const double stddev = std::sqrt(scale) / 0.87962566103423978;
+        for (float& v : t)
+          v = float(truncated(0.0, stddev));
+      }
+      return;
+    }
+  }
+}
+
+LOADSTAR_DECL void RegistryTraits<loadstar::keras::Initializer>::defaults(
+    Registry<Initializer>& registry) {
+  for (const char* name : {"zeros",
+                           "Zeros",
+                           "zero",
+                           "ones",
+                           "Ones",
+                           "one",
+                           "constant",
+                           "Constant",
+                           "random_normal",
+                           "RandomNormal",
+                           "random_uniform",
+                           "RandomUniform",
+                           "uniform",
+                           "truncated_normal",
+                           "TruncatedNormal",
+                           "glorot_uniform",
+                           "GlorotUniform",
+                           "glorot_normal",
+                           "GlorotNormal",
+                           "he_normal",
+                           "HeNormal",
+                           "he_uniform",
+                           "HeUniform",
+                           "lecun_normal",
+                           "LecunNormal",
+                           "lecun_uniform",
+                           "LecunUniform",
+                           "variance_scaling",
+                           "VarianceScaling"}) {
+    registry.add(name, [class_name = std::string(name)](const nlohmann::json& config) {
+      return Initializer::from_config(class_name, config);
+    });
+  }
+}
+
+}  // namespace loadstar::keras
+#endif

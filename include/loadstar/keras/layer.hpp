@@ -2,6 +2,8 @@
 /// `Layer`: the base of every Keras layer, with one compute hook for each direction.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -97,37 +99,19 @@ class Layer : public std::enable_shared_from_this<Layer> {
   /// The output shape (without the batch axis) of the build.
   const Shape& built_output_shape() const noexcept { return built_output_shape_; }
   /// Records a build for `input_shapes` giving `output_shape` (`call` does this after `build`).
-  void set_built(std::vector<Shape> input_shapes, Shape output_shape) {
-    built_input_shapes_ = std::move(input_shapes);
-    built_output_shape_ = std::move(output_shape);
-    built_ = true;
-  }
+  LOADSTAR_DECL void set_built(std::vector<Shape> input_shapes, Shape output_shape);
 
   /// Keras's `layer.trainable`: `false` freezes the weights (they become non-trainable, so that
   /// optimizers skip them), those created later included.
   bool trainable() const noexcept { return trainable_; }
-  void set_trainable(bool trainable) {
-    trainable_ = trainable;
-    for (auto& w : weights_)
-      w.trainable = trainable && !w.gradient.empty();
-  }
+  LOADSTAR_DECL void set_trainable(bool trainable);
 
   /// The number of scalars in the weights.
-  std::size_t count_params() const noexcept {
-    std::size_t n = 0;
-    for (const auto& w : weights_)
-      n += w.value.size();
-    return n;
-  }
+  LOADSTAR_DECL std::size_t count_params() const noexcept;
 
  protected:
   /// Adds a weight (in Keras's order) with a zero gradient of the same shape when trainable.
-  Variable& add_weight(std::string name, Tensor<float> value, bool trainable = true) {
-    Tensor<float> gradient = trainable ? Tensor<float>(value.shape()) : Tensor<float>();
-    weights_.push_back(
-        Variable{std::move(name), std::move(value), std::move(gradient), trainable && trainable_});
-    return weights_.back();
-  }
+  LOADSTAR_DECL Variable& add_weight(std::string name, Tensor<float> value, bool trainable = true);
 
   std::vector<Variable> weights_;
 
@@ -140,3 +124,38 @@ class Layer : public std::enable_shared_from_this<Layer> {
 };
 
 }  // namespace loadstar::keras
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_HEADER_BODIES
+namespace loadstar::keras {
+
+LOADSTAR_DECL void Layer::set_built(std::vector<Shape> input_shapes, Shape output_shape) {
+  built_input_shapes_ = std::move(input_shapes);
+  built_output_shape_ = std::move(output_shape);
+  built_ = true;
+}
+
+LOADSTAR_DECL void Layer::set_trainable(bool trainable) {
+  trainable_ = trainable;
+  for (auto& w : weights_)
+    w.trainable = trainable && !w.gradient.empty();
+}
+
+LOADSTAR_DECL std::size_t Layer::count_params() const noexcept {
+  std::size_t n = 0;
+  for (const auto& w : weights_)
+    n += w.value.size();
+  return n;
+}
+
+LOADSTAR_DECL Variable& Layer::add_weight(std::string name, Tensor<float> value, bool trainable) {
+  Tensor<float> gradient = trainable ? Tensor<float>(value.shape()) : Tensor<float>();
+  weights_.push_back(
+      Variable{std::move(name), std::move(value), std::move(gradient), trainable && trainable_});
+  return weights_.back();
+}
+
+}  // namespace loadstar::keras
+#endif

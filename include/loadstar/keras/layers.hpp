@@ -4,7 +4,6 @@
 
 #include "loadstar/keras/activations.hpp"
 #include "loadstar/keras/backend/backend.hpp"
-#include "loadstar/keras/backend/cpu_backend.hpp"
 #include "loadstar/keras/initializers.hpp"
 #include "loadstar/keras/layers/activation.hpp"
 #include "loadstar/keras/layers/add.hpp"

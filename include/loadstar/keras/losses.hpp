@@ -2,6 +2,8 @@
 /// The losses, and `get_loss`, which resolves Keras's loss strings.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <initializer_list>
 #include <memory>
 #include <string>
@@ -31,24 +33,7 @@ struct RegistryTraits<Loss> {
   using Object = std::unique_ptr<Loss>;
   static constexpr const char* kind = "loss";
   static constexpr bool case_insensitive = false;
-  static void defaults(Registry<Loss>& registry) {
-    using namespace losses;
-    const auto add = [&](std::initializer_list<const char*> names, auto factory) {
-      for (const char* name : names)
-        registry.add(name, factory);
-    };
-    add({"mse", "MSE", "mean_squared_error", "MeanSquaredError"}, MeanSquaredError::from_config);
-    add({"mae", "MAE", "mean_absolute_error", "MeanAbsoluteError"}, MeanAbsoluteError::from_config);
-    add({"binary_crossentropy", "BinaryCrossentropy"}, BinaryCrossentropy::from_config);
-    add({"categorical_crossentropy", "CategoricalCrossentropy"},
-        CategoricalCrossentropy::from_config);
-    add({"sparse_categorical_crossentropy", "SparseCategoricalCrossentropy"},
-        SparseCategoricalCrossentropy::from_config);
-    add({"huber", "huber_loss", "Huber"}, Huber::from_config);
-    add({"kld", "KLD", "kl_divergence", "kullback_leibler_divergence", "KLDivergence"},
-        KLDivergence::from_config);
-    add({"hinge", "Hinge"}, Hinge::from_config);
-  }
+  LOADSTAR_DECL static void defaults(Registry<Loss>& registry);
 };
 
 /// The loss Keras's `tf.keras.losses.get` returns for a string, with Keras's defaults, resolved
@@ -64,3 +49,31 @@ inline std::unique_ptr<Loss> get_loss(std::string_view name) {
 }
 
 }  // namespace loadstar::keras
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_HEADER_BODIES
+namespace loadstar::keras {
+
+LOADSTAR_DECL void RegistryTraits<loadstar::keras::Loss>::defaults(Registry<Loss>& registry) {
+  using namespace losses;
+  const auto add = [&](std::initializer_list<const char*> names, auto factory) {
+    for (const char* name : names)
+      registry.add(name, factory);
+  };
+  add({"mse", "MSE", "mean_squared_error", "MeanSquaredError"}, MeanSquaredError::from_config);
+  add({"mae", "MAE", "mean_absolute_error", "MeanAbsoluteError"}, MeanAbsoluteError::from_config);
+  add({"binary_crossentropy", "BinaryCrossentropy"}, BinaryCrossentropy::from_config);
+  add({"categorical_crossentropy", "CategoricalCrossentropy"},
+      CategoricalCrossentropy::from_config);
+  add({"sparse_categorical_crossentropy", "SparseCategoricalCrossentropy"},
+      SparseCategoricalCrossentropy::from_config);
+  add({"huber", "huber_loss", "Huber"}, Huber::from_config);
+  add({"kld", "KLD", "kl_divergence", "kullback_leibler_divergence", "KLDivergence"},
+      KLDivergence::from_config);
+  add({"hinge", "Hinge"}, Hinge::from_config);
+}
+
+}  // namespace loadstar::keras
+#endif

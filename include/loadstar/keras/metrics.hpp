@@ -2,6 +2,8 @@
 /// The metrics, and `get_metric`, which resolves Keras's metric strings as `Model.compile` does.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <memory>
 #include <string>
 #include <string_view>
@@ -30,52 +32,7 @@ struct RegistryTraits<Metric> {
   using Object = std::unique_ptr<Metric>;
   static constexpr const char* kind = "metric";
   static constexpr bool case_insensitive = false;
-  static void defaults(Registry<Metric>& registry) {
-    using namespace metrics;
-    using Factory = Registry<Metric>::Factory;
-    // A function name logs under itself unless the config names the metric (Keras's
-    // `MeanMetricWrapper(fn, name=metric_name)` in compile_utils).
-    const auto function = [&](const char* name, Factory factory) {
-      registry.add(name, [name = std::string(name), factory](const nlohmann::json& config) {
-        auto metric = factory(config);
-        if (!config.contains("name")) metric->set_name(name);
-        return metric;
-      });
-    };
-    function("accuracy", Accuracy::from_config);
-    function("binary_accuracy", BinaryAccuracy::from_config);
-    function("categorical_accuracy", CategoricalAccuracy::from_config);
-    function("sparse_categorical_accuracy", SparseCategoricalAccuracy::from_config);
-    function("top_k_categorical_accuracy", TopKCategoricalAccuracy::from_config);
-    function("sparse_top_k_categorical_accuracy", SparseTopKCategoricalAccuracy::from_config);
-    function("mse", metrics::MeanSquaredError::from_config);
-    function("mean_squared_error", metrics::MeanSquaredError::from_config);
-    function("mae", metrics::MeanAbsoluteError::from_config);
-    function("mean_absolute_error", metrics::MeanAbsoluteError::from_config);
-    function("precision", Precision::from_config);
-    function("recall", Recall::from_config);
-    function("auc", AUC::from_config);
-    registry.add("Accuracy", Accuracy::from_config);
-    registry.add("BinaryAccuracy", BinaryAccuracy::from_config);
-    registry.add("CategoricalAccuracy", CategoricalAccuracy::from_config);
-    registry.add("SparseCategoricalAccuracy", SparseCategoricalAccuracy::from_config);
-    registry.add("TopKCategoricalAccuracy", TopKCategoricalAccuracy::from_config);
-    registry.add("SparseTopKCategoricalAccuracy", SparseTopKCategoricalAccuracy::from_config);
-    registry.add("MeanSquaredError", metrics::MeanSquaredError::from_config);
-    registry.add("MeanAbsoluteError", metrics::MeanAbsoluteError::from_config);
-    registry.add("Precision", Precision::from_config);
-    registry.add("Recall", Recall::from_config);
-    registry.add("AUC", AUC::from_config);
-    registry.add("Mean", Mean::from_config);
-    registry.add("MeanMetricWrapper", [](const nlohmann::json& config) {
-      const auto read = detail::metric_config(config, "MeanMetricWrapper");
-      const auto fn = read.get<std::string>("fn");
-      auto metric = read.nested(
-          "fn", [&] { return Registry<Metric>::instance().create(fn, nlohmann::json::object()); });
-      metric->set_name(read.get("name", fn.c_str()));
-      return metric;
-    });
-  }
+  LOADSTAR_DECL static void defaults(Registry<Metric>& registry);
 };
 
 /// The metric `Model.compile(metrics=[name])` makes, logged under `name` as Keras does.
@@ -115,3 +72,59 @@ inline std::unique_ptr<Metric> get_metric(std::string_view name, std::string_vie
 }
 
 }  // namespace loadstar::keras
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_HEADER_BODIES
+namespace loadstar::keras {
+
+LOADSTAR_DECL void RegistryTraits<loadstar::keras::Metric>::defaults(Registry<Metric>& registry) {
+  using namespace metrics;
+  using Factory = Registry<Metric>::Factory;
+  // A function name logs under itself unless the config names the metric (Keras's
+  // `MeanMetricWrapper(fn, name=metric_name)` in compile_utils).
+  const auto function = [&](const char* name, Factory factory) {
+    registry.add(name, [name = std::string(name), factory](const nlohmann::json& config) {
+      auto metric = factory(config);
+      if (!config.contains("name")) metric->set_name(name);
+      return metric;
+    });
+  };
+  function("accuracy", Accuracy::from_config);
+  function("binary_accuracy", BinaryAccuracy::from_config);
+  function("categorical_accuracy", CategoricalAccuracy::from_config);
+  function("sparse_categorical_accuracy", SparseCategoricalAccuracy::from_config);
+  function("top_k_categorical_accuracy", TopKCategoricalAccuracy::from_config);
+  function("sparse_top_k_categorical_accuracy", SparseTopKCategoricalAccuracy::from_config);
+  function("mse", metrics::MeanSquaredError::from_config);
+  function("mean_squared_error", metrics::MeanSquaredError::from_config);
+  function("mae", metrics::MeanAbsoluteError::from_config);
+  function("mean_absolute_error", metrics::MeanAbsoluteError::from_config);
+  function("precision", Precision::from_config);
+  function("recall", Recall::from_config);
+  function("auc", AUC::from_config);
+  registry.add("Accuracy", Accuracy::from_config);
+  registry.add("BinaryAccuracy", BinaryAccuracy::from_config);
+  registry.add("CategoricalAccuracy", CategoricalAccuracy::from_config);
+  registry.add("SparseCategoricalAccuracy", SparseCategoricalAccuracy::from_config);
+  registry.add("TopKCategoricalAccuracy", TopKCategoricalAccuracy::from_config);
+  registry.add("SparseTopKCategoricalAccuracy", SparseTopKCategoricalAccuracy::from_config);
+  registry.add("MeanSquaredError", metrics::MeanSquaredError::from_config);
+  registry.add("MeanAbsoluteError", metrics::MeanAbsoluteError::from_config);
+  registry.add("Precision", Precision::from_config);
+  registry.add("Recall", Recall::from_config);
+  registry.add("AUC", AUC::from_config);
+  registry.add("Mean", Mean::from_config);
+  registry.add("MeanMetricWrapper", [](const nlohmann::json& config) {
+    const auto read = detail::metric_config(config, "MeanMetricWrapper");
+    const auto fn = read.get<std::string>("fn");
+    auto metric = read.nested(
+        "fn", [&] { return Registry<Metric>::instance().create(fn, nlohmann::json::object()); });
+    metric->set_name(read.get("name", fn.c_str()));
+    return metric;
+  });
+}
+
+}  // namespace loadstar::keras
+#endif

@@ -8,6 +8,8 @@
 /// `train_on_batch`, `test_on_batch`, `summary`, `get_weights` and `set_weights`.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -40,7 +42,6 @@
 #include "loadstar/detail/strings.hpp"
 #include "loadstar/error.hpp"
 #include "loadstar/keras/backend/backend.hpp"
-#include "loadstar/keras/backend/cpu_backend.hpp"
 #include "loadstar/keras/callbacks/callback.hpp"
 #include "loadstar/keras/callbacks/callback_list.hpp"
 #include "loadstar/keras/callbacks/history.hpp"
@@ -72,13 +73,14 @@ class Model;
 
 namespace detail {
 // The loops, defined in keras/detail/loops.hpp on the public step API.
-inline callbacks::History run_fit(Model& model, DataIterator& data, BatchSource* validation,
-                                  const FitOptions& options, const ClassWeight* class_weight);
-inline Logs run_evaluate(Model& model, BatchSource& source, const EvaluateOptions& options);
-inline std::vector<Tensor<float>> run_predict(Model& model, BatchSource& source,
-                                              const PredictOptions& options);
-inline Error non_finite_loss(const std::string& model, double loss, std::size_t epoch,
-                             std::size_t batch, std::string_view where);
+LOADSTAR_DECL callbacks::History run_fit(Model& model, DataIterator& data, BatchSource* validation,
+                                         const FitOptions& options,
+                                         const ClassWeight* class_weight);
+LOADSTAR_DECL Logs run_evaluate(Model& model, BatchSource& source, const EvaluateOptions& options);
+LOADSTAR_DECL std::vector<Tensor<float>> run_predict(Model& model, BatchSource& source,
+                                                     const PredictOptions& options);
+LOADSTAR_DECL Error non_finite_loss(const std::string& model, double loss, std::size_t epoch,
+                                    std::size_t batch, std::string_view where);
 }  // namespace detail
 
 /// Keras's functional `Model`: a directed acyclic graph of layer calls from named `Input`s to
@@ -136,12 +138,7 @@ class Model {
   const std::vector<std::shared_ptr<Layer>>& layers() const noexcept { return layers_; }
 
   /// The layer named `name`; throws `ConfigError` when there is none.
-  std::shared_ptr<Layer> get_layer(std::string_view name) const {
-    for (const auto& layer : layers_) {
-      if (layer->name() == name) return layer;
-    }
-    throw ConfigError("model '" + name_ + "': no layer named '" + std::string(name) + "'");
-  }
+  LOADSTAR_DECL std::shared_ptr<Layer> get_layer(std::string_view name) const;
 
   /// The symbolic inputs and outputs the model was built from (Keras's `model.inputs` and
   /// `model.outputs`); their nodes hold the layer calls (`inbound_nodes` in `get_config`).
@@ -166,49 +163,15 @@ class Model {
   /// Prepares training: the optimizer, one loss per output, metrics and loss weights, and the
   /// thread count. Throws `ConfigError` for unknown names, for a number of losses or loss weights
   /// that is not the number of outputs, and for a map of losses naming no output.
-  void compile(const CompileOptions& options) {
-    options_ = options;
-    std::shared_ptr<Backend> backend =
-        options.backend ? options.backend : std::make_shared<CpuBackend>(options.threads);
-    if (backend_ && backend_->device() != backend->device()) {
-      // Weights in the previous backend's memory come back to the host, to move to the new
-      // backend's memory before the next step; the activations are allocated again there.
-      for (const auto& layer : layers_) {
-        for (auto& w : layer->weights()) {
-          if (!w.value.is_host()) w.value = backend_->to_host(w.value);
-          if (!w.gradient.is_host()) w.gradient = Tensor<float>(w.gradient.shape());
-        }
-      }
-      capacity_ = 0;
-      rows_ = 0;
-    }
-    backend_ = std::move(backend);
-    weights_placed_ = false;
-    optimizer_ = options.optimizer.object();
-    if (!optimizer_)
-      optimizer_ = std::shared_ptr<Optimizer>(get_optimizer(options.optimizer.name()));
-    optimizer_->set_backend(backend_);
-    check_metric_names(options.metrics);
-    check_metric_names(options.weighted_metrics);
-    compiled_ = true;
-    if (built()) resolve_losses();
-  }
+  LOADSTAR_DECL void compile(const CompileOptions& options);
 
   /// `compile` with Keras's positional arguments.
   /// \code
   /// model.compile("adam", "sparse_categorical_crossentropy", {"accuracy"});
   /// \endcode
-  void compile(OptimizerArg optimizer, Losses loss, std::vector<MetricArg> metrics = {},
-               std::vector<double> loss_weights = {}) {
-    CompileOptions options;
-    options.threads = options_.threads;
-    options.backend = options_.backend;
-    options.optimizer = std::move(optimizer);
-    options.loss = std::move(loss);
-    options.metrics = std::move(metrics);
-    options.loss_weights = std::move(loss_weights);
-    compile(options);
-  }
+  LOADSTAR_DECL void compile(OptimizerArg optimizer, Losses loss,
+                             std::vector<MetricArg> metrics = {},
+                             std::vector<double> loss_weights = {});
 
   /// Whether `compile` was called.
   bool compiled() const noexcept { return compiled_; }
@@ -217,45 +180,21 @@ class Model {
   const CompileOptions& compile_options() const noexcept { return options_; }
 
   /// The optimizer given to `compile`; throws `ConfigError` before `compile`.
-  Optimizer& optimizer() const {
-    require_compiled("optimizer");
-    return *optimizer_;
-  }
+  LOADSTAR_DECL Optimizer& optimizer() const;
 
   /// Replaces the optimizer `compile` set (with its iterations and slots, if any) by `optimizer`,
   /// moved to the model's backend: how a runner wraps the optimizer of a compiled model (the
   /// data-parallel `dist::DistributedOptimizer`). Throws `ConfigError` before `compile` or for a
   /// null optimizer.
-  void set_optimizer(std::shared_ptr<Optimizer> optimizer) {
-    require_compiled("set_optimizer");
-    if (!optimizer)
-      throw ConfigError("model '" + name_ + "': set_optimizer: the optimizer is null");
-    optimizer->set_backend(backend_);
-    optimizer_ = std::move(optimizer);
-  }
+  LOADSTAR_DECL void set_optimizer(std::shared_ptr<Optimizer> optimizer);
   /// The optimizer `compile` set, shared.
-  std::shared_ptr<Optimizer> optimizer_ptr() const {
-    require_compiled("optimizer");
-    return optimizer_;
-  }
+  LOADSTAR_DECL std::shared_ptr<Optimizer> optimizer_ptr() const;
 
   /// The backend the layers compute with.
-  Backend& backend() {
-    if (!backend_) backend_ = std::make_shared<CpuBackend>(options_.threads);
-    return *backend_;
-  }
+  LOADSTAR_DECL Backend& backend();
 
   /// The names `evaluate` and the logs use: `loss`, per-output losses, then the metrics.
-  std::vector<std::string> metrics_names() const {
-    std::vector<std::string> names{"loss"};
-    if (outputs_.size() > 1) {
-      for (const auto& output : output_names_)
-        names.push_back(output + "_loss");
-    }
-    for (auto& metric : training_.names())
-      names.push_back(std::move(metric));
-    return names;
-  }
+  LOADSTAR_DECL std::vector<std::string> metrics_names() const;
 
   // --- fit ------------------------------------------------------------------------------------
 
@@ -327,25 +266,7 @@ class Model {
   /// `options` (batch size, shuffling, workers, `validation_split`, `sample_weight`) belong to
   /// `make_data_iterator` and are ignored here; `class_weight` applies to batches without sample
   /// weights.
-  callbacks::History fit(DataIterator& data, const FitOptions& options = {}) {
-    require_compiled("fit");
-    const std::string kind = "a data iterator";
-    if (options.validation_split > 0.0) {
-      throw ConfigError("fit: validation_split is supported for arrays only, not for " + kind +
-                        "; give validation_data instead");
-    }
-    if (options.sample_weight) {
-      throw ConfigError("fit: sample_weight is supported for arrays only, not for " + kind +
-                        "; return (x, y, w) batches instead");
-    }
-    std::shared_ptr<detail::BatchSource> validation;
-    if (!options.validation_data.empty()) {
-      validation = options.validation_data.source(
-          options.validation_batch_size.value_or(options.batch_size), options.validation_steps);
-    }
-    return detail::run_fit(*this, data, validation.get(), options,
-                           options.class_weight ? &*options.class_weight : nullptr);
-  }
+  LOADSTAR_DECL callbacks::History fit(DataIterator& data, const FitOptions& options = {});
 
   // --- data iterators ---------------------------------------------------------------------------
 
@@ -485,33 +406,7 @@ class Model {
     detail::collect_batch(batch, step_batch_);
     return train_step(step_batch_, options);
   }
-  const Logs& train_step(const BatchView& batch, const StepOptions& options = {}) {
-    require_compiled("train_step");
-    if (batch.count == 0 && built()) {
-      // A rank of a data-parallel job with no rows in this step (the last batch of an epoch
-      // has fewer rows than there are ranks): zero gradients, so that the optimizer still
-      // takes part in the step, and nothing to measure.
-      place_weights();
-      for (auto* variable : trainable_)
-        backend().fill(variable->gradient, 0.0F);
-      optimizer_->apply_batch_gradients(trainable_, 0);
-      training_.fill(training_logs_, output_names_);
-      return training_logs_;
-    }
-    prepare(batch, 0);
-    const detail::ScopedFlushDenormal flush_denormal;
-    load(batch, true, options.class_weight);
-    for (auto* variable : trainable_)
-      backend().fill(variable->gradient, 0.0F);
-    const std::uint64_t seed = options.seed ? *options.seed : detail::global_seed();
-    forward(true, seed);
-    const double total = compute_losses(true);
-    backward(seed);
-    optimizer_->apply_batch_gradients(trainable_, rows_);
-    update_metrics(training_, total);
-    training_.fill(training_logs_, output_names_);
-    return training_logs_;
-  }
+  LOADSTAR_DECL const Logs& train_step(const BatchView& batch, const StepOptions& options = {});
 
   /// One evaluation step: forward and loss, accumulated into the evaluation metrics (separate
   /// from the training metrics, so a validation in the middle of an epoch leaves those alone).
@@ -521,17 +416,7 @@ class Model {
     detail::collect_batch(batch, step_batch_);
     return test_step(step_batch_, options);
   }
-  const Logs& test_step(const BatchView& batch, const StepOptions& options = {}) {
-    require_compiled("test_step");
-    prepare(batch, 0);
-    const detail::ScopedFlushDenormal flush_denormal;
-    load(batch, true, options.class_weight);
-    forward(false, options.seed ? *options.seed : detail::global_seed());
-    const double total = compute_losses(false);
-    update_metrics(evaluation_, total);
-    evaluation_.fill(evaluation_logs_, output_names_);
-    return evaluation_logs_;
-  }
+  LOADSTAR_DECL const Logs& test_step(const BatchView& batch, const StepOptions& options = {});
 
   /// The outputs for one batch of inputs (an array-like, or a batch whose targets are ignored):
   /// views of the model's output buffers, valid until the next step.
@@ -541,13 +426,7 @@ class Model {
     detail::collect_batch(x, step_batch_);
     return predict_step(step_batch_);
   }
-  const std::vector<Tensor<float>>& predict_step(const BatchView& batch) {
-    prepare(batch, 0);
-    const detail::ScopedFlushDenormal flush_denormal;
-    load(batch, false, nullptr);
-    forward(false, detail::global_seed());
-    return outputs_;
-  }
+  LOADSTAR_DECL const std::vector<Tensor<float>>& predict_step(const BatchView& batch);
 
   /// Allocates the buffers for batches of up to `rows` rows now, so that no later step allocates
   /// (the loops call it with the largest batch of their loader).
@@ -563,10 +442,7 @@ class Model {
   RunningMetrics& training_metrics() noexcept { return training_; }
   RunningMetrics& evaluation_metrics() noexcept { return evaluation_; }
   /// Resets both, as Keras's `model.reset_metrics()`.
-  void reset_metrics() {
-    training_.reset();
-    evaluation_.reset();
-  }
+  LOADSTAR_DECL void reset_metrics();
 
   /// One training step on one batch of any kind `fit` takes; returns its loss and metrics
   /// (training metrics reset first, as Keras's `train_on_batch(reset_metrics=True)`).
@@ -631,16 +507,7 @@ class Model {
   explicit Model(std::string name, std::nullptr_t) : name_(std::move(name)) {}
 
   /// Replaces the graph (`Sequential` after each `add`).
-  void set_graph(std::vector<KerasTensor> inputs, std::vector<KerasTensor> outputs) {
-    plan(inputs, outputs);
-    graph_inputs_ = std::move(inputs);
-    graph_outputs_ = std::move(outputs);
-    capacity_ = 0;
-    rows_ = 0;
-    training_ = {};
-    evaluation_ = {};
-    if (compiled_) resolve_losses();
-  }
+  LOADSTAR_DECL void set_graph(std::vector<KerasTensor> inputs, std::vector<KerasTensor> outputs);
 
   /// Whether the graph exists (a `Sequential` without an input shape has none until it sees data).
   bool built() const noexcept { return !nodes_.empty(); }
@@ -726,17 +593,7 @@ class Model {
 
   /// Refuses a metric name `get_metric` will not know at the first batch, at `compile` as Keras
   /// does (`"acuracy"` is a `ConfigError` naming the known metrics).
-  void check_metric_names(const std::vector<MetricArg>& metrics) const {
-    for (const auto& metric : metrics) {
-      if (metric.object() || metric.name() == "accuracy" || metric.name() == "acc") continue;
-      if (Registry<Metric>::instance().contains(metric.name())) continue;
-      try {
-        Registry<Metric>::instance().create(metric.name(), nlohmann::json::object());
-      } catch (const ConfigError& e) {
-        throw ConfigError("model '" + name_ + "': compile: " + e.what());
-      }
-    }
-  }
+  LOADSTAR_DECL void check_metric_names(const std::vector<MetricArg>& metrics) const;
 
   /// The seed of shuffling: the options', else `set_random_seed`'s.
   static std::uint64_t shuffle_seed(const FitOptions& options);
@@ -818,11 +675,201 @@ class Model {
 
 }  // namespace loadstar::keras
 
+// The non-template members and the loops: in every translation unit when header-only, in the
+// library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+#if LOADSTAR_HEADER_BODIES
 #include "loadstar/keras/detail/loops.hpp"
 #include "loadstar/keras/detail/model_buffers.hpp"
 #include "loadstar/keras/detail/model_compile.hpp"
 #include "loadstar/keras/detail/model_graph.hpp"
 #include "loadstar/keras/detail/model_steps.hpp"
 #include "loadstar/keras/detail/model_weights.hpp"
+#endif
 #include "loadstar/keras/saving/model_config.hpp"
 #include "loadstar/keras/saving/saving.hpp"
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_HEADER_BODIES
+namespace loadstar::keras {
+
+LOADSTAR_DECL std::shared_ptr<Layer> Model::get_layer(std::string_view name) const {
+  for (const auto& layer : layers_) {
+    if (layer->name() == name) return layer;
+  }
+  throw ConfigError("model '" + name_ + "': no layer named '" + std::string(name) + "'");
+}
+
+LOADSTAR_DECL void Model::compile(const CompileOptions& options) {
+  options_ = options;
+  std::shared_ptr<Backend> backend =
+      options.backend ? options.backend : cpu_backend(options.threads);
+  if (backend_ && backend_->device() != backend->device()) {
+    // Weights in the previous backend's memory come back to the host, to move to the new
+    // backend's memory before the next step; the activations are allocated again there.
+    for (const auto& layer : layers_) {
+      for (auto& w : layer->weights()) {
+        if (!w.value.is_host()) w.value = backend_->to_host(w.value);
+        if (!w.gradient.is_host()) w.gradient = Tensor<float>(w.gradient.shape());
+      }
+    }
+    capacity_ = 0;
+    rows_ = 0;
+  }
+  backend_ = std::move(backend);
+  weights_placed_ = false;
+  optimizer_ = options.optimizer.object();
+  if (!optimizer_) optimizer_ = std::shared_ptr<Optimizer>(get_optimizer(options.optimizer.name()));
+  optimizer_->set_backend(backend_);
+  check_metric_names(options.metrics);
+  check_metric_names(options.weighted_metrics);
+  compiled_ = true;
+  if (built()) resolve_losses();
+}
+
+LOADSTAR_DECL void Model::compile(OptimizerArg optimizer, Losses loss,
+                                  std::vector<MetricArg> metrics,
+                                  std::vector<double> loss_weights) {
+  CompileOptions options;
+  options.threads = options_.threads;
+  options.backend = options_.backend;
+  options.optimizer = std::move(optimizer);
+  options.loss = std::move(loss);
+  options.metrics = std::move(metrics);
+  options.loss_weights = std::move(loss_weights);
+  compile(options);
+}
+
+LOADSTAR_DECL Optimizer& Model::optimizer() const {
+  require_compiled("optimizer");
+  return *optimizer_;
+}
+
+LOADSTAR_DECL void Model::set_optimizer(std::shared_ptr<Optimizer> optimizer) {
+  require_compiled("set_optimizer");
+  if (!optimizer) throw ConfigError("model '" + name_ + "': set_optimizer: the optimizer is null");
+  optimizer->set_backend(backend_);
+  optimizer_ = std::move(optimizer);
+}
+
+LOADSTAR_DECL std::shared_ptr<Optimizer> Model::optimizer_ptr() const {
+  require_compiled("optimizer");
+  return optimizer_;
+}
+
+LOADSTAR_DECL Backend& Model::backend() {
+  if (!backend_) backend_ = cpu_backend(options_.threads);
+  return *backend_;
+}
+
+LOADSTAR_DECL std::vector<std::string> Model::metrics_names() const {
+  std::vector<std::string> names{"loss"};
+  if (outputs_.size() > 1) {
+    for (const auto& output : output_names_)
+      names.push_back(output + "_loss");
+  }
+  for (auto& metric : training_.names())
+    names.push_back(std::move(metric));
+  return names;
+}
+
+LOADSTAR_DECL callbacks::History Model::fit(DataIterator& data, const FitOptions& options) {
+  require_compiled("fit");
+  const std::string kind = "a data iterator";
+  if (options.validation_split > 0.0) {
+    throw ConfigError("fit: validation_split is supported for arrays only, not for " + kind +
+                      "; give validation_data instead");
+  }
+  if (options.sample_weight) {
+    throw ConfigError("fit: sample_weight is supported for arrays only, not for " + kind +
+                      "; return (x, y, w) batches instead");
+  }
+  std::shared_ptr<detail::BatchSource> validation;
+  if (!options.validation_data.empty()) {
+    validation = options.validation_data.source(
+        options.validation_batch_size.value_or(options.batch_size), options.validation_steps);
+  }
+  return detail::run_fit(*this, data, validation.get(), options,
+                         options.class_weight ? &*options.class_weight : nullptr);
+}
+
+LOADSTAR_DECL const Logs& Model::train_step(const BatchView& batch, const StepOptions& options) {
+  require_compiled("train_step");
+  if (batch.count == 0 && built()) {
+    // A rank of a data-parallel job with no rows in this step (the last batch of an epoch
+    // has fewer rows than there are ranks): zero gradients, so that the optimizer still
+    // takes part in the step, and nothing to measure.
+    place_weights();
+    for (auto* variable : trainable_)
+      backend().fill(variable->gradient, 0.0F);
+    optimizer_->apply_batch_gradients(trainable_, 0);
+    training_.fill(training_logs_, output_names_);
+    return training_logs_;
+  }
+  prepare(batch, 0);
+  const detail::ScopedFlushDenormal flush_denormal;
+  load(batch, true, options.class_weight);
+  for (auto* variable : trainable_)
+    backend().fill(variable->gradient, 0.0F);
+  const std::uint64_t seed = options.seed ? *options.seed : detail::global_seed();
+  forward(true, seed);
+  const double total = compute_losses(true);
+  backward(seed);
+  optimizer_->apply_batch_gradients(trainable_, rows_);
+  update_metrics(training_, total);
+  training_.fill(training_logs_, output_names_);
+  return training_logs_;
+}
+
+LOADSTAR_DECL const Logs& Model::test_step(const BatchView& batch, const StepOptions& options) {
+  require_compiled("test_step");
+  prepare(batch, 0);
+  const detail::ScopedFlushDenormal flush_denormal;
+  load(batch, true, options.class_weight);
+  forward(false, options.seed ? *options.seed : detail::global_seed());
+  const double total = compute_losses(false);
+  update_metrics(evaluation_, total);
+  evaluation_.fill(evaluation_logs_, output_names_);
+  return evaluation_logs_;
+}
+
+LOADSTAR_DECL const std::vector<Tensor<float>>& Model::predict_step(const BatchView& batch) {
+  prepare(batch, 0);
+  const detail::ScopedFlushDenormal flush_denormal;
+  load(batch, false, nullptr);
+  forward(false, detail::global_seed());
+  return outputs_;
+}
+
+LOADSTAR_DECL void Model::reset_metrics() {
+  training_.reset();
+  evaluation_.reset();
+}
+
+LOADSTAR_DECL void Model::set_graph(std::vector<KerasTensor> inputs,
+                                    std::vector<KerasTensor> outputs) {
+  plan(inputs, outputs);
+  graph_inputs_ = std::move(inputs);
+  graph_outputs_ = std::move(outputs);
+  capacity_ = 0;
+  rows_ = 0;
+  training_ = {};
+  evaluation_ = {};
+  if (compiled_) resolve_losses();
+}
+
+LOADSTAR_DECL void Model::check_metric_names(const std::vector<MetricArg>& metrics) const {
+  for (const auto& metric : metrics) {
+    if (metric.object() || metric.name() == "accuracy" || metric.name() == "acc") continue;
+    if (Registry<Metric>::instance().contains(metric.name())) continue;
+    try {
+      Registry<Metric>::instance().create(metric.name(), nlohmann::json::object());
+    } catch (const ConfigError& e) {
+      throw ConfigError("model '" + name_ + "': compile: " + e.what());
+    }
+  }
+}
+
+}  // namespace loadstar::keras
+#endif

@@ -2,6 +2,8 @@
 /// The optimizers and schedules, and `get_optimizer`, which resolves Keras's optimizer strings.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <memory>
 #include <string>
 #include <string_view>
@@ -28,15 +30,7 @@ struct RegistryTraits<Optimizer> {
   using Object = std::unique_ptr<Optimizer>;
   static constexpr const char* kind = "optimizer";
   static constexpr bool case_insensitive = true;
-  static void defaults(Registry<Optimizer>& registry) {
-    using namespace optimizers;
-    registry.add("sgd", SGD::from_config);
-    registry.add("adam", Adam::from_config);
-    registry.add("adamw", AdamW::from_config);
-    registry.add("rmsprop", RMSprop::from_config);
-    registry.add("adagrad", Adagrad::from_config);
-    registry.add("adadelta", Adadelta::from_config);
-  }
+  LOADSTAR_DECL static void defaults(Registry<Optimizer>& registry);
 };
 
 /// The optimizer `tf.keras.optimizers.get` returns for a name, case-insensitive, with Keras's
@@ -50,3 +44,23 @@ inline std::unique_ptr<Optimizer> get_optimizer(std::string_view name) {
 }
 
 }  // namespace loadstar::keras
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_HEADER_BODIES
+namespace loadstar::keras {
+
+LOADSTAR_DECL void RegistryTraits<loadstar::keras::Optimizer>::defaults(
+    Registry<Optimizer>& registry) {
+  using namespace optimizers;
+  registry.add("sgd", SGD::from_config);
+  registry.add("adam", Adam::from_config);
+  registry.add("adamw", AdamW::from_config);
+  registry.add("rmsprop", RMSprop::from_config);
+  registry.add("adagrad", Adagrad::from_config);
+  registry.add("adadelta", Adadelta::from_config);
+}
+
+}  // namespace loadstar::keras
+#endif

@@ -3,6 +3,8 @@
 /// as Keras's `compile_utils.LossesContainer` and `MetricsContainer`.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <algorithm>
 #include <cstddef>
 #include <memory>
@@ -40,97 +42,33 @@ class RunningMetrics {
   /// pick Keras's accuracy are known).
   bool created() const noexcept { return created_; }
   /// Marks the metric objects made; a state restored before then is applied now.
-  void set_created() {
-    created_ = true;
-    if (pending_) restore(*std::exchange(pending_, std::nullopt));
-  }
+  LOADSTAR_DECL void set_created();
 
   /// Forgets every batch, and a restored state not applied yet.
-  void reset() {
-    pending_.reset();
-    loss_sum_ = 0.0;
-    rows_ = 0.0;
-    std::fill(output_loss_sums_.begin(), output_loss_sums_.end(), 0.0);
-    for_each([](Metric& m) { m.reset_state(); });
-  }
+  LOADSTAR_DECL void reset();
 
   /// Accumulates one batch of `rows` rows: its total loss, the loss of each output, and the
   /// metrics of each output from its targets and predictions (through `backend`) (`weights` only
   /// for the weighted metrics).
-  void update(Backend& backend, double total, std::span<const double> output_losses,
-              std::size_t rows, std::span<const Tensor<float>> targets,
-              std::span<const Tensor<float>> outputs, const Tensor<float>* weights) {
-    const auto n = static_cast<double>(rows);
-    loss_sum_ += total * n;
-    output_loss_sums_.resize(output_losses.size(), 0.0);
-    for (std::size_t o = 0; o < output_losses.size(); ++o)
-      output_loss_sums_[o] += output_losses[o] * n;
-    rows_ += n;
-    for (std::size_t o = 0; o < metrics.size(); ++o) {
-      for (auto& metric : metrics[o])
-        metric->update_state(backend, targets[o], outputs[o], nullptr);
-    }
-    for (std::size_t o = 0; o < weighted.size(); ++o) {
-      for (auto& metric : weighted[o])
-        metric->update_state(backend, targets[o], outputs[o], weights);
-    }
-  }
+  LOADSTAR_DECL void update(Backend& backend, double total, std::span<const double> output_losses,
+                            std::size_t rows, std::span<const Tensor<float>> targets,
+                            std::span<const Tensor<float>> outputs, const Tensor<float>* weights);
 
   /// Writes `loss`, `<output>_loss` for several outputs, then the metrics, into `logs`.
-  void fill(Logs& logs, std::span<const std::string> output_names) {
-    const double rows = std::max(rows_, 1.0);
-    logs.set("loss", loss_sum_ / rows);
-    if (output_names.size() > 1) {
-      loss_names_.resize(output_names.size());
-      for (std::size_t o = 0; o < output_names.size(); ++o) {
-        if (loss_names_[o].empty()) loss_names_[o] = output_names[o] + "_loss";
-        logs.set(loss_names_[o], o < output_loss_sums_.size() ? output_loss_sums_[o] / rows : 0.0);
-      }
-    }
-    for_each([&](Metric& m) { logs.set(m.name(), m.result()); });
-  }
+  LOADSTAR_DECL void fill(Logs& logs, std::span<const std::string> output_names);
 
   /// The rows seen since the last `reset`.
   double rows() const noexcept { return rows_; }
 
   /// The state a checkpoint keeps: `{"loss_sum", "rows", "output_loss_sums", "metrics": [...]}`,
   /// the metrics' own states in `metrics_names` order (unweighted, then weighted, by output).
-  nlohmann::json state() const {
-    nlohmann::json metric_states = nlohmann::json::array();
-    for_each([&](const Metric& m) { metric_states.push_back(m.get_state()); });
-    return {{"loss_sum", loss_sum_},
-            {"rows", rows_},
-            {"output_loss_sums", output_loss_sums_},
-            {"metrics", std::move(metric_states)}};
-  }
+  LOADSTAR_DECL nlohmann::json state() const;
 
   /// Restores `state()`; throws `CheckpointError` when it does not fit these metrics.
-  void restore(const nlohmann::json& state) {
-    if (!created_) {
-      pending_ = state;  // applied once the first batch has made the metric objects
-      return;
-    }
-    const loadstar::detail::StateReader read("running metrics", state);
-    loss_sum_ = read.get<double>("loss_sum");
-    rows_ = read.get<double>("rows");
-    output_loss_sums_ = read.get<std::vector<double>>("output_loss_sums");
-    const auto states = read.get<nlohmann::json>("metrics");
-    std::size_t count = 0;
-    for_each([&](const Metric&) { ++count; });
-    if (!states.is_array() || states.size() != count) {
-      throw CheckpointError("running metrics state: expected the states of " +
-                            std::to_string(count) + " metrics but found " + states.dump());
-    }
-    std::size_t i = 0;
-    for_each([&](Metric& m) { m.set_state(states[i++]); });
-  }
+  LOADSTAR_DECL void restore(const nlohmann::json& state);
 
   /// The names of the metrics in log order.
-  std::vector<std::string> names() const {
-    std::vector<std::string> out;
-    for_each([&](const Metric& m) { out.push_back(m.name()); });
-    return out;
-  }
+  LOADSTAR_DECL std::vector<std::string> names() const;
 
  private:
   /// Every metric in Keras's order: for each output, its metrics, then its weighted metrics.
@@ -157,3 +95,94 @@ class RunningMetrics {
 };
 
 }  // namespace loadstar::keras
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_HEADER_BODIES
+namespace loadstar::keras {
+
+LOADSTAR_DECL void RunningMetrics::set_created() {
+  created_ = true;
+  if (pending_) restore(*std::exchange(pending_, std::nullopt));
+}
+
+LOADSTAR_DECL void RunningMetrics::reset() {
+  pending_.reset();
+  loss_sum_ = 0.0;
+  rows_ = 0.0;
+  std::fill(output_loss_sums_.begin(), output_loss_sums_.end(), 0.0);
+  for_each([](Metric& m) { m.reset_state(); });
+}
+
+LOADSTAR_DECL void RunningMetrics::update(Backend& backend, double total,
+                                          std::span<const double> output_losses, std::size_t rows,
+                                          std::span<const Tensor<float>> targets,
+                                          std::span<const Tensor<float>> outputs,
+                                          const Tensor<float>* weights) {
+  const auto n = static_cast<double>(rows);
+  loss_sum_ += total * n;
+  output_loss_sums_.resize(output_losses.size(), 0.0);
+  for (std::size_t o = 0; o < output_losses.size(); ++o)
+    output_loss_sums_[o] += output_losses[o] * n;
+  rows_ += n;
+  for (std::size_t o = 0; o < metrics.size(); ++o) {
+    for (auto& metric : metrics[o])
+      metric->update_state(backend, targets[o], outputs[o], nullptr);
+  }
+  for (std::size_t o = 0; o < weighted.size(); ++o) {
+    for (auto& metric : weighted[o])
+      metric->update_state(backend, targets[o], outputs[o], weights);
+  }
+}
+
+LOADSTAR_DECL void RunningMetrics::fill(Logs& logs, std::span<const std::string> output_names) {
+  const double rows = std::max(rows_, 1.0);
+  logs.set("loss", loss_sum_ / rows);
+  if (output_names.size() > 1) {
+    loss_names_.resize(output_names.size());
+    for (std::size_t o = 0; o < output_names.size(); ++o) {
+      if (loss_names_[o].empty()) loss_names_[o] = output_names[o] + "_loss";
+      logs.set(loss_names_[o], o < output_loss_sums_.size() ? output_loss_sums_[o] / rows : 0.0);
+    }
+  }
+  for_each([&](Metric& m) { logs.set(m.name(), m.result()); });
+}
+
+LOADSTAR_DECL nlohmann::json RunningMetrics::state() const {
+  nlohmann::json metric_states = nlohmann::json::array();
+  for_each([&](const Metric& m) { metric_states.push_back(m.get_state()); });
+  return {{"loss_sum", loss_sum_},
+          {"rows", rows_},
+          {"output_loss_sums", output_loss_sums_},
+          {"metrics", std::move(metric_states)}};
+}
+
+LOADSTAR_DECL void RunningMetrics::restore(const nlohmann::json& state) {
+  if (!created_) {
+    pending_ = state;  // applied once the first batch has made the metric objects
+    return;
+  }
+  const loadstar::detail::StateReader read("running metrics", state);
+  loss_sum_ = read.get<double>("loss_sum");
+  rows_ = read.get<double>("rows");
+  output_loss_sums_ = read.get<std::vector<double>>("output_loss_sums");
+  const auto states = read.get<nlohmann::json>("metrics");
+  std::size_t count = 0;
+  for_each([&](const Metric&) { ++count; });
+  if (!states.is_array() || states.size() != count) {
+    throw CheckpointError("running metrics state: expected the states of " + std::to_string(count) +
+                          " metrics but found " + states.dump());
+  }
+  std::size_t i = 0;
+  for_each([&](Metric& m) { m.set_state(states[i++]); });
+}
+
+LOADSTAR_DECL std::vector<std::string> RunningMetrics::names() const {
+  std::vector<std::string> out;
+  for_each([&](const Metric& m) { out.push_back(m.name()); });
+  return out;
+}
+
+}  // namespace loadstar::keras
+#endif

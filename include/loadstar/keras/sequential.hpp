@@ -2,6 +2,8 @@
 /// `Sequential`: Keras's linear stack of layers.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <initializer_list>
 #include <memory>
 #include <optional>
@@ -61,67 +63,84 @@ class Sequential : public Model {
 
   /// Appends a layer (or, first, an `Input` or `InputLayer`); throws `ConfigError` for an input
   /// after layers, and what the layer's `build` throws for the output shape of the stack.
-  void add(const SequentialItem& item) {
-    if (item.input()) {
-      set_input(*item.input());
-      return;
-    }
-    if (auto input_layer = std::dynamic_pointer_cast<layers::InputLayer>(item.layer())) {
-      set_input(Input(input_layer->shape(), input_layer->name()));
-      return;
-    }
-    if (!item.layer()) throw ConfigError("sequential model '" + name() + "': a layer is null");
-    stack_.push_back(item.layer());
-    if (input_) {
-      output_ = call(stack_.back(), *output_);
-      set_graph({*input_}, {*output_});
-    }
-  }
+  LOADSTAR_DECL void add(const SequentialItem& item);
 
   /// The layers in the order they were added, also before the model is built (`get_config`).
   const std::vector<std::shared_ptr<Layer>>& stacked_layers() const noexcept { return stack_; }
 
   /// Builds the model for samples of `input_shape` (Keras's `model.build((None, ...))`).
-  void build(const Shape& input_shape) {
-    if (input_) {
-      throw ConfigError("sequential model '" + name() + "': is already built for inputs of shape " +
-                        input_->shape().str());
-    }
-    input_ = Input(input_shape);
-    output_ = input_;
-    for (const auto& layer : stack_)
-      output_ = call(layer, *output_);
-    if (stack_.empty()) {
-      throw ConfigError("sequential model '" + name() + "': has no layers to build");
-    }
-    set_graph({*input_}, {*output_});
-  }
+  LOADSTAR_DECL void build(const Shape& input_shape);
 
  protected:
-  void build_from_batch(const detail::ErasedBatch& batch) override {
-    if (batch.x.size() != 1 || batch.x.front().shape.rank() == 0) {
-      throw ShapeError("sequential model '" + name() + "': takes one input array with a batch " +
-                       "axis but x has " + std::to_string(batch.x.size()) + " arrays");
-    }
-    build(batch.x.front().shape.row_shape());
-  }
+  LOADSTAR_DECL void build_from_batch(const detail::ErasedBatch& batch) override;
 
  private:
-  void set_input(const KerasTensor& input) {
-    if (input_ || !stack_.empty()) {
-      throw ConfigError("sequential model '" + name() +
-                        "': an Input can only come first, before any layer");
-    }
-    if (!input.is_input()) {
-      throw ConfigError("sequential model '" + name() + "': expects an Input() but got the " +
-                        "output of a layer");
-    }
-    input_ = input;
-    output_ = input;
-  }
+  LOADSTAR_DECL void set_input(const KerasTensor& input);
 
   std::vector<std::shared_ptr<Layer>> stack_;
   std::optional<KerasTensor> input_, output_;
 };
 
 }  // namespace loadstar::keras
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_HEADER_BODIES
+namespace loadstar::keras {
+
+LOADSTAR_DECL void Sequential::add(const SequentialItem& item) {
+  if (item.input()) {
+    set_input(*item.input());
+    return;
+  }
+  if (auto input_layer = std::dynamic_pointer_cast<layers::InputLayer>(item.layer())) {
+    set_input(Input(input_layer->shape(), input_layer->name()));
+    return;
+  }
+  if (!item.layer()) throw ConfigError("sequential model '" + name() + "': a layer is null");
+  stack_.push_back(item.layer());
+  if (input_) {
+    output_ = call(stack_.back(), *output_);
+    set_graph({*input_}, {*output_});
+  }
+}
+
+LOADSTAR_DECL void Sequential::build(const Shape& input_shape) {
+  if (input_) {
+    throw ConfigError("sequential model '" + name() + "': is already built for inputs of shape " +
+                      input_->shape().str());
+  }
+  input_ = Input(input_shape);
+  output_ = input_;
+  for (const auto& layer : stack_)
+    output_ = call(layer, *output_);
+  if (stack_.empty()) {
+    throw ConfigError("sequential model '" + name() + "': has no layers to build");
+  }
+  set_graph({*input_}, {*output_});
+}
+
+LOADSTAR_DECL void Sequential::build_from_batch(const detail::ErasedBatch& batch) {
+  if (batch.x.size() != 1 || batch.x.front().shape.rank() == 0) {
+    throw ShapeError("sequential model '" + name() + "': takes one input array with a batch " +
+                     "axis but x has " + std::to_string(batch.x.size()) + " arrays");
+  }
+  build(batch.x.front().shape.row_shape());
+}
+
+LOADSTAR_DECL void Sequential::set_input(const KerasTensor& input) {
+  if (input_ || !stack_.empty()) {
+    throw ConfigError("sequential model '" + name() +
+                      "': an Input can only come first, before any layer");
+  }
+  if (!input.is_input()) {
+    throw ConfigError("sequential model '" + name() + "': expects an Input() but got the " +
+                      "output of a layer");
+  }
+  input_ = input;
+  output_ = input;
+}
+
+}  // namespace loadstar::keras
+#endif

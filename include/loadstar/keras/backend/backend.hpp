@@ -204,18 +204,9 @@ class Backend {
   }
 
   /// A host copy of `tensor`, which lives in this backend's memory (or on the host).
-  Tensor<float> to_host(const Tensor<float>& tensor) {
-    if (tensor.is_host()) return tensor.clone();
-    auto host = Tensor<float>::uninitialized(tensor.shape());
-    copy_to_host(tensor, host);
-    return host;
-  }
+  LOADSTAR_DECL Tensor<float> to_host(const Tensor<float>& tensor);
   /// A copy of the host tensor `host` in this backend's memory.
-  Tensor<float> from_host(const Tensor<float>& host) {
-    Tensor<float> tensor = allocate(host.shape());
-    copy_from_host(host, tensor);
-    return tensor;
-  }
+  LOADSTAR_DECL Tensor<float> from_host(const Tensor<float>& host);
 
   // --- Threads ----------------------------------------------------------------------------------
 
@@ -350,15 +341,59 @@ class Backend {
   /// `y = transpose(x, axes)` (NumPy's `transpose`: axis `i` of `y` is axis `axes[i]` of `x`;
   /// `y` has the permuted shape). The channels_first layers and `Permute` move axes with it.
   /// The default runs on the host through `host_kernel`; a backend may override it.
-  virtual void permute(const Tensor<float>& x, std::span<const std::size_t> axes,
-                       const Tensor<float>& y) {
-    LOADSTAR_ASSERT(axes.size() == x.rank() && x.rank() == y.rank() && x.size() == y.size(),
-                    "permute: shapes and axes do not fit");
-    const Tensor<float> tensors[] = {x, y};
-    host_kernel(tensors, [&](std::span<const Tensor<float>> t) {
-      detail::permute_rows(t[0], axes, t[1], 0, t[1].rank() == 0 ? 0 : t[1].shape()[0]);
-    });
-  }
+  LOADSTAR_DECL virtual void permute(const Tensor<float>& x, std::span<const std::size_t> axes,
+                                     const Tensor<float>& y);
 };
 
+/// A `CpuBackend` (keras/backend/cpu_backend.hpp) of `threads` threads, at least 1: the backend
+/// `compile` makes when `CompileOptions::backend` is empty. Throws `ConfigError` for 0 threads.
+/// \code
+/// model.compile({.optimizer = "adam", .loss = "mse", .backend = cpu_backend(4)});
+/// \endcode
+LOADSTAR_DECL std::shared_ptr<Backend> cpu_backend(std::size_t threads = 1);
+
+namespace detail {
+/// The one-thread CPU backend that the host-tensor conveniences (`Loss::compute`,
+/// `Metric::update_state` and `Optimizer::apply_gradients` without a backend) compute with.
+LOADSTAR_DECL Backend& host_backend();
+}  // namespace detail
+
 }  // namespace loadstar::keras
+
+// Header-only use defines `cpu_backend` and `host_backend` here; separately compiled, the
+// library does (see LOADSTAR_SEPARATE_COMPILATION in loadstar/config.hpp).
+#if LOADSTAR_HEADER_BODIES
+#include "loadstar/keras/backend/cpu_backend.hpp"
+#endif
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_HEADER_BODIES
+namespace loadstar::keras {
+
+LOADSTAR_DECL Tensor<float> Backend::to_host(const Tensor<float>& tensor) {
+  if (tensor.is_host()) return tensor.clone();
+  auto host = Tensor<float>::uninitialized(tensor.shape());
+  copy_to_host(tensor, host);
+  return host;
+}
+
+LOADSTAR_DECL Tensor<float> Backend::from_host(const Tensor<float>& host) {
+  Tensor<float> tensor = allocate(host.shape());
+  copy_from_host(host, tensor);
+  return tensor;
+}
+
+LOADSTAR_DECL void Backend::permute(const Tensor<float>& x, std::span<const std::size_t> axes,
+                                    const Tensor<float>& y) {
+  LOADSTAR_ASSERT(axes.size() == x.rank() && x.rank() == y.rank() && x.size() == y.size(),
+                  "permute: shapes and axes do not fit");
+  const Tensor<float> tensors[] = {x, y};
+  host_kernel(tensors, [&](std::span<const Tensor<float>> t) {
+    detail::permute_rows(t[0], axes, t[1], 0, t[1].rank() == 0 ? 0 : t[1].shape()[0]);
+  });
+}
+
+}  // namespace loadstar::keras
+#endif

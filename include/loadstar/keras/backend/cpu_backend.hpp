@@ -740,15 +740,15 @@ class CpuBackend final : public Backend {
   std::vector<double> sums_;
 };
 
-namespace detail {
+#if LOADSTAR_HEADER_BODIES
+LOADSTAR_DECL std::shared_ptr<Backend> cpu_backend(std::size_t threads) {
+  return std::make_shared<CpuBackend>(threads);
+}
 
-/// The one-thread CPU backend that the host-tensor conveniences (`Loss::compute`,
-/// `Metric::update_state` and `Optimizer::apply_gradients` without a backend) compute with.
-inline CpuBackend& host_backend() {
+LOADSTAR_DECL Backend& detail::host_backend() {
   static CpuBackend backend(1);
   return backend;
 }
-
-}  // namespace detail
+#endif
 
 }  // namespace loadstar::keras

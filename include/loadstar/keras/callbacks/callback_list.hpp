@@ -3,6 +3,8 @@
 /// bar and `History` Keras adds itself (keras/callbacks/callback_list.py).
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <cstddef>
 #include <memory>
 #include <utility>
@@ -27,37 +29,20 @@ class CallbackList {
  public:
   CallbackList() = default;
   /// The user's callbacks, bound to `model` with `params`.
-  CallbackList(std::vector<std::shared_ptr<Callback>> callbacks, Model& model,
-               const CallbackParams& params)
-      : callbacks_(std::move(callbacks)), model_(&model) {
-    for (auto& cb : callbacks_)
-      cb->set_model(model);
-    set_params(params);
-  }
+  LOADSTAR_DECL CallbackList(std::vector<std::shared_ptr<Callback>> callbacks, Model& model,
+                             const CallbackParams& params);
 
   /// Appends `callback`, bound to the list's model and params.
-  void add(std::shared_ptr<Callback> callback) {
-    if (model_) callback->set_model(*model_);
-    callback->set_params(params_);
-    callbacks_.push_back(std::move(callback));
-  }
+  LOADSTAR_DECL void add(std::shared_ptr<Callback> callback);
   /// Appends the progress bar `verbose` asks for (none for 0), as Keras does.
   void add_progbar(int verbose) {
     if (verbose != 0) add(std::make_shared<ProgbarLogger>(verbose));
   }
   /// Appends a new `History` and returns it.
-  std::shared_ptr<History> add_history() {
-    auto history = std::make_shared<History>();
-    add(history);
-    return history;
-  }
+  LOADSTAR_DECL std::shared_ptr<History> add_history();
 
   /// Gives every callback `params` (Keras's `set_params`).
-  void set_params(const CallbackParams& params) {
-    params_ = params;
-    for (auto& cb : callbacks_)
-      cb->set_params(params);
-  }
+  LOADSTAR_DECL void set_params(const CallbackParams& params);
   const CallbackParams& params() const noexcept { return params_; }
 
   std::size_t size() const noexcept { return callbacks_.size(); }
@@ -117,3 +102,38 @@ class CallbackList {
 };
 
 }  // namespace loadstar::keras::callbacks
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_HEADER_BODIES
+namespace loadstar::keras::callbacks {
+
+LOADSTAR_DECL CallbackList::CallbackList(std::vector<std::shared_ptr<Callback>> callbacks,
+                                         Model& model, const CallbackParams& params)
+    : callbacks_(std::move(callbacks)), model_(&model) {
+  for (auto& cb : callbacks_)
+    cb->set_model(model);
+  set_params(params);
+}
+
+LOADSTAR_DECL void CallbackList::add(std::shared_ptr<Callback> callback) {
+  if (model_) callback->set_model(*model_);
+  callback->set_params(params_);
+  callbacks_.push_back(std::move(callback));
+}
+
+LOADSTAR_DECL std::shared_ptr<History> CallbackList::add_history() {
+  auto history = std::make_shared<History>();
+  add(history);
+  return history;
+}
+
+LOADSTAR_DECL void CallbackList::set_params(const CallbackParams& params) {
+  params_ = params;
+  for (auto& cb : callbacks_)
+    cb->set_params(params);
+}
+
+}  // namespace loadstar::keras::callbacks
+#endif

@@ -2,6 +2,8 @@
 /// `CSVLogger`: one CSV row of logs per epoch.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -38,64 +40,18 @@ class CSVLogger : public Callback {
             {"append", append_}};
   }
   /// The callback described by a config (`Registry<Callback>`'s factory).
-  static std::shared_ptr<Callback> from_config(const nlohmann::json& config) {
-    const auto read = detail::callback_config(config, "CSVLogger");
-    const std::string separator = read.get("separator", ",");
-    if (separator.size() != 1) read.fail("separator", "a string of one character");
-    return std::make_shared<CSVLogger>(read.get<std::string>("filename"), separator[0],
-                                       read.get("append", false));
-  }
+  LOADSTAR_DECL static std::shared_ptr<Callback> from_config(const nlohmann::json& config);
 
   /// Throws `IoError` when the file cannot be opened.
-  void on_train_begin(const Logs&) override {
-    header_ = true;
-    if (append_ && std::filesystem::exists(filename_)) {
-      header_ = std::filesystem::file_size(filename_) == 0;
-    }
-    file_.close();
-    file_.clear();
-    file_.open(filename_,
-               append_ ? std::ios::app | std::ios::binary : std::ios::trunc | std::ios::binary);
-    if (!file_) throw IoError("csv logger: cannot open '" + filename_.string() + "' for writing");
-    keys_.clear();
-  }
+  LOADSTAR_DECL void on_train_begin(const Logs&) override;
 
-  void on_epoch_end(std::size_t epoch, const Logs& logs) override {
-    if (keys_.empty()) {
-      for (const auto& [name, value] : logs)
-        keys_.push_back(name);
-      std::sort(keys_.begin(), keys_.end());
-    }
-    if (header_) {
-      file_ << "epoch";
-      for (const auto& key : keys_)
-        file_ << separator_ << key;
-      file_ << "\r\n";
-      header_ = false;
-    }
-    file_ << epoch;
-    for (const auto& key : keys_) {
-      const auto value = logs.get(key);
-      file_ << separator_ << (value ? python_repr(*value) : std::string("NA"));
-    }
-    file_ << "\r\n";
-    file_.flush();
-    if (!file_) throw IoError("csv logger: cannot write to '" + filename_.string() + "'");
-  }
+  LOADSTAR_DECL void on_epoch_end(std::size_t epoch, const Logs& logs) override;
 
   void on_train_end(const Logs&) override { file_.close(); }
 
  private:
   /// A float as Python's `repr` writes it: the shortest form that reads back the same.
-  static std::string python_repr(double value) {
-    if (std::isnan(value)) return "nan";
-    if (std::isinf(value)) return value > 0 ? "inf" : "-inf";
-    char buffer[64];
-    const auto result = std::to_chars(buffer, buffer + sizeof buffer, value);
-    std::string text(buffer, result.ptr);
-    if (text.find_first_of(".e") == std::string::npos) text += ".0";
-    return text;
-  }
+  LOADSTAR_DECL static std::string python_repr(double value);
 
   std::filesystem::path filename_;
   char separator_;
@@ -106,3 +62,66 @@ class CSVLogger : public Callback {
 };
 
 }  // namespace loadstar::keras::callbacks
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_HEADER_BODIES
+namespace loadstar::keras::callbacks {
+
+LOADSTAR_DECL std::shared_ptr<Callback> CSVLogger::from_config(const nlohmann::json& config) {
+  const auto read = detail::callback_config(config, "CSVLogger");
+  const std::string separator = read.get("separator", ",");
+  if (separator.size() != 1) read.fail("separator", "a string of one character");
+  return std::make_shared<CSVLogger>(read.get<std::string>("filename"), separator[0],
+                                     read.get("append", false));
+}
+
+LOADSTAR_DECL void CSVLogger::on_train_begin(const Logs&) {
+  header_ = true;
+  if (append_ && std::filesystem::exists(filename_)) {
+    header_ = std::filesystem::file_size(filename_) == 0;
+  }
+  file_.close();
+  file_.clear();
+  file_.open(filename_,
+             append_ ? std::ios::app | std::ios::binary : std::ios::trunc | std::ios::binary);
+  if (!file_) throw IoError("csv logger: cannot open '" + filename_.string() + "' for writing");
+  keys_.clear();
+}
+
+LOADSTAR_DECL void CSVLogger::on_epoch_end(std::size_t epoch, const Logs& logs) {
+  if (keys_.empty()) {
+    for (const auto& [name, value] : logs)
+      keys_.push_back(name);
+    std::sort(keys_.begin(), keys_.end());
+  }
+  if (header_) {
+    file_ << "epoch";
+    for (const auto& key : keys_)
+      file_ << separator_ << key;
+    file_ << "\r\n";
+    header_ = false;
+  }
+  file_ << epoch;
+  for (const auto& key : keys_) {
+    const auto value = logs.get(key);
+    file_ << separator_ << (value ? python_repr(*value) : std::string("NA"));
+  }
+  file_ << "\r\n";
+  file_.flush();
+  if (!file_) throw IoError("csv logger: cannot write to '" + filename_.string() + "'");
+}
+
+LOADSTAR_DECL std::string CSVLogger::python_repr(double value) {
+  if (std::isnan(value)) return "nan";
+  if (std::isinf(value)) return value > 0 ? "inf" : "-inf";
+  char buffer[64];
+  const auto result = std::to_chars(buffer, buffer + sizeof buffer, value);
+  std::string text(buffer, result.ptr);
+  if (text.find_first_of(".e") == std::string::npos) text += ".0";
+  return text;
+}
+
+}  // namespace loadstar::keras::callbacks
+#endif

@@ -2,6 +2,8 @@
 /// `EarlyStopping`: stops training when a monitored value stops improving.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <cmath>
 #include <cstddef>
 #include <limits>
@@ -46,60 +48,11 @@ struct EarlyStoppingOptions {
 class EarlyStopping : public Callback {
  public:
   /// Throws `ConfigError` for a mode other than auto, min or max.
-  explicit EarlyStopping(EarlyStoppingOptions options = {}) : options_(std::move(options)) {
-    const auto& m = options_.mode;
-    if (m != "auto" && m != "min" && m != "max") {
-      throw ConfigError("early stopping: mode must be 'auto', 'min' or 'max' but is '" + m + "'");
-    }
-    const auto ends = [&](const std::string& suffix) {
-      return options_.monitor.size() >= suffix.size() &&
-             options_.monitor.compare(options_.monitor.size() - suffix.size(), suffix.size(),
-                                      suffix) == 0;
-    };
-    maximize_ = m == "max" || (m == "auto" && (ends("acc") || ends("accuracy") || ends("auc")));
-    delta_ = maximize_ ? std::abs(options_.min_delta) : -std::abs(options_.min_delta);
-  }
+  LOADSTAR_DECL explicit EarlyStopping(EarlyStoppingOptions options = {});
 
-  void on_train_begin(const Logs&) override {
-    if (std::exchange(resumed_, false)) return;
-    wait_ = 0;
-    stopped_epoch_ = 0;
-    best_ = maximize_ ? -std::numeric_limits<double>::infinity()
-                      : std::numeric_limits<double>::infinity();
-    best_weights_.clear();
-    best_epoch_ = 0;
-  }
+  LOADSTAR_DECL void on_train_begin(const Logs&) override;
 
-  void on_epoch_end(std::size_t epoch, const Logs& logs) override {
-    const auto current = logs.get(options_.monitor);
-    if (!current) {
-      out() << "early stopping: the metric '" << options_.monitor
-            << "' is not in the logs, which hold: " << detail::joined_names(logs) << "\n";
-      return;
-    }
-    if (options_.restore_best_weights && best_weights_.empty()) {
-      best_weights_ = model().get_weights();
-    }
-    ++wait_;
-    if (improves(*current, best_)) {
-      best_ = *current;
-      best_epoch_ = epoch;
-      if (options_.restore_best_weights) best_weights_ = model().get_weights();
-      // Only restart the wait when beating both the baseline and the best so far.
-      if (!options_.baseline || improves(*current, *options_.baseline)) wait_ = 0;
-    }
-    if (wait_ >= options_.patience && epoch > 0) {
-      stopped_epoch_ = epoch;
-      model().stop_training = true;
-      if (options_.restore_best_weights && !best_weights_.empty()) {
-        if (options_.verbose > 0) {
-          out() << "Restoring model weights from the end of the best epoch: " << best_epoch_ + 1
-                << ".\n";
-        }
-        model().set_weights(best_weights_);
-      }
-    }
-  }
+  LOADSTAR_DECL void on_epoch_end(std::size_t epoch, const Logs& logs) override;
 
   void on_train_end(const Logs&) override {
     if (stopped_epoch_ > 0 && options_.verbose > 0) {
@@ -115,38 +68,12 @@ class EarlyStopping : public Callback {
             {"best", best_},
             {"best_epoch", best_epoch_}};
   }
-  void load_state(const nlohmann::json& state) override {
-    const detail::StateReader read("early stopping", state);
-    wait_ = read.get<std::size_t>("wait");
-    stopped_epoch_ = read.get<std::size_t>("stopped_epoch");
-    best_ = read.get<double>("best");
-    best_epoch_ = read.get<std::size_t>("best_epoch");
-    resumed_ = true;
-  }
+  LOADSTAR_DECL void load_state(const nlohmann::json& state) override;
 
   std::string class_name() const override { return "EarlyStopping"; }
-  nlohmann::json get_config() const override {
-    return {{"monitor", options_.monitor},
-            {"min_delta", options_.min_delta},
-            {"patience", options_.patience},
-            {"verbose", options_.verbose},
-            {"mode", options_.mode},
-            {"baseline", options_.baseline ? nlohmann::json(*options_.baseline) : nullptr},
-            {"restore_best_weights", options_.restore_best_weights}};
-  }
+  LOADSTAR_DECL nlohmann::json get_config() const override;
   /// The callback described by a config (`Registry<Callback>`'s factory).
-  static std::shared_ptr<Callback> from_config(const nlohmann::json& config) {
-    const auto read = detail::callback_config(config, "EarlyStopping");
-    read.expect("start_from_epoch", 0, "loadstar counts from the first epoch");
-    return std::make_shared<EarlyStopping>(
-        EarlyStoppingOptions{.monitor = read.get("monitor", "val_loss"),
-                             .min_delta = read.get("min_delta", 0.0),
-                             .patience = read.get("patience", std::size_t{0}),
-                             .verbose = read.get("verbose", 0),
-                             .mode = detail::config_mode(read),
-                             .baseline = read.optional<double>("baseline"),
-                             .restore_best_weights = read.get("restore_best_weights", false)});
-  }
+  LOADSTAR_DECL static std::shared_ptr<Callback> from_config(const nlohmann::json& config);
 
   /// The epoch training stopped at (0 when it did not stop early).
   std::size_t stopped_epoch() const noexcept { return stopped_epoch_; }
@@ -171,3 +98,100 @@ class EarlyStopping : public Callback {
 };
 
 }  // namespace loadstar::keras::callbacks
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_HEADER_BODIES
+namespace loadstar::keras::callbacks {
+
+LOADSTAR_DECL EarlyStopping::EarlyStopping(EarlyStoppingOptions options)
+    : options_(std::move(options)) {
+  const auto& m = options_.mode;
+  if (m != "auto" && m != "min" && m != "max") {
+    throw ConfigError("early stopping: mode must be 'auto', 'min' or 'max' but is '" + m + "'");
+  }
+  const auto ends = [&](const std::string& suffix) {
+    return options_.monitor.size() >= suffix.size() &&
+           options_.monitor.compare(options_.monitor.size() - suffix.size(), suffix.size(),
+                                    suffix) == 0;
+  };
+  maximize_ = m == "max" || (m == "auto" && (ends("acc") || ends("accuracy") || ends("auc")));
+  delta_ = maximize_ ? std::abs(options_.min_delta) : -std::abs(options_.min_delta);
+}
+
+LOADSTAR_DECL void EarlyStopping::on_train_begin(const Logs&) {
+  if (std::exchange(resumed_, false)) return;
+  wait_ = 0;
+  stopped_epoch_ = 0;
+  best_ = maximize_ ? -std::numeric_limits<double>::infinity()
+                    : std::numeric_limits<double>::infinity();
+  best_weights_.clear();
+  best_epoch_ = 0;
+}
+
+LOADSTAR_DECL void EarlyStopping::on_epoch_end(std::size_t epoch, const Logs& logs) {
+  const auto current = logs.get(options_.monitor);
+  if (!current) {
+    out() << "early stopping: the metric '" << options_.monitor
+          << "' is not in the logs, which hold: " << detail::joined_names(logs) << "\n";
+    return;
+  }
+  if (options_.restore_best_weights && best_weights_.empty()) {
+    best_weights_ = model().get_weights();
+  }
+  ++wait_;
+  if (improves(*current, best_)) {
+    best_ = *current;
+    best_epoch_ = epoch;
+    if (options_.restore_best_weights) best_weights_ = model().get_weights();
+    // Only restart the wait when beating both the baseline and the best so far.
+    if (!options_.baseline || improves(*current, *options_.baseline)) wait_ = 0;
+  }
+  if (wait_ >= options_.patience && epoch > 0) {
+    stopped_epoch_ = epoch;
+    model().stop_training = true;
+    if (options_.restore_best_weights && !best_weights_.empty()) {
+      if (options_.verbose > 0) {
+        out() << "Restoring model weights from the end of the best epoch: " << best_epoch_ + 1
+              << ".\n";
+      }
+      model().set_weights(best_weights_);
+    }
+  }
+}
+
+LOADSTAR_DECL void EarlyStopping::load_state(const nlohmann::json& state) {
+  const detail::StateReader read("early stopping", state);
+  wait_ = read.get<std::size_t>("wait");
+  stopped_epoch_ = read.get<std::size_t>("stopped_epoch");
+  best_ = read.get<double>("best");
+  best_epoch_ = read.get<std::size_t>("best_epoch");
+  resumed_ = true;
+}
+
+LOADSTAR_DECL nlohmann::json EarlyStopping::get_config() const {
+  return {{"monitor", options_.monitor},
+          {"min_delta", options_.min_delta},
+          {"patience", options_.patience},
+          {"verbose", options_.verbose},
+          {"mode", options_.mode},
+          {"baseline", options_.baseline ? nlohmann::json(*options_.baseline) : nullptr},
+          {"restore_best_weights", options_.restore_best_weights}};
+}
+
+LOADSTAR_DECL std::shared_ptr<Callback> EarlyStopping::from_config(const nlohmann::json& config) {
+  const auto read = detail::callback_config(config, "EarlyStopping");
+  read.expect("start_from_epoch", 0, "loadstar counts from the first epoch");
+  return std::make_shared<EarlyStopping>(
+      EarlyStoppingOptions{.monitor = read.get("monitor", "val_loss"),
+                           .min_delta = read.get("min_delta", 0.0),
+                           .patience = read.get("patience", std::size_t{0}),
+                           .verbose = read.get("verbose", 0),
+                           .mode = detail::config_mode(read),
+                           .baseline = read.optional<double>("baseline"),
+                           .restore_best_weights = read.get("restore_best_weights", false)});
+}
+
+}  // namespace loadstar::keras::callbacks
+#endif

@@ -2,6 +2,8 @@
 /// `History`: every epoch's logs, as Keras's `model.fit(...).history`.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <cstddef>
 #include <map>
 #include <memory>
@@ -30,42 +32,59 @@ class History : public Callback {
 
   std::string class_name() const override { return "History"; }
   /// The callback described by a config (`{}`; `Registry<Callback>`'s factory).
-  static std::shared_ptr<Callback> from_config(const nlohmann::json& config) {
-    static_cast<void>(detail::callback_config(config, "History"));
-    return std::make_shared<History>();
-  }
+  LOADSTAR_DECL static std::shared_ptr<Callback> from_config(const nlohmann::json& config);
 
-  void on_train_begin(const Logs&) override {
-    if (std::exchange(resumed_, false)) return;
-    history.clear();
-    epoch.clear();
-  }
+  LOADSTAR_DECL void on_train_begin(const Logs&) override;
 
   /// `{"history": {name: [values]}, "epoch": [epochs]}`: a resumed `fit` returns the whole run's
   /// history.
   nlohmann::json get_state() const override { return {{"history", history}, {"epoch", epoch}}; }
-  void load_state(const nlohmann::json& state) override {
-    const detail::StateReader read("history", state);
-    const auto saved = read.get<nlohmann::json>("history");
-    const auto epochs = read.get<nlohmann::json>("epoch");
-    try {
-      history = saved.get<std::map<std::string, std::vector<double>>>();
-      epoch = epochs.get<std::vector<std::size_t>>();
-    } catch (const nlohmann::json::exception& e) {
-      throw CheckpointError("history state: expected lists of numbers but found " + state.dump() +
-                            " (" + e.what() + ")");
-    }
-    resumed_ = true;
-  }
+  LOADSTAR_DECL void load_state(const nlohmann::json& state) override;
 
-  void on_epoch_end(std::size_t index, const Logs& logs) override {
-    epoch.push_back(index);
-    for (const auto& [name, value] : logs)
-      history[name].push_back(value);
-  }
+  LOADSTAR_DECL void on_epoch_end(std::size_t index, const Logs& logs) override;
 
  private:
   bool resumed_ = false;
 };
 
 }  // namespace loadstar::keras::callbacks
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_HEADER_BODIES
+namespace loadstar::keras::callbacks {
+
+LOADSTAR_DECL std::shared_ptr<Callback> History::from_config(const nlohmann::json& config) {
+  static_cast<void>(detail::callback_config(config, "History"));
+  return std::make_shared<History>();
+}
+
+LOADSTAR_DECL void History::on_train_begin(const Logs&) {
+  if (std::exchange(resumed_, false)) return;
+  history.clear();
+  epoch.clear();
+}
+
+LOADSTAR_DECL void History::load_state(const nlohmann::json& state) {
+  const detail::StateReader read("history", state);
+  const auto saved = read.get<nlohmann::json>("history");
+  const auto epochs = read.get<nlohmann::json>("epoch");
+  try {
+    history = saved.get<std::map<std::string, std::vector<double>>>();
+    epoch = epochs.get<std::vector<std::size_t>>();
+  } catch (const nlohmann::json::exception& e) {
+    throw CheckpointError("history state: expected lists of numbers but found " + state.dump() +
+                          " (" + e.what() + ")");
+  }
+  resumed_ = true;
+}
+
+LOADSTAR_DECL void History::on_epoch_end(std::size_t index, const Logs& logs) {
+  epoch.push_back(index);
+  for (const auto& [name, value] : logs)
+    history[name].push_back(value);
+}
+
+}  // namespace loadstar::keras::callbacks
+#endif

@@ -2,6 +2,8 @@
 /// `LambdaCallback`: a callback made of functions.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <cstddef>
 #include <functional>
 #include <memory>
@@ -44,11 +46,7 @@ class LambdaCallback : public Callback {
 
   std::string class_name() const override { return "LambdaCallback"; }
   /// Throws `ConfigError`: the hooks are functions, which a config cannot hold.
-  static std::shared_ptr<Callback> from_config(const nlohmann::json&) {
-    throw ConfigError(
-        "callback (LambdaCallback): holds functions (its hooks) and cannot be built from a "
-        "config; construct it in code, or pass a factory in the custom objects");
-  }
+  LOADSTAR_DECL static std::shared_ptr<Callback> from_config(const nlohmann::json&);
 
   void on_epoch_begin(std::size_t e, const Logs& l) override { call(f_.on_epoch_begin, e, l); }
   void on_epoch_end(std::size_t e, const Logs& l) override { call(f_.on_epoch_end, e, l); }
@@ -85,3 +83,18 @@ class LambdaCallback : public Callback {
 };
 
 }  // namespace loadstar::keras::callbacks
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_HEADER_BODIES
+namespace loadstar::keras::callbacks {
+
+LOADSTAR_DECL std::shared_ptr<Callback> LambdaCallback::from_config(const nlohmann::json&) {
+  throw ConfigError(
+      "callback (LambdaCallback): holds functions (its hooks) and cannot be built from a "
+      "config; construct it in code, or pass a factory in the custom objects");
+}
+
+}  // namespace loadstar::keras::callbacks
+#endif

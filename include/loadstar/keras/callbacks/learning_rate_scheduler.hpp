@@ -2,6 +2,8 @@
 /// `LearningRateScheduler`: sets the learning rate at the start of every epoch.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <cstddef>
 #include <cstdio>
 #include <functional>
@@ -31,21 +33,9 @@ class LearningRateScheduler : public Callback {
   std::string class_name() const override { return "LearningRateScheduler"; }
   nlohmann::json get_config() const override { return {{"verbose", verbose_}}; }
   /// Throws `ConfigError`: the schedule is a function, which a config cannot hold.
-  static std::shared_ptr<Callback> from_config(const nlohmann::json&) {
-    throw ConfigError(
-        "callback (LearningRateScheduler): holds a function (schedule) and cannot be built from "
-        "a config; construct it in code, or pass a factory in the custom objects");
-  }
+  LOADSTAR_DECL static std::shared_ptr<Callback> from_config(const nlohmann::json&);
 
-  void on_epoch_begin(std::size_t epoch, const Logs&) override {
-    auto& optimizer = model().optimizer();
-    const double lr = schedule_(epoch, optimizer.learning_rate());
-    optimizer.set_learning_rate(lr);
-    if (verbose_ > 0) {
-      out() << "\nEpoch " << detail::epoch_label(epoch)
-            << ": LearningRateScheduler setting learning rate to " << detail::general(lr) << ".\n";
-    }
-  }
+  LOADSTAR_DECL void on_epoch_begin(std::size_t epoch, const Logs&) override;
 
  private:
   Schedule schedule_;
@@ -53,3 +43,28 @@ class LearningRateScheduler : public Callback {
 };
 
 }  // namespace loadstar::keras::callbacks
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_HEADER_BODIES
+namespace loadstar::keras::callbacks {
+
+LOADSTAR_DECL std::shared_ptr<Callback> LearningRateScheduler::from_config(const nlohmann::json&) {
+  throw ConfigError(
+      "callback (LearningRateScheduler): holds a function (schedule) and cannot be built from "
+      "a config; construct it in code, or pass a factory in the custom objects");
+}
+
+LOADSTAR_DECL void LearningRateScheduler::on_epoch_begin(std::size_t epoch, const Logs&) {
+  auto& optimizer = model().optimizer();
+  const double lr = schedule_(epoch, optimizer.learning_rate());
+  optimizer.set_learning_rate(lr);
+  if (verbose_ > 0) {
+    out() << "\nEpoch " << detail::epoch_label(epoch)
+          << ": LearningRateScheduler setting learning rate to " << detail::general(lr) << ".\n";
+  }
+}
+
+}  // namespace loadstar::keras::callbacks
+#endif

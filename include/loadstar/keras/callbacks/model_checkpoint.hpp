@@ -3,6 +3,8 @@
 /// batches, optionally only when a monitored log improves.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -66,87 +68,24 @@ class ModelCheckpoint : public Callback {
  public:
   /// Throws `ConfigError` for a malformed template or spec, a file extension `save_model` or
   /// `save_weights` cannot write, or a mode other than auto, min or max.
-  explicit ModelCheckpoint(std::string filepath, ModelCheckpointOptions options = {})
-      : filepath_("model checkpoint", std::move(filepath)), options_(std::move(options)) {
-    const auto& m = options_.mode;
-    if (m != "auto" && m != "min" && m != "max") {
-      throw ConfigError("model checkpoint: mode must be 'auto', 'min' or 'max' but is '" + m + "'");
-    }
-    const auto ends = [&](std::string_view suffix) {
-      const std::string& path = filepath_.text();
-      return path.size() >= suffix.size() &&
-             path.compare(path.size() - suffix.size(), suffix.size(), suffix) == 0;
-    };
-    if (!ends(".h5") && !ends(".hdf5") && (options_.save_weights_only || !ends(".keras"))) {
-      throw ConfigError("model checkpoint: file path template '" + filepath_.text() +
-                        "' should end in " +
-                        (options_.save_weights_only ? "'.h5', '.hdf5' or '.weights.h5'"
-                                                    : "'.h5', '.hdf5' or '.keras'"));
-    }
-    // tf.keras 2.x: `'acc' in monitor or monitor.startswith('fmeasure')` maximises.
-    maximize_ = m == "max" || (m == "auto" && (options_.monitor.find("acc") != std::string::npos ||
-                                               options_.monitor.rfind("fmeasure", 0) == 0));
-    best_ = options_.initial_value_threshold.value_or(
-        maximize_ ? -std::numeric_limits<double>::infinity()
-                  : std::numeric_limits<double>::infinity());
-  }
+  LOADSTAR_DECL explicit ModelCheckpoint(std::string filepath, ModelCheckpointOptions options = {});
 
   std::string class_name() const override { return "ModelCheckpoint"; }
-  nlohmann::json get_config() const override {
-    return {{"filepath", filepath_.text()},
-            {"monitor", options_.monitor},
-            {"verbose", options_.verbose},
-            {"save_best_only", options_.save_best_only},
-            {"save_weights_only", options_.save_weights_only},
-            {"mode", options_.mode},
-            {"save_freq", options_.save_freq.to_json()},
-            {"initial_value_threshold", options_.initial_value_threshold
-                                            ? nlohmann::json(*options_.initial_value_threshold)
-                                            : nullptr}};
-  }
+  LOADSTAR_DECL nlohmann::json get_config() const override;
   /// The callback described by a config (`Registry<Callback>`'s factory).
-  static std::shared_ptr<Callback> from_config(const nlohmann::json& config) {
-    const auto read = detail::callback_config(config, "ModelCheckpoint");
-    read.expect("period", 1, "use save_freq");
-    return std::make_shared<ModelCheckpoint>(
-        read.get<std::string>("filepath"),
-        ModelCheckpointOptions{
-            .monitor = read.get("monitor", "val_loss"),
-            .verbose = read.get("verbose", 0),
-            .save_best_only = read.get("save_best_only", false),
-            .save_weights_only = read.get("save_weights_only", false),
-            .mode = detail::config_mode(read),
-            .save_freq = detail::config_save_freq(read),
-            .initial_value_threshold = read.optional<double>("initial_value_threshold")});
-  }
+  LOADSTAR_DECL static std::shared_ptr<Callback> from_config(const nlohmann::json& config);
 
   void on_epoch_begin(std::size_t epoch, const Logs&) override { current_epoch_ = epoch; }
 
-  void on_train_batch_end(std::size_t batch, const Logs& logs) override {
-    if (options_.save_freq.epoch()) return;
-    if (counter_.should_save(batch, options_.save_freq.batches())) {
-      save(current_epoch_, batch, logs);
-    }
-  }
+  LOADSTAR_DECL void on_train_batch_end(std::size_t batch, const Logs& logs) override;
 
   void on_epoch_end(std::size_t epoch, const Logs& logs) override {
     if (options_.save_freq.epoch()) save(epoch, std::nullopt, logs);
   }
 
   /// `{"best", "batches_since_last_save", "last_batch_seen", "epoch"}`.
-  nlohmann::json get_state() const override {
-    return {{"best", best_},
-            {"batches_since_last_save", counter_.since_last_save},
-            {"last_batch_seen", counter_.last_batch_seen},
-            {"epoch", current_epoch_}};
-  }
-  void load_state(const nlohmann::json& state) override {
-    const detail::StateReader read("model checkpoint", state);
-    best_ = read.get<double>("best");
-    counter_.since_last_save = read.get<std::size_t>("batches_since_last_save");
-    counter_.last_batch_seen = read.get<std::size_t>("last_batch_seen");
-    current_epoch_ = read.get<std::size_t>("epoch");
-  }
+  LOADSTAR_DECL nlohmann::json get_state() const override;
+  LOADSTAR_DECL void load_state(const nlohmann::json& state) override;
 
   /// The best value of `monitor` so far (the threshold, or an infinity, before the first save).
   double best() const noexcept { return best_; }
@@ -154,63 +93,14 @@ class ModelCheckpoint : public Callback {
   const std::filesystem::path& last_saved() const noexcept { return last_saved_; }
   /// The path of a save at `epoch` (0-based) and `batch` (0-based; none at an epoch's end) with
   /// `logs`, as `filepath` formats it; throws `ConfigError` for a field not among them.
-  std::filesystem::path file_path(std::size_t epoch, std::optional<std::size_t> batch,
-                                  const Logs& logs) const {
-    std::map<std::string, detail::FormatValue, std::less<>> values;
-    for (const auto& [name, value] : logs)
-      values.emplace(name, value);
-    // Keras: `filepath.format(epoch=epoch + 1, **logs)`, with `batch=batch + 1` when saving at
-    // a batch whose logs have no `batch`.
-    values.insert_or_assign("epoch", static_cast<std::int64_t>(epoch + 1));
-    if (batch && !logs.contains("batch")) {
-      values.insert_or_assign("batch", static_cast<std::int64_t>(*batch + 1));
-    }
-    return filepath_(values);
-  }
+  LOADSTAR_DECL std::filesystem::path file_path(std::size_t epoch, std::optional<std::size_t> batch,
+                                                const Logs& logs) const;
 
  private:
-  void save(std::size_t epoch, std::optional<std::size_t> batch, const Logs& logs) {
-    const std::filesystem::path path = file_path(epoch, batch, logs);
-    const std::string label = std::to_string(epoch + 1);
-    if (options_.save_best_only) {
-      const auto current = logs.get(options_.monitor);
-      if (!current) {
-        out() << "Can save best model only with " << options_.monitor << " available, skipping.\n";
-        return;
-      }
-      if (!(maximize_ ? *current > best_ : *current < best_)) {
-        if (options_.verbose > 0) {
-          out() << "\nEpoch " << label << ": " << options_.monitor << " did not improve from "
-                << fixed5(best_) << "\n";
-        }
-        return;
-      }
-      if (options_.verbose > 0) {
-        out() << "\nEpoch " << label << ": " << options_.monitor << " improved from "
-              << fixed5(best_) << " to " << fixed5(*current) << ", saving model to "
-              << path.string() << "\n";
-      }
-      best_ = *current;
-    } else if (options_.verbose > 0) {
-      out() << "\nEpoch " << label << ": saving model to " << path.string() << "\n";
-    }
-    if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
-    if (options_.save_weights_only) {
-      save_weights(model(), path);
-    } else {
-      save_model(model(), path, SaveOptions{.include_optimizer = true, .overwrite = true});
-    }
-    last_saved_ = path;
-  }
+  LOADSTAR_DECL void save(std::size_t epoch, std::optional<std::size_t> batch, const Logs& logs);
 
   /// Python's `f"{value:.5f}"` (`inf`, `-inf`, `nan` for the non-finite).
-  static std::string fixed5(double value) {
-    if (std::isnan(value)) return "nan";
-    if (std::isinf(value)) return value > 0 ? "inf" : "-inf";
-    char buffer[64];
-    std::snprintf(buffer, sizeof buffer, "%.5f", value);
-    return buffer;
-  }
+  LOADSTAR_DECL static std::string fixed5(double value);
 
   detail::PythonFormat filepath_;
   ModelCheckpointOptions options_;
@@ -222,3 +112,144 @@ class ModelCheckpoint : public Callback {
 };
 
 }  // namespace loadstar::keras::callbacks
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_HEADER_BODIES
+namespace loadstar::keras::callbacks {
+
+LOADSTAR_DECL ModelCheckpoint::ModelCheckpoint(std::string filepath, ModelCheckpointOptions options)
+    : filepath_("model checkpoint", std::move(filepath)), options_(std::move(options)) {
+  const auto& m = options_.mode;
+  if (m != "auto" && m != "min" && m != "max") {
+    throw ConfigError("model checkpoint: mode must be 'auto', 'min' or 'max' but is '" + m + "'");
+  }
+  const auto ends = [&](std::string_view suffix) {
+    const std::string& path = filepath_.text();
+    return path.size() >= suffix.size() &&
+           path.compare(path.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  if (!ends(".h5") && !ends(".hdf5") && (options_.save_weights_only || !ends(".keras"))) {
+    throw ConfigError("model checkpoint: file path template '" + filepath_.text() +
+                      "' should end in " +
+                      (options_.save_weights_only ? "'.h5', '.hdf5' or '.weights.h5'"
+                                                  : "'.h5', '.hdf5' or '.keras'"));
+  }
+  // tf.keras 2.x: `'acc' in monitor or monitor.startswith('fmeasure')` maximises.
+  maximize_ = m == "max" || (m == "auto" && (options_.monitor.find("acc") != std::string::npos ||
+                                             options_.monitor.rfind("fmeasure", 0) == 0));
+  best_ = options_.initial_value_threshold.value_or(maximize_
+                                                        ? -std::numeric_limits<double>::infinity()
+                                                        : std::numeric_limits<double>::infinity());
+}
+
+LOADSTAR_DECL nlohmann::json ModelCheckpoint::get_config() const {
+  return {{"filepath", filepath_.text()},
+          {"monitor", options_.monitor},
+          {"verbose", options_.verbose},
+          {"save_best_only", options_.save_best_only},
+          {"save_weights_only", options_.save_weights_only},
+          {"mode", options_.mode},
+          {"save_freq", options_.save_freq.to_json()},
+          {"initial_value_threshold", options_.initial_value_threshold
+                                          ? nlohmann::json(*options_.initial_value_threshold)
+                                          : nullptr}};
+}
+
+LOADSTAR_DECL std::shared_ptr<Callback> ModelCheckpoint::from_config(const nlohmann::json& config) {
+  const auto read = detail::callback_config(config, "ModelCheckpoint");
+  read.expect("period", 1, "use save_freq");
+  return std::make_shared<ModelCheckpoint>(
+      read.get<std::string>("filepath"),
+      ModelCheckpointOptions{
+          .monitor = read.get("monitor", "val_loss"),
+          .verbose = read.get("verbose", 0),
+          .save_best_only = read.get("save_best_only", false),
+          .save_weights_only = read.get("save_weights_only", false),
+          .mode = detail::config_mode(read),
+          .save_freq = detail::config_save_freq(read),
+          .initial_value_threshold = read.optional<double>("initial_value_threshold")});
+}
+
+LOADSTAR_DECL void ModelCheckpoint::on_train_batch_end(std::size_t batch, const Logs& logs) {
+  if (options_.save_freq.epoch()) return;
+  if (counter_.should_save(batch, options_.save_freq.batches())) {
+    save(current_epoch_, batch, logs);
+  }
+}
+
+LOADSTAR_DECL nlohmann::json ModelCheckpoint::get_state() const {
+  return {{"best", best_},
+          {"batches_since_last_save", counter_.since_last_save},
+          {"last_batch_seen", counter_.last_batch_seen},
+          {"epoch", current_epoch_}};
+}
+
+LOADSTAR_DECL void ModelCheckpoint::load_state(const nlohmann::json& state) {
+  const detail::StateReader read("model checkpoint", state);
+  best_ = read.get<double>("best");
+  counter_.since_last_save = read.get<std::size_t>("batches_since_last_save");
+  counter_.last_batch_seen = read.get<std::size_t>("last_batch_seen");
+  current_epoch_ = read.get<std::size_t>("epoch");
+}
+
+LOADSTAR_DECL std::filesystem::path ModelCheckpoint::file_path(std::size_t epoch,
+                                                               std::optional<std::size_t> batch,
+                                                               const Logs& logs) const {
+  std::map<std::string, detail::FormatValue, std::less<>> values;
+  for (const auto& [name, value] : logs)
+    values.emplace(name, value);
+  // Keras: `filepath.format(epoch=epoch + 1, **logs)`, with `batch=batch + 1` when saving at
+  // a batch whose logs have no `batch`.
+  values.insert_or_assign("epoch", static_cast<std::int64_t>(epoch + 1));
+  if (batch && !logs.contains("batch")) {
+    values.insert_or_assign("batch", static_cast<std::int64_t>(*batch + 1));
+  }
+  return filepath_(values);
+}
+
+LOADSTAR_DECL void ModelCheckpoint::save(std::size_t epoch, std::optional<std::size_t> batch,
+                                         const Logs& logs) {
+  const std::filesystem::path path = file_path(epoch, batch, logs);
+  const std::string label = std::to_string(epoch + 1);
+  if (options_.save_best_only) {
+    const auto current = logs.get(options_.monitor);
+    if (!current) {
+      out() << "Can save best model only with " << options_.monitor << " available, skipping.\n";
+      return;
+    }
+    if (!(maximize_ ? *current > best_ : *current < best_)) {
+      if (options_.verbose > 0) {
+        out() << "\nEpoch " << label << ": " << options_.monitor << " did not improve from "
+              << fixed5(best_) << "\n";
+      }
+      return;
+    }
+    if (options_.verbose > 0) {
+      out() << "\nEpoch " << label << ": " << options_.monitor << " improved from " << fixed5(best_)
+            << " to " << fixed5(*current) << ", saving model to " << path.string() << "\n";
+    }
+    best_ = *current;
+  } else if (options_.verbose > 0) {
+    out() << "\nEpoch " << label << ": saving model to " << path.string() << "\n";
+  }
+  if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
+  if (options_.save_weights_only) {
+    save_weights(model(), path);
+  } else {
+    save_model(model(), path, SaveOptions{.include_optimizer = true, .overwrite = true});
+  }
+  last_saved_ = path;
+}
+
+LOADSTAR_DECL std::string ModelCheckpoint::fixed5(double value) {
+  if (std::isnan(value)) return "nan";
+  if (std::isinf(value)) return value > 0 ? "inf" : "-inf";
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, "%.5f", value);
+  return buffer;
+}
+
+}  // namespace loadstar::keras::callbacks
+#endif

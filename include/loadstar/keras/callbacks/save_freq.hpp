@@ -2,6 +2,8 @@
 /// `SaveFreq`: Keras's `save_freq` of `ModelCheckpoint` and `BackupAndRestore`.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <concepts>
 #include <cstddef>
 #include <string>
@@ -24,13 +26,7 @@ class SaveFreq {
   /// Throws `ConfigError` for any string but `"epoch"`.
   SaveFreq(const char* freq)
       : SaveFreq(std::string(freq)) {}  // NOLINT(google-explicit-constructor)
-  SaveFreq(const std::string& freq) {   // NOLINT(google-explicit-constructor)
-    if (freq != "epoch") {
-      throw ConfigError(
-          "save_freq: expected \"epoch\" or a positive number of batches but found \"" + freq +
-          "\"");
-    }
-  }
+  LOADSTAR_DECL SaveFreq(const std::string& freq);
   /// Throws `ConfigError` unless `batches` is positive.
   template <std::integral T>
   SaveFreq(T batches) {  // NOLINT(google-explicit-constructor)
@@ -77,13 +73,34 @@ struct BatchCounter {
   std::size_t since_last_save = 0;
   std::size_t last_batch_seen = 0;
 
-  bool should_save(std::size_t batch, std::size_t freq) {
-    since_last_save += batch <= last_batch_seen ? batch + 1 : batch - last_batch_seen;
-    last_batch_seen = batch;
-    if (since_last_save < freq) return false;
-    since_last_save = 0;
-    return true;
-  }
+  LOADSTAR_DECL bool should_save(std::size_t batch, std::size_t freq);
 };
 
 }  // namespace loadstar::keras::detail
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_HEADER_BODIES
+namespace loadstar::keras::callbacks {
+
+LOADSTAR_DECL SaveFreq::SaveFreq(const std::string& freq) {  // NOLINT(google-explicit-constructor)
+  if (freq != "epoch") {
+    throw ConfigError("save_freq: expected \"epoch\" or a positive number of batches but found \"" +
+                      freq + "\"");
+  }
+}
+
+}  // namespace loadstar::keras::callbacks
+namespace loadstar::keras::detail {
+
+LOADSTAR_DECL bool BatchCounter::should_save(std::size_t batch, std::size_t freq) {
+  since_last_save += batch <= last_batch_seen ? batch + 1 : batch - last_batch_seen;
+  last_batch_seen = batch;
+  if (since_last_save < freq) return false;
+  since_last_save = 0;
+  return true;
+}
+
+}  // namespace loadstar::keras::detail
+#endif

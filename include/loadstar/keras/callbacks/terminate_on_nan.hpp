@@ -2,6 +2,8 @@
 /// `TerminateOnNaN`: stops training when the loss becomes NaN or infinite.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <cmath>
 #include <cstddef>
 #include <cstdio>
@@ -22,21 +24,11 @@ class TerminateOnNaN : public Callback {
  public:
   std::string class_name() const override { return "TerminateOnNaN"; }
   /// The callback described by a config (`{}`; `Registry<Callback>`'s factory).
-  static std::shared_ptr<Callback> from_config(const nlohmann::json& config) {
-    static_cast<void>(detail::callback_config(config, "TerminateOnNaN"));
-    return std::make_shared<TerminateOnNaN>();
-  }
+  LOADSTAR_DECL static std::shared_ptr<Callback> from_config(const nlohmann::json& config);
 
   void on_train_begin(const Logs&) override { terminated_ = false; }
 
-  void on_train_batch_end(std::size_t batch, const Logs& logs) override {
-    const auto loss = logs.get("loss");
-    if (loss && !std::isfinite(*loss)) {
-      out() << "Batch " << batch << ": Invalid loss, terminating training\n";
-      terminated_ = true;
-      model().stop_training = true;
-    }
-  }
+  LOADSTAR_DECL void on_train_batch_end(std::size_t batch, const Logs& logs) override;
 
   bool terminated() const noexcept { return terminated_; }
 
@@ -45,3 +37,26 @@ class TerminateOnNaN : public Callback {
 };
 
 }  // namespace loadstar::keras::callbacks
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_HEADER_BODIES
+namespace loadstar::keras::callbacks {
+
+LOADSTAR_DECL std::shared_ptr<Callback> TerminateOnNaN::from_config(const nlohmann::json& config) {
+  static_cast<void>(detail::callback_config(config, "TerminateOnNaN"));
+  return std::make_shared<TerminateOnNaN>();
+}
+
+LOADSTAR_DECL void TerminateOnNaN::on_train_batch_end(std::size_t batch, const Logs& logs) {
+  const auto loss = logs.get("loss");
+  if (loss && !std::isfinite(*loss)) {
+    out() << "Batch " << batch << ": Invalid loss, terminating training\n";
+    terminated_ = true;
+    model().stop_training = true;
+  }
+}
+
+}  // namespace loadstar::keras::callbacks
+#endif

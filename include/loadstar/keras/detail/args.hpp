@@ -2,6 +2,8 @@
 /// The arguments `compile` takes by name or as objects: optimizers, losses and metrics.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <concepts>
 #include <initializer_list>
 #include <map>
@@ -62,11 +64,7 @@ class Losses {
   Losses(std::vector<LossArg> losses) : list_(std::move(losses)) {}  // NOLINT: implicit
 
   /// Losses by output name.
-  static Losses by_name(std::map<std::string, LossArg> losses) {
-    Losses out;
-    out.map_ = std::move(losses);
-    return out;
-  }
+  LOADSTAR_DECL static Losses by_name(std::map<std::string, LossArg> losses);
 
   const std::vector<LossArg>& list() const noexcept { return list_; }
   const std::map<std::string, LossArg>& map() const noexcept { return map_; }
@@ -81,3 +79,18 @@ class Losses {
 };
 
 }  // namespace loadstar::keras
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_HEADER_BODIES
+namespace loadstar::keras {
+
+LOADSTAR_DECL Losses Losses::by_name(std::map<std::string, LossArg> losses) {
+  Losses out;
+  out.map_ = std::move(losses);
+  return out;
+}
+
+}  // namespace loadstar::keras
+#endif

@@ -3,6 +3,8 @@
 /// kind (arrays, `Sequence`, `Dataset`, `SequenceAdapter`) through one non-template executor.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -120,22 +122,9 @@ class BatchSource {
 
   /// Where the source stands, as JSON: `{"epoch", "step", ...}` and what the kind of source needs
   /// (a sampler state, a dataset state).
-  nlohmann::json state() const {
-    nlohmann::json out = own_state();
-    out["epoch"] = epoch_;
-    out["step"] = step_;
-    return out;
-  }
+  LOADSTAR_DECL nlohmann::json state() const;
   /// Continues from `state()`; throws `CheckpointError` for a state of another source.
-  void restore(const nlohmann::json& state) {
-    const loadstar::detail::StateReader read(kind(), state);
-    const auto epoch = read.get<std::uint64_t>("epoch");
-    const auto step = read.get<std::size_t>("step");
-    restore_own(state);
-    epoch_ = epoch;
-    step_ = step;
-    resuming_ = true;
-  }
+  LOADSTAR_DECL void restore(const nlohmann::json& state);
 
  protected:
   /// The name of the kind of source, for messages (`"array source"`).
@@ -145,12 +134,7 @@ class BatchSource {
 
   /// For `start_epoch`: whether this epoch continues a restored state (then `step()` stays),
   /// else starts it at step 0.
-  bool begin_epoch(std::size_t epoch) {
-    const bool resumed = std::exchange(resuming_, false) && epoch_ == epoch;
-    epoch_ = epoch;
-    if (!resumed) step_ = 0;
-    return resumed;
-  }
+  LOADSTAR_DECL bool begin_epoch(std::size_t epoch);
 
   std::uint64_t epoch_ = 0;
   std::size_t step_ = 0;
@@ -521,3 +505,36 @@ inline void convert_rows(const MemberView& member, std::span<const std::size_t> 
 }
 
 }  // namespace loadstar::keras::detail
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_HEADER_BODIES
+namespace loadstar::keras::detail {
+
+LOADSTAR_DECL nlohmann::json BatchSource::state() const {
+  nlohmann::json out = own_state();
+  out["epoch"] = epoch_;
+  out["step"] = step_;
+  return out;
+}
+
+LOADSTAR_DECL void BatchSource::restore(const nlohmann::json& state) {
+  const loadstar::detail::StateReader read(kind(), state);
+  const auto epoch = read.get<std::uint64_t>("epoch");
+  const auto step = read.get<std::size_t>("step");
+  restore_own(state);
+  epoch_ = epoch;
+  step_ = step;
+  resuming_ = true;
+}
+
+LOADSTAR_DECL bool BatchSource::begin_epoch(std::size_t epoch) {
+  const bool resumed = std::exchange(resuming_, false) && epoch_ == epoch;
+  epoch_ = epoch;
+  if (!resumed) step_ = 0;
+  return resumed;
+}
+
+}  // namespace loadstar::keras::detail
+#endif

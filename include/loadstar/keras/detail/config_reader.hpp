@@ -3,6 +3,8 @@
 /// `ConfigError` naming the object, the key path, what was expected and what was found.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -109,24 +111,13 @@ class ConfigReader {
  public:
   /// `owner` names the object in messages (`"layer 'fc1' (Dense)"`); `path` is the config's own
   /// path (`"config"`, `"config.layers[2].config"`). Throws unless `config` is an object.
-  ConfigReader(const nlohmann::json& config, std::string owner, std::string path = "config")
-      : config_(&config), owner_(std::move(owner)), path_(std::move(path)) {
-    if (!config.is_object()) {
-      throw ConfigError(owner_ + ": " + path_ + ": expected an object but found " +
-                        describe_json(config));
-    }
-  }
+  LOADSTAR_DECL ConfigReader(const nlohmann::json& config, std::string owner,
+                             std::string path = "config");
 
   /// A reader for the config of a registered object: its owner is `"<kind> '<name>'
   /// (<class_name>)"`, or `"<kind> (<class_name>)"` when the config has no name.
-  static ConfigReader of(const nlohmann::json& config, std::string_view kind,
-                         std::string_view class_name) {
-    std::string owner(kind);
-    if (config.is_object() && config.contains("name") && config["name"].is_string())
-      owner += " '" + config["name"].get<std::string>() + "'";
-    owner += " (" + std::string(class_name) + ")";
-    return ConfigReader(config, std::move(owner));
-  }
+  LOADSTAR_DECL static ConfigReader of(const nlohmann::json& config, std::string_view kind,
+                                       std::string_view class_name);
 
   const nlohmann::json& json() const noexcept { return *config_; }
   const std::string& owner() const noexcept { return owner_; }
@@ -135,16 +126,10 @@ class ConfigReader {
   std::string path(std::string_view key) const { return path_ + "." + std::string(key); }
 
   /// Whether `key` is present and not null.
-  bool has(std::string_view key) const {
-    const auto it = config_->find(key);
-    return it != config_->end() && !it->is_null();
-  }
+  LOADSTAR_DECL bool has(std::string_view key) const;
 
   /// The value of `key`, or `nullptr` when absent.
-  const nlohmann::json* find(std::string_view key) const {
-    const auto it = config_->find(key);
-    return it == config_->end() ? nullptr : &*it;
-  }
+  LOADSTAR_DECL const nlohmann::json* find(std::string_view key) const;
 
   /// The required value of `key` as `T`.
   template <class T>
@@ -172,32 +157,17 @@ class ConfigReader {
   }
 
   /// A required integer above 0.
-  std::size_t positive(std::string_view key) const {
-    const nlohmann::json* value = find(key);
-    if (value == nullptr || !ConfigValue<std::size_t>::fits(*value) ||
-        value->get<std::size_t>() == 0) {
-      fail(key, "a positive integer");
-    }
-    return value->get<std::size_t>();
-  }
+  LOADSTAR_DECL std::size_t positive(std::string_view key) const;
 
   /// Throws unless `key` is absent or holds `expected` (a setting loadstar does not support in
   /// another value: `data_format` other than `"channels_last"`, a regularizer, ...). `why` says
   /// why.
-  void expect(std::string_view key, const nlohmann::json& expected, std::string_view why) const {
-    const nlohmann::json* value = find(key);
-    if (value == nullptr || *value == expected) return;
-    if (expected.is_null() && value->is_null()) return;
-    fail(key, describe_json(expected) + " (" + std::string(why) + ")");
-  }
+  LOADSTAR_DECL void expect(std::string_view key, const nlohmann::json& expected,
+                            std::string_view why) const;
 
   /// Throws `ConfigError` for `key`: `"<owner>: <path>.<key>: expected <expected> but found
   /// <value or nothing>"`.
-  [[noreturn]] void fail(std::string_view key, std::string_view expected) const {
-    const nlohmann::json* value = find(key);
-    throw ConfigError(owner_ + ": " + path(key) + ": expected " + std::string(expected) +
-                      " but found " + (value == nullptr ? "nothing" : describe_json(*value)));
-  }
+  [[noreturn]] LOADSTAR_DECL void fail(std::string_view key, std::string_view expected) const;
 
   /// Runs `read` (which resolves a nested object at `key`) and prefixes any `ConfigError` it
   /// throws with the owner and the key path.
@@ -217,3 +187,63 @@ class ConfigReader {
 };
 
 }  // namespace loadstar::keras::detail
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_HEADER_BODIES
+namespace loadstar::keras::detail {
+
+LOADSTAR_DECL ConfigReader::ConfigReader(const nlohmann::json& config, std::string owner,
+                                         std::string path)
+    : config_(&config), owner_(std::move(owner)), path_(std::move(path)) {
+  if (!config.is_object()) {
+    throw ConfigError(owner_ + ": " + path_ + ": expected an object but found " +
+                      describe_json(config));
+  }
+}
+
+LOADSTAR_DECL ConfigReader ConfigReader::of(const nlohmann::json& config, std::string_view kind,
+                                            std::string_view class_name) {
+  std::string owner(kind);
+  if (config.is_object() && config.contains("name") && config["name"].is_string())
+    owner += " '" + config["name"].get<std::string>() + "'";
+  owner += " (" + std::string(class_name) + ")";
+  return ConfigReader(config, std::move(owner));
+}
+
+LOADSTAR_DECL bool ConfigReader::has(std::string_view key) const {
+  const auto it = config_->find(key);
+  return it != config_->end() && !it->is_null();
+}
+
+LOADSTAR_DECL const nlohmann::json* ConfigReader::find(std::string_view key) const {
+  const auto it = config_->find(key);
+  return it == config_->end() ? nullptr : &*it;
+}
+
+LOADSTAR_DECL std::size_t ConfigReader::positive(std::string_view key) const {
+  const nlohmann::json* value = find(key);
+  if (value == nullptr || !ConfigValue<std::size_t>::fits(*value) ||
+      value->get<std::size_t>() == 0) {
+    fail(key, "a positive integer");
+  }
+  return value->get<std::size_t>();
+}
+
+LOADSTAR_DECL void ConfigReader::expect(std::string_view key, const nlohmann::json& expected,
+                                        std::string_view why) const {
+  const nlohmann::json* value = find(key);
+  if (value == nullptr || *value == expected) return;
+  if (expected.is_null() && value->is_null()) return;
+  fail(key, describe_json(expected) + " (" + std::string(why) + ")");
+}
+
+LOADSTAR_DECL void ConfigReader::fail(std::string_view key, std::string_view expected) const {
+  const nlohmann::json* value = find(key);
+  throw ConfigError(owner_ + ": " + path(key) + ": expected " + std::string(expected) +
+                    " but found " + (value == nullptr ? "nothing" : describe_json(*value)));
+}
+
+}  // namespace loadstar::keras::detail
+#endif

@@ -2,6 +2,8 @@
 /// `ScopedFlushDenormal`: denormal floats flushed to zero while the executor computes.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #if defined(__SSE__) || defined(__x86_64__)
 #include <xmmintrin.h>
 #define LOADSTAR_HAS_MXCSR 1
@@ -19,12 +21,7 @@ namespace loadstar::keras::detail {
 /// 3.4 times slower without it. A no-op on processors without an MXCSR register.
 class ScopedFlushDenormal {
  public:
-  ScopedFlushDenormal() noexcept {
-#if defined(LOADSTAR_HAS_MXCSR)
-    saved_ = _mm_getcsr();
-    _mm_setcsr(saved_ | flush_to_zero | denormals_are_zero);
-#endif
-  }
+  LOADSTAR_DECL ScopedFlushDenormal() noexcept;
   ~ScopedFlushDenormal() {
 #if defined(LOADSTAR_HAS_MXCSR)
     _mm_setcsr(saved_);
@@ -42,3 +39,19 @@ class ScopedFlushDenormal {
 };
 
 }  // namespace loadstar::keras::detail
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_HEADER_BODIES
+namespace loadstar::keras::detail {
+
+LOADSTAR_DECL ScopedFlushDenormal::ScopedFlushDenormal() noexcept {
+#if defined(LOADSTAR_HAS_MXCSR)
+  saved_ = _mm_getcsr();
+  _mm_setcsr(saved_ | flush_to_zero | denormals_are_zero);
+#endif
+}
+
+}  // namespace loadstar::keras::detail
+#endif

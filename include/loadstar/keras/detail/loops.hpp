@@ -28,7 +28,7 @@
 namespace loadstar::keras::detail {
 
 /// The error of a loss that became NaN or infinite.
-inline Error non_finite_loss(const std::string& model, double loss, std::size_t epoch,
+LOADSTAR_DECL Error non_finite_loss(const std::string& model, double loss, std::size_t epoch,
                              std::size_t batch, std::string_view where) {
   return Error("model '" + model + "': " + std::string(where) + ": the loss is " +
                (std::isnan(loss) ? "nan" : "inf") + " at batch " + std::to_string(batch) +
@@ -60,7 +60,7 @@ const Logs& in_batch(std::string_view where, std::optional<std::size_t> epoch, s
 /// One evaluation pass of `source` (pass `pass`) through `test_step`, with the evaluation metrics
 /// reset first; returns the logs. `in_fit`: a validation inside `fit` (the callbacks' params stay
 /// those of `fit`).
-inline Logs run_test(Model& model, BatchSource& source, callbacks::CallbackList& list,
+LOADSTAR_DECL Logs run_test(Model& model, BatchSource& source, callbacks::CallbackList& list,
                      std::size_t pass, bool in_fit) {
   model.evaluation_metrics().reset();
   source.start_epoch(pass);
@@ -93,7 +93,7 @@ inline Logs run_test(Model& model, BatchSource& source, callbacks::CallbackList&
 /// between batches besides the model: callbacks' `on_fit_begin` may restore it (and move the
 /// first epoch forward) before `on_train_begin`, and `on_fit_batch_end` and `on_fit_epoch_end`
 /// see it once every other hook of the batch or epoch has run (`BackupAndRestore`).
-inline callbacks::History run_fit(Model& model, DataIterator& data, BatchSource* validation,
+LOADSTAR_DECL callbacks::History run_fit(Model& model, DataIterator& data, BatchSource* validation,
                                   const FitOptions& options, const ClassWeight* class_weight) {
   if (options.epochs <= options.initial_epoch) {
     throw ConfigError("fit: epochs (" + std::to_string(options.epochs) +
@@ -155,7 +155,7 @@ inline callbacks::History run_fit(Model& model, DataIterator& data, BatchSource*
 }
 
 /// `evaluate`'s loop: one pass of `source` with its own callbacks.
-inline Logs run_evaluate(Model& model, BatchSource& source, const EvaluateOptions& options) {
+LOADSTAR_DECL Logs run_evaluate(Model& model, BatchSource& source, const EvaluateOptions& options) {
   callbacks::CallbackList list(options.callbacks, model,
                                {options.verbose, 1, source.steps(), options.output});
   list.add_progbar(options.verbose);
@@ -163,7 +163,7 @@ inline Logs run_evaluate(Model& model, BatchSource& source, const EvaluateOption
 }
 
 /// `predict`'s loop: the outputs of every batch of `source`, concatenated on the host.
-inline std::vector<Tensor<float>> run_predict(Model& model, BatchSource& source,
+LOADSTAR_DECL std::vector<Tensor<float>> run_predict(Model& model, BatchSource& source,
                                               const PredictOptions& options) {
   callbacks::CallbackList list(options.callbacks, model,
                                {options.verbose, 1, source.steps(), options.output});

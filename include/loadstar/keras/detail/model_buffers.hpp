@@ -9,7 +9,7 @@
 
 namespace loadstar::keras {
 
-inline void Model::reserve(std::size_t rows) {
+LOADSTAR_DECL void Model::reserve(std::size_t rows) {
   if (!weights_placed_) place_weights();
   if (rows <= capacity_) return;
   Backend& backend = this->backend();
@@ -42,7 +42,7 @@ inline void Model::reserve(std::size_t rows) {
   rows_ = 0;
 }
 
-inline void Model::place_weights() {
+LOADSTAR_DECL void Model::place_weights() {
   Backend& backend = this->backend();
   for (const auto& layer : layers_) {
     for (auto& w : layer->weights()) {
@@ -66,7 +66,7 @@ void Model::upload(const Member& member, const detail::ErasedBatch& batch, std::
   backend().copy_from_host(rows, target);
 }
 
-inline void Model::set_rows(std::size_t rows) {
+LOADSTAR_DECL void Model::set_rows(std::size_t rows) {
   if (rows == rows_) return;
   for (auto& node : nodes_) {
     node.value = node.value_full.slice_rows(0, rows);
@@ -95,13 +95,13 @@ inline void Model::set_rows(std::size_t rows) {
   rows_ = rows;
 }
 
-inline void Model::prepare(const detail::ErasedBatch& batch, std::size_t max_rows) {
+LOADSTAR_DECL void Model::prepare(const detail::ErasedBatch& batch, std::size_t max_rows) {
   if (!built()) build_from_batch(batch);
   require_built("the model");
   reserve(std::max(max_rows, batch.count));
 }
 
-inline std::string Model::member_label(const detail::ErasedBatch& batch, bool is_x,
+LOADSTAR_DECL std::string Model::member_label(const detail::ErasedBatch& batch, bool is_x,
                                        std::size_t i) const {
   const auto kind = is_x ? batch.x_kind : batch.y_kind;
   const auto& members = is_x ? batch.x : batch.y;
@@ -111,7 +111,7 @@ inline std::string Model::member_label(const detail::ErasedBatch& batch, bool is
   return name + "[" + std::to_string(i) + "]";
 }
 
-inline void Model::match_members(const detail::ErasedBatch& batch, bool is_x,
+LOADSTAR_DECL void Model::match_members(const detail::ErasedBatch& batch, bool is_x,
                                  std::vector<std::size_t>& order) const {
   const auto& members = is_x ? batch.x : batch.y;
   const auto kind = is_x ? batch.x_kind : batch.y_kind;
@@ -146,7 +146,7 @@ inline void Model::match_members(const detail::ErasedBatch& batch, bool is_x,
     order[i] = i;
 }
 
-inline void Model::load(const detail::ErasedBatch& batch, bool targets,
+LOADSTAR_DECL void Model::load(const detail::ErasedBatch& batch, bool targets,
                         const ClassWeight* class_weight) {
   const std::size_t n = batch.count;
   if (n == 0) throw ShapeError("model '" + name_ + "': a batch has no rows");
@@ -211,7 +211,7 @@ inline void Model::load(const detail::ErasedBatch& batch, bool targets,
   }
 }
 
-inline void Model::apply_class_weight(std::size_t n, const ClassWeight& class_weight) {
+LOADSTAR_DECL void Model::apply_class_weight(std::size_t n, const ClassWeight& class_weight) {
   if (targets_.size() != 1) {
     throw ConfigError(
         "fit: class_weight is supported for a single output only but the model "

@@ -8,7 +8,7 @@
 
 namespace loadstar::keras {
 
-inline void Model::resolve_losses() {
+LOADSTAR_DECL void Model::resolve_losses() {
   const auto& spec = options_.loss;
   const std::size_t n = output_nodes_.size();
   if (spec.empty()) throw ConfigError("model '" + name_ + "': compile needs a loss");
@@ -65,11 +65,11 @@ inline void Model::resolve_losses() {
   evaluation_ = {};
 }
 
-inline std::string Model::joined(const std::vector<std::string>& names) {
+LOADSTAR_DECL std::string Model::joined(const std::vector<std::string>& names) {
   return loadstar::detail::join(names, ", ", "'");
 }
 
-inline void Model::create_metrics() {
+LOADSTAR_DECL void Model::create_metrics() {
   const std::size_t n = output_nodes_.size();
   auto make = [&](const MetricArg& arg, std::size_t o, bool evaluation) {
     if (const auto object = arg.object()) return evaluation ? object->clone() : object;

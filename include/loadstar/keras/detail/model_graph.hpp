@@ -8,7 +8,7 @@
 
 namespace loadstar::keras {
 
-inline void Model::plan(const std::vector<KerasTensor>& inputs,
+LOADSTAR_DECL void Model::plan(const std::vector<KerasTensor>& inputs,
                         const std::vector<KerasTensor>& outputs) {
   detail::GraphPlan plan = detail::plan_graph(name_, inputs, outputs);
   needs_backward_ = std::move(plan.needs_backward);
@@ -26,7 +26,7 @@ inline void Model::plan(const std::vector<KerasTensor>& inputs,
   loss_scratch_full_.assign(output_nodes_.size(), {});
 }
 
-inline bool Model::is_chain() const {
+LOADSTAR_DECL bool Model::is_chain() const {
   for (std::size_t k = 0; k < nodes_.size(); ++k) {
     if (nodes_[k].inputs.size() > 1) return false;
     if (nodes_[k].layer && nodes_[k].inputs.front() + 1 != k) return false;
@@ -35,7 +35,7 @@ inline bool Model::is_chain() const {
          output_nodes_.front() + 1 == nodes_.size();
 }
 
-inline std::string Model::grouped(std::size_t n) {
+LOADSTAR_DECL std::string Model::grouped(std::size_t n) {
   const std::string digits = std::to_string(n);
   std::string out;
   for (std::size_t i = 0; i < digits.size(); ++i) {
@@ -45,14 +45,14 @@ inline std::string Model::grouped(std::size_t n) {
   return out;
 }
 
-inline void Model::require_compiled(std::string_view what) const {
+LOADSTAR_DECL void Model::require_compiled(std::string_view what) const {
   if (!compiled_) {
     throw ConfigError("model '" + name_ + "': must be compiled before " + std::string(what) +
                       "; call compile(optimizer, loss) first");
   }
 }
 
-inline void Model::require_built(std::string_view what) const {
+LOADSTAR_DECL void Model::require_built(std::string_view what) const {
   if (!built()) {
     throw ConfigError("model '" + name_ + "': has not been built yet, so " + std::string(what) +
                       " cannot run; give it an Input first or call fit with data");

@@ -8,7 +8,7 @@
 
 namespace loadstar::keras {
 
-inline void Model::forward(bool training, std::uint64_t seed) {
+LOADSTAR_DECL void Model::forward(bool training, std::uint64_t seed) {
   const CallContext ctx{backend(), training, seed,
                         optimizer_ ? static_cast<std::uint64_t>(optimizer_->iterations()) : 0};
   for (auto& node : nodes_) {
@@ -16,7 +16,7 @@ inline void Model::forward(bool training, std::uint64_t seed) {
   }
 }
 
-inline double Model::compute_losses(bool gradients) {
+LOADSTAR_DECL double Model::compute_losses(bool gradients) {
   double total = 0.0;
   output_losses_.resize(output_nodes_.size());
   const Tensor<float>* weights = has_weights_ ? &weights_ : nullptr;
@@ -39,7 +39,7 @@ inline double Model::compute_losses(bool gradients) {
   return total;
 }
 
-inline void Model::backward(std::uint64_t seed) {
+LOADSTAR_DECL void Model::backward(std::uint64_t seed) {
   const CallContext ctx{backend(), true, seed,
                         static_cast<std::uint64_t>(optimizer_->iterations())};
   for (std::size_t k = nodes_.size(); k-- > 0;) {
@@ -54,13 +54,13 @@ inline void Model::backward(std::uint64_t seed) {
   }
 }
 
-inline void Model::update_metrics(RunningMetrics& running, double total) {
+LOADSTAR_DECL void Model::update_metrics(RunningMetrics& running, double total) {
   if (!running.created()) create_metrics();
   const Tensor<float>* weights = has_weights_ ? &weights_ : nullptr;
   running.update(backend(), total, output_losses_, rows_, targets_, outputs_, weights);
 }
 
-inline std::uint64_t Model::shuffle_seed(const FitOptions& options) {
+LOADSTAR_DECL std::uint64_t Model::shuffle_seed(const FitOptions& options) {
   return options.seed ? *options.seed : detail::global_seed();
 }
 

@@ -8,7 +8,7 @@
 
 namespace loadstar::keras {
 
-inline std::vector<Tensor<float>> Model::get_weights() const {
+LOADSTAR_DECL std::vector<Tensor<float>> Model::get_weights() const {
   std::vector<Tensor<float>> out;
   for (const auto& layer : layers_) {
     for (const auto& w : layer->weights())
@@ -17,7 +17,7 @@ inline std::vector<Tensor<float>> Model::get_weights() const {
   return out;
 }
 
-inline void Model::set_weights(const std::vector<Tensor<float>>& weights) {
+LOADSTAR_DECL void Model::set_weights(const std::vector<Tensor<float>>& weights) {
   std::size_t expected = 0;
   for (const auto& layer : layers_)
     expected += layer->weights().size();
@@ -49,14 +49,14 @@ inline void Model::set_weights(const std::vector<Tensor<float>>& weights) {
   }
 }
 
-inline std::size_t Model::count_params() const {
+LOADSTAR_DECL std::size_t Model::count_params() const {
   std::size_t n = 0;
   for (const auto& layer : layers_)
     n += layer->count_params();
   return n;
 }
 
-inline void Model::summary(std::ostream& out) const {
+LOADSTAR_DECL void Model::summary(std::ostream& out) const {
   require_built("summary");
   const bool chain = is_chain();
   const std::size_t line = chain ? 65 : 98;

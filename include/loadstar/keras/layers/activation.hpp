@@ -2,6 +2,8 @@
 /// `Activation` (the layer): applies an activation function to its input.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include "loadstar/keras/layers/detail/layer_base.hpp"
 
 namespace loadstar::keras::layers {
@@ -24,35 +26,58 @@ class Activation : public detail::SameShapeLayer {
   std::string class_name() const override { return "Activation"; }
   keras::Activation activation() const noexcept { return activation_; }
 
-  void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
-               const CallContext& ctx) override {
-    check_inputs(inputs);
-    ctx.backend.activation_forward(activation_, inputs[0], output);
-  }
+  LOADSTAR_DECL void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+                             const CallContext& ctx) override;
 
-  void backward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
-                const Tensor<float>& output_gradient,
-                std::span<const Tensor<float>> input_gradients, const CallContext& ctx) override {
-    if (input_gradients.empty() || input_gradients[0].empty()) return;
-    ctx.backend.activation_backward(activation_, inputs[0], output, output_gradient,
-                                    input_gradients[0]);
-  }
+  LOADSTAR_DECL void backward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+                              const Tensor<float>& output_gradient,
+                              std::span<const Tensor<float>> input_gradients,
+                              const CallContext& ctx) override;
 
-  nlohmann::json get_config() const override {
-    auto config = base_config();
-    config["activation"] = activation_name(activation_);
-    return config;
-  }
+  LOADSTAR_DECL nlohmann::json get_config() const override;
 
-  static std::shared_ptr<Layer> from_config(const nlohmann::json& config) {
-    const auto read = detail::layer_config(config, "Activation");
-    return detail::finish_layer(
-        read, std::make_shared<Activation>(detail::config_activation(read),
-                                           ActivationOptions{.name = detail::config_name(read)}));
-  }
+  LOADSTAR_DECL static std::shared_ptr<Layer> from_config(const nlohmann::json& config);
 
  private:
   keras::Activation activation_;
 };
 
 }  // namespace loadstar::keras::layers
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_HEADER_BODIES
+namespace loadstar::keras::layers {
+
+LOADSTAR_DECL void Activation::forward(std::span<const Tensor<float>> inputs,
+                                       const Tensor<float>& output, const CallContext& ctx) {
+  check_inputs(inputs);
+  ctx.backend.activation_forward(activation_, inputs[0], output);
+}
+
+LOADSTAR_DECL void Activation::backward(std::span<const Tensor<float>> inputs,
+                                        const Tensor<float>& output,
+                                        const Tensor<float>& output_gradient,
+                                        std::span<const Tensor<float>> input_gradients,
+                                        const CallContext& ctx) {
+  if (input_gradients.empty() || input_gradients[0].empty()) return;
+  ctx.backend.activation_backward(activation_, inputs[0], output, output_gradient,
+                                  input_gradients[0]);
+}
+
+LOADSTAR_DECL nlohmann::json Activation::get_config() const {
+  auto config = base_config();
+  config["activation"] = activation_name(activation_);
+  return config;
+}
+
+LOADSTAR_DECL std::shared_ptr<Layer> Activation::from_config(const nlohmann::json& config) {
+  const auto read = detail::layer_config(config, "Activation");
+  return detail::finish_layer(
+      read, std::make_shared<Activation>(detail::config_activation(read),
+                                         ActivationOptions{.name = detail::config_name(read)}));
+}
+
+}  // namespace loadstar::keras::layers
+#endif

@@ -2,6 +2,8 @@
 /// `Add`: the element-wise sum of its inputs.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include "loadstar/keras/layers/detail/layer_base.hpp"
 
 namespace loadstar::keras::layers {
@@ -21,28 +23,10 @@ class Add : public detail::LayerBase {
 
   std::string class_name() const override { return "Add"; }
 
-  Shape build(std::span<const Shape> input_shapes, std::uint64_t) override {
-    if (input_shapes.size() < 2) {
-      throw ShapeError(label() + ": expects at least 2 inputs but got " +
-                       std::to_string(input_shapes.size()));
-    }
-    for (const Shape& s : input_shapes) {
-      if (s != input_shapes[0]) {
-        throw ShapeError(label() + ": inputs must have the same shape but got " +
-                         batch_str(input_shapes[0]) + " and " + batch_str(s));
-      }
-    }
-    remember(input_shapes, input_shapes[0]);
-    return input_shapes[0];
-  }
+  LOADSTAR_DECL Shape build(std::span<const Shape> input_shapes, std::uint64_t) override;
 
-  void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
-               const CallContext& ctx) override {
-    check_inputs(inputs);
-    ctx.backend.add(inputs[0], inputs[1], output);
-    for (std::size_t i = 2; i < inputs.size(); ++i)
-      ctx.backend.add(output, inputs[i], output);
-  }
+  LOADSTAR_DECL void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+                             const CallContext& ctx) override;
 
   void backward(std::span<const Tensor<float>>, const Tensor<float>&,
                 const Tensor<float>& output_gradient,
@@ -53,11 +37,45 @@ class Add : public detail::LayerBase {
 
   nlohmann::json get_config() const override { return base_config(); }
 
-  static std::shared_ptr<Layer> from_config(const nlohmann::json& config) {
-    const auto read = detail::layer_config(config, "Add");
-    return detail::finish_layer(
-        read, std::make_shared<Add>(AddOptions{.name = detail::config_name(read)}));
-  }
+  LOADSTAR_DECL static std::shared_ptr<Layer> from_config(const nlohmann::json& config);
 };
 
 }  // namespace loadstar::keras::layers
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_HEADER_BODIES
+namespace loadstar::keras::layers {
+
+LOADSTAR_DECL Shape Add::build(std::span<const Shape> input_shapes, std::uint64_t) {
+  if (input_shapes.size() < 2) {
+    throw ShapeError(label() + ": expects at least 2 inputs but got " +
+                     std::to_string(input_shapes.size()));
+  }
+  for (const Shape& s : input_shapes) {
+    if (s != input_shapes[0]) {
+      throw ShapeError(label() + ": inputs must have the same shape but got " +
+                       batch_str(input_shapes[0]) + " and " + batch_str(s));
+    }
+  }
+  remember(input_shapes, input_shapes[0]);
+  return input_shapes[0];
+}
+
+LOADSTAR_DECL void Add::forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+                                const CallContext& ctx) {
+  check_inputs(inputs);
+  ctx.backend.add(inputs[0], inputs[1], output);
+  for (std::size_t i = 2; i < inputs.size(); ++i)
+    ctx.backend.add(output, inputs[i], output);
+}
+
+LOADSTAR_DECL std::shared_ptr<Layer> Add::from_config(const nlohmann::json& config) {
+  const auto read = detail::layer_config(config, "Add");
+  return detail::finish_layer(read,
+                              std::make_shared<Add>(AddOptions{.name = detail::config_name(read)}));
+}
+
+}  // namespace loadstar::keras::layers
+#endif

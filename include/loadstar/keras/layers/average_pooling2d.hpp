@@ -2,6 +2,8 @@
 /// `AveragePooling2D`: the mean of each window of an image.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include "loadstar/keras/layers/detail/pooling.hpp"
 
 namespace loadstar::keras::layers {
@@ -15,11 +17,21 @@ class AveragePooling2D : public detail::Pooling<false, 2> {
  public:
   explicit AveragePooling2D(Pooling2DOptions options = {}) : Pooling(std::move(options)) {}
 
-  static std::shared_ptr<Layer> from_config(const nlohmann::json& config) {
-    const auto read = detail::layer_config(config, "AveragePooling2D");
-    return detail::finish_layer(read,
-                                std::make_shared<AveragePooling2D>(options_from_config(read)));
-  }
+  LOADSTAR_DECL static std::shared_ptr<Layer> from_config(const nlohmann::json& config);
 };
 
 }  // namespace loadstar::keras::layers
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_HEADER_BODIES
+namespace loadstar::keras::layers {
+
+LOADSTAR_DECL std::shared_ptr<Layer> AveragePooling2D::from_config(const nlohmann::json& config) {
+  const auto read = detail::layer_config(config, "AveragePooling2D");
+  return detail::finish_layer(read, std::make_shared<AveragePooling2D>(options_from_config(read)));
+}
+
+}  // namespace loadstar::keras::layers
+#endif

@@ -2,6 +2,8 @@
 /// `BatchNormalization`: normalises the last axis with batch or moving statistics.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include "loadstar/keras/layers/detail/layer_base.hpp"
 
 namespace loadstar::keras::layers {
@@ -39,127 +41,19 @@ class BatchNormalization : public detail::LayerBase {
 
   std::string class_name() const override { return "BatchNormalization"; }
 
-  Shape build(std::span<const Shape> input_shapes, std::uint64_t seed) override {
-    expect_inputs(input_shapes, 1);
-    const Shape& in = input_shapes[0];
-    if (in.rank() < 1)
-      throw ShapeError(label() + ": expects inputs with a feature axis but got " + in.str());
-    const auto rank_with_batch = static_cast<int>(in.rank()) + 1;
-    if (options_.axis != -1 && options_.axis != rank_with_batch - 1) {
-      throw ConfigError(label() + ": only the last axis is supported but axis is " +
-                        std::to_string(options_.axis));
-    }
-    const std::size_t c = in[in.rank() - 1];
-    if (weights_.empty()) {
-      std::uint64_t s = seed;
-      auto make = [&](const Initializer& init, const char* name, bool trainable) {
-        Tensor<float> t({c});
-        init.fill(t, s = SplitMix64::mix(s + 1));
-        add_weight(name, t, trainable);
-      };
-      if (options_.scale) make(options_.gamma_initializer, "gamma", true);
-      if (options_.center) make(options_.beta_initializer, "beta", true);
-      make(options_.moving_mean_initializer, "moving_mean", false);
-      make(options_.moving_variance_initializer, "moving_variance", false);
-    } else if (features() != c) {
-      throw ShapeError(label() + ": built for " + std::to_string(features()) +
-                       " features but the input has shape " + in.str());
-    }
-    remember(input_shapes, in);
-    return in;
-  }
+  LOADSTAR_DECL Shape build(std::span<const Shape> input_shapes, std::uint64_t seed) override;
 
-  void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
-               const CallContext& ctx) override {
-    check_inputs(inputs);
-    Backend& backend = ctx.backend;
-    const Tensor<float>& x = inputs[0];
-    if (!ctx.training) {
-      backend.batch_norm_forward(x, moving_mean().value, moving_variance().value, gamma(), beta(),
-                                 epsilon(), output);
-      return;
-    }
-    const Tensor<float> mean = mean_.get(backend, {features()});
-    const Tensor<float> variance = variance_.get(backend, {features()});
-    backend.moments(x, mean, variance);
-    backend.batch_norm_forward(x, mean, variance, gamma(), beta(), epsilon(), output);
-    const auto momentum = static_cast<float>(options_.momentum);
-    backend.moving_average(moving_mean().value, mean, momentum);
-    const std::size_t n = x.size() / features();
-    if (x.rank() == 4 && n > 1) {
-      const Tensor<float> corrected = corrected_.get(backend, {features()});
-      backend.copy(variance, corrected);
-      backend.scale(corrected, static_cast<float>(double(n) / double(n - 1)));
-      backend.moving_average(moving_variance().value, corrected, momentum);
-    } else {
-      backend.moving_average(moving_variance().value, variance, momentum);
-    }
-  }
+  LOADSTAR_DECL void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+                             const CallContext& ctx) override;
 
-  void backward(std::span<const Tensor<float>> inputs, const Tensor<float>&,
-                const Tensor<float>& output_gradient,
-                std::span<const Tensor<float>> input_gradients, const CallContext& ctx) override {
-    Backend& backend = ctx.backend;
-    const Tensor<float>& x = inputs[0];
-    const Tensor<float> dx = input_gradients.empty() ? Tensor<float>() : input_gradients[0];
-    const Tensor<float> dgamma = options_.scale ? weights_[0].gradient : Tensor<float>();
-    const Tensor<float> dbeta =
-        options_.center ? weights_[options_.scale ? 1 : 0].gradient : Tensor<float>();
-    if (ctx.training) {
-      // The batch statistics are recomputed rather than kept, so a shared layer stays correct.
-      const Tensor<float> mean = mean_.get(backend, {features()});
-      const Tensor<float> variance = variance_.get(backend, {features()});
-      backend.moments(x, mean, variance);
-      backend.batch_norm_backward(x, mean, variance, gamma(), epsilon(), true, output_gradient, dx,
-                                  dgamma, dbeta);
-    } else {
-      backend.batch_norm_backward(x, moving_mean().value, moving_variance().value, gamma(),
-                                  epsilon(), false, output_gradient, dx, dgamma, dbeta);
-    }
-  }
+  LOADSTAR_DECL void backward(std::span<const Tensor<float>> inputs, const Tensor<float>&,
+                              const Tensor<float>& output_gradient,
+                              std::span<const Tensor<float>> input_gradients,
+                              const CallContext& ctx) override;
 
-  nlohmann::json get_config() const override {
-    auto config = base_config();
-    config["axis"] = options_.axis;
-    config["momentum"] = options_.momentum;
-    config["epsilon"] = options_.epsilon;
-    config["center"] = options_.center;
-    config["scale"] = options_.scale;
-    config["beta_initializer"] = options_.beta_initializer.to_json();
-    config["gamma_initializer"] = options_.gamma_initializer.to_json();
-    config["moving_mean_initializer"] = options_.moving_mean_initializer.to_json();
-    config["moving_variance_initializer"] = options_.moving_variance_initializer.to_json();
-    for (const char* key :
-         {"beta_regularizer", "gamma_regularizer", "beta_constraint", "gamma_constraint"})
-      config[key] = nullptr;
-    return config;
-  }
+  LOADSTAR_DECL nlohmann::json get_config() const override;
 
-  static std::shared_ptr<Layer> from_config(const nlohmann::json& config) {
-    using detail::config_initializer;
-    const auto read = detail::layer_config(config, "BatchNormalization");
-    for (const char* key :
-         {"beta_regularizer", "gamma_regularizer", "beta_constraint", "gamma_constraint"})
-      read.expect(key, nullptr, "loadstar has no regularizers or constraints");
-    read.expect("renorm", false, "loadstar has no batch renormalization");
-    read.expect("synchronized", false, "loadstar normalizes per replica");
-    return detail::finish_layer(
-        read,
-        std::make_shared<BatchNormalization>(BatchNormalizationOptions{
-            .axis = detail::config_axis(read, -1),
-            .momentum = read.get("momentum", 0.99),
-            .epsilon = read.get("epsilon", 1e-3),
-            .center = read.get("center", true),
-            .scale = read.get("scale", true),
-            .beta_initializer = config_initializer(read, "beta_initializer", Initializer::zeros()),
-            .gamma_initializer = config_initializer(read, "gamma_initializer", Initializer::ones()),
-            .moving_mean_initializer =
-                config_initializer(read, "moving_mean_initializer", Initializer::zeros()),
-            .moving_variance_initializer =
-                config_initializer(read, "moving_variance_initializer", Initializer::ones()),
-            .name = detail::config_name(read),
-        }));
-  }
+  LOADSTAR_DECL static std::shared_ptr<Layer> from_config(const nlohmann::json& config);
 
  private:
   float epsilon() const noexcept { return static_cast<float>(options_.epsilon); }
@@ -178,3 +72,138 @@ class BatchNormalization : public detail::LayerBase {
 };
 
 }  // namespace loadstar::keras::layers
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_HEADER_BODIES
+namespace loadstar::keras::layers {
+
+LOADSTAR_DECL Shape BatchNormalization::build(std::span<const Shape> input_shapes,
+                                              std::uint64_t seed) {
+  expect_inputs(input_shapes, 1);
+  const Shape& in = input_shapes[0];
+  if (in.rank() < 1)
+    throw ShapeError(label() + ": expects inputs with a feature axis but got " + in.str());
+  const auto rank_with_batch = static_cast<int>(in.rank()) + 1;
+  if (options_.axis != -1 && options_.axis != rank_with_batch - 1) {
+    throw ConfigError(label() + ": only the last axis is supported but axis is " +
+                      std::to_string(options_.axis));
+  }
+  const std::size_t c = in[in.rank() - 1];
+  if (weights_.empty()) {
+    std::uint64_t s = seed;
+    auto make = [&](const Initializer& init, const char* name, bool trainable) {
+      Tensor<float> t({c});
+      init.fill(t, s = SplitMix64::mix(s + 1));
+      add_weight(name, t, trainable);
+    };
+    if (options_.scale) make(options_.gamma_initializer, "gamma", true);
+    if (options_.center) make(options_.beta_initializer, "beta", true);
+    make(options_.moving_mean_initializer, "moving_mean", false);
+    make(options_.moving_variance_initializer, "moving_variance", false);
+  } else if (features() != c) {
+    throw ShapeError(label() + ": built for " + std::to_string(features()) +
+                     " features but the input has shape " + in.str());
+  }
+  remember(input_shapes, in);
+  return in;
+}
+
+LOADSTAR_DECL void BatchNormalization::forward(std::span<const Tensor<float>> inputs,
+                                               const Tensor<float>& output,
+                                               const CallContext& ctx) {
+  check_inputs(inputs);
+  Backend& backend = ctx.backend;
+  const Tensor<float>& x = inputs[0];
+  if (!ctx.training) {
+    backend.batch_norm_forward(x, moving_mean().value, moving_variance().value, gamma(), beta(),
+                               epsilon(), output);
+    return;
+  }
+  const Tensor<float> mean = mean_.get(backend, {features()});
+  const Tensor<float> variance = variance_.get(backend, {features()});
+  backend.moments(x, mean, variance);
+  backend.batch_norm_forward(x, mean, variance, gamma(), beta(), epsilon(), output);
+  const auto momentum = static_cast<float>(options_.momentum);
+  backend.moving_average(moving_mean().value, mean, momentum);
+  const std::size_t n = x.size() / features();
+  if (x.rank() == 4 && n > 1) {
+    const Tensor<float> corrected = corrected_.get(backend, {features()});
+    backend.copy(variance, corrected);
+    backend.scale(corrected, static_cast<float>(double(n) / double(n - 1)));
+    backend.moving_average(moving_variance().value, corrected, momentum);
+  } else {
+    backend.moving_average(moving_variance().value, variance, momentum);
+  }
+}
+
+LOADSTAR_DECL void BatchNormalization::backward(std::span<const Tensor<float>> inputs,
+                                                const Tensor<float>&,
+                                                const Tensor<float>& output_gradient,
+                                                std::span<const Tensor<float>> input_gradients,
+                                                const CallContext& ctx) {
+  Backend& backend = ctx.backend;
+  const Tensor<float>& x = inputs[0];
+  const Tensor<float> dx = input_gradients.empty() ? Tensor<float>() : input_gradients[0];
+  const Tensor<float> dgamma = options_.scale ? weights_[0].gradient : Tensor<float>();
+  const Tensor<float> dbeta =
+      options_.center ? weights_[options_.scale ? 1 : 0].gradient : Tensor<float>();
+  if (ctx.training) {
+    // The batch statistics are recomputed rather than kept, so a shared layer stays correct.
+    const Tensor<float> mean = mean_.get(backend, {features()});
+    const Tensor<float> variance = variance_.get(backend, {features()});
+    backend.moments(x, mean, variance);
+    backend.batch_norm_backward(x, mean, variance, gamma(), epsilon(), true, output_gradient, dx,
+                                dgamma, dbeta);
+  } else {
+    backend.batch_norm_backward(x, moving_mean().value, moving_variance().value, gamma(), epsilon(),
+                                false, output_gradient, dx, dgamma, dbeta);
+  }
+}
+
+LOADSTAR_DECL nlohmann::json BatchNormalization::get_config() const {
+  auto config = base_config();
+  config["axis"] = options_.axis;
+  config["momentum"] = options_.momentum;
+  config["epsilon"] = options_.epsilon;
+  config["center"] = options_.center;
+  config["scale"] = options_.scale;
+  config["beta_initializer"] = options_.beta_initializer.to_json();
+  config["gamma_initializer"] = options_.gamma_initializer.to_json();
+  config["moving_mean_initializer"] = options_.moving_mean_initializer.to_json();
+  config["moving_variance_initializer"] = options_.moving_variance_initializer.to_json();
+  for (const char* key :
+       {"beta_regularizer", "gamma_regularizer", "beta_constraint", "gamma_constraint"})
+    config[key] = nullptr;
+  return config;
+}
+
+LOADSTAR_DECL std::shared_ptr<Layer> BatchNormalization::from_config(const nlohmann::json& config) {
+  using detail::config_initializer;
+  const auto read = detail::layer_config(config, "BatchNormalization");
+  for (const char* key :
+       {"beta_regularizer", "gamma_regularizer", "beta_constraint", "gamma_constraint"})
+    read.expect(key, nullptr, "loadstar has no regularizers or constraints");
+  read.expect("renorm", false, "loadstar has no batch renormalization");
+  read.expect("synchronized", false, "loadstar normalizes per replica");
+  return detail::finish_layer(
+      read,
+      std::make_shared<BatchNormalization>(BatchNormalizationOptions{
+          .axis = detail::config_axis(read, -1),
+          .momentum = read.get("momentum", 0.99),
+          .epsilon = read.get("epsilon", 1e-3),
+          .center = read.get("center", true),
+          .scale = read.get("scale", true),
+          .beta_initializer = config_initializer(read, "beta_initializer", Initializer::zeros()),
+          .gamma_initializer = config_initializer(read, "gamma_initializer", Initializer::ones()),
+          .moving_mean_initializer =
+              config_initializer(read, "moving_mean_initializer", Initializer::zeros()),
+          .moving_variance_initializer =
+              config_initializer(read, "moving_variance_initializer", Initializer::ones()),
+          .name = detail::config_name(read),
+      }));
+}
+
+}  // namespace loadstar::keras::layers
+#endif

@@ -2,6 +2,8 @@
 /// `Concatenate`: joins its inputs along an axis.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <vector>
 
 #include "loadstar/keras/layers/detail/layer_base.hpp"
@@ -26,43 +28,10 @@ class Concatenate : public detail::LayerBase {
 
   std::string class_name() const override { return "Concatenate"; }
 
-  Shape build(std::span<const Shape> input_shapes, std::uint64_t) override {
-    if (input_shapes.size() < 2) {
-      throw ShapeError(label() + ": expects at least 2 inputs but got " +
-                       std::to_string(input_shapes.size()));
-    }
-    const auto rank = static_cast<int>(input_shapes[0].rank()) + 1;  // with the batch axis
-    const int axis = axis_ < 0 ? axis_ + rank : axis_;
-    if (axis < 1 || axis >= rank) {
-      throw ConfigError(label() + ": axis " + std::to_string(axis_) +
-                        " is not a non-batch axis of inputs of shape " +
-                        batch_str(input_shapes[0]));
-    }
-    axis_in_sample_ = static_cast<std::size_t>(axis - 1);
-    Shape out = input_shapes[0];
-    out[axis_in_sample_] = 0;
-    extents_.clear();
-    for (const Shape& s : input_shapes) {
-      bool fits = s.rank() == out.rank();
-      for (std::size_t i = 0; fits && i < s.rank(); ++i)
-        fits = i == axis_in_sample_ || s[i] == input_shapes[0][i];
-      if (!fits) {
-        throw ShapeError(label() + ": inputs must match except along axis " +
-                         std::to_string(axis_) + " but got shapes " + batch_str(input_shapes[0]) +
-                         " and " + batch_str(s));
-      }
-      out[axis_in_sample_] += s[axis_in_sample_];
-      extents_.push_back(s[axis_in_sample_]);
-    }
-    remember(input_shapes, out);
-    return out;
-  }
+  LOADSTAR_DECL Shape build(std::span<const Shape> input_shapes, std::uint64_t) override;
 
-  void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
-               const CallContext& ctx) override {
-    check_inputs(inputs);
-    ctx.backend.concatenate(inputs, axis_in_sample_ + 1, output);
-  }
+  LOADSTAR_DECL void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+                             const CallContext& ctx) override;
 
   void backward(std::span<const Tensor<float>>, const Tensor<float>&,
                 const Tensor<float>& output_gradient,
@@ -70,18 +39,9 @@ class Concatenate : public detail::LayerBase {
     ctx.backend.split(output_gradient, axis_in_sample_ + 1, extents_, input_gradients);
   }
 
-  nlohmann::json get_config() const override {
-    auto config = base_config();
-    config["axis"] = axis_;
-    return config;
-  }
+  LOADSTAR_DECL nlohmann::json get_config() const override;
 
-  static std::shared_ptr<Layer> from_config(const nlohmann::json& config) {
-    const auto read = detail::layer_config(config, "Concatenate");
-    return detail::finish_layer(
-        read, std::make_shared<Concatenate>(ConcatenateOptions{
-                  .axis = detail::config_axis(read, -1), .name = detail::config_name(read)}));
-  }
+  LOADSTAR_DECL static std::shared_ptr<Layer> from_config(const nlohmann::json& config);
 
  private:
   int axis_;
@@ -90,3 +50,61 @@ class Concatenate : public detail::LayerBase {
 };
 
 }  // namespace loadstar::keras::layers
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_HEADER_BODIES
+namespace loadstar::keras::layers {
+
+LOADSTAR_DECL Shape Concatenate::build(std::span<const Shape> input_shapes, std::uint64_t) {
+  if (input_shapes.size() < 2) {
+    throw ShapeError(label() + ": expects at least 2 inputs but got " +
+                     std::to_string(input_shapes.size()));
+  }
+  const auto rank = static_cast<int>(input_shapes[0].rank()) + 1;  // with the batch axis
+  const int axis = axis_ < 0 ? axis_ + rank : axis_;
+  if (axis < 1 || axis >= rank) {
+    throw ConfigError(label() + ": axis " + std::to_string(axis_) +
+                      " is not a non-batch axis of inputs of shape " + batch_str(input_shapes[0]));
+  }
+  axis_in_sample_ = static_cast<std::size_t>(axis - 1);
+  Shape out = input_shapes[0];
+  out[axis_in_sample_] = 0;
+  extents_.clear();
+  for (const Shape& s : input_shapes) {
+    bool fits = s.rank() == out.rank();
+    for (std::size_t i = 0; fits && i < s.rank(); ++i)
+      fits = i == axis_in_sample_ || s[i] == input_shapes[0][i];
+    if (!fits) {
+      throw ShapeError(label() + ": inputs must match except along axis " + std::to_string(axis_) +
+                       " but got shapes " + batch_str(input_shapes[0]) + " and " + batch_str(s));
+    }
+    out[axis_in_sample_] += s[axis_in_sample_];
+    extents_.push_back(s[axis_in_sample_]);
+  }
+  remember(input_shapes, out);
+  return out;
+}
+
+LOADSTAR_DECL void Concatenate::forward(std::span<const Tensor<float>> inputs,
+                                        const Tensor<float>& output, const CallContext& ctx) {
+  check_inputs(inputs);
+  ctx.backend.concatenate(inputs, axis_in_sample_ + 1, output);
+}
+
+LOADSTAR_DECL nlohmann::json Concatenate::get_config() const {
+  auto config = base_config();
+  config["axis"] = axis_;
+  return config;
+}
+
+LOADSTAR_DECL std::shared_ptr<Layer> Concatenate::from_config(const nlohmann::json& config) {
+  const auto read = detail::layer_config(config, "Concatenate");
+  return detail::finish_layer(
+      read, std::make_shared<Concatenate>(ConcatenateOptions{.axis = detail::config_axis(read, -1),
+                                                             .name = detail::config_name(read)}));
+}
+
+}  // namespace loadstar::keras::layers
+#endif

@@ -2,6 +2,8 @@
 /// `Conv1D`: Keras's 1-D convolution over sequences (a 2-D convolution of height 1).
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include "loadstar/keras/layers/detail/convolution.hpp"
 
 namespace loadstar::keras::layers {
@@ -31,94 +33,15 @@ struct Conv1DOptions {
 /// \endcode
 class Conv1D : public detail::Convolution {
  public:
-  Conv1D(std::size_t filters, std::size_t kernel_size, Conv1DOptions options = {})
-      : Convolution(options.name, filters, options.activation, options.use_bias,
-                    options.kernel_initializer, options.bias_initializer),
-        kernel_size_(kernel_size),
-        options_(std::move(options)) {
-    channels_first_ = detail::parse_data_format(options_.data_format, label());
-    if (options_.padding != "valid" && options_.padding != "same" && options_.padding != "causal") {
-      throw ConfigError(label() + ": padding must be 'valid', 'same' or 'causal' but is '" +
-                        options_.padding + "'");
-    }
-    if (filters == 0 || kernel_size == 0 || options_.strides == 0 || options_.dilation_rate == 0) {
-      throw ConfigError(label() +
-                        ": filters, kernel_size, strides and dilation_rate must be positive");
-    }
-  }
+  LOADSTAR_DECL Conv1D(std::size_t filters, std::size_t kernel_size, Conv1DOptions options = {});
 
   std::string class_name() const override { return "Conv1D"; }
 
-  Shape build(std::span<const Shape> input_shapes, std::uint64_t seed) override {
-    expect_inputs(input_shapes, 1);
-    expect_rank(input_shapes[0], 2);
-    const Shape in = input_last(input_shapes[0]);
-    AxisGeometry steps;
-    if (options_.padding == "causal") {
-      // Keras pads (kernel_size - 1) * dilation_rate steps on the left, then convolves validly.
-      steps = {(in[0] + options_.strides - 1) / options_.strides,
-               (kernel_size_ - 1) * options_.dilation_rate};
-    } else {
-      steps = axis_geometry(in[0], kernel_size_, options_.strides, options_.dilation_rate,
-                            options_.padding == "same");
-    }
-    if (steps.out == 0) {
-      throw ShapeError(label() + ": a kernel of size " + std::to_string(kernel_size_) +
-                       " does not fit inputs of shape " + input_shapes[0].str() +
-                       " with valid padding");
-    }
-    const Conv2DGeometry g{.in_h = 1,
-                           .in_w = in[0],
-                           .in_c = in[1],
-                           .out_h = 1,
-                           .out_w = steps.out,
-                           .out_c = filters_,
-                           .kernel_h = 1,
-                           .kernel_w = kernel_size_,
-                           .stride_h = 1,
-                           .stride_w = options_.strides,
-                           .dilation_h = 1,
-                           .dilation_w = options_.dilation_rate,
-                           .pad_top = 0,
-                           .pad_left = steps.pad_before};
-    return finish_build(input_shapes, g, Shape{kernel_size_, in[1], filters_},
-                        Shape{steps.out, filters_}, seed);
-  }
+  LOADSTAR_DECL Shape build(std::span<const Shape> input_shapes, std::uint64_t seed) override;
 
-  nlohmann::json get_config() const override {
-    auto config = convolution_config();
-    config["kernel_size"] = {kernel_size_};
-    config["strides"] = {options_.strides};
-    config["padding"] = options_.padding;
-    config["dilation_rate"] = {options_.dilation_rate};
-    return config;
-  }
+  LOADSTAR_DECL nlohmann::json get_config() const override;
 
-  static std::shared_ptr<Layer> from_config(const nlohmann::json& config) {
-    const auto read = detail::layer_config(config, "Conv1D");
-    read.expect("groups", 1, "loadstar has no grouped convolutions");
-    if (!read.has("kernel_size")) read.fail("kernel_size", "a positive integer or a list of one");
-    const std::string padding = read.get("padding", "valid");
-    if (padding != "valid" && padding != "same" && padding != "causal")
-      read.fail("padding", "\"valid\", \"same\" or \"causal\"");
-    return detail::finish_layer(
-        read, std::make_shared<Conv1D>(
-                  read.positive("filters"), detail::config_size1(read, "kernel_size", 1),
-                  Conv1DOptions{
-                      .strides = detail::config_size1(read, "strides", 1),
-                      .padding = padding,
-                      .data_format =
-                          detail::config_channels_first(read) ? "channels_first" : "channels_last",
-                      .dilation_rate = detail::config_size1(read, "dilation_rate", 1),
-                      .activation = detail::config_activation(read),
-                      .use_bias = read.get("use_bias", true),
-                      .kernel_initializer = detail::config_initializer(
-                          read, "kernel_initializer", Initializer::glorot_uniform()),
-                      .bias_initializer = detail::config_initializer(read, "bias_initializer",
-                                                                     Initializer::zeros()),
-                      .name = detail::config_name(read),
-                  }));
-  }
+  LOADSTAR_DECL static std::shared_ptr<Layer> from_config(const nlohmann::json& config);
 
  private:
   std::size_t kernel_size_;
@@ -126,3 +49,99 @@ class Conv1D : public detail::Convolution {
 };
 
 }  // namespace loadstar::keras::layers
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_HEADER_BODIES
+namespace loadstar::keras::layers {
+
+LOADSTAR_DECL Conv1D::Conv1D(std::size_t filters, std::size_t kernel_size, Conv1DOptions options)
+    : Convolution(options.name, filters, options.activation, options.use_bias,
+                  options.kernel_initializer, options.bias_initializer),
+      kernel_size_(kernel_size),
+      options_(std::move(options)) {
+  channels_first_ = detail::parse_data_format(options_.data_format, label());
+  if (options_.padding != "valid" && options_.padding != "same" && options_.padding != "causal") {
+    throw ConfigError(label() + ": padding must be 'valid', 'same' or 'causal' but is '" +
+                      options_.padding + "'");
+  }
+  if (filters == 0 || kernel_size == 0 || options_.strides == 0 || options_.dilation_rate == 0) {
+    throw ConfigError(label() +
+                      ": filters, kernel_size, strides and dilation_rate must be positive");
+  }
+}
+
+LOADSTAR_DECL Shape Conv1D::build(std::span<const Shape> input_shapes, std::uint64_t seed) {
+  expect_inputs(input_shapes, 1);
+  expect_rank(input_shapes[0], 2);
+  const Shape in = input_last(input_shapes[0]);
+  AxisGeometry steps;
+  if (options_.padding == "causal") {
+    // Keras pads (kernel_size - 1) * dilation_rate steps on the left, then convolves validly.
+    steps = {(in[0] + options_.strides - 1) / options_.strides,
+             (kernel_size_ - 1) * options_.dilation_rate};
+  } else {
+    steps = axis_geometry(in[0], kernel_size_, options_.strides, options_.dilation_rate,
+                          options_.padding == "same");
+  }
+  if (steps.out == 0) {
+    throw ShapeError(label() + ": a kernel of size " + std::to_string(kernel_size_) +
+                     " does not fit inputs of shape " + input_shapes[0].str() +
+                     " with valid padding");
+  }
+  const Conv2DGeometry g{.in_h = 1,
+                         .in_w = in[0],
+                         .in_c = in[1],
+                         .out_h = 1,
+                         .out_w = steps.out,
+                         .out_c = filters_,
+                         .kernel_h = 1,
+                         .kernel_w = kernel_size_,
+                         .stride_h = 1,
+                         .stride_w = options_.strides,
+                         .dilation_h = 1,
+                         .dilation_w = options_.dilation_rate,
+                         .pad_top = 0,
+                         .pad_left = steps.pad_before};
+  return finish_build(input_shapes, g, Shape{kernel_size_, in[1], filters_},
+                      Shape{steps.out, filters_}, seed);
+}
+
+LOADSTAR_DECL nlohmann::json Conv1D::get_config() const {
+  auto config = convolution_config();
+  config["kernel_size"] = {kernel_size_};
+  config["strides"] = {options_.strides};
+  config["padding"] = options_.padding;
+  config["dilation_rate"] = {options_.dilation_rate};
+  return config;
+}
+
+LOADSTAR_DECL std::shared_ptr<Layer> Conv1D::from_config(const nlohmann::json& config) {
+  const auto read = detail::layer_config(config, "Conv1D");
+  read.expect("groups", 1, "loadstar has no grouped convolutions");
+  if (!read.has("kernel_size")) read.fail("kernel_size", "a positive integer or a list of one");
+  const std::string padding = read.get("padding", "valid");
+  if (padding != "valid" && padding != "same" && padding != "causal")
+    read.fail("padding", "\"valid\", \"same\" or \"causal\"");
+  return detail::finish_layer(
+      read, std::make_shared<Conv1D>(
+                read.positive("filters"), detail::config_size1(read, "kernel_size", 1),
+                Conv1DOptions{
+                    .strides = detail::config_size1(read, "strides", 1),
+                    .padding = padding,
+                    .data_format =
+                        detail::config_channels_first(read) ? "channels_first" : "channels_last",
+                    .dilation_rate = detail::config_size1(read, "dilation_rate", 1),
+                    .activation = detail::config_activation(read),
+                    .use_bias = read.get("use_bias", true),
+                    .kernel_initializer = detail::config_initializer(read, "kernel_initializer",
+                                                                     Initializer::glorot_uniform()),
+                    .bias_initializer =
+                        detail::config_initializer(read, "bias_initializer", Initializer::zeros()),
+                    .name = detail::config_name(read),
+                }));
+}
+
+}  // namespace loadstar::keras::layers
+#endif

@@ -2,6 +2,8 @@
 /// `Conv2D`: Keras's 2-D convolution over images (im2col + GEMM).
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include "loadstar/keras/layers/detail/convolution.hpp"
 
 namespace loadstar::keras::layers {
@@ -30,87 +32,15 @@ struct Conv2DOptions {
 /// \endcode
 class Conv2D : public detail::Convolution {
  public:
-  Conv2D(std::size_t filters, Size2 kernel_size, Conv2DOptions options = {})
-      : Convolution(options.name, filters, options.activation, options.use_bias,
-                    options.kernel_initializer, options.bias_initializer),
-        kernel_size_(kernel_size),
-        options_(std::move(options)) {
-    channels_first_ = detail::parse_data_format(options_.data_format, label());
-    same_ = detail::parse_padding(options_.padding, label());
-    if (filters == 0 || kernel_size.h == 0 || kernel_size.w == 0 || options_.strides.h == 0 ||
-        options_.strides.w == 0 || options_.dilation_rate.h == 0 || options_.dilation_rate.w == 0) {
-      throw ConfigError(label() +
-                        ": filters, kernel_size, strides and dilation_rate must be "
-                        "positive");
-    }
-  }
+  LOADSTAR_DECL Conv2D(std::size_t filters, Size2 kernel_size, Conv2DOptions options = {});
 
   std::string class_name() const override { return "Conv2D"; }
 
-  Shape build(std::span<const Shape> input_shapes, std::uint64_t seed) override {
-    expect_inputs(input_shapes, 1);
-    expect_rank(input_shapes[0], 3);
-    const Shape in = input_last(input_shapes[0]);
-    const auto h =
-        axis_geometry(in[0], kernel_size_.h, options_.strides.h, options_.dilation_rate.h, same_);
-    const auto w =
-        axis_geometry(in[1], kernel_size_.w, options_.strides.w, options_.dilation_rate.w, same_);
-    if (h.out == 0 || w.out == 0) {
-      throw ShapeError(label() + ": a " + std::to_string(kernel_size_.h) + "x" +
-                       std::to_string(kernel_size_.w) + " kernel does not fit inputs of shape " +
-                       input_shapes[0].str() + " with valid padding");
-    }
-    const Conv2DGeometry g{.in_h = in[0],
-                           .in_w = in[1],
-                           .in_c = in[2],
-                           .out_h = h.out,
-                           .out_w = w.out,
-                           .out_c = filters_,
-                           .kernel_h = kernel_size_.h,
-                           .kernel_w = kernel_size_.w,
-                           .stride_h = options_.strides.h,
-                           .stride_w = options_.strides.w,
-                           .dilation_h = options_.dilation_rate.h,
-                           .dilation_w = options_.dilation_rate.w,
-                           .pad_top = h.pad_before,
-                           .pad_left = w.pad_before};
-    return finish_build(input_shapes, g, Shape{kernel_size_.h, kernel_size_.w, in[2], filters_},
-                        Shape{h.out, w.out, filters_}, seed);
-  }
+  LOADSTAR_DECL Shape build(std::span<const Shape> input_shapes, std::uint64_t seed) override;
 
-  nlohmann::json get_config() const override {
-    auto config = convolution_config();
-    config["kernel_size"] = {kernel_size_.h, kernel_size_.w};
-    config["strides"] = {options_.strides.h, options_.strides.w};
-    config["padding"] = same_ ? "same" : "valid";
-    config["dilation_rate"] = {options_.dilation_rate.h, options_.dilation_rate.w};
-    return config;
-  }
+  LOADSTAR_DECL nlohmann::json get_config() const override;
 
-  static std::shared_ptr<Layer> from_config(const nlohmann::json& config) {
-    const auto read = detail::layer_config(config, "Conv2D");
-    read.expect("groups", 1, "loadstar has no grouped convolutions");
-    if (!read.has("kernel_size")) read.fail("kernel_size", "a positive integer or a list of two");
-    const std::string padding = read.get("padding", "valid");
-    if (padding != "valid" && padding != "same") read.fail("padding", "\"valid\" or \"same\"");
-    return detail::finish_layer(
-        read, std::make_shared<Conv2D>(
-                  read.positive("filters"), detail::config_size2(read, "kernel_size", 1),
-                  Conv2DOptions{
-                      .strides = detail::config_size2(read, "strides", 1),
-                      .padding = padding,
-                      .data_format =
-                          detail::config_channels_first(read) ? "channels_first" : "channels_last",
-                      .dilation_rate = detail::config_size2(read, "dilation_rate", 1),
-                      .activation = detail::config_activation(read),
-                      .use_bias = read.get("use_bias", true),
-                      .kernel_initializer = detail::config_initializer(
-                          read, "kernel_initializer", Initializer::glorot_uniform()),
-                      .bias_initializer = detail::config_initializer(read, "bias_initializer",
-                                                                     Initializer::zeros()),
-                      .name = detail::config_name(read),
-                  }));
-  }
+  LOADSTAR_DECL static std::shared_ptr<Layer> from_config(const nlohmann::json& config);
 
  private:
   Size2 kernel_size_;
@@ -119,3 +49,92 @@ class Conv2D : public detail::Convolution {
 };
 
 }  // namespace loadstar::keras::layers
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_HEADER_BODIES
+namespace loadstar::keras::layers {
+
+LOADSTAR_DECL Conv2D::Conv2D(std::size_t filters, Size2 kernel_size, Conv2DOptions options)
+    : Convolution(options.name, filters, options.activation, options.use_bias,
+                  options.kernel_initializer, options.bias_initializer),
+      kernel_size_(kernel_size),
+      options_(std::move(options)) {
+  channels_first_ = detail::parse_data_format(options_.data_format, label());
+  same_ = detail::parse_padding(options_.padding, label());
+  if (filters == 0 || kernel_size.h == 0 || kernel_size.w == 0 || options_.strides.h == 0 ||
+      options_.strides.w == 0 || options_.dilation_rate.h == 0 || options_.dilation_rate.w == 0) {
+    throw ConfigError(label() +
+                      ": filters, kernel_size, strides and dilation_rate must be "
+                      "positive");
+  }
+}
+
+LOADSTAR_DECL Shape Conv2D::build(std::span<const Shape> input_shapes, std::uint64_t seed) {
+  expect_inputs(input_shapes, 1);
+  expect_rank(input_shapes[0], 3);
+  const Shape in = input_last(input_shapes[0]);
+  const auto h =
+      axis_geometry(in[0], kernel_size_.h, options_.strides.h, options_.dilation_rate.h, same_);
+  const auto w =
+      axis_geometry(in[1], kernel_size_.w, options_.strides.w, options_.dilation_rate.w, same_);
+  if (h.out == 0 || w.out == 0) {
+    throw ShapeError(label() + ": a " + std::to_string(kernel_size_.h) + "x" +
+                     std::to_string(kernel_size_.w) + " kernel does not fit inputs of shape " +
+                     input_shapes[0].str() + " with valid padding");
+  }
+  const Conv2DGeometry g{.in_h = in[0],
+                         .in_w = in[1],
+                         .in_c = in[2],
+                         .out_h = h.out,
+                         .out_w = w.out,
+                         .out_c = filters_,
+                         .kernel_h = kernel_size_.h,
+                         .kernel_w = kernel_size_.w,
+                         .stride_h = options_.strides.h,
+                         .stride_w = options_.strides.w,
+                         .dilation_h = options_.dilation_rate.h,
+                         .dilation_w = options_.dilation_rate.w,
+                         .pad_top = h.pad_before,
+                         .pad_left = w.pad_before};
+  return finish_build(input_shapes, g, Shape{kernel_size_.h, kernel_size_.w, in[2], filters_},
+                      Shape{h.out, w.out, filters_}, seed);
+}
+
+LOADSTAR_DECL nlohmann::json Conv2D::get_config() const {
+  auto config = convolution_config();
+  config["kernel_size"] = {kernel_size_.h, kernel_size_.w};
+  config["strides"] = {options_.strides.h, options_.strides.w};
+  config["padding"] = same_ ? "same" : "valid";
+  config["dilation_rate"] = {options_.dilation_rate.h, options_.dilation_rate.w};
+  return config;
+}
+
+LOADSTAR_DECL std::shared_ptr<Layer> Conv2D::from_config(const nlohmann::json& config) {
+  const auto read = detail::layer_config(config, "Conv2D");
+  read.expect("groups", 1, "loadstar has no grouped convolutions");
+  if (!read.has("kernel_size")) read.fail("kernel_size", "a positive integer or a list of two");
+  const std::string padding = read.get("padding", "valid");
+  if (padding != "valid" && padding != "same") read.fail("padding", "\"valid\" or \"same\"");
+  return detail::finish_layer(
+      read, std::make_shared<Conv2D>(
+                read.positive("filters"), detail::config_size2(read, "kernel_size", 1),
+                Conv2DOptions{
+                    .strides = detail::config_size2(read, "strides", 1),
+                    .padding = padding,
+                    .data_format =
+                        detail::config_channels_first(read) ? "channels_first" : "channels_last",
+                    .dilation_rate = detail::config_size2(read, "dilation_rate", 1),
+                    .activation = detail::config_activation(read),
+                    .use_bias = read.get("use_bias", true),
+                    .kernel_initializer = detail::config_initializer(read, "kernel_initializer",
+                                                                     Initializer::glorot_uniform()),
+                    .bias_initializer =
+                        detail::config_initializer(read, "bias_initializer", Initializer::zeros()),
+                    .name = detail::config_name(read),
+                }));
+}
+
+}  // namespace loadstar::keras::layers
+#endif

@@ -2,6 +2,8 @@
 /// `Dense`: Keras's densely connected layer, `activation(x * kernel + bias)`.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include "loadstar/keras/layers/detail/layer_base.hpp"
 
 namespace loadstar::keras::layers {
@@ -23,120 +25,29 @@ struct DenseOptions {
 /// \endcode
 class Dense : public detail::LayerBase {
  public:
-  explicit Dense(std::size_t units, DenseOptions options = {})
-      : LayerBase(options.name),
-        units_(units),
-        activation_(activation_from_name(options.activation)),
-        options_(std::move(options)) {
-    if (units == 0) throw ConfigError("dense layer '" + name() + "': units must be positive");
-  }
+  LOADSTAR_DECL explicit Dense(std::size_t units, DenseOptions options = {});
 
   std::string class_name() const override { return "Dense"; }
   std::size_t units() const noexcept { return units_; }
   keras::Activation activation() const noexcept { return activation_; }
 
-  Shape build(std::span<const Shape> input_shapes, std::uint64_t seed) override {
-    expect_inputs(input_shapes, 1);
-    const Shape& in = input_shapes[0];
-    if (in.rank() < 1) {
-      throw ShapeError(label() +
-                       ": expects inputs of rank 1 or more (without the batch axis) but "
-                       "got " +
-                       in.str());
-    }
-    const std::size_t features = in[in.rank() - 1];
-    if (!weights_.empty()) {
-      if (weights_[0].value.dim(0) != features) {
-        throw ShapeError(label() + ": kernel is " + std::to_string(features_) + "x" +
-                         std::to_string(units_) + " but the input has " + std::to_string(features) +
-                         " features");
-      }
-    } else {
-      features_ = features;
-      Tensor<float> kernel({features, units_});
-      options_.kernel_initializer.fill(kernel, seed);
-      add_weight("kernel", kernel);
-      if (options_.use_bias) {
-        Tensor<float> bias({units_});
-        options_.bias_initializer.fill(bias, SplitMix64::mix(seed + 1));
-        add_weight("bias", bias);
-      }
-    }
-    Shape out = in;
-    out[out.rank() - 1] = units_;
-    remember(input_shapes, out);
-    return out;
-  }
+  LOADSTAR_DECL Shape build(std::span<const Shape> input_shapes, std::uint64_t seed) override;
 
-  void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
-               const CallContext& ctx) override {
-    check_inputs(inputs);
-    const std::size_t rows = inputs[0].size() / features_;
-    const Tensor<float> y = output.reshape({rows, units_});
-    affine(ctx.backend, inputs[0].reshape({rows, features_}), y);
-    if (activation_ != keras::Activation::linear) ctx.backend.activation_forward(activation_, y, y);
-  }
+  LOADSTAR_DECL void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+                             const CallContext& ctx) override;
 
-  void backward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
-                const Tensor<float>& output_gradient,
-                std::span<const Tensor<float>> input_gradients, const CallContext& ctx) override {
-    Backend& backend = ctx.backend;
-    const std::size_t rows = inputs[0].size() / features_;
-    const Tensor<float> x = inputs[0].reshape({rows, features_});
-    Tensor<float> dz = output_gradient.reshape({rows, units_});
-    if (activation_ != keras::Activation::linear) {
-      Tensor<float> z;
-      if (activation_gradient_needs_input(activation_)) {
-        // The pre-activation is recomputed rather than kept, so a shared layer stays correct.
-        z = pre_activation_.get(backend, {rows, units_});
-        affine(backend, x, z);
-      }
-      const Tensor<float> gradient = gradient_.get(backend, {rows, units_});
-      backend.activation_backward(activation_, z, output.reshape({rows, units_}), dz, gradient);
-      dz = gradient;
-    }
-    backend.gemm(x, true, dz, false, weights_[0].gradient, 1.0F, 1.0F);
-    if (options_.use_bias) backend.column_sums(dz, weights_[1].gradient, 1.0F);
-    if (!input_gradients.empty() && !input_gradients[0].empty())
-      backend.gemm(dz, false, weights_[0].value, true,
-                   input_gradients[0].reshape({rows, features_}));
-  }
+  LOADSTAR_DECL void backward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+                              const Tensor<float>& output_gradient,
+                              std::span<const Tensor<float>> input_gradients,
+                              const CallContext& ctx) override;
 
-  nlohmann::json get_config() const override {
-    auto config = base_config();
-    config["units"] = units_;
-    config["activation"] = activation_name(activation_);
-    config["use_bias"] = options_.use_bias;
-    config["kernel_initializer"] = options_.kernel_initializer.to_json();
-    config["bias_initializer"] = options_.bias_initializer.to_json();
-    for (const char* key : {"kernel_regularizer", "bias_regularizer", "activity_regularizer",
-                            "kernel_constraint", "bias_constraint"})
-      config[key] = nullptr;
-    return config;
-  }
+  LOADSTAR_DECL nlohmann::json get_config() const override;
 
   /// The layer described by a Keras config (the registry's factory).
-  static std::shared_ptr<Layer> from_config(const nlohmann::json& config) {
-    const auto read = detail::layer_config(config, "Dense");
-    return detail::finish_layer(
-        read,
-        std::make_shared<Dense>(read.positive("units"),
-                                DenseOptions{
-                                    .activation = detail::config_activation(read),
-                                    .use_bias = read.get("use_bias", true),
-                                    .kernel_initializer = detail::config_initializer(
-                                        read, "kernel_initializer", Initializer::glorot_uniform()),
-                                    .bias_initializer = detail::config_initializer(
-                                        read, "bias_initializer", Initializer::zeros()),
-                                    .name = detail::config_name(read),
-                                }));
-  }
+  LOADSTAR_DECL static std::shared_ptr<Layer> from_config(const nlohmann::json& config);
 
  private:
-  void affine(Backend& backend, const Tensor<float>& x, const Tensor<float>& y) {
-    backend.gemm(x, false, weights_[0].value, false, y);
-    if (options_.use_bias) backend.bias_add(y, weights_[1].value);
-  }
+  LOADSTAR_DECL void affine(Backend& backend, const Tensor<float>& x, const Tensor<float>& y);
 
   std::size_t units_;
   std::size_t features_ = 0;
@@ -147,3 +58,122 @@ class Dense : public detail::LayerBase {
 };
 
 }  // namespace loadstar::keras::layers
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_HEADER_BODIES
+namespace loadstar::keras::layers {
+
+LOADSTAR_DECL Dense::Dense(std::size_t units, DenseOptions options)
+    : LayerBase(options.name),
+      units_(units),
+      activation_(activation_from_name(options.activation)),
+      options_(std::move(options)) {
+  if (units == 0) throw ConfigError("dense layer '" + name() + "': units must be positive");
+}
+
+LOADSTAR_DECL Shape Dense::build(std::span<const Shape> input_shapes, std::uint64_t seed) {
+  expect_inputs(input_shapes, 1);
+  const Shape& in = input_shapes[0];
+  if (in.rank() < 1) {
+    throw ShapeError(label() +
+                     ": expects inputs of rank 1 or more (without the batch axis) but "
+                     "got " +
+                     in.str());
+  }
+  const std::size_t features = in[in.rank() - 1];
+  if (!weights_.empty()) {
+    if (weights_[0].value.dim(0) != features) {
+      throw ShapeError(label() + ": kernel is " + std::to_string(features_) + "x" +
+                       std::to_string(units_) + " but the input has " + std::to_string(features) +
+                       " features");
+    }
+  } else {
+    features_ = features;
+    Tensor<float> kernel({features, units_});
+    options_.kernel_initializer.fill(kernel, seed);
+    add_weight("kernel", kernel);
+    if (options_.use_bias) {
+      Tensor<float> bias({units_});
+      options_.bias_initializer.fill(bias, SplitMix64::mix(seed + 1));
+      add_weight("bias", bias);
+    }
+  }
+  Shape out = in;
+  out[out.rank() - 1] = units_;
+  remember(input_shapes, out);
+  return out;
+}
+
+LOADSTAR_DECL void Dense::forward(std::span<const Tensor<float>> inputs,
+                                  const Tensor<float>& output, const CallContext& ctx) {
+  check_inputs(inputs);
+  const std::size_t rows = inputs[0].size() / features_;
+  const Tensor<float> y = output.reshape({rows, units_});
+  affine(ctx.backend, inputs[0].reshape({rows, features_}), y);
+  if (activation_ != keras::Activation::linear) ctx.backend.activation_forward(activation_, y, y);
+}
+
+LOADSTAR_DECL void Dense::backward(std::span<const Tensor<float>> inputs,
+                                   const Tensor<float>& output,
+                                   const Tensor<float>& output_gradient,
+                                   std::span<const Tensor<float>> input_gradients,
+                                   const CallContext& ctx) {
+  Backend& backend = ctx.backend;
+  const std::size_t rows = inputs[0].size() / features_;
+  const Tensor<float> x = inputs[0].reshape({rows, features_});
+  Tensor<float> dz = output_gradient.reshape({rows, units_});
+  if (activation_ != keras::Activation::linear) {
+    Tensor<float> z;
+    if (activation_gradient_needs_input(activation_)) {
+      // The pre-activation is recomputed rather than kept, so a shared layer stays correct.
+      z = pre_activation_.get(backend, {rows, units_});
+      affine(backend, x, z);
+    }
+    const Tensor<float> gradient = gradient_.get(backend, {rows, units_});
+    backend.activation_backward(activation_, z, output.reshape({rows, units_}), dz, gradient);
+    dz = gradient;
+  }
+  backend.gemm(x, true, dz, false, weights_[0].gradient, 1.0F, 1.0F);
+  if (options_.use_bias) backend.column_sums(dz, weights_[1].gradient, 1.0F);
+  if (!input_gradients.empty() && !input_gradients[0].empty())
+    backend.gemm(dz, false, weights_[0].value, true, input_gradients[0].reshape({rows, features_}));
+}
+
+LOADSTAR_DECL nlohmann::json Dense::get_config() const {
+  auto config = base_config();
+  config["units"] = units_;
+  config["activation"] = activation_name(activation_);
+  config["use_bias"] = options_.use_bias;
+  config["kernel_initializer"] = options_.kernel_initializer.to_json();
+  config["bias_initializer"] = options_.bias_initializer.to_json();
+  for (const char* key : {"kernel_regularizer", "bias_regularizer", "activity_regularizer",
+                          "kernel_constraint", "bias_constraint"})
+    config[key] = nullptr;
+  return config;
+}
+
+LOADSTAR_DECL std::shared_ptr<Layer> Dense::from_config(const nlohmann::json& config) {
+  const auto read = detail::layer_config(config, "Dense");
+  return detail::finish_layer(
+      read,
+      std::make_shared<Dense>(read.positive("units"),
+                              DenseOptions{
+                                  .activation = detail::config_activation(read),
+                                  .use_bias = read.get("use_bias", true),
+                                  .kernel_initializer = detail::config_initializer(
+                                      read, "kernel_initializer", Initializer::glorot_uniform()),
+                                  .bias_initializer = detail::config_initializer(
+                                      read, "bias_initializer", Initializer::zeros()),
+                                  .name = detail::config_name(read),
+                              }));
+}
+
+LOADSTAR_DECL void Dense::affine(Backend& backend, const Tensor<float>& x, const Tensor<float>& y) {
+  backend.gemm(x, false, weights_[0].value, false, y);
+  if (options_.use_bias) backend.bias_add(y, weights_[1].value);
+}
+
+}  // namespace loadstar::keras::layers
+#endif

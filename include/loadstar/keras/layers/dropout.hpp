@@ -2,6 +2,8 @@
 /// `Dropout`: zeroes a random fraction of its inputs while training.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <functional>
 
 #include "loadstar/keras/layers/detail/layer_base.hpp"
@@ -22,67 +24,92 @@ struct DropoutOptions {
 /// \endcode
 class Dropout : public detail::SameShapeLayer {
  public:
-  explicit Dropout(double rate, DropoutOptions options = {})
-      : SameShapeLayer(options.name), rate_(rate), options_(std::move(options)) {
-    if (!(rate >= 0.0 && rate < 1.0)) {
-      throw ConfigError(label() + ": rate must be in [0, 1) but is " + std::to_string(rate));
-    }
-  }
+  LOADSTAR_DECL explicit Dropout(double rate, DropoutOptions options = {});
 
   std::string class_name() const override { return "Dropout"; }
   double rate() const noexcept { return rate_; }
 
-  void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
-               const CallContext& ctx) override {
-    check_inputs(inputs);
-    if (ctx.training) {
-      ctx.backend.dropout(inputs[0], output, static_cast<float>(rate_), key(ctx));
-    } else {
-      ctx.backend.copy(inputs[0], output);
-    }
-  }
+  LOADSTAR_DECL void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+                             const CallContext& ctx) override;
 
-  void backward(std::span<const Tensor<float>>, const Tensor<float>&,
-                const Tensor<float>& output_gradient,
-                std::span<const Tensor<float>> input_gradients, const CallContext& ctx) override {
-    if (input_gradients.empty() || input_gradients[0].empty()) return;
-    if (ctx.training) {
-      ctx.backend.dropout(output_gradient, input_gradients[0], static_cast<float>(rate_), key(ctx));
-    } else {
-      ctx.backend.copy(output_gradient, input_gradients[0]);
-    }
-  }
+  LOADSTAR_DECL void backward(std::span<const Tensor<float>>, const Tensor<float>&,
+                              const Tensor<float>& output_gradient,
+                              std::span<const Tensor<float>> input_gradients,
+                              const CallContext& ctx) override;
 
-  nlohmann::json get_config() const override {
-    auto config = base_config();
-    config["rate"] = rate_;
-    config["noise_shape"] = nullptr;
-    config["seed"] = options_.seed ? nlohmann::json(*options_.seed) : nlohmann::json(nullptr);
-    return config;
-  }
+  LOADSTAR_DECL nlohmann::json get_config() const override;
 
-  static std::shared_ptr<Layer> from_config(const nlohmann::json& config) {
-    const auto read = detail::layer_config(config, "Dropout");
-    read.expect("noise_shape", nullptr, "loadstar drops elements independently");
-    const auto rate = read.get<double>("rate");
-    if (!(rate >= 0 && rate < 1)) read.fail("rate", "a number in [0, 1)");
-    DropoutOptions options{.name = detail::config_name(read)};
-    options.seed = read.optional<std::uint64_t>("seed");
-    return detail::finish_layer(read, std::make_shared<Dropout>(rate, options));
-  }
+  LOADSTAR_DECL static std::shared_ptr<Layer> from_config(const nlohmann::json& config);
 
  private:
   /// The mask's key: the same in `forward` and `backward` of one step, different across steps
   /// and layers.
-  std::uint64_t key(const CallContext& ctx) const {
-    const std::uint64_t seed = options_.seed.value_or(ctx.seed);
-    return SplitMix64::mix(SplitMix64::mix(seed) ^
-                           SplitMix64::mix(ctx.step + 0x632BE59BD9B4E019ULL) ^
-                           std::hash<std::string>{}(name()));
-  }
+  LOADSTAR_DECL std::uint64_t key(const CallContext& ctx) const;
 
   double rate_;
   DropoutOptions options_;
 };
 
 }  // namespace loadstar::keras::layers
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_HEADER_BODIES
+namespace loadstar::keras::layers {
+
+LOADSTAR_DECL Dropout::Dropout(double rate, DropoutOptions options)
+    : SameShapeLayer(options.name), rate_(rate), options_(std::move(options)) {
+  if (!(rate >= 0.0 && rate < 1.0)) {
+    throw ConfigError(label() + ": rate must be in [0, 1) but is " + std::to_string(rate));
+  }
+}
+
+LOADSTAR_DECL void Dropout::forward(std::span<const Tensor<float>> inputs,
+                                    const Tensor<float>& output, const CallContext& ctx) {
+  check_inputs(inputs);
+  if (ctx.training) {
+    ctx.backend.dropout(inputs[0], output, static_cast<float>(rate_), key(ctx));
+  } else {
+    ctx.backend.copy(inputs[0], output);
+  }
+}
+
+LOADSTAR_DECL void Dropout::backward(std::span<const Tensor<float>>, const Tensor<float>&,
+                                     const Tensor<float>& output_gradient,
+                                     std::span<const Tensor<float>> input_gradients,
+                                     const CallContext& ctx) {
+  if (input_gradients.empty() || input_gradients[0].empty()) return;
+  if (ctx.training) {
+    ctx.backend.dropout(output_gradient, input_gradients[0], static_cast<float>(rate_), key(ctx));
+  } else {
+    ctx.backend.copy(output_gradient, input_gradients[0]);
+  }
+}
+
+LOADSTAR_DECL nlohmann::json Dropout::get_config() const {
+  auto config = base_config();
+  config["rate"] = rate_;
+  config["noise_shape"] = nullptr;
+  config["seed"] = options_.seed ? nlohmann::json(*options_.seed) : nlohmann::json(nullptr);
+  return config;
+}
+
+LOADSTAR_DECL std::shared_ptr<Layer> Dropout::from_config(const nlohmann::json& config) {
+  const auto read = detail::layer_config(config, "Dropout");
+  read.expect("noise_shape", nullptr, "loadstar drops elements independently");
+  const auto rate = read.get<double>("rate");
+  if (!(rate >= 0 && rate < 1)) read.fail("rate", "a number in [0, 1)");
+  DropoutOptions options{.name = detail::config_name(read)};
+  options.seed = read.optional<std::uint64_t>("seed");
+  return detail::finish_layer(read, std::make_shared<Dropout>(rate, options));
+}
+
+LOADSTAR_DECL std::uint64_t Dropout::key(const CallContext& ctx) const {
+  const std::uint64_t seed = options_.seed.value_or(ctx.seed);
+  return SplitMix64::mix(SplitMix64::mix(seed) ^ SplitMix64::mix(ctx.step + 0x632BE59BD9B4E019ULL) ^
+                         std::hash<std::string>{}(name()));
+}
+
+}  // namespace loadstar::keras::layers
+#endif

@@ -2,6 +2,8 @@
 /// `Embedding`: maps integer indices to dense vectors.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <cmath>
 
 #include "loadstar/keras/layers/detail/layer_base.hpp"
@@ -21,47 +23,17 @@ struct EmbeddingOptions {
 /// \endcode
 class Embedding : public detail::LayerBase {
  public:
-  Embedding(std::size_t input_dim, std::size_t output_dim, EmbeddingOptions options = {})
-      : LayerBase(options.name),
-        input_dim_(input_dim),
-        output_dim_(output_dim),
-        options_(std::move(options)) {
-    if (input_dim == 0 || output_dim == 0)
-      throw ConfigError(label() + ": input_dim and output_dim must be positive");
-  }
+  LOADSTAR_DECL Embedding(std::size_t input_dim, std::size_t output_dim,
+                          EmbeddingOptions options = {});
 
   std::string class_name() const override { return "Embedding"; }
 
-  Shape build(std::span<const Shape> input_shapes, std::uint64_t seed) override {
-    expect_inputs(input_shapes, 1);
-    if (weights_.empty()) {
-      Tensor<float> embeddings({input_dim_, output_dim_});
-      options_.embeddings_initializer.fill(embeddings, seed);
-      add_weight("embeddings", embeddings);
-    }
-    std::vector<std::size_t> dims(input_shapes[0].begin(), input_shapes[0].end());
-    dims.push_back(output_dim_);
-    const Shape out(dims);
-    remember(input_shapes, out);
-    return out;
-  }
+  LOADSTAR_DECL Shape build(std::span<const Shape> input_shapes, std::uint64_t seed) override;
 
   /// Throws `ConfigError` naming the layer, the index and `input_dim` for an index outside
   /// `[0, input_dim)`.
-  void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
-               const CallContext& ctx) override {
-    check_inputs(inputs);
-    const auto bad = ctx.backend.gather(inputs[0], weights_[0].value, rows(output));
-    if (bad) {
-      const float index = bad->value;
-      const std::string shown = std::isfinite(index) && std::trunc(index) == index
-                                    ? std::to_string(static_cast<long long>(index))
-                                    : std::to_string(index);
-      throw ConfigError(label() + ": index " + shown + " at position " +
-                        std::to_string(bad->position) +
-                        " is outside [0, input_dim) with input_dim " + std::to_string(input_dim_));
-    }
-  }
+  LOADSTAR_DECL void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+                             const CallContext& ctx) override;
 
   void backward(std::span<const Tensor<float>> inputs, const Tensor<float>&,
                 const Tensor<float>& output_gradient, std::span<const Tensor<float>>,
@@ -69,32 +41,9 @@ class Embedding : public detail::LayerBase {
     ctx.backend.scatter_add(inputs[0], rows(output_gradient), weights_[0].gradient);
   }
 
-  nlohmann::json get_config() const override {
-    auto config = base_config();
-    config["input_dim"] = input_dim_;
-    config["output_dim"] = output_dim_;
-    config["embeddings_initializer"] = options_.embeddings_initializer.to_json();
-    config["embeddings_regularizer"] = nullptr;
-    config["activity_regularizer"] = nullptr;
-    config["embeddings_constraint"] = nullptr;
-    config["mask_zero"] = false;
-    config["input_length"] = nullptr;
-    return config;
-  }
+  LOADSTAR_DECL nlohmann::json get_config() const override;
 
-  static std::shared_ptr<Layer> from_config(const nlohmann::json& config) {
-    const auto read = detail::layer_config(config, "Embedding");
-    read.expect("mask_zero", false, "loadstar has no masks");
-    read.expect("embeddings_regularizer", nullptr, "loadstar has no regularizers");
-    read.expect("embeddings_constraint", nullptr, "loadstar has no constraints");
-    return detail::finish_layer(
-        read, std::make_shared<Embedding>(
-                  read.positive("input_dim"), read.positive("output_dim"),
-                  EmbeddingOptions{
-                      .embeddings_initializer = detail::config_initializer(
-                          read, "embeddings_initializer", Initializer::random_uniform(-0.05, 0.05)),
-                      .name = detail::config_name(read)}));
-  }
+  LOADSTAR_DECL static std::shared_ptr<Layer> from_config(const nlohmann::json& config);
 
  private:
   Tensor<float> rows(const Tensor<float>& t) const {
@@ -107,3 +56,78 @@ class Embedding : public detail::LayerBase {
 };
 
 }  // namespace loadstar::keras::layers
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_HEADER_BODIES
+namespace loadstar::keras::layers {
+
+LOADSTAR_DECL Embedding::Embedding(std::size_t input_dim, std::size_t output_dim,
+                                   EmbeddingOptions options)
+    : LayerBase(options.name),
+      input_dim_(input_dim),
+      output_dim_(output_dim),
+      options_(std::move(options)) {
+  if (input_dim == 0 || output_dim == 0)
+    throw ConfigError(label() + ": input_dim and output_dim must be positive");
+}
+
+LOADSTAR_DECL Shape Embedding::build(std::span<const Shape> input_shapes, std::uint64_t seed) {
+  expect_inputs(input_shapes, 1);
+  if (weights_.empty()) {
+    Tensor<float> embeddings({input_dim_, output_dim_});
+    options_.embeddings_initializer.fill(embeddings, seed);
+    add_weight("embeddings", embeddings);
+  }
+  std::vector<std::size_t> dims(input_shapes[0].begin(), input_shapes[0].end());
+  dims.push_back(output_dim_);
+  const Shape out(dims);
+  remember(input_shapes, out);
+  return out;
+}
+
+LOADSTAR_DECL void Embedding::forward(std::span<const Tensor<float>> inputs,
+                                      const Tensor<float>& output, const CallContext& ctx) {
+  check_inputs(inputs);
+  const auto bad = ctx.backend.gather(inputs[0], weights_[0].value, rows(output));
+  if (bad) {
+    const float index = bad->value;
+    const std::string shown = std::isfinite(index) && std::trunc(index) == index
+                                  ? std::to_string(static_cast<long long>(index))
+                                  : std::to_string(index);
+    throw ConfigError(label() + ": index " + shown + " at position " +
+                      std::to_string(bad->position) + " is outside [0, input_dim) with input_dim " +
+                      std::to_string(input_dim_));
+  }
+}
+
+LOADSTAR_DECL nlohmann::json Embedding::get_config() const {
+  auto config = base_config();
+  config["input_dim"] = input_dim_;
+  config["output_dim"] = output_dim_;
+  config["embeddings_initializer"] = options_.embeddings_initializer.to_json();
+  config["embeddings_regularizer"] = nullptr;
+  config["activity_regularizer"] = nullptr;
+  config["embeddings_constraint"] = nullptr;
+  config["mask_zero"] = false;
+  config["input_length"] = nullptr;
+  return config;
+}
+
+LOADSTAR_DECL std::shared_ptr<Layer> Embedding::from_config(const nlohmann::json& config) {
+  const auto read = detail::layer_config(config, "Embedding");
+  read.expect("mask_zero", false, "loadstar has no masks");
+  read.expect("embeddings_regularizer", nullptr, "loadstar has no regularizers");
+  read.expect("embeddings_constraint", nullptr, "loadstar has no constraints");
+  return detail::finish_layer(
+      read, std::make_shared<Embedding>(
+                read.positive("input_dim"), read.positive("output_dim"),
+                EmbeddingOptions{
+                    .embeddings_initializer = detail::config_initializer(
+                        read, "embeddings_initializer", Initializer::random_uniform(-0.05, 0.05)),
+                    .name = detail::config_name(read)}));
+}
+
+}  // namespace loadstar::keras::layers
+#endif

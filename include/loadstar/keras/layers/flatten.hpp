@@ -2,6 +2,8 @@
 /// `Flatten`: collapses every axis but the batch axis into one.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include "loadstar/keras/layers/detail/layer_base.hpp"
 
 namespace loadstar::keras::layers {
@@ -27,57 +29,19 @@ class Flatten : public detail::ShapeOnlyLayer {
 
   std::string class_name() const override { return "Flatten"; }
 
-  Shape build(std::span<const Shape> input_shapes, std::uint64_t) override {
-    expect_inputs(input_shapes, 1);
-    const Shape out{input_shapes[0].elements()};
-    // Keras's Flatten.call: with channels_first and inputs of rank > 1 (batch axis included),
-    // transpose by [0, 2, ..., rank - 1, 1] first. Rank-1 samples are left as they are.
-    moves_ = channels_first_ && input_shapes[0].rank() >= 2;
-    if (moves_) {
-      in_last_ = detail::move_channels(input_shapes[0], false);
-      to_last_ = detail::channel_axes(input_shapes[0].rank() + 1, false);
-      to_first_ = detail::channel_axes(input_shapes[0].rank() + 1, true);
-    }
-    remember(input_shapes, out);
-    return out;
-  }
+  LOADSTAR_DECL Shape build(std::span<const Shape> input_shapes, std::uint64_t) override;
 
-  void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
-               const CallContext& ctx) override {
-    if (!moves_) {
-      ShapeOnlyLayer::forward(inputs, output, ctx);
-      return;
-    }
-    check_inputs(inputs);
-    ctx.backend.permute(inputs[0], to_last_, output.reshape(in_last_.prepend(inputs[0].rows())));
-  }
+  LOADSTAR_DECL void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+                             const CallContext& ctx) override;
 
-  void backward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
-                const Tensor<float>& output_gradient,
-                std::span<const Tensor<float>> input_gradients, const CallContext& ctx) override {
-    if (!moves_) {
-      ShapeOnlyLayer::backward(inputs, output, output_gradient, input_gradients, ctx);
-      return;
-    }
-    if (input_gradients.empty() || input_gradients[0].empty()) return;
-    ctx.backend.permute(output_gradient.reshape(in_last_.prepend(output_gradient.rows())),
-                        to_first_, input_gradients[0]);
-  }
+  LOADSTAR_DECL void backward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+                              const Tensor<float>& output_gradient,
+                              std::span<const Tensor<float>> input_gradients,
+                              const CallContext& ctx) override;
 
-  nlohmann::json get_config() const override {
-    auto config = base_config();
-    config["data_format"] = channels_first_ ? "channels_first" : "channels_last";
-    return config;
-  }
+  LOADSTAR_DECL nlohmann::json get_config() const override;
 
-  static std::shared_ptr<Layer> from_config(const nlohmann::json& config) {
-    const auto read = detail::layer_config(config, "Flatten");
-    return detail::finish_layer(
-        read,
-        std::make_shared<Flatten>(FlattenOptions{
-            .data_format = detail::config_channels_first(read) ? "channels_first" : "channels_last",
-            .name = detail::config_name(read)}));
-  }
+  LOADSTAR_DECL static std::shared_ptr<Layer> from_config(const nlohmann::json& config);
 
  private:
   bool channels_first_ = false;
@@ -88,3 +52,66 @@ class Flatten : public detail::ShapeOnlyLayer {
 };
 
 }  // namespace loadstar::keras::layers
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_HEADER_BODIES
+namespace loadstar::keras::layers {
+
+LOADSTAR_DECL Shape Flatten::build(std::span<const Shape> input_shapes, std::uint64_t) {
+  expect_inputs(input_shapes, 1);
+  const Shape out{input_shapes[0].elements()};
+  // Keras's Flatten.call: with channels_first and inputs of rank > 1 (batch axis included),
+  // transpose by [0, 2, ..., rank - 1, 1] first. Rank-1 samples are left as they are.
+  moves_ = channels_first_ && input_shapes[0].rank() >= 2;
+  if (moves_) {
+    in_last_ = detail::move_channels(input_shapes[0], false);
+    to_last_ = detail::channel_axes(input_shapes[0].rank() + 1, false);
+    to_first_ = detail::channel_axes(input_shapes[0].rank() + 1, true);
+  }
+  remember(input_shapes, out);
+  return out;
+}
+
+LOADSTAR_DECL void Flatten::forward(std::span<const Tensor<float>> inputs,
+                                    const Tensor<float>& output, const CallContext& ctx) {
+  if (!moves_) {
+    ShapeOnlyLayer::forward(inputs, output, ctx);
+    return;
+  }
+  check_inputs(inputs);
+  ctx.backend.permute(inputs[0], to_last_, output.reshape(in_last_.prepend(inputs[0].rows())));
+}
+
+LOADSTAR_DECL void Flatten::backward(std::span<const Tensor<float>> inputs,
+                                     const Tensor<float>& output,
+                                     const Tensor<float>& output_gradient,
+                                     std::span<const Tensor<float>> input_gradients,
+                                     const CallContext& ctx) {
+  if (!moves_) {
+    ShapeOnlyLayer::backward(inputs, output, output_gradient, input_gradients, ctx);
+    return;
+  }
+  if (input_gradients.empty() || input_gradients[0].empty()) return;
+  ctx.backend.permute(output_gradient.reshape(in_last_.prepend(output_gradient.rows())), to_first_,
+                      input_gradients[0]);
+}
+
+LOADSTAR_DECL nlohmann::json Flatten::get_config() const {
+  auto config = base_config();
+  config["data_format"] = channels_first_ ? "channels_first" : "channels_last";
+  return config;
+}
+
+LOADSTAR_DECL std::shared_ptr<Layer> Flatten::from_config(const nlohmann::json& config) {
+  const auto read = detail::layer_config(config, "Flatten");
+  return detail::finish_layer(
+      read,
+      std::make_shared<Flatten>(FlattenOptions{
+          .data_format = detail::config_channels_first(read) ? "channels_first" : "channels_last",
+          .name = detail::config_name(read)}));
+}
+
+}  // namespace loadstar::keras::layers
+#endif

@@ -2,6 +2,8 @@
 /// `GlobalAveragePooling1D` and `GlobalMaxPooling1D`: one value per channel of a sequence.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include "loadstar/keras/layers/detail/global_pooling.hpp"
 
 namespace loadstar::keras::layers {
@@ -15,11 +17,7 @@ class GlobalAveragePooling1D : public detail::GlobalPooling<false, 1> {
  public:
   explicit GlobalAveragePooling1D(GlobalPooling1DOptions options = {})
       : GlobalPooling(std::move(options)) {}
-  static std::shared_ptr<Layer> from_config(const nlohmann::json& config) {
-    const auto read = detail::layer_config(config, "GlobalAveragePooling1D");
-    return detail::finish_layer(
-        read, std::make_shared<GlobalAveragePooling1D>(options_from_config(read)));
-  }
+  LOADSTAR_DECL static std::shared_ptr<Layer> from_config(const nlohmann::json& config);
 };
 
 /// Keras's `GlobalMaxPooling1D`: `(steps, c)` (or `(c, steps)` with channels_first) to `(c,)`,
@@ -31,11 +29,29 @@ class GlobalMaxPooling1D : public detail::GlobalPooling<true, 1> {
  public:
   explicit GlobalMaxPooling1D(GlobalPooling1DOptions options = {})
       : GlobalPooling(std::move(options)) {}
-  static std::shared_ptr<Layer> from_config(const nlohmann::json& config) {
-    const auto read = detail::layer_config(config, "GlobalMaxPooling1D");
-    return detail::finish_layer(read,
-                                std::make_shared<GlobalMaxPooling1D>(options_from_config(read)));
-  }
+  LOADSTAR_DECL static std::shared_ptr<Layer> from_config(const nlohmann::json& config);
 };
 
 }  // namespace loadstar::keras::layers
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_HEADER_BODIES
+namespace loadstar::keras::layers {
+
+LOADSTAR_DECL std::shared_ptr<Layer> GlobalAveragePooling1D::from_config(
+    const nlohmann::json& config) {
+  const auto read = detail::layer_config(config, "GlobalAveragePooling1D");
+  return detail::finish_layer(read,
+                              std::make_shared<GlobalAveragePooling1D>(options_from_config(read)));
+}
+
+LOADSTAR_DECL std::shared_ptr<Layer> GlobalMaxPooling1D::from_config(const nlohmann::json& config) {
+  const auto read = detail::layer_config(config, "GlobalMaxPooling1D");
+  return detail::finish_layer(read,
+                              std::make_shared<GlobalMaxPooling1D>(options_from_config(read)));
+}
+
+}  // namespace loadstar::keras::layers
+#endif

@@ -2,6 +2,8 @@
 /// `GlobalAveragePooling2D` and `GlobalMaxPooling2D`: one value per channel of an image.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include "loadstar/keras/layers/detail/global_pooling.hpp"
 
 namespace loadstar::keras::layers {
@@ -15,11 +17,7 @@ class GlobalAveragePooling2D : public detail::GlobalPooling<false, 2> {
  public:
   explicit GlobalAveragePooling2D(GlobalPooling2DOptions options = {})
       : GlobalPooling(std::move(options)) {}
-  static std::shared_ptr<Layer> from_config(const nlohmann::json& config) {
-    const auto read = detail::layer_config(config, "GlobalAveragePooling2D");
-    return detail::finish_layer(
-        read, std::make_shared<GlobalAveragePooling2D>(options_from_config(read)));
-  }
+  LOADSTAR_DECL static std::shared_ptr<Layer> from_config(const nlohmann::json& config);
 };
 
 /// Keras's `GlobalMaxPooling2D`: `(h, w, c)` (or `(c, h, w)` with channels_first) to `(c,)`, the
@@ -31,11 +29,29 @@ class GlobalMaxPooling2D : public detail::GlobalPooling<true, 2> {
  public:
   explicit GlobalMaxPooling2D(GlobalPooling2DOptions options = {})
       : GlobalPooling(std::move(options)) {}
-  static std::shared_ptr<Layer> from_config(const nlohmann::json& config) {
-    const auto read = detail::layer_config(config, "GlobalMaxPooling2D");
-    return detail::finish_layer(read,
-                                std::make_shared<GlobalMaxPooling2D>(options_from_config(read)));
-  }
+  LOADSTAR_DECL static std::shared_ptr<Layer> from_config(const nlohmann::json& config);
 };
 
 }  // namespace loadstar::keras::layers
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_HEADER_BODIES
+namespace loadstar::keras::layers {
+
+LOADSTAR_DECL std::shared_ptr<Layer> GlobalAveragePooling2D::from_config(
+    const nlohmann::json& config) {
+  const auto read = detail::layer_config(config, "GlobalAveragePooling2D");
+  return detail::finish_layer(read,
+                              std::make_shared<GlobalAveragePooling2D>(options_from_config(read)));
+}
+
+LOADSTAR_DECL std::shared_ptr<Layer> GlobalMaxPooling2D::from_config(const nlohmann::json& config) {
+  const auto read = detail::layer_config(config, "GlobalMaxPooling2D");
+  return detail::finish_layer(read,
+                              std::make_shared<GlobalMaxPooling2D>(options_from_config(read)));
+}
+
+}  // namespace loadstar::keras::layers
+#endif

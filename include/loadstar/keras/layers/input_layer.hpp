@@ -2,6 +2,8 @@
 /// `InputLayer`: the entry point of a model, declaring the shape of one sample.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <vector>
 
 #include "loadstar/keras/layers/detail/layer_base.hpp"
@@ -28,41 +30,55 @@ class InputLayer : public detail::ShapeOnlyLayer {
   const Shape& shape() const noexcept { return shape_; }
 
   /// Accepts no inputs (the model feeds the data) or one of the declared shape.
-  Shape build(std::span<const Shape> input_shapes, std::uint64_t) override {
-    if (input_shapes.size() > 1 || (input_shapes.size() == 1 && input_shapes[0] != shape_)) {
-      throw ShapeError(label() + ": declared for inputs of shape " + batch_str(shape_) +
-                       " but got " +
-                       (input_shapes.empty() ? std::string("none") : input_shapes[0].str()));
-    }
-    const Shape one[] = {shape_};
-    remember(one, shape_);
-    return shape_;
-  }
+  LOADSTAR_DECL Shape build(std::span<const Shape> input_shapes, std::uint64_t) override;
 
-  nlohmann::json get_config() const override {
-    nlohmann::json batch_shape = nlohmann::json::array({nullptr});
-    for (std::size_t d : shape_)
-      batch_shape.push_back(d);
-    return {{"batch_input_shape", batch_shape},
-            {"dtype", "float32"},
-            {"sparse", false},
-            {"ragged", false},
-            {"name", name()}};
-  }
+  LOADSTAR_DECL nlohmann::json get_config() const override;
 
   /// Reads Keras 2's `batch_input_shape` or Keras 3's `batch_shape`; any `dtype` (the data are
   /// converted to float32 when fed).
-  static std::shared_ptr<Layer> from_config(const nlohmann::json& config) {
-    const auto read = detail::layer_config(config, "InputLayer");
-    read.expect("sparse", false, "loadstar has no sparse inputs");
-    read.expect("ragged", false, "loadstar has no ragged inputs");
-    const char* key = read.has("batch_shape") ? "batch_shape" : "batch_input_shape";
-    return std::make_shared<InputLayer>(detail::config_batch_shape(read, key),
-                                        InputLayerOptions{.name = detail::config_name(read)});
-  }
+  LOADSTAR_DECL static std::shared_ptr<Layer> from_config(const nlohmann::json& config);
 
  private:
   Shape shape_;
 };
 
 }  // namespace loadstar::keras::layers
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_HEADER_BODIES
+namespace loadstar::keras::layers {
+
+LOADSTAR_DECL Shape InputLayer::build(std::span<const Shape> input_shapes, std::uint64_t) {
+  if (input_shapes.size() > 1 || (input_shapes.size() == 1 && input_shapes[0] != shape_)) {
+    throw ShapeError(label() + ": declared for inputs of shape " + batch_str(shape_) + " but got " +
+                     (input_shapes.empty() ? std::string("none") : input_shapes[0].str()));
+  }
+  const Shape one[] = {shape_};
+  remember(one, shape_);
+  return shape_;
+}
+
+LOADSTAR_DECL nlohmann::json InputLayer::get_config() const {
+  nlohmann::json batch_shape = nlohmann::json::array({nullptr});
+  for (std::size_t d : shape_)
+    batch_shape.push_back(d);
+  return {{"batch_input_shape", batch_shape},
+          {"dtype", "float32"},
+          {"sparse", false},
+          {"ragged", false},
+          {"name", name()}};
+}
+
+LOADSTAR_DECL std::shared_ptr<Layer> InputLayer::from_config(const nlohmann::json& config) {
+  const auto read = detail::layer_config(config, "InputLayer");
+  read.expect("sparse", false, "loadstar has no sparse inputs");
+  read.expect("ragged", false, "loadstar has no ragged inputs");
+  const char* key = read.has("batch_shape") ? "batch_shape" : "batch_input_shape";
+  return std::make_shared<InputLayer>(detail::config_batch_shape(read, key),
+                                      InputLayerOptions{.name = detail::config_name(read)});
+}
+
+}  // namespace loadstar::keras::layers
+#endif

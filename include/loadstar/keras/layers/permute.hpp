@@ -2,6 +2,8 @@
 /// `Permute`: reorders the axes of its input (the batch axis stays first).
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <algorithm>
 #include <vector>
 
@@ -21,88 +23,29 @@ struct PermuteOptions {
 /// \endcode
 class Permute : public detail::LayerBase {
  public:
-  explicit Permute(std::vector<std::size_t> dims, PermuteOptions options = {})
-      : LayerBase(options.name), dims_(std::move(dims)) {
-    std::vector<std::size_t> sorted = dims_;
-    std::sort(sorted.begin(), sorted.end());
-    for (std::size_t i = 0; i < sorted.size(); ++i) {
-      if (sorted[i] != i + 1) {
-        throw ConfigError(label() + ": dims must be a permutation of 1.." +
-                          std::to_string(dims_.size()) + " but is " + dims_text());
-      }
-    }
-    axes_.push_back(0);
-    axes_.insert(axes_.end(), dims_.begin(), dims_.end());
-    inverse_.assign(axes_.size(), 0);
-    for (std::size_t i = 0; i < axes_.size(); ++i)
-      inverse_[axes_[i]] = i;
-  }
+  LOADSTAR_DECL explicit Permute(std::vector<std::size_t> dims, PermuteOptions options = {});
 
   std::string class_name() const override { return "Permute"; }
 
   /// The permutation, from 1 as Keras numbers it.
   const std::vector<std::size_t>& dims() const noexcept { return dims_; }
 
-  Shape build(std::span<const Shape> input_shapes, std::uint64_t) override {
-    expect_inputs(input_shapes, 1);
-    const Shape& in = input_shapes[0];
-    if (in.rank() != dims_.size()) {
-      throw ShapeError(label() + ": dims " + dims_text() + " permute rank-" +
-                       std::to_string(dims_.size()) + " inputs but got " + in.str());
-    }
-    std::vector<std::size_t> out;
-    for (std::size_t d : dims_)
-      out.push_back(in[d - 1]);
-    remember(input_shapes, Shape(out));
-    return Shape(out);
-  }
+  LOADSTAR_DECL Shape build(std::span<const Shape> input_shapes, std::uint64_t) override;
 
-  void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
-               const CallContext& ctx) override {
-    check_inputs(inputs);
-    ctx.backend.permute(inputs[0], axes_, output);
-  }
+  LOADSTAR_DECL void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+                             const CallContext& ctx) override;
 
-  void backward(std::span<const Tensor<float>>, const Tensor<float>&,
-                const Tensor<float>& output_gradient,
-                std::span<const Tensor<float>> input_gradients, const CallContext& ctx) override {
-    if (input_gradients.empty() || input_gradients[0].empty()) return;
-    ctx.backend.permute(output_gradient, inverse_, input_gradients[0]);
-  }
+  LOADSTAR_DECL void backward(std::span<const Tensor<float>>, const Tensor<float>&,
+                              const Tensor<float>& output_gradient,
+                              std::span<const Tensor<float>> input_gradients,
+                              const CallContext& ctx) override;
 
-  nlohmann::json get_config() const override {
-    auto config = base_config();
-    config["dims"] = dims_;
-    return config;
-  }
+  LOADSTAR_DECL nlohmann::json get_config() const override;
 
-  static std::shared_ptr<Layer> from_config(const nlohmann::json& config) {
-    const auto read = detail::layer_config(config, "Permute");
-    const nlohmann::json* dims = read.find("dims");
-    if (dims == nullptr || !dims->is_array() || dims->empty())
-      read.fail("dims", "a permutation of 1..rank");
-    std::vector<std::size_t> values;
-    for (const auto& d : *dims) {
-      if (!d.is_number_integer() || d.get<std::int64_t>() < 1 ||
-          d.get<std::int64_t>() > static_cast<std::int64_t>(dims->size()))
-        read.fail("dims", "a permutation of 1..rank");
-      values.push_back(d.get<std::size_t>());
-    }
-    std::vector<std::size_t> sorted = values;
-    std::sort(sorted.begin(), sorted.end());
-    if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end())
-      read.fail("dims", "a permutation of 1..rank");
-    return detail::finish_layer(
-        read, std::make_shared<Permute>(values, PermuteOptions{.name = detail::config_name(read)}));
-  }
+  LOADSTAR_DECL static std::shared_ptr<Layer> from_config(const nlohmann::json& config);
 
  private:
-  std::string dims_text() const {
-    std::string text = "(";
-    for (std::size_t i = 0; i < dims_.size(); ++i)
-      text += (i == 0 ? "" : ", ") + std::to_string(dims_[i]);
-    return text + ")";
-  }
+  LOADSTAR_DECL std::string dims_text() const;
 
   std::vector<std::size_t> dims_;
   std::vector<std::size_t> axes_;
@@ -110,3 +53,90 @@ class Permute : public detail::LayerBase {
 };
 
 }  // namespace loadstar::keras::layers
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_HEADER_BODIES
+namespace loadstar::keras::layers {
+
+LOADSTAR_DECL Permute::Permute(std::vector<std::size_t> dims, PermuteOptions options)
+    : LayerBase(options.name), dims_(std::move(dims)) {
+  std::vector<std::size_t> sorted = dims_;
+  std::sort(sorted.begin(), sorted.end());
+  for (std::size_t i = 0; i < sorted.size(); ++i) {
+    if (sorted[i] != i + 1) {
+      throw ConfigError(label() + ": dims must be a permutation of 1.." +
+                        std::to_string(dims_.size()) + " but is " + dims_text());
+    }
+  }
+  axes_.push_back(0);
+  axes_.insert(axes_.end(), dims_.begin(), dims_.end());
+  inverse_.assign(axes_.size(), 0);
+  for (std::size_t i = 0; i < axes_.size(); ++i)
+    inverse_[axes_[i]] = i;
+}
+
+LOADSTAR_DECL Shape Permute::build(std::span<const Shape> input_shapes, std::uint64_t) {
+  expect_inputs(input_shapes, 1);
+  const Shape& in = input_shapes[0];
+  if (in.rank() != dims_.size()) {
+    throw ShapeError(label() + ": dims " + dims_text() + " permute rank-" +
+                     std::to_string(dims_.size()) + " inputs but got " + in.str());
+  }
+  std::vector<std::size_t> out;
+  for (std::size_t d : dims_)
+    out.push_back(in[d - 1]);
+  remember(input_shapes, Shape(out));
+  return Shape(out);
+}
+
+LOADSTAR_DECL void Permute::forward(std::span<const Tensor<float>> inputs,
+                                    const Tensor<float>& output, const CallContext& ctx) {
+  check_inputs(inputs);
+  ctx.backend.permute(inputs[0], axes_, output);
+}
+
+LOADSTAR_DECL void Permute::backward(std::span<const Tensor<float>>, const Tensor<float>&,
+                                     const Tensor<float>& output_gradient,
+                                     std::span<const Tensor<float>> input_gradients,
+                                     const CallContext& ctx) {
+  if (input_gradients.empty() || input_gradients[0].empty()) return;
+  ctx.backend.permute(output_gradient, inverse_, input_gradients[0]);
+}
+
+LOADSTAR_DECL nlohmann::json Permute::get_config() const {
+  auto config = base_config();
+  config["dims"] = dims_;
+  return config;
+}
+
+LOADSTAR_DECL std::shared_ptr<Layer> Permute::from_config(const nlohmann::json& config) {
+  const auto read = detail::layer_config(config, "Permute");
+  const nlohmann::json* dims = read.find("dims");
+  if (dims == nullptr || !dims->is_array() || dims->empty())
+    read.fail("dims", "a permutation of 1..rank");
+  std::vector<std::size_t> values;
+  for (const auto& d : *dims) {
+    if (!d.is_number_integer() || d.get<std::int64_t>() < 1 ||
+        d.get<std::int64_t>() > static_cast<std::int64_t>(dims->size()))
+      read.fail("dims", "a permutation of 1..rank");
+    values.push_back(d.get<std::size_t>());
+  }
+  std::vector<std::size_t> sorted = values;
+  std::sort(sorted.begin(), sorted.end());
+  if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end())
+    read.fail("dims", "a permutation of 1..rank");
+  return detail::finish_layer(
+      read, std::make_shared<Permute>(values, PermuteOptions{.name = detail::config_name(read)}));
+}
+
+LOADSTAR_DECL std::string Permute::dims_text() const {
+  std::string text = "(";
+  for (std::size_t i = 0; i < dims_.size(); ++i)
+    text += (i == 0 ? "" : ", ") + std::to_string(dims_[i]);
+  return text + ")";
+}
+
+}  // namespace loadstar::keras::layers
+#endif

@@ -3,6 +3,8 @@
 /// by users.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <memory>
 
 #include "loadstar/keras/layer.hpp"
@@ -47,42 +49,7 @@ struct RegistryTraits<Layer> {
   using Object = std::shared_ptr<Layer>;
   static constexpr const char* kind = "layer class";
   static constexpr bool case_insensitive = false;
-  static void defaults(Registry<Layer>& registry) {
-    using namespace layers;
-    registry.add("InputLayer", InputLayer::from_config);
-    registry.add("Dense", Dense::from_config);
-    registry.add("Activation", layers::Activation::from_config);
-    registry.add("Dropout", Dropout::from_config);
-    registry.add("Flatten", Flatten::from_config);
-    registry.add("Reshape", Reshape::from_config);
-    registry.add("Conv1D", Conv1D::from_config);
-    registry.add("Conv2D", Conv2D::from_config);
-    registry.add("MaxPooling1D", MaxPooling1D::from_config);
-    registry.add("AveragePooling1D", AveragePooling1D::from_config);
-    registry.add("GlobalAveragePooling1D", GlobalAveragePooling1D::from_config);
-    registry.add("GlobalMaxPooling1D", GlobalMaxPooling1D::from_config);
-    registry.add("MaxPooling2D", MaxPooling2D::from_config);
-    registry.add("AveragePooling2D", AveragePooling2D::from_config);
-    registry.add("GlobalAveragePooling2D", GlobalAveragePooling2D::from_config);
-    registry.add("GlobalMaxPooling2D", GlobalMaxPooling2D::from_config);
-    registry.add("BatchNormalization", BatchNormalization::from_config);
-    registry.add("Concatenate", Concatenate::from_config);
-    registry.add("Add", Add::from_config);
-    registry.add("Embedding", Embedding::from_config);
-    registry.add("ReLU", ReLU::from_config);
-    registry.add("LeakyReLU", LeakyReLU::from_config);
-    registry.add("Softmax", Softmax::from_config);
-    registry.add("LayerNormalization", LayerNormalization::from_config);
-    registry.add("ZeroPadding2D", ZeroPadding2D::from_config);
-    registry.add("UpSampling2D", UpSampling2D::from_config);
-    registry.add("Multiply", Multiply::from_config);
-    registry.add("Subtract", Subtract::from_config);
-    registry.add("Average", Average::from_config);
-    registry.add("Maximum", Maximum::from_config);
-    registry.add("Minimum", Minimum::from_config);
-    registry.add("Permute", Permute::from_config);
-    registry.add("RepeatVector", RepeatVector::from_config);
-  }
+  LOADSTAR_DECL static void defaults(Registry<Layer>& registry);
 };
 
 }  // namespace loadstar::keras
@@ -100,3 +67,49 @@ namespace loadstar::keras::layers {
 using LayerRegistry = Registry<Layer>;
 
 }  // namespace loadstar::keras::layers
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_HEADER_BODIES
+namespace loadstar::keras {
+
+LOADSTAR_DECL void RegistryTraits<loadstar::keras::Layer>::defaults(Registry<Layer>& registry) {
+  using namespace layers;
+  registry.add("InputLayer", InputLayer::from_config);
+  registry.add("Dense", Dense::from_config);
+  registry.add("Activation", layers::Activation::from_config);
+  registry.add("Dropout", Dropout::from_config);
+  registry.add("Flatten", Flatten::from_config);
+  registry.add("Reshape", Reshape::from_config);
+  registry.add("Conv1D", Conv1D::from_config);
+  registry.add("Conv2D", Conv2D::from_config);
+  registry.add("MaxPooling1D", MaxPooling1D::from_config);
+  registry.add("AveragePooling1D", AveragePooling1D::from_config);
+  registry.add("GlobalAveragePooling1D", GlobalAveragePooling1D::from_config);
+  registry.add("GlobalMaxPooling1D", GlobalMaxPooling1D::from_config);
+  registry.add("MaxPooling2D", MaxPooling2D::from_config);
+  registry.add("AveragePooling2D", AveragePooling2D::from_config);
+  registry.add("GlobalAveragePooling2D", GlobalAveragePooling2D::from_config);
+  registry.add("GlobalMaxPooling2D", GlobalMaxPooling2D::from_config);
+  registry.add("BatchNormalization", BatchNormalization::from_config);
+  registry.add("Concatenate", Concatenate::from_config);
+  registry.add("Add", Add::from_config);
+  registry.add("Embedding", Embedding::from_config);
+  registry.add("ReLU", ReLU::from_config);
+  registry.add("LeakyReLU", LeakyReLU::from_config);
+  registry.add("Softmax", Softmax::from_config);
+  registry.add("LayerNormalization", LayerNormalization::from_config);
+  registry.add("ZeroPadding2D", ZeroPadding2D::from_config);
+  registry.add("UpSampling2D", UpSampling2D::from_config);
+  registry.add("Multiply", Multiply::from_config);
+  registry.add("Subtract", Subtract::from_config);
+  registry.add("Average", Average::from_config);
+  registry.add("Maximum", Maximum::from_config);
+  registry.add("Minimum", Minimum::from_config);
+  registry.add("Permute", Permute::from_config);
+  registry.add("RepeatVector", RepeatVector::from_config);
+}
+
+}  // namespace loadstar::keras
+#endif

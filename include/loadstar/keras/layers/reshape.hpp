@@ -2,6 +2,8 @@
 /// `Reshape`: gives each sample another shape of the same size.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <vector>
 
 #include "loadstar/keras/layers/detail/layer_base.hpp"
@@ -24,58 +26,75 @@ class Reshape : public detail::ShapeOnlyLayer {
 
   std::string class_name() const override { return "Reshape"; }
 
-  Shape build(std::span<const Shape> input_shapes, std::uint64_t) override {
-    expect_inputs(input_shapes, 1);
-    const std::size_t total = input_shapes[0].elements();
-    std::size_t known = 1;
-    std::ptrdiff_t free_axis = -1;
-    for (std::size_t i = 0; i < target_.size(); ++i) {
-      if (target_[i] == -1 && free_axis < 0) {
-        free_axis = static_cast<std::ptrdiff_t>(i);
-      } else if (target_[i] <= 0) {
-        throw ConfigError(label() + ": target_shape " + target_str() +
-                          " may hold one -1 and otherwise positive sizes");
-      } else {
-        known *= static_cast<std::size_t>(target_[i]);
-      }
-    }
-    std::vector<std::size_t> dims(target_.size());
-    for (std::size_t i = 0; i < target_.size(); ++i)
-      dims[i] = target_[i] > 0 ? static_cast<std::size_t>(target_[i]) : 0;
-    if (free_axis >= 0 && known > 0 && total % known == 0)
-      dims[static_cast<std::size_t>(free_axis)] = total / known;
-    const Shape out(dims);
-    if (out.elements() != total) {
-      throw ShapeError(label() + ": cannot reshape inputs of shape " + input_shapes[0].str() +
-                       " to target_shape " + target_str());
-    }
-    remember(input_shapes, out);
-    return out;
-  }
+  LOADSTAR_DECL Shape build(std::span<const Shape> input_shapes, std::uint64_t) override;
 
-  nlohmann::json get_config() const override {
-    auto config = base_config();
-    config["target_shape"] = target_;
-    return config;
-  }
+  LOADSTAR_DECL nlohmann::json get_config() const override;
 
-  static std::shared_ptr<Layer> from_config(const nlohmann::json& config) {
-    const auto read = detail::layer_config(config, "Reshape");
-    const auto target = read.get<std::vector<std::int64_t>>("target_shape");
-    return detail::finish_layer(
-        read, std::make_shared<Reshape>(std::vector<std::ptrdiff_t>(target.begin(), target.end()),
-                                        ReshapeOptions{.name = detail::config_name(read)}));
-  }
+  LOADSTAR_DECL static std::shared_ptr<Layer> from_config(const nlohmann::json& config);
 
  private:
-  std::string target_str() const {
-    std::string s = "(";
-    for (std::size_t i = 0; i < target_.size(); ++i)
-      s += (i ? ", " : "") + std::to_string(target_[i]);
-    return s + (target_.size() == 1 ? ",)" : ")");
-  }
+  LOADSTAR_DECL std::string target_str() const;
 
   std::vector<std::ptrdiff_t> target_;
 };
 
 }  // namespace loadstar::keras::layers
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_HEADER_BODIES
+namespace loadstar::keras::layers {
+
+LOADSTAR_DECL Shape Reshape::build(std::span<const Shape> input_shapes, std::uint64_t) {
+  expect_inputs(input_shapes, 1);
+  const std::size_t total = input_shapes[0].elements();
+  std::size_t known = 1;
+  std::ptrdiff_t free_axis = -1;
+  for (std::size_t i = 0; i < target_.size(); ++i) {
+    if (target_[i] == -1 && free_axis < 0) {
+      free_axis = static_cast<std::ptrdiff_t>(i);
+    } else if (target_[i] <= 0) {
+      throw ConfigError(label() + ": target_shape " + target_str() +
+                        " may hold one -1 and otherwise positive sizes");
+    } else {
+      known *= static_cast<std::size_t>(target_[i]);
+    }
+  }
+  std::vector<std::size_t> dims(target_.size());
+  for (std::size_t i = 0; i < target_.size(); ++i)
+    dims[i] = target_[i] > 0 ? static_cast<std::size_t>(target_[i]) : 0;
+  if (free_axis >= 0 && known > 0 && total % known == 0)
+    dims[static_cast<std::size_t>(free_axis)] = total / known;
+  const Shape out(dims);
+  if (out.elements() != total) {
+    throw ShapeError(label() + ": cannot reshape inputs of shape " + input_shapes[0].str() +
+                     " to target_shape " + target_str());
+  }
+  remember(input_shapes, out);
+  return out;
+}
+
+LOADSTAR_DECL nlohmann::json Reshape::get_config() const {
+  auto config = base_config();
+  config["target_shape"] = target_;
+  return config;
+}
+
+LOADSTAR_DECL std::shared_ptr<Layer> Reshape::from_config(const nlohmann::json& config) {
+  const auto read = detail::layer_config(config, "Reshape");
+  const auto target = read.get<std::vector<std::int64_t>>("target_shape");
+  return detail::finish_layer(
+      read, std::make_shared<Reshape>(std::vector<std::ptrdiff_t>(target.begin(), target.end()),
+                                      ReshapeOptions{.name = detail::config_name(read)}));
+}
+
+LOADSTAR_DECL std::string Reshape::target_str() const {
+  std::string s = "(";
+  for (std::size_t i = 0; i < target_.size(); ++i)
+    s += (i ? ", " : "") + std::to_string(target_[i]);
+  return s + (target_.size() == 1 ? ",)" : ")");
+}
+
+}  // namespace loadstar::keras::layers
+#endif

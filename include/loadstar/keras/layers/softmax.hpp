@@ -2,6 +2,8 @@
 /// `Softmax`: the softmax over an axis, as a layer.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include "loadstar/keras/layers/detail/layer_base.hpp"
 
 namespace loadstar::keras::layers {
@@ -22,45 +24,19 @@ class Softmax : public detail::LayerBase {
 
   std::string class_name() const override { return "Softmax"; }
 
-  Shape build(std::span<const Shape> input_shapes, std::uint64_t) override {
-    expect_inputs(input_shapes, 1);
-    const auto rank = static_cast<int>(input_shapes[0].rank()) + 1;
-    const int axis = axis_ < 0 ? axis_ + rank : axis_;
-    if (axis < 1 || axis >= rank) {
-      throw ConfigError(label() + ": axis " + std::to_string(axis_) +
-                        " is not a non-batch axis of inputs of shape " +
-                        batch_str(input_shapes[0]));
-    }
-    axis_with_batch_ = static_cast<std::size_t>(axis);
-    remember(input_shapes, input_shapes[0]);
-    return input_shapes[0];
-  }
+  LOADSTAR_DECL Shape build(std::span<const Shape> input_shapes, std::uint64_t) override;
 
-  void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
-               const CallContext& ctx) override {
-    check_inputs(inputs);
-    ctx.backend.softmax_forward(inputs[0], output, axis_with_batch_);
-  }
+  LOADSTAR_DECL void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+                             const CallContext& ctx) override;
 
-  void backward(std::span<const Tensor<float>>, const Tensor<float>& output,
-                const Tensor<float>& output_gradient,
-                std::span<const Tensor<float>> input_gradients, const CallContext& ctx) override {
-    if (input_gradients.empty() || input_gradients[0].empty()) return;
-    ctx.backend.softmax_backward(output, output_gradient, input_gradients[0], axis_with_batch_);
-  }
+  LOADSTAR_DECL void backward(std::span<const Tensor<float>>, const Tensor<float>& output,
+                              const Tensor<float>& output_gradient,
+                              std::span<const Tensor<float>> input_gradients,
+                              const CallContext& ctx) override;
 
-  nlohmann::json get_config() const override {
-    auto config = base_config();
-    config["axis"] = axis_;
-    return config;
-  }
+  LOADSTAR_DECL nlohmann::json get_config() const override;
 
-  static std::shared_ptr<Layer> from_config(const nlohmann::json& config) {
-    const auto read = detail::layer_config(config, "Softmax");
-    return detail::finish_layer(
-        read, std::make_shared<Softmax>(SoftmaxOptions{.axis = detail::config_axis(read, -1),
-                                                       .name = detail::config_name(read)}));
-  }
+  LOADSTAR_DECL static std::shared_ptr<Layer> from_config(const nlohmann::json& config);
 
  private:
   int axis_;
@@ -68,3 +44,52 @@ class Softmax : public detail::LayerBase {
 };
 
 }  // namespace loadstar::keras::layers
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_HEADER_BODIES
+namespace loadstar::keras::layers {
+
+LOADSTAR_DECL Shape Softmax::build(std::span<const Shape> input_shapes, std::uint64_t) {
+  expect_inputs(input_shapes, 1);
+  const auto rank = static_cast<int>(input_shapes[0].rank()) + 1;
+  const int axis = axis_ < 0 ? axis_ + rank : axis_;
+  if (axis < 1 || axis >= rank) {
+    throw ConfigError(label() + ": axis " + std::to_string(axis_) +
+                      " is not a non-batch axis of inputs of shape " + batch_str(input_shapes[0]));
+  }
+  axis_with_batch_ = static_cast<std::size_t>(axis);
+  remember(input_shapes, input_shapes[0]);
+  return input_shapes[0];
+}
+
+LOADSTAR_DECL void Softmax::forward(std::span<const Tensor<float>> inputs,
+                                    const Tensor<float>& output, const CallContext& ctx) {
+  check_inputs(inputs);
+  ctx.backend.softmax_forward(inputs[0], output, axis_with_batch_);
+}
+
+LOADSTAR_DECL void Softmax::backward(std::span<const Tensor<float>>, const Tensor<float>& output,
+                                     const Tensor<float>& output_gradient,
+                                     std::span<const Tensor<float>> input_gradients,
+                                     const CallContext& ctx) {
+  if (input_gradients.empty() || input_gradients[0].empty()) return;
+  ctx.backend.softmax_backward(output, output_gradient, input_gradients[0], axis_with_batch_);
+}
+
+LOADSTAR_DECL nlohmann::json Softmax::get_config() const {
+  auto config = base_config();
+  config["axis"] = axis_;
+  return config;
+}
+
+LOADSTAR_DECL std::shared_ptr<Layer> Softmax::from_config(const nlohmann::json& config) {
+  const auto read = detail::layer_config(config, "Softmax");
+  return detail::finish_layer(
+      read, std::make_shared<Softmax>(SoftmaxOptions{.axis = detail::config_axis(read, -1),
+                                                     .name = detail::config_name(read)}));
+}
+
+}  // namespace loadstar::keras::layers
+#endif

@@ -2,6 +2,8 @@
 /// `UpSampling2D`: enlarges an image by whole factors (nearest or bilinear).
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -29,88 +31,23 @@ struct UpSampling2DOptions {
 /// \endcode
 class UpSampling2D : public detail::LayerBase {
  public:
-  explicit UpSampling2D(Size2 size = 2, UpSampling2DOptions options = {})
-      : LayerBase(options.name), size_(size), bilinear_(options.interpolation == "bilinear") {
-    channels_first_ = detail::parse_data_format(options.data_format, label());
-    if (options.interpolation != "nearest" && options.interpolation != "bilinear") {
-      throw ConfigError(label() + ": interpolation must be 'nearest' or 'bilinear' but is '" +
-                        options.interpolation + "'");
-    }
-    if (size.h == 0 || size.w == 0) throw ConfigError(label() + ": size must be positive");
-  }
+  LOADSTAR_DECL explicit UpSampling2D(Size2 size = 2, UpSampling2DOptions options = {});
 
   std::string class_name() const override { return "UpSampling2D"; }
 
-  Shape build(std::span<const Shape> input_shapes, std::uint64_t) override {
-    expect_inputs(input_shapes, 1);
-    expect_rank(input_shapes[0], 3);
-    const Shape& in = input_shapes[0];
-    // The image as (planes, h, w, inner): (1, h, w, c) channels_last, (c, h, w, 1) channels_first.
-    planes_ = channels_first_ ? in[0] : 1;
-    height_ = channels_first_ ? in[1] : in[0];
-    width_ = channels_first_ ? in[2] : in[1];
-    inner_ = channels_first_ ? 1 : in[2];
-    rows_ = taps(height_, size_.h);
-    columns_ = taps(width_, size_.w);
-    const std::size_t h = height_ * size_.h, w = width_ * size_.w;
-    const Shape out = channels_first_ ? Shape{in[0], h, w} : Shape{h, w, in[2]};
-    remember(input_shapes, out);
-    return out;
-  }
+  LOADSTAR_DECL Shape build(std::span<const Shape> input_shapes, std::uint64_t) override;
 
-  void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
-               const CallContext& ctx) override {
-    check_inputs(inputs);
-    const Tensor<float> tensors[] = {inputs[0], output};
-    ctx.backend.host_kernel(tensors, [this](std::span<const Tensor<float>> t) {
-      visit(
-          t[0].rows(),
-          [&](std::size_t out, std::size_t in, float weight) {
-            for (std::size_t k = 0; k < inner_; ++k)
-              t[1].data()[out + k] += weight * t[0].data()[in + k];
-          },
-          t[1]);
-    });
-  }
+  LOADSTAR_DECL void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+                             const CallContext& ctx) override;
 
-  void backward(std::span<const Tensor<float>> inputs, const Tensor<float>&,
-                const Tensor<float>& output_gradient,
-                std::span<const Tensor<float>> input_gradients, const CallContext& ctx) override {
-    if (input_gradients.empty() || input_gradients[0].empty()) return;
-    const Tensor<float> tensors[] = {output_gradient, input_gradients[0]};
-    ctx.backend.host_kernel(tensors, [&](std::span<const Tensor<float>> t) {
-      visit(
-          inputs[0].rows(),
-          [&](std::size_t out, std::size_t in, float weight) {
-            for (std::size_t k = 0; k < inner_; ++k)
-              t[1].data()[in + k] += weight * t[0].data()[out + k];
-          },
-          t[1]);
-    });
-  }
+  LOADSTAR_DECL void backward(std::span<const Tensor<float>> inputs, const Tensor<float>&,
+                              const Tensor<float>& output_gradient,
+                              std::span<const Tensor<float>> input_gradients,
+                              const CallContext& ctx) override;
 
-  nlohmann::json get_config() const override {
-    auto config = base_config();
-    config["size"] = {size_.h, size_.w};
-    config["data_format"] = channels_first_ ? "channels_first" : "channels_last";
-    config["interpolation"] = bilinear_ ? "bilinear" : "nearest";
-    return config;
-  }
+  LOADSTAR_DECL nlohmann::json get_config() const override;
 
-  static std::shared_ptr<Layer> from_config(const nlohmann::json& config) {
-    const auto read = detail::layer_config(config, "UpSampling2D");
-    const std::string interpolation = read.get("interpolation", "nearest");
-    if (interpolation != "nearest" && interpolation != "bilinear")
-      read.fail("interpolation", "\"nearest\" or \"bilinear\"");
-    return detail::finish_layer(
-        read, std::make_shared<UpSampling2D>(
-                  detail::config_size2(read, "size", 2),
-                  UpSampling2DOptions{.data_format = detail::config_channels_first(read)
-                                                         ? "channels_first"
-                                                         : "channels_last",
-                                      .interpolation = interpolation,
-                                      .name = detail::config_name(read)}));
-  }
+  LOADSTAR_DECL static std::shared_ptr<Layer> from_config(const nlohmann::json& config);
 
  private:
   /// One source of an output row (or column): input index `index` with weight `weight`.
@@ -122,24 +59,7 @@ class UpSampling2D : public detail::LayerBase {
   /// The taps of the `in * factor` outputs of one axis. Nearest: `o / factor`. Bilinear
   /// (`tf.image.resize`, half pixel centres, as PyTorch's `align_corners=False`): the source
   /// `(o + 0.5) / factor - 0.5`, clamped at 0, between its two neighbours.
-  std::vector<Tap> taps(std::size_t in, std::size_t factor) const {
-    std::vector<Tap> out(in * factor);
-    for (std::size_t o = 0; o < out.size(); ++o) {
-      if (!bilinear_) {
-        out[o].index[0] = o / factor;
-        continue;
-      }
-      const double source =
-          std::max((static_cast<double>(o) + 0.5) / static_cast<double>(factor) - 0.5, 0.0);
-      const auto low = static_cast<std::size_t>(std::floor(source));
-      const double lerp = source - static_cast<double>(low);
-      out[o].index[0] = std::min(low, in - 1);
-      out[o].index[1] = std::min(low + 1, in - 1);
-      out[o].weight[0] = static_cast<float>(1.0 - lerp);
-      out[o].weight[1] = static_cast<float>(lerp);
-    }
-    return out;
-  }
+  LOADSTAR_DECL std::vector<Tap> taps(std::size_t in, std::size_t factor) const;
 
   /// Zeroes `target`, then calls `f(output offset, input offset, weight)` for every tap of every
   /// output pixel of `batch` images (offsets of the pixel's first `inner_` element).
@@ -176,3 +96,115 @@ class UpSampling2D : public detail::LayerBase {
 };
 
 }  // namespace loadstar::keras::layers
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_HEADER_BODIES
+namespace loadstar::keras::layers {
+
+LOADSTAR_DECL UpSampling2D::UpSampling2D(Size2 size, UpSampling2DOptions options)
+    : LayerBase(options.name), size_(size), bilinear_(options.interpolation == "bilinear") {
+  channels_first_ = detail::parse_data_format(options.data_format, label());
+  if (options.interpolation != "nearest" && options.interpolation != "bilinear") {
+    throw ConfigError(label() + ": interpolation must be 'nearest' or 'bilinear' but is '" +
+                      options.interpolation + "'");
+  }
+  if (size.h == 0 || size.w == 0) throw ConfigError(label() + ": size must be positive");
+}
+
+LOADSTAR_DECL Shape UpSampling2D::build(std::span<const Shape> input_shapes, std::uint64_t) {
+  expect_inputs(input_shapes, 1);
+  expect_rank(input_shapes[0], 3);
+  const Shape& in = input_shapes[0];
+  // The image as (planes, h, w, inner): (1, h, w, c) channels_last, (c, h, w, 1) channels_first.
+  planes_ = channels_first_ ? in[0] : 1;
+  height_ = channels_first_ ? in[1] : in[0];
+  width_ = channels_first_ ? in[2] : in[1];
+  inner_ = channels_first_ ? 1 : in[2];
+  rows_ = taps(height_, size_.h);
+  columns_ = taps(width_, size_.w);
+  const std::size_t h = height_ * size_.h, w = width_ * size_.w;
+  const Shape out = channels_first_ ? Shape{in[0], h, w} : Shape{h, w, in[2]};
+  remember(input_shapes, out);
+  return out;
+}
+
+LOADSTAR_DECL void UpSampling2D::forward(std::span<const Tensor<float>> inputs,
+                                         const Tensor<float>& output, const CallContext& ctx) {
+  check_inputs(inputs);
+  const Tensor<float> tensors[] = {inputs[0], output};
+  ctx.backend.host_kernel(tensors, [this](std::span<const Tensor<float>> t) {
+    visit(
+        t[0].rows(),
+        [&](std::size_t out, std::size_t in, float weight) {
+          for (std::size_t k = 0; k < inner_; ++k)
+            t[1].data()[out + k] += weight * t[0].data()[in + k];
+        },
+        t[1]);
+  });
+}
+
+LOADSTAR_DECL void UpSampling2D::backward(std::span<const Tensor<float>> inputs,
+                                          const Tensor<float>&,
+                                          const Tensor<float>& output_gradient,
+                                          std::span<const Tensor<float>> input_gradients,
+                                          const CallContext& ctx) {
+  if (input_gradients.empty() || input_gradients[0].empty()) return;
+  const Tensor<float> tensors[] = {output_gradient, input_gradients[0]};
+  ctx.backend.host_kernel(tensors, [&](std::span<const Tensor<float>> t) {
+    visit(
+        inputs[0].rows(),
+        [&](std::size_t out, std::size_t in, float weight) {
+          for (std::size_t k = 0; k < inner_; ++k)
+            t[1].data()[in + k] += weight * t[0].data()[out + k];
+        },
+        t[1]);
+  });
+}
+
+LOADSTAR_DECL nlohmann::json UpSampling2D::get_config() const {
+  auto config = base_config();
+  config["size"] = {size_.h, size_.w};
+  config["data_format"] = channels_first_ ? "channels_first" : "channels_last";
+  config["interpolation"] = bilinear_ ? "bilinear" : "nearest";
+  return config;
+}
+
+LOADSTAR_DECL std::shared_ptr<Layer> UpSampling2D::from_config(const nlohmann::json& config) {
+  const auto read = detail::layer_config(config, "UpSampling2D");
+  const std::string interpolation = read.get("interpolation", "nearest");
+  if (interpolation != "nearest" && interpolation != "bilinear")
+    read.fail("interpolation", "\"nearest\" or \"bilinear\"");
+  return detail::finish_layer(
+      read,
+      std::make_shared<UpSampling2D>(
+          detail::config_size2(read, "size", 2),
+          UpSampling2DOptions{.data_format = detail::config_channels_first(read) ? "channels_first"
+                                                                                 : "channels_last",
+                              .interpolation = interpolation,
+                              .name = detail::config_name(read)}));
+}
+
+LOADSTAR_DECL auto UpSampling2D::taps(std::size_t in, std::size_t factor) const
+    -> std::vector<Tap> {
+  std::vector<Tap> out(in * factor);
+  for (std::size_t o = 0; o < out.size(); ++o) {
+    if (!bilinear_) {
+      out[o].index[0] = o / factor;
+      continue;
+    }
+    const double source =
+        std::max((static_cast<double>(o) + 0.5) / static_cast<double>(factor) - 0.5, 0.0);
+    const auto low = static_cast<std::size_t>(std::floor(source));
+    const double lerp = source - static_cast<double>(low);
+    out[o].index[0] = std::min(low, in - 1);
+    out[o].index[1] = std::min(low + 1, in - 1);
+    out[o].weight[0] = static_cast<float>(1.0 - lerp);
+    out[o].weight[1] = static_cast<float>(lerp);
+  }
+  return out;
+}
+
+}  // namespace loadstar::keras::layers
+#endif

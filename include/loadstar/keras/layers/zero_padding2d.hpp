@@ -2,6 +2,8 @@
 /// `ZeroPadding2D`: zero rows and columns around an image.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <algorithm>
 #include <cstring>
 
@@ -46,100 +48,24 @@ class ZeroPadding2D : public detail::LayerBase {
 
   std::string class_name() const override { return "ZeroPadding2D"; }
 
-  Shape build(std::span<const Shape> input_shapes, std::uint64_t) override {
-    expect_inputs(input_shapes, 1);
-    expect_rank(input_shapes[0], 3);
-    const Shape& in = input_shapes[0];
-    // The image as (planes, h, w, inner): (1, h, w, c) channels_last, (c, h, w, 1) channels_first.
-    planes_ = channels_first_ ? in[0] : 1;
-    height_ = channels_first_ ? in[1] : in[0];
-    width_ = channels_first_ ? in[2] : in[1];
-    inner_ = channels_first_ ? 1 : in[2];
-    const std::size_t h = height_ + padding_.top + padding_.bottom;
-    const std::size_t w = width_ + padding_.left + padding_.right;
-    const Shape out = channels_first_ ? Shape{in[0], h, w} : Shape{h, w, in[2]};
-    remember(input_shapes, out);
-    return out;
-  }
+  LOADSTAR_DECL Shape build(std::span<const Shape> input_shapes, std::uint64_t) override;
 
-  void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
-               const CallContext& ctx) override {
-    check_inputs(inputs);
-    const Tensor<float> tensors[] = {inputs[0], output};
-    ctx.backend.host_kernel(tensors, [this](std::span<const Tensor<float>> t) {
-      std::fill(t[1].begin(), t[1].end(), 0.0F);
-      copy_rows(t[0], t[1], true);
-    });
-  }
+  LOADSTAR_DECL void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+                             const CallContext& ctx) override;
 
-  void backward(std::span<const Tensor<float>>, const Tensor<float>&,
-                const Tensor<float>& output_gradient,
-                std::span<const Tensor<float>> input_gradients, const CallContext& ctx) override {
-    if (input_gradients.empty() || input_gradients[0].empty()) return;
-    const Tensor<float> tensors[] = {input_gradients[0], output_gradient};
-    ctx.backend.host_kernel(
-        tensors, [this](std::span<const Tensor<float>> t) { copy_rows(t[0], t[1], false); });
-  }
+  LOADSTAR_DECL void backward(std::span<const Tensor<float>>, const Tensor<float>&,
+                              const Tensor<float>& output_gradient,
+                              std::span<const Tensor<float>> input_gradients,
+                              const CallContext& ctx) override;
 
-  nlohmann::json get_config() const override {
-    auto config = base_config();
-    config["padding"] = {{padding_.top, padding_.bottom}, {padding_.left, padding_.right}};
-    config["data_format"] = channels_first_ ? "channels_first" : "channels_last";
-    return config;
-  }
+  LOADSTAR_DECL nlohmann::json get_config() const override;
 
-  static std::shared_ptr<Layer> from_config(const nlohmann::json& config) {
-    const auto read = detail::layer_config(config, "ZeroPadding2D");
-    Padding2D padding = 1;
-    if (read.has("padding")) {
-      const nlohmann::json& v = *read.find("padding");
-      const auto size = [](const nlohmann::json& d) {
-        return d.is_number_integer() && d.get<std::int64_t>() >= 0;
-      };
-      const auto pair = [&](const nlohmann::json& p) {
-        return p.is_array() && p.size() == 2 && size(p[0]) && size(p[1]);
-      };
-      if (size(v)) {
-        padding = Padding2D(v.get<std::size_t>());
-      } else if (pair(v)) {
-        padding = Padding2D(v[0].get<std::size_t>(), v[1].get<std::size_t>());
-      } else if (v.is_array() && v.size() == 2 && pair(v[0]) && pair(v[1])) {
-        padding = Padding2D(v[0][0].get<std::size_t>(), v[0][1].get<std::size_t>(),
-                            v[1][0].get<std::size_t>(), v[1][1].get<std::size_t>());
-      } else {
-        read.fail("padding",
-                  "a non-negative integer, a pair of them or a pair of pairs ((top, bottom), "
-                  "(left, right))");
-      }
-    }
-    return detail::finish_layer(
-        read, std::make_shared<ZeroPadding2D>(
-                  padding, ZeroPadding2DOptions{.data_format = detail::config_channels_first(read)
-                                                                   ? "channels_first"
-                                                                   : "channels_last",
-                                                .name = detail::config_name(read)}));
-  }
+  LOADSTAR_DECL static std::shared_ptr<Layer> from_config(const nlohmann::json& config);
 
  private:
   /// Copies every image row of `image` into its place inside `padded` (`into`), or back.
-  void copy_rows(const Tensor<float>& image, const Tensor<float>& padded, bool into) const {
-    const std::size_t padded_w = width_ + padding_.left + padding_.right;
-    const std::size_t padded_h = height_ + padding_.top + padding_.bottom;
-    const std::size_t run = width_ * inner_;
-    const std::size_t rows = image.rows() * planes_ * height_;
-    for (std::size_t r = 0; r < rows; ++r) {
-      const std::size_t plane = r / height_;
-      const std::size_t y = r % height_;
-      float* inside = image.data() + r * run;
-      float* outside = padded.data() +
-                       ((plane * padded_h + y + padding_.top) * padded_w + padding_.left) * inner_;
-      if (into) {
-        std::memcpy(outside, inside, run * sizeof(float));
-      } else {
-        std::memcpy(inside, outside, run * sizeof(float));
-      }
-    }
-  }
+  LOADSTAR_DECL void copy_rows(const Tensor<float>& image, const Tensor<float>& padded,
+                               bool into) const;
 
   Padding2D padding_;
   bool channels_first_ = false;
@@ -147,3 +73,107 @@ class ZeroPadding2D : public detail::LayerBase {
 };
 
 }  // namespace loadstar::keras::layers
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_HEADER_BODIES
+namespace loadstar::keras::layers {
+
+LOADSTAR_DECL Shape ZeroPadding2D::build(std::span<const Shape> input_shapes, std::uint64_t) {
+  expect_inputs(input_shapes, 1);
+  expect_rank(input_shapes[0], 3);
+  const Shape& in = input_shapes[0];
+  // The image as (planes, h, w, inner): (1, h, w, c) channels_last, (c, h, w, 1) channels_first.
+  planes_ = channels_first_ ? in[0] : 1;
+  height_ = channels_first_ ? in[1] : in[0];
+  width_ = channels_first_ ? in[2] : in[1];
+  inner_ = channels_first_ ? 1 : in[2];
+  const std::size_t h = height_ + padding_.top + padding_.bottom;
+  const std::size_t w = width_ + padding_.left + padding_.right;
+  const Shape out = channels_first_ ? Shape{in[0], h, w} : Shape{h, w, in[2]};
+  remember(input_shapes, out);
+  return out;
+}
+
+LOADSTAR_DECL void ZeroPadding2D::forward(std::span<const Tensor<float>> inputs,
+                                          const Tensor<float>& output, const CallContext& ctx) {
+  check_inputs(inputs);
+  const Tensor<float> tensors[] = {inputs[0], output};
+  ctx.backend.host_kernel(tensors, [this](std::span<const Tensor<float>> t) {
+    std::fill(t[1].begin(), t[1].end(), 0.0F);
+    copy_rows(t[0], t[1], true);
+  });
+}
+
+LOADSTAR_DECL void ZeroPadding2D::backward(std::span<const Tensor<float>>, const Tensor<float>&,
+                                           const Tensor<float>& output_gradient,
+                                           std::span<const Tensor<float>> input_gradients,
+                                           const CallContext& ctx) {
+  if (input_gradients.empty() || input_gradients[0].empty()) return;
+  const Tensor<float> tensors[] = {input_gradients[0], output_gradient};
+  ctx.backend.host_kernel(
+      tensors, [this](std::span<const Tensor<float>> t) { copy_rows(t[0], t[1], false); });
+}
+
+LOADSTAR_DECL nlohmann::json ZeroPadding2D::get_config() const {
+  auto config = base_config();
+  config["padding"] = {{padding_.top, padding_.bottom}, {padding_.left, padding_.right}};
+  config["data_format"] = channels_first_ ? "channels_first" : "channels_last";
+  return config;
+}
+
+LOADSTAR_DECL std::shared_ptr<Layer> ZeroPadding2D::from_config(const nlohmann::json& config) {
+  const auto read = detail::layer_config(config, "ZeroPadding2D");
+  Padding2D padding = 1;
+  if (read.has("padding")) {
+    const nlohmann::json& v = *read.find("padding");
+    const auto size = [](const nlohmann::json& d) {
+      return d.is_number_integer() && d.get<std::int64_t>() >= 0;
+    };
+    const auto pair = [&](const nlohmann::json& p) {
+      return p.is_array() && p.size() == 2 && size(p[0]) && size(p[1]);
+    };
+    if (size(v)) {
+      padding = Padding2D(v.get<std::size_t>());
+    } else if (pair(v)) {
+      padding = Padding2D(v[0].get<std::size_t>(), v[1].get<std::size_t>());
+    } else if (v.is_array() && v.size() == 2 && pair(v[0]) && pair(v[1])) {
+      padding = Padding2D(v[0][0].get<std::size_t>(), v[0][1].get<std::size_t>(),
+                          v[1][0].get<std::size_t>(), v[1][1].get<std::size_t>());
+    } else {
+      read.fail("padding",
+                "a non-negative integer, a pair of them or a pair of pairs ((top, bottom), "
+                "(left, right))");
+    }
+  }
+  return detail::finish_layer(
+      read, std::make_shared<ZeroPadding2D>(
+                padding, ZeroPadding2DOptions{.data_format = detail::config_channels_first(read)
+                                                                 ? "channels_first"
+                                                                 : "channels_last",
+                                              .name = detail::config_name(read)}));
+}
+
+LOADSTAR_DECL void ZeroPadding2D::copy_rows(const Tensor<float>& image, const Tensor<float>& padded,
+                                            bool into) const {
+  const std::size_t padded_w = width_ + padding_.left + padding_.right;
+  const std::size_t padded_h = height_ + padding_.top + padding_.bottom;
+  const std::size_t run = width_ * inner_;
+  const std::size_t rows = image.rows() * planes_ * height_;
+  for (std::size_t r = 0; r < rows; ++r) {
+    const std::size_t plane = r / height_;
+    const std::size_t y = r % height_;
+    float* inside = image.data() + r * run;
+    float* outside =
+        padded.data() + ((plane * padded_h + y + padding_.top) * padded_w + padding_.left) * inner_;
+    if (into) {
+      std::memcpy(outside, inside, run * sizeof(float));
+    } else {
+      std::memcpy(inside, outside, run * sizeof(float));
+    }
+  }
+}
+
+}  // namespace loadstar::keras::layers
+#endif

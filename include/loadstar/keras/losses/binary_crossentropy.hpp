@@ -2,6 +2,8 @@
 /// `BinaryCrossentropy`, as `tf.keras.losses.BinaryCrossentropy`.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -32,45 +34,12 @@ class BinaryCrossentropy : public detail::RowLoss<BinaryCrossentropy> {
   std::string class_name() const override { return "BinaryCrossentropy"; }
 
   /// The loss described by a Keras config (`Registry<Loss>`'s factory).
-  static std::unique_ptr<Loss> from_config(const nlohmann::json& config) {
-    const auto read = detail::loss_config(config, "BinaryCrossentropy");
-    read.expect("axis", -1, "loadstar reduces over the last axis");
-    return std::make_unique<BinaryCrossentropy>(
-        read.get("from_logits", false), read.get("label_smoothing", 0.0),
-        detail::config_reduction(read), read.get("name", "binary_crossentropy"));
-  }
-  nlohmann::json get_config() const override {
-    auto config = Loss::get_config();
-    config["from_logits"] = from_logits_;
-    config["label_smoothing"] = label_smoothing_;
-    config["axis"] = -1;
-    return config;
-  }
+  LOADSTAR_DECL static std::unique_ptr<Loss> from_config(const nlohmann::json& config);
+  LOADSTAR_DECL nlohmann::json get_config() const override;
   bool from_logits() const noexcept { return from_logits_; }
 
-  double row(const float* t, const float* p, std::size_t n, float* g, double scale) const {
-    constexpr double eps = detail::loss_epsilon;
-    const double inverse = 1.0 / static_cast<double>(n);
-    double sum = 0;
-    for (std::size_t i = 0; i < n; ++i) {
-      const double y = detail::smooth_binary(t[i], label_smoothing_);
-      const double x = p[i];
-      if (from_logits_) {
-        sum += std::max(x, 0.0) - x * y + std::log1p(std::exp(-std::abs(x)));
-        if (g != nullptr)
-          g[i] = static_cast<float>(scale * (1.0 / (1.0 + std::exp(-x)) - y) * inverse);
-      } else {
-        const double q = std::clamp(x, eps, 1.0 - eps);
-        sum -= y * std::log(q + eps) + (1.0 - y) * std::log(1.0 - q + eps);
-        if (g != nullptr) {
-          const bool inside = x >= eps && x <= 1.0 - eps;
-          const double d = -y / (q + eps) + (1.0 - y) / (1.0 - q + eps);
-          g[i] = static_cast<float>(inside ? scale * d * inverse : 0.0);
-        }
-      }
-    }
-    return sum * inverse;
-  }
+  LOADSTAR_DECL double row(const float* t, const float* p, std::size_t n, float* g,
+                           double scale) const;
 
  private:
   bool from_logits_;
@@ -78,3 +47,53 @@ class BinaryCrossentropy : public detail::RowLoss<BinaryCrossentropy> {
 };
 
 }  // namespace loadstar::keras::losses
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_HEADER_BODIES
+namespace loadstar::keras::losses {
+
+LOADSTAR_DECL std::unique_ptr<Loss> BinaryCrossentropy::from_config(const nlohmann::json& config) {
+  const auto read = detail::loss_config(config, "BinaryCrossentropy");
+  read.expect("axis", -1, "loadstar reduces over the last axis");
+  return std::make_unique<BinaryCrossentropy>(
+      read.get("from_logits", false), read.get("label_smoothing", 0.0),
+      detail::config_reduction(read), read.get("name", "binary_crossentropy"));
+}
+
+LOADSTAR_DECL nlohmann::json BinaryCrossentropy::get_config() const {
+  auto config = Loss::get_config();
+  config["from_logits"] = from_logits_;
+  config["label_smoothing"] = label_smoothing_;
+  config["axis"] = -1;
+  return config;
+}
+
+LOADSTAR_DECL double BinaryCrossentropy::row(const float* t, const float* p, std::size_t n,
+                                             float* g, double scale) const {
+  constexpr double eps = detail::loss_epsilon;
+  const double inverse = 1.0 / static_cast<double>(n);
+  double sum = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const double y = detail::smooth_binary(t[i], label_smoothing_);
+    const double x = p[i];
+    if (from_logits_) {
+      sum += std::max(x, 0.0) - x * y + std::log1p(std::exp(-std::abs(x)));
+      if (g != nullptr)
+        g[i] = static_cast<float>(scale * (1.0 / (1.0 + std::exp(-x)) - y) * inverse);
+    } else {
+      const double q = std::clamp(x, eps, 1.0 - eps);
+      sum -= y * std::log(q + eps) + (1.0 - y) * std::log(1.0 - q + eps);
+      if (g != nullptr) {
+        const bool inside = x >= eps && x <= 1.0 - eps;
+        const double d = -y / (q + eps) + (1.0 - y) / (1.0 - q + eps);
+        g[i] = static_cast<float>(inside ? scale * d * inverse : 0.0);
+      }
+    }
+  }
+  return sum * inverse;
+}
+
+}  // namespace loadstar::keras::losses
+#endif

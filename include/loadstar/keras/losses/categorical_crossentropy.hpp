@@ -2,6 +2,8 @@
 /// `CategoricalCrossentropy`, as `tf.keras.losses.CategoricalCrossentropy` (axis -1).
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -32,69 +34,14 @@ class CategoricalCrossentropy : public detail::RowLoss<CategoricalCrossentropy> 
   std::string class_name() const override { return "CategoricalCrossentropy"; }
 
   /// The loss described by a Keras config (`Registry<Loss>`'s factory).
-  static std::unique_ptr<Loss> from_config(const nlohmann::json& config) {
-    const auto read = detail::loss_config(config, "CategoricalCrossentropy");
-    read.expect("axis", -1, "loadstar reduces over the last axis");
-    return std::make_unique<CategoricalCrossentropy>(
-        read.get("from_logits", false), read.get("label_smoothing", 0.0),
-        detail::config_reduction(read), read.get("name", "categorical_crossentropy"));
-  }
-  nlohmann::json get_config() const override {
-    auto config = Loss::get_config();
-    config["from_logits"] = from_logits_;
-    config["label_smoothing"] = label_smoothing_;
-    config["axis"] = -1;
-    return config;
-  }
+  LOADSTAR_DECL static std::unique_ptr<Loss> from_config(const nlohmann::json& config);
+  LOADSTAR_DECL nlohmann::json get_config() const override;
   bool from_logits() const noexcept { return from_logits_; }
 
-  void check_shapes(const Tensor<float>& y_true, const Tensor<float>& y_pred) const {
-    if (y_true.shape() != y_pred.shape()) {
-      throw ShapeError(name() + ": y_true of shape " + y_true.shape().str() +
-                       " does not match y_pred of shape " + y_pred.shape().str());
-    }
-  }
+  LOADSTAR_DECL void check_shapes(const Tensor<float>& y_true, const Tensor<float>& y_pred) const;
 
-  double row(const float* t, const float* p, std::size_t n, float* g, double scale) const {
-    const double smooth = label_smoothing_ / static_cast<double>(n);
-    auto label = [&](std::size_t i) { return t[i] * (1.0 - label_smoothing_) + smooth; };
-    if (from_logits_) {
-      const double lse = detail::log_sum_exp(p, n);
-      double sum = 0;
-      double label_sum = 0;
-      for (std::size_t i = 0; i < n; ++i) {
-        sum -= label(i) * (p[i] - lse);
-        label_sum += label(i);
-      }
-      if (g != nullptr) {
-        for (std::size_t i = 0; i < n; ++i)
-          g[i] = static_cast<float>(scale * (label_sum * std::exp(p[i] - lse) - label(i)));
-      }
-      return sum;
-    }
-    constexpr double eps = detail::loss_epsilon;
-    double total = 0;
-    for (std::size_t i = 0; i < n; ++i)
-      total += p[i];
-    double sum = 0;
-    double weighted = 0;  // sum_j d(loss)/d(q_j) * q_j, for the derivative of the normalisation
-    for (std::size_t i = 0; i < n; ++i) {
-      const double q = p[i] / total;
-      const double c = std::clamp(q, eps, 1.0 - eps);
-      sum -= label(i) * std::log(c);
-      if (q >= eps && q <= 1.0 - eps) weighted += -label(i) / c * q;
-    }
-    if (g != nullptr) {
-      // q = p / sum(p): d(loss)/d(p_i) = (d(loss)/d(q_i) - sum_j d(loss)/d(q_j) q_j) / sum(p).
-      for (std::size_t i = 0; i < n; ++i) {
-        const double q = p[i] / total;
-        const double c = std::clamp(q, eps, 1.0 - eps);
-        const double dq = q >= eps && q <= 1.0 - eps ? -label(i) / c : 0.0;
-        g[i] = static_cast<float>(scale * (dq - weighted) / total);
-      }
-    }
-    return sum;
-  }
+  LOADSTAR_DECL double row(const float* t, const float* p, std::size_t n, float* g,
+                           double scale) const;
 
  private:
   bool from_logits_;
@@ -102,3 +49,79 @@ class CategoricalCrossentropy : public detail::RowLoss<CategoricalCrossentropy> 
 };
 
 }  // namespace loadstar::keras::losses
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_HEADER_BODIES
+namespace loadstar::keras::losses {
+
+LOADSTAR_DECL std::unique_ptr<Loss> CategoricalCrossentropy::from_config(
+    const nlohmann::json& config) {
+  const auto read = detail::loss_config(config, "CategoricalCrossentropy");
+  read.expect("axis", -1, "loadstar reduces over the last axis");
+  return std::make_unique<CategoricalCrossentropy>(
+      read.get("from_logits", false), read.get("label_smoothing", 0.0),
+      detail::config_reduction(read), read.get("name", "categorical_crossentropy"));
+}
+
+LOADSTAR_DECL nlohmann::json CategoricalCrossentropy::get_config() const {
+  auto config = Loss::get_config();
+  config["from_logits"] = from_logits_;
+  config["label_smoothing"] = label_smoothing_;
+  config["axis"] = -1;
+  return config;
+}
+
+LOADSTAR_DECL void CategoricalCrossentropy::check_shapes(const Tensor<float>& y_true,
+                                                         const Tensor<float>& y_pred) const {
+  if (y_true.shape() != y_pred.shape()) {
+    throw ShapeError(name() + ": y_true of shape " + y_true.shape().str() +
+                     " does not match y_pred of shape " + y_pred.shape().str());
+  }
+}
+
+LOADSTAR_DECL double CategoricalCrossentropy::row(const float* t, const float* p, std::size_t n,
+                                                  float* g, double scale) const {
+  const double smooth = label_smoothing_ / static_cast<double>(n);
+  auto label = [&](std::size_t i) { return t[i] * (1.0 - label_smoothing_) + smooth; };
+  if (from_logits_) {
+    const double lse = detail::log_sum_exp(p, n);
+    double sum = 0;
+    double label_sum = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      sum -= label(i) * (p[i] - lse);
+      label_sum += label(i);
+    }
+    if (g != nullptr) {
+      for (std::size_t i = 0; i < n; ++i)
+        g[i] = static_cast<float>(scale * (label_sum * std::exp(p[i] - lse) - label(i)));
+    }
+    return sum;
+  }
+  constexpr double eps = detail::loss_epsilon;
+  double total = 0;
+  for (std::size_t i = 0; i < n; ++i)
+    total += p[i];
+  double sum = 0;
+  double weighted = 0;  // sum_j d(loss)/d(q_j) * q_j, for the derivative of the normalisation
+  for (std::size_t i = 0; i < n; ++i) {
+    const double q = p[i] / total;
+    const double c = std::clamp(q, eps, 1.0 - eps);
+    sum -= label(i) * std::log(c);
+    if (q >= eps && q <= 1.0 - eps) weighted += -label(i) / c * q;
+  }
+  if (g != nullptr) {
+    // q = p / sum(p): d(loss)/d(p_i) = (d(loss)/d(q_i) - sum_j d(loss)/d(q_j) q_j) / sum(p).
+    for (std::size_t i = 0; i < n; ++i) {
+      const double q = p[i] / total;
+      const double c = std::clamp(q, eps, 1.0 - eps);
+      const double dq = q >= eps && q <= 1.0 - eps ? -label(i) / c : 0.0;
+      g[i] = static_cast<float>(scale * (dq - weighted) / total);
+    }
+  }
+  return sum;
+}
+
+}  // namespace loadstar::keras::losses
+#endif

@@ -2,6 +2,8 @@
 /// `Huber`: quadratic within `delta`, linear beyond, as `tf.keras.losses.Huber`.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <cmath>
 #include <memory>
 #include <string>
@@ -24,35 +26,52 @@ class Huber : public detail::RowLoss<Huber> {
   std::string class_name() const override { return "Huber"; }
 
   /// The loss described by a Keras config (`Registry<Loss>`'s factory).
-  static std::unique_ptr<Loss> from_config(const nlohmann::json& config) {
-    const auto read = detail::loss_config(config, "Huber");
-    return std::make_unique<Huber>(read.get("delta", 1.0), detail::config_reduction(read),
-                                   read.get("name", "huber_loss"));
-  }
-  nlohmann::json get_config() const override {
-    auto config = Loss::get_config();
-    config["delta"] = delta_;
-    return config;
-  }
+  LOADSTAR_DECL static std::unique_ptr<Loss> from_config(const nlohmann::json& config);
+  LOADSTAR_DECL nlohmann::json get_config() const override;
 
-  double row(const float* t, const float* p, std::size_t n, float* g, double scale) const {
-    double sum = 0;
-    const double inverse = 1.0 / static_cast<double>(n);
-    for (std::size_t i = 0; i < n; ++i) {
-      const double e = static_cast<double>(p[i]) - t[i];
-      const double a = std::abs(e);
-      const bool inside = a <= delta_;
-      sum += inside ? 0.5 * e * e : delta_ * a - 0.5 * delta_ * delta_;
-      if (g != nullptr) {
-        const double d = inside ? e : delta_ * ((e > 0) - (e < 0));
-        g[i] = static_cast<float>(scale * d * inverse);
-      }
-    }
-    return sum * inverse;
-  }
+  LOADSTAR_DECL double row(const float* t, const float* p, std::size_t n, float* g,
+                           double scale) const;
 
  private:
   double delta_;
 };
 
 }  // namespace loadstar::keras::losses
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_HEADER_BODIES
+namespace loadstar::keras::losses {
+
+LOADSTAR_DECL std::unique_ptr<Loss> Huber::from_config(const nlohmann::json& config) {
+  const auto read = detail::loss_config(config, "Huber");
+  return std::make_unique<Huber>(read.get("delta", 1.0), detail::config_reduction(read),
+                                 read.get("name", "huber_loss"));
+}
+
+LOADSTAR_DECL nlohmann::json Huber::get_config() const {
+  auto config = Loss::get_config();
+  config["delta"] = delta_;
+  return config;
+}
+
+LOADSTAR_DECL double Huber::row(const float* t, const float* p, std::size_t n, float* g,
+                                double scale) const {
+  double sum = 0;
+  const double inverse = 1.0 / static_cast<double>(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const double e = static_cast<double>(p[i]) - t[i];
+    const double a = std::abs(e);
+    const bool inside = a <= delta_;
+    sum += inside ? 0.5 * e * e : delta_ * a - 0.5 * delta_ * delta_;
+    if (g != nullptr) {
+      const double d = inside ? e : delta_ * ((e > 0) - (e < 0));
+      g[i] = static_cast<float>(scale * d * inverse);
+    }
+  }
+  return sum * inverse;
+}
+
+}  // namespace loadstar::keras::losses
+#endif

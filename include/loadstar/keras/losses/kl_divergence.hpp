@@ -2,6 +2,8 @@
 /// `KLDivergence`: `sum(y_true * log(y_true / y_pred), axis=-1)`, as `tf.keras.losses`.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -25,26 +27,41 @@ class KLDivergence : public detail::RowLoss<KLDivergence> {
   std::string class_name() const override { return "KLDivergence"; }
 
   /// The loss described by a Keras config (`Registry<Loss>`'s factory).
-  static std::unique_ptr<Loss> from_config(const nlohmann::json& config) {
-    const auto read = detail::loss_config(config, "KLDivergence");
-    return std::make_unique<KLDivergence>(detail::config_reduction(read),
-                                          read.get("name", "kl_divergence"));
-  }
+  LOADSTAR_DECL static std::unique_ptr<Loss> from_config(const nlohmann::json& config);
 
-  double row(const float* t, const float* p, std::size_t n, float* g, double scale) const {
-    constexpr double eps = detail::loss_epsilon;
-    double sum = 0;
-    for (std::size_t i = 0; i < n; ++i) {
-      const double y = std::clamp(static_cast<double>(t[i]), eps, 1.0);
-      const double q = std::clamp(static_cast<double>(p[i]), eps, 1.0);
-      sum += y * std::log(y / q);
-      if (g != nullptr) {
-        const bool inside = p[i] >= eps && p[i] <= 1.0;
-        g[i] = static_cast<float>(inside ? -scale * y / q : 0.0);
-      }
-    }
-    return sum;
-  }
+  LOADSTAR_DECL double row(const float* t, const float* p, std::size_t n, float* g,
+                           double scale) const;
 };
 
 }  // namespace loadstar::keras::losses
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_HEADER_BODIES
+namespace loadstar::keras::losses {
+
+LOADSTAR_DECL std::unique_ptr<Loss> KLDivergence::from_config(const nlohmann::json& config) {
+  const auto read = detail::loss_config(config, "KLDivergence");
+  return std::make_unique<KLDivergence>(detail::config_reduction(read),
+                                        read.get("name", "kl_divergence"));
+}
+
+LOADSTAR_DECL double KLDivergence::row(const float* t, const float* p, std::size_t n, float* g,
+                                       double scale) const {
+  constexpr double eps = detail::loss_epsilon;
+  double sum = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const double y = std::clamp(static_cast<double>(t[i]), eps, 1.0);
+    const double q = std::clamp(static_cast<double>(p[i]), eps, 1.0);
+    sum += y * std::log(y / q);
+    if (g != nullptr) {
+      const bool inside = p[i] >= eps && p[i] <= 1.0;
+      g[i] = static_cast<float>(inside ? -scale * y / q : 0.0);
+    }
+  }
+  return sum;
+}
+
+}  // namespace loadstar::keras::losses
+#endif

@@ -2,13 +2,15 @@
 /// `Loss`: the base of Keras's losses, with Keras's reductions and sample weighting.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <string>
 
 #include <string_view>
 
 #include <nlohmann/json.hpp>
 
-#include "loadstar/keras/backend/cpu_backend.hpp"
+#include "loadstar/keras/backend/backend.hpp"
 #include "loadstar/keras/detail/config_reader.hpp"
 
 #include "loadstar/tensor/tensor.hpp"
@@ -60,10 +62,7 @@ class Loss {
 
   /// Keras's `get_config()`: `{"reduction": "sum_over_batch_size", "name": ...}` and the loss's
   /// own arguments.
-  virtual nlohmann::json get_config() const {
-    const char* reductions[] = {"sum_over_batch_size", "sum", "none"};
-    return {{"reduction", reductions[static_cast<int>(reduction_)]}, {"name", name_}};
-  }
+  LOADSTAR_DECL virtual nlohmann::json get_config() const;
 
   /// The name Keras logs the loss under (`"sparse_categorical_crossentropy"`).
   const std::string& name() const noexcept { return name_; }
@@ -95,3 +94,17 @@ inline Reduction config_reduction(const ConfigReader& read) {
 
 }  // namespace detail
 }  // namespace loadstar::keras
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_HEADER_BODIES
+namespace loadstar::keras {
+
+LOADSTAR_DECL nlohmann::json Loss::get_config() const {
+  const char* reductions[] = {"sum_over_batch_size", "sum", "none"};
+  return {{"reduction", reductions[static_cast<int>(reduction_)]}, {"name", name_}};
+}
+
+}  // namespace loadstar::keras
+#endif

@@ -2,6 +2,8 @@
 /// `MeanAbsoluteError`: `mean(abs(y_true - y_pred), axis=-1)`, as `tf.keras.losses`.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <cmath>
 #include <memory>
 #include <string>
@@ -25,22 +27,37 @@ class MeanAbsoluteError : public detail::RowLoss<MeanAbsoluteError> {
   std::string class_name() const override { return "MeanAbsoluteError"; }
 
   /// The loss described by a Keras config (`Registry<Loss>`'s factory).
-  static std::unique_ptr<Loss> from_config(const nlohmann::json& config) {
-    const auto read = detail::loss_config(config, "MeanAbsoluteError");
-    return std::make_unique<MeanAbsoluteError>(detail::config_reduction(read),
-                                               read.get("name", "mean_absolute_error"));
-  }
+  LOADSTAR_DECL static std::unique_ptr<Loss> from_config(const nlohmann::json& config);
 
-  double row(const float* t, const float* p, std::size_t n, float* g, double scale) const {
-    double sum = 0;
-    const double inverse = 1.0 / static_cast<double>(n);
-    for (std::size_t i = 0; i < n; ++i) {
-      const double e = static_cast<double>(p[i]) - t[i];
-      sum += std::abs(e);
-      if (g != nullptr) g[i] = static_cast<float>(scale * ((e > 0) - (e < 0)) * inverse);
-    }
-    return sum * inverse;
-  }
+  LOADSTAR_DECL double row(const float* t, const float* p, std::size_t n, float* g,
+                           double scale) const;
 };
 
 }  // namespace loadstar::keras::losses
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_HEADER_BODIES
+namespace loadstar::keras::losses {
+
+LOADSTAR_DECL std::unique_ptr<Loss> MeanAbsoluteError::from_config(const nlohmann::json& config) {
+  const auto read = detail::loss_config(config, "MeanAbsoluteError");
+  return std::make_unique<MeanAbsoluteError>(detail::config_reduction(read),
+                                             read.get("name", "mean_absolute_error"));
+}
+
+LOADSTAR_DECL double MeanAbsoluteError::row(const float* t, const float* p, std::size_t n, float* g,
+                                            double scale) const {
+  double sum = 0;
+  const double inverse = 1.0 / static_cast<double>(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const double e = static_cast<double>(p[i]) - t[i];
+    sum += std::abs(e);
+    if (g != nullptr) g[i] = static_cast<float>(scale * ((e > 0) - (e < 0)) * inverse);
+  }
+  return sum * inverse;
+}
+
+}  // namespace loadstar::keras::losses
+#endif

@@ -2,6 +2,8 @@
 /// `SparseCategoricalCrossentropy`, as `tf.keras.losses.SparseCategoricalCrossentropy`.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -34,88 +36,120 @@ class SparseCategoricalCrossentropy : public detail::RowLoss<SparseCategoricalCr
   std::string class_name() const override { return "SparseCategoricalCrossentropy"; }
 
   /// The loss described by a Keras config (`Registry<Loss>`'s factory).
-  static std::unique_ptr<Loss> from_config(const nlohmann::json& config) {
-    const auto read = detail::loss_config(config, "SparseCategoricalCrossentropy");
-    read.expect("ignore_class", nullptr, "loadstar ignores no class");
-    read.expect("axis", -1, "loadstar reduces over the last axis");
-    return std::make_unique<SparseCategoricalCrossentropy>(
-        read.get("from_logits", false), detail::config_reduction(read),
-        read.get("name", "sparse_categorical_crossentropy"));
-  }
-  nlohmann::json get_config() const override {
-    auto config = Loss::get_config();
-    config["from_logits"] = from_logits_;
-    config["ignore_class"] = nullptr;
-    return config;
-  }
+  LOADSTAR_DECL static std::unique_ptr<Loss> from_config(const nlohmann::json& config);
+  LOADSTAR_DECL nlohmann::json get_config() const override;
   bool from_logits() const noexcept { return from_logits_; }
 
   std::size_t true_size(std::size_t) const noexcept { return 1; }
 
-  void check_shapes(const Tensor<float>& y_true, const Tensor<float>& y_pred) const {
-    const Shape expected = detail::without_last_axis(y_pred.shape());
-    if (y_pred.rank() >= 2 && y_true.shape() == y_pred.shape() &&
-        y_pred.shape()[y_pred.rank() - 1] > 1) {
-      throw ShapeError(name() + ": y_true of shape " + y_true.shape().str() +
-                       " looks one-hot (the shape of y_pred); this loss takes one class index " +
-                       "per row, of shape " + expected.str() +
-                       ": use categorical_crossentropy for one-hot labels");
-    }
-    if (y_pred.rank() < 2 || !detail::shapes_fit(y_true.shape(), expected)) {
-      throw ShapeError(name() + ": y_true of shape " + y_true.shape().str() +
-                       " does not match y_pred of shape " + y_pred.shape().str() +
-                       " (expected one class index per row of shape " + expected.str() + ")");
-    }
-  }
+  LOADSTAR_DECL void check_shapes(const Tensor<float>& y_true, const Tensor<float>& y_pred) const;
 
   void prepare(const Tensor<float>& y_true) const { check_labels(y_true, classes_hint_); }
 
   using RowLoss::compute;
 
-  float compute(Backend& backend, const Tensor<float>& y_true, const Tensor<float>& y_pred,
-                const Tensor<float>* sample_weight, const Tensor<float>& gradient) override {
-    classes_hint_ = detail::last_axis(y_pred);
-    return RowLoss::compute(backend, y_true, y_pred, sample_weight, gradient);
-  }
+  LOADSTAR_DECL float compute(Backend& backend, const Tensor<float>& y_true,
+                              const Tensor<float>& y_pred, const Tensor<float>* sample_weight,
+                              const Tensor<float>& gradient) override;
 
-  double row(const float* t, const float* p, std::size_t n, float* g, double scale) const {
-    const auto label = static_cast<std::size_t>(*t);
-    if (from_logits_) {
-      const double lse = detail::log_sum_exp(p, n);
-      if (g != nullptr) {
-        for (std::size_t i = 0; i < n; ++i)
-          g[i] = static_cast<float>(scale * (std::exp(p[i] - lse) - (i == label ? 1.0 : 0.0)));
-      }
-      return lse - p[label];
-    }
-    constexpr double eps = detail::loss_epsilon;
-    double total = 0;
-    for (std::size_t i = 0; i < n; ++i)
-      total += std::clamp(static_cast<double>(p[i]), eps, 1.0 - eps);
-    const double c_label = std::clamp(static_cast<double>(p[label]), eps, 1.0 - eps);
-    if (g != nullptr) {
-      for (std::size_t i = 0; i < n; ++i) {
-        const bool inside = p[i] >= eps && p[i] <= 1.0 - eps;
-        const double d = 1.0 / total - (i == label ? 1.0 / c_label : 0.0);
-        g[i] = static_cast<float>(inside ? scale * d : 0.0);
-      }
-    }
-    return std::log(total) - std::log(c_label);
-  }
+  LOADSTAR_DECL double row(const float* t, const float* p, std::size_t n, float* g,
+                           double scale) const;
 
  private:
-  void check_labels(const Tensor<float>& y_true, std::size_t classes) const {
-    for (std::size_t i = 0; i < y_true.size(); ++i) {
-      const double v = y_true.data()[i];
-      if (!(v >= 0 && v < static_cast<double>(classes))) {
-        throw ConfigError(name() + ": label " + detail::format_value(v) + " at row " +
-                          std::to_string(i) + " is outside [0, " + std::to_string(classes) + ")");
-      }
-    }
-  }
+  LOADSTAR_DECL void check_labels(const Tensor<float>& y_true, std::size_t classes) const;
 
   bool from_logits_;
   std::size_t classes_hint_ = 0;
 };
 
 }  // namespace loadstar::keras::losses
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_HEADER_BODIES
+namespace loadstar::keras::losses {
+
+LOADSTAR_DECL std::unique_ptr<Loss> SparseCategoricalCrossentropy::from_config(
+    const nlohmann::json& config) {
+  const auto read = detail::loss_config(config, "SparseCategoricalCrossentropy");
+  read.expect("ignore_class", nullptr, "loadstar ignores no class");
+  read.expect("axis", -1, "loadstar reduces over the last axis");
+  return std::make_unique<SparseCategoricalCrossentropy>(
+      read.get("from_logits", false), detail::config_reduction(read),
+      read.get("name", "sparse_categorical_crossentropy"));
+}
+
+LOADSTAR_DECL nlohmann::json SparseCategoricalCrossentropy::get_config() const {
+  auto config = Loss::get_config();
+  config["from_logits"] = from_logits_;
+  config["ignore_class"] = nullptr;
+  return config;
+}
+
+LOADSTAR_DECL void SparseCategoricalCrossentropy::check_shapes(const Tensor<float>& y_true,
+                                                               const Tensor<float>& y_pred) const {
+  const Shape expected = detail::without_last_axis(y_pred.shape());
+  if (y_pred.rank() >= 2 && y_true.shape() == y_pred.shape() &&
+      y_pred.shape()[y_pred.rank() - 1] > 1) {
+    throw ShapeError(name() + ": y_true of shape " + y_true.shape().str() +
+                     " looks one-hot (the shape of y_pred); this loss takes one class index " +
+                     "per row, of shape " + expected.str() +
+                     ": use categorical_crossentropy for one-hot labels");
+  }
+  if (y_pred.rank() < 2 || !detail::shapes_fit(y_true.shape(), expected)) {
+    throw ShapeError(name() + ": y_true of shape " + y_true.shape().str() +
+                     " does not match y_pred of shape " + y_pred.shape().str() +
+                     " (expected one class index per row of shape " + expected.str() + ")");
+  }
+}
+
+LOADSTAR_DECL float SparseCategoricalCrossentropy::compute(Backend& backend,
+                                                           const Tensor<float>& y_true,
+                                                           const Tensor<float>& y_pred,
+                                                           const Tensor<float>* sample_weight,
+                                                           const Tensor<float>& gradient) {
+  classes_hint_ = detail::last_axis(y_pred);
+  return RowLoss::compute(backend, y_true, y_pred, sample_weight, gradient);
+}
+
+LOADSTAR_DECL double SparseCategoricalCrossentropy::row(const float* t, const float* p,
+                                                        std::size_t n, float* g,
+                                                        double scale) const {
+  const auto label = static_cast<std::size_t>(*t);
+  if (from_logits_) {
+    const double lse = detail::log_sum_exp(p, n);
+    if (g != nullptr) {
+      for (std::size_t i = 0; i < n; ++i)
+        g[i] = static_cast<float>(scale * (std::exp(p[i] - lse) - (i == label ? 1.0 : 0.0)));
+    }
+    return lse - p[label];
+  }
+  constexpr double eps = detail::loss_epsilon;
+  double total = 0;
+  for (std::size_t i = 0; i < n; ++i)
+    total += std::clamp(static_cast<double>(p[i]), eps, 1.0 - eps);
+  const double c_label = std::clamp(static_cast<double>(p[label]), eps, 1.0 - eps);
+  if (g != nullptr) {
+    for (std::size_t i = 0; i < n; ++i) {
+      const bool inside = p[i] >= eps && p[i] <= 1.0 - eps;
+      const double d = 1.0 / total - (i == label ? 1.0 / c_label : 0.0);
+      g[i] = static_cast<float>(inside ? scale * d : 0.0);
+    }
+  }
+  return std::log(total) - std::log(c_label);
+}
+
+LOADSTAR_DECL void SparseCategoricalCrossentropy::check_labels(const Tensor<float>& y_true,
+                                                               std::size_t classes) const {
+  for (std::size_t i = 0; i < y_true.size(); ++i) {
+    const double v = y_true.data()[i];
+    if (!(v >= 0 && v < static_cast<double>(classes))) {
+      throw ConfigError(name() + ": label " + detail::format_value(v) + " at row " +
+                        std::to_string(i) + " is outside [0, " + std::to_string(classes) + ")");
+    }
+  }
+}
+
+}  // namespace loadstar::keras::losses
+#endif

@@ -4,6 +4,8 @@
 /// `SparseTopKCategoricalAccuracy`.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <cstddef>
 #include <memory>
 #include <string>
@@ -23,10 +25,7 @@ class Accuracy : public detail::MeanWrapper<Accuracy> {
   explicit Accuracy(std::string name = "accuracy") : MeanWrapper(std::move(name)) {}
   std::string class_name() const override { return "Accuracy"; }
   /// The metric described by a Keras config (`Registry<Metric>`'s factory).
-  static std::unique_ptr<Metric> from_config(const nlohmann::json& config) {
-    const auto read = detail::metric_config(config, "Accuracy");
-    return std::make_unique<Accuracy>(read.get("name", "accuracy"));
-  }
+  LOADSTAR_DECL static std::unique_ptr<Metric> from_config(const nlohmann::json& config);
   static constexpr bool elementwise = true;
   double value(const float* t, const float* p, std::size_t) const { return *t == *p ? 1.0 : 0.0; }
 };
@@ -41,24 +40,9 @@ class BinaryAccuracy : public detail::MeanWrapper<BinaryAccuracy> {
       : MeanWrapper(std::move(name)), threshold_(threshold) {}
   std::string class_name() const override { return "BinaryAccuracy"; }
   /// The metric described by a Keras config (`Registry<Metric>`'s factory).
-  static std::unique_ptr<Metric> from_config(const nlohmann::json& config) {
-    const auto read = detail::metric_config(config, "BinaryAccuracy");
-    return std::make_unique<BinaryAccuracy>(read.get("name", "binary_accuracy"),
-                                            read.get("threshold", 0.5));
-  }
-  nlohmann::json get_config() const override {
-    auto config = Metric::get_config();
-    config["threshold"] = threshold_;
-    return config;
-  }
-  double value(const float* t, const float* p, std::size_t n) const {
-    std::size_t hits = 0;
-    for (std::size_t i = 0; i < n; ++i) {
-      const float predicted = p[i] > threshold_ ? 1.0f : 0.0f;
-      hits += t[i] == predicted ? 1 : 0;
-    }
-    return static_cast<double>(hits) / static_cast<double>(n);
-  }
+  LOADSTAR_DECL static std::unique_ptr<Metric> from_config(const nlohmann::json& config);
+  LOADSTAR_DECL nlohmann::json get_config() const override;
+  LOADSTAR_DECL double value(const float* t, const float* p, std::size_t n) const;
 
  private:
   double threshold_;
@@ -74,10 +58,7 @@ class CategoricalAccuracy : public detail::MeanWrapper<CategoricalAccuracy> {
       : MeanWrapper(std::move(name)) {}
   std::string class_name() const override { return "CategoricalAccuracy"; }
   /// The metric described by a Keras config (`Registry<Metric>`'s factory).
-  static std::unique_ptr<Metric> from_config(const nlohmann::json& config) {
-    const auto read = detail::metric_config(config, "CategoricalAccuracy");
-    return std::make_unique<CategoricalAccuracy>(read.get("name", "categorical_accuracy"));
-  }
+  LOADSTAR_DECL static std::unique_ptr<Metric> from_config(const nlohmann::json& config);
   double value(const float* t, const float* p, std::size_t n) const {
     return detail::argmax(t, n) == detail::argmax(p, n) ? 1.0 : 0.0;
   }
@@ -93,11 +74,7 @@ class SparseCategoricalAccuracy : public detail::MeanWrapper<SparseCategoricalAc
       : MeanWrapper(std::move(name)) {}
   std::string class_name() const override { return "SparseCategoricalAccuracy"; }
   /// The metric described by a Keras config (`Registry<Metric>`'s factory).
-  static std::unique_ptr<Metric> from_config(const nlohmann::json& config) {
-    const auto read = detail::metric_config(config, "SparseCategoricalAccuracy");
-    return std::make_unique<SparseCategoricalAccuracy>(
-        read.get("name", "sparse_categorical_accuracy"));
-  }
+  LOADSTAR_DECL static std::unique_ptr<Metric> from_config(const nlohmann::json& config);
   std::size_t true_size(std::size_t) const noexcept { return 1; }
   void check_shapes(const Tensor<float>& y_true, const Tensor<float>& y_pred) const {
     check_sparse_shapes(y_true, y_pred);
@@ -118,16 +95,8 @@ class TopKCategoricalAccuracy : public detail::MeanWrapper<TopKCategoricalAccura
       : MeanWrapper(std::move(name)), k_(k) {}
   std::string class_name() const override { return "TopKCategoricalAccuracy"; }
   /// The metric described by a Keras config (`Registry<Metric>`'s factory).
-  static std::unique_ptr<Metric> from_config(const nlohmann::json& config) {
-    const auto read = detail::metric_config(config, "TopKCategoricalAccuracy");
-    return std::make_unique<TopKCategoricalAccuracy>(
-        read.get("k", std::size_t{5}), read.get("name", "top_k_categorical_accuracy"));
-  }
-  nlohmann::json get_config() const override {
-    auto config = Metric::get_config();
-    config["k"] = k_;
-    return config;
-  }
+  LOADSTAR_DECL static std::unique_ptr<Metric> from_config(const nlohmann::json& config);
+  LOADSTAR_DECL nlohmann::json get_config() const override;
   double value(const float* t, const float* p, std::size_t n) const {
     return detail::in_top_k(p, n, detail::argmax(t, n), k_) ? 1.0 : 0.0;
   }
@@ -148,28 +117,10 @@ class SparseTopKCategoricalAccuracy : public detail::MeanWrapper<SparseTopKCateg
       : MeanWrapper(std::move(name)), k_(k) {}
   std::string class_name() const override { return "SparseTopKCategoricalAccuracy"; }
   /// The metric described by a Keras config (`Registry<Metric>`'s factory).
-  static std::unique_ptr<Metric> from_config(const nlohmann::json& config) {
-    const auto read = detail::metric_config(config, "SparseTopKCategoricalAccuracy");
-    return std::make_unique<SparseTopKCategoricalAccuracy>(
-        read.get("k", std::size_t{5}), read.get("name", "sparse_top_k_categorical_accuracy"));
-  }
-  nlohmann::json get_config() const override {
-    auto config = Metric::get_config();
-    config["k"] = k_;
-    return config;
-  }
+  LOADSTAR_DECL static std::unique_ptr<Metric> from_config(const nlohmann::json& config);
+  LOADSTAR_DECL nlohmann::json get_config() const override;
   std::size_t true_size(std::size_t) const noexcept { return 1; }
-  void check_shapes(const Tensor<float>& y_true, const Tensor<float>& y_pred) const {
-    check_sparse_shapes(y_true, y_pred);
-    const std::size_t classes = detail::last_axis(y_pred);
-    for (std::size_t i = 0; i < y_true.size(); ++i) {
-      const double v = y_true.data()[i];
-      if (!(v >= 0 && v < static_cast<double>(classes))) {
-        throw ConfigError(name() + ": label " + detail::format_value(v) + " at row " +
-                          std::to_string(i) + " is outside [0, " + std::to_string(classes) + ")");
-      }
-    }
-  }
+  LOADSTAR_DECL void check_shapes(const Tensor<float>& y_true, const Tensor<float>& y_pred) const;
   double value(const float* t, const float* p, std::size_t n) const {
     return detail::in_top_k(p, n, static_cast<std::size_t>(*t), k_) ? 1.0 : 0.0;
   }
@@ -179,3 +130,90 @@ class SparseTopKCategoricalAccuracy : public detail::MeanWrapper<SparseTopKCateg
 };
 
 }  // namespace loadstar::keras::metrics
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_HEADER_BODIES
+namespace loadstar::keras::metrics {
+
+LOADSTAR_DECL std::unique_ptr<Metric> Accuracy::from_config(const nlohmann::json& config) {
+  const auto read = detail::metric_config(config, "Accuracy");
+  return std::make_unique<Accuracy>(read.get("name", "accuracy"));
+}
+
+LOADSTAR_DECL std::unique_ptr<Metric> BinaryAccuracy::from_config(const nlohmann::json& config) {
+  const auto read = detail::metric_config(config, "BinaryAccuracy");
+  return std::make_unique<BinaryAccuracy>(read.get("name", "binary_accuracy"),
+                                          read.get("threshold", 0.5));
+}
+
+LOADSTAR_DECL nlohmann::json BinaryAccuracy::get_config() const {
+  auto config = Metric::get_config();
+  config["threshold"] = threshold_;
+  return config;
+}
+
+LOADSTAR_DECL double BinaryAccuracy::value(const float* t, const float* p, std::size_t n) const {
+  std::size_t hits = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const float predicted = p[i] > threshold_ ? 1.0f : 0.0f;
+    hits += t[i] == predicted ? 1 : 0;
+  }
+  return static_cast<double>(hits) / static_cast<double>(n);
+}
+
+LOADSTAR_DECL std::unique_ptr<Metric> CategoricalAccuracy::from_config(
+    const nlohmann::json& config) {
+  const auto read = detail::metric_config(config, "CategoricalAccuracy");
+  return std::make_unique<CategoricalAccuracy>(read.get("name", "categorical_accuracy"));
+}
+
+LOADSTAR_DECL std::unique_ptr<Metric> SparseCategoricalAccuracy::from_config(
+    const nlohmann::json& config) {
+  const auto read = detail::metric_config(config, "SparseCategoricalAccuracy");
+  return std::make_unique<SparseCategoricalAccuracy>(
+      read.get("name", "sparse_categorical_accuracy"));
+}
+
+LOADSTAR_DECL std::unique_ptr<Metric> TopKCategoricalAccuracy::from_config(
+    const nlohmann::json& config) {
+  const auto read = detail::metric_config(config, "TopKCategoricalAccuracy");
+  return std::make_unique<TopKCategoricalAccuracy>(read.get("k", std::size_t{5}),
+                                                   read.get("name", "top_k_categorical_accuracy"));
+}
+
+LOADSTAR_DECL nlohmann::json TopKCategoricalAccuracy::get_config() const {
+  auto config = Metric::get_config();
+  config["k"] = k_;
+  return config;
+}
+
+LOADSTAR_DECL std::unique_ptr<Metric> SparseTopKCategoricalAccuracy::from_config(
+    const nlohmann::json& config) {
+  const auto read = detail::metric_config(config, "SparseTopKCategoricalAccuracy");
+  return std::make_unique<SparseTopKCategoricalAccuracy>(
+      read.get("k", std::size_t{5}), read.get("name", "sparse_top_k_categorical_accuracy"));
+}
+
+LOADSTAR_DECL nlohmann::json SparseTopKCategoricalAccuracy::get_config() const {
+  auto config = Metric::get_config();
+  config["k"] = k_;
+  return config;
+}
+
+LOADSTAR_DECL void SparseTopKCategoricalAccuracy::check_shapes(const Tensor<float>& y_true,
+                                                               const Tensor<float>& y_pred) const {
+  check_sparse_shapes(y_true, y_pred);
+  const std::size_t classes = detail::last_axis(y_pred);
+  for (std::size_t i = 0; i < y_true.size(); ++i) {
+    const double v = y_true.data()[i];
+    if (!(v >= 0 && v < static_cast<double>(classes))) {
+      throw ConfigError(name() + ": label " + detail::format_value(v) + " at row " +
+                        std::to_string(i) + " is outside [0, " + std::to_string(classes) + ")");
+    }
+  }
+}
+
+}  // namespace loadstar::keras::metrics
+#endif

@@ -2,6 +2,8 @@
 /// `Mean`: the weighted running mean of a value, as `tf.keras.metrics.Mean`.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <cstddef>
 #include <memory>
 #include <string>
@@ -25,24 +27,14 @@ class Mean : public Metric {
   explicit Mean(std::string name = "mean") : Metric(std::move(name)) {}
   std::string class_name() const override { return "Mean"; }
   /// The metric described by a Keras config (`Registry<Metric>`'s factory).
-  static std::unique_ptr<Metric> from_config(const nlohmann::json& config) {
-    const auto read = detail::metric_config(config, "Mean");
-    return std::make_unique<Mean>(read.get("name", "mean"));
-  }
+  LOADSTAR_DECL static std::unique_ptr<Metric> from_config(const nlohmann::json& config);
 
   /// Adds one value with a weight.
   void update_state(double value, double weight = 1.0) { mean_.add(value, weight); }
 
   /// Adds every element of `values` (`y_true` is ignored), weighted by its row's weight.
-  void update_state(const Tensor<float>&, const Tensor<float>& values,
-                    const Tensor<float>* sample_weight) override {
-    detail::check_sample_weight(name(), sample_weight, values);
-    const std::size_t per_row = values.rows() == 0 ? 1 : values.size() / values.rows();
-    for (std::size_t j = 0; j < values.size(); ++j) {
-      mean_.add(values.data()[j],
-                sample_weight == nullptr ? 1.0 : sample_weight->data()[j / per_row]);
-    }
-  }
+  LOADSTAR_DECL void update_state(const Tensor<float>&, const Tensor<float>& values,
+                                  const Tensor<float>* sample_weight) override;
   double result() const override { return mean_.result(); }
   void reset_state() override { mean_ = {}; }
   nlohmann::json get_state() const override { return mean_.state(); }
@@ -54,3 +46,27 @@ class Mean : public Metric {
 };
 
 }  // namespace loadstar::keras::metrics
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_HEADER_BODIES
+namespace loadstar::keras::metrics {
+
+LOADSTAR_DECL std::unique_ptr<Metric> Mean::from_config(const nlohmann::json& config) {
+  const auto read = detail::metric_config(config, "Mean");
+  return std::make_unique<Mean>(read.get("name", "mean"));
+}
+
+LOADSTAR_DECL void Mean::update_state(const Tensor<float>&, const Tensor<float>& values,
+                                      const Tensor<float>* sample_weight) {
+  detail::check_sample_weight(name(), sample_weight, values);
+  const std::size_t per_row = values.rows() == 0 ? 1 : values.size() / values.rows();
+  for (std::size_t j = 0; j < values.size(); ++j) {
+    mean_.add(values.data()[j],
+              sample_weight == nullptr ? 1.0 : sample_weight->data()[j / per_row]);
+  }
+}
+
+}  // namespace loadstar::keras::metrics
+#endif

@@ -2,6 +2,8 @@
 /// `Metric`: the base of Keras's metrics, running means (or counts) reset every epoch.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <memory>
 #include <string>
 #include <string_view>
@@ -36,15 +38,9 @@ class Metric {
 
   /// Accumulates one batch of tensors in `backend`'s memory: the host `update_state` runs as the
   /// backend's host kernel, on host views of the tensors (exceptions propagate).
-  virtual void update_state(Backend& backend, const Tensor<float>& y_true,
-                            const Tensor<float>& y_pred, const Tensor<float>* sample_weight) {
-    const bool weighted = sample_weight != nullptr;
-    static const Tensor<float> none;
-    const Tensor<float>& weight = weighted ? *sample_weight : none;
-    backend.on_host({y_true, y_pred, weight}, [&](std::span<const Tensor<float>> t) {
-      update_state(t[0], t[1], weighted ? &t[2] : nullptr);
-    });
-  }
+  LOADSTAR_DECL virtual void update_state(Backend& backend, const Tensor<float>& y_true,
+                                          const Tensor<float>& y_pred,
+                                          const Tensor<float>* sample_weight);
   /// The value so far.
   virtual double result() const = 0;
   /// Forgets every batch.
@@ -62,11 +58,7 @@ class Metric {
   /// training and evaluation with separate objects, so a metric object given to `compile` is
   /// cloned for evaluation. Every built-in metric implements it; a user's metric that does not
   /// cannot be used with validation data or `evaluate` (`ConfigError`).
-  virtual std::shared_ptr<Metric> clone() const {
-    throw ConfigError("metric '" + name_ + "' (" + class_name() +
-                      "): clone() is not implemented, but the model needs a second object to " +
-                      "measure evaluation separately from training; override clone()");
-  }
+  LOADSTAR_DECL virtual std::shared_ptr<Metric> clone() const;
 
   /// The name logs use (`"accuracy"`, `"val_accuracy"` for validation).
   const std::string& name() const noexcept { return name_; }
@@ -88,3 +80,29 @@ inline ConfigReader metric_config(const nlohmann::json& config, std::string_view
 
 }  // namespace detail
 }  // namespace loadstar::keras
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_HEADER_BODIES
+namespace loadstar::keras {
+
+LOADSTAR_DECL void Metric::update_state(Backend& backend, const Tensor<float>& y_true,
+                                        const Tensor<float>& y_pred,
+                                        const Tensor<float>* sample_weight) {
+  const bool weighted = sample_weight != nullptr;
+  static const Tensor<float> none;
+  const Tensor<float>& weight = weighted ? *sample_weight : none;
+  backend.on_host({y_true, y_pred, weight}, [&](std::span<const Tensor<float>> t) {
+    update_state(t[0], t[1], weighted ? &t[2] : nullptr);
+  });
+}
+
+LOADSTAR_DECL std::shared_ptr<Metric> Metric::clone() const {
+  throw ConfigError("metric '" + name_ + "' (" + class_name() +
+                    "): clone() is not implemented, but the model needs a second object to " +
+                    "measure evaluation separately from training; override clone()");
+}
+
+}  // namespace loadstar::keras
+#endif

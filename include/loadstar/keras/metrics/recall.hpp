@@ -2,6 +2,8 @@
 /// `Recall`: `tp / (tp + fn)` at a threshold, as `tf.keras.metrics.Recall`.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <memory>
 #include <string>
 
@@ -24,27 +26,13 @@ class Recall : public Metric {
       : Metric(std::move(name)), threshold_(threshold), counts_({threshold}) {}
   std::string class_name() const override { return "Recall"; }
   /// The metric described by a Keras config (`Registry<Metric>`'s factory).
-  static std::unique_ptr<Metric> from_config(const nlohmann::json& config) {
-    const auto read = detail::metric_config(config, "Recall");
-    read.expect("top_k", nullptr, "loadstar thresholds every prediction");
-    read.expect("class_id", nullptr, "loadstar counts every class");
-    return std::make_unique<Recall>(detail::config_threshold(read), read.get("name", "recall"));
-  }
-  nlohmann::json get_config() const override {
-    auto config = Metric::get_config();
-    config["thresholds"] = threshold_;
-    config["top_k"] = nullptr;
-    config["class_id"] = nullptr;
-    return config;
-  }
+  LOADSTAR_DECL static std::unique_ptr<Metric> from_config(const nlohmann::json& config);
+  LOADSTAR_DECL nlohmann::json get_config() const override;
   void update_state(const Tensor<float>& y_true, const Tensor<float>& y_pred,
                     const Tensor<float>* sample_weight) override {
     counts_.update(name(), y_true, y_pred, sample_weight);
   }
-  double result() const override {
-    const double tp = counts_.true_positives(0);
-    return detail::divide_no_nan(tp, tp + counts_.false_negatives(0));
-  }
+  LOADSTAR_DECL double result() const override;
   void reset_state() override { counts_.reset(); }
   nlohmann::json get_state() const override { return counts_.state(); }
   void set_state(const nlohmann::json& state) override { counts_.restore(name(), state); }
@@ -56,3 +44,32 @@ class Recall : public Metric {
 };
 
 }  // namespace loadstar::keras::metrics
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_HEADER_BODIES
+namespace loadstar::keras::metrics {
+
+LOADSTAR_DECL std::unique_ptr<Metric> Recall::from_config(const nlohmann::json& config) {
+  const auto read = detail::metric_config(config, "Recall");
+  read.expect("top_k", nullptr, "loadstar thresholds every prediction");
+  read.expect("class_id", nullptr, "loadstar counts every class");
+  return std::make_unique<Recall>(detail::config_threshold(read), read.get("name", "recall"));
+}
+
+LOADSTAR_DECL nlohmann::json Recall::get_config() const {
+  auto config = Metric::get_config();
+  config["thresholds"] = threshold_;
+  config["top_k"] = nullptr;
+  config["class_id"] = nullptr;
+  return config;
+}
+
+LOADSTAR_DECL double Recall::result() const {
+  const double tp = counts_.true_positives(0);
+  return detail::divide_no_nan(tp, tp + counts_.false_negatives(0));
+}
+
+}  // namespace loadstar::keras::metrics
+#endif

@@ -2,6 +2,8 @@
 /// The regression metrics of `tf.keras.metrics`: `MeanSquaredError` and `MeanAbsoluteError`.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <cmath>
 #include <cstddef>
 #include <memory>
@@ -21,18 +23,8 @@ class MeanSquaredError : public detail::MeanWrapper<MeanSquaredError> {
       : MeanWrapper(std::move(name)) {}
   std::string class_name() const override { return "MeanSquaredError"; }
   /// The metric described by a Keras config (`Registry<Metric>`'s factory).
-  static std::unique_ptr<Metric> from_config(const nlohmann::json& config) {
-    const auto read = detail::metric_config(config, "MeanSquaredError");
-    return std::make_unique<MeanSquaredError>(read.get("name", "mean_squared_error"));
-  }
-  double value(const float* t, const float* p, std::size_t n) const {
-    double sum = 0;
-    for (std::size_t i = 0; i < n; ++i) {
-      const double e = static_cast<double>(p[i]) - t[i];
-      sum += e * e;
-    }
-    return sum / static_cast<double>(n);
-  }
+  LOADSTAR_DECL static std::unique_ptr<Metric> from_config(const nlohmann::json& config);
+  LOADSTAR_DECL double value(const float* t, const float* p, std::size_t n) const;
 };
 
 /// The running weighted mean of `mean(abs(y_true - y_pred), axis=-1)`.
@@ -45,16 +37,43 @@ class MeanAbsoluteError : public detail::MeanWrapper<MeanAbsoluteError> {
       : MeanWrapper(std::move(name)) {}
   std::string class_name() const override { return "MeanAbsoluteError"; }
   /// The metric described by a Keras config (`Registry<Metric>`'s factory).
-  static std::unique_ptr<Metric> from_config(const nlohmann::json& config) {
-    const auto read = detail::metric_config(config, "MeanAbsoluteError");
-    return std::make_unique<MeanAbsoluteError>(read.get("name", "mean_absolute_error"));
-  }
-  double value(const float* t, const float* p, std::size_t n) const {
-    double sum = 0;
-    for (std::size_t i = 0; i < n; ++i)
-      sum += std::abs(static_cast<double>(p[i]) - t[i]);
-    return sum / static_cast<double>(n);
-  }
+  LOADSTAR_DECL static std::unique_ptr<Metric> from_config(const nlohmann::json& config);
+  LOADSTAR_DECL double value(const float* t, const float* p, std::size_t n) const;
 };
 
 }  // namespace loadstar::keras::metrics
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_HEADER_BODIES
+namespace loadstar::keras::metrics {
+
+LOADSTAR_DECL std::unique_ptr<Metric> MeanSquaredError::from_config(const nlohmann::json& config) {
+  const auto read = detail::metric_config(config, "MeanSquaredError");
+  return std::make_unique<MeanSquaredError>(read.get("name", "mean_squared_error"));
+}
+
+LOADSTAR_DECL double MeanSquaredError::value(const float* t, const float* p, std::size_t n) const {
+  double sum = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const double e = static_cast<double>(p[i]) - t[i];
+    sum += e * e;
+  }
+  return sum / static_cast<double>(n);
+}
+
+LOADSTAR_DECL std::unique_ptr<Metric> MeanAbsoluteError::from_config(const nlohmann::json& config) {
+  const auto read = detail::metric_config(config, "MeanAbsoluteError");
+  return std::make_unique<MeanAbsoluteError>(read.get("name", "mean_absolute_error"));
+}
+
+LOADSTAR_DECL double MeanAbsoluteError::value(const float* t, const float* p, std::size_t n) const {
+  double sum = 0;
+  for (std::size_t i = 0; i < n; ++i)
+    sum += std::abs(static_cast<double>(p[i]) - t[i]);
+  return sum / static_cast<double>(n);
+}
+
+}  // namespace loadstar::keras::metrics
+#endif

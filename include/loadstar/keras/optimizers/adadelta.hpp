@@ -2,6 +2,8 @@
 /// `Adadelta`, as Keras 2.11+'s `tf.keras.optimizers.Adadelta`.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <memory>
 #include <optional>
 #include <string>
@@ -39,43 +41,59 @@ class Adadelta : public detail::OptimizerBase {
         epsilon_(options.epsilon) {}
   std::string class_name() const override { return "Adadelta"; }
   /// The optimizer described by a Keras config (`Registry<Optimizer>`'s factory).
-  static std::unique_ptr<Optimizer> from_config(const nlohmann::json& config) {
-    const auto read = detail::optimizer_config(config, "Adadelta");
-    detail::expect_no_weight_decay(read);
-    auto options = detail::read_optimizer_options(read, AdadeltaOptions{});
-    options.rho = read.get("rho", options.rho);
-    options.epsilon = read.get("epsilon", options.epsilon);
-    return std::make_unique<Adadelta>(options);
-  }
-  nlohmann::json get_config() const override {
-    auto config = OptimizerBase::get_config();
-    config["rho"] = rho_;
-    config["epsilon"] = epsilon_;
-    return config;
-  }
+  LOADSTAR_DECL static std::unique_ptr<Optimizer> from_config(const nlohmann::json& config);
+  LOADSTAR_DECL nlohmann::json get_config() const override;
 
  protected:
   std::vector<std::string> slot_names() const override {
     return {"accumulated_grad", "accumulated_delta_var"};
   }
-  void update_step(std::size_t index, detail::ArrayMap w, const detail::ArrayMap& g,
-                   float lr) override {
-    const auto rho = static_cast<float>(rho_);
-    const auto epsilon = static_cast<float>(epsilon_);
-    detail::ArrayMap accumulated_grad = slot(index, 0);
-    detail::ArrayMap accumulated_delta = slot(index, 1);
-    accumulated_grad = rho * accumulated_grad + (1 - rho) * g.square();
-    // w += lr * delta and accumulated_delta from the same delta, evaluated once per element.
-    for (Eigen::Index i = 0; i < w.size(); ++i) {
-      const float delta = -std::sqrt(accumulated_delta[i] + epsilon) * g[i] /
-                          std::sqrt(accumulated_grad[i] + epsilon);
-      accumulated_delta[i] = rho * accumulated_delta[i] + (1 - rho) * delta * delta;
-      w[i] += lr * delta;
-    }
-  }
+  LOADSTAR_DECL void update_step(std::size_t index, detail::ArrayMap w, const detail::ArrayMap& g,
+                                 float lr) override;
 
  private:
   double rho_, epsilon_;
 };
 
 }  // namespace loadstar::keras::optimizers
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_HEADER_BODIES
+namespace loadstar::keras::optimizers {
+
+LOADSTAR_DECL std::unique_ptr<Optimizer> Adadelta::from_config(const nlohmann::json& config) {
+  const auto read = detail::optimizer_config(config, "Adadelta");
+  detail::expect_no_weight_decay(read);
+  auto options = detail::read_optimizer_options(read, AdadeltaOptions{});
+  options.rho = read.get("rho", options.rho);
+  options.epsilon = read.get("epsilon", options.epsilon);
+  return std::make_unique<Adadelta>(options);
+}
+
+LOADSTAR_DECL nlohmann::json Adadelta::get_config() const {
+  auto config = OptimizerBase::get_config();
+  config["rho"] = rho_;
+  config["epsilon"] = epsilon_;
+  return config;
+}
+
+LOADSTAR_DECL void Adadelta::update_step(std::size_t index, detail::ArrayMap w,
+                                         const detail::ArrayMap& g, float lr) {
+  const auto rho = static_cast<float>(rho_);
+  const auto epsilon = static_cast<float>(epsilon_);
+  detail::ArrayMap accumulated_grad = slot(index, 0);
+  detail::ArrayMap accumulated_delta = slot(index, 1);
+  accumulated_grad = rho * accumulated_grad + (1 - rho) * g.square();
+  // w += lr * delta and accumulated_delta from the same delta, evaluated once per element.
+  for (Eigen::Index i = 0; i < w.size(); ++i) {
+    const float delta = -std::sqrt(accumulated_delta[i] + epsilon) * g[i] /
+                        std::sqrt(accumulated_grad[i] + epsilon);
+    accumulated_delta[i] = rho * accumulated_delta[i] + (1 - rho) * delta * delta;
+    w[i] += lr * delta;
+  }
+}
+
+}  // namespace loadstar::keras::optimizers
+#endif

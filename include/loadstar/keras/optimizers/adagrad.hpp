@@ -2,6 +2,8 @@
 /// `Adagrad`, as Keras 2.11+'s `tf.keras.optimizers.Adagrad`.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <memory>
 #include <optional>
 #include <string>
@@ -38,34 +40,50 @@ class Adagrad : public detail::OptimizerBase {
         epsilon_(options.epsilon) {}
   std::string class_name() const override { return "Adagrad"; }
   /// The optimizer described by a Keras config (`Registry<Optimizer>`'s factory).
-  static std::unique_ptr<Optimizer> from_config(const nlohmann::json& config) {
-    const auto read = detail::optimizer_config(config, "Adagrad");
-    detail::expect_no_weight_decay(read);
-    auto options = detail::read_optimizer_options(read, AdagradOptions{});
-    options.initial_accumulator_value =
-        read.get("initial_accumulator_value", options.initial_accumulator_value);
-    options.epsilon = read.get("epsilon", options.epsilon);
-    return std::make_unique<Adagrad>(options);
-  }
-  nlohmann::json get_config() const override {
-    auto config = OptimizerBase::get_config();
-    config["initial_accumulator_value"] = initial_;
-    config["epsilon"] = epsilon_;
-    return config;
-  }
+  LOADSTAR_DECL static std::unique_ptr<Optimizer> from_config(const nlohmann::json& config);
+  LOADSTAR_DECL nlohmann::json get_config() const override;
 
  protected:
   std::vector<std::string> slot_names() const override { return {"accumulator"}; }
   float slot_initial_value(std::size_t) const override { return static_cast<float>(initial_); }
-  void update_step(std::size_t index, detail::ArrayMap w, const detail::ArrayMap& g,
-                   float lr) override {
-    detail::ArrayMap accumulator = slot(index, 0);
-    accumulator += g.square();
-    w -= lr * g * (accumulator + static_cast<float>(epsilon_)).rsqrt();
-  }
+  LOADSTAR_DECL void update_step(std::size_t index, detail::ArrayMap w, const detail::ArrayMap& g,
+                                 float lr) override;
 
  private:
   double initial_, epsilon_;
 };
 
 }  // namespace loadstar::keras::optimizers
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_HEADER_BODIES
+namespace loadstar::keras::optimizers {
+
+LOADSTAR_DECL std::unique_ptr<Optimizer> Adagrad::from_config(const nlohmann::json& config) {
+  const auto read = detail::optimizer_config(config, "Adagrad");
+  detail::expect_no_weight_decay(read);
+  auto options = detail::read_optimizer_options(read, AdagradOptions{});
+  options.initial_accumulator_value =
+      read.get("initial_accumulator_value", options.initial_accumulator_value);
+  options.epsilon = read.get("epsilon", options.epsilon);
+  return std::make_unique<Adagrad>(options);
+}
+
+LOADSTAR_DECL nlohmann::json Adagrad::get_config() const {
+  auto config = OptimizerBase::get_config();
+  config["initial_accumulator_value"] = initial_;
+  config["epsilon"] = epsilon_;
+  return config;
+}
+
+LOADSTAR_DECL void Adagrad::update_step(std::size_t index, detail::ArrayMap w,
+                                        const detail::ArrayMap& g, float lr) {
+  detail::ArrayMap accumulator = slot(index, 0);
+  accumulator += g.square();
+  w -= lr * g * (accumulator + static_cast<float>(epsilon_)).rsqrt();
+}
+
+}  // namespace loadstar::keras::optimizers
+#endif

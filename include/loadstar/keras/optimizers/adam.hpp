@@ -2,6 +2,8 @@
 /// `Adam`, as `tf.keras.optimizers.Adam` (Keras 2.11+).
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <cmath>
 #include <memory>
 #include <optional>
@@ -46,39 +48,12 @@ class AdamBase : public OptimizerBase {
         epsilon_(options.epsilon),
         amsgrad_(options.amsgrad) {}
 
-  nlohmann::json get_config() const override {
-    auto config = OptimizerBase::get_config();
-    config["beta_1"] = beta_1_;
-    config["beta_2"] = beta_2_;
-    config["epsilon"] = epsilon_;
-    config["amsgrad"] = amsgrad_;
-    return config;
-  }
+  LOADSTAR_DECL nlohmann::json get_config() const override;
 
  protected:
-  std::vector<std::string> slot_names() const override {
-    if (amsgrad_) return {"m", "v", "vhat"};
-    return {"m", "v"};
-  }
-  void update_step(std::size_t index, ArrayMap w, const ArrayMap& g, float lr) override {
-    const auto step = static_cast<double>(iterations_ + 1);
-    const auto alpha = static_cast<float>(lr * std::sqrt(1.0 - std::pow(beta_2_, step)) /
-                                          (1.0 - std::pow(beta_1_, step)));
-    const auto one_minus_beta_1 = static_cast<float>(1.0 - beta_1_);
-    const auto one_minus_beta_2 = static_cast<float>(1.0 - beta_2_);
-    const auto epsilon = static_cast<float>(epsilon_);
-    ArrayMap m = slot(index, 0);
-    ArrayMap v = slot(index, 1);
-    m += (g - m) * one_minus_beta_1;
-    v += (g.square() - v) * one_minus_beta_2;
-    if (amsgrad_) {
-      ArrayMap v_hat = slot(index, 2);
-      v_hat = v_hat.max(v);
-      w -= (m * alpha) / (v_hat.sqrt() + epsilon);
-    } else {
-      w -= (m * alpha) / (v.sqrt() + epsilon);
-    }
-  }
+  LOADSTAR_DECL std::vector<std::string> slot_names() const override;
+  LOADSTAR_DECL void update_step(std::size_t index, ArrayMap w, const ArrayMap& g,
+                                 float lr) override;
 
  private:
   double beta_1_, beta_2_, epsilon_;
@@ -99,16 +74,65 @@ class Adam : public detail::AdamBase {
   explicit Adam(const AdamOptions& options = {}) : AdamBase(options) {}
   std::string class_name() const override { return "Adam"; }
   /// The optimizer described by a Keras config (`Registry<Optimizer>`'s factory).
-  static std::unique_ptr<Optimizer> from_config(const nlohmann::json& config) {
-    const auto read = detail::optimizer_config(config, "Adam");
-    detail::expect_no_weight_decay(read);
-    auto options = detail::read_optimizer_options(read, AdamOptions{});
-    options.beta_1 = read.get("beta_1", options.beta_1);
-    options.beta_2 = read.get("beta_2", options.beta_2);
-    options.epsilon = read.get("epsilon", options.epsilon);
-    options.amsgrad = read.get("amsgrad", options.amsgrad);
-    return std::make_unique<Adam>(options);
-  }
+  LOADSTAR_DECL static std::unique_ptr<Optimizer> from_config(const nlohmann::json& config);
 };
 
 }  // namespace loadstar::keras::optimizers
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_HEADER_BODIES
+namespace loadstar::keras::detail {
+
+LOADSTAR_DECL nlohmann::json AdamBase::get_config() const {
+  auto config = OptimizerBase::get_config();
+  config["beta_1"] = beta_1_;
+  config["beta_2"] = beta_2_;
+  config["epsilon"] = epsilon_;
+  config["amsgrad"] = amsgrad_;
+  return config;
+}
+
+LOADSTAR_DECL std::vector<std::string> AdamBase::slot_names() const {
+  if (amsgrad_) return {"m", "v", "vhat"};
+  return {"m", "v"};
+}
+
+LOADSTAR_DECL void AdamBase::update_step(std::size_t index, ArrayMap w, const ArrayMap& g,
+                                         float lr) {
+  const auto step = static_cast<double>(iterations_ + 1);
+  const auto alpha = static_cast<float>(lr * std::sqrt(1.0 - std::pow(beta_2_, step)) /
+                                        (1.0 - std::pow(beta_1_, step)));
+  const auto one_minus_beta_1 = static_cast<float>(1.0 - beta_1_);
+  const auto one_minus_beta_2 = static_cast<float>(1.0 - beta_2_);
+  const auto epsilon = static_cast<float>(epsilon_);
+  ArrayMap m = slot(index, 0);
+  ArrayMap v = slot(index, 1);
+  m += (g - m) * one_minus_beta_1;
+  v += (g.square() - v) * one_minus_beta_2;
+  if (amsgrad_) {
+    ArrayMap v_hat = slot(index, 2);
+    v_hat = v_hat.max(v);
+    w -= (m * alpha) / (v_hat.sqrt() + epsilon);
+  } else {
+    w -= (m * alpha) / (v.sqrt() + epsilon);
+  }
+}
+
+}  // namespace loadstar::keras::detail
+namespace loadstar::keras::optimizers {
+
+LOADSTAR_DECL std::unique_ptr<Optimizer> Adam::from_config(const nlohmann::json& config) {
+  const auto read = detail::optimizer_config(config, "Adam");
+  detail::expect_no_weight_decay(read);
+  auto options = detail::read_optimizer_options(read, AdamOptions{});
+  options.beta_1 = read.get("beta_1", options.beta_1);
+  options.beta_2 = read.get("beta_2", options.beta_2);
+  options.epsilon = read.get("epsilon", options.epsilon);
+  options.amsgrad = read.get("amsgrad", options.amsgrad);
+  return std::make_unique<Adam>(options);
+}
+
+}  // namespace loadstar::keras::optimizers
+#endif

@@ -2,6 +2,8 @@
 /// `AdamW`: Adam with decoupled weight decay, as Keras 2.11+'s `tf.keras.optimizers.AdamW`.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <memory>
 #include <optional>
 #include <string>
@@ -38,31 +40,47 @@ class AdamW : public detail::AdamBase {
         weight_decay_(options.weight_decay) {}
   std::string class_name() const override { return "AdamW"; }
   /// The optimizer described by a Keras config (`Registry<Optimizer>`'s factory).
-  static std::unique_ptr<Optimizer> from_config(const nlohmann::json& config) {
-    const auto read = detail::optimizer_config(config, "AdamW");
-    auto options = detail::read_optimizer_options(read, AdamWOptions{});
-    options.weight_decay = read.get("weight_decay", options.weight_decay);
-    options.beta_1 = read.get("beta_1", options.beta_1);
-    options.beta_2 = read.get("beta_2", options.beta_2);
-    options.epsilon = read.get("epsilon", options.epsilon);
-    options.amsgrad = read.get("amsgrad", options.amsgrad);
-    return std::make_unique<AdamW>(options);
-  }
-  nlohmann::json get_config() const override {
-    auto config = AdamBase::get_config();
-    config["weight_decay"] = weight_decay_;
-    return config;
-  }
+  LOADSTAR_DECL static std::unique_ptr<Optimizer> from_config(const nlohmann::json& config);
+  LOADSTAR_DECL nlohmann::json get_config() const override;
 
  protected:
-  void update_step(std::size_t index, detail::ArrayMap w, const detail::ArrayMap& g,
-                   float lr) override {
-    w -= w * static_cast<float>(lr * weight_decay_);
-    AdamBase::update_step(index, w, g, lr);
-  }
+  LOADSTAR_DECL void update_step(std::size_t index, detail::ArrayMap w, const detail::ArrayMap& g,
+                                 float lr) override;
 
  private:
   double weight_decay_;
 };
 
 }  // namespace loadstar::keras::optimizers
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_HEADER_BODIES
+namespace loadstar::keras::optimizers {
+
+LOADSTAR_DECL std::unique_ptr<Optimizer> AdamW::from_config(const nlohmann::json& config) {
+  const auto read = detail::optimizer_config(config, "AdamW");
+  auto options = detail::read_optimizer_options(read, AdamWOptions{});
+  options.weight_decay = read.get("weight_decay", options.weight_decay);
+  options.beta_1 = read.get("beta_1", options.beta_1);
+  options.beta_2 = read.get("beta_2", options.beta_2);
+  options.epsilon = read.get("epsilon", options.epsilon);
+  options.amsgrad = read.get("amsgrad", options.amsgrad);
+  return std::make_unique<AdamW>(options);
+}
+
+LOADSTAR_DECL nlohmann::json AdamW::get_config() const {
+  auto config = AdamBase::get_config();
+  config["weight_decay"] = weight_decay_;
+  return config;
+}
+
+LOADSTAR_DECL void AdamW::update_step(std::size_t index, detail::ArrayMap w,
+                                      const detail::ArrayMap& g, float lr) {
+  w -= w * static_cast<float>(lr * weight_decay_);
+  AdamBase::update_step(index, w, g, lr);
+}
+
+}  // namespace loadstar::keras::optimizers
+#endif

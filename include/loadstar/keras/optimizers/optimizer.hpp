@@ -2,6 +2,8 @@
 /// `Optimizer`: the base of Keras's optimizers, with learning-rate schedules and clipping.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -10,7 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "loadstar/keras/backend/cpu_backend.hpp"
+#include "loadstar/keras/backend/backend.hpp"
 #include "loadstar/keras/variable.hpp"
 
 namespace loadstar::keras {
@@ -44,10 +46,8 @@ class Optimizer {
   /// of `rows` rows. An optimizer that combines the gradients of several batches (the
   /// data-parallel `dist::DistributedOptimizer`) weights each by its rows; a batch of 0 rows
   /// (a rank with nothing left in the last batch of an epoch) carries zero gradients.
-  virtual void apply_batch_gradients(std::span<Variable*> variables, std::size_t rows) {
-    static_cast<void>(rows);
-    apply_gradients(variables);
-  }
+  LOADSTAR_DECL virtual void apply_batch_gradients(std::span<Variable*> variables,
+                                                   std::size_t rows);
 
   /// The learning rate the next step will use.
   virtual double learning_rate() const = 0;
@@ -88,3 +88,18 @@ class Optimizer {
 };
 
 }  // namespace loadstar::keras
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_HEADER_BODIES
+namespace loadstar::keras {
+
+LOADSTAR_DECL void Optimizer::apply_batch_gradients(std::span<Variable*> variables,
+                                                    std::size_t rows) {
+  static_cast<void>(rows);
+  apply_gradients(variables);
+}
+
+}  // namespace loadstar::keras
+#endif

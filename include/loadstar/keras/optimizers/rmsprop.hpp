@@ -2,6 +2,8 @@
 /// `RMSprop`, as Keras 2.11+'s `tf.keras.optimizers.RMSprop`.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <memory>
 #include <optional>
 #include <string>
@@ -45,48 +47,13 @@ class RMSprop : public detail::OptimizerBase {
         centered_(options.centered) {}
   std::string class_name() const override { return "RMSprop"; }
   /// The optimizer described by a Keras config (`Registry<Optimizer>`'s factory).
-  static std::unique_ptr<Optimizer> from_config(const nlohmann::json& config) {
-    const auto read = detail::optimizer_config(config, "RMSprop");
-    detail::expect_no_weight_decay(read);
-    auto options = detail::read_optimizer_options(read, RMSpropOptions{});
-    options.rho = read.get("rho", options.rho);
-    options.momentum = read.get("momentum", options.momentum);
-    options.epsilon = read.get("epsilon", options.epsilon);
-    options.centered = read.get("centered", options.centered);
-    return std::make_unique<RMSprop>(options);
-  }
-  nlohmann::json get_config() const override {
-    auto config = OptimizerBase::get_config();
-    config["rho"] = rho_;
-    config["momentum"] = momentum_;
-    config["epsilon"] = epsilon_;
-    config["centered"] = centered_;
-    return config;
-  }
+  LOADSTAR_DECL static std::unique_ptr<Optimizer> from_config(const nlohmann::json& config);
+  LOADSTAR_DECL nlohmann::json get_config() const override;
 
  protected:
-  std::vector<std::string> slot_names() const override {
-    std::vector<std::string> names{"velocity"};
-    if (momentum_ > 0) names.emplace_back("momentum");
-    if (centered_) names.emplace_back("average_gradient");
-    return names;
-  }
-  void update_step(std::size_t index, detail::ArrayMap w, const detail::ArrayMap& g,
-                   float lr) override {
-    const auto rho = static_cast<float>(rho_);
-    const auto epsilon = static_cast<float>(epsilon_);
-    detail::ArrayMap velocity = slot(index, 0);
-    velocity = rho * velocity + (1 - rho) * g.square();
-    const std::size_t average_slot = momentum_ > 0 ? 2 : 1;
-    // The increment is written into the momentum slot, or applied directly, without a temporary.
-    if (centered_) {
-      detail::ArrayMap average = slot(index, average_slot);
-      average = rho * average + (1 - rho) * g;
-      apply(index, w, lr * g * (velocity - average.square() + epsilon).rsqrt());
-    } else {
-      apply(index, w, lr * g * (velocity + epsilon).rsqrt());
-    }
-  }
+  LOADSTAR_DECL std::vector<std::string> slot_names() const override;
+  LOADSTAR_DECL void update_step(std::size_t index, detail::ArrayMap w, const detail::ArrayMap& g,
+                                 float lr) override;
 
  private:
   template <class Increment>
@@ -105,3 +72,56 @@ class RMSprop : public detail::OptimizerBase {
 };
 
 }  // namespace loadstar::keras::optimizers
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_HEADER_BODIES
+namespace loadstar::keras::optimizers {
+
+LOADSTAR_DECL std::unique_ptr<Optimizer> RMSprop::from_config(const nlohmann::json& config) {
+  const auto read = detail::optimizer_config(config, "RMSprop");
+  detail::expect_no_weight_decay(read);
+  auto options = detail::read_optimizer_options(read, RMSpropOptions{});
+  options.rho = read.get("rho", options.rho);
+  options.momentum = read.get("momentum", options.momentum);
+  options.epsilon = read.get("epsilon", options.epsilon);
+  options.centered = read.get("centered", options.centered);
+  return std::make_unique<RMSprop>(options);
+}
+
+LOADSTAR_DECL nlohmann::json RMSprop::get_config() const {
+  auto config = OptimizerBase::get_config();
+  config["rho"] = rho_;
+  config["momentum"] = momentum_;
+  config["epsilon"] = epsilon_;
+  config["centered"] = centered_;
+  return config;
+}
+
+LOADSTAR_DECL std::vector<std::string> RMSprop::slot_names() const {
+  std::vector<std::string> names{"velocity"};
+  if (momentum_ > 0) names.emplace_back("momentum");
+  if (centered_) names.emplace_back("average_gradient");
+  return names;
+}
+
+LOADSTAR_DECL void RMSprop::update_step(std::size_t index, detail::ArrayMap w,
+                                        const detail::ArrayMap& g, float lr) {
+  const auto rho = static_cast<float>(rho_);
+  const auto epsilon = static_cast<float>(epsilon_);
+  detail::ArrayMap velocity = slot(index, 0);
+  velocity = rho * velocity + (1 - rho) * g.square();
+  const std::size_t average_slot = momentum_ > 0 ? 2 : 1;
+  // The increment is written into the momentum slot, or applied directly, without a temporary.
+  if (centered_) {
+    detail::ArrayMap average = slot(index, average_slot);
+    average = rho * average + (1 - rho) * g;
+    apply(index, w, lr * g * (velocity - average.square() + epsilon).rsqrt());
+  } else {
+    apply(index, w, lr * g * (velocity + epsilon).rsqrt());
+  }
+}
+
+}  // namespace loadstar::keras::optimizers
+#endif

@@ -3,6 +3,8 @@
 /// or a schedule.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <concepts>
@@ -39,11 +41,7 @@ class LearningRateSchedule {
 
  protected:
   /// A config's `decay_steps`, which must be positive.
-  static double positive_steps(const keras::detail::ConfigReader& read) {
-    const auto steps = read.get<double>("decay_steps");
-    if (!(steps > 0)) read.fail("decay_steps", "a positive number");
-    return steps;
-  }
+  LOADSTAR_DECL static double positive_steps(const keras::detail::ConfigReader& read);
 };
 
 /// `initial_learning_rate * decay_rate ^ (step / decay_steps)`, the exponent floored with
@@ -53,36 +51,14 @@ class LearningRateSchedule {
 /// \endcode
 class ExponentialDecay : public LearningRateSchedule {
  public:
-  ExponentialDecay(double initial_learning_rate, double decay_steps, double decay_rate,
-                   bool staircase = false)
-      : initial_(initial_learning_rate),
-        decay_steps_(decay_steps),
-        decay_rate_(decay_rate),
-        staircase_(staircase) {
-    if (!(decay_steps > 0)) {
-      throw ConfigError("ExponentialDecay: decay_steps must be positive but is " +
-                        std::to_string(decay_steps));
-    }
-  }
-  double operator()(std::int64_t step) const override {
-    double p = static_cast<double>(step) / decay_steps_;
-    if (staircase_) p = std::floor(p);
-    return initial_ * std::pow(decay_rate_, p);
-  }
+  LOADSTAR_DECL ExponentialDecay(double initial_learning_rate, double decay_steps,
+                                 double decay_rate, bool staircase = false);
+  LOADSTAR_DECL double operator()(std::int64_t step) const override;
   std::string class_name() const override { return "ExponentialDecay"; }
   /// The schedule described by a Keras config (`Registry<LearningRateSchedule>`'s factory).
-  static std::shared_ptr<const LearningRateSchedule> from_config(const nlohmann::json& config) {
-    const auto read = keras::detail::ConfigReader::of(config, "schedule", "ExponentialDecay");
-    return std::make_shared<ExponentialDecay>(read.get<double>("initial_learning_rate"),
-                                              positive_steps(read), read.get<double>("decay_rate"),
-                                              read.get("staircase", false));
-  }
-  nlohmann::json get_config() const override {
-    return {{"initial_learning_rate", initial_},
-            {"decay_steps", decay_steps_},
-            {"decay_rate", decay_rate_},
-            {"staircase", staircase_}};
-  }
+  LOADSTAR_DECL static std::shared_ptr<const LearningRateSchedule> from_config(
+      const nlohmann::json& config);
+  LOADSTAR_DECL nlohmann::json get_config() const override;
 
  private:
   double initial_, decay_steps_, decay_rate_;
@@ -96,31 +72,12 @@ class ExponentialDecay : public LearningRateSchedule {
 /// \endcode
 class PiecewiseConstantDecay : public LearningRateSchedule {
  public:
-  PiecewiseConstantDecay(std::vector<std::int64_t> boundaries, std::vector<double> values)
-      : boundaries_(std::move(boundaries)), values_(std::move(values)) {
-    if (values_.size() != boundaries_.size() + 1) {
-      throw ConfigError(
-          "PiecewiseConstantDecay: values must have one more element than "
-          "boundaries but there are " +
-          std::to_string(values_.size()) + " values and " + std::to_string(boundaries_.size()) +
-          " boundaries");
-    }
-  }
-  double operator()(std::int64_t step) const override {
-    const auto it = std::lower_bound(boundaries_.begin(), boundaries_.end(), step);
-    return values_[static_cast<std::size_t>(it - boundaries_.begin())];
-  }
+  LOADSTAR_DECL PiecewiseConstantDecay(std::vector<std::int64_t> boundaries,
+                                       std::vector<double> values);
+  LOADSTAR_DECL double operator()(std::int64_t step) const override;
   std::string class_name() const override { return "PiecewiseConstantDecay"; }
-  static std::shared_ptr<const LearningRateSchedule> from_config(const nlohmann::json& config) {
-    const auto read = keras::detail::ConfigReader::of(config, "schedule", "PiecewiseConstantDecay");
-    auto boundaries = read.get<std::vector<std::int64_t>>("boundaries");
-    auto values = read.get<std::vector<double>>("values");
-    if (values.size() != boundaries.size() + 1) {
-      read.fail("values",
-                "one more value than the " + std::to_string(boundaries.size()) + " boundaries");
-    }
-    return std::make_shared<PiecewiseConstantDecay>(std::move(boundaries), std::move(values));
-  }
+  LOADSTAR_DECL static std::shared_ptr<const LearningRateSchedule> from_config(
+      const nlohmann::json& config);
   nlohmann::json get_config() const override {
     return {{"boundaries", boundaries_}, {"values", values_}};
   }
@@ -137,26 +94,11 @@ class PiecewiseConstantDecay : public LearningRateSchedule {
 /// \endcode
 class CosineDecay : public LearningRateSchedule {
  public:
-  CosineDecay(double initial_learning_rate, double decay_steps, double alpha = 0.0)
-      : initial_(initial_learning_rate), decay_steps_(decay_steps), alpha_(alpha) {
-    if (!(decay_steps > 0)) {
-      throw ConfigError("CosineDecay: decay_steps must be positive but is " +
-                        std::to_string(decay_steps));
-    }
-  }
-  double operator()(std::int64_t step) const override {
-    const double s = std::min(static_cast<double>(step), decay_steps_);
-    const double cosine = 0.5 * (1.0 + std::cos(std::numbers::pi * s / decay_steps_));
-    return initial_ * ((1.0 - alpha_) * cosine + alpha_);
-  }
+  LOADSTAR_DECL CosineDecay(double initial_learning_rate, double decay_steps, double alpha = 0.0);
+  LOADSTAR_DECL double operator()(std::int64_t step) const override;
   std::string class_name() const override { return "CosineDecay"; }
-  static std::shared_ptr<const LearningRateSchedule> from_config(const nlohmann::json& config) {
-    const auto read = keras::detail::ConfigReader::of(config, "schedule", "CosineDecay");
-    // tf.keras 2.13 added a linear warmup; loadstar has none.
-    read.expect("warmup_steps", 0, "loadstar's CosineDecay has no warmup");
-    return std::make_shared<CosineDecay>(read.get<double>("initial_learning_rate"),
-                                         positive_steps(read), read.get("alpha", 0.0));
-  }
+  LOADSTAR_DECL static std::shared_ptr<const LearningRateSchedule> from_config(
+      const nlohmann::json& config);
   nlohmann::json get_config() const override {
     return {{"initial_learning_rate", initial_}, {"decay_steps", decay_steps_}, {"alpha", alpha_}};
   }
@@ -172,35 +114,13 @@ class CosineDecay : public LearningRateSchedule {
 /// \endcode
 class InverseTimeDecay : public LearningRateSchedule {
  public:
-  InverseTimeDecay(double initial_learning_rate, double decay_steps, double decay_rate,
-                   bool staircase = false)
-      : initial_(initial_learning_rate),
-        decay_steps_(decay_steps),
-        decay_rate_(decay_rate),
-        staircase_(staircase) {
-    if (!(decay_steps > 0)) {
-      throw ConfigError("InverseTimeDecay: decay_steps must be positive but is " +
-                        std::to_string(decay_steps));
-    }
-  }
-  double operator()(std::int64_t step) const override {
-    double p = static_cast<double>(step) / decay_steps_;
-    if (staircase_) p = std::floor(p);
-    return initial_ / (1.0 + decay_rate_ * p);
-  }
+  LOADSTAR_DECL InverseTimeDecay(double initial_learning_rate, double decay_steps,
+                                 double decay_rate, bool staircase = false);
+  LOADSTAR_DECL double operator()(std::int64_t step) const override;
   std::string class_name() const override { return "InverseTimeDecay"; }
-  static std::shared_ptr<const LearningRateSchedule> from_config(const nlohmann::json& config) {
-    const auto read = keras::detail::ConfigReader::of(config, "schedule", "InverseTimeDecay");
-    return std::make_shared<InverseTimeDecay>(read.get<double>("initial_learning_rate"),
-                                              positive_steps(read), read.get<double>("decay_rate"),
-                                              read.get("staircase", false));
-  }
-  nlohmann::json get_config() const override {
-    return {{"initial_learning_rate", initial_},
-            {"decay_steps", decay_steps_},
-            {"decay_rate", decay_rate_},
-            {"staircase", staircase_}};
-  }
+  LOADSTAR_DECL static std::shared_ptr<const LearningRateSchedule> from_config(
+      const nlohmann::json& config);
+  LOADSTAR_DECL nlohmann::json get_config() const override;
 
  private:
   double initial_, decay_steps_, decay_rate_;
@@ -218,13 +138,8 @@ struct RegistryTraits<optimizers::schedules::LearningRateSchedule> {
   using Object = std::shared_ptr<const optimizers::schedules::LearningRateSchedule>;
   static constexpr const char* kind = "learning-rate schedule";
   static constexpr bool case_insensitive = false;
-  static void defaults(Registry<optimizers::schedules::LearningRateSchedule>& registry) {
-    using namespace optimizers::schedules;
-    registry.add("ExponentialDecay", ExponentialDecay::from_config);
-    registry.add("PiecewiseConstantDecay", PiecewiseConstantDecay::from_config);
-    registry.add("CosineDecay", CosineDecay::from_config);
-    registry.add("InverseTimeDecay", InverseTimeDecay::from_config);
-  }
+  LOADSTAR_DECL static void defaults(
+      Registry<optimizers::schedules::LearningRateSchedule>& registry);
 };
 
 }  // namespace loadstar::keras
@@ -250,17 +165,11 @@ class LearningRate {
   const schedules::LearningRateSchedule* schedule() const noexcept { return schedule_.get(); }
 
   /// Keras's serialisation: the number, or the schedule's `{"class_name", "config"}`.
-  nlohmann::json get_config() const {
-    if (!schedule_) return value_;
-    return {{"class_name", schedule_->class_name()}, {"config", schedule_->get_config()}};
-  }
+  LOADSTAR_DECL nlohmann::json get_config() const;
 
   /// A number, or a schedule's `{"class_name", "config"}` resolved through
   /// `Registry<LearningRateSchedule>` (custom schedules included).
-  static LearningRate from_config(const nlohmann::json& config) {
-    if (config.is_number()) return config.get<double>();
-    return LearningRate(Registry<schedules::LearningRateSchedule>::instance().create(config));
-  }
+  LOADSTAR_DECL static LearningRate from_config(const nlohmann::json& config);
 
  private:
   double value_ = 0;
@@ -268,3 +177,162 @@ class LearningRate {
 };
 
 }  // namespace loadstar::keras::optimizers
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_HEADER_BODIES
+namespace loadstar::keras::optimizers::schedules {
+
+LOADSTAR_DECL double LearningRateSchedule::positive_steps(const keras::detail::ConfigReader& read) {
+  const auto steps = read.get<double>("decay_steps");
+  if (!(steps > 0)) read.fail("decay_steps", "a positive number");
+  return steps;
+}
+
+LOADSTAR_DECL ExponentialDecay::ExponentialDecay(double initial_learning_rate, double decay_steps,
+                                                 double decay_rate, bool staircase)
+    : initial_(initial_learning_rate),
+      decay_steps_(decay_steps),
+      decay_rate_(decay_rate),
+      staircase_(staircase) {
+  if (!(decay_steps > 0)) {
+    throw ConfigError("ExponentialDecay: decay_steps must be positive but is " +
+                      std::to_string(decay_steps));
+  }
+}
+
+LOADSTAR_DECL double ExponentialDecay::operator()(std::int64_t step) const {
+  double p = static_cast<double>(step) / decay_steps_;
+  if (staircase_) p = std::floor(p);
+  return initial_ * std::pow(decay_rate_, p);
+}
+
+LOADSTAR_DECL std::shared_ptr<const LearningRateSchedule> ExponentialDecay::from_config(
+    const nlohmann::json& config) {
+  const auto read = keras::detail::ConfigReader::of(config, "schedule", "ExponentialDecay");
+  return std::make_shared<ExponentialDecay>(read.get<double>("initial_learning_rate"),
+                                            positive_steps(read), read.get<double>("decay_rate"),
+                                            read.get("staircase", false));
+}
+
+LOADSTAR_DECL nlohmann::json ExponentialDecay::get_config() const {
+  return {{"initial_learning_rate", initial_},
+          {"decay_steps", decay_steps_},
+          {"decay_rate", decay_rate_},
+          {"staircase", staircase_}};
+}
+
+LOADSTAR_DECL PiecewiseConstantDecay::PiecewiseConstantDecay(std::vector<std::int64_t> boundaries,
+                                                             std::vector<double> values)
+    : boundaries_(std::move(boundaries)), values_(std::move(values)) {
+  if (values_.size() != boundaries_.size() + 1) {
+    throw ConfigError(
+        "PiecewiseConstantDecay: values must have one more element than "
+        "boundaries but there are " +
+        std::to_string(values_.size()) + " values and " + std::to_string(boundaries_.size()) +
+        " boundaries");
+  }
+}
+
+LOADSTAR_DECL double PiecewiseConstantDecay::operator()(std::int64_t step) const {
+  const auto it = std::lower_bound(boundaries_.begin(), boundaries_.end(), step);
+  return values_[static_cast<std::size_t>(it - boundaries_.begin())];
+}
+
+LOADSTAR_DECL std::shared_ptr<const LearningRateSchedule> PiecewiseConstantDecay::from_config(
+    const nlohmann::json& config) {
+  const auto read = keras::detail::ConfigReader::of(config, "schedule", "PiecewiseConstantDecay");
+  auto boundaries = read.get<std::vector<std::int64_t>>("boundaries");
+  auto values = read.get<std::vector<double>>("values");
+  if (values.size() != boundaries.size() + 1) {
+    read.fail("values",
+              "one more value than the " + std::to_string(boundaries.size()) + " boundaries");
+  }
+  return std::make_shared<PiecewiseConstantDecay>(std::move(boundaries), std::move(values));
+}
+
+LOADSTAR_DECL CosineDecay::CosineDecay(double initial_learning_rate, double decay_steps,
+                                       double alpha)
+    : initial_(initial_learning_rate), decay_steps_(decay_steps), alpha_(alpha) {
+  if (!(decay_steps > 0)) {
+    throw ConfigError("CosineDecay: decay_steps must be positive but is " +
+                      std::to_string(decay_steps));
+  }
+}
+
+LOADSTAR_DECL double CosineDecay::operator()(std::int64_t step) const {
+  const double s = std::min(static_cast<double>(step), decay_steps_);
+  const double cosine = 0.5 * (1.0 + std::cos(std::numbers::pi * s / decay_steps_));
+  return initial_ * ((1.0 - alpha_) * cosine + alpha_);
+}
+
+LOADSTAR_DECL std::shared_ptr<const LearningRateSchedule> CosineDecay::from_config(
+    const nlohmann::json& config) {
+  const auto read = keras::detail::ConfigReader::of(config, "schedule", "CosineDecay");
+  // tf.keras 2.13 added a linear warmup; loadstar has none.
+  read.expect("warmup_steps", 0, "loadstar's CosineDecay has no warmup");
+  return std::make_shared<CosineDecay>(read.get<double>("initial_learning_rate"),
+                                       positive_steps(read), read.get("alpha", 0.0));
+}
+
+LOADSTAR_DECL InverseTimeDecay::InverseTimeDecay(double initial_learning_rate, double decay_steps,
+                                                 double decay_rate, bool staircase)
+    : initial_(initial_learning_rate),
+      decay_steps_(decay_steps),
+      decay_rate_(decay_rate),
+      staircase_(staircase) {
+  if (!(decay_steps > 0)) {
+    throw ConfigError("InverseTimeDecay: decay_steps must be positive but is " +
+                      std::to_string(decay_steps));
+  }
+}
+
+LOADSTAR_DECL double InverseTimeDecay::operator()(std::int64_t step) const {
+  double p = static_cast<double>(step) / decay_steps_;
+  if (staircase_) p = std::floor(p);
+  return initial_ / (1.0 + decay_rate_ * p);
+}
+
+LOADSTAR_DECL std::shared_ptr<const LearningRateSchedule> InverseTimeDecay::from_config(
+    const nlohmann::json& config) {
+  const auto read = keras::detail::ConfigReader::of(config, "schedule", "InverseTimeDecay");
+  return std::make_shared<InverseTimeDecay>(read.get<double>("initial_learning_rate"),
+                                            positive_steps(read), read.get<double>("decay_rate"),
+                                            read.get("staircase", false));
+}
+
+LOADSTAR_DECL nlohmann::json InverseTimeDecay::get_config() const {
+  return {{"initial_learning_rate", initial_},
+          {"decay_steps", decay_steps_},
+          {"decay_rate", decay_rate_},
+          {"staircase", staircase_}};
+}
+
+}  // namespace loadstar::keras::optimizers::schedules
+namespace loadstar::keras {
+
+LOADSTAR_DECL void RegistryTraits<optimizers::schedules::LearningRateSchedule>::defaults(
+    Registry<optimizers::schedules::LearningRateSchedule>& registry) {
+  using namespace optimizers::schedules;
+  registry.add("ExponentialDecay", ExponentialDecay::from_config);
+  registry.add("PiecewiseConstantDecay", PiecewiseConstantDecay::from_config);
+  registry.add("CosineDecay", CosineDecay::from_config);
+  registry.add("InverseTimeDecay", InverseTimeDecay::from_config);
+}
+
+}  // namespace loadstar::keras
+namespace loadstar::keras::optimizers {
+
+LOADSTAR_DECL nlohmann::json LearningRate::get_config() const {
+  if (!schedule_) return value_;
+  return {{"class_name", schedule_->class_name()}, {"config", schedule_->get_config()}};
+}
+
+LOADSTAR_DECL LearningRate LearningRate::from_config(const nlohmann::json& config) {
+  if (config.is_number()) return config.get<double>();
+  return LearningRate(Registry<schedules::LearningRateSchedule>::instance().create(config));
+}
+
+}  // namespace loadstar::keras::optimizers
+#endif

@@ -2,6 +2,8 @@
 /// `SGD`: gradient descent with optional (Nesterov) momentum, as `tf.keras.optimizers.SGD`.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <memory>
 #include <optional>
 #include <string>
@@ -32,54 +34,17 @@ struct SGDOptions {
 /// \endcode
 class SGD : public detail::OptimizerBase {
  public:
-  explicit SGD(SGDOptions options = {})
-      : OptimizerBase(options.name, options.learning_rate,
-                      {options.clipnorm, options.global_clipnorm, options.clipvalue}),
-        momentum_(options.momentum),
-        nesterov_(options.nesterov) {
-    if (momentum_ < 0 || momentum_ > 1) {
-      throw ConfigError(name() + ": momentum must be in [0, 1] but is " +
-                        std::to_string(momentum_));
-    }
-  }
+  LOADSTAR_DECL explicit SGD(SGDOptions options = {});
   std::string class_name() const override { return "SGD"; }
   /// The optimizer described by a Keras config (`Registry<Optimizer>`'s factory).
-  static std::unique_ptr<Optimizer> from_config(const nlohmann::json& config) {
-    const auto read = detail::optimizer_config(config, "SGD");
-    detail::expect_no_weight_decay(read);
-    auto options = detail::read_optimizer_options(read, SGDOptions{});
-    options.momentum = read.get("momentum", options.momentum);
-    options.nesterov = read.get("nesterov", options.nesterov);
-    return std::make_unique<SGD>(options);
-  }
-  nlohmann::json get_config() const override {
-    auto config = OptimizerBase::get_config();
-    config["momentum"] = momentum_;
-    config["nesterov"] = nesterov_;
-    return config;
-  }
+  LOADSTAR_DECL static std::unique_ptr<Optimizer> from_config(const nlohmann::json& config);
+  LOADSTAR_DECL nlohmann::json get_config() const override;
 
  protected:
   // Slots exist only with momentum, as Keras's legacy SGD (the 2.11+ one names them "m").
-  std::vector<std::string> slot_names() const override {
-    if (momentum_ == 0) return {};
-    return {"momentum"};
-  }
-  void update_step(std::size_t index, detail::ArrayMap w, const detail::ArrayMap& g,
-                   float lr) override {
-    if (momentum_ == 0) {
-      w -= lr * g;
-      return;
-    }
-    const auto momentum = static_cast<float>(momentum_);
-    detail::ArrayMap velocity = slot(index, 0);
-    velocity = momentum * velocity - lr * g;
-    if (nesterov_) {
-      w += momentum * velocity - lr * g;
-    } else {
-      w += velocity;
-    }
-  }
+  LOADSTAR_DECL std::vector<std::string> slot_names() const override;
+  LOADSTAR_DECL void update_step(std::size_t index, detail::ArrayMap w, const detail::ArrayMap& g,
+                                 float lr) override;
 
  private:
   double momentum_;
@@ -87,3 +52,59 @@ class SGD : public detail::OptimizerBase {
 };
 
 }  // namespace loadstar::keras::optimizers
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_HEADER_BODIES
+namespace loadstar::keras::optimizers {
+
+LOADSTAR_DECL SGD::SGD(SGDOptions options)
+    : OptimizerBase(options.name, options.learning_rate,
+                    {options.clipnorm, options.global_clipnorm, options.clipvalue}),
+      momentum_(options.momentum),
+      nesterov_(options.nesterov) {
+  if (momentum_ < 0 || momentum_ > 1) {
+    throw ConfigError(name() + ": momentum must be in [0, 1] but is " + std::to_string(momentum_));
+  }
+}
+
+LOADSTAR_DECL std::unique_ptr<Optimizer> SGD::from_config(const nlohmann::json& config) {
+  const auto read = detail::optimizer_config(config, "SGD");
+  detail::expect_no_weight_decay(read);
+  auto options = detail::read_optimizer_options(read, SGDOptions{});
+  options.momentum = read.get("momentum", options.momentum);
+  options.nesterov = read.get("nesterov", options.nesterov);
+  return std::make_unique<SGD>(options);
+}
+
+LOADSTAR_DECL nlohmann::json SGD::get_config() const {
+  auto config = OptimizerBase::get_config();
+  config["momentum"] = momentum_;
+  config["nesterov"] = nesterov_;
+  return config;
+}
+
+LOADSTAR_DECL std::vector<std::string> SGD::slot_names() const {
+  if (momentum_ == 0) return {};
+  return {"momentum"};
+}
+
+LOADSTAR_DECL void SGD::update_step(std::size_t index, detail::ArrayMap w,
+                                    const detail::ArrayMap& g, float lr) {
+  if (momentum_ == 0) {
+    w -= lr * g;
+    return;
+  }
+  const auto momentum = static_cast<float>(momentum_);
+  detail::ArrayMap velocity = slot(index, 0);
+  velocity = momentum * velocity - lr * g;
+  if (nesterov_) {
+    w += momentum * velocity - lr * g;
+  } else {
+    w += velocity;
+  }
+}
+
+}  // namespace loadstar::keras::optimizers
+#endif

@@ -4,6 +4,52 @@
 /// Keras's HDF5 files.
 #pragma once
 
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "loadstar/config.hpp"
+#include "loadstar/keras/model.hpp"
+#include "loadstar/keras/registry.hpp"
+
+namespace loadstar::keras {
+
+/// Keras's `model.get_config()` wrapped as `model_config` is: `{"class_name": "Sequential",
+/// "config": {"name", "layers": [InputLayer, ...]}}` or `{"class_name": "Functional", "config":
+/// {"name", "layers": [{"class_name", "config", "name", "inbound_nodes"}], "input_layers",
+/// "output_layers"}}` (Keras 2's format, which Keras 3 also reads).
+/// \code
+/// nlohmann::json config = model_get_config(model);
+/// \endcode
+LOADSTAR_DECL nlohmann::json model_get_config(const Model& model);
+
+/// Keras's `model.to_json()`: `model_get_config` as compact JSON text.
+LOADSTAR_DECL std::string to_json(const Model& model);
+
+/// Keras's `keras.models.model_from_config`: the model a `model_config` describes (Keras 2.0-2.13
+/// `Sequential`, with a list or an object as `config` and the input shape on an `InputLayer` or
+/// the first layer; `Functional` and Keras 2.2's `Model`), its layers built through the layer
+/// registry with `custom` objects first. The weights are new (set them with `set_weights`).
+/// Throws `ConfigError` naming the key path for a bad config and an unknown layer class.
+/// \code
+/// auto copy = model_from_config(model_get_config(model));
+/// copy->set_weights(model.get_weights());  // predicts bitwise as `model`
+/// \endcode
+LOADSTAR_DECL std::unique_ptr<Model> model_from_config(const nlohmann::json& model_config,
+                                                const CustomObjects* custom = nullptr);
+
+/// Keras's `keras.models.model_from_json`: `model_from_config` of JSON text; throws
+/// `FormatError` when the text is not JSON.
+LOADSTAR_DECL std::unique_ptr<Model> model_from_json(std::string_view json,
+                                              const CustomObjects* custom = nullptr);
+
+}  // namespace loadstar::keras
+
+// The definitions: in every translation unit when header-only, in the library alone when
+// separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+#if LOADSTAR_HEADER_BODIES
 #include <algorithm>
 #include <cstddef>
 #include <map>
@@ -304,14 +350,7 @@ inline std::unique_ptr<Model> functional_from_config(const nlohmann::json& confi
 
 }  // namespace detail
 
-/// Keras's `model.get_config()` wrapped as `model_config` is: `{"class_name": "Sequential",
-/// "config": {"name", "layers": [InputLayer, ...]}}` or `{"class_name": "Functional", "config":
-/// {"name", "layers": [{"class_name", "config", "name", "inbound_nodes"}], "input_layers",
-/// "output_layers"}}` (Keras 2's format, which Keras 3 also reads).
-/// \code
-/// nlohmann::json config = model_get_config(model);
-/// \endcode
-inline nlohmann::json model_get_config(const Model& model) {
+LOADSTAR_DECL nlohmann::json model_get_config(const Model& model) {
   if (const auto* sequential = dynamic_cast<const Sequential*>(&model)) {
     nlohmann::json layers = nlohmann::json::array();
     if (!model.inputs().empty()) {
@@ -327,29 +366,19 @@ inline nlohmann::json model_get_config(const Model& model) {
   return {{"class_name", "Functional"}, {"config", detail::functional_config(model)}};
 }
 
-/// Keras's `model.to_json()`: `model_get_config` as compact JSON text.
-inline std::string to_json(const Model& model) {
+LOADSTAR_DECL std::string to_json(const Model& model) {
   return model_get_config(model).dump();
 }
 
-inline nlohmann::json Model::get_config() const {
+LOADSTAR_DECL nlohmann::json Model::get_config() const {
   return model_get_config(*this);
 }
-inline std::string Model::to_json() const {
+LOADSTAR_DECL std::string Model::to_json() const {
   return keras::to_json(*this);
 }
 
-/// Keras's `keras.models.model_from_config`: the model a `model_config` describes (Keras 2.0-2.13
-/// `Sequential`, with a list or an object as `config` and the input shape on an `InputLayer` or
-/// the first layer; `Functional` and Keras 2.2's `Model`), its layers built through the layer
-/// registry with `custom` objects first. The weights are new (set them with `set_weights`).
-/// Throws `ConfigError` naming the key path for a bad config and an unknown layer class.
-/// \code
-/// auto copy = model_from_config(model_get_config(model));
-/// copy->set_weights(model.get_weights());  // predicts bitwise as `model`
-/// \endcode
-inline std::unique_ptr<Model> model_from_config(const nlohmann::json& model_config,
-                                                const CustomObjects* custom = nullptr) {
+LOADSTAR_DECL std::unique_ptr<Model> model_from_config(const nlohmann::json& model_config,
+                                                const CustomObjects* custom) {
   const detail::CustomObjectScope scope(custom);
   const detail::ConfigReader read(model_config, "model config", "model_config");
   const auto class_name = read.get<std::string>("class_name");
@@ -362,10 +391,8 @@ inline std::unique_ptr<Model> model_from_config(const nlohmann::json& model_conf
   read.fail("class_name", "\"Sequential\", \"Functional\" or \"Model\"");
 }
 
-/// Keras's `keras.models.model_from_json`: `model_from_config` of JSON text; throws
-/// `FormatError` when the text is not JSON.
-inline std::unique_ptr<Model> model_from_json(std::string_view json,
-                                              const CustomObjects* custom = nullptr) {
+LOADSTAR_DECL std::unique_ptr<Model> model_from_json(std::string_view json,
+                                              const CustomObjects* custom) {
   nlohmann::json parsed;
   try {
     parsed = nlohmann::json::parse(json);
@@ -378,3 +405,4 @@ inline std::unique_ptr<Model> model_from_json(std::string_view json,
 }
 
 }  // namespace loadstar::keras
+#endif

@@ -20,6 +20,54 @@
 /// \endcode
 #pragma once
 
+#include <filesystem>
+#include <memory>
+
+#include "loadstar/config.hpp"
+#include "loadstar/keras/model.hpp"
+#include "loadstar/keras/registry.hpp"
+#include "loadstar/keras/saving/options.hpp"
+
+namespace loadstar::keras {
+
+/// Saves a whole model (architecture, weights and, with `include_optimizer`, the compile
+/// arguments and the optimizer's state) as Keras does: `.h5`/`.hdf5` in tf.keras 2.x's legacy
+/// layout, `.keras` as Keras 3's archive. Throws `ConfigError` for another extension or a model
+/// not built, `IoError` when the file cannot be written (nothing is left behind).
+LOADSTAR_DECL void save_model(const Model& model, const std::filesystem::path& path,
+                       const SaveOptions& options = {});
+
+/// Loads a whole model from a legacy `.h5` file or a `.keras` archive (recognised by contents):
+/// the architecture through the layer registry (`custom_objects` first), the weights, and, with
+/// `options.compile` and a `training_config` (`compile_config`) naming a loss, compiled with the
+/// optimizer's slots and iteration count restored, so that training continues exactly.
+/// Throws `FormatError` for a corrupt, hostile or weights-only file, `ConfigError` for an unknown
+/// layer class (naming class and layer), `ShapeError` for weights that do not fit, `IoError`
+/// when the file cannot be read; every message names the file.
+LOADSTAR_DECL std::unique_ptr<Model> load_model(const std::filesystem::path& path,
+                                         const CustomObjects& custom_objects = {},
+                                         const LoadOptions& options = {});
+
+/// Saves the weights alone, as Keras's `model.save_weights`: a name ending in `.weights.h5` gets
+/// Keras 3's layout (with the optimizer's state of a compiled model, as Keras 3 writes it), any
+/// other `.h5`/`.hdf5` tf.keras 2.x's (root `layer_names` and layer groups). Throws
+/// `ConfigError` for another extension, `IoError` when the file cannot be written.
+LOADSTAR_DECL void save_weights(const Model& model, const std::filesystem::path& path);
+
+/// Loads weights into `model` from any file Keras writes (legacy weights-only or whole-model
+/// `.h5`, Keras 3 `.weights.h5` or `.keras` archive), by position, or by layer name with
+/// `by_name` (legacy files), skipping layers that do not fit with `skip_mismatch`; with
+/// `optimizer`, also the optimizer's state of a compiled model. Throws `FormatError` (a corrupt
+/// file, a different number of layers with weights, a missing layer), `ShapeError` (a different
+/// number or shape of weights, naming layer and weight), `IoError`; messages name the file.
+LOADSTAR_DECL void load_weights(Model& model, const std::filesystem::path& path,
+                         const LoadWeightsOptions& options = {});
+
+}  // namespace loadstar::keras
+
+// The definitions: in every translation unit when header-only, in the library alone when
+// separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+#if LOADSTAR_HEADER_BODIES
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
@@ -129,12 +177,8 @@ inline nlohmann::json parse_file_json(const std::string& text, const std::string
 
 }  // namespace detail
 
-/// Saves a whole model (architecture, weights and, with `include_optimizer`, the compile
-/// arguments and the optimizer's state) as Keras does: `.h5`/`.hdf5` in tf.keras 2.x's legacy
-/// layout, `.keras` as Keras 3's archive. Throws `ConfigError` for another extension or a model
-/// not built, `IoError` when the file cannot be written (nothing is left behind).
-inline void save_model(const Model& model, const std::filesystem::path& path,
-                       const SaveOptions& options = {}) {
+LOADSTAR_DECL void save_model(const Model& model, const std::filesystem::path& path,
+                       const SaveOptions& options) {
   const std::string ext = detail::lower_extension(path);
   detail::require_built(model, "save_model '" + path.string() + "'");
   const bool with_optimizer = options.include_optimizer && model.compiled();
@@ -186,16 +230,9 @@ inline void save_model(const Model& model, const std::filesystem::path& path,
   });
 }
 
-/// Loads a whole model from a legacy `.h5` file or a `.keras` archive (recognised by contents):
-/// the architecture through the layer registry (`custom_objects` first), the weights, and, with
-/// `options.compile` and a `training_config` (`compile_config`) naming a loss, compiled with the
-/// optimizer's slots and iteration count restored, so that training continues exactly.
-/// Throws `FormatError` for a corrupt, hostile or weights-only file, `ConfigError` for an unknown
-/// layer class (naming class and layer), `ShapeError` for weights that do not fit, `IoError`
-/// when the file cannot be read; every message names the file.
-inline std::unique_ptr<Model> load_model(const std::filesystem::path& path,
-                                         const CustomObjects& custom_objects = {},
-                                         const LoadOptions& options = {}) {
+LOADSTAR_DECL std::unique_ptr<Model> load_model(const std::filesystem::path& path,
+                                         const CustomObjects& custom_objects,
+                                         const LoadOptions& options) {
   const std::string signature = detail::file_signature(path);
   const std::string where = detail::model_file_name(path, signature);
   const detail::ModelFile file = detail::read_model_file(path, options.trust);
@@ -235,11 +272,7 @@ inline std::unique_ptr<Model> load_model(const std::filesystem::path& path,
   });
 }
 
-/// Saves the weights alone, as Keras's `model.save_weights`: a name ending in `.weights.h5` gets
-/// Keras 3's layout (with the optimizer's state of a compiled model, as Keras 3 writes it), any
-/// other `.h5`/`.hdf5` tf.keras 2.x's (root `layer_names` and layer groups). Throws
-/// `ConfigError` for another extension, `IoError` when the file cannot be written.
-inline void save_weights(const Model& model, const std::filesystem::path& path) {
+LOADSTAR_DECL void save_weights(const Model& model, const std::filesystem::path& path) {
   const std::string ext = detail::lower_extension(path);
   if (ext != ".h5" && ext != ".hdf5") {
     throw ConfigError("save_weights '" + path.string() +
@@ -261,14 +294,8 @@ inline void save_weights(const Model& model, const std::filesystem::path& path) 
   });
 }
 
-/// Loads weights into `model` from any file Keras writes (legacy weights-only or whole-model
-/// `.h5`, Keras 3 `.weights.h5` or `.keras` archive), by position, or by layer name with
-/// `by_name` (legacy files), skipping layers that do not fit with `skip_mismatch`; with
-/// `optimizer`, also the optimizer's state of a compiled model. Throws `FormatError` (a corrupt
-/// file, a different number of layers with weights, a missing layer), `ShapeError` (a different
-/// number or shape of weights, naming layer and weight), `IoError`; messages name the file.
-inline void load_weights(Model& model, const std::filesystem::path& path,
-                         const LoadWeightsOptions& options = {}) {
+LOADSTAR_DECL void load_weights(Model& model, const std::filesystem::path& path,
+                         const LoadWeightsOptions& options) {
   detail::require_built(model, "load_weights '" + path.string() + "'");
   const std::string signature = detail::file_signature(path);
   const std::string where = detail::model_file_name(path, signature);
@@ -284,17 +311,18 @@ inline void load_weights(Model& model, const std::filesystem::path& path,
   });
 }
 
-inline void Model::save(const std::filesystem::path& path, const SaveOptions& options) const {
+LOADSTAR_DECL void Model::save(const std::filesystem::path& path, const SaveOptions& options) const {
   save_model(*this, path, options);
 }
 
-inline void Model::save_weights(const std::filesystem::path& path) const {
+LOADSTAR_DECL void Model::save_weights(const std::filesystem::path& path) const {
   keras::save_weights(*this, path);
 }
 
-inline void Model::load_weights(const std::filesystem::path& path,
+LOADSTAR_DECL void Model::load_weights(const std::filesystem::path& path,
                                 const LoadWeightsOptions& options) {
   keras::load_weights(*this, path, options);
 }
 
 }  // namespace loadstar::keras
+#endif

@@ -3,6 +3,8 @@
 /// (`"ckpt-{epoch:02d}-{val_loss:.2f}.h5"`).
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <algorithm>
 #include <cctype>
 #include <charconv>
@@ -57,33 +59,14 @@ class PythonFormat {
   const std::string& text() const noexcept { return text_; }
 
   /// The names of the template's fields, in order.
-  std::vector<std::string> names() const {
-    std::vector<std::string> out;
-    parse([](std::string_view) {}, [&](const FormatField& f) { out.push_back(f.name); });
-    return out;
-  }
+  LOADSTAR_DECL std::vector<std::string> names() const;
 
   /// The template with every field replaced by its value.
-  std::string operator()(const std::map<std::string, FormatValue, std::less<>>& values) const {
-    std::string out;
-    parse([&](std::string_view literal) { out += literal; },
-          [&](const FormatField& field) {
-            const auto it = values.find(field.name);
-            if (it == values.end()) {
-              std::string known;
-              for (const auto& [name, value] : values)
-                known += (known.empty() ? "" : ", ") + name;
-              fail("the field '" + field.name + "' is not among the values (" + known + ")");
-            }
-            out += format(field, it->second);
-          });
-    return out;
-  }
+  LOADSTAR_DECL std::string operator()(
+      const std::map<std::string, FormatValue, std::less<>>& values) const;
 
  private:
-  [[noreturn]] void fail(const std::string& what) const {
-    throw ConfigError(owner_ + ": file path template '" + text_ + "': " + what);
-  }
+  [[noreturn]] LOADSTAR_DECL void fail(const std::string& what) const;
 
   template <class Literal, class Field>
   void parse(Literal&& literal, Field&& field) const {
@@ -125,183 +108,228 @@ class PythonFormat {
     }
   }
 
-  FormatSpec spec_of(const FormatField& field) const {
-    const std::string_view s = field.spec;
-    const auto bad = [&](const std::string& why) {
-      fail("the field '" + field.name + "' has the format spec '" + field.spec + "': " + why);
-    };
-    FormatSpec spec;
-    std::size_t i = 0;
-    const auto is_align = [](char c) { return c == '<' || c == '>' || c == '=' || c == '^'; };
-    bool fill_given = false;
-    if (s.size() >= 2 && is_align(s[1])) {
-      spec.fill = s[0];
-      spec.align = s[1];
-      fill_given = true;
-      i = 2;
-    } else if (!s.empty() && is_align(s[0])) {
-      spec.align = s[0];
-      i = 1;
-    }
-    if (i < s.size() && (s[i] == '+' || s[i] == '-' || s[i] == ' ')) spec.sign = s[i++];
-    if (i < s.size() && s[i] == '#') {
-      spec.alternate = true;
-      ++i;
-    }
-    if (i < s.size() && s[i] == '0') {
-      if (!fill_given) spec.fill = '0';
-      if (spec.align == '\0') spec.align = '=';
-      ++i;
-    }
-    const auto digits = [&]() -> std::optional<std::size_t> {
-      const std::size_t start = i;
-      std::size_t value = 0;
-      while (i < s.size() && s[i] >= '0' && s[i] <= '9') {
-        value = value * 10 + static_cast<std::size_t>(s[i++] - '0');
-        if (value > 10000) bad("the width or precision is too large");
-      }
-      if (i == start) return std::nullopt;
-      return value;
-    };
-    spec.width = digits().value_or(0);
-    if (i < s.size() && (s[i] == ',' || s[i] == '_')) spec.grouping = s[i++];
-    if (i < s.size() && s[i] == '.') {
-      ++i;
-      spec.precision = digits();
-      if (!spec.precision) bad("format specifier missing precision");
-    }
-    if (i < s.size()) spec.type = s[i++];
-    if (i < s.size()) bad("invalid format specifier");
-    if (spec.type != '\0' &&
-        std::string_view("dfFeEgG%").find(spec.type) == std::string_view::npos) {
-      bad(std::string("the type '") + spec.type +
-          "' is not supported (d, f, F, e, E, g, G, % or none)");
-    }
-    return spec;
-  }
+  LOADSTAR_DECL FormatSpec spec_of(const FormatField& field) const;
 
-  std::string format(const FormatField& field, const FormatValue& value) const {
-    const FormatSpec spec = spec_of(field);
-    std::string body;  // the digits, without the sign
-    bool negative = false;
-    if (const auto* integer = std::get_if<std::int64_t>(&value);
-        integer && (spec.type == '\0' || spec.type == 'd')) {
-      if (spec.precision) {
-        fail("the field '" + field.name + "' has the format spec '" + field.spec +
-             "': precision not allowed in integer format specifier");
-      }
-      negative = *integer < 0;
-      const std::uint64_t magnitude = negative ? 0 - static_cast<std::uint64_t>(*integer)
-                                               : static_cast<std::uint64_t>(*integer);
-      body = std::to_string(magnitude);
-    } else {
-      if (spec.type == 'd') {
-        fail("the field '" + field.name + "' has the format spec '" + field.spec +
-             "': unknown format code 'd' for object of type 'float'");
-      }
-      const double x = std::holds_alternative<double>(value)
-                           ? std::get<double>(value)
-                           : static_cast<double>(std::get<std::int64_t>(value));
-      negative = std::signbit(x) && !std::isnan(x);
-      body = float_body(std::fabs(x), spec);
-    }
-    if (spec.grouping != '\0') body = grouped(body, spec.grouping);
-    std::string sign;
-    if (negative) {
-      sign = "-";
-    } else if (spec.sign != '-') {
-      sign = std::string(1, spec.sign);
-    }
-    const std::size_t length = sign.size() + body.size();
-    if (length >= spec.width) return sign + body;
-    const std::size_t pad = spec.width - length;
-    switch (spec.align == '\0' ? '>' : spec.align) {
-      case '<':
-        return sign + body + std::string(pad, spec.fill);
-      case '^':
-        return std::string(pad / 2, spec.fill) + sign + body +
-               std::string(pad - pad / 2, spec.fill);
-      case '=':
-        return sign + std::string(pad, spec.fill) + body;
-      default:
-        return std::string(pad, spec.fill) + sign + body;
-    }
-  }
+  LOADSTAR_DECL std::string format(const FormatField& field, const FormatValue& value) const;
 
   /// A non-negative float as Python formats it with `spec` (without the sign).
-  static std::string float_body(double x, const FormatSpec& spec) {
-    const bool upper = spec.type == 'F' || spec.type == 'E' || spec.type == 'G';
-    if (std::isnan(x) || std::isinf(x)) {
-      std::string text = std::isnan(x) ? "nan" : "inf";
-      if (upper) std::transform(text.begin(), text.end(), text.begin(), ::toupper);
-      return spec.type == '%' ? text + "%" : text;
-    }
-    if (spec.type == '\0' && !spec.precision) return python_repr(x);
-    std::string format = "%";
-    if (spec.alternate) format += '#';
-    const std::size_t precision = spec.precision.value_or(6);
-    format += "." + std::to_string(precision);
-    char type = spec.type;
-    double shown = x;
-    if (type == '%') {
-      shown = x * 100.0;
-      type = 'f';
-    } else if (type == '\0') {
-      type = 'g';
-    }
-    format += type;
-    char buffer[512];
-    std::snprintf(buffer, sizeof buffer, format.c_str(), shown);
-    std::string text = buffer;
-    if (spec.type == '%') text += '%';
-    // Python's format without a type keeps a digit after the point of a fixed-point result.
-    if (spec.type == '\0' && text.find_first_of(".e") == std::string::npos) text += ".0";
-    return text;
-  }
+  LOADSTAR_DECL static std::string float_body(double x, const FormatSpec& spec);
 
   /// Python's `repr` of a non-negative finite float: the shortest digits that read back the same,
   /// in fixed notation for decimal exponents -4 to 15, otherwise as `d.ddde+XX`.
-  static std::string python_repr(double x) {
-    char buffer[64];
-    const auto result =
-        std::to_chars(buffer, buffer + sizeof buffer, x, std::chars_format::scientific);
-    const std::string_view text(buffer, static_cast<std::size_t>(result.ptr - buffer));
-    const std::size_t e = text.find('e');
-    std::string digits;
-    for (const char c : text.substr(0, e))
-      if (c != '.') digits += c;
-    const int exponent = std::stoi(std::string(text.substr(e + 1)));
-    const int point = exponent + 1;  // digits before the decimal point
-    if (point > -4 && point <= 16) {
-      if (point <= 0) return "0." + std::string(static_cast<std::size_t>(-point), '0') + digits;
-      if (static_cast<std::size_t>(point) >= digits.size()) {
-        return digits + std::string(static_cast<std::size_t>(point) - digits.size(), '0') + ".0";
-      }
-      return digits.substr(0, static_cast<std::size_t>(point)) + "." +
-             digits.substr(static_cast<std::size_t>(point));
-    }
-    std::string mantissa = digits.substr(0, 1);
-    if (digits.size() > 1) mantissa += "." + digits.substr(1);
-    char exp[16];
-    std::snprintf(exp, sizeof exp, "e%c%02d", exponent < 0 ? '-' : '+', std::abs(exponent));
-    return mantissa + exp;
-  }
+  LOADSTAR_DECL static std::string python_repr(double x);
 
   /// `digits` with `separator` between groups of three in its leading run of digits.
-  static std::string grouped(const std::string& digits, char separator) {
-    std::size_t end = 0;
-    while (end < digits.size() && digits[end] >= '0' && digits[end] <= '9')
-      ++end;
-    std::string out;
-    for (std::size_t i = 0; i < end; ++i) {
-      if (i > 0 && (end - i) % 3 == 0) out += separator;
-      out += digits[i];
-    }
-    return out + digits.substr(end);
-  }
+  LOADSTAR_DECL static std::string grouped(const std::string& digits, char separator);
 
   std::string owner_;
   std::string text_;
 };
 
 }  // namespace loadstar::keras::detail
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_HEADER_BODIES
+namespace loadstar::keras::detail {
+
+LOADSTAR_DECL std::vector<std::string> PythonFormat::names() const {
+  std::vector<std::string> out;
+  parse([](std::string_view) {}, [&](const FormatField& f) { out.push_back(f.name); });
+  return out;
+}
+
+LOADSTAR_DECL std::string PythonFormat::operator()(
+    const std::map<std::string, FormatValue, std::less<>>& values) const {
+  std::string out;
+  parse([&](std::string_view literal) { out += literal; },
+        [&](const FormatField& field) {
+          const auto it = values.find(field.name);
+          if (it == values.end()) {
+            std::string known;
+            for (const auto& [name, value] : values)
+              known += (known.empty() ? "" : ", ") + name;
+            fail("the field '" + field.name + "' is not among the values (" + known + ")");
+          }
+          out += format(field, it->second);
+        });
+  return out;
+}
+
+LOADSTAR_DECL void PythonFormat::fail(const std::string& what) const {
+  throw ConfigError(owner_ + ": file path template '" + text_ + "': " + what);
+}
+
+LOADSTAR_DECL FormatSpec PythonFormat::spec_of(const FormatField& field) const {
+  const std::string_view s = field.spec;
+  const auto bad = [&](const std::string& why) {
+    fail("the field '" + field.name + "' has the format spec '" + field.spec + "': " + why);
+  };
+  FormatSpec spec;
+  std::size_t i = 0;
+  const auto is_align = [](char c) { return c == '<' || c == '>' || c == '=' || c == '^'; };
+  bool fill_given = false;
+  if (s.size() >= 2 && is_align(s[1])) {
+    spec.fill = s[0];
+    spec.align = s[1];
+    fill_given = true;
+    i = 2;
+  } else if (!s.empty() && is_align(s[0])) {
+    spec.align = s[0];
+    i = 1;
+  }
+  if (i < s.size() && (s[i] == '+' || s[i] == '-' || s[i] == ' ')) spec.sign = s[i++];
+  if (i < s.size() && s[i] == '#') {
+    spec.alternate = true;
+    ++i;
+  }
+  if (i < s.size() && s[i] == '0') {
+    if (!fill_given) spec.fill = '0';
+    if (spec.align == '\0') spec.align = '=';
+    ++i;
+  }
+  const auto digits = [&]() -> std::optional<std::size_t> {
+    const std::size_t start = i;
+    std::size_t value = 0;
+    while (i < s.size() && s[i] >= '0' && s[i] <= '9') {
+      value = value * 10 + static_cast<std::size_t>(s[i++] - '0');
+      if (value > 10000) bad("the width or precision is too large");
+    }
+    if (i == start) return std::nullopt;
+    return value;
+  };
+  spec.width = digits().value_or(0);
+  if (i < s.size() && (s[i] == ',' || s[i] == '_')) spec.grouping = s[i++];
+  if (i < s.size() && s[i] == '.') {
+    ++i;
+    spec.precision = digits();
+    if (!spec.precision) bad("format specifier missing precision");
+  }
+  if (i < s.size()) spec.type = s[i++];
+  if (i < s.size()) bad("invalid format specifier");
+  if (spec.type != '\0' && std::string_view("dfFeEgG%").find(spec.type) == std::string_view::npos) {
+    bad(std::string("the type '") + spec.type +
+        "' is not supported (d, f, F, e, E, g, G, % or none)");
+  }
+  return spec;
+}
+
+LOADSTAR_DECL std::string PythonFormat::format(const FormatField& field,
+                                               const FormatValue& value) const {
+  const FormatSpec spec = spec_of(field);
+  std::string body;  // the digits, without the sign
+  bool negative = false;
+  if (const auto* integer = std::get_if<std::int64_t>(&value);
+      integer && (spec.type == '\0' || spec.type == 'd')) {
+    if (spec.precision) {
+      fail("the field '" + field.name + "' has the format spec '" + field.spec +
+           "': precision not allowed in integer format specifier");
+    }
+    negative = *integer < 0;
+    const std::uint64_t magnitude =
+        negative ? 0 - static_cast<std::uint64_t>(*integer) : static_cast<std::uint64_t>(*integer);
+    body = std::to_string(magnitude);
+  } else {
+    if (spec.type == 'd') {
+      fail("the field '" + field.name + "' has the format spec '" + field.spec +
+           "': unknown format code 'd' for object of type 'float'");
+    }
+    const double x = std::holds_alternative<double>(value)
+                         ? std::get<double>(value)
+                         : static_cast<double>(std::get<std::int64_t>(value));
+    negative = std::signbit(x) && !std::isnan(x);
+    body = float_body(std::fabs(x), spec);
+  }
+  if (spec.grouping != '\0') body = grouped(body, spec.grouping);
+  std::string sign;
+  if (negative) {
+    sign = "-";
+  } else if (spec.sign != '-') {
+    sign = std::string(1, spec.sign);
+  }
+  const std::size_t length = sign.size() + body.size();
+  if (length >= spec.width) return sign + body;
+  const std::size_t pad = spec.width - length;
+  switch (spec.align == '\0' ? '>' : spec.align) {
+    case '<':
+      return sign + body + std::string(pad, spec.fill);
+    case '^':
+      return std::string(pad / 2, spec.fill) + sign + body + std::string(pad - pad / 2, spec.fill);
+    case '=':
+      return sign + std::string(pad, spec.fill) + body;
+    default:
+      return std::string(pad, spec.fill) + sign + body;
+  }
+}
+
+LOADSTAR_DECL std::string PythonFormat::float_body(double x, const FormatSpec& spec) {
+  const bool upper = spec.type == 'F' || spec.type == 'E' || spec.type == 'G';
+  if (std::isnan(x) || std::isinf(x)) {
+    std::string text = std::isnan(x) ? "nan" : "inf";
+    if (upper) std::transform(text.begin(), text.end(), text.begin(), ::toupper);
+    return spec.type == '%' ? text + "%" : text;
+  }
+  if (spec.type == '\0' && !spec.precision) return python_repr(x);
+  std::string format = "%";
+  if (spec.alternate) format += '#';
+  const std::size_t precision = spec.precision.value_or(6);
+  format += "." + std::to_string(precision);
+  char type = spec.type;
+  double shown = x;
+  if (type == '%') {
+    shown = x * 100.0;
+    type = 'f';
+  } else if (type == '\0') {
+    type = 'g';
+  }
+  format += type;
+  char buffer[512];
+  std::snprintf(buffer, sizeof buffer, format.c_str(), shown);
+  std::string text = buffer;
+  if (spec.type == '%') text += '%';
+  // Python's format without a type keeps a digit after the point of a fixed-point result.
+  if (spec.type == '\0' && text.find_first_of(".e") == std::string::npos) text += ".0";
+  return text;
+}
+
+LOADSTAR_DECL std::string PythonFormat::python_repr(double x) {
+  char buffer[64];
+  const auto result =
+      std::to_chars(buffer, buffer + sizeof buffer, x, std::chars_format::scientific);
+  const std::string_view text(buffer, static_cast<std::size_t>(result.ptr - buffer));
+  const std::size_t e = text.find('e');
+  std::string digits;
+  for (const char c : text.substr(0, e))
+    if (c != '.') digits += c;
+  const int exponent = std::stoi(std::string(text.substr(e + 1)));
+  const int point = exponent + 1;  // digits before the decimal point
+  if (point > -4 && point <= 16) {
+    if (point <= 0) return "0." + std::string(static_cast<std::size_t>(-point), '0') + digits;
+    if (static_cast<std::size_t>(point) >= digits.size()) {
+      return digits + std::string(static_cast<std::size_t>(point) - digits.size(), '0') + ".0";
+    }
+    return digits.substr(0, static_cast<std::size_t>(point)) + "." +
+           digits.substr(static_cast<std::size_t>(point));
+  }
+  std::string mantissa = digits.substr(0, 1);
+  if (digits.size() > 1) mantissa += "." + digits.substr(1);
+  char exp[16];
+  std::snprintf(exp, sizeof exp, "e%c%02d", exponent < 0 ? '-' : '+', std::abs(exponent));
+  return mantissa + exp;
+}
+
+LOADSTAR_DECL std::string PythonFormat::grouped(const std::string& digits, char separator) {
+  std::size_t end = 0;
+  while (end < digits.size() && digits[end] >= '0' && digits[end] <= '9')
+    ++end;
+  std::string out;
+  for (std::size_t i = 0; i < end; ++i) {
+    if (i > 0 && (end - i) % 3 == 0) out += separator;
+    out += digits[i];
+  }
+  return out + digits.substr(end);
+}
+
+}  // namespace loadstar::keras::detail
+#endif

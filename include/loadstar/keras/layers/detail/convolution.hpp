@@ -3,6 +3,8 @@
 /// channels_first inputs moved to channels_last and back.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <string>
 #include <vector>
 
@@ -17,62 +19,13 @@ namespace loadstar::keras::layers::detail {
 /// the CPU, which has no NCHW kernels).
 class Convolution : public LayerBase {
  public:
-  void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
-               const CallContext& ctx) override {
-    check_inputs(inputs);
-    Backend& backend = ctx.backend;
-    const std::size_t batch = inputs[0].rows();
-    const Tensor<float> x = to_channels_last(backend, inputs[0], x_last_, in_last_, batch);
-    const Tensor<float> y =
-        channels_first_ ? y_last_.get(backend, out_last_.prepend(batch)) : output;
-    const Conv2DGeometry g = geometry(batch);
-    const std::size_t rows = g.batch * g.out_h * g.out_w;
-    const Tensor<float> columns = columns_.get(backend, {rows, g.patch_size()});
-    backend.im2col(x, g, columns);
-    const Tensor<float> z = y.reshape({rows, filters_});
-    backend.gemm(columns, false, kernel_matrix(), false, z);
-    if (use_bias_) backend.bias_add(z, weights_[1].value);
-    if (activation_ != keras::Activation::linear) backend.activation_forward(activation_, z, z);
-    if (channels_first_) backend.permute(y, to_first_, output);
-  }
+  LOADSTAR_DECL void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+                             const CallContext& ctx) override;
 
-  void backward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
-                const Tensor<float>& output_gradient,
-                std::span<const Tensor<float>> input_gradients, const CallContext& ctx) override {
-    Backend& backend = ctx.backend;
-    const std::size_t batch = inputs[0].rows();
-    const Conv2DGeometry g = geometry(batch);
-    const std::size_t rows = g.batch * g.out_h * g.out_w;
-    const Tensor<float> x = to_channels_last(backend, inputs[0], x_last_, in_last_, batch);
-    // The columns are unfolded again rather than kept from forward, so a shared layer stays
-    // correct; im2col is cheap next to the GEMMs.
-    const Tensor<float> columns = columns_.get(backend, {rows, g.patch_size()});
-    backend.im2col(x, g, columns);
-    Tensor<float> dz = to_channels_last(backend, output_gradient, dy_last_, out_last_, batch)
-                           .reshape({rows, filters_});
-    if (activation_ != keras::Activation::linear) {
-      Tensor<float> z;
-      if (activation_gradient_needs_input(activation_)) {
-        z = pre_activation_.get(backend, {rows, filters_});
-        backend.gemm(columns, false, kernel_matrix(), false, z);
-        if (use_bias_) backend.bias_add(z, weights_[1].value);
-      }
-      const Tensor<float> y = to_channels_last(backend, output, y_last_, out_last_, batch);
-      const Tensor<float> gradient = gradient_.get(backend, {rows, filters_});
-      backend.activation_backward(activation_, z, y.reshape({rows, filters_}), dz, gradient);
-      dz = gradient;
-    }
-    backend.gemm(columns, true, dz, false, weights_[0].gradient.reshape(kernel_matrix().shape()),
-                 1.0F, 1.0F);
-    if (use_bias_) backend.column_sums(dz, weights_[1].gradient, 1.0F);
-    if (!input_gradients.empty() && !input_gradients[0].empty()) {
-      backend.gemm(dz, false, kernel_matrix(), true, columns);
-      const Tensor<float> dx =
-          channels_first_ ? dx_last_.get(backend, in_last_.prepend(batch)) : input_gradients[0];
-      backend.col2im(columns, g, dx);
-      if (channels_first_) backend.permute(dx, to_first_, input_gradients[0]);
-    }
-  }
+  LOADSTAR_DECL void backward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+                              const Tensor<float>& output_gradient,
+                              std::span<const Tensor<float>> input_gradients,
+                              const CallContext& ctx) override;
 
  protected:
   /// The derived layer sets `channels_first_` (its data format) in its constructor, where
@@ -93,50 +46,12 @@ class Convolution : public LayerBase {
 
   /// Creates the weights (or checks them against the input's channels when built before),
   /// records the geometry `g` (batch 0) and returns the output shape in the layer's data format.
-  Shape finish_build(std::span<const Shape> input_shapes, const Conv2DGeometry& g,
-                     const Shape& kernel_shape, const Shape& out_last, std::uint64_t seed) {
-    in_last_ = input_last(input_shapes[0]);
-    const std::size_t in_channels = in_last_[in_last_.rank() - 1];
-    if (!weights_.empty()) {
-      const Shape& kernel = weights_[0].value.shape();
-      if (kernel[kernel.rank() - 2] != in_channels) {
-        throw ShapeError(label() + ": kernel is " + kernel.str() + " but the input has " +
-                         std::to_string(in_channels) + " channels");
-      }
-    } else {
-      Tensor<float> kernel(kernel_shape);
-      kernel_initializer_.fill(kernel, seed);
-      add_weight("kernel", kernel);
-      if (use_bias_) {
-        Tensor<float> bias({filters_});
-        bias_initializer_.fill(bias, SplitMix64::mix(seed + 1));
-        add_weight("bias", bias);
-      }
-    }
-    geometry_ = g;
-    out_last_ = out_last;
-    to_last_ = channel_axes(in_last_.rank() + 1, false);
-    to_first_ = channel_axes(in_last_.rank() + 1, true);
-    const Shape out = channels_first_ ? move_channels(out_last, true) : out_last;
-    remember(input_shapes, out);
-    return out;
-  }
+  LOADSTAR_DECL Shape finish_build(std::span<const Shape> input_shapes, const Conv2DGeometry& g,
+                                   const Shape& kernel_shape, const Shape& out_last,
+                                   std::uint64_t seed);
 
   /// Keras's keys shared by `Conv1D` and `Conv2D` (the sizes are the subclass's).
-  nlohmann::json convolution_config() const {
-    auto config = base_config();
-    config["filters"] = filters_;
-    config["data_format"] = channels_first_ ? "channels_first" : "channels_last";
-    config["groups"] = 1;
-    config["activation"] = activation_name(activation_);
-    config["use_bias"] = use_bias_;
-    config["kernel_initializer"] = kernel_initializer_.to_json();
-    config["bias_initializer"] = bias_initializer_.to_json();
-    for (const char* key : {"kernel_regularizer", "bias_regularizer", "activity_regularizer",
-                            "kernel_constraint", "bias_constraint"})
-      config[key] = nullptr;
-    return config;
-  }
+  LOADSTAR_DECL nlohmann::json convolution_config() const;
 
   std::size_t filters_;
   keras::Activation activation_;
@@ -147,19 +62,11 @@ class Convolution : public LayerBase {
 
  private:
   /// `x` itself with channels_last, else `x` transposed into `scratch` (of sample shape `last`).
-  Tensor<float> to_channels_last(Backend& backend, const Tensor<float>& x, Scratch& scratch,
-                                 const Shape& last, std::size_t batch) const {
-    if (!channels_first_) return x;
-    const Tensor<float> moved = scratch.get(backend, last.prepend(batch));
-    backend.permute(x, to_last_, moved);
-    return moved;
-  }
+  LOADSTAR_DECL Tensor<float> to_channels_last(Backend& backend, const Tensor<float>& x,
+                                               Scratch& scratch, const Shape& last,
+                                               std::size_t batch) const;
 
-  Conv2DGeometry geometry(std::size_t batch) const {
-    Conv2DGeometry g = geometry_;
-    g.batch = batch;
-    return g;
-  }
+  LOADSTAR_DECL Conv2DGeometry geometry(std::size_t batch) const;
 
   /// The kernel as the `(k... * in, filters)` matrix that im2col rows multiply.
   Tensor<float> kernel_matrix() const {
@@ -181,3 +88,130 @@ class Convolution : public LayerBase {
 };
 
 }  // namespace loadstar::keras::layers::detail
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_HEADER_BODIES
+namespace loadstar::keras::layers::detail {
+
+LOADSTAR_DECL void Convolution::forward(std::span<const Tensor<float>> inputs,
+                                        const Tensor<float>& output, const CallContext& ctx) {
+  check_inputs(inputs);
+  Backend& backend = ctx.backend;
+  const std::size_t batch = inputs[0].rows();
+  const Tensor<float> x = to_channels_last(backend, inputs[0], x_last_, in_last_, batch);
+  const Tensor<float> y = channels_first_ ? y_last_.get(backend, out_last_.prepend(batch)) : output;
+  const Conv2DGeometry g = geometry(batch);
+  const std::size_t rows = g.batch * g.out_h * g.out_w;
+  const Tensor<float> columns = columns_.get(backend, {rows, g.patch_size()});
+  backend.im2col(x, g, columns);
+  const Tensor<float> z = y.reshape({rows, filters_});
+  backend.gemm(columns, false, kernel_matrix(), false, z);
+  if (use_bias_) backend.bias_add(z, weights_[1].value);
+  if (activation_ != keras::Activation::linear) backend.activation_forward(activation_, z, z);
+  if (channels_first_) backend.permute(y, to_first_, output);
+}
+
+LOADSTAR_DECL void Convolution::backward(std::span<const Tensor<float>> inputs,
+                                         const Tensor<float>& output,
+                                         const Tensor<float>& output_gradient,
+                                         std::span<const Tensor<float>> input_gradients,
+                                         const CallContext& ctx) {
+  Backend& backend = ctx.backend;
+  const std::size_t batch = inputs[0].rows();
+  const Conv2DGeometry g = geometry(batch);
+  const std::size_t rows = g.batch * g.out_h * g.out_w;
+  const Tensor<float> x = to_channels_last(backend, inputs[0], x_last_, in_last_, batch);
+  // The columns are unfolded again rather than kept from forward, so a shared layer stays
+  // correct; im2col is cheap next to the GEMMs.
+  const Tensor<float> columns = columns_.get(backend, {rows, g.patch_size()});
+  backend.im2col(x, g, columns);
+  Tensor<float> dz = to_channels_last(backend, output_gradient, dy_last_, out_last_, batch)
+                         .reshape({rows, filters_});
+  if (activation_ != keras::Activation::linear) {
+    Tensor<float> z;
+    if (activation_gradient_needs_input(activation_)) {
+      z = pre_activation_.get(backend, {rows, filters_});
+      backend.gemm(columns, false, kernel_matrix(), false, z);
+      if (use_bias_) backend.bias_add(z, weights_[1].value);
+    }
+    const Tensor<float> y = to_channels_last(backend, output, y_last_, out_last_, batch);
+    const Tensor<float> gradient = gradient_.get(backend, {rows, filters_});
+    backend.activation_backward(activation_, z, y.reshape({rows, filters_}), dz, gradient);
+    dz = gradient;
+  }
+  backend.gemm(columns, true, dz, false, weights_[0].gradient.reshape(kernel_matrix().shape()),
+               1.0F, 1.0F);
+  if (use_bias_) backend.column_sums(dz, weights_[1].gradient, 1.0F);
+  if (!input_gradients.empty() && !input_gradients[0].empty()) {
+    backend.gemm(dz, false, kernel_matrix(), true, columns);
+    const Tensor<float> dx =
+        channels_first_ ? dx_last_.get(backend, in_last_.prepend(batch)) : input_gradients[0];
+    backend.col2im(columns, g, dx);
+    if (channels_first_) backend.permute(dx, to_first_, input_gradients[0]);
+  }
+}
+
+LOADSTAR_DECL Shape Convolution::finish_build(std::span<const Shape> input_shapes,
+                                              const Conv2DGeometry& g, const Shape& kernel_shape,
+                                              const Shape& out_last, std::uint64_t seed) {
+  in_last_ = input_last(input_shapes[0]);
+  const std::size_t in_channels = in_last_[in_last_.rank() - 1];
+  if (!weights_.empty()) {
+    const Shape& kernel = weights_[0].value.shape();
+    if (kernel[kernel.rank() - 2] != in_channels) {
+      throw ShapeError(label() + ": kernel is " + kernel.str() + " but the input has " +
+                       std::to_string(in_channels) + " channels");
+    }
+  } else {
+    Tensor<float> kernel(kernel_shape);
+    kernel_initializer_.fill(kernel, seed);
+    add_weight("kernel", kernel);
+    if (use_bias_) {
+      Tensor<float> bias({filters_});
+      bias_initializer_.fill(bias, SplitMix64::mix(seed + 1));
+      add_weight("bias", bias);
+    }
+  }
+  geometry_ = g;
+  out_last_ = out_last;
+  to_last_ = channel_axes(in_last_.rank() + 1, false);
+  to_first_ = channel_axes(in_last_.rank() + 1, true);
+  const Shape out = channels_first_ ? move_channels(out_last, true) : out_last;
+  remember(input_shapes, out);
+  return out;
+}
+
+LOADSTAR_DECL nlohmann::json Convolution::convolution_config() const {
+  auto config = base_config();
+  config["filters"] = filters_;
+  config["data_format"] = channels_first_ ? "channels_first" : "channels_last";
+  config["groups"] = 1;
+  config["activation"] = activation_name(activation_);
+  config["use_bias"] = use_bias_;
+  config["kernel_initializer"] = kernel_initializer_.to_json();
+  config["bias_initializer"] = bias_initializer_.to_json();
+  for (const char* key : {"kernel_regularizer", "bias_regularizer", "activity_regularizer",
+                          "kernel_constraint", "bias_constraint"})
+    config[key] = nullptr;
+  return config;
+}
+
+LOADSTAR_DECL Tensor<float> Convolution::to_channels_last(Backend& backend, const Tensor<float>& x,
+                                                          Scratch& scratch, const Shape& last,
+                                                          std::size_t batch) const {
+  if (!channels_first_) return x;
+  const Tensor<float> moved = scratch.get(backend, last.prepend(batch));
+  backend.permute(x, to_last_, moved);
+  return moved;
+}
+
+LOADSTAR_DECL Conv2DGeometry Convolution::geometry(std::size_t batch) const {
+  Conv2DGeometry g = geometry_;
+  g.batch = batch;
+  return g;
+}
+
+}  // namespace loadstar::keras::layers::detail
+#endif

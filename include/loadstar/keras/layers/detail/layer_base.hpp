@@ -2,6 +2,8 @@
 /// What every built-in layer shares: naming in messages, shape checks, scratch buffers, config.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <algorithm>
 #include <array>
 #include <cctype>
@@ -44,12 +46,7 @@ namespace detail {
 /// backend's memory is another).
 class Scratch {
  public:
-  Tensor<float> get(Backend& backend, const Shape& shape) {
-    if (shape.elements() > buffer_.size() || buffer_.empty() ||
-        buffer_.device() != backend.device())
-      buffer_ = backend.allocate(Shape{std::max<std::size_t>(shape.elements(), 1)});
-    return buffer_.slice_rows(0, shape.elements()).reshape(shape);
-  }
+  LOADSTAR_DECL Tensor<float> get(Backend& backend, const Shape& shape);
 
  private:
   Tensor<float> buffer_;
@@ -69,20 +66,10 @@ class LayerBase : public Layer {
   }
 
   /// Throws `ShapeError` unless exactly `count` inputs are given.
-  void expect_inputs(std::span<const Shape> shapes, std::size_t count) const {
-    if (shapes.size() != count) {
-      throw ShapeError(label() + ": expects " + std::to_string(count) + " input" +
-                       (count == 1 ? "" : "s") + " but got " + std::to_string(shapes.size()));
-    }
-  }
+  LOADSTAR_DECL void expect_inputs(std::span<const Shape> shapes, std::size_t count) const;
 
   /// Throws `ShapeError` unless the input has rank `rank` (without the batch axis).
-  void expect_rank(const Shape& shape, std::size_t rank) const {
-    if (shape.rank() != rank) {
-      throw ShapeError(label() + ": expects rank-" + std::to_string(rank) +
-                       " inputs (without the batch axis) but got " + shape.str());
-    }
-  }
+  LOADSTAR_DECL void expect_rank(const Shape& shape, std::size_t rank) const;
 
   /// Records the shapes `build` accepted (the layer's built state), for `check_inputs`.
   void remember(std::span<const Shape> shapes, const Shape& output) {
@@ -90,19 +77,7 @@ class LayerBase : public Layer {
   }
 
   /// Throws `ShapeError` when a batch's input does not have the shape the layer was built for.
-  void check_inputs(std::span<const Tensor<float>> inputs) const {
-    const std::vector<Shape>& shapes = built_input_shapes();
-    if (inputs.size() != shapes.size()) {
-      throw ShapeError(label() + ": built for " + std::to_string(shapes.size()) +
-                       " inputs but called with " + std::to_string(inputs.size()));
-    }
-    for (std::size_t i = 0; i < inputs.size(); ++i) {
-      if (inputs[i].rank() == 0 || inputs[i].shape().row_shape() != shapes[i]) {
-        throw ShapeError(label() + ": expects inputs of shape " + batch_str(shapes[i]) +
-                         " but got " + inputs[i].shape().str());
-      }
-    }
-  }
+  LOADSTAR_DECL void check_inputs(std::span<const Tensor<float>> inputs) const;
 
   /// `"(None, 28, 28)"`: a shape with a free batch axis, as Keras prints it.
   static std::string batch_str(const Shape& shape) { return keras::detail::batch_shape_str(shape); }
@@ -122,11 +97,7 @@ class SameShapeLayer : public LayerBase {
  public:
   using LayerBase::LayerBase;
 
-  Shape build(std::span<const Shape> input_shapes, std::uint64_t) override {
-    expect_inputs(input_shapes, 1);
-    remember(input_shapes, input_shapes[0]);
-    return input_shapes[0];
-  }
+  LOADSTAR_DECL Shape build(std::span<const Shape> input_shapes, std::uint64_t) override;
 };
 
 /// A layer that changes the shape of its one input but not its values (`InputLayer`, `Flatten`,
@@ -136,18 +107,13 @@ class ShapeOnlyLayer : public LayerBase {
  public:
   using LayerBase::LayerBase;
 
-  void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
-               const CallContext& ctx) override {
-    check_inputs(inputs);
-    ctx.backend.copy(inputs[0], output);
-  }
+  LOADSTAR_DECL void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+                             const CallContext& ctx) override;
 
-  void backward(std::span<const Tensor<float>>, const Tensor<float>&,
-                const Tensor<float>& output_gradient,
-                std::span<const Tensor<float>> input_gradients, const CallContext& ctx) override {
-    if (input_gradients.empty() || input_gradients[0].empty()) return;
-    ctx.backend.copy(output_gradient, input_gradients[0]);
-  }
+  LOADSTAR_DECL void backward(std::span<const Tensor<float>>, const Tensor<float>&,
+                              const Tensor<float>& output_gradient,
+                              std::span<const Tensor<float>> input_gradients,
+                              const CallContext& ctx) override;
 };
 
 using keras::detail::ConfigReader;
@@ -311,3 +277,67 @@ inline bool parse_padding(const std::string& padding, const std::string& label) 
 
 }  // namespace detail
 }  // namespace loadstar::keras::layers
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_HEADER_BODIES
+namespace loadstar::keras::layers::detail {
+
+LOADSTAR_DECL Tensor<float> Scratch::get(Backend& backend, const Shape& shape) {
+  if (shape.elements() > buffer_.size() || buffer_.empty() || buffer_.device() != backend.device())
+    buffer_ = backend.allocate(Shape{std::max<std::size_t>(shape.elements(), 1)});
+  return buffer_.slice_rows(0, shape.elements()).reshape(shape);
+}
+
+LOADSTAR_DECL void LayerBase::expect_inputs(std::span<const Shape> shapes,
+                                            std::size_t count) const {
+  if (shapes.size() != count) {
+    throw ShapeError(label() + ": expects " + std::to_string(count) + " input" +
+                     (count == 1 ? "" : "s") + " but got " + std::to_string(shapes.size()));
+  }
+}
+
+LOADSTAR_DECL void LayerBase::expect_rank(const Shape& shape, std::size_t rank) const {
+  if (shape.rank() != rank) {
+    throw ShapeError(label() + ": expects rank-" + std::to_string(rank) +
+                     " inputs (without the batch axis) but got " + shape.str());
+  }
+}
+
+LOADSTAR_DECL void LayerBase::check_inputs(std::span<const Tensor<float>> inputs) const {
+  const std::vector<Shape>& shapes = built_input_shapes();
+  if (inputs.size() != shapes.size()) {
+    throw ShapeError(label() + ": built for " + std::to_string(shapes.size()) +
+                     " inputs but called with " + std::to_string(inputs.size()));
+  }
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i].rank() == 0 || inputs[i].shape().row_shape() != shapes[i]) {
+      throw ShapeError(label() + ": expects inputs of shape " + batch_str(shapes[i]) + " but got " +
+                       inputs[i].shape().str());
+    }
+  }
+}
+
+LOADSTAR_DECL Shape SameShapeLayer::build(std::span<const Shape> input_shapes, std::uint64_t) {
+  expect_inputs(input_shapes, 1);
+  remember(input_shapes, input_shapes[0]);
+  return input_shapes[0];
+}
+
+LOADSTAR_DECL void ShapeOnlyLayer::forward(std::span<const Tensor<float>> inputs,
+                                           const Tensor<float>& output, const CallContext& ctx) {
+  check_inputs(inputs);
+  ctx.backend.copy(inputs[0], output);
+}
+
+LOADSTAR_DECL void ShapeOnlyLayer::backward(std::span<const Tensor<float>>, const Tensor<float>&,
+                                            const Tensor<float>& output_gradient,
+                                            std::span<const Tensor<float>> input_gradients,
+                                            const CallContext& ctx) {
+  if (input_gradients.empty() || input_gradients[0].empty()) return;
+  ctx.backend.copy(output_gradient, input_gradients[0]);
+}
+
+}  // namespace loadstar::keras::layers::detail
+#endif

@@ -3,6 +3,8 @@
 /// `metrics_utils.update_confusion_matrix_variables`.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <algorithm>
 #include <cstddef>
 #include <string>
@@ -29,25 +31,8 @@ class ConfusionCounts {
         positives_(thresholds_.size() + 1),
         negatives_(thresholds_.size() + 1) {}
 
-  void update(const std::string& owner, const Tensor<float>& y_true, const Tensor<float>& y_pred,
-              const Tensor<float>* sample_weight) {
-    if (!shapes_fit(y_true.shape(), y_pred.shape())) {
-      throw ShapeError(owner + ": y_true of shape " + y_true.shape().str() +
-                       " does not match y_pred of shape " + y_pred.shape().str());
-    }
-    check_sample_weight(owner, sample_weight, y_pred);
-    const std::size_t per_row = y_pred.rows() == 0 ? 1 : y_pred.size() / y_pred.rows();
-    for (std::size_t j = 0; j < y_pred.size(); ++j) {
-      const double weight =
-          sample_weight == nullptr ? 1.0 : static_cast<double>(sample_weight->data()[j / per_row]);
-      // The bucket is the number of thresholds below the prediction: positive at those.
-      const auto bucket =
-          static_cast<std::size_t>(std::lower_bound(thresholds_.begin(), thresholds_.end(),
-                                                    static_cast<double>(y_pred.data()[j])) -
-                                   thresholds_.begin());
-      (y_true.data()[j] != 0 ? positives_ : negatives_)[bucket] += weight;
-    }
-  }
+  LOADSTAR_DECL void update(const std::string& owner, const Tensor<float>& y_true,
+                            const Tensor<float>& y_pred, const Tensor<float>* sample_weight);
 
   /// True positives at threshold `i`: positive labels predicted above it.
   double true_positives(std::size_t i) const { return above(positives_, i); }
@@ -56,40 +41,16 @@ class ConfusionCounts {
   double true_negatives(std::size_t i) const { return below(negatives_, i); }
   std::size_t size() const noexcept { return thresholds_.size(); }
 
-  void reset() {
-    std::fill(positives_.begin(), positives_.end(), 0.0);
-    std::fill(negatives_.begin(), negatives_.end(), 0.0);
-  }
+  LOADSTAR_DECL void reset();
 
   /// `{"positives": [...], "negatives": [...]}`: the weighted counts per bucket.
   nlohmann::json state() const { return {{"positives", positives_}, {"negatives", negatives_}}; }
-  void restore(const std::string& owner, const nlohmann::json& state) {
-    const loadstar::detail::StateReader read(owner, state);
-    auto positives = read.get<std::vector<double>>("positives");
-    auto negatives = read.get<std::vector<double>>("negatives");
-    if (positives.size() != positives_.size() || negatives.size() != negatives_.size()) {
-      throw CheckpointError(owner + " state: expected " + std::to_string(positives_.size()) +
-                            " counts per label but found " + std::to_string(positives.size()) +
-                            " and " + std::to_string(negatives.size()));
-    }
-    positives_ = std::move(positives);
-    negatives_ = std::move(negatives);
-  }
+  LOADSTAR_DECL void restore(const std::string& owner, const nlohmann::json& state);
 
  private:
   // Bucket b holds predictions above thresholds 0..b-1, so above threshold i means b > i.
-  static double above(const std::vector<double>& counts, std::size_t i) {
-    double sum = 0;
-    for (std::size_t b = i + 1; b < counts.size(); ++b)
-      sum += counts[b];
-    return sum;
-  }
-  static double below(const std::vector<double>& counts, std::size_t i) {
-    double sum = 0;
-    for (std::size_t b = 0; b <= i; ++b)
-      sum += counts[b];
-    return sum;
-  }
+  LOADSTAR_DECL static double above(const std::vector<double>& counts, std::size_t i);
+  LOADSTAR_DECL static double below(const std::vector<double>& counts, std::size_t i);
 
   std::vector<double> thresholds_;
   std::vector<double> positives_;
@@ -110,3 +71,65 @@ inline double config_threshold(const ConfigReader& read) {
 }
 
 }  // namespace loadstar::keras::detail
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_HEADER_BODIES
+namespace loadstar::keras::detail {
+
+LOADSTAR_DECL void ConfusionCounts::update(const std::string& owner, const Tensor<float>& y_true,
+                                           const Tensor<float>& y_pred,
+                                           const Tensor<float>* sample_weight) {
+  if (!shapes_fit(y_true.shape(), y_pred.shape())) {
+    throw ShapeError(owner + ": y_true of shape " + y_true.shape().str() +
+                     " does not match y_pred of shape " + y_pred.shape().str());
+  }
+  check_sample_weight(owner, sample_weight, y_pred);
+  const std::size_t per_row = y_pred.rows() == 0 ? 1 : y_pred.size() / y_pred.rows();
+  for (std::size_t j = 0; j < y_pred.size(); ++j) {
+    const double weight =
+        sample_weight == nullptr ? 1.0 : static_cast<double>(sample_weight->data()[j / per_row]);
+    // The bucket is the number of thresholds below the prediction: positive at those.
+    const auto bucket =
+        static_cast<std::size_t>(std::lower_bound(thresholds_.begin(), thresholds_.end(),
+                                                  static_cast<double>(y_pred.data()[j])) -
+                                 thresholds_.begin());
+    (y_true.data()[j] != 0 ? positives_ : negatives_)[bucket] += weight;
+  }
+}
+
+LOADSTAR_DECL void ConfusionCounts::reset() {
+  std::fill(positives_.begin(), positives_.end(), 0.0);
+  std::fill(negatives_.begin(), negatives_.end(), 0.0);
+}
+
+LOADSTAR_DECL void ConfusionCounts::restore(const std::string& owner, const nlohmann::json& state) {
+  const loadstar::detail::StateReader read(owner, state);
+  auto positives = read.get<std::vector<double>>("positives");
+  auto negatives = read.get<std::vector<double>>("negatives");
+  if (positives.size() != positives_.size() || negatives.size() != negatives_.size()) {
+    throw CheckpointError(owner + " state: expected " + std::to_string(positives_.size()) +
+                          " counts per label but found " + std::to_string(positives.size()) +
+                          " and " + std::to_string(negatives.size()));
+  }
+  positives_ = std::move(positives);
+  negatives_ = std::move(negatives);
+}
+
+LOADSTAR_DECL double ConfusionCounts::above(const std::vector<double>& counts, std::size_t i) {
+  double sum = 0;
+  for (std::size_t b = i + 1; b < counts.size(); ++b)
+    sum += counts[b];
+  return sum;
+}
+
+LOADSTAR_DECL double ConfusionCounts::below(const std::vector<double>& counts, std::size_t i) {
+  double sum = 0;
+  for (std::size_t b = 0; b <= i; ++b)
+    sum += counts[b];
+  return sum;
+}
+
+}  // namespace loadstar::keras::detail
+#endif

@@ -2,6 +2,8 @@
 /// The machinery of Keras's `MeanMetricWrapper`: a weighted running mean of per-sample values.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <cstddef>
 #include <string>
 
@@ -18,17 +20,10 @@ namespace loadstar::keras::detail {
 struct RunningMean {
   double total = 0;
   double count = 0;
-  void add(double value, double weight) {
-    total += value * weight;
-    count += weight;
-  }
+  LOADSTAR_DECL void add(double value, double weight);
   double result() const { return count == 0 ? 0.0 : total / count; }
   nlohmann::json state() const { return {{"total", total}, {"count", count}}; }
-  void restore(const std::string& owner, const nlohmann::json& state) {
-    const loadstar::detail::StateReader read(owner, state);
-    total = read.get<double>("total");
-    count = read.get<double>("count");
-  }
+  LOADSTAR_DECL void restore(const std::string& owner, const nlohmann::json& state);
 };
 
 /// A metric that is the weighted mean of one value per last-axis row of `y_pred` (or per element
@@ -110,3 +105,23 @@ inline bool in_top_k(const float* x, std::size_t n, std::size_t target, std::siz
 }
 
 }  // namespace loadstar::keras::detail
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_HEADER_BODIES
+namespace loadstar::keras::detail {
+
+LOADSTAR_DECL void RunningMean::add(double value, double weight) {
+  total += value * weight;
+  count += weight;
+}
+
+LOADSTAR_DECL void RunningMean::restore(const std::string& owner, const nlohmann::json& state) {
+  const loadstar::detail::StateReader read(owner, state);
+  total = read.get<double>("total");
+  count = read.get<double>("count");
+}
+
+}  // namespace loadstar::keras::detail
+#endif

@@ -2,6 +2,8 @@
 /// What every optimizer shares: slot variables, clipping, the learning rate, one step.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -45,108 +47,18 @@ struct Clipping {
 /// the caller's gradients are left untouched.
 class OptimizerBase : public Optimizer {
  public:
-  OptimizerBase(std::string name, optimizers::LearningRate learning_rate, Clipping clipping)
-      : Optimizer(std::move(name)), learning_rate_(std::move(learning_rate)), clipping_(clipping) {
-    if (clipping.clipnorm && clipping.global_clipnorm) {
-      throw ConfigError(this->name() +
-                        ": at most one of clipnorm and global_clipnorm can be set "
-                        "but clipnorm is " +
-                        std::to_string(*clipping.clipnorm) + " and global_clipnorm is " +
-                        std::to_string(*clipping.global_clipnorm));
-    }
-  }
+  LOADSTAR_DECL OptimizerBase(std::string name, optimizers::LearningRate learning_rate,
+                              Clipping clipping);
 
-  void apply_gradients(std::span<Variable*> variables) override {
-    Backend& backend = this->backend();
-    if (!built_) build(backend, variables);
-    const auto learning_rate = static_cast<float>(learning_rate_.at(iterations_));
-    float scale = 1.0f;
-    const bool by_norm = clipping_.clipnorm && *clipping_.clipnorm > 0;
-    const bool by_global = !by_norm && clipping_.global_clipnorm && *clipping_.global_clipnorm > 0;
-    const bool by_value = !by_norm && !by_global && clipping_.clipvalue && *clipping_.clipvalue > 0;
-    if (by_global) {
-      gradients_.clear();  // keeps its capacity: no allocation after the first step
-      for (Variable* v : variables)
-        if (v->trainable) gradients_.push_back(v->gradient);
-      double squares = 0;
-      backend.host_kernel(gradients_, [&](std::span<const Tensor<float>> gradients) {
-        for (const auto& gradient : gradients)
-          squares += array_of(gradient).cast<double>().square().sum();
-      });
-      const double norm = std::sqrt(squares);
-      scale = static_cast<float>(*clipping_.global_clipnorm /
-                                 std::max(norm, *clipping_.global_clipnorm));
-    }
-    std::size_t index = 0;
-    // Per variable: its value, gradient, clipping scratch and slots, as one host kernel.
-    std::array<Tensor<float>, 3 + max_slots> tensors;
-    for (Variable* v : variables) {
-      if (!v->trainable) continue;
-      tensors[0] = v->value;
-      tensors[1] = v->gradient;
-      tensors[2] = scratch_[index];
-      for (std::size_t k = 0; k < slots_per_variable_; ++k)
-        tensors[3 + k] = slots_[index * slots_per_variable_ + k].value;
-      backend.host_kernel(
-          std::span<const Tensor<float>>(tensors.data(), 3 + slots_per_variable_),
-          [&](std::span<const Tensor<float>> t) {
-            current_slots_ = t.subspan(3);
-            ArrayMap value = array_of(t[0]);
-            ArrayMap gradient = array_of(t[1]);
-            if (by_norm) {
-              const double norm = std::sqrt(gradient.cast<double>().square().sum());
-              scale = static_cast<float>(*clipping_.clipnorm / std::max(norm, *clipping_.clipnorm));
-            }
-            if (by_norm || by_global || by_value) {
-              ArrayMap clipped = array_of(t[2]);
-              if (by_value) {
-                const auto c = static_cast<float>(*clipping_.clipvalue);
-                clipped = gradient.max(-c).min(c);
-              } else {
-                clipped = gradient * scale;
-              }
-              update_step(index, value, clipped, learning_rate);
-            } else {
-              update_step(index, value, gradient, learning_rate);
-            }
-            current_slots_ = {};
-          });
-      ++index;
-    }
-    ++iterations_;
-  }
+  LOADSTAR_DECL void apply_gradients(std::span<Variable*> variables) override;
 
-  void set_backend(std::shared_ptr<Backend> backend) override {
-    // Slots made on another backend's memory move through the host.
-    Backend& from = this->backend();
-    Optimizer::set_backend(std::move(backend));
-    Backend& to = this->backend();
-    if (from.device() == to.device()) return;
-    for (auto& slot : slots_)
-      slot.value = to.from_host(from.to_host(slot.value));
-    for (auto& scratch : scratch_)
-      if (!scratch.empty()) scratch = to.allocate(scratch.shape());
-  }
+  LOADSTAR_DECL void set_backend(std::shared_ptr<Backend> backend) override;
 
   double learning_rate() const override { return learning_rate_.at(iterations_); }
   void set_learning_rate(double learning_rate) override { learning_rate_ = learning_rate; }
   std::span<Variable> variables() noexcept override { return slots_; }
 
-  nlohmann::json get_config() const override {
-    nlohmann::json config = {{"name", name()}, {"learning_rate", learning_rate_.get_config()}};
-    config["clipnorm"] = clipping_.clipnorm ? nlohmann::json(*clipping_.clipnorm) : nullptr;
-    config["global_clipnorm"] =
-        clipping_.global_clipnorm ? nlohmann::json(*clipping_.global_clipnorm) : nullptr;
-    config["clipvalue"] = clipping_.clipvalue ? nlohmann::json(*clipping_.clipvalue) : nullptr;
-    // The rest of Keras 2.11+'s base config, so that Keras reads the config back.
-    config["weight_decay"] = nullptr;
-    config["use_ema"] = false;
-    config["ema_momentum"] = 0.99;
-    config["ema_overwrite_frequency"] = nullptr;
-    config["jit_compile"] = false;
-    config["is_legacy_optimizer"] = false;
-    return config;
-  }
+  LOADSTAR_DECL nlohmann::json get_config() const override;
 
  protected:
   /// The names of the slots each trainable variable gets, in creation order.
@@ -161,10 +73,7 @@ class OptimizerBase : public Optimizer {
 
   /// Slot `k` of trainable variable `index` (the one `update_step` is updating): a host view,
   /// valid during `update_step` only.
-  ArrayMap slot([[maybe_unused]] std::size_t index, std::size_t k) {
-    LOADSTAR_ASSERT(k < current_slots_.size(), "slot: only valid inside update_step");
-    return array_of(current_slots_[k]);
-  }
+  LOADSTAR_DECL ArrayMap slot([[maybe_unused]] std::size_t index, std::size_t k);
 
  public:
   /// Creates the slot variables of the trainable `variables` (Keras's `optimizer.build(var_list)`)
@@ -172,47 +81,13 @@ class OptimizerBase : public Optimizer {
   /// (`variables()` lists them). The first `apply_gradients` builds the optimizer when this was not
   /// called; either way the slots and the steps are the same. A second call does nothing when
   /// given as many trainable variables, and throws `ConfigError` otherwise.
-  void build(std::span<Variable*> variables) override {
-    if (built_) {
-      std::size_t trainable = 0;
-      for (const Variable* v : variables)
-        trainable += v->trainable ? 1 : 0;
-      if (trainable != scratch_.size()) {
-        throw ConfigError(name() + ": was built for " + std::to_string(scratch_.size()) +
-                          " trainable variables but is given " + std::to_string(trainable));
-      }
-      return;
-    }
-    build(this->backend(), variables);
-  }
+  LOADSTAR_DECL void build(std::span<Variable*> variables) override;
 
   bool built() const noexcept override { return built_; }
 
  private:
   // Keras 2.11+ names a slot `<slot>/<variable>` (`add_variable_from_reference`): "m/kernel".
-  void build(Backend& backend, std::span<Variable*> variables) {
-    const std::vector<std::string> names = slot_names();
-    LOADSTAR_ASSERT(names.size() <= max_slots, "too many slots per variable");
-    slots_per_variable_ = names.size();
-    for (Variable* v : variables) {
-      if (!v->trainable) continue;
-      if (v->gradient.size() != v->value.size()) {
-        throw ShapeError(name() + ": variable '" + v->name + "' has shape " +
-                         v->value.shape().str() + " but its gradient has shape " +
-                         v->gradient.shape().str());
-      }
-      for (std::size_t k = 0; k < names.size(); ++k) {
-        Tensor<float> slot = backend.allocate(v->value.shape());
-        if (const float initial = slot_initial_value(k); initial != 0.0F)
-          backend.fill(slot, initial);
-        slots_.push_back(Variable{names[k] + "/" + v->name, slot, Tensor<float>(), false});
-      }
-      scratch_.push_back(clipping_.clipnorm || clipping_.global_clipnorm || clipping_.clipvalue
-                             ? backend.allocate(v->value.shape())
-                             : Tensor<float>());
-    }
-    built_ = true;
-  }
+  LOADSTAR_DECL void build(Backend& backend, std::span<Variable*> variables);
 
  private:
   optimizers::LearningRate learning_rate_;
@@ -225,3 +100,153 @@ class OptimizerBase : public Optimizer {
 };
 
 }  // namespace loadstar::keras::detail
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_HEADER_BODIES
+namespace loadstar::keras::detail {
+
+LOADSTAR_DECL OptimizerBase::OptimizerBase(std::string name, optimizers::LearningRate learning_rate,
+                                           Clipping clipping)
+    : Optimizer(std::move(name)), learning_rate_(std::move(learning_rate)), clipping_(clipping) {
+  if (clipping.clipnorm && clipping.global_clipnorm) {
+    throw ConfigError(this->name() +
+                      ": at most one of clipnorm and global_clipnorm can be set "
+                      "but clipnorm is " +
+                      std::to_string(*clipping.clipnorm) + " and global_clipnorm is " +
+                      std::to_string(*clipping.global_clipnorm));
+  }
+}
+
+LOADSTAR_DECL void OptimizerBase::apply_gradients(std::span<Variable*> variables) {
+  Backend& backend = this->backend();
+  if (!built_) build(backend, variables);
+  const auto learning_rate = static_cast<float>(learning_rate_.at(iterations_));
+  float scale = 1.0f;
+  const bool by_norm = clipping_.clipnorm && *clipping_.clipnorm > 0;
+  const bool by_global = !by_norm && clipping_.global_clipnorm && *clipping_.global_clipnorm > 0;
+  const bool by_value = !by_norm && !by_global && clipping_.clipvalue && *clipping_.clipvalue > 0;
+  if (by_global) {
+    gradients_.clear();  // keeps its capacity: no allocation after the first step
+    for (Variable* v : variables)
+      if (v->trainable) gradients_.push_back(v->gradient);
+    double squares = 0;
+    backend.host_kernel(gradients_, [&](std::span<const Tensor<float>> gradients) {
+      for (const auto& gradient : gradients)
+        squares += array_of(gradient).cast<double>().square().sum();
+    });
+    const double norm = std::sqrt(squares);
+    scale =
+        static_cast<float>(*clipping_.global_clipnorm / std::max(norm, *clipping_.global_clipnorm));
+  }
+  std::size_t index = 0;
+  // Per variable: its value, gradient, clipping scratch and slots, as one host kernel.
+  std::array<Tensor<float>, 3 + max_slots> tensors;
+  for (Variable* v : variables) {
+    if (!v->trainable) continue;
+    tensors[0] = v->value;
+    tensors[1] = v->gradient;
+    tensors[2] = scratch_[index];
+    for (std::size_t k = 0; k < slots_per_variable_; ++k)
+      tensors[3 + k] = slots_[index * slots_per_variable_ + k].value;
+    backend.host_kernel(
+        std::span<const Tensor<float>>(tensors.data(), 3 + slots_per_variable_),
+        [&](std::span<const Tensor<float>> t) {
+          current_slots_ = t.subspan(3);
+          ArrayMap value = array_of(t[0]);
+          ArrayMap gradient = array_of(t[1]);
+          if (by_norm) {
+            const double norm = std::sqrt(gradient.cast<double>().square().sum());
+            scale = static_cast<float>(*clipping_.clipnorm / std::max(norm, *clipping_.clipnorm));
+          }
+          if (by_norm || by_global || by_value) {
+            ArrayMap clipped = array_of(t[2]);
+            if (by_value) {
+              const auto c = static_cast<float>(*clipping_.clipvalue);
+              clipped = gradient.max(-c).min(c);
+            } else {
+              clipped = gradient * scale;
+            }
+            update_step(index, value, clipped, learning_rate);
+          } else {
+            update_step(index, value, gradient, learning_rate);
+          }
+          current_slots_ = {};
+        });
+    ++index;
+  }
+  ++iterations_;
+}
+
+LOADSTAR_DECL void OptimizerBase::set_backend(std::shared_ptr<Backend> backend) {
+  // Slots made on another backend's memory move through the host.
+  Backend& from = this->backend();
+  Optimizer::set_backend(std::move(backend));
+  Backend& to = this->backend();
+  if (from.device() == to.device()) return;
+  for (auto& slot : slots_)
+    slot.value = to.from_host(from.to_host(slot.value));
+  for (auto& scratch : scratch_)
+    if (!scratch.empty()) scratch = to.allocate(scratch.shape());
+}
+
+LOADSTAR_DECL nlohmann::json OptimizerBase::get_config() const {
+  nlohmann::json config = {{"name", name()}, {"learning_rate", learning_rate_.get_config()}};
+  config["clipnorm"] = clipping_.clipnorm ? nlohmann::json(*clipping_.clipnorm) : nullptr;
+  config["global_clipnorm"] =
+      clipping_.global_clipnorm ? nlohmann::json(*clipping_.global_clipnorm) : nullptr;
+  config["clipvalue"] = clipping_.clipvalue ? nlohmann::json(*clipping_.clipvalue) : nullptr;
+  // The rest of Keras 2.11+'s base config, so that Keras reads the config back.
+  config["weight_decay"] = nullptr;
+  config["use_ema"] = false;
+  config["ema_momentum"] = 0.99;
+  config["ema_overwrite_frequency"] = nullptr;
+  config["jit_compile"] = false;
+  config["is_legacy_optimizer"] = false;
+  return config;
+}
+
+LOADSTAR_DECL ArrayMap OptimizerBase::slot([[maybe_unused]] std::size_t index, std::size_t k) {
+  LOADSTAR_ASSERT(k < current_slots_.size(), "slot: only valid inside update_step");
+  return array_of(current_slots_[k]);
+}
+
+LOADSTAR_DECL void OptimizerBase::build(std::span<Variable*> variables) {
+  if (built_) {
+    std::size_t trainable = 0;
+    for (const Variable* v : variables)
+      trainable += v->trainable ? 1 : 0;
+    if (trainable != scratch_.size()) {
+      throw ConfigError(name() + ": was built for " + std::to_string(scratch_.size()) +
+                        " trainable variables but is given " + std::to_string(trainable));
+    }
+    return;
+  }
+  build(this->backend(), variables);
+}
+
+LOADSTAR_DECL void OptimizerBase::build(Backend& backend, std::span<Variable*> variables) {
+  const std::vector<std::string> names = slot_names();
+  LOADSTAR_ASSERT(names.size() <= max_slots, "too many slots per variable");
+  slots_per_variable_ = names.size();
+  for (Variable* v : variables) {
+    if (!v->trainable) continue;
+    if (v->gradient.size() != v->value.size()) {
+      throw ShapeError(name() + ": variable '" + v->name + "' has shape " + v->value.shape().str() +
+                       " but its gradient has shape " + v->gradient.shape().str());
+    }
+    for (std::size_t k = 0; k < names.size(); ++k) {
+      Tensor<float> slot = backend.allocate(v->value.shape());
+      if (const float initial = slot_initial_value(k); initial != 0.0F) backend.fill(slot, initial);
+      slots_.push_back(Variable{names[k] + "/" + v->name, slot, Tensor<float>(), false});
+    }
+    scratch_.push_back(clipping_.clipnorm || clipping_.global_clipnorm || clipping_.clipvalue
+                           ? backend.allocate(v->value.shape())
+                           : Tensor<float>());
+  }
+  built_ = true;
+}
+
+}  // namespace loadstar::keras::detail
+#endif

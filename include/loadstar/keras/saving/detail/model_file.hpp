@@ -4,6 +4,8 @@
 /// sandbox child for untrusted files (it crosses back through a pipe, encoded).
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -105,45 +107,13 @@ inline std::string encode(const ModelFile& file) {
 class Decoder {
  public:
   explicit Decoder(const std::string& bytes) : bytes_(bytes) {}
-  std::uint64_t u64() {
-    std::uint64_t value = 0;
-    need(sizeof value);
-    std::memcpy(&value, bytes_.data() + at_, sizeof value);
-    at_ += sizeof value;
-    return value;
-  }
-  std::string text() {
-    const std::uint64_t n = u64();
-    need(n);
-    std::string out = bytes_.substr(at_, n);
-    at_ += n;
-    return out;
-  }
-  StoredArray array() {
-    StoredArray a;
-    a.name = text();
-    std::vector<std::size_t> dims(u64());
-    for (auto& d : dims)
-      d = u64();
-    a.shape = Shape(dims);
-    const bool integer = u64() != 0;
-    const auto value = static_cast<std::int64_t>(u64());
-    if (integer) a.integer = value;
-    a.values.resize(u64());
-    need(a.values.size() * 4);
-    std::memcpy(a.values.data(), bytes_.data() + at_, a.values.size() * 4);
-    at_ += a.values.size() * 4;
-    return a;
-  }
-  char byte() {
-    need(1);
-    return bytes_[at_++];
-  }
+  LOADSTAR_DECL std::uint64_t u64();
+  LOADSTAR_DECL std::string text();
+  LOADSTAR_DECL StoredArray array();
+  LOADSTAR_DECL char byte();
 
  private:
-  void need(std::uint64_t n) const {
-    if (n > bytes_.size() - at_) throw Error("model file: the sandbox's report is truncated");
-  }
+  LOADSTAR_DECL void need(std::uint64_t n) const;
   const std::string& bytes_;
   std::size_t at_ = 0;
 };
@@ -338,3 +308,54 @@ inline ModelFile read_model_file(const std::filesystem::path& path, Trust trust)
 }
 
 }  // namespace loadstar::keras::detail
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_HEADER_BODIES
+namespace loadstar::keras::detail {
+
+LOADSTAR_DECL std::uint64_t Decoder::u64() {
+  std::uint64_t value = 0;
+  need(sizeof value);
+  std::memcpy(&value, bytes_.data() + at_, sizeof value);
+  at_ += sizeof value;
+  return value;
+}
+
+LOADSTAR_DECL std::string Decoder::text() {
+  const std::uint64_t n = u64();
+  need(n);
+  std::string out = bytes_.substr(at_, n);
+  at_ += n;
+  return out;
+}
+
+LOADSTAR_DECL StoredArray Decoder::array() {
+  StoredArray a;
+  a.name = text();
+  std::vector<std::size_t> dims(u64());
+  for (auto& d : dims)
+    d = u64();
+  a.shape = Shape(dims);
+  const bool integer = u64() != 0;
+  const auto value = static_cast<std::int64_t>(u64());
+  if (integer) a.integer = value;
+  a.values.resize(u64());
+  need(a.values.size() * 4);
+  std::memcpy(a.values.data(), bytes_.data() + at_, a.values.size() * 4);
+  at_ += a.values.size() * 4;
+  return a;
+}
+
+LOADSTAR_DECL char Decoder::byte() {
+  need(1);
+  return bytes_[at_++];
+}
+
+LOADSTAR_DECL void Decoder::need(std::uint64_t n) const {
+  if (n > bytes_.size() - at_) throw Error("model file: the sandbox's report is truncated");
+}
+
+}  // namespace loadstar::keras::detail
+#endif

@@ -3,6 +3,8 @@
 /// `.keras` archive (`metadata.json`, `config.json`, `model.weights.h5`).
 #pragma once
 
+#include "loadstar/config.hpp"
+
 // libzip's header annotates pointers with Clang's nullability extension, which -Wpedantic reports.
 #if defined(__clang__)
 #pragma clang diagnostic push
@@ -31,20 +33,7 @@ inline std::string archive_name(const std::filesystem::path& path) {
 /// Reads members of a zip archive; every problem is a `FormatError` naming the archive.
 class ZipReader {
  public:
-  explicit ZipReader(const std::filesystem::path& path) : where_(archive_name(path)) {
-    int error = 0;
-    zip_ = zip_open(path.c_str(), ZIP_RDONLY | ZIP_CHECKCONS, &error);
-    if (zip_ == nullptr) {
-      zip_error_t details;
-      zip_error_init_with_code(&details, error);
-      const std::string reason = zip_error_strerror(&details);
-      zip_error_fini(&details);
-      if (error == ZIP_ER_OPEN || error == ZIP_ER_READ || error == ZIP_ER_NOENT) {
-        throw IoError(where_ + ": cannot open (" + reason + ")");
-      }
-      throw FormatError(where_ + ": not a zip archive Keras can have written (" + reason + ")");
-    }
-  }
+  LOADSTAR_DECL explicit ZipReader(const std::filesystem::path& path);
   ZipReader(const ZipReader&) = delete;
   ZipReader& operator=(const ZipReader&) = delete;
   ~ZipReader() {
@@ -57,43 +46,7 @@ class ZipReader {
 
   /// The bytes of member `name`; throws `FormatError` when it is missing, declares more than
   /// `max_bytes` uncompressed (a zip bomb) or does not decompress to what it declares.
-  std::string read(const std::string& name, std::uint64_t max_bytes) const {
-    const zip_int64_t index = zip_name_locate(zip_, name.c_str(), 0);
-    if (index < 0) throw FormatError(where_ + ": member '" + name + "' missing");
-    zip_stat_t stat;
-    zip_stat_init(&stat);
-    if (zip_stat_index(zip_, static_cast<zip_uint64_t>(index), 0, &stat) != 0 ||
-        (stat.valid & ZIP_STAT_SIZE) == 0) {
-      throw FormatError(where_ + ": member '" + name + "' has no size (" + zip_strerror(zip_) +
-                        ")");
-    }
-    if (stat.size > max_bytes) {
-      throw FormatError(where_ + ": member '" + name + "' declares " + std::to_string(stat.size) +
-                        " bytes, more than the limit of " + std::to_string(max_bytes));
-    }
-    zip_file_t* file = zip_fopen_index(zip_, static_cast<zip_uint64_t>(index), 0);
-    if (file == nullptr) {
-      throw FormatError(where_ + ": cannot open member '" + name + "' (" + zip_strerror(zip_) +
-                        ")");
-    }
-    std::string bytes(static_cast<std::size_t>(stat.size), '\0');
-    std::uint64_t done = 0;
-    while (done < stat.size) {
-      const zip_int64_t got = zip_fread(file, bytes.data() + done, stat.size - done);
-      if (got <= 0) break;
-      done += static_cast<std::uint64_t>(got);
-    }
-    char extra = 0;
-    const bool longer = done == stat.size && zip_fread(file, &extra, 1) > 0;
-    const std::string reason = zip_file_strerror(file);
-    zip_fclose(file);
-    if (done != stat.size || longer) {
-      throw FormatError(where_ + ": member '" + name + "' declares " + std::to_string(stat.size) +
-                        " bytes but " + (longer ? "holds more" : "yields " + std::to_string(done)) +
-                        " (" + reason + ")");
-    }
-    return bytes;
-  }
+  LOADSTAR_DECL std::string read(const std::string& name, std::uint64_t max_bytes) const;
 
  private:
   std::string where_;
@@ -104,18 +57,7 @@ class ZipReader {
 /// does for Keras; every failure is an `IoError` naming `shown`.
 class ZipWriter {
  public:
-  ZipWriter(const std::filesystem::path& path, const std::filesystem::path& shown)
-      : where_(archive_name(shown)) {
-    int error = 0;
-    zip_ = zip_open(path.c_str(), ZIP_CREATE | ZIP_TRUNCATE, &error);
-    if (zip_ == nullptr) {
-      zip_error_t details;
-      zip_error_init_with_code(&details, error);
-      const std::string reason = zip_error_strerror(&details);
-      zip_error_fini(&details);
-      throw IoError(where_ + ": cannot create (" + reason + ")");
-    }
-  }
+  LOADSTAR_DECL ZipWriter(const std::filesystem::path& path, const std::filesystem::path& shown);
   ZipWriter(const ZipWriter&) = delete;
   ZipWriter& operator=(const ZipWriter&) = delete;
   ~ZipWriter() {
@@ -123,30 +65,13 @@ class ZipWriter {
   }
 
   /// Adds member `name` with `bytes` (kept until `close`, which writes everything).
-  void add(const std::string& name, std::string bytes) {
-    const std::string& kept = members_.emplace_back(std::move(bytes));
-    zip_source_t* source = zip_source_buffer(zip_, kept.data(), kept.size(), 0);
-    if (source == nullptr) fail("cannot add member '" + name + "'");
-    const zip_int64_t index = zip_file_add(zip_, name.c_str(), source, ZIP_FL_ENC_UTF_8);
-    if (index < 0) {
-      zip_source_free(source);
-      fail("cannot add member '" + name + "'");
-    }
-    if (zip_set_file_compression(zip_, static_cast<zip_uint64_t>(index), ZIP_CM_STORE, 0) != 0) {
-      fail("cannot store member '" + name + "'");
-    }
-  }
+  LOADSTAR_DECL void add(const std::string& name, std::string bytes);
 
   /// Writes the archive and closes it.
-  void close() {
-    if (zip_close(zip_) != 0) fail("cannot write the archive");
-    zip_ = nullptr;
-  }
+  LOADSTAR_DECL void close();
 
  private:
-  [[noreturn]] void fail(const std::string& what) const {
-    throw IoError(where_ + ": " + what + " (" + zip_strerror(zip_) + ")");
-  }
+  [[noreturn]] LOADSTAR_DECL void fail(const std::string& what) const;
 
   std::string where_;
   zip_t* zip_ = nullptr;
@@ -154,3 +79,100 @@ class ZipWriter {
 };
 
 }  // namespace loadstar::keras::detail
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_HEADER_BODIES
+namespace loadstar::keras::detail {
+
+LOADSTAR_DECL ZipReader::ZipReader(const std::filesystem::path& path) : where_(archive_name(path)) {
+  int error = 0;
+  zip_ = zip_open(path.c_str(), ZIP_RDONLY | ZIP_CHECKCONS, &error);
+  if (zip_ == nullptr) {
+    zip_error_t details;
+    zip_error_init_with_code(&details, error);
+    const std::string reason = zip_error_strerror(&details);
+    zip_error_fini(&details);
+    if (error == ZIP_ER_OPEN || error == ZIP_ER_READ || error == ZIP_ER_NOENT) {
+      throw IoError(where_ + ": cannot open (" + reason + ")");
+    }
+    throw FormatError(where_ + ": not a zip archive Keras can have written (" + reason + ")");
+  }
+}
+
+LOADSTAR_DECL std::string ZipReader::read(const std::string& name, std::uint64_t max_bytes) const {
+  const zip_int64_t index = zip_name_locate(zip_, name.c_str(), 0);
+  if (index < 0) throw FormatError(where_ + ": member '" + name + "' missing");
+  zip_stat_t stat;
+  zip_stat_init(&stat);
+  if (zip_stat_index(zip_, static_cast<zip_uint64_t>(index), 0, &stat) != 0 ||
+      (stat.valid & ZIP_STAT_SIZE) == 0) {
+    throw FormatError(where_ + ": member '" + name + "' has no size (" + zip_strerror(zip_) + ")");
+  }
+  if (stat.size > max_bytes) {
+    throw FormatError(where_ + ": member '" + name + "' declares " + std::to_string(stat.size) +
+                      " bytes, more than the limit of " + std::to_string(max_bytes));
+  }
+  zip_file_t* file = zip_fopen_index(zip_, static_cast<zip_uint64_t>(index), 0);
+  if (file == nullptr) {
+    throw FormatError(where_ + ": cannot open member '" + name + "' (" + zip_strerror(zip_) + ")");
+  }
+  std::string bytes(static_cast<std::size_t>(stat.size), '\0');
+  std::uint64_t done = 0;
+  while (done < stat.size) {
+    const zip_int64_t got = zip_fread(file, bytes.data() + done, stat.size - done);
+    if (got <= 0) break;
+    done += static_cast<std::uint64_t>(got);
+  }
+  char extra = 0;
+  const bool longer = done == stat.size && zip_fread(file, &extra, 1) > 0;
+  const std::string reason = zip_file_strerror(file);
+  zip_fclose(file);
+  if (done != stat.size || longer) {
+    throw FormatError(where_ + ": member '" + name + "' declares " + std::to_string(stat.size) +
+                      " bytes but " + (longer ? "holds more" : "yields " + std::to_string(done)) +
+                      " (" + reason + ")");
+  }
+  return bytes;
+}
+
+LOADSTAR_DECL ZipWriter::ZipWriter(const std::filesystem::path& path,
+                                   const std::filesystem::path& shown)
+    : where_(archive_name(shown)) {
+  int error = 0;
+  zip_ = zip_open(path.c_str(), ZIP_CREATE | ZIP_TRUNCATE, &error);
+  if (zip_ == nullptr) {
+    zip_error_t details;
+    zip_error_init_with_code(&details, error);
+    const std::string reason = zip_error_strerror(&details);
+    zip_error_fini(&details);
+    throw IoError(where_ + ": cannot create (" + reason + ")");
+  }
+}
+
+LOADSTAR_DECL void ZipWriter::add(const std::string& name, std::string bytes) {
+  const std::string& kept = members_.emplace_back(std::move(bytes));
+  zip_source_t* source = zip_source_buffer(zip_, kept.data(), kept.size(), 0);
+  if (source == nullptr) fail("cannot add member '" + name + "'");
+  const zip_int64_t index = zip_file_add(zip_, name.c_str(), source, ZIP_FL_ENC_UTF_8);
+  if (index < 0) {
+    zip_source_free(source);
+    fail("cannot add member '" + name + "'");
+  }
+  if (zip_set_file_compression(zip_, static_cast<zip_uint64_t>(index), ZIP_CM_STORE, 0) != 0) {
+    fail("cannot store member '" + name + "'");
+  }
+}
+
+LOADSTAR_DECL void ZipWriter::close() {
+  if (zip_close(zip_) != 0) fail("cannot write the archive");
+  zip_ = nullptr;
+}
+
+LOADSTAR_DECL void ZipWriter::fail(const std::string& what) const {
+  throw IoError(where_ + ": " + what + " (" + zip_strerror(zip_) + ")");
+}
+
+}  // namespace loadstar::keras::detail
+#endif
