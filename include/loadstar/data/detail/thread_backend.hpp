@@ -213,6 +213,10 @@ class ThreadBackend {
   /// consumer's core soon.
   static constexpr std::chrono::microseconds consumer_spin{5};
   static constexpr std::chrono::microseconds consumer_yield{20};
+  /// The consumer's spin adapts: halved after each wait it spun through in vain (batches that
+  /// take long to build, where spinning only takes a core from the workers), doubled back after
+  /// each that it won, from 1/64 of the above up to it.
+  static constexpr unsigned max_spin_shift = 6;
   static constexpr std::chrono::microseconds worker_spin{2};
   static constexpr std::chrono::microseconds worker_yield{5};
 
@@ -309,8 +313,14 @@ class ThreadBackend {
     Shared& s = *shared_;
     const std::atomic<std::uint64_t>& ready = s.slots[position % s.slots.size()].ready;
     const auto started = std::chrono::steady_clock::now();
-    bool arrived = spin_until([&] { return ready.load(std::memory_order_acquire) == position + 1; },
-                              consumer_spin, consumer_yield);
+    bool arrived =
+        spin_until([&] { return ready.load(std::memory_order_acquire) == position + 1; },
+                   consumer_spin / (1U << spin_shift_), consumer_yield / (1U << spin_shift_));
+    if (arrived) {
+      spin_shift_ = spin_shift_ > 0 ? spin_shift_ - 1 : 0;
+    } else {
+      spin_shift_ = std::min(spin_shift_ + 1, max_spin_shift);
+    }
     if (!arrived) {
       // Workers asleep on a full ring are woken lazily; never sleep while they could work.
       pump(true);
@@ -442,6 +452,7 @@ class ThreadBackend {
   std::uint64_t consume_;
   std::uint64_t limit_;
   std::uint64_t barrier_;
+  unsigned spin_shift_ = 0;
 };
 
 }  // namespace loadstar::detail
