@@ -109,7 +109,7 @@ class ThreadBackend {
         consume_(start),
         limit_(start),
         barrier_(barrier) {
-    pump(false);
+    pump(Wake::lazily);
     workers_.reserve(workers);
     for (std::size_t i = 0; i < workers; ++i)
       add_worker();
@@ -155,7 +155,7 @@ class ThreadBackend {
         result.ticket = *sampler_->ticket(position);
         result.error = std::move(*message);
         consume_ = position + 1;
-        pump(true);
+        pump(Wake::all);
         return result;
       }
     }
@@ -166,14 +166,14 @@ class ThreadBackend {
     slot.error.clear();
     s.ready_count.fetch_sub(1, std::memory_order_relaxed);
     consume_ = position + 1;
-    pump(false);
+    pump(Wake::lazily);
     return result;
   }
 
   /// Moves the epoch barrier after `on_epoch_end` ran on the consumer.
   void resume(std::uint64_t barrier) {
     barrier_ = barrier;
-    pump(true);
+    pump(Wake::all);
   }
 
   /// Before `on_epoch_end`: waits (up to the timeout) until no abandoned call to `sequence[i]` is
@@ -215,7 +215,9 @@ class ThreadBackend {
   static constexpr std::chrono::microseconds consumer_yield{20};
   /// The consumer's spin adapts: halved after each wait it spun through in vain (batches that
   /// take long to build, where spinning only takes a core from the workers), doubled back after
-  /// each that it won, from 1/64 of the above up to it.
+  /// each that it won, from 1/64 of the above up to it. It yields only at its longest: a thread
+  /// that yields on a busy machine may wait a whole time slice to run again, while one woken from
+  /// sleep runs at once, so yielding pays only where batches come that fast.
   static constexpr unsigned max_spin_shift = 6;
   static constexpr std::chrono::microseconds worker_spin{2};
   static constexpr std::chrono::microseconds worker_yield{5};
@@ -281,13 +283,23 @@ class ThreadBackend {
     workers_.push_back({state, std::thread(work, shared_, state)});
   }
 
+  /// Whom `pump` wakes among the sleeping workers, if there is work for them.
+  enum class Wake {
+    /// One, and only once half the ring is free and every worker sleeps.
+    lazily,
+    /// One (the consumer is about to wait).
+    one,
+    /// All (the barrier moved, or a worker was replaced).
+    all
+  };
+
   /// Makes every position that may be requested claimable (writing their tickets first) and
-  /// wakes sleeping workers: all of them with `wake_all` (the consumer is about to wait, or the
-  /// barrier moved); otherwise one, and only once half the ring is free and every worker sleeps.
-  /// Workers sleep on a full ring only when they outpace the consumer: one awake worker keeps up
-  /// then, and waking more costs a system call per wake-up and, on a machine with few cores,
-  /// takes the consumer's core (two workers were slower than one that way).
-  void pump(bool wake_all) {
+  /// wakes sleeping workers as `wake` says. Workers sleep on a full ring only when they outpace
+  /// the consumer: one awake worker keeps up then, and waking more costs a system call per
+  /// wake-up and, on a machine with few cores, takes the consumer's core (two workers were
+  /// slower than one that way). Each wait of the consumer wakes one more, so slow batches soon
+  /// have every worker on them.
+  void pump(Wake wake) {
     Shared& s = *shared_;
     const std::uint64_t target =
         std::min({consume_ + static_cast<std::uint64_t>(s.slots.size()), end_, barrier_});
@@ -301,9 +313,10 @@ class ThreadBackend {
     if (sleepers == 0) return;
     const std::uint64_t next = s.next.load();
     if (next >= limit_) return;
-    if (wake_all || (sleepers >= workers_.size() && limit_ - next >= (s.slots.size() + 1) / 2)) {
+    if (wake != Wake::lazily ||
+        (sleepers >= workers_.size() && limit_ - next >= (s.slots.size() + 1) / 2)) {
       s.work_event.fetch_add(1);
-      futex_wake_private(s.work_event, wake_all ? INT_MAX : 1);
+      futex_wake_private(s.work_event, wake == Wake::all ? INT_MAX : 1);
     }
   }
 
@@ -313,17 +326,17 @@ class ThreadBackend {
     Shared& s = *shared_;
     const std::atomic<std::uint64_t>& ready = s.slots[position % s.slots.size()].ready;
     const auto started = std::chrono::steady_clock::now();
-    bool arrived =
-        spin_until([&] { return ready.load(std::memory_order_acquire) == position + 1; },
-                   consumer_spin / (1U << spin_shift_), consumer_yield / (1U << spin_shift_));
+    bool arrived = spin_until([&] { return ready.load(std::memory_order_acquire) == position + 1; },
+                              consumer_spin / (1U << spin_shift_),
+                              spin_shift_ == 0 ? consumer_yield : std::chrono::microseconds(0));
     if (arrived) {
       spin_shift_ = spin_shift_ > 0 ? spin_shift_ - 1 : 0;
     } else {
       spin_shift_ = std::min(spin_shift_ + 1, max_spin_shift);
     }
     if (!arrived) {
-      // Workers asleep on a full ring are woken lazily; never sleep while they could work.
-      pump(true);
+      // Workers asleep on a full ring are woken lazily; never sleep while none works.
+      pump(Wake::one);
       s.waiting_for.store(position);
       for (;;) {
         const std::uint32_t event = s.ready_event.load();
