@@ -215,9 +215,9 @@ class ThreadBackend {
   static constexpr std::chrono::microseconds consumer_yield{20};
   /// The consumer's spin adapts: halved after each wait it spun through in vain (batches that
   /// take long to build, where spinning only takes a core from the workers), doubled back after
-  /// each that it won, from 1/64 of the above up to it. It yields only at its longest: a thread
-  /// that yields on a busy machine may wait a whole time slice to run again, while one woken from
-  /// sleep runs at once, so yielding pays only where batches come that fast.
+  /// each that it won, from 1/64 of the above up to it. At its shortest it does not yield: a
+  /// thread that yields on a busy machine may wait a whole time slice to run again, while one
+  /// woken from sleep runs at once, so yielding pays only where batches come fast.
   static constexpr unsigned max_spin_shift = 6;
   static constexpr std::chrono::microseconds worker_spin{2};
   static constexpr std::chrono::microseconds worker_yield{5};
@@ -328,7 +328,8 @@ class ThreadBackend {
     const auto started = std::chrono::steady_clock::now();
     bool arrived = spin_until([&] { return ready.load(std::memory_order_acquire) == position + 1; },
                               consumer_spin / (1U << spin_shift_),
-                              spin_shift_ == 0 ? consumer_yield : std::chrono::microseconds(0));
+                              spin_shift_ < max_spin_shift ? consumer_yield / (1U << spin_shift_)
+                                                           : std::chrono::microseconds(0));
     if (arrived) {
       spin_shift_ = spin_shift_ > 0 ? spin_shift_ - 1 : 0;
     } else {
