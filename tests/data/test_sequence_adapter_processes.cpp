@@ -5,11 +5,13 @@
 #include <unistd.h>
 #include "adapter_grid.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstddef>
 #include <cstdint>
+#include <fstream>
 #include <limits>
 #include <loadstar/data/array_sequence.hpp>
 #include <loadstar/data/sampler.hpp>
@@ -21,6 +23,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -132,6 +135,58 @@ struct Watchdog {
   Watchdog& operator=(const Watchdog&) = delete;
 };
 
+// The name of the mapping that holds `address` in this process (from /proc/self/maps), or "".
+std::string mapping_of(const void* address) {
+  std::ifstream maps("/proc/self/maps");
+  const auto at = reinterpret_cast<std::uintptr_t>(address);
+  std::string line;
+  while (std::getline(maps, line)) {
+    std::uintptr_t begin = 0;
+    std::uintptr_t end = 0;
+    char dash = 0;
+    std::istringstream fields(line);
+    fields >> std::hex >> begin >> dash >> end;
+    if (at < begin || at >= end) continue;
+    std::string permissions;
+    std::string offset;
+    std::string device;
+    std::string inode;
+    std::string name;
+    fields >> permissions >> offset >> device >> inode;
+    std::getline(fields >> std::ws, name);
+    return name;
+  }
+  return "";
+}
+
+// Batches of 512 KiB (above the tensor cache's 256 KiB) that name the mapping their worker built
+// them in.
+struct PlacedSequence {
+  std::size_t size() const { return 6; }
+  std::tuple<Tensor<float>, std::string> operator[](std::size_t i) const {
+    Tensor<float> x({256, 512}, static_cast<float>(i));
+    std::string where = mapping_of(x.data());
+    return {std::move(x), std::move(where)};
+  }
+};
+
+// Keeps every large batch it built and hands out the kept one (shared storage) from then on.
+struct CachingSequence {
+  mutable std::map<std::size_t, Tensor<float>> cache;
+  std::size_t size() const { return 6; }
+  Tensor<float> operator[](std::size_t i) const {
+    auto found = cache.find(i);
+    if (found == cache.end())
+      found = cache.emplace(i, Tensor<float>({256, 512}, static_cast<float>(i))).first;
+    return found->second;
+  }
+};
+
+// Whether every element of `x` is `value`.
+bool all_equal(const Tensor<float>& x, float value) {
+  return std::all_of(x.begin(), x.end(), [&](float v) { return v == value; });
+}
+
 struct NotSerializable {
   int* pointer = nullptr;
 };
@@ -191,6 +246,71 @@ TEST_SUITE("data") {
     CHECK_THROWS_WITH_AS(
         loadstar::deserialize<Tensor<float>>(std::span<const std::byte>(bytes.data(), written - 4)),
         doctest::Contains("shape (10,) needs 40 bytes but only 36 remain"), FormatError);
+  }
+
+  TEST_CASE("Serializer references tensor data already inside the buffer it writes") {
+    // A buffer whose second half holds a tensor built in place.
+    auto buffer = std::make_shared<std::vector<std::byte>>(8192 + 64);
+    const auto base = reinterpret_cast<std::uintptr_t>(buffer->data());
+    std::byte* begin = buffer->data() + (64 - base % 64) % 64;
+    const Tensor<float> x =
+        Tensor<float>::wrap(reinterpret_cast<float*>(begin + 4096), loadstar::Shape{8, 4}, buffer);
+    for (std::size_t i = 0; i < x.size(); ++i)
+      x.data()[i] = static_cast<float>(i);
+    loadstar::ByteWriter writer(begin, 4096, begin, 8192);
+    loadstar::Serializer<Tensor<float>>::write(x, writer);
+    // 1 byte of rank, 16 of shape, 8 of offset: no data.
+    CHECK(writer.written() == 25);
+    CHECK(!writer.overflowed());
+    const std::span<const std::byte> bytes(begin, 8192);
+    const auto view = loadstar::deserialize<Tensor<float>>(bytes, buffer);
+    CHECK(view == x);
+    CHECK(view.data() == x.data());
+    const auto copy = loadstar::deserialize<Tensor<float>>(bytes);
+    CHECK(copy == x);
+    CHECK(copy.data() != x.data());
+    // Data outside the buffer read back is refused.
+    CHECK_THROWS_WITH_AS(
+        loadstar::deserialize<Tensor<float>>(std::span<const std::byte>(begin, 4096 + 64)),
+        doctest::Contains("128 bytes at offset 4096 lie outside its 4160 bytes"), FormatError);
+    // Tensors outside the mirror are copied; what passes the capacity is counted, not written.
+    const Tensor<float> y({100}, 2.f);
+    loadstar::ByteWriter small(begin, 64, begin, 8192);
+    loadstar::Serializer<Tensor<float>>::write(y, small);
+    CHECK(small.written() == 64 + 400);
+    CHECK(small.overflowed());
+  }
+
+  TEST_CASE(
+      "SequenceAdapter on processes builds large tensors in shared memory and reads them "
+      "there" *
+      doctest::timeout(30)) {
+    // The user's sequence writes each batch once, where the consumer reads it: no copy into the
+    // slot, and none out of it.
+    SequenceAdapter<PlacedSequence, 2, true> adapter(PlacedSequence{}, {.max_queue_size = 3});
+    adapter.next();  // batch 0 is built here, to measure the slot
+    for (std::size_t i = 1; i < 15; ++i) {
+      const auto [x, built_in] = *adapter.next();
+      CAPTURE(i);
+      CHECK(built_in.find("loadstar-batch-ring") != std::string::npos);
+      CHECK(mapping_of(x.data()).find("loadstar-batch-ring") != std::string::npos);
+      CHECK(all_equal(x, static_cast<float>(i % 6)));
+    }
+  }
+
+  TEST_CASE("SequenceAdapter on processes keeps tensors a sequence caches out of the ring" *
+            doctest::timeout(30)) {
+    // Each worker's cache holds tensors first built in a slot; later batches written to that slot
+    // must not change them, nor may the cache change what the consumer reads.
+    {
+      SequenceAdapter<CachingSequence, 2, true> adapter(CachingSequence{}, {.max_queue_size = 2});
+      for (std::size_t i = 0; i < 36; ++i) {
+        const Tensor<float> x = *adapter.next();
+        CAPTURE(i);
+        CHECK(all_equal(x, static_cast<float>(i % 6)));
+      }
+    }
+    CHECK(no_children());
   }
 
   TEST_CASE_TEMPLATE("SequenceAdapter on processes yields the sampler's stream across the grid" *

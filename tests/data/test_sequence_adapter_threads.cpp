@@ -183,6 +183,33 @@ TEST_SUITE("data") {
     CHECK_THROWS_WITH_AS(again.next(), doctest::Contains("cannot decode image 0"), WorkerError);
   }
 
+  TEST_CASE("SequenceAdapter on threads hands off cheap batches in order through a small ring" *
+            doctest::timeout(60)) {
+    // Workers race to claim and publish while the consumer frees one slot at a time: every
+    // batch arrives once and in order whatever the ring size, with and without a timeout (whose
+    // wait is timed), and the ring is never overfilled.
+    for (const std::size_t queue : {1, 2, 3, 16}) {
+      for (const bool timed : {false, true}) {
+        CAPTURE(queue);
+        CAPTURE(timed);
+        const AdapterOptions o{
+            .max_queue_size = queue,
+            .shuffle = true,
+            .seed = seed,
+            .timeout = timed ? std::chrono::milliseconds(20000) : std::chrono::milliseconds(0)};
+        SequenceAdapter<IndexSequence, 6> adapter(IndexSequence{}, o);
+        const auto expected = sampler_stream(o, 3000);
+        bool in_order = true;
+        for (std::size_t i = 0; i < expected.size(); ++i) {
+          in_order = in_order && *adapter.next() == expected[i];
+          CHECK(adapter.stats().queue_occupancy <= queue);
+        }
+        CHECK(in_order);
+        CHECK(adapter.stats().batches_produced <= expected.size() + queue);
+      }
+    }
+  }
+
   TEST_CASE("SequenceAdapter on threads gives up a batch past the timeout and goes on" *
             doctest::timeout(30)) {
     const std::size_t threads_before = thread_count();

@@ -95,11 +95,13 @@ using backend_t = std::conditional_t<
 ///
 /// Processes are forked in the constructor (the adapter itself never creates a thread in that
 /// mode) and return batches through a preallocated shared-memory ring of `max_queue_size` slots
-/// (see `AdapterOptions::slot_bytes`); the batch type must be `Serializable`. The tensors of a
-/// batch read from the ring are views of its slot, not copies: the slot goes back to the workers
-/// when the last of them is destroyed, and they stay valid after the adapter is gone. While the
-/// consumer keeps so many batches that the next slot is still in use, the adapter builds that
-/// batch itself instead of waiting.
+/// (see `AdapterOptions::slot_bytes`); the batch type must be `Serializable`. A worker process
+/// builds the large tensors of a batch (256 KiB and up) in place in its slot, so they are not
+/// copied into it; a tensor the sequence keeps after the call (a cache) is given memory of its
+/// own, once. The tensors of a batch read from the ring are views of its slot, not copies: the
+/// slot goes back to the workers when the last of them is destroyed, and they stay valid after
+/// the adapter is gone. While the consumer keeps so many batches that the next slot is still in
+/// use, the adapter builds that batch itself instead of waiting.
 /// \code
 /// SequenceAdapter<MySequence, 4> train(MySequence{...}, {.shuffle = true, .seed = 777});
 /// for (auto& [x, y] : train) { ... }              // infinite: break out

@@ -25,32 +25,60 @@ namespace loadstar {
 /// that a reader whose buffer starts aligned (a shared-memory slot) can view tensors in place.
 inline constexpr std::size_t serialized_alignment = 64;
 
-/// Appends bytes to a buffer of at least `Serializer<T>::size` bytes.
+/// Appends bytes to a buffer of at least `Serializer<T>::size` bytes, or to one of a given
+/// capacity, past which it only counts.
 class ByteWriter {
  public:
-  explicit ByteWriter(std::byte* out) noexcept : begin_(out), cursor_(out) {}
+  explicit ByteWriter(std::byte* out) noexcept : begin_(out) {}
+  /// Writes at most `capacity` bytes: what goes past them is counted in `written()`, not written,
+  /// and `overflowed()` tells. `mirror` (`mirror_bytes` long) is where this same buffer is also
+  /// mapped, when tensors may have been built inside it: their data is then referenced by its
+  /// offset rather than copied (see `locate`).
+  ByteWriter(std::byte* out, std::size_t capacity, const std::byte* mirror = nullptr,
+             std::size_t mirror_bytes = 0) noexcept
+      : begin_(out), capacity_(capacity), mirror_(mirror), mirror_bytes_(mirror_bytes) {}
   void write(const void* data, std::size_t bytes) noexcept {
-    if (bytes != 0) std::memcpy(cursor_, data, bytes);
-    cursor_ += bytes;
+    if (bytes != 0 && fits(bytes)) std::memcpy(begin_ + offset_, data, bytes);
+    offset_ += bytes;
   }
   /// Pads with zeros up to the next multiple of `serialized_alignment` from the start.
   void align() noexcept {
-    const auto offset = static_cast<std::size_t>(cursor_ - begin_);
     const std::size_t pad =
-        (serialized_alignment - offset % serialized_alignment) % serialized_alignment;
-    if (pad != 0) std::memset(cursor_, 0, pad);
-    cursor_ += pad;
+        (serialized_alignment - offset_ % serialized_alignment) % serialized_alignment;
+    if (pad != 0 && fits(pad)) std::memset(begin_ + offset_, 0, pad);
+    offset_ += pad;
   }
   template <class T>
   requires std::is_trivially_copyable_v<T>
   void value(const T& v) noexcept { write(&v, sizeof(T)); }
-  std::byte* cursor() const noexcept { return cursor_; }
-  /// The bytes written so far.
-  std::size_t written() const noexcept { return static_cast<std::size_t>(cursor_ - begin_); }
+  std::byte* cursor() const noexcept { return begin_ + offset_; }
+  /// The bytes written so far (counted ones included).
+  std::size_t written() const noexcept { return offset_; }
+  /// Whether more than the capacity was asked for.
+  bool overflowed() const noexcept { return offset_ > capacity_; }
+  /// The offset from the start of the buffer of the `bytes` at `data`, when they lie inside the
+  /// buffer's mirror, aligned to `serialized_alignment`: data built in place, which a reader of
+  /// this buffer finds there without a copy.
+  std::optional<std::uint64_t> locate(const void* data, std::size_t bytes) const noexcept {
+    const auto at = reinterpret_cast<std::uintptr_t>(data);
+    const auto base = reinterpret_cast<std::uintptr_t>(mirror_);
+    if (mirror_ == nullptr || bytes == 0 || at < base || at - base > mirror_bytes_ ||
+        bytes > mirror_bytes_ - (at - base) || (at - base) % serialized_alignment != 0) {
+      return std::nullopt;
+    }
+    return at - base;
+  }
 
  private:
+  bool fits(std::size_t bytes) const noexcept {
+    return offset_ <= capacity_ && bytes <= capacity_ - offset_;
+  }
+
   std::byte* begin_;
-  std::byte* cursor_;
+  std::size_t offset_ = 0;
+  std::size_t capacity_ = static_cast<std::size_t>(-1);
+  const std::byte* mirror_ = nullptr;
+  std::size_t mirror_bytes_ = 0;
 };
 
 /// Reads bytes back, throwing `FormatError` rather than reading past the end of the buffer.
@@ -79,6 +107,17 @@ class ByteReader {
     const std::byte* at = cursor_;
     cursor_ += bytes;
     return at;
+  }
+  /// The `bytes` at `offset` from the start of the buffer, wherever the cursor is; throws
+  /// `FormatError` when they do not lie inside it.
+  const std::byte* at(std::uint64_t offset, std::size_t bytes) const {
+    const auto size = static_cast<std::size_t>(end_ - begin_);
+    if (offset > size || bytes > size - offset) {
+      throw FormatError("serialized batch: " + std::to_string(bytes) + " bytes at offset " +
+                        std::to_string(offset) + " lie outside its " + std::to_string(size) +
+                        " bytes");
+    }
+    return begin_ + offset;
   }
   /// What keeps the buffer alive, or null when tensors must be copied out of it.
   const std::shared_ptr<void>& owner() const noexcept { return owner_; }
@@ -140,21 +179,33 @@ struct Serializer<T> {
   static T read(ByteReader& in) { return in.value<T>(); }
 };
 
+/// A tensor is its rank, its dimensions, then its data aligned to `serialized_alignment`; or,
+/// when its data already lies inside the buffer being written (built there in place, see
+/// `ByteWriter::locate`), the rank with `in_place` set, the dimensions and the data's offset.
 template <TensorElement T>
 struct Serializer<Tensor<T>> {
+  static constexpr std::uint8_t in_place = 0x80;
+
   static std::size_t size(const Tensor<T>& t) noexcept {
     return sizeof(std::uint8_t) + t.rank() * sizeof(std::uint64_t) + serialized_alignment - 1 +
            t.bytes();
   }
   static void write(const Tensor<T>& t, ByteWriter& out) noexcept {
-    out.value(static_cast<std::uint8_t>(t.rank()));
+    const std::optional<std::uint64_t> offset = out.locate(t.data(), t.bytes());
+    out.value(static_cast<std::uint8_t>(t.rank() | (offset ? in_place : 0U)));
     for (std::size_t d : t.shape())
       out.value(static_cast<std::uint64_t>(d));
+    if (offset) {
+      out.value(*offset);
+      return;
+    }
     out.align();
     out.write(t.data(), t.bytes());
   }
   static Tensor<T> read(ByteReader& in) {
-    const auto rank = in.value<std::uint8_t>();
+    const auto tag = in.value<std::uint8_t>();
+    const bool placed = (tag & in_place) != 0;
+    const auto rank = static_cast<std::uint8_t>(tag & ~in_place);
     if (rank > Shape::max_rank) {
       throw FormatError("serialized tensor: rank " + std::to_string(rank) + " exceeds " +
                         std::to_string(Shape::max_rank));
@@ -173,23 +224,38 @@ struct Serializer<Tensor<T>> {
       throw FormatError("serialized tensor: shape (" + text + (rank == 1 ? ",)" : ")") +
                         " has more elements than memory can address");
     }
-    in.align();
-    if (*elements > in.remaining() / sizeof(T)) {
-      std::size_t bytes = 0;
-      const bool wraps = __builtin_mul_overflow(*elements, sizeof(T), &bytes);
-      throw FormatError("serialized tensor: shape (" + text + (rank == 1 ? ",)" : ")") + " needs " +
-                        (wraps ? "more than 2^64" : std::to_string(bytes)) + " bytes but only " +
-                        std::to_string(in.remaining()) + " remain");
+    const std::byte* data = nullptr;
+    std::size_t bytes = 0;
+    if (placed) {
+      const auto offset = in.value<std::uint64_t>();
+      if (__builtin_mul_overflow(*elements, sizeof(T), &bytes)) {
+        throw FormatError("serialized tensor: shape (" + text + (rank == 1 ? ",)" : ")") +
+                          " needs more than 2^64 bytes");
+      }
+      if (offset % serialized_alignment != 0) {
+        throw FormatError("serialized tensor: data at offset " + std::to_string(offset) +
+                          " is not aligned to " + std::to_string(serialized_alignment) + " bytes");
+      }
+      data = in.at(offset, bytes);
+    } else {
+      in.align();
+      if (*elements > in.remaining() / sizeof(T)) {
+        const bool wraps = __builtin_mul_overflow(*elements, sizeof(T), &bytes);
+        throw FormatError("serialized tensor: shape (" + text + (rank == 1 ? ",)" : ")") +
+                          " needs " + (wraps ? "more than 2^64" : std::to_string(bytes)) +
+                          " bytes but only " + std::to_string(in.remaining()) + " remain");
+      }
+      bytes = *elements * sizeof(T);
+      data = in.skip(bytes);
     }
     const Shape shape(dims_read);
     if (in.owner()) {
       // A view of the buffer (a shared-memory slot), kept alive and unchanged by the owner.
-      const std::byte* at = in.skip(shape.elements() * sizeof(T));
-      return Tensor<T>::wrap(reinterpret_cast<T*>(const_cast<std::byte*>(at)), shape, in.owner());
+      return Tensor<T>::wrap(reinterpret_cast<T*>(const_cast<std::byte*>(data)), shape, in.owner());
     }
     // One copy into fresh aligned storage the caller owns.
     auto t = Tensor<T>::uninitialized(shape);
-    in.read(t.data(), t.bytes());
+    if (bytes != 0) std::memcpy(t.data(), data, bytes);
     return t;
   }
 };

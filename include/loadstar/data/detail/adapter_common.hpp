@@ -62,6 +62,11 @@ struct AdapterStats {
 
 namespace detail {
 
+/// The alignment that keeps state written by different threads off each other's cache lines.
+/// Not `std::hardware_destructive_interference_size`: GCC warns that its value may change between
+/// compiler versions, and here it sets the layout of types in headers.
+inline constexpr std::size_t cache_line_bytes = 64;
+
 /// One batch as a backend hands it over: the batch, or the message of the failure that took its
 /// place, and the ticket it was built for.
 template <class Batch>

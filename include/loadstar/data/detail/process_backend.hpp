@@ -160,6 +160,16 @@ class SharedRing {
   }
 
   std::byte* control() const noexcept { return base_; }
+  /// Maps the slots a second time, at another address (the same memory): a worker process builds
+  /// tensors in place there, and can give one it keeps pages of its own without touching the
+  /// mapping it writes slots through. Null when it cannot be mapped.
+  std::byte* map_mirror() const noexcept {
+    void* mirror = ::mmap(nullptr, total_ - control_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd_,
+                          static_cast<off_t>(control_bytes_));
+    return mirror == MAP_FAILED ? nullptr : static_cast<std::byte*>(mirror);
+  }
+  /// The bytes of all slots.
+  std::size_t slots_bytes() const noexcept { return total_ - control_bytes_; }
   std::byte* slot(std::uint64_t position) const noexcept {
     return base_ + control_bytes_ + (position % slots_) * slot_bytes_;
   }
@@ -430,9 +440,14 @@ class ProcessBackend {
   /// Maps the pages of a slot into this process in one system call: a fork does not carry the
   /// page tables of a shared mapping, and faulting them in one at a time costs about 20 us a page
   /// in a virtual machine (a second for a ring of 190 MB, against 20 ms populated).
+  /// A child with a mirror writes the batch through it and only the header through the slot
+  /// itself, so it maps the slot's first page and the mirror's whole slot.
   void populate_slot(std::uint64_t position) const noexcept {
 #ifdef MADV_POPULATE_WRITE
-    (void)::madvise(ring_->slot(position), ring_->slot_bytes(), MADV_POPULATE_WRITE);
+    const std::size_t page = 4096;
+    (void)::madvise(ring_->slot(position), mirror_ ? page : ring_->slot_bytes(),
+                    MADV_POPULATE_WRITE);
+    if (mirror_) (void)::madvise(mirror_slot(position), ring_->slot_bytes(), MADV_POPULATE_WRITE);
 #else
     (void)position;
 #endif
@@ -449,8 +464,8 @@ class ProcessBackend {
     BackendResult<Batch> result;
     result.ticket = *sampler_.ticket(position);
     if (h.status == slot_ok) {
-      const std::span<const std::byte> payload(payload_begin,
-                                               std::min<std::size_t>(h.bytes, capacity()));
+      // The whole payload: tensors built in place lie past the `h.bytes` serialized in front.
+      const std::span<const std::byte> payload(payload_begin, capacity());
       try {
         // The batch's tensors view the slot; releasing the last of them frees the slot.
         leases_->leased[slot_index].store(true, std::memory_order_relaxed);
@@ -527,7 +542,12 @@ class ProcessBackend {
     // Blocks inherited from the parent's tensor cache would be copied page by page on first
     // write; fresh ones are populated in one call.
     StorageCache::instance().drop_all();
-    std::vector<bool> mapped(queue_, false);
+    // Large tensors of a batch are built in place in its slot, through the mirror, so the batch is
+    // not copied into the slot afterwards (the copy that kept processes below half of memcpy's
+    // bandwidth on large batches).
+    mirror_ = ring_->map_mirror();
+    if (mirror_) StorageCache::instance().set_arena_range(mirror_, mirror_ + ring_->slots_bytes());
+    child_mapped_.assign(queue_, false);
     RingControl& control = *control_;
     std::atomic<std::uint64_t>& building = words_[index].building;
     for (;;) {
@@ -541,8 +561,8 @@ class ProcessBackend {
       }
       if (!control.next.compare_exchange_weak(position, position + 1)) continue;
       building.store(position);
-      if (!mapped[position % queue_]) {
-        mapped[position % queue_] = true;
+      if (!child_mapped_[position % queue_]) {
+        child_mapped_[position % queue_] = true;
         populate_slot(position);
       }
       build(position, static_cast<std::uint32_t>(index), message_fd);
@@ -554,22 +574,42 @@ class ProcessBackend {
     }
   }
 
-  /// Builds `position` into its slot (in a child) and publishes it.
+  /// Builds `position` into its slot (in a child) and publishes it. Large tensors are built in
+  /// place at the top of the slot (through the mirror, see `BlockArena`) and serialized as
+  /// references; the rest is serialized below them.
   void build(std::uint64_t position, std::uint32_t index, int message_fd) noexcept {
     SlotHeader& h = header(position);
     std::byte* payload = ring_->slot(position) + payload_offset;
+    std::byte* mirror = mirror_ ? mirror_slot(position) + payload_offset : nullptr;
     std::uint32_t status = slot_ok;
     std::uint64_t bytes = 0;
+    std::optional<BlockArena> arena;
+    if (mirror) arena.emplace(mirror, mirror + capacity());
     try {
       const SamplerTicket ticket = *sampler_.ticket(position);
       try {
-        Batch batch = sequence_[ticket.index];
-        bytes = serialized_size(batch);
-        if (bytes > capacity()) {
-          status = slot_overflow;
-        } else {
-          bytes = serialize(batch, std::span<std::byte>(payload, capacity()));
+        std::optional<BlockArena::Scope> scope;
+        if (arena) scope.emplace(*arena);
+        std::optional<Batch> batch;
+        batch.emplace(sequence_[ticket.index]);
+        if (arena) arena->seal();
+        const std::size_t room =
+            arena ? static_cast<std::size_t>(arena->low() - mirror) : capacity();
+        ByteWriter writer(mirror ? mirror : payload, room, mirror, capacity());
+        Serializer<Batch>::write(*batch, writer);
+        bytes = writer.written();
+        if (writer.overflowed()) {
+          // What was built in place took the room the rest needs: copy it all out of place.
+          bytes = serialized_size(*batch);
+          if (bytes > capacity()) {
+            status = slot_overflow;
+          } else {
+            std::vector<std::byte> copy(bytes);
+            bytes = serialize(*batch, copy);
+            std::memcpy(mirror ? mirror : payload, copy.data(), bytes);
+          }
         }
+        batch.reset();  // with the arena installed, so that it sees its blocks freed
       } catch (...) {
         const std::string message = "sequence adapter: " + describe_batch(ticket) +
                                     " failed in worker process " + std::to_string(::getpid()) +
@@ -596,10 +636,39 @@ class ProcessBackend {
       bytes = sizeof message - 1;
       std::memcpy(payload, message, bytes);
     }
+    if (arena && arena->live() > 0) keep_private(*arena);
     h.bytes = bytes;
     h.status = status;
     h.writer = index;
     h.ready.store(position + 1, std::memory_order_release);
+  }
+
+  /// The sequence kept tensors built in the slot (a cache of batches, say): the next batch in this
+  /// slot would change them under it, and it would change what the consumer reads. Gives their
+  /// pages of the mirror private copies, so the sequence keeps its values and the slot is the
+  /// consumer's alone, and builds no more batches in place in this process (the mirror now has
+  /// private pages). One copy of those tensors, once.
+  void keep_private(const BlockArena& arena) noexcept {
+    for (std::size_t i = 0; i < arena.count(); ++i) {
+      const BlockArena::Block& block = arena.blocks()[i];
+      if (!block.live) continue;
+      // Out of memory here ends this process, which the consumer reports.
+      const std::unique_ptr<std::byte[]> copy(new (std::nothrow) std::byte[block.bytes]);
+      if (!copy) ::_exit(1);
+      std::memcpy(copy.get(), block.memory, block.bytes);
+      if (::mmap(block.memory, block.bytes, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == MAP_FAILED) {
+        ::_exit(1);
+      }
+      std::memcpy(block.memory, copy.get(), block.bytes);
+    }
+    mirror_ = nullptr;
+    // Batches are now written through the slots themselves, whose pages were mapped one at most.
+    child_mapped_.assign(queue_, false);
+  }
+
+  std::byte* mirror_slot(std::uint64_t position) const noexcept {
+    return mirror_ + (position % queue_) * ring_->slot_bytes();
   }
 
   /// Lets the children claim every position that may be requested: below `consume_ +
@@ -793,9 +862,13 @@ class ProcessBackend {
   SharedRing* ring_ = nullptr;
   RingControl* control_ = nullptr;
   ChildWord* words_ = nullptr;
+  /// In a child: the slots' second mapping that tensors are built in (null: none, or given up).
+  std::byte* mirror_ = nullptr;
   std::optional<BackendResult<Batch>> first_;
   std::vector<Child> children_;
   std::vector<bool> consumer_mapped_;
+  /// In a child: the slots whose pages it has mapped.
+  std::vector<bool> child_mapped_;
   std::map<std::uint64_t, std::string> long_messages_;
   int event_fd_ = -1;
   std::string broken_;

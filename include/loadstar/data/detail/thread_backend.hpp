@@ -3,12 +3,18 @@
 /// slots indexed by position, consumed strictly in order.
 #pragma once
 
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <climits>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <ctime>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -24,25 +30,86 @@
 
 namespace loadstar::detail {
 
-/// `Workers` threads claim positions in order, build them without holding the lock and publish
-/// them into slot `position % max_queue_size`. A position is claimable while it is below
-/// `consumed + max_queue_size` (backpressure: at most that many batches requested and not
-/// consumed), below the end of the stream and below the epoch barrier (so that `on_epoch_end`
-/// never runs concurrently with `sequence[i]`). One mutex guards it all; what makes the hand-off
-/// cheap is waking threads rarely: the consumer wakes workers that sleep on a full ring only once
-/// half of it is free (or when it is about to wait itself), and a worker wakes the consumer only
-/// when it waits for that very batch.
+/// A hint to the core that this thread spins (`pause` on x86: it frees the pipeline for the
+/// sibling hyper-thread and saves power).
+inline void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#endif
+}
+
+/// Spins until `done()`: for about `spin` on the core, then for about `yielding` giving the core
+/// to any other thread that is ready to run (on a machine busier than it has cores, the thread
+/// being waited for may be waiting for this very core); returns `done()`.
+template <class F>
+bool spin_until(F done, std::chrono::nanoseconds spin, std::chrono::nanoseconds yielding) {
+  const auto started = std::chrono::steady_clock::now();
+  for (unsigned i = 1;; ++i) {
+    if (done()) return true;
+    cpu_relax();
+    // The clock costs tens of nanoseconds: read it now and then.
+    if (i % 32 == 0 && std::chrono::steady_clock::now() - started > spin) break;
+  }
+  while (std::chrono::steady_clock::now() - started < spin + yielding) {
+    if (done()) return true;
+    std::this_thread::yield();
+  }
+  return done();
+}
+
+/// Sleeps while `word` holds `expected`, at most `timeout` when one is given (a private futex:
+/// `std::atomic::wait` has no timeout, and the consumer's wait must end at the per-batch timeout).
+inline void futex_wait_private(std::atomic<std::uint32_t>& word, std::uint32_t expected,
+                               std::optional<std::chrono::nanoseconds> timeout) noexcept {
+  timespec relative{};
+  if (timeout) {
+    relative.tv_sec = static_cast<std::time_t>(timeout->count() / 1000000000);
+    relative.tv_nsec = static_cast<long>(timeout->count() % 1000000000);
+  }
+  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAIT_PRIVATE, expected,
+            timeout ? &relative : nullptr, nullptr, 0);
+}
+
+/// Wakes up to `count` threads sleeping in `futex_wait_private` on `word`.
+inline void futex_wake_private(std::atomic<std::uint32_t>& word, int count) noexcept {
+  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE_PRIVATE, count, nullptr,
+            nullptr, 0);
+}
+
+/// `Workers` threads claim positions in order from an atomic counter, build them and publish
+/// them into slot `position % max_queue_size` with a per-slot flag; the consumer takes them
+/// strictly in order. No lock is taken on the way of a batch: the only system calls are wake-ups,
+/// made only when the other side announced that it sleeps (each is a context switch, and on a
+/// small machine a thread more than there are cores takes the consumer's core), and both sides
+/// spin briefly before they sleep.
 ///
-/// Workers share the state they use (the sequence included) with the backend, so a worker stuck in
-/// `sequence[i]` can be abandoned: when its batch passes the timeout, or when the backend is
-/// destroyed, its thread is detached, finishes the call on its own, drops the batch and exits; the
-/// sequence is freed after the last such call returns.
+/// Only the consumer moves `limit`, the end of the claimable positions: below `consumed +
+/// max_queue_size` (backpressure: at most that many batches requested and not consumed), below
+/// the end of the stream and below the epoch barrier (so that `on_epoch_end` never runs
+/// concurrently with `sequence[i]`). It writes each position's sampler ticket into its slot before
+/// it makes the position claimable, so the sampler (which caches permutations) is used on the
+/// consumer's thread alone.
+///
+/// Each worker announces the position it builds in its own word, which also settles its fate
+/// without a lock: the worker swaps it back to idle when it is done (then it publishes), while the
+/// consumer swaps it to `abandoned` (per-batch timeout) or the destructor to `stopped`; whoever
+/// swaps first wins. An abandoned worker finishes the call on its own, drops its batch and exits;
+/// it shares the state it uses (the sequence included) with the backend, so it never touches
+/// freed memory, and the sequence is freed after the last such call returns.
 template <class S, class Batch>
 class ThreadBackend {
  public:
   ThreadBackend(const std::shared_ptr<S>& sequence, Sampler& sampler, const AdapterOptions& options,
                 std::size_t workers, std::uint64_t start, std::uint64_t barrier)
-      : shared_(std::make_shared<Shared>(sequence, sampler, options, start, barrier)) {
+      : shared_(std::make_shared<Shared>(sequence, options, start)),
+        sampler_(&sampler),
+        end_(sampler.end()),
+        consume_(start),
+        limit_(start),
+        barrier_(barrier) {
+    pump(Wake::lazily);
     workers_.reserve(workers);
     for (std::size_t i = 0; i < workers; ++i)
       add_worker();
@@ -54,18 +121,24 @@ class ThreadBackend {
   /// Stops every worker: idle ones exit at once and are joined; one inside `sequence[i]` (user code
   /// cannot be interrupted) is abandoned and detached, so destruction returns promptly.
   ~ThreadBackend() {
-    {
-      std::lock_guard lock(shared_->mutex);
-      shared_->stopping = true;
-      for (auto& w : workers_)
-        w.state->abandoned = w.state->building != no_position;
+    Shared& s = *shared_;
+    s.stopping.store(true);
+    std::vector<bool> inside(workers_.size(), false);
+    for (std::size_t i = 0; i < workers_.size(); ++i) {
+      std::atomic<std::uint64_t>& building = workers_[i].state->building;
+      std::uint64_t seen = building.load();
+      // An idle worker marked `stopped` never starts another call; one inside a call drops it.
+      while (!building.compare_exchange_weak(seen, stopped)) {
+      }
+      inside[i] = seen != idle;
     }
-    shared_->work_cv.notify_all();
-    for (auto& w : workers_) {
-      if (w.state->abandoned) {
-        w.thread.detach();
+    s.work_event.fetch_add(1);
+    futex_wake_private(s.work_event, INT_MAX);
+    for (std::size_t i = 0; i < workers_.size(); ++i) {
+      if (inside[i]) {
+        workers_[i].thread.detach();
       } else {
-        w.thread.join();
+        workers_[i].thread.join();
       }
     }
   }
@@ -75,52 +148,14 @@ class ThreadBackend {
   /// abandoned and replaced).
   BackendResult<Batch> take(std::uint64_t position) {
     Shared& s = *shared_;
-    std::unique_lock lock(s.mutex);
     Slot& slot = s.slots[position % s.slots.size()];
-    const auto ready = [&] { return slot.ready && slot.ticket.position == position; };
     BackendResult<Batch> result;
-    if (!ready()) {
-      // Workers asleep on a full ring are woken lazily; never wait while they could work.
-      if (s.sleeping > 0 && s.claimable()) s.work_cv.notify_all();
-      const auto started = std::chrono::steady_clock::now();
-      s.waiting_for = position;
-      bool arrived = true;
-      if (s.timeout.count() > 0) {
-        arrived = s.ready_cv.wait_for(lock, s.timeout, ready);
-      } else {
-        s.ready_cv.wait(lock, ready);
-      }
-      s.waiting_for = no_position;
-      s.wait_ns.fetch_add(
-          static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                         std::chrono::steady_clock::now() - started)
-                                         .count()),
-          std::memory_order_relaxed);
-      if (!arrived) {
-        result.ticket = *s.sampler->ticket(position);
-        result.error = "sequence adapter: " + describe_batch(result.ticket) +
-                       " was not ready after " + std::to_string(s.timeout.count()) +
-                       " ms (per-batch timeout); ";
-        bool replace = false;
-        if (position >= s.dispatch) {
-          s.dispatch = position + 1;
-          result.error += "no worker thread had started it";
-        } else {
-          for (auto& w : workers_) {
-            if (w.state->building == position) {
-              w.state->abandoned = true;
-              ++s.abandoned_running;
-              replace = true;
-            }
-          }
-          result.error +=
-              "its worker thread was abandoned (it finishes the call on its own and its batch is "
-              "dropped)";
-        }
-        s.consume = position + 1;
-        lock.unlock();
-        if (replace) replace_abandoned();
-        s.work_cv.notify_all();
+    if (slot.ready.load(std::memory_order_acquire) != position + 1 && !wait(position)) {
+      if (std::optional<std::string> message = give_up(position)) {
+        result.ticket = *sampler_->ticket(position);
+        result.error = std::move(*message);
+        consume_ = position + 1;
+        pump(Wake::all);
         return result;
       }
     }
@@ -129,27 +164,16 @@ class ThreadBackend {
     result.ticket = slot.ticket;
     slot.batch.reset();
     slot.error.clear();
-    slot.ready = false;
-    s.consume = position + 1;
     s.ready_count.fetch_sub(1, std::memory_order_relaxed);
-    // Wake one sleeping worker once half the ring is free, not one per slot and not all: each
-    // wake-up is a system call and a context switch, and a thread more than there are cores takes
-    // the consumer's core. Workers sleep on a full ring only when they outpace the consumer, so
-    // one of them is enough until the consumer would wait, which wakes them all (above).
-    const std::uint64_t free = s.consume + s.slots.size() - s.dispatch;
-    const bool wake = s.sleeping > 0 && s.claimable() && free >= (s.slots.size() + 1) / 2;
-    lock.unlock();
-    if (wake) s.work_cv.notify_one();
+    consume_ = position + 1;
+    pump(Wake::lazily);
     return result;
   }
 
   /// Moves the epoch barrier after `on_epoch_end` ran on the consumer.
   void resume(std::uint64_t barrier) {
-    {
-      std::lock_guard lock(shared_->mutex);
-      shared_->barrier = barrier;
-    }
-    shared_->work_cv.notify_all();
+    barrier_ = barrier;
+    pump(Wake::all);
   }
 
   /// Before `on_epoch_end`: waits (up to the timeout) until no abandoned call to `sequence[i]` is
@@ -157,13 +181,14 @@ class ThreadBackend {
   /// one is still running, and `on_epoch_end` is then tried again at the next `next()`.
   void settle() {
     Shared& s = *shared_;
-    std::unique_lock lock(s.mutex);
-    if (s.abandoned_running == 0) return;
-    if (!s.ready_cv.wait_for(lock, s.timeout, [&] { return s.abandoned_running == 0; })) {
-      throw WorkerError(
-          "sequence adapter: on_epoch_end cannot run yet: " + std::to_string(s.abandoned_running) +
-          " abandoned call(s) to sequence[i] still running after " +
-          std::to_string(s.timeout.count()) + " ms");
+    std::unique_lock lock(s.settle_mutex);
+    const auto settled = [&] { return s.abandoned_running.load() == 0; };
+    if (settled()) return;
+    if (!s.settle_cv.wait_for(lock, s.timeout, settled)) {
+      throw WorkerError("sequence adapter: on_epoch_end cannot run yet: " +
+                        std::to_string(s.abandoned_running.load()) +
+                        " abandoned call(s) to sequence[i] still running after " +
+                        std::to_string(s.timeout.count()) + " ms");
     }
   }
 
@@ -178,59 +203,74 @@ class ThreadBackend {
   }
 
  private:
-  static constexpr std::uint64_t no_position = std::numeric_limits<std::uint64_t>::max();
+  /// The values of a worker's word besides the position it builds.
+  static constexpr std::uint64_t idle = std::numeric_limits<std::uint64_t>::max();
+  static constexpr std::uint64_t stopped = idle - 1;
+  static constexpr std::uint64_t abandoned = idle - 2;
+  static constexpr std::uint64_t no_position = idle;
+  /// How long each side spins and then yields before it sleeps: a few times what a cheap batch
+  /// takes to build and hand over, short enough that a spinning worker on a full ring leaves the
+  /// consumer's core soon.
+  static constexpr std::chrono::microseconds consumer_spin{5};
+  static constexpr std::chrono::microseconds consumer_yield{20};
+  /// The consumer's spin adapts: halved after each wait it spun through in vain (batches that
+  /// take long to build, where spinning only takes a core from the workers), doubled back after
+  /// each that it won, from 1/64 of the above up to it. At its shortest it does not yield: a
+  /// thread that yields on a busy machine may wait a whole time slice to run again, while one
+  /// woken from sleep runs at once, so yielding pays only where batches come fast.
+  static constexpr unsigned max_spin_shift = 6;
+  static constexpr std::chrono::microseconds worker_spin{2};
+  static constexpr std::chrono::microseconds worker_yield{5};
 
   // Each slot on its own cache lines: the consumer empties one while a worker fills the next.
-  struct alignas(64) Slot {
+  struct alignas(cache_line_bytes) Slot {
+    /// The position whose result the slot holds, plus one (0: none yet); published last.
+    std::atomic<std::uint64_t> ready{0};
+    /// Written by the consumer before the position becomes claimable.
+    SamplerTicket ticket;
     std::optional<Batch> batch;
     std::string error;
-    SamplerTicket ticket;
-    bool ready = false;
   };
 
   /// What a worker thread owns a share of, so that an abandoned one never touches freed memory.
-  /// Everything but the atomics is guarded by `mutex`; `sampler` is used only while `stopping` is
-  /// false (the adapter owns it and outlives that).
+  /// The words that different threads write are on cache lines of their own.
   struct Shared {
-    Shared(const std::shared_ptr<S>& sequence_, Sampler& sampler_, const AdapterOptions& options,
-           std::uint64_t start, std::uint64_t barrier_)
-        : sequence(sequence_),
-          sampler(&sampler_),
-          timeout(options.timeout),
-          slots(options.max_queue_size),
-          end(sampler_.end()),
-          dispatch(start),
-          consume(start),
-          barrier(barrier_) {}
-
-    bool claimable() const noexcept {
-      return dispatch < consume + slots.size() && dispatch < end && dispatch < barrier;
+    Shared(const std::shared_ptr<S>& sequence_, const AdapterOptions& options, std::uint64_t start)
+        : sequence(sequence_), timeout(options.timeout), slots(options.max_queue_size) {
+      next.store(start, std::memory_order_relaxed);
+      limit.store(start, std::memory_order_relaxed);
     }
 
     std::shared_ptr<S> sequence;
-    Sampler* sampler;
     std::chrono::milliseconds timeout;
-    std::mutex mutex;
-    std::condition_variable work_cv;
-    std::condition_variable ready_cv;
     std::vector<Slot> slots;
-    std::uint64_t end;
-    std::uint64_t dispatch;
-    std::uint64_t consume;
-    std::uint64_t barrier;
-    std::uint64_t waiting_for = no_position;
-    std::size_t sleeping = 0;
-    std::size_t abandoned_running = 0;
-    bool stopping = false;
-    alignas(64) std::atomic<std::uint64_t> produced{0};
-    alignas(64) std::atomic<std::uint64_t> wait_ns{0};
-    alignas(64) std::atomic<std::size_t> ready_count{0};
+    /// The next position a worker may claim (by compare-and-swap), and the end of the claimable
+    /// ones (moved by the consumer only).
+    alignas(cache_line_bytes) std::atomic<std::uint64_t> next{0};
+    alignas(cache_line_bytes) std::atomic<std::uint64_t> limit{0};
+    /// Workers sleep on `work_event` after counting themselves in `sleepers`; the consumer bumps
+    /// it and wakes them only when it counted someone. Every access is sequentially consistent:
+    /// (`sleepers`, `limit`) and (`waiting_for`, `Slot::ready`) are Dekker pairs, so no wake-up
+    /// is lost.
+    alignas(cache_line_bytes) std::atomic<std::uint32_t> work_event{0};
+    std::atomic<std::uint32_t> sleepers{0};
+    std::atomic<std::uint32_t> spinners{0};
+    std::atomic<bool> stopping{false};
+    /// The consumer sleeps on `ready_event` after announcing the position it waits for.
+    alignas(cache_line_bytes) std::atomic<std::uint32_t> ready_event{0};
+    std::atomic<std::uint64_t> waiting_for{no_position};
+    alignas(cache_line_bytes) std::atomic<std::uint64_t> produced{0};
+    alignas(cache_line_bytes) std::atomic<std::size_t> ready_count{0};
+    alignas(cache_line_bytes) std::atomic<std::uint64_t> wait_ns{0};
+    /// Abandoned calls still running, and how `settle` waits for them (rare: no hot path).
+    alignas(cache_line_bytes) std::atomic<std::size_t> abandoned_running{0};
+    std::mutex settle_mutex;
+    std::condition_variable settle_cv;
   };
 
-  /// One worker's position and fate, guarded by `Shared::mutex`.
-  struct WorkerState {
-    std::uint64_t building = no_position;
-    bool abandoned = false;
+  /// The position a worker builds, `idle`, or the fate the consumer chose for it.
+  struct alignas(cache_line_bytes) WorkerState {
+    std::atomic<std::uint64_t> building{idle};
   };
 
   struct Worker {
@@ -243,41 +283,151 @@ class ThreadBackend {
     workers_.push_back({state, std::thread(work, shared_, state)});
   }
 
-  /// Detaches the abandoned workers and starts one fresh worker for each.
-  void replace_abandoned() {
-    std::size_t replaced = 0;
-    for (auto it = workers_.begin(); it != workers_.end();) {
-      bool abandoned = false;
-      {
-        std::lock_guard lock(shared_->mutex);
-        abandoned = it->state->abandoned;
-      }
-      if (abandoned) {
-        it->thread.detach();
-        it = workers_.erase(it);
-        ++replaced;
-      } else {
-        ++it;
-      }
+  /// Whom `pump` wakes among the sleeping workers, if there is work for them.
+  enum class Wake {
+    /// One, and only once half the ring is free and every worker sleeps.
+    lazily,
+    /// One (the consumer is about to wait).
+    one,
+    /// All (the barrier moved, or a worker was replaced).
+    all
+  };
+
+  /// Makes every position that may be requested claimable (writing their tickets first) and
+  /// wakes sleeping workers as `wake` says. Workers sleep on a full ring only when they outpace
+  /// the consumer: one awake worker keeps up then, and waking more costs a system call per
+  /// wake-up and, on a machine with few cores, takes the consumer's core (two workers were
+  /// slower than one that way). Each wait of the consumer wakes one more, so slow batches soon
+  /// have every worker on them.
+  void pump(Wake wake) {
+    Shared& s = *shared_;
+    const std::uint64_t target =
+        std::min({consume_ + static_cast<std::uint64_t>(s.slots.size()), end_, barrier_});
+    if (target > limit_) {
+      for (std::uint64_t p = limit_; p < target; ++p)
+        s.slots[p % s.slots.size()].ticket = *sampler_->ticket(p);
+      limit_ = target;
+      s.limit.store(target);
     }
-    for (std::size_t i = 0; i < replaced; ++i)
-      add_worker();
+    const std::uint32_t sleepers = s.sleepers.load();
+    if (sleepers == 0) return;
+    const std::uint64_t next = s.next.load();
+    if (next >= limit_) return;
+    if (wake != Wake::lazily ||
+        (sleepers >= workers_.size() && limit_ - next >= (s.slots.size() + 1) / 2)) {
+      s.work_event.fetch_add(1);
+      futex_wake_private(s.work_event, wake == Wake::all ? INT_MAX : 1);
+    }
+  }
+
+  /// Waits until the slot of `position` is published: spins a little, then sleeps; false when
+  /// the per-batch timeout passed first.
+  bool wait(std::uint64_t position) {
+    Shared& s = *shared_;
+    const std::atomic<std::uint64_t>& ready = s.slots[position % s.slots.size()].ready;
+    const auto started = std::chrono::steady_clock::now();
+    bool arrived = spin_until([&] { return ready.load(std::memory_order_acquire) == position + 1; },
+                              consumer_spin / (1U << spin_shift_),
+                              spin_shift_ < max_spin_shift ? consumer_yield / (1U << spin_shift_)
+                                                           : std::chrono::microseconds(0));
+    if (arrived) {
+      spin_shift_ = spin_shift_ > 0 ? spin_shift_ - 1 : 0;
+    } else {
+      spin_shift_ = std::min(spin_shift_ + 1, max_spin_shift);
+    }
+    if (!arrived) {
+      // Workers asleep on a full ring are woken lazily; never sleep while none works.
+      pump(Wake::one);
+      s.waiting_for.store(position);
+      for (;;) {
+        const std::uint32_t event = s.ready_event.load();
+        if (ready.load() == position + 1) {
+          arrived = true;
+          break;
+        }
+        std::optional<std::chrono::nanoseconds> left;
+        if (s.timeout.count() > 0) {
+          left = s.timeout - (std::chrono::steady_clock::now() - started);
+          if (left->count() <= 0) break;
+        }
+        futex_wait_private(s.ready_event, event, left);
+      }
+      s.waiting_for.store(no_position);
+    }
+    s.wait_ns.fetch_add(
+        static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                       std::chrono::steady_clock::now() - started)
+                                       .count()),
+        std::memory_order_relaxed);
+    return arrived;
+  }
+
+  /// The timeout passed for `position`: gives it up and returns the message, or nothing when the
+  /// batch turned out to be ready. A worker building it is abandoned and replaced; one that has
+  /// claimed it but not yet announced it is waited for (it does so in a few instructions).
+  std::optional<std::string> give_up(std::uint64_t position) {
+    Shared& s = *shared_;
+    const Slot& slot = s.slots[position % s.slots.size()];
+    std::string message = "sequence adapter: " + describe_batch(*sampler_->ticket(position)) +
+                          " was not ready after " + std::to_string(s.timeout.count()) +
+                          " ms (per-batch timeout); ";
+    std::uint64_t expected = position;
+    if (s.next.compare_exchange_strong(expected, position + 1)) {
+      return message + "no worker thread had started it";
+    }
+    // Counted before the swap, so that the worker never counts down below zero.
+    s.abandoned_running.fetch_add(1);
+    for (;;) {
+      if (slot.ready.load(std::memory_order_acquire) == position + 1) {
+        s.abandoned_running.fetch_sub(1);
+        return std::nullopt;
+      }
+      for (auto it = workers_.begin(); it != workers_.end(); ++it) {
+        std::uint64_t building = position;
+        if (it->state->building.compare_exchange_strong(building, abandoned)) {
+          it->thread.detach();
+          workers_.erase(it);
+          add_worker();
+          return message +
+                 "its worker thread was abandoned (it finishes the call on its own and its batch "
+                 "is dropped)";
+        }
+      }
+      std::this_thread::yield();
+    }
   }
 
   static void work(std::shared_ptr<Shared> shared, std::shared_ptr<WorkerState> me) {
     Shared& s = *shared;
-    std::unique_lock lock(s.mutex);
+    const auto claimable = [&] {
+      return s.next.load(std::memory_order_relaxed) < s.limit.load(std::memory_order_relaxed) ||
+             s.stopping.load(std::memory_order_relaxed);
+    };
     for (;;) {
-      while (!s.stopping && !s.claimable()) {
-        ++s.sleeping;
-        s.work_cv.wait(lock);
-        --s.sleeping;
+      if (s.stopping.load(std::memory_order_relaxed)) return;
+      std::uint64_t position = s.next.load();
+      if (position >= s.limit.load()) {
+        // One worker at a time spins on a full ring; the others sleep at once, so that spinning
+        // workers never outnumber the cores the consumer and the busy workers need.
+        const bool spinner = s.spinners.fetch_add(1) == 0;
+        const bool found = spinner && spin_until(claimable, worker_spin, worker_yield);
+        s.spinners.fetch_sub(1);
+        if (found) continue;
+        const std::uint32_t event = s.work_event.load();
+        s.sleepers.fetch_add(1);
+        if (!s.stopping.load() && s.next.load() >= s.limit.load()) {
+          futex_wait_private(s.work_event, event, std::nullopt);
+        }
+        s.sleepers.fetch_sub(1);
+        continue;
       }
-      if (s.stopping) return;
-      // The sampler caches permutations and is used only under the lock.
-      const SamplerTicket ticket = *s.sampler->ticket(s.dispatch++);
-      me->building = ticket.position;
-      lock.unlock();
+      if (!s.next.compare_exchange_weak(position, position + 1)) continue;
+      Slot& slot = s.slots[position % s.slots.size()];
+      // Read before announcing the position: the consumer rewrites the ticket only after it took
+      // or gave up this position, and it gives one up only through this worker's word.
+      const SamplerTicket ticket = slot.ticket;
+      std::uint64_t expected = idle;
+      if (!me->building.compare_exchange_strong(expected, position)) return;  // stopped
       std::optional<Batch> batch;
       std::string error;
       try {
@@ -286,34 +436,37 @@ class ThreadBackend {
         error = "sequence adapter: " + describe_batch(ticket) +
                 " failed in a worker thread: " + current_exception_message();
       }
-      lock.lock();
-      me->building = no_position;
-      if (me->abandoned) {
-        // Given up by the consumer: drop the batch (outside the lock) and leave.
-        if (s.abandoned_running > 0 && !s.stopping) --s.abandoned_running;
-        const bool settled = s.abandoned_running == 0;
-        lock.unlock();
-        if (settled) s.ready_cv.notify_all();
+      expected = position;
+      if (!me->building.compare_exchange_strong(expected, idle)) {
+        // Given up by the consumer, or the backend is gone: drop the batch and leave.
+        batch.reset();
+        if (expected == abandoned && s.abandoned_running.fetch_sub(1) == 1) {
+          { std::lock_guard lock(s.settle_mutex); }
+          s.settle_cv.notify_all();
+        }
         return;
       }
-      if (s.stopping) return;
-      Slot& slot = s.slots[ticket.position % s.slots.size()];
       slot.batch = std::move(batch);
       slot.error = std::move(error);
-      slot.ticket = ticket;
-      slot.ready = true;
       s.produced.fetch_add(1, std::memory_order_relaxed);
       s.ready_count.fetch_add(1, std::memory_order_relaxed);
-      if (s.waiting_for == ticket.position) {
-        lock.unlock();
-        s.ready_cv.notify_one();
-        lock.lock();
+      slot.ready.store(position + 1);
+      if (s.waiting_for.load() == position) {
+        s.ready_event.fetch_add(1);
+        futex_wake_private(s.ready_event, 1);
       }
     }
   }
 
   std::shared_ptr<Shared> shared_;
   std::vector<Worker> workers_;
+  // The consumer's own state.
+  Sampler* sampler_;
+  std::uint64_t end_;
+  std::uint64_t consume_;
+  std::uint64_t limit_;
+  std::uint64_t barrier_;
+  unsigned spin_shift_ = 0;
 };
 
 }  // namespace loadstar::detail

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -19,6 +20,99 @@
 #include "loadstar/config.hpp"
 
 namespace loadstar::detail {
+
+/// A region that large tensor blocks are carved from, top down, while it is installed on a
+/// thread (`BlockArena::Scope`): a worker process installs its shared-memory slot while the user's
+/// sequence builds a batch, so the batch's tensors are built where the consumer reads them and
+/// serialization references them instead of copying (see `Serializer<Tensor<T>>`). Blocks are
+/// whole pages, so that one the sequence keeps after the batch (a cache) can be given pages of its
+/// own (`ProcessBackend`); freeing a block gives its space back only while no block below it
+/// lives. At most `max_blocks` blocks; past them, or past its room, allocation falls back to the
+/// heap.
+class BlockArena {
+ public:
+  static constexpr std::size_t page = 4096;
+  static constexpr std::size_t max_blocks = 64;
+
+  struct Block {
+    std::byte* memory = nullptr;
+    std::size_t bytes = 0;
+    bool live = false;
+  };
+
+  /// `[begin, end)`, page aligned.
+  BlockArena(std::byte* begin, std::byte* end) noexcept : begin_(begin), end_(end), low_(end) {}
+  BlockArena(const BlockArena&) = delete;
+  BlockArena& operator=(const BlockArena&) = delete;
+
+  /// Installs an arena on this thread for its lifetime (arenas do not nest).
+  class Scope {
+   public:
+    explicit Scope(BlockArena& arena) noexcept { current() = &arena; }
+    ~Scope() { current() = nullptr; }
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+  };
+
+  /// The arena installed on this thread, if any.
+  static BlockArena*& current() noexcept {
+    static thread_local BlockArena* arena = nullptr;
+    return arena;
+  }
+
+  /// A block of `bytes` (whole pages), or null when there is no room or the arena is sealed.
+  void* take(std::size_t bytes) noexcept {
+    const std::size_t rounded = (bytes + page - 1) / page * page;
+    if (sealed_ || count_ == max_blocks || rounded < bytes ||
+        rounded > static_cast<std::size_t>(low_ - begin_)) {
+      return nullptr;
+    }
+    low_ -= rounded;
+    blocks_[count_++] = {low_, rounded, true};
+    ++live_;
+    return low_;
+  }
+
+  /// Whether `block` came from this arena.
+  bool owns(const void* block) const noexcept {
+    const auto* p = static_cast<const std::byte*>(block);
+    return p >= low_ && p < end_;
+  }
+
+  /// Gives back a block from `take`; the space of the lowest blocks, once dead, is reused.
+  void give_back(const void* block) noexcept {
+    for (std::size_t i = 0; i < count_; ++i) {
+      if (blocks_[i].memory == block && blocks_[i].live) {
+        blocks_[i].live = false;
+        --live_;
+        break;
+      }
+    }
+    while (count_ > 0 && !blocks_[count_ - 1].live) {
+      low_ += blocks_[count_ - 1].bytes;
+      --count_;
+    }
+  }
+
+  /// No more blocks are taken (the batch is built; its bytes below `low()` are being written).
+  void seal() noexcept { sealed_ = true; }
+  /// The lowest byte handed out: the room below it is free.
+  std::byte* low() const noexcept { return low_; }
+  /// The blocks handed out and not given back.
+  std::size_t live() const noexcept { return live_; }
+  /// The blocks handed out, live or not (the first `count`).
+  const Block* blocks() const noexcept { return blocks_.data(); }
+  std::size_t count() const noexcept { return count_; }
+
+ private:
+  std::byte* begin_;
+  std::byte* end_;
+  std::byte* low_;
+  std::array<Block, max_blocks> blocks_{};
+  std::size_t count_ = 0;
+  std::size_t live_ = 0;
+  bool sealed_ = false;
+};
 
 /// A process-wide cache of recently freed blocks of at least `min_bytes`, matched by exact size
 /// (the sizes of a loader's batches repeat). It holds at most `max_blocks` blocks and
@@ -39,6 +133,9 @@ class StorageCache {
   /// A block of `bytes` bytes aligned to `LOADSTAR_TENSOR_ALIGNMENT`, reused when one is cached.
   void* allocate(std::size_t bytes) {
     if (bytes >= min_bytes) {
+      if (BlockArena* arena = BlockArena::current()) {
+        if (void* block = arena->take(bytes)) return block;
+      }
       std::lock_guard lock(mutex_);
       for (std::size_t i = 0; i < count_; ++i) {
         if (blocks_[i].bytes == bytes) {
@@ -73,6 +170,14 @@ class StorageCache {
   /// Gives back a block from `allocate(bytes)`: kept, after dropping the oldest blocks to make
   /// room, when it fits in the cache; freed otherwise.
   void release(void* block, std::size_t bytes) noexcept {
+    if (bytes >= min_bytes && in_arenas(block)) {
+      // Arena memory is not the heap's: the arena that holds it takes it back, if it is still
+      // installed (a block freed later, after its batch, stays where it is).
+      if (BlockArena* arena = BlockArena::current(); arena && arena->owns(block)) {
+        arena->give_back(block);
+      }
+      return;
+    }
     std::array<Block, max_blocks> dropped{};
     std::size_t drop_count = 0;
     if (bytes >= min_bytes && bytes <= LOADSTAR_TENSOR_CACHE_BYTES) {
@@ -92,6 +197,13 @@ class StorageCache {
     // Freed outside the lock: giving pages back to the system takes a while.
     for (std::size_t i = 0; i < drop_count; ++i)
       ::operator delete(dropped[i].memory, alignment);
+  }
+
+  /// Declares `[begin, end)` as the memory arenas are made of in this process, so that `release`
+  /// tells their blocks from the heap's whatever thread frees them.
+  void set_arena_range(const void* begin, const void* end) noexcept {
+    arena_begin_.store(reinterpret_cast<std::uintptr_t>(begin), std::memory_order_relaxed);
+    arena_end_.store(reinterpret_cast<std::uintptr_t>(end), std::memory_order_relaxed);
   }
 
   StorageCache(const StorageCache&) = delete;
@@ -127,7 +239,15 @@ class StorageCache {
     std::size_t bytes = 0;
   };
 
+  bool in_arenas(const void* block) const noexcept {
+    const auto p = reinterpret_cast<std::uintptr_t>(block);
+    return p >= arena_begin_.load(std::memory_order_relaxed) &&
+           p < arena_end_.load(std::memory_order_relaxed);
+  }
+
   std::mutex mutex_;
+  std::atomic<std::uintptr_t> arena_begin_{0};
+  std::atomic<std::uintptr_t> arena_end_{0};
   std::array<Block, max_blocks> blocks_{};
   std::size_t count_ = 0;
   std::size_t held_ = 0;
