@@ -44,25 +44,34 @@
 #define LOADSTAR_TENSOR_CACHE_BYTES (std::size_t{256} << 20U)
 #endif
 
-/// Separate compilation of the executor (opt-in). By default loadstar is header-only: every
-/// function is defined, `inline`, in the headers, and each translation unit that includes
-/// `<loadstar/keras.hpp>` compiles the executor's code again. Defining
-/// `LOADSTAR_SEPARATE_COMPILATION` (Meson's `loadstar-compiled` dependency and the pkg-config module
-/// of the same name do) keeps the executor's non-template code out of the headers: it is compiled
-/// once, in the `loadstar_keras` library (src/keras.cpp), and linked. Templates (the `fit`,
-/// `evaluate` and `predict` overloads for each loader) stay in the headers in both modes.
+/// Separate compilation (opt-in). By default loadstar is header-only: every function is defined,
+/// `inline`, in the headers, and each translation unit that includes `<loadstar/keras.hpp>` or
+/// `<loadstar/trial.hpp>` compiles the executor's and the trial layer's code again. Defining
+/// `LOADSTAR_SEPARATE_COMPILATION` (Meson's `loadstar-compiled` and `loadstar-trial-compiled`
+/// dependencies and the pkg-config modules of the same names do) keeps their non-template code out
+/// of the headers: it is compiled once, in the `loadstar_keras` library (src/keras.cpp) and the
+/// `loadstar_trial` library (src/trial.cpp), and linked. Templates (the `fit`, `evaluate` and
+/// `predict` overloads for each loader) and the code that depends on the trainer's own macros
+/// (`LOADSTAR_WITH_MPI`) stay in the headers in both modes.
 ///
-/// `LOADSTAR_DECL` marks the functions the library defines: `inline` when header-only, plain when
-/// separately compiled. `LOADSTAR_HEADER_BODIES` says whether this translation unit sees their
-/// bodies: always when header-only, and in the library's own source when separately compiled.
+/// `LOADSTAR_DECL` marks the functions the libraries define: `inline` when header-only, plain when
+/// separately compiled. `LOADSTAR_KERAS_BODIES` and `LOADSTAR_TRIAL_BODIES` say whether this
+/// translation unit sees their bodies: always when header-only, and in the library's own source
+/// when separately compiled.
 #if defined(LOADSTAR_SEPARATE_COMPILATION)
 #define LOADSTAR_DECL
-#if defined(LOADSTAR_BUILDING_LIBRARY)
-#define LOADSTAR_HEADER_BODIES 1
+#if defined(LOADSTAR_BUILDING_KERAS)
+#define LOADSTAR_KERAS_BODIES 1
 #else
-#define LOADSTAR_HEADER_BODIES 0
+#define LOADSTAR_KERAS_BODIES 0
+#endif
+#if defined(LOADSTAR_BUILDING_TRIAL)
+#define LOADSTAR_TRIAL_BODIES 1
+#else
+#define LOADSTAR_TRIAL_BODIES 0
 #endif
 #else
 #define LOADSTAR_DECL inline
-#define LOADSTAR_HEADER_BODIES 1
+#define LOADSTAR_KERAS_BODIES 1
+#define LOADSTAR_TRIAL_BODIES 1
 #endif

@@ -71,17 +71,10 @@ struct RegistryTraits<Activation> {
 /// The activation named `name` as Keras spells it, resolved through `Registry<Activation>`;
 /// `""` and `"None"` mean `linear` as in Keras. Throws `ConfigError` listing the known names for
 /// an unknown one.
-inline Activation activation_from_name(std::string_view name) {
-  if (name.empty() || name == "None") return Activation::linear;
-  return Registry<Activation>::instance().create(std::string(name), nlohmann::json::object());
-}
+LOADSTAR_DECL Activation activation_from_name(std::string_view name);
 
 /// Keras's name of the activation (`"relu"`).
-inline std::string activation_name(Activation kind) {
-  for (const auto& [known, k] : detail::activation_names)
-    if (k == kind) return std::string(known);
-  return "linear";
-}
+LOADSTAR_DECL std::string activation_name(Activation kind);
 
 /// Whether the activation's derivative needs its input: all others are computed from the output
 /// alone, so that a layer need not keep its pre-activation between `forward` and `backward`.
@@ -94,13 +87,33 @@ constexpr bool activation_gradient_needs_input(Activation kind) noexcept {
 // The member functions defined out of line: in every translation unit when header-only,
 // in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
 // loadstar/config.hpp).
-#if LOADSTAR_HEADER_BODIES
+#if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras {
 
 LOADSTAR_DECL void RegistryTraits<loadstar::keras::Activation>::defaults(
     Registry<Activation>& registry) {
   for (const auto& [name, value] : detail::activation_names)
     registry.add(std::string(name), [value = value](const nlohmann::json&) { return value; });
+}
+
+}  // namespace loadstar::keras
+#endif
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_KERAS_BODIES
+namespace loadstar::keras {
+
+LOADSTAR_DECL Activation activation_from_name(std::string_view name) {
+  if (name.empty() || name == "None") return Activation::linear;
+  return Registry<Activation>::instance().create(std::string(name), nlohmann::json::object());
+}
+
+LOADSTAR_DECL std::string activation_name(Activation kind) {
+  for (const auto& [known, k] : detail::activation_names)
+    if (k == kind) return std::string(known);
+  return "linear";
 }
 
 }  // namespace loadstar::keras

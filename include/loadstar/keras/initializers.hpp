@@ -26,15 +26,7 @@ using SplitMix64 = loadstar::SplitMix64;
 
 /// Keras's `(fan_in, fan_out)` of a weight shape: a kernel `(kh, kw, in, out)` has
 /// `fan_in = kh * kw * in` and `fan_out = kh * kw * out` (keras/initializers `_compute_fans`).
-inline std::pair<double, double> compute_fans(const Shape& shape) {
-  if (shape.rank() == 0) return {1.0, 1.0};
-  if (shape.rank() == 1) return {double(shape[0]), double(shape[0])};
-  if (shape.rank() == 2) return {double(shape[0]), double(shape[1])};
-  double receptive = 1;
-  for (std::size_t i = 0; i + 2 < shape.rank(); ++i)
-    receptive *= double(shape[i]);
-  return {double(shape[shape.rank() - 2]) * receptive, double(shape[shape.rank() - 1]) * receptive};
-}
+LOADSTAR_DECL std::pair<double, double> compute_fans(const Shape& shape);
 
 /// A Keras initializer: its kind, parameters and optional seed.
 ///
@@ -151,7 +143,7 @@ struct RegistryTraits<Initializer> {
 // The member functions defined out of line: in every translation unit when header-only,
 // in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
 // loadstar/config.hpp).
-#if LOADSTAR_HEADER_BODIES
+#if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras {
 
 LOADSTAR_DECL Initializer Initializer::constant(double value) {
@@ -400,6 +392,25 @@ LOADSTAR_DECL void RegistryTraits<loadstar::keras::Initializer>::defaults(
       return Initializer::from_config(class_name, config);
     });
   }
+}
+
+}  // namespace loadstar::keras
+#endif
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_KERAS_BODIES
+namespace loadstar::keras {
+
+LOADSTAR_DECL std::pair<double, double> compute_fans(const Shape& shape) {
+  if (shape.rank() == 0) return {1.0, 1.0};
+  if (shape.rank() == 1) return {double(shape[0]), double(shape[0])};
+  if (shape.rank() == 2) return {double(shape[0]), double(shape[1])};
+  double receptive = 1;
+  for (std::size_t i = 0; i + 2 < shape.rank(); ++i)
+    receptive *= double(shape[i]);
+  return {double(shape[shape.rank() - 2]) * receptive, double(shape[shape.rank() - 1]) * receptive};
 }
 
 }  // namespace loadstar::keras

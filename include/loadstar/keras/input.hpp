@@ -3,6 +3,8 @@
 /// which applies a layer to them.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <concepts>
 #include <cstdint>
 #include <initializer_list>
@@ -29,12 +31,7 @@ namespace loadstar::keras {
 /// keras::set_random_seed(42);
 /// Sequential model{Input({784}), Dense(10)};  // the same initial weights in every run
 /// \endcode
-inline void set_random_seed(std::uint64_t seed) {
-  auto& state = detail::seed_state();
-  const std::lock_guard lock(state.mutex);
-  state.seed = seed;
-  state.drawn = 0;
-}
+LOADSTAR_DECL void set_random_seed(std::uint64_t seed);
 
 /// A symbolic tensor: the output of an `Input` or of a layer called on symbolic tensors, with the
 /// shape of one sample (no batch axis). A `Model` is built from the `KerasTensor`s of its inputs
@@ -69,13 +66,7 @@ class KerasTensor {
 /// \code
 /// auto image = Input({28, 28}, "image");
 /// \endcode
-inline KerasTensor Input(const Shape& shape, std::string name = {}) {
-  auto node = std::make_shared<detail::GraphNode>();
-  node->shape = shape;
-  node->input_name = std::move(name);
-  node->id = detail::next_node_id();
-  return KerasTensor(std::move(node));
-}
+LOADSTAR_DECL KerasTensor Input(const Shape& shape, std::string name = {});
 
 /// A layer handed to `call`, `Sequential` or `Model`: a `std::shared_ptr` to one (shared with the
 /// caller) or any layer by value (moved into a new shared pointer).
@@ -106,7 +97,37 @@ class LayerArg {
 /// auto shared = std::make_shared<Dense>(8);
 /// auto ya = call(shared, a), yb = call(shared, b);  // one kernel, two calls
 /// \endcode
-inline KerasTensor call(const LayerArg& layer_arg, const std::vector<KerasTensor>& inputs) {
+LOADSTAR_DECL KerasTensor call(const LayerArg& layer_arg, const std::vector<KerasTensor>& inputs);
+
+/// `call` on one symbolic input.
+inline KerasTensor call(const LayerArg& layer, const KerasTensor& input) {
+  return call(layer, std::vector<KerasTensor>{input});
+}
+
+}  // namespace loadstar::keras
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_KERAS_BODIES
+namespace loadstar::keras {
+
+LOADSTAR_DECL void set_random_seed(std::uint64_t seed) {
+  auto& state = detail::seed_state();
+  const std::lock_guard lock(state.mutex);
+  state.seed = seed;
+  state.drawn = 0;
+}
+
+LOADSTAR_DECL KerasTensor Input(const Shape& shape, std::string name) {
+  auto node = std::make_shared<detail::GraphNode>();
+  node->shape = shape;
+  node->input_name = std::move(name);
+  node->id = detail::next_node_id();
+  return KerasTensor(std::move(node));
+}
+
+LOADSTAR_DECL KerasTensor call(const LayerArg& layer_arg, const std::vector<KerasTensor>& inputs) {
   const std::shared_ptr<Layer>& layer = layer_arg.get();
   if (layer == nullptr) throw ConfigError("call: the layer is a null pointer");
   std::vector<Shape> shapes;
@@ -140,9 +161,5 @@ inline KerasTensor call(const LayerArg& layer_arg, const std::vector<KerasTensor
   return KerasTensor(std::move(node));
 }
 
-/// `call` on one symbolic input.
-inline KerasTensor call(const LayerArg& layer, const KerasTensor& input) {
-  return call(layer, std::vector<KerasTensor>{input});
-}
-
 }  // namespace loadstar::keras
+#endif

@@ -128,7 +128,7 @@ class Layer : public std::enable_shared_from_this<Layer> {
 // The member functions defined out of line: in every translation unit when header-only,
 // in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
 // loadstar/config.hpp).
-#if LOADSTAR_HEADER_BODIES
+#if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras {
 
 LOADSTAR_DECL void Layer::set_built(std::vector<Shape> input_shapes, Shape output_shape) {

@@ -50,33 +50,17 @@ struct RegistryTraits<Metric> {
 /// auto accuracy = get_metric("accuracy", "SparseCategoricalCrossentropy", Shape{32}, Shape{32,
 /// 10}); accuracy->class_name();  // "SparseCategoricalAccuracy"; accuracy->name() is "accuracy"
 /// \endcode
-inline std::unique_ptr<Metric> get_metric(std::string_view name, std::string_view loss_class_name,
-                                          const Shape& y_true_shape, const Shape& y_pred_shape) {
-  using namespace metrics;
-  static_cast<void>(loss_class_name);
-  const std::string logged(name);
-  if (name == "accuracy" || name == "acc") {
-    const std::size_t true_last =
-        y_true_shape.rank() == 0 ? 1 : y_true_shape[y_true_shape.rank() - 1];
-    const std::size_t pred_last =
-        y_pred_shape.rank() == 0 ? 1 : y_pred_shape[y_pred_shape.rank() - 1];
-    const bool is_binary = pred_last == 1;
-    const bool is_sparse_categorical =
-        y_true_shape.rank() < y_pred_shape.rank() || (true_last == 1 && pred_last > 1);
-    if (is_binary) return std::make_unique<BinaryAccuracy>(logged);
-    if (is_sparse_categorical) return std::make_unique<SparseCategoricalAccuracy>(logged);
-    return std::make_unique<CategoricalAccuracy>(logged);
-  }
-  // Every other name resolves through the registry (Keras's `metrics.get`).
-  return Registry<Metric>::instance().create(logged, nlohmann::json::object());
-}
+LOADSTAR_DECL std::unique_ptr<Metric> get_metric(std::string_view name,
+                                                 std::string_view loss_class_name,
+                                                 const Shape& y_true_shape,
+                                                 const Shape& y_pred_shape);
 
 }  // namespace loadstar::keras
 
 // The member functions defined out of line: in every translation unit when header-only,
 // in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
 // loadstar/config.hpp).
-#if LOADSTAR_HEADER_BODIES
+#if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras {
 
 LOADSTAR_DECL void RegistryTraits<loadstar::keras::Metric>::defaults(Registry<Metric>& registry) {
@@ -124,6 +108,38 @@ LOADSTAR_DECL void RegistryTraits<loadstar::keras::Metric>::defaults(Registry<Me
     metric->set_name(read.get("name", fn.c_str()));
     return metric;
   });
+}
+
+}  // namespace loadstar::keras
+#endif
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_KERAS_BODIES
+namespace loadstar::keras {
+
+LOADSTAR_DECL std::unique_ptr<Metric> get_metric(std::string_view name,
+                                                 std::string_view loss_class_name,
+                                                 const Shape& y_true_shape,
+                                                 const Shape& y_pred_shape) {
+  using namespace metrics;
+  static_cast<void>(loss_class_name);
+  const std::string logged(name);
+  if (name == "accuracy" || name == "acc") {
+    const std::size_t true_last =
+        y_true_shape.rank() == 0 ? 1 : y_true_shape[y_true_shape.rank() - 1];
+    const std::size_t pred_last =
+        y_pred_shape.rank() == 0 ? 1 : y_pred_shape[y_pred_shape.rank() - 1];
+    const bool is_binary = pred_last == 1;
+    const bool is_sparse_categorical =
+        y_true_shape.rank() < y_pred_shape.rank() || (true_last == 1 && pred_last > 1);
+    if (is_binary) return std::make_unique<BinaryAccuracy>(logged);
+    if (is_sparse_categorical) return std::make_unique<SparseCategoricalAccuracy>(logged);
+    return std::make_unique<CategoricalAccuracy>(logged);
+  }
+  // Every other name resolves through the registry (Keras's `metrics.get`).
+  return Registry<Metric>::instance().create(logged, nlohmann::json::object());
 }
 
 }  // namespace loadstar::keras

@@ -677,7 +677,7 @@ class Model {
 
 // The non-template members and the loops: in every translation unit when header-only, in the
 // library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
-#if LOADSTAR_HEADER_BODIES
+#if LOADSTAR_KERAS_BODIES
 #include "loadstar/keras/detail/loops.hpp"
 #include "loadstar/keras/detail/model_buffers.hpp"
 #include "loadstar/keras/detail/model_compile.hpp"
@@ -691,7 +691,7 @@ class Model {
 // The member functions defined out of line: in every translation unit when header-only,
 // in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
 // loadstar/config.hpp).
-#if LOADSTAR_HEADER_BODIES
+#if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras {
 
 LOADSTAR_DECL std::shared_ptr<Layer> Model::get_layer(std::string_view name) const {

@@ -48,7 +48,7 @@ inline std::unique_ptr<Optimizer> get_optimizer(std::string_view name) {
 // The member functions defined out of line: in every translation unit when header-only,
 // in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
 // loadstar/config.hpp).
-#if LOADSTAR_HEADER_BODIES
+#if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras {
 
 LOADSTAR_DECL void RegistryTraits<loadstar::keras::Optimizer>::defaults(

@@ -5,6 +5,8 @@
 /// `CustomObjects` (Keras's `custom_objects`).
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <algorithm>
 #include <cctype>
 #include <functional>
@@ -82,10 +84,7 @@ namespace detail {
 
 /// The custom objects of the `create` call running on this thread (Keras's thread-local
 /// `custom_object_scope`), so that nested objects are resolved with them too.
-inline const CustomObjects*& current_custom_objects() {
-  thread_local const CustomObjects* current = nullptr;
-  return current;
-}
+LOADSTAR_DECL const CustomObjects*& current_custom_objects();
 
 /// Sets the current custom objects for a scope (a `nullptr` keeps the enclosing ones).
 class CustomObjectScope {
@@ -101,12 +100,7 @@ class CustomObjectScope {
   const CustomObjects* previous_;
 };
 
-inline std::string lower_case(std::string_view text) {
-  std::string out(text);
-  std::transform(out.begin(), out.end(), out.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return out;
-}
+LOADSTAR_DECL std::string lower_case(std::string_view text);
 
 }  // namespace detail
 
@@ -269,3 +263,24 @@ class Registry {
 };
 
 }  // namespace loadstar::keras
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_KERAS_BODIES
+namespace loadstar::keras::detail {
+
+LOADSTAR_DECL const CustomObjects*& current_custom_objects() {
+  thread_local const CustomObjects* current = nullptr;
+  return current;
+}
+
+LOADSTAR_DECL std::string lower_case(std::string_view text) {
+  std::string out(text);
+  std::transform(out.begin(), out.end(), out.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return out;
+}
+
+}  // namespace loadstar::keras::detail
+#endif

@@ -86,7 +86,7 @@ class Sequential : public Model {
 // The member functions defined out of line: in every translation unit when header-only,
 // in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
 // loadstar/config.hpp).
-#if LOADSTAR_HEADER_BODIES
+#if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras {
 
 LOADSTAR_DECL void Sequential::add(const SequentialItem& item) {

@@ -4,6 +4,8 @@
 /// into place.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -38,7 +40,51 @@ inline constexpr std::string_view checkpoint_metadata_file = "metadata.json";
 inline constexpr std::string_view checkpoint_state_file = "state.cbor";
 
 /// A fresh random (version 4) UUID, Determined's checkpoint name.
-inline std::string new_checkpoint_uuid() {
+LOADSTAR_DECL std::string new_checkpoint_uuid();
+
+/// Flushes the file `path` to disk; `IoError` naming it when it cannot.
+LOADSTAR_DECL void sync_file(const std::filesystem::path& path);
+
+/// Writes checkpoint `uuid` into `checkpoint_dir`: `<uuid>.tmp/` with the model file
+/// (`keras::save_model`, optimizer included), `metadata` as `metadata.json` and `state` as
+/// `state.cbor` (CBOR keeps every double's bits), each flushed to disk, then renamed to `<uuid>/`.
+/// Returns the folder. A folder left by a process killed while writing is replaced.
+LOADSTAR_DECL std::filesystem::path write_checkpoint(const std::filesystem::path& checkpoint_dir,
+                                                     const std::string& uuid,
+                                                     const keras::Model& model,
+                                                     const nlohmann::json& metadata,
+                                                     const nlohmann::json& state);
+
+/// What a checkpoint is checked against when it is read: the experiment and trial it must belong
+/// to.
+struct CheckpointOwner {
+  std::uint64_t experiment_id = 1;
+  std::uint64_t trial_id = 1;
+};
+
+/// Reads and checks `metadata.json` of the checkpoint folder `path`; throws `CheckpointError`
+/// naming the file for a missing folder or file, a file that is not complete JSON, and a
+/// checkpoint of another experiment or trial.
+LOADSTAR_DECL nlohmann::json read_checkpoint_metadata(const std::filesystem::path& path,
+                                                      const CheckpointOwner& owner);
+
+/// Reads `state.cbor` of the checkpoint folder `path`; `CheckpointError` naming the file when it
+/// is truncated or not CBOR.
+LOADSTAR_DECL nlohmann::json read_checkpoint_state(const std::filesystem::path& path);
+
+/// Loads the weights and the optimizer's state of the checkpoint folder `path` into `model`;
+/// `CheckpointError` naming the file when it is truncated, corrupt or of another model.
+LOADSTAR_DECL void load_checkpoint_model(keras::Model& model, const std::filesystem::path& path);
+
+}  // namespace loadstar::trial
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_TRIAL_BODIES
+namespace loadstar::trial {
+
+LOADSTAR_DECL std::string new_checkpoint_uuid() {
   std::random_device device;
   std::uint8_t bytes[16];
   for (auto& byte : bytes)
@@ -55,8 +101,7 @@ inline std::string new_checkpoint_uuid() {
   return text;
 }
 
-/// Flushes the file `path` to disk; `IoError` naming it when it cannot.
-inline void sync_file(const std::filesystem::path& path) {
+LOADSTAR_DECL void sync_file(const std::filesystem::path& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0 || ::fsync(fd) != 0) {
     const std::string reason = std::strerror(errno);
@@ -66,14 +111,11 @@ inline void sync_file(const std::filesystem::path& path) {
   ::close(fd);
 }
 
-/// Writes checkpoint `uuid` into `checkpoint_dir`: `<uuid>.tmp/` with the model file
-/// (`keras::save_model`, optimizer included), `metadata` as `metadata.json` and `state` as
-/// `state.cbor` (CBOR keeps every double's bits), each flushed to disk, then renamed to `<uuid>/`.
-/// Returns the folder. A folder left by a process killed while writing is replaced.
-inline std::filesystem::path write_checkpoint(const std::filesystem::path& checkpoint_dir,
-                                              const std::string& uuid, const keras::Model& model,
-                                              const nlohmann::json& metadata,
-                                              const nlohmann::json& state) {
+LOADSTAR_DECL std::filesystem::path write_checkpoint(const std::filesystem::path& checkpoint_dir,
+                                                     const std::string& uuid,
+                                                     const keras::Model& model,
+                                                     const nlohmann::json& metadata,
+                                                     const nlohmann::json& state) {
   namespace kd = keras::detail;
   std::filesystem::create_directories(checkpoint_dir);
   const auto target = checkpoint_dir / uuid;
@@ -95,18 +137,8 @@ inline std::filesystem::path write_checkpoint(const std::filesystem::path& check
   return target;
 }
 
-/// What a checkpoint is checked against when it is read: the experiment and trial it must belong
-/// to.
-struct CheckpointOwner {
-  std::uint64_t experiment_id = 1;
-  std::uint64_t trial_id = 1;
-};
-
-/// Reads and checks `metadata.json` of the checkpoint folder `path`; throws `CheckpointError`
-/// naming the file for a missing folder or file, a file that is not complete JSON, and a
-/// checkpoint of another experiment or trial.
-inline nlohmann::json read_checkpoint_metadata(const std::filesystem::path& path,
-                                               const CheckpointOwner& owner) {
+LOADSTAR_DECL nlohmann::json read_checkpoint_metadata(const std::filesystem::path& path,
+                                                      const CheckpointOwner& owner) {
   if (!std::filesystem::is_directory(path)) {
     throw CheckpointError("checkpoint '" + path.string() + "': expected a checkpoint folder but " +
                           (std::filesystem::exists(path) ? "found a file" : "it is missing"));
@@ -142,9 +174,7 @@ inline nlohmann::json read_checkpoint_metadata(const std::filesystem::path& path
   return metadata;
 }
 
-/// Reads `state.cbor` of the checkpoint folder `path`; `CheckpointError` naming the file when it
-/// is truncated or not CBOR.
-inline nlohmann::json read_checkpoint_state(const std::filesystem::path& path) {
+LOADSTAR_DECL nlohmann::json read_checkpoint_state(const std::filesystem::path& path) {
   const auto file = path / checkpoint_state_file;
   try {
     const std::string bytes = keras::detail::read_bytes(file);
@@ -160,9 +190,7 @@ inline nlohmann::json read_checkpoint_state(const std::filesystem::path& path) {
   }
 }
 
-/// Loads the weights and the optimizer's state of the checkpoint folder `path` into `model`;
-/// `CheckpointError` naming the file when it is truncated, corrupt or of another model.
-inline void load_checkpoint_model(keras::Model& model, const std::filesystem::path& path) {
+LOADSTAR_DECL void load_checkpoint_model(keras::Model& model, const std::filesystem::path& path) {
   const auto file = path / checkpoint_model_file;
   try {
     model.load_weights(file, {.optimizer = true});
@@ -174,3 +202,4 @@ inline void load_checkpoint_model(keras::Model& model, const std::filesystem::pa
 }
 
 }  // namespace loadstar::trial
+#endif

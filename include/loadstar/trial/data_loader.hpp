@@ -3,6 +3,8 @@
 /// return, any of Determined's five kinds, type-erased at this one boundary.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -186,50 +188,21 @@ class DataLoader {
 
   /// This loader with its training batches read from `process` (a loader process forked before
   /// `MPI_Init`, which builds the same loader and serves it); validation stays as it is.
-  DataLoader served_by(std::shared_ptr<detail::LoaderProcess> process) const {
-    DataLoader out = *this;
-    out.training_ = [process](keras::Model&, const LoaderSettings&) {
-      return keras::DataIterator(std::make_unique<detail::RemoteSource>(process));
-    };
-    return out;
-  }
+  LOADSTAR_DECL DataLoader served_by(std::shared_ptr<detail::LoaderProcess> process) const;
 
   /// The training batches, an endless stream of epochs with a checkpointable position.
-  keras::DataIterator training(keras::Model& model, const LoaderSettings& settings,
-                               std::string_view what = "training data loader") const {
-    require(what);
-    return training_(model, settings);
-  }
+  LOADSTAR_DECL keras::DataIterator training(keras::Model& model, const LoaderSettings& settings,
+                                             std::string_view what = "training data loader") const;
 
   /// The loss and metrics of one validation pass (`steps` batches at most).
-  keras::Logs validate(keras::Model& model, const LoaderSettings& settings,
-                       std::optional<std::size_t> steps,
-                       std::string_view what = "validation data loader") const {
-    require(what);
-    return validate_(model, settings, steps);
-  }
+  LOADSTAR_DECL keras::Logs validate(keras::Model& model, const LoaderSettings& settings,
+                                     std::optional<std::size_t> steps,
+                                     std::string_view what = "validation data loader") const;
 
  private:
-  static keras::FitOptions fit_options(const LoaderSettings& s) {
-    keras::FitOptions options;
-    options.batch_size = s.batch_size;
-    options.shuffle = s.fit.shuffle;
-    options.seed = s.seed;
-    options.workers = s.fit.workers;
-    options.use_multiprocessing = s.fit.use_multiprocessing;
-    options.max_queue_size = s.fit.max_queue_size;
-    options.shard_rank = s.rank;
-    options.num_shards = s.size;
-    return options;
-  }
+  LOADSTAR_DECL static keras::FitOptions fit_options(const LoaderSettings& s);
 
-  void require(std::string_view what) const {
-    if (empty()) {
-      throw ConfigError(std::string(what) +
-                        ": expected (x, y), (x, y, sample_weights), a Sequence, a Dataset or a "
-                        "SequenceAdapter but found an empty data loader");
-    }
-  }
+  LOADSTAR_DECL void require(std::string_view what) const;
 
   std::string kind_;
   std::function<bool(const FitSettings&)> forks_;
@@ -239,3 +212,56 @@ class DataLoader {
 };
 
 }  // namespace loadstar::trial
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_TRIAL_BODIES
+namespace loadstar::trial {
+
+LOADSTAR_DECL DataLoader
+DataLoader::served_by(std::shared_ptr<detail::LoaderProcess> process) const {
+  DataLoader out = *this;
+  out.training_ = [process](keras::Model&, const LoaderSettings&) {
+    return keras::DataIterator(std::make_unique<detail::RemoteSource>(process));
+  };
+  return out;
+}
+
+LOADSTAR_DECL keras::DataIterator DataLoader::training(keras::Model& model,
+                                                       const LoaderSettings& settings,
+                                                       std::string_view what) const {
+  require(what);
+  return training_(model, settings);
+}
+
+LOADSTAR_DECL keras::Logs DataLoader::validate(keras::Model& model, const LoaderSettings& settings,
+                                               std::optional<std::size_t> steps,
+                                               std::string_view what) const {
+  require(what);
+  return validate_(model, settings, steps);
+}
+
+LOADSTAR_DECL keras::FitOptions DataLoader::fit_options(const LoaderSettings& s) {
+  keras::FitOptions options;
+  options.batch_size = s.batch_size;
+  options.shuffle = s.fit.shuffle;
+  options.seed = s.seed;
+  options.workers = s.fit.workers;
+  options.use_multiprocessing = s.fit.use_multiprocessing;
+  options.max_queue_size = s.fit.max_queue_size;
+  options.shard_rank = s.rank;
+  options.num_shards = s.size;
+  return options;
+}
+
+LOADSTAR_DECL void DataLoader::require(std::string_view what) const {
+  if (empty()) {
+    throw ConfigError(std::string(what) +
+                      ": expected (x, y), (x, y, sample_weights), a Sequence, a Dataset or a "
+                      "SequenceAdapter but found an empty data loader");
+  }
+}
+
+}  // namespace loadstar::trial
+#endif

@@ -13,6 +13,8 @@
 /// - `plot.svg`: the training and validation curves, drawn at the end.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/wait.h>
@@ -105,20 +107,7 @@ namespace detail {
 /// inherit the lock.
 class ExperimentLock {
  public:
-  explicit ExperimentLock(const std::filesystem::path& dir) {
-    const auto file = dir / ".lock";
-    fd_ = ::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd_ < 0) {
-      throw IoError("experiment lock '" + file.string() +
-                    "': cannot open: " + std::strerror(errno));
-    }
-    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
-      ::close(fd_);
-      throw ConfigError("experiment folder '" + dir.string() +
-                        "': expected no other process running it but the lock '" + file.string() +
-                        "' is held");
-    }
-  }
+  LOADSTAR_DECL explicit ExperimentLock(const std::filesystem::path& dir);
   ExperimentLock(const ExperimentLock&) = delete;
   ExperimentLock& operator=(const ExperimentLock&) = delete;
   ~ExperimentLock() { ::close(fd_); }
@@ -128,29 +117,11 @@ class ExperimentLock {
 };
 
 /// The `TrialSpec` of trial `trial` of the experiment in `dir`.
-inline TrialSpec trial_spec(const std::filesystem::path& dir, const ExperimentRecord& record,
-                            const ExperimentConfig& config, const TrialRecord& trial) {
-  TrialSpec spec;
-  spec.config = config;
-  spec.experiment_id = record.id;
-  spec.trial_id = trial.id;
-  spec.hparams = trial.hparams;
-  spec.trial_seed = trial.trial_seed;
-  spec.trial_dir = trial_dir(dir, trial.id);
-  spec.checkpoint_dir = checkpoint_root(dir, record);
-  return spec;
-}
+LOADSTAR_DECL TrialSpec trial_spec(const std::filesystem::path& dir, const ExperimentRecord& record,
+                                   const ExperimentConfig& config, const TrialRecord& trial);
 
 /// `trial_dir/result.json`: the outcome of a trial's last operation.
-inline nlohmann::json result_to_json(const TrialResult& result) {
-  return {{"ok", true},
-          {"total_batches", result.total_batches},
-          {"searcher_metric", optional_number(result.searcher_metric)},
-          {"stop_requested", result.stop_requested},
-          {"latest_checkpoint", result.latest_checkpoint},
-          {"best_checkpoint", result.best_checkpoint},
-          {"restarts", result.restarts}};
-}
+LOADSTAR_DECL nlohmann::json result_to_json(const TrialResult& result);
 
 /// How a trial's operation ended.
 struct TrialOutcome {
@@ -161,46 +132,10 @@ struct TrialOutcome {
   bool crashed = false;
 };
 
-inline TrialOutcome outcome_from_json(const nlohmann::json& json) {
-  TrialOutcome outcome;
-  outcome.ok = json.value("ok", false);
-  if (!outcome.ok) {
-    outcome.error = json.value("error", std::string("the trial failed"));
-    return outcome;
-  }
-  outcome.result.total_batches = json.value("total_batches", std::uint64_t{0});
-  outcome.result.searcher_metric = optional_member(json, "searcher_metric");
-  outcome.result.stop_requested = json.value("stop_requested", false);
-  outcome.result.latest_checkpoint = json.value("latest_checkpoint", std::string());
-  outcome.result.best_checkpoint = json.value("best_checkpoint", std::string());
-  outcome.result.restarts = json.value("restarts", std::uint64_t{0});
-  return outcome;
-}
+LOADSTAR_DECL TrialOutcome outcome_from_json(const nlohmann::json& json);
 
 /// The last `count` lines of `file` (what a crashed trial printed last), on one line.
-inline std::string log_tail(const std::filesystem::path& file, std::size_t count = 3) {
-  std::string text;
-  try {
-    text = keras::detail::read_bytes(file);
-  } catch (const IoError&) {
-    return {};
-  }
-  std::vector<std::string> lines;
-  std::size_t begin = 0;
-  while (begin < text.size()) {
-    auto end = text.find('\n', begin);
-    if (end == std::string::npos) end = text.size();
-    std::string line = text.substr(begin, end - begin);
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.find_first_not_of(' ') != std::string::npos) lines.push_back(std::move(line));
-    begin = end + 1;
-  }
-  std::string tail;
-  for (std::size_t i = lines.size() > count ? lines.size() - count : 0; i < lines.size(); ++i) {
-    tail += (tail.empty() ? "" : " | ") + lines[i];
-  }
-  return tail;
-}
+LOADSTAR_DECL std::string log_tail(const std::filesystem::path& file, std::size_t count = 3);
 
 /// Drives one experiment: applies the searcher's operations to the record, runs trials (in this
 /// process or in child processes), reports validations back, and saves the record after every
@@ -266,265 +201,30 @@ class ExperimentLoop {
     if (options_.out != nullptr) *options_.out << line << std::endl;
   }
 
-  void save() {
-    record_.searcher_state = searcher_->state();
-    record_.progress = searcher_->progress();
-    write_experiment_record(dir_, record_);
-  }
+  LOADSTAR_DECL void save();
 
-  void apply(const std::vector<Operation>& operations) {
-    for (const auto& operation : operations) {
-      std::visit(
-          [&](const auto& op) {
-            using Op = std::decay_t<decltype(op)>;
-            if constexpr (std::is_same_v<Op, Create>) {
-              TrialRecord trial;
-              trial.id = record_.next_trial_id++;
-              trial.request_id = op.request_id;
-              trial.hparams = op.hparams;
-              trial.trial_seed = op.trial_seed;
-              std::filesystem::create_directories(trial_dir(dir_, trial.id));
-              say("trial " + std::to_string(trial.id) + ": created with " + trial.hparams.dump());
-              record_.trials.push_back(std::move(trial));
-            } else if constexpr (std::is_same_v<Op, ValidateAfter>) {
-              if (auto* trial = record_.find_request(op.request_id)) {
-                if (trial->state == "ACTIVE") trial->pending.push_back(op.length);
-              }
-            } else if constexpr (std::is_same_v<Op, Close>) {
-              if (auto* trial = record_.find_request(op.request_id)) trial->closed = true;
-            } else {
-              record_.shutdown = true;
-            }
-          },
-          operation);
-    }
-  }
+  LOADSTAR_DECL void apply(const std::vector<Operation>& operations);
 
-  bool is_running(std::uint64_t trial_id) const {
-    for (const auto& [pid, id] : running_) {
-      if (id == trial_id) return true;
-    }
-    return false;
-  }
+  LOADSTAR_DECL bool is_running(std::uint64_t trial_id) const;
 
-  void start_trials(std::uint64_t concurrency) {
-    for (auto& trial : record_.trials) {
-      if (running_.size() + finished_.size() >= concurrency) return;
-      if (trial.state != "ACTIVE" || trial.pending.empty() || is_running(trial.id)) continue;
-      if (record_.shutdown && !trial.closed) {
-        // Shutdown: the searcher wants no more training; the trial closes.
-        trial.pending.clear();
-        trial.closed = true;
-        continue;
-      }
-      start(trial);
-    }
-  }
+  LOADSTAR_DECL void start_trials(std::uint64_t concurrency);
 
-  void start(const TrialRecord& trial) {
-    const Length until = trial.pending.front();
-    const auto folder = trial_dir(dir_, trial.id);
-    std::filesystem::create_directories(folder);
-    std::error_code ignored;
-    std::filesystem::remove(folder / "result.json", ignored);
-    say("trial " + std::to_string(trial.id) + ": training until " +
-        pending_length_json(until).dump());
-    if (in_process_) {
-      TrialOutcome outcome;
-      try {
-        RunOptions run;
-        run.until = until;
-        run.test = record_.test;
-        run.verbose = options_.verbose;
-        outcome.result = run_trial(trial_spec(dir_, record_, config_, trial), run);
-        outcome.ok = true;
-      } catch (const std::exception& error) {
-        outcome.error = error.what();
-      }
-      finished_.emplace_back(trial.id, std::move(outcome));
-      return;
-    }
-    std::filesystem::path executable = options_.executable;
-    if (executable.empty()) executable = std::filesystem::read_symlink("/proc/self/exe");
-    std::vector<std::string> arguments = mpirun_prefix();
-    arguments.insert(arguments.end(),
-                     {executable.string(), "trial", "run", std::filesystem::absolute(dir_).string(),
-                      std::to_string(trial.id), "--until", pending_length_json(until).dump()});
-    if (record_.test) arguments.push_back("--test");
-    const ::pid_t pid = spawn_logged(std::move(arguments), folder / "output.log");
-    running_[pid] = trial.id;
-  }
+  LOADSTAR_DECL void start(const TrialRecord& trial);
 
   /// `mpirun -np N ...` before the trial's command when `slots_per_trial` is N > 1 (one rank per
   /// slot, on this machine; `LOADSTAR_MPIRUN` names another launcher), else nothing.
-  std::vector<std::string> mpirun_prefix() const {
-    const std::uint64_t slots = config_.slots_per_trial;
-    if (slots <= 1) return {};
-    const char* named = std::getenv("LOADSTAR_MPIRUN");
-    const std::string launcher = find_program(named && *named ? named : "mpirun").string();
-    if (launcher.empty()) {
-      throw ConfigError("experiment '" + dir_.string() + "': resources.slots_per_trial is " +
-                        std::to_string(slots) +
-                        " but no mpirun was found on PATH (install openmpi-bin, or name the "
-                        "launcher in LOADSTAR_MPIRUN)");
-    }
-    std::vector<std::string> prefix = {launcher, "-np", std::to_string(slots), "--bind-to", "none"};
-    if (::geteuid() == 0) prefix.emplace_back("--allow-run-as-root");
-    if (slots > std::max(1U, std::thread::hardware_concurrency())) {
-      prefix.emplace_back("--oversubscribe");
-    }
-    return prefix;
-  }
+  LOADSTAR_DECL std::vector<std::string> mpirun_prefix() const;
 
-  std::pair<std::uint64_t, TrialOutcome> wait_one() {
-    if (!finished_.empty()) {
-      auto next = std::move(finished_.front());
-      finished_.pop_front();
-      return next;
-    }
-    while (true) {
-      int status = 0;
-      const ::pid_t pid = ::waitpid(-1, &status, 0);
-      if (pid < 0) {
-        if (errno == EINTR) continue;
-        throw IoError("experiment '" + dir_.string() +
-                      "': cannot wait for its trials: " + std::strerror(errno));
-      }
-      const auto found = running_.find(pid);
-      if (found == running_.end()) continue;
-      const std::uint64_t trial_id = found->second;
-      running_.erase(found);
-      const auto folder = trial_dir(dir_, trial_id);
-      TrialOutcome outcome;
-      nlohmann::json json;
-      try {
-        json = nlohmann::json::parse(keras::detail::read_bytes(folder / "result.json"));
-      } catch (const std::exception&) {
-        json = nullptr;
-      }
-      if (json.is_object()) {
-        outcome = outcome_from_json(json);
-      } else {
-        outcome.crashed = true;
-        const std::string tail = log_tail(folder / "output.log");
-        outcome.error = "the trial process ended with " + describe_status(status) +
-                        " without reporting" + (tail.empty() ? std::string() : ": " + tail);
-      }
-      return {trial_id, std::move(outcome)};
-    }
-  }
+  LOADSTAR_DECL std::pair<std::uint64_t, TrialOutcome> wait_one();
 
-  void handle(std::uint64_t trial_id, const TrialOutcome& outcome) {
-    TrialRecord* trial = record_.find_trial(trial_id);
-    if (trial == nullptr) return;
-    const std::string name = "trial " + std::to_string(trial_id);
-    if (outcome.crashed && crashes_[trial_id] < config_.max_restarts) {
-      ++crashes_[trial_id];
-      say(name + ": " + outcome.error + "; restarting it from its latest checkpoint (restart " +
-          std::to_string(crashes_[trial_id]) + " of " + std::to_string(config_.max_restarts) + ")");
-      return;  // still ACTIVE with its operation pending: start_trials runs it again
-    }
-    std::string error = outcome.error;
-    if (outcome.ok && !outcome.result.searcher_metric && !outcome.result.stop_requested) {
-      error = "its validation did not report the searcher metric '" + config_.searcher.metric + "'";
-    }
-    if (!outcome.ok || !error.empty()) {
-      trial->state = "ERROR";
-      trial->error = error;
-      trial->pending.clear();
-      say(name + ": failed: " + error);
-      apply(searcher_->trial_exited_early(trial->request_id, ExitedReason::errored));
-      apply(searcher_->trial_closed(trial->request_id));
-      return;
-    }
-    trial->total_batches = outcome.result.total_batches;
-    const Length reached = trial->pending.front();
-    trial->pending.pop_front();
-    if (outcome.result.searcher_metric) {
-      const double metric = *outcome.result.searcher_metric;
-      trial->searcher_metric = metric;
-      if (!trial->best_validation ||
-          (config_.searcher.smaller_is_better ? metric < *trial->best_validation
-                                              : metric > *trial->best_validation)) {
-        trial->best_validation = metric;
-      }
-      say(name + ": " + config_.searcher.metric + " " + format_metric(metric) + " after " +
-          std::to_string(trial->total_batches) + " batches");
-      apply(searcher_->validation_completed(trial->request_id, metric,
-                                            ValidateAfter{trial->request_id, reached}));
-    }
-    if (outcome.result.stop_requested) {
-      // Determined: a trial that asks to stop exits early (USER_CANCELED) and completes.
-      say(name + ": stopped at its own request after " + std::to_string(trial->total_batches) +
-          " batches");
-      trial->state = "COMPLETED";
-      trial->pending.clear();
-      apply(searcher_->trial_exited_early(trial->request_id, ExitedReason::user_canceled));
-      apply(searcher_->trial_closed(trial->request_id));
-    }
-  }
+  LOADSTAR_DECL void handle(std::uint64_t trial_id, const TrialOutcome& outcome);
 
-  void close_finished_trials() {
-    bool changed = true;
-    while (changed) {
-      changed = false;
-      for (auto& trial : record_.trials) {
-        if (trial.state == "ACTIVE" && trial.closed && trial.pending.empty() &&
-            !is_running(trial.id)) {
-          trial.state = "COMPLETED";
-          say("trial " + std::to_string(trial.id) + ": completed");
-          apply(searcher_->trial_closed(trial.request_id));
-          changed = true;
-        }
-      }
-    }
-  }
+  LOADSTAR_DECL void close_finished_trials();
 
   /// `save_experiment_best`: the best checkpoints over all trials, by the searcher metric.
-  void finish() {
-    std::size_t completed = 0;
-    for (const auto& trial : record_.trials)
-      completed += trial.state == "COMPLETED" ? 1 : 0;
-    record_.state = completed > 0 || record_.trials.empty() ? "COMPLETED" : "ERROR";
-    std::vector<std::pair<double, nlohmann::json>> candidates;
-    for (const auto& trial : record_.trials) {
-      const nlohmann::json json = read_trial_json(trial_dir(dir_, trial.id));
-      if (!json.is_object() || !json.contains("checkpoints") || !json["checkpoints"].is_array()) {
-        continue;
-      }
-      for (const auto& checkpoint : json["checkpoints"]) {
-        if (!checkpoint.is_object() || !checkpoint.contains("validation")) continue;
-        const auto value = validation_value(checkpoint["validation"], config_.searcher.metric);
-        if (!value) continue;
-        candidates.emplace_back(*value, nlohmann::json{{"trial_id", trial.id},
-                                                       {"uuid", checkpoint.value("uuid", "")},
-                                                       {"batches", checkpoint.value("batches", 0)},
-                                                       {"validation", *value}});
-      }
-    }
-    std::stable_sort(candidates.begin(), candidates.end(), [&](const auto& a, const auto& b) {
-      return config_.searcher.smaller_is_better ? a.first < b.first : a.first > b.first;
-    });
-    record_.best_checkpoints = nlohmann::json::array();
-    for (std::size_t i = 0;
-         i < candidates.size() && i < config_.checkpoint_storage.save_experiment_best; ++i) {
-      record_.best_checkpoints.push_back(candidates[i].second);
-    }
-  }
+  LOADSTAR_DECL void finish();
 
-  ExperimentSummary summary() const {
-    ExperimentSummary summary;
-    summary.dir = dir_;
-    summary.id = record_.id;
-    summary.state = record_.state;
-    summary.trials = record_.trials.size();
-    for (const auto& trial : record_.trials) {
-      summary.completed += trial.state == "COMPLETED" ? 1 : 0;
-      summary.errored += trial.state == "ERROR" ? 1 : 0;
-    }
-    summary.checkpoint_dir = checkpoint_root(dir_, record_);
-    return summary;
-  }
+  LOADSTAR_DECL ExperimentSummary summary() const;
 
   std::filesystem::path dir_;
   ExperimentRecord record_;
@@ -543,8 +243,392 @@ class ExperimentLoop {
 /// operations are pending continue from their latest checkpoints. Draws `dir/plot.svg` at the
 /// end when `options.plot`. Throws `ConfigError` when `dir` holds no experiment or another
 /// process runs it.
-inline ExperimentSummary run_experiment(const std::filesystem::path& dir,
-                                        const ExperimentOptions& options = {}) {
+LOADSTAR_DECL ExperimentSummary run_experiment(const std::filesystem::path& dir,
+                                               const ExperimentOptions& options = {});
+
+/// Creates the experiment of `config_file` in `dir` (`default_experiment_dir` when empty) and
+/// runs it. When `dir` already holds the experiment of the same configuration it resumes it;
+/// another experiment there is a `ConfigError` that suggests `experiment resume` or `--dir`.
+/// Throws `ConfigError` for a bad config or an entrypoint that no trial is registered under.
+LOADSTAR_DECL ExperimentSummary create_experiment(const std::filesystem::path& config_file,
+                                                  std::filesystem::path dir = {},
+                                                  const ExperimentOptions& options = {});
+
+/// Prints the experiment in `dir`: state, searcher, trials (hyperparameters, state, best
+/// validation, checkpoints) and where its metrics are; with `plot`, also draws its curves there
+/// (`.svg` or `.png`). Throws `ConfigError` when `dir` holds no experiment, `IoError` when the
+/// plot cannot be drawn.
+LOADSTAR_DECL void describe_experiment(
+    const std::filesystem::path& dir, std::ostream& out,
+    const std::optional<std::filesystem::path>& plot = std::nullopt);
+
+/// One line per experiment folder under `root`: folder, id, state, searcher, trials.
+LOADSTAR_DECL void list_experiments(const std::filesystem::path& root, std::ostream& out);
+
+/// For `trial run` under `mpirun`, before `MPI_Init`: forks the process that builds trial
+/// `trial_id`'s training loader as this rank's share and serves its batches, when that loader
+/// forks worker processes (which must never be forked from a process that initialised MPI);
+/// null when it does not, or outside an `mpirun` job.
+LOADSTAR_DECL std::shared_ptr<detail::LoaderProcess> start_training_loader_process(
+    const std::filesystem::path& dir, std::uint64_t trial_id, bool test);
+
+/// The hidden `trial run DIR ID --until LENGTH` command: runs trial `trial_id` of the experiment
+/// in `dir` until `until` and writes its outcome to `trials/<id>/result.json` (also when it
+/// fails, with the error). Returns the process's exit status.
+/// With `ranks` of several processes (under `mpirun`), every rank runs the trial's share and rank
+/// 0 writes `result.json`.
+LOADSTAR_DECL int run_trial_of_experiment(const std::filesystem::path& dir, std::uint64_t trial_id,
+                                          const Length& until, bool test, bool verbose = true,
+                                          std::shared_ptr<dist::Collective> ranks = nullptr,
+                                          std::shared_ptr<detail::LoaderProcess> loader = nullptr);
+
+}  // namespace loadstar::trial
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_TRIAL_BODIES
+namespace loadstar::trial::detail {
+
+LOADSTAR_DECL ExperimentLock::ExperimentLock(const std::filesystem::path& dir) {
+  const auto file = dir / ".lock";
+  fd_ = ::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd_ < 0) {
+    throw IoError("experiment lock '" + file.string() + "': cannot open: " + std::strerror(errno));
+  }
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    ::close(fd_);
+    throw ConfigError("experiment folder '" + dir.string() +
+                      "': expected no other process running it but the lock '" + file.string() +
+                      "' is held");
+  }
+}
+
+LOADSTAR_DECL TrialSpec trial_spec(const std::filesystem::path& dir, const ExperimentRecord& record,
+                                   const ExperimentConfig& config, const TrialRecord& trial) {
+  TrialSpec spec;
+  spec.config = config;
+  spec.experiment_id = record.id;
+  spec.trial_id = trial.id;
+  spec.hparams = trial.hparams;
+  spec.trial_seed = trial.trial_seed;
+  spec.trial_dir = trial_dir(dir, trial.id);
+  spec.checkpoint_dir = checkpoint_root(dir, record);
+  return spec;
+}
+
+LOADSTAR_DECL nlohmann::json result_to_json(const TrialResult& result) {
+  return {{"ok", true},
+          {"total_batches", result.total_batches},
+          {"searcher_metric", optional_number(result.searcher_metric)},
+          {"stop_requested", result.stop_requested},
+          {"latest_checkpoint", result.latest_checkpoint},
+          {"best_checkpoint", result.best_checkpoint},
+          {"restarts", result.restarts}};
+}
+
+LOADSTAR_DECL TrialOutcome outcome_from_json(const nlohmann::json& json) {
+  TrialOutcome outcome;
+  outcome.ok = json.value("ok", false);
+  if (!outcome.ok) {
+    outcome.error = json.value("error", std::string("the trial failed"));
+    return outcome;
+  }
+  outcome.result.total_batches = json.value("total_batches", std::uint64_t{0});
+  outcome.result.searcher_metric = optional_member(json, "searcher_metric");
+  outcome.result.stop_requested = json.value("stop_requested", false);
+  outcome.result.latest_checkpoint = json.value("latest_checkpoint", std::string());
+  outcome.result.best_checkpoint = json.value("best_checkpoint", std::string());
+  outcome.result.restarts = json.value("restarts", std::uint64_t{0});
+  return outcome;
+}
+
+LOADSTAR_DECL std::string log_tail(const std::filesystem::path& file, std::size_t count) {
+  std::string text;
+  try {
+    text = keras::detail::read_bytes(file);
+  } catch (const IoError&) {
+    return {};
+  }
+  std::vector<std::string> lines;
+  std::size_t begin = 0;
+  while (begin < text.size()) {
+    auto end = text.find('\n', begin);
+    if (end == std::string::npos) end = text.size();
+    std::string line = text.substr(begin, end - begin);
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.find_first_not_of(' ') != std::string::npos) lines.push_back(std::move(line));
+    begin = end + 1;
+  }
+  std::string tail;
+  for (std::size_t i = lines.size() > count ? lines.size() - count : 0; i < lines.size(); ++i) {
+    tail += (tail.empty() ? "" : " | ") + lines[i];
+  }
+  return tail;
+}
+
+LOADSTAR_DECL void ExperimentLoop::save() {
+  record_.searcher_state = searcher_->state();
+  record_.progress = searcher_->progress();
+  write_experiment_record(dir_, record_);
+}
+
+LOADSTAR_DECL void ExperimentLoop::apply(const std::vector<Operation>& operations) {
+  for (const auto& operation : operations) {
+    std::visit(
+        [&](const auto& op) {
+          using Op = std::decay_t<decltype(op)>;
+          if constexpr (std::is_same_v<Op, Create>) {
+            TrialRecord trial;
+            trial.id = record_.next_trial_id++;
+            trial.request_id = op.request_id;
+            trial.hparams = op.hparams;
+            trial.trial_seed = op.trial_seed;
+            std::filesystem::create_directories(trial_dir(dir_, trial.id));
+            say("trial " + std::to_string(trial.id) + ": created with " + trial.hparams.dump());
+            record_.trials.push_back(std::move(trial));
+          } else if constexpr (std::is_same_v<Op, ValidateAfter>) {
+            if (auto* trial = record_.find_request(op.request_id)) {
+              if (trial->state == "ACTIVE") trial->pending.push_back(op.length);
+            }
+          } else if constexpr (std::is_same_v<Op, Close>) {
+            if (auto* trial = record_.find_request(op.request_id)) trial->closed = true;
+          } else {
+            record_.shutdown = true;
+          }
+        },
+        operation);
+  }
+}
+
+LOADSTAR_DECL bool ExperimentLoop::is_running(std::uint64_t trial_id) const {
+  for (const auto& [pid, id] : running_) {
+    if (id == trial_id) return true;
+  }
+  return false;
+}
+
+LOADSTAR_DECL void ExperimentLoop::start_trials(std::uint64_t concurrency) {
+  for (auto& trial : record_.trials) {
+    if (running_.size() + finished_.size() >= concurrency) return;
+    if (trial.state != "ACTIVE" || trial.pending.empty() || is_running(trial.id)) continue;
+    if (record_.shutdown && !trial.closed) {
+      // Shutdown: the searcher wants no more training; the trial closes.
+      trial.pending.clear();
+      trial.closed = true;
+      continue;
+    }
+    start(trial);
+  }
+}
+
+LOADSTAR_DECL void ExperimentLoop::start(const TrialRecord& trial) {
+  const Length until = trial.pending.front();
+  const auto folder = trial_dir(dir_, trial.id);
+  std::filesystem::create_directories(folder);
+  std::error_code ignored;
+  std::filesystem::remove(folder / "result.json", ignored);
+  say("trial " + std::to_string(trial.id) + ": training until " +
+      pending_length_json(until).dump());
+  if (in_process_) {
+    TrialOutcome outcome;
+    try {
+      RunOptions run;
+      run.until = until;
+      run.test = record_.test;
+      run.verbose = options_.verbose;
+      outcome.result = run_trial(trial_spec(dir_, record_, config_, trial), run);
+      outcome.ok = true;
+    } catch (const std::exception& error) {
+      outcome.error = error.what();
+    }
+    finished_.emplace_back(trial.id, std::move(outcome));
+    return;
+  }
+  std::filesystem::path executable = options_.executable;
+  if (executable.empty()) executable = std::filesystem::read_symlink("/proc/self/exe");
+  std::vector<std::string> arguments = mpirun_prefix();
+  arguments.insert(arguments.end(),
+                   {executable.string(), "trial", "run", std::filesystem::absolute(dir_).string(),
+                    std::to_string(trial.id), "--until", pending_length_json(until).dump()});
+  if (record_.test) arguments.push_back("--test");
+  const ::pid_t pid = spawn_logged(std::move(arguments), folder / "output.log");
+  running_[pid] = trial.id;
+}
+
+LOADSTAR_DECL std::vector<std::string> ExperimentLoop::mpirun_prefix() const {
+  const std::uint64_t slots = config_.slots_per_trial;
+  if (slots <= 1) return {};
+  const char* named = std::getenv("LOADSTAR_MPIRUN");
+  const std::string launcher = find_program(named && *named ? named : "mpirun").string();
+  if (launcher.empty()) {
+    throw ConfigError("experiment '" + dir_.string() + "': resources.slots_per_trial is " +
+                      std::to_string(slots) +
+                      " but no mpirun was found on PATH (install openmpi-bin, or name the "
+                      "launcher in LOADSTAR_MPIRUN)");
+  }
+  std::vector<std::string> prefix = {launcher, "-np", std::to_string(slots), "--bind-to", "none"};
+  if (::geteuid() == 0) prefix.emplace_back("--allow-run-as-root");
+  if (slots > std::max(1U, std::thread::hardware_concurrency())) {
+    prefix.emplace_back("--oversubscribe");
+  }
+  return prefix;
+}
+
+LOADSTAR_DECL std::pair<std::uint64_t, TrialOutcome> ExperimentLoop::wait_one() {
+  if (!finished_.empty()) {
+    auto next = std::move(finished_.front());
+    finished_.pop_front();
+    return next;
+  }
+  while (true) {
+    int status = 0;
+    const ::pid_t pid = ::waitpid(-1, &status, 0);
+    if (pid < 0) {
+      if (errno == EINTR) continue;
+      throw IoError("experiment '" + dir_.string() +
+                    "': cannot wait for its trials: " + std::strerror(errno));
+    }
+    const auto found = running_.find(pid);
+    if (found == running_.end()) continue;
+    const std::uint64_t trial_id = found->second;
+    running_.erase(found);
+    const auto folder = trial_dir(dir_, trial_id);
+    TrialOutcome outcome;
+    nlohmann::json json;
+    try {
+      json = nlohmann::json::parse(keras::detail::read_bytes(folder / "result.json"));
+    } catch (const std::exception&) {
+      json = nullptr;
+    }
+    if (json.is_object()) {
+      outcome = outcome_from_json(json);
+    } else {
+      outcome.crashed = true;
+      const std::string tail = log_tail(folder / "output.log");
+      outcome.error = "the trial process ended with " + describe_status(status) +
+                      " without reporting" + (tail.empty() ? std::string() : ": " + tail);
+    }
+    return {trial_id, std::move(outcome)};
+  }
+}
+
+LOADSTAR_DECL void ExperimentLoop::handle(std::uint64_t trial_id, const TrialOutcome& outcome) {
+  TrialRecord* trial = record_.find_trial(trial_id);
+  if (trial == nullptr) return;
+  const std::string name = "trial " + std::to_string(trial_id);
+  if (outcome.crashed && crashes_[trial_id] < config_.max_restarts) {
+    ++crashes_[trial_id];
+    say(name + ": " + outcome.error + "; restarting it from its latest checkpoint (restart " +
+        std::to_string(crashes_[trial_id]) + " of " + std::to_string(config_.max_restarts) + ")");
+    return;  // still ACTIVE with its operation pending: start_trials runs it again
+  }
+  std::string error = outcome.error;
+  if (outcome.ok && !outcome.result.searcher_metric && !outcome.result.stop_requested) {
+    error = "its validation did not report the searcher metric '" + config_.searcher.metric + "'";
+  }
+  if (!outcome.ok || !error.empty()) {
+    trial->state = "ERROR";
+    trial->error = error;
+    trial->pending.clear();
+    say(name + ": failed: " + error);
+    apply(searcher_->trial_exited_early(trial->request_id, ExitedReason::errored));
+    apply(searcher_->trial_closed(trial->request_id));
+    return;
+  }
+  trial->total_batches = outcome.result.total_batches;
+  const Length reached = trial->pending.front();
+  trial->pending.pop_front();
+  if (outcome.result.searcher_metric) {
+    const double metric = *outcome.result.searcher_metric;
+    trial->searcher_metric = metric;
+    if (!trial->best_validation ||
+        (config_.searcher.smaller_is_better ? metric < *trial->best_validation
+                                            : metric > *trial->best_validation)) {
+      trial->best_validation = metric;
+    }
+    say(name + ": " + config_.searcher.metric + " " + format_metric(metric) + " after " +
+        std::to_string(trial->total_batches) + " batches");
+    apply(searcher_->validation_completed(trial->request_id, metric,
+                                          ValidateAfter{trial->request_id, reached}));
+  }
+  if (outcome.result.stop_requested) {
+    // Determined: a trial that asks to stop exits early (USER_CANCELED) and completes.
+    say(name + ": stopped at its own request after " + std::to_string(trial->total_batches) +
+        " batches");
+    trial->state = "COMPLETED";
+    trial->pending.clear();
+    apply(searcher_->trial_exited_early(trial->request_id, ExitedReason::user_canceled));
+    apply(searcher_->trial_closed(trial->request_id));
+  }
+}
+
+LOADSTAR_DECL void ExperimentLoop::close_finished_trials() {
+  bool changed = true;
+  while (changed) {
+    changed = false;
+    for (auto& trial : record_.trials) {
+      if (trial.state == "ACTIVE" && trial.closed && trial.pending.empty() &&
+          !is_running(trial.id)) {
+        trial.state = "COMPLETED";
+        say("trial " + std::to_string(trial.id) + ": completed");
+        apply(searcher_->trial_closed(trial.request_id));
+        changed = true;
+      }
+    }
+  }
+}
+
+LOADSTAR_DECL void ExperimentLoop::finish() {
+  std::size_t completed = 0;
+  for (const auto& trial : record_.trials)
+    completed += trial.state == "COMPLETED" ? 1 : 0;
+  record_.state = completed > 0 || record_.trials.empty() ? "COMPLETED" : "ERROR";
+  std::vector<std::pair<double, nlohmann::json>> candidates;
+  for (const auto& trial : record_.trials) {
+    const nlohmann::json json = read_trial_json(trial_dir(dir_, trial.id));
+    if (!json.is_object() || !json.contains("checkpoints") || !json["checkpoints"].is_array()) {
+      continue;
+    }
+    for (const auto& checkpoint : json["checkpoints"]) {
+      if (!checkpoint.is_object() || !checkpoint.contains("validation")) continue;
+      const auto value = validation_value(checkpoint["validation"], config_.searcher.metric);
+      if (!value) continue;
+      candidates.emplace_back(*value, nlohmann::json{{"trial_id", trial.id},
+                                                     {"uuid", checkpoint.value("uuid", "")},
+                                                     {"batches", checkpoint.value("batches", 0)},
+                                                     {"validation", *value}});
+    }
+  }
+  std::stable_sort(candidates.begin(), candidates.end(), [&](const auto& a, const auto& b) {
+    return config_.searcher.smaller_is_better ? a.first < b.first : a.first > b.first;
+  });
+  record_.best_checkpoints = nlohmann::json::array();
+  for (std::size_t i = 0;
+       i < candidates.size() && i < config_.checkpoint_storage.save_experiment_best; ++i) {
+    record_.best_checkpoints.push_back(candidates[i].second);
+  }
+}
+
+LOADSTAR_DECL ExperimentSummary ExperimentLoop::summary() const {
+  ExperimentSummary summary;
+  summary.dir = dir_;
+  summary.id = record_.id;
+  summary.state = record_.state;
+  summary.trials = record_.trials.size();
+  for (const auto& trial : record_.trials) {
+    summary.completed += trial.state == "COMPLETED" ? 1 : 0;
+    summary.errored += trial.state == "ERROR" ? 1 : 0;
+  }
+  summary.checkpoint_dir = checkpoint_root(dir_, record_);
+  return summary;
+}
+
+}  // namespace loadstar::trial::detail
+namespace loadstar::trial {
+
+LOADSTAR_DECL ExperimentSummary run_experiment(const std::filesystem::path& dir,
+                                               const ExperimentOptions& options) {
   detail::ExperimentLock lock(dir);
   detail::ExperimentRecord record = detail::read_experiment_record(dir);
   ExperimentSummary summary;
@@ -575,13 +659,9 @@ inline ExperimentSummary run_experiment(const std::filesystem::path& dir,
   return summary;
 }
 
-/// Creates the experiment of `config_file` in `dir` (`default_experiment_dir` when empty) and
-/// runs it. When `dir` already holds the experiment of the same configuration it resumes it;
-/// another experiment there is a `ConfigError` that suggests `experiment resume` or `--dir`.
-/// Throws `ConfigError` for a bad config or an entrypoint that no trial is registered under.
-inline ExperimentSummary create_experiment(const std::filesystem::path& config_file,
-                                           std::filesystem::path dir = {},
-                                           const ExperimentOptions& options = {}) {
+LOADSTAR_DECL ExperimentSummary create_experiment(const std::filesystem::path& config_file,
+                                                  std::filesystem::path dir,
+                                                  const ExperimentOptions& options) {
   ExperimentConfig config = load_experiment_config(config_file);
   if (options.test) config = make_test_config(std::move(config));
   if (!has_trial(config.entrypoint)) {
@@ -657,12 +737,8 @@ inline ExperimentSummary create_experiment(const std::filesystem::path& config_f
   return run_experiment(dir, options);
 }
 
-/// Prints the experiment in `dir`: state, searcher, trials (hyperparameters, state, best
-/// validation, checkpoints) and where its metrics are; with `plot`, also draws its curves there
-/// (`.svg` or `.png`). Throws `ConfigError` when `dir` holds no experiment, `IoError` when the
-/// plot cannot be drawn.
-inline void describe_experiment(const std::filesystem::path& dir, std::ostream& out,
-                                const std::optional<std::filesystem::path>& plot = std::nullopt) {
+LOADSTAR_DECL void describe_experiment(const std::filesystem::path& dir, std::ostream& out,
+                                       const std::optional<std::filesystem::path>& plot) {
   detail::describe_experiment_to(dir, out);
   if (plot) {
     const auto record = detail::read_experiment_record(dir);
@@ -672,8 +748,7 @@ inline void describe_experiment(const std::filesystem::path& dir, std::ostream& 
   }
 }
 
-/// One line per experiment folder under `root`: folder, id, state, searcher, trials.
-inline void list_experiments(const std::filesystem::path& root, std::ostream& out) {
+LOADSTAR_DECL void list_experiments(const std::filesystem::path& root, std::ostream& out) {
   if (!std::filesystem::exists(root)) {
     out << "no experiments in '" << root.string() << "' (no such folder)\n";
     return;
@@ -692,11 +767,7 @@ inline void list_experiments(const std::filesystem::path& root, std::ostream& ou
   }
 }
 
-/// For `trial run` under `mpirun`, before `MPI_Init`: forks the process that builds trial
-/// `trial_id`'s training loader as this rank's share and serves its batches, when that loader
-/// forks worker processes (which must never be forked from a process that initialised MPI);
-/// null when it does not, or outside an `mpirun` job.
-inline std::shared_ptr<detail::LoaderProcess> start_training_loader_process(
+LOADSTAR_DECL std::shared_ptr<detail::LoaderProcess> start_training_loader_process(
     const std::filesystem::path& dir, std::uint64_t trial_id, bool test) {
   const auto place = dist::ranks_from_environment();
   if (!place || (*place)[1] <= 1) return nullptr;
@@ -724,15 +795,10 @@ inline std::shared_ptr<detail::LoaderProcess> start_training_loader_process(
   });
 }
 
-/// The hidden `trial run DIR ID --until LENGTH` command: runs trial `trial_id` of the experiment
-/// in `dir` until `until` and writes its outcome to `trials/<id>/result.json` (also when it
-/// fails, with the error). Returns the process's exit status.
-/// With `ranks` of several processes (under `mpirun`), every rank runs the trial's share and rank
-/// 0 writes `result.json`.
-inline int run_trial_of_experiment(const std::filesystem::path& dir, std::uint64_t trial_id,
-                                   const Length& until, bool test, bool verbose = true,
-                                   std::shared_ptr<dist::Collective> ranks = nullptr,
-                                   std::shared_ptr<detail::LoaderProcess> loader = nullptr) {
+LOADSTAR_DECL int run_trial_of_experiment(const std::filesystem::path& dir, std::uint64_t trial_id,
+                                          const Length& until, bool test, bool verbose,
+                                          std::shared_ptr<dist::Collective> ranks,
+                                          std::shared_ptr<detail::LoaderProcess> loader) {
   const auto folder = detail::trial_dir(dir, trial_id);
   nlohmann::json result;
   int status = 0;
@@ -766,3 +832,4 @@ inline int run_trial_of_experiment(const std::filesystem::path& dir, std::uint64
 }
 
 }  // namespace loadstar::trial
+#endif

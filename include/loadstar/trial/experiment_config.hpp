@@ -80,10 +80,7 @@ struct NamedHyperparameter {
   }
 };
 
-inline bool operator==(const Hyperparameter& a, const Hyperparameter& b) {
-  return a.type == b.type && a.val == b.val && a.minval == b.minval && a.maxval == b.maxval &&
-         a.base == b.base && a.count == b.count && a.vals == b.vals && a.members == b.members;
-}
+LOADSTAR_DECL bool operator==(const Hyperparameter& a, const Hyperparameter& b);
 
 /// `searcher`.
 struct SearcherConfig {
@@ -166,17 +163,7 @@ struct ExperimentConfig {
 /// The reading and writing of experiment configs (its own namespace, so that its helpers and
 /// its `json` alias stay clear of the other trial headers' `detail` code).
 /// `"batches"`, `"records"` or `"epochs"`.
-inline std::string to_string(Unit unit) {
-  switch (unit) {
-    case Unit::batches:
-      return "batches";
-    case Unit::records:
-      return "records";
-    case Unit::epochs:
-      return "epochs";
-  }
-  return "unknown";
-}
+LOADSTAR_DECL std::string to_string(Unit unit);
 
 /// `{"batches": 5}`: a length as Determined writes it.
 inline nlohmann::json length_to_json(const Length& length) {
@@ -189,70 +176,23 @@ using json = nlohmann::json;
 
 /// Keys of Determined's experiment config that mean nothing to a trial on one machine: accepted
 /// (so that a Determined config runs unchanged), kept in `raw`, otherwise ignored.
-inline const std::vector<std::string>& ignored_top_level_keys() {
-  static const std::vector<std::string> keys{"bind_mounts",        "data_layer", "debug",
-                                             "environment",        "name",       "profiling",
-                                             "tensorboard_storage"};
-  return keys;
-}
+LOADSTAR_DECL const std::vector<std::string>& ignored_top_level_keys();
 
-inline const std::vector<std::string>& ignored_resources_keys() {
-  static const std::vector<std::string> keys{"agent_label",     "devices",  "max_slots",
-                                             "native_parallel", "priority", "resource_pool",
-                                             "shm_size",        "weight"};
-  return keys;
-}
+LOADSTAR_DECL const std::vector<std::string>& ignored_resources_keys();
 
-inline const std::vector<std::string>& ignored_optimizations_keys() {
-  static const std::vector<std::string> keys{
-      "auto_tune_tensor_fusion", "average_aggregated_gradients",
-      "grad_updates_size_file",  "gradient_compression",
-      "mixed_precision",         "tensor_fusion_cycle_time",
-      "tensor_fusion_threshold"};
-  return keys;
-}
+LOADSTAR_DECL const std::vector<std::string>& ignored_optimizations_keys();
 
-inline std::string checkpoint_policy_key(CheckpointPolicy policy) {
-  switch (policy) {
-    case CheckpointPolicy::best:
-      return "best";
-    case CheckpointPolicy::all:
-      return "all";
-    case CheckpointPolicy::none:
-      return "none";
-  }
-  return "best";
-}
+LOADSTAR_DECL std::string checkpoint_policy_key(CheckpointPolicy policy);
 
 inline json length_config_json(const Length& length) {
   return length_to_json(length);
 }
 
 /// The keys a searcher takes, by its name (Determined's per-searcher schemas refuse the others).
-inline std::vector<std::string> searcher_config_keys(const std::string& name) {
-  std::vector<std::string> keys{"name",       "metric",          "smaller_is_better",
-                                "max_length", "source_trial_id", "source_checkpoint_uuid"};
-  if (name == "grid" || name == "random" || name == "adaptive_asha") {
-    keys.emplace_back("max_concurrent_trials");
-  }
-  if (name == "random" || name == "adaptive_asha") keys.emplace_back("max_trials");
-  if (name == "adaptive_asha") {
-    for (const char* key : {"mode", "divisor", "max_rungs", "bracket_rungs", "stop_once"}) {
-      keys.emplace_back(key);
-    }
-  }
-  return keys;
-}
+LOADSTAR_DECL std::vector<std::string> searcher_config_keys(const std::string& name);
 
 /// "a, b or c".
-inline std::string one_of_text(const std::vector<std::string>& options) {
-  std::string out;
-  for (std::size_t i = 0; i < options.size(); ++i) {
-    if (i > 0) out += i + 1 == options.size() ? " or " : ", ";
-    out += options[i];
-  }
-  return out;
-}
+LOADSTAR_DECL std::string one_of_text(const std::vector<std::string>& options);
 
 /// Reads one experiment config given as JSON, with messages that name the config, the key path,
 /// the expectation and the finding (shown in YAML's flow style, as the user wrote it).
@@ -263,9 +203,7 @@ class ExperimentConfigReader {
 
   const std::string& where() const { return where_; }
 
-  [[noreturn]] void fail(const std::string& path, const std::string& message) const {
-    throw ConfigError(where_ + ": " + path + ": " + message);
-  }
+  [[noreturn]] LOADSTAR_DECL void fail(const std::string& path, const std::string& message) const;
 
   [[noreturn]] void refuse(const std::string& path, const std::string& expected, const json& found,
                            const std::string& suffix = "") const {
@@ -278,497 +216,127 @@ class ExperimentConfigReader {
 
   /// Refuses `value` unless it is a mapping, and any key of it that is in neither `keys` nor
   /// `ignored`.
-  void check_keys(const json& value, const std::string& path, const std::string& what,
-                  const std::vector<std::string>& keys,
-                  const std::vector<std::string>& ignored = {}) const {
-    if (!value.is_object()) refuse(path.empty() ? "the top level" : path, "a mapping", value);
-    for (const auto& [key, item] : value.items()) {
-      if (std::find(keys.begin(), keys.end(), key) != keys.end()) continue;
-      if (std::find(ignored.begin(), ignored.end(), key) != ignored.end()) continue;
-      std::vector<std::string> all = keys;
-      all.insert(all.end(), ignored.begin(), ignored.end());
-      fail(join(path, key), "not a key of " + what + did_you_mean(key, all));
-    }
-  }
+  LOADSTAR_DECL void check_keys(const json& value, const std::string& path, const std::string& what,
+                                const std::vector<std::string>& keys,
+                                const std::vector<std::string>& ignored = {}) const;
 
-  static const json* find(const json& object, const std::string& key) {
-    const auto found = object.find(key);
-    if (found == object.end()) return nullptr;
-    return &*found;
-  }
+  LOADSTAR_DECL static const json* find(const json& object, const std::string& key);
 
   /// `object[key]`, refused when missing.
-  const json& required(const json& object, const std::string& key, const std::string& path,
-                       const std::string& expected) const {
-    const json* found = find(object, key);
-    if (found == nullptr) fail(join(path, key), "expected " + expected + " but it is missing");
-    return *found;
-  }
+  LOADSTAR_DECL const json& required(const json& object, const std::string& key,
+                                     const std::string& path, const std::string& expected) const;
 
-  std::uint64_t to_uint(const json& value, const std::string& path, std::uint64_t min,
-                        std::uint64_t max = UINT64_MAX) const {
-    const std::string range =
-        max == UINT64_MAX ? "an int >= " + std::to_string(min)
-                          : "an int in [" + std::to_string(min) + ", " + std::to_string(max) + "]";
-    if (value.is_number_unsigned()) {
-      const auto x = value.get<std::uint64_t>();
-      if (x >= min && x <= max) return x;
-    } else if (value.is_number_integer()) {
-      const auto x = value.get<std::int64_t>();
-      if (x >= 0 && static_cast<std::uint64_t>(x) >= min && static_cast<std::uint64_t>(x) <= max) {
-        return static_cast<std::uint64_t>(x);
-      }
-    }
-    refuse(path, range, value);
-  }
+  LOADSTAR_DECL std::uint64_t to_uint(const json& value, const std::string& path, std::uint64_t min,
+                                      std::uint64_t max = UINT64_MAX) const;
 
-  std::int64_t to_int(const json& value, const std::string& path) const {
-    if (value.is_number_integer() && !value.is_number_unsigned()) return value.get<std::int64_t>();
-    if (value.is_number_unsigned() &&
-        value.get<std::uint64_t>() <= static_cast<std::uint64_t>(INT64_MAX)) {
-      return static_cast<std::int64_t>(value.get<std::uint64_t>());
-    }
-    refuse(path, "an int", value);
-  }
+  LOADSTAR_DECL std::int64_t to_int(const json& value, const std::string& path) const;
 
-  double to_number(const json& value, const std::string& path) const {
-    if (!value.is_number()) refuse(path, "a number", value);
-    const double x = value.get<double>();
-    if (!std::isfinite(x)) refuse(path, "a finite number", value);
-    return x;
-  }
+  LOADSTAR_DECL double to_number(const json& value, const std::string& path) const;
 
-  bool to_bool(const json& value, const std::string& path) const {
-    if (!value.is_boolean()) refuse(path, "true or false", value);
-    return value.get<bool>();
-  }
+  LOADSTAR_DECL bool to_bool(const json& value, const std::string& path) const;
 
-  std::string to_string(const json& value, const std::string& path) const {
-    if (!value.is_string()) refuse(path, "a string", value);
-    return value.get<std::string>();
-  }
+  LOADSTAR_DECL std::string to_string(const json& value, const std::string& path) const;
 
-  std::string to_choice(const json& value, const std::string& path,
-                        const std::vector<std::string>& options) const {
-    std::vector<std::string> quoted;
-    for (const auto& option : options)
-      quoted.push_back(option);
-    if (value.is_string()) {
-      const auto& text = value.get_ref<const std::string&>();
-      if (std::find(options.begin(), options.end(), text) != options.end()) return text;
-      refuse(path, "one of " + one_of_text(quoted), value, did_you_mean(text, options));
-    }
-    refuse(path, "one of " + one_of_text(quoted), value);
-  }
+  LOADSTAR_DECL std::string to_choice(const json& value, const std::string& path,
+                                      const std::vector<std::string>& options) const;
 
-  Length to_length(const json& value, const std::string& path, bool positive) const {
-    static const std::vector<std::string> units{"batches", "records", "epochs"};
-    const std::string expected = "exactly one of batches, records or epochs";
-    if (!value.is_object() || value.size() != 1) refuse(path, expected, value);
-    const std::string key = value.begin().key();
-    const json& amount = value.begin().value();
-    Length length;
-    if (key == "batches") {
-      length.unit = Unit::batches;
-    } else if (key == "records") {
-      length.unit = Unit::records;
-    } else if (key == "epochs") {
-      length.unit = Unit::epochs;
-    } else {
-      refuse(path, expected, value, did_you_mean(key, units));
-    }
-    length.value = to_uint(amount, join(path, key), positive ? 1 : 0);
-    return length;
-  }
+  LOADSTAR_DECL Length to_length(const json& value, const std::string& path, bool positive) const;
 
   /// Hyperparameters are named by their dotted path (`optimizer.learning_rate`), so a name may
   /// hold no '.' and may not be empty.
-  void check_hparam_name(const std::string& name, const std::string& path) const {
-    if (name.empty()) fail(path, "expected non-empty hyperparameter names but found ''");
-    if (name.find('.') != std::string::npos) {
-      fail(join(path, name), "expected a hyperparameter name without '.' but found '" + name + "'");
-    }
-  }
+  LOADSTAR_DECL void check_hparam_name(const std::string& name, const std::string& path) const;
 
-  Hyperparameter to_hyperparameter(const json& value, const std::string& path) const {
-    using Type = Hyperparameter::Type;
-    Hyperparameter hp;
-    if (!value.is_object()) {
-      // A scalar or a list is a const (Determined's shorthand).
-      hp.type = Type::constant;
-      hp.val = value;
-      return hp;
-    }
-    const json* type = find(value, "type");
-    if (type == nullptr) {
-      if (value.empty()) refuse(path, "a hyperparameter or a group of them", value);
-      hp.type = Type::nested;
-      for (const auto& [name, member] : value.items()) {
-        check_hparam_name(name, path);
-        hp.members.push_back({name, to_hyperparameter(member, join(path, name))});
-      }
-      return hp;
-    }
-    const std::string kind =
-        to_choice(*type, join(path, "type"), {"const", "int", "double", "log", "categorical"});
-    if (kind == "const") {
-      check_keys(value, path, "a const hyperparameter", {"type", "val"});
-      hp.type = Type::constant;
-      hp.val = required(value, "val", path, "the constant's value");
-      return hp;
-    }
-    if (kind == "categorical") {
-      check_keys(value, path, "a categorical hyperparameter", {"type", "vals"});
-      hp.type = Type::categorical;
-      const json& vals = required(value, "vals", path, "a non-empty list of values");
-      if (!vals.is_array() || vals.empty()) {
-        refuse(join(path, "vals"), "a non-empty list of values", vals);
-      }
-      hp.vals.assign(vals.begin(), vals.end());
-      return hp;
-    }
-    std::vector<std::string> keys{"type", "minval", "maxval", "count"};
-    if (kind == "log") keys.emplace_back("base");
-    check_keys(value, path,
-               "a" + std::string(kind == "int" ? "n " : " ") + kind + " hyperparameter", keys);
-    const std::string minval_path = join(path, "minval");
-    const std::string maxval_path = join(path, "maxval");
-    const json& minval = required(value, "minval", path, kind == "int" ? "an int" : "a number");
-    const json& maxval = required(value, "maxval", path, kind == "int" ? "an int" : "a number");
-    if (kind == "int") {
-      hp.type = Type::integer;
-      hp.minval = static_cast<double>(to_int(minval, minval_path));
-      hp.maxval = static_cast<double>(to_int(maxval, maxval_path));
-    } else {
-      hp.type = kind == "double" ? Type::real : Type::log;
-      hp.minval = to_number(minval, minval_path);
-      hp.maxval = to_number(maxval, maxval_path);
-    }
-    if (!(hp.minval < hp.maxval)) {
-      fail(path, "expected minval < maxval but found minval " + to_flow(minval) + " and maxval " +
-                     to_flow(maxval));
-    }
-    if (const json* count = find(value, "count"))
-      hp.count = to_uint(*count, join(path, "count"), 1);
-    if (kind == "log") {
-      if (const json* base = find(value, "base")) {
-        hp.base = to_number(*base, join(path, "base"));
-        if (!(hp.base > 0)) refuse(join(path, "base"), "a number > 0", *base);
-      }
-    }
-    return hp;
-  }
+  LOADSTAR_DECL Hyperparameter to_hyperparameter(const json& value, const std::string& path) const;
 
   /// Determined's `check-global-batch-size`: an int hyperparameter >= 1 (a const, an int range or
   /// a categorical of ints). Returns its smallest value.
-  std::uint64_t check_global_batch_size(const json& hparams,
-                                        const std::vector<NamedHyperparameter>& parsed) const {
-    using Type = Hyperparameter::Type;
-    const std::string path = "hyperparameters.global_batch_size";
-    const std::string expected =
-        "an int >= 1 (a const, an int range or a categorical of ints; Determined's Keras trials "
-        "need it)";
-    const auto found = std::find_if(parsed.begin(), parsed.end(),
-                                    [](const auto& hp) { return hp.name == "global_batch_size"; });
-    if (found == parsed.end()) {
-      // A misspelt name is the likely cause: name the nearest.
-      std::vector<std::string> names;
-      for (const auto& hp : parsed)
-        names.push_back(hp.name);
-      const std::string near = nearest_name("global_batch_size", names);
-      fail(path, "expected " + expected + " but it is missing" +
-                     (near.empty() ? "" : " (is '" + near + "' a misspelling of it?)"));
-    }
-    const Hyperparameter& hp = found->value;
-    const json& given = hparams.at("global_batch_size");
-    const auto is_size = [](const json& v) {
-      return (v.is_number_unsigned() && v.get<std::uint64_t>() >= 1) ||
-             (v.is_number_integer() && v.get<std::int64_t>() >= 1);
-    };
-    switch (hp.type) {
-      case Type::constant:
-        if (is_size(hp.val)) return hp.val.get<std::uint64_t>();
-        break;
-      case Type::integer:
-        if (hp.minval >= 1) return static_cast<std::uint64_t>(hp.minval);
-        break;
-      case Type::categorical:
-        if (std::all_of(hp.vals.begin(), hp.vals.end(), is_size)) {
-          std::uint64_t smallest = UINT64_MAX;
-          for (const auto& v : hp.vals)
-            smallest = std::min(smallest, v.get<std::uint64_t>());
-          return smallest;
-        }
-        break;
-      default:
-        break;
-    }
-    refuse(path, expected, given);
-  }
+  LOADSTAR_DECL std::uint64_t check_global_batch_size(
+      const json& hparams, const std::vector<NamedHyperparameter>& parsed) const;
 
-  ExperimentConfig read(const json& root) const {
-    if (root.is_null()) fail("the top level", "expected a mapping but found an empty document");
-    static const std::vector<std::string> top_keys{"description",
-                                                   "labels",
-                                                   "entrypoint",
-                                                   "hyperparameters",
-                                                   "searcher",
-                                                   "records_per_epoch",
-                                                   "scheduling_unit",
-                                                   "min_validation_period",
-                                                   "min_checkpoint_period",
-                                                   "perform_initial_validation",
-                                                   "checkpoint_policy",
-                                                   "checkpoint_storage",
-                                                   "reproducibility",
-                                                   "max_restarts",
-                                                   "resources",
-                                                   "optimizations",
-                                                   "data"};
-    check_keys(root, "", "an experiment config", top_keys, ignored_top_level_keys());
-    ExperimentConfig config;
-    if (const json* v = find(root, "description"))
-      config.description = to_string(*v, "description");
-    if (const json* v = find(root, "labels")) {
-      if (!v->is_array()) refuse("labels", "a list of strings", *v);
-      for (std::size_t i = 0; i < v->size(); ++i) {
-        config.labels.push_back(to_string((*v)[i], "labels[" + std::to_string(i) + "]"));
-      }
-    }
-    config.entrypoint =
-        to_string(required(root, "entrypoint", "", "the registered trial's name (model_def:Trial)"),
-                  "entrypoint");
-    if (config.entrypoint.empty()) {
-      refuse("entrypoint", "the registered trial's name (model_def:Trial)", root.at("entrypoint"));
-    }
+  LOADSTAR_DECL ExperimentConfig read(const json& root) const;
 
-    const json& hparams = required(root, "hyperparameters", "", "a mapping of hyperparameters");
-    if (!hparams.is_object()) refuse("hyperparameters", "a mapping of hyperparameters", hparams);
-    for (const auto& [name, value] : hparams.items()) {
-      check_hparam_name(name, "hyperparameters");
-      config.hyperparameters.push_back(
-          {name, to_hyperparameter(value, join("hyperparameters", name))});
-    }
-    const std::uint64_t smallest_batch = check_global_batch_size(hparams, config.hyperparameters);
+  LOADSTAR_DECL SearcherConfig read_searcher(const json& value) const;
 
-    if (const json* v = find(root, "records_per_epoch")) {
-      config.records_per_epoch = to_uint(*v, "records_per_epoch", 0);
-    }
-    if (const json* v = find(root, "scheduling_unit")) {
-      config.scheduling_unit = to_uint(*v, "scheduling_unit", 1);
-    }
-    if (const json* v = find(root, "min_validation_period")) {
-      config.min_validation_period = to_length(*v, "min_validation_period", false);
-    }
-    if (const json* v = find(root, "min_checkpoint_period")) {
-      config.min_checkpoint_period = to_length(*v, "min_checkpoint_period", false);
-    }
-    if (const json* v = find(root, "perform_initial_validation")) {
-      config.perform_initial_validation = to_bool(*v, "perform_initial_validation");
-    }
-    if (const json* v = find(root, "checkpoint_policy")) {
-      const auto policy = to_choice(*v, "checkpoint_policy", {"best", "all", "none"});
-      config.checkpoint_policy = policy == "best"  ? CheckpointPolicy::best
-                                 : policy == "all" ? CheckpointPolicy::all
-                                                   : CheckpointPolicy::none;
-    }
-    config.searcher =
-        read_searcher(required(root, "searcher", "", "a mapping (name, metric, max_length)"));
-    if (const json* v = find(root, "checkpoint_storage")) {
-      config.checkpoint_storage = read_storage(*v);
-    }
-    if (const json* v = find(root, "reproducibility")) {
-      check_keys(*v, "reproducibility", "reproducibility", {"experiment_seed"});
-      if (const json* seed = find(*v, "experiment_seed")) {
-        // Determined's schema: 0 to 2^31 - 1.
-        config.experiment_seed = static_cast<std::uint32_t>(
-            to_uint(*seed, "reproducibility.experiment_seed", 0, 2147483647));
-      }
-    }
-    if (const json* v = find(root, "max_restarts")) {
-      config.max_restarts = to_uint(*v, "max_restarts", 0);
-    }
-    if (const json* v = find(root, "resources")) {
-      check_keys(*v, "resources", "resources", {"slots_per_trial"}, ignored_resources_keys());
-      if (const json* slots = find(*v, "slots_per_trial")) {
-        config.slots_per_trial = to_uint(*slots, "resources.slots_per_trial", 1);
-      }
-    }
-    if (smallest_batch < config.slots_per_trial) {
-      fail("hyperparameters.global_batch_size", "expected at least resources.slots_per_trial (" +
-                                                    std::to_string(config.slots_per_trial) +
-                                                    ") but found " +
-                                                    std::to_string(smallest_batch));
-    }
-    if (const json* v = find(root, "optimizations")) {
-      check_keys(*v, "optimizations", "optimizations",
-                 {"aggregation_frequency", "average_training_metrics"},
-                 ignored_optimizations_keys());
-      if (const json* x = find(*v, "aggregation_frequency")) {
-        config.aggregation_frequency = to_uint(*x, "optimizations.aggregation_frequency", 1);
-      }
-      if (const json* x = find(*v, "average_training_metrics")) {
-        config.average_training_metrics = to_bool(*x, "optimizations.average_training_metrics");
-      }
-    }
-    if (const json* v = find(root, "data")) {
-      if (!v->is_object() && !v->is_null()) refuse("data", "a mapping", *v);
-      config.data = v->is_null() ? json::object() : *v;
-    }
-    // Determined's `check-epoch-not-used`: a length in epochs needs records_per_epoch.
-    const std::pair<const char*, Length> lengths[] = {
-        {"searcher.max_length", config.searcher.max_length},
-        {"min_validation_period", config.min_validation_period},
-        {"min_checkpoint_period", config.min_checkpoint_period}};
-    for (const auto& [path, length] : lengths) {
-      if (length.unit == Unit::epochs && config.records_per_epoch == 0) {
-        fail(path, "expected a length in batches or records, or records_per_epoch set, but found " +
-                       to_flow(length_config_json(length)) + " with records_per_epoch unset");
-      }
-    }
-    config.raw = root;
-    return config;
-  }
-
-  SearcherConfig read_searcher(const json& value) const {
-    static const std::vector<std::string> names{"single", "grid", "random", "adaptive_asha"};
-    if (!value.is_object()) refuse("searcher", "a mapping (name, metric, max_length)", value);
-    SearcherConfig searcher;
-    searcher.name = to_choice(required(value, "name", "searcher", "one of " + one_of_text(names)),
-                              "searcher.name", names);
-    check_keys(value, "searcher", "the " + searcher.name + " searcher",
-               searcher_config_keys(searcher.name));
-    searcher.metric = to_string(
-        required(value, "metric", "searcher", "the validation metric's name"), "searcher.metric");
-    if (searcher.metric.empty()) {
-      refuse("searcher.metric", "the validation metric's name", value.at("metric"));
-    }
-    if (const json* v = find(value, "smaller_is_better")) {
-      searcher.smaller_is_better = to_bool(*v, "searcher.smaller_is_better");
-    }
-    searcher.max_length =
-        to_length(required(value, "max_length", "searcher",
-                           "a length ({batches: N}, {records: N} or {epochs: N})"),
-                  "searcher.max_length", true);
-    if (searcher.name == "random" || searcher.name == "adaptive_asha") {
-      searcher.max_trials = to_uint(required(value, "max_trials", "searcher", "an int >= 1"),
-                                    "searcher.max_trials", 1);
-    }
-    if (const json* v = find(value, "max_concurrent_trials")) {
-      searcher.max_concurrent_trials = to_uint(*v, "searcher.max_concurrent_trials", 0);
-    }
-    if (const json* v = find(value, "mode")) {
-      searcher.mode = to_choice(*v, "searcher.mode", {"aggressive", "standard", "conservative"});
-    }
-    if (const json* v = find(value, "divisor")) {
-      searcher.divisor = to_number(*v, "searcher.divisor");
-      if (!(searcher.divisor > 1)) refuse("searcher.divisor", "a number > 1", *v);
-    }
-    if (const json* v = find(value, "max_rungs")) {
-      searcher.max_rungs = to_uint(*v, "searcher.max_rungs", 1);
-    }
-    if (const json* v = find(value, "bracket_rungs")) {
-      if (!v->is_array()) refuse("searcher.bracket_rungs", "a list of ints >= 1", *v);
-      for (std::size_t i = 0; i < v->size(); ++i) {
-        searcher.bracket_rungs.push_back(
-            to_uint((*v)[i], "searcher.bracket_rungs[" + std::to_string(i) + "]", 1));
-      }
-    }
-    if (const json* v = find(value, "stop_once")) {
-      searcher.stop_once = to_bool(*v, "searcher.stop_once");
-    }
-    if (const json* v = find(value, "source_trial_id")) {
-      searcher.source_trial_id = to_uint(*v, "searcher.source_trial_id", 1);
-    }
-    if (const json* v = find(value, "source_checkpoint_uuid")) {
-      searcher.source_checkpoint_uuid = to_string(*v, "searcher.source_checkpoint_uuid");
-    }
-    return searcher;
-  }
-
-  CheckpointStorage read_storage(const json& value) const {
-    const std::string path = "checkpoint_storage";
-    if (!value.is_object()) refuse(path, "a mapping", value);
-    CheckpointStorage storage;
-    if (const json* type = find(value, "type")) {
-      if (*type != "shared_fs") {
-        refuse(join(path, "type"), "shared_fs (the one storage on one machine)", *type);
-      }
-    }
-    check_keys(value, path, "a shared_fs checkpoint storage",
-               {"type", "host_path", "storage_path", "save_experiment_best", "save_trial_best",
-                "save_trial_latest"},
-               {"propagation"});
-    if (const json* v = find(value, "host_path")) {
-      storage.host_path = to_string(*v, join(path, "host_path"));
-    }
-    if (const json* v = find(value, "storage_path")) {
-      storage.storage_path = to_string(*v, join(path, "storage_path"));
-    }
-    if (const json* v = find(value, "save_experiment_best")) {
-      storage.save_experiment_best = to_uint(*v, join(path, "save_experiment_best"), 0);
-    }
-    if (const json* v = find(value, "save_trial_best")) {
-      storage.save_trial_best = to_uint(*v, join(path, "save_trial_best"), 0);
-    }
-    if (const json* v = find(value, "save_trial_latest")) {
-      storage.save_trial_latest = to_uint(*v, join(path, "save_trial_latest"), 0);
-    }
-    return storage;
-  }
+  LOADSTAR_DECL CheckpointStorage read_storage(const json& value) const;
 
  private:
   std::string where_;
 };
 
-inline json hyperparameter_config_json(const Hyperparameter& hp) {
-  using Type = Hyperparameter::Type;
-  const auto bound = [&](double x) {
-    return hp.type == Type::integer ? json(static_cast<std::int64_t>(x)) : json(x);
-  };
-  json out;
-  switch (hp.type) {
-    case Type::constant:
-      return json{{"type", "const"}, {"val", hp.val}};
-    case Type::categorical:
-      return json{{"type", "categorical"}, {"vals", hp.vals}};
-    case Type::nested:
-      out = json::object();
-      for (const auto& member : hp.members)
-        out[member.name] = hyperparameter_config_json(member.value);
-      return out;
-    case Type::integer:
-    case Type::real:
-    case Type::log:
-      out = json{{"type", hp.type == Type::integer ? "int"
-                          : hp.type == Type::real  ? "double"
-                                                   : "log"},
-                 {"minval", bound(hp.minval)},
-                 {"maxval", bound(hp.maxval)}};
-      if (hp.type == Type::log) out["base"] = hp.base;
-      if (hp.count) out["count"] = *hp.count;
-      return out;
-  }
-  return out;
-}
+LOADSTAR_DECL json hyperparameter_config_json(const Hyperparameter& hp);
 
 /// `section` of `raw` without the keys that `to_json` writes (keeping the ignored ones).
-inline json kept_config_section(const json& raw, const std::string& section,
-                                std::initializer_list<const char*> written) {
-  json out = json::object();
-  const auto found = raw.find(section);
-  if (found != raw.end() && found->is_object()) out = *found;
-  for (const char* key : written)
-    out.erase(key);
-  return out;
-}
+LOADSTAR_DECL json kept_config_section(const json& raw, const std::string& section,
+                                       std::initializer_list<const char*> written);
 
 }  // namespace detail::expconf
 
 /// The config as JSON, every field written out with its value (Determined's defaults included),
 /// in Determined's schema: what an experiment stores and what `experiment_config_from_json` reads
 /// back to an equal config. Keys of `raw` that no field holds (`environment`) are kept.
-inline nlohmann::json to_json(const ExperimentConfig& config) {
+LOADSTAR_DECL nlohmann::json to_json(const ExperimentConfig& config);
+
+/// Reads a config given as JSON (an experiment's stored config, or a file's parsed YAML); `source`
+/// names it in messages. `ConfigError` for an unknown key (with a suggestion for a misspelt one),
+/// a value of the wrong type or out of range, a missing required key, a `global_batch_size` that
+/// is not an int hyperparameter >= 1, a length in epochs without `records_per_epoch`, or a
+/// `checkpoint_storage.type` other than `shared_fs`; each message names the key path, what was
+/// expected and what was found. `raw` is `to_json` of the result.
+LOADSTAR_DECL ExperimentConfig experiment_config_from_json(const nlohmann::json& config,
+                                                           std::string_view source);
+
+/// Parses an experiment config from YAML text (Determined's fields and defaults for a Keras
+/// trial); `source` names it in messages (a file name). The refusals of
+/// `experiment_config_from_json`, plus text that is not YAML (with its line and column) and a key
+/// given twice.
+/// \code
+/// const ExperimentConfig config = parse_experiment_config(R"(
+/// entrypoint: model_def:FashionMNISTTrial
+/// hyperparameters: {global_batch_size: 32, learning_rate: {type: log, minval: -4, maxval: -1}}
+/// searcher: {name: single, metric: val_accuracy, smaller_is_better: false,
+///            max_length: {epochs: 5}}
+/// records_per_epoch: 60000
+/// )", "const.yaml");
+/// \endcode
+LOADSTAR_DECL ExperimentConfig parse_experiment_config(std::string_view yaml,
+                                                       std::string_view source);
+
+/// Reads and parses the YAML file `path` (named in messages as given); `IoError` when it cannot
+/// be read.
+LOADSTAR_DECL ExperimentConfig load_experiment_config(const std::filesystem::path& path);
+
+/// Determined's `--test` overrides (`make_test_experiment_config`): one-batch workloads, a
+/// validation after every batch, the `single` searcher for one batch, no restarts, and only the
+/// latest checkpoint kept (Determined keeps none; here the one checkpoint `--test` writes stays
+/// for inspection). The description gets Determined's `[test-mode] ` prefix.
+LOADSTAR_DECL ExperimentConfig make_test_config(ExperimentConfig config);
+
+}  // namespace loadstar::trial
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_TRIAL_BODIES
+namespace loadstar::trial {
+
+LOADSTAR_DECL bool operator==(const Hyperparameter& a, const Hyperparameter& b) {
+  return a.type == b.type && a.val == b.val && a.minval == b.minval && a.maxval == b.maxval &&
+         a.base == b.base && a.count == b.count && a.vals == b.vals && a.members == b.members;
+}
+
+LOADSTAR_DECL std::string to_string(Unit unit) {
+  switch (unit) {
+    case Unit::batches:
+      return "batches";
+    case Unit::records:
+      return "records";
+    case Unit::epochs:
+      return "epochs";
+  }
+  return "unknown";
+}
+
+LOADSTAR_DECL nlohmann::json to_json(const ExperimentConfig& config) {
   using nlohmann::json;
   json out = config.raw.is_object() ? config.raw : json::object();
   out["description"] = config.description;
@@ -835,40 +403,20 @@ inline nlohmann::json to_json(const ExperimentConfig& config) {
   return out;
 }
 
-/// Reads a config given as JSON (an experiment's stored config, or a file's parsed YAML); `source`
-/// names it in messages. `ConfigError` for an unknown key (with a suggestion for a misspelt one),
-/// a value of the wrong type or out of range, a missing required key, a `global_batch_size` that
-/// is not an int hyperparameter >= 1, a length in epochs without `records_per_epoch`, or a
-/// `checkpoint_storage.type` other than `shared_fs`; each message names the key path, what was
-/// expected and what was found. `raw` is `to_json` of the result.
-inline ExperimentConfig experiment_config_from_json(const nlohmann::json& config,
-                                                    std::string_view source) {
+LOADSTAR_DECL ExperimentConfig experiment_config_from_json(const nlohmann::json& config,
+                                                           std::string_view source) {
   ExperimentConfig parsed = detail::expconf::ExperimentConfigReader(source).read(config);
   parsed.raw = to_json(parsed);
   return parsed;
 }
 
-/// Parses an experiment config from YAML text (Determined's fields and defaults for a Keras
-/// trial); `source` names it in messages (a file name). The refusals of
-/// `experiment_config_from_json`, plus text that is not YAML (with its line and column) and a key
-/// given twice.
-/// \code
-/// const ExperimentConfig config = parse_experiment_config(R"(
-/// entrypoint: model_def:FashionMNISTTrial
-/// hyperparameters: {global_batch_size: 32, learning_rate: {type: log, minval: -4, maxval: -1}}
-/// searcher: {name: single, metric: val_accuracy, smaller_is_better: false,
-///            max_length: {epochs: 5}}
-/// records_per_epoch: 60000
-/// )", "const.yaml");
-/// \endcode
-inline ExperimentConfig parse_experiment_config(std::string_view yaml, std::string_view source) {
+LOADSTAR_DECL ExperimentConfig parse_experiment_config(std::string_view yaml,
+                                                       std::string_view source) {
   const std::string where = "experiment config '" + std::string(source) + "'";
   return experiment_config_from_json(detail::parse_yaml(yaml, where), source);
 }
 
-/// Reads and parses the YAML file `path` (named in messages as given); `IoError` when it cannot
-/// be read.
-inline ExperimentConfig load_experiment_config(const std::filesystem::path& path) {
+LOADSTAR_DECL ExperimentConfig load_experiment_config(const std::filesystem::path& path) {
   std::error_code ignored;
   if (std::filesystem::is_directory(path, ignored)) {
     throw IoError("experiment config '" + path.string() +
@@ -886,11 +434,7 @@ inline ExperimentConfig load_experiment_config(const std::filesystem::path& path
   return parse_experiment_config(text.str(), path.string());
 }
 
-/// Determined's `--test` overrides (`make_test_experiment_config`): one-batch workloads, a
-/// validation after every batch, the `single` searcher for one batch, no restarts, and only the
-/// latest checkpoint kept (Determined keeps none; here the one checkpoint `--test` writes stays
-/// for inspection). The description gets Determined's `[test-mode] ` prefix.
-inline ExperimentConfig make_test_config(ExperimentConfig config) {
+LOADSTAR_DECL ExperimentConfig make_test_config(ExperimentConfig config) {
   const std::string prefix = "[test-mode] ";
   if (config.description.rfind(prefix, 0) != 0) config.description = prefix + config.description;
   config.scheduling_unit = 1;
@@ -910,3 +454,552 @@ inline ExperimentConfig make_test_config(ExperimentConfig config) {
 }
 
 }  // namespace loadstar::trial
+namespace loadstar::trial::detail::expconf {
+
+LOADSTAR_DECL const std::vector<std::string>& ignored_top_level_keys() {
+  static const std::vector<std::string> keys{"bind_mounts",        "data_layer", "debug",
+                                             "environment",        "name",       "profiling",
+                                             "tensorboard_storage"};
+  return keys;
+}
+
+LOADSTAR_DECL const std::vector<std::string>& ignored_resources_keys() {
+  static const std::vector<std::string> keys{"agent_label",     "devices",  "max_slots",
+                                             "native_parallel", "priority", "resource_pool",
+                                             "shm_size",        "weight"};
+  return keys;
+}
+
+LOADSTAR_DECL const std::vector<std::string>& ignored_optimizations_keys() {
+  static const std::vector<std::string> keys{
+      "auto_tune_tensor_fusion", "average_aggregated_gradients",
+      "grad_updates_size_file",  "gradient_compression",
+      "mixed_precision",         "tensor_fusion_cycle_time",
+      "tensor_fusion_threshold"};
+  return keys;
+}
+
+LOADSTAR_DECL std::string checkpoint_policy_key(CheckpointPolicy policy) {
+  switch (policy) {
+    case CheckpointPolicy::best:
+      return "best";
+    case CheckpointPolicy::all:
+      return "all";
+    case CheckpointPolicy::none:
+      return "none";
+  }
+  return "best";
+}
+
+LOADSTAR_DECL std::vector<std::string> searcher_config_keys(const std::string& name) {
+  std::vector<std::string> keys{"name",       "metric",          "smaller_is_better",
+                                "max_length", "source_trial_id", "source_checkpoint_uuid"};
+  if (name == "grid" || name == "random" || name == "adaptive_asha") {
+    keys.emplace_back("max_concurrent_trials");
+  }
+  if (name == "random" || name == "adaptive_asha") keys.emplace_back("max_trials");
+  if (name == "adaptive_asha") {
+    for (const char* key : {"mode", "divisor", "max_rungs", "bracket_rungs", "stop_once"}) {
+      keys.emplace_back(key);
+    }
+  }
+  return keys;
+}
+
+LOADSTAR_DECL std::string one_of_text(const std::vector<std::string>& options) {
+  std::string out;
+  for (std::size_t i = 0; i < options.size(); ++i) {
+    if (i > 0) out += i + 1 == options.size() ? " or " : ", ";
+    out += options[i];
+  }
+  return out;
+}
+
+LOADSTAR_DECL void ExperimentConfigReader::fail(const std::string& path,
+                                                const std::string& message) const {
+  throw ConfigError(where_ + ": " + path + ": " + message);
+}
+
+LOADSTAR_DECL void ExperimentConfigReader::check_keys(
+    const json& value, const std::string& path, const std::string& what,
+    const std::vector<std::string>& keys, const std::vector<std::string>& ignored) const {
+  if (!value.is_object()) refuse(path.empty() ? "the top level" : path, "a mapping", value);
+  for (const auto& [key, item] : value.items()) {
+    if (std::find(keys.begin(), keys.end(), key) != keys.end()) continue;
+    if (std::find(ignored.begin(), ignored.end(), key) != ignored.end()) continue;
+    std::vector<std::string> all = keys;
+    all.insert(all.end(), ignored.begin(), ignored.end());
+    fail(join(path, key), "not a key of " + what + did_you_mean(key, all));
+  }
+}
+
+LOADSTAR_DECL const json* ExperimentConfigReader::find(const json& object, const std::string& key) {
+  const auto found = object.find(key);
+  if (found == object.end()) return nullptr;
+  return &*found;
+}
+
+LOADSTAR_DECL const json& ExperimentConfigReader::required(const json& object,
+                                                           const std::string& key,
+                                                           const std::string& path,
+                                                           const std::string& expected) const {
+  const json* found = find(object, key);
+  if (found == nullptr) fail(join(path, key), "expected " + expected + " but it is missing");
+  return *found;
+}
+
+LOADSTAR_DECL std::uint64_t ExperimentConfigReader::to_uint(const json& value,
+                                                            const std::string& path,
+                                                            std::uint64_t min,
+                                                            std::uint64_t max) const {
+  const std::string range =
+      max == UINT64_MAX ? "an int >= " + std::to_string(min)
+                        : "an int in [" + std::to_string(min) + ", " + std::to_string(max) + "]";
+  if (value.is_number_unsigned()) {
+    const auto x = value.get<std::uint64_t>();
+    if (x >= min && x <= max) return x;
+  } else if (value.is_number_integer()) {
+    const auto x = value.get<std::int64_t>();
+    if (x >= 0 && static_cast<std::uint64_t>(x) >= min && static_cast<std::uint64_t>(x) <= max) {
+      return static_cast<std::uint64_t>(x);
+    }
+  }
+  refuse(path, range, value);
+}
+
+LOADSTAR_DECL std::int64_t ExperimentConfigReader::to_int(const json& value,
+                                                          const std::string& path) const {
+  if (value.is_number_integer() && !value.is_number_unsigned()) return value.get<std::int64_t>();
+  if (value.is_number_unsigned() &&
+      value.get<std::uint64_t>() <= static_cast<std::uint64_t>(INT64_MAX)) {
+    return static_cast<std::int64_t>(value.get<std::uint64_t>());
+  }
+  refuse(path, "an int", value);
+}
+
+LOADSTAR_DECL double ExperimentConfigReader::to_number(const json& value,
+                                                       const std::string& path) const {
+  if (!value.is_number()) refuse(path, "a number", value);
+  const double x = value.get<double>();
+  if (!std::isfinite(x)) refuse(path, "a finite number", value);
+  return x;
+}
+
+LOADSTAR_DECL bool ExperimentConfigReader::to_bool(const json& value,
+                                                   const std::string& path) const {
+  if (!value.is_boolean()) refuse(path, "true or false", value);
+  return value.get<bool>();
+}
+
+LOADSTAR_DECL std::string ExperimentConfigReader::to_string(const json& value,
+                                                            const std::string& path) const {
+  if (!value.is_string()) refuse(path, "a string", value);
+  return value.get<std::string>();
+}
+
+LOADSTAR_DECL std::string ExperimentConfigReader::to_choice(
+    const json& value, const std::string& path, const std::vector<std::string>& options) const {
+  std::vector<std::string> quoted;
+  for (const auto& option : options)
+    quoted.push_back(option);
+  if (value.is_string()) {
+    const auto& text = value.get_ref<const std::string&>();
+    if (std::find(options.begin(), options.end(), text) != options.end()) return text;
+    refuse(path, "one of " + one_of_text(quoted), value, did_you_mean(text, options));
+  }
+  refuse(path, "one of " + one_of_text(quoted), value);
+}
+
+LOADSTAR_DECL Length ExperimentConfigReader::to_length(const json& value, const std::string& path,
+                                                       bool positive) const {
+  static const std::vector<std::string> units{"batches", "records", "epochs"};
+  const std::string expected = "exactly one of batches, records or epochs";
+  if (!value.is_object() || value.size() != 1) refuse(path, expected, value);
+  const std::string key = value.begin().key();
+  const json& amount = value.begin().value();
+  Length length;
+  if (key == "batches") {
+    length.unit = Unit::batches;
+  } else if (key == "records") {
+    length.unit = Unit::records;
+  } else if (key == "epochs") {
+    length.unit = Unit::epochs;
+  } else {
+    refuse(path, expected, value, did_you_mean(key, units));
+  }
+  length.value = to_uint(amount, join(path, key), positive ? 1 : 0);
+  return length;
+}
+
+LOADSTAR_DECL void ExperimentConfigReader::check_hparam_name(const std::string& name,
+                                                             const std::string& path) const {
+  if (name.empty()) fail(path, "expected non-empty hyperparameter names but found ''");
+  if (name.find('.') != std::string::npos) {
+    fail(join(path, name), "expected a hyperparameter name without '.' but found '" + name + "'");
+  }
+}
+
+LOADSTAR_DECL Hyperparameter
+ExperimentConfigReader::to_hyperparameter(const json& value, const std::string& path) const {
+  using Type = Hyperparameter::Type;
+  Hyperparameter hp;
+  if (!value.is_object()) {
+    // A scalar or a list is a const (Determined's shorthand).
+    hp.type = Type::constant;
+    hp.val = value;
+    return hp;
+  }
+  const json* type = find(value, "type");
+  if (type == nullptr) {
+    if (value.empty()) refuse(path, "a hyperparameter or a group of them", value);
+    hp.type = Type::nested;
+    for (const auto& [name, member] : value.items()) {
+      check_hparam_name(name, path);
+      hp.members.push_back({name, to_hyperparameter(member, join(path, name))});
+    }
+    return hp;
+  }
+  const std::string kind =
+      to_choice(*type, join(path, "type"), {"const", "int", "double", "log", "categorical"});
+  if (kind == "const") {
+    check_keys(value, path, "a const hyperparameter", {"type", "val"});
+    hp.type = Type::constant;
+    hp.val = required(value, "val", path, "the constant's value");
+    return hp;
+  }
+  if (kind == "categorical") {
+    check_keys(value, path, "a categorical hyperparameter", {"type", "vals"});
+    hp.type = Type::categorical;
+    const json& vals = required(value, "vals", path, "a non-empty list of values");
+    if (!vals.is_array() || vals.empty()) {
+      refuse(join(path, "vals"), "a non-empty list of values", vals);
+    }
+    hp.vals.assign(vals.begin(), vals.end());
+    return hp;
+  }
+  std::vector<std::string> keys{"type", "minval", "maxval", "count"};
+  if (kind == "log") keys.emplace_back("base");
+  check_keys(value, path, "a" + std::string(kind == "int" ? "n " : " ") + kind + " hyperparameter",
+             keys);
+  const std::string minval_path = join(path, "minval");
+  const std::string maxval_path = join(path, "maxval");
+  const json& minval = required(value, "minval", path, kind == "int" ? "an int" : "a number");
+  const json& maxval = required(value, "maxval", path, kind == "int" ? "an int" : "a number");
+  if (kind == "int") {
+    hp.type = Type::integer;
+    hp.minval = static_cast<double>(to_int(minval, minval_path));
+    hp.maxval = static_cast<double>(to_int(maxval, maxval_path));
+  } else {
+    hp.type = kind == "double" ? Type::real : Type::log;
+    hp.minval = to_number(minval, minval_path);
+    hp.maxval = to_number(maxval, maxval_path);
+  }
+  if (!(hp.minval < hp.maxval)) {
+    fail(path, "expected minval < maxval but found minval " + to_flow(minval) + " and maxval " +
+                   to_flow(maxval));
+  }
+  if (const json* count = find(value, "count")) hp.count = to_uint(*count, join(path, "count"), 1);
+  if (kind == "log") {
+    if (const json* base = find(value, "base")) {
+      hp.base = to_number(*base, join(path, "base"));
+      if (!(hp.base > 0)) refuse(join(path, "base"), "a number > 0", *base);
+    }
+  }
+  return hp;
+}
+
+LOADSTAR_DECL std::uint64_t ExperimentConfigReader::check_global_batch_size(
+    const json& hparams, const std::vector<NamedHyperparameter>& parsed) const {
+  using Type = Hyperparameter::Type;
+  const std::string path = "hyperparameters.global_batch_size";
+  const std::string expected =
+      "an int >= 1 (a const, an int range or a categorical of ints; Determined's Keras trials "
+      "need it)";
+  const auto found = std::find_if(parsed.begin(), parsed.end(),
+                                  [](const auto& hp) { return hp.name == "global_batch_size"; });
+  if (found == parsed.end()) {
+    // A misspelt name is the likely cause: name the nearest.
+    std::vector<std::string> names;
+    for (const auto& hp : parsed)
+      names.push_back(hp.name);
+    const std::string near = nearest_name("global_batch_size", names);
+    fail(path, "expected " + expected + " but it is missing" +
+                   (near.empty() ? "" : " (is '" + near + "' a misspelling of it?)"));
+  }
+  const Hyperparameter& hp = found->value;
+  const json& given = hparams.at("global_batch_size");
+  const auto is_size = [](const json& v) {
+    return (v.is_number_unsigned() && v.get<std::uint64_t>() >= 1) ||
+           (v.is_number_integer() && v.get<std::int64_t>() >= 1);
+  };
+  switch (hp.type) {
+    case Type::constant:
+      if (is_size(hp.val)) return hp.val.get<std::uint64_t>();
+      break;
+    case Type::integer:
+      if (hp.minval >= 1) return static_cast<std::uint64_t>(hp.minval);
+      break;
+    case Type::categorical:
+      if (std::all_of(hp.vals.begin(), hp.vals.end(), is_size)) {
+        std::uint64_t smallest = UINT64_MAX;
+        for (const auto& v : hp.vals)
+          smallest = std::min(smallest, v.get<std::uint64_t>());
+        return smallest;
+      }
+      break;
+    default:
+      break;
+  }
+  refuse(path, expected, given);
+}
+
+LOADSTAR_DECL ExperimentConfig ExperimentConfigReader::read(const json& root) const {
+  if (root.is_null()) fail("the top level", "expected a mapping but found an empty document");
+  static const std::vector<std::string> top_keys{"description",
+                                                 "labels",
+                                                 "entrypoint",
+                                                 "hyperparameters",
+                                                 "searcher",
+                                                 "records_per_epoch",
+                                                 "scheduling_unit",
+                                                 "min_validation_period",
+                                                 "min_checkpoint_period",
+                                                 "perform_initial_validation",
+                                                 "checkpoint_policy",
+                                                 "checkpoint_storage",
+                                                 "reproducibility",
+                                                 "max_restarts",
+                                                 "resources",
+                                                 "optimizations",
+                                                 "data"};
+  check_keys(root, "", "an experiment config", top_keys, ignored_top_level_keys());
+  ExperimentConfig config;
+  if (const json* v = find(root, "description")) config.description = to_string(*v, "description");
+  if (const json* v = find(root, "labels")) {
+    if (!v->is_array()) refuse("labels", "a list of strings", *v);
+    for (std::size_t i = 0; i < v->size(); ++i) {
+      config.labels.push_back(to_string((*v)[i], "labels[" + std::to_string(i) + "]"));
+    }
+  }
+  config.entrypoint =
+      to_string(required(root, "entrypoint", "", "the registered trial's name (model_def:Trial)"),
+                "entrypoint");
+  if (config.entrypoint.empty()) {
+    refuse("entrypoint", "the registered trial's name (model_def:Trial)", root.at("entrypoint"));
+  }
+
+  const json& hparams = required(root, "hyperparameters", "", "a mapping of hyperparameters");
+  if (!hparams.is_object()) refuse("hyperparameters", "a mapping of hyperparameters", hparams);
+  for (const auto& [name, value] : hparams.items()) {
+    check_hparam_name(name, "hyperparameters");
+    config.hyperparameters.push_back(
+        {name, to_hyperparameter(value, join("hyperparameters", name))});
+  }
+  const std::uint64_t smallest_batch = check_global_batch_size(hparams, config.hyperparameters);
+
+  if (const json* v = find(root, "records_per_epoch")) {
+    config.records_per_epoch = to_uint(*v, "records_per_epoch", 0);
+  }
+  if (const json* v = find(root, "scheduling_unit")) {
+    config.scheduling_unit = to_uint(*v, "scheduling_unit", 1);
+  }
+  if (const json* v = find(root, "min_validation_period")) {
+    config.min_validation_period = to_length(*v, "min_validation_period", false);
+  }
+  if (const json* v = find(root, "min_checkpoint_period")) {
+    config.min_checkpoint_period = to_length(*v, "min_checkpoint_period", false);
+  }
+  if (const json* v = find(root, "perform_initial_validation")) {
+    config.perform_initial_validation = to_bool(*v, "perform_initial_validation");
+  }
+  if (const json* v = find(root, "checkpoint_policy")) {
+    const auto policy = to_choice(*v, "checkpoint_policy", {"best", "all", "none"});
+    config.checkpoint_policy = policy == "best"  ? CheckpointPolicy::best
+                               : policy == "all" ? CheckpointPolicy::all
+                                                 : CheckpointPolicy::none;
+  }
+  config.searcher =
+      read_searcher(required(root, "searcher", "", "a mapping (name, metric, max_length)"));
+  if (const json* v = find(root, "checkpoint_storage")) {
+    config.checkpoint_storage = read_storage(*v);
+  }
+  if (const json* v = find(root, "reproducibility")) {
+    check_keys(*v, "reproducibility", "reproducibility", {"experiment_seed"});
+    if (const json* seed = find(*v, "experiment_seed")) {
+      // Determined's schema: 0 to 2^31 - 1.
+      config.experiment_seed = static_cast<std::uint32_t>(
+          to_uint(*seed, "reproducibility.experiment_seed", 0, 2147483647));
+    }
+  }
+  if (const json* v = find(root, "max_restarts")) {
+    config.max_restarts = to_uint(*v, "max_restarts", 0);
+  }
+  if (const json* v = find(root, "resources")) {
+    check_keys(*v, "resources", "resources", {"slots_per_trial"}, ignored_resources_keys());
+    if (const json* slots = find(*v, "slots_per_trial")) {
+      config.slots_per_trial = to_uint(*slots, "resources.slots_per_trial", 1);
+    }
+  }
+  if (smallest_batch < config.slots_per_trial) {
+    fail("hyperparameters.global_batch_size", "expected at least resources.slots_per_trial (" +
+                                                  std::to_string(config.slots_per_trial) +
+                                                  ") but found " + std::to_string(smallest_batch));
+  }
+  if (const json* v = find(root, "optimizations")) {
+    check_keys(*v, "optimizations", "optimizations",
+               {"aggregation_frequency", "average_training_metrics"}, ignored_optimizations_keys());
+    if (const json* x = find(*v, "aggregation_frequency")) {
+      config.aggregation_frequency = to_uint(*x, "optimizations.aggregation_frequency", 1);
+    }
+    if (const json* x = find(*v, "average_training_metrics")) {
+      config.average_training_metrics = to_bool(*x, "optimizations.average_training_metrics");
+    }
+  }
+  if (const json* v = find(root, "data")) {
+    if (!v->is_object() && !v->is_null()) refuse("data", "a mapping", *v);
+    config.data = v->is_null() ? json::object() : *v;
+  }
+  // Determined's `check-epoch-not-used`: a length in epochs needs records_per_epoch.
+  const std::pair<const char*, Length> lengths[] = {
+      {"searcher.max_length", config.searcher.max_length},
+      {"min_validation_period", config.min_validation_period},
+      {"min_checkpoint_period", config.min_checkpoint_period}};
+  for (const auto& [path, length] : lengths) {
+    if (length.unit == Unit::epochs && config.records_per_epoch == 0) {
+      fail(path, "expected a length in batches or records, or records_per_epoch set, but found " +
+                     to_flow(length_config_json(length)) + " with records_per_epoch unset");
+    }
+  }
+  config.raw = root;
+  return config;
+}
+
+LOADSTAR_DECL SearcherConfig ExperimentConfigReader::read_searcher(const json& value) const {
+  static const std::vector<std::string> names{"single", "grid", "random", "adaptive_asha"};
+  if (!value.is_object()) refuse("searcher", "a mapping (name, metric, max_length)", value);
+  SearcherConfig searcher;
+  searcher.name = to_choice(required(value, "name", "searcher", "one of " + one_of_text(names)),
+                            "searcher.name", names);
+  check_keys(value, "searcher", "the " + searcher.name + " searcher",
+             searcher_config_keys(searcher.name));
+  searcher.metric = to_string(required(value, "metric", "searcher", "the validation metric's name"),
+                              "searcher.metric");
+  if (searcher.metric.empty()) {
+    refuse("searcher.metric", "the validation metric's name", value.at("metric"));
+  }
+  if (const json* v = find(value, "smaller_is_better")) {
+    searcher.smaller_is_better = to_bool(*v, "searcher.smaller_is_better");
+  }
+  searcher.max_length = to_length(required(value, "max_length", "searcher",
+                                           "a length ({batches: N}, {records: N} or {epochs: N})"),
+                                  "searcher.max_length", true);
+  if (searcher.name == "random" || searcher.name == "adaptive_asha") {
+    searcher.max_trials =
+        to_uint(required(value, "max_trials", "searcher", "an int >= 1"), "searcher.max_trials", 1);
+  }
+  if (const json* v = find(value, "max_concurrent_trials")) {
+    searcher.max_concurrent_trials = to_uint(*v, "searcher.max_concurrent_trials", 0);
+  }
+  if (const json* v = find(value, "mode")) {
+    searcher.mode = to_choice(*v, "searcher.mode", {"aggressive", "standard", "conservative"});
+  }
+  if (const json* v = find(value, "divisor")) {
+    searcher.divisor = to_number(*v, "searcher.divisor");
+    if (!(searcher.divisor > 1)) refuse("searcher.divisor", "a number > 1", *v);
+  }
+  if (const json* v = find(value, "max_rungs")) {
+    searcher.max_rungs = to_uint(*v, "searcher.max_rungs", 1);
+  }
+  if (const json* v = find(value, "bracket_rungs")) {
+    if (!v->is_array()) refuse("searcher.bracket_rungs", "a list of ints >= 1", *v);
+    for (std::size_t i = 0; i < v->size(); ++i) {
+      searcher.bracket_rungs.push_back(
+          to_uint((*v)[i], "searcher.bracket_rungs[" + std::to_string(i) + "]", 1));
+    }
+  }
+  if (const json* v = find(value, "stop_once")) {
+    searcher.stop_once = to_bool(*v, "searcher.stop_once");
+  }
+  if (const json* v = find(value, "source_trial_id")) {
+    searcher.source_trial_id = to_uint(*v, "searcher.source_trial_id", 1);
+  }
+  if (const json* v = find(value, "source_checkpoint_uuid")) {
+    searcher.source_checkpoint_uuid = to_string(*v, "searcher.source_checkpoint_uuid");
+  }
+  return searcher;
+}
+
+LOADSTAR_DECL CheckpointStorage ExperimentConfigReader::read_storage(const json& value) const {
+  const std::string path = "checkpoint_storage";
+  if (!value.is_object()) refuse(path, "a mapping", value);
+  CheckpointStorage storage;
+  if (const json* type = find(value, "type")) {
+    if (*type != "shared_fs") {
+      refuse(join(path, "type"), "shared_fs (the one storage on one machine)", *type);
+    }
+  }
+  check_keys(value, path, "a shared_fs checkpoint storage",
+             {"type", "host_path", "storage_path", "save_experiment_best", "save_trial_best",
+              "save_trial_latest"},
+             {"propagation"});
+  if (const json* v = find(value, "host_path")) {
+    storage.host_path = to_string(*v, join(path, "host_path"));
+  }
+  if (const json* v = find(value, "storage_path")) {
+    storage.storage_path = to_string(*v, join(path, "storage_path"));
+  }
+  if (const json* v = find(value, "save_experiment_best")) {
+    storage.save_experiment_best = to_uint(*v, join(path, "save_experiment_best"), 0);
+  }
+  if (const json* v = find(value, "save_trial_best")) {
+    storage.save_trial_best = to_uint(*v, join(path, "save_trial_best"), 0);
+  }
+  if (const json* v = find(value, "save_trial_latest")) {
+    storage.save_trial_latest = to_uint(*v, join(path, "save_trial_latest"), 0);
+  }
+  return storage;
+}
+
+LOADSTAR_DECL json hyperparameter_config_json(const Hyperparameter& hp) {
+  using Type = Hyperparameter::Type;
+  const auto bound = [&](double x) {
+    return hp.type == Type::integer ? json(static_cast<std::int64_t>(x)) : json(x);
+  };
+  json out;
+  switch (hp.type) {
+    case Type::constant:
+      return json{{"type", "const"}, {"val", hp.val}};
+    case Type::categorical:
+      return json{{"type", "categorical"}, {"vals", hp.vals}};
+    case Type::nested:
+      out = json::object();
+      for (const auto& member : hp.members)
+        out[member.name] = hyperparameter_config_json(member.value);
+      return out;
+    case Type::integer:
+    case Type::real:
+    case Type::log:
+      out = json{{"type", hp.type == Type::integer ? "int"
+                          : hp.type == Type::real  ? "double"
+                                                   : "log"},
+                 {"minval", bound(hp.minval)},
+                 {"maxval", bound(hp.maxval)}};
+      if (hp.type == Type::log) out["base"] = hp.base;
+      if (hp.count) out["count"] = *hp.count;
+      return out;
+  }
+  return out;
+}
+
+LOADSTAR_DECL json kept_config_section(const json& raw, const std::string& section,
+                                       std::initializer_list<const char*> written) {
+  json out = json::object();
+  const auto found = raw.find(section);
+  if (found != raw.end() && found->is_object()) out = *found;
+  for (const char* key : written)
+    out.erase(key);
+  return out;
+}
+
+}  // namespace loadstar::trial::detail::expconf
+#endif

@@ -40,8 +40,84 @@ struct FlatHparam {
   const Hyperparameter* value = nullptr;
 };
 
-inline void flatten_hparams_into(const std::vector<NamedHyperparameter>& hparams,
-                                 std::vector<std::string>& prefix, std::vector<FlatHparam>& out) {
+LOADSTAR_DECL void flatten_hparams_into(const std::vector<NamedHyperparameter>& hparams,
+                                        std::vector<std::string>& prefix,
+                                        std::vector<FlatHparam>& out);
+
+/// Every hyperparameter that is not a group, sorted by dotted name (Determined flattens nested
+/// hyperparameters to dotted names and visits them sorted).
+LOADSTAR_DECL std::vector<FlatHparam> flatten_hparams(
+    const std::vector<NamedHyperparameter>& hparams);
+
+/// Sets `values[path[0]][path[1]]... = value`, creating the groups.
+LOADSTAR_DECL void set_hparam_at(nlohmann::json& values, const std::vector<std::string>& path,
+                                 nlohmann::json value);
+
+/// `x` as a message shows it: an integral value without a fraction, others in JSON's shortest
+/// round-trip form.
+LOADSTAR_DECL std::string format_hparam_number(double x);
+
+/// What a hyperparameter accepts, for messages: `an int in [1, 8]`, `one of [16, 32]`.
+LOADSTAR_DECL std::string describe_hparam(const Hyperparameter& hp);
+
+/// The grid points of one hyperparameter (Determined's `grid.go`).
+LOADSTAR_DECL std::vector<nlohmann::json> hparam_grid_points(const FlatHparam& flat);
+
+/// Checks `value` against `hp` (named `name`) and returns it normalised (an integral double given
+/// for an int becomes an int).
+LOADSTAR_DECL nlohmann::json check_hparam_value(const std::string& name, const Hyperparameter& hp,
+                                                const nlohmann::json& value);
+
+LOADSTAR_DECL nlohmann::json check_hparam_group(const std::vector<NamedHyperparameter>& hparams,
+                                                const nlohmann::json& values,
+                                                const std::string& prefix);
+
+}  // namespace detail
+
+/// One random draw of every hyperparameter (Determined >= 0.17's `sampleAll`): an int uniform in
+/// `[minval, maxval]` (both included), a double uniform in `[minval, maxval)`, a log
+/// `base^uniform(minval, maxval)`, a categorical a uniform choice among `vals`, a const its value.
+/// Hyperparameters draw from `rng` in the order of their dotted names.
+/// \code
+/// SplitMix64 rng(experiment_seed);
+/// const nlohmann::json hparams = sample_hparams(config.hyperparameters, rng);
+/// \endcode
+LOADSTAR_DECL nlohmann::json sample_hparams(const std::vector<NamedHyperparameter>& hparams,
+                                            SplitMix64& rng);
+
+/// Every point of the grid (Determined's `grid.go`): the Cartesian product of each
+/// hyperparameter's points, the first dotted name varying slowest. An int takes
+/// `min(count, maxval - minval + 1)` points `round(minval + i*(maxval - minval)/(count - 1))`, a
+/// double `count` evenly spaced points, a log `count` points evenly spaced in the exponent (a
+/// count of 1 gives the midpoint, rounded for an int), a categorical all its `vals`, a const its
+/// value. `ConfigError` naming the hyperparameter when an int, double or log has no `count`.
+/// \code
+/// for (const nlohmann::json& hparams : grid_hparams(config.hyperparameters)) create(hparams);
+/// \endcode
+LOADSTAR_DECL std::vector<nlohmann::json> grid_hparams(
+    const std::vector<NamedHyperparameter>& hparams);
+
+/// Checks that `values` gives every hyperparameter a value that fits it (a const its value, an int
+/// an integer in range, a double or log a number in range, a categorical one of its `vals`, a
+/// group an object) and nothing else; returns the values normalised (an integral double given for
+/// an int becomes an int). `ConfigError` naming the hyperparameter, what it accepts and what was
+/// found.
+inline nlohmann::json check_hparams(const std::vector<NamedHyperparameter>& hparams,
+                                    const nlohmann::json& values) {
+  return detail::check_hparam_group(hparams, values, "");
+}
+
+}  // namespace loadstar::trial
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_TRIAL_BODIES
+namespace loadstar::trial::detail {
+
+LOADSTAR_DECL void flatten_hparams_into(const std::vector<NamedHyperparameter>& hparams,
+                                        std::vector<std::string>& prefix,
+                                        std::vector<FlatHparam>& out) {
   for (const auto& hp : hparams) {
     prefix.push_back(hp.name);
     if (hp.value.type == Hyperparameter::Type::nested) {
@@ -56,9 +132,8 @@ inline void flatten_hparams_into(const std::vector<NamedHyperparameter>& hparams
   }
 }
 
-/// Every hyperparameter that is not a group, sorted by dotted name (Determined flattens nested
-/// hyperparameters to dotted names and visits them sorted).
-inline std::vector<FlatHparam> flatten_hparams(const std::vector<NamedHyperparameter>& hparams) {
+LOADSTAR_DECL std::vector<FlatHparam> flatten_hparams(
+    const std::vector<NamedHyperparameter>& hparams) {
   std::vector<FlatHparam> out;
   std::vector<std::string> prefix;
   flatten_hparams_into(hparams, prefix, out);
@@ -67,26 +142,22 @@ inline std::vector<FlatHparam> flatten_hparams(const std::vector<NamedHyperparam
   return out;
 }
 
-/// Sets `values[path[0]][path[1]]... = value`, creating the groups.
-inline void set_hparam_at(nlohmann::json& values, const std::vector<std::string>& path,
-                          nlohmann::json value) {
+LOADSTAR_DECL void set_hparam_at(nlohmann::json& values, const std::vector<std::string>& path,
+                                 nlohmann::json value) {
   nlohmann::json* at = &values;
   for (const auto& part : path)
     at = &(*at)[part];
   *at = std::move(value);
 }
 
-/// `x` as a message shows it: an integral value without a fraction, others in JSON's shortest
-/// round-trip form.
-inline std::string format_hparam_number(double x) {
+LOADSTAR_DECL std::string format_hparam_number(double x) {
   if (std::isfinite(x) && x == std::floor(x) && std::fabs(x) < 1e15) {
     return std::to_string(static_cast<std::int64_t>(x));
   }
   return nlohmann::json(x).dump();
 }
 
-/// What a hyperparameter accepts, for messages: `an int in [1, 8]`, `one of [16, 32]`.
-inline std::string describe_hparam(const Hyperparameter& hp) {
+LOADSTAR_DECL std::string describe_hparam(const Hyperparameter& hp) {
   using Type = Hyperparameter::Type;
   switch (hp.type) {
     case Type::constant:
@@ -109,8 +180,7 @@ inline std::string describe_hparam(const Hyperparameter& hp) {
   return "a group of hyperparameters";
 }
 
-/// The grid points of one hyperparameter (Determined's `grid.go`).
-inline std::vector<nlohmann::json> hparam_grid_points(const FlatHparam& flat) {
+LOADSTAR_DECL std::vector<nlohmann::json> hparam_grid_points(const FlatHparam& flat) {
   using Type = Hyperparameter::Type;
   const Hyperparameter& hp = *flat.value;
   std::vector<nlohmann::json> points;
@@ -173,10 +243,8 @@ inline std::vector<nlohmann::json> hparam_grid_points(const FlatHparam& flat) {
   return points;
 }
 
-/// Checks `value` against `hp` (named `name`) and returns it normalised (an integral double given
-/// for an int becomes an int).
-inline nlohmann::json check_hparam_value(const std::string& name, const Hyperparameter& hp,
-                                         const nlohmann::json& value) {
+LOADSTAR_DECL nlohmann::json check_hparam_value(const std::string& name, const Hyperparameter& hp,
+                                                const nlohmann::json& value) {
   using Type = Hyperparameter::Type;
   const auto refuse = [&]() -> ConfigError {
     return ConfigError("hyperparameter '" + name + "': expected " + describe_hparam(hp) +
@@ -219,8 +287,9 @@ inline nlohmann::json check_hparam_value(const std::string& name, const Hyperpar
   throw refuse();
 }
 
-inline nlohmann::json check_hparam_group(const std::vector<NamedHyperparameter>& hparams,
-                                         const nlohmann::json& values, const std::string& prefix) {
+LOADSTAR_DECL nlohmann::json check_hparam_group(const std::vector<NamedHyperparameter>& hparams,
+                                                const nlohmann::json& values,
+                                                const std::string& prefix) {
   const std::string group =
       prefix.empty() ? std::string("hyperparameters") : "hyperparameter '" + prefix + "'";
   if (!values.is_object()) {
@@ -251,18 +320,11 @@ inline nlohmann::json check_hparam_group(const std::vector<NamedHyperparameter>&
   return out;
 }
 
-}  // namespace detail
+}  // namespace loadstar::trial::detail
+namespace loadstar::trial {
 
-/// One random draw of every hyperparameter (Determined >= 0.17's `sampleAll`): an int uniform in
-/// `[minval, maxval]` (both included), a double uniform in `[minval, maxval)`, a log
-/// `base^uniform(minval, maxval)`, a categorical a uniform choice among `vals`, a const its value.
-/// Hyperparameters draw from `rng` in the order of their dotted names.
-/// \code
-/// SplitMix64 rng(experiment_seed);
-/// const nlohmann::json hparams = sample_hparams(config.hyperparameters, rng);
-/// \endcode
-inline nlohmann::json sample_hparams(const std::vector<NamedHyperparameter>& hparams,
-                                     SplitMix64& rng) {
+LOADSTAR_DECL nlohmann::json sample_hparams(const std::vector<NamedHyperparameter>& hparams,
+                                            SplitMix64& rng) {
   using Type = Hyperparameter::Type;
   nlohmann::json values = nlohmann::json::object();
   for (const auto& flat : detail::flatten_hparams(hparams)) {
@@ -300,16 +362,8 @@ inline nlohmann::json sample_hparams(const std::vector<NamedHyperparameter>& hpa
   return values;
 }
 
-/// Every point of the grid (Determined's `grid.go`): the Cartesian product of each
-/// hyperparameter's points, the first dotted name varying slowest. An int takes
-/// `min(count, maxval - minval + 1)` points `round(minval + i*(maxval - minval)/(count - 1))`, a
-/// double `count` evenly spaced points, a log `count` points evenly spaced in the exponent (a
-/// count of 1 gives the midpoint, rounded for an int), a categorical all its `vals`, a const its
-/// value. `ConfigError` naming the hyperparameter when an int, double or log has no `count`.
-/// \code
-/// for (const nlohmann::json& hparams : grid_hparams(config.hyperparameters)) create(hparams);
-/// \endcode
-inline std::vector<nlohmann::json> grid_hparams(const std::vector<NamedHyperparameter>& hparams) {
+LOADSTAR_DECL std::vector<nlohmann::json> grid_hparams(
+    const std::vector<NamedHyperparameter>& hparams) {
   const auto flat = detail::flatten_hparams(hparams);
   std::vector<std::vector<nlohmann::json>> points;
   points.reserve(flat.size());
@@ -334,14 +388,5 @@ inline std::vector<nlohmann::json> grid_hparams(const std::vector<NamedHyperpara
   return grid;
 }
 
-/// Checks that `values` gives every hyperparameter a value that fits it (a const its value, an int
-/// an integer in range, a double or log a number in range, a categorical one of its `vals`, a
-/// group an object) and nothing else; returns the values normalised (an integral double given for
-/// an int becomes an int). `ConfigError` naming the hyperparameter, what it accepts and what was
-/// found.
-inline nlohmann::json check_hparams(const std::vector<NamedHyperparameter>& hparams,
-                                    const nlohmann::json& values) {
-  return detail::check_hparam_group(hparams, values, "");
-}
-
 }  // namespace loadstar::trial
+#endif

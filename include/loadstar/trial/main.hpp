@@ -16,6 +16,8 @@
 /// \endcode
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <cstdint>
 #include <exception>
 #include <filesystem>
@@ -44,42 +46,11 @@ namespace loadstar::trial {
 namespace detail {
 
 /// `{"batches": 10}` (what the experiment passes to `trial run --until`) as a `Length`.
-inline Length parse_length_argument(const std::string& text) {
-  nlohmann::json json;
-  try {
-    json = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception&) {
-    json = nullptr;
-  }
-  if (!json.is_object() || json.size() != 1 || !length_unit_from_name(json.begin().key()) ||
-      !json.begin()->is_number_unsigned()) {
-    throw ConfigError("--until: expected a length like {\"batches\": 10} but found '" + text + "'");
-  }
-  return {*length_unit_from_name(json.begin().key()), json.begin()->get<std::uint64_t>()};
-}
+LOADSTAR_DECL Length parse_length_argument(const std::string& text);
 
 /// The lines `experiment create` and `resume` end with: the state and where the checkpoints,
 /// the metrics and the plot are.
-inline void print_summary(const ExperimentSummary& summary, std::ostream& out) {
-  out << "\nexperiment " << summary.id << " in '" << summary.dir.string() << "': " << summary.state
-      << " (" << summary.trials << (summary.trials == 1 ? " trial: " : " trials: ")
-      << summary.completed << " completed, " << summary.errored << " failed)\n";
-  out << "  checkpoints: " << summary.checkpoint_dir.string() << "\n";
-  const auto record = read_experiment_record(summary.dir);
-  if (record.trials.size() == 1) {
-    out << "  metrics:     "
-        << (trial_dir(summary.dir, record.trials.front().id) / "metrics.jsonl").string() << "\n";
-  } else {
-    out << "  metrics:     " << (summary.dir / "trials" / "<id>" / "metrics.jsonl").string()
-        << "\n";
-  }
-  if (!summary.plot.empty()) {
-    out << "  plot:        " << summary.plot.string() << "\n";
-  } else if (!summary.plot_error.empty()) {
-    out << "  plot:        not drawn (" << summary.plot_error << ")\n";
-  }
-  out << "  describe:    experiment describe " << summary.dir.string() << "\n";
-}
+LOADSTAR_DECL void print_summary(const ExperimentSummary& summary, std::ostream& out);
 
 }  // namespace detail
 
@@ -201,3 +172,47 @@ inline int main(int argc, char** argv) {
     return ::loadstar::trial::main(argc, argv); \
   }                                             \
   static_assert(true, "LOADSTAR_TRIAL_MAIN() is used with a semicolon")
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_TRIAL_BODIES
+namespace loadstar::trial::detail {
+
+LOADSTAR_DECL Length parse_length_argument(const std::string& text) {
+  nlohmann::json json;
+  try {
+    json = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception&) {
+    json = nullptr;
+  }
+  if (!json.is_object() || json.size() != 1 || !length_unit_from_name(json.begin().key()) ||
+      !json.begin()->is_number_unsigned()) {
+    throw ConfigError("--until: expected a length like {\"batches\": 10} but found '" + text + "'");
+  }
+  return {*length_unit_from_name(json.begin().key()), json.begin()->get<std::uint64_t>()};
+}
+
+LOADSTAR_DECL void print_summary(const ExperimentSummary& summary, std::ostream& out) {
+  out << "\nexperiment " << summary.id << " in '" << summary.dir.string() << "': " << summary.state
+      << " (" << summary.trials << (summary.trials == 1 ? " trial: " : " trials: ")
+      << summary.completed << " completed, " << summary.errored << " failed)\n";
+  out << "  checkpoints: " << summary.checkpoint_dir.string() << "\n";
+  const auto record = read_experiment_record(summary.dir);
+  if (record.trials.size() == 1) {
+    out << "  metrics:     "
+        << (trial_dir(summary.dir, record.trials.front().id) / "metrics.jsonl").string() << "\n";
+  } else {
+    out << "  metrics:     " << (summary.dir / "trials" / "<id>" / "metrics.jsonl").string()
+        << "\n";
+  }
+  if (!summary.plot.empty()) {
+    out << "  plot:        " << summary.plot.string() << "\n";
+  } else if (!summary.plot_error.empty()) {
+    out << "  plot:        not drawn (" << summary.plot_error << ")\n";
+  }
+  out << "  describe:    experiment describe " << summary.dir.string() << "\n";
+}
+
+}  // namespace loadstar::trial::detail
+#endif

@@ -3,6 +3,8 @@
 /// calls `fit`, with the same workloads, checkpoints, metrics and exact resume as a trial class.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -44,26 +46,7 @@ struct NativeOptions {
 /// What `init` returns: the trial context (hyperparameters, `configure_fit`) and `fit`.
 class NativeContext {
  public:
-  NativeContext(ExperimentConfig config, NativeOptions options) : options_(std::move(options)) {
-    if (options_.test) config = detail::test_overrides(std::move(config));
-    if (options_.hparams.empty()) {
-      SplitMix64 rng(options_.trial_seed);
-      options_.hparams = sample_hparams(config.hyperparameters, rng);
-    }
-    spec_.config = config;
-    spec_.experiment_id = options_.experiment_id;
-    spec_.trial_id = options_.trial_id;
-    spec_.hparams = options_.hparams;
-    spec_.trial_seed = options_.trial_seed;
-    spec_.trial_dir = options_.trial_dir;
-    spec_.checkpoint_dir = options_.checkpoint_dir;
-    context_ =
-        std::make_unique<TrialContext>(std::move(config), options_.hparams, options_.trial_id,
-                                       options_.trial_seed, options_.experiment_id);
-    // As Determined's `pre_execute_hook`: the model built after `init` draws its initial weights
-    // from the trial seed.
-    keras::set_random_seed(options_.trial_seed);
-  }
+  LOADSTAR_DECL NativeContext(ExperimentConfig config, NativeOptions options);
 
   TrialContext& context() noexcept { return *context_; }
   const nlohmann::json& get_hparams() const noexcept { return context_->get_hparams(); }
@@ -75,37 +58,9 @@ class NativeContext {
   /// from the latest checkpoint in `checkpoint_dir` that `trial_dir/trial.json` names, and after
   /// an exception restarts from the latest checkpoint up to `max_restarts` times (a failure before
   /// the first checkpoint is rethrown: the model's initial weights are gone).
-  TrialResult fit(keras::Model& model, const DataLoader& training, const DataLoader& validation,
-                  std::vector<std::shared_ptr<keras::callbacks::Callback>> callbacks = {}) {
-    context_->wrap_model(model);
-    RunOptions run{.until = options_.until, .test = options_.test, .verbose = options_.verbose};
-    detail::TrialJson record = detail::start_record(spec_);
-    for (;;) {
-      try {
-        context_->set_stop_requested(false);
-        detail::TrialController controller(spec_, run, *context_, model, training, validation,
-                                           callbacks);
-        return controller.run(record);
-      } catch (const std::exception& e) {
-        auto saved = detail::read_trial_record(spec_.trial_dir);
-        if (record.restarts >= spec_.config.max_restarts || !saved ||
-            saved->latest_checkpoint.empty()) {
-          record.state = "ERROR";
-          record.error = e.what();
-          try {
-            detail::write_trial_record(spec_.trial_dir, record);
-          } catch (const std::exception&) {
-          }
-          throw;
-        }
-        const auto restarts = record.restarts + 1;
-        record = *saved;
-        record.restarts = restarts;
-        record.state = "ACTIVE";
-        detail::write_trial_record(spec_.trial_dir, record);
-      }
-    }
-  }
+  LOADSTAR_DECL TrialResult
+  fit(keras::Model& model, const DataLoader& training, const DataLoader& validation,
+      std::vector<std::shared_ptr<keras::callbacks::Callback>> callbacks = {});
 
  private:
   NativeOptions options_;
@@ -124,3 +79,66 @@ inline NativeContext init(ExperimentConfig config, NativeOptions options = {}) {
 }
 
 }  // namespace loadstar::trial
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_TRIAL_BODIES
+namespace loadstar::trial {
+
+LOADSTAR_DECL NativeContext::NativeContext(ExperimentConfig config, NativeOptions options)
+    : options_(std::move(options)) {
+  if (options_.test) config = detail::test_overrides(std::move(config));
+  if (options_.hparams.empty()) {
+    SplitMix64 rng(options_.trial_seed);
+    options_.hparams = sample_hparams(config.hyperparameters, rng);
+  }
+  spec_.config = config;
+  spec_.experiment_id = options_.experiment_id;
+  spec_.trial_id = options_.trial_id;
+  spec_.hparams = options_.hparams;
+  spec_.trial_seed = options_.trial_seed;
+  spec_.trial_dir = options_.trial_dir;
+  spec_.checkpoint_dir = options_.checkpoint_dir;
+  context_ = std::make_unique<TrialContext>(std::move(config), options_.hparams, options_.trial_id,
+                                            options_.trial_seed, options_.experiment_id);
+  // As Determined's `pre_execute_hook`: the model built after `init` draws its initial weights
+  // from the trial seed.
+  keras::set_random_seed(options_.trial_seed);
+}
+
+LOADSTAR_DECL TrialResult
+NativeContext::fit(keras::Model& model, const DataLoader& training, const DataLoader& validation,
+                   std::vector<std::shared_ptr<keras::callbacks::Callback>> callbacks) {
+  context_->wrap_model(model);
+  RunOptions run{.until = options_.until, .test = options_.test, .verbose = options_.verbose};
+  detail::TrialJson record = detail::start_record(spec_);
+  for (;;) {
+    try {
+      context_->set_stop_requested(false);
+      detail::TrialController controller(spec_, run, *context_, model, training, validation,
+                                         callbacks);
+      return controller.run(record);
+    } catch (const std::exception& e) {
+      auto saved = detail::read_trial_record(spec_.trial_dir);
+      if (record.restarts >= spec_.config.max_restarts || !saved ||
+          saved->latest_checkpoint.empty()) {
+        record.state = "ERROR";
+        record.error = e.what();
+        try {
+          detail::write_trial_record(spec_.trial_dir, record);
+        } catch (const std::exception&) {
+        }
+        throw;
+      }
+      const auto restarts = record.restarts + 1;
+      record = *saved;
+      record.restarts = restarts;
+      record.state = "ACTIVE";
+      detail::write_trial_record(spec_.trial_dir, record);
+    }
+  }
+}
+
+}  // namespace loadstar::trial
+#endif

@@ -4,6 +4,8 @@
 /// the experiment down.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <cstdint>
 #include <string>
 #include <type_traits>
@@ -53,7 +55,25 @@ using Operation = std::variant<Create, ValidateAfter, Close, Shutdown>;
 
 /// `Create 1 seed 42 {"lr":0.1}`, `ValidateAfter 1 {"batches":100}`, `Close 1`, `Shutdown`
 /// (`Shutdown failure`).
-inline std::string to_string(const Operation& operation) {
+LOADSTAR_DECL std::string to_string(const Operation& operation);
+
+/// An operation as JSON: `{"type": "create", "request_id": 1, "hparams": {...}, "trial_seed":
+/// 42}`, `{"type": "validate_after", "request_id": 1, "length": {"batches": 100}}`,
+/// `{"type": "close", "request_id": 1}`, `{"type": "shutdown", "failure": false}`.
+LOADSTAR_DECL nlohmann::json operation_to_json(const Operation& operation);
+
+/// Reads `operation_to_json`; `CheckpointError` naming what is wrong.
+LOADSTAR_DECL Operation operation_from_json(const nlohmann::json& json);
+
+}  // namespace loadstar::trial
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_TRIAL_BODIES
+namespace loadstar::trial {
+
+LOADSTAR_DECL std::string to_string(const Operation& operation) {
   return std::visit(
       [](const auto& op) -> std::string {
         using T = std::decay_t<decltype(op)>;
@@ -72,10 +92,7 @@ inline std::string to_string(const Operation& operation) {
       operation);
 }
 
-/// An operation as JSON: `{"type": "create", "request_id": 1, "hparams": {...}, "trial_seed":
-/// 42}`, `{"type": "validate_after", "request_id": 1, "length": {"batches": 100}}`,
-/// `{"type": "close", "request_id": 1}`, `{"type": "shutdown", "failure": false}`.
-inline nlohmann::json operation_to_json(const Operation& operation) {
+LOADSTAR_DECL nlohmann::json operation_to_json(const Operation& operation) {
   return std::visit(
       [](const auto& op) -> nlohmann::json {
         using T = std::decay_t<decltype(op)>;
@@ -97,8 +114,7 @@ inline nlohmann::json operation_to_json(const Operation& operation) {
       operation);
 }
 
-/// Reads `operation_to_json`; `CheckpointError` naming what is wrong.
-inline Operation operation_from_json(const nlohmann::json& json) {
+LOADSTAR_DECL Operation operation_from_json(const nlohmann::json& json) {
   const loadstar::detail::StateReader read("searcher operation", json);
   const auto type = read.get<std::string>("type");
   if (type == "create") {
@@ -124,3 +140,4 @@ inline Operation operation_from_json(const nlohmann::json& json) {
 }
 
 }  // namespace loadstar::trial
+#endif

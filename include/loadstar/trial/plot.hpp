@@ -3,6 +3,8 @@
 /// and drawn by gnuplot as an SVG or PNG file (what `experiment describe --plot` writes).
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -43,7 +45,63 @@ struct MetricsRecord {
 /// for (const auto& record : read_metrics(dir / "trials/1/metrics.jsonl"))
 ///   if (record.kind == "validation") std::printf("%g\n", record.metrics.at("val_loss"));
 /// \endcode
-inline std::vector<MetricsRecord> read_metrics(const std::filesystem::path& file) {
+LOADSTAR_DECL std::vector<MetricsRecord> read_metrics(const std::filesystem::path& file);
+
+/// The curves of one trial.
+struct TrialCurves {
+  std::uint64_t trial_id = 0;
+  std::vector<MetricsRecord> records;
+};
+
+/// How `plot_metrics` draws.
+struct PlotOptions {
+  /// The title above the panels.
+  std::string title = {};
+  /// The gnuplot program: a name looked up on `PATH` or a path. Empty: `$LOADSTAR_GNUPLOT`, else
+  /// `gnuplot`.
+  std::string gnuplot = {};
+};
+
+namespace detail {
+
+/// `text` as a single-quoted gnuplot string.
+LOADSTAR_DECL std::string gnuplot_quote(std::string_view text);
+
+/// A metric's panel: `val_loss` and `loss` share the panel `loss`.
+LOADSTAR_DECL std::string panel_name(std::string_view metric);
+
+/// A number as gnuplot reads it; non-finite values become `NaN` (a gap in the line).
+LOADSTAR_DECL std::string gnuplot_number(double value);
+
+}  // namespace detail
+
+/// The gnuplot script that draws `trials` into `output` with `terminal` (`svg` or `pngcairo`):
+/// one panel per metric (`loss` and `val_loss` together), batches on the x axis, one colour per
+/// trial, training solid and validation dashed with points. The data travel inside the script
+/// (gnuplot datablocks), so the script is all gnuplot needs.
+LOADSTAR_DECL std::string gnuplot_script(const std::vector<TrialCurves>& trials,
+                                         const std::filesystem::path& output,
+                                         const std::string& terminal, const std::string& title);
+
+/// Draws the training and validation curves of `trials` into `output` (`.svg` or `.png`, by
+/// its extension) with gnuplot, writing a temporary file beside it that is renamed into place.
+/// Throws `ConfigError` for another extension and `IoError` when gnuplot is missing or fails.
+/// \code
+/// plot_metrics({{1, read_metrics(dir / "trials/1/metrics.jsonl")}}, "curves.svg");
+/// \endcode
+LOADSTAR_DECL void plot_metrics(const std::vector<TrialCurves>& trials,
+                                const std::filesystem::path& output,
+                                const PlotOptions& options = {});
+
+}  // namespace loadstar::trial
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_TRIAL_BODIES
+namespace loadstar::trial {
+
+LOADSTAR_DECL std::vector<MetricsRecord> read_metrics(const std::filesystem::path& file) {
   const std::string text = keras::detail::read_bytes(file);
   std::vector<MetricsRecord> records;
   std::size_t begin = 0;
@@ -96,60 +154,9 @@ inline std::vector<MetricsRecord> read_metrics(const std::filesystem::path& file
   return records;
 }
 
-/// The curves of one trial.
-struct TrialCurves {
-  std::uint64_t trial_id = 0;
-  std::vector<MetricsRecord> records;
-};
-
-/// How `plot_metrics` draws.
-struct PlotOptions {
-  /// The title above the panels.
-  std::string title = {};
-  /// The gnuplot program: a name looked up on `PATH` or a path. Empty: `$LOADSTAR_GNUPLOT`, else
-  /// `gnuplot`.
-  std::string gnuplot = {};
-};
-
-namespace detail {
-
-/// `text` as a single-quoted gnuplot string.
-inline std::string gnuplot_quote(std::string_view text) {
-  std::string quoted = "'";
-  for (const char c : text) {
-    if (c == '\'')
-      quoted += "''";
-    else if (c == '\n')
-      quoted += ' ';
-    else
-      quoted += c;
-  }
-  return quoted + "'";
-}
-
-/// A metric's panel: `val_loss` and `loss` share the panel `loss`.
-inline std::string panel_name(std::string_view metric) {
-  if (metric.starts_with("val_")) metric.remove_prefix(4);
-  return std::string(metric);
-}
-
-/// A number as gnuplot reads it; non-finite values become `NaN` (a gap in the line).
-inline std::string gnuplot_number(double value) {
-  if (!std::isfinite(value)) return "NaN";
-  char buffer[32];
-  std::snprintf(buffer, sizeof buffer, "%.10g", value);
-  return buffer;
-}
-
-}  // namespace detail
-
-/// The gnuplot script that draws `trials` into `output` with `terminal` (`svg` or `pngcairo`):
-/// one panel per metric (`loss` and `val_loss` together), batches on the x axis, one colour per
-/// trial, training solid and validation dashed with points. The data travel inside the script
-/// (gnuplot datablocks), so the script is all gnuplot needs.
-inline std::string gnuplot_script(const std::vector<TrialCurves>& trials,
-                                  const std::filesystem::path& output, const std::string& terminal,
-                                  const std::string& title) {
+LOADSTAR_DECL std::string gnuplot_script(const std::vector<TrialCurves>& trials,
+                                         const std::filesystem::path& output,
+                                         const std::string& terminal, const std::string& title) {
   std::set<std::string> panels;
   for (const auto& trial : trials) {
     for (const auto& record : trial.records) {
@@ -211,14 +218,8 @@ inline std::string gnuplot_script(const std::vector<TrialCurves>& trials,
   return script.str();
 }
 
-/// Draws the training and validation curves of `trials` into `output` (`.svg` or `.png`, by
-/// its extension) with gnuplot, writing a temporary file beside it that is renamed into place.
-/// Throws `ConfigError` for another extension and `IoError` when gnuplot is missing or fails.
-/// \code
-/// plot_metrics({{1, read_metrics(dir / "trials/1/metrics.jsonl")}}, "curves.svg");
-/// \endcode
-inline void plot_metrics(const std::vector<TrialCurves>& trials,
-                         const std::filesystem::path& output, const PlotOptions& options = {}) {
+LOADSTAR_DECL void plot_metrics(const std::vector<TrialCurves>& trials,
+                                const std::filesystem::path& output, const PlotOptions& options) {
   const std::string extension = output.extension().string();
   std::string terminal;
   if (extension == ".svg")
@@ -262,3 +263,32 @@ inline void plot_metrics(const std::vector<TrialCurves>& trials,
 }
 
 }  // namespace loadstar::trial
+namespace loadstar::trial::detail {
+
+LOADSTAR_DECL std::string gnuplot_quote(std::string_view text) {
+  std::string quoted = "'";
+  for (const char c : text) {
+    if (c == '\'')
+      quoted += "''";
+    else if (c == '\n')
+      quoted += ' ';
+    else
+      quoted += c;
+  }
+  return quoted + "'";
+}
+
+LOADSTAR_DECL std::string panel_name(std::string_view metric) {
+  if (metric.starts_with("val_")) metric.remove_prefix(4);
+  return std::string(metric);
+}
+
+LOADSTAR_DECL std::string gnuplot_number(double value) {
+  if (!std::isfinite(value)) return "NaN";
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%.10g", value);
+  return buffer;
+}
+
+}  // namespace loadstar::trial::detail
+#endif

@@ -2,6 +2,8 @@
 /// The registry of trial classes: the names an experiment's `entrypoint` may give.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <functional>
 #include <map>
 #include <memory>
@@ -29,10 +31,7 @@ struct TrialRegistry {
   std::map<std::string, TrialFactory> factories;
 };
 
-inline TrialRegistry& trial_registry() {
-  static TrialRegistry registry;
-  return registry;
-}
+LOADSTAR_DECL TrialRegistry& trial_registry();
 
 }  // namespace detail
 
@@ -51,14 +50,48 @@ bool register_trial(const std::string& name) {
 }
 
 /// Whether a trial class is registered under `name`.
-inline bool has_trial(const std::string& name) {
+LOADSTAR_DECL bool has_trial(const std::string& name);
+
+/// The registered names, sorted.
+LOADSTAR_DECL std::vector<std::string> registered_trials();
+
+/// A new trial of the class registered under `name`; throws `ConfigError` naming it and the
+/// registered names when there is none.
+LOADSTAR_DECL std::unique_ptr<KerasTrial> make_trial(const std::string& name,
+                                                     TrialContext& context);
+
+}  // namespace loadstar::trial
+
+#define LOADSTAR_TRIAL_CONCAT_INNER(a, b) a##b
+#define LOADSTAR_TRIAL_CONCAT(a, b) LOADSTAR_TRIAL_CONCAT_INNER(a, b)
+
+/// Registers the trial class `Type` under `name` at static initialization:
+/// `LOADSTAR_REGISTER_TRIAL(FashionMNISTTrial, "model_def:FashionMNISTTrial");`
+#define LOADSTAR_REGISTER_TRIAL(Type, name)                                                        \
+  [[maybe_unused]] static const bool LOADSTAR_TRIAL_CONCAT(loadstar_trial_registered_, __LINE__) = \
+      ::loadstar::trial::register_trial<Type>(name)
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_TRIAL_BODIES
+namespace loadstar::trial::detail {
+
+LOADSTAR_DECL TrialRegistry& trial_registry() {
+  static TrialRegistry registry;
+  return registry;
+}
+
+}  // namespace loadstar::trial::detail
+namespace loadstar::trial {
+
+LOADSTAR_DECL bool has_trial(const std::string& name) {
   auto& registry = detail::trial_registry();
   const std::lock_guard lock(registry.mutex);
   return registry.factories.contains(name);
 }
 
-/// The registered names, sorted.
-inline std::vector<std::string> registered_trials() {
+LOADSTAR_DECL std::vector<std::string> registered_trials() {
   auto& registry = detail::trial_registry();
   const std::lock_guard lock(registry.mutex);
   std::vector<std::string> names;
@@ -67,9 +100,8 @@ inline std::vector<std::string> registered_trials() {
   return names;
 }
 
-/// A new trial of the class registered under `name`; throws `ConfigError` naming it and the
-/// registered names when there is none.
-inline std::unique_ptr<KerasTrial> make_trial(const std::string& name, TrialContext& context) {
+LOADSTAR_DECL std::unique_ptr<KerasTrial> make_trial(const std::string& name,
+                                                     TrialContext& context) {
   detail::TrialFactory factory;
   {
     auto& registry = detail::trial_registry();
@@ -90,12 +122,4 @@ inline std::unique_ptr<KerasTrial> make_trial(const std::string& name, TrialCont
 }
 
 }  // namespace loadstar::trial
-
-#define LOADSTAR_TRIAL_CONCAT_INNER(a, b) a##b
-#define LOADSTAR_TRIAL_CONCAT(a, b) LOADSTAR_TRIAL_CONCAT_INNER(a, b)
-
-/// Registers the trial class `Type` under `name` at static initialization:
-/// `LOADSTAR_REGISTER_TRIAL(FashionMNISTTrial, "model_def:FashionMNISTTrial");`
-#define LOADSTAR_REGISTER_TRIAL(Type, name)                                                        \
-  [[maybe_unused]] static const bool LOADSTAR_TRIAL_CONCAT(loadstar_trial_registered_, __LINE__) = \
-      ::loadstar::trial::register_trial<Type>(name)
+#endif

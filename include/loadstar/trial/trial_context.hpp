@@ -4,6 +4,8 @@
 /// `configure_fit` arguments, and the stop request.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -105,52 +107,14 @@ class TrialContext {
   /// `ConfigError` when `hparams` has no `global_batch_size` (an integer at least 1) or it is
   /// less than the number of ranks. Each rank's batch is `global_batch_size / ranks` (Determined's
   /// per-slot batch size).
-  TrialContext(ExperimentConfig config, nlohmann::json hparams, std::uint64_t trial_id = 1,
-               std::uint32_t trial_seed = 0, std::uint64_t experiment_id = 1,
-               std::shared_ptr<dist::Collective> collective = nullptr)
-      : config_(std::move(config)),
-        hparams_(std::move(hparams)),
-        trial_id_(trial_id),
-        experiment_id_(experiment_id),
-        trial_seed_(trial_seed),
-        collective_(collective ? std::move(collective)
-                               : std::make_shared<dist::LocalCollective>()) {
-    distributed = {collective_->rank(), collective_->size(), collective_->local_rank(),
-                   collective_->local_size(), collective_->cross_rank()};
-    if (!hparams_.is_object()) {
-      throw ConfigError("trial " + std::to_string(trial_id_) +
-                        ": expected the hyperparameters as an object but found " + hparams_.dump());
-    }
-    const auto found = hparams_.find("global_batch_size");
-    if (found == hparams_.end() || !found->is_number_integer() || found->get<std::int64_t>() < 1) {
-      throw ConfigError(
-          "trial " + std::to_string(trial_id_) +
-          ": hyperparameter 'global_batch_size' must be an integer at least 1 but " +
-          (found == hparams_.end() ? std::string("is missing") : "is " + found->dump()));
-    }
-    global_batch_size_ = found->get<std::uint64_t>();
-    const auto slots = static_cast<std::uint64_t>(distributed.size);
-    if (global_batch_size_ < slots) {
-      throw ConfigError("trial " + std::to_string(trial_id_) + ": global_batch_size " +
-                        std::to_string(global_batch_size_) + " is less than the " +
-                        std::to_string(slots) + " ranks of the trial");
-    }
-    per_slot_batch_size_ = global_batch_size_ / slots;
-  }
+  LOADSTAR_DECL TrialContext(ExperimentConfig config, nlohmann::json hparams,
+                             std::uint64_t trial_id = 1, std::uint32_t trial_seed = 0,
+                             std::uint64_t experiment_id = 1,
+                             std::shared_ptr<dist::Collective> collective = nullptr);
 
   const nlohmann::json& get_hparams() const noexcept { return hparams_; }
   /// The hyperparameter `name`; throws `ConfigError` naming it and the known ones when missing.
-  const nlohmann::json& get_hparam(std::string_view name) const {
-    const auto found = hparams_.find(std::string(name));
-    if (found == hparams_.end()) {
-      std::string known;
-      for (const auto& [key, value] : hparams_.items())
-        known += (known.empty() ? "" : ", ") + key;
-      throw ConfigError("trial " + std::to_string(trial_id_) + ": no hyperparameter '" +
-                        std::string(name) + "' (the hyperparameters are " + known + ")");
-    }
-    return *found;
-  }
+  LOADSTAR_DECL const nlohmann::json& get_hparam(std::string_view name) const;
   std::uint64_t get_global_batch_size() const noexcept { return global_batch_size_; }
   std::uint64_t get_per_slot_batch_size() const noexcept { return per_slot_batch_size_; }
   const ExperimentConfig& get_experiment_config() const noexcept { return config_; }
@@ -160,10 +124,7 @@ class TrialContext {
   std::uint32_t get_trial_seed() const noexcept { return trial_seed_; }
 
   /// Records the model the runner trains (compiled by `build_model` itself) and returns it.
-  keras::Model& wrap_model(keras::Model& model) {
-    model_ = &model;
-    return model;
-  }
+  LOADSTAR_DECL keras::Model& wrap_model(keras::Model& model);
   /// The model `wrap_model` recorded (null before).
   keras::Model* model() const noexcept { return model_; }
 
@@ -171,15 +132,8 @@ class TrialContext {
   /// `dist::DistributedOptimizer` (with `optimizations.aggregation_frequency`); with one, the
   /// optimizer itself. The runner wraps the compiled model's optimizer itself when the trial did
   /// not.
-  std::shared_ptr<keras::Optimizer> wrap_optimizer(std::shared_ptr<keras::Optimizer> optimizer) {
-    if (distributed.size == 1 || dynamic_cast<dist::DistributedOptimizer*>(optimizer.get())) {
-      return optimizer;
-    }
-    return std::make_shared<dist::DistributedOptimizer>(
-        std::move(optimizer), collective_,
-        dist::DistributedOptions{.aggregation_frequency =
-                                     static_cast<std::size_t>(config_.aggregation_frequency)});
-  }
+  LOADSTAR_DECL std::shared_ptr<keras::Optimizer> wrap_optimizer(
+      std::shared_ptr<keras::Optimizer> optimizer);
 
   /// The collectives between the trial's ranks (a one-process collective without MPI).
   const std::shared_ptr<dist::Collective>& collective() const noexcept { return collective_; }
@@ -201,22 +155,7 @@ class TrialContext {
   std::size_t wrapped_datasets() const noexcept { return wrapped_datasets_; }
 
   /// Determined's `configure_fit`: sets the given arguments, keeps the others.
-  void configure_fit(const FitConfig& config) {
-    if (config.verbose) fit_.verbose = *config.verbose;
-    if (config.class_weight) fit_.class_weight = *config.class_weight;
-    if (config.workers) fit_.workers = *config.workers;
-    if (config.use_multiprocessing) fit_.use_multiprocessing = *config.use_multiprocessing;
-    if (config.max_queue_size) {
-      if (*config.max_queue_size == 0) {
-        throw ConfigError("trial " + std::to_string(trial_id_) +
-                          ": configure_fit: max_queue_size must be positive but is 0");
-      }
-      fit_.max_queue_size = *config.max_queue_size;
-    }
-    if (config.shuffle) fit_.shuffle = *config.shuffle;
-    if (config.validation_steps) fit_.validation_steps = *config.validation_steps;
-    if (config.validation_freq) fit_.validation_freq = *config.validation_freq;
-  }
+  LOADSTAR_DECL void configure_fit(const FitConfig& config);
   const FitSettings& fit_settings() const noexcept { return fit_; }
 
   /// Determined's stop request: finish the workload, checkpoint and exit.
@@ -242,3 +181,90 @@ class TrialContext {
 };
 
 }  // namespace loadstar::trial
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_TRIAL_BODIES
+namespace loadstar::trial {
+
+LOADSTAR_DECL TrialContext::TrialContext(ExperimentConfig config, nlohmann::json hparams,
+                                         std::uint64_t trial_id, std::uint32_t trial_seed,
+                                         std::uint64_t experiment_id,
+                                         std::shared_ptr<dist::Collective> collective)
+    : config_(std::move(config)),
+      hparams_(std::move(hparams)),
+      trial_id_(trial_id),
+      experiment_id_(experiment_id),
+      trial_seed_(trial_seed),
+      collective_(collective ? std::move(collective) : std::make_shared<dist::LocalCollective>()) {
+  distributed = {collective_->rank(), collective_->size(), collective_->local_rank(),
+                 collective_->local_size(), collective_->cross_rank()};
+  if (!hparams_.is_object()) {
+    throw ConfigError("trial " + std::to_string(trial_id_) +
+                      ": expected the hyperparameters as an object but found " + hparams_.dump());
+  }
+  const auto found = hparams_.find("global_batch_size");
+  if (found == hparams_.end() || !found->is_number_integer() || found->get<std::int64_t>() < 1) {
+    throw ConfigError(
+        "trial " + std::to_string(trial_id_) +
+        ": hyperparameter 'global_batch_size' must be an integer at least 1 but " +
+        (found == hparams_.end() ? std::string("is missing") : "is " + found->dump()));
+  }
+  global_batch_size_ = found->get<std::uint64_t>();
+  const auto slots = static_cast<std::uint64_t>(distributed.size);
+  if (global_batch_size_ < slots) {
+    throw ConfigError("trial " + std::to_string(trial_id_) + ": global_batch_size " +
+                      std::to_string(global_batch_size_) + " is less than the " +
+                      std::to_string(slots) + " ranks of the trial");
+  }
+  per_slot_batch_size_ = global_batch_size_ / slots;
+}
+
+LOADSTAR_DECL const nlohmann::json& TrialContext::get_hparam(std::string_view name) const {
+  const auto found = hparams_.find(std::string(name));
+  if (found == hparams_.end()) {
+    std::string known;
+    for (const auto& [key, value] : hparams_.items())
+      known += (known.empty() ? "" : ", ") + key;
+    throw ConfigError("trial " + std::to_string(trial_id_) + ": no hyperparameter '" +
+                      std::string(name) + "' (the hyperparameters are " + known + ")");
+  }
+  return *found;
+}
+
+LOADSTAR_DECL keras::Model& TrialContext::wrap_model(keras::Model& model) {
+  model_ = &model;
+  return model;
+}
+
+LOADSTAR_DECL std::shared_ptr<keras::Optimizer> TrialContext::wrap_optimizer(
+    std::shared_ptr<keras::Optimizer> optimizer) {
+  if (distributed.size == 1 || dynamic_cast<dist::DistributedOptimizer*>(optimizer.get())) {
+    return optimizer;
+  }
+  return std::make_shared<dist::DistributedOptimizer>(
+      std::move(optimizer), collective_,
+      dist::DistributedOptions{.aggregation_frequency =
+                                   static_cast<std::size_t>(config_.aggregation_frequency)});
+}
+
+LOADSTAR_DECL void TrialContext::configure_fit(const FitConfig& config) {
+  if (config.verbose) fit_.verbose = *config.verbose;
+  if (config.class_weight) fit_.class_weight = *config.class_weight;
+  if (config.workers) fit_.workers = *config.workers;
+  if (config.use_multiprocessing) fit_.use_multiprocessing = *config.use_multiprocessing;
+  if (config.max_queue_size) {
+    if (*config.max_queue_size == 0) {
+      throw ConfigError("trial " + std::to_string(trial_id_) +
+                        ": configure_fit: max_queue_size must be positive but is 0");
+    }
+    fit_.max_queue_size = *config.max_queue_size;
+  }
+  if (config.shuffle) fit_.shuffle = *config.shuffle;
+  if (config.validation_steps) fit_.validation_steps = *config.validation_steps;
+  if (config.validation_freq) fit_.validation_freq = *config.validation_freq;
+}
+
+}  // namespace loadstar::trial
+#endif

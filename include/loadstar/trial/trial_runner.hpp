@@ -3,6 +3,8 @@
 /// Determined's workloads, checkpoints, metrics, exact resume and restarts.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <exception>
 #include <iostream>
 #include <memory>
@@ -19,7 +21,46 @@ namespace detail {
 
 /// The record a run starts from: `trial.json` if the trial ran before (checked to be this
 /// trial's), a fresh one otherwise.
-inline TrialJson start_record(const TrialSpec& spec) {
+LOADSTAR_DECL TrialJson start_record(const TrialSpec& spec);
+
+/// One attempt: builds the trial in Determined's order (training loader, validation loader,
+/// model, callbacks) and runs it, resuming from the record's latest checkpoint.
+LOADSTAR_DECL TrialResult run_attempt(const TrialSpec& spec, const RunOptions& options,
+                                      TrialJson& record);
+
+}  // namespace detail
+
+/// Runs the trial `spec` until `options.until` (default: `searcher.max_length`): makes the trial
+/// registered under `config.entrypoint`, resumes it from the latest checkpoint that
+/// `trial_dir/trial.json` names (exactly: the weights, optimizer, data position, random state,
+/// training metrics, callback states and workload sequencer; metrics after the checkpoint are
+/// dropped and produced again), runs Determined's workload sequence (trial-runner.md §2.1),
+/// appends every training workload and validation to `metrics.jsonl`, checkpoints to
+/// `checkpoint_dir/<uuid>/` and keeps `trial.json` up to date. When the trial throws, it is
+/// restarted in-process from its latest checkpoint up to `max_restarts` times (counted in
+/// `trial.json` across processes), then the error is rethrown with the trial in state `ERROR`.
+///
+/// With `spec.collective` of several ranks (every rank calls `run_trial` with the same spec), the
+/// trial is data-parallel: each rank trains on its shard at `global_batch_size / ranks`, the
+/// gradients are combined by a `dist::DistributedOptimizer`, validation merges every rank's
+/// metrics, and rank 0 alone writes files and prints. A rank that throws ends the job on every
+/// rank (`Collective::abort`, naming the rank and the error) after rank 0 has recorded the
+/// error; the experiment restarts the whole job from the latest checkpoint.
+/// \code
+/// auto result = trial::run_trial({.config = config, .hparams = {{"global_batch_size", 32}},
+///                                 .trial_dir = "trial", .checkpoint_dir = "checkpoints"});
+/// \endcode
+LOADSTAR_DECL TrialResult run_trial(const TrialSpec& given, const RunOptions& options = {});
+
+}  // namespace loadstar::trial
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_TRIAL_BODIES
+namespace loadstar::trial::detail {
+
+LOADSTAR_DECL TrialJson start_record(const TrialSpec& spec) {
   if (auto record = read_trial_record(spec.trial_dir)) {
     if (record->trial_id != spec.trial_id || record->experiment_id != spec.experiment_id) {
       throw CheckpointError("trial record '" + (spec.trial_dir / "trial.json").string() +
@@ -40,10 +81,8 @@ inline TrialJson start_record(const TrialSpec& spec) {
   return record;
 }
 
-/// One attempt: builds the trial in Determined's order (training loader, validation loader,
-/// model, callbacks) and runs it, resuming from the record's latest checkpoint.
-inline TrialResult run_attempt(const TrialSpec& spec, const RunOptions& options,
-                               TrialJson& record) {
+LOADSTAR_DECL TrialResult run_attempt(const TrialSpec& spec, const RunOptions& options,
+                                      TrialJson& record) {
   TrialContext context(spec.config, spec.hparams, spec.trial_id, spec.trial_seed,
                        spec.experiment_id, spec.collective);
   // Determined seeds every generator with the trial seed before the trial is built
@@ -79,29 +118,10 @@ inline TrialResult run_attempt(const TrialSpec& spec, const RunOptions& options,
   return controller.run(record);
 }
 
-}  // namespace detail
+}  // namespace loadstar::trial::detail
+namespace loadstar::trial {
 
-/// Runs the trial `spec` until `options.until` (default: `searcher.max_length`): makes the trial
-/// registered under `config.entrypoint`, resumes it from the latest checkpoint that
-/// `trial_dir/trial.json` names (exactly: the weights, optimizer, data position, random state,
-/// training metrics, callback states and workload sequencer; metrics after the checkpoint are
-/// dropped and produced again), runs Determined's workload sequence (trial-runner.md §2.1),
-/// appends every training workload and validation to `metrics.jsonl`, checkpoints to
-/// `checkpoint_dir/<uuid>/` and keeps `trial.json` up to date. When the trial throws, it is
-/// restarted in-process from its latest checkpoint up to `max_restarts` times (counted in
-/// `trial.json` across processes), then the error is rethrown with the trial in state `ERROR`.
-///
-/// With `spec.collective` of several ranks (every rank calls `run_trial` with the same spec), the
-/// trial is data-parallel: each rank trains on its shard at `global_batch_size / ranks`, the
-/// gradients are combined by a `dist::DistributedOptimizer`, validation merges every rank's
-/// metrics, and rank 0 alone writes files and prints. A rank that throws ends the job on every
-/// rank (`Collective::abort`, naming the rank and the error) after rank 0 has recorded the
-/// error; the experiment restarts the whole job from the latest checkpoint.
-/// \code
-/// auto result = trial::run_trial({.config = config, .hparams = {{"global_batch_size", 32}},
-///                                 .trial_dir = "trial", .checkpoint_dir = "checkpoints"});
-/// \endcode
-inline TrialResult run_trial(const TrialSpec& given, const RunOptions& options = {}) {
+LOADSTAR_DECL TrialResult run_trial(const TrialSpec& given, const RunOptions& options) {
   TrialSpec spec = given;
   if (options.test) spec.config = detail::test_overrides(std::move(spec.config));
   if (spec.trial_dir.empty() || spec.checkpoint_dir.empty()) {
@@ -168,3 +188,4 @@ inline TrialResult run_trial(const TrialSpec& given, const RunOptions& options =
 }
 
 }  // namespace loadstar::trial
+#endif

@@ -56,67 +56,16 @@ struct AxisGeometry {
 
 /// The output size and padding of one axis under `same` (`true`) or `valid` padding; `out` is 0
 /// when a `valid` window does not fit.
-inline AxisGeometry axis_geometry(std::size_t in, std::size_t kernel, std::size_t stride,
-                                  std::size_t dilation, bool same) noexcept {
-  const std::size_t span = (kernel - 1) * dilation + 1;
-  if (!same) return {in >= span ? (in - span) / stride + 1 : 0, 0};
-  const std::size_t out = (in + stride - 1) / stride;
-  const std::size_t needed = out == 0 ? 0 : (out - 1) * stride + span;
-  const std::size_t total = needed > in ? needed - in : 0;
-  return {out, total / 2};
-}
+LOADSTAR_DECL AxisGeometry axis_geometry(std::size_t in, std::size_t kernel, std::size_t stride,
+                                         std::size_t dilation, bool same) noexcept;
 
 namespace detail {
 
 /// Rows `[row_begin, row_end)` of axis 0 of `y = transpose(x, axes)` (NumPy's and TensorFlow's
 /// `transpose`: axis `i` of `y` is axis `axes[i]` of `x`), on host memory. Runs of the last axis
 /// are copied whole when `axes` keeps the last axis last.
-inline void permute_rows(const Tensor<float>& x, std::span<const std::size_t> axes,
-                         const Tensor<float>& y, std::size_t row_begin, std::size_t row_end) {
-  const std::size_t rank = x.rank();
-  if (rank <= 1) {
-    std::memcpy(y.data() + row_begin, x.data() + row_begin, (row_end - row_begin) * sizeof(float));
-    return;
-  }
-  std::array<std::size_t, Shape::max_rank> x_strides{}, strides{}, dims{}, index{};
-  std::size_t stride = 1;
-  for (std::size_t i = rank; i-- > 0;) {
-    x_strides[i] = stride;
-    stride *= x.shape()[i];
-  }
-  for (std::size_t i = 0; i < rank; ++i) {
-    strides[i] = x_strides[axes[i]];
-    dims[i] = y.shape()[i];
-  }
-  // The last axis of y is copied in one go per position of the others: a memcpy when it stays
-  // last (stride 1 in both), else a strided gather; an odometer walks axes 1..rank-2 of y.
-  const std::size_t run = dims[rank - 1];
-  const std::size_t run_stride = strides[rank - 1];
-  const std::size_t row = y.size() / std::max<std::size_t>(y.shape()[0], 1);
-  if (row == 0 || run == 0) return;
-  for (std::size_t r = row_begin; r < row_end; ++r) {
-    float* out = y.data() + r * row;
-    const float* out_end = out + row;
-    index.fill(0);
-    std::size_t offset = r * strides[0];
-    while (out < out_end) {
-      const float* in = x.data() + offset;
-      if (run_stride == 1) {
-        std::memcpy(out, in, run * sizeof(float));
-      } else {
-        for (std::size_t j = 0; j < run; ++j)
-          out[j] = in[j * run_stride];
-      }
-      out += run;
-      for (std::size_t i = rank - 1; i-- > 1;) {
-        offset += strides[i];
-        if (++index[i] < dims[i]) break;
-        offset -= strides[i] * dims[i];
-        index[i] = 0;
-      }
-    }
-  }
-}
+LOADSTAR_DECL void permute_rows(const Tensor<float>& x, std::span<const std::size_t> axes,
+                                const Tensor<float>& y, std::size_t row_begin, std::size_t row_end);
 
 }  // namespace detail
 
@@ -362,14 +311,14 @@ LOADSTAR_DECL Backend& host_backend();
 
 // Header-only use defines `cpu_backend` and `host_backend` here; separately compiled, the
 // library does (see LOADSTAR_SEPARATE_COMPILATION in loadstar/config.hpp).
-#if LOADSTAR_HEADER_BODIES
+#if LOADSTAR_KERAS_BODIES
 #include "loadstar/keras/backend/cpu_backend.hpp"
 #endif
 
 // The member functions defined out of line: in every translation unit when header-only,
 // in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
 // loadstar/config.hpp).
-#if LOADSTAR_HEADER_BODIES
+#if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras {
 
 LOADSTAR_DECL Tensor<float> Backend::to_host(const Tensor<float>& tensor) {
@@ -396,4 +345,74 @@ LOADSTAR_DECL void Backend::permute(const Tensor<float>& x, std::span<const std:
 }
 
 }  // namespace loadstar::keras
+#endif
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_KERAS_BODIES
+namespace loadstar::keras {
+
+LOADSTAR_DECL AxisGeometry axis_geometry(std::size_t in, std::size_t kernel, std::size_t stride,
+                                         std::size_t dilation, bool same) noexcept {
+  const std::size_t span = (kernel - 1) * dilation + 1;
+  if (!same) return {in >= span ? (in - span) / stride + 1 : 0, 0};
+  const std::size_t out = (in + stride - 1) / stride;
+  const std::size_t needed = out == 0 ? 0 : (out - 1) * stride + span;
+  const std::size_t total = needed > in ? needed - in : 0;
+  return {out, total / 2};
+}
+
+}  // namespace loadstar::keras
+namespace loadstar::keras::detail {
+
+LOADSTAR_DECL void permute_rows(const Tensor<float>& x, std::span<const std::size_t> axes,
+                                const Tensor<float>& y, std::size_t row_begin,
+                                std::size_t row_end) {
+  const std::size_t rank = x.rank();
+  if (rank <= 1) {
+    std::memcpy(y.data() + row_begin, x.data() + row_begin, (row_end - row_begin) * sizeof(float));
+    return;
+  }
+  std::array<std::size_t, Shape::max_rank> x_strides{}, strides{}, dims{}, index{};
+  std::size_t stride = 1;
+  for (std::size_t i = rank; i-- > 0;) {
+    x_strides[i] = stride;
+    stride *= x.shape()[i];
+  }
+  for (std::size_t i = 0; i < rank; ++i) {
+    strides[i] = x_strides[axes[i]];
+    dims[i] = y.shape()[i];
+  }
+  // The last axis of y is copied in one go per position of the others: a memcpy when it stays
+  // last (stride 1 in both), else a strided gather; an odometer walks axes 1..rank-2 of y.
+  const std::size_t run = dims[rank - 1];
+  const std::size_t run_stride = strides[rank - 1];
+  const std::size_t row = y.size() / std::max<std::size_t>(y.shape()[0], 1);
+  if (row == 0 || run == 0) return;
+  for (std::size_t r = row_begin; r < row_end; ++r) {
+    float* out = y.data() + r * row;
+    const float* out_end = out + row;
+    index.fill(0);
+    std::size_t offset = r * strides[0];
+    while (out < out_end) {
+      const float* in = x.data() + offset;
+      if (run_stride == 1) {
+        std::memcpy(out, in, run * sizeof(float));
+      } else {
+        for (std::size_t j = 0; j < run; ++j)
+          out[j] = in[j * run_stride];
+      }
+      out += run;
+      for (std::size_t i = rank - 1; i-- > 1;) {
+        offset += strides[i];
+        if (++index[i] < dims[i]) break;
+        offset -= strides[i] * dims[i];
+        index[i] = 0;
+      }
+    }
+  }
+}
+
+}  // namespace loadstar::keras::detail
 #endif

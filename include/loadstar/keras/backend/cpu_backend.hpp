@@ -740,7 +740,7 @@ class CpuBackend final : public Backend {
   std::vector<double> sums_;
 };
 
-#if LOADSTAR_HEADER_BODIES
+#if LOADSTAR_KERAS_BODIES
 LOADSTAR_DECL std::shared_ptr<Backend> cpu_backend(std::size_t threads) {
   return std::make_shared<CpuBackend>(threads);
 }

@@ -77,11 +77,7 @@ class TensorFile {
 
 /// Sets the seed of randomness without a seed of its own (dropout, `fit`'s shuffling) and keeps
 /// the count of initializer seeds drawn, which only matters to layers built later.
-inline void restore_global_seed(std::uint64_t seed) {
-  auto& state = seed_state();
-  const std::lock_guard lock(state.mutex);
-  state.seed = seed;
-}
+LOADSTAR_DECL void restore_global_seed(std::uint64_t seed);
 
 }  // namespace loadstar::keras::detail
 
@@ -180,7 +176,7 @@ class BackupAndRestore : public Callback {
 // The member functions defined out of line: in every translation unit when header-only,
 // in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
 // loadstar/config.hpp).
-#if LOADSTAR_HEADER_BODIES
+#if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::detail {
 
 LOADSTAR_DECL TensorFile::TensorFile() {
@@ -469,4 +465,19 @@ LOADSTAR_DECL void BackupAndRestore::restore(FitLoop& loop, const std::filesyste
 }
 
 }  // namespace loadstar::keras::callbacks
+#endif
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_KERAS_BODIES
+namespace loadstar::keras::detail {
+
+LOADSTAR_DECL void restore_global_seed(std::uint64_t seed) {
+  auto& state = seed_state();
+  const std::lock_guard lock(state.mutex);
+  state.seed = seed;
+}
+
+}  // namespace loadstar::keras::detail
 #endif

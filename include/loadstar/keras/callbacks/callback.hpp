@@ -2,6 +2,8 @@
 /// `Callback`: the base of Keras's callbacks, with every hook Keras calls.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <cstddef>
 #include <iostream>
 #include <ostream>
@@ -101,7 +103,17 @@ inline ConfigReader callback_config(const nlohmann::json& config, std::string_vi
 }
 
 /// Reads `"auto"`, `"min"` or `"max"` from a config's `mode`.
-inline std::string config_mode(const ConfigReader& read) {
+LOADSTAR_DECL std::string config_mode(const ConfigReader& read);
+
+}  // namespace loadstar::keras::detail
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_KERAS_BODIES
+namespace loadstar::keras::detail {
+
+LOADSTAR_DECL std::string config_mode(const ConfigReader& read) {
   std::string mode = read.get("mode", "auto");
   if (mode != "auto" && mode != "min" && mode != "max")
     read.fail("mode", "\"auto\", \"min\" or \"max\"");
@@ -109,3 +121,4 @@ inline std::string config_mode(const ConfigReader& read) {
 }
 
 }  // namespace loadstar::keras::detail
+#endif

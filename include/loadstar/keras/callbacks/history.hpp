@@ -52,7 +52,7 @@ class History : public Callback {
 // The member functions defined out of line: in every translation unit when header-only,
 // in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
 // loadstar/config.hpp).
-#if LOADSTAR_HEADER_BODIES
+#if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::callbacks {
 
 LOADSTAR_DECL std::shared_ptr<Callback> History::from_config(const nlohmann::json& config) {

@@ -56,15 +56,7 @@ class SaveFreq {
 namespace loadstar::keras::detail {
 
 /// Reads `save_freq` (`"epoch"` by default) from a callback's config.
-inline callbacks::SaveFreq config_save_freq(const ConfigReader& read) {
-  const nlohmann::json* value = read.find("save_freq");
-  if (value == nullptr || value->is_null()) return "epoch";
-  if (value->is_string() && value->get<std::string>() == "epoch") return "epoch";
-  if (value->is_number_integer() && value->get<std::int64_t>() > 0) {
-    return value->get<std::int64_t>();
-  }
-  read.fail("save_freq", "\"epoch\" or a positive number of batches");
-}
+LOADSTAR_DECL callbacks::SaveFreq config_save_freq(const ConfigReader& read);
 
 /// Keras's batch counting for `save_freq` batches (`_should_save_on_batch`): a batch index not
 /// above the last one seen starts a new epoch and counts `batch + 1`, otherwise the batches
@@ -81,7 +73,7 @@ struct BatchCounter {
 // The member functions defined out of line: in every translation unit when header-only,
 // in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
 // loadstar/config.hpp).
-#if LOADSTAR_HEADER_BODIES
+#if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::callbacks {
 
 LOADSTAR_DECL SaveFreq::SaveFreq(const std::string& freq) {  // NOLINT(google-explicit-constructor)
@@ -100,6 +92,25 @@ LOADSTAR_DECL bool BatchCounter::should_save(std::size_t batch, std::size_t freq
   if (since_last_save < freq) return false;
   since_last_save = 0;
   return true;
+}
+
+}  // namespace loadstar::keras::detail
+#endif
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_KERAS_BODIES
+namespace loadstar::keras::detail {
+
+LOADSTAR_DECL callbacks::SaveFreq config_save_freq(const ConfigReader& read) {
+  const nlohmann::json* value = read.find("save_freq");
+  if (value == nullptr || value->is_null()) return "epoch";
+  if (value->is_string() && value->get<std::string>() == "epoch") return "epoch";
+  if (value->is_number_integer() && value->get<std::int64_t>() > 0) {
+    return value->get<std::int64_t>();
+  }
+  read.fail("save_freq", "\"epoch\" or a positive number of batches");
 }
 
 }  // namespace loadstar::keras::detail

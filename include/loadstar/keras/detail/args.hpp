@@ -83,7 +83,7 @@ class Losses {
 // The member functions defined out of line: in every translation unit when header-only,
 // in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
 // loadstar/config.hpp).
-#if LOADSTAR_HEADER_BODIES
+#if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras {
 
 LOADSTAR_DECL Losses Losses::by_name(std::map<std::string, LossArg> losses) {

@@ -465,8 +465,52 @@ class DatasetSource final : public BatchSource {
 
 /// Converts rows of a member of any element type to float into `out` (row-major, `row_size`
 /// elements per row).
-inline void convert_rows(const MemberView& member, std::span<const std::size_t> rows,
-                         std::size_t offset, std::size_t count, float* out) {
+LOADSTAR_DECL void convert_rows(const MemberView& member, std::span<const std::size_t> rows,
+                                std::size_t offset, std::size_t count, float* out);
+
+}  // namespace loadstar::keras::detail
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_KERAS_BODIES
+namespace loadstar::keras::detail {
+
+LOADSTAR_DECL nlohmann::json BatchSource::state() const {
+  nlohmann::json out = own_state();
+  out["epoch"] = epoch_;
+  out["step"] = step_;
+  return out;
+}
+
+LOADSTAR_DECL void BatchSource::restore(const nlohmann::json& state) {
+  const loadstar::detail::StateReader read(kind(), state);
+  const auto epoch = read.get<std::uint64_t>("epoch");
+  const auto step = read.get<std::size_t>("step");
+  restore_own(state);
+  epoch_ = epoch;
+  step_ = step;
+  resuming_ = true;
+}
+
+LOADSTAR_DECL bool BatchSource::begin_epoch(std::size_t epoch) {
+  const bool resumed = std::exchange(resuming_, false) && epoch_ == epoch;
+  epoch_ = epoch;
+  if (!resumed) step_ = 0;
+  return resumed;
+}
+
+}  // namespace loadstar::keras::detail
+#endif
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_KERAS_BODIES
+namespace loadstar::keras::detail {
+
+LOADSTAR_DECL void convert_rows(const MemberView& member, std::span<const std::size_t> rows,
+                                std::size_t offset, std::size_t count, float* out) {
   const std::size_t row_size = member.shape.row_elements();
   auto convert = [&]<class T>(const T* source) {
     if (rows.empty()) {
@@ -502,38 +546,6 @@ inline void convert_rows(const MemberView& member, std::span<const std::size_t> 
       convert(static_cast<const std::uint8_t*>(member.data));
       break;
   }
-}
-
-}  // namespace loadstar::keras::detail
-
-// The member functions defined out of line: in every translation unit when header-only,
-// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
-// loadstar/config.hpp).
-#if LOADSTAR_HEADER_BODIES
-namespace loadstar::keras::detail {
-
-LOADSTAR_DECL nlohmann::json BatchSource::state() const {
-  nlohmann::json out = own_state();
-  out["epoch"] = epoch_;
-  out["step"] = step_;
-  return out;
-}
-
-LOADSTAR_DECL void BatchSource::restore(const nlohmann::json& state) {
-  const loadstar::detail::StateReader read(kind(), state);
-  const auto epoch = read.get<std::uint64_t>("epoch");
-  const auto step = read.get<std::size_t>("step");
-  restore_own(state);
-  epoch_ = epoch;
-  step_ = step;
-  resuming_ = true;
-}
-
-LOADSTAR_DECL bool BatchSource::begin_epoch(std::size_t epoch) {
-  const bool resumed = std::exchange(resuming_, false) && epoch_ == epoch;
-  epoch_ = epoch;
-  if (!resumed) step_ = 0;
-  return resumed;
 }
 
 }  // namespace loadstar::keras::detail

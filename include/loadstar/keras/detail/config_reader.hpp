@@ -21,11 +21,7 @@
 namespace loadstar::keras::detail {
 
 /// A short rendering of a JSON value for messages: its dump, cut after 80 characters.
-inline std::string describe_json(const nlohmann::json& value) {
-  std::string text = value.dump();
-  if (text.size() > 80) text = text.substr(0, 77) + "...";
-  return text;
-}
+LOADSTAR_DECL std::string describe_json(const nlohmann::json& value);
 
 template <class T>
 struct ConfigValue;
@@ -191,7 +187,7 @@ class ConfigReader {
 // The member functions defined out of line: in every translation unit when header-only,
 // in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
 // loadstar/config.hpp).
-#if LOADSTAR_HEADER_BODIES
+#if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::detail {
 
 LOADSTAR_DECL ConfigReader::ConfigReader(const nlohmann::json& config, std::string owner,
@@ -243,6 +239,21 @@ LOADSTAR_DECL void ConfigReader::fail(std::string_view key, std::string_view exp
   const nlohmann::json* value = find(key);
   throw ConfigError(owner_ + ": " + path(key) + ": expected " + std::string(expected) +
                     " but found " + (value == nullptr ? "nothing" : describe_json(*value)));
+}
+
+}  // namespace loadstar::keras::detail
+#endif
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_KERAS_BODIES
+namespace loadstar::keras::detail {
+
+LOADSTAR_DECL std::string describe_json(const nlohmann::json& value) {
+  std::string text = value.dump();
+  if (text.size() > 80) text = text.substr(0, 77) + "...";
+  return text;
 }
 
 }  // namespace loadstar::keras::detail

@@ -2,6 +2,8 @@
 /// The symbolic graph behind `KerasTensor`: one node per `Input` or layer call.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <cctype>
 #include <cstddef>
 #include <cstdint>
@@ -28,12 +30,7 @@ struct GraphNode {
   std::uint64_t id = 0;
 };
 
-inline std::uint64_t next_node_id() {
-  static std::uint64_t counter = 0;
-  static std::mutex mutex;
-  const std::lock_guard lock(mutex);
-  return ++counter;
-}
+LOADSTAR_DECL std::uint64_t next_node_id();
 
 using loadstar::splitmix64;
 
@@ -44,30 +41,53 @@ struct SeedState {
   std::uint64_t drawn = 0;
 };
 
-inline SeedState& seed_state() {
+LOADSTAR_DECL SeedState& seed_state();
+
+/// The next seed for a layer's initializers: a pure function of the global seed and the number
+/// of layers built since `set_random_seed`, as Keras's seeded initializers are.
+LOADSTAR_DECL std::uint64_t next_seed();
+
+/// The global seed (for shuffling and dropout when no other seed is given).
+LOADSTAR_DECL std::uint64_t global_seed();
+
+/// Keras's `to_snake_case` of a class name: `Dense` -> `dense`, `MaxPooling2D` ->
+/// `max_pooling2d`, `BatchNormalization` -> `batch_normalization` (keras/utils/generic_utils.py:
+/// `(.)([A-Z][a-z]+)` -> `\1_\2`, then `([a-z])([A-Z])` -> `\1_\2`, lower-cased).
+LOADSTAR_DECL std::string to_snake_case(const std::string& name);
+
+}  // namespace loadstar::keras::detail
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_KERAS_BODIES
+namespace loadstar::keras::detail {
+
+LOADSTAR_DECL std::uint64_t next_node_id() {
+  static std::uint64_t counter = 0;
+  static std::mutex mutex;
+  const std::lock_guard lock(mutex);
+  return ++counter;
+}
+
+LOADSTAR_DECL SeedState& seed_state() {
   static SeedState state;
   return state;
 }
 
-/// The next seed for a layer's initializers: a pure function of the global seed and the number
-/// of layers built since `set_random_seed`, as Keras's seeded initializers are.
-inline std::uint64_t next_seed() {
+LOADSTAR_DECL std::uint64_t next_seed() {
   auto& state = seed_state();
   const std::lock_guard lock(state.mutex);
   return splitmix64(state.seed * 0x100000001B3ULL + ++state.drawn);
 }
 
-/// The global seed (for shuffling and dropout when no other seed is given).
-inline std::uint64_t global_seed() {
+LOADSTAR_DECL std::uint64_t global_seed() {
   auto& state = seed_state();
   const std::lock_guard lock(state.mutex);
   return state.seed;
 }
 
-/// Keras's `to_snake_case` of a class name: `Dense` -> `dense`, `MaxPooling2D` ->
-/// `max_pooling2d`, `BatchNormalization` -> `batch_normalization` (keras/utils/generic_utils.py:
-/// `(.)([A-Z][a-z]+)` -> `\1_\2`, then `([a-z])([A-Z])` -> `\1_\2`, lower-cased).
-inline std::string to_snake_case(const std::string& name) {
+LOADSTAR_DECL std::string to_snake_case(const std::string& name) {
   const auto upper = [](char c) { return std::isupper(static_cast<unsigned char>(c)) != 0; };
   const auto lower = [](char c) { return std::islower(static_cast<unsigned char>(c)) != 0; };
   std::string first;
@@ -84,3 +104,4 @@ inline std::string to_snake_case(const std::string& name) {
 }
 
 }  // namespace loadstar::keras::detail
+#endif

@@ -4,6 +4,8 @@
 /// accumulated, which not needed).
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -37,8 +39,19 @@ struct GraphPlan {
 /// Plans the graph from `inputs` to `outputs` of model `model`; throws `ConfigError` when an
 /// output depends on an `Input` that is not among `inputs`, an input is not an `Input`, or two
 /// layers share a name. Unnamed layers are named as Keras does (`dense`, `dense_1`, ...).
-inline GraphPlan plan_graph(const std::string& model, const std::vector<KerasTensor>& inputs,
-                            const std::vector<KerasTensor>& outputs) {
+LOADSTAR_DECL GraphPlan plan_graph(const std::string& model, const std::vector<KerasTensor>& inputs,
+                                   const std::vector<KerasTensor>& outputs);
+
+}  // namespace loadstar::keras::detail
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_KERAS_BODIES
+namespace loadstar::keras::detail {
+
+LOADSTAR_DECL GraphPlan plan_graph(const std::string& model, const std::vector<KerasTensor>& inputs,
+                                   const std::vector<KerasTensor>& outputs) {
   GraphPlan plan;
   auto& output_direct_ = plan.output_direct;
   if (inputs.empty()) throw ConfigError("model '" + model + "': has no inputs");
@@ -187,3 +200,4 @@ inline GraphPlan plan_graph(const std::string& model, const std::vector<KerasTen
 }
 
 }  // namespace loadstar::keras::detail
+#endif

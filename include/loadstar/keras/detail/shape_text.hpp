@@ -2,6 +2,8 @@
 /// The one printer of shapes with a free batch axis, as Keras prints them: `(None, 28, 28)`.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <string>
 
 #include "loadstar/tensor/shape.hpp"
@@ -9,7 +11,17 @@
 namespace loadstar::keras::detail {
 
 /// `"(None, 28, 28)"`: `shape` (one sample's) behind a free batch axis.
-inline std::string batch_shape_str(const Shape& shape) {
+LOADSTAR_DECL std::string batch_shape_str(const Shape& shape);
+
+}  // namespace loadstar::keras::detail
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_KERAS_BODIES
+namespace loadstar::keras::detail {
+
+LOADSTAR_DECL std::string batch_shape_str(const Shape& shape) {
   std::string s = "(None";
   for (std::size_t d : shape)
     s += ", " + std::to_string(d);
@@ -17,3 +29,4 @@ inline std::string batch_shape_str(const Shape& shape) {
 }
 
 }  // namespace loadstar::keras::detail
+#endif

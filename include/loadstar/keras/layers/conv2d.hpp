@@ -53,7 +53,7 @@ class Conv2D : public detail::Convolution {
 // The member functions defined out of line: in every translation unit when header-only,
 // in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
 // loadstar/config.hpp).
-#if LOADSTAR_HEADER_BODIES
+#if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::layers {
 
 LOADSTAR_DECL Conv2D::Conv2D(std::size_t filters, Size2 kernel_size, Conv2DOptions options)

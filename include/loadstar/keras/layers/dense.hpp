@@ -62,7 +62,7 @@ class Dense : public detail::LayerBase {
 // The member functions defined out of line: in every translation unit when header-only,
 // in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
 // loadstar/config.hpp).
-#if LOADSTAR_HEADER_BODIES
+#if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::layers {
 
 LOADSTAR_DECL Dense::Dense(std::size_t units, DenseOptions options)

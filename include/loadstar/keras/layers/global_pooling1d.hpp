@@ -37,7 +37,7 @@ class GlobalMaxPooling1D : public detail::GlobalPooling<true, 1> {
 // The member functions defined out of line: in every translation unit when header-only,
 // in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
 // loadstar/config.hpp).
-#if LOADSTAR_HEADER_BODIES
+#if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::layers {
 
 LOADSTAR_DECL std::shared_ptr<Layer> GlobalAveragePooling1D::from_config(

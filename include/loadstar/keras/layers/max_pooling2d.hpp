@@ -26,7 +26,7 @@ class MaxPooling2D : public detail::Pooling<true, 2> {
 // The member functions defined out of line: in every translation unit when header-only,
 // in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
 // loadstar/config.hpp).
-#if LOADSTAR_HEADER_BODIES
+#if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::layers {
 
 LOADSTAR_DECL std::shared_ptr<Layer> MaxPooling2D::from_config(const nlohmann::json& config) {

@@ -57,7 +57,7 @@ class Permute : public detail::LayerBase {
 // The member functions defined out of line: in every translation unit when header-only,
 // in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
 // loadstar/config.hpp).
-#if LOADSTAR_HEADER_BODIES
+#if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::layers {
 
 LOADSTAR_DECL Permute::Permute(std::vector<std::size_t> dims, PermuteOptions options)

@@ -81,7 +81,7 @@ class LeakyReLU : public detail::ReLUBase {
 // The member functions defined out of line: in every translation unit when header-only,
 // in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
 // loadstar/config.hpp).
-#if LOADSTAR_HEADER_BODIES
+#if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::layers::detail {
 
 LOADSTAR_DECL void ReLUBase::forward(std::span<const Tensor<float>> inputs,

@@ -77,7 +77,7 @@ class ZeroPadding2D : public detail::LayerBase {
 // The member functions defined out of line: in every translation unit when header-only,
 // in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
 // loadstar/config.hpp).
-#if LOADSTAR_HEADER_BODIES
+#if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::layers {
 
 LOADSTAR_DECL Shape ZeroPadding2D::build(std::span<const Shape> input_shapes, std::uint64_t) {

@@ -53,7 +53,7 @@ class CategoricalCrossentropy : public detail::RowLoss<CategoricalCrossentropy> 
 // The member functions defined out of line: in every translation unit when header-only,
 // in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
 // loadstar/config.hpp).
-#if LOADSTAR_HEADER_BODIES
+#if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::losses {
 
 LOADSTAR_DECL std::unique_ptr<Loss> CategoricalCrossentropy::from_config(

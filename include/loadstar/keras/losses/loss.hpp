@@ -82,7 +82,32 @@ inline ConfigReader loss_config(const nlohmann::json& config, std::string_view c
 
 /// A loss config's `reduction`: Keras's `"auto"` and `"sum_over_batch_size"` (the default),
 /// `"sum"`, `"none"`.
-inline Reduction config_reduction(const ConfigReader& read) {
+LOADSTAR_DECL Reduction config_reduction(const ConfigReader& read);
+
+}  // namespace detail
+}  // namespace loadstar::keras
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_KERAS_BODIES
+namespace loadstar::keras {
+
+LOADSTAR_DECL nlohmann::json Loss::get_config() const {
+  const char* reductions[] = {"sum_over_batch_size", "sum", "none"};
+  return {{"reduction", reductions[static_cast<int>(reduction_)]}, {"name", name_}};
+}
+
+}  // namespace loadstar::keras
+#endif
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_KERAS_BODIES
+namespace loadstar::keras::detail {
+
+LOADSTAR_DECL Reduction config_reduction(const ConfigReader& read) {
   const std::string reduction = read.get("reduction", "auto");
   if (reduction == "auto" || reduction == "sum_over_batch_size") {
     return Reduction::sum_over_batch_size;
@@ -92,19 +117,5 @@ inline Reduction config_reduction(const ConfigReader& read) {
   read.fail("reduction", "\"auto\", \"sum_over_batch_size\", \"sum\" or \"none\"");
 }
 
-}  // namespace detail
-}  // namespace loadstar::keras
-
-// The member functions defined out of line: in every translation unit when header-only,
-// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
-// loadstar/config.hpp).
-#if LOADSTAR_HEADER_BODIES
-namespace loadstar::keras {
-
-LOADSTAR_DECL nlohmann::json Loss::get_config() const {
-  const char* reductions[] = {"sum_over_batch_size", "sum", "none"};
-  return {{"reduction", reductions[static_cast<int>(reduction_)]}, {"name", name_}};
-}
-
-}  // namespace loadstar::keras
+}  // namespace loadstar::keras::detail
 #endif

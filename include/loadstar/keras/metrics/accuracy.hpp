@@ -134,7 +134,7 @@ class SparseTopKCategoricalAccuracy : public detail::MeanWrapper<SparseTopKCateg
 // The member functions defined out of line: in every translation unit when header-only,
 // in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
 // loadstar/config.hpp).
-#if LOADSTAR_HEADER_BODIES
+#if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::metrics {
 
 LOADSTAR_DECL std::unique_ptr<Metric> Accuracy::from_config(const nlohmann::json& config) {

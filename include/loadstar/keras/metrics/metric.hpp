@@ -72,11 +72,7 @@ namespace detail {
 
 /// A reader of a metric's Keras config whose errors name the metric (`metric 'auc' (AUC)`); the
 /// `dtype` must be absent or float32.
-inline ConfigReader metric_config(const nlohmann::json& config, std::string_view class_name) {
-  auto read = ConfigReader::of(config, "metric", class_name);
-  read.expect("dtype", "float32", "loadstar metrics accumulate in float32 and double");
-  return read;
-}
+LOADSTAR_DECL ConfigReader metric_config(const nlohmann::json& config, std::string_view class_name);
 
 }  // namespace detail
 }  // namespace loadstar::keras
@@ -84,7 +80,7 @@ inline ConfigReader metric_config(const nlohmann::json& config, std::string_view
 // The member functions defined out of line: in every translation unit when header-only,
 // in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
 // loadstar/config.hpp).
-#if LOADSTAR_HEADER_BODIES
+#if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras {
 
 LOADSTAR_DECL void Metric::update_state(Backend& backend, const Tensor<float>& y_true,
@@ -105,4 +101,20 @@ LOADSTAR_DECL std::shared_ptr<Metric> Metric::clone() const {
 }
 
 }  // namespace loadstar::keras
+#endif
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_KERAS_BODIES
+namespace loadstar::keras::detail {
+
+LOADSTAR_DECL ConfigReader metric_config(const nlohmann::json& config,
+                                         std::string_view class_name) {
+  auto read = ConfigReader::of(config, "metric", class_name);
+  read.expect("dtype", "float32", "loadstar metrics accumulate in float32 and double");
+  return read;
+}
+
+}  // namespace loadstar::keras::detail
 #endif

@@ -48,7 +48,7 @@ class Precision : public Metric {
 // The member functions defined out of line: in every translation unit when header-only,
 // in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
 // loadstar/config.hpp).
-#if LOADSTAR_HEADER_BODIES
+#if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::metrics {
 
 LOADSTAR_DECL std::unique_ptr<Metric> Precision::from_config(const nlohmann::json& config) {

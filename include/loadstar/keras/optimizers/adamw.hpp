@@ -56,7 +56,7 @@ class AdamW : public detail::AdamBase {
 // The member functions defined out of line: in every translation unit when header-only,
 // in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
 // loadstar/config.hpp).
-#if LOADSTAR_HEADER_BODIES
+#if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::optimizers {
 
 LOADSTAR_DECL std::unique_ptr<Optimizer> AdamW::from_config(const nlohmann::json& config) {

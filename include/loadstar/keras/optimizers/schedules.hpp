@@ -181,7 +181,7 @@ class LearningRate {
 // The member functions defined out of line: in every translation unit when header-only,
 // in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
 // loadstar/config.hpp).
-#if LOADSTAR_HEADER_BODIES
+#if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::optimizers::schedules {
 
 LOADSTAR_DECL double LearningRateSchedule::positive_steps(const keras::detail::ConfigReader& read) {

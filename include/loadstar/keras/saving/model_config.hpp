@@ -38,18 +38,18 @@ LOADSTAR_DECL std::string to_json(const Model& model);
 /// copy->set_weights(model.get_weights());  // predicts bitwise as `model`
 /// \endcode
 LOADSTAR_DECL std::unique_ptr<Model> model_from_config(const nlohmann::json& model_config,
-                                                const CustomObjects* custom = nullptr);
+                                                       const CustomObjects* custom = nullptr);
 
 /// Keras's `keras.models.model_from_json`: `model_from_config` of JSON text; throws
 /// `FormatError` when the text is not JSON.
 LOADSTAR_DECL std::unique_ptr<Model> model_from_json(std::string_view json,
-                                              const CustomObjects* custom = nullptr);
+                                                     const CustomObjects* custom = nullptr);
 
 }  // namespace loadstar::keras
 
 // The definitions: in every translation unit when header-only, in the library alone when
 // separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
-#if LOADSTAR_HEADER_BODIES
+#if LOADSTAR_KERAS_BODIES
 #include <algorithm>
 #include <cstddef>
 #include <map>
@@ -78,7 +78,97 @@ namespace loadstar::keras {
 namespace detail {
 
 /// Keras 2's `InputLayer` config for an input of sample shape `shape`.
-inline nlohmann::json input_layer_config(const Shape& shape, const std::string& name) {
+LOADSTAR_DECL nlohmann::json input_layer_config(const Shape& shape, const std::string& name);
+
+/// The `config` of a functional model: every layer with its `inbound_nodes`, Keras 2's
+/// `[[["dense", 0, 0, {}], ...], ...]` (one list per call of the layer, `node_index` counting the
+/// calls of that layer inside the model, in call order).
+LOADSTAR_DECL nlohmann::json functional_config(const Model& model);
+
+/// `"config.layers[3]"`.
+inline std::string item_path(const std::string& path, std::size_t index) {
+  return path + "[" + std::to_string(index) + "]";
+}
+
+/// One `{"class_name": ..., "config": {...}}` entry of `layers`, built through the layer registry
+/// (custom objects first); errors name the entry's path.
+LOADSTAR_DECL std::shared_ptr<Layer> layer_from_entry(const ConfigReader& model,
+                                                      const nlohmann::json& entry,
+                                                      const std::string& path);
+
+LOADSTAR_DECL std::unique_ptr<Model> sequential_from_config(const nlohmann::json& config);
+
+/// A functional model from Keras 2's config: layers are called in the order of the list, each
+/// node as soon as its inbound layers' outputs exist (Keras's `reconstruct_from_config`).
+LOADSTAR_DECL std::unique_ptr<Model> functional_from_config(const nlohmann::json& config,
+                                                            std::string_view class_name);
+
+}  // namespace detail
+
+LOADSTAR_DECL nlohmann::json model_get_config(const Model& model) {
+  if (const auto* sequential = dynamic_cast<const Sequential*>(&model)) {
+    nlohmann::json layers = nlohmann::json::array();
+    if (!model.inputs().empty()) {
+      layers.push_back({{"class_name", "InputLayer"},
+                        {"config", detail::input_layer_config(model.inputs()[0].shape(),
+                                                              model.input_names()[0])}});
+    }
+    for (const auto& layer : sequential->stacked_layers())
+      layers.push_back({{"class_name", layer->class_name()}, {"config", layer->get_config()}});
+    return {{"class_name", "Sequential"},
+            {"config", {{"name", model.name()}, {"layers", std::move(layers)}}}};
+  }
+  return {{"class_name", "Functional"}, {"config", detail::functional_config(model)}};
+}
+
+LOADSTAR_DECL std::string to_json(const Model& model) {
+  return model_get_config(model).dump();
+}
+
+LOADSTAR_DECL nlohmann::json Model::get_config() const {
+  return model_get_config(*this);
+}
+LOADSTAR_DECL std::string Model::to_json() const {
+  return keras::to_json(*this);
+}
+
+LOADSTAR_DECL std::unique_ptr<Model> model_from_config(const nlohmann::json& model_config,
+                                                       const CustomObjects* custom) {
+  const detail::CustomObjectScope scope(custom);
+  const detail::ConfigReader read(model_config, "model config", "model_config");
+  const auto class_name = read.get<std::string>("class_name");
+  const nlohmann::json* config = read.find("config");
+  if (config == nullptr) read.fail("config", "the model's config");
+  if (class_name == "Sequential") return detail::sequential_from_config(*config);
+  if (class_name == "Functional" || class_name == "Model") {
+    return detail::functional_from_config(*config, class_name);
+  }
+  read.fail("class_name", "\"Sequential\", \"Functional\" or \"Model\"");
+}
+
+LOADSTAR_DECL std::unique_ptr<Model> model_from_json(std::string_view json,
+                                                     const CustomObjects* custom) {
+  nlohmann::json parsed;
+  try {
+    parsed = nlohmann::json::parse(json);
+  } catch (const nlohmann::json::exception& e) {
+    // parse_error, and out_of_range for a number JSON allows but a double cannot hold.
+    throw FormatError(std::string("model_from_json: the text is not JSON loadstar can read: ") +
+                      e.what());
+  }
+  return model_from_config(parsed, custom);
+}
+
+}  // namespace loadstar::keras
+#endif
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_KERAS_BODIES
+namespace loadstar::keras::detail {
+
+LOADSTAR_DECL nlohmann::json input_layer_config(const Shape& shape, const std::string& name) {
   nlohmann::json batch_shape = nlohmann::json::array({nullptr});
   for (std::size_t d : shape)
     batch_shape.push_back(d);
@@ -89,10 +179,7 @@ inline nlohmann::json input_layer_config(const Shape& shape, const std::string& 
           {"name", name}};
 }
 
-/// The `config` of a functional model: every layer with its `inbound_nodes`, Keras 2's
-/// `[[["dense", 0, 0, {}], ...], ...]` (one list per call of the layer, `node_index` counting the
-/// calls of that layer inside the model, in call order).
-inline nlohmann::json functional_config(const Model& model) {
+LOADSTAR_DECL nlohmann::json functional_config(const Model& model) {
   // The calls the outputs depend on, in creation (call) order.
   std::map<std::uint64_t, const GraphNode*> reached;
   std::vector<const GraphNode*> stack;
@@ -155,16 +242,9 @@ inline nlohmann::json functional_config(const Model& model) {
           {"output_layers", std::move(output_layers)}};
 }
 
-/// `"config.layers[3]"`.
-inline std::string item_path(const std::string& path, std::size_t index) {
-  return path + "[" + std::to_string(index) + "]";
-}
-
-/// One `{"class_name": ..., "config": {...}}` entry of `layers`, built through the layer registry
-/// (custom objects first); errors name the entry's path.
-inline std::shared_ptr<Layer> layer_from_entry(const ConfigReader& model,
-                                               const nlohmann::json& entry,
-                                               const std::string& path) {
+LOADSTAR_DECL std::shared_ptr<Layer> layer_from_entry(const ConfigReader& model,
+                                                      const nlohmann::json& entry,
+                                                      const std::string& path) {
   const ConfigReader read(entry, model.owner(), path);
   const auto class_name = read.get<std::string>("class_name");
   const nlohmann::json empty = nlohmann::json::object();
@@ -188,7 +268,7 @@ inline std::shared_ptr<Layer> layer_from_entry(const ConfigReader& model,
   }
 }
 
-inline std::unique_ptr<Model> sequential_from_config(const nlohmann::json& config) {
+LOADSTAR_DECL std::unique_ptr<Model> sequential_from_config(const nlohmann::json& config) {
   // Keras 2.0-2.1 write the list of layers alone; 2.2+ {"name": ..., "layers": [...]}.
   const nlohmann::json wrapped = {{"layers", config}};
   const nlohmann::json& object = config.is_array() ? wrapped : config;
@@ -230,10 +310,8 @@ inline std::unique_ptr<Model> sequential_from_config(const nlohmann::json& confi
   return model;
 }
 
-/// A functional model from Keras 2's config: layers are called in the order of the list, each
-/// node as soon as its inbound layers' outputs exist (Keras's `reconstruct_from_config`).
-inline std::unique_ptr<Model> functional_from_config(const nlohmann::json& config,
-                                                     std::string_view class_name) {
+LOADSTAR_DECL std::unique_ptr<Model> functional_from_config(const nlohmann::json& config,
+                                                            std::string_view class_name) {
   const std::string name =
       config.is_object() && config.contains("name") && config["name"].is_string()
           ? config["name"].get<std::string>()
@@ -348,61 +426,5 @@ inline std::unique_ptr<Model> functional_from_config(const nlohmann::json& confi
   return std::make_unique<Model>(endpoints("input_layers"), endpoints("output_layers"), name);
 }
 
-}  // namespace detail
-
-LOADSTAR_DECL nlohmann::json model_get_config(const Model& model) {
-  if (const auto* sequential = dynamic_cast<const Sequential*>(&model)) {
-    nlohmann::json layers = nlohmann::json::array();
-    if (!model.inputs().empty()) {
-      layers.push_back({{"class_name", "InputLayer"},
-                        {"config", detail::input_layer_config(model.inputs()[0].shape(),
-                                                              model.input_names()[0])}});
-    }
-    for (const auto& layer : sequential->stacked_layers())
-      layers.push_back({{"class_name", layer->class_name()}, {"config", layer->get_config()}});
-    return {{"class_name", "Sequential"},
-            {"config", {{"name", model.name()}, {"layers", std::move(layers)}}}};
-  }
-  return {{"class_name", "Functional"}, {"config", detail::functional_config(model)}};
-}
-
-LOADSTAR_DECL std::string to_json(const Model& model) {
-  return model_get_config(model).dump();
-}
-
-LOADSTAR_DECL nlohmann::json Model::get_config() const {
-  return model_get_config(*this);
-}
-LOADSTAR_DECL std::string Model::to_json() const {
-  return keras::to_json(*this);
-}
-
-LOADSTAR_DECL std::unique_ptr<Model> model_from_config(const nlohmann::json& model_config,
-                                                const CustomObjects* custom) {
-  const detail::CustomObjectScope scope(custom);
-  const detail::ConfigReader read(model_config, "model config", "model_config");
-  const auto class_name = read.get<std::string>("class_name");
-  const nlohmann::json* config = read.find("config");
-  if (config == nullptr) read.fail("config", "the model's config");
-  if (class_name == "Sequential") return detail::sequential_from_config(*config);
-  if (class_name == "Functional" || class_name == "Model") {
-    return detail::functional_from_config(*config, class_name);
-  }
-  read.fail("class_name", "\"Sequential\", \"Functional\" or \"Model\"");
-}
-
-LOADSTAR_DECL std::unique_ptr<Model> model_from_json(std::string_view json,
-                                              const CustomObjects* custom) {
-  nlohmann::json parsed;
-  try {
-    parsed = nlohmann::json::parse(json);
-  } catch (const nlohmann::json::exception& e) {
-    // parse_error, and out_of_range for a number JSON allows but a double cannot hold.
-    throw FormatError(std::string("model_from_json: the text is not JSON loadstar can read: ") +
-                      e.what());
-  }
-  return model_from_config(parsed, custom);
-}
-
-}  // namespace loadstar::keras
+}  // namespace loadstar::keras::detail
 #endif

@@ -35,7 +35,7 @@ namespace loadstar::keras {
 /// layout, `.keras` as Keras 3's archive. Throws `ConfigError` for another extension or a model
 /// not built, `IoError` when the file cannot be written (nothing is left behind).
 LOADSTAR_DECL void save_model(const Model& model, const std::filesystem::path& path,
-                       const SaveOptions& options = {});
+                              const SaveOptions& options = {});
 
 /// Loads a whole model from a legacy `.h5` file or a `.keras` archive (recognised by contents):
 /// the architecture through the layer registry (`custom_objects` first), the weights, and, with
@@ -45,8 +45,8 @@ LOADSTAR_DECL void save_model(const Model& model, const std::filesystem::path& p
 /// layer class (naming class and layer), `ShapeError` for weights that do not fit, `IoError`
 /// when the file cannot be read; every message names the file.
 LOADSTAR_DECL std::unique_ptr<Model> load_model(const std::filesystem::path& path,
-                                         const CustomObjects& custom_objects = {},
-                                         const LoadOptions& options = {});
+                                                const CustomObjects& custom_objects = {},
+                                                const LoadOptions& options = {});
 
 /// Saves the weights alone, as Keras's `model.save_weights`: a name ending in `.weights.h5` gets
 /// Keras 3's layout (with the optimizer's state of a compiled model, as Keras 3 writes it), any
@@ -61,13 +61,13 @@ LOADSTAR_DECL void save_weights(const Model& model, const std::filesystem::path&
 /// file, a different number of layers with weights, a missing layer), `ShapeError` (a different
 /// number or shape of weights, naming layer and weight), `IoError`; messages name the file.
 LOADSTAR_DECL void load_weights(Model& model, const std::filesystem::path& path,
-                         const LoadWeightsOptions& options = {});
+                                const LoadWeightsOptions& options = {});
 
 }  // namespace loadstar::keras
 
 // The definitions: in every translation unit when header-only, in the library alone when
 // separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
-#if LOADSTAR_HEADER_BODIES
+#if LOADSTAR_KERAS_BODIES
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
@@ -93,26 +93,11 @@ namespace loadstar::keras {
 namespace detail {
 
 /// The file's extension in lower case (`".h5"`), and whether its name ends in `.weights.h5`.
-inline std::string lower_extension(const std::filesystem::path& path) {
-  std::string ext = path.extension().string();
-  std::transform(ext.begin(), ext.end(), ext.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return ext;
-}
+LOADSTAR_DECL std::string lower_extension(const std::filesystem::path& path);
 
-inline bool is_keras3_weights_name(const std::filesystem::path& path) {
-  std::string name = path.filename().string();
-  std::transform(name.begin(), name.end(), name.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return name.size() > 11 && name.ends_with(".weights.h5");
-}
+LOADSTAR_DECL bool is_keras3_weights_name(const std::filesystem::path& path);
 
-inline void require_built(const Model& model, const std::string& what) {
-  if (model.inputs().empty()) {
-    throw ConfigError(what + ": model '" + model.name() +
-                      "' is not built (give it an Input or train it on a batch first)");
-  }
-}
+LOADSTAR_DECL void require_built(const Model& model, const std::string& what);
 
 /// Runs `body`, prefixing the message of any `loadstar::Error` it throws with `where` (the file)
 /// unless the message names it already, keeping the type.
@@ -137,48 +122,17 @@ decltype(auto) naming_file(const std::string& where, Body&& body) {
 
 /// Throws `ConfigError` naming the layer and its class when a model config lists a layer class
 /// that neither `custom` nor the layer registry knows.
-inline void check_layer_classes(const nlohmann::json& config, const CustomObjects& custom,
-                                const std::string& where) {
-  if (!config.is_object()) return;
-  const auto inner = config.find("config");
-  if (inner == config.end()) return;
-  const nlohmann::json* layers = nullptr;
-  if (inner->is_array()) layers = &*inner;
-  if (inner->is_object() && inner->contains("layers")) layers = &(*inner)["layers"];
-  if (layers == nullptr || !layers->is_array()) return;
-  for (const auto& entry : *layers) {
-    if (!entry.is_object() || !entry.contains("class_name") || !entry["class_name"].is_string())
-      continue;
-    const std::string class_name = entry["class_name"].get<std::string>();
-    const bool known = custom.find<Layer>(class_name) != nullptr ||
-                       Registry<Layer>::instance().contains(class_name);
-    if (known) continue;
-    std::string name = "?";
-    if (entry.contains("name") && entry["name"].is_string()) {
-      name = entry["name"].get<std::string>();
-    } else if (entry.contains("config") && entry["config"].is_object() &&
-               entry["config"].contains("name") && entry["config"]["name"].is_string()) {
-      name = entry["config"]["name"].get<std::string>();
-    }
-    throw ConfigError(where + ": layer '" + name + "' has class '" + class_name +
-                      "', which is not a loadstar layer nor among the custom objects");
-  }
-}
+LOADSTAR_DECL void check_layer_classes(const nlohmann::json& config, const CustomObjects& custom,
+                                       const std::string& where);
 
 /// Parses JSON text of a file; throws `FormatError` naming the file and `what`.
-inline nlohmann::json parse_file_json(const std::string& text, const std::string& where,
-                                      const std::string& what) {
-  try {
-    return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    throw FormatError(where + ": " + what + " is not JSON (" + e.what() + ")");
-  }
-}
+LOADSTAR_DECL nlohmann::json parse_file_json(const std::string& text, const std::string& where,
+                                             const std::string& what);
 
 }  // namespace detail
 
 LOADSTAR_DECL void save_model(const Model& model, const std::filesystem::path& path,
-                       const SaveOptions& options) {
+                              const SaveOptions& options) {
   const std::string ext = detail::lower_extension(path);
   detail::require_built(model, "save_model '" + path.string() + "'");
   const bool with_optimizer = options.include_optimizer && model.compiled();
@@ -231,8 +185,8 @@ LOADSTAR_DECL void save_model(const Model& model, const std::filesystem::path& p
 }
 
 LOADSTAR_DECL std::unique_ptr<Model> load_model(const std::filesystem::path& path,
-                                         const CustomObjects& custom_objects,
-                                         const LoadOptions& options) {
+                                                const CustomObjects& custom_objects,
+                                                const LoadOptions& options) {
   const std::string signature = detail::file_signature(path);
   const std::string where = detail::model_file_name(path, signature);
   const detail::ModelFile file = detail::read_model_file(path, options.trust);
@@ -295,7 +249,7 @@ LOADSTAR_DECL void save_weights(const Model& model, const std::filesystem::path&
 }
 
 LOADSTAR_DECL void load_weights(Model& model, const std::filesystem::path& path,
-                         const LoadWeightsOptions& options) {
+                                const LoadWeightsOptions& options) {
   detail::require_built(model, "load_weights '" + path.string() + "'");
   const std::string signature = detail::file_signature(path);
   const std::string where = detail::model_file_name(path, signature);
@@ -311,7 +265,8 @@ LOADSTAR_DECL void load_weights(Model& model, const std::filesystem::path& path,
   });
 }
 
-LOADSTAR_DECL void Model::save(const std::filesystem::path& path, const SaveOptions& options) const {
+LOADSTAR_DECL void Model::save(const std::filesystem::path& path,
+                               const SaveOptions& options) const {
   save_model(*this, path, options);
 }
 
@@ -320,9 +275,76 @@ LOADSTAR_DECL void Model::save_weights(const std::filesystem::path& path) const 
 }
 
 LOADSTAR_DECL void Model::load_weights(const std::filesystem::path& path,
-                                const LoadWeightsOptions& options) {
+                                       const LoadWeightsOptions& options) {
   keras::load_weights(*this, path, options);
 }
 
 }  // namespace loadstar::keras
+#endif
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_KERAS_BODIES
+namespace loadstar::keras::detail {
+
+LOADSTAR_DECL std::string lower_extension(const std::filesystem::path& path) {
+  std::string ext = path.extension().string();
+  std::transform(ext.begin(), ext.end(), ext.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return ext;
+}
+
+LOADSTAR_DECL bool is_keras3_weights_name(const std::filesystem::path& path) {
+  std::string name = path.filename().string();
+  std::transform(name.begin(), name.end(), name.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return name.size() > 11 && name.ends_with(".weights.h5");
+}
+
+LOADSTAR_DECL void require_built(const Model& model, const std::string& what) {
+  if (model.inputs().empty()) {
+    throw ConfigError(what + ": model '" + model.name() +
+                      "' is not built (give it an Input or train it on a batch first)");
+  }
+}
+
+LOADSTAR_DECL void check_layer_classes(const nlohmann::json& config, const CustomObjects& custom,
+                                       const std::string& where) {
+  if (!config.is_object()) return;
+  const auto inner = config.find("config");
+  if (inner == config.end()) return;
+  const nlohmann::json* layers = nullptr;
+  if (inner->is_array()) layers = &*inner;
+  if (inner->is_object() && inner->contains("layers")) layers = &(*inner)["layers"];
+  if (layers == nullptr || !layers->is_array()) return;
+  for (const auto& entry : *layers) {
+    if (!entry.is_object() || !entry.contains("class_name") || !entry["class_name"].is_string())
+      continue;
+    const std::string class_name = entry["class_name"].get<std::string>();
+    const bool known = custom.find<Layer>(class_name) != nullptr ||
+                       Registry<Layer>::instance().contains(class_name);
+    if (known) continue;
+    std::string name = "?";
+    if (entry.contains("name") && entry["name"].is_string()) {
+      name = entry["name"].get<std::string>();
+    } else if (entry.contains("config") && entry["config"].is_object() &&
+               entry["config"].contains("name") && entry["config"]["name"].is_string()) {
+      name = entry["config"]["name"].get<std::string>();
+    }
+    throw ConfigError(where + ": layer '" + name + "' has class '" + class_name +
+                      "', which is not a loadstar layer nor among the custom objects");
+  }
+}
+
+LOADSTAR_DECL nlohmann::json parse_file_json(const std::string& text, const std::string& where,
+                                             const std::string& what) {
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw FormatError(where + ": " + what + " is not JSON (" + e.what() + ")");
+  }
+}
+
+}  // namespace loadstar::keras::detail
 #endif

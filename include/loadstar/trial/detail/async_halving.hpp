@@ -3,6 +3,8 @@
 /// (`master/pkg/searcher/asha.go@0.15.6`), as a value with a JSON state.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -22,56 +24,17 @@ namespace loadstar::trial::detail {
 
 /// A metric as JSON: a number, or `"inf"`, `"-inf"`, `"nan"` (JSON has no such numbers; Determined
 /// fixed the same loss in #3999).
-inline nlohmann::json metric_to_json(double metric) {
-  if (std::isnan(metric)) return "nan";
-  if (std::isinf(metric)) return metric > 0 ? "inf" : "-inf";
-  return metric;
-}
+LOADSTAR_DECL nlohmann::json metric_to_json(double metric);
 
-inline double metric_from_json(const nlohmann::json& json, const std::string& owner) {
-  if (json.is_number()) return json.get<double>();
-  if (json == "inf") return std::numeric_limits<double>::infinity();
-  if (json == "-inf") return -std::numeric_limits<double>::infinity();
-  if (json == "nan") return std::numeric_limits<double>::quiet_NaN();
-  throw CheckpointError(owner +
-                        ": expected a metric (a number, \"inf\", \"-inf\" or \"nan\") "
-                        "but found " +
-                        json.dump());
-}
+LOADSTAR_DECL double metric_from_json(const nlohmann::json& json, const std::string& owner);
 
 /// Reads a JSON array of non-negative integers.
-inline std::vector<std::uint64_t> ids_from_json(const nlohmann::json& json,
-                                                const std::string& owner) {
-  if (!json.is_array()) {
-    throw CheckpointError(owner + ": expected an array of ids but found " + json.dump());
-  }
-  std::vector<std::uint64_t> ids;
-  for (const auto& id : json) {
-    if (!id.is_number_unsigned()) {
-      throw CheckpointError(owner + ": expected an array of ids but found " + json.dump());
-    }
-    ids.push_back(id.get<std::uint64_t>());
-  }
-  return ids;
-}
+LOADSTAR_DECL std::vector<std::uint64_t> ids_from_json(const nlohmann::json& json,
+                                                       const std::string& owner);
 
 /// Reads a JSON object `{"<id>": value}` of ids to non-negative integers.
-inline std::map<std::uint64_t, std::uint64_t> id_map_from_json(const nlohmann::json& json,
-                                                               const std::string& owner) {
-  if (!json.is_object()) {
-    throw CheckpointError(owner + ": expected an object of ids but found " + json.dump());
-  }
-  std::map<std::uint64_t, std::uint64_t> map;
-  for (const auto& [key, value] : json.items()) {
-    if (key.empty() || key.find_first_not_of("0123456789") != std::string::npos ||
-        !value.is_number_unsigned()) {
-      throw CheckpointError(owner + ": expected an object of ids to counts but found " +
-                            json.dump());
-    }
-    map[std::stoull(key)] = value.get<std::uint64_t>();
-  }
-  return map;
-}
+LOADSTAR_DECL std::map<std::uint64_t, std::uint64_t> id_map_from_json(const nlohmann::json& json,
+                                                                      const std::string& owner);
 
 /// The metric Determined gives a trial that exited early (errored): the worst there is.
 inline constexpr double asha_exited_metric = std::numeric_limits<double>::max();
@@ -95,20 +58,9 @@ class AsyncHalving {
     std::int64_t outstanding_trials = 0;
   };
 
-  AsyncHalving(std::uint64_t num_rungs, Length max_length, std::uint64_t max_trials, double divisor,
-               std::uint64_t max_concurrent_trials, bool smaller_is_better)
-      : unit_(max_length.unit),
-        max_trials_(max_trials),
-        divisor_(divisor),
-        max_concurrent_trials_(max_concurrent_trials),
-        smaller_is_better_(smaller_is_better) {
-    for (std::uint64_t id = 0; id < num_rungs; ++id) {
-      const double downsampling = std::pow(divisor, static_cast<double>(num_rungs - id - 1));
-      const auto units =
-          static_cast<std::uint64_t>(static_cast<double>(max_length.value) / downsampling);
-      rungs_.push_back(Rung{std::max<std::uint64_t>(units, 1), {}, 0});
-    }
-  }
+  LOADSTAR_DECL AsyncHalving(std::uint64_t num_rungs, Length max_length, std::uint64_t max_trials,
+                             double divisor, std::uint64_t max_concurrent_trials,
+                             bool smaller_is_better);
 
   std::uint64_t num_rungs() const noexcept { return rungs_.size(); }
   std::uint64_t max_trials() const noexcept { return max_trials_; }
@@ -116,12 +68,7 @@ class AsyncHalving {
 
   /// The trials it runs at once: `max_concurrent_trials` (never more than `max_trials`), or
   /// Determined's `clamp(divisor^(num_rungs-1), 1, max_trials)` when 0.
-  std::uint64_t concurrent_trials() const {
-    if (max_concurrent_trials_ > 0) return std::min(max_concurrent_trials_, max_trials_);
-    const auto automatic =
-        static_cast<std::uint64_t>(std::pow(divisor_, static_cast<double>(rungs_.size() - 1)));
-    return std::max<std::uint64_t>(std::min(automatic, max_trials_), 1);
-  }
+  LOADSTAR_DECL std::uint64_t concurrent_trials() const;
 
   /// `create()` makes a `Create` with the searcher's next request id, hyperparameters and seed.
   template <class MakeCreate>
@@ -141,10 +88,7 @@ class AsyncHalving {
     return promote(request_id, metric, create);
   }
 
-  void trial_closed(std::uint64_t request_id) {
-    ++trials_completed_;
-    closed_trials_.insert(request_id);
-  }
+  LOADSTAR_DECL void trial_closed(std::uint64_t request_id);
 
   template <class MakeCreate>
   std::vector<Operation> trial_exited_early(std::uint64_t request_id, bool invalid_hp,
@@ -174,94 +118,11 @@ class AsyncHalving {
 
   /// Determined's estimate: trials through rung 0 over `1.2 * max_trials`, or, once all are, the
   /// share of valid trials closed if that is more.
-  double progress() const {
-    const auto all = static_cast<double>(rungs_[0].metrics.size());
-    double progress = all / (1.2 * static_cast<double>(max_trials_));
-    if (rungs_[0].metrics.size() == max_trials_) {
-      const double valid =
-          static_cast<double>(trials_completed_) - static_cast<double>(invalid_trials_);
-      progress = std::max(valid / static_cast<double>(max_trials_), progress);
-    }
-    return progress;
-  }
+  LOADSTAR_DECL double progress() const;
 
-  nlohmann::json state() const {
-    nlohmann::json rungs = nlohmann::json::array();
-    for (const auto& rung : rungs_) {
-      nlohmann::json metrics = nlohmann::json::array();
-      for (const auto& m : rung.metrics) {
-        metrics.push_back({{"request_id", m.request_id},
-                           {"metric", metric_to_json(m.metric)},
-                           {"promoted", m.promoted}});
-      }
-      rungs.push_back({{"units_needed", rung.units_needed},
-                       {"metrics", metrics},
-                       {"outstanding_trials", rung.outstanding_trials}});
-    }
-    nlohmann::json trial_rungs = nlohmann::json::object();
-    for (const auto& [id, rung] : trial_rungs_)
-      trial_rungs[std::to_string(id)] = rung;
-    return {{"rungs", rungs},
-            {"trial_rungs", trial_rungs},
-            {"early_exit_trials", early_exit_trials_},
-            {"closed_trials", closed_trials_},
-            {"trials_completed", trials_completed_},
-            {"invalid_trials", invalid_trials_},
-            {"pending_trials", pending_trials_}};
-  }
+  LOADSTAR_DECL nlohmann::json state() const;
 
-  void restore(const nlohmann::json& json) {
-    const std::string owner = "adaptive_asha bracket state";
-    const loadstar::detail::StateReader read("adaptive_asha bracket", json);
-    const auto rungs = read.get<nlohmann::json>("rungs");
-    if (!rungs.is_array() || rungs.size() != rungs_.size()) {
-      throw CheckpointError(owner + ": expected " + std::to_string(rungs_.size()) +
-                            " rungs but found " + rungs.dump());
-    }
-    std::vector<Rung> restored;
-    for (std::size_t i = 0; i < rungs.size(); ++i) {
-      const loadstar::detail::StateReader rung_read(
-          "adaptive_asha bracket rung " + std::to_string(i), rungs[i]);
-      Rung rung;
-      rung.units_needed = rung_read.get<std::uint64_t>("units_needed");
-      if (rung.units_needed != rungs_[i].units_needed) {
-        throw CheckpointError(owner + ": rung " + std::to_string(i) + " needs " +
-                              std::to_string(rung.units_needed) + " units but this config gives " +
-                              std::to_string(rungs_[i].units_needed));
-      }
-      rung.outstanding_trials = rung_read.get<std::int64_t>("outstanding_trials");
-      const auto metrics = rung_read.get<nlohmann::json>("metrics");
-      if (!metrics.is_array()) {
-        throw CheckpointError(owner + ": rung " + std::to_string(i) +
-                              ": expected an array of metrics but found " + metrics.dump());
-      }
-      for (const auto& m : metrics) {
-        const loadstar::detail::StateReader m_read(
-            "adaptive_asha bracket rung " + std::to_string(i) + " metric", m);
-        rung.metrics.push_back(
-            TrialMetric{m_read.get<std::uint64_t>("request_id"),
-                        metric_from_json(m_read.get<nlohmann::json>("metric"), owner),
-                        m_read.get<bool>("promoted")});
-      }
-      restored.push_back(std::move(rung));
-    }
-    auto trial_rungs = id_map_from_json(read.get<nlohmann::json>("trial_rungs"), owner);
-    for (const auto& [id, rung] : trial_rungs) {
-      if (rung >= rungs_.size()) {
-        throw CheckpointError(owner + ": trial " + std::to_string(id) + " is in rung " +
-                              std::to_string(rung) + " of " + std::to_string(rungs_.size()));
-      }
-    }
-    const auto early = ids_from_json(read.get<nlohmann::json>("early_exit_trials"), owner);
-    const auto closed = ids_from_json(read.get<nlohmann::json>("closed_trials"), owner);
-    trials_completed_ = read.get<std::uint64_t>("trials_completed");
-    invalid_trials_ = read.get<std::uint64_t>("invalid_trials");
-    pending_trials_ = read.get<std::int64_t>("pending_trials");
-    rungs_ = std::move(restored);
-    trial_rungs_ = std::move(trial_rungs);
-    early_exit_trials_ = std::set<std::uint64_t>(early.begin(), early.end());
-    closed_trials_ = std::set<std::uint64_t>(closed.begin(), closed.end());
-  }
+  LOADSTAR_DECL void restore(const nlohmann::json& json);
 
  private:
   template <class MakeCreate>
@@ -279,24 +140,8 @@ class AsyncHalving {
 
   /// Determined's `promotionsAsync`: insert the metric in order; promote this trial if it is in
   /// the top `int((n+1)/d)`, or else the trial that moved into the top when that count grew.
-  std::vector<std::uint64_t> promotions(Rung& rung, std::uint64_t request_id, double metric) {
-    const auto size = static_cast<double>(rung.metrics.size());
-    const auto old_num_promote = static_cast<std::uint64_t>(size / divisor_);
-    const auto num_promote = static_cast<std::uint64_t>((size + 1) / divisor_);
-    const auto insert = static_cast<std::uint64_t>(
-        std::upper_bound(rung.metrics.begin(), rung.metrics.end(), metric,
-                         [](double value, const TrialMetric& m) { return value < m.metric; }) -
-        rung.metrics.begin());
-    const bool promote_now = insert < num_promote;
-    rung.metrics.insert(rung.metrics.begin() + static_cast<std::ptrdiff_t>(insert),
-                        TrialMetric{request_id, metric, promote_now});
-    if (promote_now) return {request_id};
-    if (num_promote != old_num_promote && !rung.metrics[old_num_promote].promoted) {
-      rung.metrics[old_num_promote].promoted = true;
-      return {rung.metrics[old_num_promote].request_id};
-    }
-    return {};
-  }
+  LOADSTAR_DECL std::vector<std::uint64_t> promotions(Rung& rung, std::uint64_t request_id,
+                                                      double metric);
 
   template <class MakeCreate>
   std::vector<Operation> promote(std::uint64_t request_id, double metric, MakeCreate& create) {
@@ -330,18 +175,7 @@ class AsyncHalving {
     return ops;
   }
 
-  void close_out_rungs(std::vector<Operation>& ops) {
-    for (const auto& rung : rungs_) {
-      if (rung.outstanding_trials > 0) break;
-      for (const auto& m : rung.metrics) {
-        if (!m.promoted && !closed_trials_.contains(m.request_id) &&
-            !early_exit_trials_.contains(m.request_id)) {
-          ops.push_back(Close{m.request_id});
-          closed_trials_.insert(m.request_id);
-        }
-      }
-    }
-  }
+  LOADSTAR_DECL void close_out_rungs(std::vector<Operation>& ops);
 
   Unit unit_;
   std::uint64_t max_trials_;
@@ -358,3 +192,213 @@ class AsyncHalving {
 };
 
 }  // namespace loadstar::trial::detail
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_TRIAL_BODIES
+namespace loadstar::trial::detail {
+
+LOADSTAR_DECL nlohmann::json metric_to_json(double metric) {
+  if (std::isnan(metric)) return "nan";
+  if (std::isinf(metric)) return metric > 0 ? "inf" : "-inf";
+  return metric;
+}
+
+LOADSTAR_DECL double metric_from_json(const nlohmann::json& json, const std::string& owner) {
+  if (json.is_number()) return json.get<double>();
+  if (json == "inf") return std::numeric_limits<double>::infinity();
+  if (json == "-inf") return -std::numeric_limits<double>::infinity();
+  if (json == "nan") return std::numeric_limits<double>::quiet_NaN();
+  throw CheckpointError(owner +
+                        ": expected a metric (a number, \"inf\", \"-inf\" or \"nan\") "
+                        "but found " +
+                        json.dump());
+}
+
+LOADSTAR_DECL std::vector<std::uint64_t> ids_from_json(const nlohmann::json& json,
+                                                       const std::string& owner) {
+  if (!json.is_array()) {
+    throw CheckpointError(owner + ": expected an array of ids but found " + json.dump());
+  }
+  std::vector<std::uint64_t> ids;
+  for (const auto& id : json) {
+    if (!id.is_number_unsigned()) {
+      throw CheckpointError(owner + ": expected an array of ids but found " + json.dump());
+    }
+    ids.push_back(id.get<std::uint64_t>());
+  }
+  return ids;
+}
+
+LOADSTAR_DECL std::map<std::uint64_t, std::uint64_t> id_map_from_json(const nlohmann::json& json,
+                                                                      const std::string& owner) {
+  if (!json.is_object()) {
+    throw CheckpointError(owner + ": expected an object of ids but found " + json.dump());
+  }
+  std::map<std::uint64_t, std::uint64_t> map;
+  for (const auto& [key, value] : json.items()) {
+    if (key.empty() || key.find_first_not_of("0123456789") != std::string::npos ||
+        !value.is_number_unsigned()) {
+      throw CheckpointError(owner + ": expected an object of ids to counts but found " +
+                            json.dump());
+    }
+    map[std::stoull(key)] = value.get<std::uint64_t>();
+  }
+  return map;
+}
+
+LOADSTAR_DECL AsyncHalving::AsyncHalving(std::uint64_t num_rungs, Length max_length,
+                                         std::uint64_t max_trials, double divisor,
+                                         std::uint64_t max_concurrent_trials,
+                                         bool smaller_is_better)
+    : unit_(max_length.unit),
+      max_trials_(max_trials),
+      divisor_(divisor),
+      max_concurrent_trials_(max_concurrent_trials),
+      smaller_is_better_(smaller_is_better) {
+  for (std::uint64_t id = 0; id < num_rungs; ++id) {
+    const double downsampling = std::pow(divisor, static_cast<double>(num_rungs - id - 1));
+    const auto units =
+        static_cast<std::uint64_t>(static_cast<double>(max_length.value) / downsampling);
+    rungs_.push_back(Rung{std::max<std::uint64_t>(units, 1), {}, 0});
+  }
+}
+
+LOADSTAR_DECL std::uint64_t AsyncHalving::concurrent_trials() const {
+  if (max_concurrent_trials_ > 0) return std::min(max_concurrent_trials_, max_trials_);
+  const auto automatic =
+      static_cast<std::uint64_t>(std::pow(divisor_, static_cast<double>(rungs_.size() - 1)));
+  return std::max<std::uint64_t>(std::min(automatic, max_trials_), 1);
+}
+
+LOADSTAR_DECL void AsyncHalving::trial_closed(std::uint64_t request_id) {
+  ++trials_completed_;
+  closed_trials_.insert(request_id);
+}
+
+LOADSTAR_DECL double AsyncHalving::progress() const {
+  const auto all = static_cast<double>(rungs_[0].metrics.size());
+  double progress = all / (1.2 * static_cast<double>(max_trials_));
+  if (rungs_[0].metrics.size() == max_trials_) {
+    const double valid =
+        static_cast<double>(trials_completed_) - static_cast<double>(invalid_trials_);
+    progress = std::max(valid / static_cast<double>(max_trials_), progress);
+  }
+  return progress;
+}
+
+LOADSTAR_DECL nlohmann::json AsyncHalving::state() const {
+  nlohmann::json rungs = nlohmann::json::array();
+  for (const auto& rung : rungs_) {
+    nlohmann::json metrics = nlohmann::json::array();
+    for (const auto& m : rung.metrics) {
+      metrics.push_back({{"request_id", m.request_id},
+                         {"metric", metric_to_json(m.metric)},
+                         {"promoted", m.promoted}});
+    }
+    rungs.push_back({{"units_needed", rung.units_needed},
+                     {"metrics", metrics},
+                     {"outstanding_trials", rung.outstanding_trials}});
+  }
+  nlohmann::json trial_rungs = nlohmann::json::object();
+  for (const auto& [id, rung] : trial_rungs_)
+    trial_rungs[std::to_string(id)] = rung;
+  return {{"rungs", rungs},
+          {"trial_rungs", trial_rungs},
+          {"early_exit_trials", early_exit_trials_},
+          {"closed_trials", closed_trials_},
+          {"trials_completed", trials_completed_},
+          {"invalid_trials", invalid_trials_},
+          {"pending_trials", pending_trials_}};
+}
+
+LOADSTAR_DECL void AsyncHalving::restore(const nlohmann::json& json) {
+  const std::string owner = "adaptive_asha bracket state";
+  const loadstar::detail::StateReader read("adaptive_asha bracket", json);
+  const auto rungs = read.get<nlohmann::json>("rungs");
+  if (!rungs.is_array() || rungs.size() != rungs_.size()) {
+    throw CheckpointError(owner + ": expected " + std::to_string(rungs_.size()) +
+                          " rungs but found " + rungs.dump());
+  }
+  std::vector<Rung> restored;
+  for (std::size_t i = 0; i < rungs.size(); ++i) {
+    const loadstar::detail::StateReader rung_read("adaptive_asha bracket rung " + std::to_string(i),
+                                                  rungs[i]);
+    Rung rung;
+    rung.units_needed = rung_read.get<std::uint64_t>("units_needed");
+    if (rung.units_needed != rungs_[i].units_needed) {
+      throw CheckpointError(owner + ": rung " + std::to_string(i) + " needs " +
+                            std::to_string(rung.units_needed) + " units but this config gives " +
+                            std::to_string(rungs_[i].units_needed));
+    }
+    rung.outstanding_trials = rung_read.get<std::int64_t>("outstanding_trials");
+    const auto metrics = rung_read.get<nlohmann::json>("metrics");
+    if (!metrics.is_array()) {
+      throw CheckpointError(owner + ": rung " + std::to_string(i) +
+                            ": expected an array of metrics but found " + metrics.dump());
+    }
+    for (const auto& m : metrics) {
+      const loadstar::detail::StateReader m_read(
+          "adaptive_asha bracket rung " + std::to_string(i) + " metric", m);
+      rung.metrics.push_back(
+          TrialMetric{m_read.get<std::uint64_t>("request_id"),
+                      metric_from_json(m_read.get<nlohmann::json>("metric"), owner),
+                      m_read.get<bool>("promoted")});
+    }
+    restored.push_back(std::move(rung));
+  }
+  auto trial_rungs = id_map_from_json(read.get<nlohmann::json>("trial_rungs"), owner);
+  for (const auto& [id, rung] : trial_rungs) {
+    if (rung >= rungs_.size()) {
+      throw CheckpointError(owner + ": trial " + std::to_string(id) + " is in rung " +
+                            std::to_string(rung) + " of " + std::to_string(rungs_.size()));
+    }
+  }
+  const auto early = ids_from_json(read.get<nlohmann::json>("early_exit_trials"), owner);
+  const auto closed = ids_from_json(read.get<nlohmann::json>("closed_trials"), owner);
+  trials_completed_ = read.get<std::uint64_t>("trials_completed");
+  invalid_trials_ = read.get<std::uint64_t>("invalid_trials");
+  pending_trials_ = read.get<std::int64_t>("pending_trials");
+  rungs_ = std::move(restored);
+  trial_rungs_ = std::move(trial_rungs);
+  early_exit_trials_ = std::set<std::uint64_t>(early.begin(), early.end());
+  closed_trials_ = std::set<std::uint64_t>(closed.begin(), closed.end());
+}
+
+LOADSTAR_DECL std::vector<std::uint64_t> AsyncHalving::promotions(Rung& rung,
+                                                                  std::uint64_t request_id,
+                                                                  double metric) {
+  const auto size = static_cast<double>(rung.metrics.size());
+  const auto old_num_promote = static_cast<std::uint64_t>(size / divisor_);
+  const auto num_promote = static_cast<std::uint64_t>((size + 1) / divisor_);
+  const auto insert = static_cast<std::uint64_t>(
+      std::upper_bound(rung.metrics.begin(), rung.metrics.end(), metric,
+                       [](double value, const TrialMetric& m) { return value < m.metric; }) -
+      rung.metrics.begin());
+  const bool promote_now = insert < num_promote;
+  rung.metrics.insert(rung.metrics.begin() + static_cast<std::ptrdiff_t>(insert),
+                      TrialMetric{request_id, metric, promote_now});
+  if (promote_now) return {request_id};
+  if (num_promote != old_num_promote && !rung.metrics[old_num_promote].promoted) {
+    rung.metrics[old_num_promote].promoted = true;
+    return {rung.metrics[old_num_promote].request_id};
+  }
+  return {};
+}
+
+LOADSTAR_DECL void AsyncHalving::close_out_rungs(std::vector<Operation>& ops) {
+  for (const auto& rung : rungs_) {
+    if (rung.outstanding_trials > 0) break;
+    for (const auto& m : rung.metrics) {
+      if (!m.promoted && !closed_trials_.contains(m.request_id) &&
+          !early_exit_trials_.contains(m.request_id)) {
+        ops.push_back(Close{m.request_id});
+        closed_trials_.insert(m.request_id);
+      }
+    }
+  }
+}
+
+}  // namespace loadstar::trial::detail
+#endif

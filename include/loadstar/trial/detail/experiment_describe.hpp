@@ -3,6 +3,8 @@
 /// `trial.json` (written by the runner) and `metrics.jsonl`, summarised as text and curves.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -30,7 +32,50 @@ inline std::filesystem::path trial_dir(const std::filesystem::path& dir, std::ui
 
 /// A trial's `trial.json`, or null when it has none yet or it does not parse (the runner writes
 /// it atomically, so the latter means someone else's file; describe shows what it can).
-inline nlohmann::json read_trial_json(const std::filesystem::path& trial_folder) {
+LOADSTAR_DECL nlohmann::json read_trial_json(const std::filesystem::path& trial_folder);
+
+/// A number for a table: `0.3412`, or `-` when absent.
+LOADSTAR_DECL std::string format_metric(const std::optional<double>& value);
+
+/// The searcher metric inside a validation entry of `trial.json`: a number, or an object
+/// holding the metric by name.
+LOADSTAR_DECL std::optional<double> validation_value(const nlohmann::json& value,
+                                                     const std::string& metric);
+
+/// The curves of every trial of the experiment in `dir` that has metrics, by trial id.
+LOADSTAR_DECL std::vector<TrialCurves> experiment_curves(const std::filesystem::path& dir,
+                                                         const ExperimentRecord& record);
+
+/// Prints the experiment in `dir` to `out`: its state, searcher and progress, then one line per
+/// trial (state, batches trained, best validation, restarts, hyperparameters), then its
+/// checkpoints and where the metrics are.
+LOADSTAR_DECL void describe_experiment_to(const std::filesystem::path& dir, std::ostream& out);
+
+/// One experiment found by `experiment list`.
+struct ExperimentListing {
+  std::filesystem::path dir;
+  std::uint64_t id = 0;
+  std::string state;
+  std::string searcher;
+  std::size_t trials = 0;
+  std::string description;
+};
+
+/// The experiment folders directly under `root` (and `root` itself when it is one), sorted by
+/// path; unreadable ones are listed with state `UNREADABLE`. `ConfigError` when `root` is not a
+/// folder.
+LOADSTAR_DECL std::vector<ExperimentListing> list_experiment_folders(
+    const std::filesystem::path& root);
+
+}  // namespace loadstar::trial::detail
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_TRIAL_BODIES
+namespace loadstar::trial::detail {
+
+LOADSTAR_DECL nlohmann::json read_trial_json(const std::filesystem::path& trial_folder) {
   const auto file = trial_folder / "trial.json";
   std::error_code error;
   if (!std::filesystem::exists(file, error)) return nullptr;
@@ -44,18 +89,15 @@ inline nlohmann::json read_trial_json(const std::filesystem::path& trial_folder)
   }
 }
 
-/// A number for a table: `0.3412`, or `-` when absent.
-inline std::string format_metric(const std::optional<double>& value) {
+LOADSTAR_DECL std::string format_metric(const std::optional<double>& value) {
   if (!value) return "-";
   char buffer[32];
   std::snprintf(buffer, sizeof buffer, "%.6g", *value);
   return buffer;
 }
 
-/// The searcher metric inside a validation entry of `trial.json`: a number, or an object
-/// holding the metric by name.
-inline std::optional<double> validation_value(const nlohmann::json& value,
-                                              const std::string& metric) {
+LOADSTAR_DECL std::optional<double> validation_value(const nlohmann::json& value,
+                                                     const std::string& metric) {
   if (value.is_number()) return value.get<double>();
   if (value.is_object()) {
     for (const std::string& key : {metric, std::string("searcher_metric"), std::string("value")}) {
@@ -68,9 +110,8 @@ inline std::optional<double> validation_value(const nlohmann::json& value,
   return std::nullopt;
 }
 
-/// The curves of every trial of the experiment in `dir` that has metrics, by trial id.
-inline std::vector<TrialCurves> experiment_curves(const std::filesystem::path& dir,
-                                                  const ExperimentRecord& record) {
+LOADSTAR_DECL std::vector<TrialCurves> experiment_curves(const std::filesystem::path& dir,
+                                                         const ExperimentRecord& record) {
   std::vector<TrialCurves> curves;
   for (const auto& trial : record.trials) {
     const auto file = trial_dir(dir, trial.id) / "metrics.jsonl";
@@ -80,10 +121,7 @@ inline std::vector<TrialCurves> experiment_curves(const std::filesystem::path& d
   return curves;
 }
 
-/// Prints the experiment in `dir` to `out`: its state, searcher and progress, then one line per
-/// trial (state, batches trained, best validation, restarts, hyperparameters), then its
-/// checkpoints and where the metrics are.
-inline void describe_experiment_to(const std::filesystem::path& dir, std::ostream& out) {
+LOADSTAR_DECL void describe_experiment_to(const std::filesystem::path& dir, std::ostream& out) {
   const ExperimentRecord record = read_experiment_record(dir);
   out << "experiment " << record.id << " in '" << dir.string() << "': " << record.state
       << (record.test ? " (test)" : "") << "\n";
@@ -162,20 +200,8 @@ inline void describe_experiment_to(const std::filesystem::path& dir, std::ostrea
   out << "\nmetrics: " << (dir / "trials" / "<id>" / "metrics.jsonl").string() << "\n";
 }
 
-/// One experiment found by `experiment list`.
-struct ExperimentListing {
-  std::filesystem::path dir;
-  std::uint64_t id = 0;
-  std::string state;
-  std::string searcher;
-  std::size_t trials = 0;
-  std::string description;
-};
-
-/// The experiment folders directly under `root` (and `root` itself when it is one), sorted by
-/// path; unreadable ones are listed with state `UNREADABLE`. `ConfigError` when `root` is not a
-/// folder.
-inline std::vector<ExperimentListing> list_experiment_folders(const std::filesystem::path& root) {
+LOADSTAR_DECL std::vector<ExperimentListing> list_experiment_folders(
+    const std::filesystem::path& root) {
   if (!std::filesystem::is_directory(root)) {
     throw ConfigError(
         "experiment root '" + root.string() + "': expected a folder but found " +
@@ -209,3 +235,4 @@ inline std::vector<ExperimentListing> list_experiment_folders(const std::filesys
 }
 
 }  // namespace loadstar::trial::detail
+#endif

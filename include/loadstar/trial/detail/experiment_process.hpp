@@ -3,6 +3,8 @@
 /// that trial only), and a helper program (gnuplot) fed a script on its standard input.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -25,7 +27,40 @@ namespace loadstar::trial::detail {
 
 /// The full path of `program` found on `PATH` (or `program` itself when it holds a `/` and is
 /// executable); empty when there is none.
-inline std::filesystem::path find_program(const std::string& program) {
+LOADSTAR_DECL std::filesystem::path find_program(const std::string& program);
+
+/// A description of how a child ended, from a `waitpid` status: `exit status 3`,
+/// `killed by signal 9 (Killed)`.
+LOADSTAR_DECL std::string describe_status(int status);
+
+/// A `char*` argument vector over `arguments`, ended by a null pointer, for `execv`.
+LOADSTAR_DECL std::vector<char*> argument_pointers(std::vector<std::string>& arguments);
+
+/// Starts `arguments[0]` with `arguments` as a child whose standard output and error go to
+/// `log` (appended) and that is killed when this process dies (`PR_SET_PDEATHSIG`), so that a
+/// killed experiment leaves no trial running on behind it; returns its pid. Throws `IoError`.
+LOADSTAR_DECL ::pid_t spawn_logged(std::vector<std::string> arguments,
+                                   const std::filesystem::path& log);
+
+/// The output of a helper program run to its end.
+struct ProgramResult {
+  int status = 0;
+  std::string output;  ///< standard output and error together
+};
+
+/// Runs `arguments` (`arguments[0]` a full path) with `input` on its standard input and waits for
+/// it; its standard output and error are collected. Throws `IoError` when it cannot be started.
+LOADSTAR_DECL ProgramResult run_program(std::vector<std::string> arguments, std::string_view input);
+
+}  // namespace loadstar::trial::detail
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_TRIAL_BODIES
+namespace loadstar::trial::detail {
+
+LOADSTAR_DECL std::filesystem::path find_program(const std::string& program) {
   if (program.find('/') != std::string::npos) {
     return ::access(program.c_str(), X_OK) == 0 ? std::filesystem::path(program)
                                                 : std::filesystem::path();
@@ -45,9 +80,7 @@ inline std::filesystem::path find_program(const std::string& program) {
   }
 }
 
-/// A description of how a child ended, from a `waitpid` status: `exit status 3`,
-/// `killed by signal 9 (Killed)`.
-inline std::string describe_status(int status) {
+LOADSTAR_DECL std::string describe_status(int status) {
   if (WIFEXITED(status)) return "exit status " + std::to_string(WEXITSTATUS(status));
   if (WIFSIGNALED(status)) {
     const int signal = WTERMSIG(status);
@@ -56,8 +89,7 @@ inline std::string describe_status(int status) {
   return "status " + std::to_string(status);
 }
 
-/// A `char*` argument vector over `arguments`, ended by a null pointer, for `execv`.
-inline std::vector<char*> argument_pointers(std::vector<std::string>& arguments) {
+LOADSTAR_DECL std::vector<char*> argument_pointers(std::vector<std::string>& arguments) {
   std::vector<char*> pointers;
   pointers.reserve(arguments.size() + 1);
   for (auto& argument : arguments)
@@ -66,10 +98,8 @@ inline std::vector<char*> argument_pointers(std::vector<std::string>& arguments)
   return pointers;
 }
 
-/// Starts `arguments[0]` with `arguments` as a child whose standard output and error go to
-/// `log` (appended) and that is killed when this process dies (`PR_SET_PDEATHSIG`), so that a
-/// killed experiment leaves no trial running on behind it; returns its pid. Throws `IoError`.
-inline ::pid_t spawn_logged(std::vector<std::string> arguments, const std::filesystem::path& log) {
+LOADSTAR_DECL ::pid_t spawn_logged(std::vector<std::string> arguments,
+                                   const std::filesystem::path& log) {
   const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) {
     throw IoError("trial log '" + log.string() + "': cannot open: " + std::strerror(errno));
@@ -96,15 +126,8 @@ inline ::pid_t spawn_logged(std::vector<std::string> arguments, const std::files
   return pid;
 }
 
-/// The output of a helper program run to its end.
-struct ProgramResult {
-  int status = 0;
-  std::string output;  ///< standard output and error together
-};
-
-/// Runs `arguments` (`arguments[0]` a full path) with `input` on its standard input and waits for
-/// it; its standard output and error are collected. Throws `IoError` when it cannot be started.
-inline ProgramResult run_program(std::vector<std::string> arguments, std::string_view input) {
+LOADSTAR_DECL ProgramResult run_program(std::vector<std::string> arguments,
+                                        std::string_view input) {
   int to_child[2];
   int from_child[2];
   if (::pipe2(to_child, O_CLOEXEC) != 0) {
@@ -162,3 +185,4 @@ inline ProgramResult run_program(std::vector<std::string> arguments, std::string
 }
 
 }  // namespace loadstar::trial::detail
+#endif

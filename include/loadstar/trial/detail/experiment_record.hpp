@@ -4,6 +4,8 @@
 /// atomically after every event, so that a killed experiment resumes from the last one.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <cstdint>
 #include <deque>
 #include <filesystem>
@@ -22,12 +24,7 @@ namespace loadstar::trial::detail {
 inline constexpr const char* experiment_format = "loadstar-experiment";
 inline constexpr int experiment_format_version = 1;
 
-inline std::optional<Unit> length_unit_from_name(const std::string& name) {
-  if (name == "batches") return Unit::batches;
-  if (name == "records") return Unit::records;
-  if (name == "epochs") return Unit::epochs;
-  return std::nullopt;
-}
+LOADSTAR_DECL std::optional<Unit> length_unit_from_name(const std::string& name);
 
 /// `{"epochs": 5}`.
 inline nlohmann::json pending_length_json(const Length& length) {
@@ -84,25 +81,90 @@ struct ExperimentRecord {
   /// `save_experiment_best`: the best checkpoints over all trials, set at the end.
   nlohmann::json best_checkpoints = nlohmann::json::array();
 
-  TrialRecord* find_request(std::uint64_t request_id) {
-    for (auto& trial : trials) {
-      if (trial.request_id == request_id) return &trial;
-    }
-    return nullptr;
-  }
-  TrialRecord* find_trial(std::uint64_t trial_id) {
-    for (auto& trial : trials) {
-      if (trial.id == trial_id) return &trial;
-    }
-    return nullptr;
-  }
+  LOADSTAR_DECL TrialRecord* find_request(std::uint64_t request_id);
+  LOADSTAR_DECL TrialRecord* find_trial(std::uint64_t trial_id);
 };
 
 inline nlohmann::json optional_number(const std::optional<double>& value) {
   return value ? nlohmann::json(*value) : nlohmann::json();
 }
 
-inline nlohmann::json to_json(const TrialRecord& trial) {
+LOADSTAR_DECL nlohmann::json to_json(const TrialRecord& trial);
+
+LOADSTAR_DECL nlohmann::json to_json(const ExperimentRecord& record);
+
+/// Reads member `key` of `object` as `T`; `FormatError` naming the file and key otherwise.
+template <typename T>
+T member(const nlohmann::json& object, const char* key, const std::filesystem::path& file,
+         const std::string& where) {
+  if (!object.is_object() || !object.contains(key)) {
+    throw FormatError("experiment '" + file.string() + "': " + where + key +
+                      ": expected a value but found none");
+  }
+  try {
+    return object.at(key).get<T>();
+  } catch (const nlohmann::json::exception&) {
+    throw FormatError("experiment '" + file.string() + "': " + where + key +
+                      ": expected a value of another type but found " +
+                      object.at(key).dump().substr(0, 100));
+  }
+}
+
+LOADSTAR_DECL std::optional<double> optional_member(const nlohmann::json& object, const char* key);
+
+/// Parses `experiment.json`'s text; `file` names it in messages. Throws `FormatError`.
+LOADSTAR_DECL ExperimentRecord experiment_record_from_json(const nlohmann::json& json,
+                                                           const std::filesystem::path& file);
+
+/// `dir/experiment.json`.
+inline std::filesystem::path experiment_file(const std::filesystem::path& dir) {
+  return dir / "experiment.json";
+}
+
+/// Reads `dir/experiment.json`: `ConfigError` when `dir` holds no experiment, `FormatError`
+/// when the file is not one.
+LOADSTAR_DECL ExperimentRecord read_experiment_record(const std::filesystem::path& dir);
+
+/// Where the checkpoints of the experiment in `dir` go.
+LOADSTAR_DECL std::filesystem::path checkpoint_root(const std::filesystem::path& dir,
+                                                    const ExperimentRecord& record);
+
+/// Writes `dir/experiment.json` atomically.
+inline void write_experiment_record(const std::filesystem::path& dir,
+                                    const ExperimentRecord& record) {
+  keras::detail::write_atomically(experiment_file(dir), to_json(record).dump(2) + "\n");
+}
+
+}  // namespace loadstar::trial::detail
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_TRIAL_BODIES
+namespace loadstar::trial::detail {
+
+LOADSTAR_DECL std::optional<Unit> length_unit_from_name(const std::string& name) {
+  if (name == "batches") return Unit::batches;
+  if (name == "records") return Unit::records;
+  if (name == "epochs") return Unit::epochs;
+  return std::nullopt;
+}
+
+LOADSTAR_DECL TrialRecord* ExperimentRecord::find_request(std::uint64_t request_id) {
+  for (auto& trial : trials) {
+    if (trial.request_id == request_id) return &trial;
+  }
+  return nullptr;
+}
+
+LOADSTAR_DECL TrialRecord* ExperimentRecord::find_trial(std::uint64_t trial_id) {
+  for (auto& trial : trials) {
+    if (trial.id == trial_id) return &trial;
+  }
+  return nullptr;
+}
+
+LOADSTAR_DECL nlohmann::json to_json(const TrialRecord& trial) {
   nlohmann::json pending = nlohmann::json::array();
   for (const auto& length : trial.pending)
     pending.push_back(pending_length_json(length));
@@ -119,7 +181,7 @@ inline nlohmann::json to_json(const TrialRecord& trial) {
           {"error", trial.error}};
 }
 
-inline nlohmann::json to_json(const ExperimentRecord& record) {
+LOADSTAR_DECL nlohmann::json to_json(const ExperimentRecord& record) {
   nlohmann::json trials = nlohmann::json::array();
   for (const auto& trial : record.trials)
     trials.push_back(to_json(trial));
@@ -146,31 +208,13 @@ inline nlohmann::json to_json(const ExperimentRecord& record) {
           {"best_checkpoints", record.best_checkpoints}};
 }
 
-/// Reads member `key` of `object` as `T`; `FormatError` naming the file and key otherwise.
-template <typename T>
-T member(const nlohmann::json& object, const char* key, const std::filesystem::path& file,
-         const std::string& where) {
-  if (!object.is_object() || !object.contains(key)) {
-    throw FormatError("experiment '" + file.string() + "': " + where + key +
-                      ": expected a value but found none");
-  }
-  try {
-    return object.at(key).get<T>();
-  } catch (const nlohmann::json::exception&) {
-    throw FormatError("experiment '" + file.string() + "': " + where + key +
-                      ": expected a value of another type but found " +
-                      object.at(key).dump().substr(0, 100));
-  }
-}
-
-inline std::optional<double> optional_member(const nlohmann::json& object, const char* key) {
+LOADSTAR_DECL std::optional<double> optional_member(const nlohmann::json& object, const char* key) {
   if (object.contains(key) && object.at(key).is_number()) return object.at(key).get<double>();
   return std::nullopt;
 }
 
-/// Parses `experiment.json`'s text; `file` names it in messages. Throws `FormatError`.
-inline ExperimentRecord experiment_record_from_json(const nlohmann::json& json,
-                                                    const std::filesystem::path& file) {
+LOADSTAR_DECL ExperimentRecord experiment_record_from_json(const nlohmann::json& json,
+                                                           const std::filesystem::path& file) {
   if (!json.is_object() || json.value("format", std::string()) != experiment_format) {
     throw FormatError("experiment '" + file.string() + "': expected format '" + experiment_format +
                       "' but found " +
@@ -230,14 +274,7 @@ inline ExperimentRecord experiment_record_from_json(const nlohmann::json& json,
   return record;
 }
 
-/// `dir/experiment.json`.
-inline std::filesystem::path experiment_file(const std::filesystem::path& dir) {
-  return dir / "experiment.json";
-}
-
-/// Reads `dir/experiment.json`: `ConfigError` when `dir` holds no experiment, `FormatError`
-/// when the file is not one.
-inline ExperimentRecord read_experiment_record(const std::filesystem::path& dir) {
+LOADSTAR_DECL ExperimentRecord read_experiment_record(const std::filesystem::path& dir) {
   const auto file = experiment_file(dir);
   if (!std::filesystem::exists(file)) {
     throw ConfigError(
@@ -255,17 +292,11 @@ inline ExperimentRecord read_experiment_record(const std::filesystem::path& dir)
   return experiment_record_from_json(json, file);
 }
 
-/// Where the checkpoints of the experiment in `dir` go.
-inline std::filesystem::path checkpoint_root(const std::filesystem::path& dir,
-                                             const ExperimentRecord& record) {
+LOADSTAR_DECL std::filesystem::path checkpoint_root(const std::filesystem::path& dir,
+                                                    const ExperimentRecord& record) {
   const std::filesystem::path stored = record.checkpoint_dir;
   return stored.is_absolute() ? stored : dir / stored;
 }
 
-/// Writes `dir/experiment.json` atomically.
-inline void write_experiment_record(const std::filesystem::path& dir,
-                                    const ExperimentRecord& record) {
-  keras::detail::write_atomically(experiment_file(dir), to_json(record).dump(2) + "\n");
-}
-
 }  // namespace loadstar::trial::detail
+#endif

@@ -5,6 +5,8 @@
 /// died) are always forked from a process that never initialised MPI.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -38,29 +40,9 @@ class Channel {
   int fd() const noexcept { return fd_; }
 
   /// Writes `n` bytes; false when the peer is gone.
-  bool write(const void* data, std::size_t n) const noexcept {
-    const auto* p = static_cast<const char*>(data);
-    while (n > 0) {
-      const ::ssize_t k = ::send(fd_, p, n, MSG_NOSIGNAL);
-      if (k < 0 && errno == EINTR) continue;
-      if (k <= 0) return false;
-      p += k;
-      n -= static_cast<std::size_t>(k);
-    }
-    return true;
-  }
+  LOADSTAR_DECL bool write(const void* data, std::size_t n) const noexcept;
   /// Reads `n` bytes; false at the end of the stream (the peer is gone).
-  bool read(void* data, std::size_t n) const noexcept {
-    auto* p = static_cast<char*>(data);
-    while (n > 0) {
-      const ::ssize_t k = ::recv(fd_, p, n, 0);
-      if (k < 0 && errno == EINTR) continue;
-      if (k <= 0) return false;
-      p += k;
-      n -= static_cast<std::size_t>(k);
-    }
-    return true;
-  }
+  LOADSTAR_DECL bool read(void* data, std::size_t n) const noexcept;
   template <class T>
   bool put(const T& value) const noexcept {
     return write(&value, sizeof value);
@@ -72,12 +54,7 @@ class Channel {
   bool put_string(const std::string& text) const noexcept {
     return put(static_cast<std::uint64_t>(text.size())) && write(text.data(), text.size());
   }
-  bool get_string(std::string& text) const {
-    std::uint64_t n = 0;
-    if (!get(n)) return false;
-    text.resize(n);
-    return read(text.data(), n);
-  }
+  LOADSTAR_DECL bool get_string(std::string& text) const;
 
  private:
   int fd_;
@@ -96,7 +73,133 @@ inline constexpr char reply_end = '0';  // `next`: the epoch has no more batches
 inline constexpr char reply_error = 'e';
 
 /// The kind of a loadstar error, so that the rank rethrows what the loader process caught.
-inline char error_kind(const std::exception& e) {
+LOADSTAR_DECL char error_kind(const std::exception& e);
+[[noreturn]] LOADSTAR_DECL void throw_error(char kind, const std::string& message);
+
+/// Writes one batch: the member kinds, the row count, then each member (x, y, then the weights)
+/// as dtype, key, shape and the rows' bytes, contiguous.
+LOADSTAR_DECL bool put_batch(const Channel& channel, const keras::BatchView& batch,
+                             std::vector<char>& scratch);
+
+/// The loop of the loader process: answers the rank's commands from `data` until the rank is
+/// gone, then ends the process.
+[[noreturn]] LOADSTAR_DECL void serve_loader(const Channel& channel, keras::DataIterator& data);
+
+/// The rank's side: a process serving one training `DataIterator`, and the batch source that
+/// reads from it.
+class LoaderProcess {
+ public:
+  /// Forks the loader process, which runs `build` (the trial's training loader as a
+  /// `DataIterator`, or nothing when that loader forks no process and the rank can read it
+  /// itself). Returns the process when it serves, else null (also when `build` threw: the rank
+  /// builds the loader itself and meets the same error). Call before `MPI_Init`.
+  LOADSTAR_DECL static std::shared_ptr<LoaderProcess> start(
+      const std::function<std::optional<keras::DataIterator>()>& build);
+
+  /// What the served iterator said of itself.
+  std::optional<std::size_t> steps() const noexcept { return steps_; }
+  std::size_t max_batch() const noexcept { return max_batch_; }
+  bool has_targets() const noexcept { return has_targets_; }
+
+  LOADSTAR_DECL ~LoaderProcess();
+  LoaderProcess(const LoaderProcess&) = delete;
+  LoaderProcess& operator=(const LoaderProcess&) = delete;
+
+  ::pid_t pid() const noexcept { return pid_; }
+
+  /// Sends `command` (and `payload`) and reads the reply's first byte; throws the loader's error,
+  /// or `WorkerError` when the loader process is gone.
+  LOADSTAR_DECL char call(LoaderCommand command,
+                          const std::function<bool(const Channel&)>& payload = {});
+  const Channel& channel() const noexcept { return channel_; }
+
+  [[noreturn]] LOADSTAR_DECL void gone();
+
+ private:
+  LoaderProcess(::pid_t pid, int fd) : pid_(pid), channel_(fd) {}
+
+  ::pid_t pid_;
+  Channel channel_;
+  std::optional<std::size_t> steps_;
+  std::size_t max_batch_ = 0;
+  bool has_targets_ = true;
+};
+
+/// The batches of a `LoaderProcess`, as a batch source of the rank: each batch is read into
+/// memory the source owns and viewed from there.
+class RemoteSource final : public keras::detail::BatchSource {
+ public:
+  explicit RemoteSource(std::shared_ptr<LoaderProcess> process)
+      : process_(std::move(process)),
+        steps_(process_->steps()),
+        max_batch_(process_->max_batch()),
+        has_targets_(process_->has_targets()) {}
+
+  std::optional<std::size_t> steps() const override { return steps_; }
+  std::size_t max_batch() const override { return max_batch_; }
+  bool has_targets() const override { return has_targets_; }
+
+  LOADSTAR_DECL void start_epoch(std::size_t epoch) override;
+  LOADSTAR_DECL const keras::BatchView* next() override;
+  void finish_epoch() override { process_->call(LoaderCommand::finish_epoch); }
+
+ protected:
+  std::string kind() const override { return "training data loader process"; }
+  LOADSTAR_DECL nlohmann::json own_state() const override;
+  LOADSTAR_DECL void restore_own(const nlohmann::json& state) override;
+
+ private:
+  LOADSTAR_DECL void decode();
+
+  std::shared_ptr<LoaderProcess> process_;
+  std::optional<std::size_t> steps_;
+  std::size_t max_batch_;
+  bool has_targets_;
+  std::vector<char> buffer_;
+  std::vector<std::string> keys_;
+  keras::BatchView batch_;
+};
+
+}  // namespace loadstar::trial::detail
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_TRIAL_BODIES
+namespace loadstar::trial::detail {
+
+LOADSTAR_DECL bool Channel::write(const void* data, std::size_t n) const noexcept {
+  const auto* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const ::ssize_t k = ::send(fd_, p, n, MSG_NOSIGNAL);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return false;
+    p += k;
+    n -= static_cast<std::size_t>(k);
+  }
+  return true;
+}
+
+LOADSTAR_DECL bool Channel::read(void* data, std::size_t n) const noexcept {
+  auto* p = static_cast<char*>(data);
+  while (n > 0) {
+    const ::ssize_t k = ::recv(fd_, p, n, 0);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return false;
+    p += k;
+    n -= static_cast<std::size_t>(k);
+  }
+  return true;
+}
+
+LOADSTAR_DECL bool Channel::get_string(std::string& text) const {
+  std::uint64_t n = 0;
+  if (!get(n)) return false;
+  text.resize(n);
+  return read(text.data(), n);
+}
+
+LOADSTAR_DECL char error_kind(const std::exception& e) {
   if (dynamic_cast<const ConfigError*>(&e)) return 'c';
   if (dynamic_cast<const ShapeError*>(&e)) return 's';
   if (dynamic_cast<const CheckpointError*>(&e)) return 'k';
@@ -104,7 +207,8 @@ inline char error_kind(const std::exception& e) {
   if (dynamic_cast<const IoError*>(&e)) return 'i';
   return 'w';
 }
-[[noreturn]] inline void throw_error(char kind, const std::string& message) {
+
+LOADSTAR_DECL void throw_error(char kind, const std::string& message) {
   switch (kind) {
     case 'c':
       throw ConfigError(message);
@@ -121,10 +225,8 @@ inline char error_kind(const std::exception& e) {
   }
 }
 
-/// Writes one batch: the member kinds, the row count, then each member (x, y, then the weights)
-/// as dtype, key, shape and the rows' bytes, contiguous.
-inline bool put_batch(const Channel& channel, const keras::BatchView& batch,
-                      std::vector<char>& scratch) {
+LOADSTAR_DECL bool put_batch(const Channel& channel, const keras::BatchView& batch,
+                             std::vector<char>& scratch) {
   scratch.clear();
   const auto append = [&](const void* data, std::size_t n) {
     const auto* p = static_cast<const char*>(data);
@@ -166,9 +268,7 @@ inline bool put_batch(const Channel& channel, const keras::BatchView& batch,
          channel.write(scratch.data(), scratch.size());
 }
 
-/// The loop of the loader process: answers the rank's commands from `data` until the rank is
-/// gone, then ends the process.
-[[noreturn]] inline void serve_loader(const Channel& channel, keras::DataIterator& data) {
+LOADSTAR_DECL void serve_loader(const Channel& channel, keras::DataIterator& data) {
   std::vector<char> scratch;
   for (;;) {
     char command = 0;
@@ -212,222 +312,169 @@ inline bool put_batch(const Channel& channel, const keras::BatchView& batch,
   }
 }
 
-/// The rank's side: a process serving one training `DataIterator`, and the batch source that
-/// reads from it.
-class LoaderProcess {
- public:
-  /// Forks the loader process, which runs `build` (the trial's training loader as a
-  /// `DataIterator`, or nothing when that loader forks no process and the rank can read it
-  /// itself). Returns the process when it serves, else null (also when `build` threw: the rank
-  /// builds the loader itself and meets the same error). Call before `MPI_Init`.
-  static std::shared_ptr<LoaderProcess> start(
-      const std::function<std::optional<keras::DataIterator>()>& build) {
-    int fds[2];
-    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) {
-      throw IoError(std::string("loader process: cannot create a socket pair: ") +
-                    std::strerror(errno));
-    }
-    const ::pid_t pid = ::fork();
-    if (pid < 0) {
-      const int error = errno;
-      ::close(fds[0]);
-      ::close(fds[1]);
-      throw IoError(std::string("loader process: cannot fork: ") + std::strerror(error));
-    }
-    if (pid == 0) {
-      ::close(fds[0]);
-      // Ends with the rank: a rank killed without closing its socket leaves no orphan.
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      const Channel channel(fds[1]);
-      std::optional<keras::DataIterator> data;
-      try {
-        data = build();
-      } catch (const std::exception&) {
-        data.reset();
-      }
-      if (!data) {
-        static_cast<void>(channel.put(reply_end));
-        ::_exit(0);
-      }
-      const auto steps = data->steps();
-      if (!channel.put(reply_ok) || !channel.put(static_cast<char>(steps ? 1 : 0)) ||
-          !channel.put(static_cast<std::uint64_t>(steps ? *steps : 0)) ||
-          !channel.put(static_cast<std::uint64_t>(data->max_batch())) ||
-          !channel.put(static_cast<char>(data->has_targets() ? 1 : 0))) {
-        ::_exit(0);
-      }
-      serve_loader(channel, *data);
-    }
+LOADSTAR_DECL std::shared_ptr<LoaderProcess> LoaderProcess::start(
+    const std::function<std::optional<keras::DataIterator>()>& build) {
+  int fds[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) {
+    throw IoError(std::string("loader process: cannot create a socket pair: ") +
+                  std::strerror(errno));
+  }
+  const ::pid_t pid = ::fork();
+  if (pid < 0) {
+    const int error = errno;
+    ::close(fds[0]);
     ::close(fds[1]);
-    auto process = std::shared_ptr<LoaderProcess>(new LoaderProcess(pid, fds[0]));
-    char first = 0;
-    if (!process->channel_.get(first) || first != reply_ok) return nullptr;
-    char has_steps = 0, has_targets = 0;
-    std::uint64_t steps = 0, max_batch = 0;
-    if (!process->channel_.get(has_steps) || !process->channel_.get(steps) ||
-        !process->channel_.get(max_batch) || !process->channel_.get(has_targets)) {
-      return nullptr;
+    throw IoError(std::string("loader process: cannot fork: ") + std::strerror(error));
+  }
+  if (pid == 0) {
+    ::close(fds[0]);
+    // Ends with the rank: a rank killed without closing its socket leaves no orphan.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    const Channel channel(fds[1]);
+    std::optional<keras::DataIterator> data;
+    try {
+      data = build();
+    } catch (const std::exception&) {
+      data.reset();
     }
-    if (has_steps) process->steps_ = static_cast<std::size_t>(steps);
-    process->max_batch_ = static_cast<std::size_t>(max_batch);
-    process->has_targets_ = has_targets != 0;
-    return process;
-  }
-
-  /// What the served iterator said of itself.
-  std::optional<std::size_t> steps() const noexcept { return steps_; }
-  std::size_t max_batch() const noexcept { return max_batch_; }
-  bool has_targets() const noexcept { return has_targets_; }
-
-  ~LoaderProcess() {
-    ::close(channel_.fd());  // the loader process sees the end of the stream and exits
-    int status = 0;
-    ::waitpid(pid_, &status, 0);
-  }
-  LoaderProcess(const LoaderProcess&) = delete;
-  LoaderProcess& operator=(const LoaderProcess&) = delete;
-
-  ::pid_t pid() const noexcept { return pid_; }
-
-  /// Sends `command` (and `payload`) and reads the reply's first byte; throws the loader's error,
-  /// or `WorkerError` when the loader process is gone.
-  char call(LoaderCommand command, const std::function<bool(const Channel&)>& payload = {}) {
-    if (!channel_.put(static_cast<char>(command)) || (payload && !payload(channel_))) gone();
-    char reply = 0;
-    if (!channel_.get(reply)) gone();
-    if (reply == reply_error) {
-      char kind = 'w';
-      std::string message;
-      if (!channel_.get(kind) || !channel_.get_string(message)) gone();
-      throw_error(kind, message);
+    if (!data) {
+      static_cast<void>(channel.put(reply_end));
+      ::_exit(0);
     }
-    return reply;
-  }
-  const Channel& channel() const noexcept { return channel_; }
-
-  [[noreturn]] void gone() {
-    int status = 0;
-    std::string how = "it closed its socket";
-    if (::waitpid(pid_, &status, WNOHANG) == pid_) {
-      how = WIFSIGNALED(status) ? "killed by signal " + std::to_string(WTERMSIG(status))
-                                : "exit status " + std::to_string(WEXITSTATUS(status));
+    const auto steps = data->steps();
+    if (!channel.put(reply_ok) || !channel.put(static_cast<char>(steps ? 1 : 0)) ||
+        !channel.put(static_cast<std::uint64_t>(steps ? *steps : 0)) ||
+        !channel.put(static_cast<std::uint64_t>(data->max_batch())) ||
+        !channel.put(static_cast<char>(data->has_targets() ? 1 : 0))) {
+      ::_exit(0);
     }
-    throw WorkerError("training data loader process " + std::to_string(pid_) + " ended (" + how +
-                      ")");
+    serve_loader(channel, *data);
   }
-
- private:
-  LoaderProcess(::pid_t pid, int fd) : pid_(pid), channel_(fd) {}
-
-  ::pid_t pid_;
-  Channel channel_;
-  std::optional<std::size_t> steps_;
-  std::size_t max_batch_ = 0;
-  bool has_targets_ = true;
-};
-
-/// The batches of a `LoaderProcess`, as a batch source of the rank: each batch is read into
-/// memory the source owns and viewed from there.
-class RemoteSource final : public keras::detail::BatchSource {
- public:
-  explicit RemoteSource(std::shared_ptr<LoaderProcess> process)
-      : process_(std::move(process)),
-        steps_(process_->steps()),
-        max_batch_(process_->max_batch()),
-        has_targets_(process_->has_targets()) {}
-
-  std::optional<std::size_t> steps() const override { return steps_; }
-  std::size_t max_batch() const override { return max_batch_; }
-  bool has_targets() const override { return has_targets_; }
-
-  void start_epoch(std::size_t epoch) override {
-    begin_epoch(epoch);
-    process_->call(LoaderCommand::start_epoch,
-                   [&](const Channel& c) { return c.put(static_cast<std::uint64_t>(epoch)); });
+  ::close(fds[1]);
+  auto process = std::shared_ptr<LoaderProcess>(new LoaderProcess(pid, fds[0]));
+  char first = 0;
+  if (!process->channel_.get(first) || first != reply_ok) return nullptr;
+  char has_steps = 0, has_targets = 0;
+  std::uint64_t steps = 0, max_batch = 0;
+  if (!process->channel_.get(has_steps) || !process->channel_.get(steps) ||
+      !process->channel_.get(max_batch) || !process->channel_.get(has_targets)) {
+    return nullptr;
   }
-  const keras::BatchView* next() override {
-    if (process_->call(LoaderCommand::next) == reply_end) return nullptr;
-    std::uint64_t bytes = 0;
-    if (!process_->channel().get(bytes)) process_->gone();
-    buffer_.resize(bytes);
-    if (!process_->channel().read(buffer_.data(), bytes)) process_->gone();
-    decode();
-    ++step_;
-    return &batch_;
-  }
-  void finish_epoch() override { process_->call(LoaderCommand::finish_epoch); }
+  if (has_steps) process->steps_ = static_cast<std::size_t>(steps);
+  process->max_batch_ = static_cast<std::size_t>(max_batch);
+  process->has_targets_ = has_targets != 0;
+  return process;
+}
 
- protected:
-  std::string kind() const override { return "training data loader process"; }
-  nlohmann::json own_state() const override {
-    process_->call(LoaderCommand::state);
-    std::string text;
-    if (!process_->channel().get_string(text)) process_->gone();
-    return {{"served", nlohmann::json::parse(text)}};
-  }
-  void restore_own(const nlohmann::json& state) override {
-    const auto served = state.contains("served") ? state.at("served") : state;
-    const std::string text = served.dump();
-    process_->call(LoaderCommand::restore, [&](const Channel& c) { return c.put_string(text); });
-  }
+LOADSTAR_DECL LoaderProcess::~LoaderProcess() {
+  ::close(channel_.fd());  // the loader process sees the end of the stream and exits
+  int status = 0;
+  ::waitpid(pid_, &status, 0);
+}
 
- private:
-  void decode() {
-    std::size_t at = 0;
-    const auto u64 = [&] {
-      std::uint64_t v = 0;
-      if (at + sizeof v > buffer_.size()) throw WorkerError("loader process: a truncated batch");
-      std::memcpy(&v, buffer_.data() + at, sizeof v);
-      at += sizeof v;
-      return v;
-    };
-    batch_.x_kind = static_cast<keras::detail::MemberKind>(u64());
-    batch_.y_kind = static_cast<keras::detail::MemberKind>(u64());
-    batch_.count = u64();
-    batch_.rows = {};
-    batch_.offset = 0;
-    const std::size_t nx = u64(), ny = u64(), nw = u64();
-    keys_.resize(nx + ny + nw);
-    std::size_t k = 0;
-    const auto member = [&] {
-      keras::detail::MemberView m;
-      m.dtype = static_cast<DType>(u64());
-      const std::size_t key_size = u64();
-      keys_[k].assign(buffer_.data() + at, key_size);
-      at += key_size;
-      m.key = key_size ? &keys_[k] : nullptr;
-      ++k;
-      std::vector<std::size_t> dims(u64());
-      for (auto& d : dims)
-        d = u64();
-      m.shape = Shape(dims);
-      const std::size_t bytes =
-          dims.empty() ? dtype_size(m.dtype) : m.shape.elements() * dtype_size(m.dtype);
-      if (at + bytes > buffer_.size()) throw WorkerError("loader process: a truncated batch");
-      m.data = buffer_.data() + at;
-      at += bytes;
-      return m;
-    };
-    batch_.x.clear();
-    batch_.y.clear();
-    for (std::size_t i = 0; i < nx; ++i)
-      batch_.x.push_back(member());
-    for (std::size_t i = 0; i < ny; ++i)
-      batch_.y.push_back(member());
-    if (nw) {
-      batch_.w = member();
-    } else {
-      batch_.w.reset();
-    }
+LOADSTAR_DECL char LoaderProcess::call(LoaderCommand command,
+                                       const std::function<bool(const Channel&)>& payload) {
+  if (!channel_.put(static_cast<char>(command)) || (payload && !payload(channel_))) gone();
+  char reply = 0;
+  if (!channel_.get(reply)) gone();
+  if (reply == reply_error) {
+    char kind = 'w';
+    std::string message;
+    if (!channel_.get(kind) || !channel_.get_string(message)) gone();
+    throw_error(kind, message);
   }
+  return reply;
+}
 
-  std::shared_ptr<LoaderProcess> process_;
-  std::optional<std::size_t> steps_;
-  std::size_t max_batch_;
-  bool has_targets_;
-  std::vector<char> buffer_;
-  std::vector<std::string> keys_;
-  keras::BatchView batch_;
-};
+LOADSTAR_DECL void LoaderProcess::gone() {
+  int status = 0;
+  std::string how = "it closed its socket";
+  if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+    how = WIFSIGNALED(status) ? "killed by signal " + std::to_string(WTERMSIG(status))
+                              : "exit status " + std::to_string(WEXITSTATUS(status));
+  }
+  throw WorkerError("training data loader process " + std::to_string(pid_) + " ended (" + how +
+                    ")");
+}
+
+LOADSTAR_DECL void RemoteSource::start_epoch(std::size_t epoch) {
+  begin_epoch(epoch);
+  process_->call(LoaderCommand::start_epoch,
+                 [&](const Channel& c) { return c.put(static_cast<std::uint64_t>(epoch)); });
+}
+
+LOADSTAR_DECL const keras::BatchView* RemoteSource::next() {
+  if (process_->call(LoaderCommand::next) == reply_end) return nullptr;
+  std::uint64_t bytes = 0;
+  if (!process_->channel().get(bytes)) process_->gone();
+  buffer_.resize(bytes);
+  if (!process_->channel().read(buffer_.data(), bytes)) process_->gone();
+  decode();
+  ++step_;
+  return &batch_;
+}
+
+LOADSTAR_DECL nlohmann::json RemoteSource::own_state() const {
+  process_->call(LoaderCommand::state);
+  std::string text;
+  if (!process_->channel().get_string(text)) process_->gone();
+  return {{"served", nlohmann::json::parse(text)}};
+}
+
+LOADSTAR_DECL void RemoteSource::restore_own(const nlohmann::json& state) {
+  const auto served = state.contains("served") ? state.at("served") : state;
+  const std::string text = served.dump();
+  process_->call(LoaderCommand::restore, [&](const Channel& c) { return c.put_string(text); });
+}
+
+LOADSTAR_DECL void RemoteSource::decode() {
+  std::size_t at = 0;
+  const auto u64 = [&] {
+    std::uint64_t v = 0;
+    if (at + sizeof v > buffer_.size()) throw WorkerError("loader process: a truncated batch");
+    std::memcpy(&v, buffer_.data() + at, sizeof v);
+    at += sizeof v;
+    return v;
+  };
+  batch_.x_kind = static_cast<keras::detail::MemberKind>(u64());
+  batch_.y_kind = static_cast<keras::detail::MemberKind>(u64());
+  batch_.count = u64();
+  batch_.rows = {};
+  batch_.offset = 0;
+  const std::size_t nx = u64(), ny = u64(), nw = u64();
+  keys_.resize(nx + ny + nw);
+  std::size_t k = 0;
+  const auto member = [&] {
+    keras::detail::MemberView m;
+    m.dtype = static_cast<DType>(u64());
+    const std::size_t key_size = u64();
+    keys_[k].assign(buffer_.data() + at, key_size);
+    at += key_size;
+    m.key = key_size ? &keys_[k] : nullptr;
+    ++k;
+    std::vector<std::size_t> dims(u64());
+    for (auto& d : dims)
+      d = u64();
+    m.shape = Shape(dims);
+    const std::size_t bytes =
+        dims.empty() ? dtype_size(m.dtype) : m.shape.elements() * dtype_size(m.dtype);
+    if (at + bytes > buffer_.size()) throw WorkerError("loader process: a truncated batch");
+    m.data = buffer_.data() + at;
+    at += bytes;
+    return m;
+  };
+  batch_.x.clear();
+  batch_.y.clear();
+  for (std::size_t i = 0; i < nx; ++i)
+    batch_.x.push_back(member());
+  for (std::size_t i = 0; i < ny; ++i)
+    batch_.y.push_back(member());
+  if (nw) {
+    batch_.w = member();
+  } else {
+    batch_.w.reset();
+  }
+}
 
 }  // namespace loadstar::trial::detail
+#endif

@@ -3,6 +3,8 @@
 /// distance.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <algorithm>
 #include <cstddef>
 #include <string>
@@ -14,29 +16,7 @@ namespace loadstar::trial::detail {
 /// The optimal-string-alignment distance between `a` and `b`: insertions, deletions,
 /// substitutions and transpositions of two neighbours each cost 1 (`bathces` is 1 from
 /// `batches`, where Levenshtein counts 2).
-inline std::size_t edit_distance(std::string_view a, std::string_view b) {
-  const std::size_t n = a.size();
-  const std::size_t m = b.size();
-  // Three rows suffice: a transposition looks two rows back.
-  std::vector<std::size_t> before(m + 1);
-  std::vector<std::size_t> previous(m + 1);
-  std::vector<std::size_t> current(m + 1);
-  for (std::size_t j = 0; j <= m; ++j)
-    previous[j] = j;
-  for (std::size_t i = 1; i <= n; ++i) {
-    current[0] = i;
-    for (std::size_t j = 1; j <= m; ++j) {
-      const std::size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
-      current[j] = std::min({previous[j] + 1, current[j - 1] + 1, previous[j - 1] + cost});
-      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) {
-        current[j] = std::min(current[j], before[j - 2] + 1);
-      }
-    }
-    std::swap(before, previous);
-    std::swap(previous, current);
-  }
-  return previous[m];
-}
+LOADSTAR_DECL std::size_t edit_distance(std::string_view a, std::string_view b);
 
 /// The candidate nearest to `word` when one is close enough (at most a third of the word's
 /// letters, and at least 2, differ), else empty. Ties go to the candidate listed first.
@@ -65,3 +45,36 @@ std::string did_you_mean(std::string_view word, const Range& candidates) {
 }
 
 }  // namespace loadstar::trial::detail
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_TRIAL_BODIES
+namespace loadstar::trial::detail {
+
+LOADSTAR_DECL std::size_t edit_distance(std::string_view a, std::string_view b) {
+  const std::size_t n = a.size();
+  const std::size_t m = b.size();
+  // Three rows suffice: a transposition looks two rows back.
+  std::vector<std::size_t> before(m + 1);
+  std::vector<std::size_t> previous(m + 1);
+  std::vector<std::size_t> current(m + 1);
+  for (std::size_t j = 0; j <= m; ++j)
+    previous[j] = j;
+  for (std::size_t i = 1; i <= n; ++i) {
+    current[0] = i;
+    for (std::size_t j = 1; j <= m; ++j) {
+      const std::size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+      current[j] = std::min({previous[j] + 1, current[j - 1] + 1, previous[j - 1] + cost});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) {
+        current[j] = std::min(current[j], before[j - 2] + 1);
+      }
+    }
+    std::swap(before, previous);
+    std::swap(previous, current);
+  }
+  return previous[m];
+}
+
+}  // namespace loadstar::trial::detail
+#endif

@@ -4,6 +4,8 @@
 /// equivalent of Determined's `TFKerasTrialController`, trial-runner.md §1).
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -90,113 +92,14 @@ inline ExperimentConfig test_overrides(ExperimentConfig config) {
 
 class TrialController {
  public:
-  TrialController(const TrialSpec& spec, const RunOptions& options, TrialContext& context,
-                  keras::Model& model, const DataLoader& training, const DataLoader& validation,
-                  std::vector<std::shared_ptr<keras::callbacks::Callback>> callbacks)
-      : spec_(spec),
-        options_(options),
-        context_(context),
-        config_(context.get_experiment_config()),
-        model_(model),
-        validation_(validation),
-        callbacks_(std::move(callbacks)),
-        collective_(*context.collective()),
-        chief_(context.distributed.is_chief()),
-        settings_{static_cast<std::size_t>(context.get_per_slot_batch_size()),
-                  context.fit_settings(), context.get_trial_seed(),
-                  static_cast<std::size_t>(context.distributed.rank),
-                  static_cast<std::size_t>(context.distributed.size)},
-        data_(training.training(
-            model, settings_, "trial " + std::to_string(spec.trial_id) + ": training data loader")),
-        sequencer_(sequencer_options(config_, context.get_global_batch_size())),
-        metrics_(spec.trial_dir / "metrics.jsonl"),
-        out_(options.output ? options.output : &std::cout) {
-    if (validation_.empty()) {
-      throw ConfigError("trial " + std::to_string(spec.trial_id) +
-                        ": validation data loader: expected (x, y), (x, y, sample_weights), a "
-                        "Sequence, a Dataset or a SequenceAdapter but found an empty data loader");
-    }
-    if (!model_.compiled()) {
-      throw ConfigError("trial " + std::to_string(spec.trial_id) +
-                        ": build_model must return a compiled model but model '" + model_.name() +
-                        "' is not compiled");
-    }
-    const std::uint64_t gbs = context.get_global_batch_size();
-    batches_per_epoch_ = config_.records_per_epoch / gbs;
-  }
+  LOADSTAR_DECL TrialController(const TrialSpec& spec, const RunOptions& options,
+                                TrialContext& context, keras::Model& model,
+                                const DataLoader& training, const DataLoader& validation,
+                                std::vector<std::shared_ptr<keras::callbacks::Callback>> callbacks);
 
   /// Runs the workloads until the sequencer terminates; `record` is `trial.json` as it stands
   /// (the restart count already set), updated in place.
-  TrialResult run(TrialJson& record) {
-    record_ = &record;
-    resume();
-    if (distributed()) {
-      // Every rank starts from rank 0's weights and optimizer state (after a resume they are
-      // the same already; before the first step the initial weights may differ).
-      dist::broadcast_state(model_, collective_);
-    }
-    if (chief_) remove_orphans();
-    sequencer_.set_operation(options_.until ? *options_.until : config_.searcher.max_length);
-    for (const auto& cb : callbacks_) {
-      cb->set_model(model_);
-      cb->set_params({.verbose = 0, .epochs = 1, .steps = std::nullopt, .output = out_});
-    }
-    for (const auto& cb : callbacks_)
-      cb->on_train_begin({});
-    start_bar();
-    TrialResult result;
-    for (;;) {
-      Workload w = sequencer_.next();
-      if (w.kind == WorkloadKind::terminate) {
-        // Determined's pre-close checkpoint (trial-runner.md §2.1): batches trained since the
-        // last checkpoint are checkpointed before the trial exits (an operation whose end was
-        // validated by a period validation), so that a later operation continues from here.
-        if (sequencer_.state().value("batches_since_last_chkp", std::uint64_t{0}) == 0) break;
-        w.kind = WorkloadKind::checkpoint_model;
-      }
-      switch (w.kind) {
-        case WorkloadKind::run_step:
-          train(w);
-          sequencer_.complete(w);
-          break;
-        case WorkloadKind::compute_validation_metrics: {
-          const double metric = validate(w);
-          const bool improved =
-              !best_ || (config_.searcher.smaller_is_better ? metric < *best_ : metric > *best_);
-          if (improved) best_ = metric;
-          if (sequencer_.complete_validation(w, improved)) result.searcher_metric = metric;
-          break;
-        }
-        case WorkloadKind::checkpoint_model:
-          checkpoint(w);
-          break;
-        case WorkloadKind::terminate:
-          break;
-      }
-      if (distributed()) agree_on_stop();
-      if (context_.get_stop_requested() && !sequencer_.stop_requested()) {
-        sequencer_.request_stop();
-      }
-    }
-    for (const auto& cb : callbacks_)
-      cb->on_train_end({});
-
-    record.total_batches = sequencer_.total_batches();
-    const std::uint64_t max_batches = to_batches(
-        config_.searcher.max_length, context_.get_global_batch_size(), config_.records_per_epoch);
-    const bool done = sequencer_.stop_requested() || sequencer_.total_batches() >= max_batches;
-    record.state = done ? "COMPLETED" : "ACTIVE";
-    apply_retention(done);
-    if (chief_) write_trial_record(spec_.trial_dir, record);
-    remove_unlisted();  // the folders the final retention dropped, as after every checkpoint
-
-    result.total_batches = sequencer_.total_batches();
-    result.stop_requested = sequencer_.stop_requested();
-    result.latest_checkpoint = record.latest_checkpoint;
-    result.best_checkpoint = record.best_checkpoint;
-    result.restarts = record.restarts;
-    return result;
-  }
+  LOADSTAR_DECL TrialResult run(TrialJson& record);
 
  private:
   std::string owner() const { return "trial " + std::to_string(spec_.trial_id); }
@@ -205,143 +108,24 @@ class TrialController {
 
   /// A stop requested on any rank (a callback's `stop_training`) stops every rank, so that the
   /// ranks run the same workloads.
-  void agree_on_stop() {
-    const auto flags = collective_.allgather(context_.get_stop_requested() ? 1 : 0);
-    if (std::any_of(flags.begin(), flags.end(), [](std::uint64_t f) { return f != 0; })) {
-      context_.set_stop_requested(true);
-    }
-  }
+  LOADSTAR_DECL void agree_on_stop();
 
   // --- resume ---------------------------------------------------------------------------------
 
   /// Determined's restore order (trial-runner.md §3): weights and optimizer, the random state,
   /// the callbacks' states, the sequencer, the data position; metrics after the checkpoint are
   /// dropped, to be produced again.
-  void resume() {
-    if (record_->latest_checkpoint.empty()) {
-      if (chief_) metrics_.keep(0);
-      return;
-    }
-    const auto path = spec_.checkpoint_dir / record_->latest_checkpoint;
-    read_checkpoint_metadata(path, {spec_.experiment_id, spec_.trial_id});
-    const nlohmann::json state = read_checkpoint_state(path);
-    load_checkpoint_model(model_, path);
-    const auto file = (path / checkpoint_state_file).string();
-    try {
-      const loadstar::detail::StateReader read("checkpoint '" + file + "'", state);
-      if (const auto name = read.get<std::string>("model"); name != model_.name()) {
-        throw CheckpointError("checkpoint '" + file + "': expected a checkpoint of model '" +
-                              model_.name() + "' but found one of model '" + name + "'");
-      }
-      auto& optimizer = model_.optimizer();
-      optimizer.set_iterations(read.get<std::int64_t>("iterations"));
-      if (const auto lr = read.get<nlohmann::json>("learning_rate"); lr.is_number()) {
-        optimizer.set_learning_rate(lr.get<double>());
-      }
-      keras::detail::restore_global_seed(read.get<std::uint64_t>("seed"));
-      model_.training_metrics().restore(read.get<nlohmann::json>("training_metrics"));
-
-      const auto states = read.get<nlohmann::json>("callbacks");
-      std::string saved_names, names;
-      if (states.is_array()) {
-        for (const auto& entry : states)
-          saved_names += (saved_names.empty() ? "" : ", ") + entry.value("class_name", "?");
-      }
-      for (const auto& cb : callbacks_)
-        names += (names.empty() ? "" : ", ") + cb->class_name();
-      if (!states.is_array() || saved_names != names) {
-        throw CheckpointError("checkpoint '" + file + "': saved with the callbacks [" +
-                              saved_names + "] but the trial has [" + names + "]");
-      }
-      for (std::size_t i = 0; i < callbacks_.size(); ++i) {
-        const auto& saved = states[i].at("state");
-        if (!saved.is_null()) callbacks_[i]->load_state(saved);
-      }
-
-      sequencer_.restore(read.get<nlohmann::json>("sequencer"));
-      context_.set_stop_requested(sequencer_.stop_requested());
-      const auto best = read.get<nlohmann::json>("best_validation");
-      best_ = best.is_number() ? std::optional<double>(best.get<double>()) : std::nullopt;
-      epoch_ = read.get<std::uint64_t>("epoch");
-      epoch_batches_ = read.get<std::uint64_t>("epoch_batches");
-      want_epoch_begin_ = read.get<bool>("want_epoch_begin");
-      data_epoch_ = read.get<std::size_t>("data_epoch");
-      // Each rank's own position when the checkpoint has one per rank of this trial's ranks;
-      // otherwise (one process, or another number of ranks) rank 0's, which array loaders
-      // translate to any number of ranks that keeps the global batch.
-      const auto ranks = state.find("data_ranks");
-      if (ranks != state.end() && ranks->is_array() &&
-          ranks->size() == static_cast<std::size_t>(collective_.size())) {
-        data_.restore(ranks->at(static_cast<std::size_t>(collective_.rank())));
-      } else {
-        data_.restore(read.get<nlohmann::json>("data"));
-      }
-      data_started_ = false;  // start_epoch continues the restored epoch
-      if (chief_) metrics_.keep(read.get<std::uint64_t>("metrics_lines"));
-    } catch (const CheckpointError&) {
-      throw;
-    } catch (const Error& e) {
-      throw CheckpointError("checkpoint '" + file + "': " + e.what());
-    }
-    // Checkpoints written after the one resumed from (by a run killed before it recorded them)
-    // are not in the record; drop the record's entries beyond it too.
-    auto& list = record_->checkpoints;
-    while (!list.empty() && list.back().uuid != record_->latest_checkpoint)
-      list.pop_back();
-    if (verbose()) {
-      end_bar_line();
-      *out_ << owner() << ": resuming from checkpoint " << record_->latest_checkpoint << " at "
-            << sequencer_.total_batches() << " batches\n";
-    }
-  }
+  LOADSTAR_DECL void resume();
 
   /// Removes this trial's checkpoint folders that its record does not list: those a killed run
   /// renamed into place but did not record, and those it was writing (`<uuid>.tmp`). A folder is
   /// this trial's when its metadata names this experiment and trial (the folder is shared with
   /// the experiment's other trials).
-  void remove_orphans() const {
-    std::error_code error;
-    if (!std::filesystem::is_directory(spec_.checkpoint_dir, error)) return;
-    std::vector<std::filesystem::path> orphans;
-    for (const auto& entry : std::filesystem::directory_iterator(spec_.checkpoint_dir, error)) {
-      if (!entry.is_directory()) continue;
-      std::string uuid = entry.path().filename().string();
-      const bool temporary = uuid.size() > 4 && uuid.ends_with(".tmp");
-      if (temporary) uuid.resize(uuid.size() - 4);
-      const bool listed = uuid == record_->latest_checkpoint ||
-                          std::any_of(record_->checkpoints.begin(), record_->checkpoints.end(),
-                                      [&](const CheckpointEntry& c) { return c.uuid == uuid; });
-      if (listed && !temporary) continue;
-      try {
-        const auto metadata = nlohmann::json::parse(
-            keras::detail::read_bytes(entry.path() / checkpoint_metadata_file));
-        if (metadata.value("experiment_id", std::uint64_t{0}) == spec_.experiment_id &&
-            metadata.value("trial_id", std::uint64_t{0}) == spec_.trial_id) {
-          orphans.push_back(entry.path());
-        }
-      } catch (const std::exception&) {
-        // Not (yet) a checkpoint with metadata: possibly another trial's, being written.
-      }
-    }
-    for (const auto& path : orphans)
-      std::filesystem::remove_all(path, error);
-  }
+  LOADSTAR_DECL void remove_orphans() const;
 
   // --- training -------------------------------------------------------------------------------
 
-  const keras::BatchView& next_batch() {
-    if (!data_started_) {
-      data_.start_epoch(data_epoch_);
-      data_started_ = true;
-    }
-    if (const auto* batch = data_.next()) return *batch;
-    data_.finish_epoch();
-    ++data_epoch_;
-    data_.start_epoch(data_epoch_);
-    if (const auto* batch = data_.next()) return *batch;
-    throw ConfigError(owner() + ": training data loader: expected batches but epoch " +
-                      std::to_string(data_epoch_) + " has none");
-  }
+  LOADSTAR_DECL const keras::BatchView& next_batch();
 
   template <class F>
   void each_trial_callback(F&& f) {
@@ -350,314 +134,45 @@ class TrialController {
     }
   }
 
-  void check_stop_training() {
-    if (model_.stop_training) {
-      context_.set_stop_requested(true);
-      model_.stop_training = false;
-    }
-  }
+  LOADSTAR_DECL void check_stop_training();
 
-  void train(const Workload& w) {
-    model_.training_metrics().reset();
-    const keras::Logs none;
-    const ClassWeight* class_weight =
-        settings_.fit.class_weight ? &*settings_.fit.class_weight : nullptr;
-    std::uint64_t total = w.total_batches_processed;
-    keras::Logs logs;
-    for (std::uint64_t i = 0; i < w.num_batches; ++i) {
-      if (i == 0) {
-        each_trial_callback(
-            [&](Callback& cb) { cb.on_train_workload_begin(total, w.num_batches, none); });
-      }
-      if (batches_per_epoch_ != 0 && want_epoch_begin_) {
-        for (const auto& cb : callbacks_)
-          cb->on_epoch_begin(epoch_, none);
-        if (bar_) bar_->on_epoch_begin(epoch_, none);
-        want_epoch_begin_ = false;
-      }
-      if (bar_ && batches_per_epoch_ == 0 && i == 0) {
-        bar_->set_params({.verbose = 1,
-                          .epochs = 1,
-                          .steps = static_cast<std::size_t>(w.num_batches),
-                          .output = out_});
-        bar_->on_epoch_begin(0, none);
-      }
-      for (const auto& cb : callbacks_)
-        cb->on_train_batch_begin(epoch_batches_, none);
-      const keras::BatchView& batch = next_batch();
-      logs = model_.train_step(batch, {.class_weight = class_weight});
-      if (const auto loss = logs.get("loss"); loss && !std::isfinite(*loss)) {
-        throw Error(owner() + ": the training loss is " + std::to_string(*loss) + " at batch " +
-                    std::to_string(total + 1));
-      }
-      for (const auto& cb : callbacks_)
-        cb->on_train_batch_end(epoch_batches_, logs);
-      if (bar_) bar_->on_train_batch_end(batches_per_epoch_ != 0 ? epoch_batches_ : i, logs);
-      ++total;
-      ++epoch_batches_;
-      if (batches_per_epoch_ != 0 && epoch_batches_ == batches_per_epoch_) {
-        for (const auto& cb : callbacks_)
-          cb->on_epoch_end(epoch_, none);
-        if (bar_) bar_->on_epoch_end(epoch_, logs);
-        ++epoch_;
-        epoch_batches_ = 0;
-        want_epoch_begin_ = true;
-        check_stop_training();
-      }
-    }
-    if (distributed() && config_.average_training_metrics) {
-      // The exact metrics of every rank's rows together (Determined averages per-rank means).
-      logs = dist::merged_logs(model_, model_.training_metrics(), collective_);
-    }
-    each_trial_callback([&](Callback& cb) { cb.on_train_workload_end(total, logs); });
-    check_stop_training();
-    if (chief_) metrics_.append(metrics_line("training", w.step_id, total, logs));
-    // Without epochs the bar shows each training workload; with them, each epoch (the bar's
-    // final line of an epoch stands for its workloads).
-    if (bar_ && batches_per_epoch_ == 0) bar_->on_epoch_end(0, logs);
-  }
+  LOADSTAR_DECL void train(const Workload& w);
 
   // --- validation -----------------------------------------------------------------------------
 
-  double validate(const Workload& w) {
-    for (const auto& cb : callbacks_)
-      cb->on_test_begin({});
-    const std::optional<std::size_t> steps =
-        options_.test ? std::optional<std::size_t>(1) : settings_.fit.validation_steps;
-    keras::Logs raw =
-        validation_.validate(model_, settings_, steps, owner() + ": validation data loader");
-    if (distributed()) {
-      // Every rank read its share: the global metrics from the merged sums and counts, the same
-      // on every rank (so that every rank's sequencer decides alike).
-      raw = dist::merged_logs(model_, model_.evaluation_metrics(), collective_);
-    }
-    keras::Logs logs;
-    for (const auto& [name, value] : raw)
-      logs.set("val_" + name, value);
-    for (const auto& cb : callbacks_)
-      cb->on_test_end(logs);
-    check_stop_training();
-    const double metric = searcher_metric(logs);
-    last_validation_ = {w.total_batches_processed, metric};
-    if (chief_) {
-      metrics_.append(metrics_line("validation", w.step_id, w.total_batches_processed, logs));
-    }
-    // A checkpoint taken at these batches (an operation's end checkpoints, then validates).
-    if (!record_->checkpoints.empty() &&
-        record_->checkpoints.back().batches == w.total_batches_processed &&
-        !record_->checkpoints.back().validation) {
-      record_->checkpoints.back().validation = metric;
-      if (chief_) write_trial_record(spec_.trial_dir, *record_);
-    }
-    if (verbose()) {
-      end_bar_line();
-      *out_ << owner() << ": step " << w.step_id << ": validation at " << w.total_batches_processed
-            << " batches:" << describe(logs) << "\n";
-    }
-    return metric;
-  }
+  LOADSTAR_DECL double validate(const Workload& w);
 
   /// The searcher's metric among the validation logs (`val_loss`, or `loss` meaning `val_loss`);
   /// `ConfigError` naming the metrics found when it is missing, `Error` when it is NaN.
-  double searcher_metric(const keras::Logs& logs) const {
-    std::string name = config_.searcher.metric.empty() ? "val_loss" : config_.searcher.metric;
-    auto value = logs.get(name);
-    if (!value && name.rfind("val_", 0) != 0) value = logs.get("val_" + name);
-    if (!value) {
-      std::string known;
-      for (const auto& [key, v] : logs)
-        known += (known.empty() ? "" : ", ") + key;
-      throw ConfigError(owner() + ": searcher.metric '" + name +
-                        "' is not among the validation metrics (" + known + ")");
-    }
-    if (std::isnan(*value)) {
-      throw Error(owner() + ": the searcher metric '" + name + "' is NaN at " +
-                  std::to_string(sequencer_.total_batches()) + " batches");
-    }
-    return *value;
-  }
+  LOADSTAR_DECL double searcher_metric(const keras::Logs& logs) const;
 
   // --- checkpoints ----------------------------------------------------------------------------
 
-  nlohmann::json units(std::uint64_t batches) const {
-    const std::uint64_t records = batches * context_.get_global_batch_size();
-    const double epochs =
-        config_.records_per_epoch == 0
-            ? 0.0
-            : static_cast<double>(records) / static_cast<double>(config_.records_per_epoch);
-    return {{"batches", batches}, {"records", records}, {"epochs", epochs}};
-  }
+  LOADSTAR_DECL nlohmann::json units(std::uint64_t batches) const;
 
-  void checkpoint(const Workload& w) {
-    const std::uint64_t batches = w.total_batches_processed;
-    std::string uuid = new_checkpoint_uuid();
-    if (distributed()) collective_.broadcast_bytes(uuid);  // rank 0's name, on every rank
-    const auto u = units(batches);
-    nlohmann::json metadata = {{"format", checkpoint_format},
-                               {"framework", "loadstar"},
-                               {"loadstar_version", loadstar_version},
-                               {"uuid", uuid},
-                               {"batches", u["batches"]},
-                               {"records", u["records"]},
-                               {"epochs", u["epochs"]},
-                               {"experiment_id", spec_.experiment_id},
-                               {"trial_id", spec_.trial_id},
-                               {"trial_seed", context_.get_trial_seed()},
-                               {"hparams", context_.get_hparams()},
-                               {"experiment_config", config_.raw}};
-
-    auto& optimizer = model_.optimizer();
-    const nlohmann::json config = optimizer.get_config();
-    const auto lr = config.find("learning_rate");
-    nlohmann::json callback_states = nlohmann::json::array();
-    for (const auto& cb : callbacks_)
-      callback_states.push_back({{"class_name", cb->class_name()}, {"state", cb->get_state()}});
-    const nlohmann::json data = data_.state();  // one call: a loader process answers it
-    nlohmann::json state = {
-        {"model", model_.name()},
-        {"iterations", optimizer.iterations()},
-        {"learning_rate", lr != config.end() && lr->is_number() ? *lr : nlohmann::json()},
-        {"seed", keras::detail::global_seed()},
-        {"training_metrics", model_.training_metrics().state()},
-        {"callbacks", std::move(callback_states)},
-        {"sequencer", sequencer_.state_after(w)},
-        {"best_validation", best_ ? nlohmann::json(*best_) : nlohmann::json()},
-        {"epoch", epoch_},
-        {"epoch_batches", epoch_batches_},
-        {"want_epoch_begin", want_epoch_begin_},
-        {"data_epoch", data_epoch_},
-        {"data", data},
-        {"metrics_lines", metrics_.lines()}};
-    if (distributed()) {
-      nlohmann::json ranks = nlohmann::json::array();
-      for (const auto& text : collective_.allgather_strings(data.dump()))
-        ranks.push_back(nlohmann::json::parse(text));
-      state["data_ranks"] = std::move(ranks);
-    }
-    // Rank 0 writes; the others name the same folder.
-    const auto path = chief_ ? write_checkpoint(spec_.checkpoint_dir, uuid, model_, metadata, state)
-                             : spec_.checkpoint_dir / uuid;
-    each_trial_callback([&](Callback& cb) { cb.on_checkpoint_end(path.string()); });
-    sequencer_.complete(w);
-
-    CheckpointEntry entry{uuid, batches, u["records"].get<std::uint64_t>(),
-                          u["epochs"].get<double>(), std::nullopt};
-    if (last_validation_ && last_validation_->first == batches)
-      entry.validation = last_validation_->second;
-    record_->checkpoints.push_back(entry);
-    record_->latest_checkpoint = uuid;
-    record_->total_batches = batches;
-    apply_retention(false);
-    if (chief_) write_trial_record(spec_.trial_dir, *record_);
-    remove_unlisted();
-    if (verbose()) {
-      end_bar_line();
-      *out_ << owner() << ": checkpoint " << uuid << " at " << batches << " batches\n";
-    }
-  }
+  LOADSTAR_DECL void checkpoint(const Workload& w);
 
   /// `save_trial_latest` and `save_trial_best`: which checkpoints stay listed. While the trial
   /// may go on, its latest checkpoint always stays (a resume needs it).
-  void apply_retention(bool done) {
-    auto& list = record_->checkpoints;
-    const auto& storage = config_.checkpoint_storage;
-    std::vector<bool> keep(list.size(), false);
-    for (std::size_t i = 0; i < list.size() && i < storage.save_trial_latest; ++i)
-      keep[list.size() - 1 - i] = true;
-    std::vector<std::size_t> validated;
-    for (std::size_t i = 0; i < list.size(); ++i) {
-      if (list[i].validation) validated.push_back(i);
-    }
-    const bool smaller = config_.searcher.smaller_is_better;
-    std::stable_sort(validated.begin(), validated.end(), [&](std::size_t a, std::size_t b) {
-      return smaller ? *list[a].validation < *list[b].validation
-                     : *list[a].validation > *list[b].validation;
-    });
-    for (std::size_t i = 0; i < validated.size() && i < storage.save_trial_best; ++i)
-      keep[validated[i]] = true;
-    if (!validated.empty()) {
-      record_->best_checkpoint = list[validated.front()].uuid;
-      record_->best_validation = list[validated.front()].validation;
-    }
-    if (!done && !list.empty()) keep.back() = true;
-    std::vector<CheckpointEntry> kept;
-    for (std::size_t i = 0; i < list.size(); ++i) {
-      if (keep[i])
-        kept.push_back(list[i]);
-      else
-        removed_.push_back(list[i].uuid);
-    }
-    list = std::move(kept);
-    if (list.empty() || list.back().uuid != record_->latest_checkpoint) {
-      // The latest was removed by the rules (a finished trial with save_trial_latest 0).
-      if (done && std::none_of(list.begin(), list.end(), [&](const CheckpointEntry& c) {
-            return c.uuid == record_->latest_checkpoint;
-          })) {
-        record_->latest_checkpoint = list.empty() ? std::string() : list.back().uuid;
-      }
-    }
-    if (std::none_of(list.begin(), list.end(), [&](const CheckpointEntry& c) {
-          return c.uuid == record_->best_checkpoint;
-        })) {
-      record_->best_checkpoint.clear();
-    }
-    if (done) remove_unlisted();
-  }
+  LOADSTAR_DECL void apply_retention(bool done);
 
   /// Removes the folders of checkpoints the record no longer lists (after the record is written,
   /// so that a kill in between leaves the record's checkpoints in place).
-  void remove_unlisted() {
-    if (!chief_) removed_.clear();
-    for (const auto& uuid : removed_) {
-      std::error_code ignored;
-      std::filesystem::remove_all(spec_.checkpoint_dir / uuid, ignored);
-    }
-    removed_.clear();
-  }
+  LOADSTAR_DECL void remove_unlisted();
 
   // --- output ---------------------------------------------------------------------------------
 
-  nlohmann::json metrics_line(const char* kind, std::uint64_t step_id, std::uint64_t batches,
-                              const keras::Logs& logs) const {
-    nlohmann::json metrics = nlohmann::json::object();
-    for (const auto& [name, value] : logs)
-      metrics[name] = value;
-    const auto u = units(batches);
-    return {{"kind", kind},
-            {"trial_id", spec_.trial_id},
-            {"step_id", step_id},
-            {"batches", batches},
-            {"records", u["records"]},
-            {"epochs", u["epochs"]},
-            {"metrics", std::move(metrics)}};
-  }
+  LOADSTAR_DECL nlohmann::json metrics_line(const char* kind, std::uint64_t step_id,
+                                            std::uint64_t batches, const keras::Logs& logs) const;
 
-  static std::string describe(const keras::Logs& logs) {
-    std::ostringstream text;
-    for (const auto& [name, value] : logs)
-      text << " " << name << " " << value;
-    return text.str();
-  }
+  LOADSTAR_DECL static std::string describe(const keras::Logs& logs);
 
   /// Rank 0 alone prints.
   bool verbose() const { return chief_ && options_.verbose && settings_.fit.verbose; }
 
   /// Keras's progress bar for the training (verbose only): one bar per epoch of
   /// `records_per_epoch` records ("Epoch 3/5"), or per training workload without it.
-  void start_bar() {
-    if (!verbose()) return;
-    bar_ = std::make_unique<keras::callbacks::ProgbarLogger>(1, *out_);
-    std::size_t epochs = 1;
-    std::optional<std::size_t> steps;
-    if (batches_per_epoch_ != 0) {
-      const std::uint64_t batches = sequencer_.operation_batches();
-      epochs = static_cast<std::size_t>((batches + batches_per_epoch_ - 1) / batches_per_epoch_);
-      steps = static_cast<std::size_t>(batches_per_epoch_);
-    }
-    bar_->set_model(model_);
-    bar_->set_params({.verbose = 1, .epochs = epochs, .steps = steps, .output = out_});
-    bar_->on_train_begin({});
-  }
+  LOADSTAR_DECL void start_bar();
 
   /// Ends a progress bar line that a workload line would otherwise continue (mid-epoch, on a
   /// terminal).
@@ -697,3 +212,537 @@ class TrialController {
 
 }  // namespace detail
 }  // namespace loadstar::trial
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_TRIAL_BODIES
+namespace loadstar::trial::detail {
+
+LOADSTAR_DECL TrialController::TrialController(
+    const TrialSpec& spec, const RunOptions& options, TrialContext& context, keras::Model& model,
+    const DataLoader& training, const DataLoader& validation,
+    std::vector<std::shared_ptr<keras::callbacks::Callback>> callbacks)
+    : spec_(spec),
+      options_(options),
+      context_(context),
+      config_(context.get_experiment_config()),
+      model_(model),
+      validation_(validation),
+      callbacks_(std::move(callbacks)),
+      collective_(*context.collective()),
+      chief_(context.distributed.is_chief()),
+      settings_{static_cast<std::size_t>(context.get_per_slot_batch_size()), context.fit_settings(),
+                context.get_trial_seed(), static_cast<std::size_t>(context.distributed.rank),
+                static_cast<std::size_t>(context.distributed.size)},
+      data_(training.training(model, settings_,
+                              "trial " + std::to_string(spec.trial_id) + ": training data loader")),
+      sequencer_(sequencer_options(config_, context.get_global_batch_size())),
+      metrics_(spec.trial_dir / "metrics.jsonl"),
+      out_(options.output ? options.output : &std::cout) {
+  if (validation_.empty()) {
+    throw ConfigError("trial " + std::to_string(spec.trial_id) +
+                      ": validation data loader: expected (x, y), (x, y, sample_weights), a "
+                      "Sequence, a Dataset or a SequenceAdapter but found an empty data loader");
+  }
+  if (!model_.compiled()) {
+    throw ConfigError("trial " + std::to_string(spec.trial_id) +
+                      ": build_model must return a compiled model but model '" + model_.name() +
+                      "' is not compiled");
+  }
+  const std::uint64_t gbs = context.get_global_batch_size();
+  batches_per_epoch_ = config_.records_per_epoch / gbs;
+}
+
+LOADSTAR_DECL TrialResult TrialController::run(TrialJson& record) {
+  record_ = &record;
+  resume();
+  if (distributed()) {
+    // Every rank starts from rank 0's weights and optimizer state (after a resume they are
+    // the same already; before the first step the initial weights may differ).
+    dist::broadcast_state(model_, collective_);
+  }
+  if (chief_) remove_orphans();
+  sequencer_.set_operation(options_.until ? *options_.until : config_.searcher.max_length);
+  for (const auto& cb : callbacks_) {
+    cb->set_model(model_);
+    cb->set_params({.verbose = 0, .epochs = 1, .steps = std::nullopt, .output = out_});
+  }
+  for (const auto& cb : callbacks_)
+    cb->on_train_begin({});
+  start_bar();
+  TrialResult result;
+  for (;;) {
+    Workload w = sequencer_.next();
+    if (w.kind == WorkloadKind::terminate) {
+      // Determined's pre-close checkpoint (trial-runner.md §2.1): batches trained since the
+      // last checkpoint are checkpointed before the trial exits (an operation whose end was
+      // validated by a period validation), so that a later operation continues from here.
+      if (sequencer_.state().value("batches_since_last_chkp", std::uint64_t{0}) == 0) break;
+      w.kind = WorkloadKind::checkpoint_model;
+    }
+    switch (w.kind) {
+      case WorkloadKind::run_step:
+        train(w);
+        sequencer_.complete(w);
+        break;
+      case WorkloadKind::compute_validation_metrics: {
+        const double metric = validate(w);
+        const bool improved =
+            !best_ || (config_.searcher.smaller_is_better ? metric < *best_ : metric > *best_);
+        if (improved) best_ = metric;
+        if (sequencer_.complete_validation(w, improved)) result.searcher_metric = metric;
+        break;
+      }
+      case WorkloadKind::checkpoint_model:
+        checkpoint(w);
+        break;
+      case WorkloadKind::terminate:
+        break;
+    }
+    if (distributed()) agree_on_stop();
+    if (context_.get_stop_requested() && !sequencer_.stop_requested()) {
+      sequencer_.request_stop();
+    }
+  }
+  for (const auto& cb : callbacks_)
+    cb->on_train_end({});
+
+  record.total_batches = sequencer_.total_batches();
+  const std::uint64_t max_batches = to_batches(
+      config_.searcher.max_length, context_.get_global_batch_size(), config_.records_per_epoch);
+  const bool done = sequencer_.stop_requested() || sequencer_.total_batches() >= max_batches;
+  record.state = done ? "COMPLETED" : "ACTIVE";
+  apply_retention(done);
+  if (chief_) write_trial_record(spec_.trial_dir, record);
+  remove_unlisted();  // the folders the final retention dropped, as after every checkpoint
+
+  result.total_batches = sequencer_.total_batches();
+  result.stop_requested = sequencer_.stop_requested();
+  result.latest_checkpoint = record.latest_checkpoint;
+  result.best_checkpoint = record.best_checkpoint;
+  result.restarts = record.restarts;
+  return result;
+}
+
+LOADSTAR_DECL void TrialController::agree_on_stop() {
+  const auto flags = collective_.allgather(context_.get_stop_requested() ? 1 : 0);
+  if (std::any_of(flags.begin(), flags.end(), [](std::uint64_t f) { return f != 0; })) {
+    context_.set_stop_requested(true);
+  }
+}
+
+LOADSTAR_DECL void TrialController::resume() {
+  if (record_->latest_checkpoint.empty()) {
+    if (chief_) metrics_.keep(0);
+    return;
+  }
+  const auto path = spec_.checkpoint_dir / record_->latest_checkpoint;
+  read_checkpoint_metadata(path, {spec_.experiment_id, spec_.trial_id});
+  const nlohmann::json state = read_checkpoint_state(path);
+  load_checkpoint_model(model_, path);
+  const auto file = (path / checkpoint_state_file).string();
+  try {
+    const loadstar::detail::StateReader read("checkpoint '" + file + "'", state);
+    if (const auto name = read.get<std::string>("model"); name != model_.name()) {
+      throw CheckpointError("checkpoint '" + file + "': expected a checkpoint of model '" +
+                            model_.name() + "' but found one of model '" + name + "'");
+    }
+    auto& optimizer = model_.optimizer();
+    optimizer.set_iterations(read.get<std::int64_t>("iterations"));
+    if (const auto lr = read.get<nlohmann::json>("learning_rate"); lr.is_number()) {
+      optimizer.set_learning_rate(lr.get<double>());
+    }
+    keras::detail::restore_global_seed(read.get<std::uint64_t>("seed"));
+    model_.training_metrics().restore(read.get<nlohmann::json>("training_metrics"));
+
+    const auto states = read.get<nlohmann::json>("callbacks");
+    std::string saved_names, names;
+    if (states.is_array()) {
+      for (const auto& entry : states)
+        saved_names += (saved_names.empty() ? "" : ", ") + entry.value("class_name", "?");
+    }
+    for (const auto& cb : callbacks_)
+      names += (names.empty() ? "" : ", ") + cb->class_name();
+    if (!states.is_array() || saved_names != names) {
+      throw CheckpointError("checkpoint '" + file + "': saved with the callbacks [" + saved_names +
+                            "] but the trial has [" + names + "]");
+    }
+    for (std::size_t i = 0; i < callbacks_.size(); ++i) {
+      const auto& saved = states[i].at("state");
+      if (!saved.is_null()) callbacks_[i]->load_state(saved);
+    }
+
+    sequencer_.restore(read.get<nlohmann::json>("sequencer"));
+    context_.set_stop_requested(sequencer_.stop_requested());
+    const auto best = read.get<nlohmann::json>("best_validation");
+    best_ = best.is_number() ? std::optional<double>(best.get<double>()) : std::nullopt;
+    epoch_ = read.get<std::uint64_t>("epoch");
+    epoch_batches_ = read.get<std::uint64_t>("epoch_batches");
+    want_epoch_begin_ = read.get<bool>("want_epoch_begin");
+    data_epoch_ = read.get<std::size_t>("data_epoch");
+    // Each rank's own position when the checkpoint has one per rank of this trial's ranks;
+    // otherwise (one process, or another number of ranks) rank 0's, which array loaders
+    // translate to any number of ranks that keeps the global batch.
+    const auto ranks = state.find("data_ranks");
+    if (ranks != state.end() && ranks->is_array() &&
+        ranks->size() == static_cast<std::size_t>(collective_.size())) {
+      data_.restore(ranks->at(static_cast<std::size_t>(collective_.rank())));
+    } else {
+      data_.restore(read.get<nlohmann::json>("data"));
+    }
+    data_started_ = false;  // start_epoch continues the restored epoch
+    if (chief_) metrics_.keep(read.get<std::uint64_t>("metrics_lines"));
+  } catch (const CheckpointError&) {
+    throw;
+  } catch (const Error& e) {
+    throw CheckpointError("checkpoint '" + file + "': " + e.what());
+  }
+  // Checkpoints written after the one resumed from (by a run killed before it recorded them)
+  // are not in the record; drop the record's entries beyond it too.
+  auto& list = record_->checkpoints;
+  while (!list.empty() && list.back().uuid != record_->latest_checkpoint)
+    list.pop_back();
+  if (verbose()) {
+    end_bar_line();
+    *out_ << owner() << ": resuming from checkpoint " << record_->latest_checkpoint << " at "
+          << sequencer_.total_batches() << " batches\n";
+  }
+}
+
+LOADSTAR_DECL void TrialController::remove_orphans() const {
+  std::error_code error;
+  if (!std::filesystem::is_directory(spec_.checkpoint_dir, error)) return;
+  std::vector<std::filesystem::path> orphans;
+  for (const auto& entry : std::filesystem::directory_iterator(spec_.checkpoint_dir, error)) {
+    if (!entry.is_directory()) continue;
+    std::string uuid = entry.path().filename().string();
+    const bool temporary = uuid.size() > 4 && uuid.ends_with(".tmp");
+    if (temporary) uuid.resize(uuid.size() - 4);
+    const bool listed = uuid == record_->latest_checkpoint ||
+                        std::any_of(record_->checkpoints.begin(), record_->checkpoints.end(),
+                                    [&](const CheckpointEntry& c) { return c.uuid == uuid; });
+    if (listed && !temporary) continue;
+    try {
+      const auto metadata =
+          nlohmann::json::parse(keras::detail::read_bytes(entry.path() / checkpoint_metadata_file));
+      if (metadata.value("experiment_id", std::uint64_t{0}) == spec_.experiment_id &&
+          metadata.value("trial_id", std::uint64_t{0}) == spec_.trial_id) {
+        orphans.push_back(entry.path());
+      }
+    } catch (const std::exception&) {
+      // Not (yet) a checkpoint with metadata: possibly another trial's, being written.
+    }
+  }
+  for (const auto& path : orphans)
+    std::filesystem::remove_all(path, error);
+}
+
+LOADSTAR_DECL const keras::BatchView& TrialController::next_batch() {
+  if (!data_started_) {
+    data_.start_epoch(data_epoch_);
+    data_started_ = true;
+  }
+  if (const auto* batch = data_.next()) return *batch;
+  data_.finish_epoch();
+  ++data_epoch_;
+  data_.start_epoch(data_epoch_);
+  if (const auto* batch = data_.next()) return *batch;
+  throw ConfigError(owner() + ": training data loader: expected batches but epoch " +
+                    std::to_string(data_epoch_) + " has none");
+}
+
+LOADSTAR_DECL void TrialController::check_stop_training() {
+  if (model_.stop_training) {
+    context_.set_stop_requested(true);
+    model_.stop_training = false;
+  }
+}
+
+LOADSTAR_DECL void TrialController::train(const Workload& w) {
+  model_.training_metrics().reset();
+  const keras::Logs none;
+  const ClassWeight* class_weight =
+      settings_.fit.class_weight ? &*settings_.fit.class_weight : nullptr;
+  std::uint64_t total = w.total_batches_processed;
+  keras::Logs logs;
+  for (std::uint64_t i = 0; i < w.num_batches; ++i) {
+    if (i == 0) {
+      each_trial_callback(
+          [&](Callback& cb) { cb.on_train_workload_begin(total, w.num_batches, none); });
+    }
+    if (batches_per_epoch_ != 0 && want_epoch_begin_) {
+      for (const auto& cb : callbacks_)
+        cb->on_epoch_begin(epoch_, none);
+      if (bar_) bar_->on_epoch_begin(epoch_, none);
+      want_epoch_begin_ = false;
+    }
+    if (bar_ && batches_per_epoch_ == 0 && i == 0) {
+      bar_->set_params({.verbose = 1,
+                        .epochs = 1,
+                        .steps = static_cast<std::size_t>(w.num_batches),
+                        .output = out_});
+      bar_->on_epoch_begin(0, none);
+    }
+    for (const auto& cb : callbacks_)
+      cb->on_train_batch_begin(epoch_batches_, none);
+    const keras::BatchView& batch = next_batch();
+    logs = model_.train_step(batch, {.class_weight = class_weight});
+    if (const auto loss = logs.get("loss"); loss && !std::isfinite(*loss)) {
+      throw Error(owner() + ": the training loss is " + std::to_string(*loss) + " at batch " +
+                  std::to_string(total + 1));
+    }
+    for (const auto& cb : callbacks_)
+      cb->on_train_batch_end(epoch_batches_, logs);
+    if (bar_) bar_->on_train_batch_end(batches_per_epoch_ != 0 ? epoch_batches_ : i, logs);
+    ++total;
+    ++epoch_batches_;
+    if (batches_per_epoch_ != 0 && epoch_batches_ == batches_per_epoch_) {
+      for (const auto& cb : callbacks_)
+        cb->on_epoch_end(epoch_, none);
+      if (bar_) bar_->on_epoch_end(epoch_, logs);
+      ++epoch_;
+      epoch_batches_ = 0;
+      want_epoch_begin_ = true;
+      check_stop_training();
+    }
+  }
+  if (distributed() && config_.average_training_metrics) {
+    // The exact metrics of every rank's rows together (Determined averages per-rank means).
+    logs = dist::merged_logs(model_, model_.training_metrics(), collective_);
+  }
+  each_trial_callback([&](Callback& cb) { cb.on_train_workload_end(total, logs); });
+  check_stop_training();
+  if (chief_) metrics_.append(metrics_line("training", w.step_id, total, logs));
+  // Without epochs the bar shows each training workload; with them, each epoch (the bar's
+  // final line of an epoch stands for its workloads).
+  if (bar_ && batches_per_epoch_ == 0) bar_->on_epoch_end(0, logs);
+}
+
+LOADSTAR_DECL double TrialController::validate(const Workload& w) {
+  for (const auto& cb : callbacks_)
+    cb->on_test_begin({});
+  const std::optional<std::size_t> steps =
+      options_.test ? std::optional<std::size_t>(1) : settings_.fit.validation_steps;
+  keras::Logs raw =
+      validation_.validate(model_, settings_, steps, owner() + ": validation data loader");
+  if (distributed()) {
+    // Every rank read its share: the global metrics from the merged sums and counts, the same
+    // on every rank (so that every rank's sequencer decides alike).
+    raw = dist::merged_logs(model_, model_.evaluation_metrics(), collective_);
+  }
+  keras::Logs logs;
+  for (const auto& [name, value] : raw)
+    logs.set("val_" + name, value);
+  for (const auto& cb : callbacks_)
+    cb->on_test_end(logs);
+  check_stop_training();
+  const double metric = searcher_metric(logs);
+  last_validation_ = {w.total_batches_processed, metric};
+  if (chief_) {
+    metrics_.append(metrics_line("validation", w.step_id, w.total_batches_processed, logs));
+  }
+  // A checkpoint taken at these batches (an operation's end checkpoints, then validates).
+  if (!record_->checkpoints.empty() &&
+      record_->checkpoints.back().batches == w.total_batches_processed &&
+      !record_->checkpoints.back().validation) {
+    record_->checkpoints.back().validation = metric;
+    if (chief_) write_trial_record(spec_.trial_dir, *record_);
+  }
+  if (verbose()) {
+    end_bar_line();
+    *out_ << owner() << ": step " << w.step_id << ": validation at " << w.total_batches_processed
+          << " batches:" << describe(logs) << "\n";
+  }
+  return metric;
+}
+
+LOADSTAR_DECL double TrialController::searcher_metric(const keras::Logs& logs) const {
+  std::string name = config_.searcher.metric.empty() ? "val_loss" : config_.searcher.metric;
+  auto value = logs.get(name);
+  if (!value && name.rfind("val_", 0) != 0) value = logs.get("val_" + name);
+  if (!value) {
+    std::string known;
+    for (const auto& [key, v] : logs)
+      known += (known.empty() ? "" : ", ") + key;
+    throw ConfigError(owner() + ": searcher.metric '" + name +
+                      "' is not among the validation metrics (" + known + ")");
+  }
+  if (std::isnan(*value)) {
+    throw Error(owner() + ": the searcher metric '" + name + "' is NaN at " +
+                std::to_string(sequencer_.total_batches()) + " batches");
+  }
+  return *value;
+}
+
+LOADSTAR_DECL nlohmann::json TrialController::units(std::uint64_t batches) const {
+  const std::uint64_t records = batches * context_.get_global_batch_size();
+  const double epochs =
+      config_.records_per_epoch == 0
+          ? 0.0
+          : static_cast<double>(records) / static_cast<double>(config_.records_per_epoch);
+  return {{"batches", batches}, {"records", records}, {"epochs", epochs}};
+}
+
+LOADSTAR_DECL void TrialController::checkpoint(const Workload& w) {
+  const std::uint64_t batches = w.total_batches_processed;
+  std::string uuid = new_checkpoint_uuid();
+  if (distributed()) collective_.broadcast_bytes(uuid);  // rank 0's name, on every rank
+  const auto u = units(batches);
+  nlohmann::json metadata = {{"format", checkpoint_format},
+                             {"framework", "loadstar"},
+                             {"loadstar_version", loadstar_version},
+                             {"uuid", uuid},
+                             {"batches", u["batches"]},
+                             {"records", u["records"]},
+                             {"epochs", u["epochs"]},
+                             {"experiment_id", spec_.experiment_id},
+                             {"trial_id", spec_.trial_id},
+                             {"trial_seed", context_.get_trial_seed()},
+                             {"hparams", context_.get_hparams()},
+                             {"experiment_config", config_.raw}};
+
+  auto& optimizer = model_.optimizer();
+  const nlohmann::json config = optimizer.get_config();
+  const auto lr = config.find("learning_rate");
+  nlohmann::json callback_states = nlohmann::json::array();
+  for (const auto& cb : callbacks_)
+    callback_states.push_back({{"class_name", cb->class_name()}, {"state", cb->get_state()}});
+  const nlohmann::json data = data_.state();  // one call: a loader process answers it
+  nlohmann::json state = {
+      {"model", model_.name()},
+      {"iterations", optimizer.iterations()},
+      {"learning_rate", lr != config.end() && lr->is_number() ? *lr : nlohmann::json()},
+      {"seed", keras::detail::global_seed()},
+      {"training_metrics", model_.training_metrics().state()},
+      {"callbacks", std::move(callback_states)},
+      {"sequencer", sequencer_.state_after(w)},
+      {"best_validation", best_ ? nlohmann::json(*best_) : nlohmann::json()},
+      {"epoch", epoch_},
+      {"epoch_batches", epoch_batches_},
+      {"want_epoch_begin", want_epoch_begin_},
+      {"data_epoch", data_epoch_},
+      {"data", data},
+      {"metrics_lines", metrics_.lines()}};
+  if (distributed()) {
+    nlohmann::json ranks = nlohmann::json::array();
+    for (const auto& text : collective_.allgather_strings(data.dump()))
+      ranks.push_back(nlohmann::json::parse(text));
+    state["data_ranks"] = std::move(ranks);
+  }
+  // Rank 0 writes; the others name the same folder.
+  const auto path = chief_ ? write_checkpoint(spec_.checkpoint_dir, uuid, model_, metadata, state)
+                           : spec_.checkpoint_dir / uuid;
+  each_trial_callback([&](Callback& cb) { cb.on_checkpoint_end(path.string()); });
+  sequencer_.complete(w);
+
+  CheckpointEntry entry{uuid, batches, u["records"].get<std::uint64_t>(), u["epochs"].get<double>(),
+                        std::nullopt};
+  if (last_validation_ && last_validation_->first == batches)
+    entry.validation = last_validation_->second;
+  record_->checkpoints.push_back(entry);
+  record_->latest_checkpoint = uuid;
+  record_->total_batches = batches;
+  apply_retention(false);
+  if (chief_) write_trial_record(spec_.trial_dir, *record_);
+  remove_unlisted();
+  if (verbose()) {
+    end_bar_line();
+    *out_ << owner() << ": checkpoint " << uuid << " at " << batches << " batches\n";
+  }
+}
+
+LOADSTAR_DECL void TrialController::apply_retention(bool done) {
+  auto& list = record_->checkpoints;
+  const auto& storage = config_.checkpoint_storage;
+  std::vector<bool> keep(list.size(), false);
+  for (std::size_t i = 0; i < list.size() && i < storage.save_trial_latest; ++i)
+    keep[list.size() - 1 - i] = true;
+  std::vector<std::size_t> validated;
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    if (list[i].validation) validated.push_back(i);
+  }
+  const bool smaller = config_.searcher.smaller_is_better;
+  std::stable_sort(validated.begin(), validated.end(), [&](std::size_t a, std::size_t b) {
+    return smaller ? *list[a].validation < *list[b].validation
+                   : *list[a].validation > *list[b].validation;
+  });
+  for (std::size_t i = 0; i < validated.size() && i < storage.save_trial_best; ++i)
+    keep[validated[i]] = true;
+  if (!validated.empty()) {
+    record_->best_checkpoint = list[validated.front()].uuid;
+    record_->best_validation = list[validated.front()].validation;
+  }
+  if (!done && !list.empty()) keep.back() = true;
+  std::vector<CheckpointEntry> kept;
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    if (keep[i])
+      kept.push_back(list[i]);
+    else
+      removed_.push_back(list[i].uuid);
+  }
+  list = std::move(kept);
+  if (list.empty() || list.back().uuid != record_->latest_checkpoint) {
+    // The latest was removed by the rules (a finished trial with save_trial_latest 0).
+    if (done && std::none_of(list.begin(), list.end(), [&](const CheckpointEntry& c) {
+          return c.uuid == record_->latest_checkpoint;
+        })) {
+      record_->latest_checkpoint = list.empty() ? std::string() : list.back().uuid;
+    }
+  }
+  if (std::none_of(list.begin(), list.end(),
+                   [&](const CheckpointEntry& c) { return c.uuid == record_->best_checkpoint; })) {
+    record_->best_checkpoint.clear();
+  }
+  if (done) remove_unlisted();
+}
+
+LOADSTAR_DECL void TrialController::remove_unlisted() {
+  if (!chief_) removed_.clear();
+  for (const auto& uuid : removed_) {
+    std::error_code ignored;
+    std::filesystem::remove_all(spec_.checkpoint_dir / uuid, ignored);
+  }
+  removed_.clear();
+}
+
+LOADSTAR_DECL nlohmann::json TrialController::metrics_line(const char* kind, std::uint64_t step_id,
+                                                           std::uint64_t batches,
+                                                           const keras::Logs& logs) const {
+  nlohmann::json metrics = nlohmann::json::object();
+  for (const auto& [name, value] : logs)
+    metrics[name] = value;
+  const auto u = units(batches);
+  return {{"kind", kind},
+          {"trial_id", spec_.trial_id},
+          {"step_id", step_id},
+          {"batches", batches},
+          {"records", u["records"]},
+          {"epochs", u["epochs"]},
+          {"metrics", std::move(metrics)}};
+}
+
+LOADSTAR_DECL std::string TrialController::describe(const keras::Logs& logs) {
+  std::ostringstream text;
+  for (const auto& [name, value] : logs)
+    text << " " << name << " " << value;
+  return text.str();
+}
+
+LOADSTAR_DECL void TrialController::start_bar() {
+  if (!verbose()) return;
+  bar_ = std::make_unique<keras::callbacks::ProgbarLogger>(1, *out_);
+  std::size_t epochs = 1;
+  std::optional<std::size_t> steps;
+  if (batches_per_epoch_ != 0) {
+    const std::uint64_t batches = sequencer_.operation_batches();
+    epochs = static_cast<std::size_t>((batches + batches_per_epoch_ - 1) / batches_per_epoch_);
+    steps = static_cast<std::size_t>(batches_per_epoch_);
+  }
+  bar_->set_model(model_);
+  bar_->set_params({.verbose = 1, .epochs = epochs, .steps = steps, .output = out_});
+  bar_->on_train_begin({});
+}
+
+}  // namespace loadstar::trial::detail
+#endif

@@ -4,6 +4,8 @@
 /// values shown back in YAML's flow style for messages (a mapping's keys sorted).
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <charconv>
 #include <cmath>
 #include <cstdint>
@@ -22,7 +24,37 @@ namespace loadstar::trial::detail {
 
 /// Whether `text` is all decimal digits (at least one), with single `_` separators allowed as
 /// YAML 1.1 allows them.
-inline bool is_yaml_digits(std::string_view text) {
+LOADSTAR_DECL bool is_yaml_digits(std::string_view text);
+
+/// A plain (unquoted) YAML scalar as JSON: null, a bool, an int, a float or a string, by the
+/// rules of YAML 1.1 as PyYAML applies them (`yes`/`no`/`on`/`off` are bools), and `1e-3`, which
+/// PyYAML leaves text for want of a point, a float.
+LOADSTAR_DECL nlohmann::json yaml_plain_scalar(const std::string& text);
+
+/// `node` as JSON; `ConfigError` (prefixed by `where`) for a mapping with a key given twice or a
+/// key that is not a scalar.
+LOADSTAR_DECL nlohmann::json yaml_to_json(const YAML::Node& node, const std::string& where,
+                                          const std::string& path = "");
+
+/// Parses the YAML document `text`; `ConfigError` naming `where`, the line and the column for
+/// text that is not YAML.
+LOADSTAR_DECL nlohmann::json parse_yaml(std::string_view text, const std::string& where);
+
+/// Whether `text` can be shown as a plain YAML scalar and still read back as the same string.
+LOADSTAR_DECL bool yaml_plain_safe(const std::string& text);
+
+/// `value` in YAML's flow style, as a user wrote it: `{bathces: 5}`, `[relu, tanh]`, `0.5`.
+LOADSTAR_DECL std::string to_flow(const nlohmann::json& value);
+
+}  // namespace loadstar::trial::detail
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_TRIAL_BODIES
+namespace loadstar::trial::detail {
+
+LOADSTAR_DECL bool is_yaml_digits(std::string_view text) {
   if (text.empty()) return false;
   for (const char c : text) {
     if (!(c >= '0' && c <= '9') && c != '_') return false;
@@ -30,10 +62,7 @@ inline bool is_yaml_digits(std::string_view text) {
   return text.front() != '_';
 }
 
-/// A plain (unquoted) YAML scalar as JSON: null, a bool, an int, a float or a string, by the
-/// rules of YAML 1.1 as PyYAML applies them (`yes`/`no`/`on`/`off` are bools), and `1e-3`, which
-/// PyYAML leaves text for want of a point, a float.
-inline nlohmann::json yaml_plain_scalar(const std::string& text) {
+LOADSTAR_DECL nlohmann::json yaml_plain_scalar(const std::string& text) {
   static const std::set<std::string, std::less<>> nulls{"", "~", "null", "Null", "NULL"};
   static const std::set<std::string, std::less<>> trues{"true", "True", "TRUE", "yes", "Yes",
                                                         "YES",  "on",   "On",   "ON"};
@@ -97,10 +126,8 @@ inline nlohmann::json yaml_plain_scalar(const std::string& text) {
   return text;
 }
 
-/// `node` as JSON; `ConfigError` (prefixed by `where`) for a mapping with a key given twice or a
-/// key that is not a scalar.
-inline nlohmann::json yaml_to_json(const YAML::Node& node, const std::string& where,
-                                   const std::string& path = "") {
+LOADSTAR_DECL nlohmann::json yaml_to_json(const YAML::Node& node, const std::string& where,
+                                          const std::string& path) {
   switch (node.Type()) {
     case YAML::NodeType::Undefined:
     case YAML::NodeType::Null:
@@ -138,9 +165,7 @@ inline nlohmann::json yaml_to_json(const YAML::Node& node, const std::string& wh
   return nullptr;
 }
 
-/// Parses the YAML document `text`; `ConfigError` naming `where`, the line and the column for
-/// text that is not YAML.
-inline nlohmann::json parse_yaml(std::string_view text, const std::string& where) {
+LOADSTAR_DECL nlohmann::json parse_yaml(std::string_view text, const std::string& where) {
   YAML::Node node;
   try {
     node = YAML::Load(std::string(text));
@@ -152,8 +177,7 @@ inline nlohmann::json parse_yaml(std::string_view text, const std::string& where
   return yaml_to_json(node, where);
 }
 
-/// Whether `text` can be shown as a plain YAML scalar and still read back as the same string.
-inline bool yaml_plain_safe(const std::string& text) {
+LOADSTAR_DECL bool yaml_plain_safe(const std::string& text) {
   if (text.empty() || !yaml_plain_scalar(text).is_string()) return false;
   if (text.front() == ' ' || text.back() == ' ') return false;
   for (const char c : text) {
@@ -162,8 +186,7 @@ inline bool yaml_plain_safe(const std::string& text) {
   return std::string_view("-?").find(text.front()) == std::string_view::npos;
 }
 
-/// `value` in YAML's flow style, as a user wrote it: `{bathces: 5}`, `[relu, tanh]`, `0.5`.
-inline std::string to_flow(const nlohmann::json& value) {
+LOADSTAR_DECL std::string to_flow(const nlohmann::json& value) {
   switch (value.type()) {
     case nlohmann::json::value_t::object: {
       std::string out = "{";
@@ -203,3 +226,4 @@ inline std::string to_flow(const nlohmann::json& value) {
 }
 
 }  // namespace loadstar::trial::detail
+#endif

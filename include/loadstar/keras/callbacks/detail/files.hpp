@@ -3,6 +3,8 @@
 /// renamed into place, so that a killed process leaves either the old file or the new one.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -24,7 +26,31 @@ inline std::string errno_text() {
 }
 
 /// Writes `bytes` to `path` (replacing it) and flushes it to disk (`fsync`); throws `IoError`.
-inline void write_synced(const std::filesystem::path& path, std::string_view bytes) {
+LOADSTAR_DECL void write_synced(const std::filesystem::path& path, std::string_view bytes);
+
+/// Flushes the entries of directory `path` (created, renamed or removed files) to disk.
+LOADSTAR_DECL void sync_directory(const std::filesystem::path& path);
+
+/// Renames `from` to `to` (atomically replacing `to`); throws `IoError`.
+LOADSTAR_DECL void rename_into_place(const std::filesystem::path& from,
+                                     const std::filesystem::path& to);
+
+/// Writes `bytes` to `path` through a temporary file beside it that is flushed and renamed into
+/// place, then flushes the directory: `path` holds the old bytes or the new ones, never a part.
+LOADSTAR_DECL void write_atomically(const std::filesystem::path& path, std::string_view bytes);
+
+/// The bytes of `path`; throws `IoError` when it cannot be read.
+LOADSTAR_DECL std::string read_bytes(const std::filesystem::path& path);
+
+}  // namespace loadstar::keras::detail
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_KERAS_BODIES
+namespace loadstar::keras::detail {
+
+LOADSTAR_DECL void write_synced(const std::filesystem::path& path, std::string_view bytes) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw IoError("'" + path.string() + "': cannot create: " + errno_text());
   std::size_t done = 0;
@@ -46,8 +72,7 @@ inline void write_synced(const std::filesystem::path& path, std::string_view byt
   if (::close(fd) != 0) throw IoError("'" + path.string() + "': cannot close: " + errno_text());
 }
 
-/// Flushes the entries of directory `path` (created, renamed or removed files) to disk.
-inline void sync_directory(const std::filesystem::path& path) {
+LOADSTAR_DECL void sync_directory(const std::filesystem::path& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) throw IoError("'" + path.string() + "': cannot open the directory: " + errno_text());
   const int synced = ::fsync(fd);
@@ -56,8 +81,8 @@ inline void sync_directory(const std::filesystem::path& path) {
   if (synced != 0) throw IoError("'" + path.string() + "': cannot flush the directory: " + why);
 }
 
-/// Renames `from` to `to` (atomically replacing `to`); throws `IoError`.
-inline void rename_into_place(const std::filesystem::path& from, const std::filesystem::path& to) {
+LOADSTAR_DECL void rename_into_place(const std::filesystem::path& from,
+                                     const std::filesystem::path& to) {
   std::error_code error;
   std::filesystem::rename(from, to, error);
   if (error) {
@@ -66,9 +91,7 @@ inline void rename_into_place(const std::filesystem::path& from, const std::file
   }
 }
 
-/// Writes `bytes` to `path` through a temporary file beside it that is flushed and renamed into
-/// place, then flushes the directory: `path` holds the old bytes or the new ones, never a part.
-inline void write_atomically(const std::filesystem::path& path, std::string_view bytes) {
+LOADSTAR_DECL void write_atomically(const std::filesystem::path& path, std::string_view bytes) {
   std::filesystem::path temporary = path;
   temporary += ".tmp";
   write_synced(temporary, bytes);
@@ -76,8 +99,7 @@ inline void write_atomically(const std::filesystem::path& path, std::string_view
   sync_directory(path.has_parent_path() ? path.parent_path() : std::filesystem::path("."));
 }
 
-/// The bytes of `path`; throws `IoError` when it cannot be read.
-inline std::string read_bytes(const std::filesystem::path& path) {
+LOADSTAR_DECL std::string read_bytes(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw IoError("'" + path.string() + "': cannot open for reading");
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -86,3 +108,4 @@ inline std::string read_bytes(const std::filesystem::path& path) {
 }
 
 }  // namespace loadstar::keras::detail
+#endif

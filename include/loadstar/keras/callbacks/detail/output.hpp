@@ -3,6 +3,8 @@
 /// logs, and the checkpoint state reader.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <cstddef>
 #include <cstdio>
 #include <string>
@@ -16,22 +18,37 @@ namespace loadstar::keras::detail {
 using loadstar::detail::StateReader;
 
 /// Keras's `Epoch 00003` label of the zero-based `epoch` (`%05d` of `epoch + 1`).
-inline std::string epoch_label(std::size_t epoch) {
+LOADSTAR_DECL std::string epoch_label(std::size_t epoch);
+
+/// A number as Python's `%g` prints it (learning rates in messages).
+LOADSTAR_DECL std::string general(double value);
+
+/// The names of `logs`, comma-separated.
+LOADSTAR_DECL std::string joined_names(const Logs& logs);
+
+}  // namespace loadstar::keras::detail
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_KERAS_BODIES
+namespace loadstar::keras::detail {
+
+LOADSTAR_DECL std::string epoch_label(std::size_t epoch) {
   char buffer[32];
   std::snprintf(buffer, sizeof buffer, "%05zu", epoch + 1);
   return buffer;
 }
 
-/// A number as Python's `%g` prints it (learning rates in messages).
-inline std::string general(double value) {
+LOADSTAR_DECL std::string general(double value) {
   char buffer[64];
   std::snprintf(buffer, sizeof buffer, "%g", value);
   return buffer;
 }
 
-/// The names of `logs`, comma-separated.
-inline std::string joined_names(const Logs& logs) {
+LOADSTAR_DECL std::string joined_names(const Logs& logs) {
   return loadstar::detail::join(logs, ", ", "", [](const auto& entry) { return entry.first; });
 }
 
 }  // namespace loadstar::keras::detail
+#endif

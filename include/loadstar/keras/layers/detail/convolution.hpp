@@ -92,7 +92,7 @@ class Convolution : public LayerBase {
 // The member functions defined out of line: in every translation unit when header-only,
 // in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
 // loadstar/config.hpp).
-#if LOADSTAR_HEADER_BODIES
+#if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::layers::detail {
 
 LOADSTAR_DECL void Convolution::forward(std::span<const Tensor<float>> inputs,

@@ -126,44 +126,12 @@ inline ConfigReader layer_config(const nlohmann::json& config, std::string_view 
 
 /// A shape with a free batch axis (`[null, 28, 28, 1]`, Keras's `batch_input_shape`) without the
 /// batch axis; every other axis must be a positive integer (loadstar's shapes are fixed).
-inline Shape config_batch_shape(const ConfigReader& read, std::string_view key) {
-  const nlohmann::json* value = read.find(key);
-  const auto fits = [&] {
-    if (value == nullptr || !value->is_array() || value->empty()) return false;
-    if (!(*value)[0].is_null() && !(*value)[0].is_number_integer()) return false;
-    for (std::size_t i = 1; i < value->size(); ++i) {
-      const auto& d = (*value)[i];
-      if (!d.is_number_integer() || d.get<std::int64_t>() <= 0) return false;
-    }
-    return true;
-  };
-  if (!fits()) read.fail(key, "a batch shape [null, positive integers...]");
-  std::vector<std::size_t> dims;
-  for (std::size_t i = 1; i < value->size(); ++i)
-    dims.push_back((*value)[i].get<std::size_t>());
-  return Shape(dims);
-}
+LOADSTAR_DECL Shape config_batch_shape(const ConfigReader& read, std::string_view key);
 
 /// Checks the keys every Keras layer config may hold (`trainable`, `dtype`, `batch_input_shape`)
 /// and applies `trainable` to the layer built from the config.
-inline std::shared_ptr<Layer> finish_layer(const ConfigReader& read, std::shared_ptr<Layer> layer) {
-  layer->set_trainable(read.get("trainable", true));
-  if (const nlohmann::json* dtype = read.find("dtype"); dtype != nullptr && !dtype->is_null()) {
-    // Keras 2 writes "float32"; Keras 3 a DTypePolicy {"class_name": "DTypePolicy", "config":
-    // {"name": "float32"}}.
-    const bool is_float32 =
-        *dtype == "float32" ||
-        (dtype->is_object() && dtype->contains("config") && (*dtype)["config"].is_object() &&
-         (*dtype)["config"].value("name", "") == "float32");
-    if (!is_float32) read.fail("dtype", "\"float32\" (loadstar layers compute in float32)");
-  }
-  if (read.has("batch_input_shape")) config_batch_shape(read, "batch_input_shape");
-  for (const char* key : {"kernel_regularizer", "bias_regularizer", "activity_regularizer",
-                          "kernel_constraint", "bias_constraint"}) {
-    read.expect(key, nullptr, "loadstar has no regularizers or constraints");
-  }
-  return layer;
-}
+LOADSTAR_DECL std::shared_ptr<Layer> finish_layer(const ConfigReader& read,
+                                                  std::shared_ptr<Layer> layer);
 
 /// The layer's `name` (empty when absent: the model names it).
 inline std::string config_name(const ConfigReader& read) {
@@ -172,108 +140,41 @@ inline std::string config_name(const ConfigReader& read) {
 
 /// A config's activation: a name (`"relu"`) or a serialised `{"class_name": "relu", ...}`,
 /// resolved through the activation registry; `"linear"` when absent or null.
-inline std::string config_activation(const ConfigReader& read) {
-  if (!read.has("activation")) return "linear";
-  return read.nested("activation", [&] {
-    return activation_name(
-        Registry<keras::Activation>::instance().create(read.json()["activation"]));
-  });
-}
+LOADSTAR_DECL std::string config_activation(const ConfigReader& read);
 
 /// A config's pair of sizes: `[3, 3]` or `3`, each positive.
-inline Size2 config_size2(const ConfigReader& read, std::string_view key, Size2 fallback) {
-  if (!read.has(key)) return fallback;
-  const nlohmann::json& v = *read.find(key);
-  const auto positive = [](const nlohmann::json& d) {
-    return d.is_number_integer() && d.get<std::int64_t>() > 0;
-  };
-  if (positive(v)) return Size2(v.get<std::size_t>());
-  if (v.is_array() && v.size() == 2 && positive(v[0]) && positive(v[1]))
-    return Size2(v[0].get<std::size_t>(), v[1].get<std::size_t>());
-  read.fail(key, "a positive integer or a list of two");
-}
+LOADSTAR_DECL Size2 config_size2(const ConfigReader& read, std::string_view key, Size2 fallback);
 
 /// A config's size of a 1-D layer: `[3]` or `3`, positive (tf.keras writes 1-tuples as lists).
-inline std::size_t config_size1(const ConfigReader& read, std::string_view key,
-                                std::size_t fallback) {
-  if (!read.has(key)) return fallback;
-  const nlohmann::json& v = *read.find(key);
-  const auto positive = [](const nlohmann::json& d) {
-    return d.is_number_integer() && d.get<std::int64_t>() > 0;
-  };
-  if (positive(v)) return v.get<std::size_t>();
-  if (v.is_array() && v.size() == 1 && positive(v[0])) return v[0].get<std::size_t>();
-  read.fail(key, "a positive integer or a list of one");
-}
+LOADSTAR_DECL std::size_t config_size1(const ConfigReader& read, std::string_view key,
+                                       std::size_t fallback);
 
 /// A config's initializer, resolved through the initializer registry (custom ones included).
-inline Initializer config_initializer(const ConfigReader& read, std::string_view key,
-                                      Initializer fallback) {
-  if (!read.has(key)) return fallback;
-  return read.nested(key,
-                     [&] { return Registry<Initializer>::instance().create(*read.find(key)); });
-}
+LOADSTAR_DECL Initializer config_initializer(const ConfigReader& read, std::string_view key,
+                                             Initializer fallback);
 
 /// A config's axis: an integer, or a list of one (`[3]`, as some tf.keras versions write
 /// BatchNormalization's axis).
-inline int config_axis(const ConfigReader& read, int fallback) {
-  if (!read.has("axis")) return fallback;
-  const nlohmann::json& v = *read.find("axis");
-  if (v.is_array() && v.size() == 1 && keras::detail::ConfigValue<int>::fits(v[0]))
-    return v[0].get<int>();
-  if (!keras::detail::ConfigValue<int>::fits(v)) read.fail("axis", "an integer or a list of one");
-  return v.get<int>();
-}
+LOADSTAR_DECL int config_axis(const ConfigReader& read, int fallback);
 
 /// A config's `data_format`: `true` for `"channels_first"`, `false` for `"channels_last"` (also
 /// when absent or null: Keras's default `image_data_format()`).
-inline bool config_channels_first(const ConfigReader& read) {
-  const std::string format = read.get("data_format", "channels_last");
-  if (format == "channels_first") return true;
-  if (format != "channels_last")
-    read.fail("data_format", "\"channels_last\" or \"channels_first\"");
-  return false;
-}
+LOADSTAR_DECL bool config_channels_first(const ConfigReader& read);
 
 /// `"channels_last"` (`false`) or `"channels_first"` (`true`); anything else throws `ConfigError`
 /// naming the layer.
-inline bool parse_data_format(const std::string& format, const std::string& label) {
-  if (format == "channels_first") return true;
-  if (format == "channels_last") return false;
-  throw ConfigError(label + ": data_format must be 'channels_last' or 'channels_first' but is '" +
-                    format + "'");
-}
+LOADSTAR_DECL bool parse_data_format(const std::string& format, const std::string& label);
 
 /// The `transpose` axes of a batch of rank `rank` (batch axis included) that move the channel
 /// axis from 1 to the end (`[0, 2, ..., rank - 1, 1]`), or with `to_first` back
 /// (`[0, rank - 1, 1, ..., rank - 2]`).
-inline std::vector<std::size_t> channel_axes(std::size_t rank, bool to_first) {
-  std::vector<std::size_t> axes{0};
-  if (to_first) axes.push_back(rank - 1);
-  for (std::size_t i = 1; i + 1 < rank; ++i)
-    axes.push_back(to_first ? i : i + 1);
-  if (!to_first) axes.push_back(1);
-  return axes;
-}
+LOADSTAR_DECL std::vector<std::size_t> channel_axes(std::size_t rank, bool to_first);
 
 /// A sample shape `(c, d1, ..., dn)` as `(d1, ..., dn, c)`, or back with `to_first`.
-inline Shape move_channels(const Shape& shape, bool to_first) {
-  std::vector<std::size_t> dims(shape.begin(), shape.end());
-  if (dims.size() < 2) return shape;
-  if (to_first) {
-    std::rotate(dims.rbegin(), dims.rbegin() + 1, dims.rend());
-  } else {
-    std::rotate(dims.begin(), dims.begin() + 1, dims.end());
-  }
-  return Shape(dims);
-}
+LOADSTAR_DECL Shape move_channels(const Shape& shape, bool to_first);
 
 /// `"valid"` or `"same"`; anything else throws `ConfigError` naming the layer.
-inline bool parse_padding(const std::string& padding, const std::string& label) {
-  if (padding == "same") return true;
-  if (padding == "valid") return false;
-  throw ConfigError(label + ": padding must be 'valid' or 'same' but is '" + padding + "'");
-}
+LOADSTAR_DECL bool parse_padding(const std::string& padding, const std::string& label);
 
 }  // namespace detail
 }  // namespace loadstar::keras::layers
@@ -281,7 +182,7 @@ inline bool parse_padding(const std::string& padding, const std::string& label) 
 // The member functions defined out of line: in every translation unit when header-only,
 // in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
 // loadstar/config.hpp).
-#if LOADSTAR_HEADER_BODIES
+#if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::layers::detail {
 
 LOADSTAR_DECL Tensor<float> Scratch::get(Backend& backend, const Shape& shape) {
@@ -337,6 +238,142 @@ LOADSTAR_DECL void ShapeOnlyLayer::backward(std::span<const Tensor<float>>, cons
                                             const CallContext& ctx) {
   if (input_gradients.empty() || input_gradients[0].empty()) return;
   ctx.backend.copy(output_gradient, input_gradients[0]);
+}
+
+}  // namespace loadstar::keras::layers::detail
+#endif
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_KERAS_BODIES
+namespace loadstar::keras::layers::detail {
+
+LOADSTAR_DECL Shape config_batch_shape(const ConfigReader& read, std::string_view key) {
+  const nlohmann::json* value = read.find(key);
+  const auto fits = [&] {
+    if (value == nullptr || !value->is_array() || value->empty()) return false;
+    if (!(*value)[0].is_null() && !(*value)[0].is_number_integer()) return false;
+    for (std::size_t i = 1; i < value->size(); ++i) {
+      const auto& d = (*value)[i];
+      if (!d.is_number_integer() || d.get<std::int64_t>() <= 0) return false;
+    }
+    return true;
+  };
+  if (!fits()) read.fail(key, "a batch shape [null, positive integers...]");
+  std::vector<std::size_t> dims;
+  for (std::size_t i = 1; i < value->size(); ++i)
+    dims.push_back((*value)[i].get<std::size_t>());
+  return Shape(dims);
+}
+
+LOADSTAR_DECL std::shared_ptr<Layer> finish_layer(const ConfigReader& read,
+                                                  std::shared_ptr<Layer> layer) {
+  layer->set_trainable(read.get("trainable", true));
+  if (const nlohmann::json* dtype = read.find("dtype"); dtype != nullptr && !dtype->is_null()) {
+    // Keras 2 writes "float32"; Keras 3 a DTypePolicy {"class_name": "DTypePolicy", "config":
+    // {"name": "float32"}}.
+    const bool is_float32 =
+        *dtype == "float32" ||
+        (dtype->is_object() && dtype->contains("config") && (*dtype)["config"].is_object() &&
+         (*dtype)["config"].value("name", "") == "float32");
+    if (!is_float32) read.fail("dtype", "\"float32\" (loadstar layers compute in float32)");
+  }
+  if (read.has("batch_input_shape")) config_batch_shape(read, "batch_input_shape");
+  for (const char* key : {"kernel_regularizer", "bias_regularizer", "activity_regularizer",
+                          "kernel_constraint", "bias_constraint"}) {
+    read.expect(key, nullptr, "loadstar has no regularizers or constraints");
+  }
+  return layer;
+}
+
+LOADSTAR_DECL std::string config_activation(const ConfigReader& read) {
+  if (!read.has("activation")) return "linear";
+  return read.nested("activation", [&] {
+    return activation_name(
+        Registry<keras::Activation>::instance().create(read.json()["activation"]));
+  });
+}
+
+LOADSTAR_DECL Size2 config_size2(const ConfigReader& read, std::string_view key, Size2 fallback) {
+  if (!read.has(key)) return fallback;
+  const nlohmann::json& v = *read.find(key);
+  const auto positive = [](const nlohmann::json& d) {
+    return d.is_number_integer() && d.get<std::int64_t>() > 0;
+  };
+  if (positive(v)) return Size2(v.get<std::size_t>());
+  if (v.is_array() && v.size() == 2 && positive(v[0]) && positive(v[1]))
+    return Size2(v[0].get<std::size_t>(), v[1].get<std::size_t>());
+  read.fail(key, "a positive integer or a list of two");
+}
+
+LOADSTAR_DECL std::size_t config_size1(const ConfigReader& read, std::string_view key,
+                                       std::size_t fallback) {
+  if (!read.has(key)) return fallback;
+  const nlohmann::json& v = *read.find(key);
+  const auto positive = [](const nlohmann::json& d) {
+    return d.is_number_integer() && d.get<std::int64_t>() > 0;
+  };
+  if (positive(v)) return v.get<std::size_t>();
+  if (v.is_array() && v.size() == 1 && positive(v[0])) return v[0].get<std::size_t>();
+  read.fail(key, "a positive integer or a list of one");
+}
+
+LOADSTAR_DECL Initializer config_initializer(const ConfigReader& read, std::string_view key,
+                                             Initializer fallback) {
+  if (!read.has(key)) return fallback;
+  return read.nested(key,
+                     [&] { return Registry<Initializer>::instance().create(*read.find(key)); });
+}
+
+LOADSTAR_DECL int config_axis(const ConfigReader& read, int fallback) {
+  if (!read.has("axis")) return fallback;
+  const nlohmann::json& v = *read.find("axis");
+  if (v.is_array() && v.size() == 1 && keras::detail::ConfigValue<int>::fits(v[0]))
+    return v[0].get<int>();
+  if (!keras::detail::ConfigValue<int>::fits(v)) read.fail("axis", "an integer or a list of one");
+  return v.get<int>();
+}
+
+LOADSTAR_DECL bool config_channels_first(const ConfigReader& read) {
+  const std::string format = read.get("data_format", "channels_last");
+  if (format == "channels_first") return true;
+  if (format != "channels_last")
+    read.fail("data_format", "\"channels_last\" or \"channels_first\"");
+  return false;
+}
+
+LOADSTAR_DECL bool parse_data_format(const std::string& format, const std::string& label) {
+  if (format == "channels_first") return true;
+  if (format == "channels_last") return false;
+  throw ConfigError(label + ": data_format must be 'channels_last' or 'channels_first' but is '" +
+                    format + "'");
+}
+
+LOADSTAR_DECL std::vector<std::size_t> channel_axes(std::size_t rank, bool to_first) {
+  std::vector<std::size_t> axes{0};
+  if (to_first) axes.push_back(rank - 1);
+  for (std::size_t i = 1; i + 1 < rank; ++i)
+    axes.push_back(to_first ? i : i + 1);
+  if (!to_first) axes.push_back(1);
+  return axes;
+}
+
+LOADSTAR_DECL Shape move_channels(const Shape& shape, bool to_first) {
+  std::vector<std::size_t> dims(shape.begin(), shape.end());
+  if (dims.size() < 2) return shape;
+  if (to_first) {
+    std::rotate(dims.rbegin(), dims.rbegin() + 1, dims.rend());
+  } else {
+    std::rotate(dims.begin(), dims.begin() + 1, dims.end());
+  }
+  return Shape(dims);
+}
+
+LOADSTAR_DECL bool parse_padding(const std::string& padding, const std::string& label) {
+  if (padding == "same") return true;
+  if (padding == "valid") return false;
+  throw ConfigError(label + ": padding must be 'valid' or 'same' but is '" + padding + "'");
 }
 
 }  // namespace loadstar::keras::layers::detail

@@ -2,6 +2,8 @@
 /// The machinery the losses share: shape checks, sample weights and Keras's reductions.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -21,31 +23,14 @@ namespace loadstar::keras::detail {
 inline constexpr double loss_epsilon = 1e-7;
 
 /// A label or value as a message shows it: `12` for an integral value, `2.5` otherwise.
-inline std::string format_value(double value) {
-  if (std::isfinite(value) && value == std::floor(value) && std::abs(value) < 1e15) {
-    return std::to_string(static_cast<long long>(value));
-  }
-  std::string text = std::to_string(value);
-  return text;
-}
+LOADSTAR_DECL std::string format_value(double value);
 
 /// Whether two shapes are equal up to one trailing axis of size 1 (Keras's
 /// `squeeze_or_expand_dimensions`: `y_true` of shape `(n,)` fits `y_pred` of shape `(n, 1)`).
-inline bool shapes_fit(const Shape& a, const Shape& b) {
-  if (a == b) return true;
-  const Shape& longer = a.rank() > b.rank() ? a : b;
-  const Shape& shorter = a.rank() > b.rank() ? b : a;
-  if (longer.rank() != shorter.rank() + 1 || longer[longer.rank() - 1] != 1) return false;
-  for (std::size_t i = 0; i < shorter.rank(); ++i)
-    if (longer[i] != shorter[i]) return false;
-  return true;
-}
+LOADSTAR_DECL bool shapes_fit(const Shape& a, const Shape& b);
 
 /// `y_pred`'s shape without its last axis (the shape of the per-sample values).
-inline Shape without_last_axis(const Shape& shape) {
-  if (shape.rank() == 0) return shape;
-  return Shape(std::span<const std::size_t>(shape.begin(), shape.rank() - 1));
-}
+LOADSTAR_DECL Shape without_last_axis(const Shape& shape);
 
 /// The number of classes (the last axis) of `y_pred`; 1 for rank 0 and 1.
 inline std::size_t last_axis(const Tensor<float>& y_pred) {
@@ -53,15 +38,8 @@ inline std::size_t last_axis(const Tensor<float>& y_pred) {
 }
 
 /// Throws `ShapeError` unless `sample_weight` holds one weight per row of `y_pred`.
-inline void check_sample_weight(const std::string& owner, const Tensor<float>* sample_weight,
-                                const Tensor<float>& y_pred) {
-  if (sample_weight == nullptr) return;
-  if (sample_weight->size() != y_pred.rows() ||
-      (sample_weight->rank() > 1 && sample_weight->rank() != 2)) {
-    throw ShapeError(owner + ": sample_weight of shape " + sample_weight->shape().str() +
-                     " needs one weight per row but y_pred has shape " + y_pred.shape().str());
-  }
-}
+LOADSTAR_DECL void check_sample_weight(const std::string& owner, const Tensor<float>* sample_weight,
+                                       const Tensor<float>& y_pred);
 
 /// A loss whose value is a function of each last-axis row of `y_pred` (one per-sample value per
 /// row), reduced as `tf.keras`'s `compute_weighted_loss`: the per-sample values times the row's
@@ -147,7 +125,50 @@ inline double smooth_binary(double y, double smoothing) {
 }
 
 /// `log(sum(exp(x)))` of a row, stably.
-inline double log_sum_exp(const float* x, std::size_t n) {
+LOADSTAR_DECL double log_sum_exp(const float* x, std::size_t n);
+
+}  // namespace loadstar::keras::detail
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_KERAS_BODIES
+namespace loadstar::keras::detail {
+
+LOADSTAR_DECL std::string format_value(double value) {
+  if (std::isfinite(value) && value == std::floor(value) && std::abs(value) < 1e15) {
+    return std::to_string(static_cast<long long>(value));
+  }
+  std::string text = std::to_string(value);
+  return text;
+}
+
+LOADSTAR_DECL bool shapes_fit(const Shape& a, const Shape& b) {
+  if (a == b) return true;
+  const Shape& longer = a.rank() > b.rank() ? a : b;
+  const Shape& shorter = a.rank() > b.rank() ? b : a;
+  if (longer.rank() != shorter.rank() + 1 || longer[longer.rank() - 1] != 1) return false;
+  for (std::size_t i = 0; i < shorter.rank(); ++i)
+    if (longer[i] != shorter[i]) return false;
+  return true;
+}
+
+LOADSTAR_DECL Shape without_last_axis(const Shape& shape) {
+  if (shape.rank() == 0) return shape;
+  return Shape(std::span<const std::size_t>(shape.begin(), shape.rank() - 1));
+}
+
+LOADSTAR_DECL void check_sample_weight(const std::string& owner, const Tensor<float>* sample_weight,
+                                       const Tensor<float>& y_pred) {
+  if (sample_weight == nullptr) return;
+  if (sample_weight->size() != y_pred.rows() ||
+      (sample_weight->rank() > 1 && sample_weight->rank() != 2)) {
+    throw ShapeError(owner + ": sample_weight of shape " + sample_weight->shape().str() +
+                     " needs one weight per row but y_pred has shape " + y_pred.shape().str());
+  }
+}
+
+LOADSTAR_DECL double log_sum_exp(const float* x, std::size_t n) {
   double top = -std::numeric_limits<double>::infinity();
   for (std::size_t i = 0; i < n; ++i)
     top = std::max(top, static_cast<double>(x[i]));
@@ -158,3 +179,4 @@ inline double log_sum_exp(const float* x, std::size_t n) {
 }
 
 }  // namespace loadstar::keras::detail
+#endif

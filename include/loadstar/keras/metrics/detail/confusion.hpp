@@ -62,20 +62,14 @@ inline double divide_no_nan(double a, double b) {
 }
 
 /// Keras's `thresholds` of `Precision` and `Recall`: a number, a list of one, or null for 0.5.
-inline double config_threshold(const ConfigReader& read) {
-  if (!read.has("thresholds")) return 0.5;
-  const nlohmann::json& v = *read.find("thresholds");
-  if (v.is_number()) return v.get<double>();
-  if (v.is_array() && v.size() == 1 && v[0].is_number()) return v[0].get<double>();
-  read.fail("thresholds", "a number or a list of one");
-}
+LOADSTAR_DECL double config_threshold(const ConfigReader& read);
 
 }  // namespace loadstar::keras::detail
 
 // The member functions defined out of line: in every translation unit when header-only,
 // in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
 // loadstar/config.hpp).
-#if LOADSTAR_HEADER_BODIES
+#if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::detail {
 
 LOADSTAR_DECL void ConfusionCounts::update(const std::string& owner, const Tensor<float>& y_true,
@@ -129,6 +123,23 @@ LOADSTAR_DECL double ConfusionCounts::below(const std::vector<double>& counts, s
   for (std::size_t b = 0; b <= i; ++b)
     sum += counts[b];
   return sum;
+}
+
+}  // namespace loadstar::keras::detail
+#endif
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_KERAS_BODIES
+namespace loadstar::keras::detail {
+
+LOADSTAR_DECL double config_threshold(const ConfigReader& read) {
+  if (!read.has("thresholds")) return 0.5;
+  const nlohmann::json& v = *read.find("thresholds");
+  if (v.is_number()) return v.get<double>();
+  if (v.is_array() && v.size() == 1 && v[0].is_number()) return v[0].get<double>();
+  read.fail("thresholds", "a number or a list of one");
 }
 
 }  // namespace loadstar::keras::detail

@@ -86,30 +86,18 @@ class MeanWrapper : public Metric {
 };
 
 /// The index of the largest element (the first one on ties, as `tf.argmax`).
-inline std::size_t argmax(const float* x, std::size_t n) {
-  std::size_t best = 0;
-  for (std::size_t i = 1; i < n; ++i)
-    if (x[i] > x[best]) best = i;
-  return best;
-}
+LOADSTAR_DECL std::size_t argmax(const float* x, std::size_t n);
 
 /// `tf.math.in_top_k`: whether `x[target]` is among the `k` largest (ties at the boundary count
 /// as inside; a non-finite `x[target]` is not).
-inline bool in_top_k(const float* x, std::size_t n, std::size_t target, std::size_t k) {
-  const float v = x[target];
-  if (!std::isfinite(v)) return false;
-  std::size_t greater = 0;
-  for (std::size_t i = 0; i < n; ++i)
-    greater += x[i] > v ? 1 : 0;
-  return greater < k;
-}
+LOADSTAR_DECL bool in_top_k(const float* x, std::size_t n, std::size_t target, std::size_t k);
 
 }  // namespace loadstar::keras::detail
 
 // The member functions defined out of line: in every translation unit when header-only,
 // in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
 // loadstar/config.hpp).
-#if LOADSTAR_HEADER_BODIES
+#if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::detail {
 
 LOADSTAR_DECL void RunningMean::add(double value, double weight) {
@@ -121,6 +109,31 @@ LOADSTAR_DECL void RunningMean::restore(const std::string& owner, const nlohmann
   const loadstar::detail::StateReader read(owner, state);
   total = read.get<double>("total");
   count = read.get<double>("count");
+}
+
+}  // namespace loadstar::keras::detail
+#endif
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_KERAS_BODIES
+namespace loadstar::keras::detail {
+
+LOADSTAR_DECL std::size_t argmax(const float* x, std::size_t n) {
+  std::size_t best = 0;
+  for (std::size_t i = 1; i < n; ++i)
+    if (x[i] > x[best]) best = i;
+  return best;
+}
+
+LOADSTAR_DECL bool in_top_k(const float* x, std::size_t n, std::size_t target, std::size_t k) {
+  const float v = x[target];
+  if (!std::isfinite(v)) return false;
+  std::size_t greater = 0;
+  for (std::size_t i = 0; i < n; ++i)
+    greater += x[i] > v ? 1 : 0;
+  return greater < k;
 }
 
 }  // namespace loadstar::keras::detail

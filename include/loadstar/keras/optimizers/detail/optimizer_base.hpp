@@ -104,7 +104,7 @@ class OptimizerBase : public Optimizer {
 // The member functions defined out of line: in every translation unit when header-only,
 // in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
 // loadstar/config.hpp).
-#if LOADSTAR_HEADER_BODIES
+#if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::detail {
 
 LOADSTAR_DECL OptimizerBase::OptimizerBase(std::string name, optimizers::LearningRate learning_rate,

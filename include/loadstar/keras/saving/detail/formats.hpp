@@ -4,6 +4,8 @@
 /// legacy and Keras 3 weight layouts, the optimizer's state, and writing through a temporary file.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -55,89 +57,26 @@ struct KerasLayerEntry {
 
 /// Keras's `model.layers`: a `Sequential` lists its layers alone (Keras leaves out the
 /// auto-generated `InputLayer`), a functional model its inputs first, then its layers.
-inline std::vector<KerasLayerEntry> keras_layers(const Model& model) {
-  std::vector<KerasLayerEntry> out;
-  if (dynamic_cast<const Sequential*>(&model) == nullptr) {
-    for (const auto& name : model.input_names())
-      out.push_back({name, "InputLayer", nullptr});
-  }
-  for (const auto& layer : model.layers())
-    out.push_back({layer->name(), layer->class_name(), layer.get()});
-  return out;
-}
+LOADSTAR_DECL std::vector<KerasLayerEntry> keras_layers(const Model& model);
 
 /// Keras 3's `naming.to_snake_case`: `"Conv2D"` -> `"conv2d"`, `"BatchNormalization"` ->
 /// `"batch_normalization"`, `"MaxPooling2D"` -> `"max_pooling2d"`.
-inline std::string snake_case(const std::string& name) {
-  std::string word;
-  for (char c : name)
-    if (std::isalnum(static_cast<unsigned char>(c)) || c == '_') word += c;
-  const auto upper = [](char c) { return c >= 'A' && c <= 'Z'; };
-  const auto lower = [](char c) { return c >= 'a' && c <= 'z'; };
-  // re.sub("(.)([A-Z][a-z]+)", r"\1_\2"), then re.sub("([a-z])([A-Z])", r"\1_\2"), then lower.
-  std::string first;
-  for (std::size_t i = 0; i < word.size(); ++i) {
-    if (i > 0 && upper(word[i]) && i + 1 < word.size() && lower(word[i + 1])) first += '_';
-    first += word[i];
-  }
-  std::string second;
-  for (std::size_t i = 0; i < first.size(); ++i) {
-    if (i > 0 && upper(first[i]) && lower(first[i - 1])) second += '_';
-    second += first[i];
-  }
-  std::string out;
-  for (char c : second)
-    out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
+LOADSTAR_DECL std::string snake_case(const std::string& name);
 
 /// The groups Keras 3 stores each entry of `model.layers` under (`layers/<key>`): the class name
 /// in snake case, made unique with `_1`, `_2`, ... in list order (saving_lib's
 /// `_save_container_state`; names are not used, since they are not reproducible).
-inline std::vector<std::string> keras3_keys(const std::vector<KerasLayerEntry>& entries) {
-  std::map<std::string, std::size_t> used;
-  std::vector<std::string> keys;
-  for (const auto& entry : entries) {
-    const std::string base = snake_case(entry.class_name);
-    auto [it, fresh] = used.emplace(base, 0);
-    if (fresh) {
-      keys.push_back(base);
-    } else {
-      keys.push_back(base + "_" + std::to_string(++it->second));
-    }
-  }
-  return keys;
-}
+LOADSTAR_DECL std::vector<std::string> keras3_keys(const std::vector<KerasLayerEntry>& entries);
 
 /// The weights of every layer on the host, by layer, from `get_weights`.
-inline std::map<const Layer*, std::vector<Tensor<float>>> host_weights(const Model& model) {
-  std::map<const Layer*, std::vector<Tensor<float>>> out;
-  auto all = model.get_weights();
-  std::size_t i = 0;
-  for (const auto& layer : model.layers()) {
-    auto& list = out[layer.get()];
-    for (std::size_t k = 0; k < layer->weights().size(); ++k)
-      list.push_back(std::move(all[i++]));
-  }
-  return out;
-}
+LOADSTAR_DECL std::map<const Layer*, std::vector<Tensor<float>>> host_weights(const Model& model);
 
 /// A tensor on the host (optimizer slots live in the backend's memory).
-inline Tensor<float> to_host(const Model& model, const Tensor<float>& tensor) {
-  if (tensor.is_host()) return tensor.clone();
-  // The backend exists: a tensor off the host was made by it.
-  return const_cast<Model&>(model).backend().to_host(tensor);
-}
+LOADSTAR_DECL Tensor<float> to_host(const Model& model, const Tensor<float>& tensor);
 
 /// For each trainable variable of the model, in `trainable_variables` order: its layer's name
 /// and its own (`"dense"`, `"kernel"`).
-inline std::vector<std::pair<std::string, std::string>> trainable_names(const Model& model) {
-  std::vector<std::pair<std::string, std::string>> out;
-  for (const auto& layer : model.layers())
-    for (const auto& w : layer->weights())
-      if (w.trainable) out.emplace_back(layer->name(), w.name);
-  return out;
-}
+LOADSTAR_DECL std::vector<std::pair<std::string, std::string>> trainable_names(const Model& model);
 
 // --- writing through a temporary file ------------------------------------------------------------
 
@@ -187,7 +126,196 @@ nlohmann::json object_arg_json(const Arg& arg, const char* module) {
   return out;
 }
 
-inline nlohmann::json losses_json(const Losses& losses, const char* module) {
+LOADSTAR_DECL nlohmann::json losses_json(const Losses& losses, const char* module);
+
+LOADSTAR_DECL nlohmann::json metrics_json(const std::vector<MetricArg>& metrics,
+                                          const char* module);
+
+LOADSTAR_DECL nlohmann::json loss_weights_json(const CompileOptions& options);
+
+/// tf.keras 2.x's `training_config` (`saving_utils.model_metadata`): the compile arguments and
+/// `optimizer_config`.
+LOADSTAR_DECL nlohmann::json training_config(const Model& model);
+
+/// Keras 3's `compile_config` (`Trainer.get_compile_config`).
+LOADSTAR_DECL nlohmann::json compile_config(const Model& model);
+
+/// Appends the metrics a config lists: names, objects, and tf.keras 2.4+'s per-output lists of
+/// `MeanMetricWrapper` configs (a wrapped Keras function, named by its `name`).
+LOADSTAR_DECL void read_metrics(const nlohmann::json& value, std::vector<MetricArg>& out,
+                                const CustomObjects* custom);
+
+LOADSTAR_DECL LossArg read_loss(const nlohmann::json& value, const CustomObjects* custom);
+
+/// Compiles `model` as a `training_config` (legacy) or `compile_config` (Keras 3) describes;
+/// returns false, leaving the model uncompiled, when it names no loss (Keras compiles such a model
+/// with `loss=None`, which loadstar cannot train).
+LOADSTAR_DECL bool compile_from_config(Model& model, const nlohmann::json& config,
+                                       const CustomObjects* custom);
+
+// --- Keras 3's config.json
+// ---------------------------------------------------------------------------
+
+LOADSTAR_DECL nlohmann::json batch_shape_json(const Shape& shape);
+
+inline nlohmann::json dtype_policy(const std::string& name) {
+  return {{"module", "keras"},
+          {"class_name", "DTypePolicy"},
+          {"config", {{"name", name}}},
+          {"registered_name", nullptr}};
+}
+
+/// A layer's Keras 2 config as Keras 3 writes it: `batch_shape` for `InputLayer`, no
+/// `batch_input_shape` elsewhere, a `DTypePolicy`, and `module`s on nested objects.
+LOADSTAR_DECL nlohmann::json keras3_layer_config(const std::string& class_name,
+                                                 nlohmann::json config);
+
+/// Keras 3's `config.json` for a model (`serialize_keras_object(model)`): `module`,
+/// `class_name`, `config` with Keras 3 layer entries (functional `inbound_nodes` as
+/// `{"args": [__keras_tensor__...], "kwargs": {}}`), `build_config`, and `compile_config` for a
+/// compiled model when `include_compile`.
+LOADSTAR_DECL nlohmann::json keras3_model_config(const Model& model, bool include_compile);
+
+/// The `[[layer, node, tensor, {}], ...]` of one Keras 3 call: every `__keras_tensor__` of its
+/// `args`, in order.
+LOADSTAR_DECL void collect_keras_tensors(const nlohmann::json& value, nlohmann::json& out);
+
+/// A Keras 3 `config.json` as the Keras 2 `model_config` that `model_from_config` reads: layer
+/// entries keep their configs (the layer factories read Keras 3's keys), and `inbound_nodes`
+/// become Keras 2's lists.
+LOADSTAR_DECL nlohmann::json legacy_model_config(nlohmann::json config);
+
+// --- writing weights
+// --------------------------------------------------------------------------------
+
+/// The legacy weights of every layer into `group` (`/model_weights` or the root of a weights
+/// file), as `save_weights_to_hdf5_group`: `layer_names` in model order, `backend` and
+/// `keras_version`, one group per layer created in name order, each with `weight_names`
+/// (`dense/kernel:0`) and the datasets at those paths, and `top_level_model_weights`.
+LOADSTAR_DECL void write_legacy_layers(H5Writer& writer, hid_t group, const Model& model);
+
+/// The slot kind of a slot variable (`"m"` of `"m/kernel"`).
+inline std::string slot_kind(const std::string& slot_name) {
+  return slot_name.substr(0, slot_name.find('/'));
+}
+
+/// `/optimizer_weights` as tf.keras 2.x's OptimizerV2 lists its weights: `Adam/iter:0`, then
+/// every variable's first slot (`Adam/dense/kernel/m:0`, ...), then every variable's second,
+/// which is the order `optimizer.set_weights` expects.
+LOADSTAR_DECL void write_legacy_optimizer(H5Writer& writer, const Model& model);
+
+/// Keras 3's weights layout (`saving_lib._save_state`): the model's own `vars` (none), each
+/// entry of `model.layers` under `layers/<key>/vars` with datasets `0`, `1`, ..., and, with
+/// `optimizer`, `optimizer/vars`: the iteration count, the learning rate (when constant), then
+/// every variable's slots in turn.
+LOADSTAR_DECL void write_keras3_weights(H5Writer& writer, const Model& model, bool optimizer);
+
+// --- reading weights -----------------------------------------------------------------------------
+
+LOADSTAR_DECL std::string names_text(const std::vector<std::string>& names);
+
+/// Sets the weights of `model` from a file's layers. Legacy files pair layers with weights by
+/// position (Keras's `load_weights_from_hdf5_group`) or, with `by_name`, by name; Keras 3 files
+/// by their `layers/<key>` group. Throws `FormatError` for a different number of layers with
+/// weights or a missing layer, `ShapeError` for a different number or shape of weights, each
+/// naming the layer (and weight); with `skip_mismatch`, such layers keep their weights instead.
+LOADSTAR_DECL void assign_weights(Model& model, const ModelFile& file,
+                                  const LoadWeightsOptions& options, const std::string& where);
+
+/// The last component of a weight name without `:0` (`"m"` of `"Adam/dense/kernel/m:0"`).
+LOADSTAR_DECL std::string last_component(const std::string& name);
+
+/// Restores the compiled optimizer's slots and iteration count from a file's optimizer state:
+/// tf.keras 2.x's `/optimizer_weights` (the iteration count found by name, the slots grouped by
+/// kind as OptimizerV2 lists them or interleaved per variable as Keras 3 does), or Keras 3's
+/// `optimizer/vars` (iterations, learning rate, slots). Throws `FormatError` when the slots do not
+/// match the optimizer's for the model's trainable weights.
+LOADSTAR_DECL void restore_optimizer(Model& model, const ModelFile& file, const std::string& where);
+
+}  // namespace loadstar::keras::detail
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_KERAS_BODIES
+namespace loadstar::keras::detail {
+
+LOADSTAR_DECL std::vector<KerasLayerEntry> keras_layers(const Model& model) {
+  std::vector<KerasLayerEntry> out;
+  if (dynamic_cast<const Sequential*>(&model) == nullptr) {
+    for (const auto& name : model.input_names())
+      out.push_back({name, "InputLayer", nullptr});
+  }
+  for (const auto& layer : model.layers())
+    out.push_back({layer->name(), layer->class_name(), layer.get()});
+  return out;
+}
+
+LOADSTAR_DECL std::string snake_case(const std::string& name) {
+  std::string word;
+  for (char c : name)
+    if (std::isalnum(static_cast<unsigned char>(c)) || c == '_') word += c;
+  const auto upper = [](char c) { return c >= 'A' && c <= 'Z'; };
+  const auto lower = [](char c) { return c >= 'a' && c <= 'z'; };
+  // re.sub("(.)([A-Z][a-z]+)", r"\1_\2"), then re.sub("([a-z])([A-Z])", r"\1_\2"), then lower.
+  std::string first;
+  for (std::size_t i = 0; i < word.size(); ++i) {
+    if (i > 0 && upper(word[i]) && i + 1 < word.size() && lower(word[i + 1])) first += '_';
+    first += word[i];
+  }
+  std::string second;
+  for (std::size_t i = 0; i < first.size(); ++i) {
+    if (i > 0 && upper(first[i]) && lower(first[i - 1])) second += '_';
+    second += first[i];
+  }
+  std::string out;
+  for (char c : second)
+    out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+LOADSTAR_DECL std::vector<std::string> keras3_keys(const std::vector<KerasLayerEntry>& entries) {
+  std::map<std::string, std::size_t> used;
+  std::vector<std::string> keys;
+  for (const auto& entry : entries) {
+    const std::string base = snake_case(entry.class_name);
+    auto [it, fresh] = used.emplace(base, 0);
+    if (fresh) {
+      keys.push_back(base);
+    } else {
+      keys.push_back(base + "_" + std::to_string(++it->second));
+    }
+  }
+  return keys;
+}
+
+LOADSTAR_DECL std::map<const Layer*, std::vector<Tensor<float>>> host_weights(const Model& model) {
+  std::map<const Layer*, std::vector<Tensor<float>>> out;
+  auto all = model.get_weights();
+  std::size_t i = 0;
+  for (const auto& layer : model.layers()) {
+    auto& list = out[layer.get()];
+    for (std::size_t k = 0; k < layer->weights().size(); ++k)
+      list.push_back(std::move(all[i++]));
+  }
+  return out;
+}
+
+LOADSTAR_DECL Tensor<float> to_host(const Model& model, const Tensor<float>& tensor) {
+  if (tensor.is_host()) return tensor.clone();
+  // The backend exists: a tensor off the host was made by it.
+  return const_cast<Model&>(model).backend().to_host(tensor);
+}
+
+LOADSTAR_DECL std::vector<std::pair<std::string, std::string>> trainable_names(const Model& model) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& layer : model.layers())
+    for (const auto& w : layer->weights())
+      if (w.trainable) out.emplace_back(layer->name(), w.name);
+  return out;
+}
+
+LOADSTAR_DECL nlohmann::json losses_json(const Losses& losses, const char* module) {
   if (!losses.map().empty()) {
     nlohmann::json out = nlohmann::json::object();
     for (const auto& [name, arg] : losses.map())
@@ -201,7 +329,8 @@ inline nlohmann::json losses_json(const Losses& losses, const char* module) {
   return out;
 }
 
-inline nlohmann::json metrics_json(const std::vector<MetricArg>& metrics, const char* module) {
+LOADSTAR_DECL nlohmann::json metrics_json(const std::vector<MetricArg>& metrics,
+                                          const char* module) {
   if (metrics.empty()) return nullptr;
   nlohmann::json out = nlohmann::json::array();
   for (const auto& arg : metrics)
@@ -209,14 +338,12 @@ inline nlohmann::json metrics_json(const std::vector<MetricArg>& metrics, const 
   return out;
 }
 
-inline nlohmann::json loss_weights_json(const CompileOptions& options) {
+LOADSTAR_DECL nlohmann::json loss_weights_json(const CompileOptions& options) {
   if (options.loss_weights.empty()) return nullptr;
   return options.loss_weights;
 }
 
-/// tf.keras 2.x's `training_config` (`saving_utils.model_metadata`): the compile arguments and
-/// `optimizer_config`.
-inline nlohmann::json training_config(const Model& model) {
+LOADSTAR_DECL nlohmann::json training_config(const Model& model) {
   const CompileOptions& options = model.compile_options();
   const Optimizer& optimizer = model.optimizer();
   return {{"loss", losses_json(options.loss, nullptr)},
@@ -227,8 +354,7 @@ inline nlohmann::json training_config(const Model& model) {
            {{"class_name", optimizer.class_name()}, {"config", optimizer.get_config()}}}};
 }
 
-/// Keras 3's `compile_config` (`Trainer.get_compile_config`).
-inline nlohmann::json compile_config(const Model& model) {
+LOADSTAR_DECL nlohmann::json compile_config(const Model& model) {
   const CompileOptions& options = model.compile_options();
   const Optimizer& optimizer = model.optimizer();
   return {{"optimizer",
@@ -245,10 +371,8 @@ inline nlohmann::json compile_config(const Model& model) {
           {"jit_compile", false}};
 }
 
-/// Appends the metrics a config lists: names, objects, and tf.keras 2.4+'s per-output lists of
-/// `MeanMetricWrapper` configs (a wrapped Keras function, named by its `name`).
-inline void read_metrics(const nlohmann::json& value, std::vector<MetricArg>& out,
-                         const CustomObjects* custom) {
+LOADSTAR_DECL void read_metrics(const nlohmann::json& value, std::vector<MetricArg>& out,
+                                const CustomObjects* custom) {
   if (value.is_null()) return;
   if (value.is_string()) {
     out.emplace_back(value.get<std::string>());
@@ -271,16 +395,13 @@ inline void read_metrics(const nlohmann::json& value, std::vector<MetricArg>& ou
   }
 }
 
-inline LossArg read_loss(const nlohmann::json& value, const CustomObjects* custom) {
+LOADSTAR_DECL LossArg read_loss(const nlohmann::json& value, const CustomObjects* custom) {
   if (value.is_string()) return LossArg(value.get<std::string>());
   return LossArg(std::shared_ptr<Loss>(Registry<Loss>::instance().create(value, custom)));
 }
 
-/// Compiles `model` as a `training_config` (legacy) or `compile_config` (Keras 3) describes;
-/// returns false, leaving the model uncompiled, when it names no loss (Keras compiles such a model
-/// with `loss=None`, which loadstar cannot train).
-inline bool compile_from_config(Model& model, const nlohmann::json& config,
-                                const CustomObjects* custom) {
+LOADSTAR_DECL bool compile_from_config(Model& model, const nlohmann::json& config,
+                                       const CustomObjects* custom) {
   if (!config.is_object()) {
     throw ConfigError("expected an object but found " + describe_json(config));
   }
@@ -336,26 +457,15 @@ inline bool compile_from_config(Model& model, const nlohmann::json& config,
   return true;
 }
 
-// --- Keras 3's config.json
-// ---------------------------------------------------------------------------
-
-inline nlohmann::json batch_shape_json(const Shape& shape) {
+LOADSTAR_DECL nlohmann::json batch_shape_json(const Shape& shape) {
   nlohmann::json out = nlohmann::json::array({nullptr});
   for (std::size_t d : shape)
     out.push_back(d);
   return out;
 }
 
-inline nlohmann::json dtype_policy(const std::string& name) {
-  return {{"module", "keras"},
-          {"class_name", "DTypePolicy"},
-          {"config", {{"name", name}}},
-          {"registered_name", nullptr}};
-}
-
-/// A layer's Keras 2 config as Keras 3 writes it: `batch_shape` for `InputLayer`, no
-/// `batch_input_shape` elsewhere, a `DTypePolicy`, and `module`s on nested objects.
-inline nlohmann::json keras3_layer_config(const std::string& class_name, nlohmann::json config) {
+LOADSTAR_DECL nlohmann::json keras3_layer_config(const std::string& class_name,
+                                                 nlohmann::json config) {
   if (!config.is_object()) return config;
   if (class_name == "InputLayer") {
     if (config.contains("batch_input_shape")) {
@@ -387,11 +497,7 @@ inline nlohmann::json keras3_layer_config(const std::string& class_name, nlohman
   return config;
 }
 
-/// Keras 3's `config.json` for a model (`serialize_keras_object(model)`): `module`,
-/// `class_name`, `config` with Keras 3 layer entries (functional `inbound_nodes` as
-/// `{"args": [__keras_tensor__...], "kwargs": {}}`), `build_config`, and `compile_config` for a
-/// compiled model when `include_compile`.
-inline nlohmann::json keras3_model_config(const Model& model, bool include_compile) {
+LOADSTAR_DECL nlohmann::json keras3_model_config(const Model& model, bool include_compile) {
   nlohmann::json legacy = model_get_config(model);
   const std::string class_name = legacy["class_name"].get<std::string>();
   nlohmann::json config = legacy["config"];
@@ -471,9 +577,7 @@ inline nlohmann::json keras3_model_config(const Model& model, bool include_compi
   return out;
 }
 
-/// The `[[layer, node, tensor, {}], ...]` of one Keras 3 call: every `__keras_tensor__` of its
-/// `args`, in order.
-inline void collect_keras_tensors(const nlohmann::json& value, nlohmann::json& out) {
+LOADSTAR_DECL void collect_keras_tensors(const nlohmann::json& value, nlohmann::json& out) {
   if (value.is_array()) {
     for (const auto& item : value)
       collect_keras_tensors(item, out);
@@ -492,10 +596,7 @@ inline void collect_keras_tensors(const nlohmann::json& value, nlohmann::json& o
   }
 }
 
-/// A Keras 3 `config.json` as the Keras 2 `model_config` that `model_from_config` reads: layer
-/// entries keep their configs (the layer factories read Keras 3's keys), and `inbound_nodes`
-/// become Keras 2's lists.
-inline nlohmann::json legacy_model_config(nlohmann::json config) {
+LOADSTAR_DECL nlohmann::json legacy_model_config(nlohmann::json config) {
   if (!config.is_object()) return config;
   const auto inner = config.find("config");
   if (inner == config.end() || !inner->is_object()) return config;
@@ -528,14 +629,7 @@ inline nlohmann::json legacy_model_config(nlohmann::json config) {
   return {{"class_name", config.value("class_name", nlohmann::json())}, {"config", *inner}};
 }
 
-// --- writing weights
-// --------------------------------------------------------------------------------
-
-/// The legacy weights of every layer into `group` (`/model_weights` or the root of a weights
-/// file), as `save_weights_to_hdf5_group`: `layer_names` in model order, `backend` and
-/// `keras_version`, one group per layer created in name order, each with `weight_names`
-/// (`dense/kernel:0`) and the datasets at those paths, and `top_level_model_weights`.
-inline void write_legacy_layers(H5Writer& writer, hid_t group, const Model& model) {
+LOADSTAR_DECL void write_legacy_layers(H5Writer& writer, hid_t group, const Model& model) {
   const auto entries = keras_layers(model);
   std::vector<std::string> names;
   for (const auto& entry : entries)
@@ -570,15 +664,7 @@ inline void write_legacy_layers(H5Writer& writer, hid_t group, const Model& mode
   writer.string_list_attribute(top.get(), "weight_names", {});
 }
 
-/// The slot kind of a slot variable (`"m"` of `"m/kernel"`).
-inline std::string slot_kind(const std::string& slot_name) {
-  return slot_name.substr(0, slot_name.find('/'));
-}
-
-/// `/optimizer_weights` as tf.keras 2.x's OptimizerV2 lists its weights: `Adam/iter:0`, then
-/// every variable's first slot (`Adam/dense/kernel/m:0`, ...), then every variable's second,
-/// which is the order `optimizer.set_weights` expects.
-inline void write_legacy_optimizer(H5Writer& writer, const Model& model) {
+LOADSTAR_DECL void write_legacy_optimizer(H5Writer& writer, const Model& model) {
   Optimizer& optimizer = model.optimizer();
   H5Id group = writer.create_group(writer.root(), "optimizer_weights");
   const std::string prefix = optimizer.name();
@@ -605,11 +691,7 @@ inline void write_legacy_optimizer(H5Writer& writer, const Model& model) {
   }
 }
 
-/// Keras 3's weights layout (`saving_lib._save_state`): the model's own `vars` (none), each
-/// entry of `model.layers` under `layers/<key>/vars` with datasets `0`, `1`, ..., and, with
-/// `optimizer`, `optimizer/vars`: the iteration count, the learning rate (when constant), then
-/// every variable's slots in turn.
-inline void write_keras3_weights(H5Writer& writer, const Model& model, bool optimizer) {
+LOADSTAR_DECL void write_keras3_weights(H5Writer& writer, const Model& model, bool optimizer) {
   H5Id root_vars = writer.create_group(writer.root(), "vars");
   writer.string_attribute(root_vars.get(), "name", model.name(), true);
   const auto entries = keras_layers(model);
@@ -640,22 +722,15 @@ inline void write_keras3_weights(H5Writer& writer, const Model& model, bool opti
   }
 }
 
-// --- reading weights -----------------------------------------------------------------------------
-
-inline std::string names_text(const std::vector<std::string>& names) {
+LOADSTAR_DECL std::string names_text(const std::vector<std::string>& names) {
   std::string out;
   for (const auto& name : names)
     out += (out.empty() ? "'" : ", '") + name + "'";
   return out.empty() ? "none" : out;
 }
 
-/// Sets the weights of `model` from a file's layers. Legacy files pair layers with weights by
-/// position (Keras's `load_weights_from_hdf5_group`) or, with `by_name`, by name; Keras 3 files
-/// by their `layers/<key>` group. Throws `FormatError` for a different number of layers with
-/// weights or a missing layer, `ShapeError` for a different number or shape of weights, each
-/// naming the layer (and weight); with `skip_mismatch`, such layers keep their weights instead.
-inline void assign_weights(Model& model, const ModelFile& file, const LoadWeightsOptions& options,
-                           const std::string& where) {
+LOADSTAR_DECL void assign_weights(Model& model, const ModelFile& file,
+                                  const LoadWeightsOptions& options, const std::string& where) {
   auto values = model.get_weights();
   std::map<const Layer*, std::size_t> offsets;
   std::size_t offset = 0;
@@ -739,19 +814,14 @@ inline void assign_weights(Model& model, const ModelFile& file, const LoadWeight
   model.set_weights(values);
 }
 
-/// The last component of a weight name without `:0` (`"m"` of `"Adam/dense/kernel/m:0"`).
-inline std::string last_component(const std::string& name) {
+LOADSTAR_DECL std::string last_component(const std::string& name) {
   std::string last = name.substr(name.rfind('/') == std::string::npos ? 0 : name.rfind('/') + 1);
   if (const auto colon = last.rfind(':'); colon != std::string::npos) last.resize(colon);
   return last;
 }
 
-/// Restores the compiled optimizer's slots and iteration count from a file's optimizer state:
-/// tf.keras 2.x's `/optimizer_weights` (the iteration count found by name, the slots grouped by
-/// kind as OptimizerV2 lists them or interleaved per variable as Keras 3 does), or Keras 3's
-/// `optimizer/vars` (iterations, learning rate, slots). Throws `FormatError` when the slots do not
-/// match the optimizer's for the model's trainable weights.
-inline void restore_optimizer(Model& model, const ModelFile& file, const std::string& where) {
+LOADSTAR_DECL void restore_optimizer(Model& model, const ModelFile& file,
+                                     const std::string& where) {
   Optimizer& optimizer = model.optimizer();
   optimizer.build(model.trainable_variables());
   const auto slots = optimizer.variables();
@@ -818,3 +888,4 @@ inline void restore_optimizer(Model& model, const ModelFile& file, const std::st
 }
 
 }  // namespace loadstar::keras::detail
+#endif

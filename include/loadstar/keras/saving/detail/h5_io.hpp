@@ -47,11 +47,7 @@ class H5Id {
 };
 
 /// Why the last HDF5 call failed, for a message (clears the error stack).
-inline std::string h5_last_error() {
-  std::string reason = loadstar::detail::hdf5_innermost_error();
-  H5Eclear2(H5E_DEFAULT);
-  return reason.empty() ? std::string("unknown hdf5 error") : reason;
-}
+LOADSTAR_DECL std::string h5_last_error();
 
 // --- writing ------------------------------------------------------------------------------------
 
@@ -202,7 +198,7 @@ class H5Reader {
 // The member functions defined out of line: in every translation unit when header-only,
 // in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
 // loadstar/config.hpp).
-#if LOADSTAR_HEADER_BODIES
+#if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::detail {
 
 LOADSTAR_DECL H5Id& H5Id::operator=(H5Id&& other) noexcept {
@@ -608,6 +604,21 @@ LOADSTAR_DECL std::optional<std::vector<std::string>> H5Reader::strings(
     out.push_back(std::move(value));
   }
   return out;
+}
+
+}  // namespace loadstar::keras::detail
+#endif
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_KERAS_BODIES
+namespace loadstar::keras::detail {
+
+LOADSTAR_DECL std::string h5_last_error() {
+  std::string reason = loadstar::detail::hdf5_innermost_error();
+  H5Eclear2(H5E_DEFAULT);
+  return reason.empty() ? std::string("unknown hdf5 error") : reason;
 }
 
 }  // namespace loadstar::keras::detail

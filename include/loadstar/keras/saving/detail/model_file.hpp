@@ -68,40 +68,10 @@ struct ModelFile {
 inline void put_u64(std::string& out, std::uint64_t value) {
   out.append(reinterpret_cast<const char*>(&value), sizeof value);
 }
-inline void put_text(std::string& out, const std::string& text) {
-  put_u64(out, text.size());
-  out += text;
-}
-inline void put_array(std::string& out, const StoredArray& array) {
-  put_text(out, array.name);
-  put_u64(out, array.shape.rank());
-  for (std::size_t d : array.shape)
-    put_u64(out, d);
-  put_u64(out, array.integer ? 1 : 0);
-  put_u64(out, static_cast<std::uint64_t>(array.integer.value_or(0)));
-  put_u64(out, array.values.size());
-  out.append(reinterpret_cast<const char*>(array.values.data()), array.values.size() * 4);
-}
+LOADSTAR_DECL void put_text(std::string& out, const std::string& text);
+LOADSTAR_DECL void put_array(std::string& out, const StoredArray& array);
 
-inline std::string encode(const ModelFile& file) {
-  std::string out;
-  out.push_back(static_cast<char>(file.layout));
-  put_text(out, file.model_config);
-  put_text(out, file.training_config);
-  put_text(out, file.keras_version);
-  put_u64(out, file.layers.size());
-  for (const auto& layer : file.layers) {
-    put_text(out, layer.name);
-    put_u64(out, layer.weights.size());
-    for (const auto& w : layer.weights)
-      put_array(out, w);
-  }
-  put_u64(out, file.has_optimizer ? 1 : 0);
-  put_u64(out, file.optimizer.size());
-  for (const auto& w : file.optimizer)
-    put_array(out, w);
-  return out;
-}
+LOADSTAR_DECL std::string encode(const ModelFile& file);
 
 /// Reads what `encode` wrote (from our own child: a short read is a bug, asserted as an error).
 class Decoder {
@@ -118,134 +88,26 @@ class Decoder {
   std::size_t at_ = 0;
 };
 
-inline ModelFile decode(const std::string& bytes) {
-  Decoder in(bytes);
-  ModelFile file;
-  file.layout = static_cast<FileLayout>(in.byte());
-  file.model_config = in.text();
-  file.training_config = in.text();
-  file.keras_version = in.text();
-  file.layers.resize(in.u64());
-  for (auto& layer : file.layers) {
-    layer.name = in.text();
-    layer.weights.resize(in.u64());
-    for (auto& w : layer.weights)
-      w = in.array();
-  }
-  file.has_optimizer = in.u64() != 0;
-  file.optimizer.resize(in.u64());
-  for (auto& w : file.optimizer)
-    w = in.array();
-  return file;
-}
+LOADSTAR_DECL ModelFile decode(const std::string& bytes);
 
 // --- readers
 // ----------------------------------------------------------------------------------------
 
 /// Reads the legacy layouts (whole model or weights only) from an open file.
-inline ModelFile read_legacy(const H5Reader& reader) {
-  ModelFile file;
-  const hid_t root = reader.root();
-  H5Id weights_group;
-  hid_t weights = root;
-  if (reader.has_attribute(root, "model_config")) {
-    file.layout = FileLayout::legacy_model;
-    file.model_config = reader.string_attribute(root, "model_config", "root");
-    if (reader.has_attribute(root, "training_config")) {
-      file.training_config = reader.string_attribute(root, "training_config", "root");
-    }
-    // Keras 3's loader descends into /model_weights when the root has no layer_names.
-    weights_group = reader.open_group(root, "model_weights", "root");
-    weights = weights_group.get();
-  } else {
-    file.layout = FileLayout::legacy_weights;
-  }
-  if (reader.has_attribute(root, "keras_version")) {
-    file.keras_version = reader.string_attribute(root, "keras_version", "root");
-  }
-  const std::string group_name = weights == root ? std::string("/") : std::string("/model_weights");
-  const auto layer_names = reader.string_list_attribute(weights, "layer_names", group_name);
-  for (const auto& name : layer_names) {
-    const std::string what = "layer '" + name + "'";
-    H5Id group = reader.open_group(weights, name, group_name);
-    StoredLayer layer{name, {}};
-    for (const auto& weight_name : reader.string_list_attribute(group.get(), "weight_names", what))
-      layer.weights.push_back(reader.dataset(group.get(), weight_name, what));
-    file.layers.push_back(std::move(layer));
-  }
-  if (reader.is_group(root, "optimizer_weights")) {
-    file.has_optimizer = true;
-    H5Id group = reader.open_group(root, "optimizer_weights", "root");
-    const std::string what = "group '/optimizer_weights'";
-    for (const auto& name : reader.string_list_attribute(group.get(), "weight_names", what))
-      file.optimizer.push_back(reader.dataset(group.get(), name, what));
-  }
-  return file;
-}
+LOADSTAR_DECL ModelFile read_legacy(const H5Reader& reader);
 
 /// The datasets `0`, `1`, ... of a Keras 3 `vars` group, in index order.
-inline std::vector<StoredArray> read_keras3_vars(const H5Reader& reader, hid_t parent,
-                                                 const std::string& path) {
-  H5Id vars = reader.open_group(parent, path, "group '" + path + "'");
-  const auto names = reader.children(vars.get(), "group '" + path + "'");
-  std::vector<StoredArray> out(names.size());
-  for (const auto& name : names) {
-    std::size_t index = 0;
-    bool digits = !name.empty() && name.size() < 10;
-    for (char c : name) {
-      digits = digits && c >= '0' && c <= '9';
-      if (digits) index = index * 10 + static_cast<std::size_t>(c - '0');
-    }
-    if (!digits || index >= names.size() || !out[index].name.empty()) {
-      reader.fail("group '" + path + "': expected datasets named 0 to " +
-                  std::to_string(names.size() - 1) + " but found '" + name + "'");
-    }
-    out[index] = reader.dataset(vars.get(), name, "group '" + path + "'");
-    out[index].name = path + "/" + name;
-  }
-  return out;
-}
+LOADSTAR_DECL std::vector<StoredArray> read_keras3_vars(const H5Reader& reader, hid_t parent,
+                                                        const std::string& path);
 
 /// Reads Keras 3's weights layout (`model.weights.h5` of an archive, or a `.weights.h5` file).
-inline ModelFile read_keras3_weights(const H5Reader& reader, FileLayout layout) {
-  ModelFile file;
-  file.layout = layout;
-  const hid_t root = reader.root();
-  if (reader.is_group(root, "layers")) {
-    H5Id layers = reader.open_group(root, "layers", "root");
-    for (const auto& key : reader.children(layers.get(), "group '/layers'")) {
-      if (!reader.is_group(layers.get(), key + "/vars")) continue;
-      file.layers.push_back({key, read_keras3_vars(reader, root, "layers/" + key + "/vars")});
-    }
-  }
-  if (reader.is_group(root, "optimizer/vars")) {
-    file.has_optimizer = true;
-    file.optimizer = read_keras3_vars(reader, root, "optimizer/vars");
-  }
-  return file;
-}
+LOADSTAR_DECL ModelFile read_keras3_weights(const H5Reader& reader, FileLayout layout);
 
 /// The first bytes of a file, to tell HDF5 from zip by contents.
-inline std::string file_signature(const std::filesystem::path& path) {
-  std::error_code error;
-  if (std::filesystem::is_directory(path, error)) {
-    throw IoError("file '" + path.string() + "': cannot open (is a directory)");
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    throw IoError("file '" + path.string() + "': cannot open (" + std::strerror(errno) + ")");
-  }
-  std::string head(8, '\0');
-  in.read(head.data(), 8);
-  head.resize(static_cast<std::size_t>(in.gcount()));
-  return head;
-}
+LOADSTAR_DECL std::string file_signature(const std::filesystem::path& path);
 
 /// Whether a file is a zip archive (a `.keras` archive) rather than HDF5, by its first bytes.
-inline bool is_zip(const std::string& signature) {
-  return signature.size() >= 4 && signature[0] == 'P' && signature[1] == 'K' &&
-         (signature[2] == 3 || signature[2] == 5) && (signature[3] == 4 || signature[3] == 6);
-}
+LOADSTAR_DECL bool is_zip(const std::string& signature);
 
 /// How messages name a file of this signature.
 inline std::string model_file_name(const std::filesystem::path& path,
@@ -254,65 +116,21 @@ inline std::string model_file_name(const std::filesystem::path& path,
 }
 
 /// Reads any layout in this process (caller holds the HDF5 lock, or is a sandbox child).
-inline ModelFile read_model_file_here(const std::filesystem::path& path,
-                                      const std::string& signature) {
-  if (is_zip(signature)) {
-    const ZipReader zip(path);
-    // Keras's loader reads these three; anything else (assets/) is ignored.
-    constexpr std::uint64_t max_bytes = std::uint64_t{1} << 34;
-    std::string config = zip.read("config.json", std::uint64_t{1} << 30);
-    std::string metadata = zip.has("metadata.json") ? zip.read("metadata.json", 1 << 20) : "";
-    ModelFile file;
-    file.layout = FileLayout::keras3_archive;
-    if (zip.has("model.weights.h5")) {
-      const std::string image = zip.read("model.weights.h5", max_bytes);
-      const H5Reader reader(image, zip.where() + ": member 'model.weights.h5'");
-      file = read_keras3_weights(reader, FileLayout::keras3_archive);
-    }
-    file.model_config = std::move(config);
-    file.keras_version = std::move(metadata);  // the JSON of metadata.json
-    return file;
-  }
-  const H5Reader reader(path);
-  const hid_t root = reader.root();
-  if (reader.has_attribute(root, "model_config") || reader.has_attribute(root, "layer_names") ||
-      reader.has_attribute(root, "layer_names0")) {
-    return read_legacy(reader);
-  }
-  if (reader.is_group(root, "layers") || reader.is_group(root, "vars")) {
-    return read_keras3_weights(reader, FileLayout::keras3_weights);
-  }
-  reader.fail(
-      "expected a Keras model or weights file (a 'model_config' or 'layer_names' attribute at the "
-      "root, or Keras 3's 'layers' group) but found none");
-}
+LOADSTAR_DECL ModelFile read_model_file_here(const std::filesystem::path& path,
+                                             const std::string& signature);
 
 /// Reads a model or weights file of any layout, recognised by its contents (HDF5 or zip
 /// signature), not its name. An untrusted file is parsed in a forked child, whose death is a
 /// `FormatError` naming the file; such a child is also stopped by `SIGALRM` after 120 s, so that
 /// a file on which a library loops cannot hang the caller.
-inline ModelFile read_model_file(const std::filesystem::path& path, Trust trust) {
-  const std::string signature = file_signature(path);
-  if (trust == Trust::trusted) {
-    const loadstar::detail::Hdf5Lock lock;
-    return read_model_file_here(path, signature);
-  }
-  const std::string where = model_file_name(path, signature);
-  const std::string report = loadstar::detail::run_sandboxed(
-      where, "parsing the file", loadstar::detail::hdf5_mutex(), [&]() -> std::string {
-        loadstar::detail::Hdf5Lock::configure_errors();
-        ::alarm(120);
-        return encode(read_model_file_here(path, signature));
-      });
-  return decode(report);
-}
+LOADSTAR_DECL ModelFile read_model_file(const std::filesystem::path& path, Trust trust);
 
 }  // namespace loadstar::keras::detail
 
 // The member functions defined out of line: in every translation unit when header-only,
 // in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
 // loadstar/config.hpp).
-#if LOADSTAR_HEADER_BODIES
+#if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::detail {
 
 LOADSTAR_DECL std::uint64_t Decoder::u64() {
@@ -355,6 +173,221 @@ LOADSTAR_DECL char Decoder::byte() {
 
 LOADSTAR_DECL void Decoder::need(std::uint64_t n) const {
   if (n > bytes_.size() - at_) throw Error("model file: the sandbox's report is truncated");
+}
+
+}  // namespace loadstar::keras::detail
+#endif
+
+// The member functions defined out of line: in every translation unit when header-only,
+// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
+// loadstar/config.hpp).
+#if LOADSTAR_KERAS_BODIES
+namespace loadstar::keras::detail {
+
+LOADSTAR_DECL void put_text(std::string& out, const std::string& text) {
+  put_u64(out, text.size());
+  out += text;
+}
+
+LOADSTAR_DECL void put_array(std::string& out, const StoredArray& array) {
+  put_text(out, array.name);
+  put_u64(out, array.shape.rank());
+  for (std::size_t d : array.shape)
+    put_u64(out, d);
+  put_u64(out, array.integer ? 1 : 0);
+  put_u64(out, static_cast<std::uint64_t>(array.integer.value_or(0)));
+  put_u64(out, array.values.size());
+  out.append(reinterpret_cast<const char*>(array.values.data()), array.values.size() * 4);
+}
+
+LOADSTAR_DECL std::string encode(const ModelFile& file) {
+  std::string out;
+  out.push_back(static_cast<char>(file.layout));
+  put_text(out, file.model_config);
+  put_text(out, file.training_config);
+  put_text(out, file.keras_version);
+  put_u64(out, file.layers.size());
+  for (const auto& layer : file.layers) {
+    put_text(out, layer.name);
+    put_u64(out, layer.weights.size());
+    for (const auto& w : layer.weights)
+      put_array(out, w);
+  }
+  put_u64(out, file.has_optimizer ? 1 : 0);
+  put_u64(out, file.optimizer.size());
+  for (const auto& w : file.optimizer)
+    put_array(out, w);
+  return out;
+}
+
+LOADSTAR_DECL ModelFile decode(const std::string& bytes) {
+  Decoder in(bytes);
+  ModelFile file;
+  file.layout = static_cast<FileLayout>(in.byte());
+  file.model_config = in.text();
+  file.training_config = in.text();
+  file.keras_version = in.text();
+  file.layers.resize(in.u64());
+  for (auto& layer : file.layers) {
+    layer.name = in.text();
+    layer.weights.resize(in.u64());
+    for (auto& w : layer.weights)
+      w = in.array();
+  }
+  file.has_optimizer = in.u64() != 0;
+  file.optimizer.resize(in.u64());
+  for (auto& w : file.optimizer)
+    w = in.array();
+  return file;
+}
+
+LOADSTAR_DECL ModelFile read_legacy(const H5Reader& reader) {
+  ModelFile file;
+  const hid_t root = reader.root();
+  H5Id weights_group;
+  hid_t weights = root;
+  if (reader.has_attribute(root, "model_config")) {
+    file.layout = FileLayout::legacy_model;
+    file.model_config = reader.string_attribute(root, "model_config", "root");
+    if (reader.has_attribute(root, "training_config")) {
+      file.training_config = reader.string_attribute(root, "training_config", "root");
+    }
+    // Keras 3's loader descends into /model_weights when the root has no layer_names.
+    weights_group = reader.open_group(root, "model_weights", "root");
+    weights = weights_group.get();
+  } else {
+    file.layout = FileLayout::legacy_weights;
+  }
+  if (reader.has_attribute(root, "keras_version")) {
+    file.keras_version = reader.string_attribute(root, "keras_version", "root");
+  }
+  const std::string group_name = weights == root ? std::string("/") : std::string("/model_weights");
+  const auto layer_names = reader.string_list_attribute(weights, "layer_names", group_name);
+  for (const auto& name : layer_names) {
+    const std::string what = "layer '" + name + "'";
+    H5Id group = reader.open_group(weights, name, group_name);
+    StoredLayer layer{name, {}};
+    for (const auto& weight_name : reader.string_list_attribute(group.get(), "weight_names", what))
+      layer.weights.push_back(reader.dataset(group.get(), weight_name, what));
+    file.layers.push_back(std::move(layer));
+  }
+  if (reader.is_group(root, "optimizer_weights")) {
+    file.has_optimizer = true;
+    H5Id group = reader.open_group(root, "optimizer_weights", "root");
+    const std::string what = "group '/optimizer_weights'";
+    for (const auto& name : reader.string_list_attribute(group.get(), "weight_names", what))
+      file.optimizer.push_back(reader.dataset(group.get(), name, what));
+  }
+  return file;
+}
+
+LOADSTAR_DECL std::vector<StoredArray> read_keras3_vars(const H5Reader& reader, hid_t parent,
+                                                        const std::string& path) {
+  H5Id vars = reader.open_group(parent, path, "group '" + path + "'");
+  const auto names = reader.children(vars.get(), "group '" + path + "'");
+  std::vector<StoredArray> out(names.size());
+  for (const auto& name : names) {
+    std::size_t index = 0;
+    bool digits = !name.empty() && name.size() < 10;
+    for (char c : name) {
+      digits = digits && c >= '0' && c <= '9';
+      if (digits) index = index * 10 + static_cast<std::size_t>(c - '0');
+    }
+    if (!digits || index >= names.size() || !out[index].name.empty()) {
+      reader.fail("group '" + path + "': expected datasets named 0 to " +
+                  std::to_string(names.size() - 1) + " but found '" + name + "'");
+    }
+    out[index] = reader.dataset(vars.get(), name, "group '" + path + "'");
+    out[index].name = path + "/" + name;
+  }
+  return out;
+}
+
+LOADSTAR_DECL ModelFile read_keras3_weights(const H5Reader& reader, FileLayout layout) {
+  ModelFile file;
+  file.layout = layout;
+  const hid_t root = reader.root();
+  if (reader.is_group(root, "layers")) {
+    H5Id layers = reader.open_group(root, "layers", "root");
+    for (const auto& key : reader.children(layers.get(), "group '/layers'")) {
+      if (!reader.is_group(layers.get(), key + "/vars")) continue;
+      file.layers.push_back({key, read_keras3_vars(reader, root, "layers/" + key + "/vars")});
+    }
+  }
+  if (reader.is_group(root, "optimizer/vars")) {
+    file.has_optimizer = true;
+    file.optimizer = read_keras3_vars(reader, root, "optimizer/vars");
+  }
+  return file;
+}
+
+LOADSTAR_DECL std::string file_signature(const std::filesystem::path& path) {
+  std::error_code error;
+  if (std::filesystem::is_directory(path, error)) {
+    throw IoError("file '" + path.string() + "': cannot open (is a directory)");
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    throw IoError("file '" + path.string() + "': cannot open (" + std::strerror(errno) + ")");
+  }
+  std::string head(8, '\0');
+  in.read(head.data(), 8);
+  head.resize(static_cast<std::size_t>(in.gcount()));
+  return head;
+}
+
+LOADSTAR_DECL bool is_zip(const std::string& signature) {
+  return signature.size() >= 4 && signature[0] == 'P' && signature[1] == 'K' &&
+         (signature[2] == 3 || signature[2] == 5) && (signature[3] == 4 || signature[3] == 6);
+}
+
+LOADSTAR_DECL ModelFile read_model_file_here(const std::filesystem::path& path,
+                                             const std::string& signature) {
+  if (is_zip(signature)) {
+    const ZipReader zip(path);
+    // Keras's loader reads these three; anything else (assets/) is ignored.
+    constexpr std::uint64_t max_bytes = std::uint64_t{1} << 34;
+    std::string config = zip.read("config.json", std::uint64_t{1} << 30);
+    std::string metadata = zip.has("metadata.json") ? zip.read("metadata.json", 1 << 20) : "";
+    ModelFile file;
+    file.layout = FileLayout::keras3_archive;
+    if (zip.has("model.weights.h5")) {
+      const std::string image = zip.read("model.weights.h5", max_bytes);
+      const H5Reader reader(image, zip.where() + ": member 'model.weights.h5'");
+      file = read_keras3_weights(reader, FileLayout::keras3_archive);
+    }
+    file.model_config = std::move(config);
+    file.keras_version = std::move(metadata);  // the JSON of metadata.json
+    return file;
+  }
+  const H5Reader reader(path);
+  const hid_t root = reader.root();
+  if (reader.has_attribute(root, "model_config") || reader.has_attribute(root, "layer_names") ||
+      reader.has_attribute(root, "layer_names0")) {
+    return read_legacy(reader);
+  }
+  if (reader.is_group(root, "layers") || reader.is_group(root, "vars")) {
+    return read_keras3_weights(reader, FileLayout::keras3_weights);
+  }
+  reader.fail(
+      "expected a Keras model or weights file (a 'model_config' or 'layer_names' attribute at the "
+      "root, or Keras 3's 'layers' group) but found none");
+}
+
+LOADSTAR_DECL ModelFile read_model_file(const std::filesystem::path& path, Trust trust) {
+  const std::string signature = file_signature(path);
+  if (trust == Trust::trusted) {
+    const loadstar::detail::Hdf5Lock lock;
+    return read_model_file_here(path, signature);
+  }
+  const std::string where = model_file_name(path, signature);
+  const std::string report = loadstar::detail::run_sandboxed(
+      where, "parsing the file", loadstar::detail::hdf5_mutex(), [&]() -> std::string {
+        loadstar::detail::Hdf5Lock::configure_errors();
+        ::alarm(120);
+        return encode(read_model_file_here(path, signature));
+      });
+  return decode(report);
 }
 
 }  // namespace loadstar::keras::detail
