@@ -226,6 +226,24 @@ TEST_SUITE("keras") {
         2);
   }
 
+  TEST_CASE("cpu_backend is the backend compile makes by default") {
+    CHECK_THROWS_WITH_AS(cpu_backend(0), doctest::Contains("thread count must be at least 1"),
+                         ConfigError);
+    const auto backend = cpu_backend(2);
+    CHECK(dynamic_cast<CpuBackend*>(backend.get()) != nullptr);
+    const Tensor<float> x = random_tensor({8, 4}, 1);
+    const Tensor<float> y = random_tensor({8, 2}, 2);
+    auto train = [&](std::shared_ptr<Backend> given) {
+      set_random_seed(5);
+      Sequential model{Input({4}), Dense(3, {.activation = "relu"}), Dense(2)};
+      model.compile({.optimizer = "adam", .loss = "mse", .threads = 2, .backend = given});
+      model.fit(x, y, {.epochs = 2, .batch_size = 4, .verbose = 0});
+      CHECK(&model.backend() == (given ? given.get() : &model.backend()));
+      return model.get_weights();
+    };
+    check_same_weights(train(backend), train(nullptr));
+  }
+
   TEST_CASE("Model moves its weights between backends on compile") {
     set_random_seed(3);
     Sequential model{Input({4}), Dense(3, {.activation = "relu"}), BatchNormalization(), Dense(2)};

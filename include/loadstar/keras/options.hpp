@@ -41,7 +41,7 @@ struct CompileOptions {
   /// bitwise-identical weights); used when `backend` is not given.
   std::size_t threads = 1;
   /// The backend whose memory holds the weights, activations and batches and whose kernels
-  /// compute the step; by default a `CpuBackend(threads)` made at `compile`. Weights move to its
+  /// compute the step; by default `cpu_backend(threads)`, made at `compile`. Weights move to its
   /// memory before the first step.
   std::shared_ptr<Backend> backend = nullptr;
 };
