@@ -72,7 +72,8 @@ class Runner(OneLine):
         done = run(RUN, "compile", "--only", "no-such-workload")
         self.assertEqual(done.returncode, 2)
         self.assert_one_line(done, "--only 'no-such-workload' selects none",
-                             "keras.hpp data.hpp fashion_mnist.cpp")
+                             "keras.hpp keras.hpp-separate data.hpp fashion_mnist.cpp "
+                             "fashion_mnist.cpp-separate library-src/keras.cpp")
 
     def test_bad_regex(self):
         done = run(RUN, "compile", "--only", "(")

@@ -84,9 +84,8 @@ constexpr bool activation_gradient_needs_input(Activation kind) noexcept {
 
 }  // namespace loadstar::keras
 
-// The member functions defined out of line: in every translation unit when header-only,
-// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
-// loadstar/config.hpp).
+// The definitions of what is declared above: in every translation unit when header-only, in
+// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras {
 
@@ -95,15 +94,6 @@ LOADSTAR_DECL void RegistryTraits<loadstar::keras::Activation>::defaults(
   for (const auto& [name, value] : detail::activation_names)
     registry.add(std::string(name), [value = value](const nlohmann::json&) { return value; });
 }
-
-}  // namespace loadstar::keras
-#endif
-
-// The member functions defined out of line: in every translation unit when header-only,
-// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
-// loadstar/config.hpp).
-#if LOADSTAR_KERAS_BODIES
-namespace loadstar::keras {
 
 LOADSTAR_DECL Activation activation_from_name(std::string_view name) {
   if (name.empty() || name == "None") return Activation::linear;

@@ -140,9 +140,8 @@ struct RegistryTraits<Initializer> {
 
 }  // namespace loadstar::keras
 
-// The member functions defined out of line: in every translation unit when header-only,
-// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
-// loadstar/config.hpp).
+// The definitions of what is declared above: in every translation unit when header-only, in
+// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras {
 
@@ -393,15 +392,6 @@ LOADSTAR_DECL void RegistryTraits<loadstar::keras::Initializer>::defaults(
     });
   }
 }
-
-}  // namespace loadstar::keras
-#endif
-
-// The member functions defined out of line: in every translation unit when header-only,
-// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
-// loadstar/config.hpp).
-#if LOADSTAR_KERAS_BODIES
-namespace loadstar::keras {
 
 LOADSTAR_DECL std::pair<double, double> compute_fans(const Shape& shape) {
   if (shape.rank() == 0) return {1.0, 1.0};

@@ -57,9 +57,8 @@ LOADSTAR_DECL std::unique_ptr<Metric> get_metric(std::string_view name,
 
 }  // namespace loadstar::keras
 
-// The member functions defined out of line: in every translation unit when header-only,
-// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
-// loadstar/config.hpp).
+// The definitions of what is declared above: in every translation unit when header-only, in
+// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras {
 
@@ -109,15 +108,6 @@ LOADSTAR_DECL void RegistryTraits<loadstar::keras::Metric>::defaults(Registry<Me
     return metric;
   });
 }
-
-}  // namespace loadstar::keras
-#endif
-
-// The member functions defined out of line: in every translation unit when header-only,
-// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
-// loadstar/config.hpp).
-#if LOADSTAR_KERAS_BODIES
-namespace loadstar::keras {
 
 LOADSTAR_DECL std::unique_ptr<Metric> get_metric(std::string_view name,
                                                  std::string_view loss_class_name,

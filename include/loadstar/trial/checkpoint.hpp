@@ -78,9 +78,8 @@ LOADSTAR_DECL void load_checkpoint_model(keras::Model& model, const std::filesys
 
 }  // namespace loadstar::trial
 
-// The member functions defined out of line: in every translation unit when header-only,
-// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
-// loadstar/config.hpp).
+// The definitions of what is declared above: in every translation unit when header-only, in
+// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
 #if LOADSTAR_TRIAL_BODIES
 namespace loadstar::trial {
 

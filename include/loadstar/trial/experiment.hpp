@@ -284,9 +284,8 @@ LOADSTAR_DECL int run_trial_of_experiment(const std::filesystem::path& dir, std:
 
 }  // namespace loadstar::trial
 
-// The member functions defined out of line: in every translation unit when header-only,
-// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
-// loadstar/config.hpp).
+// The definitions of what is declared above: in every translation unit when header-only, in
+// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
 #if LOADSTAR_TRIAL_BODIES
 namespace loadstar::trial::detail {
 

@@ -173,9 +173,8 @@ inline int main(int argc, char** argv) {
   }                                             \
   static_assert(true, "LOADSTAR_TRIAL_MAIN() is used with a semicolon")
 
-// The member functions defined out of line: in every translation unit when header-only,
-// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
-// loadstar/config.hpp).
+// The definitions of what is declared above: in every translation unit when header-only, in
+// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
 #if LOADSTAR_TRIAL_BODIES
 namespace loadstar::trial::detail {
 

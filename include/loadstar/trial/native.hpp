@@ -80,9 +80,8 @@ inline NativeContext init(ExperimentConfig config, NativeOptions options = {}) {
 
 }  // namespace loadstar::trial
 
-// The member functions defined out of line: in every translation unit when header-only,
-// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
-// loadstar/config.hpp).
+// The definitions of what is declared above: in every translation unit when header-only, in
+// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
 #if LOADSTAR_TRIAL_BODIES
 namespace loadstar::trial {
 

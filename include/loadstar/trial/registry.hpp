@@ -71,9 +71,8 @@ LOADSTAR_DECL std::unique_ptr<KerasTrial> make_trial(const std::string& name,
   [[maybe_unused]] static const bool LOADSTAR_TRIAL_CONCAT(loadstar_trial_registered_, __LINE__) = \
       ::loadstar::trial::register_trial<Type>(name)
 
-// The member functions defined out of line: in every translation unit when header-only,
-// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
-// loadstar/config.hpp).
+// The definitions of what is declared above: in every translation unit when header-only, in
+// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
 #if LOADSTAR_TRIAL_BODIES
 namespace loadstar::trial::detail {
 

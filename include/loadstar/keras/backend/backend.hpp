@@ -309,16 +309,12 @@ LOADSTAR_DECL Backend& host_backend();
 
 }  // namespace loadstar::keras
 
-// Header-only use defines `cpu_backend` and `host_backend` here; separately compiled, the
-// library does (see LOADSTAR_SEPARATE_COMPILATION in loadstar/config.hpp).
+// The definitions of what is declared above (`cpu_backend` and `host_backend` in
+// cpu_backend.hpp): in every translation unit when header-only, in the library alone when
+// separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
 #if LOADSTAR_KERAS_BODIES
 #include "loadstar/keras/backend/cpu_backend.hpp"
-#endif
 
-// The member functions defined out of line: in every translation unit when header-only,
-// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
-// loadstar/config.hpp).
-#if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras {
 
 LOADSTAR_DECL Tensor<float> Backend::to_host(const Tensor<float>& tensor) {
@@ -343,15 +339,6 @@ LOADSTAR_DECL void Backend::permute(const Tensor<float>& x, std::span<const std:
     detail::permute_rows(t[0], axes, t[1], 0, t[1].rank() == 0 ? 0 : t[1].shape()[0]);
   });
 }
-
-}  // namespace loadstar::keras
-#endif
-
-// The member functions defined out of line: in every translation unit when header-only,
-// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
-// loadstar/config.hpp).
-#if LOADSTAR_KERAS_BODIES
-namespace loadstar::keras {
 
 LOADSTAR_DECL AxisGeometry axis_geometry(std::size_t in, std::size_t kernel, std::size_t stride,
                                          std::size_t dilation, bool same) noexcept {

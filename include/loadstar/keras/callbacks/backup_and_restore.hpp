@@ -173,9 +173,8 @@ class BackupAndRestore : public Callback {
 
 }  // namespace loadstar::keras::callbacks
 
-// The member functions defined out of line: in every translation unit when header-only,
-// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
-// loadstar/config.hpp).
+// The definitions of what is declared above: in every translation unit when header-only, in
+// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::detail {
 
@@ -465,12 +464,7 @@ LOADSTAR_DECL void BackupAndRestore::restore(FitLoop& loop, const std::filesyste
 }
 
 }  // namespace loadstar::keras::callbacks
-#endif
 
-// The member functions defined out of line: in every translation unit when header-only,
-// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
-// loadstar/config.hpp).
-#if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::detail {
 
 LOADSTAR_DECL void restore_global_seed(std::uint64_t seed) {

@@ -70,9 +70,8 @@ struct BatchCounter {
 
 }  // namespace loadstar::keras::detail
 
-// The member functions defined out of line: in every translation unit when header-only,
-// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
-// loadstar/config.hpp).
+// The definitions of what is declared above: in every translation unit when header-only, in
+// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::callbacks {
 
@@ -93,15 +92,6 @@ LOADSTAR_DECL bool BatchCounter::should_save(std::size_t batch, std::size_t freq
   since_last_save = 0;
   return true;
 }
-
-}  // namespace loadstar::keras::detail
-#endif
-
-// The member functions defined out of line: in every translation unit when header-only,
-// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
-// loadstar/config.hpp).
-#if LOADSTAR_KERAS_BODIES
-namespace loadstar::keras::detail {
 
 LOADSTAR_DECL callbacks::SaveFreq config_save_freq(const ConfigReader& read) {
   const nlohmann::json* value = read.find("save_freq");

@@ -38,9 +38,8 @@ class TerminateOnNaN : public Callback {
 
 }  // namespace loadstar::keras::callbacks
 
-// The member functions defined out of line: in every translation unit when header-only,
-// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
-// loadstar/config.hpp).
+// The definitions of what is declared above: in every translation unit when header-only, in
+// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::callbacks {
 

@@ -470,9 +470,8 @@ LOADSTAR_DECL void convert_rows(const MemberView& member, std::span<const std::s
 
 }  // namespace loadstar::keras::detail
 
-// The member functions defined out of line: in every translation unit when header-only,
-// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
-// loadstar/config.hpp).
+// The definitions of what is declared above: in every translation unit when header-only, in
+// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::detail {
 
@@ -499,15 +498,6 @@ LOADSTAR_DECL bool BatchSource::begin_epoch(std::size_t epoch) {
   if (!resumed) step_ = 0;
   return resumed;
 }
-
-}  // namespace loadstar::keras::detail
-#endif
-
-// The member functions defined out of line: in every translation unit when header-only,
-// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
-// loadstar/config.hpp).
-#if LOADSTAR_KERAS_BODIES
-namespace loadstar::keras::detail {
 
 LOADSTAR_DECL void convert_rows(const MemberView& member, std::span<const std::size_t> rows,
                                 std::size_t offset, std::size_t count, float* out) {

@@ -184,9 +184,8 @@ class ConfigReader {
 
 }  // namespace loadstar::keras::detail
 
-// The member functions defined out of line: in every translation unit when header-only,
-// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
-// loadstar/config.hpp).
+// The definitions of what is declared above: in every translation unit when header-only, in
+// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::detail {
 
@@ -240,15 +239,6 @@ LOADSTAR_DECL void ConfigReader::fail(std::string_view key, std::string_view exp
   throw ConfigError(owner_ + ": " + path(key) + ": expected " + std::string(expected) +
                     " but found " + (value == nullptr ? "nothing" : describe_json(*value)));
 }
-
-}  // namespace loadstar::keras::detail
-#endif
-
-// The member functions defined out of line: in every translation unit when header-only,
-// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
-// loadstar/config.hpp).
-#if LOADSTAR_KERAS_BODIES
-namespace loadstar::keras::detail {
 
 LOADSTAR_DECL std::string describe_json(const nlohmann::json& value) {
   std::string text = value.dump();

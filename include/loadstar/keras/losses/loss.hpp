@@ -87,9 +87,8 @@ LOADSTAR_DECL Reduction config_reduction(const ConfigReader& read);
 }  // namespace detail
 }  // namespace loadstar::keras
 
-// The member functions defined out of line: in every translation unit when header-only,
-// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
-// loadstar/config.hpp).
+// The definitions of what is declared above: in every translation unit when header-only, in
+// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras {
 
@@ -99,12 +98,7 @@ LOADSTAR_DECL nlohmann::json Loss::get_config() const {
 }
 
 }  // namespace loadstar::keras
-#endif
 
-// The member functions defined out of line: in every translation unit when header-only,
-// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
-// loadstar/config.hpp).
-#if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::detail {
 
 LOADSTAR_DECL Reduction config_reduction(const ConfigReader& read) {

@@ -77,9 +77,8 @@ LOADSTAR_DECL ConfigReader metric_config(const nlohmann::json& config, std::stri
 }  // namespace detail
 }  // namespace loadstar::keras
 
-// The member functions defined out of line: in every translation unit when header-only,
-// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
-// loadstar/config.hpp).
+// The definitions of what is declared above: in every translation unit when header-only, in
+// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras {
 
@@ -101,12 +100,7 @@ LOADSTAR_DECL std::shared_ptr<Metric> Metric::clone() const {
 }
 
 }  // namespace loadstar::keras
-#endif
 
-// The member functions defined out of line: in every translation unit when header-only,
-// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
-// loadstar/config.hpp).
-#if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::detail {
 
 LOADSTAR_DECL ConfigReader metric_config(const nlohmann::json& config,

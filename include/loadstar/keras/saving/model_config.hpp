@@ -160,12 +160,7 @@ LOADSTAR_DECL std::unique_ptr<Model> model_from_json(std::string_view json,
 }
 
 }  // namespace loadstar::keras
-#endif
 
-// The member functions defined out of line: in every translation unit when header-only,
-// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
-// loadstar/config.hpp).
-#if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::detail {
 
 LOADSTAR_DECL nlohmann::json input_layer_config(const Shape& shape, const std::string& name) {

@@ -280,12 +280,7 @@ LOADSTAR_DECL void Model::load_weights(const std::filesystem::path& path,
 }
 
 }  // namespace loadstar::keras
-#endif
 
-// The member functions defined out of line: in every translation unit when header-only,
-// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
-// loadstar/config.hpp).
-#if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::detail {
 
 LOADSTAR_DECL std::string lower_extension(const std::filesystem::path& path) {

@@ -137,9 +137,8 @@ inline void write_experiment_record(const std::filesystem::path& dir,
 
 }  // namespace loadstar::trial::detail
 
-// The member functions defined out of line: in every translation unit when header-only,
-// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
-// loadstar/config.hpp).
+// The definitions of what is declared above: in every translation unit when header-only, in
+// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
 #if LOADSTAR_TRIAL_BODIES
 namespace loadstar::trial::detail {
 

@@ -179,9 +179,8 @@ LOADSTAR_DECL bool parse_padding(const std::string& padding, const std::string& 
 }  // namespace detail
 }  // namespace loadstar::keras::layers
 
-// The member functions defined out of line: in every translation unit when header-only,
-// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
-// loadstar/config.hpp).
+// The definitions of what is declared above: in every translation unit when header-only, in
+// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::layers::detail {
 
@@ -239,15 +238,6 @@ LOADSTAR_DECL void ShapeOnlyLayer::backward(std::span<const Tensor<float>>, cons
   if (input_gradients.empty() || input_gradients[0].empty()) return;
   ctx.backend.copy(output_gradient, input_gradients[0]);
 }
-
-}  // namespace loadstar::keras::layers::detail
-#endif
-
-// The member functions defined out of line: in every translation unit when header-only,
-// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
-// loadstar/config.hpp).
-#if LOADSTAR_KERAS_BODIES
-namespace loadstar::keras::layers::detail {
 
 LOADSTAR_DECL Shape config_batch_shape(const ConfigReader& read, std::string_view key) {
   const nlohmann::json* value = read.find(key);

@@ -66,9 +66,8 @@ LOADSTAR_DECL double config_threshold(const ConfigReader& read);
 
 }  // namespace loadstar::keras::detail
 
-// The member functions defined out of line: in every translation unit when header-only,
-// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
-// loadstar/config.hpp).
+// The definitions of what is declared above: in every translation unit when header-only, in
+// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::detail {
 
@@ -124,15 +123,6 @@ LOADSTAR_DECL double ConfusionCounts::below(const std::vector<double>& counts, s
     sum += counts[b];
   return sum;
 }
-
-}  // namespace loadstar::keras::detail
-#endif
-
-// The member functions defined out of line: in every translation unit when header-only,
-// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
-// loadstar/config.hpp).
-#if LOADSTAR_KERAS_BODIES
-namespace loadstar::keras::detail {
 
 LOADSTAR_DECL double config_threshold(const ConfigReader& read) {
   if (!read.has("thresholds")) return 0.5;

@@ -94,9 +94,8 @@ LOADSTAR_DECL bool in_top_k(const float* x, std::size_t n, std::size_t target, s
 
 }  // namespace loadstar::keras::detail
 
-// The member functions defined out of line: in every translation unit when header-only,
-// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
-// loadstar/config.hpp).
+// The definitions of what is declared above: in every translation unit when header-only, in
+// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::detail {
 
@@ -110,15 +109,6 @@ LOADSTAR_DECL void RunningMean::restore(const std::string& owner, const nlohmann
   total = read.get<double>("total");
   count = read.get<double>("count");
 }
-
-}  // namespace loadstar::keras::detail
-#endif
-
-// The member functions defined out of line: in every translation unit when header-only,
-// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
-// loadstar/config.hpp).
-#if LOADSTAR_KERAS_BODIES
-namespace loadstar::keras::detail {
 
 LOADSTAR_DECL std::size_t argmax(const float* x, std::size_t n) {
   std::size_t best = 0;

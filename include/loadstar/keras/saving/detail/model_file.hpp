@@ -127,9 +127,8 @@ LOADSTAR_DECL ModelFile read_model_file(const std::filesystem::path& path, Trust
 
 }  // namespace loadstar::keras::detail
 
-// The member functions defined out of line: in every translation unit when header-only,
-// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
-// loadstar/config.hpp).
+// The definitions of what is declared above: in every translation unit when header-only, in
+// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::detail {
 
@@ -174,15 +173,6 @@ LOADSTAR_DECL char Decoder::byte() {
 LOADSTAR_DECL void Decoder::need(std::uint64_t n) const {
   if (n > bytes_.size() - at_) throw Error("model file: the sandbox's report is truncated");
 }
-
-}  // namespace loadstar::keras::detail
-#endif
-
-// The member functions defined out of line: in every translation unit when header-only,
-// in the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION,
-// loadstar/config.hpp).
-#if LOADSTAR_KERAS_BODIES
-namespace loadstar::keras::detail {
 
 LOADSTAR_DECL void put_text(std::string& out, const std::string& text) {
   put_u64(out, text.size());
