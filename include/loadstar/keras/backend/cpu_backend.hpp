@@ -6,6 +6,10 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
+#include <new>
+#include <type_traits>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -102,6 +106,29 @@ inline float activation_gradient(Activation kind, float x, float y, float dy) no
   return dy;
 }
 
+/// Calls `f(std::integral_constant<Activation, kind>{})`: the kernels below are compiled once per
+/// kind, with `activate` and `activation_gradient` folded to that kind's formula, so that the
+/// loops vectorize instead of switching on every element.
+template <class F>
+void with_activation(Activation kind, F&& f) {
+  using A = Activation;
+  switch (kind) {
+    case A::linear: return f(std::integral_constant<A, A::linear>{});
+    case A::relu: return f(std::integral_constant<A, A::relu>{});
+    case A::sigmoid: return f(std::integral_constant<A, A::sigmoid>{});
+    case A::tanh: return f(std::integral_constant<A, A::tanh>{});
+    case A::softmax: return f(std::integral_constant<A, A::softmax>{});
+    case A::elu: return f(std::integral_constant<A, A::elu>{});
+    case A::selu: return f(std::integral_constant<A, A::selu>{});
+    case A::softplus: return f(std::integral_constant<A, A::softplus>{});
+    case A::softsign: return f(std::integral_constant<A, A::softsign>{});
+    case A::gelu: return f(std::integral_constant<A, A::gelu>{});
+    case A::swish: return f(std::integral_constant<A, A::swish>{});
+    case A::hard_sigmoid: return f(std::integral_constant<A, A::hard_sigmoid>{});
+    case A::exponential: return f(std::integral_constant<A, A::exponential>{});
+  }
+}
+
 /// `(outer, length, inner)`: a tensor seen around one axis.
 struct AxisView {
   std::size_t outer = 1, length = 1, inner = 1;
@@ -117,6 +144,65 @@ inline AxisView axis_view(const Shape& shape, std::size_t axis) noexcept {
   return v;
 }
 
+
+/// The packing buffers of Eigen's GEMM kernel, kept by each thread across calls. Eigen's product
+/// expressions allocate them on every product, on the heap once they pass 128 KiB; glibc then
+/// maps and unmaps fresh pages each time, and the page faults cost up to three quarters of a
+/// 256 x 256 x 256 product. A thread's buffers only grow.
+class GemmBlocking : public Eigen::internal::level3_blocking<float, float> {
+ public:
+  /// The blocking of a column-major `(m x n) += (m x k) * (k x n)` product on one thread, with
+  /// the blocks in this thread's buffers.
+  GemmBlocking(Eigen::Index m, Eigen::Index n, Eigen::Index k) {
+    m_mc = m;
+    m_nc = n;
+    m_kc = k;
+    Eigen::internal::computeProductBlockingSizes<float, float, 1>(m_kc, m_mc, m_nc, Eigen::Index{1});
+    thread_local Buffers buffers;
+    m_blockA = buffers.a.get(static_cast<std::size_t>(m_kc * m_mc));
+    m_blockB = buffers.b.get(static_cast<std::size_t>(m_kc * m_nc));
+  }
+
+ private:
+  class Buffer {
+   public:
+    float* get(std::size_t size) {
+      if (size > size_) {
+        data_.reset(new (std::align_val_t{64}) float[size]);
+        size_ = size;
+      }
+      return data_.get();
+    }
+
+   private:
+    struct Delete {
+      void operator()(float* p) const noexcept { ::operator delete[](p, std::align_val_t{64}); }
+    };
+    std::unique_ptr<float[], Delete> data_;
+    std::size_t size_ = 0;
+  };
+  struct Buffers {
+    Buffer a, b;
+  };
+};
+
+/// `c += alpha * op(a) * op(b)` on row-major matrices given by pointer and row stride, for rows
+/// `[0, m)` of `c`: Eigen's GEMM kernel (`general_matrix_matrix_product`, what its product
+/// expressions call) on the column-major `c^T = op(b)^T * op(a)^T`, with `GemmBlocking`'s
+/// buffers. `a` points at the first row of `op(a)` (its first column when `transpose_a`).
+template <bool TransposeA, bool TransposeB>
+void gemm_accumulate(std::size_t m, std::size_t n, std::size_t k, const float* a, std::size_t lda,
+                     const float* b, std::size_t ldb, float* c, std::size_t ldc, float alpha) {
+  using Eigen::Index;
+  constexpr int lhs_order = TransposeB ? Eigen::RowMajor : Eigen::ColMajor;
+  constexpr int rhs_order = TransposeA ? Eigen::RowMajor : Eigen::ColMajor;
+  GemmBlocking blocking(static_cast<Index>(n), static_cast<Index>(m), static_cast<Index>(k));
+  Eigen::internal::general_matrix_matrix_product<Index, float, lhs_order, false, float, rhs_order,
+                                                 false, Eigen::ColMajor, 1>::
+      run(static_cast<Index>(n), static_cast<Index>(m), static_cast<Index>(k), b,
+          static_cast<Index>(ldb), a, static_cast<Index>(lda), c, 1, static_cast<Index>(ldc), alpha,
+          blocking);
+}
 }  // namespace detail
 
 /// The CPU backend: Eigen for GEMM (through `as_matrix` maps with `.noalias()`), hand-written
@@ -158,32 +244,30 @@ class CpuBackend final : public Backend {
 
   void gemm(const Tensor<float>& a, bool transpose_a, const Tensor<float>& b, bool transpose_b,
             const Tensor<float>& c, float alpha, float beta) override {
-    const auto A = as_matrix(a);
-    const auto B = as_matrix(b);
-    auto C = as_matrix(c);
-    const auto m = static_cast<std::size_t>(transpose_a ? A.cols() : A.rows());
+    const std::size_t m = transpose_a ? a.row_size() : a.rows();
+    const std::size_t k = transpose_a ? a.rows() : a.row_size();
+    const std::size_t n = c.row_size();
     LOADSTAR_ASSERT(m == c.rows(), "gemm: rows of op(a) and c differ");
-    LOADSTAR_ASSERT((transpose_a ? A.rows() : A.cols()) == (transpose_b ? B.cols() : B.rows()),
-                    "gemm: inner dimensions differ");
-    LOADSTAR_ASSERT((transpose_b ? B.rows() : B.cols()) == C.cols(), "gemm: columns differ");
-    auto run = [&](const auto& op_a, const auto& op_b) {
-      // At least 32 rows per chunk: smaller blocks cost more in packing than they gain.
-      parallel(m, 32, [&](std::size_t r0, std::size_t r1) {
-        const auto rows = static_cast<Eigen::Index>(r1 - r0);
-        const auto first = static_cast<Eigen::Index>(r0);
-        auto block = C.middleRows(first, rows);
-        if (beta == 0.0F) {
-          block.noalias() = alpha * (op_a.middleRows(first, rows) * op_b);
-        } else {
-          if (beta != 1.0F) block *= beta;
-          block.noalias() += alpha * (op_a.middleRows(first, rows) * op_b);
-        }
-      });
-    };
-    if (!transpose_a && !transpose_b) run(A, B);
-    if (!transpose_a && transpose_b) run(A, B.transpose());
-    if (transpose_a && !transpose_b) run(A.transpose(), B);
-    if (transpose_a && transpose_b) run(A.transpose(), B.transpose());
+    LOADSTAR_ASSERT(k == (transpose_b ? b.row_size() : b.rows()), "gemm: inner dimensions differ");
+    LOADSTAR_ASSERT((transpose_b ? b.rows() : b.row_size()) == n, "gemm: columns differ");
+    const auto kernel = transpose_a
+                            ? (transpose_b ? detail::gemm_accumulate<true, true>
+                                           : detail::gemm_accumulate<true, false>)
+                            : (transpose_b ? detail::gemm_accumulate<false, true>
+                                           : detail::gemm_accumulate<false, false>);
+    // At least 32 rows per chunk: smaller blocks cost more in packing than they gain.
+    parallel(m, 32, [&](std::size_t r0, std::size_t r1) {
+      float* rows = c.data() + r0 * n;
+      if (beta == 0.0F) {
+        std::fill(rows, rows + (r1 - r0) * n, 0.0F);
+      } else if (beta != 1.0F) {
+        for (float* v = rows; v != rows + (r1 - r0) * n; ++v)
+          *v *= beta;
+      }
+      if (k == 0 || n == 0) return;
+      const float* first = a.data() + (transpose_a ? r0 : r0 * a.row_size());
+      kernel(r1 - r0, n, k, first, a.row_size(), b.data(), b.row_size(), rows, n, alpha);
+    });
   }
 
   void bias_add(const Tensor<float>& x, const Tensor<float>& bias) override {
@@ -242,8 +326,14 @@ class CpuBackend final : public Backend {
       softmax_forward(x, y, x.rank() == 0 ? 0 : x.rank() - 1);
       return;
     }
-    elementwise(x.size(),
-                [&](std::size_t i) { y.data()[i] = detail::activate(kind, x.data()[i]); });
+    detail::with_activation(kind, [&](auto k) {
+      parallel(x.size(), 1 << 14, [&](std::size_t i0, std::size_t i1) {
+        const float* in = x.data();
+        float* out = y.data();
+        for (std::size_t i = i0; i < i1; ++i)
+          out[i] = detail::activate(k(), in[i]);
+      });
+    });
   }
 
   void activation_backward(Activation kind, const Tensor<float>& x, const Tensor<float>& y,
@@ -255,9 +345,20 @@ class CpuBackend final : public Backend {
     }
     const bool needs_x = activation_gradient_needs_input(kind);
     LOADSTAR_ASSERT(!needs_x || x.size() == y.size(), "activation: the input is needed");
-    elementwise(y.size(), [&](std::size_t i) {
-      dx.data()[i] = detail::activation_gradient(kind, needs_x ? x.data()[i] : 0.0F, y.data()[i],
-                                                 dy.data()[i]);
+    detail::with_activation(kind, [&](auto k) {
+      parallel(y.size(), 1 << 14, [&](std::size_t i0, std::size_t i1) {
+        const float* out = y.data();
+        const float* gradient = dy.data();
+        float* result = dx.data();
+        if constexpr (activation_gradient_needs_input(k())) {
+          const float* in = x.data();
+          for (std::size_t i = i0; i < i1; ++i)
+            result[i] = detail::activation_gradient(k(), in[i], out[i], gradient[i]);
+        } else {
+          for (std::size_t i = i0; i < i1; ++i)
+            result[i] = detail::activation_gradient(k(), 0.0F, out[i], gradient[i]);
+        }
+      });
     });
   }
 
@@ -398,30 +499,53 @@ class CpuBackend final : public Backend {
 
   void max_pool_forward(const Tensor<float>& x, const Pool2DGeometry& g,
                         const Tensor<float>& y) override {
-    pool_windows(g, [&](std::size_t out_index, std::size_t c, auto&& window) {
-      float top = -std::numeric_limits<float>::infinity();
-      window([&](std::size_t in_index) { top = std::max(top, x.data()[in_index + c]); });
-      y.data()[out_index + c] = top;
+    const std::size_t channels = g.channels;
+    pool_pixels(g, false, [&](const PoolWindow& w) {
+      float* out = y.data() + w.out;
+      std::fill_n(out, channels, -std::numeric_limits<float>::infinity());
+      for (std::size_t ih = w.h_begin; ih < w.h_end; ++ih) {
+        for (std::size_t iw = w.w_begin; iw < w.w_end; ++iw) {
+          const float* in = x.data() + w.pixel(ih, iw);
+          for (std::size_t c = 0; c < channels; ++c)
+            out[c] = std::max(out[c], in[c]);
+        }
+      }
     });
   }
 
   void max_pool_backward(const Tensor<float>& x, const Pool2DGeometry& g, const Tensor<float>& dy,
                          const Tensor<float>& dx) override {
     zero_images(dx, g.batch);
-    pool_windows(
-        g,
-        [&](std::size_t out_index, std::size_t c, auto&& window) {
-          float top = -std::numeric_limits<float>::infinity();
-          std::size_t arg = std::numeric_limits<std::size_t>::max();
-          window([&](std::size_t in_index) {
-            if (arg == std::numeric_limits<std::size_t>::max() || x.data()[in_index + c] > top) {
-              top = x.data()[in_index + c];
-              arg = in_index + c;
+    // Channels in blocks of 64: the running maximum and its pixel of each channel of a block.
+    constexpr std::size_t block = 64;
+    pool_pixels(g, /*by_image=*/true, [&](const PoolWindow& w) {
+      if (w.h_begin >= w.h_end || w.w_begin >= w.w_end) return;
+      for (std::size_t c0 = 0; c0 < g.channels; c0 += block) {
+        const std::size_t n = std::min(block, g.channels - c0);
+        float top[block];
+        std::size_t arg[block];
+        const std::size_t first = w.pixel(w.h_begin, w.w_begin) + c0;
+        for (std::size_t c = 0; c < n; ++c) {
+          top[c] = x.data()[first + c];
+          arg[c] = first;
+        }
+        for (std::size_t ih = w.h_begin; ih < w.h_end; ++ih) {
+          for (std::size_t iw = w.w_begin; iw < w.w_end; ++iw) {
+            const std::size_t pixel = w.pixel(ih, iw) + c0;
+            const float* in = x.data() + pixel;
+            // The first maximum in window order wins (a later equal value does not).
+            for (std::size_t c = 0; c < n; ++c) {
+              const bool above = in[c] > top[c];
+              top[c] = above ? in[c] : top[c];
+              arg[c] = above ? pixel : arg[c];
             }
-          });
-          dx.data()[arg] += dy.data()[out_index + c];
-        },
-        /*by_image=*/true);
+          }
+        }
+        const float* gradient = dy.data() + w.out + c0;
+        for (std::size_t c = 0; c < n; ++c)
+          dx.data()[arg[c] + c] += gradient[c];
+      }
+    });
   }
 
   void avg_pool_forward(const Tensor<float>& x, const Pool2DGeometry& g,
@@ -693,6 +817,53 @@ class CpuBackend final : public Backend {
     parallel(batch, 1, [&](std::size_t b0, std::size_t b1) {
       std::fill(dx.data() + b0 * per_image, dx.data() + b1 * per_image, 0.0F);
     });
+  }
+
+  /// One output pixel of a pooling: `out` indexes its channel 0 in the output, and the window's
+  /// pixels inside the input are rows `[h_begin, h_end)` and columns `[w_begin, w_end)` of image
+  /// `b`.
+  struct PoolWindow {
+    std::size_t out, b, h_begin, h_end, w_begin, w_end;
+    const Pool2DGeometry* g;
+    /// The input index of channel 0 of pixel `(ih, iw)` of image `b`.
+    std::size_t pixel(std::size_t ih, std::size_t iw) const noexcept {
+      return ((b * g->in_h + ih) * g->in_w + iw) * g->channels;
+    }
+  };
+
+  /// Calls `f(window)` for every output pixel; the kernel loops over the channels (contiguous in
+  /// both tensors). With `by_image`, chunks are whole images, so that scattering into an image
+  /// stays in one thread.
+  template <class F>
+  void pool_pixels(const Pool2DGeometry& g, bool by_image, F&& f) {
+    auto rows = [&](std::size_t r0, std::size_t r1) {
+      for (std::size_t r = r0; r < r1; ++r) {  // r = (b, oh)
+        PoolWindow w{};
+        w.g = &g;
+        w.b = r / g.out_h;
+        const std::size_t oh = r % g.out_h;
+        const auto h0 =
+            static_cast<std::ptrdiff_t>(oh * g.stride_h) - static_cast<std::ptrdiff_t>(g.pad_top);
+        w.h_begin = static_cast<std::size_t>(std::max<std::ptrdiff_t>(h0, 0));
+        w.h_end = static_cast<std::size_t>(std::clamp<std::ptrdiff_t>(
+            h0 + static_cast<std::ptrdiff_t>(g.pool_h), 0, static_cast<std::ptrdiff_t>(g.in_h)));
+        for (std::size_t ow = 0; ow < g.out_w; ++ow) {
+          const auto w0 = static_cast<std::ptrdiff_t>(ow * g.stride_w) -
+                          static_cast<std::ptrdiff_t>(g.pad_left);
+          w.w_begin = static_cast<std::size_t>(std::max<std::ptrdiff_t>(w0, 0));
+          w.w_end = static_cast<std::size_t>(std::clamp<std::ptrdiff_t>(
+              w0 + static_cast<std::ptrdiff_t>(g.pool_w), 0, static_cast<std::ptrdiff_t>(g.in_w)));
+          w.out = (r * g.out_w + ow) * g.channels;
+          f(std::as_const(w));
+        }
+      }
+    };
+    if (by_image) {
+      parallel(g.batch, 1,
+               [&](std::size_t b0, std::size_t b1) { rows(b0 * g.out_h, b1 * g.out_h); });
+    } else {
+      parallel(g.batch * g.out_h, 4, rows);
+    }
   }
 
   /// Visits every output element `(b, oh, ow, c)` with a `window(visit)` that calls
