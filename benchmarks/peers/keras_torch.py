@@ -22,7 +22,7 @@ import common
 STEPS = 50
 MEASURE_SECONDS = 2.0
 GRID = [("mlp", 32, 1), ("mlp", 32, 2), ("mlp", 256, 1), ("mlp", 256, 2), ("cnn", 32, 1),
-        ("cnn", 32, 2), ("text", 32, 1), ("text", 32, 2)]
+        ("cnn", 32, 2), ("cnn", 256, 1), ("cnn", 256, 2), ("text", 32, 1), ("text", 32, 2)]
 TEXT_STEPS = 100
 
 

@@ -8,9 +8,9 @@
 #include <limits>
 #include <memory>
 #include <new>
+#include <string>
 #include <type_traits>
 #include <utility>
-#include <string>
 #include <vector>
 
 #include <tbb/blocked_range.h>
@@ -113,19 +113,32 @@ template <class F>
 void with_activation(Activation kind, F&& f) {
   using A = Activation;
   switch (kind) {
-    case A::linear: return f(std::integral_constant<A, A::linear>{});
-    case A::relu: return f(std::integral_constant<A, A::relu>{});
-    case A::sigmoid: return f(std::integral_constant<A, A::sigmoid>{});
-    case A::tanh: return f(std::integral_constant<A, A::tanh>{});
-    case A::softmax: return f(std::integral_constant<A, A::softmax>{});
-    case A::elu: return f(std::integral_constant<A, A::elu>{});
-    case A::selu: return f(std::integral_constant<A, A::selu>{});
-    case A::softplus: return f(std::integral_constant<A, A::softplus>{});
-    case A::softsign: return f(std::integral_constant<A, A::softsign>{});
-    case A::gelu: return f(std::integral_constant<A, A::gelu>{});
-    case A::swish: return f(std::integral_constant<A, A::swish>{});
-    case A::hard_sigmoid: return f(std::integral_constant<A, A::hard_sigmoid>{});
-    case A::exponential: return f(std::integral_constant<A, A::exponential>{});
+    case A::linear:
+      return f(std::integral_constant<A, A::linear>{});
+    case A::relu:
+      return f(std::integral_constant<A, A::relu>{});
+    case A::sigmoid:
+      return f(std::integral_constant<A, A::sigmoid>{});
+    case A::tanh:
+      return f(std::integral_constant<A, A::tanh>{});
+    case A::softmax:
+      return f(std::integral_constant<A, A::softmax>{});
+    case A::elu:
+      return f(std::integral_constant<A, A::elu>{});
+    case A::selu:
+      return f(std::integral_constant<A, A::selu>{});
+    case A::softplus:
+      return f(std::integral_constant<A, A::softplus>{});
+    case A::softsign:
+      return f(std::integral_constant<A, A::softsign>{});
+    case A::gelu:
+      return f(std::integral_constant<A, A::gelu>{});
+    case A::swish:
+      return f(std::integral_constant<A, A::swish>{});
+    case A::hard_sigmoid:
+      return f(std::integral_constant<A, A::hard_sigmoid>{});
+    case A::exponential:
+      return f(std::integral_constant<A, A::exponential>{});
   }
 }
 
@@ -144,7 +157,6 @@ inline AxisView axis_view(const Shape& shape, std::size_t axis) noexcept {
   return v;
 }
 
-
 /// The packing buffers of Eigen's GEMM kernel, kept by each thread across calls. Eigen's product
 /// expressions allocate them on every product, on the heap once they pass 128 KiB; glibc then
 /// maps and unmaps fresh pages each time, and the page faults cost up to three quarters of a
@@ -157,7 +169,8 @@ class GemmBlocking : public Eigen::internal::level3_blocking<float, float> {
     m_mc = m;
     m_nc = n;
     m_kc = k;
-    Eigen::internal::computeProductBlockingSizes<float, float, 1>(m_kc, m_mc, m_nc, Eigen::Index{1});
+    Eigen::internal::computeProductBlockingSizes<float, float, 1>(m_kc, m_mc, m_nc,
+                                                                  Eigen::Index{1});
     thread_local Buffers buffers;
     m_blockA = buffers.a.get(static_cast<std::size_t>(m_kc * m_mc));
     m_blockB = buffers.b.get(static_cast<std::size_t>(m_kc * m_nc));
@@ -197,11 +210,11 @@ void gemm_accumulate(std::size_t m, std::size_t n, std::size_t k, const float* a
   constexpr int lhs_order = TransposeB ? Eigen::RowMajor : Eigen::ColMajor;
   constexpr int rhs_order = TransposeA ? Eigen::RowMajor : Eigen::ColMajor;
   GemmBlocking blocking(static_cast<Index>(n), static_cast<Index>(m), static_cast<Index>(k));
-  Eigen::internal::general_matrix_matrix_product<Index, float, lhs_order, false, float, rhs_order,
-                                                 false, Eigen::ColMajor, 1>::
-      run(static_cast<Index>(n), static_cast<Index>(m), static_cast<Index>(k), b,
-          static_cast<Index>(ldb), a, static_cast<Index>(lda), c, 1, static_cast<Index>(ldc), alpha,
-          blocking);
+  Eigen::internal::general_matrix_matrix_product<
+      Index, float, lhs_order, false, float, rhs_order, false, Eigen::ColMajor,
+      1>::run(static_cast<Index>(n), static_cast<Index>(m), static_cast<Index>(k), b,
+              static_cast<Index>(ldb), a, static_cast<Index>(lda), c, 1, static_cast<Index>(ldc),
+              alpha, blocking);
 }
 }  // namespace detail
 
@@ -250,11 +263,10 @@ class CpuBackend final : public Backend {
     LOADSTAR_ASSERT(m == c.rows(), "gemm: rows of op(a) and c differ");
     LOADSTAR_ASSERT(k == (transpose_b ? b.row_size() : b.rows()), "gemm: inner dimensions differ");
     LOADSTAR_ASSERT((transpose_b ? b.rows() : b.row_size()) == n, "gemm: columns differ");
-    const auto kernel = transpose_a
-                            ? (transpose_b ? detail::gemm_accumulate<true, true>
-                                           : detail::gemm_accumulate<true, false>)
-                            : (transpose_b ? detail::gemm_accumulate<false, true>
-                                           : detail::gemm_accumulate<false, false>);
+    const auto kernel = transpose_a ? (transpose_b ? detail::gemm_accumulate<true, true>
+                                                   : detail::gemm_accumulate<true, false>)
+                                    : (transpose_b ? detail::gemm_accumulate<false, true>
+                                                   : detail::gemm_accumulate<false, false>);
     // At least 32 rows per chunk: smaller blocks cost more in packing than they gain.
     parallel(m, 32, [&](std::size_t r0, std::size_t r1) {
       float* rows = c.data() + r0 * n;
@@ -343,7 +355,7 @@ class CpuBackend final : public Backend {
       softmax_backward(y, dy, dx, y.rank() == 0 ? 0 : y.rank() - 1);
       return;
     }
-    const bool needs_x = activation_gradient_needs_input(kind);
+    [[maybe_unused]] const bool needs_x = activation_gradient_needs_input(kind);
     LOADSTAR_ASSERT(!needs_x || x.size() == y.size(), "activation: the input is needed");
     detail::with_activation(kind, [&](auto k) {
       parallel(y.size(), 1 << 14, [&](std::size_t i0, std::size_t i1) {
