@@ -33,6 +33,14 @@
 #endif
 
 /// Alignment in bytes of every tensor's storage (one cache line, and enough for AVX-512 loads).
+/// oneDNN (Debian's libdnnl-dev) computes the CPU backend's GEMMs when 1: Meson's `loadstar`
+/// dependency (and its pkg-config file) defines LOADSTAR_WITH_DNNL=1 and links oneDNN where it
+/// finds it (`-Ddnnl=auto`); otherwise Eigen's GEMM kernel does. Every translation unit of a
+/// program must see the same value, as with LOADSTAR_WITH_MPI.
+#ifndef LOADSTAR_WITH_DNNL
+#define LOADSTAR_WITH_DNNL 0
+#endif
+
 #ifndef LOADSTAR_TENSOR_ALIGNMENT
 #define LOADSTAR_TENSOR_ALIGNMENT 64
 #endif

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -17,6 +18,12 @@
 #include <tbb/parallel_for.h>
 #include <tbb/partitioner.h>
 #include <tbb/task_arena.h>
+
+#if LOADSTAR_WITH_DNNL
+#include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
+#include <oneapi/dnnl/dnnl_debug.h>
+#endif
 
 #include "loadstar/error.hpp"
 #include "loadstar/keras/backend/backend.hpp"
@@ -142,6 +149,54 @@ void with_activation(Activation kind, F&& f) {
   }
 }
 
+/// Max pooling's gradient for the channels `[0, lanes)` of one window: each channel's gradient
+/// goes to the first maximum in window order (`>` keeps the first of equal values, and a NaN
+/// first pixel keeps the gradient). `x` and `dx` point at the channels' first element in the
+/// image, `offsets[i]` is the offset of window position `i`. Sixteen channels at a time in GCC's
+/// vector types (GCC and Clang), as plain loads, compares and blends: the autovectorizer turns
+/// the same loops into gathers or scalar code.
+inline void max_pool_route(const float* x, const std::size_t* offsets, std::size_t size,
+                           const float* gradient, float* dx, std::size_t lanes) noexcept {
+  using Floats = float __attribute__((vector_size(64)));
+  using Ints = std::int32_t __attribute__((vector_size(64)));
+  constexpr std::size_t width = 16;
+  const auto load = [](const float* p) {
+    Floats v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+  };
+  std::size_t c0 = 0;
+  for (; c0 + width <= lanes; c0 += width) {
+    Floats top = load(x + offsets[0] + c0);
+    Ints arg = {};
+    for (std::size_t i = 1; i < size; ++i) {
+      const Floats in = load(x + offsets[i] + c0);
+      const Ints above = in > top;
+      top = std::bit_cast<Floats>((std::bit_cast<Ints>(in) & above) |
+                                  (std::bit_cast<Ints>(top) & ~above));
+      arg = (static_cast<std::int32_t>(i) & above) | (arg & ~above);
+    }
+    const Ints g = std::bit_cast<Ints>(load(gradient + c0));
+    for (std::size_t i = 0; i < size; ++i) {
+      float* to = dx + offsets[i] + c0;
+      const Ints hit = arg == static_cast<std::int32_t>(i);
+      const Floats sum = load(to) + std::bit_cast<Floats>(g & hit);
+      std::memcpy(to, &sum, sizeof sum);
+    }
+  }
+  for (std::size_t c = c0; c < lanes; ++c) {
+    float top = x[offsets[0] + c];
+    std::size_t arg = 0;
+    for (std::size_t i = 1; i < size; ++i) {
+      if (x[offsets[i] + c] > top) {
+        top = x[offsets[i] + c];
+        arg = i;
+      }
+    }
+    dx[offsets[arg] + c] += gradient[c];
+  }
+}
+
 /// `(outer, length, inner)`: a tensor seen around one axis.
 struct AxisView {
   std::size_t outer = 1, length = 1, inner = 1;
@@ -198,6 +253,26 @@ class GemmBlocking : public Eigen::internal::level3_blocking<float, float> {
     Buffer a, b;
   };
 };
+
+#if LOADSTAR_WITH_DNNL
+/// Runs oneDNN's calls made by this thread on this thread alone: oneDNN (Debian's build) runs
+/// on OpenMP, whose team would otherwise take every core for each call, inside threads the
+/// backend already splits the work over. The thread's OpenMP setting is restored afterwards.
+class OneOpenMpThread {
+ public:
+  OneOpenMpThread() : saved_(omp_get_max_threads()) {
+    if (saved_ != 1) omp_set_num_threads(1);
+  }
+  ~OneOpenMpThread() {
+    if (saved_ != 1) omp_set_num_threads(saved_);
+  }
+  OneOpenMpThread(const OneOpenMpThread&) = delete;
+  OneOpenMpThread& operator=(const OneOpenMpThread&) = delete;
+
+ private:
+  int saved_;
+};
+#endif
 
 /// `c += alpha * op(a) * op(b)` on row-major matrices given by pointer and row stride, for rows
 /// `[0, m)` of `c`: Eigen's GEMM kernel (`general_matrix_matrix_product`, what its product
@@ -270,6 +345,24 @@ class CpuBackend final : public Backend {
     // At least 32 rows per chunk: smaller blocks cost more in packing than they gain.
     parallel(m, 32, [&](std::size_t r0, std::size_t r1) {
       float* rows = c.data() + r0 * n;
+#if LOADSTAR_WITH_DNNL
+      // oneDNN's SGEMM (JIT kernels for the machine; row-major, BLAS's beta rule: with beta 0,
+      // c is not read). It leaves c alone when k is 0, which the code below handles.
+      if (k != 0 && n != 0) {
+        const detail::OneOpenMpThread one_thread;
+        const float* first = a.data() + (transpose_a ? r0 : r0 * a.row_size());
+        const auto dim = [](std::size_t v) { return static_cast<dnnl_dim_t>(v); };
+        const dnnl_status_t status = dnnl_sgemm(
+            transpose_a ? 'T' : 'N', transpose_b ? 'T' : 'N', dim(r1 - r0), dim(n), dim(k), alpha,
+            first, dim(a.row_size()), b.data(), dim(b.row_size()), beta, rows, dim(n));
+        if (status != dnnl_success) {
+          throw Error("cpu backend: oneDNN's dnnl_sgemm for a " + std::to_string(r1 - r0) + " x " +
+                      std::to_string(n) + " x " + std::to_string(k) +
+                      " product failed: " + dnnl_status2str(status));
+        }
+        return;
+      }
+#endif
       if (beta == 0.0F) {
         std::fill(rows, rows + (r1 - r0) * n, 0.0F);
       } else if (beta != 1.0F) {
@@ -299,12 +392,23 @@ class CpuBackend final : public Backend {
     const std::size_t n = out.size();
     LOADSTAR_ASSERT(n > 0 && x.size() % n == 0, "column_sums: sizes do not fit");
     const std::size_t rows = x.size() / n;
+    // Each column is summed in double, row after row, whatever the thread count; the rows are
+    // walked once for a block of columns, so that the additions run side by side in vectors.
     parallel(n, 16, [&](std::size_t c0, std::size_t c1) {
-      for (std::size_t c = c0; c < c1; ++c) {
-        double sum = 0.0;
-        for (std::size_t r = 0; r < rows; ++r)
-          sum += x.data()[r * n + c];
-        out.data()[c] = static_cast<float>(beta == 0.0F ? sum : beta * out.data()[c] + sum);
+      constexpr std::size_t block = 256;
+      for (std::size_t b0 = c0; b0 < c1; b0 += block) {
+        const std::size_t width = std::min(block, c1 - b0);
+        double sums[block] = {};
+        for (std::size_t r = 0; r < rows; ++r) {
+          const float* row = x.data() + r * n + b0;
+          for (std::size_t j = 0; j < width; ++j)
+            sums[j] += row[j];
+        }
+        for (std::size_t j = 0; j < width; ++j) {
+          const std::size_t c = b0 + j;
+          out.data()[c] =
+              static_cast<float>(beta == 0.0F ? sums[j] : beta * out.data()[c] + sums[j]);
+        }
       }
     });
   }
@@ -450,28 +554,54 @@ class CpuBackend final : public Backend {
 
   void im2col(const Tensor<float>& x, const Conv2DGeometry& g,
               const Tensor<float>& columns) override {
-    const std::size_t rows = g.batch * g.out_h * g.out_w;
+    [[maybe_unused]] const std::size_t rows = g.batch * g.out_h * g.out_w;
     const std::size_t patch = g.patch_size();
+    const std::size_t channels = g.in_c;
     LOADSTAR_ASSERT(columns.size() == rows * patch, "im2col: columns have the wrong size");
-    parallel(rows, 16, [&](std::size_t r0, std::size_t r1) {
-      for (std::size_t r = r0; r < r1; ++r) {
-        const std::size_t b = r / (g.out_h * g.out_w);
-        const std::size_t oh = (r / g.out_w) % g.out_h;
-        const std::size_t ow = r % g.out_w;
-        float* out = columns.data() + r * patch;
+    // One output row (b, oh) at a time: for each kernel tap (kh, kw), the pixels of the out_w
+    // rows are consecutive in the input row (stride_w apart), so the copies are loops over
+    // (ow, c) rather than a call per pixel; taps in the padding are zeros.
+    parallel(g.batch * g.out_h, 2, [&](std::size_t l0, std::size_t l1) {
+      for (std::size_t line = l0; line < l1; ++line) {
+        const std::size_t b = line / g.out_h;
+        const std::size_t oh = line % g.out_h;
+        float* block = columns.data() + line * g.out_w * patch;
         for (std::size_t kh = 0; kh < g.kernel_h; ++kh) {
           const auto ih = static_cast<std::ptrdiff_t>(oh * g.stride_h + kh * g.dilation_h) -
                           static_cast<std::ptrdiff_t>(g.pad_top);
-          for (std::size_t kw = 0; kw < g.kernel_w; ++kw, out += g.in_c) {
-            const auto iw = static_cast<std::ptrdiff_t>(ow * g.stride_w + kw * g.dilation_w) -
-                            static_cast<std::ptrdiff_t>(g.pad_left);
-            if (ih < 0 || iw < 0 || std::size_t(ih) >= g.in_h || std::size_t(iw) >= g.in_w) {
-              std::fill_n(out, g.in_c, 0.0F);
-            } else {
-              const float* in =
-                  x.data() + ((b * g.in_h + std::size_t(ih)) * g.in_w + std::size_t(iw)) * g.in_c;
-              std::memcpy(out, in, g.in_c * sizeof(float));
+          const bool row_inside = ih >= 0 && std::size_t(ih) < g.in_h;
+          const float* in_row =
+              row_inside ? x.data() + (b * g.in_h + std::size_t(ih)) * g.in_w * channels : nullptr;
+          for (std::size_t kw = 0; kw < g.kernel_w; ++kw) {
+            float* out = block + (kh * g.kernel_w + kw) * channels;
+            // The columns ow with iw = ow * stride_w + kw * dilation_w - pad_left inside the row.
+            const auto shift = static_cast<std::ptrdiff_t>(kw * g.dilation_w) -
+                               static_cast<std::ptrdiff_t>(g.pad_left);
+            std::size_t first = 0, last = 0;
+            if (row_inside) {
+              const auto sw = static_cast<std::ptrdiff_t>(g.stride_w);
+              const std::ptrdiff_t lo = shift >= 0 ? 0 : (-shift + sw - 1) / sw;
+              const std::ptrdiff_t hi =
+                  static_cast<std::ptrdiff_t>(g.in_w) - shift <= 0
+                      ? 0
+                      : (static_cast<std::ptrdiff_t>(g.in_w) - shift + sw - 1) / sw;
+              first = static_cast<std::size_t>(
+                  std::min<std::ptrdiff_t>(lo, static_cast<std::ptrdiff_t>(g.out_w)));
+              last = std::clamp<std::size_t>(
+                  static_cast<std::size_t>(std::max<std::ptrdiff_t>(hi, 0)), first, g.out_w);
             }
+            for (std::size_t ow = 0; ow < first; ++ow)
+              std::fill_n(out + ow * patch, channels, 0.0F);
+            for (std::size_t ow = first; ow < last; ++ow) {
+              const float* in = in_row + static_cast<std::size_t>(
+                                             static_cast<std::ptrdiff_t>(ow * g.stride_w) + shift) *
+                                             channels;
+              float* to = out + ow * patch;
+              for (std::size_t c = 0; c < channels; ++c)
+                to[c] = in[c];
+            }
+            for (std::size_t ow = last; ow < g.out_w; ++ow)
+              std::fill_n(out + ow * patch, channels, 0.0F);
           }
         }
       }
@@ -528,35 +658,21 @@ class CpuBackend final : public Backend {
   void max_pool_backward(const Tensor<float>& x, const Pool2DGeometry& g, const Tensor<float>& dy,
                          const Tensor<float>& dx) override {
     zero_images(dx, g.batch);
-    // Channels in blocks of 64: the running maximum and its pixel of each channel of a block.
-    constexpr std::size_t block = 64;
     pool_pixels(g, /*by_image=*/true, [&](const PoolWindow& w) {
-      if (w.h_begin >= w.h_end || w.w_begin >= w.w_end) return;
-      for (std::size_t c0 = 0; c0 < g.channels; c0 += block) {
-        const std::size_t n = std::min(block, g.channels - c0);
-        float top[block];
-        std::size_t arg[block];
-        const std::size_t first = w.pixel(w.h_begin, w.w_begin) + c0;
-        for (std::size_t c = 0; c < n; ++c) {
-          top[c] = x.data()[first + c];
-          arg[c] = first;
-        }
-        for (std::size_t ih = w.h_begin; ih < w.h_end; ++ih) {
-          for (std::size_t iw = w.w_begin; iw < w.w_end; ++iw) {
-            const std::size_t pixel = w.pixel(ih, iw) + c0;
-            const float* in = x.data() + pixel;
-            // The first maximum in window order wins (a later equal value does not).
-            for (std::size_t c = 0; c < n; ++c) {
-              const bool above = in[c] > top[c];
-              top[c] = above ? in[c] : top[c];
-              arg[c] = above ? pixel : arg[c];
-            }
-          }
-        }
-        const float* gradient = dy.data() + w.out + c0;
-        for (std::size_t c = 0; c < n; ++c)
-          dx.data()[arg[c] + c] += gradient[c];
+      const std::size_t width = w.w_end - w.w_begin;
+      const std::size_t size = (w.h_end - w.h_begin) * width;
+      if (size == 0) return;
+      // The input offset of each window position (windows rarely hold more than a few pixels).
+      std::size_t small[16];
+      std::vector<std::size_t> large;
+      std::size_t* offsets = small;
+      if (size > 16) {
+        large.resize(size);
+        offsets = large.data();
       }
+      for (std::size_t i = 0; i < size; ++i)
+        offsets[i] = w.pixel(w.h_begin + i / width, w.w_begin + i % width);
+      detail::max_pool_route(x.data(), offsets, size, dy.data() + w.out, dx.data(), g.channels);
     });
   }
 
