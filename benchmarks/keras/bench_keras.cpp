@@ -156,6 +156,8 @@ BENCHMARK(cnn)
     ->Name("cnn")
     ->Args({32, 1})
     ->Args({32, 2})
+    ->Args({256, 1})
+    ->Args({256, 2})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

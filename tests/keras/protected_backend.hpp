@@ -151,6 +151,20 @@ class ProtectedBackend final : public keras::Backend {
                std::uint64_t key) override {
     run("dropout", {x, y}, [&] { inner_.dropout(x, y, rate, key); });
   }
+  void conv2d_forward(const Tensor<float>& x, const keras::Conv2DGeometry& g,
+                      const Tensor<float>& kernel, const Tensor<float>& bias,
+                      keras::Activation activation, const Tensor<float>& y) override {
+    run("conv2d_forward", {x, kernel, bias, y},
+        [&] { inner_.conv2d_forward(x, g, kernel, bias, activation, y); });
+  }
+  void conv2d_backward(const Tensor<float>& x, const keras::Conv2DGeometry& g,
+                       const Tensor<float>& kernel, const Tensor<float>& bias,
+                       keras::Activation activation, const Tensor<float>& y,
+                       const Tensor<float>& dy, const Tensor<float>& dkernel,
+                       const Tensor<float>& dbias, const Tensor<float>& dx) override {
+    run("conv2d_backward", {x, kernel, bias, y, dy, dkernel, dbias, dx},
+        [&] { inner_.conv2d_backward(x, g, kernel, bias, activation, y, dy, dkernel, dbias, dx); });
+  }
   void im2col(const Tensor<float>& x, const keras::Conv2DGeometry& g,
               const Tensor<float>& columns) override {
     run("im2col", {x, columns}, [&] { inner_.im2col(x, g, columns); });

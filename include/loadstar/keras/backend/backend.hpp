@@ -230,6 +230,24 @@ class Backend {
   virtual void col2im(const Tensor<float>& columns, const Conv2DGeometry& g,
                       const Tensor<float>& dx) = 0;
 
+  /// A convolution layer's forward pass: `y = activation(im2col(x) * kernel + bias)`, with `x`
+  /// channels-last, `kernel` the `(patch_size, filters)` matrix, `bias` of `filters` elements (or
+  /// empty) and `y` seen as `(batch * out_h * out_w, filters)`. The default unfolds the whole
+  /// batch (`im2col`) into memory it allocates, then calls `gemm`, `bias_add` and
+  /// `activation_forward`; a backend may fuse and tile.
+  LOADSTAR_DECL virtual void conv2d_forward(const Tensor<float>& x, const Conv2DGeometry& g,
+                                            const Tensor<float>& kernel, const Tensor<float>& bias,
+                                            Activation activation, const Tensor<float>& y);
+  /// Its backward pass, from the output `y` and its gradient `dy`: the kernel's gradient is
+  /// accumulated into `dkernel` and the bias's into `dbias` (skipped when empty), and `dx` is
+  /// written (skipped when empty). `bias` is read where the activation's gradient needs its
+  /// input (recomputed). The default is made of the other kernels, with memory it allocates.
+  LOADSTAR_DECL virtual void conv2d_backward(const Tensor<float>& x, const Conv2DGeometry& g,
+                                             const Tensor<float>& kernel, const Tensor<float>& bias,
+                                             Activation activation, const Tensor<float>& y,
+                                             const Tensor<float>& dy, const Tensor<float>& dkernel,
+                                             const Tensor<float>& dbias, const Tensor<float>& dx);
+
   virtual void max_pool_forward(const Tensor<float>& x, const Pool2DGeometry& g,
                                 const Tensor<float>& y) = 0;
   /// Routes each output gradient to the first maximum of its window (recomputed from `x`).
@@ -338,6 +356,47 @@ LOADSTAR_DECL void Backend::permute(const Tensor<float>& x, std::span<const std:
   host_kernel(tensors, [&](std::span<const Tensor<float>> t) {
     detail::permute_rows(t[0], axes, t[1], 0, t[1].rank() == 0 ? 0 : t[1].shape()[0]);
   });
+}
+
+LOADSTAR_DECL void Backend::conv2d_forward(const Tensor<float>& x, const Conv2DGeometry& g,
+                                           const Tensor<float>& kernel, const Tensor<float>& bias,
+                                           Activation activation, const Tensor<float>& y) {
+  const std::size_t rows = g.batch * g.out_h * g.out_w;
+  const Tensor<float> columns = allocate({rows, g.patch_size()});
+  im2col(x, g, columns);
+  const Tensor<float> z = y.reshape({rows, kernel.row_size()});
+  gemm(columns, false, kernel, false, z);
+  if (!bias.empty()) bias_add(z, bias);
+  if (activation != Activation::linear) activation_forward(activation, z, z);
+}
+
+LOADSTAR_DECL void Backend::conv2d_backward(const Tensor<float>& x, const Conv2DGeometry& g,
+                                            const Tensor<float>& kernel, const Tensor<float>& bias,
+                                            Activation activation, const Tensor<float>& y,
+                                            const Tensor<float>& dy, const Tensor<float>& dkernel,
+                                            const Tensor<float>& dbias, const Tensor<float>& dx) {
+  const std::size_t rows = g.batch * g.out_h * g.out_w;
+  const std::size_t filters = kernel.row_size();
+  const Tensor<float> columns = allocate({rows, g.patch_size()});
+  im2col(x, g, columns);
+  Tensor<float> dz = dy.reshape({rows, filters});
+  if (activation != Activation::linear) {
+    Tensor<float> z;
+    if (activation_gradient_needs_input(activation)) {
+      z = allocate({rows, filters});
+      gemm(columns, false, kernel, false, z);
+      if (!bias.empty()) bias_add(z, bias);
+    }
+    const Tensor<float> gradient = allocate({rows, filters});
+    activation_backward(activation, z, y.reshape({rows, filters}), dz, gradient);
+    dz = gradient;
+  }
+  gemm(columns, true, dz, false, dkernel, 1.0F, 1.0F);
+  if (!dbias.empty()) column_sums(dz, dbias, 1.0F);
+  if (!dx.empty()) {
+    gemm(dz, false, kernel, true, columns);
+    col2im(columns, g, dx);
+  }
 }
 
 LOADSTAR_DECL AxisGeometry axis_geometry(std::size_t in, std::size_t kernel, std::size_t stride,

@@ -212,6 +212,32 @@ inline AxisView axis_view(const Shape& shape, std::size_t axis) noexcept {
   return v;
 }
 
+/// A grow-only, 64-byte aligned float buffer.
+class GrowBuffer {
+ public:
+  float* get(std::size_t size) {
+    if (size > size_) {
+      data_.reset(new (std::align_val_t{64}) float[size]);
+      size_ = size;
+    }
+    return data_.get();
+  }
+
+ private:
+  struct Delete {
+    void operator()(float* p) const noexcept { ::operator delete[](p, std::align_val_t{64}); }
+  };
+  std::unique_ptr<float[], Delete> data_;
+  std::size_t size_ = 0;
+};
+
+/// Buffer `slot` (0 to 3) of the calling thread, of at least `size` floats: the tiles the
+/// convolution kernels unfold into, kept across calls.
+inline float* thread_buffer(std::size_t slot, std::size_t size) {
+  thread_local GrowBuffer buffers[4];
+  return buffers[slot].get(size);
+}
+
 /// The packing buffers of Eigen's GEMM kernel, kept by each thread across calls. Eigen's product
 /// expressions allocate them on every product, on the heap once they pass 128 KiB; glibc then
 /// maps and unmaps fresh pages each time, and the page faults cost up to three quarters of a
@@ -226,32 +252,10 @@ class GemmBlocking : public Eigen::internal::level3_blocking<float, float> {
     m_kc = k;
     Eigen::internal::computeProductBlockingSizes<float, float, 1>(m_kc, m_mc, m_nc,
                                                                   Eigen::Index{1});
-    thread_local Buffers buffers;
-    m_blockA = buffers.a.get(static_cast<std::size_t>(m_kc * m_mc));
-    m_blockB = buffers.b.get(static_cast<std::size_t>(m_kc * m_nc));
+    thread_local GrowBuffer a, b;
+    m_blockA = a.get(static_cast<std::size_t>(m_kc * m_mc));
+    m_blockB = b.get(static_cast<std::size_t>(m_kc * m_nc));
   }
-
- private:
-  class Buffer {
-   public:
-    float* get(std::size_t size) {
-      if (size > size_) {
-        data_.reset(new (std::align_val_t{64}) float[size]);
-        size_ = size;
-      }
-      return data_.get();
-    }
-
-   private:
-    struct Delete {
-      void operator()(float* p) const noexcept { ::operator delete[](p, std::align_val_t{64}); }
-    };
-    std::unique_ptr<float[], Delete> data_;
-    std::size_t size_ = 0;
-  };
-  struct Buffers {
-    Buffer a, b;
-  };
 };
 
 #if LOADSTAR_WITH_DNNL
@@ -290,6 +294,69 @@ void gemm_accumulate(std::size_t m, std::size_t n, std::size_t k, const float* a
       1>::run(static_cast<Index>(n), static_cast<Index>(m), static_cast<Index>(k), b,
               static_cast<Index>(ldb), a, static_cast<Index>(lda), c, 1, static_cast<Index>(ldc),
               alpha, blocking);
+}
+
+/// `c = alpha * op(a) * op(b) + beta * c` on row-major matrices given by pointer and row stride,
+/// on the calling thread: oneDNN's SGEMM where the build has it, else Eigen's kernel. With
+/// `beta == 0`, `c` is not read.
+inline void sgemm(bool transpose_a, bool transpose_b, std::size_t m, std::size_t n, std::size_t k,
+                  float alpha, const float* a, std::size_t lda, const float* b, std::size_t ldb,
+                  float beta, float* c, std::size_t ldc) {
+  if (m == 0 || n == 0) return;
+#if LOADSTAR_WITH_DNNL
+  // oneDNN leaves c alone when k is 0 (BLAS would scale it), which the code below handles.
+  if (k != 0) {
+    const OneOpenMpThread one_thread;
+    const auto dim = [](std::size_t v) { return static_cast<dnnl_dim_t>(v); };
+    const dnnl_status_t status =
+        dnnl_sgemm(transpose_a ? 'T' : 'N', transpose_b ? 'T' : 'N', dim(m), dim(n), dim(k), alpha,
+                   a, dim(lda), b, dim(ldb), beta, c, dim(ldc));
+    if (status != dnnl_success) {
+      throw Error("cpu backend: oneDNN's dnnl_sgemm for a " + std::to_string(m) + " x " +
+                  std::to_string(n) + " x " + std::to_string(k) +
+                  " product failed: " + dnnl_status2str(status));
+    }
+    return;
+  }
+#endif
+  for (std::size_t r = 0; r < m; ++r) {
+    float* row = c + r * ldc;
+    if (beta == 0.0F) {
+      std::fill(row, row + n, 0.0F);
+    } else if (beta != 1.0F) {
+      for (std::size_t j = 0; j < n; ++j)
+        row[j] *= beta;
+    }
+  }
+  if (k == 0) return;
+  const auto kernel =
+      transpose_a ? (transpose_b ? gemm_accumulate<true, true> : gemm_accumulate<true, false>)
+                  : (transpose_b ? gemm_accumulate<false, true> : gemm_accumulate<false, false>);
+  kernel(m, n, k, a, lda, b, ldb, c, ldc, alpha);
+}
+
+/// `out = f(in)` for an elementwise activation (not softmax) over `n` elements; `out` may be
+/// `in`.
+inline void activate_range(Activation kind, const float* in, float* out, std::size_t n) {
+  with_activation(kind, [&](auto k) {
+    for (std::size_t i = 0; i < n; ++i)
+      out[i] = activate(k(), in[i]);
+  });
+}
+
+/// `dx = f'(x) * dy` for an elementwise activation (not softmax) over `n` elements, from the
+/// output `y` (and the input `x` for the kinds whose gradient needs it); `dx` may be `dy`.
+inline void activation_gradient_range(Activation kind, const float* x, const float* y,
+                                      const float* dy, float* dx, std::size_t n) {
+  with_activation(kind, [&](auto k) {
+    if constexpr (activation_gradient_needs_input(k())) {
+      for (std::size_t i = 0; i < n; ++i)
+        dx[i] = activation_gradient(k(), x[i], y[i], dy[i]);
+    } else {
+      for (std::size_t i = 0; i < n; ++i)
+        dx[i] = activation_gradient(k(), 0.0F, y[i], dy[i]);
+    }
+  });
 }
 }  // namespace detail
 
@@ -338,40 +405,11 @@ class CpuBackend final : public Backend {
     LOADSTAR_ASSERT(m == c.rows(), "gemm: rows of op(a) and c differ");
     LOADSTAR_ASSERT(k == (transpose_b ? b.row_size() : b.rows()), "gemm: inner dimensions differ");
     LOADSTAR_ASSERT((transpose_b ? b.rows() : b.row_size()) == n, "gemm: columns differ");
-    const auto kernel = transpose_a ? (transpose_b ? detail::gemm_accumulate<true, true>
-                                                   : detail::gemm_accumulate<true, false>)
-                                    : (transpose_b ? detail::gemm_accumulate<false, true>
-                                                   : detail::gemm_accumulate<false, false>);
     // At least 32 rows per chunk: smaller blocks cost more in packing than they gain.
     parallel(m, 32, [&](std::size_t r0, std::size_t r1) {
-      float* rows = c.data() + r0 * n;
-#if LOADSTAR_WITH_DNNL
-      // oneDNN's SGEMM (JIT kernels for the machine; row-major, BLAS's beta rule: with beta 0,
-      // c is not read). It leaves c alone when k is 0, which the code below handles.
-      if (k != 0 && n != 0) {
-        const detail::OneOpenMpThread one_thread;
-        const float* first = a.data() + (transpose_a ? r0 : r0 * a.row_size());
-        const auto dim = [](std::size_t v) { return static_cast<dnnl_dim_t>(v); };
-        const dnnl_status_t status = dnnl_sgemm(
-            transpose_a ? 'T' : 'N', transpose_b ? 'T' : 'N', dim(r1 - r0), dim(n), dim(k), alpha,
-            first, dim(a.row_size()), b.data(), dim(b.row_size()), beta, rows, dim(n));
-        if (status != dnnl_success) {
-          throw Error("cpu backend: oneDNN's dnnl_sgemm for a " + std::to_string(r1 - r0) + " x " +
-                      std::to_string(n) + " x " + std::to_string(k) +
-                      " product failed: " + dnnl_status2str(status));
-        }
-        return;
-      }
-#endif
-      if (beta == 0.0F) {
-        std::fill(rows, rows + (r1 - r0) * n, 0.0F);
-      } else if (beta != 1.0F) {
-        for (float* v = rows; v != rows + (r1 - r0) * n; ++v)
-          *v *= beta;
-      }
-      if (k == 0 || n == 0) return;
       const float* first = a.data() + (transpose_a ? r0 : r0 * a.row_size());
-      kernel(r1 - r0, n, k, first, a.row_size(), b.data(), b.row_size(), rows, n, alpha);
+      detail::sgemm(transpose_a, transpose_b, r1 - r0, n, k, alpha, first, a.row_size(), b.data(),
+                    b.row_size(), beta, c.data() + r0 * n, n);
     });
   }
 
@@ -442,13 +480,8 @@ class CpuBackend final : public Backend {
       softmax_forward(x, y, x.rank() == 0 ? 0 : x.rank() - 1);
       return;
     }
-    detail::with_activation(kind, [&](auto k) {
-      parallel(x.size(), 1 << 14, [&](std::size_t i0, std::size_t i1) {
-        const float* in = x.data();
-        float* out = y.data();
-        for (std::size_t i = i0; i < i1; ++i)
-          out[i] = detail::activate(k(), in[i]);
-      });
+    parallel(x.size(), 1 << 14, [&](std::size_t i0, std::size_t i1) {
+      detail::activate_range(kind, x.data() + i0, y.data() + i0, i1 - i0);
     });
   }
 
@@ -461,20 +494,9 @@ class CpuBackend final : public Backend {
     }
     [[maybe_unused]] const bool needs_x = activation_gradient_needs_input(kind);
     LOADSTAR_ASSERT(!needs_x || x.size() == y.size(), "activation: the input is needed");
-    detail::with_activation(kind, [&](auto k) {
-      parallel(y.size(), 1 << 14, [&](std::size_t i0, std::size_t i1) {
-        const float* out = y.data();
-        const float* gradient = dy.data();
-        float* result = dx.data();
-        if constexpr (activation_gradient_needs_input(k())) {
-          const float* in = x.data();
-          for (std::size_t i = i0; i < i1; ++i)
-            result[i] = detail::activation_gradient(k(), in[i], out[i], gradient[i]);
-        } else {
-          for (std::size_t i = i0; i < i1; ++i)
-            result[i] = detail::activation_gradient(k(), 0.0F, out[i], gradient[i]);
-        }
-      });
+    parallel(y.size(), 1 << 14, [&](std::size_t i0, std::size_t i1) {
+      detail::activation_gradient_range(kind, needs_x ? x.data() + i0 : nullptr, y.data() + i0,
+                                        dy.data() + i0, dx.data() + i0, i1 - i0);
     });
   }
 
@@ -554,89 +576,139 @@ class CpuBackend final : public Backend {
 
   void im2col(const Tensor<float>& x, const Conv2DGeometry& g,
               const Tensor<float>& columns) override {
-    [[maybe_unused]] const std::size_t rows = g.batch * g.out_h * g.out_w;
-    const std::size_t patch = g.patch_size();
-    const std::size_t channels = g.in_c;
-    LOADSTAR_ASSERT(columns.size() == rows * patch, "im2col: columns have the wrong size");
-    // One output row (b, oh) at a time: for each kernel tap (kh, kw), the pixels of the out_w
-    // rows are consecutive in the input row (stride_w apart), so the copies are loops over
-    // (ow, c) rather than a call per pixel; taps in the padding are zeros.
+    LOADSTAR_ASSERT(columns.size() == g.batch * g.out_h * g.out_w * g.patch_size(),
+                    "im2col: columns have the wrong size");
+    const std::size_t line = g.out_w * g.patch_size();
     parallel(g.batch * g.out_h, 2, [&](std::size_t l0, std::size_t l1) {
-      for (std::size_t line = l0; line < l1; ++line) {
-        const std::size_t b = line / g.out_h;
-        const std::size_t oh = line % g.out_h;
-        float* block = columns.data() + line * g.out_w * patch;
-        for (std::size_t kh = 0; kh < g.kernel_h; ++kh) {
-          const auto ih = static_cast<std::ptrdiff_t>(oh * g.stride_h + kh * g.dilation_h) -
-                          static_cast<std::ptrdiff_t>(g.pad_top);
-          const bool row_inside = ih >= 0 && std::size_t(ih) < g.in_h;
-          const float* in_row =
-              row_inside ? x.data() + (b * g.in_h + std::size_t(ih)) * g.in_w * channels : nullptr;
-          for (std::size_t kw = 0; kw < g.kernel_w; ++kw) {
-            float* out = block + (kh * g.kernel_w + kw) * channels;
-            // The columns ow with iw = ow * stride_w + kw * dilation_w - pad_left inside the row.
-            const auto shift = static_cast<std::ptrdiff_t>(kw * g.dilation_w) -
-                               static_cast<std::ptrdiff_t>(g.pad_left);
-            std::size_t first = 0, last = 0;
-            if (row_inside) {
-              const auto sw = static_cast<std::ptrdiff_t>(g.stride_w);
-              const std::ptrdiff_t lo = shift >= 0 ? 0 : (-shift + sw - 1) / sw;
-              const std::ptrdiff_t hi =
-                  static_cast<std::ptrdiff_t>(g.in_w) - shift <= 0
-                      ? 0
-                      : (static_cast<std::ptrdiff_t>(g.in_w) - shift + sw - 1) / sw;
-              first = static_cast<std::size_t>(
-                  std::min<std::ptrdiff_t>(lo, static_cast<std::ptrdiff_t>(g.out_w)));
-              last = std::clamp<std::size_t>(
-                  static_cast<std::size_t>(std::max<std::ptrdiff_t>(hi, 0)), first, g.out_w);
-            }
-            for (std::size_t ow = 0; ow < first; ++ow)
-              std::fill_n(out + ow * patch, channels, 0.0F);
-            for (std::size_t ow = first; ow < last; ++ow) {
-              const float* in = in_row + static_cast<std::size_t>(
-                                             static_cast<std::ptrdiff_t>(ow * g.stride_w) + shift) *
-                                             channels;
-              float* to = out + ow * patch;
-              for (std::size_t c = 0; c < channels; ++c)
-                to[c] = in[c];
-            }
-            for (std::size_t ow = last; ow < g.out_w; ++ow)
-              std::fill_n(out + ow * patch, channels, 0.0F);
-          }
-        }
-      }
+      im2col_lines(x.data(), g, l0, l1, columns.data() + l0 * line);
     });
   }
 
   void col2im(const Tensor<float>& columns, const Conv2DGeometry& g,
               const Tensor<float>& dx) override {
-    const std::size_t patch = g.patch_size();
-    const std::size_t per_image = g.out_h * g.out_w;
+    const std::size_t image = g.out_h * g.out_w * g.patch_size();
     // One chunk per image range: an image's pixels receive only its own rows, in a fixed order.
     parallel(g.batch, 1, [&](std::size_t b0, std::size_t b1) {
-      std::fill(dx.data() + b0 * g.in_h * g.in_w * g.in_c,
-                dx.data() + b1 * g.in_h * g.in_w * g.in_c, 0.0F);
-      for (std::size_t r = b0 * per_image; r < b1 * per_image; ++r) {
-        const std::size_t b = r / per_image;
-        const std::size_t oh = (r / g.out_w) % g.out_h;
-        const std::size_t ow = r % g.out_w;
-        const float* in = columns.data() + r * patch;
-        for (std::size_t kh = 0; kh < g.kernel_h; ++kh) {
-          const auto ih = static_cast<std::ptrdiff_t>(oh * g.stride_h + kh * g.dilation_h) -
-                          static_cast<std::ptrdiff_t>(g.pad_top);
-          for (std::size_t kw = 0; kw < g.kernel_w; ++kw, in += g.in_c) {
-            const auto iw = static_cast<std::ptrdiff_t>(ow * g.stride_w + kw * g.dilation_w) -
-                            static_cast<std::ptrdiff_t>(g.pad_left);
-            if (ih < 0 || iw < 0 || std::size_t(ih) >= g.in_h || std::size_t(iw) >= g.in_w)
-              continue;
-            float* out =
-                dx.data() + ((b * g.in_h + std::size_t(ih)) * g.in_w + std::size_t(iw)) * g.in_c;
-            for (std::size_t c = 0; c < g.in_c; ++c)
-              out[c] += in[c];
+      col2im_images(columns.data() + b0 * image, g, b0, b1, dx.data());
+    });
+  }
+
+  /// Tiled: each thread unfolds a few images at a time into its own buffer (kept in cache) and
+  /// multiplies, adds the bias and applies the activation there; the whole batch is never
+  /// unfolded. Tiles depend on the sizes only.
+  void conv2d_forward(const Tensor<float>& x, const Conv2DGeometry& g, const Tensor<float>& kernel,
+                      const Tensor<float>& bias, Activation activation,
+                      const Tensor<float>& y) override {
+    const std::size_t patch = g.patch_size();
+    const std::size_t filters = kernel.row_size();
+    const std::size_t per_image = g.out_h * g.out_w;
+    LOADSTAR_ASSERT(kernel.rows() == patch && y.size() == g.batch * per_image * filters,
+                    "conv2d_forward: shapes do not fit");
+    const ConvTiles tiles = conv_tiles(g);
+    parallel(tiles.count, 1, [&](std::size_t t0, std::size_t t1) {
+      float* columns = detail::thread_buffer(0, tiles.images * per_image * patch);
+      for (std::size_t t = t0; t < t1; ++t) {
+        const std::size_t b0 = t * tiles.images;
+        const std::size_t b1 = std::min(g.batch, b0 + tiles.images);
+        const std::size_t rows = (b1 - b0) * per_image;
+        im2col_lines(x.data(), g, b0 * g.out_h, b1 * g.out_h, columns);
+        float* z = y.data() + b0 * per_image * filters;
+        detail::sgemm(false, false, rows, filters, patch, 1.0F, columns, patch, kernel.data(),
+                      filters, 0.0F, z, filters);
+        if (!bias.empty()) {
+          for (std::size_t r = 0; r < rows; ++r)
+            for (std::size_t j = 0; j < filters; ++j)
+              z[r * filters + j] += bias.data()[j];
+        }
+        if (activation != Activation::linear && activation != Activation::softmax)
+          detail::activate_range(activation, z, z, rows * filters);
+      }
+    });
+    if (activation == Activation::softmax) activation_forward(activation, y, y);
+  }
+
+  /// Tiled as `conv2d_forward`: per tile, the activation's gradient, the kernel's gradient into
+  /// the thread's partial sum, the bias's into the tile's (in double), and the input's gradient
+  /// unfolded and folded back into the tile's images. The partial sums are added in a fixed
+  /// order: the bias gradient does not depend on the thread count, the kernel's may in the last
+  /// bits (as `gemm`'s).
+  void conv2d_backward(const Tensor<float>& x, const Conv2DGeometry& g, const Tensor<float>& kernel,
+                       const Tensor<float>& bias, Activation activation, const Tensor<float>& y,
+                       const Tensor<float>& dy, const Tensor<float>& dkernel,
+                       const Tensor<float>& dbias, const Tensor<float>& dx) override {
+    if (activation == Activation::softmax) {
+      Backend::conv2d_backward(x, g, kernel, bias, activation, y, dy, dkernel, dbias, dx);
+      return;
+    }
+    const std::size_t patch = g.patch_size();
+    const std::size_t filters = kernel.row_size();
+    const std::size_t per_image = g.out_h * g.out_w;
+    LOADSTAR_ASSERT(kernel.rows() == patch && dy.size() == g.batch * per_image * filters &&
+                        dkernel.size() == kernel.size(),
+                    "conv2d_backward: shapes do not fit");
+    const bool needs_z = activation_gradient_needs_input(activation);
+    const ConvTiles tiles = conv_tiles(g);
+    const std::size_t chunks = std::min(threads_, tiles.count);
+    kernel_partials_.assign(chunks * patch * filters, 0.0F);
+    tile_sums_.assign(dbias.empty() ? 0 : tiles.count * filters, 0.0);
+    const std::size_t tile_rows = tiles.images * per_image;
+    parallel(chunks, 1, [&](std::size_t c0, std::size_t c1) {
+      float* columns = detail::thread_buffer(0, tile_rows * patch);
+      float* gradient = detail::thread_buffer(1, tile_rows * filters);
+      float* z = needs_z ? detail::thread_buffer(2, tile_rows * filters) : nullptr;
+      for (std::size_t chunk = c0; chunk < c1; ++chunk) {
+        float* partial = kernel_partials_.data() + chunk * patch * filters;
+        for (std::size_t t = tiles.count * chunk / chunks; t < tiles.count * (chunk + 1) / chunks;
+             ++t) {
+          const std::size_t b0 = t * tiles.images;
+          const std::size_t b1 = std::min(g.batch, b0 + tiles.images);
+          const std::size_t rows = (b1 - b0) * per_image;
+          const std::size_t offset = b0 * per_image * filters;
+          im2col_lines(x.data(), g, b0 * g.out_h, b1 * g.out_h, columns);
+          const float* dz = dy.data() + offset;
+          if (activation != Activation::linear) {
+            if (needs_z) {
+              detail::sgemm(false, false, rows, filters, patch, 1.0F, columns, patch, kernel.data(),
+                            filters, 0.0F, z, filters);
+              if (!bias.empty()) {
+                for (std::size_t r = 0; r < rows; ++r)
+                  for (std::size_t j = 0; j < filters; ++j)
+                    z[r * filters + j] += bias.data()[j];
+              }
+            }
+            detail::activation_gradient_range(activation, z, y.data() + offset, dz, gradient,
+                                              rows * filters);
+            dz = gradient;
+          }
+          detail::sgemm(true, false, patch, filters, rows, 1.0F, columns, patch, dz, filters, 1.0F,
+                        partial, filters);
+          if (!dbias.empty()) {
+            double* sums = tile_sums_.data() + t * filters;
+            for (std::size_t r = 0; r < rows; ++r)
+              for (std::size_t j = 0; j < filters; ++j)
+                sums[j] += dz[r * filters + j];
+          }
+          if (!dx.empty()) {
+            detail::sgemm(false, true, rows, patch, filters, 1.0F, dz, filters, kernel.data(),
+                          filters, 0.0F, columns, patch);
+            col2im_images(columns, g, b0, b1, dx.data());
           }
         }
       }
     });
+    for (std::size_t chunk = 0; chunk < chunks; ++chunk) {
+      const float* partial = kernel_partials_.data() + chunk * patch * filters;
+      for (std::size_t i = 0; i < patch * filters; ++i)
+        dkernel.data()[i] += partial[i];
+    }
+    if (!dbias.empty()) {
+      for (std::size_t j = 0; j < filters; ++j) {
+        double sum = 0.0;
+        for (std::size_t t = 0; t < tiles.count; ++t)
+          sum += tile_sums_[t * filters + j];
+        dbias.data()[j] = static_cast<float>(dbias.data()[j] + sum);
+      }
+    }
   }
 
   void max_pool_forward(const Tensor<float>& x, const Pool2DGeometry& g,
@@ -910,6 +982,98 @@ class CpuBackend final : public Backend {
   }
 
  private:
+  /// The convolution kernels' tiles: `count` tiles of `images` images (the last may hold
+  /// fewer), each unfolding to about 128 KiB at most (one image at least).
+  struct ConvTiles {
+    std::size_t images = 1, count = 0;
+  };
+  static ConvTiles conv_tiles(const Conv2DGeometry& g) noexcept {
+    const std::size_t image = std::max<std::size_t>(g.out_h * g.out_w * g.patch_size(), 1);
+    ConvTiles tiles;
+    tiles.images = std::clamp<std::size_t>((std::size_t{1} << 15) / image, 1,
+                                           std::max<std::size_t>(g.batch, 1));
+    tiles.count = (g.batch + tiles.images - 1) / tiles.images;
+    return tiles;
+  }
+
+  /// im2col of output lines `[l0, l1)` (a line is `(b, oh)`) into `columns`, which points at
+  /// line `l0`'s first row. For each kernel tap (kh, kw), the pixels of a line's out_w rows are
+  /// consecutive in the input row (stride_w apart), so the copies are loops over (ow, c) rather
+  /// than a call per pixel; taps in the padding are zeros.
+  static void im2col_lines(const float* x, const Conv2DGeometry& g, std::size_t l0, std::size_t l1,
+                           float* columns) {
+    const std::size_t patch = g.patch_size();
+    const std::size_t channels = g.in_c;
+    for (std::size_t line = l0; line < l1; ++line) {
+      const std::size_t b = line / g.out_h;
+      const std::size_t oh = line % g.out_h;
+      float* block = columns + (line - l0) * g.out_w * patch;
+      for (std::size_t kh = 0; kh < g.kernel_h; ++kh) {
+        const auto ih = static_cast<std::ptrdiff_t>(oh * g.stride_h + kh * g.dilation_h) -
+                        static_cast<std::ptrdiff_t>(g.pad_top);
+        const bool row_inside = ih >= 0 && std::size_t(ih) < g.in_h;
+        const float* in_row =
+            row_inside ? x + (b * g.in_h + std::size_t(ih)) * g.in_w * channels : nullptr;
+        for (std::size_t kw = 0; kw < g.kernel_w; ++kw) {
+          float* out = block + (kh * g.kernel_w + kw) * channels;
+          // The columns ow with iw = ow * stride_w + kw * dilation_w - pad_left inside the row.
+          const auto shift = static_cast<std::ptrdiff_t>(kw * g.dilation_w) -
+                             static_cast<std::ptrdiff_t>(g.pad_left);
+          std::size_t first = 0, last = 0;
+          if (row_inside) {
+            const auto sw = static_cast<std::ptrdiff_t>(g.stride_w);
+            const auto in_w = static_cast<std::ptrdiff_t>(g.in_w);
+            const std::ptrdiff_t lo = shift >= 0 ? 0 : (-shift + sw - 1) / sw;
+            const std::ptrdiff_t hi = in_w - shift <= 0 ? 0 : (in_w - shift + sw - 1) / sw;
+            first = static_cast<std::size_t>(
+                std::min<std::ptrdiff_t>(lo, static_cast<std::ptrdiff_t>(g.out_w)));
+            last = std::clamp<std::size_t>(
+                static_cast<std::size_t>(std::max<std::ptrdiff_t>(hi, 0)), first, g.out_w);
+          }
+          for (std::size_t ow = 0; ow < first; ++ow)
+            std::fill_n(out + ow * patch, channels, 0.0F);
+          for (std::size_t ow = first; ow < last; ++ow) {
+            const float* in = in_row + static_cast<std::size_t>(
+                                           static_cast<std::ptrdiff_t>(ow * g.stride_w) + shift) *
+                                           channels;
+            float* to = out + ow * patch;
+            for (std::size_t c = 0; c < channels; ++c)
+              to[c] = in[c];
+          }
+          for (std::size_t ow = last; ow < g.out_w; ++ow)
+            std::fill_n(out + ow * patch, channels, 0.0F);
+        }
+      }
+    }
+  }
+
+  /// col2im of images `[b0, b1)`: `dx`'s images are zeroed, then every element of `columns`
+  /// (pointing at image `b0`'s first row) is added to its pixel, rows in order.
+  static void col2im_images(const float* columns, const Conv2DGeometry& g, std::size_t b0,
+                            std::size_t b1, float* dx) {
+    const std::size_t patch = g.patch_size();
+    const std::size_t per_image = g.out_h * g.out_w;
+    std::fill(dx + b0 * g.in_h * g.in_w * g.in_c, dx + b1 * g.in_h * g.in_w * g.in_c, 0.0F);
+    for (std::size_t r = b0 * per_image; r < b1 * per_image; ++r) {
+      const std::size_t b = r / per_image;
+      const std::size_t oh = (r / g.out_w) % g.out_h;
+      const std::size_t ow = r % g.out_w;
+      const float* in = columns + (r - b0 * per_image) * patch;
+      for (std::size_t kh = 0; kh < g.kernel_h; ++kh) {
+        const auto ih = static_cast<std::ptrdiff_t>(oh * g.stride_h + kh * g.dilation_h) -
+                        static_cast<std::ptrdiff_t>(g.pad_top);
+        for (std::size_t kw = 0; kw < g.kernel_w; ++kw, in += g.in_c) {
+          const auto iw = static_cast<std::ptrdiff_t>(ow * g.stride_w + kw * g.dilation_w) -
+                          static_cast<std::ptrdiff_t>(g.pad_left);
+          if (ih < 0 || iw < 0 || std::size_t(ih) >= g.in_h || std::size_t(iw) >= g.in_w) continue;
+          float* out = dx + ((b * g.in_h + std::size_t(ih)) * g.in_w + std::size_t(iw)) * g.in_c;
+          for (std::size_t c = 0; c < g.in_c; ++c)
+            out[c] += in[c];
+        }
+      }
+    }
+  }
+
   /// Calls `f(begin, end)` on a fixed split of `[0, n)` into at most `threads_` chunks of at
   /// least `min_chunk` elements; the split depends only on `n`, `min_chunk` and `threads_`.
   template <class F>
@@ -1037,6 +1201,9 @@ class CpuBackend final : public Backend {
   std::size_t threads_;
   tbb::task_arena arena_;
   std::vector<double> sums_;
+  /// conv2d_backward's partial sums: the kernel gradient per chunk, the bias gradient per tile.
+  std::vector<float> kernel_partials_;
+  std::vector<double> tile_sums_;
 };
 
 #if LOADSTAR_KERAS_BODIES

@@ -1,5 +1,6 @@
 /// \file
-/// The shared part of `Conv1D` and `Conv2D`: im2col + GEMM over channels-last batches, with
+/// The shared part of `Conv1D` and `Conv2D`: the backend's convolution kernels
+/// (`Backend::conv2d_forward` and `conv2d_backward`) over channels-last batches, with
 /// channels_first inputs moved to channels_last and back.
 #pragma once
 
@@ -78,9 +79,6 @@ class Convolution : public LayerBase {
   Shape out_last_;
   std::vector<std::size_t> to_last_;
   std::vector<std::size_t> to_first_;
-  Scratch columns_;
-  Scratch pre_activation_;
-  Scratch gradient_;
   Scratch x_last_;
   Scratch y_last_;
   Scratch dy_last_;
@@ -103,12 +101,8 @@ LOADSTAR_DECL void Convolution::forward(std::span<const Tensor<float>> inputs,
   const Tensor<float> y = channels_first_ ? y_last_.get(backend, out_last_.prepend(batch)) : output;
   const Conv2DGeometry g = geometry(batch);
   const std::size_t rows = g.batch * g.out_h * g.out_w;
-  const Tensor<float> columns = columns_.get(backend, {rows, g.patch_size()});
-  backend.im2col(x, g, columns);
-  const Tensor<float> z = y.reshape({rows, filters_});
-  backend.gemm(columns, false, kernel_matrix(), false, z);
-  if (use_bias_) backend.bias_add(z, weights_[1].value);
-  if (activation_ != keras::Activation::linear) backend.activation_forward(activation_, z, z);
+  backend.conv2d_forward(x, g, kernel_matrix(), use_bias_ ? weights_[1].value : Tensor<float>(),
+                         activation_, y.reshape({rows, filters_}));
   if (channels_first_) backend.permute(y, to_first_, output);
 }
 
@@ -121,35 +115,23 @@ LOADSTAR_DECL void Convolution::backward(std::span<const Tensor<float>> inputs,
   const std::size_t batch = inputs[0].rows();
   const Conv2DGeometry g = geometry(batch);
   const std::size_t rows = g.batch * g.out_h * g.out_w;
+  // The columns are unfolded again by the backend rather than kept from forward, so a shared
+  // layer stays correct.
   const Tensor<float> x = to_channels_last(backend, inputs[0], x_last_, in_last_, batch);
-  // The columns are unfolded again rather than kept from forward, so a shared layer stays
-  // correct; im2col is cheap next to the GEMMs.
-  const Tensor<float> columns = columns_.get(backend, {rows, g.patch_size()});
-  backend.im2col(x, g, columns);
-  Tensor<float> dz = to_channels_last(backend, output_gradient, dy_last_, out_last_, batch)
-                         .reshape({rows, filters_});
-  if (activation_ != keras::Activation::linear) {
-    Tensor<float> z;
-    if (activation_gradient_needs_input(activation_)) {
-      z = pre_activation_.get(backend, {rows, filters_});
-      backend.gemm(columns, false, kernel_matrix(), false, z);
-      if (use_bias_) backend.bias_add(z, weights_[1].value);
-    }
-    const Tensor<float> y = to_channels_last(backend, output, y_last_, out_last_, batch);
-    const Tensor<float> gradient = gradient_.get(backend, {rows, filters_});
-    backend.activation_backward(activation_, z, y.reshape({rows, filters_}), dz, gradient);
-    dz = gradient;
-  }
-  backend.gemm(columns, true, dz, false, weights_[0].gradient.reshape(kernel_matrix().shape()),
-               1.0F, 1.0F);
-  if (use_bias_) backend.column_sums(dz, weights_[1].gradient, 1.0F);
-  if (!input_gradients.empty() && !input_gradients[0].empty()) {
-    backend.gemm(dz, false, kernel_matrix(), true, columns);
-    const Tensor<float> dx =
-        channels_first_ ? dx_last_.get(backend, in_last_.prepend(batch)) : input_gradients[0];
-    backend.col2im(columns, g, dx);
-    if (channels_first_) backend.permute(dx, to_first_, input_gradients[0]);
-  }
+  const Tensor<float> dy = to_channels_last(backend, output_gradient, dy_last_, out_last_, batch)
+                               .reshape({rows, filters_});
+  const Tensor<float> y =
+      activation_ == keras::Activation::linear
+          ? Tensor<float>()
+          : to_channels_last(backend, output, y_last_, out_last_, batch).reshape({rows, filters_});
+  const bool want_dx = !input_gradients.empty() && !input_gradients[0].empty();
+  const Tensor<float> dx = !want_dx          ? Tensor<float>()
+                           : channels_first_ ? dx_last_.get(backend, in_last_.prepend(batch))
+                                             : input_gradients[0];
+  backend.conv2d_backward(x, g, kernel_matrix(), use_bias_ ? weights_[1].value : Tensor<float>(),
+                          activation_, y, dy, weights_[0].gradient.reshape(kernel_matrix().shape()),
+                          use_bias_ ? weights_[1].gradient : Tensor<float>(), dx);
+  if (want_dx && channels_first_) backend.permute(dx, to_first_, input_gradients[0]);
 }
 
 LOADSTAR_DECL Shape Convolution::finish_build(std::span<const Shape> input_shapes,
