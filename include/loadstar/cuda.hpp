@@ -1,0 +1,12 @@
+/// \file
+/// The CUDA backend of the executor (opt-in, not part of `<loadstar/loadstar.hpp>`): include this
+/// in a trainer and link Meson's `loadstar-cuda` dependency.
+/// \code
+/// #include <loadstar/cuda.hpp>
+/// #include <loadstar/keras.hpp>
+/// model.compile({.optimizer = "adam", .loss = "mse", .backend =
+/// loadstar::keras::cuda_backend(0)}); \endcode
+#pragma once
+
+#include "loadstar/cuda/cuda_backend.hpp"
+#include "loadstar/cuda/error.hpp"
