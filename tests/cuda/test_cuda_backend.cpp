@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <iomanip>
 #include <limits>
 #include <loadstar/cuda.hpp>
 #include <loadstar/keras.hpp>
@@ -63,9 +64,10 @@ void check_close(const Tensor<float>& expected, const Tensor<float>& actual, dou
                              : std::abs(a - e) <= tolerance * std::max(1.0, std::abs(e)));
     if (!ok && mismatches++ == 0) first = i;
   }
-  INFO("first mismatch at index " << first << ": value " << actual.data()[first] << ", target "
-                                  << expected.data()[first] << " (" << mismatches
-                                  << " mismatches, tolerance " << tolerance << ")");
+  INFO("first mismatch at index " << first << ": value " << std::setprecision(9)
+                                  << actual.data()[first] << ", target " << expected.data()[first]
+                                  << " (" << mismatches << " mismatches, tolerance " << tolerance
+                                  << ")");
   CHECK(mismatches == 0);
 }
 
@@ -321,11 +323,12 @@ TEST_SUITE("cuda") {
       }
     }
     SUBCASE("activations forward and backward") {
-      for (const Activation kind :
-           {Activation::linear, Activation::relu, Activation::sigmoid, Activation::tanh,
-            Activation::softmax, Activation::elu, Activation::selu, Activation::softplus,
-            Activation::softsign, Activation::gelu, Activation::swish, Activation::hard_sigmoid,
-            Activation::exponential}) {
+      for (const keras::Activation kind :
+           {keras::Activation::linear, keras::Activation::relu, keras::Activation::sigmoid,
+            keras::Activation::tanh, keras::Activation::softmax, keras::Activation::elu,
+            keras::Activation::selu, keras::Activation::softplus, keras::Activation::softsign,
+            keras::Activation::gelu, keras::Activation::swish, keras::Activation::hard_sigmoid,
+            keras::Activation::exponential}) {
         CAPTURE(activation_name(kind));
         Tensor<float> y(x.shape()), dx(x.shape());
         const Tensor<float> gy = b.gpu.allocate(x.shape()), gdx = b.gpu.allocate(x.shape());

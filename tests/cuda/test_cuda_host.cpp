@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <iomanip>
 #include <limits>
 #include <loadstar/cuda.hpp>
 #include <loadstar/cuda/detail/math.hpp>
@@ -65,8 +66,8 @@ void check_elements(const Tensor<float>& expected, std::span<const float> actual
                                                tolerance * std::max(1.0, std::abs(double(e))));
     if (!ok && mismatches++ == 0) first = i;
   }
-  INFO("first mismatch at index " << first << ": value " << actual[first] << ", target "
-                                  << expected.data()[first] << " (" << mismatches
+  INFO("first mismatch at index " << first << ": value " << std::setprecision(9) << actual[first]
+                                  << ", target " << expected.data()[first] << " (" << mismatches
                                   << " mismatches)");
   CHECK(mismatches == 0);
 }

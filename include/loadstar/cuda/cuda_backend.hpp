@@ -432,6 +432,10 @@ class CudaBackend final : public keras::Backend {
         merged.push_back(b);
       }
     }
+    if (merged.empty()) {  // host tensors only: nothing to stage or wait for
+      kernel(tensors);
+      return;
+    }
     std::size_t total = 0;
     for (auto& b : merged) {
       b.offset = total;
