@@ -15,6 +15,7 @@
 #include <loadstar/keras.hpp>
 #include <loadstar/keras/backend/cpu_backend.hpp>
 #include <loadstar/random.hpp>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -227,6 +228,38 @@ TEST_SUITE("cuda") {
         CudaError);
     model.compile({.optimizer = "adam", .loss = "mse"});
     CHECK(model.predict(random_tensor({3, 4}, 1), {.verbose = 0}).shape() == Shape{3, 2});
+  }
+
+  TEST_CASE("plan_staging stages overlapping device tensors as one block") {
+    // Stand-ins for device memory: host memory labelled cuda:0, never dereferenced by the plan.
+    auto memory = std::make_shared<std::vector<float>>(1000);
+    float* base = memory->data();
+    auto device = [&](std::size_t offset, const Shape& shape) {
+      return Tensor<float>::wrap(base + offset, shape, memory, Device{"cuda", 0});
+    };
+    const Tensor<float> a = device(0, {4, 10});          // [0, 40)
+    const Tensor<float> view = a.slice_rows(1, 3);       // [10, 30): inside a
+    const Tensor<float> overlapping = device(35, {10});  // [35, 45): overlaps a's end
+    const Tensor<float> far = device(500, {3, 3});       // [500, 509)
+    const Tensor<float> host({5});
+    const Tensor<float> tensors[] = {far, view, host, a, Tensor<float>(), overlapping, a};
+    const auto plan = cuda::detail::plan_staging(tensors);
+    REQUIRE(plan.blocks.size() == 2);
+    CHECK(plan.blocks[0].begin == base);
+    CHECK(plan.blocks[0].end == base + 45);
+    CHECK(plan.blocks[0].offset == 0);
+    CHECK(plan.blocks[1].begin == base + 500);
+    CHECK(plan.blocks[1].floats() == 9);
+    // Blocks start on the tensor alignment, as host tensors do.
+    constexpr std::size_t align = LOADSTAR_TENSOR_ALIGNMENT / sizeof(float);
+    CHECK(plan.blocks[1].offset == (45 + align - 1) / align * align);
+    CHECK(plan.floats == plan.blocks[1].offset + (9 + align - 1) / align * align);
+    CHECK(plan.offset_of(a.data()) == 0);
+    CHECK(plan.offset_of(view.data()) == 10);
+    CHECK(plan.offset_of(overlapping.data()) == 35);
+    CHECK(plan.offset_of(far.data() + 4) == plan.blocks[1].offset + 4);
+    const Tensor<float> only_host[] = {host, Tensor<float>()};
+    CHECK(cuda::detail::plan_staging(only_host).blocks.empty());
   }
 
   TEST_CASE("activate and activation_gradient compute the CPU backend's activations bit for bit") {

@@ -137,6 +137,57 @@ inline PermuteDims permute_dims(const Shape& x, std::span<const std::size_t> axe
   return d;
 }
 
+/// A run of device memory staged through the host as one piece.
+struct StagedBlock {
+  float* begin;
+  float* end;
+  std::size_t offset;  // in floats, into the staging memory
+  std::size_t floats() const noexcept { return static_cast<std::size_t>(end - begin); }
+};
+
+/// How `host_kernel` stages device tensors: the memory they cover, with overlapping tensors (a
+/// tensor and a view of it) merged into one block, so that their host views overlap as the
+/// tensors do and writes through one are seen through the other. Each block starts on a
+/// `LOADSTAR_TENSOR_ALIGNMENT` boundary of the staging memory, as host tensors do.
+struct StagingPlan {
+  std::vector<StagedBlock> blocks;  // by address
+  std::size_t floats = 0;           // the staging memory needed
+
+  /// Where device address `p` (inside a block) lands in the staging memory.
+  std::size_t offset_of(const float* p) const noexcept {
+    const auto after =
+        std::upper_bound(blocks.begin(), blocks.end(), p,
+                         [](const float* q, const StagedBlock& b) { return q < b.begin; });
+    LOADSTAR_ASSERT(after != blocks.begin(), "host_kernel: a tensor outside the staged blocks");
+    const StagedBlock& block = *(after - 1);
+    return block.offset + static_cast<std::size_t>(p - block.begin);
+  }
+};
+
+/// The staging plan of the non-empty device tensors among `tensors` (host tensors are used as
+/// they are).
+inline StagingPlan plan_staging(std::span<const Tensor<float>> tensors) {
+  StagingPlan plan;
+  std::vector<StagedBlock> spans;
+  for (const auto& t : tensors)
+    if (!t.empty() && !t.is_host()) spans.push_back({t.data(), t.data() + t.size(), 0});
+  std::sort(spans.begin(), spans.end(),
+            [](const StagedBlock& a, const StagedBlock& b) { return a.begin < b.begin; });
+  for (const auto& b : spans) {
+    if (!plan.blocks.empty() && b.begin < plan.blocks.back().end) {
+      plan.blocks.back().end = std::max(plan.blocks.back().end, b.end);
+    } else {
+      plan.blocks.push_back(b);
+    }
+  }
+  constexpr std::size_t align = LOADSTAR_TENSOR_ALIGNMENT / sizeof(float);
+  for (auto& b : plan.blocks) {
+    b.offset = plan.floats;
+    plan.floats += (b.floats() + align - 1) / align * align;
+  }
+  return plan;
+}
+
 /// The bytes cuBLAS may use as workspace: preset, so that GEMMs never allocate (and can be
 /// captured in a CUDA graph); 32 MiB is what cuBLAS asks for on Hopper.
 inline constexpr std::size_t cublas_workspace_bytes = std::size_t{32} << 20U;
@@ -411,53 +462,26 @@ class CudaBackend final : public keras::Backend {
   /// host views and copies the blocks back. A host computation that itself calls `host_kernel`
   /// stages through ordinary host memory.
   void host_kernel(std::span<const Tensor<float>> tensors, keras::HostKernelRef kernel) override {
-    struct Block {
-      float* begin;
-      float* end;
-      std::size_t offset;  // in floats, into the staging memory
-    };
-    std::vector<Block> blocks;
-    for (const auto& t : tensors) {
-      if (t.empty() || t.is_host()) continue;
-      expect("host_kernel", {&t});
-      blocks.push_back({t.data(), t.data() + t.size(), 0});
-    }
-    std::sort(blocks.begin(), blocks.end(),
-              [](const Block& a, const Block& b) { return a.begin < b.begin; });
-    std::vector<Block> merged;
-    for (const auto& b : blocks) {
-      if (!merged.empty() && b.begin < merged.back().end) {
-        merged.back().end = std::max(merged.back().end, b.end);
-      } else {
-        merged.push_back(b);
-      }
-    }
-    if (merged.empty()) {  // host tensors only: nothing to stage or wait for
+    for (const auto& t : tensors)
+      if (!t.empty() && !t.is_host()) expect("host_kernel", {&t});
+    const detail::StagingPlan plan = detail::plan_staging(tensors);
+    if (plan.blocks.empty()) {  // host tensors only: nothing to stage or wait for
       kernel(tensors);
       return;
     }
-    std::size_t total = 0;
-    for (auto& b : merged) {
-      b.offset = total;
-      // Each block starts on a tensor alignment boundary, as host tensors do.
-      constexpr std::size_t align = LOADSTAR_TENSOR_ALIGNMENT / sizeof(float);
-      total += (static_cast<std::size_t>(b.end - b.begin) + align - 1) / align * align;
-    }
     const cudaStream_t s = active_stream();
-    std::vector<float> nested;  // a host kernel inside a host kernel stages here
+    Tensor<float> nested;  // a host kernel inside a host kernel stages here
     float* stage = nullptr;
     if (host_kernel_depth_ == 0) {
       // The previous host kernel's copies back read the staging memory: wait before reusing it.
       check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
-      stage = static_cast<float*>(
-          context_->host_stage.reserve(std::max<std::size_t>(total, 1) * sizeof(float)));
+      stage = static_cast<float*>(context_->host_stage.reserve(plan.floats * sizeof(float)));
     } else {
-      nested.resize(total);
+      nested = Tensor<float>::uninitialized({plan.floats});
       stage = nested.data();
     }
-    for (const auto& b : merged) {
-      check(cudaMemcpyAsync(stage + b.offset, b.begin,
-                            static_cast<std::size_t>(b.end - b.begin) * sizeof(float),
+    for (const auto& b : plan.blocks) {
+      check(cudaMemcpyAsync(stage + b.offset, b.begin, b.floats() * sizeof(float),
                             cudaMemcpyDeviceToHost, s),
             "cudaMemcpyAsync (device to host)");
     }
@@ -465,16 +489,10 @@ class CudaBackend final : public keras::Backend {
     std::vector<Tensor<float>> views;
     views.reserve(tensors.size());
     for (const auto& t : tensors) {
-      if (t.empty() || t.is_host()) {
-        views.push_back(t);
-        continue;
-      }
-      const auto block =
-          std::upper_bound(merged.begin(), merged.end(), t.data(),
-                           [](const float* p, const Block& b) { return p < b.begin; }) -
-          1;
-      views.push_back(Tensor<float>::wrap(stage + block->offset + (t.data() - block->begin),
-                                          t.shape(), nullptr));
+      views.push_back(
+          t.empty() || t.is_host()
+              ? t
+              : Tensor<float>::wrap(stage + plan.offset_of(t.data()), t.shape(), nullptr));
     }
     ++host_kernel_depth_;
     try {
@@ -484,13 +502,12 @@ class CudaBackend final : public keras::Backend {
       throw;
     }
     --host_kernel_depth_;
-    for (const auto& b : merged) {
-      check(cudaMemcpyAsync(b.begin, stage + b.offset,
-                            static_cast<std::size_t>(b.end - b.begin) * sizeof(float),
+    for (const auto& b : plan.blocks) {
+      check(cudaMemcpyAsync(b.begin, stage + b.offset, b.floats() * sizeof(float),
                             cudaMemcpyHostToDevice, s),
             "cudaMemcpyAsync (host to device)");
     }
-    // Ordinary host memory goes away with this call: the copies must be done first.
+    // The nested staging memory goes away with this call: the copies must be done first.
     if (!nested.empty()) check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
   }
 
