@@ -231,16 +231,17 @@ TEST_SUITE("cuda") {
   }
 
   TEST_CASE("plan_staging stages overlapping device tensors as one block") {
-    // Stand-ins for device memory: host memory labelled cuda:0, never dereferenced by the plan.
-    auto memory = std::make_shared<std::vector<float>>(1000);
-    float* base = memory->data();
+    // Stand-ins for device memory: aligned host memory labelled cuda:0, never dereferenced by the
+    // plan.
+    const Tensor<float> memory({1000});
+    float* base = memory.data();
     auto device = [&](std::size_t offset, const Shape& shape) {
-      return Tensor<float>::wrap(base + offset, shape, memory, Device{"cuda", 0});
+      return Tensor<float>::wrap(base + offset, shape, nullptr, Device{"cuda", 0});
     };
     const Tensor<float> a = device(0, {4, 10});          // [0, 40)
     const Tensor<float> view = a.slice_rows(1, 3);       // [10, 30): inside a
     const Tensor<float> overlapping = device(35, {10});  // [35, 45): overlaps a's end
-    const Tensor<float> far = device(500, {3, 3});       // [500, 509)
+    const Tensor<float> far = device(500, {3, 3});       // [500, 509): 2000 bytes in, 16 past 64
     const Tensor<float> host({5});
     const Tensor<float> tensors[] = {far, view, host, a, Tensor<float>(), overlapping, a};
     const auto plan = cuda::detail::plan_staging(tensors);
@@ -250,14 +251,19 @@ TEST_SUITE("cuda") {
     CHECK(plan.blocks[0].offset == 0);
     CHECK(plan.blocks[1].begin == base + 500);
     CHECK(plan.blocks[1].floats() == 9);
-    // Blocks start on the tensor alignment, as host tensors do.
+    // Each staged address keeps its device address's offset from a 64-byte boundary.
     constexpr std::size_t align = LOADSTAR_TENSOR_ALIGNMENT / sizeof(float);
-    CHECK(plan.blocks[1].offset == (45 + align - 1) / align * align);
-    CHECK(plan.floats == plan.blocks[1].offset + (9 + align - 1) / align * align);
+    CHECK(plan.blocks[1].offset == 48 + 4);
+    CHECK(plan.floats == 48 + 16);
+    for (const auto& t : {a, view, overlapping, far}) {
+      const auto address = reinterpret_cast<std::uintptr_t>(t.data());
+      CHECK(plan.offset_of(t.data()) % align ==
+            address % LOADSTAR_TENSOR_ALIGNMENT / sizeof(float));
+    }
     CHECK(plan.offset_of(a.data()) == 0);
     CHECK(plan.offset_of(view.data()) == 10);
     CHECK(plan.offset_of(overlapping.data()) == 35);
-    CHECK(plan.offset_of(far.data() + 4) == plan.blocks[1].offset + 4);
+    CHECK(plan.offset_of(far.data() + 4) == 52 + 4);
     const Tensor<float> only_host[] = {host, Tensor<float>()};
     CHECK(cuda::detail::plan_staging(only_host).blocks.empty());
   }

@@ -147,8 +147,10 @@ struct StagedBlock {
 
 /// How `host_kernel` stages device tensors: the memory they cover, with overlapping tensors (a
 /// tensor and a view of it) merged into one block, so that their host views overlap as the
-/// tensors do and writes through one are seen through the other. Each block starts on a
-/// `LOADSTAR_TENSOR_ALIGNMENT` boundary of the staging memory, as host tensors do.
+/// tensors do and writes through one are seen through the other. Each staged address has the
+/// device address's offset from a `LOADSTAR_TENSOR_ALIGNMENT` boundary (the staging memory is
+/// page-aligned), so a tensor that starts a device allocation is as aligned on the host as a host
+/// tensor is, for the Eigen maps that assume it (`as_matrix`).
 struct StagingPlan {
   std::vector<StagedBlock> blocks;  // by address
   std::size_t floats = 0;           // the staging memory needed
@@ -182,8 +184,10 @@ inline StagingPlan plan_staging(std::span<const Tensor<float>> tensors) {
   }
   constexpr std::size_t align = LOADSTAR_TENSOR_ALIGNMENT / sizeof(float);
   for (auto& b : plan.blocks) {
-    b.offset = plan.floats;
-    plan.floats += (b.floats() + align - 1) / align * align;
+    const std::size_t skew =
+        reinterpret_cast<std::uintptr_t>(b.begin) % LOADSTAR_TENSOR_ALIGNMENT / sizeof(float);
+    b.offset = plan.floats + skew;
+    plan.floats += (skew + b.floats() + align - 1) / align * align;
   }
   return plan;
 }
