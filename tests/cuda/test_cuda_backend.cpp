@@ -1,4 +1,5 @@
-// The CUDA backend on a GPU (skipped without one, see gpu_main.cpp): every Backend kernel against
+// The CUDA backend on a GPU (skipped without one, see gpu_main.cpp; test_cuda_emulated runs the
+// same cases on the host emulation of emulated_cuda.cpp): every Backend kernel against
 // the CPU backend on random inputs, Dense and Conv2D models forward and backward, training steps
 // of an MLP against the CPU, bitwise repeatability of two runs, and the memory pool that stops
 // growing after the first batch. Tolerances: kernels that only move or select values, and those
