@@ -4,8 +4,9 @@
 /// \code
 /// #include <loadstar/cuda.hpp>
 /// #include <loadstar/keras.hpp>
-/// model.compile({.optimizer = "adam", .loss = "mse", .backend =
-/// loadstar::keras::cuda_backend(0)}); \endcode
+/// using namespace loadstar::keras;
+/// model.compile({.optimizer = "adam", .loss = "mse", .backend = cuda_backend(0)});
+/// \endcode
 #pragma once
 
 #include "loadstar/cuda/cuda_backend.hpp"

@@ -42,7 +42,17 @@ Pool& pool() {
 int current_device = 0;
 char stream_object, event_object, pool_object, handle_object;
 
+/// The emulated device's memory: allocations beyond the free bytes fail as on a device.
+constexpr std::size_t emulated_total_bytes = std::size_t{16} << 30U;
+constexpr std::size_t emulated_free_bytes = std::size_t{8} << 30U;
+
 }  // namespace
+
+namespace loadstar::test {
+/// Makes the next `cudaStreamCreateWithFlags` fail, so that a test sees a backend that cannot
+/// start (test_cuda_backend.cpp, under LOADSTAR_CUDA_EMULATED).
+bool fail_next_stream = false;
+}  // namespace loadstar::test
 
 extern "C" {
 
@@ -70,6 +80,8 @@ const char* cudaGetErrorName(cudaError_t error) {
       return "cudaErrorInvalidValue";
     case cudaErrorMemoryAllocation:
       return "cudaErrorMemoryAllocation";
+    case cudaErrorDevicesUnavailable:
+      return "cudaErrorDevicesUnavailable";
     default:
       return "cudaErrorUnknown";
   }
@@ -79,6 +91,10 @@ const char* cudaGetErrorString(cudaError_t error) {
 }
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int) {
+  if (loadstar::test::fail_next_stream) {
+    loadstar::test::fail_next_stream = false;
+    return cudaErrorDevicesUnavailable;
+  }
   *stream = reinterpret_cast<cudaStream_t>(&stream_object);
   return cudaSuccess;
 }
@@ -126,6 +142,7 @@ cudaError_t cudaMallocFromPoolAsync(void** pointer, size_t size, cudaMemPool_t, 
     p.free_blocks.erase(found);
     return cudaSuccess;
   }
+  if (size > emulated_free_bytes) return cudaErrorMemoryAllocation;
   // 256-byte aligned, as the device's allocations are.
   *pointer = std::aligned_alloc(256, (size + 255) / 256 * 256);
   if (*pointer == nullptr) return cudaErrorMemoryAllocation;
@@ -142,8 +159,8 @@ cudaError_t cudaFreeAsync(void* pointer, cudaStream_t) {
   return cudaSuccess;
 }
 cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
-  *free_bytes = 0;
-  *total_bytes = 0;
+  *free_bytes = emulated_free_bytes;
+  *total_bytes = emulated_total_bytes;
   return cudaSuccess;
 }
 cudaError_t cudaMalloc(void** pointer, size_t size) {

@@ -26,6 +26,12 @@ using namespace loadstar::keras;
 using namespace loadstar::keras::layers;
 using loadstar::cuda::CudaBackend;
 
+#if defined(LOADSTAR_CUDA_EMULATED)
+namespace loadstar::test {
+extern bool fail_next_stream;  // emulated_cuda.cpp
+}  // namespace loadstar::test
+#endif
+
 namespace {
 
 /// `n` values in [-1, 1) from a fixed linear congruential sequence.
@@ -245,6 +251,33 @@ TEST_SUITE("cuda") {
                          "expects cuda:0",
                          DeviceError);
   }
+
+  TEST_CASE("CudaBackend reports the bytes asked for and free when device memory runs out") {
+    CudaBackend gpu(0);
+    std::size_t free_bytes = 0, total_bytes = 0;
+    REQUIRE(cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess);
+    const std::size_t elements = total_bytes / sizeof(float) + (std::size_t{1} << 28U);
+    const std::string message = "cuda:0: out of memory: cudaMallocFromPoolAsync of " +
+                                std::to_string(elements * sizeof(float)) +
+                                " bytes for a float32 tensor of shape (" +
+                                std::to_string(elements) + ",) failed with ";
+    CHECK_THROWS_WITH_AS(gpu.allocate({elements}), doctest::Contains(message.c_str()), CudaError);
+    CHECK_THROWS_WITH_AS(gpu.allocate({elements}), doctest::Contains(" bytes free of "), CudaError);
+    // The backend stays usable.
+    const Tensor<float> small({2}, {1.0F, 2.0F});
+    CHECK(gpu.to_host(gpu.from_host(small)) == small);
+  }
+
+#if defined(LOADSTAR_CUDA_EMULATED)
+  TEST_CASE("CudaBackend names the device and the call when it cannot start") {
+    loadstar::test::fail_next_stream = true;
+    CHECK_THROWS_WITH_AS(CudaBackend(0),
+                         "cuda backend on cuda:0: cannot start: cudaStreamCreate failed with error "
+                         "46 (cudaErrorDevicesUnavailable: emulated error)",
+                         CudaError);
+    CHECK_NOTHROW(CudaBackend(0));
+  }
+#endif
 
   TEST_CASE("CudaBackend host_kernel stages tensors and their views through the host") {
     CudaBackend gpu(0);

@@ -376,8 +376,9 @@ inline bool device_available() noexcept {
 /// is not one.
 /// \code
 /// #include <loadstar/cuda.hpp>
-/// model.compile({.optimizer = "adam", .loss = "mse", .backend =
-/// loadstar::keras::cuda_backend(0)}); \endcode
+/// auto backend = loadstar::keras::cuda_backend(0);
+/// model.compile({.optimizer = "adam", .loss = "mse", .backend = backend});
+/// \endcode
 class CudaBackend final : public keras::Backend {
  public:
   /// A backend on device `device` (0 is the first).
@@ -392,7 +393,12 @@ class CudaBackend final : public keras::Backend {
                         std::to_string(count) + " CUDA device" + (count == 1 ? " is" : "s are") +
                         " present");
     }
-    context_ = std::make_shared<detail::Context>(device);
+    try {
+      context_ = std::make_shared<detail::Context>(device);
+    } catch (const CudaError& error) {
+      throw CudaError("cuda backend on cuda:" + std::to_string(device) +
+                      ": cannot start: " + error.what());
+    }
   }
 
   ~CudaBackend() override {

@@ -49,10 +49,10 @@ inline std::string error_message(std::string_view call, cublasStatus_t status) {
 /// The message of an allocation the device could not satisfy: the bytes asked, what they were
 /// for, and the bytes free of the device's total (`cudaMemGetInfo`).
 /// \code
-/// out_of_memory_message("cuda:0", "cudaMallocFromPoolAsync", 4096, "a float32 tensor of shape
-/// (32, 32)", 1024, 81559052288);
-/// // "cuda:0: out of memory: cudaMallocFromPoolAsync of 4096 bytes for a float32 tensor of shape
-/// // (32, 32) failed with 1024 bytes free of 81559052288"
+/// out_of_memory_message("cuda:0", "cudaMallocFromPoolAsync", 4096, "a float32 tensor",
+///                       1024, 81559052288);
+/// // "cuda:0: out of memory: cudaMallocFromPoolAsync of 4096 bytes for a float32 tensor
+/// //  failed with 1024 bytes free of 81559052288"
 /// \endcode
 inline std::string out_of_memory_message(std::string_view device, std::string_view call,
                                          std::size_t bytes, std::string_view what,
