@@ -1,0 +1,495 @@
+/// \file
+/// The CUDA backend's kernels and the definitions of their launchers (kernels.hpp). Compiled by
+/// nvcc in exactly one translation unit: src/cuda.cu, Meson's `loadstar_cuda` library.
+///
+/// Determinism: no kernel reduces floats with atomics. Every sum runs in a fixed order that
+/// depends only on the sizes (one thread per output element looping in order, or per-chunk
+/// partial sums in double added in chunk order), so that two runs give the same bits. Where the
+/// CPU backend's order can be followed cheaply (col2im, pooling gradients, scatter_add, softmax),
+/// it is, so that those results match it bit for bit apart from the device's `expf`.
+#pragma once
+
+#if !defined(__CUDACC__)
+#error "loadstar/cuda/detail/kernels.cuh is compiled by nvcc only (src/cuda.cu)"
+#endif
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "loadstar/cuda/detail/kernels.hpp"
+#include "loadstar/cuda/detail/math.hpp"
+
+namespace loadstar::cuda::detail {
+
+namespace {
+
+constexpr unsigned block_threads = 256;
+
+/// Blocks for a grid-stride loop over `n` items.
+inline unsigned blocks_for(std::size_t n) noexcept {
+  const std::size_t blocks = (n + block_threads - 1) / block_threads;
+  return static_cast<unsigned>(blocks < 65536 ? (blocks == 0 ? 1 : blocks) : 65536);
+}
+
+#define LOADSTAR_GRID_STRIDE(i, n)                                                  \
+  for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
+       i += std::size_t(gridDim.x) * blockDim.x)
+
+/// Queues `kernel<<<blocks_for(n), block_threads>>>` unless `n` is 0, and returns the launch
+/// status.
+template <class... Parameters, class... Arguments>
+cudaError_t launch(void (*kernel)(Parameters...), cudaStream_t stream, std::size_t n,
+                   Arguments&&... arguments) {
+  if (n == 0) return cudaSuccess;
+  kernel<<<blocks_for(n), block_threads, 0, stream>>>(static_cast<Arguments&&>(arguments)...);
+  return cudaGetLastError();
+}
+
+// --- Elementwise ------------------------------------------------------------------------------
+
+__global__ void fill_kernel(float* x, std::size_t n, float value) {
+  LOADSTAR_GRID_STRIDE(i, n) {
+    x[i] = value;
+  }
+}
+
+__global__ void scale_kernel(float* x, std::size_t n, float alpha) {
+  LOADSTAR_GRID_STRIDE(i, n) {
+    x[i] *= alpha;
+  }
+}
+
+__global__ void axpy_kernel(float alpha, const float* x, float* y, std::size_t n) {
+  LOADSTAR_GRID_STRIDE(i, n) {
+    y[i] += alpha * x[i];
+  }
+}
+
+__global__ void add_kernel(const float* a, const float* b, float* out, std::size_t n) {
+  LOADSTAR_GRID_STRIDE(i, n) {
+    out[i] = a[i] + b[i];
+  }
+}
+
+__global__ void bias_add_kernel(float* x, std::size_t n, const float* bias, std::size_t width) {
+  LOADSTAR_GRID_STRIDE(i, n) {
+    x[i] += bias[i % width];
+  }
+}
+
+__global__ void activation_forward_kernel(ActivationCode kind, const float* x, float* y,
+                                          std::size_t n) {
+  LOADSTAR_GRID_STRIDE(i, n) {
+    y[i] = activate(kind, x[i]);
+  }
+}
+
+__global__ void activation_backward_kernel(ActivationCode kind, const float* x, const float* y,
+                                           const float* dy, float* dx, std::size_t n) {
+  LOADSTAR_GRID_STRIDE(i, n) {
+    dx[i] = activation_gradient(kind, x == nullptr ? 0.0F : x[i], y[i], dy[i]);
+  }
+}
+
+__global__ void relu_forward_kernel(const float* x, float* y, std::size_t n, float top, float slope,
+                                    float threshold) {
+  LOADSTAR_GRID_STRIDE(i, n) {
+    y[i] = relu_value(x[i], top, slope, threshold);
+  }
+}
+
+__global__ void relu_backward_kernel(const float* x, const float* dy, float* dx, std::size_t n,
+                                     float top, float slope, float threshold) {
+  LOADSTAR_GRID_STRIDE(i, n) {
+    dx[i] = relu_gradient(x[i], dy[i], top, slope, threshold);
+  }
+}
+
+__global__ void dropout_kernel(const float* x, float* y, std::size_t n, double rate,
+                               float keep_scale, std::uint64_t key) {
+  LOADSTAR_GRID_STRIDE(i, n) {
+    y[i] = dropout_value(x[i], key, i, rate, keep_scale);
+  }
+}
+
+__global__ void moving_average_kernel(float* moving, const float* value, std::size_t n,
+                                      float momentum) {
+  LOADSTAR_GRID_STRIDE(i, n) {
+    moving[i] = moving_average_value(moving[i], value[i], momentum);
+  }
+}
+
+// --- Softmax ------------------------------------------------------------------------------------
+
+__global__ void softmax_forward_kernel(const float* x, float* y, std::size_t lines,
+                                       std::size_t length, std::size_t inner) {
+  LOADSTAR_GRID_STRIDE(line, lines) {
+    softmax_forward_line(x, y, length, inner, line);
+  }
+}
+
+__global__ void softmax_backward_kernel(const float* y, const float* dy, float* dx,
+                                        std::size_t lines, std::size_t length, std::size_t inner) {
+  LOADSTAR_GRID_STRIDE(line, lines) {
+    softmax_backward_line(y, dy, dx, length, inner, line);
+  }
+}
+
+// --- Column reductions ---------------------------------------------------------------------------
+
+/// Block `(x, y)`: columns `x * blockDim.x + threadIdx.x` of chunk `y`.
+template <class Value>
+__global__ void column_partials_kernel(Value value, std::size_t rows, std::size_t columns,
+                                       double* partials) {
+  const std::size_t j = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (j >= columns) return;
+  partials[std::size_t(blockIdx.y) * columns + j] = column_partial(value, rows, blockIdx.y, j);
+}
+
+template <class Finish>
+__global__ void column_finish_kernel(const double* partials, std::size_t chunks,
+                                     std::size_t columns, Finish finish) {
+  LOADSTAR_GRID_STRIDE(j, columns) {
+    finish(j, column_total(partials, chunks, columns, j));
+  }
+}
+
+/// `finish(j, sum over rows of value(r, j))` for every column, in a fixed order of additions.
+template <class Value, class Finish>
+cudaError_t column_reduce(cudaStream_t stream, Value value, Finish finish, std::size_t rows,
+                          std::size_t columns, double* partials) {
+  if (columns == 0) return cudaSuccess;
+  const std::size_t chunks = reduction_chunks(rows);
+  const dim3 grid(static_cast<unsigned>((columns + block_threads - 1) / block_threads),
+                  static_cast<unsigned>(chunks));
+  column_partials_kernel<<<grid, block_threads, 0, stream>>>(value, rows, columns, partials);
+  if (const cudaError_t status = cudaGetLastError(); status != cudaSuccess) return status;
+  return launch(column_finish_kernel<Finish>, stream, columns, partials, chunks, columns, finish);
+}
+
+struct ColumnSumsFinish {
+  float* out;
+  float beta;
+  __device__ void operator()(std::size_t j, double sum) const {
+    out[j] = column_sum_value(sum, beta, beta == 0.0F ? 0.0F : out[j]);
+  }
+};
+
+struct StoreMean {
+  double* out;
+  double rows;
+  __device__ void operator()(std::size_t j, double sum) const { out[j] = sum / rows; }
+};
+
+struct MomentsFinish {
+  const double* mean_sums;
+  float* mean;
+  float* variance;
+  double rows;
+  __device__ void operator()(std::size_t j, double squares) const {
+    mean[j] = static_cast<float>(mean_sums[j]);
+    variance[j] = static_cast<float>(squares / rows);
+  }
+};
+
+/// Keeps the sum (for `dx`) and adds it to the weight gradient when there is one.
+struct AccumulateFinish {
+  double* sums;
+  float* gradient;
+  __device__ void operator()(std::size_t j, double sum) const {
+    sums[j] = sum;
+    if (gradient != nullptr) gradient[j] += static_cast<float>(sum);
+  }
+};
+
+__global__ void batch_norm_forward_kernel(const float* x, const float* mean, const float* variance,
+                                          const float* gamma, const float* beta, float epsilon,
+                                          float* y, std::size_t n, std::size_t channels) {
+  LOADSTAR_GRID_STRIDE(i, n) {
+    const std::size_t j = i % channels;
+    y[i] = batch_norm_value(x[i], mean[j], variance[j], gamma == nullptr ? 1.0F : gamma[j],
+                            beta == nullptr ? 0.0F : beta[j], epsilon);
+  }
+}
+
+__global__ void batch_norm_dx_kernel(const float* x, const float* mean, const float* variance,
+                                     const float* gamma, float epsilon, bool training,
+                                     const float* dy, float* dx, const double* sum_dy,
+                                     const double* sum_dy_xhat, std::size_t n, std::size_t channels,
+                                     double rows) {
+  LOADSTAR_GRID_STRIDE(i, n) {
+    const std::size_t j = i % channels;
+    dx[i] = batch_norm_gradient(x[i], mean[j], variance[j], gamma == nullptr ? 1.0 : gamma[j],
+                                epsilon, training, dy[i], sum_dy[j], sum_dy_xhat[j], rows);
+  }
+}
+
+// --- Convolution unfolding and pooling
+// -------------------------------------------------------------
+
+__global__ void im2col_kernel(const float* x, ConvDims g, float* columns, std::size_t n) {
+  LOADSTAR_GRID_STRIDE(i, n) {
+    columns[i] = im2col_value(x, g, i);
+  }
+}
+
+__global__ void col2im_kernel(const float* columns, ConvDims g, float* dx, std::size_t n) {
+  LOADSTAR_GRID_STRIDE(i, n) {
+    dx[i] = col2im_value(columns, g, i);
+  }
+}
+
+__global__ void pool_forward_kernel(const float* x, PoolDims g, float* y, bool max, std::size_t n) {
+  LOADSTAR_GRID_STRIDE(i, n) {
+    y[i] = pool_forward_value(x, g, max, i);
+  }
+}
+
+__global__ void pool_backward_kernel(const float* x, PoolDims g, const float* dy, float* dx,
+                                     bool max, std::size_t n) {
+  LOADSTAR_GRID_STRIDE(i, n) {
+    dx[i] = pool_backward_value(x, g, dy, max, i);
+  }
+}
+
+__global__ void global_pool_forward_kernel(const float* x, bool max, float* y, std::size_t n,
+                                           std::size_t pixels, std::size_t channels) {
+  LOADSTAR_GRID_STRIDE(i, n) {
+    y[i] = global_pool_forward_value(x, max, pixels, channels, i);
+  }
+}
+
+__global__ void global_pool_backward_kernel(const float* x, bool max, const float* dy, float* dx,
+                                            std::size_t n, std::size_t pixels,
+                                            std::size_t channels) {
+  LOADSTAR_GRID_STRIDE(i, n) {
+    global_pool_backward_line(x, max, dy, dx, pixels, channels, i);
+  }
+}
+
+// --- Indexing and layout -------------------------------------------------------------------------
+
+__global__ void find_bad_index_kernel(const float* indices, std::size_t n, std::size_t rows,
+                                      unsigned long long* first) {
+  LOADSTAR_GRID_STRIDE(i, n) {
+    if (!index_in_range(indices[i], rows)) atomicMin(first, static_cast<unsigned long long>(i));
+  }
+}
+
+__global__ void gather_kernel(const float* indices, const float* table, std::size_t width,
+                              float* out, std::size_t n) {
+  LOADSTAR_GRID_STRIDE(i, n) {
+    out[i] = gather_value(indices, table, width, i);
+  }
+}
+
+/// One thread per column, so that each element's sum runs over the indices in order.
+__global__ void scatter_add_kernel(const float* indices, std::size_t count, const float* dy,
+                                   std::size_t width, float* table_gradient) {
+  LOADSTAR_GRID_STRIDE(c, width) {
+    scatter_add_column(indices, count, dy, width, table_gradient, c);
+  }
+}
+
+__global__ void permute_kernel(const float* x, float* y, PermuteDims d, std::size_t n) {
+  LOADSTAR_GRID_STRIDE(i, n) {
+    y[i] = x[permute_offset(d, i)];
+  }
+}
+
+#undef LOADSTAR_GRID_STRIDE
+
+}  // namespace
+
+cudaError_t launch_fill(cudaStream_t stream, float* x, std::size_t n, float value) {
+  return launch(fill_kernel, stream, n, x, n, value);
+}
+
+cudaError_t launch_scale(cudaStream_t stream, float* x, std::size_t n, float alpha) {
+  return launch(scale_kernel, stream, n, x, n, alpha);
+}
+
+cudaError_t launch_axpy(cudaStream_t stream, float alpha, const float* x, float* y, std::size_t n) {
+  return launch(axpy_kernel, stream, n, alpha, x, y, n);
+}
+
+cudaError_t launch_add(cudaStream_t stream, const float* a, const float* b, float* out,
+                       std::size_t n) {
+  return launch(add_kernel, stream, n, a, b, out, n);
+}
+
+cudaError_t launch_bias_add(cudaStream_t stream, float* x, std::size_t n, const float* bias,
+                            std::size_t width) {
+  return launch(bias_add_kernel, stream, n, x, n, bias, width);
+}
+
+cudaError_t launch_column_sums(cudaStream_t stream, const float* x, float* out, std::size_t rows,
+                               std::size_t columns, float beta, double* scratch) {
+  return column_reduce(stream, ElementValue{x, columns}, ColumnSumsFinish{out, beta}, rows, columns,
+                       scratch);
+}
+
+cudaError_t launch_activation_forward(cudaStream_t stream, ActivationCode kind, const float* x,
+                                      float* y, std::size_t n) {
+  return launch(activation_forward_kernel, stream, n, kind, x, y, n);
+}
+
+cudaError_t launch_activation_backward(cudaStream_t stream, ActivationCode kind, const float* x,
+                                       const float* y, const float* dy, float* dx, std::size_t n) {
+  return launch(activation_backward_kernel, stream, n, kind, x, y, dy, dx, n);
+}
+
+cudaError_t launch_relu_forward(cudaStream_t stream, const float* x, float* y, std::size_t n,
+                                float top, float slope, float threshold) {
+  return launch(relu_forward_kernel, stream, n, x, y, n, top, slope, threshold);
+}
+
+cudaError_t launch_relu_backward(cudaStream_t stream, const float* x, const float* dy, float* dx,
+                                 std::size_t n, float top, float slope, float threshold) {
+  return launch(relu_backward_kernel, stream, n, x, dy, dx, n, top, slope, threshold);
+}
+
+cudaError_t launch_softmax_forward(cudaStream_t stream, const float* x, float* y, std::size_t outer,
+                                   std::size_t length, std::size_t inner) {
+  return launch(softmax_forward_kernel, stream, outer * inner, x, y, outer * inner, length, inner);
+}
+
+cudaError_t launch_softmax_backward(cudaStream_t stream, const float* y, const float* dy, float* dx,
+                                    std::size_t outer, std::size_t length, std::size_t inner) {
+  return launch(softmax_backward_kernel, stream, outer * inner, y, dy, dx, outer * inner, length,
+                inner);
+}
+
+cudaError_t launch_dropout(cudaStream_t stream, const float* x, float* y, std::size_t n,
+                           double rate, float keep_scale, std::uint64_t key) {
+  return launch(dropout_kernel, stream, n, x, y, n, rate, keep_scale, key);
+}
+
+cudaError_t launch_im2col(cudaStream_t stream, const float* x, const ConvDims& g, float* columns) {
+  const std::size_t n = g.batch * g.out_h * g.out_w * g.kernel_h * g.kernel_w * g.in_c;
+  return launch(im2col_kernel, stream, n, x, g, columns, n);
+}
+
+cudaError_t launch_col2im(cudaStream_t stream, const float* columns, const ConvDims& g, float* dx) {
+  const std::size_t n = g.batch * g.in_h * g.in_w * g.in_c;
+  return launch(col2im_kernel, stream, n, columns, g, dx, n);
+}
+
+cudaError_t launch_max_pool_forward(cudaStream_t stream, const float* x, const PoolDims& g,
+                                    float* y) {
+  const std::size_t n = g.batch * g.out_h * g.out_w * g.channels;
+  return launch(pool_forward_kernel, stream, n, x, g, y, true, n);
+}
+
+cudaError_t launch_max_pool_backward(cudaStream_t stream, const float* x, const PoolDims& g,
+                                     const float* dy, float* dx) {
+  const std::size_t n = g.batch * g.in_h * g.in_w * g.channels;
+  return launch(pool_backward_kernel, stream, n, x, g, dy, dx, true, n);
+}
+
+cudaError_t launch_avg_pool_forward(cudaStream_t stream, const float* x, const PoolDims& g,
+                                    float* y) {
+  const std::size_t n = g.batch * g.out_h * g.out_w * g.channels;
+  return launch(pool_forward_kernel, stream, n, x, g, y, false, n);
+}
+
+cudaError_t launch_avg_pool_backward(cudaStream_t stream, const PoolDims& g, const float* dy,
+                                     float* dx) {
+  const std::size_t n = g.batch * g.in_h * g.in_w * g.channels;
+  return launch(pool_backward_kernel, stream, n, static_cast<const float*>(nullptr), g, dy, dx,
+                false, n);
+}
+
+cudaError_t launch_global_pool_forward(cudaStream_t stream, const float* x, bool max, float* y,
+                                       std::size_t batch, std::size_t pixels,
+                                       std::size_t channels) {
+  return launch(global_pool_forward_kernel, stream, batch * channels, x, max, y, batch * channels,
+                pixels, channels);
+}
+
+cudaError_t launch_global_pool_backward(cudaStream_t stream, const float* x, bool max,
+                                        const float* dy, float* dx, std::size_t batch,
+                                        std::size_t pixels, std::size_t channels) {
+  return launch(global_pool_backward_kernel, stream, batch * channels, x, max, dy, dx,
+                batch * channels, pixels, channels);
+}
+
+cudaError_t launch_moments(cudaStream_t stream, const float* x, float* mean, float* variance,
+                           std::size_t rows, std::size_t channels, double* scratch) {
+  double* partials = scratch;
+  double* mean_sums = scratch + reduction_chunks(rows) * channels;
+  const auto n = static_cast<double>(rows);
+  if (const cudaError_t status = column_reduce(stream, ElementValue{x, channels},
+                                               StoreMean{mean_sums, n}, rows, channels, partials);
+      status != cudaSuccess) {
+    return status;
+  }
+  return column_reduce(stream, SquaredDeviation{x, mean_sums, channels},
+                       MomentsFinish{mean_sums, mean, variance, n}, rows, channels, partials);
+}
+
+cudaError_t launch_batch_norm_forward(cudaStream_t stream, const float* x, const float* mean,
+                                      const float* variance, const float* gamma, const float* beta,
+                                      float epsilon, float* y, std::size_t rows,
+                                      std::size_t channels) {
+  const std::size_t n = rows * channels;
+  return launch(batch_norm_forward_kernel, stream, n, x, mean, variance, gamma, beta, epsilon, y, n,
+                channels);
+}
+
+cudaError_t launch_batch_norm_backward(cudaStream_t stream, const float* x, const float* mean,
+                                       const float* variance, const float* gamma, float epsilon,
+                                       bool training, const float* dy, float* dx, float* dgamma,
+                                       float* dbeta, std::size_t rows, std::size_t channels,
+                                       double* scratch) {
+  double* partials = scratch;
+  double* sum_dy = scratch + reduction_chunks(rows) * channels;
+  double* sum_dy_xhat = sum_dy + channels;
+  if (const cudaError_t status =
+          column_reduce(stream, ElementValue{dy, channels}, AccumulateFinish{sum_dy, dbeta}, rows,
+                        channels, partials);
+      status != cudaSuccess) {
+    return status;
+  }
+  if (const cudaError_t status =
+          column_reduce(stream, DyXhat{x, mean, variance, dy, epsilon, channels},
+                        AccumulateFinish{sum_dy_xhat, dgamma}, rows, channels, partials);
+      status != cudaSuccess) {
+    return status;
+  }
+  if (dx == nullptr) return cudaSuccess;
+  const std::size_t n = rows * channels;
+  return launch(batch_norm_dx_kernel, stream, n, x, mean, variance, gamma, epsilon, training, dy,
+                dx, static_cast<const double*>(sum_dy), static_cast<const double*>(sum_dy_xhat), n,
+                channels, static_cast<double>(rows));
+}
+
+cudaError_t launch_moving_average(cudaStream_t stream, float* moving, const float* value,
+                                  std::size_t n, float momentum) {
+  return launch(moving_average_kernel, stream, n, moving, value, n, momentum);
+}
+
+cudaError_t launch_find_bad_index(cudaStream_t stream, const float* indices, std::size_t n,
+                                  std::size_t rows, unsigned long long* first) {
+  return launch(find_bad_index_kernel, stream, n, indices, n, rows, first);
+}
+
+cudaError_t launch_gather(cudaStream_t stream, const float* indices, std::size_t n,
+                          const float* table, std::size_t width, float* out) {
+  const std::size_t total = n * width;
+  return launch(gather_kernel, stream, total, indices, table, width, out, total);
+}
+
+cudaError_t launch_scatter_add(cudaStream_t stream, const float* indices, std::size_t n,
+                               const float* dy, std::size_t width, float* table_gradient) {
+  return launch(scatter_add_kernel, stream, width, indices, n, dy, width, table_gradient);
+}
+
+cudaError_t launch_permute(cudaStream_t stream, const float* x, float* y, const PermuteDims& dims,
+                           std::size_t n) {
+  return launch(permute_kernel, stream, n, x, y, dims, n);
+}
+
+}  // namespace loadstar::cuda::detail

@@ -1,0 +1,86 @@
+/// \file
+/// The launchers of the CUDA backend's kernels, declared for host code: raw device pointers,
+/// sizes and plain geometry structs, so that a host compiler sees no device code. They are
+/// defined in kernels.cuh, compiled once by nvcc (src/cuda.cu, Meson's `loadstar_cuda` library).
+/// Each queues its kernel on `stream` and returns the launch's status (`cudaGetLastError`).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "loadstar/cuda/detail/math.hpp"
+
+namespace loadstar::cuda::detail {
+
+cudaError_t launch_fill(cudaStream_t stream, float* x, std::size_t n, float value);
+cudaError_t launch_scale(cudaStream_t stream, float* x, std::size_t n, float alpha);
+cudaError_t launch_axpy(cudaStream_t stream, float alpha, const float* x, float* y, std::size_t n);
+cudaError_t launch_add(cudaStream_t stream, const float* a, const float* b, float* out,
+                       std::size_t n);
+cudaError_t launch_bias_add(cudaStream_t stream, float* x, std::size_t n, const float* bias,
+                            std::size_t width);
+cudaError_t launch_column_sums(cudaStream_t stream, const float* x, float* out, std::size_t rows,
+                               std::size_t columns, float beta, double* scratch);
+
+cudaError_t launch_activation_forward(cudaStream_t stream, ActivationCode kind, const float* x,
+                                      float* y, std::size_t n);
+/// `x` may be null for kinds whose gradient reads only `y`.
+cudaError_t launch_activation_backward(cudaStream_t stream, ActivationCode kind, const float* x,
+                                       const float* y, const float* dy, float* dx, std::size_t n);
+cudaError_t launch_relu_forward(cudaStream_t stream, const float* x, float* y, std::size_t n,
+                                float top, float slope, float threshold);
+cudaError_t launch_relu_backward(cudaStream_t stream, const float* x, const float* dy, float* dx,
+                                 std::size_t n, float top, float slope, float threshold);
+cudaError_t launch_softmax_forward(cudaStream_t stream, const float* x, float* y, std::size_t outer,
+                                   std::size_t length, std::size_t inner);
+cudaError_t launch_softmax_backward(cudaStream_t stream, const float* y, const float* dy, float* dx,
+                                    std::size_t outer, std::size_t length, std::size_t inner);
+cudaError_t launch_dropout(cudaStream_t stream, const float* x, float* y, std::size_t n,
+                           double rate, float keep_scale, std::uint64_t key);
+
+cudaError_t launch_im2col(cudaStream_t stream, const float* x, const ConvDims& g, float* columns);
+cudaError_t launch_col2im(cudaStream_t stream, const float* columns, const ConvDims& g, float* dx);
+cudaError_t launch_max_pool_forward(cudaStream_t stream, const float* x, const PoolDims& g,
+                                    float* y);
+cudaError_t launch_max_pool_backward(cudaStream_t stream, const float* x, const PoolDims& g,
+                                     const float* dy, float* dx);
+cudaError_t launch_avg_pool_forward(cudaStream_t stream, const float* x, const PoolDims& g,
+                                    float* y);
+cudaError_t launch_avg_pool_backward(cudaStream_t stream, const PoolDims& g, const float* dy,
+                                     float* dx);
+cudaError_t launch_global_pool_forward(cudaStream_t stream, const float* x, bool max, float* y,
+                                       std::size_t batch, std::size_t pixels, std::size_t channels);
+cudaError_t launch_global_pool_backward(cudaStream_t stream, const float* x, bool max,
+                                        const float* dy, float* dx, std::size_t batch,
+                                        std::size_t pixels, std::size_t channels);
+
+cudaError_t launch_moments(cudaStream_t stream, const float* x, float* mean, float* variance,
+                           std::size_t rows, std::size_t channels, double* scratch);
+/// `gamma` and `beta` may be null (1 and 0).
+cudaError_t launch_batch_norm_forward(cudaStream_t stream, const float* x, const float* mean,
+                                      const float* variance, const float* gamma, const float* beta,
+                                      float epsilon, float* y, std::size_t rows,
+                                      std::size_t channels);
+/// `gamma`, `dx`, `dgamma` and `dbeta` may be null.
+cudaError_t launch_batch_norm_backward(cudaStream_t stream, const float* x, const float* mean,
+                                       const float* variance, const float* gamma, float epsilon,
+                                       bool training, const float* dy, float* dx, float* dgamma,
+                                       float* dbeta, std::size_t rows, std::size_t channels,
+                                       double* scratch);
+cudaError_t launch_moving_average(cudaStream_t stream, float* moving, const float* value,
+                                  std::size_t n, float momentum);
+
+/// Sets `*first` (initially all ones) to the smallest position of an index outside
+/// `[0, rows)`; the minimum of integers is the same whatever the order of the atomics.
+cudaError_t launch_find_bad_index(cudaStream_t stream, const float* indices, std::size_t n,
+                                  std::size_t rows, unsigned long long* first);
+cudaError_t launch_gather(cudaStream_t stream, const float* indices, std::size_t n,
+                          const float* table, std::size_t width, float* out);
+cudaError_t launch_scatter_add(cudaStream_t stream, const float* indices, std::size_t n,
+                               const float* dy, std::size_t width, float* table_gradient);
+cudaError_t launch_permute(cudaStream_t stream, const float* x, float* y, const PermuteDims& dims,
+                           std::size_t n);
+
+}  // namespace loadstar::cuda::detail

@@ -1,0 +1,568 @@
+/// \file
+/// What each thread of the CUDA backend's kernels computes, as `__host__ __device__` functions
+/// (plain functions under a host compiler): the element-wise math, the index arithmetic of the
+/// convolution and pooling kernels and the fixed-order column reductions. They follow the CPU
+/// backend (keras/backend/cpu_backend.hpp) operation for operation, so that host tests run every
+/// kernel's per-thread work over all threads and compare with it without a GPU; the kernels
+/// (kernels.cuh) only map threads to these calls. This header includes no CUDA header and
+/// nothing of the executor.
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+
+#include "loadstar/config.hpp"
+
+namespace loadstar::cuda::detail {
+
+/// `keras::Conv2DGeometry`'s fields, without the executor's headers.
+struct ConvDims {
+  std::size_t batch = 0, in_h = 0, in_w = 0, in_c = 0;
+  std::size_t out_h = 0, out_w = 0;
+  std::size_t kernel_h = 1, kernel_w = 1;
+  std::size_t stride_h = 1, stride_w = 1;
+  std::size_t dilation_h = 1, dilation_w = 1;
+  std::size_t pad_top = 0, pad_left = 0;
+};
+
+/// `keras::Pool2DGeometry`'s fields.
+struct PoolDims {
+  std::size_t batch = 0, in_h = 0, in_w = 0, channels = 0;
+  std::size_t out_h = 0, out_w = 0;
+  std::size_t pool_h = 1, pool_w = 1;
+  std::size_t stride_h = 1, stride_w = 1;
+  std::size_t pad_top = 0, pad_left = 0;
+};
+
+/// An axis permutation: the output's dimensions and, for each output axis, the stride of the
+/// input axis it reads.
+struct PermuteDims {
+  static constexpr std::size_t max_rank = 8;
+  std::size_t rank = 0;
+  std::size_t out_dims[max_rank] = {};
+  std::size_t in_strides[max_rank] = {};
+};
+
+/// `keras::Activation` as the kernels see it: the same enumerators in the same order (checked by
+/// static_asserts in cuda_backend.hpp), without the executor's headers.
+enum class ActivationCode : int {
+  linear,
+  relu,
+  sigmoid,
+  tanh,
+  softmax,
+  elu,
+  selu,
+  softplus,
+  softsign,
+  gelu,
+  swish,
+  hard_sigmoid,
+  exponential,
+};
+
+/// `std::max(a, b)` with its NaN behaviour (`a` unless `a < b`), unlike `fmaxf`.
+LOADSTAR_HOST_DEVICE inline float max_of(float a, float b) noexcept {
+  return a < b ? b : a;
+}
+
+/// `std::clamp(v, low, high)`.
+LOADSTAR_HOST_DEVICE inline float clamp_to(float v, float low, float high) noexcept {
+  return v < low ? low : high < v ? high : v;
+}
+
+/// The scaled exponential linear unit's constants, as in the CPU backend.
+inline constexpr float selu_alpha = 1.67326324235437728481704299167F;
+inline constexpr float selu_scale = 1.05070098735548049341933498529F;
+
+LOADSTAR_HOST_DEVICE inline float sigmoid(float x) noexcept {
+  return 1.0F / (1.0F + ::expf(-x));
+}
+
+/// `f(x)` of an element-wise activation (softmax and linear give `x`).
+LOADSTAR_HOST_DEVICE inline float activate(ActivationCode kind, float x) noexcept {
+  switch (kind) {
+    case ActivationCode::linear:
+    case ActivationCode::softmax:
+      return x;
+    case ActivationCode::relu:
+      return x > 0.0F ? x : 0.0F;
+    case ActivationCode::sigmoid:
+      return sigmoid(x);
+    case ActivationCode::tanh:
+      return ::tanhf(x);
+    case ActivationCode::elu:
+      return x > 0.0F ? x : ::expm1f(x);
+    case ActivationCode::selu:
+      return x > 0.0F ? selu_scale * x : selu_scale * selu_alpha * ::expm1f(x);
+    case ActivationCode::softplus:
+      return ::log1pf(::expf(-::fabsf(x))) + max_of(x, 0.0F);
+    case ActivationCode::softsign:
+      return x / (1.0F + ::fabsf(x));
+    case ActivationCode::gelu:
+      return 0.5F * x * (1.0F + ::erff(x * 0.70710678118654752F));
+    case ActivationCode::swish:
+      return x * sigmoid(x);
+    case ActivationCode::hard_sigmoid:
+      return clamp_to(0.2F * x + 0.5F, 0.0F, 1.0F);
+    case ActivationCode::exponential:
+      return ::expf(x);
+  }
+  return x;
+}
+
+/// `f'(x) * dy` from the output `y` (and the input `x` for gelu and swish).
+LOADSTAR_HOST_DEVICE inline float activation_gradient(ActivationCode kind, float x, float y,
+                                                      float dy) noexcept {
+  switch (kind) {
+    case ActivationCode::linear:
+    case ActivationCode::softmax:
+      return dy;
+    case ActivationCode::relu:
+      return y > 0.0F ? dy : 0.0F;
+    case ActivationCode::sigmoid:
+      return dy * y * (1.0F - y);
+    case ActivationCode::tanh:
+      return dy * (1.0F - y * y);
+    case ActivationCode::elu:
+      return y > 0.0F ? dy : dy * (y + 1.0F);
+    case ActivationCode::selu:
+      return y > 0.0F ? dy * selu_scale : dy * (y + selu_scale * selu_alpha);
+    case ActivationCode::softplus:  // sigmoid(x) = 1 - exp(-y)
+      return -dy * ::expm1f(-y);
+    case ActivationCode::softsign:  // 1 / (1 + |x|)^2 = (1 - |y|)^2
+      return dy * (1.0F - ::fabsf(y)) * (1.0F - ::fabsf(y));
+    case ActivationCode::gelu: {
+      const float cdf = 0.5F * (1.0F + ::erff(x * 0.70710678118654752F));
+      const float pdf = 0.39894228040143268F * ::expf(-0.5F * x * x);
+      return dy * (cdf + x * pdf);
+    }
+    case ActivationCode::swish: {
+      const float s = sigmoid(x);
+      return dy * (s + x * s * (1.0F - s));
+    }
+    case ActivationCode::hard_sigmoid:
+      return y > 0.0F && y < 1.0F ? 0.2F * dy : 0.0F;
+    case ActivationCode::exponential:
+      return dy * y;
+  }
+  return dy;
+}
+
+/// Keras's `ReLU`: `top` for `v >= top`, `v` from `threshold` on, `slope * (v - threshold)`
+/// below (`top` is infinity without a `max_value`).
+LOADSTAR_HOST_DEVICE inline float relu_value(float v, float top, float slope,
+                                             float threshold) noexcept {
+  return v >= top ? top : v >= threshold ? v : slope * (v - threshold);
+}
+
+LOADSTAR_HOST_DEVICE inline float relu_gradient(float v, float dy, float top, float slope,
+                                                float threshold) noexcept {
+  return v >= top ? 0.0F : v >= threshold ? dy : slope * dy;
+}
+
+/// SplitMix64's finaliser (`loadstar::mix64` in random.hpp, which is not a device function).
+LOADSTAR_HOST_DEVICE inline std::uint64_t mix64(std::uint64_t z) noexcept {
+  z = (z ^ (z >> 30U)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27U)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31U);
+}
+
+/// Whether inverted dropout keeps element `i` under `key`: the CPU backend's counter hash, a
+/// uniform double from the top 53 bits of `mix64(key + golden * (i + 1))` at or above `rate`.
+LOADSTAR_HOST_DEVICE inline bool dropout_keeps(std::uint64_t key, std::uint64_t i,
+                                               double rate) noexcept {
+  const std::uint64_t bits = mix64(key + 0x9E3779B97F4A7C15ULL * (i + 1));
+  const double u = static_cast<double>(bits >> 11U) * 0x1.0p-53;
+  return u >= rate;
+}
+
+/// The dropout output of `x`: `x * keep_scale` when kept, else 0.
+LOADSTAR_HOST_DEVICE inline float dropout_value(float x, std::uint64_t key, std::uint64_t i,
+                                                double rate, float keep_scale) noexcept {
+  return dropout_keeps(key, i, rate) ? x * keep_scale : 0.0F;
+}
+
+/// `moving * momentum + value * (1 - momentum)`.
+LOADSTAR_HOST_DEVICE inline float moving_average_value(float moving, float value,
+                                                       float momentum) noexcept {
+  return moving * momentum + value * (1.0F - momentum);
+}
+
+/// `gamma * (x - mean) / sqrt(variance + epsilon) + beta`, in the CPU backend's order.
+LOADSTAR_HOST_DEVICE inline float batch_norm_value(float x, float mean, float variance, float gamma,
+                                                   float beta, float epsilon) noexcept {
+  const float inv = 1.0F / ::sqrtf(variance + epsilon);
+  return (x - mean) * inv * gamma + beta;
+}
+
+/// The input gradient of batch normalisation for one element: with the batch's statistics
+/// (`training`) `gamma * inv * (dy - sum_dy / n - xhat * sum_dy_xhat / n)`, else
+/// `gamma * inv * dy`, in double as the CPU backend computes it.
+LOADSTAR_HOST_DEVICE inline float batch_norm_gradient(float x, float mean, float variance,
+                                                      double gamma, float epsilon, bool training,
+                                                      float dy, double sum_dy, double sum_dy_xhat,
+                                                      double n) noexcept {
+  const double inv = 1.0 / ::sqrt(double(variance) + epsilon);
+  const double d = dy;
+  if (!training) return static_cast<float>(gamma * inv * d);
+  const double xhat = (x - mean) * inv;
+  return static_cast<float>(gamma * inv * (d - sum_dy / n - xhat * sum_dy_xhat / n));
+}
+
+/// The value that `batch_norm_backward` sums for `dgamma`: `dy * (x - mean) * inv`.
+LOADSTAR_HOST_DEVICE inline double batch_norm_dy_xhat(float x, float mean, float dy,
+                                                      double inv) noexcept {
+  return double(dy) * (x - mean) * inv;
+}
+
+/// Whether a gather index (a float, cast toward zero) is inside `[0, rows)`; NaN is not.
+LOADSTAR_HOST_DEVICE inline bool index_in_range(float v, std::size_t rows) noexcept {
+  return v > -1.0F && v < static_cast<float>(rows);
+}
+
+// --- Softmax: one thread per line, the CPU backend's order
+// ----------------------------------------
+
+/// `y = softmax(x)` along line `line` of a tensor seen as `(outer, length, inner)`.
+LOADSTAR_HOST_DEVICE inline void softmax_forward_line(const float* x, float* y, std::size_t length,
+                                                      std::size_t inner,
+                                                      std::size_t line) noexcept {
+  const std::size_t base = (line / inner) * length * inner + line % inner;
+  const float* in = x + base;
+  float* out = y + base;
+  float top = -INFINITY;
+  for (std::size_t k = 0; k < length; ++k)
+    top = max_of(top, in[k * inner]);
+  float sum = 0.0F;
+  for (std::size_t k = 0; k < length; ++k) {
+    const float e = ::expf(in[k * inner] - top);
+    out[k * inner] = e;
+    sum += e;
+  }
+  for (std::size_t k = 0; k < length; ++k)
+    out[k * inner] /= sum;
+}
+
+/// `dx = y * (dy - sum(dy * y))` along line `line`.
+LOADSTAR_HOST_DEVICE inline void softmax_backward_line(const float* y, const float* dy, float* dx,
+                                                       std::size_t length, std::size_t inner,
+                                                       std::size_t line) noexcept {
+  const std::size_t base = (line / inner) * length * inner + line % inner;
+  float dot = 0.0F;
+  for (std::size_t k = 0; k < length; ++k)
+    dot += y[base + k * inner] * dy[base + k * inner];
+  for (std::size_t k = 0; k < length; ++k) {
+    const std::size_t i = base + k * inner;
+    dx[i] = y[i] * (dy[i] - dot);
+  }
+}
+
+// --- Column reductions: fixed chunks of rows, partial sums in double, added in chunk order
+// --------
+
+/// The rows each chunk of a column reduction sums: at least 512, and few enough chunks for a
+/// grid's y dimension (65535). A function of the row count alone, so that the order of additions
+/// (and the result, bit for bit) never depends on the device or the launch. With one chunk the
+/// sum is the CPU backend's sequential double sum, bit for bit.
+LOADSTAR_HOST_DEVICE inline std::size_t reduction_chunk_rows(std::size_t rows) noexcept {
+  const std::size_t by_grid = (rows + 65534) / 65535;
+  return by_grid > 512 ? by_grid : 512;
+}
+
+LOADSTAR_HOST_DEVICE inline std::size_t reduction_chunks(std::size_t rows) noexcept {
+  const std::size_t chunk = reduction_chunk_rows(rows);
+  return rows == 0 ? 1 : (rows + chunk - 1) / chunk;
+}
+
+/// The doubles of device scratch the column reductions (`column_sums`, `moments`,
+/// `batch_norm_backward`) need for `rows x columns`: the per-chunk partial sums and two sums per
+/// column.
+LOADSTAR_HOST_DEVICE inline std::size_t reduction_scratch(std::size_t rows,
+                                                          std::size_t columns) noexcept {
+  return reduction_chunks(rows) * columns + 2 * columns;
+}
+
+/// The sum of `value(r, j)` over the rows of chunk `chunk`, in row order.
+template <class Value>
+LOADSTAR_HOST_DEVICE double column_partial(const Value& value, std::size_t rows, std::size_t chunk,
+                                           std::size_t j) noexcept {
+  const std::size_t chunk_rows = reduction_chunk_rows(rows);
+  const std::size_t r0 = chunk * chunk_rows;
+  const std::size_t r1 = r0 + chunk_rows < rows ? r0 + chunk_rows : rows;
+  double sum = 0.0;
+  for (std::size_t r = r0; r < r1; ++r)
+    sum += value(r, j);
+  return sum;
+}
+
+/// Column `j`'s partial sums (`partials[chunk * columns + j]`) added in chunk order.
+LOADSTAR_HOST_DEVICE inline double column_total(const double* partials, std::size_t chunks,
+                                                std::size_t columns, std::size_t j) noexcept {
+  double total = 0.0;
+  for (std::size_t c = 0; c < chunks; ++c)
+    total += partials[c * columns + j];
+  return total;
+}
+
+/// `x[r, j]` of a `(rows, columns)` matrix.
+struct ElementValue {
+  const float* x;
+  std::size_t columns;
+  LOADSTAR_HOST_DEVICE double operator()(std::size_t r, std::size_t j) const noexcept {
+    return x[r * columns + j];
+  }
+};
+
+/// `(x[r, j] - mean[j])^2`, in double.
+struct SquaredDeviation {
+  const float* x;
+  const double* mean;
+  std::size_t columns;
+  LOADSTAR_HOST_DEVICE double operator()(std::size_t r, std::size_t j) const noexcept {
+    const double d = x[r * columns + j] - mean[j];
+    return d * d;
+  }
+};
+
+/// `dy * (x - mean) * inv`: what `batch_norm_backward` sums for `dgamma`.
+struct DyXhat {
+  const float* x;
+  const float* mean;
+  const float* variance;
+  const float* dy;
+  float epsilon;
+  std::size_t columns;
+  LOADSTAR_HOST_DEVICE double operator()(std::size_t r, std::size_t j) const noexcept {
+    const double inv = 1.0 / ::sqrt(double(variance[j]) + epsilon);
+    return batch_norm_dy_xhat(x[r * columns + j], mean[j], dy[r * columns + j], inv);
+  }
+};
+
+/// `column_sums`' result from the column's sum, as the CPU backend rounds it.
+LOADSTAR_HOST_DEVICE inline float column_sum_value(double sum, float beta, float old) noexcept {
+  return static_cast<float>(beta == 0.0F ? sum : beta * old + sum);
+}
+
+// --- Convolution unfolding -----------------------------------------------------------------------
+
+/// Element `i` of im2col's `columns`: row `(b, oh, ow)`, column `(kh, kw, c)`.
+LOADSTAR_HOST_DEVICE inline float im2col_value(const float* x, const ConvDims& g,
+                                               std::size_t i) noexcept {
+  const std::size_t patch = g.kernel_h * g.kernel_w * g.in_c;
+  const std::size_t r = i / patch;
+  const std::size_t k = i % patch;
+  const std::size_t c = k % g.in_c;
+  const std::size_t kw = (k / g.in_c) % g.kernel_w;
+  const std::size_t kh = k / (g.in_c * g.kernel_w);
+  const std::size_t b = r / (g.out_h * g.out_w);
+  const std::size_t oh = (r / g.out_w) % g.out_h;
+  const std::size_t ow = r % g.out_w;
+  const auto ih = static_cast<std::ptrdiff_t>(oh * g.stride_h + kh * g.dilation_h) -
+                  static_cast<std::ptrdiff_t>(g.pad_top);
+  const auto iw = static_cast<std::ptrdiff_t>(ow * g.stride_w + kw * g.dilation_w) -
+                  static_cast<std::ptrdiff_t>(g.pad_left);
+  const bool inside = ih >= 0 && iw >= 0 && std::size_t(ih) < g.in_h && std::size_t(iw) < g.in_w;
+  return inside ? x[((b * g.in_h + std::size_t(ih)) * g.in_w + std::size_t(iw)) * g.in_c + c]
+                : 0.0F;
+}
+
+/// Element `i` of col2im's `dx`: the column elements that unfold from input element `i`, added
+/// in the CPU backend's order (rows ascending, which is kernel offsets descending).
+LOADSTAR_HOST_DEVICE inline float col2im_value(const float* columns, const ConvDims& g,
+                                               std::size_t i) noexcept {
+  const std::size_t patch = g.kernel_h * g.kernel_w * g.in_c;
+  const std::size_t c = i % g.in_c;
+  const std::size_t iw = (i / g.in_c) % g.in_w;
+  const std::size_t ih = (i / (g.in_c * g.in_w)) % g.in_h;
+  const std::size_t b = i / (g.in_c * g.in_w * g.in_h);
+  float sum = 0.0F;
+  for (std::size_t kh = g.kernel_h; kh-- > 0;) {
+    const auto h = static_cast<std::ptrdiff_t>(ih + g.pad_top) -
+                   static_cast<std::ptrdiff_t>(kh * g.dilation_h);
+    if (h < 0 || std::size_t(h) % g.stride_h != 0) continue;
+    const std::size_t oh = std::size_t(h) / g.stride_h;
+    if (oh >= g.out_h) continue;
+    for (std::size_t kw = g.kernel_w; kw-- > 0;) {
+      const auto w = static_cast<std::ptrdiff_t>(iw + g.pad_left) -
+                     static_cast<std::ptrdiff_t>(kw * g.dilation_w);
+      if (w < 0 || std::size_t(w) % g.stride_w != 0) continue;
+      const std::size_t ow = std::size_t(w) / g.stride_w;
+      if (ow >= g.out_w) continue;
+      const std::size_t row = (b * g.out_h + oh) * g.out_w + ow;
+      sum += columns[row * patch + (kh * g.kernel_w + kw) * g.in_c + c];
+    }
+  }
+  return sum;
+}
+
+// --- Pooling -----------------------------------------------------------------------------------
+
+/// Positions `[begin, end)` of one axis.
+struct Span {
+  std::size_t begin, end;
+};
+
+/// The input positions of window `o` of one axis, clipped to the input.
+LOADSTAR_HOST_DEVICE inline Span window_span(std::size_t o, std::size_t stride, std::size_t pad,
+                                             std::size_t pool, std::size_t in) noexcept {
+  const auto start = static_cast<std::ptrdiff_t>(o * stride) - static_cast<std::ptrdiff_t>(pad);
+  const auto stop = start + static_cast<std::ptrdiff_t>(pool);
+  const auto limit = static_cast<std::ptrdiff_t>(in);
+  return {std::size_t(start < 0 ? 0 : start), std::size_t(stop < 0       ? 0
+                                                          : stop > limit ? limit
+                                                                         : stop)};
+}
+
+/// The windows `[begin, end)` of one axis that contain input position `p`: window `o` covers
+/// `[o * stride - pad, o * stride - pad + pool)`, so `p + pad - pool < o * stride <= p + pad`.
+LOADSTAR_HOST_DEVICE inline Span windows_containing(std::size_t p, std::size_t stride,
+                                                    std::size_t pad, std::size_t pool,
+                                                    std::size_t out) noexcept {
+  const std::size_t high = p + pad;
+  const std::size_t first = high + 1 > pool ? (high + 1 - pool + stride - 1) / stride : 0;
+  const std::size_t last = high / stride + 1;
+  return {first, last < out ? last : out};
+}
+
+LOADSTAR_HOST_DEVICE inline std::size_t pool_in_index(const PoolDims& g, std::size_t b,
+                                                      std::size_t ih, std::size_t iw) noexcept {
+  return ((b * g.in_h + ih) * g.in_w + iw) * g.channels;
+}
+
+/// The input index of the first maximum of window `(b, oh, ow)` of channel `c`, as the CPU
+/// backend picks it (the first element, then any strictly greater one).
+LOADSTAR_HOST_DEVICE inline std::size_t window_argmax(const float* x, const PoolDims& g,
+                                                      std::size_t b, std::size_t oh, std::size_t ow,
+                                                      std::size_t c) noexcept {
+  const Span h = window_span(oh, g.stride_h, g.pad_top, g.pool_h, g.in_h);
+  const Span w = window_span(ow, g.stride_w, g.pad_left, g.pool_w, g.in_w);
+  float top = -INFINITY;
+  std::size_t arg = ~std::size_t{0};
+  for (std::size_t ih = h.begin; ih < h.end; ++ih) {
+    for (std::size_t iw = w.begin; iw < w.end; ++iw) {
+      const std::size_t index = pool_in_index(g, b, ih, iw) + c;
+      if (arg == ~std::size_t{0} || x[index] > top) {
+        top = x[index];
+        arg = index;
+      }
+    }
+  }
+  return arg;
+}
+
+/// Output element `i` of max (or average) pooling.
+LOADSTAR_HOST_DEVICE inline float pool_forward_value(const float* x, const PoolDims& g, bool max,
+                                                     std::size_t i) noexcept {
+  const std::size_t c = i % g.channels;
+  const std::size_t ow = (i / g.channels) % g.out_w;
+  const std::size_t oh = (i / (g.channels * g.out_w)) % g.out_h;
+  const std::size_t b = i / (g.channels * g.out_w * g.out_h);
+  const Span h = window_span(oh, g.stride_h, g.pad_top, g.pool_h, g.in_h);
+  const Span w = window_span(ow, g.stride_w, g.pad_left, g.pool_w, g.in_w);
+  float acc = max ? -INFINITY : 0.0F;
+  std::size_t count = 0;
+  for (std::size_t ih = h.begin; ih < h.end; ++ih) {
+    for (std::size_t iw = w.begin; iw < w.end; ++iw) {
+      const float v = x[pool_in_index(g, b, ih, iw) + c];
+      acc = max ? max_of(acc, v) : acc + v;
+      ++count;
+    }
+  }
+  return max ? acc : acc / static_cast<float>(count);
+}
+
+/// Input gradient element `i`: the gradients of the windows that contain it (and, for max
+/// pooling, chose it), added in window order as the CPU backend adds them. `x` is read only for
+/// max pooling.
+LOADSTAR_HOST_DEVICE inline float pool_backward_value(const float* x, const PoolDims& g,
+                                                      const float* dy, bool max,
+                                                      std::size_t i) noexcept {
+  const std::size_t c = i % g.channels;
+  const std::size_t iw = (i / g.channels) % g.in_w;
+  const std::size_t ih = (i / (g.channels * g.in_w)) % g.in_h;
+  const std::size_t b = i / (g.channels * g.in_w * g.in_h);
+  const Span hs = windows_containing(ih, g.stride_h, g.pad_top, g.pool_h, g.out_h);
+  const Span ws = windows_containing(iw, g.stride_w, g.pad_left, g.pool_w, g.out_w);
+  float sum = 0.0F;
+  for (std::size_t oh = hs.begin; oh < hs.end; ++oh) {
+    for (std::size_t ow = ws.begin; ow < ws.end; ++ow) {
+      const std::size_t out_index = ((b * g.out_h + oh) * g.out_w + ow) * g.channels + c;
+      if (max) {
+        if (window_argmax(x, g, b, oh, ow, c) == i) sum += dy[out_index];
+      } else {
+        const Span h = window_span(oh, g.stride_h, g.pad_top, g.pool_h, g.in_h);
+        const Span w = window_span(ow, g.stride_w, g.pad_left, g.pool_w, g.in_w);
+        const std::size_t count = (h.end - h.begin) * (w.end - w.begin);
+        sum += dy[out_index] / static_cast<float>(count);
+      }
+    }
+  }
+  return sum;
+}
+
+/// Output element `i = (b, c)` of global pooling over `pixels` positions.
+LOADSTAR_HOST_DEVICE inline float global_pool_forward_value(const float* x, bool max,
+                                                            std::size_t pixels,
+                                                            std::size_t channels,
+                                                            std::size_t i) noexcept {
+  const float* in = x + (i / channels) * pixels * channels + i % channels;
+  float acc = max ? -INFINITY : 0.0F;
+  for (std::size_t p = 0; p < pixels; ++p)
+    acc = max ? max_of(acc, in[p * channels]) : acc + in[p * channels];
+  return max ? acc : acc / static_cast<float>(pixels);
+}
+
+/// Writes the input gradient of output element `i = (b, c)` of global pooling.
+LOADSTAR_HOST_DEVICE inline void global_pool_backward_line(const float* x, bool max,
+                                                           const float* dy, float* dx,
+                                                           std::size_t pixels, std::size_t channels,
+                                                           std::size_t i) noexcept {
+  const std::size_t base = (i / channels) * pixels * channels + i % channels;
+  if (max) {
+    std::size_t arg = 0;
+    for (std::size_t p = 0; p < pixels; ++p) {
+      dx[base + p * channels] = 0.0F;
+      if (x[base + p * channels] > x[base + arg * channels]) arg = p;
+    }
+    if (pixels > 0) dx[base + arg * channels] = dy[i];
+  } else {
+    const float share = dy[i] / static_cast<float>(pixels);
+    for (std::size_t p = 0; p < pixels; ++p)
+      dx[base + p * channels] = share;
+  }
+}
+
+// --- Indexing and layout -------------------------------------------------------------------------
+
+/// Element `i` of gather's output: row `indices[i / width]` of `table` (cast toward zero).
+LOADSTAR_HOST_DEVICE inline float gather_value(const float* indices, const float* table,
+                                               std::size_t width, std::size_t i) noexcept {
+  const auto row = static_cast<std::size_t>(indices[i / width]);
+  return table[row * width + i % width];
+}
+
+/// Column `c` of scatter_add: the rows' gradients added over the indices in order, as on the CPU.
+LOADSTAR_HOST_DEVICE inline void scatter_add_column(const float* indices, std::size_t count,
+                                                    const float* dy, std::size_t width,
+                                                    float* table_gradient, std::size_t c) noexcept {
+  for (std::size_t i = 0; i < count; ++i) {
+    const auto row = static_cast<std::size_t>(indices[i]);
+    table_gradient[row * width + c] += dy[i * width + c];
+  }
+}
+
+/// The input offset that output element `i` of a permutation reads.
+LOADSTAR_HOST_DEVICE inline std::size_t permute_offset(const PermuteDims& d,
+                                                       std::size_t i) noexcept {
+  std::size_t rest = i;
+  std::size_t offset = 0;
+  for (std::size_t axis = d.rank; axis-- > 0;) {
+    offset += (rest % d.out_dims[axis]) * d.in_strides[axis];
+    rest /= d.out_dims[axis];
+  }
+  return offset;
+}
+
+}  // namespace loadstar::cuda::detail

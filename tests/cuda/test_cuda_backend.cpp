@@ -1,0 +1,665 @@
+// The CUDA backend on a GPU (skipped without one, see gpu_main.cpp; test_cuda_emulated runs the
+// same cases on the host emulation of emulated_cuda.cpp): every Backend kernel against
+// the CPU backend on random inputs, Dense and Conv2D models forward and backward, training steps
+// of an MLP against the CPU, bitwise repeatability of two runs, and the memory pool that stops
+// growing after the first batch. Tolerances: kernels that only move or select values, and those
+// that follow the CPU backend's order of float operations, are compared bit for bit; GEMM and the
+// device's transcendental functions within the stated relative tolerance.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <iomanip>
+#include <limits>
+#include <loadstar/cuda.hpp>
+#include <loadstar/keras.hpp>
+#include <loadstar/keras/backend/cpu_backend.hpp>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+using namespace loadstar;
+using namespace loadstar::keras;
+using namespace loadstar::keras::layers;
+using loadstar::cuda::CudaBackend;
+
+#if defined(LOADSTAR_CUDA_EMULATED)
+namespace loadstar::test {
+extern bool fail_next_stream;  // emulated_cuda.cpp
+}  // namespace loadstar::test
+#endif
+
+namespace {
+
+/// `n` values in [-1, 1) from a fixed linear congruential sequence.
+std::vector<float> values(std::size_t n, std::uint64_t seed) {
+  std::vector<float> out(n);
+  std::uint64_t state = seed;
+  for (auto& v : out) {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    v = static_cast<float>((state >> 40) % 2000) / 1000.0F - 1.0F;
+  }
+  return out;
+}
+
+Tensor<float> random_tensor(const Shape& shape, std::uint64_t seed, float scale = 1.0F) {
+  auto v = values(shape.elements(), seed);
+  for (auto& x : v)
+    x *= scale;
+  return Tensor<float>(shape, std::span<const float>(v));
+}
+
+bool bitwise_equal(const Tensor<float>& a, const Tensor<float>& b) {
+  return a.shape() == b.shape() && std::memcmp(a.data(), b.data(), a.bytes()) == 0;
+}
+
+/// `|a - e| <= tolerance * max(1, |e|)` element by element (bitwise for tolerance 0), reporting
+/// the first mismatch's index, value and target.
+void check_close(const Tensor<float>& expected, const Tensor<float>& actual, double tolerance) {
+  REQUIRE(expected.shape() == actual.shape());
+  std::size_t mismatches = 0, first = 0;
+  for (std::size_t i = 0; i < actual.size(); ++i) {
+    const double e = expected.data()[i];
+    const double a = actual.data()[i];
+    const bool ok =
+        tolerance == 0.0
+            ? std::memcmp(&expected.data()[i], &actual.data()[i], sizeof(float)) == 0
+            : (std::isnan(e) ? std::isnan(a)
+                             : std::abs(a - e) <= tolerance * std::max(1.0, std::abs(e)));
+    if (!ok && mismatches++ == 0) first = i;
+  }
+  INFO("first mismatch at index " << first << ": value " << std::setprecision(9)
+                                  << actual.data()[first] << ", target " << expected.data()[first]
+                                  << " (" << mismatches << " mismatches, tolerance " << tolerance
+                                  << ")");
+  CHECK(mismatches == 0);
+}
+
+/// A CPU backend and a CUDA backend side by side, with the conveniences the comparisons need.
+struct Backends {
+  CpuBackend cpu{1};
+  CudaBackend gpu{0};
+
+  Tensor<float> up(const Tensor<float>& host) { return gpu.from_host(host); }
+  Tensor<float> down(const Tensor<float>& device) { return gpu.to_host(device); }
+};
+
+/// Float GEMM and the device's `expf`, `tanhf`, `erff` differ from the host's in the last bits.
+constexpr double tolerance = 1e-5;
+/// nvcc contracts `a * b + c` into one fused multiply-add (`--fmad=true`), which rounds once where
+/// the CPU may round twice: kernels with a multiply before an add match to this tolerance.
+constexpr double fused = 1e-6;
+
+keras::Conv2DGeometry conv_geometry(std::size_t in_h, std::size_t in_w, std::size_t in_c,
+                                    std::size_t kernel, std::size_t stride, std::size_t dilation,
+                                    bool same) {
+  const auto h = axis_geometry(in_h, kernel, stride, dilation, same);
+  const auto w = axis_geometry(in_w, kernel, stride, dilation, same);
+  keras::Conv2DGeometry g;
+  g.batch = 3;
+  g.in_h = in_h;
+  g.in_w = in_w;
+  g.in_c = in_c;
+  g.out_h = h.out;
+  g.out_w = w.out;
+  g.out_c = 4;
+  g.kernel_h = g.kernel_w = kernel;
+  g.stride_h = g.stride_w = stride;
+  g.dilation_h = g.dilation_w = dilation;
+  g.pad_top = h.pad_before;
+  g.pad_left = w.pad_before;
+  return g;
+}
+
+keras::Pool2DGeometry pool_geometry(std::size_t in_h, std::size_t in_w, std::size_t pool,
+                                    std::size_t stride, bool same) {
+  const auto h = axis_geometry(in_h, pool, stride, 1, same);
+  const auto w = axis_geometry(in_w, pool, stride, 1, same);
+  keras::Pool2DGeometry g;
+  g.batch = 3;
+  g.in_h = in_h;
+  g.in_w = in_w;
+  g.channels = 5;
+  g.out_h = h.out;
+  g.out_w = w.out;
+  g.pool_h = g.pool_w = pool;
+  g.stride_h = g.stride_w = stride;
+  g.pad_top = h.pad_before;
+  g.pad_left = w.pad_before;
+  return g;
+}
+
+/// Images `(n, 8, 8, 1)` and 3 classes decided by their quadrant sums.
+struct Data {
+  Tensor<float> x;
+  Tensor<std::int64_t> y;
+};
+
+Data images(std::size_t n, std::uint64_t seed) {
+  Data d{random_tensor({n, 8, 8, 1}, seed), Tensor<std::int64_t>({n})};
+  for (std::size_t i = 0; i < n; ++i) {
+    float top = 0, left = 0;
+    for (std::size_t r = 0; r < 8; ++r) {
+      for (std::size_t c = 0; c < 8; ++c) {
+        top += r < 4 ? d.x(i, r, c, std::size_t{0}) : 0.0F;
+        left += c < 4 ? d.x(i, r, c, std::size_t{0}) : 0.0F;
+      }
+    }
+    d.y(i) = top > 0 ? 0 : left > 0 ? 1 : 2;
+  }
+  return d;
+}
+
+using ModelFactory = std::function<std::shared_ptr<Model>()>;
+
+std::shared_ptr<Model> mlp() {
+  set_random_seed(11);
+  return std::make_shared<Sequential>(std::initializer_list<SequentialItem>{
+      Input({8, 8, 1}), Flatten(), Dense(32, {.activation = "relu"}), Dropout(0.25), Dense(3)});
+}
+
+std::shared_ptr<Model> cnn() {
+  set_random_seed(12);
+  auto in = Input({8, 8, 1});
+  auto h = call(Conv2D(4, 3, {.padding = "same", .activation = "relu"}), in);
+  h = call(BatchNormalization(), h);
+  h = call(MaxPooling2D(), h);
+  h = call(Conv2D(6, 3, {.activation = "tanh"}), h);
+  auto a = call(GlobalAveragePooling2D(), h);
+  auto b = call(Flatten(), h);
+  auto out = call(Dense(3), call(Concatenate(), std::vector{a, b}));
+  return std::make_shared<Model>(in, out);
+}
+
+struct Run {
+  std::vector<Tensor<float>> weights;
+  Tensor<float> predictions;
+  callbacks::History history;
+  std::size_t reserved_after_first_epoch = 0;
+  std::size_t reserved_at_end = 0;
+};
+
+/// Trains the model from `make` (its initial weights set to `initial` when given) on `backend`
+/// for `epochs` epochs of batches of 16, then predicts.
+/// Adam normalises each step by the gradient's running scale, so that a gradient near zero whose
+/// last bits differ between backends can move its weight by up to the learning rate: comparisons
+/// across backends train with SGD, whose steps are proportional to the gradient.
+enum class Optimizing { adam, sgd };
+
+Run train(const ModelFactory& make, std::shared_ptr<Backend> backend, std::size_t epochs,
+          const std::vector<Tensor<float>>& initial = {},
+          Optimizing optimizing = Optimizing::adam) {
+  const Data data = images(96, 7);
+  auto model = make();
+  if (!initial.empty()) model->set_weights(initial);
+  std::shared_ptr<Optimizer> optimizer;
+  if (optimizing == Optimizing::adam) {
+    optimizer = std::make_shared<optimizers::Adam>(optimizers::AdamOptions{.learning_rate = 0.01});
+  } else {
+    optimizer = std::make_shared<optimizers::SGD>(
+        optimizers::SGDOptions{.learning_rate = 0.05, .momentum = 0.9});
+  }
+  model->compile({.optimizer = optimizer,
+                  .loss = losses::SparseCategoricalCrossentropy(true),
+                  .metrics = {"accuracy"},
+                  .backend = backend});
+  Run run;
+  auto* gpu = dynamic_cast<CudaBackend*>(backend.get());
+  if (epochs > 0) {
+    run.history =
+        model->fit(data.x, data.y, {.epochs = 1, .batch_size = 16, .verbose = 0, .seed = 5});
+    if (gpu != nullptr) run.reserved_after_first_epoch = gpu->reserved_bytes();
+  }
+  if (epochs > 1) {
+    const auto more = model->fit(
+        data.x, data.y,
+        {.epochs = epochs, .batch_size = 16, .verbose = 0, .initial_epoch = 1, .seed = 5});
+    for (const auto& [key, series] : more.history)
+      run.history.history[key].insert(run.history.history[key].end(), series.begin(), series.end());
+  }
+  if (gpu != nullptr) run.reserved_at_end = gpu->reserved_bytes();
+  run.predictions = model->predict(images(24, 8).x, {.batch_size = 8, .verbose = 0});
+  run.weights = model->get_weights();
+  return run;
+}
+
+}  // namespace
+
+TEST_SUITE("cuda") {
+  TEST_CASE("CudaBackend allocates zero-filled device tensors and copies them both ways") {
+    CudaBackend gpu(0);
+    CHECK(gpu.device() == Device{"cuda", 0});
+    CHECK(gpu.device().str() == "cuda:0");
+    const Tensor<float> zeros = gpu.allocate({3, 4});
+    CHECK(zeros.device() == gpu.device());
+    CHECK_THROWS_AS(static_cast<void>(zeros.begin()), DeviceError);
+    CHECK(gpu.to_host(zeros) == Tensor<float>({3, 4}));
+    const Tensor<float> host = random_tensor({5, 7}, 1);
+    const Tensor<float> device = gpu.from_host(host);
+    CHECK(bitwise_equal(gpu.to_host(device), host));
+    CHECK(gpu.to_host(device.slice_rows(2, 4)) == host.slice_rows(2, 4).clone());
+    CHECK(gpu.allocate({0, 3}).empty());
+    CHECK_THROWS_WITH_AS(gpu.copy_from_host(device, device),
+                         doctest::Contains("cuda backend: copy_from_host needs a host tensor"),
+                         DeviceError);
+    const Tensor<float> out = gpu.allocate({5, 7});
+    CHECK_THROWS_WITH_AS(gpu.add(device, host, out),
+                         "cuda backend: add was given a float32 tensor of shape (5, 7) on cpu but "
+                         "expects cuda:0",
+                         DeviceError);
+  }
+
+  TEST_CASE("CudaBackend reports the bytes asked for and free when device memory runs out") {
+    CudaBackend gpu(0);
+    std::size_t free_bytes = 0, total_bytes = 0;
+    REQUIRE(cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess);
+    const std::size_t elements = total_bytes / sizeof(float) + (std::size_t{1} << 28U);
+    const std::string message = "cuda:0: out of memory: cudaMallocFromPoolAsync of " +
+                                std::to_string(elements * sizeof(float)) +
+                                " bytes for a float32 tensor of shape (" +
+                                std::to_string(elements) + ",) failed with ";
+    CHECK_THROWS_WITH_AS(gpu.allocate({elements}), doctest::Contains(message.c_str()), CudaError);
+    CHECK_THROWS_WITH_AS(gpu.allocate({elements}), doctest::Contains(" bytes free of "), CudaError);
+    // The backend stays usable.
+    const Tensor<float> small({2}, {1.0F, 2.0F});
+    CHECK(gpu.to_host(gpu.from_host(small)) == small);
+  }
+
+#if defined(LOADSTAR_CUDA_EMULATED)
+  TEST_CASE("CudaBackend names the device and the call when it cannot start") {
+    loadstar::test::fail_next_stream = true;
+    CHECK_THROWS_WITH_AS(CudaBackend(0),
+                         "cuda backend on cuda:0: cannot start: cudaStreamCreate failed with error "
+                         "46 (cudaErrorDevicesUnavailable: emulated error)",
+                         CudaError);
+    CHECK_NOTHROW(CudaBackend(0));
+  }
+#endif
+
+  TEST_CASE("CudaBackend host_kernel stages tensors and their views through the host") {
+    CudaBackend gpu(0);
+    const Tensor<float> x = gpu.from_host(random_tensor({4, 3}, 2));
+    const Tensor<float> view = x.slice_rows(1, 3);
+    Tensor<float> host({2}, {1.0F, 2.0F});
+    gpu.on_host({x, view, host, Tensor<float>()}, [&](std::span<const Tensor<float>> t) {
+      REQUIRE(t.size() == 4);
+      CHECK(t[0].is_host());
+      CHECK(t[1].data() == t[0].data() + 3);  // the view stays a view of the staged tensor
+      CHECK(t[2].data() == host.data());
+      CHECK(t[3].empty());
+      for (float& v : t[1])
+        v = 7.0F;
+      t[2].data()[0] = t[0].data()[0];
+    });
+    const Tensor<float> back = gpu.to_host(x);
+    for (std::size_t i = 3; i < 9; ++i)
+      CHECK(back.data()[i] == 7.0F);
+    CHECK(host.data()[0] == back.data()[0]);
+    CHECK_THROWS_WITH_AS(gpu.on_host({x},
+                                     [](std::span<const Tensor<float>>) {
+                                       throw std::runtime_error("from the host kernel");
+                                     }),
+                         "from the host kernel", std::runtime_error);
+  }
+
+  TEST_CASE("CudaBackend gemm matches the CPU backend for every transposition") {
+    Backends b;
+    for (const bool ta : {false, true}) {
+      for (const bool tb : {false, true}) {
+        CAPTURE(ta);
+        CAPTURE(tb);
+        const std::size_t m = 37, k = 53, n = 29;
+        const Tensor<float> a = random_tensor(ta ? Shape{k, m} : Shape{m, k}, 3);
+        const Tensor<float> bb = random_tensor(tb ? Shape{n, k} : Shape{k, n}, 4);
+        for (const auto& [alpha, beta] :
+             {std::pair{1.0F, 0.0F}, std::pair{0.5F, 1.0F}, std::pair{-2.0F, 0.25F}}) {
+          Tensor<float> c_cpu = random_tensor({m, n}, 5);
+          if (beta == 0.0F) c_cpu.data()[0] = std::numeric_limits<float>::quiet_NaN();  // ignored
+          const Tensor<float> c_gpu = b.up(c_cpu);
+          b.cpu.gemm(a, ta, bb, tb, c_cpu, alpha, beta);
+          b.gpu.gemm(b.up(a), ta, b.up(bb), tb, c_gpu, alpha, beta);
+          check_close(c_cpu, b.down(c_gpu), 1e-4);
+        }
+      }
+    }
+  }
+
+  TEST_CASE("CudaBackend elementwise kernels match the CPU backend") {
+    Backends b;
+    const Tensor<float> x = random_tensor({64, 33}, 6, 4.0F);
+    const Tensor<float> z = random_tensor({64, 33}, 7);
+    const Tensor<float> gx = b.up(x), gz = b.up(z);
+    auto both = [&](const Tensor<float>& cpu_out, const Tensor<float>& gpu_out, double tol) {
+      check_close(cpu_out, b.down(gpu_out), tol);
+    };
+    SUBCASE("fill copy scale axpy add") {
+      Tensor<float> c = x.clone();
+      const Tensor<float> g = b.up(x);
+      b.cpu.scale(c, 0.3F);
+      b.gpu.scale(g, 0.3F);
+      both(c, g, 0.0);
+      b.cpu.axpy(-1.5F, z, c);
+      b.gpu.axpy(-1.5F, gz, g);
+      both(c, g, fused);
+      Tensor<float> sum(x.shape());
+      const Tensor<float> gsum = b.gpu.allocate(x.shape());
+      b.cpu.add(x, z, sum);
+      b.gpu.add(gx, gz, gsum);
+      both(sum, gsum, 0.0);
+      b.gpu.add(gsum, gz, gsum);  // out may be an input
+      b.cpu.add(sum, z, sum);
+      both(sum, gsum, 0.0);
+      Tensor<float> copy(x.shape());
+      const Tensor<float> gcopy = b.gpu.allocate(x.shape());
+      b.cpu.copy(x, copy);
+      b.gpu.copy(gx, gcopy);
+      both(copy, gcopy, 0.0);
+      b.cpu.fill(copy, 2.5F);
+      b.gpu.fill(gcopy, 2.5F);
+      both(copy, gcopy, 0.0);
+    }
+    SUBCASE("bias_add and column_sums over one chunk and several") {
+      const Tensor<float> bias = random_tensor({33}, 8);
+      Tensor<float> c = x.clone();
+      Tensor<float> g = b.up(x);
+      b.cpu.bias_add(c, bias);
+      b.gpu.bias_add(g, b.up(bias));
+      both(c, g, 0.0);
+      for (const std::size_t rows : {64, 3000}) {
+        const Tensor<float> big = random_tensor({rows, 33}, 9);
+        for (const float beta : {0.0F, 1.0F}) {
+          Tensor<float> out = random_tensor({33}, 10);
+          const Tensor<float> gout = b.up(out);
+          b.cpu.column_sums(big, out, beta);
+          b.gpu.column_sums(b.up(big), gout, beta);
+          both(out, gout, 1e-6);
+        }
+      }
+    }
+    SUBCASE("activations forward and backward") {
+      for (const keras::Activation kind :
+           {keras::Activation::linear, keras::Activation::relu, keras::Activation::sigmoid,
+            keras::Activation::tanh, keras::Activation::softmax, keras::Activation::elu,
+            keras::Activation::selu, keras::Activation::softplus, keras::Activation::softsign,
+            keras::Activation::gelu, keras::Activation::swish, keras::Activation::hard_sigmoid,
+            keras::Activation::exponential}) {
+        CAPTURE(activation_name(kind));
+        Tensor<float> y(x.shape()), dx(x.shape());
+        const Tensor<float> gy = b.gpu.allocate(x.shape()), gdx = b.gpu.allocate(x.shape());
+        b.cpu.activation_forward(kind, x, y);
+        b.gpu.activation_forward(kind, gx, gy);
+        both(y, gy, tolerance);
+        b.cpu.activation_backward(kind, x, y, z, dx);
+        b.gpu.activation_backward(kind, gx, gy, gz, gdx);
+        both(dx, gdx, 1e-4);
+      }
+    }
+    SUBCASE("relu variants") {
+      for (const std::optional<float> top : {std::optional<float>{}, std::optional<float>{1.5F}}) {
+        Tensor<float> y(x.shape()), dx(x.shape());
+        const Tensor<float> gy = b.gpu.allocate(x.shape()), gdx = b.gpu.allocate(x.shape());
+        b.cpu.relu_forward(x, y, top, 0.1F, 0.25F);
+        b.gpu.relu_forward(gx, gy, top, 0.1F, 0.25F);
+        b.cpu.relu_backward(x, z, dx, top, 0.1F, 0.25F);
+        b.gpu.relu_backward(gx, gz, gdx, top, 0.1F, 0.25F);
+        both(y, gy, 0.0);
+        both(dx, gdx, 0.0);
+      }
+    }
+    SUBCASE("softmax over every axis") {
+      const Tensor<float> t = random_tensor({6, 7, 8}, 11, 5.0F);
+      const Tensor<float> dt = random_tensor({6, 7, 8}, 12);
+      for (std::size_t axis = 0; axis < 3; ++axis) {
+        CAPTURE(axis);
+        Tensor<float> y(t.shape()), dx(t.shape());
+        const Tensor<float> gy = b.gpu.allocate(t.shape()), gdx = b.gpu.allocate(t.shape());
+        b.cpu.softmax_forward(t, y, axis);
+        b.gpu.softmax_forward(b.up(t), gy, axis);
+        both(y, gy, tolerance);
+        b.cpu.softmax_backward(y, dt, dx, axis);
+        b.gpu.softmax_backward(b.up(y), b.up(dt), gdx, axis);
+        both(dx, gdx, tolerance);
+      }
+    }
+    SUBCASE("dropout draws the CPU backend's mask") {
+      for (const float rate : {0.0F, 0.3F, 1.0F}) {
+        Tensor<float> y(x.shape());
+        const Tensor<float> gy = b.gpu.allocate(x.shape());
+        b.cpu.dropout(x, y, rate, 77);
+        b.gpu.dropout(gx, gy, rate, 77);
+        both(y, gy, 0.0);
+      }
+    }
+    SUBCASE("moving_average") {
+      Tensor<float> m = z.clone();
+      const Tensor<float> gm = b.up(z);
+      b.cpu.moving_average(m, x, 0.9F);
+      b.gpu.moving_average(gm, gx, 0.9F);
+      both(m, gm, fused);
+    }
+  }
+
+  TEST_CASE("CudaBackend convolution and pooling kernels match the CPU backend") {
+    Backends b;
+    for (const auto& g :
+         {conv_geometry(9, 8, 3, 3, 1, 1, true), conv_geometry(11, 11, 2, 3, 2, 1, false),
+          conv_geometry(10, 9, 2, 3, 1, 2, true), conv_geometry(7, 7, 4, 1, 1, 1, false)}) {
+      CAPTURE(g.in_h);
+      CAPTURE(g.kernel_h);
+      const Tensor<float> x = random_tensor({g.batch, g.in_h, g.in_w, g.in_c}, 13);
+      Tensor<float> columns({g.batch * g.out_h * g.out_w, g.patch_size()});
+      const Tensor<float> gcolumns = b.gpu.allocate(columns.shape());
+      b.cpu.im2col(x, g, columns);
+      b.gpu.im2col(b.up(x), g, gcolumns);
+      check_close(columns, b.down(gcolumns), 0.0);
+      const Tensor<float> dcolumns = random_tensor(columns.shape(), 14);
+      Tensor<float> dx(x.shape());
+      const Tensor<float> gdx = b.up(random_tensor(x.shape(), 15));  // overwritten
+      b.cpu.col2im(dcolumns, g, dx);
+      b.gpu.col2im(b.up(dcolumns), g, gdx);
+      check_close(dx, b.down(gdx), 0.0);
+    }
+    for (const auto& g : {pool_geometry(8, 8, 2, 2, false), pool_geometry(7, 7, 2, 2, true),
+                          pool_geometry(9, 6, 3, 2, true), pool_geometry(6, 6, 3, 1, true)}) {
+      CAPTURE(g.in_h);
+      CAPTURE(g.pool_h);
+      Tensor<float> x = random_tensor({g.batch, g.in_h, g.in_w, g.channels}, 16);
+      for (float& v : x)
+        v = std::round(v * 3.0F);  // ties
+      const Tensor<float> dy = random_tensor({g.batch, g.out_h, g.out_w, g.channels}, 17);
+      const Tensor<float> gx = b.up(x), gdy = b.up(dy);
+      for (const bool max : {true, false}) {
+        CAPTURE(max);
+        Tensor<float> y(dy.shape()), dx(x.shape());
+        const Tensor<float> gy = b.gpu.allocate(dy.shape()), gdx = b.gpu.allocate(x.shape());
+        if (max) {
+          b.cpu.max_pool_forward(x, g, y);
+          b.gpu.max_pool_forward(gx, g, gy);
+          b.cpu.max_pool_backward(x, g, dy, dx);
+          b.gpu.max_pool_backward(gx, g, gdy, gdx);
+        } else {
+          b.cpu.avg_pool_forward(x, g, y);
+          b.gpu.avg_pool_forward(gx, g, gy);
+          b.cpu.avg_pool_backward(g, dy, dx);
+          b.gpu.avg_pool_backward(g, gdy, gdx);
+        }
+        check_close(y, b.down(gy), 0.0);
+        check_close(dx, b.down(gdx), 0.0);
+      }
+    }
+    Tensor<float> x = random_tensor({3, 5, 4, 6}, 18);
+    for (float& v : x)
+      v = std::round(v * 2.0F);
+    const Tensor<float> dy = random_tensor({3, 6}, 19);
+    for (const bool max : {true, false}) {
+      Tensor<float> y({3, 6}), dx(x.shape());
+      const Tensor<float> gy = b.gpu.allocate({3, 6}), gdx = b.gpu.allocate(x.shape());
+      b.cpu.global_pool_forward(x, max, y);
+      b.gpu.global_pool_forward(b.up(x), max, gy);
+      b.cpu.global_pool_backward(x, max, dy, dx);
+      b.gpu.global_pool_backward(b.up(x), max, b.up(dy), gdx);
+      check_close(y, b.down(gy), 0.0);
+      check_close(dx, b.down(gdx), 0.0);
+    }
+  }
+
+  TEST_CASE("CudaBackend normalisation kernels match the CPU backend") {
+    Backends b;
+    for (const std::size_t rows : {40, 3000}) {
+      CAPTURE(rows);
+      const std::size_t c = 6;
+      const double tol = rows > 512 ? 1e-5 : 1e-6;
+      const Tensor<float> x = random_tensor({rows, c}, 20, 3.0F);
+      const Tensor<float> dy = random_tensor({rows, c}, 21);
+      Tensor<float> mean({c}), variance({c});
+      const Tensor<float> gmean = b.gpu.allocate({c}), gvariance = b.gpu.allocate({c});
+      b.cpu.moments(x, mean, variance);
+      b.gpu.moments(b.up(x), gmean, gvariance);
+      check_close(mean, b.down(gmean), tol);
+      check_close(variance, b.down(gvariance), tol);
+      const Tensor<float> gamma = random_tensor({c}, 22), beta = random_tensor({c}, 23);
+      for (const bool affine : {false, true}) {
+        const Tensor<float> g = affine ? gamma : Tensor<float>();
+        const Tensor<float> bb = affine ? beta : Tensor<float>();
+        Tensor<float> y({rows, c});
+        const Tensor<float> gy = b.gpu.allocate({rows, c});
+        b.cpu.batch_norm_forward(x, mean, variance, g, bb, 1e-3F, y);
+        b.gpu.batch_norm_forward(b.up(x), b.up(mean), b.up(variance),
+                                 affine ? b.up(g) : Tensor<float>(),
+                                 affine ? b.up(bb) : Tensor<float>(), 1e-3F, gy);
+        check_close(y, b.down(gy), tol);
+        for (const bool training : {false, true}) {
+          CAPTURE(affine);
+          CAPTURE(training);
+          Tensor<float> dx({rows, c}), dgamma = random_tensor({c}, 24),
+                                       dbeta = random_tensor({c}, 25);
+          const Tensor<float> gdx = b.gpu.allocate({rows, c}), gdgamma = b.up(dgamma),
+                              gdbeta = b.up(dbeta);
+          b.cpu.batch_norm_backward(x, mean, variance, g, 1e-3F, training, dy, dx, dgamma, dbeta);
+          b.gpu.batch_norm_backward(b.up(x), b.up(mean), b.up(variance),
+                                    affine ? b.up(g) : Tensor<float>(), 1e-3F, training, b.up(dy),
+                                    gdx, gdgamma, gdbeta);
+          check_close(dx, b.down(gdx), tol);
+          check_close(dgamma, b.down(gdgamma), tol);
+          check_close(dbeta, b.down(gdbeta), tol);
+        }
+      }
+    }
+  }
+
+  TEST_CASE("CudaBackend indexing and layout kernels match the CPU backend") {
+    Backends b;
+    const Tensor<float> table = random_tensor({7, 5}, 26);
+    const Tensor<float> indices({9}, {0, 6, 3, 3, 1.5F, 0, 6, 2, 3});
+    Tensor<float> out({9, 5});
+    const Tensor<float> gout = b.gpu.allocate({9, 5});
+    CHECK_FALSE(b.cpu.gather(indices, table, out).has_value());
+    CHECK_FALSE(b.gpu.gather(b.up(indices), b.up(table), gout).has_value());
+    check_close(out, b.down(gout), 0.0);
+    const Tensor<float> bad({5}, {0, 9, 2, -3, 1});
+    const auto found = b.gpu.gather(b.up(bad), b.up(table), b.gpu.allocate({5, 5}));
+    REQUIRE(found.has_value());
+    CHECK(found->position == 1);
+    CHECK(found->value == 9.0F);
+
+    const Tensor<float> dy = random_tensor({9, 5}, 27);
+    Tensor<float> gradient = random_tensor({7, 5}, 28);
+    const Tensor<float> ggradient = b.up(gradient);
+    b.cpu.scatter_add(indices, dy, gradient);
+    b.gpu.scatter_add(b.up(indices), b.up(dy), ggradient);
+    check_close(gradient, b.down(ggradient), 0.0);
+
+    const Tensor<float> p0 = random_tensor({2, 3, 4}, 29), p1 = random_tensor({2, 3, 1}, 30);
+    for (std::size_t axis : {0, 1, 2}) {
+      CAPTURE(axis);
+      const Tensor<float> q1 = axis == 0   ? random_tensor({5, 3, 4}, 31)
+                               : axis == 1 ? random_tensor({2, 5, 4}, 31)
+                                           : p1;
+      Shape joined = p0.shape();
+      joined[axis] += q1.shape()[axis];
+      const Tensor<float> parts[] = {p0, q1};
+      const Tensor<float> gparts[] = {b.up(p0), b.up(q1)};
+      Tensor<float> cat(joined);
+      const Tensor<float> gcat = b.gpu.allocate(joined);
+      b.cpu.concatenate(parts, axis, cat);
+      b.gpu.concatenate(gparts, axis, gcat);
+      check_close(cat, b.down(gcat), 0.0);
+      const std::size_t extents[] = {p0.shape()[axis], q1.shape()[axis]};
+      const Tensor<float> gback[] = {b.gpu.allocate(p0.shape()), Tensor<float>()};  // one skipped
+      b.gpu.split(gcat, axis, extents, gback);
+      check_close(p0, b.down(gback[0]), 0.0);
+    }
+
+    const Tensor<float> t = random_tensor({2, 3, 4, 5}, 32);
+    for (const auto& axes :
+         {std::vector<std::size_t>{0, 2, 3, 1}, std::vector<std::size_t>{3, 2, 1, 0}}) {
+      Shape shape = t.shape();
+      for (std::size_t i = 0; i < 4; ++i)
+        shape[i] = t.shape()[axes[i]];
+      Tensor<float> y(shape);
+      const Tensor<float> gy = b.gpu.allocate(shape);
+      b.cpu.permute(t, axes, y);
+      b.gpu.permute(b.up(t), axes, gy);
+      check_close(y, b.down(gy), 0.0);
+    }
+  }
+
+  TEST_CASE("Dense and Conv2D models predict and train on the GPU as on the CPU") {
+    for (const auto& [name, make] : {std::pair<const char*, ModelFactory>{"mlp", mlp},
+                                     std::pair<const char*, ModelFactory>{"cnn", cnn}}) {
+      CAPTURE(name);
+      const std::vector<Tensor<float>> initial = make()->get_weights();
+      // Forward: predictions from the same weights before training.
+      const Run cpu0 = train(make, cpu_backend(1), 0, initial);
+      const Run gpu0 = train(make, keras::cuda_backend(0), 0, initial);
+      check_close(cpu0.predictions, gpu0.predictions, 1e-3);
+      // Forward and backward: three epochs of SGD with momentum (18 steps) stay within float
+      // drift.
+      const Run cpu = train(make, cpu_backend(1), 3, initial, Optimizing::sgd);
+      const Run gpu = train(make, keras::cuda_backend(0), 3, initial, Optimizing::sgd);
+      REQUIRE(cpu.weights.size() == gpu.weights.size());
+      for (std::size_t i = 0; i < cpu.weights.size(); ++i) {
+        CAPTURE(i);
+        check_close(cpu.weights[i], gpu.weights[i], 2e-3);
+      }
+      check_close(cpu.predictions, gpu.predictions, 5e-3);
+      const auto& cpu_loss = cpu.history.history.at("loss");
+      const auto& gpu_loss = gpu.history.history.at("loss");
+      REQUIRE(cpu_loss.size() == gpu_loss.size());
+      CHECK(std::abs(cpu_loss.back() - gpu_loss.back()) <
+            1e-3 * std::max(1.0, std::abs(cpu_loss.back())));
+    }
+  }
+
+  TEST_CASE("Training on the GPU is bitwise repeatable") {
+    for (const ModelFactory& make : {ModelFactory(mlp), ModelFactory(cnn)}) {
+      const Run first = train(make, keras::cuda_backend(0), 3);
+      const Run second = train(make, keras::cuda_backend(0), 3);
+      REQUIRE(first.weights.size() == second.weights.size());
+      for (std::size_t i = 0; i < first.weights.size(); ++i) {
+        CAPTURE(i);
+        CHECK(bitwise_equal(first.weights[i], second.weights[i]));
+      }
+      CHECK(bitwise_equal(first.predictions, second.predictions));
+    }
+  }
+
+  TEST_CASE("CudaBackend allocates no device memory after the first epoch") {
+    const Run run = train(cnn, keras::cuda_backend(0), 4);
+    CHECK(run.reserved_after_first_epoch > 0);
+    CHECK(run.reserved_at_end == run.reserved_after_first_epoch);
+  }
+
+  TEST_CASE("Embedding reports a bad index found by the GPU gather kernel") {
+    Sequential model{Input({2}), Embedding(4, 3), Flatten(), Dense(1)};
+    model.compile({.optimizer = "sgd", .loss = "mse", .backend = keras::cuda_backend(0)});
+    const Tensor<float> x({2, 2}, {0, 1, 2, 7});
+    CHECK_THROWS_WITH_AS(model.predict(x, {.verbose = 0}),
+                         doctest::Contains("index 7 at position 3 is outside [0, input_dim) with "
+                                           "input_dim 4"),
+                         ConfigError);
+  }
+}

@@ -1,0 +1,620 @@
+// The CUDA backend without a GPU: error messages, the backend refusing to start, and every
+// kernel's per-thread work (loadstar/cuda/detail/math.hpp, the functions the kernels call) run on
+// the host over all threads and compared with the CPU backend. Where the kernel follows the CPU
+// backend's order of operations the comparison is bitwise; the chunked column reductions are
+// bitwise with one chunk and within 1e-6 (relative) with several.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <iomanip>
+#include <limits>
+#include <loadstar/cuda.hpp>
+#include <loadstar/cuda/detail/math.hpp>
+#include <loadstar/keras.hpp>
+#include <loadstar/keras/backend/cpu_backend.hpp>
+#include <loadstar/random.hpp>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+using namespace loadstar;
+namespace kd = loadstar::cuda::detail;
+using keras::Activation;
+using keras::CpuBackend;
+
+namespace {
+
+/// `n` values in [-1, 1) from a fixed linear congruential sequence.
+std::vector<float> values(std::size_t n, std::uint64_t seed) {
+  std::vector<float> out(n);
+  std::uint64_t state = seed;
+  for (auto& v : out) {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    v = static_cast<float>((state >> 40) % 2000) / 1000.0F - 1.0F;
+  }
+  return out;
+}
+
+Tensor<float> random_tensor(const Shape& shape, std::uint64_t seed, float scale = 1.0F) {
+  auto v = values(shape.elements(), seed);
+  for (auto& x : v)
+    x *= scale;
+  return Tensor<float>(shape, std::span<const float>(v));
+}
+
+bool same_bits(float a, float b) {
+  return std::memcmp(&a, &b, sizeof(float)) == 0 || (std::isnan(a) && std::isnan(b));
+}
+
+/// Checks `actual` against the CPU backend's `expected` element by element: bitwise when
+/// `tolerance` is 0, else `|a - e| <= tolerance * max(1, |e|)`; reports the first mismatch's
+/// index, value and target and the number of mismatches.
+void check_elements(const Tensor<float>& expected, std::span<const float> actual,
+                    double tolerance = 0.0) {
+  REQUIRE(expected.size() == actual.size());
+  std::size_t mismatches = 0;
+  std::size_t first = 0;
+  for (std::size_t i = 0; i < actual.size(); ++i) {
+    const float e = expected.data()[i];
+    const float a = actual[i];
+    const bool ok = tolerance == 0.0
+                        ? same_bits(a, e)
+                        : (std::isnan(e) ? std::isnan(a)
+                                         : std::abs(double(a) - double(e)) <=
+                                               tolerance * std::max(1.0, std::abs(double(e))));
+    if (!ok && mismatches++ == 0) first = i;
+  }
+  INFO("first mismatch at index " << first << ": value " << std::setprecision(9) << actual[first]
+                                  << ", target " << expected.data()[first] << " (" << mismatches
+                                  << " mismatches)");
+  CHECK(mismatches == 0);
+}
+
+void check_elements(const Tensor<float>& expected, const Tensor<float>& actual,
+                    double tolerance = 0.0) {
+  check_elements(expected, actual.span(), tolerance);
+}
+
+/// What the column reductions of kernels.cuh compute, run on the host: the per-chunk partial
+/// sums, then the chunks added in order.
+template <class Value>
+std::vector<double> column_reduce(const Value& value, std::size_t rows, std::size_t columns) {
+  const std::size_t chunks = kd::reduction_chunks(rows);
+  std::vector<double> partials(chunks * columns);
+  for (std::size_t chunk = 0; chunk < chunks; ++chunk)
+    for (std::size_t j = 0; j < columns; ++j)
+      partials[chunk * columns + j] = kd::column_partial(value, rows, chunk, j);
+  std::vector<double> totals(columns);
+  for (std::size_t j = 0; j < columns; ++j)
+    totals[j] = kd::column_total(partials.data(), chunks, columns, j);
+  return totals;
+}
+
+constexpr Activation all_activations[] = {
+    Activation::linear, Activation::relu,  Activation::sigmoid,      Activation::tanh,
+    Activation::elu,    Activation::selu,  Activation::softplus,     Activation::softsign,
+    Activation::gelu,   Activation::swish, Activation::hard_sigmoid, Activation::exponential,
+};
+
+/// Inputs over the interesting range of every activation, with the special values.
+Tensor<float> activation_inputs() {
+  std::vector<float> v;
+  for (int i = -3000; i <= 3000; ++i)
+    v.push_back(static_cast<float>(i) * 0.01F);
+  for (float s : {0.0F, -0.0F, 1e-30F, -1e-30F, 88.0F, -88.0F, 100.0F, -100.0F, 1e-6F, -1e-6F,
+                  std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                  std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::denorm_min(),
+                  std::numeric_limits<float>::max(), std::numeric_limits<float>::lowest()}) {
+    v.push_back(s);
+  }
+  return Tensor<float>({v.size()}, std::span<const float>(v));
+}
+
+keras::Conv2DGeometry conv_geometry(std::size_t batch, std::size_t in_h, std::size_t in_w,
+                                    std::size_t in_c, std::size_t kernel_h, std::size_t kernel_w,
+                                    std::size_t stride_h, std::size_t stride_w,
+                                    std::size_t dilation, bool same) {
+  const auto h = keras::axis_geometry(in_h, kernel_h, stride_h, dilation, same);
+  const auto w = keras::axis_geometry(in_w, kernel_w, stride_w, dilation, same);
+  keras::Conv2DGeometry g;
+  g.batch = batch;
+  g.in_h = in_h;
+  g.in_w = in_w;
+  g.in_c = in_c;
+  g.out_h = h.out;
+  g.out_w = w.out;
+  g.out_c = 2;
+  g.kernel_h = kernel_h;
+  g.kernel_w = kernel_w;
+  g.stride_h = stride_h;
+  g.stride_w = stride_w;
+  g.dilation_h = dilation;
+  g.dilation_w = dilation;
+  g.pad_top = h.pad_before;
+  g.pad_left = w.pad_before;
+  return g;
+}
+
+keras::Pool2DGeometry pool_geometry(std::size_t batch, std::size_t in_h, std::size_t in_w,
+                                    std::size_t channels, std::size_t pool, std::size_t stride,
+                                    bool same) {
+  const auto h = keras::axis_geometry(in_h, pool, stride, 1, same);
+  const auto w = keras::axis_geometry(in_w, pool, stride, 1, same);
+  keras::Pool2DGeometry g;
+  g.batch = batch;
+  g.in_h = in_h;
+  g.in_w = in_w;
+  g.channels = channels;
+  g.out_h = h.out;
+  g.out_w = w.out;
+  g.pool_h = pool;
+  g.pool_w = pool;
+  g.stride_h = stride;
+  g.stride_w = stride;
+  g.pad_top = h.pad_before;
+  g.pad_left = w.pad_before;
+  return g;
+}
+
+}  // namespace
+
+TEST_SUITE("cuda") {
+  TEST_CASE("error_message names the call the numeric code its name and its text") {
+    CHECK(cuda::error_message("cudaMalloc", 2, "cudaErrorMemoryAllocation", "out of memory") ==
+          "cudaMalloc failed with error 2 (cudaErrorMemoryAllocation: out of memory)");
+    CHECK(cuda::error_message("cudaMalloc", cudaErrorMemoryAllocation) ==
+          "cudaMalloc failed with error 2 (cudaErrorMemoryAllocation: out of memory)");
+    CHECK(cuda::error_message("cudaMemcpyAsync", cudaErrorInvalidValue) ==
+          "cudaMemcpyAsync failed with error 1 (cudaErrorInvalidValue: invalid argument)");
+    const std::string cublas = cuda::error_message("cublasSgemm", CUBLAS_STATUS_EXECUTION_FAILED);
+    CHECK(cublas.starts_with("cublasSgemm failed with error 13 (CUBLAS_STATUS_EXECUTION_FAILED: "));
+    CHECK(
+        cublas.size() >
+        std::string("cublasSgemm failed with error 13 (CUBLAS_STATUS_EXECUTION_FAILED: )").size());
+  }
+
+  TEST_CASE("check throws CudaError for a failed CUDA or cuBLAS call") {
+    CHECK_NOTHROW(cuda::check(cudaSuccess, "cudaStreamSynchronize"));
+    CHECK_NOTHROW(cuda::check(CUBLAS_STATUS_SUCCESS, "cublasCreate"));
+    CHECK_THROWS_WITH_AS(cuda::check(cudaErrorInvalidValue, "cudaMemcpyAsync (host to device)"),
+                         "cudaMemcpyAsync (host to device) failed with error 1 "
+                         "(cudaErrorInvalidValue: invalid argument)",
+                         CudaError);
+    CHECK_THROWS_WITH_AS(cuda::check(CUBLAS_STATUS_NOT_INITIALIZED, "cublasCreate"),
+                         doctest::Contains("cublasCreate failed with error 1 "
+                                           "(CUBLAS_STATUS_NOT_INITIALIZED: "),
+                         CudaError);
+    // CudaError is one of loadstar's errors, so `catch (const loadstar::Error&)` sees it.
+    CHECK_THROWS_AS(cuda::check(cudaErrorNoDevice, "cudaSetDevice"), loadstar::Error);
+  }
+
+  TEST_CASE("out_of_memory_message gives the bytes asked and the bytes free") {
+    CHECK(cuda::out_of_memory_message("cuda:0", "cudaMallocFromPoolAsync", 4096,
+                                      "a float32 tensor of shape (32, 32)", 1024, 81559052288) ==
+          "cuda:0: out of memory: cudaMallocFromPoolAsync of 4096 bytes for a float32 tensor of "
+          "shape (32, 32) failed with 1024 bytes free of 81559052288");
+  }
+
+  TEST_CASE("CudaBackend refuses a negative device index") {
+    CHECK_THROWS_WITH_AS(cuda::CudaBackend(-1),
+                         "cuda backend: the device index must be at least 0 but is -1",
+                         ConfigError);
+  }
+
+  TEST_CASE("cuda_backend throws CudaError without a GPU and gives a CudaBackend with one") {
+    if (cuda::device_available()) {
+      const auto backend = keras::cuda_backend(0);
+      CHECK(dynamic_cast<cuda::CudaBackend*>(backend.get()) != nullptr);
+      CHECK(backend->device() == Device{"cuda", 0});
+      CHECK_FALSE(backend->is_host());
+      CHECK_THROWS_WITH_AS(cuda::CudaBackend(4096),
+                           doctest::Contains("cuda backend: device 4096 was asked for but"),
+                           ConfigError);
+      return;
+    }
+    const auto message = doctest::Contains(
+        "cuda backend: no CUDA device is available: cudaGetDeviceCount failed with error ");
+    CHECK_THROWS_WITH_AS(cuda::CudaBackend(0), message, CudaError);
+    CHECK_THROWS_WITH_AS(keras::cuda_backend(0), message, CudaError);
+    CHECK_THROWS_WITH_AS(cuda::cuda_backend(1), message, CudaError);
+    // The failure comes before compile touches the model, which stays usable on the CPU.
+    keras::set_random_seed(1);
+    keras::Sequential model{keras::Input({4}), keras::layers::Dense(2)};
+    CHECK_THROWS_AS(
+        model.compile({.optimizer = "adam", .loss = "mse", .backend = keras::cuda_backend(0)}),
+        CudaError);
+    model.compile({.optimizer = "adam", .loss = "mse"});
+    CHECK(model.predict(random_tensor({3, 4}, 1), {.verbose = 0}).shape() == Shape{3, 2});
+  }
+
+  TEST_CASE("plan_staging stages overlapping device tensors as one block") {
+    // Stand-ins for device memory: aligned host memory labelled cuda:0, never dereferenced by the
+    // plan.
+    const Tensor<float> memory({1000});
+    float* base = memory.data();
+    auto device = [&](std::size_t offset, const Shape& shape) {
+      return Tensor<float>::wrap(base + offset, shape, nullptr, Device{"cuda", 0});
+    };
+    const Tensor<float> a = device(0, {4, 10});          // [0, 40)
+    const Tensor<float> view = a.slice_rows(1, 3);       // [10, 30): inside a
+    const Tensor<float> overlapping = device(35, {10});  // [35, 45): overlaps a's end
+    const Tensor<float> far = device(500, {3, 3});       // [500, 509): 2000 bytes in, 16 past 64
+    const Tensor<float> host({5});
+    const Tensor<float> tensors[] = {far, view, host, a, Tensor<float>(), overlapping, a};
+    const auto plan = cuda::detail::plan_staging(tensors);
+    REQUIRE(plan.blocks.size() == 2);
+    CHECK(plan.blocks[0].begin == base);
+    CHECK(plan.blocks[0].end == base + 45);
+    CHECK(plan.blocks[0].offset == 0);
+    CHECK(plan.blocks[1].begin == base + 500);
+    CHECK(plan.blocks[1].floats() == 9);
+    // Each staged address keeps its device address's offset from a 64-byte boundary.
+    constexpr std::size_t align = LOADSTAR_TENSOR_ALIGNMENT / sizeof(float);
+    CHECK(plan.blocks[1].offset == 48 + 4);
+    CHECK(plan.floats == 48 + 16);
+    for (const auto& t : {a, view, overlapping, far}) {
+      const auto address = reinterpret_cast<std::uintptr_t>(t.data());
+      CHECK(plan.offset_of(t.data()) % align ==
+            address % LOADSTAR_TENSOR_ALIGNMENT / sizeof(float));
+    }
+    CHECK(plan.offset_of(a.data()) == 0);
+    CHECK(plan.offset_of(view.data()) == 10);
+    CHECK(plan.offset_of(overlapping.data()) == 35);
+    CHECK(plan.offset_of(far.data() + 4) == 52 + 4);
+    const Tensor<float> only_host[] = {host, Tensor<float>()};
+    CHECK(cuda::detail::plan_staging(only_host).blocks.empty());
+  }
+
+  TEST_CASE("activate and activation_gradient compute the CPU backend's activations bit for bit") {
+    CpuBackend cpu(1);
+    const Tensor<float> x = activation_inputs();
+    const Tensor<float> dy = random_tensor(x.shape(), 3, 2.0F);
+    for (const Activation kind : all_activations) {
+      CAPTURE(keras::activation_name(kind));
+      const auto code = kd::activation_code(kind);
+      Tensor<float> y(x.shape());
+      cpu.activation_forward(kind, x, y);
+      std::vector<float> mine(x.size());
+      for (std::size_t i = 0; i < x.size(); ++i)
+        mine[i] = kd::activate(code, x.data()[i]);
+      check_elements(y, mine);
+
+      Tensor<float> dx(x.shape());
+      cpu.activation_backward(kind, x, y, dy, dx);
+      const bool needs_x = keras::activation_gradient_needs_input(kind);
+      for (std::size_t i = 0; i < x.size(); ++i) {
+        mine[i] =
+            kd::activation_gradient(code, needs_x ? x.data()[i] : 0.0F, y.data()[i], dy.data()[i]);
+      }
+      check_elements(dx, mine);
+    }
+  }
+
+  TEST_CASE("relu_value and relu_gradient follow Keras's ReLU as the CPU backend does") {
+    CpuBackend cpu(1);
+    const Tensor<float> x = activation_inputs();
+    const Tensor<float> dy = random_tensor(x.shape(), 4);
+    struct Case {
+      std::optional<float> max_value;
+      float slope, threshold;
+    };
+    for (const Case& c :
+         {Case{std::nullopt, 0.0F, 0.0F}, Case{6.0F, 0.0F, 0.0F}, Case{std::nullopt, 0.3F, 0.0F},
+          Case{1.5F, 0.1F, 0.5F}, Case{0.0F, 0.2F, -1.0F}}) {
+      CAPTURE(c.slope);
+      CAPTURE(c.threshold);
+      const float top = c.max_value.value_or(std::numeric_limits<float>::infinity());
+      Tensor<float> y(x.shape()), dx(x.shape());
+      cpu.relu_forward(x, y, c.max_value, c.slope, c.threshold);
+      cpu.relu_backward(x, dy, dx, c.max_value, c.slope, c.threshold);
+      std::vector<float> forward(x.size()), backward(x.size());
+      for (std::size_t i = 0; i < x.size(); ++i) {
+        forward[i] = kd::relu_value(x.data()[i], top, c.slope, c.threshold);
+        backward[i] = kd::relu_gradient(x.data()[i], dy.data()[i], top, c.slope, c.threshold);
+      }
+      check_elements(y, forward);
+      check_elements(dx, backward);
+    }
+  }
+
+  TEST_CASE("dropout_value draws the CPU backend's mask from the same counter hash") {
+    for (std::uint64_t z : {0ULL, 1ULL, 0x9E3779B97F4A7C15ULL, ~0ULL, 123456789ULL})
+      CHECK(kd::mix64(z) == loadstar::mix64(z));
+    CpuBackend cpu(1);
+    const Tensor<float> x = random_tensor({50, 41}, 5);
+    for (const float rate : {0.1F, 0.5F, 0.9F, 1.0F}) {
+      for (const std::uint64_t key : {0ULL, 42ULL, 0xDEADBEEFCAFEULL}) {
+        CAPTURE(rate);
+        CAPTURE(key);
+        Tensor<float> y(x.shape());
+        cpu.dropout(x, y, rate, key);
+        const float keep_scale = rate < 1.0F ? 1.0F / (1.0F - rate) : 0.0F;
+        std::vector<float> mine(x.size());
+        std::size_t dropped = 0;
+        for (std::size_t i = 0; i < x.size(); ++i) {
+          mine[i] = kd::dropout_value(x.data()[i], key, i, rate, keep_scale);
+          dropped += kd::dropout_keeps(key, i, rate) ? 0 : 1;
+        }
+        check_elements(y, mine);
+        // The mask is not trivial: about `rate` of the elements are dropped.
+        CHECK(std::abs(double(dropped) / double(x.size()) - rate) < 0.05);
+      }
+    }
+  }
+
+  TEST_CASE("softmax lines give the CPU backend's softmax over every axis bit for bit") {
+    CpuBackend cpu(1);
+    const Tensor<float> x = random_tensor({4, 5, 6}, 6, 8.0F);
+    const Tensor<float> dy = random_tensor({4, 5, 6}, 7);
+    for (std::size_t axis = 0; axis < 3; ++axis) {
+      CAPTURE(axis);
+      Tensor<float> y(x.shape()), dx(x.shape());
+      cpu.softmax_forward(x, y, axis);
+      cpu.softmax_backward(y, dy, dx, axis);
+      const auto v = kd::split_around(x.shape(), axis);
+      Tensor<float> mine_y(x.shape()), mine_dx(x.shape());
+      for (std::size_t line = 0; line < v.outer * v.inner; ++line) {
+        kd::softmax_forward_line(x.data(), mine_y.data(), v.length, v.inner, line);
+        kd::softmax_backward_line(y.data(), dy.data(), mine_dx.data(), v.length, v.inner, line);
+      }
+      check_elements(y, mine_y);
+      check_elements(dx, mine_dx);
+    }
+  }
+
+  TEST_CASE("column reductions in fixed chunks give the CPU backend's column sums") {
+    CpuBackend cpu(1);
+    CHECK(kd::reduction_chunks(0) == 1);
+    CHECK(kd::reduction_chunks(512) == 1);
+    CHECK(kd::reduction_chunks(513) == 2);
+    CHECK(kd::reduction_chunks(std::size_t{1} << 40U) <= 65535);
+    CHECK(kd::reduction_scratch(1000, 7) == 2 * 7 + 2 * 7);
+    // One chunk: the CPU backend's sequential double sum, bit for bit; several: within 1e-6.
+    for (const auto& [rows, tolerance] :
+         {std::pair<std::size_t, double>{300, 0.0}, std::pair<std::size_t, double>{5000, 1e-6}}) {
+      CAPTURE(rows);
+      const Tensor<float> x = random_tensor({rows, 7}, 8, 3.0F);
+      const auto sums = column_reduce(kd::ElementValue{x.data(), 7}, rows, 7);
+      for (const float beta : {0.0F, 0.5F}) {
+        Tensor<float> out = random_tensor({7}, 9);
+        std::vector<float> mine(7);
+        for (std::size_t j = 0; j < 7; ++j)
+          mine[j] = kd::column_sum_value(sums[j], beta, beta == 0.0F ? 0.0F : out.data()[j]);
+        cpu.column_sums(x, out, beta);
+        check_elements(out, mine, tolerance);
+      }
+      // moments: the mean's sum, then the squared deviations from the double mean.
+      Tensor<float> mean({7}), variance({7});
+      cpu.moments(x, mean, variance);
+      std::vector<double> mean_d(7);
+      for (std::size_t j = 0; j < 7; ++j)
+        mean_d[j] = sums[j] / static_cast<double>(rows);
+      const auto squares = column_reduce(kd::SquaredDeviation{x.data(), mean_d.data(), 7}, rows, 7);
+      std::vector<float> mine_mean(7), mine_variance(7);
+      for (std::size_t j = 0; j < 7; ++j) {
+        mine_mean[j] = static_cast<float>(mean_d[j]);
+        mine_variance[j] = static_cast<float>(squares[j] / static_cast<double>(rows));
+      }
+      check_elements(mean, mine_mean, tolerance);
+      check_elements(variance, mine_variance, tolerance);
+    }
+  }
+
+  TEST_CASE("batch normalisation math gives the CPU backend's forward and backward") {
+    CpuBackend cpu(1);
+    const std::size_t rows = 40, c = 5;
+    const float epsilon = 1e-3F;
+    const Tensor<float> x = random_tensor({rows, c}, 10, 2.0F);
+    const Tensor<float> dy = random_tensor({rows, c}, 11);
+    Tensor<float> mean({c}), variance({c});
+    cpu.moments(x, mean, variance);
+    const Tensor<float> gamma = random_tensor({c}, 12);
+    const Tensor<float> beta = random_tensor({c}, 13);
+    for (const bool affine : {false, true}) {
+      CAPTURE(affine);
+      const Tensor<float> g = affine ? gamma : Tensor<float>();
+      const Tensor<float> b = affine ? beta : Tensor<float>();
+      Tensor<float> y({rows, c});
+      cpu.batch_norm_forward(x, mean, variance, g, b, epsilon, y);
+      std::vector<float> mine(rows * c);
+      for (std::size_t i = 0; i < rows * c; ++i) {
+        const std::size_t j = i % c;
+        mine[i] =
+            kd::batch_norm_value(x.data()[i], mean.data()[j], variance.data()[j],
+                                 affine ? g.data()[j] : 1.0F, affine ? b.data()[j] : 0.0F, epsilon);
+      }
+      check_elements(y, mine);
+      for (const bool training : {false, true}) {
+        CAPTURE(training);
+        Tensor<float> dx({rows, c}), dgamma = random_tensor({c}, 14),
+                                     dbeta = random_tensor({c}, 15);
+        Tensor<float> mine_dgamma = dgamma.clone(), mine_dbeta = dbeta.clone();
+        cpu.batch_norm_backward(x, mean, variance, g, epsilon, training, dy, dx, dgamma, dbeta);
+        const auto sum_dy = column_reduce(kd::ElementValue{dy.data(), c}, rows, c);
+        const auto sum_dy_xhat = column_reduce(
+            kd::DyXhat{x.data(), mean.data(), variance.data(), dy.data(), epsilon, c}, rows, c);
+        for (std::size_t j = 0; j < c; ++j) {
+          mine_dbeta.data()[j] += static_cast<float>(sum_dy[j]);
+          mine_dgamma.data()[j] += static_cast<float>(sum_dy_xhat[j]);
+        }
+        for (std::size_t i = 0; i < rows * c; ++i) {
+          const std::size_t j = i % c;
+          mine[i] = kd::batch_norm_gradient(
+              x.data()[i], mean.data()[j], variance.data()[j], affine ? g.data()[j] : 1.0, epsilon,
+              training, dy.data()[i], sum_dy[j], sum_dy_xhat[j], static_cast<double>(rows));
+        }
+        check_elements(dx, mine);
+        check_elements(dgamma, mine_dgamma);
+        check_elements(dbeta, mine_dbeta);
+      }
+    }
+    Tensor<float> moving = random_tensor({c}, 16);
+    std::vector<float> mine(c);
+    for (std::size_t j = 0; j < c; ++j)
+      mine[j] = kd::moving_average_value(moving.data()[j], mean.data()[j], 0.99F);
+    cpu.moving_average(moving, mean, 0.99F);
+    check_elements(moving, mine);
+  }
+
+  TEST_CASE("im2col_value and col2im_value unfold and fold as the CPU backend does") {
+    CpuBackend cpu(1);
+    struct Case {
+      std::size_t in_h, in_w, in_c, kh, kw, sh, sw, dilation;
+      bool same;
+    };
+    for (const Case& c : {Case{8, 8, 1, 3, 3, 1, 1, 1, false}, Case{7, 9, 3, 3, 3, 1, 1, 1, true},
+                          Case{9, 8, 2, 3, 3, 2, 2, 1, true}, Case{11, 10, 2, 3, 3, 1, 1, 2, true},
+                          Case{10, 9, 2, 5, 3, 2, 1, 1, true}, Case{6, 6, 4, 1, 1, 1, 1, 1, false},
+                          Case{12, 7, 1, 4, 2, 3, 2, 2, false}}) {
+      CAPTURE(c.in_h);
+      CAPTURE(c.kh);
+      CAPTURE(c.sh);
+      CAPTURE(c.dilation);
+      CAPTURE(c.same);
+      const auto g =
+          conv_geometry(2, c.in_h, c.in_w, c.in_c, c.kh, c.kw, c.sh, c.sw, c.dilation, c.same);
+      REQUIRE(g.out_h > 0);
+      const kd::ConvDims d = kd::conv_dims(g);
+      const Tensor<float> x = random_tensor({g.batch, g.in_h, g.in_w, g.in_c}, 17);
+      Tensor<float> columns({g.batch * g.out_h * g.out_w, g.patch_size()});
+      cpu.im2col(x, g, columns);
+      std::vector<float> mine(columns.size());
+      for (std::size_t i = 0; i < mine.size(); ++i)
+        mine[i] = kd::im2col_value(x.data(), d, i);
+      check_elements(columns, mine);
+
+      const Tensor<float> dcolumns = random_tensor(columns.shape(), 18);
+      Tensor<float> dx(x.shape(), 7.0F);  // col2im overwrites
+      cpu.col2im(dcolumns, g, dx);
+      std::vector<float> folded(dx.size());
+      for (std::size_t i = 0; i < folded.size(); ++i)
+        folded[i] = kd::col2im_value(dcolumns.data(), d, i);
+      check_elements(dx, folded);
+    }
+  }
+
+  TEST_CASE("pooling values and gradients follow the CPU backend's windows bit for bit") {
+    CpuBackend cpu(1);
+    struct Case {
+      std::size_t in_h, in_w, pool, stride;
+      bool same;
+    };
+    for (const Case& c : {Case{8, 8, 2, 2, false}, Case{7, 7, 2, 2, false}, Case{7, 7, 2, 2, true},
+                          Case{6, 5, 3, 1, true}, Case{9, 8, 3, 2, true}, Case{5, 5, 2, 1, false},
+                          Case{4, 6, 3, 3, true}}) {
+      CAPTURE(c.in_h);
+      CAPTURE(c.pool);
+      CAPTURE(c.stride);
+      CAPTURE(c.same);
+      const auto g = pool_geometry(2, c.in_h, c.in_w, 3, c.pool, c.stride, c.same);
+      const kd::PoolDims d = kd::pool_dims(g);
+      // Values on a coarse grid, so that windows hold ties and the first maximum matters.
+      Tensor<float> x = random_tensor({g.batch, g.in_h, g.in_w, g.channels}, 19);
+      for (float& v : x)
+        v = std::round(v * 3.0F);
+      const Tensor<float> dy = random_tensor({g.batch, g.out_h, g.out_w, g.channels}, 20);
+      for (const bool max : {true, false}) {
+        CAPTURE(max);
+        Tensor<float> y(dy.shape()), dx(x.shape(), 5.0F);
+        if (max) {
+          cpu.max_pool_forward(x, g, y);
+          cpu.max_pool_backward(x, g, dy, dx);
+        } else {
+          cpu.avg_pool_forward(x, g, y);
+          cpu.avg_pool_backward(g, dy, dx);
+        }
+        std::vector<float> forward(y.size()), backward(dx.size());
+        for (std::size_t i = 0; i < forward.size(); ++i)
+          forward[i] = kd::pool_forward_value(x.data(), d, max, i);
+        for (std::size_t i = 0; i < backward.size(); ++i)
+          backward[i] = kd::pool_backward_value(max ? x.data() : nullptr, d, dy.data(), max, i);
+        check_elements(y, forward);
+        check_elements(dx, backward);
+      }
+    }
+  }
+
+  TEST_CASE("global pooling lines give the CPU backend's global pooling") {
+    CpuBackend cpu(1);
+    Tensor<float> x = random_tensor({3, 4, 5, 6}, 21);
+    for (float& v : x)
+      v = std::round(v * 2.0F);  // ties: the first maximum takes the gradient
+    const Tensor<float> dy = random_tensor({3, 6}, 22);
+    for (const bool max : {true, false}) {
+      CAPTURE(max);
+      Tensor<float> y({3, 6}), dx(x.shape(), 9.0F);
+      cpu.global_pool_forward(x, max, y);
+      cpu.global_pool_backward(x, max, dy, dx);
+      std::vector<float> forward(y.size());
+      Tensor<float> backward(x.shape(), 9.0F);
+      for (std::size_t i = 0; i < 3 * 6; ++i) {
+        forward[i] = kd::global_pool_forward_value(x.data(), max, 20, 6, i);
+        kd::global_pool_backward_line(x.data(), max, dy.data(), backward.data(), 20, 6, i);
+      }
+      check_elements(y, forward);
+      check_elements(dx, backward);
+    }
+  }
+
+  TEST_CASE("gather_value index_in_range and scatter_add_column index as the CPU backend does") {
+    CpuBackend cpu(1);
+    const Tensor<float> table = random_tensor({5, 3}, 23);
+    const Tensor<float> indices({6}, {0.0F, 4.0F, 1.9F, -0.5F, 4.99F, 4.0F});
+    Tensor<float> out({6, 3});
+    CHECK_FALSE(cpu.gather(indices, table, out).has_value());
+    std::vector<float> mine(out.size());
+    for (std::size_t i = 0; i < mine.size(); ++i)
+      mine[i] = kd::gather_value(indices.data(), table.data(), 3, i);
+    check_elements(out, mine);
+
+    // The first bad index, as the device finds it (the smallest position that is out of range).
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    for (const auto& bad : {std::vector<float>{0, 1, 5, 7}, std::vector<float>{0, -1, 2, 9},
+                            std::vector<float>{nan, 1, 2, 3}, std::vector<float>{0, 1, 2, 4}}) {
+      const Tensor<float> i({4}, std::span<const float>(bad));
+      Tensor<float> o({4, 3});
+      const auto expected = cpu.gather(i, table, o);
+      std::optional<std::size_t> first;
+      for (std::size_t p = 0; p < 4 && !first; ++p)
+        if (!kd::index_in_range(bad[p], 5)) first = p;
+      REQUIRE(expected.has_value() == first.has_value());
+      if (first) CHECK(expected->position == *first);
+    }
+
+    const Tensor<float> dy = random_tensor({6, 3}, 24);
+    Tensor<float> gradient = random_tensor({5, 3}, 25);
+    Tensor<float> mine_gradient = gradient.clone();
+    cpu.scatter_add(indices, dy, gradient);
+    for (std::size_t c = 0; c < 3; ++c)
+      kd::scatter_add_column(indices.data(), 6, dy.data(), 3, mine_gradient.data(), c);
+    check_elements(gradient, mine_gradient);
+  }
+
+  TEST_CASE("permute_offset reads the element the CPU backend's permute moves") {
+    CpuBackend cpu(1);
+    struct Case {
+      Shape shape;
+      std::vector<std::size_t> axes;
+    };
+    for (const auto& c :
+         {Case{{2, 3, 4, 5}, {0, 2, 3, 1}}, Case{{2, 3, 4, 5}, {3, 2, 1, 0}}, Case{{6, 7}, {1, 0}},
+          Case{{3, 1, 4}, {0, 2, 1}}, Case{{2, 2, 2, 2, 2, 3}, {5, 0, 4, 1, 3, 2}}}) {
+      CAPTURE(c.shape.str());
+      const Tensor<float> x = random_tensor(c.shape, 26);
+      std::vector<std::size_t> dims(c.axes.size());
+      for (std::size_t i = 0; i < dims.size(); ++i)
+        dims[i] = c.shape[c.axes[i]];
+      const Shape y_shape(dims);
+      Tensor<float> y(y_shape);
+      cpu.permute(x, c.axes, y);
+      const kd::PermuteDims d = kd::permute_dims(x.shape(), c.axes, y_shape);
+      std::vector<float> mine(y.size());
+      for (std::size_t i = 0; i < mine.size(); ++i)
+        mine[i] = x.data()[kd::permute_offset(d, i)];
+      check_elements(y, mine);
+    }
+  }
+}
