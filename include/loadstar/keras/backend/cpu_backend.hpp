@@ -405,8 +405,12 @@ class CpuBackend final : public Backend {
     LOADSTAR_ASSERT(m == c.rows(), "gemm: rows of op(a) and c differ");
     LOADSTAR_ASSERT(k == (transpose_b ? b.row_size() : b.rows()), "gemm: inner dimensions differ");
     LOADSTAR_ASSERT((transpose_b ? b.rows() : b.row_size()) == n, "gemm: columns differ");
-    // At least 32 rows per chunk: smaller blocks cost more in packing than they gain.
-    parallel(m, 32, [&](std::size_t r0, std::size_t r1) {
+    // At least 32 rows and 2^18 multiply-adds per chunk: smaller blocks cost more in packing
+    // and in waking a thread than they gain.
+    const std::size_t row_work = std::max<std::size_t>(n * k, 1);
+    const std::size_t min_rows =
+        std::max<std::size_t>(32, ((std::size_t{1} << 18) + row_work - 1) / row_work);
+    parallel(m, min_rows, [&](std::size_t r0, std::size_t r1) {
       const float* first = a.data() + (transpose_a ? r0 : r0 * a.row_size());
       detail::sgemm(transpose_a, transpose_b, r1 - r0, n, k, alpha, first, a.row_size(), b.data(),
                     b.row_size(), beta, c.data() + r0 * n, n);
@@ -432,7 +436,10 @@ class CpuBackend final : public Backend {
     const std::size_t rows = x.size() / n;
     // Each column is summed in double, row after row, whatever the thread count; the rows are
     // walked once for a block of columns, so that the additions run side by side in vectors.
-    parallel(n, 16, [&](std::size_t c0, std::size_t c1) {
+    // A chunk holds at least 16 columns and 2^15 elements.
+    const std::size_t min_columns = std::max<std::size_t>(
+        16, ((std::size_t{1} << 15) + rows - 1) / std::max<std::size_t>(rows, 1));
+    parallel(n, min_columns, [&](std::size_t c0, std::size_t c1) {
       constexpr std::size_t block = 256;
       for (std::size_t b0 = c0; b0 < c1; b0 += block) {
         const std::size_t width = std::min(block, c1 - b0);
@@ -457,7 +464,7 @@ class CpuBackend final : public Backend {
   void copy(const Tensor<float>& x, const Tensor<float>& y) override {
     LOADSTAR_ASSERT(x.size() == y.size(), "copy: sizes differ");
     if (x.data() == y.data()) return;
-    parallel(x.size(), 1 << 14, [&](std::size_t i0, std::size_t i1) {
+    parallel(x.size(), elementwise_chunk, [&](std::size_t i0, std::size_t i1) {
       std::memcpy(y.data() + i0, x.data() + i0, (i1 - i0) * sizeof(float));
     });
   }
@@ -480,7 +487,7 @@ class CpuBackend final : public Backend {
       softmax_forward(x, y, x.rank() == 0 ? 0 : x.rank() - 1);
       return;
     }
-    parallel(x.size(), 1 << 14, [&](std::size_t i0, std::size_t i1) {
+    parallel(x.size(), elementwise_chunk, [&](std::size_t i0, std::size_t i1) {
       detail::activate_range(kind, x.data() + i0, y.data() + i0, i1 - i0);
     });
   }
@@ -494,7 +501,7 @@ class CpuBackend final : public Backend {
     }
     [[maybe_unused]] const bool needs_x = activation_gradient_needs_input(kind);
     LOADSTAR_ASSERT(!needs_x || x.size() == y.size(), "activation: the input is needed");
-    parallel(y.size(), 1 << 14, [&](std::size_t i0, std::size_t i1) {
+    parallel(y.size(), elementwise_chunk, [&](std::size_t i0, std::size_t i1) {
       detail::activation_gradient_range(kind, needs_x ? x.data() + i0 : nullptr, y.data() + i0,
                                         dy.data() + i0, dx.data() + i0, i1 - i0);
     });
@@ -1074,6 +1081,11 @@ class CpuBackend final : public Backend {
     }
   }
 
+  /// The fewest elements an elementwise kernel gives a thread: waking a thread costs about as
+  /// much as streaming this many floats through memory (tens of microseconds in a virtual
+  /// machine), so smaller kernels run on the calling thread.
+  static constexpr std::size_t elementwise_chunk = std::size_t{1} << 17;
+
   /// Calls `f(begin, end)` on a fixed split of `[0, n)` into at most `threads_` chunks of at
   /// least `min_chunk` elements; the split depends only on `n`, `min_chunk` and `threads_`.
   template <class F>
@@ -1098,7 +1110,7 @@ class CpuBackend final : public Backend {
 
   template <class F>
   void elementwise(std::size_t n, F&& f) {
-    parallel(n, 1 << 14, [&](std::size_t i0, std::size_t i1) {
+    parallel(n, elementwise_chunk, [&](std::size_t i0, std::size_t i1) {
       for (std::size_t i = i0; i < i1; ++i)
         f(i);
     });
