@@ -45,10 +45,19 @@ LOADSTAR_DECL std::string new_checkpoint_uuid();
 /// Flushes the file `path` to disk; `IoError` naming it when it cannot.
 LOADSTAR_DECL void sync_file(const std::filesystem::path& path);
 
-/// Writes checkpoint `uuid` into `checkpoint_dir`: `<uuid>.tmp/` with the model file
-/// (`keras::save_model`, optimizer included), `metadata` as `metadata.json` and `state` as
-/// `state.cbor` (CBOR keeps every double's bits), each flushed to disk, then renamed to `<uuid>/`.
-/// Returns the folder. A folder left by a process killed while writing is replaced.
+/// The name of the folder a checkpoint of `experiment_id`'s trial `trial_id` is started in,
+/// before its metadata is there: `.<uuid>.e<experiment_id>.t<trial_id>.new`, so that a folder
+/// left by a process killed at that moment still says whose it is.
+LOADSTAR_DECL std::string checkpoint_staging_name(const std::string& uuid,
+                                                  std::uint64_t experiment_id,
+                                                  std::uint64_t trial_id);
+
+/// Writes checkpoint `uuid` into `checkpoint_dir`: the folder starts as
+/// `checkpoint_staging_name(...)` (from the metadata's `experiment_id` and `trial_id`) with
+/// `metadata` as `metadata.json`, is renamed to `<uuid>.tmp/` and receives the model file
+/// (`keras::save_model`, optimizer included) and `state` as `state.cbor` (CBOR keeps every
+/// double's bits), each flushed to disk, then is renamed to `<uuid>/`. Returns the folder. A folder
+/// left by a process killed while writing is replaced.
 LOADSTAR_DECL std::filesystem::path write_checkpoint(const std::filesystem::path& checkpoint_dir,
                                                      const std::string& uuid,
                                                      const keras::Model& model,
@@ -100,6 +109,13 @@ LOADSTAR_DECL std::string new_checkpoint_uuid() {
   return text;
 }
 
+LOADSTAR_DECL std::string checkpoint_staging_name(const std::string& uuid,
+                                                  std::uint64_t experiment_id,
+                                                  std::uint64_t trial_id) {
+  return "." + uuid + ".e" + std::to_string(experiment_id) + ".t" + std::to_string(trial_id) +
+         ".new";
+}
+
 LOADSTAR_DECL void sync_file(const std::filesystem::path& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0 || ::fsync(fd) != 0) {
@@ -120,11 +136,17 @@ LOADSTAR_DECL std::filesystem::path write_checkpoint(const std::filesystem::path
   const auto target = checkpoint_dir / uuid;
   auto temporary = target;
   temporary += ".tmp";
+  const auto staging = checkpoint_dir / checkpoint_staging_name(
+                                            uuid, metadata.value("experiment_id", std::uint64_t{0}),
+                                            metadata.value("trial_id", std::uint64_t{0}));
+  std::filesystem::remove_all(staging);
   std::filesystem::remove_all(temporary);
   std::filesystem::remove_all(target);
-  std::filesystem::create_directory(temporary);
-  // The metadata first: it tells whose a folder left by a killed write is.
-  kd::write_synced(temporary / checkpoint_metadata_file, metadata.dump(2) + "\n");
+  // The metadata first, in a folder whose name says whose it is: the metadata tells whose a
+  // `<uuid>.tmp` folder left by a killed write is.
+  std::filesystem::create_directory(staging);
+  kd::write_synced(staging / checkpoint_metadata_file, metadata.dump(2) + "\n");
+  kd::rename_into_place(staging, temporary);
   keras::save_model(model, temporary / checkpoint_model_file);
   sync_file(temporary / checkpoint_model_file);  // written through HDF5, flushed here
   const std::vector<std::uint8_t> cbor = nlohmann::json::to_cbor(state);

@@ -149,38 +149,67 @@ void with_activation(Activation kind, F&& f) {
   }
 }
 
+/// GCC's vector types (GCC and Clang): sixteen floats or lanes. The max pooling kernels below
+/// use them for plain loads, compares and blends, where the autovectorizer emits gathers or
+/// scalar code. They are never passed or returned by value (whose ABI depends on the
+/// instruction set, which GCC warns about), and are moved through memory with `memcpy`.
+using Floats16 = float __attribute__((vector_size(64)));
+using Lanes16 = std::int32_t __attribute__((vector_size(64)));
+
+/// Max pooling over one window for the channels `[0, lanes)`: `out[c]` is the largest of the
+/// window's values (`std::max`'s rule from -infinity: a NaN never replaces a number). `x` points
+/// at the channels' first element in the image, `offsets[i]` is window position `i`'s offset.
+inline void max_pool_window(const float* x, const std::size_t* offsets, std::size_t size,
+                            float* out, std::size_t lanes) noexcept {
+  constexpr std::size_t width = 16;
+  std::size_t c0 = 0;
+  for (; c0 + width <= lanes; c0 += width) {
+    Floats16 top, in;
+    for (std::size_t c = 0; c < width; ++c)
+      top[c] = -std::numeric_limits<float>::infinity();
+    for (std::size_t i = 0; i < size; ++i) {
+      std::memcpy(&in, x + offsets[i] + c0, sizeof in);
+      const Lanes16 above = top < in;
+      top = __builtin_bit_cast(Floats16, (__builtin_bit_cast(Lanes16, in) & above) |
+                                             (__builtin_bit_cast(Lanes16, top) & ~above));
+    }
+    std::memcpy(out + c0, &top, sizeof top);
+  }
+  for (std::size_t c = c0; c < lanes; ++c) {
+    float top = -std::numeric_limits<float>::infinity();
+    for (std::size_t i = 0; i < size; ++i)
+      top = std::max(top, x[offsets[i] + c]);
+    out[c] = top;
+  }
+}
+
 /// Max pooling's gradient for the channels `[0, lanes)` of one window: each channel's gradient
 /// goes to the first maximum in window order (`>` keeps the first of equal values, and a NaN
 /// first pixel keeps the gradient). `x` and `dx` point at the channels' first element in the
-/// image, `offsets[i]` is the offset of window position `i`. Sixteen channels at a time in GCC's
-/// vector types (GCC and Clang), as plain loads, compares and blends: the autovectorizer turns
-/// the same loops into gathers or scalar code.
+/// image, `offsets[i]` is the offset of window position `i`.
 inline void max_pool_route(const float* x, const std::size_t* offsets, std::size_t size,
                            const float* gradient, float* dx, std::size_t lanes) noexcept {
-  using Floats = float __attribute__((vector_size(64)));
-  using Ints = std::int32_t __attribute__((vector_size(64)));
   constexpr std::size_t width = 16;
-  const auto load = [](const float* p) {
-    Floats v;
-    std::memcpy(&v, p, sizeof v);
-    return v;
-  };
   std::size_t c0 = 0;
   for (; c0 + width <= lanes; c0 += width) {
-    Floats top = load(x + offsets[0] + c0);
-    Ints arg = {};
+    Floats16 top, in;
+    std::memcpy(&top, x + offsets[0] + c0, sizeof top);
+    Lanes16 arg = {};
     for (std::size_t i = 1; i < size; ++i) {
-      const Floats in = load(x + offsets[i] + c0);
-      const Ints above = in > top;
-      top = std::bit_cast<Floats>((std::bit_cast<Ints>(in) & above) |
-                                  (std::bit_cast<Ints>(top) & ~above));
+      std::memcpy(&in, x + offsets[i] + c0, sizeof in);
+      const Lanes16 above = in > top;
+      top = __builtin_bit_cast(Floats16, (__builtin_bit_cast(Lanes16, in) & above) |
+                                             (__builtin_bit_cast(Lanes16, top) & ~above));
       arg = (static_cast<std::int32_t>(i) & above) | (arg & ~above);
     }
-    const Ints g = std::bit_cast<Ints>(load(gradient + c0));
+    Lanes16 g;
+    Floats16 sum;
+    std::memcpy(&g, gradient + c0, sizeof g);
     for (std::size_t i = 0; i < size; ++i) {
       float* to = dx + offsets[i] + c0;
-      const Ints hit = arg == static_cast<std::int32_t>(i);
-      const Floats sum = load(to) + std::bit_cast<Floats>(g & hit);
+      const Lanes16 hit = arg == static_cast<std::int32_t>(i);
+      std::memcpy(&sum, to, sizeof sum);
+      sum += __builtin_bit_cast(Floats16, g & hit);
       std::memcpy(to, &sum, sizeof sum);
     }
   }
@@ -620,13 +649,7 @@ class CpuBackend final : public Backend {
         const std::size_t rows = (b1 - b0) * per_image;
         im2col_lines(x.data(), g, b0 * g.out_h, b1 * g.out_h, columns);
         float* z = y.data() + b0 * per_image * filters;
-        detail::sgemm(false, false, rows, filters, patch, 1.0F, columns, patch, kernel.data(),
-                      filters, 0.0F, z, filters);
-        if (!bias.empty()) {
-          for (std::size_t r = 0; r < rows; ++r)
-            for (std::size_t j = 0; j < filters; ++j)
-              z[r * filters + j] += bias.data()[j];
-        }
+        pre_activation(columns, rows, kernel, bias, z);
         if (activation != Activation::linear && activation != Activation::softmax)
           detail::activate_range(activation, z, z, rows * filters);
       }
@@ -674,15 +697,7 @@ class CpuBackend final : public Backend {
           im2col_lines(x.data(), g, b0 * g.out_h, b1 * g.out_h, columns);
           const float* dz = dy.data() + offset;
           if (activation != Activation::linear) {
-            if (needs_z) {
-              detail::sgemm(false, false, rows, filters, patch, 1.0F, columns, patch, kernel.data(),
-                            filters, 0.0F, z, filters);
-              if (!bias.empty()) {
-                for (std::size_t r = 0; r < rows; ++r)
-                  for (std::size_t j = 0; j < filters; ++j)
-                    z[r * filters + j] += bias.data()[j];
-              }
-            }
+            if (needs_z) pre_activation(columns, rows, kernel, bias, z);
             detail::activation_gradient_range(activation, z, y.data() + offset, dz, gradient,
                                               rows * filters);
             dz = gradient;
@@ -720,17 +735,10 @@ class CpuBackend final : public Backend {
 
   void max_pool_forward(const Tensor<float>& x, const Pool2DGeometry& g,
                         const Tensor<float>& y) override {
-    const std::size_t channels = g.channels;
     pool_pixels(g, false, [&](const PoolWindow& w) {
-      float* out = y.data() + w.out;
-      std::fill_n(out, channels, -std::numeric_limits<float>::infinity());
-      for (std::size_t ih = w.h_begin; ih < w.h_end; ++ih) {
-        for (std::size_t iw = w.w_begin; iw < w.w_end; ++iw) {
-          const float* in = x.data() + w.pixel(ih, iw);
-          for (std::size_t c = 0; c < channels; ++c)
-            out[c] = std::max(out[c], in[c]);
-        }
-      }
+      const WindowOffsets offsets(w);
+      detail::max_pool_window(x.data(), offsets.data(), offsets.size(), y.data() + w.out,
+                              g.channels);
     });
   }
 
@@ -738,20 +746,10 @@ class CpuBackend final : public Backend {
                          const Tensor<float>& dx) override {
     zero_images(dx, g.batch);
     pool_pixels(g, /*by_image=*/true, [&](const PoolWindow& w) {
-      const std::size_t width = w.w_end - w.w_begin;
-      const std::size_t size = (w.h_end - w.h_begin) * width;
-      if (size == 0) return;
-      // The input offset of each window position (windows rarely hold more than a few pixels).
-      std::size_t small[16];
-      std::vector<std::size_t> large;
-      std::size_t* offsets = small;
-      if (size > 16) {
-        large.resize(size);
-        offsets = large.data();
-      }
-      for (std::size_t i = 0; i < size; ++i)
-        offsets[i] = w.pixel(w.h_begin + i / width, w.w_begin + i % width);
-      detail::max_pool_route(x.data(), offsets, size, dy.data() + w.out, dx.data(), g.channels);
+      const WindowOffsets offsets(w);
+      if (offsets.size() == 0) return;
+      detail::max_pool_route(x.data(), offsets.data(), offsets.size(), dy.data() + w.out, dx.data(),
+                             g.channels);
     });
   }
 
@@ -1003,6 +1001,20 @@ class CpuBackend final : public Backend {
     return tiles;
   }
 
+  /// A tile's pre-activation: `z = columns * kernel + bias` for `rows` unfolded rows (an empty
+  /// `bias` adds nothing).
+  static void pre_activation(const float* columns, std::size_t rows, const Tensor<float>& kernel,
+                             const Tensor<float>& bias, float* z) {
+    const std::size_t patch = kernel.rows();
+    const std::size_t filters = kernel.row_size();
+    detail::sgemm(false, false, rows, filters, patch, 1.0F, columns, patch, kernel.data(), filters,
+                  0.0F, z, filters);
+    if (bias.empty()) return;
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t j = 0; j < filters; ++j)
+        z[r * filters + j] += bias.data()[j];
+  }
+
   /// im2col of output lines `[l0, l1)` (a line is `(b, oh)`) into `columns`, which points at
   /// line `l0`'s first row. For each kernel tap (kh, kw), the pixels of a line's out_w rows are
   /// consecutive in the input row (stride_w apart), so the copies are loops over (ow, c) rather
@@ -1133,6 +1145,31 @@ class CpuBackend final : public Backend {
     std::size_t pixel(std::size_t ih, std::size_t iw) const noexcept {
       return ((b * g->in_h + ih) * g->in_w + iw) * g->channels;
     }
+  };
+
+  /// The input offset of each position of a window, in window order (row by row).
+  class WindowOffsets {
+   public:
+    explicit WindowOffsets(const PoolWindow& w) {
+      const std::size_t width = w.w_end - w.w_begin;
+      size_ = (w.h_end - w.h_begin) * width;
+      if (size_ > std::size(small_)) {
+        large_.resize(size_);
+        data_ = large_.data();
+      }
+      for (std::size_t i = 0; i < size_; ++i)
+        data_[i] = w.pixel(w.h_begin + i / width, w.w_begin + i % width);
+    }
+    WindowOffsets(const WindowOffsets&) = delete;
+    WindowOffsets& operator=(const WindowOffsets&) = delete;
+    const std::size_t* data() const noexcept { return data_; }
+    std::size_t size() const noexcept { return size_; }
+
+   private:
+    std::size_t small_[16];  // windows rarely hold more than a few pixels
+    std::vector<std::size_t> large_;
+    std::size_t* data_ = small_;
+    std::size_t size_ = 0;
   };
 
   /// Calls `f(window)` for every output pixel; the kernel loops over the channels (contiguous in

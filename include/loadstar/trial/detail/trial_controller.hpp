@@ -118,9 +118,10 @@ class TrialController {
   LOADSTAR_DECL void resume();
 
   /// Removes this trial's checkpoint folders that its record does not list: those a killed run
-  /// renamed into place but did not record, and those it was writing (`<uuid>.tmp`). A folder is
-  /// this trial's when its metadata names this experiment and trial (the folder is shared with
-  /// the experiment's other trials).
+  /// renamed into place but did not record, and those it was writing (`<uuid>.tmp`, and the
+  /// staging folder a write starts in). A folder is this trial's when its metadata names this
+  /// experiment and trial, or, for a staging folder, its name does (the folder is shared with the
+  /// experiment's other trials).
   LOADSTAR_DECL void remove_orphans() const;
 
   // --- training -------------------------------------------------------------------------------
@@ -416,6 +417,13 @@ LOADSTAR_DECL void TrialController::remove_orphans() const {
   for (const auto& entry : std::filesystem::directory_iterator(spec_.checkpoint_dir, error)) {
     if (!entry.is_directory()) continue;
     std::string uuid = entry.path().filename().string();
+    // A write killed before its metadata was there: its name says whose it is.
+    const std::string staging_suffix =
+        ".e" + std::to_string(spec_.experiment_id) + ".t" + std::to_string(spec_.trial_id) + ".new";
+    if (uuid.starts_with('.') && uuid.ends_with(staging_suffix)) {
+      orphans.push_back(entry.path());
+      continue;
+    }
     const bool temporary = uuid.size() > 4 && uuid.ends_with(".tmp");
     if (temporary) uuid.resize(uuid.size() - 4);
     const bool listed = uuid == record_->latest_checkpoint ||
