@@ -161,6 +161,31 @@ TEST_SUITE("trial") {
     CHECK(metric_lines(a) == metric_lines(b));
   }
 
+  TEST_CASE("A resumed trial removes the staging folder of a checkpoint write killed early") {
+    // A write killed after creating its folder and before its metadata existed leaves the
+    // staging folder alone; its name says whose it is. Another trial's is left in place.
+    test_support::TempDir dir;
+    auto s = spec_in(dir.path());
+    s.experiment_id = 3;
+    s.trial_id = 5;
+    auto first = quiet;
+    first.until = trial::Length{trial::Unit::batches, 20};
+    trial::run_trial(s, first);
+    const auto ours = s.checkpoint_dir / trial::checkpoint_staging_name("a-b-c", 3, 5);
+    const auto theirs = s.checkpoint_dir / trial::checkpoint_staging_name("a-b-c", 3, 6);
+    CHECK(ours.filename().string() == ".a-b-c.e3.t5.new");
+    std::filesystem::create_directory(ours);
+    std::filesystem::create_directory(theirs);
+    trial::run_trial(s, quiet);
+    CHECK_FALSE(std::filesystem::exists(ours));
+    CHECK(std::filesystem::exists(theirs));
+    std::filesystem::remove_all(theirs);
+    std::size_t folders = 0;
+    for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator(s.checkpoint_dir))
+      ++folders;
+    CHECK(folders == record(s)["checkpoints"].size());
+  }
+
   TEST_CASE("run_trial restarts a failing trial from its checkpoint up to max_restarts") {
     test_support::TempDir one;
     test_support::TempDir two;
