@@ -21,6 +21,8 @@
 #include <string>
 #include <vector>
 
+#include "random_tensor.hpp"
+
 using namespace loadstar;
 using namespace loadstar::keras;
 using namespace loadstar::keras::layers;
@@ -34,23 +36,8 @@ extern bool fail_next_stream;  // emulated_cuda.cpp
 
 namespace {
 
-/// `n` values in [-1, 1) from a fixed linear congruential sequence.
-std::vector<float> values(std::size_t n, std::uint64_t seed) {
-  std::vector<float> out(n);
-  std::uint64_t state = seed;
-  for (auto& v : out) {
-    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
-    v = static_cast<float>((state >> 40) % 2000) / 1000.0F - 1.0F;
-  }
-  return out;
-}
-
-Tensor<float> random_tensor(const Shape& shape, std::uint64_t seed, float scale = 1.0F) {
-  auto v = values(shape.elements(), seed);
-  for (auto& x : v)
-    x *= scale;
-  return Tensor<float>(shape, std::span<const float>(v));
-}
+using test_support::random_tensor;
+using test_support::values;
 
 bool bitwise_equal(const Tensor<float>& a, const Tensor<float>& b) {
   return a.shape() == b.shape() && std::memcmp(a.data(), b.data(), a.bytes()) == 0;

@@ -20,6 +20,8 @@
 #include <string>
 #include <vector>
 
+#include "random_tensor.hpp"
+
 using namespace loadstar;
 namespace kd = loadstar::cuda::detail;
 using keras::Activation;
@@ -27,23 +29,8 @@ using keras::CpuBackend;
 
 namespace {
 
-/// `n` values in [-1, 1) from a fixed linear congruential sequence.
-std::vector<float> values(std::size_t n, std::uint64_t seed) {
-  std::vector<float> out(n);
-  std::uint64_t state = seed;
-  for (auto& v : out) {
-    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
-    v = static_cast<float>((state >> 40) % 2000) / 1000.0F - 1.0F;
-  }
-  return out;
-}
-
-Tensor<float> random_tensor(const Shape& shape, std::uint64_t seed, float scale = 1.0F) {
-  auto v = values(shape.elements(), seed);
-  for (auto& x : v)
-    x *= scale;
-  return Tensor<float>(shape, std::span<const float>(v));
-}
+using test_support::random_tensor;
+using test_support::values;
 
 bool same_bits(float a, float b) {
   return std::memcmp(&a, &b, sizeof(float)) == 0 || (std::isnan(a) && std::isnan(b));
@@ -354,7 +341,7 @@ TEST_SUITE("cuda") {
       Tensor<float> y(x.shape()), dx(x.shape());
       cpu.softmax_forward(x, y, axis);
       cpu.softmax_backward(y, dy, dx, axis);
-      const auto v = kd::split_around(x.shape(), axis);
+      const auto v = keras::detail::axis_view(x.shape(), axis);
       Tensor<float> mine_y(x.shape()), mine_dx(x.shape());
       for (std::size_t line = 0; line < v.outer * v.inner; ++line) {
         kd::softmax_forward_line(x.data(), mine_y.data(), v.length, v.inner, line);

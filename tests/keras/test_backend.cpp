@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "keras/protected_backend.hpp"
+#include "random_tensor.hpp"
 
 using namespace loadstar;
 using namespace loadstar::keras;
@@ -17,20 +18,8 @@ using loadstar::test::ProtectedBackend;
 
 namespace {
 
-/// `n` values in [-1, 1) from a fixed linear congruential sequence.
-std::vector<float> values(std::size_t n, std::uint64_t seed) {
-  std::vector<float> out(n);
-  std::uint64_t state = seed;
-  for (auto& v : out) {
-    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
-    v = static_cast<float>((state >> 40) % 2000) / 1000.0F - 1.0F;
-  }
-  return out;
-}
-
-Tensor<float> random_tensor(const Shape& shape, std::uint64_t seed) {
-  return Tensor<float>(shape, std::span<const float>(values(shape.elements(), seed)));
-}
+using test_support::random_tensor;
+using test_support::values;
 
 /// Images `(n, 8, 8, 1)` and 3 classes decided by their quadrant sums, and per-row weights.
 struct Data {

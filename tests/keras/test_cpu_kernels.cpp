@@ -13,20 +13,14 @@
 #include <string>
 #include <vector>
 
+#include "random_tensor.hpp"
+
 using namespace loadstar;
 using namespace loadstar::keras;
 
 namespace {
 
-Tensor<float> random_tensor(const Shape& shape, std::uint64_t seed) {
-  std::vector<float> out(shape.elements());
-  std::uint64_t state = seed;
-  for (auto& v : out) {
-    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
-    v = static_cast<float>((state >> 40) % 2000) / 1000.0F - 1.0F;
-  }
-  return Tensor<float>(shape, std::span<const float>(out));
-}
+using test_support::random_tensor;
 
 void check_close(const Tensor<float>& got, const Tensor<float>& want, const std::string& what) {
   REQUIRE(got.size() == want.size());

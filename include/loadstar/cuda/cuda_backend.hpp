@@ -62,21 +62,6 @@ inline ActivationCode activation_code(keras::Activation kind) noexcept {
   return static_cast<ActivationCode>(static_cast<int>(kind));
 }
 
-/// `(outer, length, inner)`: a shape seen around one axis.
-struct AxisSplit {
-  std::size_t outer = 1, length = 1, inner = 1;
-};
-
-inline AxisSplit split_around(const Shape& shape, std::size_t axis) noexcept {
-  AxisSplit v;
-  for (std::size_t i = 0; i < shape.rank(); ++i) {
-    if (i < axis) v.outer *= shape[i];
-    if (i == axis) v.length = shape[i];
-    if (i > axis) v.inner *= shape[i];
-  }
-  return v;
-}
-
 /// The kernels' view of a convolution's geometry.
 inline ConvDims conv_dims(const keras::Conv2DGeometry& g) noexcept {
   ConvDims d;
@@ -658,7 +643,7 @@ class CudaBackend final : public keras::Backend {
 
   void softmax_forward(const Tensor<float>& x, const Tensor<float>& y, std::size_t axis) override {
     expect("softmax_forward", {&x, &y});
-    const auto v = detail::split_around(x.shape(), axis);
+    const auto v = keras::detail::axis_view(x.shape(), axis);
     launched(detail::launch_softmax_forward(active_stream(), x.data(), y.data(), v.outer, v.length,
                                             v.inner),
              "softmax_forward");
@@ -667,7 +652,7 @@ class CudaBackend final : public keras::Backend {
   void softmax_backward(const Tensor<float>& y, const Tensor<float>& dy, const Tensor<float>& dx,
                         std::size_t axis) override {
     expect("softmax_backward", {&y, &dy, &dx});
-    const auto v = detail::split_around(y.shape(), axis);
+    const auto v = keras::detail::axis_view(y.shape(), axis);
     launched(detail::launch_softmax_backward(active_stream(), y.data(), dy.data(), dx.data(),
                                              v.outer, v.length, v.inner),
              "softmax_backward");
@@ -841,7 +826,7 @@ class CudaBackend final : public keras::Backend {
   void concatenate(std::span<const Tensor<float>> parts, std::size_t axis,
                    const Tensor<float>& out) override {
     expect("concatenate", {&out});
-    const std::size_t outer = detail::split_around(out.shape(), axis).outer;
+    const std::size_t outer = keras::detail::axis_view(out.shape(), axis).outer;
     if (outer == 0) return;
     const std::size_t out_inner = out.size() / outer;
     const cudaStream_t s = active_stream();
@@ -862,7 +847,7 @@ class CudaBackend final : public keras::Backend {
   void split(const Tensor<float>& x, std::size_t axis, std::span<const std::size_t> extents,
              std::span<const Tensor<float>> parts) override {
     expect("split", {&x});
-    const auto v = detail::split_around(x.shape(), axis);
+    const auto v = keras::detail::axis_view(x.shape(), axis);
     if (v.outer == 0) return;
     const std::size_t x_inner = v.length * v.inner;
     const cudaStream_t s = active_stream();

@@ -61,6 +61,22 @@ LOADSTAR_DECL AxisGeometry axis_geometry(std::size_t in, std::size_t kernel, std
 
 namespace detail {
 
+/// `(outer, length, inner)`: a tensor seen around one axis (what every backend's softmax,
+/// concatenate and split walk).
+struct AxisView {
+  std::size_t outer = 1, length = 1, inner = 1;
+};
+
+inline AxisView axis_view(const Shape& shape, std::size_t axis) noexcept {
+  AxisView v;
+  for (std::size_t i = 0; i < shape.rank(); ++i) {
+    if (i < axis) v.outer *= shape[i];
+    if (i == axis) v.length = shape[i];
+    if (i > axis) v.inner *= shape[i];
+  }
+  return v;
+}
+
 /// Rows `[row_begin, row_end)` of axis 0 of `y = transpose(x, axes)` (NumPy's and TensorFlow's
 /// `transpose`: axis `i` of `y` is axis `axes[i]` of `x`), on host memory. Runs of the last axis
 /// are copied whole when `axes` keeps the last axis last.

@@ -226,21 +226,6 @@ inline void max_pool_route(const float* x, const std::size_t* offsets, std::size
   }
 }
 
-/// `(outer, length, inner)`: a tensor seen around one axis.
-struct AxisView {
-  std::size_t outer = 1, length = 1, inner = 1;
-};
-
-inline AxisView axis_view(const Shape& shape, std::size_t axis) noexcept {
-  AxisView v;
-  for (std::size_t i = 0; i < shape.rank(); ++i) {
-    if (i < axis) v.outer *= shape[i];
-    if (i == axis) v.length = shape[i];
-    if (i > axis) v.inner *= shape[i];
-  }
-  return v;
-}
-
 /// A grow-only, 64-byte aligned float buffer.
 class GrowBuffer {
  public:
