@@ -4,6 +4,7 @@
 #pragma once
 
 #include <linux/futex.h>
+#include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -46,7 +47,7 @@ inline void cpu_relax() noexcept {
 template <class F>
 bool spin_until(F done, std::chrono::nanoseconds spin, std::chrono::nanoseconds yielding) {
   const auto started = std::chrono::steady_clock::now();
-  for (unsigned i = 1;; ++i) {
+  for (unsigned i = 1; spin.count() > 0; ++i) {
     if (done()) return true;
     cpu_relax();
     // The clock costs tens of nanoseconds: read it now and then.
@@ -57,6 +58,22 @@ bool spin_until(F done, std::chrono::nanoseconds spin, std::chrono::nanoseconds 
     std::this_thread::yield();
   }
   return done();
+}
+
+/// The CPU this thread runs on, or -1 where that is unknown (glibc reads it from the kernel's
+/// restartable-sequence area: a few nanoseconds).
+inline int current_cpu() noexcept {
+  return ::sched_getcpu();
+}
+
+/// The CPUs this process may run on (its affinity mask: `taskset`, cgroups' cpusets), at least 1.
+inline std::size_t available_cpus() noexcept {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof(set), &set) != 0) {
+    return std::max(1U, std::thread::hardware_concurrency());
+  }
+  return static_cast<std::size_t>(std::max(1, CPU_COUNT(&set)));
 }
 
 /// Sleeps while `word` holds `expected`, at most `timeout` when one is given (a private futex:
@@ -92,6 +109,14 @@ inline void futex_wake_private(std::atomic<std::uint32_t>& word, int count) noex
 /// it makes the position claimable, so the sampler (which caches permutations) is used on the
 /// consumer's thread alone.
 ///
+/// Spinning pays only while the thread waited for runs on another CPU: both sides note the CPU
+/// they run on, and a side whose counterpart shares its CPU yields at once instead (the scheduler
+/// puts a woken thread beside its waker, and spinning there only delays the thread it waits for:
+/// hand-offs on one CPU were 2.5 times slower that way). And on batches that build faster than a
+/// hand-off costs, workers beyond the CPUs left beside the consumer park: one worker keeps up with
+/// the consumer then, and more only take turns with it on its CPU. A parked worker sleeps until
+/// the consumer is about to wait, then builds a few batches before it looks at their cost again.
+///
 /// Each worker announces the position it builds in its own word, which also settles its fate
 /// without a lock: the worker swaps it back to idle when it is done (then it publishes), while the
 /// consumer swaps it to `abandoned` (per-batch timeout) or the destructor to `stopped`; whoever
@@ -110,6 +135,8 @@ class ThreadBackend {
         limit_(start),
         barrier_(barrier) {
     pump(Wake::lazily);
+    const std::size_t spare = std::max<std::size_t>(available_cpus(), 2) - 1;
+    shared_->park_above = workers > spare ? spare : 0;
     workers_.reserve(workers);
     for (std::size_t i = 0; i < workers; ++i)
       add_worker();
@@ -150,6 +177,7 @@ class ThreadBackend {
     Shared& s = *shared_;
     Slot& slot = s.slots[position % s.slots.size()];
     BackendResult<Batch> result;
+    note_consumer_cpu();
     if (slot.ready.load(std::memory_order_acquire) != position + 1 && !wait(position)) {
       if (std::optional<std::string> message = give_up(position)) {
         result.ticket = *sampler_->ticket(position);
@@ -164,7 +192,6 @@ class ThreadBackend {
     result.ticket = slot.ticket;
     slot.batch.reset();
     slot.error.clear();
-    s.ready_count.fetch_sub(1, std::memory_order_relaxed);
     consume_ = position + 1;
     pump(Wake::lazily);
     return result;
@@ -198,8 +225,14 @@ class ThreadBackend {
   std::chrono::nanoseconds waited() const noexcept {
     return std::chrono::nanoseconds(shared_->wait_ns.load(std::memory_order_relaxed));
   }
+  /// Counted over the ring rather than kept in a counter that workers and consumer would both
+  /// write for every batch (a cache line moving between cores twice per batch).
   std::size_t occupancy() const noexcept {
-    return shared_->ready_count.load(std::memory_order_relaxed);
+    const Shared& s = *shared_;
+    std::size_t ready = 0;
+    for (std::uint64_t p = consume_; p < limit_; ++p)
+      ready += s.slots[p % s.slots.size()].ready.load(std::memory_order_acquire) == p + 1;
+    return ready;
   }
 
  private:
@@ -221,6 +254,11 @@ class ThreadBackend {
   static constexpr unsigned max_spin_shift = 6;
   static constexpr std::chrono::microseconds worker_spin{2};
   static constexpr std::chrono::microseconds worker_yield{5};
+  /// A batch that builds faster than this is cheaper than handing it over between two CPUs a few
+  /// times (about 0.6 us here): one worker then keeps up with the consumer, and a second one
+  /// where no CPU is free only takes turns on a CPU with the consumer.
+  static constexpr std::chrono::microseconds cheap_batch{2};
+  static constexpr unsigned grace_batches = 8;
 
   // Each slot on its own cache lines: the consumer empties one while a worker fills the next.
   struct alignas(cache_line_bytes) Slot {
@@ -260,7 +298,11 @@ class ThreadBackend {
     alignas(cache_line_bytes) std::atomic<std::uint32_t> ready_event{0};
     std::atomic<std::uint64_t> waiting_for{no_position};
     alignas(cache_line_bytes) std::atomic<std::uint64_t> produced{0};
-    alignas(cache_line_bytes) std::atomic<std::size_t> ready_count{0};
+    /// Workers not parked, and how many may stay awake on cheap batches (0: never park).
+    alignas(cache_line_bytes) std::atomic<std::size_t> awake{0};
+    std::size_t park_above = 0;
+    /// The CPU the consumer last ran on (-1: unknown); written only when it changes.
+    alignas(cache_line_bytes) std::atomic<int> consumer_cpu{-1};
     alignas(cache_line_bytes) std::atomic<std::uint64_t> wait_ns{0};
     /// Abandoned calls still running, and how `settle` waits for them (rare: no hot path).
     alignas(cache_line_bytes) std::atomic<std::size_t> abandoned_running{0};
@@ -271,6 +313,8 @@ class ThreadBackend {
   /// The position a worker builds, `idle`, or the fate the consumer chose for it.
   struct alignas(cache_line_bytes) WorkerState {
     std::atomic<std::uint64_t> building{idle};
+    /// The CPU the worker last ran on (-1: unknown); written only when it changes.
+    std::atomic<int> cpu{-1};
   };
 
   struct Worker {
@@ -311,13 +355,39 @@ class ThreadBackend {
     }
     const std::uint32_t sleepers = s.sleepers.load();
     if (sleepers == 0) return;
+    // Decided before reading `next`, which the workers write for every batch: reading it after
+    // every batch cost the consumer a cache line from another CPU whenever a worker slept.
+    if (wake == Wake::lazily && sleepers < workers_.size()) return;
     const std::uint64_t next = s.next.load();
     if (next >= limit_) return;
-    if (wake != Wake::lazily ||
-        (sleepers >= workers_.size() && limit_ - next >= (s.slots.size() + 1) / 2)) {
+    if (wake != Wake::lazily || limit_ - next >= (s.slots.size() + 1) / 2) {
       s.work_event.fetch_add(1);
       futex_wake_private(s.work_event, wake == Wake::all ? INT_MAX : 1);
     }
+  }
+
+  /// Notes the CPU the consumer runs on, for the workers' choice between spinning and yielding.
+  void note_consumer_cpu() noexcept {
+    const int cpu = current_cpu();
+    if (cpu != consumer_cpu_) {
+      consumer_cpu_ = cpu;
+      shared_->consumer_cpu.store(cpu, std::memory_order_relaxed);
+    }
+  }
+
+  /// Whether the worker building `position` (or, when none has claimed it yet, every awake worker)
+  /// last ran on the consumer's CPU: then spinning would only keep it from running.
+  bool builder_shares_cpu(std::uint64_t position) const noexcept {
+    if (consumer_cpu_ < 0) return false;
+    bool any_elsewhere = false;
+    for (const Worker& worker : workers_) {
+      const int cpu = worker.state->cpu.load(std::memory_order_relaxed);
+      if (worker.state->building.load(std::memory_order_relaxed) == position) {
+        return cpu == consumer_cpu_;
+      }
+      any_elsewhere = any_elsewhere || cpu != consumer_cpu_;
+    }
+    return !any_elsewhere;
   }
 
   /// Waits until the slot of `position` is published: spins a little, then sleeps; false when
@@ -326,14 +396,20 @@ class ThreadBackend {
     Shared& s = *shared_;
     const std::atomic<std::uint64_t>& ready = s.slots[position % s.slots.size()].ready;
     const auto started = std::chrono::steady_clock::now();
-    bool arrived = spin_until([&] { return ready.load(std::memory_order_acquire) == position + 1; },
-                              consumer_spin / (1U << spin_shift_),
-                              spin_shift_ < max_spin_shift ? consumer_yield / (1U << spin_shift_)
-                                                           : std::chrono::microseconds(0));
-    if (arrived) {
-      spin_shift_ = spin_shift_ > 0 ? spin_shift_ - 1 : 0;
+    const auto is_ready = [&] { return ready.load(std::memory_order_acquire) == position + 1; };
+    bool arrived = false;
+    if (builder_shares_cpu(position)) {
+      // Only yielding lets the batch be finished.
+      arrived = spin_until(is_ready, std::chrono::nanoseconds(0), consumer_yield);
     } else {
-      spin_shift_ = std::min(spin_shift_ + 1, max_spin_shift);
+      arrived = spin_until(is_ready, consumer_spin / (1U << spin_shift_),
+                           spin_shift_ < max_spin_shift ? consumer_yield / (1U << spin_shift_)
+                                                        : std::chrono::microseconds(0));
+      if (arrived) {
+        spin_shift_ = spin_shift_ > 0 ? spin_shift_ - 1 : 0;
+      } else {
+        spin_shift_ = std::min(spin_shift_ + 1, max_spin_shift);
+      }
     }
     if (!arrived) {
       // Workers asleep on a full ring are woken lazily; never sleep while none works.
@@ -397,12 +473,39 @@ class ThreadBackend {
     }
   }
 
+  /// Parks this worker while batches are cheap and more workers are awake than the machine has
+  /// CPUs to spare beside the consumer: sleeps until the consumer wakes workers (it is about to
+  /// wait, or the barrier moved) or the backend stops. Returns false without sleeping when this
+  /// worker is needed.
+  static bool park(Shared& s) {
+    std::size_t awake = s.awake.load();
+    do {
+      if (awake <= s.park_above) return false;
+    } while (!s.awake.compare_exchange_weak(awake, awake - 1));
+    const std::uint32_t event = s.work_event.load();
+    s.sleepers.fetch_add(1);
+    if (!s.stopping.load()) futex_wait_private(s.work_event, event, std::nullopt);
+    s.sleepers.fetch_sub(1);
+    s.awake.fetch_add(1);
+    return true;
+  }
+
   static void work(std::shared_ptr<Shared> shared, std::shared_ptr<WorkerState> me) {
     Shared& s = *shared;
+    s.awake.fetch_add(1);
+    struct Leave {
+      Shared& s;
+      ~Leave() { s.awake.fetch_sub(1); }
+    } leave{s};
     const auto claimable = [&] {
       return s.next.load(std::memory_order_relaxed) < s.limit.load(std::memory_order_relaxed) ||
              s.stopping.load(std::memory_order_relaxed);
     };
+    // This worker's view of what a batch costs to build (every fourth batch timed, a moving
+    // average), and the batches it builds after a wake-up before it may park again.
+    std::chrono::nanoseconds build_cost = cheap_batch;
+    unsigned built = 0;
+    unsigned grace = 0;
     for (;;) {
       if (s.stopping.load(std::memory_order_relaxed)) return;
       std::uint64_t position = s.next.load();
@@ -410,7 +513,12 @@ class ThreadBackend {
         // One worker at a time spins on a full ring; the others sleep at once, so that spinning
         // workers never outnumber the cores the consumer and the busy workers need.
         const bool spinner = s.spinners.fetch_add(1) == 0;
-        const bool found = spinner && spin_until(claimable, worker_spin, worker_yield);
+        // Spinning beside the consumer on its CPU only delays it: yield at once there.
+        const int consumer = s.consumer_cpu.load(std::memory_order_relaxed);
+        const bool beside = consumer >= 0 && consumer == current_cpu();
+        const bool found =
+            spinner &&
+            spin_until(claimable, beside ? std::chrono::nanoseconds(0) : worker_spin, worker_yield);
         s.spinners.fetch_sub(1);
         if (found) continue;
         const std::uint32_t event = s.work_event.load();
@@ -422,6 +530,9 @@ class ThreadBackend {
         continue;
       }
       if (!s.next.compare_exchange_weak(position, position + 1)) continue;
+      if (const int cpu = current_cpu(); cpu != me->cpu.load(std::memory_order_relaxed)) {
+        me->cpu.store(cpu, std::memory_order_relaxed);
+      }
       Slot& slot = s.slots[position % s.slots.size()];
       // Read before announcing the position: the consumer rewrites the ticket only after it took
       // or gave up this position, and it gives one up only through this worker's word.
@@ -430,8 +541,15 @@ class ThreadBackend {
       if (!me->building.compare_exchange_strong(expected, position)) return;  // stopped
       std::optional<Batch> batch;
       std::string error;
+      const bool timed = s.park_above > 0 && built++ % 4 == 0;
+      const auto started =
+          timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
       try {
         batch.emplace((*s.sequence)[ticket.index]);
+        if (timed) {
+          const std::chrono::nanoseconds took = std::chrono::steady_clock::now() - started;
+          build_cost = built == 1 ? took : build_cost + (took - build_cost) / 4;
+        }
       } catch (...) {
         error = "sequence adapter: " + describe_batch(ticket) +
                 " failed in a worker thread: " + current_exception_message();
@@ -449,11 +567,17 @@ class ThreadBackend {
       slot.batch = std::move(batch);
       slot.error = std::move(error);
       s.produced.fetch_add(1, std::memory_order_relaxed);
-      s.ready_count.fetch_add(1, std::memory_order_relaxed);
       slot.ready.store(position + 1);
       if (s.waiting_for.load() == position) {
         s.ready_event.fetch_add(1);
         futex_wake_private(s.ready_event, 1);
+      }
+      // Only after a batch: a worker woken to build one must not park instead (the wake-up it
+      // took was meant for the batch the consumer waits for).
+      if (grace > 0) {
+        --grace;
+      } else if (build_cost < cheap_batch && s.park_above > 0 && park(s)) {
+        grace = grace_batches;
       }
     }
   }
@@ -467,6 +591,7 @@ class ThreadBackend {
   std::uint64_t limit_;
   std::uint64_t barrier_;
   unsigned spin_shift_ = 0;
+  int consumer_cpu_ = -1;
 };
 
 }  // namespace loadstar::detail
