@@ -3,6 +3,7 @@
 #pragma once
 
 #include <doctest/doctest.h>
+#include <sched.h>
 
 #include <chrono>
 #include <cstddef>
@@ -23,6 +24,30 @@ struct IndexSequence {
   std::size_t n = length;
   std::size_t size() const { return n; }
   std::size_t operator[](std::size_t i) const { return i; }
+};
+
+// Runs the calling thread, and the threads and processes it starts, on the CPUs given (all it may
+// use when empty) until destroyed: fewer CPUs than threads, whatever the machine.
+class CpuAffinity {
+ public:
+  explicit CpuAffinity(int cpus) {
+    REQUIRE(::sched_getaffinity(0, sizeof(before_), &before_) == 0);
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    for (int cpu = 0, kept = 0; cpu < CPU_SETSIZE && kept < cpus; ++cpu) {
+      if (CPU_ISSET(cpu, &before_)) {
+        CPU_SET(cpu, &set);
+        ++kept;
+      }
+    }
+    REQUIRE(::sched_setaffinity(0, sizeof(set), &set) == 0);
+  }
+  CpuAffinity(const CpuAffinity&) = delete;
+  CpuAffinity& operator=(const CpuAffinity&) = delete;
+  ~CpuAffinity() { ::sched_setaffinity(0, sizeof(before_), &before_); }
+
+ private:
+  cpu_set_t before_{};
 };
 
 template <std::size_t Workers>

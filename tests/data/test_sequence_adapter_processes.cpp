@@ -46,6 +46,7 @@ using loadstar::WorkerError;
 namespace {
 
 using adapter_grid::adapter_stream;
+using adapter_grid::CpuAffinity;
 using adapter_grid::IndexSequence;
 using adapter_grid::length;
 using adapter_grid::sampler_stream;
@@ -542,6 +543,29 @@ TEST_SUITE("data") {
       for (std::size_t i = 0; i < 3 * queue; ++i)
         in_order = in_order && *adapter.next() == i % length;
       CHECK(in_order);
+    }
+    CHECK(no_children());
+  }
+
+  TEST_CASE("SequenceAdapter on processes hands off cheap batches in order on one and two CPUs" *
+            doctest::timeout(120)) {
+    // Children asleep on a full ring are woken only when half of it is free or the consumer is
+    // about to wait, and signal the consumer only when it sleeps for their batch: with four
+    // children taking turns on one or two CPUs, every batch still arrives, once and in order.
+    const Watchdog watchdog(100);
+    for (const int cpus : {1, 2}) {
+      const CpuAffinity affinity(cpus);
+      for (const std::size_t queue : {1, 2, 3, 16}) {
+        CAPTURE(cpus);
+        CAPTURE(queue);
+        const AdapterOptions o{.max_queue_size = queue, .shuffle = true, .seed = seed};
+        SequenceAdapter<IndexSequence, 4, true> adapter(IndexSequence{}, o);
+        const auto expected = sampler_stream(o, 2000);
+        bool in_order = true;
+        for (std::size_t i = 0; i < expected.size(); ++i)
+          in_order = in_order && *adapter.next() == expected[i];
+        CHECK(in_order);
+      }
     }
     CHECK(no_children());
   }

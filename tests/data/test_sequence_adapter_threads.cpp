@@ -1,5 +1,4 @@
 #include <doctest/doctest.h>
-#include <sched.h>
 
 #include "adapter_grid.hpp"
 
@@ -34,35 +33,12 @@ using loadstar::WorkerError;
 namespace {
 
 using adapter_grid::adapter_stream;
+using adapter_grid::CpuAffinity;
 using adapter_grid::IndexSequence;
 using adapter_grid::length;
 using adapter_grid::sampler_stream;
 using adapter_grid::seed;
 using adapter_grid::workers;
-
-// Runs the calling thread, and the threads it starts, on the CPUs given (all it may use when
-// empty) until destroyed: fewer CPUs than threads, whatever the machine.
-class CpuAffinity {
- public:
-  explicit CpuAffinity(int cpus) {
-    REQUIRE(::sched_getaffinity(0, sizeof(before_), &before_) == 0);
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    for (int cpu = 0, kept = 0; cpu < CPU_SETSIZE && kept < cpus; ++cpu) {
-      if (CPU_ISSET(cpu, &before_)) {
-        CPU_SET(cpu, &set);
-        ++kept;
-      }
-    }
-    REQUIRE(::sched_setaffinity(0, sizeof(set), &set) == 0);
-  }
-  CpuAffinity(const CpuAffinity&) = delete;
-  CpuAffinity& operator=(const CpuAffinity&) = delete;
-  ~CpuAffinity() { ::sched_setaffinity(0, sizeof(before_), &before_); }
-
- private:
-  cpu_set_t before_{};
-};
 
 // Fails with a message on one index.
 struct FailingSequence {

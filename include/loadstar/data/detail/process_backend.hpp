@@ -221,6 +221,10 @@ struct RingControl {
   std::atomic<std::uint32_t> sleepers{0};
   /// Batches built by the children.
   alignas(64) std::atomic<std::uint64_t> produced{0};
+  /// The position the consumer sleeps for (`none`: it does not sleep): the child that publishes
+  /// it signals the `eventfd`, and no other does. With `SlotHeader::ready` a Dekker pair.
+  static constexpr std::uint64_t none = std::numeric_limits<std::uint64_t>::max();
+  alignas(64) std::atomic<std::uint64_t> waiting_for{none};
 };
 
 /// What child `i` is building (`none` when idle), each on its own cache line.
@@ -568,9 +572,12 @@ class ProcessBackend {
       build(position, static_cast<std::uint32_t>(index), message_fd);
       building.store(ChildWord::none);
       control.produced.fetch_add(1);
-      const std::uint64_t one = 1;
-      // Never blocks (a counter); a failure only costs the consumer a later look at the slot.
-      (void)!::write(event_fd_, &one, sizeof one);
+      // A system call only when the consumer sleeps for this very batch.
+      if (control.waiting_for.load() == position) {
+        const std::uint64_t one = 1;
+        // Never blocks (a counter); a failure only costs the consumer a later look at the slot.
+        (void)!::write(event_fd_, &one, sizeof one);
+      }
     }
   }
 
@@ -640,7 +647,7 @@ class ProcessBackend {
     h.bytes = bytes;
     h.status = status;
     h.writer = index;
-    h.ready.store(position + 1, std::memory_order_release);
+    h.ready.store(position + 1);
   }
 
   /// The sequence kept tensors built in the slot (a cache of batches, say): the next batch in this
@@ -673,15 +680,24 @@ class ProcessBackend {
 
   /// Lets the children claim every position that may be requested: below `consume_ +
   /// max_queue_size`, the end and the barrier, and short of a slot the consumer still views.
-  void pump() {
+  /// Children asleep on a full ring are woken when every live child sleeps and half of the ring
+  /// is free, or at once with `wake_now` (the consumer is about to wait): waking them after every
+  /// batch cost a system call per batch, and woke every child to race for one slot.
+  void pump(bool wake_now = false) {
     std::uint64_t limit = control_->limit.load();
     const std::uint64_t from = limit;
     while (limit < consume_ + queue_ && limit < end_ && limit < barrier_ && !leased(limit))
       ++limit;
-    if (limit == from) return;
-    control_->limit.store(limit);
-    control_->generation.fetch_add(1);
-    if (control_->sleepers.load() > 0) futex_wake_all(control_->generation);
+    if (limit != from) {
+      control_->limit.store(limit);
+      control_->generation.fetch_add(1);
+    }
+    const std::uint32_t sleepers = control_->sleepers.load();
+    if (sleepers == 0) return;
+    if (!wake_now && sleepers < live_children()) return;
+    const std::uint64_t next = control_->next.load();
+    if (next >= limit) return;
+    if (wake_now || limit - next >= (queue_ + 1) / 2) futex_wake_all(control_->generation);
   }
 
   /// Waits until the slot of `position` is published; returns the timeout's message when it
@@ -690,8 +706,15 @@ class ProcessBackend {
   std::optional<std::string> wait_for(std::uint64_t position) {
     const auto started = std::chrono::steady_clock::now();
     const SlotHeader& h = header(position);
+    if (h.ready.load(std::memory_order_acquire) == position + 1) return std::nullopt;
+    pump(true);
+    control_->waiting_for.store(position);
+    struct Announced {
+      RingControl& control;
+      ~Announced() { control.waiting_for.store(RingControl::none); }
+    } announced{*control_};
     std::vector<pollfd> fds;
-    while (h.ready.load(std::memory_order_acquire) != position + 1) {
+    while (h.ready.load() != position + 1) {
       int wait_ms = -1;
       if (timeout_.count() > 0) {
         const auto left = timeout_ - (std::chrono::steady_clock::now() - started);
