@@ -12,9 +12,11 @@
 #include <loadstar/error.hpp>
 #include <loadstar/tensor.hpp>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -183,6 +185,35 @@ TEST_SUITE("data") {
     // The message of the original exception is kept.
     SequenceAdapter<FailingSequence, W::value> again(FailingSequence{0});
     CHECK_THROWS_WITH_AS(again.next(), doctest::Contains("cannot decode image 0"), WorkerError);
+  }
+
+  TEST_CASE("SequenceAdapter on threads wakes parked workers when batches turn slow" *
+            doctest::timeout(60)) {
+    // Cheap batches first: on two CPUs, two of three workers park. Then batches that take 2 ms:
+    // the consumer's waits wake the parked workers, and they build their share again.
+    struct Turning {
+      std::shared_ptr<std::mutex> mutex = std::make_shared<std::mutex>();
+      std::shared_ptr<std::set<std::thread::id>> slow_builders =
+          std::make_shared<std::set<std::thread::id>>();
+      std::size_t size() const { return 3040; }
+      std::size_t operator[](std::size_t i) const {
+        if (i >= 3000) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(2));
+          const std::lock_guard lock(*mutex);
+          slow_builders->insert(std::this_thread::get_id());
+        }
+        return i;
+      }
+    };
+    const CpuAffinity affinity(2);
+    const Turning sequence;
+    SequenceAdapter<Turning, 3> adapter(sequence, {.max_queue_size = 8});
+    bool in_order = true;
+    for (std::size_t i = 0; i < 3040; ++i)
+      in_order = in_order && *adapter.next() == i;
+    CHECK(in_order);
+    const std::lock_guard lock(*sequence.mutex);
+    CHECK(sequence.slow_builders->size() >= 2);
   }
 
   TEST_CASE("SequenceAdapter on threads hands off cheap batches in order through a small ring" *

@@ -115,7 +115,8 @@ inline void futex_wake_private(std::atomic<std::uint32_t>& word, int count) noex
 /// hand-offs on one CPU were 2.5 times slower that way). And on batches that build faster than a
 /// hand-off costs, workers beyond the CPUs left beside the consumer park: one worker keeps up with
 /// the consumer then, and more only take turns with it on its CPU. A parked worker sleeps until
-/// the consumer is about to wait, then builds a few batches before it looks at their cost again.
+/// a wait of the consumer's lasts 100 us, then builds a few batches before it looks at their cost
+/// again.
 ///
 /// Each worker announces the position it builds in its own word, which also settles its fate
 /// without a lock: the worker swaps it back to idle when it is done (then it publishes), while the
@@ -161,6 +162,7 @@ class ThreadBackend {
     }
     s.work_event.fetch_add(1);
     futex_wake_private(s.work_event, INT_MAX);
+    unpark();
     for (std::size_t i = 0; i < workers_.size(); ++i) {
       if (inside[i]) {
         workers_[i].thread.detach();
@@ -259,6 +261,7 @@ class ThreadBackend {
   /// where no CPU is free only takes turns on a CPU with the consumer.
   static constexpr std::chrono::microseconds cheap_batch{2};
   static constexpr unsigned grace_batches = 8;
+  static constexpr std::chrono::microseconds unpark_after{100};
 
   // Each slot on its own cache lines: the consumer empties one while a worker fills the next.
   struct alignas(cache_line_bytes) Slot {
@@ -298,9 +301,12 @@ class ThreadBackend {
     alignas(cache_line_bytes) std::atomic<std::uint32_t> ready_event{0};
     std::atomic<std::uint64_t> waiting_for{no_position};
     alignas(cache_line_bytes) std::atomic<std::uint64_t> produced{0};
-    /// Workers not parked, and how many may stay awake on cheap batches (0: never park).
+    /// Workers not parked, and how many may stay awake on cheap batches (0: never park); parked
+    /// workers count themselves in `parked` and sleep on `park_event` (a Dekker pair as above).
     alignas(cache_line_bytes) std::atomic<std::size_t> awake{0};
     std::size_t park_above = 0;
+    std::atomic<std::uint32_t> park_event{0};
+    std::atomic<std::uint32_t> parked{0};
     /// The CPU the consumer last ran on (-1: unknown); written only when it changes.
     alignas(cache_line_bytes) std::atomic<int> consumer_cpu{-1};
     alignas(cache_line_bytes) std::atomic<std::uint64_t> wait_ns{0};
@@ -353,17 +359,25 @@ class ThreadBackend {
       limit_ = target;
       s.limit.store(target);
     }
+    if (wake == Wake::all) unpark();
     const std::uint32_t sleepers = s.sleepers.load();
     if (sleepers == 0) return;
     // Decided before reading `next`, which the workers write for every batch: reading it after
     // every batch cost the consumer a cache line from another CPU whenever a worker slept.
-    if (wake == Wake::lazily && sleepers < workers_.size()) return;
+    if (wake == Wake::lazily && sleepers + s.parked.load() < workers_.size()) return;
     const std::uint64_t next = s.next.load();
     if (next >= limit_) return;
     if (wake != Wake::lazily || limit_ - next >= (s.slots.size() + 1) / 2) {
       s.work_event.fetch_add(1);
       futex_wake_private(s.work_event, wake == Wake::all ? INT_MAX : 1);
     }
+  }
+
+  /// Wakes every parked worker.
+  void unpark() noexcept {
+    Shared& s = *shared_;
+    s.park_event.fetch_add(1);
+    if (s.parked.load() > 0) futex_wake_private(s.park_event, INT_MAX);
   }
 
   /// Notes the CPU the consumer runs on, for the workers' choice between spinning and yielding.
@@ -415,16 +429,28 @@ class ThreadBackend {
       // Workers asleep on a full ring are woken lazily; never sleep while none works.
       pump(Wake::one);
       s.waiting_for.store(position);
+      // Parked workers are woken once a wait lasts: the batches are no longer cheap, or the
+      // worker that builds them is held up.
+      bool unparked = s.park_above == 0;
       for (;;) {
         const std::uint32_t event = s.ready_event.load();
         if (ready.load() == position + 1) {
           arrived = true;
           break;
         }
+        const auto waited = std::chrono::steady_clock::now() - started;
+        if (!unparked && waited >= unpark_after) {
+          unpark();
+          unparked = true;
+        }
         std::optional<std::chrono::nanoseconds> left;
         if (s.timeout.count() > 0) {
-          left = s.timeout - (std::chrono::steady_clock::now() - started);
+          left = s.timeout - waited;
           if (left->count() <= 0) break;
+        }
+        if (!unparked) {
+          const std::chrono::nanoseconds until_unpark = unpark_after - waited;
+          left = left ? std::min(*left, until_unpark) : until_unpark;
         }
         futex_wait_private(s.ready_event, event, left);
       }
@@ -474,18 +500,18 @@ class ThreadBackend {
   }
 
   /// Parks this worker while batches are cheap and more workers are awake than the machine has
-  /// CPUs to spare beside the consumer: sleeps until the consumer wakes workers (it is about to
-  /// wait, or the barrier moved) or the backend stops. Returns false without sleeping when this
+  /// CPUs to spare beside the consumer: sleeps until the consumer has waited `unpark_after` for a
+  /// batch, the barrier moved or the backend stops. Returns false without sleeping when this
   /// worker is needed.
   static bool park(Shared& s) {
     std::size_t awake = s.awake.load();
     do {
       if (awake <= s.park_above) return false;
     } while (!s.awake.compare_exchange_weak(awake, awake - 1));
-    const std::uint32_t event = s.work_event.load();
-    s.sleepers.fetch_add(1);
-    if (!s.stopping.load()) futex_wait_private(s.work_event, event, std::nullopt);
-    s.sleepers.fetch_sub(1);
+    const std::uint32_t event = s.park_event.load();
+    s.parked.fetch_add(1);
+    if (!s.stopping.load()) futex_wait_private(s.park_event, event, std::nullopt);
+    s.parked.fetch_sub(1);
     s.awake.fetch_add(1);
     return true;
   }
