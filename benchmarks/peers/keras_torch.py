@@ -120,6 +120,17 @@ def graph_pass(model, optimizer, loss_fn, xs, ys):
     return one_pass
 
 
+def full_fp32(torch):
+    """No TF32 in matmuls and cuDNN convolutions: full fp32, as the CUDA backend computes.
+    PyTorch 2.9 and later take fp32_precision (the allow_tf32 flags warn there)."""
+    if hasattr(torch.backends.cuda.matmul, "fp32_precision"):
+        torch.backends.cuda.matmul.fp32_precision = "ieee"
+        torch.backends.cudnn.conv.fp32_precision = "ieee"
+    else:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+
+
 def measure(workload, batch, threads, queue, device="cpu", mode="eager"):
     """Sends the record of one measurement (or {"error": ...}) through queue."""
     try:
@@ -133,9 +144,7 @@ def measure_record(workload, batch, threads, device, mode):
     import torch
     cuda = device == "cuda"
     if cuda:
-        # Full fp32 on both sides: the CUDA backend computes without TF32.
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
+        full_fp32(torch)
     else:
         torch.set_num_threads(threads)
     torch.manual_seed(1)
