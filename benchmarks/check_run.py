@@ -350,6 +350,9 @@ class Gpu(OneLine):
     def test_the_cpu_rows_leave_the_gpu_bench_out(self):
         with tempfile.TemporaryDirectory() as folder:
             build = fake_gpu_bench(os.path.join(folder, "build"), rates=self.OURS)
+            # Meson's object folders beside the executables are not executables.
+            os.makedirs(os.path.join(build, "benchmarks", "bench_keras_train.p"))
+            os.makedirs(os.path.join(build, "benchmarks", "bench_keras_gpu.p"))
             done = run(RUN, "keras", "--no-build", "--build-dir", build, "--no-peers")
         self.assertEqual(done.returncode, 2)
         self.assert_one_line(done, "no bench_keras_* executable in", "--no-build")
