@@ -14,7 +14,9 @@ script's eager step on the CPU.
 bench_keras_gpu and a stand-in peer Python, so that no GPU is needed), the missing-GPU line and
 the missing-CUDA-build messages; the real bench_keras_gpu, where build-gpu (tools/gpu-check) or
 build-bench has one, must stop with the CUDA backend's "no CUDA device is available" line on a
-machine without a GPU (skipped where it has one or where none is built).
+machine without a GPU (skipped where it has one or where none is built). GpuCheck: the arguments
+of tools/gpu-check and, where it has packed a bundle, that the bundle's bench_keras_gpu lists
+the GPU rows.
 """
 import json
 import os
@@ -384,6 +386,29 @@ class Gpu(OneLine):
         record, = json.loads(done.stdout)
         self.assertEqual((record["workload"], record["batch"], record["threads"]), ("mlp", 32, 1))
         self.assertGreater(record["value"], 0)
+
+
+class GpuCheck(OneLine):
+    """tools/gpu-check's arguments (what it builds and packs is checked by running it)."""
+    GPU_CHECK = os.path.join(os.path.dirname(HERE), "tools", "gpu-check")
+
+    def test_an_unknown_argument_is_one_line(self):
+        done = run(self.GPU_CHECK, "--bogus")
+        self.assertEqual(done.returncode, 2)
+        self.assert_one_line(done, "tools/gpu-check: unknown argument '--bogus'")
+
+    def test_repeats_must_be_positive(self):
+        done = run(self.GPU_CHECK, "--repeats", "0")
+        self.assertEqual(done.returncode, 2)
+        self.assert_one_line(done, "--repeats takes a positive number")
+
+    @unittest.skipUnless(GPU_BENCH_DIR and os.path.isdir(os.path.join(GPU_BENCH_DIR, "bundle")),
+                         "no bundle from tools/gpu-check")
+    def test_the_bundle_lists_the_gpu_rows(self):
+        listed = run(os.path.join(GPU_BENCH_DIR, "bundle", "benchmarks", "bench_keras_gpu"),
+                     "--benchmark_list_tests=true")
+        self.assertEqual(listed.returncode, 0, listed.stderr)
+        self.assertEqual([n.split("/real_time")[0] for n in listed.stdout.split()], GPU_NAMES)
 
 
 @unittest.skipUnless(has_torch(), f"{TORCH_PYTHON} has no torch")
