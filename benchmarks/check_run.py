@@ -14,7 +14,9 @@ script's eager step on the CPU.
 bench_keras_gpu and a stand-in peer Python, so that no GPU is needed), the missing-GPU line and
 the missing-CUDA-build messages; the real bench_keras_gpu, where build-gpu (tools/gpu-check) or
 build-bench has one, must stop with the CUDA backend's "no CUDA device is available" line on a
-machine without a GPU (skipped where it has one or where none is built). GpuCheck: the arguments
+machine without a GPU (skipped where it has one or where none is built), and our side runs end
+to end through the driver on the cuda suite's host emulation of the device where
+bench_keras_gpu_emulated is built. GpuCheck: the arguments
 of tools/gpu-check and, where it has packed a bundle, that the bundle's bench_keras_gpu lists
 the GPU rows.
 """
@@ -323,6 +325,31 @@ class Gpu(OneLine):
         self.assert_one_line(done, "bench_keras_gpu (mlp/32/gpu): exited with code 1: "
                              "bench_keras_gpu: cuda backend: no CUDA device is available: ")
 
+    @unittest.skipUnless(GPU_BENCH_DIR and os.access(os.path.join(
+        GPU_BENCH_DIR, "benchmarks", "bench_keras_gpu_emulated"), os.X_OK),
+        "no bench_keras_gpu_emulated (ninja -C build-gpu benchmarks/bench_keras_gpu_emulated)")
+    def test_our_side_end_to_end_on_the_emulated_device(self):
+        # bench_keras_gpu's own code (fit on the CUDA backend, the synchronized timing, its
+        # counters) on the cuda suite's host emulation, through the driver, beside a stand-in
+        # peer: the figures are the host's, the path is the GPU run's.
+        with tempfile.TemporaryDirectory() as folder:
+            os.makedirs(os.path.join(folder, "build", "benchmarks"))
+            os.symlink(os.path.join(GPU_BENCH_DIR, "benchmarks", "bench_keras_gpu_emulated"),
+                       os.path.join(folder, "build", "benchmarks", "bench_keras_gpu"))
+            python = fake_peer_python(folder, self.EAGER, self.GRAPH)
+            out = os.path.join(folder, "gpu.json")
+            done = run(RUN, "keras", "--gpu", "--no-build", "--build-dir",
+                       os.path.join(folder, "build"), "--peer-python", python, "--only",
+                       "^mlp/32/", "--repeats", "1", "--min-time", "0.05", "--json", out,
+                       timeout=300)
+            self.assertEqual(done.returncode, 0, done.stderr)
+            with open(out) as records:
+                record, = json.load(records)
+        self.assertEqual((record["workload"], record["batch"]), ("mlp", 32))
+        self.assertGreater(record["ours"]["median"], 0)
+        self.assertGreater(record["device_mb"], 0)
+        self.assertIsNotNone(record["target"]["met"])
+
     def test_no_build_without_the_gpu_bench_says_how_to_get_it(self):
         with tempfile.TemporaryDirectory() as folder:
             done = run(RUN, "keras", "--gpu", "--no-build", "--build-dir", folder, "--no-peers")
@@ -355,6 +382,8 @@ class Gpu(OneLine):
             # Meson's object folders beside the executables are not executables.
             os.makedirs(os.path.join(build, "benchmarks", "bench_keras_train.p"))
             os.makedirs(os.path.join(build, "benchmarks", "bench_keras_gpu.p"))
+            os.symlink(os.path.join(build, "benchmarks", "bench_keras_gpu"),
+                       os.path.join(build, "benchmarks", "bench_keras_gpu_emulated"))
             done = run(RUN, "keras", "--no-build", "--build-dir", build, "--no-peers")
         self.assertEqual(done.returncode, 2)
         self.assert_one_line(done, "no bench_keras_* executable in", "--no-build")

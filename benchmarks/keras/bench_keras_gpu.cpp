@@ -20,6 +20,7 @@
 
 #include <cstddef>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <loadstar/cuda.hpp>
 #include <loadstar/keras.hpp>
@@ -37,12 +38,9 @@ using namespace loadstar::keras;
 /// The backend every benchmark trains on, made in main once the arguments are read.
 std::shared_ptr<cuda::CudaBackend> backend;
 
-/// Waits for every kernel and copy queued on the device; a failure ends the benchmark.
-bool synchronize(benchmark::State& state) {
-  const cudaError_t status = cudaDeviceSynchronize();
-  if (status == cudaSuccess) return true;
-  state.SkipWithError(cuda::error_message("cudaDeviceSynchronize", status).c_str());
-  return false;
+/// Waits for every kernel and copy queued on the device.
+void synchronize() {
+  cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
 }
 
 void train(benchmark::State& state, const std::string& workload, std::size_t batch) {
@@ -52,10 +50,10 @@ void train(benchmark::State& state, const std::string& workload, std::size_t bat
   const FitOptions options{.epochs = 1, .batch_size = batch, .verbose = 0, .shuffle = false};
   // Warm-up: weights on the device, buffers and optimizer slots allocated, cuBLAS's heuristics.
   model->fit(x, y, options);
-  if (!synchronize(state)) return;
+  synchronize();
   for (auto _ : state) {
     model->fit(x, y, options);
-    if (!synchronize(state)) return;
+    synchronize();
   }
   state.counters["rate"] = benchmark::Counter(static_cast<double>(state.iterations() * rows),
                                               benchmark::Counter::kIsRate);
@@ -64,6 +62,18 @@ void train(benchmark::State& state, const std::string& workload, std::size_t bat
   state.counters["peak_rss_mb"] = static_cast<double>(usage.ru_maxrss) / 1024.0;
   state.counters["device_mb"] = static_cast<double>(backend->reserved_bytes()) / (1024.0 * 1024.0);
   state.SetLabel("samples/s");
+}
+
+/// `train`, with a failure (a CUDA error, device memory exhausted) ending the program in one line
+/// that names the benchmark, as benchmarks/run reports it.
+void train_or_exit(benchmark::State& state, const std::string& workload, std::size_t batch) {
+  try {
+    train(state, workload, batch);
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "bench_keras_gpu: %s/%zu/gpu: %s\n", workload.c_str(), batch,
+                 error.what());
+    std::exit(1);
+  }
 }
 
 /// Whether the arguments ask only for the list of names (--benchmark_list_tests[=true]).
@@ -85,7 +95,7 @@ int main(int argc, char** argv) {
       const std::string name = std::string(workload) + "/" + std::to_string(batch) + "/gpu";
       benchmark::RegisterBenchmark(
           name.c_str(),
-          [workload, batch](benchmark::State& state) { train(state, workload, batch); })
+          [workload, batch](benchmark::State& state) { train_or_exit(state, workload, batch); })
           ->Unit(benchmark::kMillisecond)
           ->UseRealTime();
     }
