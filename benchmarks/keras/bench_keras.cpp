@@ -3,7 +3,7 @@
 // MaxPooling2D, Flatten, Dense 128, Dense 10) at batch 32 and 256, and a 1-D text CNN (Embedding
 // 1000x32, Conv1D 64x5, MaxPooling1D 4, Conv1D 64x5, GlobalMaxPooling1D, Dense 10) on sequences of
 // 100 token ids at batch 32, Adam(1e-3), sparse categorical cross-entropy from logits, on synthetic
-// data, with 1 and 2 threads. Each iteration
+// data (workloads.hpp, shared with bench_keras_gpu), with 1 and 2 threads. Each iteration
 // trains a fixed number of steps with fit; names are "<workload>/<batch>/<threads>", the counter
 // "rate" is samples per second (beside benchmarks/peers/keras_torch.py, same models and steps),
 // "peak_rss_mb" the process's peak resident memory.
@@ -26,38 +26,15 @@
 #include <memory>
 #include <string>
 
+#include "workloads.hpp"
+
 namespace {
 
 using namespace loadstar;
 using namespace loadstar::keras;
-using namespace loadstar::keras::layers;
-using namespace loadstar::keras::callbacks;
 
-constexpr std::size_t steps = 50;
-constexpr std::size_t text_steps = 100;
-
-std::unique_ptr<Model> make_model(const std::string& workload, std::size_t threads) {
-  set_random_seed(1);
-  std::unique_ptr<Sequential> model;
-  if (workload == "mlp") {
-    model = std::make_unique<Sequential>(std::initializer_list<SequentialItem>{
-        Input({28, 28}), Flatten(), Dense(128, {.activation = "relu"}), Dense(10)});
-  } else if (workload == "text") {
-    model = std::make_unique<Sequential>(std::initializer_list<SequentialItem>{
-        Input({text_steps}), Embedding(1000, 32), Conv1D(64, 5, {.activation = "relu"}),
-        MaxPooling1D({.pool_size = 4}), Conv1D(64, 5, {.activation = "relu"}), GlobalMaxPooling1D(),
-        Dense(10)});
-  } else {
-    model = std::make_unique<Sequential>(std::initializer_list<SequentialItem>{
-        Input({28, 28}), Reshape({28, 28, 1}), Conv2D(32, 3, {.activation = "relu"}),
-        MaxPooling2D(), Conv2D(64, 3, {.activation = "relu"}), MaxPooling2D(), Flatten(),
-        Dense(128, {.activation = "relu"}), Dense(10)});
-  }
-  model->compile({.optimizer = optimizers::Adam({.learning_rate = 1e-3}),
-                  .loss = losses::SparseCategoricalCrossentropy(true),
-                  .threads = threads});
-  return model;
-}
+using bench::make_model;
+using bench::steps;
 
 /// Floating-point operations of one sample's training step (see the file's comment).
 double flops_per_sample(const Model& model, std::size_t batch) {
@@ -105,18 +82,7 @@ void train(benchmark::State& state, const std::string& workload) {
   const auto batch = static_cast<std::size_t>(state.range(0));
   const auto threads = static_cast<std::size_t>(state.range(1));
   const std::size_t rows = batch * steps;
-  const bool text = workload == "text";
-  Tensor<float> x(text ? Shape{rows, text_steps} : Shape{rows, 28, 28});
-  Tensor<std::int64_t> y({rows});
-  std::uint64_t seed = 7;
-  for (auto& v : x) {
-    seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
-    // Pixels in [0, 1), or token ids in [0, 1000).
-    v = text ? static_cast<float>((seed >> 33) % 1000)
-             : static_cast<float>(seed >> 40) / static_cast<float>(1ULL << 24);
-  }
-  for (std::size_t i = 0; i < rows; ++i)
-    y(i) = static_cast<std::int64_t>(i % 10);
+  const auto [x, y] = bench::synthetic_data(workload, rows);
   auto model = make_model(workload, threads);
   const FitOptions options{.epochs = 1, .batch_size = batch, .verbose = 0, .shuffle = false};
   model->fit(x, y, options);  // warm-up: buffers allocated, optimizer slots created

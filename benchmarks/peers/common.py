@@ -18,7 +18,8 @@ import sys
 
 def select(names, description, add_arguments=None):
     """The names that --only selects (all by default) and the parsed arguments; add_arguments,
-    if given, adds a script's own options to the parser."""
+    if given, adds a script's own options to the parser. names may be a function of the parsed
+    arguments (a script whose names depend on its options)."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--list", action="store_true",
                         help="print the workload names, one a line, and exit")
@@ -29,6 +30,8 @@ def select(names, description, add_arguments=None):
     if add_arguments:
         add_arguments(parser)
     args = parser.parse_args()
+    if callable(names):
+        names = names(args)
     if args.list:
         print("\n".join(names))
         sys.exit(0)

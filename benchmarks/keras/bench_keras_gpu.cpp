@@ -1,0 +1,118 @@
+// Training throughput of the Keras executor on the CUDA backend (`keras::cuda_backend(0)`): the
+// MLP and the CNN of bench_keras (workloads.hpp: same models, Adam(1e-3), cross-entropy from
+// logits, synthetic data) at batch 32 and 256, beside PyTorch on the same GPU
+// (benchmarks/peers/keras_torch.py --device cuda: eager and with the whole step in a CUDA graph).
+// Built only where Meson enables CUDA; `benchmarks/run keras --gpu` runs it.
+//
+// Names are "<workload>/<batch>/gpu"; the counter "rate" is samples per second, "peak_rss_mb"
+// the process's peak resident memory and "device_mb" the device memory the backend's pool holds.
+// Each iteration trains 50 steps with fit from host arrays, as a trainer does (each batch is
+// copied to the device inside the step; PyTorch's peer keeps its batches on the device), and ends
+// with the device synchronized, so that the timed region holds every kernel it queued.
+//
+// Without a usable GPU the program prints the backend's own reason in one line ("bench_keras_gpu:
+// cuda backend: no CUDA device is available: ...") and exits with 1 before any benchmark runs;
+// --benchmark_list_tests answers without a GPU.
+
+#include <benchmark/benchmark.h>
+#include <cuda_runtime_api.h>
+#include <sys/resource.h>
+
+#include <cstddef>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <loadstar/cuda.hpp>
+#include <loadstar/keras.hpp>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "workloads.hpp"
+
+namespace {
+
+using namespace loadstar;
+using namespace loadstar::keras;
+
+/// The backend every benchmark trains on, made in main once the arguments are read.
+std::shared_ptr<cuda::CudaBackend> backend;
+
+/// Waits for every kernel and copy queued on the device.
+void synchronize() {
+  cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+}
+
+void train(benchmark::State& state, const std::string& workload, std::size_t batch) {
+  const std::size_t rows = batch * bench::steps;
+  const auto [x, y] = bench::synthetic_data(workload, rows);
+  auto model = bench::make_model(workload, 1, backend);
+  const FitOptions options{.epochs = 1, .batch_size = batch, .verbose = 0, .shuffle = false};
+  // Warm-up: weights on the device, buffers and optimizer slots allocated, cuBLAS's heuristics.
+  model->fit(x, y, options);
+  synchronize();
+  for (auto _ : state) {
+    model->fit(x, y, options);
+    synchronize();
+  }
+  state.counters["rate"] = benchmark::Counter(static_cast<double>(state.iterations() * rows),
+                                              benchmark::Counter::kIsRate);
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  state.counters["peak_rss_mb"] = static_cast<double>(usage.ru_maxrss) / 1024.0;
+  state.counters["device_mb"] = static_cast<double>(backend->reserved_bytes()) / (1024.0 * 1024.0);
+  state.SetLabel("samples/s");
+}
+
+/// `train`, with a failure (a CUDA error, device memory exhausted) ending the program in one line
+/// that names the benchmark, as benchmarks/run reports it.
+void train_or_exit(benchmark::State& state, const std::string& workload, std::size_t batch) {
+  try {
+    train(state, workload, batch);
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "bench_keras_gpu: %s/%zu/gpu: %s\n", workload.c_str(), batch,
+                 error.what());
+    std::exit(1);
+  }
+}
+
+/// Whether the arguments ask only for the list of names (--benchmark_list_tests[=true]).
+bool listing_only(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "--benchmark_list_tests" || arg == "--benchmark_list_tests=true" ||
+        arg == "--benchmark_list_tests=1")
+      return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  for (const char* workload : {"mlp", "cnn"}) {
+    for (const std::size_t batch : {32, 256}) {
+      const std::string name = std::string(workload) + "/" + std::to_string(batch) + "/gpu";
+      benchmark::RegisterBenchmark(
+          name.c_str(),
+          [workload, batch](benchmark::State& state) { train_or_exit(state, workload, batch); })
+          ->Unit(benchmark::kMillisecond)
+          ->UseRealTime();
+    }
+  }
+  const bool listing = listing_only(argc, argv);  // before Initialize takes its flags out
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  if (!listing) {
+    try {
+      backend = std::make_shared<cuda::CudaBackend>(0);
+    } catch (const std::exception& error) {
+      std::fprintf(stderr, "bench_keras_gpu: %s\n", error.what());
+      return 1;
+    }
+  }
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  backend.reset();
+  return 0;
+}
