@@ -831,7 +831,8 @@ TEST_SUITE("cuda") {
     constexpr std::size_t rows = 37, classes = 6;
     for (const auto& c : cases) {
       for (const bool weighted : {false, true}) {
-        CAPTURE(c.name);
+        const std::string name = c.name;
+        CAPTURE(name);
         CAPTURE(weighted);
         Tensor<float> y_pred = random_tensor({rows, classes}, 5, 4.0F);
         if (c.probabilities) {
@@ -927,7 +928,8 @@ TEST_SUITE("cuda") {
     };
     for (const auto& c : cases) {
       for (const bool weighted : {false, true}) {
-        CAPTURE(c.name);
+        const std::string name = c.name;
+        CAPTURE(name);
         CAPTURE(weighted);
         c.metric->reset_state();
         c.metric->update_state(*c.y_true, *c.y_pred, weighted ? &weight : nullptr);

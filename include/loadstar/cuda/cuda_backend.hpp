@@ -406,8 +406,12 @@ inline bool device_available() noexcept {
 /// - Deterministic: no float reduction uses atomics; sums run in an order fixed by the sizes, so
 ///   the same inputs give the same bits run to run. Results match the CPU backend to float
 ///   tolerance (the device's `expf` and GEMM blocking differ in the last bits).
-/// - Host computations (`host_kernel`: losses, metrics, optimizers) stage their tensors through
-///   host memory.
+/// - Optimizer steps are one fused kernel over all variables (`apply_optimizer_step`); the
+///   cross-entropies, mean squared error, the accuracies and `Mean` are kernels too, each sending
+///   back one 16-byte result (read at once: the loss goes into the logs every step; a bad sparse
+///   label is found by the same kernel and raised then, as the CPU raises it). Other host
+///   computations (`host_kernel`: other losses and metrics, a few layers) stage their tensors
+///   through host memory; `host_kernel_calls` counts them.
 ///
 /// Construction throws `CudaError` when no device is present and `ConfigError` for an index that
 /// is not one.
