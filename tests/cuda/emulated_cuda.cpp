@@ -52,6 +52,8 @@ namespace loadstar::test {
 /// Makes the next `cudaStreamCreateWithFlags` fail, so that a test sees a backend that cannot
 /// start (test_cuda_backend.cpp, under LOADSTAR_CUDA_EMULATED).
 bool fail_next_stream = false;
+/// The number of `cudaStreamSynchronize` calls so far: the host's waits for the device.
+std::size_t stream_syncs = 0;
 }  // namespace loadstar::test
 
 extern "C" {
@@ -102,6 +104,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t) {
   return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t) {
+  ++loadstar::test::stream_syncs;
   return cudaSuccess;
 }
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int) {

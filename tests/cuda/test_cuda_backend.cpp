@@ -30,7 +30,8 @@ using loadstar::cuda::CudaBackend;
 
 #if defined(LOADSTAR_CUDA_EMULATED)
 namespace loadstar::test {
-extern bool fail_next_stream;  // emulated_cuda.cpp
+extern bool fail_next_stream;     // emulated_cuda.cpp
+extern std::size_t stream_syncs;  // emulated_cuda.cpp
 }  // namespace loadstar::test
 #endif
 
@@ -761,7 +762,8 @@ TEST_SUITE("cuda") {
       REQUIRE(cpu.losses.size() == gpu.losses.size());
       for (std::size_t e = 0; e < cpu.losses.size(); ++e) {
         CHECK(std::abs(cpu.losses[e] - gpu.losses[e]) < 1e-4 * std::max(1.0, cpu.losses[e]));
-        CHECK(cpu.accuracies[e] == gpu.accuracies[e]);
+        // A prediction near a tie may go the other way on a GPU: at most one of 96 samples.
+        CHECK(std::abs(cpu.accuracies[e] - gpu.accuracies[e]) <= 1.5 / 96);
         CHECK(gpu.losses[e] == again.losses[e]);
       }
     }
@@ -786,6 +788,28 @@ TEST_SUITE("cuda") {
     static_cast<void>(staged.predict(Tensor<float>({2, 3}), {.verbose = 0}));
     CHECK(backend->host_kernel_calls() > before);
   }
+
+#if defined(LOADSTAR_CUDA_EMULATED)
+  TEST_CASE("A CUDA training step waits for the device only to read the loss and the metric") {
+    auto backend = std::make_shared<CudaBackend>(0);
+    const Data data = images(64, 3);
+    auto model = softmax_mlp();
+    model->compile({.optimizer = "adam",
+                    .loss = "sparse_categorical_crossentropy",
+                    .metrics = {"accuracy"},
+                    .backend = backend});
+    // The first epoch uploads the optimizer's table; the second is the steady state.
+    static_cast<void>(
+        model->fit(data.x, data.y, {.epochs = 1, .batch_size = 16, .verbose = 0, .seed = 1}));
+    const std::size_t before = loadstar::test::stream_syncs;
+    static_cast<void>(
+        model->fit(data.x, data.y,
+                   {.epochs = 2, .batch_size = 16, .verbose = 0, .initial_epoch = 1, .seed = 1}));
+    const std::size_t waits = loadstar::test::stream_syncs - before;
+    MESSAGE("waits in 4 steps: " << waits);
+    CHECK(waits <= 2 * 4);  // one 16-byte read for the loss, one for the accuracy
+  }
+#endif
 
   TEST_CASE("CudaBackend row_loss and mean_metric match the CPU losses and metrics") {
     Backends b;

@@ -152,8 +152,8 @@ struct RowLossSpec {
   RowLossKind kind = RowLossKind::mean_squared_error;
   bool from_logits = false;
   double label_smoothing = 0.0;
-  /// What the gradient is scaled by besides the row's weight (1 for `sum`, the number of
-  /// per-sample values for `sum_over_batch_size`).
+  /// The reduction's divisor (set by the loss): 1 for `sum`, the number of per-sample values
+  /// for `sum_over_batch_size`. The gradient of a row is scaled by its weight over it.
   double denominator = 1.0;
 };
 
