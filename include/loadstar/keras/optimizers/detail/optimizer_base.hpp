@@ -150,6 +150,7 @@ LOADSTAR_DECL void OptimizerBase::apply_gradients(std::span<Variable*> variables
     std::size_t trainable = 0;
     for (Variable* v : variables) {
       if (!v->trainable) continue;
+      LOADSTAR_ASSERT(trainable < device_variables_.size(), "apply_gradients: variables changed");
       VariableSlots& d = device_variables_[trainable];
       d.value = v->value;
       d.gradient = v->gradient;
@@ -159,6 +160,7 @@ LOADSTAR_DECL void OptimizerBase::apply_gradients(std::span<Variable*> variables
       ++trainable;
     }
     LOADSTAR_ASSERT(trainable == device_variables_.size(), "apply_gradients: variables changed");
+    // The CPU backend declines (false): its step is the host code below, bit for bit as before.
     if (backend.apply_optimizer_step(*step, device_variables_)) {
       ++iterations_;
       return;
