@@ -52,6 +52,8 @@ namespace loadstar::test {
 /// Makes the next `cudaStreamCreateWithFlags` fail, so that a test sees a backend that cannot
 /// start (test_cuda_backend.cpp, under LOADSTAR_CUDA_EMULATED).
 bool fail_next_stream = false;
+/// The number of `cudaStreamSynchronize` calls so far: the host's waits for the device.
+std::size_t stream_syncs = 0;
 }  // namespace loadstar::test
 
 extern "C" {
@@ -102,6 +104,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t) {
   return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t) {
+  ++loadstar::test::stream_syncs;
   return cudaSuccess;
 }
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int) {
@@ -466,6 +469,48 @@ cudaError_t launch_scatter_add(cudaStream_t, const float* indices, std::size_t n
                                std::size_t width, float* table_gradient) {
   for (std::size_t c = 0; c < width; ++c)
     scatter_add_column(indices, n, dy, width, table_gradient, c);
+  return cudaSuccess;
+}
+cudaError_t launch_clip_scales(cudaStream_t, const UpdateTarget* targets, std::size_t count,
+                               std::size_t segments, double* partials, bool global,
+                               double threshold, float* scales) {
+  for (std::size_t s = 0; s < segments; ++s)
+    partials[s] = segment_squares(targets, count, s);
+  clip_scales(targets, count, partials, global, threshold, scales);
+  return cudaSuccess;
+}
+cudaError_t launch_optimizer_step(cudaStream_t, const UpdateTarget* targets, std::size_t count,
+                                  std::size_t elements, const UpdateParams& params,
+                                  const float* scales) {
+  for (std::size_t i = 0; i < elements; ++i)
+    update_flat(targets, count, params, scales, i);
+  return cudaSuccess;
+}
+cudaError_t launch_row_loss(cudaStream_t, const RowLossParams& params, const RowDims& dims,
+                            const float* y_true, const float* y_pred, const float* weight,
+                            float* gradient, double* terms, double* partials, double* result,
+                            unsigned long long* first_bad) {
+  for (std::size_t j = 0; j < dims.values; ++j) {
+    if (params.kind == RowLossCode::sparse_categorical_crossentropy &&
+        !label_in_range(y_true[j * dims.true_size], dims.classes) && j < *first_bad) {
+      *first_bad = j;
+    }
+    terms[j] = row_loss_term(params, dims, y_true, y_pred, weight, gradient, j);
+  }
+  column_reduce(
+      DoubleElementValue{terms, 1}, [&](std::size_t j, double sum) { result[j] = sum; },
+      dims.values, 1, partials);
+  return cudaSuccess;
+}
+cudaError_t launch_mean_metric(cudaStream_t, MeanMetricCode kind, double threshold,
+                               const RowDims& dims, const float* y_true, const float* y_pred,
+                               const float* weight, double* terms, double* partials,
+                               double* result) {
+  for (std::size_t j = 0; j < dims.values; ++j)
+    metric_terms(kind, threshold, dims, y_true, y_pred, weight, terms, j);
+  column_reduce(
+      DoubleElementValue{terms, 2}, [&](std::size_t j, double sum) { result[j] = sum; },
+      dims.values, 2, partials);
   return cudaSuccess;
 }
 cudaError_t launch_permute(cudaStream_t, const float* x, float* y, const PermuteDims& dims,

@@ -605,3 +605,359 @@ TEST_SUITE("cuda") {
     }
   }
 }
+
+// --- Optimizer steps, losses and metrics -----------------------------------------------------
+
+namespace {
+
+/// An optimizer whose `device_step` (what a device backend is handed) the test can call.
+template <class O>
+struct StepProbe : O {
+  using O::device_step;
+  using O::O;
+};
+
+/// What `OptimizerBase::apply_gradients` adds to the step: the clipping of the options.
+template <class Options>
+void fill_clipping(const Options& options, keras::OptimizerStep& step) {
+  if (options.clipnorm && *options.clipnorm > 0) {
+    step.clipping = keras::GradientClipping::by_norm;
+    step.clip_threshold = *options.clipnorm;
+  } else if (options.global_clipnorm && *options.global_clipnorm > 0) {
+    step.clipping = keras::GradientClipping::by_global_norm;
+    step.clip_threshold = *options.global_clipnorm;
+  } else if (options.clipvalue && *options.clipvalue > 0) {
+    step.clipping = keras::GradientClipping::by_value;
+    step.clip_threshold = *options.clipvalue;
+  }
+}
+
+/// The variables' sizes: one spans two norm segments, one is a single element.
+constexpr std::size_t probe_sizes[] = {5, kd::norm_segment + 276, 1, 7};
+
+/// Trains the variables of `probe_sizes` for three steps with `cpu` (the host optimizer, its
+/// `apply_gradients`) and with the per-thread functions of the fused kernels given `probe`'s
+/// `device_step` (`update_flat` over every element, `segment_squares` and `clip_scales` for norm
+/// clipping), then compares values and slots: bitwise where `tolerance` is 0.
+template <class O, class Options>
+void check_fused_step(const Options& options, float slot_initial, double tolerance) {
+  O cpu(options);
+  StepProbe<O> probe(options);
+  std::vector<keras::Variable> variables;
+  std::vector<std::vector<float>> values_e;
+  for (std::size_t v = 0; v < std::size(probe_sizes); ++v) {
+    const auto value = random_tensor({probe_sizes[v]}, 100 + v);
+    variables.push_back({"w" + std::to_string(v), value.clone(), Tensor<float>({probe_sizes[v]})});
+    values_e.emplace_back(value.span().begin(), value.span().end());
+  }
+  std::vector<keras::Variable*> pointers;
+  for (auto& v : variables)
+    pointers.push_back(&v);
+  std::vector<std::vector<std::vector<float>>> slots_e(std::size(probe_sizes));
+  std::size_t slots_per_variable = 0;
+  for (int step = 0; step < 3; ++step) {
+    for (std::size_t v = 0; v < variables.size(); ++v) {
+      const auto g = random_tensor({probe_sizes[v]}, 1000 + 10 * step + v, 3.0F);
+      std::memcpy(variables[v].gradient.data(), g.data(), g.bytes());
+    }
+    // The fused step first, from the gradients the CPU step is about to use.
+    probe.set_iterations(step);
+    std::optional<keras::OptimizerStep> s =
+        probe.device_step(static_cast<float>(probe.learning_rate()));
+    REQUIRE(s.has_value());
+    fill_clipping(options, *s);
+    const kd::UpdateParams params = kd::update_params(*s);
+    if (step == 0) {
+      cpu.build(pointers);
+      slots_per_variable = cpu.variables().size() / variables.size();
+      for (std::size_t v = 0; v < variables.size(); ++v)
+        for (std::size_t k = 0; k < slots_per_variable; ++k)
+          slots_e[v].emplace_back(probe_sizes[v], slot_initial);
+    }
+    std::vector<kd::UpdateTarget> table;
+    std::size_t elements = 0, segments = 0;
+    for (std::size_t v = 0; v < variables.size(); ++v) {
+      kd::UpdateTarget t;
+      t.value = values_e[v].data();
+      t.gradient = variables[v].gradient.data();
+      for (std::size_t k = 0; k < slots_per_variable; ++k)
+        t.slots[k] = slots_e[v][k].data();
+      t.size = probe_sizes[v];
+      t.begin = elements;
+      t.segment_begin = segments;
+      elements += t.size;
+      segments += kd::norm_segments(t.size);
+      table.push_back(t);
+    }
+    std::vector<float> scales(table.size(), 1.0F);
+    const bool by_norm = s->clipping == keras::GradientClipping::by_norm ||
+                         s->clipping == keras::GradientClipping::by_global_norm;
+    if (by_norm) {
+      std::vector<double> partials(segments);
+      for (std::size_t i = 0; i < segments; ++i)
+        partials[i] = kd::segment_squares(table.data(), table.size(), i);
+      kd::clip_scales(table.data(), table.size(), partials.data(),
+                      s->clipping == keras::GradientClipping::by_global_norm, s->clip_threshold,
+                      scales.data());
+    }
+    for (std::size_t i = 0; i < elements; ++i)
+      kd::update_flat(table.data(), table.size(), params, by_norm ? scales.data() : nullptr, i);
+    cpu.apply_gradients(pointers);
+  }
+  for (std::size_t v = 0; v < variables.size(); ++v) {
+    CAPTURE(v);
+    check_elements(variables[v].value, values_e[v], tolerance);
+    for (std::size_t k = 0; k < slots_per_variable; ++k) {
+      CAPTURE(k);
+      check_elements(cpu.variables()[v * slots_per_variable + k].value, slots_e[v][k], tolerance);
+    }
+  }
+}
+
+}  // namespace
+
+TEST_SUITE("cuda") {
+  // Within 2e-6 relative (about 16 float ulps): the same formula, rounded differently. GCC
+  // contracts `a * b + c` into fused multiply-adds where the target has them (its default for
+  // C++, -march=native here), in Eigen's vectorised CPU step and in these host calls alike but
+  // not always at the same places; Eigen may vectorise RMSprop's and Adagrad's `rsqrt` as an
+  // approximation refined by a Newton step; and it sums a gradient's squared norm in another
+  // order than the segments (the clipping scale may differ in its last bit). The kernels round
+  // every operation (`mul_rn`, `add_rn`), so the device's results do not depend on contraction.
+  constexpr double rounding = 2e-6;
+
+  TEST_CASE("update_element applies each optimizer's update_step") {
+    namespace o = keras::optimizers;
+    SUBCASE("SGD") {
+      check_fused_step<o::SGD>(o::SGDOptions{.learning_rate = 0.1}, 0.0F, rounding);
+    }
+    SUBCASE("SGD with momentum") {
+      check_fused_step<o::SGD>(o::SGDOptions{.learning_rate = 0.1, .momentum = 0.9}, 0.0F,
+                               rounding);
+    }
+    SUBCASE("SGD with Nesterov momentum") {
+      check_fused_step<o::SGD>(
+          o::SGDOptions{.learning_rate = 0.1, .momentum = 0.8, .nesterov = true}, 0.0F, rounding);
+    }
+    SUBCASE("Adam") {
+      check_fused_step<o::Adam>(o::AdamOptions{.learning_rate = 0.01}, 0.0F, rounding);
+    }
+    SUBCASE("Adam with amsgrad") {
+      check_fused_step<o::Adam>(o::AdamOptions{.learning_rate = 0.01, .amsgrad = true}, 0.0F,
+                                rounding);
+    }
+    SUBCASE("AdamW") {
+      check_fused_step<o::AdamW>(o::AdamWOptions{.learning_rate = 0.01, .weight_decay = 0.05}, 0.0F,
+                                 rounding);
+    }
+    SUBCASE("RMSprop") {
+      check_fused_step<o::RMSprop>(o::RMSpropOptions{.learning_rate = 0.01}, 0.0F, rounding);
+    }
+    SUBCASE("RMSprop with momentum and centered") {
+      check_fused_step<o::RMSprop>(
+          o::RMSpropOptions{.learning_rate = 0.01, .momentum = 0.5, .centered = true}, 0.0F,
+          rounding);
+    }
+    SUBCASE("RMSprop centered") {
+      check_fused_step<o::RMSprop>(o::RMSpropOptions{.learning_rate = 0.01, .centered = true}, 0.0F,
+                                   rounding);
+    }
+    SUBCASE("Adagrad") {
+      check_fused_step<o::Adagrad>(o::AdagradOptions{.learning_rate = 0.1}, 0.1F, rounding);
+    }
+    SUBCASE("Adadelta") {
+      check_fused_step<o::Adadelta>(o::AdadeltaOptions{.learning_rate = 1.0}, 0.0F, rounding);
+    }
+  }
+
+  TEST_CASE("update_flat clips gradients by value by norm and by global norm as the CPU does") {
+    namespace o = keras::optimizers;
+    SUBCASE("clipvalue") {
+      check_fused_step<o::Adam>(o::AdamOptions{.learning_rate = 0.01, .clipvalue = 0.5}, 0.0F,
+                                rounding);
+    }
+    SUBCASE("clipnorm") {
+      check_fused_step<o::SGD>(
+          o::SGDOptions{.learning_rate = 0.1, .momentum = 0.9, .clipnorm = 1.0}, 0.0F, rounding);
+    }
+    SUBCASE("global_clipnorm") {
+      check_fused_step<o::Adam>(o::AdamOptions{.learning_rate = 0.01, .global_clipnorm = 2.0}, 0.0F,
+                                rounding);
+    }
+  }
+
+  TEST_CASE("row_loss_term gives each loss's value and gradient bit for bit") {
+    struct Case {
+      const char* name;
+      std::shared_ptr<keras::Loss> loss;
+      keras::RowLossSpec spec;
+      bool sparse;
+      bool probabilities;
+    };
+    using keras::RowLossKind;
+    namespace l = keras::losses;
+    const Case cases[] = {
+        {"sparse from logits",
+         std::make_shared<l::SparseCategoricalCrossentropy>(true),
+         {RowLossKind::sparse_categorical_crossentropy, true},
+         true,
+         false},
+        {"sparse from probabilities",
+         std::make_shared<l::SparseCategoricalCrossentropy>(false),
+         {RowLossKind::sparse_categorical_crossentropy, false},
+         true,
+         true},
+        {"categorical from logits smoothed",
+         std::make_shared<l::CategoricalCrossentropy>(true, 0.1),
+         {RowLossKind::categorical_crossentropy, true, 0.1},
+         false,
+         false},
+        {"categorical from probabilities",
+         std::make_shared<l::CategoricalCrossentropy>(false),
+         {RowLossKind::categorical_crossentropy, false},
+         false,
+         true},
+        {"mean squared error",
+         std::make_shared<l::MeanSquaredError>(),
+         {RowLossKind::mean_squared_error},
+         false,
+         false},
+        {"mean squared error summed",
+         std::make_shared<l::MeanSquaredError>(keras::Reduction::sum),
+         {RowLossKind::mean_squared_error},
+         false,
+         false},
+    };
+    constexpr std::size_t rows = 37, classes = 6;
+    for (const auto& c : cases) {
+      for (const bool weighted : {false, true}) {
+        const std::string name = c.name;
+        CAPTURE(name);
+        CAPTURE(weighted);
+        Tensor<float> y_pred = random_tensor({rows, classes}, 5, 4.0F);
+        if (c.probabilities) {
+          CpuBackend cpu(1);
+          cpu.softmax_forward(y_pred, y_pred, 1);
+          y_pred.data()[3] = 0.0F;  // clipped by epsilon: no gradient there
+        }
+        Tensor<float> y_true = c.sparse ? Tensor<float>({rows}) : Tensor<float>({rows, classes});
+        for (std::size_t r = 0; r < rows; ++r) {
+          const std::size_t label = (r * 7 + 3) % classes;
+          if (c.sparse) {
+            y_true.data()[r] = static_cast<float>(label);
+          } else if (c.spec.kind == RowLossKind::mean_squared_error) {
+            for (std::size_t k = 0; k < classes; ++k)
+              y_true.data()[r * classes + k] = values(1, r * classes + k)[0];
+          } else {
+            y_true.data()[r * classes + label] = 1.0F;
+          }
+        }
+        Tensor<float> weight = random_tensor({rows}, 9);
+        for (auto& w : weight.span())
+          w = std::abs(w);
+        Tensor<float> gradient({rows, classes});
+        const float expected =
+            c.loss->compute(y_true, y_pred, weighted ? &weight : nullptr, gradient);
+
+        kd::RowLossParams p = {static_cast<kd::RowLossCode>(static_cast<int>(c.spec.kind)),
+                               c.spec.from_logits, c.spec.label_smoothing,
+                               c.loss->reduction() == keras::Reduction::sum ? 1.0 : double(rows)};
+        const kd::RowDims d{rows, classes, c.sparse ? std::size_t{1} : classes, 1};
+        std::vector<double> terms(rows);
+        std::vector<float> g(rows * classes);
+        for (std::size_t j = 0; j < rows; ++j) {
+          terms[j] = kd::row_loss_term(p, d, y_true.data(), y_pred.data(),
+                                       weighted ? weight.data() : nullptr, g.data(), j);
+        }
+        const double total = column_reduce(kd::DoubleElementValue{terms.data(), 1}, rows, 1)[0];
+        CHECK(same_bits(expected, static_cast<float>(total / p.denominator)));
+        check_elements(gradient, g);
+      }
+    }
+  }
+
+  TEST_CASE("row_loss_term flags a sparse label out of range") {
+    const kd::RowDims d{2, 3, 1, 1};
+    const float y_true[] = {1.0F, 3.0F};
+    const float y_pred[6] = {};
+    CHECK(kd::label_in_range(y_true[0], 3));
+    CHECK_FALSE(kd::label_in_range(y_true[1], 3));
+    CHECK_FALSE(kd::label_in_range(-0.5F, 3));
+    CHECK_FALSE(kd::label_in_range(std::numeric_limits<float>::quiet_NaN(), 3));
+    const kd::RowLossParams p{kd::RowLossCode::sparse_categorical_crossentropy, true, 0.0, 2.0};
+    CHECK(kd::row_loss_term(p, d, y_true, y_pred, nullptr, nullptr, 1) == 0.0);
+  }
+
+  TEST_CASE("metric_terms give each accuracy's and Mean's running mean") {
+    constexpr std::size_t rows = 29, classes = 4;
+    Tensor<float> y_pred = random_tensor({rows, classes}, 21);
+    Tensor<float> one_hot({rows, classes}), sparse({rows}), binary({rows, classes});
+    for (std::size_t r = 0; r < rows; ++r) {
+      const std::size_t label = (r * 5 + 1) % classes;
+      one_hot.data()[r * classes + label] = 1.0F;
+      sparse.data()[r] = static_cast<float>(label);
+      for (std::size_t k = 0; k < classes; ++k)
+        binary.data()[r * classes + k] = (r + k) % 3 == 0 ? 1.0F : 0.0F;
+    }
+    Tensor<float> exact = y_pred.clone();  // `Accuracy` compares values: some equal
+    for (std::size_t i = 0; i < exact.size(); i += 3)
+      exact.data()[i] = binary.data()[i];
+    Tensor<float> weight = random_tensor({rows}, 23);
+    for (auto& w : weight.span())
+      w = std::abs(w);
+    using keras::MeanMetricKind;
+    namespace m = keras::metrics;
+    struct Case {
+      const char* name;
+      std::shared_ptr<keras::Metric> metric;
+      MeanMetricKind kind;
+      double threshold;
+      const Tensor<float>* y_true;
+      const Tensor<float>* y_pred;
+    };
+    const Case cases[] = {
+        {"accuracy", std::make_shared<m::Accuracy>(), MeanMetricKind::accuracy, 0.5, &binary,
+         &exact},
+        {"binary_accuracy", std::make_shared<m::BinaryAccuracy>("b", 0.1),
+         MeanMetricKind::binary_accuracy, 0.1, &binary, &y_pred},
+        {"categorical_accuracy", std::make_shared<m::CategoricalAccuracy>(),
+         MeanMetricKind::categorical_accuracy, 0.5, &one_hot, &y_pred},
+        {"sparse_categorical_accuracy", std::make_shared<m::SparseCategoricalAccuracy>(),
+         MeanMetricKind::sparse_categorical_accuracy, 0.5, &sparse, &y_pred},
+        {"mean", std::make_shared<m::Mean>(), MeanMetricKind::mean, 0.5, &sparse, &y_pred},
+    };
+    for (const auto& c : cases) {
+      for (const bool weighted : {false, true}) {
+        const std::string name = c.name;
+        CAPTURE(name);
+        CAPTURE(weighted);
+        c.metric->reset_state();
+        c.metric->update_state(*c.y_true, *c.y_pred, weighted ? &weight : nullptr);
+        const bool elementwise =
+            c.kind == MeanMetricKind::accuracy || c.kind == MeanMetricKind::mean;
+        kd::RowDims d;
+        d.classes = elementwise ? 1 : classes;
+        d.values = c.y_pred->size() / d.classes;
+        d.true_size = c.kind == MeanMetricKind::sparse_categorical_accuracy ? 1 : d.classes;
+        d.per_row = d.values / rows;
+        std::vector<double> terms(2 * d.values);
+        for (std::size_t j = 0; j < d.values; ++j) {
+          kd::metric_terms(static_cast<kd::MeanMetricCode>(static_cast<int>(c.kind)), c.threshold,
+                           d, c.kind == MeanMetricKind::mean ? nullptr : c.y_true->data(),
+                           c.y_pred->data(), weighted ? weight.data() : nullptr, terms.data(), j);
+        }
+        const auto sums = column_reduce(kd::DoubleElementValue{terms.data(), 2}, d.values, 2);
+        // The CPU adds value * weight to its running total one row at a time, the kernel sums
+        // the batch first: the same terms, associated differently (exact for 0/1 values and unit
+        // weights).
+        const double result = sums[0] / sums[1];
+        if (weighted || c.kind == MeanMetricKind::mean) {
+          CHECK(std::abs(result - c.metric->result()) <= 1e-12 * std::abs(c.metric->result()));
+        } else {
+          CHECK(result == c.metric->result());
+        }
+        CHECK(result > 0.0);
+      }
+    }
+  }
+}

@@ -58,6 +58,58 @@ LOADSTAR_SAME_ACTIVATION(hard_sigmoid);
 LOADSTAR_SAME_ACTIVATION(exponential);
 #undef LOADSTAR_SAME_ACTIVATION
 
+#define LOADSTAR_SAME_CODE(type, code, name)                                         \
+  static_assert(static_cast<int>(keras::type::name) == static_cast<int>(code::name), \
+                #code "::" #name " must have keras::" #type "::" #name "'s value")
+LOADSTAR_SAME_CODE(UpdateRule, UpdateCode, sgd);
+LOADSTAR_SAME_CODE(UpdateRule, UpdateCode, sgd_momentum);
+LOADSTAR_SAME_CODE(UpdateRule, UpdateCode, adam);
+LOADSTAR_SAME_CODE(UpdateRule, UpdateCode, rmsprop);
+LOADSTAR_SAME_CODE(UpdateRule, UpdateCode, adagrad);
+LOADSTAR_SAME_CODE(UpdateRule, UpdateCode, adadelta);
+LOADSTAR_SAME_CODE(RowLossKind, RowLossCode, sparse_categorical_crossentropy);
+LOADSTAR_SAME_CODE(RowLossKind, RowLossCode, categorical_crossentropy);
+LOADSTAR_SAME_CODE(RowLossKind, RowLossCode, mean_squared_error);
+LOADSTAR_SAME_CODE(MeanMetricKind, MeanMetricCode, accuracy);
+LOADSTAR_SAME_CODE(MeanMetricKind, MeanMetricCode, binary_accuracy);
+LOADSTAR_SAME_CODE(MeanMetricKind, MeanMetricCode, categorical_accuracy);
+LOADSTAR_SAME_CODE(MeanMetricKind, MeanMetricCode, sparse_categorical_accuracy);
+LOADSTAR_SAME_CODE(MeanMetricKind, MeanMetricCode, mean);
+#undef LOADSTAR_SAME_CODE
+
+/// The kernels' operands of an optimizer step.
+inline UpdateParams update_params(const keras::OptimizerStep& step) noexcept {
+  UpdateParams p;
+  p.rule = static_cast<UpdateCode>(static_cast<int>(step.rule));
+  p.learning_rate = step.learning_rate;
+  p.alpha = step.alpha;
+  p.one_minus_beta_1 = step.one_minus_beta_1;
+  p.one_minus_beta_2 = step.one_minus_beta_2;
+  p.momentum = step.momentum;
+  p.rho = step.rho;
+  p.epsilon = step.epsilon;
+  p.weight_decay = step.weight_decay;
+  p.nesterov = step.nesterov;
+  p.amsgrad = step.amsgrad;
+  p.centered = step.centered;
+  p.clip_value = step.clipping == keras::GradientClipping::by_value
+                     ? static_cast<float>(step.clip_threshold)
+                     : 0.0F;
+  return p;
+}
+
+/// The rows of a row loss or a mean metric: one per last-axis row of `y_pred` (one per element
+/// when `elementwise`), `true_size` labels each (`classes` unless `sparse`).
+inline RowDims row_dims(const Tensor<float>& y_pred, bool sparse, bool elementwise) noexcept {
+  RowDims d;
+  d.classes = elementwise || y_pred.rank() < 2 ? 1 : y_pred.shape()[y_pred.rank() - 1];
+  d.values = d.classes == 0 ? 0 : y_pred.size() / d.classes;
+  d.true_size = sparse ? 1 : d.classes;
+  d.per_row = y_pred.rows() == 0 ? 1 : d.values / y_pred.rows();
+  if (d.per_row == 0) d.per_row = 1;
+  return d;
+}
+
 inline ActivationCode activation_code(keras::Activation kind) noexcept {
   return static_cast<ActivationCode>(static_cast<int>(kind));
 }
@@ -354,8 +406,12 @@ inline bool device_available() noexcept {
 /// - Deterministic: no float reduction uses atomics; sums run in an order fixed by the sizes, so
 ///   the same inputs give the same bits run to run. Results match the CPU backend to float
 ///   tolerance (the device's `expf` and GEMM blocking differ in the last bits).
-/// - Host computations (`host_kernel`: losses, metrics, optimizers) stage their tensors through
-///   host memory.
+/// - Optimizer steps are one fused kernel over all variables (`apply_optimizer_step`); the
+///   cross-entropies, mean squared error, the accuracies and `Mean` are kernels too, each sending
+///   back one 16-byte result (read at once: the loss goes into the logs every step; a bad sparse
+///   label is found by the same kernel and raised then, as the CPU raises it). Other host
+///   computations (`host_kernel`: other losses and metrics, a few layers) stage their tensors
+///   through host memory; `host_kernel_calls` counts them.
 ///
 /// Construction throws `CudaError` when no device is present and `ConfigError` for an index that
 /// is not one.
@@ -388,7 +444,13 @@ class CudaBackend final : public keras::Backend {
 
   ~CudaBackend() override {
     if (scratch_ != nullptr) context_->free(scratch_);
+    for (void* memory : {step_table_, step_scratch_, results_})
+      if (memory != nullptr) context_->free(memory);
   }
+
+  /// How many times `host_kernel` has staged device tensors through the host (a test counts that
+  /// a training step makes none).
+  std::size_t host_kernel_calls() const noexcept { return host_kernel_calls_; }
 
   /// The device's index.
   int device_index() const noexcept { return context_->device; }
@@ -464,6 +526,7 @@ class CudaBackend final : public keras::Backend {
       kernel(tensors);
       return;
     }
+    ++host_kernel_calls_;
     const cudaStream_t s = active_stream();
     Tensor<float> nested;  // a host kernel inside a host kernel stages here
     float* stage = nullptr;
@@ -508,6 +571,125 @@ class CudaBackend final : public keras::Backend {
 
   /// One host thread queues the work.
   std::size_t threads() const noexcept override { return 1; }
+
+  // --- Optimizers, losses and metrics ----------------------------------------------------------
+
+  /// One kernel launch over every element of every variable (`detail::update_flat`), from a
+  /// device table of the variables' pointers and sizes that is uploaded at the first step and
+  /// again only when a pointer changes; norm clipping adds two launches (segment sums of squares
+  /// in double, then one thread adding them in a fixed order). Nothing is allocated after the
+  /// first step and nothing waits for the device.
+  bool apply_optimizer_step(const keras::OptimizerStep& step,
+                            std::span<const keras::VariableSlots> variables) override {
+    table_.clear();  // keeps its capacity
+    std::size_t elements = 0, segments = 0;
+    for (const auto& v : variables) {
+      expect("apply_optimizer_step", {&v.value, &v.gradient});
+      LOADSTAR_ASSERT(v.gradient.size() == v.value.size(), "apply_optimizer_step: sizes differ");
+      detail::UpdateTarget t;
+      t.value = v.value.data();
+      t.gradient = v.gradient.data();
+      for (std::size_t k = 0; k < keras::VariableSlots::max_slots; ++k) {
+        if (v.slots[k].empty()) continue;
+        if (k >= detail::UpdateTarget::max_slots) return false;  // not a rule of ours
+        expect("apply_optimizer_step", {&v.slots[k]});
+        t.slots[k] = v.slots[k].data();
+      }
+      t.size = v.value.size();
+      t.begin = elements;
+      t.segment_begin = segments;
+      elements += t.size;
+      segments += detail::norm_segments(t.size);
+      table_.push_back(t);
+    }
+    if (elements == 0) return true;
+    const cudaStream_t s = active_stream();
+    upload_table();
+    const float* scales = nullptr;
+    if (step.clipping == keras::GradientClipping::by_norm ||
+        step.clipping == keras::GradientClipping::by_global_norm) {
+      auto* partials = static_cast<double*>(
+          step_scratch(segments * sizeof(double) + table_.size() * sizeof(float)));
+      auto* scale_memory = reinterpret_cast<float*>(partials + segments);
+      launched(detail::launch_clip_scales(s, static_cast<const detail::UpdateTarget*>(step_table_),
+                                          table_.size(), segments, partials,
+                                          step.clipping == keras::GradientClipping::by_global_norm,
+                                          step.clip_threshold, scale_memory),
+               "clip_scales");
+      scales = scale_memory;
+    }
+    launched(
+        detail::launch_optimizer_step(s, static_cast<const detail::UpdateTarget*>(step_table_),
+                                      table_.size(), elements, detail::update_params(step), scales),
+        "optimizer_step");
+    return true;
+  }
+
+  /// The per-row terms and the gradient in one kernel (one thread per row, in double, the loss
+  /// classes' formulas), their sum in a fixed order (chunks of rows added in order: with up to
+  /// 512 rows, the CPU's sequential sum bit for bit), then one 16-byte copy back (the sum and the
+  /// first bad label) and a wait: the loss value is needed on the host for the logs.
+  std::optional<keras::RowLossResult> row_loss(const keras::RowLossSpec& spec,
+                                               const Tensor<float>& y_true,
+                                               const Tensor<float>& y_pred,
+                                               const Tensor<float>& weight,
+                                               const Tensor<float>& gradient) override {
+    expect("row_loss", {&y_true, &y_pred, &weight, &gradient});
+    const bool sparse = spec.kind == keras::RowLossKind::sparse_categorical_crossentropy;
+    const detail::RowDims d = detail::row_dims(y_pred, sparse, false);
+    detail::RowLossParams p;
+    p.kind = static_cast<detail::RowLossCode>(static_cast<int>(spec.kind));
+    p.from_logits = spec.from_logits;
+    p.label_smoothing = spec.label_smoothing;
+    p.denominator = spec.denominator;
+    const cudaStream_t s = active_stream();
+    double* terms = reduction_terms(d.values, 1);
+    double* result = device_results();
+    auto* first_bad = reinterpret_cast<unsigned long long*>(result + 1);
+    check(cudaMemsetAsync(first_bad, 0xFF, sizeof(unsigned long long), s), "cudaMemsetAsync");
+    launched(detail::launch_row_loss(s, p, d, y_true.data(), y_pred.data(), or_null(weight),
+                                     or_null(gradient), terms, terms + d.values, result, first_bad),
+             "row_loss");
+    const auto* host = read_results(2);
+    keras::RowLossResult out;
+    out.total = host[0];
+    unsigned long long bad = 0;
+    std::memcpy(&bad, &host[1], sizeof bad);
+    if (bad != std::numeric_limits<unsigned long long>::max()) {
+      const auto position = static_cast<std::size_t>(bad);
+      float label = 0.0F;
+      check(cudaMemcpyAsync(const_cast<double*>(host), y_true.data() + position * d.true_size,
+                            sizeof(float), cudaMemcpyDeviceToHost, s),
+            "cudaMemcpyAsync (device to host)");
+      check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+      std::memcpy(&label, host, sizeof label);
+      out.bad_label = keras::BadIndex{position, label};
+    }
+    return out;
+  }
+
+  /// The per-row values times their weights and the weights (one thread per row), summed in a
+  /// fixed order, then one 16-byte copy back and a wait.
+  std::optional<keras::MeanMetricSums> mean_metric(const keras::MeanMetricSpec& spec,
+                                                   const Tensor<float>& y_true,
+                                                   const Tensor<float>& y_pred,
+                                                   const Tensor<float>& weight) override {
+    expect("mean_metric", {&y_true, &y_pred, &weight});
+    const bool sparse = spec.kind == keras::MeanMetricKind::sparse_categorical_accuracy;
+    const bool elementwise =
+        spec.kind == keras::MeanMetricKind::accuracy || spec.kind == keras::MeanMetricKind::mean;
+    const detail::RowDims d = detail::row_dims(y_pred, sparse, elementwise);
+    const cudaStream_t s = active_stream();
+    double* terms = reduction_terms(d.values, 2);
+    double* result = device_results();
+    launched(
+        detail::launch_mean_metric(
+            s, static_cast<detail::MeanMetricCode>(static_cast<int>(spec.kind)), spec.threshold, d,
+            y_true.data(), y_pred.data(), or_null(weight), terms, terms + 2 * d.values, result),
+        "mean_metric");
+    const auto* host = read_results(2);
+    return keras::MeanMetricSums{host[0], host[1]};
+  }
 
   // --- Linear algebra -----------------------------------------------------------------------
 
@@ -937,10 +1119,72 @@ class CudaBackend final : public keras::Backend {
     return scratch_;
   }
 
+  /// Device memory that grows and is then reused: `memory` holds at least `bytes`.
+  void* grow(void*& memory, std::size_t& capacity, std::size_t bytes, const char* what) {
+    if (bytes <= capacity && memory != nullptr) return memory;
+    const std::size_t grown = std::max(bytes, capacity * 2);
+    context_->activate();
+    void* fresh = context_->allocate(grown, what);
+    if (memory != nullptr) context_->free(memory);
+    memory = fresh;
+    capacity = grown;
+    return memory;
+  }
+
+  void* step_scratch(std::size_t bytes) {
+    return grow(step_scratch_, step_scratch_bytes_, bytes, "optimizer, loss and metric scratch");
+  }
+
+  /// Scratch for `rows x columns` per-row terms followed by their column reduction's partials.
+  double* reduction_terms(std::size_t rows, std::size_t columns) {
+    const std::size_t doubles = rows * columns + detail::reduction_chunks(rows) * columns;
+    return static_cast<double*>(step_scratch(doubles * sizeof(double)));
+  }
+
+  /// Four doubles of device memory that the loss and metric kernels leave their results in.
+  double* device_results() {
+    std::size_t capacity = results_ == nullptr ? 0 : 4 * sizeof(double);
+    return static_cast<double*>(grow(results_, capacity, 4 * sizeof(double), "loss results"));
+  }
+
+  /// Copies the first `count` doubles of the device results to pinned memory and waits.
+  const double* read_results(std::size_t count) {
+    const cudaStream_t s = active_stream();
+    auto* host = static_cast<double*>(results_host_.reserve(4 * sizeof(double)));
+    check(cudaMemcpyAsync(host, results_, count * sizeof(double), cudaMemcpyDeviceToHost, s),
+          "cudaMemcpyAsync (device to host)");
+    check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+    return host;
+  }
+
+  /// Uploads `table_` to the device table unless it holds it already (the variables' memory is
+  /// the same from step to step: one upload at the first step).
+  void upload_table() {
+    const std::size_t bytes = table_.size() * sizeof(detail::UpdateTarget);
+    if (uploaded_ == table_) return;
+    const cudaStream_t s = active_stream();
+    // The previous upload may still read the pinned copy: wait before rewriting it (rare).
+    check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+    void* stage = table_stage_.reserve(bytes);
+    std::memcpy(stage, table_.data(), bytes);
+    grow(step_table_, step_table_bytes_, bytes, "optimizer variable table");
+    check(cudaMemcpyAsync(step_table_, stage, bytes, cudaMemcpyHostToDevice, s),
+          "cudaMemcpyAsync (host to device)");
+    uploaded_ = table_;
+  }
+
   std::shared_ptr<detail::Context> context_;
   double* scratch_ = nullptr;
   std::size_t scratch_doubles_ = 0;
   int host_kernel_depth_ = 0;
+  std::size_t host_kernel_calls_ = 0;
+  std::vector<detail::UpdateTarget> table_, uploaded_;
+  void* step_table_ = nullptr;
+  std::size_t step_table_bytes_ = 0;
+  void* step_scratch_ = nullptr;
+  std::size_t step_scratch_bytes_ = 0;
+  void* results_ = nullptr;
+  detail::PinnedBuffer table_stage_, results_host_;
 };
 
 /// A `CudaBackend` on device `device`, for `CompileOptions::backend`. Throws `CudaError` when no

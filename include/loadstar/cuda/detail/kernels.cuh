@@ -299,9 +299,103 @@ __global__ void permute_kernel(const float* x, float* y, PermuteDims d, std::siz
   }
 }
 
+// --- Optimizer steps, losses and metrics ------------------------------------------------------
+
+__global__ void segment_squares_kernel(const UpdateTarget* targets, std::size_t count,
+                                       std::size_t segments, double* partials) {
+  LOADSTAR_GRID_STRIDE(s, segments) {
+    partials[s] = segment_squares(targets, count, s);
+  }
+}
+
+/// One thread: the additions in a fixed order (a few per segment; the segments did the work).
+__global__ void clip_scales_kernel(const UpdateTarget* targets, std::size_t count,
+                                   const double* partials, bool global, double threshold,
+                                   float* scales) {
+  if (blockIdx.x == 0 && threadIdx.x == 0)
+    clip_scales(targets, count, partials, global, threshold, scales);
+}
+
+__global__ void optimizer_step_kernel(const UpdateTarget* targets, std::size_t count,
+                                      std::size_t elements, UpdateParams params,
+                                      const float* scales) {
+  LOADSTAR_GRID_STRIDE(i, elements) {
+    update_flat(targets, count, params, scales, i);
+  }
+}
+
+__global__ void row_loss_kernel(RowLossParams params, RowDims dims, const float* y_true,
+                                const float* y_pred, const float* weight, float* gradient,
+                                double* terms, unsigned long long* first_bad) {
+  LOADSTAR_GRID_STRIDE(j, dims.values) {
+    if (params.kind == RowLossCode::sparse_categorical_crossentropy &&
+        !label_in_range(y_true[j * dims.true_size], dims.classes)) {
+      atomicMin(first_bad, static_cast<unsigned long long>(j));  // an integer minimum: any order
+    }
+    terms[j] = row_loss_term(params, dims, y_true, y_pred, weight, gradient, j);
+  }
+}
+
+__global__ void metric_terms_kernel(MeanMetricCode kind, double threshold, RowDims dims,
+                                    const float* y_true, const float* y_pred, const float* weight,
+                                    double* terms) {
+  LOADSTAR_GRID_STRIDE(j, dims.values) {
+    metric_terms(kind, threshold, dims, y_true, y_pred, weight, terms, j);
+  }
+}
+
+struct StoreSum {
+  double* out;
+  __device__ void operator()(std::size_t j, double sum) const { out[j] = sum; }
+};
+
 #undef LOADSTAR_GRID_STRIDE
 
 }  // namespace
+
+cudaError_t launch_clip_scales(cudaStream_t stream, const UpdateTarget* targets, std::size_t count,
+                               std::size_t segments, double* partials, bool global,
+                               double threshold, float* scales) {
+  if (const cudaError_t status =
+          launch(segment_squares_kernel, stream, segments, targets, count, segments, partials);
+      status != cudaSuccess) {
+    return status;
+  }
+  clip_scales_kernel<<<1, 1, 0, stream>>>(targets, count, partials, global, threshold, scales);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_optimizer_step(cudaStream_t stream, const UpdateTarget* targets,
+                                  std::size_t count, std::size_t elements,
+                                  const UpdateParams& params, const float* scales) {
+  return launch(optimizer_step_kernel, stream, elements, targets, count, elements, params, scales);
+}
+
+cudaError_t launch_row_loss(cudaStream_t stream, const RowLossParams& params, const RowDims& dims,
+                            const float* y_true, const float* y_pred, const float* weight,
+                            float* gradient, double* terms, double* partials, double* result,
+                            unsigned long long* first_bad) {
+  if (const cudaError_t status = launch(row_loss_kernel, stream, dims.values, params, dims, y_true,
+                                        y_pred, weight, gradient, terms, first_bad);
+      status != cudaSuccess) {
+    return status;
+  }
+  return column_reduce(stream, DoubleElementValue{terms, 1}, StoreSum{result}, dims.values, 1,
+                       partials);
+}
+
+cudaError_t launch_mean_metric(cudaStream_t stream, MeanMetricCode kind, double threshold,
+                               const RowDims& dims, const float* y_true, const float* y_pred,
+                               const float* weight, double* terms, double* partials,
+                               double* result) {
+  if (const cudaError_t status = launch(metric_terms_kernel, stream, dims.values, kind, threshold,
+                                        dims, y_true, y_pred, weight, terms);
+      status != cudaSuccess) {
+    return status;
+  }
+  return column_reduce(stream, DoubleElementValue{terms, 2}, StoreSum{result}, dims.values, 2,
+                       partials);
+}
 
 cudaError_t launch_fill(cudaStream_t stream, float* x, std::size_t n, float value) {
   return launch(fill_kernel, stream, n, x, n, value);

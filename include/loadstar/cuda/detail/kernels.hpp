@@ -83,4 +83,29 @@ cudaError_t launch_scatter_add(cudaStream_t stream, const float* indices, std::s
 cudaError_t launch_permute(cudaStream_t stream, const float* x, float* y, const PermuteDims& dims,
                            std::size_t n);
 
+/// The per-variable clipping scales of a fused optimizer step: squared norms of the gradients'
+/// segments into `partials` (one double per segment), then one thread adds them in a fixed order
+/// (`clip_scales`) and writes `scales` (one float per target).
+cudaError_t launch_clip_scales(cudaStream_t stream, const UpdateTarget* targets, std::size_t count,
+                               std::size_t segments, double* partials, bool global,
+                               double threshold, float* scales);
+/// One optimizer step over every element of every target (`elements` in all), one launch.
+/// `scales` may be null (no norm clipping).
+cudaError_t launch_optimizer_step(cudaStream_t stream, const UpdateTarget* targets,
+                                  std::size_t count, std::size_t elements,
+                                  const UpdateParams& params, const float* scales);
+
+/// A row loss: the per-row terms into `terms` (one double per row) and the gradient (when `g` is
+/// not null), then their sum in a fixed order into `result[0]` (a double); for the sparse loss,
+/// the first position of a label out of range into `first_bad` (initially all ones).
+cudaError_t launch_row_loss(cudaStream_t stream, const RowLossParams& params, const RowDims& dims,
+                            const float* y_true, const float* y_pred, const float* weight,
+                            float* gradient, double* terms, double* partials, double* result,
+                            unsigned long long* first_bad);
+/// A mean metric's batch: `result[0]` the sum of value times weight, `result[1]` the weights.
+cudaError_t launch_mean_metric(cudaStream_t stream, MeanMetricCode kind, double threshold,
+                               const RowDims& dims, const float* y_true, const float* y_pred,
+                               const float* weight, double* terms, double* partials,
+                               double* result);
+
 }  // namespace loadstar::cuda::detail

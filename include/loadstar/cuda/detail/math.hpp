@@ -565,4 +565,445 @@ LOADSTAR_HOST_DEVICE inline std::size_t permute_offset(const PermuteDims& d,
   return offset;
 }
 
+// --- Optimizer steps: one element of one variable ------------------------------------------------
+
+/// `keras::UpdateRule` as the kernels see it (same values, checked in cuda_backend.hpp).
+enum class UpdateCode : int { sgd, sgd_momentum, adam, rmsprop, adagrad, adadelta };
+
+/// Float arithmetic rounded after every operation, on the device: nvcc would otherwise contract
+/// `a * b + c` into one fused multiply-add wherever it sees fit, so the optimizer's update
+/// follows the formula as written, rounding for rounding, whatever the compiler decides (on the
+/// host, the compiler's contraction rules apply as they do to the CPU backend's code).
+LOADSTAR_HOST_DEVICE inline float mul_rn(float a, float b) noexcept {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+LOADSTAR_HOST_DEVICE inline float add_rn(float a, float b) noexcept {
+#if defined(__CUDA_ARCH__)
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+LOADSTAR_HOST_DEVICE inline float sub_rn(float a, float b) noexcept {
+#if defined(__CUDA_ARCH__)
+  return __fsub_rn(a, b);
+#else
+  return a - b;
+#endif
+}
+
+/// One optimizer step's rule and operands (`keras::OptimizerStep`'s floats).
+struct UpdateParams {
+  UpdateCode rule = UpdateCode::sgd;
+  float learning_rate = 0.0F, alpha = 0.0F, one_minus_beta_1 = 0.0F, one_minus_beta_2 = 0.0F;
+  float momentum = 0.0F, rho = 0.0F, epsilon = 0.0F, weight_decay = 0.0F;
+  bool nesterov = false, amsgrad = false, centered = false;
+  /// `clipvalue` (`by_value`), else 0.
+  float clip_value = 0.0F;
+};
+
+/// The gradient clipped to `[-c, c]`, as Eigen's `gradient.max(-c).min(c)`.
+LOADSTAR_HOST_DEVICE inline float clip_to_value(float g, float c) noexcept {
+  const float low = g < -c ? -c : g;
+  return c < low ? c : low;
+}
+
+/// The scale a gradient of squared norm `squares` is multiplied by to have at most the norm
+/// `threshold`: `threshold / max(norm, threshold)`, rounded to float (the CPU's formula).
+LOADSTAR_HOST_DEVICE inline float clip_scale(double squares, double threshold) noexcept {
+  const double norm = ::sqrt(squares);
+  return static_cast<float>(threshold / (norm < threshold ? threshold : norm));
+}
+
+/// `1 / sqrt(x)`.
+LOADSTAR_HOST_DEVICE inline float reciprocal_sqrt(float x) noexcept {
+  return 1.0F / ::sqrtf(x);
+}
+
+/// One element's step: `w` its value, `g` its (clipped) gradient, `s0..s2` its slots in the
+/// optimizer's order (unused ones are dummies). The formulas are the optimizers' `update_step`
+/// (keras/optimizers/*.hpp) operation for operation.
+LOADSTAR_HOST_DEVICE inline void update_element(const UpdateParams& p, float g, float& w, float& s0,
+                                                float& s1, float& s2) noexcept {
+  switch (p.rule) {
+    case UpdateCode::sgd:  // w -= lr * g
+      w = sub_rn(w, mul_rn(p.learning_rate, g));
+      return;
+    case UpdateCode::sgd_momentum: {  // velocity = momentum * velocity - lr * g
+      s0 = sub_rn(mul_rn(p.momentum, s0), mul_rn(p.learning_rate, g));
+      w = p.nesterov ? add_rn(w, sub_rn(mul_rn(p.momentum, s0), mul_rn(p.learning_rate, g)))
+                     : add_rn(w, s0);
+      return;
+    }
+    case UpdateCode::adam: {
+      if (p.weight_decay != 0.0F) w = sub_rn(w, mul_rn(w, p.weight_decay));   // AdamW
+      s0 = add_rn(s0, mul_rn(sub_rn(g, s0), p.one_minus_beta_1));             // m
+      s1 = add_rn(s1, mul_rn(sub_rn(mul_rn(g, g), s1), p.one_minus_beta_2));  // v
+      float v = s1;
+      if (p.amsgrad) {
+        s2 = s2 < s1 ? s1 : s2;  // vhat = max(vhat, v)
+        v = s2;
+      }
+      w = sub_rn(w, mul_rn(s0, p.alpha) / add_rn(::sqrtf(v), p.epsilon));
+      return;
+    }
+    case UpdateCode::rmsprop: {
+      const float decay = 1.0F - p.rho;
+      s0 = add_rn(mul_rn(p.rho, s0), mul_rn(decay, mul_rn(g, g)));  // velocity
+      float denominator = 0.0F;
+      if (p.centered) {
+        float& average = p.momentum > 0.0F ? s2 : s1;
+        average = add_rn(mul_rn(p.rho, average), mul_rn(decay, g));
+        denominator = add_rn(sub_rn(s0, mul_rn(average, average)), p.epsilon);
+      } else {
+        denominator = add_rn(s0, p.epsilon);
+      }
+      const float increment = mul_rn(mul_rn(p.learning_rate, g), reciprocal_sqrt(denominator));
+      if (p.momentum > 0.0F) {
+        s1 = add_rn(mul_rn(p.momentum, s1), increment);
+        w = sub_rn(w, s1);
+      } else {
+        w = sub_rn(w, increment);
+      }
+      return;
+    }
+    case UpdateCode::adagrad:  // accumulator += g^2; w -= lr * g / sqrt(accumulator + epsilon)
+      s0 = add_rn(s0, mul_rn(g, g));
+      w = sub_rn(w, mul_rn(mul_rn(p.learning_rate, g), reciprocal_sqrt(add_rn(s0, p.epsilon))));
+      return;
+    case UpdateCode::adadelta: {
+      const float decay = 1.0F - p.rho;
+      s0 = add_rn(mul_rn(p.rho, s0), mul_rn(decay, mul_rn(g, g)));  // accumulated_grad
+      const float delta =
+          mul_rn(-::sqrtf(add_rn(s1, p.epsilon)), g) / ::sqrtf(add_rn(s0, p.epsilon));
+      s1 = add_rn(mul_rn(p.rho, s1), mul_rn(mul_rn(decay, delta), delta));
+      w = add_rn(w, mul_rn(p.learning_rate, delta));
+      return;
+    }
+  }
+}
+
+/// One variable of a fused optimizer step: its memory and where its elements and its norm
+/// segments start in the step's flat numbering.
+struct UpdateTarget {
+  static constexpr std::size_t max_slots = 3;
+  friend bool operator==(const UpdateTarget&, const UpdateTarget&) = default;
+  float* value = nullptr;
+  const float* gradient = nullptr;
+  float* slots[max_slots] = {};
+  std::size_t size = 0;
+  std::size_t begin = 0;          // its first element's flat index
+  std::size_t segment_begin = 0;  // its first norm segment's flat index
+};
+
+/// The elements one partial sum of a gradient's squared norm covers.
+inline constexpr std::size_t norm_segment = 1024;
+
+LOADSTAR_HOST_DEVICE inline std::size_t norm_segments(std::size_t size) noexcept {
+  return (size + norm_segment - 1) / norm_segment;
+}
+
+/// The target holding flat position `i` of the field `Key` (`begin` or `segment_begin`): the last
+/// one starting at or before it (targets are in flat order; empty ones are skipped).
+template <class Key>
+LOADSTAR_HOST_DEVICE std::size_t find_target(const UpdateTarget* targets, std::size_t count,
+                                             std::size_t i, Key key) noexcept {
+  std::size_t low = 0, high = count;  // the answer is in [low, high)
+  while (high - low > 1) {
+    const std::size_t middle = low + (high - low) / 2;
+    if (key(targets[middle]) <= i) {
+      low = middle;
+    } else {
+      high = middle;
+    }
+  }
+  return low;
+}
+
+/// The squared norm of norm segment `s` (in flat order), in double, elements in order.
+LOADSTAR_HOST_DEVICE inline double segment_squares(const UpdateTarget* targets, std::size_t count,
+                                                   std::size_t s) noexcept {
+  const std::size_t k =
+      find_target(targets, count, s, [](const UpdateTarget& t) { return t.segment_begin; });
+  const UpdateTarget& t = targets[k];
+  const std::size_t first = (s - t.segment_begin) * norm_segment;
+  const std::size_t last = first + norm_segment < t.size ? first + norm_segment : t.size;
+  double sum = 0.0;
+  for (std::size_t i = first; i < last; ++i) {
+    const double v = t.gradient[i];
+    sum += v * v;
+  }
+  return sum;
+}
+
+/// The clipping scales from the segments' squared norms, in a fixed order: each variable's
+/// segments in order, then (`global`) the variables in order, as the CPU sums the gradients one
+/// after the other. Writes one scale per variable (all the same with `global`).
+LOADSTAR_HOST_DEVICE inline void clip_scales(const UpdateTarget* targets, std::size_t count,
+                                             const double* partials, bool global, double threshold,
+                                             float* scales) noexcept {
+  double all = 0.0;
+  for (std::size_t k = 0; k < count; ++k) {
+    double squares = 0.0;
+    for (std::size_t s = 0; s < norm_segments(targets[k].size); ++s)
+      squares += partials[targets[k].segment_begin + s];
+    if (global) {
+      all += squares;
+    } else {
+      scales[k] = clip_scale(squares, threshold);
+    }
+  }
+  if (global)
+    for (std::size_t k = 0; k < count; ++k)
+      scales[k] = clip_scale(all, threshold);
+}
+
+/// The step of flat element `i`: its variable found by binary search, its gradient clipped by
+/// value or scaled by its variable's `scales` entry (null: no scaling).
+LOADSTAR_HOST_DEVICE inline void update_flat(const UpdateTarget* targets, std::size_t count,
+                                             const UpdateParams& p, const float* scales,
+                                             std::size_t i) noexcept {
+  const std::size_t k =
+      find_target(targets, count, i, [](const UpdateTarget& t) { return t.begin; });
+  const UpdateTarget& t = targets[k];
+  const std::size_t j = i - t.begin;
+  float g = t.gradient[j];
+  if (p.clip_value > 0.0F) {
+    g = clip_to_value(g, p.clip_value);
+  } else if (scales != nullptr) {
+    g = mul_rn(g, scales[k]);
+  }
+  float unused[UpdateTarget::max_slots] = {};
+  float& s0 = t.slots[0] != nullptr ? t.slots[0][j] : unused[0];
+  float& s1 = t.slots[1] != nullptr ? t.slots[1][j] : unused[1];
+  float& s2 = t.slots[2] != nullptr ? t.slots[2][j] : unused[2];
+  update_element(p, g, t.value[j], s0, s1, s2);
+}
+
+// --- Losses: one last-axis row, in double, as the loss classes compute it -----------------------
+
+/// `keras::RowLossKind` as the kernels see it (same values, checked in cuda_backend.hpp).
+enum class RowLossCode : int {
+  sparse_categorical_crossentropy,
+  categorical_crossentropy,
+  mean_squared_error
+};
+
+struct RowLossParams {
+  RowLossCode kind = RowLossCode::mean_squared_error;
+  bool from_logits = false;
+  double label_smoothing = 0.0;
+  double denominator = 1.0;
+};
+
+/// Keras's `backend.epsilon()`.
+inline constexpr double keras_epsilon = 1e-7;
+
+LOADSTAR_HOST_DEVICE inline double clamp_double(double v, double low, double high) noexcept {
+  return v < low ? low : high < v ? high : v;
+}
+
+/// `log(sum(exp(x)))` of a row, as `detail::log_sum_exp` (keras/losses/detail/row_loss.hpp).
+LOADSTAR_HOST_DEVICE inline double row_log_sum_exp(const float* x, std::size_t n) noexcept {
+  double top = -INFINITY;
+  for (std::size_t i = 0; i < n; ++i)
+    top = top < static_cast<double>(x[i]) ? static_cast<double>(x[i]) : top;
+  double sum = 0;
+  for (std::size_t i = 0; i < n; ++i)
+    sum += ::exp(static_cast<double>(x[i]) - top);
+  return top + ::log(sum);
+}
+
+/// Whether a sparse label (a float) is a class index in `[0, classes)`; NaN is not.
+LOADSTAR_HOST_DEVICE inline bool label_in_range(float v, std::size_t classes) noexcept {
+  const double d = v;
+  return d >= 0 && d < static_cast<double>(classes);
+}
+
+/// `SparseCategoricalCrossentropy::row`: the loss of one row and (when `g` is not null) `scale`
+/// times its gradient; the label must be in range.
+LOADSTAR_HOST_DEVICE inline double sparse_crossentropy_row(bool from_logits, const float* t,
+                                                           const float* p, std::size_t n, float* g,
+                                                           double scale) noexcept {
+  const auto label = static_cast<std::size_t>(*t);
+  if (from_logits) {
+    const double lse = row_log_sum_exp(p, n);
+    if (g != nullptr) {
+      for (std::size_t i = 0; i < n; ++i)
+        g[i] = static_cast<float>(scale * (::exp(p[i] - lse) - (i == label ? 1.0 : 0.0)));
+    }
+    return lse - p[label];
+  }
+  constexpr double eps = keras_epsilon;
+  double total = 0;
+  for (std::size_t i = 0; i < n; ++i)
+    total += clamp_double(static_cast<double>(p[i]), eps, 1.0 - eps);
+  const double c_label = clamp_double(static_cast<double>(p[label]), eps, 1.0 - eps);
+  if (g != nullptr) {
+    for (std::size_t i = 0; i < n; ++i) {
+      const bool inside = p[i] >= eps && p[i] <= 1.0 - eps;
+      const double d = 1.0 / total - (i == label ? 1.0 / c_label : 0.0);
+      g[i] = static_cast<float>(inside ? scale * d : 0.0);
+    }
+  }
+  return ::log(total) - ::log(c_label);
+}
+
+/// `CategoricalCrossentropy::row`.
+LOADSTAR_HOST_DEVICE inline double crossentropy_row(bool from_logits, double smoothing,
+                                                    const float* t, const float* p, std::size_t n,
+                                                    float* g, double scale) noexcept {
+  const double smooth = smoothing / static_cast<double>(n);
+  const auto label = [&](std::size_t i) { return t[i] * (1.0 - smoothing) + smooth; };
+  if (from_logits) {
+    const double lse = row_log_sum_exp(p, n);
+    double sum = 0;
+    double label_sum = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      sum -= label(i) * (p[i] - lse);
+      label_sum += label(i);
+    }
+    if (g != nullptr) {
+      for (std::size_t i = 0; i < n; ++i)
+        g[i] = static_cast<float>(scale * (label_sum * ::exp(p[i] - lse) - label(i)));
+    }
+    return sum;
+  }
+  constexpr double eps = keras_epsilon;
+  double total = 0;
+  for (std::size_t i = 0; i < n; ++i)
+    total += p[i];
+  double sum = 0;
+  double weighted = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const double q = p[i] / total;
+    const double c = clamp_double(q, eps, 1.0 - eps);
+    sum -= label(i) * ::log(c);
+    if (q >= eps && q <= 1.0 - eps) weighted += -label(i) / c * q;
+  }
+  if (g != nullptr) {
+    for (std::size_t i = 0; i < n; ++i) {
+      const double q = p[i] / total;
+      const double c = clamp_double(q, eps, 1.0 - eps);
+      const double dq = q >= eps && q <= 1.0 - eps ? -label(i) / c : 0.0;
+      g[i] = static_cast<float>(scale * (dq - weighted) / total);
+    }
+  }
+  return sum;
+}
+
+/// `MeanSquaredError::row`.
+LOADSTAR_HOST_DEVICE inline double squared_error_row(const float* t, const float* p, std::size_t n,
+                                                     float* g, double scale) noexcept {
+  double sum = 0;
+  const double inverse = 1.0 / static_cast<double>(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const double e = static_cast<double>(p[i]) - t[i];
+    sum += e * e;
+    if (g != nullptr) g[i] = static_cast<float>(scale * 2.0 * e * inverse);
+  }
+  return sum * inverse;
+}
+
+/// The shape of a row loss's work: `values` rows of `classes` predictions, `true_size` labels
+/// each, and `per_row` values per row of the sample weights.
+struct RowDims {
+  std::size_t values = 0, classes = 1, true_size = 1, per_row = 1;
+};
+
+/// Row `j` of a row loss: its loss times its weight (what the reduction sums), its gradient
+/// written when `g` is not null. A sparse label out of range gives 0 (the caller reports it).
+LOADSTAR_HOST_DEVICE inline double row_loss_term(const RowLossParams& p, const RowDims& d,
+                                                 const float* t, const float* y, const float* w,
+                                                 float* g, std::size_t j) noexcept {
+  const double weight = w == nullptr ? 1.0 : static_cast<double>(w[j / d.per_row]);
+  const double scale = weight / p.denominator;
+  const float* tj = t + j * d.true_size;
+  const float* yj = y + j * d.classes;
+  float* gj = g == nullptr ? nullptr : g + j * d.classes;
+  double loss = 0.0;
+  switch (p.kind) {
+    case RowLossCode::sparse_categorical_crossentropy:
+      if (!label_in_range(*tj, d.classes)) return 0.0;
+      loss = sparse_crossentropy_row(p.from_logits, tj, yj, d.classes, gj, scale);
+      break;
+    case RowLossCode::categorical_crossentropy:
+      loss = crossentropy_row(p.from_logits, p.label_smoothing, tj, yj, d.classes, gj, scale);
+      break;
+    case RowLossCode::mean_squared_error:
+      loss = squared_error_row(tj, yj, d.classes, gj, scale);
+      break;
+  }
+  return loss * weight;
+}
+
+// --- Mean metrics: one value per row -----------------------------------------------------------
+
+/// `keras::MeanMetricKind` as the kernels see it (same values, checked in cuda_backend.hpp).
+enum class MeanMetricCode : int {
+  accuracy,
+  binary_accuracy,
+  categorical_accuracy,
+  sparse_categorical_accuracy,
+  mean,
+};
+
+/// The index of the largest element, the first on ties (`detail::argmax` of the metrics).
+LOADSTAR_HOST_DEVICE inline std::size_t row_argmax(const float* x, std::size_t n) noexcept {
+  std::size_t best = 0;
+  for (std::size_t i = 1; i < n; ++i)
+    if (x[i] > x[best]) best = i;
+  return best;
+}
+
+/// The metric's value of row `j` (`classes` predictions, `true_size` labels), as the metric
+/// classes' `value` (keras/metrics/accuracy.hpp) and `Mean` compute it.
+LOADSTAR_HOST_DEVICE inline double metric_value(MeanMetricCode kind, double threshold,
+                                                const float* t, const float* p,
+                                                std::size_t classes) noexcept {
+  switch (kind) {
+    case MeanMetricCode::accuracy:
+      return *t == *p ? 1.0 : 0.0;
+    case MeanMetricCode::binary_accuracy: {
+      std::size_t hits = 0;
+      for (std::size_t i = 0; i < classes; ++i) {
+        const float predicted = p[i] > threshold ? 1.0F : 0.0F;
+        hits += t[i] == predicted ? 1 : 0;
+      }
+      return static_cast<double>(hits) / static_cast<double>(classes);
+    }
+    case MeanMetricCode::categorical_accuracy:
+      return row_argmax(t, classes) == row_argmax(p, classes) ? 1.0 : 0.0;
+    case MeanMetricCode::sparse_categorical_accuracy:
+      return static_cast<double>(*t) == static_cast<double>(row_argmax(p, classes)) ? 1.0 : 0.0;
+    case MeanMetricCode::mean:
+      return *p;
+  }
+  return 0.0;
+}
+
+/// Row `j` of a mean metric: `terms[2 j]` its value times its weight, `terms[2 j + 1]` its weight.
+LOADSTAR_HOST_DEVICE inline void metric_terms(MeanMetricCode kind, double threshold,
+                                              const RowDims& d, const float* t, const float* p,
+                                              const float* w, double* terms,
+                                              std::size_t j) noexcept {
+  const double weight = w == nullptr ? 1.0 : static_cast<double>(w[j / d.per_row]);
+  const float* tj = t == nullptr ? nullptr : t + j * d.true_size;  // Mean reads no labels
+  terms[2 * j] = metric_value(kind, threshold, tj, p + j * d.classes, d.classes) * weight;
+  terms[2 * j + 1] = weight;
+}
+
+/// `x[r, j]` of a `(rows, columns)` matrix of doubles.
+struct DoubleElementValue {
+  const double* x;
+  std::size_t columns;
+  LOADSTAR_HOST_DEVICE double operator()(std::size_t r, std::size_t j) const noexcept {
+    return x[r * columns + j];
+  }
+};
+
 }  // namespace loadstar::cuda::detail

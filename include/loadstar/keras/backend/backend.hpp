@@ -91,6 +91,100 @@ struct BadIndex {
   float value = 0.0F;
 };
 
+/// The element-wise rule of an optimizer step (`Backend::apply_optimizer_step`), one per
+/// optimizer in keras/optimizers/ and its variants.
+enum class UpdateRule {
+  sgd,           ///< `w -= lr * g`
+  sgd_momentum,  ///< slot 0 `velocity`; `w += velocity` (`nesterov`: `momentum * velocity - lr *
+                 ///< g`)
+  adam,          ///< slots `m`, `v` (and `vhat` with `amsgrad`); AdamW when `weight_decay` is set
+  rmsprop,       ///< slots `velocity`, then `momentum` when `momentum > 0`, then `average_gradient`
+  adagrad,       ///< slot `accumulator`
+  adadelta,      ///< slots `accumulated_grad`, `accumulated_delta_var`
+};
+
+/// How an optimizer step clips its gradients (Keras 2.11+'s `_clip_gradients`).
+enum class GradientClipping { none, by_norm, by_global_norm, by_value };
+
+/// One step of an optimizer over all its variables, for `Backend::apply_optimizer_step`. The
+/// hyper-parameters are the float values the optimizer's host `update_step` computes for this
+/// step (bias corrections in double on the host, then rounded to float once), so that a device
+/// applies the same formula to the same operands.
+struct OptimizerStep {
+  UpdateRule rule = UpdateRule::sgd;
+  float learning_rate = 0.0F;
+  /// Adam: `lr * sqrt(1 - beta_2^t) / (1 - beta_1^t)`.
+  float alpha = 0.0F;
+  /// Adam: `1 - beta_1` and `1 - beta_2`.
+  float one_minus_beta_1 = 0.0F, one_minus_beta_2 = 0.0F;
+  /// SGD and RMSprop: the momentum (0: none).
+  float momentum = 0.0F;
+  /// RMSprop and Adadelta: the decay of the running averages.
+  float rho = 0.0F;
+  float epsilon = 0.0F;
+  /// AdamW: `lr * weight_decay`, applied as `w -= w * weight_decay` before the step (0: none).
+  float weight_decay = 0.0F;
+  bool nesterov = false;
+  bool amsgrad = false;
+  bool centered = false;
+  GradientClipping clipping = GradientClipping::none;
+  /// `clipnorm`, `global_clipnorm` or `clipvalue`.
+  double clip_threshold = 0.0;
+};
+
+/// One variable of an optimizer step: its value, its gradient (left unchanged) and its slots in
+/// the optimizer's order (empty tensors past the rule's slots).
+struct VariableSlots {
+  static constexpr std::size_t max_slots = 5;
+  Tensor<float> value, gradient;
+  std::array<Tensor<float>, max_slots> slots;
+};
+
+/// What a row loss computes (`Backend::row_loss`): the loss of each last-axis row of `y_pred`
+/// and its gradient, as the loss classes in keras/losses/ do on the host.
+enum class RowLossKind {
+  sparse_categorical_crossentropy,
+  categorical_crossentropy,
+  mean_squared_error
+};
+
+struct RowLossSpec {
+  RowLossKind kind = RowLossKind::mean_squared_error;
+  bool from_logits = false;
+  double label_smoothing = 0.0;
+  /// The reduction's divisor (set by the loss): 1 for `sum`, the number of per-sample values
+  /// for `sum_over_batch_size`. The gradient of a row is scaled by its weight over it.
+  double denominator = 1.0;
+};
+
+/// A row loss's result: the weighted sum of the per-sample losses (in double) and the first label
+/// outside `[0, classes)` of a sparse loss (then the sum and the gradient are unspecified).
+struct RowLossResult {
+  double total = 0.0;
+  std::optional<BadIndex> bad_label;
+};
+
+/// A metric that is the weighted mean of one value per row (`Backend::mean_metric`).
+enum class MeanMetricKind {
+  accuracy,              ///< per element: `y_true == y_pred`
+  binary_accuracy,       ///< per element of a row, averaged: `(y_pred > threshold) == y_true`
+  categorical_accuracy,  ///< `argmax(y_true) == argmax(y_pred)`
+  sparse_categorical_accuracy,  ///< `y_true == argmax(y_pred)`
+  mean,                         ///< per element: `y_pred`
+};
+
+struct MeanMetricSpec {
+  MeanMetricKind kind = MeanMetricKind::mean;
+  double threshold = 0.5;
+};
+
+/// A batch's contribution to a weighted running mean: the sum of `value * weight` and of the
+/// weights.
+struct MeanMetricSums {
+  double total = 0.0;
+  double count = 0.0;
+};
+
 /// A host computation handed to `Backend::host_kernel`: a non-owning reference to a callable
 /// taking the host views of the kernel's tensors (no allocation, unlike `std::function`). It
 /// refers to the callable, which must outlive the call (a lambda written in the call does).
@@ -172,6 +266,38 @@ class Backend {
   LOADSTAR_DECL Tensor<float> to_host(const Tensor<float>& tensor);
   /// A copy of the host tensor `host` in this backend's memory.
   LOADSTAR_DECL Tensor<float> from_host(const Tensor<float>& host);
+
+  // --- Optimizers, losses and metrics ----------------------------------------------------------
+
+  /// Applies one optimizer step to all `variables` at once (PyTorch's `_foreach`/multi-tensor
+  /// apply, llm.c's fused AdamW) and returns `true`, or returns `false` when this backend has no
+  /// such kernel: the optimizer then runs its own host `update_step` per variable through
+  /// `host_kernel` (the default, which keeps the CPU backend's results bit for bit).
+  virtual bool apply_optimizer_step(const OptimizerStep& /*step*/,
+                                    std::span<const VariableSlots> /*variables*/) {
+    return false;
+  }
+
+  /// Computes a row loss and, when `gradient` has elements, writes `weight / denominator` times
+  /// its derivative into it (`weight` is empty or one weight per row of `y_pred`); or returns
+  /// `std::nullopt` when this backend has no such kernel (the default), and the loss computes on
+  /// the host through `host_kernel`. Shapes are checked by the caller.
+  virtual std::optional<RowLossResult> row_loss(const RowLossSpec& /*spec*/,
+                                                const Tensor<float>& /*y_true*/,
+                                                const Tensor<float>& /*y_pred*/,
+                                                const Tensor<float>& /*weight*/,
+                                                const Tensor<float>& /*gradient*/) {
+    return std::nullopt;
+  }
+
+  /// One batch of a mean metric (`weight` empty or one weight per row), or `std::nullopt` when
+  /// this backend has no such kernel (the default: the metric runs on the host).
+  virtual std::optional<MeanMetricSums> mean_metric(const MeanMetricSpec& /*spec*/,
+                                                    const Tensor<float>& /*y_true*/,
+                                                    const Tensor<float>& /*y_pred*/,
+                                                    const Tensor<float>& /*weight*/) {
+    return std::nullopt;
+  }
 
   // --- Threads ----------------------------------------------------------------------------------
 

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "loadstar/keras/losses/detail/row_loss.hpp"
@@ -42,6 +43,14 @@ class CategoricalCrossentropy : public detail::RowLoss<CategoricalCrossentropy> 
 
   LOADSTAR_DECL double row(const float* t, const float* p, std::size_t n, float* g,
                            double scale) const;
+
+  std::optional<RowLossSpec> device_spec() const {
+    RowLossSpec spec;
+    spec.kind = RowLossKind::categorical_crossentropy;
+    spec.from_logits = from_logits_;
+    spec.label_smoothing = label_smoothing_;
+    return spec;
+  }
 
  private:
   bool from_logits_;

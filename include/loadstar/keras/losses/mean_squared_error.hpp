@@ -5,6 +5,7 @@
 #include "loadstar/config.hpp"
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "loadstar/keras/losses/detail/row_loss.hpp"
@@ -29,6 +30,12 @@ class MeanSquaredError : public detail::RowLoss<MeanSquaredError> {
 
   LOADSTAR_DECL double row(const float* t, const float* p, std::size_t n, float* g,
                            double scale) const;
+
+  std::optional<RowLossSpec> device_spec() const {
+    RowLossSpec spec;
+    spec.kind = RowLossKind::mean_squared_error;
+    return spec;
+  }
 };
 
 }  // namespace loadstar::keras::losses

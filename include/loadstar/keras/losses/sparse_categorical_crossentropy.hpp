@@ -46,6 +46,15 @@ class SparseCategoricalCrossentropy : public detail::RowLoss<SparseCategoricalCr
 
   void prepare(const Tensor<float>& y_true) const { check_labels(y_true, classes_hint_); }
 
+  std::optional<RowLossSpec> device_spec() const {
+    RowLossSpec spec;
+    spec.kind = RowLossKind::sparse_categorical_crossentropy;
+    spec.from_logits = from_logits_;
+    return spec;
+  }
+  /// The `ConfigError` of `check_labels` for label `bad.value` at row `bad.position`.
+  [[noreturn]] LOADSTAR_DECL void report_bad_label(const BadIndex& bad, std::size_t classes) const;
+
   using RowLoss::compute;
 
   LOADSTAR_DECL float compute(Backend& backend, const Tensor<float>& y_true,
@@ -143,11 +152,16 @@ LOADSTAR_DECL void SparseCategoricalCrossentropy::check_labels(const Tensor<floa
                                                                std::size_t classes) const {
   for (std::size_t i = 0; i < y_true.size(); ++i) {
     const double v = y_true.data()[i];
-    if (!(v >= 0 && v < static_cast<double>(classes))) {
-      throw ConfigError(name() + ": label " + detail::format_value(v) + " at row " +
-                        std::to_string(i) + " is outside [0, " + std::to_string(classes) + ")");
-    }
+    if (!(v >= 0 && v < static_cast<double>(classes)))
+      report_bad_label({i, y_true.data()[i]}, classes);
   }
+}
+
+LOADSTAR_DECL void SparseCategoricalCrossentropy::report_bad_label(const BadIndex& bad,
+                                                                   std::size_t classes) const {
+  throw ConfigError(name() + ": label " + detail::format_value(bad.value) + " at row " +
+                    std::to_string(bad.position) + " is outside [0, " + std::to_string(classes) +
+                    ")");
 }
 
 }  // namespace loadstar::keras::losses

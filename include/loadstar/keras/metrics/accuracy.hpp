@@ -28,6 +28,9 @@ class Accuracy : public detail::MeanWrapper<Accuracy> {
   LOADSTAR_DECL static std::unique_ptr<Metric> from_config(const nlohmann::json& config);
   static constexpr bool elementwise = true;
   double value(const float* t, const float* p, std::size_t) const { return *t == *p ? 1.0 : 0.0; }
+  std::optional<MeanMetricSpec> device_spec() const {
+    return MeanMetricSpec{MeanMetricKind::accuracy, 0.5};
+  }
 };
 
 /// How often `y_pred > threshold` matches the 0/1 label, averaged over the last axis.
@@ -43,6 +46,9 @@ class BinaryAccuracy : public detail::MeanWrapper<BinaryAccuracy> {
   LOADSTAR_DECL static std::unique_ptr<Metric> from_config(const nlohmann::json& config);
   LOADSTAR_DECL nlohmann::json get_config() const override;
   LOADSTAR_DECL double value(const float* t, const float* p, std::size_t n) const;
+  std::optional<MeanMetricSpec> device_spec() const {
+    return MeanMetricSpec{MeanMetricKind::binary_accuracy, threshold_};
+  }
 
  private:
   double threshold_;
@@ -61,6 +67,9 @@ class CategoricalAccuracy : public detail::MeanWrapper<CategoricalAccuracy> {
   LOADSTAR_DECL static std::unique_ptr<Metric> from_config(const nlohmann::json& config);
   double value(const float* t, const float* p, std::size_t n) const {
     return detail::argmax(t, n) == detail::argmax(p, n) ? 1.0 : 0.0;
+  }
+  std::optional<MeanMetricSpec> device_spec() const {
+    return MeanMetricSpec{MeanMetricKind::categorical_accuracy, 0.5};
   }
 };
 
@@ -81,6 +90,9 @@ class SparseCategoricalAccuracy : public detail::MeanWrapper<SparseCategoricalAc
   }
   double value(const float* t, const float* p, std::size_t n) const {
     return static_cast<double>(*t) == static_cast<double>(detail::argmax(p, n)) ? 1.0 : 0.0;
+  }
+  std::optional<MeanMetricSpec> device_spec() const {
+    return MeanMetricSpec{MeanMetricKind::sparse_categorical_accuracy, 0.5};
   }
 };
 

@@ -35,6 +35,10 @@ class Mean : public Metric {
   /// Adds every element of `values` (`y_true` is ignored), weighted by its row's weight.
   LOADSTAR_DECL void update_state(const Tensor<float>&, const Tensor<float>& values,
                                   const Tensor<float>* sample_weight) override;
+  /// On a device backend the batch is reduced there (`Backend::mean_metric`).
+  LOADSTAR_DECL void update_state(Backend& backend, const Tensor<float>& y_true,
+                                  const Tensor<float>& values,
+                                  const Tensor<float>* sample_weight) override;
   double result() const override { return mean_.result(); }
   void reset_state() override { mean_ = {}; }
   nlohmann::json get_state() const override { return mean_.state(); }
@@ -55,6 +59,22 @@ namespace loadstar::keras::metrics {
 LOADSTAR_DECL std::unique_ptr<Metric> Mean::from_config(const nlohmann::json& config) {
   const auto read = detail::metric_config(config, "Mean");
   return std::make_unique<Mean>(read.get("name", "mean"));
+}
+
+LOADSTAR_DECL void Mean::update_state(Backend& backend, const Tensor<float>& y_true,
+                                      const Tensor<float>& values,
+                                      const Tensor<float>* sample_weight) {
+  if (!backend.is_host()) {
+    detail::check_sample_weight(name(), sample_weight, values);
+    static const Tensor<float> none;
+    // The labels are not read (and may live elsewhere): an empty tensor stands for them.
+    if (const auto sums = backend.mean_metric({MeanMetricKind::mean, 0.5}, none, values,
+                                              sample_weight != nullptr ? *sample_weight : none)) {
+      mean_.add_sums(*sums);
+      return;
+    }
+  }
+  Metric::update_state(backend, y_true, values, sample_weight);
 }
 
 LOADSTAR_DECL void Mean::update_state(const Tensor<float>&, const Tensor<float>& values,

@@ -50,6 +50,7 @@ class Adadelta : public detail::OptimizerBase {
   }
   LOADSTAR_DECL void update_step(std::size_t index, detail::ArrayMap w, const detail::ArrayMap& g,
                                  float lr) override;
+  LOADSTAR_DECL std::optional<OptimizerStep> device_step(float lr) const override;
 
  private:
   double rho_, epsilon_;
@@ -76,6 +77,15 @@ LOADSTAR_DECL nlohmann::json Adadelta::get_config() const {
   config["rho"] = rho_;
   config["epsilon"] = epsilon_;
   return config;
+}
+
+LOADSTAR_DECL std::optional<OptimizerStep> Adadelta::device_step(float lr) const {
+  OptimizerStep step;
+  step.rule = UpdateRule::adadelta;
+  step.learning_rate = lr;
+  step.rho = static_cast<float>(rho_);
+  step.epsilon = static_cast<float>(epsilon_);
+  return step;
 }
 
 LOADSTAR_DECL void Adadelta::update_step(std::size_t index, detail::ArrayMap w,

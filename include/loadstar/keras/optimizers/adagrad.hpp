@@ -48,6 +48,7 @@ class Adagrad : public detail::OptimizerBase {
   float slot_initial_value(std::size_t) const override { return static_cast<float>(initial_); }
   LOADSTAR_DECL void update_step(std::size_t index, detail::ArrayMap w, const detail::ArrayMap& g,
                                  float lr) override;
+  LOADSTAR_DECL std::optional<OptimizerStep> device_step(float lr) const override;
 
  private:
   double initial_, epsilon_;
@@ -75,6 +76,14 @@ LOADSTAR_DECL nlohmann::json Adagrad::get_config() const {
   config["initial_accumulator_value"] = initial_;
   config["epsilon"] = epsilon_;
   return config;
+}
+
+LOADSTAR_DECL std::optional<OptimizerStep> Adagrad::device_step(float lr) const {
+  OptimizerStep step;
+  step.rule = UpdateRule::adagrad;
+  step.learning_rate = lr;
+  step.epsilon = static_cast<float>(epsilon_);
+  return step;
 }
 
 LOADSTAR_DECL void Adagrad::update_step(std::size_t index, detail::ArrayMap w,

@@ -54,6 +54,7 @@ class AdamBase : public OptimizerBase {
   LOADSTAR_DECL std::vector<std::string> slot_names() const override;
   LOADSTAR_DECL void update_step(std::size_t index, ArrayMap w, const ArrayMap& g,
                                  float lr) override;
+  LOADSTAR_DECL std::optional<OptimizerStep> device_step(float lr) const override;
 
  private:
   double beta_1_, beta_2_, epsilon_;
@@ -96,6 +97,21 @@ LOADSTAR_DECL nlohmann::json AdamBase::get_config() const {
 LOADSTAR_DECL std::vector<std::string> AdamBase::slot_names() const {
   if (amsgrad_) return {"m", "v", "vhat"};
   return {"m", "v"};
+}
+
+LOADSTAR_DECL std::optional<OptimizerStep> AdamBase::device_step(float lr) const {
+  // The operands of update_step below, computed the same way.
+  const auto step = static_cast<double>(iterations_ + 1);
+  OptimizerStep s;
+  s.rule = UpdateRule::adam;
+  s.learning_rate = lr;
+  s.alpha = static_cast<float>(lr * std::sqrt(1.0 - std::pow(beta_2_, step)) /
+                               (1.0 - std::pow(beta_1_, step)));
+  s.one_minus_beta_1 = static_cast<float>(1.0 - beta_1_);
+  s.one_minus_beta_2 = static_cast<float>(1.0 - beta_2_);
+  s.epsilon = static_cast<float>(epsilon_);
+  s.amsgrad = amsgrad_;
+  return s;
 }
 
 LOADSTAR_DECL void AdamBase::update_step(std::size_t index, ArrayMap w, const ArrayMap& g,

@@ -46,6 +46,7 @@ class AdamW : public detail::AdamBase {
  protected:
   LOADSTAR_DECL void update_step(std::size_t index, detail::ArrayMap w, const detail::ArrayMap& g,
                                  float lr) override;
+  LOADSTAR_DECL std::optional<OptimizerStep> device_step(float lr) const override;
 
  private:
   double weight_decay_;
@@ -73,6 +74,12 @@ LOADSTAR_DECL nlohmann::json AdamW::get_config() const {
   auto config = AdamBase::get_config();
   config["weight_decay"] = weight_decay_;
   return config;
+}
+
+LOADSTAR_DECL std::optional<OptimizerStep> AdamW::device_step(float lr) const {
+  auto step = AdamBase::device_step(lr);
+  step->weight_decay = static_cast<float>(lr * weight_decay_);
+  return step;
 }
 
 LOADSTAR_DECL void AdamW::update_step(std::size_t index, detail::ArrayMap w,

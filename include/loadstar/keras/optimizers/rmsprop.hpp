@@ -54,6 +54,7 @@ class RMSprop : public detail::OptimizerBase {
   LOADSTAR_DECL std::vector<std::string> slot_names() const override;
   LOADSTAR_DECL void update_step(std::size_t index, detail::ArrayMap w, const detail::ArrayMap& g,
                                  float lr) override;
+  LOADSTAR_DECL std::optional<OptimizerStep> device_step(float lr) const override;
 
  private:
   template <class Increment>
@@ -103,6 +104,17 @@ LOADSTAR_DECL std::vector<std::string> RMSprop::slot_names() const {
   if (momentum_ > 0) names.emplace_back("momentum");
   if (centered_) names.emplace_back("average_gradient");
   return names;
+}
+
+LOADSTAR_DECL std::optional<OptimizerStep> RMSprop::device_step(float lr) const {
+  OptimizerStep step;
+  step.rule = UpdateRule::rmsprop;
+  step.learning_rate = lr;
+  step.rho = static_cast<float>(rho_);
+  step.momentum = momentum_ > 0 ? static_cast<float>(momentum_) : 0.0F;
+  step.epsilon = static_cast<float>(epsilon_);
+  step.centered = centered_;
+  return step;
 }
 
 LOADSTAR_DECL void RMSprop::update_step(std::size_t index, detail::ArrayMap w,

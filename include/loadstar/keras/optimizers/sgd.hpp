@@ -45,6 +45,7 @@ class SGD : public detail::OptimizerBase {
   LOADSTAR_DECL std::vector<std::string> slot_names() const override;
   LOADSTAR_DECL void update_step(std::size_t index, detail::ArrayMap w, const detail::ArrayMap& g,
                                  float lr) override;
+  LOADSTAR_DECL std::optional<OptimizerStep> device_step(float lr) const override;
 
  private:
   double momentum_;
@@ -87,6 +88,15 @@ LOADSTAR_DECL nlohmann::json SGD::get_config() const {
 LOADSTAR_DECL std::vector<std::string> SGD::slot_names() const {
   if (momentum_ == 0) return {};
   return {"momentum"};
+}
+
+LOADSTAR_DECL std::optional<OptimizerStep> SGD::device_step(float lr) const {
+  OptimizerStep step;
+  step.rule = momentum_ == 0 ? UpdateRule::sgd : UpdateRule::sgd_momentum;
+  step.learning_rate = lr;
+  step.momentum = static_cast<float>(momentum_);
+  step.nesterov = nesterov_;
+  return step;
 }
 
 LOADSTAR_DECL void SGD::update_step(std::size_t index, detail::ArrayMap w,

@@ -7,7 +7,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdlib>
 #include <limits>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -68,6 +70,19 @@ class RowLoss : public Loss {
     const bool weighted = sample_weight != nullptr;
     static const Tensor<float> none;
     const Tensor<float>& weight = weighted ? *sample_weight : none;
+    // A device backend's kernel where it has one (the per-sample values of `none` stay on the
+    // host); the CPU backend computes below, on the tensors themselves.
+    if (!backend.is_host() && reduction() != Reduction::none) {
+      if (std::optional<RowLossSpec> spec = self.device_spec()) {
+        const std::size_t classes = last_axis(y_pred);
+        const std::size_t values = classes == 0 ? 0 : y_pred.size() / classes;
+        spec->denominator = reduction() == Reduction::sum ? 1.0 : static_cast<double>(values);
+        if (const auto computed = backend.row_loss(*spec, y_true, y_pred, weight, gradient)) {
+          if (computed->bad_label) self.report_bad_label(*computed->bad_label, classes);
+          return values == 0 ? 0.0F : static_cast<float>(computed->total / spec->denominator);
+        }
+      }
+    }
     float result = 0.0F;
     backend.on_host({y_true, y_pred, weight, gradient}, [&](std::span<const Tensor<float>> t) {
       result = reduce(t[0], t[1], weighted ? &t[2] : nullptr, t[3]);
@@ -80,6 +95,13 @@ class RowLoss : public Loss {
 
   // Hooks with defaults.
   void prepare(const Tensor<float>&) {}
+  /// What a device backend's `row_loss` computes for this loss (`std::nullopt`: host only).
+  std::optional<RowLossSpec> device_spec() const { return std::nullopt; }
+  /// Throws the loss's error for a label out of range found by a device kernel.
+  [[noreturn]] void report_bad_label(const BadIndex&, std::size_t) const {
+    LOADSTAR_ASSERT(false, "report_bad_label: only sparse losses check labels");
+    std::abort();
+  }
   std::size_t true_size(std::size_t classes) const noexcept { return classes; }
   void check_shapes(const Tensor<float>& y_true, const Tensor<float>& y_pred) const {
     if (!shapes_fit(y_true.shape(), y_pred.shape())) {

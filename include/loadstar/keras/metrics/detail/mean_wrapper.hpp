@@ -5,6 +5,7 @@
 #include "loadstar/config.hpp"
 
 #include <cstddef>
+#include <optional>
 #include <string>
 
 #include "loadstar/detail/json_state.hpp"
@@ -21,6 +22,11 @@ struct RunningMean {
   double total = 0;
   double count = 0;
   LOADSTAR_DECL void add(double value, double weight);
+  /// Adds a batch's sums (a device backend's `mean_metric`).
+  void add_sums(const MeanMetricSums& sums) {
+    total += sums.total;
+    count += sums.count;
+  }
   double result() const { return count == 0 ? 0.0 : total / count; }
   nlohmann::json state() const { return {{"total", total}, {"count", count}}; }
   LOADSTAR_DECL void restore(const std::string& owner, const nlohmann::json& state);
@@ -53,6 +59,25 @@ class MeanWrapper : public Metric {
                 weight);
     }
   }
+  /// On a device backend with a kernel for the metric (`Derived::device_spec()`), the batch is
+  /// reduced there; otherwise the host `update_state` runs as the backend's host kernel.
+  void update_state(Backend& backend, const Tensor<float>& y_true, const Tensor<float>& y_pred,
+                    const Tensor<float>* sample_weight) override {
+    const auto& self = static_cast<const Derived&>(*this);
+    if (!backend.is_host()) {
+      if (const std::optional<MeanMetricSpec> spec = self.device_spec()) {
+        self.check_shapes(y_true, y_pred);
+        check_sample_weight(name(), sample_weight, y_pred);
+        static const Tensor<float> none;
+        if (const auto sums = backend.mean_metric(
+                *spec, y_true, y_pred, sample_weight != nullptr ? *sample_weight : none)) {
+          mean_.add_sums(*sums);
+          return;
+        }
+      }
+    }
+    Metric::update_state(backend, y_true, y_pred, sample_weight);
+  }
   double result() const override { return mean_.result(); }
   void reset_state() override { mean_ = {}; }
   nlohmann::json get_state() const override { return mean_.state(); }
@@ -62,6 +87,8 @@ class MeanWrapper : public Metric {
   }
 
   static constexpr bool elementwise = false;
+  /// What a device backend's `mean_metric` computes for this metric (`std::nullopt`: host only).
+  std::optional<MeanMetricSpec> device_spec() const { return std::nullopt; }
   std::size_t true_size(std::size_t classes) const noexcept { return classes; }
   void check_shapes(const Tensor<float>& y_true, const Tensor<float>& y_pred) const {
     if (!shapes_fit(y_true.shape(), y_pred.shape())) {

@@ -67,9 +67,15 @@ class OptimizerBase : public Optimizer {
   virtual float slot_initial_value(std::size_t) const { return 0.0f; }
   virtual void update_step(std::size_t index, ArrayMap value, const ArrayMap& gradient,
                            float learning_rate) = 0;
+  /// This step's rule and hyper-parameters for `Backend::apply_optimizer_step` (the same operands
+  /// `update_step` computes with for `learning_rate`, at `iterations_`), or `std::nullopt` for an
+  /// optimizer that updates on the host only. Clipping is filled in by the base.
+  virtual std::optional<OptimizerStep> device_step(float /*learning_rate*/) const {
+    return std::nullopt;
+  }
 
   /// The most slots a variable has.
-  static constexpr std::size_t max_slots = 5;
+  static constexpr std::size_t max_slots = VariableSlots::max_slots;
 
   /// Slot `k` of trainable variable `index` (the one `update_step` is updating): a host view,
   /// valid during `update_step` only.
@@ -94,6 +100,7 @@ class OptimizerBase : public Optimizer {
   Clipping clipping_;
   std::vector<Variable> slots_;
   std::vector<Tensor<float>> scratch_, gradients_;
+  std::vector<VariableSlots> device_variables_;  // reused: no allocation after the first step
   std::span<const Tensor<float>> current_slots_;
   std::size_t slots_per_variable_ = 0;
   bool built_ = false;
@@ -126,6 +133,39 @@ LOADSTAR_DECL void OptimizerBase::apply_gradients(std::span<Variable*> variables
   const bool by_norm = clipping_.clipnorm && *clipping_.clipnorm > 0;
   const bool by_global = !by_norm && clipping_.global_clipnorm && *clipping_.global_clipnorm > 0;
   const bool by_value = !by_norm && !by_global && clipping_.clipvalue && *clipping_.clipvalue > 0;
+  // The backend's fused step over every variable at once when it has one (a device backend);
+  // otherwise one host kernel per variable below.
+  if (std::optional<OptimizerStep> step = device_step(learning_rate)) {
+    if (by_norm) {
+      step->clipping = GradientClipping::by_norm;
+      step->clip_threshold = *clipping_.clipnorm;
+    } else if (by_global) {
+      step->clipping = GradientClipping::by_global_norm;
+      step->clip_threshold = *clipping_.global_clipnorm;
+    } else if (by_value) {
+      step->clipping = GradientClipping::by_value;
+      step->clip_threshold = *clipping_.clipvalue;
+    }
+    device_variables_.resize(scratch_.size());
+    std::size_t trainable = 0;
+    for (Variable* v : variables) {
+      if (!v->trainable) continue;
+      LOADSTAR_ASSERT(trainable < device_variables_.size(), "apply_gradients: variables changed");
+      VariableSlots& d = device_variables_[trainable];
+      d.value = v->value;
+      d.gradient = v->gradient;
+      for (std::size_t k = 0; k < VariableSlots::max_slots; ++k)
+        d.slots[k] = k < slots_per_variable_ ? slots_[trainable * slots_per_variable_ + k].value
+                                             : Tensor<float>();
+      ++trainable;
+    }
+    LOADSTAR_ASSERT(trainable == device_variables_.size(), "apply_gradients: variables changed");
+    // The CPU backend declines (false): its step is the host code below, bit for bit as before.
+    if (backend.apply_optimizer_step(*step, device_variables_)) {
+      ++iterations_;
+      return;
+    }
+  }
   if (by_global) {
     gradients_.clear();  // keeps its capacity: no allocation after the first step
     for (Variable* v : variables)
