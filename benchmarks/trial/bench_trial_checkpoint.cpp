@@ -2,8 +2,9 @@
 // metadata.json and state.cbor, each flushed to disk, renamed into place) and reading it back for
 // a resume, for the Fashion-MNIST MLP (Flatten -> Dense(128, relu) -> Dense(10)) and a small CNN
 // (Conv2D 32, MaxPooling2D, Conv2D 64, MaxPooling2D, Flatten, Dense 128, Dense 10), Adam, one
-// thread. Counters: "bytes" the checkpoint folder's size, "model_bytes" the .h5 file's,
-// "train_steps" the checkpoint's time in training steps of batch 32 (measured beside it).
+// thread: the models of benchmarks/keras/workloads.hpp. Counters: "bytes" the checkpoint folder's
+// size, "model_bytes" the .h5 file's, "train_steps" the checkpoint's time in training steps of
+// batch 32 (measured beside it).
 #include <benchmark/benchmark.h>
 #include <unistd.h>
 
@@ -15,29 +16,12 @@
 #include <memory>
 #include <string>
 
+#include "../keras/workloads.hpp"
+
 namespace {
 
 using namespace loadstar;
 using namespace loadstar::keras;
-using namespace loadstar::keras::layers;
-
-std::unique_ptr<Model> make_model(const std::string& workload) {
-  set_random_seed(1);
-  std::unique_ptr<Sequential> model;
-  if (workload == "mlp") {
-    model = std::make_unique<Sequential>(std::initializer_list<SequentialItem>{
-        Input({28, 28}), Flatten(), Dense(128, {.activation = "relu"}), Dense(10)});
-  } else {
-    model = std::make_unique<Sequential>(std::initializer_list<SequentialItem>{
-        Input({28, 28}), Reshape({28, 28, 1}), Conv2D(32, 3, {.activation = "relu"}),
-        MaxPooling2D(), Conv2D(64, 3, {.activation = "relu"}), MaxPooling2D(), Flatten(),
-        Dense(128, {.activation = "relu"}), Dense(10)});
-  }
-  model->compile({.optimizer = optimizers::Adam({.learning_rate = 1e-3}),
-                  .loss = losses::SparseCategoricalCrossentropy(true),
-                  .threads = 1});
-  return model;
-}
 
 struct Setup {
   std::unique_ptr<Model> model;
@@ -49,7 +33,7 @@ struct Setup {
 
 Setup setup(const std::string& workload) {
   Setup s;
-  s.model = make_model(workload);
+  s.model = bench::make_model(workload, 1);
   constexpr std::size_t rows = 60000;
   constexpr std::size_t batch = 32;
   Tensor<float> x({rows, 28, 28});
