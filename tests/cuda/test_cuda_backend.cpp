@@ -19,6 +19,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "random_tensor.hpp"
@@ -664,6 +665,16 @@ std::shared_ptr<Model> softmax_mlp() {
       Dense(3, {.activation = "softmax"})});
 }
 
+/// `softmax_mlp` compiled as a classifier trains: Adam, sparse cross-entropy and accuracy.
+std::shared_ptr<Model> classifier_on(std::shared_ptr<Backend> backend) {
+  auto model = softmax_mlp();
+  model->compile({.optimizer = "adam",
+                  .loss = "sparse_categorical_crossentropy",
+                  .metrics = {"accuracy"},
+                  .backend = std::move(backend)});
+  return model;
+}
+
 struct StepRun {
   std::vector<Tensor<float>> weights;
   std::vector<Tensor<float>> slots;
@@ -772,11 +783,7 @@ TEST_SUITE("cuda") {
   TEST_CASE("A CUDA training step of a softmax MLP with Adam makes no host_kernel call") {
     auto backend = std::make_shared<CudaBackend>(0);
     const Data data = images(64, 3);
-    auto model = softmax_mlp();
-    model->compile({.optimizer = "adam",
-                    .loss = "sparse_categorical_crossentropy",
-                    .metrics = {"accuracy"},
-                    .backend = backend});
+    auto model = classifier_on(backend);
     const auto before = backend->host_kernel_calls();
     const auto history =
         model->fit(data.x, data.y, {.epochs = 2, .batch_size = 16, .verbose = 0, .seed = 1});
@@ -793,11 +800,7 @@ TEST_SUITE("cuda") {
   TEST_CASE("A CUDA training step waits for the device only to read the loss and the metric") {
     auto backend = std::make_shared<CudaBackend>(0);
     const Data data = images(64, 3);
-    auto model = softmax_mlp();
-    model->compile({.optimizer = "adam",
-                    .loss = "sparse_categorical_crossentropy",
-                    .metrics = {"accuracy"},
-                    .backend = backend});
+    auto model = classifier_on(backend);
     // The first epoch uploads the optimizer's table; the second is the steady state.
     static_cast<void>(
         model->fit(data.x, data.y, {.epochs = 1, .batch_size = 16, .verbose = 0, .seed = 1}));
