@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "loadstar/config.hpp"
+#include "loadstar/keras/losses/detail/row_formulas.hpp"
 
 namespace loadstar::cuda::detail {
 
@@ -800,113 +801,10 @@ struct RowLossParams {
   double denominator = 1.0;
 };
 
-/// Keras's `backend.epsilon()`.
-inline constexpr double keras_epsilon = 1e-7;
-
-LOADSTAR_HOST_DEVICE inline double clamp_double(double v, double low, double high) noexcept {
-  return v < low ? low : high < v ? high : v;
-}
-
-/// `log(sum(exp(x)))` of a row, as `detail::log_sum_exp` (keras/losses/detail/row_loss.hpp).
-LOADSTAR_HOST_DEVICE inline double row_log_sum_exp(const float* x, std::size_t n) noexcept {
-  double top = -INFINITY;
-  for (std::size_t i = 0; i < n; ++i)
-    top = top < static_cast<double>(x[i]) ? static_cast<double>(x[i]) : top;
-  double sum = 0;
-  for (std::size_t i = 0; i < n; ++i)
-    sum += ::exp(static_cast<double>(x[i]) - top);
-  return top + ::log(sum);
-}
-
 /// Whether a sparse label (a float) is a class index in `[0, classes)`; NaN is not.
 LOADSTAR_HOST_DEVICE inline bool label_in_range(float v, std::size_t classes) noexcept {
   const double d = v;
   return d >= 0 && d < static_cast<double>(classes);
-}
-
-/// `SparseCategoricalCrossentropy::row`: the loss of one row and (when `g` is not null) `scale`
-/// times its gradient; the label must be in range.
-LOADSTAR_HOST_DEVICE inline double sparse_crossentropy_row(bool from_logits, const float* t,
-                                                           const float* p, std::size_t n, float* g,
-                                                           double scale) noexcept {
-  const auto label = static_cast<std::size_t>(*t);
-  if (from_logits) {
-    const double lse = row_log_sum_exp(p, n);
-    if (g != nullptr) {
-      for (std::size_t i = 0; i < n; ++i)
-        g[i] = static_cast<float>(scale * (::exp(p[i] - lse) - (i == label ? 1.0 : 0.0)));
-    }
-    return lse - p[label];
-  }
-  constexpr double eps = keras_epsilon;
-  double total = 0;
-  for (std::size_t i = 0; i < n; ++i)
-    total += clamp_double(static_cast<double>(p[i]), eps, 1.0 - eps);
-  const double c_label = clamp_double(static_cast<double>(p[label]), eps, 1.0 - eps);
-  if (g != nullptr) {
-    for (std::size_t i = 0; i < n; ++i) {
-      const bool inside = p[i] >= eps && p[i] <= 1.0 - eps;
-      const double d = 1.0 / total - (i == label ? 1.0 / c_label : 0.0);
-      g[i] = static_cast<float>(inside ? scale * d : 0.0);
-    }
-  }
-  return ::log(total) - ::log(c_label);
-}
-
-/// `CategoricalCrossentropy::row`.
-LOADSTAR_HOST_DEVICE inline double crossentropy_row(bool from_logits, double smoothing,
-                                                    const float* t, const float* p, std::size_t n,
-                                                    float* g, double scale) noexcept {
-  const double smooth = smoothing / static_cast<double>(n);
-  const auto label = [&](std::size_t i) { return t[i] * (1.0 - smoothing) + smooth; };
-  if (from_logits) {
-    const double lse = row_log_sum_exp(p, n);
-    double sum = 0;
-    double label_sum = 0;
-    for (std::size_t i = 0; i < n; ++i) {
-      sum -= label(i) * (p[i] - lse);
-      label_sum += label(i);
-    }
-    if (g != nullptr) {
-      for (std::size_t i = 0; i < n; ++i)
-        g[i] = static_cast<float>(scale * (label_sum * ::exp(p[i] - lse) - label(i)));
-    }
-    return sum;
-  }
-  constexpr double eps = keras_epsilon;
-  double total = 0;
-  for (std::size_t i = 0; i < n; ++i)
-    total += p[i];
-  double sum = 0;
-  double weighted = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    const double q = p[i] / total;
-    const double c = clamp_double(q, eps, 1.0 - eps);
-    sum -= label(i) * ::log(c);
-    if (q >= eps && q <= 1.0 - eps) weighted += -label(i) / c * q;
-  }
-  if (g != nullptr) {
-    for (std::size_t i = 0; i < n; ++i) {
-      const double q = p[i] / total;
-      const double c = clamp_double(q, eps, 1.0 - eps);
-      const double dq = q >= eps && q <= 1.0 - eps ? -label(i) / c : 0.0;
-      g[i] = static_cast<float>(scale * (dq - weighted) / total);
-    }
-  }
-  return sum;
-}
-
-/// `MeanSquaredError::row`.
-LOADSTAR_HOST_DEVICE inline double squared_error_row(const float* t, const float* p, std::size_t n,
-                                                     float* g, double scale) noexcept {
-  double sum = 0;
-  const double inverse = 1.0 / static_cast<double>(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    const double e = static_cast<double>(p[i]) - t[i];
-    sum += e * e;
-    if (g != nullptr) g[i] = static_cast<float>(scale * 2.0 * e * inverse);
-  }
-  return sum * inverse;
 }
 
 /// The shape of a row loss's work: `values` rows of `classes` predictions, `true_size` labels
@@ -929,13 +827,14 @@ LOADSTAR_HOST_DEVICE inline double row_loss_term(const RowLossParams& p, const R
   switch (p.kind) {
     case RowLossCode::sparse_categorical_crossentropy:
       if (!label_in_range(*tj, d.classes)) return 0.0;
-      loss = sparse_crossentropy_row(p.from_logits, tj, yj, d.classes, gj, scale);
+      loss = keras::detail::sparse_crossentropy_row(p.from_logits, tj, yj, d.classes, gj, scale);
       break;
     case RowLossCode::categorical_crossentropy:
-      loss = crossentropy_row(p.from_logits, p.label_smoothing, tj, yj, d.classes, gj, scale);
+      loss = keras::detail::crossentropy_row(p.from_logits, p.label_smoothing, tj, yj, d.classes,
+                                             gj, scale);
       break;
     case RowLossCode::mean_squared_error:
-      loss = squared_error_row(tj, yj, d.classes, gj, scale);
+      loss = keras::detail::squared_error_row(tj, yj, d.classes, gj, scale);
       break;
   }
   return loss * weight;

@@ -91,44 +91,7 @@ LOADSTAR_DECL void CategoricalCrossentropy::check_shapes(const Tensor<float>& y_
 
 LOADSTAR_DECL double CategoricalCrossentropy::row(const float* t, const float* p, std::size_t n,
                                                   float* g, double scale) const {
-  const double smooth = label_smoothing_ / static_cast<double>(n);
-  auto label = [&](std::size_t i) { return t[i] * (1.0 - label_smoothing_) + smooth; };
-  if (from_logits_) {
-    const double lse = detail::log_sum_exp(p, n);
-    double sum = 0;
-    double label_sum = 0;
-    for (std::size_t i = 0; i < n; ++i) {
-      sum -= label(i) * (p[i] - lse);
-      label_sum += label(i);
-    }
-    if (g != nullptr) {
-      for (std::size_t i = 0; i < n; ++i)
-        g[i] = static_cast<float>(scale * (label_sum * std::exp(p[i] - lse) - label(i)));
-    }
-    return sum;
-  }
-  constexpr double eps = detail::loss_epsilon;
-  double total = 0;
-  for (std::size_t i = 0; i < n; ++i)
-    total += p[i];
-  double sum = 0;
-  double weighted = 0;  // sum_j d(loss)/d(q_j) * q_j, for the derivative of the normalisation
-  for (std::size_t i = 0; i < n; ++i) {
-    const double q = p[i] / total;
-    const double c = std::clamp(q, eps, 1.0 - eps);
-    sum -= label(i) * std::log(c);
-    if (q >= eps && q <= 1.0 - eps) weighted += -label(i) / c * q;
-  }
-  if (g != nullptr) {
-    // q = p / sum(p): d(loss)/d(p_i) = (d(loss)/d(q_i) - sum_j d(loss)/d(q_j) q_j) / sum(p).
-    for (std::size_t i = 0; i < n; ++i) {
-      const double q = p[i] / total;
-      const double c = std::clamp(q, eps, 1.0 - eps);
-      const double dq = q >= eps && q <= 1.0 - eps ? -label(i) / c : 0.0;
-      g[i] = static_cast<float>(scale * (dq - weighted) / total);
-    }
-  }
-  return sum;
+  return detail::crossentropy_row(from_logits_, label_smoothing_, t, p, n, g, scale);
 }
 
 }  // namespace loadstar::keras::losses

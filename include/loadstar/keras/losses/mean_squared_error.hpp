@@ -53,14 +53,7 @@ LOADSTAR_DECL std::unique_ptr<Loss> MeanSquaredError::from_config(const nlohmann
 
 LOADSTAR_DECL double MeanSquaredError::row(const float* t, const float* p, std::size_t n, float* g,
                                            double scale) const {
-  double sum = 0;
-  const double inverse = 1.0 / static_cast<double>(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    const double e = static_cast<double>(p[i]) - t[i];
-    sum += e * e;
-    if (g != nullptr) g[i] = static_cast<float>(scale * 2.0 * e * inverse);
-  }
-  return sum * inverse;
+  return detail::squared_error_row(t, p, n, g, scale);
 }
 
 }  // namespace loadstar::keras::losses

@@ -124,28 +124,7 @@ LOADSTAR_DECL float SparseCategoricalCrossentropy::compute(Backend& backend,
 LOADSTAR_DECL double SparseCategoricalCrossentropy::row(const float* t, const float* p,
                                                         std::size_t n, float* g,
                                                         double scale) const {
-  const auto label = static_cast<std::size_t>(*t);
-  if (from_logits_) {
-    const double lse = detail::log_sum_exp(p, n);
-    if (g != nullptr) {
-      for (std::size_t i = 0; i < n; ++i)
-        g[i] = static_cast<float>(scale * (std::exp(p[i] - lse) - (i == label ? 1.0 : 0.0)));
-    }
-    return lse - p[label];
-  }
-  constexpr double eps = detail::loss_epsilon;
-  double total = 0;
-  for (std::size_t i = 0; i < n; ++i)
-    total += std::clamp(static_cast<double>(p[i]), eps, 1.0 - eps);
-  const double c_label = std::clamp(static_cast<double>(p[label]), eps, 1.0 - eps);
-  if (g != nullptr) {
-    for (std::size_t i = 0; i < n; ++i) {
-      const bool inside = p[i] >= eps && p[i] <= 1.0 - eps;
-      const double d = 1.0 / total - (i == label ? 1.0 / c_label : 0.0);
-      g[i] = static_cast<float>(inside ? scale * d : 0.0);
-    }
-  }
-  return std::log(total) - std::log(c_label);
+  return detail::sparse_crossentropy_row(from_logits_, t, p, n, g, scale);
 }
 
 LOADSTAR_DECL void SparseCategoricalCrossentropy::check_labels(const Tensor<float>& y_true,

@@ -16,13 +16,11 @@
 
 #include "loadstar/error.hpp"
 #include "loadstar/keras/backend/backend.hpp"
+#include "loadstar/keras/losses/detail/row_formulas.hpp"
 #include "loadstar/keras/losses/loss.hpp"
 #include "loadstar/tensor/tensor.hpp"
 
 namespace loadstar::keras::detail {
-
-/// Keras's `backend.epsilon()`.
-inline constexpr double loss_epsilon = 1e-7;
 
 /// A label or value as a message shows it: `12` for an integral value, `2.5` otherwise.
 LOADSTAR_DECL std::string format_value(double value);
@@ -146,9 +144,6 @@ inline double smooth_binary(double y, double smoothing) {
   return y * (1.0 - smoothing) + 0.5 * smoothing;
 }
 
-/// `log(sum(exp(x)))` of a row, stably.
-LOADSTAR_DECL double log_sum_exp(const float* x, std::size_t n);
-
 }  // namespace loadstar::keras::detail
 
 // The definitions of what is declared above: in every translation unit when header-only, in
@@ -187,16 +182,6 @@ LOADSTAR_DECL void check_sample_weight(const std::string& owner, const Tensor<fl
     throw ShapeError(owner + ": sample_weight of shape " + sample_weight->shape().str() +
                      " needs one weight per row but y_pred has shape " + y_pred.shape().str());
   }
-}
-
-LOADSTAR_DECL double log_sum_exp(const float* x, std::size_t n) {
-  double top = -std::numeric_limits<double>::infinity();
-  for (std::size_t i = 0; i < n; ++i)
-    top = std::max(top, static_cast<double>(x[i]));
-  double sum = 0;
-  for (std::size_t i = 0; i < n; ++i)
-    sum += std::exp(static_cast<double>(x[i]) - top);
-  return top + std::log(sum);
 }
 
 }  // namespace loadstar::keras::detail

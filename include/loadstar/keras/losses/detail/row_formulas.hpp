@@ -1,0 +1,118 @@
+/// \file
+/// The per-row formulas of the losses, in double: the loss of one last-axis row and, when `g` is
+/// not null, `scale` times its gradient. Host and device code (`LOADSTAR_HOST_DEVICE`): the CPU
+/// loss classes and the CUDA backend's loss kernel compute the same expressions.
+#pragma once
+
+#include "loadstar/config.hpp"
+
+#include <cmath>
+#include <cstddef>
+
+namespace loadstar::keras::detail {
+
+/// Keras's `backend.epsilon()`.
+inline constexpr double loss_epsilon = 1e-7;
+
+LOADSTAR_HOST_DEVICE inline double clamp_double(double v, double low, double high) noexcept {
+  return v < low ? low : high < v ? high : v;
+}
+
+/// `log(sum(exp(x)))` of a row, in double, shifted by its largest value.
+LOADSTAR_HOST_DEVICE inline double log_sum_exp(const float* x, std::size_t n) noexcept {
+  double top = -INFINITY;
+  for (std::size_t i = 0; i < n; ++i)
+    top = top < static_cast<double>(x[i]) ? static_cast<double>(x[i]) : top;
+  double sum = 0;
+  for (std::size_t i = 0; i < n; ++i)
+    sum += ::exp(static_cast<double>(x[i]) - top);
+  return top + ::log(sum);
+}
+
+/// Sparse categorical cross-entropy: the loss of one row and (when `g` is not null) `scale`
+/// times its gradient; the label must be in range.
+LOADSTAR_HOST_DEVICE inline double sparse_crossentropy_row(bool from_logits, const float* t,
+                                                           const float* p, std::size_t n, float* g,
+                                                           double scale) noexcept {
+  const auto label = static_cast<std::size_t>(*t);
+  if (from_logits) {
+    const double lse = log_sum_exp(p, n);
+    if (g != nullptr) {
+      for (std::size_t i = 0; i < n; ++i)
+        g[i] = static_cast<float>(scale * (::exp(p[i] - lse) - (i == label ? 1.0 : 0.0)));
+    }
+    return lse - p[label];
+  }
+  constexpr double eps = loss_epsilon;
+  double total = 0;
+  for (std::size_t i = 0; i < n; ++i)
+    total += clamp_double(static_cast<double>(p[i]), eps, 1.0 - eps);
+  const double c_label = clamp_double(static_cast<double>(p[label]), eps, 1.0 - eps);
+  if (g != nullptr) {
+    for (std::size_t i = 0; i < n; ++i) {
+      const bool inside = p[i] >= eps && p[i] <= 1.0 - eps;
+      const double d = 1.0 / total - (i == label ? 1.0 / c_label : 0.0);
+      g[i] = static_cast<float>(inside ? scale * d : 0.0);
+    }
+  }
+  return ::log(total) - ::log(c_label);
+}
+
+/// Categorical cross-entropy of one row (one-hot or soft labels, with label smoothing).
+LOADSTAR_HOST_DEVICE inline double crossentropy_row(bool from_logits, double smoothing,
+                                                    const float* t, const float* p, std::size_t n,
+                                                    float* g, double scale) noexcept {
+  const double smooth = smoothing / static_cast<double>(n);
+  const auto label = [&](std::size_t i) { return t[i] * (1.0 - smoothing) + smooth; };
+  if (from_logits) {
+    const double lse = log_sum_exp(p, n);
+    double sum = 0;
+    double label_sum = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      sum -= label(i) * (p[i] - lse);
+      label_sum += label(i);
+    }
+    if (g != nullptr) {
+      for (std::size_t i = 0; i < n; ++i)
+        g[i] = static_cast<float>(scale * (label_sum * ::exp(p[i] - lse) - label(i)));
+    }
+    return sum;
+  }
+  constexpr double eps = loss_epsilon;
+  double total = 0;
+  for (std::size_t i = 0; i < n; ++i)
+    total += p[i];
+  double sum = 0;
+  double weighted = 0;  // sum_j d(loss)/d(q_j) * q_j, for the derivative of the normalisation
+  for (std::size_t i = 0; i < n; ++i) {
+    const double q = p[i] / total;
+    const double c = clamp_double(q, eps, 1.0 - eps);
+    sum -= label(i) * ::log(c);
+    if (q >= eps && q <= 1.0 - eps) weighted += -label(i) / c * q;
+  }
+  if (g != nullptr) {
+    // q = p / sum(p): d(loss)/d(p_i) = (d(loss)/d(q_i) - sum_j d(loss)/d(q_j) q_j) / sum(p).
+    for (std::size_t i = 0; i < n; ++i) {
+      const double q = p[i] / total;
+      const double c = clamp_double(q, eps, 1.0 - eps);
+      const double dq = q >= eps && q <= 1.0 - eps ? -label(i) / c : 0.0;
+      g[i] = static_cast<float>(scale * (dq - weighted) / total);
+    }
+  }
+  return sum;
+}
+
+/// The mean squared error of one row.
+LOADSTAR_HOST_DEVICE inline double squared_error_row(const float* t, const float* p, std::size_t n,
+                                                     float* g, double scale) noexcept {
+  double sum = 0;
+  const double inverse = 1.0 / static_cast<double>(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const double e = static_cast<double>(p[i]) - t[i];
+    sum += e * e;
+    if (g != nullptr) g[i] = static_cast<float>(scale * 2.0 * e * inverse);
+  }
+  return sum * inverse;
+}
+
+}  // namespace loadstar::keras::detail
