@@ -7,6 +7,7 @@
 // the cuBLAS argument mapping, strided copies, scratch sizing, the gather check) and the model's
 // use of it are tested here; what only a GPU shows (asynchrony, the device's math library, cuBLAS
 // itself, launch configurations) is not.
+#include <cublasLt.h>
 #include <cublas_api.h>
 #include <cuda_runtime_api.h>
 
@@ -40,7 +41,7 @@ Pool& pool() {
 }
 
 int current_device = 0;
-char stream_object, event_object, pool_object, handle_object;
+char stream_object, pool_object, handle_object;
 
 /// The emulated device's memory: allocations beyond the free bytes fail as on a device.
 constexpr std::size_t emulated_total_bytes = std::size_t{16} << 30U;
@@ -54,7 +55,18 @@ namespace loadstar::test {
 bool fail_next_stream = false;
 /// The number of `cudaStreamSynchronize` calls so far: the host's waits for the device.
 std::size_t stream_syncs = 0;
+/// For each `cudaEventSynchronize` of an event that was recorded, how many events were recorded
+/// since (1: the wait was for the latest one): how far the host may run ahead of the device.
+std::vector<std::size_t> event_wait_lags;
 }  // namespace loadstar::test
+
+namespace {
+/// An emulated event: the serial number of its last record (0: never recorded).
+struct Event {
+  std::size_t serial = 0;
+};
+std::size_t event_records = 0;
+}  // namespace
 
 extern "C" {
 
@@ -108,16 +120,20 @@ cudaError_t cudaStreamSynchronize(cudaStream_t) {
   return cudaSuccess;
 }
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int) {
-  *event = reinterpret_cast<cudaEvent_t>(&event_object);
+  *event = reinterpret_cast<cudaEvent_t>(new Event);
   return cudaSuccess;
 }
-cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t) {
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) {
+  reinterpret_cast<Event*>(event)->serial = ++event_records;
   return cudaSuccess;
 }
-cudaError_t cudaEventSynchronize(cudaEvent_t) {
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  const std::size_t serial = reinterpret_cast<Event*>(event)->serial;
+  if (serial != 0) loadstar::test::event_wait_lags.push_back(event_records + 1 - serial);
   return cudaSuccess;
 }
-cudaError_t cudaEventDestroy(cudaEvent_t) {
+cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  delete reinterpret_cast<Event*>(event);
   return cudaSuccess;
 }
 
@@ -243,6 +259,166 @@ cublasStatus_t cublasSgemm_v2(cublasHandle_t, cublasOperation_t transa, cublasOp
       }
       float& c = C[i + j * ldc];
       c = static_cast<float>(*alpha * sum + (*beta == 0.0F ? 0.0 : double(*beta) * c));
+    }
+  }
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+// --- cuBLASLt: the matmuls with an epilogue that CudaBackend plans (no transposes, fp32) ---------
+
+}  // extern "C"
+
+namespace {
+struct LtDesc {
+  cublasOperation_t transa = CUBLAS_OP_N, transb = CUBLAS_OP_N;
+  cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  const float* bias = nullptr;
+};
+struct LtLayout {
+  std::uint64_t rows = 0, cols = 0;
+  std::int64_t ld = 0;
+};
+char lt_handle_object, lt_preference_object;
+template <class T>
+cublasStatus_t set_from(T& field, const void* buffer, size_t bytes) {
+  if (buffer == nullptr || bytes != sizeof(T)) return CUBLAS_STATUS_INVALID_VALUE;
+  std::memcpy(&field, buffer, sizeof(T));
+  return CUBLAS_STATUS_SUCCESS;
+}
+}  // namespace
+
+namespace loadstar::test {
+/// The number of `cublasLtMatmul` calls so far.
+std::size_t lt_matmuls = 0;
+}  // namespace loadstar::test
+
+extern "C" {
+
+cublasStatus_t cublasLtCreate(cublasLtHandle_t* handle) {
+  *handle = reinterpret_cast<cublasLtHandle_t>(&lt_handle_object);
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t) {
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* desc, cublasComputeType_t compute,
+                                        cudaDataType_t scale) {
+  if (compute != CUBLAS_COMPUTE_32F || scale != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
+  *desc = reinterpret_cast<cublasLtMatmulDesc_t>(new LtDesc);
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t desc) {
+  delete reinterpret_cast<LtDesc*>(desc);
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc,
+                                              cublasLtMatmulDescAttributes_t attribute,
+                                              const void* buffer, size_t bytes) {
+  auto& d = *reinterpret_cast<LtDesc*>(desc);
+  switch (attribute) {
+    case CUBLASLT_MATMUL_DESC_TRANSA:
+      return set_from(d.transa, buffer, bytes);
+    case CUBLASLT_MATMUL_DESC_TRANSB:
+      return set_from(d.transb, buffer, bytes);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE:
+      return set_from(d.epilogue, buffer, bytes);
+    case CUBLASLT_MATMUL_DESC_BIAS_POINTER:
+      return set_from(d.bias, buffer, bytes);
+    default:
+      return CUBLAS_STATUS_NOT_SUPPORTED;
+  }
+}
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* layout, cudaDataType type,
+                                          uint64_t rows, uint64_t cols, int64_t ld) {
+  if (type != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
+  if (ld < static_cast<int64_t>(std::max<uint64_t>(rows, 1))) return CUBLAS_STATUS_INVALID_VALUE;
+  *layout = reinterpret_cast<cublasLtMatrixLayout_t>(new LtLayout{rows, cols, ld});
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t layout) {
+  delete reinterpret_cast<LtLayout*>(layout);
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* preference) {
+  *preference = reinterpret_cast<cublasLtMatmulPreference_t>(&lt_preference_object);
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t) {
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t,
+                                                    cublasLtMatmulPreferenceAttributes_t,
+                                                    const void* buffer, size_t) {
+  return buffer == nullptr ? CUBLAS_STATUS_INVALID_VALUE : CUBLAS_STATUS_SUCCESS;
+}
+/// One algorithm for the epilogues CudaBackend uses, none for others (as a real heuristic may
+/// find none), so that the fallback is exercised too.
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t desc,
+                                              cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
+                                              cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
+                                              cublasLtMatmulPreference_t, int requested,
+                                              cublasLtMatmulHeuristicResult_t results[],
+                                              int* returned) {
+  const auto& d = *reinterpret_cast<const LtDesc*>(desc);
+  *returned = 0;
+  if (requested < 1) return CUBLAS_STATUS_INVALID_VALUE;
+  switch (d.epilogue) {
+    case CUBLASLT_EPILOGUE_DEFAULT:
+    case CUBLASLT_EPILOGUE_BIAS:
+    case CUBLASLT_EPILOGUE_RELU:
+    case CUBLASLT_EPILOGUE_RELU_BIAS:
+      results[0] = cublasLtMatmulHeuristicResult_t{};
+      results[0].state = CUBLAS_STATUS_SUCCESS;
+      *returned = 1;
+      return CUBLAS_STATUS_SUCCESS;
+    default:
+      return CUBLAS_STATUS_NOT_SUPPORTED;
+  }
+}
+/// Column-major `D = alpha * op(A) * op(B) + beta * C` rounded to float, then the epilogue in
+/// float: `+ bias[row]`, then `max(0, .)`, as cuBLASLt defines them.
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const void* alpha,
+                              const void* A, cublasLtMatrixLayout_t a_layout, const void* B,
+                              cublasLtMatrixLayout_t b_layout, const void* beta, const void* C,
+                              cublasLtMatrixLayout_t c_layout, void* D,
+                              cublasLtMatrixLayout_t d_layout, const cublasLtMatmulAlgo_t*, void*,
+                              size_t, cudaStream_t) {
+  ++loadstar::test::lt_matmuls;
+  const auto& d = *reinterpret_cast<const LtDesc*>(desc);
+  const auto& la = *reinterpret_cast<const LtLayout*>(a_layout);
+  const auto& lb = *reinterpret_cast<const LtLayout*>(b_layout);
+  const auto& lc = *reinterpret_cast<const LtLayout*>(c_layout);
+  const auto& ld = *reinterpret_cast<const LtLayout*>(d_layout);
+  const std::uint64_t m = ld.rows, n = ld.cols;
+  const std::uint64_t k = d.transa == CUBLAS_OP_N ? la.cols : la.rows;
+  if ((d.transa == CUBLAS_OP_N ? la.rows : la.cols) != m ||
+      (d.transb == CUBLAS_OP_N ? lb.rows : lb.cols) != k ||
+      (d.transb == CUBLAS_OP_N ? lb.cols : lb.rows) != n || lc.rows != m || lc.cols != n)
+    return CUBLAS_STATUS_INVALID_VALUE;
+  const bool bias =
+      d.epilogue == CUBLASLT_EPILOGUE_BIAS || d.epilogue == CUBLASLT_EPILOGUE_RELU_BIAS;
+  const bool relu =
+      d.epilogue == CUBLASLT_EPILOGUE_RELU || d.epilogue == CUBLASLT_EPILOGUE_RELU_BIAS;
+  if (bias && d.bias == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+  const auto* a = static_cast<const float*>(A);
+  const auto* b = static_cast<const float*>(B);
+  const auto* c = static_cast<const float*>(C);
+  auto* out = static_cast<float*>(D);
+  const float a_scale = *static_cast<const float*>(alpha);
+  const float c_scale = *static_cast<const float*>(beta);
+  for (std::uint64_t j = 0; j < n; ++j) {
+    for (std::uint64_t i = 0; i < m; ++i) {
+      double sum = 0.0;
+      for (std::uint64_t p = 0; p < k; ++p) {
+        const float av = d.transa == CUBLAS_OP_N ? a[i + p * la.ld] : a[p + i * la.ld];
+        const float bv = d.transb == CUBLAS_OP_N ? b[p + j * lb.ld] : b[j + p * lb.ld];
+        sum += double(av) * double(bv);
+      }
+      float value = static_cast<float>(
+          a_scale * sum + (c_scale == 0.0F ? 0.0 : double(c_scale) * c[i + j * lc.ld]));
+      if (bias) value += d.bias[i];
+      if (relu) value = value > 0.0F ? value : 0.0F;
+      out[i + j * ld.ld] = value;
     }
   }
   return CUBLAS_STATUS_SUCCESS;
@@ -488,8 +664,8 @@ cudaError_t launch_optimizer_step(cudaStream_t, const UpdateTarget* targets, std
 }
 cudaError_t launch_row_loss(cudaStream_t, const RowLossParams& params, const RowDims& dims,
                             const float* y_true, const float* y_pred, const float* weight,
-                            float* gradient, double* terms, double* partials, double* result,
-                            unsigned long long* first_bad) {
+                            float* gradient, double* terms, double* partials, double* record) {
+  auto* first_bad = reinterpret_cast<unsigned long long*>(record + 1);
   for (std::size_t j = 0; j < dims.values; ++j) {
     if (params.kind == RowLossCode::sparse_categorical_crossentropy &&
         !label_in_range(y_true[j * dims.true_size], dims.classes) && j < *first_bad) {
@@ -498,7 +674,8 @@ cudaError_t launch_row_loss(cudaStream_t, const RowLossParams& params, const Row
     terms[j] = row_loss_term(params, dims, y_true, y_pred, weight, gradient, j);
   }
   column_reduce(
-      DoubleElementValue{terms, 1}, [&](std::size_t j, double sum) { result[j] = sum; },
+      DoubleElementValue{terms, 1},
+      [&](std::size_t, double sum) { finish_row_loss(sum, y_true, dims.true_size, record); },
       dims.values, 1, partials);
   return cudaSuccess;
 }

@@ -31,8 +31,10 @@ using loadstar::cuda::CudaBackend;
 
 #if defined(LOADSTAR_CUDA_EMULATED)
 namespace loadstar::test {
-extern bool fail_next_stream;     // emulated_cuda.cpp
-extern std::size_t stream_syncs;  // emulated_cuda.cpp
+extern bool fail_next_stream;                     // emulated_cuda.cpp
+extern std::size_t stream_syncs;                  // emulated_cuda.cpp
+extern std::vector<std::size_t> event_wait_lags;  // emulated_cuda.cpp
+extern std::size_t lt_matmuls;                    // emulated_cuda.cpp
 }  // namespace loadstar::test
 #endif
 
@@ -312,6 +314,39 @@ TEST_SUITE("cuda") {
           b.gpu.gemm(b.up(a), ta, b.up(bb), tb, c_gpu, alpha, beta);
           check_close(c_cpu, b.down(c_gpu), 1e-4);
         }
+      }
+    }
+  }
+
+  TEST_CASE("CudaBackend dense_forward fuses the bias and ReLU and matches the CPU layer path") {
+    Backends b;
+    const std::size_t rows = 19, features = 23, units = 11;
+    const Tensor<float> x = random_tensor({rows, features}, 6);
+    const Tensor<float> kernel = random_tensor({features, units}, 7);
+    const Tensor<float> bias = random_tensor({units}, 8);
+    const Tensor<float> no_bias;
+    CHECK_FALSE(b.cpu.dense_forward(x, kernel, bias, keras::Activation::relu,
+                                    Tensor<float>({rows, units})));
+    for (const keras::Activation activation :
+         {keras::Activation::linear, keras::Activation::relu, keras::Activation::sigmoid}) {
+      for (const bool with_bias : {false, true}) {
+        CAPTURE(static_cast<int>(activation));
+        CAPTURE(with_bias);
+        Tensor<float> expected({rows, units});
+        b.cpu.gemm(x, false, kernel, false, expected, 1.0F, 0.0F);
+        if (with_bias) b.cpu.bias_add(expected, bias);
+        if (activation != keras::Activation::linear)
+          b.cpu.activation_forward(activation, expected, expected);
+        const Tensor<float> y = b.gpu.allocate({rows, units});
+#if defined(LOADSTAR_CUDA_EMULATED)
+        const std::size_t before = loadstar::test::lt_matmuls;
+#endif
+        REQUIRE(b.gpu.dense_forward(b.up(x), b.up(kernel), with_bias ? b.up(bias) : no_bias,
+                                    activation, y));
+#if defined(LOADSTAR_CUDA_EMULATED)
+        CHECK(loadstar::test::lt_matmuls == before + 1);
+#endif
+        check_close(expected, b.down(y), 1e-4);
       }
     }
   }
@@ -797,22 +832,80 @@ TEST_SUITE("cuda") {
   }
 
 #if defined(LOADSTAR_CUDA_EMULATED)
-  TEST_CASE("A CUDA training step waits for the device only to read the loss and the metric") {
+  TEST_CASE("A CUDA training step does not wait for the device: the logs wait when read") {
     auto backend = std::make_shared<CudaBackend>(0);
     const Data data = images(64, 3);
     auto model = classifier_on(backend);
-    // The first epoch uploads the optimizer's table; the second is the steady state.
+    // The first epoch uploads the optimizer's table; the next two are the steady state.
     static_cast<void>(
         model->fit(data.x, data.y, {.epochs = 1, .batch_size = 16, .verbose = 0, .seed = 1}));
     const std::size_t before = loadstar::test::stream_syncs;
+    loadstar::test::event_wait_lags.clear();
     static_cast<void>(
         model->fit(data.x, data.y,
-                   {.epochs = 2, .batch_size = 16, .verbose = 0, .initial_epoch = 1, .seed = 1}));
+                   {.epochs = 3, .batch_size = 16, .verbose = 0, .initial_epoch = 1, .seed = 1}));
     const std::size_t waits = loadstar::test::stream_syncs - before;
-    MESSAGE("waits in 4 steps: " << waits);
-    CHECK(waits <= 2 * 4);  // one 16-byte read for the loss, one for the accuracy
+    MESSAGE("waits in 2 epochs of 4 steps: " << waits);
+    CHECK(waits <= 2);  // one read-back of the losses and metrics per epoch, for its logs
+    // Each upload waits only for the copy of `upload_slots` uploads before it (two per step): the
+    // host may queue the next batches while the device computes.
+    REQUIRE_FALSE(loadstar::test::event_wait_lags.empty());
+    for (const std::size_t lag : loadstar::test::event_wait_lags)
+      CHECK(lag >= loadstar::cuda::detail::Context::upload_slots);
+  }
+
+  TEST_CASE("A callback that reads the logs of every batch makes each step wait") {
+    auto backend = std::make_shared<CudaBackend>(0);
+    const Data data = images(64, 3);
+    auto model = classifier_on(backend);
+    FitOptions options{.epochs = 1, .batch_size = 16, .verbose = 0, .seed = 1};
+    options.callbacks = {std::make_shared<callbacks::LambdaCallback>(
+        callbacks::LambdaCallbackOptions{.on_batch_end = [](std::size_t, const Logs& logs) {
+          CHECK(logs.get("loss").has_value());
+        }})};
+    const std::size_t before = loadstar::test::stream_syncs;
+    static_cast<void>(model->fit(data.x, data.y, options));
+    CHECK(loadstar::test::stream_syncs - before >= 4);
   }
 #endif
+
+  TEST_CASE("Logs read at every batch or only at the epoch's end are the same, bit for bit") {
+    // The losses and metrics of steps nobody read are added in order when read: the same sums.
+    const Data data = images(80, 5);
+    const auto run = [&](bool read_every_batch) {
+      auto model = classifier_on(std::make_shared<CudaBackend>(0));
+      FitOptions options{.epochs = 3, .batch_size = 16, .verbose = 0, .seed = 7};
+      std::vector<double> batch_losses;
+      if (read_every_batch) {
+        options.callbacks = {std::make_shared<callbacks::LambdaCallback>(
+            callbacks::LambdaCallbackOptions{.on_batch_end = [&](std::size_t, const Logs& logs) {
+              batch_losses.push_back(*logs.get("loss"));
+            }})};
+      }
+      const auto history = model->fit(data.x, data.y, options);
+      if (read_every_batch) CHECK(batch_losses.size() == 15);
+      return history.history;
+    };
+    const auto deferred = run(false);
+    const auto eager = run(true);
+    REQUIRE(deferred.count("loss") == 1);
+    REQUIRE(deferred.count("accuracy") == 1);
+    CHECK(deferred.at("loss") == eager.at("loss"));
+    CHECK(deferred.at("accuracy") == eager.at("accuracy"));
+  }
+
+  TEST_CASE("A label out of range in fit on the GPU raises ConfigError by the epoch's end") {
+    Data data = images(64, 3);
+    data.y(21) = 3;  // batch 1, row 5
+    auto model = classifier_on(std::make_shared<CudaBackend>(0));
+    const FitOptions options{.epochs = 2, .batch_size = 16, .verbose = 0, .shuffle = false};
+    CHECK_THROWS_WITH_AS(
+        static_cast<void>(model->fit(data.x, data.y, options)),
+        doctest::Contains("batch 1 since the metrics were reset (its loss was computed on the "
+                          "device and read after its step; rows counted within the batch): "
+                          "sparse_categorical_crossentropy: label 3 at row 5 is outside [0, 3)"),
+        ConfigError);
+  }
 
   TEST_CASE("CudaBackend row_loss and mean_metric match the CPU losses and metrics") {
     Backends b;

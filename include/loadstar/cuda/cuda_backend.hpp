@@ -13,10 +13,12 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <array>
 #include <climits>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <initializer_list>
 #include <limits>
 #include <memory>
@@ -271,9 +273,19 @@ struct Context {
   cudaStream_t stream = nullptr;
   cudaMemPool_t pool = nullptr;
   cublasHandle_t cublas = nullptr;
+  cublasLtHandle_t cublas_lt = nullptr;
   void* cublas_workspace = nullptr;
-  cudaEvent_t staging_free = nullptr;         // recorded after the last copy that reads `staging`
-  PinnedBuffer staging;                       // copy_from_host and copy_to_host
+  /// Page-locked buffers that uploads (`copy_from_host`) take in turn, each with an event
+  /// recorded after the copy that reads it: an upload waits only for the copy `upload_slots`
+  /// uploads before it, so that the host queues the next batches while the device computes.
+  static constexpr std::size_t upload_slots = 8;
+  struct UploadSlot {
+    PinnedBuffer buffer;
+    cudaEvent_t copied = nullptr;
+  };
+  std::array<UploadSlot, upload_slots> uploads;
+  std::size_t next_upload = 0;
+  PinnedBuffer download;                      // copy_to_host, which waits for its copy
   PinnedBuffer host_stage;                    // host_kernel
   unsigned long long* device_slot = nullptr;  // gather's first bad index
   PinnedBuffer host_slot;
@@ -294,6 +306,7 @@ struct Context {
       check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_all),
             "cudaMemPoolSetAttribute");
       check(cublasCreate(&cublas), "cublasCreate");
+      check(cublasLtCreate(&cublas_lt), "cublasLtCreate");
       check(cublasSetStream(cublas, stream), "cublasSetStream");
       // Full fp32 GEMMs (no TF32), as on the CPU; the default atomics mode (not allowed) keeps
       // cuBLAS's results the same run to run.
@@ -301,7 +314,8 @@ struct Context {
       check(cudaMalloc(&cublas_workspace, cublas_workspace_bytes), "cudaMalloc");
       check(cublasSetWorkspace(cublas, cublas_workspace, cublas_workspace_bytes),
             "cublasSetWorkspace");
-      check(cudaEventCreateWithFlags(&staging_free, cudaEventDisableTiming), "cudaEventCreate");
+      for (auto& slot : uploads)
+        check(cudaEventCreateWithFlags(&slot.copied, cudaEventDisableTiming), "cudaEventCreate");
       void* slot = nullptr;
       check(cudaMalloc(&slot, sizeof(unsigned long long)), "cudaMalloc");
       device_slot = static_cast<unsigned long long*>(slot);
@@ -356,18 +370,222 @@ struct Context {
   void release_all() noexcept {
     if (stream != nullptr) static_cast<void>(cudaStreamSynchronize(stream));
     if (device_slot != nullptr) static_cast<void>(cudaFree(device_slot));
-    if (staging_free != nullptr) static_cast<void>(cudaEventDestroy(staging_free));
+    for (auto& slot : uploads) {
+      if (slot.copied != nullptr) static_cast<void>(cudaEventDestroy(slot.copied));
+      slot.copied = nullptr;
+    }
     if (cublas != nullptr) static_cast<void>(cublasDestroy(cublas));
+    if (cublas_lt != nullptr) static_cast<void>(cublasLtDestroy(cublas_lt));
+    cublas_lt = nullptr;
     if (cublas_workspace != nullptr) static_cast<void>(cudaFree(cublas_workspace));
     if (pool != nullptr) static_cast<void>(cudaMemPoolDestroy(pool));
     if (stream != nullptr) static_cast<void>(cudaStreamDestroy(stream));
     device_slot = nullptr;
-    staging_free = nullptr;
     cublas = nullptr;
     cublas_workspace = nullptr;
     pool = nullptr;
     stream = nullptr;
   }
+};
+
+/// One result of a loss or metric kernel as the host sees it: filled when its record is read
+/// back.
+struct ResultCell {
+  std::array<double, 4> values{};
+  bool ready = false;
+};
+
+/// Where the loss and metric kernels leave their results: a ring of 4-double records in device
+/// memory. Nothing is copied back when a kernel is queued; the first read of a result copies
+/// every record not read yet in one or two copies and waits once (so a training step that nobody
+/// reads the logs of does not wait), and so does a kernel that finds the ring full.
+class ResultRing {
+ public:
+  static constexpr std::size_t records = 1024;
+  static constexpr std::size_t record_doubles = 4;
+
+  explicit ResultRing(std::shared_ptr<Context> context) : context_(std::move(context)) {}
+  ResultRing(const ResultRing&) = delete;
+  ResultRing& operator=(const ResultRing&) = delete;
+  ~ResultRing() {
+    if (device_ != nullptr) context_->free(device_);
+  }
+
+  /// The next record for a kernel to write, and the cell its values will reach.
+  std::pair<double*, std::shared_ptr<ResultCell>> acquire() {
+    if (device_ == nullptr) {
+      device_ = static_cast<double*>(
+          context_->allocate(records * record_doubles * sizeof(double), "loss and metric results"));
+      host_ = static_cast<double*>(host_memory_.reserve(records * record_doubles * sizeof(double)));
+    }
+    if (outstanding_.size() == records) read_back();
+    const std::size_t record = next_;
+    next_ = (next_ + 1) % records;
+    auto cell = std::make_shared<ResultCell>();
+    outstanding_.push_back({cell, record});
+    return {device_ + record * record_doubles, std::move(cell)};
+  }
+
+  /// Copies every record not read yet to the host, waits, and fills their cells.
+  void read_back() {
+    if (outstanding_.empty()) return;
+    context_->activate();
+    const std::size_t first = outstanding_.front().record;
+    const std::size_t count = outstanding_.size();
+    const std::size_t head = std::min(count, records - first);  // up to the ring's end
+    const auto copy = [&](std::size_t from, std::size_t n) {
+      check(cudaMemcpyAsync(host_ + from * record_doubles, device_ + from * record_doubles,
+                            n * record_doubles * sizeof(double), cudaMemcpyDeviceToHost,
+                            context_->stream),
+            "cudaMemcpyAsync (device to host)");
+    };
+    copy(first, head);
+    if (count > head) copy(0, count - head);
+    check(cudaStreamSynchronize(context_->stream), "cudaStreamSynchronize");
+    for (const auto& [cell, record] : outstanding_) {
+      std::copy_n(host_ + record * record_doubles, record_doubles, cell->values.begin());
+      cell->ready = true;
+    }
+    outstanding_.clear();
+  }
+
+  /// The values of `cell`, read back first when they are not yet.
+  static const std::array<double, 4>& values(const std::shared_ptr<ResultCell>& cell,
+                                             const std::weak_ptr<ResultRing>& ring) {
+    if (!cell->ready) {
+      const auto owner = ring.lock();
+      if (!owner) {
+        throw CudaError(
+            "cuda backend: a loss or metric result was read after its backend was "
+            "destroyed without reading it back");
+      }
+      owner->read_back();
+    }
+    return cell->values;
+  }
+
+ private:
+  struct Outstanding {
+    std::shared_ptr<ResultCell> cell;
+    std::size_t record;
+  };
+  std::shared_ptr<Context> context_;
+  double* device_ = nullptr;
+  double* host_ = nullptr;
+  PinnedBuffer host_memory_;
+  std::vector<Outstanding> outstanding_;  // in record order, from the oldest
+  std::size_t next_ = 0;
+};
+
+/// cuBLASLt matrix multiplications with a fused epilogue, planned once per shape: the descriptors
+/// and the algorithm cuBLASLt's heuristic picks are kept, so that a call after the first sets
+/// the bias pointer and launches (the same algorithm for the same shape: the same bits run to
+/// run).
+class LtPlans {
+ public:
+  /// Column-major `D (m x n) = A (m x k, no transpose) * B (k x n, no transpose)`, then
+  /// `epilogue` (a bias of `m` elements, ReLU), in full fp32.
+  struct Key {
+    std::uint64_t m, n, k;
+    cublasLtEpilogue_t epilogue;
+    bool operator==(const Key&) const = default;
+  };
+
+  explicit LtPlans(std::shared_ptr<Context> context) : context_(std::move(context)) {}
+  LtPlans(const LtPlans&) = delete;
+  LtPlans& operator=(const LtPlans&) = delete;
+  ~LtPlans() {
+    for (auto& plan : plans_)
+      destroy(plan);
+  }
+
+  /// Queues the multiplication, or returns `false` when cuBLASLt has no algorithm for it.
+  bool run(const Key& key, const float* a, const float* b, const float* bias, float* d) {
+    const Plan* plan = find(key);
+    if (plan == nullptr || !plan->usable) return false;
+    if (bias != nullptr) {
+      check(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                           sizeof bias),
+            "cublasLtMatmulDescSetAttribute (bias)");
+    }
+    const float alpha = 1.0F, beta = 0.0F;
+    check(cublasLtMatmul(context_->cublas_lt, plan->desc, &alpha, a, plan->a, b, plan->b, &beta, d,
+                         plan->d, d, plan->d, &plan->algo, context_->cublas_workspace,
+                         cublas_workspace_bytes, context_->stream),
+          "cublasLtMatmul");
+    return true;
+  }
+
+ private:
+  struct Plan {
+    Key key{};
+    cublasLtMatmulDesc_t desc = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+    bool usable = false;
+  };
+
+  const Plan* find(const Key& key) {
+    for (const auto& plan : plans_)
+      if (plan.key == key) return &plan;
+    Plan plan;
+    plan.key = key;
+    try {
+      check(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+            "cublasLtMatmulDescCreate");
+      const cublasOperation_t none = CUBLAS_OP_N;
+      check(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &none,
+                                           sizeof none),
+            "cublasLtMatmulDescSetAttribute (transa)");
+      check(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &none,
+                                           sizeof none),
+            "cublasLtMatmulDescSetAttribute (transb)");
+      check(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &key.epilogue,
+                                           sizeof key.epilogue),
+            "cublasLtMatmulDescSetAttribute (epilogue)");
+      check(cublasLtMatrixLayoutCreate(&plan.a, CUDA_R_32F, key.m, key.k,
+                                       static_cast<std::int64_t>(key.m)),
+            "cublasLtMatrixLayoutCreate");
+      check(cublasLtMatrixLayoutCreate(&plan.b, CUDA_R_32F, key.k, key.n,
+                                       static_cast<std::int64_t>(key.k)),
+            "cublasLtMatrixLayoutCreate");
+      check(cublasLtMatrixLayoutCreate(&plan.d, CUDA_R_32F, key.m, key.n,
+                                       static_cast<std::int64_t>(key.m)),
+            "cublasLtMatrixLayoutCreate");
+      cublasLtMatmulPreference_t preference = nullptr;
+      check(cublasLtMatmulPreferenceCreate(&preference), "cublasLtMatmulPreferenceCreate");
+      const std::uint64_t workspace = cublas_workspace_bytes;
+      cublasLtMatmulHeuristicResult_t result{};
+      int found = 0;
+      cublasStatus_t status = cublasLtMatmulPreferenceSetAttribute(
+          preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof workspace);
+      if (status == CUBLAS_STATUS_SUCCESS) {
+        status = cublasLtMatmulAlgoGetHeuristic(context_->cublas_lt, plan.desc, plan.a, plan.b,
+                                                plan.d, plan.d, preference, 1, &result, &found);
+      }
+      static_cast<void>(cublasLtMatmulPreferenceDestroy(preference));
+      // No algorithm (CUBLAS_STATUS_NOT_SUPPORTED, or none found): the caller falls back.
+      if (status != CUBLAS_STATUS_NOT_SUPPORTED) check(status, "cublasLtMatmulAlgoGetHeuristic");
+      plan.usable = status == CUBLAS_STATUS_SUCCESS && found > 0;
+      if (plan.usable) plan.algo = result.algo;
+    } catch (...) {
+      destroy(plan);
+      throw;
+    }
+    plans_.push_back(plan);
+    return &plans_.back();
+  }
+
+  static void destroy(Plan& plan) noexcept {
+    if (plan.d != nullptr) static_cast<void>(cublasLtMatrixLayoutDestroy(plan.d));
+    if (plan.b != nullptr) static_cast<void>(cublasLtMatrixLayoutDestroy(plan.b));
+    if (plan.a != nullptr) static_cast<void>(cublasLtMatrixLayoutDestroy(plan.a));
+    if (plan.desc != nullptr) static_cast<void>(cublasLtMatmulDescDestroy(plan.desc));
+    plan = Plan{};
+  }
+
+  std::shared_ptr<Context> context_;
+  std::deque<Plan> plans_;  // stable addresses
 };
 
 /// The number of CUDA devices, or a `CudaError` saying why there is none.
@@ -398,8 +616,8 @@ inline bool device_available() noexcept {
 /// and own it through `Tensor::wrap`'s owner; every kernel is queued on one stream.
 ///
 /// - Memory comes from a stream-ordered pool of the backend's own that keeps what is freed, so
-///   that after the first batch no step allocates from the driver. Host copies go through a
-///   reused page-locked staging buffer.
+///   that after the first batch no step allocates from the driver. Host copies go through
+///   reused page-locked staging buffers.
 /// - GEMM is cuBLAS `sgemm` in full fp32 (no TF32), row-major through the transposition identity
 ///   `C^T = op(B)^T op(A)^T`; the rest are loadstar's kernels, whose element-wise math is the CPU
 ///   backend's (loadstar/cuda/detail/math.hpp).
@@ -407,11 +625,14 @@ inline bool device_available() noexcept {
 ///   the same inputs give the same bits run to run. Results match the CPU backend to float
 ///   tolerance (the device's `expf` and GEMM blocking differ in the last bits).
 /// - Optimizer steps are one fused kernel over all variables (`apply_optimizer_step`); the
-///   cross-entropies, mean squared error, the accuracies and `Mean` are kernels too, each sending
-///   back one 16-byte result (read at once: the loss goes into the logs every step; a bad sparse
-///   label is found by the same kernel and raised then, as the CPU raises it). Other host
-///   computations (`host_kernel`: other losses and metrics, a few layers) stage their tensors
-///   through host memory; `host_kernel_calls` counts them.
+///   cross-entropies, mean squared error, the accuracies and `Mean` are kernels too, each leaving
+///   its result in a device ring that is read back only when a loss or metric is read
+///   (`keras::Deferred`): a training step queues its work and returns without waiting for the
+///   device, and the logs wait when a callback reads them. A bad sparse label is found by the
+///   loss kernel and raised then, as the CPU's `ConfigError`. Uploads take turns among several
+///   page-locked buffers, so that the host copies the next batches while the device computes.
+///   Other host computations (`host_kernel`: other losses and metrics, a few layers) stage their
+///   tensors through host memory and wait; `host_kernel_calls` counts them.
 ///
 /// Construction throws `CudaError` when no device is present and `ConfigError` for an index that
 /// is not one.
@@ -436,6 +657,8 @@ class CudaBackend final : public keras::Backend {
     }
     try {
       context_ = std::make_shared<detail::Context>(device);
+      results_ = std::make_shared<detail::ResultRing>(context_);
+      lt_ = std::make_unique<detail::LtPlans>(context_);
     } catch (const CudaError& error) {
       throw CudaError("cuda backend on cuda:" + std::to_string(device) +
                       ": cannot start: " + error.what());
@@ -443,8 +666,13 @@ class CudaBackend final : public keras::Backend {
   }
 
   ~CudaBackend() override {
+    // Results nobody has read yet stay readable after the backend is gone.
+    try {
+      results_->read_back();
+    } catch (...) {  // NOLINT(bugprone-empty-catch): a failed device is reported by its reader
+    }
     if (scratch_ != nullptr) context_->free(scratch_);
-    for (void* memory : {step_table_, step_scratch_, results_})
+    for (void* memory : {step_table_, step_scratch_})
       if (memory != nullptr) context_->free(memory);
   }
 
@@ -487,13 +715,15 @@ class CudaBackend final : public keras::Backend {
     LOADSTAR_ASSERT(host.size() == tensor.size(), "copy_from_host: sizes differ");
     if (host.empty()) return;
     const cudaStream_t s = active_stream();
-    // The staging buffer is free once the previous copy that read it is done.
-    check(cudaEventSynchronize(context_->staging_free), "cudaEventSynchronize");
-    void* staging = context_->staging.reserve(host.bytes());
+    auto& slot = context_->uploads[context_->next_upload];
+    context_->next_upload = (context_->next_upload + 1) % detail::Context::upload_slots;
+    // The slot is free once the copy that last read it is done (upload_slots uploads ago).
+    check(cudaEventSynchronize(slot.copied), "cudaEventSynchronize");
+    void* staging = slot.buffer.reserve(host.bytes());
     std::memcpy(staging, host.data(), host.bytes());
     check(cudaMemcpyAsync(tensor.data(), staging, host.bytes(), cudaMemcpyHostToDevice, s),
           "cudaMemcpyAsync (host to device)");
-    check(cudaEventRecord(context_->staging_free, s), "cudaEventRecord");
+    check(cudaEventRecord(slot.copied, s), "cudaEventRecord");
   }
 
   void copy_to_host(const Tensor<float>& tensor, const Tensor<float>& host) override {
@@ -502,8 +732,7 @@ class CudaBackend final : public keras::Backend {
     LOADSTAR_ASSERT(host.size() == tensor.size(), "copy_to_host: sizes differ");
     if (host.empty()) return;
     const cudaStream_t s = active_stream();
-    check(cudaEventSynchronize(context_->staging_free), "cudaEventSynchronize");
-    void* staging = context_->staging.reserve(host.bytes());
+    void* staging = context_->download.reserve(host.bytes());  // its last copy has been waited for
     check(cudaMemcpyAsync(staging, tensor.data(), host.bytes(), cudaMemcpyDeviceToHost, s),
           "cudaMemcpyAsync (device to host)");
     check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
@@ -627,13 +856,11 @@ class CudaBackend final : public keras::Backend {
 
   /// The per-row terms and the gradient in one kernel (one thread per row, in double, the loss
   /// classes' formulas), their sum in a fixed order (chunks of rows added in order: with up to
-  /// 512 rows, the CPU's sequential sum bit for bit), then one 16-byte copy back (the sum and the
-  /// first bad label) and a wait: the loss value is needed on the host for the logs.
-  std::optional<keras::RowLossResult> row_loss(const keras::RowLossSpec& spec,
-                                               const Tensor<float>& y_true,
-                                               const Tensor<float>& y_pred,
-                                               const Tensor<float>& weight,
-                                               const Tensor<float>& gradient) override {
+  /// 512 rows, the CPU's sequential sum bit for bit) into a result record with the first bad
+  /// label. Nothing waits: the record is read back when the loss is first read (`ResultRing`).
+  std::optional<keras::Deferred<keras::RowLossResult>> row_loss(
+      const keras::RowLossSpec& spec, const Tensor<float>& y_true, const Tensor<float>& y_pred,
+      const Tensor<float>& weight, const Tensor<float>& gradient) override {
     expect("row_loss", {&y_true, &y_pred, &weight, &gradient});
     const bool sparse = spec.kind == keras::RowLossKind::sparse_categorical_crossentropy;
     const detail::RowDims d = detail::row_dims(y_pred, sparse, false);
@@ -644,36 +871,32 @@ class CudaBackend final : public keras::Backend {
     p.denominator = spec.denominator;
     const cudaStream_t s = active_stream();
     double* terms = reduction_terms(d.values, 1);
-    double* result = device_results();
-    auto* first_bad = reinterpret_cast<unsigned long long*>(result + 1);
-    check(cudaMemsetAsync(first_bad, 0xFF, sizeof(unsigned long long), s), "cudaMemsetAsync");
+    auto [record, cell] = results_->acquire();
+    check(cudaMemsetAsync(record + 1, 0xFF, sizeof(double), s), "cudaMemsetAsync");
     launched(detail::launch_row_loss(s, p, d, y_true.data(), y_pred.data(), or_null(weight),
-                                     or_null(gradient), terms, terms + d.values, result, first_bad),
+                                     or_null(gradient), terms, terms + d.values, record),
              "row_loss");
-    const auto* host = read_results(2);
-    keras::RowLossResult out;
-    out.total = host[0];
-    unsigned long long bad = 0;
-    std::memcpy(&bad, &host[1], sizeof bad);
-    if (bad != std::numeric_limits<unsigned long long>::max()) {
-      const auto position = static_cast<std::size_t>(bad);
-      float label = 0.0F;
-      check(cudaMemcpyAsync(const_cast<double*>(host), y_true.data() + position * d.true_size,
-                            sizeof(float), cudaMemcpyDeviceToHost, s),
-            "cudaMemcpyAsync (device to host)");
-      check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
-      std::memcpy(&label, host, sizeof label);
-      out.bad_label = keras::BadIndex{position, label};
-    }
-    return out;
+    return keras::Deferred<
+        keras::RowLossResult>(std::function<
+                              keras::RowLossResult()>([cell = std::move(cell),
+                                                       ring = std::weak_ptr<detail::ResultRing>(
+                                                           results_)] {
+      const auto& v = detail::ResultRing::values(cell, ring);
+      keras::RowLossResult out;
+      out.total = v[0];
+      unsigned long long bad = 0;
+      std::memcpy(&bad, &v[1], sizeof bad);
+      if (bad != detail::no_bad_label)
+        out.bad_label = keras::BadIndex{static_cast<std::size_t>(bad), static_cast<float>(v[2])};
+      return out;
+    }));
   }
 
   /// The per-row values times their weights and the weights (one thread per row), summed in a
-  /// fixed order, then one 16-byte copy back and a wait.
-  std::optional<keras::MeanMetricSums> mean_metric(const keras::MeanMetricSpec& spec,
-                                                   const Tensor<float>& y_true,
-                                                   const Tensor<float>& y_pred,
-                                                   const Tensor<float>& weight) override {
+  /// fixed order into a result record, read back when the metric is first read.
+  std::optional<keras::Deferred<keras::MeanMetricSums>> mean_metric(
+      const keras::MeanMetricSpec& spec, const Tensor<float>& y_true, const Tensor<float>& y_pred,
+      const Tensor<float>& weight) override {
     expect("mean_metric", {&y_true, &y_pred, &weight});
     const bool sparse = spec.kind == keras::MeanMetricKind::sparse_categorical_accuracy;
     const bool elementwise =
@@ -681,14 +904,17 @@ class CudaBackend final : public keras::Backend {
     const detail::RowDims d = detail::row_dims(y_pred, sparse, elementwise);
     const cudaStream_t s = active_stream();
     double* terms = reduction_terms(d.values, 2);
-    double* result = device_results();
+    auto [record, cell] = results_->acquire();
     launched(
         detail::launch_mean_metric(
             s, static_cast<detail::MeanMetricCode>(static_cast<int>(spec.kind)), spec.threshold, d,
-            y_true.data(), y_pred.data(), or_null(weight), terms, terms + 2 * d.values, result),
+            y_true.data(), y_pred.data(), or_null(weight), terms, terms + 2 * d.values, record),
         "mean_metric");
-    const auto* host = read_results(2);
-    return keras::MeanMetricSums{host[0], host[1]};
+    return keras::Deferred<keras::MeanMetricSums>(std::function<keras::MeanMetricSums()>(
+        [cell = std::move(cell), ring = std::weak_ptr<detail::ResultRing>(results_)] {
+          const auto& v = detail::ResultRing::values(cell, ring);
+          return keras::MeanMetricSums{v[0], v[1]};
+        }));
   }
 
   // --- Linear algebra -----------------------------------------------------------------------
@@ -740,6 +966,31 @@ class CudaBackend final : public keras::Backend {
     launched(
         detail::launch_column_sums(active_stream(), x.data(), out.data(), rows, n, beta, scratch),
         "column_sums");
+  }
+
+  /// One cuBLASLt multiplication with the bias, and a ReLU, in its epilogue (the row-major
+  /// `y = x * kernel` is the column-major `y^T = kernel^T * x^T`, whose rows are the units: the
+  /// bias is cuBLASLt's per-row vector). Other activations run after it, as the layer would run
+  /// them. Declines (the layer's own path) where cuBLASLt has no algorithm for the shape.
+  bool dense_forward(const Tensor<float>& x, const Tensor<float>& kernel, const Tensor<float>& bias,
+                     keras::Activation activation, const Tensor<float>& y) override {
+    expect("dense_forward", {&x, &kernel, &bias, &y});
+    const std::size_t rows = x.rows(), features = x.row_size(), units = kernel.row_size();
+    LOADSTAR_ASSERT(kernel.rows() == features && y.rows() == rows && y.row_size() == units &&
+                        (bias.empty() || bias.size() == units),
+                    "dense_forward: shapes do not fit");
+    if (rows == 0 || units == 0 || features == 0) return false;
+    const bool relu = activation == keras::Activation::relu;
+    const cublasLtEpilogue_t epilogue =
+        bias.empty() ? (relu ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_DEFAULT)
+                     : (relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS);
+    context_->activate();
+    if (!lt_->run({units, rows, features, epilogue}, kernel.data(), x.data(), or_null(bias),
+                  y.data())) {
+      return false;
+    }
+    if (!relu && activation != keras::Activation::linear) activation_forward(activation, y, y);
+    return true;
   }
 
   // --- Elementwise --------------------------------------------------------------------------
@@ -1141,22 +1392,6 @@ class CudaBackend final : public keras::Backend {
     return static_cast<double*>(step_scratch(doubles * sizeof(double)));
   }
 
-  /// Four doubles of device memory that the loss and metric kernels leave their results in.
-  double* device_results() {
-    std::size_t capacity = results_ == nullptr ? 0 : 4 * sizeof(double);
-    return static_cast<double*>(grow(results_, capacity, 4 * sizeof(double), "loss results"));
-  }
-
-  /// Copies the first `count` doubles of the device results to pinned memory and waits.
-  const double* read_results(std::size_t count) {
-    const cudaStream_t s = active_stream();
-    auto* host = static_cast<double*>(results_host_.reserve(4 * sizeof(double)));
-    check(cudaMemcpyAsync(host, results_, count * sizeof(double), cudaMemcpyDeviceToHost, s),
-          "cudaMemcpyAsync (device to host)");
-    check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
-    return host;
-  }
-
   /// Uploads `table_` to the device table unless it holds it already (the variables' memory is
   /// the same from step to step: one upload at the first step).
   void upload_table() {
@@ -1183,8 +1418,9 @@ class CudaBackend final : public keras::Backend {
   std::size_t step_table_bytes_ = 0;
   void* step_scratch_ = nullptr;
   std::size_t step_scratch_bytes_ = 0;
-  void* results_ = nullptr;
-  detail::PinnedBuffer table_stage_, results_host_;
+  std::shared_ptr<detail::ResultRing> results_;
+  std::unique_ptr<detail::LtPlans> lt_;
+  detail::PinnedBuffer table_stage_;
 };
 
 /// A `CudaBackend` on device `device`, for `CompileOptions::backend`. Throws `CudaError` when no

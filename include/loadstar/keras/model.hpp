@@ -584,12 +584,22 @@ class Model {
 
   /// Losses of the current batch: the total, and per output into `output_losses_`; with
   /// `gradients`, also d(total)/d(outputs) into the output nodes' gradients.
-  double compute_losses(bool gradients);
+  Deferred<double> compute_losses(bool gradients);
 
   void backward(std::uint64_t seed);
 
   /// Accumulates the current batch into `running` (its metric objects made on the first batch).
-  void update_metrics(RunningMetrics& running, double total);
+  void update_metrics(RunningMetrics& running, const Deferred<double>& total);
+
+  /// Fills `logs` from `running` now, or at their first read when a device may still be
+  /// computing a batch's loss or metrics (a step then does not wait for the device).
+  void fill_logs(RunningMetrics& running, Logs& logs) {
+    if (running.pending()) {
+      logs.defer([this, &running](Logs& out) { running.fill(out, output_names_); });
+    } else {
+      running.fill(logs, output_names_);
+    }
+  }
 
   /// Refuses a metric name `get_metric` will not know at the first batch, at `compile` as Keras
   /// does (`"acuracy"` is a `ConfigError` naming the known metrics).
@@ -669,7 +679,7 @@ class Model {
   // Running metrics, and the batch view of the templated steps.
   RunningMetrics training_, evaluation_;
   Logs training_logs_, evaluation_logs_;
-  std::vector<double> output_losses_;
+  std::vector<Deferred<double>> output_losses_;
   detail::ErasedBatch step_batch_;
 };
 
@@ -813,11 +823,11 @@ LOADSTAR_DECL const Logs& Model::train_step(const BatchView& batch, const StepOp
     backend().fill(variable->gradient, 0.0F);
   const std::uint64_t seed = options.seed ? *options.seed : detail::global_seed();
   forward(true, seed);
-  const double total = compute_losses(true);
+  const Deferred<double> total = compute_losses(true);
   backward(seed);
   optimizer_->apply_batch_gradients(trainable_, rows_);
   update_metrics(training_, total);
-  training_.fill(training_logs_, output_names_);
+  fill_logs(training_, training_logs_);
   return training_logs_;
 }
 
@@ -827,9 +837,9 @@ LOADSTAR_DECL const Logs& Model::test_step(const BatchView& batch, const StepOpt
   const detail::ScopedFlushDenormal flush_denormal;
   load(batch, true, options.class_weight);
   forward(false, options.seed ? *options.seed : detail::global_seed());
-  const double total = compute_losses(false);
+  const Deferred<double> total = compute_losses(false);
   update_metrics(evaluation_, total);
-  evaluation_.fill(evaluation_logs_, output_names_);
+  fill_logs(evaluation_, evaluation_logs_);
   return evaluation_logs_;
 }
 

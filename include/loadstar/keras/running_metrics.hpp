@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "loadstar/detail/json_state.hpp"
+#include "loadstar/error.hpp"
 #include "loadstar/keras/backend/backend.hpp"
 #include "loadstar/keras/callbacks/logs.hpp"
 #include "loadstar/keras/metrics/metric.hpp"
@@ -49,20 +50,27 @@ class RunningMetrics {
 
   /// Accumulates one batch of `rows` rows: its total loss, the loss of each output, and the
   /// metrics of each output from its targets and predictions (through `backend`) (`weights` only
-  /// for the weighted metrics).
-  LOADSTAR_DECL void update(Backend& backend, double total, std::span<const double> output_losses,
-                            std::size_t rows, std::span<const Tensor<float>> targets,
+  /// for the weighted metrics). Losses a device may still be computing are kept, in order, and
+  /// added when the logs or the state are read (the same sums, bit for bit).
+  LOADSTAR_DECL void update(Backend& backend, const Deferred<double>& total,
+                            std::span<const Deferred<double>> output_losses, std::size_t rows,
+                            std::span<const Tensor<float>> targets,
                             std::span<const Tensor<float>> outputs, const Tensor<float>* weights);
 
-  /// Writes `loss`, `<output>_loss` for several outputs, then the metrics, into `logs`.
+  /// Writes `loss`, `<output>_loss` for several outputs, then the metrics, into `logs` (waits
+  /// for what a device may still be computing).
   LOADSTAR_DECL void fill(Logs& logs, std::span<const std::string> output_names);
+
+  /// Whether some batch's loss or metric may still be computed on a device, so that `fill` and
+  /// `state` may wait for it.
+  LOADSTAR_DECL bool pending() const noexcept;
 
   /// The rows seen since the last `reset`.
   double rows() const noexcept { return rows_; }
 
   /// The state a checkpoint keeps: `{"loss_sum", "rows", "output_loss_sums", "metrics": [...]}`,
   /// the metrics' own states in `metrics_names` order (unweighted, then weighted, by output).
-  LOADSTAR_DECL nlohmann::json state() const;
+  LOADSTAR_DECL nlohmann::json state();
 
   /// Restores `state()`; throws `CheckpointError` when it does not fit these metrics.
   LOADSTAR_DECL void restore(const nlohmann::json& state);
@@ -86,6 +94,21 @@ class RunningMetrics {
     }
   }
 
+  /// A batch whose losses a device may still be computing.
+  struct PendingBatch {
+    Deferred<double> total;
+    std::vector<Deferred<double>> output_losses;
+    double rows = 0.0;
+    std::size_t batch = 0;  // counted from 0 since the last reset
+  };
+  /// Adds a batch's losses to the sums.
+  LOADSTAR_DECL void add_losses(double total, std::span<const Deferred<double>> output_losses,
+                                double rows);
+  /// Adds the pending batches' losses, in order (waits for the device).
+  LOADSTAR_DECL void settle();
+
+  std::vector<PendingBatch> pending_batches_;
+  std::size_t batches_ = 0;  // updates since the last reset
   double loss_sum_ = 0.0;
   double rows_ = 0.0;
   std::vector<double> output_loss_sums_;
@@ -108,22 +131,31 @@ LOADSTAR_DECL void RunningMetrics::set_created() {
 
 LOADSTAR_DECL void RunningMetrics::reset() {
   pending_.reset();
+  pending_batches_.clear();
+  batches_ = 0;
   loss_sum_ = 0.0;
   rows_ = 0.0;
   std::fill(output_loss_sums_.begin(), output_loss_sums_.end(), 0.0);
   for_each([](Metric& m) { m.reset_state(); });
 }
 
-LOADSTAR_DECL void RunningMetrics::update(Backend& backend, double total,
-                                          std::span<const double> output_losses, std::size_t rows,
-                                          std::span<const Tensor<float>> targets,
+LOADSTAR_DECL void RunningMetrics::update(Backend& backend, const Deferred<double>& total,
+                                          std::span<const Deferred<double>> output_losses,
+                                          std::size_t rows, std::span<const Tensor<float>> targets,
                                           std::span<const Tensor<float>> outputs,
                                           const Tensor<float>* weights) {
   const auto n = static_cast<double>(rows);
-  loss_sum_ += total * n;
-  output_loss_sums_.resize(output_losses.size(), 0.0);
-  for (std::size_t o = 0; o < output_losses.size(); ++o)
-    output_loss_sums_[o] += output_losses[o] * n;
+  const bool known = pending_batches_.empty() && total.ready() &&
+                     std::all_of(output_losses.begin(), output_losses.end(),
+                                 [](const Deferred<double>& v) { return v.ready(); });
+  if (known) {
+    add_losses(total.get(), output_losses, n);
+  } else {
+    pending_batches_.push_back(
+        {total, std::vector<Deferred<double>>(output_losses.begin(), output_losses.end()), n,
+         batches_});
+  }
+  ++batches_;
   rows_ += n;
   for (std::size_t o = 0; o < metrics.size(); ++o) {
     for (auto& metric : metrics[o])
@@ -135,7 +167,52 @@ LOADSTAR_DECL void RunningMetrics::update(Backend& backend, double total,
   }
 }
 
+LOADSTAR_DECL void RunningMetrics::add_losses(double total,
+                                              std::span<const Deferred<double>> output_losses,
+                                              double rows) {
+  loss_sum_ += total * rows;
+  output_loss_sums_.resize(output_losses.size(), 0.0);
+  for (std::size_t o = 0; o < output_losses.size(); ++o)
+    output_loss_sums_[o] += output_losses[o].get() * rows;
+}
+
+LOADSTAR_DECL void RunningMetrics::settle() {
+  // A batch whose value throws stays pending (with those after it), so that every later read
+  // reports it again.
+  std::size_t done = 0;
+  try {
+    for (; done < pending_batches_.size(); ++done) {
+      const PendingBatch& batch = pending_batches_[done];
+      const double total = batch.total.get();
+      for (const auto& value : batch.output_losses)
+        static_cast<void>(value.get());
+      add_losses(total, batch.output_losses, batch.rows);
+    }
+  } catch (const ConfigError& e) {
+    // Found by a device after its step returned: say which batch it was.
+    const std::size_t batch = pending_batches_[done].batch;
+    pending_batches_.erase(pending_batches_.begin(),
+                           pending_batches_.begin() + static_cast<std::ptrdiff_t>(done));
+    throw ConfigError("batch " + std::to_string(batch) +
+                      " since the metrics were reset (its loss was computed on the device and "
+                      "read after its step; rows counted within the batch): " +
+                      e.what());
+  } catch (...) {
+    pending_batches_.erase(pending_batches_.begin(),
+                           pending_batches_.begin() + static_cast<std::ptrdiff_t>(done));
+    throw;
+  }
+  pending_batches_.clear();
+}
+
+LOADSTAR_DECL bool RunningMetrics::pending() const noexcept {
+  bool any = !pending_batches_.empty();
+  for_each([&](const Metric& m) { any = any || m.pending(); });
+  return any;
+}
+
 LOADSTAR_DECL void RunningMetrics::fill(Logs& logs, std::span<const std::string> output_names) {
+  settle();
   const double rows = std::max(rows_, 1.0);
   logs.set("loss", loss_sum_ / rows);
   if (output_names.size() > 1) {
@@ -148,7 +225,8 @@ LOADSTAR_DECL void RunningMetrics::fill(Logs& logs, std::span<const std::string>
   for_each([&](Metric& m) { logs.set(m.name(), m.result()); });
 }
 
-LOADSTAR_DECL nlohmann::json RunningMetrics::state() const {
+LOADSTAR_DECL nlohmann::json RunningMetrics::state() {
+  settle();
   nlohmann::json metric_states = nlohmann::json::array();
   for_each([&](const Metric& m) { metric_states.push_back(m.get_state()); });
   return {{"loss_sum", loss_sum_},
@@ -163,6 +241,7 @@ LOADSTAR_DECL void RunningMetrics::restore(const nlohmann::json& state) {
     return;
   }
   const loadstar::detail::StateReader read("running metrics", state);
+  pending_batches_.clear();
   loss_sum_ = read.get<double>("loss_sum");
   rows_ = read.get<double>("rows");
   output_loss_sums_ = read.get<std::vector<double>>("output_loss_sums");

@@ -349,6 +349,15 @@ struct StoreSum {
   __device__ void operator()(std::size_t j, double sum) const { out[j] = sum; }
 };
 
+struct FinishRowLoss {
+  double* record;
+  const float* y_true;
+  std::size_t true_size;
+  __device__ void operator()(std::size_t, double sum) const {
+    finish_row_loss(sum, y_true, true_size, record);
+  }
+};
+
 #undef LOADSTAR_GRID_STRIDE
 
 }  // namespace
@@ -373,15 +382,15 @@ cudaError_t launch_optimizer_step(cudaStream_t stream, const UpdateTarget* targe
 
 cudaError_t launch_row_loss(cudaStream_t stream, const RowLossParams& params, const RowDims& dims,
                             const float* y_true, const float* y_pred, const float* weight,
-                            float* gradient, double* terms, double* partials, double* result,
-                            unsigned long long* first_bad) {
-  if (const cudaError_t status = launch(row_loss_kernel, stream, dims.values, params, dims, y_true,
-                                        y_pred, weight, gradient, terms, first_bad);
+                            float* gradient, double* terms, double* partials, double* record) {
+  if (const cudaError_t status =
+          launch(row_loss_kernel, stream, dims.values, params, dims, y_true, y_pred, weight,
+                 gradient, terms, reinterpret_cast<unsigned long long*>(record + 1));
       status != cudaSuccess) {
     return status;
   }
-  return column_reduce(stream, DoubleElementValue{terms, 1}, StoreSum{result}, dims.values, 1,
-                       partials);
+  return column_reduce(stream, DoubleElementValue{terms, 1},
+                       FinishRowLoss{record, y_true, dims.true_size}, dims.values, 1, partials);
 }
 
 cudaError_t launch_mean_metric(cudaStream_t stream, MeanMetricCode kind, double threshold,

@@ -96,12 +96,12 @@ cudaError_t launch_optimizer_step(cudaStream_t stream, const UpdateTarget* targe
                                   const UpdateParams& params, const float* scales);
 
 /// A row loss: the per-row terms into `terms` (one double per row) and the gradient (when `g` is
-/// not null), then their sum in a fixed order into `result[0]` (a double); for the sparse loss,
-/// the first position of a label out of range into `first_bad` (initially all ones).
+/// not null), then the result record (`finish_row_loss`): `record[0]` their sum in a fixed order,
+/// `record[1]` the first position of a label out of range of the sparse loss, as bits (set to
+/// `no_bad_label` before the launch), `record[2]` that label.
 cudaError_t launch_row_loss(cudaStream_t stream, const RowLossParams& params, const RowDims& dims,
                             const float* y_true, const float* y_pred, const float* weight,
-                            float* gradient, double* terms, double* partials, double* result,
-                            unsigned long long* first_bad);
+                            float* gradient, double* terms, double* partials, double* record);
 /// A mean metric's batch: `result[0]` the sum of value times weight, `result[1]` the weights.
 cudaError_t launch_mean_metric(cudaStream_t stream, MeanMetricCode kind, double threshold,
                                const RowDims& dims, const float* y_true, const float* y_pred,

@@ -813,6 +813,21 @@ struct RowDims {
   std::size_t values = 0, classes = 1, true_size = 1, per_row = 1;
 };
 
+/// The "no bad label" value of a row loss's `first_bad` (all ones: an integer minimum finds any
+/// smaller position).
+inline constexpr unsigned long long no_bad_label = ~0ULL;
+
+/// Completes a row loss's result record once every row is done: `record[0]` the sum,
+/// `record[1]` the first bad label's position (written by the rows, as bits), `record[2]` that
+/// label (0 when none), so that the host reads all of it in one copy, later, when the labels may
+/// have been overwritten by the next batch.
+LOADSTAR_HOST_DEVICE inline void finish_row_loss(double sum, const float* y_true,
+                                                 std::size_t true_size, double* record) noexcept {
+  record[0] = sum;
+  const unsigned long long bad = *reinterpret_cast<const unsigned long long*>(record + 1);
+  record[2] = bad == no_bad_label ? 0.0 : static_cast<double>(y_true[bad * true_size]);
+}
+
 /// Row `j` of a row loss: its loss times its weight (what the reduction sums), its gradient
 /// written when `g` is not null. A sparse label out of range gives 0 (the caller reports it).
 LOADSTAR_HOST_DEVICE inline double row_loss_term(const RowLossParams& p, const RowDims& d,

@@ -17,6 +17,7 @@
 
 #include "loadstar/config.hpp"
 #include "loadstar/keras/activations.hpp"
+#include "loadstar/keras/backend/deferred.hpp"
 #include "loadstar/tensor/tensor.hpp"
 
 namespace loadstar::keras {
@@ -281,21 +282,24 @@ class Backend {
   /// Computes a row loss and, when `gradient` has elements, writes `weight / denominator` times
   /// its derivative into it (`weight` is empty or one weight per row of `y_pred`); or returns
   /// `std::nullopt` when this backend has no such kernel (the default), and the loss computes on
-  /// the host through `host_kernel`. Shapes are checked by the caller.
-  virtual std::optional<RowLossResult> row_loss(const RowLossSpec& /*spec*/,
-                                                const Tensor<float>& /*y_true*/,
-                                                const Tensor<float>& /*y_pred*/,
-                                                const Tensor<float>& /*weight*/,
-                                                const Tensor<float>& /*gradient*/) {
+  /// the host through `host_kernel`. Shapes are checked by the caller. The result may still be
+  /// computed on the device when this returns (`Deferred`): the gradient is queued like any
+  /// kernel's output, and only reading the sum waits.
+  virtual std::optional<Deferred<RowLossResult>> row_loss(const RowLossSpec& /*spec*/,
+                                                          const Tensor<float>& /*y_true*/,
+                                                          const Tensor<float>& /*y_pred*/,
+                                                          const Tensor<float>& /*weight*/,
+                                                          const Tensor<float>& /*gradient*/) {
     return std::nullopt;
   }
 
   /// One batch of a mean metric (`weight` empty or one weight per row), or `std::nullopt` when
-  /// this backend has no such kernel (the default: the metric runs on the host).
-  virtual std::optional<MeanMetricSums> mean_metric(const MeanMetricSpec& /*spec*/,
-                                                    const Tensor<float>& /*y_true*/,
-                                                    const Tensor<float>& /*y_pred*/,
-                                                    const Tensor<float>& /*weight*/) {
+  /// this backend has no such kernel (the default: the metric runs on the host). As `row_loss`,
+  /// the sums may still be computed on the device when this returns.
+  virtual std::optional<Deferred<MeanMetricSums>> mean_metric(const MeanMetricSpec& /*spec*/,
+                                                              const Tensor<float>& /*y_true*/,
+                                                              const Tensor<float>& /*y_pred*/,
+                                                              const Tensor<float>& /*weight*/) {
     return std::nullopt;
   }
 
@@ -317,6 +321,16 @@ class Backend {
   /// `out = beta * out + (sums of x over all but the last axis)`; `out` has `n` elements and `x`
   /// is seen as `(size / n, n)` (the bias gradient).
   virtual void column_sums(const Tensor<float>& x, const Tensor<float>& out, float beta) = 0;
+  /// `y = activation(x * kernel + bias)` (`Dense`'s forward: `x` is `rows x features`, `kernel`
+  /// `features x units`, `bias` empty or `units` elements, `y` `rows x units`) as one fused
+  /// operation, returning `true`; or `false` when this backend has none (the default), and the
+  /// layer runs `gemm`, `bias_add` and `activation_forward` (which keeps the CPU backend's
+  /// results bit for bit).
+  virtual bool dense_forward(const Tensor<float>& /*x*/, const Tensor<float>& /*kernel*/,
+                             const Tensor<float>& /*bias*/, Activation /*activation*/,
+                             const Tensor<float>& /*y*/) {
+    return false;
+  }
 
   // --- Elementwise --------------------------------------------------------------------------
 

@@ -29,7 +29,7 @@ namespace loadstar::keras::detail {
 
 /// The error of a loss that became NaN or infinite.
 LOADSTAR_DECL Error non_finite_loss(const std::string& model, double loss, std::size_t epoch,
-                             std::size_t batch, std::string_view where) {
+                                    std::size_t batch, std::string_view where) {
   return Error("model '" + model + "': " + std::string(where) + ": the loss is " +
                (std::isnan(loss) ? "nan" : "inf") + " at batch " + std::to_string(batch) +
                " of epoch " + std::to_string(epoch + 1) +
@@ -61,7 +61,7 @@ const Logs& in_batch(std::string_view where, std::optional<std::size_t> epoch, s
 /// reset first; returns the logs. `in_fit`: a validation inside `fit` (the callbacks' params stay
 /// those of `fit`).
 LOADSTAR_DECL Logs run_test(Model& model, BatchSource& source, callbacks::CallbackList& list,
-                     std::size_t pass, bool in_fit) {
+                            std::size_t pass, bool in_fit) {
   model.evaluation_metrics().reset();
   source.start_epoch(pass);
   if (!in_fit) {
@@ -94,7 +94,8 @@ LOADSTAR_DECL Logs run_test(Model& model, BatchSource& source, callbacks::Callba
 /// first epoch forward) before `on_train_begin`, and `on_fit_batch_end` and `on_fit_epoch_end`
 /// see it once every other hook of the batch or epoch has run (`BackupAndRestore`).
 LOADSTAR_DECL callbacks::History run_fit(Model& model, DataIterator& data, BatchSource* validation,
-                                  const FitOptions& options, const ClassWeight* class_weight) {
+                                         const FitOptions& options,
+                                         const ClassWeight* class_weight) {
   if (options.epochs <= options.initial_epoch) {
     throw ConfigError("fit: epochs (" + std::to_string(options.epochs) +
                       ") must be larger than initial_epoch (" +
@@ -129,15 +130,25 @@ LOADSTAR_DECL callbacks::History run_fit(Model& model, DataIterator& data, Batch
       const Logs& logs = in_batch("fit", epoch, step, [&]() -> const Logs& {
         return model.train_step(*batch, step_options);
       });
-      loop.logs = logs;  // copied before the hooks: only the first batch's copy allocates
+      // Copied before the hooks (only the first batch's copy allocates); logs a device backend
+      // is still computing are followed instead, and read only when a hook reads them.
+      loop.logs.follow(logs);
+      const bool known = logs.ready();
       list.on_train_batch_end(step, logs);
-      const auto loss = logs.get("loss");
-      if (loss && !std::isfinite(*loss) && !model.stop_training) {
-        throw non_finite_loss(model.name(), *loss, epoch, step, "fit");
+      if (known) {
+        const auto loss = logs.get("loss");
+        if (loss && !std::isfinite(*loss) && !model.stop_training) {
+          throw non_finite_loss(model.name(), *loss, epoch, step, "fit");
+        }
       }
       ++step;
       list.on_fit_batch_end(loop);
       if (model.stop_training) break;
+    }
+    if (const auto loss = loop.logs.get("loss");
+        step > 0 && loss && !std::isfinite(*loss) && !model.stop_training) {
+      // A loss read late (a device backend's): the running mean shows it by the epoch's end.
+      throw non_finite_loss(model.name(), *loss, epoch, step - 1, "fit");
     }
     if (validation && (epoch + 1 - options.initial_epoch) % options.validation_freq == 0 &&
         !(model.stop_training && step == 0)) {
@@ -164,7 +175,7 @@ LOADSTAR_DECL Logs run_evaluate(Model& model, BatchSource& source, const Evaluat
 
 /// `predict`'s loop: the outputs of every batch of `source`, concatenated on the host.
 LOADSTAR_DECL std::vector<Tensor<float>> run_predict(Model& model, BatchSource& source,
-                                              const PredictOptions& options) {
+                                                     const PredictOptions& options) {
   callbacks::CallbackList list(options.callbacks, model,
                                {options.verbose, 1, source.steps(), options.output});
   list.add_progbar(options.verbose);

@@ -16,27 +16,35 @@ LOADSTAR_DECL void Model::forward(bool training, std::uint64_t seed) {
   }
 }
 
-LOADSTAR_DECL double Model::compute_losses(bool gradients) {
-  double total = 0.0;
+LOADSTAR_DECL Deferred<double> Model::compute_losses(bool gradients) {
   output_losses_.resize(output_nodes_.size());
   const Tensor<float>* weights = has_weights_ ? &weights_ : nullptr;
+  bool known = true;
   for (std::size_t o = 0; o < output_nodes_.size(); ++o) {
     auto& node = nodes_[output_nodes_[o]];
     Tensor<float> gradient;
     if (gradients && node.layer) {
       gradient = output_direct_[o] ? node.gradient : loss_scratch_full_[o].slice_rows(0, rows_);
     }
-    const double value =
-        losses_[o]->compute(backend(), targets_[o], outputs_[o], weights, gradient);
+    output_losses_[o] =
+        losses_[o]->compute_deferred(backend(), targets_[o], outputs_[o], weights, gradient);
+    known = known && output_losses_[o].ready();
     const auto weight = static_cast<float>(loss_weights_[o]);
     if (gradients && node.layer) {
       if (weight != 1.0F) backend().scale(gradient, weight);
       if (!output_direct_[o]) backend().axpy(1.0F, gradient, node.gradient);
     }
-    output_losses_[o] = value;
-    total += loss_weights_[o] * value;
   }
-  return total;
+  const auto sum = [](std::span<const Deferred<double>> values, std::span<const double> weights) {
+    double total = 0.0;
+    for (std::size_t o = 0; o < values.size(); ++o)
+      total += weights[o] * values[o].get();
+    return total;
+  };
+  if (known) return sum(output_losses_, loss_weights_);
+  // A device may still be computing a loss: the total is added when it is read.
+  return Deferred<double>(std::function<double()>(
+      [sum, values = output_losses_, weights = loss_weights_] { return sum(values, weights); }));
 }
 
 LOADSTAR_DECL void Model::backward(std::uint64_t seed) {
@@ -54,7 +62,7 @@ LOADSTAR_DECL void Model::backward(std::uint64_t seed) {
   }
 }
 
-LOADSTAR_DECL void Model::update_metrics(RunningMetrics& running, double total) {
+LOADSTAR_DECL void Model::update_metrics(RunningMetrics& running, const Deferred<double>& total) {
   if (!running.created()) create_metrics();
   const Tensor<float>* weights = has_weights_ ? &weights_ : nullptr;
   running.update(backend(), total, output_losses_, rows_, targets_, outputs_, weights);

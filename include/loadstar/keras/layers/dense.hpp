@@ -110,7 +110,13 @@ LOADSTAR_DECL void Dense::forward(std::span<const Tensor<float>> inputs,
   check_inputs(inputs);
   const std::size_t rows = inputs[0].size() / features_;
   const Tensor<float> y = output.reshape({rows, units_});
-  affine(ctx.backend, inputs[0].reshape({rows, features_}), y);
+  const Tensor<float> x = inputs[0].reshape({rows, features_});
+  static const Tensor<float> no_bias;
+  if (ctx.backend.dense_forward(x, weights_[0].value,
+                                options_.use_bias ? weights_[1].value : no_bias, activation_, y)) {
+    return;
+  }
+  affine(ctx.backend, x, y);
   if (activation_ != keras::Activation::linear) ctx.backend.activation_forward(activation_, y, y);
 }
 

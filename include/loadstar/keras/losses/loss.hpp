@@ -54,6 +54,18 @@ class Loss {
   virtual float compute(Backend& backend, const Tensor<float>& y_true, const Tensor<float>& y_pred,
                         const Tensor<float>* sample_weight, const Tensor<float>& gradient) = 0;
 
+  /// `compute`, with a value that a device backend may still be computing when this returns:
+  /// reading it (`get()`) waits for the device and throws what `compute` would have thrown for
+  /// the batch's values (a label out of range). Shapes are checked here. A training step uses
+  /// this, so that it waits for the device only when the logs are read. The default computes at
+  /// once.
+  virtual Deferred<double> compute_deferred(Backend& backend, const Tensor<float>& y_true,
+                                            const Tensor<float>& y_pred,
+                                            const Tensor<float>* sample_weight,
+                                            const Tensor<float>& gradient) {
+    return static_cast<double>(compute(backend, y_true, y_pred, sample_weight, gradient));
+  }
+
   /// `compute` on host tensors, with the CPU backend.
   float compute(const Tensor<float>& y_true, const Tensor<float>& y_pred,
                 const Tensor<float>* sample_weight, const Tensor<float>& gradient) {

@@ -57,9 +57,10 @@ class SparseCategoricalCrossentropy : public detail::RowLoss<SparseCategoricalCr
 
   using RowLoss::compute;
 
-  LOADSTAR_DECL float compute(Backend& backend, const Tensor<float>& y_true,
-                              const Tensor<float>& y_pred, const Tensor<float>* sample_weight,
-                              const Tensor<float>& gradient) override;
+  LOADSTAR_DECL Deferred<double> compute_deferred(Backend& backend, const Tensor<float>& y_true,
+                                                  const Tensor<float>& y_pred,
+                                                  const Tensor<float>* sample_weight,
+                                                  const Tensor<float>& gradient) override;
 
   LOADSTAR_DECL double row(const float* t, const float* p, std::size_t n, float* g,
                            double scale) const;
@@ -112,13 +113,11 @@ LOADSTAR_DECL void SparseCategoricalCrossentropy::check_shapes(const Tensor<floa
   }
 }
 
-LOADSTAR_DECL float SparseCategoricalCrossentropy::compute(Backend& backend,
-                                                           const Tensor<float>& y_true,
-                                                           const Tensor<float>& y_pred,
-                                                           const Tensor<float>* sample_weight,
-                                                           const Tensor<float>& gradient) {
+LOADSTAR_DECL Deferred<double> SparseCategoricalCrossentropy::compute_deferred(
+    Backend& backend, const Tensor<float>& y_true, const Tensor<float>& y_pred,
+    const Tensor<float>* sample_weight, const Tensor<float>& gradient) {
   classes_hint_ = detail::last_axis(y_pred);
-  return RowLoss::compute(backend, y_true, y_pred, sample_weight, gradient);
+  return RowLoss::compute_deferred(backend, y_true, y_pred, sample_weight, gradient);
 }
 
 LOADSTAR_DECL double SparseCategoricalCrossentropy::row(const float* t, const float* p,

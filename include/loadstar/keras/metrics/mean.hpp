@@ -42,11 +42,12 @@ class Mean : public Metric {
   double result() const override { return mean_.result(); }
   void reset_state() override { mean_ = {}; }
   nlohmann::json get_state() const override { return mean_.state(); }
+  bool pending() const noexcept override { return !mean_.pending.empty(); }
   void set_state(const nlohmann::json& state) override { mean_.restore(name(), state); }
   std::shared_ptr<Metric> clone() const override { return std::make_shared<Mean>(*this); }
 
  private:
-  detail::RunningMean mean_;
+  mutable detail::RunningMean mean_;  // reading adds what a device may still have been computing
 };
 
 }  // namespace loadstar::keras::metrics
@@ -68,9 +69,9 @@ LOADSTAR_DECL void Mean::update_state(Backend& backend, const Tensor<float>& y_t
     detail::check_sample_weight(name(), sample_weight, values);
     static const Tensor<float> none;
     // The labels are not read (and may live elsewhere): an empty tensor stands for them.
-    if (const auto sums = backend.mean_metric({MeanMetricKind::mean, 0.5}, none, values,
-                                              sample_weight != nullptr ? *sample_weight : none)) {
-      mean_.add_sums(*sums);
+    if (auto sums = backend.mean_metric({MeanMetricKind::mean, 0.5}, none, values,
+                                        sample_weight != nullptr ? *sample_weight : none)) {
+      mean_.add_sums(std::move(*sums));
       return;
     }
   }

@@ -41,8 +41,11 @@ class Metric {
   LOADSTAR_DECL virtual void update_state(Backend& backend, const Tensor<float>& y_true,
                                           const Tensor<float>& y_pred,
                                           const Tensor<float>* sample_weight);
-  /// The value so far.
+  /// The value so far (on a device backend, it may wait for the device).
   virtual double result() const = 0;
+  /// Whether a device backend may still be computing some batch's contribution, so that reading
+  /// `result()` or `get_state()` may wait for it.
+  virtual bool pending() const noexcept { return false; }
   /// Forgets every batch.
   virtual void reset_state() = 0;
 

@@ -494,8 +494,10 @@ LOADSTAR_DECL void TrialController::train(const Workload& w) {
     for (const auto& cb : callbacks_)
       cb->on_train_batch_begin(epoch_batches_, none);
     const keras::BatchView& batch = next_batch();
-    logs = model_.train_step(batch, {.class_weight = class_weight});
-    if (const auto loss = logs.get("loss"); loss && !std::isfinite(*loss)) {
+    // Logs a device backend is still computing are read only where a callback reads them.
+    logs.follow(model_.train_step(batch, {.class_weight = class_weight}));
+    if (const auto loss = logs.ready() ? logs.get("loss") : std::nullopt;
+        loss && !std::isfinite(*loss)) {
       throw Error(owner() + ": the training loss is " + std::to_string(*loss) + " at batch " +
                   std::to_string(total + 1));
     }
@@ -513,6 +515,11 @@ LOADSTAR_DECL void TrialController::train(const Workload& w) {
       want_epoch_begin_ = true;
       check_stop_training();
     }
+  }
+  if (const auto loss = logs.get("loss"); total > 0 && loss && !std::isfinite(*loss)) {
+    // A loss read late (a device backend's): the running mean shows it by the workload's end.
+    throw Error(owner() + ": the training loss is " + std::to_string(*loss) + " by batch " +
+                std::to_string(total));
   }
   if (distributed() && config_.average_training_metrics) {
     // The exact metrics of every rank's rows together (Determined averages per-rank means).

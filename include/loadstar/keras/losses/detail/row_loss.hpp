@@ -49,6 +49,10 @@ LOADSTAR_DECL void check_sample_weight(const std::string& owner, const Tensor<fl
 /// double scale)`, returning the row's loss and, when `gradient` is not null, writing `scale`
 /// times its derivative; `true_size(classes)` (the elements of `y_true` per row) and
 /// `check_shapes(y_true, y_pred)`, and may hide `prepare(y_true)`.
+///
+/// On a device backend with a kernel for the loss, `compute_deferred`'s value refers to the loss
+/// object, which reports a bad label when it is read: the loss must outlive it (a model holds
+/// both).
 template <class Derived>
 class RowLoss : public Loss {
  public:
@@ -58,6 +62,15 @@ class RowLoss : public Loss {
 
   float compute(Backend& backend, const Tensor<float>& y_true, const Tensor<float>& y_pred,
                 const Tensor<float>* sample_weight, const Tensor<float>& gradient) override {
+    return static_cast<float>(
+        static_cast<Derived&>(*this)
+            .compute_deferred(backend, y_true, y_pred, sample_weight, gradient)
+            .get());
+  }
+
+  Deferred<double> compute_deferred(Backend& backend, const Tensor<float>& y_true,
+                                    const Tensor<float>& y_pred, const Tensor<float>* sample_weight,
+                                    const Tensor<float>& gradient) override {
     auto& self = static_cast<Derived&>(*this);
     self.check_shapes(y_true, y_pred);
     check_sample_weight(name(), sample_weight, y_pred);
@@ -75,9 +88,14 @@ class RowLoss : public Loss {
         const std::size_t classes = last_axis(y_pred);
         const std::size_t values = classes == 0 ? 0 : y_pred.size() / classes;
         spec->denominator = reduction() == Reduction::sum ? 1.0 : static_cast<double>(values);
-        if (const auto computed = backend.row_loss(*spec, y_true, y_pred, weight, gradient)) {
-          if (computed->bad_label) self.report_bad_label(*computed->bad_label, classes);
-          return values == 0 ? 0.0F : static_cast<float>(computed->total / spec->denominator);
+        if (auto computed = backend.row_loss(*spec, y_true, y_pred, weight, gradient)) {
+          // The loss outlives what it returns: the model holds both (see the class comment).
+          return computed->then([&self, classes, values, denominator = spec->denominator](
+                                    const RowLossResult& r) -> double {
+            if (r.bad_label) self.report_bad_label(*r.bad_label, classes);
+            return values == 0 ? 0.0
+                               : static_cast<double>(static_cast<float>(r.total / denominator));
+          });
         }
       }
     }
@@ -85,7 +103,7 @@ class RowLoss : public Loss {
     backend.on_host({y_true, y_pred, weight, gradient}, [&](std::span<const Tensor<float>> t) {
       result = reduce(t[0], t[1], weighted ? &t[2] : nullptr, t[3]);
     });
-    return result;
+    return static_cast<double>(result);
   }
 
   /// The unweighted per-sample losses of the last batch, with `Reduction::none` (empty otherwise).

@@ -7,6 +7,8 @@
 #include <cstddef>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "loadstar/detail/json_state.hpp"
 #include "loadstar/error.hpp"
@@ -17,19 +19,44 @@
 namespace loadstar::keras::detail {
 
 /// A weighted running mean (Keras's `Reduce` metric with `WEIGHTED_MEAN`): `total / count`, or 0
-/// before any weight was seen (`div_no_nan`).
+/// before any weight was seen (`div_no_nan`). A device backend's batch sums may still be computed
+/// when they are added: they are kept in order and added when the mean is read, so that the sums
+/// are the same, bit for bit, as when each batch is added at once.
 struct RunningMean {
   double total = 0;
   double count = 0;
   LOADSTAR_DECL void add(double value, double weight);
   /// Adds a batch's sums (a device backend's `mean_metric`).
-  void add_sums(const MeanMetricSums& sums) {
+  void add_sums(Deferred<MeanMetricSums> sums) {
+    if (pending.empty() && sums.ready()) {
+      add_known(sums.get());
+    } else {
+      pending.push_back(std::move(sums));
+    }
+  }
+  /// Adds the pending batch sums, in order (waits for the device).
+  void settle() {
+    for (const auto& sums : pending)
+      add_known(sums.get());
+    pending.clear();
+  }
+  double result() {
+    settle();
+    return count == 0 ? 0.0 : total / count;
+  }
+  nlohmann::json state() {
+    settle();
+    return {{"total", total}, {"count", count}};
+  }
+  LOADSTAR_DECL void restore(const std::string& owner, const nlohmann::json& state);
+
+  std::vector<Deferred<MeanMetricSums>> pending;
+
+ private:
+  void add_known(const MeanMetricSums& sums) {
     total += sums.total;
     count += sums.count;
   }
-  double result() const { return count == 0 ? 0.0 : total / count; }
-  nlohmann::json state() const { return {{"total", total}, {"count", count}}; }
-  LOADSTAR_DECL void restore(const std::string& owner, const nlohmann::json& state);
 };
 
 /// A metric that is the weighted mean of one value per last-axis row of `y_pred` (or per element
@@ -69,9 +96,9 @@ class MeanWrapper : public Metric {
         self.check_shapes(y_true, y_pred);
         check_sample_weight(name(), sample_weight, y_pred);
         static const Tensor<float> none;
-        if (const auto sums = backend.mean_metric(
-                *spec, y_true, y_pred, sample_weight != nullptr ? *sample_weight : none)) {
-          mean_.add_sums(*sums);
+        if (auto sums = backend.mean_metric(*spec, y_true, y_pred,
+                                            sample_weight != nullptr ? *sample_weight : none)) {
+          mean_.add_sums(std::move(*sums));
           return;
         }
       }
@@ -81,6 +108,7 @@ class MeanWrapper : public Metric {
   double result() const override { return mean_.result(); }
   void reset_state() override { mean_ = {}; }
   nlohmann::json get_state() const override { return mean_.state(); }
+  bool pending() const noexcept override { return !mean_.pending.empty(); }
   void set_state(const nlohmann::json& state) override { mean_.restore(name(), state); }
   std::shared_ptr<Metric> clone() const override {
     return std::make_shared<Derived>(static_cast<const Derived&>(*this));
@@ -109,7 +137,7 @@ class MeanWrapper : public Metric {
   }
 
  private:
-  RunningMean mean_;
+  mutable RunningMean mean_;  // reading adds the batches a device may still have been computing
 };
 
 /// The index of the largest element (the first one on ties, as `tf.argmax`).
@@ -127,12 +155,14 @@ LOADSTAR_DECL bool in_top_k(const float* x, std::size_t n, std::size_t target, s
 namespace loadstar::keras::detail {
 
 LOADSTAR_DECL void RunningMean::add(double value, double weight) {
+  settle();  // the batches before this one first, as they were added
   total += value * weight;
   count += weight;
 }
 
 LOADSTAR_DECL void RunningMean::restore(const std::string& owner, const nlohmann::json& state) {
   const loadstar::detail::StateReader read(owner, state);
+  pending.clear();
   total = read.get<double>("total");
   count = read.get<double>("count");
 }
