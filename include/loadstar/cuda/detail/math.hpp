@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "loadstar/config.hpp"
+#include "loadstar/keras/detail/activation_formulas.hpp"
 #include "loadstar/keras/losses/detail/row_formulas.hpp"
 
 namespace loadstar::cuda::detail {
@@ -63,93 +64,10 @@ enum class ActivationCode : int {
   exponential,
 };
 
-/// `std::max(a, b)` with its NaN behaviour (`a` unless `a < b`), unlike `fmaxf`.
-LOADSTAR_HOST_DEVICE inline float max_of(float a, float b) noexcept {
-  return a < b ? b : a;
-}
-
-/// `std::clamp(v, low, high)`.
-LOADSTAR_HOST_DEVICE inline float clamp_to(float v, float low, float high) noexcept {
-  return v < low ? low : high < v ? high : v;
-}
-
-/// The scaled exponential linear unit's constants, as in the CPU backend.
-inline constexpr float selu_alpha = 1.67326324235437728481704299167F;
-inline constexpr float selu_scale = 1.05070098735548049341933498529F;
-
-LOADSTAR_HOST_DEVICE inline float sigmoid(float x) noexcept {
-  return 1.0F / (1.0F + ::expf(-x));
-}
-
-/// `f(x)` of an element-wise activation (softmax and linear give `x`).
-LOADSTAR_HOST_DEVICE inline float activate(ActivationCode kind, float x) noexcept {
-  switch (kind) {
-    case ActivationCode::linear:
-    case ActivationCode::softmax:
-      return x;
-    case ActivationCode::relu:
-      return x > 0.0F ? x : 0.0F;
-    case ActivationCode::sigmoid:
-      return sigmoid(x);
-    case ActivationCode::tanh:
-      return ::tanhf(x);
-    case ActivationCode::elu:
-      return x > 0.0F ? x : ::expm1f(x);
-    case ActivationCode::selu:
-      return x > 0.0F ? selu_scale * x : selu_scale * selu_alpha * ::expm1f(x);
-    case ActivationCode::softplus:
-      return ::log1pf(::expf(-::fabsf(x))) + max_of(x, 0.0F);
-    case ActivationCode::softsign:
-      return x / (1.0F + ::fabsf(x));
-    case ActivationCode::gelu:
-      return 0.5F * x * (1.0F + ::erff(x * 0.70710678118654752F));
-    case ActivationCode::swish:
-      return x * sigmoid(x);
-    case ActivationCode::hard_sigmoid:
-      return clamp_to(0.2F * x + 0.5F, 0.0F, 1.0F);
-    case ActivationCode::exponential:
-      return ::expf(x);
-  }
-  return x;
-}
-
-/// `f'(x) * dy` from the output `y` (and the input `x` for gelu and swish).
-LOADSTAR_HOST_DEVICE inline float activation_gradient(ActivationCode kind, float x, float y,
-                                                      float dy) noexcept {
-  switch (kind) {
-    case ActivationCode::linear:
-    case ActivationCode::softmax:
-      return dy;
-    case ActivationCode::relu:
-      return y > 0.0F ? dy : 0.0F;
-    case ActivationCode::sigmoid:
-      return dy * y * (1.0F - y);
-    case ActivationCode::tanh:
-      return dy * (1.0F - y * y);
-    case ActivationCode::elu:
-      return y > 0.0F ? dy : dy * (y + 1.0F);
-    case ActivationCode::selu:
-      return y > 0.0F ? dy * selu_scale : dy * (y + selu_scale * selu_alpha);
-    case ActivationCode::softplus:  // sigmoid(x) = 1 - exp(-y)
-      return -dy * ::expm1f(-y);
-    case ActivationCode::softsign:  // 1 / (1 + |x|)^2 = (1 - |y|)^2
-      return dy * (1.0F - ::fabsf(y)) * (1.0F - ::fabsf(y));
-    case ActivationCode::gelu: {
-      const float cdf = 0.5F * (1.0F + ::erff(x * 0.70710678118654752F));
-      const float pdf = 0.39894228040143268F * ::expf(-0.5F * x * x);
-      return dy * (cdf + x * pdf);
-    }
-    case ActivationCode::swish: {
-      const float s = sigmoid(x);
-      return dy * (s + x * s * (1.0F - s));
-    }
-    case ActivationCode::hard_sigmoid:
-      return y > 0.0F && y < 1.0F ? 0.2F * dy : 0.0F;
-    case ActivationCode::exponential:
-      return dy * y;
-  }
-  return dy;
-}
+// The element-wise activations are the CPU backend's, one element at a time.
+using keras::detail::activate;
+using keras::detail::activation_gradient;
+using keras::detail::max_of;
 
 /// Keras's `ReLU`: `top` for `v >= top`, `v` from `threshold` on, `slope * (v - threshold)`
 /// below (`top` is infinity without a `max_value`).

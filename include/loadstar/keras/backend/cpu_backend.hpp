@@ -27,6 +27,7 @@
 
 #include "loadstar/error.hpp"
 #include "loadstar/keras/backend/backend.hpp"
+#include "loadstar/keras/detail/activation_formulas.hpp"
 #include "loadstar/keras/detail/flush_denormal.hpp"
 #include "loadstar/keras/initializers.hpp"
 #include "loadstar/tensor/eigen.hpp"
@@ -34,84 +35,6 @@
 namespace loadstar::keras {
 
 namespace detail {
-
-/// The scaled exponential linear unit's constants (Klambauer et al. 2017, as in Keras).
-inline constexpr float selu_alpha = 1.67326324235437728481704299167F;
-inline constexpr float selu_scale = 1.05070098735548049341933498529F;
-
-inline float sigmoid(float x) noexcept {
-  return 1.0F / (1.0F + std::exp(-x));
-}
-
-inline float activate(Activation kind, float x) noexcept {
-  switch (kind) {
-    case Activation::linear:
-    case Activation::softmax:
-      return x;
-    case Activation::relu:
-      return x > 0.0F ? x : 0.0F;
-    case Activation::sigmoid:
-      return sigmoid(x);
-    case Activation::tanh:
-      return std::tanh(x);
-    case Activation::elu:
-      return x > 0.0F ? x : std::expm1(x);
-    case Activation::selu:
-      return x > 0.0F ? selu_scale * x : selu_scale * selu_alpha * std::expm1(x);
-    case Activation::softplus:
-      return std::log1p(std::exp(-std::abs(x))) + std::max(x, 0.0F);
-    case Activation::softsign:
-      return x / (1.0F + std::abs(x));
-    case Activation::gelu:
-      return 0.5F * x * (1.0F + std::erf(x * 0.70710678118654752F));
-    case Activation::swish:
-      return x * sigmoid(x);
-    case Activation::hard_sigmoid:
-      return std::clamp(0.2F * x + 0.5F, 0.0F, 1.0F);
-    case Activation::exponential:
-      return std::exp(x);
-  }
-  return x;
-}
-
-/// The derivative times `dy`, from the output `y` (and the input `x` where it is needed).
-inline float activation_gradient(Activation kind, float x, float y, float dy) noexcept {
-  switch (kind) {
-    case Activation::linear:
-    case Activation::softmax:
-      return dy;
-    case Activation::relu:
-      return y > 0.0F ? dy : 0.0F;
-    case Activation::sigmoid:
-      return dy * y * (1.0F - y);
-    case Activation::tanh:
-      return dy * (1.0F - y * y);
-    case Activation::elu:
-      return y > 0.0F ? dy : dy * (y + 1.0F);
-    case Activation::selu:
-      return y > 0.0F ? dy * selu_scale : dy * (y + selu_scale * selu_alpha);
-    // softplus' = sigmoid(x) = 1 - exp(-y).
-    case Activation::softplus:
-      return -dy * std::expm1(-y);
-    // softsign' = 1 / (1 + |x|)^2 = (1 - |y|)^2.
-    case Activation::softsign:
-      return dy * (1.0F - std::abs(y)) * (1.0F - std::abs(y));
-    case Activation::gelu: {
-      const float cdf = 0.5F * (1.0F + std::erf(x * 0.70710678118654752F));
-      const float pdf = 0.39894228040143268F * std::exp(-0.5F * x * x);
-      return dy * (cdf + x * pdf);
-    }
-    case Activation::swish: {
-      const float s = sigmoid(x);
-      return dy * (s + x * s * (1.0F - s));
-    }
-    case Activation::hard_sigmoid:
-      return y > 0.0F && y < 1.0F ? 0.2F * dy : 0.0F;
-    case Activation::exponential:
-      return dy * y;
-  }
-  return dy;
-}
 
 /// Calls `f(std::integral_constant<Activation, kind>{})`: the kernels below are compiled once per
 /// kind, with `activate` and `activation_gradient` folded to that kind's formula, so that the

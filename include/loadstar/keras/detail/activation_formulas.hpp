@@ -1,0 +1,104 @@
+/// \file
+/// The element-wise activations and their gradients, one element at a time. Host and device code
+/// (`LOADSTAR_HOST_DEVICE`): the CPU backend's kernels and the CUDA backend's compute the same
+/// expressions. `Kind` is `keras::Activation` or the CUDA kernels' copy of it (which has the same
+/// enumerators), so that the kernels need none of the executor's headers.
+#pragma once
+
+#include "loadstar/config.hpp"
+
+#include <cmath>
+
+namespace loadstar::keras::detail {
+
+/// The scaled exponential linear unit's constants (Klambauer et al. 2017, as in Keras).
+inline constexpr float selu_alpha = 1.67326324235437728481704299167F;
+inline constexpr float selu_scale = 1.05070098735548049341933498529F;
+
+/// `std::max(a, b)` with its NaN behaviour (`a` unless `a < b`), unlike `fmaxf`.
+LOADSTAR_HOST_DEVICE inline float max_of(float a, float b) noexcept {
+  return a < b ? b : a;
+}
+
+/// `std::clamp(v, low, high)`.
+LOADSTAR_HOST_DEVICE inline float clamp_to(float v, float low, float high) noexcept {
+  return v < low ? low : high < v ? high : v;
+}
+
+LOADSTAR_HOST_DEVICE inline float sigmoid(float x) noexcept {
+  return 1.0F / (1.0F + ::expf(-x));
+}
+
+/// `f(x)` of an element-wise activation (softmax and linear give `x`).
+template <class Kind>
+LOADSTAR_HOST_DEVICE inline float activate(Kind kind, float x) noexcept {
+  switch (kind) {
+    case Kind::linear:
+    case Kind::softmax:
+      return x;
+    case Kind::relu:
+      return x > 0.0F ? x : 0.0F;
+    case Kind::sigmoid:
+      return sigmoid(x);
+    case Kind::tanh:
+      return ::tanhf(x);
+    case Kind::elu:
+      return x > 0.0F ? x : ::expm1f(x);
+    case Kind::selu:
+      return x > 0.0F ? selu_scale * x : selu_scale * selu_alpha * ::expm1f(x);
+    case Kind::softplus:
+      return ::log1pf(::expf(-::fabsf(x))) + max_of(x, 0.0F);
+    case Kind::softsign:
+      return x / (1.0F + ::fabsf(x));
+    case Kind::gelu:
+      return 0.5F * x * (1.0F + ::erff(x * 0.70710678118654752F));
+    case Kind::swish:
+      return x * sigmoid(x);
+    case Kind::hard_sigmoid:
+      return clamp_to(0.2F * x + 0.5F, 0.0F, 1.0F);
+    case Kind::exponential:
+      return ::expf(x);
+  }
+  return x;
+}
+
+/// The derivative times `dy`, from the output `y` (and the input `x` for gelu and swish).
+template <class Kind>
+LOADSTAR_HOST_DEVICE inline float activation_gradient(Kind kind, float x, float y,
+                                                      float dy) noexcept {
+  switch (kind) {
+    case Kind::linear:
+    case Kind::softmax:
+      return dy;
+    case Kind::relu:
+      return y > 0.0F ? dy : 0.0F;
+    case Kind::sigmoid:
+      return dy * y * (1.0F - y);
+    case Kind::tanh:
+      return dy * (1.0F - y * y);
+    case Kind::elu:
+      return y > 0.0F ? dy : dy * (y + 1.0F);
+    case Kind::selu:
+      return y > 0.0F ? dy * selu_scale : dy * (y + selu_scale * selu_alpha);
+    case Kind::softplus:  // softplus' = sigmoid(x) = 1 - exp(-y)
+      return -dy * ::expm1f(-y);
+    case Kind::softsign:  // softsign' = 1 / (1 + |x|)^2 = (1 - |y|)^2
+      return dy * (1.0F - ::fabsf(y)) * (1.0F - ::fabsf(y));
+    case Kind::gelu: {
+      const float cdf = 0.5F * (1.0F + ::erff(x * 0.70710678118654752F));
+      const float pdf = 0.39894228040143268F * ::expf(-0.5F * x * x);
+      return dy * (cdf + x * pdf);
+    }
+    case Kind::swish: {
+      const float s = sigmoid(x);
+      return dy * (s + x * s * (1.0F - s));
+    }
+    case Kind::hard_sigmoid:
+      return y > 0.0F && y < 1.0F ? 0.2F * dy : 0.0F;
+    case Kind::exponential:
+      return dy * y;
+  }
+  return dy;
+}
+
+}  // namespace loadstar::keras::detail
