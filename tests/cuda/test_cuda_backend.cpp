@@ -824,6 +824,20 @@ TEST_SUITE("cuda") {
         model->fit(data.x, data.y, {.epochs = 2, .batch_size = 16, .verbose = 0, .seed = 1});
     CHECK(backend->host_kernel_calls() == before);
     CHECK(std::isfinite(history.history.at("loss").back()));
+    // Binary cross-entropy from probabilities with the regression metrics: kernels too.
+    Sequential binary{Input({8, 8, 1}), Flatten(), Dense(4, {.activation = "relu"}),
+                      Dense(1, {.activation = "sigmoid"})};
+    binary.compile({.optimizer = "adam",
+                    .loss = "binary_crossentropy",
+                    .metrics = {"mae", "mse"},
+                    .backend = backend});
+    Tensor<float> binary_labels({64, 1});
+    for (std::size_t i = 0; i < 64; ++i)
+      binary_labels.data()[i] = data.y(i) == 0 ? 1.0F : 0.0F;
+    const auto binary_history =
+        binary.fit(data.x, binary_labels, {.epochs = 1, .batch_size = 16, .verbose = 0});
+    CHECK(backend->host_kernel_calls() == before);
+    CHECK(binary_history.history.at("mae").back() > 0.0);
     // The count sees a host computation: a layer without a kernel (RepeatVector) stages.
     Sequential staged{Input({3}), RepeatVector(2), Flatten(), Dense(1)};
     staged.compile({.optimizer = "sgd", .loss = "mse", .backend = backend});
@@ -943,6 +957,15 @@ TEST_SUITE("cuda") {
         {"mean squared error",
          [] { return std::make_shared<losses::MeanSquaredError>(Reduction::sum); }, &one_hot,
          &logits},
+        {"binary from logits",
+         [] { return std::make_shared<losses::BinaryCrossentropy>(true, 0.1); }, &one_hot, &logits},
+        {"binary from probabilities", [] { return std::make_shared<losses::BinaryCrossentropy>(); },
+         &one_hot, &probabilities},
+        {"mean absolute error", [] { return std::make_shared<losses::MeanAbsoluteError>(); },
+         &one_hot, &logits},
+        {"huber", [] { return std::make_shared<losses::Huber>(0.5); }, &one_hot, &logits},
+        {"kl divergence", [] { return std::make_shared<losses::KLDivergence>(); }, &one_hot,
+         &probabilities},
     };
     for (const auto& c : cases) {
       for (const bool weighted : {false, true}) {
@@ -975,6 +998,17 @@ TEST_SUITE("cuda") {
     CHECK(gpu_accuracy.result() == cpu_accuracy.result());
     CHECK(cpu_accuracy.result() > 0.0);
     CHECK(std::abs(gpu_mean.result() - cpu_mean.result()) <= 1e-12);
+    // The regression metrics, weighted.
+    metrics::MeanSquaredError cpu_mse, gpu_mse;
+    metrics::MeanAbsoluteError cpu_mae, gpu_mae;
+    cpu_mse.update_state(b.cpu, one_hot, logits, &weight);
+    gpu_mse.update_state(b.gpu, b.up(one_hot), b.up(logits), &device_weight);
+    cpu_mae.update_state(b.cpu, one_hot, logits, &weight);
+    gpu_mae.update_state(b.gpu, b.up(one_hot), b.up(logits), &device_weight);
+    CHECK(gpu_mse.pending());  // read back when read
+    CHECK(std::abs(gpu_mse.result() - cpu_mse.result()) <= 1e-12 * cpu_mse.result());
+    CHECK(std::abs(gpu_mae.result() - cpu_mae.result()) <= 1e-12 * cpu_mae.result());
+    CHECK(cpu_mae.result() > 0.0);
   }
 
   TEST_CASE("Sparse cross-entropy on the GPU reports a label out of range as on the CPU") {

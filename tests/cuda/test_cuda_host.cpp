@@ -827,6 +827,31 @@ TEST_SUITE("cuda") {
          {RowLossKind::mean_squared_error},
          false,
          false},
+        {"binary from logits",
+         std::make_shared<l::BinaryCrossentropy>(true, 0.1),
+         {RowLossKind::binary_crossentropy, true, 0.1},
+         false,
+         false},
+        {"binary from probabilities",
+         std::make_shared<l::BinaryCrossentropy>(),
+         {RowLossKind::binary_crossentropy},
+         false,
+         true},
+        {"mean absolute error",
+         std::make_shared<l::MeanAbsoluteError>(),
+         {RowLossKind::mean_absolute_error},
+         false,
+         false},
+        {"huber",
+         std::make_shared<l::Huber>(0.5),
+         {RowLossKind::huber, false, 0.0, 0.5},
+         false,
+         false},
+        {"kl divergence",
+         std::make_shared<l::KLDivergence>(),
+         {RowLossKind::kl_divergence},
+         false,
+         true},
     };
     constexpr std::size_t rows = 37, classes = 6;
     for (const auto& c : cases) {
@@ -845,7 +870,9 @@ TEST_SUITE("cuda") {
           const std::size_t label = (r * 7 + 3) % classes;
           if (c.sparse) {
             y_true.data()[r] = static_cast<float>(label);
-          } else if (c.spec.kind == RowLossKind::mean_squared_error) {
+          } else if (c.spec.kind == RowLossKind::mean_squared_error ||
+                     c.spec.kind == RowLossKind::mean_absolute_error ||
+                     c.spec.kind == RowLossKind::huber) {
             for (std::size_t k = 0; k < classes; ++k)
               y_true.data()[r * classes + k] = values(1, r * classes + k)[0];
           } else {
@@ -862,6 +889,7 @@ TEST_SUITE("cuda") {
         kd::RowLossParams p = {static_cast<kd::RowLossCode>(static_cast<int>(c.spec.kind)),
                                c.spec.from_logits, c.spec.label_smoothing,
                                c.loss->reduction() == keras::Reduction::sum ? 1.0 : double(rows)};
+        p.delta = c.spec.delta;
         const kd::RowDims d{rows, classes, c.sparse ? std::size_t{1} : classes, 1};
         std::vector<double> terms(rows);
         std::vector<float> g(rows * classes);
@@ -925,6 +953,10 @@ TEST_SUITE("cuda") {
         {"sparse_categorical_accuracy", std::make_shared<m::SparseCategoricalAccuracy>(),
          MeanMetricKind::sparse_categorical_accuracy, 0.5, &sparse, &y_pred},
         {"mean", std::make_shared<m::Mean>(), MeanMetricKind::mean, 0.5, &sparse, &y_pred},
+        {"mean_squared_error", std::make_shared<m::MeanSquaredError>(),
+         MeanMetricKind::mean_squared_error, 0.5, &one_hot, &y_pred},
+        {"mean_absolute_error", std::make_shared<m::MeanAbsoluteError>(),
+         MeanMetricKind::mean_absolute_error, 0.5, &one_hot, &y_pred},
     };
     for (const auto& c : cases) {
       for (const bool weighted : {false, true}) {
@@ -951,7 +983,9 @@ TEST_SUITE("cuda") {
         // the batch first: the same terms, associated differently (exact for 0/1 values and unit
         // weights).
         const double result = sums[0] / sums[1];
-        if (weighted || c.kind == MeanMetricKind::mean) {
+        if (weighted || c.kind == MeanMetricKind::mean ||
+            c.kind == MeanMetricKind::mean_squared_error ||
+            c.kind == MeanMetricKind::mean_absolute_error) {
           CHECK(std::abs(result - c.metric->result()) <= 1e-12 * std::abs(c.metric->result()));
         } else {
           CHECK(result == c.metric->result());

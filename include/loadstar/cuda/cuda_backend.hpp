@@ -72,11 +72,17 @@ LOADSTAR_SAME_CODE(UpdateRule, UpdateCode, adadelta);
 LOADSTAR_SAME_CODE(RowLossKind, RowLossCode, sparse_categorical_crossentropy);
 LOADSTAR_SAME_CODE(RowLossKind, RowLossCode, categorical_crossentropy);
 LOADSTAR_SAME_CODE(RowLossKind, RowLossCode, mean_squared_error);
+LOADSTAR_SAME_CODE(RowLossKind, RowLossCode, binary_crossentropy);
+LOADSTAR_SAME_CODE(RowLossKind, RowLossCode, mean_absolute_error);
+LOADSTAR_SAME_CODE(RowLossKind, RowLossCode, huber);
+LOADSTAR_SAME_CODE(RowLossKind, RowLossCode, kl_divergence);
 LOADSTAR_SAME_CODE(MeanMetricKind, MeanMetricCode, accuracy);
 LOADSTAR_SAME_CODE(MeanMetricKind, MeanMetricCode, binary_accuracy);
 LOADSTAR_SAME_CODE(MeanMetricKind, MeanMetricCode, categorical_accuracy);
 LOADSTAR_SAME_CODE(MeanMetricKind, MeanMetricCode, sparse_categorical_accuracy);
 LOADSTAR_SAME_CODE(MeanMetricKind, MeanMetricCode, mean);
+LOADSTAR_SAME_CODE(MeanMetricKind, MeanMetricCode, mean_squared_error);
+LOADSTAR_SAME_CODE(MeanMetricKind, MeanMetricCode, mean_absolute_error);
 #undef LOADSTAR_SAME_CODE
 
 /// The kernels' operands of an optimizer step.
@@ -625,8 +631,9 @@ inline bool device_available() noexcept {
 ///   the same inputs give the same bits run to run. Results match the CPU backend to float
 ///   tolerance (the device's `expf` and GEMM blocking differ in the last bits).
 /// - Optimizer steps are one fused kernel over all variables (`apply_optimizer_step`); the
-///   cross-entropies, mean squared error, the accuracies and `Mean` are kernels too, each leaving
-///   its result in a device ring that is read back only when a loss or metric is read
+///   cross-entropies (sparse, categorical, binary), mean squared and absolute error, Huber and
+///   Kullback-Leibler, the accuracies, the regression metrics and `Mean` are kernels too, each
+///   leaving its result in a device ring that is read back only when a loss or metric is read
 ///   (`keras::Deferred`): a training step queues its work and returns without waiting for the
 ///   device, and the logs wait when a callback reads them. A bad sparse label is found by the
 ///   loss kernel and raised then, as the CPU's `ConfigError`. Uploads take turns among several
@@ -868,6 +875,7 @@ class CudaBackend final : public keras::Backend {
     p.kind = static_cast<detail::RowLossCode>(static_cast<int>(spec.kind));
     p.from_logits = spec.from_logits;
     p.label_smoothing = spec.label_smoothing;
+    p.delta = spec.delta;
     p.denominator = spec.denominator;
     const cudaStream_t s = active_stream();
     double* terms = reduction_terms(d.values, 1);

@@ -709,7 +709,11 @@ LOADSTAR_HOST_DEVICE inline void update_flat(const UpdateTarget* targets, std::s
 enum class RowLossCode : int {
   sparse_categorical_crossentropy,
   categorical_crossentropy,
-  mean_squared_error
+  mean_squared_error,
+  binary_crossentropy,
+  mean_absolute_error,
+  huber,
+  kl_divergence,
 };
 
 struct RowLossParams {
@@ -717,6 +721,7 @@ struct RowLossParams {
   bool from_logits = false;
   double label_smoothing = 0.0;
   double denominator = 1.0;
+  double delta = 1.0;  // Huber's
 };
 
 /// Whether a sparse label (a float) is a class index in `[0, classes)`; NaN is not.
@@ -769,6 +774,19 @@ LOADSTAR_HOST_DEVICE inline double row_loss_term(const RowLossParams& p, const R
     case RowLossCode::mean_squared_error:
       loss = keras::detail::squared_error_row(tj, yj, d.classes, gj, scale);
       break;
+    case RowLossCode::binary_crossentropy:
+      loss = keras::detail::binary_crossentropy_row(p.from_logits, p.label_smoothing, tj, yj,
+                                                    d.classes, gj, scale);
+      break;
+    case RowLossCode::mean_absolute_error:
+      loss = keras::detail::absolute_error_row(tj, yj, d.classes, gj, scale);
+      break;
+    case RowLossCode::huber:
+      loss = keras::detail::huber_row(p.delta, tj, yj, d.classes, gj, scale);
+      break;
+    case RowLossCode::kl_divergence:
+      loss = keras::detail::kl_divergence_row(tj, yj, d.classes, gj, scale);
+      break;
   }
   return loss * weight;
 }
@@ -782,6 +800,8 @@ enum class MeanMetricCode : int {
   categorical_accuracy,
   sparse_categorical_accuracy,
   mean,
+  mean_squared_error,
+  mean_absolute_error,
 };
 
 /// The index of the largest element, the first on ties (`detail::argmax` of the metrics).
@@ -814,6 +834,10 @@ LOADSTAR_HOST_DEVICE inline double metric_value(MeanMetricCode kind, double thre
       return static_cast<double>(*t) == static_cast<double>(row_argmax(p, classes)) ? 1.0 : 0.0;
     case MeanMetricCode::mean:
       return *p;
+    case MeanMetricCode::mean_squared_error:
+      return keras::detail::squared_error_mean(t, p, classes);
+    case MeanMetricCode::mean_absolute_error:
+      return keras::detail::absolute_error_mean(t, p, classes);
   }
   return 0.0;
 }

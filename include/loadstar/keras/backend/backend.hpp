@@ -146,13 +146,19 @@ struct VariableSlots {
 enum class RowLossKind {
   sparse_categorical_crossentropy,
   categorical_crossentropy,
-  mean_squared_error
+  mean_squared_error,
+  binary_crossentropy,
+  mean_absolute_error,
+  huber,
+  kl_divergence,
 };
 
 struct RowLossSpec {
   RowLossKind kind = RowLossKind::mean_squared_error;
   bool from_logits = false;
   double label_smoothing = 0.0;
+  /// Huber's `delta`.
+  double delta = 1.0;
   /// The reduction's divisor (set by the loss): 1 for `sum`, the number of per-sample values
   /// for `sum_over_batch_size`. The gradient of a row is scaled by its weight over it.
   double denominator = 1.0;
@@ -172,6 +178,8 @@ enum class MeanMetricKind {
   categorical_accuracy,  ///< `argmax(y_true) == argmax(y_pred)`
   sparse_categorical_accuracy,  ///< `y_true == argmax(y_pred)`
   mean,                         ///< per element: `y_pred`
+  mean_squared_error,           ///< `mean(square(y_true - y_pred))` of each row
+  mean_absolute_error,          ///< `mean(abs(y_true - y_pred))` of each row
 };
 
 struct MeanMetricSpec {

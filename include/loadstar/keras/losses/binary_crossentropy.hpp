@@ -41,6 +41,14 @@ class BinaryCrossentropy : public detail::RowLoss<BinaryCrossentropy> {
   LOADSTAR_DECL double row(const float* t, const float* p, std::size_t n, float* g,
                            double scale) const;
 
+  std::optional<RowLossSpec> device_spec() const {
+    RowLossSpec spec;
+    spec.kind = RowLossKind::binary_crossentropy;
+    spec.from_logits = from_logits_;
+    spec.label_smoothing = label_smoothing_;
+    return spec;
+  }
+
  private:
   bool from_logits_;
   double label_smoothing_;
@@ -71,27 +79,7 @@ LOADSTAR_DECL nlohmann::json BinaryCrossentropy::get_config() const {
 
 LOADSTAR_DECL double BinaryCrossentropy::row(const float* t, const float* p, std::size_t n,
                                              float* g, double scale) const {
-  constexpr double eps = detail::loss_epsilon;
-  const double inverse = 1.0 / static_cast<double>(n);
-  double sum = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    const double y = detail::smooth_binary(t[i], label_smoothing_);
-    const double x = p[i];
-    if (from_logits_) {
-      sum += std::max(x, 0.0) - x * y + std::log1p(std::exp(-std::abs(x)));
-      if (g != nullptr)
-        g[i] = static_cast<float>(scale * (1.0 / (1.0 + std::exp(-x)) - y) * inverse);
-    } else {
-      const double q = std::clamp(x, eps, 1.0 - eps);
-      sum -= y * std::log(q + eps) + (1.0 - y) * std::log(1.0 - q + eps);
-      if (g != nullptr) {
-        const bool inside = x >= eps && x <= 1.0 - eps;
-        const double d = -y / (q + eps) + (1.0 - y) / (1.0 - q + eps);
-        g[i] = static_cast<float>(inside ? scale * d * inverse : 0.0);
-      }
-    }
-  }
-  return sum * inverse;
+  return detail::binary_crossentropy_row(from_logits_, label_smoothing_, t, p, n, g, scale);
 }
 
 }  // namespace loadstar::keras::losses

@@ -32,6 +32,13 @@ class Huber : public detail::RowLoss<Huber> {
   LOADSTAR_DECL double row(const float* t, const float* p, std::size_t n, float* g,
                            double scale) const;
 
+  std::optional<RowLossSpec> device_spec() const {
+    RowLossSpec spec;
+    spec.kind = RowLossKind::huber;
+    spec.delta = delta_;
+    return spec;
+  }
+
  private:
   double delta_;
 };
@@ -57,19 +64,7 @@ LOADSTAR_DECL nlohmann::json Huber::get_config() const {
 
 LOADSTAR_DECL double Huber::row(const float* t, const float* p, std::size_t n, float* g,
                                 double scale) const {
-  double sum = 0;
-  const double inverse = 1.0 / static_cast<double>(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    const double e = static_cast<double>(p[i]) - t[i];
-    const double a = std::abs(e);
-    const bool inside = a <= delta_;
-    sum += inside ? 0.5 * e * e : delta_ * a - 0.5 * delta_ * delta_;
-    if (g != nullptr) {
-      const double d = inside ? e : delta_ * ((e > 0) - (e < 0));
-      g[i] = static_cast<float>(scale * d * inverse);
-    }
-  }
-  return sum * inverse;
+  return detail::huber_row(delta_, t, p, n, g, scale);
 }
 
 }  // namespace loadstar::keras::losses

@@ -31,6 +31,12 @@ class KLDivergence : public detail::RowLoss<KLDivergence> {
 
   LOADSTAR_DECL double row(const float* t, const float* p, std::size_t n, float* g,
                            double scale) const;
+
+  std::optional<RowLossSpec> device_spec() const {
+    RowLossSpec spec;
+    spec.kind = RowLossKind::kl_divergence;
+    return spec;
+  }
 };
 
 }  // namespace loadstar::keras::losses
@@ -48,18 +54,7 @@ LOADSTAR_DECL std::unique_ptr<Loss> KLDivergence::from_config(const nlohmann::js
 
 LOADSTAR_DECL double KLDivergence::row(const float* t, const float* p, std::size_t n, float* g,
                                        double scale) const {
-  constexpr double eps = detail::loss_epsilon;
-  double sum = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    const double y = std::clamp(static_cast<double>(t[i]), eps, 1.0);
-    const double q = std::clamp(static_cast<double>(p[i]), eps, 1.0);
-    sum += y * std::log(y / q);
-    if (g != nullptr) {
-      const bool inside = p[i] >= eps && p[i] <= 1.0;
-      g[i] = static_cast<float>(inside ? -scale * y / q : 0.0);
-    }
-  }
-  return sum;
+  return detail::kl_divergence_row(t, p, n, g, scale);
 }
 
 }  // namespace loadstar::keras::losses

@@ -31,6 +31,12 @@ class MeanAbsoluteError : public detail::RowLoss<MeanAbsoluteError> {
 
   LOADSTAR_DECL double row(const float* t, const float* p, std::size_t n, float* g,
                            double scale) const;
+
+  std::optional<RowLossSpec> device_spec() const {
+    RowLossSpec spec;
+    spec.kind = RowLossKind::mean_absolute_error;
+    return spec;
+  }
 };
 
 }  // namespace loadstar::keras::losses
@@ -48,14 +54,7 @@ LOADSTAR_DECL std::unique_ptr<Loss> MeanAbsoluteError::from_config(const nlohman
 
 LOADSTAR_DECL double MeanAbsoluteError::row(const float* t, const float* p, std::size_t n, float* g,
                                             double scale) const {
-  double sum = 0;
-  const double inverse = 1.0 / static_cast<double>(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    const double e = static_cast<double>(p[i]) - t[i];
-    sum += std::abs(e);
-    if (g != nullptr) g[i] = static_cast<float>(scale * ((e > 0) - (e < 0)) * inverse);
-  }
-  return sum * inverse;
+  return detail::absolute_error_row(t, p, n, g, scale);
 }
 
 }  // namespace loadstar::keras::losses

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "loadstar/keras/metrics/detail/mean_wrapper.hpp"
@@ -25,6 +26,9 @@ class MeanSquaredError : public detail::MeanWrapper<MeanSquaredError> {
   /// The metric described by a Keras config (`Registry<Metric>`'s factory).
   LOADSTAR_DECL static std::unique_ptr<Metric> from_config(const nlohmann::json& config);
   LOADSTAR_DECL double value(const float* t, const float* p, std::size_t n) const;
+  std::optional<MeanMetricSpec> device_spec() const {
+    return MeanMetricSpec{MeanMetricKind::mean_squared_error, 0.5};
+  }
 };
 
 /// The running weighted mean of `mean(abs(y_true - y_pred), axis=-1)`.
@@ -39,6 +43,9 @@ class MeanAbsoluteError : public detail::MeanWrapper<MeanAbsoluteError> {
   /// The metric described by a Keras config (`Registry<Metric>`'s factory).
   LOADSTAR_DECL static std::unique_ptr<Metric> from_config(const nlohmann::json& config);
   LOADSTAR_DECL double value(const float* t, const float* p, std::size_t n) const;
+  std::optional<MeanMetricSpec> device_spec() const {
+    return MeanMetricSpec{MeanMetricKind::mean_absolute_error, 0.5};
+  }
 };
 
 }  // namespace loadstar::keras::metrics
@@ -54,12 +61,7 @@ LOADSTAR_DECL std::unique_ptr<Metric> MeanSquaredError::from_config(const nlohma
 }
 
 LOADSTAR_DECL double MeanSquaredError::value(const float* t, const float* p, std::size_t n) const {
-  double sum = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    const double e = static_cast<double>(p[i]) - t[i];
-    sum += e * e;
-  }
-  return sum / static_cast<double>(n);
+  return detail::squared_error_mean(t, p, n);
 }
 
 LOADSTAR_DECL std::unique_ptr<Metric> MeanAbsoluteError::from_config(const nlohmann::json& config) {
@@ -68,10 +70,7 @@ LOADSTAR_DECL std::unique_ptr<Metric> MeanAbsoluteError::from_config(const nlohm
 }
 
 LOADSTAR_DECL double MeanAbsoluteError::value(const float* t, const float* p, std::size_t n) const {
-  double sum = 0;
-  for (std::size_t i = 0; i < n; ++i)
-    sum += std::abs(static_cast<double>(p[i]) - t[i]);
-  return sum / static_cast<double>(n);
+  return detail::absolute_error_mean(t, p, n);
 }
 
 }  // namespace loadstar::keras::metrics

@@ -1,7 +1,8 @@
 /// \file
-/// The per-row formulas of the losses, in double: the loss of one last-axis row and, when `g` is
-/// not null, `scale` times its gradient. Host and device code (`LOADSTAR_HOST_DEVICE`): the CPU
-/// loss classes and the CUDA backend's loss kernel compute the same expressions.
+/// The per-row formulas of the losses (and the regression metrics' per-row values), in double: the
+/// loss of one last-axis row and, when `g` is not null, `scale` times its gradient. Host and device
+/// code (`LOADSTAR_HOST_DEVICE`): the CPU loss classes and the CUDA backend's loss kernel compute
+/// the same expressions.
 #pragma once
 
 #include "loadstar/config.hpp"
@@ -113,6 +114,109 @@ LOADSTAR_HOST_DEVICE inline double squared_error_row(const float* t, const float
     if (g != nullptr) g[i] = static_cast<float>(scale * 2.0 * e * inverse);
   }
   return sum * inverse;
+}
+
+/// The mean absolute error of one row.
+LOADSTAR_HOST_DEVICE inline double absolute_error_row(const float* t, const float* p, std::size_t n,
+                                                      float* g, double scale) noexcept {
+  double sum = 0;
+  const double inverse = 1.0 / static_cast<double>(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const double e = static_cast<double>(p[i]) - t[i];
+    sum += ::fabs(e);
+    if (g != nullptr) g[i] = static_cast<float>(scale * ((e > 0) - (e < 0)) * inverse);
+  }
+  return sum * inverse;
+}
+
+/// The Huber loss of one row: quadratic within `delta` of the target, linear beyond.
+LOADSTAR_HOST_DEVICE inline double huber_row(double delta, const float* t, const float* p,
+                                             std::size_t n, float* g, double scale) noexcept {
+  double sum = 0;
+  const double inverse = 1.0 / static_cast<double>(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const double e = static_cast<double>(p[i]) - t[i];
+    const double a = ::fabs(e);
+    const bool inside = a <= delta;
+    sum += inside ? 0.5 * e * e : delta * a - 0.5 * delta * delta;
+    if (g != nullptr) {
+      const double d = inside ? e : delta * ((e > 0) - (e < 0));
+      g[i] = static_cast<float>(scale * d * inverse);
+    }
+  }
+  return sum * inverse;
+}
+
+/// The Kullback-Leibler divergence of one row, both sides clipped to `[epsilon, 1]`.
+LOADSTAR_HOST_DEVICE inline double kl_divergence_row(const float* t, const float* p, std::size_t n,
+                                                     float* g, double scale) noexcept {
+  constexpr double eps = loss_epsilon;
+  double sum = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const double y = clamp_double(static_cast<double>(t[i]), eps, 1.0);
+    const double q = clamp_double(static_cast<double>(p[i]), eps, 1.0);
+    sum += y * ::log(y / q);
+    if (g != nullptr) {
+      const bool inside = p[i] >= eps && p[i] <= 1.0;
+      g[i] = static_cast<float>(inside ? -scale * y / q : 0.0);
+    }
+  }
+  return sum;
+}
+
+/// Label smoothing for binary labels, as Keras: `y * (1 - s) + 0.5 * s`.
+LOADSTAR_HOST_DEVICE inline double smooth_binary(double y, double smoothing) noexcept {
+  return y * (1.0 - smoothing) + 0.5 * smoothing;
+}
+
+/// Binary cross-entropy of one row (the mean over its elements), from logits or probabilities,
+/// with label smoothing.
+LOADSTAR_HOST_DEVICE inline double binary_crossentropy_row(bool from_logits, double smoothing,
+                                                           const float* t, const float* p,
+                                                           std::size_t n, float* g,
+                                                           double scale) noexcept {
+  constexpr double eps = loss_epsilon;
+  const double inverse = 1.0 / static_cast<double>(n);
+  double sum = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const double y = smooth_binary(t[i], smoothing);
+    const double x = p[i];
+    if (from_logits) {
+      sum += (x < 0.0 ? 0.0 : x) - x * y + ::log1p(::exp(-::fabs(x)));
+      if (g != nullptr) g[i] = static_cast<float>(scale * (1.0 / (1.0 + ::exp(-x)) - y) * inverse);
+    } else {
+      const double q = clamp_double(x, eps, 1.0 - eps);
+      sum -= y * ::log(q + eps) + (1.0 - y) * ::log(1.0 - q + eps);
+      if (g != nullptr) {
+        const bool inside = x >= eps && x <= 1.0 - eps;
+        const double d = -y / (q + eps) + (1.0 - y) / (1.0 - q + eps);
+        g[i] = static_cast<float>(inside ? scale * d * inverse : 0.0);
+      }
+    }
+  }
+  return sum * inverse;
+}
+
+// --- The regression metrics' per-row values ------------------------------------------------------
+
+/// `mean(square(y_true - y_pred))` of one row.
+LOADSTAR_HOST_DEVICE inline double squared_error_mean(const float* t, const float* p,
+                                                      std::size_t n) noexcept {
+  double sum = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const double e = static_cast<double>(p[i]) - t[i];
+    sum += e * e;
+  }
+  return sum / static_cast<double>(n);
+}
+
+/// `mean(abs(y_true - y_pred))` of one row.
+LOADSTAR_HOST_DEVICE inline double absolute_error_mean(const float* t, const float* p,
+                                                       std::size_t n) noexcept {
+  double sum = 0;
+  for (std::size_t i = 0; i < n; ++i)
+    sum += ::fabs(static_cast<double>(p[i]) - t[i]);
+  return sum / static_cast<double>(n);
 }
 
 }  // namespace loadstar::keras::detail

@@ -157,11 +157,6 @@ class RowLoss : public Loss {
   std::vector<float> per_sample_;
 };
 
-/// Label smoothing for binary labels, as Keras: `y * (1 - s) + 0.5 * s`.
-inline double smooth_binary(double y, double smoothing) {
-  return y * (1.0 - smoothing) + 0.5 * smoothing;
-}
-
 }  // namespace loadstar::keras::detail
 
 // The definitions of what is declared above: in every translation unit when header-only, in
