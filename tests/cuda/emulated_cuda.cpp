@@ -16,10 +16,12 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <loadstar/cuda/detail/kernels.hpp>
 #include <loadstar/cuda/detail/math.hpp>
 #include <map>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -58,6 +60,9 @@ std::size_t stream_syncs = 0;
 /// For each `cudaEventSynchronize` of an event that was recorded, how many events were recorded
 /// since (1: the wait was for the latest one): how far the host may run ahead of the device.
 std::vector<std::size_t> event_wait_lags;
+/// Stream operations (kernels, copies, fills, GEMMs) run outside a graph, and graphs launched.
+std::size_t direct_operations = 0;
+std::size_t graph_launches = 0;
 }  // namespace loadstar::test
 
 namespace {
@@ -66,6 +71,35 @@ struct Event {
   std::size_t serial = 0;
 };
 std::size_t event_records = 0;
+
+/// An emulated CUDA graph (and its executable form): the operations captured, in stream order.
+struct Graph {
+  std::vector<std::function<void()>> operations;
+};
+/// The graph the stream is capturing into (null: none): stream operations are recorded there
+/// instead of run, as a capturing stream records them on a device.
+Graph* capturing = nullptr;
+/// Whether something the capture cannot hold (a wait, an allocation) happened during it: the
+/// capture then ends with cudaErrorStreamCaptureInvalidated, as on a device.
+bool capture_invalidated = false;
+
+/// Runs a stream operation, or records it into the graph being captured.
+template <class F>
+cudaError_t submit(cudaStream_t, F&& operation) {
+  if (capturing != nullptr) {
+    capturing->operations.emplace_back(std::forward<F>(operation));
+    return cudaSuccess;
+  }
+  ++loadstar::test::direct_operations;
+  operation();
+  return cudaSuccess;
+}
+
+/// A call the capture cannot hold: invalidates it.
+cudaError_t refuse_in_capture() {
+  capture_invalidated = true;
+  return cudaErrorStreamCaptureUnsupported;
+}
 }  // namespace
 
 extern "C" {
@@ -116,7 +150,45 @@ cudaError_t cudaStreamDestroy(cudaStream_t) {
   return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t) {
+  if (capturing != nullptr) return refuse_in_capture();
   ++loadstar::test::stream_syncs;
+  return cudaSuccess;
+}
+cudaError_t cudaStreamBeginCapture(cudaStream_t, enum cudaStreamCaptureMode) {
+  if (capturing != nullptr) return cudaErrorIllegalState;
+  capturing = new Graph;
+  capture_invalidated = false;
+  return cudaSuccess;
+}
+cudaError_t cudaStreamEndCapture(cudaStream_t, cudaGraph_t* graph) {
+  if (capturing == nullptr) return cudaErrorIllegalState;
+  Graph* captured = std::exchange(capturing, nullptr);
+  if (capture_invalidated) {
+    delete captured;
+    *graph = nullptr;
+    return cudaErrorStreamCaptureInvalidated;
+  }
+  *graph = reinterpret_cast<cudaGraph_t>(captured);
+  return cudaSuccess;
+}
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long) {
+  if (graph == nullptr) return cudaErrorInvalidValue;
+  *exec = reinterpret_cast<cudaGraphExec_t>(new Graph(*reinterpret_cast<Graph*>(graph)));
+  return cudaSuccess;
+}
+cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+  delete reinterpret_cast<Graph*>(graph);
+  return cudaSuccess;
+}
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
+  delete reinterpret_cast<Graph*>(exec);
+  return cudaSuccess;
+}
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t) {
+  if (capturing != nullptr) return refuse_in_capture();
+  ++loadstar::test::graph_launches;
+  for (const auto& operation : reinterpret_cast<Graph*>(exec)->operations)
+    operation();
   return cudaSuccess;
 }
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int) {
@@ -124,6 +196,7 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int) {
   return cudaSuccess;
 }
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) {
+  if (capturing != nullptr) return refuse_in_capture();  // not used in a capture by the backend
   reinterpret_cast<Event*>(event)->serial = ++event_records;
   return cudaSuccess;
 }
@@ -154,6 +227,8 @@ cudaError_t cudaMemPoolDestroy(cudaMemPool_t) {
   return cudaSuccess;
 }
 cudaError_t cudaMallocFromPoolAsync(void** pointer, size_t size, cudaMemPool_t, cudaStream_t) {
+  // A device would add an allocation node to the graph; the backend never allocates in a capture.
+  if (capturing != nullptr) return refuse_in_capture();
   Pool& p = pool();
   std::lock_guard lock(p.mutex);
   if (const auto found = p.free_blocks.find(size); found != p.free_blocks.end()) {
@@ -170,6 +245,7 @@ cudaError_t cudaMallocFromPoolAsync(void** pointer, size_t size, cudaMemPool_t, 
   return cudaSuccess;
 }
 cudaError_t cudaFreeAsync(void* pointer, cudaStream_t) {
+  if (capturing != nullptr) return refuse_in_capture();
   Pool& p = pool();
   std::lock_guard lock(p.mutex);
   const auto found = p.sizes.find(pointer);
@@ -197,24 +273,26 @@ cudaError_t cudaFreeHost(void* pointer) {
   std::free(pointer);
   return cudaSuccess;
 }
-cudaError_t cudaMemsetAsync(void* pointer, int value, size_t count, cudaStream_t) {
-  std::memset(pointer, value, count);
-  return cudaSuccess;
+cudaError_t cudaMemsetAsync(void* pointer, int value, size_t count, cudaStream_t stream) {
+  return submit(stream, [=] { std::memset(pointer, value, count); });
 }
 cudaError_t cudaMemcpyAsync(void* destination, const void* source, size_t count,
-                            enum cudaMemcpyKind, cudaStream_t) {
-  std::memmove(destination, source, count);
-  return cudaSuccess;
+                            enum cudaMemcpyKind kind, cudaStream_t stream) {
+  // The backend copies from and to the host outside captures only (a graph would read the host
+  // memory when it is launched, not when it is captured).
+  if (capturing != nullptr && kind != cudaMemcpyDeviceToDevice) return refuse_in_capture();
+  return submit(stream, [=] { std::memmove(destination, source, count); });
 }
 cudaError_t cudaMemcpy2DAsync(void* destination, size_t destination_pitch, const void* source,
                               size_t source_pitch, size_t width, size_t height, enum cudaMemcpyKind,
-                              cudaStream_t) {
+                              cudaStream_t stream) {
   if (width > destination_pitch || width > source_pitch) return cudaErrorInvalidValue;
-  for (size_t row = 0; row < height; ++row) {
-    std::memcpy(static_cast<char*>(destination) + row * destination_pitch,
-                static_cast<const char*>(source) + row * source_pitch, width);
-  }
-  return cudaSuccess;
+  return submit(stream, [=] {
+    for (size_t row = 0; row < height; ++row) {
+      std::memcpy(static_cast<char*>(destination) + row * destination_pitch,
+                  static_cast<const char*>(source) + row * source_pitch, width);
+    }
+  });
 }
 
 cublasStatus_t cublasCreate_v2(cublasHandle_t* handle) {
@@ -249,18 +327,23 @@ cublasStatus_t cublasSgemm_v2(cublasHandle_t, cublasOperation_t transa, cublasOp
     return CUBLAS_STATUS_INVALID_VALUE;
   if (lda < (transa == CUBLAS_OP_N ? m : k) || ldb < (transb == CUBLAS_OP_N ? k : n))
     return CUBLAS_STATUS_INVALID_VALUE;
-  for (int j = 0; j < n; ++j) {
-    for (int i = 0; i < m; ++i) {
-      double sum = 0.0;
-      for (int p = 0; p < k; ++p) {
-        const float a = transa == CUBLAS_OP_N ? A[i + p * lda] : A[p + i * lda];
-        const float b = transb == CUBLAS_OP_N ? B[p + j * ldb] : B[j + p * ldb];
-        sum += double(a) * double(b);
+  // alpha and beta are host scalars, read when the call is made (or captured).
+  const float alpha_value = *alpha, beta_value = *beta;
+  submit(nullptr, [=] {
+    for (int j = 0; j < n; ++j) {
+      for (int i = 0; i < m; ++i) {
+        double sum = 0.0;
+        for (int p = 0; p < k; ++p) {
+          const float a = transa == CUBLAS_OP_N ? A[i + p * lda] : A[p + i * lda];
+          const float b = transb == CUBLAS_OP_N ? B[p + j * ldb] : B[j + p * ldb];
+          sum += double(a) * double(b);
+        }
+        float& c = C[i + j * ldc];
+        c = static_cast<float>(alpha_value * sum +
+                               (beta_value == 0.0F ? 0.0 : double(beta_value) * c));
       }
-      float& c = C[i + j * ldc];
-      c = static_cast<float>(*alpha * sum + (*beta == 0.0F ? 0.0 : double(*beta) * c));
     }
-  }
+  });
   return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -382,13 +465,14 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const
                               cublasLtMatrixLayout_t b_layout, const void* beta, const void* C,
                               cublasLtMatrixLayout_t c_layout, void* D,
                               cublasLtMatrixLayout_t d_layout, const cublasLtMatmulAlgo_t*, void*,
-                              size_t, cudaStream_t) {
+                              size_t, cudaStream_t stream) {
   ++loadstar::test::lt_matmuls;
-  const auto& d = *reinterpret_cast<const LtDesc*>(desc);
-  const auto& la = *reinterpret_cast<const LtLayout*>(a_layout);
-  const auto& lb = *reinterpret_cast<const LtLayout*>(b_layout);
-  const auto& lc = *reinterpret_cast<const LtLayout*>(c_layout);
-  const auto& ld = *reinterpret_cast<const LtLayout*>(d_layout);
+  // The descriptors and scalars as they are when the call is made (or captured).
+  const LtDesc d = *reinterpret_cast<const LtDesc*>(desc);
+  const LtLayout la = *reinterpret_cast<const LtLayout*>(a_layout);
+  const LtLayout lb = *reinterpret_cast<const LtLayout*>(b_layout);
+  const LtLayout lc = *reinterpret_cast<const LtLayout*>(c_layout);
+  const LtLayout ld = *reinterpret_cast<const LtLayout*>(d_layout);
   const std::uint64_t m = ld.rows, n = ld.cols;
   const std::uint64_t k = d.transa == CUBLAS_OP_N ? la.cols : la.rows;
   if ((d.transa == CUBLAS_OP_N ? la.rows : la.cols) != m ||
@@ -406,21 +490,23 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const
   auto* out = static_cast<float*>(D);
   const float a_scale = *static_cast<const float*>(alpha);
   const float c_scale = *static_cast<const float*>(beta);
-  for (std::uint64_t j = 0; j < n; ++j) {
-    for (std::uint64_t i = 0; i < m; ++i) {
-      double sum = 0.0;
-      for (std::uint64_t p = 0; p < k; ++p) {
-        const float av = d.transa == CUBLAS_OP_N ? a[i + p * la.ld] : a[p + i * la.ld];
-        const float bv = d.transb == CUBLAS_OP_N ? b[p + j * lb.ld] : b[j + p * lb.ld];
-        sum += double(av) * double(bv);
+  submit(stream, [=] {
+    for (std::uint64_t j = 0; j < n; ++j) {
+      for (std::uint64_t i = 0; i < m; ++i) {
+        double sum = 0.0;
+        for (std::uint64_t p = 0; p < k; ++p) {
+          const float av = d.transa == CUBLAS_OP_N ? a[i + p * la.ld] : a[p + i * la.ld];
+          const float bv = d.transb == CUBLAS_OP_N ? b[p + j * lb.ld] : b[j + p * lb.ld];
+          sum += double(av) * double(bv);
+        }
+        float value = static_cast<float>(
+            a_scale * sum + (c_scale == 0.0F ? 0.0 : double(c_scale) * c[i + j * lc.ld]));
+        if (bias) value += d.bias[i];
+        if (relu) value = value > 0.0F ? value : 0.0F;
+        out[i + j * ld.ld] = value;
       }
-      float value = static_cast<float>(
-          a_scale * sum + (c_scale == 0.0F ? 0.0 : double(c_scale) * c[i + j * lc.ld]));
-      if (bias) value += d.bias[i];
-      if (relu) value = value > 0.0F ? value : 0.0F;
-      out[i + j * ld.ld] = value;
     }
-  }
+  });
   return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -446,255 +532,296 @@ void column_reduce(const Value& value, Finish finish, std::size_t rows, std::siz
 
 }  // namespace
 
-cudaError_t launch_fill(cudaStream_t, float* x, std::size_t n, float value) {
-  for (std::size_t i = 0; i < n; ++i)
-    x[i] = value;
-  return cudaSuccess;
+cudaError_t launch_fill(cudaStream_t stream, float* x, std::size_t n, float value) {
+  return submit(stream, [=] {
+    for (std::size_t i = 0; i < n; ++i)
+      x[i] = value;
+  });
 }
-cudaError_t launch_scale(cudaStream_t, float* x, std::size_t n, float alpha) {
-  for (std::size_t i = 0; i < n; ++i)
-    x[i] *= alpha;
-  return cudaSuccess;
+cudaError_t launch_scale(cudaStream_t stream, float* x, std::size_t n, float alpha) {
+  return submit(stream, [=] {
+    for (std::size_t i = 0; i < n; ++i)
+      x[i] *= alpha;
+  });
 }
-cudaError_t launch_axpy(cudaStream_t, float alpha, const float* x, float* y, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i)
-    y[i] += alpha * x[i];
-  return cudaSuccess;
+cudaError_t launch_axpy(cudaStream_t stream, float alpha, const float* x, float* y, std::size_t n) {
+  return submit(stream, [=] {
+    for (std::size_t i = 0; i < n; ++i)
+      y[i] += alpha * x[i];
+  });
 }
-cudaError_t launch_add(cudaStream_t, const float* a, const float* b, float* out, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i)
-    out[i] = a[i] + b[i];
-  return cudaSuccess;
+cudaError_t launch_add(cudaStream_t stream, const float* a, const float* b, float* out,
+                       std::size_t n) {
+  return submit(stream, [=] {
+    for (std::size_t i = 0; i < n; ++i)
+      out[i] = a[i] + b[i];
+  });
 }
-cudaError_t launch_bias_add(cudaStream_t, float* x, std::size_t n, const float* bias,
+cudaError_t launch_bias_add(cudaStream_t stream, float* x, std::size_t n, const float* bias,
                             std::size_t width) {
-  for (std::size_t i = 0; i < n; ++i)
-    x[i] += bias[i % width];
-  return cudaSuccess;
+  return submit(stream, [=] {
+    for (std::size_t i = 0; i < n; ++i)
+      x[i] += bias[i % width];
+  });
 }
-cudaError_t launch_column_sums(cudaStream_t, const float* x, float* out, std::size_t rows,
+cudaError_t launch_column_sums(cudaStream_t stream, const float* x, float* out, std::size_t rows,
                                std::size_t columns, float beta, double* scratch) {
-  column_reduce(
-      ElementValue{x, columns},
-      [&](std::size_t j, double sum) {
-        out[j] = column_sum_value(sum, beta, beta == 0.0F ? 0.0F : out[j]);
-      },
-      rows, columns, scratch);
-  return cudaSuccess;
+  return submit(stream, [=] {
+    column_reduce(
+        ElementValue{x, columns},
+        [&](std::size_t j, double sum) {
+          out[j] = column_sum_value(sum, beta, beta == 0.0F ? 0.0F : out[j]);
+        },
+        rows, columns, scratch);
+  });
 }
-cudaError_t launch_activation_forward(cudaStream_t, ActivationCode kind, const float* x, float* y,
-                                      std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i)
-    y[i] = activate(kind, x[i]);
-  return cudaSuccess;
+cudaError_t launch_activation_forward(cudaStream_t stream, ActivationCode kind, const float* x,
+                                      float* y, std::size_t n) {
+  return submit(stream, [=] {
+    for (std::size_t i = 0; i < n; ++i)
+      y[i] = activate(kind, x[i]);
+  });
 }
-cudaError_t launch_activation_backward(cudaStream_t, ActivationCode kind, const float* x,
+cudaError_t launch_activation_backward(cudaStream_t stream, ActivationCode kind, const float* x,
                                        const float* y, const float* dy, float* dx, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i)
-    dx[i] = activation_gradient(kind, x == nullptr ? 0.0F : x[i], y[i], dy[i]);
-  return cudaSuccess;
+  return submit(stream, [=] {
+    for (std::size_t i = 0; i < n; ++i)
+      dx[i] = activation_gradient(kind, x == nullptr ? 0.0F : x[i], y[i], dy[i]);
+  });
 }
-cudaError_t launch_relu_forward(cudaStream_t, const float* x, float* y, std::size_t n, float top,
-                                float slope, float threshold) {
-  for (std::size_t i = 0; i < n; ++i)
-    y[i] = relu_value(x[i], top, slope, threshold);
-  return cudaSuccess;
+cudaError_t launch_relu_forward(cudaStream_t stream, const float* x, float* y, std::size_t n,
+                                float top, float slope, float threshold) {
+  return submit(stream, [=] {
+    for (std::size_t i = 0; i < n; ++i)
+      y[i] = relu_value(x[i], top, slope, threshold);
+  });
 }
-cudaError_t launch_relu_backward(cudaStream_t, const float* x, const float* dy, float* dx,
+cudaError_t launch_relu_backward(cudaStream_t stream, const float* x, const float* dy, float* dx,
                                  std::size_t n, float top, float slope, float threshold) {
-  for (std::size_t i = 0; i < n; ++i)
-    dx[i] = relu_gradient(x[i], dy[i], top, slope, threshold);
-  return cudaSuccess;
+  return submit(stream, [=] {
+    for (std::size_t i = 0; i < n; ++i)
+      dx[i] = relu_gradient(x[i], dy[i], top, slope, threshold);
+  });
 }
-cudaError_t launch_softmax_forward(cudaStream_t, const float* x, float* y, std::size_t outer,
+cudaError_t launch_softmax_forward(cudaStream_t stream, const float* x, float* y, std::size_t outer,
                                    std::size_t length, std::size_t inner) {
-  for (std::size_t line = 0; line < outer * inner; ++line)
-    softmax_forward_line(x, y, length, inner, line);
-  return cudaSuccess;
+  return submit(stream, [=] {
+    for (std::size_t line = 0; line < outer * inner; ++line)
+      softmax_forward_line(x, y, length, inner, line);
+  });
 }
-cudaError_t launch_softmax_backward(cudaStream_t, const float* y, const float* dy, float* dx,
+cudaError_t launch_softmax_backward(cudaStream_t stream, const float* y, const float* dy, float* dx,
                                     std::size_t outer, std::size_t length, std::size_t inner) {
-  for (std::size_t line = 0; line < outer * inner; ++line)
-    softmax_backward_line(y, dy, dx, length, inner, line);
-  return cudaSuccess;
+  return submit(stream, [=] {
+    for (std::size_t line = 0; line < outer * inner; ++line)
+      softmax_backward_line(y, dy, dx, length, inner, line);
+  });
 }
-cudaError_t launch_dropout(cudaStream_t, const float* x, float* y, std::size_t n, double rate,
-                           float keep_scale, std::uint64_t key) {
-  for (std::size_t i = 0; i < n; ++i)
-    y[i] = dropout_value(x[i], key, i, rate, keep_scale);
-  return cudaSuccess;
+cudaError_t launch_dropout(cudaStream_t stream, const float* x, float* y, std::size_t n,
+                           double rate, float keep_scale, std::uint64_t key,
+                           const std::uint64_t* device_key) {
+  return submit(stream, [=] {
+    const std::uint64_t k = device_key != nullptr ? *device_key : key;
+    for (std::size_t i = 0; i < n; ++i)
+      y[i] = dropout_value(x[i], k, i, rate, keep_scale);
+  });
 }
-cudaError_t launch_im2col(cudaStream_t, const float* x, const ConvDims& g, float* columns) {
-  const std::size_t n = g.batch * g.out_h * g.out_w * g.kernel_h * g.kernel_w * g.in_c;
-  for (std::size_t i = 0; i < n; ++i)
-    columns[i] = im2col_value(x, g, i);
-  return cudaSuccess;
+cudaError_t launch_im2col(cudaStream_t stream, const float* x, const ConvDims& g, float* columns) {
+  return submit(stream, [=] {
+    const std::size_t n = g.batch * g.out_h * g.out_w * g.kernel_h * g.kernel_w * g.in_c;
+    for (std::size_t i = 0; i < n; ++i)
+      columns[i] = im2col_value(x, g, i);
+  });
 }
-cudaError_t launch_col2im(cudaStream_t, const float* columns, const ConvDims& g, float* dx) {
-  const std::size_t n = g.batch * g.in_h * g.in_w * g.in_c;
-  for (std::size_t i = 0; i < n; ++i)
-    dx[i] = col2im_value(columns, g, i);
-  return cudaSuccess;
+cudaError_t launch_col2im(cudaStream_t stream, const float* columns, const ConvDims& g, float* dx) {
+  return submit(stream, [=] {
+    const std::size_t n = g.batch * g.in_h * g.in_w * g.in_c;
+    for (std::size_t i = 0; i < n; ++i)
+      dx[i] = col2im_value(columns, g, i);
+  });
 }
-cudaError_t launch_max_pool_forward(cudaStream_t, const float* x, const PoolDims& g, float* y) {
-  for (std::size_t i = 0; i < g.batch * g.out_h * g.out_w * g.channels; ++i)
-    y[i] = pool_forward_value(x, g, true, i);
-  return cudaSuccess;
+cudaError_t launch_max_pool_forward(cudaStream_t stream, const float* x, const PoolDims& g,
+                                    float* y) {
+  return submit(stream, [=] {
+    for (std::size_t i = 0; i < g.batch * g.out_h * g.out_w * g.channels; ++i)
+      y[i] = pool_forward_value(x, g, true, i);
+  });
 }
-cudaError_t launch_max_pool_backward(cudaStream_t, const float* x, const PoolDims& g,
+cudaError_t launch_max_pool_backward(cudaStream_t stream, const float* x, const PoolDims& g,
                                      const float* dy, float* dx) {
-  for (std::size_t i = 0; i < g.batch * g.in_h * g.in_w * g.channels; ++i)
-    dx[i] = pool_backward_value(x, g, dy, true, i);
-  return cudaSuccess;
+  return submit(stream, [=] {
+    for (std::size_t i = 0; i < g.batch * g.in_h * g.in_w * g.channels; ++i)
+      dx[i] = pool_backward_value(x, g, dy, true, i);
+  });
 }
-cudaError_t launch_avg_pool_forward(cudaStream_t, const float* x, const PoolDims& g, float* y) {
-  for (std::size_t i = 0; i < g.batch * g.out_h * g.out_w * g.channels; ++i)
-    y[i] = pool_forward_value(x, g, false, i);
-  return cudaSuccess;
+cudaError_t launch_avg_pool_forward(cudaStream_t stream, const float* x, const PoolDims& g,
+                                    float* y) {
+  return submit(stream, [=] {
+    for (std::size_t i = 0; i < g.batch * g.out_h * g.out_w * g.channels; ++i)
+      y[i] = pool_forward_value(x, g, false, i);
+  });
 }
-cudaError_t launch_avg_pool_backward(cudaStream_t, const PoolDims& g, const float* dy, float* dx) {
-  for (std::size_t i = 0; i < g.batch * g.in_h * g.in_w * g.channels; ++i)
-    dx[i] = pool_backward_value(nullptr, g, dy, false, i);
-  return cudaSuccess;
+cudaError_t launch_avg_pool_backward(cudaStream_t stream, const PoolDims& g, const float* dy,
+                                     float* dx) {
+  return submit(stream, [=] {
+    for (std::size_t i = 0; i < g.batch * g.in_h * g.in_w * g.channels; ++i)
+      dx[i] = pool_backward_value(nullptr, g, dy, false, i);
+  });
 }
-cudaError_t launch_global_pool_forward(cudaStream_t, const float* x, bool max, float* y,
+cudaError_t launch_global_pool_forward(cudaStream_t stream, const float* x, bool max, float* y,
                                        std::size_t batch, std::size_t pixels,
                                        std::size_t channels) {
-  for (std::size_t i = 0; i < batch * channels; ++i)
-    y[i] = global_pool_forward_value(x, max, pixels, channels, i);
-  return cudaSuccess;
+  return submit(stream, [=] {
+    for (std::size_t i = 0; i < batch * channels; ++i)
+      y[i] = global_pool_forward_value(x, max, pixels, channels, i);
+  });
 }
-cudaError_t launch_global_pool_backward(cudaStream_t, const float* x, bool max, const float* dy,
-                                        float* dx, std::size_t batch, std::size_t pixels,
-                                        std::size_t channels) {
-  for (std::size_t i = 0; i < batch * channels; ++i)
-    global_pool_backward_line(x, max, dy, dx, pixels, channels, i);
-  return cudaSuccess;
+cudaError_t launch_global_pool_backward(cudaStream_t stream, const float* x, bool max,
+                                        const float* dy, float* dx, std::size_t batch,
+                                        std::size_t pixels, std::size_t channels) {
+  return submit(stream, [=] {
+    for (std::size_t i = 0; i < batch * channels; ++i)
+      global_pool_backward_line(x, max, dy, dx, pixels, channels, i);
+  });
 }
-cudaError_t launch_moments(cudaStream_t, const float* x, float* mean, float* variance,
+cudaError_t launch_moments(cudaStream_t stream, const float* x, float* mean, float* variance,
                            std::size_t rows, std::size_t channels, double* scratch) {
-  double* mean_sums = scratch + reduction_chunks(rows) * channels;
-  const auto n = static_cast<double>(rows);
-  column_reduce(
-      ElementValue{x, channels}, [&](std::size_t j, double sum) { mean_sums[j] = sum / n; }, rows,
-      channels, scratch);
-  column_reduce(
-      SquaredDeviation{x, mean_sums, channels},
-      [&](std::size_t j, double squares) {
-        mean[j] = static_cast<float>(mean_sums[j]);
-        variance[j] = static_cast<float>(squares / n);
-      },
-      rows, channels, scratch);
-  return cudaSuccess;
+  return submit(stream, [=] {
+    double* mean_sums = scratch + reduction_chunks(rows) * channels;
+    const auto n = static_cast<double>(rows);
+    column_reduce(
+        ElementValue{x, channels}, [&](std::size_t j, double sum) { mean_sums[j] = sum / n; }, rows,
+        channels, scratch);
+    column_reduce(
+        SquaredDeviation{x, mean_sums, channels},
+        [&](std::size_t j, double squares) {
+          mean[j] = static_cast<float>(mean_sums[j]);
+          variance[j] = static_cast<float>(squares / n);
+        },
+        rows, channels, scratch);
+  });
 }
-cudaError_t launch_batch_norm_forward(cudaStream_t, const float* x, const float* mean,
+cudaError_t launch_batch_norm_forward(cudaStream_t stream, const float* x, const float* mean,
                                       const float* variance, const float* gamma, const float* beta,
                                       float epsilon, float* y, std::size_t rows,
                                       std::size_t channels) {
-  for (std::size_t i = 0; i < rows * channels; ++i) {
-    const std::size_t j = i % channels;
-    y[i] = batch_norm_value(x[i], mean[j], variance[j], gamma == nullptr ? 1.0F : gamma[j],
-                            beta == nullptr ? 0.0F : beta[j], epsilon);
-  }
-  return cudaSuccess;
+  return submit(stream, [=] {
+    for (std::size_t i = 0; i < rows * channels; ++i) {
+      const std::size_t j = i % channels;
+      y[i] = batch_norm_value(x[i], mean[j], variance[j], gamma == nullptr ? 1.0F : gamma[j],
+                              beta == nullptr ? 0.0F : beta[j], epsilon);
+    }
+  });
 }
-cudaError_t launch_batch_norm_backward(cudaStream_t, const float* x, const float* mean,
+cudaError_t launch_batch_norm_backward(cudaStream_t stream, const float* x, const float* mean,
                                        const float* variance, const float* gamma, float epsilon,
                                        bool training, const float* dy, float* dx, float* dgamma,
                                        float* dbeta, std::size_t rows, std::size_t channels,
                                        double* scratch) {
-  double* sum_dy = scratch + reduction_chunks(rows) * channels;
-  double* sum_dy_xhat = sum_dy + channels;
-  auto keep = [](double* sums, float* gradient) {
-    return [sums, gradient](std::size_t j, double sum) {
-      sums[j] = sum;
-      if (gradient != nullptr) gradient[j] += static_cast<float>(sum);
+  return submit(stream, [=] {
+    double* sum_dy = scratch + reduction_chunks(rows) * channels;
+    double* sum_dy_xhat = sum_dy + channels;
+    auto keep = [](double* sums, float* gradient) {
+      return [sums, gradient](std::size_t j, double sum) {
+        sums[j] = sum;
+        if (gradient != nullptr) gradient[j] += static_cast<float>(sum);
+      };
     };
-  };
-  column_reduce(ElementValue{dy, channels}, keep(sum_dy, dbeta), rows, channels, scratch);
-  column_reduce(DyXhat{x, mean, variance, dy, epsilon, channels}, keep(sum_dy_xhat, dgamma), rows,
-                channels, scratch);
-  if (dx == nullptr) return cudaSuccess;
-  for (std::size_t i = 0; i < rows * channels; ++i) {
-    const std::size_t j = i % channels;
-    dx[i] =
-        batch_norm_gradient(x[i], mean[j], variance[j], gamma == nullptr ? 1.0 : gamma[j], epsilon,
-                            training, dy[i], sum_dy[j], sum_dy_xhat[j], static_cast<double>(rows));
-  }
-  return cudaSuccess;
+    column_reduce(ElementValue{dy, channels}, keep(sum_dy, dbeta), rows, channels, scratch);
+    column_reduce(DyXhat{x, mean, variance, dy, epsilon, channels}, keep(sum_dy_xhat, dgamma), rows,
+                  channels, scratch);
+    if (dx == nullptr) return;
+    for (std::size_t i = 0; i < rows * channels; ++i) {
+      const std::size_t j = i % channels;
+      dx[i] = batch_norm_gradient(x[i], mean[j], variance[j], gamma == nullptr ? 1.0 : gamma[j],
+                                  epsilon, training, dy[i], sum_dy[j], sum_dy_xhat[j],
+                                  static_cast<double>(rows));
+    }
+  });
 }
-cudaError_t launch_moving_average(cudaStream_t, float* moving, const float* value, std::size_t n,
-                                  float momentum) {
-  for (std::size_t i = 0; i < n; ++i)
-    moving[i] = moving_average_value(moving[i], value[i], momentum);
-  return cudaSuccess;
+cudaError_t launch_moving_average(cudaStream_t stream, float* moving, const float* value,
+                                  std::size_t n, float momentum) {
+  return submit(stream, [=] {
+    for (std::size_t i = 0; i < n; ++i)
+      moving[i] = moving_average_value(moving[i], value[i], momentum);
+  });
 }
-cudaError_t launch_find_bad_index(cudaStream_t, const float* indices, std::size_t n,
+cudaError_t launch_find_bad_index(cudaStream_t stream, const float* indices, std::size_t n,
                                   std::size_t rows, unsigned long long* first) {
-  for (std::size_t i = 0; i < n; ++i)
-    if (!index_in_range(indices[i], rows) && i < *first) *first = i;
-  return cudaSuccess;
+  return submit(stream, [=] {
+    for (std::size_t i = 0; i < n; ++i)
+      if (!index_in_range(indices[i], rows) && i < *first) *first = i;
+  });
 }
-cudaError_t launch_gather(cudaStream_t, const float* indices, std::size_t n, const float* table,
-                          std::size_t width, float* out) {
-  for (std::size_t i = 0; i < n * width; ++i)
-    out[i] = gather_value(indices, table, width, i);
-  return cudaSuccess;
+cudaError_t launch_gather(cudaStream_t stream, const float* indices, std::size_t n,
+                          const float* table, std::size_t width, float* out) {
+  return submit(stream, [=] {
+    for (std::size_t i = 0; i < n * width; ++i)
+      out[i] = gather_value(indices, table, width, i);
+  });
 }
-cudaError_t launch_scatter_add(cudaStream_t, const float* indices, std::size_t n, const float* dy,
-                               std::size_t width, float* table_gradient) {
-  for (std::size_t c = 0; c < width; ++c)
-    scatter_add_column(indices, n, dy, width, table_gradient, c);
-  return cudaSuccess;
+cudaError_t launch_scatter_add(cudaStream_t stream, const float* indices, std::size_t n,
+                               const float* dy, std::size_t width, float* table_gradient) {
+  return submit(stream, [=] {
+    for (std::size_t c = 0; c < width; ++c)
+      scatter_add_column(indices, n, dy, width, table_gradient, c);
+  });
 }
-cudaError_t launch_clip_scales(cudaStream_t, const UpdateTarget* targets, std::size_t count,
+cudaError_t launch_clip_scales(cudaStream_t stream, const UpdateTarget* targets, std::size_t count,
                                std::size_t segments, double* partials, bool global,
                                double threshold, float* scales) {
-  for (std::size_t s = 0; s < segments; ++s)
-    partials[s] = segment_squares(targets, count, s);
-  clip_scales(targets, count, partials, global, threshold, scales);
-  return cudaSuccess;
+  return submit(stream, [=] {
+    for (std::size_t s = 0; s < segments; ++s)
+      partials[s] = segment_squares(targets, count, s);
+    clip_scales(targets, count, partials, global, threshold, scales);
+  });
 }
-cudaError_t launch_optimizer_step(cudaStream_t, const UpdateTarget* targets, std::size_t count,
-                                  std::size_t elements, const UpdateParams& params,
+cudaError_t launch_optimizer_step(cudaStream_t stream, const UpdateTarget* targets,
+                                  std::size_t count, std::size_t elements,
+                                  const UpdateParams& params, const UpdateParams* device_params,
                                   const float* scales) {
-  for (std::size_t i = 0; i < elements; ++i)
-    update_flat(targets, count, params, scales, i);
-  return cudaSuccess;
+  return submit(stream, [=] {
+    const UpdateParams p = device_params != nullptr ? *device_params : params;
+    for (std::size_t i = 0; i < elements; ++i)
+      update_flat(targets, count, p, scales, i);
+  });
 }
-cudaError_t launch_row_loss(cudaStream_t, const RowLossParams& params, const RowDims& dims,
+cudaError_t launch_row_loss(cudaStream_t stream, const RowLossParams& params, const RowDims& dims,
                             const float* y_true, const float* y_pred, const float* weight,
                             float* gradient, double* terms, double* partials, double* record) {
-  auto* first_bad = reinterpret_cast<unsigned long long*>(record + 1);
-  for (std::size_t j = 0; j < dims.values; ++j) {
-    if (params.kind == RowLossCode::sparse_categorical_crossentropy &&
-        !label_in_range(y_true[j * dims.true_size], dims.classes) && j < *first_bad) {
-      *first_bad = j;
+  return submit(stream, [=] {
+    auto* first_bad = reinterpret_cast<unsigned long long*>(record + 1);
+    for (std::size_t j = 0; j < dims.values; ++j) {
+      if (params.kind == RowLossCode::sparse_categorical_crossentropy &&
+          !label_in_range(y_true[j * dims.true_size], dims.classes) && j < *first_bad) {
+        *first_bad = j;
+      }
+      terms[j] = row_loss_term(params, dims, y_true, y_pred, weight, gradient, j);
     }
-    terms[j] = row_loss_term(params, dims, y_true, y_pred, weight, gradient, j);
-  }
-  column_reduce(
-      DoubleElementValue{terms, 1},
-      [&](std::size_t, double sum) { finish_row_loss(sum, y_true, dims.true_size, record); },
-      dims.values, 1, partials);
-  return cudaSuccess;
+    column_reduce(
+        DoubleElementValue{terms, 1},
+        [&](std::size_t, double sum) { finish_row_loss(sum, y_true, dims.true_size, record); },
+        dims.values, 1, partials);
+  });
 }
-cudaError_t launch_mean_metric(cudaStream_t, MeanMetricCode kind, double threshold,
+cudaError_t launch_mean_metric(cudaStream_t stream, MeanMetricCode kind, double threshold,
                                const RowDims& dims, const float* y_true, const float* y_pred,
                                const float* weight, double* terms, double* partials,
                                double* result) {
-  for (std::size_t j = 0; j < dims.values; ++j)
-    metric_terms(kind, threshold, dims, y_true, y_pred, weight, terms, j);
-  column_reduce(
-      DoubleElementValue{terms, 2}, [&](std::size_t j, double sum) { result[j] = sum; },
-      dims.values, 2, partials);
-  return cudaSuccess;
+  return submit(stream, [=] {
+    for (std::size_t j = 0; j < dims.values; ++j)
+      metric_terms(kind, threshold, dims, y_true, y_pred, weight, terms, j);
+    column_reduce(
+        DoubleElementValue{terms, 2}, [&](std::size_t j, double sum) { result[j] = sum; },
+        dims.values, 2, partials);
+  });
 }
-cudaError_t launch_permute(cudaStream_t, const float* x, float* y, const PermuteDims& dims,
+cudaError_t launch_permute(cudaStream_t stream, const float* x, float* y, const PermuteDims& dims,
                            std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i)
-    y[i] = x[permute_offset(dims, i)];
-  return cudaSuccess;
+  return submit(stream, [=] {
+    for (std::size_t i = 0; i < n; ++i)
+      y[i] = x[permute_offset(dims, i)];
+  });
 }
 
 }  // namespace loadstar::cuda::detail

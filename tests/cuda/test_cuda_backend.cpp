@@ -16,6 +16,7 @@
 #include <loadstar/cuda.hpp>
 #include <loadstar/keras.hpp>
 #include <loadstar/keras/backend/cpu_backend.hpp>
+#include <map>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -632,8 +633,11 @@ TEST_SUITE("cuda") {
   }
 
   TEST_CASE("Dense and Conv2D models predict and train on the GPU as on the CPU") {
-    for (const auto& [name, make] : {std::pair<const char*, ModelFactory>{"mlp", mlp},
-                                     std::pair<const char*, ModelFactory>{"cnn", cnn}}) {
+    for (const auto& entry : {std::pair<const char*, ModelFactory>{"mlp", mlp},
+                              std::pair<const char*, ModelFactory>{"cnn", cnn}}) {
+      // Named copies: Clang before 16 cannot capture structured bindings (CAPTURE's lambda).
+      const char* const name = entry.first;
+      const ModelFactory& make = entry.second;
       CAPTURE(name);
       const std::vector<Tensor<float>> initial = make()->get_weights();
       // Forward: predictions from the same weights before training.
@@ -1023,5 +1027,201 @@ TEST_SUITE("cuda") {
                                                         Tensor<float>())),
                          "sparse_categorical_crossentropy: label 3 at row 2 is outside [0, 3)",
                          ConfigError);
+  }
+}
+
+namespace {
+
+/// What a run with CUDA graphs on or off leaves: the weights, the history, the predictions and
+/// the backend's step counts.
+struct GraphRun {
+  std::vector<Tensor<float>> weights;
+  callbacks::History history;
+  std::map<std::string, double> evaluation;
+  Tensor<float> predictions;
+  loadstar::cuda::GraphStats stats;
+};
+
+/// `epochs` epochs of `make`'s model on `samples` images in batches of 16 (the last partial when
+/// `samples` is no multiple of 16), with Adam on a decaying learning rate, validation on 40
+/// images in batches of 16, then an evaluation and a prediction, on a CUDA backend with graphs
+/// on or off.
+GraphRun train_with_graphs(const ModelFactory& make, bool graphs, std::size_t samples,
+                           std::size_t epochs,
+                           const std::function<void(Model&)>& between_epochs = {}) {
+  auto backend = std::make_shared<CudaBackend>(0, loadstar::cuda::CudaOptions{.graphs = graphs});
+  const Data data = images(samples, 7);
+  const Data validation = images(40, 9);
+  auto model = make();
+  model->compile({.optimizer = std::make_shared<optimizers::Adam>(optimizers::AdamOptions{
+                      .learning_rate = optimizers::schedules::ExponentialDecay(0.01, 4, 0.8)}),
+                  .loss = losses::SparseCategoricalCrossentropy(true),
+                  .metrics = {"accuracy"},
+                  .backend = backend});
+  GraphRun run;
+  for (std::size_t epoch = 0; epoch < epochs; ++epoch) {
+    if (epoch > 0 && between_epochs) between_epochs(*model);
+    FitOptions options{
+        .epochs = epoch + 1, .batch_size = 16, .verbose = 0, .initial_epoch = epoch, .seed = 5};
+    options.validation_data = {validation.x, validation.y};
+    const auto more = model->fit(data.x, data.y, options);
+    for (const auto& [key, series] : more.history)
+      run.history.history[key].insert(run.history.history[key].end(), series.begin(), series.end());
+  }
+  for (const auto& [key, value] :
+       model->evaluate(validation.x, validation.y, {.batch_size = 16, .verbose = 0}))
+    run.evaluation[std::string(key)] = value;
+  run.predictions = model->predict(images(24, 8).x, {.batch_size = 8, .verbose = 0});
+  run.weights = model->get_weights();
+  run.stats = backend->graph_stats();
+  return run;
+}
+
+/// Two runs agree bit for bit.
+void check_same_run(const GraphRun& eager, const GraphRun& graphs) {
+  REQUIRE(eager.weights.size() == graphs.weights.size());
+  for (std::size_t i = 0; i < eager.weights.size(); ++i) {
+    CAPTURE(i);
+    CHECK(bitwise_equal(eager.weights[i], graphs.weights[i]));
+  }
+  CHECK(eager.history.history == graphs.history.history);
+  CHECK(eager.evaluation == graphs.evaluation);
+  CHECK(bitwise_equal(eager.predictions, graphs.predictions));
+}
+
+}  // namespace
+
+TEST_SUITE("cuda") {
+  TEST_CASE("Steps replayed from CUDA graphs give the bits of steps launched kernel by kernel") {
+    // The MLP has Dropout (its key changes every step) and Adam on a decaying learning rate (its
+    // scalars change every step); the CNN has batch normalisation, pooling and concatenation.
+    for (const auto& entry : {std::pair<const char*, ModelFactory>{"mlp", mlp},
+                              std::pair<const char*, ModelFactory>{"cnn", cnn}}) {
+      const char* const name = entry.first;
+      CAPTURE(name);
+      // 100 samples: 6 batches of 16 and one of 4 per epoch, each shape its own graph.
+      const GraphRun eager = train_with_graphs(entry.second, false, 100, 3);
+      const GraphRun graphs = train_with_graphs(entry.second, true, 100, 3);
+      check_same_run(eager, graphs);
+      CHECK(eager.stats.captured == 0);
+      CHECK(eager.stats.replayed == 0);
+      // Training: 18 steps of 16 rows and 3 of 4; validation (3 epochs) and evaluation: 8 steps
+      // of 16 rows and 4 of 8. Each shape's first step runs kernel by kernel, its second is
+      // captured, the others replay its graph.
+      const auto& s = graphs.stats;
+      INFO("last fallback: " << s.last_fallback);
+      CHECK(s.fallbacks == 0);
+      CHECK(s.eager == 4);
+      CHECK(s.captured == 4);
+      CHECK(s.replayed == (18 - 2) + (3 - 2) + (8 - 2) + (4 - 2));
+    }
+  }
+
+  TEST_CASE("A step whose buffers change is captured again, and gives the same bits") {
+    // A new optimizer between epochs: new slot variables, so the optimizer's step reads other
+    // buffers than the graph holds; the step is captured again.
+    const auto swap_optimizer = [](Model& model) {
+      model.set_optimizer(std::make_shared<optimizers::SGD>(
+          optimizers::SGDOptions{.learning_rate = 0.05, .momentum = 0.9}));
+    };
+    const GraphRun eager = train_with_graphs(mlp, false, 96, 2, swap_optimizer);
+    const GraphRun graphs = train_with_graphs(mlp, true, 96, 2, swap_optimizer);
+    check_same_run(eager, graphs);
+    // The new optimizer's first step allocates its slots: that step runs kernel by kernel, the
+    // next one is captured.
+    CHECK(graphs.stats.fallbacks == 1);
+    CHECK(graphs.stats.last_fallback == "an allocation of a float32 tensor of shape (64, 32)");
+    CHECK(graphs.stats.captured == 3);  // training before and after the swap, validation
+  }
+
+  TEST_CASE("A step that computes on the host runs kernel by kernel, then is no longer recorded") {
+    // RepeatVector has no kernel: its step stages tensors through the host, which a graph cannot
+    // hold.
+    const ModelFactory staged = [] {
+      set_random_seed(14);
+      return std::make_shared<Sequential>(std::initializer_list<SequentialItem>{
+          Input({8, 8, 1}), Flatten(), Dense(8, {.activation = "relu"}), RepeatVector(2), Flatten(),
+          Dense(3)});
+    };
+    const GraphRun eager = train_with_graphs(staged, false, 96, 2);
+    const GraphRun graphs = train_with_graphs(staged, true, 96, 2);
+    check_same_run(eager, graphs);
+    CHECK(graphs.stats.captured == 0);
+    CHECK(graphs.stats.replayed == 0);
+    // Two shapes (training's 16 rows, validation's 16 and 8 rows share the kind only): each is
+    // recorded twice, falls back twice, and runs unrecorded from then on.
+    CHECK(graphs.stats.fallbacks == 2 * 3);
+  }
+}
+
+#if defined(LOADSTAR_CUDA_EMULATED)
+namespace loadstar::test {
+extern std::size_t direct_operations;  // emulated_cuda.cpp
+extern std::size_t graph_launches;     // emulated_cuda.cpp
+}  // namespace loadstar::test
+
+TEST_SUITE("cuda") {
+  TEST_CASE("A replayed training step launches one graph and no kernel of its own") {
+    auto backend = std::make_shared<CudaBackend>(0);
+    const Data data = images(16, 3);
+    auto model = classifier_on(backend);
+    const auto step = [&] {
+      const std::size_t operations = loadstar::test::direct_operations;
+      const std::size_t launches = loadstar::test::graph_launches;
+      const double loss = *model->train_step(std::pair{data.x, data.y}).get("loss");
+      CHECK(std::isfinite(loss));
+      return std::pair{loadstar::test::direct_operations - operations,
+                       loadstar::test::graph_launches - launches};
+    };
+    const auto [first_operations, first_launches] = step();  // kernel by kernel
+    CHECK(first_launches == 0);
+    const auto [second_operations, second_launches] = step();  // captured, then launched
+    CHECK(second_launches == 1);
+    const auto [third_operations, third_launches] = step();  // replayed
+    CHECK(third_launches == 1);
+    // Outside the graph: the batch's two uploads, the step's scalars and the copy of its loss
+    // and metric results into the result ring (and the read-back of the loss).
+    MESSAGE("stream operations: " << first_operations << " kernel by kernel, " << third_operations
+                                  << " replayed");
+    CHECK(third_operations <= 5);
+    CHECK(first_operations > third_operations + 5);
+    CHECK(backend->graph_stats().replayed == 1);
+  }
+}
+#endif
+
+TEST_SUITE("cuda") {
+  TEST_CASE("A recorded step that throws queues what it had recorded, and training goes on") {
+    // The third step's labels have the wrong shape: its loss throws after its forward pass was
+    // recorded. That work is queued kernel by kernel, the error reaches the caller, and later
+    // steps train as they do without graphs.
+    const Data data = images(16, 3);
+    const Tensor<float> wrong_labels({16, 5});
+    const auto run = [&](bool graphs) {
+      auto backend =
+          std::make_shared<CudaBackend>(0, loadstar::cuda::CudaOptions{.graphs = graphs});
+      auto model = classifier_on(backend);
+      std::vector<double> losses;
+      for (int step = 0; step < 6; ++step) {
+        if (step == 2) {
+          CHECK_THROWS_AS(model->train_step(std::pair{data.x, wrong_labels}), ShapeError);
+          continue;
+        }
+        losses.push_back(*model->train_step(std::pair{data.x, data.y}).get("loss"));
+      }
+      if (graphs) {
+        // The throwing step had been recorded (its shape's third), so its work was queued when
+        // it was abandoned.
+        CHECK(backend->graph_stats().fallbacks == 1);
+        CHECK(backend->graph_stats().last_fallback == "an exception");
+      }
+      return std::pair{losses, model->get_weights()};
+    };
+    const auto [eager_losses, eager_weights] = run(false);
+    const auto [graph_losses, graph_weights] = run(true);
+    CHECK(eager_losses == graph_losses);
+    REQUIRE(eager_weights.size() == graph_weights.size());
+    for (std::size_t i = 0; i < eager_weights.size(); ++i)
+      CHECK(bitwise_equal(eager_weights[i], graph_weights[i]));
   }
 }

@@ -14,17 +14,22 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <climits>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <initializer_list>
 #include <limits>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
+#include <tuple>
+#include <type_traits>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -295,6 +300,12 @@ struct Context {
   PinnedBuffer host_stage;                    // host_kernel
   unsigned long long* device_slot = nullptr;  // gather's first bad index
   PinnedBuffer host_slot;
+  /// While `CudaBackend` records a step (to capture or replay it as a CUDA graph), its kernels
+  /// wait on the host to be queued: memory freed meanwhile is given back after them
+  /// (`deferred_frees`), and an allocation or a read-back queues them first (`flush`).
+  bool recording = false;
+  std::function<void(const std::string& why)> flush;
+  std::vector<void*> deferred_frees;
 
   explicit Context(int index) : device(index), name("cuda:" + std::to_string(index)) {
     try {
@@ -336,6 +347,20 @@ struct Context {
   Context& operator=(const Context&) = delete;
   ~Context() { release_all(); }
 
+  /// Copies `bytes` of host memory to `device` through the next of the page-locked upload
+  /// buffers, in stream order, without waiting for the copy.
+  void upload(void* device, const void* host, std::size_t bytes) {
+    auto& slot = uploads[next_upload];
+    next_upload = (next_upload + 1) % upload_slots;
+    // The slot is free once the copy that last read it is done (upload_slots uploads ago).
+    check(cudaEventSynchronize(slot.copied), "cudaEventSynchronize");
+    void* staging = slot.buffer.reserve(bytes);
+    std::memcpy(staging, host, bytes);
+    check(cudaMemcpyAsync(device, staging, bytes, cudaMemcpyHostToDevice, stream),
+          "cudaMemcpyAsync (host to device)");
+    check(cudaEventRecord(slot.copied, stream), "cudaEventRecord");
+  }
+
   /// Makes this context's device the calling thread's current device.
   void activate() const {
     int current = -1;
@@ -345,6 +370,7 @@ struct Context {
 
   /// Zero-filled device memory for `what` (a tensor's description, for the error message).
   void* allocate(std::size_t bytes, const std::string& what) {
+    if (recording && flush) flush("an allocation of " + what);
     void* memory = nullptr;
     const cudaError_t status = cudaMallocFromPoolAsync(&memory, bytes, pool, stream);
     if (status == cudaErrorMemoryAllocation) {
@@ -364,7 +390,14 @@ struct Context {
 
   /// Gives `memory` back to the pool in stream order (after the kernels queued so far that may
   /// use it). Never throws: it runs in a tensor's deleter.
-  void free(void* memory) const noexcept {
+  void free(void* memory) noexcept {
+    if (recording) {
+      try {
+        deferred_frees.push_back(memory);
+      } catch (...) {  // NOLINT(bugprone-empty-catch): kept rather than freed under queued work
+      }
+      return;
+    }
     int current = -1;
     const bool switched = cudaGetDevice(&current) == cudaSuccess && current != device &&
                           cudaSetDevice(device) == cudaSuccess;
@@ -432,8 +465,13 @@ class ResultRing {
     return {device_ + record * record_doubles, std::move(cell)};
   }
 
+  /// The records that can be acquired before one makes the ring read back.
+  std::size_t room() const noexcept { return records - outstanding_.size(); }
+
   /// Copies every record not read yet to the host, waits, and fills their cells.
   void read_back() {
+    // Their kernels first.
+    if (context_->recording && context_->flush) context_->flush("a read-back of results");
     if (outstanding_.empty()) return;
     context_->activate();
     const std::size_t first = outstanding_.front().record;
@@ -505,10 +543,19 @@ class LtPlans {
       destroy(plan);
   }
 
-  /// Queues the multiplication, or returns `false` when cuBLASLt has no algorithm for it.
-  bool run(const Key& key, const float* a, const float* b, const float* bias, float* d) {
-    const Plan* plan = find(key);
-    if (plan == nullptr || !plan->usable) return false;
+  struct Plan;
+
+  /// The plan of `key`, made at its first use (host calls only: nothing is queued), or null when
+  /// cuBLASLt has no algorithm for it.
+  const Plan* plan(const Key& key) {
+    const Plan* found = find(key);
+    return found != nullptr && found->usable ? found : nullptr;
+  }
+
+  /// Queues the multiplication of `plan` on `stream`.
+  void run(const Plan& plan_ref, const float* a, const float* b, const float* bias, float* d,
+           cudaStream_t stream) const {
+    const Plan* plan = &plan_ref;
     if (bias != nullptr) {
       check(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                            sizeof bias),
@@ -517,12 +564,10 @@ class LtPlans {
     const float alpha = 1.0F, beta = 0.0F;
     check(cublasLtMatmul(context_->cublas_lt, plan->desc, &alpha, a, plan->a, b, plan->b, &beta, d,
                          plan->d, d, plan->d, &plan->algo, context_->cublas_workspace,
-                         cublas_workspace_bytes, context_->stream),
+                         cublas_workspace_bytes, stream),
           "cublasLtMatmul");
-    return true;
   }
 
- private:
   struct Plan {
     Key key{};
     cublasLtMatmulDesc_t desc = nullptr;
@@ -531,6 +576,7 @@ class LtPlans {
     bool usable = false;
   };
 
+ private:
   const Plan* find(const Key& key) {
     for (const auto& plan : plans_)
       if (plan.key == key) return &plan;
@@ -594,6 +640,57 @@ class LtPlans {
   std::deque<Plan> plans_;  // stable addresses
 };
 
+/// A recorded step's signature: every argument of every call it queued (pointers, sizes and
+/// scalars, as words), in order, so that two steps with the same signature queue the same work.
+using Signature = std::vector<std::uint64_t>;
+
+template <class T>
+void sign(Signature& out, const T& value) {
+  if constexpr (std::is_pointer_v<T>) {
+    out.push_back(reinterpret_cast<std::uintptr_t>(value));
+  } else if constexpr (std::is_same_v<T, float>) {
+    out.push_back(std::bit_cast<std::uint32_t>(value));
+  } else if constexpr (std::is_same_v<T, double>) {
+    out.push_back(std::bit_cast<std::uint64_t>(value));
+  } else if constexpr (std::is_enum_v<T> || std::is_integral_v<T>) {
+    out.push_back(static_cast<std::uint64_t>(value));
+  } else {
+    // Geometry structs of sizes only: every byte is a value byte.
+    static_assert(std::has_unique_object_representations_v<T> && sizeof(T) % 8 == 0,
+                  "sign: give this type its own overload");
+    std::uint64_t words[sizeof(T) / 8];
+    std::memcpy(words, &value, sizeof(T));
+    out.insert(out.end(), std::begin(words), std::end(words));
+  }
+}
+
+inline void sign(Signature& out, const RowLossParams& p) {
+  sign(out, p.kind);
+  sign(out, p.from_logits);
+  sign(out, p.label_smoothing);
+  sign(out, p.denominator);
+  sign(out, p.delta);
+}
+
+/// A step's shape as the backend has seen it: how often, and its CUDA graph once captured.
+struct StepGraph {
+  StepGraph() = default;
+  StepGraph(const StepGraph&) = delete;
+  StepGraph& operator=(const StepGraph&) = delete;
+  ~StepGraph() { reset(); }
+  void reset() noexcept {
+    if (exec != nullptr) static_cast<void>(cudaGraphExecDestroy(exec));
+    exec = nullptr;
+    signature.clear();
+  }
+  Signature signature;             // of the work the graph holds
+  cudaGraphExec_t exec = nullptr;  // null until captured
+  std::size_t seen = 0;            // steps begun with this key
+  std::size_t captures = 0;
+  std::size_t fallbacks = 0;
+  bool eager = false;  // its steps are no longer recorded
+};
+
 /// The number of CUDA devices, or a `CudaError` saying why there is none.
 inline int device_count() {
   int count = 0;
@@ -609,6 +706,27 @@ inline int device_count() {
 }
 
 }  // namespace detail
+
+/// How a `CudaBackend` runs.
+struct CudaOptions {
+  /// Whole steps as CUDA graphs: the second training (or evaluation) step of a shape is recorded,
+  /// captured as one CUDA graph and launched; later steps of that shape whose work is the same
+  /// (the same kernels on the same buffers, checked call by call) launch the graph instead of
+  /// each kernel. Step-dependent scalars (the optimizer's learning rate and bias corrections,
+  /// dropout's key) reach the graph through device memory uploaded before each launch, so the
+  /// results are those of the kernels launched one by one, bit for bit. A step that cannot be
+  /// captured (one that computes on the host, allocates or waits) runs kernel by kernel.
+  bool graphs = true;
+};
+
+/// What a `CudaBackend`'s steps did (`CudaBackend::graph_stats`).
+struct GraphStats {
+  std::size_t eager = 0;      ///< steps not recorded: a shape's first, or graphs off or given up
+  std::size_t captured = 0;   ///< steps captured as a graph (then launched)
+  std::size_t replayed = 0;   ///< steps that launched a graph captured before
+  std::size_t fallbacks = 0;  ///< recorded steps that ran kernel by kernel after all
+  std::string last_fallback;  ///< what made the last of them run so (a host computation, ...)
+};
 
 /// Whether a CUDA device can be used (`cudaGetDeviceCount` succeeds and finds one); never throws.
 inline bool device_available() noexcept {
@@ -651,7 +769,7 @@ inline bool device_available() noexcept {
 class CudaBackend final : public keras::Backend {
  public:
   /// A backend on device `device` (0 is the first).
-  explicit CudaBackend(int device = 0) {
+  explicit CudaBackend(int device = 0, CudaOptions options = {}) : options_(options) {
     if (device < 0) {
       throw ConfigError("cuda backend: the device index must be at least 0 but is " +
                         std::to_string(device));
@@ -666,6 +784,7 @@ class CudaBackend final : public keras::Backend {
       context_ = std::make_shared<detail::Context>(device);
       results_ = std::make_shared<detail::ResultRing>(context_);
       lt_ = std::make_unique<detail::LtPlans>(context_);
+      context_->flush = [this](const std::string& why) { flush_recording(why); };
     } catch (const CudaError& error) {
       throw CudaError("cuda backend on cuda:" + std::to_string(device) +
                       ": cannot start: " + error.what());
@@ -673,19 +792,29 @@ class CudaBackend final : public keras::Backend {
   }
 
   ~CudaBackend() override {
+    abandon_step();
+    context_->flush = nullptr;
     // Results nobody has read yet stay readable after the backend is gone.
     try {
       results_->read_back();
     } catch (...) {  // NOLINT(bugprone-empty-catch): a failed device is reported by its reader
     }
+    graphs_.clear();
     if (scratch_ != nullptr) context_->free(scratch_);
-    for (void* memory : {step_table_, step_scratch_})
+    for (void* memory : {step_table_, step_scratch_, static_cast<void*>(step_results_),
+                         static_cast<void*>(step_scalars_)})
       if (memory != nullptr) context_->free(memory);
+    for (const auto& slot : scratch_slots_)
+      if (slot.memory != nullptr) context_->free(slot.memory);
   }
 
   /// How many times `host_kernel` has staged device tensors through the host (a test counts that
   /// a training step makes none).
   std::size_t host_kernel_calls() const noexcept { return host_kernel_calls_; }
+
+  /// What the steps did: how many ran kernel by kernel, were captured as CUDA graphs, or replayed
+  /// one (`CudaOptions::graphs`).
+  const GraphStats& graph_stats() const noexcept { return stats_; }
 
   /// The device's index.
   int device_index() const noexcept { return context_->device; }
@@ -721,16 +850,8 @@ class CudaBackend final : public keras::Backend {
     expect("copy_from_host", {&tensor});
     LOADSTAR_ASSERT(host.size() == tensor.size(), "copy_from_host: sizes differ");
     if (host.empty()) return;
-    const cudaStream_t s = active_stream();
-    auto& slot = context_->uploads[context_->next_upload];
-    context_->next_upload = (context_->next_upload + 1) % detail::Context::upload_slots;
-    // The slot is free once the copy that last read it is done (upload_slots uploads ago).
-    check(cudaEventSynchronize(slot.copied), "cudaEventSynchronize");
-    void* staging = slot.buffer.reserve(host.bytes());
-    std::memcpy(staging, host.data(), host.bytes());
-    check(cudaMemcpyAsync(tensor.data(), staging, host.bytes(), cudaMemcpyHostToDevice, s),
-          "cudaMemcpyAsync (host to device)");
-    check(cudaEventRecord(slot.copied, s), "cudaEventRecord");
+    active_stream("an upload (copy_from_host)");
+    context_->upload(tensor.data(), host.data(), host.bytes());
   }
 
   void copy_to_host(const Tensor<float>& tensor, const Tensor<float>& host) override {
@@ -738,7 +859,7 @@ class CudaBackend final : public keras::Backend {
     expect("copy_to_host", {&tensor});
     LOADSTAR_ASSERT(host.size() == tensor.size(), "copy_to_host: sizes differ");
     if (host.empty()) return;
-    const cudaStream_t s = active_stream();
+    const cudaStream_t s = active_stream("a download (copy_to_host)");
     void* staging = context_->download.reserve(host.bytes());  // its last copy has been waited for
     check(cudaMemcpyAsync(staging, tensor.data(), host.bytes(), cudaMemcpyDeviceToHost, s),
           "cudaMemcpyAsync (device to host)");
@@ -747,7 +868,7 @@ class CudaBackend final : public keras::Backend {
   }
 
   void synchronize() override {
-    check(cudaStreamSynchronize(active_stream()), "cudaStreamSynchronize");
+    check(cudaStreamSynchronize(active_stream("a wait (synchronize)")), "cudaStreamSynchronize");
   }
 
   /// Copies the device tensors to page-locked host memory (tensors that overlap, such as a tensor
@@ -763,7 +884,7 @@ class CudaBackend final : public keras::Backend {
       return;
     }
     ++host_kernel_calls_;
-    const cudaStream_t s = active_stream();
+    const cudaStream_t s = active_stream("a host computation (host_kernel)");
     Tensor<float> nested;  // a host kernel inside a host kernel stages here
     float* stage = nullptr;
     if (host_kernel_depth_ == 0) {
@@ -805,6 +926,83 @@ class CudaBackend final : public keras::Backend {
     if (!nested.empty()) check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
   }
 
+  // --- Steps as CUDA graphs --------------------------------------------------------------------
+
+  /// Begins a step of shape `key`: its first step runs kernel by kernel (it allocates and plans);
+  /// later ones are recorded (`CudaOptions::graphs`): each call's arguments are noted and its work
+  /// kept on the host until `end_step`, which launches the shape's graph when the step's work
+  /// is the graph's, and captures a graph of it otherwise.
+  void begin_step(std::uint64_t key) override {
+    abandon_step();
+    if (!options_.graphs) {
+      ++stats_.eager;
+      return;
+    }
+    detail::StepGraph& graph = graphs_[key];
+    ++graph.seen;
+    if (graph.eager || graph.seen < 2) {
+      ++stats_.eager;
+      return;
+    }
+    // Room for the step's results without a read-back mid-step, and the memory the recorded
+    // work reads its results area and its scalars from, allocated before recording begins.
+    if (results_->room() < step_result_records) results_->read_back();
+    if (step_results_ == nullptr) {
+      context_->activate();
+      step_results_ = static_cast<double*>(context_->allocate(
+          step_result_records * detail::ResultRing::record_doubles * sizeof(double),
+          "a step's loss and metric results"));
+      step_scalars_ = static_cast<std::uint64_t*>(
+          context_->allocate(step_scalar_words * sizeof(std::uint64_t), "a step's scalars"));
+    }
+    step_ = &graph;
+    context_->recording = true;
+  }
+
+  /// Queues the recorded step's work: the graph launched (captured first when there is none or
+  /// the step's work differs from it), after the step's scalars are uploaded; its results are
+  /// then copied into the result ring.
+  void end_step() override {
+    if (!context_->recording) {
+      clear_step();
+      return;
+    }
+    detail::StepGraph& graph = *step_;
+    context_->recording = false;
+    try {
+      bool captured = false;
+      if (graph.exec == nullptr || graph.signature != signature_) captured = capture(graph);
+      context_->activate();
+      if (!block_.empty()) {
+        context_->upload(step_scalars_, block_.data(), block_.size() * sizeof(std::uint64_t));
+      }
+      if (graph.exec != nullptr) {
+        check(cudaGraphLaunch(graph.exec, context_->stream), "cudaGraphLaunch");
+        ++(captured ? stats_.captured : stats_.replayed);
+      } else {
+        run_pending();
+      }
+      copy_step_results();
+    } catch (...) {
+      release_deferred_frees();
+      clear_step();
+      throw;
+    }
+    release_deferred_frees();
+    clear_step();
+  }
+
+  /// Queues what a step that threw had recorded, kernel by kernel; never throws.
+  void abandon_step() noexcept override {
+    try {
+      flush_recording("an exception");
+    } catch (...) {  // NOLINT(bugprone-empty-catch): the step's own exception is the one to see
+    }
+    context_->recording = false;
+    release_deferred_frees();
+    clear_step();
+  }
+
   /// One host thread queues the work.
   std::size_t threads() const noexcept override { return 1; }
 
@@ -839,25 +1037,32 @@ class CudaBackend final : public keras::Backend {
       table_.push_back(t);
     }
     if (elements == 0) return true;
-    const cudaStream_t s = active_stream();
     upload_table();
+    const auto* targets = static_cast<const detail::UpdateTarget*>(step_table_);
     const float* scales = nullptr;
     if (step.clipping == keras::GradientClipping::by_norm ||
         step.clipping == keras::GradientClipping::by_global_norm) {
       auto* partials = static_cast<double*>(
           step_scratch(segments * sizeof(double) + table_.size() * sizeof(float)));
       auto* scale_memory = reinterpret_cast<float*>(partials + segments);
-      launched(detail::launch_clip_scales(s, static_cast<const detail::UpdateTarget*>(step_table_),
-                                          table_.size(), segments, partials,
-                                          step.clipping == keras::GradientClipping::by_global_norm,
-                                          step.clip_threshold, scale_memory),
-               "clip_scales");
+      launch("clip_scales", detail::launch_clip_scales, targets, table_.size(), segments, partials,
+             step.clipping == keras::GradientClipping::by_global_norm, step.clip_threshold,
+             scale_memory);
       scales = scale_memory;
     }
-    launched(
-        detail::launch_optimizer_step(s, static_cast<const detail::UpdateTarget*>(step_table_),
-                                      table_.size(), elements, detail::update_params(step), scales),
-        "optimizer_step");
+    // The step's hyper-parameters (the learning rate and Adam's bias corrections change from step
+    // to step): read from device memory by a recorded step, so that its graph replays with them.
+    const detail::UpdateParams params = detail::update_params(step);
+    const detail::UpdateParams* device_params = nullptr;
+    if (context_->recording) device_params = step_scalar(params);
+    const std::size_t count = table_.size();
+    enqueue({word("optimizer_step"), word(targets), word(count), word(elements),
+             word(device_params), word(scales)},
+            [this, targets, count, elements, params, device_params, scales](cudaStream_t s) {
+              launched(detail::launch_optimizer_step(s, targets, count, elements, params,
+                                                     device_params, scales),
+                       "optimizer_step");
+            });
     return true;
   }
 
@@ -877,13 +1082,14 @@ class CudaBackend final : public keras::Backend {
     p.label_smoothing = spec.label_smoothing;
     p.delta = spec.delta;
     p.denominator = spec.denominator;
-    const cudaStream_t s = active_stream();
     double* terms = reduction_terms(d.values, 1);
-    auto [record, cell] = results_->acquire();
-    check(cudaMemsetAsync(record + 1, 0xFF, sizeof(double), s), "cudaMemsetAsync");
-    launched(detail::launch_row_loss(s, p, d, y_true.data(), y_pred.data(), or_null(weight),
-                                     or_null(gradient), terms, terms + d.values, record),
-             "row_loss");
+    auto [ring_record, cell] = results_->acquire();
+    double* record = step_result(ring_record);
+    enqueue({word("row_loss: clear the first bad label"), word(record)}, [record](cudaStream_t s) {
+      check(cudaMemsetAsync(record + 1, 0xFF, sizeof(double), s), "cudaMemsetAsync");
+    });
+    launch("row_loss", detail::launch_row_loss, p, d, y_true.data(), y_pred.data(), or_null(weight),
+           or_null(gradient), terms, terms + d.values, record);
     return keras::Deferred<
         keras::RowLossResult>(std::function<
                               keras::RowLossResult()>([cell = std::move(cell),
@@ -910,14 +1116,12 @@ class CudaBackend final : public keras::Backend {
     const bool elementwise =
         spec.kind == keras::MeanMetricKind::accuracy || spec.kind == keras::MeanMetricKind::mean;
     const detail::RowDims d = detail::row_dims(y_pred, sparse, elementwise);
-    const cudaStream_t s = active_stream();
     double* terms = reduction_terms(d.values, 2);
-    auto [record, cell] = results_->acquire();
-    launched(
-        detail::launch_mean_metric(
-            s, static_cast<detail::MeanMetricCode>(static_cast<int>(spec.kind)), spec.threshold, d,
-            y_true.data(), y_pred.data(), or_null(weight), terms, terms + 2 * d.values, record),
-        "mean_metric");
+    auto [ring_record, cell] = results_->acquire();
+    double* record = step_result(ring_record);
+    launch("mean_metric", detail::launch_mean_metric,
+           static_cast<detail::MeanMetricCode>(static_cast<int>(spec.kind)), spec.threshold, d,
+           y_true.data(), y_pred.data(), or_null(weight), terms, terms + 2 * d.values, record);
     return keras::Deferred<keras::MeanMetricSums>(std::function<keras::MeanMetricSums()>(
         [cell = std::move(cell), ring = std::weak_ptr<detail::ResultRing>(results_)] {
           const auto& v = detail::ResultRing::values(cell, ring);
@@ -947,22 +1151,30 @@ class CudaBackend final : public keras::Backend {
       }
       return;
     }
-    const cudaStream_t s = active_stream();
-    static_cast<void>(s);
     // Row-major X is column-major X^T, so C^T = op(B)^T * op(A)^T is one column-major GEMM of
     // the same buffers with the operands swapped.
-    check(cublasSgemm(context_->cublas, transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N,
-                      transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N, to_int(n, "gemm"), to_int(m, "gemm"),
-                      to_int(k, "gemm"), &alpha, b.data(), to_int(b_cols, "gemm"), a.data(),
-                      to_int(a_cols, "gemm"), &beta, c.data(), to_int(n, "gemm")),
-          "cublasSgemm");
+    const cublasOperation_t op_b = transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t op_a = transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const int rows = to_int(n, "gemm"), columns = to_int(m, "gemm"), inner = to_int(k, "gemm");
+    const int ldb = to_int(b_cols, "gemm"), lda = to_int(a_cols, "gemm");
+    const float* b_data = b.data();
+    const float* a_data = a.data();
+    float* c_data = c.data();
+    enqueue(
+        {word("gemm"), word(op_b), word(op_a), word(rows), word(columns), word(inner), word(alpha),
+         word(beta), word(b_data), word(ldb), word(a_data), word(lda), word(c_data)},
+        [=, this](cudaStream_t) {
+          // cuBLAS queues on the context's stream (cublasSetStream).
+          check(cublasSgemm(context_->cublas, op_b, op_a, rows, columns, inner, &alpha, b_data, ldb,
+                            a_data, lda, &beta, c_data, rows),
+                "cublasSgemm");
+        });
   }
 
   void bias_add(const Tensor<float>& x, const Tensor<float>& bias) override {
     expect("bias_add", {&x, &bias});
     LOADSTAR_ASSERT(bias.size() > 0 && x.size() % bias.size() == 0, "bias_add: sizes do not fit");
-    launched(detail::launch_bias_add(active_stream(), x.data(), x.size(), bias.data(), bias.size()),
-             "bias_add");
+    launch("bias_add", detail::launch_bias_add, x.data(), x.size(), bias.data(), bias.size());
   }
 
   void column_sums(const Tensor<float>& x, const Tensor<float>& out, float beta) override {
@@ -971,9 +1183,7 @@ class CudaBackend final : public keras::Backend {
     LOADSTAR_ASSERT(n > 0 && x.size() % n == 0, "column_sums: sizes do not fit");
     const std::size_t rows = x.size() / n;
     double* scratch = reduction_scratch(rows, n);
-    launched(
-        detail::launch_column_sums(active_stream(), x.data(), out.data(), rows, n, beta, scratch),
-        "column_sums");
+    launch("column_sums", detail::launch_column_sums, x.data(), out.data(), rows, n, beta, scratch);
   }
 
   /// One cuBLASLt multiplication with the bias, and a ReLU, in its epilogue (the row-major
@@ -992,11 +1202,16 @@ class CudaBackend final : public keras::Backend {
     const cublasLtEpilogue_t epilogue =
         bias.empty() ? (relu ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_DEFAULT)
                      : (relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS);
-    context_->activate();
-    if (!lt_->run({units, rows, features, epilogue}, kernel.data(), x.data(), or_null(bias),
-                  y.data())) {
-      return false;
-    }
+    const detail::LtPlans::Plan* plan = lt_->plan({units, rows, features, epilogue});
+    if (plan == nullptr) return false;
+    const float* a = kernel.data();
+    const float* b = x.data();
+    const float* bias_data = or_null(bias);
+    float* d = y.data();
+    enqueue({word("dense_forward"), word(plan), word(a), word(b), word(bias_data), word(d)},
+            [this, plan, a, b, bias_data, d](cudaStream_t s) {
+              lt_->run(*plan, a, b, bias_data, d, s);
+            });
     if (!relu && activation != keras::Activation::linear) activation_forward(activation, y, y);
     return true;
   }
@@ -1005,32 +1220,37 @@ class CudaBackend final : public keras::Backend {
 
   void fill(const Tensor<float>& x, float value) override {
     expect("fill", {&x});
-    launched(detail::launch_fill(active_stream(), x.data(), x.size(), value), "fill");
+    launch("fill", detail::launch_fill, x.data(), x.size(), value);
   }
 
   void copy(const Tensor<float>& x, const Tensor<float>& y) override {
     expect("copy", {&x, &y});
     LOADSTAR_ASSERT(x.size() == y.size(), "copy: sizes differ");
     if (x.data() == y.data() || x.empty()) return;
-    check(cudaMemcpyAsync(y.data(), x.data(), x.bytes(), cudaMemcpyDeviceToDevice, active_stream()),
-          "cudaMemcpyAsync (device to device)");
+    float* to = y.data();
+    const float* from = x.data();
+    const std::size_t bytes = x.bytes();
+    enqueue({word("copy"), word(to), word(from), word(bytes)}, [to, from, bytes](cudaStream_t s) {
+      check(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, s),
+            "cudaMemcpyAsync (device to device)");
+    });
   }
 
   void scale(const Tensor<float>& x, float alpha) override {
     expect("scale", {&x});
-    launched(detail::launch_scale(active_stream(), x.data(), x.size(), alpha), "scale");
+    launch("scale", detail::launch_scale, x.data(), x.size(), alpha);
   }
 
   void axpy(float alpha, const Tensor<float>& x, const Tensor<float>& y) override {
     expect("axpy", {&x, &y});
     LOADSTAR_ASSERT(x.size() == y.size(), "axpy: sizes differ");
-    launched(detail::launch_axpy(active_stream(), alpha, x.data(), y.data(), x.size()), "axpy");
+    launch("axpy", detail::launch_axpy, alpha, x.data(), y.data(), x.size());
   }
 
   void add(const Tensor<float>& a, const Tensor<float>& b, const Tensor<float>& out) override {
     expect("add", {&a, &b, &out});
     LOADSTAR_ASSERT(a.size() == b.size() && a.size() == out.size(), "add: sizes differ");
-    launched(detail::launch_add(active_stream(), a.data(), b.data(), out.data(), a.size()), "add");
+    launch("add", detail::launch_add, a.data(), b.data(), out.data(), a.size());
   }
 
   void activation_forward(keras::Activation kind, const Tensor<float>& x,
@@ -1041,9 +1261,8 @@ class CudaBackend final : public keras::Backend {
       softmax_forward(x, y, x.rank() == 0 ? 0 : x.rank() - 1);
       return;
     }
-    launched(detail::launch_activation_forward(active_stream(), detail::activation_code(kind),
-                                               x.data(), y.data(), x.size()),
-             "activation_forward");
+    launch("activation_forward", detail::launch_activation_forward, detail::activation_code(kind),
+           x.data(), y.data(), x.size());
   }
 
   void activation_backward(keras::Activation kind, const Tensor<float>& x, const Tensor<float>& y,
@@ -1056,47 +1275,38 @@ class CudaBackend final : public keras::Backend {
     }
     const bool needs_x = keras::activation_gradient_needs_input(kind);
     LOADSTAR_ASSERT(!needs_x || x.size() == y.size(), "activation: the input is needed");
-    launched(detail::launch_activation_backward(active_stream(), detail::activation_code(kind),
-                                                needs_x ? x.data() : nullptr, y.data(), dy.data(),
-                                                dx.data(), y.size()),
-             "activation_backward");
+    launch("activation_backward", detail::launch_activation_backward, detail::activation_code(kind),
+           needs_x ? x.data() : nullptr, y.data(), dy.data(), dx.data(), y.size());
   }
 
   void relu_forward(const Tensor<float>& x, const Tensor<float>& y, std::optional<float> max_value,
                     float negative_slope, float threshold) override {
     expect("relu_forward", {&x, &y});
-    launched(detail::launch_relu_forward(active_stream(), x.data(), y.data(), x.size(),
-                                         max_value.value_or(std::numeric_limits<float>::infinity()),
-                                         negative_slope, threshold),
-             "relu_forward");
+    launch("relu_forward", detail::launch_relu_forward, x.data(), y.data(), x.size(),
+           max_value.value_or(std::numeric_limits<float>::infinity()), negative_slope, threshold);
   }
 
   void relu_backward(const Tensor<float>& x, const Tensor<float>& dy, const Tensor<float>& dx,
                      std::optional<float> max_value, float negative_slope,
                      float threshold) override {
     expect("relu_backward", {&x, &dy, &dx});
-    launched(
-        detail::launch_relu_backward(active_stream(), x.data(), dy.data(), dx.data(), x.size(),
-                                     max_value.value_or(std::numeric_limits<float>::infinity()),
-                                     negative_slope, threshold),
-        "relu_backward");
+    launch("relu_backward", detail::launch_relu_backward, x.data(), dy.data(), dx.data(), x.size(),
+           max_value.value_or(std::numeric_limits<float>::infinity()), negative_slope, threshold);
   }
 
   void softmax_forward(const Tensor<float>& x, const Tensor<float>& y, std::size_t axis) override {
     expect("softmax_forward", {&x, &y});
     const auto v = keras::detail::axis_view(x.shape(), axis);
-    launched(detail::launch_softmax_forward(active_stream(), x.data(), y.data(), v.outer, v.length,
-                                            v.inner),
-             "softmax_forward");
+    launch("softmax_forward", detail::launch_softmax_forward, x.data(), y.data(), v.outer, v.length,
+           v.inner);
   }
 
   void softmax_backward(const Tensor<float>& y, const Tensor<float>& dy, const Tensor<float>& dx,
                         std::size_t axis) override {
     expect("softmax_backward", {&y, &dy, &dx});
     const auto v = keras::detail::axis_view(y.shape(), axis);
-    launched(detail::launch_softmax_backward(active_stream(), y.data(), dy.data(), dx.data(),
-                                             v.outer, v.length, v.inner),
-             "softmax_backward");
+    launch("softmax_backward", detail::launch_softmax_backward, y.data(), dy.data(), dx.data(),
+           v.outer, v.length, v.inner);
   }
 
   void dropout(const Tensor<float>& x, const Tensor<float>& y, float rate,
@@ -1107,72 +1317,116 @@ class CudaBackend final : public keras::Backend {
       return;
     }
     const float keep_scale = rate < 1.0F ? 1.0F / (1.0F - rate) : 0.0F;
-    launched(detail::launch_dropout(active_stream(), x.data(), y.data(), x.size(), rate, keep_scale,
-                                    key),
-             "dropout");
+    // The key changes from step to step: a recorded step reads it from device memory.
+    const std::uint64_t* device_key = context_->recording ? step_scalar(key) : nullptr;
+    float* out = y.data();
+    const float* in = x.data();
+    const std::size_t n = x.size();
+    enqueue({word("dropout"), word(in), word(out), word(n), word(rate), word(device_key)},
+            [this, in, out, n, rate, keep_scale, key, device_key](cudaStream_t s) {
+              launched(detail::launch_dropout(s, in, out, n, rate, keep_scale, key, device_key),
+                       "dropout");
+            });
   }
 
   // --- Convolution and pooling -----------------------------------------------------------------
+
+  /// `Backend::conv2d_forward`'s im2col and GEMM, with the columns in the backend's scratch
+  /// memory (allocated at the first step and reused) instead of a tensor per call.
+  void conv2d_forward(const Tensor<float>& x, const keras::Conv2DGeometry& g,
+                      const Tensor<float>& kernel, const Tensor<float>& bias,
+                      keras::Activation activation, const Tensor<float>& y) override {
+    const std::size_t rows = g.batch * g.out_h * g.out_w;
+    const Tensor<float> columns = scratch_tensor(0, {rows, g.patch_size()});
+    im2col(x, g, columns);
+    const Tensor<float> z = y.reshape({rows, kernel.row_size()});
+    gemm(columns, false, kernel, false, z, 1.0F, 0.0F);
+    if (!bias.empty()) bias_add(z, bias);
+    if (activation != keras::Activation::linear) activation_forward(activation, z, z);
+  }
+
+  /// `Backend::conv2d_backward` with its temporaries in the backend's scratch memory.
+  void conv2d_backward(const Tensor<float>& x, const keras::Conv2DGeometry& g,
+                       const Tensor<float>& kernel, const Tensor<float>& bias,
+                       keras::Activation activation, const Tensor<float>& y,
+                       const Tensor<float>& dy, const Tensor<float>& dkernel,
+                       const Tensor<float>& dbias, const Tensor<float>& dx) override {
+    const std::size_t rows = g.batch * g.out_h * g.out_w;
+    const std::size_t filters = kernel.row_size();
+    const Tensor<float> columns = scratch_tensor(0, {rows, g.patch_size()});
+    im2col(x, g, columns);
+    Tensor<float> dz = dy.reshape({rows, filters});
+    if (activation != keras::Activation::linear) {
+      Tensor<float> z;
+      if (keras::activation_gradient_needs_input(activation)) {
+        z = scratch_tensor(1, {rows, filters});
+        gemm(columns, false, kernel, false, z, 1.0F, 0.0F);
+        if (!bias.empty()) bias_add(z, bias);
+      }
+      const Tensor<float> gradient = scratch_tensor(2, {rows, filters});
+      activation_backward(activation, z, y.reshape({rows, filters}), dz, gradient);
+      dz = gradient;
+    }
+    gemm(columns, true, dz, false, dkernel, 1.0F, 1.0F);
+    if (!dbias.empty()) column_sums(dz, dbias, 1.0F);
+    if (!dx.empty()) {
+      gemm(dz, false, kernel, true, columns, 1.0F, 0.0F);
+      col2im(columns, g, dx);
+    }
+  }
 
   void im2col(const Tensor<float>& x, const keras::Conv2DGeometry& g,
               const Tensor<float>& columns) override {
     expect("im2col", {&x, &columns});
     LOADSTAR_ASSERT(columns.size() == g.batch * g.out_h * g.out_w * g.patch_size(),
                     "im2col: columns have the wrong size");
-    launched(detail::launch_im2col(active_stream(), x.data(), dims(g), columns.data()), "im2col");
+    launch("im2col", detail::launch_im2col, x.data(), dims(g), columns.data());
   }
 
   void col2im(const Tensor<float>& columns, const keras::Conv2DGeometry& g,
               const Tensor<float>& dx) override {
     expect("col2im", {&columns, &dx});
-    launched(detail::launch_col2im(active_stream(), columns.data(), dims(g), dx.data()), "col2im");
+    launch("col2im", detail::launch_col2im, columns.data(), dims(g), dx.data());
   }
 
   void max_pool_forward(const Tensor<float>& x, const keras::Pool2DGeometry& g,
                         const Tensor<float>& y) override {
     expect("max_pool_forward", {&x, &y});
-    launched(detail::launch_max_pool_forward(active_stream(), x.data(), dims(g), y.data()),
-             "max_pool_forward");
+    launch("max_pool_forward", detail::launch_max_pool_forward, x.data(), dims(g), y.data());
   }
 
   void max_pool_backward(const Tensor<float>& x, const keras::Pool2DGeometry& g,
                          const Tensor<float>& dy, const Tensor<float>& dx) override {
     expect("max_pool_backward", {&x, &dy, &dx});
-    launched(
-        detail::launch_max_pool_backward(active_stream(), x.data(), dims(g), dy.data(), dx.data()),
-        "max_pool_backward");
+    launch("max_pool_backward", detail::launch_max_pool_backward, x.data(), dims(g), dy.data(),
+           dx.data());
   }
 
   void avg_pool_forward(const Tensor<float>& x, const keras::Pool2DGeometry& g,
                         const Tensor<float>& y) override {
     expect("avg_pool_forward", {&x, &y});
-    launched(detail::launch_avg_pool_forward(active_stream(), x.data(), dims(g), y.data()),
-             "avg_pool_forward");
+    launch("avg_pool_forward", detail::launch_avg_pool_forward, x.data(), dims(g), y.data());
   }
 
   void avg_pool_backward(const keras::Pool2DGeometry& g, const Tensor<float>& dy,
                          const Tensor<float>& dx) override {
     expect("avg_pool_backward", {&dy, &dx});
-    launched(detail::launch_avg_pool_backward(active_stream(), dims(g), dy.data(), dx.data()),
-             "avg_pool_backward");
+    launch("avg_pool_backward", detail::launch_avg_pool_backward, dims(g), dy.data(), dx.data());
   }
 
   void global_pool_forward(const Tensor<float>& x, bool max, const Tensor<float>& y) override {
     expect("global_pool_forward", {&x, &y});
     const std::size_t channels = x.shape()[x.rank() - 1];
-    launched(detail::launch_global_pool_forward(active_stream(), x.data(), max, y.data(), x.rows(),
-                                                x.row_size() / channels, channels),
-             "global_pool_forward");
+    launch("global_pool_forward", detail::launch_global_pool_forward, x.data(), max, y.data(),
+           x.rows(), x.row_size() / channels, channels);
   }
 
   void global_pool_backward(const Tensor<float>& x, bool max, const Tensor<float>& dy,
                             const Tensor<float>& dx) override {
     expect("global_pool_backward", {&x, &dy, &dx});
     const std::size_t channels = x.shape()[x.rank() - 1];
-    launched(
-        detail::launch_global_pool_backward(active_stream(), x.data(), max, dy.data(), dx.data(),
-                                            x.rows(), x.row_size() / channels, channels),
-        "global_pool_backward");
+    launch("global_pool_backward", detail::launch_global_pool_backward, x.data(), max, dy.data(),
+           dx.data(), x.rows(), x.row_size() / channels, channels);
   }
 
   // --- Normalisation -----------------------------------------------------------------------------
@@ -1183,9 +1437,8 @@ class CudaBackend final : public keras::Backend {
     const std::size_t c = mean.size();
     const std::size_t n = x.size() / c;
     double* scratch = reduction_scratch(n, c);
-    launched(detail::launch_moments(active_stream(), x.data(), mean.data(), variance.data(), n, c,
-                                    scratch),
-             "moments");
+    launch("moments", detail::launch_moments, x.data(), mean.data(), variance.data(), n, c,
+           scratch);
   }
 
   void batch_norm_forward(const Tensor<float>& x, const Tensor<float>& mean,
@@ -1194,10 +1447,8 @@ class CudaBackend final : public keras::Backend {
                           const Tensor<float>& y) override {
     expect("batch_norm_forward", {&x, &mean, &variance, &gamma, &beta, &y});
     const std::size_t c = mean.size();
-    launched(detail::launch_batch_norm_forward(active_stream(), x.data(), mean.data(),
-                                               variance.data(), or_null(gamma), or_null(beta),
-                                               epsilon, y.data(), x.size() / c, c),
-             "batch_norm_forward");
+    launch("batch_norm_forward", detail::launch_batch_norm_forward, x.data(), mean.data(),
+           variance.data(), or_null(gamma), or_null(beta), epsilon, y.data(), x.size() / c, c);
   }
 
   void batch_norm_backward(const Tensor<float>& x, const Tensor<float>& mean,
@@ -1208,18 +1459,16 @@ class CudaBackend final : public keras::Backend {
     const std::size_t c = mean.size();
     const std::size_t n = x.size() / c;
     double* scratch = reduction_scratch(n, c);
-    launched(detail::launch_batch_norm_backward(
-                 active_stream(), x.data(), mean.data(), variance.data(), or_null(gamma), epsilon,
-                 training, dy.data(), or_null(dx), or_null(dgamma), or_null(dbeta), n, c, scratch),
-             "batch_norm_backward");
+    launch("batch_norm_backward", detail::launch_batch_norm_backward, x.data(), mean.data(),
+           variance.data(), or_null(gamma), epsilon, training, dy.data(), or_null(dx),
+           or_null(dgamma), or_null(dbeta), n, c, scratch);
   }
 
   void moving_average(const Tensor<float>& moving, const Tensor<float>& value,
                       float momentum) override {
     expect("moving_average", {&moving, &value});
-    launched(detail::launch_moving_average(active_stream(), moving.data(), value.data(),
-                                           moving.size(), momentum),
-             "moving_average");
+    launch("moving_average", detail::launch_moving_average, moving.data(), value.data(),
+           moving.size(), momentum);
   }
 
   // --- Indexing and layout
@@ -1231,7 +1480,7 @@ class CudaBackend final : public keras::Backend {
                                         const Tensor<float>& out) override {
     expect("gather", {&indices, &table, &out});
     if (indices.empty()) return std::nullopt;
-    const cudaStream_t s = active_stream();
+    const cudaStream_t s = active_stream("gather's check of the indices");
     auto* first = context_->device_slot;
     auto* host = static_cast<unsigned long long*>(context_->host_slot.reserve(16));
     check(cudaMemsetAsync(first, 0xFF, sizeof(unsigned long long), s), "cudaMemsetAsync");
@@ -1258,9 +1507,8 @@ class CudaBackend final : public keras::Backend {
   void scatter_add(const Tensor<float>& indices, const Tensor<float>& dy,
                    const Tensor<float>& table_gradient) override {
     expect("scatter_add", {&indices, &dy, &table_gradient});
-    launched(detail::launch_scatter_add(active_stream(), indices.data(), indices.size(), dy.data(),
-                                        table_gradient.row_size(), table_gradient.data()),
-             "scatter_add");
+    launch("scatter_add", detail::launch_scatter_add, indices.data(), indices.size(), dy.data(),
+           table_gradient.row_size(), table_gradient.data());
   }
 
   /// Strided copies (`cudaMemcpy2DAsync`), one per part.
@@ -1270,17 +1518,11 @@ class CudaBackend final : public keras::Backend {
     const std::size_t outer = keras::detail::axis_view(out.shape(), axis).outer;
     if (outer == 0) return;
     const std::size_t out_inner = out.size() / outer;
-    const cudaStream_t s = active_stream();
     std::size_t offset = 0;
     for (const auto& part : parts) {
       expect("concatenate", {&part});
       const std::size_t inner = part.size() / outer;
-      if (inner > 0) {
-        check(cudaMemcpy2DAsync(out.data() + offset, out_inner * sizeof(float), part.data(),
-                                inner * sizeof(float), inner * sizeof(float), outer,
-                                cudaMemcpyDeviceToDevice, s),
-              "cudaMemcpy2DAsync");
-      }
+      if (inner > 0) strided_copy(out.data() + offset, out_inner, part.data(), inner, inner, outer);
       offset += inner;
     }
   }
@@ -1291,16 +1533,12 @@ class CudaBackend final : public keras::Backend {
     const auto v = keras::detail::axis_view(x.shape(), axis);
     if (v.outer == 0) return;
     const std::size_t x_inner = v.length * v.inner;
-    const cudaStream_t s = active_stream();
     std::size_t offset = 0;
     for (std::size_t p = 0; p < parts.size(); ++p) {
       const std::size_t inner = extents[p] * v.inner;
       if (!parts[p].empty() && inner > 0) {
         expect("split", {&parts[p]});
-        check(cudaMemcpy2DAsync(parts[p].data(), inner * sizeof(float), x.data() + offset,
-                                x_inner * sizeof(float), inner * sizeof(float), v.outer,
-                                cudaMemcpyDeviceToDevice, s),
-              "cudaMemcpy2DAsync");
+        strided_copy(parts[p].data(), inner, x.data() + offset, x_inner, inner, v.outer);
       }
       offset += inner;
     }
@@ -1312,14 +1550,204 @@ class CudaBackend final : public keras::Backend {
     LOADSTAR_ASSERT(axes.size() == x.rank() && x.rank() == y.rank() && x.size() == y.size(),
                     "permute: shapes and axes do not fit");
     const detail::PermuteDims d = detail::permute_dims(x.shape(), axes, y.shape());
-    launched(detail::launch_permute(active_stream(), x.data(), y.data(), d, y.size()), "permute");
+    launch("permute", detail::launch_permute, x.data(), y.data(), d, y.size());
   }
 
  private:
-  cudaStream_t active_stream() const {
+  /// The stream, for work queued directly (copies to and from the host, waits, host kernels):
+  /// the work of a step being recorded is queued first, and the rest of that step runs kernel
+  /// by kernel.
+  cudaStream_t active_stream(const char* call) {
+    if (context_->recording) flush_recording(call);
     context_->activate();
     return context_->stream;
   }
+
+  // --- Recording ---------------------------------------------------------------------------------
+
+  /// The results (loss and metric records) and scalar words one recorded step may hold; a step
+  /// with more runs kernel by kernel.
+  static constexpr std::size_t step_result_records = 64;
+  static constexpr std::size_t step_scalar_words = 256;
+
+  /// Queues `launcher(stream, args...)`, or records it while a step is recorded.
+  template <class... P, class... A>
+  void launch(const char* kernel, cudaError_t (*launcher)(cudaStream_t, P...), A&&... args) {
+    if (!context_->recording) {
+      context_->activate();
+      launched(launcher(context_->stream, std::forward<A>(args)...), kernel);
+      return;
+    }
+    std::tuple<std::decay_t<P>...> values(std::forward<A>(args)...);
+    signature_.push_back(reinterpret_cast<std::uintptr_t>(kernel));
+    std::apply([this](const auto&... v) { (detail::sign(signature_, v), ...); }, values);
+    pending_.emplace_back([this, kernel, launcher, values = std::move(values)](cudaStream_t s) {
+      launched(std::apply([&](const auto&... v) { return launcher(s, v...); }, values), kernel);
+    });
+  }
+
+  /// Queues `work(stream)`, or records it, with `words` (every argument it passes on) as its
+  /// part of the signature, while a step is recorded.
+  template <class F>
+  void enqueue(std::initializer_list<std::uint64_t> words, F&& work) {
+    if (!context_->recording) {
+      context_->activate();
+      work(context_->stream);
+      return;
+    }
+    signature_.insert(signature_.end(), words);
+    pending_.emplace_back(std::forward<F>(work));
+  }
+
+  /// A pointer, float, integer or enumerator as a signature word.
+  template <class T>
+  static std::uint64_t word(T value) noexcept {
+    if constexpr (std::is_pointer_v<T>) {
+      return reinterpret_cast<std::uintptr_t>(value);
+    } else if constexpr (std::is_same_v<T, float>) {
+      return std::bit_cast<std::uint32_t>(value);
+    } else {
+      return static_cast<std::uint64_t>(value);
+    }
+  }
+
+  /// Where `value`, a scalar of the step being recorded, will be on the device when the step's
+  /// work runs (uploaded before it: a graph reads this step's value, not the captured step's),
+  /// or null when the step no longer records.
+  template <class T>
+  const T* step_scalar(const T& value) {
+    static_assert(std::is_trivially_copyable_v<T> && alignof(T) <= alignof(std::uint64_t));
+    const std::size_t words = (sizeof(T) + sizeof(std::uint64_t) - 1) / sizeof(std::uint64_t);
+    if (block_.size() + words > step_scalar_words)
+      flush_recording("more scalars than a step holds");
+    if (!context_->recording) return nullptr;
+    const std::size_t offset = block_.size();
+    block_.resize(offset + words);
+    std::memcpy(block_.data() + offset, &value, sizeof(T));
+    return reinterpret_cast<const T*>(step_scalars_ + offset);
+  }
+
+  /// Where a loss or metric kernel of the step being recorded writes the result that belongs in
+  /// `record` (of the result ring): a record of the step's own results area, copied to `record`
+  /// once the step's work is queued. `record` itself when the step does not record.
+  double* step_result(double* record) {
+    if (context_->recording && ring_records_.size() == step_result_records)
+      flush_recording("more results than a step holds");
+    if (!context_->recording) return record;
+    ring_records_.push_back(record);
+    return step_results_ + (ring_records_.size() - 1) * detail::ResultRing::record_doubles;
+  }
+
+  /// Captures the recorded work as `graph`'s CUDA graph; `false` (and the step's shape runs kernel
+  /// by kernel from now on) when it cannot be captured or instantiated.
+  bool capture(detail::StepGraph& graph) {
+    graph.reset();
+    // A shape whose work keeps changing (buffers moved, scalars passed by value changed) is
+    // captured a few times, then left to run kernel by kernel.
+    if (graph.captures >= max_captures) {
+      graph.eager = true;
+      ++stats_.fallbacks;
+      return false;
+    }
+    context_->activate();
+    const cudaStream_t s = context_->stream;
+    check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+    bool queued = true;
+    try {
+      for (auto& work : pending_)
+        work(s);
+    } catch (const CudaError&) {
+      queued = false;  // run kernel by kernel below, where the error is reported if it stays
+    }
+    cudaGraph_t captured = nullptr;
+    const cudaError_t ended = cudaStreamEndCapture(s, &captured);
+    cudaGraphExec_t exec = nullptr;
+    bool ok = queued && ended == cudaSuccess && captured != nullptr &&
+              cudaGraphInstantiate(&exec, captured, 0) == cudaSuccess;
+    if (captured != nullptr) static_cast<void>(cudaGraphDestroy(captured));
+    if (!ok) {
+      static_cast<void>(cudaGetLastError());
+      if (exec != nullptr) static_cast<void>(cudaGraphExecDestroy(exec));
+      graph.eager = true;
+      ++stats_.fallbacks;
+      return false;
+    }
+    graph.exec = exec;
+    graph.signature = signature_;
+    ++graph.captures;
+    return true;
+  }
+
+  /// Queues the recorded work kernel by kernel.
+  void run_pending() {
+    context_->activate();
+    for (auto& work : pending_)
+      work(context_->stream);
+    pending_.clear();
+  }
+
+  /// Copies the step's results area into the ring records its results belong in (one copy per
+  /// run of consecutive records).
+  void copy_step_results() {
+    constexpr std::size_t record_bytes = detail::ResultRing::record_doubles * sizeof(double);
+    for (std::size_t j = 0; j < ring_records_.size();) {
+      std::size_t n = 1;
+      while (j + n < ring_records_.size() &&
+             ring_records_[j + n] == ring_records_[j] + n * detail::ResultRing::record_doubles) {
+        ++n;
+      }
+      check(
+          cudaMemcpyAsync(ring_records_[j], step_results_ + j * detail::ResultRing::record_doubles,
+                          n * record_bytes, cudaMemcpyDeviceToDevice, context_->stream),
+          "cudaMemcpyAsync (device to device)");
+      j += n;
+    }
+    ring_records_.clear();
+  }
+
+  /// Queues the work of the step being recorded, kernel by kernel, with its scalars and results,
+  /// and lets the rest of the step run unrecorded (something in it cannot be captured: a host
+  /// computation, an allocation, a wait). A shape that does this twice is no longer recorded.
+  void flush_recording(const std::string& why) {
+    if (!context_->recording) return;
+    context_->recording = false;
+    ++stats_.fallbacks;
+    stats_.last_fallback = why;
+    if (step_ != nullptr && ++step_->fallbacks >= 2) step_->eager = true;
+    try {
+      context_->activate();
+      if (!block_.empty()) {
+        context_->upload(step_scalars_, block_.data(), block_.size() * sizeof(std::uint64_t));
+      }
+      run_pending();
+      copy_step_results();
+    } catch (...) {
+      release_deferred_frees();
+      clear_step();
+      throw;
+    }
+    release_deferred_frees();
+    clear_step();
+  }
+
+  /// Frees, in stream order, what was freed while the step recorded.
+  void release_deferred_frees() noexcept {
+    std::vector<void*> frees;
+    frees.swap(context_->deferred_frees);
+    for (void* memory : frees)
+      context_->free(memory);
+  }
+
+  void clear_step() noexcept {
+    pending_.clear();
+    signature_.clear();
+    block_.clear();
+    ring_records_.clear();
+    step_ = nullptr;
+  }
+
+  /// How often a shape's graph is captured again (its work changed) before it is given up.
+  static constexpr std::size_t max_captures = 4;
 
   /// Throws `DeviceError` unless every non-empty tensor lives on this backend's device (a host
   /// pointer handed to a kernel would be an illegal address, reported much later).
@@ -1343,6 +1771,20 @@ class CudaBackend final : public keras::Backend {
   /// Throws `CudaError` naming the kernel when its launch failed.
   void launched(cudaError_t status, const char* kernel) const {
     if (status != cudaSuccess) check(status, context_->name + ": " + kernel + " kernel launch");
+  }
+
+  /// `rows` rows of `width` floats from `from` (rows `from_pitch` floats apart) to `to` (rows
+  /// `to_pitch` floats apart), on the device.
+  void strided_copy(float* to, std::size_t to_pitch, const float* from, std::size_t from_pitch,
+                    std::size_t width, std::size_t rows) {
+    enqueue({word("strided_copy"), word(to), word(to_pitch), word(from), word(from_pitch),
+             word(width), word(rows)},
+            [=](cudaStream_t s) {
+              check(
+                  cudaMemcpy2DAsync(to, to_pitch * sizeof(float), from, from_pitch * sizeof(float),
+                                    width * sizeof(float), rows, cudaMemcpyDeviceToDevice, s),
+                  "cudaMemcpy2DAsync");
+            });
   }
 
   static int to_int(std::size_t value, const char* call) {
@@ -1390,6 +1832,15 @@ class CudaBackend final : public keras::Backend {
     return memory;
   }
 
+  /// A tensor of `shape` over scratch buffer `slot` (one of `scratch_slots`), which grows and is
+  /// then reused: its contents are the previous user's (kernels on the one stream use it in turn).
+  Tensor<float> scratch_tensor(std::size_t slot, const Shape& shape) {
+    const std::size_t bytes = shape.elements() * sizeof(float);
+    void* memory = grow(scratch_slots_[slot].memory, scratch_slots_[slot].bytes,
+                        std::max<std::size_t>(bytes, 1), "convolution scratch");
+    return Tensor<float>::wrap(static_cast<float*>(memory), shape, nullptr, device());
+  }
+
   void* step_scratch(std::size_t bytes) {
     return grow(step_scratch_, step_scratch_bytes_, bytes, "optimizer, loss and metric scratch");
   }
@@ -1405,7 +1856,7 @@ class CudaBackend final : public keras::Backend {
   void upload_table() {
     const std::size_t bytes = table_.size() * sizeof(detail::UpdateTarget);
     if (uploaded_ == table_) return;
-    const cudaStream_t s = active_stream();
+    const cudaStream_t s = active_stream("an upload of the optimizer's variable table");
     // The previous upload may still read the pinned copy: wait before rewriting it (rare).
     check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
     void* stage = table_stage_.reserve(bytes);
@@ -1426,9 +1877,25 @@ class CudaBackend final : public keras::Backend {
   std::size_t step_table_bytes_ = 0;
   void* step_scratch_ = nullptr;
   std::size_t step_scratch_bytes_ = 0;
+  struct ScratchSlot {
+    void* memory = nullptr;
+    std::size_t bytes = 0;
+  };
+  std::array<ScratchSlot, 3> scratch_slots_;
   std::shared_ptr<detail::ResultRing> results_;
   std::unique_ptr<detail::LtPlans> lt_;
   detail::PinnedBuffer table_stage_;
+  // Steps as CUDA graphs.
+  CudaOptions options_;
+  GraphStats stats_;
+  std::unordered_map<std::uint64_t, detail::StepGraph> graphs_;  // nodes: stable addresses
+  detail::StepGraph* step_ = nullptr;                            // the step being recorded
+  detail::Signature signature_;
+  std::vector<std::function<void(cudaStream_t)>> pending_;
+  std::vector<std::uint64_t> block_;   // the recorded step's scalars, uploaded to step_scalars_
+  std::vector<double*> ring_records_;  // where each record of step_results_ belongs
+  double* step_results_ = nullptr;
+  std::uint64_t* step_scalars_ = nullptr;
 };
 
 /// A `CudaBackend` on device `device`, for `CompileOptions::backend`. Throws `CudaError` when no

@@ -563,6 +563,13 @@ class Model {
   /// Points every view at the first `rows` rows of the buffers.
   void set_rows(std::size_t rows);
 
+  /// The backend's step key (`Backend::begin_step`) of a training or evaluation step of the batch
+  /// loaded last: its rows and whether it has weights.
+  std::uint64_t step_key(bool training) const noexcept {
+    return (static_cast<std::uint64_t>(rows_) << 2U) | (has_weights_ ? 2U : 0U) |
+           (training ? 1U : 0U);
+  }
+
   /// Builds the graph if needed, allocates for `max_rows` and checks nothing else.
   void prepare(const detail::ErasedBatch& batch, std::size_t max_rows);
 
@@ -819,6 +826,7 @@ LOADSTAR_DECL const Logs& Model::train_step(const BatchView& batch, const StepOp
   prepare(batch, 0);
   const detail::ScopedFlushDenormal flush_denormal;
   load(batch, true, options.class_weight);
+  detail::StepScope step(backend(), step_key(true));
   for (auto* variable : trainable_)
     backend().fill(variable->gradient, 0.0F);
   const std::uint64_t seed = options.seed ? *options.seed : detail::global_seed();
@@ -827,6 +835,7 @@ LOADSTAR_DECL const Logs& Model::train_step(const BatchView& batch, const StepOp
   backward(seed);
   optimizer_->apply_batch_gradients(trainable_, rows_);
   update_metrics(training_, total);
+  step.end();
   fill_logs(training_, training_logs_);
   return training_logs_;
 }
@@ -836,9 +845,11 @@ LOADSTAR_DECL const Logs& Model::test_step(const BatchView& batch, const StepOpt
   prepare(batch, 0);
   const detail::ScopedFlushDenormal flush_denormal;
   load(batch, true, options.class_weight);
+  detail::StepScope step(backend(), step_key(false));
   forward(false, options.seed ? *options.seed : detail::global_seed());
   const Deferred<double> total = compute_losses(false);
   update_metrics(evaluation_, total);
+  step.end();
   fill_logs(evaluation_, evaluation_logs_);
   return evaluation_logs_;
 }

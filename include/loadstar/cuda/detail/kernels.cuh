@@ -108,7 +108,9 @@ __global__ void relu_backward_kernel(const float* x, const float* dy, float* dx,
 }
 
 __global__ void dropout_kernel(const float* x, float* y, std::size_t n, double rate,
-                               float keep_scale, std::uint64_t key) {
+                               float keep_scale, std::uint64_t key,
+                               const std::uint64_t* device_key) {
+  if (device_key != nullptr) key = *device_key;
   LOADSTAR_GRID_STRIDE(i, n) {
     y[i] = dropout_value(x[i], key, i, rate, keep_scale);
   }
@@ -318,7 +320,8 @@ __global__ void clip_scales_kernel(const UpdateTarget* targets, std::size_t coun
 
 __global__ void optimizer_step_kernel(const UpdateTarget* targets, std::size_t count,
                                       std::size_t elements, UpdateParams params,
-                                      const float* scales) {
+                                      const UpdateParams* device_params, const float* scales) {
+  if (device_params != nullptr) params = *device_params;
   LOADSTAR_GRID_STRIDE(i, elements) {
     update_flat(targets, count, params, scales, i);
   }
@@ -376,8 +379,10 @@ cudaError_t launch_clip_scales(cudaStream_t stream, const UpdateTarget* targets,
 
 cudaError_t launch_optimizer_step(cudaStream_t stream, const UpdateTarget* targets,
                                   std::size_t count, std::size_t elements,
-                                  const UpdateParams& params, const float* scales) {
-  return launch(optimizer_step_kernel, stream, elements, targets, count, elements, params, scales);
+                                  const UpdateParams& params, const UpdateParams* device_params,
+                                  const float* scales) {
+  return launch(optimizer_step_kernel, stream, elements, targets, count, elements, params,
+                device_params, scales);
 }
 
 cudaError_t launch_row_loss(cudaStream_t stream, const RowLossParams& params, const RowDims& dims,
@@ -466,8 +471,9 @@ cudaError_t launch_softmax_backward(cudaStream_t stream, const float* y, const f
 }
 
 cudaError_t launch_dropout(cudaStream_t stream, const float* x, float* y, std::size_t n,
-                           double rate, float keep_scale, std::uint64_t key) {
-  return launch(dropout_kernel, stream, n, x, y, n, rate, keep_scale, key);
+                           double rate, float keep_scale, std::uint64_t key,
+                           const std::uint64_t* device_key) {
+  return launch(dropout_kernel, stream, n, x, y, n, rate, keep_scale, key, device_key);
 }
 
 cudaError_t launch_im2col(cudaStream_t stream, const float* x, const ConvDims& g, float* columns) {

@@ -37,8 +37,11 @@ cudaError_t launch_softmax_forward(cudaStream_t stream, const float* x, float* y
                                    std::size_t length, std::size_t inner);
 cudaError_t launch_softmax_backward(cudaStream_t stream, const float* y, const float* dy, float* dx,
                                     std::size_t outer, std::size_t length, std::size_t inner);
+/// `device_key`, when not null, is read on the device instead of `key` (a replayed CUDA graph's
+/// step-dependent scalar).
 cudaError_t launch_dropout(cudaStream_t stream, const float* x, float* y, std::size_t n,
-                           double rate, float keep_scale, std::uint64_t key);
+                           double rate, float keep_scale, std::uint64_t key,
+                           const std::uint64_t* device_key);
 
 cudaError_t launch_im2col(cudaStream_t stream, const float* x, const ConvDims& g, float* columns);
 cudaError_t launch_col2im(cudaStream_t stream, const float* columns, const ConvDims& g, float* dx);
@@ -90,10 +93,13 @@ cudaError_t launch_clip_scales(cudaStream_t stream, const UpdateTarget* targets,
                                std::size_t segments, double* partials, bool global,
                                double threshold, float* scales);
 /// One optimizer step over every element of every target (`elements` in all), one launch.
-/// `scales` may be null (no norm clipping).
+/// `scales` may be null (no norm clipping). `device_params`, when not null, are read on the
+/// device instead of `params` (a replayed CUDA graph's step-dependent learning rate and bias
+/// corrections).
 cudaError_t launch_optimizer_step(cudaStream_t stream, const UpdateTarget* targets,
                                   std::size_t count, std::size_t elements,
-                                  const UpdateParams& params, const float* scales);
+                                  const UpdateParams& params, const UpdateParams* device_params,
+                                  const float* scales);
 
 /// A row loss: the per-row terms into `terms` (one double per row) and the gradient (when `g` is
 /// not null), then the result record (`finish_row_loss`): `record[0]` their sum in a fixed order,

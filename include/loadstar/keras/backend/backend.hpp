@@ -264,6 +264,20 @@ class Backend {
   /// CPU backend calls `kernel(tensors)`; a device backend stages the tensors through the host.
   virtual void host_kernel(std::span<const Tensor<float>> tensors, HostKernelRef kernel) = 0;
 
+  // --- Steps ----------------------------------------------------------------------------------
+
+  /// Brackets the device work of one training or evaluation step: `Model` calls `begin_step`
+  /// once the batch is uploaded and `end_step` once every kernel of the step is queued (or
+  /// `abandon_step` when the step throws in between). Steps with the same `key` (the model's
+  /// rows, weights and kind of step) usually queue the same kernels on the same buffers, so that
+  /// a device backend may record such a step once and replay it (the CUDA backend's CUDA graphs).
+  /// The defaults do nothing: the kernels run as they are called.
+  virtual void begin_step(std::uint64_t /*key*/) {}
+  /// Ends the step `begin_step` began: its work is queued (or done) when this returns.
+  virtual void end_step() {}
+  /// Ends a step that threw: the work queued so far is queued (or done), nothing is recorded.
+  virtual void abandon_step() noexcept {}
+
   /// `host_kernel` on a list of tensors: `backend.on_host({y_true, y_pred}, [&](auto t) {...})`.
   template <class F>
   requires std::invocable<F&, std::span<const Tensor<float>>>
@@ -475,6 +489,28 @@ class Backend {
   LOADSTAR_DECL virtual void permute(const Tensor<float>& x, std::span<const std::size_t> axes,
                                      const Tensor<float>& y);
 };
+
+namespace detail {
+/// One step's `begin_step`, and its `end_step` on `end()` or its `abandon_step` when left by an
+/// exception first.
+class StepScope {
+ public:
+  StepScope(Backend& backend, std::uint64_t key) : backend_(&backend) { backend.begin_step(key); }
+  StepScope(const StepScope&) = delete;
+  StepScope& operator=(const StepScope&) = delete;
+  ~StepScope() {
+    if (backend_ != nullptr) backend_->abandon_step();
+  }
+  void end() {
+    Backend* backend = backend_;
+    backend_ = nullptr;
+    backend->end_step();
+  }
+
+ private:
+  Backend* backend_;
+};
+}  // namespace detail
 
 /// A `CpuBackend` (keras/backend/cpu_backend.hpp) of `threads` threads, at least 1: the backend
 /// `compile` makes when `CompileOptions::backend` is empty. Throws `ConfigError` for 0 threads.
