@@ -10,6 +10,9 @@
 // copied to the device inside the step; PyTorch's peer keeps its batches on the device), and ends
 // with the device synchronized, so that the timed region holds every kernel it queued.
 //
+// Every step of a shape after its second replays one CUDA graph (CudaOptions::graphs);
+// --no-graphs launches each kernel instead, to measure what the graphs bring.
+//
 // Without a usable GPU the program prints the backend's own reason in one line ("bench_keras_gpu:
 // cuda backend: no CUDA device is available: ...") and exits with 1 before any benchmark runs;
 // --benchmark_list_tests answers without a GPU.
@@ -61,6 +64,8 @@ void train(benchmark::State& state, const std::string& workload, std::size_t bat
   getrusage(RUSAGE_SELF, &usage);
   state.counters["peak_rss_mb"] = static_cast<double>(usage.ru_maxrss) / 1024.0;
   state.counters["device_mb"] = static_cast<double>(backend->reserved_bytes()) / (1024.0 * 1024.0);
+  const cuda::GraphStats& stats = backend->graph_stats();
+  state.counters["graph_steps"] = static_cast<double>(stats.captured + stats.replayed);
   state.SetLabel("samples/s");
 }
 
@@ -74,6 +79,21 @@ void train_or_exit(benchmark::State& state, const std::string& workload, std::si
                  error.what());
     std::exit(1);
   }
+}
+
+/// Takes our own --no-graphs out of the arguments; whether it was there.
+bool take_no_graphs(int& argc, char** argv) {
+  bool found = false;
+  int kept = 1;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string_view(argv[i]) == "--no-graphs") {
+      found = true;
+    } else {
+      argv[kept++] = argv[i];
+    }
+  }
+  argc = kept;
+  return found;
 }
 
 /// Whether the arguments ask only for the list of names (--benchmark_list_tests[=true]).
@@ -100,12 +120,13 @@ int main(int argc, char** argv) {
           ->UseRealTime();
     }
   }
+  const bool graphs = !take_no_graphs(argc, argv);
   const bool listing = listing_only(argc, argv);  // before Initialize takes its flags out
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   if (!listing) {
     try {
-      backend = std::make_shared<cuda::CudaBackend>(0);
+      backend = std::make_shared<cuda::CudaBackend>(0, cuda::CudaOptions{.graphs = graphs});
     } catch (const std::exception& error) {
       std::fprintf(stderr, "bench_keras_gpu: %s\n", error.what());
       return 1;

@@ -200,6 +200,10 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) {
   reinterpret_cast<Event*>(event)->serial = ++event_records;
   return cudaSuccess;
 }
+cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned int) {
+  if (capturing != nullptr) return refuse_in_capture();  // not used in a capture by the backend
+  return cudaSuccess;  // one emulated stream runs everything at once: nothing to wait for
+}
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   const std::size_t serial = reinterpret_cast<Event*>(event)->serial;
   if (serial != 0) loadstar::test::event_wait_lags.push_back(event_records + 1 - serial);

@@ -234,6 +234,18 @@ TEST_SUITE("cuda") {
     CHECK(bitwise_equal(gpu.to_host(device), host));
     CHECK(gpu.to_host(device.slice_rows(2, 4)) == host.slice_rows(2, 4).clone());
     CHECK(gpu.allocate({0, 3}).empty());
+    // Large uploads cross on the copy stream, through the upload slots' device buffers: more of
+    // them than there are slots, of growing sizes, each into its own tensor.
+    std::vector<Tensor<float>> hosts, devices;
+    for (std::size_t i = 0; i < 2 * loadstar::cuda::detail::Context::upload_slots + 1; ++i) {
+      hosts.push_back(random_tensor({64 + 16 * i, 512}, 100 + i));
+      devices.push_back(gpu.allocate(hosts.back().shape()));
+      gpu.copy_from_host(hosts.back(), devices.back());
+    }
+    for (std::size_t i = 0; i < hosts.size(); ++i) {
+      CAPTURE(i);
+      CHECK(bitwise_equal(gpu.to_host(devices[i]), hosts[i]));
+    }
     CHECK_THROWS_WITH_AS(gpu.copy_from_host(device, device),
                          doctest::Contains("cuda backend: copy_from_host needs a host tensor"),
                          DeviceError);

@@ -289,11 +289,19 @@ struct Context {
   /// Page-locked buffers that uploads (`copy_from_host`) take in turn, each with an event
   /// recorded after the copy that reads it: an upload waits only for the copy `upload_slots`
   /// uploads before it, so that the host queues the next batches while the device computes.
+  /// Uploads of `copy_stream_bytes` or more cross to the device on `copy_stream`, into the slot's
+  /// device buffer, while `stream` computes; `stream` then waits for them (`arrived`) and copies
+  /// device to device, so that a batch crosses the bus during the step before its own.
   static constexpr std::size_t upload_slots = 8;
+  static constexpr std::size_t copy_stream_bytes = std::size_t{64} << 10U;
   struct UploadSlot {
     PinnedBuffer buffer;
     cudaEvent_t copied = nullptr;
+    cudaEvent_t arrived = nullptr;
+    void* device_buffer = nullptr;
+    std::size_t device_bytes = 0;
   };
+  cudaStream_t copy_stream = nullptr;
   std::array<UploadSlot, upload_slots> uploads;
   std::size_t next_upload = 0;
   PinnedBuffer download;                      // copy_to_host, which waits for its copy
@@ -331,8 +339,11 @@ struct Context {
       check(cudaMalloc(&cublas_workspace, cublas_workspace_bytes), "cudaMalloc");
       check(cublasSetWorkspace(cublas, cublas_workspace, cublas_workspace_bytes),
             "cublasSetWorkspace");
-      for (auto& slot : uploads)
+      check(cudaStreamCreateWithFlags(&copy_stream, cudaStreamNonBlocking), "cudaStreamCreate");
+      for (auto& slot : uploads) {
         check(cudaEventCreateWithFlags(&slot.copied, cudaEventDisableTiming), "cudaEventCreate");
+        check(cudaEventCreateWithFlags(&slot.arrived, cudaEventDisableTiming), "cudaEventCreate");
+      }
       void* slot = nullptr;
       check(cudaMalloc(&slot, sizeof(unsigned long long)), "cudaMalloc");
       device_slot = static_cast<unsigned long long*>(slot);
@@ -356,8 +367,35 @@ struct Context {
     check(cudaEventSynchronize(slot.copied), "cudaEventSynchronize");
     void* staging = slot.buffer.reserve(bytes);
     std::memcpy(staging, host, bytes);
-    check(cudaMemcpyAsync(device, staging, bytes, cudaMemcpyHostToDevice, stream),
+    if (bytes < copy_stream_bytes) {
+      check(cudaMemcpyAsync(device, staging, bytes, cudaMemcpyHostToDevice, stream),
+            "cudaMemcpyAsync (host to device)");
+    } else {
+      if (slot.device_bytes < bytes) {  // rare: the first batches, or larger ones
+        const std::size_t grown = std::max(bytes, slot.device_bytes * 2);
+        if (slot.device_buffer != nullptr) check(cudaFree(slot.device_buffer), "cudaFree");
+        slot.device_buffer = nullptr;
+        slot.device_bytes = 0;
+        if (const cudaError_t status = cudaMalloc(&slot.device_buffer, grown);
+            status == cudaErrorMemoryAllocation) {
+          static_cast<void>(cudaGetLastError());
+          std::size_t free_bytes = 0, total_bytes = 0;
+          static_cast<void>(cudaMemGetInfo(&free_bytes, &total_bytes));
+          throw CudaError(out_of_memory_message(name, "cudaMalloc", grown, "an upload buffer",
+                                                free_bytes, total_bytes));
+        } else {
+          check(status, "cudaMalloc");
+        }
+        slot.device_bytes = grown;
+      }
+      check(
+          cudaMemcpyAsync(slot.device_buffer, staging, bytes, cudaMemcpyHostToDevice, copy_stream),
           "cudaMemcpyAsync (host to device)");
+      check(cudaEventRecord(slot.arrived, copy_stream), "cudaEventRecord");
+      check(cudaStreamWaitEvent(stream, slot.arrived, 0), "cudaStreamWaitEvent");
+      check(cudaMemcpyAsync(device, slot.device_buffer, bytes, cudaMemcpyDeviceToDevice, stream),
+            "cudaMemcpyAsync (device to device)");
+    }
     check(cudaEventRecord(slot.copied, stream), "cudaEventRecord");
   }
 
@@ -409,9 +447,14 @@ struct Context {
   void release_all() noexcept {
     if (stream != nullptr) static_cast<void>(cudaStreamSynchronize(stream));
     if (device_slot != nullptr) static_cast<void>(cudaFree(device_slot));
+    if (copy_stream != nullptr) static_cast<void>(cudaStreamSynchronize(copy_stream));
     for (auto& slot : uploads) {
       if (slot.copied != nullptr) static_cast<void>(cudaEventDestroy(slot.copied));
+      if (slot.arrived != nullptr) static_cast<void>(cudaEventDestroy(slot.arrived));
+      if (slot.device_buffer != nullptr) static_cast<void>(cudaFree(slot.device_buffer));
       slot.copied = nullptr;
+      slot.arrived = nullptr;
+      slot.device_buffer = nullptr;
     }
     if (cublas != nullptr) static_cast<void>(cublasDestroy(cublas));
     if (cublas_lt != nullptr) static_cast<void>(cublasLtDestroy(cublas_lt));
@@ -419,6 +462,8 @@ struct Context {
     if (cublas_workspace != nullptr) static_cast<void>(cudaFree(cublas_workspace));
     if (pool != nullptr) static_cast<void>(cudaMemPoolDestroy(pool));
     if (stream != nullptr) static_cast<void>(cudaStreamDestroy(stream));
+    if (copy_stream != nullptr) static_cast<void>(cudaStreamDestroy(copy_stream));
+    copy_stream = nullptr;
     device_slot = nullptr;
     cublas = nullptr;
     cublas_workspace = nullptr;
