@@ -542,6 +542,13 @@ cudaError_t launch_fill(cudaStream_t stream, float* x, std::size_t n, float valu
       x[i] = value;
   });
 }
+cudaError_t launch_fill_many(cudaStream_t stream, const FillTarget* targets, std::size_t count,
+                             std::size_t elements, float value) {
+  return submit(stream, [=] {
+    for (std::size_t i = 0; i < elements; ++i)
+      fill_flat(targets, count, value, i);
+  });
+}
 cudaError_t launch_scale(cudaStream_t stream, float* x, std::size_t n, float alpha) {
   return submit(stream, [=] {
     for (std::size_t i = 0; i < n; ++i)

@@ -397,6 +397,36 @@ TEST_SUITE("cuda") {
       b.cpu.fill(copy, 2.5F);
       b.gpu.fill(gcopy, 2.5F);
       both(copy, gcopy, 0.0);
+      // fill_many: tensors of other sizes (an empty one among them) in one kernel, its table
+      // uploaded again when the tensors change, and a single tensor.
+      std::vector<Tensor<float>> hosts{random_tensor({3, 5}, 40), Tensor<float>({0}),
+                                       random_tensor({1500}, 41), random_tensor({2, 2, 2}, 42)};
+      std::vector<Tensor<float>> devices;
+      for (const auto& h : hosts)
+        devices.push_back(b.up(h));
+      for (const float value : {0.0F, -1.25F}) {
+        b.cpu.fill_many(hosts, value);
+        b.gpu.fill_many(devices, value);
+        for (std::size_t i = 0; i < hosts.size(); ++i)
+          both(hosts[i], devices[i], 0.0);
+      }
+      hosts.erase(hosts.begin());
+      devices.erase(devices.begin());
+      for (auto& h : hosts)
+        h = random_tensor(h.shape(), 43);
+      for (std::size_t i = 0; i < hosts.size(); ++i)
+        devices[i] = b.up(hosts[i]);
+      hosts.push_back(random_tensor({7}, 44));
+      devices.push_back(b.up(hosts.back()));
+      b.cpu.fill_many(hosts, 3.0F);
+      b.gpu.fill_many(devices, 3.0F);
+      for (std::size_t i = 0; i < hosts.size(); ++i)
+        both(hosts[i], devices[i], 0.0);
+      const std::vector<Tensor<float>> one{random_tensor({9}, 45)};
+      const std::vector<Tensor<float>> one_device{b.up(one[0])};
+      b.cpu.fill_many(one, 0.5F);
+      b.gpu.fill_many(one_device, 0.5F);
+      both(one[0], one_device[0], 0.0);
     }
     SUBCASE("bias_add and column_sums over one chunk and several") {
       const Tensor<float> bias = random_tensor({33}, 8);

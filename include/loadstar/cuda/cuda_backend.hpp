@@ -851,6 +851,7 @@ class CudaBackend final : public keras::Backend {
       if (memory != nullptr) context_->free(memory);
     for (const auto& slot : scratch_slots_)
       if (slot.memory != nullptr) context_->free(slot.memory);
+    if (fill_device_ != nullptr) context_->free(fill_device_);
   }
 
   /// How many times `host_kernel` has staged device tensors through the host (a test counts that
@@ -1266,6 +1267,35 @@ class CudaBackend final : public keras::Backend {
   void fill(const Tensor<float>& x, float value) override {
     expect("fill", {&x});
     launch("fill", detail::launch_fill, x.data(), x.size(), value);
+  }
+
+  /// One kernel over every tensor, from a device table of their pointers and sizes that is
+  /// uploaded when it changes (the gradients of a model: at its first step).
+  void fill_many(std::span<const Tensor<float>> tensors, float value) override {
+    fill_table_.clear();  // keeps its capacity
+    std::size_t elements = 0;
+    for (const auto& t : tensors) {
+      expect("fill_many", {&t});
+      if (t.empty()) continue;
+      fill_table_.push_back({t.data(), t.size(), elements});
+      elements += t.size();
+    }
+    if (elements == 0) return;
+    if (fill_table_.size() == 1) {
+      launch("fill", detail::launch_fill, fill_table_[0].data, fill_table_[0].size, value);
+      return;
+    }
+    if (uploaded_fill_ != fill_table_) {
+      const std::size_t bytes = fill_table_.size() * sizeof(detail::FillTarget);
+      grow(fill_device_, fill_device_bytes_, bytes, "fill table");
+      // Not recorded: a step that changes the table runs kernel by kernel.
+      active_stream("an upload of a fill table");
+      context_->upload(fill_device_, fill_table_.data(), bytes);
+      uploaded_fill_ = fill_table_;
+    }
+    launch("fill_many", detail::launch_fill_many,
+           static_cast<const detail::FillTarget*>(fill_device_), fill_table_.size(), elements,
+           value);
   }
 
   void copy(const Tensor<float>& x, const Tensor<float>& y) override {
@@ -1927,6 +1957,9 @@ class CudaBackend final : public keras::Backend {
     std::size_t bytes = 0;
   };
   std::array<ScratchSlot, 3> scratch_slots_;
+  std::vector<detail::FillTarget> fill_table_, uploaded_fill_;
+  void* fill_device_ = nullptr;
+  std::size_t fill_device_bytes_ = 0;
   std::shared_ptr<detail::ResultRing> results_;
   std::unique_ptr<detail::LtPlans> lt_;
   detail::PinnedBuffer table_stage_;

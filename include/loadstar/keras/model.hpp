@@ -563,6 +563,15 @@ class Model {
   /// Points every view at the first `rows` rows of the buffers.
   void set_rows(std::size_t rows);
 
+  /// Sets the trainable variables' gradients to zero (one `fill_many`).
+  void zero_gradients() {
+    gradients_.clear();  // keeps its capacity
+    for (auto* variable : trainable_)
+      gradients_.push_back(variable->gradient);
+    backend().fill_many(gradients_, 0.0F);
+    gradients_.clear();  // holds no tensor between steps
+  }
+
   /// The backend's step key (`Backend::begin_step`) of a training or evaluation step of the batch
   /// loaded last: its rows and whether it has weights.
   std::uint64_t step_key(bool training) const noexcept {
@@ -682,6 +691,7 @@ class Model {
   Tensor<float> staging_weights_full_;
   bool weights_placed_ = false;
   bool has_weights_ = false;
+  std::vector<Tensor<float>> gradients_;  // zero_gradients' list
   std::vector<std::size_t> input_order_, target_order_;
   // Running metrics, and the batch view of the templated steps.
   RunningMetrics training_, evaluation_;
@@ -817,8 +827,7 @@ LOADSTAR_DECL const Logs& Model::train_step(const BatchView& batch, const StepOp
     // has fewer rows than there are ranks): zero gradients, so that the optimizer still
     // takes part in the step, and nothing to measure.
     place_weights();
-    for (auto* variable : trainable_)
-      backend().fill(variable->gradient, 0.0F);
+    zero_gradients();
     optimizer_->apply_batch_gradients(trainable_, 0);
     training_.fill(training_logs_, output_names_);
     return training_logs_;
@@ -827,8 +836,7 @@ LOADSTAR_DECL const Logs& Model::train_step(const BatchView& batch, const StepOp
   const detail::ScopedFlushDenormal flush_denormal;
   load(batch, true, options.class_weight);
   detail::StepScope step(backend(), step_key(true));
-  for (auto* variable : trainable_)
-    backend().fill(variable->gradient, 0.0F);
+  zero_gradients();
   const std::uint64_t seed = options.seed ? *options.seed : detail::global_seed();
   forward(true, seed);
   const Deferred<double> total = compute_losses(true);

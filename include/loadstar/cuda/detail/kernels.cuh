@@ -55,6 +55,13 @@ __global__ void fill_kernel(float* x, std::size_t n, float value) {
   }
 }
 
+__global__ void fill_many_kernel(const FillTarget* targets, std::size_t count, std::size_t elements,
+                                 float value) {
+  LOADSTAR_GRID_STRIDE(i, elements) {
+    fill_flat(targets, count, value, i);
+  }
+}
+
 __global__ void scale_kernel(float* x, std::size_t n, float alpha) {
   LOADSTAR_GRID_STRIDE(i, n) {
     x[i] *= alpha;
@@ -413,6 +420,11 @@ cudaError_t launch_mean_metric(cudaStream_t stream, MeanMetricCode kind, double 
 
 cudaError_t launch_fill(cudaStream_t stream, float* x, std::size_t n, float value) {
   return launch(fill_kernel, stream, n, x, n, value);
+}
+
+cudaError_t launch_fill_many(cudaStream_t stream, const FillTarget* targets, std::size_t count,
+                             std::size_t elements, float value) {
+  return launch(fill_many_kernel, stream, elements, targets, count, elements, value);
 }
 
 cudaError_t launch_scale(cudaStream_t stream, float* x, std::size_t n, float alpha) {

@@ -15,6 +15,10 @@
 namespace loadstar::cuda::detail {
 
 cudaError_t launch_fill(cudaStream_t stream, float* x, std::size_t n, float value);
+/// Every element of every target (`elements` in all, non-empty targets in flat order) set to
+/// `value`, in one launch.
+cudaError_t launch_fill_many(cudaStream_t stream, const FillTarget* targets, std::size_t count,
+                             std::size_t elements, float value);
 cudaError_t launch_scale(cudaStream_t stream, float* x, std::size_t n, float alpha);
 cudaError_t launch_axpy(cudaStream_t stream, float alpha, const float* x, float* y, std::size_t n);
 cudaError_t launch_add(cudaStream_t stream, const float* a, const float* b, float* out,

@@ -628,8 +628,8 @@ LOADSTAR_HOST_DEVICE inline std::size_t norm_segments(std::size_t size) noexcept
 
 /// The target holding flat position `i` of the field `Key` (`begin` or `segment_begin`): the last
 /// one starting at or before it (targets are in flat order; empty ones are skipped).
-template <class Key>
-LOADSTAR_HOST_DEVICE std::size_t find_target(const UpdateTarget* targets, std::size_t count,
+template <class Target, class Key>
+LOADSTAR_HOST_DEVICE std::size_t find_target(const Target* targets, std::size_t count,
                                              std::size_t i, Key key) noexcept {
   std::size_t low = 0, high = count;  // the answer is in [low, high)
   while (high - low > 1) {
@@ -641,6 +641,22 @@ LOADSTAR_HOST_DEVICE std::size_t find_target(const UpdateTarget* targets, std::s
     }
   }
   return low;
+}
+
+/// One tensor of a fill over several (`fill_many`): its memory, its elements and its first
+/// element's flat index.
+struct FillTarget {
+  friend bool operator==(const FillTarget&, const FillTarget&) = default;
+  float* data = nullptr;
+  std::size_t size = 0;
+  std::size_t begin = 0;
+};
+
+/// Flat position `i` of a fill over `targets` (non-empty ones, in flat order) set to `value`.
+LOADSTAR_HOST_DEVICE inline void fill_flat(const FillTarget* targets, std::size_t count,
+                                           float value, std::size_t i) noexcept {
+  const std::size_t k = find_target(targets, count, i, [](const FillTarget& t) { return t.begin; });
+  targets[k].data[i - targets[k].begin] = value;
 }
 
 /// The squared norm of norm segment `s` (in flat order), in double, elements in order.

@@ -358,6 +358,12 @@ class Backend {
 
   /// Every element of `x` set to `value`.
   virtual void fill(const Tensor<float>& x, float value) = 0;
+  /// Every element of every tensor of `tensors` set to `value` (a step's gradients set to zero);
+  /// the default fills them one by one, a device backend in one kernel.
+  virtual void fill_many(std::span<const Tensor<float>> tensors, float value) {
+    for (const auto& t : tensors)
+      fill(t, value);
+  }
   /// `y = x` (same number of elements).
   virtual void copy(const Tensor<float>& x, const Tensor<float>& y) = 0;
   /// `x *= alpha`.
