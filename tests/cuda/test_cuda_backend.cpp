@@ -1148,14 +1148,14 @@ TEST_SUITE("cuda") {
       CHECK(eager.stats.captured == 0);
       CHECK(eager.stats.replayed == 0);
       // Training: 18 steps of 16 rows and 3 of 4; validation (3 epochs) and evaluation: 8 steps
-      // of 16 rows and 4 of 8. Each shape's first step runs kernel by kernel, its second is
-      // captured, the others replay its graph.
+      // of 16 rows and 4 of 8; prediction: 3 steps of 8 rows. Each shape's first step runs
+      // kernel by kernel, its second is captured, the others replay its graph.
       const auto& s = graphs.stats;
       INFO("last fallback: " << s.last_fallback);
       CHECK(s.fallbacks == 0);
-      CHECK(s.eager == 4);
-      CHECK(s.captured == 4);
-      CHECK(s.replayed == (18 - 2) + (3 - 2) + (8 - 2) + (4 - 2));
+      CHECK(s.eager == 5);
+      CHECK(s.captured == 5);
+      CHECK(s.replayed == (18 - 2) + (3 - 2) + (8 - 2) + (4 - 2) + (3 - 2));
     }
   }
 
@@ -1173,7 +1173,8 @@ TEST_SUITE("cuda") {
     // next one is captured.
     CHECK(graphs.stats.fallbacks == 1);
     CHECK(graphs.stats.last_fallback == "an allocation of a float32 tensor of shape (64, 32)");
-    CHECK(graphs.stats.captured == 3);  // training before and after the swap, validation
+    // Training before and after the swap, validation, prediction.
+    CHECK(graphs.stats.captured == 4);
   }
 
   TEST_CASE("A step that computes on the host runs kernel by kernel, then is no longer recorded") {
@@ -1190,9 +1191,10 @@ TEST_SUITE("cuda") {
     check_same_run(eager, graphs);
     CHECK(graphs.stats.captured == 0);
     CHECK(graphs.stats.replayed == 0);
-    // Two shapes (training's 16 rows, validation's 16 and 8 rows share the kind only): each is
-    // recorded twice, falls back twice, and runs unrecorded from then on.
-    CHECK(graphs.stats.fallbacks == 2 * 3);
+    // Four shapes (training's 16 rows, validation's 16 and 8, prediction's 8): each is recorded
+    // twice, falls back twice, and runs unrecorded from then on.
+    CHECK(graphs.stats.fallbacks == 2 * 4);
+    CHECK(graphs.stats.last_fallback == "a host computation (host_kernel)");
   }
 }
 

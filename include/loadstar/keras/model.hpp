@@ -572,11 +572,13 @@ class Model {
     gradients_.clear();  // holds no tensor between steps
   }
 
-  /// The backend's step key (`Backend::begin_step`) of a training or evaluation step of the batch
-  /// loaded last: its rows and whether it has weights.
-  std::uint64_t step_key(bool training) const noexcept {
-    return (static_cast<std::uint64_t>(rows_) << 2U) | (has_weights_ ? 2U : 0U) |
-           (training ? 1U : 0U);
+  /// The kinds of step a backend may record (`Backend::begin_step`).
+  enum class StepKind : std::uint64_t { train = 1, test = 2, predict = 3 };
+  /// The backend's step key of a step of the batch loaded last: its kind, its rows and whether
+  /// it has weights.
+  std::uint64_t step_key(StepKind kind) const noexcept {
+    return (static_cast<std::uint64_t>(rows_) << 3U) | (has_weights_ ? 4U : 0U) |
+           static_cast<std::uint64_t>(kind);
   }
 
   /// Builds the graph if needed, allocates for `max_rows` and checks nothing else.
@@ -835,7 +837,7 @@ LOADSTAR_DECL const Logs& Model::train_step(const BatchView& batch, const StepOp
   prepare(batch, 0);
   const detail::ScopedFlushDenormal flush_denormal;
   load(batch, true, options.class_weight);
-  detail::StepScope step(backend(), step_key(true));
+  detail::StepScope step(backend(), step_key(StepKind::train));
   zero_gradients();
   const std::uint64_t seed = options.seed ? *options.seed : detail::global_seed();
   forward(true, seed);
@@ -853,7 +855,7 @@ LOADSTAR_DECL const Logs& Model::test_step(const BatchView& batch, const StepOpt
   prepare(batch, 0);
   const detail::ScopedFlushDenormal flush_denormal;
   load(batch, true, options.class_weight);
-  detail::StepScope step(backend(), step_key(false));
+  detail::StepScope step(backend(), step_key(StepKind::test));
   forward(false, options.seed ? *options.seed : detail::global_seed());
   const Deferred<double> total = compute_losses(false);
   update_metrics(evaluation_, total);
@@ -866,7 +868,9 @@ LOADSTAR_DECL const std::vector<Tensor<float>>& Model::predict_step(const BatchV
   prepare(batch, 0);
   const detail::ScopedFlushDenormal flush_denormal;
   load(batch, false, nullptr);
+  detail::StepScope step(backend(), step_key(StepKind::predict));
   forward(false, detail::global_seed());
+  step.end();
   return outputs_;
 }
 
