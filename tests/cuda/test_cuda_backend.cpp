@@ -528,6 +528,34 @@ TEST_SUITE("cuda") {
       b.cpu.col2im(dcolumns, g, dx);
       b.gpu.col2im(b.up(dcolumns), g, gdx);
       check_close(dx, b.down(gdx), 0.0);
+      // The whole convolution: the GEMM with the bias and ReLU in its epilogue (or not), and its
+      // backward pass with the temporaries in the backend's scratch.
+      const Tensor<float> kernel = random_tensor({g.patch_size(), g.out_c}, 18);
+      const Tensor<float> bias = random_tensor({g.out_c}, 19);
+      const Tensor<float> dy = random_tensor({g.batch, g.out_h, g.out_w, g.out_c}, 20);
+      for (const auto activation :
+           {keras::Activation::relu, keras::Activation::tanh, keras::Activation::linear}) {
+        for (const bool with_bias : {true, false}) {
+          CAPTURE(static_cast<int>(activation));
+          CAPTURE(with_bias);
+          const Tensor<float> b_host = with_bias ? bias : Tensor<float>();
+          Tensor<float> y(dy.shape()), dkernel(kernel.shape()), dbias(bias.shape()), dxc(x.shape());
+          const Tensor<float> gy = b.gpu.allocate(dy.shape()), gk = b.up(kernel),
+                              gb = with_bias ? b.up(bias) : Tensor<float>(),
+                              gdk = b.gpu.allocate(kernel.shape()),
+                              gdb = b.gpu.allocate(bias.shape()), gdxc = b.gpu.allocate(x.shape());
+          b.cpu.conv2d_forward(x, g, kernel, b_host, activation, y);
+          b.gpu.conv2d_forward(b.up(x), g, gk, gb, activation, gy);
+          check_close(y, b.down(gy), 1e-5);
+          b.cpu.conv2d_backward(x, g, kernel, b_host, activation, y, dy, dkernel,
+                                with_bias ? dbias : Tensor<float>(), dxc);
+          b.gpu.conv2d_backward(b.up(x), g, gk, gb, activation, gy, b.up(dy), gdk,
+                                with_bias ? gdb : Tensor<float>(), gdxc);
+          check_close(dkernel, b.down(gdk), 1e-4);
+          if (with_bias) check_close(dbias, b.down(gdb), 1e-4);
+          check_close(dxc, b.down(gdxc), 1e-4);
+        }
+      }
     }
     for (const auto& g : {pool_geometry(8, 8, 2, 2, false), pool_geometry(7, 7, 2, 2, true),
                           pool_geometry(9, 6, 3, 2, true), pool_geometry(6, 6, 3, 1, true)}) {

@@ -1407,7 +1407,8 @@ class CudaBackend final : public keras::Backend {
   // --- Convolution and pooling -----------------------------------------------------------------
 
   /// `Backend::conv2d_forward`'s im2col and GEMM, with the columns in the backend's scratch
-  /// memory (allocated at the first step and reused) instead of a tensor per call.
+  /// memory (allocated at the first step and reused) instead of a tensor per call, and the bias
+  /// and ReLU in the GEMM's epilogue (`dense_forward`).
   void conv2d_forward(const Tensor<float>& x, const keras::Conv2DGeometry& g,
                       const Tensor<float>& kernel, const Tensor<float>& bias,
                       keras::Activation activation, const Tensor<float>& y) override {
@@ -1415,6 +1416,9 @@ class CudaBackend final : public keras::Backend {
     const Tensor<float> columns = scratch_tensor(0, {rows, g.patch_size()});
     im2col(x, g, columns);
     const Tensor<float> z = y.reshape({rows, kernel.row_size()});
+    // The columns times the kernel is a Dense layer's product: one cuBLASLt multiplication with
+    // the bias and a ReLU in its epilogue where cuBLASLt has an algorithm for the shape.
+    if (dense_forward(columns, kernel, bias, activation, z)) return;
     gemm(columns, false, kernel, false, z, 1.0F, 0.0F);
     if (!bias.empty()) bias_add(z, bias);
     if (activation != keras::Activation::linear) activation_forward(activation, z, z);
