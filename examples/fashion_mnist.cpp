@@ -64,8 +64,9 @@ int main(int argc, char** argv) {
 #if LOADSTAR_WITH_CUDA
       backend = cuda_backend(gpu);
 #else
-      std::fprintf(stderr, "fashion_mnist: --gpu: this program was built without the CUDA backend "
-                           "(configure with -Dcuda=enabled where nvcc and cuBLAS are installed)\n");
+      std::fprintf(stderr,
+                   "fashion_mnist: --gpu: this program was built without the CUDA backend "
+                   "(configure with -Dcuda=enabled where nvcc and cuBLAS are installed)\n");
       return 2;
 #endif
     }
@@ -87,6 +88,14 @@ int main(int argc, char** argv) {
     const Logs results = model.evaluate(test.x, test.y, {.verbose = 0});
     std::printf("test loss: %.4f, test accuracy: %.4f\n", *results.get("loss"),
                 *results.get("accuracy"));
+#if LOADSTAR_WITH_CUDA
+    if (const auto* device = dynamic_cast<const loadstar::cuda::CudaBackend*>(backend.get())) {
+      const auto& steps = device->graph_stats();
+      std::printf(
+          "cuda:%d: %zu steps replayed from CUDA graphs, %zu captured, %zu kernel by kernel\n",
+          device->device_index(), steps.replayed, steps.captured, steps.eager + steps.fallbacks);
+    }
+#endif
   } catch (const std::exception& error) {
     std::fprintf(stderr, "fashion_mnist: %s\n", error.what());
     return 1;
