@@ -1015,27 +1015,11 @@ class CudaBackend final : public keras::Backend {
     }
     detail::StepGraph& graph = *step_;
     context_->recording = false;
-    try {
-      bool captured = false;
-      if (graph.exec == nullptr || graph.signature != signature_) captured = capture(graph);
-      context_->activate();
-      if (!block_.empty()) {
-        context_->upload(step_scalars_, block_.data(), block_.size() * sizeof(std::uint64_t));
-      }
-      if (graph.exec != nullptr) {
-        check(cudaGraphLaunch(graph.exec, context_->stream), "cudaGraphLaunch");
-        ++(captured ? stats_.captured : stats_.replayed);
-      } else {
-        run_pending();
-      }
-      copy_step_results();
-    } catch (...) {
-      release_deferred_frees();
-      clear_step();
-      throw;
-    }
-    release_deferred_frees();
-    clear_step();
+    const StepCleanup cleanup(*this);
+    bool captured = false;
+    if (graph.exec == nullptr || graph.signature != signature_) captured = capture(graph);
+    queue_recorded(graph.exec);
+    if (graph.exec != nullptr) ++(captured ? stats_.captured : stats_.replayed);
   }
 
   /// Queues what a step that threw had recorded, kernel by kernel; never throws.
@@ -1793,21 +1777,37 @@ class CudaBackend final : public keras::Backend {
     ++stats_.fallbacks;
     stats_.last_fallback = why;
     if (step_ != nullptr && ++step_->fallbacks >= 2) step_->eager = true;
-    try {
-      context_->activate();
-      if (!block_.empty()) {
-        context_->upload(step_scalars_, block_.data(), block_.size() * sizeof(std::uint64_t));
-      }
-      run_pending();
-      copy_step_results();
-    } catch (...) {
-      release_deferred_frees();
-      clear_step();
-      throw;
-    }
-    release_deferred_frees();
-    clear_step();
+    const StepCleanup cleanup(*this);
+    queue_recorded(nullptr);
   }
+
+  /// Queues the recorded step's work: its scalars' upload, then `exec` (its graph) or, when null,
+  /// each recorded call, then the copy of its results into the result ring.
+  void queue_recorded(cudaGraphExec_t exec) {
+    context_->activate();
+    if (!block_.empty()) {
+      context_->upload(step_scalars_, block_.data(), block_.size() * sizeof(std::uint64_t));
+    }
+    if (exec != nullptr) {
+      check(cudaGraphLaunch(exec, context_->stream), "cudaGraphLaunch");
+    } else {
+      run_pending();
+    }
+    copy_step_results();
+  }
+
+  /// Ends a recorded step's state however its queuing ends: what was freed while it recorded is
+  /// given back (in stream order, after its work), and its records are cleared.
+  struct StepCleanup {
+    explicit StepCleanup(CudaBackend& owner) noexcept : backend(owner) {}
+    StepCleanup(const StepCleanup&) = delete;
+    StepCleanup& operator=(const StepCleanup&) = delete;
+    ~StepCleanup() {
+      backend.release_deferred_frees();
+      backend.clear_step();
+    }
+    CudaBackend& backend;
+  };
 
   /// Frees, in stream order, what was freed while the step recorded.
   void release_deferred_frees() noexcept {
