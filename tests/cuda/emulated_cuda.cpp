@@ -21,6 +21,7 @@
 #include <loadstar/cuda/detail/math.hpp>
 #include <map>
 #include <mutex>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -93,6 +94,27 @@ cudaError_t submit(cudaStream_t, F&& operation) {
   ++loadstar::test::direct_operations;
   operation();
   return cudaSuccess;
+}
+
+/// Whether kernels (the launchers, cuBLAS and cuBLASLt) are skipped: with
+/// LOADSTAR_EMULATED_SKIP_KERNELS=1 in the environment, a kernel is queued (and captured) as an
+/// operation that does nothing, so that a benchmark on the emulation times the host's side of a
+/// step alone (copies and fills still run: the results read back stay well-formed, their values
+/// are not computed).
+bool skip_kernels() {
+  static const bool skip = [] {
+    const char* value = std::getenv("LOADSTAR_EMULATED_SKIP_KERNELS");
+    return value != nullptr && std::string_view(value) == "1";
+  }();
+  return skip;
+}
+
+/// Runs a kernel, or records it into the graph being captured (an empty operation when kernels
+/// are skipped).
+template <class F>
+cudaError_t submit_kernel(cudaStream_t stream, F&& kernel) {
+  if (skip_kernels()) return submit(stream, [] {});
+  return submit(stream, std::forward<F>(kernel));
 }
 
 /// A call the capture cannot hold: invalidates it.
@@ -333,7 +355,7 @@ cublasStatus_t cublasSgemm_v2(cublasHandle_t, cublasOperation_t transa, cublasOp
     return CUBLAS_STATUS_INVALID_VALUE;
   // alpha and beta are host scalars, read when the call is made (or captured).
   const float alpha_value = *alpha, beta_value = *beta;
-  submit(nullptr, [=] {
+  submit_kernel(nullptr, [=] {
     for (int j = 0; j < n; ++j) {
       for (int i = 0; i < m; ++i) {
         double sum = 0.0;
@@ -494,7 +516,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const
   auto* out = static_cast<float*>(D);
   const float a_scale = *static_cast<const float*>(alpha);
   const float c_scale = *static_cast<const float*>(beta);
-  submit(stream, [=] {
+  submit_kernel(stream, [=] {
     for (std::uint64_t j = 0; j < n; ++j) {
       for (std::uint64_t i = 0; i < m; ++i) {
         double sum = 0.0;
@@ -537,47 +559,47 @@ void column_reduce(const Value& value, Finish finish, std::size_t rows, std::siz
 }  // namespace
 
 cudaError_t launch_fill(cudaStream_t stream, float* x, std::size_t n, float value) {
-  return submit(stream, [=] {
+  return submit_kernel(stream, [=] {
     for (std::size_t i = 0; i < n; ++i)
       x[i] = value;
   });
 }
 cudaError_t launch_fill_many(cudaStream_t stream, const FillTarget* targets, std::size_t count,
                              std::size_t elements, float value) {
-  return submit(stream, [=] {
+  return submit_kernel(stream, [=] {
     for (std::size_t i = 0; i < elements; ++i)
       fill_flat(targets, count, value, i);
   });
 }
 cudaError_t launch_scale(cudaStream_t stream, float* x, std::size_t n, float alpha) {
-  return submit(stream, [=] {
+  return submit_kernel(stream, [=] {
     for (std::size_t i = 0; i < n; ++i)
       x[i] *= alpha;
   });
 }
 cudaError_t launch_axpy(cudaStream_t stream, float alpha, const float* x, float* y, std::size_t n) {
-  return submit(stream, [=] {
+  return submit_kernel(stream, [=] {
     for (std::size_t i = 0; i < n; ++i)
       y[i] += alpha * x[i];
   });
 }
 cudaError_t launch_add(cudaStream_t stream, const float* a, const float* b, float* out,
                        std::size_t n) {
-  return submit(stream, [=] {
+  return submit_kernel(stream, [=] {
     for (std::size_t i = 0; i < n; ++i)
       out[i] = a[i] + b[i];
   });
 }
 cudaError_t launch_bias_add(cudaStream_t stream, float* x, std::size_t n, const float* bias,
                             std::size_t width) {
-  return submit(stream, [=] {
+  return submit_kernel(stream, [=] {
     for (std::size_t i = 0; i < n; ++i)
       x[i] += bias[i % width];
   });
 }
 cudaError_t launch_column_sums(cudaStream_t stream, const float* x, float* out, std::size_t rows,
                                std::size_t columns, float beta, double* scratch) {
-  return submit(stream, [=] {
+  return submit_kernel(stream, [=] {
     column_reduce(
         ElementValue{x, columns},
         [&](std::size_t j, double sum) {
@@ -588,42 +610,42 @@ cudaError_t launch_column_sums(cudaStream_t stream, const float* x, float* out, 
 }
 cudaError_t launch_activation_forward(cudaStream_t stream, ActivationCode kind, const float* x,
                                       float* y, std::size_t n) {
-  return submit(stream, [=] {
+  return submit_kernel(stream, [=] {
     for (std::size_t i = 0; i < n; ++i)
       y[i] = activate(kind, x[i]);
   });
 }
 cudaError_t launch_activation_backward(cudaStream_t stream, ActivationCode kind, const float* x,
                                        const float* y, const float* dy, float* dx, std::size_t n) {
-  return submit(stream, [=] {
+  return submit_kernel(stream, [=] {
     for (std::size_t i = 0; i < n; ++i)
       dx[i] = activation_gradient(kind, x == nullptr ? 0.0F : x[i], y[i], dy[i]);
   });
 }
 cudaError_t launch_relu_forward(cudaStream_t stream, const float* x, float* y, std::size_t n,
                                 float top, float slope, float threshold) {
-  return submit(stream, [=] {
+  return submit_kernel(stream, [=] {
     for (std::size_t i = 0; i < n; ++i)
       y[i] = relu_value(x[i], top, slope, threshold);
   });
 }
 cudaError_t launch_relu_backward(cudaStream_t stream, const float* x, const float* dy, float* dx,
                                  std::size_t n, float top, float slope, float threshold) {
-  return submit(stream, [=] {
+  return submit_kernel(stream, [=] {
     for (std::size_t i = 0; i < n; ++i)
       dx[i] = relu_gradient(x[i], dy[i], top, slope, threshold);
   });
 }
 cudaError_t launch_softmax_forward(cudaStream_t stream, const float* x, float* y, std::size_t outer,
                                    std::size_t length, std::size_t inner) {
-  return submit(stream, [=] {
+  return submit_kernel(stream, [=] {
     for (std::size_t line = 0; line < outer * inner; ++line)
       softmax_forward_line(x, y, length, inner, line);
   });
 }
 cudaError_t launch_softmax_backward(cudaStream_t stream, const float* y, const float* dy, float* dx,
                                     std::size_t outer, std::size_t length, std::size_t inner) {
-  return submit(stream, [=] {
+  return submit_kernel(stream, [=] {
     for (std::size_t line = 0; line < outer * inner; ++line)
       softmax_backward_line(y, dy, dx, length, inner, line);
   });
@@ -631,21 +653,21 @@ cudaError_t launch_softmax_backward(cudaStream_t stream, const float* y, const f
 cudaError_t launch_dropout(cudaStream_t stream, const float* x, float* y, std::size_t n,
                            double rate, float keep_scale, std::uint64_t key,
                            const std::uint64_t* device_key) {
-  return submit(stream, [=] {
+  return submit_kernel(stream, [=] {
     const std::uint64_t k = device_key != nullptr ? *device_key : key;
     for (std::size_t i = 0; i < n; ++i)
       y[i] = dropout_value(x[i], k, i, rate, keep_scale);
   });
 }
 cudaError_t launch_im2col(cudaStream_t stream, const float* x, const ConvDims& g, float* columns) {
-  return submit(stream, [=] {
+  return submit_kernel(stream, [=] {
     const std::size_t n = g.batch * g.out_h * g.out_w * g.kernel_h * g.kernel_w * g.in_c;
     for (std::size_t i = 0; i < n; ++i)
       columns[i] = im2col_value(x, g, i);
   });
 }
 cudaError_t launch_col2im(cudaStream_t stream, const float* columns, const ConvDims& g, float* dx) {
-  return submit(stream, [=] {
+  return submit_kernel(stream, [=] {
     const std::size_t n = g.batch * g.in_h * g.in_w * g.in_c;
     for (std::size_t i = 0; i < n; ++i)
       dx[i] = col2im_value(columns, g, i);
@@ -653,28 +675,28 @@ cudaError_t launch_col2im(cudaStream_t stream, const float* columns, const ConvD
 }
 cudaError_t launch_max_pool_forward(cudaStream_t stream, const float* x, const PoolDims& g,
                                     float* y) {
-  return submit(stream, [=] {
+  return submit_kernel(stream, [=] {
     for (std::size_t i = 0; i < g.batch * g.out_h * g.out_w * g.channels; ++i)
       y[i] = pool_forward_value(x, g, true, i);
   });
 }
 cudaError_t launch_max_pool_backward(cudaStream_t stream, const float* x, const PoolDims& g,
                                      const float* dy, float* dx) {
-  return submit(stream, [=] {
+  return submit_kernel(stream, [=] {
     for (std::size_t i = 0; i < g.batch * g.in_h * g.in_w * g.channels; ++i)
       dx[i] = pool_backward_value(x, g, dy, true, i);
   });
 }
 cudaError_t launch_avg_pool_forward(cudaStream_t stream, const float* x, const PoolDims& g,
                                     float* y) {
-  return submit(stream, [=] {
+  return submit_kernel(stream, [=] {
     for (std::size_t i = 0; i < g.batch * g.out_h * g.out_w * g.channels; ++i)
       y[i] = pool_forward_value(x, g, false, i);
   });
 }
 cudaError_t launch_avg_pool_backward(cudaStream_t stream, const PoolDims& g, const float* dy,
                                      float* dx) {
-  return submit(stream, [=] {
+  return submit_kernel(stream, [=] {
     for (std::size_t i = 0; i < g.batch * g.in_h * g.in_w * g.channels; ++i)
       dx[i] = pool_backward_value(nullptr, g, dy, false, i);
   });
@@ -682,7 +704,7 @@ cudaError_t launch_avg_pool_backward(cudaStream_t stream, const PoolDims& g, con
 cudaError_t launch_global_pool_forward(cudaStream_t stream, const float* x, bool max, float* y,
                                        std::size_t batch, std::size_t pixels,
                                        std::size_t channels) {
-  return submit(stream, [=] {
+  return submit_kernel(stream, [=] {
     for (std::size_t i = 0; i < batch * channels; ++i)
       y[i] = global_pool_forward_value(x, max, pixels, channels, i);
   });
@@ -690,14 +712,14 @@ cudaError_t launch_global_pool_forward(cudaStream_t stream, const float* x, bool
 cudaError_t launch_global_pool_backward(cudaStream_t stream, const float* x, bool max,
                                         const float* dy, float* dx, std::size_t batch,
                                         std::size_t pixels, std::size_t channels) {
-  return submit(stream, [=] {
+  return submit_kernel(stream, [=] {
     for (std::size_t i = 0; i < batch * channels; ++i)
       global_pool_backward_line(x, max, dy, dx, pixels, channels, i);
   });
 }
 cudaError_t launch_moments(cudaStream_t stream, const float* x, float* mean, float* variance,
                            std::size_t rows, std::size_t channels, double* scratch) {
-  return submit(stream, [=] {
+  return submit_kernel(stream, [=] {
     double* mean_sums = scratch + reduction_chunks(rows) * channels;
     const auto n = static_cast<double>(rows);
     column_reduce(
@@ -716,7 +738,7 @@ cudaError_t launch_batch_norm_forward(cudaStream_t stream, const float* x, const
                                       const float* variance, const float* gamma, const float* beta,
                                       float epsilon, float* y, std::size_t rows,
                                       std::size_t channels) {
-  return submit(stream, [=] {
+  return submit_kernel(stream, [=] {
     for (std::size_t i = 0; i < rows * channels; ++i) {
       const std::size_t j = i % channels;
       y[i] = batch_norm_value(x[i], mean[j], variance[j], gamma == nullptr ? 1.0F : gamma[j],
@@ -729,7 +751,7 @@ cudaError_t launch_batch_norm_backward(cudaStream_t stream, const float* x, cons
                                        bool training, const float* dy, float* dx, float* dgamma,
                                        float* dbeta, std::size_t rows, std::size_t channels,
                                        double* scratch) {
-  return submit(stream, [=] {
+  return submit_kernel(stream, [=] {
     double* sum_dy = scratch + reduction_chunks(rows) * channels;
     double* sum_dy_xhat = sum_dy + channels;
     auto keep = [](double* sums, float* gradient) {
@@ -752,28 +774,28 @@ cudaError_t launch_batch_norm_backward(cudaStream_t stream, const float* x, cons
 }
 cudaError_t launch_moving_average(cudaStream_t stream, float* moving, const float* value,
                                   std::size_t n, float momentum) {
-  return submit(stream, [=] {
+  return submit_kernel(stream, [=] {
     for (std::size_t i = 0; i < n; ++i)
       moving[i] = moving_average_value(moving[i], value[i], momentum);
   });
 }
 cudaError_t launch_find_bad_index(cudaStream_t stream, const float* indices, std::size_t n,
                                   std::size_t rows, unsigned long long* first) {
-  return submit(stream, [=] {
+  return submit_kernel(stream, [=] {
     for (std::size_t i = 0; i < n; ++i)
       if (!index_in_range(indices[i], rows) && i < *first) *first = i;
   });
 }
 cudaError_t launch_gather(cudaStream_t stream, const float* indices, std::size_t n,
                           const float* table, std::size_t width, float* out) {
-  return submit(stream, [=] {
+  return submit_kernel(stream, [=] {
     for (std::size_t i = 0; i < n * width; ++i)
       out[i] = gather_value(indices, table, width, i);
   });
 }
 cudaError_t launch_scatter_add(cudaStream_t stream, const float* indices, std::size_t n,
                                const float* dy, std::size_t width, float* table_gradient) {
-  return submit(stream, [=] {
+  return submit_kernel(stream, [=] {
     for (std::size_t c = 0; c < width; ++c)
       scatter_add_column(indices, n, dy, width, table_gradient, c);
   });
@@ -781,7 +803,7 @@ cudaError_t launch_scatter_add(cudaStream_t stream, const float* indices, std::s
 cudaError_t launch_clip_scales(cudaStream_t stream, const UpdateTarget* targets, std::size_t count,
                                std::size_t segments, double* partials, bool global,
                                double threshold, float* scales) {
-  return submit(stream, [=] {
+  return submit_kernel(stream, [=] {
     for (std::size_t s = 0; s < segments; ++s)
       partials[s] = segment_squares(targets, count, s);
     clip_scales(targets, count, partials, global, threshold, scales);
@@ -791,7 +813,7 @@ cudaError_t launch_optimizer_step(cudaStream_t stream, const UpdateTarget* targe
                                   std::size_t count, std::size_t elements,
                                   const UpdateParams& params, const UpdateParams* device_params,
                                   const float* scales) {
-  return submit(stream, [=] {
+  return submit_kernel(stream, [=] {
     const UpdateParams p = device_params != nullptr ? *device_params : params;
     for (std::size_t i = 0; i < elements; ++i)
       update_flat(targets, count, p, scales, i);
@@ -800,7 +822,7 @@ cudaError_t launch_optimizer_step(cudaStream_t stream, const UpdateTarget* targe
 cudaError_t launch_row_loss(cudaStream_t stream, const RowLossParams& params, const RowDims& dims,
                             const float* y_true, const float* y_pred, const float* weight,
                             float* gradient, double* terms, double* partials, double* record) {
-  return submit(stream, [=] {
+  return submit_kernel(stream, [=] {
     auto* first_bad = reinterpret_cast<unsigned long long*>(record + 1);
     for (std::size_t j = 0; j < dims.values; ++j) {
       if (params.kind == RowLossCode::sparse_categorical_crossentropy &&
@@ -819,7 +841,7 @@ cudaError_t launch_mean_metric(cudaStream_t stream, MeanMetricCode kind, double 
                                const RowDims& dims, const float* y_true, const float* y_pred,
                                const float* weight, double* terms, double* partials,
                                double* result) {
-  return submit(stream, [=] {
+  return submit_kernel(stream, [=] {
     for (std::size_t j = 0; j < dims.values; ++j)
       metric_terms(kind, threshold, dims, y_true, y_pred, weight, terms, j);
     column_reduce(
@@ -829,7 +851,7 @@ cudaError_t launch_mean_metric(cudaStream_t stream, MeanMetricCode kind, double 
 }
 cudaError_t launch_permute(cudaStream_t stream, const float* x, float* y, const PermuteDims& dims,
                            std::size_t n) {
-  return submit(stream, [=] {
+  return submit_kernel(stream, [=] {
     for (std::size_t i = 0; i < n; ++i)
       y[i] = x[permute_offset(dims, i)];
   });

@@ -361,12 +361,18 @@ struct Context {
   /// Copies `bytes` of host memory to `device` through the next of the page-locked upload
   /// buffers, in stream order, without waiting for the copy.
   void upload(void* device, const void* host, std::size_t bytes) {
+    upload_with(device, bytes, [&](void* staging) { std::memcpy(staging, host, bytes); });
+  }
+
+  /// `upload` of the `bytes` that `write(staging)` writes into the page-locked buffer.
+  template <class Write>
+  void upload_with(void* device, std::size_t bytes, Write&& write) {
     auto& slot = uploads[next_upload];
     next_upload = (next_upload + 1) % upload_slots;
     // The slot is free once the copy that last read it is done (upload_slots uploads ago).
     check(cudaEventSynchronize(slot.copied), "cudaEventSynchronize");
     void* staging = slot.buffer.reserve(bytes);
-    std::memcpy(staging, host, bytes);
+    write(staging);
     if (bytes < copy_stream_bytes) {
       check(cudaMemcpyAsync(device, staging, bytes, cudaMemcpyHostToDevice, stream),
             "cudaMemcpyAsync (host to device)");
@@ -731,6 +737,7 @@ struct StepGraph {
   Signature signature;             // of the work the graph holds
   cudaGraphExec_t exec = nullptr;  // null until captured
   std::size_t seen = 0;            // steps begun with this key
+  std::uint64_t last_used = 0;     // the backend's step count when one last began
   std::size_t captures = 0;
   std::size_t fallbacks = 0;
   bool eager = false;  // its steps are no longer recorded
@@ -846,12 +853,13 @@ class CudaBackend final : public keras::Backend {
     }
     graphs_.clear();
     if (scratch_ != nullptr) context_->free(scratch_);
-    for (void* memory : {step_table_, step_scratch_, static_cast<void*>(step_results_),
-                         static_cast<void*>(step_scalars_)})
+    free_tables(update_tables_);
+    free_tables(fill_tables_);
+    for (void* memory :
+         {step_scratch_, static_cast<void*>(step_results_), static_cast<void*>(step_scalars_)})
       if (memory != nullptr) context_->free(memory);
     for (const auto& slot : scratch_slots_)
       if (slot.memory != nullptr) context_->free(slot.memory);
-    if (fill_device_ != nullptr) context_->free(fill_device_);
   }
 
   /// How many times `host_kernel` has staged device tensors through the host (a test counts that
@@ -898,6 +906,25 @@ class CudaBackend final : public keras::Backend {
     if (host.empty()) return;
     active_stream("an upload (copy_from_host)");
     context_->upload(tensor.data(), host.data(), host.bytes());
+  }
+
+  /// `write` fills the next page-locked upload buffer itself (a batch converted straight into
+  /// it), which is then copied to `tensor`: one host copy fewer than `copy_from_host`.
+  void upload(const Tensor<float>& staging, const Tensor<float>& tensor,
+              keras::HostKernelRef write) override {
+    expect_host("upload", staging);
+    expect("upload", {&tensor});
+    LOADSTAR_ASSERT(staging.size() == tensor.size(), "upload: sizes differ");
+    if (tensor.empty()) {
+      write(std::span<const Tensor<float>>(&staging, 1));
+      return;
+    }
+    active_stream("an upload");
+    context_->upload_with(tensor.data(), tensor.bytes(), [&](void* pinned) {
+      const Tensor<float> view =
+          Tensor<float>::wrap(static_cast<float*>(pinned), tensor.shape(), nullptr);
+      write(std::span<const Tensor<float>>(&view, 1));
+    });
   }
 
   void copy_to_host(const Tensor<float>& tensor, const Tensor<float>& host) override {
@@ -986,6 +1013,8 @@ class CudaBackend final : public keras::Backend {
     }
     detail::StepGraph& graph = graphs_[key];
     ++graph.seen;
+    graph.last_used = ++steps_begun_;
+    if (graphs_.size() > max_shapes) forget_oldest_shape();
     if (graph.eager || graph.seen < 2) {
       ++stats_.eager;
       return;
@@ -1039,8 +1068,8 @@ class CudaBackend final : public keras::Backend {
   // --- Optimizers, losses and metrics ----------------------------------------------------------
 
   /// One kernel launch over every element of every variable (`detail::update_flat`), from a
-  /// device table of the variables' pointers and sizes that is uploaded at the first step and
-  /// again only when a pointer changes; norm clipping adds two launches (segment sums of squares
+  /// device table of the variables' pointers and sizes, uploaded at the first step of each set
+  /// of variables and kept (`device_table`); norm clipping adds two launches (segment sums of squares
   /// in double, then one thread adding them in a fixed order). Nothing is allocated after the
   /// first step and nothing waits for the device.
   bool apply_optimizer_step(const keras::OptimizerStep& step,
@@ -1067,8 +1096,8 @@ class CudaBackend final : public keras::Backend {
       table_.push_back(t);
     }
     if (elements == 0) return true;
-    upload_table();
-    const auto* targets = static_cast<const detail::UpdateTarget*>(step_table_);
+    const detail::UpdateTarget* targets =
+        device_table(update_tables_, table_, "an optimizer's variable table");
     const float* scales = nullptr;
     if (step.clipping == keras::GradientClipping::by_norm ||
         step.clipping == keras::GradientClipping::by_global_norm) {
@@ -1253,8 +1282,8 @@ class CudaBackend final : public keras::Backend {
     launch("fill", detail::launch_fill, x.data(), x.size(), value);
   }
 
-  /// One kernel over every tensor, from a device table of their pointers and sizes that is
-  /// uploaded when it changes (the gradients of a model: at its first step).
+  /// One kernel over every tensor, from a device table of their pointers and sizes, uploaded the
+  /// first time these tensors are filled together and kept (`device_table`).
   void fill_many(std::span<const Tensor<float>> tensors, float value) override {
     fill_table_.clear();  // keeps its capacity
     std::size_t elements = 0;
@@ -1269,16 +1298,8 @@ class CudaBackend final : public keras::Backend {
       launch("fill", detail::launch_fill, fill_table_[0].data, fill_table_[0].size, value);
       return;
     }
-    if (uploaded_fill_ != fill_table_) {
-      const std::size_t bytes = fill_table_.size() * sizeof(detail::FillTarget);
-      grow(fill_device_, fill_device_bytes_, bytes, "fill table");
-      // Not recorded: a step that changes the table runs kernel by kernel.
-      active_stream("an upload of a fill table");
-      context_->upload(fill_device_, fill_table_.data(), bytes);
-      uploaded_fill_ = fill_table_;
-    }
     launch("fill_many", detail::launch_fill_many,
-           static_cast<const detail::FillTarget*>(fill_device_), fill_table_.size(), elements,
+           device_table(fill_tables_, fill_table_, "a fill table"), fill_table_.size(), elements,
            value);
   }
 
@@ -1827,6 +1848,16 @@ class CudaBackend final : public keras::Backend {
 
   /// How often a shape's graph is captured again (its work changed) before it is given up.
   static constexpr std::size_t max_captures = 4;
+  /// The shapes (models' steps of a kind and size) the backend keeps graphs of: past this, the
+  /// one unused the longest is forgotten (a process that makes model after model on one backend).
+  static constexpr std::size_t max_shapes = 64;
+
+  void forget_oldest_shape() {
+    auto oldest = graphs_.begin();
+    for (auto it = graphs_.begin(); it != graphs_.end(); ++it)
+      if (it->second.last_used < oldest->second.last_used) oldest = it;
+    graphs_.erase(oldest);  // never the current step's: it was used last
+  }
 
   /// Throws `DeviceError` unless every non-empty tensor lives on this backend's device (a host
   /// pointer handed to a kernel would be an illegal address, reported much later).
@@ -1930,20 +1961,50 @@ class CudaBackend final : public keras::Backend {
     return static_cast<double*>(step_scratch(doubles * sizeof(double)));
   }
 
-  /// Uploads `table_` to the device table unless it holds it already (the variables' memory is
-  /// the same from step to step: one upload at the first step).
-  void upload_table() {
-    const std::size_t bytes = table_.size() * sizeof(detail::UpdateTarget);
-    if (uploaded_ == table_) return;
-    const cudaStream_t s = active_stream("an upload of the optimizer's variable table");
-    // The previous upload may still read the pinned copy: wait before rewriting it (rare).
-    check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
-    void* stage = table_stage_.reserve(bytes);
-    std::memcpy(stage, table_.data(), bytes);
-    grow(step_table_, step_table_bytes_, bytes, "optimizer variable table");
-    check(cudaMemcpyAsync(step_table_, stage, bytes, cudaMemcpyHostToDevice, s),
-          "cudaMemcpyAsync (host to device)");
-    uploaded_ = table_;
+  /// Device copies of tables of pointers and sizes (an optimizer's variables, a fill's tensors),
+  /// kept by content: never written again once uploaded, so that a graph reads the table it was
+  /// captured with, and each model on the backend keeps its own.
+  template <class T>
+  struct TableCache {
+    struct Entry {
+      std::vector<T> table;
+      void* device = nullptr;
+      std::uint64_t last_used = 0;
+    };
+    std::vector<Entry> entries;
+  };
+  static constexpr std::size_t max_tables = 16;  // per cache; the one unused longest goes
+
+  /// The device copy of `table`: found, or allocated and uploaded (in stream order; a recorded
+  /// step that does this runs kernel by kernel).
+  template <class T>
+  const T* device_table(TableCache<T>& cache, const std::vector<T>& table, const char* what) {
+    for (auto& entry : cache.entries) {
+      if (entry.table == table) {
+        entry.last_used = ++table_uses_;
+        return static_cast<const T*>(entry.device);
+      }
+    }
+    const std::size_t bytes = table.size() * sizeof(T);
+    void* device = context_->allocate(bytes, what);  // queues a recorded step's work first
+    if (cache.entries.size() == max_tables) {
+      auto oldest = cache.entries.begin();
+      for (auto it = cache.entries.begin(); it != cache.entries.end(); ++it)
+        if (it->last_used < oldest->last_used) oldest = it;
+      context_->free(oldest->device);  // in stream order, after the work that reads it
+      cache.entries.erase(oldest);
+    }
+    active_stream(what);
+    context_->upload(device, table.data(), bytes);
+    cache.entries.push_back({table, device, ++table_uses_});
+    return static_cast<const T*>(device);
+  }
+
+  template <class T>
+  void free_tables(TableCache<T>& cache) noexcept {
+    for (const auto& entry : cache.entries)
+      context_->free(entry.device);
+    cache.entries.clear();
   }
 
   std::shared_ptr<detail::Context> context_;
@@ -1951,9 +2012,8 @@ class CudaBackend final : public keras::Backend {
   std::size_t scratch_doubles_ = 0;
   int host_kernel_depth_ = 0;
   std::size_t host_kernel_calls_ = 0;
-  std::vector<detail::UpdateTarget> table_, uploaded_;
-  void* step_table_ = nullptr;
-  std::size_t step_table_bytes_ = 0;
+  std::vector<detail::UpdateTarget> table_;
+  TableCache<detail::UpdateTarget> update_tables_;
   void* step_scratch_ = nullptr;
   std::size_t step_scratch_bytes_ = 0;
   struct ScratchSlot {
@@ -1961,17 +2021,17 @@ class CudaBackend final : public keras::Backend {
     std::size_t bytes = 0;
   };
   std::array<ScratchSlot, 3> scratch_slots_;
-  std::vector<detail::FillTarget> fill_table_, uploaded_fill_;
-  void* fill_device_ = nullptr;
-  std::size_t fill_device_bytes_ = 0;
+  std::vector<detail::FillTarget> fill_table_;
+  TableCache<detail::FillTarget> fill_tables_;
+  std::uint64_t table_uses_ = 0;
   std::shared_ptr<detail::ResultRing> results_;
   std::unique_ptr<detail::LtPlans> lt_;
-  detail::PinnedBuffer table_stage_;
   // Steps as CUDA graphs.
   CudaOptions options_;
   GraphStats stats_;
   std::unordered_map<std::uint64_t, detail::StepGraph> graphs_;  // nodes: stable addresses
-  detail::StepGraph* step_ = nullptr;                            // the step being recorded
+  std::uint64_t steps_begun_ = 0;
+  detail::StepGraph* step_ = nullptr;  // the step being recorded
   detail::Signature signature_;
   std::vector<std::function<void(cudaStream_t)>> pending_;
   std::vector<std::uint64_t> block_;   // the recorded step's scalars, uploaded to step_scalars_

@@ -11,6 +11,7 @@
 #include "loadstar/config.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -574,11 +575,18 @@ class Model {
 
   /// The kinds of step a backend may record (`Backend::begin_step`).
   enum class StepKind : std::uint64_t { train = 1, test = 2, predict = 3 };
-  /// The backend's step key of a step of the batch loaded last: its kind, its rows and whether
-  /// it has weights.
+  /// The backend's step key of a step of the batch loaded last: this model (models that share
+  /// a backend keep apart), the step's kind, its rows and whether it has weights.
   std::uint64_t step_key(StepKind kind) const noexcept {
-    return (static_cast<std::uint64_t>(rows_) << 3U) | (has_weights_ ? 4U : 0U) |
-           static_cast<std::uint64_t>(kind);
+    const std::uint64_t shape = (static_cast<std::uint64_t>(rows_) << 3U) |
+                                (has_weights_ ? 4U : 0U) | static_cast<std::uint64_t>(kind);
+    return (serial_ * 0x9E3779B97F4A7C15ULL) ^ shape;
+  }
+
+  /// A number no other model of the process has.
+  static std::uint64_t next_serial() noexcept {
+    static std::atomic<std::uint64_t> serial{0};
+    return ++serial;
   }
 
   /// Builds the graph if needed, allocates for `max_rows` and checks nothing else.
@@ -668,6 +676,7 @@ class Model {
   }
 
   std::string name_;
+  std::uint64_t serial_ = next_serial();
   // Graph.
   std::vector<KerasTensor> graph_inputs_, graph_outputs_;
   std::vector<detail::RuntimeNode> nodes_;

@@ -278,6 +278,16 @@ class Backend {
   /// Ends a step that threw: the work queued so far is queued (or done), nothing is recorded.
   virtual void abandon_step() noexcept {}
 
+  /// Writes `tensor` (the backend's memory) from the host: `write` is given one host tensor of
+  /// `tensor`'s shape to fill, whose elements are then copied into `tensor`. The default hands it
+  /// `staging` (a host tensor of that shape); a device backend may hand it page-locked memory of
+  /// its own instead and copy from there, saving a copy of the batch.
+  virtual void upload(const Tensor<float>& staging, const Tensor<float>& tensor,
+                      HostKernelRef write) {
+    write(std::span<const Tensor<float>>(&staging, 1));
+    copy_from_host(staging, tensor);
+  }
+
   /// `host_kernel` on a list of tensors: `backend.on_host({y_true, y_pred}, [&](auto t) {...})`.
   template <class F>
   requires std::invocable<F&, std::span<const Tensor<float>>>

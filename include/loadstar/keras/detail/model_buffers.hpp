@@ -62,8 +62,9 @@ void Model::upload(const Member& member, const detail::ErasedBatch& batch, std::
     return;
   }
   const Tensor<float> rows = staging.slice_rows(0, n).reshape(target.shape());
-  detail::convert_rows(member, batch.rows, batch.offset, n, rows.data());
-  backend().copy_from_host(rows, target);
+  backend().upload(rows, target, [&](std::span<const Tensor<float>> host) {
+    detail::convert_rows(member, batch.rows, batch.offset, n, host[0].data());
+  });
 }
 
 LOADSTAR_DECL void Model::set_rows(std::size_t rows) {
@@ -102,7 +103,7 @@ LOADSTAR_DECL void Model::prepare(const detail::ErasedBatch& batch, std::size_t 
 }
 
 LOADSTAR_DECL std::string Model::member_label(const detail::ErasedBatch& batch, bool is_x,
-                                       std::size_t i) const {
+                                              std::size_t i) const {
   const auto kind = is_x ? batch.x_kind : batch.y_kind;
   const auto& members = is_x ? batch.x : batch.y;
   const std::string name = is_x ? "x" : "y";
@@ -112,7 +113,7 @@ LOADSTAR_DECL std::string Model::member_label(const detail::ErasedBatch& batch, 
 }
 
 LOADSTAR_DECL void Model::match_members(const detail::ErasedBatch& batch, bool is_x,
-                                 std::vector<std::size_t>& order) const {
+                                        std::vector<std::size_t>& order) const {
   const auto& members = is_x ? batch.x : batch.y;
   const auto kind = is_x ? batch.x_kind : batch.y_kind;
   const auto& names = is_x ? input_names_ : output_names_;
@@ -147,7 +148,7 @@ LOADSTAR_DECL void Model::match_members(const detail::ErasedBatch& batch, bool i
 }
 
 LOADSTAR_DECL void Model::load(const detail::ErasedBatch& batch, bool targets,
-                        const ClassWeight* class_weight) {
+                               const ClassWeight* class_weight) {
   const std::size_t n = batch.count;
   if (n == 0) throw ShapeError("model '" + name_ + "': a batch has no rows");
   reserve(n);
