@@ -1024,11 +1024,13 @@ class CudaBackend final : public keras::Backend {
     if (results_->room() < step_result_records) results_->read_back();
     if (step_results_ == nullptr) {
       context_->activate();
+      if (step_scalars_ == nullptr) {
+        step_scalars_ = static_cast<std::uint64_t*>(
+            context_->allocate(step_scalar_words * sizeof(std::uint64_t), "a step's scalars"));
+      }
       step_results_ = static_cast<double*>(context_->allocate(
           step_result_records * detail::ResultRing::record_doubles * sizeof(double),
           "a step's loss and metric results"));
-      step_scalars_ = static_cast<std::uint64_t*>(
-          context_->allocate(step_scalar_words * sizeof(std::uint64_t), "a step's scalars"));
     }
     step_ = &graph;
     context_->recording = true;
@@ -1069,9 +1071,9 @@ class CudaBackend final : public keras::Backend {
 
   /// One kernel launch over every element of every variable (`detail::update_flat`), from a
   /// device table of the variables' pointers and sizes, uploaded at the first step of each set
-  /// of variables and kept (`device_table`); norm clipping adds two launches (segment sums of squares
-  /// in double, then one thread adding them in a fixed order). Nothing is allocated after the
-  /// first step and nothing waits for the device.
+  /// of variables and kept (`device_table`); norm clipping adds two launches (segment sums of
+  /// squares in double, then one thread adding them in a fixed order). Nothing is allocated after
+  /// the first step and nothing waits for the device.
   bool apply_optimizer_step(const keras::OptimizerStep& step,
                             std::span<const keras::VariableSlots> variables) override {
     table_.clear();  // keeps its capacity
