@@ -291,7 +291,9 @@ struct Context {
   /// uploads before it, so that the host queues the next batches while the device computes.
   /// Uploads of `copy_stream_bytes` or more cross to the device on `copy_stream`, into the slot's
   /// device buffer, while `stream` computes; `stream` then waits for them (`arrived`) and copies
-  /// device to device, so that a batch crosses the bus during the step before its own.
+  /// device to device, so that a batch crosses the bus during the step before its own. Small
+  /// uploads (labels, a step's scalars) take turns in a ring of their own, so that the batches
+  /// keep to the fewest large buffers whatever else a step uploads.
   static constexpr std::size_t upload_slots = 8;
   static constexpr std::size_t copy_stream_bytes = std::size_t{64} << 10U;
   struct UploadSlot {
@@ -302,8 +304,11 @@ struct Context {
     std::size_t device_bytes = 0;
   };
   cudaStream_t copy_stream = nullptr;
-  std::array<UploadSlot, upload_slots> uploads;
-  std::size_t next_upload = 0;
+  struct UploadRing {
+    std::array<UploadSlot, upload_slots> slots;
+    std::size_t next = 0;
+  };
+  std::array<UploadRing, 2> uploads;          // small, large
   PinnedBuffer download;                      // copy_to_host, which waits for its copy
   PinnedBuffer host_stage;                    // host_kernel
   unsigned long long* device_slot = nullptr;  // gather's first bad index
@@ -340,9 +345,9 @@ struct Context {
       check(cublasSetWorkspace(cublas, cublas_workspace, cublas_workspace_bytes),
             "cublasSetWorkspace");
       check(cudaStreamCreateWithFlags(&copy_stream, cudaStreamNonBlocking), "cudaStreamCreate");
-      for (auto& slot : uploads) {
-        check(cudaEventCreateWithFlags(&slot.copied, cudaEventDisableTiming), "cudaEventCreate");
-        check(cudaEventCreateWithFlags(&slot.arrived, cudaEventDisableTiming), "cudaEventCreate");
+      for (UploadSlot* slot : all_upload_slots()) {
+        check(cudaEventCreateWithFlags(&slot->copied, cudaEventDisableTiming), "cudaEventCreate");
+        check(cudaEventCreateWithFlags(&slot->arrived, cudaEventDisableTiming), "cudaEventCreate");
       }
       void* slot = nullptr;
       check(cudaMalloc(&slot, sizeof(unsigned long long)), "cudaMalloc");
@@ -367,8 +372,9 @@ struct Context {
   /// `upload` of the `bytes` that `write(staging)` writes into the page-locked buffer.
   template <class Write>
   void upload_with(void* device, std::size_t bytes, Write&& write) {
-    auto& slot = uploads[next_upload];
-    next_upload = (next_upload + 1) % upload_slots;
+    UploadRing& ring = uploads[bytes < copy_stream_bytes ? 0 : 1];
+    UploadSlot& slot = ring.slots[ring.next];
+    ring.next = (ring.next + 1) % upload_slots;
     // The slot is free once the copy that last read it is done (upload_slots uploads ago).
     check(cudaEventSynchronize(slot.copied), "cudaEventSynchronize");
     void* staging = slot.buffer.reserve(bytes);
@@ -403,6 +409,16 @@ struct Context {
             "cudaMemcpyAsync (device to device)");
     }
     check(cudaEventRecord(slot.copied, stream), "cudaEventRecord");
+  }
+
+  /// Every upload slot, of both rings.
+  std::array<UploadSlot*, 2 * upload_slots> all_upload_slots() noexcept {
+    std::array<UploadSlot*, 2 * upload_slots> all{};
+    for (std::size_t i = 0; i < upload_slots; ++i) {
+      all[i] = &uploads[0].slots[i];
+      all[upload_slots + i] = &uploads[1].slots[i];
+    }
+    return all;
   }
 
   /// Makes this context's device the calling thread's current device.
@@ -454,13 +470,13 @@ struct Context {
     if (stream != nullptr) static_cast<void>(cudaStreamSynchronize(stream));
     if (device_slot != nullptr) static_cast<void>(cudaFree(device_slot));
     if (copy_stream != nullptr) static_cast<void>(cudaStreamSynchronize(copy_stream));
-    for (auto& slot : uploads) {
-      if (slot.copied != nullptr) static_cast<void>(cudaEventDestroy(slot.copied));
-      if (slot.arrived != nullptr) static_cast<void>(cudaEventDestroy(slot.arrived));
-      if (slot.device_buffer != nullptr) static_cast<void>(cudaFree(slot.device_buffer));
-      slot.copied = nullptr;
-      slot.arrived = nullptr;
-      slot.device_buffer = nullptr;
+    for (UploadSlot* slot : all_upload_slots()) {
+      if (slot->copied != nullptr) static_cast<void>(cudaEventDestroy(slot->copied));
+      if (slot->arrived != nullptr) static_cast<void>(cudaEventDestroy(slot->arrived));
+      if (slot->device_buffer != nullptr) static_cast<void>(cudaFree(slot->device_buffer));
+      slot->copied = nullptr;
+      slot->arrived = nullptr;
+      slot->device_buffer = nullptr;
     }
     if (cublas != nullptr) static_cast<void>(cublasDestroy(cublas));
     if (cublas_lt != nullptr) static_cast<void>(cublasLtDestroy(cublas_lt));
