@@ -388,16 +388,10 @@ struct Context {
         if (slot.device_buffer != nullptr) check(cudaFree(slot.device_buffer), "cudaFree");
         slot.device_buffer = nullptr;
         slot.device_bytes = 0;
-        if (const cudaError_t status = cudaMalloc(&slot.device_buffer, grown);
-            status == cudaErrorMemoryAllocation) {
-          static_cast<void>(cudaGetLastError());
-          std::size_t free_bytes = 0, total_bytes = 0;
-          static_cast<void>(cudaMemGetInfo(&free_bytes, &total_bytes));
-          throw CudaError(out_of_memory_message(name, "cudaMalloc", grown, "an upload buffer",
-                                                free_bytes, total_bytes));
-        } else {
-          check(status, "cudaMalloc");
-        }
+        const cudaError_t status = cudaMalloc(&slot.device_buffer, grown);
+        if (status == cudaErrorMemoryAllocation)
+          throw_out_of_memory("cudaMalloc", grown, "an upload buffer");
+        check(status, "cudaMalloc");
         slot.device_bytes = grown;
       }
       check(
@@ -428,18 +422,23 @@ struct Context {
       check(cudaSetDevice(device), "cudaSetDevice");
   }
 
+  /// Throws the `CudaError` of `call` failing for want of device memory: the bytes asked for
+  /// `what` and those free.
+  [[noreturn]] void throw_out_of_memory(const char* call, std::size_t bytes,
+                                        const std::string& what) const {
+    static_cast<void>(cudaGetLastError());
+    std::size_t free_bytes = 0, total_bytes = 0;
+    static_cast<void>(cudaMemGetInfo(&free_bytes, &total_bytes));
+    throw CudaError(out_of_memory_message(name, call, bytes, what, free_bytes, total_bytes));
+  }
+
   /// Zero-filled device memory for `what` (a tensor's description, for the error message).
   void* allocate(std::size_t bytes, const std::string& what) {
     if (recording && flush) flush("an allocation of " + what);
     void* memory = nullptr;
     const cudaError_t status = cudaMallocFromPoolAsync(&memory, bytes, pool, stream);
-    if (status == cudaErrorMemoryAllocation) {
-      static_cast<void>(cudaGetLastError());
-      std::size_t free_bytes = 0, total_bytes = 0;
-      static_cast<void>(cudaMemGetInfo(&free_bytes, &total_bytes));
-      throw CudaError(out_of_memory_message(name, "cudaMallocFromPoolAsync", bytes, what,
-                                            free_bytes, total_bytes));
-    }
+    if (status == cudaErrorMemoryAllocation)
+      throw_out_of_memory("cudaMallocFromPoolAsync", bytes, what);
     check(status, "cudaMallocFromPoolAsync");
     if (const cudaError_t set = cudaMemsetAsync(memory, 0, bytes, stream); set != cudaSuccess) {
       static_cast<void>(cudaFreeAsync(memory, stream));
@@ -711,16 +710,26 @@ class LtPlans {
 /// scalars, as words), in order, so that two steps with the same signature queue the same work.
 using Signature = std::vector<std::uint64_t>;
 
+/// A pointer, floating-point number, integer or enumerator as a signature word (its bits).
+template <class T>
+requires std::is_pointer_v<T> || std::is_arithmetic_v<T> || std::is_enum_v<T> std::uint64_t word(
+    T value)
+noexcept {
+  if constexpr (std::is_pointer_v<T>) {
+    return reinterpret_cast<std::uintptr_t>(value);
+  } else if constexpr (std::is_same_v<T, float>) {
+    return std::bit_cast<std::uint32_t>(value);
+  } else if constexpr (std::is_same_v<T, double>) {
+    return std::bit_cast<std::uint64_t>(value);
+  } else {
+    return static_cast<std::uint64_t>(value);
+  }
+}
+
 template <class T>
 void sign(Signature& out, const T& value) {
-  if constexpr (std::is_pointer_v<T>) {
-    out.push_back(reinterpret_cast<std::uintptr_t>(value));
-  } else if constexpr (std::is_same_v<T, float>) {
-    out.push_back(std::bit_cast<std::uint32_t>(value));
-  } else if constexpr (std::is_same_v<T, double>) {
-    out.push_back(std::bit_cast<std::uint64_t>(value));
-  } else if constexpr (std::is_enum_v<T> || std::is_integral_v<T>) {
-    out.push_back(static_cast<std::uint64_t>(value));
+  if constexpr (std::is_pointer_v<T> || std::is_arithmetic_v<T> || std::is_enum_v<T>) {
+    out.push_back(word(value));
   } else {
     // Geometry structs of sizes only: every byte is a value byte.
     static_assert(std::has_unique_object_representations_v<T> && sizeof(T) % 8 == 0,
@@ -777,13 +786,14 @@ inline int device_count() {
 
 /// How a `CudaBackend` runs.
 struct CudaOptions {
-  /// Whole steps as CUDA graphs: the second training (or evaluation) step of a shape is recorded,
-  /// captured as one CUDA graph and launched; later steps of that shape whose work is the same
-  /// (the same kernels on the same buffers, checked call by call) launch the graph instead of
-  /// each kernel. Step-dependent scalars (the optimizer's learning rate and bias corrections,
-  /// dropout's key) reach the graph through device memory uploaded before each launch, so the
-  /// results are those of the kernels launched one by one, bit for bit. A step that cannot be
-  /// captured (one that computes on the host, allocates or waits) runs kernel by kernel.
+  /// Whole steps as CUDA graphs: the second training, evaluation or prediction step of a shape
+  /// (a model's steps of one kind and size) is recorded, captured as one CUDA graph and launched;
+  /// later steps of that shape whose work is the same (the same kernels on the same buffers,
+  /// checked call by call) launch the graph instead of each kernel. Step-dependent scalars (the
+  /// optimizer's learning rate and bias corrections, dropout's key) reach the graph through device
+  /// memory uploaded before each launch, so the results are those of the kernels launched one by
+  /// one, bit for bit. A step that cannot be captured (one that computes on the host, allocates or
+  /// waits) runs kernel by kernel.
   bool graphs = true;
 };
 
@@ -1038,12 +1048,12 @@ class CudaBackend final : public keras::Backend {
     // Room for the step's results without a read-back mid-step, and the memory the recorded
     // work reads its results area and its scalars from, allocated before recording begins.
     if (results_->room() < step_result_records) results_->read_back();
+    context_->activate();
+    if (step_scalars_ == nullptr) {
+      step_scalars_ = static_cast<std::uint64_t*>(
+          context_->allocate(step_scalar_words * sizeof(std::uint64_t), "a step's scalars"));
+    }
     if (step_results_ == nullptr) {
-      context_->activate();
-      if (step_scalars_ == nullptr) {
-        step_scalars_ = static_cast<std::uint64_t*>(
-            context_->allocate(step_scalar_words * sizeof(std::uint64_t), "a step's scalars"));
-      }
       step_results_ = static_cast<double*>(context_->allocate(
           step_result_records * detail::ResultRing::record_doubles * sizeof(double),
           "a step's loss and metric results"));
@@ -1075,7 +1085,6 @@ class CudaBackend final : public keras::Backend {
       flush_recording("an exception");
     } catch (...) {  // NOLINT(bugprone-empty-catch): the step's own exception is the one to see
     }
-    context_->recording = false;
     release_deferred_frees();
     clear_step();
   }
@@ -1133,8 +1142,8 @@ class CudaBackend final : public keras::Backend {
     const detail::UpdateParams* device_params = nullptr;
     if (context_->recording) device_params = step_scalar(params);
     const std::size_t count = table_.size();
-    enqueue({word("optimizer_step"), word(targets), word(count), word(elements),
-             word(device_params), word(scales)},
+    enqueue({detail::word("optimizer_step"), detail::word(targets), detail::word(count),
+             detail::word(elements), detail::word(device_params), detail::word(scales)},
             [this, targets, count, elements, params, device_params, scales](cudaStream_t s) {
               launched(detail::launch_optimizer_step(s, targets, count, elements, params,
                                                      device_params, scales),
@@ -1162,9 +1171,10 @@ class CudaBackend final : public keras::Backend {
     double* terms = reduction_terms(d.values, 1);
     auto [ring_record, cell] = results_->acquire();
     double* record = step_result(ring_record);
-    enqueue({word("row_loss: clear the first bad label"), word(record)}, [record](cudaStream_t s) {
-      check(cudaMemsetAsync(record + 1, 0xFF, sizeof(double), s), "cudaMemsetAsync");
-    });
+    enqueue({detail::word("row_loss: clear the first bad label"), detail::word(record)},
+            [record](cudaStream_t s) {
+              check(cudaMemsetAsync(record + 1, 0xFF, sizeof(double), s), "cudaMemsetAsync");
+            });
     launch("row_loss", detail::launch_row_loss, p, d, y_true.data(), y_pred.data(), or_null(weight),
            or_null(gradient), terms, terms + d.values, record);
     return keras::Deferred<
@@ -1237,15 +1247,16 @@ class CudaBackend final : public keras::Backend {
     const float* b_data = b.data();
     const float* a_data = a.data();
     float* c_data = c.data();
-    enqueue(
-        {word("gemm"), word(op_b), word(op_a), word(rows), word(columns), word(inner), word(alpha),
-         word(beta), word(b_data), word(ldb), word(a_data), word(lda), word(c_data)},
-        [=, this](cudaStream_t) {
-          // cuBLAS queues on the context's stream (cublasSetStream).
-          check(cublasSgemm(context_->cublas, op_b, op_a, rows, columns, inner, &alpha, b_data, ldb,
-                            a_data, lda, &beta, c_data, rows),
-                "cublasSgemm");
-        });
+    enqueue({detail::word("gemm"), detail::word(op_b), detail::word(op_a), detail::word(rows),
+             detail::word(columns), detail::word(inner), detail::word(alpha), detail::word(beta),
+             detail::word(b_data), detail::word(ldb), detail::word(a_data), detail::word(lda),
+             detail::word(c_data)},
+            [=, this](cudaStream_t) {
+              // cuBLAS queues on the context's stream (cublasSetStream).
+              check(cublasSgemm(context_->cublas, op_b, op_a, rows, columns, inner, &alpha, b_data,
+                                ldb, a_data, lda, &beta, c_data, rows),
+                    "cublasSgemm");
+            });
   }
 
   void bias_add(const Tensor<float>& x, const Tensor<float>& bias) override {
@@ -1285,7 +1296,8 @@ class CudaBackend final : public keras::Backend {
     const float* b = x.data();
     const float* bias_data = or_null(bias);
     float* d = y.data();
-    enqueue({word("dense_forward"), word(plan), word(a), word(b), word(bias_data), word(d)},
+    enqueue({detail::word("dense_forward"), detail::word(plan), detail::word(a), detail::word(b),
+             detail::word(bias_data), detail::word(d)},
             [this, plan, a, b, bias_data, d](cudaStream_t s) {
               lt_->run(*plan, a, b, bias_data, d, s);
             });
@@ -1328,10 +1340,11 @@ class CudaBackend final : public keras::Backend {
     float* to = y.data();
     const float* from = x.data();
     const std::size_t bytes = x.bytes();
-    enqueue({word("copy"), word(to), word(from), word(bytes)}, [to, from, bytes](cudaStream_t s) {
-      check(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, s),
-            "cudaMemcpyAsync (device to device)");
-    });
+    enqueue({detail::word("copy"), detail::word(to), detail::word(from), detail::word(bytes)},
+            [to, from, bytes](cudaStream_t s) {
+              check(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, s),
+                    "cudaMemcpyAsync (device to device)");
+            });
   }
 
   void scale(const Tensor<float>& x, float alpha) override {
@@ -1420,7 +1433,8 @@ class CudaBackend final : public keras::Backend {
     float* out = y.data();
     const float* in = x.data();
     const std::size_t n = x.size();
-    enqueue({word("dropout"), word(in), word(out), word(n), word(rate), word(device_key)},
+    enqueue({detail::word("dropout"), detail::word(in), detail::word(out), detail::word(n),
+             detail::word(rate), detail::word(device_key)},
             [this, in, out, n, rate, keep_scale, key, device_key](cudaStream_t s) {
               launched(detail::launch_dropout(s, in, out, n, rate, keep_scale, key, device_key),
                        "dropout");
@@ -1701,18 +1715,6 @@ class CudaBackend final : public keras::Backend {
     pending_.emplace_back(std::forward<F>(work));
   }
 
-  /// A pointer, float, integer or enumerator as a signature word.
-  template <class T>
-  static std::uint64_t word(T value) noexcept {
-    if constexpr (std::is_pointer_v<T>) {
-      return reinterpret_cast<std::uintptr_t>(value);
-    } else if constexpr (std::is_same_v<T, float>) {
-      return std::bit_cast<std::uint32_t>(value);
-    } else {
-      return static_cast<std::uint64_t>(value);
-    }
-  }
-
   /// Where `value`, a scalar of the step being recorded, will be on the device when the step's
   /// work runs (uploaded before it: a graph reads this step's value, not the captured step's),
   /// or null when the step no longer records.
@@ -1744,13 +1746,14 @@ class CudaBackend final : public keras::Backend {
   /// by kernel from now on) when it cannot be captured or instantiated.
   bool capture(detail::StepGraph& graph) {
     graph.reset();
-    // A shape whose work keeps changing (buffers moved, scalars passed by value changed) is
-    // captured a few times, then left to run kernel by kernel.
-    if (graph.captures >= max_captures) {
+    const auto give_up = [&] {
       graph.eager = true;
       ++stats_.fallbacks;
       return false;
-    }
+    };
+    // A shape whose work keeps changing (buffers moved, scalars passed by value changed) is
+    // captured a few times, then left to run kernel by kernel.
+    if (graph.captures >= max_captures) return give_up();
     context_->activate();
     const cudaStream_t s = context_->stream;
     check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
@@ -1770,9 +1773,7 @@ class CudaBackend final : public keras::Backend {
     if (!ok) {
       static_cast<void>(cudaGetLastError());
       if (exec != nullptr) static_cast<void>(cudaGraphExecDestroy(exec));
-      graph.eager = true;
-      ++stats_.fallbacks;
-      return false;
+      return give_up();
     }
     graph.exec = exec;
     graph.signature = signature_;
@@ -1905,8 +1906,8 @@ class CudaBackend final : public keras::Backend {
   /// `to_pitch` floats apart), on the device.
   void strided_copy(float* to, std::size_t to_pitch, const float* from, std::size_t from_pitch,
                     std::size_t width, std::size_t rows) {
-    enqueue({word("strided_copy"), word(to), word(to_pitch), word(from), word(from_pitch),
-             word(width), word(rows)},
+    enqueue({detail::word("strided_copy"), detail::word(to), detail::word(to_pitch),
+             detail::word(from), detail::word(from_pitch), detail::word(width), detail::word(rows)},
             [=](cudaStream_t s) {
               check(
                   cudaMemcpy2DAsync(to, to_pitch * sizeof(float), from, from_pitch * sizeof(float),

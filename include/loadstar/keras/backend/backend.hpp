@@ -266,11 +266,12 @@ class Backend {
 
   // --- Steps ----------------------------------------------------------------------------------
 
-  /// Brackets the device work of one training or evaluation step: `Model` calls `begin_step`
-  /// once the batch is uploaded and `end_step` once every kernel of the step is queued (or
-  /// `abandon_step` when the step throws in between). Steps with the same `key` (the model's
-  /// rows, weights and kind of step) usually queue the same kernels on the same buffers, so that
-  /// a device backend may record such a step once and replay it (the CUDA backend's CUDA graphs).
+  /// Brackets the device work of one training, evaluation or prediction step: `Model` calls
+  /// `begin_step` once the batch is uploaded and `end_step` once every kernel of the step is
+  /// queued (or `abandon_step` when the step throws in between). Steps with the same `key` (the
+  /// model, the kind of step, its rows and whether it has weights) usually queue the same kernels
+  /// on the same buffers, so that a device backend may record such a step once and replay it (the
+  /// CUDA backend's CUDA graphs).
   /// The defaults do nothing: the kernels run as they are called.
   virtual void begin_step(std::uint64_t /*key*/) {}
   /// Ends the step `begin_step` began: its work is queued (or done) when this returns.
