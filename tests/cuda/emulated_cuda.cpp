@@ -373,7 +373,7 @@ cublasStatus_t cublasSgemm_v2(cublasHandle_t, cublasOperation_t transa, cublasOp
   return CUBLAS_STATUS_SUCCESS;
 }
 
-// --- cuBLASLt: the matmuls with an epilogue that CudaBackend plans (no transposes, fp32) ---------
+// --- cuBLASLt: the matmuls with an epilogue that CudaBackend plans (fp32) ------------------------
 
 }  // extern "C"
 
@@ -387,7 +387,14 @@ struct LtLayout {
   std::uint64_t rows = 0, cols = 0;
   std::int64_t ld = 0;
 };
-char lt_handle_object, lt_preference_object;
+/// The alignments (bytes) a preference says the A, B, C and D pointers have (256 by default).
+struct LtPreference {
+  std::uint32_t alignment[4] = {256, 256, 256, 256};
+};
+/// The alignment an emulated algorithm needs of every pointer: what the preference promises, at
+/// most 16 bytes (the vector loads of a real kernel), kept in the algorithm's opaque data.
+constexpr std::size_t algo_alignment_word = 0;
+char lt_handle_object;
 template <class T>
 cublasStatus_t set_from(T& field, const void* buffer, size_t bytes) {
   if (buffer == nullptr || bytes != sizeof(T)) return CUBLAS_STATUS_INVALID_VALUE;
@@ -449,26 +456,41 @@ cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t layout) {
   return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* preference) {
-  *preference = reinterpret_cast<cublasLtMatmulPreference_t>(&lt_preference_object);
+  *preference = reinterpret_cast<cublasLtMatmulPreference_t>(new LtPreference);
   return CUBLAS_STATUS_SUCCESS;
 }
-cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t) {
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t preference) {
+  delete reinterpret_cast<LtPreference*>(preference);
   return CUBLAS_STATUS_SUCCESS;
 }
-cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t,
-                                                    cublasLtMatmulPreferenceAttributes_t,
-                                                    const void* buffer, size_t) {
-  return buffer == nullptr ? CUBLAS_STATUS_INVALID_VALUE : CUBLAS_STATUS_SUCCESS;
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t preference,
+                                                    cublasLtMatmulPreferenceAttributes_t attribute,
+                                                    const void* buffer, size_t bytes) {
+  if (buffer == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+  auto& p = *reinterpret_cast<LtPreference*>(preference);
+  switch (attribute) {
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES:
+      return set_from(p.alignment[0], buffer, bytes);
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES:
+      return set_from(p.alignment[1], buffer, bytes);
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES:
+      return set_from(p.alignment[2], buffer, bytes);
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES:
+      return set_from(p.alignment[3], buffer, bytes);
+    default:
+      return CUBLAS_STATUS_SUCCESS;
+  }
 }
 /// One algorithm for the epilogues CudaBackend uses, none for others (as a real heuristic may
 /// find none), so that the fallback is exercised too.
 cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t desc,
                                               cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
                                               cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
-                                              cublasLtMatmulPreference_t, int requested,
+                                              cublasLtMatmulPreference_t preference, int requested,
                                               cublasLtMatmulHeuristicResult_t results[],
                                               int* returned) {
   const auto& d = *reinterpret_cast<const LtDesc*>(desc);
+  const auto& p = *reinterpret_cast<const LtPreference*>(preference);
   *returned = 0;
   if (requested < 1) return CUBLAS_STATUS_INVALID_VALUE;
   switch (d.epilogue) {
@@ -476,8 +498,11 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
     case CUBLASLT_EPILOGUE_BIAS:
     case CUBLASLT_EPILOGUE_RELU:
     case CUBLASLT_EPILOGUE_RELU_BIAS:
+    case CUBLASLT_EPILOGUE_BGRADA:
       results[0] = cublasLtMatmulHeuristicResult_t{};
       results[0].state = CUBLAS_STATUS_SUCCESS;
+      results[0].algo.data[algo_alignment_word] = std::min<std::uint32_t>(
+          {p.alignment[0], p.alignment[1], p.alignment[2], p.alignment[3], 16});
       *returned = 1;
       return CUBLAS_STATUS_SUCCESS;
     default:
@@ -485,14 +510,22 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
   }
 }
 /// Column-major `D = alpha * op(A) * op(B) + beta * C` rounded to float, then the epilogue in
-/// float: `+ bias[row]`, then `max(0, .)`, as cuBLASLt defines them.
+/// float: `+ bias[row]`, then `max(0, .)`, or the bias gradient (`op(A)`'s row sums written to
+/// the bias pointer), as cuBLASLt defines them.
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const void* alpha,
                               const void* A, cublasLtMatrixLayout_t a_layout, const void* B,
                               cublasLtMatrixLayout_t b_layout, const void* beta, const void* C,
                               cublasLtMatrixLayout_t c_layout, void* D,
-                              cublasLtMatrixLayout_t d_layout, const cublasLtMatmulAlgo_t*, void*,
-                              size_t, cudaStream_t stream) {
+                              cublasLtMatrixLayout_t d_layout, const cublasLtMatmulAlgo_t* algo,
+                              void*, size_t, cudaStream_t stream) {
   ++loadstar::test::lt_matmuls;
+  // An algorithm chosen for aligned pointers fails on others (as a real kernel's vector loads).
+  if (algo != nullptr) {
+    const std::uint64_t need = algo->data[algo_alignment_word];
+    for (const void* pointer : {A, B, C, static_cast<const void*>(D)})
+      if (need > 1 && reinterpret_cast<std::uintptr_t>(pointer) % need != 0)
+        return CUBLAS_STATUS_INVALID_VALUE;
+  }
   // The descriptors and scalars as they are when the call is made (or captured).
   const LtDesc d = *reinterpret_cast<const LtDesc*>(desc);
   const LtLayout la = *reinterpret_cast<const LtLayout*>(a_layout);
@@ -509,7 +542,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const
       d.epilogue == CUBLASLT_EPILOGUE_BIAS || d.epilogue == CUBLASLT_EPILOGUE_RELU_BIAS;
   const bool relu =
       d.epilogue == CUBLASLT_EPILOGUE_RELU || d.epilogue == CUBLASLT_EPILOGUE_RELU_BIAS;
-  if (bias && d.bias == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+  const bool bias_gradient = d.epilogue == CUBLASLT_EPILOGUE_BGRADA;
+  if ((bias || bias_gradient) && d.bias == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
   const auto* a = static_cast<const float*>(A);
   const auto* b = static_cast<const float*>(B);
   const auto* c = static_cast<const float*>(C);
@@ -531,6 +565,13 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const
         if (relu) value = value > 0.0F ? value : 0.0F;
         out[i + j * ld.ld] = value;
       }
+    }
+    // The bias gradient: op(A)'s sums over k, one per row of D (written).
+    for (std::uint64_t i = 0; bias_gradient && i < m; ++i) {
+      double sum = 0.0;
+      for (std::uint64_t p = 0; p < k; ++p)
+        sum += d.transa == CUBLAS_OP_N ? a[i + p * la.ld] : a[p + i * la.ld];
+      const_cast<float*>(d.bias)[i] = static_cast<float>(sum);
     }
   });
   return CUBLAS_STATUS_SUCCESS;

@@ -7,6 +7,8 @@
 // device's transcendental functions within the stated relative tolerance.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -364,6 +366,77 @@ TEST_SUITE("cuda") {
     }
   }
 
+  TEST_CASE("CudaBackend's cuBLASLt calls take views that start inside an allocation") {
+    // Rows 1.. of a (rows + 1) x 23 matrix start 92 bytes in: cuBLASLt is told (its alignment
+    // preferences), so that it picks an algorithm for such pointers.
+    Backends b;
+    const std::size_t rows = 19, features = 23, units = 11;
+    const Tensor<float> x_all = random_tensor({rows + 1, features}, 71);
+    const Tensor<float> dz_all = random_tensor({rows + 1, units}, 72);
+    const Tensor<float> kernel = random_tensor({features, units}, 73);
+    const Tensor<float> bias = random_tensor({units}, 74);
+    const Tensor<float> x = x_all.slice_rows(1, rows + 1), dz = dz_all.slice_rows(1, rows + 1);
+    const Tensor<float> gx = b.up(x_all).slice_rows(1, rows + 1);
+    const Tensor<float> gdz = b.up(dz_all).slice_rows(1, rows + 1);
+    REQUIRE(reinterpret_cast<std::uintptr_t>(gx.data()) % 8 != 0);
+    Tensor<float> y({rows + 1, units});
+    const Tensor<float> y_view = y.slice_rows(1, rows + 1);
+    b.cpu.gemm(x, false, kernel, false, y_view, 1.0F, 0.0F);
+    b.cpu.bias_add(y_view, bias);
+    b.cpu.activation_forward(keras::Activation::relu, y_view, y_view);
+    const Tensor<float> gy = b.gpu.allocate({rows + 1, units});
+    const Tensor<float> gy_view = gy.slice_rows(1, rows + 1);
+    REQUIRE(b.gpu.dense_forward(gx, b.up(kernel), b.up(bias), keras::Activation::relu, gy_view));
+    check_close(y_view, b.down(gy_view), 1e-4);
+    Tensor<float> dkernel({features, units}), dbias({units});
+    b.cpu.gemm(x, true, dz, false, dkernel, 1.0F, 0.0F);
+    b.cpu.column_sums(dz, dbias, 0.0F);
+    const Tensor<float> gdk = b.gpu.allocate(dkernel.shape()), gdb = b.gpu.allocate(dbias.shape());
+    if (b.gpu.dense_weight_gradients(gx, gdz, gdk, gdb)) {
+      check_close(dkernel, b.down(gdk), 1e-4);
+      check_close(dbias, b.down(gdb), 1e-4);
+    }
+  }
+
+  TEST_CASE("CudaBackend dense_weight_gradients writes both gradients from one cuBLASLt call") {
+    Backends b;
+    const Tensor<float> no_bias;
+    CHECK_FALSE(b.cpu.dense_weight_gradients(Tensor<float>({3, 2}), Tensor<float>({3, 4}),
+                                             Tensor<float>({2, 4}), Tensor<float>({4})));
+    // Rows from one to several thousand (the bias gradient's reduction over them), odd sizes.
+    for (const auto& [rows, features, units] :
+         {std::array<std::size_t, 3>{1, 5, 3}, std::array<std::size_t, 3>{19, 23, 11},
+          std::array<std::size_t, 3>{3000, 9, 17}}) {
+      CAPTURE(rows);
+      const Tensor<float> x = random_tensor({rows, features}, 61);
+      const Tensor<float> dz = random_tensor({rows, units}, 62);
+      Tensor<float> dkernel({features, units}), dbias({units});
+      b.cpu.gemm(x, true, dz, false, dkernel, 1.0F, 0.0F);
+      b.cpu.column_sums(dz, dbias, 0.0F);
+      // Written over NaNs: nothing is read from the gradients.
+      const Tensor<float> nan_kernel(dkernel.shape(), std::numeric_limits<float>::quiet_NaN());
+      const Tensor<float> nan_bias(dbias.shape(), std::numeric_limits<float>::quiet_NaN());
+      const Tensor<float> gdk = b.up(nan_kernel), gdb = b.up(nan_bias);
+      CHECK_FALSE(b.gpu.dense_weight_gradients(b.up(x), b.up(dz), gdk, no_bias));
+#if defined(LOADSTAR_CUDA_EMULATED)
+      const std::size_t before = loadstar::test::lt_matmuls;
+#endif
+      const bool fused = b.gpu.dense_weight_gradients(b.up(x), b.up(dz), gdk, gdb);
+#if defined(LOADSTAR_CUDA_EMULATED)
+      REQUIRE(fused);
+      CHECK(loadstar::test::lt_matmuls == before + 1);
+#endif
+      if (!fused) {
+        MESSAGE(
+            "cuBLASLt has no bias-gradient (BGRADA) algorithm for this shape: Dense runs "
+            "gemm and column_sums");
+        continue;
+      }
+      check_close(dkernel, b.down(gdk), 1e-4);
+      check_close(dbias, b.down(gdb), 1e-4);
+    }
+  }
+
   TEST_CASE("CudaBackend elementwise kernels match the CPU backend") {
     Backends b;
     const Tensor<float> x = random_tensor({64, 33}, 6, 4.0F);
@@ -539,21 +612,35 @@ TEST_SUITE("cuda") {
           CAPTURE(static_cast<int>(activation));
           CAPTURE(with_bias);
           const Tensor<float> b_host = with_bias ? bias : Tensor<float>();
-          Tensor<float> y(dy.shape()), dkernel(kernel.shape()), dbias(bias.shape()), dxc(x.shape());
+          Tensor<float> y(dy.shape());
           const Tensor<float> gy = b.gpu.allocate(dy.shape()), gk = b.up(kernel),
-                              gb = with_bias ? b.up(bias) : Tensor<float>(),
-                              gdk = b.gpu.allocate(kernel.shape()),
-                              gdb = b.gpu.allocate(bias.shape()), gdxc = b.gpu.allocate(x.shape());
+                              gb = with_bias ? b.up(bias) : Tensor<float>();
           b.cpu.conv2d_forward(x, g, kernel, b_host, activation, y);
           b.gpu.conv2d_forward(b.up(x), g, gk, gb, activation, gy);
           check_close(y, b.down(gy), 1e-5);
-          b.cpu.conv2d_backward(x, g, kernel, b_host, activation, y, dy, dkernel,
-                                with_bias ? dbias : Tensor<float>(), dxc);
-          b.gpu.conv2d_backward(b.up(x), g, gk, gb, activation, gy, b.up(dy), gdk,
-                                with_bias ? gdb : Tensor<float>(), gdxc);
-          check_close(dkernel, b.down(gdk), 1e-4);
-          if (with_bias) check_close(dbias, b.down(gdb), 1e-4);
-          check_close(dxc, b.down(gdxc), 1e-4);
+          // The weight gradients added to what is there, or written over NaNs (with the bias
+          // gradient in the kernel gradient's cuBLASLt epilogue).
+          for (const bool accumulate : {true, false}) {
+            CAPTURE(accumulate);
+            const auto start = [&](const Shape& shape, std::uint64_t seed) {
+              Tensor<float> t = random_tensor(shape, seed);
+              if (!accumulate)
+                std::fill(t.begin(), t.end(), std::numeric_limits<float>::quiet_NaN());
+              return t;
+            };
+            const Tensor<float> dkernel = start(kernel.shape(), 21),
+                                dbias = start(bias.shape(), 22);
+            const Tensor<float> gdk = b.up(dkernel), gdb = b.up(dbias);
+            Tensor<float> dxc(x.shape());
+            const Tensor<float> gdxc = b.gpu.allocate(x.shape());
+            b.cpu.conv2d_backward(x, g, kernel, b_host, activation, y, dy, dkernel,
+                                  with_bias ? dbias : Tensor<float>(), dxc, accumulate);
+            b.gpu.conv2d_backward(b.up(x), g, gk, gb, activation, gy, b.up(dy), gdk,
+                                  with_bias ? gdb : Tensor<float>(), gdxc, accumulate);
+            check_close(dkernel, b.down(gdk), 1e-4);
+            if (with_bias) check_close(dbias, b.down(gdb), 1e-4);
+            check_close(dxc, b.down(gdxc), 1e-4);
+          }
         }
       }
     }

@@ -161,9 +161,11 @@ class ProtectedBackend final : public keras::Backend {
                        const Tensor<float>& kernel, const Tensor<float>& bias,
                        keras::Activation activation, const Tensor<float>& y,
                        const Tensor<float>& dy, const Tensor<float>& dkernel,
-                       const Tensor<float>& dbias, const Tensor<float>& dx) override {
-    run("conv2d_backward", {x, kernel, bias, y, dy, dkernel, dbias, dx},
-        [&] { inner_.conv2d_backward(x, g, kernel, bias, activation, y, dy, dkernel, dbias, dx); });
+                       const Tensor<float>& dbias, const Tensor<float>& dx,
+                       bool accumulate) override {
+    run("conv2d_backward", {x, kernel, bias, y, dy, dkernel, dbias, dx}, [&] {
+      inner_.conv2d_backward(x, g, kernel, bias, activation, y, dy, dkernel, dbias, dx, accumulate);
+    });
   }
   void im2col(const Tensor<float>& x, const keras::Conv2DGeometry& g,
               const Tensor<float>& columns) override {

@@ -5,6 +5,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -97,26 +98,46 @@ TEST_SUITE("keras") {
         check_close(y, y_plain, "forward");
 
         const Tensor<float> dy = random_tensor({rows, g.out_c}, 4);
-        // Gradients accumulate onto what is there.
-        const Tensor<float> dkernel = random_tensor(kernel.shape(), 5);
-        const Tensor<float> dkernel_plain = dkernel.clone();
-        const Tensor<float> dbias = c.bias ? random_tensor({g.out_c}, 6) : Tensor<float>();
-        const Tensor<float> dbias_plain = dbias.clone();
-        Tensor<float> dx(x.shape()), dx_plain(x.shape());
-        backend.conv2d_backward(x, g, kernel, bias, c.activation, y, dy, dkernel, dbias, dx);
-        backend.Backend::conv2d_backward(x, g, kernel, bias, c.activation, y_plain, dy,
-                                         dkernel_plain, dbias_plain, dx_plain);
-        check_close(dkernel, dkernel_plain, "kernel gradient");
-        if (c.bias) check_close(dbias, dbias_plain, "bias gradient");
-        check_close(dx, dx_plain, "input gradient");
+        for (const bool accumulate : {true, false}) {
+          CAPTURE(accumulate);
+          // Gradients accumulate onto what is there, or are written over NaNs.
+          const auto start = [&](const Shape& shape, std::uint64_t seed) {
+            Tensor<float> t = random_tensor(shape, seed);
+            if (!accumulate)
+              std::fill_n(t.data(), t.size(), std::numeric_limits<float>::quiet_NaN());
+            return t;
+          };
+          const Tensor<float> dkernel = start(kernel.shape(), 5);
+          const Tensor<float> dkernel_plain = dkernel.clone();
+          const Tensor<float> dbias = c.bias ? start({g.out_c}, 6) : Tensor<float>();
+          const Tensor<float> dbias_plain = dbias.clone();
+          Tensor<float> dx(x.shape()), dx_plain(x.shape());
+          backend.conv2d_backward(x, g, kernel, bias, c.activation, y, dy, dkernel, dbias, dx,
+                                  accumulate);
+          backend.Backend::conv2d_backward(x, g, kernel, bias, c.activation, y_plain, dy,
+                                           dkernel_plain, dbias_plain, dx_plain, accumulate);
+          check_close(dkernel, dkernel_plain, "kernel gradient");
+          if (c.bias) check_close(dbias, dbias_plain, "bias gradient");
+          check_close(dx, dx_plain, "input gradient");
 
-        // Without an input gradient (a first layer), the weight gradients are the same.
-        const Tensor<float> dkernel_alone = random_tensor(kernel.shape(), 5);
-        const Tensor<float> dbias_alone = c.bias ? random_tensor({g.out_c}, 6) : Tensor<float>();
-        backend.conv2d_backward(x, g, kernel, bias, c.activation, y, dy, dkernel_alone, dbias_alone,
-                                Tensor<float>());
-        CHECK(dkernel_alone == dkernel);
-        if (c.bias) CHECK(dbias_alone == dbias);
+          // Without an input gradient (a first layer), the weight gradients are the same.
+          const Tensor<float> dkernel_alone = start(kernel.shape(), 5);
+          const Tensor<float> dbias_alone = c.bias ? start({g.out_c}, 6) : Tensor<float>();
+          backend.conv2d_backward(x, g, kernel, bias, c.activation, y, dy, dkernel_alone,
+                                  dbias_alone, Tensor<float>(), accumulate);
+          CHECK(dkernel_alone == dkernel);
+          if (c.bias) CHECK(dbias_alone == dbias);
+
+          // Written gradients have the bits of gradients added to zeros.
+          if (!accumulate) {
+            Tensor<float> dkernel_zeros(kernel.shape());
+            Tensor<float> dbias_zeros = c.bias ? Tensor<float>({g.out_c}) : Tensor<float>();
+            backend.conv2d_backward(x, g, kernel, bias, c.activation, y, dy, dkernel_zeros,
+                                    dbias_zeros, Tensor<float>(), true);
+            CHECK(dkernel_zeros == dkernel);
+            if (c.bias) CHECK(dbias_zeros == dbias);
+          }
+        }
       }
     }
   }
@@ -133,12 +154,12 @@ TEST_SUITE("keras") {
       CpuBackend backend(threads);
       Tensor<float> dkernel(kernel.shape()), dbias({g.out_c});
       backend.conv2d_backward(x, g, kernel, Tensor<float>(), Activation::relu, y, dy, dkernel,
-                              dbias, Tensor<float>());
+                              dbias, Tensor<float>(), true);
       bias_gradients.push_back(dbias);
       // The same thread count gives the same bits.
       Tensor<float> again_kernel(kernel.shape()), again_bias({g.out_c});
       backend.conv2d_backward(x, g, kernel, Tensor<float>(), Activation::relu, y, dy, again_kernel,
-                              again_bias, Tensor<float>());
+                              again_bias, Tensor<float>(), false);
       CHECK(again_kernel == dkernel);
       CHECK(again_bias == dbias);
     }

@@ -3,9 +3,14 @@
 #include <doctest/doctest.h>
 
 #include "keras/blobs.hpp"
+#include "random_tensor.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <functional>
+#include <limits>
 #include <loadstar/data.hpp>
 #include <loadstar/data/dataset.hpp>
 #include <loadstar/data/sequence_adapter.hpp>
@@ -21,6 +26,8 @@ using namespace loadstar;
 using namespace loadstar::keras;
 
 namespace {
+
+using test_support::random_tensor;
 
 /// An MLP with dropout (so that resumed runs must also draw the same masks).
 std::shared_ptr<Model> classifier(std::uint64_t seed = 11) {
@@ -142,9 +149,113 @@ bool resumes_exactly(const std::function<DataIterator(Model&)>& make) {
   return same_weights(resumed->get_weights(), reference->get_weights());
 }
 
+/// Every trainable variable's gradient set to NaN (a step must not read what they held unless it
+/// zeroed them first).
+void poison_gradients(Model& model) {
+  for (Variable* v : model.trainable_variables())
+    std::fill_n(v->gradient.data(), v->gradient.size(), std::numeric_limits<float>::quiet_NaN());
+}
+
+/// `to`'s weights set to `from`'s (layers of the same kind and shapes).
+void copy_weights(const Layer& from, Layer& to) {
+  REQUIRE(from.weights().size() == to.weights().size());
+  for (std::size_t i = 0; i < from.weights().size(); ++i) {
+    const Tensor<float>& src = from.weights()[i].value;
+    REQUIRE(src.size() == to.weights()[i].value.size());
+    std::copy_n(src.data(), src.size(), to.weights()[i].value.data());
+  }
+}
+
+/// Two image inputs through convolutions, pooling, dense layers and batch normalisation; with
+/// `shared`, one Conv2D and one Dense are each called on both branches.
+std::shared_ptr<Model> two_branches(bool shared, bool frozen) {
+  set_random_seed(21);
+  using namespace layers;
+  auto a = Input({5, 5, 2}, "a");
+  auto b = Input({5, 5, 2}, "b");
+  const auto conv = [](const char* name) {
+    return std::make_shared<Conv2D>(
+        3, 3, Conv2DOptions{.padding = "same", .activation = "relu", .name = name});
+  };
+  const auto dense = [](const char* name) {
+    return std::make_shared<Dense>(4, DenseOptions{.activation = "tanh", .name = name});
+  };
+  auto conv_a = conv("conv_a");
+  auto conv_b = shared ? conv_a : conv("conv_b");
+  auto dense_a = dense("dense_a");
+  auto dense_b = shared ? dense_a : dense("dense_b");
+  auto ha = call(dense_a, call(Flatten(), call(conv_a, a)));
+  auto hb = call(dense_b, call(Flatten(), call(conv_b, b)));
+  auto h = call(BatchNormalization(), call(Concatenate(), std::vector{ha, hb}));
+  auto fixed = std::make_shared<Dense>(5, DenseOptions{.activation = "relu", .name = "fixed"});
+  if (frozen) fixed->set_trainable(false);
+  auto out = call(Dense(2, {.name = "out"}), call(fixed, h));
+  auto model = std::make_shared<Model>(std::vector{a, b}, std::vector{out});
+  model->compile({.optimizer = optimizers::SGD({.learning_rate = 0.05}), .loss = "mse"});
+  return model;
+}
+
 }  // namespace
 
 TEST_SUITE("keras") {
+  TEST_CASE("A training step writes or zeroes every weight gradient, whatever they held") {
+    // Dense and Conv2D layers called once write their gradients; BatchNormalization's, a shared
+    // layer's and a frozen layer's neighbours are zeroed and added to. NaNs left in any gradient
+    // that is neither written nor zeroed would reach the weights.
+    const Tensor<float> a = random_tensor({6, 5, 5, 2}, 31), b = random_tensor({6, 5, 5, 2}, 32);
+    const Tensor<float> y = random_tensor({6, 2}, 33);
+    for (const bool shared : {false, true}) {
+      CAPTURE(shared);
+      auto poisoned = two_branches(shared, true);
+      auto clean = two_branches(shared, true);
+      for (int step = 0; step < 3; ++step) {
+        poison_gradients(*poisoned);
+        poisoned->train_on_batch(std::vector{a, b}, std::vector{y});
+        clean->train_on_batch(std::vector{a, b}, std::vector{y});
+      }
+      const auto got = poisoned->get_weights(), want = clean->get_weights();
+      REQUIRE(got.size() == want.size());
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        CAPTURE(i);
+        for (std::size_t j = 0; j < got[i].size(); ++j)
+          REQUIRE(std::isfinite(got[i].data()[j]));
+        CHECK(got[i] == want[i]);
+      }
+    }
+  }
+
+  TEST_CASE("A shared layer's weight gradients are the sums of its calls' gradients") {
+    // The same network with one Conv2D and one Dense shared by both branches, and with a copy
+    // of each per branch: the shared gradient is the sum of the copies' gradients.
+    const Tensor<float> a = random_tensor({4, 5, 5, 2}, 41), b = random_tensor({4, 5, 5, 2}, 42);
+    const Tensor<float> y = random_tensor({4, 2}, 43);
+    auto shared = two_branches(true, false);
+    auto separate = two_branches(false, false);
+    for (const char* name : {"conv_b", "dense_b"}) {
+      const std::string from = std::string(name, std::strlen(name) - 1) + "a";
+      copy_weights(*shared->get_layer(from), *separate->get_layer(name));
+    }
+    for (const char* name : {"conv_a", "dense_a", "fixed", "out"})
+      copy_weights(*shared->get_layer(name), *separate->get_layer(name));
+    poison_gradients(*shared);
+    shared->train_on_batch(std::vector{a, b}, std::vector{y});
+    separate->train_on_batch(std::vector{a, b}, std::vector{y});
+    for (const char* name : {"conv", "dense"}) {
+      CAPTURE(name);
+      const auto& together = shared->get_layer(std::string(name) + "_a")->weights();
+      const auto& first = separate->get_layer(std::string(name) + "_a")->weights();
+      const auto& second = separate->get_layer(std::string(name) + "_b")->weights();
+      for (std::size_t w = 0; w < together.size(); ++w) {
+        CAPTURE(w);
+        const Tensor<float>& g = together[w].gradient;
+        for (std::size_t i = 0; i < g.size(); ++i) {
+          const float sum = first[w].gradient.data()[i] + second[w].gradient.data()[i];
+          REQUIRE(g.data()[i] == doctest::Approx(sum).epsilon(1e-4).scale(1.0));
+        }
+      }
+    }
+  }
+
   TEST_CASE("A loop of train_step over a DataIterator trains exactly as fit") {
     const Blobs data = blobs(100, 7);
     auto by_fit = classifier();

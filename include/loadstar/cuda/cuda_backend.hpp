@@ -593,13 +593,27 @@ class ResultRing {
 /// run).
 class LtPlans {
  public:
-  /// Column-major `D (m x n) = A (m x k, no transpose) * B (k x n, no transpose)`, then
-  /// `epilogue` (a bias of `m` elements, ReLU), in full fp32.
+  /// Column-major `D (m x n) = A (m x k, no transpose) * op(B)`, with `B` stored `k x n`, or
+  /// `n x k` and transposed when `transpose_b`, then `epilogue` (a bias of `m` elements added,
+  /// ReLU; or the bias gradient, `A`'s sums over `k`, written), in full fp32.
   struct Key {
     std::uint64_t m, n, k;
     cublasLtEpilogue_t epilogue;
+    bool transpose_b = false;
+    /// The alignment in bytes that the matrices' pointers all have (`alignment`): cuBLASLt's
+    /// heuristic assumes 256 unless told, and may pick an algorithm that a view starting inside
+    /// an allocation would make fail.
+    std::uint32_t alignment = 256;
     bool operator==(const Key&) const = default;
   };
+
+  /// The largest power of two, at most 256, that divides every address of `pointers`.
+  static std::uint32_t alignment(std::initializer_list<const void*> pointers) noexcept {
+    std::uintptr_t bits = 256;
+    for (const void* p : pointers)
+      bits |= reinterpret_cast<std::uintptr_t>(p);
+    return static_cast<std::uint32_t>(bits & (~bits + 1));
+  }
 
   explicit LtPlans(std::shared_ptr<Context> context) : context_(std::move(context)) {}
   LtPlans(const LtPlans&) = delete;
@@ -618,7 +632,8 @@ class LtPlans {
     return found != nullptr && found->usable ? found : nullptr;
   }
 
-  /// Queues the multiplication of `plan` on `stream`.
+  /// Queues the multiplication of `plan` on `stream`; `bias` is the epilogue's vector (read by a
+  /// bias epilogue, written by a bias-gradient one).
   void run(const Plan& plan_ref, const float* a, const float* b, const float* bias, float* d,
            cudaStream_t stream) const {
     const Plan* plan = &plan_ref;
@@ -652,11 +667,12 @@ class LtPlans {
       check(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
             "cublasLtMatmulDescCreate");
       const cublasOperation_t none = CUBLAS_OP_N;
+      const cublasOperation_t op_b = key.transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
       check(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &none,
                                            sizeof none),
             "cublasLtMatmulDescSetAttribute (transa)");
-      check(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &none,
-                                           sizeof none),
+      check(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b,
+                                           sizeof op_b),
             "cublasLtMatmulDescSetAttribute (transb)");
       check(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &key.epilogue,
                                            sizeof key.epilogue),
@@ -664,8 +680,10 @@ class LtPlans {
       check(cublasLtMatrixLayoutCreate(&plan.a, CUDA_R_32F, key.m, key.k,
                                        static_cast<std::int64_t>(key.m)),
             "cublasLtMatrixLayoutCreate");
-      check(cublasLtMatrixLayoutCreate(&plan.b, CUDA_R_32F, key.k, key.n,
-                                       static_cast<std::int64_t>(key.k)),
+      const std::uint64_t b_rows = key.transpose_b ? key.n : key.k;
+      const std::uint64_t b_cols = key.transpose_b ? key.k : key.n;
+      check(cublasLtMatrixLayoutCreate(&plan.b, CUDA_R_32F, b_rows, b_cols,
+                                       static_cast<std::int64_t>(b_rows)),
             "cublasLtMatrixLayoutCreate");
       check(cublasLtMatrixLayoutCreate(&plan.d, CUDA_R_32F, key.m, key.n,
                                        static_cast<std::int64_t>(key.m)),
@@ -677,6 +695,15 @@ class LtPlans {
       int found = 0;
       cublasStatus_t status = cublasLtMatmulPreferenceSetAttribute(
           preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof workspace);
+      for (const auto attribute :
+           {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
+        if (status == CUBLAS_STATUS_SUCCESS) {
+          status = cublasLtMatmulPreferenceSetAttribute(preference, attribute, &key.alignment,
+                                                        sizeof key.alignment);
+        }
+      }
       if (status == CUBLAS_STATUS_SUCCESS) {
         status = cublasLtMatmulAlgoGetHeuristic(context_->cublas_lt, plan.desc, plan.a, plan.b,
                                                 plan.d, plan.d, preference, 1, &result, &found);
@@ -1290,18 +1317,48 @@ class CudaBackend final : public keras::Backend {
     const cublasLtEpilogue_t epilogue =
         bias.empty() ? (relu ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_DEFAULT)
                      : (relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS);
-    const detail::LtPlans::Plan* plan = lt_->plan({units, rows, features, epilogue});
-    if (plan == nullptr) return false;
     const float* a = kernel.data();
     const float* b = x.data();
     const float* bias_data = or_null(bias);
     float* d = y.data();
+    const detail::LtPlans::Plan* plan = lt_->plan(
+        {units, rows, features, epilogue, false, detail::LtPlans::alignment({a, b, d, bias_data})});
+    if (plan == nullptr) return false;
     enqueue({detail::word("dense_forward"), detail::word(plan), detail::word(a), detail::word(b),
              detail::word(bias_data), detail::word(d)},
             [this, plan, a, b, bias_data, d](cudaStream_t s) {
               lt_->run(*plan, a, b, bias_data, d, s);
             });
     if (!relu && activation != keras::Activation::linear) activation_forward(activation, y, y);
+    return true;
+  }
+
+  /// One cuBLASLt multiplication with the bias gradient in its epilogue: the row-major
+  /// `dkernel = x^T * dz` is the column-major `dkernel^T (units x features) = dz^T * x`, whose
+  /// `A` is `dz^T` (units x rows): the bias gradient is `A`'s sums over the rows (`BGRADA`).
+  /// Declines (the layer's `gemm` and `column_sums`) without a bias or where cuBLASLt has no
+  /// algorithm for the shape.
+  bool dense_weight_gradients(const Tensor<float>& x, const Tensor<float>& dz,
+                              const Tensor<float>& dkernel, const Tensor<float>& dbias) override {
+    expect("dense_weight_gradients", {&x, &dz, &dkernel, &dbias});
+    const std::size_t rows = x.rows(), features = x.row_size(), units = dz.row_size();
+    LOADSTAR_ASSERT(dz.rows() == rows && dkernel.size() == features * units &&
+                        (dbias.empty() || dbias.size() == units),
+                    "dense_weight_gradients: shapes do not fit");
+    if (dbias.empty() || rows == 0 || units == 0 || features == 0) return false;
+    const float* a = dz.data();
+    const float* b = x.data();
+    float* bias_gradient = dbias.data();
+    float* d = dkernel.data();
+    const detail::LtPlans::Plan* plan =
+        lt_->plan({units, features, rows, CUBLASLT_EPILOGUE_BGRADA, true,
+                   detail::LtPlans::alignment({a, b, d, bias_gradient})});
+    if (plan == nullptr) return false;
+    enqueue({detail::word("dense_weight_gradients"), detail::word(plan), detail::word(a),
+             detail::word(b), detail::word(bias_gradient), detail::word(d)},
+            [this, plan, a, b, bias_gradient, d](cudaStream_t s) {
+              lt_->run(*plan, a, b, bias_gradient, d, s);
+            });
     return true;
   }
 
@@ -1461,12 +1518,14 @@ class CudaBackend final : public keras::Backend {
     if (activation != keras::Activation::linear) activation_forward(activation, z, z);
   }
 
-  /// `Backend::conv2d_backward` with its temporaries in the backend's scratch memory.
+  /// `Backend::conv2d_backward` with its temporaries in the backend's scratch memory, and written
+  /// weight gradients from `dense_weight_gradients`.
   void conv2d_backward(const Tensor<float>& x, const keras::Conv2DGeometry& g,
                        const Tensor<float>& kernel, const Tensor<float>& bias,
                        keras::Activation activation, const Tensor<float>& y,
                        const Tensor<float>& dy, const Tensor<float>& dkernel,
-                       const Tensor<float>& dbias, const Tensor<float>& dx) override {
+                       const Tensor<float>& dbias, const Tensor<float>& dx,
+                       bool accumulate) override {
     const std::size_t rows = g.batch * g.out_h * g.out_w;
     const std::size_t filters = kernel.row_size();
     const Tensor<float> columns = scratch_tensor(0, {rows, g.patch_size()});
@@ -1483,8 +1542,14 @@ class CudaBackend final : public keras::Backend {
       activation_backward(activation, z, y.reshape({rows, filters}), dz, gradient);
       dz = gradient;
     }
-    gemm(columns, true, dz, false, dkernel, 1.0F, 1.0F);
-    if (!dbias.empty()) column_sums(dz, dbias, 1.0F);
+    // Written gradients: the bias gradient in the kernel gradient's product where cuBLASLt has
+    // an algorithm (as `Dense`).
+    const Tensor<float> dkernel_matrix = dkernel.reshape(kernel.shape());
+    if (accumulate || !dense_weight_gradients(columns, dz, dkernel_matrix, dbias)) {
+      const float beta = accumulate ? 1.0F : 0.0F;
+      gemm(columns, true, dz, false, dkernel_matrix, 1.0F, beta);
+      if (!dbias.empty()) column_sums(dz, dbias, beta);
+    }
     if (!dx.empty()) {
       gemm(dz, false, kernel, true, columns, 1.0F, 0.0F);
       col2im(columns, g, dx);

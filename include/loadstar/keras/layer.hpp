@@ -33,6 +33,10 @@ struct CallContext {
   /// a thread or the time, so that runs are reproducible.
   std::uint64_t seed = 0;
   std::uint64_t step = 0;
+  /// `backward` adds the weights' gradients into `Variable::gradient` (`true`), or may write
+  /// them, ignoring what the gradients held (`false`: given only to a layer whose
+  /// `writes_gradients()` is `true`, in the one call of a step that computes its gradients).
+  bool accumulate_gradients = true;
 };
 
 /// The base of every layer: Keras's `class_name`, a unique `name`, weights in Keras's order, and
@@ -77,10 +81,21 @@ class Layer : public std::enable_shared_from_this<Layer> {
   /// Given the gradient of the loss with respect to `output`, writes the gradients with respect
   /// to the inputs into `input_gradients` (an entry with no elements is not needed and is skipped)
   /// and adds the gradients of the weights into their `Variable::gradient` (the model zeroes them
-  /// before each step, so a layer called twice accumulates both calls).
+  /// before each step, so a layer called twice accumulates both calls). A layer whose
+  /// `writes_gradients()` is `true` writes them instead when `ctx.accumulate_gradients` is
+  /// `false`.
   virtual void backward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
                         const Tensor<float>& output_gradient,
                         std::span<const Tensor<float>> input_gradients, const CallContext& ctx) = 0;
+
+  /// Whether `backward` writes every weight's gradient (the previous contents ignored) when
+  /// `ctx.accumulate_gradients` is `false`. A model then neither zeroes those gradients before a
+  /// step nor has them added to: a layer called once per step writes them in its one `backward`
+  /// (as a model's first contribution to an activation's gradient writes it), which saves a
+  /// kernel per weight and lets a device fuse the bias gradient into the kernel gradient's
+  /// matrix product. `false` (the default, and the choice of a layer that scatters into its
+  /// gradients, as `Embedding`): the model zeroes them before each step and the layer adds.
+  virtual bool writes_gradients() const noexcept { return false; }
 
   /// The weights in Keras's order (trainable first, as `layer.weights` lists them).
   std::span<Variable> weights() noexcept { return weights_; }

@@ -564,10 +564,11 @@ class Model {
   /// Points every view at the first `rows` rows of the buffers.
   void set_rows(std::size_t rows);
 
-  /// Sets the trainable variables' gradients to zero (one `fill_many`).
-  void zero_gradients() {
+  /// Sets the gradients of `variables` to zero (one `fill_many`): before a step, those of the
+  /// layers that do not write theirs (`zeroed_`).
+  void zero_gradients(std::span<Variable* const> variables) {
     gradients_.clear();  // keeps its capacity
-    for (auto* variable : trainable_)
+    for (auto* variable : variables)
       gradients_.push_back(variable->gradient);
     backend().fill_many(gradients_, 0.0F);
     gradients_.clear();  // holds no tensor between steps
@@ -683,8 +684,9 @@ class Model {
   std::vector<std::shared_ptr<Layer>> layers_;
   std::vector<std::string> input_names_, output_names_, node_names_;
   std::vector<std::size_t> output_nodes_;
-  std::vector<bool> output_direct_, needs_backward_;
+  std::vector<bool> output_direct_, needs_backward_, writes_gradients_;
   std::vector<Variable*> trainable_;
+  std::vector<Variable*> zeroed_;  // the trainable variables zeroed before a step
   // Compilation.
   CompileOptions options_;
   bool compiled_ = false;
@@ -838,7 +840,7 @@ LOADSTAR_DECL const Logs& Model::train_step(const BatchView& batch, const StepOp
     // has fewer rows than there are ranks): zero gradients, so that the optimizer still
     // takes part in the step, and nothing to measure.
     place_weights();
-    zero_gradients();
+    zero_gradients(trainable_);
     optimizer_->apply_batch_gradients(trainable_, 0);
     training_.fill(training_logs_, output_names_);
     return training_logs_;
@@ -847,7 +849,7 @@ LOADSTAR_DECL const Logs& Model::train_step(const BatchView& batch, const StepOp
   const detail::ScopedFlushDenormal flush_denormal;
   load(batch, true, options.class_weight);
   detail::StepScope step(backend(), step_key(StepKind::train));
-  zero_gradients();
+  zero_gradients(zeroed_);
   const std::uint64_t seed = options.seed ? *options.seed : detail::global_seed();
   forward(true, seed);
   const Deferred<double> total = compute_losses(true);

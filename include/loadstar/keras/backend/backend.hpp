@@ -364,6 +364,15 @@ class Backend {
                              const Tensor<float>& /*y*/) {
     return false;
   }
+  /// `dkernel = x^T * dz` and `dbias = ` the sums of `dz`'s columns (`Dense`'s weight
+  /// gradients, written: their contents are ignored; `x` is `rows x features`, `dz`
+  /// `rows x units`) as one fused operation, returning `true`; or `false` when this backend has
+  /// none (the default), and the layer runs `gemm` and `column_sums`.
+  virtual bool dense_weight_gradients(const Tensor<float>& /*x*/, const Tensor<float>& /*dz*/,
+                                      const Tensor<float>& /*dkernel*/,
+                                      const Tensor<float>& /*dbias*/) {
+    return false;
+  }
 
   // --- Elementwise --------------------------------------------------------------------------
 
@@ -434,14 +443,16 @@ class Backend {
                                             const Tensor<float>& kernel, const Tensor<float>& bias,
                                             Activation activation, const Tensor<float>& y);
   /// Its backward pass, from the output `y` and its gradient `dy`: the kernel's gradient is
-  /// accumulated into `dkernel` and the bias's into `dbias` (skipped when empty), and `dx` is
-  /// written (skipped when empty). `bias` is read where the activation's gradient needs its
-  /// input (recomputed). The default is made of the other kernels, with memory it allocates.
+  /// added into `dkernel` and the bias's into `dbias` (skipped when empty) when `accumulate`,
+  /// else written there (their contents ignored); `dx` is written (skipped when empty). `bias` is
+  /// read where the activation's gradient needs its input (recomputed). The default is made of
+  /// the other kernels, with memory it allocates.
   LOADSTAR_DECL virtual void conv2d_backward(const Tensor<float>& x, const Conv2DGeometry& g,
                                              const Tensor<float>& kernel, const Tensor<float>& bias,
                                              Activation activation, const Tensor<float>& y,
                                              const Tensor<float>& dy, const Tensor<float>& dkernel,
-                                             const Tensor<float>& dbias, const Tensor<float>& dx);
+                                             const Tensor<float>& dbias, const Tensor<float>& dx,
+                                             bool accumulate);
 
   virtual void max_pool_forward(const Tensor<float>& x, const Pool2DGeometry& g,
                                 const Tensor<float>& y) = 0;
@@ -591,7 +602,8 @@ LOADSTAR_DECL void Backend::conv2d_backward(const Tensor<float>& x, const Conv2D
                                             const Tensor<float>& kernel, const Tensor<float>& bias,
                                             Activation activation, const Tensor<float>& y,
                                             const Tensor<float>& dy, const Tensor<float>& dkernel,
-                                            const Tensor<float>& dbias, const Tensor<float>& dx) {
+                                            const Tensor<float>& dbias, const Tensor<float>& dx,
+                                            bool accumulate) {
   const std::size_t rows = g.batch * g.out_h * g.out_w;
   const std::size_t filters = kernel.row_size();
   const Tensor<float> columns = allocate({rows, g.patch_size()});
@@ -608,8 +620,9 @@ LOADSTAR_DECL void Backend::conv2d_backward(const Tensor<float>& x, const Conv2D
     activation_backward(activation, z, y.reshape({rows, filters}), dz, gradient);
     dz = gradient;
   }
-  gemm(columns, true, dz, false, dkernel, 1.0F, 1.0F);
-  if (!dbias.empty()) column_sums(dz, dbias, 1.0F);
+  const float beta = accumulate ? 1.0F : 0.0F;
+  gemm(columns, true, dz, false, dkernel, 1.0F, beta);
+  if (!dbias.empty()) column_sums(dz, dbias, beta);
   if (!dx.empty()) {
     gemm(dz, false, kernel, true, columns);
     col2im(columns, g, dx);

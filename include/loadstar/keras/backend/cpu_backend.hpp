@@ -573,9 +573,11 @@ class CpuBackend final : public Backend {
   void conv2d_backward(const Tensor<float>& x, const Conv2DGeometry& g, const Tensor<float>& kernel,
                        const Tensor<float>& bias, Activation activation, const Tensor<float>& y,
                        const Tensor<float>& dy, const Tensor<float>& dkernel,
-                       const Tensor<float>& dbias, const Tensor<float>& dx) override {
+                       const Tensor<float>& dbias, const Tensor<float>& dx,
+                       bool accumulate) override {
     if (activation == Activation::softmax) {
-      Backend::conv2d_backward(x, g, kernel, bias, activation, y, dy, dkernel, dbias, dx);
+      Backend::conv2d_backward(x, g, kernel, bias, activation, y, dy, dkernel, dbias, dx,
+                               accumulate);
       return;
     }
     const std::size_t patch = g.patch_size();
@@ -626,7 +628,11 @@ class CpuBackend final : public Backend {
         }
       }
     });
-    for (std::size_t chunk = 0; chunk < chunks; ++chunk) {
+    // Written: the first partial sum is copied (the bits of adding it to zeros).
+    if (!accumulate && chunks == 0) std::fill_n(dkernel.data(), patch * filters, 0.0F);
+    if (!accumulate && chunks > 0)
+      std::copy_n(kernel_partials_.data(), patch * filters, dkernel.data());
+    for (std::size_t chunk = accumulate ? 0 : 1; chunk < chunks; ++chunk) {
       const float* partial = kernel_partials_.data() + chunk * patch * filters;
       for (std::size_t i = 0; i < patch * filters; ++i)
         dkernel.data()[i] += partial[i];
@@ -636,7 +642,7 @@ class CpuBackend final : public Backend {
         double sum = 0.0;
         for (std::size_t t = 0; t < tiles.count; ++t)
           sum += tile_sums_[t * filters + j];
-        dbias.data()[j] = static_cast<float>(dbias.data()[j] + sum);
+        dbias.data()[j] = static_cast<float>(accumulate ? dbias.data()[j] + sum : sum);
       }
     }
   }

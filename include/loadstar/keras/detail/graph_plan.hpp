@@ -33,7 +33,14 @@ struct GraphPlan {
   std::vector<bool> output_direct;
   /// Per node: whether its gradient is needed (a trainable weight at or before it).
   std::vector<bool> needs_backward;
+  /// Per node: whether its `backward` writes its layer's weight gradients
+  /// (`CallContext::accumulate_gradients` false): the layer `writes_gradients()` and this node
+  /// is the only one of it whose `backward` runs.
+  std::vector<bool> writes_gradients;
   std::vector<Variable*> trainable;
+  /// The trainable variables whose gradients are set to zero before a training step: those of
+  /// the layers that no node writes.
+  std::vector<Variable*> zeroed;
 };
 
 /// Plans the graph from `inputs` to `outputs` of model `model`; throws `ConfigError` when an
@@ -181,10 +188,25 @@ LOADSTAR_DECL GraphPlan plan_graph(const std::string& model, const std::vector<K
   std::vector<std::string> node_names(nodes.size());
   for (std::size_t k = 0; k < nodes.size(); ++k)
     node_names[k] = nodes[k].layer ? nodes[k].layer->name() : input_names[k];
+  // A layer that can write its gradients does so when a single node computes them; a shared
+  // layer adds its calls' gradients into zeroed ones.
+  std::unordered_map<const Layer*, std::size_t> backward_calls;
+  for (std::size_t k = 0; k < nodes.size(); ++k) {
+    if (nodes[k].layer && needed[k]) ++backward_calls[nodes[k].layer.get()];
+  }
+  plan.writes_gradients.assign(nodes.size(), false);
+  for (std::size_t k = 0; k < nodes.size(); ++k) {
+    const Layer* layer = nodes[k].layer.get();
+    plan.writes_gradients[k] =
+        layer != nullptr && needed[k] && layer->writes_gradients() && backward_calls[layer] == 1;
+  }
   std::vector<Variable*> trainable;
   for (const auto& layer : layers) {
+    const bool written = layer->writes_gradients() && backward_calls[layer.get()] == 1;
     for (auto& w : layer->weights()) {
-      if (w.trainable) trainable.push_back(&w);
+      if (!w.trainable) continue;
+      trainable.push_back(&w);
+      if (!written) plan.zeroed.push_back(&w);
     }
   }
   plan.needs_backward = std::move(needed);

@@ -9,9 +9,10 @@
 namespace loadstar::keras {
 
 LOADSTAR_DECL void Model::plan(const std::vector<KerasTensor>& inputs,
-                        const std::vector<KerasTensor>& outputs) {
+                               const std::vector<KerasTensor>& outputs) {
   detail::GraphPlan plan = detail::plan_graph(name_, inputs, outputs);
   needs_backward_ = std::move(plan.needs_backward);
+  writes_gradients_ = std::move(plan.writes_gradients);
   nodes_ = std::move(plan.nodes);
   layers_ = std::move(plan.layers);
   input_names_ = std::move(plan.input_names);
@@ -19,6 +20,7 @@ LOADSTAR_DECL void Model::plan(const std::vector<KerasTensor>& inputs,
   output_names_ = std::move(plan.output_names);
   node_names_ = std::move(plan.node_names);
   trainable_ = std::move(plan.trainable);
+  zeroed_ = std::move(plan.zeroed);
   output_direct_ = std::move(plan.output_direct);
   outputs_.assign(output_nodes_.size(), {});
   targets_.assign(output_nodes_.size(), {});

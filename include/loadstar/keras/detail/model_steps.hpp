@@ -48,11 +48,11 @@ LOADSTAR_DECL Deferred<double> Model::compute_losses(bool gradients) {
 }
 
 LOADSTAR_DECL void Model::backward(std::uint64_t seed) {
-  const CallContext ctx{backend(), true, seed,
-                        static_cast<std::uint64_t>(optimizer_->iterations())};
+  CallContext ctx{backend(), true, seed, static_cast<std::uint64_t>(optimizer_->iterations())};
   for (std::size_t k = nodes_.size(); k-- > 0;) {
     auto& node = nodes_[k];
     if (!node.layer || !needs_backward_[k]) continue;
+    ctx.accumulate_gradients = !writes_gradients_[k];
     node.layer->backward(node.input_values, node.value, node.gradient, node.input_gradients, ctx);
     for (std::size_t j = 0; j < node.inputs.size(); ++j) {
       if (node.targets[j] == detail::GradientTarget::accumulate) {

@@ -40,6 +40,8 @@ class Dense : public detail::LayerBase {
                               const Tensor<float>& output_gradient,
                               std::span<const Tensor<float>> input_gradients,
                               const CallContext& ctx) override;
+  /// Writes its gradients when it is called once per step (`Backend::dense_weight_gradients`).
+  bool writes_gradients() const noexcept override { return true; }
 
   LOADSTAR_DECL nlohmann::json get_config() const override;
 
@@ -48,6 +50,11 @@ class Dense : public detail::LayerBase {
 
  private:
   LOADSTAR_DECL void affine(Backend& backend, const Tensor<float>& x, const Tensor<float>& y);
+  /// The empty tensor given for the bias (and its gradient) of a layer without one.
+  static const Tensor<float>& no_bias() noexcept {
+    static const Tensor<float> empty;
+    return empty;
+  }
 
   std::size_t units_;
   std::size_t features_ = 0;
@@ -111,9 +118,9 @@ LOADSTAR_DECL void Dense::forward(std::span<const Tensor<float>> inputs,
   const std::size_t rows = inputs[0].size() / features_;
   const Tensor<float> y = output.reshape({rows, units_});
   const Tensor<float> x = inputs[0].reshape({rows, features_});
-  static const Tensor<float> no_bias;
   if (ctx.backend.dense_forward(x, weights_[0].value,
-                                options_.use_bias ? weights_[1].value : no_bias, activation_, y)) {
+                                options_.use_bias ? weights_[1].value : no_bias(), activation_,
+                                y)) {
     return;
   }
   affine(ctx.backend, x, y);
@@ -140,8 +147,15 @@ LOADSTAR_DECL void Dense::backward(std::span<const Tensor<float>> inputs,
     backend.activation_backward(activation_, z, output.reshape({rows, units_}), dz, gradient);
     dz = gradient;
   }
-  backend.gemm(x, true, dz, false, weights_[0].gradient, 1.0F, 1.0F);
-  if (options_.use_bias) backend.column_sums(dz, weights_[1].gradient, 1.0F);
+  // Written in one fused operation where the backend has one (the bias gradient in the kernel
+  // gradient's product), else by the product and the column sums (added when accumulating).
+  const Tensor<float>& dkernel = weights_[0].gradient;
+  const Tensor<float>& dbias = options_.use_bias ? weights_[1].gradient : no_bias();
+  if (ctx.accumulate_gradients || !backend.dense_weight_gradients(x, dz, dkernel, dbias)) {
+    const float beta = ctx.accumulate_gradients ? 1.0F : 0.0F;
+    backend.gemm(x, true, dz, false, dkernel, 1.0F, beta);
+    if (options_.use_bias) backend.column_sums(dz, dbias, beta);
+  }
   if (!input_gradients.empty() && !input_gradients[0].empty())
     backend.gemm(dz, false, weights_[0].value, true, input_gradients[0].reshape({rows, features_}));
 }

@@ -27,6 +27,9 @@ class Convolution : public LayerBase {
                               const Tensor<float>& output_gradient,
                               std::span<const Tensor<float>> input_gradients,
                               const CallContext& ctx) override;
+  /// Writes its gradients when it is called once per step (`Backend::conv2d_backward`'s
+  /// `accumulate`).
+  bool writes_gradients() const noexcept override { return true; }
 
  protected:
   /// The derived layer sets `channels_first_` (its data format) in its constructor, where
@@ -130,7 +133,8 @@ LOADSTAR_DECL void Convolution::backward(std::span<const Tensor<float>> inputs,
                                              : input_gradients[0];
   backend.conv2d_backward(x, g, kernel_matrix(), use_bias_ ? weights_[1].value : Tensor<float>(),
                           activation_, y, dy, weights_[0].gradient.reshape(kernel_matrix().shape()),
-                          use_bias_ ? weights_[1].gradient : Tensor<float>(), dx);
+                          use_bias_ ? weights_[1].gradient : Tensor<float>(), dx,
+                          ctx.accumulate_gradients);
   if (want_dx && channels_first_) backend.permute(dx, to_first_, input_gradients[0]);
 }
 
