@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <loadstar/tensor.hpp>
 #include <span>
 #include <vector>
@@ -29,6 +30,14 @@ inline loadstar::Tensor<float> random_tensor(const loadstar::Shape& shape, std::
   for (auto& x : v)
     x *= scale;
   return loadstar::Tensor<float>(shape, std::span<const float>(v));
+}
+
+/// The starting contents of a gradient that a kernel adds to (`random_tensor`) or writes over
+/// (NaNs, which reach the result if the kernel reads them).
+inline loadstar::Tensor<float> gradient_start(const loadstar::Shape& shape, std::uint64_t seed,
+                                              bool accumulate) {
+  return accumulate ? random_tensor(shape, seed)
+                    : loadstar::Tensor<float>(shape, std::numeric_limits<float>::quiet_NaN());
 }
 
 }  // namespace test_support

@@ -622,14 +622,9 @@ TEST_SUITE("cuda") {
           // gradient in the kernel gradient's cuBLASLt epilogue).
           for (const bool accumulate : {true, false}) {
             CAPTURE(accumulate);
-            const auto start = [&](const Shape& shape, std::uint64_t seed) {
-              Tensor<float> t = random_tensor(shape, seed);
-              if (!accumulate)
-                std::fill(t.begin(), t.end(), std::numeric_limits<float>::quiet_NaN());
-              return t;
-            };
-            const Tensor<float> dkernel = start(kernel.shape(), 21),
-                                dbias = start(bias.shape(), 22);
+            const Tensor<float> dkernel =
+                test_support::gradient_start(kernel.shape(), 21, accumulate);
+            const Tensor<float> dbias = test_support::gradient_start(bias.shape(), 22, accumulate);
             const Tensor<float> gdk = b.up(dkernel), gdb = b.up(dbias);
             Tensor<float> dxc(x.shape());
             const Tensor<float> gdxc = b.gpu.allocate(x.shape());

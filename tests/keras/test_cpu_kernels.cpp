@@ -102,10 +102,7 @@ TEST_SUITE("keras") {
           CAPTURE(accumulate);
           // Gradients accumulate onto what is there, or are written over NaNs.
           const auto start = [&](const Shape& shape, std::uint64_t seed) {
-            Tensor<float> t = random_tensor(shape, seed);
-            if (!accumulate)
-              std::fill_n(t.data(), t.size(), std::numeric_limits<float>::quiet_NaN());
-            return t;
+            return test_support::gradient_start(shape, seed, accumulate);
           };
           const Tensor<float> dkernel = start(kernel.shape(), 5);
           const Tensor<float> dkernel_plain = dkernel.clone();
