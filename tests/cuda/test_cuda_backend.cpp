@@ -404,9 +404,11 @@ TEST_SUITE("cuda") {
     CHECK_FALSE(b.cpu.dense_weight_gradients(Tensor<float>({3, 2}), Tensor<float>({3, 4}),
                                              Tensor<float>({2, 4}), Tensor<float>({4})));
     // Rows from one to several thousand (the bias gradient's reduction over them), odd sizes.
-    for (const auto& [rows, features, units] :
+    for (const auto& sizes :
          {std::array<std::size_t, 3>{1, 5, 3}, std::array<std::size_t, 3>{19, 23, 11},
           std::array<std::size_t, 3>{3000, 9, 17}}) {
+      // Named one by one: Clang 14 cannot capture structured bindings (CAPTURE).
+      const std::size_t rows = sizes[0], features = sizes[1], units = sizes[2];
       CAPTURE(rows);
       const Tensor<float> x = random_tensor({rows, features}, 61);
       const Tensor<float> dz = random_tensor({rows, units}, 62);
