@@ -1544,12 +1544,7 @@ class CudaBackend final : public keras::Backend {
     }
     // Written gradients: the bias gradient in the kernel gradient's product where cuBLASLt has
     // an algorithm (as `Dense`).
-    const Tensor<float> dkernel_matrix = dkernel.reshape(kernel.shape());
-    if (accumulate || !dense_weight_gradients(columns, dz, dkernel_matrix, dbias)) {
-      const float beta = accumulate ? 1.0F : 0.0F;
-      gemm(columns, true, dz, false, dkernel_matrix, 1.0F, beta);
-      if (!dbias.empty()) column_sums(dz, dbias, beta);
-    }
+    weight_gradients(columns, dz, dkernel.reshape(kernel.shape()), dbias, accumulate);
     if (!dx.empty()) {
       gemm(dz, false, kernel, true, columns, 1.0F, 0.0F);
       col2im(columns, g, dx);

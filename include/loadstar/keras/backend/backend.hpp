@@ -373,6 +373,12 @@ class Backend {
                                       const Tensor<float>& /*dbias*/) {
     return false;
   }
+  /// A dense product's weight gradients, `x^T * dz` into `dkernel` and the sums of `dz`'s columns
+  /// into `dbias` (skipped when empty): added when `accumulate`, else written, by
+  /// `dense_weight_gradients` where this backend fuses them, else by `gemm` and `column_sums`.
+  LOADSTAR_DECL void weight_gradients(const Tensor<float>& x, const Tensor<float>& dz,
+                                      const Tensor<float>& dkernel, const Tensor<float>& dbias,
+                                      bool accumulate);
 
   // --- Elementwise --------------------------------------------------------------------------
 
@@ -620,13 +626,20 @@ LOADSTAR_DECL void Backend::conv2d_backward(const Tensor<float>& x, const Conv2D
     activation_backward(activation, z, y.reshape({rows, filters}), dz, gradient);
     dz = gradient;
   }
-  const float beta = accumulate ? 1.0F : 0.0F;
-  gemm(columns, true, dz, false, dkernel, 1.0F, beta);
-  if (!dbias.empty()) column_sums(dz, dbias, beta);
+  weight_gradients(columns, dz, dkernel, dbias, accumulate);
   if (!dx.empty()) {
     gemm(dz, false, kernel, true, columns);
     col2im(columns, g, dx);
   }
+}
+
+LOADSTAR_DECL void Backend::weight_gradients(const Tensor<float>& x, const Tensor<float>& dz,
+                                             const Tensor<float>& dkernel,
+                                             const Tensor<float>& dbias, bool accumulate) {
+  if (!accumulate && dense_weight_gradients(x, dz, dkernel, dbias)) return;
+  const float beta = accumulate ? 1.0F : 0.0F;
+  gemm(x, true, dz, false, dkernel, 1.0F, beta);
+  if (!dbias.empty()) column_sums(dz, dbias, beta);
 }
 
 LOADSTAR_DECL AxisGeometry axis_geometry(std::size_t in, std::size_t kernel, std::size_t stride,

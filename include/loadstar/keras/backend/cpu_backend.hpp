@@ -629,9 +629,12 @@ class CpuBackend final : public Backend {
       }
     });
     // Written: the first partial sum is copied (the bits of adding it to zeros).
-    if (!accumulate && chunks == 0) std::fill_n(dkernel.data(), patch * filters, 0.0F);
-    if (!accumulate && chunks > 0)
-      std::copy_n(kernel_partials_.data(), patch * filters, dkernel.data());
+    if (!accumulate) {
+      if (chunks == 0)
+        std::fill_n(dkernel.data(), patch * filters, 0.0F);
+      else
+        std::copy_n(kernel_partials_.data(), patch * filters, dkernel.data());
+    }
     for (std::size_t chunk = accumulate ? 0 : 1; chunk < chunks; ++chunk) {
       const float* partial = kernel_partials_.data() + chunk * patch * filters;
       for (std::size_t i = 0; i < patch * filters; ++i)

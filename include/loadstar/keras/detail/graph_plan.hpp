@@ -194,19 +194,18 @@ LOADSTAR_DECL GraphPlan plan_graph(const std::string& model, const std::vector<K
   for (std::size_t k = 0; k < nodes.size(); ++k) {
     if (nodes[k].layer && needed[k]) ++backward_calls[nodes[k].layer.get()];
   }
+  const auto writes = [&](const Layer& layer) {
+    return layer.writes_gradients() && backward_calls[&layer] == 1;
+  };
   plan.writes_gradients.assign(nodes.size(), false);
-  for (std::size_t k = 0; k < nodes.size(); ++k) {
-    const Layer* layer = nodes[k].layer.get();
-    plan.writes_gradients[k] =
-        layer != nullptr && needed[k] && layer->writes_gradients() && backward_calls[layer] == 1;
-  }
+  for (std::size_t k = 0; k < nodes.size(); ++k)
+    plan.writes_gradients[k] = nodes[k].layer && needed[k] && writes(*nodes[k].layer);
   std::vector<Variable*> trainable;
   for (const auto& layer : layers) {
-    const bool written = layer->writes_gradients() && backward_calls[layer.get()] == 1;
     for (auto& w : layer->weights()) {
       if (!w.trainable) continue;
       trainable.push_back(&w);
-      if (!written) plan.zeroed.push_back(&w);
+      if (!writes(*layer)) plan.zeroed.push_back(&w);
     }
   }
   plan.needs_backward = std::move(needed);

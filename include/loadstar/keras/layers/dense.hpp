@@ -40,7 +40,7 @@ class Dense : public detail::LayerBase {
                               const Tensor<float>& output_gradient,
                               std::span<const Tensor<float>> input_gradients,
                               const CallContext& ctx) override;
-  /// Writes its gradients when it is called once per step (`Backend::dense_weight_gradients`).
+  /// Writes its gradients when it is called once per step (`Backend::weight_gradients`).
   bool writes_gradients() const noexcept override { return true; }
 
   LOADSTAR_DECL nlohmann::json get_config() const override;
@@ -147,15 +147,9 @@ LOADSTAR_DECL void Dense::backward(std::span<const Tensor<float>> inputs,
     backend.activation_backward(activation_, z, output.reshape({rows, units_}), dz, gradient);
     dz = gradient;
   }
-  // Written in one fused operation where the backend has one (the bias gradient in the kernel
-  // gradient's product), else by the product and the column sums (added when accumulating).
-  const Tensor<float>& dkernel = weights_[0].gradient;
-  const Tensor<float>& dbias = options_.use_bias ? weights_[1].gradient : no_bias();
-  if (ctx.accumulate_gradients || !backend.dense_weight_gradients(x, dz, dkernel, dbias)) {
-    const float beta = ctx.accumulate_gradients ? 1.0F : 0.0F;
-    backend.gemm(x, true, dz, false, dkernel, 1.0F, beta);
-    if (options_.use_bias) backend.column_sums(dz, dbias, beta);
-  }
+  backend.weight_gradients(x, dz, weights_[0].gradient,
+                           options_.use_bias ? weights_[1].gradient : no_bias(),
+                           ctx.accumulate_gradients);
   if (!input_gradients.empty() && !input_gradients[0].empty())
     backend.gemm(dz, false, weights_[0].value, true, input_gradients[0].reshape({rows, features_}));
 }
