@@ -2,10 +2,12 @@
 // Flatten -> Dense(128, relu) -> Dense(10), Adam(1e-3), batch 32, 5 epochs, with the progress bar
 // and validation_split 0.1, then evaluates it on the test set and prints the accuracy.
 //
-//   fashion_mnist [folder] [threads] [--gpu[=N]]
+//   fashion_mnist [folder] [threads] [--gpu[=N]] [--cnn]
 //     (default: /usr/share/datasets/fashion-mnist, 2 threads, the CPU backend); --gpu trains on
 //     CUDA device N (0 by default) where the program was built with the CUDA backend
-//     (LOADSTAR_WITH_CUDA, Meson's `loadstar-cuda`), with no other change to the model code.
+//     (LOADSTAR_WITH_CUDA, Meson's `loadstar-cuda`), with no other change to the model code;
+//     --cnn trains a small CNN instead (Conv2D 32 -> MaxPooling2D -> Conv2D 64 -> MaxPooling2D ->
+//     Flatten -> Dense(128, relu) -> Dense(10)), the same training otherwise.
 
 #include <cstdint>
 #include <cstdio>
@@ -44,12 +46,15 @@ int main(int argc, char** argv) {
   using namespace loadstar::keras;
   std::vector<std::string> positional;
   int gpu = -1;  // the CPU backend
+  bool cnn = false;
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
     if (arg == "--gpu") {
       gpu = 0;
     } else if (arg.starts_with("--gpu=")) {
       gpu = std::atoi(argv[i] + 6);
+    } else if (arg == "--cnn") {
+      cnn = true;
     } else {
       positional.emplace_back(arg);
     }
@@ -74,8 +79,18 @@ int main(int argc, char** argv) {
     const Split test = load(folder, "t10k");
 
     set_random_seed(42);
-    Sequential model{Input({28, 28}), layers::Flatten(), layers::Dense(128, {.activation = "relu"}),
-                     layers::Dense(10)};
+    using namespace layers;
+    Sequential model =
+        cnn ? Sequential{Input({28, 28}),
+                         Reshape({28, 28, 1}),
+                         Conv2D(32, 3, {.activation = "relu"}),
+                         MaxPooling2D(),
+                         Conv2D(64, 3, {.activation = "relu"}),
+                         MaxPooling2D(),
+                         Flatten(),
+                         Dense(128, {.activation = "relu"}),
+                         Dense(10)}
+            : Sequential{Input({28, 28}), Flatten(), Dense(128, {.activation = "relu"}), Dense(10)};
     model.compile({.optimizer = optimizers::Adam({.learning_rate = 1e-3}),
                    .loss = losses::SparseCategoricalCrossentropy(/*from_logits=*/true),
                    .metrics = {"accuracy"},

@@ -22,6 +22,7 @@
 #include <map>
 #include <mutex>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -702,45 +703,62 @@ cudaError_t launch_dropout(cudaStream_t stream, const float* x, float* y, std::s
 }
 cudaError_t launch_im2col(cudaStream_t stream, const float* x, const ConvDims& g, float* columns) {
   return submit_kernel(stream, [=] {
-    const std::size_t n = g.batch * g.out_h * g.out_w * g.kernel_h * g.kernel_w * g.in_c;
-    for (std::size_t i = 0; i < n; ++i)
-      columns[i] = im2col_value(x, g, i);
+    with_conv_index(g, [&](const auto& index) {
+      using Index = typename std::decay_t<decltype(index)>::index_type;
+      const auto n = Index(g.batch * g.out_h * g.out_w * g.kernel_h * g.kernel_w * g.in_c);
+      for (Index i = 0; i < n; ++i)
+        columns[i] = im2col_value(x, index, i);
+    });
   });
 }
 cudaError_t launch_col2im(cudaStream_t stream, const float* columns, const ConvDims& g, float* dx) {
   return submit_kernel(stream, [=] {
-    const std::size_t n = g.batch * g.in_h * g.in_w * g.in_c;
-    for (std::size_t i = 0; i < n; ++i)
-      dx[i] = col2im_value(columns, g, i);
+    with_conv_index(g, [&](const auto& index) {
+      using Index = typename std::decay_t<decltype(index)>::index_type;
+      const auto n = Index(g.batch * g.in_h * g.in_w * g.in_c);
+      for (Index i = 0; i < n; ++i)
+        dx[i] = col2im_value(columns, index, i);
+    });
+  });
+}
+/// The pooling kernels' work: forward over the output's elements, backward over the input's.
+cudaError_t emulate_pool(cudaStream_t stream, const float* x, const PoolDims& g, const float* dy,
+                         float* out, bool max, bool forward) {
+  return submit_kernel(stream, [=] {
+    with_pool_index(g, [&](const auto& index) {
+      using Index = typename std::decay_t<decltype(index)>::index_type;
+      const auto n = Index(g.batch * (forward ? g.out_h * g.out_w : g.in_h * g.in_w) * g.channels);
+      for (Index i = 0; i < n; ++i)
+        out[i] = forward ? pool_forward_value(x, index, max, i)
+                         : pool_backward_value(x, index, dy, max, i);
+    });
   });
 }
 cudaError_t launch_max_pool_forward(cudaStream_t stream, const float* x, const PoolDims& g,
                                     float* y) {
-  return submit_kernel(stream, [=] {
-    for (std::size_t i = 0; i < g.batch * g.out_h * g.out_w * g.channels; ++i)
-      y[i] = pool_forward_value(x, g, true, i);
-  });
+  return emulate_pool(stream, x, g, nullptr, y, true, true);
 }
 cudaError_t launch_max_pool_backward(cudaStream_t stream, const float* x, const PoolDims& g,
                                      const float* dy, float* dx) {
+  if (!pool_windows_disjoint(g)) return emulate_pool(stream, x, g, dy, dx, true, false);
+  // As the device: a fill where the windows leave positions out, then one thread per window.
   return submit_kernel(stream, [=] {
-    for (std::size_t i = 0; i < g.batch * g.in_h * g.in_w * g.channels; ++i)
-      dx[i] = pool_backward_value(x, g, dy, true, i);
+    if (!pool_windows_tile(g)) std::fill_n(dx, g.batch * g.in_h * g.in_w * g.channels, 0.0F);
+    with_pool_index(g, [&](const auto& index) {
+      using Index = typename std::decay_t<decltype(index)>::index_type;
+      const auto n = Index(g.batch * g.out_h * g.out_w * g.channels);
+      for (Index i = 0; i < n; ++i)
+        max_pool_window_gradient(x, index, dy, dx, i);
+    });
   });
 }
 cudaError_t launch_avg_pool_forward(cudaStream_t stream, const float* x, const PoolDims& g,
                                     float* y) {
-  return submit_kernel(stream, [=] {
-    for (std::size_t i = 0; i < g.batch * g.out_h * g.out_w * g.channels; ++i)
-      y[i] = pool_forward_value(x, g, false, i);
-  });
+  return emulate_pool(stream, x, g, nullptr, y, false, true);
 }
 cudaError_t launch_avg_pool_backward(cudaStream_t stream, const PoolDims& g, const float* dy,
                                      float* dx) {
-  return submit_kernel(stream, [=] {
-    for (std::size_t i = 0; i < g.batch * g.in_h * g.in_w * g.channels; ++i)
-      dx[i] = pool_backward_value(nullptr, g, dy, false, i);
-  });
+  return emulate_pool(stream, nullptr, g, dy, dx, false, false);
 }
 cudaError_t launch_global_pool_forward(cudaStream_t stream, const float* x, bool max, float* y,
                                        std::size_t batch, std::size_t pixels,

@@ -437,6 +437,10 @@ TEST_SUITE("cuda") {
       check_close(dkernel, b.down(gdk), 1e-4);
       check_close(dbias, b.down(gdb), 1e-4);
     }
+    // Beyond max_bias_epilogue_rows the layer sums the bias gradient itself (column_sums).
+    constexpr std::size_t many = loadstar::cuda::CudaBackend::max_bias_epilogue_rows + 1;
+    CHECK_FALSE(b.gpu.dense_weight_gradients(b.gpu.allocate({many, 3}), b.gpu.allocate({many, 2}),
+                                             b.gpu.allocate({3, 2}), b.gpu.allocate({2})));
   }
 
   TEST_CASE("CudaBackend elementwise kernels match the CPU backend") {

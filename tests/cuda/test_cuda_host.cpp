@@ -5,6 +5,7 @@
 // bitwise with one chunk and within 1e-6 (relative) with several.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -18,6 +19,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "random_tensor.hpp"
@@ -446,6 +448,54 @@ TEST_SUITE("cuda") {
     check_elements(moving, mine);
   }
 
+  TEST_CASE("Divisor<uint32_t> divides every index below 2^31 as the division operator does") {
+    std::vector<std::uint32_t> divisors;
+    for (std::uint32_t d = 1; d <= 1100; ++d)
+      divisors.push_back(d);
+    for (const std::uint32_t d :
+         {4095U, 4096U, 4097U, 65535U, 65536U, 65537U, 1000003U, (1U << 30) - 1, 1U << 30,
+          (1U << 30) + 1, (1U << 31) - 1, 1U << 31})
+      divisors.push_back(d);
+    std::uint64_t seed = 5;
+    for (const std::uint32_t d : divisors) {
+      CAPTURE(d);
+      const kd::Divisor<std::uint32_t> divisor(d);
+      std::vector<std::uint32_t> numerators = {0, 1, d - 1, d, (1U << 31) - 1, (1U << 31) - 2};
+      if (d < (1U << 31)) numerators.push_back(d + 1);
+      for (std::uint32_t k = 1; k < 64 && std::uint64_t{d} * k < (1U << 31); ++k) {
+        numerators.push_back(d * k - 1);
+        numerators.push_back(d * k);
+      }
+      for (int k = 0; k < 200; ++k) {
+        seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+        numerators.push_back(static_cast<std::uint32_t>(seed >> 33));  // below 2^31
+      }
+      for (const std::uint32_t n : numerators) {
+        if (divisor.quotient(n) != n / d) {
+          CAPTURE(n);
+          CHECK(divisor.quotient(n) == n / d);
+        }
+      }
+    }
+    // Every numerator for small divisors, up to 2^20.
+    for (std::uint32_t d = 1; d <= 40; ++d) {
+      const kd::Divisor<std::uint32_t> divisor(d);
+      std::uint32_t wrong = 0;
+      for (std::uint32_t n = 0; n < (1U << 20); ++n)
+        wrong += divisor.quotient(n) != n / d ? 1U : 0U;
+      CHECK(wrong == 0);
+    }
+    CHECK(kd::fits_32bit_index((std::size_t{1} << 31) - 1));
+    CHECK_FALSE(kd::fits_32bit_index(std::size_t{1} << 31));
+    kd::ConvDims huge;  // 2^32 input elements: the 64-bit fallback
+    huge.batch = std::size_t{1} << 20;
+    huge.in_h = huge.in_w = huge.out_h = huge.out_w = 64;
+    huge.in_c = 1;
+    CHECK_FALSE(kd::conv_fits_32bit(huge));
+    huge.batch = 8;
+    CHECK(kd::conv_fits_32bit(huge));
+  }
+
   TEST_CASE("im2col_value and col2im_value unfold and fold as the CPU backend does") {
     CpuBackend cpu(1);
     struct Case {
@@ -465,21 +515,27 @@ TEST_SUITE("cuda") {
           conv_geometry(2, c.in_h, c.in_w, c.in_c, c.kh, c.kw, c.sh, c.sw, c.dilation, c.same);
       REQUIRE(g.out_h > 0);
       const kd::ConvDims d = kd::conv_dims(g);
+      REQUIRE(kd::conv_fits_32bit(d));
       const Tensor<float> x = random_tensor({g.batch, g.in_h, g.in_w, g.in_c}, 17);
       Tensor<float> columns({g.batch * g.out_h * g.out_w, g.patch_size()});
       cpu.im2col(x, g, columns);
-      std::vector<float> mine(columns.size());
-      for (std::size_t i = 0; i < mine.size(); ++i)
-        mine[i] = kd::im2col_value(x.data(), d, i);
-      check_elements(columns, mine);
-
       const Tensor<float> dcolumns = random_tensor(columns.shape(), 18);
       Tensor<float> dx(x.shape(), 7.0F);  // col2im overwrites
       cpu.col2im(dcolumns, g, dx);
-      std::vector<float> folded(dx.size());
-      for (std::size_t i = 0; i < folded.size(); ++i)
-        folded[i] = kd::col2im_value(dcolumns.data(), d, i);
-      check_elements(dx, folded);
+      // Both index widths: 32 bits (division by multiplication) and the 64-bit fallback.
+      const auto check = [&](const auto& index) {
+        using Index = typename std::decay_t<decltype(index)>::index_type;
+        std::vector<float> mine(columns.size());
+        for (std::size_t i = 0; i < mine.size(); ++i)
+          mine[i] = kd::im2col_value(x.data(), index, Index(i));
+        check_elements(columns, mine);
+        std::vector<float> folded(dx.size());
+        for (std::size_t i = 0; i < folded.size(); ++i)
+          folded[i] = kd::col2im_value(dcolumns.data(), index, Index(i));
+        check_elements(dx, folded);
+      };
+      check(kd::ConvIndex<std::uint32_t>(d));
+      check(kd::ConvIndex<std::size_t>(d));
     }
   }
 
@@ -489,15 +545,19 @@ TEST_SUITE("cuda") {
       std::size_t in_h, in_w, pool, stride;
       bool same;
     };
-    for (const Case& c : {Case{8, 8, 2, 2, false}, Case{7, 7, 2, 2, false}, Case{7, 7, 2, 2, true},
-                          Case{6, 5, 3, 1, true}, Case{9, 8, 3, 2, true}, Case{5, 5, 2, 1, false},
-                          Case{4, 6, 3, 3, true}}) {
+    for (const Case& c :
+         {Case{8, 8, 2, 2, false}, Case{7, 7, 2, 2, false}, Case{7, 7, 2, 2, true},
+          Case{6, 5, 3, 1, true}, Case{9, 8, 3, 2, true}, Case{5, 5, 2, 1, false},
+          Case{4, 6, 3, 3, true}, Case{9, 9, 3, 3, false}, Case{8, 7, 2, 3, true}}) {
       CAPTURE(c.in_h);
       CAPTURE(c.pool);
       CAPTURE(c.stride);
       CAPTURE(c.same);
       const auto g = pool_geometry(2, c.in_h, c.in_w, 3, c.pool, c.stride, c.same);
       const kd::PoolDims d = kd::pool_dims(g);
+      REQUIRE(kd::pool_fits_32bit(d));
+      const kd::PoolIndex<std::uint32_t> narrow(d);
+      const kd::PoolIndex<std::size_t> wide(d);
       // Values on a coarse grid, so that windows hold ties and the first maximum matters.
       Tensor<float> x = random_tensor({g.batch, g.in_h, g.in_w, g.channels}, 19);
       for (float& v : x)
@@ -514,12 +574,28 @@ TEST_SUITE("cuda") {
           cpu.avg_pool_backward(g, dy, dx);
         }
         std::vector<float> forward(y.size()), backward(dx.size());
-        for (std::size_t i = 0; i < forward.size(); ++i)
-          forward[i] = kd::pool_forward_value(x.data(), d, max, i);
-        for (std::size_t i = 0; i < backward.size(); ++i)
-          backward[i] = kd::pool_backward_value(max ? x.data() : nullptr, d, dy.data(), max, i);
+        std::vector<float> wide_forward(y.size()), wide_backward(dx.size());
+        for (std::size_t i = 0; i < forward.size(); ++i) {
+          forward[i] = kd::pool_forward_value(x.data(), narrow, max, std::uint32_t(i));
+          wide_forward[i] = kd::pool_forward_value(x.data(), wide, max, i);
+        }
+        const float* input = max ? x.data() : nullptr;
+        for (std::size_t i = 0; i < backward.size(); ++i) {
+          backward[i] = kd::pool_backward_value(input, narrow, dy.data(), max, std::uint32_t(i));
+          wide_backward[i] = kd::pool_backward_value(input, wide, dy.data(), max, i);
+        }
         check_elements(y, forward);
         check_elements(dx, backward);
+        check_elements(y, wide_forward);
+        check_elements(dx, wide_backward);
+        if (max && kd::pool_windows_disjoint(d)) {
+          // Window by window, over NaNs: a fill of zeros first unless the windows tile the input.
+          std::vector<float> scattered(dx.size(), std::numeric_limits<float>::quiet_NaN());
+          if (!kd::pool_windows_tile(d)) std::fill(scattered.begin(), scattered.end(), 0.0F);
+          for (std::uint32_t i = 0; i < y.size(); ++i)
+            kd::max_pool_window_gradient(x.data(), narrow, dy.data(), scattered.data(), i);
+          check_elements(dx, scattered);
+        }
       }
     }
   }

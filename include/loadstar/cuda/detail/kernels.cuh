@@ -17,6 +17,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "loadstar/cuda/detail/kernels.hpp"
 #include "loadstar/cuda/detail/math.hpp"
@@ -238,27 +239,46 @@ __global__ void batch_norm_dx_kernel(const float* x, const float* mean, const fl
 // --- Convolution unfolding and pooling
 // -------------------------------------------------------------
 
-__global__ void im2col_kernel(const float* x, ConvDims g, float* columns, std::size_t n) {
-  LOADSTAR_GRID_STRIDE(i, n) {
+/// A grid-stride loop over `n` items with indices of type `Index` (32 bits where they fit: see
+/// `Divisor`).
+#define LOADSTAR_GRID_STRIDE_OF(Index, i, n)                            \
+  for (Index i = Index(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
+       i += Index(gridDim.x) * blockDim.x)
+
+template <class Index>
+__global__ void im2col_kernel(const float* x, ConvIndex<Index> g, float* columns, Index n) {
+  LOADSTAR_GRID_STRIDE_OF(Index, i, n) {
     columns[i] = im2col_value(x, g, i);
   }
 }
 
-__global__ void col2im_kernel(const float* columns, ConvDims g, float* dx, std::size_t n) {
-  LOADSTAR_GRID_STRIDE(i, n) {
+template <class Index>
+__global__ void col2im_kernel(const float* columns, ConvIndex<Index> g, float* dx, Index n) {
+  LOADSTAR_GRID_STRIDE_OF(Index, i, n) {
     dx[i] = col2im_value(columns, g, i);
   }
 }
 
-__global__ void pool_forward_kernel(const float* x, PoolDims g, float* y, bool max, std::size_t n) {
-  LOADSTAR_GRID_STRIDE(i, n) {
+template <class Index>
+__global__ void pool_forward_kernel(const float* x, PoolIndex<Index> g, float* y, bool max,
+                                    Index n) {
+  LOADSTAR_GRID_STRIDE_OF(Index, i, n) {
     y[i] = pool_forward_value(x, g, max, i);
   }
 }
 
-__global__ void pool_backward_kernel(const float* x, PoolDims g, const float* dy, float* dx,
-                                     bool max, std::size_t n) {
-  LOADSTAR_GRID_STRIDE(i, n) {
+template <class Index>
+__global__ void max_pool_window_gradient_kernel(const float* x, PoolIndex<Index> g, const float* dy,
+                                                float* dx, Index n) {
+  LOADSTAR_GRID_STRIDE_OF(Index, i, n) {
+    max_pool_window_gradient(x, g, dy, dx, i);
+  }
+}
+
+template <class Index>
+__global__ void pool_backward_kernel(const float* x, PoolIndex<Index> g, const float* dy, float* dx,
+                                     bool max, Index n) {
+  LOADSTAR_GRID_STRIDE_OF(Index, i, n) {
     dx[i] = pool_backward_value(x, g, dy, max, i);
   }
 }
@@ -490,37 +510,75 @@ cudaError_t launch_dropout(cudaStream_t stream, const float* x, float* y, std::s
 
 cudaError_t launch_im2col(cudaStream_t stream, const float* x, const ConvDims& g, float* columns) {
   const std::size_t n = g.batch * g.out_h * g.out_w * g.kernel_h * g.kernel_w * g.in_c;
-  return launch(im2col_kernel, stream, n, x, g, columns, n);
+  return with_conv_index(g, [&](const auto& index) {
+    using Index = typename std::decay_t<decltype(index)>::index_type;
+    return launch(im2col_kernel<Index>, stream, n, x, index, columns, Index(n));
+  });
 }
 
 cudaError_t launch_col2im(cudaStream_t stream, const float* columns, const ConvDims& g, float* dx) {
   const std::size_t n = g.batch * g.in_h * g.in_w * g.in_c;
-  return launch(col2im_kernel, stream, n, columns, g, dx, n);
+  return with_conv_index(g, [&](const auto& index) {
+    using Index = typename std::decay_t<decltype(index)>::index_type;
+    return launch(col2im_kernel<Index>, stream, n, columns, index, dx, Index(n));
+  });
 }
+
+namespace {
+
+/// Pooling forward (`max`, else average) over the output's elements.
+cudaError_t pool_forward(cudaStream_t stream, const float* x, const PoolDims& g, float* y,
+                         bool max) {
+  const std::size_t n = g.batch * g.out_h * g.out_w * g.channels;
+  return with_pool_index(g, [&](const auto& index) {
+    using Index = typename std::decay_t<decltype(index)>::index_type;
+    return launch(pool_forward_kernel<Index>, stream, n, x, index, y, max, Index(n));
+  });
+}
+
+/// Pooling backward (`max`, else average) over the input's elements.
+cudaError_t pool_backward(cudaStream_t stream, const float* x, const PoolDims& g, const float* dy,
+                          float* dx, bool max) {
+  const std::size_t n = g.batch * g.in_h * g.in_w * g.channels;
+  return with_pool_index(g, [&](const auto& index) {
+    using Index = typename std::decay_t<decltype(index)>::index_type;
+    return launch(pool_backward_kernel<Index>, stream, n, x, index, dy, dx, max, Index(n));
+  });
+}
+
+}  // namespace
 
 cudaError_t launch_max_pool_forward(cudaStream_t stream, const float* x, const PoolDims& g,
                                     float* y) {
-  const std::size_t n = g.batch * g.out_h * g.out_w * g.channels;
-  return launch(pool_forward_kernel, stream, n, x, g, y, true, n);
+  return pool_forward(stream, x, g, y, true);
 }
 
+/// Disjoint windows (the usual pool size = stride): one thread per window writes the window's
+/// gradients, after a fill of the positions no window covers; otherwise one thread per input
+/// element gathers from every window that holds it.
 cudaError_t launch_max_pool_backward(cudaStream_t stream, const float* x, const PoolDims& g,
                                      const float* dy, float* dx) {
-  const std::size_t n = g.batch * g.in_h * g.in_w * g.channels;
-  return launch(pool_backward_kernel, stream, n, x, g, dy, dx, true, n);
+  if (!pool_windows_disjoint(g)) return pool_backward(stream, x, g, dy, dx, true);
+  if (!pool_windows_tile(g)) {
+    const std::size_t bytes = g.batch * g.in_h * g.in_w * g.channels * sizeof(float);
+    if (const cudaError_t status = cudaMemsetAsync(dx, 0, bytes, stream); status != cudaSuccess)
+      return status;
+  }
+  const std::size_t n = g.batch * g.out_h * g.out_w * g.channels;
+  return with_pool_index(g, [&](const auto& index) {
+    using Index = typename std::decay_t<decltype(index)>::index_type;
+    return launch(max_pool_window_gradient_kernel<Index>, stream, n, x, index, dy, dx, Index(n));
+  });
 }
 
 cudaError_t launch_avg_pool_forward(cudaStream_t stream, const float* x, const PoolDims& g,
                                     float* y) {
-  const std::size_t n = g.batch * g.out_h * g.out_w * g.channels;
-  return launch(pool_forward_kernel, stream, n, x, g, y, false, n);
+  return pool_forward(stream, x, g, y, false);
 }
 
 cudaError_t launch_avg_pool_backward(cudaStream_t stream, const PoolDims& g, const float* dy,
                                      float* dx) {
-  const std::size_t n = g.batch * g.in_h * g.in_w * g.channels;
-  return launch(pool_backward_kernel, stream, n, static_cast<const float*>(nullptr), g, dy, dx,
-                false, n);
+  return pool_backward(stream, nullptr, g, dy, dx, false);
 }
 
 cudaError_t launch_global_pool_forward(cudaStream_t stream, const float* x, bool max, float* y,

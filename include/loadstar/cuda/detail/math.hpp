@@ -264,53 +264,161 @@ LOADSTAR_HOST_DEVICE inline float column_sum_value(double sum, float beta, float
   return static_cast<float>(beta == 0.0F ? sum : beta * old + sum);
 }
 
+// --- Index arithmetic ---------------------------------------------------------------------------
+
+/// Division by a divisor fixed for a launch, for the index arithmetic of the convolution and
+/// pooling kernels. This primary template (64-bit indices, for tensors of 2^31 elements or more)
+/// divides as C++ does.
+template <class Index>
+struct Divisor {
+  Index value = 1;
+  Divisor() = default;
+  explicit Divisor(Index d) noexcept : value(d) {}
+  LOADSTAR_HOST_DEVICE Index quotient(Index n) const noexcept { return n / value; }
+};
+
+/// Division of 32-bit indices below 2^31 by a multiplication and a shift (Granlund and
+/// Montgomery, "Division by invariant integers using multiplication", 1994): with `shift` the
+/// smallest power of two not below `d` and `magic = floor(2^32 (2^shift - d) / d) + 1`,
+/// `n / d = (umulhi(n, magic) + n) >> shift` for every `n < 2^31` and `1 <= d <= 2^31`. A GPU
+/// divides a 32-bit integer in about 20 instructions and a 64-bit one in a subroutine; this takes
+/// three.
+template <>
+struct Divisor<std::uint32_t> {
+  std::uint32_t value = 1, magic = 1, shift = 0;
+  Divisor() = default;
+  explicit Divisor(std::uint32_t d) noexcept : value(d) {
+    while (shift < 31 && (std::uint32_t{1} << shift) < d)
+      ++shift;
+    const std::uint64_t one = 1;
+    magic = static_cast<std::uint32_t>(((one << 32U) * ((one << shift) - d)) / d + 1);
+  }
+  LOADSTAR_HOST_DEVICE std::uint32_t quotient(std::uint32_t n) const noexcept {
+#if defined(__CUDA_ARCH__)
+    const std::uint32_t high = __umulhi(n, magic);
+#else
+    const auto high = static_cast<std::uint32_t>((std::uint64_t{n} * magic) >> 32U);
+#endif
+    return (high + n) >> shift;
+  }
+};
+
+/// Whether indices up to `largest` take the 32-bit arithmetic (`Divisor<std::uint32_t>`).
+constexpr bool fits_32bit_index(std::size_t largest) noexcept {
+  return largest < (std::size_t{1} << 31U);
+}
+
+/// A convolution's geometry as its kernels index it: the sizes in `Index` and a `Divisor` for each
+/// size that an index is divided by.
+template <class Index>
+struct ConvIndex {
+  using index_type = Index;
+  Index in_h = 0, in_w = 0, in_c = 0, out_h = 0, out_w = 0, kernel_h = 1, kernel_w = 1;
+  Index stride_h = 1, stride_w = 1, dilation_h = 1, dilation_w = 1, pad_top = 0, pad_left = 0;
+  Index patch = 1;
+  Divisor<Index> by_patch, by_in_c, by_kernel_w, by_out_w, by_out_h, by_in_w, by_in_h;
+  Divisor<Index> by_stride_h, by_stride_w;
+
+  explicit ConvIndex(const ConvDims& g) noexcept
+      : in_h(Index(g.in_h)),
+        in_w(Index(g.in_w)),
+        in_c(Index(g.in_c)),
+        out_h(Index(g.out_h)),
+        out_w(Index(g.out_w)),
+        kernel_h(Index(g.kernel_h)),
+        kernel_w(Index(g.kernel_w)),
+        stride_h(Index(g.stride_h)),
+        stride_w(Index(g.stride_w)),
+        dilation_h(Index(g.dilation_h)),
+        dilation_w(Index(g.dilation_w)),
+        pad_top(Index(g.pad_top)),
+        pad_left(Index(g.pad_left)),
+        patch(Index(g.kernel_h * g.kernel_w * g.in_c)),
+        by_patch(nonzero(patch)),
+        by_in_c(nonzero(in_c)),
+        by_kernel_w(nonzero(kernel_w)),
+        by_out_w(nonzero(out_w)),
+        by_out_h(nonzero(out_h)),
+        by_in_w(nonzero(in_w)),
+        by_in_h(nonzero(in_h)),
+        by_stride_h(nonzero(stride_h)),
+        by_stride_w(nonzero(stride_w)) {}
+
+ private:
+  static Index nonzero(Index v) noexcept { return v == 0 ? 1 : v; }
+};
+
+/// Whether every index of the convolution's kernels (its input, its columns and the positions
+/// they reach) stays below 2^31.
+inline bool conv_fits_32bit(const ConvDims& g) noexcept {
+  const std::size_t input = g.batch * g.in_h * g.in_w * g.in_c;
+  const std::size_t columns = g.batch * g.out_h * g.out_w * g.kernel_h * g.kernel_w * g.in_c;
+  const std::size_t reach_h = g.out_h * g.stride_h + g.kernel_h * g.dilation_h + g.in_h + g.pad_top;
+  const std::size_t reach_w =
+      g.out_w * g.stride_w + g.kernel_w * g.dilation_w + g.in_w + g.pad_left;
+  return fits_32bit_index(input) && fits_32bit_index(columns) && fits_32bit_index(reach_h) &&
+         fits_32bit_index(reach_w);
+}
+
+/// `f(ConvIndex<std::uint32_t>)` where the convolution's indices fit 32 bits, else
+/// `f(ConvIndex<std::size_t>)`: the kernels are launched, and emulated, through this choice.
+template <class F>
+decltype(auto) with_conv_index(const ConvDims& g, F&& f) {
+  if (conv_fits_32bit(g)) return f(ConvIndex<std::uint32_t>(g));
+  return f(ConvIndex<std::size_t>(g));
+}
+
 // --- Convolution unfolding -----------------------------------------------------------------------
 
 /// Element `i` of im2col's `columns`: row `(b, oh, ow)`, column `(kh, kw, c)`.
-LOADSTAR_HOST_DEVICE inline float im2col_value(const float* x, const ConvDims& g,
-                                               std::size_t i) noexcept {
-  const std::size_t patch = g.kernel_h * g.kernel_w * g.in_c;
-  const std::size_t r = i / patch;
-  const std::size_t k = i % patch;
-  const std::size_t c = k % g.in_c;
-  const std::size_t kw = (k / g.in_c) % g.kernel_w;
-  const std::size_t kh = k / (g.in_c * g.kernel_w);
-  const std::size_t b = r / (g.out_h * g.out_w);
-  const std::size_t oh = (r / g.out_w) % g.out_h;
-  const std::size_t ow = r % g.out_w;
-  const auto ih = static_cast<std::ptrdiff_t>(oh * g.stride_h + kh * g.dilation_h) -
-                  static_cast<std::ptrdiff_t>(g.pad_top);
-  const auto iw = static_cast<std::ptrdiff_t>(ow * g.stride_w + kw * g.dilation_w) -
-                  static_cast<std::ptrdiff_t>(g.pad_left);
-  const bool inside = ih >= 0 && iw >= 0 && std::size_t(ih) < g.in_h && std::size_t(iw) < g.in_w;
-  return inside ? x[((b * g.in_h + std::size_t(ih)) * g.in_w + std::size_t(iw)) * g.in_c + c]
+template <class Index>
+LOADSTAR_HOST_DEVICE inline float im2col_value(const float* x, const ConvIndex<Index>& g,
+                                               Index i) noexcept {
+  const Index r = g.by_patch.quotient(i);
+  const Index k = i - r * g.patch;
+  const Index kernel_pos = g.by_in_c.quotient(k);  // kh * kernel_w + kw
+  const Index c = k - kernel_pos * g.in_c;
+  const Index kh = g.by_kernel_w.quotient(kernel_pos);
+  const Index kw = kernel_pos - kh * g.kernel_w;
+  const Index image_row = g.by_out_w.quotient(r);  // b * out_h + oh
+  const Index ow = r - image_row * g.out_w;
+  const Index b = g.by_out_h.quotient(image_row);
+  const Index oh = image_row - b * g.out_h;
+  // The input position plus the padding, so that it stays unsigned.
+  const Index h = oh * g.stride_h + kh * g.dilation_h;
+  const Index w = ow * g.stride_w + kw * g.dilation_w;
+  const bool inside =
+      h >= g.pad_top && w >= g.pad_left && h - g.pad_top < g.in_h && w - g.pad_left < g.in_w;
+  return inside ? x[((b * g.in_h + (h - g.pad_top)) * g.in_w + (w - g.pad_left)) * g.in_c + c]
                 : 0.0F;
 }
 
 /// Element `i` of col2im's `dx`: the column elements that unfold from input element `i`, added
 /// in the CPU backend's order (rows ascending, which is kernel offsets descending).
-LOADSTAR_HOST_DEVICE inline float col2im_value(const float* columns, const ConvDims& g,
-                                               std::size_t i) noexcept {
-  const std::size_t patch = g.kernel_h * g.kernel_w * g.in_c;
-  const std::size_t c = i % g.in_c;
-  const std::size_t iw = (i / g.in_c) % g.in_w;
-  const std::size_t ih = (i / (g.in_c * g.in_w)) % g.in_h;
-  const std::size_t b = i / (g.in_c * g.in_w * g.in_h);
+template <class Index>
+LOADSTAR_HOST_DEVICE inline float col2im_value(const float* columns, const ConvIndex<Index>& g,
+                                               Index i) noexcept {
+  const Index pixel = g.by_in_c.quotient(i);  // (b * in_h + ih) * in_w + iw
+  const Index c = i - pixel * g.in_c;
+  const Index image_row = g.by_in_w.quotient(pixel);  // b * in_h + ih
+  const Index iw = pixel - image_row * g.in_w;
+  const Index b = g.by_in_h.quotient(image_row);
+  const Index ih = image_row - b * g.in_h;
   float sum = 0.0F;
-  for (std::size_t kh = g.kernel_h; kh-- > 0;) {
-    const auto h = static_cast<std::ptrdiff_t>(ih + g.pad_top) -
-                   static_cast<std::ptrdiff_t>(kh * g.dilation_h);
-    if (h < 0 || std::size_t(h) % g.stride_h != 0) continue;
-    const std::size_t oh = std::size_t(h) / g.stride_h;
-    if (oh >= g.out_h) continue;
-    for (std::size_t kw = g.kernel_w; kw-- > 0;) {
-      const auto w = static_cast<std::ptrdiff_t>(iw + g.pad_left) -
-                     static_cast<std::ptrdiff_t>(kw * g.dilation_w);
-      if (w < 0 || std::size_t(w) % g.stride_w != 0) continue;
-      const std::size_t ow = std::size_t(w) / g.stride_w;
-      if (ow >= g.out_w) continue;
-      const std::size_t row = (b * g.out_h + oh) * g.out_w + ow;
-      sum += columns[row * patch + (kh * g.kernel_w + kw) * g.in_c + c];
+  for (Index kh = g.kernel_h; kh-- > 0;) {
+    const Index reach_h = kh * g.dilation_h;
+    if (ih + g.pad_top < reach_h) continue;
+    const Index h = ih + g.pad_top - reach_h;
+    const Index oh = g.by_stride_h.quotient(h);
+    if (oh * g.stride_h != h || oh >= g.out_h) continue;
+    for (Index kw = g.kernel_w; kw-- > 0;) {
+      const Index reach_w = kw * g.dilation_w;
+      if (iw + g.pad_left < reach_w) continue;
+      const Index w = iw + g.pad_left - reach_w;
+      const Index ow = g.by_stride_w.quotient(w);
+      if (ow * g.stride_w != w || ow >= g.out_w) continue;
+      const Index row = (b * g.out_h + oh) * g.out_w + ow;
+      sum += columns[row * g.patch + (kh * g.kernel_w + kw) * g.in_c + c];
     }
   }
   return sum;
@@ -318,51 +426,100 @@ LOADSTAR_HOST_DEVICE inline float col2im_value(const float* columns, const ConvD
 
 // --- Pooling -----------------------------------------------------------------------------------
 
+/// A pooling's geometry as its kernels index it (as `ConvIndex`).
+template <class Index>
+struct PoolIndex {
+  using index_type = Index;
+  Index in_h = 0, in_w = 0, channels = 0, out_h = 0, out_w = 0, pool_h = 1, pool_w = 1;
+  Index pad_top = 0, pad_left = 0;
+  Divisor<Index> by_channels, by_out_w, by_out_h, by_in_w, by_in_h, stride_h, stride_w;
+
+  explicit PoolIndex(const PoolDims& g) noexcept
+      : in_h(Index(g.in_h)),
+        in_w(Index(g.in_w)),
+        channels(Index(g.channels)),
+        out_h(Index(g.out_h)),
+        out_w(Index(g.out_w)),
+        pool_h(Index(g.pool_h)),
+        pool_w(Index(g.pool_w)),
+        pad_top(Index(g.pad_top)),
+        pad_left(Index(g.pad_left)),
+        by_channels(nonzero(channels)),
+        by_out_w(nonzero(out_w)),
+        by_out_h(nonzero(out_h)),
+        by_in_w(nonzero(in_w)),
+        by_in_h(nonzero(in_h)),
+        stride_h(nonzero(Index(g.stride_h))),
+        stride_w(nonzero(Index(g.stride_w))) {}
+
+ private:
+  static Index nonzero(Index v) noexcept { return v == 0 ? 1 : v; }
+};
+
+/// Whether every index of the pooling's kernels stays below 2^31.
+inline bool pool_fits_32bit(const PoolDims& g) noexcept {
+  const std::size_t input = g.batch * g.in_h * g.in_w * g.channels;
+  const std::size_t output = g.batch * g.out_h * g.out_w * g.channels;
+  const std::size_t reach_h = g.out_h * g.stride_h + g.pool_h + g.in_h + g.pad_top;
+  const std::size_t reach_w = g.out_w * g.stride_w + g.pool_w + g.in_w + g.pad_left;
+  return fits_32bit_index(input) && fits_32bit_index(output) && fits_32bit_index(reach_h) &&
+         fits_32bit_index(reach_w);
+}
+
+/// `f(PoolIndex<std::uint32_t>)` where the pooling's indices fit 32 bits, else
+/// `f(PoolIndex<std::size_t>)`.
+template <class F>
+decltype(auto) with_pool_index(const PoolDims& g, F&& f) {
+  if (pool_fits_32bit(g)) return f(PoolIndex<std::uint32_t>(g));
+  return f(PoolIndex<std::size_t>(g));
+}
+
 /// Positions `[begin, end)` of one axis.
+template <class Index>
 struct Span {
-  std::size_t begin, end;
+  Index begin, end;
 };
 
 /// The input positions of window `o` of one axis, clipped to the input.
-LOADSTAR_HOST_DEVICE inline Span window_span(std::size_t o, std::size_t stride, std::size_t pad,
-                                             std::size_t pool, std::size_t in) noexcept {
-  const auto start = static_cast<std::ptrdiff_t>(o * stride) - static_cast<std::ptrdiff_t>(pad);
-  const auto stop = start + static_cast<std::ptrdiff_t>(pool);
-  const auto limit = static_cast<std::ptrdiff_t>(in);
-  return {std::size_t(start < 0 ? 0 : start), std::size_t(stop < 0       ? 0
-                                                          : stop > limit ? limit
-                                                                         : stop)};
+template <class Index>
+LOADSTAR_HOST_DEVICE inline Span<Index> window_span(Index o, Index stride, Index pad, Index pool,
+                                                    Index in) noexcept {
+  const Index start = o * stride;  // the first position plus the padding
+  const Index stop = start + pool;
+  return {start > pad ? start - pad : 0, stop <= pad ? 0 : (stop - pad < in ? stop - pad : in)};
 }
 
 /// The windows `[begin, end)` of one axis that contain input position `p`: window `o` covers
 /// `[o * stride - pad, o * stride - pad + pool)`, so `p + pad - pool < o * stride <= p + pad`.
-LOADSTAR_HOST_DEVICE inline Span windows_containing(std::size_t p, std::size_t stride,
-                                                    std::size_t pad, std::size_t pool,
-                                                    std::size_t out) noexcept {
-  const std::size_t high = p + pad;
-  const std::size_t first = high + 1 > pool ? (high + 1 - pool + stride - 1) / stride : 0;
-  const std::size_t last = high / stride + 1;
+template <class Index>
+LOADSTAR_HOST_DEVICE inline Span<Index> windows_containing(Index p, const Divisor<Index>& stride,
+                                                           Index pad, Index pool,
+                                                           Index out) noexcept {
+  const Index high = p + pad;
+  const Index first = high + 1 > pool ? stride.quotient(high + 1 - pool + stride.value - 1) : 0;
+  const Index last = stride.quotient(high) + 1;
   return {first, last < out ? last : out};
 }
 
-LOADSTAR_HOST_DEVICE inline std::size_t pool_in_index(const PoolDims& g, std::size_t b,
-                                                      std::size_t ih, std::size_t iw) noexcept {
+template <class Index>
+LOADSTAR_HOST_DEVICE inline Index pool_in_index(const PoolIndex<Index>& g, Index b, Index ih,
+                                                Index iw) noexcept {
   return ((b * g.in_h + ih) * g.in_w + iw) * g.channels;
 }
 
 /// The input index of the first maximum of window `(b, oh, ow)` of channel `c`, as the CPU
 /// backend picks it (the first element, then any strictly greater one).
-LOADSTAR_HOST_DEVICE inline std::size_t window_argmax(const float* x, const PoolDims& g,
-                                                      std::size_t b, std::size_t oh, std::size_t ow,
-                                                      std::size_t c) noexcept {
-  const Span h = window_span(oh, g.stride_h, g.pad_top, g.pool_h, g.in_h);
-  const Span w = window_span(ow, g.stride_w, g.pad_left, g.pool_w, g.in_w);
+template <class Index>
+LOADSTAR_HOST_DEVICE inline Index window_argmax(const float* x, const PoolIndex<Index>& g, Index b,
+                                                Index oh, Index ow, Index c) noexcept {
+  const Span<Index> h = window_span(oh, g.stride_h.value, g.pad_top, g.pool_h, g.in_h);
+  const Span<Index> w = window_span(ow, g.stride_w.value, g.pad_left, g.pool_w, g.in_w);
   float top = -INFINITY;
-  std::size_t arg = ~std::size_t{0};
-  for (std::size_t ih = h.begin; ih < h.end; ++ih) {
-    for (std::size_t iw = w.begin; iw < w.end; ++iw) {
-      const std::size_t index = pool_in_index(g, b, ih, iw) + c;
-      if (arg == ~std::size_t{0} || x[index] > top) {
+  Index arg = ~Index{0};
+  for (Index ih = h.begin; ih < h.end; ++ih) {
+    for (Index iw = w.begin; iw < w.end; ++iw) {
+      const Index index = pool_in_index(g, b, ih, iw) + c;
+      if (arg == ~Index{0} || x[index] > top) {
         top = x[index];
         arg = index;
       }
@@ -372,18 +529,21 @@ LOADSTAR_HOST_DEVICE inline std::size_t window_argmax(const float* x, const Pool
 }
 
 /// Output element `i` of max (or average) pooling.
-LOADSTAR_HOST_DEVICE inline float pool_forward_value(const float* x, const PoolDims& g, bool max,
-                                                     std::size_t i) noexcept {
-  const std::size_t c = i % g.channels;
-  const std::size_t ow = (i / g.channels) % g.out_w;
-  const std::size_t oh = (i / (g.channels * g.out_w)) % g.out_h;
-  const std::size_t b = i / (g.channels * g.out_w * g.out_h);
-  const Span h = window_span(oh, g.stride_h, g.pad_top, g.pool_h, g.in_h);
-  const Span w = window_span(ow, g.stride_w, g.pad_left, g.pool_w, g.in_w);
+template <class Index>
+LOADSTAR_HOST_DEVICE inline float pool_forward_value(const float* x, const PoolIndex<Index>& g,
+                                                     bool max, Index i) noexcept {
+  const Index pixel = g.by_channels.quotient(i);  // (b * out_h + oh) * out_w + ow
+  const Index c = i - pixel * g.channels;
+  const Index image_row = g.by_out_w.quotient(pixel);
+  const Index ow = pixel - image_row * g.out_w;
+  const Index b = g.by_out_h.quotient(image_row);
+  const Index oh = image_row - b * g.out_h;
+  const Span<Index> h = window_span(oh, g.stride_h.value, g.pad_top, g.pool_h, g.in_h);
+  const Span<Index> w = window_span(ow, g.stride_w.value, g.pad_left, g.pool_w, g.in_w);
   float acc = max ? -INFINITY : 0.0F;
-  std::size_t count = 0;
-  for (std::size_t ih = h.begin; ih < h.end; ++ih) {
-    for (std::size_t iw = w.begin; iw < w.end; ++iw) {
+  Index count = 0;
+  for (Index ih = h.begin; ih < h.end; ++ih) {
+    for (Index iw = w.begin; iw < w.end; ++iw) {
       const float v = x[pool_in_index(g, b, ih, iw) + c];
       acc = max ? max_of(acc, v) : acc + v;
       ++count;
@@ -395,30 +555,73 @@ LOADSTAR_HOST_DEVICE inline float pool_forward_value(const float* x, const PoolD
 /// Input gradient element `i`: the gradients of the windows that contain it (and, for max
 /// pooling, chose it), added in window order as the CPU backend adds them. `x` is read only for
 /// max pooling.
-LOADSTAR_HOST_DEVICE inline float pool_backward_value(const float* x, const PoolDims& g,
-                                                      const float* dy, bool max,
-                                                      std::size_t i) noexcept {
-  const std::size_t c = i % g.channels;
-  const std::size_t iw = (i / g.channels) % g.in_w;
-  const std::size_t ih = (i / (g.channels * g.in_w)) % g.in_h;
-  const std::size_t b = i / (g.channels * g.in_w * g.in_h);
-  const Span hs = windows_containing(ih, g.stride_h, g.pad_top, g.pool_h, g.out_h);
-  const Span ws = windows_containing(iw, g.stride_w, g.pad_left, g.pool_w, g.out_w);
+template <class Index>
+LOADSTAR_HOST_DEVICE inline float pool_backward_value(const float* x, const PoolIndex<Index>& g,
+                                                      const float* dy, bool max, Index i) noexcept {
+  const Index pixel = g.by_channels.quotient(i);  // (b * in_h + ih) * in_w + iw
+  const Index c = i - pixel * g.channels;
+  const Index image_row = g.by_in_w.quotient(pixel);
+  const Index iw = pixel - image_row * g.in_w;
+  const Index b = g.by_in_h.quotient(image_row);
+  const Index ih = image_row - b * g.in_h;
+  const Span<Index> hs = windows_containing(ih, g.stride_h, g.pad_top, g.pool_h, g.out_h);
+  const Span<Index> ws = windows_containing(iw, g.stride_w, g.pad_left, g.pool_w, g.out_w);
   float sum = 0.0F;
-  for (std::size_t oh = hs.begin; oh < hs.end; ++oh) {
-    for (std::size_t ow = ws.begin; ow < ws.end; ++ow) {
-      const std::size_t out_index = ((b * g.out_h + oh) * g.out_w + ow) * g.channels + c;
+  for (Index oh = hs.begin; oh < hs.end; ++oh) {
+    for (Index ow = ws.begin; ow < ws.end; ++ow) {
+      const Index out_index = ((b * g.out_h + oh) * g.out_w + ow) * g.channels + c;
       if (max) {
         if (window_argmax(x, g, b, oh, ow, c) == i) sum += dy[out_index];
       } else {
-        const Span h = window_span(oh, g.stride_h, g.pad_top, g.pool_h, g.in_h);
-        const Span w = window_span(ow, g.stride_w, g.pad_left, g.pool_w, g.in_w);
-        const std::size_t count = (h.end - h.begin) * (w.end - w.begin);
+        const Span<Index> h = window_span(oh, g.stride_h.value, g.pad_top, g.pool_h, g.in_h);
+        const Span<Index> w = window_span(ow, g.stride_w.value, g.pad_left, g.pool_w, g.in_w);
+        const Index count = (h.end - h.begin) * (w.end - w.begin);
         sum += dy[out_index] / static_cast<float>(count);
       }
     }
   }
   return sum;
+}
+
+/// Whether no input position lies in two windows (the strides are at least the pool sizes): then
+/// max pooling's input gradient is written window by window (`max_pool_window_gradient`).
+inline bool pool_windows_disjoint(const PoolDims& g) noexcept {
+  return g.stride_h >= g.pool_h && g.stride_w >= g.pool_w;
+}
+
+/// Whether the windows also cover every input position exactly once: no padding, strides equal to
+/// the pool sizes, and the last window ending at the input's end. Otherwise the positions that no
+/// window covers get their zero gradient from a fill first.
+inline bool pool_windows_tile(const PoolDims& g) noexcept {
+  return g.stride_h == g.pool_h && g.stride_w == g.pool_w && g.pad_top == 0 && g.pad_left == 0 &&
+         g.out_h * g.pool_h == g.in_h && g.out_w * g.pool_w == g.in_w;
+}
+
+/// Writes the input gradient of max-pooling window `i = (b, oh, ow, c)` where windows are disjoint
+/// (`pool_windows_disjoint`): the window's first maximum gets the window's gradient, the rest of
+/// it zero. These are `pool_backward_value`'s bits (its sum starts from zero, so `-0.0` becomes
+/// `0.0` as there), with one thread per window instead of one per input element, and the window's
+/// maximum found once instead of once per element.
+template <class Index>
+LOADSTAR_HOST_DEVICE inline void max_pool_window_gradient(const float* x, const PoolIndex<Index>& g,
+                                                          const float* dy, float* dx,
+                                                          Index i) noexcept {
+  const Index pixel = g.by_channels.quotient(i);  // (b * out_h + oh) * out_w + ow
+  const Index c = i - pixel * g.channels;
+  const Index image_row = g.by_out_w.quotient(pixel);
+  const Index ow = pixel - image_row * g.out_w;
+  const Index b = g.by_out_h.quotient(image_row);
+  const Index oh = image_row - b * g.out_h;
+  const Index arg = window_argmax(x, g, b, oh, ow, c);
+  const float gradient = 0.0F + dy[i];
+  const Span<Index> h = window_span(oh, g.stride_h.value, g.pad_top, g.pool_h, g.in_h);
+  const Span<Index> w = window_span(ow, g.stride_w.value, g.pad_left, g.pool_w, g.in_w);
+  for (Index ih = h.begin; ih < h.end; ++ih) {
+    for (Index iw = w.begin; iw < w.end; ++iw) {
+      const Index index = pool_in_index(g, b, ih, iw) + c;
+      dx[index] = index == arg ? gradient : 0.0F;
+    }
+  }
 }
 
 /// Output element `i = (b, c)` of global pooling over `pixels` positions.
