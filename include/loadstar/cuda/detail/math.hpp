@@ -303,9 +303,36 @@ struct Divisor<std::uint32_t> {
   }
 };
 
-/// Whether indices up to `largest` take the 32-bit arithmetic (`Divisor<std::uint32_t>`).
-constexpr bool fits_32bit_index(std::size_t largest) noexcept {
-  return largest < (std::size_t{1} << 31U);
+/// Whether indices up to each of `largest` take the 32-bit arithmetic (`Divisor<std::uint32_t>`).
+template <class... Sizes>
+constexpr bool fits_32bit_index(Sizes... largest) noexcept {
+  return ((static_cast<std::size_t>(largest) < (std::size_t{1} << 31U)) && ...);
+}
+
+/// `f(IndexOf<std::uint32_t>(g))` where every index fits 32 bits, else
+/// `f(IndexOf<std::size_t>(g))`: the kernels are launched, and emulated, through this choice.
+template <template <class> class IndexOf, class Dims, class F>
+decltype(auto) with_index(bool fits_32bit, const Dims& g, F&& f) {
+  if (fits_32bit) return f(IndexOf<std::uint32_t>(g));
+  return f(IndexOf<std::size_t>(g));
+}
+
+/// Element `i`'s image, row, column and channel in a row-major (batch, height, width, channels)
+/// tensor, from the divisors by its channels, width and height.
+template <class Index>
+struct Nhwc {
+  Index b, h, w, c;
+};
+
+template <class Index>
+LOADSTAR_HOST_DEVICE inline Nhwc<Index> nhwc_of(Index i, const Divisor<Index>& channels,
+                                                const Divisor<Index>& width,
+                                                const Divisor<Index>& height) noexcept {
+  const Index pixel = channels.quotient(i);       // (b * height + h) * width + w
+  const Index image_row = width.quotient(pixel);  // b * height + h
+  const Index b = height.quotient(image_row);
+  return {b, image_row - b * height.value, pixel - image_row * width.value,
+          i - pixel * channels.value};
 }
 
 /// A convolution's geometry as its kernels index it: the sizes in `Index` and a `Divisor` for each
@@ -351,21 +378,16 @@ struct ConvIndex {
 /// Whether every index of the convolution's kernels (its input, its columns and the positions
 /// they reach) stays below 2^31.
 inline bool conv_fits_32bit(const ConvDims& g) noexcept {
-  const std::size_t input = g.batch * g.in_h * g.in_w * g.in_c;
-  const std::size_t columns = g.batch * g.out_h * g.out_w * g.kernel_h * g.kernel_w * g.in_c;
-  const std::size_t reach_h = g.out_h * g.stride_h + g.kernel_h * g.dilation_h + g.in_h + g.pad_top;
-  const std::size_t reach_w =
-      g.out_w * g.stride_w + g.kernel_w * g.dilation_w + g.in_w + g.pad_left;
-  return fits_32bit_index(input) && fits_32bit_index(columns) && fits_32bit_index(reach_h) &&
-         fits_32bit_index(reach_w);
+  return fits_32bit_index(g.batch * g.in_h * g.in_w * g.in_c,
+                          g.batch * g.out_h * g.out_w * g.kernel_h * g.kernel_w * g.in_c,
+                          g.out_h * g.stride_h + g.kernel_h * g.dilation_h + g.in_h + g.pad_top,
+                          g.out_w * g.stride_w + g.kernel_w * g.dilation_w + g.in_w + g.pad_left);
 }
 
-/// `f(ConvIndex<std::uint32_t>)` where the convolution's indices fit 32 bits, else
-/// `f(ConvIndex<std::size_t>)`: the kernels are launched, and emulated, through this choice.
+/// `with_index` for a convolution's kernels.
 template <class F>
 decltype(auto) with_conv_index(const ConvDims& g, F&& f) {
-  if (conv_fits_32bit(g)) return f(ConvIndex<std::uint32_t>(g));
-  return f(ConvIndex<std::size_t>(g));
+  return with_index<ConvIndex>(conv_fits_32bit(g), g, static_cast<F&&>(f));
 }
 
 // --- Convolution unfolding -----------------------------------------------------------------------
@@ -374,22 +396,18 @@ decltype(auto) with_conv_index(const ConvDims& g, F&& f) {
 template <class Index>
 LOADSTAR_HOST_DEVICE inline float im2col_value(const float* x, const ConvIndex<Index>& g,
                                                Index i) noexcept {
-  const Index r = g.by_patch.quotient(i);
-  const Index k = i - r * g.patch;
-  const Index kernel_pos = g.by_in_c.quotient(k);  // kh * kernel_w + kw
-  const Index c = k - kernel_pos * g.in_c;
+  // Row (b, oh, ow) of the columns, and its element k = (kh * kernel_w + kw) * in_c + c.
+  const Nhwc<Index> at = nhwc_of(i, g.by_patch, g.by_out_w, g.by_out_h);
+  const Index kernel_pos = g.by_in_c.quotient(at.c);  // kh * kernel_w + kw
+  const Index c = at.c - kernel_pos * g.in_c;
   const Index kh = g.by_kernel_w.quotient(kernel_pos);
   const Index kw = kernel_pos - kh * g.kernel_w;
-  const Index image_row = g.by_out_w.quotient(r);  // b * out_h + oh
-  const Index ow = r - image_row * g.out_w;
-  const Index b = g.by_out_h.quotient(image_row);
-  const Index oh = image_row - b * g.out_h;
   // The input position plus the padding, so that it stays unsigned.
-  const Index h = oh * g.stride_h + kh * g.dilation_h;
-  const Index w = ow * g.stride_w + kw * g.dilation_w;
+  const Index h = at.h * g.stride_h + kh * g.dilation_h;
+  const Index w = at.w * g.stride_w + kw * g.dilation_w;
   const bool inside =
       h >= g.pad_top && w >= g.pad_left && h - g.pad_top < g.in_h && w - g.pad_left < g.in_w;
-  return inside ? x[((b * g.in_h + (h - g.pad_top)) * g.in_w + (w - g.pad_left)) * g.in_c + c]
+  return inside ? x[((at.b * g.in_h + (h - g.pad_top)) * g.in_w + (w - g.pad_left)) * g.in_c + c]
                 : 0.0F;
 }
 
@@ -398,12 +416,7 @@ LOADSTAR_HOST_DEVICE inline float im2col_value(const float* x, const ConvIndex<I
 template <class Index>
 LOADSTAR_HOST_DEVICE inline float col2im_value(const float* columns, const ConvIndex<Index>& g,
                                                Index i) noexcept {
-  const Index pixel = g.by_in_c.quotient(i);  // (b * in_h + ih) * in_w + iw
-  const Index c = i - pixel * g.in_c;
-  const Index image_row = g.by_in_w.quotient(pixel);  // b * in_h + ih
-  const Index iw = pixel - image_row * g.in_w;
-  const Index b = g.by_in_h.quotient(image_row);
-  const Index ih = image_row - b * g.in_h;
+  const auto [b, ih, iw, c] = nhwc_of(i, g.by_in_c, g.by_in_w, g.by_in_h);
   float sum = 0.0F;
   for (Index kh = g.kernel_h; kh-- > 0;) {
     const Index reach_h = kh * g.dilation_h;
@@ -458,20 +471,16 @@ struct PoolIndex {
 
 /// Whether every index of the pooling's kernels stays below 2^31.
 inline bool pool_fits_32bit(const PoolDims& g) noexcept {
-  const std::size_t input = g.batch * g.in_h * g.in_w * g.channels;
-  const std::size_t output = g.batch * g.out_h * g.out_w * g.channels;
-  const std::size_t reach_h = g.out_h * g.stride_h + g.pool_h + g.in_h + g.pad_top;
-  const std::size_t reach_w = g.out_w * g.stride_w + g.pool_w + g.in_w + g.pad_left;
-  return fits_32bit_index(input) && fits_32bit_index(output) && fits_32bit_index(reach_h) &&
-         fits_32bit_index(reach_w);
+  return fits_32bit_index(g.batch * g.in_h * g.in_w * g.channels,
+                          g.batch * g.out_h * g.out_w * g.channels,
+                          g.out_h * g.stride_h + g.pool_h + g.in_h + g.pad_top,
+                          g.out_w * g.stride_w + g.pool_w + g.in_w + g.pad_left);
 }
 
-/// `f(PoolIndex<std::uint32_t>)` where the pooling's indices fit 32 bits, else
-/// `f(PoolIndex<std::size_t>)`.
+/// `with_index` for a pooling's kernels.
 template <class F>
 decltype(auto) with_pool_index(const PoolDims& g, F&& f) {
-  if (pool_fits_32bit(g)) return f(PoolIndex<std::uint32_t>(g));
-  return f(PoolIndex<std::size_t>(g));
+  return with_index<PoolIndex>(pool_fits_32bit(g), g, static_cast<F&&>(f));
 }
 
 /// Positions `[begin, end)` of one axis.
@@ -532,12 +541,7 @@ LOADSTAR_HOST_DEVICE inline Index window_argmax(const float* x, const PoolIndex<
 template <class Index>
 LOADSTAR_HOST_DEVICE inline float pool_forward_value(const float* x, const PoolIndex<Index>& g,
                                                      bool max, Index i) noexcept {
-  const Index pixel = g.by_channels.quotient(i);  // (b * out_h + oh) * out_w + ow
-  const Index c = i - pixel * g.channels;
-  const Index image_row = g.by_out_w.quotient(pixel);
-  const Index ow = pixel - image_row * g.out_w;
-  const Index b = g.by_out_h.quotient(image_row);
-  const Index oh = image_row - b * g.out_h;
+  const auto [b, oh, ow, c] = nhwc_of(i, g.by_channels, g.by_out_w, g.by_out_h);
   const Span<Index> h = window_span(oh, g.stride_h.value, g.pad_top, g.pool_h, g.in_h);
   const Span<Index> w = window_span(ow, g.stride_w.value, g.pad_left, g.pool_w, g.in_w);
   float acc = max ? -INFINITY : 0.0F;
@@ -558,12 +562,7 @@ LOADSTAR_HOST_DEVICE inline float pool_forward_value(const float* x, const PoolI
 template <class Index>
 LOADSTAR_HOST_DEVICE inline float pool_backward_value(const float* x, const PoolIndex<Index>& g,
                                                       const float* dy, bool max, Index i) noexcept {
-  const Index pixel = g.by_channels.quotient(i);  // (b * in_h + ih) * in_w + iw
-  const Index c = i - pixel * g.channels;
-  const Index image_row = g.by_in_w.quotient(pixel);
-  const Index iw = pixel - image_row * g.in_w;
-  const Index b = g.by_in_h.quotient(image_row);
-  const Index ih = image_row - b * g.in_h;
+  const auto [b, ih, iw, c] = nhwc_of(i, g.by_channels, g.by_in_w, g.by_in_h);
   const Span<Index> hs = windows_containing(ih, g.stride_h, g.pad_top, g.pool_h, g.out_h);
   const Span<Index> ws = windows_containing(iw, g.stride_w, g.pad_left, g.pool_w, g.out_w);
   float sum = 0.0F;
@@ -606,12 +605,7 @@ template <class Index>
 LOADSTAR_HOST_DEVICE inline void max_pool_window_gradient(const float* x, const PoolIndex<Index>& g,
                                                           const float* dy, float* dx,
                                                           Index i) noexcept {
-  const Index pixel = g.by_channels.quotient(i);  // (b * out_h + oh) * out_w + ow
-  const Index c = i - pixel * g.channels;
-  const Index image_row = g.by_out_w.quotient(pixel);
-  const Index ow = pixel - image_row * g.out_w;
-  const Index b = g.by_out_h.quotient(image_row);
-  const Index oh = image_row - b * g.out_h;
+  const auto [b, oh, ow, c] = nhwc_of(i, g.by_channels, g.by_out_w, g.by_out_h);
   const Index arg = window_argmax(x, g, b, oh, ow, c);
   const float gradient = 0.0F + dy[i];
   const Span<Index> h = window_span(oh, g.stride_h.value, g.pad_top, g.pool_h, g.in_h);
