@@ -18,12 +18,14 @@ machine without a GPU (skipped where it has one or where none is built), and our
 to end through the driver on the cuda suite's host emulation of the device where
 bench_keras_gpu_emulated is built. GpuCheck: the arguments
 of tools/gpu-check and, where it has packed a bundle, that the bundle's bench_keras_gpu lists
-the GPU rows.
+the GPU rows. KernelTimes: benchmarks/kernel_times.py's summary of a made-up Nsight Compute
+output, and its one line where the output holds no whole step.
 """
 import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import textwrap
 import unittest
@@ -431,6 +433,12 @@ class GpuCheck(OneLine):
         self.assertEqual(done.returncode, 2)
         self.assert_one_line(done, "--repeats takes a positive number")
 
+    def test_fashion_and_all_exclude_each_other(self):
+        done = run(self.GPU_CHECK, "--fashion", "--all")
+        self.assertEqual(done.returncode, 2)
+        self.assert_one_line(done, "--fashion and --all exclude each other")
+
+
     @unittest.skipUnless(GPU_BENCH_DIR and os.path.isdir(os.path.join(GPU_BENCH_DIR, "bundle")),
                          "no bundle from tools/gpu-check")
     def test_the_bundle_lists_the_gpu_rows(self):
@@ -439,6 +447,54 @@ class GpuCheck(OneLine):
         self.assertEqual(listed.returncode, 0, listed.stderr)
         self.assertEqual([n.split("/real_time")[0] for n in listed.stdout.split()], GPU_NAMES)
 
+
+class KernelTimes(OneLine):
+    """benchmarks/kernel_times.py on Nsight Compute's CSV: one step's kernels, by family."""
+    SCRIPT = os.path.join(HERE, "kernel_times.py")
+    HEADER = ('"ID","Kernel Name","Grid Size","Block Size","Metric Name","Metric Unit",'
+              '"Metric Value"\n')
+
+    def csv(self, folder, kernels):
+        """A file of ncu's output for (name, value, unit) kernels, with a program's lines."""
+        path = os.path.join(folder, "ncu.csv")
+        with open(path, "w") as out:
+            out.write("==PROF== Connected to process 1\nBenchmark  Time  CPU\n" + self.HEADER)
+            for i, (name, value, unit) in enumerate(kernels):
+                out.write(f'"{i}","{name}","(1, 1, 1)","(256, 1, 1)","gpu__time_duration.sum",'
+                          f'"{unit}","{value}"\n')
+        return path
+
+    def test_one_step_by_family(self):
+        step = [("void loadstar::<unnamed>::im2col_kernel<unsigned int>(const float *)", "2,000",
+                 "nsecond"),
+                ("sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize64x32x8", "3000", "nsecond"),
+                ("void cutlass::Kernel2<cutlass_80_simt_sgemm_64x64_8x5_nt_align1>(T1::Params)",
+                 "1.5", "usecond"),
+                ("void cublasLt::splitKreduce_kernel<32, 16, int, float>(int)", "500", "nsecond"),
+                ("void epilogue::globalKernelBgradAB_v1<8, 64, float>(int)", "700", "nsecond"),
+                ("loadstar::<unnamed>::optimizer_step_kernel(const loadstar::UpdateTarget *)",
+                 "1000", "nsecond")]
+        before = [("loadstar::<unnamed>::optimizer_step_kernel(const loadstar::UpdateTarget *)",
+                   "9999", "nsecond")]
+        with tempfile.TemporaryDirectory() as folder:
+            done = run(sys.executable, self.SCRIPT, self.csv(folder, before + step + step[:2]))
+        self.assertEqual(done.returncode, 0, done.stderr)
+        lines = done.stdout.splitlines()
+        self.assertEqual(lines[0], "one step: 6 kernels, 8.7 us")
+        families = {line.split()[-1] if "BGRADA" not in line else "BGRADA":
+                    float(line.split()[0]) for line in lines[1:]}
+        self.assertEqual(families, {"gemm": 4.5, "im2col_kernel": 2.0,
+                                    "optimizer_step_kernel": 1.0, "BGRADA": 0.7,
+                                    "splitKreduce": 0.5})
+        self.assertIn("x2", lines[1])  # the two GEMMs, largest first
+
+    def test_no_whole_step_is_one_line(self):
+        with tempfile.TemporaryDirectory() as folder:
+            done = run(sys.executable, self.SCRIPT, self.csv(folder, [
+                ("loadstar::<unnamed>::optimizer_step_kernel(const float *)", "1000",
+                 "nsecond")]))
+        self.assertEqual(done.returncode, 1)
+        self.assert_one_line(done, "no whole step (1 kernel times")
 
 @unittest.skipUnless(has_torch(), f"{TORCH_PYTHON} has no torch")
 class Peers(OneLine):
