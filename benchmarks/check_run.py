@@ -19,7 +19,8 @@ to end through the driver on the cuda suite's host emulation of the device where
 bench_keras_gpu_emulated is built. GpuCheck: the arguments
 of tools/gpu-check and, where it has packed a bundle, that the bundle's bench_keras_gpu lists
 the GPU rows. KernelTimes: benchmarks/kernel_times.py's summary of a made-up Nsight Compute
-output, and its one line where the output holds no whole step.
+output and its one line for an output without a whole step or with an unknown unit, and
+peers/profile_torch.py's one line for a bad WORKLOAD/BATCH.
 """
 import json
 import os
@@ -487,6 +488,18 @@ class KernelTimes(OneLine):
                                     "optimizer_step_kernel": 1.0, "BGRADA": 0.7,
                                     "splitKreduce": 0.5})
         self.assertIn("x2", lines[1])  # the two GEMMs, largest first
+
+    def test_an_unknown_time_unit_is_one_line(self):
+        with tempfile.TemporaryDirectory() as folder:
+            done = run(sys.executable, self.SCRIPT, self.csv(folder, [
+                ("loadstar::<unnamed>::optimizer_step_kernel(const float *)", "1", "fortnight")]))
+        self.assertEqual(done.returncode, 1)
+        self.assert_one_line(done, "kernel_times.py:", "unknown time unit 'fortnight'")
+
+    def test_profile_torch_names_a_bad_point_in_one_line(self):
+        done = run(sys.executable, os.path.join(PEERS, "profile_torch.py"), "cnn/256", "cnn/x")
+        self.assertEqual(done.returncode, 1)
+        self.assert_one_line(done, "profile_torch.py: 'cnn/x': expected WORKLOAD/BATCH")
 
     def test_no_whole_step_is_one_line(self):
         with tempfile.TemporaryDirectory() as folder:

@@ -267,8 +267,9 @@ LOADSTAR_HOST_DEVICE inline float column_sum_value(double sum, float beta, float
 // --- Index arithmetic ---------------------------------------------------------------------------
 
 /// Division by a divisor fixed for a launch, for the index arithmetic of the convolution and
-/// pooling kernels. This primary template (64-bit indices, for tensors of 2^31 elements or more)
-/// divides as C++ does.
+/// pooling kernels; `value` is the divisor. This primary template (64-bit indices, for tensors of
+/// 2^31 elements or more) divides as C++ does. A size of zero is held too (a kernel over an empty
+/// tensor has no element, so nothing divides by it).
 template <class Index>
 struct Divisor {
   Index value = 1;
@@ -288,6 +289,7 @@ struct Divisor<std::uint32_t> {
   std::uint32_t value = 1, magic = 1, shift = 0;
   Divisor() = default;
   explicit Divisor(std::uint32_t d) noexcept : value(d) {
+    if (d == 0) return;  // an empty tensor's size: its kernels compute nothing, divide nothing
     while (shift < 31 && (std::uint32_t{1} << shift) < d)
       ++shift;
     const std::uint64_t one = 1;
@@ -335,16 +337,14 @@ LOADSTAR_HOST_DEVICE inline Nhwc<Index> nhwc_of(Index i, const Divisor<Index>& c
           i - pixel * channels.value};
 }
 
-/// A convolution's geometry as its kernels index it: the sizes in `Index` and a `Divisor` for each
-/// size that an index is divided by.
+/// A convolution's geometry as its kernels index it: each size that an index is divided by as a
+/// `Divisor` (its `value` the size), the others as `Index`.
 template <class Index>
 struct ConvIndex {
   using index_type = Index;
-  Index in_h = 0, in_w = 0, in_c = 0, out_h = 0, out_w = 0, kernel_h = 1, kernel_w = 1;
-  Index stride_h = 1, stride_w = 1, dilation_h = 1, dilation_w = 1, pad_top = 0, pad_left = 0;
-  Index patch = 1;
-  Divisor<Index> by_patch, by_in_c, by_kernel_w, by_out_w, by_out_h, by_in_w, by_in_h;
-  Divisor<Index> by_stride_h, by_stride_w;
+  Divisor<Index> in_h, in_w, in_c, out_h, out_w, kernel_w, stride_h, stride_w;
+  Divisor<Index> patch;  // kernel_h * kernel_w * in_c: a row of the columns
+  Index kernel_h = 1, dilation_h = 1, dilation_w = 1, pad_top = 0, pad_left = 0;
 
   explicit ConvIndex(const ConvDims& g) noexcept
       : in_h(Index(g.in_h)),
@@ -352,27 +352,15 @@ struct ConvIndex {
         in_c(Index(g.in_c)),
         out_h(Index(g.out_h)),
         out_w(Index(g.out_w)),
-        kernel_h(Index(g.kernel_h)),
         kernel_w(Index(g.kernel_w)),
         stride_h(Index(g.stride_h)),
         stride_w(Index(g.stride_w)),
+        patch(Index(g.kernel_h * g.kernel_w * g.in_c)),
+        kernel_h(Index(g.kernel_h)),
         dilation_h(Index(g.dilation_h)),
         dilation_w(Index(g.dilation_w)),
         pad_top(Index(g.pad_top)),
-        pad_left(Index(g.pad_left)),
-        patch(Index(g.kernel_h * g.kernel_w * g.in_c)),
-        by_patch(nonzero(patch)),
-        by_in_c(nonzero(in_c)),
-        by_kernel_w(nonzero(kernel_w)),
-        by_out_w(nonzero(out_w)),
-        by_out_h(nonzero(out_h)),
-        by_in_w(nonzero(in_w)),
-        by_in_h(nonzero(in_h)),
-        by_stride_h(nonzero(stride_h)),
-        by_stride_w(nonzero(stride_w)) {}
-
- private:
-  static Index nonzero(Index v) noexcept { return v == 0 ? 1 : v; }
+        pad_left(Index(g.pad_left)) {}
 };
 
 /// Whether every index of the convolution's kernels (its input, its columns and the positions
@@ -397,17 +385,19 @@ template <class Index>
 LOADSTAR_HOST_DEVICE inline float im2col_value(const float* x, const ConvIndex<Index>& g,
                                                Index i) noexcept {
   // Row (b, oh, ow) of the columns, and its element k = (kh * kernel_w + kw) * in_c + c.
-  const Nhwc<Index> at = nhwc_of(i, g.by_patch, g.by_out_w, g.by_out_h);
-  const Index kernel_pos = g.by_in_c.quotient(at.c);  // kh * kernel_w + kw
-  const Index c = at.c - kernel_pos * g.in_c;
-  const Index kh = g.by_kernel_w.quotient(kernel_pos);
-  const Index kw = kernel_pos - kh * g.kernel_w;
+  const Nhwc<Index> at = nhwc_of(i, g.patch, g.out_w, g.out_h);
+  const Index kernel_pos = g.in_c.quotient(at.c);  // kh * kernel_w + kw
+  const Index c = at.c - kernel_pos * g.in_c.value;
+  const Index kh = g.kernel_w.quotient(kernel_pos);
+  const Index kw = kernel_pos - kh * g.kernel_w.value;
   // The input position plus the padding, so that it stays unsigned.
-  const Index h = at.h * g.stride_h + kh * g.dilation_h;
-  const Index w = at.w * g.stride_w + kw * g.dilation_w;
-  const bool inside =
-      h >= g.pad_top && w >= g.pad_left && h - g.pad_top < g.in_h && w - g.pad_left < g.in_w;
-  return inside ? x[((at.b * g.in_h + (h - g.pad_top)) * g.in_w + (w - g.pad_left)) * g.in_c + c]
+  const Index h = at.h * g.stride_h.value + kh * g.dilation_h;
+  const Index w = at.w * g.stride_w.value + kw * g.dilation_w;
+  const bool inside = h >= g.pad_top && w >= g.pad_left && h - g.pad_top < g.in_h.value &&
+                      w - g.pad_left < g.in_w.value;
+  return inside ? x[((at.b * g.in_h.value + (h - g.pad_top)) * g.in_w.value + (w - g.pad_left)) *
+                        g.in_c.value +
+                    c]
                 : 0.0F;
 }
 
@@ -416,22 +406,22 @@ LOADSTAR_HOST_DEVICE inline float im2col_value(const float* x, const ConvIndex<I
 template <class Index>
 LOADSTAR_HOST_DEVICE inline float col2im_value(const float* columns, const ConvIndex<Index>& g,
                                                Index i) noexcept {
-  const auto [b, ih, iw, c] = nhwc_of(i, g.by_in_c, g.by_in_w, g.by_in_h);
+  const auto [b, ih, iw, c] = nhwc_of(i, g.in_c, g.in_w, g.in_h);
   float sum = 0.0F;
   for (Index kh = g.kernel_h; kh-- > 0;) {
     const Index reach_h = kh * g.dilation_h;
     if (ih + g.pad_top < reach_h) continue;
     const Index h = ih + g.pad_top - reach_h;
-    const Index oh = g.by_stride_h.quotient(h);
-    if (oh * g.stride_h != h || oh >= g.out_h) continue;
-    for (Index kw = g.kernel_w; kw-- > 0;) {
+    const Index oh = g.stride_h.quotient(h);
+    if (oh * g.stride_h.value != h || oh >= g.out_h.value) continue;
+    for (Index kw = g.kernel_w.value; kw-- > 0;) {
       const Index reach_w = kw * g.dilation_w;
       if (iw + g.pad_left < reach_w) continue;
       const Index w = iw + g.pad_left - reach_w;
-      const Index ow = g.by_stride_w.quotient(w);
-      if (ow * g.stride_w != w || ow >= g.out_w) continue;
-      const Index row = (b * g.out_h + oh) * g.out_w + ow;
-      sum += columns[row * g.patch + (kh * g.kernel_w + kw) * g.in_c + c];
+      const Index ow = g.stride_w.quotient(w);
+      if (ow * g.stride_w.value != w || ow >= g.out_w.value) continue;
+      const Index row = (b * g.out_h.value + oh) * g.out_w.value + ow;
+      sum += columns[row * g.patch.value + (kh * g.kernel_w.value + kw) * g.in_c.value + c];
     }
   }
   return sum;
@@ -443,9 +433,8 @@ LOADSTAR_HOST_DEVICE inline float col2im_value(const float* columns, const ConvI
 template <class Index>
 struct PoolIndex {
   using index_type = Index;
-  Index in_h = 0, in_w = 0, channels = 0, out_h = 0, out_w = 0, pool_h = 1, pool_w = 1;
-  Index pad_top = 0, pad_left = 0;
-  Divisor<Index> by_channels, by_out_w, by_out_h, by_in_w, by_in_h, stride_h, stride_w;
+  Divisor<Index> in_h, in_w, channels, out_h, out_w, stride_h, stride_w;
+  Index pool_h = 1, pool_w = 1, pad_top = 0, pad_left = 0;
 
   explicit PoolIndex(const PoolDims& g) noexcept
       : in_h(Index(g.in_h)),
@@ -453,20 +442,12 @@ struct PoolIndex {
         channels(Index(g.channels)),
         out_h(Index(g.out_h)),
         out_w(Index(g.out_w)),
+        stride_h(Index(g.stride_h)),
+        stride_w(Index(g.stride_w)),
         pool_h(Index(g.pool_h)),
         pool_w(Index(g.pool_w)),
         pad_top(Index(g.pad_top)),
-        pad_left(Index(g.pad_left)),
-        by_channels(nonzero(channels)),
-        by_out_w(nonzero(out_w)),
-        by_out_h(nonzero(out_h)),
-        by_in_w(nonzero(in_w)),
-        by_in_h(nonzero(in_h)),
-        stride_h(nonzero(Index(g.stride_h))),
-        stride_w(nonzero(Index(g.stride_w))) {}
-
- private:
-  static Index nonzero(Index v) noexcept { return v == 0 ? 1 : v; }
+        pad_left(Index(g.pad_left)) {}
 };
 
 /// Whether every index of the pooling's kernels stays below 2^31.
@@ -513,7 +494,7 @@ LOADSTAR_HOST_DEVICE inline Span<Index> windows_containing(Index p, const Diviso
 template <class Index>
 LOADSTAR_HOST_DEVICE inline Index pool_in_index(const PoolIndex<Index>& g, Index b, Index ih,
                                                 Index iw) noexcept {
-  return ((b * g.in_h + ih) * g.in_w + iw) * g.channels;
+  return ((b * g.in_h.value + ih) * g.in_w.value + iw) * g.channels.value;
 }
 
 /// The input index of the first maximum of window `(b, oh, ow)` of channel `c`, as the CPU
@@ -521,8 +502,8 @@ LOADSTAR_HOST_DEVICE inline Index pool_in_index(const PoolIndex<Index>& g, Index
 template <class Index>
 LOADSTAR_HOST_DEVICE inline Index window_argmax(const float* x, const PoolIndex<Index>& g, Index b,
                                                 Index oh, Index ow, Index c) noexcept {
-  const Span<Index> h = window_span(oh, g.stride_h.value, g.pad_top, g.pool_h, g.in_h);
-  const Span<Index> w = window_span(ow, g.stride_w.value, g.pad_left, g.pool_w, g.in_w);
+  const Span<Index> h = window_span(oh, g.stride_h.value, g.pad_top, g.pool_h, g.in_h.value);
+  const Span<Index> w = window_span(ow, g.stride_w.value, g.pad_left, g.pool_w, g.in_w.value);
   float top = -INFINITY;
   Index arg = ~Index{0};
   for (Index ih = h.begin; ih < h.end; ++ih) {
@@ -541,9 +522,9 @@ LOADSTAR_HOST_DEVICE inline Index window_argmax(const float* x, const PoolIndex<
 template <class Index>
 LOADSTAR_HOST_DEVICE inline float pool_forward_value(const float* x, const PoolIndex<Index>& g,
                                                      bool max, Index i) noexcept {
-  const auto [b, oh, ow, c] = nhwc_of(i, g.by_channels, g.by_out_w, g.by_out_h);
-  const Span<Index> h = window_span(oh, g.stride_h.value, g.pad_top, g.pool_h, g.in_h);
-  const Span<Index> w = window_span(ow, g.stride_w.value, g.pad_left, g.pool_w, g.in_w);
+  const auto [b, oh, ow, c] = nhwc_of(i, g.channels, g.out_w, g.out_h);
+  const Span<Index> h = window_span(oh, g.stride_h.value, g.pad_top, g.pool_h, g.in_h.value);
+  const Span<Index> w = window_span(ow, g.stride_w.value, g.pad_left, g.pool_w, g.in_w.value);
   float acc = max ? -INFINITY : 0.0F;
   Index count = 0;
   for (Index ih = h.begin; ih < h.end; ++ih) {
@@ -562,18 +543,19 @@ LOADSTAR_HOST_DEVICE inline float pool_forward_value(const float* x, const PoolI
 template <class Index>
 LOADSTAR_HOST_DEVICE inline float pool_backward_value(const float* x, const PoolIndex<Index>& g,
                                                       const float* dy, bool max, Index i) noexcept {
-  const auto [b, ih, iw, c] = nhwc_of(i, g.by_channels, g.by_in_w, g.by_in_h);
-  const Span<Index> hs = windows_containing(ih, g.stride_h, g.pad_top, g.pool_h, g.out_h);
-  const Span<Index> ws = windows_containing(iw, g.stride_w, g.pad_left, g.pool_w, g.out_w);
+  const auto [b, ih, iw, c] = nhwc_of(i, g.channels, g.in_w, g.in_h);
+  const Span<Index> hs = windows_containing(ih, g.stride_h, g.pad_top, g.pool_h, g.out_h.value);
+  const Span<Index> ws = windows_containing(iw, g.stride_w, g.pad_left, g.pool_w, g.out_w.value);
   float sum = 0.0F;
   for (Index oh = hs.begin; oh < hs.end; ++oh) {
     for (Index ow = ws.begin; ow < ws.end; ++ow) {
-      const Index out_index = ((b * g.out_h + oh) * g.out_w + ow) * g.channels + c;
+      const Index out_index =
+          ((b * g.out_h.value + oh) * g.out_w.value + ow) * g.channels.value + c;
       if (max) {
         if (window_argmax(x, g, b, oh, ow, c) == i) sum += dy[out_index];
       } else {
-        const Span<Index> h = window_span(oh, g.stride_h.value, g.pad_top, g.pool_h, g.in_h);
-        const Span<Index> w = window_span(ow, g.stride_w.value, g.pad_left, g.pool_w, g.in_w);
+        const Span<Index> h = window_span(oh, g.stride_h.value, g.pad_top, g.pool_h, g.in_h.value);
+        const Span<Index> w = window_span(ow, g.stride_w.value, g.pad_left, g.pool_w, g.in_w.value);
         const Index count = (h.end - h.begin) * (w.end - w.begin);
         sum += dy[out_index] / static_cast<float>(count);
       }
@@ -605,11 +587,11 @@ template <class Index>
 LOADSTAR_HOST_DEVICE inline void max_pool_window_gradient(const float* x, const PoolIndex<Index>& g,
                                                           const float* dy, float* dx,
                                                           Index i) noexcept {
-  const auto [b, oh, ow, c] = nhwc_of(i, g.by_channels, g.by_out_w, g.by_out_h);
+  const auto [b, oh, ow, c] = nhwc_of(i, g.channels, g.out_w, g.out_h);
   const Index arg = window_argmax(x, g, b, oh, ow, c);
   const float gradient = 0.0F + dy[i];
-  const Span<Index> h = window_span(oh, g.stride_h.value, g.pad_top, g.pool_h, g.in_h);
-  const Span<Index> w = window_span(ow, g.stride_w.value, g.pad_left, g.pool_w, g.in_w);
+  const Span<Index> h = window_span(oh, g.stride_h.value, g.pad_top, g.pool_h, g.in_h.value);
+  const Span<Index> w = window_span(ow, g.stride_w.value, g.pad_left, g.pool_w, g.in_w.value);
   for (Index ih = h.begin; ih < h.end; ++ih) {
     for (Index iw = w.begin; iw < w.end; ++iw) {
       const Index index = pool_in_index(g, b, ih, iw) + c;
