@@ -6,9 +6,12 @@
 //
 // Names are "<workload>/<batch>/gpu"; the counter "rate" is samples per second, "peak_rss_mb"
 // the process's peak resident memory and "device_mb" the device memory the backend's pool holds.
-// Each iteration trains 50 steps with fit from host arrays, as a trainer does (each batch is
-// copied to the device inside the step; PyTorch's peer keeps its batches on the device), and ends
-// with the device synchronized, so that the timed region holds every kernel it queued.
+// Each iteration trains 50 steps with fit from arrays kept in device memory
+// (`backend.from_host`: each batch's rows are copied on the device), as PyTorch's peer keeps its
+// batches on the device, and ends with the device synchronized, so that the timed region holds
+// every kernel it queued. --host-arrays trains from host arrays instead (each batch converted
+// into page-locked memory and copied to the device inside the step), to measure what keeping the
+// arrays on the device brings.
 //
 // Every step of a shape after its second replays one CUDA graph (CudaOptions::graphs);
 // --no-graphs launches each kernel instead, to measure what the graphs bring.
@@ -40,6 +43,8 @@ using namespace loadstar::keras;
 
 /// The backend every benchmark trains on, made in main once the arguments are read.
 std::shared_ptr<cuda::CudaBackend> backend;
+/// Whether fit reads host arrays (--host-arrays) instead of arrays in device memory.
+bool host_arrays = false;
 
 /// Waits for every kernel and copy queued on the device.
 void synchronize() {
@@ -48,7 +53,10 @@ void synchronize() {
 
 void train(benchmark::State& state, const std::string& workload, std::size_t batch) {
   const std::size_t rows = batch * bench::steps;
-  const auto [x, y] = bench::synthetic_data(workload, rows);
+  const auto [host_x, host_y] = bench::synthetic_data(workload, rows);
+  const Tensor<float> labels = host_y.cast<float>();
+  const Tensor<float> x = host_arrays ? host_x : backend->from_host(host_x);
+  const Tensor<float> y = host_arrays ? labels : backend->from_host(labels);
   auto model = bench::make_model(workload, 1, backend);
   const FitOptions options{.epochs = 1, .batch_size = batch, .verbose = 0, .shuffle = false};
   // Warm-up: weights on the device, buffers and optimizer slots allocated, cuBLAS's heuristics.
@@ -84,12 +92,12 @@ void train_or_exit(benchmark::State& state, const std::string& workload, std::si
   }
 }
 
-/// Takes our own --no-graphs out of the arguments; whether it was there.
-bool take_no_graphs(int& argc, char** argv) {
+/// Takes our own `flag` (--no-graphs, --host-arrays) out of the arguments; whether it was there.
+bool take_flag(int& argc, char** argv, std::string_view flag) {
   bool found = false;
   int kept = 1;
   for (int i = 1; i < argc; ++i) {
-    if (std::string_view(argv[i]) == "--no-graphs") {
+    if (std::string_view(argv[i]) == flag) {
       found = true;
     } else {
       argv[kept++] = argv[i];
@@ -123,7 +131,8 @@ int main(int argc, char** argv) {
           ->UseRealTime();
     }
   }
-  const bool graphs = !take_no_graphs(argc, argv);
+  const bool graphs = !take_flag(argc, argv, "--no-graphs");
+  host_arrays = take_flag(argc, argv, "--host-arrays");
   const bool listing = listing_only(argc, argv);  // before Initialize takes its flags out
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;

@@ -383,6 +383,10 @@ struct LtDesc {
   cublasOperation_t transa = CUBLAS_OP_N, transb = CUBLAS_OP_N;
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   const float* bias = nullptr;
+  /// The ReLU bit mask (RELU_AUX_BIAS writes it, DRELU_BGRAD reads it): element (i, j) of D is
+  /// bit i % 8 of byte (j * aux_ld + i) / 8; cuBLASLt's own order is opaque to its callers.
+  const void* aux = nullptr;
+  std::int64_t aux_ld = 0;
 };
 struct LtLayout {
   std::uint64_t rows = 0, cols = 0;
@@ -407,6 +411,7 @@ cublasStatus_t set_from(T& field, const void* buffer, size_t bytes) {
 namespace loadstar::test {
 /// The number of `cublasLtMatmul` calls so far.
 std::size_t lt_matmuls = 0;
+std::map<int, std::size_t> lt_epilogues;
 }  // namespace loadstar::test
 
 extern "C" {
@@ -441,6 +446,10 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc,
       return set_from(d.epilogue, buffer, bytes);
     case CUBLASLT_MATMUL_DESC_BIAS_POINTER:
       return set_from(d.bias, buffer, bytes);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER:
+      return set_from(d.aux, buffer, bytes);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD:
+      return set_from(d.aux_ld, buffer, bytes);
     default:
       return CUBLAS_STATUS_NOT_SUPPORTED;
   }
@@ -500,6 +509,13 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
     case CUBLASLT_EPILOGUE_RELU:
     case CUBLASLT_EPILOGUE_RELU_BIAS:
     case CUBLASLT_EPILOGUE_BGRADA:
+    case CUBLASLT_EPILOGUE_RELU_AUX_BIAS:
+    case CUBLASLT_EPILOGUE_DRELU_BGRAD:
+      // A bit mask's leading dimension must be a positive multiple of 128 bits.
+      if ((d.epilogue == CUBLASLT_EPILOGUE_RELU_AUX_BIAS ||
+           d.epilogue == CUBLASLT_EPILOGUE_DRELU_BGRAD) &&
+          (d.aux_ld <= 0 || d.aux_ld % 128 != 0))
+        return CUBLAS_STATUS_INVALID_VALUE;
       results[0] = cublasLtMatmulHeuristicResult_t{};
       results[0].state = CUBLAS_STATUS_SUCCESS;
       results[0].algo.data[algo_alignment_word] = std::min<std::uint32_t>(
@@ -529,6 +545,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const
   }
   // The descriptors and scalars as they are when the call is made (or captured).
   const LtDesc d = *reinterpret_cast<const LtDesc*>(desc);
+  ++loadstar::test::lt_epilogues[static_cast<int>(d.epilogue)];
   const LtLayout la = *reinterpret_cast<const LtLayout*>(a_layout);
   const LtLayout lb = *reinterpret_cast<const LtLayout*>(b_layout);
   const LtLayout lc = *reinterpret_cast<const LtLayout*>(c_layout);
@@ -539,12 +556,23 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const
       (d.transb == CUBLAS_OP_N ? lb.rows : lb.cols) != k ||
       (d.transb == CUBLAS_OP_N ? lb.cols : lb.rows) != n || lc.rows != m || lc.cols != n)
     return CUBLAS_STATUS_INVALID_VALUE;
-  const bool bias =
-      d.epilogue == CUBLASLT_EPILOGUE_BIAS || d.epilogue == CUBLASLT_EPILOGUE_RELU_BIAS;
-  const bool relu =
-      d.epilogue == CUBLASLT_EPILOGUE_RELU || d.epilogue == CUBLASLT_EPILOGUE_RELU_BIAS;
+  const bool write_mask = d.epilogue == CUBLASLT_EPILOGUE_RELU_AUX_BIAS;
+  const bool read_mask = d.epilogue == CUBLASLT_EPILOGUE_DRELU_BGRAD;
+  const bool bias = d.epilogue == CUBLASLT_EPILOGUE_BIAS ||
+                    d.epilogue == CUBLASLT_EPILOGUE_RELU_BIAS || write_mask;
+  const bool relu = d.epilogue == CUBLASLT_EPILOGUE_RELU ||
+                    d.epilogue == CUBLASLT_EPILOGUE_RELU_BIAS || write_mask;
   const bool bias_gradient = d.epilogue == CUBLASLT_EPILOGUE_BGRADA;
-  if ((bias || bias_gradient) && d.bias == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+  if ((bias || bias_gradient || read_mask) && d.bias == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+  if ((write_mask || read_mask) &&
+      (d.aux == nullptr || d.aux_ld < static_cast<std::int64_t>(m) || d.aux_ld % 128 != 0))
+    return CUBLAS_STATUS_INVALID_VALUE;
+  auto* mask = static_cast<unsigned char*>(const_cast<void*>(d.aux));
+  const auto bit = [aux_ld = static_cast<std::uint64_t>(d.aux_ld)](std::uint64_t i,
+                                                                   std::uint64_t j) {
+    const std::uint64_t index = j * aux_ld + i;
+    return std::pair<std::uint64_t, unsigned>{index / 8, static_cast<unsigned>(index % 8)};
+  };
   const auto* a = static_cast<const float*>(A);
   const auto* b = static_cast<const float*>(B);
   const auto* c = static_cast<const float*>(C);
@@ -563,9 +591,25 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const
         float value = static_cast<float>(
             a_scale * sum + (c_scale == 0.0F ? 0.0 : double(c_scale) * c[i + j * lc.ld]));
         if (bias) value += d.bias[i];
+        if (write_mask) {
+          const auto [byte, shift] = bit(i, j);
+          mask[byte] = static_cast<unsigned char>((mask[byte] & ~(1U << shift)) |
+                                                  (value > 0.0F ? 1U << shift : 0U));
+        }
+        if (read_mask) {
+          const auto [byte, shift] = bit(i, j);
+          if ((mask[byte] >> shift & 1U) == 0) value = 0.0F;
+        }
         if (relu) value = value > 0.0F ? value : 0.0F;
         out[i + j * ld.ld] = value;
       }
+    }
+    // DRELU_BGRAD's bias gradient: D's sums over its columns, one per row (written).
+    for (std::uint64_t i = 0; read_mask && i < m; ++i) {
+      double sum = 0.0;
+      for (std::uint64_t j = 0; j < n; ++j)
+        sum += out[i + j * ld.ld];
+      const_cast<float*>(d.bias)[i] = static_cast<float>(sum);
     }
     // The bias gradient: op(A)'s sums over k, one per row of D (written).
     for (std::uint64_t i = 0; bias_gradient && i < m; ++i) {
@@ -843,6 +887,13 @@ cudaError_t launch_find_bad_index(cudaStream_t stream, const float* indices, std
   return submit_kernel(stream, [=] {
     for (std::size_t i = 0; i < n; ++i)
       if (!index_in_range(indices[i], rows) && i < *first) *first = i;
+  });
+}
+cudaError_t launch_gather_rows(cudaStream_t stream, const std::uint64_t* rows, std::size_t count,
+                               const float* source, std::size_t width, float* out) {
+  return submit_kernel(stream, [=] {
+    for (std::size_t r = 0; r < count; ++r)
+      std::copy_n(source + rows[r] * width, width, out + r * width);
   });
 }
 cudaError_t launch_gather(cudaStream_t stream, const float* indices, std::size_t n,

@@ -6,7 +6,11 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <doctest/doctest.h>
+
+#include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <initializer_list>
 #include <loadstar/error.hpp>
@@ -35,6 +39,12 @@ namespace loadstar::test {
 class ProtectedBackend final : public keras::Backend {
  public:
   explicit ProtectedBackend(std::size_t threads = 1) : inner_(threads) {}
+
+  /// Whether `dense_forward_relu_mask` and `dense_input_gradient_relu` run (a device backend's
+  /// fused epilogues, here the CPU backend's kernels in the order the layers call them, so that
+  /// the results stay bit for bit those of the unfused calls), and how often they ran.
+  bool fuse_relu_gradients = false;
+  std::size_t relu_masks_written = 0, relu_gradients_carried = 0;
 
   /// The number of regions currently allocated.
   std::size_t allocations() const {
@@ -101,6 +111,44 @@ class ProtectedBackend final : public keras::Backend {
   }
   void bias_add(const Tensor<float>& x, const Tensor<float>& bias) override {
     run("bias_add", {x, bias}, [&] { inner_.bias_add(x, bias); });
+  }
+  /// The mask's bit `u` of row `r` is bit `u % 32` of the row's word `u / 32`.
+  bool dense_forward_relu_mask(const Tensor<float>& x, const Tensor<float>& kernel,
+                               const Tensor<float>& bias, const Tensor<float>& y,
+                               const Tensor<float>& mask) override {
+    if (!fuse_relu_gradients) return false;
+    REQUIRE(mask.shape() == relu_mask_shape(y.rows(), y.row_size()));
+    run("dense_forward_relu_mask", {x, kernel, bias, y, mask}, [&] {
+      inner_.gemm(x, false, kernel, false, y, 1.0F, 0.0F);
+      inner_.bias_add(y, bias);
+      inner_.activation_forward(keras::Activation::relu, y, y);
+      for (std::size_t r = 0; r < y.rows(); ++r) {
+        auto* words = reinterpret_cast<std::uint32_t*>(mask.data() + r * mask.row_size());
+        std::fill_n(words, mask.row_size(), 0U);
+        for (std::size_t u = 0; u < y.row_size(); ++u)
+          if (y.data()[r * y.row_size() + u] > 0.0F) words[u / 32] |= 1U << (u % 32);
+      }
+    });
+    ++relu_masks_written;
+    return true;
+  }
+  bool dense_input_gradient_relu(const Tensor<float>& dz, const Tensor<float>& kernel,
+                                 const Tensor<float>& mask, const Tensor<float>& dx,
+                                 const Tensor<float>& dbias) override {
+    if (!fuse_relu_gradients) return false;
+    REQUIRE(mask.shape() == relu_mask_shape(dx.rows(), dx.row_size()));
+    run("dense_input_gradient_relu", {dz, kernel, mask, dx, dbias}, [&] {
+      inner_.gemm(dz, false, kernel, true, dx, 1.0F, 0.0F);
+      for (std::size_t r = 0; r < dx.rows(); ++r) {
+        const auto* words =
+            reinterpret_cast<const std::uint32_t*>(mask.data() + r * mask.row_size());
+        for (std::size_t u = 0; u < dx.row_size(); ++u)
+          if ((words[u / 32] >> (u % 32) & 1U) == 0) dx.data()[r * dx.row_size() + u] = 0.0F;
+      }
+      inner_.column_sums(dx, dbias, 0.0F);
+    });
+    ++relu_gradients_carried;
+    return true;
   }
   void column_sums(const Tensor<float>& x, const Tensor<float>& out, float beta) override {
     run("column_sums", {x, out}, [&] { inner_.column_sums(x, out, beta); });

@@ -71,7 +71,12 @@ void check_backends_agree(const ModelFactory& make, std::size_t threads) {
     std::size_t device_allocations = 0;
   };
   std::vector<Tensor<float>> initial;
-  auto run = [&](std::shared_ptr<Backend> backend) {
+  // `resident`: the arrays in the backend's memory (float labels), copied there row by row.
+  auto run = [&](std::shared_ptr<Backend> backend, bool resident = false) {
+    Backend& where = *backend;
+    const auto place = [&](const Tensor<float>& t) { return resident ? where.from_host(t) : t; };
+    const Tensor<float> x = place(train.x), y = place(train.y.cast<float>()), w = place(train.w);
+    const Tensor<float> test_x = place(test.x), test_y = place(test.y.cast<float>());
     auto model = make();
     if (initial.empty()) {
       initial = model->get_weights();
@@ -84,15 +89,15 @@ void check_backends_agree(const ModelFactory& make, std::size_t threads) {
                     .threads = threads,
                     .backend = std::move(backend)});
     Run r;
-    r.history = model->fit(train.x, train.y,
+    r.history = model->fit(x, y,
                            {.epochs = 2,
                             .batch_size = 16,
                             .verbose = 0,
-                            .validation_data = {test.x, test.y},
-                            .sample_weight = train.w,
+                            .validation_data = {test_x, test_y},
+                            .sample_weight = w,
                             .seed = 5});
-    r.evaluation = model->evaluate(test.x, test.y, {.batch_size = 16, .verbose = 0});
-    r.predictions = model->predict(test.x, {.batch_size = 16, .verbose = 0});
+    r.evaluation = model->evaluate(test_x, test_y, {.batch_size = 16, .verbose = 0});
+    r.predictions = model->predict(test_x, {.batch_size = 16, .verbose = 0});
     r.weights = model->get_weights();
     if (auto* guarded = dynamic_cast<ProtectedBackend*>(&model->backend()))
       r.device_allocations = guarded->allocations();
@@ -111,6 +116,12 @@ void check_backends_agree(const ModelFactory& make, std::size_t threads) {
   }
   CHECK(guarded.predictions.is_host());
   CHECK(bitwise_equal(cpu.predictions, guarded.predictions));
+  // The same from arrays in the protected memory: a host read of them would crash.
+  const Run resident = run(std::make_shared<ProtectedBackend>(threads), true);
+  check_same_weights(cpu.weights, resident.weights);
+  CHECK(cpu.history.history == resident.history.history);
+  CHECK(*cpu.evaluation.get("loss") == *resident.evaluation.get("loss"));
+  CHECK(bitwise_equal(cpu.predictions, resident.predictions));
 }
 
 /// `backend`'s copy of a host tensor (the tensor itself for a host backend).
@@ -213,6 +224,128 @@ TEST_SUITE("keras") {
           return std::make_shared<Model>(in, out);
         },
         2);
+  }
+
+  TEST_CASE(
+      "A Dense ReLU layer's gradient carried by the next Dense layer's backward keeps the bits") {
+    const Data train = images(40, 7);
+    // How many ReLU layers each model has whose gradient the next layer may carry.
+    struct Case {
+      const char* name;
+      std::function<std::shared_ptr<Model>()> make;
+      std::size_t fused;
+    };
+    const auto in = [] { return Input({8, 8, 1}); };
+    const std::vector<Case> cases{
+        {"chain",
+         [&] {
+           return std::make_shared<Sequential>(std::initializer_list<SequentialItem>{
+               in(), Flatten(), Dense(16, {.activation = "relu"}), Dense(8, {.activation = "relu"}),
+               Dense(3)});
+         },
+         2},
+        // Two consumers, a Dropout between, a ReLU output with its own loss, no bias, a ReLU
+        // layer called twice (its gradients accumulate): nothing is carried.
+        {"two consumers",
+         [&] {
+           auto x = in();
+           auto h = call(Dense(16, {.activation = "relu"}), call(Flatten(), x));
+           auto out = call(Add(), std::vector{call(Dense(3), h), call(Dense(3), h)});
+           return std::make_shared<Model>(x, out);
+         },
+         0},
+        {"dropout",
+         [&] {
+           return std::make_shared<Sequential>(std::initializer_list<SequentialItem>{
+               in(), Flatten(), Dense(16, {.activation = "relu"}), Dropout(0.5), Dense(3)});
+         },
+         0},
+        {"no bias",
+         [&] {
+           return std::make_shared<Sequential>(std::initializer_list<SequentialItem>{
+               in(), Flatten(), Dense(16, {.activation = "relu", .use_bias = false}), Dense(3)});
+         },
+         0},
+        {"called twice",
+         [&] {
+           auto x = in();
+           auto shared = Dense(64, {.activation = "relu"});
+           auto h = call(shared, call(Flatten(), x));
+           auto out = call(Dense(3), call(Add(), std::vector{h, call(shared, h)}));
+           return std::make_shared<Model>(x, out);
+         },
+         0},
+    };
+    for (const auto& c : cases) {
+      const std::string name = c.name;
+      CAPTURE(name);
+      auto run = [&](std::shared_ptr<Backend> backend) {
+        set_random_seed(21);
+        auto model = c.make();
+        model->compile({.optimizer = optimizers::Adam({.learning_rate = 0.01}),
+                        .loss = losses::SparseCategoricalCrossentropy(true),
+                        .backend = std::move(backend)});
+        auto history =
+            model->fit(train.x, train.y, {.epochs = 2, .batch_size = 16, .verbose = 0, .seed = 5});
+        return std::pair{model->get_weights(), history.history.at("loss")};
+      };
+      const auto plain = run(std::make_shared<CpuBackend>(1));
+      auto fusing = std::make_shared<ProtectedBackend>(1);
+      fusing->fuse_relu_gradients = true;
+      const auto fused = run(fusing);
+      check_same_weights(plain.first, fused.first);
+      CHECK(plain.second == fused.second);
+      // 2 epochs of 3 batches (16, 16, 8), one mask and one carried gradient per pair.
+      CHECK(fusing->relu_masks_written == 6 * c.fused);
+      CHECK(fusing->relu_gradients_carried == 6 * c.fused);
+    }
+  }
+
+  TEST_CASE("fit names arrays in memory the model's backend cannot read as DeviceError") {
+    const Data data = images(8, 3);
+    auto make = [](std::shared_ptr<Backend> backend) {
+      auto model = std::make_shared<Sequential>(
+          std::initializer_list<SequentialItem>{Input({8, 8, 1}), Flatten(), Dense(3)});
+      model->compile({.optimizer = "sgd",
+                      .loss = losses::SparseCategoricalCrossentropy(true),
+                      .backend = std::move(backend)});
+      return model;
+    };
+    const Tensor<float> labels = data.y.cast<float>();
+    // Views that only carry a device: the checks come before anything reads them.
+    const auto on_gpu =
+        Tensor<float>::wrap(data.x.data(), data.x.shape(), nullptr, Device{"cuda", 1});
+    auto cpu = make(std::make_shared<CpuBackend>(1));
+    CHECK_THROWS_WITH_AS(cpu->fit(on_gpu, labels, {.batch_size = 4, .verbose = 0}),
+                         doctest::Contains("x is in cuda:1 memory but the model computes in cpu"),
+                         DeviceError);
+    CHECK_THROWS_WITH_AS(
+        static_cast<void>(cpu->predict(std::vector{on_gpu}, {.verbose = 0})),
+        doctest::Contains("x[0] is in cuda:1 memory but the model computes in cpu"), DeviceError);
+    auto guarded_backend = std::make_shared<ProtectedBackend>(1);
+    auto guarded = make(guarded_backend);
+    const Tensor<float> labels_there = guarded_backend->from_host(labels);
+    CHECK_THROWS_WITH_AS(
+        guarded->fit(data.x, labels_there,
+                     {.batch_size = 4, .verbose = 0, .class_weight = ClassWeight{{0, 1.0F}}}),
+        doctest::Contains("class_weight (reading the classes of y) needs host memory but the "
+                          "tensor lives on protected:0"),
+        DeviceError);
+    const auto integers = Tensor<std::int64_t>::wrap(data.y.data(), data.y.shape(), nullptr,
+                                                     guarded_backend->device());
+    CHECK_THROWS_WITH_AS(guarded->fit(data.x, integers, {.batch_size = 4, .verbose = 0}),
+                         doctest::Contains("y is in protected:0 memory with elements of type "
+                                           "int64 but arrays in device memory must be float32"),
+                         DeviceError);
+    CHECK_THROWS_WITH_AS(
+        guarded->fit(
+            data.x, labels_there,
+            {.batch_size = 4,
+             .verbose = 0,
+             .sample_weight = Tensor<float>::wrap(data.w.data(), {8}, nullptr, Device{"cuda", 1})}),
+        doctest::Contains("sample_weight is in cuda:1 memory but the model computes in "
+                          "protected:0"),
+        DeviceError);
   }
 
   TEST_CASE("cpu_backend is the backend compile makes by default") {

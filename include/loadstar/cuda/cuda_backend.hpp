@@ -593,9 +593,12 @@ class ResultRing {
 /// run).
 class LtPlans {
  public:
-  /// Column-major `D (m x n) = A (m x k, no transpose) * op(B)`, with `B` stored `k x n`, or
-  /// `n x k` and transposed when `transpose_b`, then `epilogue` (a bias of `m` elements added,
-  /// ReLU; or the bias gradient, `A`'s sums over `k`, written), in full fp32.
+  /// Column-major `D (m x n) = op(A) * op(B)`, with `A` stored `m x k`, or `k x m` and
+  /// transposed when `transpose_a`, and `B` stored `k x n`, or `n x k` and transposed when
+  /// `transpose_b`, then `epilogue` (a bias of `m` elements added, ReLU, its bit mask written; or
+  /// the bias gradient, `A`'s sums over `k` or `D`'s over `n`, written, and the ReLU gradient
+  /// applied from the bit mask), in full fp32. `aux_ld` is the bit mask's leading dimension in
+  /// bits (a multiple of 128, at least `m`; 0 without a mask).
   struct Key {
     std::uint64_t m, n, k;
     cublasLtEpilogue_t epilogue;
@@ -604,6 +607,8 @@ class LtPlans {
     /// heuristic assumes 256 unless told, and may pick an algorithm that a view starting inside
     /// an allocation would make fail.
     std::uint32_t alignment = 256;
+    bool transpose_a = false;
+    std::uint64_t aux_ld = 0;
     bool operator==(const Key&) const = default;
   };
 
@@ -633,14 +638,20 @@ class LtPlans {
   }
 
   /// Queues the multiplication of `plan` on `stream`; `bias` is the epilogue's vector (read by a
-  /// bias epilogue, written by a bias-gradient one).
+  /// bias epilogue, written by a bias-gradient one), `aux` its ReLU bit mask (written by
+  /// `RELU_AUX_BIAS`, read by `DRELU_BGRAD`).
   void run(const Plan& plan_ref, const float* a, const float* b, const float* bias, float* d,
-           cudaStream_t stream) const {
+           cudaStream_t stream, const void* aux = nullptr) const {
     const Plan* plan = &plan_ref;
     if (bias != nullptr) {
       check(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                            sizeof bias),
             "cublasLtMatmulDescSetAttribute (bias)");
+    }
+    if (aux != nullptr) {
+      check(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                           &aux, sizeof aux),
+            "cublasLtMatmulDescSetAttribute (aux)");
     }
     const float alpha = 1.0F, beta = 0.0F;
     check(cublasLtMatmul(context_->cublas_lt, plan->desc, &alpha, a, plan->a, b, plan->b, &beta, d,
@@ -666,10 +677,10 @@ class LtPlans {
     try {
       check(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
             "cublasLtMatmulDescCreate");
-      const cublasOperation_t none = CUBLAS_OP_N;
+      const cublasOperation_t op_a = key.transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
       const cublasOperation_t op_b = key.transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-      check(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &none,
-                                           sizeof none),
+      check(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a,
+                                           sizeof op_a),
             "cublasLtMatmulDescSetAttribute (transa)");
       check(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b,
                                            sizeof op_b),
@@ -677,8 +688,16 @@ class LtPlans {
       check(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &key.epilogue,
                                            sizeof key.epilogue),
             "cublasLtMatmulDescSetAttribute (epilogue)");
-      check(cublasLtMatrixLayoutCreate(&plan.a, CUDA_R_32F, key.m, key.k,
-                                       static_cast<std::int64_t>(key.m)),
+      if (key.aux_ld != 0) {
+        const auto aux_ld = static_cast<std::int64_t>(key.aux_ld);
+        check(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+                                             &aux_ld, sizeof aux_ld),
+              "cublasLtMatmulDescSetAttribute (aux ld)");
+      }
+      const std::uint64_t a_rows = key.transpose_a ? key.k : key.m;
+      const std::uint64_t a_cols = key.transpose_a ? key.m : key.k;
+      check(cublasLtMatrixLayoutCreate(&plan.a, CUDA_R_32F, a_rows, a_cols,
+                                       static_cast<std::int64_t>(a_rows)),
             "cublasLtMatrixLayoutCreate");
       const std::uint64_t b_rows = key.transpose_b ? key.n : key.k;
       const std::uint64_t b_cols = key.transpose_b ? key.k : key.n;
@@ -908,8 +927,8 @@ class CudaBackend final : public keras::Backend {
     if (scratch_ != nullptr) context_->free(scratch_);
     free_tables(update_tables_);
     free_tables(fill_tables_);
-    for (void* memory :
-         {step_scratch_, static_cast<void*>(step_results_), static_cast<void*>(step_scalars_)})
+    for (void* memory : {step_scratch_, row_indices_, static_cast<void*>(step_results_),
+                         static_cast<void*>(step_scalars_)})
       if (memory != nullptr) context_->free(memory);
     for (const auto& slot : scratch_slots_)
       if (slot.memory != nullptr) context_->free(slot.memory);
@@ -1371,6 +1390,73 @@ class CudaBackend final : public keras::Backend {
     return true;
   }
 
+  /// The bit mask's leading dimension for `units` rows of the column-major output: a multiple
+  /// of 128 bits (`Backend::relu_mask_shape`).
+  static std::uint64_t relu_mask_ld(std::size_t units) noexcept {
+    return (units + 127) / 128 * 128;
+  }
+
+  /// `dense_forward`'s multiplication with the `RELU_AUX_BIAS` epilogue: the bias and ReLU, and
+  /// the ReLU's bit mask written into `mask`. Declines where cuBLASLt has no algorithm.
+  bool dense_forward_relu_mask(const Tensor<float>& x, const Tensor<float>& kernel,
+                               const Tensor<float>& bias, const Tensor<float>& y,
+                               const Tensor<float>& mask) override {
+    expect("dense_forward_relu_mask", {&x, &kernel, &bias, &y, &mask});
+    const std::size_t rows = x.rows(), features = x.row_size(), units = kernel.row_size();
+    LOADSTAR_ASSERT(kernel.rows() == features && y.rows() == rows && y.row_size() == units &&
+                        bias.size() == units &&
+                        mask.shape() == keras::Backend::relu_mask_shape(rows, units),
+                    "dense_forward_relu_mask: shapes do not fit");
+    if (rows == 0 || units == 0 || features == 0) return false;
+    const float* a = kernel.data();
+    const float* b = x.data();
+    const float* bias_data = bias.data();
+    float* d = y.data();
+    const void* aux = mask.data();
+    const detail::LtPlans::Plan* plan = lt_->plan(
+        {units, rows, features, CUBLASLT_EPILOGUE_RELU_AUX_BIAS, false,
+         detail::LtPlans::alignment({a, b, d, bias_data, aux}), false, relu_mask_ld(units)});
+    if (plan == nullptr) return false;
+    enqueue({detail::word("dense_forward_relu_mask"), detail::word(plan), detail::word(a),
+             detail::word(b), detail::word(bias_data), detail::word(d), detail::word(aux)},
+            [this, plan, a, b, bias_data, d, aux](cudaStream_t s) {
+              lt_->run(*plan, a, b, bias_data, d, s, aux);
+            });
+    return true;
+  }
+
+  /// The row-major `dx = dz * kernel^T` is the column-major `dx^T (features x rows) = kernel'^T
+  /// * dz^T`, where `kernel'` is the row-major kernel read column-major (`units x features`,
+  /// transposed: `A`) and `dz^T` is `dz` read column-major (`B`): one cuBLASLt multiplication with
+  /// the `DRELU_BGRAD` epilogue, whose output rows are the previous layer's units (the mask's and
+  /// the bias gradient's). Declines where cuBLASLt has no algorithm.
+  bool dense_input_gradient_relu(const Tensor<float>& dz, const Tensor<float>& kernel,
+                                 const Tensor<float>& mask, const Tensor<float>& dx,
+                                 const Tensor<float>& dbias) override {
+    expect("dense_input_gradient_relu", {&dz, &kernel, &mask, &dx, &dbias});
+    const std::size_t rows = dz.rows(), units = dz.row_size(), features = kernel.rows();
+    LOADSTAR_ASSERT(kernel.row_size() == units && dx.rows() == rows && dx.row_size() == features &&
+                        dbias.size() == features &&
+                        mask.shape() == keras::Backend::relu_mask_shape(rows, features),
+                    "dense_input_gradient_relu: shapes do not fit");
+    if (rows == 0 || units == 0 || features == 0) return false;
+    const float* a = kernel.data();
+    const float* b = dz.data();
+    float* bias_gradient = dbias.data();
+    float* d = dx.data();
+    const void* aux = mask.data();
+    const detail::LtPlans::Plan* plan = lt_->plan(
+        {features, rows, units, CUBLASLT_EPILOGUE_DRELU_BGRAD, false,
+         detail::LtPlans::alignment({a, b, d, bias_gradient, aux}), true, relu_mask_ld(features)});
+    if (plan == nullptr) return false;
+    enqueue({detail::word("dense_input_gradient_relu"), detail::word(plan), detail::word(a),
+             detail::word(b), detail::word(bias_gradient), detail::word(d), detail::word(aux)},
+            [this, plan, a, b, bias_gradient, d, aux](cudaStream_t s) {
+              lt_->run(*plan, a, b, bias_gradient, d, s, aux);
+            });
+    return true;
+  }
+
   // --- Elementwise --------------------------------------------------------------------------
 
   void fill(const Tensor<float>& x, float value) override {
@@ -1687,6 +1773,30 @@ class CudaBackend final : public keras::Backend {
                                    table.row_size(), out.data()),
              "gather");
     return std::nullopt;
+  }
+
+  /// Rows from `offset` on: one device-to-device copy. Rows by index: the indices uploaded
+  /// (page-locked, in stream order, `rows.size()` 64-bit words), then one gather kernel.
+  void copy_rows(const Tensor<float>& source, std::span<const std::size_t> rows, std::size_t offset,
+                 const Tensor<float>& target) override {
+    expect("copy_rows", {&source, &target});
+    const std::size_t count = target.rows();
+    const std::size_t width = target.row_size();
+    LOADSTAR_ASSERT(source.row_size() == width && (rows.empty() || rows.size() >= count),
+                    "copy_rows: shapes do not fit");
+    if (count == 0 || width == 0) return;
+    if (rows.empty()) {
+      copy(source.slice_rows(offset, offset + count), target);
+      return;
+    }
+    static_assert(sizeof(std::size_t) == sizeof(std::uint64_t));
+    const cudaStream_t s = active_stream("copy_rows");
+    const std::size_t bytes = count * sizeof(std::uint64_t);
+    auto* indices = static_cast<std::uint64_t*>(
+        grow(row_indices_, row_indices_bytes_, bytes, "a batch's row indices"));
+    context_->upload(indices, rows.data(), bytes);
+    launched(detail::launch_gather_rows(s, indices, count, source.data(), width, target.data()),
+             "gather_rows");
   }
 
   void scatter_add(const Tensor<float>& indices, const Tensor<float>& dy,
@@ -2103,6 +2213,8 @@ class CudaBackend final : public keras::Backend {
   std::vector<detail::UpdateTarget> table_;
   TableCache<detail::UpdateTarget> update_tables_;
   void* step_scratch_ = nullptr;
+  void* row_indices_ = nullptr;  // copy_rows
+  std::size_t row_indices_bytes_ = 0;
   std::size_t step_scratch_bytes_ = 0;
   struct ScratchSlot {
     void* memory = nullptr;

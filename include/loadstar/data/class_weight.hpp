@@ -26,6 +26,7 @@ Tensor<float> class_weight_of_tensor(const Tensor<T>& y, const std::string& name
     throw ShapeError("class_weight: " + name + " must have rank 1 or 2 but is a " +
                      y.description() + " (Keras does not support it for 3+ dimensional targets)");
   }
+  y.require_host(("class_weight (reading the classes of " + name + ")").c_str());
   const std::size_t n = y.rows();
   const std::size_t width = y.row_size();
   Tensor<float> weights = Tensor<float>::uninitialized({n});

@@ -22,6 +22,24 @@ namespace loadstar::keras {
 
 class Backend;
 
+/// A `Dense` layer with a ReLU and a bias whose output only the next `Dense` layer takes, its ReLU
+/// gradient carried by that layer's input gradient in a training step where the backend fuses
+/// them (`Backend::dense_forward_relu_mask`, `Backend::dense_input_gradient_relu`: cuBLASLt's
+/// `RELU_AUX_BIAS` and `DRELU_BGRAD` epilogues). The model keeps one per such pair and hands it
+/// to the ReLU layer's calls (`CallContext::fused_output`) and the next layer's backward
+/// (`CallContext::fused_input`).
+struct ReluGradientFusion {
+  /// Where the masks live (the backend's memory, grown to the largest batch) and this step's.
+  Tensor<float> storage, mask;
+  /// The ReLU layer's bias gradient, written by the next layer's backward.
+  Tensor<float> bias_gradient;
+  /// This step's forward wrote `mask`.
+  bool mask_written = false;
+  /// The next layer's backward wrote the ReLU layer's pre-activation gradient (into its output
+  /// gradient) and `bias_gradient`.
+  bool gradient_written = false;
+};
+
 /// What a layer needs to know about the call it is part of.
 struct CallContext {
   /// The kernels the layer computes with (GEMM, convolution, elementwise, reductions).
@@ -37,6 +55,11 @@ struct CallContext {
   /// them, ignoring what the gradients held (`false`: given only to a layer whose
   /// `writes_gradients()` is `true`, in the one call of a step that computes its gradients).
   bool accumulate_gradients = true;
+  /// In a training step, the fusion whose ReLU layer this call is (`Dense` only), or null.
+  ReluGradientFusion* fused_output = nullptr;
+  /// In a training step's backward, the fusion whose ReLU layer's output is this call's input
+  /// (`Dense` only), or null.
+  ReluGradientFusion* fused_input = nullptr;
 };
 
 /// The base of every layer: Keras's `class_name`, a unique `name`, weights in Keras's order, and
@@ -96,6 +119,12 @@ class Layer : public std::enable_shared_from_this<Layer> {
   /// matrix product. `false` (the default, and the choice of a layer that scatters into its
   /// gradients, as `Embedding`): the model zeroes them before each step and the layer adds.
   virtual bool writes_gradients() const noexcept { return false; }
+  /// Whether a training step may carry this layer's gradient through its ReLU from the backward
+  /// of the layer after it (`ReluGradientFusion`: a `Dense` layer with a ReLU and a bias).
+  virtual bool carries_relu_gradient_out() const noexcept { return false; }
+  /// Whether this layer's backward may carry its input gradient through the ReLU of the layer
+  /// before it (`ReluGradientFusion`: a `Dense` layer).
+  virtual bool carries_relu_gradient_in() const noexcept { return false; }
 
   /// The weights in Keras's order (trainable first, as `layer.weights` lists them).
   std::span<Variable> weights() noexcept { return weights_; }

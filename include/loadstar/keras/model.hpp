@@ -523,6 +523,10 @@ class Model {
   // --- graph ------------------------------------------------------------------------------------
 
   void plan(const std::vector<KerasTensor>& inputs, const std::vector<KerasTensor>& outputs);
+  /// Finds the `ReluGradientFusion` pairs: a node whose layer `carries_relu_gradient_in()` and
+  /// whose one input is the output of a node whose layer `carries_relu_gradient_out()`, writes
+  /// its gradients, and has no other consumer and no loss.
+  void plan_relu_fusions();
 
   bool is_chain() const;
 
@@ -556,10 +560,15 @@ class Model {
   void place_weights();
 
   /// Converts rows of a batch member into `target`: straight into it for a host backend, through
-  /// the host buffer `staging` (at least `n` rows) otherwise.
+  /// the host buffer `staging` (at least `n` rows) otherwise; a member in the backend's memory is
+  /// copied there (`Backend::copy_rows`).
   template <class Member>
   void upload(const Member& member, const detail::ErasedBatch& batch, std::size_t n,
               const Tensor<float>& staging, const Tensor<float>& target);
+
+  /// Throws `DeviceError` when `member` (named `label`) lives in device memory other than the
+  /// backend's, or holds another element type than float32 there.
+  void check_placement(const detail::MemberView& member, const std::string& label) const;
 
   /// Points every view at the first `rows` rows of the buffers.
   void set_rows(std::size_t rows);
@@ -687,6 +696,12 @@ class Model {
   std::vector<bool> output_direct_, needs_backward_, writes_gradients_;
   std::vector<Variable*> trainable_;
   std::vector<Variable*> zeroed_;  // the trainable variables zeroed before a step
+  /// The Dense-to-Dense pairs whose ReLU gradient a device backend may fuse
+  /// (`ReluGradientFusion`), and per node the pair it is the ReLU layer of (`fused_output_`) or
+  /// the next layer of (`fused_input_`), else `no_fusion`.
+  static constexpr std::size_t no_fusion = static_cast<std::size_t>(-1);
+  std::vector<ReluGradientFusion> relu_fusions_;
+  std::vector<std::size_t> fused_output_, fused_input_;
   // Compilation.
   CompileOptions options_;
   bool compiled_ = false;

@@ -15,6 +15,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
@@ -311,6 +312,17 @@ __global__ void gather_kernel(const float* indices, const float* table, std::siz
                               float* out, std::size_t n) {
   LOADSTAR_GRID_STRIDE(i, n) {
     out[i] = gather_value(indices, table, width, i);
+  }
+}
+
+/// A block per row (striding over the rows), its threads over the row's elements.
+__global__ void gather_rows_kernel(const std::uint64_t* rows, std::size_t count,
+                                   const float* source, std::size_t width, float* out) {
+  for (std::size_t r = blockIdx.x; r < count; r += gridDim.x) {
+    const float* from = source + rows[r] * width;
+    float* to = out + r * width;
+    for (std::size_t c = threadIdx.x; c < width; c += blockDim.x)
+      to[c] = from[c];
   }
 }
 
@@ -659,6 +671,14 @@ cudaError_t launch_gather(cudaStream_t stream, const float* indices, std::size_t
                           const float* table, std::size_t width, float* out) {
   const std::size_t total = n * width;
   return launch(gather_kernel, stream, total, indices, table, width, out, total);
+}
+
+cudaError_t launch_gather_rows(cudaStream_t stream, const std::uint64_t* rows, std::size_t count,
+                               const float* source, std::size_t width, float* out) {
+  if (count == 0 || width == 0) return cudaSuccess;
+  const auto blocks = static_cast<unsigned>(std::min<std::size_t>(count, 65536));
+  gather_rows_kernel<<<blocks, block_threads, 0, stream>>>(rows, count, source, width, out);
+  return cudaGetLastError();
 }
 
 cudaError_t launch_scatter_add(cudaStream_t stream, const float* indices, std::size_t n,

@@ -83,6 +83,10 @@ cudaError_t launch_moving_average(cudaStream_t stream, float* moving, const floa
 /// `[0, rows)`; the minimum of integers is the same whatever the order of the atomics.
 cudaError_t launch_find_bad_index(cudaStream_t stream, const float* indices, std::size_t n,
                                   std::size_t rows, unsigned long long* first);
+/// `out[i, :] = source[rows[i], :]` for `i < count`, rows `width` elements wide (indices within
+/// `source`, checked by the caller).
+cudaError_t launch_gather_rows(cudaStream_t stream, const std::uint64_t* rows, std::size_t count,
+                               const float* source, std::size_t width, float* out);
 cudaError_t launch_gather(cudaStream_t stream, const float* indices, std::size_t n,
                           const float* table, std::size_t width, float* out);
 cudaError_t launch_scatter_add(cudaStream_t stream, const float* indices, std::size_t n,

@@ -289,6 +289,22 @@ class Backend {
     copy_from_host(staging, tensor);
   }
 
+  /// Copies rows of `source` (the backend's memory) into `target` (`target.rows()` rows of the
+  /// same row size): rows `rows[i]` when `rows` is not empty, else the rows from `offset` on. A
+  /// batch of arrays the user keeps on the device, copied without crossing the bus. The row
+  /// indices are the caller's, already within `source`. The default copies row by row
+  /// (`copy`); a device backend gathers in one kernel.
+  virtual void copy_rows(const Tensor<float>& source, std::span<const std::size_t> rows,
+                         std::size_t offset, const Tensor<float>& target) {
+    const std::size_t count = target.rows();
+    if (rows.empty()) {
+      copy(source.slice_rows(offset, offset + count), target);
+      return;
+    }
+    for (std::size_t i = 0; i < count; ++i)
+      copy(source.slice_rows(rows[i], rows[i] + 1), target.slice_rows(i, i + 1));
+  }
+
   /// `host_kernel` on a list of tensors: `backend.on_host({y_true, y_pred}, [&](auto t) {...})`.
   template <class F>
   requires std::invocable<F&, std::span<const Tensor<float>>>
@@ -371,6 +387,33 @@ class Backend {
   virtual bool dense_weight_gradients(const Tensor<float>& /*x*/, const Tensor<float>& /*dz*/,
                                       const Tensor<float>& /*dkernel*/,
                                       const Tensor<float>& /*dbias*/) {
+    return false;
+  }
+  /// The shape of the float tensor that holds the ReLU mask of a `rows x units` output
+  /// (`dense_forward_relu_mask`): one bit per element, each row's bits padded to a multiple of
+  /// 128 (cuBLASLt's ReLU bit mask, whose leading dimension is a multiple of 128 bits).
+  static Shape relu_mask_shape(std::size_t rows, std::size_t units) {
+    return {rows, (units + 127) / 128 * 4};
+  }
+  /// `dense_forward` with a ReLU and a bias (`units` elements) that also writes which elements
+  /// of `y` are positive into `mask` (`relu_mask_shape(rows, units)`, in the backend's own bit
+  /// order), for `dense_input_gradient_relu`, as one fused operation, returning `true`; or `false`
+  /// when this backend has none (the default), and nothing is done.
+  virtual bool dense_forward_relu_mask(const Tensor<float>& /*x*/, const Tensor<float>& /*kernel*/,
+                                       const Tensor<float>& /*bias*/, const Tensor<float>& /*y*/,
+                                       const Tensor<float>& /*mask*/) {
+    return false;
+  }
+  /// The input gradient of a `Dense` layer whose input is the output of a `Dense` layer with a
+  /// ReLU and a bias, carried through that ReLU: `dx = dz * kernel^T` where `mask` (written by
+  /// `dense_forward_relu_mask` for that input) is set, 0 elsewhere, and `dbias` = the sums of
+  /// `dx`'s columns (that layer's bias gradient, written), as one fused operation (cuBLASLt's
+  /// `DRELU_BGRAD` epilogue), returning `true`; or `false` when this backend has none (the
+  /// default), and nothing is done.
+  virtual bool dense_input_gradient_relu(const Tensor<float>& /*dz*/,
+                                         const Tensor<float>& /*kernel*/,
+                                         const Tensor<float>& /*mask*/, const Tensor<float>& /*dx*/,
+                                         const Tensor<float>& /*dbias*/) {
     return false;
   }
   /// A dense product's weight gradients, `x^T * dz` into `dkernel` and the sums of `dz`'s columns

@@ -41,6 +41,9 @@ struct MemberView {
   Shape shape;
   /// The key of a map member (named inputs or outputs), else null.
   const std::string* key = nullptr;
+  /// Where `data` lives: host memory, or a backend's device memory (a tensor the user placed
+  /// there, such as `backend.from_host(x)`), whose rows the backend copies on the device.
+  Device device;
 };
 
 /// How the members of `x` or `y` were given: by position or by name.
@@ -60,7 +63,7 @@ struct ErasedBatch {
 
 template <TensorElement T>
 MemberView view_of(const Tensor<T>& t, const std::string* key = nullptr) {
-  return {dtype_of<T>, t.data(), t.shape(), key};
+  return {dtype_of<T>, t.data(), t.shape(), key, t.device()};
 }
 
 /// Views the members of an array-like into `out` (cleared first; no allocation once its

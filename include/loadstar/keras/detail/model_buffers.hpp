@@ -57,6 +57,15 @@ LOADSTAR_DECL void Model::place_weights() {
 template <class Member>
 void Model::upload(const Member& member, const detail::ErasedBatch& batch, std::size_t n,
                    const Tensor<float>& staging, const Tensor<float>& target) {
+  if (!member.device.is_host()) {
+    // Arrays the user keeps in the backend's memory (checked by `check_placement`): the rows are
+    // copied there, without crossing the bus.
+    const Tensor<float> source = Tensor<float>::wrap(
+        static_cast<float*>(const_cast<void*>(member.data)), member.shape, nullptr, member.device);
+    backend().copy_rows(source.reshape({member.shape[0], member.shape.row_elements()}), batch.rows,
+                        batch.offset, target.reshape({n, member.shape.row_elements()}));
+    return;
+  }
   if (target.is_host()) {
     detail::convert_rows(member, batch.rows, batch.offset, n, target.data());
     return;
@@ -110,6 +119,23 @@ LOADSTAR_DECL std::string Model::member_label(const detail::ErasedBatch& batch, 
   if (kind == detail::MemberKind::tensor) return name;
   if (kind == detail::MemberKind::map) return name + "['" + *members[i].key + "']";
   return name + "[" + std::to_string(i) + "]";
+}
+
+LOADSTAR_DECL void Model::check_placement(const detail::MemberView& member,
+                                          const std::string& label) const {
+  if (member.device.is_host()) return;
+  const Device here = backend_->device();
+  if (member.device != here) {
+    throw DeviceError(
+        "model '" + name_ + "': " + label + " is in " + member.device.str() +
+        " memory but the model computes in " + here.str() +
+        " (keep the arrays on the host, or in the model's backend: " + "backend.from_host(array))");
+  }
+  if (member.dtype != DType::float32) {
+    throw DeviceError("model '" + name_ + "': " + label + " is in " + member.device.str() +
+                      " memory with elements of type " + std::string(dtype_name(member.dtype)) +
+                      " but arrays in device memory must be float32");
+  }
 }
 
 LOADSTAR_DECL void Model::match_members(const detail::ErasedBatch& batch, bool is_x,
@@ -169,6 +195,7 @@ LOADSTAR_DECL void Model::load(const detail::ErasedBatch& batch, bool targets,
                        " has " + std::to_string(member.shape[0]) + " rows but the batch has " +
                        std::to_string(n));
     }
+    check_placement(member, member_label(batch, true, input_order_[i]));
     upload(member, batch, n, staging_full_.empty() ? Tensor<float>() : staging_full_[i],
            node.value);
   }
@@ -191,6 +218,7 @@ LOADSTAR_DECL void Model::load(const detail::ErasedBatch& batch, bool targets,
                        " has " + std::to_string(member.shape[0]) + " rows but x has " +
                        std::to_string(n));
     }
+    check_placement(member, member_label(batch, false, target_order_[o]));
     const Shape wanted = member.shape.with_rows(capacity_);
     if (targets_full_[o].shape() != wanted || targets_full_[o].device() != backend().device())
       targets_full_[o] = backend().allocate(wanted);
@@ -204,6 +232,7 @@ LOADSTAR_DECL void Model::load(const detail::ErasedBatch& batch, bool targets,
       throw ShapeError("model '" + name_ + "': sample_weight must be a rank-1 float32 tensor but " +
                        "has shape " + batch.w->shape.str());
     }
+    check_placement(*batch.w, "sample_weight");
     upload(*batch.w, batch, n, staging_weights_full_, weights_);
     has_weights_ = true;
   } else if (class_weight) {

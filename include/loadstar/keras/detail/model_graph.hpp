@@ -26,6 +26,31 @@ LOADSTAR_DECL void Model::plan(const std::vector<KerasTensor>& inputs,
   targets_.assign(output_nodes_.size(), {});
   targets_full_.assign(output_nodes_.size(), {});
   loss_scratch_full_.assign(output_nodes_.size(), {});
+  plan_relu_fusions();
+}
+
+LOADSTAR_DECL void Model::plan_relu_fusions() {
+  relu_fusions_.clear();
+  fused_output_.assign(nodes_.size(), no_fusion);
+  fused_input_.assign(nodes_.size(), no_fusion);
+  std::vector<std::size_t> consumers(nodes_.size(), 0);
+  for (const auto& node : nodes_)
+    for (const std::size_t p : node.inputs)
+      ++consumers[p];
+  for (const std::size_t o : output_nodes_)
+    ++consumers[o];  // its loss
+  std::size_t pairs = 0;
+  for (std::size_t k = 0; k < nodes_.size(); ++k) {
+    const auto& node = nodes_[k];
+    if (!node.layer || node.inputs.size() != 1 || !node.layer->carries_relu_gradient_in()) continue;
+    const std::size_t p = node.inputs[0];
+    const auto& producer = nodes_[p];
+    if (!producer.layer || !producer.layer->carries_relu_gradient_out() || consumers[p] != 1 ||
+        node.targets[0] != detail::GradientTarget::direct || !writes_gradients_[p])
+      continue;
+    fused_output_[p] = fused_input_[k] = pairs++;
+  }
+  relu_fusions_.resize(pairs);  // sized once: the calls hold pointers into it
 }
 
 LOADSTAR_DECL bool Model::is_chain() const {

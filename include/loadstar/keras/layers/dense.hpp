@@ -42,6 +42,14 @@ class Dense : public detail::LayerBase {
                               const CallContext& ctx) override;
   /// Writes its gradients when it is called once per step (`Backend::weight_gradients`).
   bool writes_gradients() const noexcept override { return true; }
+  /// With a ReLU and a bias: its forward writes the ReLU's mask and its backward takes the
+  /// pre-activation gradient from the next `Dense` layer's where the backend fuses them.
+  bool carries_relu_gradient_out() const noexcept override {
+    return activation_ == keras::Activation::relu && options_.use_bias;
+  }
+  /// Its input gradient goes through the previous `Dense` layer's ReLU where the backend fuses
+  /// them (`Backend::dense_input_gradient_relu`).
+  bool carries_relu_gradient_in() const noexcept override { return true; }
 
   LOADSTAR_DECL nlohmann::json get_config() const override;
 
@@ -118,6 +126,26 @@ LOADSTAR_DECL void Dense::forward(std::span<const Tensor<float>> inputs,
   const std::size_t rows = inputs[0].size() / features_;
   const Tensor<float> y = output.reshape({rows, units_});
   const Tensor<float> x = inputs[0].reshape({rows, features_});
+  if (ctx.fused_output != nullptr) {
+    ReluGradientFusion& fusion = *ctx.fused_output;
+    fusion.mask_written = false;
+    fusion.gradient_written = false;
+    if (activation_ == keras::Activation::relu && options_.use_bias &&
+        !weights_[1].gradient.empty()) {
+      // The mask's storage for the largest batch yet, so that shorter batches allocate nothing.
+      const Shape shape = Backend::relu_mask_shape(rows, units_);
+      if (fusion.storage.empty() || fusion.storage.rows() < rows ||
+          fusion.storage.row_size() != shape[1] ||
+          fusion.storage.device() != ctx.backend.device()) {
+        fusion.storage = ctx.backend.allocate(shape);
+      }
+      fusion.mask = fusion.storage.slice_rows(0, rows);
+      fusion.bias_gradient = weights_[1].gradient;
+      fusion.mask_written = ctx.backend.dense_forward_relu_mask(x, weights_[0].value,
+                                                                weights_[1].value, y, fusion.mask);
+      if (fusion.mask_written) return;
+    }
+  }
   if (ctx.backend.dense_forward(x, weights_[0].value,
                                 options_.use_bias ? weights_[1].value : no_bias(), activation_,
                                 y)) {
@@ -136,7 +164,14 @@ LOADSTAR_DECL void Dense::backward(std::span<const Tensor<float>> inputs,
   const std::size_t rows = inputs[0].size() / features_;
   const Tensor<float> x = inputs[0].reshape({rows, features_});
   Tensor<float> dz = output_gradient.reshape({rows, units_});
-  if (activation_ != keras::Activation::linear) {
+  // The next layer's backward carried the gradient through this layer's ReLU and wrote its bias
+  // gradient (`ReluGradientFusion`): the output gradient is the pre-activation's.
+  ReluGradientFusion* fused = ctx.fused_output;
+  const bool carried = fused != nullptr && fused->gradient_written;
+  if (fused != nullptr) fused->mask_written = fused->gradient_written = false;
+  if (carried) {
+    backend.weight_gradients(x, dz, weights_[0].gradient, no_bias(), ctx.accumulate_gradients);
+  } else if (activation_ != keras::Activation::linear) {
     Tensor<float> z;
     if (activation_gradient_needs_input(activation_)) {
       // The pre-activation is recomputed rather than kept, so a shared layer stays correct.
@@ -147,11 +182,21 @@ LOADSTAR_DECL void Dense::backward(std::span<const Tensor<float>> inputs,
     backend.activation_backward(activation_, z, output.reshape({rows, units_}), dz, gradient);
     dz = gradient;
   }
-  backend.weight_gradients(x, dz, weights_[0].gradient,
-                           options_.use_bias ? weights_[1].gradient : no_bias(),
-                           ctx.accumulate_gradients);
-  if (!input_gradients.empty() && !input_gradients[0].empty())
-    backend.gemm(dz, false, weights_[0].value, true, input_gradients[0].reshape({rows, features_}));
+  if (!carried) {
+    backend.weight_gradients(x, dz, weights_[0].gradient,
+                             options_.use_bias ? weights_[1].gradient : no_bias(),
+                             ctx.accumulate_gradients);
+  }
+  if (input_gradients.empty() || input_gradients[0].empty()) return;
+  const Tensor<float> dx = input_gradients[0].reshape({rows, features_});
+  ReluGradientFusion* input = ctx.fused_input;
+  if (input != nullptr && input->mask_written &&
+      backend.dense_input_gradient_relu(dz, weights_[0].value, input->mask, dx,
+                                        input->bias_gradient)) {
+    input->gradient_written = true;
+    return;
+  }
+  backend.gemm(dz, false, weights_[0].value, true, dx);
 }
 
 LOADSTAR_DECL nlohmann::json Dense::get_config() const {
