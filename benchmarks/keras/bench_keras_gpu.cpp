@@ -14,7 +14,9 @@
 // arrays on the device brings.
 //
 // Every step of a shape after its second replays one CUDA graph (CudaOptions::graphs);
-// --no-graphs launches each kernel instead, to measure what the graphs bring.
+// --no-graphs launches each kernel instead, to measure what the graphs bring. --cudnn runs the
+// convolutions through cuDNN (CudaOptions::convolution = Convolution::cudnn) instead of im2col
+// and cuBLASLt, to measure which is faster; a build without cuDNN says so in one line.
 //
 // Without a usable GPU the program prints the backend's own reason in one line ("bench_keras_gpu:
 // cuda backend: no CUDA device is available: ...") and exits with 1 before any benchmark runs;
@@ -75,6 +77,8 @@ void train(benchmark::State& state, const std::string& workload, std::size_t bat
   state.counters["device_mb"] = static_cast<double>(backend->reserved_bytes()) / (1024.0 * 1024.0);
   // The timed steps that launched a graph (captured or replayed).
   const cuda::GraphStats& after = backend->graph_stats();
+  // cuDNN convolutions queued or recorded so far (--cudnn; 0 where every geometry took im2col).
+  state.counters["cudnn_calls"] = static_cast<double>(backend->cudnn_calls());
   state.counters["graph_steps"] =
       static_cast<double>(after.captured + after.replayed - before.captured - before.replayed);
   state.SetLabel("samples/s");
@@ -133,12 +137,16 @@ int main(int argc, char** argv) {
   }
   const bool graphs = !take_flag(argc, argv, "--no-graphs");
   host_arrays = take_flag(argc, argv, "--host-arrays");
+  const bool cudnn = take_flag(argc, argv, "--cudnn");
   const bool listing = listing_only(argc, argv);  // before Initialize takes its flags out
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   if (!listing) {
     try {
-      backend = std::make_shared<cuda::CudaBackend>(0, cuda::CudaOptions{.graphs = graphs});
+      backend = std::make_shared<cuda::CudaBackend>(
+          0, cuda::CudaOptions{
+                 .graphs = graphs,
+                 .convolution = cudnn ? cuda::Convolution::cudnn : cuda::Convolution::im2col});
     } catch (const std::exception& error) {
       std::fprintf(stderr, "bench_keras_gpu: %s\n", error.what());
       return 1;

@@ -32,6 +32,12 @@
                   std::abort()))
 #endif
 
+/// Whether `CudaBackend` has cuDNN's convolutions (`Convolution::cudnn`): Meson's
+/// `loadstar-cuda` dependency defines LOADSTAR_CUDA_WITH_CUDNN=1 where it found cuDNN.
+#ifndef LOADSTAR_CUDA_WITH_CUDNN
+#define LOADSTAR_CUDA_WITH_CUDNN 0
+#endif
+
 /// Alignment in bytes of every tensor's storage (one cache line, and enough for AVX-512 loads).
 /// oneDNN (Debian's libdnnl-dev) computes the CPU backend's GEMMs when 1: Meson's `loadstar`
 /// dependency (and its pkg-config file) defines LOADSTAR_WITH_DNNL=1 and links oneDNN where it

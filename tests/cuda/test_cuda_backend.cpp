@@ -776,6 +776,92 @@ TEST_SUITE("cuda") {
     }
   }
 
+  TEST_CASE("Convolution::cudnn computes convolutions as the CPU backend, where cuDNN is built") {
+    using loadstar::cuda::Convolution;
+    if constexpr (!loadstar::cuda::has_cudnn) {
+      CHECK_THROWS_WITH_AS(CudaBackend(0, {.convolution = Convolution::cudnn}),
+                           doctest::Contains("CudaOptions::convolution is Convolution::cudnn but "
+                                             "this build has no cuDNN"),
+                           ConfigError);
+      return;
+    }
+    CpuBackend cpu{1};
+    CudaBackend gpu{0, {.convolution = Convolution::cudnn}};
+    // Symmetric padding, strides, dilation, a 1x1 kernel; then TensorFlow's `same` padding with
+    // an odd total that the last window reaches, which cuDNN cannot pad (im2col runs those).
+    for (const auto& g :
+         {conv_geometry(9, 8, 3, 3, 1, 1, true), conv_geometry(11, 11, 2, 3, 2, 1, false),
+          conv_geometry(10, 9, 2, 3, 1, 2, true), conv_geometry(7, 7, 4, 1, 1, 1, false),
+          conv_geometry(8, 8, 3, 2, 1, 1, true), conv_geometry(9, 9, 3, 4, 2, 1, true)}) {
+      CAPTURE(g.in_h);
+      CAPTURE(g.kernel_h);
+      CAPTURE(g.stride_h);
+      const Tensor<float> x = random_tensor({g.batch, g.in_h, g.in_w, g.in_c}, 13);
+      const Tensor<float> kernel = random_tensor({g.patch_size(), g.out_c}, 18);
+      const Tensor<float> bias = random_tensor({g.out_c}, 19);
+      const Tensor<float> dy = random_tensor({g.batch, g.out_h, g.out_w, g.out_c}, 20);
+      const Tensor<float> gx = gpu.from_host(x), gk = gpu.from_host(kernel),
+                          gb = gpu.from_host(bias), gdy = gpu.from_host(dy);
+      for (const auto activation :
+           {keras::Activation::relu, keras::Activation::gelu, keras::Activation::linear}) {
+        CAPTURE(static_cast<int>(activation));
+        Tensor<float> y(dy.shape());
+        const Tensor<float> gy = gpu.allocate(dy.shape());
+        cpu.conv2d_forward(x, g, kernel, bias, activation, y);
+        gpu.conv2d_forward(gx, g, gk, gb, activation, gy);
+        check_close(y, gpu.to_host(gy), 1e-4);
+        // Written over NaNs, or added to what is there (a shared layer: im2col).
+        for (const bool accumulate : {false, true}) {
+          CAPTURE(accumulate);
+          const Tensor<float> dkernel =
+              test_support::gradient_start(kernel.shape(), 21, accumulate);
+          const Tensor<float> dbias = test_support::gradient_start(bias.shape(), 22, accumulate);
+          const Tensor<float> gdk = gpu.from_host(dkernel), gdb = gpu.from_host(dbias);
+          Tensor<float> dx(x.shape());
+          const Tensor<float> gdx =
+              gpu.from_host(Tensor<float>(x.shape(), std::numeric_limits<float>::quiet_NaN()));
+          cpu.conv2d_backward(x, g, kernel, bias, activation, y, dy, dkernel, dbias, dx,
+                              accumulate);
+          gpu.conv2d_backward(gx, g, gk, gb, activation, gy, gdy, gdk, gdb, gdx, accumulate);
+          check_close(dkernel, gpu.to_host(gdk), 1e-4);
+          check_close(dbias, gpu.to_host(gdb), 1e-4);
+          check_close(dx, gpu.to_host(gdx), 1e-4);
+        }
+      }
+      // The first geometry (3x3, stride 1, `same`) is cuDNN's: one forward, then per backward
+      // pass that writes one filter and one data gradient.
+      if (g.in_h == 9 && g.kernel_h == 3 && g.stride_h == 1) CHECK(gpu.cudnn_calls() > 0);
+    }
+  }
+
+  TEST_CASE("A CNN on cuDNN's convolutions trains as on the CPU and is bitwise repeatable") {
+    using loadstar::cuda::Convolution;
+    if constexpr (!loadstar::cuda::has_cudnn) {
+      MESSAGE("this build has no cuDNN: Convolution::cudnn is not available");
+      return;
+    }
+    const auto cudnn = [] {
+      return std::make_shared<CudaBackend>(
+          0, loadstar::cuda::CudaOptions{.convolution = Convolution::cudnn});
+    };
+    const std::vector<Tensor<float>> initial = cnn()->get_weights();
+    const Run cpu = train(cnn, cpu_backend(1), 3, initial, Optimizing::sgd);
+    const Run gpu = train(cnn, cudnn(), 3, initial, Optimizing::sgd);
+    REQUIRE(cpu.weights.size() == gpu.weights.size());
+    for (std::size_t i = 0; i < cpu.weights.size(); ++i) {
+      CAPTURE(i);
+      check_close(cpu.weights[i], gpu.weights[i], 2e-3);
+    }
+    check_close(cpu.predictions, gpu.predictions, 5e-3);
+    const Run again = train(cnn, cudnn(), 3, initial, Optimizing::sgd);
+    for (std::size_t i = 0; i < gpu.weights.size(); ++i) {
+      CAPTURE(i);
+      CHECK(bitwise_equal(gpu.weights[i], again.weights[i]));
+    }
+    CHECK(bitwise_equal(gpu.predictions, again.predictions));
+    CHECK(gpu.reserved_at_end == gpu.reserved_after_first_epoch);
+  }
+
   TEST_CASE("CudaBackend normalisation kernels match the CPU backend") {
     Backends b;
     for (const std::size_t rows : {40, 3000}) {

@@ -33,6 +33,7 @@
 #include <utility>
 #include <vector>
 
+#include "loadstar/cuda/detail/cudnn.hpp"
 #include "loadstar/cuda/detail/kernels.hpp"
 #include "loadstar/cuda/detail/math.hpp"
 #include "loadstar/cuda/error.hpp"
@@ -830,6 +831,19 @@ inline int device_count() {
 
 }  // namespace detail
 
+/// How `CudaBackend` computes `Conv2D` (`CudaOptions::convolution`).
+enum class Convolution {
+  /// im2col (or col2im) and one cuBLASLt GEMM with the bias and ReLU in its epilogue.
+  im2col,
+  /// cuDNN's convolutions (forward, backward data, backward filter), each the first
+  /// deterministic full-fp32 algorithm of cuDNN's heuristic, with the kernel transposed into
+  /// cuDNN's filter layout, then the bias and activation kernels. A geometry cuDNN cannot run as
+  /// TensorFlow pads (an odd total `same` padding that the last window reaches), or has no
+  /// deterministic algorithm for, and a shared layer's accumulated gradients take `im2col`. Needs
+  /// a build with cuDNN (`LOADSTAR_CUDA_WITH_CUDNN`, Meson's `-Dcudnn`).
+  cudnn,
+};
+
 /// How a `CudaBackend` runs.
 struct CudaOptions {
   /// Whole steps as CUDA graphs: the second training, evaluation or prediction step of a shape
@@ -841,7 +855,12 @@ struct CudaOptions {
   /// one, bit for bit. A step that cannot be captured (one that computes on the host, allocates or
   /// waits) runs kernel by kernel.
   bool graphs = true;
+  /// How convolutions run: im2col and cuBLASLt (the default), or cuDNN.
+  Convolution convolution = Convolution::im2col;
 };
+
+/// Whether this build has cuDNN's convolutions (`Convolution::cudnn`).
+inline constexpr bool has_cudnn = LOADSTAR_CUDA_WITH_CUDNN != 0;
 
 /// What a `CudaBackend`'s steps did (`CudaBackend::graph_stats`).
 struct GraphStats {
@@ -898,6 +917,11 @@ class CudaBackend final : public keras::Backend {
       throw ConfigError("cuda backend: the device index must be at least 0 but is " +
                         std::to_string(device));
     }
+    if (options_.convolution == Convolution::cudnn && !has_cudnn) {
+      throw ConfigError(
+          "cuda backend: CudaOptions::convolution is Convolution::cudnn but this build has no "
+          "cuDNN (Meson's -Dcudnn found no cudnn.h and libcudnn beside the CUDA toolkit)");
+    }
     const int count = detail::device_count();
     if (device >= count) {
       throw ConfigError("cuda backend: device " + std::to_string(device) + " was asked for but " +
@@ -932,6 +956,7 @@ class CudaBackend final : public keras::Backend {
       if (memory != nullptr) context_->free(memory);
     for (const auto& slot : scratch_slots_)
       if (slot.memory != nullptr) context_->free(slot.memory);
+    if (cudnn_workspace_ != nullptr) context_->free(cudnn_workspace_);
   }
 
   /// How many times `host_kernel` has staged device tensors through the host (a test counts that
@@ -1137,6 +1162,10 @@ class CudaBackend final : public keras::Backend {
 
   /// One host thread queues the work.
   std::size_t threads() const noexcept override { return 1; }
+
+  /// How many cuDNN convolutions were queued or recorded (`Convolution::cudnn`; a replayed graph
+  /// adds none): 0 where every geometry took im2col.
+  std::size_t cudnn_calls() const noexcept { return cudnn_calls_; }
 
   // --- Optimizers, losses and metrics ----------------------------------------------------------
 
@@ -1601,6 +1630,7 @@ class CudaBackend final : public keras::Backend {
   void conv2d_forward(const Tensor<float>& x, const keras::Conv2DGeometry& g,
                       const Tensor<float>& kernel, const Tensor<float>& bias,
                       keras::Activation activation, const Tensor<float>& y) override {
+    if (cudnn_forward(x, g, kernel, bias, activation, y)) return;
     const std::size_t rows = g.batch * g.out_h * g.out_w;
     const Tensor<float> columns = scratch_tensor(0, {rows, g.patch_size()});
     im2col(x, g, columns);
@@ -1621,6 +1651,8 @@ class CudaBackend final : public keras::Backend {
                        const Tensor<float>& dy, const Tensor<float>& dkernel,
                        const Tensor<float>& dbias, const Tensor<float>& dx,
                        bool accumulate) override {
+    if (!accumulate && cudnn_backward(x, g, kernel, bias, activation, y, dy, dkernel, dbias, dx))
+      return;
     const std::size_t rows = g.batch * g.out_h * g.out_w;
     const std::size_t filters = kernel.row_size();
     const Tensor<float> columns = scratch_tensor(0, {rows, g.patch_size()});
@@ -1645,6 +1677,87 @@ class CudaBackend final : public keras::Backend {
       col2im(columns, g, dx);
     }
   }
+
+#if LOADSTAR_CUDA_WITH_CUDNN
+  /// With `Convolution::cudnn`: the kernel transposed into cuDNN's filter layout, cuDNN's
+  /// forward convolution, then the bias and the activation; false where cuDNN does not run `g`
+  /// (im2col then).
+  bool cudnn_forward(const Tensor<float>& x, const keras::Conv2DGeometry& g,
+                     const Tensor<float>& kernel, const Tensor<float>& bias,
+                     keras::Activation activation, const Tensor<float>& y) {
+    const detail::CudnnConvolution* conv = cudnn_convolution(g);
+    if (conv == nullptr) return false;
+    expect("conv2d_forward", {&x, &kernel, &bias, &y});
+    const Tensor<float> filter = cudnn_filter(kernel, g);
+    queue_cudnn(
+        "cudnn_forward", conv, x.data(), filter.data(), y.data(),
+        [](const detail::CudnnConvolution& c, cudnnHandle_t h, const float* in, const float* w,
+           float* out, void* workspace) { c.forward(h, in, w, out, workspace); });
+    const Tensor<float> z = y.reshape({g.batch * g.out_h * g.out_w, g.out_c});
+    if (!bias.empty()) bias_add(z, bias);
+    if (activation != keras::Activation::linear) activation_forward(activation, z, z);
+    return true;
+  }
+
+  /// With `Convolution::cudnn`: the activation's gradient, cuDNN's filter gradient transposed
+  /// back into the kernel's layout, the bias gradient (`column_sums`) and cuDNN's input gradient,
+  /// all written; false where cuDNN does not run `g` (im2col then).
+  bool cudnn_backward(const Tensor<float>& x, const keras::Conv2DGeometry& g,
+                      const Tensor<float>& kernel, const Tensor<float>& bias,
+                      keras::Activation activation, const Tensor<float>& y, const Tensor<float>& dy,
+                      const Tensor<float>& dkernel, const Tensor<float>& dbias,
+                      const Tensor<float>& dx) {
+    const detail::CudnnConvolution* conv = cudnn_convolution(g);
+    if (conv == nullptr) return false;
+    expect("conv2d_backward", {&x, &kernel, &y, &dy, &dkernel});
+    const std::size_t rows = g.batch * g.out_h * g.out_w;
+    Tensor<float> dz = dy.reshape({rows, g.out_c});
+    if (activation != keras::Activation::linear) {
+      Tensor<float> z;
+      if (keras::activation_gradient_needs_input(activation)) {
+        z = scratch_tensor(1, {rows, g.out_c});
+        const Tensor<float> filter = cudnn_filter(kernel, g);
+        queue_cudnn(
+            "cudnn_forward", conv, x.data(), filter.data(), z.data(),
+            [](const detail::CudnnConvolution& c, cudnnHandle_t h, const float* in, const float* w,
+               float* out, void* workspace) { c.forward(h, in, w, out, workspace); });
+        if (!bias.empty()) bias_add(z, bias);
+      }
+      const Tensor<float> gradient = scratch_tensor(2, {rows, g.out_c});
+      activation_backward(activation, z, y.reshape({rows, g.out_c}), dz, gradient);
+      dz = gradient;
+    }
+    const Tensor<float> dfilter = scratch_tensor(3, {g.out_c, g.patch_size()});
+    queue_cudnn("cudnn_backward_filter", conv, x.data(), dz.data(), dfilter.data(),
+                [](const detail::CudnnConvolution& c, cudnnHandle_t h, const float* in,
+                   const float* gradient, float* out,
+                   void* workspace) { c.backward_filter(h, in, gradient, out, workspace); });
+    constexpr std::array<std::size_t, 2> swap{1, 0};
+    permute(dfilter, swap, dkernel.reshape({g.patch_size(), g.out_c}));
+    if (!dbias.empty()) column_sums(dz, dbias, 0.0F);
+    if (!dx.empty()) {
+      const Tensor<float> filter = cudnn_filter(kernel, g);
+      queue_cudnn("cudnn_backward_data", conv, filter.data(), dz.data(), dx.data(),
+                  [](const detail::CudnnConvolution& c, cudnnHandle_t h, const float* w,
+                     const float* gradient, float* out,
+                     void* workspace) { c.backward_data(h, w, gradient, out, workspace); });
+    }
+    return true;
+  }
+#else
+  bool cudnn_forward(const Tensor<float>& /*x*/, const keras::Conv2DGeometry& /*g*/,
+                     const Tensor<float>& /*kernel*/, const Tensor<float>& /*bias*/,
+                     keras::Activation /*activation*/, const Tensor<float>& /*y*/) {
+    return false;
+  }
+  bool cudnn_backward(const Tensor<float>& /*x*/, const keras::Conv2DGeometry& /*g*/,
+                      const Tensor<float>& /*kernel*/, const Tensor<float>& /*bias*/,
+                      keras::Activation /*activation*/, const Tensor<float>& /*y*/,
+                      const Tensor<float>& /*dy*/, const Tensor<float>& /*dkernel*/,
+                      const Tensor<float>& /*dbias*/, const Tensor<float>& /*dx*/) {
+    return false;
+  }
+#endif
 
   void im2col(const Tensor<float>& x, const keras::Conv2DGeometry& g,
               const Tensor<float>& columns) override {
@@ -2104,7 +2217,9 @@ class CudaBackend final : public keras::Backend {
     return static_cast<int>(value);
   }
 
-  static float* or_null(const Tensor<float>& t) noexcept { return t.empty() ? nullptr : t.data(); }
+  static float* or_null(const Tensor<float>& t) noexcept {
+    return t.empty() ? nullptr : t.data();
+  }
 
   static detail::ConvDims dims(const keras::Conv2DGeometry& g) noexcept {
     return detail::conv_dims(g);
@@ -2148,6 +2263,44 @@ class CudaBackend final : public keras::Backend {
                         std::max<std::size_t>(bytes, 1), "convolution scratch");
     return Tensor<float>::wrap(static_cast<float*>(memory), shape, nullptr, device());
   }
+
+#if LOADSTAR_CUDA_WITH_CUDNN
+  /// The cuDNN convolution of `g` (its descriptors and algorithms made at its first use, outside
+  /// any recording), or null without `Convolution::cudnn` or where cuDNN does not run `g`.
+  const detail::CudnnConvolution* cudnn_convolution(const keras::Conv2DGeometry& g) {
+    if (options_.convolution != Convolution::cudnn) return nullptr;
+    if (!cudnn_) cudnn_ = std::make_unique<detail::CudnnConvolutions>();
+    if (!cudnn_->known(g)) active_stream("a cuDNN convolution's first use");
+    context_->activate();
+    return cudnn_->find(g, context_->stream);
+  }
+
+  /// The kernel `(kernel_h * kernel_w * in_c, out_c)` transposed into cuDNN's filter
+  /// `(out_c, kernel_h, kernel_w, in_c)`, in convolution scratch.
+  Tensor<float> cudnn_filter(const Tensor<float>& kernel, const keras::Conv2DGeometry& g) {
+    const Tensor<float> filter = scratch_tensor(0, {g.out_c, g.patch_size()});
+    constexpr std::array<std::size_t, 2> swap{1, 0};
+    permute(kernel.reshape({g.patch_size(), g.out_c}), swap, filter);
+    return filter;
+  }
+
+  /// Queues (or records) one of `conv`'s convolutions, `run(conv, handle, a, b, out, workspace)`,
+  /// with the workspace its algorithms need.
+  template <class Run>
+  void queue_cudnn(const char* name, const detail::CudnnConvolution* conv, const float* a,
+                   const float* b, float* out, Run run) {
+    void* workspace = conv->workspace_bytes() == 0
+                          ? nullptr
+                          : grow(cudnn_workspace_, cudnn_workspace_bytes_, conv->workspace_bytes(),
+                                 "cuDNN workspace");
+    ++cudnn_calls_;
+    enqueue({detail::word(name), detail::word(conv), detail::word(a), detail::word(b),
+             detail::word(out), detail::word(workspace)},
+            [this, conv, a, b, out, workspace, run](cudaStream_t s) {
+              run(*conv, cudnn_->handle(s), a, b, out, workspace);
+            });
+  }
+#endif
 
   void* step_scratch(std::size_t bytes) {
     return grow(step_scratch_, step_scratch_bytes_, bytes, "optimizer, loss and metric scratch");
@@ -2220,7 +2373,13 @@ class CudaBackend final : public keras::Backend {
     void* memory = nullptr;
     std::size_t bytes = 0;
   };
-  std::array<ScratchSlot, 3> scratch_slots_;
+  std::array<ScratchSlot, 4> scratch_slots_;
+  std::size_t cudnn_calls_ = 0;
+  void* cudnn_workspace_ = nullptr;  // Convolution::cudnn
+  std::size_t cudnn_workspace_bytes_ = 0;
+#if LOADSTAR_CUDA_WITH_CUDNN
+  std::unique_ptr<detail::CudnnConvolutions> cudnn_;
+#endif
   std::vector<detail::FillTarget> fill_table_;
   TableCache<detail::FillTarget> fill_tables_;
   std::uint64_t table_uses_ = 0;
