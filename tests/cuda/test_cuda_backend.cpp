@@ -109,6 +109,49 @@ keras::Conv2DGeometry conv_geometry(std::size_t in_h, std::size_t in_w, std::siz
   return g;
 }
 
+/// Compares `gpu`'s whole convolution of `g` (forward, then backward with the weight gradients
+/// added to what is there or written over NaNs) with the CPU backend's, for each activation,
+/// with and without a bias; the forward pass within `forward_tolerance`, the gradients within
+/// 1e-4.
+void check_convolution(CpuBackend& cpu, CudaBackend& gpu, const keras::Conv2DGeometry& g,
+                       std::initializer_list<keras::Activation> activations,
+                       double forward_tolerance) {
+  const Tensor<float> x = random_tensor({g.batch, g.in_h, g.in_w, g.in_c}, 13);
+  const Tensor<float> kernel = random_tensor({g.patch_size(), g.out_c}, 18);
+  const Tensor<float> bias = random_tensor({g.out_c}, 19);
+  const Tensor<float> dy = random_tensor({g.batch, g.out_h, g.out_w, g.out_c}, 20);
+  const Tensor<float> gx = gpu.from_host(x), gk = gpu.from_host(kernel), gdy = gpu.from_host(dy);
+  for (const auto activation : activations) {
+    for (const bool with_bias : {true, false}) {
+      CAPTURE(static_cast<int>(activation));
+      CAPTURE(with_bias);
+      const Tensor<float> b_host = with_bias ? bias : Tensor<float>();
+      const Tensor<float> gb = with_bias ? gpu.from_host(bias) : Tensor<float>();
+      Tensor<float> y(dy.shape());
+      const Tensor<float> gy = gpu.allocate(dy.shape());
+      cpu.conv2d_forward(x, g, kernel, b_host, activation, y);
+      gpu.conv2d_forward(gx, g, gk, gb, activation, gy);
+      check_close(y, gpu.to_host(gy), forward_tolerance);
+      for (const bool accumulate : {true, false}) {
+        CAPTURE(accumulate);
+        const Tensor<float> dkernel = test_support::gradient_start(kernel.shape(), 21, accumulate);
+        const Tensor<float> dbias = test_support::gradient_start(bias.shape(), 22, accumulate);
+        const Tensor<float> gdk = gpu.from_host(dkernel), gdb = gpu.from_host(dbias);
+        Tensor<float> dx(x.shape());
+        const Tensor<float> gdx =
+            gpu.from_host(Tensor<float>(x.shape(), std::numeric_limits<float>::quiet_NaN()));
+        cpu.conv2d_backward(x, g, kernel, b_host, activation, y, dy, dkernel,
+                            with_bias ? dbias : Tensor<float>(), dx, accumulate);
+        gpu.conv2d_backward(gx, g, gk, gb, activation, gy, gdy, gdk,
+                            with_bias ? gdb : Tensor<float>(), gdx, accumulate);
+        check_close(dkernel, gpu.to_host(gdk), 1e-4);
+        if (with_bias) check_close(dbias, gpu.to_host(gdb), 1e-4);
+        check_close(dx, gpu.to_host(gdx), 1e-4);
+      }
+    }
+  }
+}
+
 keras::Pool2DGeometry pool_geometry(std::size_t in_h, std::size_t in_w, std::size_t pool,
                                     std::size_t stride, bool same) {
   const auto h = axis_geometry(in_h, pool, stride, 1, same);
@@ -696,41 +739,9 @@ TEST_SUITE("cuda") {
       check_close(dx, b.down(gdx), 0.0);
       // The whole convolution: the GEMM with the bias and ReLU in its epilogue (or not), and its
       // backward pass with the temporaries in the backend's scratch.
-      const Tensor<float> kernel = random_tensor({g.patch_size(), g.out_c}, 18);
-      const Tensor<float> bias = random_tensor({g.out_c}, 19);
-      const Tensor<float> dy = random_tensor({g.batch, g.out_h, g.out_w, g.out_c}, 20);
-      for (const auto activation :
-           {keras::Activation::relu, keras::Activation::tanh, keras::Activation::linear}) {
-        for (const bool with_bias : {true, false}) {
-          CAPTURE(static_cast<int>(activation));
-          CAPTURE(with_bias);
-          const Tensor<float> b_host = with_bias ? bias : Tensor<float>();
-          Tensor<float> y(dy.shape());
-          const Tensor<float> gy = b.gpu.allocate(dy.shape()), gk = b.up(kernel),
-                              gb = with_bias ? b.up(bias) : Tensor<float>();
-          b.cpu.conv2d_forward(x, g, kernel, b_host, activation, y);
-          b.gpu.conv2d_forward(b.up(x), g, gk, gb, activation, gy);
-          check_close(y, b.down(gy), 1e-5);
-          // The weight gradients added to what is there, or written over NaNs (with the bias
-          // gradient in the kernel gradient's cuBLASLt epilogue).
-          for (const bool accumulate : {true, false}) {
-            CAPTURE(accumulate);
-            const Tensor<float> dkernel =
-                test_support::gradient_start(kernel.shape(), 21, accumulate);
-            const Tensor<float> dbias = test_support::gradient_start(bias.shape(), 22, accumulate);
-            const Tensor<float> gdk = b.up(dkernel), gdb = b.up(dbias);
-            Tensor<float> dxc(x.shape());
-            const Tensor<float> gdxc = b.gpu.allocate(x.shape());
-            b.cpu.conv2d_backward(x, g, kernel, b_host, activation, y, dy, dkernel,
-                                  with_bias ? dbias : Tensor<float>(), dxc, accumulate);
-            b.gpu.conv2d_backward(b.up(x), g, gk, gb, activation, gy, b.up(dy), gdk,
-                                  with_bias ? gdb : Tensor<float>(), gdxc, accumulate);
-            check_close(dkernel, b.down(gdk), 1e-4);
-            if (with_bias) check_close(dbias, b.down(gdb), 1e-4);
-            check_close(dxc, b.down(gdxc), 1e-4);
-          }
-        }
-      }
+      check_convolution(
+          b.cpu, b.gpu, g,
+          {keras::Activation::relu, keras::Activation::tanh, keras::Activation::linear}, 1e-5);
     }
     for (const auto& g : {pool_geometry(8, 8, 2, 2, false), pool_geometry(7, 7, 2, 2, true),
                           pool_geometry(9, 6, 3, 2, true), pool_geometry(6, 6, 3, 1, true)}) {
@@ -796,38 +807,9 @@ TEST_SUITE("cuda") {
       CAPTURE(g.in_h);
       CAPTURE(g.kernel_h);
       CAPTURE(g.stride_h);
-      const Tensor<float> x = random_tensor({g.batch, g.in_h, g.in_w, g.in_c}, 13);
-      const Tensor<float> kernel = random_tensor({g.patch_size(), g.out_c}, 18);
-      const Tensor<float> bias = random_tensor({g.out_c}, 19);
-      const Tensor<float> dy = random_tensor({g.batch, g.out_h, g.out_w, g.out_c}, 20);
-      const Tensor<float> gx = gpu.from_host(x), gk = gpu.from_host(kernel),
-                          gb = gpu.from_host(bias), gdy = gpu.from_host(dy);
-      for (const auto activation :
-           {keras::Activation::relu, keras::Activation::gelu, keras::Activation::linear}) {
-        CAPTURE(static_cast<int>(activation));
-        Tensor<float> y(dy.shape());
-        const Tensor<float> gy = gpu.allocate(dy.shape());
-        cpu.conv2d_forward(x, g, kernel, bias, activation, y);
-        gpu.conv2d_forward(gx, g, gk, gb, activation, gy);
-        check_close(y, gpu.to_host(gy), 1e-4);
-        // Written over NaNs, or added to what is there (a shared layer: im2col).
-        for (const bool accumulate : {false, true}) {
-          CAPTURE(accumulate);
-          const Tensor<float> dkernel =
-              test_support::gradient_start(kernel.shape(), 21, accumulate);
-          const Tensor<float> dbias = test_support::gradient_start(bias.shape(), 22, accumulate);
-          const Tensor<float> gdk = gpu.from_host(dkernel), gdb = gpu.from_host(dbias);
-          Tensor<float> dx(x.shape());
-          const Tensor<float> gdx =
-              gpu.from_host(Tensor<float>(x.shape(), std::numeric_limits<float>::quiet_NaN()));
-          cpu.conv2d_backward(x, g, kernel, bias, activation, y, dy, dkernel, dbias, dx,
-                              accumulate);
-          gpu.conv2d_backward(gx, g, gk, gb, activation, gy, gdy, gdk, gdb, gdx, accumulate);
-          check_close(dkernel, gpu.to_host(gdk), 1e-4);
-          check_close(dbias, gpu.to_host(gdb), 1e-4);
-          check_close(dx, gpu.to_host(gdx), 1e-4);
-        }
-      }
+      check_convolution(
+          cpu, gpu, g,
+          {keras::Activation::relu, keras::Activation::gelu, keras::Activation::linear}, 1e-4);
       // The first geometry (3x3, stride 1, `same`) is cuDNN's: one forward, then per backward
       // pass that writes one filter and one data gradient.
       if (g.in_h == 9 && g.kernel_h == 3 && g.stride_h == 1) CHECK(gpu.cudnn_calls() > 0);

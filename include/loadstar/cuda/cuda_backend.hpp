@@ -1365,18 +1365,9 @@ class CudaBackend final : public keras::Backend {
     const cublasLtEpilogue_t epilogue =
         bias.empty() ? (relu ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_DEFAULT)
                      : (relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS);
-    const float* a = kernel.data();
-    const float* b = x.data();
-    const float* bias_data = or_null(bias);
-    float* d = y.data();
-    const detail::LtPlans::Plan* plan = lt_->plan(
-        {units, rows, features, epilogue, false, detail::LtPlans::alignment({a, b, d, bias_data})});
-    if (plan == nullptr) return false;
-    enqueue({detail::word("dense_forward"), detail::word(plan), detail::word(a), detail::word(b),
-             detail::word(bias_data), detail::word(d)},
-            [this, plan, a, b, bias_data, d](cudaStream_t s) {
-              lt_->run(*plan, a, b, bias_data, d, s);
-            });
+    if (!queue_matmul("dense_forward", {units, rows, features, epilogue}, kernel.data(), x.data(),
+                      or_null(bias), y.data()))
+      return false;
     if (!relu && activation != keras::Activation::linear) activation_forward(activation, y, y);
     return true;
   }
@@ -1403,20 +1394,9 @@ class CudaBackend final : public keras::Backend {
                     "dense_weight_gradients: shapes do not fit");
     if (dbias.empty() || rows == 0 || units == 0 || features == 0) return false;
     if (rows > max_bias_epilogue_rows) return false;
-    const float* a = dz.data();
-    const float* b = x.data();
-    float* bias_gradient = dbias.data();
-    float* d = dkernel.data();
-    const detail::LtPlans::Plan* plan =
-        lt_->plan({units, features, rows, CUBLASLT_EPILOGUE_BGRADA, true,
-                   detail::LtPlans::alignment({a, b, d, bias_gradient})});
-    if (plan == nullptr) return false;
-    enqueue({detail::word("dense_weight_gradients"), detail::word(plan), detail::word(a),
-             detail::word(b), detail::word(bias_gradient), detail::word(d)},
-            [this, plan, a, b, bias_gradient, d](cudaStream_t s) {
-              lt_->run(*plan, a, b, bias_gradient, d, s);
-            });
-    return true;
+    return queue_matmul("dense_weight_gradients",
+                        {units, features, rows, CUBLASLT_EPILOGUE_BGRADA, true}, dz.data(),
+                        x.data(), dbias.data(), dkernel.data());
   }
 
   /// The bit mask's leading dimension for `units` rows of the column-major output: a multiple
@@ -1437,21 +1417,13 @@ class CudaBackend final : public keras::Backend {
                         mask.shape() == keras::Backend::relu_mask_shape(rows, units),
                     "dense_forward_relu_mask: shapes do not fit");
     if (rows == 0 || units == 0 || features == 0) return false;
-    const float* a = kernel.data();
-    const float* b = x.data();
-    const float* bias_data = bias.data();
-    float* d = y.data();
-    const void* aux = mask.data();
-    const detail::LtPlans::Plan* plan = lt_->plan(
-        {units, rows, features, CUBLASLT_EPILOGUE_RELU_AUX_BIAS, false,
-         detail::LtPlans::alignment({a, b, d, bias_data, aux}), false, relu_mask_ld(units)});
-    if (plan == nullptr) return false;
-    enqueue({detail::word("dense_forward_relu_mask"), detail::word(plan), detail::word(a),
-             detail::word(b), detail::word(bias_data), detail::word(d), detail::word(aux)},
-            [this, plan, a, b, bias_data, d, aux](cudaStream_t s) {
-              lt_->run(*plan, a, b, bias_data, d, s, aux);
-            });
-    return true;
+    return queue_matmul("dense_forward_relu_mask",
+                        {.m = units,
+                         .n = rows,
+                         .k = features,
+                         .epilogue = CUBLASLT_EPILOGUE_RELU_AUX_BIAS,
+                         .aux_ld = relu_mask_ld(units)},
+                        kernel.data(), x.data(), bias.data(), y.data(), mask.data());
   }
 
   /// The row-major `dx = dz * kernel^T` is the column-major `dx^T (features x rows) = kernel'^T
@@ -1469,21 +1441,14 @@ class CudaBackend final : public keras::Backend {
                         mask.shape() == keras::Backend::relu_mask_shape(rows, features),
                     "dense_input_gradient_relu: shapes do not fit");
     if (rows == 0 || units == 0 || features == 0) return false;
-    const float* a = kernel.data();
-    const float* b = dz.data();
-    float* bias_gradient = dbias.data();
-    float* d = dx.data();
-    const void* aux = mask.data();
-    const detail::LtPlans::Plan* plan = lt_->plan(
-        {features, rows, units, CUBLASLT_EPILOGUE_DRELU_BGRAD, false,
-         detail::LtPlans::alignment({a, b, d, bias_gradient, aux}), true, relu_mask_ld(features)});
-    if (plan == nullptr) return false;
-    enqueue({detail::word("dense_input_gradient_relu"), detail::word(plan), detail::word(a),
-             detail::word(b), detail::word(bias_gradient), detail::word(d), detail::word(aux)},
-            [this, plan, a, b, bias_gradient, d, aux](cudaStream_t s) {
-              lt_->run(*plan, a, b, bias_gradient, d, s, aux);
-            });
-    return true;
+    return queue_matmul("dense_input_gradient_relu",
+                        {.m = features,
+                         .n = rows,
+                         .k = units,
+                         .epilogue = CUBLASLT_EPILOGUE_DRELU_BGRAD,
+                         .transpose_a = true,
+                         .aux_ld = relu_mask_ld(features)},
+                        kernel.data(), dz.data(), dbias.data(), dx.data(), mask.data());
   }
 
   // --- Elementwise --------------------------------------------------------------------------
@@ -1971,6 +1936,23 @@ class CudaBackend final : public keras::Backend {
     return context_->stream;
   }
 
+  /// Plans the cuBLASLt multiplication of `key` (its `alignment` that of the pointers) and queues
+  /// it, or records it while a step is recorded, as `name`; false, with nothing queued, where
+  /// cuBLASLt has no algorithm for it. `bias` is the epilogue's vector (read, or written by a
+  /// bias gradient), `aux` its ReLU bit mask.
+  bool queue_matmul(const char* name, detail::LtPlans::Key key, const float* a, const float* b,
+                    const float* bias, float* d, const void* aux = nullptr) {
+    key.alignment = detail::LtPlans::alignment({a, b, d, bias, aux});
+    const detail::LtPlans::Plan* plan = lt_->plan(key);
+    if (plan == nullptr) return false;
+    enqueue({detail::word(name), detail::word(plan), detail::word(a), detail::word(b),
+             detail::word(bias), detail::word(d), detail::word(aux)},
+            [this, plan, a, b, bias, d, aux](cudaStream_t s) {
+              lt_->run(*plan, a, b, bias, d, s, aux);
+            });
+    return true;
+  }
+
   // --- Recording ---------------------------------------------------------------------------------
 
   /// The results (loss and metric records) and scalar words one recorded step may hold; a step
@@ -2376,8 +2358,8 @@ class CudaBackend final : public keras::Backend {
   std::array<ScratchSlot, 4> scratch_slots_;
   std::size_t cudnn_calls_ = 0;
   void* cudnn_workspace_ = nullptr;  // Convolution::cudnn
-  std::size_t cudnn_workspace_bytes_ = 0;
 #if LOADSTAR_CUDA_WITH_CUDNN
+  std::size_t cudnn_workspace_bytes_ = 0;
   std::unique_ptr<detail::CudnnConvolutions> cudnn_;
 #endif
   std::vector<detail::FillTarget> fill_table_;
