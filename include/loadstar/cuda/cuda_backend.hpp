@@ -1654,10 +1654,8 @@ class CudaBackend final : public keras::Backend {
     if (conv == nullptr) return false;
     expect("conv2d_forward", {&x, &kernel, &bias, &y});
     const Tensor<float> filter = cudnn_filter(kernel, g);
-    queue_cudnn(
-        "cudnn_forward", conv, x.data(), filter.data(), y.data(),
-        [](const detail::CudnnConvolution& c, cudnnHandle_t h, const float* in, const float* w,
-           float* out, void* workspace) { c.forward(h, in, w, out, workspace); });
+    queue_cudnn("cudnn_forward", conv, &detail::CudnnConvolution::forward, x.data(), filter.data(),
+                y.data());
     const Tensor<float> z = y.reshape({g.batch * g.out_h * g.out_w, g.out_c});
     if (!bias.empty()) bias_add(z, bias);
     if (activation != keras::Activation::linear) activation_forward(activation, z, z);
@@ -1677,15 +1675,17 @@ class CudaBackend final : public keras::Backend {
     expect("conv2d_backward", {&x, &kernel, &y, &dy, &dkernel});
     const std::size_t rows = g.batch * g.out_h * g.out_w;
     Tensor<float> dz = dy.reshape({rows, g.out_c});
+    const bool recompute = activation != keras::Activation::linear &&
+                           keras::activation_gradient_needs_input(activation);
+    // The filter, transposed once for the pre-activation's recomputation and the input gradient.
+    const Tensor<float> filter =
+        recompute || !dx.empty() ? cudnn_filter(kernel, g) : Tensor<float>();
     if (activation != keras::Activation::linear) {
       Tensor<float> z;
-      if (keras::activation_gradient_needs_input(activation)) {
+      if (recompute) {
         z = scratch_tensor(1, {rows, g.out_c});
-        const Tensor<float> filter = cudnn_filter(kernel, g);
-        queue_cudnn(
-            "cudnn_forward", conv, x.data(), filter.data(), z.data(),
-            [](const detail::CudnnConvolution& c, cudnnHandle_t h, const float* in, const float* w,
-               float* out, void* workspace) { c.forward(h, in, w, out, workspace); });
+        queue_cudnn("cudnn_forward", conv, &detail::CudnnConvolution::forward, x.data(),
+                    filter.data(), z.data());
         if (!bias.empty()) bias_add(z, bias);
       }
       const Tensor<float> gradient = scratch_tensor(2, {rows, g.out_c});
@@ -1693,19 +1693,14 @@ class CudaBackend final : public keras::Backend {
       dz = gradient;
     }
     const Tensor<float> dfilter = scratch_tensor(3, {g.out_c, g.patch_size()});
-    queue_cudnn("cudnn_backward_filter", conv, x.data(), dz.data(), dfilter.data(),
-                [](const detail::CudnnConvolution& c, cudnnHandle_t h, const float* in,
-                   const float* gradient, float* out,
-                   void* workspace) { c.backward_filter(h, in, gradient, out, workspace); });
+    queue_cudnn("cudnn_backward_filter", conv, &detail::CudnnConvolution::backward_filter, x.data(),
+                dz.data(), dfilter.data());
     constexpr std::array<std::size_t, 2> swap{1, 0};
     permute(dfilter, swap, dkernel.reshape({g.patch_size(), g.out_c}));
     if (!dbias.empty()) column_sums(dz, dbias, 0.0F);
     if (!dx.empty()) {
-      const Tensor<float> filter = cudnn_filter(kernel, g);
-      queue_cudnn("cudnn_backward_data", conv, filter.data(), dz.data(), dx.data(),
-                  [](const detail::CudnnConvolution& c, cudnnHandle_t h, const float* w,
-                     const float* gradient, float* out,
-                     void* workspace) { c.backward_data(h, w, gradient, out, workspace); });
+      queue_cudnn("cudnn_backward_data", conv, &detail::CudnnConvolution::backward_data,
+                  filter.data(), dz.data(), dx.data());
     }
     return true;
   }
@@ -2266,11 +2261,12 @@ class CudaBackend final : public keras::Backend {
     return filter;
   }
 
-  /// Queues (or records) one of `conv`'s convolutions, `run(conv, handle, a, b, out, workspace)`,
-  /// with the workspace its algorithms need.
-  template <class Run>
-  void queue_cudnn(const char* name, const detail::CudnnConvolution* conv, const float* a,
-                   const float* b, float* out, Run run) {
+  /// Queues (or records) one of `conv`'s convolutions, `(conv->*run)(handle, a, b, out,
+  /// workspace)`, with the workspace its algorithms need.
+  using CudnnRun = void (detail::CudnnConvolution::*)(cudnnHandle_t, const float*, const float*,
+                                                      float*, void*) const;
+  void queue_cudnn(const char* name, const detail::CudnnConvolution* conv, CudnnRun run,
+                   const float* a, const float* b, float* out) {
     void* workspace = conv->workspace_bytes() == 0
                           ? nullptr
                           : grow(cudnn_workspace_, cudnn_workspace_bytes_, conv->workspace_bytes(),
@@ -2279,7 +2275,7 @@ class CudaBackend final : public keras::Backend {
     enqueue({detail::word(name), detail::word(conv), detail::word(a), detail::word(b),
              detail::word(out), detail::word(workspace)},
             [this, conv, a, b, out, workspace, run](cudaStream_t s) {
-              run(*conv, cudnn_->handle(s), a, b, out, workspace);
+              (conv->*run)(cudnn_->handle(s), a, b, out, workspace);
             });
   }
 #endif

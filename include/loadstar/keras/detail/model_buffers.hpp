@@ -129,7 +129,7 @@ LOADSTAR_DECL void Model::check_placement(const detail::MemberView& member,
     throw DeviceError(
         "model '" + name_ + "': " + label + " is in " + member.device.str() +
         " memory but the model computes in " + here.str() +
-        " (keep the arrays on the host, or in the model's backend: " + "backend.from_host(array))");
+        " (keep the arrays on the host, or in the model's backend: backend.from_host(array))");
   }
   if (member.dtype != DType::float32) {
     throw DeviceError("model '" + name_ + "': " + label + " is in " + member.device.str() +

@@ -130,8 +130,7 @@ LOADSTAR_DECL void Dense::forward(std::span<const Tensor<float>> inputs,
     ReluGradientFusion& fusion = *ctx.fused_output;
     fusion.mask_written = false;
     fusion.gradient_written = false;
-    if (activation_ == keras::Activation::relu && options_.use_bias &&
-        !weights_[1].gradient.empty()) {
+    if (carries_relu_gradient_out() && !weights_[1].gradient.empty()) {
       // The mask's storage for the largest batch yet, so that shorter batches allocate nothing.
       const Shape shape = Backend::relu_mask_shape(rows, units_);
       if (fusion.storage.empty() || fusion.storage.rows() < rows ||
