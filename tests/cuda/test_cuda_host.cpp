@@ -180,6 +180,19 @@ TEST_SUITE("cuda") {
     CHECK_THROWS_AS(cuda::check(cudaErrorNoDevice, "cudaSetDevice"), loadstar::Error);
   }
 
+  TEST_CASE("check throws CudaError naming a failed cuDNN call, where cuDNN is built") {
+#if LOADSTAR_CUDA_WITH_CUDNN
+    CHECK_NOTHROW(cuda::check(CUDNN_STATUS_SUCCESS, "cudnnCreate"));
+    const std::string expected = "cudnnConvolutionForward failed with error " +
+                                 std::to_string(CUDNN_STATUS_NOT_SUPPORTED) +
+                                 " (CUDNN_STATUS_NOT_SUPPORTED";
+    CHECK_THROWS_WITH_AS(cuda::check(CUDNN_STATUS_NOT_SUPPORTED, "cudnnConvolutionForward"),
+                         doctest::Contains(expected.c_str()), CudaError);
+#else
+    MESSAGE("this build has no cuDNN");
+#endif
+  }
+
   TEST_CASE("out_of_memory_message gives the bytes asked and the bytes free") {
     CHECK(cuda::out_of_memory_message("cuda:0", "cudaMallocFromPoolAsync", 4096,
                                       "a float32 tensor of shape (32, 32)", 1024, 81559052288) ==
