@@ -412,6 +412,9 @@ namespace loadstar::test {
 /// The number of `cublasLtMatmul` calls so far.
 std::size_t lt_matmuls = 0;
 std::map<int, std::size_t> lt_epilogues;
+/// The number of max pooling gradients carried through a ReLU (`launch_max_pool_backward`'s
+/// `relu`) queued so far.
+std::size_t relu_pool_gradients = 0;
 }  // namespace loadstar::test
 
 extern "C" {
@@ -767,14 +770,15 @@ cudaError_t launch_col2im(cudaStream_t stream, const float* columns, const ConvD
 }
 /// The pooling kernels' work: forward over the output's elements, backward over the input's.
 cudaError_t emulate_pool(cudaStream_t stream, const float* x, const PoolDims& g, const float* dy,
-                         float* out, bool max, bool forward) {
+                         float* out, bool max, bool forward, bool relu = false) {
   return submit_kernel(stream, [=] {
     with_pool_index(g, [&](const auto& index) {
       using Index = typename std::decay_t<decltype(index)>::index_type;
       const auto n = Index(g.batch * (forward ? g.out_h * g.out_w : g.in_h * g.in_w) * g.channels);
       for (Index i = 0; i < n; ++i)
-        out[i] = forward ? pool_forward_value(x, index, max, i)
-                         : pool_backward_value(x, index, dy, max, i);
+        out[i] = forward                  ? pool_forward_value(x, index, max, i)
+                 : relu && !(x[i] > 0.0F) ? 0.0F
+                                          : pool_backward_value(x, index, dy, max, i);
     });
   });
 }
@@ -783,8 +787,9 @@ cudaError_t launch_max_pool_forward(cudaStream_t stream, const float* x, const P
   return emulate_pool(stream, x, g, nullptr, y, true, true);
 }
 cudaError_t launch_max_pool_backward(cudaStream_t stream, const float* x, const PoolDims& g,
-                                     const float* dy, float* dx) {
-  if (!pool_windows_disjoint(g)) return emulate_pool(stream, x, g, dy, dx, true, false);
+                                     const float* dy, float* dx, bool relu) {
+  if (relu) ++loadstar::test::relu_pool_gradients;
+  if (!pool_windows_disjoint(g)) return emulate_pool(stream, x, g, dy, dx, true, false, relu);
   // As the device: a fill where the windows leave positions out, then one thread per window.
   return submit_kernel(stream, [=] {
     if (!pool_windows_tile(g)) std::fill_n(dx, g.batch * g.in_h * g.in_w * g.channels, 0.0F);
@@ -792,7 +797,7 @@ cudaError_t launch_max_pool_backward(cudaStream_t stream, const float* x, const 
       using Index = typename std::decay_t<decltype(index)>::index_type;
       const auto n = Index(g.batch * g.out_h * g.out_w * g.channels);
       for (Index i = 0; i < n; ++i)
-        max_pool_window_gradient(x, index, dy, dx, i);
+        max_pool_window_gradient(x, index, dy, dx, relu, i);
     });
   });
 }

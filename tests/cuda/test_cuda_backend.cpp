@@ -39,6 +39,7 @@ extern std::size_t stream_syncs;                  // emulated_cuda.cpp
 extern std::vector<std::size_t> event_wait_lags;  // emulated_cuda.cpp
 extern std::size_t lt_matmuls;                    // emulated_cuda.cpp
 extern std::map<int, std::size_t> lt_epilogues;   // emulated_cuda.cpp, by cublasLtEpilogue_t
+extern std::size_t relu_pool_gradients;           // emulated_cuda.cpp
 }  // namespace loadstar::test
 #endif
 
@@ -573,6 +574,61 @@ TEST_SUITE("cuda") {
     CHECK(bitwise_equal(gpu.predictions, again.predictions));
   }
 
+  TEST_CASE("A CNN whose ReLU gradients ride max pooling's trains as with a separate ReLU layer") {
+    // The same network twice: the convolutions' ReLUs fused (each max pooling layer carries the
+    // ReLU gradient of the convolution before it), and as separate ReLU layers (nothing fused).
+    const auto make = [](bool fused) {
+      return [fused]() -> std::shared_ptr<Model> {
+        set_random_seed(14);
+        const std::string activation = fused ? "relu" : "linear";
+        auto model = std::make_shared<Sequential>();
+        model->add(Input({8, 8, 1}));
+        model->add(Conv2D(4, 3, {.activation = activation}));
+        if (!fused) model->add(ReLU());
+        // Overlapping windows (each input gathers from several), then disjoint ones.
+        model->add(MaxPooling2D({.pool_size = 3, .strides = 1, .padding = "same"}));
+        model->add(Conv2D(6, 2, {.activation = activation}));
+        if (!fused) model->add(ReLU());
+        model->add(MaxPooling2D());
+        model->add(Flatten());
+        model->add(Dense(3));
+        return model;
+      };
+    };
+    const std::vector<Tensor<float>> initial = make(true)()->get_weights();
+#if defined(LOADSTAR_CUDA_EMULATED)
+    const std::size_t before = loadstar::test::relu_pool_gradients;
+#endif
+    const Run fused = train(make(true), keras::cuda_backend(0), 3, initial, Optimizing::sgd);
+    const Run split = train(make(false), keras::cuda_backend(0), 3, initial, Optimizing::sgd);
+    const Run cpu = train(make(true), cpu_backend(1), 3, initial, Optimizing::sgd);
+#if defined(LOADSTAR_CUDA_EMULATED)
+    // Two carried gradients per step queued kernel by kernel (the first steps of each shape).
+    const std::size_t carried = loadstar::test::relu_pool_gradients - before;
+    CHECK(carried >= 4);
+    CHECK(carried % 2 == 0);
+#endif
+    REQUIRE(fused.weights.size() == split.weights.size());
+    for (std::size_t i = 0; i < fused.weights.size(); ++i) {
+      CAPTURE(i);
+#if defined(LOADSTAR_CUDA_EMULATED)
+      // One cuBLASLt, whatever the epilogue: the same bits.
+      CHECK(bitwise_equal(fused.weights[i], split.weights[i]));
+#else
+      // cuBLASLt may take another algorithm for a GEMM without the ReLU in its epilogue.
+      check_close(fused.weights[i], split.weights[i], 1e-4);
+#endif
+      check_close(cpu.weights[i], fused.weights[i], 2e-3);
+    }
+    check_close(cpu.predictions, fused.predictions, 5e-3);
+    const Run again = train(make(true), keras::cuda_backend(0), 3, initial, Optimizing::sgd);
+    for (std::size_t i = 0; i < fused.weights.size(); ++i) {
+      CAPTURE(i);
+      CHECK(bitwise_equal(fused.weights[i], again.weights[i]));
+    }
+    CHECK(bitwise_equal(fused.predictions, again.predictions));
+  }
+
   TEST_CASE("CudaBackend elementwise kernels match the CPU backend") {
     Backends b;
     const Tensor<float> x = random_tensor({64, 33}, 6, 4.0F);
@@ -644,7 +700,8 @@ TEST_SUITE("cuda") {
       b.cpu.bias_add(c, bias);
       b.gpu.bias_add(g, b.up(bias));
       both(c, g, 0.0);
-      for (const std::size_t rows : {64, 3000}) {
+      // One chunk, fewer chunks than reduction_lanes, more.
+      for (const std::size_t rows : {64, 3000, 40000}) {
         const Tensor<float> big = random_tensor({rows, 33}, 9);
         for (const float beta : {0.0F, 1.0F}) {
           Tensor<float> out = random_tensor({33}, 10);
@@ -761,6 +818,13 @@ TEST_SUITE("cuda") {
           b.gpu.max_pool_forward(gx, g, gy);
           b.cpu.max_pool_backward(x, g, dy, dx);
           b.gpu.max_pool_backward(gx, g, gdy, gdx);
+          // Carried on through the ReLU whose output x is (its negatives and zeros, and windows
+          // whose maximum is 0, pass nothing): the CPU's two calls, bit for bit.
+          Tensor<float> relu_dx(x.shape());
+          b.cpu.activation_backward(keras::Activation::relu, Tensor<float>(), x, dx, relu_dx);
+          const Tensor<float> grelu_dx = b.up(random_tensor(x.shape(), 20));  // overwritten
+          REQUIRE(b.gpu.max_pool_backward_relu(gx, g, gdy, grelu_dx));
+          check_close(relu_dx, b.down(grelu_dx), 0.0);
         } else {
           b.cpu.avg_pool_forward(x, g, y);
           b.gpu.avg_pool_forward(gx, g, gy);

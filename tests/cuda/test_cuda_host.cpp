@@ -371,12 +371,14 @@ TEST_SUITE("cuda") {
     CpuBackend cpu(1);
     CHECK(kd::reduction_chunks(0) == 1);
     CHECK(kd::reduction_chunks(512) == 1);
-    CHECK(kd::reduction_chunks(513) == 2);
+    CHECK(kd::reduction_chunks(513) == 9);  // 64 rows a chunk beyond one chunk of 512
+    CHECK(kd::reduction_chunks(100000) == 1563);
     CHECK(kd::reduction_chunks(std::size_t{1} << 40U) <= 65535);
-    CHECK(kd::reduction_scratch(1000, 7) == 2 * 7 + 2 * 7);
+    CHECK(kd::reduction_scratch(1000, 7) == 16 * 7 + 2 * 7);
     // One chunk: the CPU backend's sequential double sum, bit for bit; several: within 1e-6.
     for (const auto& [rows, tolerance] :
-         {std::pair<std::size_t, double>{300, 0.0}, std::pair<std::size_t, double>{5000, 1e-6}}) {
+         {std::pair<std::size_t, double>{300, 0.0}, std::pair<std::size_t, double>{5000, 1e-6},
+          std::pair<std::size_t, double>{70000, 1e-6}}) {  // more chunks than lanes
       CAPTURE(rows);
       const Tensor<float> x = random_tensor({rows, 7}, 8, 3.0F);
       const auto sums = column_reduce(kd::ElementValue{x.data(), 7}, rows, 7);
@@ -606,8 +608,16 @@ TEST_SUITE("cuda") {
           std::vector<float> scattered(dx.size(), std::numeric_limits<float>::quiet_NaN());
           if (!kd::pool_windows_tile(d)) std::fill(scattered.begin(), scattered.end(), 0.0F);
           for (std::uint32_t i = 0; i < y.size(); ++i)
-            kd::max_pool_window_gradient(x.data(), narrow, dy.data(), scattered.data(), i);
+            kd::max_pool_window_gradient(x.data(), narrow, dy.data(), scattered.data(), false, i);
           check_elements(dx, scattered);
+          // Carried on through the ReLU whose output x is: the CPU's ReLU gradient of dx.
+          Tensor<float> relu_dx(x.shape());
+          cpu.activation_backward(Activation::relu, Tensor<float>(), x, dx, relu_dx);
+          std::vector<float> relu_scattered(dx.size(), 0.0F);
+          for (std::uint32_t i = 0; i < y.size(); ++i)
+            kd::max_pool_window_gradient(x.data(), narrow, dy.data(), relu_scattered.data(), true,
+                                         i);
+          check_elements(relu_dx, relu_scattered);
         }
       }
     }

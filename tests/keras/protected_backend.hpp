@@ -40,11 +40,12 @@ class ProtectedBackend final : public keras::Backend {
  public:
   explicit ProtectedBackend(std::size_t threads = 1) : inner_(threads) {}
 
-  /// Whether `dense_forward_relu_mask` and `dense_input_gradient_relu` run (a device backend's
-  /// fused epilogues, here the CPU backend's kernels in the order the layers call them, so that
-  /// the results stay bit for bit those of the unfused calls), and how often they ran.
+  /// Whether `dense_forward_relu_mask`, `dense_input_gradient_relu` and `max_pool_backward_relu`
+  /// run (a device backend's fused kernels, here the CPU backend's kernels in the order the
+  /// layers call them, so that the results stay bit for bit those of the unfused calls), and how
+  /// often they ran.
   bool fuse_relu_gradients = false;
-  std::size_t relu_masks_written = 0, relu_gradients_carried = 0;
+  std::size_t relu_masks_written = 0, relu_gradients_carried = 0, relu_pool_gradients = 0;
 
   /// The number of regions currently allocated.
   std::size_t allocations() const {
@@ -230,6 +231,16 @@ class ProtectedBackend final : public keras::Backend {
   void max_pool_backward(const Tensor<float>& x, const keras::Pool2DGeometry& g,
                          const Tensor<float>& dy, const Tensor<float>& dx) override {
     run("max_pool_backward", {x, dy, dx}, [&] { inner_.max_pool_backward(x, g, dy, dx); });
+  }
+  bool max_pool_backward_relu(const Tensor<float>& x, const keras::Pool2DGeometry& g,
+                              const Tensor<float>& dy, const Tensor<float>& dx) override {
+    if (!fuse_relu_gradients) return false;
+    run("max_pool_backward_relu", {x, dy, dx}, [&] {
+      inner_.max_pool_backward(x, g, dy, dx);
+      inner_.activation_backward(keras::Activation::relu, Tensor<float>(), x, dx, dx);
+    });
+    ++relu_pool_gradients;
+    return true;
   }
   void avg_pool_forward(const Tensor<float>& x, const keras::Pool2DGeometry& g,
                         const Tensor<float>& y) override {

@@ -227,13 +227,15 @@ TEST_SUITE("keras") {
   }
 
   TEST_CASE(
-      "A Dense ReLU layer's gradient carried by the next Dense layer's backward keeps the bits") {
+      "A ReLU layer's gradient carried by the next Dense or max pooling layer keeps the bits") {
     const Data train = images(40, 7);
-    // How many ReLU layers each model has whose gradient the next layer may carry.
+    // How many ReLU layers each model has whose gradient the next Dense layer may carry
+    // (`fused`), and how many whose gradient the next max pooling layer may carry (`pooled`).
     struct Case {
       const char* name;
       std::function<std::shared_ptr<Model>()> make;
       std::size_t fused;
+      std::size_t pooled = 0;
     };
     const auto in = [] { return Input({8, 8, 1}); };
     const std::vector<Case> cases{
@@ -275,6 +277,48 @@ TEST_SUITE("keras") {
            return std::make_shared<Model>(x, out);
          },
          0},
+        {"cnn",
+         [&] {
+           return std::make_shared<Sequential>(std::initializer_list<SequentialItem>{
+               in(), Conv2D(4, 3, {.activation = "relu"}), MaxPooling2D(),
+               Conv2D(6, 2, {.activation = "relu"}), MaxPooling2D(), Flatten(),
+               Dense(8, {.activation = "relu"}), Dense(3)});
+         },
+         1, 2},
+        // Overlapping windows with padding (each input gathers from several windows), and
+        // channels_first (the layers transpose around the kernels).
+        {"overlapping windows, channels_first",
+         [&] {
+           return std::make_shared<Sequential>(std::initializer_list<SequentialItem>{
+               in(), Conv2D(4, 3, {.activation = "relu"}),
+               MaxPooling2D({.pool_size = 3, .strides = 1, .padding = "same"}), Permute({3, 1, 2}),
+               Conv2D(3, 2, {.data_format = "channels_first", .activation = "relu"}),
+               MaxPooling2D({.data_format = "channels_first"}), Flatten(), Dense(3)});
+         },
+         0, 2},
+        {"conv1d",
+         [&] {
+           return std::make_shared<Sequential>(std::initializer_list<SequentialItem>{
+               in(), Reshape({8, 8}), Conv1D(4, 3, {.activation = "relu"}), MaxPooling1D(),
+               Flatten(), Dense(3)});
+         },
+         0, 1},
+        // No ReLU, average pooling, a second consumer: nothing is carried.
+        {"cnn without",
+         [&] {
+           auto x = in();
+           auto h = call(Conv2D(4, 3), x);
+           h = call(MaxPooling2D(), h);
+           h = call(Conv2D(4, 2, {.activation = "relu"}), h);
+           h = call(AveragePooling2D(), h);
+           auto c = call(Conv2D(4, 1, {.activation = "relu"}), h);
+           auto out =
+               call(Dense(3),
+                    call(Flatten(),
+                         call(Add(), std::vector{call(MaxPooling2D({.pool_size = 1}), c), c})));
+           return std::make_shared<Model>(x, out);
+         },
+         0},
     };
     for (const auto& c : cases) {
       const std::string name = c.name;
@@ -298,6 +342,7 @@ TEST_SUITE("keras") {
       // 2 epochs of 3 batches (16, 16, 8), one mask and one carried gradient per pair.
       CHECK(fusing->relu_masks_written == 6 * c.fused);
       CHECK(fusing->relu_gradients_carried == 6 * c.fused);
+      CHECK(fusing->relu_pool_gradients == 6 * c.pooled);
     }
   }
 

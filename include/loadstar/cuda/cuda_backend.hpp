@@ -1743,7 +1743,16 @@ class CudaBackend final : public keras::Backend {
                          const Tensor<float>& dy, const Tensor<float>& dx) override {
     expect("max_pool_backward", {&x, &dy, &dx});
     launch("max_pool_backward", detail::launch_max_pool_backward, x.data(), dims(g), dy.data(),
-           dx.data());
+           dx.data(), false);
+  }
+
+  /// The max pooling gradient and the ReLU's before it in one kernel (`ReluGradientFusion`).
+  bool max_pool_backward_relu(const Tensor<float>& x, const keras::Pool2DGeometry& g,
+                              const Tensor<float>& dy, const Tensor<float>& dx) override {
+    expect("max_pool_backward_relu", {&x, &dy, &dx});
+    launch("max_pool_backward_relu", detail::launch_max_pool_backward, x.data(), dims(g), dy.data(),
+           dx.data(), true);
+    return true;
   }
 
   void avg_pool_forward(const Tensor<float>& x, const keras::Pool2DGeometry& g,

@@ -22,13 +22,21 @@ namespace loadstar::keras {
 
 class Backend;
 
-/// A `Dense` layer with a ReLU and a bias whose output only the next `Dense` layer takes, its ReLU
-/// gradient carried by that layer's input gradient in a training step where the backend fuses
-/// them (`Backend::dense_forward_relu_mask`, `Backend::dense_input_gradient_relu`: cuBLASLt's
-/// `RELU_AUX_BIAS` and `DRELU_BGRAD` epilogues). The model keeps one per such pair and hands it
-/// to the ReLU layer's calls (`CallContext::fused_output`) and the next layer's backward
-/// (`CallContext::fused_input`).
+/// A layer with a ReLU whose output only the next layer takes, its ReLU gradient carried by that
+/// layer's input gradient in a training step where the backend fuses them. Two kinds:
+/// - a `Dense` layer with a ReLU and a bias before a `Dense` layer
+///   (`Backend::dense_forward_relu_mask`, `Backend::dense_input_gradient_relu`: cuBLASLt's
+///   `RELU_AUX_BIAS` and `DRELU_BGRAD` epilogues): the ReLU layer's forward writes a mask, and
+///   the next layer's backward writes the ReLU layer's pre-activation and bias gradients;
+/// - a convolution with a ReLU before max pooling (`from_output`:
+/// `Backend::max_pool_backward_relu`):
+///   the pooling's backward reads the ReLU from its own input, the convolution's output, and
+///   writes the pre-activation gradient.
+/// The model keeps one per such pair and hands it to the ReLU layer's calls
+/// (`CallContext::fused_output`) and the next layer's backward (`CallContext::fused_input`).
 struct ReluGradientFusion {
+  /// The second kind: the next layer applies the ReLU from the ReLU layer's output.
+  bool from_output = false;
   /// Where the masks live (the backend's memory, grown to the largest batch) and this step's.
   Tensor<float> storage, mask;
   /// The ReLU layer's bias gradient, written by the next layer's backward.
@@ -36,7 +44,7 @@ struct ReluGradientFusion {
   /// This step's forward wrote `mask`.
   bool mask_written = false;
   /// The next layer's backward wrote the ReLU layer's pre-activation gradient (into its output
-  /// gradient) and `bias_gradient`.
+  /// gradient), and for the first kind `bias_gradient`.
   bool gradient_written = false;
 };
 
@@ -55,10 +63,10 @@ struct CallContext {
   /// them, ignoring what the gradients held (`false`: given only to a layer whose
   /// `writes_gradients()` is `true`, in the one call of a step that computes its gradients).
   bool accumulate_gradients = true;
-  /// In a training step, the fusion whose ReLU layer this call is (`Dense` only), or null.
+  /// In a training step, the fusion whose ReLU layer this call is, or null.
   ReluGradientFusion* fused_output = nullptr;
-  /// In a training step's backward, the fusion whose ReLU layer's output is this call's input
-  /// (`Dense` only), or null.
+  /// In a training step's backward, the fusion whose ReLU layer's output is this call's input, or
+  /// null.
   ReluGradientFusion* fused_input = nullptr;
 };
 
@@ -125,6 +133,13 @@ class Layer : public std::enable_shared_from_this<Layer> {
   /// Whether this layer's backward may carry its input gradient through the ReLU of the layer
   /// before it (`ReluGradientFusion`: a `Dense` layer).
   virtual bool carries_relu_gradient_in() const noexcept { return false; }
+  /// Whether a training step may leave this layer's ReLU gradient to the backward of the layer
+  /// after it, which reads the ReLU from this layer's output (`ReluGradientFusion::from_output`:
+  /// a convolution with a ReLU).
+  virtual bool relu_gradient_from_output() const noexcept { return false; }
+  /// Whether this layer's backward may carry its input gradient through a ReLU read from its
+  /// input (`ReluGradientFusion::from_output`: max pooling).
+  virtual bool carries_relu_gradient_of_input() const noexcept { return false; }
 
   /// The weights in Keras's order (trainable first, as `layer.weights` lists them).
   std::span<Variable> weights() noexcept { return weights_; }

@@ -523,9 +523,10 @@ class Model {
   // --- graph ------------------------------------------------------------------------------------
 
   void plan(const std::vector<KerasTensor>& inputs, const std::vector<KerasTensor>& outputs);
-  /// Finds the `ReluGradientFusion` pairs: a node whose layer `carries_relu_gradient_in()` and
-  /// whose one input is the output of a node whose layer `carries_relu_gradient_out()`, writes
-  /// its gradients, and has no other consumer and no loss.
+  /// Finds the `ReluGradientFusion` pairs: a node whose one input is the output of a node that
+  /// writes its gradients and has no other consumer and no loss, where the first layer
+  /// `carries_relu_gradient_in()` and the second `carries_relu_gradient_out()`, or the first
+  /// `carries_relu_gradient_of_input()` and the second `relu_gradient_from_output()`.
   void plan_relu_fusions();
 
   bool is_chain() const;

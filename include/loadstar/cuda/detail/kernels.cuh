@@ -159,25 +159,54 @@ __global__ void column_partials_kernel(Value value, std::size_t rows, std::size_
   partials[std::size_t(blockIdx.y) * columns + j] = column_partial(value, rows, blockIdx.y, j);
 }
 
+/// One chunk: each column's partial sum is its total.
 template <class Finish>
-__global__ void column_finish_kernel(const double* partials, std::size_t chunks,
-                                     std::size_t columns, Finish finish) {
+__global__ void column_finish_kernel(const double* partials, std::size_t columns, Finish finish) {
   LOADSTAR_GRID_STRIDE(j, columns) {
-    finish(j, column_total(partials, chunks, columns, j));
+    finish(j, partials[j]);
   }
 }
 
-/// `finish(j, sum over rows of value(r, j))` for every column, in a fixed order of additions.
+/// Several chunks: one block of `reduction_lanes` threads per column adds its partial sums by
+/// lane, then the lanes in `column_total`'s tree.
+template <class Finish>
+__global__ void column_tree_finish_kernel(const double* partials, std::size_t chunks,
+                                          std::size_t columns, Finish finish) {
+  __shared__ double lanes[reduction_lanes];
+  for (std::size_t j = blockIdx.x; j < columns; j += gridDim.x) {
+    lanes[threadIdx.x] = column_lane_sum(partials, chunks, columns, j, threadIdx.x);
+    __syncthreads();
+    for (unsigned stride = reduction_lanes / 2; stride > 0; stride /= 2) {
+      if (threadIdx.x < stride) lanes[threadIdx.x] += lanes[threadIdx.x + stride];
+      __syncthreads();
+    }
+    if (threadIdx.x == 0) finish(j, lanes[0]);
+    __syncthreads();
+  }
+}
+
+/// `finish(j, sum over rows of value(r, j))` for every column, in a fixed order of additions
+/// (`column_partial`, `column_total`).
 template <class Value, class Finish>
 cudaError_t column_reduce(cudaStream_t stream, Value value, Finish finish, std::size_t rows,
                           std::size_t columns, double* partials) {
   if (columns == 0) return cudaSuccess;
   const std::size_t chunks = reduction_chunks(rows);
-  const dim3 grid(static_cast<unsigned>((columns + block_threads - 1) / block_threads),
+  // As many threads a block as the columns need (a warp for a narrow matrix), so that a block
+  // per chunk keeps few threads idle.
+  const unsigned threads =
+      columns >= block_threads ? block_threads : static_cast<unsigned>((columns + 31) / 32 * 32);
+  const dim3 grid(static_cast<unsigned>((columns + threads - 1) / threads),
                   static_cast<unsigned>(chunks));
-  column_partials_kernel<<<grid, block_threads, 0, stream>>>(value, rows, columns, partials);
+  column_partials_kernel<<<grid, threads, 0, stream>>>(value, rows, columns, partials);
   if (const cudaError_t status = cudaGetLastError(); status != cudaSuccess) return status;
-  return launch(column_finish_kernel<Finish>, stream, columns, partials, chunks, columns, finish);
+  if (chunks == 1)
+    return launch(column_finish_kernel<Finish>, stream, columns, partials, columns, finish);
+  static_assert(reduction_lanes == block_threads, "a block of threads per column's lanes");
+  const auto blocks = static_cast<unsigned>(columns < 65535 ? columns : 65535);
+  column_tree_finish_kernel<<<blocks, reduction_lanes, 0, stream>>>(partials, chunks, columns,
+                                                                    finish);
+  return cudaGetLastError();
 }
 
 struct ColumnSumsFinish {
@@ -270,17 +299,17 @@ __global__ void pool_forward_kernel(const float* x, PoolIndex<Index> g, float* y
 
 template <class Index>
 __global__ void max_pool_window_gradient_kernel(const float* x, PoolIndex<Index> g, const float* dy,
-                                                float* dx, Index n) {
+                                                float* dx, bool relu, Index n) {
   LOADSTAR_GRID_STRIDE_OF(Index, i, n) {
-    max_pool_window_gradient(x, g, dy, dx, i);
+    max_pool_window_gradient(x, g, dy, dx, relu, i);
   }
 }
 
 template <class Index>
 __global__ void pool_backward_kernel(const float* x, PoolIndex<Index> g, const float* dy, float* dx,
-                                     bool max, Index n) {
+                                     bool max, bool relu, Index n) {
   LOADSTAR_GRID_STRIDE_OF(Index, i, n) {
-    dx[i] = pool_backward_value(x, g, dy, max, i);
+    dx[i] = relu && !(x[i] > 0.0F) ? 0.0F : pool_backward_value(x, g, dy, max, i);
   }
 }
 
@@ -550,11 +579,11 @@ cudaError_t pool_forward(cudaStream_t stream, const float* x, const PoolDims& g,
 
 /// Pooling backward (`max`, else average) over the input's elements.
 cudaError_t pool_backward(cudaStream_t stream, const float* x, const PoolDims& g, const float* dy,
-                          float* dx, bool max) {
+                          float* dx, bool max, bool relu) {
   const std::size_t n = g.batch * g.in_h * g.in_w * g.channels;
   return with_pool_index(g, [&](const auto& index) {
     using Index = typename std::decay_t<decltype(index)>::index_type;
-    return launch(pool_backward_kernel<Index>, stream, n, x, index, dy, dx, max, Index(n));
+    return launch(pool_backward_kernel<Index>, stream, n, x, index, dy, dx, max, relu, Index(n));
   });
 }
 
@@ -567,10 +596,11 @@ cudaError_t launch_max_pool_forward(cudaStream_t stream, const float* x, const P
 
 /// Disjoint windows (the usual pool size = stride): one thread per window writes the window's
 /// gradients, after a fill of the positions no window covers; otherwise one thread per input
-/// element gathers from every window that holds it.
+/// element gathers from every window that holds it. With `relu`, the gradient goes on through
+/// the ReLU whose output `x` is.
 cudaError_t launch_max_pool_backward(cudaStream_t stream, const float* x, const PoolDims& g,
-                                     const float* dy, float* dx) {
-  if (!pool_windows_disjoint(g)) return pool_backward(stream, x, g, dy, dx, true);
+                                     const float* dy, float* dx, bool relu) {
+  if (!pool_windows_disjoint(g)) return pool_backward(stream, x, g, dy, dx, true, relu);
   if (!pool_windows_tile(g)) {
     const std::size_t bytes = g.batch * g.in_h * g.in_w * g.channels * sizeof(float);
     if (const cudaError_t status = cudaMemsetAsync(dx, 0, bytes, stream); status != cudaSuccess)
@@ -579,7 +609,8 @@ cudaError_t launch_max_pool_backward(cudaStream_t stream, const float* x, const 
   const std::size_t n = g.batch * g.out_h * g.out_w * g.channels;
   return with_pool_index(g, [&](const auto& index) {
     using Index = typename std::decay_t<decltype(index)>::index_type;
-    return launch(max_pool_window_gradient_kernel<Index>, stream, n, x, index, dy, dx, Index(n));
+    return launch(max_pool_window_gradient_kernel<Index>, stream, n, x, index, dy, dx, relu,
+                  Index(n));
   });
 }
 
@@ -590,7 +621,7 @@ cudaError_t launch_avg_pool_forward(cudaStream_t stream, const float* x, const P
 
 cudaError_t launch_avg_pool_backward(cudaStream_t stream, const PoolDims& g, const float* dy,
                                      float* dx) {
-  return pool_backward(stream, nullptr, g, dy, dx, false);
+  return pool_backward(stream, nullptr, g, dy, dx, false, false);
 }
 
 cudaError_t launch_global_pool_forward(cudaStream_t stream, const float* x, bool max, float* y,

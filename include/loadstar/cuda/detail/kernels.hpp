@@ -51,8 +51,9 @@ cudaError_t launch_im2col(cudaStream_t stream, const float* x, const ConvDims& g
 cudaError_t launch_col2im(cudaStream_t stream, const float* columns, const ConvDims& g, float* dx);
 cudaError_t launch_max_pool_forward(cudaStream_t stream, const float* x, const PoolDims& g,
                                     float* y);
+/// With `relu`, `dx` goes on through the ReLU whose output `x` is (0 where `x` is not positive).
 cudaError_t launch_max_pool_backward(cudaStream_t stream, const float* x, const PoolDims& g,
-                                     const float* dy, float* dx);
+                                     const float* dy, float* dx, bool relu);
 cudaError_t launch_avg_pool_forward(cudaStream_t stream, const float* x, const PoolDims& g,
                                     float* y);
 cudaError_t launch_avg_pool_backward(cudaStream_t stream, const PoolDims& g, const float* dy,

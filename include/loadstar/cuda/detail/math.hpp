@@ -178,16 +178,19 @@ LOADSTAR_HOST_DEVICE inline void softmax_backward_line(const float* y, const flo
   }
 }
 
-// --- Column reductions: fixed chunks of rows, partial sums in double, added in chunk order
+// --- Column reductions: fixed chunks of rows, partial sums in double, added in a fixed order
 // --------
 
-/// The rows each chunk of a column reduction sums: at least 512, and few enough chunks for a
-/// grid's y dimension (65535). A function of the row count alone, so that the order of additions
-/// (and the result, bit for bit) never depends on the device or the launch. With one chunk the
-/// sum is the CPU backend's sequential double sum, bit for bit.
+/// The rows each chunk of a column reduction sums: all of them up to 512 (one chunk: the CPU
+/// backend's sequential double sum, bit for bit); beyond, 64, so that a narrow matrix (a
+/// convolution's bias gradient: many rows, few columns) still gives the device enough threads to
+/// keep its memory busy, or more where a grid's y dimension (65535) needs fewer chunks. A
+/// function of the row count alone, so that the order of additions (and the result, bit for bit)
+/// never depends on the device or the launch.
 LOADSTAR_HOST_DEVICE inline std::size_t reduction_chunk_rows(std::size_t rows) noexcept {
+  if (rows <= 512) return 512;
   const std::size_t by_grid = (rows + 65534) / 65535;
-  return by_grid > 512 ? by_grid : 512;
+  return by_grid > 64 ? by_grid : 64;
 }
 
 LOADSTAR_HOST_DEVICE inline std::size_t reduction_chunks(std::size_t rows) noexcept {
@@ -211,18 +214,41 @@ LOADSTAR_HOST_DEVICE double column_partial(const Value& value, std::size_t rows,
   const std::size_t r0 = chunk * chunk_rows;
   const std::size_t r1 = r0 + chunk_rows < rows ? r0 + chunk_rows : rows;
   double sum = 0.0;
+  // Unrolled for the loads in flight; the additions keep their order.
+  LOADSTAR_DEVICE_UNROLL(16)
   for (std::size_t r = r0; r < r1; ++r)
     sum += value(r, j);
   return sum;
 }
 
-/// Column `j`'s partial sums (`partials[chunk * columns + j]`) added in chunk order.
+/// The lanes that add a column's partial sums (the threads of one block of
+/// `column_tree_finish_kernel`).
+inline constexpr unsigned reduction_lanes = 256;
+
+/// Lane `lane`'s share of column `j`'s partial sums (`partials[chunk * columns + j]`): chunks
+/// `lane`, `lane + reduction_lanes`, ..., added in that order.
+LOADSTAR_HOST_DEVICE inline double column_lane_sum(const double* partials, std::size_t chunks,
+                                                   std::size_t columns, std::size_t j,
+                                                   std::size_t lane) noexcept {
+  double sum = 0.0;
+  for (std::size_t c = lane; c < chunks; c += reduction_lanes)
+    sum += partials[c * columns + j];
+  return sum;
+}
+
+/// Column `j`'s total: one chunk's partial sum as it is; several chunks' added by lane
+/// (`column_lane_sum`), then the lanes pairwise in a fixed tree (lane `t` takes lane
+/// `t + 128`, then `t + 64`, ..., `t + 1`), as `column_tree_finish_kernel`'s threads add them.
 LOADSTAR_HOST_DEVICE inline double column_total(const double* partials, std::size_t chunks,
                                                 std::size_t columns, std::size_t j) noexcept {
-  double total = 0.0;
-  for (std::size_t c = 0; c < chunks; ++c)
-    total += partials[c * columns + j];
-  return total;
+  if (chunks == 1) return partials[j];
+  double lanes[reduction_lanes];
+  for (std::size_t t = 0; t < reduction_lanes; ++t)
+    lanes[t] = column_lane_sum(partials, chunks, columns, j, t);
+  for (std::size_t stride = reduction_lanes / 2; stride > 0; stride /= 2)
+    for (std::size_t t = 0; t < stride; ++t)
+      lanes[t] += lanes[t + stride];
+  return lanes[0];
 }
 
 /// `x[r, j]` of a `(rows, columns)` matrix.
@@ -582,14 +608,16 @@ inline bool pool_windows_tile(const PoolDims& g) noexcept {
 /// (`pool_windows_disjoint`): the window's first maximum gets the window's gradient, the rest of
 /// it zero. These are `pool_backward_value`'s bits (its sum starts from zero, so `-0.0` becomes
 /// `0.0` as there), with one thread per window instead of one per input element, and the window's
-/// maximum found once instead of once per element.
+/// maximum found once instead of once per element. With `relu` (`x` is a ReLU's output), the
+/// gradient is carried on through that ReLU: 0 where the maximum is not positive, as
+/// `activation_gradient`'s ReLU gives.
 template <class Index>
 LOADSTAR_HOST_DEVICE inline void max_pool_window_gradient(const float* x, const PoolIndex<Index>& g,
-                                                          const float* dy, float* dx,
+                                                          const float* dy, float* dx, bool relu,
                                                           Index i) noexcept {
   const auto [b, oh, ow, c] = nhwc_of(i, g.channels, g.out_w, g.out_h);
   const Index arg = window_argmax(x, g, b, oh, ow, c);
-  const float gradient = 0.0F + dy[i];
+  const float gradient = relu && !(x[arg] > 0.0F) ? 0.0F : 0.0F + dy[i];
   const Span<Index> h = window_span(oh, g.stride_h.value, g.pad_top, g.pool_h, g.in_h.value);
   const Span<Index> w = window_span(ow, g.stride_w.value, g.pad_left, g.pool_w, g.in_w.value);
   for (Index ih = h.begin; ih < h.end; ++ih) {

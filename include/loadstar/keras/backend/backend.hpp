@@ -508,6 +508,13 @@ class Backend {
   /// Routes each output gradient to the first maximum of its window (recomputed from `x`).
   virtual void max_pool_backward(const Tensor<float>& x, const Pool2DGeometry& g,
                                  const Tensor<float>& dy, const Tensor<float>& dx) = 0;
+  /// `max_pool_backward` carried on through the ReLU whose output `x` is (the gradient set to 0
+  /// where `x` is not positive, as `activation_backward` of a ReLU does), as one fused operation,
+  /// returning `true`; or `false` when this backend has none (the default), and nothing is done.
+  virtual bool max_pool_backward_relu(const Tensor<float>& /*x*/, const Pool2DGeometry& /*g*/,
+                                      const Tensor<float>& /*dy*/, const Tensor<float>& /*dx*/) {
+    return false;
+  }
   /// Averages over the window's elements inside the input (TensorFlow's `same` padding).
   virtual void avg_pool_forward(const Tensor<float>& x, const Pool2DGeometry& g,
                                 const Tensor<float>& y) = 0;

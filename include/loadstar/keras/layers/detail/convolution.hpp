@@ -30,6 +30,11 @@ class Convolution : public LayerBase {
   /// Writes its gradients when it is called once per step (`Backend::conv2d_backward`'s
   /// `accumulate`).
   bool writes_gradients() const noexcept override { return true; }
+  /// With a ReLU: its backward takes the pre-activation gradient from max pooling's after it
+  /// where the backend fuses them (`ReluGradientFusion::from_output`).
+  bool relu_gradient_from_output() const noexcept override {
+    return activation_ == keras::Activation::relu;
+  }
 
  protected:
   /// The derived layer sets `channels_first_` (its data format) in its constructor, where
@@ -100,6 +105,7 @@ LOADSTAR_DECL void Convolution::forward(std::span<const Tensor<float>> inputs,
   check_inputs(inputs);
   Backend& backend = ctx.backend;
   const std::size_t batch = inputs[0].rows();
+  if (ctx.fused_output != nullptr) ctx.fused_output->gradient_written = false;
   const Tensor<float> x = to_channels_last(backend, inputs[0], x_last_, in_last_, batch);
   const Tensor<float> y = channels_first_ ? y_last_.get(backend, out_last_.prepend(batch)) : output;
   const Conv2DGeometry g = geometry(batch);
@@ -123,8 +129,14 @@ LOADSTAR_DECL void Convolution::backward(std::span<const Tensor<float>> inputs,
   const Tensor<float> x = to_channels_last(backend, inputs[0], x_last_, in_last_, batch);
   const Tensor<float> dy = to_channels_last(backend, output_gradient, dy_last_, out_last_, batch)
                                .reshape({rows, filters_});
+  // The max pooling after it carried the gradient through the ReLU
+  // (`ReluGradientFusion::from_output`): the output gradient is the pre-activation's.
+  ReluGradientFusion* fused = ctx.fused_output;
+  const bool carried = fused != nullptr && fused->gradient_written;
+  if (fused != nullptr) fused->gradient_written = false;
+  const keras::Activation activation = carried ? keras::Activation::linear : activation_;
   const Tensor<float> y =
-      activation_ == keras::Activation::linear
+      activation == keras::Activation::linear
           ? Tensor<float>()
           : to_channels_last(backend, output, y_last_, out_last_, batch).reshape({rows, filters_});
   const bool want_dx = !input_gradients.empty() && !input_gradients[0].empty();
@@ -132,7 +144,7 @@ LOADSTAR_DECL void Convolution::backward(std::span<const Tensor<float>> inputs,
                            : channels_first_ ? dx_last_.get(backend, in_last_.prepend(batch))
                                              : input_gradients[0];
   backend.conv2d_backward(x, g, kernel_matrix(), use_bias_ ? weights_[1].value : Tensor<float>(),
-                          activation_, y, dy, weights_[0].gradient.reshape(kernel_matrix().shape()),
+                          activation, y, dy, weights_[0].gradient.reshape(kernel_matrix().shape()),
                           use_bias_ ? weights_[1].gradient : Tensor<float>(), dx,
                           ctx.accumulate_gradients);
   if (want_dx && channels_first_) backend.permute(dx, to_first_, input_gradients[0]);

@@ -56,6 +56,10 @@ class Pooling : public LayerBase {
     return Max ? "MaxPooling2D" : "AveragePooling2D";
   }
 
+  /// Max pooling: its input gradient may go through the ReLU of the layer before it, read from
+  /// its input (`ReluGradientFusion::from_output`).
+  bool carries_relu_gradient_of_input() const noexcept override { return Max; }
+
   Shape build(std::span<const Shape> input_shapes, std::uint64_t) override {
     same_ = parse_padding(options_.padding, label());
     if (pool_.h == 0 || pool_.w == 0 || strides_.h == 0 || strides_.w == 0)
@@ -122,7 +126,15 @@ class Pooling : public LayerBase {
         channels_first_ ? dx_last_.get(backend, in_last_.prepend(batch)) : input_gradients[0];
     if constexpr (Max) {
       const Tensor<float> x = to_channels_last(backend, inputs[0], x_last_, in_last_);
-      backend.max_pool_backward(x, geometry(batch), dy, dx);
+      // Through the ReLU of the layer before, read from `x` (`ReluGradientFusion::from_output`),
+      // where the backend fuses them.
+      ReluGradientFusion* fused = ctx.fused_input;
+      if (fused != nullptr && fused->from_output &&
+          backend.max_pool_backward_relu(x, geometry(batch), dy, dx)) {
+        fused->gradient_written = true;
+      } else {
+        backend.max_pool_backward(x, geometry(batch), dy, dx);
+      }
     } else {
       backend.avg_pool_backward(geometry(batch), dy, dx);
     }
