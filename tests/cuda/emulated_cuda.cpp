@@ -415,6 +415,9 @@ std::map<int, std::size_t> lt_epilogues;
 /// The number of max pooling gradients carried through a ReLU (`launch_max_pool_backward`'s
 /// `relu`) queued so far.
 std::size_t relu_pool_gradients = 0;
+/// The number of convolution weight gradients queued as one column reduction
+/// (`launch_conv_weight_gradients`) so far.
+std::size_t conv_weight_reductions = 0;
 }  // namespace loadstar::test
 
 extern "C" {
@@ -765,6 +768,28 @@ cudaError_t launch_col2im(cudaStream_t stream, const float* columns, const ConvD
       const auto n = Index(g.batch * g.in_h * g.in_w * g.in_c);
       for (Index i = 0; i < n; ++i)
         dx[i] = col2im_value(columns, index, i);
+    });
+  });
+}
+/// As the device: each column's partial sums over each chunk (one column at a time, where the
+/// device takes four filters a thread: the same sums), then the totals.
+cudaError_t launch_conv_weight_gradients(cudaStream_t stream, const float* x, const ConvDims& g,
+                                         const float* dz, std::size_t filters, float* dkernel,
+                                         float* dbias, bool accumulate, double* scratch) {
+  ++loadstar::test::conv_weight_reductions;
+  return submit_kernel(stream, [=] {
+    with_conv_index(g, [&](const auto& index) {
+      const std::size_t rows = g.batch * g.out_h * g.out_w;
+      const std::size_t kernel_terms = g.kernel_h * g.kernel_w * g.in_c * filters;
+      const std::size_t columns = kernel_terms + (dbias != nullptr ? filters : 0);
+      const std::size_t chunks = reduction_chunks(rows);
+      for (std::size_t chunk = 0; chunk < chunks; ++chunk)
+        for (std::size_t j = 0; j < columns; ++j)
+          conv_weight_partials<1>(x, index, dz, rows, filters, chunk, j,
+                                  scratch + chunk * columns + j);
+      const ConvWeightFinish finish{dkernel, dbias, kernel_terms, accumulate};
+      for (std::size_t j = 0; j < columns; ++j)
+        finish(j, column_total(scratch, chunks, columns, j));
     });
   });
 }

@@ -40,6 +40,7 @@ extern std::vector<std::size_t> event_wait_lags;  // emulated_cuda.cpp
 extern std::size_t lt_matmuls;                    // emulated_cuda.cpp
 extern std::map<int, std::size_t> lt_epilogues;   // emulated_cuda.cpp, by cublasLtEpilogue_t
 extern std::size_t relu_pool_gradients;           // emulated_cuda.cpp
+extern std::size_t conv_weight_reductions;        // emulated_cuda.cpp
 }  // namespace loadstar::test
 #endif
 
@@ -799,6 +800,27 @@ TEST_SUITE("cuda") {
       check_convolution(
           b.cpu, b.gpu, g,
           {keras::Activation::relu, keras::Activation::tanh, keras::Activation::linear}, 1e-5);
+    }
+    // Many output positions and few weights: the weight gradients as one column reduction over
+    // the input (four filters a thread, or one where the filters do not divide into fours),
+    // with padding, strides and dilation.
+    keras::Conv2DGeometry tall = conv_geometry(30, 30, 1, 3, 1, 1, true);
+    tall.batch = 12;  // 10,800 rows
+    keras::Conv2DGeometry strided = conv_geometry(41, 41, 2, 3, 2, 2, false);
+    strided.batch = 40;  // 19 x 19 x 40 = 14,440 rows
+    strided.out_c = 3;
+    for (const auto& g : {tall, strided}) {
+      CAPTURE(g.out_c);
+      REQUIRE(g.batch * g.out_h * g.out_w >= CudaBackend::min_reduction_rows);
+#if defined(LOADSTAR_CUDA_EMULATED)
+      const std::size_t before = loadstar::test::conv_weight_reductions;
+#endif
+      check_convolution(b.cpu, b.gpu, g, {keras::Activation::relu, keras::Activation::linear},
+                        1e-5);
+#if defined(LOADSTAR_CUDA_EMULATED)
+      // Each backward pass: 2 activations x 2 biases x 2 (accumulated and written).
+      CHECK(loadstar::test::conv_weight_reductions - before == 8);
+#endif
     }
     for (const auto& g : {pool_geometry(8, 8, 2, 2, false), pool_geometry(7, 7, 2, 2, true),
                           pool_geometry(9, 6, 3, 2, true), pool_geometry(6, 6, 3, 1, true)}) {

@@ -376,9 +376,12 @@ TEST_SUITE("cuda") {
     CHECK(kd::reduction_chunks(std::size_t{1} << 40U) <= 65535);
     CHECK(kd::reduction_scratch(1000, 7) == 16 * 7 + 2 * 7);
     // One chunk: the CPU backend's sequential double sum, bit for bit; several: within 1e-6.
-    for (const auto& [rows, tolerance] :
+    // (Clang 14 cannot capture a structured binding in CAPTURE's lambda.)
+    for (const auto& sized :
          {std::pair<std::size_t, double>{300, 0.0}, std::pair<std::size_t, double>{5000, 1e-6},
           std::pair<std::size_t, double>{70000, 1e-6}}) {  // more chunks than lanes
+      const std::size_t rows = sized.first;
+      const double tolerance = sized.second;
       CAPTURE(rows);
       const Tensor<float> x = random_tensor({rows, 7}, 8, 3.0F);
       const auto sums = column_reduce(kd::ElementValue{x.data(), 7}, rows, 7);
@@ -526,8 +529,9 @@ TEST_SUITE("cuda") {
       CAPTURE(c.sh);
       CAPTURE(c.dilation);
       CAPTURE(c.same);
+      // 9 images: several chunks of rows for the weight gradients, starting inside an image.
       const auto g =
-          conv_geometry(2, c.in_h, c.in_w, c.in_c, c.kh, c.kw, c.sh, c.sw, c.dilation, c.same);
+          conv_geometry(9, c.in_h, c.in_w, c.in_c, c.kh, c.kw, c.sh, c.sw, c.dilation, c.same);
       REQUIRE(g.out_h > 0);
       const kd::ConvDims d = kd::conv_dims(g);
       REQUIRE(kd::conv_fits_32bit(d));
@@ -537,6 +541,13 @@ TEST_SUITE("cuda") {
       const Tensor<float> dcolumns = random_tensor(columns.shape(), 18);
       Tensor<float> dx(x.shape(), 7.0F);  // col2im overwrites
       cpu.col2im(dcolumns, g, dx);
+      // The weight gradients of 4 filters: the unfolded columns' product and dz's column sums.
+      const std::size_t rows = columns.rows(), filters = 4;
+      const Tensor<float> dz = random_tensor({rows, filters}, 19);
+      Tensor<float> dkernel({g.patch_size(), filters}), dbias({filters});
+      cpu.gemm(columns, true, dz, false, dkernel, 1.0F, 0.0F);
+      cpu.column_sums(dz, dbias, 0.0F);
+      const std::size_t terms = (g.patch_size() + 1) * filters, chunks = kd::reduction_chunks(rows);
       // Both index widths: 32 bits (division by multiplication) and the 64-bit fallback.
       const auto check = [&](const auto& index) {
         using Index = typename std::decay_t<decltype(index)>::index_type;
@@ -548,6 +559,25 @@ TEST_SUITE("cuda") {
         for (std::size_t i = 0; i < folded.size(); ++i)
           folded[i] = kd::col2im_value(dcolumns.data(), index, Index(i));
         check_elements(dx, folded);
+        // The weight gradients as one column reduction, a column at a time and four at a time:
+        // the same bits, and the CPU's product within float tolerance.
+        std::vector<double> one(chunks * terms), four(chunks * terms);
+        for (std::size_t chunk = 0; chunk < chunks; ++chunk) {
+          for (std::size_t j = 0; j < terms; ++j)
+            kd::conv_weight_partials<1>(x.data(), index, dz.data(), rows, filters, chunk, j,
+                                        &one[chunk * terms + j]);
+          for (std::size_t j = 0; j < terms; j += 4)
+            kd::conv_weight_partials<4>(x.data(), index, dz.data(), rows, filters, chunk, j,
+                                        &four[chunk * terms + j]);
+        }
+        CHECK(one == four);
+        std::vector<float> gradients(terms, 5.0F);
+        const kd::ConvWeightFinish finish{gradients.data(), gradients.data() + dkernel.size(),
+                                          dkernel.size(), false};
+        for (std::size_t j = 0; j < terms; ++j)
+          finish(j, kd::column_total(one.data(), chunks, terms, j));
+        check_elements(dkernel, std::span<const float>(gradients).first(dkernel.size()), 1e-5);
+        check_elements(dbias, std::span<const float>(gradients).subspan(dkernel.size()), 1e-5);
       };
       check(kd::ConvIndex<std::uint32_t>(d));
       check(kd::ConvIndex<std::size_t>(d));

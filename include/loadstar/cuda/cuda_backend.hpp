@@ -1375,10 +1375,18 @@ class CudaBackend final : public keras::Backend {
   /// The most rows whose bias gradient `dense_weight_gradients` takes from cuBLASLt's `BGRADA`
   /// epilogue; beyond them `column_sums` sums the columns. cuBLASLt 13 computes that gradient in a
   /// reduction kernel of its own after the product (`globalKernelBgradAB`). On an H200 (Nsight
-  /// Compute) that kernel took 2 us for a Dense layer's 32 to 256 rows; against `column_sums`'
-  /// two kernels, 14 against 22 us for 21,632 x 32 and 20 against 32 us for 30,976 x 64, but 92
-  /// against 40 us for 173,056 x 32 (the benchmark CNN's convolutions at batch 32 and 256).
-  static constexpr std::size_t max_bias_epilogue_rows = 65536;
+  /// Compute) that kernel took 2 us for a Dense layer's 32 to 256 rows, but 14 us for 21,632 x 32
+  /// and 20 us for 30,976 x 64 (the benchmark CNN's convolutions at batch 32 and 256), where
+  /// `column_sums` in 64-row chunks took 10 us for 173,056 x 32.
+  static constexpr std::size_t max_bias_epilogue_rows = 4096;
+  /// A convolution's weight gradients are one column reduction over its input
+  /// (`conv_weight_gradients`) instead of im2col and a GEMM from this many output positions
+  /// (rows) on, where its kernel has at most `max_reduction_weights` weights: the GEMM's inner
+  /// dimension is then the rows, which cuBLASLt splits (split-K) and reduces in a kernel of its
+  /// own. On an H200 the benchmark CNN's first convolution (173,056 rows, 3x3x1x32) took 65 us
+  /// that way (im2col, the GEMM, its split-K reduction and the bias gradient).
+  static constexpr std::size_t min_reduction_rows = 8192;
+  static constexpr std::size_t max_reduction_weights = 1024;
 
   /// One cuBLASLt multiplication with the bias gradient in its epilogue: the row-major
   /// `dkernel = x^T * dz` is the column-major `dkernel^T (units x features) = dz^T * x`, whose
@@ -1621,7 +1629,15 @@ class CudaBackend final : public keras::Backend {
     const std::size_t rows = g.batch * g.out_h * g.out_w;
     const std::size_t filters = kernel.row_size();
     const Tensor<float> columns = scratch_tensor(0, {rows, g.patch_size()});
-    im2col(x, g, columns);
+    // Many rows and few weights (a first convolution at a large batch): the weight gradients as
+    // one column reduction over the input, instead of the unfolded columns and a split-K GEMM.
+    const bool reduce =
+        rows >= min_reduction_rows && g.patch_size() * filters <= max_reduction_weights;
+    if (reduce) {
+      expect("conv2d_backward", {&x, &kernel, &dy, &dkernel, &dbias});
+    } else {
+      im2col(x, g, columns);
+    }
     Tensor<float> dz = dy.reshape({rows, filters});
     if (activation != keras::Activation::linear) {
       Tensor<float> z;
@@ -1634,9 +1650,16 @@ class CudaBackend final : public keras::Backend {
       activation_backward(activation, z, y.reshape({rows, filters}), dz, gradient);
       dz = gradient;
     }
-    // Written gradients: the bias gradient in the kernel gradient's product where cuBLASLt has
-    // an algorithm (as `Dense`).
-    weight_gradients(columns, dz, dkernel.reshape(kernel.shape()), dbias, accumulate);
+    if (reduce) {
+      const std::size_t terms = (g.patch_size() + (dbias.empty() ? 0 : 1)) * filters;
+      launch("conv_weight_gradients", detail::launch_conv_weight_gradients, x.data(), dims(g),
+             dz.data(), filters, dkernel.data(), dbias.empty() ? nullptr : dbias.data(), accumulate,
+             reduction_scratch(rows, terms));
+    } else {
+      // Written gradients: the bias gradient in the kernel gradient's product where cuBLASLt
+      // has an algorithm (as `Dense`).
+      weight_gradients(columns, dz, dkernel.reshape(kernel.shape()), dbias, accumulate);
+    }
     if (!dx.empty()) {
       gemm(dz, false, kernel, true, columns, 1.0F, 0.0F);
       col2im(columns, g, dx);

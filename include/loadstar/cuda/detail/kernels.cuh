@@ -185,6 +185,24 @@ __global__ void column_tree_finish_kernel(const double* partials, std::size_t ch
   }
 }
 
+/// Partial sums in groups of `Group` columns (`conv_weight_partials`): block `(x, y)` holds the
+/// groups `x * blockDim.x + threadIdx.x` of chunk `y`.
+template <std::size_t Group, class Index>
+__global__ void conv_weight_partials_kernel(const float* x, ConvIndex<Index> g, const float* dz,
+                                            std::size_t rows, std::size_t filters,
+                                            std::size_t columns, double* partials) {
+  const std::size_t j = (std::size_t(blockIdx.x) * blockDim.x + threadIdx.x) * Group;
+  if (j >= columns) return;
+  conv_weight_partials<Group>(x, g, dz, rows, filters, blockIdx.y, j,
+                              partials + std::size_t(blockIdx.y) * columns + j);
+}
+
+/// The totals of `columns` columns' partial sums (`chunks` of them each), as `column_total`
+/// adds them, handed to `finish`.
+template <class Finish>
+cudaError_t finish_columns(cudaStream_t stream, const double* partials, std::size_t chunks,
+                           std::size_t columns, Finish finish);
+
 /// `finish(j, sum over rows of value(r, j))` for every column, in a fixed order of additions
 /// (`column_partial`, `column_total`).
 template <class Value, class Finish>
@@ -200,6 +218,12 @@ cudaError_t column_reduce(cudaStream_t stream, Value value, Finish finish, std::
                   static_cast<unsigned>(chunks));
   column_partials_kernel<<<grid, threads, 0, stream>>>(value, rows, columns, partials);
   if (const cudaError_t status = cudaGetLastError(); status != cudaSuccess) return status;
+  return finish_columns(stream, partials, chunks, columns, finish);
+}
+
+template <class Finish>
+cudaError_t finish_columns(cudaStream_t stream, const double* partials, std::size_t chunks,
+                           std::size_t columns, Finish finish) {
   if (chunks == 1)
     return launch(column_finish_kernel<Finish>, stream, columns, partials, columns, finish);
   static_assert(reduction_lanes == block_threads, "a block of threads per column's lanes");
@@ -555,6 +579,37 @@ cudaError_t launch_im2col(cudaStream_t stream, const float* x, const ConvDims& g
     using Index = typename std::decay_t<decltype(index)>::index_type;
     return launch(im2col_kernel<Index>, stream, n, x, index, columns, Index(n));
   });
+}
+
+cudaError_t launch_conv_weight_gradients(cudaStream_t stream, const float* x, const ConvDims& g,
+                                         const float* dz, std::size_t filters, float* dkernel,
+                                         float* dbias, bool accumulate, double* scratch) {
+  const std::size_t rows = g.batch * g.out_h * g.out_w;
+  const std::size_t patch = g.kernel_h * g.kernel_w * g.in_c;
+  const std::size_t kernel_terms = patch * filters;
+  const std::size_t columns = kernel_terms + (dbias != nullptr ? filters : 0);
+  if (columns == 0) return cudaSuccess;
+  const std::size_t chunks = reduction_chunks(rows);
+  const ConvWeightFinish finish{dkernel, dbias, kernel_terms, accumulate};
+  const cudaError_t status = with_conv_index(g, [&](const auto& index) {
+    using Index = typename std::decay_t<decltype(index)>::index_type;
+    // Four filters a thread where they divide into fours: each input element read once for them.
+    const auto queue = [&](auto group) {
+      constexpr std::size_t Group = decltype(group)::value;
+      const std::size_t threads = columns / Group;
+      const unsigned block =
+          threads >= block_threads ? block_threads : unsigned(threads + 31) / 32 * 32;
+      const dim3 grid(static_cast<unsigned>((threads + block - 1) / block),
+                      static_cast<unsigned>(chunks));
+      conv_weight_partials_kernel<Group, Index>
+          <<<grid, block, 0, stream>>>(x, index, dz, rows, filters, columns, scratch);
+      return cudaGetLastError();
+    };
+    return filters % 4 == 0 ? queue(std::integral_constant<std::size_t, 4>{})
+                            : queue(std::integral_constant<std::size_t, 1>{});
+  });
+  if (status != cudaSuccess) return status;
+  return finish_columns(stream, scratch, chunks, columns, finish);
 }
 
 cudaError_t launch_col2im(cudaStream_t stream, const float* columns, const ConvDims& g, float* dx) {

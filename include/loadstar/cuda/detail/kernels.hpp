@@ -49,6 +49,14 @@ cudaError_t launch_dropout(cudaStream_t stream, const float* x, float* y, std::s
 
 cudaError_t launch_im2col(cudaStream_t stream, const float* x, const ConvDims& g, float* columns);
 cudaError_t launch_col2im(cudaStream_t stream, const float* columns, const ConvDims& g, float* dx);
+/// A convolution's kernel gradient (`patch x filters`) and bias gradient (`filters`; none where
+/// null) from its input and its pre-activation gradient `dz` (`rows x filters`), written (or
+/// added, `accumulate`) as one column reduction without unfolding the input
+/// (`conv_weight_partials`); `scratch` holds `reduction_scratch(rows, columns)` doubles for the
+/// `patch * filters` (+ `filters`) columns.
+cudaError_t launch_conv_weight_gradients(cudaStream_t stream, const float* x, const ConvDims& g,
+                                         const float* dz, std::size_t filters, float* dkernel,
+                                         float* dbias, bool accumulate, double* scratch);
 cudaError_t launch_max_pool_forward(cudaStream_t stream, const float* x, const PoolDims& g,
                                     float* y);
 /// With `relu`, `dx` goes on through the ReLU whose output `x` is (0 where `x` is not positive).

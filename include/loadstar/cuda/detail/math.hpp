@@ -427,6 +427,83 @@ LOADSTAR_HOST_DEVICE inline float im2col_value(const float* x, const ConvIndex<I
                 : 0.0F;
 }
 
+/// A convolution's weight gradients as a column reduction over its output positions (the rows
+/// of `dz`, `rows x filters`), read from the input without unfolding it: column `p * filters + f`
+/// (`p < patch`) sums im2col's element `(r, p)` times `dz[r, f]` (the kernel gradient's
+/// `(p, f)`), column `patch * filters + f` sums `dz[r, f]` (the bias gradient's `f`). This
+/// writes the partial sums over chunk `chunk` (`column_partial`'s rows, in row order, in double:
+/// each product of two floats is exact) of the `Group` columns from `j` on (a group lies inside
+/// one of the two parts: `filters` is a multiple of `Group`), so that one thread reads each input
+/// element once for `Group` filters; every column's sum is the same whatever the group.
+template <std::size_t Group, class Index>
+LOADSTAR_HOST_DEVICE void conv_weight_partials(const float* x, const ConvIndex<Index>& g,
+                                               const float* dz, std::size_t rows,
+                                               std::size_t filters, std::size_t chunk,
+                                               std::size_t j, double* out) noexcept {
+  const std::size_t chunk_rows = reduction_chunk_rows(rows);
+  const std::size_t r0 = chunk * chunk_rows;
+  const std::size_t r1 = r0 + chunk_rows < rows ? r0 + chunk_rows : rows;
+  const std::size_t kernel_terms = std::size_t(g.patch.value) * filters;
+  double sums[Group];
+  for (std::size_t k = 0; k < Group; ++k)
+    sums[k] = 0.0;
+  if (j >= kernel_terms) {
+    const float* d = dz + (j - kernel_terms);
+    for (std::size_t r = r0; r < r1; ++r)
+      for (std::size_t k = 0; k < Group; ++k)
+        sums[k] += d[r * filters + k];
+  } else {
+    const auto p = Index(j / filters);
+    const float* d = dz + (j - std::size_t(p) * filters);
+    const Index kernel_pos = g.in_c.quotient(p);  // kh * kernel_w + kw
+    const Index c = p - kernel_pos * g.in_c.value;
+    const Index kh = g.kernel_w.quotient(kernel_pos);
+    const Index kw = kernel_pos - kh * g.kernel_w.value;
+    // Row r0's output position (b, oh, ow), then stepped row by row.
+    const auto first = Index(r0);
+    const Index t = g.out_w.quotient(first);
+    Index ow = first - t * g.out_w.value;
+    Index b = g.out_h.quotient(t);
+    Index oh = t - b * g.out_h.value;
+    for (std::size_t r = r0; r < r1; ++r) {
+      // As im2col_value: the input position plus the padding, so that it stays unsigned.
+      const Index h = oh * g.stride_h.value + kh * g.dilation_h;
+      const Index w = ow * g.stride_w.value + kw * g.dilation_w;
+      const bool inside = h >= g.pad_top && w >= g.pad_left && h - g.pad_top < g.in_h.value &&
+                          w - g.pad_left < g.in_w.value;
+      const double v =
+          inside ? x[((b * g.in_h.value + (h - g.pad_top)) * g.in_w.value + (w - g.pad_left)) *
+                         g.in_c.value +
+                     c]
+                 : 0.0F;
+      for (std::size_t k = 0; k < Group; ++k)
+        sums[k] += v * double(d[r * filters + k]);
+      if (++ow == g.out_w.value) {
+        ow = 0;
+        if (++oh == g.out_h.value) {
+          oh = 0;
+          ++b;
+        }
+      }
+    }
+  }
+  for (std::size_t k = 0; k < Group; ++k)
+    out[k] = sums[k];
+}
+
+/// Writes (or with `accumulate`, adds) column `j`'s total of `conv_weight_partials` into the
+/// kernel gradient (`patch x filters`) or the bias gradient.
+struct ConvWeightFinish {
+  float* dkernel;
+  float* dbias;
+  std::size_t kernel_terms;
+  bool accumulate;
+  LOADSTAR_HOST_DEVICE void operator()(std::size_t j, double sum) const noexcept {
+    float* out = j < kernel_terms ? dkernel + j : dbias + (j - kernel_terms);
+    *out = accumulate ? *out + static_cast<float>(sum) : static_cast<float>(sum);
+  }
+};
+
 /// Element `i` of col2im's `dx`: the column elements that unfold from input element `i`, added
 /// in the CPU backend's order (rows ascending, which is kernel offsets descending).
 template <class Index>
