@@ -821,6 +821,20 @@ TEST_SUITE("cuda") {
       // Each backward pass: 2 activations x 2 biases x 2 (accumulated and written).
       CHECK(loadstar::test::conv_weight_reductions - before == 8);
 #endif
+      // Bitwise repeatable: the reduction's order of additions is fixed by the sizes.
+      const Tensor<float> gx = b.up(random_tensor({g.batch, g.in_h, g.in_w, g.in_c}, 30));
+      const Tensor<float> gk = b.up(random_tensor({g.patch_size(), g.out_c}, 31));
+      const Tensor<float> gdy = b.up(random_tensor({g.batch, g.out_h, g.out_w, g.out_c}, 32));
+      std::vector<Tensor<float>> runs;
+      for (int run = 0; run < 2; ++run) {
+        const Tensor<float> gdk = b.gpu.allocate(gk.shape()), gdb = b.gpu.allocate({g.out_c});
+        b.gpu.conv2d_backward(gx, g, gk, Tensor<float>(), keras::Activation::linear,
+                              Tensor<float>(), gdy, gdk, gdb, Tensor<float>(), false);
+        runs.push_back(b.down(gdk));
+        runs.push_back(b.down(gdb));
+      }
+      CHECK(bitwise_equal(runs[0], runs[2]));
+      CHECK(bitwise_equal(runs[1], runs[3]));
     }
     for (const auto& g : {pool_geometry(8, 8, 2, 2, false), pool_geometry(7, 7, 2, 2, true),
                           pool_geometry(9, 6, 3, 2, true), pool_geometry(6, 6, 3, 1, true)}) {
