@@ -224,6 +224,45 @@ TEST_SUITE("keras") {
     }
   }
 
+  TEST_CASE("A frozen Dense layer computes no weight gradients until it is trainable again") {
+    const Tensor<float> a = random_tensor({6, 5, 5, 2}, 34), b = random_tensor({6, 5, 5, 2}, 35);
+    const Tensor<float> y = random_tensor({6, 2}, 36);
+    auto model = two_branches(false, true);
+    auto clean = two_branches(false, true);
+    Layer& fixed = *model->get_layer("fixed");
+    const auto nan = std::numeric_limits<float>::quiet_NaN();
+    for (auto& w : fixed.weights())
+      std::fill_n(w.gradient.data(), w.gradient.size(), nan);
+    for (int step = 0; step < 3; ++step) {
+      model->train_on_batch(std::vector{a, b}, std::vector{y});
+      clean->train_on_batch(std::vector{a, b}, std::vector{y});
+    }
+    // Never written (its NaNs reach nothing): the training is that of the clean model.
+    for (const auto& w : fixed.weights()) {
+      CAPTURE(w.name);
+      CHECK(
+          std::all_of(w.gradient.begin(), w.gradient.end(), [](float g) { return std::isnan(g); }));
+    }
+    const auto got = model->get_weights(), want = clean->get_weights();
+    REQUIRE(got.size() == want.size());
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      CAPTURE(i);
+      CHECK(got[i] == want[i]);
+    }
+    // Trainable again, and compiled again (as Keras asks): its gradients are computed and its
+    // weights move.
+    fixed.set_trainable(true);
+    model->compile({.optimizer = optimizers::SGD({.learning_rate = 0.05}), .loss = "mse"});
+    const Tensor<float> kernel = fixed.weights()[0].value.clone();
+    model->train_on_batch(std::vector{a, b}, std::vector{y});
+    for (const auto& w : fixed.weights()) {
+      CAPTURE(w.name);
+      CHECK(std::all_of(w.gradient.begin(), w.gradient.end(),
+                        [](float g) { return std::isfinite(g); }));
+    }
+    CHECK_FALSE(fixed.weights()[0].value == kernel);
+  }
+
   TEST_CASE("A shared layer's weight gradients are the sums of its calls' gradients") {
     // The same network with one Conv2D and one Dense shared by both branches, and with a copy
     // of each per branch: the shared gradient is the sum of the copies' gradients.

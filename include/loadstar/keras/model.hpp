@@ -780,7 +780,13 @@ LOADSTAR_DECL void Model::compile(const CompileOptions& options) {
   check_metric_names(options.metrics);
   check_metric_names(options.weighted_metrics);
   compiled_ = true;
-  if (built()) resolve_losses();
+  // As in Keras, a layer's `trainable` changed since takes effect now: the graph is planned
+  // again (which variables train, which gradients a step needs).
+  if (!graph_inputs_.empty()) {
+    set_graph(graph_inputs_, graph_outputs_);
+  } else if (built()) {
+    resolve_losses();
+  }
 }
 
 LOADSTAR_DECL void Model::compile(OptimizerArg optimizer, Losses loss,

@@ -168,8 +168,13 @@ LOADSTAR_DECL void Dense::backward(std::span<const Tensor<float>> inputs,
   ReluGradientFusion* fused = ctx.fused_output;
   const bool carried = fused != nullptr && fused->gradient_written;
   if (fused != nullptr) fused->mask_written = fused->gradient_written = false;
+  // A frozen layer's weights take no step (optimizers skip non-trainable variables): no weight
+  // gradients, only the input's.
+  const bool frozen = !weights_[0].trainable;
   if (carried) {
-    backend.weight_gradients(x, dz, weights_[0].gradient, no_bias(), ctx.accumulate_gradients);
+    if (!frozen) {
+      backend.weight_gradients(x, dz, weights_[0].gradient, no_bias(), ctx.accumulate_gradients);
+    }
   } else if (activation_ != keras::Activation::linear) {
     Tensor<float> z;
     if (activation_gradient_needs_input(activation_)) {
@@ -181,7 +186,7 @@ LOADSTAR_DECL void Dense::backward(std::span<const Tensor<float>> inputs,
     backend.activation_backward(activation_, z, output.reshape({rows, units_}), dz, gradient);
     dz = gradient;
   }
-  if (!carried) {
+  if (!carried && !frozen) {
     backend.weight_gradients(x, dz, weights_[0].gradient,
                              options_.use_bias ? weights_[1].gradient : no_bias(),
                              ctx.accumulate_gradients);
