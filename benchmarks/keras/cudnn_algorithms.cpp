@@ -77,6 +77,23 @@ void print(const char* direction, const std::vector<Row>& ranked, const std::vec
   std::printf("\n");
 }
 
+/// One direction: the heuristic's ranking (`rank(n, &returned, perf)`) and cuDNN's measurements
+/// (`find(...)`) of its algorithms, printed.
+template <class Perf, class Rank, class Find>
+void compare(const char* direction, Rank rank, Find find) {
+  constexpr int n = 16;
+  const auto rows = [](auto query) {
+    Perf perf[n];
+    int returned = 0;
+    query(n, &returned, perf);
+    std::vector<Row> out;
+    for (int i = 0; i < returned; ++i)
+      out.push_back(row_of(perf[i]));
+    return out;
+  };
+  print(direction, rows(rank), rows(find));
+}
+
 void probe(cudnnHandle_t handle, const Geometry& g, cudnnTensorFormat_t format) {
   cudnnTensorDescriptor_t x = nullptr, y = nullptr;
   cudnnFilterDescriptor_t w = nullptr;
@@ -99,47 +116,36 @@ void probe(cudnnHandle_t handle, const Geometry& g, cudnnTensorFormat_t format) 
   check(cudnnSetConvolutionMathType(conv, CUDNN_FMA_MATH), "cudnnSetConvolutionMathType");
   std::printf("  %s batch %d, %s\n", g.name, g.batch,
               format == CUDNN_TENSOR_NHWC ? "NHWC" : "NCHW");
-  constexpr int n = 16;
-  int returned = 0;
-  {
-    cudnnConvolutionFwdAlgoPerf_t perf[n];
-    std::vector<Row> ranked, found;
-    check(cudnnGetConvolutionForwardAlgorithm_v7(handle, x, w, conv, y, n, &returned, perf),
-          "cudnnGetConvolutionForwardAlgorithm_v7");
-    for (int i = 0; i < returned; ++i)
-      ranked.push_back(row_of(perf[i]));
-    check(cudnnFindConvolutionForwardAlgorithm(handle, x, w, conv, y, n, &returned, perf),
-          "cudnnFindConvolutionForwardAlgorithm");
-    for (int i = 0; i < returned; ++i)
-      found.push_back(row_of(perf[i]));
-    print("forward", ranked, found);
-  }
-  {
-    cudnnConvolutionBwdDataAlgoPerf_t perf[n];
-    std::vector<Row> ranked, found;
-    check(cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, w, y, conv, x, n, &returned, perf),
-          "cudnnGetConvolutionBackwardDataAlgorithm_v7");
-    for (int i = 0; i < returned; ++i)
-      ranked.push_back(row_of(perf[i]));
-    check(cudnnFindConvolutionBackwardDataAlgorithm(handle, w, y, conv, x, n, &returned, perf),
-          "cudnnFindConvolutionBackwardDataAlgorithm");
-    for (int i = 0; i < returned; ++i)
-      found.push_back(row_of(perf[i]));
-    print("data grad", ranked, found);
-  }
-  {
-    cudnnConvolutionBwdFilterAlgoPerf_t perf[n];
-    std::vector<Row> ranked, found;
-    check(cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, x, y, conv, w, n, &returned, perf),
-          "cudnnGetConvolutionBackwardFilterAlgorithm_v7");
-    for (int i = 0; i < returned; ++i)
-      ranked.push_back(row_of(perf[i]));
-    check(cudnnFindConvolutionBackwardFilterAlgorithm(handle, x, y, conv, w, n, &returned, perf),
-          "cudnnFindConvolutionBackwardFilterAlgorithm");
-    for (int i = 0; i < returned; ++i)
-      found.push_back(row_of(perf[i]));
-    print("filter grad", ranked, found);
-  }
+  compare<cudnnConvolutionFwdAlgoPerf_t>(
+      "forward",
+      [&](int n, int* got, auto* perf) {
+        check(cudnnGetConvolutionForwardAlgorithm_v7(handle, x, w, conv, y, n, got, perf),
+              "cudnnGetConvolutionForwardAlgorithm_v7");
+      },
+      [&](int n, int* got, auto* perf) {
+        check(cudnnFindConvolutionForwardAlgorithm(handle, x, w, conv, y, n, got, perf),
+              "cudnnFindConvolutionForwardAlgorithm");
+      });
+  compare<cudnnConvolutionBwdDataAlgoPerf_t>(
+      "data grad",
+      [&](int n, int* got, auto* perf) {
+        check(cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, w, y, conv, x, n, got, perf),
+              "cudnnGetConvolutionBackwardDataAlgorithm_v7");
+      },
+      [&](int n, int* got, auto* perf) {
+        check(cudnnFindConvolutionBackwardDataAlgorithm(handle, w, y, conv, x, n, got, perf),
+              "cudnnFindConvolutionBackwardDataAlgorithm");
+      });
+  compare<cudnnConvolutionBwdFilterAlgoPerf_t>(
+      "filter grad",
+      [&](int n, int* got, auto* perf) {
+        check(cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, x, y, conv, w, n, got, perf),
+              "cudnnGetConvolutionBackwardFilterAlgorithm_v7");
+      },
+      [&](int n, int* got, auto* perf) {
+        check(cudnnFindConvolutionBackwardFilterAlgorithm(handle, x, y, conv, w, n, got, perf),
+              "cudnnFindConvolutionBackwardFilterAlgorithm");
+      });
   cudnnDestroyConvolutionDescriptor(conv);
   cudnnDestroyFilterDescriptor(w);
   cudnnDestroyTensorDescriptor(y);

@@ -20,15 +20,6 @@
 #define LOADSTAR_HOST_DEVICE
 #endif
 
-/// Asks nvcc to unroll the loop that follows by `n` in device code (more loads in flight in a
-/// loop whose additions stay in order); nothing elsewhere.
-#if defined(__CUDA_ARCH__)
-#define LOADSTAR_DEVICE_UNROLL(n) _Pragma(LOADSTAR_STRINGIFY(unroll n))
-#define LOADSTAR_STRINGIFY(x) #x
-#else
-#define LOADSTAR_DEVICE_UNROLL(n)
-#endif
-
 /// Checks a precondition the caller is responsible for; compiled out under `NDEBUG`.
 /// Bad data, files or configurations are never asserted: they throw a `loadstar::Error`.
 #if defined(NDEBUG) && !defined(LOADSTAR_ENABLE_ASSERTS)

@@ -801,9 +801,8 @@ cudaError_t emulate_pool(cudaStream_t stream, const float* x, const PoolDims& g,
       using Index = typename std::decay_t<decltype(index)>::index_type;
       const auto n = Index(g.batch * (forward ? g.out_h * g.out_w : g.in_h * g.in_w) * g.channels);
       for (Index i = 0; i < n; ++i)
-        out[i] = forward                  ? pool_forward_value(x, index, max, i)
-                 : relu && !(x[i] > 0.0F) ? 0.0F
-                                          : pool_backward_value(x, index, dy, max, i);
+        out[i] = forward ? pool_forward_value(x, index, max, i)
+                         : pool_input_gradient(x, index, dy, max, relu, i);
     });
   });
 }

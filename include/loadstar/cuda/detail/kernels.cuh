@@ -150,6 +150,13 @@ __global__ void softmax_backward_kernel(const float* y, const float* dy, float* 
 
 // --- Column reductions ---------------------------------------------------------------------------
 
+/// The threads a block of a column reduction takes for `n` columns (or groups of them): as many
+/// as they need, in whole warps (a warp for a narrow matrix), so that a block per chunk keeps few
+/// threads idle.
+inline unsigned column_block_threads(std::size_t n) noexcept {
+  return n >= block_threads ? block_threads : static_cast<unsigned>((n + 31) / 32 * 32);
+}
+
 /// Block `(x, y)`: columns `x * blockDim.x + threadIdx.x` of chunk `y`.
 template <class Value>
 __global__ void column_partials_kernel(Value value, std::size_t rows, std::size_t columns,
@@ -201,28 +208,6 @@ __global__ void conv_weight_partials_kernel(const float* x, ConvIndex<Index> g, 
 /// adds them, handed to `finish`.
 template <class Finish>
 cudaError_t finish_columns(cudaStream_t stream, const double* partials, std::size_t chunks,
-                           std::size_t columns, Finish finish);
-
-/// `finish(j, sum over rows of value(r, j))` for every column, in a fixed order of additions
-/// (`column_partial`, `column_total`).
-template <class Value, class Finish>
-cudaError_t column_reduce(cudaStream_t stream, Value value, Finish finish, std::size_t rows,
-                          std::size_t columns, double* partials) {
-  if (columns == 0) return cudaSuccess;
-  const std::size_t chunks = reduction_chunks(rows);
-  // As many threads a block as the columns need (a warp for a narrow matrix), so that a block
-  // per chunk keeps few threads idle.
-  const unsigned threads =
-      columns >= block_threads ? block_threads : static_cast<unsigned>((columns + 31) / 32 * 32);
-  const dim3 grid(static_cast<unsigned>((columns + threads - 1) / threads),
-                  static_cast<unsigned>(chunks));
-  column_partials_kernel<<<grid, threads, 0, stream>>>(value, rows, columns, partials);
-  if (const cudaError_t status = cudaGetLastError(); status != cudaSuccess) return status;
-  return finish_columns(stream, partials, chunks, columns, finish);
-}
-
-template <class Finish>
-cudaError_t finish_columns(cudaStream_t stream, const double* partials, std::size_t chunks,
                            std::size_t columns, Finish finish) {
   if (chunks == 1)
     return launch(column_finish_kernel<Finish>, stream, columns, partials, columns, finish);
@@ -231,6 +216,21 @@ cudaError_t finish_columns(cudaStream_t stream, const double* partials, std::siz
   column_tree_finish_kernel<<<blocks, reduction_lanes, 0, stream>>>(partials, chunks, columns,
                                                                     finish);
   return cudaGetLastError();
+}
+
+/// `finish(j, sum over rows of value(r, j))` for every column, in a fixed order of additions
+/// (`column_partial`, `column_total`).
+template <class Value, class Finish>
+cudaError_t column_reduce(cudaStream_t stream, Value value, Finish finish, std::size_t rows,
+                          std::size_t columns, double* partials) {
+  if (columns == 0) return cudaSuccess;
+  const std::size_t chunks = reduction_chunks(rows);
+  const unsigned threads = column_block_threads(columns);
+  const dim3 grid(static_cast<unsigned>((columns + threads - 1) / threads),
+                  static_cast<unsigned>(chunks));
+  column_partials_kernel<<<grid, threads, 0, stream>>>(value, rows, columns, partials);
+  if (const cudaError_t status = cudaGetLastError(); status != cudaSuccess) return status;
+  return finish_columns(stream, partials, chunks, columns, finish);
 }
 
 struct ColumnSumsFinish {
@@ -333,7 +333,7 @@ template <class Index>
 __global__ void pool_backward_kernel(const float* x, PoolIndex<Index> g, const float* dy, float* dx,
                                      bool max, bool relu, Index n) {
   LOADSTAR_GRID_STRIDE_OF(Index, i, n) {
-    dx[i] = relu && !(x[i] > 0.0F) ? 0.0F : pool_backward_value(x, g, dy, max, i);
+    dx[i] = pool_input_gradient(x, g, dy, max, relu, i);
   }
 }
 
@@ -597,8 +597,7 @@ cudaError_t launch_conv_weight_gradients(cudaStream_t stream, const float* x, co
     const auto queue = [&](auto group) {
       constexpr std::size_t Group = decltype(group)::value;
       const std::size_t threads = columns / Group;
-      const unsigned block =
-          threads >= block_threads ? block_threads : unsigned(threads + 31) / 32 * 32;
+      const unsigned block = column_block_threads(threads);
       const dim3 grid(static_cast<unsigned>((threads + block - 1) / block),
                       static_cast<unsigned>(chunks));
       conv_weight_partials_kernel<Group, Index>

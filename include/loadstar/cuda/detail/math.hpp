@@ -214,8 +214,6 @@ LOADSTAR_HOST_DEVICE double column_partial(const Value& value, std::size_t rows,
   const std::size_t r0 = chunk * chunk_rows;
   const std::size_t r1 = r0 + chunk_rows < rows ? r0 + chunk_rows : rows;
   double sum = 0.0;
-  // Unrolled for the loads in flight; the additions keep their order.
-  LOADSTAR_DEVICE_UNROLL(16)
   for (std::size_t r = r0; r < r1; ++r)
     sum += value(r, j);
   return sum;
@@ -406,25 +404,43 @@ decltype(auto) with_conv_index(const ConvDims& g, F&& f) {
 
 // --- Convolution unfolding -----------------------------------------------------------------------
 
+/// Element `k = (kh * kernel_w + kw) * in_c + c` of a row of im2col's columns.
+template <class Index>
+struct PatchOffset {
+  Index kh, kw, c;
+};
+
+template <class Index>
+LOADSTAR_HOST_DEVICE inline PatchOffset<Index> patch_offset(const ConvIndex<Index>& g,
+                                                            Index k) noexcept {
+  const Index kernel_pos = g.in_c.quotient(k);  // kh * kernel_w + kw
+  const Index kh = g.kernel_w.quotient(kernel_pos);
+  return {kh, kernel_pos - kh * g.kernel_w.value, k - kernel_pos * g.in_c.value};
+}
+
+/// The input element that output position `(b, oh, ow)` sees at patch offset `at`, or 0 in the
+/// padding.
+template <class Index>
+LOADSTAR_HOST_DEVICE inline float unfolded_input(const float* x, const ConvIndex<Index>& g, Index b,
+                                                 Index oh, Index ow,
+                                                 const PatchOffset<Index>& at) noexcept {
+  // The input position plus the padding, so that it stays unsigned.
+  const Index h = oh * g.stride_h.value + at.kh * g.dilation_h;
+  const Index w = ow * g.stride_w.value + at.kw * g.dilation_w;
+  const bool inside = h >= g.pad_top && w >= g.pad_left && h - g.pad_top < g.in_h.value &&
+                      w - g.pad_left < g.in_w.value;
+  return inside ? x[((b * g.in_h.value + (h - g.pad_top)) * g.in_w.value + (w - g.pad_left)) *
+                        g.in_c.value +
+                    at.c]
+                : 0.0F;
+}
+
 /// Element `i` of im2col's `columns`: row `(b, oh, ow)`, column `(kh, kw, c)`.
 template <class Index>
 LOADSTAR_HOST_DEVICE inline float im2col_value(const float* x, const ConvIndex<Index>& g,
                                                Index i) noexcept {
-  // Row (b, oh, ow) of the columns, and its element k = (kh * kernel_w + kw) * in_c + c.
   const Nhwc<Index> at = nhwc_of(i, g.patch, g.out_w, g.out_h);
-  const Index kernel_pos = g.in_c.quotient(at.c);  // kh * kernel_w + kw
-  const Index c = at.c - kernel_pos * g.in_c.value;
-  const Index kh = g.kernel_w.quotient(kernel_pos);
-  const Index kw = kernel_pos - kh * g.kernel_w.value;
-  // The input position plus the padding, so that it stays unsigned.
-  const Index h = at.h * g.stride_h.value + kh * g.dilation_h;
-  const Index w = at.w * g.stride_w.value + kw * g.dilation_w;
-  const bool inside = h >= g.pad_top && w >= g.pad_left && h - g.pad_top < g.in_h.value &&
-                      w - g.pad_left < g.in_w.value;
-  return inside ? x[((at.b * g.in_h.value + (h - g.pad_top)) * g.in_w.value + (w - g.pad_left)) *
-                        g.in_c.value +
-                    c]
-                : 0.0F;
+  return unfolded_input(x, g, at.b, at.h, at.w, patch_offset(g, at.c));
 }
 
 /// A convolution's weight gradients as a column reduction over its output positions (the rows
@@ -455,10 +471,7 @@ LOADSTAR_HOST_DEVICE void conv_weight_partials(const float* x, const ConvIndex<I
   } else {
     const auto p = Index(j / filters);
     const float* d = dz + (j - std::size_t(p) * filters);
-    const Index kernel_pos = g.in_c.quotient(p);  // kh * kernel_w + kw
-    const Index c = p - kernel_pos * g.in_c.value;
-    const Index kh = g.kernel_w.quotient(kernel_pos);
-    const Index kw = kernel_pos - kh * g.kernel_w.value;
+    const PatchOffset<Index> at = patch_offset(g, p);
     // Row r0's output position (b, oh, ow), then stepped row by row.
     const auto first = Index(r0);
     const Index t = g.out_w.quotient(first);
@@ -466,16 +479,7 @@ LOADSTAR_HOST_DEVICE void conv_weight_partials(const float* x, const ConvIndex<I
     Index b = g.out_h.quotient(t);
     Index oh = t - b * g.out_h.value;
     for (std::size_t r = r0; r < r1; ++r) {
-      // As im2col_value: the input position plus the padding, so that it stays unsigned.
-      const Index h = oh * g.stride_h.value + kh * g.dilation_h;
-      const Index w = ow * g.stride_w.value + kw * g.dilation_w;
-      const bool inside = h >= g.pad_top && w >= g.pad_left && h - g.pad_top < g.in_h.value &&
-                          w - g.pad_left < g.in_w.value;
-      const double v =
-          inside ? x[((b * g.in_h.value + (h - g.pad_top)) * g.in_w.value + (w - g.pad_left)) *
-                         g.in_c.value +
-                     c]
-                 : 0.0F;
+      const double v = unfolded_input(x, g, b, oh, ow, at);
       for (std::size_t k = 0; k < Group; ++k)
         sums[k] += v * double(d[r * filters + k]);
       if (++ow == g.out_w.value) {
@@ -665,6 +669,15 @@ LOADSTAR_HOST_DEVICE inline float pool_backward_value(const float* x, const Pool
     }
   }
   return sum;
+}
+
+/// `pool_backward_value`, with `relu` carried on through the ReLU whose output `x` is: 0 where
+/// `x[i]` is not positive, as `activation_gradient`'s ReLU gives.
+template <class Index>
+LOADSTAR_HOST_DEVICE inline float pool_input_gradient(const float* x, const PoolIndex<Index>& g,
+                                                      const float* dy, bool max, bool relu,
+                                                      Index i) noexcept {
+  return relu && !(x[i] > 0.0F) ? 0.0F : pool_backward_value(x, g, dy, max, i);
 }
 
 /// Whether no input position lies in two windows (the strides are at least the pool sizes): then
