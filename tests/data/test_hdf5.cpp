@@ -1,11 +1,14 @@
 #include <H5Cpp.h>
 #include <doctest/doctest.h>
 
+#include <pthread.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include "temp_dir.hpp"
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
@@ -13,11 +16,14 @@
 #include <limits>
 #include <loadstar/data/array_sequence.hpp>
 #include <loadstar/data/concepts.hpp>
+#include <loadstar/data/detail/sandbox.hpp>
 #include <loadstar/data/hdf5.hpp>
 #include <loadstar/data/hdf5_options.hpp>
 #include <loadstar/data/hdf5_sequence.hpp>
 #include <loadstar/error.hpp>
 #include <loadstar/tensor.hpp>
+#include <mutex>
+#include <new>
 #include <numeric>
 #include <string>
 #include <thread>
@@ -637,5 +643,77 @@ TEST_SUITE("data") {
       CHECK(bx == rows(inputs, 32 * i, end));
       CHECK(by == rows(outputs, 32 * i, end).cast<float>());
     }
+  }
+  TEST_CASE("run_sandboxed kills a child that outlives its deadline, whatever signals say") {
+    // A program with its own SIGALRM handler (a test framework, a fuzzer, a server) and signals
+    // blocked: the child starts with defaults, and the deadline is kept from outside.
+    struct sigaction ignore {};
+    ignore.sa_handler = SIG_IGN;
+    struct sigaction old_alarm {
+    }, old_term{};
+    ::sigaction(SIGALRM, &ignore, &old_alarm);
+    ::sigaction(SIGTERM, &ignore, &old_term);
+    sigset_t blocked, old_mask;
+    ::sigemptyset(&blocked);
+    ::sigaddset(&blocked, SIGUSR1);
+    ::pthread_sigmask(SIG_BLOCK, &blocked, &old_mask);
+    std::mutex mutex;
+    SUBCASE("the child's signals are a new process's") {
+      const std::string report = loadstar::detail::run_sandboxed("file 'x'", "checking", mutex, [] {
+        std::string wrong;
+        for (int signal = 1; signal < NSIG; ++signal) {
+          struct sigaction action {};
+          if (::sigaction(signal, nullptr, &action) == 0 && action.sa_handler != SIG_DFL)
+            wrong += " " + std::to_string(signal);
+        }
+        sigset_t mask;
+        ::sigprocmask(SIG_SETMASK, nullptr, &mask);
+        if (::sigismember(&mask, SIGUSR1) == 1) wrong += " blocked";
+        return wrong;
+      });
+      CHECK(report == "");
+    }
+    SUBCASE("a child that never ends") {
+      const auto start = std::chrono::steady_clock::now();
+      CHECK_THROWS_WITH_AS(
+          loadstar::detail::run_sandboxed(
+              "file 'x'", "parsing it", mutex,
+              []() -> std::string {
+                ::alarm(1);  // ignored when inherited: the deadline must not depend on it
+                sigset_t all;
+                ::sigfillset(&all);
+                ::sigprocmask(SIG_BLOCK, &all, nullptr);
+                for (;;)
+                  ::pause();
+              },
+              std::chrono::milliseconds(300)),
+          doctest::Contains("file 'x': corrupt or hostile file: the sandbox process "),
+          FormatError);
+      CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(30));
+      CHECK_THROWS_WITH_AS(
+          loadstar::detail::run_sandboxed(
+              "file 'x'", "parsing it", mutex,
+              []() -> std::string {
+                for (;;)
+                  ::pause();
+              },
+              std::chrono::milliseconds(2500)),
+          doctest::Contains("parsing it did not finish within 2.5 s and was killed"), FormatError);
+    }
+    SUBCASE("a report larger than a pipe holds, before the deadline") {
+      const std::string report = loadstar::detail::run_sandboxed(
+          "file 'x'", "reading", mutex, [] { return std::string(std::size_t{1} << 22, 'r'); },
+          std::chrono::seconds(60));
+      CHECK(report == std::string(std::size_t{1} << 22, 'r'));
+    }
+    SUBCASE("out of memory names the file") {
+      CHECK_THROWS_WITH_AS(
+          loadstar::detail::run_sandboxed("file 'x'", "reading it", mutex,
+                                          []() -> std::string { throw std::bad_alloc(); }),
+          doctest::Contains("file 'x': out of memory reading it"), FormatError);
+    }
+    ::pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
+    ::sigaction(SIGALRM, &old_alarm, nullptr);
+    ::sigaction(SIGTERM, &old_term, nullptr);
   }
 }

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <loadstar/random.hpp>
 #include <sstream>
 #include <string>
@@ -273,6 +274,39 @@ TEST_SUITE("keras") {
       list.insert(list.begin(), std::make_shared<callbacks::BackupAndRestore>(dir / "backup"));
       list.push_back(std::make_shared<Interrupt>(0));
       CHECK_THROWS_WITH_AS(resume_support::fit(*m, list), doctest::Contains("the file ends early"),
+                           CheckpointError);
+    }
+    SUBCASE("state text that is not UTF-8") {
+      // Valid CBOR whose first string (a callback's or the model's name) holds bytes that are not
+      // UTF-8: refused naming the file, not a nlohmann::json::type_error from a message.
+      const auto state_file = dir / "backup" / "ckpt-4" / "state.cbor";
+      const std::string bytes = file_bytes(state_file);
+      nlohmann::json state = nlohmann::json::from_cbor(bytes.begin(), bytes.end());
+      const std::function<bool(nlohmann::json&)> spoil = [&](nlohmann::json& value) {
+        if (value.is_string()) {
+          value = std::string("\x91\x40") + value.get<std::string>();
+          return true;
+        }
+        if (value.is_structured()) {
+          for (auto& item : value)
+            if (spoil(item)) return true;
+        }
+        return false;
+      };
+      REQUIRE(spoil(state));
+      const auto cbor = nlohmann::json::to_cbor(state);
+      std::ofstream(state_file, std::ios::binary | std::ios::trunc)
+          .write(reinterpret_cast<const char*>(cbor.data()),
+                 static_cast<std::streamsize>(cbor.size()));
+      auto m = resume_support::model();
+      auto list = resume_support::others();
+      list.insert(list.begin(), std::make_shared<callbacks::BackupAndRestore>(dir / "backup"));
+      list.push_back(std::make_shared<Interrupt>(0));
+      CHECK_THROWS_WITH_AS(resume_support::fit(*m, list),
+                           doctest::Contains(("backup '" + state_file.string() +
+                                              "': expected UTF-8 text but found the byte 0x91 "
+                                              "at offset 0 of /")
+                                                 .c_str()),
                            CheckpointError);
     }
   }

@@ -1,15 +1,25 @@
 // Hostile model files: every Keras fixture (and an archive of ours) truncated at many offsets and
-// with bytes flipped loads or fails with a typed error naming the file, never a crash or a hang.
+// with bytes flipped loads or fails with a typed error naming the file, never a crash or a hang;
+// crafted archives (sizes the zip directory declares, a bad CRC-32) and a sandbox deadline.
 #include <doctest/doctest.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zip.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <loadstar/keras.hpp>
 #include <map>
 #include <memory>
+#include <random>
 #include <set>
 #include <string>
 #include <vector>
@@ -61,6 +71,114 @@ std::vector<std::pair<std::string, std::string>> variants(const std::string& byt
     out.emplace_back("byte " + std::to_string(at) + " flipped", std::move(flipped));
   }
   return out;
+}
+
+/// A little-endian field of a zip image.
+std::uint32_t le(const std::string& bytes, std::size_t at, std::size_t width) {
+  std::uint32_t value = 0;
+  for (std::size_t i = 0; i < width; ++i)
+    value |= static_cast<std::uint32_t>(static_cast<unsigned char>(bytes[at + i])) << (8 * i);
+  return value;
+}
+
+void set_le32(std::string& bytes, std::size_t at, std::uint32_t value) {
+  for (std::size_t i = 0; i < 4; ++i)
+    bytes[at + i] = static_cast<char>((value >> (8 * i)) & 0xFF);
+}
+
+/// Where member `name` of a zip image is described: its central directory entry, its local
+/// header and the first byte of its data.
+struct ZipMember {
+  std::size_t central = 0;
+  std::size_t local = 0;
+  std::size_t data = 0;
+};
+
+ZipMember find_member(const std::string& zip, const std::string& name) {
+  const std::size_t end = zip.rfind(std::string("PK\x05\x06", 4));
+  REQUIRE(end != std::string::npos);
+  std::size_t at = le(zip, end + 16, 4);
+  for (std::size_t i = 0, n = le(zip, end + 10, 2); i < n; ++i) {
+    REQUIRE(le(zip, at, 4) == 0x02014b50u);
+    const std::size_t name_length = le(zip, at + 28, 2);
+    const std::size_t next = at + 46 + name_length + le(zip, at + 30, 2) + le(zip, at + 32, 2);
+    if (zip.compare(at + 46, name_length, name) == 0) {
+      ZipMember member{at, le(zip, at + 42, 4), 0};
+      member.data =
+          member.local + 30 + le(zip, member.local + 26, 2) + le(zip, member.local + 28, 2);
+      return member;
+    }
+    at = next;
+  }
+  FAIL("no member " << name);
+  return {};
+}
+
+/// `zip` with member `name` declaring `size` uncompressed bytes, in its central directory entry and
+/// its local header alike (so that the archive stays consistent).
+std::string declaring(std::string zip, const std::string& name, std::uint32_t size) {
+  const ZipMember member = find_member(zip, name);
+  set_le32(zip, member.central + 24, size);
+  set_le32(zip, member.local + 22, size);
+  return zip;
+}
+
+/// Writes a `.keras` archive with the members of `source` (read back through libzip), whose
+/// `model.weights.h5` is replaced by `weights`, deflated.
+void write_deflated(const std::filesystem::path& path, const std::filesystem::path& source,
+                    const std::string& weights) {
+  int error = 0;
+  zip_t* in = zip_open(source.c_str(), ZIP_RDONLY, &error);
+  REQUIRE(in != nullptr);
+  zip_t* out = zip_open(path.c_str(), ZIP_CREATE | ZIP_TRUNCATE, &error);
+  REQUIRE(out != nullptr);
+  std::vector<std::string> kept;
+  kept.reserve(3);
+  for (const char* name : {"metadata.json", "config.json"}) {
+    zip_stat_t stat;
+    REQUIRE(zip_stat(in, name, 0, &stat) == 0);
+    std::string bytes(stat.size, '\0');
+    zip_file_t* file = zip_fopen(in, name, 0);
+    REQUIRE(zip_fread(file, bytes.data(), stat.size) == static_cast<zip_int64_t>(stat.size));
+    zip_fclose(file);
+    kept.push_back(std::move(bytes));
+  }
+  kept.push_back(weights);
+  const char* names[] = {"metadata.json", "config.json", "model.weights.h5"};
+  for (std::size_t i = 0; i < kept.size(); ++i) {
+    zip_source_t* member = zip_source_buffer(out, kept[i].data(), kept[i].size(), 0);
+    const zip_int64_t index = zip_file_add(out, names[i], member, 0);
+    REQUIRE(index >= 0);
+    REQUIRE(zip_set_file_compression(out, static_cast<zip_uint64_t>(index), ZIP_CM_DEFLATE, 9) ==
+            0);
+  }
+  REQUIRE(zip_close(out) == 0);
+  zip_discard(in);
+}
+
+/// The process's virtual memory size in bytes (`VmSize` of /proc/self/status).
+std::size_t virtual_memory_size() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmSize:", 0) == 0) return std::stoull(line.substr(7)) * 1024;
+  }
+  return 0;
+}
+
+/// The message of the `FormatError` that `load` throws, for both trusts.
+template <class Load>
+std::vector<std::string> format_errors(Load&& load) {
+  std::vector<std::string> messages;
+  for (const Trust trust : {Trust::untrusted, Trust::trusted}) {
+    try {
+      load(trust);
+      messages.emplace_back("(loaded)");
+    } catch (const FormatError& e) {
+      messages.emplace_back(e.what());
+    }
+  }
+  return messages;
 }
 
 }  // namespace
@@ -146,5 +264,157 @@ TEST_SUITE("keras") {
       summary += kind + ": " + std::to_string(n) + "  ";
     MESSAGE(count << " hostile variants: " << summary);
     CHECK(outcomes["FormatError"] > 0);
+  }
+  TEST_CASE("a .keras member declaring more than the archive can hold is refused unread") {
+    TempDir dir;
+    auto model = sequential_mlp();
+    model->save(dir / "ours.keras");
+    const std::string ours = read_bytes(dir / "ours.keras");
+    const auto path = dir / "declares.keras";
+    SUBCASE("stored: more bytes than it stores") {
+      write_bytes(path, declaring(ours, "model.weights.h5", 0xFFFFFFF0u));
+      for (const auto& message :
+           format_errors([&](Trust trust) { load_model(path, {}, {.trust = trust}); })) {
+        CHECK(message.find("keras archive '" + path.string() +
+                           "': member 'model.weights.h5' declares 4294967280 bytes but its ") !=
+              std::string::npos);
+        CHECK(message.find(" stored bytes can hold at most ") != std::string::npos);
+      }
+    }
+    SUBCASE("deflated: more than deflate's 1,032 to 1") {
+      write_deflated(dir / "deflated.keras", dir / "ours.keras", std::string(4096, 'w'));
+      write_bytes(path,
+                  declaring(read_bytes(dir / "deflated.keras"), "model.weights.h5", 0x7FFFFFFFu));
+      for (const auto& message :
+           format_errors([&](Trust trust) { load_model(path, {}, {.trust = trust}); })) {
+        CHECK(message.find("member 'model.weights.h5' declares 2147483647 bytes but its ") !=
+              std::string::npos);
+        CHECK(message.find(" deflated bytes can hold at most ") != std::string::npos);
+        CHECK(message.find(path.string()) != std::string::npos);
+      }
+    }
+    SUBCASE("config.json within the ratio but shorter than declared") {
+      write_deflated(dir / "deflated.keras", dir / "ours.keras", std::string(4096, 'w'));
+      const std::string deflated = read_bytes(dir / "deflated.keras");
+      const std::uint32_t declared =
+          le(deflated, find_member(deflated, "config.json").central + 24, 4);
+      write_bytes(path, declaring(deflated, "config.json", declared + 100));
+      for (const auto& message :
+           format_errors([&](Trust trust) { load_model(path, {}, {.trust = trust}); })) {
+        CHECK(message.find("member 'config.json' declares " + std::to_string(declared + 100) +
+                           " bytes but yields " + std::to_string(declared)) != std::string::npos);
+      }
+    }
+  }
+
+  TEST_CASE("a .keras member is read as its data arrives, not at the size it declares") {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    MESSAGE("skipped: an address-space limit cannot be set under a sanitizer's shadow memory");
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+    MESSAGE("skipped: an address-space limit cannot be set under a sanitizer's shadow memory");
+#else
+#define LOADSTAR_TEST_ADDRESS_LIMIT 1
+#endif
+#else
+#define LOADSTAR_TEST_ADDRESS_LIMIT 1
+#endif
+#ifdef LOADSTAR_TEST_ADDRESS_LIMIT
+    // 2 MiB of incompressible weights, deflated, declaring 1 GiB (within deflate's ratio): in a
+    // child limited to 768 MiB more address space than it has, a reader that allocated the
+    // declared size would fail with std::bad_alloc ("out of memory") instead of a short read.
+    TempDir dir;
+    auto model = sequential_mlp();
+    model->save(dir / "ours.keras");
+    std::string noise(std::size_t{2} << 20, '\0');
+    std::mt19937_64 random(3);
+    for (auto& c : noise)
+      c = static_cast<char>(random() & 0xFF);
+    write_deflated(dir / "deflated.keras", dir / "ours.keras", noise);
+    const auto path = dir / "bomb.keras";
+    write_bytes(path, declaring(read_bytes(dir / "deflated.keras"), "model.weights.h5", 1u << 30));
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      const rlimit limit{virtual_memory_size() + (std::size_t{768} << 20),
+                         virtual_memory_size() + (std::size_t{768} << 20)};
+      if (::setrlimit(RLIMIT_AS, &limit) != 0) ::_exit(3);
+      try {
+        load_model(path, {}, {.trust = Trust::trusted});
+      } catch (const FormatError& e) {
+        const std::string message = e.what();
+        ::_exit(message.find("declares 1073741824 bytes but yields 2097152") != std::string::npos
+                    ? 0
+                : message.find("out of memory") != std::string::npos ? 2
+                                                                     : 4);
+      } catch (...) {
+        ::_exit(5);
+      }
+      ::_exit(6);
+    }
+    int status = 0;
+    REQUIRE(::waitpid(pid, &status, 0) == pid);
+    REQUIRE(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+#endif
+  }
+
+  TEST_CASE("a .keras member whose data fails its CRC-32 is refused") {
+    TempDir dir;
+    auto model = sequential_mlp();  // named "mlp"
+    model->save(dir / "ours.keras");
+    std::string zip = read_bytes(dir / "ours.keras");
+    const ZipMember config = find_member(zip, "config.json");
+    const std::size_t at = zip.find("\"mlp\"", config.data);
+    REQUIRE(at != std::string::npos);
+    REQUIRE(at < config.data + le(zip, config.central + 20, 4));
+    zip[at + 1] = 'M';  // still JSON, still a model: only the CRC-32 tells
+    const auto path = dir / "altered.keras";
+    write_bytes(path, zip);
+    for (const auto& message :
+         format_errors([&](Trust trust) { load_model(path, {}, {.trust = trust}); })) {
+      CHECK(message.find("keras archive '" + path.string() +
+                         "': member 'config.json': expected data matching its CRC-32 but found "
+                         "other data") != std::string::npos);
+    }
+  }
+
+  TEST_CASE("load_model ends a file on which libhdf5 loops forever at its deadline") {
+    // Found by fuzzing load_model: a corrupt global heap behind a variable-length string
+    // attribute of a whole-model file makes libhdf5 1.10 loop in H5HG_read. The deadline is kept
+    // by this process, so a SIGALRM handler of the program's (a test framework's, a server's)
+    // cannot defeat it.
+    const char* root = std::getenv("LOADSTAR_SOURCE_DIR");
+    REQUIRE_MESSAGE(root != nullptr, "LOADSTAR_SOURCE_DIR is not set");
+    const auto file =
+        std::filesystem::path(root) / "tests" / "data" / "hostile" / "model-config-heap-loop.h5";
+    struct sigaction ignore {};
+    ignore.sa_handler = SIG_IGN;
+    struct sigaction old_alarm {};
+    ::sigaction(SIGALRM, &ignore, &old_alarm);
+    const auto start = std::chrono::steady_clock::now();
+    CHECK_THROWS_WITH_AS(load_model(file, {}, {.sandbox_deadline = std::chrono::seconds(2)}),
+                         doctest::Contains(("hdf5 file '" + file.string() +
+                                            "': corrupt or hostile file: the sandbox process ")
+                                               .c_str()),
+                         FormatError);
+    CHECK_THROWS_WITH_AS(load_model(file, {}, {.sandbox_deadline = std::chrono::seconds(2)}),
+                         doctest::Contains("parsing the file did not finish within 2 s and was "
+                                           "killed"),
+                         FormatError);
+    CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(20));
+    ::sigaction(SIGALRM, &old_alarm, nullptr);
+  }
+
+  TEST_CASE("load_model kills a sandbox child that outlives its deadline") {
+    // A file whose parse takes far longer than 1 ms (64 MiB of weights to read, encode and send
+    // back): the deadline, kept by this process, ends the child.
+    TempDir dir;
+    Sequential big{Input({4096}), layers::Dense(4096)};
+    big.save(dir / "big.h5");
+    CHECK_THROWS_WITH_AS(
+        load_model(dir / "big.h5", {}, {.sandbox_deadline = std::chrono::milliseconds(1)}),
+        doctest::Contains("did not finish within 1 ms and was killed"), FormatError);
+    CHECK(load_model(dir / "big.h5")->count_params() == 4096 * 4096 + 4096);
   }
 }

@@ -77,8 +77,9 @@ Tensor<T> read_hdf5_sandboxed(const std::filesystem::path& file, const std::stri
     ~Closer() { ::close(fd); }
   } closer{memfd};
   // The child inherits HDF5's state: no other thread may be inside HDF5 when it forks.
-  const std::string report =
-      run_sandboxed(where, "reading dataset '" + name + "'", hdf5_mutex(), [&]() -> std::string {
+  const std::string report = run_sandboxed(
+      where, "reading dataset '" + name + "'", hdf5_mutex(),
+      [&]() -> std::string {
         Hdf5Lock::configure_errors();
         Shape read_shape;
         read_hdf5_dataset<T>(
@@ -100,7 +101,8 @@ Tensor<T> read_hdf5_sandboxed(const std::filesystem::path& file, const std::stri
         for (const std::uint64_t d : read_shape)
           shape_bytes.append(reinterpret_cast<const char*>(&d), sizeof d);
         return shape_bytes;
-      });
+      },
+      options.sandbox_deadline);
   const std::size_t rank = report.empty() ? 0 : static_cast<unsigned char>(report[0]);
   if (report.size() != 1 + rank * sizeof(std::uint64_t) || rank > Shape::max_rank) {
     throw FormatError(where + ": the sandbox process reading dataset '" + name +

@@ -129,11 +129,13 @@ class Hdf5Sequence {
       detail::run_sandboxed(
           detail::hdf5_file_name(file),
           "checking datasets '" + state_->x_name + "' and '" + state_->y_name + "'",
-          detail::hdf5_mutex(), [&] {
+          detail::hdf5_mutex(),
+          [&] {
             detail::Hdf5Lock::configure_errors();
             check_in_child(file, hdf5);
             return std::string();
-          });
+          },
+          hdf5.sandbox_deadline);
     }
     {
       detail::Hdf5Lock lock;

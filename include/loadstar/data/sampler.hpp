@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "loadstar/detail/json_state.hpp"
 #include "loadstar/error.hpp"
 #include "loadstar/random.hpp"
 
@@ -64,7 +65,8 @@ inline void from_json(const nlohmann::json& in, SamplerState& state) {
   const auto field = [&](const char* name) -> std::uint64_t {
     if (!in.is_object() || !in.contains(name) || !in.at(name).is_number_unsigned()) {
       throw CheckpointError(std::string("sampler state: field '") + name +
-                            "' must be a non-negative integer but the state is " + in.dump());
+                            "' must be a non-negative integer but the state is " +
+                            loadstar::detail::shown(in));
     }
     return in.at(name).get<std::uint64_t>();
   };

@@ -10,9 +10,43 @@
 
 #include <nlohmann/json.hpp>
 
+#include "loadstar/detail/strings.hpp"
 #include "loadstar/error.hpp"
 
 namespace loadstar::detail {
+
+/// `value` as JSON text for a message, whatever bytes its strings hold (a malformed UTF-8
+/// sequence shows as U+FFFD instead of throwing `nlohmann::json::type_error`).
+inline std::string shown(const nlohmann::json& value) {
+  return value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+/// Checks that every string and key of `value` (decoded from CBOR, or built from YAML, which
+/// nothing has checked) is UTF-8; `FormatError` naming `what`, the JSON pointer and the byte
+/// otherwise, so that nothing later throws `nlohmann::json::type_error` dumping it.
+inline void check_json_text(const nlohmann::json& value, const std::string& what,
+                            const std::string& pointer = "") {
+  const auto check = [&](const std::string& text, const std::string& at) {
+    if (const auto bad = invalid_utf8(text)) {
+      throw FormatError("expected UTF-8 " + what + " but found the byte " +
+                        byte_text(static_cast<unsigned char>(text[*bad])) + " at offset " +
+                        std::to_string(*bad) + " of " + (at.empty() ? "the value" : at) + " (" +
+                        shown(nlohmann::json(text)) + ")");
+    }
+  };
+  if (value.is_string()) {
+    check(value.get_ref<const std::string&>(), pointer);
+  } else if (value.is_object()) {
+    for (const auto& [key, item] : value.items()) {
+      check(key, "a key of " + (pointer.empty() ? std::string("the top level") : pointer));
+      check_json_text(item, what, pointer + "/" + key);
+    }
+  } else if (value.is_array()) {
+    std::size_t i = 0;
+    for (const auto& item : value)
+      check_json_text(item, what, pointer + "/" + std::to_string(i++));
+  }
+}
 
 /// Reads fields of the state `state` saved by `owner` (`"early stopping"`); throws
 /// `CheckpointError` for a state that is not an object, a missing field or one of another type.
@@ -25,7 +59,7 @@ class StateReader {
   StateReader(std::string owner, const nlohmann::json& state)
       : owner_(std::move(owner)), state_(state) {
     if (!state_.is_object()) {
-      throw CheckpointError(owner_ + " state: expected a JSON object but found " + state_.dump());
+      throw CheckpointError(owner_ + " state: expected a JSON object but found " + shown(state_));
     }
   }
 
@@ -34,7 +68,7 @@ class StateReader {
     const auto found = state_.find(field);
     if (found == state_.end()) {
       throw CheckpointError(owner_ + " state: the field '" + field + "' is missing in " +
-                            state_.dump());
+                            shown(state_));
     }
     const bool ok = [&] {
       if constexpr (std::is_same_v<T, bool>) {
@@ -53,13 +87,13 @@ class StateReader {
     }();
     if (!ok) {
       throw CheckpointError(owner_ + " state: the field '" + field + "' should be " +
-                            expected<T>() + " but is " + found->dump());
+                            expected<T>() + " but is " + shown(*found));
     }
     try {
       return found->template get<T>();
     } catch (const nlohmann::json::exception& e) {
       throw CheckpointError(owner_ + " state: the field '" + field + "' cannot be read from " +
-                            found->dump() + " (" + e.what() + ")");
+                            shown(*found) + " (" + e.what() + ")");
     }
   }
 

@@ -250,7 +250,7 @@ LOADSTAR_DECL void RunningMetrics::restore(const nlohmann::json& state) {
   for_each([&](const Metric&) { ++count; });
   if (!states.is_array() || states.size() != count) {
     throw CheckpointError("running metrics state: expected the states of " + std::to_string(count) +
-                          " metrics but found " + states.dump());
+                          " metrics but found " + loadstar::detail::shown(states));
   }
   std::size_t i = 0;
   for_each([&](Metric& m) { m.set_state(states[i++]); });

@@ -7,12 +7,16 @@
 #include "loadstar/config.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
+#include <optional>
 #include <random>
 #include <string>
 #include <string_view>
@@ -83,7 +87,16 @@ LOADSTAR_DECL nlohmann::json read_checkpoint_state(const std::filesystem::path& 
 
 /// Loads the weights and the optimizer's state of the checkpoint folder `path` into `model`;
 /// `CheckpointError` naming the file when it is truncated, corrupt or of another model.
+///
+/// The model file is parsed in this process (`Trust::trusted`) only when this process wrote it
+/// with `write_checkpoint` and it has not changed since (the same device, inode, size,
+/// modification and status-change times); any other checkpoint (another process's, one copied or
+/// restored from storage, one written before a restart) is parsed in a sandbox child
+/// (`Trust::untrusted`), so that a corrupt file is an error, never a crash.
 LOADSTAR_DECL void load_checkpoint_model(keras::Model& model, const std::filesystem::path& path);
+
+/// Whether `write_checkpoint` in this process wrote the model file `file` and it is unchanged.
+LOADSTAR_DECL bool written_by_this_process(const std::filesystem::path& file);
 
 }  // namespace loadstar::trial
 
@@ -91,6 +104,57 @@ LOADSTAR_DECL void load_checkpoint_model(keras::Model& model, const std::filesys
 // the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
 #if LOADSTAR_TRIAL_BODIES
 namespace loadstar::trial {
+
+namespace detail {
+
+/// What identifies a file's contents as this process left them: renaming keeps it, and any write,
+/// replacement or change of times changes it (the status-change time cannot be set).
+struct FileIdentity {
+  dev_t device = 0;
+  ino_t inode = 0;
+  off_t size = 0;
+  std::int64_t modified_ns = 0;
+  std::int64_t changed_ns = 0;
+  bool operator==(const FileIdentity&) const = default;
+};
+
+inline std::optional<FileIdentity> file_identity(const std::filesystem::path& file) {
+  struct stat info {};
+  if (::stat(file.c_str(), &info) != 0) return std::nullopt;
+  const auto ns = [](const timespec& t) {
+    return static_cast<std::int64_t>(t.tv_sec) * 1'000'000'000 + t.tv_nsec;
+  };
+  return FileIdentity{info.st_dev, info.st_ino, info.st_size, ns(info.st_mtim), ns(info.st_ctim)};
+}
+
+/// The model files `write_checkpoint` wrote in this process, the last 1,024.
+class WrittenCheckpoints {
+ public:
+  static WrittenCheckpoints& instance() {
+    static WrittenCheckpoints written;
+    return written;
+  }
+  void add(const FileIdentity& identity) {
+    const std::lock_guard lock(mutex_);
+    if (files_.size() == 1024) files_.erase(files_.begin());
+    files_.push_back(identity);
+  }
+  bool contains(const FileIdentity& identity) const {
+    const std::lock_guard lock(mutex_);
+    return std::find(files_.begin(), files_.end(), identity) != files_.end();
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::vector<FileIdentity> files_;
+};
+
+}  // namespace detail
+
+LOADSTAR_DECL bool written_by_this_process(const std::filesystem::path& file) {
+  const auto identity = detail::file_identity(file);
+  return identity && detail::WrittenCheckpoints::instance().contains(*identity);
+}
 
 LOADSTAR_DECL std::string new_checkpoint_uuid() {
   std::random_device device;
@@ -155,6 +219,9 @@ LOADSTAR_DECL std::filesystem::path write_checkpoint(const std::filesystem::path
   kd::sync_directory(temporary);
   kd::rename_into_place(temporary, target);
   kd::sync_directory(checkpoint_dir);
+  if (const auto identity = detail::file_identity(target / checkpoint_model_file)) {
+    detail::WrittenCheckpoints::instance().add(*identity);
+  }
   return target;
 }
 
@@ -201,6 +268,7 @@ LOADSTAR_DECL nlohmann::json read_checkpoint_state(const std::filesystem::path& 
     const std::string bytes = keras::detail::read_bytes(file);
     nlohmann::json state = nlohmann::json::from_cbor(bytes.begin(), bytes.end());
     if (!state.is_object()) throw CheckpointError("");
+    loadstar::detail::check_json_text(state, "text");
     return state;
   } catch (const std::exception& e) {
     throw CheckpointError(
@@ -214,7 +282,9 @@ LOADSTAR_DECL nlohmann::json read_checkpoint_state(const std::filesystem::path& 
 LOADSTAR_DECL void load_checkpoint_model(keras::Model& model, const std::filesystem::path& path) {
   const auto file = path / checkpoint_model_file;
   try {
-    model.load_weights(file, {.optimizer = true});
+    model.load_weights(
+        file, {.optimizer = true,
+               .trust = written_by_this_process(file) ? Trust::trusted : Trust::untrusted});
   } catch (const CheckpointError&) {
     throw;
   } catch (const Error& e) {

@@ -44,6 +44,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "loadstar/detail/json_state.hpp"
 #include "loadstar/error.hpp"
 #include "loadstar/keras/callbacks/detail/files.hpp"
 #include "loadstar/keras/sequential.hpp"
@@ -384,7 +385,8 @@ LOADSTAR_DECL void ExperimentLoop::apply(const std::vector<Operation>& operation
             trial.hparams = op.hparams;
             trial.trial_seed = op.trial_seed;
             std::filesystem::create_directories(trial_dir(dir_, trial.id));
-            say("trial " + std::to_string(trial.id) + ": created with " + trial.hparams.dump());
+            say("trial " + std::to_string(trial.id) + ": created with " +
+                loadstar::detail::shown(trial.hparams));
             record_.trials.push_back(std::move(trial));
           } else if constexpr (std::is_same_v<Op, ValidateAfter>) {
             if (auto* trial = record_.find_request(op.request_id)) {

@@ -29,6 +29,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "loadstar/detail/json_state.hpp"
+#include "loadstar/detail/strings.hpp"
 #include "loadstar/error.hpp"
 #include "loadstar/trial/detail/suggest.hpp"
 #include "loadstar/trial/detail/yaml_json.hpp"
@@ -404,6 +406,13 @@ LOADSTAR_DECL nlohmann::json to_json(const ExperimentConfig& config) {
 
 LOADSTAR_DECL ExperimentConfig experiment_config_from_json(const nlohmann::json& config,
                                                            std::string_view source) {
+  // JSON built in C++ may hold any bytes; the config is shown and stored as JSON text.
+  try {
+    loadstar::detail::check_json_text(config, "text");
+  } catch (const FormatError& e) {
+    throw ConfigError("experiment config '" + loadstar::detail::shown_text(source) +
+                      "': " + e.what());
+  }
   ExperimentConfig parsed = detail::expconf::ExperimentConfigReader(source).read(config);
   parsed.raw = to_json(parsed);
   return parsed;

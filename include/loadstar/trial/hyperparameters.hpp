@@ -24,6 +24,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "loadstar/detail/json_state.hpp"
 #include "loadstar/error.hpp"
 #include "loadstar/random.hpp"
 #include "loadstar/trial/detail/suggest.hpp"
@@ -160,7 +161,7 @@ LOADSTAR_DECL std::string describe_hparam(const Hyperparameter& hp) {
   using Type = Hyperparameter::Type;
   switch (hp.type) {
     case Type::constant:
-      return "the constant " + hp.val.dump();
+      return "the constant " + loadstar::detail::shown(hp.val);
     case Type::integer:
       return "an int in [" + format_hparam_number(hp.minval) + ", " +
              format_hparam_number(hp.maxval) + "]";
@@ -172,7 +173,7 @@ LOADSTAR_DECL std::string describe_hparam(const Hyperparameter& hp) {
              format_hparam_number(hp.minval) + ", " + format_hparam_number(hp.base) + "^" +
              format_hparam_number(hp.maxval) + "]";
     case Type::categorical:
-      return "one of " + nlohmann::json(hp.vals).dump();
+      return "one of " + loadstar::detail::shown(nlohmann::json(hp.vals));
     case Type::nested:
       break;
   }
@@ -247,7 +248,7 @@ LOADSTAR_DECL nlohmann::json check_hparam_value(const std::string& name, const H
   using Type = Hyperparameter::Type;
   const auto refuse = [&]() -> ConfigError {
     return ConfigError("hyperparameter '" + name + "': expected " + describe_hparam(hp) +
-                       " but found " + value.dump());
+                       " but found " + loadstar::detail::shown(value));
   };
   switch (hp.type) {
     case Type::constant:
@@ -292,7 +293,8 @@ LOADSTAR_DECL nlohmann::json check_hparam_group(const std::vector<NamedHyperpara
   const std::string group =
       prefix.empty() ? std::string("hyperparameters") : "hyperparameter '" + prefix + "'";
   if (!values.is_object()) {
-    throw ConfigError(group + ": expected an object of values but found " + values.dump());
+    throw ConfigError(group + ": expected an object of values but found " +
+                      loadstar::detail::shown(values));
   }
   std::vector<std::string> names;
   names.reserve(hparams.size());

@@ -20,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "loadstar/detail/json_state.hpp"
 #include "loadstar/error.hpp"
 #include "loadstar/keras/callbacks/detail/files.hpp"
 #include "loadstar/trial/detail/experiment_process.hpp"
@@ -128,7 +129,7 @@ LOADSTAR_DECL std::vector<MetricsRecord> read_metrics(const std::filesystem::pat
       throw FormatError(where() +
                         "expected an object with a string 'kind', an unsigned 'batches' and an "
                         "object 'metrics' but found " +
-                        object.dump().substr(0, 200));
+                        loadstar::detail::shown(object).substr(0, 200));
     }
     MetricsRecord record;
     record.kind = object["kind"].get<std::string>();

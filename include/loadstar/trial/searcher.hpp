@@ -429,14 +429,14 @@ LOADSTAR_DECL void Searcher::restore(const nlohmann::json& json) {
   std::map<std::uint64_t, double> progress;
   if (!progress_json.is_object()) {
     throw CheckpointError("searcher state: trial_progress: expected an object but found " +
-                          progress_json.dump());
+                          loadstar::detail::shown(progress_json));
   }
   for (const auto& [key, value] : progress_json.items()) {
     if (key.empty() || key.find_first_not_of("0123456789") != std::string::npos ||
         !value.is_number()) {
       throw CheckpointError(
           "searcher state: trial_progress: expected request ids to numbers but found " +
-          progress_json.dump());
+          loadstar::detail::shown(progress_json));
     }
     progress[std::stoull(key)] = value.get<double>();
   }
@@ -506,14 +506,14 @@ LOADSTAR_DECL void Searcher::record(const std::vector<Operation>& ops) {
 LOADSTAR_DECL std::vector<Operation> Searcher::operations_from(const nlohmann::json& json) {
   if (!json.is_array()) {
     throw CheckpointError("searcher state: expected an array of operations but found " +
-                          json.dump());
+                          loadstar::detail::shown(json));
   }
   std::vector<Operation> ops;
   for (const auto& op : json) {
     ops.push_back(operation_from_json(op));
     if (!std::holds_alternative<ValidateAfter>(ops.back())) {
       throw CheckpointError("searcher state: expected validate_after operations but found " +
-                            op.dump());
+                            loadstar::detail::shown(op));
     }
   }
   return ops;
@@ -767,7 +767,7 @@ LOADSTAR_DECL void GridSearcher::restore_method(const nlohmann::json& state) {
   if (!remaining.is_array() || remaining.size() > grid_.size()) {
     throw CheckpointError("searcher 'grid' state: expected an array of at most " +
                           std::to_string(grid_.size()) + " remaining points but found " +
-                          remaining.dump());
+                          loadstar::detail::shown(remaining));
   }
   pending_trials_ = read.get<std::int64_t>("pending_trials");
   remaining_ = remaining.get<std::vector<nlohmann::json>>();
@@ -859,7 +859,7 @@ LOADSTAR_DECL void AdaptiveAshaSearcher::restore_method(const nlohmann::json& st
   const auto brackets = read.get<nlohmann::json>("brackets");
   if (!brackets.is_array() || brackets.size() != brackets_.size()) {
     throw CheckpointError(owner + ": expected " + std::to_string(brackets_.size()) +
-                          " brackets but found " + brackets.dump());
+                          " brackets but found " + loadstar::detail::shown(brackets));
   }
   auto restored = brackets_;
   for (std::size_t i = 0; i < restored.size(); ++i)

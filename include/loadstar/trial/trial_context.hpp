@@ -19,6 +19,7 @@
 
 #include "loadstar/data/class_weight.hpp"
 #include "loadstar/data/dataset/wrap_dataset.hpp"
+#include "loadstar/detail/json_state.hpp"
 #include "loadstar/dist/collective.hpp"
 #include "loadstar/dist/distributed_optimizer.hpp"
 #include "loadstar/error.hpp"
@@ -201,7 +202,8 @@ LOADSTAR_DECL TrialContext::TrialContext(ExperimentConfig config, nlohmann::json
                  collective_->local_size(), collective_->cross_rank()};
   if (!hparams_.is_object()) {
     throw ConfigError("trial " + std::to_string(trial_id_) +
-                      ": expected the hyperparameters as an object but found " + hparams_.dump());
+                      ": expected the hyperparameters as an object but found " +
+                      loadstar::detail::shown(hparams_));
   }
   const auto found = hparams_.find("global_batch_size");
   if (found == hparams_.end() || !found->is_number_integer() || found->get<std::int64_t>() < 1) {

@@ -294,19 +294,19 @@ LOADSTAR_DECL std::string to_string(const Workload& workload) {
 LOADSTAR_DECL Length length_from_json(const nlohmann::json& json, const std::string& owner) {
   if (!json.is_object() || json.size() != 1) {
     throw CheckpointError(owner + ": expected a length like {\"batches\": 5} but found " +
-                          json.dump());
+                          loadstar::detail::shown(json));
   }
   const auto& key = json.begin().key();
   const auto& value = json.begin().value();
   if (key != "batches" && key != "records" && key != "epochs") {
     throw CheckpointError(owner + ": expected a length in batches, records or epochs but found " +
-                          json.dump());
+                          loadstar::detail::shown(json));
   }
   // JSON built in C++ from an int is signed even when non-negative.
   if (!value.is_number_unsigned() &&
       !(value.is_number_integer() && value.get<std::int64_t>() >= 0)) {
     throw CheckpointError(owner + ": expected a non-negative integer length but found " +
-                          json.dump());
+                          loadstar::detail::shown(json));
   }
   const auto units = value.get<std::uint64_t>();
   if (key == "batches") return Length{Unit::batches, units};
@@ -560,7 +560,7 @@ LOADSTAR_DECL auto WorkloadSequencer::from_json(const nlohmann::json& json) -> S
   const auto ops = read.get<nlohmann::json>("ops");
   if (!ops.is_array()) {
     throw CheckpointError("workload sequencer state: the field 'ops' should be an array but is " +
-                          ops.dump());
+                          loadstar::detail::shown(ops));
   }
   for (const auto& op : ops) {
     state.ops.push_back(length_from_json(op, "workload sequencer state: ops"));

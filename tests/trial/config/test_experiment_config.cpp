@@ -629,3 +629,55 @@ data: {path: /data/fashion, augment: false}
                          ConfigError);
   }
 }
+
+TEST_SUITE("trial") {
+  TEST_CASE("parse_experiment_config refuses text that is not UTF-8, naming the key and the byte") {
+    // Two bytes found by fuzzing: a lone continuation byte, then '@'. Before, the refusal's own
+    // message threw nlohmann::json::type_error dumping the text.
+    CHECK_THROWS_WITH_AS(parse("\x91\x40"),
+                         refusal("the document: expected UTF-8 text but found the byte 0x91 at "
+                                 "byte offset 0 of the text '\\x91@' (which starts at line 1, "
+                                 "column 1)")
+                             .c_str(),
+                         ConfigError);
+    CHECK_THROWS_WITH_AS(parse(yaml() + "description: caf\xE9 au lait\n"),
+                         doctest::Contains(refusal("description: expected UTF-8 text but found "
+                                                   "the byte 0xE9 at byte offset 3 of the text "
+                                                   "'caf\\xE9 au lait' (which starts at line 4,")
+                                               .c_str()),
+                         ConfigError);
+    CHECK_THROWS_WITH_AS(parse(yaml("global_batch_size: 32, \"lr\xC0\": 0.1")),
+                         doctest::Contains(refusal("a key of hyperparameters: expected UTF-8 "
+                                                   "text but found the byte 0xC0 at byte offset "
+                                                   "2 of the text 'lr\\xC0'")
+                                               .c_str()),
+                         ConfigError);
+    CHECK_THROWS_WITH_AS(parse(yaml() + "labels: [a, \"\xED\xA0\x80\"]\n"),  // a surrogate
+                         doctest::Contains(refusal("labels[1]: expected UTF-8 text but found the "
+                                                   "byte 0xED at byte offset 0")
+                                               .c_str()),
+                         ConfigError);
+    // Outside any key or value: named by its place in the document.
+    CHECK_THROWS_WITH_AS(parse(yaml() + "# caf\xE9\n"),
+                         refusal("line 4, column 6: expected UTF-8 text but found the byte 0xE9 "
+                                 "at byte offset " +
+                                 std::to_string(yaml().size() + 5) + " of the document")
+                             .c_str(),
+                         ConfigError);
+    // UTF-8 text of any script is fine, and so is its refusal's message.
+    CHECK(parse(yaml() + "description: café ☕ 𝄞\n").description == "café ☕ 𝄞");
+    CHECK_THROWS_WITH_AS(parse(yaml() + "colour: café\n"),
+                         refusal("colour: not a key of an experiment config").c_str(), ConfigError);
+  }
+
+  TEST_CASE("experiment_config_from_json refuses strings that are not UTF-8") {
+    json config = json::parse(R"({"entrypoint": "model_def:Trial",
+      "hyperparameters": {"global_batch_size": 32},
+      "searcher": {"name": "single", "metric": "val_loss", "max_length": {"batches": 100}}})");
+    config["description"] = "\xFF";
+    CHECK_THROWS_WITH_AS(experiment_config_from_json(config, "c.json"),
+                         doctest::Contains("experiment config 'c.json': expected UTF-8 text but "
+                                           "found the byte 0xFF at offset 0 of /description"),
+                         ConfigError);
+  }
+}

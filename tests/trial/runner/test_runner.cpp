@@ -288,6 +288,36 @@ TEST_SUITE("trial") {
                                                "but the file is truncated or corrupt"),
                              loadstar::CheckpointError);
       }
+      SUBCASE("state text that is not UTF-8") {
+        const auto bytes = loadstar::keras::detail::read_bytes(folder / "state.cbor");
+        auto state = nlohmann::json::from_cbor(bytes.begin(), bytes.end());
+        state["model"] = "m\xC3\x28";  // a lead byte without its continuation
+        const auto cbor = nlohmann::json::to_cbor(state);
+        loadstar::keras::detail::write_atomically(
+            folder / "state.cbor",
+            std::string_view(reinterpret_cast<const char*>(cbor.data()), cbor.size()));
+        CHECK_THROWS_WITH_AS(trial::run_trial(s, quiet),
+                             doctest::Contains("state.cbor': expected the trial's state in CBOR "
+                                               "but the file is truncated or corrupt (expected "
+                                               "UTF-8 text but found the byte 0xC3 at offset 1 "
+                                               "of /model"),
+                             loadstar::CheckpointError);
+      }
+      SUBCASE("a model file this process wrote is read in process, any other in a sandbox") {
+        const auto model_file = folder / "determined-keras-model.h5";
+        CHECK(trial::written_by_this_process(model_file));
+        std::filesystem::copy(folder, dir.path() / "copied",
+                              std::filesystem::copy_options::recursive);
+        CHECK_FALSE(
+            trial::written_by_this_process(dir.path() / "copied" / "determined-keras-model.h5"));
+        const auto bytes = loadstar::keras::detail::read_bytes(model_file);
+        loadstar::keras::detail::write_atomically(model_file, bytes);  // the same bytes, rewritten
+        CHECK_FALSE(trial::written_by_this_process(model_file));
+        restore_record();
+        const auto resumed = trial::run_trial(s, quiet);  // resumes from the rewritten file
+        CHECK(trial::written_by_this_process(s.checkpoint_dir / resumed.latest_checkpoint /
+                                             "determined-keras-model.h5"));
+      }
       SUBCASE("truncated model file") {
         const auto bytes =
             loadstar::keras::detail::read_bytes(folder / "determined-keras-model.h5");

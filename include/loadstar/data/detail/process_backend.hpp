@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "loadstar/data/detail/adapter_common.hpp"
+#include "loadstar/data/detail/sandbox.hpp"
 #include "loadstar/data/sampler.hpp"
 #include "loadstar/data/serialize.hpp"
 #include "loadstar/detail/fork_guard.hpp"
@@ -77,17 +78,6 @@ inline bool send_all(int fd, const void* data, std::size_t bytes) noexcept {
     bytes -= static_cast<std::size_t>(n);
   }
   return true;
-}
-
-/// `pidfd_open(2)`: a descriptor that becomes readable when the process exits, or -1 where the
-/// kernel lacks it (before Linux 5.3).
-inline int open_pidfd(pid_t pid) noexcept {
-#ifdef SYS_pidfd_open
-  return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
-#else
-  (void)pid;
-  return -1;
-#endif
 }
 
 static_assert(sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t) &&

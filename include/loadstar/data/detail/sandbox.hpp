@@ -5,12 +5,17 @@
 #pragma once
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -18,6 +23,7 @@
 #include <mutex>
 #include <new>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "loadstar/error.hpp"
@@ -49,6 +55,9 @@ inline void rethrow_sandboxed_error(SandboxOutcome outcome, const std::string& m
   }
 }
 
+/// What `classify_sandboxed_exception` says of `std::bad_alloc` (`run_sandboxed` names the file).
+inline constexpr std::string_view out_of_memory = "out of memory";
+
 /// The outcome a child reports for the exception in flight.
 inline std::pair<SandboxOutcome, std::string> classify_sandboxed_exception() {
   try {
@@ -64,7 +73,7 @@ inline std::pair<SandboxOutcome, std::string> classify_sandboxed_exception() {
   } catch (const Error& e) {
     return {SandboxOutcome::other_error, e.what()};
   } catch (const std::bad_alloc&) {
-    return {SandboxOutcome::format_error, "out of memory"};
+    return {SandboxOutcome::format_error, std::string(out_of_memory)};
   } catch (const std::exception& e) {
     return {SandboxOutcome::format_error, e.what()};
   } catch (...) {
@@ -79,6 +88,38 @@ inline std::string sandbox_signal_name(int signal) {
                                  : "signal " + std::to_string(signal);
 }
 
+/// `pidfd_open(2)`: a descriptor that becomes readable when the process exits, or -1 where the
+/// kernel lacks it (before Linux 5.3).
+inline int open_pidfd(pid_t pid) noexcept {
+#ifdef SYS_pidfd_open
+  return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+#else
+  (void)pid;
+  return -1;
+#endif
+}
+
+/// Gives a forked child the signal state of a new process: every disposition the parent set (a
+/// test framework's crash report, a fuzzer's or a server's `SIGALRM` handler, an ignored signal)
+/// back to its default, nothing blocked, and `SIGKILL` when the parent dies.
+inline void reset_child_signals() noexcept {
+  for (int signal = 1; signal < NSIG; ++signal) {
+    if (signal != SIGKILL && signal != SIGSTOP) ::signal(signal, SIG_DFL);
+  }
+  sigset_t none;
+  ::sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+}
+
+/// `"250 ms"`, `"2.5 s"`, `"120 s"`: a deadline for messages.
+inline std::string sandbox_seconds(std::chrono::milliseconds deadline) {
+  const auto ms = deadline.count();
+  if (ms < 1000) return std::to_string(ms) + " ms";
+  return std::to_string(ms / 1000) +
+         (ms % 1000 >= 100 ? "." + std::to_string(ms % 1000 / 100) : "") + " s";
+}
+
 /// Runs `body` in a forked child and returns the string it returns. A `loadstar::Error` the
 /// child throws is thrown again here with the same type and message; a child that dies (a
 /// signal, an exit without a report) throws `FormatError` naming `object`, the signal or exit
@@ -87,13 +128,18 @@ inline std::string sandbox_signal_name(int signal) {
 /// `lock` makes forking safe: it is held across the fork, so that no other thread is inside the
 /// library the child uses (the HDF5 readers pass `hdf5_mutex()`), then unlocked in the parent
 /// while the child works, and merely forgotten by the child, which must not take it again (its
-/// owner is a thread of the parent). The child leaves through `_exit`, running no destructor or
-/// `atexit` handler of the parent's objects. A child that never ends keeps the caller waiting: HDF5
-/// loops forever on no file we know of, and a deadline would make results depend on the machine's
-/// load.
+/// owner is a thread of the parent). The child starts with every signal at its default and
+/// none blocked, and leaves through `_exit`, running no destructor or `atexit` handler of the
+/// parent's objects.
+///
+/// `deadline` (zero: none) is kept by this process, not the child: a child still working when
+/// it passes (libhdf5 loops forever on some corrupt global heaps) is killed with `SIGKILL` and a
+/// `FormatError` names the deadline; nothing the child or the caller does with signals can
+/// defeat it.
 template <class Mutex, class Body>
 std::string run_sandboxed(const std::string& object, const std::string& doing, Mutex& mutex,
-                          Body&& body) {
+                          Body&& body,
+                          std::chrono::milliseconds deadline = std::chrono::milliseconds::zero()) {
   std::unique_lock<Mutex> lock(mutex);
   int pipe_fds[2];
   if (::pipe2(pipe_fds, O_CLOEXEC) != 0) {
@@ -110,10 +156,9 @@ std::string run_sandboxed(const std::string& object, const std::string& doing, M
   if (pid == 0) {
     lock.release();
     ::close(pipe_fds[0]);
-    // Die of the signal itself, quietly: a handler the parent installed (a test framework's crash
-    // report, a sanitizer's) would report the parent's state, not the file's.
-    for (const int fatal : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT})
-      ::signal(fatal, SIG_DFL);
+    // Die of a signal itself, quietly: a handler the parent installed would report the parent's
+    // state, not the file's.
+    reset_child_signals();
     std::string report;
     try {
       std::string result = body();
@@ -122,6 +167,7 @@ std::string run_sandboxed(const std::string& object, const std::string& doing, M
       report += result;
     } catch (...) {
       auto [outcome, message] = classify_sandboxed_exception();
+      if (message == out_of_memory) message = object + ": out of memory " + doing;
       report.clear();
       report.push_back(static_cast<char>(outcome));
       report += message;
@@ -139,21 +185,62 @@ std::string run_sandboxed(const std::string& object, const std::string& doing, M
   }
   lock.unlock();
   ::close(pipe_fds[1]);
+  // The report is read as it comes (it may be larger than the pipe holds) until the pipe ends or
+  // the child exits (another thread's child may hold a copy of the pipe's write end), or until
+  // the deadline.
+  const int pidfd = open_pidfd(pid);
+  ::fcntl(pipe_fds[0], F_SETFL, ::fcntl(pipe_fds[0], F_GETFL) | O_NONBLOCK);
+  const auto ends = std::chrono::steady_clock::now() + deadline;
   std::string report;
-  char buffer[4096];
+  bool late = false;
+  const auto drain = [&]() -> bool {  // false once the pipe has ended
+    char buffer[4096];
+    for (;;) {
+      const ssize_t got = ::read(pipe_fds[0], buffer, sizeof buffer);
+      if (got > 0) {
+        report.append(buffer, static_cast<std::size_t>(got));
+        continue;
+      }
+      if (got < 0 && errno == EINTR) continue;
+      return got < 0 && errno == EAGAIN;
+    }
+  };
   for (;;) {
-    const ssize_t got = ::read(pipe_fds[0], buffer, sizeof buffer);
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) break;
-    report.append(buffer, static_cast<std::size_t>(got));
+    int wait_ms = -1;
+    if (deadline > std::chrono::milliseconds::zero()) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          ends - std::chrono::steady_clock::now());
+      if (left <= std::chrono::milliseconds::zero()) {
+        late = true;
+        break;
+      }
+      wait_ms = static_cast<int>(std::min<std::chrono::milliseconds::rep>(left.count() + 1, 60000));
+    }
+    pollfd fds[2] = {{pipe_fds[0], POLLIN, 0}, {pidfd, POLLIN, 0}};  // -1 is ignored by poll
+    const int ready = ::poll(fds, 2, wait_ms);
+    if (ready < 0 && errno != EINTR) break;
+    if (ready <= 0) continue;
+    if (!drain()) break;
+    if ((fds[1].revents & POLLIN) != 0) {
+      drain();
+      break;
+    }
   }
   ::close(pipe_fds[0]);
+  if (late) ::kill(pid, SIGKILL);
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0) {
     if (errno != EINTR) {
+      if (pidfd >= 0) ::close(pidfd);
       throw IoError(object + ": cannot wait for sandbox process " + std::to_string(pid) + " (" +
                     std::strerror(errno) + ")");
     }
+  }
+  if (pidfd >= 0) ::close(pidfd);
+  if (late) {
+    throw FormatError(object + ": corrupt or hostile file: the sandbox process " +
+                      std::to_string(pid) + " " + doing + " did not finish within " +
+                      sandbox_seconds(deadline) + " and was killed");
   }
   if (WIFSIGNALED(status)) {
     throw FormatError(object + ": corrupt or hostile file: the sandbox process " +

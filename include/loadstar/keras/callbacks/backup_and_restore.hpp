@@ -19,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "loadstar/detail/json_state.hpp"
 #include "loadstar/error.hpp"
 #include "loadstar/keras/callbacks/callback.hpp"
 #include "loadstar/keras/callbacks/callback_list.hpp"
@@ -387,9 +388,12 @@ LOADSTAR_DECL void BackupAndRestore::restore(FitLoop& loop, const std::filesyste
   try {
     const std::string bytes = detail::read_bytes(state_path);
     state = nlohmann::json::from_cbor(bytes.begin(), bytes.end());
+    loadstar::detail::check_json_text(state, "text");
   } catch (const nlohmann::json::exception& e) {
     throw CheckpointError("backup '" + state_path.string() + "': not a CBOR state (" + e.what() +
                           ")");
+  } catch (const FormatError& e) {
+    throw CheckpointError("backup '" + state_path.string() + "': " + e.what());
   }
   const auto fail = [&](const std::string& what) {
     throw CheckpointError("backup '" + dir.string() + "': " + what);
@@ -428,11 +432,12 @@ LOADSTAR_DECL void BackupAndRestore::restore(FitLoop& loop, const std::filesyste
 
     loop.logs.clear();
     const auto logs = read.get<nlohmann::json>("logs");
-    if (!logs.is_array()) fail("expected a list of logs but found " + logs.dump());
+    if (!logs.is_array())
+      fail("expected a list of logs but found " + loadstar::detail::shown(logs));
     for (const auto& entry : logs) {
       if (!entry.is_array() || entry.size() != 2 || !entry[0].is_string() ||
           !entry[1].is_number()) {
-        fail("expected a log [name, value] but found " + entry.dump());
+        fail("expected a log [name, value] but found " + loadstar::detail::shown(entry));
       }
       loop.logs.set(entry[0].get<std::string>(), entry[1].get<double>());
     }

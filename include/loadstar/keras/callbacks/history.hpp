@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "loadstar/detail/json_state.hpp"
 #include "loadstar/error.hpp"
 #include "loadstar/keras/callbacks/callback.hpp"
 #include "loadstar/keras/callbacks/detail/output.hpp"
@@ -73,8 +74,8 @@ LOADSTAR_DECL void History::load_state(const nlohmann::json& state) {
     history = saved.get<std::map<std::string, std::vector<double>>>();
     epoch = epochs.get<std::vector<std::size_t>>();
   } catch (const nlohmann::json::exception& e) {
-    throw CheckpointError("history state: expected lists of numbers but found " + state.dump() +
-                          " (" + e.what() + ")");
+    throw CheckpointError("history state: expected lists of numbers but found " +
+                          loadstar::detail::shown(state) + " (" + e.what() + ")");
   }
   resumed_ = true;
 }

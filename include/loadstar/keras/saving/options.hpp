@@ -3,6 +3,8 @@
 /// so that `Model`'s members `save` and `load_weights` can take them.
 #pragma once
 
+#include <chrono>
+
 #include "loadstar/data/hdf5_options.hpp"
 
 namespace loadstar::keras {
@@ -25,8 +27,12 @@ struct LoadOptions {
   /// and restore the optimizer's slots and iteration count.
   bool compile = true;
   /// `untrusted` (the default): libhdf5 and libzip parse the file in a forked child first, so
-  /// that a corrupt or hostile file is a `FormatError`, never a crash.
+  /// that a corrupt or hostile file is a `FormatError`, never a crash (see `Trust` for what
+  /// `trusted` gives up).
   Trust trust = Trust::untrusted;
+  /// How long the sandbox child may parse an untrusted file before this process kills it and
+  /// throws `FormatError` (libhdf5 loops forever on some corrupt files); zero waits for ever.
+  std::chrono::milliseconds sandbox_deadline = std::chrono::seconds(120);
 };
 
 /// The options of `load_weights` and `Model::load_weights`.
@@ -41,6 +47,8 @@ struct LoadWeightsOptions {
   bool optimizer = false;
   /// As `LoadOptions::trust`.
   Trust trust = Trust::untrusted;
+  /// As `LoadOptions::sandbox_deadline`.
+  std::chrono::milliseconds sandbox_deadline = std::chrono::seconds(120);
 };
 
 }  // namespace loadstar::keras

@@ -189,7 +189,8 @@ LOADSTAR_DECL std::unique_ptr<Model> load_model(const std::filesystem::path& pat
                                                 const LoadOptions& options) {
   const std::string signature = detail::file_signature(path);
   const std::string where = detail::model_file_name(path, signature);
-  const detail::ModelFile file = detail::read_model_file(path, options.trust);
+  const detail::ModelFile file =
+      detail::read_model_file(path, options.trust, options.sandbox_deadline);
   return detail::naming_file(where, [&]() -> std::unique_ptr<Model> {
     if (file.layout == detail::FileLayout::legacy_weights ||
         file.layout == detail::FileLayout::keras3_weights) {
@@ -253,7 +254,8 @@ LOADSTAR_DECL void load_weights(Model& model, const std::filesystem::path& path,
   detail::require_built(model, "load_weights '" + path.string() + "'");
   const std::string signature = detail::file_signature(path);
   const std::string where = detail::model_file_name(path, signature);
-  const detail::ModelFile file = detail::read_model_file(path, options.trust);
+  const detail::ModelFile file =
+      detail::read_model_file(path, options.trust, options.sandbox_deadline);
   detail::naming_file(where, [&] {
     detail::assign_weights(model, file, options, where);
     if (options.optimizer && file.has_optimizer) {

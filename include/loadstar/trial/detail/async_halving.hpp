@@ -212,18 +212,20 @@ LOADSTAR_DECL double metric_from_json(const nlohmann::json& json, const std::str
   throw CheckpointError(owner +
                         ": expected a metric (a number, \"inf\", \"-inf\" or \"nan\") "
                         "but found " +
-                        json.dump());
+                        loadstar::detail::shown(json));
 }
 
 LOADSTAR_DECL std::vector<std::uint64_t> ids_from_json(const nlohmann::json& json,
                                                        const std::string& owner) {
   if (!json.is_array()) {
-    throw CheckpointError(owner + ": expected an array of ids but found " + json.dump());
+    throw CheckpointError(owner + ": expected an array of ids but found " +
+                          loadstar::detail::shown(json));
   }
   std::vector<std::uint64_t> ids;
   for (const auto& id : json) {
     if (!id.is_number_unsigned()) {
-      throw CheckpointError(owner + ": expected an array of ids but found " + json.dump());
+      throw CheckpointError(owner + ": expected an array of ids but found " +
+                            loadstar::detail::shown(json));
     }
     ids.push_back(id.get<std::uint64_t>());
   }
@@ -233,14 +235,15 @@ LOADSTAR_DECL std::vector<std::uint64_t> ids_from_json(const nlohmann::json& jso
 LOADSTAR_DECL std::map<std::uint64_t, std::uint64_t> id_map_from_json(const nlohmann::json& json,
                                                                       const std::string& owner) {
   if (!json.is_object()) {
-    throw CheckpointError(owner + ": expected an object of ids but found " + json.dump());
+    throw CheckpointError(owner + ": expected an object of ids but found " +
+                          loadstar::detail::shown(json));
   }
   std::map<std::uint64_t, std::uint64_t> map;
   for (const auto& [key, value] : json.items()) {
     if (key.empty() || key.find_first_not_of("0123456789") != std::string::npos ||
         !value.is_number_unsigned()) {
       throw CheckpointError(owner + ": expected an object of ids to counts but found " +
-                            json.dump());
+                            loadstar::detail::shown(json));
     }
     map[std::stoull(key)] = value.get<std::uint64_t>();
   }
@@ -318,7 +321,7 @@ LOADSTAR_DECL void AsyncHalving::restore(const nlohmann::json& json) {
   const auto rungs = read.get<nlohmann::json>("rungs");
   if (!rungs.is_array() || rungs.size() != rungs_.size()) {
     throw CheckpointError(owner + ": expected " + std::to_string(rungs_.size()) +
-                          " rungs but found " + rungs.dump());
+                          " rungs but found " + loadstar::detail::shown(rungs));
   }
   std::vector<Rung> restored;
   for (std::size_t i = 0; i < rungs.size(); ++i) {
@@ -335,7 +338,8 @@ LOADSTAR_DECL void AsyncHalving::restore(const nlohmann::json& json) {
     const auto metrics = rung_read.get<nlohmann::json>("metrics");
     if (!metrics.is_array()) {
       throw CheckpointError(owner + ": rung " + std::to_string(i) +
-                            ": expected an array of metrics but found " + metrics.dump());
+                            ": expected an array of metrics but found " +
+                            loadstar::detail::shown(metrics));
     }
     for (const auto& m : metrics) {
       const loadstar::detail::StateReader m_read(

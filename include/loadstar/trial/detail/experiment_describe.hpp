@@ -18,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "loadstar/detail/json_state.hpp"
 #include "loadstar/error.hpp"
 #include "loadstar/keras/callbacks/detail/files.hpp"
 #include "loadstar/trial/detail/experiment_record.hpp"
@@ -162,7 +163,7 @@ LOADSTAR_DECL void describe_experiment_to(const std::filesystem::path& dir, std:
     }
     out << std::left << std::setw(7) << trial.id << std::setw(11) << state << std::setw(10)
         << batches << std::setw(best_width) << format_metric(best) << std::setw(10) << restarts
-        << trial.hparams.dump() << "\n";
+        << loadstar::detail::shown(trial.hparams) << "\n";
     if (!trial.error.empty()) out << "         error: " << trial.error << "\n";
     if (json.is_object() && json.contains("checkpoints") && json["checkpoints"].is_array()) {
       const std::string latest = json.value("latest_checkpoint", std::string());

@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "loadstar/detail/json_state.hpp"
 #include "loadstar/error.hpp"
 #include "loadstar/keras/callbacks/detail/files.hpp"
 #include "loadstar/trial/experiment_config.hpp"
@@ -106,7 +107,7 @@ T member(const nlohmann::json& object, const char* key, const std::filesystem::p
   } catch (const nlohmann::json::exception&) {
     throw FormatError("experiment '" + file.string() + "': " + where + key +
                       ": expected a value of another type but found " +
-                      object.at(key).dump().substr(0, 100));
+                      loadstar::detail::shown(object.at(key)).substr(0, 100));
   }
 }
 
@@ -217,8 +218,9 @@ LOADSTAR_DECL ExperimentRecord experiment_record_from_json(const nlohmann::json&
   if (!json.is_object() || json.value("format", std::string()) != experiment_format) {
     throw FormatError("experiment '" + file.string() + "': expected format '" + experiment_format +
                       "' but found " +
-                      (json.is_object() && json.contains("format") ? json["format"].dump()
-                                                                   : std::string("none")));
+                      (json.is_object() && json.contains("format")
+                           ? loadstar::detail::shown(json["format"])
+                           : std::string("none")));
   }
   ExperimentRecord record;
   record.id = member<std::uint64_t>(json, "id", file, "");
@@ -242,7 +244,7 @@ LOADSTAR_DECL ExperimentRecord experiment_record_from_json(const nlohmann::json&
   const auto trials = member<nlohmann::json>(json, "trials", file, "");
   if (!trials.is_array()) {
     throw FormatError("experiment '" + file.string() + "': trials: expected an array but found " +
-                      trials.dump().substr(0, 100));
+                      loadstar::detail::shown(trials).substr(0, 100));
   }
   for (std::size_t i = 0; i < trials.size(); ++i) {
     const auto& item = trials[i];
@@ -258,7 +260,7 @@ LOADSTAR_DECL ExperimentRecord experiment_record_from_json(const nlohmann::json&
           !length_unit_from_name(length.begin().key()) || !length.begin()->is_number_unsigned()) {
         throw FormatError("experiment '" + file.string() + "': " + where +
                           "pending: expected lengths like {\"batches\": 10} but found " +
-                          length.dump().substr(0, 100));
+                          loadstar::detail::shown(length).substr(0, 100));
       }
       trial.pending.push_back(
           {*length_unit_from_name(length.begin().key()), length.begin()->get<std::uint64_t>()});

@@ -6,8 +6,10 @@
 
 #include "loadstar/config.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <set>
@@ -18,6 +20,8 @@
 #include <yaml-cpp/yaml.h>
 #include <nlohmann/json.hpp>
 
+#include "loadstar/detail/json_state.hpp"
+#include "loadstar/detail/strings.hpp"
 #include "loadstar/error.hpp"
 
 namespace loadstar::trial::detail {
@@ -31,8 +35,13 @@ LOADSTAR_DECL bool is_yaml_digits(std::string_view text);
 /// PyYAML leaves text for want of a point, a float.
 LOADSTAR_DECL nlohmann::json yaml_plain_scalar(const std::string& text);
 
-/// `node` as JSON; `ConfigError` (prefixed by `where`) for a mapping with a key given twice or a
-/// key that is not a scalar.
+/// `ConfigError` (prefixed by `where`) naming `what` (a key's path), the byte and its offset in the
+/// document when the scalar `node` is not UTF-8 text, as YAML requires.
+LOADSTAR_DECL void check_yaml_text(const YAML::Node& node, const std::string& what,
+                                   const std::string& where);
+
+/// `node` as JSON; `ConfigError` (prefixed by `where`) for a mapping with a key given twice, a
+/// key that is not a scalar, or text that is not UTF-8.
 LOADSTAR_DECL nlohmann::json yaml_to_json(const YAML::Node& node, const std::string& where,
                                           const std::string& path = "");
 
@@ -125,6 +134,22 @@ LOADSTAR_DECL nlohmann::json yaml_plain_scalar(const std::string& text) {
   return text;
 }
 
+LOADSTAR_DECL void check_yaml_text(const YAML::Node& node, const std::string& what,
+                                   const std::string& where) {
+  const std::string& text = node.Scalar();
+  const auto bad = loadstar::detail::invalid_utf8(text);
+  if (!bad) return;
+  const YAML::Mark mark = node.Mark();
+  const std::string starts = mark.pos >= 0
+                                 ? " (which starts at line " + std::to_string(mark.line + 1) +
+                                       ", column " + std::to_string(mark.column + 1) + ")"
+                                 : "";
+  throw ConfigError(where + ": " + what + ": expected UTF-8 text but found the byte " +
+                    loadstar::detail::byte_text(static_cast<unsigned char>(text[*bad])) +
+                    " at byte offset " + std::to_string(*bad) + " of the text '" +
+                    loadstar::detail::shown_text(text) + "'" + starts);
+}
+
 LOADSTAR_DECL nlohmann::json yaml_to_json(const YAML::Node& node, const std::string& where,
                                           const std::string& path) {
   switch (node.Type()) {
@@ -132,6 +157,7 @@ LOADSTAR_DECL nlohmann::json yaml_to_json(const YAML::Node& node, const std::str
     case YAML::NodeType::Null:
       return nullptr;
     case YAML::NodeType::Scalar:
+      check_yaml_text(node, path.empty() ? "the document" : path, where);
       // A quoted scalar (tag "!") is a string whatever it looks like.
       if (node.Tag() == "!") return node.Scalar();
       return yaml_plain_scalar(node.Scalar());
@@ -151,6 +177,7 @@ LOADSTAR_DECL nlohmann::json yaml_to_json(const YAML::Node& node, const std::str
           throw ConfigError(where + ": " + at + ": expected text keys but found a " +
                             (item.first.IsMap() ? "mapping" : "sequence") + " as a key");
         }
+        check_yaml_text(item.first, "a key of " + at, where);
         const std::string key = item.first.Scalar();
         const std::string child = path.empty() ? key : path + "." + key;
         if (out.contains(key)) {
@@ -165,15 +192,33 @@ LOADSTAR_DECL nlohmann::json yaml_to_json(const YAML::Node& node, const std::str
 }
 
 LOADSTAR_DECL nlohmann::json parse_yaml(std::string_view text, const std::string& where) {
+  // YAML is Unicode text: a byte that is not UTF-8 is named with its key where it is inside a
+  // key or value, else (a comment, or text YAML cannot parse) by its place in the document.
+  const auto bad = loadstar::detail::invalid_utf8(text);
+  const auto refuse_bad_byte = [&] {
+    const std::size_t line = static_cast<std::size_t>(
+        std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(*bad), '\n'));
+    const std::size_t line_start = text.rfind('\n', *bad == 0 ? 0 : *bad - 1);
+    const std::size_t column =
+        line_start == std::string_view::npos || line == 0 ? *bad : *bad - line_start - 1;
+    throw ConfigError(where + ": line " + std::to_string(line + 1) + ", column " +
+                      std::to_string(column + 1) + ": expected UTF-8 text but found the byte " +
+                      loadstar::detail::byte_text(static_cast<unsigned char>(text[*bad])) +
+                      " at byte offset " + std::to_string(*bad) + " of the document");
+  };
   YAML::Node node;
   try {
     node = YAML::Load(std::string(text));
   } catch (const YAML::Exception& error) {
-    throw ConfigError(where + ": line " + std::to_string(error.mark.line + 1) + ", column " +
-                      std::to_string(error.mark.column + 1) +
-                      ": expected YAML but found an error: " + error.msg);
+    if (bad) refuse_bad_byte();
+    throw ConfigError(
+        where + ": line " + std::to_string(error.mark.line + 1) + ", column " +
+        std::to_string(error.mark.column + 1) +
+        ": expected YAML but found an error: " + loadstar::detail::shown_text(error.msg));
   }
-  return yaml_to_json(node, where);
+  nlohmann::json json = yaml_to_json(node, where);
+  if (bad) refuse_bad_byte();
+  return json;
 }
 
 LOADSTAR_DECL bool yaml_plain_safe(const std::string& text) {
@@ -193,7 +238,7 @@ LOADSTAR_DECL std::string to_flow(const nlohmann::json& value) {
       for (const auto& [key, item] : value.items()) {
         if (!first) out += ", ";
         first = false;
-        out += (yaml_plain_safe(key) ? key : nlohmann::json(key).dump()) + ": " + to_flow(item);
+        out += (yaml_plain_safe(key) ? key : loadstar::detail::shown(key)) + ": " + to_flow(item);
       }
       return out + "}";
     }
@@ -209,18 +254,18 @@ LOADSTAR_DECL std::string to_flow(const nlohmann::json& value) {
     }
     case nlohmann::json::value_t::string: {
       const auto& text = value.get_ref<const std::string&>();
-      return yaml_plain_safe(text) ? text : value.dump();
+      return yaml_plain_safe(text) ? text : loadstar::detail::shown(value);
     }
     case nlohmann::json::value_t::number_float: {
       const double x = value.get<double>();
       if (std::isnan(x)) return ".nan";
       if (std::isinf(x)) return x > 0 ? ".inf" : "-.inf";
-      return value.dump();
+      return loadstar::detail::shown(value);
     }
     case nlohmann::json::value_t::null:
       return "null";
     default:
-      return value.dump();
+      return loadstar::detail::shown(value);
   }
 }
 

@@ -6,13 +6,13 @@
 
 #include "loadstar/config.hpp"
 
-#include <unistd.h>
-
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <new>
 #include <string>
 #include <utility>
 #include <vector>
@@ -123,7 +123,8 @@ LOADSTAR_DECL ModelFile read_model_file_here(const std::filesystem::path& path,
 /// signature), not its name. An untrusted file is parsed in a forked child, whose death is a
 /// `FormatError` naming the file; such a child is also stopped by `SIGALRM` after 120 s, so that
 /// a file on which a library loops cannot hang the caller.
-LOADSTAR_DECL ModelFile read_model_file(const std::filesystem::path& path, Trust trust);
+LOADSTAR_DECL ModelFile read_model_file(const std::filesystem::path& path, Trust trust,
+                                        std::chrono::milliseconds sandbox_deadline);
 
 }  // namespace loadstar::keras::detail
 
@@ -364,19 +365,25 @@ LOADSTAR_DECL ModelFile read_model_file_here(const std::filesystem::path& path,
       "root, or Keras 3's 'layers' group) but found none");
 }
 
-LOADSTAR_DECL ModelFile read_model_file(const std::filesystem::path& path, Trust trust) {
+LOADSTAR_DECL ModelFile read_model_file(const std::filesystem::path& path, Trust trust,
+                                        std::chrono::milliseconds sandbox_deadline) {
   const std::string signature = file_signature(path);
   if (trust == Trust::trusted) {
     const loadstar::detail::Hdf5Lock lock;
-    return read_model_file_here(path, signature);
+    try {
+      return read_model_file_here(path, signature);
+    } catch (const std::bad_alloc&) {
+      throw FormatError(model_file_name(path, signature) + ": out of memory parsing the file");
+    }
   }
   const std::string where = model_file_name(path, signature);
   const std::string report = loadstar::detail::run_sandboxed(
-      where, "parsing the file", loadstar::detail::hdf5_mutex(), [&]() -> std::string {
+      where, "parsing the file", loadstar::detail::hdf5_mutex(),
+      [&]() -> std::string {
         loadstar::detail::Hdf5Lock::configure_errors();
-        ::alarm(120);
         return encode(read_model_file_here(path, signature));
-      });
+      },
+      sandbox_deadline);
   return decode(report);
 }
 

@@ -16,6 +16,7 @@
 #pragma clang diagnostic pop
 #endif
 
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <list>
@@ -44,12 +45,15 @@ class ZipReader {
 
   bool has(const std::string& name) const { return zip_name_locate(zip_, name.c_str(), 0) >= 0; }
 
-  /// The bytes of member `name`; throws `FormatError` when it is missing, declares more than
-  /// `max_bytes` uncompressed (a zip bomb) or does not decompress to what it declares.
+  /// The bytes of member `name`; throws `FormatError` naming the archive and the member when it
+  /// is missing, declares more than `max_bytes` uncompressed (a zip bomb) or more than its
+  /// compressed bytes can hold, does not decompress to what it declares or fails its CRC-32.
+  /// Memory grows with the data read, never to a declared size the file cannot back.
   LOADSTAR_DECL std::string read(const std::string& name, std::uint64_t max_bytes) const;
 
  private:
   std::string where_;
+  std::uint64_t archive_bytes_ = 0;
   zip_t* zip_ = nullptr;
 };
 
@@ -98,40 +102,82 @@ LOADSTAR_DECL ZipReader::ZipReader(const std::filesystem::path& path) : where_(a
     }
     throw FormatError(where_ + ": not a zip archive Keras can have written (" + reason + ")");
   }
+  std::error_code size_error;
+  archive_bytes_ = std::filesystem::file_size(path, size_error);
+  if (size_error) {
+    zip_discard(zip_);
+    zip_ = nullptr;
+    throw IoError(where_ + ": cannot read its size (" + size_error.message() + ")");
+  }
 }
 
 LOADSTAR_DECL std::string ZipReader::read(const std::string& name, std::uint64_t max_bytes) const {
   const zip_int64_t index = zip_name_locate(zip_, name.c_str(), 0);
   if (index < 0) throw FormatError(where_ + ": member '" + name + "' missing");
+  const std::string member = where_ + ": member '" + name + "'";
   zip_stat_t stat;
   zip_stat_init(&stat);
   if (zip_stat_index(zip_, static_cast<zip_uint64_t>(index), 0, &stat) != 0 ||
-      (stat.valid & ZIP_STAT_SIZE) == 0) {
-    throw FormatError(where_ + ": member '" + name + "' has no size (" + zip_strerror(zip_) + ")");
+      (stat.valid & ZIP_STAT_SIZE) == 0 || (stat.valid & ZIP_STAT_COMP_SIZE) == 0 ||
+      (stat.valid & ZIP_STAT_COMP_METHOD) == 0) {
+    throw FormatError(member + " has no size (" + zip_strerror(zip_) + ")");
   }
   if (stat.size > max_bytes) {
-    throw FormatError(where_ + ": member '" + name + "' declares " + std::to_string(stat.size) +
+    throw FormatError(member + " declares " + std::to_string(stat.size) +
                       " bytes, more than the limit of " + std::to_string(max_bytes));
+  }
+  // What the archive's own bytes can hold: a compressed size within the file, and an expansion
+  // the compression method can give (none when stored; deflate's longest match, 258 bytes, costs
+  // at least two bits: 1,032 to 1).
+  if (stat.comp_size > archive_bytes_) {
+    throw FormatError(member + " declares " + std::to_string(stat.comp_size) +
+                      " compressed bytes but the archive has " + std::to_string(archive_bytes_));
+  }
+  const std::uint64_t limit = stat.comp_method == ZIP_CM_STORE     ? stat.comp_size
+                              : stat.comp_method == ZIP_CM_DEFLATE ? stat.comp_size * 1032 + 1032
+                                                                   : max_bytes;
+  if (stat.size > limit) {
+    throw FormatError(member + " declares " + std::to_string(stat.size) + " bytes but its " +
+                      std::to_string(stat.comp_size) + " " +
+                      (stat.comp_method == ZIP_CM_STORE ? "stored" : "deflated") +
+                      " bytes can hold at most " + std::to_string(limit));
   }
   zip_file_t* file = zip_fopen_index(zip_, static_cast<zip_uint64_t>(index), 0);
   if (file == nullptr) {
-    throw FormatError(where_ + ": cannot open member '" + name + "' (" + zip_strerror(zip_) + ")");
+    throw FormatError("cannot open " + member + " (" + zip_strerror(zip_) + ")");
   }
-  std::string bytes(static_cast<std::size_t>(stat.size), '\0');
-  std::uint64_t done = 0;
-  while (done < stat.size) {
-    const zip_int64_t got = zip_fread(file, bytes.data() + done, stat.size - done);
+  // Read in chunks, the string growing with what arrives: a size the directory declares is
+  // allocated at once only when the archive stores that many bytes.
+  std::string bytes;
+  if (stat.comp_method == ZIP_CM_STORE) bytes.reserve(static_cast<std::size_t>(stat.size));
+  constexpr std::uint64_t chunk = std::uint64_t{1} << 20;
+  zip_int64_t got = 0;
+  while (bytes.size() < stat.size) {
+    const std::size_t at = bytes.size();
+    const std::uint64_t want = std::min<std::uint64_t>(chunk, stat.size - at);
+    bytes.resize(at + static_cast<std::size_t>(want));
+    got = zip_fread(file, bytes.data() + at, want);
+    bytes.resize(at + static_cast<std::size_t>(std::max<zip_int64_t>(got, 0)));
     if (got <= 0) break;
-    done += static_cast<std::uint64_t>(got);
   }
+  // libzip checks the CRC-32 when the data ends, on the read after the last byte.
   char extra = 0;
-  const bool longer = done == stat.size && zip_fread(file, &extra, 1) > 0;
+  if (got >= 0 && bytes.size() == stat.size) got = zip_fread(file, &extra, 1);
   const std::string reason = zip_file_strerror(file);
+  zip_error_t* error = zip_file_get_error(file);
+  const bool bad_crc = got < 0 && zip_error_code_zip(error) == ZIP_ER_CRC;
   zip_fclose(file);
-  if (done != stat.size || longer) {
-    throw FormatError(where_ + ": member '" + name + "' declares " + std::to_string(stat.size) +
-                      " bytes but " + (longer ? "holds more" : "yields " + std::to_string(done)) +
-                      " (" + reason + ")");
+  if (bad_crc) {
+    throw FormatError(member + ": expected data matching its CRC-32 but found other data (" +
+                      reason + ")");
+  }
+  if (bytes.size() != stat.size) {
+    throw FormatError(member + " declares " + std::to_string(stat.size) + " bytes but yields " +
+                      std::to_string(bytes.size()) + (got < 0 ? " (" + reason + ")" : ""));
+  }
+  if (got < 0) throw FormatError(member + " cannot be read (" + reason + ")");
+  if (got > 0) {
+    throw FormatError(member + " declares " + std::to_string(stat.size) + " bytes but holds more");
   }
   return bytes;
 }
