@@ -6,7 +6,6 @@
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include <zip.h>
 
 #include <algorithm>
 #include <chrono>
@@ -17,6 +16,7 @@
 #include <fstream>
 #include <functional>
 #include <loadstar/keras.hpp>
+#include <loadstar/keras/saving/detail/zip_io.hpp>  // <zip.h>, its warnings silenced
 #include <map>
 #include <memory>
 #include <random>
@@ -157,7 +157,7 @@ void write_deflated(const std::filesystem::path& path, const std::filesystem::pa
 }
 
 /// The process's virtual memory size in bytes (`VmSize` of /proc/self/status).
-std::size_t virtual_memory_size() {
+[[maybe_unused]] std::size_t virtual_memory_size() {
   std::ifstream status("/proc/self/status");
   std::string line;
   while (std::getline(status, line)) {
