@@ -381,13 +381,13 @@ TEST_SUITE("keras") {
 
   TEST_CASE("load_model ends a file on which libhdf5 loops forever at its deadline") {
     // Found by fuzzing load_model: a corrupt global heap behind a variable-length string
-    // attribute of a whole-model file makes libhdf5 1.10 loop in H5HG_read. The deadline is kept
-    // by this process, so a SIGALRM handler of the program's (a test framework's, a server's)
-    // cannot defeat it.
+    // attribute of a legacy Keras .h5 file (its layer and weight names) makes libhdf5 1.10 loop in
+    // H5HG_read. The deadline is kept by this process, so a SIGALRM handler of the program's (a
+    // test framework's, a server's) cannot defeat it.
     const char* root = std::getenv("LOADSTAR_SOURCE_DIR");
     REQUIRE_MESSAGE(root != nullptr, "LOADSTAR_SOURCE_DIR is not set");
     const auto file =
-        std::filesystem::path(root) / "tests" / "data" / "hostile" / "model-config-heap-loop.h5";
+        std::filesystem::path(root) / "tests" / "data" / "hostile" / "legacy-model-heap-loop.h5";
     struct sigaction ignore {};
     ignore.sa_handler = SIG_IGN;
     struct sigaction old_alarm {};
