@@ -706,6 +706,16 @@ TEST_SUITE("data") {
           std::chrono::seconds(60));
       CHECK(report == std::string(std::size_t{1} << 22, 'r'));
     }
+    SUBCASE("a negative deadline is refused") {
+      TempDir dir;
+      write_hdf5(dir / "fine.h5", "x", Tensor<float>({2}, {1.f, 2.f}));
+      CHECK_THROWS_WITH_AS(
+          read_hdf5<float>(dir / "fine.h5", "x", {},
+                           {.sandbox_deadline = std::chrono::milliseconds(-5)}),
+          contains("hdf5 file '" + (dir / "fine.h5").string() +
+                   "': sandbox_deadline should be zero (none) or positive but is -5 ms"),
+          ConfigError);
+    }
     SUBCASE("out of memory names the file") {
       CHECK_THROWS_WITH_AS(
           loadstar::detail::run_sandboxed("file 'x'", "reading it", mutex,

@@ -82,18 +82,13 @@ inline std::string byte_text(unsigned char byte) {
 /// `text` safe to put in any message, and in JSON: unchanged when UTF-8, each byte of a
 /// malformed sequence otherwise shown as `\xNN`.
 inline std::string shown_text(std::string_view text) {
-  if (!invalid_utf8(text)) return std::string(text);
   std::string out;
-  while (!text.empty()) {
-    const auto bad = invalid_utf8(text);
-    const std::size_t good = bad.value_or(text.size());
-    out.append(text.substr(0, good));
-    if (!bad) break;
-    char escape[5];
-    std::snprintf(escape, sizeof escape, "\\x%02X", static_cast<unsigned char>(text[good]));
-    out += escape;
-    text.remove_prefix(good + 1);
+  for (auto bad = invalid_utf8(text); bad; bad = invalid_utf8(text)) {
+    out.append(text.substr(0, *bad));
+    out += "\\x" + byte_text(static_cast<unsigned char>(text[*bad])).substr(2);
+    text.remove_prefix(*bad + 1);
   }
+  out.append(text);
   return out;
 }
 

@@ -23,7 +23,6 @@
 #include <mutex>
 #include <new>
 #include <string>
-#include <string_view>
 #include <utility>
 
 #include "loadstar/error.hpp"
@@ -55,11 +54,10 @@ inline void rethrow_sandboxed_error(SandboxOutcome outcome, const std::string& m
   }
 }
 
-/// What `classify_sandboxed_exception` says of `std::bad_alloc` (`run_sandboxed` names the file).
-inline constexpr std::string_view out_of_memory = "out of memory";
-
-/// The outcome a child reports for the exception in flight.
-inline std::pair<SandboxOutcome, std::string> classify_sandboxed_exception() {
+/// The outcome a child reports for the exception in flight; running out of memory is named as
+/// `object` running out while `doing`.
+inline std::pair<SandboxOutcome, std::string> classify_sandboxed_exception(
+    const std::string& object, const std::string& doing) {
   try {
     throw;
   } catch (const FormatError& e) {
@@ -73,7 +71,7 @@ inline std::pair<SandboxOutcome, std::string> classify_sandboxed_exception() {
   } catch (const Error& e) {
     return {SandboxOutcome::other_error, e.what()};
   } catch (const std::bad_alloc&) {
-    return {SandboxOutcome::format_error, std::string(out_of_memory)};
+    return {SandboxOutcome::format_error, object + ": out of memory " + doing};
   } catch (const std::exception& e) {
     return {SandboxOutcome::format_error, e.what()};
   } catch (...) {
@@ -132,14 +130,18 @@ inline std::string sandbox_seconds(std::chrono::milliseconds deadline) {
 /// none blocked, and leaves through `_exit`, running no destructor or `atexit` handler of the
 /// parent's objects.
 ///
-/// `deadline` (zero: none) is kept by this process, not the child: a child still working when
-/// it passes (libhdf5 loops forever on some corrupt global heaps) is killed with `SIGKILL` and a
-/// `FormatError` names the deadline; nothing the child or the caller does with signals can
-/// defeat it.
+/// `deadline` (zero: none; negative: `ConfigError`) is kept by this process, not the child: a child
+/// still working when it passes (libhdf5 loops forever on some corrupt global heaps) is killed with
+/// `SIGKILL` and a `FormatError` names the deadline; nothing the child or the caller does with
+/// signals can defeat it.
 template <class Mutex, class Body>
 std::string run_sandboxed(const std::string& object, const std::string& doing, Mutex& mutex,
                           Body&& body,
                           std::chrono::milliseconds deadline = std::chrono::milliseconds::zero()) {
+  if (deadline < std::chrono::milliseconds::zero()) {
+    throw ConfigError(object + ": sandbox_deadline should be zero (none) or positive but is " +
+                      std::to_string(deadline.count()) + " ms");
+  }
   std::unique_lock<Mutex> lock(mutex);
   int pipe_fds[2];
   if (::pipe2(pipe_fds, O_CLOEXEC) != 0) {
@@ -166,8 +168,7 @@ std::string run_sandboxed(const std::string& object, const std::string& doing, M
       report.push_back(static_cast<char>(SandboxOutcome::ok));
       report += result;
     } catch (...) {
-      auto [outcome, message] = classify_sandboxed_exception();
-      if (message == out_of_memory) message = object + ": out of memory " + doing;
+      auto [outcome, message] = classify_sandboxed_exception(object, doing);
       report.clear();
       report.push_back(static_cast<char>(outcome));
       report += message;
@@ -190,7 +191,7 @@ std::string run_sandboxed(const std::string& object, const std::string& doing, M
   // the deadline.
   const int pidfd = open_pidfd(pid);
   ::fcntl(pipe_fds[0], F_SETFL, ::fcntl(pipe_fds[0], F_GETFL) | O_NONBLOCK);
-  const auto ends = std::chrono::steady_clock::now() + deadline;
+  const auto started = std::chrono::steady_clock::now();
   std::string report;
   bool late = false;
   const auto drain = [&]() -> bool {  // false once the pipe has ended
@@ -208,8 +209,8 @@ std::string run_sandboxed(const std::string& object, const std::string& doing, M
   for (;;) {
     int wait_ms = -1;
     if (deadline > std::chrono::milliseconds::zero()) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-          ends - std::chrono::steady_clock::now());
+      const auto left = deadline - std::chrono::duration_cast<std::chrono::milliseconds>(
+                                       std::chrono::steady_clock::now() - started);
       if (left <= std::chrono::milliseconds::zero()) {
         late = true;
         break;

@@ -198,9 +198,8 @@ LOADSTAR_DECL nlohmann::json parse_yaml(std::string_view text, const std::string
   const auto refuse_bad_byte = [&] {
     const std::size_t line = static_cast<std::size_t>(
         std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(*bad), '\n'));
-    const std::size_t line_start = text.rfind('\n', *bad == 0 ? 0 : *bad - 1);
-    const std::size_t column =
-        line_start == std::string_view::npos || line == 0 ? *bad : *bad - line_start - 1;
+    const std::size_t line_start = text.rfind('\n', *bad);  // text[*bad] is no newline
+    const std::size_t column = line_start == std::string_view::npos ? *bad : *bad - line_start - 1;
     throw ConfigError(where + ": line " + std::to_string(line + 1) + ", column " +
                       std::to_string(column + 1) + ": expected UTF-8 text but found the byte " +
                       loadstar::detail::byte_text(static_cast<unsigned char>(text[*bad])) +

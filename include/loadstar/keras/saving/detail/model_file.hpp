@@ -121,8 +121,8 @@ LOADSTAR_DECL ModelFile read_model_file_here(const std::filesystem::path& path,
 
 /// Reads a model or weights file of any layout, recognised by its contents (HDF5 or zip
 /// signature), not its name. An untrusted file is parsed in a forked child, whose death is a
-/// `FormatError` naming the file; such a child is also stopped by `SIGALRM` after 120 s, so that
-/// a file on which a library loops cannot hang the caller.
+/// `FormatError` naming the file; such a child is also killed at `sandbox_deadline`, so that a
+/// file on which a library loops cannot hang the caller.
 LOADSTAR_DECL ModelFile read_model_file(const std::filesystem::path& path, Trust trust,
                                         std::chrono::milliseconds sandbox_deadline);
 

@@ -53,7 +53,6 @@ class ZipReader {
 
  private:
   std::string where_;
-  std::uint64_t archive_bytes_ = 0;
   zip_t* zip_ = nullptr;
 };
 
@@ -102,13 +101,6 @@ LOADSTAR_DECL ZipReader::ZipReader(const std::filesystem::path& path) : where_(a
     }
     throw FormatError(where_ + ": not a zip archive Keras can have written (" + reason + ")");
   }
-  std::error_code size_error;
-  archive_bytes_ = std::filesystem::file_size(path, size_error);
-  if (size_error) {
-    zip_discard(zip_);
-    zip_ = nullptr;
-    throw IoError(where_ + ": cannot read its size (" + size_error.message() + ")");
-  }
 }
 
 LOADSTAR_DECL std::string ZipReader::read(const std::string& name, std::uint64_t max_bytes) const {
@@ -126,13 +118,9 @@ LOADSTAR_DECL std::string ZipReader::read(const std::string& name, std::uint64_t
     throw FormatError(member + " declares " + std::to_string(stat.size) +
                       " bytes, more than the limit of " + std::to_string(max_bytes));
   }
-  // What the archive's own bytes can hold: a compressed size within the file, and an expansion
-  // the compression method can give (none when stored; deflate's longest match, 258 bytes, costs
-  // at least two bits: 1,032 to 1).
-  if (stat.comp_size > archive_bytes_) {
-    throw FormatError(member + " declares " + std::to_string(stat.comp_size) +
-                      " compressed bytes but the archive has " + std::to_string(archive_bytes_));
-  }
+  // What the member's own bytes can hold (libzip's zip_open has checked that they lie within
+  // the file): an expansion the compression method can give, none when stored; deflate's longest
+  // match, 258 bytes, costs at least two bits: 1,032 to 1.
   const std::uint64_t limit = stat.comp_method == ZIP_CM_STORE     ? stat.comp_size
                               : stat.comp_method == ZIP_CM_DEFLATE ? stat.comp_size * 1032 + 1032
                                                                    : max_bytes;
