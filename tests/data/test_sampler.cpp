@@ -183,8 +183,102 @@ TEST_SUITE("data") {
     const SamplerState state = sampler.state();  // next: global 13 = epoch 1, cursor 3
     CHECK(state.epoch == 1);
     CHECK(state.cursor == 3);
+    CHECK(state.step_start() == 12);             // rank 0's batch of that step
     const nlohmann::json j = state;
-    CHECK(j == nlohmann::json::parse(R"({"epoch":1,"cursor":3,"seed":0,"length":10})"));
+    CHECK(j == nlohmann::json::parse(
+                   R"({"epoch":1,"cursor":3,"seed":0,"length":10,"rank":1,"size":3})"));
+    // A state written before rank and size were recorded belongs to the restoring rank.
+    const auto legacy =
+        nlohmann::json::parse(R"({"epoch":1,"cursor":3,"seed":0,"length":10})").get<SamplerState>();
+    CHECK(!legacy.rank);
+    CHECK(Sampler(10, {.rank = 1, .size = 3}, legacy).position() == 4);
+    CHECK_THROWS_WITH_AS(
+        nlohmann::json::parse(R"({"epoch":1,"cursor":3,"seed":0,"length":10,"rank":1})")
+            .get<SamplerState>(),
+        doctest::Contains("field 'size' must be a non-negative integer"), CheckpointError);
+  }
+
+  TEST_CASE("Sampler resumes a state saved on N ranks on M ranks on the same global stream") {
+    // The global stream read by one process; N ranks in step read it N batches to a step.
+    std::mt19937_64 rng(31);
+    for (const bool shuffle : {false, true}) {
+      const std::vector<std::size_t> global = expected_stream(shuffle, 0, 1, 0, 8);
+      for (std::size_t n = 1; n <= 3; ++n) {
+        for (std::size_t m = 1; m <= 4; ++m) {
+          const auto steps = static_cast<std::size_t>(rng() % 150);
+          std::vector<Sampler> before;
+          for (std::size_t r = 0; r < n; ++r)
+            before.emplace_back(length, SamplerOptions{.shuffle = shuffle,
+                                                       .seed = seed,
+                                                       .rank = r,
+                                                       .size = n});
+          for (std::size_t s = 0; s < steps; ++s) {
+            for (auto& sampler : before)
+              sampler.next();
+          }
+          // Any rank's state names the same step; each of the M ranks may restore another's.
+          std::vector<Sampler> after;
+          for (std::size_t r = 0; r < m; ++r) {
+            const nlohmann::json saved = before[(r + 1) % n].state();
+            after.emplace_back(length,
+                               SamplerOptions{.shuffle = shuffle, .seed = seed, .rank = r, .size = m},
+                               saved.get<SamplerState>());
+          }
+          CAPTURE(shuffle);
+          CAPTURE(n);
+          CAPTURE(m);
+          CAPTURE(steps);
+          std::size_t at = steps * n;
+          for (std::size_t s = 0; s < 60; ++s) {
+            for (auto& sampler : after) {
+              const auto ticket = sampler.next();
+              REQUIRE(ticket);
+              CHECK(ticket->index == global[at]);
+              CHECK(ticket->epoch == at / length);
+              CHECK(ticket->last_in_epoch == ((at + m) / length != at / length));
+              ++at;
+            }
+          }
+          // The state after the resume names the step too, and resumes again on N ranks.
+          const SamplerState again = after.back().state();
+          CHECK(again.step_start() == at);
+          Sampler back(length, {.shuffle = shuffle, .seed = seed, .rank = 0, .size = n}, again);
+          CHECK(back.next()->index == global[at]);
+        }
+      }
+    }
+  }
+
+  TEST_CASE("Sampler restores O(1) at any position and on other ranks") {
+    // Step 10^9 of 3 ranks over 1000 batches: epoch 3,000,000.
+    const std::uint64_t step = 1000000000;
+    const SamplerState state{(step * 3) / 1000, (step * 3) % 1000, seed, 1000, 0, 3};
+    Sampler resumed(1000, {.shuffle = true, .seed = seed, .rank = 1, .size = 2}, state);
+    const auto ticket = resumed.next();
+    const auto order = epoch_permutation(1000, seed, (step * 3 + 1) / 1000, true);
+    CHECK(ticket->epoch == (step * 3 + 1) / 1000);
+    CHECK(ticket->index == order[(step * 3 + 1) % 1000]);
+  }
+
+  TEST_CASE("Sampler resumes a validation pass on another number of ranks, each batch once") {
+    for (std::size_t steps = 0; steps <= 5; ++steps) {
+      std::multiset<std::size_t> seen;
+      std::vector<Sampler> before;
+      for (std::size_t r = 0; r < 2; ++r)
+        before.emplace_back(10, SamplerOptions{.rank = r, .size = 2, .repeat = false});
+      for (std::size_t s = 0; s < steps; ++s) {
+        for (auto& sampler : before)
+          seen.insert(sampler.next()->index);
+      }
+      const SamplerState state = before[0].state();
+      for (std::size_t r = 0; r < 3; ++r) {
+        Sampler after(10, {.rank = r, .size = 3, .repeat = false}, state);
+        while (const auto ticket = after.next())
+          seen.insert(ticket->index);
+      }
+      CAPTURE(steps);
+      CHECK(seen == std::multiset<std::size_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9});
+    }
   }
 
   TEST_CASE("Sampler refuses a state of another seed length or stride") {
@@ -203,6 +297,17 @@ TEST_SUITE("data") {
                          CheckpointError);
     CHECK_THROWS_WITH_AS(Sampler(10, {.repeat = false}, SamplerState{1, 1, 0, 10}),
                          doctest::Contains("beyond the single validation pass"), CheckpointError);
+    CHECK_THROWS_WITH_AS(Sampler(10, {.repeat = false}, SamplerState{1, 5, 0, 10, 0, 2}),
+                         doctest::Contains("beyond the single validation pass"), CheckpointError);
+    CHECK_THROWS_WITH_AS(Sampler(length, options, SamplerState{0, 1, seed, length, 2, 2}),
+                         doctest::Contains("cannot be a position of rank 2 of 2"),
+                         CheckpointError);
+    CHECK_THROWS_WITH_AS(Sampler(length, options, SamplerState{0, 1, seed, length, 2, 3}),
+                         doctest::Contains("cannot be a position of rank 2 of 3"),
+                         CheckpointError);
+    CHECK_THROWS_WITH_AS(Sampler(length, options, SamplerState{0, 1, seed + 1, length, 0, 1}),
+                         doctest::Contains("saved with seed 778 but the sampler's seed is 777"),
+                         CheckpointError);
     CHECK_THROWS_WITH_AS(
         nlohmann::json::parse(R"({"epoch":1,"seed":0,"length":10})").get<SamplerState>(),
         doctest::Contains("field 'cursor' must be a non-negative integer"), CheckpointError);

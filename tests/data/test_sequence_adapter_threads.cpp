@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <limits>
 #include <loadstar/data/sampler.hpp>
 #include <loadstar/data/sequence_adapter.hpp>
 #include <loadstar/error.hpp>
@@ -18,6 +19,7 @@
 #include <random>
 #include <set>
 #include <stdexcept>
+#include <stop_token>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -96,6 +98,68 @@ struct StuckSequence {
       finished->fetch_add(values[i] + 1);
     }
     return i + values[i];
+  }
+};
+
+// What the calls of a sequence did: how many are inside, how many ended early when asked to stop,
+// and how many returned after the adapter's destructor had returned (`destroyed`).
+struct CallLog {
+  std::atomic<int> inside{0};
+  std::atomic<int> stopped{0};
+  std::atomic<int> late{0};
+  std::atomic<std::int64_t> destroyed_at{std::numeric_limits<std::int64_t>::max()};
+  void destroyed(std::chrono::steady_clock::time_point when) {
+    destroyed_at.store(when.time_since_epoch().count());
+  }
+  void returned() {
+    if (std::chrono::steady_clock::now().time_since_epoch().count() > destroyed_at.load())
+      late.fetch_add(1);
+    inside.fetch_sub(1);
+  }
+};
+
+// Batch `slow` waits up to `delay` for its stop token; the others return at once.
+struct StoppableSequence {
+  std::shared_ptr<CallLog> log;
+  std::size_t slow = 1;
+  std::chrono::milliseconds delay{0};
+  std::size_t size() const { return 20; }
+  std::size_t operator[](std::size_t i) const { return get(i, {}); }
+  std::size_t get(std::size_t i, std::stop_token stop) const {
+    log->inside.fetch_add(1);
+    if (i == slow) {
+      const auto deadline = std::chrono::steady_clock::now() + delay;
+      while (!stop.stop_requested() && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      if (stop.stop_requested()) log->stopped.fetch_add(1);
+    }
+    log->returned();
+    return i;
+  }
+};
+
+// Random delays of up to 20 ms (ended early on a stop request when `stoppable`) and a failure
+// on every seventh batch.
+struct RandomSequence {
+  std::shared_ptr<CallLog> log;
+  std::uint64_t seed = 0;
+  bool stoppable = false;
+  std::size_t size() const { return 40; }
+  std::size_t operator[](std::size_t i) const { return get(i, {}); }
+  std::size_t get(std::size_t i, std::stop_token stop) const {
+    log->inside.fetch_add(1);
+    struct Return {
+      CallLog& log;
+      ~Return() { log.returned(); }
+    } on_return{*log};
+    const auto delay = std::chrono::microseconds(loadstar::batch_seed(seed, 0, i) % 20000);
+    const auto deadline = std::chrono::steady_clock::now() + delay;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (stoppable && stop.stop_requested()) throw std::runtime_error("stopped");
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    if (i % 7 == 3) throw std::runtime_error("cannot decode " + std::to_string(i));
+    return i;
   }
 };
 
@@ -276,14 +340,15 @@ TEST_SUITE("data") {
     check_abandoned_call_ends(*finished, threads_before);
   }
 
-  TEST_CASE("SequenceAdapter on threads is destroyed promptly while a worker is in a slow batch" *
+  TEST_CASE("SequenceAdapter on threads waits in its destructor for the call in flight" *
             doctest::timeout(30)) {
     const std::size_t threads_before = thread_count();
     auto finished = std::make_shared<std::atomic<int>>(0);
     std::chrono::steady_clock::duration destruction{};
     {
       auto adapter = std::make_unique<SequenceAdapter<StuckSequence, 1>>(
-          StuckSequence{1, std::chrono::seconds(3), finished}, AdapterOptions{.max_queue_size = 2});
+          StuckSequence{1, std::chrono::milliseconds(400), finished},
+          AdapterOptions{.max_queue_size = 2});
       for (std::size_t batch : *adapter) {
         CHECK(batch == 0);
         break;
@@ -293,11 +358,160 @@ TEST_SUITE("data") {
       const auto started = std::chrono::steady_clock::now();
       adapter.reset();
       destruction = std::chrono::steady_clock::now() - started;
+      // The call returned before the destructor did, and its thread is gone.
+      CHECK(finished->load() == 1);
+      CHECK(thread_count() == threads_before);
     }
-    // Measured: under 1 ms (2.95 s before, waiting for the batch).
-    CHECK(destruction < std::chrono::seconds(1));
+    // The rest of the 400 ms batch (measured: 0.35 s).
+    CHECK(destruction > std::chrono::milliseconds(200));
+    CHECK(destruction < std::chrono::seconds(5));
+  }
+
+  TEST_CASE("SequenceAdapter on threads stops a SequenceWithStopToken's call at destruction" *
+            doctest::timeout(30)) {
+    static_assert(loadstar::SequenceWithStopToken<StoppableSequence>);
+    const std::size_t threads_before = thread_count();
+    auto log = std::make_shared<CallLog>();
+    std::chrono::steady_clock::duration destruction{};
+    {
+      auto adapter = std::make_unique<SequenceAdapter<StoppableSequence, 2>>(
+          StoppableSequence{log, 1, std::chrono::seconds(20)}, AdapterOptions{.max_queue_size = 2});
+      CHECK(*adapter->next() == 0);
+      wait_until([&] { return log->inside.load() > 0; });
+      const auto started = std::chrono::steady_clock::now();
+      adapter.reset();
+      destruction = std::chrono::steady_clock::now() - started;
+      log->destroyed(std::chrono::steady_clock::now());
+    }
+    // Measured: under 1 ms; the bound leaves room for a loaded machine, not for the 20 s batch.
+    CHECK(destruction < std::chrono::seconds(2));
+    CHECK(log->stopped.load() == 1);
+    CHECK(log->late.load() == 0);
+    CHECK(thread_count() == threads_before);
+  }
+
+  TEST_CASE("SequenceAdapter on threads runs no call after its destructor, whatever the calls do" *
+            doctest::timeout(120)) {
+    // Calls that throw, sleep at random and end early when asked to; the consumer breaks out
+    // after a random number of batches. No call may return after the destructor.
+    std::mt19937_64 rng(43);
+    for (int trial = 0; trial < 36; ++trial) {
+      auto log = std::make_shared<CallLog>();
+      const std::size_t consumed = rng() % 12;
+      const std::size_t workers = 1 + rng() % 4;
+      const bool stoppable = trial % 2 == 0;
+      {
+        SequenceAdapter<RandomSequence, loadstar::dynamic_workers> adapter(
+            RandomSequence{log, static_cast<std::uint64_t>(trial), stoppable},
+            {.max_queue_size = 1 + rng() % 4, .workers = workers});
+        for (std::size_t i = 0; i < consumed; ++i) {
+          try {
+            adapter.next();
+          } catch (const WorkerError&) {
+          }
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(rng() % 5));
+      }
+      log->destroyed(std::chrono::steady_clock::now());
+      CAPTURE(trial);
+      CHECK(log->inside.load() == 0);
+      CHECK(log->late.load() == 0);
+    }
+  }
+
+  TEST_CASE("SequenceAdapter on threads with a timeout waits at most the timeout, then abandons" *
+            doctest::timeout(30)) {
+    const std::size_t threads_before = thread_count();
+    auto finished = std::make_shared<std::atomic<int>>(0);
+    std::chrono::steady_clock::duration destruction{};
+    {
+      auto adapter = std::make_unique<SequenceAdapter<StuckSequence, 1>>(
+          StuckSequence{1, std::chrono::seconds(3), finished},
+          AdapterOptions{.max_queue_size = 2, .timeout = std::chrono::milliseconds(200)});
+      CHECK(*adapter->next() == 0);
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      const auto started = std::chrono::steady_clock::now();
+      adapter.reset();
+      destruction = std::chrono::steady_clock::now() - started;
+    }
+    CHECK(destruction >= std::chrono::milliseconds(150));
+    CHECK(destruction < std::chrono::seconds(2));
     CHECK(finished->load() == 0);
     check_abandoned_call_ends(*finished, threads_before);
+  }
+
+  TEST_CASE("SequenceAdapter with dynamic_workers runs exactly the workers asked for" *
+            doctest::timeout(60)) {
+    const std::size_t threads_before = thread_count();
+    const AdapterOptions base{.shuffle = true, .seed = seed};
+    const auto expected = sampler_stream(base, 250);
+    for (const std::size_t n : {0U, 1U, 3U, 5U}) {
+      AdapterOptions o = base;
+      o.workers = n;
+      SequenceAdapter<IndexSequence, loadstar::dynamic_workers> adapter(IndexSequence{}, o);
+      CHECK(adapter.worker_count() == n);
+      CHECK(thread_count() == threads_before + n);
+      std::vector<std::size_t> got;
+      for (std::size_t i = 0; i < expected.size(); ++i)
+        got.push_back(*adapter.next());
+      CAPTURE(n);
+      CHECK(got == expected);
+    }
+    CHECK(thread_count() == threads_before);
+    CHECK(SequenceAdapter<IndexSequence, loadstar::dynamic_workers>(IndexSequence{}).worker_count() ==
+          0);
+    CHECK_THROWS_WITH_AS((SequenceAdapter<IndexSequence, 2>(IndexSequence{}, {.workers = 3})),
+                         doctest::Contains("workers is 3 but the adapter's Workers argument is 2"),
+                         ConfigError);
+    CHECK_NOTHROW((SequenceAdapter<IndexSequence, 2>(IndexSequence{}, {.workers = 2})));
+    CHECK_THROWS_WITH_AS((SequenceAdapter<IndexSequence, loadstar::dynamic_workers>(
+                             IndexSequence{}, {.workers = 5000})),
+                         doctest::Contains("workers must be at most 1024 but is 5000"),
+                         ConfigError);
+  }
+
+  TEST_CASE("SequenceAdapter resumes a state saved on N ranks on M ranks, any workers" *
+            doctest::timeout(60)) {
+    // The stream one process reads, and 2 ranks in step stopped after 37 steps.
+    const auto global = sampler_stream({.shuffle = true, .seed = seed}, 400);
+    std::vector<nlohmann::json> saved;
+    for (std::size_t r = 0; r < 2; ++r) {
+      SequenceAdapter<IndexSequence, 2> rank(IndexSequence{},
+                                             {.shuffle = true, .seed = seed, .rank = r, .size = 2});
+      for (int s = 0; s < 37; ++s)
+        rank.next();
+      saved.push_back(rank.state());
+    }
+    // 3 ranks (threads, inline, dynamic), each from another rank's state.
+    std::vector<std::vector<std::size_t>> got(3);
+    for (std::size_t r = 0; r < 3; ++r) {
+      const AdapterOptions o{.shuffle = true, .seed = seed, .rank = r, .size = 3};
+      const auto state = saved[r % 2].get<SamplerState>();
+      const auto read = [&](auto& adapter) {
+        for (int s = 0; s < 50; ++s)
+          got[r].push_back(*adapter.next());
+      };
+      if (r == 0) {
+        SequenceAdapter<IndexSequence, 3> adapter(IndexSequence{}, o, state);
+        read(adapter);
+      } else if (r == 1) {
+        SequenceAdapter<IndexSequence, 0> adapter(IndexSequence{}, o, state);
+        read(adapter);
+      } else {
+        AdapterOptions dynamic = o;
+        dynamic.workers = 2;
+        SequenceAdapter<IndexSequence, loadstar::dynamic_workers> adapter(IndexSequence{}, dynamic,
+                                                                           state);
+        read(adapter);
+      }
+    }
+    for (std::size_t s = 0; s < 50; ++s) {
+      for (std::size_t r = 0; r < 3; ++r) {
+        CAPTURE(s);
+        CAPTURE(r);
+        CHECK(got[r][s] == global[74 + s * 3 + r]);
+      }
+    }
   }
 
   TEST_CASE("SequenceAdapter on threads is destroyed promptly under a full queue" *
@@ -321,8 +535,7 @@ TEST_SUITE("data") {
       CHECK(seen == 5);
       CHECK(thread_count() == threads_before + 3);
     }
-    // Every worker thread ends: idle ones are joined, one inside a batch ends after its call.
-    wait_until([&] { return thread_count() == threads_before; });
+    // Every worker thread has ended when the destructor returns.
     CHECK(thread_count() == threads_before);
   }
 

@@ -7,6 +7,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <stop_token>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -79,6 +80,38 @@ template <class S>
 concept SequenceWithSetEpoch = Sequence<S> && requires(S& s, std::uint64_t epoch) {
   s.set_epoch(epoch);
 };
+
+/// A `Sequence` whose long batches can end early: `s.get(i, stop)` builds batch `i` as `s[i]`
+/// does, and may end by throwing (any exception) once `stop.stop_requested()`, or register a
+/// `std::stop_callback` that interrupts what it waits on. A `SequenceAdapter` on threads calls it
+/// instead of `s[i]` and asks the worker's call to stop when the adapter is destroyed, or when the
+/// per-batch timeout gives the batch up; what such a call returns or throws is dropped. On the
+/// calling thread (no workers) the token never stops; a worker process ends with its process.
+/// \code
+/// Batch get(std::size_t i, std::stop_token stop) const {
+///   for (auto& file : files_of(i)) {
+///     if (stop.stop_requested()) throw std::runtime_error("stopped");
+///     decode(file);
+///   }
+/// }
+/// \endcode
+template <class S>
+concept SequenceWithStopToken = Sequence<S> && requires(const S& s, std::size_t i,
+                                                        std::stop_token stop) {
+  { s.get(i, stop) } -> std::same_as<batch_t<S>>;
+};
+
+namespace detail {
+/// Batch `i` of `sequence`, through `get(i, stop)` where the sequence has it.
+template <Sequence S>
+batch_t<S> build_batch(const S& sequence, std::size_t i, const std::stop_token& stop) {
+  if constexpr (SequenceWithStopToken<S>) {
+    return sequence.get(i, stop);
+  } else {
+    return sequence[i];
+  }
+}
+}  // namespace detail
 
 /// A `Sequence` whose batches Keras can train on.
 template <class S>

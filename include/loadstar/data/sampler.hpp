@@ -39,14 +39,29 @@ struct SamplerOptions {
 };
 
 /// Where a sampler stands, taken at the consumption boundary: the next batch this rank will
-/// consume is at position `cursor` of epoch `epoch` of the global stream. Serialisable as JSON
-/// (`{"epoch": 3, "cursor": 41, "seed": 777, "length": 100}`).
+/// consume is at position `cursor` of epoch `epoch` of the global stream, and this rank is `rank`
+/// of `size`. Serialisable as JSON (`{"epoch": 3, "cursor": 41, "seed": 777, "length": 100,
+/// "rank": 1, "size": 2}`).
+///
+/// The global stream does not depend on the number of ranks, so a state restores on any number:
+/// ranks that consume in step (one batch each per step, as data-parallel training does) stand at
+/// the same step, whose first batch is at global position `epoch * length + cursor - rank`
+/// (`step_start()`), and `M` ranks restored from any of their states read that step's batch and the
+/// ones after it, `M` to a step. A state without `rank` and `size` (written before they were
+/// recorded) belongs to the restoring sampler's own rank and number of ranks.
 struct SamplerState {
   std::uint64_t epoch = 0;
   std::uint64_t cursor = 0;
   std::uint64_t seed = 0;
   /// The number of batches of the sequence, checked on restore.
   std::uint64_t length = 0;
+  /// The rank that saved the state and the number of ranks.
+  std::optional<std::uint64_t> rank = {};
+  std::optional<std::uint64_t> size = {};
+
+  /// The global position of the first batch of the step this state stands before: the position
+  /// every rank's state of one step agrees on, whatever the number of ranks.
+  std::uint64_t step_start() const noexcept { return epoch * length + cursor - rank.value_or(0); }
 
   friend bool operator==(const SamplerState&, const SamplerState&) = default;
 };
@@ -57,10 +72,12 @@ inline void to_json(nlohmann::json& out, const SamplerState& state) {
                        {"cursor", state.cursor},
                        {"seed", state.seed},
                        {"length", state.length}};
+  if (state.rank) out["rank"] = *state.rank;
+  if (state.size) out["size"] = *state.size;
 }
 
 /// Reads a `SamplerState` from a JSON object; throws `CheckpointError` naming a missing or
-/// mistyped field.
+/// mistyped field (`rank` and `size` may be missing together).
 inline void from_json(const nlohmann::json& in, SamplerState& state) {
   const auto field = [&](const char* name) -> std::uint64_t {
     if (!in.is_object() || !in.contains(name) || !in.at(name).is_number_unsigned()) {
@@ -74,6 +91,12 @@ inline void from_json(const nlohmann::json& in, SamplerState& state) {
   state.cursor = field("cursor");
   state.seed = field("seed");
   state.length = field("length");
+  state.rank.reset();
+  state.size.reset();
+  if (in.contains("rank") || in.contains("size")) {
+    state.rank = field("rank");
+    state.size = field("size");
+  }
 }
 
 /// One batch to build: the `position`-th batch of this rank's stream is batch `index` of the
@@ -90,7 +113,10 @@ struct SamplerTicket {
 /// (`_enqueuer.py`): the global stream is the concatenation of one permutation per epoch, rank
 /// `r` of `size` takes `stream[r::size]`, training repeats forever and validation makes one pass
 /// in which each batch is seen exactly once across ranks. Unlike Determined, each epoch's order is
-/// computed directly from `(seed, epoch)`, so skipping or restoring costs O(1) epochs.
+/// computed directly from `(seed, epoch)`, so skipping or restoring costs O(1) epochs; and a state
+/// restores on any number of ranks (`SamplerState`): the ranks go on reading the same global
+/// stream from the step they stopped at, whose batches are indexed, not sampled, so "exact" is at
+/// the level of batches.
 /// \code
 /// Sampler sampler(100, {.shuffle = true, .seed = 777, .rank = 1, .size = 3});
 /// while (auto ticket = sampler.next()) build(ticket->index);   // infinite for training
@@ -109,12 +135,14 @@ class Sampler {
     check_skip();
   }
 
-  /// A sampler that continues from `state`; throws `CheckpointError` when the state belongs to
-  /// another seed, another sequence length or another rank's stride.
+  /// A sampler that continues from `state`, saved by any rank of any number of ranks: it yields
+  /// this rank's share of the global stream from the step the state stands before
+  /// (`SamplerState::step_start()`), at O(1) cost. Throws `CheckpointError` when the state belongs
+  /// to another seed or sequence length, or lies beyond the single pass of validation.
   Sampler(std::size_t length, const SamplerOptions& options, const SamplerState& state)
       : length_(length), options_(options) {
     validate();
-    start_ = position_of(state);
+    start_ = restored_position(state);
     cursor_ = start_;
   }
 
@@ -129,7 +157,8 @@ class Sampler {
   /// batches of this rank in the single pass of validation.
   std::uint64_t end() const noexcept {
     if (options_.repeat) return std::numeric_limits<std::uint64_t>::max();
-    return (length_ - options_.rank + options_.size - 1) / options_.size;
+    const std::uint64_t first = origin_ + options_.rank;
+    return first >= length_ ? 0 : (length_ - first + options_.size - 1) / options_.size;
   }
 
   /// The number of batches this rank sees in one validation pass (Determined's
@@ -138,11 +167,18 @@ class Sampler {
     return (length_ - options_.rank + options_.size - 1) / options_.size;
   }
 
+  /// The batches of one epoch on every rank alike: the most any rank has,
+  /// `ceil(length / size)`. Ranks that train in step (each step a gradient sum) count their epochs
+  /// in these, so that every rank ends an epoch at the same step.
+  std::uint64_t steps_per_epoch() const noexcept {
+    return (length_ + options_.size - 1) / options_.size;
+  }
+
   /// The ticket at `position` of this rank's stream, or nothing beyond `end()`. Keeps the
   /// permutations of the few most recent epochs, so consecutive calls cost O(1) amortised.
   std::optional<SamplerTicket> ticket(std::uint64_t position) {
     if (position >= end()) return std::nullopt;
-    const std::uint64_t global = options_.rank + position * options_.size;
+    const std::uint64_t global = global_of(position);
     SamplerTicket t;
     t.position = position;
     t.epoch = global / length_;
@@ -174,26 +210,28 @@ class Sampler {
 
   /// The epoch of `position` in the global stream.
   std::uint64_t epoch_of(std::uint64_t position) const noexcept {
-    return (options_.rank + position * options_.size) / length_;
+    return global_of(position) / length_;
   }
 
   /// The first position of this rank's stream that falls in `epoch` or later.
   std::uint64_t first_position_of_epoch(std::uint64_t epoch) const noexcept {
     const std::uint64_t global = epoch * length_;
-    if (global <= options_.rank) return 0;
-    return (global - options_.rank + options_.size - 1) / options_.size;
+    const std::uint64_t first = origin_ + options_.rank;
+    if (global <= first) return 0;
+    return (global - first + options_.size - 1) / options_.size;
   }
 
   /// The state before the batch at `position` (the default: before the next one `next()`
   /// yields).
   SamplerState state_at(std::uint64_t position) const noexcept {
-    const std::uint64_t global = options_.rank + position * options_.size;
-    return {global / length_, global % length_, options_.seed, length_};
+    const std::uint64_t global = global_of(position);
+    return {global / length_, global % length_, options_.seed, length_, options_.rank,
+            options_.size};
   }
   SamplerState state() const noexcept { return state_at(cursor_); }
 
-  /// The position of this rank's stream a state stands before; throws `CheckpointError` when it
-  /// does not belong to this sampler.
+  /// The position of this rank's stream a state of this very rank stands before; throws
+  /// `CheckpointError` when it does not belong to this sampler (another seed, length or stride).
   std::uint64_t position_of(const SamplerState& state) const {
     if (state.length != length_) {
       throw CheckpointError("sampler state: saved for a sequence of " +
@@ -209,12 +247,13 @@ class Sampler {
                             " is beyond the " + std::to_string(length_) + " batches of an epoch");
     }
     const std::uint64_t global = state.epoch * length_ + state.cursor;
-    if (global < options_.rank || (global - options_.rank) % options_.size != 0) {
+    const std::uint64_t first = origin_ + options_.rank;
+    if (global < first || (global - first) % options_.size != 0) {
       throw CheckpointError("sampler state: epoch " + std::to_string(state.epoch) + " cursor " +
                             std::to_string(state.cursor) + " is not on the stride of rank " +
                             std::to_string(options_.rank) + " of " + std::to_string(options_.size));
     }
-    const std::uint64_t position = (global - options_.rank) / options_.size;
+    const std::uint64_t position = (global - first) / options_.size;
     if (position > end()) {
       throw CheckpointError("sampler state: epoch " + std::to_string(state.epoch) + " cursor " +
                             std::to_string(state.cursor) + " is beyond the single validation pass");
@@ -223,6 +262,34 @@ class Sampler {
   }
 
  private:
+  /// Where rank `rank` of `size` reads at `position`: `origin + rank + position * size`.
+  std::uint64_t global_of(std::uint64_t position) const noexcept {
+    return origin_ + options_.rank + position * options_.size;
+  }
+
+  /// The position to start at from `state` (see the constructor); sets `origin_` when the step
+  /// the state stands before is not on this number of ranks' steps from the stream's start.
+  std::uint64_t restored_position(const SamplerState& state) {
+    if (!state.rank || !state.size) return position_of(state);
+    if (state.length != length_ || state.seed != options_.seed || state.cursor >= length_) {
+      static_cast<void>(position_of(state));  // throws, naming what differs
+    }
+    const std::uint64_t global = state.epoch * length_ + state.cursor;
+    if (*state.size == 0 || *state.rank >= *state.size || global < *state.rank) {
+      throw CheckpointError("sampler state: epoch " + std::to_string(state.epoch) + " cursor " +
+                            std::to_string(state.cursor) + " cannot be a position of rank " +
+                            std::to_string(*state.rank) + " of " + std::to_string(*state.size));
+    }
+    const std::uint64_t step = global - *state.rank;
+    if (!options_.repeat && step >= length_ + *state.size) {
+      throw CheckpointError("sampler state: epoch " + std::to_string(state.epoch) + " cursor " +
+                            std::to_string(state.cursor) + " is beyond the single validation pass");
+    }
+    if (step % options_.size == 0) return step / options_.size;
+    origin_ = step;
+    return 0;
+  }
+
   void validate() const {
     if (options_.size == 0) throw ConfigError("sampler: size must be positive but is 0");
     if (options_.rank >= options_.size) {
@@ -265,6 +332,9 @@ class Sampler {
 
   std::size_t length_;
   SamplerOptions options_;
+  /// The global position where position 0 of this rank's stride begins (before `rank`): 0, or the
+  /// step a state saved on another number of ranks stands before.
+  std::uint64_t origin_ = 0;
   std::uint64_t start_ = 0;
   std::uint64_t cursor_ = 0;
   std::array<Cached, 4> cache_{};

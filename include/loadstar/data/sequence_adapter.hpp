@@ -10,6 +10,7 @@
 #include <limits>
 #include <memory>
 #include <optional>
+#include <stop_token>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -38,7 +39,7 @@ class InlineBackend {
     BackendResult<Batch> result;
     result.ticket = *sampler_.ticket(position);
     try {
-      result.batch.emplace(sequence_[result.ticket.index]);
+      result.batch.emplace(build_batch(sequence_, result.ticket.index, std::stop_token{}));
     } catch (...) {
       result.error = "sequence adapter: " + describe_batch(result.ticket) +
                      " failed: " + current_exception_message();
@@ -58,10 +59,52 @@ class InlineBackend {
   std::uint64_t produced_ = 0;
 };
 
+/// A worker count chosen at run time: `Pool` with one or more workers, else the consumer builds.
+template <class S, class Batch, class Pool>
+class DynamicBackend {
+ public:
+  DynamicBackend(const std::shared_ptr<S>& sequence, Sampler& sampler,
+                 const AdapterOptions& options, std::size_t workers, std::uint64_t start,
+                 std::uint64_t barrier) {
+    if (workers == 0) {
+      inline_.emplace(sequence, sampler, options, workers, start, barrier);
+    } else {
+      pool_.emplace(sequence, sampler, options, workers, start, barrier);
+    }
+  }
+
+  BackendResult<Batch> take(std::uint64_t position) {
+    return pool_ ? pool_->take(position) : inline_->take(position);
+  }
+  void resume(std::uint64_t barrier) {
+    if (pool_) pool_->resume(barrier);
+  }
+  void settle() {
+    if (pool_) pool_->settle();
+  }
+  std::uint64_t produced() const noexcept {
+    return pool_ ? pool_->produced() : inline_->produced();
+  }
+  std::chrono::nanoseconds waited() const noexcept {
+    return pool_ ? pool_->waited() : std::chrono::nanoseconds{};
+  }
+  std::size_t occupancy() const noexcept { return pool_ ? pool_->occupancy() : 0; }
+
+ private:
+  std::optional<InlineBackend<S, Batch>> inline_;
+  std::optional<Pool> pool_;
+};
+
+template <class S, bool Multiprocess>
+using pool_t =
+    std::conditional_t<Multiprocess, ProcessBackend<S, batch_t<S>>, ThreadBackend<S, batch_t<S>>>;
+
 template <class S, std::size_t Workers, bool Multiprocess>
-using backend_t = std::conditional_t<
-    Workers == 0, InlineBackend<S, batch_t<S>>,
-    std::conditional_t<Multiprocess, ProcessBackend<S, batch_t<S>>, ThreadBackend<S, batch_t<S>>>>;
+using backend_t =
+    std::conditional_t<Workers == dynamic_workers,
+                       DynamicBackend<S, batch_t<S>, pool_t<S, Multiprocess>>,
+                       std::conditional_t<Workers == 0, InlineBackend<S, batch_t<S>>,
+                                          pool_t<S, Multiprocess>>>;
 
 }  // namespace detail
 
@@ -70,7 +113,8 @@ using backend_t = std::conditional_t<
 /// delivered strictly in order.
 ///
 /// - `Workers == 0` builds each batch on the calling thread. Otherwise at most
-///   `max_queue_size` batches are requested and not yet consumed.
+///   `max_queue_size` batches are requested and not yet consumed. `Workers == dynamic_workers`
+///   takes the count at run time from `AdapterOptions::workers` (what `fit` does).
 /// - Training (`repeat`) is an infinite stream; validation is one finite pass.
 /// - `on_epoch_end()` of the sequence runs on the consumer after the last batch of each epoch:
 ///   at `finish_epoch()` (what `fit` calls at the end of each epoch, so that after two epochs it
@@ -85,13 +129,15 @@ using backend_t = std::conditional_t<
 ///   worker thread is abandoned (see below) and replaced. A worker process that dies throws
 ///   `WorkerError` naming its pid, the signal and the batch as soon as the consumer waits, whatever
 ///   the other workers are doing, after which the adapter can only be destroyed.
-/// - Destruction, an early `break` included, returns promptly: worker processes are killed; a
-///   worker thread inside `sequence[i]` cannot be interrupted, so it is abandoned: the call runs to
-///   its end on that detached thread, which owns a share of the sequence (freed after the last
-///   such call returns, on that thread), then drops its batch and exits. A process that exits
-///   first cuts the call short, as it would any thread.
+/// - Destruction, an early `break` included, keeps RAII's promise: when the destructor returns, no
+///   call of the adapter's to the sequence runs any more. Worker processes are killed; a worker
+///   thread inside `sequence[i]` is asked to stop (a `SequenceWithStopToken` receives a
+///   `std::stop_token` and may end the call early; `sequence[i]` runs to its end) and waited for.
+///   Only with a per-batch `timeout` does the destructor wait at most that long and then abandon
+///   a call still running (see `AdapterOptions::timeout`).
 /// - `state()` is taken at the consumption boundary and restores, with any `Workers` or
-///   `Multiprocess`, exactly the stream an uninterrupted run would produce, at O(1) cost.
+///   `Multiprocess`, exactly the stream an uninterrupted run would produce, at O(1) cost; and with
+///   any number of ranks, the global stream from the step it was taken at (`SamplerState`).
 /// - More workers are never slower than fewer on the same work. With threads, on batches that
 ///   build in under about 2 us (cheaper than handing them over), workers beyond the CPUs left
 ///   beside the consumer park, and wake once the consumer waits 100 us for a batch; a side whose
@@ -125,27 +171,30 @@ class SequenceAdapter {
  public:
   using batch_type = batch_t<S>;
   using sequence_type = S;
+  /// The `Workers` argument (`dynamic_workers` for a count chosen at run time: `worker_count()`).
   static constexpr std::size_t workers = Workers;
   static constexpr bool multiprocess = Multiprocess;
 
   /// Starts serving `sequence` from the beginning (after `options.skip` batches); throws
   /// `ConfigError` for a `max_queue_size` of 0 or above `max_queue_size_limit`, a `slot_bytes`
-  /// above `max_slot_bytes`, fewer batches than ranks or a bad rank.
+  /// above `max_slot_bytes`, a `workers` above `max_workers` or other than a fixed `Workers`,
+  /// fewer batches than ranks or a bad rank.
   explicit SequenceAdapter(S sequence, const AdapterOptions& options = {})
       : sequence_(std::make_shared<S>(std::move(sequence))),
         options_(checked(options)),
         sampler_(sequence_->size(), sampler_options(options_)),
         position_(starting_position()),
-        backend_(sequence_, sampler_, options_, Workers, position_, first_barrier()) {}
+        backend_(sequence_, sampler_, options_, worker_count(), position_, first_barrier()) {}
 
-  /// Continues from a state saved by `state()`, possibly with other `Workers` or `Multiprocess`;
-  /// throws `CheckpointError` when the state belongs to another seed or sequence length.
+  /// Continues from a state saved by `state()`, possibly with other `Workers` or `Multiprocess`,
+  /// or on another number of ranks (`SamplerState`); throws `CheckpointError` when the state
+  /// belongs to another seed or sequence length.
   SequenceAdapter(S sequence, const AdapterOptions& options, const SamplerState& state)
       : sequence_(std::make_shared<S>(std::move(sequence))),
         options_(checked(options)),
         sampler_(sequence_->size(), sampler_options(options_), state),
         position_(starting_position()),
-        backend_(sequence_, sampler_, options_, Workers, position_, first_barrier()) {}
+        backend_(sequence_, sampler_, options_, worker_count(), position_, first_barrier()) {}
 
   SequenceAdapter(const SequenceAdapter&) = delete;
   SequenceAdapter& operator=(const SequenceAdapter&) = delete;
@@ -228,6 +277,19 @@ class SequenceAdapter {
   std::size_t size() const noexcept { return sampler_.length(); }
   /// The number of batches this rank gets in one validation pass.
   std::uint64_t pass_length() const noexcept { return sampler_.pass_length(); }
+  /// The batches of one epoch: in training the same on every rank (`Sampler::steps_per_epoch`),
+  /// in validation this rank's pass.
+  std::uint64_t steps_per_epoch() const noexcept {
+    return options_.repeat ? sampler_.steps_per_epoch() : sampler_.pass_length();
+  }
+  /// The workers building batches (threads or processes; 0: the consumer's thread).
+  std::size_t worker_count() const noexcept {
+    if constexpr (Workers == dynamic_workers) {
+      return options_.workers.value_or(0);
+    } else {
+      return Workers;
+    }
+  }
   const S& sequence() const noexcept { return *sequence_; }
   const AdapterOptions& options() const noexcept { return options_; }
 
@@ -240,6 +302,17 @@ class SequenceAdapter {
       throw ConfigError("sequence adapter: max_queue_size must be at most " +
                         std::to_string(AdapterOptions::max_queue_size_limit) + " but is " +
                         std::to_string(options.max_queue_size));
+    }
+    if constexpr (Workers == dynamic_workers) {
+      if (options.workers.value_or(0) > AdapterOptions::max_workers) {
+        throw ConfigError("sequence adapter: workers must be at most " +
+                          std::to_string(AdapterOptions::max_workers) + " but is " +
+                          std::to_string(*options.workers));
+      }
+    } else if (options.workers && *options.workers != Workers) {
+      throw ConfigError("sequence adapter: workers is " + std::to_string(*options.workers) +
+                        " but the adapter's Workers argument is " + std::to_string(Workers) +
+                        " (SequenceAdapter<S, dynamic_workers> takes the count at run time)");
     }
     if (options.slot_bytes > AdapterOptions::max_slot_bytes) {
       throw ConfigError("sequence adapter: slot_bytes must be at most " +

@@ -287,29 +287,25 @@ class Model {
       make_data_iterator(S sequence, const FitOptions& options = {})
   const {
     const AdapterOptions adapter{.max_queue_size = options.max_queue_size,
+                                 .workers = options.workers,
                                  .shuffle = options.shuffle,
                                  .seed = shuffle_seed(options),
                                  .rank = options.shard_rank,
                                  .size = options.num_shards};
     std::unique_ptr<detail::BatchSource> source;
-    with_workers(options.workers, [&]<std::size_t Workers>() {
-      if (options.use_multiprocessing) {
-        if constexpr (Workers == 0) {
-          throw ConfigError("fit: use_multiprocessing needs workers > 0 but workers is 0");
-        } else if constexpr (!Serializable<batch_t<S>>) {
-          throw ConfigError(
-              "fit: use_multiprocessing needs a batch type that can be serialized (tensors, "
-              "arithmetic types, strings and containers of them, or a Serializer "
-              "specialisation)");
-        } else {
-          source = std::make_unique<detail::OwnedAdapterSource<S, Workers, true>>(
-              std::move(sequence), adapter, options.steps_per_epoch);
-          return;
-        }
-      }
-      source = std::make_unique<detail::OwnedAdapterSource<S, Workers, false>>(
+    if (!options.use_multiprocessing) {
+      source = std::make_unique<detail::OwnedAdapterSource<S, dynamic_workers, false>>(
           std::move(sequence), adapter, options.steps_per_epoch);
-    });
+    } else if (options.workers == 0) {
+      throw ConfigError("fit: use_multiprocessing needs workers > 0 but workers is 0");
+    } else if constexpr (!Serializable<batch_t<S>>) {
+      throw ConfigError(
+          "fit: use_multiprocessing needs a batch type that can be serialized (tensors, "
+          "arithmetic types, strings and containers of them, or a Serializer specialisation)");
+    } else {
+      source = std::make_unique<detail::OwnedAdapterSource<S, dynamic_workers, true>>(
+          std::move(sequence), adapter, options.steps_per_epoch);
+    }
     return DataIterator(std::move(source));
   }
 
@@ -669,21 +665,6 @@ class Model {
     return std::make_unique<detail::ArraySource<X, Y>>(
         x, y, w, rows, batch_size, options.shuffle, shuffle_seed(options), options.steps_per_epoch,
         options.shard_rank, options.num_shards, true);
-  }
-
-  template <class F>
-  static void with_workers(std::size_t workers, F&& f) {
-    if (workers >= 8) {
-      f.template operator()<8>();
-    } else if (workers >= 4) {
-      f.template operator()<4>();
-    } else if (workers >= 2) {
-      f.template operator()<2>();
-    } else if (workers == 1) {
-      f.template operator()<1>();
-    } else {
-      f.template operator()<0>();
-    }
   }
 
   std::string name_;

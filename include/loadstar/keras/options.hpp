@@ -78,10 +78,9 @@ struct FitOptions {
   std::size_t validation_freq = 1;
   /// `Sequence` only: the prefetch queue of the `SequenceAdapter` that serves it.
   std::size_t max_queue_size = 10;
-  /// `Sequence` only: the workers building batches ahead. The adapter's worker count is a
-  /// template parameter; `fit` instantiates 0, 1, 2, 4 and 8 and uses the largest of those that
-  /// is not more than `workers` (so 3 runs 2, and anything above 8 runs 8). 0 builds batches on
-  /// the training thread.
+  /// `Sequence` only: the workers building batches ahead, exactly as many as asked for (a
+  /// `SequenceAdapter<S, dynamic_workers>`; at most `AdapterOptions::max_workers`). 0 builds
+  /// batches on the training thread.
   std::size_t workers = 1;
   /// `Sequence` only: build batches in forked processes (the batch type must be `Serializable`).
   bool use_multiprocessing = false;

@@ -160,7 +160,7 @@ class DataLoader {
     forks_ = [](const FitSettings&) { return Multiprocess; };
     training_ = [adapter](keras::Model& model, const LoaderSettings& s) {
       auto options = fit_options(s);
-      options.workers = Workers;
+      options.workers = adapter->worker_count();
       options.use_multiprocessing = Multiprocess;
       options.max_queue_size = adapter->options().max_queue_size;
       options.shuffle = adapter->options().shuffle;

@@ -186,6 +186,7 @@ class CacheDataset : public DatasetBase<CacheDataset<D, Store>> {
       mode_ = Mode::unprepared;
       return;
     }
+    detail::require_same_shards(s["fill_start"], upstream_.state(), "cache");
     const std::size_t index = s["index"];
     fill_start_ = s["fill_start"];
     if (store_.complete() || store_.open_finished()) {

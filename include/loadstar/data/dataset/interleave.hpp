@@ -104,6 +104,7 @@ class InterleaveDataset : public DatasetBase<InterleaveDataset<D, F>> {
 
   void restore(const nlohmann::json& state) {
     const auto& s = detail::expect_state(state, "interleave");
+    if (s["started"] == true) detail::require_same_shards(s["input"], input_.state(), "interleave");
     const auto& slots = s["slots"];
     if (!slots.is_array() || slots.size() != cycle_length_) {
       throw CheckpointError("interleave: state has " + std::to_string(slots.size()) +

@@ -123,6 +123,7 @@ class MapDataset : public DatasetBase<MapDataset<D, F, WithSeed>> {
 
   void restore(const nlohmann::json& state) {
     const auto& s = detail::expect_state(state, "map");
+    if (s["consumed"] != 0) detail::require_same_shards(s["upstream"], upstream_.state(), "map");
     upstream_.restore(s["upstream"]);
     epoch_ = s["epoch"];
     index_ = s["index"];

@@ -15,11 +15,23 @@
 namespace loadstar {
 
 /// Elements `index, index + num_shards, index + 2 * num_shards, ...` of every epoch of `D`: the
-/// shards `0..num_shards-1` partition the epoch. As tf.data advises, shard before any
-/// randomising operator, so that every shard sees the same upstream order. With one shard the
-/// dataset is passed through. The state is the upstream's.
+/// shards `0..num_shards-1` partition the epoch. With one shard the dataset is passed through.
+///
+/// The upstream is read in rounds of `num_shards` elements, each shard taking its own and
+/// skipping the rest of the round at once, so that at every consumption boundary every shard's
+/// upstream stands at the same place: the end of the last round. The state is that upstream
+/// state, which does not depend on the number of shards: restored into `shard(M, i)` it goes on
+/// with the rounds of `M` from there, so a job checkpointed on `N` ranks resumes on `M` reading the
+/// upstream stream from the same element on, each element once (a round the job stopped in the
+/// middle of is finished by nobody: ranks consume in step, one element each, so there is none).
+/// That holds when nothing between this `shard` and the consumer holds elements across its
+/// consumption boundary: a `shuffle`, a parallel `map`'s window, an `interleave` or a `cache`
+/// downstream of the shard holds this rank's elements, and restoring it with another sharding
+/// throws `CheckpointError`. tf.data advises sharding before randomising operators (so each
+/// shard shuffles only its own share); to resume on another number of ranks, shard after them
+/// (the elements a rank skips are still read upstream).
 /// \code
-/// auto mine = from_tensor_slices(x).shard(size, rank);
+/// auto mine = from_tensor_slices(files).shuffle(10000, seed).shard(size, rank).map(decode).batch(32);
 /// \endcode
 template <Dataset D>
 class ShardDataset : public DatasetBase<ShardDataset<D>> {
@@ -37,25 +49,25 @@ class ShardDataset : public DatasetBase<ShardDataset<D>> {
   }
 
   std::optional<element_type> next() {
-    // Skip to this shard's next element: on the first call `index`, then `num_shards - 1`.
-    const std::size_t gap = started_ ? num_shards_ - 1 : index_;
-    for (std::size_t i = 0; i < gap; ++i) {
-      if (!upstream_.next()) return std::nullopt;
-    }
-    started_ = true;
-    return upstream_.next();
+    if (!skip(index_)) return std::nullopt;
+    auto element = upstream_.next();
+    if (element) skip(num_shards_ - 1 - index_);
+    return element;
   }
-  void reset() {
-    upstream_.reset();
-    started_ = false;
-  }
+  void reset() { upstream_.reset(); }
   nlohmann::json state() const {
-    return {{"op", "shard"}, {"started", started_}, {"upstream", upstream_.state()}};
+    return {{"op", "shard"},
+            {"num_shards", num_shards_},
+            {"index", index_},
+            {"upstream", upstream_.state()}};
   }
   void restore(const nlohmann::json& state) {
     const auto& s = detail::expect_state(state, "shard");
     upstream_.restore(s["upstream"]);
-    started_ = s["started"];
+    // A state written when shards skipped lazily stands just after this shard's last element.
+    if (!s.contains("num_shards") && s.contains("started") && s["started"] == true) {
+      skip(num_shards_ - 1 - index_);
+    }
   }
 
   std::size_t num_shards() const noexcept { return num_shards_; }
@@ -63,9 +75,16 @@ class ShardDataset : public DatasetBase<ShardDataset<D>> {
 
  private:
   D upstream_;
+  /// Reads and drops `count` upstream elements; false when the epoch ended first.
+  bool skip(std::size_t count) {
+    for (std::size_t i = 0; i < count; ++i) {
+      if (!upstream_.next()) return false;
+    }
+    return true;
+  }
+
   std::size_t num_shards_;
   std::size_t index_;
-  bool started_ = false;
 };
 
 }  // namespace loadstar

@@ -80,6 +80,7 @@ class ShuffleDataset : public DatasetBase<ShuffleDataset<D>> {
   }
   void restore(const nlohmann::json& state) {
     const auto& s = detail::expect_state(state, "shuffle");
+    if (s["produced"] != 0) detail::require_same_shards(s["start"], upstream_.state(), "shuffle");
     upstream_.restore(s["start"]);
     epoch_ = s["epoch"];
     start_epoch();

@@ -23,9 +23,16 @@ struct DistributedContext {
 /// `shard_dataset`, the dataset sharded as `dataset.shard(size, rank)`, so the ranks partition
 /// every epoch; otherwise the dataset itself (a shard of one, which passes every element
 /// through). Throws `ConfigError` for a rank outside `[0, size)`.
+///
+/// Where it is applied decides what a checkpoint can resume on (`ShardDataset`): wrapped before a
+/// `shuffle` (tf.data's advice: each rank shuffles its own share), the job resumes exactly on the
+/// same number of ranks only; wrapped after the stages that hold elements (`shuffle`, a parallel
+/// `map`, `interleave`, `cache`), on any number.
 /// \code
-/// auto train = wrap_dataset(from_tensor_slices(x, y), DistributedContext{rank, size})
-///                  .shuffle(1000, seed).batch(32);
+/// // Any number of ranks on resume: the cheap shuffle of indices is global, the decoding is not.
+/// auto train = wrap_dataset(from_tensor_slices(x, y).shuffle(1000, seed),
+///                           DistributedContext{rank, size})
+///                  .batch(32);
 /// \endcode
 template <Dataset D>
 ShardDataset<D> wrap_dataset(D dataset, const DistributedContext& context,

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <limits>
 #include <optional>
 #include <string>
 
@@ -13,12 +14,21 @@
 
 namespace loadstar {
 
+/// The `Workers` argument of a `SequenceAdapter` whose number of workers is chosen at run time,
+/// by `AdapterOptions::workers` (as `std::dynamic_extent` is for `std::span`): what `fit`,
+/// `configure_fit` and a trial's loaders use, so that they run exactly the workers asked for.
+inline constexpr std::size_t dynamic_workers = std::numeric_limits<std::size_t>::max();
+
 /// Options of a `SequenceAdapter`: Determined's `_build_enqueuer` arguments plus the process
 /// transport and a per-batch timeout.
 struct AdapterOptions {
   /// The most batches requested but not yet consumed (Keras's `max_queue_size`); from 1 to
   /// `max_queue_size_limit`.
   std::size_t max_queue_size = 10;
+  /// The number of workers (Keras's `workers`) of a `SequenceAdapter<S, dynamic_workers>`: 0 (or
+  /// unset) builds batches on the consumer's thread; at most `max_workers`. An adapter with a
+  /// fixed `Workers` takes its count from the type, and refuses another one here.
+  std::optional<std::size_t> workers = {};
   /// Reshuffle the batch order every epoch, seeded by `seed` (training only, as in Determined).
   bool shuffle = false;
   /// The seed of the order (the trial seed).
@@ -33,8 +43,12 @@ struct AdapterOptions {
   /// The longest the consumer waits for one batch before `next()` throws `WorkerError` naming it;
   /// zero waits forever. The batch is given up, as a failed one is, and the next `next()` goes on
   /// with the following batch. The worker stuck in it is replaced: a worker process is killed; a
-  /// worker thread cannot be, so it is abandoned (it finishes the call on its own, keeping the
-  /// sequence alive until then, and its batch is dropped).
+  /// worker thread cannot be, so it is asked to stop (the `std::stop_token` of a
+  /// `SequenceWithStopToken`) and abandoned: it finishes the call on its own, keeping the
+  /// sequence alive until then, and its batch is dropped. The timeout also bounds how long the
+  /// destructor waits for worker threads' calls in flight; one still running then is abandoned
+  /// likewise. Abandoning happens only here: without a timeout, the destructor waits for every
+  /// call, and nothing of the adapter runs after it returns.
   std::chrono::milliseconds timeout{0};
   /// Processes only: the bytes of one shared-memory slot (a serialized batch, whose tensors are
   /// padded to 64 bytes). Zero measures the first batch, built in the consumer before forking,
@@ -48,6 +62,8 @@ struct AdapterOptions {
   static constexpr std::size_t max_queue_size_limit = std::size_t{1} << 20U;
   /// The largest `slot_bytes` (1 TiB).
   static constexpr std::size_t max_slot_bytes = std::size_t{1} << 40U;
+  /// The most `workers` (threads or processes) one adapter runs.
+  static constexpr std::size_t max_workers = 1024;
 };
 
 /// Counters of a `SequenceAdapter`, readable at any time.

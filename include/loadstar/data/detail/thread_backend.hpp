@@ -20,11 +20,13 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <stop_token>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "loadstar/data/concepts.hpp"
 #include "loadstar/data/detail/adapter_common.hpp"
 #include "loadstar/data/sampler.hpp"
 #include "loadstar/error.hpp"
@@ -121,9 +123,13 @@ inline void futex_wake_private(std::atomic<std::uint32_t>& word, int count) noex
 /// Each worker announces the position it builds in its own word, which also settles its fate
 /// without a lock: the worker swaps it back to idle when it is done (then it publishes), while the
 /// consumer swaps it to `abandoned` (per-batch timeout) or the destructor to `stopped`; whoever
-/// swaps first wins. An abandoned worker finishes the call on its own, drops its batch and exits;
-/// it shares the state it uses (the sequence included) with the backend, so it never touches
-/// freed memory, and the sequence is freed after the last such call returns.
+/// swaps first wins. The destructor asks every call in flight to stop (the worker's
+/// `std::stop_token`, which a `SequenceWithStopToken` receives) and waits for it to return, as
+/// `std::jthread` does: after it, no user code of this backend runs. Only under a per-batch
+/// timeout may a call be abandoned: the one the consumer gave up, and one still running when the
+/// destructor has waited the timeout. An abandoned worker finishes the call on its own, drops its
+/// batch and exits; it shares the state it uses (the sequence included) with the backend, so it
+/// never touches freed memory, and the sequence is freed after the last such call returns.
 template <class S, class Batch>
 class ThreadBackend {
  public:
@@ -146,30 +152,39 @@ class ThreadBackend {
   ThreadBackend(const ThreadBackend&) = delete;
   ThreadBackend& operator=(const ThreadBackend&) = delete;
 
-  /// Stops every worker: idle ones exit at once and are joined; one inside `sequence[i]` (user code
-  /// cannot be interrupted) is abandoned and detached, so destruction returns promptly.
+  /// Stops every worker and waits for it: idle ones exit at once; one inside `sequence[i]` is asked
+  /// to stop (its `std::stop_token`) and its call waited for, so that no call runs once the
+  /// destructor returns. With a per-batch timeout, the wait for calls in flight (and for calls
+  /// abandoned before) lasts at most the timeout; a call still running then is abandoned.
   ~ThreadBackend() {
     Shared& s = *shared_;
     s.stopping.store(true);
-    std::vector<bool> inside(workers_.size(), false);
-    for (std::size_t i = 0; i < workers_.size(); ++i) {
-      std::atomic<std::uint64_t>& building = workers_[i].state->building;
+    for (Worker& worker : workers_) {
+      std::atomic<std::uint64_t>& building = worker.state->building;
       std::uint64_t seen = building.load();
       // An idle worker marked `stopped` never starts another call; one inside a call drops it.
       while (!building.compare_exchange_weak(seen, stopped)) {
       }
-      inside[i] = seen != idle;
+      if (seen != idle) worker.state->stop.request_stop();
     }
     s.work_event.fetch_add(1);
     futex_wake_private(s.work_event, INT_MAX);
     unpark();
-    for (std::size_t i = 0; i < workers_.size(); ++i) {
-      if (inside[i]) {
-        workers_[i].thread.detach();
+    if (s.timeout.count() == 0) {
+      for (Worker& worker : workers_)
+        worker.thread.join();
+      return;
+    }
+    const auto deadline = std::chrono::steady_clock::now() + s.timeout;
+    for (Worker& worker : workers_) {
+      if (worker.state->exited_by(deadline)) {
+        worker.thread.join();
       } else {
-        workers_[i].thread.join();
+        worker.thread.detach();
       }
     }
+    std::unique_lock lock(s.settle_mutex);
+    s.settle_cv.wait_until(lock, deadline, [&] { return s.abandoned_running.load() == 0; });
   }
 
   /// Waits for the batch at `position` (the next one in order) and takes it, or the error that
@@ -321,6 +336,20 @@ class ThreadBackend {
     std::atomic<std::uint64_t> building{idle};
     /// The CPU the worker last ran on (-1: unknown); written only when it changes.
     std::atomic<int> cpu{-1};
+    /// Asks the worker's call in flight to end early (destruction, or the timeout gave it up).
+    std::stop_source stop;
+    /// 1 once the worker function has returned (the destructor's timed wait).
+    std::atomic<std::uint32_t> exited{0};
+
+    /// Whether the worker has returned, waiting for it until `deadline`.
+    bool exited_by(std::chrono::steady_clock::time_point deadline) {
+      while (exited.load() == 0) {
+        const auto left = deadline - std::chrono::steady_clock::now();
+        if (left <= std::chrono::steady_clock::duration::zero()) return false;
+        futex_wait_private(exited, 0, std::chrono::duration_cast<std::chrono::nanoseconds>(left));
+      }
+      return true;
+    }
   };
 
   struct Worker {
@@ -487,6 +516,7 @@ class ThreadBackend {
       for (auto it = workers_.begin(); it != workers_.end(); ++it) {
         std::uint64_t building = position;
         if (it->state->building.compare_exchange_strong(building, abandoned)) {
+          it->state->stop.request_stop();
           it->thread.detach();
           workers_.erase(it);
           add_worker();
@@ -521,8 +551,14 @@ class ThreadBackend {
     s.awake.fetch_add(1);
     struct Leave {
       Shared& s;
-      ~Leave() { s.awake.fetch_sub(1); }
-    } leave{s};
+      WorkerState& me;
+      ~Leave() {
+        s.awake.fetch_sub(1);
+        me.exited.store(1);
+        futex_wake_private(me.exited, INT_MAX);
+      }
+    } leave{s, *me};
+    const std::stop_token stop = me->stop.get_token();
     const auto claimable = [&] {
       return s.next.load(std::memory_order_relaxed) < s.limit.load(std::memory_order_relaxed) ||
              s.stopping.load(std::memory_order_relaxed);
@@ -571,7 +607,7 @@ class ThreadBackend {
       const auto started =
           timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
       try {
-        batch.emplace((*s.sequence)[ticket.index]);
+        batch.emplace(build_batch(*s.sequence, ticket.index, stop));
         if (timed) {
           const std::chrono::nanoseconds took = std::chrono::steady_clock::now() - started;
           build_cost = built == 1 ? took : build_cost + (took - build_cost) / 4;

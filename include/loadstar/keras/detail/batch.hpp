@@ -333,7 +333,7 @@ class AdapterSource final : public BatchSource {
  public:
   AdapterSource(Adapter& adapter, std::optional<std::size_t> steps)
       : adapter_(&adapter),
-        steps_(steps ? *steps : static_cast<std::size_t>(adapter.pass_length())) {}
+        steps_(steps ? *steps : static_cast<std::size_t>(adapter.steps_per_epoch())) {}
   std::optional<std::size_t> steps() const override { return steps_; }
   void start_epoch(std::size_t epoch) override { begin_epoch(epoch); }
   const ErasedBatch* next() override {
@@ -356,7 +356,14 @@ class AdapterSource final : public BatchSource {
   nlohmann::json own_state() const override { return {{"adapter", adapter_->state()}}; }
   void restore_own(const nlohmann::json& state) override {
     const auto saved = state.at("adapter").get<SamplerState>();
-    if (saved != adapter_->state()) {
+    // The same step of the global stream (saved on any number of ranks).
+    const SamplerState now = adapter_->state();
+    const bool same = saved.rank && saved.size
+                          ? saved.seed == now.seed && saved.length == now.length &&
+                                saved.step_start() == now.step_start()
+                          : saved.epoch == now.epoch && saved.cursor == now.cursor &&
+                                saved.seed == now.seed && saved.length == now.length;
+    if (!same) {
       throw CheckpointError(
           "sequence adapter source: the state was saved at adapter state " +
           nlohmann::json(saved).dump() + " but the adapter stands at " +
