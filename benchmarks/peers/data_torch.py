@@ -8,6 +8,7 @@ python3-torch). Takes --list, --only REGEX and --timeout S (see common.py).
 """
 import json
 import math
+import os
 import sys
 import time
 
@@ -15,7 +16,8 @@ import common
 
 LENGTH = 1000
 WORKLOADS = ("hand-off", "cpu-bound", "large")
-WORKERS = (1, 2)
+# The same worker counts as bench_data_sequence_adapter: LOADSTAR_BENCH_WORKERS, else 1, 2, 3.
+WORKERS = tuple(int(w) for w in os.environ.get("LOADSTAR_BENCH_WORKERS", "1,2,3").split(","))
 MODES = ("threads", "processes")
 NAMES = [f"{w}/{m}/{n}" for n in WORKERS for m in MODES for w in WORKLOADS]
 

@@ -183,7 +183,7 @@ TEST_SUITE("data") {
     const SamplerState state = sampler.state();  // next: global 13 = epoch 1, cursor 3
     CHECK(state.epoch == 1);
     CHECK(state.cursor == 3);
-    CHECK(state.step_start() == 12);             // rank 0's batch of that step
+    CHECK(state.step_start() == 12);  // rank 0's batch of that step
     const nlohmann::json j = state;
     CHECK(j == nlohmann::json::parse(
                    R"({"epoch":1,"cursor":3,"seed":0,"length":10,"rank":1,"size":3})"));
@@ -208,10 +208,8 @@ TEST_SUITE("data") {
           const auto steps = static_cast<std::size_t>(rng() % 150);
           std::vector<Sampler> before;
           for (std::size_t r = 0; r < n; ++r)
-            before.emplace_back(length, SamplerOptions{.shuffle = shuffle,
-                                                       .seed = seed,
-                                                       .rank = r,
-                                                       .size = n});
+            before.emplace_back(
+                length, SamplerOptions{.shuffle = shuffle, .seed = seed, .rank = r, .size = n});
           for (std::size_t s = 0; s < steps; ++s) {
             for (auto& sampler : before)
               sampler.next();
@@ -220,9 +218,9 @@ TEST_SUITE("data") {
           std::vector<Sampler> after;
           for (std::size_t r = 0; r < m; ++r) {
             const nlohmann::json saved = before[(r + 1) % n].state();
-            after.emplace_back(length,
-                               SamplerOptions{.shuffle = shuffle, .seed = seed, .rank = r, .size = m},
-                               saved.get<SamplerState>());
+            after.emplace_back(
+                length, SamplerOptions{.shuffle = shuffle, .seed = seed, .rank = r, .size = m},
+                saved.get<SamplerState>());
           }
           CAPTURE(shuffle);
           CAPTURE(n);
@@ -300,11 +298,9 @@ TEST_SUITE("data") {
     CHECK_THROWS_WITH_AS(Sampler(10, {.repeat = false}, SamplerState{1, 5, 0, 10, 0, 2}),
                          doctest::Contains("beyond the single validation pass"), CheckpointError);
     CHECK_THROWS_WITH_AS(Sampler(length, options, SamplerState{0, 1, seed, length, 2, 2}),
-                         doctest::Contains("cannot be a position of rank 2 of 2"),
-                         CheckpointError);
+                         doctest::Contains("cannot be a position of rank 2 of 2"), CheckpointError);
     CHECK_THROWS_WITH_AS(Sampler(length, options, SamplerState{0, 1, seed, length, 2, 3}),
-                         doctest::Contains("cannot be a position of rank 2 of 3"),
-                         CheckpointError);
+                         doctest::Contains("cannot be a position of rank 2 of 3"), CheckpointError);
     CHECK_THROWS_WITH_AS(Sampler(length, options, SamplerState{0, 1, seed + 1, length, 0, 1}),
                          doctest::Contains("saved with seed 778 but the sampler's seed is 777"),
                          CheckpointError);

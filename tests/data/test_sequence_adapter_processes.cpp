@@ -662,4 +662,30 @@ TEST_SUITE("data") {
             Sampler(length, {o.shuffle, o.seed, o.rank, o.size, o.repeat, point + 50}).state());
     }
   }
+
+  TEST_CASE("SequenceAdapter on processes resumes a state saved on 2 ranks on 3, any workers" *
+            doctest::timeout(60)) {
+    const auto global = sampler_stream({.shuffle = true, .seed = seed}, 300);
+    nlohmann::json saved;  // rank 1 of 2 after 29 steps: the step starts at batch 58
+    {
+      SequenceAdapter<IndexSequence, 2, true> rank(
+          IndexSequence{}, {.shuffle = true, .seed = seed, .rank = 1, .size = 2});
+      for (int s = 0; s < 29; ++s)
+        rank.next();
+      saved = rank.state();
+    }
+    for (std::size_t r = 0; r < 3; ++r) {
+      AdapterOptions o{.shuffle = true, .seed = seed, .rank = r, .size = 3};
+      o.workers = 1 + r;
+      SequenceAdapter<IndexSequence, loadstar::dynamic_workers, true> resumed(
+          IndexSequence{}, o, saved.get<SamplerState>());
+      CHECK(resumed.worker_count() == 1 + r);
+      for (std::size_t s = 0; s < 40; ++s) {
+        CAPTURE(r);
+        CAPTURE(s);
+        CHECK(*resumed.next() == global[58 + s * 3 + r]);
+      }
+    }
+    CHECK(no_children());
+  }
 }

@@ -458,8 +458,9 @@ TEST_SUITE("data") {
       CHECK(got == expected);
     }
     CHECK(thread_count() == threads_before);
-    CHECK(SequenceAdapter<IndexSequence, loadstar::dynamic_workers>(IndexSequence{}).worker_count() ==
-          0);
+    CHECK(
+        SequenceAdapter<IndexSequence, loadstar::dynamic_workers>(IndexSequence{}).worker_count() ==
+        0);
     CHECK_THROWS_WITH_AS((SequenceAdapter<IndexSequence, 2>(IndexSequence{}, {.workers = 3})),
                          doctest::Contains("workers is 3 but the adapter's Workers argument is 2"),
                          ConfigError);
@@ -501,7 +502,7 @@ TEST_SUITE("data") {
         AdapterOptions dynamic = o;
         dynamic.workers = 2;
         SequenceAdapter<IndexSequence, loadstar::dynamic_workers> adapter(IndexSequence{}, dynamic,
-                                                                           state);
+                                                                          state);
         read(adapter);
       }
     }

@@ -3,13 +3,15 @@
 //       checkpoint) until BATCHES batches, then rank 0 prints the final weights as one line of
 //       JSON.
 // The trial: an MLP on 125 rows of two features, global batch 12, a checkpoint every 10 batches;
-// its data are arrays (KIND blobs, the default) or Datasets sharded with wrap_dataset (dataset)
-// or not (dataset-unwrapped, which a trial of several ranks refuses).
+// its data are arrays (KIND blobs, the default), a Sequence on worker threads (sequence) or
+// Datasets sharded with wrap_dataset (dataset) or not (dataset-unwrapped, which a trial of several
+// ranks refuses).
 #include <cstdint>
 #include <iostream>
 #include <memory>
 #include <string>
 
+#include <loadstar/data/array_sequence.hpp>
 #include <loadstar/data/dataset.hpp>
 #include <loadstar/dist/mpi.hpp>
 #include <loadstar/keras.hpp>
@@ -58,15 +60,27 @@ class DatasetTrial : public BlobsTrial {
     const auto batch = static_cast<std::size_t>(context.get_per_slot_batch_size());
     auto slices = from_tensor_slices(data.x, data.y);
     if constexpr (wrap) {
-      auto mine = context.wrap_dataset(std::move(slices));
-      if (repeat) return mine.repeat().batch(batch);
-      return mine.batch(batch);
+      // Sharded after the repeat: one global stream on any number of ranks.
+      if (repeat) return context.wrap_dataset(std::move(slices).repeat()).batch(batch);
+      return context.wrap_dataset(std::move(slices)).batch(batch);
     } else {
       return slices.batch(batch);
     }
   }
 };
 LOADSTAR_REGISTER_TRIAL(DatasetTrial<true>, "dist:dataset");
+
+/// The same data as a `Sequence` of 6 rows a batch, read by 3 worker threads with shuffling.
+class SequenceTrial : public BlobsTrial {
+ public:
+  using BlobsTrial::BlobsTrial;
+  trial::DataLoader build_training_data_loader() override {
+    context.configure_fit({.workers = 3, .shuffle = true});
+    auto data = blobs(125);
+    return ArraySequence(data.x, data.y, 6);
+  }
+};
+LOADSTAR_REGISTER_TRIAL(SequenceTrial, "dist:sequence");
 LOADSTAR_REGISTER_TRIAL(DatasetTrial<false>, "dist:dataset-unwrapped");
 
 }  // namespace
@@ -74,7 +88,7 @@ LOADSTAR_REGISTER_TRIAL(DatasetTrial<false>, "dist:dataset-unwrapped");
 int main(int argc, char** argv) {
   auto world = dist::mpi_world(&argc, &argv);
   if (argc != 3 && argc != 4) {
-    std::cerr << "usage: dist_trial_child DIR BATCHES [blobs|dataset|dataset-unwrapped]\n";
+    std::cerr << "usage: dist_trial_child DIR BATCHES [blobs|sequence|dataset|dataset-unwrapped]\n";
     return 2;
   }
   const std::string dir = argv[1];

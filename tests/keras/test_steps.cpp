@@ -16,9 +16,12 @@
 #include <loadstar/data/sequence_adapter.hpp>
 #include <loadstar/keras.hpp>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -445,6 +448,35 @@ TEST_SUITE("keras") {
             EpochSequence{data.x, data.y},
             {.shuffle = true, .workers = 2, .use_multiprocessing = true, .seed = 5});
       }));
+    }
+  }
+
+  TEST_CASE("fit's Sequence loader runs exactly the workers asked for") {
+    // Batches that take 2 ms, each naming the thread that built it.
+    struct Recording {
+      std::shared_ptr<std::mutex> mutex = std::make_shared<std::mutex>();
+      std::shared_ptr<std::set<std::thread::id>> threads =
+          std::make_shared<std::set<std::thread::id>>();
+      std::size_t size() const { return 60; }
+      std::pair<Tensor<float>, Tensor<std::int64_t>> operator[](std::size_t i) const {
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        {
+          const std::lock_guard lock(*mutex);
+          threads->insert(std::this_thread::get_id());
+        }
+        return {Tensor<float>({1, 2}, static_cast<float>(i)), Tensor<std::int64_t>({1}, 0)};
+      }
+    };
+    for (const std::size_t workers : {0U, 1U, 3U, 5U}) {
+      const Recording sequence;
+      auto reader = classifier();
+      auto it = reader->make_data_iterator(sequence, {.max_queue_size = 12, .workers = workers});
+      it.start_epoch(0);
+      for (int i = 0; i < 60; ++i)
+        REQUIRE(it.next() != nullptr);
+      CAPTURE(workers);
+      CHECK(sequence.threads->size() == std::max<std::size_t>(workers, 1));
+      CHECK(sequence.threads->count(std::this_thread::get_id()) == (workers == 0 ? 1U : 0U));
     }
   }
 

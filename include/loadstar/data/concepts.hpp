@@ -96,8 +96,8 @@ concept SequenceWithSetEpoch = Sequence<S> && requires(S& s, std::uint64_t epoch
 /// }
 /// \endcode
 template <class S>
-concept SequenceWithStopToken = Sequence<S> && requires(const S& s, std::size_t i,
-                                                        std::stop_token stop) {
+concept SequenceWithStopToken = Sequence<S> &&
+    requires(const S& s, std::size_t i, std::stop_token stop) {
   { s.get(i, stop) } -> std::same_as<batch_t<S>>;
 };
 

@@ -225,8 +225,8 @@ class Sampler {
   /// yields).
   SamplerState state_at(std::uint64_t position) const noexcept {
     const std::uint64_t global = global_of(position);
-    return {global / length_, global % length_, options_.seed, length_, options_.rank,
-            options_.size};
+    return {global / length_, global % length_, options_.seed,
+            length_,          options_.rank,    options_.size};
   }
   SamplerState state() const noexcept { return state_at(cursor_); }
 

@@ -100,11 +100,9 @@ using pool_t =
     std::conditional_t<Multiprocess, ProcessBackend<S, batch_t<S>>, ThreadBackend<S, batch_t<S>>>;
 
 template <class S, std::size_t Workers, bool Multiprocess>
-using backend_t =
-    std::conditional_t<Workers == dynamic_workers,
-                       DynamicBackend<S, batch_t<S>, pool_t<S, Multiprocess>>,
-                       std::conditional_t<Workers == 0, InlineBackend<S, batch_t<S>>,
-                                          pool_t<S, Multiprocess>>>;
+using backend_t = std::conditional_t<
+    Workers == dynamic_workers, DynamicBackend<S, batch_t<S>, pool_t<S, Multiprocess>>,
+    std::conditional_t<Workers == 0, InlineBackend<S, batch_t<S>>, pool_t<S, Multiprocess>>>;
 
 }  // namespace detail
 

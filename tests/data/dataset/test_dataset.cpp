@@ -441,6 +441,92 @@ TEST_SUITE("dataset") {
                          ConfigError);
   }
 
+  TEST_CASE("shard resumes a state saved on N shards on M, reading on from the same element") {
+    // The global stream: a shuffled range, read by one process.
+    const auto global = [] {
+      auto ds = loadstar::range(103).shuffle(16, 5);
+      return drain(ds);
+    }();
+    auto pipeline = [](std::size_t shards, std::size_t index) {
+      return loadstar::range(103).shuffle(16, 5).shard(shards, index);
+    };
+    for (const std::size_t n : {1U, 2U, 3U}) {
+      for (const std::size_t m : {1U, 2U, 3U, 4U}) {
+        for (const std::size_t steps : {0U, 1U, 9U, 25U}) {
+          std::vector<decltype(pipeline(1, 0))> before;
+          for (std::size_t r = 0; r < n; ++r)
+            before.push_back(pipeline(n, r));
+          std::multiset<std::int64_t> seen;
+          for (std::size_t t = 0; t < steps; ++t) {
+            for (auto& rank : before) {
+              if (auto element = rank.next()) seen.insert(*element);
+            }
+          }
+          // Every rank's state is the same place upstream; each new rank restores another's.
+          for (std::size_t r = 1; r < n; ++r)
+            CHECK(before[r].state()["upstream"] == before[0].state()["upstream"]);
+          std::vector<decltype(pipeline(1, 0))> after;
+          for (std::size_t r = 0; r < m; ++r) {
+            after.push_back(pipeline(m, r));
+            after.back().restore(before[(r + 1) % n].state());
+          }
+          CAPTURE(n);
+          CAPTURE(m);
+          CAPTURE(steps);
+          // Step t of the M ranks reads global elements [J + tM, J + (t + 1)M), rank r the r-th.
+          std::size_t at = std::min<std::size_t>(steps * n, global.size());
+          for (bool more = true; more;) {
+            more = false;
+            for (auto& rank : after) {
+              const auto element = rank.next();
+              if (!element) {
+                CHECK(at >= global.size());
+                continue;
+              }
+              more = true;
+              REQUIRE(at < global.size());
+              CHECK(*element == global[at++]);
+              seen.insert(*element);
+            }
+          }
+          CHECK(seen == std::multiset<std::int64_t>(global.begin(), global.end()));
+        }
+      }
+    }
+  }
+
+  TEST_CASE("shard before a shuffle resumes on the same shards only, and says why otherwise") {
+    auto two = loadstar::range(40).shard(2, 0).shuffle(8, 3);
+    for (int i = 0; i < 5; ++i)
+      two.next();
+    auto three = loadstar::range(40).shard(3, 0).shuffle(8, 3);
+    CHECK_THROWS_WITH_AS(three.restore(two.state()),
+                         doctest::Contains("shuffle: the state was saved with shard(2, 0) upstream "
+                                           "of this shuffle but the dataset has shard(3, 0)"),
+                         CheckpointError);
+    auto same = loadstar::range(40).shard(2, 0).shuffle(8, 3);
+    same.restore(two.state());
+    CHECK(drain(same) == drain(two));
+    // A parallel map's window holds elements too.
+    auto mapped = loadstar::range(40).shard(2, 1).map([](std::int64_t v) { return v; },
+                                                      MapOptions{.num_parallel_calls = 2});
+    mapped.next();
+    auto remapped = loadstar::range(40).shard(3, 1).map([](std::int64_t v) { return v; },
+                                                        MapOptions{.num_parallel_calls = 2});
+    CHECK_THROWS_WITH_AS(remapped.restore(mapped.state()),
+                         doctest::Contains("map: the state was saved with shard(2, 1)"),
+                         CheckpointError);
+  }
+
+  TEST_CASE("shard restores a state written when shards skipped lazily") {
+    // After elements 1 and 5 of shard(4, 1), the upstream stood at 6.
+    const auto legacy = nlohmann::json::parse(
+        R"({"op":"shard","started":true,"upstream":{"op":"range","next":6}})");
+    auto ds = loadstar::range(23).shard(4, 1);
+    ds.restore(legacy);
+    CHECK(drain(ds) == std::vector<std::int64_t>{9, 13, 17, 21});
+  }
+
   TEST_CASE("wrap_dataset shards by rank when distributed and is the identity otherwise") {
     auto alone = loadstar::wrap_dataset(loadstar::range(5), {0, 1});
     CHECK(drain(alone) == iota64(0, 5));

@@ -31,8 +31,8 @@ namespace loadstar {
 /// shard shuffles only its own share); to resume on another number of ranks, shard after them
 /// (the elements a rank skips are still read upstream).
 /// \code
-/// auto mine = from_tensor_slices(files).shuffle(10000, seed).shard(size, rank).map(decode).batch(32);
-/// \endcode
+/// auto mine = from_tensor_slices(files).shuffle(10000, seed).shard(size,
+/// rank).map(decode).batch(32); \endcode
 template <Dataset D>
 class ShardDataset : public DatasetBase<ShardDataset<D>> {
  public:

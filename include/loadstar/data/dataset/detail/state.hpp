@@ -62,8 +62,8 @@ inline void require_same_shards(const nlohmann::json& saved, const nlohmann::jso
   const auto describe = [](const std::vector<std::pair<std::size_t, std::size_t>>& shards) {
     std::string out;
     for (const auto& [num, index] : shards)
-      out += (out.empty() ? "" : ", ") + ("shard(" + std::to_string(num) + ", " +
-                                          std::to_string(index) + ")");
+      out += (out.empty() ? "" : ", ") +
+             ("shard(" + std::to_string(num) + ", " + std::to_string(index) + ")");
     return out.empty() ? std::string("no shard") : out;
   };
   throw CheckpointError(std::string(op) + ": the state was saved with " + describe(was) +
