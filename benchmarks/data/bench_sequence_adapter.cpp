@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <loadstar/data/sequence_adapter.hpp>
 #include <loadstar/tensor.hpp>
 #include <memory>
@@ -68,14 +69,16 @@ struct Large {
   Tensor<float> operator[](std::size_t) const { return source.clone(); }
 };
 
-// 4. Batch 1 takes 50 ms, or ends as soon as its stop token asks (`stoppable`); the rest are free.
+// 4. Batch `slow` takes 50 ms, or ends as soon as its stop token asks (`stoppable`); the rest are
+// free.
 struct SlowSecond {
   bool stoppable = false;
+  std::size_t slow = 1;
   std::shared_ptr<std::atomic<bool>> entered = std::make_shared<std::atomic<bool>>(false);
   std::size_t size() const { return 1000; }
   int operator[](std::size_t i) const { return get(i, {}); }
   int get(std::size_t i, std::stop_token stop) const {
-    if (i != 1) return 0;
+    if (i != slow) return 0;
     entered->store(true);
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
     while (std::chrono::steady_clock::now() < deadline && !(stoppable && stop.stop_requested()))
@@ -142,12 +145,13 @@ void register_all(std::size_t workers, std::size_t rounds, double memcpy_gbps) {
   })->UseRealTime();
 }
 
-// The destructor of an adapter of 2 worker threads: idle (`in_flight` false), or while batch 1
-// (50 ms) is being built, 10 ms into it. Only the destructor is timed; "ms" is its mean.
+// The destructor of an adapter of 2 worker threads: idle (`in_flight` false: no batch is being
+// built), or while batch 1 (50 ms) is being built, 10 ms into it. Only the
+// destructor is timed; "ms" is its mean.
 void destruction(benchmark::State& state, bool in_flight, bool stoppable) {
   double seconds = 0.0;
   for (auto _ : state) {
-    const SlowSecond sequence{stoppable};
+    const SlowSecond sequence{stoppable, in_flight ? 1 : std::numeric_limits<std::size_t>::max()};
     auto adapter = std::make_unique<loadstar::SequenceAdapter<SlowSecond, 2>>(
         sequence, loadstar::AdapterOptions{.max_queue_size = 4});
     benchmark::DoNotOptimize(adapter->next());
@@ -155,6 +159,9 @@ void destruction(benchmark::State& state, bool in_flight, bool stoppable) {
       while (!sequence.entered->load())
         std::this_thread::yield();
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    } else {
+      // The free batches are built in microseconds: the workers are asleep by then.
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
     const auto start = std::chrono::steady_clock::now();
     adapter.reset();
