@@ -20,19 +20,20 @@ namespace loadstar {
 /// The upstream is read in rounds of `num_shards` elements, each shard taking its own and
 /// skipping the rest of the round at once, so that at every consumption boundary every shard's
 /// upstream stands at the same place: the end of the last round. The state is that upstream
-/// state, which does not depend on the number of shards: restored into `shard(M, i)` it goes on
-/// with the rounds of `M` from there, so a job checkpointed on `N` ranks resumes on `M` reading the
-/// upstream stream from the same element on, each element once (a round the job stopped in the
-/// middle of is finished by nobody: ranks consume in step, one element each, so there is none).
-/// That holds when nothing between this `shard` and the consumer holds elements across its
+/// state (and the sharding, for the check below), which does not depend on the number of shards:
+/// restored into `shard(M, i)` it goes on
+/// with the rounds of `M` from there, so a job checkpointed on `N` ranks (which consume in step)
+/// resumes on `M` reading the upstream stream from the same element on, each element once. That
+/// holds when nothing between this `shard` and the consumer holds elements across its
 /// consumption boundary: a `shuffle`, a parallel `map`'s window, an `interleave` or a `cache`
 /// downstream of the shard holds this rank's elements, and restoring it with another sharding
 /// throws `CheckpointError`. tf.data advises sharding before randomising operators (so each
 /// shard shuffles only its own share); to resume on another number of ranks, shard after them
 /// (the elements a rank skips are still read upstream).
 /// \code
-/// auto mine = from_tensor_slices(files).shuffle(10000, seed).shard(size,
-/// rank).map(decode).batch(32); \endcode
+/// auto mine = from_tensor_slices(files).shuffle(10000, seed).shard(size, rank);
+/// auto batches = std::move(mine).map(decode).batch(32);
+/// \endcode
 template <Dataset D>
 class ShardDataset : public DatasetBase<ShardDataset<D>> {
  public:
