@@ -330,6 +330,9 @@ TEST_CASE("a loader process serves a Sequence read by worker processes, and resu
 TEST_CASE("a Dataset loader runs on several ranks once wrap_dataset shards it") {
   const TempDir dir;
   const auto whole = trial_weights(run_trial_job(2, dir / "wrapped", 40, "dataset"), 40);
+  // Resumed on the same 2 ranks: bit for bit.
+  trial_weights(run_trial_job(2, dir / "resumed", 15, "dataset"), 15);
+  CHECK(trial_weights(run_trial_job(2, dir / "resumed", 40, "dataset"), 40) == whole);
   // Sharded after its repeat, the Dataset's global stream is the same on any number of ranks: 2
   // ranks, then 3, then 1 train on the same rows in every step.
   trial_weights(run_trial_job(2, dir / "elastic", 20, "dataset"), 20);
