@@ -32,6 +32,36 @@ using namespace loadstar::keras;
 
 namespace {
 
+/// Runs `steps` global steps of `it` from the position in `state_in` (if it exists), crossing
+/// epochs, calling `step(batch, epoch)` for each; then rank 0 writes the position to `state_out`.
+template <class Step>
+void run_steps(dist::Collective& world, DataIterator& it, std::size_t steps,
+               const std::string& state_in, const std::string& state_out, Step&& step) {
+  std::size_t epoch = 0;
+  if (std::filesystem::exists(state_in)) {
+    std::ifstream in(state_in);
+    const auto saved = nlohmann::json::parse(in);
+    it.restore(saved.at("data"));
+    epoch = saved.at("epoch").get<std::size_t>();
+  }
+  it.start_epoch(epoch);
+  for (std::size_t s = 0; s < steps; ++s) {
+    const auto* batch = it.next();
+    if (batch == nullptr) {
+      it.finish_epoch();
+      it.start_epoch(++epoch);
+      batch = it.next();
+    }
+    if (batch == nullptr) throw std::runtime_error("no batch at step " + std::to_string(s));
+    step(*batch, epoch);
+  }
+  if (world.rank() == 0) {
+    const nlohmann::json saved = {{"data", it.state()}, {"epoch", epoch}};
+    std::ofstream(state_out + ".tmp") << saved.dump();
+    std::filesystem::rename(state_out + ".tmp", state_out);
+  }
+}
+
 int stream(dist::Collective& world, std::size_t steps, const std::string& state_in,
            const std::string& state_out, const std::string& log) {
   const auto ranks = static_cast<std::size_t>(world.size());
@@ -44,35 +74,15 @@ int stream(dist::Collective& world, std::size_t steps, const std::string& state_
                                       .seed = sample_stream::seed,
                                       .shard_rank = rank,
                                       .num_shards = ranks});
-  std::size_t epoch = 0;
-  if (std::filesystem::exists(state_in)) {
-    std::ifstream in(state_in);
-    const auto saved = nlohmann::json::parse(in);
-    it.restore(saved.at("data"));
-    epoch = saved.at("epoch").get<std::size_t>();
-  }
-  it.start_epoch(epoch);
   std::ofstream out;
   if (rank == 0) out.open(log, std::ios::app);
-  for (std::size_t s = 0; s < steps; ++s) {
-    const auto* batch = it.next();
-    if (batch == nullptr) {
-      it.finish_epoch();
-      it.start_epoch(++epoch);
-      batch = it.next();
-    }
-    if (batch == nullptr) throw std::runtime_error("no batch at step " + std::to_string(s));
+  run_steps(world, it, steps, state_in, state_out, [&](const BatchView& batch, std::size_t epoch) {
     std::vector<double> seen(sample_stream::rows, 0.0);
-    for (std::size_t i = 0; i < batch->count; ++i)
-      seen[sample_stream::id_of(*batch, i)] += 1.0;
+    for (std::size_t i = 0; i < batch.count; ++i)
+      seen[sample_stream::id_of(batch, i)] += 1.0;
     world.allreduce_sum(std::span<double>(seen));
     if (rank == 0) out << sample_stream::line(epoch, seen) << "\n";
-  }
-  if (rank == 0) {
-    const nlohmann::json saved = {{"data", it.state()}, {"epoch", epoch}};
-    std::ofstream(state_out + ".tmp") << saved.dump();
-    std::filesystem::rename(state_out + ".tmp", state_out);
-  }
+  });
   return 0;
 }
 
@@ -114,31 +124,16 @@ int kinds(dist::Collective& world, const std::string& kind, std::size_t steps,
                                                                        .seed = sample_stream::seed,
                                                                        .shard_rank = rank,
                                                                        .num_shards = ranks});
-  std::size_t epoch = 0;
-  if (std::filesystem::exists(state_in)) {
-    std::ifstream in(state_in);
-    const auto saved = nlohmann::json::parse(in);
-    it.restore(saved.at("data"));
-    epoch = saved.at("epoch").get<std::size_t>();
-  }
-  it.start_epoch(epoch);
   std::ofstream out;
   if (rank == 0) out.open(log, std::ios::app);
-  for (std::size_t s = 0; s < steps; ++s) {
-    const auto* batch = it.next();
-    if (batch == nullptr) {
-      it.finish_epoch();
-      it.start_epoch(++epoch);
-      batch = it.next();
-    }
-    if (batch == nullptr) throw std::runtime_error("no batch at step " + std::to_string(s));
+  run_steps(world, it, steps, state_in, state_out, [&](const BatchView& batch, std::size_t) {
     // For a Sequence each rank's batch is one element of the global stream: its ids go at place
     // `rank`, in order; for the Dataset each row is one.
     const std::size_t per_rank = kind == "dataset" ? 2 : 6;
     std::vector<double> ids(per_rank * ranks, 0.0);  // id + 1; 0: none
-    const auto* x = static_cast<const float*>(batch->x.at(0).data);
-    for (std::size_t j = 0; j < batch->count; ++j) {
-      const std::size_t row = batch->rows.empty() ? batch->offset + j : batch->rows[j];
+    const auto* x = static_cast<const float*>(batch.x.at(0).data);
+    for (std::size_t j = 0; j < batch.count; ++j) {
+      const std::size_t row = batch.rows.empty() ? batch.offset + j : batch.rows[j];
       const std::size_t place = kind == "dataset" ? j * ranks + rank : rank * per_rank + j;
       ids[place] = static_cast<double>(x[row]) + 1.0;
     }
@@ -150,12 +145,7 @@ int kinds(dist::Collective& world, const std::string& kind, std::size_t steps,
       }
       out << "\n";
     }
-  }
-  if (rank == 0) {
-    const nlohmann::json saved = {{"data", it.state()}, {"epoch", epoch}};
-    std::ofstream(state_out + ".tmp") << saved.dump();
-    std::filesystem::rename(state_out + ".tmp", state_out);
-  }
+  });
   return 0;
 }
 

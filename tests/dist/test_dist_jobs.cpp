@@ -200,6 +200,19 @@ TEST_CASE("a rank that dies ends the job on every rank") {
 namespace {
 
 /// The weights the trial child printed (the last line of its output) after `batches` batches.
+/// The largest difference between two models' weights (of the same shapes).
+double max_difference(const std::vector<std::vector<float>>& a,
+                      const std::vector<std::vector<float>>& b) {
+  REQUIRE(a.size() == b.size());
+  double worst = 0.0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    REQUIRE(a[i].size() == b[i].size());
+    for (std::size_t j = 0; j < a[i].size(); ++j)
+      worst = std::max(worst, static_cast<double>(std::abs(a[i][j] - b[i][j])));
+  }
+  return worst;
+}
+
 std::vector<std::vector<float>> trial_weights(const Job& job, std::uint64_t batches) {
   REQUIRE_MESSAGE(job.status == 0, job.output);
   const auto start = job.output.rfind("{\"batches\"");
@@ -232,14 +245,7 @@ TEST_CASE("a data-parallel trial resumes exactly, and with another number of ran
   trial_weights(run_trial_job(2, dir / "elastic", 20), 20);
   trial_weights(run_trial_job(3, dir / "elastic", 40), 40);
   const auto elastic = trial_weights(run_trial_job(1, dir / "elastic", 60), 60);
-  REQUIRE(elastic.size() == whole.size());
-  double worst = 0.0;
-  for (std::size_t i = 0; i < whole.size(); ++i) {
-    REQUIRE(elastic[i].size() == whole[i].size());
-    for (std::size_t j = 0; j < whole[i].size(); ++j)
-      worst = std::max(worst, static_cast<double>(std::abs(elastic[i][j] - whole[i][j])));
-  }
-  CHECK(worst < 1e-4);
+  CHECK(max_difference(elastic, whole) < 1e-4);
 }
 
 TEST_CASE("a data-parallel trial on a Sequence resumes exactly, and on other numbers of ranks") {
@@ -338,14 +344,7 @@ TEST_CASE("a Dataset loader runs on several ranks once wrap_dataset shards it") 
   trial_weights(run_trial_job(2, dir / "elastic", 20, "dataset"), 20);
   trial_weights(run_trial_job(3, dir / "elastic", 30, "dataset"), 30);
   const auto elastic = trial_weights(run_trial_job(1, dir / "elastic", 40, "dataset"), 40);
-  REQUIRE(elastic.size() == whole.size());
-  double worst = 0.0;
-  for (std::size_t i = 0; i < whole.size(); ++i) {
-    REQUIRE(elastic[i].size() == whole[i].size());
-    for (std::size_t j = 0; j < whole[i].size(); ++j)
-      worst = std::max(worst, static_cast<double>(std::abs(elastic[i][j] - whole[i][j])));
-  }
-  CHECK(worst < 1e-4);
+  CHECK(max_difference(elastic, whole) < 1e-4);
   const Job unwrapped = run_trial_job(2, dir / "unwrapped", 20, "dataset-unwrapped");
   CHECK(unwrapped.status != 0);
   CHECK_MESSAGE(

@@ -518,6 +518,25 @@ TEST_SUITE("dataset") {
                          CheckpointError);
   }
 
+  TEST_CASE("shard before an interleave or a cache resumes on the same shards only") {
+    auto make = [](std::int64_t i) { return loadstar::range(i * 10, i * 10 + 3); };
+    auto two = loadstar::range(8).shard(2, 0).interleave(make, 2);
+    for (int i = 0; i < 3; ++i)
+      two.next();
+    auto three = loadstar::range(8).shard(3, 0).interleave(make, 2);
+    CHECK_THROWS_WITH_AS(three.restore(two.state()),
+                         doctest::Contains("interleave: the state was saved with shard(2, 0) "
+                                           "upstream of this interleave but the dataset has "
+                                           "shard(3, 0)"),
+                         CheckpointError);
+    auto cached = loadstar::range(8).shard(2, 1).cache();
+    cached.next();
+    auto recached = loadstar::range(8).shard(3, 1).cache();
+    CHECK_THROWS_WITH_AS(recached.restore(cached.state()),
+                         doctest::Contains("cache: the state was saved with shard(2, 1)"),
+                         CheckpointError);
+  }
+
   TEST_CASE("shard restores a state written when shards skipped lazily") {
     // After elements 1 and 5 of shard(4, 1), the upstream stood at 6.
     const auto legacy = nlohmann::json::parse(
