@@ -309,6 +309,36 @@ TEST_SUITE("keras") {
                                                  .c_str()),
                            CheckpointError);
     }
+    SUBCASE("state fields that are missing or of another kind") {
+      // Each is refused naming the backup and the field, never an exception of the JSON library.
+      const auto state_file = dir / "backup" / "ckpt-4" / "state.cbor";
+      const std::string bytes = file_bytes(state_file);
+      const nlohmann::json saved = nlohmann::json::from_cbor(bytes.begin(), bytes.end());
+      const auto refused = [&](const std::function<void(nlohmann::json&)>& spoil,
+                               const std::string& expected) {
+        nlohmann::json state = saved;
+        spoil(state);
+        const auto cbor = nlohmann::json::to_cbor(state);
+        std::ofstream(state_file, std::ios::binary | std::ios::trunc)
+            .write(reinterpret_cast<const char*>(cbor.data()),
+                   static_cast<std::streamsize>(cbor.size()));
+        auto m = resume_support::model();
+        auto list = resume_support::others();
+        list.insert(list.begin(), std::make_shared<callbacks::BackupAndRestore>(dir / "backup"));
+        list.push_back(std::make_shared<Interrupt>(0));
+        CHECK_THROWS_WITH_AS(resume_support::fit(*m, list), doctest::Contains(expected.c_str()),
+                             CheckpointError);
+      };
+      REQUIRE(saved.at("data").contains("sampler"));
+      refused([](nlohmann::json& s) { s["data"].erase("sampler"); },
+              "array source state: the field 'sampler' is missing");
+      refused([](nlohmann::json& s) { s["data"]["sampler"] = 3; },
+              "sampler state: field 'epoch' must be a non-negative integer but the state is 3");
+      refused([](nlohmann::json& s) { s["callbacks"][0].erase("state"); },
+              "callback 0 (BackupAndRestore) state: the field 'state' is missing");
+      refused([](nlohmann::json& s) { s["callbacks"][1] = 7; },
+              "saved with the callbacks [BackupAndRestore, ?");
+    }
   }
 
   TEST_CASE("BackupAndRestore options are checked and round-trip through the registry") {

@@ -25,6 +25,7 @@
 #include "loadstar/keras/callbacks/callback_list.hpp"
 #include "loadstar/keras/callbacks/detail/files.hpp"
 #include "loadstar/keras/callbacks/detail/output.hpp"
+#include "loadstar/keras/callbacks/detail/states.hpp"
 #include "loadstar/keras/callbacks/fit_loop.hpp"
 #include "loadstar/keras/callbacks/save_freq.hpp"
 #include "loadstar/keras/data_iterator.hpp"
@@ -318,10 +319,7 @@ LOADSTAR_DECL std::optional<std::uint64_t> BackupAndRestore::serial_of(std::stri
 LOADSTAR_DECL void BackupAndRestore::save(FitLoop& loop, bool epoch_end) {
   Model& m = model();
   Optimizer& optimizer = m.optimizer();
-  nlohmann::json callback_states = nlohmann::json::array();
-  for (const auto& cb : loop.callbacks) {
-    callback_states.push_back({{"class_name", cb->class_name()}, {"state", cb->get_state()}});
-  }
+  nlohmann::json callback_states = detail::callback_states(loop.callbacks);
   nlohmann::json logs = nlohmann::json::array();
   for (const auto& [name, value] : loop.logs)
     logs.push_back({name, value});
@@ -442,21 +440,8 @@ LOADSTAR_DECL void BackupAndRestore::restore(FitLoop& loop, const std::filesyste
       loop.logs.set(entry[0].get<std::string>(), entry[1].get<double>());
     }
 
-    const auto states = read.get<nlohmann::json>("callbacks");
-    std::string saved_names;
-    std::string names;
-    for (const auto& entry : states)
-      saved_names += (saved_names.empty() ? "" : ", ") + entry.value("class_name", "?");
-    for (const auto& cb : loop.callbacks)
-      names += (names.empty() ? "" : ", ") + cb->class_name();
-    if (!states.is_array() || saved_names != names) {
-      fail("saved with the callbacks [" + saved_names + "] but fit has [" + names + "]");
-    }
-    std::size_t i = 0;
-    for (const auto& cb : loop.callbacks) {
-      const auto& saved = states[i++].at("state");
-      if (!saved.is_null()) cb->load_state(saved);
-    }
+    detail::load_callback_states(read.get<nlohmann::json>("callbacks"), loop.callbacks,
+                                 "backup '" + dir.string() + "'", "fit");
 
     const auto epoch = read.get<std::size_t>("epoch");
     loop.initial_epoch = read.get<bool>("epoch_end") ? epoch + 1 : epoch;
@@ -465,6 +450,8 @@ LOADSTAR_DECL void BackupAndRestore::restore(FitLoop& loop, const std::filesyste
     throw;
   } catch (const Error& e) {
     fail(e.what());
+  } catch (const nlohmann::json::exception& e) {
+    fail(std::string("a value of the state cannot be read (") + e.what() + ")");
   }
 }
 

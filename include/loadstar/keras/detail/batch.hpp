@@ -226,12 +226,12 @@ class ArraySource final : public BatchSource {
     return {{"sampler", sampler_.state_at(position_)}, {"global_batch", batch_size_ * size_}};
   }
   void restore_own(const nlohmann::json& state) override {
-    const auto saved = state.at("sampler").get<SamplerState>();
+    const loadstar::detail::StateReader read(kind(), state);
+    const auto saved = read.get<SamplerState>("sampler");
     if (!state.contains("global_batch")) {
       position_ = sampler_.position_of(saved);
       return;
     }
-    const loadstar::detail::StateReader read(kind(), state);
     const auto global = read.get<std::uint64_t>("global_batch");
     if (global != batch_size_ * size_) {
       throw CheckpointError(
@@ -355,7 +355,7 @@ class AdapterSource final : public BatchSource {
   std::string kind() const override { return "sequence adapter source"; }
   nlohmann::json own_state() const override { return {{"adapter", adapter_->state()}}; }
   void restore_own(const nlohmann::json& state) override {
-    const auto saved = state.at("adapter").get<SamplerState>();
+    const auto saved = loadstar::detail::StateReader(kind(), state).get<SamplerState>("adapter");
     // The same step of the global stream (saved on any number of ranks).
     const SamplerState now = adapter_->state();
     const bool same = saved.rank && saved.size
@@ -409,7 +409,7 @@ class OwnedAdapterSource final : public BatchSource {
   std::string kind() const override { return "sequence source"; }
   nlohmann::json own_state() const override { return source_.state(); }
   void restore_own(const nlohmann::json& state) override {
-    const auto saved = state.at("adapter").get<SamplerState>();
+    const auto saved = loadstar::detail::StateReader(kind(), state).get<SamplerState>("adapter");
     adapter_.reset();
     adapter_ = std::make_unique<Adapter>(sequence_, options_, saved);
     source_.rebind(*adapter_);
@@ -461,8 +461,9 @@ class DatasetSource final : public BatchSource {
     return {{"dataset", dataset_.state()}, {"used", used_}};
   }
   void restore_own(const nlohmann::json& state) override {
-    dataset_.restore(state.at("dataset"));
-    used_ = state.at("used").get<bool>();
+    const loadstar::detail::StateReader read(kind(), state);
+    dataset_.restore(read.get<nlohmann::json>("dataset"));
+    used_ = read.get<bool>("used");
   }
 
  private:

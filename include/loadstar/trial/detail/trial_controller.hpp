@@ -28,6 +28,7 @@
 #include "loadstar/error.hpp"
 #include "loadstar/keras/callbacks/backup_and_restore.hpp"
 #include "loadstar/keras/callbacks/callback.hpp"
+#include "loadstar/keras/callbacks/detail/states.hpp"
 #include "loadstar/keras/callbacks/progbar_logger.hpp"
 #include "loadstar/keras/model.hpp"
 #include "loadstar/trial/callback.hpp"
@@ -356,22 +357,8 @@ LOADSTAR_DECL void TrialController::resume() {
     keras::detail::restore_global_seed(read.get<std::uint64_t>("seed"));
     model_.training_metrics().restore(read.get<nlohmann::json>("training_metrics"));
 
-    const auto states = read.get<nlohmann::json>("callbacks");
-    std::string saved_names, names;
-    if (states.is_array()) {
-      for (const auto& entry : states)
-        saved_names += (saved_names.empty() ? "" : ", ") + entry.value("class_name", "?");
-    }
-    for (const auto& cb : callbacks_)
-      names += (names.empty() ? "" : ", ") + cb->class_name();
-    if (!states.is_array() || saved_names != names) {
-      throw CheckpointError("checkpoint '" + file + "': saved with the callbacks [" + saved_names +
-                            "] but the trial has [" + names + "]");
-    }
-    for (std::size_t i = 0; i < callbacks_.size(); ++i) {
-      const auto& saved = states[i].at("state");
-      if (!saved.is_null()) callbacks_[i]->load_state(saved);
-    }
+    keras::detail::load_callback_states(read.get<nlohmann::json>("callbacks"), callbacks_,
+                                        "checkpoint '" + file + "'", "the trial");
 
     sequencer_.restore(read.get<nlohmann::json>("sequencer"));
     context_.set_stop_requested(sequencer_.stop_requested());
@@ -397,6 +384,9 @@ LOADSTAR_DECL void TrialController::resume() {
     throw;
   } catch (const Error& e) {
     throw CheckpointError("checkpoint '" + file + "': " + e.what());
+  } catch (const nlohmann::json::exception& e) {
+    throw CheckpointError("checkpoint '" + file + "': a value of the state cannot be read (" +
+                          e.what() + ")");
   }
   // Checkpoints written after the one resumed from (by a run killed before it recorded them)
   // are not in the record; drop the record's entries beyond it too.
@@ -619,9 +609,7 @@ LOADSTAR_DECL void TrialController::checkpoint(const Workload& w) {
   auto& optimizer = model_.optimizer();
   const nlohmann::json config = optimizer.get_config();
   const auto lr = config.find("learning_rate");
-  nlohmann::json callback_states = nlohmann::json::array();
-  for (const auto& cb : callbacks_)
-    callback_states.push_back({{"class_name", cb->class_name()}, {"state", cb->get_state()}});
+  nlohmann::json callback_states = keras::detail::callback_states(callbacks_);
   const nlohmann::json data = data_.state();  // one call: a loader process answers it
   nlohmann::json state = {
       {"model", model_.name()},
