@@ -31,6 +31,7 @@
 #include <cstdlib>
 #include <exception>
 #include <loadstar/cuda.hpp>
+#include <loadstar/cuda/error.hpp>
 #include <loadstar/keras.hpp>
 #include <memory>
 #include <string>

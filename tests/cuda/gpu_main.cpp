@@ -4,7 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <cstdio>
-#include <loadstar/cuda/cuda_backend.hpp>
+#include <loadstar/cuda/detail/context.hpp>
 
 int main(int argc, char** argv) {
   try {

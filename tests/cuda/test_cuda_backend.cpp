@@ -16,6 +16,7 @@
 #include <iomanip>
 #include <limits>
 #include <loadstar/cuda.hpp>
+#include <loadstar/cuda/detail/context.hpp>
 #include <loadstar/keras.hpp>
 #include <loadstar/keras/backend/cpu_backend.hpp>
 #include <map>

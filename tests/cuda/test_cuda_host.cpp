@@ -12,7 +12,9 @@
 #include <iomanip>
 #include <limits>
 #include <loadstar/cuda.hpp>
+#include <loadstar/cuda/detail/cuda_backend.hpp>
 #include <loadstar/cuda/detail/math.hpp>
+#include <loadstar/cuda/error.hpp>
 #include <loadstar/keras.hpp>
 #include <loadstar/keras/backend/cpu_backend.hpp>
 #include <loadstar/random.hpp>

@@ -4,7 +4,7 @@
 /// geometry holds the descriptors and the algorithms cuDNN's heuristic ranks first among the
 /// deterministic ones in full fp32 (`CUDNN_FMA_MATH`: no TF32), chosen once, so that a step runs
 /// the same algorithms every time (the same bits run to run) and can be captured in a CUDA graph.
-/// Included by cuda_backend.hpp; do not include alone.
+/// Included by loadstar/cuda/detail/cuda_backend.hpp; do not include alone.
 #pragma once
 
 #include "loadstar/config.hpp"
