@@ -34,11 +34,12 @@ LOADSTAR_DECL TrialResult run_attempt(const TrialSpec& spec, const RunOptions& o
 /// registered under `config.entrypoint`, resumes it from the latest checkpoint that
 /// `trial_dir/trial.json` names (exactly: the weights, optimizer, data position, random state,
 /// training metrics, callback states and workload sequencer; metrics after the checkpoint are
-/// dropped and produced again), runs Determined's workload sequence (trial-runner.md §2.1),
-/// appends every training workload and validation to `metrics.jsonl`, checkpoints to
-/// `checkpoint_dir/<uuid>/` and keeps `trial.json` up to date. When the trial throws, it is
-/// restarted in-process from its latest checkpoint up to `max_restarts` times (counted in
-/// `trial.json` across processes), then the error is rethrown with the trial in state `ERROR`.
+/// dropped and produced again), runs Determined's workload sequence
+/// (master/internal/trial_workload_sequencer.go), appends every training workload and validation to
+/// `metrics.jsonl`, checkpoints to `checkpoint_dir/<uuid>/` and keeps `trial.json` up to date. When
+/// the trial throws, it is restarted in-process from its latest checkpoint up to `max_restarts`
+/// times (counted in `trial.json` across processes), then the error is rethrown with the trial in
+/// state `ERROR`.
 ///
 /// With `spec.collective` of several ranks (every rank calls `run_trial` with the same spec), the
 /// trial is data-parallel: each rank trains on its shard at `global_batch_size / ranks`, the

@@ -42,7 +42,7 @@ struct Workload {
 /// `"run_step"`, `"compute_validation_metrics"`, `"checkpoint_model"` or `"terminate"`.
 LOADSTAR_DECL std::string to_string(WorkloadKind kind);
 
-/// A workload in the short form of trial-runner.md's worked streams: `T100@0` (train 100 batches
+/// A workload in a short form: `T100@0` (train 100 batches
 /// after 0), `V@500`, `C@500`, `X@1687` (terminate); followed by ` step N`.
 LOADSTAR_DECL std::string to_string(const Workload& workload);
 

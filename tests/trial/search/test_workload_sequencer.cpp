@@ -1,5 +1,5 @@
-// The workload sequencer against Determined's master sequencer: the worked streams of
-// trial-runner.md §2.2 (re-simulated there from trial_workload_sequencer.go@0.15.6), workload by
+// The workload sequencer against Determined's master sequencer: streams worked out
+// from Determined 0.15.6's master/internal/trial_workload_sequencer.go, workload by
 // workload, plus initial validation, graceful stop, restore and a second operation.
 #include <doctest/doctest.h>
 
@@ -17,7 +17,7 @@ using nlohmann::json;
 
 namespace {
 
-/// `T100` (train 100), `V@500`, `C@500`: the notation of trial-runner.md §2.2.
+/// `T100` (train 100), `V@500`, `C@500`: a short notation for workloads.
 std::string short_form(const Workload& w) {
   switch (w.kind) {
     case WorkloadKind::run_step:

@@ -1,7 +1,8 @@
 /// \file
 /// `TrialController`: runs one trial's workloads on a built model and its loaders, writes its
 /// metrics, checkpoints and record, and resumes it from its latest checkpoint (the pull-style
-/// equivalent of Determined's `TFKerasTrialController`, trial-runner.md §1).
+/// equivalent of Determined's `TFKerasTrialController` in
+/// harness/determined/keras/_tf_keras_trial.py, which drives `fit` from inside its callbacks).
 #pragma once
 
 #include "loadstar/config.hpp"
@@ -85,7 +86,7 @@ struct TrialResult {
 
 namespace detail {
 
-/// Determined's `--test` overrides (trial-runner.md §4): `make_test_config`, idempotent, so an
+/// Determined's `--test` overrides (its local test mode): `make_test_config`, idempotent, so an
 /// experiment that applied it already may pass `test` too.
 inline ExperimentConfig test_overrides(ExperimentConfig config) {
   return make_test_config(std::move(config));
@@ -113,7 +114,7 @@ class TrialController {
 
   // --- resume ---------------------------------------------------------------------------------
 
-  /// Determined's restore order (trial-runner.md §3): weights and optimizer, the random state,
+  /// Determined's restore order after a crash: weights and optimizer, the random state,
   /// the callbacks' states, the sequencer, the data position; metrics after the checkpoint are
   /// dropped, to be produced again.
   LOADSTAR_DECL void resume();
@@ -276,7 +277,7 @@ LOADSTAR_DECL TrialResult TrialController::run(TrialJson& record) {
   for (;;) {
     Workload w = sequencer_.next();
     if (w.kind == WorkloadKind::terminate) {
-      // Determined's pre-close checkpoint (trial-runner.md §2.1): batches trained since the
+      // Determined's pre-close checkpoint (the master sequencer's): batches trained since the
       // last checkpoint are checkpointed before the trial exits (an operation whose end was
       // validated by a period validation), so that a later operation continues from here.
       if (sequencer_.state().value("batches_since_last_chkp", std::uint64_t{0}) == 0) break;

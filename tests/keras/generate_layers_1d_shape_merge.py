@@ -1,9 +1,9 @@
 #!/usr/bin/python3
-"""Writes tests/keras/reference/layers_more.json: PyTorch (float64) outputs and gradients of the
+"""Writes tests/keras/reference/layers_1d_shape_merge.json: PyTorch (float64) outputs and gradients of the
 1-D convolution and pooling layers, the channels_first variants of the 2-D ones, and the shape,
-merge and normalisation layers, for tests/keras/test_layers_more.cpp.
+merge and normalisation layers, for tests/keras/test_layers_1d_shape_merge.cpp.
 
-Run with Debian's python3-torch: /usr/bin/python3 tests/keras/generate_layers_more.py
+Run with Debian's python3-torch: /usr/bin/python3 tests/keras/generate_layers_1d_shape_merge.py
 The cases have the format of generate_layers.py: the layer's
 Keras class_name and config, inputs, weights in Keras's layout, the upstream gradient g, and the
 targets of loss = sum(output * g).
@@ -370,9 +370,9 @@ for file, fn, inputs in [
     models.append({"file": file, "input_shape": list(inputs.shape), "input": flat(inputs),
                    "output_shape": list(out.shape), "output": flat(out)})
 
-path = os.path.join(HERE, "reference", "layers_more.json")
+path = os.path.join(HERE, "reference", "layers_1d_shape_merge.json")
 os.makedirs(os.path.dirname(path), exist_ok=True)
 with open(path, "w") as f:
-    json.dump({"generator": "tests/keras/generate_layers_more.py", "torch": torch.__version__,
+    json.dump({"generator": "tests/keras/generate_layers_1d_shape_merge.py", "torch": torch.__version__,
                "cases": cases, "models": models}, f, separators=(",", ":"))
 print(f"wrote {len(cases)} cases to {path}")

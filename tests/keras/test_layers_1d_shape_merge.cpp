@@ -1,5 +1,5 @@
 // The 1-D convolution and pooling layers, the channels_first data format, and the shape, merge
-// and normalisation layers: PyTorch reference values (tests/keras/generate_layers_more.py),
+// and normalisation layers: PyTorch reference values (tests/keras/generate_layers_1d_shape_merge.py),
 // config round trips through model_from_config, and the errors that name the layer.
 
 #include <doctest/doctest.h>
@@ -32,7 +32,7 @@ using nlohmann::json;
 namespace {
 
 const json& reference() {
-  static const json data = layer_cases::load("layers_more.json");
+  static const json data = layer_cases::load("layers_1d_shape_merge.json");
   return data;
 }
 
