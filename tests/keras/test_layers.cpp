@@ -4,8 +4,8 @@
 #include <cstdlib>
 #include <fstream>
 #include <loadstar/error.hpp>
-#include <loadstar/keras/layers.hpp>
 #include <loadstar/keras/backend/cpu_backend.hpp>
+#include <loadstar/keras/layers.hpp>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>

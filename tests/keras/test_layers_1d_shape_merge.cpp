@@ -1,6 +1,7 @@
 // The 1-D convolution and pooling layers, the channels_first data format, and the shape, merge
-// and normalisation layers: PyTorch reference values (tests/keras/generate_layers_1d_shape_merge.py),
-// config round trips through model_from_config, and the errors that name the layer.
+// and normalisation layers: PyTorch reference values
+// (tests/keras/generate_layers_1d_shape_merge.py), config round trips through model_from_config,
+// and the errors that name the layer.
 
 #include <doctest/doctest.h>
 

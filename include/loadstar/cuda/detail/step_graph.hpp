@@ -24,11 +24,13 @@ namespace loadstar::cuda::detail {
 /// scalars, as words), in order, so that two steps with the same signature queue the same work.
 using Signature = std::vector<std::uint64_t>;
 
-/// A pointer, floating-point number, integer or enumerator as a signature word (its bits).
+/// What a signature word holds: a pointer, a floating-point number, an integer or an enumerator.
 template <class T>
-requires std::is_pointer_v<T> || std::is_arithmetic_v<T> || std::is_enum_v<T> std::uint64_t word(
-    T value)
-noexcept {
+concept SignatureScalar = std::is_pointer_v<T> || std::is_arithmetic_v<T> || std::is_enum_v<T>;
+
+/// A pointer, floating-point number, integer or enumerator as a signature word (its bits).
+template <SignatureScalar T>
+std::uint64_t word(T value) noexcept {
   if constexpr (std::is_pointer_v<T>) {
     return reinterpret_cast<std::uintptr_t>(value);
   } else if constexpr (std::is_same_v<T, float>) {
@@ -42,7 +44,7 @@ noexcept {
 
 template <class T>
 void sign(Signature& out, const T& value) {
-  if constexpr (std::is_pointer_v<T> || std::is_arithmetic_v<T> || std::is_enum_v<T>) {
+  if constexpr (SignatureScalar<T>) {
     out.push_back(word(value));
   } else {
     // Geometry structs of sizes only: every byte is a value byte.

@@ -194,21 +194,25 @@ struct MeanMetricSums {
   double count = 0.0;
 };
 
+class HostKernelRef;
+
+/// A callable `HostKernelRef` refers to: one taking the host views of a kernel's tensors (and
+/// not a `HostKernelRef` itself, which is copied instead).
+template <class F>
+concept HostKernelCallable = std::invocable<F&, std::span<const Tensor<float>>> &&
+    !std::same_as<std::remove_cvref_t<F>, HostKernelRef>;
+
 /// A host computation handed to `Backend::host_kernel`: a non-owning reference to a callable
 /// taking the host views of the kernel's tensors (no allocation, unlike `std::function`). It
 /// refers to the callable, which must outlive the call (a lambda written in the call does).
 class HostKernelRef {
  public:
-  template <class F>
-  requires std::invocable < std::remove_reference_t<F>
-  &,
-      std::span < const Tensor < float >>>
-          &&(!std::same_as<std::remove_cvref_t<F>, HostKernelRef>)HostKernelRef(
-              F&& kernel) noexcept  // NOLINT: implicit, for `host_kernel(tensors, lambda)`
+  template <HostKernelCallable F>
+  HostKernelRef(F&& kernel) noexcept  // NOLINT: implicit, for `host_kernel(tensors, lambda)`
       : object_(const_cast<void*>(static_cast<const void*>(std::addressof(kernel)))),
-  call_([](void* object, std::span<const Tensor<float>> tensors) {
-    (*static_cast<std::remove_reference_t<F>*>(object))(tensors);
-  }) {}
+        call_([](void* object, std::span<const Tensor<float>> tensors) {
+          (*static_cast<std::remove_reference_t<F>*>(object))(tensors);
+        }) {}
 
   void operator()(std::span<const Tensor<float>> tensors) const { call_(object_, tensors); }
 

@@ -32,7 +32,7 @@ concept ElementCallable =
 /// `f(element, extra...)`, or `f(members..., extra...)` for a tuple element that `f` does not
 /// take whole (tf.data's `map(lambda x, y: ...)`).
 template <class F, class E, class... Extra>
-  requires ElementCallable<F, E, Extra...>
+requires ElementCallable<F, E, Extra...>
 decltype(auto) invoke_element(const F& f, E&& element, Extra... extra) {
   if constexpr (std::invocable<const F&, E, Extra...>) {
     return std::invoke(f, std::forward<E>(element), extra...);
