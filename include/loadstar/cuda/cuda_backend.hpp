@@ -46,55 +46,10 @@ namespace loadstar::cuda {
 
 namespace detail {
 
-// The kernels see `keras::Activation` as `ActivationCode`: the same values.
-#define LOADSTAR_SAME_ACTIVATION(name)                                                     \
-  static_assert(                                                                           \
-      static_cast<int>(keras::Activation::name) == static_cast<int>(ActivationCode::name), \
-      "ActivationCode::" #name " must have keras::Activation::" #name "'s value")
-LOADSTAR_SAME_ACTIVATION(linear);
-LOADSTAR_SAME_ACTIVATION(relu);
-LOADSTAR_SAME_ACTIVATION(sigmoid);
-LOADSTAR_SAME_ACTIVATION(tanh);
-LOADSTAR_SAME_ACTIVATION(softmax);
-LOADSTAR_SAME_ACTIVATION(elu);
-LOADSTAR_SAME_ACTIVATION(selu);
-LOADSTAR_SAME_ACTIVATION(softplus);
-LOADSTAR_SAME_ACTIVATION(softsign);
-LOADSTAR_SAME_ACTIVATION(gelu);
-LOADSTAR_SAME_ACTIVATION(swish);
-LOADSTAR_SAME_ACTIVATION(hard_sigmoid);
-LOADSTAR_SAME_ACTIVATION(exponential);
-#undef LOADSTAR_SAME_ACTIVATION
-
-#define LOADSTAR_SAME_CODE(type, code, name)                                         \
-  static_assert(static_cast<int>(keras::type::name) == static_cast<int>(code::name), \
-                #code "::" #name " must have keras::" #type "::" #name "'s value")
-LOADSTAR_SAME_CODE(UpdateRule, UpdateCode, sgd);
-LOADSTAR_SAME_CODE(UpdateRule, UpdateCode, sgd_momentum);
-LOADSTAR_SAME_CODE(UpdateRule, UpdateCode, adam);
-LOADSTAR_SAME_CODE(UpdateRule, UpdateCode, rmsprop);
-LOADSTAR_SAME_CODE(UpdateRule, UpdateCode, adagrad);
-LOADSTAR_SAME_CODE(UpdateRule, UpdateCode, adadelta);
-LOADSTAR_SAME_CODE(RowLossKind, RowLossCode, sparse_categorical_crossentropy);
-LOADSTAR_SAME_CODE(RowLossKind, RowLossCode, categorical_crossentropy);
-LOADSTAR_SAME_CODE(RowLossKind, RowLossCode, mean_squared_error);
-LOADSTAR_SAME_CODE(RowLossKind, RowLossCode, binary_crossentropy);
-LOADSTAR_SAME_CODE(RowLossKind, RowLossCode, mean_absolute_error);
-LOADSTAR_SAME_CODE(RowLossKind, RowLossCode, huber);
-LOADSTAR_SAME_CODE(RowLossKind, RowLossCode, kl_divergence);
-LOADSTAR_SAME_CODE(MeanMetricKind, MeanMetricCode, accuracy);
-LOADSTAR_SAME_CODE(MeanMetricKind, MeanMetricCode, binary_accuracy);
-LOADSTAR_SAME_CODE(MeanMetricKind, MeanMetricCode, categorical_accuracy);
-LOADSTAR_SAME_CODE(MeanMetricKind, MeanMetricCode, sparse_categorical_accuracy);
-LOADSTAR_SAME_CODE(MeanMetricKind, MeanMetricCode, mean);
-LOADSTAR_SAME_CODE(MeanMetricKind, MeanMetricCode, mean_squared_error);
-LOADSTAR_SAME_CODE(MeanMetricKind, MeanMetricCode, mean_absolute_error);
-#undef LOADSTAR_SAME_CODE
-
 /// The kernels' operands of an optimizer step.
 inline UpdateParams update_params(const keras::OptimizerStep& step) noexcept {
   UpdateParams p;
-  p.rule = static_cast<UpdateCode>(static_cast<int>(step.rule));
+  p.rule = step.rule;
   p.learning_rate = step.learning_rate;
   p.alpha = step.alpha;
   p.one_minus_beta_1 = step.one_minus_beta_1;
@@ -121,48 +76,6 @@ inline RowDims row_dims(const Tensor<float>& y_pred, bool sparse, bool elementwi
   d.true_size = sparse ? 1 : d.classes;
   d.per_row = y_pred.rows() == 0 ? 1 : d.values / y_pred.rows();
   if (d.per_row == 0) d.per_row = 1;
-  return d;
-}
-
-inline ActivationCode activation_code(keras::Activation kind) noexcept {
-  return static_cast<ActivationCode>(static_cast<int>(kind));
-}
-
-/// The kernels' view of a convolution's geometry.
-inline ConvDims conv_dims(const keras::Conv2DGeometry& g) noexcept {
-  ConvDims d;
-  d.batch = g.batch;
-  d.in_h = g.in_h;
-  d.in_w = g.in_w;
-  d.in_c = g.in_c;
-  d.out_h = g.out_h;
-  d.out_w = g.out_w;
-  d.kernel_h = g.kernel_h;
-  d.kernel_w = g.kernel_w;
-  d.stride_h = g.stride_h;
-  d.stride_w = g.stride_w;
-  d.dilation_h = g.dilation_h;
-  d.dilation_w = g.dilation_w;
-  d.pad_top = g.pad_top;
-  d.pad_left = g.pad_left;
-  return d;
-}
-
-/// The kernels' view of a pooling's geometry.
-inline PoolDims pool_dims(const keras::Pool2DGeometry& g) noexcept {
-  PoolDims d;
-  d.batch = g.batch;
-  d.in_h = g.in_h;
-  d.in_w = g.in_w;
-  d.channels = g.channels;
-  d.out_h = g.out_h;
-  d.out_w = g.out_w;
-  d.pool_h = g.pool_h;
-  d.pool_w = g.pool_w;
-  d.stride_h = g.stride_h;
-  d.stride_w = g.stride_w;
-  d.pad_top = g.pad_top;
-  d.pad_left = g.pad_left;
   return d;
 }
 
@@ -1238,7 +1151,7 @@ class CudaBackend final : public keras::Backend {
     const bool sparse = spec.kind == keras::RowLossKind::sparse_categorical_crossentropy;
     const detail::RowDims d = detail::row_dims(y_pred, sparse, false);
     detail::RowLossParams p;
-    p.kind = static_cast<detail::RowLossCode>(static_cast<int>(spec.kind));
+    p.kind = spec.kind;
     p.from_logits = spec.from_logits;
     p.label_smoothing = spec.label_smoothing;
     p.delta = spec.delta;
@@ -1281,9 +1194,8 @@ class CudaBackend final : public keras::Backend {
     double* terms = reduction_terms(d.values, 2);
     auto [ring_record, cell] = results_->acquire();
     double* record = step_result(ring_record);
-    launch("mean_metric", detail::launch_mean_metric,
-           static_cast<detail::MeanMetricCode>(static_cast<int>(spec.kind)), spec.threshold, d,
-           y_true.data(), y_pred.data(), or_null(weight), terms, terms + 2 * d.values, record);
+    launch("mean_metric", detail::launch_mean_metric, spec.kind, spec.threshold, d, y_true.data(),
+           y_pred.data(), or_null(weight), terms, terms + 2 * d.values, record);
     return keras::Deferred<keras::MeanMetricSums>(std::function<keras::MeanMetricSums()>(
         [cell = std::move(cell), ring = std::weak_ptr<detail::ResultRing>(results_)] {
           const auto& v = detail::ResultRing::values(cell, ring);
@@ -1526,8 +1438,8 @@ class CudaBackend final : public keras::Backend {
       softmax_forward(x, y, x.rank() == 0 ? 0 : x.rank() - 1);
       return;
     }
-    launch("activation_forward", detail::launch_activation_forward, detail::activation_code(kind),
-           x.data(), y.data(), x.size());
+    launch("activation_forward", detail::launch_activation_forward, kind, x.data(), y.data(),
+           x.size());
   }
 
   void activation_backward(keras::Activation kind, const Tensor<float>& x, const Tensor<float>& y,
@@ -1540,7 +1452,7 @@ class CudaBackend final : public keras::Backend {
     }
     const bool needs_x = keras::activation_gradient_needs_input(kind);
     LOADSTAR_ASSERT(!needs_x || x.size() == y.size(), "activation: the input is needed");
-    launch("activation_backward", detail::launch_activation_backward, detail::activation_code(kind),
+    launch("activation_backward", detail::launch_activation_backward, kind,
            needs_x ? x.data() : nullptr, y.data(), dy.data(), dx.data(), y.size());
   }
 
@@ -1652,8 +1564,8 @@ class CudaBackend final : public keras::Backend {
     }
     if (reduce) {
       const std::size_t terms = (g.patch_size() + (dbias.empty() ? 0 : 1)) * filters;
-      launch("conv_weight_gradients", detail::launch_conv_weight_gradients, x.data(), dims(g),
-             dz.data(), filters, dkernel.data(), dbias.empty() ? nullptr : dbias.data(), accumulate,
+      launch("conv_weight_gradients", detail::launch_conv_weight_gradients, x.data(), g, dz.data(),
+             filters, dkernel.data(), dbias.empty() ? nullptr : dbias.data(), accumulate,
              reduction_scratch(rows, terms));
     } else {
       // Written gradients: the bias gradient in the kernel gradient's product where cuBLASLt
@@ -1747,33 +1659,33 @@ class CudaBackend final : public keras::Backend {
     expect("im2col", {&x, &columns});
     LOADSTAR_ASSERT(columns.size() == g.batch * g.out_h * g.out_w * g.patch_size(),
                     "im2col: columns have the wrong size");
-    launch("im2col", detail::launch_im2col, x.data(), dims(g), columns.data());
+    launch("im2col", detail::launch_im2col, x.data(), g, columns.data());
   }
 
   void col2im(const Tensor<float>& columns, const keras::Conv2DGeometry& g,
               const Tensor<float>& dx) override {
     expect("col2im", {&columns, &dx});
-    launch("col2im", detail::launch_col2im, columns.data(), dims(g), dx.data());
+    launch("col2im", detail::launch_col2im, columns.data(), g, dx.data());
   }
 
   void max_pool_forward(const Tensor<float>& x, const keras::Pool2DGeometry& g,
                         const Tensor<float>& y) override {
     expect("max_pool_forward", {&x, &y});
-    launch("max_pool_forward", detail::launch_max_pool_forward, x.data(), dims(g), y.data());
+    launch("max_pool_forward", detail::launch_max_pool_forward, x.data(), g, y.data());
   }
 
   void max_pool_backward(const Tensor<float>& x, const keras::Pool2DGeometry& g,
                          const Tensor<float>& dy, const Tensor<float>& dx) override {
     expect("max_pool_backward", {&x, &dy, &dx});
-    launch("max_pool_backward", detail::launch_max_pool_backward, x.data(), dims(g), dy.data(),
-           dx.data(), false);
+    launch("max_pool_backward", detail::launch_max_pool_backward, x.data(), g, dy.data(), dx.data(),
+           false);
   }
 
   /// The max pooling gradient and the ReLU's before it in one kernel (`ReluGradientFusion`).
   bool max_pool_backward_relu(const Tensor<float>& x, const keras::Pool2DGeometry& g,
                               const Tensor<float>& dy, const Tensor<float>& dx) override {
     expect("max_pool_backward_relu", {&x, &dy, &dx});
-    launch("max_pool_backward_relu", detail::launch_max_pool_backward, x.data(), dims(g), dy.data(),
+    launch("max_pool_backward_relu", detail::launch_max_pool_backward, x.data(), g, dy.data(),
            dx.data(), true);
     return true;
   }
@@ -1781,13 +1693,13 @@ class CudaBackend final : public keras::Backend {
   void avg_pool_forward(const Tensor<float>& x, const keras::Pool2DGeometry& g,
                         const Tensor<float>& y) override {
     expect("avg_pool_forward", {&x, &y});
-    launch("avg_pool_forward", detail::launch_avg_pool_forward, x.data(), dims(g), y.data());
+    launch("avg_pool_forward", detail::launch_avg_pool_forward, x.data(), g, y.data());
   }
 
   void avg_pool_backward(const keras::Pool2DGeometry& g, const Tensor<float>& dy,
                          const Tensor<float>& dx) override {
     expect("avg_pool_backward", {&dy, &dx});
-    launch("avg_pool_backward", detail::launch_avg_pool_backward, dims(g), dy.data(), dx.data());
+    launch("avg_pool_backward", detail::launch_avg_pool_backward, g, dy.data(), dx.data());
   }
 
   void global_pool_forward(const Tensor<float>& x, bool max, const Tensor<float>& y) override {
@@ -2228,13 +2140,6 @@ class CudaBackend final : public keras::Backend {
 
   static float* or_null(const Tensor<float>& t) noexcept {
     return t.empty() ? nullptr : t.data();
-  }
-
-  static detail::ConvDims dims(const keras::Conv2DGeometry& g) noexcept {
-    return detail::conv_dims(g);
-  }
-  static detail::PoolDims dims(const keras::Pool2DGeometry& g) noexcept {
-    return detail::pool_dims(g);
   }
 
   /// Device scratch of at least the doubles a column reduction of `rows x columns` needs; it

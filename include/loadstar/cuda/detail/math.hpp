@@ -4,8 +4,11 @@
 /// convolution and pooling kernels and the fixed-order column reductions. They follow the CPU
 /// backend (keras/backend/cpu_backend.hpp) operation for operation, so that host tests run every
 /// kernel's per-thread work over all threads and compare with it without a GPU; the kernels
-/// (kernels.cuh) only map threads to these calls. This header includes no CUDA header and
-/// nothing of the executor.
+/// (kernels.cuh) only map threads to these calls. The per-element formulas that both backends
+/// compute (keras/detail/activation_formulas.hpp, layer_formulas.hpp and
+/// keras/losses/detail/row_formulas.hpp) and the kinds and geometry structs
+/// (keras/backend/kinds.hpp) are the CPU backend's own, included here; this header includes no
+/// CUDA header and nothing else of the executor.
 #pragma once
 
 #include <cmath>
@@ -13,29 +16,12 @@
 #include <cstdint>
 
 #include "loadstar/config.hpp"
+#include "loadstar/keras/backend/kinds.hpp"
 #include "loadstar/keras/detail/activation_formulas.hpp"
+#include "loadstar/keras/detail/layer_formulas.hpp"
 #include "loadstar/keras/losses/detail/row_formulas.hpp"
 
 namespace loadstar::cuda::detail {
-
-/// `keras::Conv2DGeometry`'s fields, without the executor's headers.
-struct ConvDims {
-  std::size_t batch = 0, in_h = 0, in_w = 0, in_c = 0;
-  std::size_t out_h = 0, out_w = 0;
-  std::size_t kernel_h = 1, kernel_w = 1;
-  std::size_t stride_h = 1, stride_w = 1;
-  std::size_t dilation_h = 1, dilation_w = 1;
-  std::size_t pad_top = 0, pad_left = 0;
-};
-
-/// `keras::Pool2DGeometry`'s fields.
-struct PoolDims {
-  std::size_t batch = 0, in_h = 0, in_w = 0, channels = 0;
-  std::size_t out_h = 0, out_w = 0;
-  std::size_t pool_h = 1, pool_w = 1;
-  std::size_t stride_h = 1, stride_w = 1;
-  std::size_t pad_top = 0, pad_left = 0;
-};
 
 /// An axis permutation: the output's dimensions and, for each output axis, the stride of the
 /// input axis it reads.
@@ -46,137 +32,30 @@ struct PermuteDims {
   std::size_t in_strides[max_rank] = {};
 };
 
-/// `keras::Activation` as the kernels see it: the same enumerators in the same order (checked by
-/// static_asserts in cuda_backend.hpp), without the executor's headers.
-enum class ActivationCode : int {
-  linear,
-  relu,
-  sigmoid,
-  tanh,
-  softmax,
-  elu,
-  selu,
-  softplus,
-  softsign,
-  gelu,
-  swish,
-  hard_sigmoid,
-  exponential,
-};
+// The kinds and geometry the kernels take are the executor's types.
+using keras::Activation;
+using keras::Conv2DGeometry;
+using keras::MeanMetricKind;
+using keras::Pool2DGeometry;
+using keras::RowLossKind;
+using keras::UpdateRule;
 
-// The element-wise activations are the CPU backend's, one element at a time.
+// The per-element formulas are the CPU backend's, one element (or one line) at a time.
 using keras::detail::activate;
 using keras::detail::activation_gradient;
+using keras::detail::batch_norm_dy_xhat;
+using keras::detail::batch_norm_gradient;
+using keras::detail::batch_norm_value;
+using keras::detail::column_sum_value;
+using keras::detail::dropout_keeps;
+using keras::detail::dropout_value;
+using keras::detail::index_in_range;
 using keras::detail::max_of;
-
-/// Keras's `ReLU`: `top` for `v >= top`, `v` from `threshold` on, `slope * (v - threshold)`
-/// below (`top` is infinity without a `max_value`).
-LOADSTAR_HOST_DEVICE inline float relu_value(float v, float top, float slope,
-                                             float threshold) noexcept {
-  return v >= top ? top : v >= threshold ? v : slope * (v - threshold);
-}
-
-LOADSTAR_HOST_DEVICE inline float relu_gradient(float v, float dy, float top, float slope,
-                                                float threshold) noexcept {
-  return v >= top ? 0.0F : v >= threshold ? dy : slope * dy;
-}
-
-/// SplitMix64's finaliser (`loadstar::mix64` in random.hpp, which is not a device function).
-LOADSTAR_HOST_DEVICE inline std::uint64_t mix64(std::uint64_t z) noexcept {
-  z = (z ^ (z >> 30U)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27U)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31U);
-}
-
-/// Whether inverted dropout keeps element `i` under `key`: the CPU backend's counter hash, a
-/// uniform double from the top 53 bits of `mix64(key + golden * (i + 1))` at or above `rate`.
-LOADSTAR_HOST_DEVICE inline bool dropout_keeps(std::uint64_t key, std::uint64_t i,
-                                               double rate) noexcept {
-  const std::uint64_t bits = mix64(key + 0x9E3779B97F4A7C15ULL * (i + 1));
-  const double u = static_cast<double>(bits >> 11U) * 0x1.0p-53;
-  return u >= rate;
-}
-
-/// The dropout output of `x`: `x * keep_scale` when kept, else 0.
-LOADSTAR_HOST_DEVICE inline float dropout_value(float x, std::uint64_t key, std::uint64_t i,
-                                                double rate, float keep_scale) noexcept {
-  return dropout_keeps(key, i, rate) ? x * keep_scale : 0.0F;
-}
-
-/// `moving * momentum + value * (1 - momentum)`.
-LOADSTAR_HOST_DEVICE inline float moving_average_value(float moving, float value,
-                                                       float momentum) noexcept {
-  return moving * momentum + value * (1.0F - momentum);
-}
-
-/// `gamma * (x - mean) / sqrt(variance + epsilon) + beta`, in the CPU backend's order.
-LOADSTAR_HOST_DEVICE inline float batch_norm_value(float x, float mean, float variance, float gamma,
-                                                   float beta, float epsilon) noexcept {
-  const float inv = 1.0F / ::sqrtf(variance + epsilon);
-  return (x - mean) * inv * gamma + beta;
-}
-
-/// The input gradient of batch normalisation for one element: with the batch's statistics
-/// (`training`) `gamma * inv * (dy - sum_dy / n - xhat * sum_dy_xhat / n)`, else
-/// `gamma * inv * dy`, in double as the CPU backend computes it.
-LOADSTAR_HOST_DEVICE inline float batch_norm_gradient(float x, float mean, float variance,
-                                                      double gamma, float epsilon, bool training,
-                                                      float dy, double sum_dy, double sum_dy_xhat,
-                                                      double n) noexcept {
-  const double inv = 1.0 / ::sqrt(double(variance) + epsilon);
-  const double d = dy;
-  if (!training) return static_cast<float>(gamma * inv * d);
-  const double xhat = (x - mean) * inv;
-  return static_cast<float>(gamma * inv * (d - sum_dy / n - xhat * sum_dy_xhat / n));
-}
-
-/// The value that `batch_norm_backward` sums for `dgamma`: `dy * (x - mean) * inv`.
-LOADSTAR_HOST_DEVICE inline double batch_norm_dy_xhat(float x, float mean, float dy,
-                                                      double inv) noexcept {
-  return double(dy) * (x - mean) * inv;
-}
-
-/// Whether a gather index (a float, cast toward zero) is inside `[0, rows)`; NaN is not.
-LOADSTAR_HOST_DEVICE inline bool index_in_range(float v, std::size_t rows) noexcept {
-  return v > -1.0F && v < static_cast<float>(rows);
-}
-
-// --- Softmax: one thread per line, the CPU backend's order
-// ----------------------------------------
-
-/// `y = softmax(x)` along line `line` of a tensor seen as `(outer, length, inner)`.
-LOADSTAR_HOST_DEVICE inline void softmax_forward_line(const float* x, float* y, std::size_t length,
-                                                      std::size_t inner,
-                                                      std::size_t line) noexcept {
-  const std::size_t base = (line / inner) * length * inner + line % inner;
-  const float* in = x + base;
-  float* out = y + base;
-  float top = -INFINITY;
-  for (std::size_t k = 0; k < length; ++k)
-    top = max_of(top, in[k * inner]);
-  float sum = 0.0F;
-  for (std::size_t k = 0; k < length; ++k) {
-    const float e = ::expf(in[k * inner] - top);
-    out[k * inner] = e;
-    sum += e;
-  }
-  for (std::size_t k = 0; k < length; ++k)
-    out[k * inner] /= sum;
-}
-
-/// `dx = y * (dy - sum(dy * y))` along line `line`.
-LOADSTAR_HOST_DEVICE inline void softmax_backward_line(const float* y, const float* dy, float* dx,
-                                                       std::size_t length, std::size_t inner,
-                                                       std::size_t line) noexcept {
-  const std::size_t base = (line / inner) * length * inner + line % inner;
-  float dot = 0.0F;
-  for (std::size_t k = 0; k < length; ++k)
-    dot += y[base + k * inner] * dy[base + k * inner];
-  for (std::size_t k = 0; k < length; ++k) {
-    const std::size_t i = base + k * inner;
-    dx[i] = y[i] * (dy[i] - dot);
-  }
-}
+using keras::detail::moving_average_value;
+using keras::detail::relu_gradient;
+using keras::detail::relu_value;
+using keras::detail::softmax_backward_line;
+using keras::detail::softmax_forward_line;
 
 // --- Column reductions: fixed chunks of rows, partial sums in double, added in a fixed order
 // --------
@@ -283,11 +162,6 @@ struct DyXhat {
   }
 };
 
-/// `column_sums`' result from the column's sum, as the CPU backend rounds it.
-LOADSTAR_HOST_DEVICE inline float column_sum_value(double sum, float beta, float old) noexcept {
-  return static_cast<float>(beta == 0.0F ? sum : beta * old + sum);
-}
-
 // --- Index arithmetic ---------------------------------------------------------------------------
 
 /// Division by a divisor fixed for a launch, for the index arithmetic of the convolution and
@@ -370,7 +244,7 @@ struct ConvIndex {
   Divisor<Index> patch;  // kernel_h * kernel_w * in_c: a row of the columns
   Index kernel_h = 1, dilation_h = 1, dilation_w = 1, pad_top = 0, pad_left = 0;
 
-  explicit ConvIndex(const ConvDims& g) noexcept
+  explicit ConvIndex(const Conv2DGeometry& g) noexcept
       : in_h(Index(g.in_h)),
         in_w(Index(g.in_w)),
         in_c(Index(g.in_c)),
@@ -389,7 +263,7 @@ struct ConvIndex {
 
 /// Whether every index of the convolution's kernels (its input, its columns and the positions
 /// they reach) stays below 2^31.
-inline bool conv_fits_32bit(const ConvDims& g) noexcept {
+inline bool conv_fits_32bit(const Conv2DGeometry& g) noexcept {
   return fits_32bit_index(g.batch * g.in_h * g.in_w * g.in_c,
                           g.batch * g.out_h * g.out_w * g.kernel_h * g.kernel_w * g.in_c,
                           g.out_h * g.stride_h + g.kernel_h * g.dilation_h + g.in_h + g.pad_top,
@@ -398,7 +272,7 @@ inline bool conv_fits_32bit(const ConvDims& g) noexcept {
 
 /// `with_index` for a convolution's kernels.
 template <class F>
-decltype(auto) with_conv_index(const ConvDims& g, F&& f) {
+decltype(auto) with_conv_index(const Conv2DGeometry& g, F&& f) {
   return with_index<ConvIndex>(conv_fits_32bit(g), g, static_cast<F&&>(f));
 }
 
@@ -543,7 +417,7 @@ struct PoolIndex {
   Divisor<Index> in_h, in_w, channels, out_h, out_w, stride_h, stride_w;
   Index pool_h = 1, pool_w = 1, pad_top = 0, pad_left = 0;
 
-  explicit PoolIndex(const PoolDims& g) noexcept
+  explicit PoolIndex(const Pool2DGeometry& g) noexcept
       : in_h(Index(g.in_h)),
         in_w(Index(g.in_w)),
         channels(Index(g.channels)),
@@ -558,7 +432,7 @@ struct PoolIndex {
 };
 
 /// Whether every index of the pooling's kernels stays below 2^31.
-inline bool pool_fits_32bit(const PoolDims& g) noexcept {
+inline bool pool_fits_32bit(const Pool2DGeometry& g) noexcept {
   return fits_32bit_index(g.batch * g.in_h * g.in_w * g.channels,
                           g.batch * g.out_h * g.out_w * g.channels,
                           g.out_h * g.stride_h + g.pool_h + g.in_h + g.pad_top,
@@ -567,7 +441,7 @@ inline bool pool_fits_32bit(const PoolDims& g) noexcept {
 
 /// `with_index` for a pooling's kernels.
 template <class F>
-decltype(auto) with_pool_index(const PoolDims& g, F&& f) {
+decltype(auto) with_pool_index(const Pool2DGeometry& g, F&& f) {
   return with_index<PoolIndex>(pool_fits_32bit(g), g, static_cast<F&&>(f));
 }
 
@@ -682,14 +556,14 @@ LOADSTAR_HOST_DEVICE inline float pool_input_gradient(const float* x, const Pool
 
 /// Whether no input position lies in two windows (the strides are at least the pool sizes): then
 /// max pooling's input gradient is written window by window (`max_pool_window_gradient`).
-inline bool pool_windows_disjoint(const PoolDims& g) noexcept {
+inline bool pool_windows_disjoint(const Pool2DGeometry& g) noexcept {
   return g.stride_h >= g.pool_h && g.stride_w >= g.pool_w;
 }
 
 /// Whether the windows also cover every input position exactly once: no padding, strides equal to
 /// the pool sizes, and the last window ending at the input's end. Otherwise the positions that no
 /// window covers get their zero gradient from a fill first.
-inline bool pool_windows_tile(const PoolDims& g) noexcept {
+inline bool pool_windows_tile(const Pool2DGeometry& g) noexcept {
   return g.stride_h == g.pool_h && g.stride_w == g.pool_w && g.pad_top == 0 && g.pad_left == 0 &&
          g.out_h * g.pool_h == g.in_h && g.out_w * g.pool_w == g.in_w;
 }
@@ -783,9 +657,6 @@ LOADSTAR_HOST_DEVICE inline std::size_t permute_offset(const PermuteDims& d,
 
 // --- Optimizer steps: one element of one variable ------------------------------------------------
 
-/// `keras::UpdateRule` as the kernels see it (same values, checked in cuda_backend.hpp).
-enum class UpdateCode : int { sgd, sgd_momentum, adam, rmsprop, adagrad, adadelta };
-
 /// Float arithmetic rounded after every operation, on the device: nvcc would otherwise contract
 /// `a * b + c` into one fused multiply-add wherever it sees fit, so the optimizer's update
 /// follows the formula as written, rounding for rounding, whatever the compiler decides (on the
@@ -814,7 +685,7 @@ LOADSTAR_HOST_DEVICE inline float sub_rn(float a, float b) noexcept {
 
 /// One optimizer step's rule and operands (`keras::OptimizerStep`'s floats).
 struct UpdateParams {
-  UpdateCode rule = UpdateCode::sgd;
+  UpdateRule rule = UpdateRule::sgd;
   float learning_rate = 0.0F, alpha = 0.0F, one_minus_beta_1 = 0.0F, one_minus_beta_2 = 0.0F;
   float momentum = 0.0F, rho = 0.0F, epsilon = 0.0F, weight_decay = 0.0F;
   bool nesterov = false, amsgrad = false, centered = false;
@@ -846,16 +717,16 @@ LOADSTAR_HOST_DEVICE inline float reciprocal_sqrt(float x) noexcept {
 LOADSTAR_HOST_DEVICE inline void update_element(const UpdateParams& p, float g, float& w, float& s0,
                                                 float& s1, float& s2) noexcept {
   switch (p.rule) {
-    case UpdateCode::sgd:  // w -= lr * g
+    case UpdateRule::sgd:  // w -= lr * g
       w = sub_rn(w, mul_rn(p.learning_rate, g));
       return;
-    case UpdateCode::sgd_momentum: {  // velocity = momentum * velocity - lr * g
+    case UpdateRule::sgd_momentum: {  // velocity = momentum * velocity - lr * g
       s0 = sub_rn(mul_rn(p.momentum, s0), mul_rn(p.learning_rate, g));
       w = p.nesterov ? add_rn(w, sub_rn(mul_rn(p.momentum, s0), mul_rn(p.learning_rate, g)))
                      : add_rn(w, s0);
       return;
     }
-    case UpdateCode::adam: {
+    case UpdateRule::adam: {
       if (p.weight_decay != 0.0F) w = sub_rn(w, mul_rn(w, p.weight_decay));   // AdamW
       s0 = add_rn(s0, mul_rn(sub_rn(g, s0), p.one_minus_beta_1));             // m
       s1 = add_rn(s1, mul_rn(sub_rn(mul_rn(g, g), s1), p.one_minus_beta_2));  // v
@@ -867,7 +738,7 @@ LOADSTAR_HOST_DEVICE inline void update_element(const UpdateParams& p, float g, 
       w = sub_rn(w, mul_rn(s0, p.alpha) / add_rn(::sqrtf(v), p.epsilon));
       return;
     }
-    case UpdateCode::rmsprop: {
+    case UpdateRule::rmsprop: {
       const float decay = 1.0F - p.rho;
       s0 = add_rn(mul_rn(p.rho, s0), mul_rn(decay, mul_rn(g, g)));  // velocity
       float denominator = 0.0F;
@@ -887,11 +758,11 @@ LOADSTAR_HOST_DEVICE inline void update_element(const UpdateParams& p, float g, 
       }
       return;
     }
-    case UpdateCode::adagrad:  // accumulator += g^2; w -= lr * g / sqrt(accumulator + epsilon)
+    case UpdateRule::adagrad:  // accumulator += g^2; w -= lr * g / sqrt(accumulator + epsilon)
       s0 = add_rn(s0, mul_rn(g, g));
       w = sub_rn(w, mul_rn(mul_rn(p.learning_rate, g), reciprocal_sqrt(add_rn(s0, p.epsilon))));
       return;
-    case UpdateCode::adadelta: {
+    case UpdateRule::adadelta: {
       const float decay = 1.0F - p.rho;
       s0 = add_rn(mul_rn(p.rho, s0), mul_rn(decay, mul_rn(g, g)));  // accumulated_grad
       const float delta =
@@ -1018,19 +889,8 @@ LOADSTAR_HOST_DEVICE inline void update_flat(const UpdateTarget* targets, std::s
 
 // --- Losses: one last-axis row, in double, as the loss classes compute it -----------------------
 
-/// `keras::RowLossKind` as the kernels see it (same values, checked in cuda_backend.hpp).
-enum class RowLossCode : int {
-  sparse_categorical_crossentropy,
-  categorical_crossentropy,
-  mean_squared_error,
-  binary_crossentropy,
-  mean_absolute_error,
-  huber,
-  kl_divergence,
-};
-
 struct RowLossParams {
-  RowLossCode kind = RowLossCode::mean_squared_error;
+  RowLossKind kind = RowLossKind::mean_squared_error;
   bool from_logits = false;
   double label_smoothing = 0.0;
   double denominator = 1.0;
@@ -1076,28 +936,28 @@ LOADSTAR_HOST_DEVICE inline double row_loss_term(const RowLossParams& p, const R
   float* gj = g == nullptr ? nullptr : g + j * d.classes;
   double loss = 0.0;
   switch (p.kind) {
-    case RowLossCode::sparse_categorical_crossentropy:
+    case RowLossKind::sparse_categorical_crossentropy:
       if (!label_in_range(*tj, d.classes)) return 0.0;
       loss = keras::detail::sparse_crossentropy_row(p.from_logits, tj, yj, d.classes, gj, scale);
       break;
-    case RowLossCode::categorical_crossentropy:
+    case RowLossKind::categorical_crossentropy:
       loss = keras::detail::crossentropy_row(p.from_logits, p.label_smoothing, tj, yj, d.classes,
                                              gj, scale);
       break;
-    case RowLossCode::mean_squared_error:
+    case RowLossKind::mean_squared_error:
       loss = keras::detail::squared_error_row(tj, yj, d.classes, gj, scale);
       break;
-    case RowLossCode::binary_crossentropy:
+    case RowLossKind::binary_crossentropy:
       loss = keras::detail::binary_crossentropy_row(p.from_logits, p.label_smoothing, tj, yj,
                                                     d.classes, gj, scale);
       break;
-    case RowLossCode::mean_absolute_error:
+    case RowLossKind::mean_absolute_error:
       loss = keras::detail::absolute_error_row(tj, yj, d.classes, gj, scale);
       break;
-    case RowLossCode::huber:
+    case RowLossKind::huber:
       loss = keras::detail::huber_row(p.delta, tj, yj, d.classes, gj, scale);
       break;
-    case RowLossCode::kl_divergence:
+    case RowLossKind::kl_divergence:
       loss = keras::detail::kl_divergence_row(tj, yj, d.classes, gj, scale);
       break;
   }
@@ -1105,17 +965,6 @@ LOADSTAR_HOST_DEVICE inline double row_loss_term(const RowLossParams& p, const R
 }
 
 // --- Mean metrics: one value per row -----------------------------------------------------------
-
-/// `keras::MeanMetricKind` as the kernels see it (same values, checked in cuda_backend.hpp).
-enum class MeanMetricCode : int {
-  accuracy,
-  binary_accuracy,
-  categorical_accuracy,
-  sparse_categorical_accuracy,
-  mean,
-  mean_squared_error,
-  mean_absolute_error,
-};
 
 /// The index of the largest element, the first on ties (`detail::argmax` of the metrics).
 LOADSTAR_HOST_DEVICE inline std::size_t row_argmax(const float* x, std::size_t n) noexcept {
@@ -1127,13 +976,13 @@ LOADSTAR_HOST_DEVICE inline std::size_t row_argmax(const float* x, std::size_t n
 
 /// The metric's value of row `j` (`classes` predictions, `true_size` labels), as the metric
 /// classes' `value` (keras/metrics/accuracy.hpp) and `Mean` compute it.
-LOADSTAR_HOST_DEVICE inline double metric_value(MeanMetricCode kind, double threshold,
+LOADSTAR_HOST_DEVICE inline double metric_value(MeanMetricKind kind, double threshold,
                                                 const float* t, const float* p,
                                                 std::size_t classes) noexcept {
   switch (kind) {
-    case MeanMetricCode::accuracy:
+    case MeanMetricKind::accuracy:
       return *t == *p ? 1.0 : 0.0;
-    case MeanMetricCode::binary_accuracy: {
+    case MeanMetricKind::binary_accuracy: {
       std::size_t hits = 0;
       for (std::size_t i = 0; i < classes; ++i) {
         const float predicted = p[i] > threshold ? 1.0F : 0.0F;
@@ -1141,22 +990,22 @@ LOADSTAR_HOST_DEVICE inline double metric_value(MeanMetricCode kind, double thre
       }
       return static_cast<double>(hits) / static_cast<double>(classes);
     }
-    case MeanMetricCode::categorical_accuracy:
+    case MeanMetricKind::categorical_accuracy:
       return row_argmax(t, classes) == row_argmax(p, classes) ? 1.0 : 0.0;
-    case MeanMetricCode::sparse_categorical_accuracy:
+    case MeanMetricKind::sparse_categorical_accuracy:
       return static_cast<double>(*t) == static_cast<double>(row_argmax(p, classes)) ? 1.0 : 0.0;
-    case MeanMetricCode::mean:
+    case MeanMetricKind::mean:
       return *p;
-    case MeanMetricCode::mean_squared_error:
+    case MeanMetricKind::mean_squared_error:
       return keras::detail::squared_error_mean(t, p, classes);
-    case MeanMetricCode::mean_absolute_error:
+    case MeanMetricKind::mean_absolute_error:
       return keras::detail::absolute_error_mean(t, p, classes);
   }
   return 0.0;
 }
 
 /// Row `j` of a mean metric: `terms[2 j]` its value times its weight, `terms[2 j + 1]` its weight.
-LOADSTAR_HOST_DEVICE inline void metric_terms(MeanMetricCode kind, double threshold,
+LOADSTAR_HOST_DEVICE inline void metric_terms(MeanMetricKind kind, double threshold,
                                               const RowDims& d, const float* t, const float* p,
                                               const float* w, double* terms,
                                               std::size_t j) noexcept {
