@@ -31,6 +31,12 @@ LOADSTAR_HOST_DEVICE inline float sigmoid(float x) noexcept {
   return 1.0F / (1.0F + ::expf(-x));
 }
 
+/// Whether a ReLU passes its gradient on at output `y`: where `y` is positive (not at 0, not for
+/// NaN). A kernel that carries a following ReLU's gradient (a pooling's) tests the same.
+LOADSTAR_HOST_DEVICE inline bool relu_passes(float y) noexcept {
+  return y > 0.0F;
+}
+
 /// `f(x)` of an element-wise activation (softmax and linear give `x`).
 LOADSTAR_HOST_DEVICE inline float activate(Activation kind, float x) noexcept {
   switch (kind) {
@@ -71,7 +77,7 @@ LOADSTAR_HOST_DEVICE inline float activation_gradient(Activation kind, float x, 
     case Activation::softmax:
       return dy;
     case Activation::relu:
-      return y > 0.0F ? dy : 0.0F;
+      return relu_passes(y) ? dy : 0.0F;
     case Activation::sigmoid:
       return dy * y * (1.0F - y);
     case Activation::tanh:
