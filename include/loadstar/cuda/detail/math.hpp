@@ -45,6 +45,7 @@ using keras::detail::activate;
 using keras::detail::activation_gradient;
 using keras::detail::batch_norm_dy_xhat;
 using keras::detail::batch_norm_gradient;
+using keras::detail::batch_norm_inverse_std;
 using keras::detail::batch_norm_value;
 using keras::detail::column_sum_value;
 using keras::detail::dropout_keeps;
@@ -57,6 +58,7 @@ using keras::detail::relu_passes;
 using keras::detail::relu_value;
 using keras::detail::softmax_backward_line;
 using keras::detail::softmax_forward_line;
+using keras::detail::squared_deviation;
 
 // --- Column reductions: fixed chunks of rows, partial sums in double, added in a fixed order
 // --------
@@ -144,8 +146,7 @@ struct SquaredDeviation {
   const double* mean;
   std::size_t columns;
   LOADSTAR_HOST_DEVICE double operator()(std::size_t r, std::size_t j) const noexcept {
-    const double d = x[r * columns + j] - mean[j];
-    return d * d;
+    return squared_deviation(x[r * columns + j], mean[j]);
   }
 };
 
@@ -158,7 +159,7 @@ struct DyXhat {
   float epsilon;
   std::size_t columns;
   LOADSTAR_HOST_DEVICE double operator()(std::size_t r, std::size_t j) const noexcept {
-    const double inv = 1.0 / ::sqrt(double(variance[j]) + epsilon);
+    const double inv = batch_norm_inverse_std(variance[j], epsilon);
     return batch_norm_dy_xhat(x[r * columns + j], mean[j], dy[r * columns + j], inv);
   }
 };

@@ -722,10 +722,8 @@ class CpuBackend final : public Backend {
           sum += x.data()[r * c + j];
         const double m = sum / static_cast<double>(n);
         double squares = 0.0;
-        for (std::size_t r = 0; r < n; ++r) {
-          const double d = x.data()[r * c + j] - m;
-          squares += d * d;
-        }
+        for (std::size_t r = 0; r < n; ++r)
+          squares += detail::squared_deviation(x.data()[r * c + j], m);
         mean.data()[j] = static_cast<float>(m);
         variance.data()[j] = static_cast<float>(squares / static_cast<double>(n));
       }
@@ -761,7 +759,7 @@ class CpuBackend final : public Backend {
     double* sum_dy_xhat = sums_.data() + c;
     parallel(c, 4, [&](std::size_t c0, std::size_t c1) {
       for (std::size_t j = c0; j < c1; ++j) {
-        const double inv = 1.0 / std::sqrt(double(variance.data()[j]) + epsilon);
+        const double inv = detail::batch_norm_inverse_std(variance.data()[j], epsilon);
         double a = 0.0, b = 0.0;
         for (std::size_t r = 0; r < n; ++r) {
           a += dy.data()[r * c + j];

@@ -61,6 +61,17 @@ LOADSTAR_HOST_DEVICE inline float batch_norm_value(float x, float mean, float va
   return (x - mean) * inv * gamma + beta;
 }
 
+/// `(x - mean)^2` in double: one term of a column's variance (`Backend::moments`).
+LOADSTAR_HOST_DEVICE inline double squared_deviation(float x, double mean) noexcept {
+  const double d = x - mean;
+  return d * d;
+}
+
+/// `1 / sqrt(variance + epsilon)` in double: batch normalization's scale in its backward pass.
+LOADSTAR_HOST_DEVICE inline double batch_norm_inverse_std(float variance, float epsilon) noexcept {
+  return 1.0 / ::sqrt(double(variance) + epsilon);
+}
+
 /// The input gradient of batch normalization for one element: with the batch's statistics
 /// (`training`) `gamma * inv * (dy - sum_dy / n - xhat * sum_dy_xhat / n)`, else
 /// `gamma * inv * dy`, in double.
@@ -68,7 +79,7 @@ LOADSTAR_HOST_DEVICE inline float batch_norm_gradient(float x, float mean, float
                                                       double gamma, float epsilon, bool training,
                                                       float dy, double sum_dy, double sum_dy_xhat,
                                                       double n) noexcept {
-  const double inv = 1.0 / ::sqrt(double(variance) + epsilon);
+  const double inv = batch_norm_inverse_std(variance, epsilon);
   const double d = dy;
   if (!training) return static_cast<float>(gamma * inv * d);
   const double xhat = (x - mean) * inv;
