@@ -17,12 +17,17 @@
 
 #include "loadstar/keras/backend/kinds.hpp"
 #include "loadstar/keras/losses/detail/row_formulas.hpp"
+#include "loadstar/keras/optimizers/detail/clip_formulas.hpp"
 
 namespace loadstar::cuda::detail {
 
 using keras::MeanMetricKind;
 using keras::RowLossKind;
 using keras::UpdateRule;
+
+// The gradient clipping is the host optimizers'.
+using keras::detail::clip_scale;
+using keras::detail::clip_to_value;
 
 // --- Optimizer steps: one element of one variable ------------------------------------------------
 
@@ -61,19 +66,6 @@ struct UpdateParams {
   /// `clipvalue` (`by_value`), else 0.
   float clip_value = 0.0F;
 };
-
-/// The gradient clipped to `[-c, c]`, as Eigen's `gradient.max(-c).min(c)`.
-LOADSTAR_HOST_DEVICE inline float clip_to_value(float g, float c) noexcept {
-  const float low = g < -c ? -c : g;
-  return c < low ? c : low;
-}
-
-/// The scale a gradient of squared norm `squares` is multiplied by to have at most the norm
-/// `threshold`: `threshold / max(norm, threshold)`, rounded to float (the CPU's formula).
-LOADSTAR_HOST_DEVICE inline float clip_scale(double squares, double threshold) noexcept {
-  const double norm = ::sqrt(squares);
-  return static_cast<float>(threshold / (norm < threshold ? threshold : norm));
-}
 
 /// `1 / sqrt(x)`.
 LOADSTAR_HOST_DEVICE inline float reciprocal_sqrt(float x) noexcept {
