@@ -1,5 +1,6 @@
 /// \file
-/// `Activation`: Keras's activation functions by name (`"relu"`, `"softmax"`, ...).
+/// `Activation`: Keras's activation functions by name (`"relu"`, `"softmax"`, ...). The enumeration
+/// itself is in keras/backend/kinds.hpp, which every backend's kernels share.
 #pragma once
 
 #include "loadstar/config.hpp"
