@@ -10,6 +10,8 @@
 /// library.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -20,8 +22,10 @@
 namespace loadstar {
 
 /// SplitMix64's finaliser (Steele, Lea and Flood, "Fast splittable pseudorandom number
-/// generators", 2014): a bijective mix of 64 bits, also a counter-based hash.
-constexpr std::uint64_t mix64(std::uint64_t z) noexcept {
+/// generators", 2014): a bijective mix of 64 bits, also a counter-based hash. Host and device
+/// code: the CUDA kernels hash with it too (dropout's mask), so that both backends draw the same
+/// bits.
+LOADSTAR_HOST_DEVICE constexpr std::uint64_t mix64(std::uint64_t z) noexcept {
   z = (z ^ (z >> 30U)) * 0xbf58476d1ce4e5b9ULL;
   z = (z ^ (z >> 27U)) * 0x94d049bb133111ebULL;
   return z ^ (z >> 31U);
@@ -31,7 +35,7 @@ constexpr std::uint64_t mix64(std::uint64_t z) noexcept {
 inline constexpr std::uint64_t golden_gamma = 0x9e3779b97f4a7c15ULL;
 
 /// One step of SplitMix64 as a pure function: `mix64(x + golden_gamma)`.
-constexpr std::uint64_t splitmix64(std::uint64_t x) noexcept {
+LOADSTAR_HOST_DEVICE constexpr std::uint64_t splitmix64(std::uint64_t x) noexcept {
   return mix64(x + golden_gamma);
 }
 

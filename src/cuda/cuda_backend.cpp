@@ -232,7 +232,7 @@ std::optional<keras::Deferred<keras::RowLossResult>> CudaBackendImpl::row_loss(
   const bool sparse = spec.kind == keras::RowLossKind::sparse_categorical_crossentropy;
   const detail::RowDims d = detail::row_dims(y_pred, sparse, false);
   detail::RowLossParams p;
-  p.kind = static_cast<detail::RowLossCode>(static_cast<int>(spec.kind));
+  p.kind = spec.kind;
   p.from_logits = spec.from_logits;
   p.label_smoothing = spec.label_smoothing;
   p.delta = spec.delta;
@@ -270,9 +270,8 @@ std::optional<keras::Deferred<keras::MeanMetricSums>> CudaBackendImpl::mean_metr
   double* terms = reduction_terms(d.values, 2);
   auto [ring_record, cell] = results_->acquire();
   double* record = step_result(ring_record);
-  launch("mean_metric", detail::launch_mean_metric,
-         static_cast<detail::MeanMetricCode>(static_cast<int>(spec.kind)), spec.threshold, d,
-         y_true.data(), y_pred.data(), or_null(weight), terms, terms + 2 * d.values, record);
+  launch("mean_metric", detail::launch_mean_metric, spec.kind, spec.threshold, d, y_true.data(),
+         y_pred.data(), or_null(weight), terms, terms + 2 * d.values, record);
   return keras::Deferred<keras::MeanMetricSums>(std::function<keras::MeanMetricSums()>(
       [cell = std::move(cell), ring = std::weak_ptr<detail::ResultRing>(results_)] {
         const auto& v = detail::ResultRing::values(cell, ring);
@@ -479,8 +478,8 @@ void CudaBackendImpl::activation_forward(keras::Activation kind, const Tensor<fl
     softmax_forward(x, y, x.rank() == 0 ? 0 : x.rank() - 1);
     return;
   }
-  launch("activation_forward", detail::launch_activation_forward, detail::activation_code(kind),
-         x.data(), y.data(), x.size());
+  launch("activation_forward", detail::launch_activation_forward, kind, x.data(), y.data(),
+         x.size());
 }
 
 void CudaBackendImpl::activation_backward(keras::Activation kind, const Tensor<float>& x,
@@ -494,7 +493,7 @@ void CudaBackendImpl::activation_backward(keras::Activation kind, const Tensor<f
   }
   const bool needs_x = keras::activation_gradient_needs_input(kind);
   LOADSTAR_ASSERT(!needs_x || x.size() == y.size(), "activation: the input is needed");
-  launch("activation_backward", detail::launch_activation_backward, detail::activation_code(kind),
+  launch("activation_backward", detail::launch_activation_backward, kind,
          needs_x ? x.data() : nullptr, y.data(), dy.data(), dx.data(), y.size());
 }
 
@@ -601,8 +600,8 @@ void CudaBackendImpl::conv2d_backward(const Tensor<float>& x, const keras::Conv2
   }
   if (reduce) {
     const std::size_t terms = (g.patch_size() + (dbias.empty() ? 0 : 1)) * filters;
-    launch("conv_weight_gradients", detail::launch_conv_weight_gradients, x.data(), dims(g),
-           dz.data(), filters, dkernel.data(), dbias.empty() ? nullptr : dbias.data(), accumulate,
+    launch("conv_weight_gradients", detail::launch_conv_weight_gradients, x.data(), g, dz.data(),
+           filters, dkernel.data(), dbias.empty() ? nullptr : dbias.data(), accumulate,
            reduction_scratch(rows, terms));
   } else {
     // Written gradients: the bias gradient in the kernel gradient's product where cuBLASLt
@@ -691,32 +690,32 @@ void CudaBackendImpl::im2col(const Tensor<float>& x, const keras::Conv2DGeometry
   expect("im2col", {&x, &columns});
   LOADSTAR_ASSERT(columns.size() == g.batch * g.out_h * g.out_w * g.patch_size(),
                   "im2col: columns have the wrong size");
-  launch("im2col", detail::launch_im2col, x.data(), dims(g), columns.data());
+  launch("im2col", detail::launch_im2col, x.data(), g, columns.data());
 }
 
 void CudaBackendImpl::col2im(const Tensor<float>& columns, const keras::Conv2DGeometry& g,
                              const Tensor<float>& dx) {
   expect("col2im", {&columns, &dx});
-  launch("col2im", detail::launch_col2im, columns.data(), dims(g), dx.data());
+  launch("col2im", detail::launch_col2im, columns.data(), g, dx.data());
 }
 
 void CudaBackendImpl::max_pool_forward(const Tensor<float>& x, const keras::Pool2DGeometry& g,
                                        const Tensor<float>& y) {
   expect("max_pool_forward", {&x, &y});
-  launch("max_pool_forward", detail::launch_max_pool_forward, x.data(), dims(g), y.data());
+  launch("max_pool_forward", detail::launch_max_pool_forward, x.data(), g, y.data());
 }
 
 void CudaBackendImpl::max_pool_backward(const Tensor<float>& x, const keras::Pool2DGeometry& g,
                                         const Tensor<float>& dy, const Tensor<float>& dx) {
   expect("max_pool_backward", {&x, &dy, &dx});
-  launch("max_pool_backward", detail::launch_max_pool_backward, x.data(), dims(g), dy.data(),
-         dx.data(), false);
+  launch("max_pool_backward", detail::launch_max_pool_backward, x.data(), g, dy.data(), dx.data(),
+         false);
 }
 
 bool CudaBackendImpl::max_pool_backward_relu(const Tensor<float>& x, const keras::Pool2DGeometry& g,
                                              const Tensor<float>& dy, const Tensor<float>& dx) {
   expect("max_pool_backward_relu", {&x, &dy, &dx});
-  launch("max_pool_backward_relu", detail::launch_max_pool_backward, x.data(), dims(g), dy.data(),
+  launch("max_pool_backward_relu", detail::launch_max_pool_backward, x.data(), g, dy.data(),
          dx.data(), true);
   return true;
 }
@@ -724,13 +723,13 @@ bool CudaBackendImpl::max_pool_backward_relu(const Tensor<float>& x, const keras
 void CudaBackendImpl::avg_pool_forward(const Tensor<float>& x, const keras::Pool2DGeometry& g,
                                        const Tensor<float>& y) {
   expect("avg_pool_forward", {&x, &y});
-  launch("avg_pool_forward", detail::launch_avg_pool_forward, x.data(), dims(g), y.data());
+  launch("avg_pool_forward", detail::launch_avg_pool_forward, x.data(), g, y.data());
 }
 
 void CudaBackendImpl::avg_pool_backward(const keras::Pool2DGeometry& g, const Tensor<float>& dy,
                                         const Tensor<float>& dx) {
   expect("avg_pool_backward", {&dy, &dx});
-  launch("avg_pool_backward", detail::launch_avg_pool_backward, dims(g), dy.data(), dx.data());
+  launch("avg_pool_backward", detail::launch_avg_pool_backward, g, dy.data(), dx.data());
 }
 
 void CudaBackendImpl::global_pool_forward(const Tensor<float>& x, bool max,
@@ -949,14 +948,6 @@ int CudaBackendImpl::to_int(std::size_t value, const char* call) {
 
 float* CudaBackendImpl::or_null(const Tensor<float>& t) noexcept {
   return t.empty() ? nullptr : t.data();
-}
-
-detail::ConvDims CudaBackendImpl::dims(const keras::Conv2DGeometry& g) noexcept {
-  return detail::conv_dims(g);
-}
-
-detail::PoolDims CudaBackendImpl::dims(const keras::Pool2DGeometry& g) noexcept {
-  return detail::pool_dims(g);
 }
 
 double* CudaBackendImpl::reduction_scratch(std::size_t rows, std::size_t columns) {

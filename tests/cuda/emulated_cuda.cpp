@@ -700,14 +700,14 @@ cudaError_t launch_column_sums(cudaStream_t stream, const float* x, float* out, 
         rows, columns, scratch);
   });
 }
-cudaError_t launch_activation_forward(cudaStream_t stream, ActivationCode kind, const float* x,
+cudaError_t launch_activation_forward(cudaStream_t stream, Activation kind, const float* x,
                                       float* y, std::size_t n) {
   return submit_kernel(stream, [=] {
     for (std::size_t i = 0; i < n; ++i)
       y[i] = activate(kind, x[i]);
   });
 }
-cudaError_t launch_activation_backward(cudaStream_t stream, ActivationCode kind, const float* x,
+cudaError_t launch_activation_backward(cudaStream_t stream, Activation kind, const float* x,
                                        const float* y, const float* dy, float* dx, std::size_t n) {
   return submit_kernel(stream, [=] {
     for (std::size_t i = 0; i < n; ++i)
@@ -751,7 +751,8 @@ cudaError_t launch_dropout(cudaStream_t stream, const float* x, float* y, std::s
       y[i] = dropout_value(x[i], k, i, rate, keep_scale);
   });
 }
-cudaError_t launch_im2col(cudaStream_t stream, const float* x, const ConvDims& g, float* columns) {
+cudaError_t launch_im2col(cudaStream_t stream, const float* x, const Conv2DGeometry& g,
+                          float* columns) {
   return submit_kernel(stream, [=] {
     with_conv_index(g, [&](const auto& index) {
       using Index = typename std::decay_t<decltype(index)>::index_type;
@@ -761,7 +762,8 @@ cudaError_t launch_im2col(cudaStream_t stream, const float* x, const ConvDims& g
     });
   });
 }
-cudaError_t launch_col2im(cudaStream_t stream, const float* columns, const ConvDims& g, float* dx) {
+cudaError_t launch_col2im(cudaStream_t stream, const float* columns, const Conv2DGeometry& g,
+                          float* dx) {
   return submit_kernel(stream, [=] {
     with_conv_index(g, [&](const auto& index) {
       using Index = typename std::decay_t<decltype(index)>::index_type;
@@ -773,9 +775,10 @@ cudaError_t launch_col2im(cudaStream_t stream, const float* columns, const ConvD
 }
 /// As the device: each column's partial sums over each chunk (one column at a time, where the
 /// device takes four filters a thread: the same sums), then the totals.
-cudaError_t launch_conv_weight_gradients(cudaStream_t stream, const float* x, const ConvDims& g,
-                                         const float* dz, std::size_t filters, float* dkernel,
-                                         float* dbias, bool accumulate, double* scratch) {
+cudaError_t launch_conv_weight_gradients(cudaStream_t stream, const float* x,
+                                         const Conv2DGeometry& g, const float* dz,
+                                         std::size_t filters, float* dkernel, float* dbias,
+                                         bool accumulate, double* scratch) {
   ++loadstar::test::conv_weight_reductions;
   return submit_kernel(stream, [=] {
     with_conv_index(g, [&](const auto& index) {
@@ -794,8 +797,8 @@ cudaError_t launch_conv_weight_gradients(cudaStream_t stream, const float* x, co
   });
 }
 /// The pooling kernels' work: forward over the output's elements, backward over the input's.
-cudaError_t emulate_pool(cudaStream_t stream, const float* x, const PoolDims& g, const float* dy,
-                         float* out, bool max, bool forward, bool relu = false) {
+cudaError_t emulate_pool(cudaStream_t stream, const float* x, const Pool2DGeometry& g,
+                         const float* dy, float* out, bool max, bool forward, bool relu = false) {
   return submit_kernel(stream, [=] {
     with_pool_index(g, [&](const auto& index) {
       using Index = typename std::decay_t<decltype(index)>::index_type;
@@ -806,11 +809,11 @@ cudaError_t emulate_pool(cudaStream_t stream, const float* x, const PoolDims& g,
     });
   });
 }
-cudaError_t launch_max_pool_forward(cudaStream_t stream, const float* x, const PoolDims& g,
+cudaError_t launch_max_pool_forward(cudaStream_t stream, const float* x, const Pool2DGeometry& g,
                                     float* y) {
   return emulate_pool(stream, x, g, nullptr, y, true, true);
 }
-cudaError_t launch_max_pool_backward(cudaStream_t stream, const float* x, const PoolDims& g,
+cudaError_t launch_max_pool_backward(cudaStream_t stream, const float* x, const Pool2DGeometry& g,
                                      const float* dy, float* dx, bool relu) {
   if (relu) ++loadstar::test::relu_pool_gradients;
   if (!pool_windows_disjoint(g)) return emulate_pool(stream, x, g, dy, dx, true, false, relu);
@@ -825,11 +828,11 @@ cudaError_t launch_max_pool_backward(cudaStream_t stream, const float* x, const 
     });
   });
 }
-cudaError_t launch_avg_pool_forward(cudaStream_t stream, const float* x, const PoolDims& g,
+cudaError_t launch_avg_pool_forward(cudaStream_t stream, const float* x, const Pool2DGeometry& g,
                                     float* y) {
   return emulate_pool(stream, x, g, nullptr, y, false, true);
 }
-cudaError_t launch_avg_pool_backward(cudaStream_t stream, const PoolDims& g, const float* dy,
+cudaError_t launch_avg_pool_backward(cudaStream_t stream, const Pool2DGeometry& g, const float* dy,
                                      float* dx) {
   return emulate_pool(stream, nullptr, g, dy, dx, false, false);
 }
@@ -964,7 +967,7 @@ cudaError_t launch_row_loss(cudaStream_t stream, const RowLossParams& params, co
   return submit_kernel(stream, [=] {
     auto* first_bad = reinterpret_cast<unsigned long long*>(record + 1);
     for (std::size_t j = 0; j < dims.values; ++j) {
-      if (params.kind == RowLossCode::sparse_categorical_crossentropy &&
+      if (params.kind == RowLossKind::sparse_categorical_crossentropy &&
           !label_in_range(y_true[j * dims.true_size], dims.classes) && j < *first_bad) {
         *first_bad = j;
       }
@@ -976,7 +979,7 @@ cudaError_t launch_row_loss(cudaStream_t stream, const RowLossParams& params, co
         dims.values, 1, partials);
   });
 }
-cudaError_t launch_mean_metric(cudaStream_t stream, MeanMetricCode kind, double threshold,
+cudaError_t launch_mean_metric(cudaStream_t stream, MeanMetricKind kind, double threshold,
                                const RowDims& dims, const float* y_true, const float* y_pred,
                                const float* weight, double* terms, double* partials,
                                double* result) {

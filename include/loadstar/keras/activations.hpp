@@ -1,5 +1,6 @@
 /// \file
-/// `Activation`: Keras's activation functions by name (`"relu"`, `"softmax"`, ...).
+/// `Activation`: Keras's activation functions by name (`"relu"`, `"softmax"`, ...). The enumeration
+/// itself is in keras/backend/kinds.hpp, which every backend's kernels share.
 #pragma once
 
 #include "loadstar/config.hpp"
@@ -12,33 +13,10 @@
 #include <nlohmann/json.hpp>
 
 #include "loadstar/error.hpp"
+#include "loadstar/keras/backend/kinds.hpp"
 #include "loadstar/keras/registry.hpp"
 
 namespace loadstar::keras {
-
-/// An activation function of `tf.keras.activations` (Keras 2 semantics).
-///
-/// `gelu` is the exact (erf) form, Keras's default `approximate=False`; `hard_sigmoid` is Keras 2's
-/// `max(0, min(1, 0.2 x + 0.5))`; `softmax` acts over the last axis.
-/// \code
-/// Activation a = activation_from_name("relu");
-/// activation_name(a);  // "relu"
-/// \endcode
-enum class Activation {
-  linear,
-  relu,
-  sigmoid,
-  tanh,
-  softmax,
-  elu,
-  selu,
-  softplus,
-  softsign,
-  gelu,
-  swish,
-  hard_sigmoid,
-  exponential,
-};
 
 namespace detail {
 inline constexpr std::array<std::pair<std::string_view, Activation>, 13> activation_names{{

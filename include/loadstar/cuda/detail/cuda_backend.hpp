@@ -484,9 +484,6 @@ class CudaBackendImpl final : public keras::Backend {
 
   static float* or_null(const Tensor<float>& t) noexcept;
 
-  static detail::ConvDims dims(const keras::Conv2DGeometry& g) noexcept;
-  static detail::PoolDims dims(const keras::Pool2DGeometry& g) noexcept;
-
   /// Device scratch of at least the doubles a column reduction of `rows x columns` needs; it
   /// grows and is then reused (kernels on the one stream use it in turn).
   double* reduction_scratch(std::size_t rows, std::size_t columns);

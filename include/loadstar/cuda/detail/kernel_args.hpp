@@ -19,55 +19,10 @@
 
 namespace loadstar::cuda::detail {
 
-// The kernels see `keras::Activation` as `ActivationCode`: the same values.
-#define LOADSTAR_SAME_ACTIVATION(name)                                                     \
-  static_assert(                                                                           \
-      static_cast<int>(keras::Activation::name) == static_cast<int>(ActivationCode::name), \
-      "ActivationCode::" #name " must have keras::Activation::" #name "'s value")
-LOADSTAR_SAME_ACTIVATION(linear);
-LOADSTAR_SAME_ACTIVATION(relu);
-LOADSTAR_SAME_ACTIVATION(sigmoid);
-LOADSTAR_SAME_ACTIVATION(tanh);
-LOADSTAR_SAME_ACTIVATION(softmax);
-LOADSTAR_SAME_ACTIVATION(elu);
-LOADSTAR_SAME_ACTIVATION(selu);
-LOADSTAR_SAME_ACTIVATION(softplus);
-LOADSTAR_SAME_ACTIVATION(softsign);
-LOADSTAR_SAME_ACTIVATION(gelu);
-LOADSTAR_SAME_ACTIVATION(swish);
-LOADSTAR_SAME_ACTIVATION(hard_sigmoid);
-LOADSTAR_SAME_ACTIVATION(exponential);
-#undef LOADSTAR_SAME_ACTIVATION
-
-#define LOADSTAR_SAME_CODE(type, code, name)                                         \
-  static_assert(static_cast<int>(keras::type::name) == static_cast<int>(code::name), \
-                #code "::" #name " must have keras::" #type "::" #name "'s value")
-LOADSTAR_SAME_CODE(UpdateRule, UpdateCode, sgd);
-LOADSTAR_SAME_CODE(UpdateRule, UpdateCode, sgd_momentum);
-LOADSTAR_SAME_CODE(UpdateRule, UpdateCode, adam);
-LOADSTAR_SAME_CODE(UpdateRule, UpdateCode, rmsprop);
-LOADSTAR_SAME_CODE(UpdateRule, UpdateCode, adagrad);
-LOADSTAR_SAME_CODE(UpdateRule, UpdateCode, adadelta);
-LOADSTAR_SAME_CODE(RowLossKind, RowLossCode, sparse_categorical_crossentropy);
-LOADSTAR_SAME_CODE(RowLossKind, RowLossCode, categorical_crossentropy);
-LOADSTAR_SAME_CODE(RowLossKind, RowLossCode, mean_squared_error);
-LOADSTAR_SAME_CODE(RowLossKind, RowLossCode, binary_crossentropy);
-LOADSTAR_SAME_CODE(RowLossKind, RowLossCode, mean_absolute_error);
-LOADSTAR_SAME_CODE(RowLossKind, RowLossCode, huber);
-LOADSTAR_SAME_CODE(RowLossKind, RowLossCode, kl_divergence);
-LOADSTAR_SAME_CODE(MeanMetricKind, MeanMetricCode, accuracy);
-LOADSTAR_SAME_CODE(MeanMetricKind, MeanMetricCode, binary_accuracy);
-LOADSTAR_SAME_CODE(MeanMetricKind, MeanMetricCode, categorical_accuracy);
-LOADSTAR_SAME_CODE(MeanMetricKind, MeanMetricCode, sparse_categorical_accuracy);
-LOADSTAR_SAME_CODE(MeanMetricKind, MeanMetricCode, mean);
-LOADSTAR_SAME_CODE(MeanMetricKind, MeanMetricCode, mean_squared_error);
-LOADSTAR_SAME_CODE(MeanMetricKind, MeanMetricCode, mean_absolute_error);
-#undef LOADSTAR_SAME_CODE
-
 /// The kernels' operands of an optimizer step.
 inline UpdateParams update_params(const keras::OptimizerStep& step) noexcept {
   UpdateParams p;
-  p.rule = static_cast<UpdateCode>(static_cast<int>(step.rule));
+  p.rule = step.rule;
   p.learning_rate = step.learning_rate;
   p.alpha = step.alpha;
   p.one_minus_beta_1 = step.one_minus_beta_1;
@@ -94,48 +49,6 @@ inline RowDims row_dims(const Tensor<float>& y_pred, bool sparse, bool elementwi
   d.true_size = sparse ? 1 : d.classes;
   d.per_row = y_pred.rows() == 0 ? 1 : d.values / y_pred.rows();
   if (d.per_row == 0) d.per_row = 1;
-  return d;
-}
-
-inline ActivationCode activation_code(keras::Activation kind) noexcept {
-  return static_cast<ActivationCode>(static_cast<int>(kind));
-}
-
-/// The kernels' view of a convolution's geometry.
-inline ConvDims conv_dims(const keras::Conv2DGeometry& g) noexcept {
-  ConvDims d;
-  d.batch = g.batch;
-  d.in_h = g.in_h;
-  d.in_w = g.in_w;
-  d.in_c = g.in_c;
-  d.out_h = g.out_h;
-  d.out_w = g.out_w;
-  d.kernel_h = g.kernel_h;
-  d.kernel_w = g.kernel_w;
-  d.stride_h = g.stride_h;
-  d.stride_w = g.stride_w;
-  d.dilation_h = g.dilation_h;
-  d.dilation_w = g.dilation_w;
-  d.pad_top = g.pad_top;
-  d.pad_left = g.pad_left;
-  return d;
-}
-
-/// The kernels' view of a pooling's geometry.
-inline PoolDims pool_dims(const keras::Pool2DGeometry& g) noexcept {
-  PoolDims d;
-  d.batch = g.batch;
-  d.in_h = g.in_h;
-  d.in_w = g.in_w;
-  d.channels = g.channels;
-  d.out_h = g.out_h;
-  d.out_w = g.out_w;
-  d.pool_h = g.pool_h;
-  d.pool_w = g.pool_w;
-  d.stride_h = g.stride_h;
-  d.stride_w = g.stride_w;
-  d.pad_top = g.pad_top;
-  d.pad_left = g.pad_left;
   return d;
 }
 

@@ -88,14 +88,14 @@ __global__ void bias_add_kernel(float* x, std::size_t n, const float* bias, std:
   }
 }
 
-__global__ void activation_forward_kernel(ActivationCode kind, const float* x, float* y,
+__global__ void activation_forward_kernel(Activation kind, const float* x, float* y,
                                           std::size_t n) {
   LOADSTAR_GRID_STRIDE(i, n) {
     y[i] = activate(kind, x[i]);
   }
 }
 
-__global__ void activation_backward_kernel(ActivationCode kind, const float* x, const float* y,
+__global__ void activation_backward_kernel(Activation kind, const float* x, const float* y,
                                            const float* dy, float* dx, std::size_t n) {
   LOADSTAR_GRID_STRIDE(i, n) {
     dx[i] = activation_gradient(kind, x == nullptr ? 0.0F : x[i], y[i], dy[i]);
@@ -423,7 +423,7 @@ __global__ void row_loss_kernel(RowLossParams params, RowDims dims, const float*
                                 const float* y_pred, const float* weight, float* gradient,
                                 double* terms, unsigned long long* first_bad) {
   LOADSTAR_GRID_STRIDE(j, dims.values) {
-    if (params.kind == RowLossCode::sparse_categorical_crossentropy &&
+    if (params.kind == RowLossKind::sparse_categorical_crossentropy &&
         !label_in_range(y_true[j * dims.true_size], dims.classes)) {
       atomicMin(first_bad, static_cast<unsigned long long>(j));  // an integer minimum: any order
     }
@@ -431,7 +431,7 @@ __global__ void row_loss_kernel(RowLossParams params, RowDims dims, const float*
   }
 }
 
-__global__ void metric_terms_kernel(MeanMetricCode kind, double threshold, RowDims dims,
+__global__ void metric_terms_kernel(MeanMetricKind kind, double threshold, RowDims dims,
                                     const float* y_true, const float* y_pred, const float* weight,
                                     double* terms) {
   LOADSTAR_GRID_STRIDE(j, dims.values) {
@@ -490,7 +490,7 @@ cudaError_t launch_row_loss(cudaStream_t stream, const RowLossParams& params, co
                        FinishRowLoss{record, y_true, dims.true_size}, dims.values, 1, partials);
 }
 
-cudaError_t launch_mean_metric(cudaStream_t stream, MeanMetricCode kind, double threshold,
+cudaError_t launch_mean_metric(cudaStream_t stream, MeanMetricKind kind, double threshold,
                                const RowDims& dims, const float* y_true, const float* y_pred,
                                const float* weight, double* terms, double* partials,
                                double* result) {
@@ -536,12 +536,12 @@ cudaError_t launch_column_sums(cudaStream_t stream, const float* x, float* out, 
                        scratch);
 }
 
-cudaError_t launch_activation_forward(cudaStream_t stream, ActivationCode kind, const float* x,
+cudaError_t launch_activation_forward(cudaStream_t stream, Activation kind, const float* x,
                                       float* y, std::size_t n) {
   return launch(activation_forward_kernel, stream, n, kind, x, y, n);
 }
 
-cudaError_t launch_activation_backward(cudaStream_t stream, ActivationCode kind, const float* x,
+cudaError_t launch_activation_backward(cudaStream_t stream, Activation kind, const float* x,
                                        const float* y, const float* dy, float* dx, std::size_t n) {
   return launch(activation_backward_kernel, stream, n, kind, x, y, dy, dx, n);
 }
@@ -573,7 +573,8 @@ cudaError_t launch_dropout(cudaStream_t stream, const float* x, float* y, std::s
   return launch(dropout_kernel, stream, n, x, y, n, rate, keep_scale, key, device_key);
 }
 
-cudaError_t launch_im2col(cudaStream_t stream, const float* x, const ConvDims& g, float* columns) {
+cudaError_t launch_im2col(cudaStream_t stream, const float* x, const Conv2DGeometry& g,
+                          float* columns) {
   const std::size_t n = g.batch * g.out_h * g.out_w * g.kernel_h * g.kernel_w * g.in_c;
   return with_conv_index(g, [&](const auto& index) {
     using Index = typename std::decay_t<decltype(index)>::index_type;
@@ -581,9 +582,10 @@ cudaError_t launch_im2col(cudaStream_t stream, const float* x, const ConvDims& g
   });
 }
 
-cudaError_t launch_conv_weight_gradients(cudaStream_t stream, const float* x, const ConvDims& g,
-                                         const float* dz, std::size_t filters, float* dkernel,
-                                         float* dbias, bool accumulate, double* scratch) {
+cudaError_t launch_conv_weight_gradients(cudaStream_t stream, const float* x,
+                                         const Conv2DGeometry& g, const float* dz,
+                                         std::size_t filters, float* dkernel, float* dbias,
+                                         bool accumulate, double* scratch) {
   const std::size_t rows = g.batch * g.out_h * g.out_w;
   const std::size_t patch = g.kernel_h * g.kernel_w * g.in_c;
   const std::size_t kernel_terms = patch * filters;
@@ -611,7 +613,8 @@ cudaError_t launch_conv_weight_gradients(cudaStream_t stream, const float* x, co
   return finish_columns(stream, scratch, chunks, columns, finish);
 }
 
-cudaError_t launch_col2im(cudaStream_t stream, const float* columns, const ConvDims& g, float* dx) {
+cudaError_t launch_col2im(cudaStream_t stream, const float* columns, const Conv2DGeometry& g,
+                          float* dx) {
   const std::size_t n = g.batch * g.in_h * g.in_w * g.in_c;
   return with_conv_index(g, [&](const auto& index) {
     using Index = typename std::decay_t<decltype(index)>::index_type;
@@ -622,7 +625,7 @@ cudaError_t launch_col2im(cudaStream_t stream, const float* columns, const ConvD
 namespace {
 
 /// Pooling forward (`max`, else average) over the output's elements.
-cudaError_t pool_forward(cudaStream_t stream, const float* x, const PoolDims& g, float* y,
+cudaError_t pool_forward(cudaStream_t stream, const float* x, const Pool2DGeometry& g, float* y,
                          bool max) {
   const std::size_t n = g.batch * g.out_h * g.out_w * g.channels;
   return with_pool_index(g, [&](const auto& index) {
@@ -632,8 +635,8 @@ cudaError_t pool_forward(cudaStream_t stream, const float* x, const PoolDims& g,
 }
 
 /// Pooling backward (`max`, else average) over the input's elements.
-cudaError_t pool_backward(cudaStream_t stream, const float* x, const PoolDims& g, const float* dy,
-                          float* dx, bool max, bool relu) {
+cudaError_t pool_backward(cudaStream_t stream, const float* x, const Pool2DGeometry& g,
+                          const float* dy, float* dx, bool max, bool relu) {
   const std::size_t n = g.batch * g.in_h * g.in_w * g.channels;
   return with_pool_index(g, [&](const auto& index) {
     using Index = typename std::decay_t<decltype(index)>::index_type;
@@ -643,7 +646,7 @@ cudaError_t pool_backward(cudaStream_t stream, const float* x, const PoolDims& g
 
 }  // namespace
 
-cudaError_t launch_max_pool_forward(cudaStream_t stream, const float* x, const PoolDims& g,
+cudaError_t launch_max_pool_forward(cudaStream_t stream, const float* x, const Pool2DGeometry& g,
                                     float* y) {
   return pool_forward(stream, x, g, y, true);
 }
@@ -652,7 +655,7 @@ cudaError_t launch_max_pool_forward(cudaStream_t stream, const float* x, const P
 /// gradients, after a fill of the positions no window covers; otherwise one thread per input
 /// element gathers from every window that holds it. With `relu`, the gradient goes on through
 /// the ReLU whose output `x` is.
-cudaError_t launch_max_pool_backward(cudaStream_t stream, const float* x, const PoolDims& g,
+cudaError_t launch_max_pool_backward(cudaStream_t stream, const float* x, const Pool2DGeometry& g,
                                      const float* dy, float* dx, bool relu) {
   if (!pool_windows_disjoint(g)) return pool_backward(stream, x, g, dy, dx, true, relu);
   if (!pool_windows_tile(g)) {
@@ -668,12 +671,12 @@ cudaError_t launch_max_pool_backward(cudaStream_t stream, const float* x, const 
   });
 }
 
-cudaError_t launch_avg_pool_forward(cudaStream_t stream, const float* x, const PoolDims& g,
+cudaError_t launch_avg_pool_forward(cudaStream_t stream, const float* x, const Pool2DGeometry& g,
                                     float* y) {
   return pool_forward(stream, x, g, y, false);
 }
 
-cudaError_t launch_avg_pool_backward(cudaStream_t stream, const PoolDims& g, const float* dy,
+cudaError_t launch_avg_pool_backward(cudaStream_t stream, const Pool2DGeometry& g, const float* dy,
                                      float* dx) {
   return pool_backward(stream, nullptr, g, dy, dx, false, false);
 }

@@ -28,10 +28,10 @@ cudaError_t launch_bias_add(cudaStream_t stream, float* x, std::size_t n, const 
 cudaError_t launch_column_sums(cudaStream_t stream, const float* x, float* out, std::size_t rows,
                                std::size_t columns, float beta, double* scratch);
 
-cudaError_t launch_activation_forward(cudaStream_t stream, ActivationCode kind, const float* x,
+cudaError_t launch_activation_forward(cudaStream_t stream, Activation kind, const float* x,
                                       float* y, std::size_t n);
 /// `x` may be null for kinds whose gradient reads only `y`.
-cudaError_t launch_activation_backward(cudaStream_t stream, ActivationCode kind, const float* x,
+cudaError_t launch_activation_backward(cudaStream_t stream, Activation kind, const float* x,
                                        const float* y, const float* dy, float* dx, std::size_t n);
 cudaError_t launch_relu_forward(cudaStream_t stream, const float* x, float* y, std::size_t n,
                                 float top, float slope, float threshold);
@@ -47,24 +47,27 @@ cudaError_t launch_dropout(cudaStream_t stream, const float* x, float* y, std::s
                            double rate, float keep_scale, std::uint64_t key,
                            const std::uint64_t* device_key);
 
-cudaError_t launch_im2col(cudaStream_t stream, const float* x, const ConvDims& g, float* columns);
-cudaError_t launch_col2im(cudaStream_t stream, const float* columns, const ConvDims& g, float* dx);
+cudaError_t launch_im2col(cudaStream_t stream, const float* x, const Conv2DGeometry& g,
+                          float* columns);
+cudaError_t launch_col2im(cudaStream_t stream, const float* columns, const Conv2DGeometry& g,
+                          float* dx);
 /// A convolution's kernel gradient (`patch x filters`) and bias gradient (`filters`; none where
 /// null) from its input and its pre-activation gradient `dz` (`rows x filters`), written (or
 /// added, `accumulate`) as one column reduction without unfolding the input
 /// (`conv_weight_partials`); `scratch` holds `reduction_scratch(rows, columns)` doubles for the
 /// `patch * filters` (+ `filters`) columns.
-cudaError_t launch_conv_weight_gradients(cudaStream_t stream, const float* x, const ConvDims& g,
-                                         const float* dz, std::size_t filters, float* dkernel,
-                                         float* dbias, bool accumulate, double* scratch);
-cudaError_t launch_max_pool_forward(cudaStream_t stream, const float* x, const PoolDims& g,
+cudaError_t launch_conv_weight_gradients(cudaStream_t stream, const float* x,
+                                         const Conv2DGeometry& g, const float* dz,
+                                         std::size_t filters, float* dkernel, float* dbias,
+                                         bool accumulate, double* scratch);
+cudaError_t launch_max_pool_forward(cudaStream_t stream, const float* x, const Pool2DGeometry& g,
                                     float* y);
 /// With `relu`, `dx` goes on through the ReLU whose output `x` is (0 where `x` is not positive).
-cudaError_t launch_max_pool_backward(cudaStream_t stream, const float* x, const PoolDims& g,
+cudaError_t launch_max_pool_backward(cudaStream_t stream, const float* x, const Pool2DGeometry& g,
                                      const float* dy, float* dx, bool relu);
-cudaError_t launch_avg_pool_forward(cudaStream_t stream, const float* x, const PoolDims& g,
+cudaError_t launch_avg_pool_forward(cudaStream_t stream, const float* x, const Pool2DGeometry& g,
                                     float* y);
-cudaError_t launch_avg_pool_backward(cudaStream_t stream, const PoolDims& g, const float* dy,
+cudaError_t launch_avg_pool_backward(cudaStream_t stream, const Pool2DGeometry& g, const float* dy,
                                      float* dx);
 cudaError_t launch_global_pool_forward(cudaStream_t stream, const float* x, bool max, float* y,
                                        std::size_t batch, std::size_t pixels, std::size_t channels);
@@ -126,7 +129,7 @@ cudaError_t launch_row_loss(cudaStream_t stream, const RowLossParams& params, co
                             const float* y_true, const float* y_pred, const float* weight,
                             float* gradient, double* terms, double* partials, double* record);
 /// A mean metric's batch: `result[0]` the sum of value times weight, `result[1]` the weights.
-cudaError_t launch_mean_metric(cudaStream_t stream, MeanMetricCode kind, double threshold,
+cudaError_t launch_mean_metric(cudaStream_t stream, MeanMetricKind kind, double threshold,
                                const RowDims& dims, const float* y_true, const float* y_pred,
                                const float* weight, double* terms, double* partials,
                                double* result);

@@ -4,8 +4,12 @@
 /// convolution and pooling kernels and the fixed-order column reductions. They follow the CPU
 /// backend (keras/backend/cpu_backend.hpp) operation for operation, so that host tests run every
 /// kernel's per-thread work over all threads and compare with it without a GPU; the kernels
-/// (kernels.cuh) only map threads to these calls. This header includes no CUDA header and
-/// nothing of the executor.
+/// (kernels.cuh) only map threads to these calls. The per-element formulas that both backends
+/// compute (keras/detail/activation_formulas.hpp, layer_formulas.hpp and
+/// keras/losses/detail/row_formulas.hpp) and the kinds and geometry structs
+/// (keras/backend/kinds.hpp) are the CPU backend's own, included here; so is step_math.hpp, the
+/// per-thread work of the optimizer step, the row losses and the mean metrics. This header
+/// includes no CUDA header and nothing else of the executor.
 #pragma once
 
 #include <cmath>
@@ -13,29 +17,13 @@
 #include <cstdint>
 
 #include "loadstar/config.hpp"
+#include "loadstar/cuda/detail/step_math.hpp"
+#include "loadstar/keras/backend/kinds.hpp"
 #include "loadstar/keras/detail/activation_formulas.hpp"
+#include "loadstar/keras/detail/layer_formulas.hpp"
 #include "loadstar/keras/losses/detail/row_formulas.hpp"
 
 namespace loadstar::cuda::detail {
-
-/// `keras::Conv2DGeometry`'s fields, without the executor's headers.
-struct ConvDims {
-  std::size_t batch = 0, in_h = 0, in_w = 0, in_c = 0;
-  std::size_t out_h = 0, out_w = 0;
-  std::size_t kernel_h = 1, kernel_w = 1;
-  std::size_t stride_h = 1, stride_w = 1;
-  std::size_t dilation_h = 1, dilation_w = 1;
-  std::size_t pad_top = 0, pad_left = 0;
-};
-
-/// `keras::Pool2DGeometry`'s fields.
-struct PoolDims {
-  std::size_t batch = 0, in_h = 0, in_w = 0, channels = 0;
-  std::size_t out_h = 0, out_w = 0;
-  std::size_t pool_h = 1, pool_w = 1;
-  std::size_t stride_h = 1, stride_w = 1;
-  std::size_t pad_top = 0, pad_left = 0;
-};
 
 /// An axis permutation: the output's dimensions and, for each output axis, the stride of the
 /// input axis it reads.
@@ -46,137 +34,31 @@ struct PermuteDims {
   std::size_t in_strides[max_rank] = {};
 };
 
-/// `keras::Activation` as the kernels see it: the same enumerators in the same order (checked by
-/// static_asserts in cuda_backend.hpp), without the executor's headers.
-enum class ActivationCode : int {
-  linear,
-  relu,
-  sigmoid,
-  tanh,
-  softmax,
-  elu,
-  selu,
-  softplus,
-  softsign,
-  gelu,
-  swish,
-  hard_sigmoid,
-  exponential,
-};
+// The kinds and geometry the kernels take are the executor's types (step_math.hpp names the
+// optimizer, loss and metric kinds).
+using keras::Activation;
+using keras::Conv2DGeometry;
+using keras::Pool2DGeometry;
 
-// The element-wise activations are the CPU backend's, one element at a time.
+// The per-element formulas are the CPU backend's, one element (or one line) at a time.
 using keras::detail::activate;
 using keras::detail::activation_gradient;
+using keras::detail::batch_norm_dy_xhat;
+using keras::detail::batch_norm_gradient;
+using keras::detail::batch_norm_inverse_std;
+using keras::detail::batch_norm_value;
+using keras::detail::column_sum_value;
+using keras::detail::dropout_keeps;
+using keras::detail::dropout_value;
+using keras::detail::index_in_range;
 using keras::detail::max_of;
-
-/// Keras's `ReLU`: `top` for `v >= top`, `v` from `threshold` on, `slope * (v - threshold)`
-/// below (`top` is infinity without a `max_value`).
-LOADSTAR_HOST_DEVICE inline float relu_value(float v, float top, float slope,
-                                             float threshold) noexcept {
-  return v >= top ? top : v >= threshold ? v : slope * (v - threshold);
-}
-
-LOADSTAR_HOST_DEVICE inline float relu_gradient(float v, float dy, float top, float slope,
-                                                float threshold) noexcept {
-  return v >= top ? 0.0F : v >= threshold ? dy : slope * dy;
-}
-
-/// SplitMix64's finaliser (`loadstar::mix64` in random.hpp, which is not a device function).
-LOADSTAR_HOST_DEVICE inline std::uint64_t mix64(std::uint64_t z) noexcept {
-  z = (z ^ (z >> 30U)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27U)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31U);
-}
-
-/// Whether inverted dropout keeps element `i` under `key`: the CPU backend's counter hash, a
-/// uniform double from the top 53 bits of `mix64(key + golden * (i + 1))` at or above `rate`.
-LOADSTAR_HOST_DEVICE inline bool dropout_keeps(std::uint64_t key, std::uint64_t i,
-                                               double rate) noexcept {
-  const std::uint64_t bits = mix64(key + 0x9E3779B97F4A7C15ULL * (i + 1));
-  const double u = static_cast<double>(bits >> 11U) * 0x1.0p-53;
-  return u >= rate;
-}
-
-/// The dropout output of `x`: `x * keep_scale` when kept, else 0.
-LOADSTAR_HOST_DEVICE inline float dropout_value(float x, std::uint64_t key, std::uint64_t i,
-                                                double rate, float keep_scale) noexcept {
-  return dropout_keeps(key, i, rate) ? x * keep_scale : 0.0F;
-}
-
-/// `moving * momentum + value * (1 - momentum)`.
-LOADSTAR_HOST_DEVICE inline float moving_average_value(float moving, float value,
-                                                       float momentum) noexcept {
-  return moving * momentum + value * (1.0F - momentum);
-}
-
-/// `gamma * (x - mean) / sqrt(variance + epsilon) + beta`, in the CPU backend's order.
-LOADSTAR_HOST_DEVICE inline float batch_norm_value(float x, float mean, float variance, float gamma,
-                                                   float beta, float epsilon) noexcept {
-  const float inv = 1.0F / ::sqrtf(variance + epsilon);
-  return (x - mean) * inv * gamma + beta;
-}
-
-/// The input gradient of batch normalisation for one element: with the batch's statistics
-/// (`training`) `gamma * inv * (dy - sum_dy / n - xhat * sum_dy_xhat / n)`, else
-/// `gamma * inv * dy`, in double as the CPU backend computes it.
-LOADSTAR_HOST_DEVICE inline float batch_norm_gradient(float x, float mean, float variance,
-                                                      double gamma, float epsilon, bool training,
-                                                      float dy, double sum_dy, double sum_dy_xhat,
-                                                      double n) noexcept {
-  const double inv = 1.0 / ::sqrt(double(variance) + epsilon);
-  const double d = dy;
-  if (!training) return static_cast<float>(gamma * inv * d);
-  const double xhat = (x - mean) * inv;
-  return static_cast<float>(gamma * inv * (d - sum_dy / n - xhat * sum_dy_xhat / n));
-}
-
-/// The value that `batch_norm_backward` sums for `dgamma`: `dy * (x - mean) * inv`.
-LOADSTAR_HOST_DEVICE inline double batch_norm_dy_xhat(float x, float mean, float dy,
-                                                      double inv) noexcept {
-  return double(dy) * (x - mean) * inv;
-}
-
-/// Whether a gather index (a float, cast toward zero) is inside `[0, rows)`; NaN is not.
-LOADSTAR_HOST_DEVICE inline bool index_in_range(float v, std::size_t rows) noexcept {
-  return v > -1.0F && v < static_cast<float>(rows);
-}
-
-// --- Softmax: one thread per line, the CPU backend's order
-// ----------------------------------------
-
-/// `y = softmax(x)` along line `line` of a tensor seen as `(outer, length, inner)`.
-LOADSTAR_HOST_DEVICE inline void softmax_forward_line(const float* x, float* y, std::size_t length,
-                                                      std::size_t inner,
-                                                      std::size_t line) noexcept {
-  const std::size_t base = (line / inner) * length * inner + line % inner;
-  const float* in = x + base;
-  float* out = y + base;
-  float top = -INFINITY;
-  for (std::size_t k = 0; k < length; ++k)
-    top = max_of(top, in[k * inner]);
-  float sum = 0.0F;
-  for (std::size_t k = 0; k < length; ++k) {
-    const float e = ::expf(in[k * inner] - top);
-    out[k * inner] = e;
-    sum += e;
-  }
-  for (std::size_t k = 0; k < length; ++k)
-    out[k * inner] /= sum;
-}
-
-/// `dx = y * (dy - sum(dy * y))` along line `line`.
-LOADSTAR_HOST_DEVICE inline void softmax_backward_line(const float* y, const float* dy, float* dx,
-                                                       std::size_t length, std::size_t inner,
-                                                       std::size_t line) noexcept {
-  const std::size_t base = (line / inner) * length * inner + line % inner;
-  float dot = 0.0F;
-  for (std::size_t k = 0; k < length; ++k)
-    dot += y[base + k * inner] * dy[base + k * inner];
-  for (std::size_t k = 0; k < length; ++k) {
-    const std::size_t i = base + k * inner;
-    dx[i] = y[i] * (dy[i] - dot);
-  }
-}
+using keras::detail::moving_average_value;
+using keras::detail::relu_gradient;
+using keras::detail::relu_passes;
+using keras::detail::relu_value;
+using keras::detail::softmax_backward_line;
+using keras::detail::softmax_forward_line;
+using keras::detail::squared_deviation;
 
 // --- Column reductions: fixed chunks of rows, partial sums in double, added in a fixed order
 // --------
@@ -264,8 +146,7 @@ struct SquaredDeviation {
   const double* mean;
   std::size_t columns;
   LOADSTAR_HOST_DEVICE double operator()(std::size_t r, std::size_t j) const noexcept {
-    const double d = x[r * columns + j] - mean[j];
-    return d * d;
+    return squared_deviation(x[r * columns + j], mean[j]);
   }
 };
 
@@ -278,15 +159,10 @@ struct DyXhat {
   float epsilon;
   std::size_t columns;
   LOADSTAR_HOST_DEVICE double operator()(std::size_t r, std::size_t j) const noexcept {
-    const double inv = 1.0 / ::sqrt(double(variance[j]) + epsilon);
+    const double inv = batch_norm_inverse_std(variance[j], epsilon);
     return batch_norm_dy_xhat(x[r * columns + j], mean[j], dy[r * columns + j], inv);
   }
 };
-
-/// `column_sums`' result from the column's sum, as the CPU backend rounds it.
-LOADSTAR_HOST_DEVICE inline float column_sum_value(double sum, float beta, float old) noexcept {
-  return static_cast<float>(beta == 0.0F ? sum : beta * old + sum);
-}
 
 // --- Index arithmetic ---------------------------------------------------------------------------
 
@@ -370,7 +246,7 @@ struct ConvIndex {
   Divisor<Index> patch;  // kernel_h * kernel_w * in_c: a row of the columns
   Index kernel_h = 1, dilation_h = 1, dilation_w = 1, pad_top = 0, pad_left = 0;
 
-  explicit ConvIndex(const ConvDims& g) noexcept
+  explicit ConvIndex(const Conv2DGeometry& g) noexcept
       : in_h(Index(g.in_h)),
         in_w(Index(g.in_w)),
         in_c(Index(g.in_c)),
@@ -389,7 +265,7 @@ struct ConvIndex {
 
 /// Whether every index of the convolution's kernels (its input, its columns and the positions
 /// they reach) stays below 2^31.
-inline bool conv_fits_32bit(const ConvDims& g) noexcept {
+inline bool conv_fits_32bit(const Conv2DGeometry& g) noexcept {
   return fits_32bit_index(g.batch * g.in_h * g.in_w * g.in_c,
                           g.batch * g.out_h * g.out_w * g.kernel_h * g.kernel_w * g.in_c,
                           g.out_h * g.stride_h + g.kernel_h * g.dilation_h + g.in_h + g.pad_top,
@@ -398,7 +274,7 @@ inline bool conv_fits_32bit(const ConvDims& g) noexcept {
 
 /// `with_index` for a convolution's kernels.
 template <class F>
-decltype(auto) with_conv_index(const ConvDims& g, F&& f) {
+decltype(auto) with_conv_index(const Conv2DGeometry& g, F&& f) {
   return with_index<ConvIndex>(conv_fits_32bit(g), g, static_cast<F&&>(f));
 }
 
@@ -543,7 +419,7 @@ struct PoolIndex {
   Divisor<Index> in_h, in_w, channels, out_h, out_w, stride_h, stride_w;
   Index pool_h = 1, pool_w = 1, pad_top = 0, pad_left = 0;
 
-  explicit PoolIndex(const PoolDims& g) noexcept
+  explicit PoolIndex(const Pool2DGeometry& g) noexcept
       : in_h(Index(g.in_h)),
         in_w(Index(g.in_w)),
         channels(Index(g.channels)),
@@ -558,7 +434,7 @@ struct PoolIndex {
 };
 
 /// Whether every index of the pooling's kernels stays below 2^31.
-inline bool pool_fits_32bit(const PoolDims& g) noexcept {
+inline bool pool_fits_32bit(const Pool2DGeometry& g) noexcept {
   return fits_32bit_index(g.batch * g.in_h * g.in_w * g.channels,
                           g.batch * g.out_h * g.out_w * g.channels,
                           g.out_h * g.stride_h + g.pool_h + g.in_h + g.pad_top,
@@ -567,7 +443,7 @@ inline bool pool_fits_32bit(const PoolDims& g) noexcept {
 
 /// `with_index` for a pooling's kernels.
 template <class F>
-decltype(auto) with_pool_index(const PoolDims& g, F&& f) {
+decltype(auto) with_pool_index(const Pool2DGeometry& g, F&& f) {
   return with_index<PoolIndex>(pool_fits_32bit(g), g, static_cast<F&&>(f));
 }
 
@@ -672,24 +548,24 @@ LOADSTAR_HOST_DEVICE inline float pool_backward_value(const float* x, const Pool
 }
 
 /// `pool_backward_value`, with `relu` carried on through the ReLU whose output `x` is: 0 where
-/// `x[i]` is not positive, as `activation_gradient`'s ReLU gives.
+/// `x[i]` is not positive (`relu_passes`), as `activation_gradient`'s ReLU gives.
 template <class Index>
 LOADSTAR_HOST_DEVICE inline float pool_input_gradient(const float* x, const PoolIndex<Index>& g,
                                                       const float* dy, bool max, bool relu,
                                                       Index i) noexcept {
-  return relu && !(x[i] > 0.0F) ? 0.0F : pool_backward_value(x, g, dy, max, i);
+  return relu && !relu_passes(x[i]) ? 0.0F : pool_backward_value(x, g, dy, max, i);
 }
 
 /// Whether no input position lies in two windows (the strides are at least the pool sizes): then
 /// max pooling's input gradient is written window by window (`max_pool_window_gradient`).
-inline bool pool_windows_disjoint(const PoolDims& g) noexcept {
+inline bool pool_windows_disjoint(const Pool2DGeometry& g) noexcept {
   return g.stride_h >= g.pool_h && g.stride_w >= g.pool_w;
 }
 
 /// Whether the windows also cover every input position exactly once: no padding, strides equal to
 /// the pool sizes, and the last window ending at the input's end. Otherwise the positions that no
 /// window covers get their zero gradient from a fill first.
-inline bool pool_windows_tile(const PoolDims& g) noexcept {
+inline bool pool_windows_tile(const Pool2DGeometry& g) noexcept {
   return g.stride_h == g.pool_h && g.stride_w == g.pool_w && g.pad_top == 0 && g.pad_left == 0 &&
          g.out_h * g.pool_h == g.in_h && g.out_w * g.pool_w == g.in_w;
 }
@@ -707,7 +583,7 @@ LOADSTAR_HOST_DEVICE inline void max_pool_window_gradient(const float* x, const 
                                                           Index i) noexcept {
   const auto [b, oh, ow, c] = nhwc_of(i, g.channels, g.out_w, g.out_h);
   const Index arg = window_argmax(x, g, b, oh, ow, c);
-  const float gradient = relu && !(x[arg] > 0.0F) ? 0.0F : 0.0F + dy[i];
+  const float gradient = relu && !relu_passes(x[arg]) ? 0.0F : 0.0F + dy[i];
   const Span<Index> h = window_span(oh, g.stride_h.value, g.pad_top, g.pool_h, g.in_h.value);
   const Span<Index> w = window_span(ow, g.stride_w.value, g.pad_left, g.pool_w, g.in_w.value);
   for (Index ih = h.begin; ih < h.end; ++ih) {
@@ -779,391 +655,6 @@ LOADSTAR_HOST_DEVICE inline std::size_t permute_offset(const PermuteDims& d,
     rest /= d.out_dims[axis];
   }
   return offset;
-}
-
-// --- Optimizer steps: one element of one variable ------------------------------------------------
-
-/// `keras::UpdateRule` as the kernels see it (same values, checked in cuda_backend.hpp).
-enum class UpdateCode : int { sgd, sgd_momentum, adam, rmsprop, adagrad, adadelta };
-
-/// Float arithmetic rounded after every operation, on the device: nvcc would otherwise contract
-/// `a * b + c` into one fused multiply-add wherever it sees fit, so the optimizer's update
-/// follows the formula as written, rounding for rounding, whatever the compiler decides (on the
-/// host, the compiler's contraction rules apply as they do to the CPU backend's code).
-LOADSTAR_HOST_DEVICE inline float mul_rn(float a, float b) noexcept {
-#if defined(__CUDA_ARCH__)
-  return __fmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-LOADSTAR_HOST_DEVICE inline float add_rn(float a, float b) noexcept {
-#if defined(__CUDA_ARCH__)
-  return __fadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
-LOADSTAR_HOST_DEVICE inline float sub_rn(float a, float b) noexcept {
-#if defined(__CUDA_ARCH__)
-  return __fsub_rn(a, b);
-#else
-  return a - b;
-#endif
-}
-
-/// One optimizer step's rule and operands (`keras::OptimizerStep`'s floats).
-struct UpdateParams {
-  UpdateCode rule = UpdateCode::sgd;
-  float learning_rate = 0.0F, alpha = 0.0F, one_minus_beta_1 = 0.0F, one_minus_beta_2 = 0.0F;
-  float momentum = 0.0F, rho = 0.0F, epsilon = 0.0F, weight_decay = 0.0F;
-  bool nesterov = false, amsgrad = false, centered = false;
-  /// `clipvalue` (`by_value`), else 0.
-  float clip_value = 0.0F;
-};
-
-/// The gradient clipped to `[-c, c]`, as Eigen's `gradient.max(-c).min(c)`.
-LOADSTAR_HOST_DEVICE inline float clip_to_value(float g, float c) noexcept {
-  const float low = g < -c ? -c : g;
-  return c < low ? c : low;
-}
-
-/// The scale a gradient of squared norm `squares` is multiplied by to have at most the norm
-/// `threshold`: `threshold / max(norm, threshold)`, rounded to float (the CPU's formula).
-LOADSTAR_HOST_DEVICE inline float clip_scale(double squares, double threshold) noexcept {
-  const double norm = ::sqrt(squares);
-  return static_cast<float>(threshold / (norm < threshold ? threshold : norm));
-}
-
-/// `1 / sqrt(x)`.
-LOADSTAR_HOST_DEVICE inline float reciprocal_sqrt(float x) noexcept {
-  return 1.0F / ::sqrtf(x);
-}
-
-/// One element's step: `w` its value, `g` its (clipped) gradient, `s0..s2` its slots in the
-/// optimizer's order (unused ones are dummies). The formulas are the optimizers' `update_step`
-/// (keras/optimizers/*.hpp) operation for operation.
-LOADSTAR_HOST_DEVICE inline void update_element(const UpdateParams& p, float g, float& w, float& s0,
-                                                float& s1, float& s2) noexcept {
-  switch (p.rule) {
-    case UpdateCode::sgd:  // w -= lr * g
-      w = sub_rn(w, mul_rn(p.learning_rate, g));
-      return;
-    case UpdateCode::sgd_momentum: {  // velocity = momentum * velocity - lr * g
-      s0 = sub_rn(mul_rn(p.momentum, s0), mul_rn(p.learning_rate, g));
-      w = p.nesterov ? add_rn(w, sub_rn(mul_rn(p.momentum, s0), mul_rn(p.learning_rate, g)))
-                     : add_rn(w, s0);
-      return;
-    }
-    case UpdateCode::adam: {
-      if (p.weight_decay != 0.0F) w = sub_rn(w, mul_rn(w, p.weight_decay));   // AdamW
-      s0 = add_rn(s0, mul_rn(sub_rn(g, s0), p.one_minus_beta_1));             // m
-      s1 = add_rn(s1, mul_rn(sub_rn(mul_rn(g, g), s1), p.one_minus_beta_2));  // v
-      float v = s1;
-      if (p.amsgrad) {
-        s2 = s2 < s1 ? s1 : s2;  // vhat = max(vhat, v)
-        v = s2;
-      }
-      w = sub_rn(w, mul_rn(s0, p.alpha) / add_rn(::sqrtf(v), p.epsilon));
-      return;
-    }
-    case UpdateCode::rmsprop: {
-      const float decay = 1.0F - p.rho;
-      s0 = add_rn(mul_rn(p.rho, s0), mul_rn(decay, mul_rn(g, g)));  // velocity
-      float denominator = 0.0F;
-      if (p.centered) {
-        float& average = p.momentum > 0.0F ? s2 : s1;
-        average = add_rn(mul_rn(p.rho, average), mul_rn(decay, g));
-        denominator = add_rn(sub_rn(s0, mul_rn(average, average)), p.epsilon);
-      } else {
-        denominator = add_rn(s0, p.epsilon);
-      }
-      const float increment = mul_rn(mul_rn(p.learning_rate, g), reciprocal_sqrt(denominator));
-      if (p.momentum > 0.0F) {
-        s1 = add_rn(mul_rn(p.momentum, s1), increment);
-        w = sub_rn(w, s1);
-      } else {
-        w = sub_rn(w, increment);
-      }
-      return;
-    }
-    case UpdateCode::adagrad:  // accumulator += g^2; w -= lr * g / sqrt(accumulator + epsilon)
-      s0 = add_rn(s0, mul_rn(g, g));
-      w = sub_rn(w, mul_rn(mul_rn(p.learning_rate, g), reciprocal_sqrt(add_rn(s0, p.epsilon))));
-      return;
-    case UpdateCode::adadelta: {
-      const float decay = 1.0F - p.rho;
-      s0 = add_rn(mul_rn(p.rho, s0), mul_rn(decay, mul_rn(g, g)));  // accumulated_grad
-      const float delta =
-          mul_rn(-::sqrtf(add_rn(s1, p.epsilon)), g) / ::sqrtf(add_rn(s0, p.epsilon));
-      s1 = add_rn(mul_rn(p.rho, s1), mul_rn(mul_rn(decay, delta), delta));
-      w = add_rn(w, mul_rn(p.learning_rate, delta));
-      return;
-    }
-  }
-}
-
-/// One variable of a fused optimizer step: its memory and where its elements and its norm
-/// segments start in the step's flat numbering.
-struct UpdateTarget {
-  static constexpr std::size_t max_slots = 3;
-  friend bool operator==(const UpdateTarget&, const UpdateTarget&) = default;
-  float* value = nullptr;
-  const float* gradient = nullptr;
-  float* slots[max_slots] = {};
-  std::size_t size = 0;
-  std::size_t begin = 0;          // its first element's flat index
-  std::size_t segment_begin = 0;  // its first norm segment's flat index
-};
-
-/// The elements one partial sum of a gradient's squared norm covers.
-inline constexpr std::size_t norm_segment = 1024;
-
-LOADSTAR_HOST_DEVICE inline std::size_t norm_segments(std::size_t size) noexcept {
-  return (size + norm_segment - 1) / norm_segment;
-}
-
-/// The target holding flat position `i` of the field `Key` (`begin` or `segment_begin`): the last
-/// one starting at or before it (targets are in flat order; empty ones are skipped).
-template <class Target, class Key>
-LOADSTAR_HOST_DEVICE std::size_t find_target(const Target* targets, std::size_t count,
-                                             std::size_t i, Key key) noexcept {
-  std::size_t low = 0, high = count;  // the answer is in [low, high)
-  while (high - low > 1) {
-    const std::size_t middle = low + (high - low) / 2;
-    if (key(targets[middle]) <= i) {
-      low = middle;
-    } else {
-      high = middle;
-    }
-  }
-  return low;
-}
-
-/// One tensor of a fill over several (`fill_many`): its memory, its elements and its first
-/// element's flat index.
-struct FillTarget {
-  friend bool operator==(const FillTarget&, const FillTarget&) = default;
-  float* data = nullptr;
-  std::size_t size = 0;
-  std::size_t begin = 0;
-};
-
-/// Flat position `i` of a fill over `targets` (non-empty ones, in flat order) set to `value`.
-LOADSTAR_HOST_DEVICE inline void fill_flat(const FillTarget* targets, std::size_t count,
-                                           float value, std::size_t i) noexcept {
-  const std::size_t k = find_target(targets, count, i, [](const FillTarget& t) { return t.begin; });
-  targets[k].data[i - targets[k].begin] = value;
-}
-
-/// The squared norm of norm segment `s` (in flat order), in double, elements in order.
-LOADSTAR_HOST_DEVICE inline double segment_squares(const UpdateTarget* targets, std::size_t count,
-                                                   std::size_t s) noexcept {
-  const std::size_t k =
-      find_target(targets, count, s, [](const UpdateTarget& t) { return t.segment_begin; });
-  const UpdateTarget& t = targets[k];
-  const std::size_t first = (s - t.segment_begin) * norm_segment;
-  const std::size_t last = first + norm_segment < t.size ? first + norm_segment : t.size;
-  double sum = 0.0;
-  for (std::size_t i = first; i < last; ++i) {
-    const double v = t.gradient[i];
-    sum += v * v;
-  }
-  return sum;
-}
-
-/// The clipping scales from the segments' squared norms, in a fixed order: each variable's
-/// segments in order, then (`global`) the variables in order, as the CPU sums the gradients one
-/// after the other. Writes one scale per variable (all the same with `global`).
-LOADSTAR_HOST_DEVICE inline void clip_scales(const UpdateTarget* targets, std::size_t count,
-                                             const double* partials, bool global, double threshold,
-                                             float* scales) noexcept {
-  double all = 0.0;
-  for (std::size_t k = 0; k < count; ++k) {
-    double squares = 0.0;
-    for (std::size_t s = 0; s < norm_segments(targets[k].size); ++s)
-      squares += partials[targets[k].segment_begin + s];
-    if (global) {
-      all += squares;
-    } else {
-      scales[k] = clip_scale(squares, threshold);
-    }
-  }
-  if (global)
-    for (std::size_t k = 0; k < count; ++k)
-      scales[k] = clip_scale(all, threshold);
-}
-
-/// The step of flat element `i`: its variable found by binary search, its gradient clipped by
-/// value or scaled by its variable's `scales` entry (null: no scaling).
-LOADSTAR_HOST_DEVICE inline void update_flat(const UpdateTarget* targets, std::size_t count,
-                                             const UpdateParams& p, const float* scales,
-                                             std::size_t i) noexcept {
-  const std::size_t k =
-      find_target(targets, count, i, [](const UpdateTarget& t) { return t.begin; });
-  const UpdateTarget& t = targets[k];
-  const std::size_t j = i - t.begin;
-  float g = t.gradient[j];
-  if (p.clip_value > 0.0F) {
-    g = clip_to_value(g, p.clip_value);
-  } else if (scales != nullptr) {
-    g = mul_rn(g, scales[k]);
-  }
-  float unused[UpdateTarget::max_slots] = {};
-  float& s0 = t.slots[0] != nullptr ? t.slots[0][j] : unused[0];
-  float& s1 = t.slots[1] != nullptr ? t.slots[1][j] : unused[1];
-  float& s2 = t.slots[2] != nullptr ? t.slots[2][j] : unused[2];
-  update_element(p, g, t.value[j], s0, s1, s2);
-}
-
-// --- Losses: one last-axis row, in double, as the loss classes compute it -----------------------
-
-/// `keras::RowLossKind` as the kernels see it (same values, checked in cuda_backend.hpp).
-enum class RowLossCode : int {
-  sparse_categorical_crossentropy,
-  categorical_crossentropy,
-  mean_squared_error,
-  binary_crossentropy,
-  mean_absolute_error,
-  huber,
-  kl_divergence,
-};
-
-struct RowLossParams {
-  RowLossCode kind = RowLossCode::mean_squared_error;
-  bool from_logits = false;
-  double label_smoothing = 0.0;
-  double denominator = 1.0;
-  double delta = 1.0;  // Huber's
-};
-
-/// Whether a sparse label (a float) is a class index in `[0, classes)`; NaN is not.
-LOADSTAR_HOST_DEVICE inline bool label_in_range(float v, std::size_t classes) noexcept {
-  const double d = v;
-  return d >= 0 && d < static_cast<double>(classes);
-}
-
-/// The shape of a row loss's work: `values` rows of `classes` predictions, `true_size` labels
-/// each, and `per_row` values per row of the sample weights.
-struct RowDims {
-  std::size_t values = 0, classes = 1, true_size = 1, per_row = 1;
-};
-
-/// The "no bad label" value of a row loss's `first_bad` (all ones: an integer minimum finds any
-/// smaller position).
-inline constexpr unsigned long long no_bad_label = ~0ULL;
-
-/// Completes a row loss's result record once every row is done: `record[0]` the sum,
-/// `record[1]` the first bad label's position (written by the rows, as bits), `record[2]` that
-/// label (0 when none), so that the host reads all of it in one copy, later, when the labels may
-/// have been overwritten by the next batch.
-LOADSTAR_HOST_DEVICE inline void finish_row_loss(double sum, const float* y_true,
-                                                 std::size_t true_size, double* record) noexcept {
-  record[0] = sum;
-  const unsigned long long bad = *reinterpret_cast<const unsigned long long*>(record + 1);
-  record[2] = bad == no_bad_label ? 0.0 : static_cast<double>(y_true[bad * true_size]);
-}
-
-/// Row `j` of a row loss: its loss times its weight (what the reduction sums), its gradient
-/// written when `g` is not null. A sparse label out of range gives 0 (the caller reports it).
-LOADSTAR_HOST_DEVICE inline double row_loss_term(const RowLossParams& p, const RowDims& d,
-                                                 const float* t, const float* y, const float* w,
-                                                 float* g, std::size_t j) noexcept {
-  const double weight = w == nullptr ? 1.0 : static_cast<double>(w[j / d.per_row]);
-  const double scale = weight / p.denominator;
-  const float* tj = t + j * d.true_size;
-  const float* yj = y + j * d.classes;
-  float* gj = g == nullptr ? nullptr : g + j * d.classes;
-  double loss = 0.0;
-  switch (p.kind) {
-    case RowLossCode::sparse_categorical_crossentropy:
-      if (!label_in_range(*tj, d.classes)) return 0.0;
-      loss = keras::detail::sparse_crossentropy_row(p.from_logits, tj, yj, d.classes, gj, scale);
-      break;
-    case RowLossCode::categorical_crossentropy:
-      loss = keras::detail::crossentropy_row(p.from_logits, p.label_smoothing, tj, yj, d.classes,
-                                             gj, scale);
-      break;
-    case RowLossCode::mean_squared_error:
-      loss = keras::detail::squared_error_row(tj, yj, d.classes, gj, scale);
-      break;
-    case RowLossCode::binary_crossentropy:
-      loss = keras::detail::binary_crossentropy_row(p.from_logits, p.label_smoothing, tj, yj,
-                                                    d.classes, gj, scale);
-      break;
-    case RowLossCode::mean_absolute_error:
-      loss = keras::detail::absolute_error_row(tj, yj, d.classes, gj, scale);
-      break;
-    case RowLossCode::huber:
-      loss = keras::detail::huber_row(p.delta, tj, yj, d.classes, gj, scale);
-      break;
-    case RowLossCode::kl_divergence:
-      loss = keras::detail::kl_divergence_row(tj, yj, d.classes, gj, scale);
-      break;
-  }
-  return loss * weight;
-}
-
-// --- Mean metrics: one value per row -----------------------------------------------------------
-
-/// `keras::MeanMetricKind` as the kernels see it (same values, checked in cuda_backend.hpp).
-enum class MeanMetricCode : int {
-  accuracy,
-  binary_accuracy,
-  categorical_accuracy,
-  sparse_categorical_accuracy,
-  mean,
-  mean_squared_error,
-  mean_absolute_error,
-};
-
-/// The index of the largest element, the first on ties (`detail::argmax` of the metrics).
-LOADSTAR_HOST_DEVICE inline std::size_t row_argmax(const float* x, std::size_t n) noexcept {
-  std::size_t best = 0;
-  for (std::size_t i = 1; i < n; ++i)
-    if (x[i] > x[best]) best = i;
-  return best;
-}
-
-/// The metric's value of row `j` (`classes` predictions, `true_size` labels), as the metric
-/// classes' `value` (keras/metrics/accuracy.hpp) and `Mean` compute it.
-LOADSTAR_HOST_DEVICE inline double metric_value(MeanMetricCode kind, double threshold,
-                                                const float* t, const float* p,
-                                                std::size_t classes) noexcept {
-  switch (kind) {
-    case MeanMetricCode::accuracy:
-      return *t == *p ? 1.0 : 0.0;
-    case MeanMetricCode::binary_accuracy: {
-      std::size_t hits = 0;
-      for (std::size_t i = 0; i < classes; ++i) {
-        const float predicted = p[i] > threshold ? 1.0F : 0.0F;
-        hits += t[i] == predicted ? 1 : 0;
-      }
-      return static_cast<double>(hits) / static_cast<double>(classes);
-    }
-    case MeanMetricCode::categorical_accuracy:
-      return row_argmax(t, classes) == row_argmax(p, classes) ? 1.0 : 0.0;
-    case MeanMetricCode::sparse_categorical_accuracy:
-      return static_cast<double>(*t) == static_cast<double>(row_argmax(p, classes)) ? 1.0 : 0.0;
-    case MeanMetricCode::mean:
-      return *p;
-    case MeanMetricCode::mean_squared_error:
-      return keras::detail::squared_error_mean(t, p, classes);
-    case MeanMetricCode::mean_absolute_error:
-      return keras::detail::absolute_error_mean(t, p, classes);
-  }
-  return 0.0;
-}
-
-/// Row `j` of a mean metric: `terms[2 j]` its value times its weight, `terms[2 j + 1]` its weight.
-LOADSTAR_HOST_DEVICE inline void metric_terms(MeanMetricCode kind, double threshold,
-                                              const RowDims& d, const float* t, const float* p,
-                                              const float* w, double* terms,
-                                              std::size_t j) noexcept {
-  const double weight = w == nullptr ? 1.0 : static_cast<double>(w[j / d.per_row]);
-  const float* tj = t == nullptr ? nullptr : t + j * d.true_size;  // Mean reads no labels
-  terms[2 * j] = metric_value(kind, threshold, tj, p + j * d.classes, d.classes) * weight;
-  terms[2 * j + 1] = weight;
 }
 
 /// `x[r, j]` of a `(rows, columns)` matrix of doubles.

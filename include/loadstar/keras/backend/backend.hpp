@@ -18,34 +18,10 @@
 #include "loadstar/config.hpp"
 #include "loadstar/keras/activations.hpp"
 #include "loadstar/keras/backend/deferred.hpp"
+#include "loadstar/keras/backend/kinds.hpp"
 #include "loadstar/tensor/tensor.hpp"
 
 namespace loadstar::keras {
-
-/// The geometry of a 2-D convolution over channels-last inputs `(batch, in_h, in_w, in_c)` with a
-/// kernel `(kernel_h, kernel_w, in_c, out_c)` (Keras's layout) giving `(batch, out_h, out_w,
-/// out_c)`.
-struct Conv2DGeometry {
-  std::size_t batch = 0, in_h = 0, in_w = 0, in_c = 0;
-  std::size_t out_h = 0, out_w = 0, out_c = 0;
-  std::size_t kernel_h = 1, kernel_w = 1;
-  std::size_t stride_h = 1, stride_w = 1;
-  std::size_t dilation_h = 1, dilation_w = 1;
-  /// Zero padding before the first row and column (TensorFlow's rule: `total / 2`).
-  std::size_t pad_top = 0, pad_left = 0;
-
-  /// The number of columns of one im2col row: `kernel_h * kernel_w * in_c`.
-  std::size_t patch_size() const noexcept { return kernel_h * kernel_w * in_c; }
-};
-
-/// The geometry of a 2-D pooling over channels-last inputs.
-struct Pool2DGeometry {
-  std::size_t batch = 0, in_h = 0, in_w = 0, channels = 0;
-  std::size_t out_h = 0, out_w = 0;
-  std::size_t pool_h = 1, pool_w = 1;
-  std::size_t stride_h = 1, stride_w = 1;
-  std::size_t pad_top = 0, pad_left = 0;
-};
 
 /// Keras/TensorFlow output size and padding before of one spatial axis: `valid` gives
 /// `ceil((in - (k - 1) * d) / s)`, `same` gives `ceil(in / s)` with a total padding of
@@ -92,18 +68,6 @@ struct BadIndex {
   float value = 0.0F;
 };
 
-/// The element-wise rule of an optimizer step (`Backend::apply_optimizer_step`), one per
-/// optimizer in keras/optimizers/ and its variants.
-enum class UpdateRule {
-  sgd,           ///< `w -= lr * g`
-  sgd_momentum,  ///< slot 0 `velocity`; `w += velocity` (`nesterov`: `momentum * velocity - lr *
-                 ///< g`)
-  adam,          ///< slots `m`, `v` (and `vhat` with `amsgrad`); AdamW when `weight_decay` is set
-  rmsprop,       ///< slots `velocity`, then `momentum` when `momentum > 0`, then `average_gradient`
-  adagrad,       ///< slot `accumulator`
-  adadelta,      ///< slots `accumulated_grad`, `accumulated_delta_var`
-};
-
 /// How an optimizer step clips its gradients (Keras 2.11+'s `_clip_gradients`).
 enum class GradientClipping { none, by_norm, by_global_norm, by_value };
 
@@ -141,18 +105,6 @@ struct VariableSlots {
   std::array<Tensor<float>, max_slots> slots;
 };
 
-/// What a row loss computes (`Backend::row_loss`): the loss of each last-axis row of `y_pred`
-/// and its gradient, as the loss classes in keras/losses/ do on the host.
-enum class RowLossKind {
-  sparse_categorical_crossentropy,
-  categorical_crossentropy,
-  mean_squared_error,
-  binary_crossentropy,
-  mean_absolute_error,
-  huber,
-  kl_divergence,
-};
-
 struct RowLossSpec {
   RowLossKind kind = RowLossKind::mean_squared_error;
   bool from_logits = false;
@@ -169,17 +121,6 @@ struct RowLossSpec {
 struct RowLossResult {
   double total = 0.0;
   std::optional<BadIndex> bad_label;
-};
-
-/// A metric that is the weighted mean of one value per row (`Backend::mean_metric`).
-enum class MeanMetricKind {
-  accuracy,              ///< per element: `y_true == y_pred`
-  binary_accuracy,       ///< per element of a row, averaged: `(y_pred > threshold) == y_true`
-  categorical_accuracy,  ///< `argmax(y_true) == argmax(y_pred)`
-  sparse_categorical_accuracy,  ///< `y_true == argmax(y_pred)`
-  mean,                         ///< per element: `y_pred`
-  mean_squared_error,           ///< `mean(square(y_true - y_pred))` of each row
-  mean_absolute_error,          ///< `mean(abs(y_true - y_pred))` of each row
 };
 
 struct MeanMetricSpec {

@@ -29,6 +29,7 @@
 #include "loadstar/keras/backend/backend.hpp"
 #include "loadstar/keras/detail/activation_formulas.hpp"
 #include "loadstar/keras/detail/flush_denormal.hpp"
+#include "loadstar/keras/detail/layer_formulas.hpp"
 #include "loadstar/keras/initializers.hpp"
 #include "loadstar/tensor/eigen.hpp"
 
@@ -388,8 +389,7 @@ class CpuBackend final : public Backend {
         }
         for (std::size_t j = 0; j < width; ++j) {
           const std::size_t c = b0 + j;
-          out.data()[c] =
-              static_cast<float>(beta == 0.0F ? sums[j] : beta * out.data()[c] + sums[j]);
+          out.data()[c] = detail::column_sum_value(sums[j], beta, out.data()[c]);
         }
       }
     });
@@ -448,8 +448,7 @@ class CpuBackend final : public Backend {
                     float negative_slope, float threshold) override {
     const float top = max_value.value_or(std::numeric_limits<float>::infinity());
     elementwise(x.size(), [&](std::size_t i) {
-      const float v = x.data()[i];
-      y.data()[i] = v >= top ? top : v >= threshold ? v : negative_slope * (v - threshold);
+      y.data()[i] = detail::relu_value(x.data()[i], top, negative_slope, threshold);
     });
   }
 
@@ -458,30 +457,16 @@ class CpuBackend final : public Backend {
                      float threshold) override {
     const float top = max_value.value_or(std::numeric_limits<float>::infinity());
     elementwise(x.size(), [&](std::size_t i) {
-      const float v = x.data()[i];
-      const float g = dy.data()[i];
-      dx.data()[i] = v >= top ? 0.0F : v >= threshold ? g : negative_slope * g;
+      dx.data()[i] =
+          detail::relu_gradient(x.data()[i], dy.data()[i], top, negative_slope, threshold);
     });
   }
 
   void softmax_forward(const Tensor<float>& x, const Tensor<float>& y, std::size_t axis) override {
     const auto v = detail::axis_view(x.shape(), axis);
     parallel(v.outer * v.inner, 16, [&](std::size_t l0, std::size_t l1) {
-      for (std::size_t line = l0; line < l1; ++line) {
-        const std::size_t base = (line / v.inner) * v.length * v.inner + line % v.inner;
-        const float* in = x.data() + base;
-        float* out = y.data() + base;
-        float top = -std::numeric_limits<float>::infinity();
-        for (std::size_t k = 0; k < v.length; ++k)
-          top = std::max(top, in[k * v.inner]);
-        float sum = 0.0F;
-        for (std::size_t k = 0; k < v.length; ++k) {
-          out[k * v.inner] = std::exp(in[k * v.inner] - top);
-          sum += out[k * v.inner];
-        }
-        for (std::size_t k = 0; k < v.length; ++k)
-          out[k * v.inner] /= sum;
-      }
+      for (std::size_t line = l0; line < l1; ++line)
+        detail::softmax_forward_line(x.data(), y.data(), v.length, v.inner, line);
     });
   }
 
@@ -489,16 +474,8 @@ class CpuBackend final : public Backend {
                         std::size_t axis) override {
     const auto v = detail::axis_view(y.shape(), axis);
     parallel(v.outer * v.inner, 16, [&](std::size_t l0, std::size_t l1) {
-      for (std::size_t line = l0; line < l1; ++line) {
-        const std::size_t base = (line / v.inner) * v.length * v.inner + line % v.inner;
-        float dot = 0.0F;
-        for (std::size_t k = 0; k < v.length; ++k)
-          dot += y.data()[base + k * v.inner] * dy.data()[base + k * v.inner];
-        for (std::size_t k = 0; k < v.length; ++k) {
-          const std::size_t i = base + k * v.inner;
-          dx.data()[i] = y.data()[i] * (dy.data()[i] - dot);
-        }
-      }
+      for (std::size_t line = l0; line < l1; ++line)
+        detail::softmax_backward_line(y.data(), dy.data(), dx.data(), v.length, v.inner, line);
     });
   }
 
@@ -512,9 +489,7 @@ class CpuBackend final : public Backend {
     const double threshold = rate;
     // A counter-based mask: element i depends on (key, i) only, whatever the thread split.
     elementwise(x.size(), [&](std::size_t i) {
-      const std::uint64_t bits = SplitMix64::mix(key + 0x9E3779B97F4A7C15ULL * (i + 1));
-      const double u = static_cast<double>(bits >> 11) * 0x1.0p-53;
-      y.data()[i] = u >= threshold ? x.data()[i] * keep_scale : 0.0F;
+      y.data()[i] = detail::dropout_value(x.data()[i], key, i, threshold, keep_scale);
     });
   }
 
@@ -747,10 +722,8 @@ class CpuBackend final : public Backend {
           sum += x.data()[r * c + j];
         const double m = sum / static_cast<double>(n);
         double squares = 0.0;
-        for (std::size_t r = 0; r < n; ++r) {
-          const double d = x.data()[r * c + j] - m;
-          squares += d * d;
-        }
+        for (std::size_t r = 0; r < n; ++r)
+          squares += detail::squared_deviation(x.data()[r * c + j], m);
         mean.data()[j] = static_cast<float>(m);
         variance.data()[j] = static_cast<float>(squares / static_cast<double>(n));
       }
@@ -766,10 +739,10 @@ class CpuBackend final : public Backend {
     parallel(n, 64, [&](std::size_t r0, std::size_t r1) {
       for (std::size_t r = r0; r < r1; ++r) {
         for (std::size_t j = 0; j < c; ++j) {
-          const float inv = 1.0F / std::sqrt(variance.data()[j] + epsilon);
           const float g = gamma.empty() ? 1.0F : gamma.data()[j];
           const float b = beta.empty() ? 0.0F : beta.data()[j];
-          y.data()[r * c + j] = (x.data()[r * c + j] - mean.data()[j]) * inv * g + b;
+          y.data()[r * c + j] = detail::batch_norm_value(x.data()[r * c + j], mean.data()[j],
+                                                         variance.data()[j], g, b, epsilon);
         }
       }
     });
@@ -786,12 +759,12 @@ class CpuBackend final : public Backend {
     double* sum_dy_xhat = sums_.data() + c;
     parallel(c, 4, [&](std::size_t c0, std::size_t c1) {
       for (std::size_t j = c0; j < c1; ++j) {
-        const double inv = 1.0 / std::sqrt(double(variance.data()[j]) + epsilon);
+        const double inv = detail::batch_norm_inverse_std(variance.data()[j], epsilon);
         double a = 0.0, b = 0.0;
         for (std::size_t r = 0; r < n; ++r) {
-          const double g = dy.data()[r * c + j];
-          a += g;
-          b += g * (x.data()[r * c + j] - mean.data()[j]) * inv;
+          a += dy.data()[r * c + j];
+          b += detail::batch_norm_dy_xhat(x.data()[r * c + j], mean.data()[j], dy.data()[r * c + j],
+                                          inv);
         }
         sum_dy[j] = a;
         sum_dy_xhat[j] = b;
@@ -803,17 +776,10 @@ class CpuBackend final : public Backend {
     parallel(n, 64, [&](std::size_t r0, std::size_t r1) {
       for (std::size_t r = r0; r < r1; ++r) {
         for (std::size_t j = 0; j < c; ++j) {
-          const double inv = 1.0 / std::sqrt(double(variance.data()[j]) + epsilon);
           const double g = gamma.empty() ? 1.0 : gamma.data()[j];
-          const double d = dy.data()[r * c + j];
-          if (training) {
-            const double xhat = (x.data()[r * c + j] - mean.data()[j]) * inv;
-            const double nn = static_cast<double>(n);
-            dx.data()[r * c + j] =
-                static_cast<float>(g * inv * (d - sum_dy[j] / nn - xhat * sum_dy_xhat[j] / nn));
-          } else {
-            dx.data()[r * c + j] = static_cast<float>(g * inv * d);
-          }
+          dx.data()[r * c + j] = detail::batch_norm_gradient(
+              x.data()[r * c + j], mean.data()[j], variance.data()[j], g, epsilon, training,
+              dy.data()[r * c + j], sum_dy[j], sum_dy_xhat[j], static_cast<double>(n));
         }
       }
     });
@@ -822,7 +788,7 @@ class CpuBackend final : public Backend {
   void moving_average(const Tensor<float>& moving, const Tensor<float>& value,
                       float momentum) override {
     elementwise(moving.size(), [&](std::size_t i) {
-      moving.data()[i] = moving.data()[i] * momentum + value.data()[i] * (1.0F - momentum);
+      moving.data()[i] = detail::moving_average_value(moving.data()[i], value.data()[i], momentum);
     });
   }
 
@@ -833,7 +799,7 @@ class CpuBackend final : public Backend {
     for (std::size_t i = 0; i < indices.size(); ++i) {
       const float v = indices.data()[i];
       // tf.cast truncates toward zero; NaN and anything outside [0, rows) is rejected.
-      if (!(v > -1.0F) || !(v < static_cast<float>(rows))) return BadIndex{i, v};
+      if (!detail::index_in_range(v, rows)) return BadIndex{i, v};
     }
     parallel(indices.size(), 64, [&](std::size_t i0, std::size_t i1) {
       for (std::size_t i = i0; i < i1; ++i) {

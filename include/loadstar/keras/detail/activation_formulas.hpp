@@ -1,13 +1,15 @@
 /// \file
 /// The element-wise activations and their gradients, one element at a time. Host and device code
 /// (`LOADSTAR_HOST_DEVICE`): the CPU backend's kernels and the CUDA backend's compute the same
-/// expressions. `Kind` is `keras::Activation` or the CUDA kernels' copy of it (which has the same
-/// enumerators), so that the kernels need none of the executor's headers.
+/// expressions. `keras::Activation` comes from the dependency-free kinds.hpp, so that the kernels
+/// need none of the executor's headers.
 #pragma once
 
 #include "loadstar/config.hpp"
 
 #include <cmath>
+
+#include "loadstar/keras/backend/kinds.hpp"
 
 namespace loadstar::keras::detail {
 
@@ -29,73 +31,77 @@ LOADSTAR_HOST_DEVICE inline float sigmoid(float x) noexcept {
   return 1.0F / (1.0F + ::expf(-x));
 }
 
+/// Whether a ReLU passes its gradient on at output `y`: where `y` is positive (not at 0, not for
+/// NaN). A kernel that carries a following ReLU's gradient (a pooling's) tests the same.
+LOADSTAR_HOST_DEVICE inline bool relu_passes(float y) noexcept {
+  return y > 0.0F;
+}
+
 /// `f(x)` of an element-wise activation (softmax and linear give `x`).
-template <class Kind>
-LOADSTAR_HOST_DEVICE inline float activate(Kind kind, float x) noexcept {
+LOADSTAR_HOST_DEVICE inline float activate(Activation kind, float x) noexcept {
   switch (kind) {
-    case Kind::linear:
-    case Kind::softmax:
+    case Activation::linear:
+    case Activation::softmax:
       return x;
-    case Kind::relu:
+    case Activation::relu:
       return x > 0.0F ? x : 0.0F;
-    case Kind::sigmoid:
+    case Activation::sigmoid:
       return sigmoid(x);
-    case Kind::tanh:
+    case Activation::tanh:
       return ::tanhf(x);
-    case Kind::elu:
+    case Activation::elu:
       return x > 0.0F ? x : ::expm1f(x);
-    case Kind::selu:
+    case Activation::selu:
       return x > 0.0F ? selu_scale * x : selu_scale * selu_alpha * ::expm1f(x);
-    case Kind::softplus:
+    case Activation::softplus:
       return ::log1pf(::expf(-::fabsf(x))) + max_of(x, 0.0F);
-    case Kind::softsign:
+    case Activation::softsign:
       return x / (1.0F + ::fabsf(x));
-    case Kind::gelu:
+    case Activation::gelu:
       return 0.5F * x * (1.0F + ::erff(x * 0.70710678118654752F));
-    case Kind::swish:
+    case Activation::swish:
       return x * sigmoid(x);
-    case Kind::hard_sigmoid:
+    case Activation::hard_sigmoid:
       return clamp_to(0.2F * x + 0.5F, 0.0F, 1.0F);
-    case Kind::exponential:
+    case Activation::exponential:
       return ::expf(x);
   }
   return x;
 }
 
 /// The derivative times `dy`, from the output `y` (and the input `x` for gelu and swish).
-template <class Kind>
-LOADSTAR_HOST_DEVICE inline float activation_gradient(Kind kind, float x, float y,
+LOADSTAR_HOST_DEVICE inline float activation_gradient(Activation kind, float x, float y,
                                                       float dy) noexcept {
   switch (kind) {
-    case Kind::linear:
-    case Kind::softmax:
+    case Activation::linear:
+    case Activation::softmax:
       return dy;
-    case Kind::relu:
-      return y > 0.0F ? dy : 0.0F;
-    case Kind::sigmoid:
+    case Activation::relu:
+      return relu_passes(y) ? dy : 0.0F;
+    case Activation::sigmoid:
       return dy * y * (1.0F - y);
-    case Kind::tanh:
+    case Activation::tanh:
       return dy * (1.0F - y * y);
-    case Kind::elu:
+    case Activation::elu:
       return y > 0.0F ? dy : dy * (y + 1.0F);
-    case Kind::selu:
+    case Activation::selu:
       return y > 0.0F ? dy * selu_scale : dy * (y + selu_scale * selu_alpha);
-    case Kind::softplus:  // softplus' = sigmoid(x) = 1 - exp(-y)
+    case Activation::softplus:  // softplus' = sigmoid(x) = 1 - exp(-y)
       return -dy * ::expm1f(-y);
-    case Kind::softsign:  // softsign' = 1 / (1 + |x|)^2 = (1 - |y|)^2
+    case Activation::softsign:  // softsign' = 1 / (1 + |x|)^2 = (1 - |y|)^2
       return dy * (1.0F - ::fabsf(y)) * (1.0F - ::fabsf(y));
-    case Kind::gelu: {
+    case Activation::gelu: {
       const float cdf = 0.5F * (1.0F + ::erff(x * 0.70710678118654752F));
       const float pdf = 0.39894228040143268F * ::expf(-0.5F * x * x);
       return dy * (cdf + x * pdf);
     }
-    case Kind::swish: {
+    case Activation::swish: {
       const float s = sigmoid(x);
       return dy * (s + x * s * (1.0F - s));
     }
-    case Kind::hard_sigmoid:
+    case Activation::hard_sigmoid:
       return y > 0.0F && y < 1.0F ? 0.2F * dy : 0.0F;
-    case Kind::exponential:
+    case Activation::exponential:
       return dy * y;
   }
   return dy;

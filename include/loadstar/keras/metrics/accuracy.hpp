@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 
+#include "loadstar/keras/losses/detail/row_formulas.hpp"
 #include "loadstar/keras/metrics/detail/mean_wrapper.hpp"
 
 namespace loadstar::keras::metrics {
@@ -27,7 +28,9 @@ class Accuracy : public detail::MeanWrapper<Accuracy> {
   /// The metric described by a Keras config (`Registry<Metric>`'s factory).
   LOADSTAR_DECL static std::unique_ptr<Metric> from_config(const nlohmann::json& config);
   static constexpr bool elementwise = true;
-  double value(const float* t, const float* p, std::size_t) const { return *t == *p ? 1.0 : 0.0; }
+  double value(const float* t, const float* p, std::size_t) const {
+    return detail::accuracy_value(t, p);
+  }
   std::optional<MeanMetricSpec> device_spec() const {
     return MeanMetricSpec{MeanMetricKind::accuracy, 0.5};
   }
@@ -66,7 +69,7 @@ class CategoricalAccuracy : public detail::MeanWrapper<CategoricalAccuracy> {
   /// The metric described by a Keras config (`Registry<Metric>`'s factory).
   LOADSTAR_DECL static std::unique_ptr<Metric> from_config(const nlohmann::json& config);
   double value(const float* t, const float* p, std::size_t n) const {
-    return detail::argmax(t, n) == detail::argmax(p, n) ? 1.0 : 0.0;
+    return detail::categorical_accuracy_value(t, p, n);
   }
   std::optional<MeanMetricSpec> device_spec() const {
     return MeanMetricSpec{MeanMetricKind::categorical_accuracy, 0.5};
@@ -89,7 +92,7 @@ class SparseCategoricalAccuracy : public detail::MeanWrapper<SparseCategoricalAc
     check_sparse_shapes(y_true, y_pred);
   }
   double value(const float* t, const float* p, std::size_t n) const {
-    return static_cast<double>(*t) == static_cast<double>(detail::argmax(p, n)) ? 1.0 : 0.0;
+    return detail::sparse_categorical_accuracy_value(t, p, n);
   }
   std::optional<MeanMetricSpec> device_spec() const {
     return MeanMetricSpec{MeanMetricKind::sparse_categorical_accuracy, 0.5};
@@ -166,12 +169,7 @@ LOADSTAR_DECL nlohmann::json BinaryAccuracy::get_config() const {
 }
 
 LOADSTAR_DECL double BinaryAccuracy::value(const float* t, const float* p, std::size_t n) const {
-  std::size_t hits = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    const float predicted = p[i] > threshold_ ? 1.0f : 0.0f;
-    hits += t[i] == predicted ? 1 : 0;
-  }
-  return static_cast<double>(hits) / static_cast<double>(n);
+  return detail::binary_accuracy_value(t, p, n, threshold_);
 }
 
 LOADSTAR_DECL std::unique_ptr<Metric> CategoricalAccuracy::from_config(

@@ -1,8 +1,8 @@
 /// \file
-/// The per-row formulas of the losses (and the regression metrics' per-row values), in double: the
-/// loss of one last-axis row and, when `g` is not null, `scale` times its gradient. Host and device
-/// code (`LOADSTAR_HOST_DEVICE`): the CPU loss classes and the CUDA backend's loss kernel compute
-/// the same expressions.
+/// The per-row formulas of the losses (and the mean metrics' per-row values), in double: the loss
+/// of one last-axis row and, when `g` is not null, `scale` times its gradient. Host and device code
+/// (`LOADSTAR_HOST_DEVICE`): the CPU loss and metric classes and the CUDA backend's loss and metric
+/// kernels compute the same expressions.
 #pragma once
 
 #include "loadstar/config.hpp"
@@ -217,6 +217,46 @@ LOADSTAR_HOST_DEVICE inline double absolute_error_mean(const float* t, const flo
   for (std::size_t i = 0; i < n; ++i)
     sum += ::fabs(static_cast<double>(p[i]) - t[i]);
   return sum / static_cast<double>(n);
+}
+
+// --- The accuracy metrics' per-row values -------------------------------------------------------
+
+/// The index of the largest element (the first one on ties, as `tf.argmax`).
+LOADSTAR_HOST_DEVICE inline std::size_t argmax(const float* x, std::size_t n) noexcept {
+  std::size_t best = 0;
+  for (std::size_t i = 1; i < n; ++i)
+    if (x[i] > x[best]) best = i;
+  return best;
+}
+
+/// `Accuracy`'s value of one element: whether the label equals the prediction.
+LOADSTAR_HOST_DEVICE inline double accuracy_value(const float* t, const float* p) noexcept {
+  return *t == *p ? 1.0 : 0.0;
+}
+
+/// `BinaryAccuracy`'s value of one row: how often `y_pred > threshold` matches the 0/1 label.
+LOADSTAR_HOST_DEVICE inline double binary_accuracy_value(const float* t, const float* p,
+                                                         std::size_t n, double threshold) noexcept {
+  std::size_t hits = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const float predicted = p[i] > threshold ? 1.0F : 0.0F;
+    hits += t[i] == predicted ? 1 : 0;
+  }
+  return static_cast<double>(hits) / static_cast<double>(n);
+}
+
+/// `CategoricalAccuracy`'s value of one row: whether the one-hot label's argmax is the
+/// prediction's.
+LOADSTAR_HOST_DEVICE inline double categorical_accuracy_value(const float* t, const float* p,
+                                                              std::size_t n) noexcept {
+  return argmax(t, n) == argmax(p, n) ? 1.0 : 0.0;
+}
+
+/// `SparseCategoricalAccuracy`'s value of one row: whether the class index `*t` is the
+/// prediction's argmax.
+LOADSTAR_HOST_DEVICE inline double sparse_categorical_accuracy_value(const float* t, const float* p,
+                                                                     std::size_t n) noexcept {
+  return static_cast<double>(*t) == static_cast<double>(argmax(p, n)) ? 1.0 : 0.0;
 }
 
 }  // namespace loadstar::keras::detail

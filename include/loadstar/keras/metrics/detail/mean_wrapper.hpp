@@ -140,9 +140,6 @@ class MeanWrapper : public Metric {
   mutable RunningMean mean_;  // reading adds the batches a device may still have been computing
 };
 
-/// The index of the largest element (the first one on ties, as `tf.argmax`).
-LOADSTAR_DECL std::size_t argmax(const float* x, std::size_t n);
-
 /// `tf.math.in_top_k`: whether `x[target]` is among the `k` largest (ties at the boundary count
 /// as inside; a non-finite `x[target]` is not).
 LOADSTAR_DECL bool in_top_k(const float* x, std::size_t n, std::size_t target, std::size_t k);
@@ -165,13 +162,6 @@ LOADSTAR_DECL void RunningMean::restore(const std::string& owner, const nlohmann
   pending.clear();
   total = read.get<double>("total");
   count = read.get<double>("count");
-}
-
-LOADSTAR_DECL std::size_t argmax(const float* x, std::size_t n) {
-  std::size_t best = 0;
-  for (std::size_t i = 1; i < n; ++i)
-    if (x[i] > x[best]) best = i;
-  return best;
 }
 
 LOADSTAR_DECL bool in_top_k(const float* x, std::size_t n, std::size_t target, std::size_t k) {

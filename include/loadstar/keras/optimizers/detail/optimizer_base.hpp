@@ -17,6 +17,7 @@
 #include "loadstar/detail/eigen.hpp"
 #include "loadstar/error.hpp"
 #include "loadstar/keras/backend/backend.hpp"
+#include "loadstar/keras/optimizers/detail/clip_formulas.hpp"
 #include "loadstar/keras/optimizers/optimizer.hpp"
 #include "loadstar/keras/optimizers/schedules.hpp"
 #include "loadstar/keras/variable.hpp"
@@ -175,9 +176,7 @@ LOADSTAR_DECL void OptimizerBase::apply_gradients(std::span<Variable*> variables
       for (const auto& gradient : gradients)
         squares += array_of(gradient).cast<double>().square().sum();
     });
-    const double norm = std::sqrt(squares);
-    scale =
-        static_cast<float>(*clipping_.global_clipnorm / std::max(norm, *clipping_.global_clipnorm));
+    scale = clip_scale(squares, *clipping_.global_clipnorm);
   }
   std::size_t index = 0;
   // Per variable: its value, gradient, clipping scratch and slots, as one host kernel.
@@ -196,14 +195,13 @@ LOADSTAR_DECL void OptimizerBase::apply_gradients(std::span<Variable*> variables
           ArrayMap value = array_of(t[0]);
           ArrayMap gradient = array_of(t[1]);
           if (by_norm) {
-            const double norm = std::sqrt(gradient.cast<double>().square().sum());
-            scale = static_cast<float>(*clipping_.clipnorm / std::max(norm, *clipping_.clipnorm));
+            scale = clip_scale(gradient.cast<double>().square().sum(), *clipping_.clipnorm);
           }
           if (by_norm || by_global || by_value) {
             ArrayMap clipped = array_of(t[2]);
             if (by_value) {
               const auto c = static_cast<float>(*clipping_.clipvalue);
-              clipped = gradient.max(-c).min(c);
+              clipped = gradient.max(-c).min(c);  // clip_to_value, a block at a time
             } else {
               clipped = gradient * scale;
             }
