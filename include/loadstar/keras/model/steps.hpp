@@ -1,6 +1,7 @@
 /// \file
-/// `Model`'s step internals: forward, losses, backward and metric updates of one batch, defined out
-/// of the class (Taskflow style) so that model.hpp keeps the declaration and each concern has its
+/// `Model`'s steps: `train_step`, `test_step`, `predict_step` and `fit` on a `DataIterator`, and
+/// their internals (forward, losses, backward and metric updates of one batch), defined out of the
+/// class (Taskflow style) so that model.hpp keeps the declaration and each concern has its
 /// own file. Included by model.hpp; do not include alone.
 #pragma once
 
@@ -76,6 +77,83 @@ LOADSTAR_DECL void Model::update_metrics(RunningMetrics& running, const Deferred
 
 LOADSTAR_DECL std::uint64_t Model::shuffle_seed(const FitOptions& options) {
   return options.seed ? *options.seed : detail::global_seed();
+}
+
+LOADSTAR_DECL callbacks::History Model::fit(DataIterator& data, const FitOptions& options) {
+  require_compiled("fit");
+  const std::string kind = "a data iterator";
+  if (options.validation_split > 0.0) {
+    throw ConfigError("fit: validation_split is supported for arrays only, not for " + kind +
+                      "; give validation_data instead");
+  }
+  if (options.sample_weight) {
+    throw ConfigError("fit: sample_weight is supported for arrays only, not for " + kind +
+                      "; return (x, y, w) batches instead");
+  }
+  std::shared_ptr<detail::BatchSource> validation;
+  if (!options.validation_data.empty()) {
+    validation = options.validation_data.source(
+        options.validation_batch_size.value_or(options.batch_size), options.validation_steps);
+  }
+  return detail::run_fit(*this, data, validation.get(), options,
+                         options.class_weight ? &*options.class_weight : nullptr);
+}
+
+LOADSTAR_DECL const Logs& Model::train_step(const BatchView& batch, const StepOptions& options) {
+  require_compiled("train_step");
+  if (batch.count == 0 && built()) {
+    // A rank of a data-parallel job with no rows in this step (the last batch of an epoch
+    // has fewer rows than there are ranks): zero gradients, so that the optimizer still
+    // takes part in the step, and nothing to measure.
+    place_weights();
+    zero_gradients(trainable_);
+    optimizer_->apply_batch_gradients(trainable_, 0);
+    training_.fill(training_logs_, output_names_);
+    return training_logs_;
+  }
+  prepare(batch, 0);
+  const detail::ScopedFlushDenormal flush_denormal;
+  load(batch, true, options.class_weight);
+  detail::StepScope step(backend(), step_key(StepKind::train));
+  zero_gradients(zeroed_);
+  const std::uint64_t seed = options.seed ? *options.seed : detail::global_seed();
+  forward(true, seed);
+  const Deferred<double> total = compute_losses(true);
+  backward(seed);
+  optimizer_->apply_batch_gradients(trainable_, rows_);
+  update_metrics(training_, total);
+  step.end();
+  fill_logs(training_, training_logs_);
+  return training_logs_;
+}
+
+LOADSTAR_DECL const Logs& Model::test_step(const BatchView& batch, const StepOptions& options) {
+  require_compiled("test_step");
+  prepare(batch, 0);
+  const detail::ScopedFlushDenormal flush_denormal;
+  load(batch, true, options.class_weight);
+  detail::StepScope step(backend(), step_key(StepKind::test));
+  forward(false, options.seed ? *options.seed : detail::global_seed());
+  const Deferred<double> total = compute_losses(false);
+  update_metrics(evaluation_, total);
+  step.end();
+  fill_logs(evaluation_, evaluation_logs_);
+  return evaluation_logs_;
+}
+
+LOADSTAR_DECL const std::vector<Tensor<float>>& Model::predict_step(const BatchView& batch) {
+  prepare(batch, 0);
+  const detail::ScopedFlushDenormal flush_denormal;
+  load(batch, false, nullptr);
+  detail::StepScope step(backend(), step_key(StepKind::predict));
+  forward(false, detail::global_seed());
+  step.end();
+  return outputs_;
+}
+
+LOADSTAR_DECL void Model::reset_metrics() {
+  training_.reset();
+  evaluation_.reset();
 }
 
 }  // namespace loadstar::keras
