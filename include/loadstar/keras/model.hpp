@@ -224,7 +224,8 @@ class Model {
     } else if (!options.validation_data.empty()) {
       validation = options.validation_data.source(val_batch, options.validation_steps);
     }
-    DataIterator data(array_source(train.x, train.y, train.sample_weight, options));
+    DataIterator data(
+        detail::array_source(train.x, train.y, train.sample_weight, data_options(options)));
     return detail::run_fit(*this, data, validation.get(), options, /*class_weight=*/nullptr);
   }
 
@@ -273,11 +274,12 @@ class Model {
 
   /// The batches `fit(x, y, options)` trains on (without `validation_split`): `batch_size` rows,
   /// shuffled every epoch with `seed` when `shuffle`, `sample_weight` and `class_weight` as sample
-  /// weights, at most `steps_per_epoch` batches an epoch.
+  /// weights, at most `steps_per_epoch` batches an epoch. The iterators read no model state: each
+  /// overload is the free `make_data_iterator` (keras/data_iterator.hpp) with `fit`'s options.
   template <ArrayLike X, ArrayLike Y>
   DataIterator make_data_iterator(const X& x, const Y& y, const FitOptions& options = {}) const {
     auto weights = resolve_sample_weight(y, options.sample_weight, options.class_weight);
-    return DataIterator(array_source(x, y, weights, options));
+    return DataIterator(detail::array_source(x, y, weights, data_options(options)));
   }
 
   /// The batches `fit(sequence, options)` trains on: a `SequenceAdapter` with the options' workers,
@@ -285,48 +287,23 @@ class Model {
   template <KerasSequence S>
   requires(!ArrayLike<std::remove_cvref_t<S>>) DataIterator
       make_data_iterator(S sequence, const FitOptions& options = {})
-  const {
-    const AdapterOptions adapter{.max_queue_size = options.max_queue_size,
-                                 .workers = options.workers,
-                                 .shuffle = options.shuffle,
-                                 .seed = shuffle_seed(options),
-                                 .rank = options.shard_rank,
-                                 .size = options.num_shards};
-    std::unique_ptr<detail::BatchSource> source;
-    if (!options.use_multiprocessing) {
-      source = std::make_unique<detail::OwnedAdapterSource<S, dynamic_workers, false>>(
-          std::move(sequence), adapter, options.steps_per_epoch);
-    } else if (options.workers == 0) {
-      throw ConfigError("fit: use_multiprocessing needs workers > 0 but workers is 0");
-    } else if constexpr (!Serializable<batch_t<S>>) {
-      throw ConfigError(
-          "fit: use_multiprocessing needs a batch type that can be serialized (tensors, "
-          "arithmetic types, strings and containers of them, or a Serializer specialisation)");
-    } else {
-      source = std::make_unique<detail::OwnedAdapterSource<S, dynamic_workers, true>>(
-          std::move(sequence), adapter, options.steps_per_epoch);
-    }
-    return DataIterator(std::move(source));
-  }
+  const { return keras::make_data_iterator(std::move(sequence), data_options(options)); }
 
   /// The batches `fit(dataset, options)` trains on (the caller's dataset, by reference).
   template <Dataset D>
   requires KerasBatch<element_t<D>> DataIterator make_data_iterator(D& dataset,
                                                                     const FitOptions& options = {})
-  const {
-    return DataIterator(
-        std::make_unique<detail::DatasetSource<D&>>(dataset, options.steps_per_epoch));
-  }
+  const { return keras::make_data_iterator(dataset, data_options(options)); }
 
   /// The batches `fit(adapter, options)` trains on (the caller's adapter, by reference).
   template <Sequence S, std::size_t Workers, bool Multiprocess>
   requires KerasBatch<batch_t<S>> DataIterator make_data_iterator(
       SequenceAdapter<S, Workers, Multiprocess>& adapter, const FitOptions& options = {})
-  const {
-    return DataIterator(
-        std::make_unique<detail::AdapterSource<SequenceAdapter<S, Workers, Multiprocess>>>(
-            adapter, options.steps_per_epoch));
-  }
+  const { return keras::make_data_iterator(adapter, data_options(options)); }
+
+  /// The loader options of `options` (`fit`'s, with the seed of `set_random_seed` when it has
+  /// none).
+  LOADSTAR_DECL static DataIteratorOptions data_options(const FitOptions& options);
 
   // --- evaluate, predict -------------------------------------------------------------------------
 
@@ -637,35 +614,6 @@ class Model {
   /// Refuses a metric name `get_metric` will not know at the first batch, at `compile` as Keras
   /// does (`"acuracy"` is a `ConfigError` naming the known metrics).
   LOADSTAR_DECL void check_metric_names(const std::vector<MetricArg>& metrics) const;
-
-  /// The seed of shuffling: the options', else `set_random_seed`'s.
-  static std::uint64_t shuffle_seed(const FitOptions& options);
-
-  /// The source of `fit(x, y)` and `make_data_iterator(x, y)`: checks the arrays as Determined's
-  /// array adapter does, except that a batch larger than the data is one batch of every row, as
-  /// in Keras.
-  template <ArrayLike X, ArrayLike Y>
-  static std::unique_ptr<detail::BatchSource> array_source(const X& x, const Y& y,
-                                                           const std::optional<Tensor<float>>& w,
-                                                           const FitOptions& options) {
-    // Named after what the user called, not the ArraySequence made for it.
-    const std::size_t x_rows = rows_of(x, "x", "fit");
-    const std::size_t y_rows = rows_of(y, "y", "fit");
-    if (y_rows != x_rows) {
-      throw ShapeError("fit: y has " + std::to_string(y_rows) + " rows but x has " +
-                       std::to_string(x_rows) + " (x and y need one row per sample)");
-    }
-    if (w && w->rank() >= 1 && w->rows() != x_rows) {
-      throw ShapeError("fit: sample_weight has " + std::to_string(w->rows()) + " rows but x has " +
-                       std::to_string(x_rows) + " (one weight per sample)");
-    }
-    const std::size_t batch_size = std::min(options.batch_size, x_rows);
-    const std::size_t rows =
-        w ? ArraySequence(x, y, *w, batch_size).rows() : ArraySequence(x, y, batch_size).rows();
-    return std::make_unique<detail::ArraySource<X, Y>>(
-        x, y, w, rows, batch_size, options.shuffle, shuffle_seed(options), options.steps_per_epoch,
-        options.shard_rank, options.num_shards, true);
-  }
 
   std::string name_;
   std::uint64_t serial_ = next_serial();

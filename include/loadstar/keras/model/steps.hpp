@@ -75,8 +75,16 @@ LOADSTAR_DECL void Model::update_metrics(RunningMetrics& running, const Deferred
   running.update(backend(), total, output_losses_, rows_, targets_, outputs_, weights);
 }
 
-LOADSTAR_DECL std::uint64_t Model::shuffle_seed(const FitOptions& options) {
-  return options.seed ? *options.seed : detail::global_seed();
+LOADSTAR_DECL DataIteratorOptions Model::data_options(const FitOptions& options) {
+  return {.batch_size = options.batch_size,
+          .steps_per_epoch = options.steps_per_epoch,
+          .use_multiprocessing = options.use_multiprocessing,
+          .adapter = {.max_queue_size = options.max_queue_size,
+                      .workers = options.workers,
+                      .sampler = {.shuffle = options.shuffle,
+                                  .seed = options.seed ? *options.seed : detail::global_seed(),
+                                  .rank = options.shard_rank,
+                                  .size = options.num_shards}}};
 }
 
 LOADSTAR_DECL callbacks::History Model::fit(DataIterator& data, const FitOptions& options) {
