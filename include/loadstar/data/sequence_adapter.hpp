@@ -154,10 +154,11 @@ using backend_t = std::conditional_t<
 /// the adapter is gone. While the consumer keeps so many batches that the next slot is still in
 /// use, the adapter builds that batch itself instead of waiting.
 /// \code
-/// SequenceAdapter<MySequence, 4> train(MySequence{...}, {.shuffle = true, .seed = 777});
+/// const AdapterOptions options{.sampler = {.shuffle = true, .seed = 777}};
+/// SequenceAdapter<MySequence, 4> train(MySequence{...}, options);
 /// for (auto& [x, y] : train) { ... }              // infinite: break out
 /// nlohmann::json saved = train.state();
-/// SequenceAdapter<MySequence, 2, true> resumed(MySequence{...}, {.shuffle = true, .seed = 777},
+/// SequenceAdapter<MySequence, 2, true> resumed(MySequence{...}, options,
 ///                                              saved.get<SamplerState>());
 /// \endcode
 template <Sequence S, std::size_t Workers = 0, bool Multiprocess = false>

@@ -82,7 +82,8 @@ class DataIterator {
 /// this rank and the number of ranks) orders and shards arrays and sequences alike. The defaults
 /// are `fit`'s, except the seed (0 here; `fit` takes `set_random_seed`'s).
 /// \code
-/// auto data = make_data_iterator(sequence, {.adapter = {.workers = 2, .sampler = {.seed = 7}}});
+/// auto data = make_data_iterator(
+///     sequence, {.adapter = {.workers = 2, .sampler = {.shuffle = true, .seed = 7}}});
 /// \endcode
 struct DataIteratorOptions {
   /// Rows per batch for arrays (a `Sequence` or `Dataset` makes its own batches).
@@ -96,7 +97,8 @@ struct DataIteratorOptions {
   /// sequences: the order and shard, `sampler` (Keras shuffles by default). Arrays are sharded by
   /// row (step `k` of every rank together covers the global batch of `batch_size * size` rows,
   /// and every rank has the same steps per epoch), a `Sequence` by batch (rank `r` takes batches
-  /// `r, r + size, ...` of the stream).
+  /// `r, r + size, ...` of the stream). An `adapter` given replaces the whole default: the one
+  /// worker and shuffling are then what it says (`AdapterOptions` does not shuffle by default).
   AdapterOptions adapter = {.workers = 1, .sampler = {.shuffle = true}};
 };
 
