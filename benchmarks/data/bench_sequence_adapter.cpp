@@ -182,7 +182,7 @@ void restore(benchmark::State& state, std::uint64_t step) {
   const loadstar::SamplerState saved{(step * 3) / 1000, (step * 3) % 1000, 7, 1000, 0, 3};
   for (auto _ : state) {
     loadstar::SequenceAdapter<Indices, 0> adapter(
-        Indices{}, {.shuffle = true, .seed = 7, .rank = 1, .size = 2}, saved);
+        Indices{}, {.sampler = {.shuffle = true, .seed = 7, .rank = 1, .size = 2}}, saved);
     benchmark::DoNotOptimize(adapter.next());
   }
   state.counters["rate"] =

@@ -28,4 +28,5 @@
 #include "loadstar/trial/searcher.hpp"
 #include "loadstar/trial/trial_context.hpp"
 #include "loadstar/trial/trial_runner.hpp"
+#include "loadstar/trial/trial_spec.hpp"
 #include "loadstar/trial/workload_sequencer.hpp"

@@ -57,7 +57,7 @@ using workers = std::integral_constant<std::size_t, Workers>;
 // expectation in test_sampler.cpp).
 inline std::vector<std::size_t> sampler_stream(const loadstar::AdapterOptions& o,
                                                std::size_t count) {
-  loadstar::Sampler sampler(length, {o.shuffle, o.seed, o.rank, o.size, o.repeat, o.skip});
+  loadstar::Sampler sampler(length, o.sampler);
   std::vector<std::size_t> out;
   for (std::size_t i = 0; i < count; ++i)
     out.push_back(sampler.next()->index);
@@ -90,12 +90,9 @@ void for_each_grid_point(F&& f) {
         CAPTURE(skip);
         CAPTURE(rank);
         CAPTURE(size);
-        const loadstar::AdapterOptions o{.shuffle = shuffle,
-                                         .seed = seed,
-                                         .rank = rank,
-                                         .size = size,
-                                         .skip = skip,
-                                         .timeout = std::chrono::seconds(20)};
+        const loadstar::AdapterOptions o{
+            .sampler = {.shuffle = shuffle, .seed = seed, .rank = rank, .size = size, .skip = skip},
+            .timeout = std::chrono::seconds(20)};
         f(o, 3 * length / size);
       }
     }

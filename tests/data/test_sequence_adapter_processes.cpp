@@ -326,8 +326,8 @@ TEST_SUITE("data") {
   TEST_CASE("SequenceAdapter on processes makes one finite validation pass" *
             doctest::timeout(30)) {
     for (std::size_t rank = 0; rank < 3; ++rank) {
-      SequenceAdapter<IndexSequence, 2, true> adapter(IndexSequence{},
-                                                      {.rank = rank, .size = 3, .repeat = false});
+      SequenceAdapter<IndexSequence, 2, true> adapter(
+          IndexSequence{}, {.sampler = {.rank = rank, .size = 3, .repeat = false}});
       std::vector<std::size_t> got;
       for (std::size_t batch : adapter)
         got.push_back(batch);
@@ -412,9 +412,12 @@ TEST_SUITE("data") {
     std::vector<std::tuple<std::uint64_t, std::uint64_t>> thread_batches;
     std::vector<std::tuple<std::uint64_t, std::uint64_t>> process_batches;
     {
-      SequenceAdapter<EpochSequence, 0> a(EpochSequence{}, {.shuffle = true, .seed = seed});
-      SequenceAdapter<EpochSequence, 4> b(EpochSequence{}, {.shuffle = true, .seed = seed});
-      SequenceAdapter<EpochSequence, 2, true> c(EpochSequence{}, {.shuffle = true, .seed = seed});
+      SequenceAdapter<EpochSequence, 0> a(EpochSequence{},
+                                          {.sampler = {.shuffle = true, .seed = seed}});
+      SequenceAdapter<EpochSequence, 4> b(EpochSequence{},
+                                          {.sampler = {.shuffle = true, .seed = seed}});
+      SequenceAdapter<EpochSequence, 2, true> c(EpochSequence{},
+                                                {.sampler = {.shuffle = true, .seed = seed}});
       for (int i = 0; i < 35; ++i) {
         inline_batches.push_back(*a.next());
         thread_batches.push_back(*b.next());
@@ -436,7 +439,7 @@ TEST_SUITE("data") {
                          WorkerError);
     for (std::size_t i = 8; i < 20; ++i)
       CHECK(*adapter.next() == i);
-    SequenceAdapter<TroubleSequence, 1, true> again(TroubleSequence{}, {.skip = 7});
+    SequenceAdapter<TroubleSequence, 1, true> again(TroubleSequence{}, {.sampler = {.skip = 7}});
     CHECK_THROWS_WITH_AS(again.next(), doctest::Contains("cannot decode image 7"), WorkerError);
     CHECK(*again.next() == 8);
   }
@@ -446,8 +449,8 @@ TEST_SUITE("data") {
     {
       // One worker, so that batches 1 to 4 are built before it dies (with more, a death is
       // reported as soon as the consumer waits, and batches still being built are lost).
-      SequenceAdapter<TroubleSequence, 1, true> adapter(TroubleSequence{5},
-                                                        {.max_queue_size = 4, .skip = 1});
+      SequenceAdapter<TroubleSequence, 1, true> adapter(
+          TroubleSequence{5}, {.max_queue_size = 4, .sampler = {.skip = 1}});
       for (std::size_t i = 1; i < 5; ++i)
         CHECK(*adapter.next() == i);
       const auto started = std::chrono::steady_clock::now();
@@ -558,7 +561,7 @@ TEST_SUITE("data") {
       for (const std::size_t queue : {1, 2, 3, 16}) {
         CAPTURE(cpus);
         CAPTURE(queue);
-        const AdapterOptions o{.max_queue_size = queue, .shuffle = true, .seed = seed};
+        const AdapterOptions o{.max_queue_size = queue, .sampler = {.shuffle = true, .seed = seed}};
         SequenceAdapter<IndexSequence, 4, true> adapter(IndexSequence{}, o);
         const auto expected = sampler_stream(o, 2000);
         bool in_order = true;
@@ -639,7 +642,7 @@ TEST_SUITE("data") {
   TEST_CASE("SequenceAdapter resumes on processes from a state saved on threads" *
             doctest::timeout(60)) {
     std::mt19937_64 rng(99);
-    const AdapterOptions o{.shuffle = true, .seed = seed, .rank = 1, .size = 3};
+    const AdapterOptions o{.sampler = {.shuffle = true, .seed = seed, .rank = 1, .size = 3}};
     const auto uninterrupted = sampler_stream(o, 300);
     for (int trial = 0; trial < 8; ++trial) {
       const auto point = static_cast<std::size_t>(rng() % 240);
@@ -658,24 +661,25 @@ TEST_SUITE("data") {
       CAPTURE(point);
       CHECK(std::equal(got.begin(), got.end(),
                        uninterrupted.begin() + static_cast<std::ptrdiff_t>(point)));
-      CHECK(resumed.state() ==
-            Sampler(length, {o.shuffle, o.seed, o.rank, o.size, o.repeat, point + 50}).state());
+      CHECK(resumed.state() == Sampler(length, {o.sampler.shuffle, o.sampler.seed, o.sampler.rank,
+                                                o.sampler.size, o.sampler.repeat, point + 50})
+                                   .state());
     }
   }
 
   TEST_CASE("SequenceAdapter on processes resumes a state saved on 2 ranks on 3, any workers" *
             doctest::timeout(60)) {
-    const auto global = sampler_stream({.shuffle = true, .seed = seed}, 300);
+    const auto global = sampler_stream({.sampler = {.shuffle = true, .seed = seed}}, 300);
     nlohmann::json saved;  // rank 1 of 2 after 29 steps: the step starts at batch 58
     {
       SequenceAdapter<IndexSequence, 2, true> rank(
-          IndexSequence{}, {.shuffle = true, .seed = seed, .rank = 1, .size = 2});
+          IndexSequence{}, {.sampler = {.shuffle = true, .seed = seed, .rank = 1, .size = 2}});
       for (int s = 0; s < 29; ++s)
         rank.next();
       saved = rank.state();
     }
     for (std::size_t r = 0; r < 3; ++r) {
-      AdapterOptions o{.shuffle = true, .seed = seed, .rank = r, .size = 3};
+      AdapterOptions o{.sampler = {.shuffle = true, .seed = seed, .rank = r, .size = 3}};
       o.workers = 1 + r;
       SequenceAdapter<IndexSequence, loadstar::dynamic_workers, true> resumed(
           IndexSequence{}, o, saved.get<SamplerState>());

@@ -204,8 +204,8 @@ TEST_SUITE("data") {
       "SequenceAdapter on threads makes one finite validation pass" * doctest::timeout(30), W,
       workers<0>, workers<1>, workers<5>) {
     for (std::size_t rank = 0; rank < 3; ++rank) {
-      SequenceAdapter<IndexSequence, W::value> adapter(IndexSequence{},
-                                                       {.rank = rank, .size = 3, .repeat = false});
+      SequenceAdapter<IndexSequence, W::value> adapter(
+          IndexSequence{}, {.sampler = {.rank = rank, .size = 3, .repeat = false}});
       std::vector<std::size_t> got;
       for (std::size_t batch : adapter)
         got.push_back(batch);
@@ -298,8 +298,7 @@ TEST_SUITE("data") {
           CAPTURE(timed);
           const AdapterOptions o{
               .max_queue_size = queue,
-              .shuffle = true,
-              .seed = seed,
+              .sampler = {.shuffle = true, .seed = seed},
               .timeout = timed ? std::chrono::milliseconds(20000) : std::chrono::milliseconds(0)};
           SequenceAdapter<IndexSequence, 6> adapter(IndexSequence{}, o);
           const auto expected = sampler_stream(o, 3000);
@@ -443,7 +442,7 @@ TEST_SUITE("data") {
   TEST_CASE("SequenceAdapter with dynamic_workers runs exactly the workers asked for" *
             doctest::timeout(60)) {
     const std::size_t threads_before = thread_count();
-    const AdapterOptions base{.shuffle = true, .seed = seed};
+    const AdapterOptions base{.sampler = {.shuffle = true, .seed = seed}};
     const auto expected = sampler_stream(base, 250);
     for (const std::size_t n : {0U, 1U, 3U, 5U}) {
       AdapterOptions o = base;
@@ -474,11 +473,11 @@ TEST_SUITE("data") {
   TEST_CASE("SequenceAdapter resumes a state saved on N ranks on M ranks, any workers" *
             doctest::timeout(60)) {
     // The stream one process reads, and 2 ranks in step stopped after 37 steps.
-    const auto global = sampler_stream({.shuffle = true, .seed = seed}, 400);
+    const auto global = sampler_stream({.sampler = {.shuffle = true, .seed = seed}}, 400);
     std::vector<nlohmann::json> saved;
     for (std::size_t r = 0; r < 2; ++r) {
-      SequenceAdapter<IndexSequence, 2> rank(IndexSequence{},
-                                             {.shuffle = true, .seed = seed, .rank = r, .size = 2});
+      SequenceAdapter<IndexSequence, 2> rank(
+          IndexSequence{}, {.sampler = {.shuffle = true, .seed = seed, .rank = r, .size = 2}});
       for (int s = 0; s < 37; ++s)
         rank.next();
       saved.push_back(rank.state());
@@ -486,7 +485,7 @@ TEST_SUITE("data") {
     // 3 ranks (threads, inline, dynamic), each from another rank's state.
     std::vector<std::vector<std::size_t>> got(3);
     for (std::size_t r = 0; r < 3; ++r) {
-      const AdapterOptions o{.shuffle = true, .seed = seed, .rank = r, .size = 3};
+      const AdapterOptions o{.sampler = {.shuffle = true, .seed = seed, .rank = r, .size = 3}};
       const auto state = saved[r % 2].get<SamplerState>();
       const auto read = [&](auto& adapter) {
         for (int s = 0; s < 50; ++s)
@@ -558,7 +557,8 @@ TEST_SUITE("data") {
     std::mt19937_64 rng(2024);
     for (const auto& [rank, size] :
          std::vector<std::pair<std::size_t, std::size_t>>{{0, 1}, {2, 3}}) {
-      const AdapterOptions o{.shuffle = true, .seed = seed, .rank = rank, .size = size};
+      const AdapterOptions o{
+          .sampler = {.shuffle = true, .seed = seed, .rank = rank, .size = size}};
       const auto uninterrupted = adapter_stream<2>(o, 400);
       for (int trial = 0; trial < 12; ++trial) {
         const auto point = static_cast<std::size_t>(rng() % 330);
@@ -599,11 +599,12 @@ TEST_SUITE("data") {
         ConfigError);
     CHECK_NOTHROW((SequenceAdapter<IndexSequence, 0>(
         IndexSequence{}, {.max_queue_size = AdapterOptions::max_queue_size_limit})));
-    CHECK_THROWS_WITH_AS((SequenceAdapter<IndexSequence, 2>(IndexSequence{2}, {.size = 3})),
-                         doctest::Contains("at least as many batches as ranks"), ConfigError);
+    CHECK_THROWS_WITH_AS(
+        (SequenceAdapter<IndexSequence, 2>(IndexSequence{2}, {.sampler = {.size = 3}})),
+        doctest::Contains("at least as many batches as ranks"), ConfigError);
     const SamplerState foreign{0, 0, seed + 1, length};
     CHECK_THROWS_WITH_AS(
-        (SequenceAdapter<IndexSequence, 2>(IndexSequence{}, {.seed = seed}, foreign)),
+        (SequenceAdapter<IndexSequence, 2>(IndexSequence{}, {.sampler = {.seed = seed}}, foreign)),
         doctest::Contains("saved with seed 778 but the sampler's seed is 777"), CheckpointError);
   }
 }

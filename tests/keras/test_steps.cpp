@@ -497,7 +497,7 @@ TEST_SUITE("keras") {
   TEST_CASE("fit stopped mid-epoch resumes bitwise from a SequenceAdapter") {
     const Blobs data = blobs(100, 7);
     using Adapter = SequenceAdapter<EpochSequence, 2>;
-    const AdapterOptions adapter_options{.shuffle = true, .seed = 9};
+    const AdapterOptions adapter_options{.sampler = {.shuffle = true, .seed = 9}};
     const FitOptions options{.epochs = 3, .verbose = 0, .seed = 42};
 
     auto reference = classifier();

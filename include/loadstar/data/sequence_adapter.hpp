@@ -154,10 +154,11 @@ using backend_t = std::conditional_t<
 /// the adapter is gone. While the consumer keeps so many batches that the next slot is still in
 /// use, the adapter builds that batch itself instead of waiting.
 /// \code
-/// SequenceAdapter<MySequence, 4> train(MySequence{...}, {.shuffle = true, .seed = 777});
+/// const AdapterOptions options{.sampler = {.shuffle = true, .seed = 777}};
+/// SequenceAdapter<MySequence, 4> train(MySequence{...}, options);
 /// for (auto& [x, y] : train) { ... }              // infinite: break out
 /// nlohmann::json saved = train.state();
-/// SequenceAdapter<MySequence, 2, true> resumed(MySequence{...}, {.shuffle = true, .seed = 777},
+/// SequenceAdapter<MySequence, 2, true> resumed(MySequence{...}, options,
 ///                                              saved.get<SamplerState>());
 /// \endcode
 template <Sequence S, std::size_t Workers = 0, bool Multiprocess = false>
@@ -175,14 +176,14 @@ class SequenceAdapter {
   static constexpr std::size_t workers = Workers;
   static constexpr bool multiprocess = Multiprocess;
 
-  /// Starts serving `sequence` from the beginning (after `options.skip` batches); throws
+  /// Starts serving `sequence` from the beginning (after `options.sampler.skip` batches); throws
   /// `ConfigError` for a `max_queue_size` of 0 or above `max_queue_size_limit`, a `slot_bytes`
   /// above `max_slot_bytes`, a `workers` above `max_workers` or other than a fixed `Workers`,
   /// fewer batches than ranks or a bad rank.
   explicit SequenceAdapter(S sequence, const AdapterOptions& options = {})
       : sequence_(std::make_shared<S>(std::move(sequence))),
         options_(checked(options)),
-        sampler_(sequence_->size(), sampler_options(options_)),
+        sampler_(sequence_->size(), options_.sampler),
         position_(starting_position()),
         backend_(sequence_, sampler_, options_, worker_count(), position_, first_barrier()) {}
 
@@ -192,7 +193,7 @@ class SequenceAdapter {
   SequenceAdapter(S sequence, const AdapterOptions& options, const SamplerState& state)
       : sequence_(std::make_shared<S>(std::move(sequence))),
         options_(checked(options)),
-        sampler_(sequence_->size(), sampler_options(options_), state),
+        sampler_(sequence_->size(), options_.sampler, state),
         position_(starting_position()),
         backend_(sequence_, sampler_, options_, worker_count(), position_, first_barrier()) {}
 
@@ -280,7 +281,7 @@ class SequenceAdapter {
   /// The batches of one epoch: in training the same on every rank (`Sampler::steps_per_epoch`),
   /// in validation this rank's pass.
   std::uint64_t steps_per_epoch() const noexcept {
-    return options_.repeat ? sampler_.steps_per_epoch() : sampler_.pass_length();
+    return options_.sampler.repeat ? sampler_.steps_per_epoch() : sampler_.pass_length();
   }
   /// The workers building batches (threads or processes; 0: the consumer's thread).
   std::size_t worker_count() const noexcept {
@@ -320,10 +321,6 @@ class SequenceAdapter {
                         std::to_string(options.slot_bytes));
     }
     return options;
-  }
-
-  static SamplerOptions sampler_options(const AdapterOptions& o) {
-    return {o.shuffle, o.seed, o.rank, o.size, o.repeat, o.skip};
   }
 
   /// The first position, after telling a sequence with `set_epoch` the epoch it starts in

@@ -2,7 +2,7 @@
 /// The declaration of `Model` and its public template members (the `fit`, `evaluate`, `predict`,
 /// data-iterator and step overloads for every loader and batch kind, which must stay in the
 /// class); this is why the header is longer than 600 lines. The non-template members live in
-/// keras/detail/model_*.hpp by concern, the loops in keras/detail/loops.hpp.
+/// keras/model/*.hpp by concern, the loops in keras/detail/loops.hpp.
 ///
 /// `Model`: Keras's functional model, with `compile`, `fit`, `evaluate`, `predict`,
 /// `train_on_batch`, `test_on_batch`, `summary`, `get_weights` and `set_weights`.
@@ -224,7 +224,8 @@ class Model {
     } else if (!options.validation_data.empty()) {
       validation = options.validation_data.source(val_batch, options.validation_steps);
     }
-    DataIterator data(array_source(train.x, train.y, train.sample_weight, options));
+    DataIterator data(
+        detail::array_source(train.x, train.y, train.sample_weight, data_options(options)));
     return detail::run_fit(*this, data, validation.get(), options, /*class_weight=*/nullptr);
   }
 
@@ -273,11 +274,12 @@ class Model {
 
   /// The batches `fit(x, y, options)` trains on (without `validation_split`): `batch_size` rows,
   /// shuffled every epoch with `seed` when `shuffle`, `sample_weight` and `class_weight` as sample
-  /// weights, at most `steps_per_epoch` batches an epoch.
+  /// weights, at most `steps_per_epoch` batches an epoch. The iterators read no model state: each
+  /// overload is the free `make_data_iterator` (keras/data_iterator.hpp) with `fit`'s options.
   template <ArrayLike X, ArrayLike Y>
   DataIterator make_data_iterator(const X& x, const Y& y, const FitOptions& options = {}) const {
     auto weights = resolve_sample_weight(y, options.sample_weight, options.class_weight);
-    return DataIterator(array_source(x, y, weights, options));
+    return DataIterator(detail::array_source(x, y, weights, data_options(options)));
   }
 
   /// The batches `fit(sequence, options)` trains on: a `SequenceAdapter` with the options' workers,
@@ -285,48 +287,23 @@ class Model {
   template <KerasSequence S>
   requires(!ArrayLike<std::remove_cvref_t<S>>) DataIterator
       make_data_iterator(S sequence, const FitOptions& options = {})
-  const {
-    const AdapterOptions adapter{.max_queue_size = options.max_queue_size,
-                                 .workers = options.workers,
-                                 .shuffle = options.shuffle,
-                                 .seed = shuffle_seed(options),
-                                 .rank = options.shard_rank,
-                                 .size = options.num_shards};
-    std::unique_ptr<detail::BatchSource> source;
-    if (!options.use_multiprocessing) {
-      source = std::make_unique<detail::OwnedAdapterSource<S, dynamic_workers, false>>(
-          std::move(sequence), adapter, options.steps_per_epoch);
-    } else if (options.workers == 0) {
-      throw ConfigError("fit: use_multiprocessing needs workers > 0 but workers is 0");
-    } else if constexpr (!Serializable<batch_t<S>>) {
-      throw ConfigError(
-          "fit: use_multiprocessing needs a batch type that can be serialized (tensors, "
-          "arithmetic types, strings and containers of them, or a Serializer specialisation)");
-    } else {
-      source = std::make_unique<detail::OwnedAdapterSource<S, dynamic_workers, true>>(
-          std::move(sequence), adapter, options.steps_per_epoch);
-    }
-    return DataIterator(std::move(source));
-  }
+  const { return keras::make_data_iterator(std::move(sequence), data_options(options)); }
 
   /// The batches `fit(dataset, options)` trains on (the caller's dataset, by reference).
   template <Dataset D>
   requires KerasBatch<element_t<D>> DataIterator make_data_iterator(D& dataset,
                                                                     const FitOptions& options = {})
-  const {
-    return DataIterator(
-        std::make_unique<detail::DatasetSource<D&>>(dataset, options.steps_per_epoch));
-  }
+  const { return keras::make_data_iterator(dataset, data_options(options)); }
 
   /// The batches `fit(adapter, options)` trains on (the caller's adapter, by reference).
   template <Sequence S, std::size_t Workers, bool Multiprocess>
   requires KerasBatch<batch_t<S>> DataIterator make_data_iterator(
       SequenceAdapter<S, Workers, Multiprocess>& adapter, const FitOptions& options = {})
-  const {
-    return DataIterator(
-        std::make_unique<detail::AdapterSource<SequenceAdapter<S, Workers, Multiprocess>>>(
-            adapter, options.steps_per_epoch));
-  }
+  const { return keras::make_data_iterator(adapter, data_options(options)); }
+
+  /// The loader options of `options` (`fit`'s, with the seed of `set_random_seed` when it has
+  /// none).
+  LOADSTAR_DECL static DataIteratorOptions data_options(const FitOptions& options);
 
   // --- evaluate, predict -------------------------------------------------------------------------
 
@@ -638,35 +615,6 @@ class Model {
   /// does (`"acuracy"` is a `ConfigError` naming the known metrics).
   LOADSTAR_DECL void check_metric_names(const std::vector<MetricArg>& metrics) const;
 
-  /// The seed of shuffling: the options', else `set_random_seed`'s.
-  static std::uint64_t shuffle_seed(const FitOptions& options);
-
-  /// The source of `fit(x, y)` and `make_data_iterator(x, y)`: checks the arrays as Determined's
-  /// array adapter does, except that a batch larger than the data is one batch of every row, as
-  /// in Keras.
-  template <ArrayLike X, ArrayLike Y>
-  static std::unique_ptr<detail::BatchSource> array_source(const X& x, const Y& y,
-                                                           const std::optional<Tensor<float>>& w,
-                                                           const FitOptions& options) {
-    // Named after what the user called, not the ArraySequence made for it.
-    const std::size_t x_rows = rows_of(x, "x", "fit");
-    const std::size_t y_rows = rows_of(y, "y", "fit");
-    if (y_rows != x_rows) {
-      throw ShapeError("fit: y has " + std::to_string(y_rows) + " rows but x has " +
-                       std::to_string(x_rows) + " (x and y need one row per sample)");
-    }
-    if (w && w->rank() >= 1 && w->rows() != x_rows) {
-      throw ShapeError("fit: sample_weight has " + std::to_string(w->rows()) + " rows but x has " +
-                       std::to_string(x_rows) + " (one weight per sample)");
-    }
-    const std::size_t batch_size = std::min(options.batch_size, x_rows);
-    const std::size_t rows =
-        w ? ArraySequence(x, y, *w, batch_size).rows() : ArraySequence(x, y, batch_size).rows();
-    return std::make_unique<detail::ArraySource<X, Y>>(
-        x, y, w, rows, batch_size, options.shuffle, shuffle_seed(options), options.steps_per_epoch,
-        options.shard_rank, options.num_shards, true);
-  }
-
   std::string name_;
   std::uint64_t serial_ = next_serial();
   // Graph.
@@ -716,206 +664,11 @@ class Model {
 // library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
 #if LOADSTAR_KERAS_BODIES
 #include "loadstar/keras/detail/loops.hpp"
-#include "loadstar/keras/detail/model_buffers.hpp"
-#include "loadstar/keras/detail/model_compile.hpp"
-#include "loadstar/keras/detail/model_graph.hpp"
-#include "loadstar/keras/detail/model_steps.hpp"
-#include "loadstar/keras/detail/model_weights.hpp"
+#include "loadstar/keras/model/buffers.hpp"
+#include "loadstar/keras/model/compile.hpp"
+#include "loadstar/keras/model/graph.hpp"
+#include "loadstar/keras/model/steps.hpp"
+#include "loadstar/keras/model/weights.hpp"
 #endif
 #include "loadstar/keras/saving/model_config.hpp"
 #include "loadstar/keras/saving/saving.hpp"
-
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
-#if LOADSTAR_KERAS_BODIES
-namespace loadstar::keras {
-
-LOADSTAR_DECL std::shared_ptr<Layer> Model::get_layer(std::string_view name) const {
-  for (const auto& layer : layers_) {
-    if (layer->name() == name) return layer;
-  }
-  throw ConfigError("model '" + name_ + "': no layer named '" + std::string(name) + "'");
-}
-
-LOADSTAR_DECL void Model::compile(const CompileOptions& options) {
-  options_ = options;
-  std::shared_ptr<Backend> backend =
-      options.backend ? options.backend : cpu_backend(options.threads);
-  if (backend_ && backend_->device() != backend->device()) {
-    // Weights in the previous backend's memory come back to the host, to move to the new
-    // backend's memory before the next step; the activations are allocated again there.
-    for (const auto& layer : layers_) {
-      for (auto& w : layer->weights()) {
-        if (!w.value.is_host()) w.value = backend_->to_host(w.value);
-        if (!w.gradient.is_host()) w.gradient = Tensor<float>(w.gradient.shape());
-      }
-    }
-    capacity_ = 0;
-    rows_ = 0;
-  }
-  backend_ = std::move(backend);
-  weights_placed_ = false;
-  optimizer_ = options.optimizer.object();
-  if (!optimizer_) optimizer_ = std::shared_ptr<Optimizer>(get_optimizer(options.optimizer.name()));
-  optimizer_->set_backend(backend_);
-  check_metric_names(options.metrics);
-  check_metric_names(options.weighted_metrics);
-  compiled_ = true;
-  // As in Keras, a layer's `trainable` changed since takes effect now: the graph is planned
-  // again (which variables train, which gradients a step needs).
-  if (!graph_inputs_.empty()) {
-    set_graph(graph_inputs_, graph_outputs_);
-  } else if (built()) {
-    resolve_losses();
-  }
-}
-
-LOADSTAR_DECL void Model::compile(OptimizerArg optimizer, Losses loss,
-                                  std::vector<MetricArg> metrics,
-                                  std::vector<double> loss_weights) {
-  CompileOptions options;
-  options.threads = options_.threads;
-  options.backend = options_.backend;
-  options.optimizer = std::move(optimizer);
-  options.loss = std::move(loss);
-  options.metrics = std::move(metrics);
-  options.loss_weights = std::move(loss_weights);
-  compile(options);
-}
-
-LOADSTAR_DECL Optimizer& Model::optimizer() const {
-  require_compiled("optimizer");
-  return *optimizer_;
-}
-
-LOADSTAR_DECL void Model::set_optimizer(std::shared_ptr<Optimizer> optimizer) {
-  require_compiled("set_optimizer");
-  if (!optimizer) throw ConfigError("model '" + name_ + "': set_optimizer: the optimizer is null");
-  optimizer->set_backend(backend_);
-  optimizer_ = std::move(optimizer);
-}
-
-LOADSTAR_DECL std::shared_ptr<Optimizer> Model::optimizer_ptr() const {
-  require_compiled("optimizer");
-  return optimizer_;
-}
-
-LOADSTAR_DECL Backend& Model::backend() {
-  if (!backend_) backend_ = cpu_backend(options_.threads);
-  return *backend_;
-}
-
-LOADSTAR_DECL std::vector<std::string> Model::metrics_names() const {
-  std::vector<std::string> names{"loss"};
-  if (outputs_.size() > 1) {
-    for (const auto& output : output_names_)
-      names.push_back(output + "_loss");
-  }
-  for (auto& metric : training_.names())
-    names.push_back(std::move(metric));
-  return names;
-}
-
-LOADSTAR_DECL callbacks::History Model::fit(DataIterator& data, const FitOptions& options) {
-  require_compiled("fit");
-  const std::string kind = "a data iterator";
-  if (options.validation_split > 0.0) {
-    throw ConfigError("fit: validation_split is supported for arrays only, not for " + kind +
-                      "; give validation_data instead");
-  }
-  if (options.sample_weight) {
-    throw ConfigError("fit: sample_weight is supported for arrays only, not for " + kind +
-                      "; return (x, y, w) batches instead");
-  }
-  std::shared_ptr<detail::BatchSource> validation;
-  if (!options.validation_data.empty()) {
-    validation = options.validation_data.source(
-        options.validation_batch_size.value_or(options.batch_size), options.validation_steps);
-  }
-  return detail::run_fit(*this, data, validation.get(), options,
-                         options.class_weight ? &*options.class_weight : nullptr);
-}
-
-LOADSTAR_DECL const Logs& Model::train_step(const BatchView& batch, const StepOptions& options) {
-  require_compiled("train_step");
-  if (batch.count == 0 && built()) {
-    // A rank of a data-parallel job with no rows in this step (the last batch of an epoch
-    // has fewer rows than there are ranks): zero gradients, so that the optimizer still
-    // takes part in the step, and nothing to measure.
-    place_weights();
-    zero_gradients(trainable_);
-    optimizer_->apply_batch_gradients(trainable_, 0);
-    training_.fill(training_logs_, output_names_);
-    return training_logs_;
-  }
-  prepare(batch, 0);
-  const detail::ScopedFlushDenormal flush_denormal;
-  load(batch, true, options.class_weight);
-  detail::StepScope step(backend(), step_key(StepKind::train));
-  zero_gradients(zeroed_);
-  const std::uint64_t seed = options.seed ? *options.seed : detail::global_seed();
-  forward(true, seed);
-  const Deferred<double> total = compute_losses(true);
-  backward(seed);
-  optimizer_->apply_batch_gradients(trainable_, rows_);
-  update_metrics(training_, total);
-  step.end();
-  fill_logs(training_, training_logs_);
-  return training_logs_;
-}
-
-LOADSTAR_DECL const Logs& Model::test_step(const BatchView& batch, const StepOptions& options) {
-  require_compiled("test_step");
-  prepare(batch, 0);
-  const detail::ScopedFlushDenormal flush_denormal;
-  load(batch, true, options.class_weight);
-  detail::StepScope step(backend(), step_key(StepKind::test));
-  forward(false, options.seed ? *options.seed : detail::global_seed());
-  const Deferred<double> total = compute_losses(false);
-  update_metrics(evaluation_, total);
-  step.end();
-  fill_logs(evaluation_, evaluation_logs_);
-  return evaluation_logs_;
-}
-
-LOADSTAR_DECL const std::vector<Tensor<float>>& Model::predict_step(const BatchView& batch) {
-  prepare(batch, 0);
-  const detail::ScopedFlushDenormal flush_denormal;
-  load(batch, false, nullptr);
-  detail::StepScope step(backend(), step_key(StepKind::predict));
-  forward(false, detail::global_seed());
-  step.end();
-  return outputs_;
-}
-
-LOADSTAR_DECL void Model::reset_metrics() {
-  training_.reset();
-  evaluation_.reset();
-}
-
-LOADSTAR_DECL void Model::set_graph(std::vector<KerasTensor> inputs,
-                                    std::vector<KerasTensor> outputs) {
-  plan(inputs, outputs);
-  graph_inputs_ = std::move(inputs);
-  graph_outputs_ = std::move(outputs);
-  capacity_ = 0;
-  rows_ = 0;
-  training_ = {};
-  evaluation_ = {};
-  if (compiled_) resolve_losses();
-}
-
-LOADSTAR_DECL void Model::check_metric_names(const std::vector<MetricArg>& metrics) const {
-  for (const auto& metric : metrics) {
-    if (metric.object() || metric.name() == "accuracy" || metric.name() == "acc") continue;
-    if (Registry<Metric>::instance().contains(metric.name())) continue;
-    try {
-      Registry<Metric>::instance().create(metric.name(), nlohmann::json::object());
-    } catch (const ConfigError& e) {
-      throw ConfigError("model '" + name_ + "': compile: " + e.what());
-    }
-  }
-}
-
-}  // namespace loadstar::keras
-#endif

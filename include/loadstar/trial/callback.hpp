@@ -3,10 +3,16 @@
 /// plus the workload and checkpoint hooks of the trial runner.
 #pragma once
 
+#include "loadstar/config.hpp"
+
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "loadstar/keras/callbacks/callback.hpp"
+#include "loadstar/keras/callbacks/callback_list.hpp"
 #include "loadstar/keras/callbacks/logs.hpp"
 
 namespace loadstar::trial {
@@ -41,4 +47,48 @@ class Callback : public keras::callbacks::Callback {
   std::string class_name() const override { return "TrialCallback"; }
 };
 
+/// A trial's callbacks called as one: Keras's hooks on every callback, in order (as `fit` calls
+/// them), and the workload and checkpoint hooks on those that are `trial::Callback`s.
+class CallbackList : public keras::callbacks::CallbackList {
+ public:
+  CallbackList() = default;
+  /// The trial's callbacks, bound to `model` with `params`.
+  LOADSTAR_DECL CallbackList(std::vector<std::shared_ptr<keras::callbacks::Callback>> callbacks,
+                             keras::Model& model, const keras::CallbackParams& params);
+
+  void on_train_workload_begin(std::uint64_t total_batches_trained, std::uint64_t batches_requested,
+                               const keras::Logs& logs = {}) {
+    for (auto* cb : trial_)
+      cb->on_train_workload_begin(total_batches_trained, batches_requested, logs);
+  }
+  void on_train_workload_end(std::uint64_t total_batches_trained, const keras::Logs& logs) {
+    for (auto* cb : trial_)
+      cb->on_train_workload_end(total_batches_trained, logs);
+  }
+  void on_checkpoint_end(const std::string& path) {
+    for (auto* cb : trial_)
+      cb->on_checkpoint_end(path);
+  }
+
+ private:
+  std::vector<Callback*> trial_;  // the trial::Callbacks among the list's, in order
+};
+
 }  // namespace loadstar::trial
+
+// The definitions of what is declared above: in every translation unit when header-only, in
+// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+#if LOADSTAR_TRIAL_BODIES
+namespace loadstar::trial {
+
+LOADSTAR_DECL CallbackList::CallbackList(
+    std::vector<std::shared_ptr<keras::callbacks::Callback>> callbacks, keras::Model& model,
+    const keras::CallbackParams& params)
+    : keras::callbacks::CallbackList(std::move(callbacks), model, params) {
+  for (const auto& cb : *this) {
+    if (auto* t = dynamic_cast<Callback*>(cb.get())) trial_.push_back(t);
+  }
+}
+
+}  // namespace loadstar::trial
+#endif

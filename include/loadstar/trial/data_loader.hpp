@@ -25,17 +25,6 @@
 
 namespace loadstar::trial {
 
-/// How the runner reads a loader: the batch size of arrays, the `configure_fit` settings and the
-/// seed of shuffling.
-struct LoaderSettings {
-  std::size_t batch_size = 32;
-  FitSettings fit = {};
-  std::uint64_t seed = 0;
-  /// This rank and the trial's number of ranks: each reads its shard of every loader.
-  std::size_t rank = 0;
-  std::size_t size = 1;
-};
-
 namespace detail {
 
 /// Rank `rank`'s share of a `Sequence` for one validation pass: batches `rank, rank + size, ...`,
@@ -69,17 +58,17 @@ class DataLoader {
   template <ArrayLike X, ArrayLike Y>
   DataLoader(X x, Y y) : kind_("arrays") {
     auto data = std::make_shared<std::pair<X, Y>>(std::move(x), std::move(y));
-    training_ = [data](keras::Model& model, const LoaderSettings& s) {
-      return model.make_data_iterator(data->first, data->second, fit_options(s));
+    training_ = [data](const keras::DataIteratorOptions& s) {
+      return keras::make_data_iterator(data->first, data->second, s);
     };
-    validate_ = [data](keras::Model& model, const LoaderSettings& s,
+    validate_ = [data](keras::Model& model, const keras::DataIteratorOptions& s,
                        std::optional<std::size_t> steps) {
       return model.evaluate(data->first, data->second,
                             {.batch_size = s.batch_size,
                              .verbose = 0,
                              .steps = steps,
-                             .shard_rank = s.rank,
-                             .num_shards = s.size});
+                             .shard_rank = s.adapter.sampler.rank,
+                             .num_shards = s.adapter.sampler.size});
     };
   }
 
@@ -92,20 +81,18 @@ class DataLoader {
     };
     auto data =
         std::make_shared<Arrays>(Arrays{std::move(x), std::move(y), std::move(sample_weights)});
-    training_ = [data](keras::Model& model, const LoaderSettings& s) {
-      auto options = fit_options(s);
-      options.sample_weight = data->w;
-      return model.make_data_iterator(data->x, data->y, options);
+    training_ = [data](const keras::DataIteratorOptions& s) {
+      return keras::make_data_iterator(data->x, data->y, data->w, s);
     };
-    validate_ = [data](keras::Model& model, const LoaderSettings& s,
+    validate_ = [data](keras::Model& model, const keras::DataIteratorOptions& s,
                        std::optional<std::size_t> steps) {
       return model.evaluate(data->x, data->y,
                             {.batch_size = s.batch_size,
                              .verbose = 0,
                              .sample_weight = data->w,
                              .steps = steps,
-                             .shard_rank = s.rank,
-                             .num_shards = s.size});
+                             .shard_rank = s.adapter.sampler.rank,
+                             .num_shards = s.adapter.sampler.size});
     };
   }
 
@@ -113,15 +100,17 @@ class DataLoader {
   /// sequences and file readers are).
   template <KerasSequence S>
   requires(!ArrayLike<S>) DataLoader(S sequence) : kind_("Sequence") {
-    forks_ = [](const FitSettings& fit) { return fit.use_multiprocessing && fit.workers > 0; };
-    auto data = std::make_shared<S>(std::move(sequence));
-    training_ = [data](keras::Model& model, const LoaderSettings& s) {
-      return model.make_data_iterator(*data, fit_options(s));
+    forks_ = [](const keras::DataIteratorOptions& s) {
+      return s.use_multiprocessing && s.adapter.workers.value_or(0) > 0;
     };
-    validate_ = [data](keras::Model& model, const LoaderSettings& s,
+    auto data = std::make_shared<S>(std::move(sequence));
+    training_ = [data](const keras::DataIteratorOptions& s) {
+      return keras::make_data_iterator(*data, s);
+    };
+    validate_ = [data](keras::Model& model, const keras::DataIteratorOptions& s,
                        std::optional<std::size_t> steps) {
-      if (s.size > 1) {
-        return model.evaluate(detail::StridedSequence<S>{*data, s.rank, s.size},
+      if (const SamplerOptions& shard = s.adapter.sampler; shard.size > 1) {
+        return model.evaluate(detail::StridedSequence<S>{*data, shard.rank, shard.size},
                               {.verbose = 0, .steps = steps});
       }
       return model.evaluate(*data, {.verbose = 0, .steps = steps});
@@ -137,10 +126,10 @@ class DataLoader {
   template <Dataset D>
   requires KerasBatch<element_t<D>> DataLoader(std::shared_ptr<D> dataset) : kind_("Dataset") {
     if (!dataset) throw ConfigError("data loader: the Dataset is null");
-    training_ = [dataset](keras::Model& model, const LoaderSettings&) {
-      return model.make_data_iterator(*dataset);
+    training_ = [dataset](const keras::DataIteratorOptions&) {
+      return keras::make_data_iterator(*dataset);
     };
-    validate_ = [dataset](keras::Model& model, const LoaderSettings&,
+    validate_ = [dataset](keras::Model& model, const keras::DataIteratorOptions&,
                           std::optional<std::size_t> steps) {
       dataset->reset();
       return model.evaluate(*dataset, {.verbose = 0, .steps = steps});
@@ -157,20 +146,21 @@ class DataLoader {
       std::shared_ptr<SequenceAdapter<S, Workers, Multiprocess>> adapter)
       : kind_("SequenceAdapter") {
     if (!adapter) throw ConfigError("data loader: the SequenceAdapter is null");
-    forks_ = [](const FitSettings&) { return Multiprocess; };
-    training_ = [adapter](keras::Model& model, const LoaderSettings& s) {
-      auto options = fit_options(s);
-      options.workers = adapter->worker_count();
+    forks_ = [](const keras::DataIteratorOptions&) { return Multiprocess; };
+    training_ = [adapter](const keras::DataIteratorOptions& s) {
+      keras::DataIteratorOptions options = s;
+      options.adapter.workers = adapter->worker_count();
       options.use_multiprocessing = Multiprocess;
-      options.max_queue_size = adapter->options().max_queue_size;
-      options.shuffle = adapter->options().shuffle;
-      return model.make_data_iterator(S(adapter->sequence()), options);
+      options.adapter.max_queue_size = adapter->options().max_queue_size;
+      options.adapter.sampler.shuffle = adapter->options().sampler.shuffle;
+      return keras::make_data_iterator(S(adapter->sequence()), options);
     };
-    validate_ = [adapter](keras::Model& model, const LoaderSettings& s,
+    validate_ = [adapter](keras::Model& model, const keras::DataIteratorOptions& s,
                           std::optional<std::size_t> steps) {
-      if (s.size > 1) {
-        return model.evaluate(detail::StridedSequence<S>{S(adapter->sequence()), s.rank, s.size},
-                              {.verbose = 0, .steps = steps});
+      if (const SamplerOptions& shard = s.adapter.sampler; shard.size > 1) {
+        return model.evaluate(
+            detail::StridedSequence<S>{S(adapter->sequence()), shard.rank, shard.size},
+            {.verbose = 0, .steps = steps});
       }
       return model.evaluate(S(adapter->sequence()), {.verbose = 0, .steps = steps});
     };
@@ -183,31 +173,36 @@ class DataLoader {
   const std::string& kind() const noexcept { return kind_; }
 
   /// Whether reading the training data forks worker processes (a `Sequence` with
-  /// `use_multiprocessing`, a `SequenceAdapter` of processes) under the `configure_fit` settings.
-  bool forks_processes(const FitSettings& fit) const { return forks_ && forks_(fit); }
+  /// `use_multiprocessing`, a `SequenceAdapter` of processes) under the `configure_fit` settings
+  /// (`TrialContext::data_options`).
+  bool forks_processes(const keras::DataIteratorOptions& options) const {
+    return forks_ && forks_(options);
+  }
 
   /// This loader with its training batches read from `process` (a loader process forked before
   /// `MPI_Init`, which builds the same loader and serves it); validation stays as it is.
   LOADSTAR_DECL DataLoader served_by(std::shared_ptr<detail::LoaderProcess> process) const;
 
-  /// The training batches, an endless stream of epochs with a checkpointable position.
-  LOADSTAR_DECL keras::DataIterator training(keras::Model& model, const LoaderSettings& settings,
+  /// The training batches read with `options` (`TrialContext::data_options`: the per-slot batch
+  /// size, the `configure_fit` settings, the trial seed and this rank's shard), an endless stream
+  /// of epochs with a checkpointable position; no model is needed to read them.
+  LOADSTAR_DECL keras::DataIterator training(const keras::DataIteratorOptions& options,
                                              std::string_view what = "training data loader") const;
 
-  /// The loss and metrics of one validation pass (`steps` batches at most).
-  LOADSTAR_DECL keras::Logs validate(keras::Model& model, const LoaderSettings& settings,
+  /// The loss and metrics of one validation pass (`steps` batches at most) of `model`, read with
+  /// the batch size and the shard of `options`.
+  LOADSTAR_DECL keras::Logs validate(keras::Model& model, const keras::DataIteratorOptions& options,
                                      std::optional<std::size_t> steps,
                                      std::string_view what = "validation data loader") const;
 
  private:
-  LOADSTAR_DECL static keras::FitOptions fit_options(const LoaderSettings& s);
-
   LOADSTAR_DECL void require(std::string_view what) const;
 
   std::string kind_;
-  std::function<bool(const FitSettings&)> forks_;
-  std::function<keras::DataIterator(keras::Model&, const LoaderSettings&)> training_;
-  std::function<keras::Logs(keras::Model&, const LoaderSettings&, std::optional<std::size_t>)>
+  std::function<bool(const keras::DataIteratorOptions&)> forks_;
+  std::function<keras::DataIterator(const keras::DataIteratorOptions&)> training_;
+  std::function<keras::Logs(keras::Model&, const keras::DataIteratorOptions&,
+                            std::optional<std::size_t>)>
       validate_;
 };
 
@@ -221,37 +216,24 @@ namespace loadstar::trial {
 LOADSTAR_DECL DataLoader
 DataLoader::served_by(std::shared_ptr<detail::LoaderProcess> process) const {
   DataLoader out = *this;
-  out.training_ = [process](keras::Model&, const LoaderSettings&) {
+  out.training_ = [process](const keras::DataIteratorOptions&) {
     return keras::DataIterator(std::make_unique<detail::RemoteSource>(process));
   };
   return out;
 }
 
-LOADSTAR_DECL keras::DataIterator DataLoader::training(keras::Model& model,
-                                                       const LoaderSettings& settings,
+LOADSTAR_DECL keras::DataIterator DataLoader::training(const keras::DataIteratorOptions& options,
                                                        std::string_view what) const {
   require(what);
-  return training_(model, settings);
+  return training_(options);
 }
 
-LOADSTAR_DECL keras::Logs DataLoader::validate(keras::Model& model, const LoaderSettings& settings,
+LOADSTAR_DECL keras::Logs DataLoader::validate(keras::Model& model,
+                                               const keras::DataIteratorOptions& options,
                                                std::optional<std::size_t> steps,
                                                std::string_view what) const {
   require(what);
-  return validate_(model, settings, steps);
-}
-
-LOADSTAR_DECL keras::FitOptions DataLoader::fit_options(const LoaderSettings& s) {
-  keras::FitOptions options;
-  options.batch_size = s.batch_size;
-  options.shuffle = s.fit.shuffle;
-  options.seed = s.seed;
-  options.workers = s.fit.workers;
-  options.use_multiprocessing = s.fit.use_multiprocessing;
-  options.max_queue_size = s.fit.max_queue_size;
-  options.shard_rank = s.rank;
-  options.num_shards = s.size;
-  return options;
+  return validate_(model, options, steps);
 }
 
 LOADSTAR_DECL void DataLoader::require(std::string_view what) const {

@@ -787,12 +787,9 @@ LOADSTAR_DECL std::shared_ptr<detail::LoaderProcess> start_training_loader_proce
     keras::set_random_seed(spec.trial_seed);
     auto made = make_trial(spec.config.entrypoint, context);
     const DataLoader training = made->build_training_data_loader();
-    if (!training.forks_processes(context.fit_settings())) return std::nullopt;
-    const LoaderSettings settings{static_cast<std::size_t>(context.get_per_slot_batch_size()),
-                                  context.fit_settings(), context.get_trial_seed(),
-                                  static_cast<std::size_t>(rank), static_cast<std::size_t>(size)};
-    keras::Sequential reader;  // the iterators read no model state
-    return training.training(reader, settings);
+    const keras::DataIteratorOptions options = context.data_options();
+    if (!training.forks_processes(options)) return std::nullopt;
+    return training.training(options);
   });
 }
 

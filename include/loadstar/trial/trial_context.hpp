@@ -23,6 +23,7 @@
 #include "loadstar/dist/collective.hpp"
 #include "loadstar/dist/distributed_optimizer.hpp"
 #include "loadstar/error.hpp"
+#include "loadstar/keras/data_iterator.hpp"
 #include "loadstar/keras/model.hpp"
 #include "loadstar/trial/experiment_config.hpp"
 
@@ -158,6 +159,10 @@ class TrialContext {
   /// Determined's `configure_fit`: sets the given arguments, keeps the others.
   LOADSTAR_DECL void configure_fit(const FitConfig& config);
   const FitSettings& fit_settings() const noexcept { return fit_; }
+  /// How the runner reads this rank's training and validation data: the per-slot batch size,
+  /// the `configure_fit` workers, processes, queue size and shuffling, the trial seed, and this
+  /// rank's shard.
+  LOADSTAR_DECL keras::DataIteratorOptions data_options() const;
 
   /// Determined's stop request: finish the workload, checkpoint and exit.
   bool get_stop_requested() const noexcept { return stop_requested_; }
@@ -248,6 +253,17 @@ LOADSTAR_DECL std::shared_ptr<keras::Optimizer> TrialContext::wrap_optimizer(
       std::move(optimizer), collective_,
       dist::DistributedOptions{.aggregation_frequency =
                                    static_cast<std::size_t>(config_.aggregation_frequency)});
+}
+
+LOADSTAR_DECL keras::DataIteratorOptions TrialContext::data_options() const {
+  return {.batch_size = static_cast<std::size_t>(per_slot_batch_size_),
+          .use_multiprocessing = fit_.use_multiprocessing,
+          .adapter = {.max_queue_size = fit_.max_queue_size,
+                      .workers = fit_.workers,
+                      .sampler = {.shuffle = fit_.shuffle,
+                                  .seed = trial_seed_,
+                                  .rank = static_cast<std::size_t>(distributed.rank),
+                                  .size = static_cast<std::size_t>(distributed.size)}}};
 }
 
 LOADSTAR_DECL void TrialContext::configure_fit(const FitConfig& config) {

@@ -14,6 +14,7 @@
 #include "loadstar/trial/detail/trial_controller.hpp"
 #include "loadstar/trial/detail/trial_files.hpp"
 #include "loadstar/trial/registry.hpp"
+#include "loadstar/trial/trial_spec.hpp"
 
 namespace loadstar::trial {
 

@@ -169,7 +169,8 @@ TEST_SUITE("dataset") {
     const auto y = labels(23);
     const loadstar::ArraySequence sequence(x, y, 4);
     SUBCASE("for one validation pass") {
-      loadstar::SequenceAdapter<decltype(sequence), 2> adapter(sequence, {.repeat = false});
+      loadstar::SequenceAdapter<decltype(sequence), 2> adapter(sequence,
+                                                               {.sampler = {.repeat = false}});
       auto ds = loadstar::from_sequence(sequence).prefetch(3);
       std::size_t n = 0;
       while (auto expected = adapter.next()) {
@@ -182,7 +183,8 @@ TEST_SUITE("dataset") {
       CHECK_FALSE(ds.next());
     }
     SUBCASE("for three epochs of training") {
-      loadstar::SequenceAdapter<decltype(sequence), 2> adapter(sequence, {.repeat = true});
+      loadstar::SequenceAdapter<decltype(sequence), 2> adapter(sequence,
+                                                               {.sampler = {.repeat = true}});
       auto ds = loadstar::from_sequence(sequence).repeat(3);
       for (std::size_t i = 0; i < 3 * sequence.size(); ++i)
         CHECK(*ds.next() == *adapter.next());
@@ -191,7 +193,7 @@ TEST_SUITE("dataset") {
     SUBCASE("for each of three ranks") {
       for (std::size_t rank = 0; rank < 3; ++rank) {
         loadstar::SequenceAdapter<decltype(sequence), 1> adapter(
-            sequence, {.rank = rank, .size = 3, .repeat = false});
+            sequence, {.sampler = {.rank = rank, .size = 3, .repeat = false}});
         auto ds = loadstar::wrap_dataset(loadstar::from_sequence(sequence), {rank, 3});
         while (auto expected = adapter.next())
           CHECK(*ds.next() == *expected);

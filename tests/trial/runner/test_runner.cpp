@@ -386,9 +386,7 @@ TEST_SUITE("trial") {
   TEST_CASE("DataLoader refuses an empty loader") {
     trial::DataLoader empty;
     CHECK(empty.empty());
-    auto m = std::make_shared<Sequential>(
-        std::initializer_list<SequentialItem>{Input({2}), layers::Dense(2)});
-    CHECK_THROWS_WITH_AS(static_cast<void>(empty.training(*m, {})),
+    CHECK_THROWS_WITH_AS(static_cast<void>(empty.training({})),
                          "training data loader: expected (x, y), (x, y, sample_weights), a "
                          "Sequence, a Dataset or a SequenceAdapter but found an empty data loader",
                          loadstar::ConfigError);

@@ -29,7 +29,7 @@ class OtherLoadersTrial : public BlobsTrial {
     return trial::DataLoader(
         std::make_shared<SequenceAdapter<decltype(ArraySequence(d.x, d.y, batch)), 2>>(
             ArraySequence(d.x, d.y, batch),
-            AdapterOptions{.shuffle = true, .seed = context.get_trial_seed()}));
+            AdapterOptions{.sampler = {.shuffle = true, .seed = context.get_trial_seed()}}));
   }
 };
 

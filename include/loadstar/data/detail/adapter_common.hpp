@@ -19,8 +19,9 @@ namespace loadstar {
 /// `configure_fit` and a trial's loaders use, so that they run exactly the workers asked for.
 inline constexpr std::size_t dynamic_workers = std::numeric_limits<std::size_t>::max();
 
-/// Options of a `SequenceAdapter`: Determined's `_build_enqueuer` arguments plus the process
-/// transport and a per-batch timeout.
+/// Options of a `SequenceAdapter`: Determined's `_build_enqueuer` arguments (the order and shard
+/// of the batches in `sampler`, the `Sampler`'s own options) plus the process transport and a
+/// per-batch timeout.
 struct AdapterOptions {
   /// The most batches requested but not yet consumed (Keras's `max_queue_size`); from 1 to
   /// `max_queue_size_limit`.
@@ -29,17 +30,11 @@ struct AdapterOptions {
   /// unset) builds batches on the consumer's thread; at most `max_workers`. An adapter with a
   /// fixed `Workers` takes its count from the type, and refuses another one here.
   std::optional<std::size_t> workers = {};
-  /// Reshuffle the batch order every epoch, seeded by `seed` (training only, as in Determined).
-  bool shuffle = false;
-  /// The seed of the order (the trial seed).
-  std::uint64_t seed = 0;
-  /// This process's rank and the number of ranks: rank `r` takes `stream[r::size]`.
-  std::size_t rank = 0;
-  std::size_t size = 1;
-  /// `true`: an infinite stream of epochs (training); `false`: one pass (validation).
-  bool repeat = true;
-  /// The batches this rank has already consumed (Determined's `prior_batches_trained`).
-  std::uint64_t skip = 0;
+  /// Which batch comes next: the shuffling and its seed (the trial seed), this process's rank
+  /// and the number of ranks (rank `r` takes `stream[r::size]`), an infinite stream of epochs
+  /// (training, `repeat`) or one pass (validation), and the batches already consumed (`skip`,
+  /// Determined's `prior_batches_trained`). Shuffling is off by default, as in Determined.
+  SamplerOptions sampler = {};
   /// The longest the consumer waits for one batch before `next()` throws `WorkerError` naming it;
   /// zero waits forever. The batch is given up, as a failed one is, and the next `next()` goes on
   /// with the following batch. The worker stuck in it is replaced: a worker process is killed; a

@@ -37,52 +37,10 @@
 #include "loadstar/trial/data_loader.hpp"
 #include "loadstar/trial/detail/trial_files.hpp"
 #include "loadstar/trial/trial_context.hpp"
+#include "loadstar/trial/trial_spec.hpp"
 #include "loadstar/trial/workload_sequencer.hpp"
 
 namespace loadstar::trial {
-
-/// Where a trial runs: its configuration, identity, hyperparameters, seed and folders.
-struct TrialSpec {
-  ExperimentConfig config = {};
-  std::uint64_t experiment_id = 1;
-  std::uint64_t trial_id = 1;
-  nlohmann::json hparams = nlohmann::json::object();
-  std::uint32_t trial_seed = 0;
-  /// The runner owns it: `metrics.jsonl`, `trial.json`.
-  std::filesystem::path trial_dir = {};
-  /// Checkpoints go to `checkpoint_dir/<uuid>/`.
-  std::filesystem::path checkpoint_dir = {};
-  /// The ranks of a data-parallel trial (`dist::mpi_world()` under `mpirun`); null: one process.
-  /// Every rank runs the same spec; rank 0 writes the files.
-  std::shared_ptr<dist::Collective> collective = nullptr;
-  /// Under `mpirun`: the process forked before `MPI_Init` that serves the training batches when
-  /// the training loader forks worker processes (`trial run` starts it); null otherwise.
-  std::shared_ptr<detail::LoaderProcess> training_process = nullptr;
-};
-
-/// How far and how loudly to run.
-struct RunOptions {
-  /// The searcher operation (cumulative); unset: `searcher.max_length`.
-  std::optional<Length> until = {};
-  /// Determined's `--test`: train 1 batch, validate 1 batch, checkpoint.
-  bool test = false;
-  /// Keras's progress bar (one per epoch of `records_per_epoch`, else per training workload),
-  /// and a line per validation, checkpoint and resume.
-  bool verbose = true;
-  /// Where the workload lines go (default: `std::cout`).
-  std::ostream* output = nullptr;
-};
-
-/// What a run ended with.
-struct TrialResult {
-  std::uint64_t total_batches = 0;
-  /// The searcher metric of the validation that ended the operation (none after a stop).
-  std::optional<double> searcher_metric = {};
-  bool stop_requested = false;
-  std::string latest_checkpoint = {};
-  std::string best_checkpoint = {};
-  std::uint64_t restarts = 0;
-};
 
 namespace detail {
 
@@ -130,13 +88,6 @@ class TrialController {
 
   LOADSTAR_DECL const keras::BatchView& next_batch();
 
-  template <class F>
-  void each_trial_callback(F&& f) {
-    for (const auto& cb : callbacks_) {
-      if (auto* t = dynamic_cast<Callback*>(cb.get())) f(*t);
-    }
-  }
-
   LOADSTAR_DECL void check_stop_training();
 
   LOADSTAR_DECL void train(const Workload& w);
@@ -171,7 +122,7 @@ class TrialController {
   LOADSTAR_DECL static std::string describe(const keras::Logs& logs);
 
   /// Rank 0 alone prints.
-  bool verbose() const { return chief_ && options_.verbose && settings_.fit.verbose; }
+  bool verbose() const { return chief_ && options_.verbose && fit_.verbose; }
 
   /// Keras's progress bar for the training (verbose only): one bar per epoch of
   /// `records_per_epoch` records ("Epoch 3/5"), or per training workload without it.
@@ -193,9 +144,13 @@ class TrialController {
   keras::Model& model_;
   const DataLoader& validation_;
   std::vector<std::shared_ptr<keras::callbacks::Callback>> callbacks_;
+  /// `callbacks_` called as one, bound to the model by `run`.
+  CallbackList list_;
   dist::Collective& collective_;
   bool chief_ = true;
-  LoaderSettings settings_;
+  /// The `configure_fit` settings and the data options as the trial left them when it was built.
+  FitSettings fit_;
+  keras::DataIteratorOptions data_options_;
   keras::DataIterator data_;
   std::size_t data_epoch_ = 0;
   bool data_started_ = false;
@@ -234,10 +189,9 @@ LOADSTAR_DECL TrialController::TrialController(
       callbacks_(std::move(callbacks)),
       collective_(*context.collective()),
       chief_(context.distributed.is_chief()),
-      settings_{static_cast<std::size_t>(context.get_per_slot_batch_size()), context.fit_settings(),
-                context.get_trial_seed(), static_cast<std::size_t>(context.distributed.rank),
-                static_cast<std::size_t>(context.distributed.size)},
-      data_(training.training(model, settings_,
+      fit_(context.fit_settings()),
+      data_options_(context.data_options()),
+      data_(training.training(data_options_,
                               "trial " + std::to_string(spec.trial_id) + ": training data loader")),
       sequencer_(sequencer_options(config_, context.get_global_batch_size())),
       metrics_(spec.trial_dir / "metrics.jsonl"),
@@ -266,12 +220,9 @@ LOADSTAR_DECL TrialResult TrialController::run(TrialJson& record) {
   }
   if (chief_) remove_orphans();
   sequencer_.set_operation(options_.until ? *options_.until : config_.searcher.max_length);
-  for (const auto& cb : callbacks_) {
-    cb->set_model(model_);
-    cb->set_params({.verbose = 0, .epochs = 1, .steps = std::nullopt, .output = out_});
-  }
-  for (const auto& cb : callbacks_)
-    cb->on_train_begin({});
+  list_ = CallbackList(callbacks_, model_,
+                       {.verbose = 0, .epochs = 1, .steps = std::nullopt, .output = out_});
+  list_.on_train_begin();
   start_bar();
   TrialResult result;
   for (;;) {
@@ -307,8 +258,7 @@ LOADSTAR_DECL TrialResult TrialController::run(TrialJson& record) {
       sequencer_.request_stop();
     }
   }
-  for (const auto& cb : callbacks_)
-    cb->on_train_end({});
+  list_.on_train_end();
 
   record.total_batches = sequencer_.total_batches();
   const std::uint64_t max_batches = to_batches(
@@ -460,18 +410,15 @@ LOADSTAR_DECL void TrialController::check_stop_training() {
 LOADSTAR_DECL void TrialController::train(const Workload& w) {
   model_.training_metrics().reset();
   const keras::Logs none;
-  const ClassWeight* class_weight =
-      settings_.fit.class_weight ? &*settings_.fit.class_weight : nullptr;
+  const ClassWeight* class_weight = fit_.class_weight ? &*fit_.class_weight : nullptr;
   std::uint64_t total = w.total_batches_processed;
   keras::Logs logs;
   for (std::uint64_t i = 0; i < w.num_batches; ++i) {
     if (i == 0) {
-      each_trial_callback(
-          [&](Callback& cb) { cb.on_train_workload_begin(total, w.num_batches, none); });
+      list_.on_train_workload_begin(total, w.num_batches, none);
     }
     if (batches_per_epoch_ != 0 && want_epoch_begin_) {
-      for (const auto& cb : callbacks_)
-        cb->on_epoch_begin(epoch_, none);
+      list_.on_epoch_begin(epoch_, none);
       if (bar_) bar_->on_epoch_begin(epoch_, none);
       want_epoch_begin_ = false;
     }
@@ -482,24 +429,20 @@ LOADSTAR_DECL void TrialController::train(const Workload& w) {
                         .output = out_});
       bar_->on_epoch_begin(0, none);
     }
-    for (const auto& cb : callbacks_)
-      cb->on_train_batch_begin(epoch_batches_, none);
+    list_.on_train_batch_begin(epoch_batches_, none);
     const keras::BatchView& batch = next_batch();
     // Logs a device backend is still computing are read only where a callback reads them.
     logs.follow(model_.train_step(batch, {.class_weight = class_weight}));
     if (const auto loss = logs.ready() ? logs.get("loss") : std::nullopt;
         loss && !std::isfinite(*loss)) {
-      throw Error(owner() + ": the training loss is " + std::to_string(*loss) + " at batch " +
-                  std::to_string(total + 1));
+      throw keras::detail::non_finite_loss(model_.name(), *loss, epoch_, epoch_batches_, owner());
     }
-    for (const auto& cb : callbacks_)
-      cb->on_train_batch_end(epoch_batches_, logs);
+    list_.on_train_batch_end(epoch_batches_, logs);
     if (bar_) bar_->on_train_batch_end(batches_per_epoch_ != 0 ? epoch_batches_ : i, logs);
     ++total;
     ++epoch_batches_;
     if (batches_per_epoch_ != 0 && epoch_batches_ == batches_per_epoch_) {
-      for (const auto& cb : callbacks_)
-        cb->on_epoch_end(epoch_, none);
+      list_.on_epoch_end(epoch_, none);
       if (bar_) bar_->on_epoch_end(epoch_, logs);
       ++epoch_;
       epoch_batches_ = 0;
@@ -509,14 +452,17 @@ LOADSTAR_DECL void TrialController::train(const Workload& w) {
   }
   if (const auto loss = logs.get("loss"); total > 0 && loss && !std::isfinite(*loss)) {
     // A loss read late (a device backend's): the running mean shows it by the workload's end.
-    throw Error(owner() + ": the training loss is " + std::to_string(*loss) + " by batch " +
-                std::to_string(total));
+    // The last batch trained: the previous epoch's last when this one has none yet.
+    const bool epoch_ended = epoch_batches_ == 0;
+    throw keras::detail::non_finite_loss(model_.name(), *loss, epoch_ended ? epoch_ - 1 : epoch_,
+                                         epoch_ended ? batches_per_epoch_ - 1 : epoch_batches_ - 1,
+                                         owner());
   }
   if (distributed() && config_.average_training_metrics) {
     // The exact metrics of every rank's rows together (Determined averages per-rank means).
     logs = dist::merged_logs(model_, model_.training_metrics(), collective_);
   }
-  each_trial_callback([&](Callback& cb) { cb.on_train_workload_end(total, logs); });
+  list_.on_train_workload_end(total, logs);
   check_stop_training();
   if (chief_) metrics_.append(metrics_line("training", w.step_id, total, logs));
   // Without epochs the bar shows each training workload; with them, each epoch (the bar's
@@ -525,12 +471,11 @@ LOADSTAR_DECL void TrialController::train(const Workload& w) {
 }
 
 LOADSTAR_DECL double TrialController::validate(const Workload& w) {
-  for (const auto& cb : callbacks_)
-    cb->on_test_begin({});
+  list_.on_test_begin();
   const std::optional<std::size_t> steps =
-      options_.test ? std::optional<std::size_t>(1) : settings_.fit.validation_steps;
+      options_.test ? std::optional<std::size_t>(1) : fit_.validation_steps;
   keras::Logs raw =
-      validation_.validate(model_, settings_, steps, owner() + ": validation data loader");
+      validation_.validate(model_, data_options_, steps, owner() + ": validation data loader");
   if (distributed()) {
     // Every rank read its share: the global metrics from the merged sums and counts, the same
     // on every rank (so that every rank's sequencer decides alike).
@@ -539,8 +484,7 @@ LOADSTAR_DECL double TrialController::validate(const Workload& w) {
   keras::Logs logs;
   for (const auto& [name, value] : raw)
     logs.set("val_" + name, value);
-  for (const auto& cb : callbacks_)
-    cb->on_test_end(logs);
+  list_.on_test_end(logs);
   check_stop_training();
   const double metric = searcher_metric(logs);
   last_validation_ = {w.total_batches_processed, metric};
@@ -636,7 +580,7 @@ LOADSTAR_DECL void TrialController::checkpoint(const Workload& w) {
   // Rank 0 writes; the others name the same folder.
   const auto path = chief_ ? write_checkpoint(spec_.checkpoint_dir, uuid, model_, metadata, state)
                            : spec_.checkpoint_dir / uuid;
-  each_trial_callback([&](Callback& cb) { cb.on_checkpoint_end(path.string()); });
+  list_.on_checkpoint_end(path.string());
   sequencer_.complete(w);
 
   CheckpointEntry entry{uuid, batches, u["records"].get<std::uint64_t>(), u["epochs"].get<double>(),

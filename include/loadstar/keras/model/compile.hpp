@@ -1,7 +1,8 @@
 /// \file
-/// `Model`'s compiled losses and metrics: the losses, loss weights and metric objects `compile`
-/// resolves, defined out of the class (Taskflow style) so that model.hpp keeps the declaration and
-/// each concern has its own file. Included by model.hpp; do not include alone.
+/// `Model`'s compilation: `compile`, the optimizer and backend it sets, and the losses, loss
+/// weights and metric objects it resolves, defined out of the class (Taskflow style) so that
+/// model.hpp keeps the declaration and each concern has its own file. Included by model.hpp; do not
+/// include alone.
 #pragma once
 
 #include "loadstar/keras/model.hpp"
@@ -106,6 +107,97 @@ LOADSTAR_DECL void Model::create_metrics() {
       }
     }
     running.set_created();
+  }
+}
+
+LOADSTAR_DECL void Model::compile(const CompileOptions& options) {
+  options_ = options;
+  std::shared_ptr<Backend> backend =
+      options.backend ? options.backend : cpu_backend(options.threads);
+  if (backend_ && backend_->device() != backend->device()) {
+    // Weights in the previous backend's memory come back to the host, to move to the new
+    // backend's memory before the next step; the activations are allocated again there.
+    for (const auto& layer : layers_) {
+      for (auto& w : layer->weights()) {
+        if (!w.value.is_host()) w.value = backend_->to_host(w.value);
+        if (!w.gradient.is_host()) w.gradient = Tensor<float>(w.gradient.shape());
+      }
+    }
+    capacity_ = 0;
+    rows_ = 0;
+  }
+  backend_ = std::move(backend);
+  weights_placed_ = false;
+  optimizer_ = options.optimizer.object();
+  if (!optimizer_) optimizer_ = std::shared_ptr<Optimizer>(get_optimizer(options.optimizer.name()));
+  optimizer_->set_backend(backend_);
+  check_metric_names(options.metrics);
+  check_metric_names(options.weighted_metrics);
+  compiled_ = true;
+  // As in Keras, a layer's `trainable` changed since takes effect now: the graph is planned
+  // again (which variables train, which gradients a step needs).
+  if (!graph_inputs_.empty()) {
+    set_graph(graph_inputs_, graph_outputs_);
+  } else if (built()) {
+    resolve_losses();
+  }
+}
+
+LOADSTAR_DECL void Model::compile(OptimizerArg optimizer, Losses loss,
+                                  std::vector<MetricArg> metrics,
+                                  std::vector<double> loss_weights) {
+  CompileOptions options;
+  options.threads = options_.threads;
+  options.backend = options_.backend;
+  options.optimizer = std::move(optimizer);
+  options.loss = std::move(loss);
+  options.metrics = std::move(metrics);
+  options.loss_weights = std::move(loss_weights);
+  compile(options);
+}
+
+LOADSTAR_DECL Optimizer& Model::optimizer() const {
+  require_compiled("optimizer");
+  return *optimizer_;
+}
+
+LOADSTAR_DECL void Model::set_optimizer(std::shared_ptr<Optimizer> optimizer) {
+  require_compiled("set_optimizer");
+  if (!optimizer) throw ConfigError("model '" + name_ + "': set_optimizer: the optimizer is null");
+  optimizer->set_backend(backend_);
+  optimizer_ = std::move(optimizer);
+}
+
+LOADSTAR_DECL std::shared_ptr<Optimizer> Model::optimizer_ptr() const {
+  require_compiled("optimizer");
+  return optimizer_;
+}
+
+LOADSTAR_DECL Backend& Model::backend() {
+  if (!backend_) backend_ = cpu_backend(options_.threads);
+  return *backend_;
+}
+
+LOADSTAR_DECL std::vector<std::string> Model::metrics_names() const {
+  std::vector<std::string> names{"loss"};
+  if (outputs_.size() > 1) {
+    for (const auto& output : output_names_)
+      names.push_back(output + "_loss");
+  }
+  for (auto& metric : training_.names())
+    names.push_back(std::move(metric));
+  return names;
+}
+
+LOADSTAR_DECL void Model::check_metric_names(const std::vector<MetricArg>& metrics) const {
+  for (const auto& metric : metrics) {
+    if (metric.object() || metric.name() == "accuracy" || metric.name() == "acc") continue;
+    if (Registry<Metric>::instance().contains(metric.name())) continue;
+    try {
+      Registry<Metric>::instance().create(metric.name(), nlohmann::json::object());
+    } catch (const ConfigError& e) {
+      throw ConfigError("model '" + name_ + "': compile: " + e.what());
+    }
   }
 }
 

@@ -1,7 +1,7 @@
 /// \file
-/// `Model`'s graph: the planned graph installed, and the checks that the model is built and
-/// compiled, defined out of the class (Taskflow style) so that model.hpp keeps the declaration and
-/// each concern has its own file. Included by model.hpp; do not include alone.
+/// `Model`'s graph: the planned graph installed (`set_graph`), `get_layer`, and the checks that the
+/// model is built and compiled, defined out of the class (Taskflow style) so that model.hpp keeps
+/// the declaration and each concern has its own file. Included by model.hpp; do not include alone.
 #pragma once
 
 #include "loadstar/keras/model.hpp"
@@ -92,6 +92,25 @@ LOADSTAR_DECL void Model::require_built(std::string_view what) const {
     throw ConfigError("model '" + name_ + "': has not been built yet, so " + std::string(what) +
                       " cannot run; give it an Input first or call fit with data");
   }
+}
+
+LOADSTAR_DECL std::shared_ptr<Layer> Model::get_layer(std::string_view name) const {
+  for (const auto& layer : layers_) {
+    if (layer->name() == name) return layer;
+  }
+  throw ConfigError("model '" + name_ + "': no layer named '" + std::string(name) + "'");
+}
+
+LOADSTAR_DECL void Model::set_graph(std::vector<KerasTensor> inputs,
+                                    std::vector<KerasTensor> outputs) {
+  plan(inputs, outputs);
+  graph_inputs_ = std::move(inputs);
+  graph_outputs_ = std::move(outputs);
+  capacity_ = 0;
+  rows_ = 0;
+  training_ = {};
+  evaluation_ = {};
+  if (compiled_) resolve_losses();
 }
 
 }  // namespace loadstar::keras

@@ -1,0 +1,167 @@
+/// \file
+/// `Model`'s steps: `train_step`, `test_step`, `predict_step` and `fit` on a `DataIterator`, and
+/// their internals (forward, losses, backward and metric updates of one batch), defined out of the
+/// class (Taskflow style) so that model.hpp keeps the declaration and each concern has its
+/// own file. Included by model.hpp; do not include alone.
+#pragma once
+
+#include "loadstar/keras/model.hpp"
+
+namespace loadstar::keras {
+
+LOADSTAR_DECL void Model::forward(bool training, std::uint64_t seed) {
+  CallContext ctx{backend(), training, seed,
+                  optimizer_ ? static_cast<std::uint64_t>(optimizer_->iterations()) : 0};
+  for (std::size_t k = 0; k < nodes_.size(); ++k) {
+    auto& node = nodes_[k];
+    if (!node.layer) continue;
+    ctx.fused_output =
+        training && fused_output_[k] != no_fusion ? &relu_fusions_[fused_output_[k]] : nullptr;
+    node.layer->forward(node.input_values, node.value, ctx);
+  }
+}
+
+LOADSTAR_DECL Deferred<double> Model::compute_losses(bool gradients) {
+  output_losses_.resize(output_nodes_.size());
+  const Tensor<float>* weights = has_weights_ ? &weights_ : nullptr;
+  bool known = true;
+  for (std::size_t o = 0; o < output_nodes_.size(); ++o) {
+    auto& node = nodes_[output_nodes_[o]];
+    Tensor<float> gradient;
+    if (gradients && node.layer) {
+      gradient = output_direct_[o] ? node.gradient : loss_scratch_full_[o].slice_rows(0, rows_);
+    }
+    output_losses_[o] =
+        losses_[o]->compute_deferred(backend(), targets_[o], outputs_[o], weights, gradient);
+    known = known && output_losses_[o].ready();
+    const auto weight = static_cast<float>(loss_weights_[o]);
+    if (gradients && node.layer) {
+      if (weight != 1.0F) backend().scale(gradient, weight);
+      if (!output_direct_[o]) backend().axpy(1.0F, gradient, node.gradient);
+    }
+  }
+  const auto sum = [](std::span<const Deferred<double>> values, std::span<const double> weights) {
+    double total = 0.0;
+    for (std::size_t o = 0; o < values.size(); ++o)
+      total += weights[o] * values[o].get();
+    return total;
+  };
+  if (known) return sum(output_losses_, loss_weights_);
+  // A device may still be computing a loss: the total is added when it is read.
+  return Deferred<double>(std::function<double()>(
+      [sum, values = output_losses_, weights = loss_weights_] { return sum(values, weights); }));
+}
+
+LOADSTAR_DECL void Model::backward(std::uint64_t seed) {
+  CallContext ctx{backend(), true, seed, static_cast<std::uint64_t>(optimizer_->iterations())};
+  for (std::size_t k = nodes_.size(); k-- > 0;) {
+    auto& node = nodes_[k];
+    if (!node.layer || !needs_backward_[k]) continue;
+    ctx.accumulate_gradients = !writes_gradients_[k];
+    ctx.fused_output = fused_output_[k] != no_fusion ? &relu_fusions_[fused_output_[k]] : nullptr;
+    ctx.fused_input = fused_input_[k] != no_fusion ? &relu_fusions_[fused_input_[k]] : nullptr;
+    node.layer->backward(node.input_values, node.value, node.gradient, node.input_gradients, ctx);
+    for (std::size_t j = 0; j < node.inputs.size(); ++j) {
+      if (node.targets[j] == detail::GradientTarget::accumulate) {
+        backend().axpy(1.0F, node.input_gradients[j], nodes_[node.inputs[j]].gradient);
+      }
+    }
+  }
+}
+
+LOADSTAR_DECL void Model::update_metrics(RunningMetrics& running, const Deferred<double>& total) {
+  if (!running.created()) create_metrics();
+  const Tensor<float>* weights = has_weights_ ? &weights_ : nullptr;
+  running.update(backend(), total, output_losses_, rows_, targets_, outputs_, weights);
+}
+
+LOADSTAR_DECL DataIteratorOptions Model::data_options(const FitOptions& options) {
+  return {.batch_size = options.batch_size,
+          .steps_per_epoch = options.steps_per_epoch,
+          .use_multiprocessing = options.use_multiprocessing,
+          .adapter = {.max_queue_size = options.max_queue_size,
+                      .workers = options.workers,
+                      .sampler = {.shuffle = options.shuffle,
+                                  .seed = options.seed ? *options.seed : detail::global_seed(),
+                                  .rank = options.shard_rank,
+                                  .size = options.num_shards}}};
+}
+
+LOADSTAR_DECL callbacks::History Model::fit(DataIterator& data, const FitOptions& options) {
+  require_compiled("fit");
+  const std::string kind = "a data iterator";
+  if (options.validation_split > 0.0) {
+    throw ConfigError("fit: validation_split is supported for arrays only, not for " + kind +
+                      "; give validation_data instead");
+  }
+  if (options.sample_weight) {
+    throw ConfigError("fit: sample_weight is supported for arrays only, not for " + kind +
+                      "; return (x, y, w) batches instead");
+  }
+  std::shared_ptr<detail::BatchSource> validation;
+  if (!options.validation_data.empty()) {
+    validation = options.validation_data.source(
+        options.validation_batch_size.value_or(options.batch_size), options.validation_steps);
+  }
+  return detail::run_fit(*this, data, validation.get(), options,
+                         options.class_weight ? &*options.class_weight : nullptr);
+}
+
+LOADSTAR_DECL const Logs& Model::train_step(const BatchView& batch, const StepOptions& options) {
+  require_compiled("train_step");
+  if (batch.count == 0 && built()) {
+    // A rank of a data-parallel job with no rows in this step (the last batch of an epoch
+    // has fewer rows than there are ranks): zero gradients, so that the optimizer still
+    // takes part in the step, and nothing to measure.
+    place_weights();
+    zero_gradients(trainable_);
+    optimizer_->apply_batch_gradients(trainable_, 0);
+    training_.fill(training_logs_, output_names_);
+    return training_logs_;
+  }
+  prepare(batch, 0);
+  const detail::ScopedFlushDenormal flush_denormal;
+  load(batch, true, options.class_weight);
+  detail::StepScope step(backend(), step_key(StepKind::train));
+  zero_gradients(zeroed_);
+  const std::uint64_t seed = options.seed ? *options.seed : detail::global_seed();
+  forward(true, seed);
+  const Deferred<double> total = compute_losses(true);
+  backward(seed);
+  optimizer_->apply_batch_gradients(trainable_, rows_);
+  update_metrics(training_, total);
+  step.end();
+  fill_logs(training_, training_logs_);
+  return training_logs_;
+}
+
+LOADSTAR_DECL const Logs& Model::test_step(const BatchView& batch, const StepOptions& options) {
+  require_compiled("test_step");
+  prepare(batch, 0);
+  const detail::ScopedFlushDenormal flush_denormal;
+  load(batch, true, options.class_weight);
+  detail::StepScope step(backend(), step_key(StepKind::test));
+  forward(false, options.seed ? *options.seed : detail::global_seed());
+  const Deferred<double> total = compute_losses(false);
+  update_metrics(evaluation_, total);
+  step.end();
+  fill_logs(evaluation_, evaluation_logs_);
+  return evaluation_logs_;
+}
+
+LOADSTAR_DECL const std::vector<Tensor<float>>& Model::predict_step(const BatchView& batch) {
+  prepare(batch, 0);
+  const detail::ScopedFlushDenormal flush_denormal;
+  load(batch, false, nullptr);
+  detail::StepScope step(backend(), step_key(StepKind::predict));
+  forward(false, detail::global_seed());
+  step.end();
+  return outputs_;
+}
+
+LOADSTAR_DECL void Model::reset_metrics() {
+  training_.reset();
+  evaluation_.reset();
+}
+
+}  // namespace loadstar::keras
