@@ -68,8 +68,9 @@
 /// `predict` overloads for each loader) and the code that depends on the trainer's own macros
 /// (`LOADSTAR_WITH_MPI`) stay in the headers in both modes.
 ///
-/// `LOADSTAR_DECL` marks the functions the libraries define: `inline` when header-only, plain when
-/// separately compiled. `LOADSTAR_KERAS_BODIES` and `LOADSTAR_TRIAL_BODIES` say whether this
+/// `LOADSTAR_DECL` marks the first declaration of each function the libraries define: `inline`
+/// when header-only, plain when separately compiled. The definitions, in each header's block
+/// under "Definitions", repeat nothing: a function declared inline is inline (as Asio does it). `LOADSTAR_KERAS_BODIES` and `LOADSTAR_TRIAL_BODIES` say whether this
 /// translation unit sees their bodies: always when header-only, and in the library's own source
 /// when separately compiled.
 #if defined(LOADSTAR_SEPARATE_COMPILATION)

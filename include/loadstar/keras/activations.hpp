@@ -62,23 +62,21 @@ constexpr bool activation_gradient_needs_input(Activation kind) noexcept {
 
 }  // namespace loadstar::keras
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras {
 
-LOADSTAR_DECL void RegistryTraits<loadstar::keras::Activation>::defaults(
-    Registry<Activation>& registry) {
+void RegistryTraits<loadstar::keras::Activation>::defaults(Registry<Activation>& registry) {
   for (const auto& [name, value] : detail::activation_names)
     registry.add(std::string(name), [value = value](const nlohmann::json&) { return value; });
 }
 
-LOADSTAR_DECL Activation activation_from_name(std::string_view name) {
+Activation activation_from_name(std::string_view name) {
   if (name.empty() || name == "None") return Activation::linear;
   return Registry<Activation>::instance().create(std::string(name), nlohmann::json::object());
 }
 
-LOADSTAR_DECL std::string activation_name(Activation kind) {
+std::string activation_name(Activation kind) {
   for (const auto& [known, k] : detail::activation_names)
     if (k == kind) return std::string(known);
   return "linear";

@@ -38,13 +38,11 @@ struct RegistryTraits<callbacks::Callback> {
 
 }  // namespace loadstar::keras
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras {
 
-LOADSTAR_DECL void RegistryTraits<callbacks::Callback>::defaults(
-    Registry<callbacks::Callback>& registry) {
+void RegistryTraits<callbacks::Callback>::defaults(Registry<callbacks::Callback>& registry) {
   using namespace callbacks;
   registry.add("EarlyStopping", EarlyStopping::from_config);
   registry.add("ReduceLROnPlateau", ReduceLROnPlateau::from_config);

@@ -189,12 +189,11 @@ requires KerasBatch<batch_t<S>> DataIterator make_data_iterator(
 
 }  // namespace loadstar::keras
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras {
 
-LOADSTAR_DECL DataIterator::DataIterator(std::unique_ptr<detail::BatchSource> source)
+DataIterator::DataIterator(std::unique_ptr<detail::BatchSource> source)
     : source_(std::move(source)) {
   if (!source_) throw ConfigError("data iterator: the batch source is null");
 }

@@ -140,19 +140,18 @@ struct RegistryTraits<Initializer> {
 
 }  // namespace loadstar::keras
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras {
 
-LOADSTAR_DECL Initializer Initializer::constant(double value) {
+Initializer Initializer::constant(double value) {
   Initializer i(Kind::constant, "Constant");
   i.a_ = value;
   return i;
 }
 
-LOADSTAR_DECL Initializer Initializer::random_normal(double mean, double stddev,
-                                                     std::optional<std::uint64_t> seed) {
+Initializer Initializer::random_normal(double mean, double stddev,
+                                       std::optional<std::uint64_t> seed) {
   Initializer i(Kind::random_normal, "RandomNormal");
   i.a_ = mean;
   i.b_ = stddev;
@@ -160,8 +159,8 @@ LOADSTAR_DECL Initializer Initializer::random_normal(double mean, double stddev,
   return i;
 }
 
-LOADSTAR_DECL Initializer Initializer::random_uniform(double minval, double maxval,
-                                                      std::optional<std::uint64_t> seed) {
+Initializer Initializer::random_uniform(double minval, double maxval,
+                                        std::optional<std::uint64_t> seed) {
   Initializer i(Kind::random_uniform, "RandomUniform");
   i.a_ = minval;
   i.b_ = maxval;
@@ -169,8 +168,8 @@ LOADSTAR_DECL Initializer Initializer::random_uniform(double minval, double maxv
   return i;
 }
 
-LOADSTAR_DECL Initializer Initializer::truncated_normal(double mean, double stddev,
-                                                        std::optional<std::uint64_t> seed) {
+Initializer Initializer::truncated_normal(double mean, double stddev,
+                                          std::optional<std::uint64_t> seed) {
   Initializer i(Kind::truncated_normal, "TruncatedNormal");
   i.a_ = mean;
   i.b_ = stddev;
@@ -178,10 +177,9 @@ LOADSTAR_DECL Initializer Initializer::truncated_normal(double mean, double stdd
   return i;
 }
 
-LOADSTAR_DECL Initializer Initializer::variance_scaling(double scale, Mode mode,
-                                                        Distribution distribution,
-                                                        std::optional<std::uint64_t> seed,
-                                                        std::string class_name) {
+Initializer Initializer::variance_scaling(double scale, Mode mode, Distribution distribution,
+                                          std::optional<std::uint64_t> seed,
+                                          std::string class_name) {
   Initializer i(Kind::variance_scaling, std::move(class_name));
   i.a_ = scale;
   i.mode_ = mode;
@@ -190,7 +188,7 @@ LOADSTAR_DECL Initializer Initializer::variance_scaling(double scale, Mode mode,
   return i;
 }
 
-LOADSTAR_DECL Initializer Initializer::from_name(std::string_view name) {
+Initializer Initializer::from_name(std::string_view name) {
   if (name == "zeros" || name == "Zeros" || name == "zero") return zeros();
   if (name == "ones" || name == "Ones" || name == "one") return ones();
   if (name == "constant" || name == "Constant") return constant(0.0);
@@ -212,7 +210,7 @@ LOADSTAR_DECL Initializer Initializer::from_name(std::string_view name) {
                     "lecun_normal, lecun_uniform, variance_scaling");
 }
 
-LOADSTAR_DECL Initializer Initializer::from_json(const nlohmann::json& j) {
+Initializer Initializer::from_json(const nlohmann::json& j) {
   if (j.is_string()) return from_name(j.get<std::string>());
   if (!j.is_object() || !j.contains("class_name") || !j["class_name"].is_string()) {
     throw ConfigError(
@@ -224,8 +222,7 @@ LOADSTAR_DECL Initializer Initializer::from_json(const nlohmann::json& j) {
                      config == j.end() || config->is_null() ? nlohmann::json::object() : *config);
 }
 
-LOADSTAR_DECL Initializer Initializer::from_config(const std::string& class_name,
-                                                   const nlohmann::json& config) {
+Initializer Initializer::from_config(const std::string& class_name, const nlohmann::json& config) {
   Initializer i = from_name(class_name);
   const auto read = detail::ConfigReader::of(config, "initializer", i.class_name_);
   switch (i.kind_) {
@@ -268,7 +265,7 @@ LOADSTAR_DECL Initializer Initializer::from_config(const std::string& class_name
   return i;
 }
 
-LOADSTAR_DECL nlohmann::json Initializer::to_json() const {
+nlohmann::json Initializer::to_json() const {
   nlohmann::json config = nlohmann::json::object();
   auto seed = [&] { return seed_ ? nlohmann::json(*seed_) : nlohmann::json(nullptr); };
   switch (kind_) {
@@ -301,7 +298,7 @@ LOADSTAR_DECL nlohmann::json Initializer::to_json() const {
   return {{"class_name", class_name_}, {"config", config}};
 }
 
-LOADSTAR_DECL void Initializer::fill(const Tensor<float>& t, std::uint64_t default_seed) const {
+void Initializer::fill(const Tensor<float>& t, std::uint64_t default_seed) const {
   SplitMix64 rng(seed_.value_or(default_seed));
   auto truncated = [&](double mean, double stddev) {
     for (;;) {
@@ -356,8 +353,7 @@ LOADSTAR_DECL void Initializer::fill(const Tensor<float>& t, std::uint64_t defau
   }
 }
 
-LOADSTAR_DECL void RegistryTraits<loadstar::keras::Initializer>::defaults(
-    Registry<Initializer>& registry) {
+void RegistryTraits<loadstar::keras::Initializer>::defaults(Registry<Initializer>& registry) {
   for (const char* name : {"zeros",
                            "Zeros",
                            "zero",
@@ -393,7 +389,7 @@ LOADSTAR_DECL void RegistryTraits<loadstar::keras::Initializer>::defaults(
   }
 }
 
-LOADSTAR_DECL std::pair<double, double> compute_fans(const Shape& shape) {
+std::pair<double, double> compute_fans(const Shape& shape) {
   if (shape.rank() == 0) return {1.0, 1.0};
   if (shape.rank() == 1) return {double(shape[0]), double(shape[0])};
   if (shape.rank() == 2) return {double(shape[0]), double(shape[1])};

@@ -106,19 +106,18 @@ inline KerasTensor call(const LayerArg& layer, const KerasTensor& input) {
 
 }  // namespace loadstar::keras
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras {
 
-LOADSTAR_DECL void set_random_seed(std::uint64_t seed) {
+void set_random_seed(std::uint64_t seed) {
   auto& state = detail::seed_state();
   const std::lock_guard lock(state.mutex);
   state.seed = seed;
   state.drawn = 0;
 }
 
-LOADSTAR_DECL KerasTensor Input(const Shape& shape, std::string name) {
+KerasTensor Input(const Shape& shape, std::string name) {
   auto node = std::make_shared<detail::GraphNode>();
   node->shape = shape;
   node->input_name = std::move(name);
@@ -126,7 +125,7 @@ LOADSTAR_DECL KerasTensor Input(const Shape& shape, std::string name) {
   return KerasTensor(std::move(node));
 }
 
-LOADSTAR_DECL KerasTensor call(const LayerArg& layer_arg, const std::vector<KerasTensor>& inputs) {
+KerasTensor call(const LayerArg& layer_arg, const std::vector<KerasTensor>& inputs) {
   const std::shared_ptr<Layer>& layer = layer_arg.get();
   if (layer == nullptr) throw ConfigError("call: the layer is a null pointer");
   std::vector<Shape> shapes;

@@ -184,31 +184,30 @@ class Layer : public std::enable_shared_from_this<Layer> {
 
 }  // namespace loadstar::keras
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras {
 
-LOADSTAR_DECL void Layer::set_built(std::vector<Shape> input_shapes, Shape output_shape) {
+void Layer::set_built(std::vector<Shape> input_shapes, Shape output_shape) {
   built_input_shapes_ = std::move(input_shapes);
   built_output_shape_ = std::move(output_shape);
   built_ = true;
 }
 
-LOADSTAR_DECL void Layer::set_trainable(bool trainable) {
+void Layer::set_trainable(bool trainable) {
   trainable_ = trainable;
   for (auto& w : weights_)
     w.trainable = trainable && !w.gradient.empty();
 }
 
-LOADSTAR_DECL std::size_t Layer::count_params() const noexcept {
+std::size_t Layer::count_params() const noexcept {
   std::size_t n = 0;
   for (const auto& w : weights_)
     n += w.value.size();
   return n;
 }
 
-LOADSTAR_DECL Variable& Layer::add_weight(std::string name, Tensor<float> value, bool trainable) {
+Variable& Layer::add_weight(std::string name, Tensor<float> value, bool trainable) {
   Tensor<float> gradient = trainable ? Tensor<float>(value.shape()) : Tensor<float>();
   weights_.push_back(
       Variable{std::move(name), std::move(value), std::move(gradient), trainable && trainable_});

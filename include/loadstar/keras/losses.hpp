@@ -50,12 +50,11 @@ inline std::unique_ptr<Loss> get_loss(std::string_view name) {
 
 }  // namespace loadstar::keras
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras {
 
-LOADSTAR_DECL void RegistryTraits<loadstar::keras::Loss>::defaults(Registry<Loss>& registry) {
+void RegistryTraits<loadstar::keras::Loss>::defaults(Registry<Loss>& registry) {
   using namespace losses;
   const auto add = [&](std::initializer_list<const char*> names, auto factory) {
     for (const char* name : names)

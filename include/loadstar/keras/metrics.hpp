@@ -57,12 +57,11 @@ LOADSTAR_DECL std::unique_ptr<Metric> get_metric(std::string_view name,
 
 }  // namespace loadstar::keras
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras {
 
-LOADSTAR_DECL void RegistryTraits<loadstar::keras::Metric>::defaults(Registry<Metric>& registry) {
+void RegistryTraits<loadstar::keras::Metric>::defaults(Registry<Metric>& registry) {
   using namespace metrics;
   using Factory = Registry<Metric>::Factory;
   // A function name logs under itself unless the config names the metric (Keras's
@@ -109,10 +108,8 @@ LOADSTAR_DECL void RegistryTraits<loadstar::keras::Metric>::defaults(Registry<Me
   });
 }
 
-LOADSTAR_DECL std::unique_ptr<Metric> get_metric(std::string_view name,
-                                                 std::string_view loss_class_name,
-                                                 const Shape& y_true_shape,
-                                                 const Shape& y_pred_shape) {
+std::unique_ptr<Metric> get_metric(std::string_view name, std::string_view loss_class_name,
+                                   const Shape& y_true_shape, const Shape& y_pred_shape) {
   using namespace metrics;
   static_cast<void>(loss_class_name);
   const std::string logged(name);

@@ -153,8 +153,8 @@ class Model {
   /// Keras's `model.get_config()` (the `model_config` of a Keras 2 file: `Functional` with
   /// `inbound_nodes`, or `Sequential`) and `model.to_json()`; `model_from_json` rebuilds the model
   /// (keras/saving/model_config.hpp).
-  nlohmann::json get_config() const;
-  std::string to_json() const;
+  LOADSTAR_DECL nlohmann::json get_config() const;
+  LOADSTAR_DECL std::string to_json() const;
 
   /// The names of the inputs, in order.
   const std::vector<std::string>& input_names() const noexcept { return input_names_; }
@@ -465,11 +465,12 @@ class Model {
   std::size_t count_params() const;
 
   /// Keras's `model.save(path)`: `save_model(*this, path, options)` (keras/saving/saving.hpp).
-  void save(const std::filesystem::path& path, const SaveOptions& options = {}) const;
+  LOADSTAR_DECL void save(const std::filesystem::path& path, const SaveOptions& options = {}) const;
   /// Keras's `model.save_weights(path)`: `save_weights(*this, path)`.
-  void save_weights(const std::filesystem::path& path) const;
+  LOADSTAR_DECL void save_weights(const std::filesystem::path& path) const;
   /// Keras's `model.load_weights(path)`: `load_weights(*this, path, options)`.
-  void load_weights(const std::filesystem::path& path, const LoadWeightsOptions& options = {});
+  LOADSTAR_DECL void load_weights(const std::filesystem::path& path,
+                                  const LoadWeightsOptions& options = {});
 
   /// Prints Keras's summary table: layers, output shapes, parameter counts and totals (with a
   /// "Connected to" column when the graph is not a chain). Throws `ConfigError` for a

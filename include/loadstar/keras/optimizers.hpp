@@ -45,13 +45,11 @@ inline std::unique_ptr<Optimizer> get_optimizer(std::string_view name) {
 
 }  // namespace loadstar::keras
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras {
 
-LOADSTAR_DECL void RegistryTraits<loadstar::keras::Optimizer>::defaults(
-    Registry<Optimizer>& registry) {
+void RegistryTraits<loadstar::keras::Optimizer>::defaults(Registry<Optimizer>& registry) {
   using namespace optimizers;
   registry.add("sgd", SGD::from_config);
   registry.add("adam", Adam::from_config);

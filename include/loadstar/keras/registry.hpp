@@ -264,17 +264,16 @@ class Registry {
 
 }  // namespace loadstar::keras
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::detail {
 
-LOADSTAR_DECL const CustomObjects*& current_custom_objects() {
+const CustomObjects*& current_custom_objects() {
   thread_local const CustomObjects* current = nullptr;
   return current;
 }
 
-LOADSTAR_DECL std::string lower_case(std::string_view text) {
+std::string lower_case(std::string_view text) {
   std::string out(text);
   std::transform(out.begin(), out.end(), out.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });

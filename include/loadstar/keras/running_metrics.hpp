@@ -119,17 +119,16 @@ class RunningMetrics {
 
 }  // namespace loadstar::keras
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras {
 
-LOADSTAR_DECL void RunningMetrics::set_created() {
+void RunningMetrics::set_created() {
   created_ = true;
   if (pending_) restore(*std::exchange(pending_, std::nullopt));
 }
 
-LOADSTAR_DECL void RunningMetrics::reset() {
+void RunningMetrics::reset() {
   pending_.reset();
   pending_batches_.clear();
   batches_ = 0;
@@ -139,11 +138,10 @@ LOADSTAR_DECL void RunningMetrics::reset() {
   for_each([](Metric& m) { m.reset_state(); });
 }
 
-LOADSTAR_DECL void RunningMetrics::update(Backend& backend, const Deferred<double>& total,
-                                          std::span<const Deferred<double>> output_losses,
-                                          std::size_t rows, std::span<const Tensor<float>> targets,
-                                          std::span<const Tensor<float>> outputs,
-                                          const Tensor<float>* weights) {
+void RunningMetrics::update(Backend& backend, const Deferred<double>& total,
+                            std::span<const Deferred<double>> output_losses, std::size_t rows,
+                            std::span<const Tensor<float>> targets,
+                            std::span<const Tensor<float>> outputs, const Tensor<float>* weights) {
   const auto n = static_cast<double>(rows);
   const bool known = pending_batches_.empty() && total.ready() &&
                      std::all_of(output_losses.begin(), output_losses.end(),
@@ -167,16 +165,15 @@ LOADSTAR_DECL void RunningMetrics::update(Backend& backend, const Deferred<doubl
   }
 }
 
-LOADSTAR_DECL void RunningMetrics::add_losses(double total,
-                                              std::span<const Deferred<double>> output_losses,
-                                              double rows) {
+void RunningMetrics::add_losses(double total, std::span<const Deferred<double>> output_losses,
+                                double rows) {
   loss_sum_ += total * rows;
   output_loss_sums_.resize(output_losses.size(), 0.0);
   for (std::size_t o = 0; o < output_losses.size(); ++o)
     output_loss_sums_[o] += output_losses[o].get() * rows;
 }
 
-LOADSTAR_DECL void RunningMetrics::settle() {
+void RunningMetrics::settle() {
   // A batch whose value throws stays pending (with those after it), so that every later read
   // reports it again.
   std::size_t done = 0;
@@ -205,13 +202,13 @@ LOADSTAR_DECL void RunningMetrics::settle() {
   pending_batches_.clear();
 }
 
-LOADSTAR_DECL bool RunningMetrics::pending() const noexcept {
+bool RunningMetrics::pending() const noexcept {
   bool any = !pending_batches_.empty();
   for_each([&](const Metric& m) { any = any || m.pending(); });
   return any;
 }
 
-LOADSTAR_DECL void RunningMetrics::fill(Logs& logs, std::span<const std::string> output_names) {
+void RunningMetrics::fill(Logs& logs, std::span<const std::string> output_names) {
   settle();
   const double rows = std::max(rows_, 1.0);
   logs.set("loss", loss_sum_ / rows);
@@ -225,7 +222,7 @@ LOADSTAR_DECL void RunningMetrics::fill(Logs& logs, std::span<const std::string>
   for_each([&](Metric& m) { logs.set(m.name(), m.result()); });
 }
 
-LOADSTAR_DECL nlohmann::json RunningMetrics::state() {
+nlohmann::json RunningMetrics::state() {
   settle();
   nlohmann::json metric_states = nlohmann::json::array();
   for_each([&](const Metric& m) { metric_states.push_back(m.get_state()); });
@@ -235,7 +232,7 @@ LOADSTAR_DECL nlohmann::json RunningMetrics::state() {
           {"metrics", std::move(metric_states)}};
 }
 
-LOADSTAR_DECL void RunningMetrics::restore(const nlohmann::json& state) {
+void RunningMetrics::restore(const nlohmann::json& state) {
   if (!created_) {
     pending_ = state;  // applied once the first batch has made the metric objects
     return;
@@ -256,7 +253,7 @@ LOADSTAR_DECL void RunningMetrics::restore(const nlohmann::json& state) {
   for_each([&](Metric& m) { m.set_state(states[i++]); });
 }
 
-LOADSTAR_DECL std::vector<std::string> RunningMetrics::names() const {
+std::vector<std::string> RunningMetrics::names() const {
   std::vector<std::string> out;
   for_each([&](const Metric& m) { out.push_back(m.name()); });
   return out;

@@ -83,12 +83,11 @@ class Sequential : public Model {
 
 }  // namespace loadstar::keras
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras {
 
-LOADSTAR_DECL void Sequential::add(const SequentialItem& item) {
+void Sequential::add(const SequentialItem& item) {
   if (item.input()) {
     set_input(*item.input());
     return;
@@ -105,7 +104,7 @@ LOADSTAR_DECL void Sequential::add(const SequentialItem& item) {
   }
 }
 
-LOADSTAR_DECL void Sequential::build(const Shape& input_shape) {
+void Sequential::build(const Shape& input_shape) {
   if (input_) {
     throw ConfigError("sequential model '" + name() + "': is already built for inputs of shape " +
                       input_->shape().str());
@@ -120,7 +119,7 @@ LOADSTAR_DECL void Sequential::build(const Shape& input_shape) {
   set_graph({*input_}, {*output_});
 }
 
-LOADSTAR_DECL void Sequential::build_from_batch(const detail::ErasedBatch& batch) {
+void Sequential::build_from_batch(const detail::ErasedBatch& batch) {
   if (batch.x.size() != 1 || batch.x.front().shape.rank() == 0) {
     throw ShapeError("sequential model '" + name() + "': takes one input array with a batch " +
                      "axis but x has " + std::to_string(batch.x.size()) + " arrays");
@@ -128,7 +127,7 @@ LOADSTAR_DECL void Sequential::build_from_batch(const detail::ErasedBatch& batch
   build(batch.x.front().shape.row_shape());
 }
 
-LOADSTAR_DECL void Sequential::set_input(const KerasTensor& input) {
+void Sequential::set_input(const KerasTensor& input) {
   if (input_ || !stack_.empty()) {
     throw ConfigError("sequential model '" + name() +
                       "': an Input can only come first, before any layer");

@@ -76,14 +76,12 @@ class CallbackList : public keras::callbacks::CallbackList {
 
 }  // namespace loadstar::trial
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_TRIAL_BODIES
 namespace loadstar::trial {
 
-LOADSTAR_DECL CallbackList::CallbackList(
-    std::vector<std::shared_ptr<keras::callbacks::Callback>> callbacks, keras::Model& model,
-    const keras::CallbackParams& params)
+CallbackList::CallbackList(std::vector<std::shared_ptr<keras::callbacks::Callback>> callbacks,
+                           keras::Model& model, const keras::CallbackParams& params)
     : keras::callbacks::CallbackList(std::move(callbacks), model, params) {
   for (const auto& cb : *this) {
     if (auto* t = dynamic_cast<Callback*>(cb.get())) trial_.push_back(t);

@@ -100,8 +100,7 @@ LOADSTAR_DECL bool written_by_this_process(const std::filesystem::path& file);
 
 }  // namespace loadstar::trial
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_TRIAL_BODIES
 namespace loadstar::trial {
 
@@ -151,12 +150,12 @@ class WrittenCheckpoints {
 
 }  // namespace detail
 
-LOADSTAR_DECL bool written_by_this_process(const std::filesystem::path& file) {
+bool written_by_this_process(const std::filesystem::path& file) {
   const auto identity = detail::file_identity(file);
   return identity && detail::WrittenCheckpoints::instance().contains(*identity);
 }
 
-LOADSTAR_DECL std::string new_checkpoint_uuid() {
+std::string new_checkpoint_uuid() {
   std::random_device device;
   std::uint8_t bytes[16];
   for (auto& byte : bytes)
@@ -173,14 +172,13 @@ LOADSTAR_DECL std::string new_checkpoint_uuid() {
   return text;
 }
 
-LOADSTAR_DECL std::string checkpoint_staging_name(const std::string& uuid,
-                                                  std::uint64_t experiment_id,
-                                                  std::uint64_t trial_id) {
+std::string checkpoint_staging_name(const std::string& uuid, std::uint64_t experiment_id,
+                                    std::uint64_t trial_id) {
   return "." + uuid + ".e" + std::to_string(experiment_id) + ".t" + std::to_string(trial_id) +
          ".new";
 }
 
-LOADSTAR_DECL void sync_file(const std::filesystem::path& path) {
+void sync_file(const std::filesystem::path& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0 || ::fsync(fd) != 0) {
     const std::string reason = std::strerror(errno);
@@ -190,11 +188,10 @@ LOADSTAR_DECL void sync_file(const std::filesystem::path& path) {
   ::close(fd);
 }
 
-LOADSTAR_DECL std::filesystem::path write_checkpoint(const std::filesystem::path& checkpoint_dir,
-                                                     const std::string& uuid,
-                                                     const keras::Model& model,
-                                                     const nlohmann::json& metadata,
-                                                     const nlohmann::json& state) {
+std::filesystem::path write_checkpoint(const std::filesystem::path& checkpoint_dir,
+                                       const std::string& uuid, const keras::Model& model,
+                                       const nlohmann::json& metadata,
+                                       const nlohmann::json& state) {
   namespace kd = keras::detail;
   std::filesystem::create_directories(checkpoint_dir);
   const auto target = checkpoint_dir / uuid;
@@ -225,8 +222,8 @@ LOADSTAR_DECL std::filesystem::path write_checkpoint(const std::filesystem::path
   return target;
 }
 
-LOADSTAR_DECL nlohmann::json read_checkpoint_metadata(const std::filesystem::path& path,
-                                                      const CheckpointOwner& owner) {
+nlohmann::json read_checkpoint_metadata(const std::filesystem::path& path,
+                                        const CheckpointOwner& owner) {
   if (!std::filesystem::is_directory(path)) {
     throw CheckpointError("checkpoint '" + path.string() + "': expected a checkpoint folder but " +
                           (std::filesystem::exists(path) ? "found a file" : "it is missing"));
@@ -262,7 +259,7 @@ LOADSTAR_DECL nlohmann::json read_checkpoint_metadata(const std::filesystem::pat
   return metadata;
 }
 
-LOADSTAR_DECL nlohmann::json read_checkpoint_state(const std::filesystem::path& path) {
+nlohmann::json read_checkpoint_state(const std::filesystem::path& path) {
   const auto file = path / checkpoint_state_file;
   try {
     const std::string bytes = keras::detail::read_bytes(file);
@@ -279,7 +276,7 @@ LOADSTAR_DECL nlohmann::json read_checkpoint_state(const std::filesystem::path& 
   }
 }
 
-LOADSTAR_DECL void load_checkpoint_model(keras::Model& model, const std::filesystem::path& path) {
+void load_checkpoint_model(keras::Model& model, const std::filesystem::path& path) {
   const auto file = path / checkpoint_model_file;
   try {
     model.load_weights(

@@ -208,13 +208,11 @@ class DataLoader {
 
 }  // namespace loadstar::trial
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_TRIAL_BODIES
 namespace loadstar::trial {
 
-LOADSTAR_DECL DataLoader
-DataLoader::served_by(std::shared_ptr<detail::LoaderProcess> process) const {
+DataLoader DataLoader::served_by(std::shared_ptr<detail::LoaderProcess> process) const {
   DataLoader out = *this;
   out.training_ = [process](const keras::DataIteratorOptions&) {
     return keras::DataIterator(std::make_unique<detail::RemoteSource>(process));
@@ -222,21 +220,19 @@ DataLoader::served_by(std::shared_ptr<detail::LoaderProcess> process) const {
   return out;
 }
 
-LOADSTAR_DECL keras::DataIterator DataLoader::training(const keras::DataIteratorOptions& options,
-                                                       std::string_view what) const {
+keras::DataIterator DataLoader::training(const keras::DataIteratorOptions& options,
+                                         std::string_view what) const {
   require(what);
   return training_(options);
 }
 
-LOADSTAR_DECL keras::Logs DataLoader::validate(keras::Model& model,
-                                               const keras::DataIteratorOptions& options,
-                                               std::optional<std::size_t> steps,
-                                               std::string_view what) const {
+keras::Logs DataLoader::validate(keras::Model& model, const keras::DataIteratorOptions& options,
+                                 std::optional<std::size_t> steps, std::string_view what) const {
   require(what);
   return validate_(model, options, steps);
 }
 
-LOADSTAR_DECL void DataLoader::require(std::string_view what) const {
+void DataLoader::require(std::string_view what) const {
   if (empty()) {
     throw ConfigError(std::string(what) +
                       ": expected (x, y), (x, y, sample_weights), a Sequence, a Dataset or a "

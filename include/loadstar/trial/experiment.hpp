@@ -285,12 +285,11 @@ LOADSTAR_DECL int run_trial_of_experiment(const std::filesystem::path& dir, std:
 
 }  // namespace loadstar::trial
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_TRIAL_BODIES
 namespace loadstar::trial::detail {
 
-LOADSTAR_DECL ExperimentLock::ExperimentLock(const std::filesystem::path& dir) {
+ExperimentLock::ExperimentLock(const std::filesystem::path& dir) {
   const auto file = dir / ".lock";
   fd_ = ::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd_ < 0) {
@@ -304,8 +303,8 @@ LOADSTAR_DECL ExperimentLock::ExperimentLock(const std::filesystem::path& dir) {
   }
 }
 
-LOADSTAR_DECL TrialSpec trial_spec(const std::filesystem::path& dir, const ExperimentRecord& record,
-                                   const ExperimentConfig& config, const TrialRecord& trial) {
+TrialSpec trial_spec(const std::filesystem::path& dir, const ExperimentRecord& record,
+                     const ExperimentConfig& config, const TrialRecord& trial) {
   TrialSpec spec;
   spec.config = config;
   spec.experiment_id = record.id;
@@ -317,7 +316,7 @@ LOADSTAR_DECL TrialSpec trial_spec(const std::filesystem::path& dir, const Exper
   return spec;
 }
 
-LOADSTAR_DECL nlohmann::json result_to_json(const TrialResult& result) {
+nlohmann::json result_to_json(const TrialResult& result) {
   return {{"ok", true},
           {"total_batches", result.total_batches},
           {"searcher_metric", optional_number(result.searcher_metric)},
@@ -327,7 +326,7 @@ LOADSTAR_DECL nlohmann::json result_to_json(const TrialResult& result) {
           {"restarts", result.restarts}};
 }
 
-LOADSTAR_DECL TrialOutcome outcome_from_json(const nlohmann::json& json) {
+TrialOutcome outcome_from_json(const nlohmann::json& json) {
   TrialOutcome outcome;
   outcome.ok = json.value("ok", false);
   if (!outcome.ok) {
@@ -343,7 +342,7 @@ LOADSTAR_DECL TrialOutcome outcome_from_json(const nlohmann::json& json) {
   return outcome;
 }
 
-LOADSTAR_DECL std::string log_tail(const std::filesystem::path& file, std::size_t count) {
+std::string log_tail(const std::filesystem::path& file, std::size_t count) {
   std::string text;
   try {
     text = keras::detail::read_bytes(file);
@@ -367,13 +366,13 @@ LOADSTAR_DECL std::string log_tail(const std::filesystem::path& file, std::size_
   return tail;
 }
 
-LOADSTAR_DECL void ExperimentLoop::save() {
+void ExperimentLoop::save() {
   record_.searcher_state = searcher_->state();
   record_.progress = searcher_->progress();
   write_experiment_record(dir_, record_);
 }
 
-LOADSTAR_DECL void ExperimentLoop::apply(const std::vector<Operation>& operations) {
+void ExperimentLoop::apply(const std::vector<Operation>& operations) {
   for (const auto& operation : operations) {
     std::visit(
         [&](const auto& op) {
@@ -402,14 +401,14 @@ LOADSTAR_DECL void ExperimentLoop::apply(const std::vector<Operation>& operation
   }
 }
 
-LOADSTAR_DECL bool ExperimentLoop::is_running(std::uint64_t trial_id) const {
+bool ExperimentLoop::is_running(std::uint64_t trial_id) const {
   for (const auto& [pid, id] : running_) {
     if (id == trial_id) return true;
   }
   return false;
 }
 
-LOADSTAR_DECL void ExperimentLoop::start_trials(std::uint64_t concurrency) {
+void ExperimentLoop::start_trials(std::uint64_t concurrency) {
   for (auto& trial : record_.trials) {
     if (running_.size() + finished_.size() >= concurrency) return;
     if (trial.state != "ACTIVE" || trial.pending.empty() || is_running(trial.id)) continue;
@@ -423,7 +422,7 @@ LOADSTAR_DECL void ExperimentLoop::start_trials(std::uint64_t concurrency) {
   }
 }
 
-LOADSTAR_DECL void ExperimentLoop::start(const TrialRecord& trial) {
+void ExperimentLoop::start(const TrialRecord& trial) {
   const Length until = trial.pending.front();
   const auto folder = trial_dir(dir_, trial.id);
   std::filesystem::create_directories(folder);
@@ -457,7 +456,7 @@ LOADSTAR_DECL void ExperimentLoop::start(const TrialRecord& trial) {
   running_[pid] = trial.id;
 }
 
-LOADSTAR_DECL std::vector<std::string> ExperimentLoop::mpirun_prefix() const {
+std::vector<std::string> ExperimentLoop::mpirun_prefix() const {
   const std::uint64_t slots = config_.slots_per_trial;
   if (slots <= 1) return {};
   const char* named = std::getenv("LOADSTAR_MPIRUN");
@@ -476,7 +475,7 @@ LOADSTAR_DECL std::vector<std::string> ExperimentLoop::mpirun_prefix() const {
   return prefix;
 }
 
-LOADSTAR_DECL std::pair<std::uint64_t, TrialOutcome> ExperimentLoop::wait_one() {
+std::pair<std::uint64_t, TrialOutcome> ExperimentLoop::wait_one() {
   if (!finished_.empty()) {
     auto next = std::move(finished_.front());
     finished_.pop_front();
@@ -514,7 +513,7 @@ LOADSTAR_DECL std::pair<std::uint64_t, TrialOutcome> ExperimentLoop::wait_one() 
   }
 }
 
-LOADSTAR_DECL void ExperimentLoop::handle(std::uint64_t trial_id, const TrialOutcome& outcome) {
+void ExperimentLoop::handle(std::uint64_t trial_id, const TrialOutcome& outcome) {
   TrialRecord* trial = record_.find_trial(trial_id);
   if (trial == nullptr) return;
   const std::string name = "trial " + std::to_string(trial_id);
@@ -564,7 +563,7 @@ LOADSTAR_DECL void ExperimentLoop::handle(std::uint64_t trial_id, const TrialOut
   }
 }
 
-LOADSTAR_DECL void ExperimentLoop::close_finished_trials() {
+void ExperimentLoop::close_finished_trials() {
   bool changed = true;
   while (changed) {
     changed = false;
@@ -580,7 +579,7 @@ LOADSTAR_DECL void ExperimentLoop::close_finished_trials() {
   }
 }
 
-LOADSTAR_DECL void ExperimentLoop::finish() {
+void ExperimentLoop::finish() {
   std::size_t completed = 0;
   for (const auto& trial : record_.trials)
     completed += trial.state == "COMPLETED" ? 1 : 0;
@@ -611,7 +610,7 @@ LOADSTAR_DECL void ExperimentLoop::finish() {
   }
 }
 
-LOADSTAR_DECL ExperimentSummary ExperimentLoop::summary() const {
+ExperimentSummary ExperimentLoop::summary() const {
   ExperimentSummary summary;
   summary.dir = dir_;
   summary.id = record_.id;
@@ -628,8 +627,8 @@ LOADSTAR_DECL ExperimentSummary ExperimentLoop::summary() const {
 }  // namespace loadstar::trial::detail
 namespace loadstar::trial {
 
-LOADSTAR_DECL ExperimentSummary run_experiment(const std::filesystem::path& dir,
-                                               const ExperimentOptions& options) {
+ExperimentSummary run_experiment(const std::filesystem::path& dir,
+                                 const ExperimentOptions& options) {
   detail::ExperimentLock lock(dir);
   detail::ExperimentRecord record = detail::read_experiment_record(dir);
   ExperimentSummary summary;
@@ -660,9 +659,8 @@ LOADSTAR_DECL ExperimentSummary run_experiment(const std::filesystem::path& dir,
   return summary;
 }
 
-LOADSTAR_DECL ExperimentSummary create_experiment(const std::filesystem::path& config_file,
-                                                  std::filesystem::path dir,
-                                                  const ExperimentOptions& options) {
+ExperimentSummary create_experiment(const std::filesystem::path& config_file,
+                                    std::filesystem::path dir, const ExperimentOptions& options) {
   ExperimentConfig config = load_experiment_config(config_file);
   if (options.test) config = make_test_config(std::move(config));
   if (!has_trial(config.entrypoint)) {
@@ -738,8 +736,8 @@ LOADSTAR_DECL ExperimentSummary create_experiment(const std::filesystem::path& c
   return run_experiment(dir, options);
 }
 
-LOADSTAR_DECL void describe_experiment(const std::filesystem::path& dir, std::ostream& out,
-                                       const std::optional<std::filesystem::path>& plot) {
+void describe_experiment(const std::filesystem::path& dir, std::ostream& out,
+                         const std::optional<std::filesystem::path>& plot) {
   detail::describe_experiment_to(dir, out);
   if (plot) {
     const auto record = detail::read_experiment_record(dir);
@@ -749,7 +747,7 @@ LOADSTAR_DECL void describe_experiment(const std::filesystem::path& dir, std::os
   }
 }
 
-LOADSTAR_DECL void list_experiments(const std::filesystem::path& root, std::ostream& out) {
+void list_experiments(const std::filesystem::path& root, std::ostream& out) {
   if (!std::filesystem::exists(root)) {
     out << "no experiments in '" << root.string() << "' (no such folder)\n";
     return;
@@ -768,7 +766,7 @@ LOADSTAR_DECL void list_experiments(const std::filesystem::path& root, std::ostr
   }
 }
 
-LOADSTAR_DECL std::shared_ptr<detail::LoaderProcess> start_training_loader_process(
+std::shared_ptr<detail::LoaderProcess> start_training_loader_process(
     const std::filesystem::path& dir, std::uint64_t trial_id, bool test) {
   const auto place = dist::ranks_from_environment();
   if (!place || (*place)[1] <= 1) return nullptr;
@@ -793,10 +791,10 @@ LOADSTAR_DECL std::shared_ptr<detail::LoaderProcess> start_training_loader_proce
   });
 }
 
-LOADSTAR_DECL int run_trial_of_experiment(const std::filesystem::path& dir, std::uint64_t trial_id,
-                                          const Length& until, bool test, bool verbose,
-                                          std::shared_ptr<dist::Collective> ranks,
-                                          std::shared_ptr<detail::LoaderProcess> loader) {
+int run_trial_of_experiment(const std::filesystem::path& dir, std::uint64_t trial_id,
+                            const Length& until, bool test, bool verbose,
+                            std::shared_ptr<dist::Collective> ranks,
+                            std::shared_ptr<detail::LoaderProcess> loader) {
   const auto folder = detail::trial_dir(dir, trial_id);
   nlohmann::json result;
   int status = 0;

@@ -315,17 +315,16 @@ LOADSTAR_DECL ExperimentConfig make_test_config(ExperimentConfig config);
 
 }  // namespace loadstar::trial
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_TRIAL_BODIES
 namespace loadstar::trial {
 
-LOADSTAR_DECL bool operator==(const Hyperparameter& a, const Hyperparameter& b) {
+bool operator==(const Hyperparameter& a, const Hyperparameter& b) {
   return a.type == b.type && a.val == b.val && a.minval == b.minval && a.maxval == b.maxval &&
          a.base == b.base && a.count == b.count && a.vals == b.vals && a.members == b.members;
 }
 
-LOADSTAR_DECL std::string to_string(Unit unit) {
+std::string to_string(Unit unit) {
   switch (unit) {
     case Unit::batches:
       return "batches";
@@ -337,7 +336,7 @@ LOADSTAR_DECL std::string to_string(Unit unit) {
   return "unknown";
 }
 
-LOADSTAR_DECL nlohmann::json to_json(const ExperimentConfig& config) {
+nlohmann::json to_json(const ExperimentConfig& config) {
   using nlohmann::json;
   json out = config.raw.is_object() ? config.raw : json::object();
   out["description"] = config.description;
@@ -404,8 +403,8 @@ LOADSTAR_DECL nlohmann::json to_json(const ExperimentConfig& config) {
   return out;
 }
 
-LOADSTAR_DECL ExperimentConfig experiment_config_from_json(const nlohmann::json& config,
-                                                           std::string_view source) {
+ExperimentConfig experiment_config_from_json(const nlohmann::json& config,
+                                             std::string_view source) {
   // JSON built in C++ may hold any bytes; the config is shown and stored as JSON text.
   try {
     loadstar::detail::check_json_text(config, "text");
@@ -418,13 +417,12 @@ LOADSTAR_DECL ExperimentConfig experiment_config_from_json(const nlohmann::json&
   return parsed;
 }
 
-LOADSTAR_DECL ExperimentConfig parse_experiment_config(std::string_view yaml,
-                                                       std::string_view source) {
+ExperimentConfig parse_experiment_config(std::string_view yaml, std::string_view source) {
   const std::string where = "experiment config '" + std::string(source) + "'";
   return experiment_config_from_json(detail::parse_yaml(yaml, where), source);
 }
 
-LOADSTAR_DECL ExperimentConfig load_experiment_config(const std::filesystem::path& path) {
+ExperimentConfig load_experiment_config(const std::filesystem::path& path) {
   std::error_code ignored;
   if (std::filesystem::is_directory(path, ignored)) {
     throw IoError("experiment config '" + path.string() +
@@ -442,7 +440,7 @@ LOADSTAR_DECL ExperimentConfig load_experiment_config(const std::filesystem::pat
   return parse_experiment_config(text.str(), path.string());
 }
 
-LOADSTAR_DECL ExperimentConfig make_test_config(ExperimentConfig config) {
+ExperimentConfig make_test_config(ExperimentConfig config) {
   const std::string prefix = "[test-mode] ";
   if (config.description.rfind(prefix, 0) != 0) config.description = prefix + config.description;
   config.scheduling_unit = 1;
@@ -464,21 +462,21 @@ LOADSTAR_DECL ExperimentConfig make_test_config(ExperimentConfig config) {
 }  // namespace loadstar::trial
 namespace loadstar::trial::detail::expconf {
 
-LOADSTAR_DECL const std::vector<std::string>& ignored_top_level_keys() {
+const std::vector<std::string>& ignored_top_level_keys() {
   static const std::vector<std::string> keys{"bind_mounts",        "data_layer", "debug",
                                              "environment",        "name",       "profiling",
                                              "tensorboard_storage"};
   return keys;
 }
 
-LOADSTAR_DECL const std::vector<std::string>& ignored_resources_keys() {
+const std::vector<std::string>& ignored_resources_keys() {
   static const std::vector<std::string> keys{"agent_label",     "devices",  "max_slots",
                                              "native_parallel", "priority", "resource_pool",
                                              "shm_size",        "weight"};
   return keys;
 }
 
-LOADSTAR_DECL const std::vector<std::string>& ignored_optimizations_keys() {
+const std::vector<std::string>& ignored_optimizations_keys() {
   static const std::vector<std::string> keys{
       "auto_tune_tensor_fusion", "average_aggregated_gradients",
       "grad_updates_size_file",  "gradient_compression",
@@ -487,7 +485,7 @@ LOADSTAR_DECL const std::vector<std::string>& ignored_optimizations_keys() {
   return keys;
 }
 
-LOADSTAR_DECL std::string checkpoint_policy_key(CheckpointPolicy policy) {
+std::string checkpoint_policy_key(CheckpointPolicy policy) {
   switch (policy) {
     case CheckpointPolicy::best:
       return "best";
@@ -499,7 +497,7 @@ LOADSTAR_DECL std::string checkpoint_policy_key(CheckpointPolicy policy) {
   return "best";
 }
 
-LOADSTAR_DECL std::vector<std::string> searcher_config_keys(const std::string& name) {
+std::vector<std::string> searcher_config_keys(const std::string& name) {
   std::vector<std::string> keys{"name",       "metric",          "smaller_is_better",
                                 "max_length", "source_trial_id", "source_checkpoint_uuid"};
   if (name == "grid" || name == "random" || name == "adaptive_asha") {
@@ -514,7 +512,7 @@ LOADSTAR_DECL std::vector<std::string> searcher_config_keys(const std::string& n
   return keys;
 }
 
-LOADSTAR_DECL std::string one_of_text(const std::vector<std::string>& options) {
+std::string one_of_text(const std::vector<std::string>& options) {
   std::string out;
   for (std::size_t i = 0; i < options.size(); ++i) {
     if (i > 0) out += i + 1 == options.size() ? " or " : ", ";
@@ -523,14 +521,14 @@ LOADSTAR_DECL std::string one_of_text(const std::vector<std::string>& options) {
   return out;
 }
 
-LOADSTAR_DECL void ExperimentConfigReader::fail(const std::string& path,
-                                                const std::string& message) const {
+void ExperimentConfigReader::fail(const std::string& path, const std::string& message) const {
   throw ConfigError(where_ + ": " + path + ": " + message);
 }
 
-LOADSTAR_DECL void ExperimentConfigReader::check_keys(
-    const json& value, const std::string& path, const std::string& what,
-    const std::vector<std::string>& keys, const std::vector<std::string>& ignored) const {
+void ExperimentConfigReader::check_keys(const json& value, const std::string& path,
+                                        const std::string& what,
+                                        const std::vector<std::string>& keys,
+                                        const std::vector<std::string>& ignored) const {
   if (!value.is_object()) refuse(path.empty() ? "the top level" : path, "a mapping", value);
   for (const auto& [key, item] : value.items()) {
     if (std::find(keys.begin(), keys.end(), key) != keys.end()) continue;
@@ -541,25 +539,22 @@ LOADSTAR_DECL void ExperimentConfigReader::check_keys(
   }
 }
 
-LOADSTAR_DECL const json* ExperimentConfigReader::find(const json& object, const std::string& key) {
+const json* ExperimentConfigReader::find(const json& object, const std::string& key) {
   const auto found = object.find(key);
   if (found == object.end()) return nullptr;
   return &*found;
 }
 
-LOADSTAR_DECL const json& ExperimentConfigReader::required(const json& object,
-                                                           const std::string& key,
-                                                           const std::string& path,
-                                                           const std::string& expected) const {
+const json& ExperimentConfigReader::required(const json& object, const std::string& key,
+                                             const std::string& path,
+                                             const std::string& expected) const {
   const json* found = find(object, key);
   if (found == nullptr) fail(join(path, key), "expected " + expected + " but it is missing");
   return *found;
 }
 
-LOADSTAR_DECL std::uint64_t ExperimentConfigReader::to_uint(const json& value,
-                                                            const std::string& path,
-                                                            std::uint64_t min,
-                                                            std::uint64_t max) const {
+std::uint64_t ExperimentConfigReader::to_uint(const json& value, const std::string& path,
+                                              std::uint64_t min, std::uint64_t max) const {
   const std::string range =
       max == UINT64_MAX ? "an int >= " + std::to_string(min)
                         : "an int in [" + std::to_string(min) + ", " + std::to_string(max) + "]";
@@ -575,8 +570,7 @@ LOADSTAR_DECL std::uint64_t ExperimentConfigReader::to_uint(const json& value,
   refuse(path, range, value);
 }
 
-LOADSTAR_DECL std::int64_t ExperimentConfigReader::to_int(const json& value,
-                                                          const std::string& path) const {
+std::int64_t ExperimentConfigReader::to_int(const json& value, const std::string& path) const {
   if (value.is_number_integer() && !value.is_number_unsigned()) return value.get<std::int64_t>();
   if (value.is_number_unsigned() &&
       value.get<std::uint64_t>() <= static_cast<std::uint64_t>(INT64_MAX)) {
@@ -585,28 +579,25 @@ LOADSTAR_DECL std::int64_t ExperimentConfigReader::to_int(const json& value,
   refuse(path, "an int", value);
 }
 
-LOADSTAR_DECL double ExperimentConfigReader::to_number(const json& value,
-                                                       const std::string& path) const {
+double ExperimentConfigReader::to_number(const json& value, const std::string& path) const {
   if (!value.is_number()) refuse(path, "a number", value);
   const double x = value.get<double>();
   if (!std::isfinite(x)) refuse(path, "a finite number", value);
   return x;
 }
 
-LOADSTAR_DECL bool ExperimentConfigReader::to_bool(const json& value,
-                                                   const std::string& path) const {
+bool ExperimentConfigReader::to_bool(const json& value, const std::string& path) const {
   if (!value.is_boolean()) refuse(path, "true or false", value);
   return value.get<bool>();
 }
 
-LOADSTAR_DECL std::string ExperimentConfigReader::to_string(const json& value,
-                                                            const std::string& path) const {
+std::string ExperimentConfigReader::to_string(const json& value, const std::string& path) const {
   if (!value.is_string()) refuse(path, "a string", value);
   return value.get<std::string>();
 }
 
-LOADSTAR_DECL std::string ExperimentConfigReader::to_choice(
-    const json& value, const std::string& path, const std::vector<std::string>& options) const {
+std::string ExperimentConfigReader::to_choice(const json& value, const std::string& path,
+                                              const std::vector<std::string>& options) const {
   std::vector<std::string> quoted;
   for (const auto& option : options)
     quoted.push_back(option);
@@ -618,8 +609,8 @@ LOADSTAR_DECL std::string ExperimentConfigReader::to_choice(
   refuse(path, "one of " + one_of_text(quoted), value);
 }
 
-LOADSTAR_DECL Length ExperimentConfigReader::to_length(const json& value, const std::string& path,
-                                                       bool positive) const {
+Length ExperimentConfigReader::to_length(const json& value, const std::string& path,
+                                         bool positive) const {
   static const std::vector<std::string> units{"batches", "records", "epochs"};
   const std::string expected = "exactly one of batches, records or epochs";
   if (!value.is_object() || value.size() != 1) refuse(path, expected, value);
@@ -639,16 +630,16 @@ LOADSTAR_DECL Length ExperimentConfigReader::to_length(const json& value, const 
   return length;
 }
 
-LOADSTAR_DECL void ExperimentConfigReader::check_hparam_name(const std::string& name,
-                                                             const std::string& path) const {
+void ExperimentConfigReader::check_hparam_name(const std::string& name,
+                                               const std::string& path) const {
   if (name.empty()) fail(path, "expected non-empty hyperparameter names but found ''");
   if (name.find('.') != std::string::npos) {
     fail(join(path, name), "expected a hyperparameter name without '.' but found '" + name + "'");
   }
 }
 
-LOADSTAR_DECL Hyperparameter
-ExperimentConfigReader::to_hyperparameter(const json& value, const std::string& path) const {
+Hyperparameter ExperimentConfigReader::to_hyperparameter(const json& value,
+                                                         const std::string& path) const {
   using Type = Hyperparameter::Type;
   Hyperparameter hp;
   if (!value.is_object()) {
@@ -716,7 +707,7 @@ ExperimentConfigReader::to_hyperparameter(const json& value, const std::string& 
   return hp;
 }
 
-LOADSTAR_DECL std::uint64_t ExperimentConfigReader::check_global_batch_size(
+std::uint64_t ExperimentConfigReader::check_global_batch_size(
     const json& hparams, const std::vector<NamedHyperparameter>& parsed) const {
   using Type = Hyperparameter::Type;
   const std::string path = "hyperparameters.global_batch_size";
@@ -761,7 +752,7 @@ LOADSTAR_DECL std::uint64_t ExperimentConfigReader::check_global_batch_size(
   refuse(path, expected, given);
 }
 
-LOADSTAR_DECL ExperimentConfig ExperimentConfigReader::read(const json& root) const {
+ExperimentConfig ExperimentConfigReader::read(const json& root) const {
   if (root.is_null()) fail("the top level", "expected a mapping but found an empty document");
   static const std::vector<std::string> top_keys{"description",
                                                  "labels",
@@ -882,7 +873,7 @@ LOADSTAR_DECL ExperimentConfig ExperimentConfigReader::read(const json& root) co
   return config;
 }
 
-LOADSTAR_DECL SearcherConfig ExperimentConfigReader::read_searcher(const json& value) const {
+SearcherConfig ExperimentConfigReader::read_searcher(const json& value) const {
   static const std::vector<std::string> names{"single", "grid", "random", "adaptive_asha"};
   if (!value.is_object()) refuse("searcher", "a mapping (name, metric, max_length)", value);
   SearcherConfig searcher;
@@ -937,7 +928,7 @@ LOADSTAR_DECL SearcherConfig ExperimentConfigReader::read_searcher(const json& v
   return searcher;
 }
 
-LOADSTAR_DECL CheckpointStorage ExperimentConfigReader::read_storage(const json& value) const {
+CheckpointStorage ExperimentConfigReader::read_storage(const json& value) const {
   const std::string path = "checkpoint_storage";
   if (!value.is_object()) refuse(path, "a mapping", value);
   CheckpointStorage storage;
@@ -968,7 +959,7 @@ LOADSTAR_DECL CheckpointStorage ExperimentConfigReader::read_storage(const json&
   return storage;
 }
 
-LOADSTAR_DECL json hyperparameter_config_json(const Hyperparameter& hp) {
+json hyperparameter_config_json(const Hyperparameter& hp) {
   using Type = Hyperparameter::Type;
   const auto bound = [&](double x) {
     return hp.type == Type::integer ? json(static_cast<std::int64_t>(x)) : json(x);
@@ -999,8 +990,8 @@ LOADSTAR_DECL json hyperparameter_config_json(const Hyperparameter& hp) {
   return out;
 }
 
-LOADSTAR_DECL json kept_config_section(const json& raw, const std::string& section,
-                                       std::initializer_list<const char*> written) {
+json kept_config_section(const json& raw, const std::string& section,
+                         std::initializer_list<const char*> written) {
   json out = json::object();
   const auto found = raw.find(section);
   if (found != raw.end() && found->is_object()) out = *found;

@@ -110,14 +110,12 @@ inline nlohmann::json check_hparams(const std::vector<NamedHyperparameter>& hpar
 
 }  // namespace loadstar::trial
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_TRIAL_BODIES
 namespace loadstar::trial::detail {
 
-LOADSTAR_DECL void flatten_hparams_into(const std::vector<NamedHyperparameter>& hparams,
-                                        std::vector<std::string>& prefix,
-                                        std::vector<FlatHparam>& out) {
+void flatten_hparams_into(const std::vector<NamedHyperparameter>& hparams,
+                          std::vector<std::string>& prefix, std::vector<FlatHparam>& out) {
   for (const auto& hp : hparams) {
     prefix.push_back(hp.name);
     if (hp.value.type == Hyperparameter::Type::nested) {
@@ -132,8 +130,7 @@ LOADSTAR_DECL void flatten_hparams_into(const std::vector<NamedHyperparameter>& 
   }
 }
 
-LOADSTAR_DECL std::vector<FlatHparam> flatten_hparams(
-    const std::vector<NamedHyperparameter>& hparams) {
+std::vector<FlatHparam> flatten_hparams(const std::vector<NamedHyperparameter>& hparams) {
   std::vector<FlatHparam> out;
   std::vector<std::string> prefix;
   flatten_hparams_into(hparams, prefix, out);
@@ -142,22 +139,22 @@ LOADSTAR_DECL std::vector<FlatHparam> flatten_hparams(
   return out;
 }
 
-LOADSTAR_DECL void set_hparam_at(nlohmann::json& values, const std::vector<std::string>& path,
-                                 nlohmann::json value) {
+void set_hparam_at(nlohmann::json& values, const std::vector<std::string>& path,
+                   nlohmann::json value) {
   nlohmann::json* at = &values;
   for (const auto& part : path)
     at = &(*at)[part];
   *at = std::move(value);
 }
 
-LOADSTAR_DECL std::string format_hparam_number(double x) {
+std::string format_hparam_number(double x) {
   if (std::isfinite(x) && x == std::floor(x) && std::fabs(x) < 1e15) {
     return std::to_string(static_cast<std::int64_t>(x));
   }
   return nlohmann::json(x).dump();
 }
 
-LOADSTAR_DECL std::string describe_hparam(const Hyperparameter& hp) {
+std::string describe_hparam(const Hyperparameter& hp) {
   using Type = Hyperparameter::Type;
   switch (hp.type) {
     case Type::constant:
@@ -180,7 +177,7 @@ LOADSTAR_DECL std::string describe_hparam(const Hyperparameter& hp) {
   return "a group of hyperparameters";
 }
 
-LOADSTAR_DECL std::vector<nlohmann::json> hparam_grid_points(const FlatHparam& flat) {
+std::vector<nlohmann::json> hparam_grid_points(const FlatHparam& flat) {
   using Type = Hyperparameter::Type;
   const Hyperparameter& hp = *flat.value;
   std::vector<nlohmann::json> points;
@@ -243,8 +240,8 @@ LOADSTAR_DECL std::vector<nlohmann::json> hparam_grid_points(const FlatHparam& f
   return points;
 }
 
-LOADSTAR_DECL nlohmann::json check_hparam_value(const std::string& name, const Hyperparameter& hp,
-                                                const nlohmann::json& value) {
+nlohmann::json check_hparam_value(const std::string& name, const Hyperparameter& hp,
+                                  const nlohmann::json& value) {
   using Type = Hyperparameter::Type;
   const auto refuse = [&]() -> ConfigError {
     return ConfigError("hyperparameter '" + name + "': expected " + describe_hparam(hp) +
@@ -287,9 +284,8 @@ LOADSTAR_DECL nlohmann::json check_hparam_value(const std::string& name, const H
   throw refuse();
 }
 
-LOADSTAR_DECL nlohmann::json check_hparam_group(const std::vector<NamedHyperparameter>& hparams,
-                                                const nlohmann::json& values,
-                                                const std::string& prefix) {
+nlohmann::json check_hparam_group(const std::vector<NamedHyperparameter>& hparams,
+                                  const nlohmann::json& values, const std::string& prefix) {
   const std::string group =
       prefix.empty() ? std::string("hyperparameters") : "hyperparameter '" + prefix + "'";
   if (!values.is_object()) {
@@ -324,8 +320,7 @@ LOADSTAR_DECL nlohmann::json check_hparam_group(const std::vector<NamedHyperpara
 }  // namespace loadstar::trial::detail
 namespace loadstar::trial {
 
-LOADSTAR_DECL nlohmann::json sample_hparams(const std::vector<NamedHyperparameter>& hparams,
-                                            SplitMix64& rng) {
+nlohmann::json sample_hparams(const std::vector<NamedHyperparameter>& hparams, SplitMix64& rng) {
   using Type = Hyperparameter::Type;
   nlohmann::json values = nlohmann::json::object();
   for (const auto& flat : detail::flatten_hparams(hparams)) {
@@ -363,8 +358,7 @@ LOADSTAR_DECL nlohmann::json sample_hparams(const std::vector<NamedHyperparamete
   return values;
 }
 
-LOADSTAR_DECL std::vector<nlohmann::json> grid_hparams(
-    const std::vector<NamedHyperparameter>& hparams) {
+std::vector<nlohmann::json> grid_hparams(const std::vector<NamedHyperparameter>& hparams) {
   const auto flat = detail::flatten_hparams(hparams);
   std::vector<std::vector<nlohmann::json>> points;
   points.reserve(flat.size());

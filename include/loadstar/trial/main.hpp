@@ -173,12 +173,11 @@ inline int main(int argc, char** argv) {
   }                                             \
   static_assert(true, "LOADSTAR_TRIAL_MAIN() is used with a semicolon")
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_TRIAL_BODIES
 namespace loadstar::trial::detail {
 
-LOADSTAR_DECL Length parse_length_argument(const std::string& text) {
+Length parse_length_argument(const std::string& text) {
   nlohmann::json json;
   try {
     json = nlohmann::json::parse(text);
@@ -192,7 +191,7 @@ LOADSTAR_DECL Length parse_length_argument(const std::string& text) {
   return {*length_unit_from_name(json.begin().key()), json.begin()->get<std::uint64_t>()};
 }
 
-LOADSTAR_DECL void print_summary(const ExperimentSummary& summary, std::ostream& out) {
+void print_summary(const ExperimentSummary& summary, std::ostream& out) {
   out << "\nexperiment " << summary.id << " in '" << summary.dir.string() << "': " << summary.state
       << " (" << summary.trials << (summary.trials == 1 ? " trial: " : " trials: ")
       << summary.completed << " completed, " << summary.errored << " failed)\n";

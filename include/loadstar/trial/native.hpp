@@ -80,12 +80,11 @@ inline NativeContext init(ExperimentConfig config, NativeOptions options = {}) {
 
 }  // namespace loadstar::trial
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_TRIAL_BODIES
 namespace loadstar::trial {
 
-LOADSTAR_DECL NativeContext::NativeContext(ExperimentConfig config, NativeOptions options)
+NativeContext::NativeContext(ExperimentConfig config, NativeOptions options)
     : options_(std::move(options)) {
   if (options_.test) config = detail::test_overrides(std::move(config));
   if (options_.hparams.empty()) {
@@ -106,9 +105,9 @@ LOADSTAR_DECL NativeContext::NativeContext(ExperimentConfig config, NativeOption
   keras::set_random_seed(options_.trial_seed);
 }
 
-LOADSTAR_DECL TrialResult
-NativeContext::fit(keras::Model& model, const DataLoader& training, const DataLoader& validation,
-                   std::vector<std::shared_ptr<keras::callbacks::Callback>> callbacks) {
+TrialResult NativeContext::fit(keras::Model& model, const DataLoader& training,
+                               const DataLoader& validation,
+                               std::vector<std::shared_ptr<keras::callbacks::Callback>> callbacks) {
   context_->wrap_model(model);
   RunOptions run{.until = options_.until, .test = options_.test, .verbose = options_.verbose};
   detail::TrialJson record = detail::start_record(spec_);

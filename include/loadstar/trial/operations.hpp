@@ -67,12 +67,11 @@ LOADSTAR_DECL Operation operation_from_json(const nlohmann::json& json);
 
 }  // namespace loadstar::trial
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_TRIAL_BODIES
 namespace loadstar::trial {
 
-LOADSTAR_DECL std::string to_string(const Operation& operation) {
+std::string to_string(const Operation& operation) {
   return std::visit(
       [](const auto& op) -> std::string {
         using T = std::decay_t<decltype(op)>;
@@ -91,7 +90,7 @@ LOADSTAR_DECL std::string to_string(const Operation& operation) {
       operation);
 }
 
-LOADSTAR_DECL nlohmann::json operation_to_json(const Operation& operation) {
+nlohmann::json operation_to_json(const Operation& operation) {
   return std::visit(
       [](const auto& op) -> nlohmann::json {
         using T = std::decay_t<decltype(op)>;
@@ -113,7 +112,7 @@ LOADSTAR_DECL nlohmann::json operation_to_json(const Operation& operation) {
       operation);
 }
 
-LOADSTAR_DECL Operation operation_from_json(const nlohmann::json& json) {
+Operation operation_from_json(const nlohmann::json& json) {
   const loadstar::detail::StateReader read("searcher operation", json);
   const auto type = read.get<std::string>("type");
   if (type == "create") {

@@ -96,12 +96,11 @@ LOADSTAR_DECL void plot_metrics(const std::vector<TrialCurves>& trials,
 
 }  // namespace loadstar::trial
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_TRIAL_BODIES
 namespace loadstar::trial {
 
-LOADSTAR_DECL std::vector<MetricsRecord> read_metrics(const std::filesystem::path& file) {
+std::vector<MetricsRecord> read_metrics(const std::filesystem::path& file) {
   const std::string text = keras::detail::read_bytes(file);
   std::vector<MetricsRecord> records;
   std::size_t begin = 0;
@@ -154,9 +153,9 @@ LOADSTAR_DECL std::vector<MetricsRecord> read_metrics(const std::filesystem::pat
   return records;
 }
 
-LOADSTAR_DECL std::string gnuplot_script(const std::vector<TrialCurves>& trials,
-                                         const std::filesystem::path& output,
-                                         const std::string& terminal, const std::string& title) {
+std::string gnuplot_script(const std::vector<TrialCurves>& trials,
+                           const std::filesystem::path& output, const std::string& terminal,
+                           const std::string& title) {
   std::set<std::string> panels;
   for (const auto& trial : trials) {
     for (const auto& record : trial.records) {
@@ -218,8 +217,8 @@ LOADSTAR_DECL std::string gnuplot_script(const std::vector<TrialCurves>& trials,
   return script.str();
 }
 
-LOADSTAR_DECL void plot_metrics(const std::vector<TrialCurves>& trials,
-                                const std::filesystem::path& output, const PlotOptions& options) {
+void plot_metrics(const std::vector<TrialCurves>& trials, const std::filesystem::path& output,
+                  const PlotOptions& options) {
   const std::string extension = output.extension().string();
   std::string terminal;
   if (extension == ".svg")
@@ -265,7 +264,7 @@ LOADSTAR_DECL void plot_metrics(const std::vector<TrialCurves>& trials,
 }  // namespace loadstar::trial
 namespace loadstar::trial::detail {
 
-LOADSTAR_DECL std::string gnuplot_quote(std::string_view text) {
+std::string gnuplot_quote(std::string_view text) {
   std::string quoted = "'";
   for (const char c : text) {
     if (c == '\'')
@@ -278,12 +277,12 @@ LOADSTAR_DECL std::string gnuplot_quote(std::string_view text) {
   return quoted + "'";
 }
 
-LOADSTAR_DECL std::string panel_name(std::string_view metric) {
+std::string panel_name(std::string_view metric) {
   if (metric.starts_with("val_")) metric.remove_prefix(4);
   return std::string(metric);
 }
 
-LOADSTAR_DECL std::string gnuplot_number(double value) {
+std::string gnuplot_number(double value) {
   if (!std::isfinite(value)) return "NaN";
   char buffer[32];
   std::snprintf(buffer, sizeof buffer, "%.10g", value);

@@ -71,12 +71,11 @@ LOADSTAR_DECL std::unique_ptr<KerasTrial> make_trial(const std::string& name,
   [[maybe_unused]] static const bool LOADSTAR_TRIAL_CONCAT(loadstar_trial_registered_, __LINE__) = \
       ::loadstar::trial::register_trial<Type>(name)
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_TRIAL_BODIES
 namespace loadstar::trial::detail {
 
-LOADSTAR_DECL TrialRegistry& trial_registry() {
+TrialRegistry& trial_registry() {
   static TrialRegistry registry;
   return registry;
 }
@@ -84,13 +83,13 @@ LOADSTAR_DECL TrialRegistry& trial_registry() {
 }  // namespace loadstar::trial::detail
 namespace loadstar::trial {
 
-LOADSTAR_DECL bool has_trial(const std::string& name) {
+bool has_trial(const std::string& name) {
   auto& registry = detail::trial_registry();
   const std::lock_guard lock(registry.mutex);
   return registry.factories.contains(name);
 }
 
-LOADSTAR_DECL std::vector<std::string> registered_trials() {
+std::vector<std::string> registered_trials() {
   auto& registry = detail::trial_registry();
   const std::lock_guard lock(registry.mutex);
   std::vector<std::string> names;
@@ -99,8 +98,7 @@ LOADSTAR_DECL std::vector<std::string> registered_trials() {
   return names;
 }
 
-LOADSTAR_DECL std::unique_ptr<KerasTrial> make_trial(const std::string& name,
-                                                     TrialContext& context) {
+std::unique_ptr<KerasTrial> make_trial(const std::string& name, TrialContext& context) {
   detail::TrialFactory factory;
   {
     auto& registry = detail::trial_registry();

@@ -306,20 +306,18 @@ LOADSTAR_DECL std::unique_ptr<Searcher> make_searcher(const ExperimentConfig& co
 
 }  // namespace loadstar::trial
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_TRIAL_BODIES
 namespace loadstar::trial {
 
-LOADSTAR_DECL std::vector<Operation> Searcher::initial_operations() {
+std::vector<Operation> Searcher::initial_operations() {
   auto ops = do_initial_operations();
   record(ops);
   return ops;
 }
 
-LOADSTAR_DECL std::vector<Operation> Searcher::validation_completed(std::uint64_t request_id,
-                                                                    double metric,
-                                                                    const ValidateAfter& op) {
+std::vector<Operation> Searcher::validation_completed(std::uint64_t request_id, double metric,
+                                                      const ValidateAfter& op) {
   expect_known(request_id);
   if (op.request_id != request_id) {
     throw ConfigError("searcher '" + name() + "': trial request " + std::to_string(request_id) +
@@ -341,8 +339,7 @@ LOADSTAR_DECL std::vector<Operation> Searcher::validation_completed(std::uint64_
   return ops;
 }
 
-LOADSTAR_DECL std::vector<Operation> Searcher::trial_exited_early(std::uint64_t request_id,
-                                                                  ExitedReason reason) {
+std::vector<Operation> Searcher::trial_exited_early(std::uint64_t request_id, ExitedReason reason) {
   expect_known(request_id);
   if (exits_.contains(request_id)) {
     throw ConfigError("searcher '" + name() + "': trial request " + std::to_string(request_id) +
@@ -356,7 +353,7 @@ LOADSTAR_DECL std::vector<Operation> Searcher::trial_exited_early(std::uint64_t 
   return ops;
 }
 
-LOADSTAR_DECL std::vector<Operation> Searcher::trial_closed(std::uint64_t request_id) {
+std::vector<Operation> Searcher::trial_closed(std::uint64_t request_id) {
   expect_known(request_id);
   closed_.insert(request_id);
   auto ops = do_trial_closed(request_id);
@@ -367,19 +364,18 @@ LOADSTAR_DECL std::vector<Operation> Searcher::trial_closed(std::uint64_t reques
   return ops;
 }
 
-LOADSTAR_DECL double Searcher::progress() const {
+double Searcher::progress() const {
   const double progress = do_progress();
   return std::isfinite(progress) ? std::clamp(progress, 0.0, 1.0) : 0.0;
 }
 
-LOADSTAR_DECL std::optional<ValidateAfter> Searcher::current_operation(
-    std::uint64_t request_id) const {
+std::optional<ValidateAfter> Searcher::current_operation(std::uint64_t request_id) const {
   const auto found = current_.find(request_id);
   if (found == current_.end()) return std::nullopt;
   return found->second;
 }
 
-LOADSTAR_DECL nlohmann::json Searcher::state() const {
+nlohmann::json Searcher::state() const {
   nlohmann::json progress = nlohmann::json::object();
   for (const auto& [id, units] : trial_progress_)
     progress[std::to_string(id)] = units;
@@ -404,7 +400,7 @@ LOADSTAR_DECL nlohmann::json Searcher::state() const {
           {"method", method_state()}};
 }
 
-LOADSTAR_DECL void Searcher::restore(const nlohmann::json& json) {
+void Searcher::restore(const nlohmann::json& json) {
   const loadstar::detail::StateReader read("searcher", json);
   const auto searcher = read.get<std::string>("searcher");
   if (searcher != name()) {
@@ -463,7 +459,7 @@ LOADSTAR_DECL void Searcher::restore(const nlohmann::json& json) {
   current_ = std::move(current);
 }
 
-LOADSTAR_DECL Searcher::Searcher(const ExperimentConfig& config, std::uint32_t experiment_seed)
+Searcher::Searcher(const ExperimentConfig& config, std::uint32_t experiment_seed)
     : config_(config), experiment_seed_(experiment_seed), rng_(experiment_seed) {
   if (config_.searcher.max_length.value == 0) {
     throw ConfigError("searcher '" + name() + "': expected a max_length of at least 1 but found " +
@@ -471,13 +467,13 @@ LOADSTAR_DECL Searcher::Searcher(const ExperimentConfig& config, std::uint32_t e
   }
 }
 
-LOADSTAR_DECL Create Searcher::make_create(nlohmann::json hparams) {
+Create Searcher::make_create(nlohmann::json hparams) {
   const std::uint64_t id = next_request_id_++;
   const auto seed = static_cast<std::uint32_t>(rng_.below(std::uint64_t{1} << 31U));
   return Create{id, std::move(hparams), seed};
 }
 
-LOADSTAR_DECL void Searcher::add_full_trial(std::vector<Operation>& ops, nlohmann::json hparams) {
+void Searcher::add_full_trial(std::vector<Operation>& ops, nlohmann::json hparams) {
   Create create = make_create(std::move(hparams));
   const auto id = create.request_id;
   ops.push_back(std::move(create));
@@ -485,7 +481,7 @@ LOADSTAR_DECL void Searcher::add_full_trial(std::vector<Operation>& ops, nlohman
   ops.push_back(Close{id});
 }
 
-LOADSTAR_DECL void Searcher::expect_known(std::uint64_t request_id) const {
+void Searcher::expect_known(std::uint64_t request_id) const {
   if (request_id == 0 || request_id >= next_request_id_) {
     throw ConfigError("searcher '" + name() + "': no trial has request id " +
                       std::to_string(request_id) + " (the requests are 1 to " +
@@ -493,7 +489,7 @@ LOADSTAR_DECL void Searcher::expect_known(std::uint64_t request_id) const {
   }
 }
 
-LOADSTAR_DECL void Searcher::record(const std::vector<Operation>& ops) {
+void Searcher::record(const std::vector<Operation>& ops) {
   for (const auto& op : ops) {
     if (std::holds_alternative<Create>(op)) ++trials_requested_;
     if (const auto* validate = std::get_if<ValidateAfter>(&op)) {
@@ -503,7 +499,7 @@ LOADSTAR_DECL void Searcher::record(const std::vector<Operation>& ops) {
   }
 }
 
-LOADSTAR_DECL std::vector<Operation> Searcher::operations_from(const nlohmann::json& json) {
+std::vector<Operation> Searcher::operations_from(const nlohmann::json& json) {
   if (!json.is_array()) {
     throw CheckpointError("searcher state: expected an array of operations but found " +
                           loadstar::detail::shown(json));
@@ -519,7 +515,7 @@ LOADSTAR_DECL std::vector<Operation> Searcher::operations_from(const nlohmann::j
   return ops;
 }
 
-LOADSTAR_DECL AshaPlan adaptive_asha_plan(const SearcherConfig& searcher) {
+AshaPlan adaptive_asha_plan(const SearcherConfig& searcher) {
   const double divisor = searcher.divisor;
   if (!(divisor > 1)) {
     throw ConfigError("searcher 'adaptive_asha': expected a divisor greater than 1 but found " +
@@ -629,8 +625,8 @@ LOADSTAR_DECL AshaPlan adaptive_asha_plan(const SearcherConfig& searcher) {
   return plan;
 }
 
-LOADSTAR_DECL std::unique_ptr<Searcher> make_searcher(const ExperimentConfig& config,
-                                                      std::uint32_t experiment_seed) {
+std::unique_ptr<Searcher> make_searcher(const ExperimentConfig& config,
+                                        std::uint32_t experiment_seed) {
   const auto& name = config.searcher.name;
   if (name == "single" || name == "random") {
     return std::make_unique<detail::RandomSearcher>(config, experiment_seed);
@@ -646,8 +642,7 @@ LOADSTAR_DECL std::unique_ptr<Searcher> make_searcher(const ExperimentConfig& co
 }  // namespace loadstar::trial
 namespace loadstar::trial::detail {
 
-LOADSTAR_DECL RandomSearcher::RandomSearcher(const ExperimentConfig& config,
-                                             std::uint32_t experiment_seed)
+RandomSearcher::RandomSearcher(const ExperimentConfig& config, std::uint32_t experiment_seed)
     : Searcher(config, experiment_seed),
       max_trials_(config.searcher.name == "single" ? 1 : config.searcher.max_trials) {
   if (max_trials_ == 0) {
@@ -655,12 +650,12 @@ LOADSTAR_DECL RandomSearcher::RandomSearcher(const ExperimentConfig& config,
   }
 }
 
-LOADSTAR_DECL std::uint64_t RandomSearcher::max_concurrent_trials() const {
+std::uint64_t RandomSearcher::max_concurrent_trials() const {
   const auto limit = searcher_config().max_concurrent_trials;
   return limit > 0 ? std::min(limit, max_trials_) : max_trials_;
 }
 
-LOADSTAR_DECL std::vector<Operation> RandomSearcher::do_initial_operations() {
+std::vector<Operation> RandomSearcher::do_initial_operations() {
   std::vector<Operation> ops;
   for (std::uint64_t i = 0, n = max_concurrent_trials(); i < n; ++i) {
     add_full_trial(ops, sample());
@@ -670,8 +665,8 @@ LOADSTAR_DECL std::vector<Operation> RandomSearcher::do_initial_operations() {
   return ops;
 }
 
-LOADSTAR_DECL std::vector<Operation> RandomSearcher::do_trial_exited_early(
-    std::uint64_t /*request_id*/, ExitedReason reason) {
+std::vector<Operation> RandomSearcher::do_trial_exited_early(std::uint64_t /*request_id*/,
+                                                             ExitedReason reason) {
   --pending_trials_;
   std::vector<Operation> ops;
   // As in Determined, a replacement for an invalid trial is not counted in created_trials.
@@ -682,7 +677,7 @@ LOADSTAR_DECL std::vector<Operation> RandomSearcher::do_trial_exited_early(
   return ops;
 }
 
-LOADSTAR_DECL std::vector<Operation> RandomSearcher::do_trial_closed(std::uint64_t /*request_id*/) {
+std::vector<Operation> RandomSearcher::do_trial_closed(std::uint64_t /*request_id*/) {
   --pending_trials_;
   std::vector<Operation> ops;
   if (created_trials_ < max_trials_) {
@@ -693,7 +688,7 @@ LOADSTAR_DECL std::vector<Operation> RandomSearcher::do_trial_closed(std::uint64
   return ops;
 }
 
-LOADSTAR_DECL double RandomSearcher::do_progress() const {
+double RandomSearcher::do_progress() const {
   double units = 0;
   for (const auto& [id, progress] : trial_progress())
     units += progress;
@@ -701,19 +696,19 @@ LOADSTAR_DECL double RandomSearcher::do_progress() const {
                   static_cast<double>(max_trials_));
 }
 
-LOADSTAR_DECL void RandomSearcher::restore_method(const nlohmann::json& state) {
+void RandomSearcher::restore_method(const nlohmann::json& state) {
   const loadstar::detail::StateReader read("searcher '" + name() + "'", state);
   created_trials_ = read.get<std::uint64_t>("created_trials");
   pending_trials_ = read.get<std::int64_t>("pending_trials");
 }
 
-LOADSTAR_DECL std::uint64_t GridSearcher::max_concurrent_trials() const {
+std::uint64_t GridSearcher::max_concurrent_trials() const {
   const auto limit = searcher_config().max_concurrent_trials;
   const std::uint64_t trials = grid_.size();
   return limit > 0 ? std::min<std::uint64_t>(limit, trials) : trials;
 }
 
-LOADSTAR_DECL std::vector<Operation> GridSearcher::do_initial_operations() {
+std::vector<Operation> GridSearcher::do_initial_operations() {
   remaining_ = grid_;
   std::vector<Operation> ops;
   if (grid_.empty()) {
@@ -725,7 +720,7 @@ LOADSTAR_DECL std::vector<Operation> GridSearcher::do_initial_operations() {
   return ops;
 }
 
-LOADSTAR_DECL void GridSearcher::next_point(std::vector<Operation>& ops) {
+void GridSearcher::next_point(std::vector<Operation>& ops) {
   if (remaining_.empty()) return;
   nlohmann::json hparams = std::move(remaining_.back());
   remaining_.pop_back();
@@ -733,22 +728,22 @@ LOADSTAR_DECL void GridSearcher::next_point(std::vector<Operation>& ops) {
   ++pending_trials_;
 }
 
-LOADSTAR_DECL std::vector<Operation> GridSearcher::do_trial_exited_early(
-    std::uint64_t /*request_id*/, ExitedReason /*reason*/) {
+std::vector<Operation> GridSearcher::do_trial_exited_early(std::uint64_t /*request_id*/,
+                                                           ExitedReason /*reason*/) {
   --pending_trials_;
   std::vector<Operation> ops;
   next_point(ops);
   return ops;
 }
 
-LOADSTAR_DECL std::vector<Operation> GridSearcher::do_trial_closed(std::uint64_t /*request_id*/) {
+std::vector<Operation> GridSearcher::do_trial_closed(std::uint64_t /*request_id*/) {
   --pending_trials_;
   std::vector<Operation> ops;
   next_point(ops);
   return ops;
 }
 
-LOADSTAR_DECL double GridSearcher::do_progress() const {
+double GridSearcher::do_progress() const {
   double units = 0;
   for (const auto& [id, progress] : trial_progress())
     units += progress;
@@ -756,7 +751,7 @@ LOADSTAR_DECL double GridSearcher::do_progress() const {
                   static_cast<double>(grid_.size()));
 }
 
-LOADSTAR_DECL void GridSearcher::restore_method(const nlohmann::json& state) {
+void GridSearcher::restore_method(const nlohmann::json& state) {
   const loadstar::detail::StateReader read("searcher 'grid'", state);
   const auto trials = read.get<std::uint64_t>("trials");
   if (trials != grid_.size()) {
@@ -773,8 +768,8 @@ LOADSTAR_DECL void GridSearcher::restore_method(const nlohmann::json& state) {
   remaining_ = remaining.get<std::vector<nlohmann::json>>();
 }
 
-LOADSTAR_DECL AdaptiveAshaSearcher::AdaptiveAshaSearcher(const ExperimentConfig& config,
-                                                         std::uint32_t experiment_seed)
+AdaptiveAshaSearcher::AdaptiveAshaSearcher(const ExperimentConfig& config,
+                                           std::uint32_t experiment_seed)
     : Searcher(config, experiment_seed), plan_(adaptive_asha_plan(config.searcher)) {
   for (std::size_t i = 0; i < plan_.bracket_rungs.size(); ++i) {
     brackets_.emplace_back(plan_.bracket_rungs[i], config.searcher.max_length, plan_.max_trials[i],
@@ -783,14 +778,14 @@ LOADSTAR_DECL AdaptiveAshaSearcher::AdaptiveAshaSearcher(const ExperimentConfig&
   }
 }
 
-LOADSTAR_DECL std::uint64_t AdaptiveAshaSearcher::max_concurrent_trials() const {
+std::uint64_t AdaptiveAshaSearcher::max_concurrent_trials() const {
   std::uint64_t total = 0;
   for (const auto& bracket : brackets_)
     total += bracket.concurrent_trials();
   return total;
 }
 
-LOADSTAR_DECL std::size_t AdaptiveAshaSearcher::bracket_of(std::uint64_t request_id) const {
+std::size_t AdaptiveAshaSearcher::bracket_of(std::uint64_t request_id) const {
   const auto found = trial_table_.find(request_id);
   if (found == trial_table_.end()) {
     throw ConfigError("searcher 'adaptive_asha': trial request " + std::to_string(request_id) +
@@ -799,7 +794,7 @@ LOADSTAR_DECL std::size_t AdaptiveAshaSearcher::bracket_of(std::uint64_t request
   return found->second;
 }
 
-LOADSTAR_DECL std::vector<Operation> AdaptiveAshaSearcher::do_initial_operations() {
+std::vector<Operation> AdaptiveAshaSearcher::do_initial_operations() {
   std::vector<Operation> ops;
   for (std::size_t i = 0; i < brackets_.size(); ++i) {
     auto bracket_ops = in_bracket(
@@ -809,34 +804,33 @@ LOADSTAR_DECL std::vector<Operation> AdaptiveAshaSearcher::do_initial_operations
   return ops;
 }
 
-LOADSTAR_DECL std::vector<Operation> AdaptiveAshaSearcher::do_validation_completed(
-    std::uint64_t request_id, double metric) {
+std::vector<Operation> AdaptiveAshaSearcher::do_validation_completed(std::uint64_t request_id,
+                                                                     double metric) {
   return in_bracket(bracket_of(request_id), [&](AsyncHalving& bracket, auto& create) {
     return bracket.validation_completed(request_id, metric, create);
   });
 }
 
-LOADSTAR_DECL std::vector<Operation> AdaptiveAshaSearcher::do_trial_exited_early(
-    std::uint64_t request_id, ExitedReason reason) {
+std::vector<Operation> AdaptiveAshaSearcher::do_trial_exited_early(std::uint64_t request_id,
+                                                                   ExitedReason reason) {
   return in_bracket(bracket_of(request_id), [&](AsyncHalving& bracket, auto& create) {
     return bracket.trial_exited_early(request_id, reason == ExitedReason::invalid_hp, create);
   });
 }
 
-LOADSTAR_DECL std::vector<Operation> AdaptiveAshaSearcher::do_trial_closed(
-    std::uint64_t request_id) {
+std::vector<Operation> AdaptiveAshaSearcher::do_trial_closed(std::uint64_t request_id) {
   brackets_[bracket_of(request_id)].trial_closed(request_id);
   return {};
 }
 
-LOADSTAR_DECL double AdaptiveAshaSearcher::do_progress() const {
+double AdaptiveAshaSearcher::do_progress() const {
   double sum = 0;
   for (const auto& bracket : brackets_)
     sum += bracket.progress();
   return sum / static_cast<double>(brackets_.size());
 }
 
-LOADSTAR_DECL nlohmann::json AdaptiveAshaSearcher::method_state() const {
+nlohmann::json AdaptiveAshaSearcher::method_state() const {
   nlohmann::json table = nlohmann::json::object();
   for (const auto& [id, bracket] : trial_table_)
     table[std::to_string(id)] = bracket;
@@ -846,7 +840,7 @@ LOADSTAR_DECL nlohmann::json AdaptiveAshaSearcher::method_state() const {
   return {{"trial_table", table}, {"brackets", brackets}};
 }
 
-LOADSTAR_DECL void AdaptiveAshaSearcher::restore_method(const nlohmann::json& state) {
+void AdaptiveAshaSearcher::restore_method(const nlohmann::json& state) {
   const std::string owner = "searcher 'adaptive_asha' state";
   const loadstar::detail::StateReader read("searcher 'adaptive_asha'", state);
   auto table = id_map_from_json(read.get<nlohmann::json>("trial_table"), owner + ": trial_table");

@@ -188,15 +188,13 @@ class TrialContext {
 
 }  // namespace loadstar::trial
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_TRIAL_BODIES
 namespace loadstar::trial {
 
-LOADSTAR_DECL TrialContext::TrialContext(ExperimentConfig config, nlohmann::json hparams,
-                                         std::uint64_t trial_id, std::uint32_t trial_seed,
-                                         std::uint64_t experiment_id,
-                                         std::shared_ptr<dist::Collective> collective)
+TrialContext::TrialContext(ExperimentConfig config, nlohmann::json hparams, std::uint64_t trial_id,
+                           std::uint32_t trial_seed, std::uint64_t experiment_id,
+                           std::shared_ptr<dist::Collective> collective)
     : config_(std::move(config)),
       hparams_(std::move(hparams)),
       trial_id_(trial_id),
@@ -227,7 +225,7 @@ LOADSTAR_DECL TrialContext::TrialContext(ExperimentConfig config, nlohmann::json
   per_slot_batch_size_ = global_batch_size_ / slots;
 }
 
-LOADSTAR_DECL const nlohmann::json& TrialContext::get_hparam(std::string_view name) const {
+const nlohmann::json& TrialContext::get_hparam(std::string_view name) const {
   const auto found = hparams_.find(std::string(name));
   if (found == hparams_.end()) {
     std::string known;
@@ -239,12 +237,12 @@ LOADSTAR_DECL const nlohmann::json& TrialContext::get_hparam(std::string_view na
   return *found;
 }
 
-LOADSTAR_DECL keras::Model& TrialContext::wrap_model(keras::Model& model) {
+keras::Model& TrialContext::wrap_model(keras::Model& model) {
   model_ = &model;
   return model;
 }
 
-LOADSTAR_DECL std::shared_ptr<keras::Optimizer> TrialContext::wrap_optimizer(
+std::shared_ptr<keras::Optimizer> TrialContext::wrap_optimizer(
     std::shared_ptr<keras::Optimizer> optimizer) {
   if (distributed.size == 1 || dynamic_cast<dist::DistributedOptimizer*>(optimizer.get())) {
     return optimizer;
@@ -255,7 +253,7 @@ LOADSTAR_DECL std::shared_ptr<keras::Optimizer> TrialContext::wrap_optimizer(
                                    static_cast<std::size_t>(config_.aggregation_frequency)});
 }
 
-LOADSTAR_DECL keras::DataIteratorOptions TrialContext::data_options() const {
+keras::DataIteratorOptions TrialContext::data_options() const {
   return {.batch_size = static_cast<std::size_t>(per_slot_batch_size_),
           .use_multiprocessing = fit_.use_multiprocessing,
           .adapter = {.max_queue_size = fit_.max_queue_size,
@@ -266,7 +264,7 @@ LOADSTAR_DECL keras::DataIteratorOptions TrialContext::data_options() const {
                                   .size = static_cast<std::size_t>(distributed.size)}}};
 }
 
-LOADSTAR_DECL void TrialContext::configure_fit(const FitConfig& config) {
+void TrialContext::configure_fit(const FitConfig& config) {
   if (config.verbose) fit_.verbose = *config.verbose;
   if (config.class_weight) fit_.class_weight = *config.class_weight;
   if (config.workers) fit_.workers = *config.workers;

@@ -56,12 +56,11 @@ LOADSTAR_DECL TrialResult run_trial(const TrialSpec& given, const RunOptions& op
 
 }  // namespace loadstar::trial
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_TRIAL_BODIES
 namespace loadstar::trial::detail {
 
-LOADSTAR_DECL TrialJson start_record(const TrialSpec& spec) {
+TrialJson start_record(const TrialSpec& spec) {
   if (auto record = read_trial_record(spec.trial_dir)) {
     if (record->trial_id != spec.trial_id || record->experiment_id != spec.experiment_id) {
       throw CheckpointError("trial record '" + (spec.trial_dir / "trial.json").string() +
@@ -82,8 +81,7 @@ LOADSTAR_DECL TrialJson start_record(const TrialSpec& spec) {
   return record;
 }
 
-LOADSTAR_DECL TrialResult run_attempt(const TrialSpec& spec, const RunOptions& options,
-                                      TrialJson& record) {
+TrialResult run_attempt(const TrialSpec& spec, const RunOptions& options, TrialJson& record) {
   TrialContext context(spec.config, spec.hparams, spec.trial_id, spec.trial_seed,
                        spec.experiment_id, spec.collective);
   // Determined seeds every generator with the trial seed before the trial is built
@@ -122,7 +120,7 @@ LOADSTAR_DECL TrialResult run_attempt(const TrialSpec& spec, const RunOptions& o
 }  // namespace loadstar::trial::detail
 namespace loadstar::trial {
 
-LOADSTAR_DECL TrialResult run_trial(const TrialSpec& given, const RunOptions& options) {
+TrialResult run_trial(const TrialSpec& given, const RunOptions& options) {
   TrialSpec spec = given;
   if (options.test) spec.config = detail::test_overrides(std::move(spec.config));
   if (spec.trial_dir.empty() || spec.checkpoint_dir.empty()) {

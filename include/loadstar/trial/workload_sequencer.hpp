@@ -252,12 +252,11 @@ class WorkloadSequencer {
 
 }  // namespace loadstar::trial
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_TRIAL_BODIES
 namespace loadstar::trial {
 
-LOADSTAR_DECL std::string to_string(WorkloadKind kind) {
+std::string to_string(WorkloadKind kind) {
   switch (kind) {
     case WorkloadKind::run_step:
       return "run_step";
@@ -271,7 +270,7 @@ LOADSTAR_DECL std::string to_string(WorkloadKind kind) {
   return "unknown";
 }
 
-LOADSTAR_DECL std::string to_string(const Workload& workload) {
+std::string to_string(const Workload& workload) {
   std::string text;
   switch (workload.kind) {
     case WorkloadKind::run_step:
@@ -291,7 +290,7 @@ LOADSTAR_DECL std::string to_string(const Workload& workload) {
          std::to_string(workload.step_id);
 }
 
-LOADSTAR_DECL Length length_from_json(const nlohmann::json& json, const std::string& owner) {
+Length length_from_json(const nlohmann::json& json, const std::string& owner) {
   if (!json.is_object() || json.size() != 1) {
     throw CheckpointError(owner + ": expected a length like {\"batches\": 5} but found " +
                           loadstar::detail::shown(json));
@@ -314,8 +313,8 @@ LOADSTAR_DECL Length length_from_json(const nlohmann::json& json, const std::str
   return Length{Unit::epochs, units};
 }
 
-LOADSTAR_DECL std::uint64_t to_batches(Length length, std::uint64_t global_batch_size,
-                                       std::uint64_t records_per_epoch) {
+std::uint64_t to_batches(Length length, std::uint64_t global_batch_size,
+                         std::uint64_t records_per_epoch) {
   if (global_batch_size == 0) {
     throw ConfigError("length " + length_to_json(length).dump() +
                       ": expected a global batch size of at least 1 but found 0");
@@ -335,9 +334,8 @@ LOADSTAR_DECL std::uint64_t to_batches(Length length, std::uint64_t global_batch
   return 0;
 }
 
-LOADSTAR_DECL double units_from_batches(Unit unit, std::uint64_t batches,
-                                        std::uint64_t global_batch_size,
-                                        std::uint64_t records_per_epoch) {
+double units_from_batches(Unit unit, std::uint64_t batches, std::uint64_t global_batch_size,
+                          std::uint64_t records_per_epoch) {
   switch (unit) {
     case Unit::batches:
       return static_cast<double>(batches);
@@ -354,9 +352,8 @@ LOADSTAR_DECL double units_from_batches(Unit unit, std::uint64_t batches,
   return 0;
 }
 
-LOADSTAR_DECL bool equal_within_batch(Length length, std::uint64_t batches,
-                                      std::uint64_t global_batch_size,
-                                      std::uint64_t records_per_epoch) {
+bool equal_within_batch(Length length, std::uint64_t batches, std::uint64_t global_batch_size,
+                        std::uint64_t records_per_epoch) {
   const auto distance = [&](std::uint64_t units) {
     const std::uint64_t records = batches * global_batch_size;
     return units > records ? units - records : records - units;
@@ -372,8 +369,8 @@ LOADSTAR_DECL bool equal_within_batch(Length length, std::uint64_t batches,
   return false;
 }
 
-LOADSTAR_DECL SequencerOptions sequencer_options(const ExperimentConfig& config,
-                                                 std::uint64_t global_batch_size) {
+SequencerOptions sequencer_options(const ExperimentConfig& config,
+                                   std::uint64_t global_batch_size) {
   if (global_batch_size == 0) {
     throw ConfigError("workload sequencer: expected a global_batch_size of at least 1 but found 0");
   }
@@ -396,7 +393,7 @@ LOADSTAR_DECL SequencerOptions sequencer_options(const ExperimentConfig& config,
   return options;
 }
 
-LOADSTAR_DECL WorkloadSequencer::WorkloadSequencer(SequencerOptions options) : options_(options) {
+WorkloadSequencer::WorkloadSequencer(SequencerOptions options) : options_(options) {
   if (options_.global_batch_size == 0) {
     throw ConfigError("workload sequencer: expected a global_batch_size of at least 1 but found 0");
   }
@@ -407,7 +404,7 @@ LOADSTAR_DECL WorkloadSequencer::WorkloadSequencer(SequencerOptions options) : o
   snapshot_ = state_;
 }
 
-LOADSTAR_DECL void WorkloadSequencer::set_operation(Length length) {
+void WorkloadSequencer::set_operation(Length length) {
   if (!state_.ops.empty() && state_.ops.back() == length) return;
   const std::uint64_t batches = batches_of(length);
   const std::uint64_t floor =
@@ -420,12 +417,12 @@ LOADSTAR_DECL void WorkloadSequencer::set_operation(Length length) {
   state_.ops.push_back(length);
 }
 
-LOADSTAR_DECL bool WorkloadSequencer::up_to_date() const {
+bool WorkloadSequencer::up_to_date() const {
   return (state_.ops.size() <= state_.cur_op_idx && !has_searcher_validation()) ||
          (state_.exiting_early && !post_graceful_stop_checkpoint_needed());
 }
 
-LOADSTAR_DECL Workload WorkloadSequencer::next() const {
+Workload WorkloadSequencer::next() const {
   if (up_to_date()) {
     if (state_.batches_since_last_checkpoint != 0) return checkpoint();
     return Workload{WorkloadKind::terminate, state_.cur_step_id, 0, state_.total_batches};
@@ -448,7 +445,7 @@ LOADSTAR_DECL Workload WorkloadSequencer::next() const {
                   static_cast<std::uint64_t>(batches), state_.total_batches};
 }
 
-LOADSTAR_DECL void WorkloadSequencer::complete(const Workload& workload) {
+void WorkloadSequencer::complete(const Workload& workload) {
   switch (workload.kind) {
     case WorkloadKind::run_step:
       expect_next(workload);
@@ -465,7 +462,7 @@ LOADSTAR_DECL void WorkloadSequencer::complete(const Workload& workload) {
   }
 }
 
-LOADSTAR_DECL bool WorkloadSequencer::complete_validation(const Workload& workload, bool best) {
+bool WorkloadSequencer::complete_validation(const Workload& workload, bool best) {
   LOADSTAR_ASSERT(workload.kind == WorkloadKind::compute_validation_metrics,
                   "complete_validation takes a compute_validation_metrics workload");
   expect_next(workload);
@@ -482,34 +479,34 @@ LOADSTAR_DECL bool WorkloadSequencer::complete_validation(const Workload& worklo
   return had_searcher_validation;
 }
 
-LOADSTAR_DECL void WorkloadSequencer::request_stop() {
+void WorkloadSequencer::request_stop() {
   state_.graceful_stop = true;
   state_.exiting_early = true;
 }
 
-LOADSTAR_DECL std::uint64_t WorkloadSequencer::operation_batches() const {
+std::uint64_t WorkloadSequencer::operation_batches() const {
   if (state_.ops.empty()) return 0;
   return batches_of(state_.ops[std::min<std::size_t>(state_.cur_op_idx, state_.ops.size() - 1)]);
 }
 
-LOADSTAR_DECL double WorkloadSequencer::progress() const {
+double WorkloadSequencer::progress() const {
   return units_from_batches(options_.searcher_unit, state_.total_batches,
                             options_.global_batch_size, options_.records_per_epoch);
 }
 
-LOADSTAR_DECL nlohmann::json WorkloadSequencer::state() const {
+nlohmann::json WorkloadSequencer::state() const {
   auto json = to_json(state_);
   json["latest_snapshot"] = to_json(snapshot_);
   return json;
 }
 
-LOADSTAR_DECL nlohmann::json WorkloadSequencer::state_after(const Workload& workload) const {
+nlohmann::json WorkloadSequencer::state_after(const Workload& workload) const {
   WorkloadSequencer after = *this;
   after.complete(workload);
   return after.state();
 }
 
-LOADSTAR_DECL void WorkloadSequencer::restore(const nlohmann::json& json) {
+void WorkloadSequencer::restore(const nlohmann::json& json) {
   const loadstar::detail::StateReader read("workload sequencer", json);
   State state = from_json(json);
   if (json.contains("latest_snapshot")) {
@@ -520,14 +517,14 @@ LOADSTAR_DECL void WorkloadSequencer::restore(const nlohmann::json& json) {
   state_ = std::move(state);
 }
 
-LOADSTAR_DECL std::uint64_t WorkloadSequencer::roll_back() {
+std::uint64_t WorkloadSequencer::roll_back() {
   auto ops = state_.ops;
   state_ = snapshot_;
   if (ops.size() > state_.ops.size()) state_.ops = std::move(ops);
   return state_.total_batches;
 }
 
-LOADSTAR_DECL nlohmann::json WorkloadSequencer::to_json(const State& state) {
+nlohmann::json WorkloadSequencer::to_json(const State& state) {
   nlohmann::json ops = nlohmann::json::array();
   for (const auto& op : state.ops)
     ops.push_back(length_to_json(op));
@@ -544,7 +541,7 @@ LOADSTAR_DECL nlohmann::json WorkloadSequencer::to_json(const State& state) {
           {"ops", ops}};
 }
 
-LOADSTAR_DECL auto WorkloadSequencer::from_json(const nlohmann::json& json) -> State {
+auto WorkloadSequencer::from_json(const nlohmann::json& json) -> State {
   const loadstar::detail::StateReader read("workload sequencer", json);
   State state;
   state.batches_towards_current_op = read.get<std::uint64_t>("batches_towards_current_op");
@@ -573,12 +570,12 @@ LOADSTAR_DECL auto WorkloadSequencer::from_json(const nlohmann::json& json) -> S
   return state;
 }
 
-LOADSTAR_DECL void WorkloadSequencer::expect_next(const Workload& workload) const {
+void WorkloadSequencer::expect_next(const Workload& workload) const {
   LOADSTAR_ASSERT(workload == next(), "the completed workload is not the one next() gave");
   (void)workload;
 }
 
-LOADSTAR_DECL void WorkloadSequencer::run_step_completed(std::uint64_t batches) {
+void WorkloadSequencer::run_step_completed(std::uint64_t batches) {
   ++state_.cur_step_id;
   state_.total_batches += batches;
   state_.batches_towards_current_op += batches;
@@ -590,29 +587,29 @@ LOADSTAR_DECL void WorkloadSequencer::run_step_completed(std::uint64_t batches) 
   }
 }
 
-LOADSTAR_DECL void WorkloadSequencer::checkpoint_completed() {
+void WorkloadSequencer::checkpoint_completed() {
   state_.batches_since_last_checkpoint = 0;
   state_.need_post_validation_checkpoint = false;
   take_snapshot();
 }
 
-LOADSTAR_DECL bool WorkloadSequencer::min_validation_needed() const {
+bool WorkloadSequencer::min_validation_needed() const {
   return options_.min_validation_period.value != 0 && state_.batches_since_last_validation != 0 &&
          within_batch(options_.min_validation_period, state_.batches_since_last_validation);
 }
 
-LOADSTAR_DECL bool WorkloadSequencer::min_checkpoint_needed() const {
+bool WorkloadSequencer::min_checkpoint_needed() const {
   return options_.min_checkpoint_period.value != 0 && state_.batches_since_last_checkpoint != 0 &&
          within_batch(options_.min_checkpoint_period, state_.batches_since_last_checkpoint);
 }
 
-LOADSTAR_DECL std::int64_t WorkloadSequencer::batches_until_validation() const {
+std::int64_t WorkloadSequencer::batches_until_validation() const {
   if (options_.min_validation_period.value == 0) return std::numeric_limits<std::int32_t>::max();
   return static_cast<std::int64_t>(batches_of(options_.min_validation_period)) -
          static_cast<std::int64_t>(state_.batches_since_last_validation);
 }
 
-LOADSTAR_DECL std::int64_t WorkloadSequencer::batches_until_checkpoint() const {
+std::int64_t WorkloadSequencer::batches_until_checkpoint() const {
   if (options_.min_checkpoint_period.value == 0) return std::numeric_limits<std::int32_t>::max();
   return static_cast<std::int64_t>(batches_of(options_.min_checkpoint_period)) -
          static_cast<std::int64_t>(state_.batches_since_last_checkpoint);

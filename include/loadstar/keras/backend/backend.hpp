@@ -556,29 +556,28 @@ LOADSTAR_DECL Backend& host_backend();
 
 }  // namespace loadstar::keras
 
-// The definitions of what is declared above (`cpu_backend` and `host_backend` in
-// cpu_backend.hpp): in every translation unit when header-only, in the library alone when
-// separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp);
+// `cpu_backend` and `host_backend` in cpu_backend.hpp.
 #if LOADSTAR_KERAS_BODIES
 #include "loadstar/keras/backend/cpu_backend.hpp"
 
 namespace loadstar::keras {
 
-LOADSTAR_DECL Tensor<float> Backend::to_host(const Tensor<float>& tensor) {
+Tensor<float> Backend::to_host(const Tensor<float>& tensor) {
   if (tensor.is_host()) return tensor.clone();
   auto host = Tensor<float>::uninitialized(tensor.shape());
   copy_to_host(tensor, host);
   return host;
 }
 
-LOADSTAR_DECL Tensor<float> Backend::from_host(const Tensor<float>& host) {
+Tensor<float> Backend::from_host(const Tensor<float>& host) {
   Tensor<float> tensor = allocate(host.shape());
   copy_from_host(host, tensor);
   return tensor;
 }
 
-LOADSTAR_DECL void Backend::permute(const Tensor<float>& x, std::span<const std::size_t> axes,
-                                    const Tensor<float>& y) {
+void Backend::permute(const Tensor<float>& x, std::span<const std::size_t> axes,
+                      const Tensor<float>& y) {
   LOADSTAR_ASSERT(axes.size() == x.rank() && x.rank() == y.rank() && x.size() == y.size(),
                   "permute: shapes and axes do not fit");
   const Tensor<float> tensors[] = {x, y};
@@ -587,9 +586,9 @@ LOADSTAR_DECL void Backend::permute(const Tensor<float>& x, std::span<const std:
   });
 }
 
-LOADSTAR_DECL void Backend::conv2d_forward(const Tensor<float>& x, const Conv2DGeometry& g,
-                                           const Tensor<float>& kernel, const Tensor<float>& bias,
-                                           Activation activation, const Tensor<float>& y) {
+void Backend::conv2d_forward(const Tensor<float>& x, const Conv2DGeometry& g,
+                             const Tensor<float>& kernel, const Tensor<float>& bias,
+                             Activation activation, const Tensor<float>& y) {
   const std::size_t rows = g.batch * g.out_h * g.out_w;
   const Tensor<float> columns = allocate({rows, g.patch_size()});
   im2col(x, g, columns);
@@ -599,12 +598,12 @@ LOADSTAR_DECL void Backend::conv2d_forward(const Tensor<float>& x, const Conv2DG
   if (activation != Activation::linear) activation_forward(activation, z, z);
 }
 
-LOADSTAR_DECL void Backend::conv2d_backward(const Tensor<float>& x, const Conv2DGeometry& g,
-                                            const Tensor<float>& kernel, const Tensor<float>& bias,
-                                            Activation activation, const Tensor<float>& y,
-                                            const Tensor<float>& dy, const Tensor<float>& dkernel,
-                                            const Tensor<float>& dbias, const Tensor<float>& dx,
-                                            bool accumulate) {
+void Backend::conv2d_backward(const Tensor<float>& x, const Conv2DGeometry& g,
+                              const Tensor<float>& kernel, const Tensor<float>& bias,
+                              Activation activation, const Tensor<float>& y,
+                              const Tensor<float>& dy, const Tensor<float>& dkernel,
+                              const Tensor<float>& dbias, const Tensor<float>& dx,
+                              bool accumulate) {
   const std::size_t rows = g.batch * g.out_h * g.out_w;
   const std::size_t filters = kernel.row_size();
   const Tensor<float> columns = allocate({rows, g.patch_size()});
@@ -628,17 +627,17 @@ LOADSTAR_DECL void Backend::conv2d_backward(const Tensor<float>& x, const Conv2D
   }
 }
 
-LOADSTAR_DECL void Backend::weight_gradients(const Tensor<float>& x, const Tensor<float>& dz,
-                                             const Tensor<float>& dkernel,
-                                             const Tensor<float>& dbias, bool accumulate) {
+void Backend::weight_gradients(const Tensor<float>& x, const Tensor<float>& dz,
+                               const Tensor<float>& dkernel, const Tensor<float>& dbias,
+                               bool accumulate) {
   if (!accumulate && dense_weight_gradients(x, dz, dkernel, dbias)) return;
   const float beta = accumulate ? 1.0F : 0.0F;
   gemm(x, true, dz, false, dkernel, 1.0F, beta);
   if (!dbias.empty()) column_sums(dz, dbias, beta);
 }
 
-LOADSTAR_DECL AxisGeometry axis_geometry(std::size_t in, std::size_t kernel, std::size_t stride,
-                                         std::size_t dilation, bool same) noexcept {
+AxisGeometry axis_geometry(std::size_t in, std::size_t kernel, std::size_t stride,
+                           std::size_t dilation, bool same) noexcept {
   const std::size_t span = (kernel - 1) * dilation + 1;
   if (!same) return {in >= span ? (in - span) / stride + 1 : 0, 0};
   const std::size_t out = (in + stride - 1) / stride;
@@ -650,9 +649,8 @@ LOADSTAR_DECL AxisGeometry axis_geometry(std::size_t in, std::size_t kernel, std
 }  // namespace loadstar::keras
 namespace loadstar::keras::detail {
 
-LOADSTAR_DECL void permute_rows(const Tensor<float>& x, std::span<const std::size_t> axes,
-                                const Tensor<float>& y, std::size_t row_begin,
-                                std::size_t row_end) {
+void permute_rows(const Tensor<float>& x, std::span<const std::size_t> axes, const Tensor<float>& y,
+                  std::size_t row_begin, std::size_t row_end) {
   const std::size_t rank = x.rank();
   if (rank <= 1) {
     std::memcpy(y.data() + row_begin, x.data() + row_begin, (row_end - row_begin) * sizeof(float));

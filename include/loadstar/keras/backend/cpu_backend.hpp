@@ -1139,11 +1139,11 @@ class CpuBackend final : public Backend {
 };
 
 #if LOADSTAR_KERAS_BODIES
-LOADSTAR_DECL std::shared_ptr<Backend> cpu_backend(std::size_t threads) {
+std::shared_ptr<Backend> cpu_backend(std::size_t threads) {
   return std::make_shared<CpuBackend>(threads);
 }
 
-LOADSTAR_DECL Backend& detail::host_backend() {
+Backend& detail::host_backend() {
   static CpuBackend backend(1);
   return backend;
 }

@@ -175,17 +175,16 @@ class BackupAndRestore : public Callback {
 
 }  // namespace loadstar::keras::callbacks
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::detail {
 
-LOADSTAR_DECL TensorFile::TensorFile() {
+TensorFile::TensorFile() {
   bytes_.append(magic);
   put(version);
 }
 
-LOADSTAR_DECL void TensorFile::add_group(const std::vector<Tensor<float>>& tensors) {
+void TensorFile::add_group(const std::vector<Tensor<float>>& tensors) {
   put(static_cast<std::uint64_t>(tensors.size()));
   for (const auto& tensor : tensors) {
     put(static_cast<std::uint64_t>(tensor.shape().rank()));
@@ -195,8 +194,8 @@ LOADSTAR_DECL void TensorFile::add_group(const std::vector<Tensor<float>>& tenso
   }
 }
 
-LOADSTAR_DECL std::vector<std::vector<Tensor<float>>> TensorFile::read(
-    const std::string& bytes, const std::filesystem::path& path) {
+std::vector<std::vector<Tensor<float>>> TensorFile::read(const std::string& bytes,
+                                                         const std::filesystem::path& path) {
   Reader in{bytes, path};
   if (bytes.compare(0, magic.size(), magic) != 0) in.fail("not a loadstar backup");
   in.at = magic.size();
@@ -231,7 +230,7 @@ LOADSTAR_DECL std::vector<std::vector<Tensor<float>>> TensorFile::read(
   return groups;
 }
 
-LOADSTAR_DECL void TensorFile::Reader::fail(const std::string& what) const {
+void TensorFile::Reader::fail(const std::string& what) const {
   throw CheckpointError("backup '" + path.string() + "': " + what + " at byte " +
                         std::to_string(at));
 }
@@ -239,20 +238,19 @@ LOADSTAR_DECL void TensorFile::Reader::fail(const std::string& what) const {
 }  // namespace loadstar::keras::detail
 namespace loadstar::keras::callbacks {
 
-LOADSTAR_DECL BackupAndRestore::BackupAndRestore(std::filesystem::path backup_dir,
-                                                 BackupAndRestoreOptions options)
+BackupAndRestore::BackupAndRestore(std::filesystem::path backup_dir,
+                                   BackupAndRestoreOptions options)
     : backup_dir_(std::move(backup_dir)), options_(options) {
   if (backup_dir_.empty()) throw ConfigError("backup and restore: backup_dir is empty");
 }
 
-LOADSTAR_DECL nlohmann::json BackupAndRestore::get_config() const {
+nlohmann::json BackupAndRestore::get_config() const {
   return {{"backup_dir", backup_dir_.string()},
           {"save_freq", options_.save_freq.to_json()},
           {"delete_checkpoint", options_.delete_checkpoint}};
 }
 
-LOADSTAR_DECL std::shared_ptr<Callback> BackupAndRestore::from_config(
-    const nlohmann::json& config) {
+std::shared_ptr<Callback> BackupAndRestore::from_config(const nlohmann::json& config) {
   const auto read = detail::callback_config(config, "BackupAndRestore");
   read.expect("double_checkpoint", false, "every backup switches atomically");
   return std::make_shared<BackupAndRestore>(
@@ -261,7 +259,7 @@ LOADSTAR_DECL std::shared_ptr<Callback> BackupAndRestore::from_config(
                               .delete_checkpoint = read.get("delete_checkpoint", true)});
 }
 
-LOADSTAR_DECL void BackupAndRestore::on_fit_begin(FitLoop& loop) {
+void BackupAndRestore::on_fit_begin(FitLoop& loop) {
   counter_ = {};
   restored_from_.clear();
   serial_ = 0;
@@ -280,14 +278,14 @@ LOADSTAR_DECL void BackupAndRestore::on_fit_begin(FitLoop& loop) {
   restored_from_ = backup_dir_ / name;
 }
 
-LOADSTAR_DECL void BackupAndRestore::on_fit_batch_end(FitLoop& loop) {
+void BackupAndRestore::on_fit_batch_end(FitLoop& loop) {
   if (options_.save_freq.epoch()) return;
   // Keras counts batches as `on_train_batch_end` sees them; `data.step()` is past this batch.
   if (!counter_.should_save(loop.data.step() - 1, options_.save_freq.batches())) return;
   if (!model().stop_training) save(loop, false);
 }
 
-LOADSTAR_DECL void BackupAndRestore::on_train_end(const Logs&) {
+void BackupAndRestore::on_train_end(const Logs&) {
   if (!options_.delete_checkpoint) return;
   std::error_code error;
   std::filesystem::remove_all(backup_dir_, error);
@@ -298,13 +296,13 @@ LOADSTAR_DECL void BackupAndRestore::on_train_end(const Logs&) {
   serial_ = 0;
 }
 
-LOADSTAR_DECL void BackupAndRestore::load_state(const nlohmann::json& state) {
+void BackupAndRestore::load_state(const nlohmann::json& state) {
   const detail::StateReader read("backup and restore", state);
   counter_.since_last_save = read.get<std::size_t>("batches_since_last_save");
   counter_.last_batch_seen = read.get<std::size_t>("last_batch_seen");
 }
 
-LOADSTAR_DECL std::optional<std::uint64_t> BackupAndRestore::serial_of(std::string_view name) {
+std::optional<std::uint64_t> BackupAndRestore::serial_of(std::string_view name) {
   constexpr std::string_view prefix = "ckpt-";
   if (name.size() <= prefix.size() || name.substr(0, prefix.size()) != prefix) return {};
   std::uint64_t serial = 0;
@@ -316,7 +314,7 @@ LOADSTAR_DECL std::optional<std::uint64_t> BackupAndRestore::serial_of(std::stri
   return serial;
 }
 
-LOADSTAR_DECL void BackupAndRestore::save(FitLoop& loop, bool epoch_end) {
+void BackupAndRestore::save(FitLoop& loop, bool epoch_end) {
   Model& m = model();
   Optimizer& optimizer = m.optimizer();
   nlohmann::json callback_states = detail::callback_states(loop.callbacks);
@@ -366,7 +364,7 @@ LOADSTAR_DECL void BackupAndRestore::save(FitLoop& loop, bool epoch_end) {
   remove_others();
 }
 
-LOADSTAR_DECL void BackupAndRestore::remove_others() const {
+void BackupAndRestore::remove_others() const {
   const std::string current = name_of(serial_);
   for (const auto& entry : std::filesystem::directory_iterator(backup_dir_)) {
     const std::string name = entry.path().filename().string();
@@ -376,7 +374,7 @@ LOADSTAR_DECL void BackupAndRestore::remove_others() const {
   }
 }
 
-LOADSTAR_DECL void BackupAndRestore::restore(FitLoop& loop, const std::filesystem::path& dir) {
+void BackupAndRestore::restore(FitLoop& loop, const std::filesystem::path& dir) {
   Model& m = model();
   Optimizer& optimizer = m.optimizer();
   const auto weights_path = dir / "weights.bin";
@@ -459,7 +457,7 @@ LOADSTAR_DECL void BackupAndRestore::restore(FitLoop& loop, const std::filesyste
 
 namespace loadstar::keras::detail {
 
-LOADSTAR_DECL void restore_global_seed(std::uint64_t seed) {
+void restore_global_seed(std::uint64_t seed) {
   auto& state = seed_state();
   const std::lock_guard lock(state.mutex);
   state.seed = seed;

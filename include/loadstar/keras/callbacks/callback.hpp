@@ -107,12 +107,11 @@ LOADSTAR_DECL std::string config_mode(const ConfigReader& read);
 
 }  // namespace loadstar::keras::detail
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::detail {
 
-LOADSTAR_DECL std::string config_mode(const ConfigReader& read) {
+std::string config_mode(const ConfigReader& read) {
   std::string mode = read.get("mode", "auto");
   if (mode != "auto" && mode != "min" && mode != "max")
     read.fail("mode", "\"auto\", \"min\" or \"max\"");

@@ -103,32 +103,31 @@ class CallbackList {
 
 }  // namespace loadstar::keras::callbacks
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::callbacks {
 
-LOADSTAR_DECL CallbackList::CallbackList(std::vector<std::shared_ptr<Callback>> callbacks,
-                                         Model& model, const CallbackParams& params)
+CallbackList::CallbackList(std::vector<std::shared_ptr<Callback>> callbacks, Model& model,
+                           const CallbackParams& params)
     : callbacks_(std::move(callbacks)), model_(&model) {
   for (auto& cb : callbacks_)
     cb->set_model(model);
   set_params(params);
 }
 
-LOADSTAR_DECL void CallbackList::add(std::shared_ptr<Callback> callback) {
+void CallbackList::add(std::shared_ptr<Callback> callback) {
   if (model_) callback->set_model(*model_);
   callback->set_params(params_);
   callbacks_.push_back(std::move(callback));
 }
 
-LOADSTAR_DECL std::shared_ptr<History> CallbackList::add_history() {
+std::shared_ptr<History> CallbackList::add_history() {
   auto history = std::make_shared<History>();
   add(history);
   return history;
 }
 
-LOADSTAR_DECL void CallbackList::set_params(const CallbackParams& params) {
+void CallbackList::set_params(const CallbackParams& params) {
   params_ = params;
   for (auto& cb : callbacks_)
     cb->set_params(params);

@@ -63,12 +63,11 @@ class CSVLogger : public Callback {
 
 }  // namespace loadstar::keras::callbacks
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::callbacks {
 
-LOADSTAR_DECL std::shared_ptr<Callback> CSVLogger::from_config(const nlohmann::json& config) {
+std::shared_ptr<Callback> CSVLogger::from_config(const nlohmann::json& config) {
   const auto read = detail::callback_config(config, "CSVLogger");
   const std::string separator = read.get("separator", ",");
   if (separator.size() != 1) read.fail("separator", "a string of one character");
@@ -76,7 +75,7 @@ LOADSTAR_DECL std::shared_ptr<Callback> CSVLogger::from_config(const nlohmann::j
                                      read.get("append", false));
 }
 
-LOADSTAR_DECL void CSVLogger::on_train_begin(const Logs&) {
+void CSVLogger::on_train_begin(const Logs&) {
   header_ = true;
   if (append_ && std::filesystem::exists(filename_)) {
     header_ = std::filesystem::file_size(filename_) == 0;
@@ -89,7 +88,7 @@ LOADSTAR_DECL void CSVLogger::on_train_begin(const Logs&) {
   keys_.clear();
 }
 
-LOADSTAR_DECL void CSVLogger::on_epoch_end(std::size_t epoch, const Logs& logs) {
+void CSVLogger::on_epoch_end(std::size_t epoch, const Logs& logs) {
   if (keys_.empty()) {
     for (const auto& [name, value] : logs)
       keys_.push_back(name);
@@ -112,7 +111,7 @@ LOADSTAR_DECL void CSVLogger::on_epoch_end(std::size_t epoch, const Logs& logs) 
   if (!file_) throw IoError("csv logger: cannot write to '" + filename_.string() + "'");
 }
 
-LOADSTAR_DECL std::string CSVLogger::python_repr(double value) {
+std::string CSVLogger::python_repr(double value) {
   if (std::isnan(value)) return "nan";
   if (std::isinf(value)) return value > 0 ? "inf" : "-inf";
   char buffer[64];

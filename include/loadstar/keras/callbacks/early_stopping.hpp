@@ -99,13 +99,11 @@ class EarlyStopping : public Callback {
 
 }  // namespace loadstar::keras::callbacks
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::callbacks {
 
-LOADSTAR_DECL EarlyStopping::EarlyStopping(EarlyStoppingOptions options)
-    : options_(std::move(options)) {
+EarlyStopping::EarlyStopping(EarlyStoppingOptions options) : options_(std::move(options)) {
   const auto& m = options_.mode;
   if (m != "auto" && m != "min" && m != "max") {
     throw ConfigError("early stopping: mode must be 'auto', 'min' or 'max' but is '" + m + "'");
@@ -119,7 +117,7 @@ LOADSTAR_DECL EarlyStopping::EarlyStopping(EarlyStoppingOptions options)
   delta_ = maximize_ ? std::abs(options_.min_delta) : -std::abs(options_.min_delta);
 }
 
-LOADSTAR_DECL void EarlyStopping::on_train_begin(const Logs&) {
+void EarlyStopping::on_train_begin(const Logs&) {
   if (std::exchange(resumed_, false)) return;
   wait_ = 0;
   stopped_epoch_ = 0;
@@ -129,7 +127,7 @@ LOADSTAR_DECL void EarlyStopping::on_train_begin(const Logs&) {
   best_epoch_ = 0;
 }
 
-LOADSTAR_DECL void EarlyStopping::on_epoch_end(std::size_t epoch, const Logs& logs) {
+void EarlyStopping::on_epoch_end(std::size_t epoch, const Logs& logs) {
   const auto current = logs.get(options_.monitor);
   if (!current) {
     out() << "early stopping: the metric '" << options_.monitor
@@ -160,7 +158,7 @@ LOADSTAR_DECL void EarlyStopping::on_epoch_end(std::size_t epoch, const Logs& lo
   }
 }
 
-LOADSTAR_DECL void EarlyStopping::load_state(const nlohmann::json& state) {
+void EarlyStopping::load_state(const nlohmann::json& state) {
   const detail::StateReader read("early stopping", state);
   wait_ = read.get<std::size_t>("wait");
   stopped_epoch_ = read.get<std::size_t>("stopped_epoch");
@@ -169,7 +167,7 @@ LOADSTAR_DECL void EarlyStopping::load_state(const nlohmann::json& state) {
   resumed_ = true;
 }
 
-LOADSTAR_DECL nlohmann::json EarlyStopping::get_config() const {
+nlohmann::json EarlyStopping::get_config() const {
   return {{"monitor", options_.monitor},
           {"min_delta", options_.min_delta},
           {"patience", options_.patience},
@@ -179,7 +177,7 @@ LOADSTAR_DECL nlohmann::json EarlyStopping::get_config() const {
           {"restore_best_weights", options_.restore_best_weights}};
 }
 
-LOADSTAR_DECL std::shared_ptr<Callback> EarlyStopping::from_config(const nlohmann::json& config) {
+std::shared_ptr<Callback> EarlyStopping::from_config(const nlohmann::json& config) {
   const auto read = detail::callback_config(config, "EarlyStopping");
   read.expect("start_from_epoch", 0, "loadstar counts from the first epoch");
   return std::make_shared<EarlyStopping>(

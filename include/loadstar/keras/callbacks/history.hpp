@@ -50,23 +50,22 @@ class History : public Callback {
 
 }  // namespace loadstar::keras::callbacks
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::callbacks {
 
-LOADSTAR_DECL std::shared_ptr<Callback> History::from_config(const nlohmann::json& config) {
+std::shared_ptr<Callback> History::from_config(const nlohmann::json& config) {
   static_cast<void>(detail::callback_config(config, "History"));
   return std::make_shared<History>();
 }
 
-LOADSTAR_DECL void History::on_train_begin(const Logs&) {
+void History::on_train_begin(const Logs&) {
   if (std::exchange(resumed_, false)) return;
   history.clear();
   epoch.clear();
 }
 
-LOADSTAR_DECL void History::load_state(const nlohmann::json& state) {
+void History::load_state(const nlohmann::json& state) {
   const detail::StateReader read("history", state);
   const auto saved = read.get<nlohmann::json>("history");
   const auto epochs = read.get<nlohmann::json>("epoch");
@@ -80,7 +79,7 @@ LOADSTAR_DECL void History::load_state(const nlohmann::json& state) {
   resumed_ = true;
 }
 
-LOADSTAR_DECL void History::on_epoch_end(std::size_t index, const Logs& logs) {
+void History::on_epoch_end(std::size_t index, const Logs& logs) {
   epoch.push_back(index);
   for (const auto& [name, value] : logs)
     history[name].push_back(value);

@@ -84,12 +84,11 @@ class LambdaCallback : public Callback {
 
 }  // namespace loadstar::keras::callbacks
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::callbacks {
 
-LOADSTAR_DECL std::shared_ptr<Callback> LambdaCallback::from_config(const nlohmann::json&) {
+std::shared_ptr<Callback> LambdaCallback::from_config(const nlohmann::json&) {
   throw ConfigError(
       "callback (LambdaCallback): holds functions (its hooks) and cannot be built from a "
       "config; construct it in code, or pass a factory in the custom objects");

@@ -44,18 +44,17 @@ class LearningRateScheduler : public Callback {
 
 }  // namespace loadstar::keras::callbacks
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::callbacks {
 
-LOADSTAR_DECL std::shared_ptr<Callback> LearningRateScheduler::from_config(const nlohmann::json&) {
+std::shared_ptr<Callback> LearningRateScheduler::from_config(const nlohmann::json&) {
   throw ConfigError(
       "callback (LearningRateScheduler): holds a function (schedule) and cannot be built from "
       "a config; construct it in code, or pass a factory in the custom objects");
 }
 
-LOADSTAR_DECL void LearningRateScheduler::on_epoch_begin(std::size_t epoch, const Logs&) {
+void LearningRateScheduler::on_epoch_begin(std::size_t epoch, const Logs&) {
   auto& optimizer = model().optimizer();
   const double lr = schedule_(epoch, optimizer.learning_rate());
   optimizer.set_learning_rate(lr);

@@ -101,12 +101,11 @@ class Logs {
 
 }  // namespace loadstar::keras
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras {
 
-LOADSTAR_DECL void Logs::set(std::string_view name, double value) {
+void Logs::set(std::string_view name, double value) {
   resolve();
   auto it = find(name);
   if (it != entries_.end()) {
@@ -116,7 +115,7 @@ LOADSTAR_DECL void Logs::set(std::string_view name, double value) {
   }
 }
 
-LOADSTAR_DECL std::optional<double> Logs::get(std::string_view name) const {
+std::optional<double> Logs::get(std::string_view name) const {
   resolve();
   auto it = std::find_if(entries_.begin(), entries_.end(),
                          [&](const value_type& e) { return e.first == name; });
@@ -124,7 +123,7 @@ LOADSTAR_DECL std::optional<double> Logs::get(std::string_view name) const {
   return it->second;
 }
 
-LOADSTAR_DECL auto Logs::find(std::string_view name) -> std::vector<value_type>::iterator {
+auto Logs::find(std::string_view name) -> std::vector<value_type>::iterator {
   return std::find_if(entries_.begin(), entries_.end(),
                       [&](const value_type& e) { return e.first == name; });
 }

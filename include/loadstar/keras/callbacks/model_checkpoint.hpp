@@ -113,12 +113,11 @@ class ModelCheckpoint : public Callback {
 
 }  // namespace loadstar::keras::callbacks
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::callbacks {
 
-LOADSTAR_DECL ModelCheckpoint::ModelCheckpoint(std::string filepath, ModelCheckpointOptions options)
+ModelCheckpoint::ModelCheckpoint(std::string filepath, ModelCheckpointOptions options)
     : filepath_("model checkpoint", std::move(filepath)), options_(std::move(options)) {
   const auto& m = options_.mode;
   if (m != "auto" && m != "min" && m != "max") {
@@ -143,7 +142,7 @@ LOADSTAR_DECL ModelCheckpoint::ModelCheckpoint(std::string filepath, ModelCheckp
                                                         : std::numeric_limits<double>::infinity());
 }
 
-LOADSTAR_DECL nlohmann::json ModelCheckpoint::get_config() const {
+nlohmann::json ModelCheckpoint::get_config() const {
   return {{"filepath", filepath_.text()},
           {"monitor", options_.monitor},
           {"verbose", options_.verbose},
@@ -156,7 +155,7 @@ LOADSTAR_DECL nlohmann::json ModelCheckpoint::get_config() const {
                                           : nullptr}};
 }
 
-LOADSTAR_DECL std::shared_ptr<Callback> ModelCheckpoint::from_config(const nlohmann::json& config) {
+std::shared_ptr<Callback> ModelCheckpoint::from_config(const nlohmann::json& config) {
   const auto read = detail::callback_config(config, "ModelCheckpoint");
   read.expect("period", 1, "use save_freq");
   return std::make_shared<ModelCheckpoint>(
@@ -171,21 +170,21 @@ LOADSTAR_DECL std::shared_ptr<Callback> ModelCheckpoint::from_config(const nlohm
           .initial_value_threshold = read.optional<double>("initial_value_threshold")});
 }
 
-LOADSTAR_DECL void ModelCheckpoint::on_train_batch_end(std::size_t batch, const Logs& logs) {
+void ModelCheckpoint::on_train_batch_end(std::size_t batch, const Logs& logs) {
   if (options_.save_freq.epoch()) return;
   if (counter_.should_save(batch, options_.save_freq.batches())) {
     save(current_epoch_, batch, logs);
   }
 }
 
-LOADSTAR_DECL nlohmann::json ModelCheckpoint::get_state() const {
+nlohmann::json ModelCheckpoint::get_state() const {
   return {{"best", best_},
           {"batches_since_last_save", counter_.since_last_save},
           {"last_batch_seen", counter_.last_batch_seen},
           {"epoch", current_epoch_}};
 }
 
-LOADSTAR_DECL void ModelCheckpoint::load_state(const nlohmann::json& state) {
+void ModelCheckpoint::load_state(const nlohmann::json& state) {
   const detail::StateReader read("model checkpoint", state);
   best_ = read.get<double>("best");
   counter_.since_last_save = read.get<std::size_t>("batches_since_last_save");
@@ -193,9 +192,9 @@ LOADSTAR_DECL void ModelCheckpoint::load_state(const nlohmann::json& state) {
   current_epoch_ = read.get<std::size_t>("epoch");
 }
 
-LOADSTAR_DECL std::filesystem::path ModelCheckpoint::file_path(std::size_t epoch,
-                                                               std::optional<std::size_t> batch,
-                                                               const Logs& logs) const {
+std::filesystem::path ModelCheckpoint::file_path(std::size_t epoch,
+                                                 std::optional<std::size_t> batch,
+                                                 const Logs& logs) const {
   std::map<std::string, detail::FormatValue, std::less<>> values;
   for (const auto& [name, value] : logs)
     values.emplace(name, value);
@@ -208,8 +207,7 @@ LOADSTAR_DECL std::filesystem::path ModelCheckpoint::file_path(std::size_t epoch
   return filepath_(values);
 }
 
-LOADSTAR_DECL void ModelCheckpoint::save(std::size_t epoch, std::optional<std::size_t> batch,
-                                         const Logs& logs) {
+void ModelCheckpoint::save(std::size_t epoch, std::optional<std::size_t> batch, const Logs& logs) {
   const std::filesystem::path path = file_path(epoch, batch, logs);
   const std::string label = std::to_string(epoch + 1);
   if (options_.save_best_only) {
@@ -242,7 +240,7 @@ LOADSTAR_DECL void ModelCheckpoint::save(std::size_t epoch, std::optional<std::s
   last_saved_ = path;
 }
 
-LOADSTAR_DECL std::string ModelCheckpoint::fixed5(double value) {
+std::string ModelCheckpoint::fixed5(double value) {
   if (std::isnan(value)) return "nan";
   if (std::isinf(value)) return value > 0 ? "inf" : "-inf";
   char buffer[64];

@@ -116,12 +116,11 @@ class ProgbarLogger : public Callback {
 
 }  // namespace loadstar::keras::callbacks
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::callbacks {
 
-LOADSTAR_DECL std::shared_ptr<Callback> ProgbarLogger::from_config(const nlohmann::json& config) {
+std::shared_ptr<Callback> ProgbarLogger::from_config(const nlohmann::json& config) {
   const auto read = detail::callback_config(config, "ProgbarLogger");
   read.expect("count_mode", "steps", "loadstar counts steps");
   const int verbose = read.get("verbose", 1);
@@ -129,7 +128,7 @@ LOADSTAR_DECL std::shared_ptr<Callback> ProgbarLogger::from_config(const nlohman
   return std::make_shared<ProgbarLogger>(verbose);
 }
 
-LOADSTAR_DECL void ProgbarLogger::set_params(const CallbackParams& params) {
+void ProgbarLogger::set_params(const CallbackParams& params) {
   Callback::set_params(params);
   params_ = params;
   out_ = own_out_ ? own_out_ : &out();
@@ -137,7 +136,7 @@ LOADSTAR_DECL void ProgbarLogger::set_params(const CallbackParams& params) {
       interactive_option_ ? *interactive_option_ : (out_ == &std::cout && ::isatty(STDOUT_FILENO));
 }
 
-LOADSTAR_DECL void ProgbarLogger::on_epoch_begin(std::size_t epoch, const Logs&) {
+void ProgbarLogger::on_epoch_begin(std::size_t epoch, const Logs&) {
   if (verbose_ != 0 && params_.epochs > 1) {
     *out_ << "Epoch " << epoch + 1 << "/" << params_.epochs << "\n";
     out_->flush();
@@ -145,7 +144,7 @@ LOADSTAR_DECL void ProgbarLogger::on_epoch_begin(std::size_t epoch, const Logs&)
   start(params_.steps);
 }
 
-LOADSTAR_DECL void ProgbarLogger::start(std::optional<std::size_t> target) {
+void ProgbarLogger::start(std::optional<std::size_t> target) {
   target_ = target;
   seen_ = 0;
   width_ = 0;
@@ -153,19 +152,19 @@ LOADSTAR_DECL void ProgbarLogger::start(std::optional<std::size_t> target) {
   last_update_ = start_ - std::chrono::seconds(1);
 }
 
-LOADSTAR_DECL std::string ProgbarLogger::format(const char* pattern, double value) {
+std::string ProgbarLogger::format(const char* pattern, double value) {
   char buffer[64];
   std::snprintf(buffer, sizeof buffer, pattern, value);
   return buffer;
 }
 
-LOADSTAR_DECL std::string ProgbarLogger::per_step(double seconds) {
+std::string ProgbarLogger::per_step(double seconds) {
   if (seconds >= 1 || seconds == 0) return format(" %.0fs/step", seconds);
   if (seconds >= 1e-3) return format(" %.0fms/step", seconds * 1e3);
   return format(" %.0fus/step", seconds * 1e6);
 }
 
-LOADSTAR_DECL std::string ProgbarLogger::values(const Logs& logs) {
+std::string ProgbarLogger::values(const Logs& logs) {
   std::string info;
   for (const auto& [name, value] : logs) {
     info += " - " + name + ":";
@@ -174,14 +173,14 @@ LOADSTAR_DECL std::string ProgbarLogger::values(const Logs& logs) {
   return info;
 }
 
-LOADSTAR_DECL std::string ProgbarLogger::counter(std::size_t current) const {
+std::string ProgbarLogger::counter(std::size_t current) const {
   const std::size_t digits = target_ ? std::to_string(*target_).size() : 7;
   std::string count = std::to_string(current);
   if (count.size() < digits) count.insert(0, digits - count.size(), ' ');
   return target_ ? count + "/" + std::to_string(*target_) : count + "/Unknown";
 }
 
-LOADSTAR_DECL void ProgbarLogger::update(std::size_t current, const Logs& logs, bool finalize) {
+void ProgbarLogger::update(std::size_t current, const Logs& logs, bool finalize) {
   seen_ = current;
   if (verbose_ == 0) return;
   const auto now = Clock::now();
@@ -224,7 +223,7 @@ LOADSTAR_DECL void ProgbarLogger::update(std::size_t current, const Logs& logs, 
   out_->flush();
 }
 
-LOADSTAR_DECL std::string ProgbarLogger::bar(std::size_t current) const {
+std::string ProgbarLogger::bar(std::size_t current) const {
   constexpr std::size_t width = 30;
   const std::size_t target = *target_;
   const std::size_t filled = target == 0 ? width : std::min(width, width * current / target);

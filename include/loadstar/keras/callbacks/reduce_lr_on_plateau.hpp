@@ -75,12 +75,11 @@ class ReduceLROnPlateau : public Callback {
 
 }  // namespace loadstar::keras::callbacks
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::callbacks {
 
-LOADSTAR_DECL ReduceLROnPlateau::ReduceLROnPlateau(ReduceLROnPlateauOptions options)
+ReduceLROnPlateau::ReduceLROnPlateau(ReduceLROnPlateauOptions options)
     : options_(std::move(options)) {
   if (options_.factor >= 1.0) {
     throw ConfigError("reduce lr on plateau: factor must be below 1 but is " +
@@ -94,15 +93,14 @@ LOADSTAR_DECL ReduceLROnPlateau::ReduceLROnPlateau(ReduceLROnPlateauOptions opti
   maximize_ = m == "max" || (m == "auto" && options_.monitor.find("acc") != std::string::npos);
 }
 
-LOADSTAR_DECL nlohmann::json ReduceLROnPlateau::get_config() const {
+nlohmann::json ReduceLROnPlateau::get_config() const {
   return {{"monitor", options_.monitor},   {"factor", options_.factor},
           {"patience", options_.patience}, {"verbose", options_.verbose},
           {"mode", options_.mode},         {"min_delta", options_.min_delta},
           {"cooldown", options_.cooldown}, {"min_lr", options_.min_lr}};
 }
 
-LOADSTAR_DECL std::shared_ptr<Callback> ReduceLROnPlateau::from_config(
-    const nlohmann::json& config) {
+std::shared_ptr<Callback> ReduceLROnPlateau::from_config(const nlohmann::json& config) {
   const auto read = detail::callback_config(config, "ReduceLROnPlateau");
   const double factor = read.get("factor", 0.1);
   if (!(factor < 1.0)) read.fail("factor", "a number below 1");
@@ -117,7 +115,7 @@ LOADSTAR_DECL std::shared_ptr<Callback> ReduceLROnPlateau::from_config(
                                .min_lr = read.get("min_lr", 0.0)});
 }
 
-LOADSTAR_DECL void ReduceLROnPlateau::on_train_begin(const Logs&) {
+void ReduceLROnPlateau::on_train_begin(const Logs&) {
   if (std::exchange(resumed_, false)) return;
   best_ = maximize_ ? -std::numeric_limits<double>::infinity()
                     : std::numeric_limits<double>::infinity();
@@ -125,7 +123,7 @@ LOADSTAR_DECL void ReduceLROnPlateau::on_train_begin(const Logs&) {
   wait_ = 0;
 }
 
-LOADSTAR_DECL void ReduceLROnPlateau::on_epoch_end(std::size_t epoch, const Logs& logs) {
+void ReduceLROnPlateau::on_epoch_end(std::size_t epoch, const Logs& logs) {
   const auto current = logs.get(options_.monitor);
   if (!current) {
     out() << "reduce lr on plateau: the metric '" << options_.monitor
@@ -161,7 +159,7 @@ LOADSTAR_DECL void ReduceLROnPlateau::on_epoch_end(std::size_t epoch, const Logs
   }
 }
 
-LOADSTAR_DECL void ReduceLROnPlateau::load_state(const nlohmann::json& state) {
+void ReduceLROnPlateau::load_state(const nlohmann::json& state) {
   const detail::StateReader read("reduce lr on plateau", state);
   best_ = read.get<double>("best");
   cooldown_counter_ = read.get<std::size_t>("cooldown_counter");

@@ -70,12 +70,11 @@ struct BatchCounter {
 
 }  // namespace loadstar::keras::detail
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::callbacks {
 
-LOADSTAR_DECL SaveFreq::SaveFreq(const std::string& freq) {  // NOLINT(google-explicit-constructor)
+SaveFreq::SaveFreq(const std::string& freq) {  // NOLINT(google-explicit-constructor)
   if (freq != "epoch") {
     throw ConfigError("save_freq: expected \"epoch\" or a positive number of batches but found \"" +
                       freq + "\"");
@@ -85,7 +84,7 @@ LOADSTAR_DECL SaveFreq::SaveFreq(const std::string& freq) {  // NOLINT(google-ex
 }  // namespace loadstar::keras::callbacks
 namespace loadstar::keras::detail {
 
-LOADSTAR_DECL bool BatchCounter::should_save(std::size_t batch, std::size_t freq) {
+bool BatchCounter::should_save(std::size_t batch, std::size_t freq) {
   since_last_save += batch <= last_batch_seen ? batch + 1 : batch - last_batch_seen;
   last_batch_seen = batch;
   if (since_last_save < freq) return false;
@@ -93,7 +92,7 @@ LOADSTAR_DECL bool BatchCounter::should_save(std::size_t batch, std::size_t freq
   return true;
 }
 
-LOADSTAR_DECL callbacks::SaveFreq config_save_freq(const ConfigReader& read) {
+callbacks::SaveFreq config_save_freq(const ConfigReader& read) {
   const nlohmann::json* value = read.find("save_freq");
   if (value == nullptr || value->is_null()) return "epoch";
   if (value->is_string() && value->get<std::string>() == "epoch") return "epoch";

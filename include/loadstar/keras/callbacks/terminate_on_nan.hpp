@@ -38,17 +38,16 @@ class TerminateOnNaN : public Callback {
 
 }  // namespace loadstar::keras::callbacks
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::callbacks {
 
-LOADSTAR_DECL std::shared_ptr<Callback> TerminateOnNaN::from_config(const nlohmann::json& config) {
+std::shared_ptr<Callback> TerminateOnNaN::from_config(const nlohmann::json& config) {
   static_cast<void>(detail::callback_config(config, "TerminateOnNaN"));
   return std::make_shared<TerminateOnNaN>();
 }
 
-LOADSTAR_DECL void TerminateOnNaN::on_train_batch_end(std::size_t batch, const Logs& logs) {
+void TerminateOnNaN::on_train_batch_end(std::size_t batch, const Logs& logs) {
   const auto loss = logs.get("loss");
   if (loss && !std::isfinite(*loss)) {
     out() << "Batch " << batch << ": Invalid loss, terminating training\n";

@@ -80,12 +80,11 @@ class Losses {
 
 }  // namespace loadstar::keras
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras {
 
-LOADSTAR_DECL Losses Losses::by_name(std::map<std::string, LossArg> losses) {
+Losses Losses::by_name(std::map<std::string, LossArg> losses) {
   Losses out;
   out.map_ = std::move(losses);
   return out;

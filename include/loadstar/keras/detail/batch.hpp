@@ -481,19 +481,18 @@ LOADSTAR_DECL void convert_rows(const MemberView& member, std::span<const std::s
 
 }  // namespace loadstar::keras::detail
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::detail {
 
-LOADSTAR_DECL nlohmann::json BatchSource::state() const {
+nlohmann::json BatchSource::state() const {
   nlohmann::json out = own_state();
   out["epoch"] = epoch_;
   out["step"] = step_;
   return out;
 }
 
-LOADSTAR_DECL void BatchSource::restore(const nlohmann::json& state) {
+void BatchSource::restore(const nlohmann::json& state) {
   const loadstar::detail::StateReader read(kind(), state);
   const auto epoch = read.get<std::uint64_t>("epoch");
   const auto step = read.get<std::size_t>("step");
@@ -503,15 +502,15 @@ LOADSTAR_DECL void BatchSource::restore(const nlohmann::json& state) {
   resuming_ = true;
 }
 
-LOADSTAR_DECL bool BatchSource::begin_epoch(std::size_t epoch) {
+bool BatchSource::begin_epoch(std::size_t epoch) {
   const bool resumed = std::exchange(resuming_, false) && epoch_ == epoch;
   epoch_ = epoch;
   if (!resumed) step_ = 0;
   return resumed;
 }
 
-LOADSTAR_DECL void convert_rows(const MemberView& member, std::span<const std::size_t> rows,
-                                std::size_t offset, std::size_t count, float* out) {
+void convert_rows(const MemberView& member, std::span<const std::size_t> rows, std::size_t offset,
+                  std::size_t count, float* out) {
   const std::size_t row_size = member.shape.row_elements();
   auto convert = [&]<class T>(const T* source) {
     if (rows.empty()) {

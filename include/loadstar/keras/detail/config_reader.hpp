@@ -184,13 +184,11 @@ class ConfigReader {
 
 }  // namespace loadstar::keras::detail
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::detail {
 
-LOADSTAR_DECL ConfigReader::ConfigReader(const nlohmann::json& config, std::string owner,
-                                         std::string path)
+ConfigReader::ConfigReader(const nlohmann::json& config, std::string owner, std::string path)
     : config_(&config), owner_(std::move(owner)), path_(std::move(path)) {
   if (!config.is_object()) {
     throw ConfigError(owner_ + ": " + path_ + ": expected an object but found " +
@@ -198,8 +196,8 @@ LOADSTAR_DECL ConfigReader::ConfigReader(const nlohmann::json& config, std::stri
   }
 }
 
-LOADSTAR_DECL ConfigReader ConfigReader::of(const nlohmann::json& config, std::string_view kind,
-                                            std::string_view class_name) {
+ConfigReader ConfigReader::of(const nlohmann::json& config, std::string_view kind,
+                              std::string_view class_name) {
   std::string owner(kind);
   if (config.is_object() && config.contains("name") && config["name"].is_string())
     owner += " '" + config["name"].get<std::string>() + "'";
@@ -207,17 +205,17 @@ LOADSTAR_DECL ConfigReader ConfigReader::of(const nlohmann::json& config, std::s
   return ConfigReader(config, std::move(owner));
 }
 
-LOADSTAR_DECL bool ConfigReader::has(std::string_view key) const {
+bool ConfigReader::has(std::string_view key) const {
   const auto it = config_->find(key);
   return it != config_->end() && !it->is_null();
 }
 
-LOADSTAR_DECL const nlohmann::json* ConfigReader::find(std::string_view key) const {
+const nlohmann::json* ConfigReader::find(std::string_view key) const {
   const auto it = config_->find(key);
   return it == config_->end() ? nullptr : &*it;
 }
 
-LOADSTAR_DECL std::size_t ConfigReader::positive(std::string_view key) const {
+std::size_t ConfigReader::positive(std::string_view key) const {
   const nlohmann::json* value = find(key);
   if (value == nullptr || !ConfigValue<std::size_t>::fits(*value) ||
       value->get<std::size_t>() == 0) {
@@ -226,21 +224,21 @@ LOADSTAR_DECL std::size_t ConfigReader::positive(std::string_view key) const {
   return value->get<std::size_t>();
 }
 
-LOADSTAR_DECL void ConfigReader::expect(std::string_view key, const nlohmann::json& expected,
-                                        std::string_view why) const {
+void ConfigReader::expect(std::string_view key, const nlohmann::json& expected,
+                          std::string_view why) const {
   const nlohmann::json* value = find(key);
   if (value == nullptr || *value == expected) return;
   if (expected.is_null() && value->is_null()) return;
   fail(key, describe_json(expected) + " (" + std::string(why) + ")");
 }
 
-LOADSTAR_DECL void ConfigReader::fail(std::string_view key, std::string_view expected) const {
+void ConfigReader::fail(std::string_view key, std::string_view expected) const {
   const nlohmann::json* value = find(key);
   throw ConfigError(owner_ + ": " + path(key) + ": expected " + std::string(expected) +
                     " but found " + (value == nullptr ? "nothing" : describe_json(*value)));
 }
 
-LOADSTAR_DECL std::string describe_json(const nlohmann::json& value) {
+std::string describe_json(const nlohmann::json& value) {
   std::string text = value.dump();
   if (text.size() > 80) text = text.substr(0, 77) + "...";
   return text;

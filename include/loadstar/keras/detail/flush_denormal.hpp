@@ -40,12 +40,11 @@ class ScopedFlushDenormal {
 
 }  // namespace loadstar::keras::detail
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::detail {
 
-LOADSTAR_DECL ScopedFlushDenormal::ScopedFlushDenormal() noexcept {
+ScopedFlushDenormal::ScopedFlushDenormal() noexcept {
 #if defined(LOADSTAR_HAS_MXCSR)
   saved_ = _mm_getcsr();
   _mm_setcsr(saved_ | flush_to_zero | denormals_are_zero);

@@ -57,36 +57,35 @@ LOADSTAR_DECL std::string to_snake_case(const std::string& name);
 
 }  // namespace loadstar::keras::detail
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::detail {
 
-LOADSTAR_DECL std::uint64_t next_node_id() {
+std::uint64_t next_node_id() {
   static std::uint64_t counter = 0;
   static std::mutex mutex;
   const std::lock_guard lock(mutex);
   return ++counter;
 }
 
-LOADSTAR_DECL SeedState& seed_state() {
+SeedState& seed_state() {
   static SeedState state;
   return state;
 }
 
-LOADSTAR_DECL std::uint64_t next_seed() {
+std::uint64_t next_seed() {
   auto& state = seed_state();
   const std::lock_guard lock(state.mutex);
   return splitmix64(state.seed * 0x100000001B3ULL + ++state.drawn);
 }
 
-LOADSTAR_DECL std::uint64_t global_seed() {
+std::uint64_t global_seed() {
   auto& state = seed_state();
   const std::lock_guard lock(state.mutex);
   return state.seed;
 }
 
-LOADSTAR_DECL std::string to_snake_case(const std::string& name) {
+std::string to_snake_case(const std::string& name) {
   const auto upper = [](char c) { return std::isupper(static_cast<unsigned char>(c)) != 0; };
   const auto lower = [](char c) { return std::islower(static_cast<unsigned char>(c)) != 0; };
   std::string first;

@@ -51,13 +51,12 @@ LOADSTAR_DECL GraphPlan plan_graph(const std::string& model, const std::vector<K
 
 }  // namespace loadstar::keras::detail
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::detail {
 
-LOADSTAR_DECL GraphPlan plan_graph(const std::string& model, const std::vector<KerasTensor>& inputs,
-                                   const std::vector<KerasTensor>& outputs) {
+GraphPlan plan_graph(const std::string& model, const std::vector<KerasTensor>& inputs,
+                     const std::vector<KerasTensor>& outputs) {
   GraphPlan plan;
   auto& output_direct_ = plan.output_direct;
   if (inputs.empty()) throw ConfigError("model '" + model + "': has no inputs");

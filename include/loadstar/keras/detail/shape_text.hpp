@@ -15,12 +15,11 @@ LOADSTAR_DECL std::string batch_shape_str(const Shape& shape);
 
 }  // namespace loadstar::keras::detail
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::detail {
 
-LOADSTAR_DECL std::string batch_shape_str(const Shape& shape) {
+std::string batch_shape_str(const Shape& shape) {
   std::string s = "(None";
   for (std::size_t d : shape)
     s += ", " + std::to_string(d);

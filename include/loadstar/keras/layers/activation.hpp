@@ -44,34 +44,31 @@ class Activation : public detail::SameShapeLayer {
 
 }  // namespace loadstar::keras::layers
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::layers {
 
-LOADSTAR_DECL void Activation::forward(std::span<const Tensor<float>> inputs,
-                                       const Tensor<float>& output, const CallContext& ctx) {
+void Activation::forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+                         const CallContext& ctx) {
   check_inputs(inputs);
   ctx.backend.activation_forward(activation_, inputs[0], output);
 }
 
-LOADSTAR_DECL void Activation::backward(std::span<const Tensor<float>> inputs,
-                                        const Tensor<float>& output,
-                                        const Tensor<float>& output_gradient,
-                                        std::span<const Tensor<float>> input_gradients,
-                                        const CallContext& ctx) {
+void Activation::backward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+                          const Tensor<float>& output_gradient,
+                          std::span<const Tensor<float>> input_gradients, const CallContext& ctx) {
   if (input_gradients.empty() || input_gradients[0].empty()) return;
   ctx.backend.activation_backward(activation_, inputs[0], output, output_gradient,
                                   input_gradients[0]);
 }
 
-LOADSTAR_DECL nlohmann::json Activation::get_config() const {
+nlohmann::json Activation::get_config() const {
   auto config = base_config();
   config["activation"] = activation_name(activation_);
   return config;
 }
 
-LOADSTAR_DECL std::shared_ptr<Layer> Activation::from_config(const nlohmann::json& config) {
+std::shared_ptr<Layer> Activation::from_config(const nlohmann::json& config) {
   const auto read = detail::layer_config(config, "Activation");
   return detail::finish_layer(
       read, std::make_shared<Activation>(detail::config_activation(read),

@@ -42,12 +42,11 @@ class Add : public detail::LayerBase {
 
 }  // namespace loadstar::keras::layers
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::layers {
 
-LOADSTAR_DECL Shape Add::build(std::span<const Shape> input_shapes, std::uint64_t) {
+Shape Add::build(std::span<const Shape> input_shapes, std::uint64_t) {
   if (input_shapes.size() < 2) {
     throw ShapeError(label() + ": expects at least 2 inputs but got " +
                      std::to_string(input_shapes.size()));
@@ -62,15 +61,15 @@ LOADSTAR_DECL Shape Add::build(std::span<const Shape> input_shapes, std::uint64_
   return input_shapes[0];
 }
 
-LOADSTAR_DECL void Add::forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
-                                const CallContext& ctx) {
+void Add::forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+                  const CallContext& ctx) {
   check_inputs(inputs);
   ctx.backend.add(inputs[0], inputs[1], output);
   for (std::size_t i = 2; i < inputs.size(); ++i)
     ctx.backend.add(output, inputs[i], output);
 }
 
-LOADSTAR_DECL std::shared_ptr<Layer> Add::from_config(const nlohmann::json& config) {
+std::shared_ptr<Layer> Add::from_config(const nlohmann::json& config) {
   const auto read = detail::layer_config(config, "Add");
   return detail::finish_layer(read,
                               std::make_shared<Add>(AddOptions{.name = detail::config_name(read)}));

@@ -73,13 +73,11 @@ class BatchNormalization : public detail::LayerBase {
 
 }  // namespace loadstar::keras::layers
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::layers {
 
-LOADSTAR_DECL Shape BatchNormalization::build(std::span<const Shape> input_shapes,
-                                              std::uint64_t seed) {
+Shape BatchNormalization::build(std::span<const Shape> input_shapes, std::uint64_t seed) {
   expect_inputs(input_shapes, 1);
   const Shape& in = input_shapes[0];
   if (in.rank() < 1)
@@ -109,9 +107,8 @@ LOADSTAR_DECL Shape BatchNormalization::build(std::span<const Shape> input_shape
   return in;
 }
 
-LOADSTAR_DECL void BatchNormalization::forward(std::span<const Tensor<float>> inputs,
-                                               const Tensor<float>& output,
-                                               const CallContext& ctx) {
+void BatchNormalization::forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+                                 const CallContext& ctx) {
   check_inputs(inputs);
   Backend& backend = ctx.backend;
   const Tensor<float>& x = inputs[0];
@@ -137,11 +134,10 @@ LOADSTAR_DECL void BatchNormalization::forward(std::span<const Tensor<float>> in
   }
 }
 
-LOADSTAR_DECL void BatchNormalization::backward(std::span<const Tensor<float>> inputs,
-                                                const Tensor<float>&,
-                                                const Tensor<float>& output_gradient,
-                                                std::span<const Tensor<float>> input_gradients,
-                                                const CallContext& ctx) {
+void BatchNormalization::backward(std::span<const Tensor<float>> inputs, const Tensor<float>&,
+                                  const Tensor<float>& output_gradient,
+                                  std::span<const Tensor<float>> input_gradients,
+                                  const CallContext& ctx) {
   Backend& backend = ctx.backend;
   const Tensor<float>& x = inputs[0];
   const Tensor<float> dx = input_gradients.empty() ? Tensor<float>() : input_gradients[0];
@@ -161,7 +157,7 @@ LOADSTAR_DECL void BatchNormalization::backward(std::span<const Tensor<float>> i
   }
 }
 
-LOADSTAR_DECL nlohmann::json BatchNormalization::get_config() const {
+nlohmann::json BatchNormalization::get_config() const {
   auto config = base_config();
   config["axis"] = options_.axis;
   config["momentum"] = options_.momentum;
@@ -178,7 +174,7 @@ LOADSTAR_DECL nlohmann::json BatchNormalization::get_config() const {
   return config;
 }
 
-LOADSTAR_DECL std::shared_ptr<Layer> BatchNormalization::from_config(const nlohmann::json& config) {
+std::shared_ptr<Layer> BatchNormalization::from_config(const nlohmann::json& config) {
   using detail::config_initializer;
   const auto read = detail::layer_config(config, "BatchNormalization");
   for (const char* key :

@@ -51,12 +51,11 @@ class Concatenate : public detail::LayerBase {
 
 }  // namespace loadstar::keras::layers
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::layers {
 
-LOADSTAR_DECL Shape Concatenate::build(std::span<const Shape> input_shapes, std::uint64_t) {
+Shape Concatenate::build(std::span<const Shape> input_shapes, std::uint64_t) {
   if (input_shapes.size() < 2) {
     throw ShapeError(label() + ": expects at least 2 inputs but got " +
                      std::to_string(input_shapes.size()));
@@ -86,19 +85,19 @@ LOADSTAR_DECL Shape Concatenate::build(std::span<const Shape> input_shapes, std:
   return out;
 }
 
-LOADSTAR_DECL void Concatenate::forward(std::span<const Tensor<float>> inputs,
-                                        const Tensor<float>& output, const CallContext& ctx) {
+void Concatenate::forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+                          const CallContext& ctx) {
   check_inputs(inputs);
   ctx.backend.concatenate(inputs, axis_in_sample_ + 1, output);
 }
 
-LOADSTAR_DECL nlohmann::json Concatenate::get_config() const {
+nlohmann::json Concatenate::get_config() const {
   auto config = base_config();
   config["axis"] = axis_;
   return config;
 }
 
-LOADSTAR_DECL std::shared_ptr<Layer> Concatenate::from_config(const nlohmann::json& config) {
+std::shared_ptr<Layer> Concatenate::from_config(const nlohmann::json& config) {
   const auto read = detail::layer_config(config, "Concatenate");
   return detail::finish_layer(
       read, std::make_shared<Concatenate>(ConcatenateOptions{.axis = detail::config_axis(read, -1),

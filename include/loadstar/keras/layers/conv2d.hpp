@@ -50,12 +50,11 @@ class Conv2D : public detail::Convolution {
 
 }  // namespace loadstar::keras::layers
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::layers {
 
-LOADSTAR_DECL Conv2D::Conv2D(std::size_t filters, Size2 kernel_size, Conv2DOptions options)
+Conv2D::Conv2D(std::size_t filters, Size2 kernel_size, Conv2DOptions options)
     : Convolution(options.name, filters, options.activation, options.use_bias,
                   options.kernel_initializer, options.bias_initializer),
       kernel_size_(kernel_size),
@@ -70,7 +69,7 @@ LOADSTAR_DECL Conv2D::Conv2D(std::size_t filters, Size2 kernel_size, Conv2DOptio
   }
 }
 
-LOADSTAR_DECL Shape Conv2D::build(std::span<const Shape> input_shapes, std::uint64_t seed) {
+Shape Conv2D::build(std::span<const Shape> input_shapes, std::uint64_t seed) {
   expect_inputs(input_shapes, 1);
   expect_rank(input_shapes[0], 3);
   const Shape in = input_last(input_shapes[0]);
@@ -101,7 +100,7 @@ LOADSTAR_DECL Shape Conv2D::build(std::span<const Shape> input_shapes, std::uint
                       Shape{h.out, w.out, filters_}, seed);
 }
 
-LOADSTAR_DECL nlohmann::json Conv2D::get_config() const {
+nlohmann::json Conv2D::get_config() const {
   auto config = convolution_config();
   config["kernel_size"] = {kernel_size_.h, kernel_size_.w};
   config["strides"] = {options_.strides.h, options_.strides.w};
@@ -110,7 +109,7 @@ LOADSTAR_DECL nlohmann::json Conv2D::get_config() const {
   return config;
 }
 
-LOADSTAR_DECL std::shared_ptr<Layer> Conv2D::from_config(const nlohmann::json& config) {
+std::shared_ptr<Layer> Conv2D::from_config(const nlohmann::json& config) {
   const auto read = detail::layer_config(config, "Conv2D");
   read.expect("groups", 1, "loadstar has no grouped convolutions");
   if (!read.has("kernel_size")) read.fail("kernel_size", "a positive integer or a list of two");

@@ -74,12 +74,11 @@ class Dense : public detail::LayerBase {
 
 }  // namespace loadstar::keras::layers
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::layers {
 
-LOADSTAR_DECL Dense::Dense(std::size_t units, DenseOptions options)
+Dense::Dense(std::size_t units, DenseOptions options)
     : LayerBase(options.name),
       units_(units),
       activation_(activation_from_name(options.activation)),
@@ -87,7 +86,7 @@ LOADSTAR_DECL Dense::Dense(std::size_t units, DenseOptions options)
   if (units == 0) throw ConfigError("dense layer '" + name() + "': units must be positive");
 }
 
-LOADSTAR_DECL Shape Dense::build(std::span<const Shape> input_shapes, std::uint64_t seed) {
+Shape Dense::build(std::span<const Shape> input_shapes, std::uint64_t seed) {
   expect_inputs(input_shapes, 1);
   const Shape& in = input_shapes[0];
   if (in.rank() < 1) {
@@ -120,8 +119,8 @@ LOADSTAR_DECL Shape Dense::build(std::span<const Shape> input_shapes, std::uint6
   return out;
 }
 
-LOADSTAR_DECL void Dense::forward(std::span<const Tensor<float>> inputs,
-                                  const Tensor<float>& output, const CallContext& ctx) {
+void Dense::forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+                    const CallContext& ctx) {
   check_inputs(inputs);
   const std::size_t rows = inputs[0].size() / features_;
   const Tensor<float> y = output.reshape({rows, units_});
@@ -154,11 +153,9 @@ LOADSTAR_DECL void Dense::forward(std::span<const Tensor<float>> inputs,
   if (activation_ != keras::Activation::linear) ctx.backend.activation_forward(activation_, y, y);
 }
 
-LOADSTAR_DECL void Dense::backward(std::span<const Tensor<float>> inputs,
-                                   const Tensor<float>& output,
-                                   const Tensor<float>& output_gradient,
-                                   std::span<const Tensor<float>> input_gradients,
-                                   const CallContext& ctx) {
+void Dense::backward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+                     const Tensor<float>& output_gradient,
+                     std::span<const Tensor<float>> input_gradients, const CallContext& ctx) {
   Backend& backend = ctx.backend;
   const std::size_t rows = inputs[0].size() / features_;
   const Tensor<float> x = inputs[0].reshape({rows, features_});
@@ -203,7 +200,7 @@ LOADSTAR_DECL void Dense::backward(std::span<const Tensor<float>> inputs,
   backend.gemm(dz, false, weights_[0].value, true, dx);
 }
 
-LOADSTAR_DECL nlohmann::json Dense::get_config() const {
+nlohmann::json Dense::get_config() const {
   auto config = base_config();
   config["units"] = units_;
   config["activation"] = activation_name(activation_);
@@ -216,7 +213,7 @@ LOADSTAR_DECL nlohmann::json Dense::get_config() const {
   return config;
 }
 
-LOADSTAR_DECL std::shared_ptr<Layer> Dense::from_config(const nlohmann::json& config) {
+std::shared_ptr<Layer> Dense::from_config(const nlohmann::json& config) {
   const auto read = detail::layer_config(config, "Dense");
   return detail::finish_layer(
       read,
@@ -232,7 +229,7 @@ LOADSTAR_DECL std::shared_ptr<Layer> Dense::from_config(const nlohmann::json& co
                               }));
 }
 
-LOADSTAR_DECL void Dense::affine(Backend& backend, const Tensor<float>& x, const Tensor<float>& y) {
+void Dense::affine(Backend& backend, const Tensor<float>& x, const Tensor<float>& y) {
   backend.gemm(x, false, weights_[0].value, false, y);
   if (options_.use_bias) backend.bias_add(y, weights_[1].value);
 }

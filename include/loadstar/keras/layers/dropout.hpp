@@ -52,20 +52,19 @@ class Dropout : public detail::SameShapeLayer {
 
 }  // namespace loadstar::keras::layers
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::layers {
 
-LOADSTAR_DECL Dropout::Dropout(double rate, DropoutOptions options)
+Dropout::Dropout(double rate, DropoutOptions options)
     : SameShapeLayer(options.name), rate_(rate), options_(std::move(options)) {
   if (!(rate >= 0.0 && rate < 1.0)) {
     throw ConfigError(label() + ": rate must be in [0, 1) but is " + std::to_string(rate));
   }
 }
 
-LOADSTAR_DECL void Dropout::forward(std::span<const Tensor<float>> inputs,
-                                    const Tensor<float>& output, const CallContext& ctx) {
+void Dropout::forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+                      const CallContext& ctx) {
   check_inputs(inputs);
   if (ctx.training) {
     ctx.backend.dropout(inputs[0], output, static_cast<float>(rate_), key(ctx));
@@ -74,10 +73,9 @@ LOADSTAR_DECL void Dropout::forward(std::span<const Tensor<float>> inputs,
   }
 }
 
-LOADSTAR_DECL void Dropout::backward(std::span<const Tensor<float>>, const Tensor<float>&,
-                                     const Tensor<float>& output_gradient,
-                                     std::span<const Tensor<float>> input_gradients,
-                                     const CallContext& ctx) {
+void Dropout::backward(std::span<const Tensor<float>>, const Tensor<float>&,
+                       const Tensor<float>& output_gradient,
+                       std::span<const Tensor<float>> input_gradients, const CallContext& ctx) {
   if (input_gradients.empty() || input_gradients[0].empty()) return;
   if (ctx.training) {
     ctx.backend.dropout(output_gradient, input_gradients[0], static_cast<float>(rate_), key(ctx));
@@ -86,7 +84,7 @@ LOADSTAR_DECL void Dropout::backward(std::span<const Tensor<float>>, const Tenso
   }
 }
 
-LOADSTAR_DECL nlohmann::json Dropout::get_config() const {
+nlohmann::json Dropout::get_config() const {
   auto config = base_config();
   config["rate"] = rate_;
   config["noise_shape"] = nullptr;
@@ -94,7 +92,7 @@ LOADSTAR_DECL nlohmann::json Dropout::get_config() const {
   return config;
 }
 
-LOADSTAR_DECL std::shared_ptr<Layer> Dropout::from_config(const nlohmann::json& config) {
+std::shared_ptr<Layer> Dropout::from_config(const nlohmann::json& config) {
   const auto read = detail::layer_config(config, "Dropout");
   read.expect("noise_shape", nullptr, "loadstar drops elements independently");
   const auto rate = read.get<double>("rate");
@@ -104,7 +102,7 @@ LOADSTAR_DECL std::shared_ptr<Layer> Dropout::from_config(const nlohmann::json& 
   return detail::finish_layer(read, std::make_shared<Dropout>(rate, options));
 }
 
-LOADSTAR_DECL std::uint64_t Dropout::key(const CallContext& ctx) const {
+std::uint64_t Dropout::key(const CallContext& ctx) const {
   const std::uint64_t seed = options_.seed.value_or(ctx.seed);
   return SplitMix64::mix(SplitMix64::mix(seed) ^ SplitMix64::mix(ctx.step + 0x632BE59BD9B4E019ULL) ^
                          std::hash<std::string>{}(name()));

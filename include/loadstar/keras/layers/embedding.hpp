@@ -57,13 +57,11 @@ class Embedding : public detail::LayerBase {
 
 }  // namespace loadstar::keras::layers
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::layers {
 
-LOADSTAR_DECL Embedding::Embedding(std::size_t input_dim, std::size_t output_dim,
-                                   EmbeddingOptions options)
+Embedding::Embedding(std::size_t input_dim, std::size_t output_dim, EmbeddingOptions options)
     : LayerBase(options.name),
       input_dim_(input_dim),
       output_dim_(output_dim),
@@ -72,7 +70,7 @@ LOADSTAR_DECL Embedding::Embedding(std::size_t input_dim, std::size_t output_dim
     throw ConfigError(label() + ": input_dim and output_dim must be positive");
 }
 
-LOADSTAR_DECL Shape Embedding::build(std::span<const Shape> input_shapes, std::uint64_t seed) {
+Shape Embedding::build(std::span<const Shape> input_shapes, std::uint64_t seed) {
   expect_inputs(input_shapes, 1);
   if (weights_.empty()) {
     Tensor<float> embeddings({input_dim_, output_dim_});
@@ -86,8 +84,8 @@ LOADSTAR_DECL Shape Embedding::build(std::span<const Shape> input_shapes, std::u
   return out;
 }
 
-LOADSTAR_DECL void Embedding::forward(std::span<const Tensor<float>> inputs,
-                                      const Tensor<float>& output, const CallContext& ctx) {
+void Embedding::forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+                        const CallContext& ctx) {
   check_inputs(inputs);
   const auto bad = ctx.backend.gather(inputs[0], weights_[0].value, rows(output));
   if (bad) {
@@ -101,7 +99,7 @@ LOADSTAR_DECL void Embedding::forward(std::span<const Tensor<float>> inputs,
   }
 }
 
-LOADSTAR_DECL nlohmann::json Embedding::get_config() const {
+nlohmann::json Embedding::get_config() const {
   auto config = base_config();
   config["input_dim"] = input_dim_;
   config["output_dim"] = output_dim_;
@@ -114,7 +112,7 @@ LOADSTAR_DECL nlohmann::json Embedding::get_config() const {
   return config;
 }
 
-LOADSTAR_DECL std::shared_ptr<Layer> Embedding::from_config(const nlohmann::json& config) {
+std::shared_ptr<Layer> Embedding::from_config(const nlohmann::json& config) {
   const auto read = detail::layer_config(config, "Embedding");
   read.expect("mask_zero", false, "loadstar has no masks");
   read.expect("embeddings_regularizer", nullptr, "loadstar has no regularizers");

@@ -53,12 +53,11 @@ class Flatten : public detail::ShapeOnlyLayer {
 
 }  // namespace loadstar::keras::layers
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::layers {
 
-LOADSTAR_DECL Shape Flatten::build(std::span<const Shape> input_shapes, std::uint64_t) {
+Shape Flatten::build(std::span<const Shape> input_shapes, std::uint64_t) {
   expect_inputs(input_shapes, 1);
   const Shape out{input_shapes[0].elements()};
   // Keras's Flatten.call: with channels_first and inputs of rank > 1 (batch axis included),
@@ -73,8 +72,8 @@ LOADSTAR_DECL Shape Flatten::build(std::span<const Shape> input_shapes, std::uin
   return out;
 }
 
-LOADSTAR_DECL void Flatten::forward(std::span<const Tensor<float>> inputs,
-                                    const Tensor<float>& output, const CallContext& ctx) {
+void Flatten::forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+                      const CallContext& ctx) {
   if (!moves_) {
     ShapeOnlyLayer::forward(inputs, output, ctx);
     return;
@@ -83,11 +82,9 @@ LOADSTAR_DECL void Flatten::forward(std::span<const Tensor<float>> inputs,
   ctx.backend.permute(inputs[0], to_last_, output.reshape(in_last_.prepend(inputs[0].rows())));
 }
 
-LOADSTAR_DECL void Flatten::backward(std::span<const Tensor<float>> inputs,
-                                     const Tensor<float>& output,
-                                     const Tensor<float>& output_gradient,
-                                     std::span<const Tensor<float>> input_gradients,
-                                     const CallContext& ctx) {
+void Flatten::backward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+                       const Tensor<float>& output_gradient,
+                       std::span<const Tensor<float>> input_gradients, const CallContext& ctx) {
   if (!moves_) {
     ShapeOnlyLayer::backward(inputs, output, output_gradient, input_gradients, ctx);
     return;
@@ -97,13 +94,13 @@ LOADSTAR_DECL void Flatten::backward(std::span<const Tensor<float>> inputs,
                       input_gradients[0]);
 }
 
-LOADSTAR_DECL nlohmann::json Flatten::get_config() const {
+nlohmann::json Flatten::get_config() const {
   auto config = base_config();
   config["data_format"] = channels_first_ ? "channels_first" : "channels_last";
   return config;
 }
 
-LOADSTAR_DECL std::shared_ptr<Layer> Flatten::from_config(const nlohmann::json& config) {
+std::shared_ptr<Layer> Flatten::from_config(const nlohmann::json& config) {
   const auto read = detail::layer_config(config, "Flatten");
   return detail::finish_layer(
       read,

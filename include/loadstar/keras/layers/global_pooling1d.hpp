@@ -34,19 +34,17 @@ class GlobalMaxPooling1D : public detail::GlobalPooling<true, 1> {
 
 }  // namespace loadstar::keras::layers
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::layers {
 
-LOADSTAR_DECL std::shared_ptr<Layer> GlobalAveragePooling1D::from_config(
-    const nlohmann::json& config) {
+std::shared_ptr<Layer> GlobalAveragePooling1D::from_config(const nlohmann::json& config) {
   const auto read = detail::layer_config(config, "GlobalAveragePooling1D");
   return detail::finish_layer(read,
                               std::make_shared<GlobalAveragePooling1D>(options_from_config(read)));
 }
 
-LOADSTAR_DECL std::shared_ptr<Layer> GlobalMaxPooling1D::from_config(const nlohmann::json& config) {
+std::shared_ptr<Layer> GlobalMaxPooling1D::from_config(const nlohmann::json& config) {
   const auto read = detail::layer_config(config, "GlobalMaxPooling1D");
   return detail::finish_layer(read,
                               std::make_shared<GlobalMaxPooling1D>(options_from_config(read)));

@@ -34,19 +34,17 @@ class GlobalMaxPooling2D : public detail::GlobalPooling<true, 2> {
 
 }  // namespace loadstar::keras::layers
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::layers {
 
-LOADSTAR_DECL std::shared_ptr<Layer> GlobalAveragePooling2D::from_config(
-    const nlohmann::json& config) {
+std::shared_ptr<Layer> GlobalAveragePooling2D::from_config(const nlohmann::json& config) {
   const auto read = detail::layer_config(config, "GlobalAveragePooling2D");
   return detail::finish_layer(read,
                               std::make_shared<GlobalAveragePooling2D>(options_from_config(read)));
 }
 
-LOADSTAR_DECL std::shared_ptr<Layer> GlobalMaxPooling2D::from_config(const nlohmann::json& config) {
+std::shared_ptr<Layer> GlobalMaxPooling2D::from_config(const nlohmann::json& config) {
   const auto read = detail::layer_config(config, "GlobalMaxPooling2D");
   return detail::finish_layer(read,
                               std::make_shared<GlobalMaxPooling2D>(options_from_config(read)));

@@ -44,12 +44,11 @@ class InputLayer : public detail::ShapeOnlyLayer {
 
 }  // namespace loadstar::keras::layers
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::layers {
 
-LOADSTAR_DECL Shape InputLayer::build(std::span<const Shape> input_shapes, std::uint64_t) {
+Shape InputLayer::build(std::span<const Shape> input_shapes, std::uint64_t) {
   if (input_shapes.size() > 1 || (input_shapes.size() == 1 && input_shapes[0] != shape_)) {
     throw ShapeError(label() + ": declared for inputs of shape " + batch_str(shape_) + " but got " +
                      (input_shapes.empty() ? std::string("none") : input_shapes[0].str()));
@@ -59,7 +58,7 @@ LOADSTAR_DECL Shape InputLayer::build(std::span<const Shape> input_shapes, std::
   return shape_;
 }
 
-LOADSTAR_DECL nlohmann::json InputLayer::get_config() const {
+nlohmann::json InputLayer::get_config() const {
   nlohmann::json batch_shape = nlohmann::json::array({nullptr});
   for (std::size_t d : shape_)
     batch_shape.push_back(d);
@@ -70,7 +69,7 @@ LOADSTAR_DECL nlohmann::json InputLayer::get_config() const {
           {"name", name()}};
 }
 
-LOADSTAR_DECL std::shared_ptr<Layer> InputLayer::from_config(const nlohmann::json& config) {
+std::shared_ptr<Layer> InputLayer::from_config(const nlohmann::json& config) {
   const auto read = detail::layer_config(config, "InputLayer");
   read.expect("sparse", false, "loadstar has no sparse inputs");
   read.expect("ragged", false, "loadstar has no ragged inputs");

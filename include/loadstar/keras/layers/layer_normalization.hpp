@@ -76,19 +76,17 @@ class LayerNormalization : public detail::LayerBase {
 
 }  // namespace loadstar::keras::layers
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::layers {
 
-LOADSTAR_DECL LayerNormalization::LayerNormalization(LayerNormalizationOptions options)
+LayerNormalization::LayerNormalization(LayerNormalizationOptions options)
     : LayerBase(options.name), options_(std::move(options)) {
   if (options_.axis.empty()) throw ConfigError(label() + ": axis must name at least one axis");
   if (!(options_.epsilon > 0.0F)) throw ConfigError(label() + ": epsilon must be positive");
 }
 
-LOADSTAR_DECL Shape LayerNormalization::build(std::span<const Shape> input_shapes,
-                                              std::uint64_t seed) {
+Shape LayerNormalization::build(std::span<const Shape> input_shapes, std::uint64_t seed) {
   expect_inputs(input_shapes, 1);
   const Shape& in = input_shapes[0];
   const auto rank = static_cast<int>(in.rank()) + 1;  // with the batch axis, as Keras counts
@@ -155,9 +153,8 @@ LOADSTAR_DECL Shape LayerNormalization::build(std::span<const Shape> input_shape
   return in;
 }
 
-LOADSTAR_DECL void LayerNormalization::forward(std::span<const Tensor<float>> inputs,
-                                               const Tensor<float>& output,
-                                               const CallContext& ctx) {
+void LayerNormalization::forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+                                 const CallContext& ctx) {
   check_inputs(inputs);
   staged_ = {inputs[0], output, gamma(), beta()};
   ctx.backend.host_kernel(staged_, [this](std::span<const Tensor<float>> t) {
@@ -177,11 +174,10 @@ LOADSTAR_DECL void LayerNormalization::forward(std::span<const Tensor<float>> in
   });
 }
 
-LOADSTAR_DECL void LayerNormalization::backward(std::span<const Tensor<float>> inputs,
-                                                const Tensor<float>&,
-                                                const Tensor<float>& output_gradient,
-                                                std::span<const Tensor<float>> input_gradients,
-                                                const CallContext& ctx) {
+void LayerNormalization::backward(std::span<const Tensor<float>> inputs, const Tensor<float>&,
+                                  const Tensor<float>& output_gradient,
+                                  std::span<const Tensor<float>> input_gradients,
+                                  const CallContext& ctx) {
   const Tensor<float> dx = input_gradients.empty() ? Tensor<float>() : input_gradients[0];
   staged_ = {inputs[0], output_gradient, dx, gamma(), gradient_of("gamma"), gradient_of("beta")};
   ctx.backend.host_kernel(staged_, [this](std::span<const Tensor<float>> t) {
@@ -216,7 +212,7 @@ LOADSTAR_DECL void LayerNormalization::backward(std::span<const Tensor<float>> i
   });
 }
 
-LOADSTAR_DECL nlohmann::json LayerNormalization::get_config() const {
+nlohmann::json LayerNormalization::get_config() const {
   auto config = base_config();
   config["axis"] = options_.axis;
   config["epsilon"] = options_.epsilon;
@@ -230,7 +226,7 @@ LOADSTAR_DECL nlohmann::json LayerNormalization::get_config() const {
   return config;
 }
 
-LOADSTAR_DECL std::shared_ptr<Layer> LayerNormalization::from_config(const nlohmann::json& config) {
+std::shared_ptr<Layer> LayerNormalization::from_config(const nlohmann::json& config) {
   const auto read = detail::layer_config(config, "LayerNormalization");
   for (const char* key :
        {"beta_regularizer", "gamma_regularizer", "beta_constraint", "gamma_constraint"})
@@ -261,7 +257,7 @@ LOADSTAR_DECL std::shared_ptr<Layer> LayerNormalization::from_config(const nlohm
                                     }));
 }
 
-LOADSTAR_DECL void LayerNormalization::statistics(const float* in) {
+void LayerNormalization::statistics(const float* in) {
   std::fill(mean_.begin(), mean_.end(), 0.0);
   std::fill(inverse_.begin(), inverse_.end(), 0.0);
   const std::size_t row = group_of_.size();
@@ -278,7 +274,7 @@ LOADSTAR_DECL void LayerNormalization::statistics(const float* in) {
     v = 1.0 / std::sqrt(v / n + static_cast<double>(options_.epsilon));
 }
 
-LOADSTAR_DECL Tensor<float> LayerNormalization::gradient_of(const std::string& name) const {
+Tensor<float> LayerNormalization::gradient_of(const std::string& name) const {
   for (const auto& w : weights_)
     if (w.name == name && w.trainable) return w.gradient;
   return {};

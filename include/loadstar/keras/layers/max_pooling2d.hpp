@@ -23,12 +23,11 @@ class MaxPooling2D : public detail::Pooling<true, 2> {
 
 }  // namespace loadstar::keras::layers
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::layers {
 
-LOADSTAR_DECL std::shared_ptr<Layer> MaxPooling2D::from_config(const nlohmann::json& config) {
+std::shared_ptr<Layer> MaxPooling2D::from_config(const nlohmann::json& config) {
   const auto read = detail::layer_config(config, "MaxPooling2D");
   return detail::finish_layer(read, std::make_shared<MaxPooling2D>(options_from_config(read)));
 }

@@ -54,12 +54,11 @@ class Permute : public detail::LayerBase {
 
 }  // namespace loadstar::keras::layers
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::layers {
 
-LOADSTAR_DECL Permute::Permute(std::vector<std::size_t> dims, PermuteOptions options)
+Permute::Permute(std::vector<std::size_t> dims, PermuteOptions options)
     : LayerBase(options.name), dims_(std::move(dims)) {
   std::vector<std::size_t> sorted = dims_;
   std::sort(sorted.begin(), sorted.end());
@@ -76,7 +75,7 @@ LOADSTAR_DECL Permute::Permute(std::vector<std::size_t> dims, PermuteOptions opt
     inverse_[axes_[i]] = i;
 }
 
-LOADSTAR_DECL Shape Permute::build(std::span<const Shape> input_shapes, std::uint64_t) {
+Shape Permute::build(std::span<const Shape> input_shapes, std::uint64_t) {
   expect_inputs(input_shapes, 1);
   const Shape& in = input_shapes[0];
   if (in.rank() != dims_.size()) {
@@ -90,27 +89,26 @@ LOADSTAR_DECL Shape Permute::build(std::span<const Shape> input_shapes, std::uin
   return Shape(out);
 }
 
-LOADSTAR_DECL void Permute::forward(std::span<const Tensor<float>> inputs,
-                                    const Tensor<float>& output, const CallContext& ctx) {
+void Permute::forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+                      const CallContext& ctx) {
   check_inputs(inputs);
   ctx.backend.permute(inputs[0], axes_, output);
 }
 
-LOADSTAR_DECL void Permute::backward(std::span<const Tensor<float>>, const Tensor<float>&,
-                                     const Tensor<float>& output_gradient,
-                                     std::span<const Tensor<float>> input_gradients,
-                                     const CallContext& ctx) {
+void Permute::backward(std::span<const Tensor<float>>, const Tensor<float>&,
+                       const Tensor<float>& output_gradient,
+                       std::span<const Tensor<float>> input_gradients, const CallContext& ctx) {
   if (input_gradients.empty() || input_gradients[0].empty()) return;
   ctx.backend.permute(output_gradient, inverse_, input_gradients[0]);
 }
 
-LOADSTAR_DECL nlohmann::json Permute::get_config() const {
+nlohmann::json Permute::get_config() const {
   auto config = base_config();
   config["dims"] = dims_;
   return config;
 }
 
-LOADSTAR_DECL std::shared_ptr<Layer> Permute::from_config(const nlohmann::json& config) {
+std::shared_ptr<Layer> Permute::from_config(const nlohmann::json& config) {
   const auto read = detail::layer_config(config, "Permute");
   const nlohmann::json* dims = read.find("dims");
   if (dims == nullptr || !dims->is_array() || dims->empty())
@@ -130,7 +128,7 @@ LOADSTAR_DECL std::shared_ptr<Layer> Permute::from_config(const nlohmann::json& 
       read, std::make_shared<Permute>(values, PermuteOptions{.name = detail::config_name(read)}));
 }
 
-LOADSTAR_DECL std::string Permute::dims_text() const {
+std::string Permute::dims_text() const {
   std::string text = "(";
   for (std::size_t i = 0; i < dims_.size(); ++i)
     text += (i == 0 ? "" : ", ") + std::to_string(dims_[i]);

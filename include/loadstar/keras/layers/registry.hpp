@@ -68,12 +68,11 @@ using LayerRegistry = Registry<Layer>;
 
 }  // namespace loadstar::keras::layers
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras {
 
-LOADSTAR_DECL void RegistryTraits<loadstar::keras::Layer>::defaults(Registry<Layer>& registry) {
+void RegistryTraits<loadstar::keras::Layer>::defaults(Registry<Layer>& registry) {
   using namespace layers;
   registry.add("InputLayer", InputLayer::from_config);
   registry.add("Dense", Dense::from_config);

@@ -78,22 +78,20 @@ class LeakyReLU : public detail::ReLUBase {
 
 }  // namespace loadstar::keras::layers
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::layers::detail {
 
-LOADSTAR_DECL void ReLUBase::forward(std::span<const Tensor<float>> inputs,
-                                     const Tensor<float>& output, const CallContext& ctx) {
+void ReLUBase::forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+                       const CallContext& ctx) {
   check_inputs(inputs);
   ctx.backend.relu_forward(inputs[0], output, options_.max_value, options_.negative_slope,
                            options_.threshold);
 }
 
-LOADSTAR_DECL void ReLUBase::backward(std::span<const Tensor<float>> inputs, const Tensor<float>&,
-                                      const Tensor<float>& output_gradient,
-                                      std::span<const Tensor<float>> input_gradients,
-                                      const CallContext& ctx) {
+void ReLUBase::backward(std::span<const Tensor<float>> inputs, const Tensor<float>&,
+                        const Tensor<float>& output_gradient,
+                        std::span<const Tensor<float>> input_gradients, const CallContext& ctx) {
   if (input_gradients.empty() || input_gradients[0].empty()) return;
   ctx.backend.relu_backward(inputs[0], output_gradient, input_gradients[0], options_.max_value,
                             options_.negative_slope, options_.threshold);
@@ -102,14 +100,14 @@ LOADSTAR_DECL void ReLUBase::backward(std::span<const Tensor<float>> inputs, con
 }  // namespace loadstar::keras::layers::detail
 namespace loadstar::keras::layers {
 
-LOADSTAR_DECL ReLU::ReLU(ReLUOptions options) : ReLUBase(std::move(options)) {
+ReLU::ReLU(ReLUOptions options) : ReLUBase(std::move(options)) {
   if (options_.negative_slope < 0.0F || options_.threshold < 0.0F ||
       (options_.max_value && *options_.max_value < 0.0F)) {
     throw ConfigError(label() + ": max_value, negative_slope and threshold must be >= 0");
   }
 }
 
-LOADSTAR_DECL nlohmann::json ReLU::get_config() const {
+nlohmann::json ReLU::get_config() const {
   auto config = base_config();
   config["max_value"] =
       options_.max_value ? nlohmann::json(*options_.max_value) : nlohmann::json(nullptr);
@@ -118,7 +116,7 @@ LOADSTAR_DECL nlohmann::json ReLU::get_config() const {
   return config;
 }
 
-LOADSTAR_DECL std::shared_ptr<Layer> ReLU::from_config(const nlohmann::json& config) {
+std::shared_ptr<Layer> ReLU::from_config(const nlohmann::json& config) {
   const auto read = detail::layer_config(config, "ReLU");
   ReLUOptions options{
       .negative_slope = read.get("negative_slope", 0.0F),
@@ -129,13 +127,13 @@ LOADSTAR_DECL std::shared_ptr<Layer> ReLU::from_config(const nlohmann::json& con
   return detail::finish_layer(read, std::make_shared<ReLU>(options));
 }
 
-LOADSTAR_DECL nlohmann::json LeakyReLU::get_config() const {
+nlohmann::json LeakyReLU::get_config() const {
   auto config = base_config();
   config["alpha"] = options_.negative_slope;
   return config;
 }
 
-LOADSTAR_DECL std::shared_ptr<Layer> LeakyReLU::from_config(const nlohmann::json& config) {
+std::shared_ptr<Layer> LeakyReLU::from_config(const nlohmann::json& config) {
   const auto read = detail::layer_config(config, "LeakyReLU");
   // Keras 3 renamed `alpha` to `negative_slope`.
   const float alpha = read.get("alpha", read.get("negative_slope", 0.3F));

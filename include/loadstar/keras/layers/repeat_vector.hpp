@@ -46,17 +46,16 @@ class RepeatVector : public detail::LayerBase {
 
 }  // namespace loadstar::keras::layers
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::layers {
 
-LOADSTAR_DECL RepeatVector::RepeatVector(std::size_t n, RepeatVectorOptions options)
+RepeatVector::RepeatVector(std::size_t n, RepeatVectorOptions options)
     : LayerBase(options.name), n_(n) {
   if (n == 0) throw ConfigError(label() + ": n must be positive");
 }
 
-LOADSTAR_DECL Shape RepeatVector::build(std::span<const Shape> input_shapes, std::uint64_t) {
+Shape RepeatVector::build(std::span<const Shape> input_shapes, std::uint64_t) {
   expect_inputs(input_shapes, 1);
   expect_rank(input_shapes[0], 1);
   const Shape out{n_, input_shapes[0][0]};
@@ -64,8 +63,8 @@ LOADSTAR_DECL Shape RepeatVector::build(std::span<const Shape> input_shapes, std
   return out;
 }
 
-LOADSTAR_DECL void RepeatVector::forward(std::span<const Tensor<float>> inputs,
-                                         const Tensor<float>& output, const CallContext& ctx) {
+void RepeatVector::forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+                           const CallContext& ctx) {
   check_inputs(inputs);
   const std::size_t n = n_;
   const Tensor<float> tensors[] = {inputs[0], output};
@@ -78,10 +77,10 @@ LOADSTAR_DECL void RepeatVector::forward(std::span<const Tensor<float>> inputs,
   });
 }
 
-LOADSTAR_DECL void RepeatVector::backward(std::span<const Tensor<float>>, const Tensor<float>&,
-                                          const Tensor<float>& output_gradient,
-                                          std::span<const Tensor<float>> input_gradients,
-                                          const CallContext& ctx) {
+void RepeatVector::backward(std::span<const Tensor<float>>, const Tensor<float>&,
+                            const Tensor<float>& output_gradient,
+                            std::span<const Tensor<float>> input_gradients,
+                            const CallContext& ctx) {
   if (input_gradients.empty() || input_gradients[0].empty()) return;
   const std::size_t n = n_;
   const Tensor<float> tensors[] = {output_gradient, input_gradients[0]};
@@ -99,13 +98,13 @@ LOADSTAR_DECL void RepeatVector::backward(std::span<const Tensor<float>>, const 
   });
 }
 
-LOADSTAR_DECL nlohmann::json RepeatVector::get_config() const {
+nlohmann::json RepeatVector::get_config() const {
   auto config = base_config();
   config["n"] = n_;
   return config;
 }
 
-LOADSTAR_DECL std::shared_ptr<Layer> RepeatVector::from_config(const nlohmann::json& config) {
+std::shared_ptr<Layer> RepeatVector::from_config(const nlohmann::json& config) {
   const auto read = detail::layer_config(config, "RepeatVector");
   return detail::finish_layer(
       read, std::make_shared<RepeatVector>(read.positive("n"),

@@ -40,12 +40,11 @@ class Reshape : public detail::ShapeOnlyLayer {
 
 }  // namespace loadstar::keras::layers
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::layers {
 
-LOADSTAR_DECL Shape Reshape::build(std::span<const Shape> input_shapes, std::uint64_t) {
+Shape Reshape::build(std::span<const Shape> input_shapes, std::uint64_t) {
   expect_inputs(input_shapes, 1);
   const std::size_t total = input_shapes[0].elements();
   std::size_t known = 1;
@@ -74,13 +73,13 @@ LOADSTAR_DECL Shape Reshape::build(std::span<const Shape> input_shapes, std::uin
   return out;
 }
 
-LOADSTAR_DECL nlohmann::json Reshape::get_config() const {
+nlohmann::json Reshape::get_config() const {
   auto config = base_config();
   config["target_shape"] = target_;
   return config;
 }
 
-LOADSTAR_DECL std::shared_ptr<Layer> Reshape::from_config(const nlohmann::json& config) {
+std::shared_ptr<Layer> Reshape::from_config(const nlohmann::json& config) {
   const auto read = detail::layer_config(config, "Reshape");
   const auto target = read.get<std::vector<std::int64_t>>("target_shape");
   return detail::finish_layer(
@@ -88,7 +87,7 @@ LOADSTAR_DECL std::shared_ptr<Layer> Reshape::from_config(const nlohmann::json& 
                                       ReshapeOptions{.name = detail::config_name(read)}));
 }
 
-LOADSTAR_DECL std::string Reshape::target_str() const {
+std::string Reshape::target_str() const {
   std::string s = "(";
   for (std::size_t i = 0; i < target_.size(); ++i)
     s += (i ? ", " : "") + std::to_string(target_[i]);

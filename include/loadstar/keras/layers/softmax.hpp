@@ -45,12 +45,11 @@ class Softmax : public detail::LayerBase {
 
 }  // namespace loadstar::keras::layers
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::layers {
 
-LOADSTAR_DECL Shape Softmax::build(std::span<const Shape> input_shapes, std::uint64_t) {
+Shape Softmax::build(std::span<const Shape> input_shapes, std::uint64_t) {
   expect_inputs(input_shapes, 1);
   const auto rank = static_cast<int>(input_shapes[0].rank()) + 1;
   const int axis = axis_ < 0 ? axis_ + rank : axis_;
@@ -63,27 +62,26 @@ LOADSTAR_DECL Shape Softmax::build(std::span<const Shape> input_shapes, std::uin
   return input_shapes[0];
 }
 
-LOADSTAR_DECL void Softmax::forward(std::span<const Tensor<float>> inputs,
-                                    const Tensor<float>& output, const CallContext& ctx) {
+void Softmax::forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+                      const CallContext& ctx) {
   check_inputs(inputs);
   ctx.backend.softmax_forward(inputs[0], output, axis_with_batch_);
 }
 
-LOADSTAR_DECL void Softmax::backward(std::span<const Tensor<float>>, const Tensor<float>& output,
-                                     const Tensor<float>& output_gradient,
-                                     std::span<const Tensor<float>> input_gradients,
-                                     const CallContext& ctx) {
+void Softmax::backward(std::span<const Tensor<float>>, const Tensor<float>& output,
+                       const Tensor<float>& output_gradient,
+                       std::span<const Tensor<float>> input_gradients, const CallContext& ctx) {
   if (input_gradients.empty() || input_gradients[0].empty()) return;
   ctx.backend.softmax_backward(output, output_gradient, input_gradients[0], axis_with_batch_);
 }
 
-LOADSTAR_DECL nlohmann::json Softmax::get_config() const {
+nlohmann::json Softmax::get_config() const {
   auto config = base_config();
   config["axis"] = axis_;
   return config;
 }
 
-LOADSTAR_DECL std::shared_ptr<Layer> Softmax::from_config(const nlohmann::json& config) {
+std::shared_ptr<Layer> Softmax::from_config(const nlohmann::json& config) {
   const auto read = detail::layer_config(config, "Softmax");
   return detail::finish_layer(
       read, std::make_shared<Softmax>(SoftmaxOptions{.axis = detail::config_axis(read, -1),

@@ -97,12 +97,11 @@ class UpSampling2D : public detail::LayerBase {
 
 }  // namespace loadstar::keras::layers
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::layers {
 
-LOADSTAR_DECL UpSampling2D::UpSampling2D(Size2 size, UpSampling2DOptions options)
+UpSampling2D::UpSampling2D(Size2 size, UpSampling2DOptions options)
     : LayerBase(options.name), size_(size), bilinear_(options.interpolation == "bilinear") {
   channels_first_ = detail::parse_data_format(options.data_format, label());
   if (options.interpolation != "nearest" && options.interpolation != "bilinear") {
@@ -112,7 +111,7 @@ LOADSTAR_DECL UpSampling2D::UpSampling2D(Size2 size, UpSampling2DOptions options
   if (size.h == 0 || size.w == 0) throw ConfigError(label() + ": size must be positive");
 }
 
-LOADSTAR_DECL Shape UpSampling2D::build(std::span<const Shape> input_shapes, std::uint64_t) {
+Shape UpSampling2D::build(std::span<const Shape> input_shapes, std::uint64_t) {
   expect_inputs(input_shapes, 1);
   expect_rank(input_shapes[0], 3);
   const Shape& in = input_shapes[0];
@@ -129,8 +128,8 @@ LOADSTAR_DECL Shape UpSampling2D::build(std::span<const Shape> input_shapes, std
   return out;
 }
 
-LOADSTAR_DECL void UpSampling2D::forward(std::span<const Tensor<float>> inputs,
-                                         const Tensor<float>& output, const CallContext& ctx) {
+void UpSampling2D::forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+                           const CallContext& ctx) {
   check_inputs(inputs);
   const Tensor<float> tensors[] = {inputs[0], output};
   ctx.backend.host_kernel(tensors, [this](std::span<const Tensor<float>> t) {
@@ -144,11 +143,10 @@ LOADSTAR_DECL void UpSampling2D::forward(std::span<const Tensor<float>> inputs,
   });
 }
 
-LOADSTAR_DECL void UpSampling2D::backward(std::span<const Tensor<float>> inputs,
-                                          const Tensor<float>&,
-                                          const Tensor<float>& output_gradient,
-                                          std::span<const Tensor<float>> input_gradients,
-                                          const CallContext& ctx) {
+void UpSampling2D::backward(std::span<const Tensor<float>> inputs, const Tensor<float>&,
+                            const Tensor<float>& output_gradient,
+                            std::span<const Tensor<float>> input_gradients,
+                            const CallContext& ctx) {
   if (input_gradients.empty() || input_gradients[0].empty()) return;
   const Tensor<float> tensors[] = {output_gradient, input_gradients[0]};
   ctx.backend.host_kernel(tensors, [&](std::span<const Tensor<float>> t) {
@@ -162,7 +160,7 @@ LOADSTAR_DECL void UpSampling2D::backward(std::span<const Tensor<float>> inputs,
   });
 }
 
-LOADSTAR_DECL nlohmann::json UpSampling2D::get_config() const {
+nlohmann::json UpSampling2D::get_config() const {
   auto config = base_config();
   config["size"] = {size_.h, size_.w};
   config["data_format"] = channels_first_ ? "channels_first" : "channels_last";
@@ -170,7 +168,7 @@ LOADSTAR_DECL nlohmann::json UpSampling2D::get_config() const {
   return config;
 }
 
-LOADSTAR_DECL std::shared_ptr<Layer> UpSampling2D::from_config(const nlohmann::json& config) {
+std::shared_ptr<Layer> UpSampling2D::from_config(const nlohmann::json& config) {
   const auto read = detail::layer_config(config, "UpSampling2D");
   const std::string interpolation = read.get("interpolation", "nearest");
   if (interpolation != "nearest" && interpolation != "bilinear")
@@ -185,8 +183,7 @@ LOADSTAR_DECL std::shared_ptr<Layer> UpSampling2D::from_config(const nlohmann::j
                               .name = detail::config_name(read)}));
 }
 
-LOADSTAR_DECL auto UpSampling2D::taps(std::size_t in, std::size_t factor) const
-    -> std::vector<Tap> {
+auto UpSampling2D::taps(std::size_t in, std::size_t factor) const -> std::vector<Tap> {
   std::vector<Tap> out(in * factor);
   for (std::size_t o = 0; o < out.size(); ++o) {
     if (!bilinear_) {

@@ -74,12 +74,11 @@ class ZeroPadding2D : public detail::LayerBase {
 
 }  // namespace loadstar::keras::layers
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::layers {
 
-LOADSTAR_DECL Shape ZeroPadding2D::build(std::span<const Shape> input_shapes, std::uint64_t) {
+Shape ZeroPadding2D::build(std::span<const Shape> input_shapes, std::uint64_t) {
   expect_inputs(input_shapes, 1);
   expect_rank(input_shapes[0], 3);
   const Shape& in = input_shapes[0];
@@ -95,8 +94,8 @@ LOADSTAR_DECL Shape ZeroPadding2D::build(std::span<const Shape> input_shapes, st
   return out;
 }
 
-LOADSTAR_DECL void ZeroPadding2D::forward(std::span<const Tensor<float>> inputs,
-                                          const Tensor<float>& output, const CallContext& ctx) {
+void ZeroPadding2D::forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+                            const CallContext& ctx) {
   check_inputs(inputs);
   const Tensor<float> tensors[] = {inputs[0], output};
   ctx.backend.host_kernel(tensors, [this](std::span<const Tensor<float>> t) {
@@ -105,24 +104,24 @@ LOADSTAR_DECL void ZeroPadding2D::forward(std::span<const Tensor<float>> inputs,
   });
 }
 
-LOADSTAR_DECL void ZeroPadding2D::backward(std::span<const Tensor<float>>, const Tensor<float>&,
-                                           const Tensor<float>& output_gradient,
-                                           std::span<const Tensor<float>> input_gradients,
-                                           const CallContext& ctx) {
+void ZeroPadding2D::backward(std::span<const Tensor<float>>, const Tensor<float>&,
+                             const Tensor<float>& output_gradient,
+                             std::span<const Tensor<float>> input_gradients,
+                             const CallContext& ctx) {
   if (input_gradients.empty() || input_gradients[0].empty()) return;
   const Tensor<float> tensors[] = {input_gradients[0], output_gradient};
   ctx.backend.host_kernel(
       tensors, [this](std::span<const Tensor<float>> t) { copy_rows(t[0], t[1], false); });
 }
 
-LOADSTAR_DECL nlohmann::json ZeroPadding2D::get_config() const {
+nlohmann::json ZeroPadding2D::get_config() const {
   auto config = base_config();
   config["padding"] = {{padding_.top, padding_.bottom}, {padding_.left, padding_.right}};
   config["data_format"] = channels_first_ ? "channels_first" : "channels_last";
   return config;
 }
 
-LOADSTAR_DECL std::shared_ptr<Layer> ZeroPadding2D::from_config(const nlohmann::json& config) {
+std::shared_ptr<Layer> ZeroPadding2D::from_config(const nlohmann::json& config) {
   const auto read = detail::layer_config(config, "ZeroPadding2D");
   Padding2D padding = 1;
   if (read.has("padding")) {
@@ -154,8 +153,8 @@ LOADSTAR_DECL std::shared_ptr<Layer> ZeroPadding2D::from_config(const nlohmann::
                                               .name = detail::config_name(read)}));
 }
 
-LOADSTAR_DECL void ZeroPadding2D::copy_rows(const Tensor<float>& image, const Tensor<float>& padded,
-                                            bool into) const {
+void ZeroPadding2D::copy_rows(const Tensor<float>& image, const Tensor<float>& padded,
+                              bool into) const {
   const std::size_t padded_w = width_ + padding_.left + padding_.right;
   const std::size_t padded_h = height_ + padding_.top + padding_.bottom;
   const std::size_t run = width_ * inner_;

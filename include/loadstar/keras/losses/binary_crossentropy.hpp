@@ -56,12 +56,11 @@ class BinaryCrossentropy : public detail::RowLoss<BinaryCrossentropy> {
 
 }  // namespace loadstar::keras::losses
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::losses {
 
-LOADSTAR_DECL std::unique_ptr<Loss> BinaryCrossentropy::from_config(const nlohmann::json& config) {
+std::unique_ptr<Loss> BinaryCrossentropy::from_config(const nlohmann::json& config) {
   const auto read = detail::loss_config(config, "BinaryCrossentropy");
   read.expect("axis", -1, "loadstar reduces over the last axis");
   return std::make_unique<BinaryCrossentropy>(
@@ -69,7 +68,7 @@ LOADSTAR_DECL std::unique_ptr<Loss> BinaryCrossentropy::from_config(const nlohma
       detail::config_reduction(read), read.get("name", "binary_crossentropy"));
 }
 
-LOADSTAR_DECL nlohmann::json BinaryCrossentropy::get_config() const {
+nlohmann::json BinaryCrossentropy::get_config() const {
   auto config = Loss::get_config();
   config["from_logits"] = from_logits_;
   config["label_smoothing"] = label_smoothing_;
@@ -77,8 +76,8 @@ LOADSTAR_DECL nlohmann::json BinaryCrossentropy::get_config() const {
   return config;
 }
 
-LOADSTAR_DECL double BinaryCrossentropy::row(const float* t, const float* p, std::size_t n,
-                                             float* g, double scale) const {
+double BinaryCrossentropy::row(const float* t, const float* p, std::size_t n, float* g,
+                               double scale) const {
   return detail::binary_crossentropy_row(from_logits_, label_smoothing_, t, p, n, g, scale);
 }
 

@@ -59,13 +59,11 @@ class CategoricalCrossentropy : public detail::RowLoss<CategoricalCrossentropy> 
 
 }  // namespace loadstar::keras::losses
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::losses {
 
-LOADSTAR_DECL std::unique_ptr<Loss> CategoricalCrossentropy::from_config(
-    const nlohmann::json& config) {
+std::unique_ptr<Loss> CategoricalCrossentropy::from_config(const nlohmann::json& config) {
   const auto read = detail::loss_config(config, "CategoricalCrossentropy");
   read.expect("axis", -1, "loadstar reduces over the last axis");
   return std::make_unique<CategoricalCrossentropy>(
@@ -73,7 +71,7 @@ LOADSTAR_DECL std::unique_ptr<Loss> CategoricalCrossentropy::from_config(
       detail::config_reduction(read), read.get("name", "categorical_crossentropy"));
 }
 
-LOADSTAR_DECL nlohmann::json CategoricalCrossentropy::get_config() const {
+nlohmann::json CategoricalCrossentropy::get_config() const {
   auto config = Loss::get_config();
   config["from_logits"] = from_logits_;
   config["label_smoothing"] = label_smoothing_;
@@ -81,16 +79,16 @@ LOADSTAR_DECL nlohmann::json CategoricalCrossentropy::get_config() const {
   return config;
 }
 
-LOADSTAR_DECL void CategoricalCrossentropy::check_shapes(const Tensor<float>& y_true,
-                                                         const Tensor<float>& y_pred) const {
+void CategoricalCrossentropy::check_shapes(const Tensor<float>& y_true,
+                                           const Tensor<float>& y_pred) const {
   if (y_true.shape() != y_pred.shape()) {
     throw ShapeError(name() + ": y_true of shape " + y_true.shape().str() +
                      " does not match y_pred of shape " + y_pred.shape().str());
   }
 }
 
-LOADSTAR_DECL double CategoricalCrossentropy::row(const float* t, const float* p, std::size_t n,
-                                                  float* g, double scale) const {
+double CategoricalCrossentropy::row(const float* t, const float* p, std::size_t n, float* g,
+                                    double scale) const {
   return detail::crossentropy_row(from_logits_, label_smoothing_, t, p, n, g, scale);
 }
 

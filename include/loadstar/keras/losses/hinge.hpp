@@ -38,22 +38,20 @@ class Hinge : public detail::RowLoss<Hinge> {
 
 }  // namespace loadstar::keras::losses
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::losses {
 
-LOADSTAR_DECL std::unique_ptr<Loss> Hinge::from_config(const nlohmann::json& config) {
+std::unique_ptr<Loss> Hinge::from_config(const nlohmann::json& config) {
   const auto read = detail::loss_config(config, "Hinge");
   return std::make_unique<Hinge>(detail::config_reduction(read), read.get("name", "hinge"));
 }
 
-LOADSTAR_DECL void Hinge::prepare(const Tensor<float>& y_true) {
+void Hinge::prepare(const Tensor<float>& y_true) {
   convert_ = std::all_of(y_true.begin(), y_true.end(), [](float y) { return y == 0 || y == 1; });
 }
 
-LOADSTAR_DECL double Hinge::row(const float* t, const float* p, std::size_t n, float* g,
-                                double scale) const {
+double Hinge::row(const float* t, const float* p, std::size_t n, float* g, double scale) const {
   double sum = 0;
   const double inverse = 1.0 / static_cast<double>(n);
   for (std::size_t i = 0; i < n; ++i) {

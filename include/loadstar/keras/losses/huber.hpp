@@ -45,25 +45,23 @@ class Huber : public detail::RowLoss<Huber> {
 
 }  // namespace loadstar::keras::losses
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::losses {
 
-LOADSTAR_DECL std::unique_ptr<Loss> Huber::from_config(const nlohmann::json& config) {
+std::unique_ptr<Loss> Huber::from_config(const nlohmann::json& config) {
   const auto read = detail::loss_config(config, "Huber");
   return std::make_unique<Huber>(read.get("delta", 1.0), detail::config_reduction(read),
                                  read.get("name", "huber_loss"));
 }
 
-LOADSTAR_DECL nlohmann::json Huber::get_config() const {
+nlohmann::json Huber::get_config() const {
   auto config = Loss::get_config();
   config["delta"] = delta_;
   return config;
 }
 
-LOADSTAR_DECL double Huber::row(const float* t, const float* p, std::size_t n, float* g,
-                                double scale) const {
+double Huber::row(const float* t, const float* p, std::size_t n, float* g, double scale) const {
   return detail::huber_row(delta_, t, p, n, g, scale);
 }
 

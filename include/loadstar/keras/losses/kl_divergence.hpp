@@ -41,19 +41,18 @@ class KLDivergence : public detail::RowLoss<KLDivergence> {
 
 }  // namespace loadstar::keras::losses
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::losses {
 
-LOADSTAR_DECL std::unique_ptr<Loss> KLDivergence::from_config(const nlohmann::json& config) {
+std::unique_ptr<Loss> KLDivergence::from_config(const nlohmann::json& config) {
   const auto read = detail::loss_config(config, "KLDivergence");
   return std::make_unique<KLDivergence>(detail::config_reduction(read),
                                         read.get("name", "kl_divergence"));
 }
 
-LOADSTAR_DECL double KLDivergence::row(const float* t, const float* p, std::size_t n, float* g,
-                                       double scale) const {
+double KLDivergence::row(const float* t, const float* p, std::size_t n, float* g,
+                         double scale) const {
   return detail::kl_divergence_row(t, p, n, g, scale);
 }
 

@@ -99,12 +99,11 @@ LOADSTAR_DECL Reduction config_reduction(const ConfigReader& read);
 }  // namespace detail
 }  // namespace loadstar::keras
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras {
 
-LOADSTAR_DECL nlohmann::json Loss::get_config() const {
+nlohmann::json Loss::get_config() const {
   const char* reductions[] = {"sum_over_batch_size", "sum", "none"};
   return {{"reduction", reductions[static_cast<int>(reduction_)]}, {"name", name_}};
 }
@@ -113,7 +112,7 @@ LOADSTAR_DECL nlohmann::json Loss::get_config() const {
 
 namespace loadstar::keras::detail {
 
-LOADSTAR_DECL Reduction config_reduction(const ConfigReader& read) {
+Reduction config_reduction(const ConfigReader& read) {
   const std::string reduction = read.get("reduction", "auto");
   if (reduction == "auto" || reduction == "sum_over_batch_size") {
     return Reduction::sum_over_batch_size;

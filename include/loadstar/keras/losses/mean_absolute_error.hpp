@@ -41,19 +41,18 @@ class MeanAbsoluteError : public detail::RowLoss<MeanAbsoluteError> {
 
 }  // namespace loadstar::keras::losses
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::losses {
 
-LOADSTAR_DECL std::unique_ptr<Loss> MeanAbsoluteError::from_config(const nlohmann::json& config) {
+std::unique_ptr<Loss> MeanAbsoluteError::from_config(const nlohmann::json& config) {
   const auto read = detail::loss_config(config, "MeanAbsoluteError");
   return std::make_unique<MeanAbsoluteError>(detail::config_reduction(read),
                                              read.get("name", "mean_absolute_error"));
 }
 
-LOADSTAR_DECL double MeanAbsoluteError::row(const float* t, const float* p, std::size_t n, float* g,
-                                            double scale) const {
+double MeanAbsoluteError::row(const float* t, const float* p, std::size_t n, float* g,
+                              double scale) const {
   return detail::absolute_error_row(t, p, n, g, scale);
 }
 

@@ -74,13 +74,11 @@ class SparseCategoricalCrossentropy : public detail::RowLoss<SparseCategoricalCr
 
 }  // namespace loadstar::keras::losses
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::losses {
 
-LOADSTAR_DECL std::unique_ptr<Loss> SparseCategoricalCrossentropy::from_config(
-    const nlohmann::json& config) {
+std::unique_ptr<Loss> SparseCategoricalCrossentropy::from_config(const nlohmann::json& config) {
   const auto read = detail::loss_config(config, "SparseCategoricalCrossentropy");
   read.expect("ignore_class", nullptr, "loadstar ignores no class");
   read.expect("axis", -1, "loadstar reduces over the last axis");
@@ -89,15 +87,15 @@ LOADSTAR_DECL std::unique_ptr<Loss> SparseCategoricalCrossentropy::from_config(
       read.get("name", "sparse_categorical_crossentropy"));
 }
 
-LOADSTAR_DECL nlohmann::json SparseCategoricalCrossentropy::get_config() const {
+nlohmann::json SparseCategoricalCrossentropy::get_config() const {
   auto config = Loss::get_config();
   config["from_logits"] = from_logits_;
   config["ignore_class"] = nullptr;
   return config;
 }
 
-LOADSTAR_DECL void SparseCategoricalCrossentropy::check_shapes(const Tensor<float>& y_true,
-                                                               const Tensor<float>& y_pred) const {
+void SparseCategoricalCrossentropy::check_shapes(const Tensor<float>& y_true,
+                                                 const Tensor<float>& y_pred) const {
   const Shape expected = detail::without_last_axis(y_pred.shape());
   if (y_pred.rank() >= 2 && y_true.shape() == y_pred.shape() &&
       y_pred.shape()[y_pred.rank() - 1] > 1) {
@@ -113,21 +111,22 @@ LOADSTAR_DECL void SparseCategoricalCrossentropy::check_shapes(const Tensor<floa
   }
 }
 
-LOADSTAR_DECL Deferred<double> SparseCategoricalCrossentropy::compute_deferred(
-    Backend& backend, const Tensor<float>& y_true, const Tensor<float>& y_pred,
-    const Tensor<float>* sample_weight, const Tensor<float>& gradient) {
+Deferred<double> SparseCategoricalCrossentropy::compute_deferred(Backend& backend,
+                                                                 const Tensor<float>& y_true,
+                                                                 const Tensor<float>& y_pred,
+                                                                 const Tensor<float>* sample_weight,
+                                                                 const Tensor<float>& gradient) {
   classes_hint_ = detail::last_axis(y_pred);
   return RowLoss::compute_deferred(backend, y_true, y_pred, sample_weight, gradient);
 }
 
-LOADSTAR_DECL double SparseCategoricalCrossentropy::row(const float* t, const float* p,
-                                                        std::size_t n, float* g,
-                                                        double scale) const {
+double SparseCategoricalCrossentropy::row(const float* t, const float* p, std::size_t n, float* g,
+                                          double scale) const {
   return detail::sparse_crossentropy_row(from_logits_, t, p, n, g, scale);
 }
 
-LOADSTAR_DECL void SparseCategoricalCrossentropy::check_labels(const Tensor<float>& y_true,
-                                                               std::size_t classes) const {
+void SparseCategoricalCrossentropy::check_labels(const Tensor<float>& y_true,
+                                                 std::size_t classes) const {
   for (std::size_t i = 0; i < y_true.size(); ++i) {
     const double v = y_true.data()[i];
     if (!(v >= 0 && v < static_cast<double>(classes)))
@@ -135,8 +134,8 @@ LOADSTAR_DECL void SparseCategoricalCrossentropy::check_labels(const Tensor<floa
   }
 }
 
-LOADSTAR_DECL void SparseCategoricalCrossentropy::report_bad_label(const BadIndex& bad,
-                                                                   std::size_t classes) const {
+void SparseCategoricalCrossentropy::report_bad_label(const BadIndex& bad,
+                                                     std::size_t classes) const {
   throw ConfigError(name() + ": label " + detail::format_value(bad.value) + " at row " +
                     std::to_string(bad.position) + " is outside [0, " + std::to_string(classes) +
                     ")");

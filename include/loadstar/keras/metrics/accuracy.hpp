@@ -146,73 +146,68 @@ class SparseTopKCategoricalAccuracy : public detail::MeanWrapper<SparseTopKCateg
 
 }  // namespace loadstar::keras::metrics
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::metrics {
 
-LOADSTAR_DECL std::unique_ptr<Metric> Accuracy::from_config(const nlohmann::json& config) {
+std::unique_ptr<Metric> Accuracy::from_config(const nlohmann::json& config) {
   const auto read = detail::metric_config(config, "Accuracy");
   return std::make_unique<Accuracy>(read.get("name", "accuracy"));
 }
 
-LOADSTAR_DECL std::unique_ptr<Metric> BinaryAccuracy::from_config(const nlohmann::json& config) {
+std::unique_ptr<Metric> BinaryAccuracy::from_config(const nlohmann::json& config) {
   const auto read = detail::metric_config(config, "BinaryAccuracy");
   return std::make_unique<BinaryAccuracy>(read.get("name", "binary_accuracy"),
                                           read.get("threshold", 0.5));
 }
 
-LOADSTAR_DECL nlohmann::json BinaryAccuracy::get_config() const {
+nlohmann::json BinaryAccuracy::get_config() const {
   auto config = Metric::get_config();
   config["threshold"] = threshold_;
   return config;
 }
 
-LOADSTAR_DECL double BinaryAccuracy::value(const float* t, const float* p, std::size_t n) const {
+double BinaryAccuracy::value(const float* t, const float* p, std::size_t n) const {
   return detail::binary_accuracy_value(t, p, n, threshold_);
 }
 
-LOADSTAR_DECL std::unique_ptr<Metric> CategoricalAccuracy::from_config(
-    const nlohmann::json& config) {
+std::unique_ptr<Metric> CategoricalAccuracy::from_config(const nlohmann::json& config) {
   const auto read = detail::metric_config(config, "CategoricalAccuracy");
   return std::make_unique<CategoricalAccuracy>(read.get("name", "categorical_accuracy"));
 }
 
-LOADSTAR_DECL std::unique_ptr<Metric> SparseCategoricalAccuracy::from_config(
-    const nlohmann::json& config) {
+std::unique_ptr<Metric> SparseCategoricalAccuracy::from_config(const nlohmann::json& config) {
   const auto read = detail::metric_config(config, "SparseCategoricalAccuracy");
   return std::make_unique<SparseCategoricalAccuracy>(
       read.get("name", "sparse_categorical_accuracy"));
 }
 
-LOADSTAR_DECL std::unique_ptr<Metric> TopKCategoricalAccuracy::from_config(
-    const nlohmann::json& config) {
+std::unique_ptr<Metric> TopKCategoricalAccuracy::from_config(const nlohmann::json& config) {
   const auto read = detail::metric_config(config, "TopKCategoricalAccuracy");
   return std::make_unique<TopKCategoricalAccuracy>(read.get("k", std::size_t{5}),
                                                    read.get("name", "top_k_categorical_accuracy"));
 }
 
-LOADSTAR_DECL nlohmann::json TopKCategoricalAccuracy::get_config() const {
+nlohmann::json TopKCategoricalAccuracy::get_config() const {
   auto config = Metric::get_config();
   config["k"] = k_;
   return config;
 }
 
-LOADSTAR_DECL std::unique_ptr<Metric> SparseTopKCategoricalAccuracy::from_config(
-    const nlohmann::json& config) {
+std::unique_ptr<Metric> SparseTopKCategoricalAccuracy::from_config(const nlohmann::json& config) {
   const auto read = detail::metric_config(config, "SparseTopKCategoricalAccuracy");
   return std::make_unique<SparseTopKCategoricalAccuracy>(
       read.get("k", std::size_t{5}), read.get("name", "sparse_top_k_categorical_accuracy"));
 }
 
-LOADSTAR_DECL nlohmann::json SparseTopKCategoricalAccuracy::get_config() const {
+nlohmann::json SparseTopKCategoricalAccuracy::get_config() const {
   auto config = Metric::get_config();
   config["k"] = k_;
   return config;
 }
 
-LOADSTAR_DECL void SparseTopKCategoricalAccuracy::check_shapes(const Tensor<float>& y_true,
-                                                               const Tensor<float>& y_pred) const {
+void SparseTopKCategoricalAccuracy::check_shapes(const Tensor<float>& y_true,
+                                                 const Tensor<float>& y_pred) const {
   check_sparse_shapes(y_true, y_pred);
   const std::size_t classes = detail::last_axis(y_pred);
   for (std::size_t i = 0; i < y_true.size(); ++i) {

@@ -52,12 +52,11 @@ class AUC : public Metric {
 
 }  // namespace loadstar::keras::metrics
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::metrics {
 
-LOADSTAR_DECL std::unique_ptr<Metric> AUC::from_config(const nlohmann::json& config) {
+std::unique_ptr<Metric> AUC::from_config(const nlohmann::json& config) {
   const auto read = detail::metric_config(config, "AUC");
   read.expect("curve", "ROC", "loadstar computes the ROC curve");
   read.expect("summation_method", "interpolation", "loadstar sums trapezoids");
@@ -69,7 +68,7 @@ LOADSTAR_DECL std::unique_ptr<Metric> AUC::from_config(const nlohmann::json& con
                                read.get("name", "auc"));
 }
 
-LOADSTAR_DECL nlohmann::json AUC::get_config() const {
+nlohmann::json AUC::get_config() const {
   auto config = Metric::get_config();
   config["num_thresholds"] = counts_.size();
   config["curve"] = "ROC";
@@ -79,7 +78,7 @@ LOADSTAR_DECL nlohmann::json AUC::get_config() const {
   return config;
 }
 
-LOADSTAR_DECL double AUC::result() const {
+double AUC::result() const {
   // Keras's AUC.result for ROC with 'interpolation': sum over i of
   // (fpr[i] - fpr[i+1]) * (recall[i] + recall[i+1]) / 2.
   auto point = [&](std::size_t i) {
@@ -99,7 +98,7 @@ LOADSTAR_DECL double AUC::result() const {
   return area;
 }
 
-LOADSTAR_DECL std::vector<double> AUC::thresholds(const std::string& owner, std::size_t n) {
+std::vector<double> AUC::thresholds(const std::string& owner, std::size_t n) {
   if (n < 2) {
     throw ConfigError(owner + ": num_thresholds must be at least 2 but is " + std::to_string(n));
   }

@@ -52,19 +52,17 @@ class Mean : public Metric {
 
 }  // namespace loadstar::keras::metrics
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::metrics {
 
-LOADSTAR_DECL std::unique_ptr<Metric> Mean::from_config(const nlohmann::json& config) {
+std::unique_ptr<Metric> Mean::from_config(const nlohmann::json& config) {
   const auto read = detail::metric_config(config, "Mean");
   return std::make_unique<Mean>(read.get("name", "mean"));
 }
 
-LOADSTAR_DECL void Mean::update_state(Backend& backend, const Tensor<float>& y_true,
-                                      const Tensor<float>& values,
-                                      const Tensor<float>* sample_weight) {
+void Mean::update_state(Backend& backend, const Tensor<float>& y_true, const Tensor<float>& values,
+                        const Tensor<float>* sample_weight) {
   if (!backend.is_host()) {
     detail::check_sample_weight(name(), sample_weight, values);
     static const Tensor<float> none;
@@ -78,8 +76,8 @@ LOADSTAR_DECL void Mean::update_state(Backend& backend, const Tensor<float>& y_t
   Metric::update_state(backend, y_true, values, sample_weight);
 }
 
-LOADSTAR_DECL void Mean::update_state(const Tensor<float>&, const Tensor<float>& values,
-                                      const Tensor<float>* sample_weight) {
+void Mean::update_state(const Tensor<float>&, const Tensor<float>& values,
+                        const Tensor<float>* sample_weight) {
   detail::check_sample_weight(name(), sample_weight, values);
   const std::size_t per_row = values.rows() == 0 ? 1 : values.size() / values.rows();
   for (std::size_t j = 0; j < values.size(); ++j) {

@@ -80,14 +80,12 @@ LOADSTAR_DECL ConfigReader metric_config(const nlohmann::json& config, std::stri
 }  // namespace detail
 }  // namespace loadstar::keras
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras {
 
-LOADSTAR_DECL void Metric::update_state(Backend& backend, const Tensor<float>& y_true,
-                                        const Tensor<float>& y_pred,
-                                        const Tensor<float>* sample_weight) {
+void Metric::update_state(Backend& backend, const Tensor<float>& y_true,
+                          const Tensor<float>& y_pred, const Tensor<float>* sample_weight) {
   const bool weighted = sample_weight != nullptr;
   static const Tensor<float> none;
   const Tensor<float>& weight = weighted ? *sample_weight : none;
@@ -96,7 +94,7 @@ LOADSTAR_DECL void Metric::update_state(Backend& backend, const Tensor<float>& y
   });
 }
 
-LOADSTAR_DECL std::shared_ptr<Metric> Metric::clone() const {
+std::shared_ptr<Metric> Metric::clone() const {
   throw ConfigError("metric '" + name_ + "' (" + class_name() +
                     "): clone() is not implemented, but the model needs a second object to " +
                     "measure evaluation separately from training; override clone()");
@@ -106,8 +104,7 @@ LOADSTAR_DECL std::shared_ptr<Metric> Metric::clone() const {
 
 namespace loadstar::keras::detail {
 
-LOADSTAR_DECL ConfigReader metric_config(const nlohmann::json& config,
-                                         std::string_view class_name) {
+ConfigReader metric_config(const nlohmann::json& config, std::string_view class_name) {
   auto read = ConfigReader::of(config, "metric", class_name);
   read.expect("dtype", "float32", "loadstar metrics accumulate in float32 and double");
   return read;

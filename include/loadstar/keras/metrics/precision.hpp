@@ -45,19 +45,18 @@ class Precision : public Metric {
 
 }  // namespace loadstar::keras::metrics
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::metrics {
 
-LOADSTAR_DECL std::unique_ptr<Metric> Precision::from_config(const nlohmann::json& config) {
+std::unique_ptr<Metric> Precision::from_config(const nlohmann::json& config) {
   const auto read = detail::metric_config(config, "Precision");
   read.expect("top_k", nullptr, "loadstar thresholds every prediction");
   read.expect("class_id", nullptr, "loadstar counts every class");
   return std::make_unique<Precision>(detail::config_threshold(read), read.get("name", "precision"));
 }
 
-LOADSTAR_DECL nlohmann::json Precision::get_config() const {
+nlohmann::json Precision::get_config() const {
   auto config = Metric::get_config();
   config["thresholds"] = threshold_;
   config["top_k"] = nullptr;
@@ -65,7 +64,7 @@ LOADSTAR_DECL nlohmann::json Precision::get_config() const {
   return config;
 }
 
-LOADSTAR_DECL double Precision::result() const {
+double Precision::result() const {
   const double tp = counts_.true_positives(0);
   return detail::divide_no_nan(tp, tp + counts_.false_positives(0));
 }

@@ -50,26 +50,25 @@ class MeanAbsoluteError : public detail::MeanWrapper<MeanAbsoluteError> {
 
 }  // namespace loadstar::keras::metrics
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::metrics {
 
-LOADSTAR_DECL std::unique_ptr<Metric> MeanSquaredError::from_config(const nlohmann::json& config) {
+std::unique_ptr<Metric> MeanSquaredError::from_config(const nlohmann::json& config) {
   const auto read = detail::metric_config(config, "MeanSquaredError");
   return std::make_unique<MeanSquaredError>(read.get("name", "mean_squared_error"));
 }
 
-LOADSTAR_DECL double MeanSquaredError::value(const float* t, const float* p, std::size_t n) const {
+double MeanSquaredError::value(const float* t, const float* p, std::size_t n) const {
   return detail::squared_error_mean(t, p, n);
 }
 
-LOADSTAR_DECL std::unique_ptr<Metric> MeanAbsoluteError::from_config(const nlohmann::json& config) {
+std::unique_ptr<Metric> MeanAbsoluteError::from_config(const nlohmann::json& config) {
   const auto read = detail::metric_config(config, "MeanAbsoluteError");
   return std::make_unique<MeanAbsoluteError>(read.get("name", "mean_absolute_error"));
 }
 
-LOADSTAR_DECL double MeanAbsoluteError::value(const float* t, const float* p, std::size_t n) const {
+double MeanAbsoluteError::value(const float* t, const float* p, std::size_t n) const {
   return detail::absolute_error_mean(t, p, n);
 }
 

@@ -58,12 +58,11 @@ class Adadelta : public detail::OptimizerBase {
 
 }  // namespace loadstar::keras::optimizers
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::optimizers {
 
-LOADSTAR_DECL std::unique_ptr<Optimizer> Adadelta::from_config(const nlohmann::json& config) {
+std::unique_ptr<Optimizer> Adadelta::from_config(const nlohmann::json& config) {
   const auto read = detail::optimizer_config(config, "Adadelta");
   detail::expect_no_weight_decay(read);
   auto options = detail::read_optimizer_options(read, AdadeltaOptions{});
@@ -72,14 +71,14 @@ LOADSTAR_DECL std::unique_ptr<Optimizer> Adadelta::from_config(const nlohmann::j
   return std::make_unique<Adadelta>(options);
 }
 
-LOADSTAR_DECL nlohmann::json Adadelta::get_config() const {
+nlohmann::json Adadelta::get_config() const {
   auto config = OptimizerBase::get_config();
   config["rho"] = rho_;
   config["epsilon"] = epsilon_;
   return config;
 }
 
-LOADSTAR_DECL std::optional<OptimizerStep> Adadelta::device_step(float lr) const {
+std::optional<OptimizerStep> Adadelta::device_step(float lr) const {
   OptimizerStep step;
   step.rule = UpdateRule::adadelta;
   step.learning_rate = lr;
@@ -88,8 +87,8 @@ LOADSTAR_DECL std::optional<OptimizerStep> Adadelta::device_step(float lr) const
   return step;
 }
 
-LOADSTAR_DECL void Adadelta::update_step(std::size_t index, detail::ArrayMap w,
-                                         const detail::ArrayMap& g, float lr) {
+void Adadelta::update_step(std::size_t index, detail::ArrayMap w, const detail::ArrayMap& g,
+                           float lr) {
   const auto rho = static_cast<float>(rho_);
   const auto epsilon = static_cast<float>(epsilon_);
   detail::ArrayMap accumulated_grad = slot(index, 0);

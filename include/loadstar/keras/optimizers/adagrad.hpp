@@ -56,12 +56,11 @@ class Adagrad : public detail::OptimizerBase {
 
 }  // namespace loadstar::keras::optimizers
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::optimizers {
 
-LOADSTAR_DECL std::unique_ptr<Optimizer> Adagrad::from_config(const nlohmann::json& config) {
+std::unique_ptr<Optimizer> Adagrad::from_config(const nlohmann::json& config) {
   const auto read = detail::optimizer_config(config, "Adagrad");
   detail::expect_no_weight_decay(read);
   auto options = detail::read_optimizer_options(read, AdagradOptions{});
@@ -71,14 +70,14 @@ LOADSTAR_DECL std::unique_ptr<Optimizer> Adagrad::from_config(const nlohmann::js
   return std::make_unique<Adagrad>(options);
 }
 
-LOADSTAR_DECL nlohmann::json Adagrad::get_config() const {
+nlohmann::json Adagrad::get_config() const {
   auto config = OptimizerBase::get_config();
   config["initial_accumulator_value"] = initial_;
   config["epsilon"] = epsilon_;
   return config;
 }
 
-LOADSTAR_DECL std::optional<OptimizerStep> Adagrad::device_step(float lr) const {
+std::optional<OptimizerStep> Adagrad::device_step(float lr) const {
   OptimizerStep step;
   step.rule = UpdateRule::adagrad;
   step.learning_rate = lr;
@@ -86,8 +85,8 @@ LOADSTAR_DECL std::optional<OptimizerStep> Adagrad::device_step(float lr) const 
   return step;
 }
 
-LOADSTAR_DECL void Adagrad::update_step(std::size_t index, detail::ArrayMap w,
-                                        const detail::ArrayMap& g, float lr) {
+void Adagrad::update_step(std::size_t index, detail::ArrayMap w, const detail::ArrayMap& g,
+                          float lr) {
   detail::ArrayMap accumulator = slot(index, 0);
   accumulator += g.square();
   w -= lr * g * (accumulator + static_cast<float>(epsilon_)).rsqrt();

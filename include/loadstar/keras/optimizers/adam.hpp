@@ -80,12 +80,11 @@ class Adam : public detail::AdamBase {
 
 }  // namespace loadstar::keras::optimizers
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::detail {
 
-LOADSTAR_DECL nlohmann::json AdamBase::get_config() const {
+nlohmann::json AdamBase::get_config() const {
   auto config = OptimizerBase::get_config();
   config["beta_1"] = beta_1_;
   config["beta_2"] = beta_2_;
@@ -94,12 +93,12 @@ LOADSTAR_DECL nlohmann::json AdamBase::get_config() const {
   return config;
 }
 
-LOADSTAR_DECL std::vector<std::string> AdamBase::slot_names() const {
+std::vector<std::string> AdamBase::slot_names() const {
   if (amsgrad_) return {"m", "v", "vhat"};
   return {"m", "v"};
 }
 
-LOADSTAR_DECL std::optional<OptimizerStep> AdamBase::device_step(float lr) const {
+std::optional<OptimizerStep> AdamBase::device_step(float lr) const {
   // The operands of update_step below, computed the same way.
   const auto step = static_cast<double>(iterations_ + 1);
   OptimizerStep s;
@@ -114,8 +113,7 @@ LOADSTAR_DECL std::optional<OptimizerStep> AdamBase::device_step(float lr) const
   return s;
 }
 
-LOADSTAR_DECL void AdamBase::update_step(std::size_t index, ArrayMap w, const ArrayMap& g,
-                                         float lr) {
+void AdamBase::update_step(std::size_t index, ArrayMap w, const ArrayMap& g, float lr) {
   const auto step = static_cast<double>(iterations_ + 1);
   const auto alpha = static_cast<float>(lr * std::sqrt(1.0 - std::pow(beta_2_, step)) /
                                         (1.0 - std::pow(beta_1_, step)));
@@ -150,7 +148,7 @@ LOADSTAR_DECL void AdamBase::update_step(std::size_t index, ArrayMap w, const Ar
 }  // namespace loadstar::keras::detail
 namespace loadstar::keras::optimizers {
 
-LOADSTAR_DECL std::unique_ptr<Optimizer> Adam::from_config(const nlohmann::json& config) {
+std::unique_ptr<Optimizer> Adam::from_config(const nlohmann::json& config) {
   const auto read = detail::optimizer_config(config, "Adam");
   detail::expect_no_weight_decay(read);
   auto options = detail::read_optimizer_options(read, AdamOptions{});

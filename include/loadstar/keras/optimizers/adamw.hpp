@@ -54,12 +54,11 @@ class AdamW : public detail::AdamBase {
 
 }  // namespace loadstar::keras::optimizers
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::optimizers {
 
-LOADSTAR_DECL std::unique_ptr<Optimizer> AdamW::from_config(const nlohmann::json& config) {
+std::unique_ptr<Optimizer> AdamW::from_config(const nlohmann::json& config) {
   const auto read = detail::optimizer_config(config, "AdamW");
   auto options = detail::read_optimizer_options(read, AdamWOptions{});
   options.weight_decay = read.get("weight_decay", options.weight_decay);
@@ -70,20 +69,20 @@ LOADSTAR_DECL std::unique_ptr<Optimizer> AdamW::from_config(const nlohmann::json
   return std::make_unique<AdamW>(options);
 }
 
-LOADSTAR_DECL nlohmann::json AdamW::get_config() const {
+nlohmann::json AdamW::get_config() const {
   auto config = AdamBase::get_config();
   config["weight_decay"] = weight_decay_;
   return config;
 }
 
-LOADSTAR_DECL std::optional<OptimizerStep> AdamW::device_step(float lr) const {
+std::optional<OptimizerStep> AdamW::device_step(float lr) const {
   auto step = AdamBase::device_step(lr);
   step->weight_decay = static_cast<float>(lr * weight_decay_);
   return step;
 }
 
-LOADSTAR_DECL void AdamW::update_step(std::size_t index, detail::ArrayMap w,
-                                      const detail::ArrayMap& g, float lr) {
+void AdamW::update_step(std::size_t index, detail::ArrayMap w, const detail::ArrayMap& g,
+                        float lr) {
   w -= w * static_cast<float>(lr * weight_decay_);
   AdamBase::update_step(index, w, g, lr);
 }

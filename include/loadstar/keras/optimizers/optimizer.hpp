@@ -89,13 +89,11 @@ class Optimizer {
 
 }  // namespace loadstar::keras
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras {
 
-LOADSTAR_DECL void Optimizer::apply_batch_gradients(std::span<Variable*> variables,
-                                                    std::size_t rows) {
+void Optimizer::apply_batch_gradients(std::span<Variable*> variables, std::size_t rows) {
   static_cast<void>(rows);
   apply_gradients(variables);
 }

@@ -74,12 +74,11 @@ class RMSprop : public detail::OptimizerBase {
 
 }  // namespace loadstar::keras::optimizers
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::optimizers {
 
-LOADSTAR_DECL std::unique_ptr<Optimizer> RMSprop::from_config(const nlohmann::json& config) {
+std::unique_ptr<Optimizer> RMSprop::from_config(const nlohmann::json& config) {
   const auto read = detail::optimizer_config(config, "RMSprop");
   detail::expect_no_weight_decay(read);
   auto options = detail::read_optimizer_options(read, RMSpropOptions{});
@@ -90,7 +89,7 @@ LOADSTAR_DECL std::unique_ptr<Optimizer> RMSprop::from_config(const nlohmann::js
   return std::make_unique<RMSprop>(options);
 }
 
-LOADSTAR_DECL nlohmann::json RMSprop::get_config() const {
+nlohmann::json RMSprop::get_config() const {
   auto config = OptimizerBase::get_config();
   config["rho"] = rho_;
   config["momentum"] = momentum_;
@@ -99,14 +98,14 @@ LOADSTAR_DECL nlohmann::json RMSprop::get_config() const {
   return config;
 }
 
-LOADSTAR_DECL std::vector<std::string> RMSprop::slot_names() const {
+std::vector<std::string> RMSprop::slot_names() const {
   std::vector<std::string> names{"velocity"};
   if (momentum_ > 0) names.emplace_back("momentum");
   if (centered_) names.emplace_back("average_gradient");
   return names;
 }
 
-LOADSTAR_DECL std::optional<OptimizerStep> RMSprop::device_step(float lr) const {
+std::optional<OptimizerStep> RMSprop::device_step(float lr) const {
   OptimizerStep step;
   step.rule = UpdateRule::rmsprop;
   step.learning_rate = lr;
@@ -117,8 +116,8 @@ LOADSTAR_DECL std::optional<OptimizerStep> RMSprop::device_step(float lr) const 
   return step;
 }
 
-LOADSTAR_DECL void RMSprop::update_step(std::size_t index, detail::ArrayMap w,
-                                        const detail::ArrayMap& g, float lr) {
+void RMSprop::update_step(std::size_t index, detail::ArrayMap w, const detail::ArrayMap& g,
+                          float lr) {
   const auto rho = static_cast<float>(rho_);
   const auto epsilon = static_cast<float>(epsilon_);
   detail::ArrayMap velocity = slot(index, 0);

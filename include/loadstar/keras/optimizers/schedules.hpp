@@ -178,19 +178,18 @@ class LearningRate {
 
 }  // namespace loadstar::keras::optimizers
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::optimizers::schedules {
 
-LOADSTAR_DECL double LearningRateSchedule::positive_steps(const keras::detail::ConfigReader& read) {
+double LearningRateSchedule::positive_steps(const keras::detail::ConfigReader& read) {
   const auto steps = read.get<double>("decay_steps");
   if (!(steps > 0)) read.fail("decay_steps", "a positive number");
   return steps;
 }
 
-LOADSTAR_DECL ExponentialDecay::ExponentialDecay(double initial_learning_rate, double decay_steps,
-                                                 double decay_rate, bool staircase)
+ExponentialDecay::ExponentialDecay(double initial_learning_rate, double decay_steps,
+                                   double decay_rate, bool staircase)
     : initial_(initial_learning_rate),
       decay_steps_(decay_steps),
       decay_rate_(decay_rate),
@@ -201,13 +200,13 @@ LOADSTAR_DECL ExponentialDecay::ExponentialDecay(double initial_learning_rate, d
   }
 }
 
-LOADSTAR_DECL double ExponentialDecay::operator()(std::int64_t step) const {
+double ExponentialDecay::operator()(std::int64_t step) const {
   double p = static_cast<double>(step) / decay_steps_;
   if (staircase_) p = std::floor(p);
   return initial_ * std::pow(decay_rate_, p);
 }
 
-LOADSTAR_DECL std::shared_ptr<const LearningRateSchedule> ExponentialDecay::from_config(
+std::shared_ptr<const LearningRateSchedule> ExponentialDecay::from_config(
     const nlohmann::json& config) {
   const auto read = keras::detail::ConfigReader::of(config, "schedule", "ExponentialDecay");
   return std::make_shared<ExponentialDecay>(read.get<double>("initial_learning_rate"),
@@ -215,15 +214,15 @@ LOADSTAR_DECL std::shared_ptr<const LearningRateSchedule> ExponentialDecay::from
                                             read.get("staircase", false));
 }
 
-LOADSTAR_DECL nlohmann::json ExponentialDecay::get_config() const {
+nlohmann::json ExponentialDecay::get_config() const {
   return {{"initial_learning_rate", initial_},
           {"decay_steps", decay_steps_},
           {"decay_rate", decay_rate_},
           {"staircase", staircase_}};
 }
 
-LOADSTAR_DECL PiecewiseConstantDecay::PiecewiseConstantDecay(std::vector<std::int64_t> boundaries,
-                                                             std::vector<double> values)
+PiecewiseConstantDecay::PiecewiseConstantDecay(std::vector<std::int64_t> boundaries,
+                                               std::vector<double> values)
     : boundaries_(std::move(boundaries)), values_(std::move(values)) {
   if (values_.size() != boundaries_.size() + 1) {
     throw ConfigError(
@@ -234,12 +233,12 @@ LOADSTAR_DECL PiecewiseConstantDecay::PiecewiseConstantDecay(std::vector<std::in
   }
 }
 
-LOADSTAR_DECL double PiecewiseConstantDecay::operator()(std::int64_t step) const {
+double PiecewiseConstantDecay::operator()(std::int64_t step) const {
   const auto it = std::lower_bound(boundaries_.begin(), boundaries_.end(), step);
   return values_[static_cast<std::size_t>(it - boundaries_.begin())];
 }
 
-LOADSTAR_DECL std::shared_ptr<const LearningRateSchedule> PiecewiseConstantDecay::from_config(
+std::shared_ptr<const LearningRateSchedule> PiecewiseConstantDecay::from_config(
     const nlohmann::json& config) {
   const auto read = keras::detail::ConfigReader::of(config, "schedule", "PiecewiseConstantDecay");
   auto boundaries = read.get<std::vector<std::int64_t>>("boundaries");
@@ -251,8 +250,7 @@ LOADSTAR_DECL std::shared_ptr<const LearningRateSchedule> PiecewiseConstantDecay
   return std::make_shared<PiecewiseConstantDecay>(std::move(boundaries), std::move(values));
 }
 
-LOADSTAR_DECL CosineDecay::CosineDecay(double initial_learning_rate, double decay_steps,
-                                       double alpha)
+CosineDecay::CosineDecay(double initial_learning_rate, double decay_steps, double alpha)
     : initial_(initial_learning_rate), decay_steps_(decay_steps), alpha_(alpha) {
   if (!(decay_steps > 0)) {
     throw ConfigError("CosineDecay: decay_steps must be positive but is " +
@@ -260,14 +258,13 @@ LOADSTAR_DECL CosineDecay::CosineDecay(double initial_learning_rate, double deca
   }
 }
 
-LOADSTAR_DECL double CosineDecay::operator()(std::int64_t step) const {
+double CosineDecay::operator()(std::int64_t step) const {
   const double s = std::min(static_cast<double>(step), decay_steps_);
   const double cosine = 0.5 * (1.0 + std::cos(std::numbers::pi * s / decay_steps_));
   return initial_ * ((1.0 - alpha_) * cosine + alpha_);
 }
 
-LOADSTAR_DECL std::shared_ptr<const LearningRateSchedule> CosineDecay::from_config(
-    const nlohmann::json& config) {
+std::shared_ptr<const LearningRateSchedule> CosineDecay::from_config(const nlohmann::json& config) {
   const auto read = keras::detail::ConfigReader::of(config, "schedule", "CosineDecay");
   // tf.keras 2.13 added a linear warmup; loadstar has none.
   read.expect("warmup_steps", 0, "loadstar's CosineDecay has no warmup");
@@ -275,8 +272,8 @@ LOADSTAR_DECL std::shared_ptr<const LearningRateSchedule> CosineDecay::from_conf
                                        positive_steps(read), read.get("alpha", 0.0));
 }
 
-LOADSTAR_DECL InverseTimeDecay::InverseTimeDecay(double initial_learning_rate, double decay_steps,
-                                                 double decay_rate, bool staircase)
+InverseTimeDecay::InverseTimeDecay(double initial_learning_rate, double decay_steps,
+                                   double decay_rate, bool staircase)
     : initial_(initial_learning_rate),
       decay_steps_(decay_steps),
       decay_rate_(decay_rate),
@@ -287,13 +284,13 @@ LOADSTAR_DECL InverseTimeDecay::InverseTimeDecay(double initial_learning_rate, d
   }
 }
 
-LOADSTAR_DECL double InverseTimeDecay::operator()(std::int64_t step) const {
+double InverseTimeDecay::operator()(std::int64_t step) const {
   double p = static_cast<double>(step) / decay_steps_;
   if (staircase_) p = std::floor(p);
   return initial_ / (1.0 + decay_rate_ * p);
 }
 
-LOADSTAR_DECL std::shared_ptr<const LearningRateSchedule> InverseTimeDecay::from_config(
+std::shared_ptr<const LearningRateSchedule> InverseTimeDecay::from_config(
     const nlohmann::json& config) {
   const auto read = keras::detail::ConfigReader::of(config, "schedule", "InverseTimeDecay");
   return std::make_shared<InverseTimeDecay>(read.get<double>("initial_learning_rate"),
@@ -301,7 +298,7 @@ LOADSTAR_DECL std::shared_ptr<const LearningRateSchedule> InverseTimeDecay::from
                                             read.get("staircase", false));
 }
 
-LOADSTAR_DECL nlohmann::json InverseTimeDecay::get_config() const {
+nlohmann::json InverseTimeDecay::get_config() const {
   return {{"initial_learning_rate", initial_},
           {"decay_steps", decay_steps_},
           {"decay_rate", decay_rate_},
@@ -311,7 +308,7 @@ LOADSTAR_DECL nlohmann::json InverseTimeDecay::get_config() const {
 }  // namespace loadstar::keras::optimizers::schedules
 namespace loadstar::keras {
 
-LOADSTAR_DECL void RegistryTraits<optimizers::schedules::LearningRateSchedule>::defaults(
+void RegistryTraits<optimizers::schedules::LearningRateSchedule>::defaults(
     Registry<optimizers::schedules::LearningRateSchedule>& registry) {
   using namespace optimizers::schedules;
   registry.add("ExponentialDecay", ExponentialDecay::from_config);
@@ -323,12 +320,12 @@ LOADSTAR_DECL void RegistryTraits<optimizers::schedules::LearningRateSchedule>::
 }  // namespace loadstar::keras
 namespace loadstar::keras::optimizers {
 
-LOADSTAR_DECL nlohmann::json LearningRate::get_config() const {
+nlohmann::json LearningRate::get_config() const {
   if (!schedule_) return value_;
   return {{"class_name", schedule_->class_name()}, {"config", schedule_->get_config()}};
 }
 
-LOADSTAR_DECL LearningRate LearningRate::from_config(const nlohmann::json& config) {
+LearningRate LearningRate::from_config(const nlohmann::json& config) {
   if (config.is_number()) return config.get<double>();
   return LearningRate(Registry<schedules::LearningRateSchedule>::instance().create(config));
 }

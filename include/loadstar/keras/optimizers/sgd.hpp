@@ -54,12 +54,11 @@ class SGD : public detail::OptimizerBase {
 
 }  // namespace loadstar::keras::optimizers
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::optimizers {
 
-LOADSTAR_DECL SGD::SGD(SGDOptions options)
+SGD::SGD(SGDOptions options)
     : OptimizerBase(options.name, options.learning_rate,
                     {options.clipnorm, options.global_clipnorm, options.clipvalue}),
       momentum_(options.momentum),
@@ -69,7 +68,7 @@ LOADSTAR_DECL SGD::SGD(SGDOptions options)
   }
 }
 
-LOADSTAR_DECL std::unique_ptr<Optimizer> SGD::from_config(const nlohmann::json& config) {
+std::unique_ptr<Optimizer> SGD::from_config(const nlohmann::json& config) {
   const auto read = detail::optimizer_config(config, "SGD");
   detail::expect_no_weight_decay(read);
   auto options = detail::read_optimizer_options(read, SGDOptions{});
@@ -78,19 +77,19 @@ LOADSTAR_DECL std::unique_ptr<Optimizer> SGD::from_config(const nlohmann::json& 
   return std::make_unique<SGD>(options);
 }
 
-LOADSTAR_DECL nlohmann::json SGD::get_config() const {
+nlohmann::json SGD::get_config() const {
   auto config = OptimizerBase::get_config();
   config["momentum"] = momentum_;
   config["nesterov"] = nesterov_;
   return config;
 }
 
-LOADSTAR_DECL std::vector<std::string> SGD::slot_names() const {
+std::vector<std::string> SGD::slot_names() const {
   if (momentum_ == 0) return {};
   return {"momentum"};
 }
 
-LOADSTAR_DECL std::optional<OptimizerStep> SGD::device_step(float lr) const {
+std::optional<OptimizerStep> SGD::device_step(float lr) const {
   OptimizerStep step;
   step.rule = momentum_ == 0 ? UpdateRule::sgd : UpdateRule::sgd_momentum;
   step.learning_rate = lr;
@@ -99,8 +98,7 @@ LOADSTAR_DECL std::optional<OptimizerStep> SGD::device_step(float lr) const {
   return step;
 }
 
-LOADSTAR_DECL void SGD::update_step(std::size_t index, detail::ArrayMap w,
-                                    const detail::ArrayMap& g, float lr) {
+void SGD::update_step(std::size_t index, detail::ArrayMap w, const detail::ArrayMap& g, float lr) {
   if (momentum_ == 0) {
     w -= lr * g;
     return;

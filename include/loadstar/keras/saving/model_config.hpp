@@ -105,7 +105,7 @@ LOADSTAR_DECL std::unique_ptr<Model> functional_from_config(const nlohmann::json
 
 }  // namespace detail
 
-LOADSTAR_DECL nlohmann::json model_get_config(const Model& model) {
+nlohmann::json model_get_config(const Model& model) {
   if (const auto* sequential = dynamic_cast<const Sequential*>(&model)) {
     nlohmann::json layers = nlohmann::json::array();
     if (!model.inputs().empty()) {
@@ -121,19 +121,19 @@ LOADSTAR_DECL nlohmann::json model_get_config(const Model& model) {
   return {{"class_name", "Functional"}, {"config", detail::functional_config(model)}};
 }
 
-LOADSTAR_DECL std::string to_json(const Model& model) {
+std::string to_json(const Model& model) {
   return model_get_config(model).dump();
 }
 
-LOADSTAR_DECL nlohmann::json Model::get_config() const {
+nlohmann::json Model::get_config() const {
   return model_get_config(*this);
 }
-LOADSTAR_DECL std::string Model::to_json() const {
+std::string Model::to_json() const {
   return keras::to_json(*this);
 }
 
-LOADSTAR_DECL std::unique_ptr<Model> model_from_config(const nlohmann::json& model_config,
-                                                       const CustomObjects* custom) {
+std::unique_ptr<Model> model_from_config(const nlohmann::json& model_config,
+                                         const CustomObjects* custom) {
   const detail::CustomObjectScope scope(custom);
   const detail::ConfigReader read(model_config, "model config", "model_config");
   const auto class_name = read.get<std::string>("class_name");
@@ -146,8 +146,7 @@ LOADSTAR_DECL std::unique_ptr<Model> model_from_config(const nlohmann::json& mod
   read.fail("class_name", "\"Sequential\", \"Functional\" or \"Model\"");
 }
 
-LOADSTAR_DECL std::unique_ptr<Model> model_from_json(std::string_view json,
-                                                     const CustomObjects* custom) {
+std::unique_ptr<Model> model_from_json(std::string_view json, const CustomObjects* custom) {
   nlohmann::json parsed;
   try {
     parsed = nlohmann::json::parse(json);
@@ -163,7 +162,7 @@ LOADSTAR_DECL std::unique_ptr<Model> model_from_json(std::string_view json,
 
 namespace loadstar::keras::detail {
 
-LOADSTAR_DECL nlohmann::json input_layer_config(const Shape& shape, const std::string& name) {
+nlohmann::json input_layer_config(const Shape& shape, const std::string& name) {
   nlohmann::json batch_shape = nlohmann::json::array({nullptr});
   for (std::size_t d : shape)
     batch_shape.push_back(d);
@@ -174,7 +173,7 @@ LOADSTAR_DECL nlohmann::json input_layer_config(const Shape& shape, const std::s
           {"name", name}};
 }
 
-LOADSTAR_DECL nlohmann::json functional_config(const Model& model) {
+nlohmann::json functional_config(const Model& model) {
   // The calls the outputs depend on, in creation (call) order.
   std::map<std::uint64_t, const GraphNode*> reached;
   std::vector<const GraphNode*> stack;
@@ -237,9 +236,8 @@ LOADSTAR_DECL nlohmann::json functional_config(const Model& model) {
           {"output_layers", std::move(output_layers)}};
 }
 
-LOADSTAR_DECL std::shared_ptr<Layer> layer_from_entry(const ConfigReader& model,
-                                                      const nlohmann::json& entry,
-                                                      const std::string& path) {
+std::shared_ptr<Layer> layer_from_entry(const ConfigReader& model, const nlohmann::json& entry,
+                                        const std::string& path) {
   const ConfigReader read(entry, model.owner(), path);
   const auto class_name = read.get<std::string>("class_name");
   const nlohmann::json empty = nlohmann::json::object();
@@ -263,7 +261,7 @@ LOADSTAR_DECL std::shared_ptr<Layer> layer_from_entry(const ConfigReader& model,
   }
 }
 
-LOADSTAR_DECL std::unique_ptr<Model> sequential_from_config(const nlohmann::json& config) {
+std::unique_ptr<Model> sequential_from_config(const nlohmann::json& config) {
   // Keras 2.0-2.1 write the list of layers alone; 2.2+ {"name": ..., "layers": [...]}.
   const nlohmann::json wrapped = {{"layers", config}};
   const nlohmann::json& object = config.is_array() ? wrapped : config;
@@ -305,8 +303,8 @@ LOADSTAR_DECL std::unique_ptr<Model> sequential_from_config(const nlohmann::json
   return model;
 }
 
-LOADSTAR_DECL std::unique_ptr<Model> functional_from_config(const nlohmann::json& config,
-                                                            std::string_view class_name) {
+std::unique_ptr<Model> functional_from_config(const nlohmann::json& config,
+                                              std::string_view class_name) {
   const std::string name =
       config.is_object() && config.contains("name") && config["name"].is_string()
           ? config["name"].get<std::string>()

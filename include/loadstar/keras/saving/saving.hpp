@@ -131,8 +131,7 @@ LOADSTAR_DECL nlohmann::json parse_file_json(const std::string& text, const std:
 
 }  // namespace detail
 
-LOADSTAR_DECL void save_model(const Model& model, const std::filesystem::path& path,
-                              const SaveOptions& options) {
+void save_model(const Model& model, const std::filesystem::path& path, const SaveOptions& options) {
   const std::string ext = detail::lower_extension(path);
   detail::require_built(model, "save_model '" + path.string() + "'");
   const bool with_optimizer = options.include_optimizer && model.compiled();
@@ -184,9 +183,8 @@ LOADSTAR_DECL void save_model(const Model& model, const std::filesystem::path& p
   });
 }
 
-LOADSTAR_DECL std::unique_ptr<Model> load_model(const std::filesystem::path& path,
-                                                const CustomObjects& custom_objects,
-                                                const LoadOptions& options) {
+std::unique_ptr<Model> load_model(const std::filesystem::path& path,
+                                  const CustomObjects& custom_objects, const LoadOptions& options) {
   const std::string signature = detail::file_signature(path);
   const std::string where = detail::model_file_name(path, signature);
   const detail::ModelFile file =
@@ -227,7 +225,7 @@ LOADSTAR_DECL std::unique_ptr<Model> load_model(const std::filesystem::path& pat
   });
 }
 
-LOADSTAR_DECL void save_weights(const Model& model, const std::filesystem::path& path) {
+void save_weights(const Model& model, const std::filesystem::path& path) {
   const std::string ext = detail::lower_extension(path);
   if (ext != ".h5" && ext != ".hdf5") {
     throw ConfigError("save_weights '" + path.string() +
@@ -249,8 +247,8 @@ LOADSTAR_DECL void save_weights(const Model& model, const std::filesystem::path&
   });
 }
 
-LOADSTAR_DECL void load_weights(Model& model, const std::filesystem::path& path,
-                                const LoadWeightsOptions& options) {
+void load_weights(Model& model, const std::filesystem::path& path,
+                  const LoadWeightsOptions& options) {
   detail::require_built(model, "load_weights '" + path.string() + "'");
   const std::string signature = detail::file_signature(path);
   const std::string where = detail::model_file_name(path, signature);
@@ -267,17 +265,15 @@ LOADSTAR_DECL void load_weights(Model& model, const std::filesystem::path& path,
   });
 }
 
-LOADSTAR_DECL void Model::save(const std::filesystem::path& path,
-                               const SaveOptions& options) const {
+void Model::save(const std::filesystem::path& path, const SaveOptions& options) const {
   save_model(*this, path, options);
 }
 
-LOADSTAR_DECL void Model::save_weights(const std::filesystem::path& path) const {
+void Model::save_weights(const std::filesystem::path& path) const {
   keras::save_weights(*this, path);
 }
 
-LOADSTAR_DECL void Model::load_weights(const std::filesystem::path& path,
-                                       const LoadWeightsOptions& options) {
+void Model::load_weights(const std::filesystem::path& path, const LoadWeightsOptions& options) {
   keras::load_weights(*this, path, options);
 }
 
@@ -285,29 +281,29 @@ LOADSTAR_DECL void Model::load_weights(const std::filesystem::path& path,
 
 namespace loadstar::keras::detail {
 
-LOADSTAR_DECL std::string lower_extension(const std::filesystem::path& path) {
+std::string lower_extension(const std::filesystem::path& path) {
   std::string ext = path.extension().string();
   std::transform(ext.begin(), ext.end(), ext.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   return ext;
 }
 
-LOADSTAR_DECL bool is_keras3_weights_name(const std::filesystem::path& path) {
+bool is_keras3_weights_name(const std::filesystem::path& path) {
   std::string name = path.filename().string();
   std::transform(name.begin(), name.end(), name.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   return name.size() > 11 && name.ends_with(".weights.h5");
 }
 
-LOADSTAR_DECL void require_built(const Model& model, const std::string& what) {
+void require_built(const Model& model, const std::string& what) {
   if (model.inputs().empty()) {
     throw ConfigError(what + ": model '" + model.name() +
                       "' is not built (give it an Input or train it on a batch first)");
   }
 }
 
-LOADSTAR_DECL void check_layer_classes(const nlohmann::json& config, const CustomObjects& custom,
-                                       const std::string& where) {
+void check_layer_classes(const nlohmann::json& config, const CustomObjects& custom,
+                         const std::string& where) {
   if (!config.is_object()) return;
   const auto inner = config.find("config");
   if (inner == config.end()) return;
@@ -334,8 +330,8 @@ LOADSTAR_DECL void check_layer_classes(const nlohmann::json& config, const Custo
   }
 }
 
-LOADSTAR_DECL nlohmann::json parse_file_json(const std::string& text, const std::string& where,
-                                             const std::string& what) {
+nlohmann::json parse_file_json(const std::string& text, const std::string& where,
+                               const std::string& what) {
   try {
     return nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {

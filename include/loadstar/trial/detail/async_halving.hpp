@@ -193,18 +193,17 @@ class AsyncHalving {
 
 }  // namespace loadstar::trial::detail
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_TRIAL_BODIES
 namespace loadstar::trial::detail {
 
-LOADSTAR_DECL nlohmann::json metric_to_json(double metric) {
+nlohmann::json metric_to_json(double metric) {
   if (std::isnan(metric)) return "nan";
   if (std::isinf(metric)) return metric > 0 ? "inf" : "-inf";
   return metric;
 }
 
-LOADSTAR_DECL double metric_from_json(const nlohmann::json& json, const std::string& owner) {
+double metric_from_json(const nlohmann::json& json, const std::string& owner) {
   if (json.is_number()) return json.get<double>();
   if (json == "inf") return std::numeric_limits<double>::infinity();
   if (json == "-inf") return -std::numeric_limits<double>::infinity();
@@ -215,8 +214,7 @@ LOADSTAR_DECL double metric_from_json(const nlohmann::json& json, const std::str
                         loadstar::detail::shown(json));
 }
 
-LOADSTAR_DECL std::vector<std::uint64_t> ids_from_json(const nlohmann::json& json,
-                                                       const std::string& owner) {
+std::vector<std::uint64_t> ids_from_json(const nlohmann::json& json, const std::string& owner) {
   if (!json.is_array()) {
     throw CheckpointError(owner + ": expected an array of ids but found " +
                           loadstar::detail::shown(json));
@@ -232,8 +230,8 @@ LOADSTAR_DECL std::vector<std::uint64_t> ids_from_json(const nlohmann::json& jso
   return ids;
 }
 
-LOADSTAR_DECL std::map<std::uint64_t, std::uint64_t> id_map_from_json(const nlohmann::json& json,
-                                                                      const std::string& owner) {
+std::map<std::uint64_t, std::uint64_t> id_map_from_json(const nlohmann::json& json,
+                                                        const std::string& owner) {
   if (!json.is_object()) {
     throw CheckpointError(owner + ": expected an object of ids but found " +
                           loadstar::detail::shown(json));
@@ -250,10 +248,9 @@ LOADSTAR_DECL std::map<std::uint64_t, std::uint64_t> id_map_from_json(const nloh
   return map;
 }
 
-LOADSTAR_DECL AsyncHalving::AsyncHalving(std::uint64_t num_rungs, Length max_length,
-                                         std::uint64_t max_trials, double divisor,
-                                         std::uint64_t max_concurrent_trials,
-                                         bool smaller_is_better)
+AsyncHalving::AsyncHalving(std::uint64_t num_rungs, Length max_length, std::uint64_t max_trials,
+                           double divisor, std::uint64_t max_concurrent_trials,
+                           bool smaller_is_better)
     : unit_(max_length.unit),
       max_trials_(max_trials),
       divisor_(divisor),
@@ -267,19 +264,19 @@ LOADSTAR_DECL AsyncHalving::AsyncHalving(std::uint64_t num_rungs, Length max_len
   }
 }
 
-LOADSTAR_DECL std::uint64_t AsyncHalving::concurrent_trials() const {
+std::uint64_t AsyncHalving::concurrent_trials() const {
   if (max_concurrent_trials_ > 0) return std::min(max_concurrent_trials_, max_trials_);
   const auto automatic =
       static_cast<std::uint64_t>(std::pow(divisor_, static_cast<double>(rungs_.size() - 1)));
   return std::max<std::uint64_t>(std::min(automatic, max_trials_), 1);
 }
 
-LOADSTAR_DECL void AsyncHalving::trial_closed(std::uint64_t request_id) {
+void AsyncHalving::trial_closed(std::uint64_t request_id) {
   ++trials_completed_;
   closed_trials_.insert(request_id);
 }
 
-LOADSTAR_DECL double AsyncHalving::progress() const {
+double AsyncHalving::progress() const {
   const auto all = static_cast<double>(rungs_[0].metrics.size());
   double progress = all / (1.2 * static_cast<double>(max_trials_));
   if (rungs_[0].metrics.size() == max_trials_) {
@@ -290,7 +287,7 @@ LOADSTAR_DECL double AsyncHalving::progress() const {
   return progress;
 }
 
-LOADSTAR_DECL nlohmann::json AsyncHalving::state() const {
+nlohmann::json AsyncHalving::state() const {
   nlohmann::json rungs = nlohmann::json::array();
   for (const auto& rung : rungs_) {
     nlohmann::json metrics = nlohmann::json::array();
@@ -315,7 +312,7 @@ LOADSTAR_DECL nlohmann::json AsyncHalving::state() const {
           {"pending_trials", pending_trials_}};
 }
 
-LOADSTAR_DECL void AsyncHalving::restore(const nlohmann::json& json) {
+void AsyncHalving::restore(const nlohmann::json& json) {
   const std::string owner = "adaptive_asha bracket state";
   const loadstar::detail::StateReader read("adaptive_asha bracket", json);
   const auto rungs = read.get<nlohmann::json>("rungs");
@@ -369,9 +366,8 @@ LOADSTAR_DECL void AsyncHalving::restore(const nlohmann::json& json) {
   closed_trials_ = std::set<std::uint64_t>(closed.begin(), closed.end());
 }
 
-LOADSTAR_DECL std::vector<std::uint64_t> AsyncHalving::promotions(Rung& rung,
-                                                                  std::uint64_t request_id,
-                                                                  double metric) {
+std::vector<std::uint64_t> AsyncHalving::promotions(Rung& rung, std::uint64_t request_id,
+                                                    double metric) {
   const auto size = static_cast<double>(rung.metrics.size());
   const auto old_num_promote = static_cast<std::uint64_t>(size / divisor_);
   const auto num_promote = static_cast<std::uint64_t>((size + 1) / divisor_);
@@ -390,7 +386,7 @@ LOADSTAR_DECL std::vector<std::uint64_t> AsyncHalving::promotions(Rung& rung,
   return {};
 }
 
-LOADSTAR_DECL void AsyncHalving::close_out_rungs(std::vector<Operation>& ops) {
+void AsyncHalving::close_out_rungs(std::vector<Operation>& ops) {
   for (const auto& rung : rungs_) {
     if (rung.outstanding_trials > 0) break;
     for (const auto& m : rung.metrics) {

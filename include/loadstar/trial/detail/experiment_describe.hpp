@@ -70,12 +70,11 @@ LOADSTAR_DECL std::vector<ExperimentListing> list_experiment_folders(
 
 }  // namespace loadstar::trial::detail
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_TRIAL_BODIES
 namespace loadstar::trial::detail {
 
-LOADSTAR_DECL nlohmann::json read_trial_json(const std::filesystem::path& trial_folder) {
+nlohmann::json read_trial_json(const std::filesystem::path& trial_folder) {
   const auto file = trial_folder / "trial.json";
   std::error_code error;
   if (!std::filesystem::exists(file, error)) return nullptr;
@@ -89,15 +88,14 @@ LOADSTAR_DECL nlohmann::json read_trial_json(const std::filesystem::path& trial_
   }
 }
 
-LOADSTAR_DECL std::string format_metric(const std::optional<double>& value) {
+std::string format_metric(const std::optional<double>& value) {
   if (!value) return "-";
   char buffer[32];
   std::snprintf(buffer, sizeof buffer, "%.6g", *value);
   return buffer;
 }
 
-LOADSTAR_DECL std::optional<double> validation_value(const nlohmann::json& value,
-                                                     const std::string& metric) {
+std::optional<double> validation_value(const nlohmann::json& value, const std::string& metric) {
   if (value.is_number()) return value.get<double>();
   if (value.is_object()) {
     for (const std::string& key : {metric, std::string("searcher_metric"), std::string("value")}) {
@@ -110,8 +108,8 @@ LOADSTAR_DECL std::optional<double> validation_value(const nlohmann::json& value
   return std::nullopt;
 }
 
-LOADSTAR_DECL std::vector<TrialCurves> experiment_curves(const std::filesystem::path& dir,
-                                                         const ExperimentRecord& record) {
+std::vector<TrialCurves> experiment_curves(const std::filesystem::path& dir,
+                                           const ExperimentRecord& record) {
   std::vector<TrialCurves> curves;
   for (const auto& trial : record.trials) {
     const auto file = trial_dir(dir, trial.id) / "metrics.jsonl";
@@ -121,7 +119,7 @@ LOADSTAR_DECL std::vector<TrialCurves> experiment_curves(const std::filesystem::
   return curves;
 }
 
-LOADSTAR_DECL void describe_experiment_to(const std::filesystem::path& dir, std::ostream& out) {
+void describe_experiment_to(const std::filesystem::path& dir, std::ostream& out) {
   const ExperimentRecord record = read_experiment_record(dir);
   out << "experiment " << record.id << " in '" << dir.string() << "': " << record.state
       << (record.test ? " (test)" : "") << "\n";
@@ -200,8 +198,7 @@ LOADSTAR_DECL void describe_experiment_to(const std::filesystem::path& dir, std:
   out << "\nmetrics: " << (dir / "trials" / "<id>" / "metrics.jsonl").string() << "\n";
 }
 
-LOADSTAR_DECL std::vector<ExperimentListing> list_experiment_folders(
-    const std::filesystem::path& root) {
+std::vector<ExperimentListing> list_experiment_folders(const std::filesystem::path& root) {
   if (!std::filesystem::is_directory(root)) {
     throw ConfigError(
         "experiment root '" + root.string() + "': expected a folder but found " +

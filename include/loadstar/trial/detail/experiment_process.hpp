@@ -54,12 +54,11 @@ LOADSTAR_DECL ProgramResult run_program(std::vector<std::string> arguments, std:
 
 }  // namespace loadstar::trial::detail
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_TRIAL_BODIES
 namespace loadstar::trial::detail {
 
-LOADSTAR_DECL std::filesystem::path find_program(const std::string& program) {
+std::filesystem::path find_program(const std::string& program) {
   if (program.find('/') != std::string::npos) {
     return ::access(program.c_str(), X_OK) == 0 ? std::filesystem::path(program)
                                                 : std::filesystem::path();
@@ -79,7 +78,7 @@ LOADSTAR_DECL std::filesystem::path find_program(const std::string& program) {
   }
 }
 
-LOADSTAR_DECL std::string describe_status(int status) {
+std::string describe_status(int status) {
   if (WIFEXITED(status)) return "exit status " + std::to_string(WEXITSTATUS(status));
   if (WIFSIGNALED(status)) {
     const int signal = WTERMSIG(status);
@@ -88,7 +87,7 @@ LOADSTAR_DECL std::string describe_status(int status) {
   return "status " + std::to_string(status);
 }
 
-LOADSTAR_DECL std::vector<char*> argument_pointers(std::vector<std::string>& arguments) {
+std::vector<char*> argument_pointers(std::vector<std::string>& arguments) {
   std::vector<char*> pointers;
   pointers.reserve(arguments.size() + 1);
   for (auto& argument : arguments)
@@ -97,8 +96,7 @@ LOADSTAR_DECL std::vector<char*> argument_pointers(std::vector<std::string>& arg
   return pointers;
 }
 
-LOADSTAR_DECL ::pid_t spawn_logged(std::vector<std::string> arguments,
-                                   const std::filesystem::path& log) {
+::pid_t spawn_logged(std::vector<std::string> arguments, const std::filesystem::path& log) {
   const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) {
     throw IoError("trial log '" + log.string() + "': cannot open: " + std::strerror(errno));
@@ -125,8 +123,7 @@ LOADSTAR_DECL ::pid_t spawn_logged(std::vector<std::string> arguments,
   return pid;
 }
 
-LOADSTAR_DECL ProgramResult run_program(std::vector<std::string> arguments,
-                                        std::string_view input) {
+ProgramResult run_program(std::vector<std::string> arguments, std::string_view input) {
   int to_child[2];
   int from_child[2];
   if (::pipe2(to_child, O_CLOEXEC) != 0) {

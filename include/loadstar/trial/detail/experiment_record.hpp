@@ -138,33 +138,32 @@ inline void write_experiment_record(const std::filesystem::path& dir,
 
 }  // namespace loadstar::trial::detail
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_TRIAL_BODIES
 namespace loadstar::trial::detail {
 
-LOADSTAR_DECL std::optional<Unit> length_unit_from_name(const std::string& name) {
+std::optional<Unit> length_unit_from_name(const std::string& name) {
   if (name == "batches") return Unit::batches;
   if (name == "records") return Unit::records;
   if (name == "epochs") return Unit::epochs;
   return std::nullopt;
 }
 
-LOADSTAR_DECL TrialRecord* ExperimentRecord::find_request(std::uint64_t request_id) {
+TrialRecord* ExperimentRecord::find_request(std::uint64_t request_id) {
   for (auto& trial : trials) {
     if (trial.request_id == request_id) return &trial;
   }
   return nullptr;
 }
 
-LOADSTAR_DECL TrialRecord* ExperimentRecord::find_trial(std::uint64_t trial_id) {
+TrialRecord* ExperimentRecord::find_trial(std::uint64_t trial_id) {
   for (auto& trial : trials) {
     if (trial.id == trial_id) return &trial;
   }
   return nullptr;
 }
 
-LOADSTAR_DECL nlohmann::json to_json(const TrialRecord& trial) {
+nlohmann::json to_json(const TrialRecord& trial) {
   nlohmann::json pending = nlohmann::json::array();
   for (const auto& length : trial.pending)
     pending.push_back(pending_length_json(length));
@@ -181,7 +180,7 @@ LOADSTAR_DECL nlohmann::json to_json(const TrialRecord& trial) {
           {"error", trial.error}};
 }
 
-LOADSTAR_DECL nlohmann::json to_json(const ExperimentRecord& record) {
+nlohmann::json to_json(const ExperimentRecord& record) {
   nlohmann::json trials = nlohmann::json::array();
   for (const auto& trial : record.trials)
     trials.push_back(to_json(trial));
@@ -208,13 +207,13 @@ LOADSTAR_DECL nlohmann::json to_json(const ExperimentRecord& record) {
           {"best_checkpoints", record.best_checkpoints}};
 }
 
-LOADSTAR_DECL std::optional<double> optional_member(const nlohmann::json& object, const char* key) {
+std::optional<double> optional_member(const nlohmann::json& object, const char* key) {
   if (object.contains(key) && object.at(key).is_number()) return object.at(key).get<double>();
   return std::nullopt;
 }
 
-LOADSTAR_DECL ExperimentRecord experiment_record_from_json(const nlohmann::json& json,
-                                                           const std::filesystem::path& file) {
+ExperimentRecord experiment_record_from_json(const nlohmann::json& json,
+                                             const std::filesystem::path& file) {
   if (!json.is_object() || json.value("format", std::string()) != experiment_format) {
     throw FormatError("experiment '" + file.string() + "': expected format '" + experiment_format +
                       "' but found " +
@@ -275,7 +274,7 @@ LOADSTAR_DECL ExperimentRecord experiment_record_from_json(const nlohmann::json&
   return record;
 }
 
-LOADSTAR_DECL ExperimentRecord read_experiment_record(const std::filesystem::path& dir) {
+ExperimentRecord read_experiment_record(const std::filesystem::path& dir) {
   const auto file = experiment_file(dir);
   if (!std::filesystem::exists(file)) {
     throw ConfigError(
@@ -293,8 +292,8 @@ LOADSTAR_DECL ExperimentRecord read_experiment_record(const std::filesystem::pat
   return experiment_record_from_json(json, file);
 }
 
-LOADSTAR_DECL std::filesystem::path checkpoint_root(const std::filesystem::path& dir,
-                                                    const ExperimentRecord& record) {
+std::filesystem::path checkpoint_root(const std::filesystem::path& dir,
+                                      const ExperimentRecord& record) {
   const std::filesystem::path stored = record.checkpoint_dir;
   return stored.is_absolute() ? stored : dir / stored;
 }

@@ -162,12 +162,11 @@ class RemoteSource final : public keras::detail::BatchSource {
 
 }  // namespace loadstar::trial::detail
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_TRIAL_BODIES
 namespace loadstar::trial::detail {
 
-LOADSTAR_DECL bool Channel::write(const void* data, std::size_t n) const noexcept {
+bool Channel::write(const void* data, std::size_t n) const noexcept {
   const auto* p = static_cast<const char*>(data);
   while (n > 0) {
     const ::ssize_t k = ::send(fd_, p, n, MSG_NOSIGNAL);
@@ -179,7 +178,7 @@ LOADSTAR_DECL bool Channel::write(const void* data, std::size_t n) const noexcep
   return true;
 }
 
-LOADSTAR_DECL bool Channel::read(void* data, std::size_t n) const noexcept {
+bool Channel::read(void* data, std::size_t n) const noexcept {
   auto* p = static_cast<char*>(data);
   while (n > 0) {
     const ::ssize_t k = ::recv(fd_, p, n, 0);
@@ -191,14 +190,14 @@ LOADSTAR_DECL bool Channel::read(void* data, std::size_t n) const noexcept {
   return true;
 }
 
-LOADSTAR_DECL bool Channel::get_string(std::string& text) const {
+bool Channel::get_string(std::string& text) const {
   std::uint64_t n = 0;
   if (!get(n)) return false;
   text.resize(n);
   return read(text.data(), n);
 }
 
-LOADSTAR_DECL char error_kind(const std::exception& e) {
+char error_kind(const std::exception& e) {
   if (dynamic_cast<const ConfigError*>(&e)) return 'c';
   if (dynamic_cast<const ShapeError*>(&e)) return 's';
   if (dynamic_cast<const CheckpointError*>(&e)) return 'k';
@@ -207,7 +206,7 @@ LOADSTAR_DECL char error_kind(const std::exception& e) {
   return 'w';
 }
 
-LOADSTAR_DECL void throw_error(char kind, const std::string& message) {
+void throw_error(char kind, const std::string& message) {
   switch (kind) {
     case 'c':
       throw ConfigError(message);
@@ -224,8 +223,7 @@ LOADSTAR_DECL void throw_error(char kind, const std::string& message) {
   }
 }
 
-LOADSTAR_DECL bool put_batch(const Channel& channel, const keras::BatchView& batch,
-                             std::vector<char>& scratch) {
+bool put_batch(const Channel& channel, const keras::BatchView& batch, std::vector<char>& scratch) {
   scratch.clear();
   const auto append = [&](const void* data, std::size_t n) {
     const auto* p = static_cast<const char*>(data);
@@ -267,7 +265,7 @@ LOADSTAR_DECL bool put_batch(const Channel& channel, const keras::BatchView& bat
          channel.write(scratch.data(), scratch.size());
 }
 
-LOADSTAR_DECL void serve_loader(const Channel& channel, keras::DataIterator& data) {
+void serve_loader(const Channel& channel, keras::DataIterator& data) {
   std::vector<char> scratch;
   for (;;) {
     char command = 0;
@@ -311,7 +309,7 @@ LOADSTAR_DECL void serve_loader(const Channel& channel, keras::DataIterator& dat
   }
 }
 
-LOADSTAR_DECL std::shared_ptr<LoaderProcess> LoaderProcess::start(
+std::shared_ptr<LoaderProcess> LoaderProcess::start(
     const std::function<std::optional<keras::DataIterator>()>& build) {
   int fds[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) {
@@ -365,14 +363,14 @@ LOADSTAR_DECL std::shared_ptr<LoaderProcess> LoaderProcess::start(
   return process;
 }
 
-LOADSTAR_DECL LoaderProcess::~LoaderProcess() {
+LoaderProcess::~LoaderProcess() {
   ::close(channel_.fd());  // the loader process sees the end of the stream and exits
   int status = 0;
   ::waitpid(pid_, &status, 0);
 }
 
-LOADSTAR_DECL char LoaderProcess::call(LoaderCommand command,
-                                       const std::function<bool(const Channel&)>& payload) {
+char LoaderProcess::call(LoaderCommand command,
+                         const std::function<bool(const Channel&)>& payload) {
   if (!channel_.put(static_cast<char>(command)) || (payload && !payload(channel_))) gone();
   char reply = 0;
   if (!channel_.get(reply)) gone();
@@ -385,7 +383,7 @@ LOADSTAR_DECL char LoaderProcess::call(LoaderCommand command,
   return reply;
 }
 
-LOADSTAR_DECL void LoaderProcess::gone() {
+void LoaderProcess::gone() {
   int status = 0;
   std::string how = "it closed its socket";
   if (::waitpid(pid_, &status, WNOHANG) == pid_) {
@@ -396,13 +394,13 @@ LOADSTAR_DECL void LoaderProcess::gone() {
                     ")");
 }
 
-LOADSTAR_DECL void RemoteSource::start_epoch(std::size_t epoch) {
+void RemoteSource::start_epoch(std::size_t epoch) {
   begin_epoch(epoch);
   process_->call(LoaderCommand::start_epoch,
                  [&](const Channel& c) { return c.put(static_cast<std::uint64_t>(epoch)); });
 }
 
-LOADSTAR_DECL const keras::BatchView* RemoteSource::next() {
+const keras::BatchView* RemoteSource::next() {
   if (process_->call(LoaderCommand::next) == reply_end) return nullptr;
   std::uint64_t bytes = 0;
   if (!process_->channel().get(bytes)) process_->gone();
@@ -413,20 +411,20 @@ LOADSTAR_DECL const keras::BatchView* RemoteSource::next() {
   return &batch_;
 }
 
-LOADSTAR_DECL nlohmann::json RemoteSource::own_state() const {
+nlohmann::json RemoteSource::own_state() const {
   process_->call(LoaderCommand::state);
   std::string text;
   if (!process_->channel().get_string(text)) process_->gone();
   return {{"served", nlohmann::json::parse(text)}};
 }
 
-LOADSTAR_DECL void RemoteSource::restore_own(const nlohmann::json& state) {
+void RemoteSource::restore_own(const nlohmann::json& state) {
   const auto served = state.contains("served") ? state.at("served") : state;
   const std::string text = served.dump();
   process_->call(LoaderCommand::restore, [&](const Channel& c) { return c.put_string(text); });
 }
 
-LOADSTAR_DECL void RemoteSource::decode() {
+void RemoteSource::decode() {
   std::size_t at = 0;
   const auto u64 = [&] {
     std::uint64_t v = 0;

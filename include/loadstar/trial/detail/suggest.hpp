@@ -46,12 +46,11 @@ std::string did_you_mean(std::string_view word, const Range& candidates) {
 
 }  // namespace loadstar::trial::detail
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_TRIAL_BODIES
 namespace loadstar::trial::detail {
 
-LOADSTAR_DECL std::size_t edit_distance(std::string_view a, std::string_view b) {
+std::size_t edit_distance(std::string_view a, std::string_view b) {
   const std::size_t n = a.size();
   const std::size_t m = b.size();
   // Three rows suffice: a transposition looks two rows back.

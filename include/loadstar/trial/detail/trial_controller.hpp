@@ -171,15 +171,14 @@ class TrialController {
 }  // namespace detail
 }  // namespace loadstar::trial
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_TRIAL_BODIES
 namespace loadstar::trial::detail {
 
-LOADSTAR_DECL TrialController::TrialController(
-    const TrialSpec& spec, const RunOptions& options, TrialContext& context, keras::Model& model,
-    const DataLoader& training, const DataLoader& validation,
-    std::vector<std::shared_ptr<keras::callbacks::Callback>> callbacks)
+TrialController::TrialController(const TrialSpec& spec, const RunOptions& options,
+                                 TrialContext& context, keras::Model& model,
+                                 const DataLoader& training, const DataLoader& validation,
+                                 std::vector<std::shared_ptr<keras::callbacks::Callback>> callbacks)
     : spec_(spec),
       options_(options),
       context_(context),
@@ -210,7 +209,7 @@ LOADSTAR_DECL TrialController::TrialController(
   batches_per_epoch_ = config_.records_per_epoch / gbs;
 }
 
-LOADSTAR_DECL TrialResult TrialController::run(TrialJson& record) {
+TrialResult TrialController::run(TrialJson& record) {
   record_ = &record;
   resume();
   if (distributed()) {
@@ -277,14 +276,14 @@ LOADSTAR_DECL TrialResult TrialController::run(TrialJson& record) {
   return result;
 }
 
-LOADSTAR_DECL void TrialController::agree_on_stop() {
+void TrialController::agree_on_stop() {
   const auto flags = collective_.allgather(context_.get_stop_requested() ? 1 : 0);
   if (std::any_of(flags.begin(), flags.end(), [](std::uint64_t f) { return f != 0; })) {
     context_.set_stop_requested(true);
   }
 }
 
-LOADSTAR_DECL void TrialController::resume() {
+void TrialController::resume() {
   if (record_->latest_checkpoint.empty()) {
     if (chief_) metrics_.keep(0);
     return;
@@ -351,7 +350,7 @@ LOADSTAR_DECL void TrialController::resume() {
   }
 }
 
-LOADSTAR_DECL void TrialController::remove_orphans() const {
+void TrialController::remove_orphans() const {
   std::error_code error;
   if (!std::filesystem::is_directory(spec_.checkpoint_dir, error)) return;
   std::vector<std::filesystem::path> orphans;
@@ -386,7 +385,7 @@ LOADSTAR_DECL void TrialController::remove_orphans() const {
     std::filesystem::remove_all(path, error);
 }
 
-LOADSTAR_DECL const keras::BatchView& TrialController::next_batch() {
+const keras::BatchView& TrialController::next_batch() {
   if (!data_started_) {
     data_.start_epoch(data_epoch_);
     data_started_ = true;
@@ -400,14 +399,14 @@ LOADSTAR_DECL const keras::BatchView& TrialController::next_batch() {
                     std::to_string(data_epoch_) + " has none");
 }
 
-LOADSTAR_DECL void TrialController::check_stop_training() {
+void TrialController::check_stop_training() {
   if (model_.stop_training) {
     context_.set_stop_requested(true);
     model_.stop_training = false;
   }
 }
 
-LOADSTAR_DECL void TrialController::train(const Workload& w) {
+void TrialController::train(const Workload& w) {
   model_.training_metrics().reset();
   const keras::Logs none;
   const ClassWeight* class_weight = fit_.class_weight ? &*fit_.class_weight : nullptr;
@@ -470,7 +469,7 @@ LOADSTAR_DECL void TrialController::train(const Workload& w) {
   if (bar_ && batches_per_epoch_ == 0) bar_->on_epoch_end(0, logs);
 }
 
-LOADSTAR_DECL double TrialController::validate(const Workload& w) {
+double TrialController::validate(const Workload& w) {
   list_.on_test_begin();
   const std::optional<std::size_t> steps =
       options_.test ? std::optional<std::size_t>(1) : fit_.validation_steps;
@@ -506,7 +505,7 @@ LOADSTAR_DECL double TrialController::validate(const Workload& w) {
   return metric;
 }
 
-LOADSTAR_DECL double TrialController::searcher_metric(const keras::Logs& logs) const {
+double TrialController::searcher_metric(const keras::Logs& logs) const {
   std::string name = config_.searcher.metric.empty() ? "val_loss" : config_.searcher.metric;
   auto value = logs.get(name);
   if (!value && name.rfind("val_", 0) != 0) value = logs.get("val_" + name);
@@ -524,7 +523,7 @@ LOADSTAR_DECL double TrialController::searcher_metric(const keras::Logs& logs) c
   return *value;
 }
 
-LOADSTAR_DECL nlohmann::json TrialController::units(std::uint64_t batches) const {
+nlohmann::json TrialController::units(std::uint64_t batches) const {
   const std::uint64_t records = batches * context_.get_global_batch_size();
   const double epochs =
       config_.records_per_epoch == 0
@@ -533,7 +532,7 @@ LOADSTAR_DECL nlohmann::json TrialController::units(std::uint64_t batches) const
   return {{"batches", batches}, {"records", records}, {"epochs", epochs}};
 }
 
-LOADSTAR_DECL void TrialController::checkpoint(const Workload& w) {
+void TrialController::checkpoint(const Workload& w) {
   const std::uint64_t batches = w.total_batches_processed;
   std::string uuid = new_checkpoint_uuid();
   if (distributed()) collective_.broadcast_bytes(uuid);  // rank 0's name, on every rank
@@ -599,7 +598,7 @@ LOADSTAR_DECL void TrialController::checkpoint(const Workload& w) {
   }
 }
 
-LOADSTAR_DECL void TrialController::apply_retention(bool done) {
+void TrialController::apply_retention(bool done) {
   auto& list = record_->checkpoints;
   const auto& storage = config_.checkpoint_storage;
   std::vector<bool> keep(list.size(), false);
@@ -644,7 +643,7 @@ LOADSTAR_DECL void TrialController::apply_retention(bool done) {
   if (done) remove_unlisted();
 }
 
-LOADSTAR_DECL void TrialController::remove_unlisted() {
+void TrialController::remove_unlisted() {
   if (!chief_) removed_.clear();
   for (const auto& uuid : removed_) {
     std::error_code ignored;
@@ -653,9 +652,8 @@ LOADSTAR_DECL void TrialController::remove_unlisted() {
   removed_.clear();
 }
 
-LOADSTAR_DECL nlohmann::json TrialController::metrics_line(const char* kind, std::uint64_t step_id,
-                                                           std::uint64_t batches,
-                                                           const keras::Logs& logs) const {
+nlohmann::json TrialController::metrics_line(const char* kind, std::uint64_t step_id,
+                                             std::uint64_t batches, const keras::Logs& logs) const {
   nlohmann::json metrics = nlohmann::json::object();
   for (const auto& [name, value] : logs)
     metrics[name] = value;
@@ -669,14 +667,14 @@ LOADSTAR_DECL nlohmann::json TrialController::metrics_line(const char* kind, std
           {"metrics", std::move(metrics)}};
 }
 
-LOADSTAR_DECL std::string TrialController::describe(const keras::Logs& logs) {
+std::string TrialController::describe(const keras::Logs& logs) {
   std::ostringstream text;
   for (const auto& [name, value] : logs)
     text << " " << name << " " << value;
   return text.str();
 }
 
-LOADSTAR_DECL void TrialController::start_bar() {
+void TrialController::start_bar() {
   if (!verbose()) return;
   bar_ = std::make_unique<keras::callbacks::ProgbarLogger>(1, *out_);
   std::size_t epochs = 1;

@@ -88,12 +88,11 @@ class MetricsFile {
 
 }  // namespace loadstar::trial::detail
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_TRIAL_BODIES
 namespace loadstar::trial::detail {
 
-LOADSTAR_DECL nlohmann::json TrialJson::to_json() const {
+nlohmann::json TrialJson::to_json() const {
   nlohmann::json list = nlohmann::json::array();
   for (const auto& c : checkpoints) {
     nlohmann::json entry = {
@@ -117,7 +116,7 @@ LOADSTAR_DECL nlohmann::json TrialJson::to_json() const {
   return json;
 }
 
-LOADSTAR_DECL TrialJson TrialJson::from_json(const nlohmann::json& json, const std::string& owner) {
+TrialJson TrialJson::from_json(const nlohmann::json& json, const std::string& owner) {
   const loadstar::detail::StateReader read(owner, json);
   TrialJson record;
   record.trial_id = read.get<std::uint64_t>("trial_id");
@@ -143,7 +142,7 @@ LOADSTAR_DECL TrialJson TrialJson::from_json(const nlohmann::json& json, const s
   return record;
 }
 
-LOADSTAR_DECL std::optional<TrialJson> read_trial_record(const std::filesystem::path& trial_dir) {
+std::optional<TrialJson> read_trial_record(const std::filesystem::path& trial_dir) {
   const auto file = trial_dir / "trial.json";
   if (!std::filesystem::exists(file)) return std::nullopt;
   try {
@@ -156,13 +155,12 @@ LOADSTAR_DECL std::optional<TrialJson> read_trial_record(const std::filesystem::
   }
 }
 
-LOADSTAR_DECL void write_trial_record(const std::filesystem::path& trial_dir,
-                                      const TrialJson& record) {
+void write_trial_record(const std::filesystem::path& trial_dir, const TrialJson& record) {
   std::filesystem::create_directories(trial_dir);
   keras::detail::write_atomically(trial_dir / "trial.json", record.to_json().dump(2) + "\n");
 }
 
-LOADSTAR_DECL void MetricsFile::keep(std::uint64_t lines) {
+void MetricsFile::keep(std::uint64_t lines) {
   std::string kept;
   if (std::filesystem::exists(path_)) {
     const std::string bytes = keras::detail::read_bytes(path_);
@@ -189,7 +187,7 @@ LOADSTAR_DECL void MetricsFile::keep(std::uint64_t lines) {
   lines_ = lines;
 }
 
-LOADSTAR_DECL void MetricsFile::append(const nlohmann::json& line) {
+void MetricsFile::append(const nlohmann::json& line) {
   const std::string text = line.dump() + "\n";
   const int fd = ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0)

@@ -57,12 +57,11 @@ LOADSTAR_DECL std::string to_flow(const nlohmann::json& value);
 
 }  // namespace loadstar::trial::detail
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_TRIAL_BODIES
 namespace loadstar::trial::detail {
 
-LOADSTAR_DECL bool is_yaml_digits(std::string_view text) {
+bool is_yaml_digits(std::string_view text) {
   if (text.empty()) return false;
   for (const char c : text) {
     if (!(c >= '0' && c <= '9') && c != '_') return false;
@@ -70,7 +69,7 @@ LOADSTAR_DECL bool is_yaml_digits(std::string_view text) {
   return text.front() != '_';
 }
 
-LOADSTAR_DECL nlohmann::json yaml_plain_scalar(const std::string& text) {
+nlohmann::json yaml_plain_scalar(const std::string& text) {
   static const std::set<std::string, std::less<>> nulls{"", "~", "null", "Null", "NULL"};
   static const std::set<std::string, std::less<>> trues{"true", "True", "TRUE", "yes", "Yes",
                                                         "YES",  "on",   "On",   "ON"};
@@ -134,8 +133,7 @@ LOADSTAR_DECL nlohmann::json yaml_plain_scalar(const std::string& text) {
   return text;
 }
 
-LOADSTAR_DECL void check_yaml_text(const YAML::Node& node, const std::string& what,
-                                   const std::string& where) {
+void check_yaml_text(const YAML::Node& node, const std::string& what, const std::string& where) {
   const std::string& text = node.Scalar();
   const auto bad = loadstar::detail::invalid_utf8(text);
   if (!bad) return;
@@ -150,8 +148,8 @@ LOADSTAR_DECL void check_yaml_text(const YAML::Node& node, const std::string& wh
                     loadstar::detail::shown_text(text) + "'" + starts);
 }
 
-LOADSTAR_DECL nlohmann::json yaml_to_json(const YAML::Node& node, const std::string& where,
-                                          const std::string& path) {
+nlohmann::json yaml_to_json(const YAML::Node& node, const std::string& where,
+                            const std::string& path) {
   switch (node.Type()) {
     case YAML::NodeType::Undefined:
     case YAML::NodeType::Null:
@@ -191,7 +189,7 @@ LOADSTAR_DECL nlohmann::json yaml_to_json(const YAML::Node& node, const std::str
   return nullptr;
 }
 
-LOADSTAR_DECL nlohmann::json parse_yaml(std::string_view text, const std::string& where) {
+nlohmann::json parse_yaml(std::string_view text, const std::string& where) {
   // YAML is Unicode text: a byte that is not UTF-8 is named with its key where it is inside a
   // key or value, else (a comment, or text YAML cannot parse) by its place in the document.
   const auto bad = loadstar::detail::invalid_utf8(text);
@@ -220,7 +218,7 @@ LOADSTAR_DECL nlohmann::json parse_yaml(std::string_view text, const std::string
   return json;
 }
 
-LOADSTAR_DECL bool yaml_plain_safe(const std::string& text) {
+bool yaml_plain_safe(const std::string& text) {
   if (text.empty() || !yaml_plain_scalar(text).is_string()) return false;
   if (text.front() == ' ' || text.back() == ' ') return false;
   for (const char c : text) {
@@ -229,7 +227,7 @@ LOADSTAR_DECL bool yaml_plain_safe(const std::string& text) {
   return std::string_view("-?").find(text.front()) == std::string_view::npos;
 }
 
-LOADSTAR_DECL std::string to_flow(const nlohmann::json& value) {
+std::string to_flow(const nlohmann::json& value) {
   switch (value.type()) {
     case nlohmann::json::value_t::object: {
       std::string out = "{";

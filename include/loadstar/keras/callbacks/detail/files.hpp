@@ -44,12 +44,11 @@ LOADSTAR_DECL std::string read_bytes(const std::filesystem::path& path);
 
 }  // namespace loadstar::keras::detail
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::detail {
 
-LOADSTAR_DECL void write_synced(const std::filesystem::path& path, std::string_view bytes) {
+void write_synced(const std::filesystem::path& path, std::string_view bytes) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw IoError("'" + path.string() + "': cannot create: " + errno_text());
   std::size_t done = 0;
@@ -71,7 +70,7 @@ LOADSTAR_DECL void write_synced(const std::filesystem::path& path, std::string_v
   if (::close(fd) != 0) throw IoError("'" + path.string() + "': cannot close: " + errno_text());
 }
 
-LOADSTAR_DECL void sync_directory(const std::filesystem::path& path) {
+void sync_directory(const std::filesystem::path& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) throw IoError("'" + path.string() + "': cannot open the directory: " + errno_text());
   const int synced = ::fsync(fd);
@@ -80,8 +79,7 @@ LOADSTAR_DECL void sync_directory(const std::filesystem::path& path) {
   if (synced != 0) throw IoError("'" + path.string() + "': cannot flush the directory: " + why);
 }
 
-LOADSTAR_DECL void rename_into_place(const std::filesystem::path& from,
-                                     const std::filesystem::path& to) {
+void rename_into_place(const std::filesystem::path& from, const std::filesystem::path& to) {
   std::error_code error;
   std::filesystem::rename(from, to, error);
   if (error) {
@@ -90,7 +88,7 @@ LOADSTAR_DECL void rename_into_place(const std::filesystem::path& from,
   }
 }
 
-LOADSTAR_DECL void write_atomically(const std::filesystem::path& path, std::string_view bytes) {
+void write_atomically(const std::filesystem::path& path, std::string_view bytes) {
   std::filesystem::path temporary = path;
   temporary += ".tmp";
   write_synced(temporary, bytes);
@@ -98,7 +96,7 @@ LOADSTAR_DECL void write_atomically(const std::filesystem::path& path, std::stri
   sync_directory(path.has_parent_path() ? path.parent_path() : std::filesystem::path("."));
 }
 
-LOADSTAR_DECL std::string read_bytes(const std::filesystem::path& path) {
+std::string read_bytes(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw IoError("'" + path.string() + "': cannot open for reading");
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

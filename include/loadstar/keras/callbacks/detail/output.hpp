@@ -28,24 +28,23 @@ LOADSTAR_DECL std::string joined_names(const Logs& logs);
 
 }  // namespace loadstar::keras::detail
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::detail {
 
-LOADSTAR_DECL std::string epoch_label(std::size_t epoch) {
+std::string epoch_label(std::size_t epoch) {
   char buffer[32];
   std::snprintf(buffer, sizeof buffer, "%05zu", epoch + 1);
   return buffer;
 }
 
-LOADSTAR_DECL std::string general(double value) {
+std::string general(double value) {
   char buffer[64];
   std::snprintf(buffer, sizeof buffer, "%g", value);
   return buffer;
 }
 
-LOADSTAR_DECL std::string joined_names(const Logs& logs) {
+std::string joined_names(const Logs& logs) {
   return loadstar::detail::join(logs, ", ", "", [](const auto& entry) { return entry.first; });
 }
 

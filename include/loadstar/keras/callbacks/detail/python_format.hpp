@@ -128,18 +128,17 @@ class PythonFormat {
 
 }  // namespace loadstar::keras::detail
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::detail {
 
-LOADSTAR_DECL std::vector<std::string> PythonFormat::names() const {
+std::vector<std::string> PythonFormat::names() const {
   std::vector<std::string> out;
   parse([](std::string_view) {}, [&](const FormatField& f) { out.push_back(f.name); });
   return out;
 }
 
-LOADSTAR_DECL std::string PythonFormat::operator()(
+std::string PythonFormat::operator()(
     const std::map<std::string, FormatValue, std::less<>>& values) const {
   std::string out;
   parse([&](std::string_view literal) { out += literal; },
@@ -156,11 +155,11 @@ LOADSTAR_DECL std::string PythonFormat::operator()(
   return out;
 }
 
-LOADSTAR_DECL void PythonFormat::fail(const std::string& what) const {
+void PythonFormat::fail(const std::string& what) const {
   throw ConfigError(owner_ + ": file path template '" + text_ + "': " + what);
 }
 
-LOADSTAR_DECL FormatSpec PythonFormat::spec_of(const FormatField& field) const {
+FormatSpec PythonFormat::spec_of(const FormatField& field) const {
   const std::string_view s = field.spec;
   const auto bad = [&](const std::string& why) {
     fail("the field '" + field.name + "' has the format spec '" + field.spec + "': " + why);
@@ -214,8 +213,7 @@ LOADSTAR_DECL FormatSpec PythonFormat::spec_of(const FormatField& field) const {
   return spec;
 }
 
-LOADSTAR_DECL std::string PythonFormat::format(const FormatField& field,
-                                               const FormatValue& value) const {
+std::string PythonFormat::format(const FormatField& field, const FormatValue& value) const {
   const FormatSpec spec = spec_of(field);
   std::string body;  // the digits, without the sign
   bool negative = false;
@@ -262,7 +260,7 @@ LOADSTAR_DECL std::string PythonFormat::format(const FormatField& field,
   }
 }
 
-LOADSTAR_DECL std::string PythonFormat::float_body(double x, const FormatSpec& spec) {
+std::string PythonFormat::float_body(double x, const FormatSpec& spec) {
   const bool upper = spec.type == 'F' || spec.type == 'E' || spec.type == 'G';
   if (std::isnan(x) || std::isinf(x)) {
     std::string text = std::isnan(x) ? "nan" : "inf";
@@ -292,7 +290,7 @@ LOADSTAR_DECL std::string PythonFormat::float_body(double x, const FormatSpec& s
   return text;
 }
 
-LOADSTAR_DECL std::string PythonFormat::python_repr(double x) {
+std::string PythonFormat::python_repr(double x) {
   char buffer[64];
   const auto result =
       std::to_chars(buffer, buffer + sizeof buffer, x, std::chars_format::scientific);
@@ -318,7 +316,7 @@ LOADSTAR_DECL std::string PythonFormat::python_repr(double x) {
   return mantissa + exp;
 }
 
-LOADSTAR_DECL std::string PythonFormat::grouped(const std::string& digits, char separator) {
+std::string PythonFormat::grouped(const std::string& digits, char separator) {
   std::size_t end = 0;
   while (end < digits.size() && digits[end] >= '0' && digits[end] <= '9')
     ++end;

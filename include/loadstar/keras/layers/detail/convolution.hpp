@@ -95,13 +95,12 @@ class Convolution : public LayerBase {
 
 }  // namespace loadstar::keras::layers::detail
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::layers::detail {
 
-LOADSTAR_DECL void Convolution::forward(std::span<const Tensor<float>> inputs,
-                                        const Tensor<float>& output, const CallContext& ctx) {
+void Convolution::forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+                          const CallContext& ctx) {
   check_inputs(inputs);
   Backend& backend = ctx.backend;
   const std::size_t batch = inputs[0].rows();
@@ -115,11 +114,9 @@ LOADSTAR_DECL void Convolution::forward(std::span<const Tensor<float>> inputs,
   if (channels_first_) backend.permute(y, to_first_, output);
 }
 
-LOADSTAR_DECL void Convolution::backward(std::span<const Tensor<float>> inputs,
-                                         const Tensor<float>& output,
-                                         const Tensor<float>& output_gradient,
-                                         std::span<const Tensor<float>> input_gradients,
-                                         const CallContext& ctx) {
+void Convolution::backward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+                           const Tensor<float>& output_gradient,
+                           std::span<const Tensor<float>> input_gradients, const CallContext& ctx) {
   Backend& backend = ctx.backend;
   const std::size_t batch = inputs[0].rows();
   const Conv2DGeometry g = geometry(batch);
@@ -150,9 +147,9 @@ LOADSTAR_DECL void Convolution::backward(std::span<const Tensor<float>> inputs,
   if (want_dx && channels_first_) backend.permute(dx, to_first_, input_gradients[0]);
 }
 
-LOADSTAR_DECL Shape Convolution::finish_build(std::span<const Shape> input_shapes,
-                                              const Conv2DGeometry& g, const Shape& kernel_shape,
-                                              const Shape& out_last, std::uint64_t seed) {
+Shape Convolution::finish_build(std::span<const Shape> input_shapes, const Conv2DGeometry& g,
+                                const Shape& kernel_shape, const Shape& out_last,
+                                std::uint64_t seed) {
   in_last_ = input_last(input_shapes[0]);
   const std::size_t in_channels = in_last_[in_last_.rank() - 1];
   if (!weights_.empty()) {
@@ -180,7 +177,7 @@ LOADSTAR_DECL Shape Convolution::finish_build(std::span<const Shape> input_shape
   return out;
 }
 
-LOADSTAR_DECL nlohmann::json Convolution::convolution_config() const {
+nlohmann::json Convolution::convolution_config() const {
   auto config = base_config();
   config["filters"] = filters_;
   config["data_format"] = channels_first_ ? "channels_first" : "channels_last";
@@ -195,16 +192,16 @@ LOADSTAR_DECL nlohmann::json Convolution::convolution_config() const {
   return config;
 }
 
-LOADSTAR_DECL Tensor<float> Convolution::to_channels_last(Backend& backend, const Tensor<float>& x,
-                                                          Scratch& scratch, const Shape& last,
-                                                          std::size_t batch) const {
+Tensor<float> Convolution::to_channels_last(Backend& backend, const Tensor<float>& x,
+                                            Scratch& scratch, const Shape& last,
+                                            std::size_t batch) const {
   if (!channels_first_) return x;
   const Tensor<float> moved = scratch.get(backend, last.prepend(batch));
   backend.permute(x, to_last_, moved);
   return moved;
 }
 
-LOADSTAR_DECL Conv2DGeometry Convolution::geometry(std::size_t batch) const {
+Conv2DGeometry Convolution::geometry(std::size_t batch) const {
   Conv2DGeometry g = geometry_;
   g.batch = batch;
   return g;

@@ -179,33 +179,31 @@ LOADSTAR_DECL bool parse_padding(const std::string& padding, const std::string& 
 }  // namespace detail
 }  // namespace loadstar::keras::layers
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::layers::detail {
 
-LOADSTAR_DECL Tensor<float> Scratch::get(Backend& backend, const Shape& shape) {
+Tensor<float> Scratch::get(Backend& backend, const Shape& shape) {
   if (shape.elements() > buffer_.size() || buffer_.empty() || buffer_.device() != backend.device())
     buffer_ = backend.allocate(Shape{std::max<std::size_t>(shape.elements(), 1)});
   return buffer_.slice_rows(0, shape.elements()).reshape(shape);
 }
 
-LOADSTAR_DECL void LayerBase::expect_inputs(std::span<const Shape> shapes,
-                                            std::size_t count) const {
+void LayerBase::expect_inputs(std::span<const Shape> shapes, std::size_t count) const {
   if (shapes.size() != count) {
     throw ShapeError(label() + ": expects " + std::to_string(count) + " input" +
                      (count == 1 ? "" : "s") + " but got " + std::to_string(shapes.size()));
   }
 }
 
-LOADSTAR_DECL void LayerBase::expect_rank(const Shape& shape, std::size_t rank) const {
+void LayerBase::expect_rank(const Shape& shape, std::size_t rank) const {
   if (shape.rank() != rank) {
     throw ShapeError(label() + ": expects rank-" + std::to_string(rank) +
                      " inputs (without the batch axis) but got " + shape.str());
   }
 }
 
-LOADSTAR_DECL void LayerBase::check_inputs(std::span<const Tensor<float>> inputs) const {
+void LayerBase::check_inputs(std::span<const Tensor<float>> inputs) const {
   const std::vector<Shape>& shapes = built_input_shapes();
   if (inputs.size() != shapes.size()) {
     throw ShapeError(label() + ": built for " + std::to_string(shapes.size()) +
@@ -219,27 +217,27 @@ LOADSTAR_DECL void LayerBase::check_inputs(std::span<const Tensor<float>> inputs
   }
 }
 
-LOADSTAR_DECL Shape SameShapeLayer::build(std::span<const Shape> input_shapes, std::uint64_t) {
+Shape SameShapeLayer::build(std::span<const Shape> input_shapes, std::uint64_t) {
   expect_inputs(input_shapes, 1);
   remember(input_shapes, input_shapes[0]);
   return input_shapes[0];
 }
 
-LOADSTAR_DECL void ShapeOnlyLayer::forward(std::span<const Tensor<float>> inputs,
-                                           const Tensor<float>& output, const CallContext& ctx) {
+void ShapeOnlyLayer::forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+                             const CallContext& ctx) {
   check_inputs(inputs);
   ctx.backend.copy(inputs[0], output);
 }
 
-LOADSTAR_DECL void ShapeOnlyLayer::backward(std::span<const Tensor<float>>, const Tensor<float>&,
-                                            const Tensor<float>& output_gradient,
-                                            std::span<const Tensor<float>> input_gradients,
-                                            const CallContext& ctx) {
+void ShapeOnlyLayer::backward(std::span<const Tensor<float>>, const Tensor<float>&,
+                              const Tensor<float>& output_gradient,
+                              std::span<const Tensor<float>> input_gradients,
+                              const CallContext& ctx) {
   if (input_gradients.empty() || input_gradients[0].empty()) return;
   ctx.backend.copy(output_gradient, input_gradients[0]);
 }
 
-LOADSTAR_DECL Shape config_batch_shape(const ConfigReader& read, std::string_view key) {
+Shape config_batch_shape(const ConfigReader& read, std::string_view key) {
   const nlohmann::json* value = read.find(key);
   const auto fits = [&] {
     if (value == nullptr || !value->is_array() || value->empty()) return false;
@@ -257,8 +255,7 @@ LOADSTAR_DECL Shape config_batch_shape(const ConfigReader& read, std::string_vie
   return Shape(dims);
 }
 
-LOADSTAR_DECL std::shared_ptr<Layer> finish_layer(const ConfigReader& read,
-                                                  std::shared_ptr<Layer> layer) {
+std::shared_ptr<Layer> finish_layer(const ConfigReader& read, std::shared_ptr<Layer> layer) {
   layer->set_trainable(read.get("trainable", true));
   if (const nlohmann::json* dtype = read.find("dtype"); dtype != nullptr && !dtype->is_null()) {
     // Keras 2 writes "float32"; Keras 3 a DTypePolicy {"class_name": "DTypePolicy", "config":
@@ -277,7 +274,7 @@ LOADSTAR_DECL std::shared_ptr<Layer> finish_layer(const ConfigReader& read,
   return layer;
 }
 
-LOADSTAR_DECL std::string config_activation(const ConfigReader& read) {
+std::string config_activation(const ConfigReader& read) {
   if (!read.has("activation")) return "linear";
   return read.nested("activation", [&] {
     return activation_name(
@@ -285,7 +282,7 @@ LOADSTAR_DECL std::string config_activation(const ConfigReader& read) {
   });
 }
 
-LOADSTAR_DECL Size2 config_size2(const ConfigReader& read, std::string_view key, Size2 fallback) {
+Size2 config_size2(const ConfigReader& read, std::string_view key, Size2 fallback) {
   if (!read.has(key)) return fallback;
   const nlohmann::json& v = *read.find(key);
   const auto positive = [](const nlohmann::json& d) {
@@ -297,8 +294,7 @@ LOADSTAR_DECL Size2 config_size2(const ConfigReader& read, std::string_view key,
   read.fail(key, "a positive integer or a list of two");
 }
 
-LOADSTAR_DECL std::size_t config_size1(const ConfigReader& read, std::string_view key,
-                                       std::size_t fallback) {
+std::size_t config_size1(const ConfigReader& read, std::string_view key, std::size_t fallback) {
   if (!read.has(key)) return fallback;
   const nlohmann::json& v = *read.find(key);
   const auto positive = [](const nlohmann::json& d) {
@@ -309,14 +305,14 @@ LOADSTAR_DECL std::size_t config_size1(const ConfigReader& read, std::string_vie
   read.fail(key, "a positive integer or a list of one");
 }
 
-LOADSTAR_DECL Initializer config_initializer(const ConfigReader& read, std::string_view key,
-                                             Initializer fallback) {
+Initializer config_initializer(const ConfigReader& read, std::string_view key,
+                               Initializer fallback) {
   if (!read.has(key)) return fallback;
   return read.nested(key,
                      [&] { return Registry<Initializer>::instance().create(*read.find(key)); });
 }
 
-LOADSTAR_DECL int config_axis(const ConfigReader& read, int fallback) {
+int config_axis(const ConfigReader& read, int fallback) {
   if (!read.has("axis")) return fallback;
   const nlohmann::json& v = *read.find("axis");
   if (v.is_array() && v.size() == 1 && keras::detail::ConfigValue<int>::fits(v[0]))
@@ -325,7 +321,7 @@ LOADSTAR_DECL int config_axis(const ConfigReader& read, int fallback) {
   return v.get<int>();
 }
 
-LOADSTAR_DECL bool config_channels_first(const ConfigReader& read) {
+bool config_channels_first(const ConfigReader& read) {
   const std::string format = read.get("data_format", "channels_last");
   if (format == "channels_first") return true;
   if (format != "channels_last")
@@ -333,14 +329,14 @@ LOADSTAR_DECL bool config_channels_first(const ConfigReader& read) {
   return false;
 }
 
-LOADSTAR_DECL bool parse_data_format(const std::string& format, const std::string& label) {
+bool parse_data_format(const std::string& format, const std::string& label) {
   if (format == "channels_first") return true;
   if (format == "channels_last") return false;
   throw ConfigError(label + ": data_format must be 'channels_last' or 'channels_first' but is '" +
                     format + "'");
 }
 
-LOADSTAR_DECL std::vector<std::size_t> channel_axes(std::size_t rank, bool to_first) {
+std::vector<std::size_t> channel_axes(std::size_t rank, bool to_first) {
   std::vector<std::size_t> axes{0};
   if (to_first) axes.push_back(rank - 1);
   for (std::size_t i = 1; i + 1 < rank; ++i)
@@ -349,7 +345,7 @@ LOADSTAR_DECL std::vector<std::size_t> channel_axes(std::size_t rank, bool to_fi
   return axes;
 }
 
-LOADSTAR_DECL Shape move_channels(const Shape& shape, bool to_first) {
+Shape move_channels(const Shape& shape, bool to_first) {
   std::vector<std::size_t> dims(shape.begin(), shape.end());
   if (dims.size() < 2) return shape;
   if (to_first) {
@@ -360,7 +356,7 @@ LOADSTAR_DECL Shape move_channels(const Shape& shape, bool to_first) {
   return Shape(dims);
 }
 
-LOADSTAR_DECL bool parse_padding(const std::string& padding, const std::string& label) {
+bool parse_padding(const std::string& padding, const std::string& label) {
   if (padding == "same") return true;
   if (padding == "valid") return false;
   throw ConfigError(label + ": padding must be 'valid' or 'same' but is '" + padding + "'");

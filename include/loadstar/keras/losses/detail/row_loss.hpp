@@ -159,12 +159,11 @@ class RowLoss : public Loss {
 
 }  // namespace loadstar::keras::detail
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::detail {
 
-LOADSTAR_DECL std::string format_value(double value) {
+std::string format_value(double value) {
   if (std::isfinite(value) && value == std::floor(value) && std::abs(value) < 1e15) {
     return std::to_string(static_cast<long long>(value));
   }
@@ -172,7 +171,7 @@ LOADSTAR_DECL std::string format_value(double value) {
   return text;
 }
 
-LOADSTAR_DECL bool shapes_fit(const Shape& a, const Shape& b) {
+bool shapes_fit(const Shape& a, const Shape& b) {
   if (a == b) return true;
   const Shape& longer = a.rank() > b.rank() ? a : b;
   const Shape& shorter = a.rank() > b.rank() ? b : a;
@@ -182,13 +181,13 @@ LOADSTAR_DECL bool shapes_fit(const Shape& a, const Shape& b) {
   return true;
 }
 
-LOADSTAR_DECL Shape without_last_axis(const Shape& shape) {
+Shape without_last_axis(const Shape& shape) {
   if (shape.rank() == 0) return shape;
   return Shape(std::span<const std::size_t>(shape.begin(), shape.rank() - 1));
 }
 
-LOADSTAR_DECL void check_sample_weight(const std::string& owner, const Tensor<float>* sample_weight,
-                                       const Tensor<float>& y_pred) {
+void check_sample_weight(const std::string& owner, const Tensor<float>* sample_weight,
+                         const Tensor<float>& y_pred) {
   if (sample_weight == nullptr) return;
   if (sample_weight->size() != y_pred.rows() ||
       (sample_weight->rank() > 1 && sample_weight->rank() != 2)) {

@@ -66,14 +66,12 @@ LOADSTAR_DECL double config_threshold(const ConfigReader& read);
 
 }  // namespace loadstar::keras::detail
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::detail {
 
-LOADSTAR_DECL void ConfusionCounts::update(const std::string& owner, const Tensor<float>& y_true,
-                                           const Tensor<float>& y_pred,
-                                           const Tensor<float>* sample_weight) {
+void ConfusionCounts::update(const std::string& owner, const Tensor<float>& y_true,
+                             const Tensor<float>& y_pred, const Tensor<float>* sample_weight) {
   if (!shapes_fit(y_true.shape(), y_pred.shape())) {
     throw ShapeError(owner + ": y_true of shape " + y_true.shape().str() +
                      " does not match y_pred of shape " + y_pred.shape().str());
@@ -92,12 +90,12 @@ LOADSTAR_DECL void ConfusionCounts::update(const std::string& owner, const Tenso
   }
 }
 
-LOADSTAR_DECL void ConfusionCounts::reset() {
+void ConfusionCounts::reset() {
   std::fill(positives_.begin(), positives_.end(), 0.0);
   std::fill(negatives_.begin(), negatives_.end(), 0.0);
 }
 
-LOADSTAR_DECL void ConfusionCounts::restore(const std::string& owner, const nlohmann::json& state) {
+void ConfusionCounts::restore(const std::string& owner, const nlohmann::json& state) {
   const loadstar::detail::StateReader read(owner, state);
   auto positives = read.get<std::vector<double>>("positives");
   auto negatives = read.get<std::vector<double>>("negatives");
@@ -110,21 +108,21 @@ LOADSTAR_DECL void ConfusionCounts::restore(const std::string& owner, const nloh
   negatives_ = std::move(negatives);
 }
 
-LOADSTAR_DECL double ConfusionCounts::above(const std::vector<double>& counts, std::size_t i) {
+double ConfusionCounts::above(const std::vector<double>& counts, std::size_t i) {
   double sum = 0;
   for (std::size_t b = i + 1; b < counts.size(); ++b)
     sum += counts[b];
   return sum;
 }
 
-LOADSTAR_DECL double ConfusionCounts::below(const std::vector<double>& counts, std::size_t i) {
+double ConfusionCounts::below(const std::vector<double>& counts, std::size_t i) {
   double sum = 0;
   for (std::size_t b = 0; b <= i; ++b)
     sum += counts[b];
   return sum;
 }
 
-LOADSTAR_DECL double config_threshold(const ConfigReader& read) {
+double config_threshold(const ConfigReader& read) {
   if (!read.has("thresholds")) return 0.5;
   const nlohmann::json& v = *read.find("thresholds");
   if (v.is_number()) return v.get<double>();

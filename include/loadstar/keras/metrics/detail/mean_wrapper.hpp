@@ -146,25 +146,24 @@ LOADSTAR_DECL bool in_top_k(const float* x, std::size_t n, std::size_t target, s
 
 }  // namespace loadstar::keras::detail
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::detail {
 
-LOADSTAR_DECL void RunningMean::add(double value, double weight) {
+void RunningMean::add(double value, double weight) {
   settle();  // the batches before this one first, as they were added
   total += value * weight;
   count += weight;
 }
 
-LOADSTAR_DECL void RunningMean::restore(const std::string& owner, const nlohmann::json& state) {
+void RunningMean::restore(const std::string& owner, const nlohmann::json& state) {
   const loadstar::detail::StateReader read(owner, state);
   pending.clear();
   total = read.get<double>("total");
   count = read.get<double>("count");
 }
 
-LOADSTAR_DECL bool in_top_k(const float* x, std::size_t n, std::size_t target, std::size_t k) {
+bool in_top_k(const float* x, std::size_t n, std::size_t target, std::size_t k) {
   const float v = x[target];
   if (!std::isfinite(v)) return false;
   std::size_t greater = 0;

@@ -109,13 +109,12 @@ class OptimizerBase : public Optimizer {
 
 }  // namespace loadstar::keras::detail
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::detail {
 
-LOADSTAR_DECL OptimizerBase::OptimizerBase(std::string name, optimizers::LearningRate learning_rate,
-                                           Clipping clipping)
+OptimizerBase::OptimizerBase(std::string name, optimizers::LearningRate learning_rate,
+                             Clipping clipping)
     : Optimizer(std::move(name)), learning_rate_(std::move(learning_rate)), clipping_(clipping) {
   if (clipping.clipnorm && clipping.global_clipnorm) {
     throw ConfigError(this->name() +
@@ -126,7 +125,7 @@ LOADSTAR_DECL OptimizerBase::OptimizerBase(std::string name, optimizers::Learnin
   }
 }
 
-LOADSTAR_DECL void OptimizerBase::apply_gradients(std::span<Variable*> variables) {
+void OptimizerBase::apply_gradients(std::span<Variable*> variables) {
   Backend& backend = this->backend();
   if (!built_) build(backend, variables);
   const auto learning_rate = static_cast<float>(learning_rate_.at(iterations_));
@@ -216,7 +215,7 @@ LOADSTAR_DECL void OptimizerBase::apply_gradients(std::span<Variable*> variables
   ++iterations_;
 }
 
-LOADSTAR_DECL void OptimizerBase::set_backend(std::shared_ptr<Backend> backend) {
+void OptimizerBase::set_backend(std::shared_ptr<Backend> backend) {
   // Slots made on another backend's memory move through the host.
   Backend& from = this->backend();
   Optimizer::set_backend(std::move(backend));
@@ -228,7 +227,7 @@ LOADSTAR_DECL void OptimizerBase::set_backend(std::shared_ptr<Backend> backend) 
     if (!scratch.empty()) scratch = to.allocate(scratch.shape());
 }
 
-LOADSTAR_DECL nlohmann::json OptimizerBase::get_config() const {
+nlohmann::json OptimizerBase::get_config() const {
   nlohmann::json config = {{"name", name()}, {"learning_rate", learning_rate_.get_config()}};
   config["clipnorm"] = clipping_.clipnorm ? nlohmann::json(*clipping_.clipnorm) : nullptr;
   config["global_clipnorm"] =
@@ -244,12 +243,12 @@ LOADSTAR_DECL nlohmann::json OptimizerBase::get_config() const {
   return config;
 }
 
-LOADSTAR_DECL ArrayMap OptimizerBase::slot([[maybe_unused]] std::size_t index, std::size_t k) {
+ArrayMap OptimizerBase::slot([[maybe_unused]] std::size_t index, std::size_t k) {
   LOADSTAR_ASSERT(k < current_slots_.size(), "slot: only valid inside update_step");
   return array_of(current_slots_[k]);
 }
 
-LOADSTAR_DECL void OptimizerBase::build(std::span<Variable*> variables) {
+void OptimizerBase::build(std::span<Variable*> variables) {
   if (built_) {
     std::size_t trainable = 0;
     for (const Variable* v : variables)
@@ -263,7 +262,7 @@ LOADSTAR_DECL void OptimizerBase::build(std::span<Variable*> variables) {
   build(this->backend(), variables);
 }
 
-LOADSTAR_DECL void OptimizerBase::build(Backend& backend, std::span<Variable*> variables) {
+void OptimizerBase::build(Backend& backend, std::span<Variable*> variables) {
   const std::vector<std::string> names = slot_names();
   LOADSTAR_ASSERT(names.size() <= max_slots, "too many slots per variable");
   slots_per_variable_ = names.size();

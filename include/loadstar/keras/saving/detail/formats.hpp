@@ -234,12 +234,11 @@ LOADSTAR_DECL void restore_optimizer(Model& model, const ModelFile& file, const 
 
 }  // namespace loadstar::keras::detail
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::detail {
 
-LOADSTAR_DECL std::vector<KerasLayerEntry> keras_layers(const Model& model) {
+std::vector<KerasLayerEntry> keras_layers(const Model& model) {
   std::vector<KerasLayerEntry> out;
   if (dynamic_cast<const Sequential*>(&model) == nullptr) {
     for (const auto& name : model.input_names())
@@ -250,7 +249,7 @@ LOADSTAR_DECL std::vector<KerasLayerEntry> keras_layers(const Model& model) {
   return out;
 }
 
-LOADSTAR_DECL std::string snake_case(const std::string& name) {
+std::string snake_case(const std::string& name) {
   std::string word;
   for (char c : name)
     if (std::isalnum(static_cast<unsigned char>(c)) || c == '_') word += c;
@@ -273,7 +272,7 @@ LOADSTAR_DECL std::string snake_case(const std::string& name) {
   return out;
 }
 
-LOADSTAR_DECL std::vector<std::string> keras3_keys(const std::vector<KerasLayerEntry>& entries) {
+std::vector<std::string> keras3_keys(const std::vector<KerasLayerEntry>& entries) {
   std::map<std::string, std::size_t> used;
   std::vector<std::string> keys;
   for (const auto& entry : entries) {
@@ -288,7 +287,7 @@ LOADSTAR_DECL std::vector<std::string> keras3_keys(const std::vector<KerasLayerE
   return keys;
 }
 
-LOADSTAR_DECL std::map<const Layer*, std::vector<Tensor<float>>> host_weights(const Model& model) {
+std::map<const Layer*, std::vector<Tensor<float>>> host_weights(const Model& model) {
   std::map<const Layer*, std::vector<Tensor<float>>> out;
   auto all = model.get_weights();
   std::size_t i = 0;
@@ -300,13 +299,13 @@ LOADSTAR_DECL std::map<const Layer*, std::vector<Tensor<float>>> host_weights(co
   return out;
 }
 
-LOADSTAR_DECL Tensor<float> to_host(const Model& model, const Tensor<float>& tensor) {
+Tensor<float> to_host(const Model& model, const Tensor<float>& tensor) {
   if (tensor.is_host()) return tensor.clone();
   // The backend exists: a tensor off the host was made by it.
   return const_cast<Model&>(model).backend().to_host(tensor);
 }
 
-LOADSTAR_DECL std::vector<std::pair<std::string, std::string>> trainable_names(const Model& model) {
+std::vector<std::pair<std::string, std::string>> trainable_names(const Model& model) {
   std::vector<std::pair<std::string, std::string>> out;
   for (const auto& layer : model.layers())
     for (const auto& w : layer->weights())
@@ -314,7 +313,7 @@ LOADSTAR_DECL std::vector<std::pair<std::string, std::string>> trainable_names(c
   return out;
 }
 
-LOADSTAR_DECL nlohmann::json losses_json(const Losses& losses, const char* module) {
+nlohmann::json losses_json(const Losses& losses, const char* module) {
   if (!losses.map().empty()) {
     nlohmann::json out = nlohmann::json::object();
     for (const auto& [name, arg] : losses.map())
@@ -328,8 +327,7 @@ LOADSTAR_DECL nlohmann::json losses_json(const Losses& losses, const char* modul
   return out;
 }
 
-LOADSTAR_DECL nlohmann::json metrics_json(const std::vector<MetricArg>& metrics,
-                                          const char* module) {
+nlohmann::json metrics_json(const std::vector<MetricArg>& metrics, const char* module) {
   if (metrics.empty()) return nullptr;
   nlohmann::json out = nlohmann::json::array();
   for (const auto& arg : metrics)
@@ -337,12 +335,12 @@ LOADSTAR_DECL nlohmann::json metrics_json(const std::vector<MetricArg>& metrics,
   return out;
 }
 
-LOADSTAR_DECL nlohmann::json loss_weights_json(const CompileOptions& options) {
+nlohmann::json loss_weights_json(const CompileOptions& options) {
   if (options.loss_weights.empty()) return nullptr;
   return options.loss_weights;
 }
 
-LOADSTAR_DECL nlohmann::json training_config(const Model& model) {
+nlohmann::json training_config(const Model& model) {
   const CompileOptions& options = model.compile_options();
   const Optimizer& optimizer = model.optimizer();
   return {{"loss", losses_json(options.loss, nullptr)},
@@ -353,7 +351,7 @@ LOADSTAR_DECL nlohmann::json training_config(const Model& model) {
            {{"class_name", optimizer.class_name()}, {"config", optimizer.get_config()}}}};
 }
 
-LOADSTAR_DECL nlohmann::json compile_config(const Model& model) {
+nlohmann::json compile_config(const Model& model) {
   const CompileOptions& options = model.compile_options();
   const Optimizer& optimizer = model.optimizer();
   return {{"optimizer",
@@ -370,8 +368,8 @@ LOADSTAR_DECL nlohmann::json compile_config(const Model& model) {
           {"jit_compile", false}};
 }
 
-LOADSTAR_DECL void read_metrics(const nlohmann::json& value, std::vector<MetricArg>& out,
-                                const CustomObjects* custom) {
+void read_metrics(const nlohmann::json& value, std::vector<MetricArg>& out,
+                  const CustomObjects* custom) {
   if (value.is_null()) return;
   if (value.is_string()) {
     out.emplace_back(value.get<std::string>());
@@ -394,13 +392,12 @@ LOADSTAR_DECL void read_metrics(const nlohmann::json& value, std::vector<MetricA
   }
 }
 
-LOADSTAR_DECL LossArg read_loss(const nlohmann::json& value, const CustomObjects* custom) {
+LossArg read_loss(const nlohmann::json& value, const CustomObjects* custom) {
   if (value.is_string()) return LossArg(value.get<std::string>());
   return LossArg(std::shared_ptr<Loss>(Registry<Loss>::instance().create(value, custom)));
 }
 
-LOADSTAR_DECL bool compile_from_config(Model& model, const nlohmann::json& config,
-                                       const CustomObjects* custom) {
+bool compile_from_config(Model& model, const nlohmann::json& config, const CustomObjects* custom) {
   if (!config.is_object()) {
     throw ConfigError("expected an object but found " + describe_json(config));
   }
@@ -456,15 +453,14 @@ LOADSTAR_DECL bool compile_from_config(Model& model, const nlohmann::json& confi
   return true;
 }
 
-LOADSTAR_DECL nlohmann::json batch_shape_json(const Shape& shape) {
+nlohmann::json batch_shape_json(const Shape& shape) {
   nlohmann::json out = nlohmann::json::array({nullptr});
   for (std::size_t d : shape)
     out.push_back(d);
   return out;
 }
 
-LOADSTAR_DECL nlohmann::json keras3_layer_config(const std::string& class_name,
-                                                 nlohmann::json config) {
+nlohmann::json keras3_layer_config(const std::string& class_name, nlohmann::json config) {
   if (!config.is_object()) return config;
   if (class_name == "InputLayer") {
     if (config.contains("batch_input_shape")) {
@@ -496,7 +492,7 @@ LOADSTAR_DECL nlohmann::json keras3_layer_config(const std::string& class_name,
   return config;
 }
 
-LOADSTAR_DECL nlohmann::json keras3_model_config(const Model& model, bool include_compile) {
+nlohmann::json keras3_model_config(const Model& model, bool include_compile) {
   nlohmann::json legacy = model_get_config(model);
   const std::string class_name = legacy["class_name"].get<std::string>();
   nlohmann::json config = legacy["config"];
@@ -576,7 +572,7 @@ LOADSTAR_DECL nlohmann::json keras3_model_config(const Model& model, bool includ
   return out;
 }
 
-LOADSTAR_DECL void collect_keras_tensors(const nlohmann::json& value, nlohmann::json& out) {
+void collect_keras_tensors(const nlohmann::json& value, nlohmann::json& out) {
   if (value.is_array()) {
     for (const auto& item : value)
       collect_keras_tensors(item, out);
@@ -595,7 +591,7 @@ LOADSTAR_DECL void collect_keras_tensors(const nlohmann::json& value, nlohmann::
   }
 }
 
-LOADSTAR_DECL nlohmann::json legacy_model_config(nlohmann::json config) {
+nlohmann::json legacy_model_config(nlohmann::json config) {
   if (!config.is_object()) return config;
   const auto inner = config.find("config");
   if (inner == config.end() || !inner->is_object()) return config;
@@ -628,7 +624,7 @@ LOADSTAR_DECL nlohmann::json legacy_model_config(nlohmann::json config) {
   return {{"class_name", config.value("class_name", nlohmann::json())}, {"config", *inner}};
 }
 
-LOADSTAR_DECL void write_legacy_layers(H5Writer& writer, hid_t group, const Model& model) {
+void write_legacy_layers(H5Writer& writer, hid_t group, const Model& model) {
   const auto entries = keras_layers(model);
   std::vector<std::string> names;
   for (const auto& entry : entries)
@@ -663,7 +659,7 @@ LOADSTAR_DECL void write_legacy_layers(H5Writer& writer, hid_t group, const Mode
   writer.string_list_attribute(top.get(), "weight_names", {});
 }
 
-LOADSTAR_DECL void write_legacy_optimizer(H5Writer& writer, const Model& model) {
+void write_legacy_optimizer(H5Writer& writer, const Model& model) {
   Optimizer& optimizer = model.optimizer();
   H5Id group = writer.create_group(writer.root(), "optimizer_weights");
   const std::string prefix = optimizer.name();
@@ -690,7 +686,7 @@ LOADSTAR_DECL void write_legacy_optimizer(H5Writer& writer, const Model& model) 
   }
 }
 
-LOADSTAR_DECL void write_keras3_weights(H5Writer& writer, const Model& model, bool optimizer) {
+void write_keras3_weights(H5Writer& writer, const Model& model, bool optimizer) {
   H5Id root_vars = writer.create_group(writer.root(), "vars");
   writer.string_attribute(root_vars.get(), "name", model.name(), true);
   const auto entries = keras_layers(model);
@@ -721,15 +717,15 @@ LOADSTAR_DECL void write_keras3_weights(H5Writer& writer, const Model& model, bo
   }
 }
 
-LOADSTAR_DECL std::string names_text(const std::vector<std::string>& names) {
+std::string names_text(const std::vector<std::string>& names) {
   std::string out;
   for (const auto& name : names)
     out += (out.empty() ? "'" : ", '") + name + "'";
   return out.empty() ? "none" : out;
 }
 
-LOADSTAR_DECL void assign_weights(Model& model, const ModelFile& file,
-                                  const LoadWeightsOptions& options, const std::string& where) {
+void assign_weights(Model& model, const ModelFile& file, const LoadWeightsOptions& options,
+                    const std::string& where) {
   auto values = model.get_weights();
   std::map<const Layer*, std::size_t> offsets;
   std::size_t offset = 0;
@@ -813,14 +809,13 @@ LOADSTAR_DECL void assign_weights(Model& model, const ModelFile& file,
   model.set_weights(values);
 }
 
-LOADSTAR_DECL std::string last_component(const std::string& name) {
+std::string last_component(const std::string& name) {
   std::string last = name.substr(name.rfind('/') == std::string::npos ? 0 : name.rfind('/') + 1);
   if (const auto colon = last.rfind(':'); colon != std::string::npos) last.resize(colon);
   return last;
 }
 
-LOADSTAR_DECL void restore_optimizer(Model& model, const ModelFile& file,
-                                     const std::string& where) {
+void restore_optimizer(Model& model, const ModelFile& file, const std::string& where) {
   Optimizer& optimizer = model.optimizer();
   optimizer.build(model.trainable_variables());
   const auto slots = optimizer.variables();

@@ -195,12 +195,11 @@ class H5Reader {
 
 }  // namespace loadstar::keras::detail
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::detail {
 
-LOADSTAR_DECL H5Id& H5Id::operator=(H5Id&& other) noexcept {
+H5Id& H5Id::operator=(H5Id&& other) noexcept {
   if (this != &other) {
     reset();
     id_ = std::exchange(other.id_, -1);
@@ -209,19 +208,18 @@ LOADSTAR_DECL H5Id& H5Id::operator=(H5Id&& other) noexcept {
   return *this;
 }
 
-LOADSTAR_DECL void H5Id::reset() noexcept {
+void H5Id::reset() noexcept {
   if (id_ >= 0 && closer_ != nullptr) closer_(id_);
   id_ = -1;
 }
 
-LOADSTAR_DECL bool H5Id::close() noexcept {
+bool H5Id::close() noexcept {
   const bool ok = id_ < 0 || closer_ == nullptr || closer_(id_) >= 0;
   id_ = -1;
   return ok;
 }
 
-LOADSTAR_DECL H5Writer::H5Writer(const std::filesystem::path& path,
-                                 const std::filesystem::path& shown)
+H5Writer::H5Writer(const std::filesystem::path& path, const std::filesystem::path& shown)
     : where_("hdf5 file '" + shown.string() + "'") {
   H5Id access(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
   H5Pset_file_locking(access.get(), false, true);
@@ -229,14 +227,14 @@ LOADSTAR_DECL H5Writer::H5Writer(const std::filesystem::path& path,
   if (!file_.valid()) fail("cannot create the file");
 }
 
-LOADSTAR_DECL H5Writer::H5Writer(std::string where) : where_(std::move(where)) {
+H5Writer::H5Writer(std::string where) : where_(std::move(where)) {
   H5Id access(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
   H5Pset_fapl_core(access.get(), 1 << 16, false);
   file_ = H5Id(H5Fcreate("model.weights.h5", H5F_ACC_TRUNC, H5P_DEFAULT, access.get()), H5Fclose);
   if (!file_.valid()) fail("cannot create the file in memory");
 }
 
-LOADSTAR_DECL std::string H5Writer::image() {
+std::string H5Writer::image() {
   if (H5Fflush(file_.get(), H5F_SCOPE_GLOBAL) < 0) fail("cannot flush");
   const ssize_t size = H5Fget_file_image(file_.get(), nullptr, 0);
   if (size < 0) fail("cannot get the file image");
@@ -247,14 +245,14 @@ LOADSTAR_DECL std::string H5Writer::image() {
   return bytes;
 }
 
-LOADSTAR_DECL H5Id H5Writer::create_group(hid_t parent, const std::string& name) {
+H5Id H5Writer::create_group(hid_t parent, const std::string& name) {
   H5Id group(H5Gcreate2(parent, name.c_str(), link_list(), H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
   if (!group.valid()) fail("cannot create group '" + name + "'");
   return group;
 }
 
-LOADSTAR_DECL void H5Writer::string_attribute(hid_t object, const std::string& name,
-                                              const std::string& value, bool utf8) {
+void H5Writer::string_attribute(hid_t object, const std::string& name, const std::string& value,
+                                bool utf8) {
   H5Id type = vlen_string_type(utf8);
   H5Id space(H5Screate(H5S_SCALAR), H5Sclose);
   H5Id attribute(
@@ -267,8 +265,8 @@ LOADSTAR_DECL void H5Writer::string_attribute(hid_t object, const std::string& n
   }
 }
 
-LOADSTAR_DECL void H5Writer::string_list_attribute(hid_t object, const std::string& name,
-                                                   const std::vector<std::string>& values) {
+void H5Writer::string_list_attribute(hid_t object, const std::string& name,
+                                     const std::vector<std::string>& values) {
   const hsize_t count = values.size();
   H5Id space(H5Screate_simple(1, &count, nullptr), H5Sclose);
   H5Id type = values.empty() ? H5Id(H5Tcopy(H5T_IEEE_F64LE), H5Tclose) : vlen_string_type(false);
@@ -285,8 +283,8 @@ LOADSTAR_DECL void H5Writer::string_list_attribute(hid_t object, const std::stri
   }
 }
 
-LOADSTAR_DECL void H5Writer::float_dataset(hid_t parent, const std::string& name,
-                                           const Shape& shape, const float* values) {
+void H5Writer::float_dataset(hid_t parent, const std::string& name, const Shape& shape,
+                             const float* values) {
   std::vector<hsize_t> dims(shape.begin(), shape.end());
   H5Id space(shape.rank() == 0
                  ? H5Screate(H5S_SCALAR)
@@ -302,8 +300,7 @@ LOADSTAR_DECL void H5Writer::float_dataset(hid_t parent, const std::string& name
   }
 }
 
-LOADSTAR_DECL void H5Writer::int64_dataset(hid_t parent, const std::string& name,
-                                           std::int64_t value) {
+void H5Writer::int64_dataset(hid_t parent, const std::string& name, std::int64_t value) {
   H5Id space(H5Screate(H5S_SCALAR), H5Sclose);
   H5Id dataset(H5Dcreate2(parent, name.c_str(), H5T_STD_I64LE, space.get(), link_list(),
                           H5P_DEFAULT, H5P_DEFAULT),
@@ -314,18 +311,18 @@ LOADSTAR_DECL void H5Writer::int64_dataset(hid_t parent, const std::string& name
   }
 }
 
-LOADSTAR_DECL void H5Writer::fail(const std::string& what) const {
+void H5Writer::fail(const std::string& what) const {
   throw IoError(where_ + ": " + what + " (" + h5_last_error() + ")");
 }
 
-LOADSTAR_DECL H5Id H5Writer::vlen_string_type(bool utf8) {
+H5Id H5Writer::vlen_string_type(bool utf8) {
   H5Id type(H5Tcopy(H5T_C_S1), H5Tclose);
   H5Tset_size(type.get(), H5T_VARIABLE);
   H5Tset_cset(type.get(), utf8 ? H5T_CSET_UTF8 : H5T_CSET_ASCII);
   return type;
 }
 
-LOADSTAR_DECL hid_t H5Writer::link_list() {
+hid_t H5Writer::link_list() {
   if (!links_.valid()) {
     links_ = H5Id(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
     H5Pset_create_intermediate_group(links_.get(), 1);
@@ -333,7 +330,7 @@ LOADSTAR_DECL hid_t H5Writer::link_list() {
   return links_.get();
 }
 
-LOADSTAR_DECL H5Reader::H5Reader(const std::filesystem::path& path) : where_(hdf5_name(path)) {
+H5Reader::H5Reader(const std::filesystem::path& path) : where_(hdf5_name(path)) {
   loadstar::detail::check_readable(path);
   if (H5Fis_hdf5(path.c_str()) <= 0) {
     throw FormatError(where_ + ": expected an hdf5 file but found no hdf5 signature");
@@ -346,8 +343,7 @@ LOADSTAR_DECL H5Reader::H5Reader(const std::filesystem::path& path) : where_(hdf
   if (!file_.valid()) throw FormatError(where_ + ": cannot open (" + h5_last_error() + ")");
 }
 
-LOADSTAR_DECL H5Reader::H5Reader(const std::string& image, std::string where)
-    : where_(std::move(where)) {
+H5Reader::H5Reader(const std::string& image, std::string where) : where_(std::move(where)) {
   container_bytes_ = image.size();
   if (image.size() < 8 || std::memcmp(image.data(), "\x89HDF\r\n\x1a\n", 8) != 0) {
     throw FormatError(where_ + ": expected an hdf5 file but found no hdf5 signature");
@@ -361,11 +357,11 @@ LOADSTAR_DECL H5Reader::H5Reader(const std::string& image, std::string where)
   if (!file_.valid()) throw FormatError(where_ + ": cannot open (" + h5_last_error() + ")");
 }
 
-LOADSTAR_DECL void H5Reader::fail(const std::string& what) const {
+void H5Reader::fail(const std::string& what) const {
   throw FormatError(where_ + ": " + what);
 }
 
-LOADSTAR_DECL bool H5Reader::exists(hid_t location, const std::string& path) const {
+bool H5Reader::exists(hid_t location, const std::string& path) const {
   if (path.empty()) return false;
   std::size_t start = 0;
   for (;;) {
@@ -391,7 +387,7 @@ LOADSTAR_DECL bool H5Reader::exists(hid_t location, const std::string& path) con
   }
 }
 
-LOADSTAR_DECL bool H5Reader::is_group(hid_t location, const std::string& path) const {
+bool H5Reader::is_group(hid_t location, const std::string& path) const {
   if (!exists(location, path)) return false;
   H5O_info_t info;
   if (H5Oget_info_by_name(location, path.c_str(), &info, H5P_DEFAULT) < 0) {
@@ -401,16 +397,14 @@ LOADSTAR_DECL bool H5Reader::is_group(hid_t location, const std::string& path) c
   return info.type == H5O_TYPE_GROUP;
 }
 
-LOADSTAR_DECL H5Id H5Reader::open_group(hid_t location, const std::string& path,
-                                        const std::string& what) const {
+H5Id H5Reader::open_group(hid_t location, const std::string& path, const std::string& what) const {
   if (!is_group(location, path)) fail(what + ": group '" + path + "' missing");
   H5Id group(H5Gopen2(location, path.c_str(), H5P_DEFAULT), H5Gclose);
   if (!group.valid()) fail(what + ": cannot open group '" + path + "' (" + h5_last_error() + ")");
   return group;
 }
 
-LOADSTAR_DECL std::vector<std::string> H5Reader::children(hid_t group,
-                                                          const std::string& what) const {
+std::vector<std::string> H5Reader::children(hid_t group, const std::string& what) const {
   std::vector<std::string> names;
   hsize_t index = 0;
   const herr_t status = H5Literate(
@@ -426,7 +420,7 @@ LOADSTAR_DECL std::vector<std::string> H5Reader::children(hid_t group,
   return names;
 }
 
-LOADSTAR_DECL bool H5Reader::has_attribute(hid_t object, const std::string& name) const {
+bool H5Reader::has_attribute(hid_t object, const std::string& name) const {
   const htri_t found = H5Aexists(object, name.c_str());
   if (found < 0) {
     H5Eclear2(H5E_DEFAULT);
@@ -435,8 +429,8 @@ LOADSTAR_DECL bool H5Reader::has_attribute(hid_t object, const std::string& name
   return found > 0;
 }
 
-LOADSTAR_DECL std::string H5Reader::string_attribute(hid_t object, const std::string& name,
-                                                     const std::string& what) const {
+std::string H5Reader::string_attribute(hid_t object, const std::string& name,
+                                       const std::string& what) const {
   auto values = strings(object, name, what);
   if (!values || values->size() != 1) {
     fail(what + ": attribute '" + name + "' is not one string");
@@ -444,8 +438,8 @@ LOADSTAR_DECL std::string H5Reader::string_attribute(hid_t object, const std::st
   return std::move(values->front());
 }
 
-LOADSTAR_DECL std::vector<std::string> H5Reader::string_list_attribute(
-    hid_t object, const std::string& name, const std::string& what) const {
+std::vector<std::string> H5Reader::string_list_attribute(hid_t object, const std::string& name,
+                                                         const std::string& what) const {
   if (has_attribute(object, name)) {
     auto values = strings(object, name, what);
     if (!values) fail(what + ": attribute '" + name + "' holds neither strings nor an empty list");
@@ -464,8 +458,8 @@ LOADSTAR_DECL std::vector<std::string> H5Reader::string_list_attribute(
   }
 }
 
-LOADSTAR_DECL StoredArray H5Reader::dataset(hid_t location, const std::string& path,
-                                            const std::string& what) const {
+StoredArray H5Reader::dataset(hid_t location, const std::string& path,
+                              const std::string& what) const {
   const std::string object = what + ": dataset '" + path + "'";
   if (!exists(location, path)) fail(object + " missing");
   H5O_info_t info;
@@ -523,8 +517,8 @@ LOADSTAR_DECL StoredArray H5Reader::dataset(hid_t location, const std::string& p
   return out;
 }
 
-LOADSTAR_DECL void H5Reader::check_storage(hid_t dataset, const std::string& object,
-                                           const Shape& shape, std::uint64_t file_bytes) const {
+void H5Reader::check_storage(hid_t dataset, const std::string& object, const Shape& shape,
+                             std::uint64_t file_bytes) const {
   H5Id create(H5Dget_create_plist(dataset), H5Pclose);
   const H5D_layout_t layout = H5Pget_layout(create.get());
   if (layout == H5D_VIRTUAL || H5Pget_external_count(create.get()) > 0) {
@@ -552,8 +546,8 @@ LOADSTAR_DECL void H5Reader::check_storage(hid_t dataset, const std::string& obj
   }
 }
 
-LOADSTAR_DECL std::optional<std::vector<std::string>> H5Reader::strings(
-    hid_t object, const std::string& name, const std::string& what) const {
+std::optional<std::vector<std::string>> H5Reader::strings(hid_t object, const std::string& name,
+                                                          const std::string& what) const {
   H5Id attribute(H5Aopen(object, name.c_str(), H5P_DEFAULT), H5Aclose);
   if (!attribute.valid()) fail(what + ": cannot open attribute '" + name + "'");
   H5Id type(H5Aget_type(attribute.get()), H5Tclose);
@@ -605,7 +599,7 @@ LOADSTAR_DECL std::optional<std::vector<std::string>> H5Reader::strings(
   return out;
 }
 
-LOADSTAR_DECL std::string h5_last_error() {
+std::string h5_last_error() {
   std::string reason = loadstar::detail::hdf5_innermost_error();
   H5Eclear2(H5E_DEFAULT);
   return reason.empty() ? std::string("unknown hdf5 error") : reason;

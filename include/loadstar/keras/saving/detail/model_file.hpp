@@ -128,12 +128,11 @@ LOADSTAR_DECL ModelFile read_model_file(const std::filesystem::path& path, Trust
 
 }  // namespace loadstar::keras::detail
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::detail {
 
-LOADSTAR_DECL std::uint64_t Decoder::u64() {
+std::uint64_t Decoder::u64() {
   std::uint64_t value = 0;
   need(sizeof value);
   std::memcpy(&value, bytes_.data() + at_, sizeof value);
@@ -141,7 +140,7 @@ LOADSTAR_DECL std::uint64_t Decoder::u64() {
   return value;
 }
 
-LOADSTAR_DECL std::string Decoder::text() {
+std::string Decoder::text() {
   const std::uint64_t n = u64();
   need(n);
   std::string out = bytes_.substr(at_, n);
@@ -149,7 +148,7 @@ LOADSTAR_DECL std::string Decoder::text() {
   return out;
 }
 
-LOADSTAR_DECL StoredArray Decoder::array() {
+StoredArray Decoder::array() {
   StoredArray a;
   a.name = text();
   std::vector<std::size_t> dims(u64());
@@ -166,21 +165,21 @@ LOADSTAR_DECL StoredArray Decoder::array() {
   return a;
 }
 
-LOADSTAR_DECL char Decoder::byte() {
+char Decoder::byte() {
   need(1);
   return bytes_[at_++];
 }
 
-LOADSTAR_DECL void Decoder::need(std::uint64_t n) const {
+void Decoder::need(std::uint64_t n) const {
   if (n > bytes_.size() - at_) throw Error("model file: the sandbox's report is truncated");
 }
 
-LOADSTAR_DECL void put_text(std::string& out, const std::string& text) {
+void put_text(std::string& out, const std::string& text) {
   put_u64(out, text.size());
   out += text;
 }
 
-LOADSTAR_DECL void put_array(std::string& out, const StoredArray& array) {
+void put_array(std::string& out, const StoredArray& array) {
   put_text(out, array.name);
   put_u64(out, array.shape.rank());
   for (std::size_t d : array.shape)
@@ -191,7 +190,7 @@ LOADSTAR_DECL void put_array(std::string& out, const StoredArray& array) {
   out.append(reinterpret_cast<const char*>(array.values.data()), array.values.size() * 4);
 }
 
-LOADSTAR_DECL std::string encode(const ModelFile& file) {
+std::string encode(const ModelFile& file) {
   std::string out;
   out.push_back(static_cast<char>(file.layout));
   put_text(out, file.model_config);
@@ -211,7 +210,7 @@ LOADSTAR_DECL std::string encode(const ModelFile& file) {
   return out;
 }
 
-LOADSTAR_DECL ModelFile decode(const std::string& bytes) {
+ModelFile decode(const std::string& bytes) {
   Decoder in(bytes);
   ModelFile file;
   file.layout = static_cast<FileLayout>(in.byte());
@@ -232,7 +231,7 @@ LOADSTAR_DECL ModelFile decode(const std::string& bytes) {
   return file;
 }
 
-LOADSTAR_DECL ModelFile read_legacy(const H5Reader& reader) {
+ModelFile read_legacy(const H5Reader& reader) {
   ModelFile file;
   const hid_t root = reader.root();
   H5Id weights_group;
@@ -272,8 +271,8 @@ LOADSTAR_DECL ModelFile read_legacy(const H5Reader& reader) {
   return file;
 }
 
-LOADSTAR_DECL std::vector<StoredArray> read_keras3_vars(const H5Reader& reader, hid_t parent,
-                                                        const std::string& path) {
+std::vector<StoredArray> read_keras3_vars(const H5Reader& reader, hid_t parent,
+                                          const std::string& path) {
   H5Id vars = reader.open_group(parent, path, "group '" + path + "'");
   const auto names = reader.children(vars.get(), "group '" + path + "'");
   std::vector<StoredArray> out(names.size());
@@ -294,7 +293,7 @@ LOADSTAR_DECL std::vector<StoredArray> read_keras3_vars(const H5Reader& reader, 
   return out;
 }
 
-LOADSTAR_DECL ModelFile read_keras3_weights(const H5Reader& reader, FileLayout layout) {
+ModelFile read_keras3_weights(const H5Reader& reader, FileLayout layout) {
   ModelFile file;
   file.layout = layout;
   const hid_t root = reader.root();
@@ -312,7 +311,7 @@ LOADSTAR_DECL ModelFile read_keras3_weights(const H5Reader& reader, FileLayout l
   return file;
 }
 
-LOADSTAR_DECL std::string file_signature(const std::filesystem::path& path) {
+std::string file_signature(const std::filesystem::path& path) {
   std::error_code error;
   if (std::filesystem::is_directory(path, error)) {
     throw IoError("file '" + path.string() + "': cannot open (is a directory)");
@@ -327,13 +326,12 @@ LOADSTAR_DECL std::string file_signature(const std::filesystem::path& path) {
   return head;
 }
 
-LOADSTAR_DECL bool is_zip(const std::string& signature) {
+bool is_zip(const std::string& signature) {
   return signature.size() >= 4 && signature[0] == 'P' && signature[1] == 'K' &&
          (signature[2] == 3 || signature[2] == 5) && (signature[3] == 4 || signature[3] == 6);
 }
 
-LOADSTAR_DECL ModelFile read_model_file_here(const std::filesystem::path& path,
-                                             const std::string& signature) {
+ModelFile read_model_file_here(const std::filesystem::path& path, const std::string& signature) {
   if (is_zip(signature)) {
     const ZipReader zip(path);
     // Keras's loader reads these three; anything else (assets/) is ignored.
@@ -365,8 +363,8 @@ LOADSTAR_DECL ModelFile read_model_file_here(const std::filesystem::path& path,
       "root, or Keras 3's 'layers' group) but found none");
 }
 
-LOADSTAR_DECL ModelFile read_model_file(const std::filesystem::path& path, Trust trust,
-                                        std::chrono::milliseconds sandbox_deadline) {
+ModelFile read_model_file(const std::filesystem::path& path, Trust trust,
+                          std::chrono::milliseconds sandbox_deadline) {
   const std::string signature = file_signature(path);
   if (trust == Trust::trusted) {
     const loadstar::detail::Hdf5Lock lock;

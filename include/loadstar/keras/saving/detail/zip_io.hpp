@@ -83,12 +83,11 @@ class ZipWriter {
 
 }  // namespace loadstar::keras::detail
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::detail {
 
-LOADSTAR_DECL ZipReader::ZipReader(const std::filesystem::path& path) : where_(archive_name(path)) {
+ZipReader::ZipReader(const std::filesystem::path& path) : where_(archive_name(path)) {
   int error = 0;
   zip_ = zip_open(path.c_str(), ZIP_RDONLY | ZIP_CHECKCONS, &error);
   if (zip_ == nullptr) {
@@ -103,7 +102,7 @@ LOADSTAR_DECL ZipReader::ZipReader(const std::filesystem::path& path) : where_(a
   }
 }
 
-LOADSTAR_DECL std::string ZipReader::read(const std::string& name, std::uint64_t max_bytes) const {
+std::string ZipReader::read(const std::string& name, std::uint64_t max_bytes) const {
   const zip_int64_t index = zip_name_locate(zip_, name.c_str(), 0);
   if (index < 0) throw FormatError(where_ + ": member '" + name + "' missing");
   const std::string member = where_ + ": member '" + name + "'";
@@ -170,8 +169,7 @@ LOADSTAR_DECL std::string ZipReader::read(const std::string& name, std::uint64_t
   return bytes;
 }
 
-LOADSTAR_DECL ZipWriter::ZipWriter(const std::filesystem::path& path,
-                                   const std::filesystem::path& shown)
+ZipWriter::ZipWriter(const std::filesystem::path& path, const std::filesystem::path& shown)
     : where_(archive_name(shown)) {
   int error = 0;
   zip_ = zip_open(path.c_str(), ZIP_CREATE | ZIP_TRUNCATE, &error);
@@ -184,7 +182,7 @@ LOADSTAR_DECL ZipWriter::ZipWriter(const std::filesystem::path& path,
   }
 }
 
-LOADSTAR_DECL void ZipWriter::add(const std::string& name, std::string bytes) {
+void ZipWriter::add(const std::string& name, std::string bytes) {
   const std::string& kept = members_.emplace_back(std::move(bytes));
   zip_source_t* source = zip_source_buffer(zip_, kept.data(), kept.size(), 0);
   if (source == nullptr) fail("cannot add member '" + name + "'");
@@ -198,12 +196,12 @@ LOADSTAR_DECL void ZipWriter::add(const std::string& name, std::string bytes) {
   }
 }
 
-LOADSTAR_DECL void ZipWriter::close() {
+void ZipWriter::close() {
   if (zip_close(zip_) != 0) fail("cannot write the archive");
   zip_ = nullptr;
 }
 
-LOADSTAR_DECL void ZipWriter::fail(const std::string& what) const {
+void ZipWriter::fail(const std::string& what) const {
   throw IoError(where_ + ": " + what + " (" + zip_strerror(zip_) + ")");
 }
 
