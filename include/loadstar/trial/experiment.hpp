@@ -11,6 +11,9 @@
 ///   trial run in its own process printed) and `result.json` (its last operation's outcome);
 /// - `checkpoints/<uuid>/`, or `checkpoint_storage.host_path/storage_path/<uuid>/` when set;
 /// - `plot.svg`: the training and validation curves, drawn at the end.
+///
+/// Over 800 lines as one feature: the declarations are short; the bodies below them, most of
+/// the file, are compiled into loadstar_trial under LOADSTAR_SEPARATE_COMPILATION.
 #pragma once
 
 #include "loadstar/config.hpp"

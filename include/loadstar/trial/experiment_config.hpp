@@ -8,6 +8,9 @@
 /// const nlohmann::json stored = to_json(config);  // what an experiment keeps
 /// assert(experiment_config_from_json(stored, "experiment.json") == config);
 /// \endcode
+///
+/// Over 800 lines as one schema: every key's check sits beside its field and default; the
+/// bodies, most of the file, are compiled into loadstar_trial under LOADSTAR_SEPARATE_COMPILATION.
 #pragma once
 
 #include "loadstar/config.hpp"  // first: says at once when the standard is older than C++20

@@ -2,6 +2,9 @@
 /// `Searcher`: Determined's hyperparameter searchers (`master/pkg/searcher/*.go@0.15.6`), event
 /// driven: the experiment reports what happened to its trials and runs the operations the
 /// searcher answers with. `single`, `grid`, `random` and `adaptive_asha`.
+///
+/// Over 800 lines as one feature (the searchers share `Searcher`'s event loop and state): the
+/// bodies, most of the file, are compiled into loadstar_trial under LOADSTAR_SEPARATE_COMPILATION.
 #pragma once
 
 #include <algorithm>

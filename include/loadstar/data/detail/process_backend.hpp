@@ -1,6 +1,9 @@
 /// \file
 /// The process backend of `SequenceAdapter`: forked workers write serialized batches into a
 /// preallocated shared-memory ring; the consumer reads them back strictly in order.
+///
+/// Over 800 lines as one class template with its shared-memory ring and worker protocol: both
+/// ends of the protocol stay in one place, and a template has to be defined in its header.
 #pragma once
 
 #include <fcntl.h>

@@ -1,5 +1,9 @@
 /// \file
 /// `CpuBackend`: the `Backend` on the CPU, with Eigen for the matrix work and oneTBB for threads.
+///
+/// Over 800 lines as one class: the CPU's implementation of each `Backend` call, a few lines each
+/// around Eigen and oneTBB, in `Backend`'s order, so that a call and its CUDA counterpart
+/// (src/cuda/cuda_backend.cpp) are found by the same name.
 #pragma once
 
 #include <algorithm>

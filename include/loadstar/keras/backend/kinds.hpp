@@ -40,8 +40,7 @@ enum class Activation {
 /// optimizer in keras/optimizers/ and its variants.
 enum class UpdateRule {
   sgd,           ///< `w -= lr * g`
-  sgd_momentum,  ///< slot 0 `velocity`; `w += velocity` (`nesterov`: `momentum * velocity - lr *
-                 ///< g`)
+  sgd_momentum,  ///< slot `velocity`; `w += velocity` (Nesterov: `momentum * velocity - lr * g`)
   adam,          ///< slots `m`, `v` (and `vhat` with `amsgrad`); AdamW when `weight_decay` is set
   rmsprop,       ///< slots `velocity`, then `momentum` when `momentum > 0`, then `average_gradient`
   adagrad,       ///< slot `accumulator`

@@ -2,6 +2,10 @@
 /// Writing and reading the contents of Keras's model files: the layer lists and names Keras uses,
 /// `training_config` and Keras 3's `compile_config`, Keras 3's `config.json` serialization, the
 /// legacy and Keras 3 weight layouts, the optimizer's state, and writing through a temporary file.
+///
+/// Over 800 lines as one feature (both Keras formats' tables, read and written side by side, so
+/// that a change to one name changes both directions): the bodies, most of the file, are
+/// compiled into loadstar_keras under LOADSTAR_SEPARATE_COMPILATION.
 #pragma once
 
 #include "loadstar/config.hpp"
