@@ -50,11 +50,23 @@ class StoppingTrial : public BlobsTrial {
   }
 };
 
+/// Trains with the hyperparameter learning rate (a huge one makes the loss non-finite), with
+/// Keras's TerminateOnNaN when the hyperparameter `terminate_on_nan` is true.
+class NanTrial : public BlobsTrial {
+ public:
+  using BlobsTrial::BlobsTrial;
+  std::vector<std::shared_ptr<callbacks::Callback>> keras_callbacks() override {
+    if (!context.get_hparams().value("terminate_on_nan", false)) return {};
+    return {std::make_shared<callbacks::TerminateOnNaN>()};
+  }
+};
+
 trial::TrialSpec spec_in(const std::filesystem::path& dir, trial::ExperimentConfig c,
                          nlohmann::json hp) {
   register_trials();
   trial::register_trial<OtherLoadersTrial>("tests:OtherLoadersTrial");
   trial::register_trial<StoppingTrial>("tests:StoppingTrial");
+  trial::register_trial<NanTrial>("tests:NanTrial");
   trial::TrialSpec s;
   s.config = std::move(c);
   s.hparams = std::move(hp);
@@ -113,6 +125,28 @@ TEST_SUITE("trial") {
     REQUIRE(r["checkpoints"].size() == 1);
     CHECK(r["checkpoints"][0]["batches"] == 9);
     CHECK(r["latest_checkpoint"] == result.latest_checkpoint);
+  }
+
+  TEST_CASE("A non-finite loss fails the trial as fit does, or stops it under TerminateOnNaN") {
+    test_support::TempDir dir;
+    auto c = config("tests:NanTrial");
+    c.max_restarts = 0;
+    auto hp = hparams();
+    hp["learning_rate"] = 1e38;
+    SUBCASE("without TerminateOnNaN: fit's message") {
+      const auto s = spec_in(dir.path(), c, hp);
+      CHECK_THROWS_WITH_AS(trial::run_trial(s, {.verbose = false}),
+                           doctest::Contains("add TerminateOnNaN to stop training instead"), Error);
+    }
+    SUBCASE("with TerminateOnNaN: a stop request, checkpointed") {
+      hp["terminate_on_nan"] = true;
+      const auto s = spec_in(dir.path(), c, hp);
+      const auto result = trial::run_trial(s, {.verbose = false});
+      CHECK(result.stop_requested);
+      CHECK(result.total_batches < 45);
+      CHECK_FALSE(result.latest_checkpoint.empty());
+      CHECK(record(s)["state"] == "COMPLETED");
+    }
   }
 
   TEST_CASE("run_trial shows Keras's progress bar per synthesized epoch, or per workload") {

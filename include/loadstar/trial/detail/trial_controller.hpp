@@ -432,12 +432,14 @@ void TrialController::train(const Workload& w) {
     const keras::BatchView& batch = next_batch();
     // Logs a device backend is still computing are read only where a callback reads them.
     logs.follow(model_.train_step(batch, {.class_weight = class_weight}));
-    if (const auto loss = logs.ready() ? logs.get("loss") : std::nullopt;
-        loss && !std::isfinite(*loss)) {
-      throw keras::detail::non_finite_loss(model_.name(), *loss, epoch_, epoch_batches_, owner());
-    }
     list_.on_train_batch_end(epoch_batches_, logs);
     if (bar_) bar_->on_train_batch_end(batches_per_epoch_ != 0 ? epoch_batches_ : i, logs);
+    // As fit: after the hooks, so that a callback that stops training (TerminateOnNaN) ends
+    // the trial with a stop request instead.
+    if (const auto loss = logs.ready() ? logs.get("loss") : std::nullopt;
+        loss && !std::isfinite(*loss) && !model_.stop_training && !context_.get_stop_requested()) {
+      throw keras::detail::non_finite_loss(model_.name(), *loss, epoch_, epoch_batches_, owner());
+    }
     ++total;
     ++epoch_batches_;
     if (batches_per_epoch_ != 0 && epoch_batches_ == batches_per_epoch_) {
@@ -449,7 +451,8 @@ void TrialController::train(const Workload& w) {
       check_stop_training();
     }
   }
-  if (const auto loss = logs.get("loss"); total > 0 && loss && !std::isfinite(*loss)) {
+  if (const auto loss = logs.get("loss"); total > 0 && loss && !std::isfinite(*loss) &&
+                                          !model_.stop_training && !context_.get_stop_requested()) {
     // A loss read late (a device backend's): the running mean shows it by the workload's end.
     // The last batch trained: the previous epoch's last when this one has none yet.
     const bool epoch_ended = epoch_batches_ == 0;
