@@ -376,13 +376,22 @@ std::uint64_t CudaBackendImpl::relu_mask_ld(std::size_t units) noexcept {
 
 bool CudaBackendImpl::dense_forward_relu_mask(const Tensor<float>& x, const Tensor<float>& kernel,
                                               const Tensor<float>& bias, const Tensor<float>& y,
-                                              const Tensor<float>& mask) {
-  expect("dense_forward_relu_mask", {&x, &kernel, &bias, &y, &mask});
+                                              std::unique_ptr<ReluMask>& mask) {
+  expect("dense_forward_relu_mask", {&x, &kernel, &bias, &y});
   const std::size_t rows = x.rows(), features = x.row_size(), units = kernel.row_size();
   LOADSTAR_ASSERT(kernel.rows() == features && y.rows() == rows && y.row_size() == units &&
-                      bias.size() == units &&
-                      mask.shape() == keras::Backend::relu_mask_shape(rows, units),
+                      bias.size() == units,
                   "dense_forward_relu_mask: shapes do not fit");
+  const Shape shape = CudaReluMask::shape(rows, units);
+  auto* own = dynamic_cast<CudaReluMask*>(mask.get());
+  if (own == nullptr || own->storage.empty() || own->storage.rows() < rows ||
+      own->storage.row_size() != shape[1] || own->storage.device() != device()) {
+    auto fresh = std::make_unique<CudaReluMask>();
+    fresh->storage = allocate(shape);
+    own = fresh.get();
+    mask = std::move(fresh);
+  }
+  own->bits = own->storage.slice_rows(0, rows);
   if (rows == 0 || units == 0 || features == 0) return false;
   return queue_matmul("dense_forward_relu_mask",
                       {.m = units,
@@ -390,18 +399,21 @@ bool CudaBackendImpl::dense_forward_relu_mask(const Tensor<float>& x, const Tens
                        .k = features,
                        .epilogue = CUBLASLT_EPILOGUE_RELU_AUX_BIAS,
                        .aux_ld = relu_mask_ld(units)},
-                      kernel.data(), x.data(), bias.data(), y.data(), mask.data());
+                      kernel.data(), x.data(), bias.data(), y.data(), own->bits.data());
 }
 
 bool CudaBackendImpl::dense_input_gradient_relu(const Tensor<float>& dz,
-                                                const Tensor<float>& kernel,
-                                                const Tensor<float>& mask, const Tensor<float>& dx,
+                                                const Tensor<float>& kernel, const ReluMask& mask,
+                                                const Tensor<float>& dx,
                                                 const Tensor<float>& dbias) {
-  expect("dense_input_gradient_relu", {&dz, &kernel, &mask, &dx, &dbias});
+  const auto* own = dynamic_cast<const CudaReluMask*>(&mask);
+  LOADSTAR_ASSERT(own != nullptr,
+                  "dense_input_gradient_relu: the mask was not made by the CUDA backend");
+  expect("dense_input_gradient_relu", {&dz, &kernel, &own->bits, &dx, &dbias});
   const std::size_t rows = dz.rows(), units = dz.row_size(), features = kernel.rows();
   LOADSTAR_ASSERT(kernel.row_size() == units && dx.rows() == rows && dx.row_size() == features &&
                       dbias.size() == features &&
-                      mask.shape() == keras::Backend::relu_mask_shape(rows, features),
+                      own->bits.shape() == CudaReluMask::shape(rows, features),
                   "dense_input_gradient_relu: shapes do not fit");
   if (rows == 0 || units == 0 || features == 0) return false;
   return queue_matmul("dense_input_gradient_relu",
@@ -411,7 +423,7 @@ bool CudaBackendImpl::dense_input_gradient_relu(const Tensor<float>& dz,
                        .epilogue = CUBLASLT_EPILOGUE_DRELU_BGRAD,
                        .transpose_a = true,
                        .aux_ld = relu_mask_ld(features)},
-                      kernel.data(), dz.data(), dbias.data(), dx.data(), mask.data());
+                      kernel.data(), dz.data(), dbias.data(), dx.data(), own->bits.data());
 }
 
 void CudaBackendImpl::fill(const Tensor<float>& x, float value) {
@@ -1139,12 +1151,12 @@ bool CudaBackend::dense_weight_gradients(const Tensor<float>& x, const Tensor<fl
 
 bool CudaBackend::dense_forward_relu_mask(const Tensor<float>& x, const Tensor<float>& kernel,
                                           const Tensor<float>& bias, const Tensor<float>& y,
-                                          const Tensor<float>& mask) {
+                                          std::unique_ptr<ReluMask>& mask) {
   return impl_->dense_forward_relu_mask(x, kernel, bias, y, mask);
 }
 
 bool CudaBackend::dense_input_gradient_relu(const Tensor<float>& dz, const Tensor<float>& kernel,
-                                            const Tensor<float>& mask, const Tensor<float>& dx,
+                                            const ReluMask& mask, const Tensor<float>& dx,
                                             const Tensor<float>& dbias) {
   return impl_->dense_input_gradient_relu(dz, kernel, mask, dx, dbias);
 }

@@ -492,9 +492,10 @@ TEST_SUITE("cuda") {
 
   TEST_CASE("CudaBackend carries a ReLU gradient through the next Dense layer's epilogue") {
     Backends b;
+    std::unique_ptr<Backend::ReluMask> cpu_mask;
     CHECK_FALSE(b.cpu.dense_forward_relu_mask(Tensor<float>({3, 2}), Tensor<float>({2, 4}),
-                                              Tensor<float>({4}), Tensor<float>({3, 4}),
-                                              Tensor<float>({3, 4})));
+                                              Tensor<float>({4}), Tensor<float>({3, 4}), cpu_mask));
+    CHECK(cpu_mask == nullptr);
     // Units below, at and past the mask's 128-bit rows; odd row counts.
     for (const auto& sizes :
          {std::array<std::size_t, 4>{1, 5, 3, 2}, std::array<std::size_t, 4>{37, 23, 130, 9},
@@ -519,11 +520,11 @@ TEST_SUITE("cuda") {
       const Tensor<float> nan({rows, units}, std::numeric_limits<float>::quiet_NaN());
       const Tensor<float> gy = b.up(nan), gdx = b.up(nan);
       const Tensor<float> gdbias = b.up(Tensor<float>({units}, 7.0F));
-      const Tensor<float> mask = b.gpu.allocate(Backend::relu_mask_shape(rows, units));
+      std::unique_ptr<Backend::ReluMask> mask;
       const bool forward =
           b.gpu.dense_forward_relu_mask(b.up(x), b.up(kernel), b.up(bias), gy, mask);
       const bool backward = forward && b.gpu.dense_input_gradient_relu(b.up(dz), b.up(next_kernel),
-                                                                       mask, gdx, gdbias);
+                                                                       *mask, gdx, gdbias);
 #if defined(LOADSTAR_CUDA_EMULATED)
       REQUIRE(forward);
       REQUIRE(backward);

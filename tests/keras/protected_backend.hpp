@@ -113,19 +113,33 @@ class ProtectedBackend final : public keras::Backend {
   void bias_add(const Tensor<float>& x, const Tensor<float>& bias) override {
     run("bias_add", {x, bias}, [&] { inner_.bias_add(x, bias); });
   }
-  /// The mask's bit `u` of row `r` is bit `u % 32` of the row's word `u / 32`.
+  /// The mask of a `rows x units` output: bit `u` of row `r` is bit `u % 32` of the row's word
+  /// `u / 32`, in memory of this backend kept for the largest batch (`storage`); `bits` is this
+  /// step's rows.
+  struct Mask final : ReluMask {
+    Tensor<float> storage, bits;
+  };
   bool dense_forward_relu_mask(const Tensor<float>& x, const Tensor<float>& kernel,
                                const Tensor<float>& bias, const Tensor<float>& y,
-                               const Tensor<float>& mask) override {
+                               std::unique_ptr<ReluMask>& mask) override {
     if (!fuse_relu_gradients) return false;
-    REQUIRE(mask.shape() == relu_mask_shape(y.rows(), y.row_size()));
-    run("dense_forward_relu_mask", {x, kernel, bias, y, mask}, [&] {
+    const std::size_t words = (y.row_size() + 127) / 128 * 4;
+    auto* own = dynamic_cast<Mask*>(mask.get());
+    if (own == nullptr || own->storage.rows() < y.rows() || own->storage.row_size() != words) {
+      auto fresh = std::make_unique<Mask>();
+      fresh->storage = allocate({y.rows(), words});
+      own = fresh.get();
+      mask = std::move(fresh);
+    }
+    own->bits = own->storage.slice_rows(0, y.rows());
+    const Tensor<float>& bits = own->bits;
+    run("dense_forward_relu_mask", {x, kernel, bias, y, bits}, [&] {
       inner_.gemm(x, false, kernel, false, y, 1.0F, 0.0F);
       inner_.bias_add(y, bias);
       inner_.activation_forward(keras::Activation::relu, y, y);
       for (std::size_t r = 0; r < y.rows(); ++r) {
-        auto* words = reinterpret_cast<std::uint32_t*>(mask.data() + r * mask.row_size());
-        std::fill_n(words, mask.row_size(), 0U);
+        auto* words = reinterpret_cast<std::uint32_t*>(bits.data() + r * bits.row_size());
+        std::fill_n(words, bits.row_size(), 0U);
         for (std::size_t u = 0; u < y.row_size(); ++u)
           if (y.data()[r * y.row_size() + u] > 0.0F) words[u / 32] |= 1U << (u % 32);
       }
@@ -134,15 +148,18 @@ class ProtectedBackend final : public keras::Backend {
     return true;
   }
   bool dense_input_gradient_relu(const Tensor<float>& dz, const Tensor<float>& kernel,
-                                 const Tensor<float>& mask, const Tensor<float>& dx,
+                                 const ReluMask& mask, const Tensor<float>& dx,
                                  const Tensor<float>& dbias) override {
     if (!fuse_relu_gradients) return false;
-    REQUIRE(mask.shape() == relu_mask_shape(dx.rows(), dx.row_size()));
-    run("dense_input_gradient_relu", {dz, kernel, mask, dx, dbias}, [&] {
+    const auto* own = dynamic_cast<const Mask*>(&mask);
+    REQUIRE(own != nullptr);
+    const Tensor<float>& bits = own->bits;
+    REQUIRE(bits.shape() == Shape{dx.rows(), (dx.row_size() + 127) / 128 * 4});
+    run("dense_input_gradient_relu", {dz, kernel, bits, dx, dbias}, [&] {
       inner_.gemm(dz, false, kernel, true, dx, 1.0F, 0.0F);
       for (std::size_t r = 0; r < dx.rows(); ++r) {
         const auto* words =
-            reinterpret_cast<const std::uint32_t*>(mask.data() + r * mask.row_size());
+            reinterpret_cast<const std::uint32_t*>(bits.data() + r * bits.row_size());
         for (std::size_t u = 0; u < dx.row_size(); ++u)
           if ((words[u / 32] >> (u % 32) & 1U) == 0) dx.data()[r * dx.row_size() + u] = 0.0F;
       }

@@ -233,10 +233,11 @@ class CudaBackend final : public keras::Backend {
                               const Tensor<float>& dkernel, const Tensor<float>& dbias) override;
 
   /// `dense_forward`'s multiplication with the `RELU_AUX_BIAS` epilogue: the bias and ReLU, and
-  /// the ReLU's bit mask written into `mask`. Declines where cuBLASLt has no algorithm.
+  /// the ReLU's bit mask written into `mask` (device memory this backend makes and keeps for the
+  /// largest batch). Declines where cuBLASLt has no algorithm.
   bool dense_forward_relu_mask(const Tensor<float>& x, const Tensor<float>& kernel,
                                const Tensor<float>& bias, const Tensor<float>& y,
-                               const Tensor<float>& mask) override;
+                               std::unique_ptr<ReluMask>& mask) override;
 
   /// The row-major `dx = dz * kernel^T` is the column-major `dx^T (features x rows) = kernel'^T
   /// * dz^T`, where `kernel'` is the row-major kernel read column-major (`units x features`,
@@ -244,7 +245,7 @@ class CudaBackend final : public keras::Backend {
   /// the `DRELU_BGRAD` epilogue, whose output rows are the previous layer's units (the mask's and
   /// the bias gradient's). Declines where cuBLASLt has no algorithm.
   bool dense_input_gradient_relu(const Tensor<float>& dz, const Tensor<float>& kernel,
-                                 const Tensor<float>& mask, const Tensor<float>& dx,
+                                 const ReluMask& mask, const Tensor<float>& dx,
                                  const Tensor<float>& dbias) override;
 
   // --- Elementwise --------------------------------------------------------------------------
@@ -313,7 +314,7 @@ class CudaBackend final : public keras::Backend {
   void max_pool_backward(const Tensor<float>& x, const keras::Pool2DGeometry& g,
                          const Tensor<float>& dy, const Tensor<float>& dx) override;
 
-  /// The max pooling gradient and the ReLU's before it in one kernel (`ReluGradientFusion`).
+  /// The max pooling gradient and the ReLU's before it in one kernel.
   bool max_pool_backward_relu(const Tensor<float>& x, const keras::Pool2DGeometry& g,
                               const Tensor<float>& dy, const Tensor<float>& dx) override;
 

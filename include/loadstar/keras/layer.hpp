@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "loadstar/keras/detail/fusion_role.hpp"
 #include "loadstar/keras/variable.hpp"
 #include "loadstar/tensor/shape.hpp"
 #include "loadstar/tensor/tensor.hpp"
@@ -22,31 +23,10 @@ namespace loadstar::keras {
 
 class Backend;
 
-/// A layer with a ReLU whose output only the next layer takes, its ReLU gradient carried by that
-/// layer's input gradient in a training step where the backend fuses them. Two kinds:
-/// - a `Dense` layer with a ReLU and a bias before a `Dense` layer
-///   (`Backend::dense_forward_relu_mask`, `Backend::dense_input_gradient_relu`: cuBLASLt's
-///   `RELU_AUX_BIAS` and `DRELU_BGRAD` epilogues): the ReLU layer's forward writes a mask, and
-///   the next layer's backward writes the ReLU layer's pre-activation and bias gradients;
-/// - a convolution with a ReLU before max pooling (`from_output`:
-/// `Backend::max_pool_backward_relu`):
-///   the pooling's backward reads the ReLU from its own input, the convolution's output, and
-///   writes the pre-activation gradient.
-/// The model keeps one per such pair and hands it to the ReLU layer's calls
-/// (`CallContext::fused_output`) and the next layer's backward (`CallContext::fused_input`).
-struct ReluGradientFusion {
-  /// The second kind: the next layer applies the ReLU from the ReLU layer's output.
-  bool from_output = false;
-  /// Where the masks live (the backend's memory, grown to the largest batch) and this step's.
-  Tensor<float> storage, mask;
-  /// The ReLU layer's bias gradient, written by the next layer's backward.
-  Tensor<float> bias_gradient;
-  /// This step's forward wrote `mask`.
-  bool mask_written = false;
-  /// The next layer's backward wrote the ReLU layer's pre-activation gradient (into its output
-  /// gradient), and for the first kind `bias_gradient`.
-  bool gradient_written = false;
-};
+namespace detail {
+/// The fused operations a training step's call takes part in (keras/detail/relu_fusion.hpp).
+struct ReluFusionCall;
+}  // namespace detail
 
 /// What a layer needs to know about the call it is part of.
 struct CallContext {
@@ -63,11 +43,9 @@ struct CallContext {
   /// them, ignoring what the gradients held (`false`: given only to a layer whose
   /// `writes_gradients()` is `true`, in the one call of a step that computes its gradients).
   bool accumulate_gradients = true;
-  /// In a training step, the fusion whose ReLU layer this call is, or null.
-  ReluGradientFusion* fused_output = nullptr;
-  /// In a training step's backward, the fusion whose ReLU layer's output is this call's input, or
-  /// null.
-  ReluGradientFusion* fused_input = nullptr;
+  /// In a training step, the fused operations this call takes part in, or null: the model's plan
+  /// (keras/detail/relu_fusion.hpp), read by the built-in layers whose `fusion_role` asks for it.
+  const detail::ReluFusionCall* relu_fusion = nullptr;
 };
 
 /// The base of every layer: Keras's `class_name`, a unique `name`, weights in Keras's order, and
@@ -127,19 +105,11 @@ class Layer : public std::enable_shared_from_this<Layer> {
   /// matrix product. `false` (the default, and the choice of a layer that scatters into its
   /// gradients, as `Embedding`): the model zeroes them before each step and the layer adds.
   virtual bool writes_gradients() const noexcept { return false; }
-  /// Whether a training step may carry this layer's gradient through its ReLU from the backward
-  /// of the layer after it (`ReluGradientFusion`: a `Dense` layer with a ReLU and a bias).
-  virtual bool carries_relu_gradient_out() const noexcept { return false; }
-  /// Whether this layer's backward may carry its input gradient through the ReLU of the layer
-  /// before it (`ReluGradientFusion`: a `Dense` layer).
-  virtual bool carries_relu_gradient_in() const noexcept { return false; }
-  /// Whether a training step may leave this layer's ReLU gradient to the backward of the layer
-  /// after it, which reads the ReLU from this layer's output (`ReluGradientFusion::from_output`:
-  /// a convolution with a ReLU).
-  virtual bool relu_gradient_from_output() const noexcept { return false; }
-  /// Whether this layer's backward may carry its input gradient through a ReLU read from its
-  /// input (`ReluGradientFusion::from_output`: max pooling).
-  virtual bool carries_relu_gradient_of_input() const noexcept { return false; }
+  /// The parts this layer can play in a training step's fused operations (`detail::FusionRole`:
+  /// a built-in `Dense`, convolution or max pooling layer); `none`, the default, for every other
+  /// layer. A further fused pattern belongs in the backend's step recorder, not in more queries
+  /// here.
+  virtual detail::FusionRole fusion_role() const noexcept { return detail::FusionRole::none; }
 
   /// The weights in Keras's order (trainable first, as `layer.weights` lists them).
   std::span<Variable> weights() noexcept { return weights_; }

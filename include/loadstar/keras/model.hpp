@@ -55,6 +55,7 @@
 #include "loadstar/keras/detail/graph.hpp"
 #include "loadstar/keras/detail/graph_plan.hpp"
 #include "loadstar/keras/detail/params.hpp"
+#include "loadstar/keras/detail/relu_fusion.hpp"
 #include "loadstar/keras/detail/runtime.hpp"
 #include "loadstar/keras/detail/shape_text.hpp"
 #include "loadstar/keras/input.hpp"
@@ -497,12 +498,6 @@ class Model {
   // --- graph ------------------------------------------------------------------------------------
 
   void plan(const std::vector<KerasTensor>& inputs, const std::vector<KerasTensor>& outputs);
-  /// Finds the `ReluGradientFusion` pairs: a node whose one input is the output of a node that
-  /// writes its gradients and has no other consumer and no loss, where the first layer
-  /// `carries_relu_gradient_in()` and the second `carries_relu_gradient_out()`, or the first
-  /// `carries_relu_gradient_of_input()` and the second `relu_gradient_from_output()`.
-  void plan_relu_fusions();
-
   bool is_chain() const;
 
   static std::string grouped(std::size_t n);
@@ -627,12 +622,8 @@ class Model {
   std::vector<bool> output_direct_, needs_backward_, writes_gradients_;
   std::vector<Variable*> trainable_;
   std::vector<Variable*> zeroed_;  // the trainable variables zeroed before a step
-  /// The Dense-to-Dense pairs whose ReLU gradient a device backend may fuse
-  /// (`ReluGradientFusion`), and per node the pair it is the ReLU layer of (`fused_output_`) or
-  /// the next layer of (`fused_input_`), else `no_fusion`.
-  static constexpr std::size_t no_fusion = static_cast<std::size_t>(-1);
-  std::vector<ReluGradientFusion> relu_fusions_;
-  std::vector<std::size_t> fused_output_, fused_input_;
+  /// The pairs of layers whose ReLU gradient a device backend may fuse.
+  detail::ReluFusionPlan relu_fusions_;
   // Compilation.
   CompileOptions options_;
   bool compiled_ = false;

@@ -44,6 +44,22 @@
 
 namespace loadstar::cuda::detail {
 
+/// The CUDA backend's `Backend::ReluMask`: cuBLASLt's ReLU bit mask of a `rows x units` output
+/// (`RELU_AUX_BIAS` writes it, `DRELU_BGRAD` reads it), one bit per element, each row's bits
+/// padded to a multiple of 128 (its leading dimension, `CudaBackendImpl::relu_mask_ld`), held in
+/// a float tensor of the device's memory.
+class CudaReluMask final : public keras::Backend::ReluMask {
+ public:
+  /// The shape of the float tensor that holds the mask of a `rows x units` output.
+  static Shape shape(std::size_t rows, std::size_t units) {
+    return {rows, (units + 127) / 128 * 4};
+  }
+  /// The mask's memory for the largest batch yet, so that shorter batches allocate nothing.
+  Tensor<float> storage;
+  /// This step's rows of `storage`.
+  Tensor<float> bits;
+};
+
 /// The CUDA backend's state and kernels' queuing; `CudaBackend` is its public face.
 class CudaBackendImpl final : public keras::Backend {
  public:
@@ -179,14 +195,15 @@ class CudaBackendImpl final : public keras::Backend {
                               const Tensor<float>& dkernel, const Tensor<float>& dbias) override;
 
   /// The bit mask's leading dimension for `units` rows of the column-major output: a multiple
-  /// of 128 bits (`Backend::relu_mask_shape`).
+  /// of 128 bits (`CudaReluMask`).
   static std::uint64_t relu_mask_ld(std::size_t units) noexcept;
 
   /// `dense_forward`'s multiplication with the `RELU_AUX_BIAS` epilogue: the bias and ReLU, and
-  /// the ReLU's bit mask written into `mask`. Declines where cuBLASLt has no algorithm.
+  /// the ReLU's bit mask written into `mask` (a `CudaReluMask`, made when `mask` is not one of
+  /// this device's or is too small for this batch). Declines where cuBLASLt has no algorithm.
   bool dense_forward_relu_mask(const Tensor<float>& x, const Tensor<float>& kernel,
                                const Tensor<float>& bias, const Tensor<float>& y,
-                               const Tensor<float>& mask) override;
+                               std::unique_ptr<ReluMask>& mask) override;
 
   /// The row-major `dx = dz * kernel^T` is the column-major `dx^T (features x rows) = kernel'^T
   /// * dz^T`, where `kernel'` is the row-major kernel read column-major (`units x features`,
@@ -194,7 +211,7 @@ class CudaBackendImpl final : public keras::Backend {
   /// the `DRELU_BGRAD` epilogue, whose output rows are the previous layer's units (the mask's and
   /// the bias gradient's). Declines where cuBLASLt has no algorithm.
   bool dense_input_gradient_relu(const Tensor<float>& dz, const Tensor<float>& kernel,
-                                 const Tensor<float>& mask, const Tensor<float>& dx,
+                                 const ReluMask& mask, const Tensor<float>& dx,
                                  const Tensor<float>& dbias) override;
 
   // --- Elementwise --------------------------------------------------------------------------
@@ -291,7 +308,7 @@ class CudaBackendImpl final : public keras::Backend {
   void max_pool_backward(const Tensor<float>& x, const keras::Pool2DGeometry& g,
                          const Tensor<float>& dy, const Tensor<float>& dx) override;
 
-  /// The max pooling gradient and the ReLU's before it in one kernel (`ReluGradientFusion`).
+  /// The max pooling gradient and the ReLU's before it in one kernel.
   bool max_pool_backward_relu(const Tensor<float>& x, const keras::Pool2DGeometry& g,
                               const Tensor<float>& dy, const Tensor<float>& dx) override;
 

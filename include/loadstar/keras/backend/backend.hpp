@@ -334,30 +334,36 @@ class Backend {
                                       const Tensor<float>& /*dbias*/) {
     return false;
   }
-  /// The shape of the float tensor that holds the ReLU mask of a `rows x units` output
-  /// (`dense_forward_relu_mask`): one bit per element, each row's bits padded to a multiple of
-  /// 128 (cuBLASLt's ReLU bit mask, whose leading dimension is a multiple of 128 bits).
-  static Shape relu_mask_shape(std::size_t rows, std::size_t units) {
-    return {rows, (units + 127) / 128 * 4};
-  }
-  /// `dense_forward` with a ReLU and a bias (`units` elements) that also writes which elements
-  /// of `y` are positive into `mask` (`relu_mask_shape(rows, units)`, in the backend's own bit
-  /// order), for `dense_input_gradient_relu`, as one fused operation, returning `true`; or `false`
-  /// when this backend has none (the default), and nothing is done.
+  /// What a backend keeps of a fused ReLU's forward for its gradient (which elements passed):
+  /// created, laid out and reused by the backend that fuses them (`dense_forward_relu_mask`),
+  /// held by the caller until the gradient (`dense_input_gradient_relu`), opaque to it.
+  class ReluMask {
+   public:
+    ReluMask() = default;
+    virtual ~ReluMask() = default;
+    ReluMask(const ReluMask&) = delete;
+    ReluMask& operator=(const ReluMask&) = delete;
+    ReluMask(ReluMask&&) = delete;
+    ReluMask& operator=(ReluMask&&) = delete;
+  };
+  /// `dense_forward` with a ReLU and a bias (`units` elements) that also records which elements
+  /// of `y` are positive in `mask`, for `dense_input_gradient_relu`, as one fused operation,
+  /// returning `true`; or `false` when this backend has none (the default), and nothing is done.
+  /// `mask` is the backend's own: made when null or not fit for these shapes, else reused (its
+  /// memory kept for the largest batch, so that shorter batches allocate nothing).
   virtual bool dense_forward_relu_mask(const Tensor<float>& /*x*/, const Tensor<float>& /*kernel*/,
                                        const Tensor<float>& /*bias*/, const Tensor<float>& /*y*/,
-                                       const Tensor<float>& /*mask*/) {
+                                       std::unique_ptr<ReluMask>& /*mask*/) {
     return false;
   }
   /// The input gradient of a `Dense` layer whose input is the output of a `Dense` layer with a
-  /// ReLU and a bias, carried through that ReLU: `dx = dz * kernel^T` where `mask` (written by
+  /// ReLU and a bias, carried through that ReLU: `dx = dz * kernel^T` where `mask` (recorded by
   /// `dense_forward_relu_mask` for that input) is set, 0 elsewhere, and `dbias` = the sums of
-  /// `dx`'s columns (that layer's bias gradient, written), as one fused operation (cuBLASLt's
-  /// `DRELU_BGRAD` epilogue), returning `true`; or `false` when this backend has none (the
-  /// default), and nothing is done.
+  /// `dx`'s columns (that layer's bias gradient, written), as one fused operation, returning
+  /// `true`; or `false` when this backend has none (the default), and nothing is done.
   virtual bool dense_input_gradient_relu(const Tensor<float>& /*dz*/,
-                                         const Tensor<float>& /*kernel*/,
-                                         const Tensor<float>& /*mask*/, const Tensor<float>& /*dx*/,
+                                         const Tensor<float>& /*kernel*/, const ReluMask& /*mask*/,
+                                         const Tensor<float>& /*dx*/,
                                          const Tensor<float>& /*dbias*/) {
     return false;
   }

@@ -4,6 +4,7 @@
 
 #include "loadstar/config.hpp"
 
+#include "loadstar/keras/detail/relu_fusion.hpp"
 #include "loadstar/keras/layers/detail/layer_base.hpp"
 
 namespace loadstar::keras::layers {
@@ -42,14 +43,15 @@ class Dense : public detail::LayerBase {
                               const CallContext& ctx) override;
   /// Writes its gradients when it is called once per step (`Backend::weight_gradients`).
   bool writes_gradients() const noexcept override { return true; }
-  /// With a ReLU and a bias: its forward writes the ReLU's mask and its backward takes the
-  /// pre-activation gradient from the next `Dense` layer's where the backend fuses them.
-  bool carries_relu_gradient_out() const noexcept override {
-    return activation_ == keras::Activation::relu && options_.use_bias;
+  /// Its input gradient may go through the previous `Dense` layer's ReLU; with a ReLU and a bias,
+  /// its forward may record the ReLU and leave its gradient to the next `Dense` layer's backward
+  /// (where the backend fuses them: `Backend::dense_forward_relu_mask`).
+  keras::detail::FusionRole fusion_role() const noexcept override {
+    using keras::detail::FusionRole;
+    return activation_ == keras::Activation::relu && options_.use_bias
+               ? FusionRole::through_masked_relu | FusionRole::masked_relu
+               : FusionRole::through_masked_relu;
   }
-  /// Its input gradient goes through the previous `Dense` layer's ReLU where the backend fuses
-  /// them (`Backend::dense_input_gradient_relu`).
-  bool carries_relu_gradient_in() const noexcept override { return true; }
 
   LOADSTAR_DECL nlohmann::json get_config() const override;
 
@@ -125,23 +127,15 @@ void Dense::forward(std::span<const Tensor<float>> inputs, const Tensor<float>& 
   const std::size_t rows = inputs[0].size() / features_;
   const Tensor<float> y = output.reshape({rows, units_});
   const Tensor<float> x = inputs[0].reshape({rows, features_});
-  if (ctx.fused_output != nullptr) {
-    ReluGradientFusion& fusion = *ctx.fused_output;
-    fusion.mask_written = false;
-    fusion.gradient_written = false;
-    if (carries_relu_gradient_out() && !weights_[1].gradient.empty()) {
-      // The mask's storage for the largest batch yet, so that shorter batches allocate nothing.
-      const Shape shape = Backend::relu_mask_shape(rows, units_);
-      if (fusion.storage.empty() || fusion.storage.rows() < rows ||
-          fusion.storage.row_size() != shape[1] ||
-          fusion.storage.device() != ctx.backend.device()) {
-        fusion.storage = ctx.backend.allocate(shape);
-      }
-      fusion.mask = fusion.storage.slice_rows(0, rows);
-      fusion.bias_gradient = weights_[1].gradient;
-      fusion.mask_written = ctx.backend.dense_forward_relu_mask(x, weights_[0].value,
-                                                                weights_[1].value, y, fusion.mask);
-      if (fusion.mask_written) return;
+  if (keras::detail::ReluGradientFusion* fusion = keras::detail::fused_output(ctx)) {
+    fusion->mask_written = false;
+    fusion->gradient_written = false;
+    if (keras::detail::has_role(fusion_role(), keras::detail::FusionRole::masked_relu) &&
+        !weights_[1].gradient.empty()) {
+      fusion->bias_gradient = weights_[1].gradient;
+      fusion->mask_written = ctx.backend.dense_forward_relu_mask(
+          x, weights_[0].value, weights_[1].value, y, fusion->mask);
+      if (fusion->mask_written) return;
     }
   }
   if (ctx.backend.dense_forward(x, weights_[0].value,
@@ -161,8 +155,8 @@ void Dense::backward(std::span<const Tensor<float>> inputs, const Tensor<float>&
   const Tensor<float> x = inputs[0].reshape({rows, features_});
   Tensor<float> dz = output_gradient.reshape({rows, units_});
   // The next layer's backward carried the gradient through this layer's ReLU and wrote its bias
-  // gradient (`ReluGradientFusion`): the output gradient is the pre-activation's.
-  ReluGradientFusion* fused = ctx.fused_output;
+  // gradient (`keras::detail::ReluGradientFusion`): the output gradient is the pre-activation's.
+  keras::detail::ReluGradientFusion* fused = keras::detail::fused_output(ctx);
   const bool carried = fused != nullptr && fused->gradient_written;
   if (fused != nullptr) fused->mask_written = fused->gradient_written = false;
   // A frozen layer's weights take no step (optimizers skip non-trainable variables): no weight
@@ -190,9 +184,9 @@ void Dense::backward(std::span<const Tensor<float>> inputs, const Tensor<float>&
   }
   if (input_gradients.empty() || input_gradients[0].empty()) return;
   const Tensor<float> dx = input_gradients[0].reshape({rows, features_});
-  ReluGradientFusion* input = ctx.fused_input;
-  if (input != nullptr && input->mask_written &&
-      backend.dense_input_gradient_relu(dz, weights_[0].value, input->mask, dx,
+  keras::detail::ReluGradientFusion* input = keras::detail::fused_input(ctx);
+  if (input != nullptr && input->mask_written && input->mask != nullptr &&
+      backend.dense_input_gradient_relu(dz, weights_[0].value, *input->mask, dx,
                                         input->bias_gradient)) {
     input->gradient_written = true;
     return;

@@ -26,39 +26,7 @@ LOADSTAR_DECL void Model::plan(const std::vector<KerasTensor>& inputs,
   targets_.assign(output_nodes_.size(), {});
   targets_full_.assign(output_nodes_.size(), {});
   loss_scratch_full_.assign(output_nodes_.size(), {});
-  plan_relu_fusions();
-}
-
-LOADSTAR_DECL void Model::plan_relu_fusions() {
-  relu_fusions_.clear();
-  fused_output_.assign(nodes_.size(), no_fusion);
-  fused_input_.assign(nodes_.size(), no_fusion);
-  std::vector<std::size_t> consumers(nodes_.size(), 0);
-  for (const auto& node : nodes_)
-    for (const std::size_t p : node.inputs)
-      ++consumers[p];
-  for (const std::size_t o : output_nodes_)
-    ++consumers[o];  // its loss
-  std::vector<bool> from_output;
-  for (std::size_t k = 0; k < nodes_.size(); ++k) {
-    const auto& node = nodes_[k];
-    if (!node.layer || node.inputs.size() != 1) continue;
-    const std::size_t p = node.inputs[0];
-    const auto& producer = nodes_[p];
-    if (!producer.layer || consumers[p] != 1 || node.targets[0] != detail::GradientTarget::direct ||
-        !writes_gradients_[p])
-      continue;
-    const bool masked =
-        node.layer->carries_relu_gradient_in() && producer.layer->carries_relu_gradient_out();
-    const bool read =
-        node.layer->carries_relu_gradient_of_input() && producer.layer->relu_gradient_from_output();
-    if (!masked && !read) continue;
-    fused_output_[p] = fused_input_[k] = from_output.size();
-    from_output.push_back(!masked);
-  }
-  relu_fusions_.resize(from_output.size());  // sized once: the calls hold pointers into it
-  for (std::size_t pair = 0; pair < from_output.size(); ++pair)
-    relu_fusions_[pair].from_output = from_output[pair];
+  relu_fusions_.plan(nodes_, output_nodes_, writes_gradients_);
 }
 
 LOADSTAR_DECL bool Model::is_chain() const {

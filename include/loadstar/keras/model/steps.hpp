@@ -10,13 +10,14 @@
 namespace loadstar::keras {
 
 LOADSTAR_DECL void Model::forward(bool training, std::uint64_t seed) {
+  detail::ReluFusionCall fusion;
   CallContext ctx{backend(), training, seed,
                   optimizer_ ? static_cast<std::uint64_t>(optimizer_->iterations()) : 0};
+  if (training) ctx.relu_fusion = &fusion;
   for (std::size_t k = 0; k < nodes_.size(); ++k) {
     auto& node = nodes_[k];
     if (!node.layer) continue;
-    ctx.fused_output =
-        training && fused_output_[k] != no_fusion ? &relu_fusions_[fused_output_[k]] : nullptr;
+    fusion = relu_fusions_.forward(k);
     node.layer->forward(node.input_values, node.value, ctx);
   }
 }
@@ -53,13 +54,14 @@ LOADSTAR_DECL Deferred<double> Model::compute_losses(bool gradients) {
 }
 
 LOADSTAR_DECL void Model::backward(std::uint64_t seed) {
+  detail::ReluFusionCall fusion;
   CallContext ctx{backend(), true, seed, static_cast<std::uint64_t>(optimizer_->iterations())};
+  ctx.relu_fusion = &fusion;
   for (std::size_t k = nodes_.size(); k-- > 0;) {
     auto& node = nodes_[k];
     if (!node.layer || !needs_backward_[k]) continue;
     ctx.accumulate_gradients = !writes_gradients_[k];
-    ctx.fused_output = fused_output_[k] != no_fusion ? &relu_fusions_[fused_output_[k]] : nullptr;
-    ctx.fused_input = fused_input_[k] != no_fusion ? &relu_fusions_[fused_input_[k]] : nullptr;
+    fusion = relu_fusions_.backward(k);
     node.layer->backward(node.input_values, node.value, node.gradient, node.input_gradients, ctx);
     for (std::size_t j = 0; j < node.inputs.size(); ++j) {
       if (node.targets[j] == detail::GradientTarget::accumulate) {

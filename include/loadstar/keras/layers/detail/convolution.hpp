@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "loadstar/keras/detail/relu_fusion.hpp"
 #include "loadstar/keras/layers/detail/layer_base.hpp"
 
 namespace loadstar::keras::layers::detail {
@@ -30,10 +31,11 @@ class Convolution : public LayerBase {
   /// Writes its gradients when it is called once per step (`Backend::conv2d_backward`'s
   /// `accumulate`).
   bool writes_gradients() const noexcept override { return true; }
-  /// With a ReLU: its backward takes the pre-activation gradient from max pooling's after it
-  /// where the backend fuses them (`ReluGradientFusion::from_output`).
-  bool relu_gradient_from_output() const noexcept override {
-    return activation_ == keras::Activation::relu;
+  /// With a ReLU: its backward may take the pre-activation gradient from the max pooling's after
+  /// it, which reads the ReLU from this layer's output, where the backend fuses them.
+  keras::detail::FusionRole fusion_role() const noexcept override {
+    return activation_ == keras::Activation::relu ? keras::detail::FusionRole::relu_output
+                                                  : keras::detail::FusionRole::none;
   }
 
  protected:
@@ -104,7 +106,8 @@ void Convolution::forward(std::span<const Tensor<float>> inputs, const Tensor<fl
   check_inputs(inputs);
   Backend& backend = ctx.backend;
   const std::size_t batch = inputs[0].rows();
-  if (ctx.fused_output != nullptr) ctx.fused_output->gradient_written = false;
+  if (keras::detail::ReluGradientFusion* fused = keras::detail::fused_output(ctx))
+    fused->gradient_written = false;
   const Tensor<float> x = to_channels_last(backend, inputs[0], x_last_, in_last_, batch);
   const Tensor<float> y = channels_first_ ? y_last_.get(backend, out_last_.prepend(batch)) : output;
   const Conv2DGeometry g = geometry(batch);
@@ -127,8 +130,9 @@ void Convolution::backward(std::span<const Tensor<float>> inputs, const Tensor<f
   const Tensor<float> dy = to_channels_last(backend, output_gradient, dy_last_, out_last_, batch)
                                .reshape({rows, filters_});
   // The max pooling after it carried the gradient through the ReLU
-  // (`ReluGradientFusion::from_output`): the output gradient is the pre-activation's.
-  ReluGradientFusion* fused = ctx.fused_output;
+  // (`keras::detail::ReluGradientFusion::from_output`): the output gradient is the
+  // pre-activation's.
+  keras::detail::ReluGradientFusion* fused = keras::detail::fused_output(ctx);
   const bool carried = fused != nullptr && fused->gradient_written;
   if (fused != nullptr) fused->gradient_written = false;
   const keras::Activation activation = carried ? keras::Activation::linear : activation_;

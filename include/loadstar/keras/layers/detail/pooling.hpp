@@ -5,6 +5,7 @@
 #include <optional>
 #include <type_traits>
 
+#include "loadstar/keras/detail/relu_fusion.hpp"
 #include "loadstar/keras/layers/detail/layer_base.hpp"
 
 namespace loadstar::keras::layers {
@@ -57,8 +58,10 @@ class Pooling : public LayerBase {
   }
 
   /// Max pooling: its input gradient may go through the ReLU of the layer before it, read from
-  /// its input (`ReluGradientFusion::from_output`).
-  bool carries_relu_gradient_of_input() const noexcept override { return Max; }
+  /// its input, where the backend fuses them (`Backend::max_pool_backward_relu`).
+  keras::detail::FusionRole fusion_role() const noexcept override {
+    return Max ? keras::detail::FusionRole::through_relu_output : keras::detail::FusionRole::none;
+  }
 
   Shape build(std::span<const Shape> input_shapes, std::uint64_t) override {
     same_ = parse_padding(options_.padding, label());
@@ -126,9 +129,9 @@ class Pooling : public LayerBase {
         channels_first_ ? dx_last_.get(backend, in_last_.prepend(batch)) : input_gradients[0];
     if constexpr (Max) {
       const Tensor<float> x = to_channels_last(backend, inputs[0], x_last_, in_last_);
-      // Through the ReLU of the layer before, read from `x` (`ReluGradientFusion::from_output`),
-      // where the backend fuses them.
-      ReluGradientFusion* fused = ctx.fused_input;
+      // Through the ReLU of the layer before, read from `x`
+      // (`keras::detail::ReluGradientFusion::from_output`), where the backend fuses them.
+      keras::detail::ReluGradientFusion* fused = keras::detail::fused_input(ctx);
       if (fused != nullptr && fused->from_output &&
           backend.max_pool_backward_relu(x, geometry(batch), dy, dx)) {
         fused->gradient_written = true;
