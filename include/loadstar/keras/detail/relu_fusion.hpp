@@ -88,14 +88,13 @@ class ReluFusionPlan {
 
 }  // namespace loadstar::keras::detail
 
-// The definitions of what is declared above: in every translation unit when header-only, in
-// the library alone when separately compiled (LOADSTAR_SEPARATE_COMPILATION, loadstar/config.hpp).
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::detail {
 
-LOADSTAR_DECL void ReluFusionPlan::plan(std::span<const RuntimeNode> nodes,
-                                        std::span<const std::size_t> output_nodes,
-                                        const std::vector<bool>& writes_gradients) {
+void ReluFusionPlan::plan(std::span<const RuntimeNode> nodes,
+                          std::span<const std::size_t> output_nodes,
+                          const std::vector<bool>& writes_gradients) {
   fusions_.clear();
   output_.assign(nodes.size(), none);
   input_.assign(nodes.size(), none);
