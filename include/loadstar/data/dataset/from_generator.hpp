@@ -37,8 +37,11 @@ concept GeneratorFactory = std::invocable<M&> && std::invocable < std::invoke_re
 /// elements: O(position). Where elements can be computed from their index, `range(n).map(f)`
 /// restores in O(1) instead.
 /// \code
-/// auto ds = from_generator([] { return [i = 0]() mutable -> std::optional<int> {
-///   return i < 3 ? std::optional<int>(i++) : std::nullopt; }; });
+/// auto ds = from_generator([] {
+///   return [i = 0]() mutable -> std::optional<int> {
+///     return i < 3 ? std::optional<int>(i++) : std::nullopt;
+///   };
+/// });
 /// \endcode
 template <GeneratorFactory M>
 class GeneratorDataset : public DatasetBase<GeneratorDataset<M>> {
