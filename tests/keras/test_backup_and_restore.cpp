@@ -233,6 +233,26 @@ TEST_SUITE("keras") {
   TEST_CASE("BackupAndRestore rejects the backup of another model or callback list") {
     TempDir dir;
     CHECK_THROWS(run(dir / "backup", 1, 5));
+    // Resuming the interrupted run from the backup, refused with a message containing `expected`.
+    const auto resume_refused = [&](const std::string& expected) {
+      auto m = resume_support::model();
+      auto list = resume_support::others();
+      list.insert(list.begin(), std::make_shared<callbacks::BackupAndRestore>(dir / "backup"));
+      list.push_back(std::make_shared<Interrupt>(0));
+      CHECK_THROWS_WITH_AS(resume_support::fit(*m, list), doctest::Contains(expected.c_str()),
+                           CheckpointError);
+    };
+    const auto state_file = dir / "backup" / "ckpt-4" / "state.cbor";
+    const auto saved_state = [&] {
+      const std::string bytes = file_bytes(state_file);
+      return nlohmann::json::from_cbor(bytes.begin(), bytes.end());
+    };
+    const auto write_state = [&](const nlohmann::json& state) {
+      const auto cbor = nlohmann::json::to_cbor(state);
+      std::ofstream(state_file, std::ios::binary | std::ios::trunc)
+          .write(reinterpret_cast<const char*>(cbor.data()),
+                 static_cast<std::streamsize>(cbor.size()));
+    };
     SUBCASE("other callbacks") {
       auto m = resume_support::model();
       std::vector<std::shared_ptr<callbacks::Callback>> list = {
@@ -256,32 +276,18 @@ TEST_SUITE("keras") {
     }
     SUBCASE("a damaged pointer") {
       std::ofstream(dir / "backup" / "checkpoint") << "elsewhere\n";
-      auto m = resume_support::model();
-      auto list = resume_support::others();
-      list.insert(list.begin(), std::make_shared<callbacks::BackupAndRestore>(dir / "backup"));
-      list.push_back(std::make_shared<Interrupt>(0));
-      CHECK_THROWS_WITH_AS(resume_support::fit(*m, list),
-                           doctest::Contains("expected the name of a backup (ckpt-<n>) but found "
-                                             "'elsewhere'"),
-                           CheckpointError);
+      resume_refused("expected the name of a backup (ckpt-<n>) but found 'elsewhere'");
     }
     SUBCASE("a truncated weights file") {
       const auto weights = dir / "backup" / "ckpt-4" / "weights.bin";
       const auto size = std::filesystem::file_size(weights);
       std::filesystem::resize_file(weights, size - 3);
-      auto m = resume_support::model();
-      auto list = resume_support::others();
-      list.insert(list.begin(), std::make_shared<callbacks::BackupAndRestore>(dir / "backup"));
-      list.push_back(std::make_shared<Interrupt>(0));
-      CHECK_THROWS_WITH_AS(resume_support::fit(*m, list), doctest::Contains("the file ends early"),
-                           CheckpointError);
+      resume_refused("the file ends early");
     }
     SUBCASE("state text that is not UTF-8") {
       // Valid CBOR whose first string (a callback's or the model's name) holds bytes that are not
       // UTF-8: refused naming the file, not a nlohmann::json::type_error from a message.
-      const auto state_file = dir / "backup" / "ckpt-4" / "state.cbor";
-      const std::string bytes = file_bytes(state_file);
-      nlohmann::json state = nlohmann::json::from_cbor(bytes.begin(), bytes.end());
+      nlohmann::json state = saved_state();
       const std::function<bool(nlohmann::json&)> spoil = [&](nlohmann::json& value) {
         if (value.is_string()) {
           value = std::string("\x91\x40") + value.get<std::string>();
@@ -294,40 +300,19 @@ TEST_SUITE("keras") {
         return false;
       };
       REQUIRE(spoil(state));
-      const auto cbor = nlohmann::json::to_cbor(state);
-      std::ofstream(state_file, std::ios::binary | std::ios::trunc)
-          .write(reinterpret_cast<const char*>(cbor.data()),
-                 static_cast<std::streamsize>(cbor.size()));
-      auto m = resume_support::model();
-      auto list = resume_support::others();
-      list.insert(list.begin(), std::make_shared<callbacks::BackupAndRestore>(dir / "backup"));
-      list.push_back(std::make_shared<Interrupt>(0));
-      CHECK_THROWS_WITH_AS(resume_support::fit(*m, list),
-                           doctest::Contains(("backup '" + state_file.string() +
-                                              "': expected UTF-8 text but found the byte 0x91 "
-                                              "at offset 0 of /")
-                                                 .c_str()),
-                           CheckpointError);
+      write_state(state);
+      resume_refused("backup '" + state_file.string() +
+                     "': expected UTF-8 text but found the byte 0x91 at offset 0 of /");
     }
     SUBCASE("state fields that are missing or of another kind") {
       // Each is refused naming the backup and the field, never an exception of the JSON library.
-      const auto state_file = dir / "backup" / "ckpt-4" / "state.cbor";
-      const std::string bytes = file_bytes(state_file);
-      const nlohmann::json saved = nlohmann::json::from_cbor(bytes.begin(), bytes.end());
+      const nlohmann::json saved = saved_state();
       const auto refused = [&](const std::function<void(nlohmann::json&)>& spoil,
                                const std::string& expected) {
         nlohmann::json state = saved;
         spoil(state);
-        const auto cbor = nlohmann::json::to_cbor(state);
-        std::ofstream(state_file, std::ios::binary | std::ios::trunc)
-            .write(reinterpret_cast<const char*>(cbor.data()),
-                   static_cast<std::streamsize>(cbor.size()));
-        auto m = resume_support::model();
-        auto list = resume_support::others();
-        list.insert(list.begin(), std::make_shared<callbacks::BackupAndRestore>(dir / "backup"));
-        list.push_back(std::make_shared<Interrupt>(0));
-        CHECK_THROWS_WITH_AS(resume_support::fit(*m, list), doctest::Contains(expected.c_str()),
-                             CheckpointError);
+        write_state(state);
+        resume_refused(expected);
       };
       REQUIRE(saved.at("data").contains("sampler"));
       refused([](nlohmann::json& s) { s["data"].erase("sampler"); },

@@ -407,6 +407,9 @@ void TrialController::check_stop_training() {
 }
 
 void TrialController::train(const Workload& w) {
+  // A non-finite loss fails the trial unless a callback (TerminateOnNaN) or the scheduler has
+  // asked it to stop, as fit does.
+  const auto stopping = [&] { return model_.stop_training || context_.get_stop_requested(); };
   model_.training_metrics().reset();
   const keras::Logs none;
   const ClassWeight* class_weight = fit_.class_weight ? &*fit_.class_weight : nullptr;
@@ -434,10 +437,9 @@ void TrialController::train(const Workload& w) {
     logs.follow(model_.train_step(batch, {.class_weight = class_weight}));
     list_.on_train_batch_end(epoch_batches_, logs);
     if (bar_) bar_->on_train_batch_end(batches_per_epoch_ != 0 ? epoch_batches_ : i, logs);
-    // As fit: after the hooks, so that a callback that stops training (TerminateOnNaN) ends
-    // the trial with a stop request instead.
+    // After the hooks, as in fit.
     if (const auto loss = logs.ready() ? logs.get("loss") : std::nullopt;
-        loss && !std::isfinite(*loss) && !model_.stop_training && !context_.get_stop_requested()) {
+        loss && !std::isfinite(*loss) && !stopping()) {
       throw keras::detail::non_finite_loss(model_.name(), *loss, epoch_, epoch_batches_, owner());
     }
     ++total;
@@ -451,8 +453,8 @@ void TrialController::train(const Workload& w) {
       check_stop_training();
     }
   }
-  if (const auto loss = logs.get("loss"); total > 0 && loss && !std::isfinite(*loss) &&
-                                          !model_.stop_training && !context_.get_stop_requested()) {
+  if (const auto loss = logs.get("loss");
+      total > 0 && loss && !std::isfinite(*loss) && !stopping()) {
     // A loss read late (a device backend's): the running mean shows it by the workload's end.
     // The last batch trained: the previous epoch's last when this one has none yet.
     const bool epoch_ended = epoch_batches_ == 0;
