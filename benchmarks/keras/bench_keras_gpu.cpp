@@ -144,7 +144,7 @@ int main(int argc, char** argv) {
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   if (!listing) {
     try {
-      backend = std::make_shared<cuda::CudaBackend>(
+      backend = cuda::CudaBackend::create(
           0, cuda::CudaOptions{
                  .graphs = graphs,
                  .convolution = cudnn ? cuda::Convolution::cudnn : cuda::Convolution::im2col});

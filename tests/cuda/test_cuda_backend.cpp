@@ -79,7 +79,8 @@ void check_close(const Tensor<float>& expected, const Tensor<float>& actual, dou
 /// A CPU backend and a CUDA backend side by side, with the conveniences the comparisons need.
 struct Backends {
   CpuBackend cpu{1};
-  CudaBackend gpu{0};
+  std::shared_ptr<CudaBackend> gpu_owner = CudaBackend::create(0);
+  CudaBackend& gpu = *gpu_owner;
 
   Tensor<float> up(const Tensor<float>& host) { return gpu.from_host(host); }
   Tensor<float> down(const Tensor<float>& device) { return gpu.to_host(device); }
@@ -271,7 +272,8 @@ Run train(const ModelFactory& make, std::shared_ptr<Backend> backend, std::size_
 
 TEST_SUITE("cuda") {
   TEST_CASE("CudaBackend allocates zero-filled device tensors and copies them both ways") {
-    CudaBackend gpu(0);
+    const auto gpu_owner = CudaBackend::create(0);
+    CudaBackend& gpu = *gpu_owner;
     CHECK(gpu.device() == Device{"cuda", 0});
     CHECK(gpu.device().str() == "cuda:0");
     const Tensor<float> zeros = gpu.allocate({3, 4});
@@ -306,7 +308,8 @@ TEST_SUITE("cuda") {
   }
 
   TEST_CASE("CudaBackend reports the bytes asked for and free when device memory runs out") {
-    CudaBackend gpu(0);
+    const auto gpu_owner = CudaBackend::create(0);
+    CudaBackend& gpu = *gpu_owner;
     std::size_t free_bytes = 0, total_bytes = 0;
     REQUIRE(cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess);
     const std::size_t elements = total_bytes / sizeof(float) + (std::size_t{1} << 28U);
@@ -324,16 +327,17 @@ TEST_SUITE("cuda") {
 #if defined(LOADSTAR_CUDA_EMULATED)
   TEST_CASE("CudaBackend names the device and the call when it cannot start") {
     loadstar::test::fail_next_stream = true;
-    CHECK_THROWS_WITH_AS(CudaBackend(0),
+    CHECK_THROWS_WITH_AS(CudaBackend::create(0),
                          "cuda backend on cuda:0: cannot start: cudaStreamCreate failed with error "
                          "46 (cudaErrorDevicesUnavailable: emulated error)",
                          CudaError);
-    CHECK_NOTHROW(CudaBackend(0));
+    CHECK_NOTHROW(CudaBackend::create(0));
   }
 #endif
 
   TEST_CASE("CudaBackend host_kernel stages tensors and their views through the host") {
-    CudaBackend gpu(0);
+    const auto gpu_owner = CudaBackend::create(0);
+    CudaBackend& gpu = *gpu_owner;
     const Tensor<float> x = gpu.from_host(random_tensor({4, 3}, 2));
     const Tensor<float> view = x.slice_rows(1, 3);
     Tensor<float> host({2}, {1.0F, 2.0F});
@@ -892,14 +896,15 @@ TEST_SUITE("cuda") {
   TEST_CASE("Convolution::cudnn computes convolutions as the CPU backend, where cuDNN is built") {
     using loadstar::cuda::Convolution;
     if constexpr (!loadstar::cuda::has_cudnn) {
-      CHECK_THROWS_WITH_AS(CudaBackend(0, {.convolution = Convolution::cudnn}),
+      CHECK_THROWS_WITH_AS(CudaBackend::create(0, {.convolution = Convolution::cudnn}),
                            doctest::Contains("CudaOptions::convolution is Convolution::cudnn but "
                                              "this build has no cuDNN"),
                            ConfigError);
       return;
     }
     CpuBackend cpu{1};
-    CudaBackend gpu{0, {.convolution = Convolution::cudnn}};
+    const auto gpu_owner = CudaBackend::create(0, {.convolution = Convolution::cudnn});
+    CudaBackend& gpu = *gpu_owner;
     // Symmetric padding, strides, dilation, a 1x1 kernel; then TensorFlow's `same` padding with
     // an odd total that the last window reaches, which cuDNN cannot pad (im2col runs those).
     for (const auto& g :
@@ -925,8 +930,7 @@ TEST_SUITE("cuda") {
       return;
     }
     const auto cudnn = [] {
-      return std::make_shared<CudaBackend>(
-          0, loadstar::cuda::CudaOptions{.convolution = Convolution::cudnn});
+      return CudaBackend::create(0, loadstar::cuda::CudaOptions{.convolution = Convolution::cudnn});
     };
     const std::vector<Tensor<float>> initial = cnn()->get_weights();
     const Run cpu = train(cnn, cpu_backend(1), 3, initial, Optimizing::sgd);
@@ -1320,7 +1324,7 @@ TEST_SUITE("cuda") {
   }
 
   TEST_CASE("A CUDA training step of a softmax MLP with Adam makes no host_kernel call") {
-    auto backend = std::make_shared<CudaBackend>(0);
+    auto backend = CudaBackend::create(0);
     const Data data = images(64, 3);
     auto model = classifier_on(backend);
     const auto before = backend->host_kernel_calls();
@@ -1351,7 +1355,7 @@ TEST_SUITE("cuda") {
 
 #if defined(LOADSTAR_CUDA_EMULATED)
   TEST_CASE("A CUDA training step does not wait for the device: the logs wait when read") {
-    auto backend = std::make_shared<CudaBackend>(0);
+    auto backend = CudaBackend::create(0);
     const Data data = images(64, 3);
     auto model = classifier_on(backend);
     // The first epoch uploads the optimizer's table; the next two are the steady state.
@@ -1373,7 +1377,7 @@ TEST_SUITE("cuda") {
   }
 
   TEST_CASE("A callback that reads the logs of every batch makes each step wait") {
-    auto backend = std::make_shared<CudaBackend>(0);
+    auto backend = CudaBackend::create(0);
     const Data data = images(64, 3);
     auto model = classifier_on(backend);
     FitOptions options{.epochs = 1, .batch_size = 16, .verbose = 0, .seed = 1};
@@ -1391,7 +1395,7 @@ TEST_SUITE("cuda") {
     // The losses and metrics of steps nobody read are added in order when read: the same sums.
     const Data data = images(80, 5);
     const auto run = [&](bool read_every_batch) {
-      auto model = classifier_on(std::make_shared<CudaBackend>(0));
+      auto model = classifier_on(CudaBackend::create(0));
       FitOptions options{.epochs = 3, .batch_size = 16, .verbose = 0, .seed = 7};
       std::vector<double> batch_losses;
       if (read_every_batch) {
@@ -1415,7 +1419,7 @@ TEST_SUITE("cuda") {
   TEST_CASE("A label out of range in fit on the GPU raises ConfigError by the epoch's end") {
     Data data = images(64, 3);
     data.y(21) = 3;  // batch 1, row 5
-    auto model = classifier_on(std::make_shared<CudaBackend>(0));
+    auto model = classifier_on(CudaBackend::create(0));
     const FitOptions options{.epochs = 2, .batch_size = 16, .verbose = 0, .shuffle = false};
     CHECK_THROWS_WITH_AS(
         static_cast<void>(model->fit(data.x, data.y, options)),
@@ -1549,7 +1553,7 @@ struct GraphRun {
 GraphRun train_with_graphs(const ModelFactory& make, bool graphs, std::size_t samples,
                            std::size_t epochs,
                            const std::function<void(Model&)>& between_epochs = {}) {
-  auto backend = std::make_shared<CudaBackend>(0, loadstar::cuda::CudaOptions{.graphs = graphs});
+  auto backend = CudaBackend::create(0, loadstar::cuda::CudaOptions{.graphs = graphs});
   const Data data = images(samples, 7);
   const Data validation = images(40, 9);
   auto model = make();
@@ -1665,7 +1669,7 @@ extern std::size_t graph_launches;     // emulated_cuda.cpp
 
 TEST_SUITE("cuda") {
   TEST_CASE("A replayed training step launches one graph and no kernel of its own") {
-    auto backend = std::make_shared<CudaBackend>(0);
+    auto backend = CudaBackend::create(0);
     const Data data = images(16, 3);
     auto model = classifier_on(backend);
     const auto step = [&] {
@@ -1701,8 +1705,7 @@ TEST_SUITE("cuda") {
     const Data data = images(16, 3);
     const Tensor<float> wrong_labels({16, 5});
     const auto run = [&](bool graphs) {
-      auto backend =
-          std::make_shared<CudaBackend>(0, loadstar::cuda::CudaOptions{.graphs = graphs});
+      auto backend = CudaBackend::create(0, loadstar::cuda::CudaOptions{.graphs = graphs});
       auto model = classifier_on(backend);
       std::vector<double> losses;
       for (int step = 0; step < 6; ++step) {
@@ -1735,8 +1738,7 @@ TEST_SUITE("cuda") {
     // replay its own graph, with the bits of steps launched kernel by kernel.
     const Data data = images(16, 3);
     const auto run = [&](bool graphs) {
-      auto backend =
-          std::make_shared<CudaBackend>(0, loadstar::cuda::CudaOptions{.graphs = graphs});
+      auto backend = CudaBackend::create(0, loadstar::cuda::CudaOptions{.graphs = graphs});
       auto first = classifier_on(backend);
       auto second = classifier_on(backend);
       std::vector<double> losses;
@@ -1756,7 +1758,7 @@ TEST_SUITE("cuda") {
   }
 
   TEST_CASE("A CUDA backend that trains model after model keeps graphs of the recent ones") {
-    auto backend = std::make_shared<CudaBackend>(0);
+    auto backend = CudaBackend::create(0);
     const Data data = images(16, 3);
     for (int m = 0; m < 70; ++m) {
       auto model = classifier_on(backend);

@@ -203,7 +203,7 @@ TEST_SUITE("cuda") {
   }
 
   TEST_CASE("CudaBackend refuses a negative device index") {
-    CHECK_THROWS_WITH_AS(cuda::CudaBackend(-1),
+    CHECK_THROWS_WITH_AS(cuda::CudaBackend::create(-1),
                          "cuda backend: the device index must be at least 0 but is -1",
                          ConfigError);
   }
@@ -214,14 +214,14 @@ TEST_SUITE("cuda") {
       CHECK(dynamic_cast<cuda::CudaBackend*>(backend.get()) != nullptr);
       CHECK(backend->device() == Device{"cuda", 0});
       CHECK_FALSE(backend->is_host());
-      CHECK_THROWS_WITH_AS(cuda::CudaBackend(4096),
+      CHECK_THROWS_WITH_AS(cuda::CudaBackend::create(4096),
                            doctest::Contains("cuda backend: device 4096 was asked for but"),
                            ConfigError);
       return;
     }
     const auto message = doctest::Contains(
         "cuda backend: no CUDA device is available: cudaGetDeviceCount failed with error ");
-    CHECK_THROWS_WITH_AS(cuda::CudaBackend(0), message, CudaError);
+    CHECK_THROWS_WITH_AS(cuda::CudaBackend::create(0), message, CudaError);
     CHECK_THROWS_WITH_AS(keras::cuda_backend(0), message, CudaError);
     CHECK_THROWS_WITH_AS(cuda::cuda_backend(1), message, CudaError);
     // The failure comes before compile touches the model, which stays usable on the CPU.

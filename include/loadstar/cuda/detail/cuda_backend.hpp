@@ -1,8 +1,8 @@
 /// \file
-/// `CudaBackendImpl`: the work of `CudaBackend` (loadstar/cuda/cuda_backend.hpp), which forwards
-/// every `Backend` call to it. Internal to the CUDA backend: its definitions are compiled into
-/// `loadstar_cuda` (src/cuda/cuda_backend.cpp and, for steps as CUDA graphs,
-/// src/cuda/step_graph.cpp); the tests reach its parts through this header.
+/// `CudaBackendImpl`: the `CudaBackend` (loadstar/cuda/cuda_backend.hpp) that
+/// `CudaBackend::create` makes, with its state and every `Backend` call. Internal to the CUDA
+/// backend: its definitions are compiled into `loadstar_cuda` (src/cuda/cuda_backend.cpp and, for
+/// steps as CUDA graphs, src/cuda/step_graph.cpp); the tests reach its parts through this header.
 #pragma once
 
 #include "loadstar/config.hpp"  // first: says at once when the standard is older than C++20
@@ -60,29 +60,22 @@ class CudaReluMask final : public keras::Backend::ReluMask {
   Tensor<float> bits;
 };
 
-/// The CUDA backend's state and kernels' queuing; `CudaBackend` is its public face.
-class CudaBackendImpl final : public keras::Backend {
+/// The CUDA backend's state and kernels' queuing; `CudaBackend` is its public interface.
+class CudaBackendImpl final : public CudaBackend {
  public:
   /// A backend on device `device` (0 is the first).
   explicit CudaBackendImpl(int device = 0, CudaOptions options = {});
 
   ~CudaBackendImpl() override;
 
-  /// How many times `host_kernel` has staged device tensors through the host (a test counts that
-  /// a training step makes none).
-  std::size_t host_kernel_calls() const noexcept { return host_kernel_calls_; }
+  std::size_t host_kernel_calls() const noexcept override { return host_kernel_calls_; }
 
-  /// What the steps did: how many ran kernel by kernel, were captured as CUDA graphs, or replayed
-  /// one (`CudaOptions::graphs`).
-  const GraphStats& graph_stats() const noexcept { return stats_; }
+  const GraphStats& graph_stats() const noexcept override { return stats_; }
 
-  /// The device's index.
-  int device_index() const noexcept { return context_->device; }
+  int device_index() const noexcept override { return context_->device; }
   /// The stream every kernel and copy of this backend is queued on.
   cudaStream_t stream() const noexcept { return context_->stream; }
-  /// The device memory the backend's pool holds (in use or kept for reuse), in bytes: it stops
-  /// growing once every buffer of a training step has been allocated once.
-  std::size_t reserved_bytes() const;
+  std::size_t reserved_bytes() const override;
 
   // --- Memory ---------------------------------------------------------------------------------
 
@@ -126,9 +119,7 @@ class CudaBackendImpl final : public keras::Backend {
   /// One host thread queues the work.
   std::size_t threads() const noexcept override { return 1; }
 
-  /// How many cuDNN convolutions were queued or recorded (`Convolution::cudnn`; a replayed graph
-  /// adds none): 0 where every geometry took im2col.
-  std::size_t cudnn_calls() const noexcept { return cudnn_calls_; }
+  std::size_t cudnn_calls() const noexcept override { return cudnn_calls_; }
 
   // --- Optimizers, losses and metrics ----------------------------------------------------------
 
@@ -169,22 +160,6 @@ class CudaBackendImpl final : public keras::Backend {
   /// them. Declines (the layer's own path) where cuBLASLt has no algorithm for the shape.
   bool dense_forward(const Tensor<float>& x, const Tensor<float>& kernel, const Tensor<float>& bias,
                      keras::Activation activation, const Tensor<float>& y) override;
-
-  /// The most rows whose bias gradient `dense_weight_gradients` takes from cuBLASLt's `BGRADA`
-  /// epilogue; beyond them `column_sums` sums the columns. cuBLASLt 13 computes that gradient in a
-  /// reduction kernel of its own after the product (`globalKernelBgradAB`). On an H200 (Nsight
-  /// Compute) that kernel took 2 us for a Dense layer's 32 to 256 rows, but 14 us for 21,632 x 32
-  /// and 20 us for 30,976 x 64 (the benchmark CNN's convolutions at batch 32 and 256), where
-  /// `column_sums` in 64-row chunks took 10 us for 173,056 x 32.
-  static constexpr std::size_t max_bias_epilogue_rows = CudaBackend::max_bias_epilogue_rows;
-  /// A convolution's weight gradients are one column reduction over its input
-  /// (`conv_weight_gradients`) instead of im2col and a GEMM from this many output positions
-  /// (rows) on, where its kernel has at most `max_reduction_weights` weights: the GEMM's inner
-  /// dimension is then the rows, which cuBLASLt splits (split-K) and reduces in a kernel of its
-  /// own. On an H200 the benchmark CNN's first convolution (173,056 rows, 3x3x1x32) took 65 us
-  /// that way (im2col, the GEMM, its split-K reduction and the bias gradient).
-  static constexpr std::size_t min_reduction_rows = CudaBackend::min_reduction_rows;
-  static constexpr std::size_t max_reduction_weights = CudaBackend::max_reduction_weights;
 
   /// One cuBLASLt multiplication with the bias gradient in its epilogue: the row-major
   /// `dkernel = x^T * dz` is the column-major `dkernel^T (units x features) = dz^T * x`, whose

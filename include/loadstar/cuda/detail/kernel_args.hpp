@@ -22,18 +22,7 @@ namespace loadstar::cuda::detail {
 /// The kernels' operands of an optimizer step.
 inline UpdateParams update_params(const keras::OptimizerStep& step) noexcept {
   UpdateParams p;
-  p.rule = step.rule;
-  p.learning_rate = step.learning_rate;
-  p.alpha = step.alpha;
-  p.one_minus_beta_1 = step.one_minus_beta_1;
-  p.one_minus_beta_2 = step.one_minus_beta_2;
-  p.momentum = step.momentum;
-  p.rho = step.rho;
-  p.epsilon = step.epsilon;
-  p.weight_decay = step.weight_decay;
-  p.nesterov = step.nesterov;
-  p.amsgrad = step.amsgrad;
-  p.centered = step.centered;
+  static_cast<keras::UpdateOperands&>(p) = step;
   p.clip_value = step.clipping == keras::GradientClipping::by_value
                      ? static_cast<float>(step.clip_threshold)
                      : 0.0F;

@@ -3,9 +3,9 @@
 /// computes, as `__host__ __device__` functions (plain functions under a host compiler): one
 /// element of one variable of a fused optimizer step (with its gradient clipping and the fills of
 /// its slots), one last-axis row of a loss, one row of a mean metric. The formulas are the
-/// optimizers' `update_step` (keras/optimizers/*.hpp) operation for operation, and the loss and
-/// metric classes' own per-row formulas (keras/losses/detail/row_formulas.hpp), so that host tests
-/// run the kernels' per-thread work and compare with the CPU without a GPU. Included by math.hpp;
+/// optimizers' own rules (keras/optimizers/detail/update_rules.hpp), and the loss and metric
+/// classes' own per-row formulas (keras/losses/detail/row_formulas.hpp), so that host tests run
+/// the kernels' per-thread work and compare with the CPU without a GPU. Included by math.hpp;
 /// it includes no CUDA header and nothing of the executor but its dependency-free headers.
 #pragma once
 
@@ -18,6 +18,7 @@
 #include "loadstar/keras/backend/kinds.hpp"
 #include "loadstar/keras/losses/detail/row_formulas.hpp"
 #include "loadstar/keras/optimizers/detail/clip_formulas.hpp"
+#include "loadstar/keras/optimizers/detail/update_rules.hpp"
 
 namespace loadstar::cuda::detail {
 
@@ -57,82 +58,93 @@ LOADSTAR_HOST_DEVICE inline float sub_rn(float a, float b) noexcept {
 #endif
 }
 
-/// One optimizer step's rule and operands (`keras::OptimizerStep`'s floats).
-struct UpdateParams {
-  UpdateRule rule = UpdateRule::sgd;
-  float learning_rate = 0.0F, alpha = 0.0F, one_minus_beta_1 = 0.0F, one_minus_beta_2 = 0.0F;
-  float momentum = 0.0F, rho = 0.0F, epsilon = 0.0F, weight_decay = 0.0F;
-  bool nesterov = false, amsgrad = false, centered = false;
+/// Device division rounded to nearest (what `/` is on the host).
+LOADSTAR_HOST_DEVICE inline float div_rn(float a, float b) noexcept {
+#if defined(__CUDA_ARCH__)
+  return __fdiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+
+/// A float whose arithmetic rounds after every operation as written (`mul_rn`, `add_rn`, ...):
+/// the operands' type of the optimizers' shared rules (keras/optimizers/detail/update_rules.hpp)
+/// on the device, so that nvcc contracts nothing the rule does not say.
+struct Rounded {
+  LOADSTAR_HOST_DEVICE Rounded(float v) noexcept : value(v) {}  // NOLINT: floats mix in freely
+  float value;
+};
+LOADSTAR_HOST_DEVICE inline Rounded operator+(Rounded a, Rounded b) noexcept {
+  return add_rn(a.value, b.value);
+}
+LOADSTAR_HOST_DEVICE inline Rounded operator-(Rounded a, Rounded b) noexcept {
+  return sub_rn(a.value, b.value);
+}
+LOADSTAR_HOST_DEVICE inline Rounded operator*(Rounded a, Rounded b) noexcept {
+  return mul_rn(a.value, b.value);
+}
+LOADSTAR_HOST_DEVICE inline Rounded operator/(Rounded a, Rounded b) noexcept {
+  return div_rn(a.value, b.value);
+}
+LOADSTAR_HOST_DEVICE inline Rounded operator-(Rounded a) noexcept {
+  return -a.value;
+}
+
+/// The functions the shared rules take beside the operators, on one `Rounded` element.
+struct RoundedMath {
+  LOADSTAR_HOST_DEVICE static Rounded sqrt(Rounded x) noexcept { return ::sqrtf(x.value); }
+  /// `1 / sqrt(x)`.
+  LOADSTAR_HOST_DEVICE static Rounded rsqrt(Rounded x) noexcept {
+    return div_rn(1.0F, ::sqrtf(x.value));
+  }
+  LOADSTAR_HOST_DEVICE static Rounded square(Rounded x) noexcept { return x * x; }
+  LOADSTAR_HOST_DEVICE static Rounded max(Rounded a, Rounded b) noexcept {
+    return a.value < b.value ? b : a;
+  }
+};
+
+/// One optimizer step's rule and operands (`keras::OptimizerStep`'s), and its `clipvalue`.
+struct UpdateParams : keras::UpdateOperands {
   /// `clipvalue` (`by_value`), else 0.
   float clip_value = 0.0F;
 };
 
-/// `1 / sqrt(x)`.
-LOADSTAR_HOST_DEVICE inline float reciprocal_sqrt(float x) noexcept {
-  return 1.0F / ::sqrtf(x);
-}
-
 /// One element's step: `w` its value, `g` its (clipped) gradient, `s0..s2` its slots in the
-/// optimizer's order (unused ones are dummies). The formulas are the optimizers' `update_step`
-/// (keras/optimizers/*.hpp) operation for operation.
+/// optimizer's order (unused ones are dummies): the optimizer's rule from update_rules.hpp, the
+/// one its CPU `update_step` applies.
 LOADSTAR_HOST_DEVICE inline void update_element(const UpdateParams& p, float g, float& w, float& s0,
                                                 float& s1, float& s2) noexcept {
+  namespace rules = keras::detail::update_rules;
+  const Rounded gradient = g;
+  Rounded value = w, r0 = s0, r1 = s1, r2 = s2;
   switch (p.rule) {
-    case UpdateRule::sgd:  // w -= lr * g
-      w = sub_rn(w, mul_rn(p.learning_rate, g));
-      return;
-    case UpdateRule::sgd_momentum: {  // velocity = momentum * velocity - lr * g
-      s0 = sub_rn(mul_rn(p.momentum, s0), mul_rn(p.learning_rate, g));
-      w = p.nesterov ? add_rn(w, sub_rn(mul_rn(p.momentum, s0), mul_rn(p.learning_rate, g)))
-                     : add_rn(w, s0);
-      return;
-    }
-    case UpdateRule::adam: {
-      if (p.weight_decay != 0.0F) w = sub_rn(w, mul_rn(w, p.weight_decay));   // AdamW
-      s0 = add_rn(s0, mul_rn(sub_rn(g, s0), p.one_minus_beta_1));             // m
-      s1 = add_rn(s1, mul_rn(sub_rn(mul_rn(g, g), s1), p.one_minus_beta_2));  // v
-      float v = s1;
+    case UpdateRule::sgd:
+      rules::sgd<RoundedMath>(p, value, gradient);
+      break;
+    case UpdateRule::sgd_momentum:
+      rules::sgd_momentum<RoundedMath>(p, value, gradient, r0);
+      break;
+    case UpdateRule::adam:
       if (p.amsgrad) {
-        s2 = s2 < s1 ? s1 : s2;  // vhat = max(vhat, v)
-        v = s2;
-      }
-      w = sub_rn(w, mul_rn(s0, p.alpha) / add_rn(::sqrtf(v), p.epsilon));
-      return;
-    }
-    case UpdateRule::rmsprop: {
-      const float decay = 1.0F - p.rho;
-      s0 = add_rn(mul_rn(p.rho, s0), mul_rn(decay, mul_rn(g, g)));  // velocity
-      float denominator = 0.0F;
-      if (p.centered) {
-        float& average = p.momentum > 0.0F ? s2 : s1;
-        average = add_rn(mul_rn(p.rho, average), mul_rn(decay, g));
-        denominator = add_rn(sub_rn(s0, mul_rn(average, average)), p.epsilon);
+        rules::adam_amsgrad<RoundedMath>(p, value, gradient, r0, r1, r2);
       } else {
-        denominator = add_rn(s0, p.epsilon);
+        rules::adam<RoundedMath>(p, value, gradient, r0, r1);
       }
-      const float increment = mul_rn(mul_rn(p.learning_rate, g), reciprocal_sqrt(denominator));
-      if (p.momentum > 0.0F) {
-        s1 = add_rn(mul_rn(p.momentum, s1), increment);
-        w = sub_rn(w, s1);
-      } else {
-        w = sub_rn(w, increment);
-      }
-      return;
-    }
-    case UpdateRule::adagrad:  // accumulator += g^2; w -= lr * g / sqrt(accumulator + epsilon)
-      s0 = add_rn(s0, mul_rn(g, g));
-      w = sub_rn(w, mul_rn(mul_rn(p.learning_rate, g), reciprocal_sqrt(add_rn(s0, p.epsilon))));
-      return;
-    case UpdateRule::adadelta: {
-      const float decay = 1.0F - p.rho;
-      s0 = add_rn(mul_rn(p.rho, s0), mul_rn(decay, mul_rn(g, g)));  // accumulated_grad
-      const float delta =
-          mul_rn(-::sqrtf(add_rn(s1, p.epsilon)), g) / ::sqrtf(add_rn(s0, p.epsilon));
-      s1 = add_rn(mul_rn(p.rho, s1), mul_rn(mul_rn(decay, delta), delta));
-      w = add_rn(w, mul_rn(p.learning_rate, delta));
-      return;
-    }
+      break;
+    case UpdateRule::rmsprop:  // velocity, then momentum when there is some, then the average
+      rules::rmsprop<RoundedMath>(p, value, gradient, r0, r1, p.momentum > 0.0F ? r2 : r1);
+      break;
+    case UpdateRule::adagrad:
+      rules::adagrad<RoundedMath>(p, value, gradient, r0);
+      break;
+    case UpdateRule::adadelta:
+      rules::adadelta<RoundedMath>(p, value, gradient, r0, r1);
+      break;
   }
+  w = value.value;
+  s0 = r0.value;
+  s1 = r1.value;
+  s2 = r2.value;
 }
 
 /// One variable of a fused optimizer step: its memory and where its elements and its norm

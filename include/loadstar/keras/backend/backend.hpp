@@ -71,27 +71,11 @@ struct BadIndex {
 /// How an optimizer step clips its gradients (Keras 2.11+'s `_clip_gradients`).
 enum class GradientClipping { none, by_norm, by_global_norm, by_value };
 
-/// One step of an optimizer over all its variables, for `Backend::apply_optimizer_step`. The
-/// hyper-parameters are the float values the optimizer's host `update_step` computes for this
-/// step (bias corrections in double on the host, then rounded to float once), so that a device
-/// applies the same formula to the same operands.
-struct OptimizerStep {
-  UpdateRule rule = UpdateRule::sgd;
-  float learning_rate = 0.0F;
-  /// Adam: `lr * sqrt(1 - beta_2^t) / (1 - beta_1^t)`.
-  float alpha = 0.0F;
-  /// Adam: `1 - beta_1` and `1 - beta_2`.
-  float one_minus_beta_1 = 0.0F, one_minus_beta_2 = 0.0F;
-  /// SGD and RMSprop: the momentum (0: none).
-  float momentum = 0.0F;
-  /// RMSprop and Adadelta: the decay of the running averages.
-  float rho = 0.0F;
-  float epsilon = 0.0F;
-  /// AdamW: `lr * weight_decay`, applied as `w -= w * weight_decay` before the step (0: none).
-  float weight_decay = 0.0F;
-  bool nesterov = false;
-  bool amsgrad = false;
-  bool centered = false;
+/// One step of an optimizer over all its variables, for `Backend::apply_optimizer_step`: its rule
+/// and the float operands the optimizer's host `update_step` computes for this step (so that a
+/// device applies the same rule, keras/optimizers/detail/update_rules.hpp, to the same operands),
+/// and how the gradients are clipped first.
+struct OptimizerStep : UpdateOperands {
   GradientClipping clipping = GradientClipping::none;
   /// `clipnorm`, `global_clipnorm` or `clipvalue`.
   double clip_threshold = 0.0;

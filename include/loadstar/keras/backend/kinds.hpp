@@ -1,7 +1,8 @@
 /// \file
 /// The enumerations and geometry structs that the executor and every backend's kernels share:
-/// the activations, the optimizers' element-wise rules, the row losses, the mean metrics and the
-/// convolution and pooling geometry. Dependency-free (it includes only config.hpp and
+/// the activations, the optimizers' element-wise rules and their operands, the row losses, the mean
+/// metrics and the convolution and pooling geometry. Dependency-free (it includes only config.hpp
+/// and
 /// `<cstddef>`), so that the CUDA kernels, compiled by nvcc, use these very types and need none
 /// of the executor's headers.
 #pragma once
@@ -45,6 +46,28 @@ enum class UpdateRule {
   rmsprop,       ///< slots `velocity`, then `momentum` when `momentum > 0`, then `average_gradient`
   adagrad,       ///< slot `accumulator`
   adadelta,      ///< slots `accumulated_grad`, `accumulated_delta_var`
+};
+
+/// One optimizer step's operands: the floats an optimizer computes once per step from its options
+/// and the iteration (bias corrections in double, then rounded to float once), which every
+/// element's update reads.
+struct UpdateOperands {
+  UpdateRule rule = UpdateRule::sgd;
+  float learning_rate = 0.0F;
+  /// Adam: `lr * sqrt(1 - beta_2^t) / (1 - beta_1^t)`.
+  float alpha = 0.0F;
+  /// Adam: `1 - beta_1` and `1 - beta_2`.
+  float one_minus_beta_1 = 0.0F, one_minus_beta_2 = 0.0F;
+  /// SGD and RMSprop: the momentum (0: none).
+  float momentum = 0.0F;
+  /// RMSprop and Adadelta: the decay of the running averages.
+  float rho = 0.0F;
+  float epsilon = 0.0F;
+  /// AdamW: `lr * weight_decay`, applied as `w -= w * weight_decay` before the step (0: none).
+  float weight_decay = 0.0F;
+  bool nesterov = false;
+  bool amsgrad = false;
+  bool centered = false;
 };
 
 /// What a row loss computes (`Backend::row_loss`): the loss of each last-axis row of `y_pred`

@@ -50,7 +50,7 @@ class Adadelta : public detail::OptimizerBase {
   }
   LOADSTAR_DECL void update_step(std::size_t index, detail::ArrayMap w, const detail::ArrayMap& g,
                                  float lr) override;
-  LOADSTAR_DECL std::optional<OptimizerStep> device_step(float lr) const override;
+  LOADSTAR_DECL std::optional<UpdateOperands> update_operands(float lr) const override;
 
  private:
   double rho_, epsilon_;
@@ -78,29 +78,21 @@ nlohmann::json Adadelta::get_config() const {
   return config;
 }
 
-std::optional<OptimizerStep> Adadelta::device_step(float lr) const {
-  OptimizerStep step;
-  step.rule = UpdateRule::adadelta;
-  step.learning_rate = lr;
-  step.rho = static_cast<float>(rho_);
-  step.epsilon = static_cast<float>(epsilon_);
-  return step;
+std::optional<UpdateOperands> Adadelta::update_operands(float lr) const {
+  UpdateOperands p;
+  p.rule = UpdateRule::adadelta;
+  p.learning_rate = lr;
+  p.rho = static_cast<float>(rho_);
+  p.epsilon = static_cast<float>(epsilon_);
+  return p;
 }
 
 void Adadelta::update_step(std::size_t index, detail::ArrayMap w, const detail::ArrayMap& g,
                            float lr) {
-  const auto rho = static_cast<float>(rho_);
-  const auto epsilon = static_cast<float>(epsilon_);
   detail::ArrayMap accumulated_grad = slot(index, 0);
   detail::ArrayMap accumulated_delta = slot(index, 1);
-  accumulated_grad = rho * accumulated_grad + (1 - rho) * g.square();
-  // w += lr * delta and accumulated_delta from the same delta, evaluated once per element.
-  for (Eigen::Index i = 0; i < w.size(); ++i) {
-    const float delta = -std::sqrt(accumulated_delta[i] + epsilon) * g[i] /
-                        std::sqrt(accumulated_grad[i] + epsilon);
-    accumulated_delta[i] = rho * accumulated_delta[i] + (1 - rho) * delta * delta;
-    w[i] += lr * delta;
-  }
+  detail::update_rules::adadelta<detail::ArrayMath>(*update_operands(lr), w, g, accumulated_grad,
+                                                    accumulated_delta);
 }
 
 }  // namespace loadstar::keras::optimizers

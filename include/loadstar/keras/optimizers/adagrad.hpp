@@ -48,7 +48,7 @@ class Adagrad : public detail::OptimizerBase {
   float slot_initial_value(std::size_t) const override { return static_cast<float>(initial_); }
   LOADSTAR_DECL void update_step(std::size_t index, detail::ArrayMap w, const detail::ArrayMap& g,
                                  float lr) override;
-  LOADSTAR_DECL std::optional<OptimizerStep> device_step(float lr) const override;
+  LOADSTAR_DECL std::optional<UpdateOperands> update_operands(float lr) const override;
 
  private:
   double initial_, epsilon_;
@@ -77,19 +77,18 @@ nlohmann::json Adagrad::get_config() const {
   return config;
 }
 
-std::optional<OptimizerStep> Adagrad::device_step(float lr) const {
-  OptimizerStep step;
-  step.rule = UpdateRule::adagrad;
-  step.learning_rate = lr;
-  step.epsilon = static_cast<float>(epsilon_);
-  return step;
+std::optional<UpdateOperands> Adagrad::update_operands(float lr) const {
+  UpdateOperands p;
+  p.rule = UpdateRule::adagrad;
+  p.learning_rate = lr;
+  p.epsilon = static_cast<float>(epsilon_);
+  return p;
 }
 
 void Adagrad::update_step(std::size_t index, detail::ArrayMap w, const detail::ArrayMap& g,
                           float lr) {
   detail::ArrayMap accumulator = slot(index, 0);
-  accumulator += g.square();
-  w -= lr * g * (accumulator + static_cast<float>(epsilon_)).rsqrt();
+  detail::update_rules::adagrad<detail::ArrayMath>(*update_operands(lr), w, g, accumulator);
 }
 
 }  // namespace loadstar::keras::optimizers

@@ -40,12 +40,14 @@ namespace loadstar::keras::detail {
 /// correction of `v` instead.
 class AdamBase : public OptimizerBase {
  public:
-  explicit AdamBase(const optimizers::AdamOptions& options)
+  /// Adam with `options`, and AdamW's decoupled `weight_decay` (0: none).
+  explicit AdamBase(const optimizers::AdamOptions& options, double weight_decay = 0.0)
       : OptimizerBase(options.name, options.learning_rate,
                       {options.clipnorm, options.global_clipnorm, options.clipvalue}),
         beta_1_(options.beta_1),
         beta_2_(options.beta_2),
         epsilon_(options.epsilon),
+        weight_decay_(weight_decay),
         amsgrad_(options.amsgrad) {}
 
   LOADSTAR_DECL nlohmann::json get_config() const override;
@@ -54,10 +56,9 @@ class AdamBase : public OptimizerBase {
   LOADSTAR_DECL std::vector<std::string> slot_names() const override;
   LOADSTAR_DECL void update_step(std::size_t index, ArrayMap w, const ArrayMap& g,
                                  float lr) override;
-  LOADSTAR_DECL std::optional<OptimizerStep> device_step(float lr) const override;
+  LOADSTAR_DECL std::optional<UpdateOperands> update_operands(float lr) const override;
 
- private:
-  double beta_1_, beta_2_, epsilon_;
+  double beta_1_, beta_2_, epsilon_, weight_decay_;
   bool amsgrad_;
 };
 
@@ -98,39 +99,31 @@ std::vector<std::string> AdamBase::slot_names() const {
   return {"m", "v"};
 }
 
-std::optional<OptimizerStep> AdamBase::device_step(float lr) const {
-  // The operands of update_step below, computed the same way.
+std::optional<UpdateOperands> AdamBase::update_operands(float lr) const {
   const auto step = static_cast<double>(iterations_ + 1);
-  OptimizerStep s;
-  s.rule = UpdateRule::adam;
-  s.learning_rate = lr;
-  s.alpha = static_cast<float>(lr * std::sqrt(1.0 - std::pow(beta_2_, step)) /
+  UpdateOperands p;
+  p.rule = UpdateRule::adam;
+  p.learning_rate = lr;
+  p.alpha = static_cast<float>(lr * std::sqrt(1.0 - std::pow(beta_2_, step)) /
                                (1.0 - std::pow(beta_1_, step)));
-  s.one_minus_beta_1 = static_cast<float>(1.0 - beta_1_);
-  s.one_minus_beta_2 = static_cast<float>(1.0 - beta_2_);
-  s.epsilon = static_cast<float>(epsilon_);
-  s.amsgrad = amsgrad_;
-  return s;
+  p.one_minus_beta_1 = static_cast<float>(1.0 - beta_1_);
+  p.one_minus_beta_2 = static_cast<float>(1.0 - beta_2_);
+  p.epsilon = static_cast<float>(epsilon_);
+  p.weight_decay = static_cast<float>(lr * weight_decay_);
+  p.amsgrad = amsgrad_;
+  return p;
 }
 
 void AdamBase::update_step(std::size_t index, ArrayMap w, const ArrayMap& g, float lr) {
-  const auto step = static_cast<double>(iterations_ + 1);
-  const auto alpha = static_cast<float>(lr * std::sqrt(1.0 - std::pow(beta_2_, step)) /
-                                        (1.0 - std::pow(beta_1_, step)));
-  const auto one_minus_beta_1 = static_cast<float>(1.0 - beta_1_);
-  const auto one_minus_beta_2 = static_cast<float>(1.0 - beta_2_);
-  const auto epsilon = static_cast<float>(epsilon_);
+  const UpdateOperands p = *update_operands(lr);
   ArrayMap m = slot(index, 0);
   ArrayMap v = slot(index, 1);
   if (amsgrad_) {
     ArrayMap v_hat = slot(index, 2);
-    m += (g - m) * one_minus_beta_1;
-    v += (g.square() - v) * one_minus_beta_2;
-    v_hat = v_hat.max(v);
-    w -= (m * alpha) / (v_hat.sqrt() + epsilon);
+    update_rules::adam_amsgrad<ArrayMath>(p, w, g, m, v, v_hat);
     return;
   }
-  // Block by block, so that the three array statements read each block from cache and the step
+  // Block by block, so that the rule's array statements read each block from cache and the step
   // reads and writes each array once (the same operations per element, so the same bits).
   constexpr Eigen::Index block = 2048;
   for (Eigen::Index i = 0; i < w.size(); i += block) {
@@ -139,9 +132,7 @@ void AdamBase::update_step(std::size_t index, ArrayMap w, const ArrayMap& g, flo
     auto ms = m.segment(i, length);
     auto vs = v.segment(i, length);
     const auto gs = g.segment(i, length);
-    ms += (gs - ms) * one_minus_beta_1;
-    vs += (gs.square() - vs) * one_minus_beta_2;
-    ws -= (ms * alpha) / (vs.sqrt() + epsilon);
+    update_rules::adam<ArrayMath>(p, ws, gs, ms, vs);
   }
 }
 

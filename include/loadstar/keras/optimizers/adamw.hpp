@@ -36,20 +36,12 @@ class AdamW : public detail::AdamBase {
   explicit AdamW(const AdamWOptions& options = {})
       : AdamBase(AdamOptions{options.learning_rate, options.beta_1, options.beta_2, options.epsilon,
                              options.amsgrad, options.clipnorm, options.global_clipnorm,
-                             options.clipvalue, options.name}),
-        weight_decay_(options.weight_decay) {}
+                             options.clipvalue, options.name},
+                 options.weight_decay) {}
   std::string class_name() const override { return "AdamW"; }
   /// The optimizer described by a Keras config (`Registry<Optimizer>`'s factory).
   LOADSTAR_DECL static std::unique_ptr<Optimizer> from_config(const nlohmann::json& config);
   LOADSTAR_DECL nlohmann::json get_config() const override;
-
- protected:
-  LOADSTAR_DECL void update_step(std::size_t index, detail::ArrayMap w, const detail::ArrayMap& g,
-                                 float lr) override;
-  LOADSTAR_DECL std::optional<OptimizerStep> device_step(float lr) const override;
-
- private:
-  double weight_decay_;
 };
 
 }  // namespace loadstar::keras::optimizers
@@ -73,18 +65,6 @@ nlohmann::json AdamW::get_config() const {
   auto config = AdamBase::get_config();
   config["weight_decay"] = weight_decay_;
   return config;
-}
-
-std::optional<OptimizerStep> AdamW::device_step(float lr) const {
-  auto step = AdamBase::device_step(lr);
-  step->weight_decay = static_cast<float>(lr * weight_decay_);
-  return step;
-}
-
-void AdamW::update_step(std::size_t index, detail::ArrayMap w, const detail::ArrayMap& g,
-                        float lr) {
-  w -= w * static_cast<float>(lr * weight_decay_);
-  AdamBase::update_step(index, w, g, lr);
 }
 
 }  // namespace loadstar::keras::optimizers

@@ -54,20 +54,9 @@ class RMSprop : public detail::OptimizerBase {
   LOADSTAR_DECL std::vector<std::string> slot_names() const override;
   LOADSTAR_DECL void update_step(std::size_t index, detail::ArrayMap w, const detail::ArrayMap& g,
                                  float lr) override;
-  LOADSTAR_DECL std::optional<OptimizerStep> device_step(float lr) const override;
+  LOADSTAR_DECL std::optional<UpdateOperands> update_operands(float lr) const override;
 
  private:
-  template <class Increment>
-  void apply(std::size_t index, detail::ArrayMap& w, const Increment& increment) {
-    if (momentum_ > 0) {
-      detail::ArrayMap momentum = slot(index, 1);
-      momentum = static_cast<float>(momentum_) * momentum + increment;
-      w -= momentum;
-    } else {
-      w -= increment;
-    }
-  }
-
   double rho_, momentum_, epsilon_;
   bool centered_;
 };
@@ -105,32 +94,26 @@ std::vector<std::string> RMSprop::slot_names() const {
   return names;
 }
 
-std::optional<OptimizerStep> RMSprop::device_step(float lr) const {
-  OptimizerStep step;
-  step.rule = UpdateRule::rmsprop;
-  step.learning_rate = lr;
-  step.rho = static_cast<float>(rho_);
-  step.momentum = momentum_ > 0 ? static_cast<float>(momentum_) : 0.0F;
-  step.epsilon = static_cast<float>(epsilon_);
-  step.centered = centered_;
-  return step;
+std::optional<UpdateOperands> RMSprop::update_operands(float lr) const {
+  UpdateOperands p;
+  p.rule = UpdateRule::rmsprop;
+  p.learning_rate = lr;
+  p.rho = static_cast<float>(rho_);
+  p.momentum = momentum_ > 0 ? static_cast<float>(momentum_) : 0.0F;
+  p.epsilon = static_cast<float>(epsilon_);
+  p.centered = centered_;
+  return p;
 }
 
 void RMSprop::update_step(std::size_t index, detail::ArrayMap w, const detail::ArrayMap& g,
                           float lr) {
-  const auto rho = static_cast<float>(rho_);
-  const auto epsilon = static_cast<float>(epsilon_);
+  const UpdateOperands p = *update_operands(lr);
+  // The slots after `velocity`: `momentum` with momentum, then `average_gradient` when centered;
+  // the rule does not touch the one it is not given (here `velocity` again).
   detail::ArrayMap velocity = slot(index, 0);
-  velocity = rho * velocity + (1 - rho) * g.square();
-  const std::size_t average_slot = momentum_ > 0 ? 2 : 1;
-  // The increment is written into the momentum slot, or applied directly, without a temporary.
-  if (centered_) {
-    detail::ArrayMap average = slot(index, average_slot);
-    average = rho * average + (1 - rho) * g;
-    apply(index, w, lr * g * (velocity - average.square() + epsilon).rsqrt());
-  } else {
-    apply(index, w, lr * g * (velocity + epsilon).rsqrt());
-  }
+  detail::ArrayMap momentum = p.momentum > 0 ? slot(index, 1) : velocity;
+  detail::ArrayMap average = centered_ ? slot(index, p.momentum > 0 ? 2 : 1) : velocity;
+  detail::update_rules::rmsprop<detail::ArrayMath>(p, w, g, velocity, momentum, average);
 }
 
 }  // namespace loadstar::keras::optimizers

@@ -45,7 +45,7 @@ class SGD : public detail::OptimizerBase {
   LOADSTAR_DECL std::vector<std::string> slot_names() const override;
   LOADSTAR_DECL void update_step(std::size_t index, detail::ArrayMap w, const detail::ArrayMap& g,
                                  float lr) override;
-  LOADSTAR_DECL std::optional<OptimizerStep> device_step(float lr) const override;
+  LOADSTAR_DECL std::optional<UpdateOperands> update_operands(float lr) const override;
 
  private:
   double momentum_;
@@ -89,28 +89,23 @@ std::vector<std::string> SGD::slot_names() const {
   return {"momentum"};
 }
 
-std::optional<OptimizerStep> SGD::device_step(float lr) const {
-  OptimizerStep step;
-  step.rule = momentum_ == 0 ? UpdateRule::sgd : UpdateRule::sgd_momentum;
-  step.learning_rate = lr;
-  step.momentum = static_cast<float>(momentum_);
-  step.nesterov = nesterov_;
-  return step;
+std::optional<UpdateOperands> SGD::update_operands(float lr) const {
+  UpdateOperands p;
+  p.rule = momentum_ == 0 ? UpdateRule::sgd : UpdateRule::sgd_momentum;
+  p.learning_rate = lr;
+  p.momentum = static_cast<float>(momentum_);
+  p.nesterov = nesterov_;
+  return p;
 }
 
 void SGD::update_step(std::size_t index, detail::ArrayMap w, const detail::ArrayMap& g, float lr) {
-  if (momentum_ == 0) {
-    w -= lr * g;
+  const UpdateOperands p = *update_operands(lr);
+  if (p.rule == UpdateRule::sgd) {
+    detail::update_rules::sgd<detail::ArrayMath>(p, w, g);
     return;
   }
-  const auto momentum = static_cast<float>(momentum_);
   detail::ArrayMap velocity = slot(index, 0);
-  velocity = momentum * velocity - lr * g;
-  if (nesterov_) {
-    w += momentum * velocity - lr * g;
-  } else {
-    w += velocity;
-  }
+  detail::update_rules::sgd_momentum<detail::ArrayMath>(p, w, g, velocity);
 }
 
 }  // namespace loadstar::keras::optimizers

@@ -18,6 +18,7 @@
 #include "loadstar/error.hpp"
 #include "loadstar/keras/backend/backend.hpp"
 #include "loadstar/keras/optimizers/detail/clip_formulas.hpp"
+#include "loadstar/keras/optimizers/detail/update_rules.hpp"
 #include "loadstar/keras/optimizers/optimizer.hpp"
 #include "loadstar/keras/optimizers/schedules.hpp"
 #include "loadstar/keras/variable.hpp"
@@ -30,6 +31,27 @@ using ArrayMap = Eigen::Map<Eigen::ArrayXf>;
 inline ArrayMap array_of(const Tensor<float>& t) {
   return {t.data(), static_cast<Eigen::Index>(t.size())};
 }
+
+/// The functions `update_rules` takes beside the operators, over Eigen arrays and their
+/// expressions: the CPU's instantiation of the shared rules, evaluated lazily and vectorised.
+struct ArrayMath {
+  template <class X>
+  static auto sqrt(const X& x) {
+    return x.sqrt();
+  }
+  template <class X>
+  static auto rsqrt(const X& x) {
+    return x.rsqrt();
+  }
+  template <class X>
+  static auto square(const X& x) {
+    return x.square();
+  }
+  template <class X, class Y>
+  static auto max(const X& x, const Y& y) {
+    return x.max(y);
+  }
+};
 
 /// The options every optimizer takes, as Keras 2.11+'s `Optimizer.__init__`.
 struct Clipping {
@@ -68,11 +90,21 @@ class OptimizerBase : public Optimizer {
   virtual float slot_initial_value(std::size_t) const { return 0.0f; }
   virtual void update_step(std::size_t index, ArrayMap value, const ArrayMap& gradient,
                            float learning_rate) = 0;
-  /// This step's rule and hyper-parameters for `Backend::apply_optimizer_step` (the same operands
-  /// `update_step` computes with for `learning_rate`, at `iterations_`), or `std::nullopt` for an
-  /// optimizer that updates on the host only. Clipping is filled in by the base.
-  virtual std::optional<OptimizerStep> device_step(float /*learning_rate*/) const {
+  /// This step's rule and its operands for `learning_rate` at `iterations_`, the same that
+  /// `update_step` applies (a built-in optimizer's `update_step` applies its rule from
+  /// update_rules.hpp to them), or `std::nullopt` for an optimizer whose rule is its
+  /// `update_step` alone, which then updates on the host only.
+  virtual std::optional<UpdateOperands> update_operands(float /*learning_rate*/) const {
     return std::nullopt;
+  }
+  /// The step `Backend::apply_optimizer_step` is handed, without its clipping (filled in by
+  /// `apply_gradients`): `update_operands`, when there are some.
+  std::optional<OptimizerStep> device_step(float learning_rate) const {
+    std::optional<UpdateOperands> operands = update_operands(learning_rate);
+    if (!operands) return std::nullopt;
+    OptimizerStep step;
+    static_cast<UpdateOperands&>(step) = *operands;
+    return step;
   }
 
   /// The most slots a variable has.
