@@ -286,6 +286,49 @@ TEST_SUITE("trial") {
     CHECK(text(a.trial_dir / "metrics.jsonl") == text(b.trial_dir / "metrics.jsonl"));
   }
 
+  TEST_CASE("An experiment's trial that early-stops completes early and its searcher is told") {
+    register_here();
+    test_support::TempDir dir;
+    std::ofstream(dir / "exp.yaml") << R"(entrypoint: tests:CallbacksTrial
+hyperparameters:
+  global_batch_size: 16
+  learning_rate: 0.02
+  callbacks: det_stop
+records_per_epoch: 240
+scheduling_unit: 3
+min_validation_period:
+  batches: 10
+searcher:
+  name: single
+  metric: val_loss
+  max_length:
+    batches: 45
+reproducibility:
+  experiment_seed: 7
+)";
+    std::ostringstream out;
+    trial::ExperimentOptions options;
+    options.verbose = false;
+    options.plot = false;
+    options.out = &out;
+    const auto summary = trial::create_experiment(dir / "exp.yaml", dir / "exp", options);
+    CAPTURE(out.str());
+    CHECK(summary.state == "COMPLETED");
+    CHECK(summary.completed == 1);
+    CHECK(out.str().find("trial 1: stopped at its own request after 30 batches") !=
+          std::string::npos);
+    const auto experiment = nlohmann::json::parse(text(dir / "exp" / "experiment.json"));
+    CHECK(experiment["trials"][0]["state"] == "COMPLETED");
+    CHECK(experiment["trials"][0]["total_batches"] == 30);
+    // The searcher heard the early exit (Determined's USER_CANCELED) and the close.
+    CHECK(experiment["searcher_state"]["exits"] == nlohmann::json::array({1}));
+    CHECK(experiment["searcher_state"]["trials_closed"] == nlohmann::json::array({1}));
+    CHECK(experiment["searcher_state"]["failures"] == nlohmann::json::array());
+    // Stop request, then checkpoint, then close: the last checkpoint is at the stop.
+    const auto trial1 = nlohmann::json::parse(text(dir / "exp" / "trials" / "1" / "trial.json"));
+    CHECK(trial1["checkpoints"].back()["batches"] == 30);
+  }
+
   TEST_CASE("Determined's ReduceLROnPlateau lowers the rate per validation, not per epoch") {
     auto c = config("tests:CallbacksTrial");
     c.records_per_epoch = 80;  // 5 batches an epoch: 9 epoch ends that it must not count
