@@ -29,11 +29,12 @@
 namespace loadstar::trial::callbacks {
 
 /// Determined's `EarlyStopping` (harness/determined/keras/callbacks.py): Keras's `EarlyStopping`
-/// with the same options (`keras::callbacks::EarlyStoppingOptions`: monitor, min_delta, patience,
-/// verbose, mode, baseline, restore_best_weights), judged after every validation of the trial
-/// (so `min_validation_period` sets its pace) rather than every epoch; `on_epoch_end` is
-/// ignored. Its patience counts validations. When it stops, the trial gets a stop request: it
-/// checkpoints and ends as completed, and the searcher is told it exited early.
+/// (tf.keras 2.11's rule, as `keras::callbacks::EarlyStopping`) with the same options
+/// (`keras::callbacks::EarlyStoppingOptions`: monitor, min_delta, patience, verbose, mode,
+/// baseline, restore_best_weights), judged after every validation of the trial (so
+/// `min_validation_period` sets its pace) rather than every epoch; `on_epoch_end` is ignored. Its
+/// patience counts validations. When it stops, the trial gets a stop request: it checkpoints and
+/// ends as completed, and the searcher is told it exited early.
 ///
 /// Its state (`wait`, `best`, `best_epoch`, `stopped_epoch`, `test_end_count`, and with
 /// `restore_best_weights` the best weights) is in every checkpoint, so a resumed trial stops
@@ -184,7 +185,6 @@ void EarlyStopping::on_test_end(const keras::Logs& logs) {
     if (options_.restore_best_weights) best_weights_ = model().get_weights();
     // Only restart the wait when beating both the baseline and the best so far.
     if (!options_.baseline || improves(*current, *options_.baseline)) wait_ = 0;
-    return;
   }
   if (wait_ >= options_.patience && epoch > 0) {
     stopped_epoch_ = epoch;

@@ -512,8 +512,14 @@ std::pair<std::uint64_t, TrialOutcome> ExperimentLoop::wait_one() {
     } catch (const std::exception&) {
       json = nullptr;
     }
+    const nlohmann::json trial = json.is_object() ? nlohmann::json() : read_trial_json(folder);
     if (json.is_object()) {
       outcome = outcome_from_json(json);
+    } else if (trial.is_object() && trial.value("state", std::string()) == "INVALID") {
+      // A trial of several ranks that threw InvalidHP ends the job on every rank
+      // (Collective::abort) after recording the state: not a crash to retry.
+      outcome.invalid_hp = true;
+      outcome.error = trial.value("error", std::string("InvalidHP"));
     } else {
       outcome.crashed = true;
       const std::string tail = log_tail(folder / "output.log");

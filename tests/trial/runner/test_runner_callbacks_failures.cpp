@@ -47,7 +47,8 @@ class EpochLogsRecorder : public callbacks::Callback {
 /// - `keras`: a list copied from a Keras script (EarlyStopping that never stops,
 ///   ReduceLROnPlateau, ModelCheckpoint(save_best_only), CSVLogger) and the recorder;
 /// - `keras_stop`: Keras's EarlyStopping that stops at the second epoch end;
-/// - `det_stop`: Determined's EarlyStopping that stops at the third validation;
+/// - `det_stop`: Determined's EarlyStopping that stops at the third validation (and
+///   `det_stop_restore`, the same restoring the weights of the first);
 /// - `det_plateau`: Determined's ReduceLROnPlateau, halving at every validation after the first.
 class CallbacksTrial : public BlobsTrial {
  public:
@@ -70,9 +71,12 @@ class CallbacksTrial : public BlobsTrial {
       return {std::make_shared<callbacks::EarlyStopping>(
           callbacks::EarlyStoppingOptions{.monitor = "val_loss", .min_delta = 100, .patience = 1})};
     }
-    if (which == "det_stop") {
+    if (which == "det_stop" || which == "det_stop_restore") {
       return {std::make_shared<trial::callbacks::EarlyStopping>(
-          callbacks::EarlyStoppingOptions{.monitor = "val_loss", .min_delta = 100, .patience = 2})};
+          callbacks::EarlyStoppingOptions{.monitor = "val_loss",
+                                          .min_delta = 100,
+                                          .patience = 2,
+                                          .restore_best_weights = which == "det_stop_restore"})};
     }
     return {
         std::make_shared<trial::callbacks::ReduceLROnPlateau>(callbacks::ReduceLROnPlateauOptions{
@@ -261,29 +265,34 @@ TEST_SUITE("trial") {
   }
 
   TEST_CASE("Determined's EarlyStopping acts on validations and resumes exactly") {
-    auto c = config("tests:CallbacksTrial");
-    c.records_per_epoch = 0;  // no epochs at all: it acts on validations alone
-    const auto hp = with(hparams(), "callbacks", "det_stop");
-    test_support::TempDir one;
-    const auto a = spec_in(one.path(), c, hp);
-    const auto result = trial::run_trial(a, {.verbose = false});
-    // Validations at 10 (best), 20 (wait 1), 30 (wait 2 = patience): stop, checkpoint at 30.
-    CHECK(result.stop_requested);
-    CHECK(result.total_batches == 30);
-    CHECK(record(a)["state"] == "COMPLETED");
-    CHECK(record(a)["checkpoints"].back()["batches"] == 30);
+    for (const std::string variant : {"det_stop", "det_stop_restore"}) {
+      CAPTURE(variant);
+      auto c = config("tests:CallbacksTrial");
+      c.records_per_epoch = 0;  // no epochs at all: it acts on validations alone
+      const auto hp = with(hparams(), "callbacks", variant);
+      test_support::TempDir one;
+      const auto a = spec_in(one.path(), c, hp);
+      const auto result = trial::run_trial(a, {.verbose = false});
+      // Validations at 10 (best), 20 (wait 1), 30 (wait 2 = patience): stop, checkpoint at 30.
+      CHECK(result.stop_requested);
+      CHECK(result.total_batches == 30);
+      CHECK(record(a)["state"] == "COMPLETED");
+      CHECK(record(a)["checkpoints"].back()["batches"] == 30);
 
-    // Stopped at 20 and resumed: its wait and best come back from the checkpoint, so it stops at
-    // 30 as well (a fresh best would count the validation at 30 as an improvement).
-    test_support::TempDir two;
-    const auto b = spec_in(two.path(), c, hp);
-    trial::run_trial(b, {.until = trial::Length{trial::Unit::batches, 20}, .verbose = false});
-    const auto resumed = trial::run_trial(b, {.verbose = false});
-    CHECK(resumed.stop_requested);
-    CHECK(resumed.total_batches == 30);
-    CHECK(weight_bytes(latest_model(a)->get_weights()) ==
-          weight_bytes(latest_model(b)->get_weights()));
-    CHECK(text(a.trial_dir / "metrics.jsonl") == text(b.trial_dir / "metrics.jsonl"));
+      // Stopped at 20 and resumed: its wait and best come back from the checkpoint, so it stops at
+      // 30 as well (a fresh best would count the validation at 30 as an improvement).
+      test_support::TempDir two;
+      const auto b = spec_in(two.path(), c, hp);
+      trial::run_trial(b, {.until = trial::Length{trial::Unit::batches, 20}, .verbose = false});
+      const auto resumed = trial::run_trial(b, {.verbose = false});
+      CHECK(resumed.stop_requested);
+      CHECK(resumed.total_batches == 30);
+      // With restore_best_weights the best weights (of the validation at 10) come back from the
+      // checkpoint too: a fresh callback would keep the weights at 30.
+      CHECK(weight_bytes(latest_model(a)->get_weights()) ==
+            weight_bytes(latest_model(b)->get_weights()));
+      CHECK(text(a.trial_dir / "metrics.jsonl") == text(b.trial_dir / "metrics.jsonl"));
+    }
   }
 
   TEST_CASE("An experiment's trial that early-stops completes early and its searcher is told") {
