@@ -378,6 +378,22 @@ reproducibility:
                          CheckpointError);
   }
 
+  TEST_CASE("A checkpoint's validation logs read back in order, and malformed ones are refused") {
+    Logs logs;
+    logs.set("val_loss", 0.5);
+    logs.set("val_accuracy", 0.75);
+    const auto json = trial::detail::logs_json(logs);
+    CHECK(json == nlohmann::json::parse(R"([["val_loss", 0.5], ["val_accuracy", 0.75]])"));
+    const Logs back = trial::detail::logs_from_json(json, "checkpoint 'x': validation_logs");
+    CHECK(trial::detail::logs_json(back) == json);
+    CHECK_THROWS_WITH_AS(
+        trial::detail::logs_from_json(nlohmann::json::parse(R"([["val_loss"]])"),
+                                      "checkpoint 'x': validation_logs"),
+        "checkpoint 'x': validation_logs: expected a list of [name, value] pairs but found "
+        "[[\"val_loss\"]]",
+        CheckpointError);
+  }
+
   TEST_CASE("InvalidHP ends a trial as invalid without using a restart") {
     for (const std::string where : {"build_model", "loader", "callback"}) {
       CAPTURE(where);
