@@ -14,11 +14,13 @@
 #include "loadstar/config.hpp"  // first: says at once when the standard is older than C++20
 
 #include "loadstar/trial/callback.hpp"
+#include "loadstar/trial/callbacks.hpp"
 #include "loadstar/trial/checkpoint.hpp"
 #include "loadstar/trial/data_loader.hpp"
 #include "loadstar/trial/experiment.hpp"
 #include "loadstar/trial/experiment_config.hpp"
 #include "loadstar/trial/hyperparameters.hpp"
+#include "loadstar/trial/invalid_hp.hpp"
 #include "loadstar/trial/keras_trial.hpp"
 #include "loadstar/trial/main.hpp"
 #include "loadstar/trial/native.hpp"

@@ -5,7 +5,7 @@
 // The trial: an MLP on 125 rows of two features, global batch 12, a checkpoint every 10 batches;
 // its data are arrays (KIND blobs, the default), a Sequence on worker threads (sequence) or
 // Datasets sharded with wrap_dataset (dataset) or not (dataset-unwrapped, which a trial of several
-// ranks refuses).
+// ranks refuses), or a trial that throws InvalidHP (invalid).
 #include <cstdint>
 #include <iostream>
 #include <memory>
@@ -83,12 +83,23 @@ class SequenceTrial : public BlobsTrial {
 LOADSTAR_REGISTER_TRIAL(SequenceTrial, "dist:sequence");
 LOADSTAR_REGISTER_TRIAL(DatasetTrial<false>, "dist:dataset-unwrapped");
 
+/// Hyperparameters that cannot work: every rank throws InvalidHP from build_model.
+class InvalidTrial : public BlobsTrial {
+ public:
+  using BlobsTrial::BlobsTrial;
+  std::shared_ptr<keras::Model> build_model() override {
+    throw trial::InvalidHP("the model does not fit these ranks");
+  }
+};
+LOADSTAR_REGISTER_TRIAL(InvalidTrial, "dist:invalid");
+
 }  // namespace
 
 int main(int argc, char** argv) {
   auto world = dist::mpi_world(&argc, &argv);
   if (argc != 3 && argc != 4) {
-    std::cerr << "usage: dist_trial_child DIR BATCHES [blobs|sequence|dataset|dataset-unwrapped]\n";
+    std::cerr << "usage: dist_trial_child DIR BATCHES "
+                 "[blobs|sequence|dataset|dataset-unwrapped|invalid]\n";
     return 2;
   }
   const std::string dir = argv[1];

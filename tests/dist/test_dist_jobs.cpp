@@ -353,6 +353,21 @@ TEST_CASE("a Dataset loader runs on several ranks once wrap_dataset shards it") 
       unwrapped.output);
 }
 
+TEST_CASE("a data-parallel trial that throws InvalidHP ends the job, recorded invalid") {
+  const TempDir dir;
+  const Job job = run_trial_job(2, dir / "invalid", 20, "invalid");
+  CHECK(job.status != 0);
+  INFO(job.output);
+  CHECK(job.output.find("the model does not fit these ranks") != std::string::npos);
+  // The experiment reads the state: an invalid trial, not a crash to restart.
+  std::ifstream file(dir / "invalid" / "trial" / "trial.json");
+  const auto record = nlohmann::json::parse(file);
+  CHECK(record["state"] == "INVALID");
+  CHECK(record["restarts"] == 0);
+  CHECK(record["error"].get<std::string>().find("the model does not fit these ranks") !=
+        std::string::npos);
+}
+
 TEST_CASE("refusals of the data-parallel pieces that need no other rank") {
   // An array position saved at one global batch does not resume at another.
   auto data = sample_stream::make();

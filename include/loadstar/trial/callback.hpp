@@ -20,12 +20,19 @@ namespace loadstar::trial {
 /// A Keras callback that also hears the trial runner's workloads, in Determined's order
 /// (`keras/callbacks.py@0.15.6`): `on_train_begin` once per process; per training workload
 /// `on_train_workload_begin` before its first batch, the batches (with `on_epoch_begin` and
-/// `on_epoch_end` synthesized every `records_per_epoch / global_batch_size` batches, with empty
-/// logs), then `on_train_workload_end` with the workload's averaged training metrics; per
-/// validation `on_test_begin` and `on_test_end` with the `val_` metrics; after each checkpoint
+/// `on_epoch_end` synthesized every `records_per_epoch / global_batch_size` batches), then
+/// `on_train_workload_end` with the workload's averaged training metrics; per validation
+/// `on_test_begin` and `on_test_end` with the `val_` metrics; after each checkpoint
 /// `on_checkpoint_end` with its folder; `on_train_end` once at the end. `get_state` is saved in
 /// every checkpoint and handed to `load_state` before `on_train_begin` on resume. Setting
 /// `model().stop_training` requests a stop: the trial checkpoints and exits.
+///
+/// Unlike Determined, whose synthesized epoch ends carry empty logs, `on_epoch_end` gets the logs
+/// a Keras user expects from `fit`: the latest training metrics (the running means of the
+/// workload that ended the epoch) and the latest validation's `val_` metrics. An epoch that ends
+/// on a workload's last batch waits for a validation at that batch, as `fit` validates before
+/// `on_epoch_end`; so Keras's `EarlyStopping`, `ReduceLROnPlateau`, `ModelCheckpoint` and
+/// `CSVLogger` work unchanged in a trial.
 /// \code
 /// class Printer : public trial::Callback {
 ///   void on_train_workload_end(std::uint64_t batches, const keras::Logs& logs) override { ... }

@@ -90,6 +90,8 @@ struct ExperimentSummary {
   std::size_t trials = 0;
   std::size_t completed = 0;
   std::size_t errored = 0;
+  /// Trials that threw `InvalidHP`.
+  std::size_t invalid = 0;
   std::filesystem::path checkpoint_dir;
   /// Empty when the plot could not be drawn (`plot_error` says why).
   std::filesystem::path plot;
@@ -134,6 +136,8 @@ struct TrialOutcome {
   std::string error;
   /// The process died without reporting (a crash, a signal): worth another try.
   bool crashed = false;
+  /// The trial threw `InvalidHP`: its hyperparameters cannot be trained.
+  bool invalid_hp = false;
 };
 
 LOADSTAR_DECL TrialOutcome outcome_from_json(const nlohmann::json& json);
@@ -334,6 +338,7 @@ TrialOutcome outcome_from_json(const nlohmann::json& json) {
   outcome.ok = json.value("ok", false);
   if (!outcome.ok) {
     outcome.error = json.value("error", std::string("the trial failed"));
+    outcome.invalid_hp = json.value("invalid_hp", false);
     return outcome;
   }
   outcome.result.total_batches = json.value("total_batches", std::uint64_t{0});
@@ -442,6 +447,9 @@ void ExperimentLoop::start(const TrialRecord& trial) {
       run.verbose = options_.verbose;
       outcome.result = run_trial(trial_spec(dir_, record_, config_, trial), run);
       outcome.ok = true;
+    } catch (const InvalidHP& error) {
+      outcome.error = error.what();
+      outcome.invalid_hp = true;
     } catch (const std::exception& error) {
       outcome.error = error.what();
     }
@@ -504,8 +512,14 @@ std::pair<std::uint64_t, TrialOutcome> ExperimentLoop::wait_one() {
     } catch (const std::exception&) {
       json = nullptr;
     }
+    const nlohmann::json trial = json.is_object() ? nlohmann::json() : read_trial_json(folder);
     if (json.is_object()) {
       outcome = outcome_from_json(json);
+    } else if (trial.is_object() && trial.value("state", std::string()) == "INVALID") {
+      // A trial of several ranks that threw InvalidHP ends the job on every rank
+      // (Collective::abort) after recording the state: not a crash to retry.
+      outcome.invalid_hp = true;
+      outcome.error = trial.value("error", std::string("InvalidHP"));
     } else {
       outcome.crashed = true;
       const std::string tail = log_tail(folder / "output.log");
@@ -520,6 +534,18 @@ void ExperimentLoop::handle(std::uint64_t trial_id, const TrialOutcome& outcome)
   TrialRecord* trial = record_.find_trial(trial_id);
   if (trial == nullptr) return;
   const std::string name = "trial " + std::to_string(trial_id);
+  if (outcome.invalid_hp) {
+    // Determined's INVALID_HP: the searcher replaces the trial; no restart is used.
+    trial->state = "INVALID";
+    trial->error = outcome.error;
+    trial->pending.clear();
+    say(name + ": invalid hyperparameters: " + outcome.error);
+    // The replacement the searcher creates may move the trials: the request id, not `trial`.
+    const std::uint64_t request_id = trial->request_id;
+    apply(searcher_->trial_exited_early(request_id, ExitedReason::invalid_hp));
+    apply(searcher_->trial_closed(request_id));
+    return;
+  }
   if (outcome.crashed && crashes_[trial_id] < config_.max_restarts) {
     ++crashes_[trial_id];
     say(name + ": " + outcome.error + "; restarting it from its latest checkpoint (restart " +
@@ -535,8 +561,9 @@ void ExperimentLoop::handle(std::uint64_t trial_id, const TrialOutcome& outcome)
     trial->error = error;
     trial->pending.clear();
     say(name + ": failed: " + error);
-    apply(searcher_->trial_exited_early(trial->request_id, ExitedReason::errored));
-    apply(searcher_->trial_closed(trial->request_id));
+    const std::uint64_t request_id = trial->request_id;
+    apply(searcher_->trial_exited_early(request_id, ExitedReason::errored));
+    apply(searcher_->trial_closed(request_id));
     return;
   }
   trial->total_batches = outcome.result.total_batches;
@@ -622,6 +649,7 @@ ExperimentSummary ExperimentLoop::summary() const {
   for (const auto& trial : record_.trials) {
     summary.completed += trial.state == "COMPLETED" ? 1 : 0;
     summary.errored += trial.state == "ERROR" ? 1 : 0;
+    summary.invalid += trial.state == "INVALID" ? 1 : 0;
   }
   summary.checkpoint_dir = checkpoint_root(dir_, record_);
   return summary;
@@ -645,6 +673,7 @@ ExperimentSummary run_experiment(const std::filesystem::path& dir,
     for (const auto& trial : record.trials) {
       summary.completed += trial.state == "COMPLETED" ? 1 : 0;
       summary.errored += trial.state == "ERROR" ? 1 : 0;
+      summary.invalid += trial.state == "INVALID" ? 1 : 0;
     }
     summary.checkpoint_dir = detail::checkpoint_root(dir, record);
   }
@@ -819,6 +848,10 @@ int run_trial_of_experiment(const std::filesystem::path& dir, std::uint64_t tria
     spec.collective = ranks;
     spec.training_process = loader;
     result = detail::result_to_json(run_trial(spec, run));
+  } catch (const InvalidHP& error) {
+    result = {{"ok", false}, {"invalid_hp", true}, {"error", error.what()}};
+    std::cerr << "trial " << trial_id << ": invalid hyperparameters: " << error.what() << std::endl;
+    status = 1;
   } catch (const std::exception& error) {
     result = {{"ok", false}, {"error", error.what()}};
     std::cerr << "trial " << trial_id << ": " << error.what() << std::endl;

@@ -8,6 +8,7 @@
 #include "loadstar/keras/callbacks/callback.hpp"
 #include "loadstar/keras/model.hpp"
 #include "loadstar/trial/data_loader.hpp"
+#include "loadstar/trial/invalid_hp.hpp"
 #include "loadstar/trial/trial_context.hpp"
 
 namespace loadstar::trial {

@@ -194,7 +194,8 @@ Length parse_length_argument(const std::string& text) {
 void print_summary(const ExperimentSummary& summary, std::ostream& out) {
   out << "\nexperiment " << summary.id << " in '" << summary.dir.string() << "': " << summary.state
       << " (" << summary.trials << (summary.trials == 1 ? " trial: " : " trials: ")
-      << summary.completed << " completed, " << summary.errored << " failed)\n";
+      << summary.completed << " completed, " << summary.errored << " failed"
+      << (summary.invalid != 0 ? ", " + std::to_string(summary.invalid) + " invalid" : "") << ")\n";
   out << "  checkpoints: " << summary.checkpoint_dir.string() << "\n";
   const auto record = read_experiment_record(summary.dir);
   if (record.trials.size() == 1) {

@@ -5,14 +5,18 @@
 
 #include "loadstar/config.hpp"
 
+#include <cstdint>
 #include <exception>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 
 #include "loadstar/keras/input.hpp"
 #include "loadstar/trial/detail/trial_controller.hpp"
 #include "loadstar/trial/detail/trial_files.hpp"
+#include "loadstar/trial/invalid_hp.hpp"
 #include "loadstar/trial/registry.hpp"
 #include "loadstar/trial/trial_spec.hpp"
 
@@ -25,9 +29,10 @@ namespace detail {
 LOADSTAR_DECL TrialJson start_record(const TrialSpec& spec);
 
 /// One attempt: builds the trial in Determined's order (training loader, validation loader,
-/// model, callbacks) and runs it, resuming from the record's latest checkpoint.
+/// model, callbacks) and runs it, resuming from the record's latest checkpoint. `reached`, when
+/// given, follows the batches trained (the batch a failure happened at, once it throws).
 LOADSTAR_DECL TrialResult run_attempt(const TrialSpec& spec, const RunOptions& options,
-                                      TrialJson& record);
+                                      TrialJson& record, std::uint64_t* reached = nullptr);
 
 }  // namespace detail
 
@@ -40,7 +45,10 @@ LOADSTAR_DECL TrialResult run_attempt(const TrialSpec& spec, const RunOptions& o
 /// `metrics.jsonl`, checkpoints to `checkpoint_dir/<uuid>/` and keeps `trial.json` up to date. When
 /// the trial throws, it is restarted in-process from its latest checkpoint up to `max_restarts`
 /// times (counted in `trial.json` across processes), then the error is rethrown with the trial in
-/// state `ERROR`.
+/// state `ERROR`. A failure that recurs after a restart at the same batch with the same message
+/// is deterministic (a restart replays the same batches bitwise): it is not retried again, and
+/// the trial errors with a message saying so. `InvalidHP` is not retried either: it is rethrown
+/// at once with the trial in state `INVALID`, no restart used.
 ///
 /// With `spec.collective` of several ranks (every rank calls `run_trial` with the same spec), the
 /// trial is data-parallel: each rank trains on its shard at `global_batch_size / ranks`, the
@@ -81,7 +89,8 @@ TrialJson start_record(const TrialSpec& spec) {
   return record;
 }
 
-TrialResult run_attempt(const TrialSpec& spec, const RunOptions& options, TrialJson& record) {
+TrialResult run_attempt(const TrialSpec& spec, const RunOptions& options, TrialJson& record,
+                        std::uint64_t* reached) {
   TrialContext context(spec.config, spec.hparams, spec.trial_id, spec.trial_seed,
                        spec.experiment_id, spec.collective);
   // Determined seeds every generator with the trial seed before the trial is built
@@ -114,7 +123,7 @@ TrialResult run_attempt(const TrialSpec& spec, const RunOptions& options, TrialJ
   auto callbacks = trial->keras_callbacks();
   TrialController controller(spec, options, context, *model, training, validation,
                              std::move(callbacks));
-  return controller.run(record);
+  return controller.run(record, reached);
 }
 
 }  // namespace loadstar::trial::detail
@@ -135,7 +144,7 @@ TrialResult run_trial(const TrialSpec& given, const RunOptions& options) {
     } catch (const std::exception& e) {
       const std::string message =
           ranks.describe() + ": trial " + std::to_string(spec.trial_id) + ": " + e.what();
-      record.state = "ERROR";
+      record.state = dynamic_cast<const InvalidHP*>(&e) ? "INVALID" : "ERROR";
       record.error = message;
       try {
         detail::write_trial_record(spec.trial_dir, record);
@@ -145,24 +154,51 @@ TrialResult run_trial(const TrialSpec& given, const RunOptions& options) {
       ranks.abort(message);
     }
   }
+  // The batch and message of the failure that caused the last restart.
+  std::optional<std::pair<std::uint64_t, std::string>> last_failure;
   for (;;) {
+    std::uint64_t reached = record.total_batches;
     try {
-      return detail::run_attempt(spec, options, record);
+      return detail::run_attempt(spec, options, record, &reached);
+    } catch (const InvalidHP& e) {
+      // Determined's INVALID_HP: the hyperparameters, not the run, are at fault; no restart.
+      record.state = "INVALID";
+      record.error = e.what();
+      try {
+        detail::write_trial_record(spec.trial_dir, record);
+      } catch (const std::exception&) {
+        // The original error matters more.
+      }
+      throw;
     } catch (const std::exception& e) {
+      const std::string what = e.what();
+      // A restart replays the batches since the checkpoint bitwise: the same failure at the
+      // same batch would recur on every restart.
+      const bool recurred =
+          last_failure && last_failure->first == reached && last_failure->second == what;
       // A bad entrypoint or a trial that cannot be built fails the same way every time.
       const bool retry =
-          record.restarts < spec.config.max_restarts &&
+          !recurred && record.restarts < spec.config.max_restarts &&
           !(dynamic_cast<const ConfigError*>(&e) && !has_trial(spec.config.entrypoint));
       if (!retry) {
         record.state = "ERROR";
-        record.error = e.what();
+        record.error = what;
+        if (recurred) {
+          record.error = "trial " + std::to_string(spec.trial_id) + ": the failure at batch " +
+                         std::to_string(reached) + " recurred at the same batch after restart " +
+                         std::to_string(record.restarts) + " of " +
+                         std::to_string(spec.config.max_restarts) +
+                         ", so it is deterministic and is not retried again: " + what;
+        }
         try {
           detail::write_trial_record(spec.trial_dir, record);
         } catch (const std::exception&) {
           // The original error matters more.
         }
+        if (recurred) throw Error(record.error);
         throw;
       }
+      last_failure = {reached, what};
       ++record.restarts;
       // The record on disk names the checkpoint to restart from; the in-memory one may list
       // checkpoints written after it.

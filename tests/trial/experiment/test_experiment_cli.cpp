@@ -372,6 +372,59 @@ TEST_SUITE("trial") {
     CHECK(contains(created.output, "restarting it from its latest checkpoint (restart 1 of 1)"));
   }
 
+  TEST_CASE("experiment create replaces a trial that throws InvalidHP in its own process") {
+    test_support::TempDir dir;
+    write(dir / "random.yaml", R"(
+entrypoint: tiny:TinyTrial
+hyperparameters:
+  global_batch_size: 8
+  fail:
+    type: categorical
+    vals: [none, invalid]
+records_per_epoch: 64
+scheduling_unit: 4
+max_restarts: 2
+searcher:
+  name: random
+  metric: val_loss
+  max_trials: 2
+  max_length:
+    batches: 4
+  max_concurrent_trials: 2
+reproducibility:
+  experiment_seed: 11
+)");
+    const auto folder = dir / "exp";
+    const Ran created = run({"experiment", "create", (dir / "random.yaml").string(), "--dir",
+                             folder.string(), "--no-plot"});
+    INFO(created.output);
+    REQUIRE(created.exit_code() == 0);
+    const auto experiment = read_json(folder / "experiment.json");
+    std::size_t completed = 0;
+    std::size_t invalid = 0;
+    for (const auto& trial : experiment["trials"]) {
+      const std::string fail = trial["hparams"]["fail"];
+      INFO(trial.dump());
+      if (fail == "invalid") {
+        ++invalid;
+        CHECK(trial["state"] == "INVALID");
+        CHECK(trial["error"] == "tiny trial's hyperparameters cannot work");
+        const auto record =
+            read_json(folder / "trials" / std::to_string(trial["id"].get<int>()) / "trial.json");
+        CHECK(record["state"] == "INVALID");
+        CHECK(record["restarts"] == 0);
+      } else {
+        ++completed;
+        CHECK(trial["state"] == "COMPLETED");
+      }
+    }
+    // Each invalid trial was replaced: max_trials trials completed.
+    CHECK(completed == 2);
+    REQUIRE(invalid > 0);  // the seed draws at least one
+    CHECK(contains(created.output,
+                   "2 completed, 0 failed, " + std::to_string(invalid) + " invalid)"));
+  }
+
   TEST_CASE("experiment resume continues a killed experiment of trials in their own processes") {
     test_support::TempDir dir;
     write(dir / "slow.yaml", slow_grid_config);

@@ -1,6 +1,7 @@
 // Tiny trial classes for the experiment command line's end-to-end tests: a two-layer MLP on 64
 // synthetic rows (seconds per experiment), which can also sleep after each batch (so that a test
-// can kill the experiment in the middle), throw, or crash its process, as its hyperparameters say.
+// can kill the experiment in the middle), throw, throw InvalidHP, or crash its process, as its
+// hyperparameters say.
 
 #include <chrono>
 #include <cmath>
@@ -46,6 +47,9 @@ class TinyTrial : public trial::KerasTrial {
 
   std::shared_ptr<keras::Model> build_model() override {
     if (hparam_or<std::string>(context, "fail", "none") == "crash") std::abort();
+    if (hparam_or<std::string>(context, "fail", "none") == "invalid") {
+      throw trial::InvalidHP("tiny trial's hyperparameters cannot work");
+    }
     auto model = std::make_shared<keras::Sequential>();
     model->add(keras::Input({4}));
     model->add(

@@ -146,7 +146,10 @@ void describe_experiment_to(const std::filesystem::path& dir, std::ostream& out)
     std::uint64_t restarts = 0;
     if (json.is_object()) {
       // The runner's view is newer while the trial runs; the experiment's decides the end state.
-      if (trial.state == "ACTIVE" && json.value("state", std::string()) == "ERROR") state = "ERROR";
+      if (const std::string ended = json.value("state", std::string());
+          trial.state == "ACTIVE" && (ended == "ERROR" || ended == "INVALID")) {
+        state = ended;
+      }
       if (json.contains("total_batches") && json["total_batches"].is_number_unsigned()) {
         batches = std::max(batches, json["total_batches"].get<std::uint64_t>());
       }
@@ -162,7 +165,10 @@ void describe_experiment_to(const std::filesystem::path& dir, std::ostream& out)
     out << std::left << std::setw(7) << trial.id << std::setw(11) << state << std::setw(10)
         << batches << std::setw(best_width) << format_metric(best) << std::setw(10) << restarts
         << loadstar::detail::shown(trial.hparams) << "\n";
-    if (!trial.error.empty()) out << "         error: " << trial.error << "\n";
+    if (!trial.error.empty()) {
+      out << "         " << (trial.state == "INVALID" ? "invalid: " : "error: ") << trial.error
+          << "\n";
+    }
     if (json.is_object() && json.contains("checkpoints") && json["checkpoints"].is_array()) {
       const std::string latest = json.value("latest_checkpoint", std::string());
       const std::string best_uuid = json.value("best_checkpoint", std::string());

@@ -38,7 +38,7 @@ struct TrialRecord {
   std::uint64_t request_id = 0;
   nlohmann::json hparams = nlohmann::json::object();
   std::uint32_t trial_seed = 0;
-  /// `ACTIVE`, `COMPLETED` or `ERROR`.
+  /// `ACTIVE`, `COMPLETED`, `ERROR`, or `INVALID` (it threw `InvalidHP`).
   std::string state = "ACTIVE";
   /// The searcher's `ValidateAfter` lengths not yet reached, oldest first.
   std::deque<Length> pending;
@@ -49,7 +49,7 @@ struct TrialRecord {
   std::optional<double> searcher_metric;
   /// Its best searcher metric.
   std::optional<double> best_validation;
-  /// Why it ended in `ERROR`.
+  /// Why it ended in `ERROR` or `INVALID`.
   std::string error;
 };
 

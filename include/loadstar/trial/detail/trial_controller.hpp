@@ -50,6 +50,29 @@ inline ExperimentConfig test_overrides(ExperimentConfig config) {
   return make_test_config(std::move(config));
 }
 
+/// Logs as `[[name, value], ...]`, in their order (a JSON object would sort the names).
+inline nlohmann::json logs_json(const keras::Logs& logs) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& [name, value] : logs)
+    list.push_back({name, value});
+  return list;
+}
+
+/// The logs `logs_json` wrote; `CheckpointError` naming `owner` when `json` is not such a list.
+inline keras::Logs logs_from_json(const nlohmann::json& json, const std::string& owner) {
+  keras::Logs logs;
+  const auto pair = [](const nlohmann::json& e) {
+    return e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_number();
+  };
+  if (!json.is_array() || !std::all_of(json.begin(), json.end(), pair)) {
+    throw CheckpointError(owner + ": expected a list of [name, value] pairs but found " +
+                          json.dump());
+  }
+  for (const auto& e : json)
+    logs.set(e[0].get<std::string>(), e[1].get<double>());
+  return logs;
+}
+
 class TrialController {
  public:
   LOADSTAR_DECL TrialController(const TrialSpec& spec, const RunOptions& options,
@@ -58,8 +81,9 @@ class TrialController {
                                 std::vector<std::shared_ptr<keras::callbacks::Callback>> callbacks);
 
   /// Runs the workloads until the sequencer terminates; `record` is `trial.json` as it stands
-  /// (the restart count already set), updated in place.
-  LOADSTAR_DECL TrialResult run(TrialJson& record);
+  /// (the restart count already set), updated in place. `reached`, when given, follows the
+  /// batches trained, so that a failure's batch is known after the controller is gone.
+  LOADSTAR_DECL TrialResult run(TrialJson& record, std::uint64_t* reached = nullptr);
 
  private:
   std::string owner() const { return "trial " + std::to_string(spec_.trial_id); }
@@ -91,6 +115,12 @@ class TrialController {
   LOADSTAR_DECL void check_stop_training();
 
   LOADSTAR_DECL void train(const Workload& w);
+
+  /// The synthesized `on_epoch_end` of the epoch that ended last, with the logs a Keras user
+  /// expects: that epoch's latest training metrics and the latest validation metrics (`val_`).
+  /// An epoch that ends on a workload's last batch waits for the next workload: a validation at
+  /// the same batch goes first (as `fit` validates before `on_epoch_end`); anything else after.
+  LOADSTAR_DECL void end_epoch();
 
   // --- validation -----------------------------------------------------------------------------
 
@@ -164,6 +194,12 @@ class TrialController {
   std::uint64_t epoch_ = 0;
   std::uint64_t epoch_batches_ = 0;
   bool want_epoch_begin_ = true;
+  /// The epoch whose `on_epoch_end` waits for `end_epoch`, with its training logs.
+  std::optional<std::uint64_t> pending_epoch_end_;
+  keras::Logs pending_epoch_logs_;
+  /// The latest validation's logs (`val_` names), kept in checkpoints for the epoch ends.
+  keras::Logs validation_logs_;
+  std::uint64_t* reached_ = nullptr;
   std::vector<std::string> removed_;
   std::unique_ptr<keras::callbacks::ProgbarLogger> bar_;
 };
@@ -209,9 +245,11 @@ TrialController::TrialController(const TrialSpec& spec, const RunOptions& option
   batches_per_epoch_ = config_.records_per_epoch / gbs;
 }
 
-TrialResult TrialController::run(TrialJson& record) {
+TrialResult TrialController::run(TrialJson& record, std::uint64_t* reached) {
   record_ = &record;
+  reached_ = reached;
   resume();
+  if (reached_) *reached_ = sequencer_.total_batches();
   if (distributed()) {
     // Every rank starts from rank 0's weights and optimizer state (after a resume they are
     // the same already; before the first step the initial weights may differ).
@@ -226,6 +264,14 @@ TrialResult TrialController::run(TrialJson& record) {
   TrialResult result;
   for (;;) {
     Workload w = sequencer_.next();
+    if (pending_epoch_end_ && w.kind != WorkloadKind::compute_validation_metrics) {
+      end_epoch();
+      if (distributed()) agree_on_stop();
+      if (context_.get_stop_requested() && !sequencer_.stop_requested()) {
+        sequencer_.request_stop();
+        w = sequencer_.next();
+      }
+    }
     if (w.kind == WorkloadKind::terminate) {
       // Determined's pre-close checkpoint (the master sequencer's): batches trained since the
       // last checkpoint are checkpointed before the trial exits (an operation whose end was
@@ -244,6 +290,7 @@ TrialResult TrialController::run(TrialJson& record) {
             !best_ || (config_.searcher.smaller_is_better ? metric < *best_ : metric > *best_);
         if (improved) best_ = metric;
         if (sequencer_.complete_validation(w, improved)) result.searcher_metric = metric;
+        end_epoch();
         break;
       }
       case WorkloadKind::checkpoint_model:
@@ -317,6 +364,11 @@ void TrialController::resume() {
     epoch_ = read.get<std::uint64_t>("epoch");
     epoch_batches_ = read.get<std::uint64_t>("epoch_batches");
     want_epoch_begin_ = read.get<bool>("want_epoch_begin");
+    // Checkpoints written before the epoch ends carried validation logs have none.
+    validation_logs_ = keras::Logs();
+    if (const auto saved = state.find("validation_logs"); saved != state.end()) {
+      validation_logs_ = logs_from_json(*saved, "checkpoint '" + file + "': validation_logs");
+    }
     data_epoch_ = read.get<std::size_t>("data_epoch");
     // Each rank's own position when the checkpoint has one per rank of this trial's ranks;
     // otherwise (one process, or another number of ranks) rank 0's, which array loaders
@@ -416,6 +468,7 @@ void TrialController::train(const Workload& w) {
   std::uint64_t total = w.total_batches_processed;
   keras::Logs logs;
   for (std::uint64_t i = 0; i < w.num_batches; ++i) {
+    if (reached_) *reached_ = total;
     if (i == 0) {
       list_.on_train_workload_begin(total, w.num_batches, none);
     }
@@ -445,14 +498,17 @@ void TrialController::train(const Workload& w) {
     ++total;
     ++epoch_batches_;
     if (batches_per_epoch_ != 0 && epoch_batches_ == batches_per_epoch_) {
-      list_.on_epoch_end(epoch_, none);
       if (bar_) bar_->on_epoch_end(epoch_, logs);
+      pending_epoch_end_ = epoch_;
+      pending_epoch_logs_ = logs;
       ++epoch_;
       epoch_batches_ = 0;
       want_epoch_begin_ = true;
-      check_stop_training();
+      // Mid-workload no validation can come first.
+      if (i + 1 < w.num_batches) end_epoch();
     }
   }
+  if (reached_) *reached_ = total;
   if (const auto loss = logs.get("loss");
       total > 0 && loss && !std::isfinite(*loss) && !stopping()) {
     // A loss read late (a device backend's): the running mean shows it by the workload's end.
@@ -474,6 +530,18 @@ void TrialController::train(const Workload& w) {
   if (bar_ && batches_per_epoch_ == 0) bar_->on_epoch_end(0, logs);
 }
 
+void TrialController::end_epoch() {
+  if (!pending_epoch_end_) return;
+  const std::uint64_t epoch = *pending_epoch_end_;
+  pending_epoch_end_.reset();
+  keras::Logs logs = std::move(pending_epoch_logs_);
+  pending_epoch_logs_ = keras::Logs();
+  for (const auto& [name, value] : validation_logs_)
+    logs.set(name, value);
+  list_.on_epoch_end(epoch, logs);
+  check_stop_training();
+}
+
 double TrialController::validate(const Workload& w) {
   list_.on_test_begin();
   const std::optional<std::size_t> steps =
@@ -488,6 +556,7 @@ double TrialController::validate(const Workload& w) {
   keras::Logs logs;
   for (const auto& [name, value] : raw)
     logs.set("val_" + name, value);
+  validation_logs_ = logs;
   list_.on_test_end(logs);
   check_stop_training();
   const double metric = searcher_metric(logs);
@@ -572,6 +641,7 @@ void TrialController::checkpoint(const Workload& w) {
       {"epoch", epoch_},
       {"epoch_batches", epoch_batches_},
       {"want_epoch_begin", want_epoch_begin_},
+      {"validation_logs", logs_json(validation_logs_)},
       {"data_epoch", data_epoch_},
       {"data", data},
       {"metrics_lines", metrics_.lines()}};

@@ -44,7 +44,7 @@ struct TrialJson {
   std::uint64_t experiment_id = 1;
   nlohmann::json hparams = nlohmann::json::object();
   std::uint32_t trial_seed = 0;
-  /// `ACTIVE`, `COMPLETED` or `ERROR`.
+  /// `ACTIVE`, `COMPLETED`, `ERROR`, or `INVALID` (it threw `InvalidHP`).
   std::string state = "ACTIVE";
   std::uint64_t restarts = 0;
   std::uint64_t total_batches = 0;
@@ -52,7 +52,7 @@ struct TrialJson {
   std::string best_checkpoint;
   std::optional<double> best_validation;
   std::vector<CheckpointEntry> checkpoints;
-  /// The error that ended the trial (state `ERROR`).
+  /// The error that ended the trial (state `ERROR` or `INVALID`).
   std::string error;
 
   LOADSTAR_DECL nlohmann::json to_json() const;
