@@ -167,8 +167,8 @@ class ExperimentLoop {
         }
       }
     }
-    std::uint64_t concurrency = searcher_->max_concurrent_trials();
-    if (concurrency == 0) concurrency = 1;
+    const std::uint64_t concurrency = trials_at_once(config_, searcher_->max_concurrent_trials(),
+                                                     std::thread::hardware_concurrency());
     in_process_ = options_.in_process && concurrency == 1 && config_.slots_per_trial == 1;
 #if !defined(LOADSTAR_WITH_MPI)
     if (config_.slots_per_trial > 1) {
