@@ -68,7 +68,8 @@ class NativeContext {
   std::unique_ptr<TrialContext> context_;
 };
 
-/// Determined's `init(config)` for a plain `main()`:
+/// Determined's `init(config)` for a plain `main()` (one trial: `ConfigError` for a searcher other
+/// than `single`):
 /// \code
 /// auto native = trial::init(trial::load_experiment_config("const.yaml"));
 /// auto model = build(native.get_hparam("hidden_size").get<int>());
