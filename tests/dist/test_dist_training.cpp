@@ -128,6 +128,24 @@ TEST_CASE("aggregation_frequency sums two batches per step as one batch of twice
   CHECK(model->optimizer().iterations() == 20);
 }
 
+TEST_CASE("average_aggregated_gradients false steps on the sum of the aggregated batches") {
+  auto world = dist::mpi_world();
+  const auto rank = static_cast<std::size_t>(world->rank());
+  const auto ranks = static_cast<std::size_t>(world->size());
+  const Blobs data = blobs(120);
+  // The sum of two batches' mean gradients is twice the mean over both: the step of twice the
+  // learning rate on one batch of twice the rows.
+  auto single = mlp(optimizers::SGD({.learning_rate = 0.2}));
+  const auto expected = train(*single, data, 2 * global_batch, 0, 1, 10);
+
+  auto model = mlp(std::make_shared<dist::DistributedOptimizer>(
+      std::make_shared<optimizers::SGD>(optimizers::SGDOptions{.learning_rate = 0.1}), world,
+      dist::DistributedOptions{.aggregation_frequency = 2, .average_aggregated_gradients = false}));
+  dist::broadcast_state(*model, *world);
+  const auto weights = train(*model, data, global_batch / ranks, rank, ranks, 20);
+  check_close(weights, expected);
+}
+
 TEST_CASE("a fusion threshold below the gradients' size cuts them into several sums") {
   auto world = dist::mpi_world();
   const auto rank = static_cast<std::size_t>(world->rank());

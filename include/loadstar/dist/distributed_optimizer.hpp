@@ -33,6 +33,10 @@ struct DistributedOptions {
   /// `optimizations.aggregation_frequency`); the batches in between only count an iteration, as
   /// in Horovod.
   std::size_t aggregation_frequency = 1;
+  /// With `aggregation_frequency` above 1: the step takes the mean of the aggregated batches'
+  /// gradients (Determined's `optimizations.average_aggregated_gradients`, true), or their sum
+  /// (false: `aggregation_frequency` times the mean).
+  bool average_aggregated_gradients = true;
 };
 
 /// Wraps an optimizer for data-parallel training: every `aggregation_frequency`-th batch, the
@@ -128,7 +132,10 @@ class DistributedOptimizer final : public keras::Optimizer {
                              ": a training step of 0 rows on every rank (expected at least one "
                              "row in every global batch)");
     }
-    const float inverse = 1.0F / total;
+    const float inverse = (options_.average_aggregated_gradients
+                               ? 1.0F
+                               : static_cast<float>(options_.aggregation_frequency)) /
+                          total;
     k = 0;
     for (keras::Variable* v : variables) {
       if (!v->trainable) continue;

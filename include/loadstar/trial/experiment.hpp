@@ -25,6 +25,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
+#include <csignal>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -54,6 +56,7 @@
 #include "loadstar/trial/detail/experiment_describe.hpp"
 #include "loadstar/trial/detail/experiment_process.hpp"
 #include "loadstar/trial/detail/experiment_record.hpp"
+#include "loadstar/trial/detail/interruption.hpp"
 #include "loadstar/trial/experiment_config.hpp"
 #include "loadstar/trial/plot.hpp"
 #include "loadstar/trial/registry.hpp"
@@ -108,8 +111,9 @@ inline std::filesystem::path default_experiment_dir(const std::filesystem::path&
 
 namespace detail {
 
-/// An exclusive lock on `dir/.lock`, held while this process runs the experiment, so that two
-/// processes never drive the same experiment. The file descriptor is close-on-exec: trials do not
+/// An exclusive lock on `dir/.lock` (which holds this process's id, for `experiment pause` and
+/// `kill`), held while this process runs the experiment, so that two processes never drive the
+/// same experiment. The file descriptor is close-on-exec: trials do not
 /// inherit the lock.
 class ExperimentLock {
  public:
@@ -121,6 +125,12 @@ class ExperimentLock {
  private:
   int fd_ = -1;
 };
+
+/// Asks the process that runs the experiment in `dir` (its lock names it) to pause (SIGTERM:
+/// every trial checkpoints and exits, the experiment is recorded `PAUSED`) or to kill it
+/// (SIGUSR2: the trials stop without a checkpoint, the experiment is recorded `KILLED`).
+/// `ConfigError` when no process runs it.
+LOADSTAR_DECL void signal_experiment(const std::filesystem::path& dir, Interruption what);
 
 /// The `TrialSpec` of trial `trial` of the experiment in `dir`.
 LOADSTAR_DECL TrialSpec trial_spec(const std::filesystem::path& dir, const ExperimentRecord& record,
@@ -171,8 +181,8 @@ class ExperimentLoop {
         }
       }
     }
-    std::uint64_t concurrency = searcher_->max_concurrent_trials();
-    if (concurrency == 0) concurrency = 1;
+    const std::uint64_t concurrency = trials_at_once(config_, searcher_->max_concurrent_trials(),
+                                                     std::thread::hardware_concurrency());
     in_process_ = options_.in_process && concurrency == 1 && config_.slots_per_trial == 1;
 #if !defined(LOADSTAR_WITH_MPI)
     if (config_.slots_per_trial > 1) {
@@ -184,12 +194,26 @@ class ExperimentLoop {
     }
 #endif
     while (true) {
-      start_trials(concurrency);
+      if (interruption() == interruption_none) start_trials(concurrency);
       if (running_.empty() && finished_.empty()) break;
       const auto [trial_id, outcome] = wait_one();
       handle(trial_id, outcome);
       close_finished_trials();
       save();
+    }
+    const bool unfinished =
+        std::any_of(record_.trials.begin(), record_.trials.end(),
+                    [](const TrialRecord& t) { return t.state == "ACTIVE" && !t.pending.empty(); });
+    if (const Interruption asked = interruption(); asked != interruption_none && unfinished) {
+      // Every trial has checkpointed and exited (a pause) or was stopped (a kill); the trials
+      // stay ACTIVE with their operations pending.
+      record_.state = asked == interruption_pause ? "PAUSED" : "KILLED";
+      say("experiment " + std::to_string(record_.id) + ": " +
+          (asked == interruption_pause
+               ? "paused; `experiment resume " + dir_.string() + "` continues it"
+               : std::string("killed")));
+      save();
+      return summary();
     }
     // Nothing runs and nothing can start: trials still open wait for operations that will not
     // come (the searcher is done with them).
@@ -223,6 +247,8 @@ class ExperimentLoop {
   /// slot, on this machine; `LOADSTAR_MPIRUN` names another launcher), else nothing.
   LOADSTAR_DECL std::vector<std::string> mpirun_prefix() const;
 
+  /// The next trial to end: waits for a trial process, polling for an interruption, which it
+  /// passes on to the running trials (SIGTERM: pause; SIGKILL: kill).
   LOADSTAR_DECL std::pair<std::uint64_t, TrialOutcome> wait_one();
 
   LOADSTAR_DECL void handle(std::uint64_t trial_id, const TrialOutcome& outcome);
@@ -243,6 +269,8 @@ class ExperimentLoop {
   std::map<::pid_t, std::uint64_t> running_;
   std::deque<std::pair<std::uint64_t, TrialOutcome>> finished_;
   std::map<std::uint64_t, std::uint64_t> crashes_;
+  /// The interruption already passed on to the trial processes.
+  Interruption forwarded_ = interruption_none;
 };
 
 }  // namespace detail
@@ -308,6 +336,39 @@ ExperimentLock::ExperimentLock(const std::filesystem::path& dir) {
                       "': expected no other process running it but the lock '" + file.string() +
                       "' is held");
   }
+  const std::string pid = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, pid.data(), pid.size(), 0) < 0) {
+    const int error = errno;
+    ::close(fd_);
+    throw IoError("experiment lock '" + file.string() +
+                  "': cannot write the process id: " + std::strerror(error));
+  }
+}
+
+void signal_experiment(const std::filesystem::path& dir, Interruption what) {
+  const auto file = dir / ".lock";
+  const std::string verb = what == interruption_kill ? "kill" : "pause";
+  (void)read_experiment_record(dir);  // a folder without an experiment is refused by name
+  const int fd = ::open(file.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd >= 0 && ::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    char text[32] = {};
+    const ::ssize_t n = ::pread(fd, text, sizeof(text) - 1, 0);
+    ::close(fd);
+    const long pid = n > 0 ? std::strtol(text, nullptr, 10) : 0;
+    if (pid <= 0) {
+      throw IoError("experiment lock '" + file.string() +
+                    "': expected the running process's id but found '" +
+                    std::string(text, n > 0 ? static_cast<std::size_t>(n) : 0) + "'");
+    }
+    if (::kill(static_cast<::pid_t>(pid), what == interruption_kill ? SIGUSR2 : SIGTERM) != 0) {
+      throw IoError("experiment folder '" + dir.string() + "': cannot signal process " +
+                    std::to_string(pid) + " to " + verb + " it: " + std::strerror(errno));
+    }
+    return;
+  }
+  if (fd >= 0) ::close(fd);
+  throw ConfigError("experiment folder '" + dir.string() + "': expected a process running it to " +
+                    verb + " but none holds its lock");
 }
 
 TrialSpec trial_spec(const std::filesystem::path& dir, const ExperimentRecord& record,
@@ -328,6 +389,7 @@ nlohmann::json result_to_json(const TrialResult& result) {
           {"total_batches", result.total_batches},
           {"searcher_metric", optional_number(result.searcher_metric)},
           {"stop_requested", result.stop_requested},
+          {"paused", result.paused},
           {"latest_checkpoint", result.latest_checkpoint},
           {"best_checkpoint", result.best_checkpoint},
           {"restarts", result.restarts}};
@@ -344,6 +406,7 @@ TrialOutcome outcome_from_json(const nlohmann::json& json) {
   outcome.result.total_batches = json.value("total_batches", std::uint64_t{0});
   outcome.result.searcher_metric = optional_member(json, "searcher_metric");
   outcome.result.stop_requested = json.value("stop_requested", false);
+  outcome.result.paused = json.value("paused", false);
   outcome.result.latest_checkpoint = json.value("latest_checkpoint", std::string());
   outcome.result.best_checkpoint = json.value("best_checkpoint", std::string());
   outcome.result.restarts = json.value("restarts", std::uint64_t{0});
@@ -493,12 +556,22 @@ std::pair<std::uint64_t, TrialOutcome> ExperimentLoop::wait_one() {
     return next;
   }
   while (true) {
+    if (const Interruption asked = interruption(); asked != forwarded_) {
+      for (const auto& [child, id] : running_)
+        ::kill(child, asked == interruption_kill ? SIGKILL : SIGTERM);
+      forwarded_ = asked;
+    }
     int status = 0;
-    const ::pid_t pid = ::waitpid(-1, &status, 0);
+    const ::pid_t pid = ::waitpid(-1, &status, WNOHANG);
     if (pid < 0) {
       if (errno == EINTR) continue;
       throw IoError("experiment '" + dir_.string() +
                     "': cannot wait for its trials: " + std::strerror(errno));
+    }
+    if (pid == 0) {
+      // A signal between the check above and a blocking wait would go unseen: poll instead.
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      continue;
     }
     const auto found = running_.find(pid);
     if (found == running_.end()) continue;
@@ -534,6 +607,17 @@ void ExperimentLoop::handle(std::uint64_t trial_id, const TrialOutcome& outcome)
   TrialRecord* trial = record_.find_trial(trial_id);
   if (trial == nullptr) return;
   const std::string name = "trial " + std::to_string(trial_id);
+  if (outcome.ok && outcome.result.paused) {
+    trial->total_batches = outcome.result.total_batches;
+    say(name + ": " + (interruption() == interruption_kill ? "killed" : "paused") + " after " +
+        std::to_string(trial->total_batches) + " batches");
+    return;  // still ACTIVE with its operation pending: a resume runs it again
+  }
+  if (outcome.crashed && interruption() != interruption_none) {
+    say(name + ": stopped by the " +
+        (interruption() == interruption_kill ? std::string("kill") : std::string("pause")));
+    return;  // as above, from its latest checkpoint
+  }
   if (outcome.invalid_hp) {
     // Determined's INVALID_HP: the searcher replaces the trial; no restart is used.
     trial->state = "INVALID";
@@ -663,6 +747,8 @@ ExperimentSummary run_experiment(const std::filesystem::path& dir,
   detail::ExperimentLock lock(dir);
   detail::ExperimentRecord record = detail::read_experiment_record(dir);
   ExperimentSummary summary;
+  detail::interruption_flag = detail::interruption_none;
+  if (record.state == "PAUSED") record.state = "ACTIVE";
   if (record.state == "ACTIVE") {
     summary = detail::ExperimentLoop(dir, std::move(record), options).run();
   } else {
@@ -711,7 +797,11 @@ ExperimentSummary create_experiment(const std::filesystem::path& config_file,
   const auto file = detail::experiment_file(dir);
   if (std::filesystem::exists(file)) {
     const auto existing = detail::read_experiment_record(dir);
-    if (existing.raw != config.raw || existing.test != options.test) {
+    // The stored config read again, so that one written before a key gained a default compares
+    // equal.
+    const nlohmann::json stored =
+        experiment_config_from_json(existing.raw, detail::experiment_file(dir).string()).raw;
+    if (stored != config.raw || existing.test != options.test) {
       throw ConfigError("experiment folder '" + dir.string() + "': expected the experiment of '" +
                         config_file.string() + "'" + (options.test ? " (--test)" : "") +
                         " but found the experiment of '" + existing.config_file + "'" +
@@ -722,7 +812,9 @@ ExperimentSummary create_experiment(const std::filesystem::path& config_file,
     if (options.out != nullptr) {
       *options.out << "experiment " << existing.id << " in '" << dir.string()
                    << "' already exists for this configuration: "
-                   << (existing.state == "ACTIVE" ? "resuming it" : "it is " + existing.state)
+                   << (existing.state == "ACTIVE" || existing.state == "PAUSED"
+                           ? "resuming it"
+                           : "it is " + existing.state)
                    << std::endl;
     }
     return run_experiment(dir, options);

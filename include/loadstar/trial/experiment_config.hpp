@@ -152,6 +152,12 @@ struct ExperimentConfig {
   std::uint64_t aggregation_frequency = 1;
   /// `optimizations.average_training_metrics`.
   bool average_training_metrics = false;
+  /// `optimizations.average_aggregated_gradients`: with `aggregation_frequency` above 1, the
+  /// step takes the mean of the aggregated batches' gradients (else their sum).
+  bool average_aggregated_gradients = true;
+  /// `optimizations.tensor_fusion_threshold`, in MB: the most gradient bytes one allreduce sums
+  /// (0: one allreduce per variable).
+  std::uint64_t tensor_fusion_threshold = 64;
   /// `data`, free-form.
   nlohmann::json data = nlohmann::json::object();
   /// The whole configuration as JSON with Determined's defaults filled in, as Determined's master
@@ -180,12 +186,12 @@ namespace detail::expconf {
 using json = nlohmann::json;
 
 /// Keys of Determined's experiment config that mean nothing to a trial on one machine: accepted
-/// (so that a Determined config runs unchanged), kept in `raw`, otherwise ignored.
+/// (so that a Determined config runs unchanged), kept in `raw`, otherwise without effect
+/// (`data_layer`: the data layer's cache is not wired yet). The README's experiment config
+/// section lists every key with what it does.
 LOADSTAR_DECL const std::vector<std::string>& ignored_top_level_keys();
 
 LOADSTAR_DECL const std::vector<std::string>& ignored_resources_keys();
-
-LOADSTAR_DECL const std::vector<std::string>& ignored_optimizations_keys();
 
 LOADSTAR_DECL std::string checkpoint_policy_key(CheckpointPolicy policy);
 
@@ -263,6 +269,10 @@ class ExperimentConfigReader {
   LOADSTAR_DECL SearcherConfig read_searcher(const json& value) const;
 
   LOADSTAR_DECL CheckpointStorage read_storage(const json& value) const;
+
+  /// `optimizations` into `config`: refuses what has no effect here (compression, mixed
+  /// precision other than O0, Horovod's timing and tuning knobs other than their defaults).
+  LOADSTAR_DECL void read_optimizations(const json& value, ExperimentConfig& config) const;
 
  private:
   std::string where_;
@@ -398,9 +408,13 @@ nlohmann::json to_json(const ExperimentConfig& config) {
   resources["slots_per_trial"] = config.slots_per_trial;
   out["resources"] = resources;
   json optimizations = detail::expconf::kept_config_section(
-      config.raw, "optimizations", {"aggregation_frequency", "average_training_metrics"});
+      config.raw, "optimizations",
+      {"aggregation_frequency", "average_training_metrics", "average_aggregated_gradients",
+       "tensor_fusion_threshold"});
   optimizations["aggregation_frequency"] = config.aggregation_frequency;
   optimizations["average_training_metrics"] = config.average_training_metrics;
+  optimizations["average_aggregated_gradients"] = config.average_aggregated_gradients;
+  optimizations["tensor_fusion_threshold"] = config.tensor_fusion_threshold;
   out["optimizations"] = optimizations;
   out["data"] = config.data;
   return out;
@@ -466,9 +480,8 @@ ExperimentConfig make_test_config(ExperimentConfig config) {
 namespace loadstar::trial::detail::expconf {
 
 const std::vector<std::string>& ignored_top_level_keys() {
-  static const std::vector<std::string> keys{"bind_mounts",        "data_layer", "debug",
-                                             "environment",        "name",       "profiling",
-                                             "tensorboard_storage"};
+  static const std::vector<std::string> keys{"bind_mounts", "data_layer", "debug", "environment",
+                                             "name"};
   return keys;
 }
 
@@ -476,15 +489,6 @@ const std::vector<std::string>& ignored_resources_keys() {
   static const std::vector<std::string> keys{"agent_label",     "devices",  "max_slots",
                                              "native_parallel", "priority", "resource_pool",
                                              "shm_size",        "weight"};
-  return keys;
-}
-
-const std::vector<std::string>& ignored_optimizations_keys() {
-  static const std::vector<std::string> keys{
-      "auto_tune_tensor_fusion", "average_aggregated_gradients",
-      "grad_updates_size_file",  "gradient_compression",
-      "mixed_precision",         "tensor_fusion_cycle_time",
-      "tensor_fusion_threshold"};
   return keys;
 }
 
@@ -773,7 +777,9 @@ ExperimentConfig ExperimentConfigReader::read(const json& root) const {
                                                  "max_restarts",
                                                  "resources",
                                                  "optimizations",
-                                                 "data"};
+                                                 "data",
+                                                 "profiling",
+                                                 "tensorboard_storage"};
   check_keys(root, "", "an experiment config", top_keys, ignored_top_level_keys());
   ExperimentConfig config;
   if (const json* v = find(root, "description")) config.description = to_string(*v, "description");
@@ -847,15 +853,19 @@ ExperimentConfig ExperimentConfigReader::read(const json& root) const {
                                                   std::to_string(config.slots_per_trial) +
                                                   ") but found " + std::to_string(smallest_batch));
   }
-  if (const json* v = find(root, "optimizations")) {
-    check_keys(*v, "optimizations", "optimizations",
-               {"aggregation_frequency", "average_training_metrics"}, ignored_optimizations_keys());
-    if (const json* x = find(*v, "aggregation_frequency")) {
-      config.aggregation_frequency = to_uint(*x, "optimizations.aggregation_frequency", 1);
+  if (const json* v = find(root, "optimizations")) read_optimizations(*v, config);
+  if (const json* v = find(root, "profiling")) {
+    check_keys(*v, "profiling", "profiling",
+               {"enabled", "begin_on_batch", "end_after_batch", "sync_timings"});
+    if (const json* enabled = find(*v, "enabled")) {
+      if (to_bool(*enabled, "profiling.enabled")) {
+        fail("profiling.enabled", "expected false but found true: loadstar has no profiler yet");
+      }
     }
-    if (const json* x = find(*v, "average_training_metrics")) {
-      config.average_training_metrics = to_bool(*x, "optimizations.average_training_metrics");
-    }
+  }
+  if (const json* v = find(root, "tensorboard_storage")) {
+    fail("tensorboard_storage", "expected no such key but found " + to_flow(*v) +
+                                    ": loadstar writes no TensorBoard files yet");
   }
   if (const json* v = find(root, "data")) {
     if (!v->is_object() && !v->is_null()) refuse("data", "a mapping", *v);
@@ -921,14 +931,77 @@ SearcherConfig ExperimentConfigReader::read_searcher(const json& value) const {
   }
   if (const json* v = find(value, "stop_once")) {
     searcher.stop_once = to_bool(*v, "searcher.stop_once");
+    if (searcher.stop_once) {
+      fail("searcher.stop_once",
+           "expected false but found true: Determined's stopping variant of ASHA is not "
+           "implemented yet (trials are promoted as in asynchronous successive halving)");
+    }
   }
   if (const json* v = find(value, "source_trial_id")) {
     searcher.source_trial_id = to_uint(*v, "searcher.source_trial_id", 1);
+    fail("searcher.source_trial_id", "expected no warm start but found " + to_flow(*v) +
+                                         ": starting trials from another trial's checkpoint is "
+                                         "not implemented yet");
   }
   if (const json* v = find(value, "source_checkpoint_uuid")) {
     searcher.source_checkpoint_uuid = to_string(*v, "searcher.source_checkpoint_uuid");
+    fail("searcher.source_checkpoint_uuid",
+         "expected no warm start but found " + to_flow(*v) +
+             ": starting trials from a checkpoint's weights is not implemented yet");
   }
   return searcher;
+}
+
+void ExperimentConfigReader::read_optimizations(const json& value, ExperimentConfig& config) const {
+  check_keys(value, "optimizations", "optimizations",
+             {"aggregation_frequency", "average_training_metrics", "average_aggregated_gradients",
+              "tensor_fusion_threshold", "tensor_fusion_cycle_time", "auto_tune_tensor_fusion",
+              "gradient_compression", "mixed_precision", "grad_updates_size_file"});
+  if (const json* x = find(value, "aggregation_frequency")) {
+    config.aggregation_frequency = to_uint(*x, "optimizations.aggregation_frequency", 1);
+  }
+  if (const json* x = find(value, "average_training_metrics")) {
+    config.average_training_metrics = to_bool(*x, "optimizations.average_training_metrics");
+  }
+  if (const json* x = find(value, "average_aggregated_gradients")) {
+    config.average_aggregated_gradients = to_bool(*x, "optimizations.average_aggregated_gradients");
+  }
+  if (const json* x = find(value, "tensor_fusion_threshold")) {
+    config.tensor_fusion_threshold = to_uint(*x, "optimizations.tensor_fusion_threshold", 0);
+  }
+  if (const json* x = find(value, "tensor_fusion_cycle_time")) {
+    // Horovod's wait between its background cycles; the collectives here run when called.
+    if (to_number(*x, "optimizations.tensor_fusion_cycle_time") != 5) {
+      fail("optimizations.tensor_fusion_cycle_time",
+           "expected 5 (Determined's default) but found " + to_flow(*x) +
+               ": loadstar's allreduce runs when the step calls it, without Horovod's background "
+               "cycle to time");
+    }
+  }
+  if (const json* x = find(value, "auto_tune_tensor_fusion")) {
+    if (to_bool(*x, "optimizations.auto_tune_tensor_fusion")) {
+      fail("optimizations.auto_tune_tensor_fusion",
+           "expected false but found true: loadstar does not tune the fusion threshold; set "
+           "optimizations.tensor_fusion_threshold");
+    }
+  }
+  if (const json* x = find(value, "gradient_compression")) {
+    if (to_bool(*x, "optimizations.gradient_compression")) {
+      fail("optimizations.gradient_compression",
+           "expected false but found true: loadstar's allreduce does not compress gradients");
+    }
+  }
+  if (const json* x = find(value, "mixed_precision")) {
+    if (to_string(*x, "optimizations.mixed_precision") != "O0") {
+      fail("optimizations.mixed_precision",
+           "expected O0 but found " + to_flow(*x) + ": mixed precision is not implemented yet");
+    }
+  }
+  if (const json* x = find(value, "grad_updates_size_file")) {
+    fail("optimizations.grad_updates_size_file",
+         "expected no such key but found " + to_flow(*x) +
+             ": it logs Horovod's fusion tuning, which loadstar does not do");
+  }
 }
 
 CheckpointStorage ExperimentConfigReader::read_storage(const json& value) const {

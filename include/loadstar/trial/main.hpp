@@ -11,6 +11,8 @@
 /// ./fashion_mnist_trial experiment create const.yaml          # runs it, prints where it wrote
 /// ./fashion_mnist_trial experiment create const.yaml --test   # one batch, one validation batch
 /// ./fashion_mnist_trial experiment resume experiments/const   # after an interruption
+/// ./fashion_mnist_trial experiment pause experiments/const    # checkpoint, exit; resume later
+/// ./fashion_mnist_trial experiment kill experiments/const     # stop without a checkpoint
 /// ./fashion_mnist_trial experiment list
 /// ./fashion_mnist_trial experiment describe experiments/const --plot curves.png
 /// \endcode
@@ -55,9 +57,12 @@ LOADSTAR_DECL void print_summary(const ExperimentSummary& summary, std::ostream&
 }  // namespace detail
 
 /// Determined's commands (`experiment create CONFIG [--dir DIR] [--test]`, `experiment resume
-/// DIR`, `experiment list [ROOT]`, `experiment describe DIR [--plot FILE]`) over the trial
-/// classes registered in this binary. Returns the exit status: 0, 1 for a failure (the message
-/// on standard error), 2 for a mistake in the command line.
+/// DIR`, `experiment pause DIR`, `experiment kill DIR`, `experiment list [ROOT]`, `experiment
+/// describe DIR [--plot FILE]`) over the trial classes registered in this binary. SIGTERM or
+/// SIGINT during `create` or `resume` pauses the experiment (`experiment pause` sends it):
+/// every trial checkpoints at its next workload boundary and exits, and `resume` continues it.
+/// Returns the exit status: 0, 1 for a failure (the message on standard error), 2 for a mistake
+/// in the command line, 3 for an experiment paused or killed.
 inline int main(int argc, char** argv) {
   const std::string program =
       argc > 0 ? std::filesystem::path(argv[0]).filename().string() : "trial";
@@ -84,6 +89,16 @@ inline int main(int argc, char** argv) {
   auto* resume = experiment->add_subcommand("resume", "Resume the experiment in DIR where it was");
   resume->add_option("DIR", resume_dir, "Experiment folder")->required();
   resume->add_flag("--no-plot", no_plot, "Do not draw plot.svg at the end");
+
+  std::filesystem::path pause_dir;
+  auto* pause = experiment->add_subcommand(
+      "pause", "Ask the process running the experiment in DIR to checkpoint its trials and stop");
+  pause->add_option("DIR", pause_dir, "Experiment folder")->required();
+
+  std::filesystem::path kill_dir;
+  auto* kill = experiment->add_subcommand(
+      "kill", "Ask the process running the experiment in DIR to stop it without checkpoints");
+  kill->add_option("DIR", kill_dir, "Experiment folder")->required();
 
   std::filesystem::path root = "experiments";
   auto* list = experiment->add_subcommand("list", "List the experiments under ROOT");
@@ -115,14 +130,29 @@ inline int main(int argc, char** argv) {
     return app.exit(error);
   }
 
+  const auto status_of = [](const ExperimentSummary& summary) {
+    if (summary.state == "COMPLETED") return 0;
+    return summary.state == "PAUSED" || summary.state == "KILLED" ? 3 : 1;
+  };
   try {
+    if (create->parsed() || resume->parsed() || run->parsed()) {
+      detail::install_interruption_handlers();
+    }
+    if (pause->parsed() || kill->parsed()) {
+      const auto& target = pause->parsed() ? pause_dir : kill_dir;
+      signal_experiment(target,
+                        pause->parsed() ? detail::interruption_pause : detail::interruption_kill);
+      std::cout << "asked the process running '" << target.string() << "' to "
+                << (pause->parsed() ? "pause" : "kill") << " it\n";
+      return 0;
+    }
     if (create->parsed()) {
       ExperimentOptions options;
       options.test = test;
       options.plot = !no_plot;
       const auto summary = create_experiment(config_file, dir, options);
       detail::print_summary(summary, std::cout);
-      return summary.state == "COMPLETED" ? 0 : 1;
+      return status_of(summary);
     }
     if (resume->parsed()) {
       ExperimentOptions options;
@@ -130,7 +160,7 @@ inline int main(int argc, char** argv) {
       options.test = detail::read_experiment_record(resume_dir).test;
       const auto summary = run_experiment(resume_dir, options);
       detail::print_summary(summary, std::cout);
-      return summary.state == "COMPLETED" ? 0 : 1;
+      return status_of(summary);
     }
     if (list->parsed()) {
       list_experiments(root, std::cout);
@@ -211,6 +241,9 @@ void print_summary(const ExperimentSummary& summary, std::ostream& out) {
     out << "  plot:        not drawn (" << summary.plot_error << ")\n";
   }
   out << "  describe:    experiment describe " << summary.dir.string() << "\n";
+  if (summary.state == "PAUSED") {
+    out << "  resume:      experiment resume " << summary.dir.string() << "\n";
+  }
 }
 
 }  // namespace loadstar::trial::detail

@@ -68,7 +68,8 @@ class NativeContext {
   std::unique_ptr<TrialContext> context_;
 };
 
-/// Determined's `init(config)` for a plain `main()`:
+/// Determined's `init(config)` for a plain `main()` (one trial: `ConfigError` for a searcher other
+/// than `single`):
 /// \code
 /// auto native = trial::init(trial::load_experiment_config("const.yaml"));
 /// auto model = build(native.get_hparam("hidden_size").get<int>());
@@ -87,6 +88,14 @@ namespace loadstar::trial {
 NativeContext::NativeContext(ExperimentConfig config, NativeOptions options)
     : options_(std::move(options)) {
   if (options_.test) config = detail::test_overrides(std::move(config));
+  if (config.searcher.name != "single") {
+    // Determined submits an experiment whose trials each run the script; here the script is one
+    // trial, so a search would draw one point and drop the rest.
+    throw ConfigError("trial::init: searcher.name: expected single but found '" +
+                      config.searcher.name +
+                      "': the Native API trains one trial in this process; run a " +
+                      config.searcher.name + " search with a trial class and `experiment create`");
+  }
   if (options_.hparams.empty()) {
     SplitMix64 rng(options_.trial_seed);
     options_.hparams = sample_hparams(config.hyperparameters, rng);
@@ -109,6 +118,9 @@ TrialResult NativeContext::fit(keras::Model& model, const DataLoader& training,
                                const DataLoader& validation,
                                std::vector<std::shared_ptr<keras::callbacks::Callback>> callbacks) {
   context_->wrap_model(model);
+  if (spec_.config.aggregation_frequency > 1) {
+    model.set_optimizer(context_->wrap_optimizer(model.optimizer_ptr()));
+  }
   RunOptions run{.until = options_.until, .test = options_.test, .verbose = options_.verbose};
   detail::TrialJson record = detail::start_record(spec_);
   for (;;) {

@@ -307,6 +307,13 @@ class AdaptiveAshaSearcher final : public Searcher {
 LOADSTAR_DECL std::unique_ptr<Searcher> make_searcher(const ExperimentConfig& config,
                                                       std::uint32_t experiment_seed);
 
+/// The trials an experiment runs at once: the searcher's `max_concurrent_trials()` (`limit`),
+/// and for a `grid` or `random` search whose `searcher.max_concurrent_trials` is 0 (Determined
+/// starts every trial: its cluster queues them) no more than the machine's `cores` hold,
+/// `max(cores / resources.slots_per_trial, 1)`. At least 1.
+LOADSTAR_DECL std::uint64_t trials_at_once(const ExperimentConfig& config, std::uint64_t limit,
+                                           std::uint64_t cores);
+
 }  // namespace loadstar::trial
 
 // Definitions: here when header-only, in the library when separately compiled (config.hpp).
@@ -626,6 +633,18 @@ AshaPlan adaptive_asha_plan(const SearcherConfig& searcher) {
     plan.rung_lengths.push_back(std::move(lengths));
   }
   return plan;
+}
+
+std::uint64_t trials_at_once(const ExperimentConfig& config, std::uint64_t limit,
+                             std::uint64_t cores) {
+  std::uint64_t at_once = std::max<std::uint64_t>(limit, 1);
+  const std::string& name = config.searcher.name;
+  if ((name == "grid" || name == "random") && config.searcher.max_concurrent_trials == 0) {
+    const std::uint64_t machine =
+        std::max<std::uint64_t>(cores / std::max<std::uint64_t>(config.slots_per_trial, 1), 1);
+    at_once = std::min(at_once, machine);
+  }
+  return at_once;
 }
 
 std::unique_ptr<Searcher> make_searcher(const ExperimentConfig& config,

@@ -45,8 +45,8 @@ struct FitConfig {
   std::optional<bool> shuffle = {};
   /// Batches per validation (default: one pass over the validation data).
   std::optional<std::size_t> validation_steps = {};
-  /// Keras's `validation_freq`: kept for the signature; validations follow the experiment's
-  /// `min_validation_period` and the searcher.
+  /// Keras's `validation_freq`: only 1 (Determined's `configure_fit` has no such argument;
+  /// validations in a trial follow `min_validation_period` and the searcher), else `ConfigError`.
   std::optional<std::size_t> validation_freq = {};
 };
 
@@ -58,8 +58,9 @@ struct FitSettings {
   bool use_multiprocessing = false;
   std::size_t max_queue_size = 10;
   bool shuffle = true;
+  /// Whether `configure_fit` set `shuffle` (a `Dataset` or `SequenceAdapter` loader refuses it).
+  bool shuffle_given = false;
   std::optional<std::size_t> validation_steps = {};
-  std::size_t validation_freq = 1;
 };
 
 /// `context.distributed`: where this process stands in a data-parallel trial (Determined's
@@ -130,10 +131,10 @@ class TrialContext {
   /// The model `wrap_model` recorded (null before).
   keras::Model* model() const noexcept { return model_; }
 
-  /// Determined's `wrap_optimizer`: with several ranks, `optimizer` wrapped in a
-  /// `dist::DistributedOptimizer` (with `optimizations.aggregation_frequency`); with one, the
-  /// optimizer itself. The runner wraps the compiled model's optimizer itself when the trial did
-  /// not.
+  /// Determined's `wrap_optimizer`: with several ranks, or an `optimizations.aggregation_frequency`
+  /// above 1, `optimizer` wrapped in a `dist::DistributedOptimizer` (with the aggregation
+  /// frequency, `average_aggregated_gradients` and `tensor_fusion_threshold`); else the optimizer
+  /// itself. The runner wraps the compiled model's optimizer itself when the trial did not.
   LOADSTAR_DECL std::shared_ptr<keras::Optimizer> wrap_optimizer(
       std::shared_ptr<keras::Optimizer> optimizer);
 
@@ -244,13 +245,17 @@ keras::Model& TrialContext::wrap_model(keras::Model& model) {
 
 std::shared_ptr<keras::Optimizer> TrialContext::wrap_optimizer(
     std::shared_ptr<keras::Optimizer> optimizer) {
-  if (distributed.size == 1 || dynamic_cast<dist::DistributedOptimizer*>(optimizer.get())) {
+  if ((distributed.size == 1 && config_.aggregation_frequency == 1) ||
+      dynamic_cast<dist::DistributedOptimizer*>(optimizer.get())) {
     return optimizer;
   }
   return std::make_shared<dist::DistributedOptimizer>(
       std::move(optimizer), collective_,
-      dist::DistributedOptions{.aggregation_frequency =
-                                   static_cast<std::size_t>(config_.aggregation_frequency)});
+      dist::DistributedOptions{
+          .fusion_threshold_bytes = static_cast<std::size_t>(config_.tensor_fusion_threshold)
+                                    << 20U,
+          .aggregation_frequency = static_cast<std::size_t>(config_.aggregation_frequency),
+          .average_aggregated_gradients = config_.average_aggregated_gradients});
 }
 
 keras::DataIteratorOptions TrialContext::data_options() const {
@@ -276,9 +281,18 @@ void TrialContext::configure_fit(const FitConfig& config) {
     }
     fit_.max_queue_size = *config.max_queue_size;
   }
-  if (config.shuffle) fit_.shuffle = *config.shuffle;
+  if (config.validation_freq && *config.validation_freq != 1) {
+    throw ConfigError("trial " + std::to_string(trial_id_) +
+                      ": configure_fit: validation_freq must be 1 but is " +
+                      std::to_string(*config.validation_freq) +
+                      ": validations in a trial follow min_validation_period and the searcher "
+                      "(Determined's configure_fit has no validation_freq)");
+  }
+  if (config.shuffle) {
+    fit_.shuffle = *config.shuffle;
+    fit_.shuffle_given = true;
+  }
   if (config.validation_steps) fit_.validation_steps = *config.validation_steps;
-  if (config.validation_freq) fit_.validation_freq = *config.validation_freq;
 }
 
 }  // namespace loadstar::trial

@@ -110,14 +110,28 @@ TrialResult run_attempt(const TrialSpec& spec, const RunOptions& options, TrialJ
                       " ranks must be sharded with context.wrap_dataset(dataset) before "
                       "batching, but wrap_dataset was not called");
   }
+  if (context.fit_settings().shuffle_given) {
+    // Determined ignores it for tf.data with a warning; here it is refused, not dropped.
+    for (const DataLoader* loader : {static_cast<const DataLoader*>(&training), &validation}) {
+      if (loader->kind() == "Dataset" || loader->kind() == "SequenceAdapter") {
+        throw ConfigError(
+            "trial " + std::to_string(spec.trial_id) + " ('" + spec.config.entrypoint +
+            "'): configure_fit: shuffle applies to arrays and Sequence loaders, but the " +
+            (loader == &training ? "training" : "validation") + " loader is a " + loader->kind() +
+            (loader->kind() == "Dataset" ? " (shuffle it in the Dataset itself)"
+                                         : " (set shuffling in the SequenceAdapter's options)"));
+      }
+    }
+  }
   std::shared_ptr<keras::Model> model = trial->build_model();
   if (!model) {
     throw ConfigError("trial " + std::to_string(spec.trial_id) + " ('" + spec.config.entrypoint +
                       "'): build_model returned no model");
   }
   context.wrap_model(*model);
-  if (context.distributed.size > 1) {
-    // Horovod's DistributedOptimizer around the trial's own, unless it wrapped it already.
+  if (context.distributed.size > 1 || spec.config.aggregation_frequency > 1) {
+    // Horovod's DistributedOptimizer around the trial's own, unless it wrapped it already (with
+    // one rank: for its local aggregation).
     model->set_optimizer(context.wrap_optimizer(model->optimizer_ptr()));
   }
   auto callbacks = trial->keras_callbacks();

@@ -59,6 +59,8 @@ struct TrialResult {
   /// The searcher metric of the validation that ended the operation (none after a stop).
   std::optional<double> searcher_metric = {};
   bool stop_requested = false;
+  /// A SIGTERM or SIGINT paused it: it checkpointed and exited before its operation's end.
+  bool paused = false;
   std::string latest_checkpoint = {};
   std::string best_checkpoint = {};
   std::uint64_t restarts = 0;

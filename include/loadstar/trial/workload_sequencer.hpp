@@ -130,6 +130,10 @@ class WorkloadSequencer {
   /// before it ends the trial process), then `terminate`.
   LOADSTAR_DECL Workload next() const;
 
+  /// A `checkpoint_model` of the batches trained so far, whatever comes next (what a paused
+  /// trial writes before it exits).
+  Workload checkpoint_now() const { return checkpoint(); }
+
   /// Records a finished `run_step` or `checkpoint_model` (a checkpoint is accepted at any time,
   /// as Determined accepts a pre-close checkpoint). A `terminate` changes nothing.
   LOADSTAR_DECL void complete(const Workload& workload);

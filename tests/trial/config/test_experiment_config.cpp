@@ -121,9 +121,7 @@ searcher:
   divisor: 3
   max_rungs: 4
   bracket_rungs: [4, 2]
-  stop_once: true
-  source_trial_id: 7
-  source_checkpoint_uuid: abc-123
+  stop_once: false
 records_per_epoch: 60000
 scheduling_unit: 50
 min_validation_period: {records: 6000}
@@ -140,7 +138,11 @@ checkpoint_storage:
 reproducibility: {experiment_seed: 2147483647}
 max_restarts: 0
 resources: {slots_per_trial: 2}
-optimizations: {aggregation_frequency: 4, average_training_metrics: yes}
+optimizations: {aggregation_frequency: 4, average_training_metrics: yes,
+                average_aggregated_gradients: false, tensor_fusion_threshold: 0,
+                tensor_fusion_cycle_time: 5, auto_tune_tensor_fusion: false,
+                gradient_compression: false, mixed_precision: O0}
+profiling: {enabled: false, begin_on_batch: 0}
 data: {path: /data/fashion, augment: false}
 )");
     CHECK(c.description == "fashion mnist");
@@ -191,9 +193,9 @@ data: {path: /data/fashion, augment: false}
     CHECK(s.divisor == 3);
     CHECK(s.max_rungs == 4);
     CHECK(s.bracket_rungs == std::vector<std::uint64_t>{4, 2});
-    CHECK(s.stop_once);
-    CHECK(s.source_trial_id == 7);
-    CHECK(s.source_checkpoint_uuid == "abc-123");
+    CHECK_FALSE(s.stop_once);
+    CHECK_FALSE(s.source_trial_id);
+    CHECK_FALSE(s.source_checkpoint_uuid);
     CHECK(c.records_per_epoch == 60000);
     CHECK(c.scheduling_unit == 50);
     CHECK(c.min_validation_period == Length{Unit::records, 6000});
@@ -210,6 +212,8 @@ data: {path: /data/fashion, augment: false}
     CHECK(c.slots_per_trial == 2);
     CHECK(c.aggregation_frequency == 4);
     CHECK(c.average_training_metrics);
+    CHECK_FALSE(c.average_aggregated_gradients);
+    CHECK(c.tensor_fusion_threshold == 0);
     CHECK(c.data == json{{"path", "/data/fashion"}, {"augment", false}});
     // The parsed hyperparameters drive the grid: 2 * 4 * 3 points (dropout and beta_1 have no
     // count, so the grid refuses them; drop them first).
@@ -248,14 +252,73 @@ data: {path: /data/fashion, augment: false}
         "global_batch_size: 32", single,
         "environment: {image: determinedai/environments:py-3.7}\nbind_mounts: []\n"
         "resources: {slots_per_trial: 1, max_slots: 4}\n"
-        "optimizations: {mixed_precision: O1}\ncheckpoint_storage: {propagation: rprivate}\n"));
+        "optimizations: {mixed_precision: O0}\ncheckpoint_storage: {propagation: rprivate}\n"));
     CHECK(c.raw.at("environment") == json{{"image", "determinedai/environments:py-3.7"}});
     CHECK(c.raw.at("bind_mounts") == json::array());
     CHECK(c.raw.at("resources") == json{{"slots_per_trial", 1}, {"max_slots", 4}});
-    CHECK(c.raw.at("optimizations") == json{{"mixed_precision", "O1"},
+    CHECK(c.raw.at("optimizations") == json{{"mixed_precision", "O0"},
                                             {"aggregation_frequency", 1},
-                                            {"average_training_metrics", false}});
+                                            {"average_training_metrics", false},
+                                            {"average_aggregated_gradients", true},
+                                            {"tensor_fusion_threshold", 64}});
     CHECK(c.raw.at("checkpoint_storage").at("propagation") == "rprivate");
+  }
+
+  TEST_CASE("parse_experiment_config refuses what it would otherwise ignore, naming the key") {
+    const auto refused = [](const std::string& extra, const std::string& searcher = single) {
+      try {
+        parse(yaml("global_batch_size: 32", searcher, extra));
+      } catch (const ConfigError& e) {
+        return std::string(e.what());
+      }
+      return std::string("accepted");
+    };
+    CHECK(refused("optimizations: {mixed_precision: O1}\n") ==
+          refusal("optimizations.mixed_precision: expected O0 but found O1: mixed precision is "
+                  "not implemented yet"));
+    CHECK(refused("optimizations: {gradient_compression: true}\n") ==
+          refusal("optimizations.gradient_compression: expected false but found true: "
+                  "loadstar's allreduce does not compress gradients"));
+    CHECK(refused("optimizations: {tensor_fusion_cycle_time: 1}\n") ==
+          refusal("optimizations.tensor_fusion_cycle_time: expected 5 (Determined's default) but "
+                  "found 1: loadstar's allreduce runs when the step calls it, without Horovod's "
+                  "background cycle to time"));
+    CHECK(refused("optimizations: {auto_tune_tensor_fusion: true}\n") ==
+          refusal("optimizations.auto_tune_tensor_fusion: expected false but found true: "
+                  "loadstar does not tune the fusion threshold; set "
+                  "optimizations.tensor_fusion_threshold"));
+    CHECK(refused("optimizations: {grad_updates_size_file: /tmp/x}\n") ==
+          refusal("optimizations.grad_updates_size_file: expected no such key but found /tmp/x: "
+                  "it logs Horovod's fusion tuning, which loadstar does not do"));
+    CHECK(refused("optimizations: {tensor_fusion_threshold: -1}\n") ==
+          refusal("optimizations.tensor_fusion_threshold: expected an int >= 0 but found -1"));
+    CHECK(refused("profiling: {enabled: true}\n") ==
+          refusal("profiling.enabled: expected false but found true: loadstar has no profiler "
+                  "yet"));
+    CHECK(refused("profiling: {enable: false}\n") ==
+          refusal("profiling.enable: not a key of profiling (did you mean 'enabled'?)"));
+    CHECK(refused("tensorboard_storage: {type: shared_fs, host_path: /tmp}\n") ==
+          refusal("tensorboard_storage: expected no such key but found {host_path: /tmp, "
+                  "type: shared_fs}: loadstar writes no TensorBoard files yet"));
+    const std::string asha =
+        "{name: adaptive_asha, metric: val_loss, max_length: {batches: 9}, max_trials: 4, ";
+    CHECK(refused("", asha + "stop_once: true}") ==
+          refusal("searcher.stop_once: expected false but found true: Determined's stopping "
+                  "variant of ASHA is not implemented yet (trials are promoted as in "
+                  "asynchronous successive halving)"));
+    CHECK(refused("", asha + "source_trial_id: 7}") ==
+          refusal("searcher.source_trial_id: expected no warm start but found 7: starting trials "
+                  "from another trial's checkpoint is not implemented yet"));
+    CHECK(refused("",
+                  "{name: single, metric: val_loss, max_length: {batches: 9}, "
+                  "source_checkpoint_uuid: abc-123}") ==
+          refusal("searcher.source_checkpoint_uuid: expected no warm start but found abc-123: "
+                  "starting trials from a checkpoint's weights is not implemented yet"));
+    // The defaults are accepted: they are what loadstar does.
+    CHECK(refused("optimizations: {mixed_precision: O0, gradient_compression: false, "
+                  "tensor_fusion_cycle_time: 5, auto_tune_tensor_fusion: false}\n"
+                  "profiling: {enabled: false}\n",
+                  asha + "stop_once: false}") == "accepted");
   }
 
   TEST_CASE("to_json and experiment_config_from_json round trip") {

@@ -11,6 +11,7 @@
 #include <loadstar/trial/detail/experiment_record.hpp>
 #include <sstream>
 #include <string>
+#include <thread>
 
 #include "temp_dir.hpp"
 
@@ -137,6 +138,33 @@ TEST_SUITE("trial") {
     CHECK(text.find("error: the trial process ended with killed by signal 9") != std::string::npos);
     CHECK(text.find("trial 1  uuid-a  batches 10  val_loss 0.125  best") != std::string::npos);
     CHECK(text.find("trial 1  uuid-b  batches 20  val_loss 0.5  latest") != std::string::npos);
+  }
+
+  TEST_CASE("describe_experiment_to says how many trials run at once and why") {
+    test_support::TempDir dir;
+    detail::ExperimentRecord record = two_trials();
+    record.config = {
+        {"entrypoint", "model_def:Tiny"},
+        {"hyperparameters",
+         {{"global_batch_size", 16},
+          {"width", {{"type", "int"}, {"minval", 1}, {"maxval", 1000}, {"count", 1000}}}}},
+        {"searcher", {{"name", "grid"}, {"metric", "val_loss"}, {"max_length", {{"batches", 5}}}}}};
+    detail::write_experiment_record(dir.path(), record);
+    const std::uint64_t cores = std::max(std::thread::hardware_concurrency(), 1U);
+    std::ostringstream out;
+    detail::describe_experiment_to(dir.path(), out);
+    INFO(out.str());
+    CHECK(out.str().find("at once:     " + std::to_string(cores) +
+                         (cores == 1 ? " trial" : " trials") +
+                         " of 1000 (max_concurrent_trials 0: bounded by " +
+                         std::to_string(std::thread::hardware_concurrency()) +
+                         " cores / 1 slots per trial)\n") != std::string::npos);
+    record.config["searcher"]["max_concurrent_trials"] = 2;
+    detail::write_experiment_record(dir.path(), record);
+    out.str("");
+    detail::describe_experiment_to(dir.path(), out);
+    CHECK(out.str().find("at once:     2 trials (searcher.max_concurrent_trials 2)\n") !=
+          std::string::npos);
   }
 
   TEST_CASE("list_experiment_folders finds the experiments under a root") {

@@ -6,11 +6,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <loadstar/keras.hpp>
 #include <loadstar/keras/callbacks/detail/files.hpp>
+#include <loadstar/random.hpp>
 #include <loadstar/trial/detail/experiment_process.hpp>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -220,9 +223,180 @@ void kill_resume_and_compare(const test_support::TempDir& dir, const std::string
   }
 }
 
+/// The sum of `total_batches` over the `trials` trial records in `folder` (0 for a missing one).
+std::uint64_t batches_recorded(const std::filesystem::path& folder, int trials) {
+  std::uint64_t batches = 0;
+  for (int id = 1; id <= trials; ++id) {
+    try {
+      batches += read_json(folder / "trials" / std::to_string(id) / "trial.json")["total_batches"]
+                     .get<std::uint64_t>();
+    } catch (...) {
+    }
+  }
+  return batches;
+}
+
+/// The weights of the latest checkpoint of trial `id` of the experiment in `folder`.
+std::string latest_weights(const std::filesystem::path& folder, int id) {
+  const auto record = read_json(folder / "trials" / std::to_string(id) / "trial.json");
+  auto model = loadstar::keras::load_model(folder / "checkpoints" /
+                                           record.at("latest_checkpoint").get<std::string>() /
+                                           "determined-keras-model.h5");
+  std::string out;
+  for (const auto& w : model->get_weights())
+    out.append(reinterpret_cast<const char*>(w.data()), w.size() * sizeof(float));
+  return out;
+}
+
+/// Runs the experiment of `dir/config` to its end in `dir/reference`; runs it again in
+/// `dir/paused`, pausing it (SIGTERM to the experiment process, or `experiment pause`, in turn)
+/// once its trials have recorded `thresholds[k]` batches in all plus a random 0 to 60 ms, then
+/// resuming it; each pause must end the process with status 3, every trial process gone, the
+/// experiment PAUSED and no batch trained since the last record lost. The resumed experiment
+/// must complete with the reference's metrics and weights, bitwise.
+void pause_resume_and_compare(const test_support::TempDir& dir, const std::string& config,
+                              const std::vector<std::uint64_t>& thresholds, int trials,
+                              std::uint64_t batches_per_trial, std::uint64_t seed) {
+  const Ran reference = run({"experiment", "create", (dir / config).string(), "--dir",
+                             (dir / "reference").string(), "--no-plot"});
+  INFO(reference.output);
+  REQUIRE(reference.exit_code() == 0);
+
+  loadstar::SplitMix64 rng(seed);
+  const auto folder = dir / "paused";
+  std::vector<std::string> arguments = {
+      tiny_trial(), "experiment",    "create",   (dir / config).string(),
+      "--dir",      folder.string(), "--no-plot"};
+  std::size_t pauses = 0;
+  for (const std::uint64_t threshold : thresholds) {
+    // Batches trained in this run, not only the ones recorded before it: the process has
+    // started and installed its handlers.
+    const std::uint64_t before = batches_recorded(folder, trials);
+    const ::pid_t pid = detail::spawn_logged(arguments, dir / "paused.log");
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    int status = 0;
+    bool finished = false;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (::waitpid(pid, &status, WNOHANG) == pid) {
+        finished = true;
+        break;
+      }
+      const std::uint64_t recorded = batches_recorded(folder, trials);
+      if (recorded >= threshold && recorded > before) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    if (finished) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(rng.below(60)));
+    if (pauses % 2 == 0) {
+      ::kill(pid, SIGTERM);
+    } else {
+      const Ran asked = run({"experiment", "pause", folder.string()});
+      CHECK(asked.exit_code() == 0);
+      CHECK(contains(asked.output,
+                     "asked the process running '" + folder.string() + "' to pause it"));
+    }
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    INFO(read_bytes(dir / "paused.log"));
+    REQUIRE(WIFEXITED(status));
+    if (WEXITSTATUS(status) == 0) break;  // it completed before the pause reached a trial
+    CHECK(WEXITSTATUS(status) == 3);
+    CHECK(read_json(folder / "experiment.json")["state"] == "PAUSED");
+    CHECK_FALSE(process_mentions(folder.string()));
+    // Every trial checkpointed what it had trained: its record is at the last batch its
+    // metrics show.
+    for (int id = 1; id <= trials; ++id) {
+      const auto trial = folder / "trials" / std::to_string(id);
+      std::uint64_t trained = 0;
+      std::ifstream lines(trial / "metrics.jsonl");
+      for (std::string line; std::getline(lines, line);) {
+        trained = std::max(trained, nlohmann::json::parse(line)["batches"].get<std::uint64_t>());
+      }
+      CAPTURE(id);
+      const auto record = read_json(trial / "trial.json");
+      std::uint64_t checkpointed = 0;
+      for (const auto& checkpoint : record["checkpoints"]) {
+        if (checkpoint["uuid"] == record["latest_checkpoint"]) {
+          checkpointed = checkpoint["batches"].get<std::uint64_t>();
+        }
+      }
+      if (trained > 0) CHECK(checkpointed == trained);
+    }
+    ++pauses;
+    arguments = {tiny_trial(), "experiment", "resume", folder.string(), "--no-plot"};
+  }
+  MESSAGE("paused the experiment " << pauses << " times");
+  CHECK(pauses >= 2);
+  const Ran resumed = run({"experiment", "resume", folder.string(), "--no-plot"});
+  INFO(read_bytes(dir / "paused.log"));
+  INFO(resumed.output);
+  REQUIRE(resumed.exit_code() == 0);
+  for (int id = 1; id <= trials; ++id) {
+    const std::string name = std::to_string(id);
+    CAPTURE(name);
+    CHECK(read_bytes(folder / "trials" / name / "metrics.jsonl") ==
+          read_bytes(dir / "reference" / "trials" / name / "metrics.jsonl"));
+    CHECK(read_json(folder / "trials" / name / "trial.json")["total_batches"] == batches_per_trial);
+    CHECK(latest_weights(folder, id) == latest_weights(dir / "reference", id));
+  }
+}
+
 }  // namespace
 
 TEST_SUITE("trial") {
+  TEST_CASE("SIGTERM pauses an experiment of trial processes and resume continues it bitwise") {
+    test_support::TempDir dir;
+    write(dir / "slow.yaml", slow_grid_config);
+    pause_resume_and_compare(dir, "slow.yaml", {6, 30, 54}, 2, 40, 11);
+  }
+
+  TEST_CASE("SIGTERM pauses an experiment whose trial runs in its process, bitwise on resume") {
+    test_support::TempDir dir;
+    std::string slow = single_config;
+    slow.replace(slow.find("  hidden: 8\n"), 12, "  hidden: 8\n  sleep_ms: 40\n");
+    slow += "min_checkpoint_period:\n  batches: 4\n";
+    write(dir / "slow.yaml", slow);
+    pause_resume_and_compare(dir, "slow.yaml", {2, 9, 17}, 1, 24, 12);
+  }
+
+  TEST_CASE("experiment kill stops without a checkpoint and pause and kill need a running one") {
+    test_support::TempDir dir;
+    std::string slow = single_config;
+    slow.replace(slow.find("  hidden: 8\n"), 12, "  hidden: 8\n  sleep_ms: 40\n");
+    write(dir / "slow.yaml", slow);
+    const auto folder = dir / "killed";
+    Ran ran = run({"experiment", "pause", folder.string()});
+    CHECK(ran.exit_code() == 1);
+    CHECK(contains(ran.output, "killed': expected an experiment.json but found no such folder"));
+    const ::pid_t pid =
+        detail::spawn_logged({tiny_trial(), "experiment", "create", (dir / "slow.yaml").string(),
+                              "--dir", folder.string(), "--no-plot"},
+                             dir / "killed.log");
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (batches_recorded(folder, 1) < 4 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    ran = run({"experiment", "kill", folder.string()});
+    CHECK(ran.exit_code() == 0);
+    int status = 0;
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    INFO(read_bytes(dir / "killed.log"));
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 3);
+    CHECK(read_json(folder / "experiment.json")["state"] == "KILLED");
+    CHECK(read_json(folder / "trials" / "1" / "trial.json")["total_batches"].get<std::uint64_t>() <
+          24);
+    // A killed experiment stays killed.
+    ran = run({"experiment", "resume", folder.string(), "--no-plot"});
+    CHECK(ran.exit_code() == 3);
+    CHECK(contains(ran.output, "KILLED"));
+    ran = run({"experiment", "kill", folder.string()});
+    CHECK(ran.exit_code() == 1);
+    CHECK(contains(ran.output, "experiment folder '" + folder.string() +
+                                   "': expected a process running it to kill but none holds "
+                                   "its lock"));
+  }
+
   TEST_CASE("experiment create runs a single trial and prints where its files are") {
     test_support::TempDir dir;
     write(dir / "single.yaml", single_config);

@@ -55,6 +55,17 @@ trial::TrialResult native_main(const std::filesystem::path& dir,
 }  // namespace
 
 TEST_SUITE("trial") {
+  TEST_CASE("init refuses a searcher other than single") {
+    auto c = config();
+    c.searcher.name = "random";
+    c.searcher.max_trials = 3;
+    CHECK_THROWS_WITH_AS(trial::init(c, {.verbose = false}),
+                         "trial::init: searcher.name: expected single but found 'random': the "
+                         "Native API trains one trial in this process; run a random search with a "
+                         "trial class and `experiment create`",
+                         ConfigError);
+  }
+
   TEST_CASE("init and fit train as the same trial class does and resume when run again") {
     test_support::TempDir dir;
     register_trials();

@@ -33,6 +33,27 @@ class OtherLoadersTrial : public BlobsTrial {
   }
 };
 
+/// A trial that sets configure_fit's shuffle (or validation_freq) as the hyperparameters say.
+class ConfiguredFitTrial : public OtherLoadersTrial {
+ public:
+  explicit ConfiguredFitTrial(trial::TrialContext& context) : OtherLoadersTrial(context) {
+    if (context.get_hparams().contains("shuffle")) {
+      context.configure_fit({.shuffle = context.get_hparam("shuffle").get<bool>()});
+    }
+    if (context.get_hparams().contains("validation_freq")) {
+      context.configure_fit(
+          {.validation_freq = context.get_hparam("validation_freq").get<std::size_t>()});
+    }
+  }
+  trial::DataLoader build_training_data_loader() override {
+    if (context.get_hparams().value("loader", "") == "dataset") {
+      const auto batch = static_cast<std::size_t>(context.get_per_slot_batch_size());
+      return trial::DataLoader(from_sequence(ArraySequence(data().x, data().y, batch)));
+    }
+    return OtherLoadersTrial::build_training_data_loader();
+  }
+};
+
 /// Sets stop_training at the end of the workload that reaches 7 batches.
 class StopAtSeven : public trial::Callback {
  public:
@@ -67,6 +88,7 @@ trial::TrialSpec spec_in(const std::filesystem::path& dir, trial::ExperimentConf
   trial::register_trial<OtherLoadersTrial>("tests:OtherLoadersTrial");
   trial::register_trial<StoppingTrial>("tests:StoppingTrial");
   trial::register_trial<NanTrial>("tests:NanTrial");
+  trial::register_trial<ConfiguredFitTrial>("tests:ConfiguredFitTrial");
   trial::TrialSpec s;
   s.config = std::move(c);
   s.hparams = std::move(hp);
@@ -108,6 +130,73 @@ TEST_SUITE("trial") {
       CHECK(final_weights(a) == final_weights(b));
       CHECK(text(a.trial_dir / "metrics.jsonl") == text(b.trial_dir / "metrics.jsonl"));
     }
+  }
+
+  TEST_CASE("configure_fit refuses a shuffle it cannot apply and a validation_freq other than 1") {
+    auto c = config("tests:ConfiguredFitTrial");
+    c.max_restarts = 0;
+    const auto refusal = [&](nlohmann::json hp) {
+      test_support::TempDir dir;
+      try {
+        trial::run_trial(spec_in(dir.path(), c, std::move(hp)), {.verbose = false});
+      } catch (const ConfigError& e) {
+        return std::string(e.what());
+      }
+      return std::string("accepted");
+    };
+    auto hp = hparams("dataset");
+    hp["shuffle"] = false;
+    CHECK(refusal(hp) ==
+          "trial 1 ('tests:ConfiguredFitTrial'): configure_fit: shuffle applies to arrays and "
+          "Sequence loaders, but the training loader is a Dataset (shuffle it in the Dataset "
+          "itself)");
+    hp = hparams("adapter");
+    hp["shuffle"] = true;
+    CHECK(refusal(hp) ==
+          "trial 1 ('tests:ConfiguredFitTrial'): configure_fit: shuffle applies to arrays and "
+          "Sequence loaders, but the training loader is a SequenceAdapter (set shuffling in the "
+          "SequenceAdapter's options)");
+    hp = hparams("weighted");
+    hp["validation_freq"] = 2;
+    CHECK(refusal(hp) ==
+          "trial 1: configure_fit: validation_freq must be 1 but is 2: validations in a trial "
+          "follow min_validation_period and the searcher (Determined's configure_fit has no "
+          "validation_freq)");
+  }
+
+  TEST_CASE("configure_fit(shuffle) changes what an array loader trains on") {
+    test_support::TempDir one;
+    test_support::TempDir two;
+    auto c = config("tests:ConfiguredFitTrial");
+    c.searcher.max_length = {trial::Unit::batches, 20};
+    auto hp = hparams("weighted");
+    hp["shuffle"] = true;
+    const auto a = spec_in(one.path(), c, hp);
+    trial::run_trial(a, {.verbose = false});
+    hp["shuffle"] = false;
+    const auto b = spec_in(two.path(), c, hp);
+    trial::run_trial(b, {.verbose = false});
+    CHECK(final_weights(a) != final_weights(b));
+  }
+
+  TEST_CASE(
+      "optimizations.aggregation_frequency and average_aggregated_gradients act on one "
+      "rank") {
+    auto c = config();
+    c.searcher.max_length = {trial::Unit::batches, 12};
+    std::vector<std::string> weights;
+    for (const auto& [frequency, average] :
+         std::vector<std::pair<std::uint64_t, bool>>{{1, true}, {2, true}, {2, false}}) {
+      test_support::TempDir dir;
+      c.aggregation_frequency = frequency;
+      c.average_aggregated_gradients = average;
+      const auto s = spec_in(dir.path(), c, hparams());
+      trial::run_trial(s, {.verbose = false});
+      weights.push_back(final_weights(s));
+    }
+    CHECK(weights[0] != weights[1]);
+    CHECK(weights[1] != weights[2]);
+    CHECK(weights[0] != weights[2]);
   }
 
   TEST_CASE("run_trial turns stop_training into a stop request that checkpoints and ends") {

@@ -266,6 +266,26 @@ TEST_SUITE("trial") {
     CHECK(searcher->trials_requested() == 5);
   }
 
+  TEST_CASE("trials_at_once bounds a grid or random search without a limit by the machine") {
+    ExperimentConfig config = config_for("random", Length{Unit::batches, 50});
+    config.searcher.max_trials = 16;
+    // max_concurrent_trials 0: every trial at once in Determined; here the cores per trial.
+    CHECK(trials_at_once(config, 16, 8) == 8);
+    config.slots_per_trial = 2;
+    CHECK(trials_at_once(config, 16, 8) == 4);
+    CHECK(trials_at_once(config, 16, 1) == 1);
+    CHECK(trials_at_once(config, 3, 64) == 3);
+    config.searcher.name = "grid";
+    CHECK(trials_at_once(config, 16, 8) == 4);
+    // A limit the user set is kept, as are adaptive_asha's own choices.
+    config.searcher.max_concurrent_trials = 12;
+    CHECK(trials_at_once(config, 12, 8) == 12);
+    config.searcher.name = "adaptive_asha";
+    config.searcher.max_concurrent_trials = 0;
+    CHECK(trials_at_once(config, 16, 8) == 16);
+    CHECK(trials_at_once(config, 0, 8) == 1);
+  }
+
   TEST_CASE("make_searcher grid takes the points from the end of the grid") {
     ExperimentConfig config = config_for("grid", Length{Unit::batches, 20});
     config.hyperparameters = {{"global_batch_size", constant(16)},

@@ -14,6 +14,7 @@
 #include <ostream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -23,6 +24,7 @@
 #include "loadstar/keras/callbacks/detail/files.hpp"
 #include "loadstar/trial/detail/experiment_record.hpp"
 #include "loadstar/trial/plot.hpp"
+#include "loadstar/trial/searcher.hpp"
 
 namespace loadstar::trial::detail {
 
@@ -51,6 +53,12 @@ LOADSTAR_DECL std::vector<TrialCurves> experiment_curves(const std::filesystem::
 /// trial (state, batches trained, best validation, restarts, hyperparameters), then its
 /// checkpoints and where the metrics are.
 LOADSTAR_DECL void describe_experiment_to(const std::filesystem::path& dir, std::ostream& out);
+
+/// How many trials the experiment in `dir` runs at once on this machine, and why
+/// (`trials_at_once`): "4 trials of 9 (max_concurrent_trials 0: bounded by 8 cores / 2 slots per
+/// trial)".
+LOADSTAR_DECL std::string describe_trials_at_once(const std::filesystem::path& dir,
+                                                  const ExperimentRecord& record);
 
 /// One experiment found by `experiment list`.
 struct ExperimentListing {
@@ -119,6 +127,29 @@ std::vector<TrialCurves> experiment_curves(const std::filesystem::path& dir,
   return curves;
 }
 
+std::string describe_trials_at_once(const std::filesystem::path& dir,
+                                    const ExperimentRecord& record) {
+  try {
+    const ExperimentConfig config =
+        experiment_config_from_json(record.config, (dir / "experiment.json").string());
+    const std::uint64_t cores = std::thread::hardware_concurrency();
+    const std::uint64_t limit = make_searcher(config, record.seed)->max_concurrent_trials();
+    const std::uint64_t at_once = trials_at_once(config, limit, cores);
+    std::string text = std::to_string(at_once) + (at_once == 1 ? " trial" : " trials");
+    if (config.searcher.max_concurrent_trials > 0) {
+      text += " (searcher.max_concurrent_trials " +
+              std::to_string(config.searcher.max_concurrent_trials) + ")";
+    } else if (at_once < limit) {
+      text += " of " + std::to_string(limit) + " (max_concurrent_trials 0: bounded by " +
+              std::to_string(cores) + " cores / " + std::to_string(config.slots_per_trial) +
+              " slots per trial)";
+    }
+    return text;
+  } catch (const Error& e) {
+    return std::string("unknown (") + e.what() + ")";
+  }
+}
+
 void describe_experiment_to(const std::filesystem::path& dir, std::ostream& out) {
   const ExperimentRecord record = read_experiment_record(dir);
   out << "experiment " << record.id << " in '" << dir.string() << "': " << record.state
@@ -129,6 +160,7 @@ void describe_experiment_to(const std::filesystem::path& dir, std::ostream& out)
       << (record.smaller_is_better ? "smaller" : "larger") << " is better), progress "
       << static_cast<int>(record.progress * 100 + 0.5) << "%\n";
   out << "  seed:        " << record.seed << "\n";
+  out << "  at once:     " << describe_trials_at_once(dir, record) << "\n";
   out << "  checkpoints: " << checkpoint_root(dir, record).string() << "\n";
   out << "\n";
   const std::string best_header = "best " + record.metric;

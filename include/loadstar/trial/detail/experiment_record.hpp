@@ -57,7 +57,7 @@ struct TrialRecord {
 struct ExperimentRecord {
   std::uint64_t id = 0;
   std::uint32_t seed = 0;
-  /// `ACTIVE`, `COMPLETED` or `ERROR`.
+  /// `ACTIVE`, `COMPLETED`, `ERROR`, `PAUSED` (a resume continues it) or `KILLED`.
   std::string state = "ACTIVE";
   /// Created with `--test` (Determined's one-batch smoke test).
   bool test = false;

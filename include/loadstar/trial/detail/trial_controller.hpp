@@ -35,6 +35,7 @@
 #include "loadstar/trial/callback.hpp"
 #include "loadstar/trial/checkpoint.hpp"
 #include "loadstar/trial/data_loader.hpp"
+#include "loadstar/trial/detail/interruption.hpp"
 #include "loadstar/trial/detail/trial_files.hpp"
 #include "loadstar/trial/trial_context.hpp"
 #include "loadstar/trial/trial_spec.hpp"
@@ -93,6 +94,9 @@ class TrialController {
   /// A stop requested on any rank (a callback's `stop_training`) stops every rank, so that the
   /// ranks run the same workloads.
   LOADSTAR_DECL void agree_on_stop();
+
+  /// Whether a SIGTERM or SIGINT asked this process (or, distributed, any rank) to pause.
+  LOADSTAR_DECL bool pause_requested();
 
   // --- resume ---------------------------------------------------------------------------------
 
@@ -303,13 +307,30 @@ TrialResult TrialController::run(TrialJson& record, std::uint64_t* reached) {
     if (context_.get_stop_requested() && !sequencer_.stop_requested()) {
       sequencer_.request_stop();
     }
+    // An operation that has reported its validation, or has nothing left, ends as it is.
+    if (result.searcher_metric || sequencer_.next().kind == WorkloadKind::terminate) continue;
+    if (!distributed() && interruption() == interruption_kill) {
+      // `experiment kill`: no checkpoint; the trial's record stays where its last one left it.
+      result.paused = true;
+      break;
+    }
+    if (pause_requested()) {
+      // A pause: the batches trained since the last checkpoint are checkpointed, then the trial
+      // exits; a later run continues from here as if nothing had happened.
+      if (sequencer_.state().value("batches_since_last_chkp", std::uint64_t{0}) != 0) {
+        checkpoint(sequencer_.checkpoint_now());
+      }
+      result.paused = true;
+      break;
+    }
   }
   list_.on_train_end();
 
   record.total_batches = sequencer_.total_batches();
   const std::uint64_t max_batches = to_batches(
       config_.searcher.max_length, context_.get_global_batch_size(), config_.records_per_epoch);
-  const bool done = sequencer_.stop_requested() || sequencer_.total_batches() >= max_batches;
+  const bool done =
+      !result.paused && (sequencer_.stop_requested() || sequencer_.total_batches() >= max_batches);
   record.state = done ? "COMPLETED" : "ACTIVE";
   apply_retention(done);
   if (chief_) write_trial_record(spec_.trial_dir, record);
@@ -321,6 +342,16 @@ TrialResult TrialController::run(TrialJson& record, std::uint64_t* reached) {
   result.best_checkpoint = record.best_checkpoint;
   result.restarts = record.restarts;
   return result;
+}
+
+bool TrialController::pause_requested() {
+  bool pause = interruption() == interruption_pause;
+  if (distributed()) {
+    // Every rank pauses at the same workload boundary, if any rank was asked to.
+    const auto flags = collective_.allgather(pause ? 1 : 0);
+    pause = std::any_of(flags.begin(), flags.end(), [](std::uint64_t f) { return f != 0; });
+  }
+  return pause;
 }
 
 void TrialController::agree_on_stop() {
