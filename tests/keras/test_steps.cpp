@@ -573,5 +573,35 @@ TEST_SUITE("keras") {
     CHECK_THROWS_WITH_AS(restored.load_state({{"wait", "x"}}),
                          doctest::Contains("early stopping state: the field 'wait'"),
                          CheckpointError);
+    // A state written before the best weights were kept loads with none.
+    nlohmann::json older = state;
+    older.erase("best_weights");
+    restored.load_state(older);
+    CHECK(restored.get_state() == state);  // no best weights without restore_best_weights
+  }
+
+  TEST_CASE("EarlyStopping keeps its best weights in its state, so a resumed run restores them") {
+    const Blobs data = blobs(64, 7);
+    auto model = classifier();
+    const callbacks::EarlyStoppingOptions options{
+        .monitor = "loss", .min_delta = 10.0, .patience = 5, .restore_best_weights = true};
+    auto stop = std::make_shared<callbacks::EarlyStopping>(options);
+    model->fit(data.x, data.y, {.epochs = 2, .verbose = 0, .callbacks = {stop}});
+    const nlohmann::json state = stop->get_state();
+    const auto weights = model->get_weights();
+    REQUIRE(state.at("best_weights").size() == weights.size());
+    CHECK(state.at("best_weights")[0].at("values").size() == weights[0].size());
+
+    // Resumed from its state, it holds the same best weights; a spoiled list is refused.
+    callbacks::EarlyStopping resumed(options);
+    resumed.load_state(state);
+    nlohmann::json spoiled = state;
+    spoiled["best_weights"][0]["values"].erase(0);
+    callbacks::EarlyStopping other(options);
+    const std::string message = "early stopping state: best_weights: expected " +
+                                std::to_string(weights[0].size()) + " values";
+    CHECK_THROWS_WITH_AS(other.load_state(spoiled), doctest::Contains(message.c_str()),
+                         CheckpointError);
+    CHECK(resumed.get_state() == state);
   }
 }

@@ -4,6 +4,7 @@
 
 #include "loadstar/config.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <limits>
@@ -39,7 +40,8 @@ struct EarlyStoppingOptions {
 /// Keras's `EarlyStopping` (tf.keras 2.11 callbacks.py): after each epoch, compares the
 /// monitored log with the best so far; after `patience` epochs without an improvement of more
 /// than `min_delta` it sets `model.stop_training` and, with `restore_best_weights`, restores the
-/// weights of the best epoch. `stopped_epoch()` and `best()` tell what happened.
+/// weights of the best epoch. `stopped_epoch()` and `best()` tell what happened. Its state
+/// (`get_state`) holds the best weights too, so that a resumed run restores the same ones.
 /// \code
 /// auto stop = std::make_shared<EarlyStopping>(
 ///     EarlyStoppingOptions{.monitor = "val_loss", .patience = 2, .restore_best_weights = true});
@@ -49,6 +51,10 @@ class EarlyStopping : public Callback {
  public:
   /// Throws `ConfigError` for a mode other than auto, min or max.
   LOADSTAR_DECL explicit EarlyStopping(EarlyStoppingOptions options = {});
+  /// The same, named `owner` in its messages and errors, and counting `period`s (`"epoch"`):
+  /// the form Determined's trial version wraps (`trial::callbacks::EarlyStopping`, which calls
+  /// `on_epoch_end` after each validation).
+  LOADSTAR_DECL EarlyStopping(EarlyStoppingOptions options, std::string owner, std::string period);
 
   LOADSTAR_DECL void on_train_begin(const Logs&) override;
 
@@ -60,14 +66,10 @@ class EarlyStopping : public Callback {
     }
   }
 
-  /// `{"wait", "stopped_epoch", "best", "best_epoch"}` (the best weights, when kept, are the
-  /// model's to checkpoint: they are not part of the state).
-  nlohmann::json get_state() const override {
-    return {{"wait", wait_},
-            {"stopped_epoch", stopped_epoch_},
-            {"best", best_},
-            {"best_epoch", best_epoch_}};
-  }
+  /// `{"wait", "stopped_epoch", "best", "best_epoch", "best_weights"}`, the best weights as
+  /// `{"shape", "values"}` objects (empty unless `restore_best_weights` kept some). A state
+  /// without `best_weights` (written before they were kept) loads with none.
+  LOADSTAR_DECL nlohmann::json get_state() const override;
   LOADSTAR_DECL void load_state(const nlohmann::json& state) override;
 
   std::string class_name() const override { return "EarlyStopping"; }
@@ -87,6 +89,7 @@ class EarlyStopping : public Callback {
   }
 
   EarlyStoppingOptions options_;
+  std::string owner_ = "early stopping", period_ = "epoch";
   bool maximize_ = false;
   double delta_ = 0.0;
   std::size_t wait_ = 0;
@@ -103,10 +106,14 @@ class EarlyStopping : public Callback {
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::callbacks {
 
-EarlyStopping::EarlyStopping(EarlyStoppingOptions options) : options_(std::move(options)) {
+EarlyStopping::EarlyStopping(EarlyStoppingOptions options)
+    : EarlyStopping(std::move(options), "early stopping", "epoch") {}
+
+EarlyStopping::EarlyStopping(EarlyStoppingOptions options, std::string owner, std::string period)
+    : options_(std::move(options)), owner_(std::move(owner)), period_(std::move(period)) {
   const auto& m = options_.mode;
   if (m != "auto" && m != "min" && m != "max") {
-    throw ConfigError("early stopping: mode must be 'auto', 'min' or 'max' but is '" + m + "'");
+    throw ConfigError(owner_ + ": mode must be 'auto', 'min' or 'max' but is '" + m + "'");
   }
   const auto ends = [&](const std::string& suffix) {
     return options_.monitor.size() >= suffix.size() &&
@@ -130,7 +137,7 @@ void EarlyStopping::on_train_begin(const Logs&) {
 void EarlyStopping::on_epoch_end(std::size_t epoch, const Logs& logs) {
   const auto current = logs.get(options_.monitor);
   if (!current) {
-    out() << "early stopping: the metric '" << options_.monitor
+    out() << owner_ << ": the metric '" << options_.monitor
           << "' is not in the logs, which hold: " << detail::joined_names(logs) << "\n";
     return;
   }
@@ -150,20 +157,57 @@ void EarlyStopping::on_epoch_end(std::size_t epoch, const Logs& logs) {
     model().stop_training = true;
     if (options_.restore_best_weights && !best_weights_.empty()) {
       if (options_.verbose > 0) {
-        out() << "Restoring model weights from the end of the best epoch: " << best_epoch_ + 1
-              << ".\n";
+        out() << "Restoring model weights from the end of the best " << period_ << ": "
+              << best_epoch_ + 1 << ".\n";
       }
       model().set_weights(best_weights_);
     }
   }
 }
 
+nlohmann::json EarlyStopping::get_state() const {
+  nlohmann::json weights = nlohmann::json::array();
+  for (const auto& w : best_weights_) {
+    nlohmann::json shape = nlohmann::json::array();
+    for (const auto d : w.shape())
+      shape.push_back(d);
+    weights.push_back(
+        {{"shape", std::move(shape)}, {"values", std::vector<float>(w.begin(), w.end())}});
+  }
+  return {{"wait", wait_},
+          {"stopped_epoch", stopped_epoch_},
+          {"best", best_},
+          {"best_epoch", best_epoch_},
+          {"best_weights", std::move(weights)}};
+}
+
 void EarlyStopping::load_state(const nlohmann::json& state) {
-  const detail::StateReader read("early stopping", state);
+  const detail::StateReader read(owner_, state);
   wait_ = read.get<std::size_t>("wait");
   stopped_epoch_ = read.get<std::size_t>("stopped_epoch");
   best_ = read.get<double>("best");
   best_epoch_ = read.get<std::size_t>("best_epoch");
+  best_weights_.clear();
+  if (state.contains("best_weights")) {
+    const auto weights = read.get<nlohmann::json>("best_weights");
+    if (!weights.is_array()) {
+      throw CheckpointError(owner_ + " state: best_weights: expected an array but found " +
+                            weights.dump());
+    }
+    for (const auto& w : weights) {
+      const detail::StateReader entry(owner_ + " best_weights", w);
+      const auto shape = entry.get<std::vector<std::size_t>>("shape");
+      const auto values = entry.get<std::vector<float>>("values");
+      Tensor<float> tensor{Shape(shape)};
+      if (tensor.size() != values.size()) {
+        throw CheckpointError(owner_ + " state: best_weights: expected " +
+                              std::to_string(tensor.size()) + " values for its shape but found " +
+                              std::to_string(values.size()));
+      }
+      std::copy(values.begin(), values.end(), tensor.begin());
+      best_weights_.push_back(std::move(tensor));
+    }
+  }
   resumed_ = true;
 }
 
