@@ -186,9 +186,8 @@ namespace detail::expconf {
 using json = nlohmann::json;
 
 /// Keys of Determined's experiment config that mean nothing to a trial on one machine: accepted
-/// (so that a Determined config runs unchanged), kept in `raw`, otherwise without effect
-/// (`data_layer`: the data layer's cache is not wired yet). The README's experiment config
-/// section lists every key with what it does.
+/// (so that a Determined config runs unchanged), kept in `raw`, otherwise without effect. The
+/// README's experiment config section lists every key with what it does.
 LOADSTAR_DECL const std::vector<std::string>& ignored_top_level_keys();
 
 LOADSTAR_DECL const std::vector<std::string>& ignored_resources_keys();
@@ -480,8 +479,7 @@ ExperimentConfig make_test_config(ExperimentConfig config) {
 namespace loadstar::trial::detail::expconf {
 
 const std::vector<std::string>& ignored_top_level_keys() {
-  static const std::vector<std::string> keys{"bind_mounts", "data_layer", "debug", "environment",
-                                             "name"};
+  static const std::vector<std::string> keys{"bind_mounts", "debug", "environment", "name"};
   return keys;
 }
 
@@ -779,7 +777,8 @@ ExperimentConfig ExperimentConfigReader::read(const json& root) const {
                                                  "optimizations",
                                                  "data",
                                                  "profiling",
-                                                 "tensorboard_storage"};
+                                                 "tensorboard_storage",
+                                                 "data_layer"};
   check_keys(root, "", "an experiment config", top_keys, ignored_top_level_keys());
   ExperimentConfig config;
   if (const json* v = find(root, "description")) config.description = to_string(*v, "description");
@@ -866,6 +865,11 @@ ExperimentConfig ExperimentConfigReader::read(const json& root) const {
   if (const json* v = find(root, "tensorboard_storage")) {
     fail("tensorboard_storage", "expected no such key but found " + to_flow(*v) +
                                     ": loadstar writes no TensorBoard files yet");
+  }
+  if (const json* v = find(root, "data_layer")) {
+    fail("data_layer", "expected no such key but found " + to_flow(*v) +
+                           ": the data layer's cache (context.experimental."
+                           "cache_train_dataset) is not implemented yet");
   }
   if (const json* v = find(root, "data")) {
     if (!v->is_object() && !v->is_null()) refuse("data", "a mapping", *v);

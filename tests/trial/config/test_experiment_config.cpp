@@ -300,6 +300,10 @@ data: {path: /data/fashion, augment: false}
     CHECK(refused("tensorboard_storage: {type: shared_fs, host_path: /tmp}\n") ==
           refusal("tensorboard_storage: expected no such key but found {host_path: /tmp, "
                   "type: shared_fs}: loadstar writes no TensorBoard files yet"));
+    CHECK(refused("data_layer: {type: shared_fs}\n") ==
+          refusal("data_layer: expected no such key but found {type: shared_fs}: the data "
+                  "layer's cache (context.experimental.cache_train_dataset) is not implemented "
+                  "yet"));
     const std::string asha =
         "{name: adaptive_asha, metric: val_loss, max_length: {batches: 9}, max_trials: 4, ";
     CHECK(refused("", asha + "stop_once: true}") ==
