@@ -28,6 +28,58 @@
 
 namespace loadstar::trial::callbacks {
 
+namespace detail {
+
+/// A Keras callback `K` judged after each validation of the trial instead of each epoch:
+/// `on_test_end` is `K`'s `on_epoch_end`, counted in validations (`test_end_count`, in the
+/// state beside `K`'s own).
+template <class K>
+class PerValidation : public Callback {
+ public:
+  template <class... A>
+  explicit PerValidation(A&&... args) : keras_(std::forward<A>(args)...) {}
+
+  void set_model(keras::Model& model) override {
+    Callback::set_model(model);
+    keras_.set_model(model);
+  }
+  void set_params(const keras::CallbackParams& params) override {
+    Callback::set_params(params);
+    keras_.set_params(params);
+  }
+
+  void on_train_begin(const keras::Logs& logs) override { keras_.on_train_begin(logs); }
+  void on_test_end(const keras::Logs& logs) override {
+    keras_.on_epoch_end(static_cast<std::size_t>(test_end_count_), logs);
+    ++test_end_count_;
+  }
+  void on_train_end(const keras::Logs& logs) override { keras_.on_train_end(logs); }
+
+  nlohmann::json get_state() const override {
+    nlohmann::json state = keras_.get_state();
+    state["test_end_count"] = test_end_count_;
+    return state;
+  }
+  void load_state(const nlohmann::json& state) override {
+    const loadstar::detail::StateReader read(class_name(), state);
+    test_end_count_ = read.get<std::uint64_t>("test_end_count");
+    keras_.load_state(state);
+  }
+
+  nlohmann::json get_config() const override { return keras_.get_config(); }
+
+  /// The validations seen.
+  std::uint64_t test_end_count() const noexcept { return test_end_count_; }
+
+ protected:
+  K keras_;
+
+ private:
+  std::uint64_t test_end_count_ = 0;
+};
+
+}  // namespace detail
+
 /// Determined's `EarlyStopping` (harness/determined/keras/callbacks.py): Keras's `EarlyStopping`
 /// (tf.keras 2.11's rule, as `keras::callbacks::EarlyStopping`) with the same options
 /// (`keras::callbacks::EarlyStoppingOptions`: monitor, min_delta, patience, verbose, mode,
@@ -46,45 +98,20 @@ namespace loadstar::trial::callbacks {
 ///       keras::callbacks::EarlyStoppingOptions{.monitor = "val_loss", .patience = 3})};
 /// }
 /// \endcode
-class EarlyStopping : public Callback {
+class EarlyStopping : public detail::PerValidation<keras::callbacks::EarlyStopping> {
  public:
   /// `ConfigError` for a mode other than auto, min or max.
   explicit EarlyStopping(keras::callbacks::EarlyStoppingOptions options = {})
-      : keras_(std::move(options), "determined.keras.callbacks.EarlyStopping", "validation") {}
-
-  void set_model(keras::Model& model) override {
-    Callback::set_model(model);
-    keras_.set_model(model);
-  }
-  void set_params(const keras::CallbackParams& params) override {
-    Callback::set_params(params);
-    keras_.set_params(params);
-  }
-
-  void on_train_begin(const keras::Logs& logs) override { keras_.on_train_begin(logs); }
-  void on_test_end(const keras::Logs& logs) override {
-    keras_.on_epoch_end(static_cast<std::size_t>(test_end_count_), logs);
-    ++test_end_count_;
-  }
-  void on_train_end(const keras::Logs& logs) override { keras_.on_train_end(logs); }
-
-  LOADSTAR_DECL nlohmann::json get_state() const override;
-  LOADSTAR_DECL void load_state(const nlohmann::json& state) override;
+      : PerValidation(std::move(options), "determined.keras.callbacks.EarlyStopping",
+                      "validation") {}
 
   std::string class_name() const override { return "determined.keras.callbacks.EarlyStopping"; }
-  nlohmann::json get_config() const override { return keras_.get_config(); }
 
   /// The validation (counted from 0) that stopped the trial; 0 when none did.
   std::size_t stopped_epoch() const noexcept { return keras_.stopped_epoch(); }
   /// The best value of the monitored metric so far, and its validation.
   double best() const noexcept { return keras_.best(); }
   std::size_t best_epoch() const noexcept { return keras_.best_epoch(); }
-  /// The validations seen.
-  std::uint64_t test_end_count() const noexcept { return test_end_count_; }
-
- private:
-  keras::callbacks::EarlyStopping keras_;
-  std::uint64_t test_end_count_ = 0;
 };
 
 /// Determined's `ReduceLROnPlateau` (harness/determined/keras/callbacks.py): Keras's
@@ -97,70 +124,13 @@ class EarlyStopping : public Callback {
 /// auto plateau = std::make_shared<trial::callbacks::ReduceLROnPlateau>(
 ///     keras::callbacks::ReduceLROnPlateauOptions{.factor = 0.5, .patience = 2});
 /// \endcode
-class ReduceLROnPlateau : public Callback {
+class ReduceLROnPlateau : public detail::PerValidation<keras::callbacks::ReduceLROnPlateau> {
  public:
   /// `ConfigError` for a factor of 1 or more and for an unknown mode.
   explicit ReduceLROnPlateau(keras::callbacks::ReduceLROnPlateauOptions options = {})
-      : keras_(std::move(options)) {}
-
-  void set_model(keras::Model& model) override {
-    Callback::set_model(model);
-    keras_.set_model(model);
-  }
-  void set_params(const keras::CallbackParams& params) override {
-    Callback::set_params(params);
-    keras_.set_params(params);
-  }
-
-  void on_train_begin(const keras::Logs& logs) override { keras_.on_train_begin(logs); }
-  void on_test_end(const keras::Logs& logs) override {
-    keras_.on_epoch_end(static_cast<std::size_t>(test_end_count_), logs);
-    ++test_end_count_;
-  }
-
-  LOADSTAR_DECL nlohmann::json get_state() const override;
-  LOADSTAR_DECL void load_state(const nlohmann::json& state) override;
+      : PerValidation(std::move(options)) {}
 
   std::string class_name() const override { return "determined.keras.callbacks.ReduceLROnPlateau"; }
-  nlohmann::json get_config() const override { return keras_.get_config(); }
-
-  /// The validations seen.
-  std::uint64_t test_end_count() const noexcept { return test_end_count_; }
-
- private:
-  keras::callbacks::ReduceLROnPlateau keras_;
-  std::uint64_t test_end_count_ = 0;
 };
 
 }  // namespace loadstar::trial::callbacks
-
-// Definitions: here when header-only, in the library when separately compiled (config.hpp).
-#if LOADSTAR_TRIAL_BODIES
-namespace loadstar::trial::callbacks {
-
-nlohmann::json EarlyStopping::get_state() const {
-  nlohmann::json state = keras_.get_state();
-  state["test_end_count"] = test_end_count_;
-  return state;
-}
-
-void EarlyStopping::load_state(const nlohmann::json& state) {
-  const loadstar::detail::StateReader read("determined.keras.callbacks.EarlyStopping", state);
-  test_end_count_ = read.get<std::uint64_t>("test_end_count");
-  keras_.load_state(state);
-}
-
-nlohmann::json ReduceLROnPlateau::get_state() const {
-  nlohmann::json state = keras_.get_state();
-  state["test_end_count"] = test_end_count_;
-  return state;
-}
-
-void ReduceLROnPlateau::load_state(const nlohmann::json& state) {
-  const loadstar::detail::StateReader read("determined.keras.callbacks.ReduceLROnPlateau", state);
-  test_end_count_ = read.get<std::uint64_t>("test_end_count");
-  keras_.load_state(state);
-}
-
-}  // namespace loadstar::trial::callbacks
-#endif
