@@ -20,13 +20,7 @@ using loadstar::trial::TrialSpec;
 TrialSpec spec_in(const std::filesystem::path& dir, trial::ExperimentConfig c = config(),
                   nlohmann::json hp = hparams()) {
   register_trials();
-  TrialSpec s;
-  s.config = std::move(c);
-  s.hparams = std::move(hp);
-  s.trial_seed = 42;
-  s.trial_dir = dir / "trial";
-  s.checkpoint_dir = dir / "checkpoints";
-  return s;
+  return trial_spec(dir, std::move(c), std::move(hp));
 }
 
 std::vector<nlohmann::json> metric_lines(const TrialSpec& s) {
@@ -35,10 +29,6 @@ std::vector<nlohmann::json> metric_lines(const TrialSpec& s) {
   for (std::string line; std::getline(in, line);)
     lines.push_back(nlohmann::json::parse(line));
   return lines;
-}
-
-nlohmann::json record(const TrialSpec& s) {
-  return nlohmann::json::parse(loadstar::keras::detail::read_bytes(s.trial_dir / "trial.json"));
 }
 
 /// The weights of the trial's latest checkpoint, read with load_model.

@@ -89,22 +89,7 @@ trial::TrialSpec spec_in(const std::filesystem::path& dir, trial::ExperimentConf
   trial::register_trial<StoppingTrial>("tests:StoppingTrial");
   trial::register_trial<NanTrial>("tests:NanTrial");
   trial::register_trial<ConfiguredFitTrial>("tests:ConfiguredFitTrial");
-  trial::TrialSpec s;
-  s.config = std::move(c);
-  s.hparams = std::move(hp);
-  s.trial_seed = 42;
-  s.trial_dir = dir / "trial";
-  s.checkpoint_dir = dir / "checkpoints";
-  return s;
-}
-
-std::string text(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-nlohmann::json record(const trial::TrialSpec& s) {
-  return nlohmann::json::parse(text(s.trial_dir / "trial.json"));
+  return trial_spec(dir, std::move(c), std::move(hp));
 }
 
 std::string final_weights(const trial::TrialSpec& s) {

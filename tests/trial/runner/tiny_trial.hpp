@@ -12,10 +12,12 @@
 #include <loadstar/data/array_sequence.hpp>
 #include <loadstar/data/dataset/from_sequence.hpp>
 #include <loadstar/keras.hpp>
+#include <loadstar/keras/callbacks/detail/files.hpp>
 #include <loadstar/trial/callback.hpp>
 #include <loadstar/trial/keras_trial.hpp>
 #include <loadstar/trial/registry.hpp>
 #include <loadstar/trial/trial_runner.hpp>
+#include <loadstar/trial/trial_spec.hpp>
 #include <memory>
 #include <string>
 #include <vector>
@@ -189,6 +191,29 @@ inline nlohmann::json hparams(const std::string& loader = "arrays") {
 inline void register_trials() {
   trial::register_trial<BlobsTrial>("tests:BlobsTrial");
   trial::register_trial<ThrowingTrial>("tests:ThrowingTrial");
+}
+
+/// A trial of `c` with `hp` whose folders lie under `dir` (`trial/`, `checkpoints/`), seed 42;
+/// the test registers the trial classes it names first.
+inline trial::TrialSpec trial_spec(const std::filesystem::path& dir, trial::ExperimentConfig c,
+                                   nlohmann::json hp) {
+  trial::TrialSpec s;
+  s.config = std::move(c);
+  s.hparams = std::move(hp);
+  s.trial_seed = 42;
+  s.trial_dir = dir / "trial";
+  s.checkpoint_dir = dir / "checkpoints";
+  return s;
+}
+
+/// A file's whole content.
+inline std::string text(const std::filesystem::path& path) {
+  return keras::detail::read_bytes(path);
+}
+
+/// The trial's record (`trial.json`).
+inline nlohmann::json record(const trial::TrialSpec& s) {
+  return nlohmann::json::parse(text(s.trial_dir / "trial.json"));
 }
 
 inline std::string weight_bytes(const std::vector<Tensor<float>>& weights) {
