@@ -5,8 +5,11 @@
 // The trial: an MLP on 125 rows of two features, global batch 12, a checkpoint every 10 batches;
 // its data are arrays (KIND blobs, the default), a Sequence on worker threads (sequence) or
 // Datasets sharded with wrap_dataset (dataset) or not (dataset-unwrapped, which a trial of several
-// ranks refuses), or a trial that throws InvalidHP (invalid).
+// ranks refuses), Datasets cached by the data layer in DIR/cache (cached: every rank asks for the
+// cache at once, one builds it, and each process that calls the dataset maker appends a line to
+// DIR/maker_calls), or a trial that throws InvalidHP (invalid).
 #include <cstdint>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -70,6 +73,34 @@ class DatasetTrial : public BlobsTrial {
 };
 LOADSTAR_REGISTER_TRIAL(DatasetTrial<true>, "dist:dataset");
 
+/// The same data through the data layer's cache, shuffled with the trial seed and sharded by it.
+class CachedTrial : public BlobsTrial {
+ public:
+  using BlobsTrial::BlobsTrial;
+  trial::DataLoader build_training_data_loader() override {
+    const auto batch = static_cast<std::size_t>(context.get_per_slot_batch_size());
+    return context.experimental
+        .cache_train_dataset("blobs", "v1", true)([this] {
+          std::ofstream(context.get_data_config().at("maker_calls").get<std::string>(),
+                        std::ios::app)
+              << context.distributed.rank << "\n";
+          const Blobs data = blobs(125);
+          return from_tensor_slices(data.x, data.y);
+        })
+        .batch(batch);
+  }
+  trial::DataLoader build_validation_data_loader() override {
+    const auto batch = static_cast<std::size_t>(context.get_per_slot_batch_size());
+    return context.experimental
+        .cache_validation_dataset("blobs", "v1")([] {
+          const Blobs data = blobs(50, 7);
+          return from_tensor_slices(data.x, data.y);
+        })
+        .batch(batch);
+  }
+};
+LOADSTAR_REGISTER_TRIAL(CachedTrial, "dist:cached");
+
 /// The same data as a `Sequence` of 6 rows a batch, read by 3 worker threads with shuffling.
 class SequenceTrial : public BlobsTrial {
  public:
@@ -99,7 +130,7 @@ int main(int argc, char** argv) {
   auto world = dist::mpi_world(&argc, &argv);
   if (argc != 3 && argc != 4) {
     std::cerr << "usage: dist_trial_child DIR BATCHES "
-                 "[blobs|sequence|dataset|dataset-unwrapped|invalid]\n";
+                 "[blobs|sequence|dataset|dataset-unwrapped|cached|invalid]\n";
     return 2;
   }
   const std::string dir = argv[1];
@@ -114,6 +145,8 @@ min_validation_period: {batches: 10}
 min_checkpoint_period: {batches: 10}
 searcher: {name: single, metric: val_loss, max_length: {batches: 60}}
 reproducibility: {experiment_seed: 3}
+data_layer: {host_storage_path: )" + dir + R"(/cache}
+data: {maker_calls: )" + dir + R"(/maker_calls}
 )",
                                                        "dist_trial_child.yaml");
     const auto result =

@@ -348,9 +348,22 @@ TEST_CASE("a Dataset loader runs on several ranks once wrap_dataset shards it") 
   const Job unwrapped = run_trial_job(2, dir / "unwrapped", 20, "dataset-unwrapped");
   CHECK(unwrapped.status != 0);
   CHECK_MESSAGE(
-      unwrapped.output.find("must be sharded with context.wrap_dataset(dataset) before "
-                            "batching, but wrap_dataset was not called") != std::string::npos,
+      unwrapped.output.find("each Dataset loader in a trial of 2 ranks must be sharded, with "
+                            "context.wrap_dataset(dataset) before batching or by "
+                            "context.experimental's cache, but of its 2 Dataset loaders 0 "
+                            "are") != std::string::npos,
       unwrapped.output);
+}
+
+TEST_CASE("a data-parallel trial on the data layer's cache builds it once and resumes exactly") {
+  const TempDir dir;
+  const auto whole = trial_weights(run_trial_job(2, dir / "whole", 40, "cached"), 40);
+  // Both ranks asked for the cache at once: one of them built it.
+  CHECK(lines_of(dir / "whole" / "maker_calls").size() == 1);
+  trial_weights(run_trial_job(2, dir / "resumed", 15, "cached"), 15);
+  CHECK(trial_weights(run_trial_job(2, dir / "resumed", 40, "cached"), 40) == whole);
+  // The resumed job found the cache its first run built.
+  CHECK(lines_of(dir / "resumed" / "maker_calls").size() == 1);
 }
 
 TEST_CASE("a data-parallel trial that throws InvalidHP ends the job, recorded invalid") {

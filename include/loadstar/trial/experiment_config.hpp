@@ -126,6 +126,17 @@ struct CheckpointStorage {
   friend bool operator==(const CheckpointStorage&, const CheckpointStorage&) = default;
 };
 
+/// `data_layer` (Determined's data layer, type `shared_fs` only): where
+/// `context.experimental.cache_train_dataset` and `cache_validation_dataset` keep their caches.
+struct DataLayerConfig {
+  std::string type = "shared_fs";
+  /// An absolute directory; empty: `$XDG_CACHE_HOME/loadstar/data_layer` (or
+  /// `~/.cache/loadstar/data_layer`), shared by every experiment of the user.
+  std::string host_storage_path;
+
+  friend bool operator==(const DataLayerConfig&, const DataLayerConfig&) = default;
+};
+
 /// An experiment configuration, with Determined's defaults for what the file leaves out.
 struct ExperimentConfig {
   std::string description;
@@ -158,6 +169,8 @@ struct ExperimentConfig {
   /// `optimizations.tensor_fusion_threshold`, in MB: the most gradient bytes one allreduce sums
   /// (0: one allreduce per variable).
   std::uint64_t tensor_fusion_threshold = 64;
+  /// `data_layer`.
+  DataLayerConfig data_layer;
   /// `data`, free-form.
   nlohmann::json data = nlohmann::json::object();
   /// The whole configuration as JSON with Determined's defaults filled in, as Determined's master
@@ -268,6 +281,10 @@ class ExperimentConfigReader {
   LOADSTAR_DECL SearcherConfig read_searcher(const json& value) const;
 
   LOADSTAR_DECL CheckpointStorage read_storage(const json& value) const;
+
+  /// `data_layer`: type `shared_fs` with an absolute `host_storage_path` (or none); S3, GCS and
+  /// `container_storage_path` (trials run on this host, not in containers) are refused.
+  LOADSTAR_DECL DataLayerConfig read_data_layer(const json& value) const;
 
   /// `optimizations` into `config`: refuses what has no effect here (compression, mixed
   /// precision other than O0, Horovod's timing and tuning knobs other than their defaults).
@@ -415,6 +432,11 @@ nlohmann::json to_json(const ExperimentConfig& config) {
   optimizations["average_aggregated_gradients"] = config.average_aggregated_gradients;
   optimizations["tensor_fusion_threshold"] = config.tensor_fusion_threshold;
   out["optimizations"] = optimizations;
+  json data_layer{{"type", config.data_layer.type}};
+  if (!config.data_layer.host_storage_path.empty()) {
+    data_layer["host_storage_path"] = config.data_layer.host_storage_path;
+  }
+  out["data_layer"] = data_layer;
   out["data"] = config.data;
   return out;
 }
@@ -866,11 +888,7 @@ ExperimentConfig ExperimentConfigReader::read(const json& root) const {
     fail("tensorboard_storage", "expected no such key but found " + to_flow(*v) +
                                     ": loadstar writes no TensorBoard files yet");
   }
-  if (const json* v = find(root, "data_layer")) {
-    fail("data_layer", "expected no such key but found " + to_flow(*v) +
-                           ": the data layer's cache (context.experimental."
-                           "cache_train_dataset) is not implemented yet");
-  }
+  if (const json* v = find(root, "data_layer")) config.data_layer = read_data_layer(*v);
   if (const json* v = find(root, "data")) {
     if (!v->is_object() && !v->is_null()) refuse("data", "a mapping", *v);
     config.data = v->is_null() ? json::object() : *v;
@@ -1037,6 +1055,33 @@ CheckpointStorage ExperimentConfigReader::read_storage(const json& value) const 
     storage.save_trial_latest = to_uint(*v, join(path, "save_trial_latest"), 0);
   }
   return storage;
+}
+
+DataLayerConfig ExperimentConfigReader::read_data_layer(const json& value) const {
+  const std::string path = "data_layer";
+  if (!value.is_object()) refuse(path, "a mapping", value);
+  DataLayerConfig layer;
+  if (const json* type = find(value, "type")) {
+    if (*type != "shared_fs") {
+      refuse(join(path, "type"),
+             "shared_fs (the caches live in a directory of this machine; loadstar has no S3 or "
+             "GCS client)",
+             *type);
+    }
+  }
+  if (const json* v = find(value, "container_storage_path")) {
+    refuse(join(path, "container_storage_path"), "no such key", *v,
+           ": loadstar runs trials as processes of this machine, not in containers; give "
+           "host_storage_path");
+  }
+  check_keys(value, path, "a shared_fs data layer", {"type", "host_storage_path"});
+  if (const json* v = find(value, "host_storage_path"); v && !v->is_null()) {
+    layer.host_storage_path = to_string(*v, join(path, "host_storage_path"));
+    if (!std::filesystem::path(layer.host_storage_path).is_absolute()) {
+      refuse(join(path, "host_storage_path"), "an absolute path", *v);
+    }
+  }
+  return layer;
 }
 
 json hyperparameter_config_json(const Hyperparameter& hp) {

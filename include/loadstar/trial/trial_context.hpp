@@ -7,6 +7,8 @@
 #include "loadstar/config.hpp"
 
 #include <cstdint>
+#include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -18,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "loadstar/data/class_weight.hpp"
+#include "loadstar/data/dataset/cache_train_dataset.hpp"
 #include "loadstar/data/dataset/wrap_dataset.hpp"
 #include "loadstar/detail/json_state.hpp"
 #include "loadstar/dist/collective.hpp"
@@ -81,23 +84,100 @@ struct DistributedContext {
   bool is_chief() const noexcept { return rank == 0; }
 };
 
-/// `context.experimental`: Determined's data layer decorators. Here a cached dataset is the
-/// dataset itself (every loader is read from memory or a local file already); the calls are kept
-/// so that a Determined trial reads the same.
+/// `context.experimental`: Determined's data layer. `cache_train_dataset(id, version, shuffle,
+/// skip_shuffle_at_epoch_end)` and `cache_validation_dataset(id, version, shuffle)` return a
+/// decorator: called with a function that makes an unbatched `Dataset`, it returns the cached
+/// records of that dataset, built once per `(id, version)` under the experiment config's
+/// `data_layer.host_storage_path` (every trial, every resume and every experiment naming the same
+/// id and version reads the same cache; concurrent builders wait on a lock, and a killed build
+/// leaves no cache behind), shuffled with the trial seed, sharded by rank (training drops the
+/// remainder so that every rank sees as many records), and checkpointed by position, so that a
+/// resume continues exactly. Batch after caching; do not `repeat`.
+/// \code
+/// trial::DataLoader build_training_data_loader() override {
+///   auto records = context.experimental.cache_train_dataset("mnist", "v1", true)(
+///       [] { return loadstar::from_tensor_slices(images, labels); });
+///   return trial::DataLoader(std::move(records).batch(context.get_per_slot_batch_size()));
+/// }
+/// \endcode
+/// As in Determined, each decorator serves one dataset per trial, and a cached dataset is never
+/// also passed to `wrap_dataset` (the cache shards it already): both are refused with
+/// `ConfigError`.
 class ExperimentalContext {
  public:
-  /// Returns `make()`'s dataset (Determined caches it under `dataset_id`/`dataset_version`).
-  template <class F>
-  auto cache_train_dataset(std::string_view /*dataset_id*/, std::string_view /*dataset_version*/,
-                           F&& make) {
-    return std::forward<F>(make)();
+  ExperimentalContext() = default;
+  /// The data layer of trial `trial_id` (for messages) as `config` says, streaming with
+  /// `layer`'s seed, rank and batch size (its `storage_path` is `config`'s directory).
+  ExperimentalContext(DataLayerConfig config, DataLayerOptions layer, std::uint64_t trial_id)
+      : config_(std::move(config)), layer_(std::move(layer)), trial_id_(trial_id) {}
+
+  /// Determined's `cache_train_dataset`: the cache `(dataset_id, dataset_version + "_train")`,
+  /// streamed shuffled with the trial seed when `shuffle` (again each epoch unless
+  /// `skip_shuffle_at_epoch_end`). `ConfigError` for a second call, a call after
+  /// `wrap_dataset`, or an id or version that is not a plain name.
+  DataLayer::Decorator cache_train_dataset(const std::string& dataset_id,
+                                           const std::string& dataset_version, bool shuffle = false,
+                                           bool skip_shuffle_at_epoch_end = false) {
+    claim(train_used_, "cache_train_dataset");
+    return DataLayer(options()).cache_train_dataset(dataset_id, dataset_version, shuffle,
+                                                    skip_shuffle_at_epoch_end);
   }
-  template <class F>
-  auto cache_validation_dataset(std::string_view /*dataset_id*/,
-                                std::string_view /*dataset_version*/, F&& make) {
-    return std::forward<F>(make)();
+  /// Determined's `cache_validation_dataset`: the cache `(dataset_id, dataset_version +
+  /// "_val")`, all of it read by each validation (this rank's share), in one order.
+  DataLayer::Decorator cache_validation_dataset(const std::string& dataset_id,
+                                                const std::string& dataset_version,
+                                                bool shuffle = false) {
+    claim(validation_used_, "cache_validation_dataset");
+    return DataLayer(options()).cache_validation_dataset(dataset_id, dataset_version, shuffle);
   }
+
+  /// How many datasets the two decorators serve (0 to 2).
+  std::size_t cached_datasets() const noexcept {
+    return static_cast<std::size_t>(train_used_) + static_cast<std::size_t>(validation_used_);
+  }
+  /// Where the caches live (`ConfigError` when the config names no directory and neither
+  /// `XDG_CACHE_HOME` nor `HOME` is set), the seed, the rank and the batch size they are streamed
+  /// with.
+  LOADSTAR_DECL DataLayerOptions options() const;
+
+  /// Records a `wrap_dataset` call; `ConfigError` when a decorator was used.
+  void note_wrapped_dataset() {
+    if (cached_datasets() > 0) {
+      throw ConfigError("trial " + std::to_string(trial_id_) +
+                        ": wrap_dataset cannot be combined with context.experimental's "
+                        "cache_train_dataset or cache_validation_dataset (the cache shards "
+                        "the records by rank already)");
+    }
+    ++wrapped_;
+  }
+  std::size_t wrapped_datasets() const noexcept { return wrapped_; }
+
+ private:
+  void claim(bool& used, const char* name) {
+    if (used) {
+      throw ConfigError("trial " + std::to_string(trial_id_) + ": context.experimental." + name +
+                        " can serve one dataset per trial but was called twice");
+    }
+    if (wrapped_ > 0) {
+      throw ConfigError("trial " + std::to_string(trial_id_) + ": context.experimental." + name +
+                        " cannot be combined with wrap_dataset (the cache shards the records by "
+                        "rank already), but wrap_dataset was called");
+    }
+    used = true;
+  }
+
+  DataLayerConfig config_;
+  DataLayerOptions layer_;
+  std::uint64_t trial_id_ = 0;
+  bool train_used_ = false;
+  bool validation_used_ = false;
+  std::size_t wrapped_ = 0;
 };
+
+/// The directory of the data layer's caches for `config`: `data_layer.host_storage_path`, else
+/// `$XDG_CACHE_HOME/loadstar/data_layer`, else `$HOME/.cache/loadstar/data_layer`; `ConfigError`
+/// when neither variable is set.
+LOADSTAR_DECL std::filesystem::path data_layer_directory(const DataLayerConfig& config);
 
 /// What a trial is given: Determined's `TrialContext` for a Keras trial.
 /// \code
@@ -147,7 +227,7 @@ class TrialContext {
   /// several ranks whose `Dataset` loader was not wrapped is refused.
   template <Dataset D>
   ShardDataset<std::remove_cvref_t<D>> wrap_dataset(D&& dataset, bool shard_dataset = true) {
-    ++wrapped_datasets_;
+    experimental.note_wrapped_dataset();
     return loadstar::wrap_dataset(
         std::remove_cvref_t<D>(std::forward<D>(dataset)),
         loadstar::DistributedContext{static_cast<std::size_t>(distributed.rank),
@@ -155,7 +235,7 @@ class TrialContext {
         shard_dataset);
   }
   /// How many datasets `wrap_dataset` has wrapped.
-  std::size_t wrapped_datasets() const noexcept { return wrapped_datasets_; }
+  std::size_t wrapped_datasets() const noexcept { return experimental.wrapped_datasets(); }
 
   /// Determined's `configure_fit`: sets the given arguments, keeps the others.
   LOADSTAR_DECL void configure_fit(const FitConfig& config);
@@ -184,7 +264,6 @@ class TrialContext {
   keras::Model* model_ = nullptr;
   FitSettings fit_;
   bool stop_requested_ = false;
-  std::size_t wrapped_datasets_ = 0;
 };
 
 }  // namespace loadstar::trial
@@ -224,6 +303,34 @@ TrialContext::TrialContext(ExperimentConfig config, nlohmann::json hparams, std:
                       std::to_string(slots) + " ranks of the trial");
   }
   per_slot_batch_size_ = global_batch_size_ / slots;
+  experimental = ExperimentalContext(
+      config_.data_layer,
+      DataLayerOptions{.storage_path = {},
+                       .seed = trial_seed_,
+                       .distributed = {static_cast<std::size_t>(distributed.rank),
+                                       static_cast<std::size_t>(distributed.size)},
+                       .per_slot_batch_size = static_cast<std::size_t>(per_slot_batch_size_),
+                       .batches_trained = 0},
+      trial_id_);
+}
+
+DataLayerOptions ExperimentalContext::options() const {
+  DataLayerOptions options = layer_;
+  options.storage_path = data_layer_directory(config_);
+  return options;
+}
+
+std::filesystem::path data_layer_directory(const DataLayerConfig& config) {
+  if (!config.host_storage_path.empty()) return config.host_storage_path;
+  if (const char* cache = std::getenv("XDG_CACHE_HOME"); cache && *cache == '/') {
+    return std::filesystem::path(cache) / "loadstar" / "data_layer";
+  }
+  if (const char* home = std::getenv("HOME"); home && *home == '/') {
+    return std::filesystem::path(home) / ".cache" / "loadstar" / "data_layer";
+  }
+  throw ConfigError(
+      "data_layer: expected host_storage_path, or HOME or XDG_CACHE_HOME set to an absolute "
+      "path for the default cache directory, but none is");
 }
 
 const nlohmann::json& TrialContext::get_hparam(std::string_view name) const {

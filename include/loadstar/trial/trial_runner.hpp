@@ -100,15 +100,19 @@ TrialResult run_attempt(const TrialSpec& spec, const RunOptions& options, TrialJ
   DataLoader training = trial->build_training_data_loader();
   if (spec.training_process) training = training.served_by(spec.training_process);
   const DataLoader validation = trial->build_validation_data_loader();
-  if (context.distributed.size > 1 && context.wrapped_datasets() == 0 &&
-      (training.kind() == "Dataset" || validation.kind() == "Dataset")) {
+  const std::size_t datasets = static_cast<std::size_t>(training.kind() == "Dataset") +
+                               static_cast<std::size_t>(validation.kind() == "Dataset");
+  const std::size_t sharded = context.wrapped_datasets() + context.experimental.cached_datasets();
+  if (context.distributed.size > 1 && sharded < datasets) {
     // Determined: "please use context.wrap_dataset(dataset)"; an unsharded dataset would be
     // read whole by every rank.
     throw ConfigError("trial " + std::to_string(spec.trial_id) + " ('" + spec.config.entrypoint +
-                      "'): a Dataset loader in a trial of " +
+                      "'): each Dataset loader in a trial of " +
                       std::to_string(context.distributed.size) +
-                      " ranks must be sharded with context.wrap_dataset(dataset) before "
-                      "batching, but wrap_dataset was not called");
+                      " ranks must be sharded, with context.wrap_dataset(dataset) before "
+                      "batching or by context.experimental's cache, but of its " +
+                      std::to_string(datasets) + " Dataset loaders " + std::to_string(sharded) +
+                      (sharded == 1 ? " is" : " are"));
   }
   if (context.fit_settings().shuffle_given) {
     // Determined ignores it for tf.data with a warning; here it is refused, not dropped.

@@ -77,6 +77,8 @@ TEST_SUITE("trial") {
     CHECK(c.slots_per_trial == 1);
     CHECK(c.aggregation_frequency == 1);
     CHECK_FALSE(c.average_training_metrics);
+    CHECK(c.data_layer.type == "shared_fs");
+    CHECK(c.data_layer.host_storage_path.empty());  // the user's cache directory
     CHECK(c.data == json::object());
     // raw is the config with the defaults written out, as Determined's master hands it over.
     CHECK(c.raw.at("scheduling_unit") == 100);
@@ -92,6 +94,7 @@ TEST_SUITE("trial") {
                                        {"smaller_is_better", true},
                                        {"max_length", {{"batches", 100}}}});
     CHECK(c.raw.at("reproducibility") == json::object());
+    CHECK(c.raw.at("data_layer") == json{{"type", "shared_fs"}});
     CHECK(c.raw == to_json(c));
   }
 
@@ -143,6 +146,7 @@ optimizations: {aggregation_frequency: 4, average_training_metrics: yes,
                 tensor_fusion_cycle_time: 5, auto_tune_tensor_fusion: false,
                 gradient_compression: false, mixed_precision: O0}
 profiling: {enabled: false, begin_on_batch: 0}
+data_layer: {type: shared_fs, host_storage_path: /data/caches}
 data: {path: /data/fashion, augment: false}
 )");
     CHECK(c.description == "fashion mnist");
@@ -214,6 +218,7 @@ data: {path: /data/fashion, augment: false}
     CHECK(c.average_training_metrics);
     CHECK_FALSE(c.average_aggregated_gradients);
     CHECK(c.tensor_fusion_threshold == 0);
+    CHECK(c.data_layer.host_storage_path == "/data/caches");
     CHECK(c.data == json{{"path", "/data/fashion"}, {"augment", false}});
     // The parsed hyperparameters drive the grid: 2 * 4 * 3 points (dropout and beta_1 have no
     // count, so the grid refuses them; drop them first).
@@ -300,10 +305,20 @@ data: {path: /data/fashion, augment: false}
     CHECK(refused("tensorboard_storage: {type: shared_fs, host_path: /tmp}\n") ==
           refusal("tensorboard_storage: expected no such key but found {host_path: /tmp, "
                   "type: shared_fs}: loadstar writes no TensorBoard files yet"));
-    CHECK(refused("data_layer: {type: shared_fs}\n") ==
-          refusal("data_layer: expected no such key but found {type: shared_fs}: the data "
-                  "layer's cache (context.experimental.cache_train_dataset) is not implemented "
-                  "yet"));
+    CHECK(refused("data_layer: {type: s3, bucket: b}\n") ==
+          refusal("data_layer.type: expected shared_fs (the caches live in a directory of this "
+                  "machine; loadstar has no S3 or GCS client) but found s3"));
+    CHECK(refused("data_layer: {container_storage_path: /cache}\n") ==
+          refusal("data_layer.container_storage_path: expected no such key but found /cache: "
+                  "loadstar runs trials as processes of this machine, not in containers; give "
+                  "host_storage_path"));
+    CHECK(refused("data_layer: {host_storage_path: caches}\n") ==
+          refusal("data_layer.host_storage_path: expected an absolute path but found caches"));
+    CHECK(refused("data_layer: {host_storage_pth: /x}\n") ==
+          refusal("data_layer.host_storage_pth: not a key of a shared_fs data layer (did you "
+                  "mean 'host_storage_path'?)"));
+    CHECK(refused("data_layer: [shared_fs]\n") ==
+          refusal("data_layer: expected a mapping but found [shared_fs]"));
     const std::string asha =
         "{name: adaptive_asha, metric: val_loss, max_length: {batches: 9}, max_trials: 4, ";
     CHECK(refused("", asha + "stop_once: true}") ==
@@ -334,7 +349,7 @@ data: {path: /data/fashion, augment: false}
         "6400}, max_trials: 5}",
         "records_per_epoch: 640\nmin_checkpoint_period: {epochs: 2}\ncheckpoint_policy: none\n"
         "reproducibility: {experiment_seed: 12}\nlabels: [x]\ndata: {k: [1, 2]}\n"
-        "environment: {x: 1}\n"));
+        "environment: {x: 1}\ndata_layer: {host_storage_path: /srv/caches}\n"));
     const json stored = to_json(c);
     // Through text, as an experiment stores it.
     const ExperimentConfig back = experiment_config_from_json(json::parse(stored.dump()), "e.json");
@@ -362,6 +377,9 @@ data: {path: /data/fashion, augment: false}
     CHECK(back.checkpoint_policy == CheckpointPolicy::none);
     CHECK(back.experiment_seed == 12U);
     CHECK(back.data == json{{"k", {1, 2}}});
+    CHECK(back.data_layer.host_storage_path == "/srv/caches");
+    CHECK(stored.at("data_layer") ==
+          json{{"type", "shared_fs"}, {"host_storage_path", "/srv/caches"}});
     CHECK(back.raw.at("environment") == json{{"x", 1}});
     // The stored form of the searcher holds only the keys the random searcher takes.
     CHECK(stored.at("searcher") == json{{"name", "random"},

@@ -397,6 +397,65 @@ TEST_SUITE("trial") {
                                    "its lock"));
   }
 
+  TEST_CASE("A grid of four trials at once builds the data layer's cache once") {
+    test_support::TempDir dir;
+    const auto config = [&](const std::string& version) {
+      return R"(
+entrypoint: tiny:TinyTrial
+hyperparameters:
+  global_batch_size: 8
+  loader: cached
+  hidden:
+    type: categorical
+    vals: [4, 6, 8, 10]
+records_per_epoch: 64
+scheduling_unit: 4
+searcher:
+  name: grid
+  metric: val_loss
+  max_length:
+    batches: 12
+  max_concurrent_trials: 4
+reproducibility:
+  experiment_seed: 5
+data_layer:
+  host_storage_path: )" +
+             (dir / "caches").string() + R"(
+data:
+  version: )" +
+             version +
+             R"(
+  maker_calls: )" +
+             (dir / "maker_calls").string() + "\n";
+    };
+    const auto made = [&] {
+      const std::string calls = read_bytes(dir / "maker_calls");
+      return std::count(calls.begin(), calls.end(), '\n');
+    };
+    write(dir / "v1.yaml", config("v1"));
+    const Ran first = run(
+        {"experiment", "create", (dir / "v1.yaml").string(), "--dir", (dir / "first").string()});
+    INFO(first.output);
+    REQUIRE(first.exit_code() == 0);
+    CHECK(contains(first.output, "(4 trials: 4 completed, 0 failed)"));
+    CHECK(made() == 1);
+    CHECK(std::filesystem::exists(dir / "caches/tiny/v1_train.ldscache"));
+    // Another experiment naming the same id and version reads the same cache.
+    const Ran second = run(
+        {"experiment", "create", (dir / "v1.yaml").string(), "--dir", (dir / "second").string()});
+    REQUIRE(second.exit_code() == 0);
+    CHECK(made() == 1);
+    // The trials of both read the same records in the same order: equal metrics.
+    CHECK(read_bytes(dir / "first/trials/1/metrics.jsonl") ==
+          read_bytes(dir / "second/trials/1/metrics.jsonl"));
+    // A new version is a new cache.
+    write(dir / "v2.yaml", config("v2"));
+    const Ran third = run(
+        {"experiment", "create", (dir / "v2.yaml").string(), "--dir", (dir / "third").string()});
+    REQUIRE(third.exit_code() == 0);
+    CHECK(made() == 2);
+  }
+
   TEST_CASE("experiment create runs a single trial and prints where its files are") {
     test_support::TempDir dir;
     write(dir / "single.yaml", single_config);

@@ -1,11 +1,13 @@
 // Tiny trial classes for the experiment command line's end-to-end tests: a two-layer MLP on 64
 // synthetic rows (seconds per experiment), which can also sleep after each batch (so that a test
-// can kill the experiment in the middle), throw, throw InvalidHP, or crash its process, as its
-// hyperparameters say.
+// can kill the experiment in the middle), throw, throw InvalidHP, or crash its process, or read its
+// training rows through the data layer's cache, as its hyperparameters say.
 
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <fstream>
+#include <loadstar/data/dataset/from_tensor_slices.hpp>
 #include <loadstar/keras.hpp>
 #include <loadstar/tensor.hpp>
 #include <loadstar/trial/keras_trial.hpp>
@@ -15,6 +17,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -29,7 +32,8 @@ T hparam_or(const trial::TrialContext& context, const char* name, T fallback) {
   return hparams.contains(name) ? hparams[name].get<T>() : fallback;
 }
 
-trial::DataLoader rows(std::size_t count, float phase) {
+std::pair<loadstar::Tensor<float>, loadstar::Tensor<float>> rows_tensors(std::size_t count,
+                                                                         float phase) {
   loadstar::Tensor<float> x({count, 4}, 0.0f);
   loadstar::Tensor<float> y({count}, 0.0f);
   for (std::size_t i = 0; i < count; ++i) {
@@ -38,6 +42,11 @@ trial::DataLoader rows(std::size_t count, float phase) {
     }
     y(i) = x(i, 0) + x(i, 1) > 0 ? 1.0f : 0.0f;
   }
+  return {std::move(x), std::move(y)};
+}
+
+trial::DataLoader rows(std::size_t count, float phase) {
+  auto [x, y] = rows_tensors(count, phase);
   return {std::move(x), std::move(y)};
 }
 
@@ -66,6 +75,20 @@ class TinyTrial : public trial::KerasTrial {
   trial::DataLoader build_training_data_loader() override {
     if (hparam_or<std::string>(context, "fail", "none") == "throw") {
       throw std::runtime_error("tiny trial fails on purpose");
+    }
+    if (hparam_or<std::string>(context, "loader", "arrays") == "cached") {
+      // The data layer's cache of the same rows, under the version the data config names; each
+      // call of the dataset maker appends a line to the data config's `maker_calls` file.
+      const auto& data = context.get_data_config();
+      return trial::DataLoader(
+          context.experimental
+              .cache_train_dataset("tiny", data.at("version").get<std::string>(), true)([&data] {
+                std::ofstream(data.at("maker_calls").get<std::string>(), std::ios::app) << "made\n";
+                auto slices = rows_tensors(64, 0.0f);
+                return loadstar::from_tensor_slices(std::move(slices.first),
+                                                    std::move(slices.second));
+              })
+              .batch(context.get_per_slot_batch_size()));
     }
     return rows(64, 0.0f);
   }

@@ -1,7 +1,7 @@
 // The trials the runner's tests run: a small MLP with dropout on the blobs problem, trained with
 // Adam, with its training data as arrays, a Sequence (with threads or processes, through
-// configure_fit) or a Dataset, chosen by the hyperparameter `loader`; and a trial that throws
-// once, for max_restarts.
+// configure_fit), a Dataset or the data layer's cache of one, chosen by the hyperparameter
+// `loader`; and a trial that throws once, for max_restarts.
 #pragma once
 
 #include "keras/blobs.hpp"
@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <loadstar/data/array_sequence.hpp>
 #include <loadstar/data/dataset/from_sequence.hpp>
+#include <loadstar/data/dataset/from_tensor_slices.hpp>
 #include <loadstar/keras.hpp>
 #include <loadstar/keras/callbacks/detail/files.hpp>
 #include <loadstar/trial/callback.hpp>
@@ -124,6 +125,14 @@ class BlobsTrial : public trial::KerasTrial {
     if (loader == "arrays") return {d.x, d.y};
     if (loader == "dataset")
       return trial::DataLoader(from_sequence(ArraySequence(d.x, d.y, batch)));
+    if (loader == "cached") {
+      // The data layer's cache (under the config's data_layer.host_storage_path), shuffled with
+      // the trial seed each epoch.
+      return trial::DataLoader(context.experimental
+                                   .cache_train_dataset("blobs", "v1", true)(
+                                       [&d] { return from_tensor_slices(d.x, d.y); })
+                                   .batch(batch));
+    }
     return trial::DataLoader(ArraySequence(d.x, d.y, batch));
   }
 

@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "loadstar/data/dataset/batch.hpp"  // the records are batched after caching
 #include "loadstar/data/dataset/detail/base.hpp"
 #include "loadstar/data/dataset/detail/cache_file.hpp"
 #include "loadstar/data/dataset/detail/state.hpp"
