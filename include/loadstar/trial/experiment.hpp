@@ -132,6 +132,14 @@ class ExperimentLock {
 /// `ConfigError` when no process runs it.
 LOADSTAR_DECL void signal_experiment(const std::filesystem::path& dir, Interruption what);
 
+/// The folder of checkpoint `uuid` (`searcher.source_checkpoint_uuid`): looked for among the
+/// checkpoints of the experiment in `dir` (whose checkpoint folder `record` names), then among
+/// those of the experiments beside it (the other experiment folders in `dir`'s parent);
+/// `ConfigError` naming the folders searched when none holds it.
+LOADSTAR_DECL std::filesystem::path find_checkpoint(const std::filesystem::path& dir,
+                                                    const ExperimentRecord& record,
+                                                    const std::string& uuid);
+
 /// The `TrialSpec` of trial `trial` of the experiment in `dir`.
 LOADSTAR_DECL TrialSpec trial_spec(const std::filesystem::path& dir, const ExperimentRecord& record,
                                    const ExperimentConfig& config, const TrialRecord& trial);
@@ -381,7 +389,35 @@ TrialSpec trial_spec(const std::filesystem::path& dir, const ExperimentRecord& r
   spec.trial_seed = trial.trial_seed;
   spec.trial_dir = trial_dir(dir, trial.id);
   spec.checkpoint_dir = checkpoint_root(dir, record);
+  if (const auto& uuid = config.searcher.source_checkpoint_uuid) {
+    spec.warm_start = find_checkpoint(dir, record, *uuid);
+  }
   return spec;
+}
+
+std::filesystem::path find_checkpoint(const std::filesystem::path& dir,
+                                      const ExperimentRecord& record, const std::string& uuid) {
+  std::vector<std::filesystem::path> roots{checkpoint_root(dir, record)};
+  const auto parent = std::filesystem::absolute(dir).lexically_normal().parent_path();
+  std::error_code error;
+  if (std::filesystem::is_directory(parent, error)) {
+    for (const auto& listing : list_experiment_folders(parent)) {
+      if (std::filesystem::equivalent(listing.dir, dir, error)) continue;
+      try {
+        roots.push_back(checkpoint_root(listing.dir, read_experiment_record(listing.dir)));
+      } catch (const Error&) {
+        // An unreadable experiment holds no checkpoint to start from.
+      }
+    }
+  }
+  std::string searched;
+  for (const auto& root : roots) {
+    if (std::filesystem::exists(root / uuid / checkpoint_model_file, error)) return root / uuid;
+    searched += (searched.empty() ? "" : ", ") + root.string();
+  }
+  throw ConfigError("searcher.source_checkpoint_uuid: expected a checkpoint '" + uuid +
+                    "' (a folder with " + std::string(checkpoint_model_file) +
+                    ") but found none in " + searched);
 }
 
 nlohmann::json result_to_json(const TrialResult& result) {
@@ -851,6 +887,10 @@ ExperimentSummary create_experiment(const std::filesystem::path& config_file,
                               : (std::filesystem::path(storage.host_path) / storage.storage_path)
                                     .lexically_normal()
                                     .string();
+  // A warm start's checkpoint must exist before the first trial starts.
+  if (const auto& uuid = config.searcher.source_checkpoint_uuid) {
+    (void)detail::find_checkpoint(dir, record, *uuid);
+  }
   detail::write_experiment_record(dir, record);
   if (options.out != nullptr) {
     *options.out << "experiment " << record.id << " created in '" << dir.string() << "' from '"

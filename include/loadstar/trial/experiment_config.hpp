@@ -961,15 +961,17 @@ SearcherConfig ExperimentConfigReader::read_searcher(const json& value) const {
   }
   if (const json* v = find(value, "source_trial_id")) {
     searcher.source_trial_id = to_uint(*v, "searcher.source_trial_id", 1);
-    fail("searcher.source_trial_id", "expected no warm start but found " + to_flow(*v) +
-                                         ": starting trials from another trial's checkpoint is "
-                                         "not implemented yet");
+    fail("searcher.source_trial_id",
+         "expected no such key but found " + to_flow(*v) +
+             ": trials are numbered per experiment folder here, so an id names no one trial; "
+             "give searcher.source_checkpoint_uuid (experiment describe lists the checkpoints)");
   }
   if (const json* v = find(value, "source_checkpoint_uuid")) {
-    searcher.source_checkpoint_uuid = to_string(*v, "searcher.source_checkpoint_uuid");
-    fail("searcher.source_checkpoint_uuid",
-         "expected no warm start but found " + to_flow(*v) +
-             ": starting trials from a checkpoint's weights is not implemented yet");
+    const std::string uuid = to_string(*v, "searcher.source_checkpoint_uuid");
+    if (uuid.empty() || uuid == "." || uuid == ".." || uuid.find('/') != std::string::npos) {
+      refuse("searcher.source_checkpoint_uuid", "a checkpoint's uuid (a folder name)", *v);
+    }
+    searcher.source_checkpoint_uuid = uuid;
   }
   return searcher;
 }

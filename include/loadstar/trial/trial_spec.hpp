@@ -32,6 +32,10 @@ struct TrialSpec {
   std::filesystem::path trial_dir = {};
   /// Checkpoints go to `checkpoint_dir/<uuid>/`.
   std::filesystem::path checkpoint_dir = {};
+  /// A warm start (Determined's `searcher.source_checkpoint_uuid`): a checkpoint folder whose
+  /// model weights and optimizer state the trial starts from when it has no checkpoint of its
+  /// own; its data, random state and callbacks start afresh, from batch 0. Empty: none.
+  std::filesystem::path warm_start = {};
   /// The ranks of a data-parallel trial (`dist::mpi_world()` under `mpirun`); null: one process.
   /// Every rank runs the same spec; rank 0 writes the files.
   std::shared_ptr<dist::Collective> collective = nullptr;

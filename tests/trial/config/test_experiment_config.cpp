@@ -326,13 +326,17 @@ data: {path: /data/fashion, augment: false}
                   "variant of ASHA is not implemented yet (trials are promoted as in "
                   "asynchronous successive halving)"));
     CHECK(refused("", asha + "source_trial_id: 7}") ==
-          refusal("searcher.source_trial_id: expected no warm start but found 7: starting trials "
-                  "from another trial's checkpoint is not implemented yet"));
+          refusal("searcher.source_trial_id: expected no such key but found 7: trials are "
+                  "numbered per experiment folder here, so an id names no one trial; give "
+                  "searcher.source_checkpoint_uuid (experiment describe lists the checkpoints)"));
     CHECK(refused("",
                   "{name: single, metric: val_loss, max_length: {batches: 9}, "
-                  "source_checkpoint_uuid: abc-123}") ==
-          refusal("searcher.source_checkpoint_uuid: expected no warm start but found abc-123: "
-                  "starting trials from a checkpoint's weights is not implemented yet"));
+                  "source_checkpoint_uuid: abc-123}") == "accepted");
+    CHECK(refused("",
+                  "{name: single, metric: val_loss, max_length: {batches: 9}, "
+                  "source_checkpoint_uuid: ../x}") ==
+          refusal("searcher.source_checkpoint_uuid: expected a checkpoint's uuid (a folder name) "
+                  "but found ../x"));
     // The defaults are accepted: they are what loadstar does.
     CHECK(refused("optimizations: {mixed_precision: O0, gradient_compression: false, "
                   "tensor_fusion_cycle_time: 5, auto_tune_tensor_fusion: false}\n"

@@ -15,6 +15,7 @@
 #include <loadstar/keras/callbacks/detail/files.hpp>
 #include <loadstar/random.hpp>
 #include <loadstar/trial/detail/experiment_process.hpp>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -454,6 +455,71 @@ data:
         {"experiment", "create", (dir / "v2.yaml").string(), "--dir", (dir / "third").string()});
     REQUIRE(third.exit_code() == 0);
     CHECK(made() == 2);
+  }
+
+  TEST_CASE(
+      "searcher.source_checkpoint_uuid starts every trial from another experiment's weights") {
+    test_support::TempDir dir;
+    write(dir / "single.yaml", single_config);
+    const Ran source = run({"experiment", "create", (dir / "single.yaml").string(), "--dir",
+                            (dir / "source").string()});
+    REQUIRE_MESSAGE(source.exit_code() == 0, source.output);
+    const auto trial = read_json(dir / "source/trials/1/trial.json");
+    const std::string uuid = trial["latest_checkpoint"].get<std::string>();
+    // The val_loss of each validation, by batch.
+    const auto validations = [](const std::filesystem::path& metrics) {
+      std::map<std::uint64_t, double> out;
+      std::ifstream lines(metrics);
+      for (std::string line; std::getline(lines, line);) {
+        const auto entry = nlohmann::json::parse(line);
+        if (entry["kind"] == "validation") {
+          out[entry["batches"].get<std::uint64_t>()] = entry["metrics"]["val_loss"].get<double>();
+        }
+      }
+      return out;
+    };
+    const auto before = validations(dir / "source/trials/1/metrics.jsonl");
+    REQUIRE(before.count(24) == 1);
+    // Two trials (another hidden size would not load the weights: the same one twice, with
+    // other learning rates), each validated before its first batch.
+    std::string warm = single_config;
+    warm.replace(warm.find("  learning_rate: 0.01\n"), 22,
+                 "  learning_rate: {type: categorical, vals: [0.01, 0.02]}\n");
+    warm.replace(warm.find("  name: single\n"), 14, "  name: grid\n");
+    warm += "perform_initial_validation: true\n";
+    warm.replace(warm.find("searcher:\n"), 10,
+                 "searcher:\n  source_checkpoint_uuid: " + uuid + "\n");
+    write(dir / "warm.yaml", warm);
+    const Ran started = run(
+        {"experiment", "create", (dir / "warm.yaml").string(), "--dir", (dir / "warm").string()});
+    INFO(started.output);
+    REQUIRE(started.exit_code() == 0);
+    for (const char* id : {"1", "2"}) {
+      CAPTURE(id);
+      CHECK(contains(read_bytes(dir / "warm/trials" / id / "output.log"),
+                     "trial " + std::string(id) + ": starting from the weights of checkpoint " +
+                         (dir / "source/checkpoints" / uuid).string()));
+      const auto after = validations(dir / "warm/trials" / id / "metrics.jsonl");
+      REQUIRE(after.count(0) == 1);
+      // The initial validation sees the source's weights at its checkpoint, bit for bit.
+      CHECK(after.at(0) == before.at(24));
+    }
+    // A uuid no experiment beside it holds is refused before any trial runs.
+    std::string missing = single_config;
+    missing.replace(missing.find("searcher:\n"), 10,
+                    "searcher:\n  source_checkpoint_uuid: no-such-checkpoint\n");
+    write(dir / "missing.yaml", missing);
+    const Ran refused = run({"experiment", "create", (dir / "missing.yaml").string(), "--dir",
+                             (dir / "missing").string()});
+    CHECK(refused.exit_code() != 0);
+    CHECK_MESSAGE(contains(refused.output,
+                           "searcher.source_checkpoint_uuid: expected a checkpoint "
+                           "'no-such-checkpoint' (a folder with "
+                           "determined-keras-model.h5) but found none in " +
+                               (dir / "missing" / "checkpoints").string() + ", " +
+                               (dir / "source" / "checkpoints").string() + ", " +
+                               (dir / "warm" / "checkpoints").string()),
+                  refused.output);
   }
 
   TEST_CASE("experiment create runs a single trial and prints where its files are") {

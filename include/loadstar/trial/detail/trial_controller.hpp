@@ -364,6 +364,16 @@ void TrialController::agree_on_stop() {
 void TrialController::resume() {
   if (record_->latest_checkpoint.empty()) {
     if (chief_) metrics_.keep(0);
+    if (!spec_.warm_start.empty()) {
+      // Determined's warm start: the source checkpoint's weights and optimizer state; the trial
+      // otherwise starts afresh.
+      load_checkpoint_model(model_, spec_.warm_start);
+      if (verbose()) {
+        end_bar_line();
+        *out_ << owner() << ": starting from the weights of checkpoint "
+              << spec_.warm_start.string() << "\n";
+      }
+    }
     return;
   }
   const auto path = spec_.checkpoint_dir / record_->latest_checkpoint;
