@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "temp_dir.hpp"
+#include "test_helpers.hpp"
 
 #include <atomic>
 #include <chrono>
@@ -54,10 +55,7 @@ namespace fs = std::filesystem;
 
 using test_support::TempDir;
 
-/// `doctest::Contains` for a message built at run time.
-doctest::Contains contains(const std::string& text) {
-  return doctest::Contains(text.c_str());
-}
+using test_support::contains;
 
 /// A tensor of the given shape holding `start, start + step, ...`.
 template <class T>

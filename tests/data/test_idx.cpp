@@ -3,6 +3,7 @@
 #include <unistd.h>
 #include <zlib.h>
 #include "temp_dir.hpp"
+#include "test_helpers.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -74,10 +75,7 @@ void write_gzip(const fs::path& path, const Bytes& bytes) {
   REQUIRE(gzclose(out) == Z_OK);
 }
 
-/// `doctest::Contains` for a message built at run time.
-doctest::Contains contains(const std::string& text) {
-  return doctest::Contains(text.c_str());
-}
+using test_support::contains;
 
 Bytes read_plain(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);

@@ -42,7 +42,7 @@ void check_close(const Tensor<float>& got, const Tensor<float>& want, const std:
 struct ConvCase {
   std::string name;
   Conv2DGeometry g;
-  Activation activation;
+  keras::Activation activation;
   bool bias;
 };
 
@@ -73,14 +73,15 @@ TEST_SUITE("keras") {
   TEST_CASE("CpuBackend's tiled convolution matches im2col + gemm on the whole batch") {
     const std::vector<ConvCase> cases = {
         {"valid 3x3, relu, many images per tile", geometry(13, 20, 20, 1, 3, 8, 1, 1, false),
-         Activation::relu, true},
+         keras::Activation::relu, true},
         {"same 3x3 stride 2, swish (gradient from the input)",
-         geometry(5, 11, 10, 6, 3, 16, 2, 1, true), Activation::swish, true},
+         geometry(5, 11, 10, 6, 3, 16, 2, 1, true), keras::Activation::swish, true},
         {"same 3x3 dilation 2, linear, no bias", geometry(3, 12, 12, 4, 3, 5, 1, 2, true),
-         Activation::linear, false},
+         keras::Activation::linear, false},
         {"valid 5x5, tanh, one image per tile", geometry(4, 40, 40, 8, 5, 12, 1, 1, false),
-         Activation::tanh, true},
-        {"valid 3x3, softmax", geometry(2, 6, 7, 3, 3, 4, 1, 1, false), Activation::softmax, true},
+         keras::Activation::tanh, true},
+        {"valid 3x3, softmax", geometry(2, 6, 7, 3, 3, 4, 1, 1, false), keras::Activation::softmax,
+         true},
     };
     for (const ConvCase& c : cases) {
       for (const std::size_t threads : {1, 3}) {
@@ -150,13 +151,13 @@ TEST_SUITE("keras") {
     for (const std::size_t threads : {1, 2, 3, 5}) {
       CpuBackend backend(threads);
       Tensor<float> dkernel(kernel.shape()), dbias({g.out_c});
-      backend.conv2d_backward(x, g, kernel, Tensor<float>(), Activation::relu, y, dy, dkernel,
-                              dbias, Tensor<float>(), true);
+      backend.conv2d_backward(x, g, kernel, Tensor<float>(), keras::Activation::relu, y, dy,
+                              dkernel, dbias, Tensor<float>(), true);
       bias_gradients.push_back(dbias);
       // The same thread count gives the same bits.
       Tensor<float> again_kernel(kernel.shape()), again_bias({g.out_c});
-      backend.conv2d_backward(x, g, kernel, Tensor<float>(), Activation::relu, y, dy, again_kernel,
-                              again_bias, Tensor<float>(), false);
+      backend.conv2d_backward(x, g, kernel, Tensor<float>(), keras::Activation::relu, y, dy,
+                              again_kernel, again_bias, Tensor<float>(), false);
       CHECK(again_kernel == dkernel);
       CHECK(again_bias == dbias);
     }

@@ -32,7 +32,7 @@ using nlohmann::json;
 
 namespace {
 
-const json& reference() {
+const json& merge_reference() {
   static const json data = layer_cases::load("layers_1d_shape_merge.json");
   return data;
 }
@@ -112,14 +112,14 @@ TEST_SUITE("keras_layers") {
   TEST_CASE("More layers match the PyTorch reference values with one and three threads") {
     for (std::size_t threads : {1, 3}) {
       CpuBackend backend(threads);
-      for (const auto& c : reference()["cases"])
+      for (const auto& c : merge_reference()["cases"])
         layer_cases::run_case(c, backend);
     }
   }
 
   TEST_CASE("More layers compute only through the backend") {
     loadstar::test::ProtectedBackend backend(2);
-    for (const auto& c : reference()["cases"])
+    for (const auto& c : merge_reference()["cases"])
       layer_cases::run_case(c, backend);
   }
 
@@ -416,7 +416,7 @@ TEST_SUITE("keras_layers") {
   TEST_CASE("Keras files with Conv1D and mixed data formats predict as PyTorch on their weights") {
     const char* shared = std::getenv("LOADSTAR_SHARED_DIR");
     REQUIRE_MESSAGE(shared != nullptr, "LOADSTAR_SHARED_DIR is not set");
-    const json& models = reference()["models"];
+    const json& models = merge_reference()["models"];
     CHECK(models.size() == 2);
     for (const auto& m : models) {
       const std::string file = m["file"];

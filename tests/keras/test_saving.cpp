@@ -2,8 +2,10 @@
 // training that continues bitwise after a save and a load in a fresh process, weights files by
 // position and by name, and the errors.
 #include <doctest/doctest.h>
+
 #include <sys/wait.h>
 #include <unistd.h>
+#include <loadstar/keras/callbacks/detail/files.hpp>
 
 #include <H5Cpp.h>
 
@@ -35,10 +37,7 @@ std::vector<std::string> files_in(const std::filesystem::path& dir) {
   return out;
 }
 
-std::string read_bytes(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
+using loadstar::keras::detail::read_bytes;
 
 /// Trains `model` on batch `k` of a fixed stream of batches, for k in [first, last).
 void train(Model& model, std::size_t first, std::size_t last) {

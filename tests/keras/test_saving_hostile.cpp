@@ -2,10 +2,12 @@
 // with bytes flipped loads or fails with a typed error naming the file, never a crash or a hang;
 // crafted archives (sizes the zip directory declares, a bad CRC-32) and a sandbox deadline.
 #include <doctest/doctest.h>
+
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <loadstar/keras/callbacks/detail/files.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -34,10 +36,7 @@ using test_support::TempDir;
 
 namespace {
 
-std::string read_bytes(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
+using loadstar::keras::detail::read_bytes;
 
 void write_bytes(const std::filesystem::path& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);

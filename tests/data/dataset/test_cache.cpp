@@ -18,6 +18,7 @@
 
 #include "resume_check.hpp"
 #include "temp_dir.hpp"
+#include "test_helpers.hpp"
 
 using dataset_test::check_exact_resume;
 using loadstar::ConfigError;
@@ -28,18 +29,9 @@ using test_support::TempDir;
 
 namespace {
 
-/// `doctest::Contains` for a message built at run time.
-doctest::Contains contains(const std::string& text) {
-  return doctest::Contains(text.c_str());
-}
+using test_support::contains;
 
-template <class D>
-std::vector<loadstar::element_t<D>> drain(D& dataset) {
-  std::vector<loadstar::element_t<D>> out;
-  while (auto element = dataset.next())
-    out.push_back(std::move(*element));
-  return out;
-}
+using test_support::drain;
 
 // Rows (x, y) whose upstream counts how often it is read.
 auto counted_rows(std::atomic<int>& reads, std::size_t n = 20) {

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "resume_check.hpp"
+#include "test_helpers.hpp"
 
 using dataset_test::check_exact_resume;
 using loadstar::CheckpointError;
@@ -58,13 +59,7 @@ Tensor<std::int32_t> labels(std::size_t n) {
   return t;
 }
 
-template <class D>
-std::vector<loadstar::element_t<D>> drain(D& dataset) {
-  std::vector<loadstar::element_t<D>> out;
-  while (auto element = dataset.next())
-    out.push_back(std::move(*element));
-  return out;
-}
+using test_support::drain;
 
 std::vector<std::int64_t> iota64(std::int64_t begin, std::int64_t end, std::int64_t step = 1) {
   std::vector<std::int64_t> out;

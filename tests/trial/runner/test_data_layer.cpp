@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "temp_dir.hpp"
+#include "test_helpers.hpp"
 
 namespace {
 
@@ -25,14 +26,7 @@ trial::ExperimentConfig cached_config(const std::filesystem::path& caches) {
   return c;
 }
 
-/// Every element of one epoch of `dataset`.
-template <class D>
-std::vector<element_t<D>> drain(D& dataset) {
-  std::vector<element_t<D>> out;
-  while (auto element = dataset.next())
-    out.push_back(*element);
-  return out;
-}
+using test_support::drain;
 
 /// Sets an environment variable for one scope, then restores it.
 class ScopedEnv {
@@ -191,12 +185,7 @@ TEST_SUITE("trial") {
     const auto b = trial_spec(two.path(), c, hparams("cached"));
     trial::run_trial(b, {.until = trial::Length{trial::Unit::batches, 20}, .verbose = false});
     trial::run_trial(b, {.verbose = false});
-    auto weights = [](const trial::TrialSpec& s) {
-      auto m = load_model(s.checkpoint_dir / record(s).at("latest_checkpoint").get<std::string>() /
-                          "determined-keras-model.h5");
-      return weight_bytes(m->get_weights());
-    };
-    CHECK(weights(a) == weights(b));
+    CHECK(final_weights(a) == final_weights(b));
     CHECK(text(a.trial_dir / "metrics.jsonl") == text(b.trial_dir / "metrics.jsonl"));
     // The checkpoint holds the cache's position: its epoch and the record within it.
     const auto uuid = record(b).at("latest_checkpoint").get<std::string>();

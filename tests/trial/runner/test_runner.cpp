@@ -31,13 +31,6 @@ std::vector<nlohmann::json> metric_lines(const TrialSpec& s) {
   return lines;
 }
 
-/// The weights of the trial's latest checkpoint, read with load_model.
-std::string final_weights(const TrialSpec& s) {
-  const auto uuid = record(s).at("latest_checkpoint").get<std::string>();
-  auto m = load_model(s.checkpoint_dir / uuid / "determined-keras-model.h5");
-  return weight_bytes(m->get_weights());
-}
-
 const RunOptions quiet{.verbose = false};
 
 }  // namespace

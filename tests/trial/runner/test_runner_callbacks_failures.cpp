@@ -143,8 +143,8 @@ void register_here() {
   trial::register_trial<DeterministicFailureTrial>("tests:DeterministicFailureTrial");
 }
 
-trial::TrialSpec spec_in(const std::filesystem::path& dir, trial::ExperimentConfig c,
-                         nlohmann::json hp) {
+trial::TrialSpec callbacks_spec(const std::filesystem::path& dir, trial::ExperimentConfig c,
+                                nlohmann::json hp) {
   register_here();
   return trial_spec(dir, std::move(c), std::move(hp));
 }
@@ -182,8 +182,8 @@ TEST_SUITE("trial") {
   TEST_CASE("Keras callbacks in a trial hear the training and validation logs at each epoch end") {
     test_support::TempDir dir;
     epoch_logs().clear();
-    const auto s = spec_in(dir.path(), epoch_config("tests:CallbacksTrial"),
-                           with(hparams(), "dir", dir.path().string()));
+    const auto s = callbacks_spec(dir.path(), epoch_config("tests:CallbacksTrial"),
+                                  with(hparams(), "dir", dir.path().string()));
     std::ostringstream out;
     const auto result = trial::run_trial(s, {.output = &out});
     CAPTURE(out.str());
@@ -220,11 +220,11 @@ TEST_SUITE("trial") {
     test_support::TempDir two;
     const auto c = epoch_config("tests:CallbacksTrial");
     epoch_logs().clear();
-    trial::run_trial(spec_in(one.path(), c, with(hparams(), "dir", one.path().string())),
+    trial::run_trial(callbacks_spec(one.path(), c, with(hparams(), "dir", one.path().string())),
                      {.verbose = false});
     const auto whole = epoch_logs();
     epoch_logs().clear();
-    const auto b = spec_in(two.path(), c, with(hparams(), "dir", two.path().string()));
+    const auto b = callbacks_spec(two.path(), c, with(hparams(), "dir", two.path().string()));
     trial::run_trial(b, {.until = trial::Length{trial::Unit::batches, 20}, .verbose = false});
     trial::run_trial(b, {.verbose = false});
     REQUIRE(epoch_logs().size() == whole.size());
@@ -236,8 +236,8 @@ TEST_SUITE("trial") {
 
   TEST_CASE("Keras's EarlyStopping in a trial stops it: a stop request, a checkpoint, completed") {
     test_support::TempDir dir;
-    const auto s = spec_in(dir.path(), epoch_config("tests:CallbacksTrial"),
-                           with(hparams(), "callbacks", "keras_stop"));
+    const auto s = callbacks_spec(dir.path(), epoch_config("tests:CallbacksTrial"),
+                                  with(hparams(), "callbacks", "keras_stop"));
     const auto result = trial::run_trial(s, {.verbose = false});
     // Epoch 0 sets the best; epoch 1 (after the validation at 20) does not beat it by 100.
     CHECK(result.stop_requested);
@@ -256,7 +256,7 @@ TEST_SUITE("trial") {
       c.records_per_epoch = 0;  // no epochs at all: it acts on validations alone
       const auto hp = with(hparams(), "callbacks", variant);
       test_support::TempDir one;
-      const auto a = spec_in(one.path(), c, hp);
+      const auto a = callbacks_spec(one.path(), c, hp);
       const auto result = trial::run_trial(a, {.verbose = false});
       // Validations at 10 (best), 20 (wait 1), 30 (wait 2 = patience): stop, checkpoint at 30.
       CHECK(result.stop_requested);
@@ -267,7 +267,7 @@ TEST_SUITE("trial") {
       // Stopped at 20 and resumed: its wait and best come back from the checkpoint, so it stops at
       // 30 as well (a fresh best would count the validation at 30 as an improvement).
       test_support::TempDir two;
-      const auto b = spec_in(two.path(), c, hp);
+      const auto b = callbacks_spec(two.path(), c, hp);
       trial::run_trial(b, {.until = trial::Length{trial::Unit::batches, 20}, .verbose = false});
       const auto resumed = trial::run_trial(b, {.verbose = false});
       CHECK(resumed.stop_requested);
@@ -328,14 +328,14 @@ reproducibility:
     c.records_per_epoch = 80;  // 5 batches an epoch: 9 epoch ends that it must not count
     const auto hp = with(hparams(), "callbacks", "det_plateau");
     test_support::TempDir one;
-    const auto a = spec_in(one.path(), c, hp);
+    const auto a = callbacks_spec(one.path(), c, hp);
     trial::run_trial(a, {.verbose = false});
     // Validations at 10, 20, 30, 40, 45: the first sets the best, each later one halves 0.02; the
     // checkpoint at 45 comes before the validation at 45 (checkpoint, then validate): 3 halvings.
     CHECK(latest_model(a)->optimizer().learning_rate() == doctest::Approx(0.02 / 8).epsilon(1e-6));
 
     test_support::TempDir two;
-    const auto b = spec_in(two.path(), c, hp);
+    const auto b = callbacks_spec(two.path(), c, hp);
     trial::run_trial(b, {.until = trial::Length{trial::Unit::batches, 20}, .verbose = false});
     trial::run_trial(b, {.verbose = false});
     CHECK(weight_bytes(latest_model(a)->get_weights()) ==
@@ -385,7 +385,7 @@ reproducibility:
       test_support::TempDir dir;
       auto c = config("tests:InvalidTrial");
       c.max_restarts = 3;
-      const auto s = spec_in(dir.path(), c, with(hparams(), "invalid_at", where));
+      const auto s = callbacks_spec(dir.path(), c, with(hparams(), "invalid_at", where));
       CHECK_THROWS_AS(trial::run_trial(s, {.verbose = false}), trial::InvalidHP);
       const auto r = record(s);
       CHECK(r["state"] == "INVALID");
@@ -455,7 +455,7 @@ reproducibility:
     test_support::TempDir dir;
     auto c = config("tests:DeterministicFailureTrial");
     c.max_restarts = 5;
-    const auto s = spec_in(dir.path(), c, hparams());
+    const auto s = callbacks_spec(dir.path(), c, hparams());
     CHECK_THROWS_WITH_AS(trial::run_trial(s, {.verbose = false}),
                          "trial 1: the failure at batch 12 recurred at the same batch after "
                          "restart 1 of 5, so it is deterministic and is not retried again: "

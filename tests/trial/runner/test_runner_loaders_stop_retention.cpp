@@ -82,20 +82,14 @@ class NanTrial : public BlobsTrial {
   }
 };
 
-trial::TrialSpec spec_in(const std::filesystem::path& dir, trial::ExperimentConfig c,
-                         nlohmann::json hp) {
+trial::TrialSpec loaders_spec(const std::filesystem::path& dir, trial::ExperimentConfig c,
+                              nlohmann::json hp) {
   register_trials();
   trial::register_trial<OtherLoadersTrial>("tests:OtherLoadersTrial");
   trial::register_trial<StoppingTrial>("tests:StoppingTrial");
   trial::register_trial<NanTrial>("tests:NanTrial");
   trial::register_trial<ConfiguredFitTrial>("tests:ConfiguredFitTrial");
   return trial_spec(dir, std::move(c), std::move(hp));
-}
-
-std::string final_weights(const trial::TrialSpec& s) {
-  auto m = load_model(s.checkpoint_dir / record(s).at("latest_checkpoint").get<std::string>() /
-                      "determined-keras-model.h5");
-  return weight_bytes(m->get_weights());
 }
 
 }  // namespace
@@ -107,9 +101,9 @@ TEST_SUITE("trial") {
       test_support::TempDir one;
       test_support::TempDir two;
       const auto c = config("tests:OtherLoadersTrial");
-      const auto a = spec_in(one.path(), c, hparams(loader));
+      const auto a = loaders_spec(one.path(), c, hparams(loader));
       trial::run_trial(a, {.verbose = false});
-      const auto b = spec_in(two.path(), c, hparams(loader));
+      const auto b = loaders_spec(two.path(), c, hparams(loader));
       trial::run_trial(b, {.until = trial::Length{trial::Unit::batches, 20}, .verbose = false});
       trial::run_trial(b, {.verbose = false});
       CHECK(final_weights(a) == final_weights(b));
@@ -123,7 +117,7 @@ TEST_SUITE("trial") {
     const auto refusal = [&](nlohmann::json hp) {
       test_support::TempDir dir;
       try {
-        trial::run_trial(spec_in(dir.path(), c, std::move(hp)), {.verbose = false});
+        trial::run_trial(loaders_spec(dir.path(), c, std::move(hp)), {.verbose = false});
       } catch (const ConfigError& e) {
         return std::string(e.what());
       }
@@ -156,10 +150,10 @@ TEST_SUITE("trial") {
     c.searcher.max_length = {trial::Unit::batches, 20};
     auto hp = hparams("weighted");
     hp["shuffle"] = true;
-    const auto a = spec_in(one.path(), c, hp);
+    const auto a = loaders_spec(one.path(), c, hp);
     trial::run_trial(a, {.verbose = false});
     hp["shuffle"] = false;
-    const auto b = spec_in(two.path(), c, hp);
+    const auto b = loaders_spec(two.path(), c, hp);
     trial::run_trial(b, {.verbose = false});
     CHECK(final_weights(a) != final_weights(b));
   }
@@ -175,7 +169,7 @@ TEST_SUITE("trial") {
       test_support::TempDir dir;
       c.aggregation_frequency = frequency;
       c.average_aggregated_gradients = average;
-      const auto s = spec_in(dir.path(), c, hparams());
+      const auto s = loaders_spec(dir.path(), c, hparams());
       trial::run_trial(s, {.verbose = false});
       weights.push_back(final_weights(s));
     }
@@ -189,7 +183,7 @@ TEST_SUITE("trial") {
     auto c = config("tests:StoppingTrial");
     c.min_checkpoint_period = {trial::Unit::batches, 0};
     c.min_validation_period = {trial::Unit::batches, 0};
-    const auto s = spec_in(dir.path(), c, hparams());
+    const auto s = loaders_spec(dir.path(), c, hparams());
     const auto result = trial::run_trial(s, {.verbose = false});
     CHECK(result.stop_requested);
     CHECK(result.total_batches == 9);  // workloads of 3: the one reaching 7 ends at 9
@@ -208,13 +202,13 @@ TEST_SUITE("trial") {
     auto hp = hparams();
     hp["learning_rate"] = 1e38;
     SUBCASE("without TerminateOnNaN: fit's message") {
-      const auto s = spec_in(dir.path(), c, hp);
+      const auto s = loaders_spec(dir.path(), c, hp);
       CHECK_THROWS_WITH_AS(trial::run_trial(s, {.verbose = false}),
                            doctest::Contains("add TerminateOnNaN to stop training instead"), Error);
     }
     SUBCASE("with TerminateOnNaN: a stop request, checkpointed") {
       hp["terminate_on_nan"] = true;
-      const auto s = spec_in(dir.path(), c, hp);
+      const auto s = loaders_spec(dir.path(), c, hp);
       const auto result = trial::run_trial(s, {.verbose = false});
       CHECK(result.stop_requested);
       CHECK(result.total_batches < 45);
@@ -228,7 +222,7 @@ TEST_SUITE("trial") {
     auto c = config();
     c.records_per_epoch = 160;  // 10 batches of 16 per epoch: epochs 1..5 of 45 batches
     std::ostringstream out;
-    trial::run_trial(spec_in(dir.path() / "epochs", c, hparams()), {.output = &out});
+    trial::run_trial(loaders_spec(dir.path() / "epochs", c, hparams()), {.output = &out});
     const std::string shown = out.str();
     CAPTURE(shown);
     CHECK(shown.find("Epoch 1/5\n") != std::string::npos);
@@ -240,7 +234,7 @@ TEST_SUITE("trial") {
 
     c.records_per_epoch = 0;  // no epochs: one bar per training workload of scheduling_unit 3
     std::ostringstream plain;
-    trial::run_trial(spec_in(dir.path() / "workloads", c, hparams()), {.output = &plain});
+    trial::run_trial(loaders_spec(dir.path() / "workloads", c, hparams()), {.output = &plain});
     CHECK(plain.str().find("Epoch") == std::string::npos);
     CHECK(plain.str().find("3/3 [==============================] - ") != std::string::npos);
   }
@@ -250,7 +244,7 @@ TEST_SUITE("trial") {
     auto c = config();
     c.checkpoint_storage.save_trial_latest = 2;
     c.checkpoint_storage.save_trial_best = 0;
-    const auto s = spec_in(dir.path(), c, hparams());
+    const auto s = loaders_spec(dir.path(), c, hparams());
     trial::run_trial(s, {.verbose = false});
     const auto r = record(s);
     REQUIRE(r["checkpoints"].size() == 2);

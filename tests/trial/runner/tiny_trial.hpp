@@ -232,4 +232,11 @@ inline std::string weight_bytes(const std::vector<Tensor<float>>& weights) {
   return out;
 }
 
+/// The weights of the trial's latest checkpoint, read with load_model, as bytes.
+inline std::string final_weights(const trial::TrialSpec& s) {
+  const auto uuid = record(s).at("latest_checkpoint").get<std::string>();
+  auto m = load_model(s.checkpoint_dir / uuid / "determined-keras-model.h5");
+  return weight_bytes(m->get_weights());
+}
+
 }  // namespace runner_support
