@@ -116,6 +116,7 @@ def compile_protos(proto_dir, out_dir):
         sys.exit(SKIP)
     files = sorted(os.path.relpath(p, proto_dir)
                    for p in glob.glob(os.path.join(proto_dir, "**", "*.proto"), recursive=True))
+    os.makedirs(out_dir, exist_ok=True)
     subprocess.run([protoc, f"-I{proto_dir}", f"--python_out={out_dir}"] + files, check=True)
     sys.path.insert(0, out_dir)
     from tensorflow.core.util import event_pb2

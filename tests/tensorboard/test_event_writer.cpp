@@ -54,7 +54,9 @@ std::unique_ptr<google::protobuf::Message> event(const std::string& bytes) {
 }
 
 /// The event as protobuf's text format.
-std::string text(const std::string& bytes) { return event(bytes)->ShortDebugString(); }
+std::string text(const std::string& bytes) {
+  return event(bytes)->ShortDebugString();
+}
 
 }  // namespace
 
@@ -107,8 +109,8 @@ TEST_SUITE("tensorboard") {
     const auto& summary = reflection.GetMessage(*message, d->FindFieldByName("summary"));
     const auto& value = summary.GetReflection()->GetRepeatedMessage(
         summary, summary.GetDescriptor()->FindFieldByName("value"), 0);
-    const auto& histo = value.GetReflection()->GetMessage(
-        value, value.GetDescriptor()->FindFieldByName("histo"));
+    const auto& histo =
+        value.GetReflection()->GetMessage(value, value.GetDescriptor()->FindFieldByName("histo"));
     const auto* h = histo.GetDescriptor();
     const auto& r = *histo.GetReflection();
     CHECK(r.GetDouble(histo, h->FindFieldByName("num")) == 5.0);
@@ -127,7 +129,8 @@ TEST_SUITE("tensorboard") {
       if (r.GetRepeatedDouble(histo, counts, i) > 0) {
         nonzero.push_back(r.GetRepeatedDouble(histo, counts, i));
         // Each value lies below its bucket's limit and at or above the previous one.
-        if (i > 0) CHECK(r.GetRepeatedDouble(histo, limits, i - 1) < r.GetRepeatedDouble(histo, limits, i));
+        if (i > 0)
+          CHECK(r.GetRepeatedDouble(histo, limits, i - 1) < r.GetRepeatedDouble(histo, limits, i));
       }
     }
     CHECK(total == 5.0);
@@ -177,7 +180,8 @@ TEST_SUITE("tensorboard") {
     const auto at = start.find("content: \"");
     REQUIRE(at != std::string::npos);
     const auto* d = message->GetDescriptor();
-    const auto& summary = message->GetReflection()->GetMessage(*message, d->FindFieldByName("summary"));
+    const auto& summary =
+        message->GetReflection()->GetMessage(*message, d->FindFieldByName("summary"));
     const auto& value = summary.GetReflection()->GetRepeatedMessage(
         summary, summary.GetDescriptor()->FindFieldByName("value"), 0);
     const auto& metadata = value.GetReflection()->GetMessage(

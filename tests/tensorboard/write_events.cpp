@@ -12,8 +12,8 @@
 #include <exception>
 #include <fstream>
 #include <iostream>
-#include <loadstar/keras/callbacks/tensorboard.hpp>
 #include <loadstar/keras/callbacks/detail/files.hpp>
+#include <loadstar/keras/callbacks/tensorboard.hpp>
 
 namespace {
 
@@ -44,14 +44,14 @@ void callback_run(const std::filesystem::path& dir) {
   model->compile({.optimizer = optimizers::Adam({.learning_rate = 0.02}),
                   .loss = losses::SparseCategoricalCrossentropy(true),
                   .metrics = {"accuracy"}});
-  auto board = std::make_shared<callbacks::TensorBoard>(callbacks::TensorBoardOptions{
-      .log_dir = dir, .histogram_freq = 1, .update_freq = 2});
+  auto board = std::make_shared<callbacks::TensorBoard>(
+      callbacks::TensorBoardOptions{.log_dir = dir, .histogram_freq = 1, .update_freq = 2});
   auto recorder = std::make_shared<BatchRecorder>();
   const Blobs& d = data();
   const Blobs& v = validation_data();
   const auto history = model->fit(d.x, d.y,
-                                  {.batch_size = 32,
-                                   .epochs = 3,
+                                  {.epochs = 3,
+                                   .batch_size = 32,
                                    .verbose = 0,
                                    .callbacks = {board, recorder},
                                    .validation_data = {v.x, v.y},

@@ -137,8 +137,11 @@ class EventWriter {
   /// A scalar as `Summary.Value.simple_value` (what TensorBoard's scalars dashboard reads).
   void add_scalar(const std::string& tag, double value, std::int64_t step) {
     auto event = make_event(step);
-    detail::Fields(*event).message("summary").add_message("value").set("tag", tag).set(
-        "simple_value", value);
+    detail::Fields(*event)
+        .message("summary")
+        .add_message("value")
+        .set("tag", tag)
+        .set("simple_value", value);
     write(*event);
   }
 
@@ -151,18 +154,24 @@ class EventWriter {
     for (const float f : values) {
       const double v = f;
       const auto b = std::upper_bound(limits.begin(), limits.end(), v) - limits.begin();
-      counts[static_cast<std::size_t>(std::min<std::ptrdiff_t>(
-          b, static_cast<std::ptrdiff_t>(limits.size()) - 1))] += 1.0;
+      counts[static_cast<std::size_t>(
+          std::min<std::ptrdiff_t>(b, static_cast<std::ptrdiff_t>(limits.size()) - 1))] += 1.0;
       min = std::min(min, v);
       max = std::max(max, v);
       sum += v;
       sum_squares += v * v;
     }
     auto event = make_event(step);
-    auto histo = detail::Fields(*event).message("summary").add_message("value").set("tag", tag)
+    auto histo = detail::Fields(*event)
+                     .message("summary")
+                     .add_message("value")
+                     .set("tag", tag)
                      .message("histo");
-    histo.set("min", min).set("max", max).set("num", static_cast<double>(values.size()))
-        .set("sum", sum).set("sum_squares", sum_squares);
+    histo.set("min", min)
+        .set("max", max)
+        .set("num", static_cast<double>(values.size()))
+        .set("sum", sum)
+        .set("sum_squares", sum_squares);
     bool any = false;
     for (std::size_t i = 0; i < counts.size();) {
       double end = limits[i];
@@ -189,8 +198,10 @@ class EventWriter {
                        std::string content, std::int64_t step) {
     auto event = make_event(step);
     auto value = detail::Fields(*event).message("summary").add_message("value").set("tag", tag);
-    value.message("metadata").message("plugin_data").set("plugin_name", plugin_name).set(
-        "content", std::move(content));
+    value.message("metadata")
+        .message("plugin_data")
+        .set("plugin_name", plugin_name)
+        .set("content", std::move(content));
     auto tensor = value.message("tensor");
     tensor.set("dtype", 7.0 /* DT_STRING */).message("tensor_shape");
     tensor.add_string("string_val", std::move(text));
@@ -276,8 +287,10 @@ class EventWriter {
     data.SerializeToString(&content);
     auto event = make_event(0);
     auto value = detail::Fields(*event).message("summary").add_message("value").set("tag", tag);
-    value.message("metadata").message("plugin_data").set("plugin_name", "hparams").set(
-        "content", std::move(content));
+    value.message("metadata")
+        .message("plugin_data")
+        .set("plugin_name", "hparams")
+        .set("content", std::move(content));
     auto tensor = value.message("tensor");
     tensor.set("dtype", 1.0 /* DT_FLOAT */).message("tensor_shape");
     tensor.add("float_val", 0.0);

@@ -33,7 +33,8 @@ class UpdateFreq {
     if (text_ == "batch") batches_ = 1;
   }
   template <std::integral T>
-  UpdateFreq(T batches) : text_(std::to_string(batches)), batches_(static_cast<long long>(batches)) {}
+  UpdateFreq(T batches)
+      : text_(std::to_string(batches)), batches_(static_cast<long long>(batches)) {}
 
   /// The batches between two batch-level writes; none for `"epoch"`.
   std::optional<long long> batches() const { return text_ == "epoch" ? std::nullopt : batches_; }
@@ -110,8 +111,7 @@ class TensorBoard : public Callback {
              std::to_string(options_.embeddings_freq));
     }
     if (options_.embeddings_metadata) {
-      refuse("embeddings_metadata",
-             "no value (loadstar writes no embedding projector checkpoints)",
+      refuse("embeddings_metadata", "no value (loadstar writes no embedding projector checkpoints)",
              "'" + *options_.embeddings_metadata + "'");
     }
   }
@@ -124,10 +124,10 @@ class TensorBoard : public Callback {
             {"write_graph", options_.write_graph},
             {"write_images", options_.write_images},
             {"write_steps_per_second", options_.write_steps_per_second},
-            {"update_freq", options_.update_freq.text() == "epoch" || options_.update_freq.text() ==
-                                    "batch"
-                                ? nlohmann::json(options_.update_freq.text())
-                                : nlohmann::json(*freq)},
+            {"update_freq",
+             options_.update_freq.text() == "epoch" || options_.update_freq.text() == "batch"
+                 ? nlohmann::json(options_.update_freq.text())
+                 : nlohmann::json(*freq)},
             {"profile_batch", options_.profile_batch},
             {"embeddings_freq", options_.embeddings_freq},
             {"embeddings_metadata", nullptr}};

@@ -29,8 +29,9 @@ namespace loadstar::tensorboard::detail {
 
 /// TensorFlow's messages as far as event files need them (package `tensorflow`; field numbers as
 /// in tensorflow/core/util/event.proto and tensorflow/core/framework/*.proto).
-inline constexpr std::string_view tensorflow_proto = R"proto(
-syntax = "proto3";
+inline constexpr std::string_view tensorflow_proto = R"pb(
+  syntax = "proto3"
+  ;
 package tensorflow;
 
 enum DataType {
@@ -123,12 +124,13 @@ message Event {
     SessionLog session_log = 7;
   }
 }
-)proto";
+)pb";
 
 /// TensorBoard's hparams plugin messages (package `tensorboard.hparams`; field numbers as in
 /// tensorboard/plugins/hparams/api.proto and plugin_data.proto).
-inline constexpr std::string_view hparams_proto = R"proto(
-syntax = "proto3";
+inline constexpr std::string_view hparams_proto = R"pb(
+  syntax = "proto3"
+  ;
 package tensorboard.hparams;
 import "google/protobuf/struct.proto";
 
@@ -210,7 +212,7 @@ message HParamsPluginData {
     SessionEndInfo session_end_info = 4;
   }
 }
-)proto";
+)pb";
 
 /// The descriptor pool of the messages above, built at first use (thread-safe, as a function's
 /// static), and the factory of their dynamic messages.
@@ -303,7 +305,9 @@ class Fields {
     const auto* f = field(name);
     using Cpp = google::protobuf::FieldDescriptor;
     switch (f->cpp_type()) {
-      case Cpp::CPPTYPE_DOUBLE: reflection_->SetDouble(message_, f, value); break;
+      case Cpp::CPPTYPE_DOUBLE:
+        reflection_->SetDouble(message_, f, value);
+        break;
       case Cpp::CPPTYPE_FLOAT:
         reflection_->SetFloat(message_, f, static_cast<float>(value));
         break;
@@ -313,11 +317,14 @@ class Fields {
       case Cpp::CPPTYPE_INT32:
         reflection_->SetInt32(message_, f, static_cast<std::int32_t>(value));
         break;
-      case Cpp::CPPTYPE_BOOL: reflection_->SetBool(message_, f, value != 0); break;
+      case Cpp::CPPTYPE_BOOL:
+        reflection_->SetBool(message_, f, value != 0);
+        break;
       case Cpp::CPPTYPE_ENUM:
         reflection_->SetEnumValue(message_, f, static_cast<int>(value));
         break;
-      default: mismatch(f, "a number");
+      default:
+        mismatch(f, "a number");
     }
     return *this;
   }

@@ -13,8 +13,8 @@
 #include <nlohmann/json.hpp>
 
 #include "loadstar/error.hpp"
-#include "loadstar/keras/callbacks/logs.hpp"
 #include "loadstar/keras/callbacks/detail/files.hpp"
+#include "loadstar/keras/callbacks/logs.hpp"
 #include "loadstar/tensorboard/event_writer.hpp"
 
 namespace loadstar::trial::detail {
