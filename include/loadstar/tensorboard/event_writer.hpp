@@ -6,6 +6,7 @@
 #include "loadstar/config.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cfloat>
 #include <charconv>
@@ -110,7 +111,7 @@ class EventWriter {
     }
     char host[256] = {};
     if (::gethostname(host, sizeof host - 1) != 0) std::strcpy(host, "localhost");
-    static std::uint64_t opened = 0;  // several writers of one process in one second
+    static std::atomic<std::uint64_t> opened{0};  // several writers of one process in one second
     char digits[32];
     std::snprintf(digits, sizeof digits, "%010lld", seconds);
     path_ = log_dir / (prefix + digits + "." + host + "." + std::to_string(::getpid()) + "." +
