@@ -885,8 +885,10 @@ ExperimentConfig ExperimentConfigReader::read(const json& root) const {
     }
   }
   if (const json* v = find(root, "tensorboard_storage")) {
-    fail("tensorboard_storage", "expected no such key but found " + to_flow(*v) +
-                                    ": loadstar writes no TensorBoard files yet");
+    fail("tensorboard_storage",
+         "expected no such key but found " + to_flow(*v) +
+             ": loadstar writes TensorBoard event files in each trial's folder "
+             "(<experiment>/trials/<id>/tensorboard) and has no separate storage for them");
   }
   if (const json* v = find(root, "data_layer")) config.data_layer = read_data_layer(*v);
   if (const json* v = find(root, "data")) {

@@ -304,7 +304,9 @@ data: {path: /data/fashion, augment: false}
           refusal("profiling.enable: not a key of profiling (did you mean 'enabled'?)"));
     CHECK(refused("tensorboard_storage: {type: shared_fs, host_path: /tmp}\n") ==
           refusal("tensorboard_storage: expected no such key but found {host_path: /tmp, "
-                  "type: shared_fs}: loadstar writes no TensorBoard files yet"));
+                  "type: shared_fs}: loadstar writes TensorBoard event files in each trial's "
+                  "folder (<experiment>/trials/<id>/tensorboard) and has no separate storage for "
+                  "them"));
     CHECK(refused("data_layer: {type: s3, bucket: b}\n") ==
           refusal("data_layer.type: expected shared_fs (the caches live in a directory of this "
                   "machine; loadstar has no S3 or GCS client) but found s3"));

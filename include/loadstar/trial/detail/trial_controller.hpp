@@ -37,6 +37,7 @@
 #include "loadstar/trial/data_loader.hpp"
 #include "loadstar/trial/detail/interruption.hpp"
 #include "loadstar/trial/detail/trial_files.hpp"
+#include "loadstar/trial/detail/trial_tensorboard.hpp"
 #include "loadstar/trial/trial_context.hpp"
 #include "loadstar/trial/trial_spec.hpp"
 #include "loadstar/trial/workload_sequencer.hpp"
@@ -190,6 +191,8 @@ class TrialController {
   bool data_started_ = false;
   WorkloadSequencer sequencer_;
   MetricsFile metrics_;
+  /// The TensorBoard events of `metrics_`'s lines (rank 0 alone writes both).
+  TrialTensorBoard tensorboard_;
   std::ostream* out_;
   TrialJson* record_ = nullptr;
   std::optional<double> best_;
@@ -234,6 +237,7 @@ TrialController::TrialController(const TrialSpec& spec, const RunOptions& option
                               "trial " + std::to_string(spec.trial_id) + ": training data loader")),
       sequencer_(sequencer_options(config_, context.get_global_batch_size())),
       metrics_(spec.trial_dir / "metrics.jsonl"),
+      tensorboard_(spec.trial_dir / "tensorboard"),
       out_(options.output ? options.output : &std::cout) {
   if (validation_.empty()) {
     throw ConfigError("trial " + std::to_string(spec.trial_id) +
@@ -254,6 +258,10 @@ TrialResult TrialController::run(TrialJson& record, std::uint64_t* reached) {
   reached_ = reached;
   resume();
   if (reached_) *reached_ = sequencer_.total_batches();
+  if (chief_) {
+    tensorboard_.open(sequencer_.total_batches(), metrics_.path(), context_.get_hparams(),
+                      config_.searcher.metric.empty() ? "val_loss" : config_.searcher.metric);
+  }
   if (distributed()) {
     // Every rank starts from rank 0's weights and optimizer state (after a resume they are
     // the same already; before the first step the initial weights may differ).
@@ -565,7 +573,10 @@ void TrialController::train(const Workload& w) {
   }
   list_.on_train_workload_end(total, logs);
   check_stop_training();
-  if (chief_) metrics_.append(metrics_line("training", w.step_id, total, logs));
+  if (chief_) {
+    metrics_.append(metrics_line("training", w.step_id, total, logs));
+    tensorboard_.training(total, logs);
+  }
   // Without epochs the bar shows each training workload; with them, each epoch (the bar's
   // final line of an epoch stands for its workloads).
   if (bar_ && batches_per_epoch_ == 0) bar_->on_epoch_end(0, logs);
@@ -604,6 +615,7 @@ double TrialController::validate(const Workload& w) {
   last_validation_ = {w.total_batches_processed, metric};
   if (chief_) {
     metrics_.append(metrics_line("validation", w.step_id, w.total_batches_processed, logs));
+    tensorboard_.validation(w.total_batches_processed, logs);
   }
   // A checkpoint taken at these batches (an operation's end checkpoints, then validates).
   if (!record_->checkpoints.empty() &&
