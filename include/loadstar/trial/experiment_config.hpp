@@ -955,11 +955,6 @@ SearcherConfig ExperimentConfigReader::read_searcher(const json& value) const {
   }
   if (const json* v = find(value, "stop_once")) {
     searcher.stop_once = to_bool(*v, "searcher.stop_once");
-    if (searcher.stop_once) {
-      fail("searcher.stop_once",
-           "expected false but found true: Determined's stopping variant of ASHA is not "
-           "implemented yet (trials are promoted as in asynchronous successive halving)");
-    }
   }
   if (const json* v = find(value, "source_trial_id")) {
     searcher.source_trial_id = to_uint(*v, "searcher.source_trial_id", 1);

@@ -257,7 +257,8 @@ class GridSearcher final : public Searcher {
 };
 
 /// `adaptive_asha` (`adaptive_asha.go`, `tournament.go`): the brackets of `adaptive_asha_plan`,
-/// each an `AsyncHalving`, the trials of each routed to it.
+/// each an `AsyncHalving` (promoting, or with `searcher.stop_once` stopping as
+/// `asha_stopping.go` does), the trials of each routed to it.
 class AdaptiveAshaSearcher final : public Searcher {
  public:
   LOADSTAR_DECL AdaptiveAshaSearcher(const ExperimentConfig& config, std::uint32_t experiment_seed);
@@ -796,7 +797,7 @@ AdaptiveAshaSearcher::AdaptiveAshaSearcher(const ExperimentConfig& config,
   for (std::size_t i = 0; i < plan_.bracket_rungs.size(); ++i) {
     brackets_.emplace_back(plan_.bracket_rungs[i], config.searcher.max_length, plan_.max_trials[i],
                            config.searcher.divisor, plan_.max_concurrent_trials[i],
-                           config.searcher.smaller_is_better);
+                           config.searcher.smaller_is_better, config.searcher.stop_once);
   }
 }
 

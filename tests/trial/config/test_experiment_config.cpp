@@ -323,10 +323,8 @@ data: {path: /data/fashion, augment: false}
           refusal("data_layer: expected a mapping but found [shared_fs]"));
     const std::string asha =
         "{name: adaptive_asha, metric: val_loss, max_length: {batches: 9}, max_trials: 4, ";
-    CHECK(refused("", asha + "stop_once: true}") ==
-          refusal("searcher.stop_once: expected false but found true: Determined's stopping "
-                  "variant of ASHA is not implemented yet (trials are promoted as in "
-                  "asynchronous successive halving)"));
+    CHECK(refused("", asha + "stop_once: 1}") ==
+          refusal("searcher.stop_once: expected true or false but found 1"));
     CHECK(refused("", asha + "source_trial_id: 7}") ==
           refusal("searcher.source_trial_id: expected no such key but found 7: trials are "
                   "numbered per experiment folder here, so an id names no one trial; give "
@@ -344,6 +342,19 @@ data: {path: /data/fashion, augment: false}
                   "tensor_fusion_cycle_time: 5, auto_tune_tensor_fusion: false}\n"
                   "profiling: {enabled: false}\n",
                   asha + "stop_once: false}") == "accepted");
+  }
+
+  TEST_CASE("parse_experiment_config takes adaptive_asha's stop_once and round trips it") {
+    const ExperimentConfig c =
+        parse(yaml("global_batch_size: 32",
+                   "{name: adaptive_asha, metric: val_loss, max_length: {batches: 9}, "
+                   "max_trials: 4, stop_once: true}"));
+    CHECK(c.searcher.stop_once);
+    const json stored = to_json(c);
+    CHECK(stored.at("searcher").at("stop_once") == true);
+    const ExperimentConfig back = experiment_config_from_json(json::parse(stored.dump()), "e.json");
+    CHECK(back.searcher.stop_once);
+    CHECK(back == c);
   }
 
   TEST_CASE("to_json and experiment_config_from_json round trip") {

@@ -5,7 +5,9 @@ Determined's own Go code (tag 0.15.6) on random configurations:
   (master/internal/trial_workload_sequencer.go with the unit arithmetic of
   master/pkg/model/length.go);
 - reference/asha_searches.json: the searches of its adaptive_asha searcher
-  (master/pkg/searcher/{adaptive_asha,asha,tournament}.go).
+  (master/pkg/searcher/{adaptive_asha,asha,tournament}.go);
+- reference/asha_stop_once_searches.json: the same with searcher.stop_once, its stopping variant
+  (master/pkg/searcher/asha_stopping.go).
 
 Run: /usr/bin/python3 tests/trial/search/generate_determined_references.py /path/to/determined
 with a clone of github.com/determined-ai/determined (its tags) and Go (Debian's golang-go).
@@ -69,6 +71,7 @@ def main():
         for path, into in [("master/internal/trial_workload_sequencer.go", "internal"),
                            ("master/pkg/searcher/adaptive_asha.go", "searcher"),
                            ("master/pkg/searcher/asha.go", "searcher"),
+                           ("master/pkg/searcher/asha_stopping.go", "searcher"),
                            ("master/pkg/searcher/tournament.go", "searcher")]:
             source = show(repo, path)
             for old, new in IMPORTS.items():
@@ -85,7 +88,7 @@ def main():
         env = dict(os.environ, GOFLAGS="-mod=mod", GOPROXY="off", GO111MODULE="on",
                    GOCACHE=os.path.join(scratch, "cache"), GOPATH=os.path.join(scratch, "gopath"))
         outputs = {}
-        for kind in ["sequencer", "asha"]:
+        for kind in ["sequencer", "asha", "asha_stop_once"]:
             result = subprocess.run(["go", "run", ".", kind], cwd=module, env=env,
                                     capture_output=True, text=True)
             if result.returncode != 0:
@@ -94,7 +97,9 @@ def main():
     os.makedirs(REFERENCE, exist_ok=True)
     for kind, name, source in [
             ("sequencer", "sequencer_streams.json", "master/internal/trial_workload_sequencer.go"),
-            ("asha", "asha_searches.json", "master/pkg/searcher/adaptive_asha.go")]:
+            ("asha", "asha_searches.json", "master/pkg/searcher/adaptive_asha.go"),
+            ("asha_stop_once", "asha_stop_once_searches.json",
+             "master/pkg/searcher/asha_stopping.go")]:
         cases = outputs[kind]
         path = os.path.join(REFERENCE, name)
         with open(path, "w") as f:

@@ -4,16 +4,22 @@
 //   (trial_workload_sequencer.go) for 150 configurations (every unit, policy, period, initial
 //   validation, several operations, graceful stops), replayed workload by workload;
 // - reference/asha_searches.json: 120 searches of its adaptive_asha searcher (adaptive_asha.go,
-//   asha.go, tournament.go) with errored and invalid trials, replayed operation by operation.
+//   asha.go, tournament.go) with errored and invalid trials, replayed operation by operation;
+// - reference/asha_stop_once_searches.json: 120 searches with searcher.stop_once, its stopping
+//   variant (asha_stopping.go), replayed the same way, and again with the searcher saved and
+//   restored mid search.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
 #include <fstream>
+#include <limits>
 #include <loadstar/trial/searcher.hpp>
 #include <loadstar/trial/workload_sequencer.hpp>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
@@ -60,12 +66,15 @@ CheckpointPolicy policy(const std::string& name) {
 }
 
 /// The experiment that generate_determined_references.py simulates around Determined's searcher
-/// (determined/searcher/asha_driver.go), around ours.
+/// (determined/searcher/asha_driver.go), around ours. With `restore_at`, the searcher is saved
+/// (as JSON text) after that many events and replaced by a new one restored from it.
 struct AshaSimulation {
-  Searcher& searcher;
-  std::vector<std::string> transcript;
-  std::deque<Operation> events;
-  std::set<std::uint64_t> closed;
+  const ExperimentConfig& config;
+  std::unique_ptr<Searcher> searcher = make_searcher(config, 7);
+  std::size_t restore_at = std::numeric_limits<std::size_t>::max();
+  std::vector<std::string> transcript = {};
+  std::deque<Operation> events = {};
+  std::set<std::uint64_t> closed = {};
 
   void take(const std::vector<Operation>& ops) {
     for (const auto& op : ops) {
@@ -86,12 +95,18 @@ struct AshaSimulation {
 
   void close(std::uint64_t id) {
     closed.insert(id);
-    take(searcher.trial_closed(id));
+    take(searcher->trial_closed(id));
   }
 
   void run() {
-    take(searcher.initial_operations());
-    while (!events.empty()) {
+    take(searcher->initial_operations());
+    for (std::size_t event_count = 0; !events.empty(); ++event_count) {
+      if (event_count == restore_at) {
+        const std::string saved = searcher->state().dump();
+        searcher = make_searcher(config, 7);
+        searcher->restore(json::parse(saved));
+        REQUIRE(searcher->state().dump() == saved);
+      }
       const Operation event = events.front();
       events.pop_front();
       if (const auto* validate = std::get_if<ValidateAfter>(&event)) {
@@ -101,16 +116,16 @@ struct AshaSimulation {
         switch ((31 * id + 7 * length) % 23) {
           case 0:
             transcript.push_back("Exit " + std::to_string(id) + " errored");
-            take(searcher.trial_exited_early(validate->request_id, ExitedReason::errored));
+            take(searcher->trial_exited_early(validate->request_id, ExitedReason::errored));
             close(validate->request_id);
             break;
           case 1:
             transcript.push_back("Exit " + std::to_string(id) + " invalid");
-            take(searcher.trial_exited_early(validate->request_id, ExitedReason::invalid_hp));
+            take(searcher->trial_exited_early(validate->request_id, ExitedReason::invalid_hp));
             close(validate->request_id);
             break;
           default:
-            take(searcher.validation_completed(
+            take(searcher->validation_completed(
                 validate->request_id,
                 static_cast<double>((7919 * id + 104729 * length) % 1000) / 1000, *validate));
         }
@@ -120,12 +135,92 @@ struct AshaSimulation {
         close(id);
       }
       char progress[64];
-      std::snprintf(progress, sizeof progress, "Progress %.9f", searcher.progress());
+      std::snprintf(progress, sizeof progress, "Progress %.9f", searcher->progress());
       transcript.emplace_back(progress);
       REQUIRE(transcript.size() < 20000);
     }
   }
 };
+
+/// Replays every search of the reference file `name` (each with searcher.stop_once `stop_once`)
+/// operation by operation; with `stop_once` also again with the searcher saved and restored mid
+/// search. Returns the lines compared.
+std::size_t replay_asha_searches(const std::string& name, bool stop_once) {
+  const json reference = load_cases(name);
+  const json& cases = reference.at("cases");
+  REQUIRE(cases.size() == 120);
+  std::size_t compared = 0;
+  for (std::size_t index = 0; index < cases.size(); ++index) {
+    const json& c = cases[index];
+    CAPTURE(index);
+    REQUIRE(c.value("stop_once", false) == stop_once);
+    ExperimentConfig config;
+    config.hyperparameters = {{"global_batch_size", Hyperparameter{}}};
+    config.hyperparameters[0].value.val = 32;
+    config.searcher.name = "adaptive_asha";
+    config.searcher.metric = "val_loss";
+    config.searcher.max_length = Length{Unit::batches, c.at("max_length").get<std::uint64_t>()};
+    config.searcher.max_trials = c.at("max_trials").get<std::uint64_t>();
+    config.searcher.mode = c.at("mode").get<std::string>();
+    config.searcher.divisor = c.at("divisor").get<double>();
+    config.searcher.max_rungs = c.at("max_rungs").get<std::uint64_t>();
+    if (c.at("bracket_rungs").is_array()) {
+      config.searcher.bracket_rungs = c.at("bracket_rungs").get<std::vector<std::uint64_t>>();
+    }
+    config.searcher.max_concurrent_trials = c.at("max_concurrent_trials").get<std::uint64_t>();
+    config.searcher.smaller_is_better = c.at("smaller_is_better").get<bool>();
+    config.searcher.stop_once = stop_once;
+    INFO(to_string(Operation{ValidateAfter{0, config.searcher.max_length}}), " trials ",
+         config.searcher.max_trials, " ", config.searcher.mode, " divisor ",
+         config.searcher.divisor, " max_rungs ", config.searcher.max_rungs, " stop_once ",
+         stop_once);
+
+    const AshaPlan plan = adaptive_asha_plan(config.searcher);
+    CHECK(json(plan.bracket_rungs) == c.at("brackets"));
+    CHECK(json(plan.max_trials) == c.at("bracket_max_trials"));
+    CHECK(json(plan.max_concurrent_trials) == c.at("bracket_max_concurrent_trials"));
+
+    AshaSimulation simulation{config};
+    simulation.run();
+    // Determined's promoting progress panics where its count of pending trials exceeds
+    // max_concurrent_trials; those lines are missing there. The stopping variant's never panics.
+    const auto& want = c.at("transcript");
+    const auto& got = simulation.transcript;
+    std::size_t j = 0;
+    bool same = true;
+    for (std::size_t i = 0; i < want.size() && same; ++i, ++j) {
+      const auto expected = want[i].get<std::string>();
+      while (!stop_once && j < got.size() && got[j].starts_with("Progress") &&
+             !expected.starts_with("Progress")) {
+        ++j;
+      }
+      if (j >= got.size() || got[j] != expected) {
+        FAIL_CHECK("line ", i, ": Determined gives '", expected, "' but ours is '",
+                   j < got.size() ? got[j] : std::string("(end)"), "'");
+        same = false;
+      }
+      ++compared;
+    }
+    if (same) {
+      while (!stop_once && j < got.size() && got[j].starts_with("Progress"))
+        ++j;
+      CHECK(j == got.size());
+    }
+    if (stop_once) {
+      // Saved and restored after between a sixth and five sixths of the events.
+      const auto events =
+          static_cast<std::size_t>(std::count_if(want.begin(), want.end(), [](const json& line) {
+            return line.get<std::string>().starts_with("Progress");
+          }));
+      AshaSimulation resumed{config};
+      resumed.restore_at = events * (index % 5 + 1) / 6;
+      CAPTURE(resumed.restore_at);
+      resumed.run();
+      CHECK(resumed.transcript == simulation.transcript);
+    }
+  }
+  return compared;
+}
 
 }  // namespace
 
@@ -188,65 +283,11 @@ TEST_SUITE("trial") {
   }
 
   TEST_CASE("AdaptiveAshaSearcher makes the searches of Determined's adaptive_asha") {
-    const json reference = load_cases("asha_searches.json");
-    const json& cases = reference.at("cases");
-    REQUIRE(cases.size() == 120);
-    std::size_t compared = 0;
-    for (std::size_t index = 0; index < cases.size(); ++index) {
-      const json& c = cases[index];
-      CAPTURE(index);
-      ExperimentConfig config;
-      config.hyperparameters = {{"global_batch_size", Hyperparameter{}}};
-      config.hyperparameters[0].value.val = 32;
-      config.searcher.name = "adaptive_asha";
-      config.searcher.metric = "val_loss";
-      config.searcher.max_length = Length{Unit::batches, c.at("max_length").get<std::uint64_t>()};
-      config.searcher.max_trials = c.at("max_trials").get<std::uint64_t>();
-      config.searcher.mode = c.at("mode").get<std::string>();
-      config.searcher.divisor = c.at("divisor").get<double>();
-      config.searcher.max_rungs = c.at("max_rungs").get<std::uint64_t>();
-      if (c.at("bracket_rungs").is_array()) {
-        config.searcher.bracket_rungs = c.at("bracket_rungs").get<std::vector<std::uint64_t>>();
-      }
-      config.searcher.max_concurrent_trials = c.at("max_concurrent_trials").get<std::uint64_t>();
-      config.searcher.smaller_is_better = c.at("smaller_is_better").get<bool>();
-      INFO(to_string(Operation{ValidateAfter{0, config.searcher.max_length}}), " trials ",
-           config.searcher.max_trials, " ", config.searcher.mode, " divisor ",
-           config.searcher.divisor, " max_rungs ", config.searcher.max_rungs);
+    CHECK(replay_asha_searches("asha_searches.json", false) > 10000);
+  }
 
-      const AshaPlan plan = adaptive_asha_plan(config.searcher);
-      CHECK(json(plan.bracket_rungs) == c.at("brackets"));
-      CHECK(json(plan.max_trials) == c.at("bracket_max_trials"));
-      CHECK(json(plan.max_concurrent_trials) == c.at("bracket_max_concurrent_trials"));
-
-      auto searcher = make_searcher(config, 7);
-      AshaSimulation simulation{*searcher, {}, {}, {}};
-      simulation.run();
-      // Determined's progress panics where its count of pending trials exceeds
-      // max_concurrent_trials; those lines are missing there.
-      const auto& want = c.at("transcript");
-      const auto& got = simulation.transcript;
-      std::size_t j = 0;
-      bool same = true;
-      for (std::size_t i = 0; i < want.size() && same; ++i, ++j) {
-        const auto expected = want[i].get<std::string>();
-        while (j < got.size() && got[j].starts_with("Progress") &&
-               !expected.starts_with("Progress")) {
-          ++j;
-        }
-        if (j >= got.size() || got[j] != expected) {
-          FAIL_CHECK("line ", i, ": Determined gives '", expected, "' but ours is '",
-                     j < got.size() ? got[j] : std::string("(end)"), "'");
-          same = false;
-        }
-        ++compared;
-      }
-      if (same) {
-        while (j < got.size() && got[j].starts_with("Progress"))
-          ++j;
-        CHECK(j == got.size());
-      }
-    }
-    CHECK(compared > 10000);
+  TEST_CASE(
+      "AdaptiveAshaSearcher with stop_once makes the searches of Determined's stopping ASHA") {
+    CHECK(replay_asha_searches("asha_stop_once_searches.json", true) > 10000);
   }
 }

@@ -506,6 +506,77 @@ searcher:
     }
   }
 
+  TEST_CASE("AdaptiveAsha with stop_once stops a trial outside the top of its rung for good") {
+    // Rungs at 2, 5 and 10 batches, divisor 2: at a rung of n metrics (its own included) a trial
+    // goes on if it is in the top max(int(n/2), 1), ahead of equal metrics; else it is closed.
+    for (const bool smaller_is_better : {true, false}) {
+      CAPTURE(smaller_is_better);
+      ExperimentConfig config = promotion_config();
+      config.searcher.stop_once = true;
+      config.searcher.smaller_is_better = smaller_is_better;
+      const double sign = smaller_is_better ? 1.0 : -1.0;
+      auto searcher = make_searcher(config, 77);
+      CHECK(searcher->max_concurrent_trials() == 2);
+      const auto validate = [&](std::uint64_t id, double metric, std::uint64_t length) {
+        return strings(searcher->validation_completed(
+            id, sign * metric, ValidateAfter{id, Length{Unit::batches, length}}));
+      };
+      using V = std::vector<std::string>;
+      CHECK(strings(searcher->initial_operations()) ==
+            V{"Create 1", "ValidateAfter 1 {\"batches\":2}", "Create 2",
+              "ValidateAfter 2 {\"batches\":2}"});
+      // Rung 0: [1] goes on; [1, 2] top 1: trial 2 stops and a new trial takes its place.
+      CHECK(validate(1, 0.5, 2) == V{"ValidateAfter 1 {\"batches\":5}"});
+      CHECK(validate(2, 0.6, 2) == V{"Close 2", "Create 3", "ValidateAfter 3 {\"batches\":2}"});
+      // [3, 1, 2] top 1: trial 3 ties trial 1 and goes ahead of it (promotion would rank it
+      // after and pause it).
+      CHECK(validate(3, 0.5, 2) == V{"ValidateAfter 3 {\"batches\":5}"});
+      // Rung 1: [1] goes on; [1, 3] top 1: trial 3 stops.
+      CHECK(validate(1, 0.4, 5) == V{"ValidateAfter 1 {\"batches\":10}"});
+      CHECK(validate(3, 0.45, 5) == V{"Close 3", "Create 4", "ValidateAfter 4 {\"batches\":2}"});
+      // Rung 0: [4, 3, 1, 2] top 2.
+      CHECK(validate(4, 0.1, 2) == V{"ValidateAfter 4 {\"batches\":5}"});
+      // The top rung closes the trial; a fifth and last trial starts.
+      CHECK(validate(1, 0.3, 10) == V{"Close 1", "Create 5", "ValidateAfter 5 {\"batches\":2}"});
+      // Rung 1: [4, 1, 3] top 1.
+      CHECK(validate(4, 0.35, 5) == V{"ValidateAfter 4 {\"batches\":10}"});
+      // Rung 0: [4, 3, 1, 5, 2] top 2: trial 5 stops; no trial is left to create, and trials 2
+      // and 3, stopped, are never taken up again.
+      CHECK(validate(5, 0.55, 2) == V{"Close 5"});
+      CHECK(validate(4, 0.2, 10) == V{"Close 4"});
+      for (std::uint64_t id : {2, 3, 1, 5})
+        CHECK(searcher->trial_closed(id).empty());
+      CHECK(strings(searcher->trial_closed(4)) == V{"Shutdown"});
+      CHECK(searcher->progress() == 1.0);
+    }
+  }
+
+  TEST_CASE("AdaptiveAsha with stop_once keeps the metric of a trial that exited early") {
+    ExperimentConfig config = promotion_config();
+    config.searcher.stop_once = true;
+    auto searcher = make_searcher(config, 77);
+    using V = std::vector<std::string>;
+    const auto validate = [&](std::uint64_t id, double metric, std::uint64_t length) {
+      return strings(searcher->validation_completed(
+          id, metric, ValidateAfter{id, Length{Unit::batches, length}}));
+    };
+    (void)searcher->initial_operations();
+    SUBCASE("an errored trial is ranked last, not closed again, and replaced") {
+      CHECK(strings(searcher->trial_exited_early(2)) ==
+            V{"Create 3", "ValidateAfter 3 {\"batches\":2}"});
+      // Rung 0 holds [1, 2 (the worst metric)]: top 1.
+      CHECK(validate(1, 0.5, 2) == V{"ValidateAfter 1 {\"batches\":5}"});
+      CHECK(validate(3, 0.6, 2) == V{"Close 3", "Create 4", "ValidateAfter 4 {\"batches\":2}"});
+    }
+    SUBCASE("an invalid trial is closed and replaced, its metric forgotten") {
+      CHECK(validate(2, 0.4, 2) == V{"ValidateAfter 2 {\"batches\":5}"});
+      CHECK(strings(searcher->trial_exited_early(2, ExitedReason::invalid_hp)) ==
+            V{"Close 2", "Create 3", "ValidateAfter 3 {\"batches\":2}"});
+      // Rung 0 holds [1] alone again: top 1.
+      CHECK(validate(1, 0.5, 2) == V{"ValidateAfter 1 {\"batches\":5}"});
+    }
+  }
+
   TEST_CASE("Searcher restored mid search continues as it would have") {
     std::vector<ExperimentConfig> configs;
     ExperimentConfig random = config_for("random", Length{Unit::batches, 30});
@@ -527,11 +598,18 @@ searcher:
     larger.searcher.mode = "conservative";
     larger.searcher.max_concurrent_trials = 4;
     configs.push_back(larger);
+    ExperimentConfig stopping = asha;
+    stopping.searcher.stop_once = true;
+    configs.push_back(stopping);
+    ExperimentConfig stopping_larger = larger;
+    stopping_larger.searcher.stop_once = true;
+    configs.push_back(stopping_larger);
     configs.push_back(config_for("single", Length{Unit::epochs, 1}));
 
     for (const auto& config : configs) {
       CAPTURE(config.searcher.name);
       CAPTURE(config.searcher.mode);
+      CAPTURE(config.searcher.stop_once);
       const auto full = simulate(config, 2024);
       CHECK(full.size() > 2);
       for (std::size_t at = 0; at < full.size(); at += 3) {
@@ -585,6 +663,22 @@ searcher:
     CHECK_THROWS_WITH_AS(asha->restore(state),
                          "searcher 'adaptive_asha' state: expected 1 brackets but found []",
                          CheckpointError);
+    // A bracket's state says whether it stops or promotes; a state without it (saved before
+    // stop_once was taken) promoted.
+    ExperimentConfig stopping_config = asha_config;
+    stopping_config.searcher.stop_once = true;
+    auto stopping = make_searcher(stopping_config, 1);
+    (void)asha->initial_operations();
+    CHECK_THROWS_WITH_AS(stopping->restore(asha->state()),
+                         "adaptive_asha bracket state: saved with stop_once false but this "
+                         "config's searcher.stop_once is true",
+                         CheckpointError);
+    state = asha->state();
+    CHECK(state["method"]["brackets"][0]["stop_once"] == false);
+    state["method"]["brackets"][0].erase("stop_once");
+    auto promoting = make_searcher(asha_config, 1);
+    promoting->restore(state);
+    CHECK(promoting->state() == asha->state());
     state = random->state();
     state.erase("rng");
     CHECK_THROWS_WITH_AS(random->restore(state),

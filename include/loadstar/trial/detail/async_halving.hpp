@@ -1,6 +1,7 @@
 /// \file
 /// One bracket of `adaptive_asha`: Determined's asynchronous successive halving
-/// (`master/pkg/searcher/asha.go@0.15.6`), as a value with a JSON state.
+/// (`master/pkg/searcher/asha.go@0.15.6`) or, with `stop_once`, its stopping variant
+/// (`asha_stopping.go@0.15.6`), as a value with a JSON state.
 #pragma once
 
 #include "loadstar/config.hpp"
@@ -43,6 +44,13 @@ inline constexpr double asha_exited_metric = std::numeric_limits<double>::max();
 /// `max(int(max_length / divisor^(num_rungs - i - 1)), 1)`. (Determined stores the running sums
 /// of those values and asks a promoted trial for the difference of two sums as the length of its
 /// next operation, which its sequencer reads as a cumulative target: the same lengths.)
+///
+/// Promotion (Determined's default): a trial waits at a rung until it is in the top
+/// `int(n/divisor)` of the `n` metrics there, or is closed when the bracket is done.
+/// Stopping (`stop_once`, Determined's `asyncHalvingStoppingSearch`): a trial is never paused. When
+/// it reports at a rung below the top it goes on to the next rung if it ranks in the top
+/// `max(int((n+1)/divisor), 1)` of that rung's metrics with its own (ahead of the trials with an
+/// equal metric), and is closed for good otherwise; it is never promoted later.
 class AsyncHalving {
  public:
   struct TrialMetric {
@@ -60,9 +68,10 @@ class AsyncHalving {
 
   LOADSTAR_DECL AsyncHalving(std::uint64_t num_rungs, Length max_length, std::uint64_t max_trials,
                              double divisor, std::uint64_t max_concurrent_trials,
-                             bool smaller_is_better);
+                             bool smaller_is_better, bool stop_once = false);
 
   std::uint64_t num_rungs() const noexcept { return rungs_.size(); }
+  bool stop_once() const noexcept { return stop_once_; }
   std::uint64_t max_trials() const noexcept { return max_trials_; }
   const std::vector<Rung>& rungs() const noexcept { return rungs_; }
 
@@ -83,8 +92,10 @@ class AsyncHalving {
   template <class MakeCreate>
   std::vector<Operation> validation_completed(std::uint64_t request_id, double metric,
                                               MakeCreate&& create) {
-    --pending_trials_;
+    // The stopping variant keeps no count of pending trials (its state holds 0).
+    if (!stop_once_) --pending_trials_;
     if (!smaller_is_better_) metric = -metric;
+    if (stop_once_) return continue_or_stop(request_id, metric, create);
     return promote(request_id, metric, create);
   }
 
@@ -93,7 +104,7 @@ class AsyncHalving {
   template <class MakeCreate>
   std::vector<Operation> trial_exited_early(std::uint64_t request_id, bool invalid_hp,
                                             MakeCreate&& create) {
-    --pending_trials_;
+    if (!stop_once_) --pending_trials_;
     if (invalid_hp) {
       std::vector<Operation> ops;
       early_exit_trials_.insert(request_id);
@@ -101,7 +112,8 @@ class AsyncHalving {
       closed_trials_.insert(request_id);
       ++invalid_trials_;
       const std::uint64_t highest = trial_rungs_.at(request_id);
-      --rungs_[highest].outstanding_trials;
+      // The stopping variant leaves the rung's count of outstanding trials as it is.
+      if (!stop_once_) --rungs_[highest].outstanding_trials;
       for (std::uint64_t index = 0; index <= highest; ++index) {
         auto& metrics = rungs_[index].metrics;
         const auto found = std::find_if(metrics.begin(), metrics.end(),
@@ -113,6 +125,7 @@ class AsyncHalving {
     }
     early_exit_trials_.insert(request_id);
     closed_trials_.insert(request_id);
+    if (stop_once_) return continue_or_stop(request_id, asha_exited_metric, create);
     return promote(request_id, asha_exited_metric, create);
   }
 
@@ -132,7 +145,7 @@ class AsyncHalving {
     // (`trialCreated`); every Create is created, so it is counted here.
     trial_rungs_[op.request_id] = 0;
     ++rungs_[0].outstanding_trials;
-    ++pending_trials_;
+    if (!stop_once_) ++pending_trials_;
     const auto id = op.request_id;
     ops.push_back(std::move(op));
     ops.push_back(ValidateAfter{id, Length{unit_, rungs_[0].units_needed}});
@@ -177,11 +190,51 @@ class AsyncHalving {
 
   LOADSTAR_DECL void close_out_rungs(std::vector<Operation>& ops);
 
+  /// Determined's `continueTraining`: insert the metric before any equal one; the trial goes on
+  /// if it is in the top `max(int((n+1)/d), 1)`.
+  LOADSTAR_DECL bool continues(Rung& rung, std::uint64_t request_id, double metric);
+
+  /// The stopping variant's `promoteAsync`: the trial goes on to the next rung or is closed (an
+  /// exited trial only leaves its metric in the rung and, unlike promotion, never moves up);
+  /// when it does not go on, a new trial starts while fewer than `max_trials` exist.
+  template <class MakeCreate>
+  std::vector<Operation> continue_or_stop(std::uint64_t request_id, double metric,
+                                          MakeCreate& create) {
+    const std::uint64_t rung_index = trial_rungs_.at(request_id);
+    --rungs_[rung_index].outstanding_trials;
+    const bool exited = early_exit_trials_.contains(request_id);
+    bool added_train_workload = false;
+    std::vector<Operation> ops;
+    if (rung_index + 1 == rungs_.size()) {
+      rungs_[rung_index].metrics.push_back(TrialMetric{request_id, metric, false});
+      if (!exited) {
+        ops.push_back(Close{request_id});
+        closed_trials_.insert(request_id);
+      }
+    } else {
+      const bool goes_on = continues(rungs_[rung_index], request_id, metric);
+      if (!exited && goes_on) {
+        trial_rungs_[request_id] = rung_index + 1;
+        ++rungs_[rung_index + 1].outstanding_trials;
+        ops.push_back(
+            ValidateAfter{request_id, Length{unit_, rungs_[rung_index + 1].units_needed}});
+        added_train_workload = true;
+      } else if (!exited) {
+        ops.push_back(Close{request_id});
+        closed_trials_.insert(request_id);
+      }
+    }
+    const std::uint64_t all_trials = trial_rungs_.size() - invalid_trials_;
+    if (!added_train_workload && all_trials < max_trials_) add_trial(ops, create);
+    return ops;
+  }
+
   Unit unit_;
   std::uint64_t max_trials_;
   double divisor_;
   std::uint64_t max_concurrent_trials_;
   bool smaller_is_better_;
+  bool stop_once_;
   std::vector<Rung> rungs_;
   std::map<std::uint64_t, std::uint64_t> trial_rungs_;
   std::set<std::uint64_t> early_exit_trials_;
@@ -250,12 +303,13 @@ std::map<std::uint64_t, std::uint64_t> id_map_from_json(const nlohmann::json& js
 
 AsyncHalving::AsyncHalving(std::uint64_t num_rungs, Length max_length, std::uint64_t max_trials,
                            double divisor, std::uint64_t max_concurrent_trials,
-                           bool smaller_is_better)
+                           bool smaller_is_better, bool stop_once)
     : unit_(max_length.unit),
       max_trials_(max_trials),
       divisor_(divisor),
       max_concurrent_trials_(max_concurrent_trials),
-      smaller_is_better_(smaller_is_better) {
+      smaller_is_better_(smaller_is_better),
+      stop_once_(stop_once) {
   for (std::uint64_t id = 0; id < num_rungs; ++id) {
     const double downsampling = std::pow(divisor, static_cast<double>(num_rungs - id - 1));
     const auto units =
@@ -303,18 +357,22 @@ nlohmann::json AsyncHalving::state() const {
   nlohmann::json trial_rungs = nlohmann::json::object();
   for (const auto& [id, rung] : trial_rungs_)
     trial_rungs[std::to_string(id)] = rung;
-  return {{"rungs", rungs},
-          {"trial_rungs", trial_rungs},
-          {"early_exit_trials", early_exit_trials_},
-          {"closed_trials", closed_trials_},
-          {"trials_completed", trials_completed_},
-          {"invalid_trials", invalid_trials_},
-          {"pending_trials", pending_trials_}};
+  return {{"stop_once", stop_once_},           {"rungs", rungs},
+          {"trial_rungs", trial_rungs},        {"early_exit_trials", early_exit_trials_},
+          {"closed_trials", closed_trials_},   {"trials_completed", trials_completed_},
+          {"invalid_trials", invalid_trials_}, {"pending_trials", pending_trials_}};
 }
 
 void AsyncHalving::restore(const nlohmann::json& json) {
   const std::string owner = "adaptive_asha bracket state";
   const loadstar::detail::StateReader read("adaptive_asha bracket", json);
+  // A state saved before the stopping variant existed has no "stop_once": it promoted.
+  const bool saved_stop_once = json.contains("stop_once") && read.get<bool>("stop_once");
+  if (saved_stop_once != stop_once_) {
+    throw CheckpointError(owner + ": saved with stop_once " + (saved_stop_once ? "true" : "false") +
+                          " but this config's searcher.stop_once is " +
+                          (stop_once_ ? "true" : "false"));
+  }
   const auto rungs = read.get<nlohmann::json>("rungs");
   if (!rungs.is_array() || rungs.size() != rungs_.size()) {
     throw CheckpointError(owner + ": expected " + std::to_string(rungs_.size()) +
@@ -384,6 +442,20 @@ std::vector<std::uint64_t> AsyncHalving::promotions(Rung& rung, std::uint64_t re
     return {rung.metrics[old_num_promote].request_id};
   }
   return {};
+}
+
+bool AsyncHalving::continues(Rung& rung, std::uint64_t request_id, double metric) {
+  const auto size = static_cast<double>(rung.metrics.size());
+  const auto num_promote =
+      std::max<std::uint64_t>(static_cast<std::uint64_t>((size + 1) / divisor_), 1);
+  const auto insert = static_cast<std::uint64_t>(
+      std::lower_bound(rung.metrics.begin(), rung.metrics.end(), metric,
+                       [](const TrialMetric& m, double value) { return m.metric < value; }) -
+      rung.metrics.begin());
+  const bool goes_on = insert < num_promote;
+  rung.metrics.insert(rung.metrics.begin() + static_cast<std::ptrdiff_t>(insert),
+                      TrialMetric{request_id, metric, goes_on});
+  return goes_on;
 }
 
 void AsyncHalving::close_out_rungs(std::vector<Operation>& ops) {

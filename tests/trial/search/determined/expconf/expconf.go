@@ -50,6 +50,7 @@ type AdaptiveASHAConfig struct {
 	RawMaxRungs            int
 	RawBracketRungs        []int
 	RawMaxConcurrentTrials int
+	RawStopOnce            bool
 }
 
 func (c AdaptiveASHAConfig) MaxLength() Length        { return c.RawMaxLength }
@@ -59,4 +60,4 @@ func (c AdaptiveASHAConfig) Divisor() float64         { return c.RawDivisor }
 func (c AdaptiveASHAConfig) MaxRungs() int            { return c.RawMaxRungs }
 func (c AdaptiveASHAConfig) BracketRungs() []int      { return append([]int(nil), c.RawBracketRungs...) }
 func (c AdaptiveASHAConfig) MaxConcurrentTrials() int { return c.RawMaxConcurrentTrials }
-func (c AdaptiveASHAConfig) StopOnce() bool           { return false }
+func (c AdaptiveASHAConfig) StopOnce() bool           { return c.RawStopOnce }

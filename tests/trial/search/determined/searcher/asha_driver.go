@@ -1,13 +1,13 @@
 package searcher
 
 // The driver: random adaptive_asha configurations run through Determined's own searcher
-// (adaptive_asha.go, asha.go, tournament.go) by a simulated experiment that runs operations in
-// order: a ValidateAfter becomes a validation event, a Close a close event (skipped for a trial
-// already closed); trial_created is told of each Create as it is taken. A validation event of
-// trial id at length n errors when (31 id + 7 n) % 23 == 0, raises InvalidHP when it is 1, and
-// otherwise reports the metric ((7919 id + 104729 n) % 1000) / 1000; a trial that exits is closed
-// at once. TrialClosed ends with Shutdown once every trial asked for has closed, as
-// searcher.go's does.
+// (adaptive_asha.go, asha.go or with stop_once asha_stopping.go, tournament.go) by a simulated
+// experiment that runs operations in order: a ValidateAfter becomes a validation event, a Close a
+// close event (skipped for a trial already closed); trial_created is told of each Create as it is
+// taken. A validation event of trial id at length n errors when (31 id + 7 n) % 23 == 0, raises
+// InvalidHP when it is 1, and otherwise reports the metric ((7919 id + 104729 n) % 1000) / 1000;
+// a trial that exits is closed at once. TrialClosed ends with Shutdown once every trial asked for
+// has closed, as searcher.go's does.
 
 import (
 	"fmt"
@@ -28,6 +28,8 @@ type AshaCase struct {
 	BracketRungs        []int   `json:"bracket_rungs"`
 	MaxConcurrentTrials int     `json:"max_concurrent_trials"`
 	SmallerIsBetter     bool    `json:"smaller_is_better"`
+	// Determined's stopping variant (asha_stopping.go); left out of the JSON when false.
+	StopOnce bool `json:"stop_once,omitempty"`
 	// The brackets' rungs, trials and trials at once (getBracketMaxTrials and
 	// getBracketMaxConcurrentTrials).
 	Brackets             []int `json:"brackets"`
@@ -92,8 +94,21 @@ func (s *simulation) progress() {
 	s.transcript = append(s.transcript, fmt.Sprintf("Progress %.9f", p))
 }
 
-// GenerateAsha makes n cases from seed.
-func GenerateAsha(seed int64, n int) []AshaCase {
+// bracket gives the configuration and state of one of adaptive_asha's brackets, promoting or
+// stopping.
+func bracket(sub SearchMethod) (expconf.AsyncHalvingConfig, *asyncHalvingSearchState) {
+	switch a := sub.(type) {
+	case *asyncHalvingSearch:
+		return a.AsyncHalvingConfig, &a.asyncHalvingSearchState
+	case *asyncHalvingStoppingSearch:
+		return a.AsyncHalvingConfig, &a.asyncHalvingSearchState
+	}
+	panic("a bracket that is no asynchronous successive halving")
+}
+
+// GenerateAsha makes n cases from seed, every one with searcher.stop_once set to stopOnce (the
+// draws are the same either way).
+func GenerateAsha(seed int64, n int, stopOnce bool) []AshaCase {
 	r := rand.New(rand.NewSource(seed))
 	var cases []AshaCase
 	for len(cases) < n {
@@ -104,6 +119,7 @@ func GenerateAsha(seed int64, n int) []AshaCase {
 			Divisor:         []float64{2, 3, 4, 2.5}[r.Intn(4)],
 			MaxRungs:        1 + r.Intn(5),
 			SmallerIsBetter: r.Intn(2) == 0,
+			StopOnce:        stopOnce,
 		}
 		if r.Intn(5) == 0 {
 			for i, count := 0, 1+r.Intn(3); i < count; i++ {
@@ -121,6 +137,7 @@ func GenerateAsha(seed int64, n int) []AshaCase {
 			RawMaxRungs:            c.MaxRungs,
 			RawBracketRungs:        c.BracketRungs,
 			RawMaxConcurrentTrials: c.MaxConcurrentTrials,
+			RawStopOnce:            c.StopOnce,
 		}
 		ResetRequestIDs()
 		method := newAdaptiveASHASearch(config, c.SmallerIsBetter).(*tournamentSearch)
@@ -129,7 +146,7 @@ func GenerateAsha(seed int64, n int) []AshaCase {
 		// cannot run (its master refuses an operation completed twice) and loadstar refuses.
 		degenerate := false
 		for _, sub := range method.subSearches {
-			a := sub.(*asyncHalvingSearch)
+			_, a := bracket(sub)
 			for i := 1; i < len(a.Rungs); i++ {
 				previous := a.Rungs[i-1].UnitsNeeded.Units
 				if i > 1 {
@@ -144,7 +161,7 @@ func GenerateAsha(seed int64, n int) []AshaCase {
 			continue
 		}
 		for _, sub := range method.subSearches {
-			a := sub.(*asyncHalvingSearch)
+			a, _ := bracket(sub)
 			c.Brackets = append(c.Brackets, a.NumRungs())
 			c.BracketMaxTrials = append(c.BracketMaxTrials, a.MaxTrials())
 			c.BracketMaxConcurrent = append(c.BracketMaxConcurrent, a.MaxConcurrentTrials())

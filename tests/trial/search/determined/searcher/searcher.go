@@ -1,5 +1,6 @@
-// Package searcher: stand-ins for the parts of Determined's searcher package that its
-// asha.go, adaptive_asha.go and tournament.go (copied in by the generator) and its sequencer use.
+// Package searcher: stand-ins for the parts of Determined's searcher package that its asha.go,
+// asha_stopping.go, adaptive_asha.go and tournament.go (copied in by the generator) and its
+// sequencer use.
 package searcher
 
 import (
@@ -77,8 +78,4 @@ type SearchMethod interface {
 	Snapshot() (json.RawMessage, error)
 	Restore(state json.RawMessage) error
 	Unit() expconf.Unit
-}
-
-func newAsyncHalvingStoppingSearch(expconf.AsyncHalvingConfig, bool) SearchMethod {
-	panic("stop_once is not generated")
 }
