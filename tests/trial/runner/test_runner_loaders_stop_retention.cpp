@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <fstream>
+#include <loadstar/trial/detail/interruption.hpp>
 #include <sstream>
 
 #include "temp_dir.hpp"
@@ -71,6 +72,43 @@ class StoppingTrial : public BlobsTrial {
   }
 };
 
+/// Asks this process to pause (as SIGTERM does) once, when the batch the hyperparameter
+/// `pause_after` names has been trained, and records how many batches it saw.
+class PauseAfter : public trial::Callback {
+ public:
+  explicit PauseAfter(std::uint64_t after) : after_(after) {}
+  void on_train_batch_end(std::size_t, const Logs&) override {
+    ++seen();
+    if (seen() == after_ && !asked()) {
+      asked() = true;
+      trial::detail::interruption_flag = trial::detail::interruption_pause;
+    }
+  }
+  std::string class_name() const override { return "PauseAfter"; }
+  static std::uint64_t& seen() {
+    static std::uint64_t count = 0;
+    return count;
+  }
+  static bool& asked() {
+    static bool once = false;
+    return once;
+  }
+
+ private:
+  std::uint64_t after_;
+};
+
+class PausingTrial : public BlobsTrial {
+ public:
+  using BlobsTrial::BlobsTrial;
+  std::vector<std::shared_ptr<callbacks::Callback>> keras_callbacks() override {
+    auto list = BlobsTrial::keras_callbacks();
+    list.push_back(
+        std::make_shared<PauseAfter>(context.get_hparam("pause_after").get<std::uint64_t>()));
+    return list;
+  }
+};
+
 /// Trains with the hyperparameter learning rate (a huge one makes the loss non-finite), with
 /// Keras's TerminateOnNaN when the hyperparameter `terminate_on_nan` is true.
 class NanTrial : public BlobsTrial {
@@ -89,6 +127,7 @@ trial::TrialSpec loaders_spec(const std::filesystem::path& dir, trial::Experimen
   trial::register_trial<StoppingTrial>("tests:StoppingTrial");
   trial::register_trial<NanTrial>("tests:NanTrial");
   trial::register_trial<ConfiguredFitTrial>("tests:ConfiguredFitTrial");
+  trial::register_trial<PausingTrial>("tests:PausingTrial");
   return trial_spec(dir, std::move(c), std::move(hp));
 }
 
@@ -193,6 +232,46 @@ TEST_SUITE("trial") {
     REQUIRE(r["checkpoints"].size() == 1);
     CHECK(r["checkpoints"][0]["batches"] == 9);
     CHECK(r["latest_checkpoint"] == result.latest_checkpoint);
+  }
+
+  TEST_CASE("A pause checkpoints at the batch it finds and resumes bitwise as one run") {
+    test_support::TempDir one;
+    auto hp = hparams();
+    hp["pause_after"] = 1000;  // never
+    const auto a = loaders_spec(one.path(), config("tests:PausingTrial"), hp);
+    trial::run_trial(a, {.verbose = false});
+    // The workloads end at batches 3, 4, 7, 8, 10, 13, 14, 17, 18, 20, ... (every 3, cut at the
+    // checkpoints every 4 and the validations every 10): a pause after batch 16 comes inside a
+    // workload, one after 17 at its end.
+    for (const std::uint64_t after : {16, 17}) {
+      CAPTURE(after);
+      test_support::TempDir two;
+      hp["pause_after"] = after;
+      PauseAfter::seen() = 0;
+      PauseAfter::asked() = false;
+      const auto b = loaders_spec(two.path(), config("tests:PausingTrial"), hp);
+      std::ostringstream out;
+      const auto paused = trial::run_trial(b, {.verbose = true, .output = &out});
+      trial::detail::interruption_flag = trial::detail::interruption_none;
+      CHECK(paused.paused);
+      CHECK(PauseAfter::seen() == after);
+      const auto r = record(b);
+      CHECK(r["state"] == "ACTIVE");
+      CHECK(r["total_batches"] == after);
+      CHECK(r["checkpoints"].back()["batches"] == after);
+      CHECK(r["latest_checkpoint"] == paused.latest_checkpoint);
+      CHECK_MESSAGE(out.str().find("checkpoint " + paused.latest_checkpoint + " at " +
+                                   std::to_string(after) + " batches") != std::string::npos,
+                    out.str());
+      // Inside a workload, its training line comes when it ends, after the resume.
+      CHECK((text(b.trial_dir / "metrics.jsonl").find("\"batches\":17") == std::string::npos) ==
+            (after == 16));
+      const auto resumed = trial::run_trial(b, {.verbose = false});
+      CHECK_FALSE(resumed.paused);
+      CHECK(PauseAfter::seen() == 45);  // every batch once: none trained twice
+      CHECK(final_weights(a) == final_weights(b));
+      CHECK(text(a.trial_dir / "metrics.jsonl") == text(b.trial_dir / "metrics.jsonl"));
+    }
   }
 
   TEST_CASE("A non-finite loss fails the trial as fit does, or stops it under TerminateOnNaN") {

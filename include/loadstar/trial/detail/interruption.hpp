@@ -2,7 +2,8 @@
 /// What a scheduler's signal asks of an experiment or a trial in this process: SIGTERM and
 /// SIGINT (Slurm, Kubernetes, Ctrl-C) ask to pause, SIGUSR2 (`experiment kill`) to stop without
 /// a checkpoint. The handlers only set a flag; the experiment and the trial read it where they
-/// can stop cleanly (a trial at its workload boundaries).
+/// can stop cleanly (a trial of one process between two batches, the ranks of a distributed trial
+/// together at a workload boundary).
 #pragma once
 
 #include "loadstar/config.hpp"

@@ -119,7 +119,11 @@ class TrialController {
 
   LOADSTAR_DECL void check_stop_training();
 
-  LOADSTAR_DECL void train(const Workload& w);
+  /// Trains workload `w` (from the batch a mid-workload checkpoint reached, when it is that
+  /// workload's). Returns the batches of `w` trained when a pause or a kill stopped it between
+  /// two of them (one process: a scheduler's signal is answered at the next batch boundary; the
+  /// ranks of a distributed trial stop together at workload boundaries), else none.
+  LOADSTAR_DECL std::optional<std::uint64_t> train(const Workload& w);
 
   /// The synthesized `on_epoch_end` of the epoch that ended last, with the logs a Keras user
   /// expects: that epoch's latest training metrics and the latest validation metrics (`val_`).
@@ -139,7 +143,12 @@ class TrialController {
 
   LOADSTAR_DECL nlohmann::json units(std::uint64_t batches) const;
 
-  LOADSTAR_DECL void checkpoint(const Workload& w);
+  /// Checkpoints at workload `w` (a checkpoint workload). A `pause` checkpoint leaves the
+  /// sequencer as it is, so that a resume runs the workloads an uninterrupted run runs; with
+  /// `partial`, it is taken inside run_step workload `w` after `partial` of its batches, and a
+  /// resume trains `w`'s other batches.
+  LOADSTAR_DECL void checkpoint(const Workload& w, bool pause = false,
+                                std::optional<std::uint64_t> partial = std::nullopt);
 
   /// `save_trial_latest` and `save_trial_best`: which checkpoints stay listed. While the trial
   /// may go on, its latest checkpoint always stays (a resume needs it).
@@ -197,6 +206,9 @@ class TrialController {
   TrialJson* record_ = nullptr;
   std::optional<double> best_;
   std::optional<std::pair<std::uint64_t, double>> last_validation_;
+  /// The run_step workload a mid-workload checkpoint stopped in (its step id) and the batches of
+  /// it trained: where `train` continues after a resume.
+  std::optional<std::pair<std::uint64_t, std::uint64_t>> partial_workload_;
   std::uint64_t batches_per_epoch_ = 0;
   std::uint64_t epoch_ = 0;
   std::uint64_t epoch_batches_ = 0;
@@ -274,6 +286,8 @@ TrialResult TrialController::run(TrialJson& record, std::uint64_t* reached) {
   list_.on_train_begin();
   start_bar();
   TrialResult result;
+  // The batches of the workload a pause or a kill stopped inside, beyond the sequencer's count.
+  std::uint64_t trained_inside = 0;
   for (;;) {
     Workload w = sequencer_.next();
     if (pending_epoch_end_ && w.kind != WorkloadKind::compute_validation_metrics) {
@@ -291,9 +305,16 @@ TrialResult TrialController::run(TrialJson& record, std::uint64_t* reached) {
       if (sequencer_.state().value("batches_since_last_chkp", std::uint64_t{0}) == 0) break;
       w.kind = WorkloadKind::checkpoint_model;
     }
+    bool stopped_inside = false;
     switch (w.kind) {
       case WorkloadKind::run_step:
-        train(w);
+        if (const auto trained = train(w)) {
+          // A pause (checkpoint, then exit) or a kill (exit) between two batches.
+          if (interruption() == interruption_pause) checkpoint(w, true, *trained);
+          trained_inside = *trained;
+          stopped_inside = true;
+          break;
+        }
         sequencer_.complete(w);
         break;
       case WorkloadKind::compute_validation_metrics: {
@@ -311,6 +332,10 @@ TrialResult TrialController::run(TrialJson& record, std::uint64_t* reached) {
       case WorkloadKind::terminate:
         break;
     }
+    if (stopped_inside) {
+      result.paused = true;
+      break;
+    }
     if (distributed()) agree_on_stop();
     if (context_.get_stop_requested() && !sequencer_.stop_requested()) {
       sequencer_.request_stop();
@@ -326,7 +351,7 @@ TrialResult TrialController::run(TrialJson& record, std::uint64_t* reached) {
       // A pause: the batches trained since the last checkpoint are checkpointed, then the trial
       // exits; a later run continues from here as if nothing had happened.
       if (sequencer_.state().value("batches_since_last_chkp", std::uint64_t{0}) != 0) {
-        checkpoint(sequencer_.checkpoint_now());
+        checkpoint(sequencer_.checkpoint_now(), true);
       }
       result.paused = true;
       break;
@@ -334,7 +359,7 @@ TrialResult TrialController::run(TrialJson& record, std::uint64_t* reached) {
   }
   list_.on_train_end();
 
-  record.total_batches = sequencer_.total_batches();
+  record.total_batches = sequencer_.total_batches() + trained_inside;
   const std::uint64_t max_batches = to_batches(
       config_.searcher.max_length, context_.get_global_batch_size(), config_.records_per_epoch);
   const bool done =
@@ -344,7 +369,7 @@ TrialResult TrialController::run(TrialJson& record, std::uint64_t* reached) {
   if (chief_) write_trial_record(spec_.trial_dir, record);
   remove_unlisted();  // the folders the final retention dropped, as after every checkpoint
 
-  result.total_batches = sequencer_.total_batches();
+  result.total_batches = sequencer_.total_batches() + trained_inside;
   result.stop_requested = sequencer_.stop_requested();
   result.latest_checkpoint = record.latest_checkpoint;
   result.best_checkpoint = record.best_checkpoint;
@@ -419,6 +444,14 @@ void TrialController::resume() {
       validation_logs_ = logs_from_json(*saved, "checkpoint '" + file + "': validation_logs");
     }
     data_epoch_ = read.get<std::size_t>("data_epoch");
+    // A checkpoint taken between two batches of a workload (a pause); older ones have none.
+    partial_workload_.reset();
+    if (const auto partial = state.find("partial_workload");
+        partial != state.end() && !partial->is_null()) {
+      const std::string where = "checkpoint '" + file + "': partial_workload";
+      const loadstar::detail::StateReader part(where, *partial);
+      partial_workload_ = {part.get<std::uint64_t>("step_id"), part.get<std::uint64_t>("batches")};
+    }
     // Each rank's own position when the checkpoint has one per rank of this trial's ranks;
     // otherwise (one process, or another number of ranks) rank 0's, which array loaders
     // translate to any number of ranks that keeps the global batch.
@@ -507,16 +540,23 @@ void TrialController::check_stop_training() {
   }
 }
 
-void TrialController::train(const Workload& w) {
+std::optional<std::uint64_t> TrialController::train(const Workload& w) {
   // A non-finite loss fails the trial unless a callback (TerminateOnNaN) or the scheduler has
   // asked it to stop, as fit does.
   const auto stopping = [&] { return model_.stop_training || context_.get_stop_requested(); };
-  model_.training_metrics().reset();
+  // Where a mid-workload checkpoint of this workload left it (its running metrics restored).
+  std::uint64_t first = 0;
+  if (partial_workload_ && partial_workload_->first == w.step_id) {
+    first = partial_workload_->second;
+  } else {
+    model_.training_metrics().reset();
+  }
+  partial_workload_.reset();
   const keras::Logs none;
   const ClassWeight* class_weight = fit_.class_weight ? &*fit_.class_weight : nullptr;
-  std::uint64_t total = w.total_batches_processed;
+  std::uint64_t total = w.total_batches_processed + first;
   keras::Logs logs;
-  for (std::uint64_t i = 0; i < w.num_batches; ++i) {
+  for (std::uint64_t i = first; i < w.num_batches; ++i) {
     if (reached_) *reached_ = total;
     if (i == 0) {
       list_.on_train_workload_begin(total, w.num_batches, none);
@@ -526,7 +566,7 @@ void TrialController::train(const Workload& w) {
       if (bar_) bar_->on_epoch_begin(epoch_, none);
       want_epoch_begin_ = false;
     }
-    if (bar_ && batches_per_epoch_ == 0 && i == 0) {
+    if (bar_ && batches_per_epoch_ == 0 && i == first) {
       bar_->set_params({.verbose = 1,
                         .epochs = 1,
                         .steps = static_cast<std::size_t>(w.num_batches),
@@ -556,6 +596,10 @@ void TrialController::train(const Workload& w) {
       // Mid-workload no validation can come first.
       if (i + 1 < w.num_batches) end_epoch();
     }
+    if (i + 1 < w.num_batches && !distributed() && interruption() != interruption_none) {
+      if (reached_) *reached_ = total;
+      return i + 1;
+    }
   }
   if (reached_) *reached_ = total;
   if (const auto loss = logs.get("loss");
@@ -580,6 +624,7 @@ void TrialController::train(const Workload& w) {
   // Without epochs the bar shows each training workload; with them, each epoch (the bar's
   // final line of an epoch stands for its workloads).
   if (bar_ && batches_per_epoch_ == 0) bar_->on_epoch_end(0, logs);
+  return std::nullopt;
 }
 
 void TrialController::end_epoch() {
@@ -659,8 +704,9 @@ nlohmann::json TrialController::units(std::uint64_t batches) const {
   return {{"batches", batches}, {"records", records}, {"epochs", epochs}};
 }
 
-void TrialController::checkpoint(const Workload& w) {
-  const std::uint64_t batches = w.total_batches_processed;
+void TrialController::checkpoint(const Workload& w, bool pause,
+                                 std::optional<std::uint64_t> partial) {
+  const std::uint64_t batches = w.total_batches_processed + partial.value_or(0);
   std::string uuid = new_checkpoint_uuid();
   if (distributed()) collective_.broadcast_bytes(uuid);  // rank 0's name, on every rank
   const auto u = units(batches);
@@ -689,7 +735,9 @@ void TrialController::checkpoint(const Workload& w) {
       {"seed", keras::detail::global_seed()},
       {"training_metrics", model_.training_metrics().state()},
       {"callbacks", std::move(callback_states)},
-      {"sequencer", sequencer_.state_after(w)},
+      {"sequencer", pause ? sequencer_.state() : sequencer_.state_after(w)},
+      {"partial_workload",
+       partial ? nlohmann::json{{"step_id", w.step_id}, {"batches", *partial}} : nlohmann::json()},
       {"best_validation", best_ ? nlohmann::json(*best_) : nlohmann::json()},
       {"epoch", epoch_},
       {"epoch_batches", epoch_batches_},
@@ -708,7 +756,7 @@ void TrialController::checkpoint(const Workload& w) {
   const auto path = chief_ ? write_checkpoint(spec_.checkpoint_dir, uuid, model_, metadata, state)
                            : spec_.checkpoint_dir / uuid;
   list_.on_checkpoint_end(path.string());
-  sequencer_.complete(w);
+  if (!pause) sequencer_.complete(w);
 
   CheckpointEntry entry{uuid, batches, u["records"].get<std::uint64_t>(), u["epochs"].get<double>(),
                         std::nullopt};
