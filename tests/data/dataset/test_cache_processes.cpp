@@ -16,18 +16,13 @@
 #include <vector>
 
 #include "temp_dir.hpp"
+#include "test_helpers.hpp"
 
 using test_support::TempDir;
 
 namespace {
 
-template <class D>
-std::vector<loadstar::element_t<D>> drain(D& dataset) {
-  std::vector<loadstar::element_t<D>> out;
-  while (auto element = dataset.next())
-    out.push_back(std::move(*element));
-  return out;
-}
+using test_support::drain;
 
 std::vector<std::int64_t> iota64(std::int64_t n) {
   std::vector<std::int64_t> out;
