@@ -171,6 +171,10 @@ struct ExperimentConfig {
   std::uint64_t tensor_fusion_threshold = 64;
   /// `data_layer`.
   DataLayerConfig data_layer;
+  /// `environment.environment_variables`: `KEY=VALUE`, set in each trial's process before its
+  /// trial is built (the rest of `environment` describes containers, which trials here do not
+  /// run in).
+  std::vector<std::string> environment_variables;
   /// `data`, free-form.
   nlohmann::json data = nlohmann::json::object();
   /// The whole configuration as JSON with Determined's defaults filled in, as Determined's master
@@ -285,6 +289,10 @@ class ExperimentConfigReader {
   /// `data_layer`: type `shared_fs` with an absolute `host_storage_path` (or none); S3, GCS and
   /// `container_storage_path` (trials run on this host, not in containers) are refused.
   LOADSTAR_DECL DataLayerConfig read_data_layer(const json& value) const;
+
+  /// `environment.environment_variables` (a list of `KEY=VALUE`); Determined's per-slot-type
+  /// mapping is refused, and the container keys are accepted.
+  LOADSTAR_DECL std::vector<std::string> read_environment(const json& value) const;
 
   /// `optimizations` into `config`: refuses what has no effect here (compression, mixed
   /// precision other than O0, Horovod's timing and tuning knobs other than their defaults).
@@ -437,6 +445,12 @@ nlohmann::json to_json(const ExperimentConfig& config) {
     data_layer["host_storage_path"] = config.data_layer.host_storage_path;
   }
   out["data_layer"] = data_layer;
+  if (!config.environment_variables.empty()) {
+    if (!out.contains("environment") || !out["environment"].is_object()) {
+      out["environment"] = json::object();
+    }
+    out["environment"]["environment_variables"] = config.environment_variables;
+  }
   out["data"] = config.data;
   return out;
 }
@@ -891,6 +905,9 @@ ExperimentConfig ExperimentConfigReader::read(const json& root) const {
              "(<experiment>/trials/<id>/tensorboard) and has no separate storage for them");
   }
   if (const json* v = find(root, "data_layer")) config.data_layer = read_data_layer(*v);
+  if (const json* v = find(root, "environment")) {
+    config.environment_variables = read_environment(*v);
+  }
   if (const json* v = find(root, "data")) {
     if (!v->is_object() && !v->is_null()) refuse("data", "a mapping", *v);
     config.data = v->is_null() ? json::object() : *v;
@@ -1081,6 +1098,36 @@ DataLayerConfig ExperimentConfigReader::read_data_layer(const json& value) const
     }
   }
   return layer;
+}
+
+std::vector<std::string> ExperimentConfigReader::read_environment(const json& value) const {
+  const std::string path = "environment";
+  if (value.is_null()) return {};
+  // Determined's container settings mean nothing to trials that run as processes here.
+  check_keys(value, path, "an environment", {"environment_variables"},
+             {"image", "force_pull_image", "registry_auth", "pod_spec", "add_capabilities",
+              "drop_capabilities", "ports", "proxy_ports"});
+  std::vector<std::string> variables;
+  const json* list = find(value, "environment_variables");
+  if (list == nullptr || list->is_null()) return variables;
+  if (list->is_object()) {
+    refuse(join(path, "environment_variables"), "a list of KEY=VALUE strings", *list,
+           ": loadstar does not choose variables by slot type (cpu, cuda, rocm); give one list");
+  }
+  if (!list->is_array()) {
+    refuse(join(path, "environment_variables"), "a list of KEY=VALUE strings", *list);
+  }
+  for (std::size_t i = 0; i < list->size(); ++i) {
+    const std::string item_path =
+        join(path, "environment_variables") + "[" + std::to_string(i) + "]";
+    const std::string item = to_string((*list)[i], item_path);
+    const auto equals = item.find('=');
+    if (equals == 0 || equals == std::string::npos) {
+      refuse(item_path, "KEY=VALUE with a non-empty KEY", (*list)[i]);
+    }
+    variables.push_back(item);
+  }
+  return variables;
 }
 
 json hyperparameter_config_json(const Hyperparameter& hp) {

@@ -6,6 +6,7 @@
 #include "loadstar/config.hpp"
 
 #include <cstdint>
+#include <cstdlib>
 #include <exception>
 #include <iostream>
 #include <memory>
@@ -91,6 +92,11 @@ TrialJson start_record(const TrialSpec& spec) {
 
 TrialResult run_attempt(const TrialSpec& spec, const RunOptions& options, TrialJson& record,
                         std::uint64_t* reached) {
+  // Determined's environment.environment_variables, for the trial's code to read.
+  for (const std::string& variable : spec.config.environment_variables) {
+    const auto equals = variable.find('=');
+    ::setenv(variable.substr(0, equals).c_str(), variable.substr(equals + 1).c_str(), 1);
+  }
   TrialContext context(spec.config, spec.hparams, spec.trial_id, spec.trial_seed,
                        spec.experiment_id, spec.collective);
   // Determined seeds every generator with the trial seed before the trial is built

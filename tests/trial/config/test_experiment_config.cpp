@@ -259,6 +259,14 @@ data: {path: /data/fashion, augment: false}
         "resources: {slots_per_trial: 1, max_slots: 4}\n"
         "optimizations: {mixed_precision: O0}\ncheckpoint_storage: {propagation: rprivate}\n"));
     CHECK(c.raw.at("environment") == json{{"image", "determinedai/environments:py-3.7"}});
+    CHECK(c.environment_variables.empty());
+    const ExperimentConfig with_variables =
+        parse(yaml("global_batch_size: 32", single,
+                   "environment: {image: x, environment_variables: [OMP_NUM_THREADS=1, "
+                   "GREETING=a=b]}\n"));
+    CHECK(with_variables.environment_variables ==
+          std::vector<std::string>{"OMP_NUM_THREADS=1", "GREETING=a=b"});
+    CHECK(experiment_config_from_json(to_json(with_variables), "stored") == with_variables);
     CHECK(c.raw.at("bind_mounts") == json::array());
     CHECK(c.raw.at("resources") == json{{"slots_per_trial", 1}, {"max_slots", 4}});
     CHECK(c.raw.at("optimizations") == json{{"mixed_precision", "O0"},
@@ -321,6 +329,16 @@ data: {path: /data/fashion, augment: false}
                   "mean 'host_storage_path'?)"));
     CHECK(refused("data_layer: [shared_fs]\n") ==
           refusal("data_layer: expected a mapping but found [shared_fs]"));
+    CHECK(refused("environment: {environment_variables: {cpu: [A=1], cuda: [A=2]}}\n") ==
+          refusal("environment.environment_variables: expected a list of KEY=VALUE strings but "
+                  "found {cpu: [A=1], cuda: [A=2]}: loadstar does not choose variables by slot "
+                  "type (cpu, cuda, rocm); give one list"));
+    CHECK(refused("environment: {environment_variables: [A=1, =2]}\n") ==
+          refusal("environment.environment_variables[1]: expected KEY=VALUE with a non-empty "
+                  "KEY but found =2"));
+    CHECK(refused("environment: {environment_variable: [A=1]}\n") ==
+          refusal("environment.environment_variable: not a key of an environment (did you mean "
+                  "'environment_variables'?)"));
     const std::string asha =
         "{name: adaptive_asha, metric: val_loss, max_length: {batches: 9}, max_trials: 4, ";
     CHECK(refused("", asha + "stop_once: 1}") ==
@@ -366,7 +384,7 @@ data: {path: /data/fashion, augment: false}
         "6400}, max_trials: 5}",
         "records_per_epoch: 640\nmin_checkpoint_period: {epochs: 2}\ncheckpoint_policy: none\n"
         "reproducibility: {experiment_seed: 12}\nlabels: [x]\ndata: {k: [1, 2]}\n"
-        "environment: {x: 1}\ndata_layer: {host_storage_path: /srv/caches}\n"));
+        "environment: {image: x}\ndata_layer: {host_storage_path: /srv/caches}\n"));
     const json stored = to_json(c);
     // Through text, as an experiment stores it.
     const ExperimentConfig back = experiment_config_from_json(json::parse(stored.dump()), "e.json");
@@ -397,7 +415,7 @@ data: {path: /data/fashion, augment: false}
     CHECK(back.data_layer.host_storage_path == "/srv/caches");
     CHECK(stored.at("data_layer") ==
           json{{"type", "shared_fs"}, {"host_storage_path", "/srv/caches"}});
-    CHECK(back.raw.at("environment") == json{{"x", 1}});
+    CHECK(back.raw.at("environment") == json{{"image", "x"}});
     // The stored form of the searcher holds only the keys the random searcher takes.
     CHECK(stored.at("searcher") == json{{"name", "random"},
                                         {"metric", "val_accuracy"},

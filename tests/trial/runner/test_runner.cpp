@@ -5,6 +5,7 @@
 
 #include <doctest/doctest.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <loadstar/keras/callbacks/detail/files.hpp>
 #include <sstream>
@@ -338,6 +339,20 @@ TEST_SUITE("trial") {
       }
       restore_record();
     }
+  }
+
+  TEST_CASE("environment.environment_variables are set before the trial is built") {
+    test_support::TempDir dir;
+    ::unsetenv("LOADSTAR_TRIAL_GREETING");
+    auto c = config();
+    c.environment_variables = {"LOADSTAR_TRIAL_GREETING=hello=world"};
+    c.searcher.max_length = {trial::Unit::batches, 3};
+    trial::run_trial(spec_in(dir.path(), c), quiet);
+    const char* set = std::getenv("LOADSTAR_TRIAL_GREETING");
+    REQUIRE(set != nullptr);
+    CHECK(std::string(set) == "hello=world");
+    CHECK(BlobsTrial::greeting() == "hello=world");  // what the trial's constructor read
+    ::unsetenv("LOADSTAR_TRIAL_GREETING");
   }
 
   TEST_CASE("TrialContext gives the hyperparameters and refuses missing ones") {

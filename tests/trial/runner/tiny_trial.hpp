@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <loadstar/data/array_sequence.hpp>
 #include <loadstar/data/dataset/from_sequence.hpp>
@@ -100,10 +101,18 @@ inline const Blobs& validation_data() {
 class BlobsTrial : public trial::KerasTrial {
  public:
   explicit BlobsTrial(trial::TrialContext& context) : KerasTrial(context) {
+    const char* greeting = std::getenv("LOADSTAR_TRIAL_GREETING");
+    BlobsTrial::greeting() = greeting != nullptr ? greeting : "";
     const std::string loader = context.get_hparams().value("loader", "arrays");
     if (loader == "threads") context.configure_fit({.workers = 2});
     if (loader == "processes") context.configure_fit({.workers = 2, .use_multiprocessing = true});
     if (loader == "sequence") context.configure_fit({.workers = 0});
+  }
+
+  /// `LOADSTAR_TRIAL_GREETING` as the last trial built saw it.
+  static std::string& greeting() {
+    static std::string value;
+    return value;
   }
 
   std::shared_ptr<Model> build_model() override {
