@@ -12,10 +12,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "loadstar/error.hpp"
-#include "loadstar/keras/callbacks/detail/files.hpp"
 #include "loadstar/keras/callbacks/logs.hpp"
 #include "loadstar/tensorboard/event_writer.hpp"
+#include "loadstar/trial/plot.hpp"
 
 namespace loadstar::trial::detail {
 
@@ -52,24 +51,10 @@ class TrialTensorBoard {
     writer_->add_hparams(hparams, "", now);
     if (!resumed || !std::filesystem::exists(metrics_file)) return;
     // The lines the START dropped from the earlier files and the metrics file kept.
-    const std::string bytes = keras::detail::read_bytes(metrics_file);
-    std::size_t at = 0;
-    while (at < bytes.size()) {
-      auto end = bytes.find('\n', at);
-      if (end == std::string::npos) end = bytes.size();
-      const auto line = nlohmann::json::parse(bytes.substr(at, end - at), nullptr, false);
-      at = end + 1;
-      if (!line.is_object() || !line.contains("batches") || !line.contains("metrics")) {
-        throw CheckpointError("metrics '" + metrics_file.string() +
-                              "': expected lines with batches and metrics but found " +
-                              line.dump());
-      }
-      const auto line_batches = line["batches"].get<std::uint64_t>();
-      if (line_batches < batches) continue;
-      const bool validation = line.value("kind", "") == "validation";
-      for (const auto& [name, value] : line["metrics"].items()) {
-        if (value.is_number()) write(validation, name, value.get<double>(), line_batches);
-      }
+    for (const MetricsRecord& line : read_metrics(metrics_file)) {
+      if (line.batches < batches) continue;
+      for (const auto& [name, value] : line.metrics)
+        write(line.kind == "validation", name, value, line.batches);
     }
   }
 
