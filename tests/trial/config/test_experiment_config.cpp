@@ -252,6 +252,23 @@ data: {path: /data/fashion, augment: false}
     CHECK(value("i").get<double>() == std::numeric_limits<double>::infinity());
   }
 
+  TEST_CASE("parse_experiment_config refuses YAML aliases that expand without end or bound") {
+    // An alias inside the value it names, and the "billion laughs" (each list ten of the last).
+    CHECK_THROWS_WITH_AS(parse("description: &a [*a]\n"),
+                         doctest::Contains("expected values nested at most 64 deep"), ConfigError);
+    std::string laughs = "l0: &l0 [x, x, x, x, x, x, x, x, x, x]\n";
+    for (int i = 1; i < 9; ++i) {
+      const std::string previous = "*l" + std::to_string(i - 1);
+      laughs += "l" + std::to_string(i) + ": &l" + std::to_string(i) + " [";
+      for (int k = 0; k < 10; ++k)
+        laughs += (k > 0 ? ", " : "") + previous;
+      laughs += "]\n";
+    }
+    CHECK_THROWS_WITH_AS(parse(laughs),
+                         doctest::Contains("expected at most 100000 values in the document"),
+                         ConfigError);
+  }
+
   TEST_CASE("parse_experiment_config keeps Determined's keys that mean nothing here") {
     const ExperimentConfig c = parse(yaml(
         "global_batch_size: 32", single,

@@ -40,10 +40,21 @@ LOADSTAR_DECL nlohmann::json yaml_plain_scalar(const std::string& text);
 LOADSTAR_DECL void check_yaml_text(const YAML::Node& node, const std::string& what,
                                    const std::string& where);
 
+/// What `yaml_to_json` converts at most: aliases let a short document name a value inside itself
+/// (`a: &a [*a]`) or nest references to lists of references, which would expand without end or
+/// exponentially (the "billion laughs"); no experiment config comes near either bound.
+struct YamlLimits {
+  std::size_t depth = 64;
+  std::size_t values = 100000;
+};
+
 /// `node` as JSON; `ConfigError` (prefixed by `where`) for a mapping with a key given twice, a
-/// key that is not a scalar, or text that is not UTF-8.
+/// key that is not a scalar, text that is not UTF-8, or a document nested deeper or holding more
+/// values (aliases expanded) than `limits`. `values` counts what was converted so far.
 LOADSTAR_DECL nlohmann::json yaml_to_json(const YAML::Node& node, const std::string& where,
-                                          const std::string& path = "");
+                                          const std::string& path = "",
+                                          const YamlLimits& limits = {}, std::size_t depth = 0,
+                                          std::size_t* values = nullptr);
 
 /// Parses the YAML document `text`; `ConfigError` naming `where`, the line and the column for
 /// text that is not YAML.
@@ -149,7 +160,21 @@ void check_yaml_text(const YAML::Node& node, const std::string& what, const std:
 }
 
 nlohmann::json yaml_to_json(const YAML::Node& node, const std::string& where,
-                            const std::string& path) {
+                            const std::string& path, const YamlLimits& limits, std::size_t depth,
+                            std::size_t* values) {
+  std::size_t count = 0;
+  if (values == nullptr) values = &count;
+  const std::string at = path.empty() ? std::string("the top level") : path;
+  if (depth > limits.depth) {
+    throw ConfigError(where + ": " + at + ": expected values nested at most " +
+                      std::to_string(limits.depth) + " deep but found deeper ones (an alias " +
+                      "inside the value it names?)");
+  }
+  if (++*values > limits.values) {
+    throw ConfigError(where + ": " + at + ": expected at most " + std::to_string(limits.values) +
+                      " values in the document but found more (aliases expanding "
+                      "exponentially?)");
+  }
   switch (node.Type()) {
     case YAML::NodeType::Undefined:
     case YAML::NodeType::Null:
@@ -163,14 +188,14 @@ nlohmann::json yaml_to_json(const YAML::Node& node, const std::string& where,
       nlohmann::json out = nlohmann::json::array();
       std::size_t i = 0;
       for (const auto& item : node) {
-        out.push_back(yaml_to_json(item, where, path + "[" + std::to_string(i++) + "]"));
+        out.push_back(yaml_to_json(item, where, path + "[" + std::to_string(i++) + "]", limits,
+                                   depth + 1, values));
       }
       return out;
     }
     case YAML::NodeType::Map: {
       nlohmann::json out = nlohmann::json::object();
       for (const auto& item : node) {
-        const std::string at = path.empty() ? std::string("the top level") : path;
         if (!item.first.IsScalar()) {
           throw ConfigError(where + ": " + at + ": expected text keys but found a " +
                             (item.first.IsMap() ? "mapping" : "sequence") + " as a key");
@@ -181,7 +206,7 @@ nlohmann::json yaml_to_json(const YAML::Node& node, const std::string& where,
         if (out.contains(key)) {
           throw ConfigError(where + ": " + child + ": expected each key once but found it twice");
         }
-        out[key] = yaml_to_json(item.second, where, child);
+        out[key] = yaml_to_json(item.second, where, child, limits, depth + 1, values);
       }
       return out;
     }
