@@ -34,5 +34,6 @@
 #include "loadstar/keras/layers/reshape.hpp"
 #include "loadstar/keras/layers/softmax.hpp"
 #include "loadstar/keras/layers/subtract.hpp"
+#include "loadstar/keras/layers/text_vectorization.hpp"
 #include "loadstar/keras/layers/up_sampling2d.hpp"
 #include "loadstar/keras/layers/zero_padding2d.hpp"
