@@ -21,5 +21,6 @@
 #include "loadstar/data/dataset/shuffle.hpp"
 #include "loadstar/data/dataset/skip.hpp"
 #include "loadstar/data/dataset/take.hpp"
+#include "loadstar/data/dataset/timeseries.hpp"
 #include "loadstar/data/dataset/unbatch.hpp"
 #include "loadstar/data/dataset/wrap_dataset.hpp"
