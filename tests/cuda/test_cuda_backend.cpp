@@ -721,11 +721,18 @@ TEST_SUITE("cuda") {
     }
     SUBCASE("activations forward and backward") {
       for (const keras::Activation kind :
-           {keras::Activation::linear, keras::Activation::relu, keras::Activation::sigmoid,
-            keras::Activation::tanh, keras::Activation::softmax, keras::Activation::elu,
-            keras::Activation::selu, keras::Activation::softplus, keras::Activation::softsign,
-            keras::Activation::gelu, keras::Activation::swish, keras::Activation::hard_sigmoid,
-            keras::Activation::exponential}) {
+           {keras::Activation::linear,      keras::Activation::relu,
+            keras::Activation::sigmoid,     keras::Activation::tanh,
+            keras::Activation::softmax,     keras::Activation::elu,
+            keras::Activation::selu,        keras::Activation::softplus,
+            keras::Activation::softsign,    keras::Activation::gelu,
+            keras::Activation::swish,       keras::Activation::hard_sigmoid,
+            keras::Activation::exponential, keras::Activation::relu6,
+            keras::Activation::leaky_relu,  keras::Activation::mish,
+            keras::Activation::hard_silu,   keras::Activation::log_sigmoid,
+            keras::Activation::hard_tanh,   keras::Activation::tanh_shrink,
+            keras::Activation::soft_shrink, keras::Activation::hard_shrink,
+            keras::Activation::squareplus,  keras::Activation::sparse_plus}) {
         CAPTURE(activation_name(kind));
         Tensor<float> y(x.shape()), dx(x.shape());
         const Tensor<float> gy = b.gpu.allocate(x.shape()), gdx = b.gpu.allocate(x.shape());

@@ -85,9 +85,14 @@ std::vector<double> column_reduce(const Value& value, std::size_t rows, std::siz
 }
 
 constexpr Activation all_activations[] = {
-    Activation::linear, Activation::relu,  Activation::sigmoid,      Activation::tanh,
-    Activation::elu,    Activation::selu,  Activation::softplus,     Activation::softsign,
-    Activation::gelu,   Activation::swish, Activation::hard_sigmoid, Activation::exponential,
+    Activation::linear,      Activation::relu,         Activation::sigmoid,
+    Activation::tanh,        Activation::elu,          Activation::selu,
+    Activation::softplus,    Activation::softsign,     Activation::gelu,
+    Activation::swish,       Activation::hard_sigmoid, Activation::exponential,
+    Activation::relu6,       Activation::leaky_relu,   Activation::mish,
+    Activation::hard_silu,   Activation::log_sigmoid,  Activation::hard_tanh,
+    Activation::tanh_shrink, Activation::soft_shrink,  Activation::hard_shrink,
+    Activation::squareplus,  Activation::sparse_plus,
 };
 
 /// Inputs over the interesting range of every activation, with the special values.

@@ -212,6 +212,33 @@ cases.append(case("flatten", "Flatten", {}, [rnd(2, 2, 3)], {},
 cases.append(case("reshape", "Reshape", {"target_shape": [3, -1]}, [rnd(2, 6)], {},
                   lambda xs, ws: (xs[0].reshape(2, 3, 2), {})))
 
+# Keras 3's further element-wise activations, through Dense and Activation (appended, so that the
+# cases above keep their random draws).
+MORE_ACTIVATIONS = {
+    "relu6": F.relu6,
+    "leaky_relu": lambda x: F.leaky_relu(x, 0.2),  # keras.activations.leaky_relu's default slope
+    "mish": F.mish,
+    "hard_silu": F.hardswish,  # x * relu6(x + 3) / 6
+    "log_sigmoid": F.logsigmoid,
+    "hard_tanh": F.hardtanh,
+    "tanh_shrink": F.tanhshrink,
+    "soft_shrink": lambda x: F.softshrink(x, 0.5),
+    "hard_shrink": lambda x: F.hardshrink(x, 0.5),
+    "squareplus": lambda x: (x + torch.sqrt(x * x + 4)) / 2,
+    "sparse_plus": lambda x: torch.where(x <= -1, torch.zeros_like(x),
+                                         torch.where(x >= 1, x, (x + 1) ** 2 / 4)),
+    "silu": F.silu,
+    "hard_swish": F.hardswish,
+    "celu": F.celu,
+}
+for act, f in MORE_ACTIVATIONS.items():
+    x = rnd(2, 4, scale=2.0)
+    cases.append(case(f"dense_{act}", "Dense", {"units": 3, "activation": act},
+                      [x], {"kernel": rnd(4, 3), "bias": rnd(3)},
+                      lambda xs, ws, f=f: (f(xs[0] @ ws["kernel"] + ws["bias"]), {})))
+    cases.append(case(f"activation_{act}", "Activation", {"activation": act},
+                      [rnd(3, 7, scale=4.0)], {}, lambda xs, ws, f=f: (f(xs[0]), {})))
+
 path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "reference", "layers.json")
 os.makedirs(os.path.dirname(path), exist_ok=True)
 with open(path, "w") as f:

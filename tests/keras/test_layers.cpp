@@ -194,9 +194,15 @@ TEST_SUITE("keras_layers") {
 
   TEST_CASE("activation_from_name resolves every Keras name and rejects others") {
     for (const char* name :
-         {"linear", "relu", "sigmoid", "tanh", "softmax", "elu", "selu", "softplus", "softsign",
-          "gelu", "swish", "hard_sigmoid", "exponential"})
+         {"linear",      "relu",        "sigmoid",     "tanh",        "softmax",    "elu",
+          "selu",        "softplus",    "softsign",    "gelu",        "swish",      "hard_sigmoid",
+          "exponential", "relu6",       "leaky_relu",  "mish",        "hard_silu",  "log_sigmoid",
+          "hard_tanh",   "tanh_shrink", "soft_shrink", "hard_shrink", "squareplus", "sparse_plus"})
       CHECK(activation_name(activation_from_name(name)) == name);
+    // Keras's other names: Keras 3 saves swish as silu.
+    CHECK(activation_from_name("silu") == activation_from_name("swish"));
+    CHECK(activation_from_name("hard_swish") == activation_from_name("hard_silu"));
+    CHECK(activation_from_name("celu") == activation_from_name("elu"));
     CHECK_THROWS_WITH_AS(
         activation_from_name("rleu"),
         doctest::Contains("unknown activation 'rleu'; known: linear, relu, sigmoid"), ConfigError);

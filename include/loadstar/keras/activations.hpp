@@ -19,7 +19,7 @@
 namespace loadstar::keras {
 
 namespace detail {
-inline constexpr std::array<std::pair<std::string_view, Activation>, 13> activation_names{{
+inline constexpr std::array<std::pair<std::string_view, Activation>, 24> activation_names{{
     {"linear", Activation::linear},
     {"relu", Activation::relu},
     {"sigmoid", Activation::sigmoid},
@@ -33,11 +33,31 @@ inline constexpr std::array<std::pair<std::string_view, Activation>, 13> activat
     {"swish", Activation::swish},
     {"hard_sigmoid", Activation::hard_sigmoid},
     {"exponential", Activation::exponential},
+    {"relu6", Activation::relu6},
+    {"leaky_relu", Activation::leaky_relu},
+    {"mish", Activation::mish},
+    {"hard_silu", Activation::hard_silu},
+    {"log_sigmoid", Activation::log_sigmoid},
+    {"hard_tanh", Activation::hard_tanh},
+    {"tanh_shrink", Activation::tanh_shrink},
+    {"soft_shrink", Activation::soft_shrink},
+    {"hard_shrink", Activation::hard_shrink},
+    {"squareplus", Activation::squareplus},
+    {"sparse_plus", Activation::sparse_plus},
+}};
+
+/// Keras's other names of the activations above: Keras 3 saves `swish` as `silu`; `hard_swish`
+/// is `hard_silu`; `celu` at its default `alpha=1` is `elu`.
+inline constexpr std::array<std::pair<std::string_view, Activation>, 3> activation_aliases{{
+    {"silu", Activation::swish},
+    {"hard_swish", Activation::hard_silu},
+    {"celu", Activation::elu},
 }};
 }  // namespace detail
 
-/// The activation registry makes `Activation`s: every name of `tf.keras.activations` is
-/// registered, and users may add aliases (`"silu"` for `swish`) that map to one of them.
+/// The activation registry makes `Activation`s: every element-wise activation of
+/// `tf.keras.activations` and Keras 3's `keras.activations` (with their default parameters) is
+/// registered under its names, and users may add aliases that map to one of them.
 template <>
 struct RegistryTraits<Activation> {
   using Object = Activation;
@@ -57,7 +77,9 @@ LOADSTAR_DECL std::string activation_name(Activation kind);
 /// Whether the activation's derivative needs its input: all others are computed from the output
 /// alone, so that a layer need not keep its pre-activation between `forward` and `backward`.
 constexpr bool activation_gradient_needs_input(Activation kind) noexcept {
-  return kind == Activation::gelu || kind == Activation::swish;
+  return kind == Activation::gelu || kind == Activation::swish || kind == Activation::mish ||
+         kind == Activation::hard_silu || kind == Activation::tanh_shrink ||
+         kind == Activation::squareplus;
 }
 
 }  // namespace loadstar::keras
@@ -68,6 +90,8 @@ namespace loadstar::keras {
 
 void RegistryTraits<loadstar::keras::Activation>::defaults(Registry<Activation>& registry) {
   for (const auto& [name, value] : detail::activation_names)
+    registry.add(std::string(name), [value = value](const nlohmann::json&) { return value; });
+  for (const auto& [name, value] : detail::activation_aliases)
     registry.add(std::string(name), [value = value](const nlohmann::json&) { return value; });
 }
 

@@ -74,6 +74,28 @@ void with_activation(Activation kind, F&& f) {
       return f(std::integral_constant<A, A::hard_sigmoid>{});
     case A::exponential:
       return f(std::integral_constant<A, A::exponential>{});
+    case A::relu6:
+      return f(std::integral_constant<A, A::relu6>{});
+    case A::leaky_relu:
+      return f(std::integral_constant<A, A::leaky_relu>{});
+    case A::mish:
+      return f(std::integral_constant<A, A::mish>{});
+    case A::hard_silu:
+      return f(std::integral_constant<A, A::hard_silu>{});
+    case A::log_sigmoid:
+      return f(std::integral_constant<A, A::log_sigmoid>{});
+    case A::hard_tanh:
+      return f(std::integral_constant<A, A::hard_tanh>{});
+    case A::tanh_shrink:
+      return f(std::integral_constant<A, A::tanh_shrink>{});
+    case A::soft_shrink:
+      return f(std::integral_constant<A, A::soft_shrink>{});
+    case A::hard_shrink:
+      return f(std::integral_constant<A, A::hard_shrink>{});
+    case A::squareplus:
+      return f(std::integral_constant<A, A::squareplus>{});
+    case A::sparse_plus:
+      return f(std::integral_constant<A, A::sparse_plus>{});
   }
 }
 

@@ -35,6 +35,17 @@ enum class Activation {
   swish,
   hard_sigmoid,
   exponential,
+  relu6,
+  leaky_relu,  ///< Keras's `leaky_relu` activation: negative slope 0.2
+  mish,
+  hard_silu,  ///< `x * relu6(x + 3) / 6` (Keras 3's `hard_silu`, alias `hard_swish`)
+  log_sigmoid,
+  hard_tanh,
+  tanh_shrink,
+  soft_shrink,  ///< threshold 0.5
+  hard_shrink,  ///< threshold 0.5
+  squareplus,   ///< `(x + sqrt(x^2 + 4)) / 2`
+  sparse_plus,
 };
 
 /// The element-wise rule of an optimizer step (`Backend::apply_optimizer_step`), one per

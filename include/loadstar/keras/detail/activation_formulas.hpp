@@ -65,11 +65,34 @@ LOADSTAR_HOST_DEVICE inline float activate(Activation kind, float x) noexcept {
       return clamp_to(0.2F * x + 0.5F, 0.0F, 1.0F);
     case Activation::exponential:
       return ::expf(x);
+    case Activation::relu6:
+      return x > 0.0F ? (x < 6.0F ? x : 6.0F) : 0.0F;
+    case Activation::leaky_relu:
+      return x > 0.0F ? x : 0.2F * x;
+    case Activation::mish:
+      return x * ::tanhf(::log1pf(::expf(-::fabsf(x))) + max_of(x, 0.0F));
+    case Activation::hard_silu:
+      return x * clamp_to(x + 3.0F, 0.0F, 6.0F) / 6.0F;
+    case Activation::log_sigmoid:
+      return -(::log1pf(::expf(-::fabsf(x))) + max_of(-x, 0.0F));
+    case Activation::hard_tanh:
+      return clamp_to(x, -1.0F, 1.0F);
+    case Activation::tanh_shrink:
+      return x - ::tanhf(x);
+    case Activation::soft_shrink:
+      return x > 0.5F ? x - 0.5F : x < -0.5F ? x + 0.5F : 0.0F * x;
+    case Activation::hard_shrink:
+      return x > 0.5F || x < -0.5F ? x : 0.0F * x;
+    case Activation::squareplus:
+      return 0.5F * (x + ::sqrtf(x * x + 4.0F));
+    case Activation::sparse_plus:
+      return x <= -1.0F ? 0.0F * x : x >= 1.0F ? x : 0.25F * (x + 1.0F) * (x + 1.0F);
   }
   return x;
 }
 
-/// The derivative times `dy`, from the output `y` (and the input `x` for gelu and swish).
+/// The derivative times `dy`, from the output `y` (and the input `x` for the activations
+/// `activation_gradient_needs_input` names). At the kinks, the one-sided derivative PyTorch takes.
 LOADSTAR_HOST_DEVICE inline float activation_gradient(Activation kind, float x, float y,
                                                       float dy) noexcept {
   switch (kind) {
@@ -103,6 +126,31 @@ LOADSTAR_HOST_DEVICE inline float activation_gradient(Activation kind, float x, 
       return y > 0.0F && y < 1.0F ? 0.2F * dy : 0.0F;
     case Activation::exponential:
       return dy * y;
+    case Activation::relu6:
+      return y > 0.0F && y < 6.0F ? dy : 0.0F;
+    case Activation::leaky_relu:
+      return y > 0.0F ? dy : 0.2F * dy;
+    case Activation::mish: {
+      const float t = ::tanhf(::log1pf(::expf(-::fabsf(x))) + max_of(x, 0.0F));
+      return dy * (t + x * (1.0F - t * t) * sigmoid(x));
+    }
+    case Activation::hard_silu:
+      return x < -3.0F ? 0.0F : x <= 3.0F ? dy * (x / 3.0F + 0.5F) : dy;
+    case Activation::log_sigmoid:  // log_sigmoid' = sigmoid(-x) = 1 - exp(y)
+      return -dy * ::expm1f(y);
+    case Activation::hard_tanh:
+      return y > -1.0F && y < 1.0F ? dy : 0.0F;
+    case Activation::tanh_shrink: {
+      const float t = ::tanhf(x);
+      return dy * t * t;
+    }
+    case Activation::soft_shrink:
+    case Activation::hard_shrink:
+      return y != 0.0F ? dy : 0.0F;
+    case Activation::squareplus:
+      return dy * 0.5F * (1.0F + x / ::sqrtf(x * x + 4.0F));
+    case Activation::sparse_plus:  // (x + 1) / 2 = sqrt(y) between -1 and 1
+      return y >= 1.0F ? dy : y > 0.0F ? dy * ::sqrtf(y) : 0.0F;
   }
   return dy;
 }

@@ -469,13 +469,13 @@ class TextVectorization {
                        {"config", get_config()},
                        {"vocabulary", get_vocabulary(true)},
                        {"idf_weights", idf_}};
-    detail::write_atomically(path, out.dump(1));
+    keras::detail::write_atomically(path, out.dump(1));
   }
 
   /// The layer `save` wrote; throws `IoError` for a missing file and `FormatError` naming the file
   /// for one that is not such a layer.
   static TextVectorization load(const std::filesystem::path& path) {
-    const std::string bytes = detail::read_bytes(path);
+    const std::string bytes = keras::detail::read_bytes(path);
     nlohmann::json j;
     try {
       j = nlohmann::json::parse(bytes);
