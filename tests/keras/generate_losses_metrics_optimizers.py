@@ -58,6 +58,24 @@ def loss_per_sample(kind, args, y, p):
         if bool(((y == 0) | (y == 1)).all()):
             y = 2 * y - 1  # Keras's _maybe_convert_labels
         return torch.clamp(1 - y * p, min=0).mean(-1)
+    if kind == "squared_hinge":
+        if bool(((y == 0) | (y == 1)).all()):
+            y = 2 * y - 1
+        return (torch.clamp(1 - y * p, min=0) ** 2).mean(-1)
+    if kind == "categorical_hinge":
+        pos = (y * p).sum(-1)
+        neg = ((1 - y) * p).max(-1).values
+        return torch.clamp(neg - pos + 1, min=0)
+    if kind == "mape":
+        return 100 * ((y - p).abs() / torch.clamp(y.abs(), min=EPS)).mean(-1)
+    if kind == "msle":
+        return ((torch.log(torch.clamp(p, min=EPS) + 1) - torch.log(torch.clamp(y, min=EPS) + 1)) ** 2).mean(-1)
+    if kind == "log_cosh":
+        return torch.log(torch.cosh(p - y)).mean(-1)
+    if kind == "poisson":
+        return (p - y * torch.log(p + EPS)).mean(-1)
+    if kind == "cosine_similarity":
+        return -(torch.nn.functional.normalize(y, dim=-1) * torch.nn.functional.normalize(p, dim=-1)).sum(-1)
     if kind == "kld":
         yc = torch.clamp(y, EPS, 1)
         pc = torch.clamp(p, EPS, 1)
@@ -141,6 +159,31 @@ def make_losses():
             loss_case("scce logits" + tag, "scce", {"from_logits": True}, labels, logits, sw),
             loss_case("scce labels (n, 1)" + tag, "scce", {"from_logits": True}, labels, logits, sw,
                       y_shape=[n, 1]),
+        ]
+    # Keras's further losses, on data of their own generator (the draws above stay as they were).
+    g = torch.Generator().manual_seed(35)
+    positive_y = torch.rand(n, 3, generator=g, dtype=D) * 3
+    positive_p = torch.rand(n, 3, generator=g, dtype=D) * 3 + 0.05
+    positive_p[2, 1] = 0.0  # at the clip of msle's and mape's epsilon
+    signed_y = torch.randn(n, 3, generator=g, dtype=D)
+    signed_p = torch.randn(n, 3, generator=g, dtype=D) * 1.5
+    signed_y[3, 0] = 0.0  # mape's epsilon in the denominator
+    binary2 = (torch.rand(n, 3, generator=g, dtype=D) > 0.5).double()
+    one_hot2 = torch.nn.functional.one_hot(torch.randint(0, k, (n,), generator=g), k).double()
+    scores = torch.randn(n, k, generator=g, dtype=D) * 2
+    sw2 = torch.rand(n, generator=g, dtype=D) * 2
+    for sw in (None, sw2):
+        tag = "" if sw is None else " weighted"
+        cases += [
+            loss_case("squared_hinge 0/1 labels" + tag, "squared_hinge", {}, binary2, signed_p, sw),
+            loss_case("squared_hinge -1/1 labels" + tag, "squared_hinge", {}, 2 * binary2 - 1,
+                      signed_p, sw),
+            loss_case("categorical_hinge" + tag, "categorical_hinge", {}, one_hot2, scores, sw),
+            loss_case("mape" + tag, "mape", {}, signed_y, signed_p, sw),
+            loss_case("msle" + tag, "msle", {}, positive_y, positive_p, sw),
+            loss_case("log_cosh" + tag, "log_cosh", {}, signed_y, signed_p, sw),
+            loss_case("poisson" + tag, "poisson", {}, positive_y, positive_p + 0.1, sw),
+            loss_case("cosine_similarity" + tag, "cosine_similarity", {}, signed_y, signed_p, sw),
         ]
     return cases
 

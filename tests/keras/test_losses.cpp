@@ -38,6 +38,11 @@ std::unique_ptr<Loss> make_loss(const nlohmann::json& c) {
   if (kind == "mae") return std::make_unique<losses::MeanAbsoluteError>();
   if (kind == "huber") return std::make_unique<losses::Huber>(args.value("delta", 1.0));
   if (kind == "hinge") return std::make_unique<losses::Hinge>();
+  // The further losses through the registry, by Keras's function names.
+  for (const char* name : {"squared_hinge", "categorical_hinge", "mape", "msle", "log_cosh",
+                           "poisson", "cosine_similarity"}) {
+    if (kind == name) return loadstar::keras::get_loss(name);
+  }
   if (kind == "kld") return std::make_unique<losses::KLDivergence>();
   if (kind == "bce") return std::make_unique<losses::BinaryCrossentropy>(from_logits, smoothing);
   if (kind == "cce") {
@@ -122,6 +127,15 @@ TEST_SUITE("keras") {
     CHECK(get_loss("mse")->class_name() == "MeanSquaredError");
     CHECK(get_loss("sparse_categorical_crossentropy")->name() == "sparse_categorical_crossentropy");
     CHECK(get_loss("kld")->class_name() == "KLDivergence");
+    CHECK(get_loss("MAPE")->class_name() == "MeanAbsolutePercentageError");
+    CHECK(get_loss("logcosh")->name() == "log_cosh");
+    CHECK(get_loss("msle")->name() == "mean_squared_logarithmic_error");
+    CHECK(get_loss("CosineSimilarity")->get_config() ==
+          nlohmann::json{
+              {"reduction", "sum_over_batch_size"}, {"name", "cosine_similarity"}, {"axis", -1}});
+    CHECK_THROWS_WITH_AS(loadstar::keras::Registry<Loss>::instance().create(
+                             "CosineSimilarity", {{"axis", 0}, {"name", "cos"}}),
+                         doctest::Contains("config.axis: expected -1"), ConfigError);
     CHECK_THROWS_WITH_AS(get_loss("foo"), doctest::Contains("unknown loss 'foo'; known: mse"),
                          ConfigError);
   }

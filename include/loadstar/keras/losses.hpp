@@ -13,13 +13,20 @@
 
 #include "loadstar/keras/losses/binary_crossentropy.hpp"
 #include "loadstar/keras/losses/categorical_crossentropy.hpp"
+#include "loadstar/keras/losses/categorical_hinge.hpp"
+#include "loadstar/keras/losses/cosine_similarity.hpp"
 #include "loadstar/keras/losses/hinge.hpp"
 #include "loadstar/keras/losses/huber.hpp"
 #include "loadstar/keras/losses/kl_divergence.hpp"
+#include "loadstar/keras/losses/log_cosh.hpp"
 #include "loadstar/keras/losses/loss.hpp"
 #include "loadstar/keras/losses/mean_absolute_error.hpp"
+#include "loadstar/keras/losses/mean_absolute_percentage_error.hpp"
 #include "loadstar/keras/losses/mean_squared_error.hpp"
+#include "loadstar/keras/losses/mean_squared_logarithmic_error.hpp"
+#include "loadstar/keras/losses/poisson.hpp"
 #include "loadstar/keras/losses/sparse_categorical_crossentropy.hpp"
+#include "loadstar/keras/losses/squared_hinge.hpp"
 #include "loadstar/keras/registry.hpp"
 
 namespace loadstar::keras {
@@ -71,6 +78,15 @@ void RegistryTraits<loadstar::keras::Loss>::defaults(Registry<Loss>& registry) {
   add({"kld", "KLD", "kl_divergence", "kullback_leibler_divergence", "KLDivergence"},
       KLDivergence::from_config);
   add({"hinge", "Hinge"}, Hinge::from_config);
+  add({"squared_hinge", "SquaredHinge"}, SquaredHinge::from_config);
+  add({"categorical_hinge", "CategoricalHinge"}, CategoricalHinge::from_config);
+  add({"mape", "MAPE", "mean_absolute_percentage_error", "MeanAbsolutePercentageError"},
+      MeanAbsolutePercentageError::from_config);
+  add({"msle", "MSLE", "mean_squared_logarithmic_error", "MeanSquaredLogarithmicError"},
+      MeanSquaredLogarithmicError::from_config);
+  add({"log_cosh", "logcosh", "LogCosh"}, LogCosh::from_config);
+  add({"poisson", "Poisson"}, Poisson::from_config);
+  add({"cosine_similarity", "CosineSimilarity"}, CosineSimilarity::from_config);
 }
 
 }  // namespace loadstar::keras
