@@ -530,3 +530,77 @@ TEST_CASE("image_dataset_from_directory refuses what Keras refuses and what is n
                        "dataset has 15 files with seed 2",
                        CheckpointError);
 }
+
+namespace {
+
+// a/ holds 5 texts, b/ 4 (one in a nested folder), with a non-.txt file and a hidden folder.
+void write_text_tree(const std::filesystem::path& root) {
+  auto write = [&](const std::string& name, const std::string& text) {
+    std::filesystem::create_directories((root / name).parent_path());
+    std::ofstream(root / name, std::ios::binary) << text;
+  };
+  for (int i = 0; i < 5; ++i)
+    write("a/a" + std::to_string(i) + ".txt", "alpha text number " + std::to_string(i));
+  for (int i = 0; i < 3; ++i)
+    write("b/b" + std::to_string(i) + ".TXT", "beta " + std::to_string(i));
+  write("b/deep/b9.txt", "beta deep");
+  write("b/skip.md", "not listed");
+  write(".hidden/h.txt", "hidden class");
+}
+
+}  // namespace
+
+TEST_CASE("text_dataset_from_directory reads the texts in Keras's order") {
+  test_support::TempDir dir;
+  write_text_tree(dir.path());
+  const std::string root = dir.path().string();
+  SUBCASE("unshuffled: sorted classes, files sorted by folder then name, max_length in bytes") {
+    auto ds = text_dataset_from_directory(
+        root, {.batch_size = 4, .max_length = 7, .shuffle = false, .verbose = false});
+    CHECK(ds.class_names() == std::vector<std::string>{"a", "b"});
+    REQUIRE(ds.file_paths().size() == 9);
+    CHECK(ds.file_paths()[5] == (dir.path() / "b" / "b0.TXT").string());
+    CHECK(ds.file_paths()[8] == (dir.path() / "b" / "deep" / "b9.txt").string());
+    const auto batches = test_support::drain(ds);
+    REQUIRE(batches.size() == 3);
+    CHECK(batches[0].first == std::vector<std::string>{"alpha t", "alpha t", "alpha t", "alpha t"});
+    CHECK(batches[2].first == std::vector<std::string>{"beta de"});
+    CHECK(batches[1].second == Tensor<float>(Shape{4}, {0, 1, 1, 1}));
+  }
+  SUBCASE("shuffled: the sorted list shuffled by NumPy's RandomState, and exact resume") {
+    auto sorted = text_dataset_from_directory(root, {.shuffle = false, .verbose = false});
+    auto expected = sorted.file_paths();
+    NumpyRandomState(77).shuffle(expected);
+    auto ds = text_dataset_from_directory(
+        root, {.label_mode = "categorical", .batch_size = 2, .seed = 77, .verbose = false});
+    CHECK(ds.file_paths() == expected);
+    CHECK(ds.next()->second.shape() == Shape{2, 2});
+    dataset_test::check_exact_resume(
+        [&] {
+          return text_dataset_from_directory(root, {.batch_size = 2,
+                                                    .seed = 77,
+                                                    .validation_split = 0.3,
+                                                    .subset = "training",
+                                                    .verbose = false});
+        },
+        3, 5);
+    auto validation = text_dataset_from_directory(
+        root, {.seed = 77, .validation_split = 0.3, .subset = "validation", .verbose = false});
+    CHECK(validation.file_paths() ==
+          std::vector<std::string>(expected.end() - 2, expected.end()));  // int(0.3 * 9) = 2
+  }
+  SUBCASE("refusals") {
+    CHECK_THROWS_WITH_AS(
+        text_dataset_from_directory(
+            root, {.seed = 1, .validation_split = 0.5, .subset = "both", .verbose = false}),
+        "text_dataset_from_directory: subset 'both' is not implemented (build the 'training' and "
+        "the 'validation' subsets with the same seed)",
+        ConfigError);
+    CHECK_THROWS_WITH_AS(
+        text_dataset_from_directory(
+            root,
+            {.labels = nullptr, .class_names = std::vector<std::string>{"a"}, .verbose = false}),
+        "text_dataset_from_directory: class_names cannot be given with labels=None (no labels)",
+        ConfigError);
+  }
+}

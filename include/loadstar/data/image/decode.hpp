@@ -111,11 +111,17 @@ class JpegReader {
     errors_.base.emit_message = jpeg_message;
     call("cannot start the decoder", [&] { jpeg_create_decompress(&info_); });
     created_ = true;
-    call("cannot read the header", [&] {
-      jpeg_mem_src(&info_, bytes.data(), static_cast<unsigned long>(bytes.size()));
-      jpeg_read_header(&info_, TRUE);
-    });
-    check_pixels(name_, info_.image_height, info_.image_width);
+    try {
+      call("cannot read the header", [&] {
+        jpeg_mem_src(&info_, bytes.data(), static_cast<unsigned long>(bytes.size()));
+        jpeg_read_header(&info_, TRUE);
+      });
+      check_pixels(name_, info_.image_height, info_.image_width);
+    } catch (...) {
+      // A constructor that throws runs no destructor.
+      jpeg_destroy_decompress(&info_);
+      throw;
+    }
   }
   JpegReader(const JpegReader&) = delete;
   JpegReader& operator=(const JpegReader&) = delete;
