@@ -604,3 +604,31 @@ TEST_CASE("text_dataset_from_directory reads the texts in Keras's order") {
         ConfigError);
   }
 }
+
+TEST_CASE("the README's pipeline: unbatched images, seeded augmentation, batches") {
+  const std::string root = (images_dir() / "folder").string();
+  auto make = [&] {
+    auto train = image_dataset_from_directory(root, {.batch_size = std::nullopt,
+                                                     .image_size = {12, 12},
+                                                     .seed = 123,
+                                                     .validation_split = 0.2,
+                                                     .subset = "training",
+                                                     .verbose = false,
+                                                     .num_parallel_calls = 2});
+    return std::move(train)
+        .map_with_seed(
+            [](Tensor<float> image, Tensor<float> label, std::uint64_t seed) {
+              image =
+                  image::random_flip_left_right(image::random_crop(image, 10, 10, seed), seed + 1);
+              return std::pair{image::random_brightness(image, 20.0f, seed + 2), label};
+            },
+            7)
+        .batch(5);
+  };
+  auto ds = make();
+  const auto batches = test_support::drain(ds);
+  REQUIRE(batches.size() == 3);  // 15 - int(0.2 * 15) = 12 files
+  CHECK(batches[0].first.shape() == Shape{5, 10, 10, 3});
+  CHECK(batches[2].second.shape() == Shape{2});
+  dataset_test::check_exact_resume(make, 2, 4);
+}
