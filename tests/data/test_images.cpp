@@ -632,3 +632,79 @@ TEST_CASE("the README's pipeline: unbatched images, seeded augmentation, batches
   CHECK(batches[2].second.shape() == Shape{2});
   dataset_test::check_exact_resume(make, 2, 4);
 }
+
+TEST_CASE("EXIF orientation: ignored by decode_image, applied on request as PIL's exif_transpose") {
+  const auto& cases = manifest()["exif"];
+  REQUIRE(cases.size() == 8);
+  for (const auto& c : cases) {
+    const std::string file = c["file"];
+    CAPTURE(file);
+    const auto bytes = read_bytes(images_dir() / file);
+    const auto stored = image::decode_image(bytes, 3, file);
+    CHECK(stored.shape() == Shape{9, 14, 3});
+    CHECK(image::exif_orientation(bytes) == c["orientation"].get<int>());
+    const auto upright = image::apply_exif_orientation(stored, image::exif_orientation(bytes));
+    const auto reference =
+        read_npy<std::int32_t>(images_dir() / "reference" / c["reference"].get<std::string>());
+    CHECK(max_abs_diff(upright, reference) == 0);
+  }
+  CHECK(image::exif_orientation(read_bytes(images_dir() / "rgb.jpg")) == 1);
+  CHECK(image::exif_orientation(read_bytes(images_dir() / "rgb.png")) == 1);
+  CHECK_THROWS_WITH_AS(image::apply_exif_orientation(Tensor<float>(Shape{2, 2, 1}), 9),
+                       "apply_exif_orientation: orientation must be 1 to 8 but is 9", ConfigError);
+}
+
+TEST_CASE("timeseries_dataset_from_array: Keras's start positions and windows") {
+  for (const auto& c : manifest()["timeseries"]) {
+    const std::size_t steps = c["steps"];
+    CAPTURE(steps);
+    Tensor<float> data(Shape{steps, 2});
+    for (std::size_t i = 0; i < data.size(); ++i)
+      data.data()[i] = static_cast<float>(i);
+    std::optional<Tensor<float>> targets;
+    if (!c["targets"].is_null()) {
+      targets = Tensor<float>(Shape{c["targets"].get<std::size_t>()});
+      for (std::size_t i = 0; i < targets->size(); ++i)
+        targets->data()[i] = static_cast<float>(10 * i);
+    }
+    TimeseriesDatasetOptions options{.sequence_stride = c["sequence_stride"],
+                                     .sampling_rate = c["sampling_rate"],
+                                     .batch_size = 4,
+                                     .shuffle = true,
+                                     .seed = c["seed"].get<std::uint64_t>()};
+    if (c["start_index"].get<int>() != 0) options.start_index = c["start_index"];
+    if (!c["end_index"].is_null()) options.end_index = c["end_index"];
+    const std::size_t length = c["sequence_length"];
+    const std::size_t start = c["start_index"], rate = c["sampling_rate"];
+    auto ds = timeseries_dataset_from_array(data, targets, length, options);
+    const auto expected = c["positions"].get<std::vector<std::int64_t>>();
+    CHECK(std::vector<std::int64_t>(ds.start_positions().begin(), ds.start_positions().end()) ==
+          expected);
+    // Every window holds steps start + p + k * rate; its target is step start + p.
+    std::multiset<std::int64_t> seen;
+    for (const auto& [sequences, batch_targets] : test_support::drain(ds)) {
+      REQUIRE(sequences.shape()[1] == length);
+      for (std::size_t b = 0; b < sequences.rows(); ++b) {
+        const auto first = static_cast<std::size_t>(sequences(b, std::size_t{0}, std::size_t{0}));
+        const std::size_t p = first / 2 - start;
+        seen.insert(static_cast<std::int64_t>(p));
+        for (std::size_t k = 0; k < length; ++k)
+          REQUIRE(sequences(b, k, std::size_t{1}) ==
+                  static_cast<float>((start + p + k * rate) * 2 + 1));
+        if (targets) CHECK(batch_targets.data()[b] == static_cast<float>(10 * (start + p)));
+      }
+    }
+    CHECK(seen == std::multiset<std::int64_t>(expected.begin(), expected.end()));
+    dataset_test::check_exact_resume(
+        [&] { return timeseries_dataset_from_array(data, targets, length, options); }, 2, 4);
+  }
+  Tensor<float> data(Shape{10, 1});
+  CHECK_THROWS_WITH_AS(timeseries_dataset_from_array(data, std::nullopt, 3, {.end_index = 10}),
+                       "timeseries_dataset_from_array: end_index must be lower than the length of "
+                       "the data but is 10 for data of length 10",
+                       ConfigError);
+  CHECK_THROWS_WITH_AS(timeseries_dataset_from_array(data, std::nullopt, 11),
+                       "timeseries_dataset_from_array: no complete sequence of length 11 with "
+                       "sampling_rate 1 fits in steps [0, 10)",
+                       ConfigError);
+}

@@ -7,5 +7,6 @@
 #include "loadstar/data/dataset/image_dataset_from_directory.hpp"
 #include "loadstar/data/image/crop_decode.hpp"
 #include "loadstar/data/image/decode.hpp"
+#include "loadstar/data/image/exif.hpp"
 #include "loadstar/data/image/ops.hpp"
 #include "loadstar/data/numpy_random_state.hpp"

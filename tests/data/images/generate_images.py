@@ -5,12 +5,14 @@ Run with Debian's python3-pil, python3-numpy and python3-torch:
     /usr/bin/python3 tests/data/images/generate_images.py
 Everything is a function of this script (no randomness without a fixed seed), so a rerun rewrites
 the same bytes. The references come from independent implementations:
+- EXIF orientation: PIL's ImageOps.exif_transpose of exif<o>.jpg;
 - decoding: PIL (which decodes JPEG with libjpeg too) -> <stem>_<ext>_c<channels>.npy (uint8);
 - resize: torch.nn.functional.interpolate (bilinear with align_corners=False and antialias=False
   is tf.image.resize's half-pixel bilinear; 'nearest-exact' is tf's half-pixel nearest,
   floor((x + 0.5) * scale)); area: tf's ResizeArea reproduced in NumPy (float64), checked against
   torch's adaptive_avg_pool2d where the factors are integers;
-- NumPy's RandomState(seed).shuffle orders (Keras shuffles file paths with it);
+- NumPy's RandomState(seed).shuffle orders (Keras shuffles file paths with it), and Keras's
+  timeseries_dataset_from_array start positions computed with NumPy;
 - the file order and validation split of keras.utils.image_dataset_from_directory, computed by
   Keras's index_directory logic (os.walk, sorted, RandomState shuffle, tail split) over folder/.
 The seed corpora of tests/fuzz/fuzz_jpeg.cpp and fuzz_png.cpp are copies of the images.
@@ -24,7 +26,7 @@ import zlib
 import numpy as np
 import torch
 import torch.nn.functional as F
-from PIL import Image
+from PIL import Image, ImageOps
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TESTS = os.path.dirname(os.path.dirname(HERE))
@@ -191,6 +193,43 @@ def make_resize_references():
     return cases
 
 
+def make_exif_references():
+    """exif<o>.jpg: a 9x14 JPEG with EXIF orientation o; the reference is PIL's exif_transpose."""
+    cases = []
+    pixels = pattern(9, 14, 3, 9)
+    for orientation in range(1, 9):
+        exif = Image.Exif()
+        exif[0x0112] = orientation
+        name = f"exif{orientation}.jpg"
+        Image.fromarray(pixels).save(os.path.join(HERE, name), quality=95, exif=exif.tobytes())
+        upright = ImageOps.exif_transpose(Image.open(os.path.join(HERE, name)))
+        ref = f"exif{orientation}_upright.npy"
+        save_ref(ref, np.array(upright).astype(np.uint8))
+        cases.append({"file": name, "orientation": orientation, "reference": ref})
+    return cases
+
+
+def make_timeseries_references():
+    """Keras's timeseries_dataset_from_array start positions: np.arange(0, num_seqs, stride),
+    shuffled by RandomState(seed), with num_seqs = end - start - (length - 1) * rate, capped by
+    the targets after start."""
+    cases = []
+    for steps, length, stride, rate, start, end, targets, seed in [
+            (100, 5, 3, 2, 7, 90, 100, 4), (50, 10, 1, 1, 0, None, 30, 123),
+            (64, 4, 5, 3, 0, None, None, 99)]:
+        s = start or 0
+        e = steps if end is None else end
+        num_seqs = e - s - (length - 1) * rate
+        if targets is not None:
+            num_seqs = min(num_seqs, targets - s)
+        positions = np.arange(0, num_seqs, stride, dtype="int32")
+        np.random.RandomState(seed).shuffle(positions)
+        cases.append({"steps": steps, "sequence_length": length, "sequence_stride": stride,
+                      "sampling_rate": rate, "start_index": start, "end_index": end,
+                      "targets": targets, "seed": seed, "positions": positions.tolist()})
+    return cases
+
+
 def make_shuffle_references():
     orders = []
     for seed in (0, 1, 42, 1337, 123456, 2**31 + 11, 2**32 - 1):
@@ -271,6 +310,8 @@ def main():
         "decode": make_decode_references(images),
         "resize": make_resize_references(),
         "numpy_shuffle": make_shuffle_references(),
+        "exif": make_exif_references(),
+        "timeseries": make_timeseries_references(),
         "folder": make_folder_references(make_folder()),
     }
     with open(os.path.join(REF, "manifest.json.tmp"), "w") as f:

@@ -5,6 +5,7 @@
 /// EXIF orientation is not applied: `tf.io.decode_jpeg`/`decode_image` ignore it, and so do
 /// Keras's `load_img` and `image_dataset_from_directory` (Keras decodes through `tf.io` or PIL's
 /// `Image.open`, neither of which transposes by the EXIF tag), so the pixels are as stored.
+/// `<loadstar/data/image/exif.hpp>` is the opt-in (`exif_orientation`, `apply_exif_orientation`).
 ///
 /// Errors: every libjpeg and libpng error (and every libjpeg warning, such as "premature end of
 /// JPEG file") becomes a `FormatError` naming the source and what the library found. The libraries
