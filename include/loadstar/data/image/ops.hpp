@@ -220,10 +220,10 @@ Tensor<T> crop_to_bounding_box(const Tensor<T>& image, std::size_t top, std::siz
                      "x" + std::to_string(in_w) + " image");
   }
   auto out = Tensor<T>::uninitialized(Shape{height, width, c});
-  for (std::size_t y = 0; y < height; ++y) {
-    std::copy_n(image.begin() + ((top + y) * in_w + left) * c, width * c,
-                out.begin() + y * width * c);
-  }
+  const T* in = image.begin();
+  T* dst = out.begin();
+  for (std::size_t y = 0; y < height; ++y)
+    std::copy_n(in + ((top + y) * in_w + left) * c, width * c, dst + y * width * c);
   return out;
 }
 
@@ -323,9 +323,17 @@ Tensor<T> flip_left_right(const Tensor<T>& image) {
   detail::check_image(image, "flip_left_right");
   const std::size_t h = image.dim(0), w = image.dim(1), c = image.dim(2);
   auto out = Tensor<T>::uninitialized(image.shape());
-  for (std::size_t y = 0; y < h; ++y)
-    for (std::size_t x = 0; x < w; ++x)
-      std::copy_n(image.begin() + (y * w + x) * c, c, out.begin() + (y * w + (w - 1 - x)) * c);
+  const T* in = image.begin();
+  T* dst = out.begin();
+  for (std::size_t y = 0; y < h; ++y) {
+    const T* row = in + y * w * c;
+    T* out_row = dst + y * w * c;
+    for (std::size_t x = 0; x < w; ++x) {
+      const T* from = row + (w - 1 - x) * c;
+      for (std::size_t k = 0; k < c; ++k)
+        out_row[x * c + k] = from[k];
+    }
+  }
   return out;
 }
 
@@ -335,8 +343,10 @@ Tensor<T> flip_up_down(const Tensor<T>& image) {
   detail::check_image(image, "flip_up_down");
   const std::size_t h = image.dim(0), row = image.dim(1) * image.dim(2);
   auto out = Tensor<T>::uninitialized(image.shape());
+  const T* in = image.begin();
+  T* dst = out.begin();
   for (std::size_t y = 0; y < h; ++y)
-    std::copy_n(image.begin() + y * row, row, out.begin() + (h - 1 - y) * row);
+    std::copy_n(in + y * row, row, dst + (h - 1 - y) * row);
   return out;
 }
 
