@@ -708,3 +708,26 @@ TEST_CASE("timeseries_dataset_from_array: Keras's start positions and windows") 
                        "sampling_rate 1 fits in steps [0, 10)",
                        ConfigError);
 }
+
+TEST_CASE("follow_links: a linked folder is listed only when asked, as os.walk(followlinks)") {
+  test_support::TempDir dir;
+  const auto png = read_bytes(images_dir() / "rgb.png");
+  auto write = [&](const std::filesystem::path& path) {
+    std::filesystem::create_directories(path.parent_path());
+    std::ofstream(path, std::ios::binary)
+        .write(reinterpret_cast<const char*>(png.data()), static_cast<std::streamsize>(png.size()));
+  };
+  write(dir / "elsewhere/x.png");
+  write(dir / "root/cats/a.png");
+  write(dir / "root/dogs/b.png");
+  std::filesystem::create_directory_symlink(dir / "elsewhere", dir / "root/cats/linked");
+  const std::string root = (dir / "root").string();
+  auto listed = [&](bool follow) {
+    return image_dataset_from_directory(
+               root, {.shuffle = false, .follow_links = follow, .verbose = false})
+        .file_paths();
+  };
+  CHECK(listed(false) == std::vector<std::string>{root + "/cats/a.png", root + "/dogs/b.png"});
+  CHECK(listed(true) == std::vector<std::string>{root + "/cats/a.png", root + "/cats/linked/x.png",
+                                                 root + "/dogs/b.png"});
+}
