@@ -1,6 +1,7 @@
-// libFuzzer harness: decode_image on any bytes (JPEG seeds) with every channel count, and the
-// cropped and scaled JPEG decoding of decode_random_resized_crop. Every outcome but an image or a
-// loadstar::Error is a finding (a libjpeg error that escaped as a longjmp would be one).
+// libFuzzer harness: decode_image on any bytes (JPEG seeds) with every channel count, the
+// cropped and scaled JPEG decoding of decode_random_resized_crop, and the EXIF orientation reader.
+// Every outcome but an image or a loadstar::Error is a finding (a libjpeg error that escaped as a
+// longjmp would be one).
 #include <cstddef>
 #include <cstdint>
 #include <loadstar/data/image.hpp>
@@ -15,6 +16,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     } catch (const loadstar::Error&) {
     }
   }
+  const int orientation = loadstar::image::exif_orientation(bytes);
+  if (orientation < 1 || orientation > 8) __builtin_trap();
   try {
     (void)loadstar::image::decode_random_resized_crop(bytes, 16, 16, size, 3, "fuzz");
   } catch (const loadstar::Error&) {
