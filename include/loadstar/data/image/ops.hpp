@@ -164,13 +164,19 @@ Tensor<float> resize_box(const Tensor<T>& image, float top, float left, float bo
     const auto xs = detail::linear_taps(in_w, width, left, box_width);
     for (std::size_t y = 0; y < height; ++y) {
       const auto& ty = ys[y];
+      const T* upper_row = in + ty.lower * in_w * c;
+      const T* lower_row = in + ty.upper * in_w * c;
       for (std::size_t x = 0; x < width; ++x) {
         const auto& tx = xs[x];
+        const T* tl = upper_row + tx.lower * c;
+        const T* tr = upper_row + tx.upper * c;
+        const T* bl = lower_row + tx.lower * c;
+        const T* br = lower_row + tx.upper * c;
         for (std::size_t k = 0; k < c; ++k) {
-          const float tl = at(ty.lower, tx.lower, k), tr = at(ty.lower, tx.upper, k);
-          const float bl = at(ty.upper, tx.lower, k), br = at(ty.upper, tx.upper, k);
-          const float top = tl + (tr - tl) * tx.lerp;
-          const float bottom = bl + (br - bl) * tx.lerp;
+          const float top = static_cast<float>(tl[k]) +
+                            (static_cast<float>(tr[k]) - static_cast<float>(tl[k])) * tx.lerp;
+          const float bottom = static_cast<float>(bl[k]) +
+                               (static_cast<float>(br[k]) - static_cast<float>(bl[k])) * tx.lerp;
           *dst++ = top + (bottom - top) * ty.lerp;
         }
       }
