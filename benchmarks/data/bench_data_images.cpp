@@ -13,7 +13,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <loadstar/data/dataset.hpp>
 #include <loadstar/data/image.hpp>
 #include <memory>
@@ -110,9 +109,7 @@ struct LoadAugment {
   std::pair<Tensor<float>, std::int64_t> operator()(const Tensor<std::int64_t>& row,
                                                     std::uint64_t seed) const {
     const auto i = static_cast<std::size_t>(row.data()[0]);
-    std::ifstream in((*paths)[i], std::ios::binary);
-    const std::vector<std::uint8_t> bytes((std::istreambuf_iterator<char>(in)),
-                                          std::istreambuf_iterator<char>());
+    const auto bytes = loadstar::image::read_file((*paths)[i]);
     auto image = loadstar::image::decode_random_resized_crop(bytes, 224, 224, seed, 3, (*paths)[i]);
     return {loadstar::image::random_flip_left_right(image, seed ^ 0x9e3779b97f4a7c15ULL),
             static_cast<std::int64_t>(i % classes)};

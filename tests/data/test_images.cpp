@@ -136,6 +136,11 @@ TEST_CASE("corrupt, truncated and unsupported data throw FormatError naming the 
                          "crc.png: invalid PNG data: cannot read the header: IHDR: CRC error",
                          FormatError);
   }
+  SUBCASE("a file that cannot be read") {
+    CHECK_THROWS_WITH_AS(image::read_file("/nonexistent/x.jpg"), "cannot open '/nonexistent/x.jpg'",
+                         IoError);
+    CHECK(image::read_file(images_dir() / "rgb.jpg") == jpeg);
+  }
   SUBCASE("no bytes, unknown bytes, GIF and BMP") {
     CHECK_THROWS_WITH_AS(image::decode_image({}, 0, "empty"),
                          "empty: unknown image format (expected the signature of a JPEG or a "

@@ -6,8 +6,6 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
-#include <fstream>
-#include <iterator>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -85,11 +83,7 @@ struct DirectoryImageLoader {
   std::pair<Tensor<float>, Tensor<float>> operator()(const Tensor<std::int64_t>& row) const {
     const auto i = static_cast<std::size_t>(row.data()[0]);
     const std::string& path = index->paths[i];
-    std::ifstream file(path, std::ios::binary);
-    if (!file) throw IoError("image_dataset_from_directory: cannot open '" + path + "'");
-    const std::vector<std::uint8_t> bytes((std::istreambuf_iterator<char>(file)),
-                                          std::istreambuf_iterator<char>());
-    const auto decoded = image::decode_image(bytes, channels, path);
+    const auto decoded = image::decode_image(image::read_file(path), channels, path);
     Tensor<float> image = crop  ? image::smart_resize(decoded, height, width, method)
                           : pad ? image::resize_with_pad(decoded, height, width, method)
                                 : image::resize(decoded, height, width, method);

@@ -18,6 +18,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <span>
 #include <string>
 #include <vector>
@@ -302,6 +304,20 @@ Tensor<T> decode_png_as(std::span<const std::uint8_t> bytes, int channels, const
 }
 
 }  // namespace detail
+
+/// The bytes of a file (`tf.io.read_file`); throws `IoError` naming it when it cannot be read.
+inline std::vector<std::uint8_t> read_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) throw IoError("cannot open '" + path.string() + "'");
+  const auto size = static_cast<std::size_t>(in.tellg());
+  std::vector<std::uint8_t> bytes(size);
+  in.seekg(0);
+  if (size > 0 &&
+      !in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(size))) {
+    throw IoError("cannot read the " + std::to_string(size) + " bytes of '" + path.string() + "'");
+  }
+  return bytes;
+}
 
 /// Decodes a JPEG into a `(height, width, channels)` uint8 tensor, as `tf.io.decode_jpeg`:
 /// `channels` 0 keeps the stored channels (1 for grayscale, 3 otherwise), 1 gives grayscale (the
