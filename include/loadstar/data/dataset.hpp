@@ -21,6 +21,9 @@
 #include "loadstar/data/dataset/shuffle.hpp"
 #include "loadstar/data/dataset/skip.hpp"
 #include "loadstar/data/dataset/take.hpp"
-#include "loadstar/data/dataset/timeseries.hpp"
 #include "loadstar/data/dataset/unbatch.hpp"
 #include "loadstar/data/dataset/wrap_dataset.hpp"
+// Keras's text_dataset_from_directory and timeseries_dataset_from_array
+// (image_dataset_from_directory is in <loadstar/data/image.hpp>, which needs libjpeg and libpng).
+#include "loadstar/data/dataset/text_dataset_from_directory.hpp"
+#include "loadstar/data/dataset/timeseries_dataset_from_array.hpp"

@@ -1,0 +1,387 @@
+/// \file
+/// `decode_jpeg`, `decode_png`, `decode_png16` and `decode_image`: encoded bytes to an HWC `uint8`
+/// tensor, with the channel conversions of `tf.io.decode_*` (libjpeg-turbo and libpng).
+///
+/// EXIF orientation is not applied: `tf.io.decode_jpeg`/`decode_image` ignore it, and so do
+/// Keras's `load_img` and `image_dataset_from_directory` (Keras decodes through `tf.io` or PIL's
+/// `Image.open`, neither of which transposes by the EXIF tag), so the pixels are as stored.
+/// `<loadstar/data/image/exif.hpp>` is the opt-in (`exif_orientation`, `apply_exif_orientation`).
+///
+/// Errors: every libjpeg and libpng error (and every libjpeg warning, such as "premature end of
+/// JPEG file") becomes a `FormatError` naming the source and what the library found. The libraries
+/// report errors by `longjmp`; the jump lands in a frame that holds no C++ object with a
+/// destructor (`detail::trapped`), and the exception is thrown from there.
+#pragma once
+
+#include <csetjmp>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <span>
+#include <string>
+#include <vector>
+
+// jpeglib.h needs <cstdio> first (FILE).
+#include <jpeglib.h>
+#include <png.h>
+
+#include "loadstar/error.hpp"
+#include "loadstar/tensor/tensor.hpp"
+
+namespace loadstar::image {
+
+/// Images larger than this many pixels are refused before any allocation (PIL's decompression-bomb
+/// limit): a few header bytes could otherwise claim gigabytes.
+inline constexpr std::size_t max_pixels = 178956970;
+
+/// The format `decode_image` recognises from the first bytes.
+enum class ImageFormat { jpeg, png, gif, bmp, unknown };
+
+/// The format of encoded bytes from their signature.
+inline ImageFormat sniff_format(std::span<const std::uint8_t> bytes) noexcept {
+  static constexpr std::uint8_t png_signature[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+  if (bytes.size() >= 3 && bytes[0] == 0xff && bytes[1] == 0xd8 && bytes[2] == 0xff) {
+    return ImageFormat::jpeg;
+  }
+  if (bytes.size() >= 8 && std::memcmp(bytes.data(), png_signature, 8) == 0) {
+    return ImageFormat::png;
+  }
+  if (bytes.size() >= 4 && std::memcmp(bytes.data(), "GIF8", 4) == 0) return ImageFormat::gif;
+  if (bytes.size() >= 2 && bytes[0] == 'B' && bytes[1] == 'M') return ImageFormat::bmp;
+  return ImageFormat::unknown;
+}
+
+namespace detail {
+
+// Where a library's error handler jumps to, and the message it leaves.
+struct DecodeTrap {
+  std::jmp_buf jump;
+  char message[JMSG_LENGTH_MAX > 256 ? JMSG_LENGTH_MAX : 256];
+};
+
+// Runs `f` (calls into libjpeg or libpng only) and returns false when the library's error handler
+// jumped back. No object with a destructor lives between this frame and the jump.
+// Kept out of line, so that the caller's variables are never cached across the jump.
+template <class F>
+[[gnu::noinline]] bool trapped(DecodeTrap& trap, F&& f) {
+  if (setjmp(trap.jump) != 0) return false;
+  f();
+  return true;
+}
+
+inline void check_channels(const std::string& name, int channels, const char* allowed,
+                           bool four_allowed) {
+  if (channels != 0 && channels != 1 && channels != 3 && !(four_allowed && channels == 4)) {
+    throw ConfigError(name + ": channels must be " + allowed + " but is " +
+                      std::to_string(channels));
+  }
+}
+
+inline void check_pixels(const std::string& name, std::size_t height, std::size_t width) {
+  if (height == 0 || width == 0 || height > max_pixels / width) {
+    throw FormatError(name + ": image of " + std::to_string(height) + "x" + std::to_string(width) +
+                      " pixels is empty or larger than the limit of " + std::to_string(max_pixels) +
+                      " pixels");
+  }
+}
+
+// libjpeg's error manager, with the trap behind it (libjpeg sees only `base`).
+struct JpegErrors {
+  jpeg_error_mgr base;
+  DecodeTrap trap;
+};
+
+inline void jpeg_fail(j_common_ptr info) {
+  auto* errors = reinterpret_cast<JpegErrors*>(info->err);
+  (*info->err->format_message)(info, errors->trap.message);
+  std::longjmp(errors->trap.jump, 1);
+}
+
+// Warnings (corrupt data, a premature end of file) are errors: the image would be partly grey.
+inline void jpeg_message(j_common_ptr info, int level) {
+  if (level < 0) jpeg_fail(info);
+}
+
+/// A libjpeg decompressor over a byte span whose errors become `FormatError`s naming `name`.
+class JpegReader {
+ public:
+  JpegReader(std::span<const std::uint8_t> bytes, std::string name) : name_(std::move(name)) {
+    info_.err = jpeg_std_error(&errors_.base);
+    errors_.base.error_exit = jpeg_fail;
+    errors_.base.emit_message = jpeg_message;
+    call("cannot start the decoder", [&] { jpeg_create_decompress(&info_); });
+    created_ = true;
+    try {
+      call("cannot read the header", [&] {
+        jpeg_mem_src(&info_, bytes.data(), static_cast<unsigned long>(bytes.size()));
+        jpeg_read_header(&info_, TRUE);
+      });
+      check_pixels(name_, info_.image_height, info_.image_width);
+    } catch (...) {
+      // A constructor that throws runs no destructor.
+      jpeg_destroy_decompress(&info_);
+      throw;
+    }
+  }
+  JpegReader(const JpegReader&) = delete;
+  JpegReader& operator=(const JpegReader&) = delete;
+  ~JpegReader() {
+    if (created_) jpeg_destroy_decompress(&info_);
+  }
+
+  jpeg_decompress_struct& info() noexcept { return info_; }
+  const std::string& name() const noexcept { return name_; }
+
+  // Chooses the output colour space for `channels` (0: as stored); returns the channel count.
+  int set_channels(int channels) {
+    if (info_.jpeg_color_space == JCS_CMYK || info_.jpeg_color_space == JCS_YCCK) {
+      throw FormatError(name_ + ": CMYK JPEG images are not supported (grayscale and RGB are)");
+    }
+    if (channels == 0) channels = info_.num_components == 1 ? 1 : 3;
+    info_.out_color_space = channels == 1 ? JCS_GRAYSCALE : JCS_RGB;
+    return channels;
+  }
+
+  // Runs `f`, which calls libjpeg; a libjpeg error throws FormatError "<name>: <what>: <message>".
+  template <class F>
+  void call(const char* what, F&& f) {
+    if (!trapped(errors_.trap, f)) {
+      throw FormatError(name_ + ": invalid JPEG data: " + what + ": " + errors_.trap.message);
+    }
+  }
+
+  // Reads rows [output_scanline, last) into `out` (rows of `stride` bytes).
+  void read_rows(std::uint8_t* out, std::size_t stride, JDIMENSION last) {
+    call("cannot decode the image data", [&] {
+      while (info_.output_scanline < last) {
+        JSAMPROW row = out + (info_.output_scanline - first_row_) * stride;
+        jpeg_read_scanlines(&info_, &row, 1);
+      }
+    });
+  }
+  void set_first_row(JDIMENSION row) noexcept { first_row_ = row; }
+
+ private:
+  std::string name_;
+  jpeg_decompress_struct info_{};
+  JpegErrors errors_{};
+  bool created_ = false;
+  JDIMENSION first_row_ = 0;
+};
+
+// libpng's callbacks: errors jump to the trap, warnings (benign ancillary-chunk notes) are dropped.
+struct PngSource {
+  std::span<const std::uint8_t> bytes;
+  std::size_t offset = 0;
+  DecodeTrap trap;
+};
+
+inline void png_fail(png_structp png, png_const_charp message) {
+  auto* source = static_cast<PngSource*>(png_get_error_ptr(png));
+  std::snprintf(source->trap.message, sizeof source->trap.message, "%s", message);
+  std::longjmp(source->trap.jump, 1);
+}
+inline void png_warn(png_structp, png_const_charp) {}
+inline void png_read_bytes(png_structp png, png_bytep out, png_size_t length) {
+  auto* source = static_cast<PngSource*>(png_get_io_ptr(png));
+  if (length > source->bytes.size() - source->offset) {
+    png_error(png, "unexpected end of data (the file is truncated)");
+  }
+  std::memcpy(out, source->bytes.data() + source->offset, length);
+  source->offset += length;
+}
+
+/// Decodes a PNG with tf.io.decode_png's conversions into `bits` (8 or 16) per sample; 16-bit
+/// samples are returned as int32.
+template <class T>
+Tensor<T> decode_png_as(std::span<const std::uint8_t> bytes, int channels, const std::string& name,
+                        int bits) {
+  PngSource source{bytes, 0, {}};
+  png_structp png = nullptr;
+  png_infop info = nullptr;
+  struct Cleanup {
+    png_structp* png;
+    png_infop* info;
+    ~Cleanup() {
+      if (*png != nullptr) png_destroy_read_struct(png, info, nullptr);
+    }
+  } cleanup{&png, &info};
+  png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &source, png_fail, png_warn);
+  if (png == nullptr) throw FormatError(name + ": cannot start the PNG decoder");
+  png_uint_32 width = 0, height = 0;
+  int bit_depth = 0, color_type = 0, out_channels = 0, passes = 1;
+  std::size_t row_bytes = 0;
+  auto fail = [&](const char* what) {
+    return FormatError(name + ": invalid PNG data: " + what + ": " + source.trap.message);
+  };
+  if (!trapped(source.trap, [&] {
+        info = png_create_info_struct(png);
+        if (info == nullptr) png_error(png, "out of memory");
+        png_set_read_fn(png, &source, png_read_bytes);
+        png_read_info(png, info);
+        png_get_IHDR(png, info, &width, &height, &bit_depth, &color_type, nullptr, nullptr,
+                     nullptr);
+      })) {
+    throw fail("cannot read the header");
+  }
+  check_pixels(name, height, width);
+  const bool has_trns = png_get_valid(png, info, PNG_INFO_tRNS) != 0;
+  const bool has_alpha = (color_type & PNG_COLOR_MASK_ALPHA) != 0;
+  const bool is_gray = (color_type & PNG_COLOR_MASK_COLOR) == 0;
+  out_channels = channels;
+  if (out_channels == 0) {
+    if (color_type == PNG_COLOR_TYPE_PALETTE) {
+      out_channels = has_trns ? 4 : 3;
+    } else {
+      out_channels = png_get_channels(png, info);
+    }
+  }
+  if (!trapped(source.trap, [&] {
+        // The order of tf.io.decode_png: alpha, depth, packing, palette, grey.
+        if (out_channels % 2 == 0) {
+          if (has_alpha) {
+          } else if (has_trns) {
+            png_set_tRNS_to_alpha(png);
+          } else {
+            png_set_add_alpha(png, bits == 16 ? 0xffff : 0xff, PNG_FILLER_AFTER);
+          }
+        } else if (has_alpha || has_trns) {
+          png_set_strip_alpha(png);
+        }
+        if (bit_depth > 8 && bits == 8) png_set_strip_16(png);
+        png_set_packing(png);
+        passes = png_set_interlace_handling(png);
+        if (bits == 16 && bit_depth == 16) png_set_swap(png);
+        if (color_type == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(png);
+        if (is_gray && bit_depth < 8) png_set_expand_gray_1_2_4_to_8(png);
+        if (out_channels < 3) {
+          if (!is_gray) png_set_rgb_to_gray(png, 1, 0.299, 0.587);
+        } else if (is_gray) {
+          png_set_gray_to_rgb(png);
+        }
+        png_read_update_info(png, info);
+        row_bytes = png_get_rowbytes(png, info);
+      })) {
+    throw fail("cannot set up the conversion");
+  }
+  const int sample_bytes = bit_depth == 16 && bits == 16 ? 2 : 1;
+  if (row_bytes != std::size_t{width} * static_cast<std::size_t>(out_channels * sample_bytes)) {
+    throw FormatError(name + ": invalid PNG data: rows of " + std::to_string(row_bytes) +
+                      " bytes where " + std::to_string(out_channels) + " channels were expected");
+  }
+  std::vector<std::uint8_t> pixels(row_bytes * height);
+  if (!trapped(source.trap, [&] {
+        for (int pass = 0; pass < passes; ++pass) {
+          for (png_uint_32 y = 0; y < height; ++y) {
+            png_read_row(png, pixels.data() + y * row_bytes, nullptr);
+          }
+        }
+        png_read_end(png, nullptr);
+      })) {
+    throw fail("cannot decode the image data");
+  }
+  auto out = Tensor<T>::uninitialized(Shape{height, width, static_cast<std::size_t>(out_channels)});
+  T* dst = out.data();
+  const std::size_t n = out.size();
+  if (sample_bytes == 2) {
+    for (std::size_t i = 0; i < n; ++i) {
+      std::uint16_t v;
+      std::memcpy(&v, pixels.data() + 2 * i, 2);
+      dst[i] = static_cast<T>(v);
+    }
+  } else if (bits == 16) {
+    // 8-bit samples widened as tf.io.decode_png(dtype=uint16) does: v * 257.
+    for (std::size_t i = 0; i < n; ++i)
+      dst[i] = static_cast<T>(pixels[i] * 257);
+  } else {
+    for (std::size_t i = 0; i < n; ++i)
+      dst[i] = static_cast<T>(pixels[i]);
+  }
+  return out;
+}
+
+}  // namespace detail
+
+/// The bytes of a file (`tf.io.read_file`); throws `IoError` naming it when it cannot be read.
+inline std::vector<std::uint8_t> read_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) throw IoError("cannot open '" + path.string() + "'");
+  const auto size = static_cast<std::size_t>(in.tellg());
+  std::vector<std::uint8_t> bytes(size);
+  in.seekg(0);
+  if (size > 0 &&
+      !in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(size))) {
+    throw IoError("cannot read the " + std::to_string(size) + " bytes of '" + path.string() + "'");
+  }
+  return bytes;
+}
+
+/// Decodes a JPEG into a `(height, width, channels)` uint8 tensor, as `tf.io.decode_jpeg`:
+/// `channels` 0 keeps the stored channels (1 for grayscale, 3 otherwise), 1 gives grayscale (the
+/// decoder's luma), 3 gives RGB. `name` (a file name) heads every error message. Throws
+/// `ConfigError` for other channel counts and `FormatError` for corrupt, truncated or CMYK data.
+/// \code
+/// Tensor<std::uint8_t> image = image::decode_jpeg(bytes, 3, "cat.jpg");  // (375, 500, 3)
+/// \endcode
+inline Tensor<std::uint8_t> decode_jpeg(std::span<const std::uint8_t> bytes, int channels = 0,
+                                        const std::string& name = "jpeg") {
+  detail::check_channels(name, channels, "0, 1 or 3 for a JPEG image", false);
+  detail::JpegReader reader(bytes, name);
+  const int out_channels = reader.set_channels(channels);
+  auto& info = reader.info();
+  reader.call("cannot start decompressing", [&] { jpeg_start_decompress(&info); });
+  auto out = Tensor<std::uint8_t>::uninitialized(
+      Shape{info.output_height, info.output_width, static_cast<std::size_t>(out_channels)});
+  reader.read_rows(out.data(), std::size_t{info.output_width} * out_channels, info.output_height);
+  reader.call("cannot finish decompressing", [&] { jpeg_finish_decompress(&info); });
+  return out;
+}
+
+/// Decodes a PNG into a `(height, width, channels)` uint8 tensor, as `tf.io.decode_png` with
+/// `dtype=uint8`: `channels` 0 keeps the stored channels (a palette gives 3, or 4 with
+/// transparency), 1 grey (`0.299 R + 0.587 G + 0.114 B`, as tf asks libpng), 3 RGB, 4 RGBA (alpha
+/// from the tRNS chunk or opaque); 16-bit samples keep their high byte. Throws `ConfigError` for
+/// other channel counts and `FormatError` for corrupt or truncated data.
+inline Tensor<std::uint8_t> decode_png(std::span<const std::uint8_t> bytes, int channels = 0,
+                                       const std::string& name = "png") {
+  detail::check_channels(name, channels, "0, 1, 3 or 4", true);
+  return detail::decode_png_as<std::uint8_t>(bytes, channels, name, 8);
+}
+
+/// Decodes a PNG with 16-bit samples, as `tf.io.decode_png(dtype=uint16)`: values 0..65535 held
+/// in an int32 tensor (loadstar's tensors have no uint16); 8-bit images are widened by 257.
+inline Tensor<std::int32_t> decode_png16(std::span<const std::uint8_t> bytes, int channels = 0,
+                                         const std::string& name = "png") {
+  detail::check_channels(name, channels, "0, 1, 3 or 4", true);
+  return detail::decode_png_as<std::int32_t>(bytes, channels, name, 16);
+}
+
+/// Decodes a JPEG or a PNG, recognised by its signature, as `tf.io.decode_image(channels,
+/// expand_animations=False)` with `dtype=uint8`. A JPEG with `channels` 4 is refused as tf refuses
+/// it; GIF and BMP data (which Keras's utilities list) throw `FormatError` naming the format.
+inline Tensor<std::uint8_t> decode_image(std::span<const std::uint8_t> bytes, int channels = 0,
+                                         const std::string& name = "image") {
+  detail::check_channels(name, channels, "0, 1, 3 or 4", true);
+  switch (sniff_format(bytes)) {
+    case ImageFormat::jpeg:
+      if (channels == 4) {
+        throw FormatError(name + ": a JPEG image cannot be decoded with 4 channels (0, 1 or 3)");
+      }
+      return decode_jpeg(bytes, channels, name);
+    case ImageFormat::png:
+      return decode_png(bytes, channels, name);
+    case ImageFormat::gif:
+      throw FormatError(name + ": GIF images are not supported (JPEG and PNG are)");
+    case ImageFormat::bmp:
+      throw FormatError(name + ": BMP images are not supported (JPEG and PNG are)");
+    case ImageFormat::unknown:
+      break;
+  }
+  throw FormatError(name + ": unknown image format (expected the signature of a JPEG or a PNG, " +
+                    "found neither in " + std::to_string(bytes.size()) + " bytes)");
+}
+
+}  // namespace loadstar::image
