@@ -23,3 +23,8 @@
 #include "loadstar/data/dataset/take.hpp"
 #include "loadstar/data/dataset/unbatch.hpp"
 #include "loadstar/data/dataset/wrap_dataset.hpp"
+// File sources: list_files, TFRecord, text lines, CSV.
+#include "loadstar/data/dataset/csv.hpp"
+#include "loadstar/data/dataset/list_files.hpp"
+#include "loadstar/data/dataset/text_line.hpp"
+#include "loadstar/data/dataset/tfrecord.hpp"
