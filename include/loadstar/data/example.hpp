@@ -286,7 +286,10 @@ inline ParsedExample parse_examples(std::span<const std::string_view> batch,
   };
   const std::size_t rows = batch.size();
   ParsedExample out;
-  for (const auto& [name, spec] : specs) {
+  for (const auto& entry : specs) {
+    // Named, not bound: the lambdas below capture them, and clang 14 captures no bindings.
+    const std::string& name = entry.first;
+    const FeatureSpec& spec = entry.second;
     ParsedFeature parsed;
     if (const auto* fixed = std::get_if<FixedLenFeature>(&spec)) {
       const std::size_t per = fixed->shape.elements();
