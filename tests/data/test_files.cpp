@@ -12,6 +12,7 @@
 #include <iterator>
 #include <loadstar/data/dataset.hpp>
 #include <loadstar/data/example.hpp>
+#include <loadstar/data/npz.hpp>
 #include <loadstar/error.hpp>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -623,5 +624,54 @@ TEST_SUITE("data") {
     CHECK_THROWS_WITH_AS(
         CsvDataset({"x"}, columns, unordered),
         doctest::Contains("select_cols must be strictly increasing but 1 follows 2"), ConfigError);
+  }
+
+  TEST_CASE("NpzFile reads numpy savez and savez_compressed archives") {
+    const auto expected = read_json("arrays.json");
+    for (const char* archive : {"arrays.npz", "arrays_compressed.npz"}) {
+      CAPTURE(archive);
+      const auto arrays = loadstar::read_npz<double>(fixture(archive));
+      REQUIRE(arrays.size() == expected.size());
+      for (const auto& [name, e] : expected.items()) {
+        CAPTURE(name);
+        const auto& got = arrays.at(name);
+        CHECK(std::vector<std::size_t>(got.shape().begin(), got.shape().end()) ==
+              e["shape"].get<std::vector<std::size_t>>());
+        CHECK(std::vector<double>(got.begin(), got.end()) ==
+              e["values"].get<std::vector<double>>());
+      }
+      loadstar::NpzFile npz(fixture(archive));
+      CHECK(npz.names() == std::vector<std::string>{"arr_0", "flag", "x", "y"});
+      CHECK(npz.header("y").dtype_name() == "int64");
+      CHECK(npz.read<std::int64_t>("y").data()[2] == (std::int64_t{1} << 40));
+      CHECK(npz.read<float>("x").shape() == loadstar::Shape{2, 3});
+      CHECK_THROWS_WITH_AS(npz.read<float>("z"),
+                           doctest::Contains("expected an array 'z' but the archive has 'arr_0', "
+                                             "'flag', 'x', 'y'"),
+                           FormatError);
+      CHECK_THROWS_WITH_AS(npz.read<std::int32_t>("x"),
+                           doctest::Contains("member 'x.npy': holds float32 values but int32 was "
+                                             "requested"),
+                           loadstar::ShapeError);
+    }
+    test_support::TempDir dir;
+    const auto path = dir / "bad.npz";
+    const std::string name = "npz archive '" + path.string() + "'";
+    write_bytes(path, "not a zip archive at all");
+    CHECK_THROWS_WITH_AS(loadstar::NpzFile{path}, contains(name + ": expected a zip archive"),
+                         FormatError);
+    const std::string stored = read_bytes(fixture("arrays.npz"));
+    write_bytes(path, stored.substr(0, stored.size() - 30));
+    CHECK_THROWS_AS(loadstar::NpzFile{path}, FormatError);
+    // A flipped byte in the data of the stored member "x.npy" (its header ends with a newline
+    // before the data): libzip's CRC-32 check refuses it.
+    std::string flipped = stored;
+    const auto member = flipped.find("x.npy");
+    const auto data = flipped.find("\n", flipped.find("{'descr'", member)) + 1;
+    flipped[data + 5] ^= 0x40;
+    write_bytes(path, flipped);
+    loadstar::NpzFile bad(path);
+    CHECK_THROWS_WITH_AS(bad.read<float>("x"), contains(name + ": member 'x.npy' cannot be read"),
+                         FormatError);
   }
 }

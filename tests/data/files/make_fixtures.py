@@ -100,7 +100,7 @@ def examples(pb) -> None:
         feature["ids"].int64_list.value.extend(ids)
         values["ids"] = ids
         feature["unrequested"].bytes_list.value.append(b"skipped")
-        records.append(ex.SerializeToString())
+        records.append(ex.SerializeToString(deterministic=True))
         expected.append(values)
     compressed_variants("examples", ".tfrecord", b"".join(frame(r) for r in records))
     write_json("examples.json", expected)
@@ -150,11 +150,27 @@ def csv_table() -> None:
     write_json("table.json", rows)
 
 
+def npz_archives() -> None:
+    arrays = {"x": np.arange(6, dtype=np.float32).reshape(2, 3) / 4,
+              "y": np.array([3, -1, 2**40, 7], dtype=np.int64),
+              "flag": np.array([True, False])}
+    positional = np.array([0.5, -2.25, 1e10])
+    for name, save in (("arrays.npz", np.savez), ("arrays_compressed.npz", np.savez_compressed)):
+        path = os.path.join(HERE, name)
+        with open(path + ".tmp", "wb") as f:
+            save(f, positional, **arrays)
+        os.replace(path + ".tmp", path)
+    expected = {k: {"shape": list(v.shape), "values": v.astype(np.float64).ravel().tolist()}
+                for k, v in dict(arrays, arr_0=positional).items()}
+    write_json("arrays.json", expected)
+
+
 def main() -> None:
     examples(example_module())
     plain_records()
     text_lines()
     csv_table()
+    npz_archives()
 
 
 if __name__ == "__main__":
