@@ -101,8 +101,8 @@ inline const char* example_dtype_name(ExampleDtype dtype) {
 /// The values of one feature of one example, by reference into the parsed message.
 struct RawFeature {
   bool present = false;
-  std::optional<ExampleDtype> kind;  // Unset for a `Feature` with no list at all.
-  const google::protobuf::Message* list = nullptr;
+  std::optional<ExampleDtype> kind;           // Unset for a `Feature` with no list at all.
+  google::protobuf::Message* list = nullptr;  // Mutable: bytes are moved out of it.
   std::size_t size = 0;
 };
 
@@ -111,40 +111,36 @@ class ExampleView {
  public:
   ExampleView(std::string_view serialized, const FeatureSpecs& specs, const std::string& where)
       : schema_(&ExampleSchema::get()), message_(schema_->new_example()) {
-    if (!message_->ParseFromArray(serialized.data(), static_cast<int>(serialized.size())) ||
-        serialized.size() > static_cast<std::size_t>(INT32_MAX)) {
+    if (serialized.size() > static_cast<std::size_t>(INT32_MAX) ||
+        !message_->ParseFromArray(serialized.data(), static_cast<int>(serialized.size()))) {
       throw FormatError(where + ": expected a serialized tf.train.Example but " +
                         std::to_string(serialized.size()) + " bytes do not parse as one");
     }
     const auto* reflection = message_->GetReflection();
-    const auto& features = reflection->GetMessage(*message_, schema_->features);
-    const auto* features_reflection = features.GetReflection();
-    const int count = features_reflection->FieldSize(features, schema_->feature_map);
+    auto* features = reflection->MutableMessage(message_.get(), schema_->features);
+    const auto* features_reflection = features->GetReflection();
+    const int count = features_reflection->FieldSize(*features, schema_->feature_map);
     for (int i = 0; i < count; ++i) {
-      const auto& entry =
-          features_reflection->GetRepeatedMessage(features, schema_->feature_map, i);
-      const auto* entry_reflection = entry.GetReflection();
-      std::string key = entry_reflection->GetString(entry, schema_->entry_key);
+      auto* entry = features_reflection->MutableRepeatedMessage(features, schema_->feature_map, i);
+      const auto* entry_reflection = entry->GetReflection();
+      std::string key = entry_reflection->GetString(*entry, schema_->entry_key);
       if (specs.find(key) == specs.end()) continue;  // Unrequested features are skipped, as tf.
       RawFeature raw;
       raw.present = true;
-      const auto& feature = entry_reflection->GetMessage(entry, schema_->entry_value);
-      const auto* feature_reflection = feature.GetReflection();
-      if (feature_reflection->HasField(feature, schema_->bytes_list)) {
-        raw.kind = ExampleDtype::string;
-        raw.list = &feature_reflection->GetMessage(feature, schema_->bytes_list);
-        raw.size = static_cast<std::size_t>(
-            raw.list->GetReflection()->FieldSize(*raw.list, schema_->bytes_value));
-      } else if (feature_reflection->HasField(feature, schema_->float_list)) {
-        raw.kind = ExampleDtype::float32;
-        raw.list = &feature_reflection->GetMessage(feature, schema_->float_list);
-        raw.size = static_cast<std::size_t>(
-            raw.list->GetReflection()->FieldSize(*raw.list, schema_->float_value));
-      } else if (feature_reflection->HasField(feature, schema_->int64_list)) {
-        raw.kind = ExampleDtype::int64;
-        raw.list = &feature_reflection->GetMessage(feature, schema_->int64_list);
-        raw.size = static_cast<std::size_t>(
-            raw.list->GetReflection()->FieldSize(*raw.list, schema_->int64_value));
+      auto* feature = entry_reflection->MutableMessage(entry, schema_->entry_value);
+      const auto* feature_reflection = feature->GetReflection();
+      const auto take = [&](ExampleDtype kind, const google::protobuf::FieldDescriptor* list,
+                            const google::protobuf::FieldDescriptor* value) {
+        raw.kind = kind;
+        raw.list = feature_reflection->MutableMessage(feature, list);
+        raw.size = static_cast<std::size_t>(raw.list->GetReflection()->FieldSize(*raw.list, value));
+      };
+      if (feature_reflection->HasField(*feature, schema_->bytes_list)) {
+        take(ExampleDtype::string, schema_->bytes_list, schema_->bytes_value);
+      } else if (feature_reflection->HasField(*feature, schema_->float_list)) {
+        take(ExampleDtype::float32, schema_->float_list, schema_->float_value);
+      } else if (feature_reflection->HasField(*feature, schema_->int64_list)) {
+        take(ExampleDtype::int64, schema_->int64_list, schema_->int64_value);
       }
       features_[std::move(key)] = raw;  // A repeated key: the last wins, as protobuf's maps.
     }
@@ -156,7 +152,7 @@ class ExampleView {
     return it == features_.end() ? RawFeature{} : it->second;
   }
 
-  /// Copies the values of `raw` (of kind `dtype`) into `out` from `first` on.
+  /// Copies the numbers of `raw` into `out`.
   void copy(const RawFeature& raw, float* out) const {
     const auto* r = raw.list->GetReflection();
     for (std::size_t i = 0; i < raw.size; ++i)
@@ -167,10 +163,16 @@ class ExampleView {
     for (std::size_t i = 0; i < raw.size; ++i)
       out[i] = r->GetRepeatedInt64(*raw.list, schema_->int64_value, static_cast<int>(i));
   }
+  /// Moves the byte strings out of the message (each feature is read once): the aggregate
+  /// accessor is protobuf's one way to take a string from a message without copying it.
   void copy(const RawFeature& raw, std::string* out) const {
-    const auto* r = raw.list->GetReflection();
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+    auto* values = raw.list->GetReflection()->MutableRepeatedPtrField<std::string>(
+        raw.list, schema_->bytes_value);
+#pragma GCC diagnostic pop
     for (std::size_t i = 0; i < raw.size; ++i)
-      out[i] = r->GetRepeatedString(*raw.list, schema_->bytes_value, static_cast<int>(i));
+      out[i].swap(*values->Mutable(static_cast<int>(i)));
   }
 
  private:
