@@ -79,6 +79,11 @@ std::vector<std::string> drain(D& dataset) {
   return out;
 }
 
+// The file suffixes and compression types of the fixtures' three variants.
+std::vector<std::pair<std::string, std::string>> compressions() {
+  return {{"", ""}, {".gz", "GZIP"}, {".zlib", "ZLIB"}};
+}
+
 doctest::Contains contains(const std::string& text) {
   return doctest::Contains(text.c_str());
 }
@@ -192,8 +197,10 @@ TEST_SUITE("data") {
 
   TEST_CASE("TFRecordDataset reads the records of plain GZIP and ZLIB files") {
     const auto expected = read_json("records.json");
-    for (const auto& [suffix, compression] : std::vector<std::pair<std::string, std::string>>{
-             {"", ""}, {".gz", "GZIP"}, {".zlib", "ZLIB"}}) {
+    for (const auto& variant : compressions()) {
+      // Named, not bound: clang 14 lets no lambda (CAPTURE) capture a binding.
+      const std::string& suffix = variant.first;
+      const std::string& compression = variant.second;
       CAPTURE(compression);
       for (const std::size_t buffer : {std::size_t{0}, std::size_t{5}, std::size_t{256 * 1024}}) {
         CAPTURE(buffer);
@@ -225,8 +232,10 @@ TEST_SUITE("data") {
   }
 
   TEST_CASE("TFRecordDataset resumes exactly at random points across epochs") {
-    for (const auto& [suffix, compression] : std::vector<std::pair<std::string, std::string>>{
-             {"", ""}, {".gz", "GZIP"}, {".zlib", "ZLIB"}}) {
+    for (const auto& variant : compressions()) {
+      // Named, not bound: clang 14 lets no lambda (CAPTURE) capture a binding.
+      const std::string& suffix = variant.first;
+      const std::string& compression = variant.second;
       for (const std::size_t parallel : {std::size_t{1}, std::size_t{2}}) {
         CAPTURE(compression);
         CAPTURE(parallel);
@@ -371,8 +380,10 @@ TEST_SUITE("data") {
         {"ids", VarLenFeature{ExampleDtype::int64}},
         {"boxes", FixedLenSequenceFeature{{2}, ExampleDtype::float32, true}},
         {"absent", FixedLenFeature{{2}, ExampleDtype::int64, std::vector<std::int64_t>{4, 5}}}};
-    for (const auto& [suffix, compression] : std::vector<std::pair<std::string, std::string>>{
-             {"", ""}, {".gz", "GZIP"}, {".zlib", "ZLIB"}}) {
+    for (const auto& variant : compressions()) {
+      // Named, not bound: clang 14 lets no lambda (CAPTURE) capture a binding.
+      const std::string& suffix = variant.first;
+      const std::string& compression = variant.second;
       CAPTURE(compression);
       TFRecordDataset ds({fixture("examples.tfrecord" + suffix)}, compression);
       std::size_t i = 0;
@@ -510,8 +521,10 @@ TEST_SUITE("data") {
 
   TEST_CASE("TextLineDataset splits lines as TensorFlow does") {
     const auto expected = read_json("lines.json").get<std::vector<std::string>>();
-    for (const auto& [suffix, compression] : std::vector<std::pair<std::string, std::string>>{
-             {"", ""}, {".gz", "GZIP"}, {".zlib", "ZLIB"}}) {
+    for (const auto& variant : compressions()) {
+      // Named, not bound: clang 14 lets no lambda (CAPTURE) capture a binding.
+      const std::string& suffix = variant.first;
+      const std::string& compression = variant.second;
       CAPTURE(compression);
       const std::vector<std::string> files{fixture("lines.txt" + suffix),
                                            fixture("lines.txt" + suffix)};
@@ -533,8 +546,10 @@ TEST_SUITE("data") {
                                          {CsvType::string, CsvValue{std::string("?")}},
                                          {CsvType::float32, CsvValue{-1.f}},
                                          {CsvType::int32, CsvValue{std::int32_t{0}}}};
-    for (const auto& [suffix, compression] : std::vector<std::pair<std::string, std::string>>{
-             {"", ""}, {".gz", "GZIP"}, {".zlib", "ZLIB"}}) {
+    for (const auto& variant : compressions()) {
+      // Named, not bound: clang 14 lets no lambda (CAPTURE) capture a binding.
+      const std::string& suffix = variant.first;
+      const std::string& compression = variant.second;
       CAPTURE(compression);
       CsvOptions options;
       options.compression_type = compression;
@@ -634,7 +649,9 @@ TEST_SUITE("data") {
       CAPTURE(archive);
       const auto arrays = loadstar::read_npz<double>(fixture(archive));
       REQUIRE(arrays.size() == expected.size());
-      for (const auto& [name, e] : expected.items()) {
+      for (const auto& item : expected.items()) {
+        const std::string name = item.key();
+        const auto& e = item.value();
         CAPTURE(name);
         const auto& got = arrays.at(name);
         CHECK(std::vector<std::size_t>(got.shape().begin(), got.shape().end()) ==
