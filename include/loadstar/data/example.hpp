@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -110,14 +111,16 @@ struct RawFeature {
 class ExampleView {
  public:
   ExampleView(std::string_view serialized, const FeatureSpecs& specs, const std::string& where)
-      : schema_(&ExampleSchema::get()), message_(schema_->new_example()) {
+      : schema_(&ExampleSchema::get()),
+        arena_(std::make_unique<google::protobuf::Arena>()),
+        message_(schema_->new_example(*arena_)) {
     if (serialized.size() > static_cast<std::size_t>(INT32_MAX) ||
-        !message_->ParseFromArray(serialized.data(), static_cast<int>(serialized.size()))) {
+        !message_->ParsePartialFromArray(serialized.data(), static_cast<int>(serialized.size()))) {
       throw FormatError(where + ": expected a serialized tf.train.Example but " +
                         std::to_string(serialized.size()) + " bytes do not parse as one");
     }
     const auto* reflection = message_->GetReflection();
-    auto* features = reflection->MutableMessage(message_.get(), schema_->features);
+    auto* features = reflection->MutableMessage(message_, schema_->features);
     const auto* features_reflection = features->GetReflection();
     const int count = features_reflection->FieldSize(*features, schema_->feature_map);
     for (int i = 0; i < count; ++i) {
@@ -177,7 +180,10 @@ class ExampleView {
 
  private:
   const ExampleSchema* schema_;
-  std::unique_ptr<google::protobuf::Message> message_;
+  // The message and its parts live on one arena (one allocation for most examples, one free).
+  // proto3 has no required fields, so parsing skips the check for them.
+  std::unique_ptr<google::protobuf::Arena> arena_;
+  google::protobuf::Message* message_;
   std::map<std::string, RawFeature> features_;
 };
 

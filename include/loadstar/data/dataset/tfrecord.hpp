@@ -84,16 +84,16 @@ class RecordReader {
                         " bytes of data but the file has " +
                         std::to_string(*size - stream_.offset()) + " left");
     }
-    // Grown as the data arrive, so that a length that passes its CRC but exceeds a compressed
-    // stream's data allocates no more than the stream holds.
+    // A plain file holds the length (checked above): one allocation. A compressed stream's data
+    // are appended as they arrive, so that a length that passes its CRC but exceeds the stream
+    // allocates no more than the stream holds.
     std::string data;
+    if (size) data.reserve(static_cast<std::size_t>(length));
     constexpr std::uint64_t chunk = 1 << 20;
     while (data.size() < length) {
       const std::size_t old = data.size();
-      const std::size_t want =
-          static_cast<std::size_t>(std::min<std::uint64_t>(chunk, length - old));
-      data.resize(old + want);
-      const std::size_t read = stream_.read(data.data() + old, want);
+      const auto want = static_cast<std::size_t>(std::min<std::uint64_t>(chunk, length - old));
+      const std::size_t read = stream_.read_append(data, want);
       if (read < want) {
         throw FormatError(stream_.where() + ": truncated record at byte offset " +
                           std::to_string(at) + ": the header gives " + std::to_string(length) +

@@ -1,15 +1,17 @@
 /// \file
 /// The protocol buffer messages of `tf.train.Example`, defined at run time: TensorFlow's
 /// tensorflow/core/example/feature.proto and example.proto (package `tensorflow`, their message
-/// names and field numbers) as text that libprotoc's parser reads once into a descriptor pool;
-/// messages are parsed by Debian's protobuf library (`DynamicMessageFactory`) and read through
-/// reflection, so that the wire decoding is protobuf's own and no generated code is needed.
+/// names and field numbers; the features' map in its wire-identical repeated form) as text that
+/// libprotoc's parser reads once into a descriptor pool; messages are parsed by Debian's protobuf
+/// library (`DynamicMessageFactory`) and read through reflection, so that the wire decoding is
+/// protobuf's own and no generated code is needed.
 #pragma once
 
 #include <memory>
 #include <string>
 #include <string_view>
 
+#include <google/protobuf/arena.h>
 #include <google/protobuf/compiler/parser.h>
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/descriptor.pb.h>
@@ -47,7 +49,15 @@ message Feature {
 }
 
 message Features {
-  map<string, Feature> feature = 1;
+  // feature.proto: map<string, Feature> feature = 1. A map is on the wire exactly a repeated
+  // message of key 1 and value 2 (protobuf's language guide, "Backwards compatibility" of maps);
+  // declared so, reflection reads the entries in place, where a map field would first copy every
+  // entry, bytes and all, into a repeated view of itself.
+  message FeatureEntry {
+    string key = 1;
+    Feature value = 2;
+  }
+  repeated FeatureEntry feature = 1;
 }
 
 message FeatureList {
@@ -76,9 +86,9 @@ class ExampleSchema {
     return schema;
   }
 
-  /// A new, empty `tensorflow.Example`.
-  std::unique_ptr<google::protobuf::Message> new_example() const {
-    return std::unique_ptr<google::protobuf::Message>(example_->New());
+  /// A new, empty `tensorflow.Example` on `arena`, which owns it.
+  google::protobuf::Message* new_example(google::protobuf::Arena& arena) const {
+    return example_->New(&arena);
   }
 
   ExampleSchema(const ExampleSchema&) = delete;

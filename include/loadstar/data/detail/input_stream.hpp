@@ -88,6 +88,40 @@ class InputStream {
     return got;
   }
 
+  /// Appends up to `n` bytes to `out`, fewer only at the end of the data; returns how many. From
+  /// a plain file's buffer the bytes are appended as they are, without zero-filling `out` first.
+  std::size_t read_append(std::string& out, std::size_t n) {
+    std::size_t total = 0;
+    if (compression_ == Compression::none) {
+      while (total < n) {
+        if (position_ < filled_) {
+          const std::size_t take = std::min(n - total, filled_ - position_);
+          out.append(buffer_.data() + position_, take);
+          position_ += take;
+          total += take;
+        } else if (n - total >= buffer_.size()) {
+          const std::size_t old = out.size();
+          out.resize(old + n - total);
+          const std::size_t got = read_file(out.data() + old, n - total);
+          out.resize(old + got);
+          total += got;
+          break;
+        } else {
+          filled_ = read_file(buffer_.data(), buffer_.size());
+          position_ = 0;
+          if (filled_ == 0) break;
+        }
+      }
+      offset_ += total;
+      return total;
+    }
+    const std::size_t old = out.size();
+    out.resize(old + n);
+    total = read(out.data() + old, n);
+    out.resize(old + total);
+    return total;
+  }
+
   /// Reads and drops `n` bytes (fewer at the end of the data); returns how many it dropped.
   std::uint64_t skip(std::uint64_t n) {
     if (compression_ == Compression::none && position_ == 0 && filled_ == 0 &&
