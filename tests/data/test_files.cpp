@@ -43,6 +43,12 @@ using loadstar::TextLineDataset;
 using loadstar::TFRecordDataset;
 using loadstar::VarLenFeature;
 
+static_assert(loadstar::Dataset<loadstar::ListFilesDataset>);
+static_assert(loadstar::Dataset<TFRecordDataset>);
+static_assert(loadstar::Dataset<TextLineDataset>);
+static_assert(loadstar::Dataset<CsvDataset>);
+static_assert(std::same_as<loadstar::element_t<CsvDataset>, std::vector<CsvValue>>);
+
 namespace {
 
 std::filesystem::path fixtures() {
