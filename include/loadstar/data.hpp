@@ -15,6 +15,7 @@
 #include "loadstar/data/hdf5_sequence.hpp"
 #include "loadstar/data/idx.hpp"
 #include "loadstar/data/npy.hpp"
+#include "loadstar/data/npz.hpp"
 #include "loadstar/data/sampler.hpp"
 #include "loadstar/data/sequence_adapter.hpp"
 #include "loadstar/data/serialize.hpp"

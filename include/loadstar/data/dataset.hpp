@@ -27,3 +27,8 @@
 // (image_dataset_from_directory is in <loadstar/data/image.hpp>, which needs libjpeg and libpng).
 #include "loadstar/data/dataset/text_dataset_from_directory.hpp"
 #include "loadstar/data/dataset/timeseries_dataset_from_array.hpp"
+// File sources: list_files, TFRecord, text lines, CSV.
+#include "loadstar/data/dataset/csv.hpp"
+#include "loadstar/data/dataset/list_files.hpp"
+#include "loadstar/data/dataset/text_line.hpp"
+#include "loadstar/data/dataset/tfrecord.hpp"

@@ -485,6 +485,57 @@ inline NpyHeader read_npy_header(const std::filesystem::path& file) {
   return detail::read_npy_header(fd.fd, file_bytes, where);
 }
 
+namespace detail {
+
+/// `read_npy` of the `.npy` data open as `fd`, `file_bytes` long (a file, or an `.npz` member in
+/// a memfd); messages begin with `where`.
+template <TensorElement T>
+Tensor<T> read_npy_fd(int fd, std::uint64_t file_bytes, const std::string& where) {
+  const NpyHeader header = read_npy_header(fd, file_bytes, where);
+  if (std::integral<T> && header.kind == 'f') {
+    throw ShapeError(where + ": holds " + header.dtype_name() + " values but " +
+                     std::string(dtype_name<T>()) + " was requested");
+  }
+  // The data fit in the file, so this allocation is bounded by the file's size.
+  Tensor<T> out;
+  try {
+    out = Tensor<T>::uninitialized(header.shape);
+  } catch (const std::bad_alloc&) {
+    throw FormatError(where + ": cannot allocate " + std::to_string(header.shape.elements()) +
+                      " elements of " + std::string(dtype_name<T>()));
+  }
+  const std::size_t count = header.shape.elements();
+  if (count == 0) return out;
+  // The stored type is T's, in this machine's order: read straight into the tensor.
+  const bool native = !header.big_endian || header.item_size == 1;
+  const bool same_kind = (std::floating_point<T> && header.kind == 'f') ||
+                         (std::signed_integral<T> && header.kind == 'i') ||
+                         (std::unsigned_integral<T> && header.kind == 'u');
+  if (native && same_kind && header.item_size == sizeof(T)) {
+    npy_read_at(fd, where, out.data(), out.bytes(), header.data_offset);
+    return out;
+  }
+  // Otherwise convert in chunks of 1 MiB of stored data.
+  npy_dispatch(header, [&]<class S>() {
+    if constexpr (std::integral<T> && std::floating_point<S>) {
+      // Refused above; not instantiated with a conversion that would need it.
+    } else {
+      constexpr std::size_t chunk = (std::size_t{1} << 20) / sizeof(S);
+      std::vector<unsigned char> buffer(std::min(count, chunk) * sizeof(S));
+      for (std::size_t first = 0; first < count; first += chunk) {
+        const std::size_t n = std::min(chunk, count - first);
+        npy_read_at(fd, where, buffer.data(), n * sizeof(S),
+                    header.data_offset + first * sizeof(S));
+        npy_convert<S, T>(buffer.data(), n, header.big_endian && sizeof(S) > 1, out.data() + first,
+                          first, where);
+      }
+    }
+  });
+  return out;
+}
+
+}  // namespace detail
+
 /// Reads a NumPy `.npy` file into a tensor of the stored shape.
 ///
 /// Format versions 1.0, 2.0 and 3.0 are read, as written by `numpy.save`, with elements of
@@ -509,47 +560,7 @@ Tensor<T> read_npy(const std::filesystem::path& file) {
   const std::string where = detail::npy_file_name(file);
   detail::NpyFd fd;
   const std::uint64_t file_bytes = detail::npy_open(file, where, fd);
-  const NpyHeader header = detail::read_npy_header(fd.fd, file_bytes, where);
-  if (std::integral<T> && header.kind == 'f') {
-    throw ShapeError(where + ": holds " + header.dtype_name() + " values but " +
-                     std::string(dtype_name<T>()) + " was requested");
-  }
-  // The data fit in the file, so this allocation is bounded by the file's size.
-  Tensor<T> out;
-  try {
-    out = Tensor<T>::uninitialized(header.shape);
-  } catch (const std::bad_alloc&) {
-    throw FormatError(where + ": cannot allocate " + std::to_string(header.shape.elements()) +
-                      " elements of " + std::string(dtype_name<T>()));
-  }
-  const std::size_t count = header.shape.elements();
-  if (count == 0) return out;
-  // The stored type is T's, in this machine's order: read straight into the tensor.
-  const bool native = !header.big_endian || header.item_size == 1;
-  const bool same_kind = (std::floating_point<T> && header.kind == 'f') ||
-                         (std::signed_integral<T> && header.kind == 'i') ||
-                         (std::unsigned_integral<T> && header.kind == 'u');
-  if (native && same_kind && header.item_size == sizeof(T)) {
-    detail::npy_read_at(fd.fd, where, out.data(), out.bytes(), header.data_offset);
-    return out;
-  }
-  // Otherwise convert in chunks of 1 MiB of stored data.
-  detail::npy_dispatch(header, [&]<class S>() {
-    if constexpr (std::integral<T> && std::floating_point<S>) {
-      // Refused above; not instantiated with a conversion that would need it.
-    } else {
-      constexpr std::size_t chunk = (std::size_t{1} << 20) / sizeof(S);
-      std::vector<unsigned char> buffer(std::min(count, chunk) * sizeof(S));
-      for (std::size_t first = 0; first < count; first += chunk) {
-        const std::size_t n = std::min(chunk, count - first);
-        detail::npy_read_at(fd.fd, where, buffer.data(), n * sizeof(S),
-                            header.data_offset + first * sizeof(S));
-        detail::npy_convert<S, T>(buffer.data(), n, header.big_endian && sizeof(S) > 1,
-                                  out.data() + first, first, where);
-      }
-    }
-  });
-  return out;
+  return detail::read_npy_fd<T>(fd.fd, file_bytes, where);
 }
 
 /// Writes `tensor` as a NumPy `.npy` file (format version 1.0, `T`'s dtype in this machine's byte
