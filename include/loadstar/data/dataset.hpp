@@ -23,3 +23,9 @@
 #include "loadstar/data/dataset/take.hpp"
 #include "loadstar/data/dataset/unbatch.hpp"
 #include "loadstar/data/dataset/wrap_dataset.hpp"
+// tf.data's remaining operators and AUTOTUNE.
+#include "loadstar/data/dataset/autotune.hpp"
+#include "loadstar/data/dataset/padded_batch.hpp"
+#include "loadstar/data/dataset/sample_from_datasets.hpp"
+#include "loadstar/data/dataset/window.hpp"
+#include "loadstar/data/dataset/zip.hpp"
