@@ -160,7 +160,8 @@ TEST_SUITE("autotune") {
                   return Tracked(t.value * 2);
                 });
               },
-              {.num_parallel_calls = threads, .autotune = {.cpu_budget = 2, .ram_budget = ram}});
+              {.num_parallel_calls = threads,
+               .autotune = threads == AUTOTUNE ? AutotuneOptions{2, ram} : AutotuneOptions{}});
     };
     auto plain = make(1, 0);
     const auto expected = drain(plain);
@@ -197,6 +198,12 @@ TEST_SUITE("autotune") {
                                {.num_parallel_calls = AUTOTUNE, .window = 8}),
         "map: window is 8 but with num_parallel_calls AUTOTUNE the window is chosen within the "
         "memory budget; leave window 0",
+        ConfigError);
+    CHECK_THROWS_WITH_AS(
+        loadstar::range(3).map([](I64 i) { return i; },
+                               {.num_parallel_calls = 2, .autotune = {.cpu_budget = 2}}),
+        "map: an autotune budget was given but num_parallel_calls is 2, not "
+        "AUTOTUNE",
         ConfigError);
   }
 
@@ -243,6 +250,10 @@ TEST_SUITE("autotune") {
               {.num_parallel_calls = AUTOTUNE, .autotune = {.cpu_budget = 2, .ram_budget = 64}});
         },
         3, 12);
+    CHECK_THROWS_WITH_AS(make({.num_parallel_calls = 1, .autotune = {.ram_budget = 1}}),
+                         "interleave: an autotune budget was given but num_parallel_calls is 1, "
+                         "not AUTOTUNE",
+                         ConfigError);
   }
 
   TEST_CASE("prefetch with AUTOTUNE keeps its budget, reports its choice and resumes exactly") {

@@ -26,6 +26,21 @@ using loadstar::ShapeError;
 using loadstar::Tensor;
 using test_support::drain;
 
+#if defined(__SANITIZE_THREAD__)
+#define LOADSTAR_TEST_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define LOADSTAR_TEST_TSAN 1
+#endif
+#endif
+#ifdef LOADSTAR_TEST_TSAN
+// Debian's libtbb is not built with ThreadSanitizer (see test_dataset.cpp): reports with a
+// oneTBB frame are suppressed; the interleave's and prefetch's threads stay checked.
+extern "C" const char* __tsan_default_suppressions() {
+  return "race:libtbb.so\nrace:tbb::detail::\n";
+}
+#endif
+
 namespace {
 
 using I64 = std::int64_t;

@@ -64,7 +64,8 @@ class InterleaveDataset : public DatasetBase<InterleaveDataset<D, F>> {
  public:
   using element_type = element_t<Inner>;
 
-  /// Throws `ConfigError` for a `cycle_length`, `block_length` or `num_parallel_calls` of 0.
+  /// Throws `ConfigError` for a `cycle_length`, `block_length` or `num_parallel_calls` of 0, and
+  /// for an autotune budget given without `AUTOTUNE`.
   InterleaveDataset(D input, F f, std::size_t cycle_length, std::size_t block_length,
                     InterleaveOptions options = {})
       : input_(std::move(input)),
@@ -81,6 +82,11 @@ class InterleaveDataset : public DatasetBase<InterleaveDataset<D, F>> {
     }
     if (options.num_parallel_calls == 0) {
       throw ConfigError("interleave: num_parallel_calls must be positive but is 0");
+    }
+    if (options.num_parallel_calls != AUTOTUNE &&
+        (options.autotune.cpu_budget != 0 || options.autotune.ram_budget != 0)) {
+      throw ConfigError("interleave: an autotune budget was given but num_parallel_calls is " +
+                        std::to_string(options.num_parallel_calls) + ", not AUTOTUNE");
     }
     shared_->slots.resize(cycle_length);
     shared_->capacity = 2 * block_length;

@@ -75,12 +75,17 @@ class MapDataset : public DatasetBase<MapDataset<D, F, WithSeed>> {
   using element_type = typename detail::MapResult<F, Input, WithSeed>::type;
   static_assert(!std::is_void_v<element_type>, "map: the function must return an element");
 
-  /// Throws `ConfigError` for `num_parallel_calls` of 0, and for a `window` given with
-  /// `AUTOTUNE` (which chooses it).
+  /// Throws `ConfigError` for `num_parallel_calls` of 0, for a `window` given with `AUTOTUNE`
+  /// (which chooses it) and for an autotune budget given without it.
   MapDataset(D upstream, F f, std::uint64_t seed, MapOptions options)
       : upstream_(std::move(upstream)), f_(std::move(f)), seed_(seed), options_(options) {
     if (options.num_parallel_calls == 0) {
       throw ConfigError("map: num_parallel_calls must be positive but is 0");
+    }
+    if (options.num_parallel_calls != AUTOTUNE &&
+        (options.autotune.cpu_budget != 0 || options.autotune.ram_budget != 0)) {
+      throw ConfigError("map: an autotune budget was given but num_parallel_calls is " +
+                        std::to_string(options.num_parallel_calls) + ", not AUTOTUNE");
     }
     if (options.num_parallel_calls == AUTOTUNE) {
       if (options.window != 0) {
