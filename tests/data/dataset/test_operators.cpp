@@ -338,12 +338,23 @@ TEST_SUITE("dataset operators") {
     const auto stopped = drain(stopping);
     CHECK(std::count_if(stopped.begin(), stopped.end(), [](I64 x) { return x < 3; }) == 3);
     CHECK(stopped.size() < 103);
-    // The order depends on the seed and the epoch only.
+    // The order depends on the seed only, and on the epoch with rerandomize_each_iteration.
     auto again = loadstar::sample_from_datasets(two, {0.5, 0.5}, 7);
     CHECK(drain(again) == out);
     again.reset();
-    CHECK(drain(again) != out);
+    CHECK(drain(again) == out);
+    auto other_seed = loadstar::sample_from_datasets(two, {0.5, 0.5}, 8);
+    CHECK(drain(other_seed) != out);
+    auto rerandomized = loadstar::sample_from_datasets(two, {0.5, 0.5}, 7, false, true);
+    CHECK(drain(rerandomized) == out);
+    rerandomized.reset();
+    CHECK(drain(rerandomized) != out);
     check_exact_resume([&] { return loadstar::sample_from_datasets(uneven, {1, 2}, 3); }, 3, 15);
+    check_exact_resume(
+        [&] {
+          return loadstar::sample_from_datasets(uneven, {1, 2}, 3, false, true);
+        },
+        3, 15);
     check_exact_resume([&] { return loadstar::sample_from_datasets(uneven, {}, 3, true); }, 3, 10);
 
     CHECK_THROWS_WITH_AS(loadstar::sample_from_datasets(std::vector<loadstar::RangeDataset>{}),

@@ -37,13 +37,13 @@ inline void restore_all(auto& datasets, const nlohmann::json& states, const char
 
 /// Elements drawn at random from `datasets`, dataset `i` with probability `weights[i]` (uniform
 /// by default; normalised), as `tf.data.Dataset.sample_from_datasets`. Draw `k` of epoch `e`
-/// depends on `(seed, e, k)` only. When a drawn dataset is exhausted the epoch ends if
-/// `stop_on_empty_dataset` (tf.data recommends it); otherwise (tf.data's default) that dataset's
-/// weight is dropped and the draw repeated over the others, until all are exhausted. The state is
-/// the draw count, the exhausted datasets and every dataset's state: O(datasets) to restore.
-/// \code
-/// auto mixed = sample_from_datasets(std::vector{range(0, 3), range(100, 103)}, {0.5, 0.5}, 7);
-/// \endcode
+/// depends on `(seed, k)` only, so every epoch draws the same sequence, unless
+/// `rerandomize_each_iteration` (then on `(seed, e, k)`). When a drawn dataset is exhausted the
+/// epoch ends if `stop_on_empty_dataset` (tf.data recommends it); otherwise (tf.data's default)
+/// that dataset's weight is dropped and the draw repeated over the others, until all are exhausted.
+/// The state is the draw count, the exhausted datasets and every dataset's state: O(datasets) to
+/// restore. \code auto mixed = sample_from_datasets(std::vector{range(0, 3), range(100, 103)},
+/// {0.5, 0.5}, 7); \endcode
 template <Dataset D>
 class SampleFromDatasets : public DatasetBase<SampleFromDatasets<D>> {
  public:
@@ -52,11 +52,12 @@ class SampleFromDatasets : public DatasetBase<SampleFromDatasets<D>> {
   /// Throws `ConfigError` for no datasets, weights of another count, or a weight that is
   /// negative or not finite, or weights that are all 0.
   SampleFromDatasets(std::vector<D> datasets, std::vector<double> weights, std::uint64_t seed,
-                     bool stop_on_empty_dataset)
+                     bool stop_on_empty_dataset, bool rerandomize_each_iteration)
       : datasets_(std::move(datasets)),
         weights_(std::move(weights)),
         seed_(seed),
-        stop_on_empty_(stop_on_empty_dataset) {
+        stop_on_empty_(stop_on_empty_dataset),
+        rerandomize_(rerandomize_each_iteration) {
     if (datasets_.empty()) throw ConfigError("sample_from_datasets: datasets is empty");
     if (weights_.empty()) weights_.assign(datasets_.size(), 1.0);
     if (weights_.size() != datasets_.size()) {
@@ -82,7 +83,7 @@ class SampleFromDatasets : public DatasetBase<SampleFromDatasets<D>> {
       for (std::size_t i = 0; i < weights_.size(); ++i)
         total += exhausted_[i] ? 0.0 : weights_[i];
       if (total <= 0) break;
-      SplitMix64 rng(element_seed(seed_, epoch_, draws_++));
+      SplitMix64 rng(element_seed(seed_, rerandomize_ ? epoch_ : 0, draws_++));
       const double u = rng.uniform() * total;
       std::size_t pick = 0;
       double sum = 0;
@@ -134,6 +135,7 @@ class SampleFromDatasets : public DatasetBase<SampleFromDatasets<D>> {
   std::vector<double> weights_;
   std::uint64_t seed_;
   bool stop_on_empty_;
+  bool rerandomize_;
   std::vector<bool> exhausted_;
   std::uint64_t epoch_ = 0;
   std::uint64_t draws_ = 0;
@@ -144,9 +146,10 @@ class SampleFromDatasets : public DatasetBase<SampleFromDatasets<D>> {
 template <Dataset D>
 SampleFromDatasets<D> sample_from_datasets(std::vector<D> datasets,
                                            std::vector<double> weights = {}, std::uint64_t seed = 0,
-                                           bool stop_on_empty_dataset = false) {
-  return SampleFromDatasets<D>(std::move(datasets), std::move(weights), seed,
-                               stop_on_empty_dataset);
+                                           bool stop_on_empty_dataset = false,
+                                           bool rerandomize_each_iteration = false) {
+  return SampleFromDatasets<D>(std::move(datasets), std::move(weights), seed, stop_on_empty_dataset,
+                               rerandomize_each_iteration);
 }
 
 /// The element of `datasets[c]` for each element `c` of `choice_dataset`, as
