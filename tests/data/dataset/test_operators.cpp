@@ -451,6 +451,10 @@ TEST_SUITE("dataset operators") {
                          loadstar::WorkerError);
     CHECK_THROWS_WITH_AS(loadstar::range(3).interleave(inner, 2, 1, {.num_parallel_calls = 0}),
                          "interleave: num_parallel_calls must be positive but is 0", ConfigError);
+    CHECK_THROWS_WITH_AS(loadstar::range(3).interleave(inner, loadstar::AUTOTUNE),
+                         "interleave: cycle_length is AUTOTUNE, which only num_parallel_calls "
+                         "accepts here; give a number",
+                         ConfigError);
   }
 
   TEST_CASE("interleave and map without deterministic lose and repeat nothing across a restore") {

@@ -64,8 +64,9 @@ class InterleaveDataset : public DatasetBase<InterleaveDataset<D, F>> {
  public:
   using element_type = element_t<Inner>;
 
-  /// Throws `ConfigError` for a `cycle_length`, `block_length` or `num_parallel_calls` of 0, and
-  /// for an autotune budget given without `AUTOTUNE`.
+  /// Throws `ConfigError` for a `cycle_length`, `block_length` or `num_parallel_calls` of 0, for
+  /// a `cycle_length` or `block_length` of `AUTOTUNE`, and for an autotune budget given without
+  /// `AUTOTUNE`.
   InterleaveDataset(D input, F f, std::size_t cycle_length, std::size_t block_length,
                     InterleaveOptions options = {})
       : input_(std::move(input)),
@@ -79,6 +80,11 @@ class InterleaveDataset : public DatasetBase<InterleaveDataset<D, F>> {
     }
     if (block_length == 0) {
       throw ConfigError("interleave: block_length must be positive but is 0");
+    }
+    if (cycle_length == AUTOTUNE || block_length == AUTOTUNE) {
+      throw ConfigError(std::string("interleave: ") +
+                        (cycle_length == AUTOTUNE ? "cycle_length" : "block_length") +
+                        " is AUTOTUNE, which only num_parallel_calls accepts here; give a number");
     }
     if (options.num_parallel_calls == 0) {
       throw ConfigError("interleave: num_parallel_calls must be positive but is 0");

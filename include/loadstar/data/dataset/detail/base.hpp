@@ -49,7 +49,8 @@ struct InterleaveOptions {
   /// thread; `AUTOTUNE` chooses.
   std::size_t num_parallel_calls = 1;
   /// Yield in the round-robin order (the default); `false` lets the consumer take an element of
-  /// another open dataset when the current one has none ready.
+  /// another open dataset when the current one has none ready (with one thread, which reads on
+  /// the consumer's turn, the order is the round-robin one either way).
   bool deterministic = true;
   /// The budget when `num_parallel_calls` is `AUTOTUNE`.
   AutotuneOptions autotune = {};
