@@ -231,6 +231,19 @@ TEST_SUITE("dataset operators") {
     CHECK(values(gb) == std::vector<I64>{1, 1, 9, 9, 9, 9, 2, 2, 9, 2, 2, 9});
     CHECK_FALSE(g.next());
     check_exact_resume([] { return filled(0, 9).shuffle(4, 3).padded_batch(3); }, 3, 10);
+    // Tuples pad member by member: (sequence, label) with one shape per member.
+    auto pairs = filled(1, 4).map([](Tensor<I64> t) {
+      return std::make_tuple(t, Tensor<float>(loadstar::Shape{}, static_cast<float>(t.dim(0))));
+    });
+    auto pb = pairs.padded_batch(3, std::vector<loadstar::PaddedShape>{{4}, {}}, -1);
+    auto [seqs, labels] = *pb.next();
+    CHECK(seqs.shape() == loadstar::Shape{3, 4});
+    CHECK(values(seqs) == std::vector<I64>{1, -1, -1, -1, 2, 2, -1, -1, 3, 3, 3, -1});
+    CHECK(labels.shape() == loadstar::Shape{3});
+    CHECK(labels.data()[2] == 3.f);
+    CHECK_THROWS_WITH_AS(pairs.padded_batch(3, std::vector<loadstar::PaddedShape>{{4}}),
+                         "padded_batch: padded_shapes has 1 shapes but the elements have 2 members",
+                         ConfigError);
 
     auto small = filled(1, 5).padded_batch(4, {3});
     CHECK_THROWS_WITH_AS(small.next(),
@@ -293,6 +306,18 @@ TEST_SUITE("dataset operators") {
                                                                        {2, 3, 2, 1});
         },
         3, 15);
+    // (sequence, label) tuples, the sequence padded to 6 and the label left as it is.
+    auto labelled =
+        filled(1, 7)
+            .map([](Tensor<I64> t) {
+              return std::make_tuple(t, Tensor<I64>(loadstar::Shape{}, t.dim(0) * 10));
+            })
+            .bucket_by_sequence_length(
+                [](const std::tuple<Tensor<I64>, Tensor<I64>>& e) { return std::get<0>(e).dim(0); },
+                {4}, {3, 3}, {.padded_shapes = {{6}, {}}});
+    auto [short_seqs, short_labels] = *labelled.next();
+    CHECK(short_seqs.shape() == loadstar::Shape{3, 6});
+    CHECK(values(short_labels) == std::vector<I64>{10, 20, 30});
 
     CHECK_THROWS_WITH_AS(sequences(elements).bucket_by_sequence_length(length, {5, 3}, {2, 2, 2}),
                          "bucket_by_sequence_length: bucket_boundaries must be sorted but are "

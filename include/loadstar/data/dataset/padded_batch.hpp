@@ -116,44 +116,114 @@ Tensor<T> pad_stack(const std::vector<Tensor<T>>& elements, const PaddedShape& s
   return out;
 }
 
+/// How elements of type `E` (a tensor, or a tuple of tensors) are padded into a batch: one
+/// `PaddedShape` per member.
 template <class E>
-struct is_tensor_element : std::false_type {};
+struct Padder;
+
 template <TensorElement T>
-struct is_tensor_element<Tensor<T>> : std::true_type {};
+struct Padder<Tensor<T>> {
+  using batch_type = Tensor<T>;
+  static constexpr std::size_t members = 1;
+  static batch_type pad(const std::vector<Tensor<T>>& elements,
+                        const std::vector<PaddedShape>& specs, double value,
+                        std::optional<std::size_t> unknown_to, const char* op) {
+    return pad_stack(elements, specs[0], static_cast<T>(value), unknown_to, op);
+  }
+};
+
+template <TensorElement... T>
+struct Padder<std::tuple<Tensor<T>...>> {
+  using batch_type = std::tuple<Tensor<T>...>;
+  static constexpr std::size_t members = sizeof...(T);
+  static batch_type pad(const std::vector<std::tuple<Tensor<T>...>>& elements,
+                        const std::vector<PaddedShape>& specs, double value,
+                        std::optional<std::size_t> unknown_to, const char* op) {
+    return pad_members(elements, specs, value, unknown_to, op, std::index_sequence_for<T...>{});
+  }
+
+ private:
+  template <std::size_t... I>
+  static batch_type pad_members(const std::vector<std::tuple<Tensor<T>...>>& elements,
+                                const std::vector<PaddedShape>& specs, double value,
+                                std::optional<std::size_t> unknown_to, const char* op,
+                                std::index_sequence<I...>) {
+    return batch_type{pad_member<I>(elements, specs[I], value, unknown_to, op)...};
+  }
+  template <std::size_t I>
+  static auto pad_member(const std::vector<std::tuple<Tensor<T>...>>& elements,
+                         const PaddedShape& spec, double value,
+                         std::optional<std::size_t> unknown_to, const char* op) {
+    using M = std::tuple_element_t<I, std::tuple<Tensor<T>...>>;
+    std::vector<M> column;
+    column.reserve(elements.size());
+    for (const auto& e : elements)
+      column.push_back(std::get<I>(e));
+    return pad_stack(column, spec, static_cast<typename M::value_type>(value), unknown_to, op);
+  }
+};
+
+template <class E>
+concept Paddable = requires {
+  Padder<E>::members;
+};
+
+/// One padded shape per member of the elements: `given` of them, or the default for all when
+/// none is given; throws `ConfigError` naming `op` for another count.
+inline std::vector<PaddedShape> padded_specs(std::vector<PaddedShape> given, std::size_t members,
+                                             const char* op) {
+  if (given.empty()) return std::vector<PaddedShape>(members);
+  if (given.size() != members) {
+    throw ConfigError(std::string(op) + ": padded_shapes has " + std::to_string(given.size()) +
+                      " shapes but the elements have " + std::to_string(members) + " members");
+  }
+  return given;
+}
+inline std::vector<PaddedShape> padded_specs(PaddedShape given, std::size_t members,
+                                             const char* op) {
+  std::vector<PaddedShape> list;
+  if (given.given) list.push_back(std::move(given));
+  return padded_specs(std::move(list), members, op);
+}
 
 }  // namespace detail
 
 /// Batches of `batch_size` tensors of one rank and different shapes, each padded with
 /// `padding_value` to `padded_shapes` (an axis of -1, or every axis by default, to the longest
-/// of the batch), as `tf.data.Dataset.padded_batch` for tensor elements; the last batch is
-/// partial unless `drop_remainder`. An element of another rank, or larger than a fixed padded
-/// size, throws `ShapeError`. The state is the upstream's (a batch is built within one
-/// `next()`).
+/// of the batch), as `tf.data.Dataset.padded_batch`; the last batch is partial unless
+/// `drop_remainder`. Elements are tensors, or tuples of tensors padded member by member (then
+/// `padded_shapes` is a `std::vector<PaddedShape>` with one shape per member, and the one
+/// `padding_value`, converted to each member's type, pads them all). An element of another
+/// rank, or larger than a fixed padded size, throws `ShapeError`. The state is the upstream's (a
+/// batch is built within one `next()`).
 /// \code
 /// auto batches = sentences.padded_batch(32, {-1}, 0);   // (32, longest of the 32)
 /// \endcode
 template <Dataset D>
 class PaddedBatchDataset : public DatasetBase<PaddedBatchDataset<D>> {
-  static_assert(detail::is_tensor_element<element_t<D>>::value,
-                "padded_batch: elements must be tensors");
-  using T = typename element_t<D>::value_type;
+  static_assert(detail::Paddable<element_t<D>>,
+                "padded_batch: elements must be tensors or tuples of tensors");
+  using E = element_t<D>;
 
  public:
-  using element_type = Tensor<T>;
+  using element_type = typename detail::Padder<E>::batch_type;
 
-  /// Throws `ConfigError` for a batch size of 0.
-  PaddedBatchDataset(D upstream, std::size_t batch_size, PaddedShape padded_shapes, T padding_value,
+  /// Throws `ConfigError` for a batch size of 0 and for padded shapes of another count than the
+  /// elements' members.
+  template <class P>
+  PaddedBatchDataset(D upstream, std::size_t batch_size, P padded_shapes, double padding_value,
                      bool drop_remainder)
       : upstream_(std::move(upstream)),
         batch_size_(batch_size),
-        spec_(std::move(padded_shapes)),
+        specs_(detail::padded_specs(std::move(padded_shapes), detail::Padder<E>::members,
+                                    "padded_batch")),
         value_(padding_value),
         drop_remainder_(drop_remainder) {
     if (batch_size == 0) throw ConfigError("padded_batch: batch_size must be positive but is 0");
   }
 
   std::optional<element_type> next() {
-    std::vector<Tensor<T>> pending;
+    std::vector<E> pending;
     pending.reserve(batch_size_);
     while (pending.size() < batch_size_) {
       auto element = upstream_.next();
@@ -161,7 +231,7 @@ class PaddedBatchDataset : public DatasetBase<PaddedBatchDataset<D>> {
       pending.push_back(std::move(*element));
     }
     if (pending.empty() || (drop_remainder_ && pending.size() < batch_size_)) return std::nullopt;
-    return detail::pad_stack(pending, spec_, value_, std::nullopt, "padded_batch");
+    return detail::Padder<E>::pad(pending, specs_, value_, std::nullopt, "padded_batch");
   }
   void reset() { upstream_.reset(); }
   nlohmann::json state() const { return {{"op", "padded_batch"}, {"upstream", upstream_.state()}}; }
@@ -172,16 +242,17 @@ class PaddedBatchDataset : public DatasetBase<PaddedBatchDataset<D>> {
  private:
   D upstream_;
   std::size_t batch_size_;
-  PaddedShape spec_;
-  T value_;
+  std::vector<PaddedShape> specs_;
+  double value_;
   bool drop_remainder_;
 };
 
 /// Options of `bucket_by_sequence_length` after its three required arguments, with tf.data's
 /// names and defaults.
 struct BucketOptions {
-  /// The shape each bucket's batch is padded to (see `PaddedShape`).
-  PaddedShape padded_shapes = {};
+  /// The shapes each bucket's batch is padded to, one per member of the elements (see
+  /// `PaddedShape`); none: every axis to the batch maximum.
+  std::vector<PaddedShape> padded_shapes = {};
   /// The padding value (converted to the element type).
   double padding_value = 0;
   /// Pads the unknown axes to the bucket's boundary minus one instead of the batch maximum; an
@@ -209,14 +280,14 @@ struct BucketOptions {
 /// \endcode
 template <Dataset D, class L>
 class BucketBySequenceLengthDataset : public DatasetBase<BucketBySequenceLengthDataset<D, L>> {
-  static_assert(detail::is_tensor_element<element_t<D>>::value,
-                "bucket_by_sequence_length: elements must be tensors");
+  static_assert(detail::Paddable<element_t<D>>,
+                "bucket_by_sequence_length: elements must be tensors or tuples of tensors");
   static_assert(std::is_invocable_v<const L&, const element_t<D>&>,
                 "bucket_by_sequence_length: element_length_func must take an element");
-  using T = typename element_t<D>::value_type;
+  using E = element_t<D>;
 
  public:
-  using element_type = Tensor<T>;
+  using element_type = typename detail::Padder<E>::batch_type;
 
   /// Throws `ConfigError` for unsorted boundaries, batch sizes not one more than the boundaries
   /// or of 0, and padding options given with `no_padding`.
@@ -243,12 +314,14 @@ class BucketBySequenceLengthDataset : public DatasetBase<BucketBySequenceLengthD
                           "] must be positive but is 0");
       }
     }
-    if (options_.no_padding && (options_.padded_shapes.given || options_.padding_value != 0 ||
+    if (options_.no_padding && (!options_.padded_shapes.empty() || options_.padding_value != 0 ||
                                 options_.pad_to_bucket_boundary)) {
       throw ConfigError(
           "bucket_by_sequence_length: no_padding is set, so padded_shapes, padding_value and "
           "pad_to_bucket_boundary must be left at their defaults");
     }
+    specs_ = detail::padded_specs(options_.padded_shapes, detail::Padder<E>::members,
+                                  "bucket_by_sequence_length");
     buckets_.resize(batch_sizes_.size());
     start_ = upstream_.state();
   }
@@ -336,7 +409,7 @@ class BucketBySequenceLengthDataset : public DatasetBase<BucketBySequenceLengthD
   }
 
   std::optional<element_type> emit(std::size_t b, bool build) {
-    std::vector<Tensor<T>> elements = std::move(buckets_[b]);
+    std::vector<E> elements = std::move(buckets_[b]);
     buckets_[b].clear();
     ++yielded_;
     if (!ended_ && std::all_of(buckets_.begin(), buckets_.end(),
@@ -345,15 +418,14 @@ class BucketBySequenceLengthDataset : public DatasetBase<BucketBySequenceLengthD
       start_ = upstream_.state();
       taken_ = yielded_ = 0;
     }
-    if (!build) return Tensor<T>();
-    if (options_.no_padding) return detail::Stacker<Tensor<T>>::stack(elements);
+    if (!build) return element_type();
+    if (options_.no_padding) return detail::Stacker<E>::stack(elements);
     std::optional<std::size_t> unknown_to;
     if (options_.pad_to_bucket_boundary) {
       unknown_to = static_cast<std::size_t>(std::max<std::int64_t>(boundaries_[b] - 1, 0));
     }
-    return detail::pad_stack(elements, options_.padded_shapes,
-                             static_cast<T>(options_.padding_value), unknown_to,
-                             "bucket_by_sequence_length");
+    return detail::Padder<E>::pad(elements, specs_, options_.padding_value, unknown_to,
+                                  "bucket_by_sequence_length");
   }
 
   D upstream_;
@@ -361,7 +433,8 @@ class BucketBySequenceLengthDataset : public DatasetBase<BucketBySequenceLengthD
   std::vector<std::int64_t> boundaries_;
   std::vector<std::size_t> batch_sizes_;
   BucketOptions options_;
-  std::vector<std::vector<Tensor<T>>> buckets_;
+  std::vector<PaddedShape> specs_;
+  std::vector<std::vector<E>> buckets_;
   nlohmann::json start_;
   std::size_t taken_ = 0;    // Upstream elements taken since `start_`.
   std::size_t yielded_ = 0;  // Batches yielded since `start_`.

@@ -264,19 +264,19 @@ class DatasetBase {
               bool drop_remainder = false) const& {
     return WindowDataset<Derived>(self(), size, shift, stride, drop_remainder);
   }
-  /// Batches of tensors padded to `padded_shapes` with `padding_value` (header
-  /// `padded_batch.hpp`).
+  /// Batches of tensors (or tuples of tensors) padded to `padded_shapes` (a `PaddedShape`, or
+  /// a `std::vector<PaddedShape>` for tuples) with `padding_value` (header `padded_batch.hpp`).
   template <class P = PaddedShape, class V = int>
   auto padded_batch(std::size_t batch_size, P padded_shapes = {}, V padding_value = 0,
                     bool drop_remainder = false) && {
     return PaddedBatchDataset<Derived>(std::move(self()), batch_size, std::move(padded_shapes),
-                                       padding_value, drop_remainder);
+                                       static_cast<double>(padding_value), drop_remainder);
   }
   template <class P = PaddedShape, class V = int>
   auto padded_batch(std::size_t batch_size, P padded_shapes = {}, V padding_value = 0,
                     bool drop_remainder = false) const& {
-    return PaddedBatchDataset<Derived>(self(), batch_size, std::move(padded_shapes), padding_value,
-                                       drop_remainder);
+    return PaddedBatchDataset<Derived>(self(), batch_size, std::move(padded_shapes),
+                                       static_cast<double>(padding_value), drop_remainder);
   }
   /// Elements grouped into buckets by `element_length_func` and batched per bucket (header
   /// `padded_batch.hpp`).
