@@ -61,7 +61,9 @@ struct MapResult<F, E, true> {
 ///
 /// State: the upstream's state at the start of the current window, the window's length and how
 /// many of its outputs were consumed (and their order when not deterministic). A restore pulls
-/// the window again from the upstream and recomputes only its unconsumed elements.
+/// the window again from the upstream and recomputes only its unconsumed elements. Without
+/// `deterministic` the state is exact too: the restored dataset yields the rest of the window in
+/// the saved completion order, and later windows in their own completion order.
 /// \code
 /// auto ds = range(1000).map([](std::int64_t i) { return decode(i); }, {.num_parallel_calls = 4});
 /// auto aug = from_tensor_slices(x).map_with_seed(
