@@ -32,3 +32,9 @@
 #include "loadstar/data/dataset/list_files.hpp"
 #include "loadstar/data/dataset/text_line.hpp"
 #include "loadstar/data/dataset/tfrecord.hpp"
+// tf.data's remaining operators and AUTOTUNE.
+#include "loadstar/data/dataset/autotune.hpp"
+#include "loadstar/data/dataset/padded_batch.hpp"
+#include "loadstar/data/dataset/sample_from_datasets.hpp"
+#include "loadstar/data/dataset/window.hpp"
+#include "loadstar/data/dataset/zip.hpp"

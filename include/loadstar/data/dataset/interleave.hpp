@@ -1,16 +1,27 @@
 /// \file
-/// `interleave`: datasets made from the elements of another, read round robin (many files).
+/// `interleave`: datasets made from the elements of another, read round robin (many files),
+/// optionally read ahead on threads.
 #pragma once
 
+#include <algorithm>
+#include <chrono>
 #include <concepts>
+#include <condition_variable>
 #include <cstddef>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <stop_token>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "loadstar/data/dataset/autotune.hpp"
 #include "loadstar/data/dataset/detail/base.hpp"
 #include "loadstar/data/dataset/detail/state.hpp"
 #include "loadstar/error.hpp"
@@ -22,13 +33,26 @@ namespace loadstar {
 /// `tf.data.Dataset.interleave`. When one ends, the next element of `D` takes its place in the
 /// cycle. Reading many files this way mixes them without opening them all.
 ///
+/// With `options.num_parallel_calls > 1`, that many threads read the open datasets ahead of the
+/// consumer (up to `2 * block_length` elements each, the datasets nearest the consumer's turn
+/// first); `f` itself runs on the consuming thread. With `deterministic` (the default) the output
+/// is the sequential order; without it, when the current dataset has nothing ready the consumer
+/// takes from the next one that has, and the cycle goes on from there. With `AUTOTUNE` the
+/// number of threads starts at 1 and grows while the consumer waits, up to `cycle_length` and
+/// `options.autotune.cpu_budget`; the elements read ahead never exceed
+/// `options.autotune.ram_budget` bytes (see `autotune_report()`).
+///
 /// State: the input's state, the cycle position and, for every open dataset, the input's state
-/// before the element that made it plus that dataset's own state. A restore remakes the open
-/// datasets (`cycle_length` calls of `f`) and restores each: O(cycle_length), no replay.
+/// before the element that made it plus that dataset's state after the last element the
+/// consumer took from it (elements read ahead are read again after a restore, as `prefetch`'s).
+/// A restore remakes the open datasets (`cycle_length` calls of `f`) and restores each:
+/// O(cycle_length), no replay. The state is exact with any thread count and without
+/// `deterministic` too: the restored stream yields every element not yet consumed exactly once
+/// (without `deterministic`, in a possibly different order).
 /// \code
 /// auto rows = from_generator(list_files)
 ///                 .interleave([](std::string f) { return from_hdf5<float, std::int64_t>(
-///                                 f, "/x", "/y"); }, 4);
+///                                 f, "/x", "/y"); }, 4, 1, {.num_parallel_calls = 4});
 /// \endcode
 template <Dataset D, class F>
 class InterleaveDataset : public DatasetBase<InterleaveDataset<D, F>> {
@@ -40,20 +64,55 @@ class InterleaveDataset : public DatasetBase<InterleaveDataset<D, F>> {
  public:
   using element_type = element_t<Inner>;
 
-  /// Throws `ConfigError` for a `cycle_length` or `block_length` of 0.
-  InterleaveDataset(D input, F f, std::size_t cycle_length, std::size_t block_length)
+  /// Throws `ConfigError` for a `cycle_length`, `block_length` or `num_parallel_calls` of 0, for
+  /// a `cycle_length` or `block_length` of `AUTOTUNE`, and for an autotune budget given without
+  /// `AUTOTUNE`.
+  InterleaveDataset(D input, F f, std::size_t cycle_length, std::size_t block_length,
+                    InterleaveOptions options = {})
       : input_(std::move(input)),
         f_(std::move(f)),
         cycle_length_(cycle_length),
-        block_length_(block_length) {
+        block_length_(block_length),
+        options_(options),
+        shared_(std::make_unique<Shared>()) {
     if (cycle_length == 0) {
       throw ConfigError("interleave: cycle_length must be positive but is 0");
     }
     if (block_length == 0) {
       throw ConfigError("interleave: block_length must be positive but is 0");
     }
-    slots_.resize(cycle_length);
+    if (cycle_length == AUTOTUNE || block_length == AUTOTUNE) {
+      throw ConfigError(std::string("interleave: ") +
+                        (cycle_length == AUTOTUNE ? "cycle_length" : "block_length") +
+                        " is AUTOTUNE, which only num_parallel_calls accepts here; give a number");
+    }
+    if (options.num_parallel_calls == 0) {
+      throw ConfigError("interleave: num_parallel_calls must be positive but is 0");
+    }
+    if (options.num_parallel_calls != AUTOTUNE &&
+        (options.autotune.cpu_budget != 0 || options.autotune.ram_budget != 0)) {
+      throw ConfigError("interleave: an autotune budget was given but num_parallel_calls is " +
+                        std::to_string(options.num_parallel_calls) + ", not AUTOTUNE");
+    }
+    shared_->slots.resize(cycle_length);
+    shared_->capacity = 2 * block_length;
+    if (options.num_parallel_calls == AUTOTUNE) {
+      tuner_.emplace(options.autotune, cycle_length);
+      shared_->ram_budget = tuner_->ram_budget();
+      threads_wanted_ = 1;
+    } else if (options.num_parallel_calls > 1) {
+      threads_wanted_ = std::min(options.num_parallel_calls, cycle_length);
+    }
   }
+  InterleaveDataset(const InterleaveDataset& other)
+      : InterleaveDataset(other.input_, other.f_, other.cycle_length_, other.block_length_,
+                          other.options_) {
+    restore(other.state());
+  }
+  InterleaveDataset(InterleaveDataset&& other) noexcept = default;
+  InterleaveDataset& operator=(InterleaveDataset&&) = delete;
+  InterleaveDataset& operator=(const InterleaveDataset&) = delete;
+  ~InterleaveDataset() { stop(); }
 
   std::optional<element_type> next() {
     if (!started_) {
@@ -63,17 +122,26 @@ class InterleaveDataset : public DatasetBase<InterleaveDataset<D, F>> {
     }
     while (true) {
       if (input_done_ && open_slots() == 0) return std::nullopt;
-      Slot& slot = slots_[current_];
-      if (!slot.inner) {
+      if (!slots()[current_].inner) {
         advance();
         continue;
       }
-      auto element = slot.inner->next();
-      if (!element) {
-        slot.inner.reset();
-        open(current_);
-        advance();
-        continue;
+      std::optional<element_type> element;
+      if (parallel()) {
+        if (!take_ready(element)) {
+          open(current_);
+          advance();
+          continue;
+        }
+      } else {
+        Slot& slot = slots()[current_];
+        element = slot.inner->next();
+        if (!element) {
+          slot.inner.reset();
+          open(current_);
+          advance();
+          continue;
+        }
       }
       if (++in_block_ >= block_length_) advance();
       return element;
@@ -81,62 +149,127 @@ class InterleaveDataset : public DatasetBase<InterleaveDataset<D, F>> {
   }
 
   void reset() {
+    stop();
     input_.reset();
-    for (auto& slot : slots_)
-      slot = Slot{};
+    for (auto& slot : slots())
+      slot.clear();
     started_ = input_done_ = false;
     current_ = in_block_ = 0;
   }
 
   nlohmann::json state() const {
-    nlohmann::json slots = nlohmann::json::array();
-    for (const auto& slot : slots_) {
+    nlohmann::json slots_state = nlohmann::json::array();
+    for (const auto& slot : slots()) {
       if (slot.inner) {
-        slots.push_back({{"opened_at", slot.opened_at}, {"inner", slot.inner->state()}});
+        slots_state.push_back({{"opened_at", slot.opened_at},
+                               {"inner", parallel() ? slot.consumed_state : slot.inner->state()}});
       } else {
-        slots.push_back(nullptr);
+        slots_state.push_back(nullptr);
       }
     }
-    return {{"op", "interleave"},  {"input", input_.state()}, {"input_done", input_done_},
-            {"started", started_}, {"current", current_},     {"in_block", in_block_},
-            {"slots", slots}};
+    nlohmann::json s = {{"op", "interleave"},        {"input", input_.state()},
+                        {"input_done", input_done_}, {"started", started_},
+                        {"current", current_},       {"in_block", in_block_},
+                        {"slots", slots_state}};
+    if (tuner_) s["autotune"] = autotune_report();
+    return s;
   }
 
   void restore(const nlohmann::json& state) {
     const auto& s = detail::expect_state(state, "interleave");
     if (s["started"] == true) detail::require_same_shards(s["input"], input_.state(), "interleave");
-    const auto& slots = s["slots"];
-    if (!slots.is_array() || slots.size() != cycle_length_) {
-      throw CheckpointError("interleave: state has " + std::to_string(slots.size()) +
+    const auto& slots_state = s["slots"];
+    if (!slots_state.is_array() || slots_state.size() != cycle_length_) {
+      throw CheckpointError("interleave: state has " + std::to_string(slots_state.size()) +
                             " slots but the cycle length is " + std::to_string(cycle_length_));
     }
+    stop();
     for (std::size_t i = 0; i < cycle_length_; ++i) {
-      slots_[i] = Slot{};
-      if (slots[i].is_null()) continue;
-      input_.restore(slots[i]["opened_at"]);
+      Slot& slot = slots()[i];
+      slot.clear();
+      if (slots_state[i].is_null()) continue;
+      input_.restore(slots_state[i]["opened_at"]);
       auto element = input_.next();
       if (!element) {
         throw CheckpointError("interleave: the input ended where slot " + std::to_string(i) +
                               " was opened");
       }
-      slots_[i].inner.emplace(f_(std::move(*element)));
-      slots_[i].inner->restore(slots[i]["inner"]);
-      slots_[i].opened_at = slots[i]["opened_at"];
+      slot.inner.emplace(f_(std::move(*element)));
+      slot.inner->restore(slots_state[i]["inner"]);
+      slot.opened_at = slots_state[i]["opened_at"];
+      slot.consumed_state = slots_state[i]["inner"];
     }
     input_.restore(s["input"]);
     input_done_ = s["input_done"];
     started_ = s["started"];
     current_ = s["current"];
     in_block_ = s["in_block"];
+    if (tuner_ && s.contains("autotune")) {
+      threads_wanted_ =
+          std::min(s["autotune"]["num_parallel_calls"].get<std::size_t>(), tuner_->thread_limit());
+      tuner_->adopt(threads_wanted_);
+    }
+  }
+
+  /// The values in use: `num_parallel_calls` (threads reading ahead) and, with `AUTOTUNE`, the
+  /// budget and the most bytes of elements read ahead at once so far.
+  nlohmann::json autotune_report() const {
+    nlohmann::json r = {{"num_parallel_calls", parallel() ? threads_wanted_ : std::size_t{1}}};
+    if (tuner_) {
+      std::lock_guard lock(shared_->mutex);
+      r["cpu_budget"] = tuner_->cpu_budget();
+      r["ram_budget"] = tuner_->ram_budget();
+      r["peak_buffered_bytes"] = shared_->peak_bytes;
+    }
+    return r;
   }
 
  private:
+  struct Item {
+    std::optional<element_type> element;
+    nlohmann::json state;  // The inner dataset's state after this element.
+    std::exception_ptr error;
+    std::size_t bytes = 0;
+  };
   struct Slot {
     std::optional<Inner> inner;
     nlohmann::json opened_at;  // The input's state before the element that made `inner`.
+    // With threads: the state after the last element the consumer took, and what the threads
+    // read ahead (guarded by `Shared::mutex`; `inner` is read by the thread that set `busy`).
+    nlohmann::json consumed_state;
+    std::deque<Item> ahead;
+    bool busy = false;
+    bool ended = false;
+    void clear() {
+      inner.reset();
+      opened_at = nullptr;
+      consumed_state = nullptr;
+      ahead.clear();
+      busy = ended = false;
+    }
+  };
+  // On the heap, so that the threads' references survive a move of the dataset.
+  struct Shared {
+    mutable std::mutex mutex;
+    std::condition_variable_any work;   // A slot can be read ahead, or stop.
+    std::condition_variable_any ready;  // An element was read ahead.
+    std::vector<Slot> slots;
+    std::size_t capacity = 2;  // Elements read ahead per slot.
+    std::size_t current = 0;   // The consumer's slot, which the threads serve first.
+    std::size_t ram_budget = 0;
+    std::size_t buffered_bytes = 0;
+    std::size_t reserved_bytes = 0;  // For the elements being read.
+    std::size_t in_flight = 0;
+    std::size_t largest_element = 0;
+    std::size_t peak_bytes = 0;
   };
 
+  std::vector<Slot>& slots() noexcept { return shared_->slots; }
+  const std::vector<Slot>& slots() const noexcept { return shared_->slots; }
+  bool parallel() const noexcept { return threads_wanted_ > 1 || tuner_.has_value(); }
+
   void open(std::size_t i) {
+    Slot& slot = slots()[i];
     if (input_done_) return;
     auto before = input_.state();
     auto element = input_.next();
@@ -144,8 +277,15 @@ class InterleaveDataset : public DatasetBase<InterleaveDataset<D, F>> {
       input_done_ = true;
       return;
     }
-    slots_[i].inner.emplace(f_(std::move(*element)));
-    slots_[i].opened_at = std::move(before);
+    std::optional<Inner> inner;
+    inner.emplace(f_(std::move(*element)));
+    auto initial = parallel() ? inner->state() : nlohmann::json();
+    std::lock_guard lock(shared_->mutex);
+    slot.clear();
+    slot.inner.emplace(std::move(*inner));
+    slot.opened_at = std::move(before);
+    slot.consumed_state = std::move(initial);
+    shared_->work.notify_all();
   }
   void advance() noexcept {
     current_ = (current_ + 1) % cycle_length_;
@@ -153,16 +293,179 @@ class InterleaveDataset : public DatasetBase<InterleaveDataset<D, F>> {
   }
   std::size_t open_slots() const noexcept {
     std::size_t n = 0;
-    for (const auto& slot : slots_)
+    for (const auto& slot : slots())
       n += slot.inner ? 1 : 0;
     return n;
+  }
+
+  // Takes the current slot's next element read ahead into `out` (waiting for it); false when
+  // that dataset has ended (its slot is then closed). Without `deterministic`, moves `current_`
+  // to the next slot that has something ready when the current one has not.
+  bool take_ready(std::optional<element_type>& out) {
+    start_threads();
+    std::unique_lock lock(shared_->mutex);
+    auto ready = [&](const Slot& s) { return !s.ahead.empty() || s.ended; };
+    if (!options_.deterministic && !ready(slots()[current_])) {
+      for (std::size_t k = 1; k < cycle_length_; ++k) {
+        const std::size_t j = (current_ + k) % cycle_length_;
+        if (slots()[j].inner && ready(slots()[j])) {
+          current_ = j;
+          in_block_ = 0;
+          break;
+        }
+      }
+    }
+    shared_->current = current_;
+    Slot& slot = slots()[current_];
+    if (!ready(slot)) {
+      const auto waited_from = std::chrono::steady_clock::now();
+      shared_->work.notify_all();
+      shared_->ready.wait(lock, [&] { return ready(slot) || (!slot.busy && blocked(*shared_)); });
+      if (tuner_) waited_ += std::chrono::steady_clock::now() - waited_from;
+    }
+    if (!ready(slot)) {
+      // The threads may read no further ahead within the memory budget: read it here.
+      slot.busy = true;
+      lock.unlock();
+      Item item = fetch(slot);
+      lock.lock();
+      slot.busy = false;
+      if (!item.element && !item.error) {
+        slot.clear();
+        return false;
+      }
+      slot.consumed_state = std::move(item.state);
+      lock.unlock();
+      if (item.error) std::rethrow_exception(item.error);
+      out = std::move(item.element);
+      return true;
+    }
+    if (slot.ahead.empty()) {  // Ended, and nothing is being read from it.
+      slot.clear();
+      return false;
+    }
+    Item item = std::move(slot.ahead.front());
+    slot.ahead.pop_front();
+    shared_->buffered_bytes -= item.bytes;
+    slot.consumed_state = std::move(item.state);
+    shared_->work.notify_all();
+    lock.unlock();
+    if (tuner_ && ++taken_ % 64 == 0) tune();
+    if (item.error) std::rethrow_exception(item.error);
+    out = std::move(item.element);
+    return true;
+  }
+
+  // With `AUTOTUNE`, every 64 elements: the consumer's wait per element is the cost the thread
+  // count is climbed on (see `ThreadTuner`).
+  void tune() {
+    const double cost = std::chrono::duration<double>(waited_).count() / 64.0;
+    waited_ = {};
+    const std::size_t next = tuner_->step(threads_wanted_, cost);
+    if (next > threads_wanted_) {
+      threads_wanted_ = next;
+      start_threads();
+    } else if (next < threads_wanted_) {
+      threads_wanted_ = next;
+      threads_.back().request_stop();
+      shared_->work.notify_all();
+      threads_.pop_back();  // Joins.
+    }
+  }
+
+  void start_threads() {
+    while (threads_.size() < threads_wanted_) {
+      threads_.emplace_back(
+          [shared = shared_.get()](std::stop_token stop) { read(*shared, stop); });
+    }
+  }
+
+  // A reading thread: serves the open slot nearest the consumer's turn that has room.
+  static void read(Shared& shared, std::stop_token stop) {
+    std::unique_lock lock(shared.mutex);
+    while (true) {
+      Slot* slot = nullptr;
+      const auto find = [&] {
+        const std::size_t n = shared.slots.size();
+        for (std::size_t k = 0; k < n; ++k) {
+          Slot& s = shared.slots[(shared.current + k) % n];
+          if (!s.inner || s.busy || s.ended || s.ahead.size() >= shared.capacity) continue;
+          if (blocked(shared)) return false;
+          slot = &s;
+          return true;
+        }
+        return false;
+      };
+      if (!shared.work.wait(lock, stop, find)) return;
+      slot->busy = true;
+      const std::size_t reserved = shared.largest_element;
+      shared.reserved_bytes += reserved;
+      ++shared.in_flight;
+      lock.unlock();
+      Item item = fetch(*slot);
+      lock.lock();
+      slot->busy = false;
+      shared.reserved_bytes -= reserved;
+      --shared.in_flight;
+      if (!item.element && !item.error) {
+        slot->ended = true;
+      } else {
+        shared.buffered_bytes += item.bytes;
+        shared.largest_element = std::max(shared.largest_element, item.bytes);
+        shared.peak_bytes = std::max(shared.peak_bytes, shared.buffered_bytes);
+        slot->ahead.push_back(std::move(item));
+      }
+      shared.ready.notify_all();
+      shared.work.notify_all();
+    }
+  }
+
+  // Whether reading one more element ahead could exceed the memory budget: the elements read
+  // ahead, those being read (each reserved at the largest size seen) and one more. Before any
+  // size is known, one element is read at a time.
+  static bool blocked(const Shared& shared) {
+    if (shared.ram_budget == 0) return false;
+    if (shared.largest_element == 0) return shared.in_flight > 0;
+    return shared.buffered_bytes + shared.reserved_bytes + shared.largest_element >
+           shared.ram_budget;
+  }
+
+  static Item fetch(Slot& slot) {
+    Item item;
+    try {
+      item.element = slot.inner->next();
+    } catch (...) {
+      item.error = std::current_exception();
+    }
+    item.state = slot.inner->state();
+    if (item.element) item.bytes = element_bytes(*item.element);
+    return item;
+  }
+
+  void stop() {
+    for (auto& t : threads_)
+      t.request_stop();
+    if (shared_) shared_->work.notify_all();
+    threads_.clear();  // Joins.
+    if (!shared_) return;
+    for (auto& slot : slots()) {
+      slot.ahead.clear();
+      slot.ended = slot.busy = false;
+    }
+    shared_->buffered_bytes = shared_->reserved_bytes = shared_->in_flight = 0;
   }
 
   D input_;
   F f_;
   std::size_t cycle_length_;
   std::size_t block_length_;
-  std::vector<Slot> slots_;
+  InterleaveOptions options_;
+  std::unique_ptr<Shared> shared_;
+  std::optional<detail::ThreadTuner> tuner_;
+  std::size_t threads_wanted_ = 1;
+  std::vector<std::jthread> threads_;
+  std::size_t taken_ = 0;
+  std::chrono::steady_clock::duration waited_{};
   bool started_ = false;
   bool input_done_ = false;
   std::size_t current_ = 0;

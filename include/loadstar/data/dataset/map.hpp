@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -19,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "loadstar/data/dataset/autotune.hpp"
 #include "loadstar/data/dataset/detail/base.hpp"
 #include "loadstar/data/dataset/detail/invoke.hpp"
 #include "loadstar/data/dataset/detail/state.hpp"
@@ -50,9 +52,18 @@ struct MapResult<F, E, true> {
 /// false, which yields each window in completion order. An exception thrown by `f` reaches the
 /// consumer when that element's turn comes, as a `WorkerError` "map: element 17 failed: <what>".
 ///
+/// With `num_parallel_calls` `AUTOTUNE`, the first window holds one element, whose input and
+/// output sizes set the window so that a window's inputs and outputs stay within
+/// `options.autotune.ram_budget` bytes (elements of the largest size seen so far; at most
+/// `64 * cpu_budget`); the thread count starts at 1 and climbs by one per window while the time
+/// per element falls by a tenth or more, up to `options.autotune.cpu_budget` (see
+/// `autotune_report()`). The output and the state's meaning do not change with the choice.
+///
 /// State: the upstream's state at the start of the current window, the window's length and how
 /// many of its outputs were consumed (and their order when not deterministic). A restore pulls
-/// the window again from the upstream and recomputes only its unconsumed elements.
+/// the window again from the upstream and recomputes only its unconsumed elements. Without
+/// `deterministic` the state is exact too: the restored dataset yields the rest of the window in
+/// the saved completion order, and later windows in their own completion order.
 /// \code
 /// auto ds = range(1000).map([](std::int64_t i) { return decode(i); }, {.num_parallel_calls = 4});
 /// auto aug = from_tensor_slices(x).map_with_seed(
@@ -66,11 +77,27 @@ class MapDataset : public DatasetBase<MapDataset<D, F, WithSeed>> {
   using element_type = typename detail::MapResult<F, Input, WithSeed>::type;
   static_assert(!std::is_void_v<element_type>, "map: the function must return an element");
 
-  /// Throws `ConfigError` for `num_parallel_calls` of 0.
+  /// Throws `ConfigError` for `num_parallel_calls` of 0, for a `window` given with `AUTOTUNE`
+  /// (which chooses it) and for an autotune budget given without it.
   MapDataset(D upstream, F f, std::uint64_t seed, MapOptions options)
       : upstream_(std::move(upstream)), f_(std::move(f)), seed_(seed), options_(options) {
     if (options.num_parallel_calls == 0) {
       throw ConfigError("map: num_parallel_calls must be positive but is 0");
+    }
+    if (options.num_parallel_calls != AUTOTUNE &&
+        (options.autotune.cpu_budget != 0 || options.autotune.ram_budget != 0)) {
+      throw ConfigError("map: an autotune budget was given but num_parallel_calls is " +
+                        std::to_string(options.num_parallel_calls) + ", not AUTOTUNE");
+    }
+    if (options.num_parallel_calls == AUTOTUNE) {
+      if (options.window != 0) {
+        throw ConfigError("map: window is " + std::to_string(options.window) +
+                          " but with num_parallel_calls AUTOTUNE the window is chosen within the "
+                          "memory budget; leave window 0");
+      }
+      tuner_.emplace(options.autotune, detail::cpu_budget_of(options.autotune));
+      options_.num_parallel_calls = 1;
+      options_.window = 1;  // The first window measures the element sizes.
     }
     if (options_.window == 0) options_.window = 64 * options_.num_parallel_calls;
     if (options_.num_parallel_calls > 1) {
@@ -80,7 +107,7 @@ class MapDataset : public DatasetBase<MapDataset<D, F, WithSeed>> {
 
   std::optional<element_type> next() {
     if (position_ < window_length_) return take_from_window();
-    if (!arena_) {
+    if (!arena_ && !tuner_) {
       // The sequential path: no window, no state copy per element.
       auto input = upstream_.next();
       if (!input) return std::nullopt;
@@ -94,8 +121,23 @@ class MapDataset : public DatasetBase<MapDataset<D, F, WithSeed>> {
     window_start_ = upstream_.state();
     window_index_ = index_;
     if (!fill_window(options_.window)) return std::nullopt;
+    const auto started = std::chrono::steady_clock::now();
     compute_window(0, options_.deterministic);
+    if (tuner_) tune(std::chrono::steady_clock::now() - started);
     return take_from_window();
+  }
+
+  /// The values in use: `num_parallel_calls` and `window`, and with `AUTOTUNE` the budget and
+  /// the most bytes a window held (inputs and outputs) so far.
+  nlohmann::json autotune_report() const {
+    nlohmann::json r = {{"num_parallel_calls", options_.num_parallel_calls},
+                        {"window", options_.window}};
+    if (tuner_) {
+      r["cpu_budget"] = tuner_->cpu_budget();
+      r["ram_budget"] = tuner_->ram_budget();
+      r["peak_buffered_bytes"] = peak_bytes_;
+    }
+    return r;
   }
 
   void reset() {
@@ -107,6 +149,7 @@ class MapDataset : public DatasetBase<MapDataset<D, F, WithSeed>> {
 
   nlohmann::json state() const {
     nlohmann::json s = {{"op", "map"}, {"epoch", epoch_}};
+    if (tuner_) s["autotune"] = autotune_report();
     if (position_ >= window_length_) {
       s["index"] = index_;
       s["upstream"] = upstream_.state();
@@ -128,12 +171,20 @@ class MapDataset : public DatasetBase<MapDataset<D, F, WithSeed>> {
     epoch_ = s["epoch"];
     index_ = s["index"];
     position_ = window_length_ = 0;
+    if (tuner_ && s.contains("autotune") && s["autotune"].contains("window")) {
+      // Keep the choice of the run that saved the state, within this dataset's budget.
+      const std::size_t threads = s["autotune"]["num_parallel_calls"];
+      const std::size_t window = s["autotune"]["window"];
+      set_threads(std::clamp<std::size_t>(threads, 1, tuner_->thread_limit()));
+      if (window > 1 && window <= window_limit_) options_.window = window;
+      tuner_->adopt(options_.num_parallel_calls);
+    }
     const std::size_t consumed = s["consumed"];
     if (consumed == 0) return;
     window_start_ = s["upstream"];
     window_index_ = index_;
     const std::size_t length = s["window"];
-    if (!fill_window(length) || window_length_ != length) {
+    if (!fill_window(length, false) || window_length_ != length) {
       throw CheckpointError("map: state has a window of " + std::to_string(length) +
                             " elements but the upstream gave " + std::to_string(window_length_));
     }
@@ -153,15 +204,26 @@ class MapDataset : public DatasetBase<MapDataset<D, F, WithSeed>> {
     }
   }
 
-  // Pulls up to `length` elements into the window; false when there were none.
-  bool fill_window(std::size_t length) {
+  // Pulls up to `length` elements into the window (fewer when `budget` and the autotune memory
+  // budget says so); false when there were none.
+  bool fill_window(std::size_t length, bool budget = true) {
     inputs_.resize(length);
     outputs_.resize(length);
     errors_.resize(length);
     std::size_t n = 0;
+    window_in_bytes_ = window_largest_in_ = 0;
     while (n < length) {
+      if (budget && tuner_ && sized_ && n > 0 &&
+          (n + 1) * std::max<std::size_t>(1, largest_in_ + largest_out_) > tuner_->ram_budget()) {
+        break;  // The window may hold no more within the memory budget.
+      }
       auto input = upstream_.next();
       if (!input) break;
+      if (tuner_) {
+        const std::size_t b = element_bytes(*input);
+        window_in_bytes_ += b;
+        window_largest_in_ = std::max(window_largest_in_, b);
+      }
       inputs_[n++] = std::move(*input);
     }
     window_length_ = n;
@@ -190,6 +252,43 @@ class MapDataset : public DatasetBase<MapDataset<D, F, WithSeed>> {
       if (!keep_order) order_[completed.fetch_add(1, std::memory_order_relaxed)] = slot;
     };
     run(first, window_length_, body);
+  }
+
+  // With `AUTOTUNE`, after each window: sizes the window to the memory budget (after the first)
+  // and climbs the thread count on the time per element.
+  void tune(std::chrono::steady_clock::duration took) {
+    if (window_length_ == 0) return;
+    std::size_t out_bytes = 0, largest_out = 0;
+    for (std::size_t k = 0; k < window_length_; ++k) {
+      if (!outputs_[k]) continue;
+      const std::size_t b = element_bytes(*outputs_[k]);
+      out_bytes += b;
+      largest_out = std::max(largest_out, b);
+    }
+    largest_in_ = std::max(largest_in_, window_largest_in_);
+    largest_out_ = std::max(largest_out_, largest_out);
+    peak_bytes_ = std::max(peak_bytes_, window_in_bytes_ + out_bytes);
+    const std::size_t per_element = std::max<std::size_t>(1, largest_in_ + largest_out_);
+    window_limit_ =
+        std::clamp<std::size_t>(tuner_->ram_budget() / per_element, 1, 64 * tuner_->cpu_budget());
+    if (!sized_) {
+      sized_ = true;
+      options_.window = window_limit_;
+      return;  // One element says nothing about threads.
+    }
+    options_.window = std::min(options_.window, window_limit_);
+    const double cost =
+        std::chrono::duration<double>(took).count() / static_cast<double>(window_length_);
+    set_threads(tuner_->step(options_.num_parallel_calls, cost));
+  }
+
+  void set_threads(std::size_t threads) {
+    if (threads == options_.num_parallel_calls && (threads > 1) == static_cast<bool>(arena_)) {
+      return;
+    }
+    options_.num_parallel_calls = threads;
+    arena_.reset();
+    if (threads > 1) arena_ = std::make_shared<tbb::task_arena>(static_cast<int>(threads));
   }
 
   template <class Body>
@@ -230,6 +329,13 @@ class MapDataset : public DatasetBase<MapDataset<D, F, WithSeed>> {
   std::vector<std::optional<Input>> inputs_;
   std::vector<std::optional<element_type>> outputs_;
   std::vector<std::exception_ptr> errors_;
+  // With `AUTOTUNE`.
+  std::optional<detail::ThreadTuner> tuner_;
+  bool sized_ = false;
+  std::size_t window_limit_ = 1;
+  std::size_t largest_in_ = 0, largest_out_ = 0;
+  std::size_t window_in_bytes_ = 0, window_largest_in_ = 0;
+  std::size_t peak_bytes_ = 0;
 };
 
 }  // namespace loadstar

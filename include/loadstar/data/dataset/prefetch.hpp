@@ -2,6 +2,8 @@
 /// `prefetch`: elements produced ahead on a background thread.
 #pragma once
 
+#include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
@@ -14,6 +16,7 @@
 #include <thread>
 #include <utility>
 
+#include "loadstar/data/dataset/autotune.hpp"
 #include "loadstar/data/dataset/detail/base.hpp"
 #include "loadstar/data/dataset/detail/state.hpp"
 #include "loadstar/error.hpp"
@@ -30,6 +33,14 @@ namespace loadstar {
 /// `restore()` stop the producer: one blocked on a full queue stops at once, one busy producing
 /// an element stops as soon as that element is done (an upstream call is never abandoned midway,
 /// since its state would be torn).
+///
+/// With `buffer_size` `AUTOTUNE` (and the budget given to `prefetch(AUTOTUNE, budget)`), the
+/// buffer starts at one element and grows by one each time the consumer had to wait although
+/// the producer's time per element is below the consumer's time between calls (so that a
+/// larger buffer absorbs the producer's jitter; a producer slower on average is not helped by
+/// any buffer). The producer starts an element only when the buffered elements plus one of the
+/// largest size seen fit in `ram_budget` bytes (one element is always allowed); the buffer size
+/// in use is `autotune_report()["buffer_size"]`, also in the state.
 /// \code
 /// auto ds = from_tensor_slices(x, y).map(augment).batch(32).prefetch(2);
 /// \endcode
@@ -38,10 +49,24 @@ class PrefetchDataset : public DatasetBase<PrefetchDataset<D>> {
  public:
   using element_type = element_t<D>;
 
-  /// Throws `ConfigError` for a buffer size of 0.
-  PrefetchDataset(D upstream, std::size_t buffer_size)
+  /// Throws `ConfigError` for a buffer size of 0, and for a budget given with a fixed buffer
+  /// size (it would be ignored).
+  PrefetchDataset(D upstream, std::size_t buffer_size,
+                  std::optional<AutotuneOptions> budget = std::nullopt)
       : shared_(std::make_unique<Shared>(std::move(upstream))), buffer_size_(buffer_size) {
     if (buffer_size == 0) throw ConfigError("prefetch: buffer_size must be positive but is 0");
+    if (buffer_size == AUTOTUNE) {
+      const AutotuneOptions options = budget.value_or(AutotuneOptions{});
+      shared_->autotune = true;
+      shared_->ram_budget = detail::ram_budget_of(options);
+      shared_->capacity = 1;
+    } else {
+      if (budget) {
+        throw ConfigError("prefetch: an autotune budget was given but buffer_size is " +
+                          std::to_string(buffer_size) + ", not AUTOTUNE");
+      }
+      shared_->capacity = buffer_size;
+    }
     consumed_state_ = shared_->upstream.state();
   }
   PrefetchDataset(PrefetchDataset&& other) noexcept = default;
@@ -56,9 +81,24 @@ class PrefetchDataset : public DatasetBase<PrefetchDataset<D>> {
     Slot slot;
     {
       std::unique_lock lock(shared_->mutex);
-      shared_->not_empty.wait(lock, [&] { return !shared_->queue.empty(); });
+      if (shared_->autotune) {
+        const auto now = std::chrono::steady_clock::now();
+        if (last_call_) average(shared_->consumer_seconds, now - *last_call_);
+        if (shared_->queue.empty()) {
+          shared_->not_empty.wait(lock, [&] { return !shared_->queue.empty(); });
+          // Waited: a larger buffer helps when the producer keeps up on average.
+          if (shared_->producer_seconds < shared_->consumer_seconds &&
+              shared_->capacity < max_capacity) {
+            ++shared_->capacity;
+          }
+        }
+        last_call_ = std::chrono::steady_clock::now();
+      } else {
+        shared_->not_empty.wait(lock, [&] { return !shared_->queue.empty(); });
+      }
       slot = std::move(shared_->queue.front());
       shared_->queue.pop_front();
+      shared_->buffered_bytes -= slot.bytes;
     }
     shared_->not_full.notify_one();
     consumed_state_ = std::move(slot.state);
@@ -71,12 +111,32 @@ class PrefetchDataset : public DatasetBase<PrefetchDataset<D>> {
     shared_->upstream.reset();
     consumed_state_ = shared_->upstream.state();
   }
-  nlohmann::json state() const { return {{"op", "prefetch"}, {"upstream", consumed_state_}}; }
+  nlohmann::json state() const {
+    nlohmann::json s = {{"op", "prefetch"}, {"upstream", consumed_state_}};
+    if (shared_->autotune) s["autotune"] = autotune_report();
+    return s;
+  }
   void restore(const nlohmann::json& state) {
     const auto& s = detail::expect_state(state, "prefetch");
     stop();
     shared_->upstream.restore(s["upstream"]);
     consumed_state_ = s["upstream"];
+    if (shared_->autotune && s.contains("autotune")) {
+      shared_->capacity =
+          std::clamp<std::size_t>(s["autotune"]["buffer_size"].get<std::size_t>(), 1, max_capacity);
+    }
+  }
+
+  /// The buffer size in use and, with `AUTOTUNE`, the memory budget and the most bytes of
+  /// elements buffered at once so far.
+  nlohmann::json autotune_report() const {
+    std::lock_guard lock(shared_->mutex);
+    nlohmann::json r = {{"buffer_size", shared_->capacity}};
+    if (shared_->autotune) {
+      r["ram_budget"] = shared_->ram_budget;
+      r["peak_buffered_bytes"] = shared_->peak_bytes;
+    }
+    return r;
   }
 
  private:
@@ -84,7 +144,9 @@ class PrefetchDataset : public DatasetBase<PrefetchDataset<D>> {
     std::optional<element_type> element;
     nlohmann::json state;  // The upstream's state after this element.
     std::exception_ptr error;
+    std::size_t bytes = 0;
   };
+  static constexpr std::size_t max_capacity = 1024;
   // Kept on the heap so that moving the dataset (before the producer starts) leaves the
   // producer's references valid.
   struct Shared {
@@ -94,13 +156,31 @@ class PrefetchDataset : public DatasetBase<PrefetchDataset<D>> {
     std::condition_variable_any not_empty;
     std::condition_variable_any not_full;
     std::deque<Slot> queue;
+    std::size_t capacity = 1;
+    // With `AUTOTUNE`.
+    bool autotune = false;
+    std::size_t ram_budget = 0;
+    std::size_t buffered_bytes = 0;
+    std::size_t largest_element = 0;
+    std::size_t peak_bytes = 0;
+    double producer_seconds = 0;  // Running averages per element.
+    double consumer_seconds = 0;
   };
+
+  static void average(double& mean, std::chrono::steady_clock::duration sample) {
+    const double x = std::chrono::duration<double>(sample).count();
+    mean = mean == 0 ? x : 0.8 * mean + 0.2 * x;
+  }
 
   void start() {
     ended_ = false;
     // The producer touches only the heap-allocated `Shared`, never `this`.
-    producer_.emplace([shared = shared_.get(), capacity = buffer_size_](std::stop_token stop) {
-      produce(*shared, capacity, stop);
+    producer_.emplace([shared = shared_.get()](std::stop_token stop) {
+      if (shared->autotune) {
+        produce_within_budget(*shared, stop);
+      } else {
+        produce(*shared, shared->capacity, stop);
+      }
     });
   }
 
@@ -126,20 +206,61 @@ class PrefetchDataset : public DatasetBase<PrefetchDataset<D>> {
     }
   }
 
+  // The autotuned producer: waits for room (in elements and bytes) before producing an element,
+  // so that what it holds never exceeds the budget.
+  static void produce_within_budget(Shared& shared, std::stop_token stop) {
+    while (true) {
+      {
+        std::unique_lock lock(shared.mutex);
+        const auto room = [&] {
+          if (shared.queue.size() >= shared.capacity) return false;
+          return shared.queue.empty() ||
+                 shared.buffered_bytes + shared.largest_element <= shared.ram_budget;
+        };
+        if (!shared.not_full.wait(lock, stop, room)) return;
+      }
+      const auto started = std::chrono::steady_clock::now();
+      Slot slot;
+      try {
+        slot.element = shared.upstream.next();
+      } catch (...) {
+        slot.error = std::current_exception();
+      }
+      slot.state = shared.upstream.state();
+      if (slot.element) slot.bytes = element_bytes(*slot.element);
+      const bool last = !slot.element && !slot.error;
+      {
+        std::lock_guard lock(shared.mutex);
+        average(shared.producer_seconds, std::chrono::steady_clock::now() - started);
+        shared.buffered_bytes += slot.bytes;
+        shared.largest_element = std::max(shared.largest_element, slot.bytes);
+        shared.peak_bytes = std::max(shared.peak_bytes, shared.buffered_bytes);
+        shared.queue.push_back(std::move(slot));
+      }
+      shared.not_empty.notify_one();
+      if (last || stop.stop_requested()) return;
+    }
+  }
+
   void stop() {
     if (producer_ && producer_->joinable()) {
       producer_->request_stop();
       producer_->join();
     }
     producer_.reset();
-    if (shared_) shared_->queue.clear();
+    if (shared_) {
+      shared_->queue.clear();
+      shared_->buffered_bytes = 0;
+    }
     ended_ = false;
+    last_call_.reset();
   }
 
   std::unique_ptr<Shared> shared_;
   std::size_t buffer_size_;
   nlohmann::json consumed_state_;
   bool ended_ = false;
+  std::optional<std::chrono::steady_clock::time_point> last_call_;
   // Emplaced in place: GCC 12 warns about a moved-from temporary's stop state.
   std::optional<std::jthread> producer_;
 };

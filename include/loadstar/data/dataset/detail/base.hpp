@@ -5,11 +5,29 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
+#include <limits>
 #include <utility>
+#include <vector>
 
 #include "loadstar/data/dataset/concepts.hpp"
 
 namespace loadstar {
+
+/// tf.data's `AUTOTUNE`: passed as `num_parallel_calls` of `map` and `interleave` or as the
+/// `buffer_size` of `prefetch`, the operator chooses the value from measurements, within the
+/// budget of its `AutotuneOptions` (see `loadstar/data/dataset/autotune.hpp`).
+inline constexpr std::size_t AUTOTUNE = std::numeric_limits<std::size_t>::max();
+
+/// The budget of an autotuned operator, as `tf.data.Options().autotune`: it never runs more
+/// than `cpu_budget` threads nor buffers more than `ram_budget` bytes of elements.
+struct AutotuneOptions {
+  /// Threads the operator may run; 0 means `std::thread::hardware_concurrency()`.
+  std::size_t cpu_budget = 0;
+  /// Bytes of buffered elements (tensors count their bytes, see `element_bytes`); 0 means
+  /// 256 MiB.
+  std::size_t ram_budget = 0;
+};
 
 /// Options of `map` and `map_with_seed`.
 struct MapOptions {
@@ -21,7 +39,27 @@ struct MapOptions {
   bool deterministic = true;
   /// Elements handed to the threads at once; 0 means `64 * num_parallel_calls`.
   std::size_t window = 0;
+  /// The budget when `num_parallel_calls` is `AUTOTUNE`.
+  AutotuneOptions autotune = {};
 };
+
+/// Options of `interleave` after its cycle and block lengths, as tf.data's arguments.
+struct InterleaveOptions {
+  /// Threads that read the open datasets ahead of the consumer; 1 reads them on the consuming
+  /// thread; `AUTOTUNE` chooses.
+  std::size_t num_parallel_calls = 1;
+  /// Yield in the round-robin order (the default); `false` lets the consumer take an element of
+  /// another open dataset when the current one has none ready (with one thread, which reads on
+  /// the consumer's turn, the order is the round-robin one either way).
+  bool deterministic = true;
+  /// The budget when `num_parallel_calls` is `AUTOTUNE`.
+  AutotuneOptions autotune = {};
+};
+
+/// The element padded shapes of `padded_batch` (see `padded_batch.hpp`).
+struct PaddedShape;
+/// The options of `bucket_by_sequence_length` (see `padded_batch.hpp`).
+struct BucketOptions;
 
 template <Dataset D, class F, bool WithSeed>
 class MapDataset;
@@ -47,6 +85,16 @@ template <Dataset D, class Store>
 class CacheDataset;
 template <Dataset D, class F>
 class InterleaveDataset;
+template <Dataset A, Dataset B>
+class ConcatenateDataset;
+template <Dataset D>
+class EnumerateDataset;
+template <Dataset D>
+class WindowDataset;
+template <Dataset D>
+class PaddedBatchDataset;
+template <Dataset D, class L>
+class BucketBySequenceLengthDataset;
 
 namespace detail {
 template <class E>
@@ -133,6 +181,10 @@ class DatasetBase {
   auto prefetch(std::size_t buffer_size) && {
     return PrefetchDataset<Derived>(std::move(self()), buffer_size);
   }
+  /// With `buffer_size` `AUTOTUNE`, the buffer grows while the consumer waits, within `budget`.
+  auto prefetch(std::size_t buffer_size, AutotuneOptions budget) && {
+    return PrefetchDataset<Derived>(std::move(self()), buffer_size, budget);
+  }
   /// Keeps the elements of the first complete epoch in memory and serves later epochs from there.
   auto cache() && {
     using E = typename Derived::element_type;
@@ -164,6 +216,84 @@ class DatasetBase {
   template <class F>
   auto interleave(F f, std::size_t cycle_length, std::size_t block_length = 1) const& {
     return InterleaveDataset<Derived, F>(self(), std::move(f), cycle_length, block_length);
+  }
+  /// `interleave` with tf.data's `num_parallel_calls` and `deterministic`: the open datasets are
+  /// read ahead on that many threads (see `InterleaveDataset`).
+  template <class F>
+  auto interleave(F f, std::size_t cycle_length, std::size_t block_length,
+                  InterleaveOptions options) && {
+    return InterleaveDataset<Derived, F>(std::move(self()), std::move(f), cycle_length,
+                                         block_length, options);
+  }
+  template <class F>
+  auto interleave(F f, std::size_t cycle_length, std::size_t block_length,
+                  InterleaveOptions options) const& {
+    return InterleaveDataset<Derived, F>(self(), std::move(f), cycle_length, block_length, options);
+  }
+  /// Maps every element to a dataset with `f` and yields their elements one dataset after the
+  /// other (`interleave` with a cycle length of 1, as tf.data defines it).
+  template <class F>
+  auto flat_map(F f) && {
+    return InterleaveDataset<Derived, F>(std::move(self()), std::move(f), 1, 1);
+  }
+  template <class F>
+  auto flat_map(F f) const& {
+    return InterleaveDataset<Derived, F>(self(), std::move(f), 1, 1);
+  }
+  /// This dataset's elements followed by `other`'s (header `zip.hpp`).
+  template <class Other>
+  auto concatenate(Other other) && {
+    return ConcatenateDataset<Derived, Other>(std::move(self()), std::move(other));
+  }
+  template <class Other>
+  auto concatenate(Other other) const& {
+    return ConcatenateDataset<Derived, Other>(self(), std::move(other));
+  }
+  /// `(start + i, element_i)` tuples (header `zip.hpp`).
+  auto enumerate(std::int64_t start = 0) && {
+    return EnumerateDataset<Derived>(std::move(self()), start);
+  }
+  auto enumerate(std::int64_t start = 0) const& { return EnumerateDataset<Derived>(self(), start); }
+  /// Windows of `size` elements every `shift` (0: `size`) elements, `stride` apart, as
+  /// `std::vector`s (header `window.hpp`).
+  auto window(std::size_t size, std::size_t shift = 0, std::size_t stride = 1,
+              bool drop_remainder = false) && {
+    return WindowDataset<Derived>(std::move(self()), size, shift, stride, drop_remainder);
+  }
+  auto window(std::size_t size, std::size_t shift = 0, std::size_t stride = 1,
+              bool drop_remainder = false) const& {
+    return WindowDataset<Derived>(self(), size, shift, stride, drop_remainder);
+  }
+  /// Batches of tensors (or tuples of tensors) padded to `padded_shapes` (a `PaddedShape`, or
+  /// a `std::vector<PaddedShape>` for tuples) with `padding_value` (header `padded_batch.hpp`).
+  template <class P = PaddedShape, class V = int>
+  auto padded_batch(std::size_t batch_size, P padded_shapes = {}, V padding_value = 0,
+                    bool drop_remainder = false) && {
+    return PaddedBatchDataset<Derived>(std::move(self()), batch_size, std::move(padded_shapes),
+                                       static_cast<double>(padding_value), drop_remainder);
+  }
+  template <class P = PaddedShape, class V = int>
+  auto padded_batch(std::size_t batch_size, P padded_shapes = {}, V padding_value = 0,
+                    bool drop_remainder = false) const& {
+    return PaddedBatchDataset<Derived>(self(), batch_size, std::move(padded_shapes),
+                                       static_cast<double>(padding_value), drop_remainder);
+  }
+  /// Elements grouped into buckets by `element_length_func` and batched per bucket (header
+  /// `padded_batch.hpp`).
+  template <class L, class O = BucketOptions>
+  auto bucket_by_sequence_length(L element_length_func, std::vector<std::int64_t> bucket_boundaries,
+                                 std::vector<std::size_t> bucket_batch_sizes, O options = {}) && {
+    return BucketBySequenceLengthDataset<Derived, L>(
+        std::move(self()), std::move(element_length_func), std::move(bucket_boundaries),
+        std::move(bucket_batch_sizes), std::move(options));
+  }
+  template <class L, class O = BucketOptions>
+  auto bucket_by_sequence_length(L element_length_func, std::vector<std::int64_t> bucket_boundaries,
+                                 std::vector<std::size_t> bucket_batch_sizes,
+                                 O options = {}) const& {
+    return BucketBySequenceLengthDataset<Derived, L>(
+        self(), std::move(element_length_func), std::move(bucket_boundaries),
+        std::move(bucket_batch_sizes), std::move(options));
   }
 
   /// Calls `f(element)` for every remaining element of the current epoch.
