@@ -379,7 +379,9 @@ class TextVectorization {
     if (!config.is_object()) {
       throw ConfigError("TextVectorization config: expected an object but found " + config.dump());
     }
-    for (const auto& [key, value] : config.items()) {
+    for (const auto& item : config.items()) {
+      const std::string& key = item.key();
+      const nlohmann::json& value = item.value();
       const auto string_or_none = [&](std::string& out) {
         if (value.is_null()) {
           out.clear();
