@@ -12,14 +12,12 @@
 #include <string_view>
 
 #include <google/protobuf/arena.h>
-#include <google/protobuf/compiler/parser.h>
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/descriptor.pb.h>
 #include <google/protobuf/dynamic_message.h>
-#include <google/protobuf/io/tokenizer.h>
-#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <google/protobuf/message.h>
 
+#include "loadstar/detail/proto_schema.hpp"
 #include "loadstar/error.hpp"
 
 namespace loadstar::detail {
@@ -106,41 +104,9 @@ class ExampleSchema {
   const google::protobuf::FieldDescriptor* int64_value;  // Int64List.value
 
  private:
-  class Errors : public google::protobuf::io::ErrorCollector,
-                 public google::protobuf::DescriptorPool::ErrorCollector {
-   public:
-    void AddError(int line, int column, const std::string& message) override {
-      if (first.empty()) {
-        first = "line " + std::to_string(line + 1) + " column " + std::to_string(column + 1) +
-                ": " + message;
-      }
-    }
-    void AddError(const std::string& /*filename*/, const std::string& element_name,
-                  const google::protobuf::Message* /*descriptor*/, ErrorLocation /*location*/,
-                  const std::string& message) override {
-      if (first.empty()) first = element_name + ": " + message;
-    }
-    std::string first;
-  };
-
   ExampleSchema() {
-    google::protobuf::io::ArrayInputStream input(example_proto.data(),
-                                                 static_cast<int>(example_proto.size()));
-    Errors errors;
-    google::protobuf::io::Tokenizer tokenizer(&input, &errors);
-    google::protobuf::compiler::Parser parser;
-    parser.RecordErrorsTo(&errors);
-    google::protobuf::FileDescriptorProto file;
-    if (!parser.Parse(&tokenizer, &file) || !errors.first.empty()) {
-      throw FormatError(
-          "example schema: expected protocol buffer definitions but found an error at " +
-          errors.first);
-    }
-    file.set_name("loadstar/data/example.proto");
-    if (pool_.BuildFileCollectingErrors(file, &errors) == nullptr) {
-      throw FormatError("example schema: expected definitions that build but found " +
-                        errors.first);
-    }
+    build_proto(pool_, parse_proto(example_proto, "loadstar/data/example.proto", "example schema"),
+                "example schema");
     const auto* example = pool_.FindMessageTypeByName("tensorflow.Example");
     const auto* features_type = pool_.FindMessageTypeByName("tensorflow.Features");
     const auto* feature_type = pool_.FindMessageTypeByName("tensorflow.Feature");

@@ -14,15 +14,13 @@
 #include <string>
 #include <string_view>
 
-#include <google/protobuf/compiler/parser.h>
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/descriptor.pb.h>
 #include <google/protobuf/dynamic_message.h>
-#include <google/protobuf/io/tokenizer.h>
-#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <google/protobuf/message.h>
 #include <google/protobuf/struct.pb.h>
 
+#include "loadstar/detail/proto_schema.hpp"
 #include "loadstar/error.hpp"
 
 namespace loadstar::tensorboard::detail {
@@ -243,50 +241,15 @@ class Schema {
     google::protobuf::FileDescriptorProto structs;
     google::protobuf::Struct::descriptor()->file()->CopyTo(&structs);
     build(structs);
-    build(parse(tensorflow_proto, "loadstar/tensorboard/tensorflow.proto"));
-    build(parse(hparams_proto, "loadstar/tensorboard/hparams.proto"));
-  }
-
-  /// Collects the first error of the parser or of the pool.
-  class Errors : public google::protobuf::io::ErrorCollector,
-                 public google::protobuf::DescriptorPool::ErrorCollector {
-   public:
-    void AddError(int line, int column, const std::string& message) override {
-      if (first.empty()) {
-        first = "line " + std::to_string(line + 1) + " column " + std::to_string(column + 1) +
-                ": " + message;
-      }
-    }
-    void AddError(const std::string& /*filename*/, const std::string& element_name,
-                  const google::protobuf::Message* /*descriptor*/, ErrorLocation /*location*/,
-                  const std::string& message) override {
-      if (first.empty()) first = element_name + ": " + message;
-    }
-    std::string first;
-  };
-
-  static google::protobuf::FileDescriptorProto parse(std::string_view text, std::string name) {
-    google::protobuf::io::ArrayInputStream input(text.data(), static_cast<int>(text.size()));
-    Errors errors;
-    google::protobuf::io::Tokenizer tokenizer(&input, &errors);
-    google::protobuf::compiler::Parser parser;
-    parser.RecordErrorsTo(&errors);
-    google::protobuf::FileDescriptorProto file;
-    if (!parser.Parse(&tokenizer, &file) || !errors.first.empty()) {
-      throw FormatError("tensorboard schema '" + name +
-                        "': expected protocol buffer definitions but found an error at " +
-                        errors.first);
-    }
-    file.set_name(std::move(name));
-    return file;
+    build(loadstar::detail::parse_proto(
+        tensorflow_proto, "loadstar/tensorboard/tensorflow.proto",
+        "tensorboard schema 'loadstar/tensorboard/tensorflow.proto'"));
+    build(loadstar::detail::parse_proto(hparams_proto, "loadstar/tensorboard/hparams.proto",
+                                        "tensorboard schema 'loadstar/tensorboard/hparams.proto'"));
   }
 
   void build(const google::protobuf::FileDescriptorProto& file) {
-    Errors errors;
-    if (pool_.BuildFileCollectingErrors(file, &errors) == nullptr) {
-      throw FormatError("tensorboard schema '" + file.name() +
-                        "': expected definitions that build but found " + errors.first);
-    }
+    loadstar::detail::build_proto(pool_, file, "tensorboard schema '" + file.name() + "'");
   }
 
   google::protobuf::DescriptorPool pool_;
