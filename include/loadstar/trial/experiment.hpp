@@ -877,6 +877,7 @@ ExperimentSummary create_experiment(const std::filesystem::path& config_file,
   record.config_file = std::filesystem::absolute(config_file).lexically_normal().string();
   record.raw = config.raw;
   record.config = to_json(config);
+  record.name = config.name;
   record.description = config.description;
   record.searcher_name = config.searcher.name;
   record.metric = config.searcher.metric;
@@ -925,6 +926,7 @@ void list_experiments(const std::filesystem::path& root, std::ostream& out) {
     out << listing.dir.string() << "  id " << listing.id << "  " << listing.state << "  "
         << listing.searcher << "  " << listing.trials
         << (listing.trials == 1 ? " trial" : " trials");
+    if (!listing.name.empty()) out << "  " << listing.name;
     if (!listing.description.empty()) out << "  " << listing.description;
     out << "\n";
   }

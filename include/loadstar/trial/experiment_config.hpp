@@ -139,6 +139,8 @@ struct DataLayerConfig {
 
 /// An experiment configuration, with Determined's defaults for what the file leaves out.
 struct ExperimentConfig {
+  /// `name`: shown by `experiment list` and `experiment describe`.
+  std::string name;
   std::string description;
   std::vector<std::string> labels;
   /// The registered name of the trial class (`model_def:FashionMNISTTrial`).
@@ -159,6 +161,9 @@ struct ExperimentConfig {
   std::uint64_t max_restarts = 5;
   /// `resources.slots_per_trial`.
   std::uint64_t slots_per_trial = 1;
+  /// `resources.max_slots`: the most slots the experiment's trials hold at once (0: unset), so at
+  /// most `max_slots / slots_per_trial` trials run at once.
+  std::uint64_t max_slots = 0;
   /// `optimizations.aggregation_frequency`.
   std::uint64_t aggregation_frequency = 1;
   /// `optimizations.average_training_metrics`.
@@ -179,8 +184,8 @@ struct ExperimentConfig {
   nlohmann::json data = nlohmann::json::object();
   /// The whole configuration as JSON with Determined's defaults filled in, as Determined's master
   /// hands it to a trial (what `get_experiment_config()` returns): `to_json(*this)` once parsed.
-  /// Keys of Determined's that mean nothing on one machine (`environment`, `bind_mounts`) are
-  /// kept here as given.
+  /// Keys of Determined's cluster settings given with their default values (`bind_mounts: []`,
+  /// `environment.image` unset) are kept here as given.
   nlohmann::json raw = nlohmann::json::object();
 
   /// Every field equal, `raw` included: `experiment_config_from_json(to_json(c), …) == c` for a
@@ -202,12 +207,23 @@ namespace detail::expconf {
 
 using json = nlohmann::json;
 
-/// Keys of Determined's experiment config that mean nothing to a trial on one machine: accepted
-/// (so that a Determined config runs unchanged), kept in `raw`, otherwise without effect. The
-/// README's experiment config section lists every key with what it does.
-LOADSTAR_DECL const std::vector<std::string>& ignored_top_level_keys();
+/// A key of Determined's cluster settings (containers, agents, the scheduler) that has no
+/// counterpart for trials run as processes of one machine: its Determined default (`value`; null
+/// where Determined has none) is what this machine does anyway, so that value, or null, is taken;
+/// any other is refused with `reason`. The README's experiment config section lists every key.
+struct DefaultOnlyKey {
+  std::string key;
+  nlohmann::json value;
+  std::string reason;
+};
 
-LOADSTAR_DECL const std::vector<std::string>& ignored_resources_keys();
+LOADSTAR_DECL const std::vector<DefaultOnlyKey>& default_only_top_level_keys();
+
+LOADSTAR_DECL const std::vector<DefaultOnlyKey>& default_only_resources_keys();
+
+LOADSTAR_DECL const std::vector<DefaultOnlyKey>& default_only_environment_keys();
+
+LOADSTAR_DECL const std::vector<DefaultOnlyKey>& default_only_storage_keys();
 
 LOADSTAR_DECL std::string checkpoint_policy_key(CheckpointPolicy policy);
 
@@ -241,11 +257,11 @@ class ExperimentConfigReader {
     return path.empty() ? key : path + "." + key;
   }
 
-  /// Refuses `value` unless it is a mapping, and any key of it that is in neither `keys` nor
-  /// `ignored`.
+  /// Refuses `value` unless it is a mapping, any key of it that is in neither `keys` nor
+  /// `defaults_only`, and a key of `defaults_only` whose value is neither null nor the default.
   LOADSTAR_DECL void check_keys(const json& value, const std::string& path, const std::string& what,
                                 const std::vector<std::string>& keys,
-                                const std::vector<std::string>& ignored = {}) const;
+                                const std::vector<DefaultOnlyKey>& defaults_only = {}) const;
 
   LOADSTAR_DECL static const json* find(const json& object, const std::string& key);
 
@@ -291,7 +307,7 @@ class ExperimentConfigReader {
   LOADSTAR_DECL DataLayerConfig read_data_layer(const json& value) const;
 
   /// `environment.environment_variables` (a list of `KEY=VALUE`); Determined's per-slot-type
-  /// mapping is refused, and the container keys are accepted.
+  /// mapping is refused, and the container keys are taken only with their defaults.
   LOADSTAR_DECL std::vector<std::string> read_environment(const json& value) const;
 
   /// `optimizations` into `config`: refuses what has no effect here (compression, mixed
@@ -304,7 +320,7 @@ class ExperimentConfigReader {
 
 LOADSTAR_DECL json hyperparameter_config_json(const Hyperparameter& hp);
 
-/// `section` of `raw` without the keys that `to_json` writes (keeping the ignored ones).
+/// `section` of `raw` without the keys that `to_json` writes (keeping the default-only ones).
 LOADSTAR_DECL json kept_config_section(const json& raw, const std::string& section,
                                        std::initializer_list<const char*> written);
 
@@ -376,6 +392,7 @@ std::string to_string(Unit unit) {
 nlohmann::json to_json(const ExperimentConfig& config) {
   using nlohmann::json;
   json out = config.raw.is_object() ? config.raw : json::object();
+  if (!config.name.empty()) out["name"] = config.name;
   out["description"] = config.description;
   out["labels"] = config.labels;
   out["entrypoint"] = config.entrypoint;
@@ -427,9 +444,10 @@ nlohmann::json to_json(const ExperimentConfig& config) {
   if (config.experiment_seed) reproducibility["experiment_seed"] = *config.experiment_seed;
   out["reproducibility"] = reproducibility;
   out["max_restarts"] = config.max_restarts;
-  json resources =
-      detail::expconf::kept_config_section(config.raw, "resources", {"slots_per_trial"});
+  json resources = detail::expconf::kept_config_section(config.raw, "resources",
+                                                        {"slots_per_trial", "max_slots"});
   resources["slots_per_trial"] = config.slots_per_trial;
+  if (config.max_slots > 0) resources["max_slots"] = config.max_slots;
   out["resources"] = resources;
   json optimizations = detail::expconf::kept_config_section(
       config.raw, "optimizations",
@@ -514,15 +532,53 @@ ExperimentConfig make_test_config(ExperimentConfig config) {
 }  // namespace loadstar::trial
 namespace loadstar::trial::detail::expconf {
 
-const std::vector<std::string>& ignored_top_level_keys() {
-  static const std::vector<std::string> keys{"bind_mounts", "debug", "environment", "name"};
+const std::vector<DefaultOnlyKey>& default_only_top_level_keys() {
+  static const std::vector<DefaultOnlyKey> keys{
+      {"debug", false,
+       "loadstar has no debug mode; each trial's whole output is in its output.log either way"},
+      {"bind_mounts", json::array(),
+       "trials run as processes of this machine and read its files where they are, without "
+       "containers to mount them into"}};
   return keys;
 }
 
-const std::vector<std::string>& ignored_resources_keys() {
-  static const std::vector<std::string> keys{"agent_label",     "devices",  "max_slots",
-                                             "native_parallel", "priority", "resource_pool",
-                                             "shm_size",        "weight"};
+const std::vector<DefaultOnlyKey>& default_only_resources_keys() {
+  const std::string no_agents = "one machine runs every trial here; there are no agents to choose";
+  const std::string no_scheduler =
+      "loadstar runs one experiment per command, with no cluster scheduler to order experiments";
+  const std::string no_containers =
+      "trials run as processes of this machine, not in containers, and see all of its devices "
+      "and memory";
+  static const std::vector<DefaultOnlyKey> keys{
+      {"agent_label", "", no_agents},
+      {"resource_pool", "", no_agents},
+      {"native_parallel", false,
+       "loadstar itself launches a trial's ranks (over mpirun when slots_per_trial > 1)"},
+      {"priority", nullptr, no_scheduler},
+      {"weight", 1, no_scheduler},
+      {"devices", json::array(), no_containers},
+      {"shm_size", nullptr, no_containers}};
+  return keys;
+}
+
+const std::vector<DefaultOnlyKey>& default_only_environment_keys() {
+  const std::string reason = "trials run as processes of this machine, not in containers";
+  static const std::vector<DefaultOnlyKey> keys{{"image", nullptr, reason},
+                                                {"force_pull_image", false, reason},
+                                                {"registry_auth", nullptr, reason},
+                                                {"pod_spec", nullptr, reason},
+                                                {"add_capabilities", json::array(), reason},
+                                                {"drop_capabilities", json::array(), reason},
+                                                {"ports", json::object(), reason},
+                                                {"proxy_ports", json::array(), reason}};
+  return keys;
+}
+
+const std::vector<DefaultOnlyKey>& default_only_storage_keys() {
+  static const std::vector<DefaultOnlyKey> keys{
+      {"propagation", "rprivate",
+       "it sets the mount propagation of the storage inside a trial's container, and trials here "
+       "run without containers"}};
   return keys;
 }
 
@@ -569,13 +625,22 @@ void ExperimentConfigReader::fail(const std::string& path, const std::string& me
 void ExperimentConfigReader::check_keys(const json& value, const std::string& path,
                                         const std::string& what,
                                         const std::vector<std::string>& keys,
-                                        const std::vector<std::string>& ignored) const {
+                                        const std::vector<DefaultOnlyKey>& defaults_only) const {
   if (!value.is_object()) refuse(path.empty() ? "the top level" : path, "a mapping", value);
   for (const auto& [key, item] : value.items()) {
     if (std::find(keys.begin(), keys.end(), key) != keys.end()) continue;
-    if (std::find(ignored.begin(), ignored.end(), key) != ignored.end()) continue;
+    const auto known = std::find_if(defaults_only.begin(), defaults_only.end(),
+                                    [&](const DefaultOnlyKey& k) { return k.key == key; });
+    if (known != defaults_only.end()) {
+      if (item.is_null() || item == known->value) continue;
+      refuse(join(path, key),
+             known->value.is_null() ? std::string("no such key")
+                                    : to_flow(known->value) + " (Determined's default)",
+             item, ": " + known->reason);
+    }
     std::vector<std::string> all = keys;
-    all.insert(all.end(), ignored.begin(), ignored.end());
+    for (const auto& k : defaults_only)
+      all.push_back(k.key);
     fail(join(path, key), "not a key of " + what + did_you_mean(key, all));
   }
 }
@@ -795,7 +860,9 @@ std::uint64_t ExperimentConfigReader::check_global_batch_size(
 
 ExperimentConfig ExperimentConfigReader::read(const json& root) const {
   if (root.is_null()) fail("the top level", "expected a mapping but found an empty document");
-  static const std::vector<std::string> top_keys{"description",
+  static const std::vector<std::string> top_keys{"name",
+                                                 "environment",
+                                                 "description",
                                                  "labels",
                                                  "entrypoint",
                                                  "hyperparameters",
@@ -815,8 +882,9 @@ ExperimentConfig ExperimentConfigReader::read(const json& root) const {
                                                  "profiling",
                                                  "tensorboard_storage",
                                                  "data_layer"};
-  check_keys(root, "", "an experiment config", top_keys, ignored_top_level_keys());
+  check_keys(root, "", "an experiment config", top_keys, default_only_top_level_keys());
   ExperimentConfig config;
+  if (const json* v = find(root, "name")) config.name = to_string(*v, "name");
   if (const json* v = find(root, "description")) config.description = to_string(*v, "description");
   if (const json* v = find(root, "labels")) {
     if (!v->is_array()) refuse("labels", "a list of strings", *v);
@@ -878,9 +946,19 @@ ExperimentConfig ExperimentConfigReader::read(const json& root) const {
     config.max_restarts = to_uint(*v, "max_restarts", 0);
   }
   if (const json* v = find(root, "resources")) {
-    check_keys(*v, "resources", "resources", {"slots_per_trial"}, ignored_resources_keys());
+    check_keys(*v, "resources", "resources", {"slots_per_trial", "max_slots"},
+               default_only_resources_keys());
     if (const json* slots = find(*v, "slots_per_trial")) {
       config.slots_per_trial = to_uint(*slots, "resources.slots_per_trial", 1);
+    }
+    if (const json* slots = find(*v, "max_slots"); slots && !slots->is_null()) {
+      config.max_slots = to_uint(*slots, "resources.max_slots", 1);
+      if (config.max_slots < config.slots_per_trial) {
+        refuse(
+            "resources.max_slots",
+            "at least resources.slots_per_trial (" + std::to_string(config.slots_per_trial) + ")",
+            *slots, ": no trial could start");
+      }
     }
   }
   if (smallest_batch < config.slots_per_trial) {
@@ -1054,7 +1132,7 @@ CheckpointStorage ExperimentConfigReader::read_storage(const json& value) const 
   check_keys(value, path, "a shared_fs checkpoint storage",
              {"type", "host_path", "storage_path", "save_experiment_best", "save_trial_best",
               "save_trial_latest"},
-             {"propagation"});
+             default_only_storage_keys());
   if (const json* v = find(value, "host_path")) {
     storage.host_path = to_string(*v, join(path, "host_path"));
   }
@@ -1103,10 +1181,9 @@ DataLayerConfig ExperimentConfigReader::read_data_layer(const json& value) const
 std::vector<std::string> ExperimentConfigReader::read_environment(const json& value) const {
   const std::string path = "environment";
   if (value.is_null()) return {};
-  // Determined's container settings mean nothing to trials that run as processes here.
+  // Determined's container settings: only their defaults, which trials run as processes follow.
   check_keys(value, path, "an environment", {"environment_variables"},
-             {"image", "force_pull_image", "registry_auth", "pod_spec", "add_capabilities",
-              "drop_capabilities", "ports", "proxy_ports"});
+             default_only_environment_keys());
   std::vector<std::string> variables;
   const json* list = find(value, "environment_variables");
   if (list == nullptr || list->is_null()) return variables;

@@ -311,7 +311,8 @@ LOADSTAR_DECL std::unique_ptr<Searcher> make_searcher(const ExperimentConfig& co
 /// The trials an experiment runs at once: the searcher's `max_concurrent_trials()` (`limit`),
 /// and for a `grid` or `random` search whose `searcher.max_concurrent_trials` is 0 (Determined
 /// starts every trial: its cluster queues them) no more than the machine's `cores` hold,
-/// `max(cores / resources.slots_per_trial, 1)`. At least 1.
+/// `max(cores / resources.slots_per_trial, 1)`; with `resources.max_slots` set, for every
+/// searcher no more than `max(max_slots / slots_per_trial, 1)`. At least 1.
 LOADSTAR_DECL std::uint64_t trials_at_once(const ExperimentConfig& config, std::uint64_t limit,
                                            std::uint64_t cores);
 
@@ -644,6 +645,11 @@ std::uint64_t trials_at_once(const ExperimentConfig& config, std::uint64_t limit
     const std::uint64_t machine =
         std::max<std::uint64_t>(cores / std::max<std::uint64_t>(config.slots_per_trial, 1), 1);
     at_once = std::min(at_once, machine);
+  }
+  if (config.max_slots > 0) {
+    at_once = std::min(
+        at_once, std::max<std::uint64_t>(
+                     config.max_slots / std::max<std::uint64_t>(config.slots_per_trial, 1), 1));
   }
   return at_once;
 }

@@ -269,29 +269,95 @@ data: {path: /data/fashion, augment: false}
                          ConfigError);
   }
 
-  TEST_CASE("parse_experiment_config keeps Determined's keys that mean nothing here") {
+  TEST_CASE("parse_experiment_config takes Determined's cluster keys at their defaults") {
     const ExperimentConfig c = parse(yaml(
         "global_batch_size: 32", single,
-        "environment: {image: determinedai/environments:py-3.7}\nbind_mounts: []\n"
-        "resources: {slots_per_trial: 1, max_slots: 4}\n"
+        "name: fashion\nenvironment: {image: null, force_pull_image: false}\nbind_mounts: []\n"
+        "debug: false\nresources: {slots_per_trial: 1, max_slots: 4, weight: 1, "
+        "resource_pool: '', native_parallel: false, priority: null}\n"
         "optimizations: {mixed_precision: O0}\ncheckpoint_storage: {propagation: rprivate}\n"));
-    CHECK(c.raw.at("environment") == json{{"image", "determinedai/environments:py-3.7"}});
+    CHECK(c.name == "fashion");
+    CHECK(c.max_slots == 4);
+    CHECK(c.raw.at("name") == "fashion");
+    CHECK(c.raw.at("environment") == json{{"image", nullptr}, {"force_pull_image", false}});
     CHECK(c.environment_variables.empty());
     const ExperimentConfig with_variables =
         parse(yaml("global_batch_size: 32", single,
-                   "environment: {image: x, environment_variables: [OMP_NUM_THREADS=1, "
-                   "GREETING=a=b]}\n"));
+                   "environment: {environment_variables: [OMP_NUM_THREADS=1, GREETING=a=b]}\n"));
     CHECK(with_variables.environment_variables ==
           std::vector<std::string>{"OMP_NUM_THREADS=1", "GREETING=a=b"});
     CHECK(experiment_config_from_json(to_json(with_variables), "stored") == with_variables);
+    CHECK(experiment_config_from_json(to_json(c), "stored") == c);
     CHECK(c.raw.at("bind_mounts") == json::array());
-    CHECK(c.raw.at("resources") == json{{"slots_per_trial", 1}, {"max_slots", 4}});
+    CHECK(c.raw.at("resources") == json{{"slots_per_trial", 1},
+                                        {"max_slots", 4},
+                                        {"weight", 1},
+                                        {"resource_pool", ""},
+                                        {"native_parallel", false},
+                                        {"priority", nullptr}});
     CHECK(c.raw.at("optimizations") == json{{"mixed_precision", "O0"},
                                             {"aggregation_frequency", 1},
                                             {"average_training_metrics", false},
                                             {"average_aggregated_gradients", true},
                                             {"tensor_fusion_threshold", 64}});
     CHECK(c.raw.at("checkpoint_storage").at("propagation") == "rprivate");
+  }
+
+  TEST_CASE("parse_experiment_config refuses Determined's cluster keys at other values") {
+    const auto refused = [](const std::string& extra) {
+      try {
+        parse(yaml("global_batch_size: 32", single, extra));
+      } catch (const ConfigError& e) {
+        return std::string(e.what());
+      }
+      return std::string("accepted");
+    };
+    const std::string containers = "trials run as processes of this machine, not in containers";
+    CHECK(refused("environment: {image: determinedai/environments:py-3.8}\n") ==
+          refusal("environment.image: expected no such key but found "
+                  "\"determinedai/environments:py-3.8\": " +
+                  containers));
+    CHECK(refused("environment: {force_pull_image: true}\n") ==
+          refusal("environment.force_pull_image: expected false (Determined's default) but found "
+                  "true: " +
+                  containers));
+    CHECK(refused("environment: {ports: {web: 8080}}\n") ==
+          refusal("environment.ports: expected {} (Determined's default) but found {web: 8080}: " +
+                  containers));
+    CHECK(refused("bind_mounts: [{host_path: /data, container_path: /data}]\n") ==
+          refusal(
+              "bind_mounts: expected [] (Determined's default) but found [{container_path: /data, "
+              "host_path: /data}]: trials run as processes of this machine and read its "
+              "files where they are, without containers to mount them into"));
+    CHECK(refused("debug: true\n") ==
+          refusal("debug: expected false (Determined's default) but found true: loadstar has no "
+                  "debug mode; each trial's whole output is in its output.log either way"));
+    CHECK(
+        refused("resources: {resource_pool: gpus}\n") ==
+        refusal("resources.resource_pool: expected \"\" (Determined's default) but found gpus: one "
+                "machine runs every trial here; there are no agents to choose"));
+    CHECK(refused("resources: {priority: 10}\n") ==
+          refusal("resources.priority: expected no such key but found 10: loadstar runs one "
+                  "experiment per command, with no cluster scheduler to order experiments"));
+    CHECK(refused("resources: {weight: 2}\n") ==
+          refusal("resources.weight: expected 1 (Determined's default) but found 2: loadstar runs "
+                  "one experiment per command, with no cluster scheduler to order experiments"));
+    CHECK(refused("resources: {native_parallel: true}\n") ==
+          refusal("resources.native_parallel: expected false (Determined's default) but found "
+                  "true: loadstar itself launches a trial's ranks (over mpirun when "
+                  "slots_per_trial > 1)"));
+    CHECK(refused("resources: {shm_size: 4G}\n") ==
+          refusal("resources.shm_size: expected no such key but found 4G: trials run as processes "
+                  "of this machine, not in containers, and see all of its devices and memory"));
+    CHECK(refused("resources: {slots_per_trial: 2, max_slots: 1}\n") ==
+          refusal("resources.max_slots: expected at least resources.slots_per_trial (2) but found "
+                  "1: no trial could start"));
+    CHECK(refused("checkpoint_storage: {propagation: shared}\n") ==
+          refusal("checkpoint_storage.propagation: expected rprivate (Determined's default) but "
+                  "found shared: it sets the mount propagation of the storage inside a trial's "
+                  "container, and trials here run without containers"));
+    CHECK(refused("resources: {max_slot: 4}\n") ==
+          refusal("resources.max_slot: not a key of resources (did you mean 'max_slots'?)"));
   }
 
   TEST_CASE("parse_experiment_config refuses what it would otherwise ignore, naming the key") {
@@ -401,7 +467,8 @@ data: {path: /data/fashion, augment: false}
         "6400}, max_trials: 5}",
         "records_per_epoch: 640\nmin_checkpoint_period: {epochs: 2}\ncheckpoint_policy: none\n"
         "reproducibility: {experiment_seed: 12}\nlabels: [x]\ndata: {k: [1, 2]}\n"
-        "environment: {image: x}\ndata_layer: {host_storage_path: /srv/caches}\n"));
+        "name: widths\nenvironment: {image: null}\ndata_layer: {host_storage_path: "
+        "/srv/caches}\n"));
     const json stored = to_json(c);
     // Through text, as an experiment stores it.
     const ExperimentConfig back = experiment_config_from_json(json::parse(stored.dump()), "e.json");
@@ -432,7 +499,8 @@ data: {path: /data/fashion, augment: false}
     CHECK(back.data_layer.host_storage_path == "/srv/caches");
     CHECK(stored.at("data_layer") ==
           json{{"type", "shared_fs"}, {"host_storage_path", "/srv/caches"}});
-    CHECK(back.raw.at("environment") == json{{"image", "x"}});
+    CHECK(back.raw.at("environment") == json{{"image", nullptr}});
+    CHECK(back.name == "widths");
     // The stored form of the searcher holds only the keys the random searcher takes.
     CHECK(stored.at("searcher") == json{{"name", "random"},
                                         {"metric", "val_accuracy"},

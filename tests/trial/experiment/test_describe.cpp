@@ -35,6 +35,7 @@ detail::ExperimentRecord two_trials() {
   record.config_file = "/somewhere/adaptive.yaml";
   record.raw = {{"searcher", {{"name", "grid"}}}};
   record.config = {{"entrypoint", "model_def:Tiny"}};
+  record.name = "widths";
   record.description = "two widths";
   record.searcher_name = "grid";
   record.metric = "val_loss";
@@ -128,7 +129,7 @@ TEST_SUITE("trial") {
     INFO(text);
     CHECK(text.find("experiment 42 in '" + dir.path().string() + "': COMPLETED") !=
           std::string::npos);
-    CHECK(text.find("description: two widths") != std::string::npos);
+    CHECK(text.find("name:        widths\n  description: two widths") != std::string::npos);
     CHECK(text.find("searcher:    grid, metric val_loss (smaller is better), progress 100%") !=
           std::string::npos);
     CHECK(text.find("1      COMPLETED  20        0.125          1         {\"hidden_size\":8}") !=
@@ -165,6 +166,12 @@ TEST_SUITE("trial") {
     detail::describe_experiment_to(dir.path(), out);
     CHECK(out.str().find("at once:     2 trials (searcher.max_concurrent_trials 2)\n") !=
           std::string::npos);
+    record.config["resources"] = {{"slots_per_trial", 1}, {"max_slots", 1}};
+    detail::write_experiment_record(dir.path(), record);
+    out.str("");
+    detail::describe_experiment_to(dir.path(), out);
+    CHECK(out.str().find("at once:     1 trial (resources.max_slots 1 / 1 slots per trial)\n") !=
+          std::string::npos);
   }
 
   TEST_CASE("list_experiment_folders finds the experiments under a root") {
@@ -186,6 +193,7 @@ TEST_SUITE("trial") {
     CHECK(listings[1].dir == dir / "b");
     CHECK(listings[1].state == "COMPLETED");
     CHECK(listings[1].trials == 2);
+    CHECK(listings[1].name == "widths");
     CHECK(listings[2].dir == dir / "broken");
     CHECK(listings[2].state == "UNREADABLE");
     CHECK_THROWS_WITH_AS(detail::list_experiment_folders(dir / "missing"),

@@ -284,6 +284,14 @@ TEST_SUITE("trial") {
     config.searcher.max_concurrent_trials = 0;
     CHECK(trials_at_once(config, 16, 8) == 16);
     CHECK(trials_at_once(config, 0, 8) == 1);
+    // resources.max_slots bounds every searcher: max_slots / slots_per_trial.
+    config.max_slots = 5;
+    CHECK(trials_at_once(config, 16, 8) == 2);
+    config.slots_per_trial = 1;
+    CHECK(trials_at_once(config, 16, 8) == 5);
+    config.searcher.name = "random";
+    CHECK(trials_at_once(config, 16, 64) == 5);
+    CHECK(trials_at_once(config, 3, 64) == 3);
   }
 
   TEST_CASE("make_searcher grid takes the points from the end of the grid") {

@@ -67,6 +67,7 @@ struct ExperimentListing {
   std::string state;
   std::string searcher;
   std::size_t trials = 0;
+  std::string name;
   std::string description;
 };
 
@@ -136,7 +137,17 @@ std::string describe_trials_at_once(const std::filesystem::path& dir,
     const std::uint64_t limit = make_searcher(config, record.seed)->max_concurrent_trials();
     const std::uint64_t at_once = trials_at_once(config, limit, cores);
     std::string text = std::to_string(at_once) + (at_once == 1 ? " trial" : " trials");
-    if (config.searcher.max_concurrent_trials > 0) {
+    const std::uint64_t unbounded = trials_at_once(
+        [&] {
+          ExperimentConfig without = config;
+          without.max_slots = 0;
+          return without;
+        }(),
+        limit, cores);
+    if (at_once < unbounded) {
+      text += " (resources.max_slots " + std::to_string(config.max_slots) + " / " +
+              std::to_string(config.slots_per_trial) + " slots per trial)";
+    } else if (config.searcher.max_concurrent_trials > 0) {
       text += " (searcher.max_concurrent_trials " +
               std::to_string(config.searcher.max_concurrent_trials) + ")";
     } else if (at_once < limit) {
@@ -154,6 +165,7 @@ void describe_experiment_to(const std::filesystem::path& dir, std::ostream& out)
   const ExperimentRecord record = read_experiment_record(dir);
   out << "experiment " << record.id << " in '" << dir.string() << "': " << record.state
       << (record.test ? " (test)" : "") << "\n";
+  if (!record.name.empty()) out << "  name:        " << record.name << "\n";
   if (!record.description.empty()) out << "  description: " << record.description << "\n";
   out << "  config:      " << record.config_file << "\n";
   out << "  searcher:    " << record.searcher_name << ", metric " << record.metric << " ("
@@ -260,6 +272,7 @@ std::vector<ExperimentListing> list_experiment_folders(const std::filesystem::pa
       listing.state = record.state;
       listing.searcher = record.searcher_name;
       listing.trials = record.trials.size();
+      listing.name = record.name;
       listing.description = record.description;
     } catch (const Error&) {
       listing.state = "UNREADABLE";

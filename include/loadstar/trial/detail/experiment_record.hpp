@@ -67,6 +67,8 @@ struct ExperimentRecord {
   nlohmann::json raw = nlohmann::json::object();
   /// `to_json(ExperimentConfig)` after the `--test` overrides: what trials run with.
   nlohmann::json config = nlohmann::json::object();
+  /// The config's `name` (empty when it has none).
+  std::string name;
   std::string description;
   std::string searcher_name;
   std::string metric;
@@ -193,6 +195,7 @@ nlohmann::json to_json(const ExperimentRecord& record) {
           {"config_file", record.config_file},
           {"raw", record.raw},
           {"config", record.config},
+          {"name", record.name},
           {"description", record.description},
           {"searcher",
            {{"name", record.searcher_name},
@@ -229,6 +232,7 @@ ExperimentRecord experiment_record_from_json(const nlohmann::json& json,
   record.config_file = member<std::string>(json, "config_file", file, "");
   record.raw = member<nlohmann::json>(json, "raw", file, "");
   record.config = member<nlohmann::json>(json, "config", file, "");
+  record.name = json.value("name", std::string());
   record.description = json.value("description", std::string());
   const auto searcher = member<nlohmann::json>(json, "searcher", file, "");
   record.searcher_name = member<std::string>(searcher, "name", file, "searcher.");
