@@ -66,7 +66,6 @@ def main():
     save("fortran_f4.npy", np.asfortranarray(pattern("<f4", (2, 3))))
     save("structured.npy", np.zeros(2, dtype=[("a", "<f4"), ("b", "<i4")]))
     save("complex_c8.npy", np.zeros(2, dtype="<c8"))
-    save("half_f2.npy", np.zeros(2, dtype="<f2"))
 
 
 if __name__ == "__main__":

@@ -112,7 +112,8 @@ Tensor<T> rows(const Tensor<T>& t, std::size_t begin, std::size_t end) {
 
 TEST_SUITE("data") {
   TEST_CASE_TEMPLATE("write_hdf5 and read_hdf5 round-trip every element type and rank", T, float,
-                     double, std::int32_t, std::int64_t, std::uint8_t) {
+                     double, std::int32_t, std::int64_t, std::uint8_t, loadstar::float16,
+                     loadstar::bfloat16) {
     TempDir dir;
     const auto file = dir / "round-trip.h5";
     const auto vector = iota<T>({7}, T{1});
@@ -161,6 +162,45 @@ TEST_SUITE("data") {
     CHECK(read_hdf5<std::int64_t>(file, "i8") == Tensor<std::int64_t>({2}, {-128, 127}));
     // HDF5 saturates integers out of range of the requested type.
     CHECK(read_hdf5<std::uint8_t>(file, "i64") == Tensor<std::uint8_t>({3}, {0, 7, 255}));
+  }
+
+  TEST_CASE("write_hdf5 stores float16 as h5py does, and 16-bit floats widen exactly on reading") {
+    using loadstar::bfloat16;
+    using loadstar::float16;
+    TempDir dir;
+    const auto file = dir / "half.h5";
+    const Tensor<float> values({6}, {0.5f, -1.25f, 65504.0f, 6.103515625e-05f, 3.0f, -0.0f});
+    write_hdf5(file, "half", values.cast<float16>());
+    write_hdf5(file, "brain", values.cast<bfloat16>());
+    // Each value is exact in both types except 65504 (bfloat16: 65536) and 6.1e-5 (bfloat16:
+    // rounded to 8 bits of mantissa); widening through HDF5's conversion loses nothing.
+    CHECK(read_hdf5<float>(file, "half") == values);
+    CHECK(read_hdf5<float>(file, "brain") == values.cast<bfloat16>().cast<float>());
+    CHECK(read_hdf5<double>(file, "half") == values.cast<double>());
+    CHECK_THROWS_WITH_AS(read_hdf5<std::int32_t>(file, "half"),
+                         doctest::Contains("dataset '/half' holds float16 values but int32 was "
+                                           "requested (an integer type is needed)"),
+                         loadstar::ShapeError);
+    if (std::system("/usr/bin/python3 -c 'import h5py' >/dev/null 2>&1") != 0) {
+      MESSAGE("skipped the h5py half: /usr/bin/python3 cannot import h5py");
+      return;
+    }
+    // h5py, an independent reader, sees numpy.float16 with the same values; it also writes one
+    // that read_hdf5 reads bit for bit.
+    const std::string script =
+        "import h5py, numpy as np\n"
+        "f = h5py.File('" +
+        file.string() +
+        "', 'a')\n"
+        "a = f['half'][()]\n"
+        "assert a.dtype == np.float16, a.dtype\n"
+        "assert a.tolist() == [0.5, -1.25, 65504.0, 6.103515625e-05, 3.0, -0.0], a.tolist()\n"
+        "f['from_h5py'] = np.array([1.5, -2.0, 0.099975586, 60000.0], dtype=np.float16)\n"
+        "f.close()\n";
+    CHECK(std::system(("/usr/bin/python3 -c \"" + script + "\"").c_str()) == 0);
+    const auto from_h5py = read_hdf5<float16>(file, "from_h5py");
+    REQUIRE(from_h5py.size() == 4);
+    CHECK(from_h5py.cast<float>() == Tensor<float>({4}, {1.5f, -2.0f, 0.0999755859375f, 60000.0f}));
   }
 
   TEST_CASE("read_hdf5 rejects a stored type class other than the requested one") {

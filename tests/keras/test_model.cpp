@@ -376,6 +376,14 @@ TEST_SUITE("keras") {
     CHECK(*results.get("accuracy") == doctest::Approx(static_cast<double>(correct) / 50));
     const Logs batch = model->test_on_batch(data.x, data.y);
     CHECK(*batch.get("loss") == doctest::Approx(loss / 50).epsilon(1e-4));
+    // Half-precision arrays are widened to the model's float32 exactly: the same predictions as
+    // the float32 arrays of the same values.
+    const auto half = data.x.cast<loadstar::float16>();
+    const auto brain = data.x.cast<loadstar::bfloat16>();
+    CHECK(model->predict(half, {.batch_size = 7}) ==
+          model->predict(half.cast<float>(), {.batch_size = 7}));
+    CHECK(model->predict(brain, {.batch_size = 7}) ==
+          model->predict(brain.cast<float>(), {.batch_size = 7}));
   }
 
   TEST_CASE("Model training steps allocate nothing after the first batch") {

@@ -70,7 +70,8 @@ TEST_SUITE("tensor") {
   }
 
   TEST_CASE_TEMPLATE("Tensor stores every element type row-major and aligned", T, float, double,
-                     std::int32_t, std::int64_t, std::uint8_t) {
+                     std::int32_t, std::int64_t, std::uint8_t, loadstar::float16,
+                     loadstar::bfloat16) {
     Tensor<T> t({2, 3});
     CHECK(t.size() == 6);
     CHECK(t.rows() == 2);
@@ -92,6 +93,16 @@ TEST_SUITE("tensor") {
     CHECK(loadstar::dtype_name<std::uint8_t>() == "uint8");
     CHECK(loadstar::dtype_size(loadstar::DType::float64) == 8);
     CHECK(Tensor<float>({32, 784}).description() == "float32 tensor of shape (32, 784)");
+    CHECK(Tensor<loadstar::float16>::dtype() == loadstar::DType::float16);
+    CHECK(Tensor<loadstar::bfloat16>::dtype() == loadstar::DType::bfloat16);
+    CHECK(loadstar::dtype_name<loadstar::float16>() == "float16");
+    CHECK(loadstar::dtype_name<loadstar::bfloat16>() == "bfloat16");
+    CHECK(loadstar::dtype_size(loadstar::DType::float16) == 2);
+    CHECK(loadstar::dtype_size(loadstar::DType::bfloat16) == 2);
+    static_assert(sizeof(loadstar::float16) == 2 && sizeof(loadstar::bfloat16) == 2);
+    static_assert(loadstar::FloatingElement<loadstar::bfloat16>);
+    static_assert(!loadstar::FloatingElement<std::int32_t>);
+    static_assert(!loadstar::TensorElement<std::int16_t>);
   }
 
   TEST_CASE("Tensor construction from values checks the count") {

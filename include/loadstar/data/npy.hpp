@@ -39,7 +39,7 @@ struct NpyHeader {
   /// The element kind: `'f'` (floating point), `'i'` (signed integer), `'u'` (unsigned
   /// integer) or `'b'` (bool).
   char kind = 'f';
-  /// Bytes per element: 4 or 8 for `'f'`, 1, 2, 4 or 8 for `'i'` and `'u'`, 1 for `'b'`.
+  /// Bytes per element: 2, 4 or 8 for `'f'`, 1, 2, 4 or 8 for `'i'` and `'u'`, 1 for `'b'`.
   std::size_t item_size = 4;
   /// Whether the elements are stored big-endian.
   bool big_endian = false;
@@ -253,13 +253,14 @@ class NpyHeaderParser {
     }
     const auto unsupported = [&] {
       fail("unsupported descr '" + descr +
-           "'; expected f4, f8, i1, i2, i4, i8, u1, u2, u4, u8 or b1 with an optional byte order "
+           "'; expected f2, f4, f8, i1, i2, i4, i8, u1, u2, u4, u8 or b1 with an optional byte "
+           "order "
            "(<, >, |, =)");
     };
     if (rest.size() != 2) unsupported();
     const char kind = rest[0];
     const char size = rest[1];
-    const bool ok = (kind == 'f' && (size == '4' || size == '8')) ||
+    const bool ok = (kind == 'f' && (size == '2' || size == '4' || size == '8')) ||
                     ((kind == 'i' || kind == 'u') &&
                      (size == '1' || size == '2' || size == '4' || size == '8')) ||
                     (kind == 'b' && size == '1');
@@ -381,7 +382,7 @@ void npy_convert(unsigned char* bytes, std::size_t count, bool swap, T* out, std
     for (std::size_t i = 0; i < count; ++i) {
       S value;
       std::memcpy(&value, bytes + i * sizeof(S), sizeof(S));
-      if constexpr (std::floating_point<T>) {
+      if constexpr (FloatingElement<T>) {
         out[i] = static_cast<T>(value);
       } else {
         static_assert(std::integral<S>, "floating-point elements are refused before conversion");
@@ -401,6 +402,7 @@ template <class F>
 void npy_dispatch(const NpyHeader& header, F&& f) {
   switch (header.kind) {
     case 'f':
+      if (header.item_size == 2) return f.template operator()<float16>();
       if (header.item_size == 4) return f.template operator()<float>();
       return f.template operator()<double>();
     case 'b':
@@ -430,17 +432,21 @@ void npy_dispatch(const NpyHeader& header, F&& f) {
   }
 }
 
+/// The element types NumPy has a dtype for: every `TensorElement` but `bfloat16`.
+template <class T>
+concept NpyElement = TensorElement<T> && !std::same_as<T, bfloat16>;
+
 /// NumPy's descr of `T` as this machine stores it (`"<f4"`, `"|u1"`).
-template <TensorElement T>
+template <NpyElement T>
 std::string npy_descr() {
   const char order = sizeof(T) == 1 ? '|' : std::endian::native == std::endian::little ? '<' : '>';
-  const char kind = std::floating_point<T> ? 'f' : std::signed_integral<T> ? 'i' : 'u';
+  const char kind = FloatingElement<T> ? 'f' : std::signed_integral<T> ? 'i' : 'u';
   return std::string{order, kind, static_cast<char>('0' + sizeof(T))};
 }
 
 /// The header dict NumPy writes for `T` and `shape`, padded with spaces and a newline so that
 /// the data start at a multiple of 64 bytes (numpy/lib/format.py, `ARRAY_ALIGN`).
-template <TensorElement T>
+template <NpyElement T>
 std::string npy_header_text(const Shape& shape, std::size_t preamble_bytes) {
   std::string dims;
   for (std::size_t i = 0; i < shape.rank(); ++i) {
@@ -508,7 +514,8 @@ Tensor<T> read_npy_fd(int fd, std::uint64_t file_bytes, const std::string& where
   if (count == 0) return out;
   // The stored type is T's, in this machine's order: read straight into the tensor.
   const bool native = !header.big_endian || header.item_size == 1;
-  const bool same_kind = (std::floating_point<T> && header.kind == 'f') ||
+  // bfloat16 is stored by no NumPy dtype: always converted.
+  const bool same_kind = (FloatingElement<T> && !std::same_as<T, bfloat16> && header.kind == 'f') ||
                          (std::signed_integral<T> && header.kind == 'i') ||
                          (std::unsigned_integral<T> && header.kind == 'u');
   if (native && same_kind && header.item_size == sizeof(T)) {
@@ -517,7 +524,7 @@ Tensor<T> read_npy_fd(int fd, std::uint64_t file_bytes, const std::string& where
   }
   // Otherwise convert in chunks of 1 MiB of stored data.
   npy_dispatch(header, [&]<class S>() {
-    if constexpr (std::integral<T> && std::floating_point<S>) {
+    if constexpr (std::integral<T> && FloatingElement<S>) {
       // Refused above; not instantiated with a conversion that would need it.
     } else {
       constexpr std::size_t chunk = (std::size_t{1} << 20) / sizeof(S);
@@ -539,19 +546,17 @@ Tensor<T> read_npy_fd(int fd, std::uint64_t file_bytes, const std::string& where
 /// Reads a NumPy `.npy` file into a tensor of the stored shape.
 ///
 /// Format versions 1.0, 2.0 and 3.0 are read, as written by `numpy.save`, with elements of
-/// float32, float64, int8 to int64, uint8 to uint64 or bool in either byte order, in C order.
-/// They are converted to `T`: any of them to a floating-point `T` (bool as 0 and 1, 64-bit
-/// integers rounded), integers and bools to an integer `T` when every value fits. A scalar array
-/// gives a rank-0 tensor.
-/// \code
-/// auto x = read_npy<float>("x.npy");          // float64, int8, bool... converted to float
-/// auto labels = read_npy<std::int64_t>("y.npy");
-/// \endcode
-/// \throws IoError when the file is missing, a directory or unreadable.
-/// \throws FormatError naming the file and what was wrong for a bad magic string or version, a
+/// float16, float32, float64, int8 to int64, uint8 to uint64 or bool in either byte order, in C
+/// order. They are converted to `T`: any of them to a floating-point `T` (bool as 0 and 1, 64-bit
+/// integers rounded; to `bfloat16`, which NumPy has no dtype for, rounding to nearest even),
+/// integers and bools to an integer `T` when every value fits. A scalar array gives a rank-0
+/// tensor. \code auto x = read_npy<float>("x.npy");          // float64, int8, bool... converted to
+/// float auto labels = read_npy<std::int64_t>("y.npy"); \endcode \throws IoError when the file is
+/// missing, a directory or unreadable. \throws FormatError naming the file and what was wrong for a
+/// bad magic string or version, a
 ///         header length past the end of the file, a header that is not the dict NumPy writes
 ///         (missing or unknown keys, a bad shape tuple, more than `Shape::max_rank` dimensions),
-///         an unsupported dtype (structured, complex, float16, strings, objects),
+///         an unsupported dtype (structured, complex, strings, objects),
 ///         `fortran_order` True, or data shorter or longer than the shape declares.
 /// \throws ShapeError when floating-point data are read as an integer `T`, or an integer does
 ///         not fit in `T`.
@@ -575,6 +580,8 @@ Tensor<T> read_npy(const std::filesystem::path& file) {
 /// \throws DeviceError when `tensor` lives in device memory.
 template <TensorElement T>
 void write_npy(const std::filesystem::path& file, const Tensor<T>& tensor) {
+  static_assert(!std::same_as<T, bfloat16>,
+                "NumPy has no bfloat16 dtype: write tensor.cast<float>() (exact) instead");
   namespace fs = std::filesystem;
   tensor.require_host("write_npy");
   const std::string where = detail::npy_file_name(file);

@@ -15,6 +15,7 @@
 
 #include <unistd.h>
 
+#include <bit>
 #include <cerrno>
 #include <concepts>
 #include <cstddef>
@@ -205,9 +206,26 @@ inline std::string hdf5_type_name(const H5::DataSet& dataset) {
   }
 }
 
+/// The 16-bit float types h5py writes: IEEE half precision (`numpy.float16`: sign bit 15,
+/// exponent bits 10-14 with bias 15, mantissa bits 0-9), and for `bfloat16`, which h5py has no
+/// type for, `float`'s upper half (exponent bits 7-14 with bias 127, mantissa bits 0-6).
+inline H5::FloatType hdf5_16_bit_float(bool brain) {
+  H5::FloatType type(H5::PredType::IEEE_F32LE);
+  if (brain) {
+    type.setFields(15, 7, 8, 0, 7);
+    type.setSize(2);
+    type.setEbias(127);
+  } else {
+    type.setFields(15, 10, 5, 0, 10);
+    type.setSize(2);
+    type.setEbias(15);
+  }
+  return type;
+}
+
 /// The HDF5 memory type of `T`.
 template <TensorElement T>
-const H5::PredType& hdf5_native_type() {
+H5::DataType hdf5_native_type() {
   if constexpr (std::same_as<T, float>) {
     return H5::PredType::NATIVE_FLOAT;
   } else if constexpr (std::same_as<T, double>) {
@@ -216,6 +234,10 @@ const H5::PredType& hdf5_native_type() {
     return H5::PredType::NATIVE_INT32;
   } else if constexpr (std::same_as<T, std::int64_t>) {
     return H5::PredType::NATIVE_INT64;
+  } else if constexpr (std::same_as<T, float16> || std::same_as<T, bfloat16>) {
+    static_assert(std::endian::native == std::endian::little,
+                  "the 16-bit float types are laid out little-endian");
+    return hdf5_16_bit_float(std::same_as<T, bfloat16>);
   } else {
     return H5::PredType::NATIVE_UINT8;
   }
@@ -223,7 +245,7 @@ const H5::PredType& hdf5_native_type() {
 
 /// The little-endian HDF5 file type `T` is stored as (what NumPy and h5py write on x86).
 template <TensorElement T>
-const H5::PredType& hdf5_file_type() {
+H5::DataType hdf5_file_type() {
   if constexpr (std::same_as<T, float>) {
     return H5::PredType::IEEE_F32LE;
   } else if constexpr (std::same_as<T, double>) {
@@ -232,6 +254,8 @@ const H5::PredType& hdf5_file_type() {
     return H5::PredType::STD_I32LE;
   } else if constexpr (std::same_as<T, std::int64_t>) {
     return H5::PredType::STD_I64LE;
+  } else if constexpr (std::same_as<T, float16> || std::same_as<T, bfloat16>) {
+    return hdf5_16_bit_float(std::same_as<T, bfloat16>);
   } else {
     return H5::PredType::STD_U8LE;
   }
@@ -242,7 +266,7 @@ const H5::PredType& hdf5_file_type() {
 template <TensorElement T>
 void check_hdf5_type_class(const H5::DataSet& dataset, const std::filesystem::path& path,
                            const std::string& name) {
-  constexpr H5T_class_t wanted = std::is_floating_point_v<T> ? H5T_FLOAT : H5T_INTEGER;
+  constexpr H5T_class_t wanted = FloatingElement<T> ? H5T_FLOAT : H5T_INTEGER;
   if (dataset.getTypeClass() != wanted) {
     throw ShapeError(
         hdf5_file_name(path) + ": dataset '" + name + "' holds " + hdf5_type_name(dataset) +

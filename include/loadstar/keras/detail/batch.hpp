@@ -545,6 +545,12 @@ void convert_rows(const MemberView& member, std::span<const std::size_t> rows, s
     case DType::uint8:
       convert(static_cast<const std::uint8_t*>(member.data));
       break;
+    case DType::float16:
+      convert(static_cast<const float16*>(member.data));
+      break;
+    case DType::bfloat16:
+      convert(static_cast<const bfloat16*>(member.data));
+      break;
   }
 }
 
