@@ -1,5 +1,6 @@
-// Reference values of tests/keras/generate_losses_metrics_optimizers.py, shared by the loss,
-// metric and optimizer tests, and the element-wise comparison that reports index, value and target.
+// Reference values of tests/keras/generate_losses_metrics_optimizers.py and the further
+// generators, shared by the loss, metric and optimizer tests, and the element-wise comparison that
+// reports index, value and target.
 #pragma once
 
 #include <doctest/doctest.h>
@@ -19,15 +20,19 @@ namespace reference_values {
 using loadstar::Shape;
 using loadstar::Tensor;
 
+// The checked-in reference values in tests/keras/reference/<file>.
+inline nlohmann::json load_reference(std::string_view file) {
+  const char* root = std::getenv("LOADSTAR_SOURCE_DIR");
+  REQUIRE_MESSAGE(root != nullptr, "LOADSTAR_SOURCE_DIR is not set");
+  const std::string path = std::string(root) + "/tests/keras/reference/" + std::string(file);
+  std::ifstream in(path);
+  REQUIRE_MESSAGE(in.good(), "cannot open the reference values " << path);
+  return nlohmann::json::parse(in);
+}
+
 // The checked-in reference values of tests/keras/generate_losses_metrics_optimizers.py.
 inline const nlohmann::json& reference() {
-  static const nlohmann::json json = [] {
-    const char* root = std::getenv("LOADSTAR_SOURCE_DIR");
-    REQUIRE_MESSAGE(root != nullptr, "LOADSTAR_SOURCE_DIR is not set");
-    std::ifstream in(std::string(root) + "/tests/keras/reference/losses_metrics_optimizers.json");
-    REQUIRE_MESSAGE(in.good(), "cannot open the reference values");
-    return nlohmann::json::parse(in);
-  }();
+  static const nlohmann::json json = load_reference("losses_metrics_optimizers.json");
   return json;
 }
 

@@ -12,7 +12,9 @@
 #include <nlohmann/json.hpp>
 
 #include "loadstar/keras/losses/binary_crossentropy.hpp"
+#include "loadstar/keras/losses/binary_focal_crossentropy.hpp"
 #include "loadstar/keras/losses/categorical_crossentropy.hpp"
+#include "loadstar/keras/losses/categorical_focal_crossentropy.hpp"
 #include "loadstar/keras/losses/categorical_hinge.hpp"
 #include "loadstar/keras/losses/cosine_similarity.hpp"
 #include "loadstar/keras/losses/hinge.hpp"
@@ -87,6 +89,10 @@ void RegistryTraits<loadstar::keras::Loss>::defaults(Registry<Loss>& registry) {
   add({"log_cosh", "logcosh", "LogCosh"}, LogCosh::from_config);
   add({"poisson", "Poisson"}, Poisson::from_config);
   add({"cosine_similarity", "CosineSimilarity"}, CosineSimilarity::from_config);
+  add({"binary_focal_crossentropy", "BinaryFocalCrossentropy"},
+      BinaryFocalCrossentropy::from_config);
+  add({"categorical_focal_crossentropy", "CategoricalFocalCrossentropy"},
+      CategoricalFocalCrossentropy::from_config);
 }
 
 }  // namespace loadstar::keras

@@ -4,6 +4,7 @@
 
 #include "loadstar/config.hpp"
 
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -12,11 +13,19 @@
 
 #include "loadstar/keras/metrics/accuracy.hpp"
 #include "loadstar/keras/metrics/auc.hpp"
+#include "loadstar/keras/metrics/f_beta_score.hpp"
+#include "loadstar/keras/metrics/hinge.hpp"
+#include "loadstar/keras/metrics/iou.hpp"
 #include "loadstar/keras/metrics/mean.hpp"
 #include "loadstar/keras/metrics/metric.hpp"
 #include "loadstar/keras/metrics/precision.hpp"
+#include "loadstar/keras/metrics/probabilistic.hpp"
+#include "loadstar/keras/metrics/r2_score.hpp"
 #include "loadstar/keras/metrics/recall.hpp"
 #include "loadstar/keras/metrics/regression.hpp"
+#include "loadstar/keras/metrics/regression_errors.hpp"
+#include "loadstar/keras/metrics/root_mean_squared_error.hpp"
+#include "loadstar/keras/metrics/sensitivity_specificity.hpp"
 #include "loadstar/keras/registry.hpp"
 #include "loadstar/tensor/shape.hpp"
 
@@ -98,6 +107,45 @@ void RegistryTraits<loadstar::keras::Metric>::defaults(Registry<Metric>& registr
   registry.add("Recall", Recall::from_config);
   registry.add("AUC", AUC::from_config);
   registry.add("Mean", Mean::from_config);
+  // Keras 3's further metrics by class name and by the function or snake-case names that have
+  // defaults for every argument (tf.keras's compile strings and Keras 3's `metrics.get`).
+  const auto both = [&](std::initializer_list<const char*> functions, const char* class_name,
+                        Factory factory) {
+    for (const char* name : functions)
+      function(name, factory);
+    registry.add(class_name, factory);
+  };
+  both({"root_mean_squared_error"}, "RootMeanSquaredError", RootMeanSquaredError::from_config);
+  both({"r2_score"}, "R2Score", R2Score::from_config);
+  both({"binary_crossentropy", "bce", "BCE"}, "BinaryCrossentropy",
+       metrics::BinaryCrossentropy::from_config);
+  both({"categorical_crossentropy"}, "CategoricalCrossentropy",
+       metrics::CategoricalCrossentropy::from_config);
+  both({"sparse_categorical_crossentropy"}, "SparseCategoricalCrossentropy",
+       metrics::SparseCategoricalCrossentropy::from_config);
+  both({"kl_divergence", "kld", "KLD", "kullback_leibler_divergence"}, "KLDivergence",
+       metrics::KLDivergence::from_config);
+  both({"poisson"}, "Poisson", metrics::Poisson::from_config);
+  both({"hinge"}, "Hinge", metrics::Hinge::from_config);
+  both({"squared_hinge"}, "SquaredHinge", metrics::SquaredHinge::from_config);
+  both({"categorical_hinge"}, "CategoricalHinge", metrics::CategoricalHinge::from_config);
+  both({"logcosh", "log_cosh", "log_cosh_error"}, "LogCoshError", LogCoshError::from_config);
+  both({"mape", "MAPE", "mean_absolute_percentage_error"}, "MeanAbsolutePercentageError",
+       metrics::MeanAbsolutePercentageError::from_config);
+  both({"msle", "MSLE", "mean_squared_logarithmic_error"}, "MeanSquaredLogarithmicError",
+       metrics::MeanSquaredLogarithmicError::from_config);
+  both({"cosine_similarity"}, "CosineSimilarity", metrics::CosineSimilarity::from_config);
+  both({"f1_score"}, "F1Score", F1Score::from_config);
+  both({"fbeta_score", "f_beta_score"}, "FBetaScore", FBetaScore::from_config);
+  both({"binary_io_u"}, "BinaryIoU", BinaryIoU::from_config);
+  registry.add("IoU", IoU::from_config);
+  registry.add("MeanIoU", MeanIoU::from_config);
+  registry.add("OneHotIoU", OneHotIoU::from_config);
+  registry.add("OneHotMeanIoU", OneHotMeanIoU::from_config);
+  registry.add("PrecisionAtRecall", PrecisionAtRecall::from_config);
+  registry.add("RecallAtPrecision", RecallAtPrecision::from_config);
+  registry.add("SensitivityAtSpecificity", SensitivityAtSpecificity::from_config);
+  registry.add("SpecificityAtSensitivity", SpecificityAtSensitivity::from_config);
   registry.add("MeanMetricWrapper", [](const nlohmann::json& config) {
     const auto read = detail::metric_config(config, "MeanMetricWrapper");
     const auto fn = read.get<std::string>("fn");

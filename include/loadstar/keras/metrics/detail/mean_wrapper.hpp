@@ -126,6 +126,10 @@ class MeanWrapper : public Metric {
   }
 
  protected:
+  /// Adds one per-sample value with its weight (a derived class that computes its values
+  /// itself).
+  void add_value(double value, double weight) { mean_.add(value, weight); }
+
   /// Throws `ShapeError` unless `y_true` holds one label per last-axis row of `y_pred`.
   void check_sparse_shapes(const Tensor<float>& y_true, const Tensor<float>& y_pred) const {
     const Shape expected = without_last_axis(y_pred.shape());
