@@ -388,4 +388,117 @@ TEST_SUITE("keras_layers") {
                          "integer but found 0",
                          ConfigError);
   }
+
+  TEST_CASE("SpatialDropout2D drops whole channels in training and is the identity in predict") {
+    CpuBackend backend;
+    for (const bool first : {false, true}) {
+      CAPTURE(first);
+      SpatialDropout2D dropout(
+          0.4, {.data_format = first ? "channels_first" : "channels_last", .name = "sd"});
+      const Shape sample = first ? Shape{16, 3, 4} : Shape{3, 4, 16};
+      const Shape in[] = {sample};
+      dropout.build(in, 0);
+      const Tensor<float> x(sample.prepend(50), 2.0F);
+      Tensor<float> y(x.shape());
+      const Tensor<float> inputs[] = {x};
+      dropout.forward(inputs, y, {.backend = backend, .training = true, .seed = 9, .step = 3});
+      std::size_t dropped = 0;
+      for (std::size_t s = 0; s < 50; ++s) {
+        for (std::size_t c = 0; c < 16; ++c) {
+          // Every element of a channel is 0 or every one is 2 / (1 - 0.4).
+          std::size_t zeros = 0;
+          for (std::size_t p = 0; p < 12; ++p) {
+            const float v = first ? y.data()[s * 192 + c * 12 + p] : y.data()[s * 192 + p * 16 + c];
+            if (v == 0.0F) {
+              ++zeros;
+            } else {
+              CHECK(v == doctest::Approx(2.0 / 0.6));
+            }
+          }
+          CHECK((zeros == 0 || zeros == 12));
+          dropped += zeros == 12 ? 1 : 0;
+        }
+      }
+      // 800 channels at rate 0.4: 320 expected, 4 standard deviations (55) around it.
+      CHECK(dropped > 265);
+      CHECK(dropped < 375);
+      dropout.forward(inputs, y, {.backend = backend, .training = false});
+      CHECK(same_bits(y, x));
+    }
+  }
+
+  TEST_CASE("GaussianNoise and GaussianDropout draw repeatable noise of the stated scale") {
+    CpuBackend backend;
+    const Tensor<float> x(Shape{400, 50}, 1.0F);
+    const Tensor<float> inputs[] = {x};
+    GaussianNoise noise(0.5F, {.name = "n"});
+    GaussianDropout dropout(0.2, {.name = "d"});
+    for (Layer* layer : std::initializer_list<Layer*>{&noise, &dropout}) {
+      const Shape in[] = {Shape{50}};
+      layer->build(in, 0);
+      Tensor<float> y(x.shape()), again(x.shape());
+      layer->forward(inputs, y, {.backend = backend, .training = true, .seed = 4, .step = 1});
+      layer->forward(inputs, again, {.backend = backend, .training = true, .seed = 4, .step = 1});
+      CHECK(same_bits(y, again));
+      layer->forward(inputs, again, {.backend = backend, .training = true, .seed = 4, .step = 2});
+      CHECK_FALSE(same_bits(y, again));
+      double sum = 0.0, squares = 0.0;
+      for (const float v : y) {
+        sum += v;
+        squares += double(v) * v;
+      }
+      const double mean = sum / double(y.size());
+      const double stddev = std::sqrt(squares / double(y.size()) - mean * mean);
+      // Both: mean 1; GaussianNoise's stddev 0.5, GaussianDropout's sqrt(0.2 / 0.8) = 0.5.
+      CHECK(mean == doctest::Approx(1.0).epsilon(0.02));
+      CHECK(stddev == doctest::Approx(0.5).epsilon(0.03));
+      layer->forward(inputs, y, {.backend = backend, .training = false});
+      CHECK(same_bits(y, x));
+    }
+    // GaussianDropout's gradient carries the same factor as its output.
+    Tensor<float> y(x.shape()), dx(x.shape());
+    const CallContext train{.backend = backend, .training = true, .seed = 4, .step = 7};
+    dropout.forward(inputs, y, train);
+    const Tensor<float> dxs[] = {dx};
+    dropout.backward(inputs, y, x, dxs, train);
+    CHECK(same_bits(dx, y));
+  }
+
+  TEST_CASE("The noise layers round-trip configs h5 and keras files and name themselves") {
+    check_saved_round_trip("SpatialDropout1D", {{"rate", 0.3}}, Shape{4, 3});
+    check_saved_round_trip("SpatialDropout2D", {{"rate", 0.3}, {"data_format", "channels_first"}},
+                           Shape{2, 3, 3});
+    check_saved_round_trip("SpatialDropout3D", {{"rate", 0.1}, {"seed", 5}}, Shape{2, 2, 2, 3});
+    check_saved_round_trip("GaussianNoise", {{"stddev", 0.2}}, Shape{4});
+    check_saved_round_trip("GaussianDropout", {{"rate", 0.25}, {"seed", 3}}, Shape{4});
+    CHECK(GaussianNoise(0.5F, {.name = "g"}).get_config() ==
+          json::parse(R"({"name": "g", "trainable": true, "dtype": "float32", "stddev": 0.5,
+              "seed": null})"));
+    CHECK(SpatialDropout2D(0.5, {.name = "s"}).get_config() ==
+          json::parse(R"({"name": "s", "trainable": true, "dtype": "float32", "rate": 0.5,
+              "data_format": "channels_last", "noise_shape": null, "seed": null})"));
+    CHECK_THROWS_WITH_AS(SpatialDropout1D(1.0, {.name = "s"}),
+                         "spatial_dropout1d layer 's': rate must be in [0, 1) but is 1.000000",
+                         ConfigError);
+    CHECK_THROWS_WITH_AS(GaussianNoise(-1.0F, {.name = "g"}),
+                         "gaussian_noise layer 'g': stddev must be >= 0 but is -1.000000",
+                         ConfigError);
+    SpatialDropout3D three(0.5, {.name = "s3"});
+    const Shape rank2[] = {Shape{4, 5}};
+    CHECK_THROWS_WITH_AS(three.build(rank2, 0),
+                         "spatial_dropout3d layer 's3': expects rank-4 inputs (without the batch "
+                         "axis) but got (4, 5)",
+                         ShapeError);
+    auto& registry = LayerRegistry::instance();
+    CHECK_THROWS_WITH_AS(registry.create("GaussianDropout", {{"name", "d"}, {"rate", 1.5}}),
+                         "layer 'd' (GaussianDropout): config.rate: expected a number in [0, 1) "
+                         "but found 1.5",
+                         ConfigError);
+    CHECK_THROWS_WITH_AS(
+        registry.create("SpatialDropout1D",
+                        {{"name", "s"}, {"rate", 0.5}, {"data_format", "channels_first"}}),
+        "layer 's' (SpatialDropout1D): config.data_format: expected null (SpatialDropout1D has "
+        "channels last) but found \"channels_first\"",
+        ConfigError);
+  }
 }

@@ -26,6 +26,8 @@
 #include "loadstar/keras/layers/elu.hpp"
 #include "loadstar/keras/layers/embedding.hpp"
 #include "loadstar/keras/layers/flatten.hpp"
+#include "loadstar/keras/layers/gaussian_dropout.hpp"
+#include "loadstar/keras/layers/gaussian_noise.hpp"
 #include "loadstar/keras/layers/global_pooling1d.hpp"
 #include "loadstar/keras/layers/global_pooling2d.hpp"
 #include "loadstar/keras/layers/group_normalization.hpp"
@@ -43,6 +45,9 @@
 #include "loadstar/keras/layers/rescaling.hpp"
 #include "loadstar/keras/layers/reshape.hpp"
 #include "loadstar/keras/layers/softmax.hpp"
+#include "loadstar/keras/layers/spatial_dropout1d.hpp"
+#include "loadstar/keras/layers/spatial_dropout2d.hpp"
+#include "loadstar/keras/layers/spatial_dropout3d.hpp"
 #include "loadstar/keras/layers/subtract.hpp"
 #include "loadstar/keras/layers/thresholded_relu.hpp"
 #include "loadstar/keras/layers/unit_normalization.hpp"
@@ -121,6 +126,11 @@ void RegistryTraits<loadstar::keras::Layer>::defaults(Registry<Layer>& registry)
   registry.add("Minimum", Minimum::from_config);
   registry.add("Permute", Permute::from_config);
   registry.add("RepeatVector", RepeatVector::from_config);
+  registry.add("GaussianNoise", GaussianNoise::from_config);
+  registry.add("GaussianDropout", GaussianDropout::from_config);
+  registry.add("SpatialDropout1D", SpatialDropout1D::from_config);
+  registry.add("SpatialDropout2D", SpatialDropout2D::from_config);
+  registry.add("SpatialDropout3D", SpatialDropout3D::from_config);
   registry.add("Cropping1D", Cropping1D::from_config);
   registry.add("Cropping2D", Cropping2D::from_config);
   registry.add("Cropping3D", Cropping3D::from_config);
