@@ -26,6 +26,7 @@
 #include <utility>
 #include <vector>
 
+#include "keras/layer_cases.hpp"
 #include "random_tensor.hpp"
 
 using namespace loadstar;
@@ -1776,5 +1777,50 @@ TEST_SUITE("cuda") {
     CHECK(backend->graph_stats().captured == 70);
     CHECK(backend->graph_stats().replayed == 70);
     CHECK(backend->graph_stats().fallbacks == 0);
+  }
+
+  TEST_CASE("The issue 34 layers match the PyTorch reference values on the CUDA backend") {
+    // tests/keras/generate_layers_34.py: cropping, padding and up-sampling of 1 to 3 axes, PReLU,
+    // ELU, ThresholdedReLU, ReLU, Dot, UnitNormalization, Rescaling and GroupNormalization, with
+    // their inputs, weights and gradients in device memory.
+    Backends b;
+    for (const auto& c : layer_cases::load("layers_34.json")["cases"])
+      layer_cases::run_case(c, b.gpu);
+  }
+
+  TEST_CASE("A model of the issue 34 layers trains on the CUDA backend as on the CPU") {
+    const auto make = [] {
+      set_random_seed(34);
+      auto in = Input({6, 6, 2});
+      auto h = call(ZeroPadding2D(1), in);
+      h = call(Cropping2D({{{1, 0}, {0, 1}}}), h);
+      h = call(Conv2D(4, 3, {.activation = "linear"}), h);
+      h = call(PReLU({.shared_axes = {1, 2}}), h);
+      h = call(GroupNormalization({.groups = 2}), h);
+      h = call(UpSampling2D(2), h);
+      h = call(Flatten(), h);
+      h = call(Dense(3), h);
+      return std::make_shared<Model>(in, call(ELU({.alpha = 0.5F}), h));
+    };
+    const Tensor<float> x = random_tensor({8, 6, 6, 2}, 41);
+    const Tensor<float> y = random_tensor({8, 3}, 42);
+    std::vector<std::vector<Tensor<float>>> weights;
+    std::vector<Tensor<float>> predictions;
+    for (const bool gpu : {false, true}) {
+      auto model = make();
+      model->compile({.optimizer = "sgd",
+                      .loss = "mse",
+                      .backend = gpu ? keras::cuda_backend(0) : cpu_backend(1)});
+      for (int i = 0; i < 3; ++i)
+        model->train_on_batch(x, y);
+      weights.push_back(model->get_weights());
+      predictions.push_back(model->predict(x, {.verbose = 0}));
+    }
+    REQUIRE(weights[0].size() == weights[1].size());
+    for (std::size_t i = 0; i < weights[0].size(); ++i) {
+      CAPTURE(i);
+      check_close(weights[0][i], weights[1][i], 1e-4);
+    }
+    check_close(predictions[0], predictions[1], 1e-4);
   }
 }

@@ -31,6 +31,45 @@ LOADSTAR_HOST_DEVICE inline float relu_gradient(float v, float dy, float top, fl
   return v >= top ? 0.0F : v >= threshold ? dy : slope * dy;
 }
 
+/// Keras's `ELU` layer: `v` above 0, `alpha * (exp(v) - 1)` at or below.
+LOADSTAR_HOST_DEVICE inline float elu_layer_value(float v, float alpha) noexcept {
+  return v > 0.0F ? v : alpha * (::expf(v) - 1.0F);
+}
+
+/// The gradient of `elu_layer_value` at `v` times `dy`: `dy` above 0, `dy * alpha * exp(v)` below.
+LOADSTAR_HOST_DEVICE inline float elu_layer_gradient(float v, float dy, float alpha) noexcept {
+  return v > 0.0F ? dy : dy * alpha * ::expf(v);
+}
+
+/// tf.keras's `ThresholdedReLU`: `v` above `theta`, else 0; its gradient `dy` there, else 0.
+LOADSTAR_HOST_DEVICE inline float thresholded_relu_value(float v, float theta) noexcept {
+  return v > theta ? v : 0.0F;
+}
+
+/// Keras's `PReLU` (`relu(v) - alpha * relu(-v)`): `v` above 0, `alpha * v` below.
+LOADSTAR_HOST_DEVICE inline float prelu_value(float v, float alpha) noexcept {
+  return v > 0.0F ? v : v < 0.0F ? alpha * v : 0.0F;
+}
+
+/// The gradient of `prelu_value` with respect to `v` times `dy` (0 at 0, as TensorFlow's relu).
+LOADSTAR_HOST_DEVICE inline float prelu_gradient(float v, float dy, float alpha) noexcept {
+  return v > 0.0F ? dy : v < 0.0F ? alpha * dy : 0.0F;
+}
+
+/// A uniform double in `[0, 1)` for element `i` under `key`: the top 53 bits of
+/// `mix64(key + golden_gamma * (i + 1))`, the same draw as `dropout_keeps`.
+LOADSTAR_HOST_DEVICE inline double uniform_at(std::uint64_t key, std::uint64_t i) noexcept {
+  return static_cast<double>(mix64(key + golden_gamma * (i + 1)) >> 11U) * 0x1.0p-53;
+}
+
+/// A standard normal float for element `i` under `key` (Box-Muller on two counter-based uniforms
+/// of the streams `2 i` and `2 i + 1`), so that it depends on `(key, i)` alone.
+LOADSTAR_HOST_DEVICE inline float normal_at(std::uint64_t key, std::uint64_t i) noexcept {
+  const double u1 = 1.0 - uniform_at(key, 2 * i);  // in (0, 1]: the logarithm is finite
+  const double u2 = uniform_at(key, 2 * i + 1);
+  return static_cast<float>(::sqrt(-2.0 * ::log(u1)) * ::cos(6.283185307179586 * u2));
+}
+
 /// Whether inverted dropout keeps element `i` under `key`: a counter-based hash, so that element
 /// `i` depends on `(key, i)` alone whatever the thread split; a uniform double from the top 53
 /// bits of `mix64(key + golden_gamma * (i + 1))` at or above `rate`.

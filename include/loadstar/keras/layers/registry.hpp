@@ -17,12 +17,20 @@
 #include "loadstar/keras/layers/concatenate.hpp"
 #include "loadstar/keras/layers/conv1d.hpp"
 #include "loadstar/keras/layers/conv2d.hpp"
+#include "loadstar/keras/layers/cropping1d.hpp"
+#include "loadstar/keras/layers/cropping2d.hpp"
+#include "loadstar/keras/layers/cropping3d.hpp"
 #include "loadstar/keras/layers/dense.hpp"
+#include "loadstar/keras/layers/dot.hpp"
 #include "loadstar/keras/layers/dropout.hpp"
+#include "loadstar/keras/layers/elu.hpp"
 #include "loadstar/keras/layers/embedding.hpp"
 #include "loadstar/keras/layers/flatten.hpp"
+#include "loadstar/keras/layers/gaussian_dropout.hpp"
+#include "loadstar/keras/layers/gaussian_noise.hpp"
 #include "loadstar/keras/layers/global_pooling1d.hpp"
 #include "loadstar/keras/layers/global_pooling2d.hpp"
+#include "loadstar/keras/layers/group_normalization.hpp"
 #include "loadstar/keras/layers/input_layer.hpp"
 #include "loadstar/keras/layers/layer_normalization.hpp"
 #include "loadstar/keras/layers/max_pooling1d.hpp"
@@ -31,13 +39,24 @@
 #include "loadstar/keras/layers/minimum.hpp"
 #include "loadstar/keras/layers/multiply.hpp"
 #include "loadstar/keras/layers/permute.hpp"
+#include "loadstar/keras/layers/prelu.hpp"
 #include "loadstar/keras/layers/relu.hpp"
 #include "loadstar/keras/layers/repeat_vector.hpp"
+#include "loadstar/keras/layers/rescaling.hpp"
 #include "loadstar/keras/layers/reshape.hpp"
 #include "loadstar/keras/layers/softmax.hpp"
+#include "loadstar/keras/layers/spatial_dropout1d.hpp"
+#include "loadstar/keras/layers/spatial_dropout2d.hpp"
+#include "loadstar/keras/layers/spatial_dropout3d.hpp"
 #include "loadstar/keras/layers/subtract.hpp"
+#include "loadstar/keras/layers/thresholded_relu.hpp"
+#include "loadstar/keras/layers/unit_normalization.hpp"
+#include "loadstar/keras/layers/up_sampling1d.hpp"
 #include "loadstar/keras/layers/up_sampling2d.hpp"
+#include "loadstar/keras/layers/up_sampling3d.hpp"
+#include "loadstar/keras/layers/zero_padding1d.hpp"
 #include "loadstar/keras/layers/zero_padding2d.hpp"
+#include "loadstar/keras/layers/zero_padding3d.hpp"
 #include "loadstar/keras/registry.hpp"
 
 namespace loadstar::keras {
@@ -107,6 +126,25 @@ void RegistryTraits<loadstar::keras::Layer>::defaults(Registry<Layer>& registry)
   registry.add("Minimum", Minimum::from_config);
   registry.add("Permute", Permute::from_config);
   registry.add("RepeatVector", RepeatVector::from_config);
+  registry.add("GaussianNoise", GaussianNoise::from_config);
+  registry.add("GaussianDropout", GaussianDropout::from_config);
+  registry.add("SpatialDropout1D", SpatialDropout1D::from_config);
+  registry.add("SpatialDropout2D", SpatialDropout2D::from_config);
+  registry.add("SpatialDropout3D", SpatialDropout3D::from_config);
+  registry.add("Cropping1D", Cropping1D::from_config);
+  registry.add("Cropping2D", Cropping2D::from_config);
+  registry.add("Cropping3D", Cropping3D::from_config);
+  registry.add("ZeroPadding1D", ZeroPadding1D::from_config);
+  registry.add("ZeroPadding3D", ZeroPadding3D::from_config);
+  registry.add("UpSampling1D", UpSampling1D::from_config);
+  registry.add("UpSampling3D", UpSampling3D::from_config);
+  registry.add("PReLU", PReLU::from_config);
+  registry.add("ELU", ELU::from_config);
+  registry.add("ThresholdedReLU", ThresholdedReLU::from_config);
+  registry.add("Rescaling", Rescaling::from_config);
+  registry.add("UnitNormalization", UnitNormalization::from_config);
+  registry.add("GroupNormalization", GroupNormalization::from_config);
+  registry.add("Dot", Dot::from_config);
 }
 
 }  // namespace loadstar::keras

@@ -1,0 +1,371 @@
+/// \file
+/// What the cropping, zero padding and nearest up-sampling layers of 1, 2 and 3 spatial axes
+/// share: the sample seen as `(planes, d1, d2, d3, inner)`, a box copied between a smaller and a
+/// larger sample, and whole-factor repetition.
+#pragma once
+
+#include "loadstar/config.hpp"
+
+#include <array>
+#include <cstddef>
+#include <string>
+
+#include "loadstar/keras/layers/detail/layer_base.hpp"
+
+namespace loadstar::keras::layers {
+
+/// The elements removed or added before and after one axis: `{1, 2}` is Keras's `(1, 2)`.
+using Edges = std::array<std::size_t, 2>;
+
+/// The Keras arguments of the cropping, zero padding and up-sampling layers after their sizes.
+struct SpatialOptions {
+  /// `"channels_last"` (Keras's default) or `"channels_first"`.
+  std::string data_format = "channels_last";
+  std::string name = {};
+};
+
+namespace detail {
+
+/// A sample of `spatial` axes (at most 3) as `(planes, d[0], d[1], d[2], inner)`: `(1, ..., c)`
+/// channels_last, `(c, ..., 1)` channels_first; missing axes have size 1.
+struct SpatialLayout {
+  std::size_t planes = 1, inner = 1;
+  std::array<std::size_t, 3> dims{1, 1, 1};
+};
+
+/// The layout of `sample` (rank `spatial + 1`, checked by the caller).
+LOADSTAR_DECL SpatialLayout spatial_layout(const Shape& sample, std::size_t spatial,
+                                           bool channels_first);
+
+/// The sample shape of `layout` with spatial sizes `dims` (its first `spatial`).
+LOADSTAR_DECL Shape spatial_shape(const SpatialLayout& layout, std::size_t spatial,
+                                  bool channels_first, const std::array<std::size_t, 3>& dims);
+
+/// Copies, for each of `count` samples-times-planes, the box of `small_dims` at `offset` inside
+/// the `big_dims` grid of `big` from `small` (`to_big`) or into it; `inner` floats per position.
+LOADSTAR_DECL void box_copy(float* small, float* big, bool to_big, std::size_t count,
+                            const std::array<std::size_t, 3>& small_dims,
+                            const std::array<std::size_t, 3>& big_dims,
+                            const std::array<std::size_t, 3>& offset, std::size_t inner);
+
+/// Nearest up-sampling by whole `factors`: output position `o` of each axis reads input `o /
+/// factor`. `backward` zeroes `in` and adds every output's gradient to its source.
+LOADSTAR_DECL void repeat_nearest(float* in, float* out, bool backward, std::size_t count,
+                                  const std::array<std::size_t, 3>& in_dims,
+                                  const std::array<std::size_t, 3>& factors, std::size_t inner);
+
+/// The base of `Cropping1D/2D/3D` (`crop`) and `ZeroPadding1D/3D`: `edges` removed from (or
+/// added around) each of `spatial` axes.
+class SpatialBoxLayer : public LayerBase {
+ public:
+  /// `class_name` is the layer's (the base answers `class_name()`, so that its constructor's
+  /// messages name the layer).
+  LOADSTAR_DECL SpatialBoxLayer(const char* class_name, std::size_t spatial, bool crop,
+                                const std::array<Edges, 3>& edges, const SpatialOptions& options);
+
+  std::string class_name() const override { return class_name_; }
+
+  LOADSTAR_DECL Shape build(std::span<const Shape> input_shapes, std::uint64_t) override;
+
+  LOADSTAR_DECL void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+                             const CallContext& ctx) override;
+
+  LOADSTAR_DECL void backward(std::span<const Tensor<float>>, const Tensor<float>&,
+                              const Tensor<float>& output_gradient,
+                              std::span<const Tensor<float>> input_gradients,
+                              const CallContext& ctx) override;
+
+ protected:
+  /// The edges as Keras writes them: `[b, e]` for one axis, `[[b, e], ...]` for more.
+  LOADSTAR_DECL nlohmann::json edges_json() const;
+  const char* data_format() const { return channels_first_ ? "channels_first" : "channels_last"; }
+
+  const char* class_name_;
+  std::size_t spatial_;
+  bool crop_;
+  std::array<Edges, 3> edges_;
+  bool channels_first_ = false;
+
+ private:
+  /// Copies between the smaller tensor (the cropped output, or the unpadded input) and the
+  /// larger, `into_large` toward the larger; zero-fills the larger first when writing it.
+  LOADSTAR_DECL void copy(const CallContext& ctx, const Tensor<float>& small,
+                          const Tensor<float>& large, bool into_large) const;
+
+  SpatialLayout layout_;
+  std::array<std::size_t, 3> small_dims_{1, 1, 1}, large_dims_{1, 1, 1};
+};
+
+/// A config's edges of `spatial` axes under `key`: an integer (every edge), for one axis a pair
+/// `[b, e]`, for more a list of `spatial` integers (both edges of each axis) or of `spatial`
+/// pairs.
+LOADSTAR_DECL std::array<Edges, 3> config_edges(const ConfigReader& read, std::string_view key,
+                                                std::size_t spatial,
+                                                const std::array<Edges, 3>& fallback);
+
+/// The base of `UpSampling1D` and `UpSampling3D`: nearest repetition by `factors`.
+class SpatialRepeatLayer : public LayerBase {
+ public:
+  LOADSTAR_DECL SpatialRepeatLayer(const char* class_name, std::size_t spatial,
+                                   const std::array<std::size_t, 3>& factors,
+                                   const SpatialOptions& options);
+
+  std::string class_name() const override { return class_name_; }
+
+  LOADSTAR_DECL Shape build(std::span<const Shape> input_shapes, std::uint64_t) override;
+
+  LOADSTAR_DECL void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+                             const CallContext& ctx) override;
+
+  LOADSTAR_DECL void backward(std::span<const Tensor<float>>, const Tensor<float>&,
+                              const Tensor<float>& output_gradient,
+                              std::span<const Tensor<float>> input_gradients,
+                              const CallContext& ctx) override;
+
+ protected:
+  const char* data_format() const { return channels_first_ ? "channels_first" : "channels_last"; }
+
+  const char* class_name_;
+  std::size_t spatial_;
+  std::array<std::size_t, 3> factors_;
+  bool channels_first_ = false;
+
+ private:
+  SpatialLayout layout_;
+};
+
+}  // namespace detail
+}  // namespace loadstar::keras::layers
+
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
+#if LOADSTAR_KERAS_BODIES
+namespace loadstar::keras::layers::detail {
+
+SpatialLayout spatial_layout(const Shape& sample, std::size_t spatial, bool channels_first) {
+  SpatialLayout layout;
+  layout.planes = channels_first ? sample[0] : 1;
+  layout.inner = channels_first ? 1 : sample[spatial];
+  for (std::size_t i = 0; i < spatial; ++i)
+    layout.dims[i] = sample[channels_first ? i + 1 : i];
+  return layout;
+}
+
+Shape spatial_shape(const SpatialLayout& layout, std::size_t spatial, bool channels_first,
+                    const std::array<std::size_t, 3>& dims) {
+  std::vector<std::size_t> shape;
+  if (channels_first) shape.push_back(layout.planes);
+  for (std::size_t i = 0; i < spatial; ++i)
+    shape.push_back(dims[i]);
+  if (!channels_first) shape.push_back(layout.inner);
+  return Shape(shape);
+}
+
+void box_copy(float* small, float* big, bool to_big, std::size_t count,
+              const std::array<std::size_t, 3>& small_dims,
+              const std::array<std::size_t, 3>& big_dims, const std::array<std::size_t, 3>& offset,
+              std::size_t inner) {
+  const std::size_t run = small_dims[2] * inner;
+  for (std::size_t p = 0; p < count; ++p) {
+    for (std::size_t a = 0; a < small_dims[0]; ++a) {
+      for (std::size_t b = 0; b < small_dims[1]; ++b) {
+        float* s = small + ((p * small_dims[0] + a) * small_dims[1] + b) * run;
+        float* l =
+            big + (((p * big_dims[0] + a + offset[0]) * big_dims[1] + b + offset[1]) * big_dims[2] +
+                   offset[2]) *
+                      inner;
+        if (to_big) {
+          std::copy(s, s + run, l);
+        } else {
+          std::copy(l, l + run, s);
+        }
+      }
+    }
+  }
+}
+
+void repeat_nearest(float* in, float* out, bool backward, std::size_t count,
+                    const std::array<std::size_t, 3>& in_dims,
+                    const std::array<std::size_t, 3>& factors, std::size_t inner) {
+  const std::array<std::size_t, 3> out_dims{in_dims[0] * factors[0], in_dims[1] * factors[1],
+                                            in_dims[2] * factors[2]};
+  if (backward) std::fill(in, in + count * in_dims[0] * in_dims[1] * in_dims[2] * inner, 0.0F);
+  for (std::size_t p = 0; p < count; ++p) {
+    for (std::size_t a = 0; a < out_dims[0]; ++a) {
+      for (std::size_t b = 0; b < out_dims[1]; ++b) {
+        for (std::size_t c = 0; c < out_dims[2]; ++c) {
+          float* o = out + (((p * out_dims[0] + a) * out_dims[1] + b) * out_dims[2] + c) * inner;
+          float* i =
+              in + (((p * in_dims[0] + a / factors[0]) * in_dims[1] + b / factors[1]) * in_dims[2] +
+                    c / factors[2]) *
+                       inner;
+          for (std::size_t k = 0; k < inner; ++k) {
+            if (backward) {
+              i[k] += o[k];
+            } else {
+              o[k] = i[k];
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+SpatialBoxLayer::SpatialBoxLayer(const char* class_name, std::size_t spatial, bool crop,
+                                 const std::array<Edges, 3>& edges, const SpatialOptions& options)
+    : LayerBase(options.name),
+      class_name_(class_name),
+      spatial_(spatial),
+      crop_(crop),
+      edges_(edges) {
+  channels_first_ = parse_data_format(options.data_format, label());
+  for (std::size_t i = spatial; i < 3; ++i)
+    edges_[i] = {0, 0};
+}
+
+Shape SpatialBoxLayer::build(std::span<const Shape> input_shapes, std::uint64_t) {
+  expect_inputs(input_shapes, 1);
+  expect_rank(input_shapes[0], spatial_ + 1);
+  layout_ = spatial_layout(input_shapes[0], spatial_, channels_first_);
+  std::array<std::size_t, 3> out = layout_.dims;
+  for (std::size_t i = 0; i < spatial_; ++i) {
+    const std::size_t edges = edges_[i][0] + edges_[i][1];
+    if (crop_ && edges >= layout_.dims[i]) {
+      throw ShapeError(label() + ": cropping " + std::to_string(edges_[i][0]) + " and " +
+                       std::to_string(edges_[i][1]) + " of spatial axis " + std::to_string(i) +
+                       " leaves nothing of inputs of shape " + batch_str(input_shapes[0]));
+    }
+    out[i] = crop_ ? layout_.dims[i] - edges : layout_.dims[i] + edges;
+  }
+  small_dims_ = crop_ ? out : layout_.dims;
+  large_dims_ = crop_ ? layout_.dims : out;
+  const Shape shape = spatial_shape(layout_, spatial_, channels_first_, out);
+  remember(input_shapes, shape);
+  return shape;
+}
+
+void SpatialBoxLayer::copy(const CallContext& ctx, const Tensor<float>& small,
+                           const Tensor<float>& large, bool into_large) const {
+  const Tensor<float> tensors[] = {small, large};
+  ctx.backend.host_kernel(tensors, [&](std::span<const Tensor<float>> t) {
+    if (into_large) std::fill(t[1].begin(), t[1].end(), 0.0F);
+    const std::array<std::size_t, 3> offset{edges_[0][0], edges_[1][0], edges_[2][0]};
+    box_copy(t[0].data(), t[1].data(), into_large, t[0].rows() * layout_.planes, small_dims_,
+             large_dims_, offset, layout_.inner);
+  });
+}
+
+void SpatialBoxLayer::forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+                              const CallContext& ctx) {
+  check_inputs(inputs);
+  if (crop_) {
+    copy(ctx, output, inputs[0], false);
+  } else {
+    copy(ctx, inputs[0], output, true);
+  }
+}
+
+void SpatialBoxLayer::backward(std::span<const Tensor<float>>, const Tensor<float>&,
+                               const Tensor<float>& output_gradient,
+                               std::span<const Tensor<float>> input_gradients,
+                               const CallContext& ctx) {
+  if (input_gradients.empty() || input_gradients[0].empty()) return;
+  if (crop_) {
+    copy(ctx, output_gradient, input_gradients[0], true);
+  } else {
+    copy(ctx, input_gradients[0], output_gradient, false);
+  }
+}
+
+nlohmann::json SpatialBoxLayer::edges_json() const {
+  if (spatial_ == 1) return {edges_[0][0], edges_[0][1]};
+  nlohmann::json list = nlohmann::json::array();
+  for (std::size_t i = 0; i < spatial_; ++i)
+    list.push_back({edges_[i][0], edges_[i][1]});
+  return list;
+}
+
+std::array<Edges, 3> config_edges(const ConfigReader& read, std::string_view key,
+                                  std::size_t spatial, const std::array<Edges, 3>& fallback) {
+  if (!read.has(key)) return fallback;
+  const nlohmann::json& v = *read.find(key);
+  const auto size = [](const nlohmann::json& d) {
+    return d.is_number_integer() && d.get<std::int64_t>() >= 0;
+  };
+  const auto pair = [&](const nlohmann::json& p) {
+    return p.is_array() && p.size() == 2 && size(p[0]) && size(p[1]);
+  };
+  std::array<Edges, 3> edges{};
+  if (size(v)) {
+    for (std::size_t i = 0; i < spatial; ++i)
+      edges[i] = {v.get<std::size_t>(), v.get<std::size_t>()};
+    return edges;
+  }
+  if (spatial == 1 && pair(v)) {
+    edges[0] = {v[0].get<std::size_t>(), v[1].get<std::size_t>()};
+    return edges;
+  }
+  if (spatial > 1 && v.is_array() && v.size() == spatial) {
+    const bool sizes = std::all_of(v.begin(), v.end(), size);
+    const bool pairs = std::all_of(v.begin(), v.end(), pair);
+    if (sizes || pairs) {
+      for (std::size_t i = 0; i < spatial; ++i) {
+        edges[i] = sizes ? Edges{v[i].get<std::size_t>(), v[i].get<std::size_t>()}
+                         : Edges{v[i][0].get<std::size_t>(), v[i][1].get<std::size_t>()};
+      }
+      return edges;
+    }
+  }
+  const std::string n = std::to_string(spatial);
+  read.fail(key, spatial == 1
+                     ? "a non-negative integer or a pair of them"
+                     : "a non-negative integer, a list of " + n + " or a list of " + n + " pairs");
+}
+
+SpatialRepeatLayer::SpatialRepeatLayer(const char* class_name, std::size_t spatial,
+                                       const std::array<std::size_t, 3>& factors,
+                                       const SpatialOptions& options)
+    : LayerBase(options.name), class_name_(class_name), spatial_(spatial), factors_(factors) {
+  channels_first_ = parse_data_format(options.data_format, label());
+  for (std::size_t i = 0; i < 3; ++i) {
+    if (i >= spatial) factors_[i] = 1;
+    if (factors_[i] == 0) throw ConfigError(label() + ": size must be positive but is 0");
+  }
+}
+
+Shape SpatialRepeatLayer::build(std::span<const Shape> input_shapes, std::uint64_t) {
+  expect_inputs(input_shapes, 1);
+  expect_rank(input_shapes[0], spatial_ + 1);
+  layout_ = spatial_layout(input_shapes[0], spatial_, channels_first_);
+  std::array<std::size_t, 3> out = layout_.dims;
+  for (std::size_t i = 0; i < spatial_; ++i)
+    out[i] *= factors_[i];
+  const Shape shape = spatial_shape(layout_, spatial_, channels_first_, out);
+  remember(input_shapes, shape);
+  return shape;
+}
+
+void SpatialRepeatLayer::forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+                                 const CallContext& ctx) {
+  check_inputs(inputs);
+  const Tensor<float> tensors[] = {inputs[0], output};
+  ctx.backend.host_kernel(tensors, [&](std::span<const Tensor<float>> t) {
+    repeat_nearest(t[0].data(), t[1].data(), false, t[0].rows() * layout_.planes, layout_.dims,
+                   factors_, layout_.inner);
+  });
+}
+
+void SpatialRepeatLayer::backward(std::span<const Tensor<float>>, const Tensor<float>&,
+                                  const Tensor<float>& output_gradient,
+                                  std::span<const Tensor<float>> input_gradients,
+                                  const CallContext& ctx) {
+  if (input_gradients.empty() || input_gradients[0].empty()) return;
+  const Tensor<float> tensors[] = {input_gradients[0], output_gradient};
+  ctx.backend.host_kernel(tensors, [&](std::span<const Tensor<float>> t) {
+    repeat_nearest(t[0].data(), t[1].data(), true, t[0].rows() * layout_.planes, layout_.dims,
+                   factors_, layout_.inner);
+  });
+}
+
+}  // namespace loadstar::keras::layers::detail
+#endif

@@ -1,0 +1,168 @@
+/// \file
+/// `PReLU`: a leaky rectifier whose negative slopes are weights.
+#pragma once
+
+#include "loadstar/config.hpp"
+
+#include <vector>
+
+#include "loadstar/keras/detail/layer_formulas.hpp"
+#include "loadstar/keras/layers/detail/layer_base.hpp"
+
+namespace loadstar::keras::layers {
+
+/// `PReLU`'s Keras arguments, with Keras's defaults.
+struct PReLUOptions {
+  Initializer alpha_initializer = Initializer::zeros();
+  /// The sample axes (1-based, Keras's numbering with the batch axis 0) along which one slope is
+  /// shared: `{1, 2}` for one slope per channel of an image.
+  std::vector<std::size_t> shared_axes = {};
+  std::string name = {};
+};
+
+/// Keras's `PReLU`: `x` above 0, `alpha * x` below, with a weight `alpha` of the sample's shape
+/// (size 1 along `shared_axes`).
+/// \code
+/// PReLU per_channel({.shared_axes = {1, 2}});
+/// \endcode
+class PReLU : public detail::SameShapeLayer {
+ public:
+  LOADSTAR_DECL explicit PReLU(PReLUOptions options = {});
+
+  std::string class_name() const override { return "PReLU"; }
+
+  LOADSTAR_DECL Shape build(std::span<const Shape> input_shapes, std::uint64_t seed) override;
+
+  LOADSTAR_DECL void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+                             const CallContext& ctx) override;
+
+  LOADSTAR_DECL void backward(std::span<const Tensor<float>> inputs, const Tensor<float>&,
+                              const Tensor<float>& output_gradient,
+                              std::span<const Tensor<float>> input_gradients,
+                              const CallContext& ctx) override;
+
+  LOADSTAR_DECL nlohmann::json get_config() const override;
+
+  LOADSTAR_DECL static std::shared_ptr<Layer> from_config(const nlohmann::json& config);
+
+ private:
+  PReLUOptions options_;
+  /// The index into `alpha` of each element of a sample.
+  std::vector<std::size_t> alpha_index_;
+};
+
+}  // namespace loadstar::keras::layers
+
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
+#if LOADSTAR_KERAS_BODIES
+namespace loadstar::keras::layers {
+
+PReLU::PReLU(PReLUOptions options) : SameShapeLayer(options.name), options_(std::move(options)) {
+  for (const std::size_t axis : options_.shared_axes) {
+    if (axis == 0) throw ConfigError(label() + ": shared_axes cannot hold the batch axis 0");
+  }
+}
+
+Shape PReLU::build(std::span<const Shape> input_shapes, std::uint64_t seed) {
+  expect_inputs(input_shapes, 1);
+  const Shape& in = input_shapes[0];
+  std::vector<std::size_t> dims(in.begin(), in.end());
+  for (const std::size_t axis : options_.shared_axes) {
+    if (axis > in.rank()) {
+      throw ShapeError(label() + ": shared axis " + std::to_string(axis) +
+                       " is not an axis of inputs of shape " + batch_str(in));
+    }
+    dims[axis - 1] = 1;
+  }
+  const Shape alpha_shape(dims);
+  // Each element's slope: its index with the shared axes at 0, in alpha's row-major order.
+  alpha_index_.assign(in.elements(), 0);
+  for (std::size_t i = 0; i < alpha_index_.size(); ++i) {
+    std::size_t rest = i, index = 0, stride = 1;
+    for (std::size_t a = in.rank(); a-- > 0;) {
+      const std::size_t coordinate = rest % in[a];
+      rest /= in[a];
+      index += (dims[a] == 1 ? 0 : coordinate) * stride;
+      stride *= dims[a];
+    }
+    alpha_index_[i] = index;
+  }
+  if (!weights_.empty()) {
+    if (weights_[0].value.shape() != alpha_shape) {
+      throw ShapeError(label() + ": alpha is " + weights_[0].value.shape().str() +
+                       " but inputs of shape " + batch_str(in) + " need " + alpha_shape.str());
+    }
+  } else {
+    Tensor<float> alpha(alpha_shape);
+    options_.alpha_initializer.fill(alpha, seed);
+    add_weight("alpha", alpha);
+  }
+  remember(input_shapes, in);
+  return in;
+}
+
+void PReLU::forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+                    const CallContext& ctx) {
+  check_inputs(inputs);
+  const Tensor<float> tensors[] = {inputs[0], weights_[0].value, output};
+  ctx.backend.host_kernel(tensors, [this](std::span<const Tensor<float>> t) {
+    const std::size_t n = alpha_index_.size();
+    for (std::size_t i = 0; i < t[0].size(); ++i)
+      t[2].data()[i] = keras::detail::prelu_value(t[0].data()[i], t[1].data()[alpha_index_[i % n]]);
+  });
+}
+
+void PReLU::backward(std::span<const Tensor<float>> inputs, const Tensor<float>&,
+                     const Tensor<float>& output_gradient,
+                     std::span<const Tensor<float>> input_gradients, const CallContext& ctx) {
+  const Variable& alpha = weights_[0];
+  const bool dx = !input_gradients.empty() && !input_gradients[0].empty();
+  const Tensor<float> tensors[] = {inputs[0], alpha.value, output_gradient,
+                                   dx ? input_gradients[0] : Tensor<float>(), alpha.gradient};
+  ctx.backend.host_kernel(tensors, [&](std::span<const Tensor<float>> t) {
+    const std::size_t n = alpha_index_.size();
+    for (std::size_t i = 0; i < t[0].size(); ++i) {
+      const float x = t[0].data()[i], dy = t[2].data()[i];
+      const std::size_t a = alpha_index_[i % n];
+      if (dx) t[3].data()[i] = keras::detail::prelu_gradient(x, dy, t[1].data()[a]);
+      // d(-alpha * relu(-x)) / d alpha = min(x, 0).
+      if (!t[4].empty() && x < 0.0F) t[4].data()[a] += dy * x;
+    }
+  });
+}
+
+nlohmann::json PReLU::get_config() const {
+  auto config = base_config();
+  config["alpha_initializer"] = options_.alpha_initializer.to_json();
+  config["alpha_regularizer"] = nullptr;
+  config["alpha_constraint"] = nullptr;
+  config["shared_axes"] =
+      options_.shared_axes.empty() ? nlohmann::json(nullptr) : nlohmann::json(options_.shared_axes);
+  return config;
+}
+
+std::shared_ptr<Layer> PReLU::from_config(const nlohmann::json& config) {
+  const auto read = detail::layer_config(config, "PReLU");
+  read.expect("alpha_regularizer", nullptr, "loadstar has no regularizers or constraints");
+  read.expect("alpha_constraint", nullptr, "loadstar has no regularizers or constraints");
+  PReLUOptions options{.alpha_initializer = detail::config_initializer(read, "alpha_initializer",
+                                                                       Initializer::zeros()),
+                       .name = detail::config_name(read)};
+  if (read.has("shared_axes")) {
+    const nlohmann::json& v = *read.find("shared_axes");
+    const auto axis = [](const nlohmann::json& d) {
+      return d.is_number_integer() && d.get<std::int64_t>() > 0;
+    };
+    if (axis(v)) {
+      options.shared_axes = {v.get<std::size_t>()};
+    } else if (v.is_array() && std::all_of(v.begin(), v.end(), axis)) {
+      options.shared_axes = v.get<std::vector<std::size_t>>();
+    } else {
+      read.fail("shared_axes", "a positive axis or a list of them");
+    }
+  }
+  return detail::finish_layer(read, std::make_shared<PReLU>(options));
+}
+
+}  // namespace loadstar::keras::layers
+#endif

@@ -1,0 +1,176 @@
+/// \file
+/// `UnitNormalization`: scales each sample to unit L2 norm over some axes.
+#pragma once
+
+#include "loadstar/config.hpp"
+
+#include <cmath>
+#include <vector>
+
+#include "loadstar/keras/layers/detail/layer_base.hpp"
+
+namespace loadstar::keras::layers {
+
+/// `UnitNormalization`'s Keras arguments, with Keras's defaults.
+struct UnitNormalizationOptions {
+  /// The axes normalised over, numbered as Keras does with the batch axis as 0 (`-1`: the last).
+  std::vector<int> axis = {-1};
+  std::string name = {};
+};
+
+/// Keras's `UnitNormalization`: `x / sqrt(max(sum(x^2), 1e-12))` with the sum over `axis` per
+/// sample (`tf.math.l2_normalize`).
+/// \code
+/// UnitNormalization unit;
+/// \endcode
+class UnitNormalization : public detail::LayerBase {
+ public:
+  LOADSTAR_DECL explicit UnitNormalization(UnitNormalizationOptions options = {});
+
+  std::string class_name() const override { return "UnitNormalization"; }
+
+  LOADSTAR_DECL Shape build(std::span<const Shape> input_shapes, std::uint64_t) override;
+
+  LOADSTAR_DECL void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+                             const CallContext& ctx) override;
+
+  LOADSTAR_DECL void backward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+                              const Tensor<float>& output_gradient,
+                              std::span<const Tensor<float>> input_gradients,
+                              const CallContext& ctx) override;
+
+  LOADSTAR_DECL nlohmann::json get_config() const override;
+
+  LOADSTAR_DECL static std::shared_ptr<Layer> from_config(const nlohmann::json& config);
+
+ private:
+  UnitNormalizationOptions options_;
+  /// The group (coordinates on the axes not normalised over) of each element of a sample.
+  std::vector<std::size_t> group_of_;
+  std::size_t groups_ = 1;
+};
+
+}  // namespace loadstar::keras::layers
+
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
+#if LOADSTAR_KERAS_BODIES
+namespace loadstar::keras::layers {
+
+UnitNormalization::UnitNormalization(UnitNormalizationOptions options)
+    : LayerBase(options.name), options_(std::move(options)) {
+  if (options_.axis.empty()) throw ConfigError(label() + ": axis must name at least one axis");
+}
+
+Shape UnitNormalization::build(std::span<const Shape> input_shapes, std::uint64_t) {
+  expect_inputs(input_shapes, 1);
+  const Shape& in = input_shapes[0];
+  const auto rank = static_cast<int>(in.rank()) + 1;
+  std::vector<bool> normalised(in.rank(), false);
+  for (const int a : options_.axis) {
+    const int axis = a < 0 ? a + rank : a;
+    if (axis < 1 || axis >= rank || normalised[std::size_t(axis - 1)]) {
+      throw ShapeError(label() + ": axis " + std::to_string(a) +
+                       " is not a distinct axis of a sample of inputs of shape " + batch_str(in));
+    }
+    normalised[std::size_t(axis - 1)] = true;
+  }
+  group_of_.assign(in.elements(), 0);
+  groups_ = 1;
+  for (std::size_t i = 0; i < in.rank(); ++i)
+    groups_ *= normalised[i] ? 1 : in[i];
+  for (std::size_t e = 0; e < group_of_.size(); ++e) {
+    std::size_t rest = e, group = 0, stride = 1;
+    for (std::size_t i = in.rank(); i-- > 0;) {
+      const std::size_t coordinate = rest % in[i];
+      rest /= in[i];
+      if (!normalised[i]) {
+        group += coordinate * stride;
+        stride *= in[i];
+      }
+    }
+    group_of_[e] = group;
+  }
+  remember(input_shapes, in);
+  return in;
+}
+
+void UnitNormalization::forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+                                const CallContext& ctx) {
+  check_inputs(inputs);
+  const Tensor<float> tensors[] = {inputs[0], output};
+  ctx.backend.host_kernel(tensors, [this](std::span<const Tensor<float>> t) {
+    const std::size_t row = group_of_.size();
+    std::vector<double> sums(groups_);
+    for (std::size_t r = 0; r < t[0].rows(); ++r) {
+      const float* x = t[0].data() + r * row;
+      float* y = t[1].data() + r * row;
+      std::fill(sums.begin(), sums.end(), 0.0);
+      for (std::size_t e = 0; e < row; ++e)
+        sums[group_of_[e]] += double(x[e]) * x[e];
+      for (double& s : sums)
+        s = 1.0 / std::sqrt(std::max(s, 1e-12));
+      for (std::size_t e = 0; e < row; ++e)
+        y[e] = static_cast<float>(x[e] * sums[group_of_[e]]);
+    }
+  });
+}
+
+void UnitNormalization::backward(std::span<const Tensor<float>> inputs, const Tensor<float>&,
+                                 const Tensor<float>& output_gradient,
+                                 std::span<const Tensor<float>> input_gradients,
+                                 const CallContext& ctx) {
+  if (input_gradients.empty() || input_gradients[0].empty()) return;
+  const Tensor<float> tensors[] = {inputs[0], output_gradient, input_gradients[0]};
+  ctx.backend.host_kernel(tensors, [this](std::span<const Tensor<float>> t) {
+    const std::size_t row = group_of_.size();
+    std::vector<double> squares(groups_), dots(groups_);
+    for (std::size_t r = 0; r < t[0].rows(); ++r) {
+      const float* x = t[0].data() + r * row;
+      const float* dy = t[1].data() + r * row;
+      float* dx = t[2].data() + r * row;
+      std::fill(squares.begin(), squares.end(), 0.0);
+      std::fill(dots.begin(), dots.end(), 0.0);
+      for (std::size_t e = 0; e < row; ++e) {
+        squares[group_of_[e]] += double(x[e]) * x[e];
+        dots[group_of_[e]] += double(x[e]) * dy[e];
+      }
+      // y = x * s with s = 1 / sqrt(sum x^2): dx = s * dy - x * s^3 * sum(x * dy); below the
+      // floor 1e-12 the scale is a constant and dx = s * dy.
+      for (std::size_t e = 0; e < row; ++e) {
+        const double sum = squares[group_of_[e]];
+        const double s = 1.0 / std::sqrt(std::max(sum, 1e-12));
+        const double tail = sum > 1e-12 ? x[e] * s * s * s * dots[group_of_[e]] : 0.0;
+        dx[e] = static_cast<float>(s * dy[e] - tail);
+      }
+    }
+  });
+}
+
+nlohmann::json UnitNormalization::get_config() const {
+  auto config = base_config();
+  config["axis"] =
+      options_.axis.size() == 1 ? nlohmann::json(options_.axis[0]) : nlohmann::json(options_.axis);
+  return config;
+}
+
+std::shared_ptr<Layer> UnitNormalization::from_config(const nlohmann::json& config) {
+  const auto read = detail::layer_config(config, "UnitNormalization");
+  std::vector<int> axis = {-1};
+  if (read.has("axis")) {
+    const nlohmann::json& v = *read.find("axis");
+    if (v.is_number_integer()) {
+      axis = {v.get<int>()};
+    } else if (v.is_array() && !v.empty() && std::all_of(v.begin(), v.end(), [](const auto& a) {
+                 return a.is_number_integer();
+               })) {
+      axis = v.get<std::vector<int>>();
+    } else {
+      read.fail("axis", "an integer or a list of integers");
+    }
+  }
+  return detail::finish_layer(read, std::make_shared<UnitNormalization>(UnitNormalizationOptions{
+                                        .axis = axis, .name = detail::config_name(read)}));
+}
+
+}  // namespace loadstar::keras::layers
+#endif
