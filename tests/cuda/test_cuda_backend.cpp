@@ -1292,6 +1292,35 @@ std::vector<OptimizerCase> optimizer_cases() {
        [] { return std::make_shared<o::Adagrad>(o::AdagradOptions{.learning_rate = 0.05}); }},
       {"Adadelta",
        [] { return std::make_shared<o::Adadelta>(o::AdadeltaOptions{.learning_rate = 1.0}); }},
+      {"Nadam with weight_decay",
+       [] {
+         return std::make_shared<o::Nadam>(
+             o::NadamOptions{.learning_rate = 2e-3, .weight_decay = 0.05});
+       }},
+      {"Adamax with clipnorm",
+       [] {
+         return std::make_shared<o::Adamax>(
+             o::AdamaxOptions{.learning_rate = 2e-3, .clipnorm = 0.5});
+       }},
+      {"Lion with weight_decay",
+       [] {
+         return std::make_shared<o::Lion>(
+             o::LionOptions{.learning_rate = 1e-4, .weight_decay = 0.1});
+       }},
+      {"Ftrl with regularization",
+       [] {
+         return std::make_shared<o::Ftrl>(
+             o::FtrlOptions{.learning_rate = 0.05,
+                            .l1_regularization_strength = 1e-4,
+                            .l2_regularization_strength = 1e-3,
+                            .l2_shrinkage_regularization_strength = 1e-3,
+                            .beta = 0.1});
+       }},
+      {"SGD with momentum and weight_decay",
+       [] {
+         return std::make_shared<o::SGD>(
+             o::SGDOptions{.learning_rate = 0.05, .momentum = 0.9, .weight_decay = 0.01});
+       }},
   };
 }
 
@@ -1822,5 +1851,61 @@ TEST_SUITE("cuda") {
       check_close(weights[0][i], weights[1][i], 1e-4);
     }
     check_close(predictions[0], predictions[1], 1e-4);
+  }
+}
+
+TEST_SUITE("cuda") {
+  TEST_CASE("Adafactor and moving averages of the weights train on the GPU as on the CPU") {
+    // Adafactor's step reads whole variables and the moving averages are a host step: both run
+    // through host_kernel on the device's tensors, and must match the CPU.
+    namespace o = optimizers;
+    const std::vector<Tensor<float>> initial = softmax_mlp()->get_weights();
+    const std::vector<OptimizerCase> cases = {
+        {"Adafactor with weight_decay",
+         [] {
+           return std::make_shared<o::Adafactor>(
+               o::AdafactorOptions{.learning_rate = 1e-2, .weight_decay = 0.01});
+         }},
+        {"Adam with use_ema",
+         [] {
+           return std::make_shared<o::Adam>(o::AdamOptions{.learning_rate = 1e-3,
+                                                           .use_ema = true,
+                                                           .ema_momentum = 0.9,
+                                                           .ema_overwrite_frequency = 5});
+         }},
+    };
+    for (const auto& c : cases) {
+      const std::string name = c.name;
+      CAPTURE(name);
+      const StepRun cpu = train_steps(softmax_mlp, initial, c.make, cpu_backend(1));
+      const StepRun gpu = train_steps(softmax_mlp, initial, c.make, keras::cuda_backend(0));
+      REQUIRE(cpu.weights.size() == gpu.weights.size());
+      REQUIRE(cpu.slots.size() == gpu.slots.size());
+      for (std::size_t i = 0; i < cpu.weights.size(); ++i) {
+        CAPTURE(i);
+        check_close(cpu.weights[i], gpu.weights[i], 1e-3);
+        // The weights moved from the start.
+        CHECK_FALSE(bitwise_equal(cpu.weights[i], initial[i]));
+      }
+      for (std::size_t i = 0; i < cpu.slots.size(); ++i) {
+        CAPTURE(i);
+        check_close(cpu.slots[i], gpu.slots[i], 1e-3);
+      }
+    }
+  }
+
+  TEST_CASE("fit ends with the moving averages of the weights with use_ema on the GPU") {
+    auto optimizer = std::make_shared<optimizers::SGD>(
+        optimizers::SGDOptions{.learning_rate = 0.05, .use_ema = true, .ema_momentum = 0.5});
+    const std::vector<Tensor<float>> initial = softmax_mlp()->get_weights();
+    auto backend = keras::cuda_backend(0);
+    const StepRun run = train_steps(
+        softmax_mlp, initial, [&] { return std::shared_ptr<Optimizer>(optimizer); }, backend);
+    // The averages are the optimizer's last slots, one per weight, and fit copied them in.
+    REQUIRE(run.slots.size() == run.weights.size());
+    for (std::size_t i = 0; i < run.weights.size(); ++i) {
+      CAPTURE(i);
+      CHECK(bitwise_equal(run.weights[i], run.slots[i]));
+    }
   }
 }

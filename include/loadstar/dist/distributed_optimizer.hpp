@@ -93,6 +93,9 @@ class DistributedOptimizer final : public keras::Optimizer {
   std::span<keras::Variable> variables() noexcept override { return inner_->variables(); }
   void build(std::span<keras::Variable*> variables) override { inner_->build(variables); }
   bool built() const noexcept override { return inner_->built(); }
+  void finalize_variable_values(std::span<keras::Variable*> variables) override {
+    inner_->finalize_variable_values(variables);
+  }
 
   /// The wrapped optimizer.
   keras::Optimizer& wrapped() const noexcept { return *inner_; }

@@ -11,9 +11,14 @@
 #include <nlohmann/json.hpp>
 
 #include "loadstar/keras/optimizers/adadelta.hpp"
+#include "loadstar/keras/optimizers/adafactor.hpp"
 #include "loadstar/keras/optimizers/adagrad.hpp"
 #include "loadstar/keras/optimizers/adam.hpp"
+#include "loadstar/keras/optimizers/adamax.hpp"
 #include "loadstar/keras/optimizers/adamw.hpp"
+#include "loadstar/keras/optimizers/ftrl.hpp"
+#include "loadstar/keras/optimizers/lion.hpp"
+#include "loadstar/keras/optimizers/nadam.hpp"
 #include "loadstar/keras/optimizers/optimizer.hpp"
 #include "loadstar/keras/optimizers/rmsprop.hpp"
 #include "loadstar/keras/optimizers/schedules.hpp"
@@ -23,7 +28,8 @@
 namespace loadstar::keras {
 
 /// The optimizer registry: Keras's optimizer names, in any case (`"sgd"`, `"adam"`, `"Adam"`,
-/// `"adamw"`, `"rmsprop"`, `"adagrad"`, `"adadelta"`), made with Keras's defaults or from their
+/// `"adamw"`, `"rmsprop"`, `"adagrad"`, `"adadelta"`, `"nadam"`, `"adamax"`, `"lion"`, `"ftrl"`,
+/// `"adafactor"`), made with Keras's defaults or from their
 /// configs (Keras 2.0-2.3's `lr` and `decay` and Keras 2.11+'s `"Custom>Adam"` included).
 template <>
 struct RegistryTraits<Optimizer> {
@@ -35,7 +41,8 @@ struct RegistryTraits<Optimizer> {
 
 /// The optimizer `tf.keras.optimizers.get` returns for a name, case-insensitive, with Keras's
 /// defaults, resolved through `Registry<Optimizer>`: `"sgd"`, `"adam"`, `"adamw"`, `"rmsprop"`,
-/// `"adagrad"`, `"adadelta"`. Throws `ConfigError` for any other name.
+/// `"adagrad"`, `"adadelta"`, `"nadam"`, `"adamax"`, `"lion"`, `"ftrl"`, `"adafactor"`. Throws
+/// `ConfigError` for any other name.
 /// \code
 /// std::unique_ptr<Optimizer> optimizer = get_optimizer("Adam");
 /// \endcode
@@ -57,6 +64,11 @@ void RegistryTraits<loadstar::keras::Optimizer>::defaults(Registry<Optimizer>& r
   registry.add("rmsprop", RMSprop::from_config);
   registry.add("adagrad", Adagrad::from_config);
   registry.add("adadelta", Adadelta::from_config);
+  registry.add("nadam", Nadam::from_config);
+  registry.add("adamax", Adamax::from_config);
+  registry.add("lion", Lion::from_config);
+  registry.add("ftrl", Ftrl::from_config);
+  registry.add("adafactor", Adafactor::from_config);
 }
 
 }  // namespace loadstar::keras

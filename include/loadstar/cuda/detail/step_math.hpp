@@ -101,6 +101,17 @@ struct RoundedMath {
   LOADSTAR_HOST_DEVICE static Rounded max(Rounded a, Rounded b) noexcept {
     return a.value < b.value ? b : a;
   }
+  LOADSTAR_HOST_DEVICE static Rounded min(Rounded a, Rounded b) noexcept {
+    return b.value < a.value ? b : a;
+  }
+  LOADSTAR_HOST_DEVICE static Rounded abs(Rounded x) noexcept { return ::fabsf(x.value); }
+  /// -1, 0 or 1 (0 for 0 and NaN, as Eigen's `sign`).
+  LOADSTAR_HOST_DEVICE static Rounded sign(Rounded x) noexcept {
+    return x.value > 0.0F ? 1.0F : (x.value < 0.0F ? -1.0F : 0.0F);
+  }
+  LOADSTAR_HOST_DEVICE static Rounded pow(Rounded x, float exponent) noexcept {
+    return ::powf(x.value, exponent);
+  }
 };
 
 /// One optimizer step's rule and operands (`keras::OptimizerStep`'s), and its `clipvalue`.
@@ -117,6 +128,7 @@ LOADSTAR_HOST_DEVICE inline void update_element(const UpdateParams& p, float g, 
   namespace rules = keras::detail::update_rules;
   const Rounded gradient = g;
   Rounded value = w, r0 = s0, r1 = s1, r2 = s2;
+  rules::decay_weight<RoundedMath>(p, value);
   switch (p.rule) {
     case UpdateRule::sgd:
       rules::sgd<RoundedMath>(p, value, gradient);
@@ -139,6 +151,18 @@ LOADSTAR_HOST_DEVICE inline void update_element(const UpdateParams& p, float g, 
       break;
     case UpdateRule::adadelta:
       rules::adadelta<RoundedMath>(p, value, gradient, r0, r1);
+      break;
+    case UpdateRule::nadam:
+      rules::nadam<RoundedMath>(p, value, gradient, r0, r1);
+      break;
+    case UpdateRule::adamax:
+      rules::adamax<RoundedMath>(p, value, gradient, r0, r1);
+      break;
+    case UpdateRule::lion:
+      rules::lion<RoundedMath>(p, value, gradient, r0);
+      break;
+    case UpdateRule::ftrl:
+      rules::ftrl<RoundedMath>(p, value, gradient, r0, r1);
       break;
   }
   w = value.value;

@@ -57,6 +57,10 @@ enum class UpdateRule {
   rmsprop,       ///< slots `velocity`, then `momentum` when `momentum > 0`, then `average_gradient`
   adagrad,       ///< slot `accumulator`
   adadelta,      ///< slots `accumulated_grad`, `accumulated_delta_var`
+  nadam,         ///< slots `momentum`, `velocity`
+  adamax,        ///< slots `momentum`, `norm`
+  lion,          ///< slot `momentum`
+  ftrl,          ///< slots `accumulator`, `linear`
 };
 
 /// One optimizer step's operands: the floats an optimizer computes once per step from its options
@@ -74,8 +78,16 @@ struct UpdateOperands {
   /// RMSprop and Adadelta: the decay of the running averages.
   float rho = 0.0F;
   float epsilon = 0.0F;
-  /// AdamW: `lr * weight_decay`, applied as `w -= w * weight_decay` before the step (0: none).
+  /// `lr * weight_decay`, applied as `w -= w * weight_decay` before any rule's step (0: none).
   float weight_decay = 0.0F;
+  /// Adamax and Lion: `beta_1`, `beta_2`; Adamax's `alpha` is `lr / (1 - beta_1^t)`.
+  float beta_1 = 0.0F, beta_2 = 0.0F;
+  /// Nadam: the momentum's coefficient `u_{t+1} / (1 - prod_{i<=t+1} u_i)`, the gradient's
+  /// `(1 - u_t) / (1 - prod_{i<=t} u_i)` and the velocity's bias correction `1 - beta_2^t`.
+  float momentum_coefficient = 0.0F, gradient_coefficient = 0.0F, velocity_correction = 0.0F;
+  /// Ftrl: `-learning_rate_power`, the L1 strength, `2 * (l2 + beta / (2 lr))` and
+  /// `2 * l2_shrinkage`.
+  float accumulator_power = 0.0F, l1 = 0.0F, twice_l2 = 0.0F, twice_l2_shrinkage = 0.0F;
   bool nesterov = false;
   bool amsgrad = false;
   bool centered = false;

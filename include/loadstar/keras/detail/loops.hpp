@@ -161,6 +161,9 @@ LOADSTAR_DECL callbacks::History run_fit(Model& model, DataIterator& data, Batch
     list.on_fit_epoch_end(loop);
     if (model.stop_training) break;
   }
+  // Keras 3's fit: the optimizer's final values (the moving averages with use_ema), then
+  // on_train_end.
+  model.optimizer().finalize_variable_values(model.trainable_variables());
   list.on_train_end(loop.logs);
   return *history;
 }

@@ -4,6 +4,7 @@
 
 #include "loadstar/config.hpp"
 
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -22,6 +23,10 @@ struct AdadeltaOptions {
   std::optional<double> clipnorm = std::nullopt;
   std::optional<double> global_clipnorm = std::nullopt;
   std::optional<double> clipvalue = std::nullopt;
+  std::optional<double> weight_decay = std::nullopt;
+  bool use_ema = false;
+  double ema_momentum = 0.99;
+  std::optional<std::int64_t> ema_overwrite_frequency = std::nullopt;
   std::string name = "Adadelta";
 };
 
@@ -35,8 +40,7 @@ struct AdadeltaOptions {
 class Adadelta : public detail::OptimizerBase {
  public:
   explicit Adadelta(const AdadeltaOptions& options = {})
-      : OptimizerBase(options.name, options.learning_rate,
-                      {options.clipnorm, options.global_clipnorm, options.clipvalue}),
+      : OptimizerBase(options.name, options.learning_rate, detail::common_options(options)),
         rho_(options.rho),
         epsilon_(options.epsilon) {}
   std::string class_name() const override { return "Adadelta"; }
@@ -64,7 +68,6 @@ namespace loadstar::keras::optimizers {
 
 std::unique_ptr<Optimizer> Adadelta::from_config(const nlohmann::json& config) {
   const auto read = detail::optimizer_config(config, "Adadelta");
-  detail::expect_no_weight_decay(read);
   auto options = detail::read_optimizer_options(read, AdadeltaOptions{});
   options.rho = read.get("rho", options.rho);
   options.epsilon = read.get("epsilon", options.epsilon);

@@ -4,6 +4,7 @@
 
 #include "loadstar/config.hpp"
 
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -22,6 +23,10 @@ struct AdagradOptions {
   std::optional<double> clipnorm = std::nullopt;
   std::optional<double> global_clipnorm = std::nullopt;
   std::optional<double> clipvalue = std::nullopt;
+  std::optional<double> weight_decay = std::nullopt;
+  bool use_ema = false;
+  double ema_momentum = 0.99;
+  std::optional<std::int64_t> ema_overwrite_frequency = std::nullopt;
   std::string name = "Adagrad";
 };
 
@@ -34,8 +39,7 @@ struct AdagradOptions {
 class Adagrad : public detail::OptimizerBase {
  public:
   explicit Adagrad(const AdagradOptions& options = {})
-      : OptimizerBase(options.name, options.learning_rate,
-                      {options.clipnorm, options.global_clipnorm, options.clipvalue}),
+      : OptimizerBase(options.name, options.learning_rate, detail::common_options(options)),
         initial_(options.initial_accumulator_value),
         epsilon_(options.epsilon) {}
   std::string class_name() const override { return "Adagrad"; }
@@ -62,7 +66,6 @@ namespace loadstar::keras::optimizers {
 
 std::unique_ptr<Optimizer> Adagrad::from_config(const nlohmann::json& config) {
   const auto read = detail::optimizer_config(config, "Adagrad");
-  detail::expect_no_weight_decay(read);
   auto options = detail::read_optimizer_options(read, AdagradOptions{});
   options.initial_accumulator_value =
       read.get("initial_accumulator_value", options.initial_accumulator_value);

@@ -5,6 +5,7 @@
 #include "loadstar/config.hpp"
 
 #include <cmath>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -25,6 +26,10 @@ struct AdamOptions {
   std::optional<double> clipnorm = std::nullopt;
   std::optional<double> global_clipnorm = std::nullopt;
   std::optional<double> clipvalue = std::nullopt;
+  std::optional<double> weight_decay = std::nullopt;
+  bool use_ema = false;
+  double ema_momentum = 0.99;
+  std::optional<std::int64_t> ema_overwrite_frequency = std::nullopt;
   std::string name = "Adam";
 };
 
@@ -40,14 +45,11 @@ namespace loadstar::keras::detail {
 /// correction of `v` instead.
 class AdamBase : public OptimizerBase {
  public:
-  /// Adam with `options`, and AdamW's decoupled `weight_decay` (0: none).
-  explicit AdamBase(const optimizers::AdamOptions& options, double weight_decay = 0.0)
-      : OptimizerBase(options.name, options.learning_rate,
-                      {options.clipnorm, options.global_clipnorm, options.clipvalue}),
+  explicit AdamBase(const optimizers::AdamOptions& options)
+      : OptimizerBase(options.name, options.learning_rate, detail::common_options(options)),
         beta_1_(options.beta_1),
         beta_2_(options.beta_2),
         epsilon_(options.epsilon),
-        weight_decay_(weight_decay),
         amsgrad_(options.amsgrad) {}
 
   LOADSTAR_DECL nlohmann::json get_config() const override;
@@ -58,7 +60,7 @@ class AdamBase : public OptimizerBase {
                                  float lr) override;
   LOADSTAR_DECL std::optional<UpdateOperands> update_operands(float lr) const override;
 
-  double beta_1_, beta_2_, epsilon_, weight_decay_;
+  double beta_1_, beta_2_, epsilon_;
   bool amsgrad_;
 };
 
@@ -109,7 +111,6 @@ std::optional<UpdateOperands> AdamBase::update_operands(float lr) const {
   p.one_minus_beta_1 = static_cast<float>(1.0 - beta_1_);
   p.one_minus_beta_2 = static_cast<float>(1.0 - beta_2_);
   p.epsilon = static_cast<float>(epsilon_);
-  p.weight_decay = static_cast<float>(lr * weight_decay_);
   p.amsgrad = amsgrad_;
   return p;
 }
@@ -141,7 +142,6 @@ namespace loadstar::keras::optimizers {
 
 std::unique_ptr<Optimizer> Adam::from_config(const nlohmann::json& config) {
   const auto read = detail::optimizer_config(config, "Adam");
-  detail::expect_no_weight_decay(read);
   auto options = detail::read_optimizer_options(read, AdamOptions{});
   options.beta_1 = read.get("beta_1", options.beta_1);
   options.beta_2 = read.get("beta_2", options.beta_2);

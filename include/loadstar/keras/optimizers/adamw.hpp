@@ -4,6 +4,7 @@
 
 #include "loadstar/config.hpp"
 
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -23,11 +24,15 @@ struct AdamWOptions {
   std::optional<double> clipnorm = std::nullopt;
   std::optional<double> global_clipnorm = std::nullopt;
   std::optional<double> clipvalue = std::nullopt;
+  bool use_ema = false;
+  double ema_momentum = 0.99;
+  std::optional<std::int64_t> ema_overwrite_frequency = std::nullopt;
   std::string name = "AdamW";
 };
 
-/// Adam whose step first decays each weight, `w -= lr * weight_decay * w` (Keras 2.11+'s
-/// `Optimizer._apply_weight_decay`, applied before the gradient step with the same learning rate).
+/// Adam whose step first decays each weight, `w -= lr * weight_decay * w` (Keras 3's
+/// `_apply_weight_decay`, applied before the gradient step with the same learning rate, which
+/// every optimizer applies with its `weight_decay`): Adam with a default `weight_decay` of 0.004.
 /// \code
 /// optimizers::AdamW adamw({.learning_rate = 1e-3, .weight_decay = 0.01});
 /// \endcode
@@ -36,12 +41,12 @@ class AdamW : public detail::AdamBase {
   explicit AdamW(const AdamWOptions& options = {})
       : AdamBase(AdamOptions{options.learning_rate, options.beta_1, options.beta_2, options.epsilon,
                              options.amsgrad, options.clipnorm, options.global_clipnorm,
-                             options.clipvalue, options.name},
-                 options.weight_decay) {}
+                             options.clipvalue, options.weight_decay, options.use_ema,
+                             options.ema_momentum, options.ema_overwrite_frequency, options.name}) {
+  }
   std::string class_name() const override { return "AdamW"; }
   /// The optimizer described by a Keras config (`Registry<Optimizer>`'s factory).
   LOADSTAR_DECL static std::unique_ptr<Optimizer> from_config(const nlohmann::json& config);
-  LOADSTAR_DECL nlohmann::json get_config() const override;
 };
 
 }  // namespace loadstar::keras::optimizers
@@ -53,18 +58,14 @@ namespace loadstar::keras::optimizers {
 std::unique_ptr<Optimizer> AdamW::from_config(const nlohmann::json& config) {
   const auto read = detail::optimizer_config(config, "AdamW");
   auto options = detail::read_optimizer_options(read, AdamWOptions{});
-  options.weight_decay = read.get("weight_decay", options.weight_decay);
+  // Keras 3's AdamW refuses a null weight_decay; an absent one is its default.
+  if (const nlohmann::json* decay = read.find("weight_decay"); decay != nullptr && decay->is_null())
+    read.fail("weight_decay", "a number (AdamW decays weights)");
   options.beta_1 = read.get("beta_1", options.beta_1);
   options.beta_2 = read.get("beta_2", options.beta_2);
   options.epsilon = read.get("epsilon", options.epsilon);
   options.amsgrad = read.get("amsgrad", options.amsgrad);
   return std::make_unique<AdamW>(options);
-}
-
-nlohmann::json AdamW::get_config() const {
-  auto config = AdamBase::get_config();
-  config["weight_decay"] = weight_decay_;
-  return config;
 }
 
 }  // namespace loadstar::keras::optimizers

@@ -72,6 +72,13 @@ class Optimizer {
   /// Whether `build` (or a first step) created the slots.
   virtual bool built() const noexcept { return false; }
 
+  /// Sets the final values of the trainable `variables` at the end of training (Keras's
+  /// `finalize_variable_values`, which `fit` calls): with `use_ema`, their moving averages;
+  /// otherwise nothing changes.
+  virtual void finalize_variable_values(std::span<Variable*> variables) {
+    static_cast<void>(variables);
+  }
+
   /// Keras's `get_config()`: `{"name", "learning_rate", "clipnorm", ...}`.
   virtual nlohmann::json get_config() const { return {{"name", name_}}; }
   const std::string& name() const noexcept { return name_; }

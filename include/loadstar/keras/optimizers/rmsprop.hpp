@@ -4,6 +4,7 @@
 
 #include "loadstar/config.hpp"
 
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -24,6 +25,10 @@ struct RMSpropOptions {
   std::optional<double> clipnorm = std::nullopt;
   std::optional<double> global_clipnorm = std::nullopt;
   std::optional<double> clipvalue = std::nullopt;
+  std::optional<double> weight_decay = std::nullopt;
+  bool use_ema = false;
+  double ema_momentum = 0.99;
+  std::optional<std::int64_t> ema_overwrite_frequency = std::nullopt;
   std::string name = "RMSprop";
 };
 
@@ -39,8 +44,7 @@ struct RMSpropOptions {
 class RMSprop : public detail::OptimizerBase {
  public:
   explicit RMSprop(const RMSpropOptions& options = {})
-      : OptimizerBase(options.name, options.learning_rate,
-                      {options.clipnorm, options.global_clipnorm, options.clipvalue}),
+      : OptimizerBase(options.name, options.learning_rate, detail::common_options(options)),
         rho_(options.rho),
         momentum_(options.momentum),
         epsilon_(options.epsilon),
@@ -69,7 +73,6 @@ namespace loadstar::keras::optimizers {
 
 std::unique_ptr<Optimizer> RMSprop::from_config(const nlohmann::json& config) {
   const auto read = detail::optimizer_config(config, "RMSprop");
-  detail::expect_no_weight_decay(read);
   auto options = detail::read_optimizer_options(read, RMSpropOptions{});
   options.rho = read.get("rho", options.rho);
   options.momentum = read.get("momentum", options.momentum);

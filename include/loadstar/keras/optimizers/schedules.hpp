@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <numbers>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -88,23 +89,71 @@ class PiecewiseConstantDecay : public LearningRateSchedule {
 };
 
 /// `initial_learning_rate * ((1 - alpha) * 0.5 * (1 + cos(pi * min(step, decay_steps) /
-/// decay_steps)) + alpha)`.
+/// decay_steps)) + alpha)`. With a `warmup_target` (Keras 3, tf.keras 2.13+), the rate first
+/// rises linearly from `initial_learning_rate` to `warmup_target` over `warmup_steps`, then decays
+/// from `warmup_target` as above over the next `decay_steps`.
 /// \code
 /// CosineDecay schedule(0.1, 1000, /*alpha=*/0.01);
+/// CosineDecay warm(0.0, 1000, 0.0, /*warmup_target=*/0.1, /*warmup_steps=*/100);
 /// \endcode
 class CosineDecay : public LearningRateSchedule {
  public:
-  LOADSTAR_DECL CosineDecay(double initial_learning_rate, double decay_steps, double alpha = 0.0);
+  LOADSTAR_DECL CosineDecay(double initial_learning_rate, double decay_steps, double alpha = 0.0,
+                            std::optional<double> warmup_target = std::nullopt,
+                            double warmup_steps = 0.0);
   LOADSTAR_DECL double operator()(std::int64_t step) const override;
   std::string class_name() const override { return "CosineDecay"; }
   LOADSTAR_DECL static std::shared_ptr<const LearningRateSchedule> from_config(
       const nlohmann::json& config);
-  nlohmann::json get_config() const override {
-    return {{"initial_learning_rate", initial_}, {"decay_steps", decay_steps_}, {"alpha", alpha_}};
-  }
+  LOADSTAR_DECL nlohmann::json get_config() const override;
 
  private:
   double initial_, decay_steps_, alpha_;
+  std::optional<double> warmup_target_;
+  double warmup_steps_;
+};
+
+/// Cosine decay with warm restarts (SGDR, Keras's `CosineDecayRestarts`): the first period lasts
+/// `first_decay_steps`, each next one `t_mul` times longer and starting from `m_mul` times the
+/// previous peak; within a period the rate follows `CosineDecay`'s curve down to
+/// `alpha * initial_learning_rate`.
+/// \code
+/// CosineDecayRestarts schedule(0.1, 1000, /*t_mul=*/2.0, /*m_mul=*/0.9);
+/// \endcode
+class CosineDecayRestarts : public LearningRateSchedule {
+ public:
+  LOADSTAR_DECL CosineDecayRestarts(double initial_learning_rate, double first_decay_steps,
+                                    double t_mul = 2.0, double m_mul = 1.0, double alpha = 0.0);
+  LOADSTAR_DECL double operator()(std::int64_t step) const override;
+  std::string class_name() const override { return "CosineDecayRestarts"; }
+  LOADSTAR_DECL static std::shared_ptr<const LearningRateSchedule> from_config(
+      const nlohmann::json& config);
+  LOADSTAR_DECL nlohmann::json get_config() const override;
+
+ private:
+  double initial_, first_decay_steps_, t_mul_, m_mul_, alpha_;
+};
+
+/// `(initial_learning_rate - end_learning_rate) * (1 - step / decay_steps)^power +
+/// end_learning_rate`, the step held at `decay_steps`; with `cycle`, `decay_steps` is instead
+/// stretched to the first multiple of itself at or above the step.
+/// \code
+/// PolynomialDecay schedule(0.1, 1000, /*end_learning_rate=*/0.001, /*power=*/2.0);
+/// \endcode
+class PolynomialDecay : public LearningRateSchedule {
+ public:
+  LOADSTAR_DECL PolynomialDecay(double initial_learning_rate, double decay_steps,
+                                double end_learning_rate = 0.0001, double power = 1.0,
+                                bool cycle = false);
+  LOADSTAR_DECL double operator()(std::int64_t step) const override;
+  std::string class_name() const override { return "PolynomialDecay"; }
+  LOADSTAR_DECL static std::shared_ptr<const LearningRateSchedule> from_config(
+      const nlohmann::json& config);
+  LOADSTAR_DECL nlohmann::json get_config() const override;
+
+ private:
+  double initial_, decay_steps_, end_, power_;
+  bool cycle_;
 };
 
 /// `initial_learning_rate / (1 + decay_rate * step / decay_steps)`, the quotient floored with
@@ -132,7 +181,8 @@ class InverseTimeDecay : public LearningRateSchedule {
 namespace loadstar::keras {
 
 /// The learning-rate schedule registry: `ExponentialDecay`, `PiecewiseConstantDecay`,
-/// `CosineDecay` and `InverseTimeDecay` by their Keras class names.
+/// `CosineDecay`, `InverseTimeDecay`, `CosineDecayRestarts` and `PolynomialDecay` by their Keras
+/// class names.
 template <>
 struct RegistryTraits<optimizers::schedules::LearningRateSchedule> {
   using Object = std::shared_ptr<const optimizers::schedules::LearningRateSchedule>;
@@ -250,26 +300,138 @@ std::shared_ptr<const LearningRateSchedule> PiecewiseConstantDecay::from_config(
   return std::make_shared<PiecewiseConstantDecay>(std::move(boundaries), std::move(values));
 }
 
-CosineDecay::CosineDecay(double initial_learning_rate, double decay_steps, double alpha)
-    : initial_(initial_learning_rate), decay_steps_(decay_steps), alpha_(alpha) {
+CosineDecay::CosineDecay(double initial_learning_rate, double decay_steps, double alpha,
+                         std::optional<double> warmup_target, double warmup_steps)
+    : initial_(initial_learning_rate),
+      decay_steps_(decay_steps),
+      alpha_(alpha),
+      warmup_target_(warmup_target),
+      warmup_steps_(warmup_steps) {
   if (!(decay_steps > 0)) {
     throw ConfigError("CosineDecay: decay_steps must be positive but is " +
                       std::to_string(decay_steps));
   }
+  if (!(warmup_steps >= 0)) {
+    throw ConfigError("CosineDecay: warmup_steps must be positive or zero but is " +
+                      std::to_string(warmup_steps));
+  }
 }
 
 double CosineDecay::operator()(std::int64_t step) const {
-  const double s = std::min(static_cast<double>(step), decay_steps_);
-  const double cosine = 0.5 * (1.0 + std::cos(std::numbers::pi * s / decay_steps_));
-  return initial_ * ((1.0 - alpha_) * cosine + alpha_);
+  const auto decayed = [&](double s, double from) {
+    const double cosine = 0.5 * (1.0 + std::cos(std::numbers::pi * s / decay_steps_));
+    return from * ((1.0 - alpha_) * cosine + alpha_);
+  };
+  if (!warmup_target_) return decayed(std::min(static_cast<double>(step), decay_steps_), initial_);
+  // Keras 3: the step is held at the end of the decay, and the warmup is linear.
+  const double s = std::min(static_cast<double>(step), decay_steps_ + warmup_steps_);
+  if (s < warmup_steps_) return (*warmup_target_ - initial_) * (s / warmup_steps_) + initial_;
+  return decayed(s - warmup_steps_, *warmup_target_);
 }
 
 std::shared_ptr<const LearningRateSchedule> CosineDecay::from_config(const nlohmann::json& config) {
   const auto read = keras::detail::ConfigReader::of(config, "schedule", "CosineDecay");
-  // tf.keras 2.13 added a linear warmup; loadstar has none.
-  read.expect("warmup_steps", 0, "loadstar's CosineDecay has no warmup");
+  const auto warmup_steps = read.get("warmup_steps", 0.0);
+  if (!(warmup_steps >= 0)) read.fail("warmup_steps", "a number at least 0");
   return std::make_shared<CosineDecay>(read.get<double>("initial_learning_rate"),
-                                       positive_steps(read), read.get("alpha", 0.0));
+                                       positive_steps(read), read.get("alpha", 0.0),
+                                       read.optional<double>("warmup_target"), warmup_steps);
+}
+
+nlohmann::json CosineDecay::get_config() const {
+  return {{"initial_learning_rate", initial_},
+          {"decay_steps", decay_steps_},
+          {"alpha", alpha_},
+          {"warmup_target", warmup_target_ ? nlohmann::json(*warmup_target_) : nullptr},
+          {"warmup_steps", warmup_steps_}};
+}
+
+CosineDecayRestarts::CosineDecayRestarts(double initial_learning_rate, double first_decay_steps,
+                                         double t_mul, double m_mul, double alpha)
+    : initial_(initial_learning_rate),
+      first_decay_steps_(first_decay_steps),
+      t_mul_(t_mul),
+      m_mul_(m_mul),
+      alpha_(alpha) {
+  if (!(first_decay_steps > 0)) {
+    throw ConfigError("CosineDecayRestarts: first_decay_steps must be positive but is " +
+                      std::to_string(first_decay_steps));
+  }
+}
+
+double CosineDecayRestarts::operator()(std::int64_t step) const {
+  double fraction = static_cast<double>(step) / first_decay_steps_;
+  double restart = 0;
+  if (t_mul_ == 1.0) {
+    restart = std::floor(fraction);
+    fraction -= restart;
+  } else {
+    // Periods 1, t_mul, t_mul^2, ...: the restart whose periods' sum is the last at or below.
+    restart = std::floor(std::log(1.0 - fraction * (1.0 - t_mul_)) / std::log(t_mul_));
+    const double sum = (1.0 - std::pow(t_mul_, restart)) / (1.0 - t_mul_);
+    fraction = (fraction - sum) / std::pow(t_mul_, restart);
+  }
+  const double cosine =
+      0.5 * std::pow(m_mul_, restart) * (1.0 + std::cos(std::numbers::pi * fraction));
+  return initial_ * ((1.0 - alpha_) * cosine + alpha_);
+}
+
+std::shared_ptr<const LearningRateSchedule> CosineDecayRestarts::from_config(
+    const nlohmann::json& config) {
+  const auto read = keras::detail::ConfigReader::of(config, "schedule", "CosineDecayRestarts");
+  const auto first = read.get<double>("first_decay_steps");
+  if (!(first > 0)) read.fail("first_decay_steps", "a positive number");
+  return std::make_shared<CosineDecayRestarts>(read.get<double>("initial_learning_rate"), first,
+                                               read.get("t_mul", 2.0), read.get("m_mul", 1.0),
+                                               read.get("alpha", 0.0));
+}
+
+nlohmann::json CosineDecayRestarts::get_config() const {
+  return {{"initial_learning_rate", initial_},
+          {"first_decay_steps", first_decay_steps_},
+          {"t_mul", t_mul_},
+          {"m_mul", m_mul_},
+          {"alpha", alpha_}};
+}
+
+PolynomialDecay::PolynomialDecay(double initial_learning_rate, double decay_steps,
+                                 double end_learning_rate, double power, bool cycle)
+    : initial_(initial_learning_rate),
+      decay_steps_(decay_steps),
+      end_(end_learning_rate),
+      power_(power),
+      cycle_(cycle) {
+  if (!(decay_steps > 0)) {
+    throw ConfigError("PolynomialDecay: decay_steps must be positive but is " +
+                      std::to_string(decay_steps));
+  }
+}
+
+double PolynomialDecay::operator()(std::int64_t step) const {
+  auto s = static_cast<double>(step);
+  double steps = decay_steps_;
+  if (cycle_) {
+    steps *= s == 0 ? 1.0 : std::ceil(s / decay_steps_);
+  } else {
+    s = std::min(s, steps);
+  }
+  return (initial_ - end_) * std::pow(1.0 - s / steps, power_) + end_;
+}
+
+std::shared_ptr<const LearningRateSchedule> PolynomialDecay::from_config(
+    const nlohmann::json& config) {
+  const auto read = keras::detail::ConfigReader::of(config, "schedule", "PolynomialDecay");
+  return std::make_shared<PolynomialDecay>(
+      read.get<double>("initial_learning_rate"), positive_steps(read),
+      read.get("end_learning_rate", 0.0001), read.get("power", 1.0), read.get("cycle", false));
+}
+
+nlohmann::json PolynomialDecay::get_config() const {
+  return {{"initial_learning_rate", initial_},
+          {"decay_steps", decay_steps_},
+          {"end_learning_rate", end_},
+          {"power", power_},
+          {"cycle", cycle_}};
 }
 
 InverseTimeDecay::InverseTimeDecay(double initial_learning_rate, double decay_steps,
@@ -315,6 +477,8 @@ void RegistryTraits<optimizers::schedules::LearningRateSchedule>::defaults(
   registry.add("PiecewiseConstantDecay", PiecewiseConstantDecay::from_config);
   registry.add("CosineDecay", CosineDecay::from_config);
   registry.add("InverseTimeDecay", InverseTimeDecay::from_config);
+  registry.add("CosineDecayRestarts", CosineDecayRestarts::from_config);
+  registry.add("PolynomialDecay", PolynomialDecay::from_config);
 }
 
 }  // namespace loadstar::keras

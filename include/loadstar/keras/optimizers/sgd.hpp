@@ -4,6 +4,7 @@
 
 #include "loadstar/config.hpp"
 
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -22,6 +23,10 @@ struct SGDOptions {
   std::optional<double> clipnorm = std::nullopt;
   std::optional<double> global_clipnorm = std::nullopt;
   std::optional<double> clipvalue = std::nullopt;
+  std::optional<double> weight_decay = std::nullopt;
+  bool use_ema = false;
+  double ema_momentum = 0.99;
+  std::optional<std::int64_t> ema_overwrite_frequency = std::nullopt;
   std::string name = "SGD";
 };
 
@@ -59,8 +64,7 @@ class SGD : public detail::OptimizerBase {
 namespace loadstar::keras::optimizers {
 
 SGD::SGD(SGDOptions options)
-    : OptimizerBase(options.name, options.learning_rate,
-                    {options.clipnorm, options.global_clipnorm, options.clipvalue}),
+    : OptimizerBase(options.name, options.learning_rate, detail::common_options(options)),
       momentum_(options.momentum),
       nesterov_(options.nesterov) {
   if (momentum_ < 0 || momentum_ > 1) {
@@ -70,7 +74,6 @@ SGD::SGD(SGDOptions options)
 
 std::unique_ptr<Optimizer> SGD::from_config(const nlohmann::json& config) {
   const auto read = detail::optimizer_config(config, "SGD");
-  detail::expect_no_weight_decay(read);
   auto options = detail::read_optimizer_options(read, SGDOptions{});
   options.momentum = read.get("momentum", options.momentum);
   options.nesterov = read.get("nesterov", options.nesterov);

@@ -47,18 +47,56 @@ struct ArrayMath {
   static auto square(const X& x) {
     return x.square();
   }
+  template <class X>
+  static auto abs(const X& x) {
+    return x.abs();
+  }
+  template <class X>
+  static auto sign(const X& x) {
+    return x.sign();
+  }
+  /// Element by element with `std::pow` (`powf`, what the device calls): Eigen's vectorised
+  /// `pow` differs from it in the last bits, and GCC 12 warns inside its AVX-512 code.
+  template <class X>
+  static auto pow(const X& x, float exponent) {
+    return x.unaryExpr([exponent](float v) { return std::pow(v, exponent); });
+  }
   template <class X, class Y>
   static auto max(const X& x, const Y& y) {
     return x.max(y);
   }
+  template <class X, class Y>
+  static auto min(const X& x, const Y& y) {
+    return x.min(y);
+  }
 };
 
-/// The options every optimizer takes, as Keras 2.11+'s `Optimizer.__init__`.
-struct Clipping {
+/// The options every optimizer takes, as Keras 3's `BaseOptimizer.__init__`.
+struct CommonOptions {
   std::optional<double> clipnorm = std::nullopt;
   std::optional<double> global_clipnorm = std::nullopt;
   std::optional<double> clipvalue = std::nullopt;
+  /// Decoupled weight decay, `w -= w * weight_decay * lr` before each step (null: none).
+  std::optional<double> weight_decay = std::nullopt;
+  /// A moving average of each trainable variable, `average = m * average + (1 - m) * w` after
+  /// each step (`m` 0 on the first), copied into the variables every `ema_overwrite_frequency`
+  /// steps and by `finalize_variable_values`.
+  bool use_ema = false;
+  double ema_momentum = 0.99;
+  std::optional<std::int64_t> ema_overwrite_frequency = std::nullopt;
 };
+
+/// The common options of an optimizer's options struct (`AdamOptions`, ...).
+template <class Options>
+CommonOptions common_options(const Options& options) {
+  return {options.clipnorm,
+          options.global_clipnorm,
+          options.clipvalue,
+          options.weight_decay,
+          options.use_ema,
+          options.ema_momentum,
+          options.ema_overwrite_frequency};
+}
 
 /// The base of the optimizers: `Derived` lists its slot names (`slot_names()`) and updates one
 /// variable in `update_step(std::size_t index, ArrayMap value, const ArrayMap& gradient,
@@ -67,11 +105,13 @@ struct Clipping {
 /// Clipping follows Keras 2.11+'s `Optimizer._clip_gradients`: `clipnorm` (each gradient scaled
 /// to at most that L2 norm) if set, else `global_clipnorm` (all gradients scaled together), else
 /// `clipvalue` (element-wise). Clipped gradients go to scratch buffers made on the first step, so
-/// the caller's gradients are left untouched.
+/// the caller's gradients are left untouched. Then, as Keras 3's `_backend_apply_gradients`, the
+/// weight decay (every optimizer's, `update_rules::decay_weight`), the optimizer's rule, and the
+/// moving average of the weights with `use_ema`.
 class OptimizerBase : public Optimizer {
  public:
   LOADSTAR_DECL OptimizerBase(std::string name, optimizers::LearningRate learning_rate,
-                              Clipping clipping);
+                              CommonOptions options);
 
   LOADSTAR_DECL void apply_gradients(std::span<Variable*> variables) override;
 
@@ -88,6 +128,8 @@ class OptimizerBase : public Optimizer {
   virtual std::vector<std::string> slot_names() const = 0;
   /// The initial value of slot `k`.
   virtual float slot_initial_value(std::size_t) const { return 0.0f; }
+  /// The shape of slot `k` of a variable of shape `variable` (the variable's own by default).
+  virtual Shape slot_shape(std::size_t /*k*/, const Shape& variable) const { return variable; }
   virtual void update_step(std::size_t index, ArrayMap value, const ArrayMap& gradient,
                            float learning_rate) = 0;
   /// This step's rule and its operands for `learning_rate` at `iterations_`, the same that
@@ -104,7 +146,13 @@ class OptimizerBase : public Optimizer {
     if (!operands) return std::nullopt;
     OptimizerStep step;
     static_cast<UpdateOperands&>(step) = *operands;
+    step.weight_decay = decay(learning_rate);
     return step;
+  }
+  /// This step's `lr * weight_decay` (0: none), which `update_rules::decay_weight` applies.
+  float decay(float learning_rate) const {
+    return options_.weight_decay ? static_cast<float>(learning_rate * *options_.weight_decay)
+                                 : 0.0F;
   }
 
   /// The most slots a variable has.
@@ -113,6 +161,12 @@ class OptimizerBase : public Optimizer {
   /// Slot `k` of trainable variable `index` (the one `update_step` is updating): a host view,
   /// valid during `update_step` only.
   LOADSTAR_DECL ArrayMap slot([[maybe_unused]] std::size_t index, std::size_t k);
+  /// Slot `k` of trainable variable `index` as a tensor, for its shape: valid during
+  /// `update_step` only.
+  const Tensor<float>& slot_tensor([[maybe_unused]] std::size_t index, std::size_t k) const {
+    LOADSTAR_ASSERT(k < current_slots_.size(), "slot_tensor: only valid inside update_step");
+    return current_slots_[k];
+  }
 
  public:
   /// Creates the slot variables of the trainable `variables` (Keras's `optimizer.build(var_list)`)
@@ -124,13 +178,24 @@ class OptimizerBase : public Optimizer {
 
   bool built() const noexcept override { return built_; }
 
+  /// With `use_ema`, copies the moving averages into the trainable `variables` (Keras's
+  /// `finalize_variable_values`, which `fit` calls at its end); otherwise does nothing.
+  LOADSTAR_DECL void finalize_variable_values(std::span<Variable*> variables) override;
+
  private:
+  /// The moving averages' step (`use_ema`) after the rule's, and their copy into the variables
+  /// every `ema_overwrite_frequency` steps; `iterations_` is still this step's index.
+  LOADSTAR_DECL void update_moving_averages(std::span<Variable*> variables);
+  LOADSTAR_DECL void overwrite_with_averages(std::span<Variable*> variables);
+
   // Keras 2.11+ names a slot `<slot>/<variable>` (`add_variable_from_reference`): "m/kernel".
   LOADSTAR_DECL void build(Backend& backend, std::span<Variable*> variables);
 
  private:
   optimizers::LearningRate learning_rate_;
-  Clipping clipping_;
+  CommonOptions options_;
+  // The rule's slots, `slots_per_variable_` per trainable variable in order, then with `use_ema`
+  // one moving average per trainable variable.
   std::vector<Variable> slots_;
   std::vector<Tensor<float>> scratch_, gradients_;
   std::vector<VariableSlots> device_variables_;  // reused: no allocation after the first step
@@ -146,14 +211,24 @@ class OptimizerBase : public Optimizer {
 namespace loadstar::keras::detail {
 
 OptimizerBase::OptimizerBase(std::string name, optimizers::LearningRate learning_rate,
-                             Clipping clipping)
-    : Optimizer(std::move(name)), learning_rate_(std::move(learning_rate)), clipping_(clipping) {
-  if (clipping.clipnorm && clipping.global_clipnorm) {
+                             CommonOptions options)
+    : Optimizer(std::move(name)), learning_rate_(std::move(learning_rate)), options_(options) {
+  if (options.clipnorm && options.global_clipnorm) {
     throw ConfigError(this->name() +
                       ": at most one of clipnorm and global_clipnorm can be set "
                       "but clipnorm is " +
-                      std::to_string(*clipping.clipnorm) + " and global_clipnorm is " +
-                      std::to_string(*clipping.global_clipnorm));
+                      std::to_string(*options.clipnorm) + " and global_clipnorm is " +
+                      std::to_string(*options.global_clipnorm));
+  }
+  // Keras 3 checks these only with use_ema.
+  if (options.use_ema && !(options.ema_momentum >= 0 && options.ema_momentum <= 1)) {
+    throw ConfigError(this->name() + ": ema_momentum must be in [0, 1] but is " +
+                      std::to_string(options.ema_momentum));
+  }
+  if (options.use_ema && options.ema_overwrite_frequency && *options.ema_overwrite_frequency < 1) {
+    throw ConfigError(this->name() +
+                      ": ema_overwrite_frequency must be at least 1 or null but is " +
+                      std::to_string(*options.ema_overwrite_frequency));
   }
 }
 
@@ -162,21 +237,21 @@ void OptimizerBase::apply_gradients(std::span<Variable*> variables) {
   if (!built_) build(backend, variables);
   const auto learning_rate = static_cast<float>(learning_rate_.at(iterations_));
   float scale = 1.0f;
-  const bool by_norm = clipping_.clipnorm && *clipping_.clipnorm > 0;
-  const bool by_global = !by_norm && clipping_.global_clipnorm && *clipping_.global_clipnorm > 0;
-  const bool by_value = !by_norm && !by_global && clipping_.clipvalue && *clipping_.clipvalue > 0;
+  const bool by_norm = options_.clipnorm && *options_.clipnorm > 0;
+  const bool by_global = !by_norm && options_.global_clipnorm && *options_.global_clipnorm > 0;
+  const bool by_value = !by_norm && !by_global && options_.clipvalue && *options_.clipvalue > 0;
   // The backend's fused step over every variable at once when it has one (a device backend);
   // otherwise one host kernel per variable below.
   if (std::optional<OptimizerStep> step = device_step(learning_rate)) {
     if (by_norm) {
       step->clipping = GradientClipping::by_norm;
-      step->clip_threshold = *clipping_.clipnorm;
+      step->clip_threshold = *options_.clipnorm;
     } else if (by_global) {
       step->clipping = GradientClipping::by_global_norm;
-      step->clip_threshold = *clipping_.global_clipnorm;
+      step->clip_threshold = *options_.global_clipnorm;
     } else if (by_value) {
       step->clipping = GradientClipping::by_value;
-      step->clip_threshold = *clipping_.clipvalue;
+      step->clip_threshold = *options_.clipvalue;
     }
     device_variables_.resize(scratch_.size());
     std::size_t trainable = 0;
@@ -194,6 +269,7 @@ void OptimizerBase::apply_gradients(std::span<Variable*> variables) {
     LOADSTAR_ASSERT(trainable == device_variables_.size(), "apply_gradients: variables changed");
     // The CPU backend declines (false): its step is the host code below, bit for bit as before.
     if (backend.apply_optimizer_step(*step, device_variables_)) {
+      update_moving_averages(variables);
       ++iterations_;
       return;
     }
@@ -207,8 +283,10 @@ void OptimizerBase::apply_gradients(std::span<Variable*> variables) {
       for (const auto& gradient : gradients)
         squares += array_of(gradient).cast<double>().square().sum();
     });
-    scale = clip_scale(squares, *clipping_.global_clipnorm);
+    scale = clip_scale(squares, *options_.global_clipnorm);
   }
+  UpdateOperands decay_operands;
+  decay_operands.weight_decay = decay(learning_rate);
   std::size_t index = 0;
   // Per variable: its value, gradient, clipping scratch and slots, as one host kernel.
   std::array<Tensor<float>, 3 + max_slots> tensors;
@@ -225,13 +303,14 @@ void OptimizerBase::apply_gradients(std::span<Variable*> variables) {
           current_slots_ = t.subspan(3);
           ArrayMap value = array_of(t[0]);
           ArrayMap gradient = array_of(t[1]);
+          update_rules::decay_weight<ArrayMath>(decay_operands, value);
           if (by_norm) {
-            scale = clip_scale(gradient.cast<double>().square().sum(), *clipping_.clipnorm);
+            scale = clip_scale(gradient.cast<double>().square().sum(), *options_.clipnorm);
           }
           if (by_norm || by_global || by_value) {
             ArrayMap clipped = array_of(t[2]);
             if (by_value) {
-              const auto c = static_cast<float>(*clipping_.clipvalue);
+              const auto c = static_cast<float>(*options_.clipvalue);
               clipped = gradient.max(-c).min(c);  // clip_to_value, a block at a time
             } else {
               clipped = gradient * scale;
@@ -244,7 +323,52 @@ void OptimizerBase::apply_gradients(std::span<Variable*> variables) {
         });
     ++index;
   }
+  update_moving_averages(variables);
   ++iterations_;
+}
+
+void OptimizerBase::update_moving_averages(std::span<Variable*> variables) {
+  if (!options_.use_ema) return;
+  // Keras 3's `_update_model_variables_moving_average`: the momentum is 0 on the first step, so
+  // that the average starts at the weights.
+  const auto momentum = static_cast<float>(iterations_ == 0 ? 0.0 : options_.ema_momentum);
+  const std::size_t averages = slots_per_variable_ * scratch_.size();
+  std::size_t index = 0;
+  for (Variable* v : variables) {
+    if (!v->trainable) continue;
+    backend().on_host({v->value, slots_[averages + index].value},
+                      [&](std::span<const Tensor<float>> t) {
+                        ArrayMap average = array_of(t[1]);
+                        average = momentum * average + (1.0F - momentum) * array_of(t[0]);
+                      });
+    ++index;
+  }
+  if (options_.ema_overwrite_frequency &&
+      (iterations_ + 1) % *options_.ema_overwrite_frequency == 0)
+    overwrite_with_averages(variables);
+}
+
+void OptimizerBase::overwrite_with_averages(std::span<Variable*> variables) {
+  const std::size_t averages = slots_per_variable_ * scratch_.size();
+  std::size_t index = 0;
+  for (Variable* v : variables) {
+    if (!v->trainable) continue;
+    backend().on_host({v->value, slots_[averages + index].value},
+                      [](std::span<const Tensor<float>> t) { array_of(t[0]) = array_of(t[1]); });
+    ++index;
+  }
+}
+
+void OptimizerBase::finalize_variable_values(std::span<Variable*> variables) {
+  if (!options_.use_ema || !built_) return;
+  std::size_t trainable = 0;
+  for (const Variable* v : variables)
+    trainable += v->trainable ? 1 : 0;
+  if (trainable != scratch_.size()) {
+    throw ConfigError(name() + ": holds the moving averages of " + std::to_string(scratch_.size()) +
+                      " trainable variables but is given " + std::to_string(trainable));
+  }
+  overwrite_with_averages(variables);
 }
 
 void OptimizerBase::set_backend(std::shared_ptr<Backend> backend) {
@@ -261,15 +385,19 @@ void OptimizerBase::set_backend(std::shared_ptr<Backend> backend) {
 
 nlohmann::json OptimizerBase::get_config() const {
   nlohmann::json config = {{"name", name()}, {"learning_rate", learning_rate_.get_config()}};
-  config["clipnorm"] = clipping_.clipnorm ? nlohmann::json(*clipping_.clipnorm) : nullptr;
+  config["clipnorm"] = options_.clipnorm ? nlohmann::json(*options_.clipnorm) : nullptr;
   config["global_clipnorm"] =
-      clipping_.global_clipnorm ? nlohmann::json(*clipping_.global_clipnorm) : nullptr;
-  config["clipvalue"] = clipping_.clipvalue ? nlohmann::json(*clipping_.clipvalue) : nullptr;
-  // The rest of Keras 2.11+'s base config, so that Keras reads the config back.
-  config["weight_decay"] = nullptr;
-  config["use_ema"] = false;
-  config["ema_momentum"] = 0.99;
-  config["ema_overwrite_frequency"] = nullptr;
+      options_.global_clipnorm ? nlohmann::json(*options_.global_clipnorm) : nullptr;
+  config["clipvalue"] = options_.clipvalue ? nlohmann::json(*options_.clipvalue) : nullptr;
+  config["weight_decay"] = options_.weight_decay ? nlohmann::json(*options_.weight_decay) : nullptr;
+  config["use_ema"] = options_.use_ema;
+  config["ema_momentum"] = options_.ema_momentum;
+  config["ema_overwrite_frequency"] = options_.ema_overwrite_frequency
+                                          ? nlohmann::json(*options_.ema_overwrite_frequency)
+                                          : nullptr;
+  // The rest of Keras 3's base config (and tf.keras 2.11+'s), so that Keras reads it back.
+  config["loss_scale_factor"] = nullptr;
+  config["gradient_accumulation_steps"] = nullptr;
   config["jit_compile"] = false;
   config["is_legacy_optimizer"] = false;
   return config;
@@ -305,13 +433,20 @@ void OptimizerBase::build(Backend& backend, std::span<Variable*> variables) {
                        " but its gradient has shape " + v->gradient.shape().str());
     }
     for (std::size_t k = 0; k < names.size(); ++k) {
-      Tensor<float> slot = backend.allocate(v->value.shape());
+      Tensor<float> slot = backend.allocate(slot_shape(k, v->value.shape()));
       if (const float initial = slot_initial_value(k); initial != 0.0F) backend.fill(slot, initial);
       slots_.push_back(Variable{names[k] + "/" + v->name, slot, Tensor<float>(), false});
     }
-    scratch_.push_back(clipping_.clipnorm || clipping_.global_clipnorm || clipping_.clipvalue
+    scratch_.push_back(options_.clipnorm || options_.global_clipnorm || options_.clipvalue
                            ? backend.allocate(v->value.shape())
                            : Tensor<float>());
+  }
+  if (options_.use_ema) {
+    for (Variable* v : variables) {
+      if (!v->trainable) continue;
+      slots_.push_back(Variable{"average/" + v->name, backend.allocate(v->value.shape()),
+                                Tensor<float>(), false});
+    }
   }
   built_ = true;
 }

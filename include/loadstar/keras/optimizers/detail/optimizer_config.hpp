@@ -3,6 +3,7 @@
 /// schedule, or Keras 2's legacy `lr` and `decay`), clipping and the name.
 #pragma once
 
+#include <cstdint>
 #include <string_view>
 
 #include <nlohmann/json.hpp>
@@ -19,13 +20,14 @@ inline ConfigReader optimizer_config(const nlohmann::json& config, std::string_v
 }
 
 /// Fills the options every optimizer takes (`learning_rate`, `clipnorm`, `global_clipnorm`,
-/// `clipvalue`, `name`) from a Keras config, leaving Keras's defaults (already in `options`) where
-/// a key is absent or null.
+/// `clipvalue`, `weight_decay`, `use_ema`, `ema_momentum`, `ema_overwrite_frequency`, `name`) from
+/// a Keras config, leaving the defaults already in `options` (Keras's, AdamW's `weight_decay`
+/// 0.004 included) where a key is absent or null.
 ///
 /// Keras 2.0-2.3 write `lr` for `learning_rate`, and a legacy `decay`: the learning rate of step
-/// `t` is `lr / (1 + decay * t)`, which is `InverseTimeDecay(lr, 1, decay)`. Keras 2.11+'s other
-/// keys (`is_legacy_optimizer`, `jit_compile`, `ema_momentum`, `ema_overwrite_frequency`) are
-/// ignored; `use_ema` must be false and `weight_decay` null or 0 (AdamW reads its own).
+/// `t` is `lr / (1 + decay * t)`, which is `InverseTimeDecay(lr, 1, decay)`. tf.keras 2.11+'s
+/// `is_legacy_optimizer` and `jit_compile` change nothing here and are ignored; Keras 3's
+/// `loss_scale_factor` and `gradient_accumulation_steps` must be null.
 template <class Options>
 Options read_optimizer_options(const ConfigReader& read, Options options) {
   const char* key = read.has("learning_rate") ? "learning_rate" : "lr";
@@ -47,16 +49,16 @@ Options read_optimizer_options(const ConfigReader& read, Options options) {
   options.clipnorm = read.optional<double>("clipnorm");
   options.global_clipnorm = read.optional<double>("global_clipnorm");
   options.clipvalue = read.optional<double>("clipvalue");
-  read.expect("use_ema", false, "loadstar keeps no moving average of the weights");
+  if (read.has("weight_decay")) options.weight_decay = read.get<double>("weight_decay");
+  options.use_ema = read.get("use_ema", options.use_ema);
+  options.ema_momentum = read.get("ema_momentum", options.ema_momentum);
+  options.ema_overwrite_frequency = read.optional<std::int64_t>("ema_overwrite_frequency");
+  read.expect("loss_scale_factor", nullptr,
+              "loadstar trains in float32 and does not scale the loss");
+  read.expect("gradient_accumulation_steps", nullptr,
+              "loadstar applies the gradients of every batch");
   options.name = read.get("name", options.name.c_str());
   return options;
-}
-
-/// Throws unless a config's `weight_decay` is absent, null or 0 (only AdamW decays weights).
-inline void expect_no_weight_decay(const ConfigReader& read) {
-  if (read.get("weight_decay", 0.0) != 0) {
-    read.fail("weight_decay", "null or 0 (only AdamW decays weights in loadstar)");
-  }
 }
 
 }  // namespace loadstar::keras::detail
