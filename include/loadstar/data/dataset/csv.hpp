@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "loadstar/data/dataset/detail/base.hpp"
+#include "loadstar/data/dataset/detail/file_cursor.hpp"
 #include "loadstar/data/dataset/detail/state.hpp"
 #include "loadstar/data/detail/input_stream.hpp"
 #include "loadstar/error.hpp"
@@ -130,10 +131,11 @@ class CsvDataset : public DatasetBase<CsvDataset> {
   /// whose number differs from the columns', or an unknown `compression_type`.
   CsvDataset(std::vector<std::string> filenames, std::vector<CsvColumn> record_defaults,
              CsvOptions options = {})
-      : filenames_(std::move(filenames)),
-        columns_(std::move(record_defaults)),
+      : columns_(std::move(record_defaults)),
         options_(std::move(options)),
-        compression_(detail::parse_compression(options_.compression_type, "CsvDataset")) {
+        files_(std::move(filenames),
+               detail::parse_compression(options_.compression_type, "CsvDataset"),
+               options_.buffer_size, "CsvDataset", "csv file") {
     if (columns_.empty()) {
       throw ConfigError("CsvDataset: record_defaults must name at least one column but is empty");
     }
@@ -179,79 +181,50 @@ class CsvDataset : public DatasetBase<CsvDataset> {
     }
   }
 
-  CsvDataset(const CsvDataset& other)
-      : filenames_(other.filenames_),
-        columns_(other.columns_),
-        options_(other.options_),
-        compression_(other.compression_) {
-    restore(other.state());
-  }
+  CsvDataset(const CsvDataset&) = default;
   CsvDataset(CsvDataset&&) noexcept = default;
   CsvDataset& operator=(CsvDataset&&) noexcept = default;
 
   std::optional<element_type> next() {
-    while (file_ < filenames_.size()) {
-      if (!reader_) {
-        open(0, 1);
-        if (options_.header && reader_->peek() != -1) read_record(false);
+    while (!files_.done()) {
+      if (files_.open_if_closed()) {
+        line_ = 1;
+        if (options_.header && reader().peek() != -1) read_record(false);
       }
-      if (reader_->peek() != -1) {
-        return read_record(true);
-      }
-      reader_.reset();
-      ++file_;
+      if (reader().peek() != -1) return read_record(true);
+      files_.next_file();
     }
     return std::nullopt;
   }
 
   void reset() {
-    reader_.reset();
-    file_ = 0;
+    files_.reset();
     line_ = 1;
   }
 
   nlohmann::json state() const {
-    return {{"op", "csv"},
-            {"files", filenames_.size()},
-            {"file", file_},
-            {"offset", reader_ ? nlohmann::json(reader_->offset()) : nlohmann::json(nullptr)},
-            {"line", line_}};
+    nlohmann::json state{{"op", "csv"}, {"line", line_}};
+    files_.save(state);
+    return state;
   }
 
   void restore(const nlohmann::json& state) {
     const auto& s = detail::expect_state(state, "csv");
-    const std::size_t files = s["files"];
-    const std::size_t file = s["file"];
-    if (files != filenames_.size() || file > files) {
-      throw CheckpointError("CsvDataset: state was taken with " + std::to_string(files) +
-                            " files, at file " + std::to_string(file) + ", but the dataset has " +
-                            std::to_string(filenames_.size()));
-    }
-    reset();
-    file_ = file;
-    if (!s["offset"].is_null()) open(s["offset"].get<std::uint64_t>(), s["line"]);
+    line_ = 1;
+    if (files_.restore(s)) line_ = s["line"];
   }
 
  private:
-  void open(std::uint64_t offset, std::size_t line) {
-    reader_ =
-        std::make_unique<detail::CharReader>(filenames_[file_], compression_, options_.buffer_size,
-                                             "csv file '" + filenames_[file_] + "'");
-    line_ = line;
-    if (offset > 0 && !reader_->skip(offset)) {
-      throw CheckpointError("CsvDataset: state is at byte offset " + std::to_string(offset) +
-                            " of '" + filenames_[file_] + "' but the data end before it");
-    }
-  }
+  detail::CharReader& reader() { return files_.reader(); }
 
   [[noreturn]] void fail(std::size_t line, std::size_t column, const std::string& what) const {
-    throw FormatError(reader_->where() + " line " + std::to_string(line) + " column " +
+    throw FormatError(files_.reader().where() + " line " + std::to_string(line) + " column " +
                       std::to_string(column) + ": " + what);
   }
 
   /// Consumes the line end `c` (a `\r` takes a following `\n` with it).
   void end_line(int c) {
-    if (c == '\r' && reader_->peek() == '\n') reader_->get();
+    if (c == '\r' && reader().peek() == '\n') reader().get();
     ++line_;
   }
 
@@ -268,27 +241,27 @@ class CsvDataset : public DatasetBase<CsvDataset> {
     while (!end_of_record) {
       text.clear();
       const std::size_t column = field + 1;
-      int c = reader_->peek();
+      int c = reader().peek();
       if (options_.use_quote_delim && c == '"') {
-        reader_->get();
+        reader().get();
         while (true) {
-          c = reader_->get();
+          c = reader().get();
           if (c == -1) {
             fail(record_line, column,
                  "expected a closing quote but the file ends inside the quoted field");
           }
-          if (c == '\n' || (c == '\r' && reader_->peek() != '\n')) ++line_;
+          if (c == '\n' || (c == '\r' && reader().peek() != '\n')) ++line_;
           if (c != '"') {
             text.push_back(static_cast<char>(c));
             continue;
           }
-          const int after = reader_->peek();
+          const int after = reader().peek();
           if (after == '"') {
-            reader_->get();
+            reader().get();
             text.push_back('"');
             continue;
           }
-          reader_->get();
+          reader().get();
           if (after == -1 || after == '\n' || after == '\r') {
             end_of_record = true;
             if (after != -1) end_line(after);
@@ -301,7 +274,7 @@ class CsvDataset : public DatasetBase<CsvDataset> {
           break;
         }
       } else {
-        c = reader_->read_until(delim, '\n', '\r', text);
+        c = reader().read_until(delim, '\n', '\r', text);
         if (c == '\n' || c == '\r' || c == -1) {
           end_of_record = true;
           if (c != -1) end_line(c);
@@ -378,13 +351,10 @@ class CsvDataset : public DatasetBase<CsvDataset> {
     }
   }
 
-  std::vector<std::string> filenames_;
   std::vector<CsvColumn> columns_;
   CsvOptions options_;
-  detail::Compression compression_;
-  std::size_t file_ = 0;
+  detail::FileCursor files_;
   std::size_t line_ = 1;
-  std::unique_ptr<detail::CharReader> reader_;
 };
 
 }  // namespace loadstar

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "loadstar/data/dataset/detail/base.hpp"
+#include "loadstar/data/dataset/detail/file_cursor.hpp"
 #include "loadstar/data/dataset/detail/state.hpp"
 #include "loadstar/data/detail/input_stream.hpp"
 #include "loadstar/error.hpp"
@@ -36,74 +37,36 @@ class TextLineDataset : public DatasetBase<TextLineDataset> {
   /// Throws `ConfigError` for an unknown `compression_type`.
   explicit TextLineDataset(std::vector<std::string> filenames, std::string compression_type = "",
                            std::size_t buffer_size = 256 * 1024)
-      : filenames_(std::move(filenames)),
-        compression_(detail::parse_compression(compression_type, "TextLineDataset")),
-        buffer_size_(buffer_size) {}
-
-  TextLineDataset(const TextLineDataset& other)
-      : filenames_(other.filenames_),
-        compression_(other.compression_),
-        buffer_size_(other.buffer_size_) {
-    restore(other.state());
-  }
-  TextLineDataset(TextLineDataset&&) noexcept = default;
-  TextLineDataset& operator=(TextLineDataset&&) noexcept = default;
+      : files_(std::move(filenames), detail::parse_compression(compression_type, "TextLineDataset"),
+               buffer_size, "TextLineDataset", "text file") {}
 
   std::optional<element_type> next() {
-    while (file_ < filenames_.size()) {
-      if (!reader_) open(0);
+    while (!files_.done()) {
+      files_.open_if_closed();
       std::string line;
       int end = '\r';
       while (end == '\r')  // `\r` is dropped wherever it stands.
-        end = reader_->read_until('\n', '\r', line);
+        end = files_.reader().read_until('\n', '\r', line);
       if (end == '\n' || !line.empty()) return line;
-      reader_.reset();
-      ++file_;
+      files_.next_file();
     }
     return std::nullopt;
   }
 
-  void reset() {
-    reader_.reset();
-    file_ = 0;
-  }
+  void reset() { files_.reset(); }
 
   nlohmann::json state() const {
-    return {{"op", "text_line"},
-            {"files", filenames_.size()},
-            {"file", file_},
-            {"offset", reader_ ? nlohmann::json(reader_->offset()) : nlohmann::json(nullptr)}};
+    nlohmann::json state{{"op", "text_line"}};
+    files_.save(state);
+    return state;
   }
 
   void restore(const nlohmann::json& state) {
-    const auto& s = detail::expect_state(state, "text_line");
-    const std::size_t files = s["files"];
-    const std::size_t file = s["file"];
-    if (files != filenames_.size() || file > files) {
-      throw CheckpointError("TextLineDataset: state was taken with " + std::to_string(files) +
-                            " files, at file " + std::to_string(file) + ", but the dataset has " +
-                            std::to_string(filenames_.size()));
-    }
-    reset();
-    file_ = file;
-    if (!s["offset"].is_null()) open(s["offset"].get<std::uint64_t>());
+    files_.restore(detail::expect_state(state, "text_line"));
   }
 
  private:
-  void open(std::uint64_t offset) {
-    reader_ = std::make_unique<detail::CharReader>(filenames_[file_], compression_, buffer_size_,
-                                                   "text file '" + filenames_[file_] + "'");
-    if (offset > 0 && !reader_->skip(offset)) {
-      throw CheckpointError("TextLineDataset: state is at byte offset " + std::to_string(offset) +
-                            " of '" + filenames_[file_] + "' but the data end before it");
-    }
-  }
-
-  std::vector<std::string> filenames_;
-  detail::Compression compression_;
-  std::size_t buffer_size_;
-  std::size_t file_ = 0;
-  std::unique_ptr<detail::CharReader> reader_;
+  detail::FileCursor files_;
 };
 
 }  // namespace loadstar
