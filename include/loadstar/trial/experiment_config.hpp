@@ -627,7 +627,9 @@ void ExperimentConfigReader::check_keys(const json& value, const std::string& pa
                                         const std::vector<std::string>& keys,
                                         const std::vector<DefaultOnlyKey>& defaults_only) const {
   if (!value.is_object()) refuse(path.empty() ? "the top level" : path, "a mapping", value);
-  for (const auto& [key, item] : value.items()) {
+  for (const auto& entry : value.items()) {
+    const std::string& key = entry.key();
+    const json& item = entry.value();
     if (std::find(keys.begin(), keys.end(), key) != keys.end()) continue;
     const auto known = std::find_if(defaults_only.begin(), defaults_only.end(),
                                     [&](const DefaultOnlyKey& k) { return k.key == key; });
