@@ -245,7 +245,7 @@ TEST_SUITE("keras_layers") {
   }
 
   TEST_CASE("Orthogonal fills orthonormal rows or columns times the gain") {
-    for (const Shape shape : {Shape{6, 3}, Shape{3, 6}, Shape{2, 2, 4}}) {
+    for (const Shape& shape : {Shape{6, 3}, Shape{3, 6}, Shape{2, 2, 4}}) {
       INFO(shape.str());
       Tensor<float> t(shape);
       Initializer::orthogonal(2.0).fill(t, 11);

@@ -184,7 +184,7 @@ RecurrentCore::RecurrentCore(CellKind kind, std::size_t units, RecurrentOptions 
   activations_.recurrent = activation_from_name(options_.recurrent_activation);
   for (const auto& [key, value] : {std::pair{"activation", activations_.activation},
                                    std::pair{"recurrent_activation", activations_.recurrent}}) {
-    if (value == Activation::softmax) {
+    if (value == keras::Activation::softmax) {
       throw ConfigError(label_ + ": " + key + " must act element by element but is 'softmax'");
     }
   }
