@@ -1852,6 +1852,46 @@ TEST_SUITE("cuda") {
     }
     check_close(predictions[0], predictions[1], 1e-4);
   }
+
+  TEST_CASE("The recurrent layers match the PyTorch reference values on the CUDA backend") {
+    // tests/keras/generate_recurrent.py: SimpleRNN, LSTM, GRU (reset_after true and false) and
+    // Bidirectional over 1 to 5 steps in both directions, with their inputs, weights and
+    // gradients in device memory.
+    Backends b;
+    for (const auto& c : layer_cases::load("recurrent.json")["cases"])
+      layer_cases::run_case(c, b.gpu);
+  }
+
+  TEST_CASE("A model of recurrent layers trains on the CUDA backend as on the CPU") {
+    const auto make = [] {
+      set_random_seed(33);
+      auto in = Input({5, 3});
+      auto h = call(LSTM(4, {.return_sequences = true}), in);
+      h = call(Bidirectional(GRU(3, {.return_sequences = true}), MergeMode::ave), h);
+      h = call(SimpleRNN(2, {.go_backwards = true}), h);
+      return std::make_shared<Model>(in, call(Dense(2), h));
+    };
+    const Tensor<float> x = random_tensor({6, 5, 3}, 43);
+    const Tensor<float> y = random_tensor({6, 2}, 44);
+    std::vector<std::vector<Tensor<float>>> weights;
+    std::vector<Tensor<float>> predictions;
+    for (const bool gpu : {false, true}) {
+      auto model = make();
+      model->compile({.optimizer = "sgd",
+                      .loss = "mse",
+                      .backend = gpu ? keras::cuda_backend(0) : cpu_backend(1)});
+      for (int i = 0; i < 3; ++i)
+        model->train_on_batch(x, y);
+      weights.push_back(model->get_weights());
+      predictions.push_back(model->predict(x, {.verbose = 0}));
+    }
+    REQUIRE(weights[0].size() == weights[1].size());
+    for (std::size_t i = 0; i < weights[0].size(); ++i) {
+      CAPTURE(i);
+      check_close(weights[0][i], weights[1][i], 1e-4);
+    }
+    check_close(predictions[0], predictions[1], 1e-4);
+  }
 }
 
 TEST_SUITE("cuda") {

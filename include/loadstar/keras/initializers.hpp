@@ -5,11 +5,13 @@
 
 #include "loadstar/config.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -47,6 +49,7 @@ class Initializer {
     random_uniform,
     truncated_normal,
     variance_scaling,
+    orthogonal,
   };
   enum class Mode { fan_in, fan_out, fan_avg };
   enum class Distribution { truncated_normal, untruncated_normal, uniform };
@@ -91,6 +94,12 @@ class Initializer {
     return variance_scaling(1.0, Mode::fan_in, Distribution::uniform, seed, "LecunUniform");
   }
 
+  /// Keras's `Orthogonal`: `gain` times the `Q` of the QR decomposition of a standard normal
+  /// matrix `(prod(shape[:-1]), shape[-1])` (transposed when it has fewer rows than columns),
+  /// with `Q`'s columns signed so that `R`'s diagonal is positive (Keras's `sign(diag(r))`).
+  LOADSTAR_DECL static Initializer orthogonal(double gain = 1.0,
+                                              std::optional<std::uint64_t> seed = {});
+
   LOADSTAR_DECL static Initializer from_name(std::string_view name);
 
   /// Reads Keras's `{"class_name": ..., "config": {...}}` (or a plain name string) of a built-in
@@ -117,6 +126,7 @@ class Initializer {
  private:
   Initializer(Kind kind, std::string class_name)
       : kind_(kind), class_name_(std::move(class_name)) {}
+  LOADSTAR_DECL void fill_orthogonal(const Tensor<float>& t, SplitMix64& rng) const;
 
   Kind kind_ = Kind::zeros;
   std::string class_name_ = "Zeros";
@@ -188,6 +198,13 @@ Initializer Initializer::variance_scaling(double scale, Mode mode, Distribution 
   return i;
 }
 
+Initializer Initializer::orthogonal(double gain, std::optional<std::uint64_t> seed) {
+  Initializer i(Kind::orthogonal, "Orthogonal");
+  i.a_ = gain;
+  i.seed_ = seed;
+  return i;
+}
+
 Initializer Initializer::from_name(std::string_view name) {
   if (name == "zeros" || name == "Zeros" || name == "zero") return zeros();
   if (name == "ones" || name == "Ones" || name == "one") return ones();
@@ -204,10 +221,11 @@ Initializer Initializer::from_name(std::string_view name) {
   if (name == "lecun_uniform" || name == "LecunUniform") return lecun_uniform();
   if (name == "variance_scaling" || name == "VarianceScaling")
     return variance_scaling(1.0, Mode::fan_in, Distribution::truncated_normal);
+  if (name == "orthogonal" || name == "Orthogonal") return orthogonal();
   throw ConfigError("unknown initializer '" + std::string(name) +
                     "'; known: zeros, ones, constant, random_normal, random_uniform, "
                     "truncated_normal, glorot_uniform, glorot_normal, he_normal, he_uniform, "
-                    "lecun_normal, lecun_uniform, variance_scaling");
+                    "lecun_normal, lecun_uniform, variance_scaling, orthogonal");
 }
 
 Initializer Initializer::from_json(const nlohmann::json& j) {
@@ -258,6 +276,9 @@ Initializer Initializer::from_config(const std::string& class_name, const nlohma
                                                       : Distribution::truncated_normal;
       }
       break;
+    case Kind::orthogonal:
+      i.a_ = read.get("gain", 1.0);
+      break;
     default:
       break;
   }
@@ -293,6 +314,9 @@ nlohmann::json Initializer::to_json() const {
       } else {
         config = {{"seed", seed()}};
       }
+      break;
+    case Kind::orthogonal:
+      config = {{"gain", a_}, {"seed", seed()}};
       break;
   }
   return {{"class_name", class_name_}, {"config", config}};
@@ -350,6 +374,45 @@ void Initializer::fill(const Tensor<float>& t, std::uint64_t default_seed) const
       }
       return;
     }
+    case Kind::orthogonal:
+      fill_orthogonal(t, rng);
+      return;
+  }
+}
+
+void Initializer::fill_orthogonal(const Tensor<float>& t, SplitMix64& rng) const {
+  // keras/initializers: flat shape (rows, cols) = (prod(shape[:-1]), shape[-1]); a normal matrix
+  // of (max, min) is drawn, its QR taken and Q's columns multiplied by sign(diag(R)), then Q
+  // transposed back when rows < cols. Modified Gram-Schmidt, run twice for orthogonality in
+  // double, gives the Q whose R has a positive diagonal: the same Q as the sign correction.
+  if (t.size() == 0) return;
+  const std::size_t cols = t.rank() == 0 ? 1 : t.shape()[t.rank() - 1];
+  const std::size_t rows = t.size() / cols;
+  const std::size_t m = std::max(rows, cols), n = std::min(rows, cols);
+  std::vector<double> a(m * n);  // row-major (m, n)
+  for (double& v : a)
+    v = rng.normal();
+  for (std::size_t j = 0; j < n; ++j) {
+    for (int pass = 0; pass < 2; ++pass) {
+      for (std::size_t k = 0; k < j; ++k) {
+        double dot = 0.0;
+        for (std::size_t r = 0; r < m; ++r)
+          dot += a[r * n + k] * a[r * n + j];
+        for (std::size_t r = 0; r < m; ++r)
+          a[r * n + j] -= dot * a[r * n + k];
+      }
+    }
+    double norm = 0.0;
+    for (std::size_t r = 0; r < m; ++r)
+      norm += a[r * n + j] * a[r * n + j];
+    norm = std::sqrt(norm);
+    for (std::size_t r = 0; r < m; ++r)
+      a[r * n + j] = norm > 0.0 ? a[r * n + j] / norm : 0.0;
+  }
+  float* out = t.data();
+  for (std::size_t r = 0; r < rows; ++r) {
+    for (std::size_t c = 0; c < cols; ++c)
+      out[r * cols + c] = float(a_ * (rows >= cols ? a[r * n + c] : a[c * n + r]));
   }
 }
 
@@ -382,7 +445,9 @@ void RegistryTraits<loadstar::keras::Initializer>::defaults(Registry<Initializer
                            "lecun_uniform",
                            "LecunUniform",
                            "variance_scaling",
-                           "VarianceScaling"}) {
+                           "VarianceScaling",
+                           "orthogonal",
+                           "Orthogonal"}) {
     registry.add(name, [class_name = std::string(name)](const nlohmann::json& config) {
       return Initializer::from_config(class_name, config);
     });

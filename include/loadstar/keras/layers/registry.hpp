@@ -14,6 +14,7 @@
 #include "loadstar/keras/layers/average_pooling1d.hpp"
 #include "loadstar/keras/layers/average_pooling2d.hpp"
 #include "loadstar/keras/layers/batch_normalization.hpp"
+#include "loadstar/keras/layers/bidirectional.hpp"
 #include "loadstar/keras/layers/concatenate.hpp"
 #include "loadstar/keras/layers/conv1d.hpp"
 #include "loadstar/keras/layers/conv2d.hpp"
@@ -31,8 +32,10 @@
 #include "loadstar/keras/layers/global_pooling1d.hpp"
 #include "loadstar/keras/layers/global_pooling2d.hpp"
 #include "loadstar/keras/layers/group_normalization.hpp"
+#include "loadstar/keras/layers/gru.hpp"
 #include "loadstar/keras/layers/input_layer.hpp"
 #include "loadstar/keras/layers/layer_normalization.hpp"
+#include "loadstar/keras/layers/lstm.hpp"
 #include "loadstar/keras/layers/max_pooling1d.hpp"
 #include "loadstar/keras/layers/max_pooling2d.hpp"
 #include "loadstar/keras/layers/maximum.hpp"
@@ -44,6 +47,7 @@
 #include "loadstar/keras/layers/repeat_vector.hpp"
 #include "loadstar/keras/layers/rescaling.hpp"
 #include "loadstar/keras/layers/reshape.hpp"
+#include "loadstar/keras/layers/simple_rnn.hpp"
 #include "loadstar/keras/layers/softmax.hpp"
 #include "loadstar/keras/layers/spatial_dropout1d.hpp"
 #include "loadstar/keras/layers/spatial_dropout2d.hpp"
@@ -144,6 +148,10 @@ void RegistryTraits<loadstar::keras::Layer>::defaults(Registry<Layer>& registry)
   registry.add("Rescaling", Rescaling::from_config);
   registry.add("UnitNormalization", UnitNormalization::from_config);
   registry.add("GroupNormalization", GroupNormalization::from_config);
+  registry.add("SimpleRNN", SimpleRNN::from_config);
+  registry.add("LSTM", LSTM::from_config);
+  registry.add("GRU", GRU::from_config);
+  registry.add("Bidirectional", Bidirectional::from_config);
   registry.add("Dot", Dot::from_config);
 }
 

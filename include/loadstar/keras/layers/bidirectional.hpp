@@ -1,0 +1,307 @@
+/// \file
+/// `Bidirectional`: Keras's wrapper running a recurrent layer forward and backward in time.
+#pragma once
+
+#include "loadstar/config.hpp"
+
+#include <string>
+
+#include "loadstar/keras/layers/detail/recurrent.hpp"
+
+namespace loadstar::keras::layers {
+
+/// How `Bidirectional` merges its two directions (Keras's `merge_mode`).
+enum class MergeMode { concat, sum, mul, ave };
+
+/// Keras's `Bidirectional`: the wrapped `SimpleRNN`, `LSTM` or `GRU` over the sequence, and a
+/// copy of it with `go_backwards` flipped (or the `backward_layer` given); with
+/// `return_sequences` the backward outputs are put back in time order before they are merged.
+/// Weights: the forward layer's, then the backward layer's.
+/// \code
+/// Bidirectional both(LSTM(32, {.return_sequences = true}));
+/// \endcode
+class Bidirectional : public detail::LayerBase {
+ public:
+  /// Throws `ConfigError` unless both layers are recurrent layers of the same output size with
+  /// opposite `go_backwards` and the same `return_sequences`.
+  LOADSTAR_DECL explicit Bidirectional(const detail::RecurrentLayer& layer,
+                                       MergeMode merge_mode = MergeMode::concat,
+                                       std::string name = {});
+  LOADSTAR_DECL Bidirectional(const detail::RecurrentLayer& layer,
+                              const detail::RecurrentLayer& backward_layer, MergeMode merge_mode,
+                              std::string name = {});
+
+  std::string class_name() const override { return "Bidirectional"; }
+  MergeMode merge_mode() const noexcept { return merge_mode_; }
+
+  LOADSTAR_DECL Shape build(std::span<const Shape> input_shapes, std::uint64_t seed) override;
+  LOADSTAR_DECL void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+                             const CallContext& ctx) override;
+  LOADSTAR_DECL void backward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+                              const Tensor<float>& output_gradient,
+                              std::span<const Tensor<float>> input_gradients,
+                              const CallContext& ctx) override;
+  LOADSTAR_DECL nlohmann::json get_config() const override;
+
+  LOADSTAR_DECL static std::shared_ptr<Layer> from_config(const nlohmann::json& config);
+
+ private:
+  /// The config of a direction's layer as Keras writes it (`forward_lstm`, `backward_lstm`).
+  LOADSTAR_DECL nlohmann::json direction_config(const detail::RecurrentCore& core,
+                                                const std::string& prefix) const;
+  std::span<const Variable> direction_weights(std::size_t direction) const {
+    const std::size_t n = weights_.size() / 2;
+    return std::span<const Variable>(weights_).subspan(direction * n, n);
+  }
+
+  detail::RecurrentCore forward_, backward_;
+  MergeMode merge_mode_;
+  bool custom_backward_ = false;
+  std::size_t steps_ = 1;
+  detail::Scratch forward_output_, backward_output_, forward_gradient_, backward_gradient_,
+      input_gradient_;
+};
+
+}  // namespace loadstar::keras::layers
+
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
+#if LOADSTAR_KERAS_BODIES
+namespace loadstar::keras::layers {
+
+namespace detail {
+inline const char* merge_mode_name(MergeMode mode) noexcept {
+  return mode == MergeMode::concat ? "concat"
+         : mode == MergeMode::sum  ? "sum"
+         : mode == MergeMode::mul  ? "mul"
+                                   : "ave";
+}
+}  // namespace detail
+
+Bidirectional::Bidirectional(const detail::RecurrentLayer& layer, MergeMode merge_mode,
+                             std::string name)
+    : Bidirectional(layer, layer, merge_mode, std::move(name)) {
+  custom_backward_ = false;
+  RecurrentOptions options = backward_.options();
+  options.go_backwards = !options.go_backwards;
+  backward_ = detail::RecurrentCore(backward_.kind(), backward_.units(), options, label());
+}
+
+Bidirectional::Bidirectional(const detail::RecurrentLayer& layer,
+                             const detail::RecurrentLayer& backward_layer, MergeMode merge_mode,
+                             std::string name)
+    : LayerBase(std::move(name)),
+      forward_(layer.class_name() == "LSTM"  ? detail::CellKind::lstm
+               : layer.class_name() == "GRU" ? detail::CellKind::gru
+                                             : detail::CellKind::simple_rnn,
+               layer.units(), layer.options(), "bidirectional layer"),
+      backward_(backward_layer.class_name() == "LSTM"  ? detail::CellKind::lstm
+                : backward_layer.class_name() == "GRU" ? detail::CellKind::gru
+                                                       : detail::CellKind::simple_rnn,
+                backward_layer.units(), backward_layer.options(), "bidirectional layer"),
+      merge_mode_(merge_mode),
+      custom_backward_(true) {
+  if (&layer != &backward_layer) {
+    if (backward_layer.options().go_backwards == layer.options().go_backwards) {
+      throw ConfigError(label() + ": backward_layer must have go_backwards " +
+                        (layer.options().go_backwards ? "false" : "true") +
+                        " (the opposite of the forward layer's)");
+    }
+    if (backward_layer.options().return_sequences != layer.options().return_sequences ||
+        (merge_mode != MergeMode::concat && backward_layer.units() != layer.units())) {
+      throw ConfigError(label() +
+                        ": backward_layer must have the forward layer's "
+                        "return_sequences and output size");
+    }
+  }
+}
+
+Shape Bidirectional::build(std::span<const Shape> input_shapes, std::uint64_t seed) {
+  expect_inputs(input_shapes, 1);
+  const std::string prefix = label();
+  forward_ = detail::RecurrentCore(forward_.kind(), forward_.units(), forward_.options(),
+                                   prefix + " (forward)");
+  backward_ = detail::RecurrentCore(backward_.kind(), backward_.units(), backward_.options(),
+                                    prefix + " (backward)");
+  Shape out = forward_.output_shape(input_shapes[0]);
+  const Shape back = backward_.output_shape(input_shapes[0]);
+  steps_ = input_shapes[0][0];
+  if (merge_mode_ == MergeMode::concat) out[out.rank() - 1] += back[back.rank() - 1];
+  const std::size_t features = input_shapes[0][1];
+  if (!weights_.empty()) {
+    forward_.check_weights(direction_weights(0), features);
+    backward_.check_weights(direction_weights(1), features);
+  } else {
+    for (std::size_t direction = 0; direction < 2; ++direction) {
+      const detail::RecurrentCore& core = direction == 0 ? forward_ : backward_;
+      const auto names = detail::cell_weight_names(core.kind());
+      const std::string scope = std::string(direction == 0 ? "forward_" : "backward_") +
+                                keras::detail::to_snake_case(cell_class_name(core.kind())) + "/";
+      auto values = core.initial_weights(features, SplitMix64::mix(seed + 17 * direction));
+      for (std::size_t i = 0; i < values.size(); ++i)
+        add_weight(scope + names[i], values[i]);
+    }
+  }
+  remember(input_shapes, out);
+  return out;
+}
+
+void Bidirectional::forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+                            const CallContext& ctx) {
+  check_inputs(inputs);
+  Backend& backend = ctx.backend;
+  const std::size_t batch = inputs[0].dim(0);
+  const Shape forward_shape = forward_.output_shape(built_input_shapes()[0]);
+  const Shape backward_shape = backward_.output_shape(built_input_shapes()[0]);
+  const Tensor<float> yf = forward_output_.get(backend, forward_shape.prepend(batch));
+  const Tensor<float> yb = backward_output_.get(backend, backward_shape.prepend(batch));
+  forward_.forward(backend, direction_weights(0), inputs[0], yf);
+  backward_.forward(backend, direction_weights(1), inputs[0], yb);
+  // The backward direction's outputs come in its processing order: Keras reverses them back
+  // along time when it returns sequences (and a go_backwards forward layer's stay as they are).
+  const bool sequences = forward_.options().return_sequences;
+  const std::size_t steps = sequences ? steps_ : 1;
+  const std::size_t uf = forward_.units(), ub = backward_.units();
+  const MergeMode mode = merge_mode_;
+  const Tensor<float> tensors[] = {yf, yb, output};
+  backend.host_kernel(tensors, [&](std::span<const Tensor<float>> t) {
+    for (std::size_t b = 0; b < batch; ++b) {
+      for (std::size_t s = 0; s < steps; ++s) {
+        const float* f = t[0].data() + (b * steps + s) * uf;
+        const float* r = t[1].data() + (b * steps + (steps - 1 - s)) * ub;
+        if (mode == MergeMode::concat) {
+          float* out = t[2].data() + (b * steps + s) * (uf + ub);
+          std::copy(f, f + uf, out);
+          std::copy(r, r + ub, out + uf);
+          continue;
+        }
+        float* out = t[2].data() + (b * steps + s) * uf;
+        for (std::size_t j = 0; j < uf; ++j) {
+          out[j] = mode == MergeMode::sum   ? f[j] + r[j]
+                   : mode == MergeMode::mul ? f[j] * r[j]
+                                            : (f[j] + r[j]) / 2.0F;
+        }
+      }
+    }
+  });
+}
+
+void Bidirectional::backward(std::span<const Tensor<float>> inputs, const Tensor<float>&,
+                             const Tensor<float>& output_gradient,
+                             std::span<const Tensor<float>> input_gradients,
+                             const CallContext& ctx) {
+  Backend& backend = ctx.backend;
+  const std::size_t batch = inputs[0].dim(0);
+  const Shape forward_shape = forward_.output_shape(built_input_shapes()[0]);
+  const Shape backward_shape = backward_.output_shape(built_input_shapes()[0]);
+  const Tensor<float> yf = forward_output_.get(backend, forward_shape.prepend(batch));
+  const Tensor<float> yb = backward_output_.get(backend, backward_shape.prepend(batch));
+  const Tensor<float> dyf = forward_gradient_.get(backend, forward_shape.prepend(batch));
+  const Tensor<float> dyb = backward_gradient_.get(backend, backward_shape.prepend(batch));
+  const bool sequences = forward_.options().return_sequences;
+  const std::size_t steps = sequences ? steps_ : 1;
+  const std::size_t uf = forward_.units(), ub = backward_.units();
+  const MergeMode mode = merge_mode_;
+  const Tensor<float> tensors[] = {yf, yb, output_gradient, dyf, dyb};
+  backend.host_kernel(tensors, [&](std::span<const Tensor<float>> t) {
+    for (std::size_t b = 0; b < batch; ++b) {
+      for (std::size_t s = 0; s < steps; ++s) {
+        const std::size_t fi = (b * steps + s) * uf, ri = (b * steps + (steps - 1 - s)) * ub;
+        float* df = t[3].data() + fi;
+        float* dr = t[4].data() + ri;
+        if (mode == MergeMode::concat) {
+          const float* dy = t[2].data() + (b * steps + s) * (uf + ub);
+          std::copy(dy, dy + uf, df);
+          std::copy(dy + uf, dy + uf + ub, dr);
+          continue;
+        }
+        const float* dy = t[2].data() + (b * steps + s) * uf;
+        for (std::size_t j = 0; j < uf; ++j) {
+          if (mode == MergeMode::mul) {
+            df[j] = dy[j] * t[1].data()[ri + j];
+            dr[j] = dy[j] * t[0].data()[fi + j];
+          } else {
+            df[j] = dr[j] = mode == MergeMode::sum ? dy[j] : dy[j] / 2.0F;
+          }
+        }
+      }
+    }
+  });
+  const bool dx = !input_gradients.empty() && !input_gradients[0].empty();
+  const Tensor<float> dx_backward =
+      dx ? input_gradient_.get(backend, inputs[0].shape()) : Tensor<float>();
+  forward_.backward(backend, direction_weights(0), inputs[0], yf, dyf,
+                    dx ? input_gradients[0] : Tensor<float>());
+  backward_.backward(backend, direction_weights(1), inputs[0], yb, dyb, dx_backward);
+  if (dx) backend.add(input_gradients[0], dx_backward, input_gradients[0]);
+}
+
+nlohmann::json Bidirectional::direction_config(const detail::RecurrentCore& core,
+                                               const std::string& prefix) const {
+  nlohmann::json config = {
+      {"name", prefix + keras::detail::to_snake_case(cell_class_name(core.kind()))},
+      {"trainable", trainable()},
+      {"dtype", "float32"}};
+  core.write_config(config);
+  return {{"class_name", cell_class_name(core.kind())}, {"config", config}};
+}
+
+nlohmann::json Bidirectional::get_config() const {
+  auto config = base_config();
+  config["layer"] = direction_config(forward_, "");
+  config["merge_mode"] = detail::merge_mode_name(merge_mode_);
+  if (custom_backward_) config["backward_layer"] = direction_config(backward_, "backward_");
+  return config;
+}
+
+std::shared_ptr<Layer> Bidirectional::from_config(const nlohmann::json& config) {
+  const auto read = detail::layer_config(config, "Bidirectional");
+  // The wrapped layers, read here rather than through the layer registry (which lists this
+  // layer): `{"class_name": "LSTM", "config": {...}}`.
+  const auto recurrent = [&](const char* key) {
+    const nlohmann::json& j = *read.find(key);
+    const std::string class_name =
+        j.is_object() && j.contains("class_name") && j["class_name"].is_string()
+            ? j["class_name"].get<std::string>()
+            : std::string();
+    if (class_name != "SimpleRNN" && class_name != "LSTM" && class_name != "GRU")
+      read.fail(key, "a SimpleRNN, LSTM or GRU layer");
+    const detail::CellKind kind = class_name == "LSTM"  ? detail::CellKind::lstm
+                                  : class_name == "GRU" ? detail::CellKind::gru
+                                                        : detail::CellKind::simple_rnn;
+    return read.nested(key, [&] {
+      const nlohmann::json inner = j.contains("config") ? j["config"] : nlohmann::json::object();
+      return std::static_pointer_cast<detail::RecurrentLayer>(
+          detail::recurrent_from_config<detail::RecurrentLayer>(inner, kind));
+    });
+  };
+  if (!read.has("layer")) read.fail("layer", "the wrapped recurrent layer");
+  const auto layer = recurrent("layer");
+  const nlohmann::json* mode = read.find("merge_mode");
+  MergeMode merge = MergeMode::concat;
+  if (mode != nullptr && mode->is_null()) {
+    read.fail("merge_mode",
+              "\"concat\", \"sum\", \"mul\" or \"ave\" (merge_mode None returns two outputs and "
+              "a loadstar layer has one)");
+  }
+  const std::string name = read.get("merge_mode", "concat");
+  if (name == "sum") {
+    merge = MergeMode::sum;
+  } else if (name == "mul") {
+    merge = MergeMode::mul;
+  } else if (name == "ave") {
+    merge = MergeMode::ave;
+  } else if (name != "concat") {
+    read.fail("merge_mode", "\"concat\", \"sum\", \"mul\" or \"ave\"");
+  }
+  const nlohmann::json* backward = read.find("backward_layer");
+  if (backward == nullptr || backward->is_null()) {
+    return detail::finish_layer(
+        read, std::make_shared<Bidirectional>(*layer, merge, detail::config_name(read)));
+  }
+  const auto backward_layer = recurrent("backward_layer");
+  return detail::finish_layer(read, std::make_shared<Bidirectional>(*layer, *backward_layer, merge,
+                                                                    detail::config_name(read)));
+}
+
+}  // namespace loadstar::keras::layers
+#endif

@@ -1,0 +1,598 @@
+/// \file
+/// What `SimpleRNN`, `LSTM`, `GRU` and `Bidirectional` share: the options, the Keras config keys,
+/// and `RecurrentCore`, one direction of a recurrent layer over a fixed number of timesteps.
+///
+/// The forward pass turns the batch `(batch, timesteps, features)` time-major once (reversed for
+/// `go_backwards`), computes the input projection of every timestep as one GEMM
+/// `(timesteps * batch, features) x (features, k * units)`, then per step one GEMM with the
+/// recurrent kernel and the gate arithmetic of keras/detail/recurrent_formulas.hpp. It keeps the
+/// hidden states of every step (and the LSTM carries, the GRU recurrent projections) for the
+/// backward pass (backpropagation through time), which computes the weights' gradients as one
+/// GEMM each over all timesteps.
+#pragma once
+
+#include "loadstar/config.hpp"
+
+#include <array>
+#include <cstddef>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "loadstar/keras/detail/recurrent_formulas.hpp"
+#include "loadstar/keras/layers/detail/layer_base.hpp"
+
+namespace loadstar::keras::layers {
+
+/// The options of `SimpleRNN`, `LSTM` and `GRU` after `units`, with Keras's defaults
+/// (`recurrent_activation`, `unit_forget_bias` and `reset_after` apply to the cells that have
+/// them).
+struct RecurrentOptions {
+  std::string activation = "tanh";
+  std::string recurrent_activation = "sigmoid";
+  bool use_bias = true;
+  /// LSTM: the forget gate's bias starts at 1 (Jozefowicz et al.), the rest from
+  /// `bias_initializer`.
+  bool unit_forget_bias = true;
+  /// GRU: the reset gate applies after the recurrent product (Keras 2/3's default and cuDNN's),
+  /// with separate input and recurrent biases `(2, 3 * units)`; `false` is Keras 1's GRU.
+  bool reset_after = true;
+  /// The whole sequence `(batch, timesteps, units)` rather than the last output `(batch, units)`.
+  bool return_sequences = false;
+  /// Processes the sequence from its end and returns the outputs in that order (Keras).
+  bool go_backwards = false;
+  Initializer kernel_initializer = Initializer::glorot_uniform();
+  Initializer recurrent_initializer = Initializer::orthogonal();
+  Initializer bias_initializer = Initializer::zeros();
+  std::string name = {};
+};
+
+namespace detail {
+
+/// The cell of a recurrent layer: its gate count `k` is 1, 4 or 3.
+enum class CellKind { simple_rnn, lstm, gru };
+
+/// One direction of a recurrent layer: builds its weights (Keras's `kernel` `(features, k *
+/// units)`, `recurrent_kernel` `(units, k * units)`, `bias` `(k * units)` or `(2, 3 * units)` for
+/// a `reset_after` GRU) and runs the forward and backward passes on weights it is given, so that
+/// `Bidirectional` runs two of them on its own weights.
+class RecurrentCore {
+ public:
+  LOADSTAR_DECL RecurrentCore(CellKind kind, std::size_t units, RecurrentOptions options,
+                              std::string label);
+
+  CellKind kind() const noexcept { return kind_; }
+  std::size_t units() const noexcept { return units_; }
+  std::size_t gates() const noexcept {
+    return kind_ == CellKind::lstm ? 4 : kind_ == CellKind::gru ? 3 : 1;
+  }
+  const RecurrentOptions& options() const noexcept { return options_; }
+  /// The output shape (without the batch axis) for inputs `(timesteps, features)`; throws
+  /// `ShapeError` for another rank.
+  LOADSTAR_DECL Shape output_shape(const Shape& input) const;
+  /// The initial weights for `features` input features, in Keras's order.
+  LOADSTAR_DECL std::vector<Tensor<float>> initial_weights(std::size_t features,
+                                                           std::uint64_t seed) const;
+  /// Throws `ShapeError` unless `weights` fit inputs of `features` features.
+  LOADSTAR_DECL void check_weights(std::span<const Variable> weights, std::size_t features) const;
+
+  /// `output` from `x` `(batch, timesteps, features)` with `weights` (kernel, recurrent kernel
+  /// and bias when used).
+  LOADSTAR_DECL void forward(Backend& backend, std::span<const Variable> weights,
+                             const Tensor<float>& x, const Tensor<float>& output);
+  /// Backpropagation through time of the `forward` that computed `output` from `x` (run again
+  /// first when the last forward had another input: a shared layer): adds the weights' gradients
+  /// (unless frozen) and writes `dx` (skipped when empty).
+  LOADSTAR_DECL void backward(Backend& backend, std::span<const Variable> weights,
+                              const Tensor<float>& x, const Tensor<float>& output,
+                              const Tensor<float>& output_gradient, const Tensor<float>& dx);
+
+  /// The Keras config keys of the cell's options (`units`, `activation`, ...).
+  LOADSTAR_DECL void write_config(nlohmann::json& config) const;
+
+ private:
+  /// Rows `[step * batch, (step + 1) * batch)` of a time-major buffer.
+  Tensor<float> step_rows(const Tensor<float>& t, std::size_t step) const {
+    return t.slice_rows(step * batch_, (step + 1) * batch_);
+  }
+
+  CellKind kind_;
+  std::size_t units_;
+  RecurrentOptions options_;
+  std::string label_;
+  keras::detail::RecurrentActivations activations_;
+  std::size_t batch_ = 0, steps_ = 0, features_ = 0;
+  /// The input of the last forward pass, whose intermediate values the scratch holds.
+  const float* last_input_ = nullptr;
+  // Kept from the forward pass for the backward pass, time-major.
+  Scratch x_, projection_, hidden_, carry_, recurrent_, reset_hidden_, reset_projection_;
+  // The backward pass's.
+  Scratch output_gradient_, projection_gradient_, recurrent_gradient_, reset_gradient_,
+      hidden_gradient_, carry_gradient_, reset_hidden_gradient_, x_gradient_;
+};
+
+/// `(batch, steps, width)` to time-major `(steps * batch, width)`, the steps reversed when
+/// `reverse`; or back with `to_batch_major`.
+LOADSTAR_DECL void transpose_time(Backend& backend, const Tensor<float>& from,
+                                  const Tensor<float>& to, std::size_t batch, std::size_t steps,
+                                  bool reverse, bool to_batch_major);
+
+/// Reads the options of a recurrent layer's Keras config and refuses what loadstar does not run
+/// (`stateful`, `dropout`, `return_state`, ...), each by its key.
+LOADSTAR_DECL RecurrentOptions recurrent_options(const ConfigReader& read, CellKind kind);
+
+/// The Keras class of a cell kind (`"LSTM"`).
+inline const char* cell_class_name(CellKind kind) noexcept {
+  return kind == CellKind::lstm ? "LSTM" : kind == CellKind::gru ? "GRU" : "SimpleRNN";
+}
+
+/// The weight names of a cell within its layer (tf.keras: `lstm_cell/kernel`).
+inline std::array<std::string, 3> cell_weight_names(CellKind kind) {
+  const std::string cell = kind == CellKind::lstm  ? "lstm_cell"
+                           : kind == CellKind::gru ? "gru_cell"
+                                                   : "simple_rnn_cell";
+  return {cell + "/kernel", cell + "/recurrent_kernel", cell + "/bias"};
+}
+
+/// A `SimpleRNN`, `LSTM` or `GRU` layer: one `RecurrentCore` on the layer's weights.
+class RecurrentLayer : public LayerBase {
+ public:
+  LOADSTAR_DECL RecurrentLayer(CellKind kind, std::size_t units, RecurrentOptions options);
+
+  std::string class_name() const override { return cell_class_name(core_.kind()); }
+  std::size_t units() const noexcept { return core_.units(); }
+  const RecurrentOptions& options() const noexcept { return core_.options(); }
+
+  LOADSTAR_DECL Shape build(std::span<const Shape> input_shapes, std::uint64_t seed) override;
+  LOADSTAR_DECL void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+                             const CallContext& ctx) override;
+  LOADSTAR_DECL void backward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+                              const Tensor<float>& output_gradient,
+                              std::span<const Tensor<float>> input_gradients,
+                              const CallContext& ctx) override;
+  LOADSTAR_DECL nlohmann::json get_config() const override;
+
+ private:
+  RecurrentCore core_;
+};
+
+/// The layer `L` (`LSTM`, ...) of cell `kind` that a Keras config describes.
+template <class L>
+std::shared_ptr<Layer> recurrent_from_config(const nlohmann::json& config, CellKind kind) {
+  const auto read = layer_config(config, cell_class_name(kind));
+  const std::size_t units = read.positive("units");
+  if constexpr (std::is_same_v<L, RecurrentLayer>) {
+    return finish_layer(
+        read, std::make_shared<RecurrentLayer>(kind, units, recurrent_options(read, kind)));
+  } else {
+    return finish_layer(read, std::make_shared<L>(units, recurrent_options(read, kind)));
+  }
+}
+
+}  // namespace detail
+}  // namespace loadstar::keras::layers
+
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
+#if LOADSTAR_KERAS_BODIES
+namespace loadstar::keras::layers::detail {
+
+RecurrentCore::RecurrentCore(CellKind kind, std::size_t units, RecurrentOptions options,
+                             std::string label)
+    : kind_(kind), units_(units), options_(std::move(options)), label_(std::move(label)) {
+  if (units == 0) throw ConfigError(label_ + ": units must be positive");
+  activations_.activation = activation_from_name(options_.activation);
+  activations_.recurrent = activation_from_name(options_.recurrent_activation);
+  for (const auto& [key, value] : {std::pair{"activation", activations_.activation},
+                                   std::pair{"recurrent_activation", activations_.recurrent}}) {
+    if (value == keras::Activation::softmax) {
+      throw ConfigError(label_ + ": " + key + " must act element by element but is 'softmax'");
+    }
+  }
+}
+
+Shape RecurrentCore::output_shape(const Shape& in) const {
+  if (in.rank() != 2) {
+    throw ShapeError(label_ +
+                     ": expects inputs (batch, timesteps, features) of a fixed number "
+                     "of timesteps but got " +
+                     keras::detail::batch_shape_str(in));
+  }
+  return options_.return_sequences ? Shape{in[0], units_} : Shape{units_};
+}
+
+std::vector<Tensor<float>> RecurrentCore::initial_weights(std::size_t features,
+                                                          std::uint64_t seed) const {
+  const std::size_t width = gates() * units_;
+  std::vector<Tensor<float>> out;
+  out.emplace_back(Shape{features, width});
+  options_.kernel_initializer.fill(out[0], seed);
+  out.emplace_back(Shape{units_, width});
+  options_.recurrent_initializer.fill(out[1], SplitMix64::mix(seed + 1));
+  if (!options_.use_bias) return out;
+  const bool two_biases = kind_ == CellKind::gru && options_.reset_after;
+  out.emplace_back(two_biases ? Shape{2, width} : Shape{width});
+  options_.bias_initializer.fill(out[2], SplitMix64::mix(seed + 2));
+  if (kind_ == CellKind::lstm && options_.unit_forget_bias) {
+    // keras LSTMCell.build: concatenate(bias_initializer(units), ones(units),
+    // bias_initializer(2 * units)).
+    for (std::size_t j = 0; j < units_; ++j)
+      out[2].data()[units_ + j] = 1.0F;
+  }
+  return out;
+}
+
+void RecurrentCore::check_weights(std::span<const Variable> weights, std::size_t features) const {
+  if (weights[0].value.dim(0) != features) {
+    throw ShapeError(label_ + ": kernel is " + weights[0].value.shape().str() +
+                     " but the input has " + std::to_string(features) + " features");
+  }
+}
+
+void transpose_time(Backend& backend, const Tensor<float>& from, const Tensor<float>& to,
+                    std::size_t batch, std::size_t steps, bool reverse, bool to_batch_major) {
+  const std::size_t width = from.size() / (batch * steps);
+  const Tensor<float> tensors[] = {from, to};
+  backend.host_kernel(tensors, [&](std::span<const Tensor<float>> t) {
+    const float* in = t[0].data();
+    float* out = t[1].data();
+    for (std::size_t b = 0; b < batch; ++b) {
+      for (std::size_t s = 0; s < steps; ++s) {
+        const std::size_t batch_major = (b * steps + (reverse ? steps - 1 - s : s)) * width;
+        const std::size_t time_major = (s * batch + b) * width;
+        const float* source = in + (to_batch_major ? time_major : batch_major);
+        float* target = out + (to_batch_major ? batch_major : time_major);
+        std::copy(source, source + width, target);
+      }
+    }
+  });
+}
+
+void RecurrentCore::forward(Backend& backend, std::span<const Variable> weights,
+                            const Tensor<float>& x, const Tensor<float>& output) {
+  last_input_ = x.data();
+  batch_ = x.dim(0);
+  steps_ = x.dim(1);
+  features_ = x.dim(2);
+  const std::size_t u = units_, width = gates() * u, rows = steps_ * batch_;
+  const Tensor<float>& kernel = weights[0].value;
+  const Tensor<float>& recurrent = weights[1].value;
+  const bool bias = options_.use_bias;
+  const bool two_biases = kind_ == CellKind::gru && options_.reset_after;
+  const Tensor<float> x_tm = x_.get(backend, {rows, features_});
+  transpose_time(backend, x, x_tm, batch_, steps_, options_.go_backwards, false);
+  // The input projection of every timestep at once.
+  const Tensor<float> projection = projection_.get(backend, {rows, width});
+  backend.gemm(x_tm, false, kernel, false, projection);
+  if (bias) {
+    backend.bias_add(projection, two_biases ? weights[2].value.slice_rows(0, 1).reshape({width})
+                                            : weights[2].value);
+  }
+  const Tensor<float> hidden = hidden_.get(backend, {rows + batch_, u});
+  backend.fill(step_rows(hidden, 0), 0.0F);
+  Tensor<float> carry, recurrent_projection, reset_hidden, reset_projection;
+  if (kind_ == CellKind::lstm) {
+    carry = carry_.get(backend, {rows + batch_, u});
+    backend.fill(step_rows(carry, 0), 0.0F);
+  }
+  if (kind_ == CellKind::gru) {
+    recurrent_projection = recurrent_.get(backend, {rows, width});
+    if (!options_.reset_after) {
+      reset_hidden = reset_hidden_.get(backend, {rows, u});
+      reset_projection = reset_projection_.get(backend, {rows, width});
+    }
+  }
+  const keras::detail::RecurrentActivations a = activations_;
+  const std::size_t batch = batch_;
+  for (std::size_t s = 0; s < steps_; ++s) {
+    const Tensor<float> h_prev = step_rows(hidden, s), h = step_rows(hidden, s + 1);
+    const Tensor<float> z = step_rows(projection, s);
+    if (kind_ == CellKind::simple_rnn) {
+      backend.gemm(h_prev, false, recurrent, false, z, 1.0F, 1.0F);
+      const Tensor<float> tensors[] = {z, h};
+      backend.host_kernel(tensors, [&](std::span<const Tensor<float>> t) {
+        for (std::size_t i = 0; i < batch * u; ++i)
+          t[1].data()[i] = keras::detail::simple_rnn_value(t[0].data()[i], a);
+      });
+    } else if (kind_ == CellKind::lstm) {
+      backend.gemm(h_prev, false, recurrent, false, z, 1.0F, 1.0F);
+      const Tensor<float> tensors[] = {z, step_rows(carry, s), step_rows(carry, s + 1), h};
+      backend.host_kernel(tensors, [&](std::span<const Tensor<float>> t) {
+        for (std::size_t b = 0; b < batch; ++b) {
+          for (std::size_t j = 0; j < u; ++j) {
+            const std::size_t i = b * u + j;
+            keras::detail::lstm_forward(t[0].data() + b * width, u, j, t[1].data()[i], a,
+                                        t[2].data()[i], t[3].data()[i]);
+          }
+        }
+      });
+    } else {
+      const Tensor<float> rp = step_rows(recurrent_projection, s);
+      backend.gemm(h_prev, false, recurrent, false, rp);
+      if (bias && options_.reset_after)
+        backend.bias_add(rp, weights[2].value.slice_rows(1, 2).reshape({width}));
+      Tensor<float> rq;
+      if (!options_.reset_after) {
+        const Tensor<float> q = step_rows(reset_hidden, s);
+        const Tensor<float> tensors[] = {z, rp, h_prev, q};
+        backend.host_kernel(tensors, [&](std::span<const Tensor<float>> t) {
+          for (std::size_t b = 0; b < batch; ++b) {
+            for (std::size_t j = 0; j < u; ++j) {
+              t[3].data()[b * u + j] = keras::detail::gru_reset(t[0].data() + b * width,
+                                                                t[1].data() + b * width, u, j, a) *
+                                       t[2].data()[b * u + j];
+            }
+          }
+        });
+        rq = step_rows(reset_projection, s);
+        backend.gemm(q, false, recurrent, false, rq);
+      }
+      const bool after = options_.reset_after;
+      const Tensor<float> tensors[] = {z, rp, after ? rp : rq, h_prev, h};
+      backend.host_kernel(tensors, [&](std::span<const Tensor<float>> t) {
+        for (std::size_t b = 0; b < batch; ++b) {
+          for (std::size_t j = 0; j < u; ++j) {
+            const std::size_t i = b * u + j, row = b * width;
+            t[4].data()[i] =
+                keras::detail::gru_forward(t[0].data() + row, t[1].data() + row, t[2].data() + row,
+                                           u, j, t[3].data()[i], after, a);
+          }
+        }
+      });
+    }
+  }
+  if (options_.return_sequences) {
+    transpose_time(backend, hidden.slice_rows(batch_, rows + batch_), output, batch_, steps_, false,
+                   true);
+  } else {
+    backend.copy(step_rows(hidden, steps_), output);
+  }
+}
+
+void RecurrentCore::backward(Backend& backend, std::span<const Variable> weights,
+                             const Tensor<float>& x, const Tensor<float>& output,
+                             const Tensor<float>& output_gradient, const Tensor<float>& dx) {
+  if (x.data() != last_input_ || x.dim(0) != batch_) forward(backend, weights, x, output);
+  const std::size_t u = units_, width = gates() * u, rows = steps_ * batch_, batch = batch_;
+  const Tensor<float>& kernel = weights[0].value;
+  const Tensor<float>& recurrent = weights[1].value;
+  const bool two_biases = kind_ == CellKind::gru && options_.reset_after;
+  const bool after = options_.reset_after;
+  const Tensor<float> hidden = hidden_.get(backend, {rows + batch_, u});
+  const Tensor<float> projection = projection_.get(backend, {rows, width});
+  Tensor<float> dh_out;
+  if (options_.return_sequences) {
+    dh_out = output_gradient_.get(backend, {rows, u});
+    transpose_time(backend, output_gradient, dh_out, batch_, steps_, false, false);
+  }
+  const Tensor<float> dprojection = projection_gradient_.get(backend, {rows, width});
+  // A SimpleRNN's or LSTM's recurrent product adds into the same pre-activations as the input
+  // projection: both take the same gradient.
+  Tensor<float> drecurrent = dprojection;
+  Tensor<float> carry, dcarry, recurrent_projection, reset_hidden, reset_projection, dreset;
+  Tensor<float> dq;
+  if (kind_ == CellKind::lstm) {
+    carry = carry_.get(backend, {rows + batch_, u});
+    dcarry = carry_gradient_.get(backend, {batch_, u});
+    backend.fill(dcarry, 0.0F);
+  }
+  if (kind_ == CellKind::gru) {
+    drecurrent = recurrent_gradient_.get(backend, {rows, width});
+    recurrent_projection = recurrent_.get(backend, {rows, width});
+    if (!after) {
+      reset_hidden = reset_hidden_.get(backend, {rows, u});
+      reset_projection = reset_projection_.get(backend, {rows, width});
+      dreset = reset_gradient_.get(backend, {rows, width});
+      dq = reset_hidden_gradient_.get(backend, {batch_, u});
+    }
+  }
+  const Tensor<float> dh = hidden_gradient_.get(backend, {batch_, u});
+  backend.fill(dh, 0.0F);
+  const keras::detail::RecurrentActivations a = activations_;
+  for (std::size_t s = steps_; s-- > 0;) {
+    // The gradient of this step's output: the recurrent share carried from the step after, plus
+    // the layer output's.
+    if (options_.return_sequences) {
+      backend.add(dh, step_rows(dh_out, s), dh);
+    } else if (s + 1 == steps_) {
+      backend.add(dh, output_gradient, dh);
+    }
+    const Tensor<float> h_prev = step_rows(hidden, s);
+    const Tensor<float> z = step_rows(projection, s), dz = step_rows(dprojection, s);
+    if (kind_ == CellKind::simple_rnn) {
+      const Tensor<float> tensors[] = {z, step_rows(hidden, s + 1), dh, dz};
+      backend.host_kernel(tensors, [&](std::span<const Tensor<float>> t) {
+        for (std::size_t i = 0; i < batch * u; ++i) {
+          t[3].data()[i] =
+              keras::detail::simple_rnn_gradient(t[0].data()[i], t[1].data()[i], t[2].data()[i], a);
+        }
+      });
+      backend.gemm(dz, false, recurrent, true, dh);
+    } else if (kind_ == CellKind::lstm) {
+      const Tensor<float> tensors[] = {z, step_rows(carry, s), step_rows(carry, s + 1), dh, dcarry,
+                                       dz};
+      backend.host_kernel(tensors, [&](std::span<const Tensor<float>> t) {
+        for (std::size_t b = 0; b < batch; ++b) {
+          for (std::size_t j = 0; j < u; ++j) {
+            const std::size_t i = b * u + j;
+            t[4].data()[i] = keras::detail::lstm_backward(
+                t[0].data() + b * width, u, j, t[1].data()[i], t[2].data()[i], t[3].data()[i],
+                t[4].data()[i], a, t[5].data() + b * width);
+          }
+        }
+      });
+      backend.gemm(dz, false, recurrent, true, dh);
+    } else {
+      const Tensor<float> rp = step_rows(recurrent_projection, s);
+      const Tensor<float> drp = step_rows(drecurrent, s);
+      const Tensor<float> rq = after ? rp : step_rows(reset_projection, s);
+      const Tensor<float> drq = after ? Tensor<float>() : step_rows(dreset, s);
+      const Tensor<float> tensors[] = {z, rp, rq, h_prev, dh, dz, drp, drq};
+      backend.host_kernel(tensors, [&](std::span<const Tensor<float>> t) {
+        for (std::size_t b = 0; b < batch; ++b) {
+          for (std::size_t j = 0; j < u; ++j) {
+            const std::size_t i = b * u + j, row = b * width;
+            const float direct = keras::detail::gru_backward(
+                t[0].data() + row, t[1].data() + row, t[2].data() + row, u, j, t[3].data()[i],
+                t[4].data()[i], after, a, t[5].data() + row, t[6].data() + row);
+            t[4].data()[i] = direct;
+            if (!after) {
+              // Only the candidate's block reaches `(r * h_prev) U`.
+              float* d = t[7].data() + row;
+              d[j] = 0.0F;
+              d[u + j] = 0.0F;
+              d[2 * u + j] = t[5].data()[row + 2 * u + j];
+            }
+          }
+        }
+      });
+      if (!after) {
+        backend.gemm(drq, false, recurrent, true, dq);
+        const Tensor<float> reset_tensors[] = {z, rp, h_prev, dq, dz, drp, dh};
+        backend.host_kernel(reset_tensors, [&](std::span<const Tensor<float>> t) {
+          for (std::size_t b = 0; b < batch; ++b) {
+            for (std::size_t j = 0; j < u; ++j) {
+              const std::size_t i = b * u + j, row = b * width;
+              t[6].data()[i] += keras::detail::gru_backward_reset(
+                  t[0].data() + row, t[1].data() + row, u, j, t[2].data()[i], t[3].data()[i], a,
+                  t[4].data() + row, t[5].data() + row);
+            }
+          }
+        });
+      }
+      backend.gemm(drp, false, recurrent, true, dh, 1.0F, 1.0F);
+    }
+  }
+  const Tensor<float> x_tm = x_.get(backend, {rows, features_});
+  if (weights[0].trainable) {
+    const Tensor<float> no_bias;
+    const Tensor<float>& dbias = options_.use_bias ? weights[2].gradient : no_bias;
+    backend.weight_gradients(x_tm, dprojection, weights[0].gradient,
+                             two_biases ? dbias.slice_rows(0, 1).reshape({width}) : dbias, true);
+    backend.weight_gradients(hidden.slice_rows(0, rows), drecurrent, weights[1].gradient,
+                             two_biases ? dbias.slice_rows(1, 2).reshape({width}) : no_bias, true);
+    if (kind_ == CellKind::gru && !after)
+      backend.gemm(reset_hidden, true, dreset, false, weights[1].gradient, 1.0F, 1.0F);
+  }
+  if (dx.empty()) return;
+  const Tensor<float> dx_tm = x_gradient_.get(backend, {rows, features_});
+  backend.gemm(dprojection, false, kernel, true, dx_tm);
+  transpose_time(backend, dx_tm, dx, batch_, steps_, options_.go_backwards, true);
+}
+
+void RecurrentCore::write_config(nlohmann::json& config) const {
+  config["return_sequences"] = options_.return_sequences;
+  config["return_state"] = false;
+  config["go_backwards"] = options_.go_backwards;
+  config["stateful"] = false;
+  config["unroll"] = false;
+  config["time_major"] = false;
+  config["units"] = units_;
+  config["activation"] = options_.activation;
+  if (kind_ != CellKind::simple_rnn) config["recurrent_activation"] = options_.recurrent_activation;
+  config["use_bias"] = options_.use_bias;
+  config["kernel_initializer"] = options_.kernel_initializer.to_json();
+  config["recurrent_initializer"] = options_.recurrent_initializer.to_json();
+  config["bias_initializer"] = options_.bias_initializer.to_json();
+  if (kind_ == CellKind::lstm) config["unit_forget_bias"] = options_.unit_forget_bias;
+  for (const char* key :
+       {"kernel_regularizer", "recurrent_regularizer", "bias_regularizer", "activity_regularizer",
+        "kernel_constraint", "recurrent_constraint", "bias_constraint"})
+    config[key] = nullptr;
+  config["dropout"] = 0.0;
+  config["recurrent_dropout"] = 0.0;
+  if (kind_ != CellKind::simple_rnn) config["implementation"] = 2;
+  if (kind_ == CellKind::gru) config["reset_after"] = options_.reset_after;
+}
+
+RecurrentOptions recurrent_options(const ConfigReader& read, CellKind kind) {
+  read.expect("stateful", false, "loadstar keeps no state between batches");
+  read.expect("return_state", false, "a loadstar layer has one output");
+  read.expect("time_major", false, "loadstar's recurrent inputs are (batch, timesteps, features)");
+  read.expect("zero_output_for_mask", false, "loadstar has no masks");
+  for (const char* key : {"dropout", "recurrent_dropout"}) {
+    if (!read.has(key)) continue;
+    const nlohmann::json& v = *read.find(key);
+    if (!v.is_number() || v.get<double>() != 0.0)
+      read.fail(key, "0 (loadstar's recurrent layers have no dropout)");
+  }
+  for (const char* key : {"recurrent_regularizer", "recurrent_constraint"})
+    read.expect(key, nullptr, "loadstar has no regularizers or constraints");
+  // Implementation 1 and 2 (and unroll) are the same computation in another order (Keras).
+  if (read.has("implementation")) {
+    const nlohmann::json& v = *read.find("implementation");
+    if (!v.is_number_integer() || (v.get<int>() != 1 && v.get<int>() != 2))
+      read.fail("implementation", "1 or 2");
+  }
+  read.get("unroll", false);
+  if (read.has("use_cudnn")) {
+    const nlohmann::json& v = *read.find("use_cudnn");
+    if (!(v.is_boolean() || v == "auto")) read.fail("use_cudnn", "\"auto\", true or false");
+  }
+  RecurrentOptions o;
+  o.activation = read.has("activation") ? config_activation(read) : "tanh";
+  if (kind != CellKind::simple_rnn && read.has("recurrent_activation")) {
+    o.recurrent_activation = read.nested("recurrent_activation", [&] {
+      return activation_name(
+          Registry<keras::Activation>::instance().create(*read.find("recurrent_activation")));
+    });
+  }
+  o.use_bias = read.get("use_bias", true);
+  if (kind == CellKind::lstm) o.unit_forget_bias = read.get("unit_forget_bias", true);
+  // Keras 2 and 3 default to reset_after=True; Keras 1's GRU had no such key and reset before.
+  if (kind == CellKind::gru) o.reset_after = read.get("reset_after", true);
+  o.return_sequences = read.get("return_sequences", false);
+  o.go_backwards = read.get("go_backwards", false);
+  o.kernel_initializer =
+      config_initializer(read, "kernel_initializer", Initializer::glorot_uniform());
+  o.recurrent_initializer =
+      config_initializer(read, "recurrent_initializer", Initializer::orthogonal());
+  o.bias_initializer = config_initializer(read, "bias_initializer", Initializer::zeros());
+  o.name = config_name(read);
+  return o;
+}
+
+RecurrentLayer::RecurrentLayer(CellKind kind, std::size_t units, RecurrentOptions options)
+    : LayerBase(options.name),
+      core_(kind, units, options,
+            keras::detail::to_snake_case(cell_class_name(kind)) + " layer '" + options.name + "'") {
+}
+
+Shape RecurrentLayer::build(std::span<const Shape> input_shapes, std::uint64_t seed) {
+  expect_inputs(input_shapes, 1);
+  core_ = RecurrentCore(core_.kind(), core_.units(), core_.options(), label());
+  const Shape out = core_.output_shape(input_shapes[0]);
+  const std::size_t features = input_shapes[0][1];
+  if (!weights_.empty()) {
+    core_.check_weights(weights_, features);
+  } else {
+    const auto names = cell_weight_names(core_.kind());
+    auto values = core_.initial_weights(features, seed);
+    for (std::size_t i = 0; i < values.size(); ++i)
+      add_weight(names[i], values[i]);
+  }
+  remember(input_shapes, out);
+  return out;
+}
+
+void RecurrentLayer::forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+                             const CallContext& ctx) {
+  check_inputs(inputs);
+  core_.forward(ctx.backend, weights_, inputs[0], output);
+}
+
+void RecurrentLayer::backward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+                              const Tensor<float>& output_gradient,
+                              std::span<const Tensor<float>> input_gradients,
+                              const CallContext& ctx) {
+  core_.backward(ctx.backend, weights_, inputs[0], output, output_gradient,
+                 input_gradients.empty() ? Tensor<float>() : input_gradients[0]);
+}
+
+nlohmann::json RecurrentLayer::get_config() const {
+  auto config = base_config();
+  core_.write_config(config);
+  return config;
+}
+
+}  // namespace loadstar::keras::layers::detail
+#endif

@@ -1,0 +1,277 @@
+// SimpleRNN, LSTM, GRU and Bidirectional: forward, input and weight gradients against PyTorch
+// (tests/keras/generate_recurrent.py), configs, files, training, refusals, and the orthogonal
+// initializer.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <loadstar/error.hpp>
+#include <loadstar/keras.hpp>
+#include <loadstar/keras/backend/cpu_backend.hpp>
+#include <loadstar/keras/saving/model_config.hpp>
+#include <loadstar/keras/saving/saving.hpp>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "keras/layer_cases.hpp"
+#include "keras/protected_backend.hpp"
+#include "temp_dir.hpp"
+
+using loadstar::ConfigError;
+using loadstar::Shape;
+using loadstar::ShapeError;
+using loadstar::Tensor;
+using namespace loadstar::keras;
+using namespace loadstar::keras::layers;
+using nlohmann::json;
+
+namespace {
+
+const json& recurrent_reference() {
+  static const json data = layer_cases::load("recurrent.json");
+  return data;
+}
+
+Tensor<float> recurrent_wave(const Shape& shape, float scale, float phase = 0.0F) {
+  Tensor<float> t(shape);
+  float v = phase;
+  for (float& x : t) {
+    x = scale * std::sin(v);
+    v += 0.37F;
+  }
+  return t;
+}
+
+bool recurrent_same_bits(const Tensor<float>& a, const Tensor<float>& b) {
+  return a.shape() == b.shape() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+/// A model of one recurrent layer trained two SGD steps: its config rebuilds it, and its .h5 and
+/// .keras files load with the same config, weights and predictions, bit for bit.
+void check_recurrent_round_trip(const std::string& class_name, const json& config,
+                                const Shape& shape) {
+  INFO(class_name, " ", config.dump());
+  auto input = Input(shape, "in");
+  auto out = call(LayerRegistry::instance().create(class_name, config), input);
+  auto model = std::make_shared<Model>(std::vector{input}, std::vector{out}, "round_trip");
+  const Tensor<float> x = recurrent_wave(shape.prepend(4), 1.5F);
+  const Tensor<float> y = recurrent_wave(out.shape().prepend(4), 0.5F, 1.0F);
+  model->compile({.optimizer = "sgd", .loss = "mse"});
+  const auto before = model->get_weights();
+  model->train_on_batch(x, y);
+  model->train_on_batch(x, y);
+  CHECK_FALSE(recurrent_same_bits(before.at(0), model->get_weights().at(0)));
+  const json full = model_get_config(*model);
+  const auto copy = model_from_config(full);
+  CHECK(model_get_config(*copy) == full);
+  copy->set_weights(model->get_weights());
+  const Tensor<float> expected = model->predict(x, {.verbose = 0});
+  CHECK(recurrent_same_bits(copy->predict(x, {.verbose = 0}), expected));
+  test_support::TempDir dir;
+  for (const char* file : {"model.h5", "model.keras"}) {
+    INFO(file);
+    model->save(dir / file);
+    const auto loaded = load_model(dir / file);
+    CHECK(model_get_config(*loaded) == full);
+    const auto weights = loaded->get_weights();
+    REQUIRE(weights.size() == model->get_weights().size());
+    for (std::size_t i = 0; i < weights.size(); ++i)
+      CHECK(recurrent_same_bits(weights[i], model->get_weights()[i]));
+    CHECK(recurrent_same_bits(loaded->predict(x, {.verbose = 0}), expected));
+  }
+}
+
+std::shared_ptr<Layer> make_layer(const std::string& class_name, const json& config) {
+  return LayerRegistry::instance().create(class_name, config);
+}
+
+}  // namespace
+
+TEST_SUITE("keras_layers") {
+  TEST_CASE("Recurrent layers match the PyTorch reference values with one and three threads") {
+    REQUIRE(recurrent_reference()["cases"].size() > 60);
+    for (std::size_t threads : {1, 3}) {
+      CpuBackend backend(threads);
+      for (const auto& c : recurrent_reference()["cases"])
+        layer_cases::run_case(c, backend);
+    }
+  }
+
+  TEST_CASE("Recurrent layers compute only through the backend") {
+    loadstar::test::ProtectedBackend backend(2);
+    for (const auto& c : recurrent_reference()["cases"])
+      layer_cases::run_case(c, backend);
+  }
+
+  TEST_CASE("Recurrent layers round-trip configs h5 and keras files") {
+    check_recurrent_round_trip("LSTM", {{"units", 3}}, Shape{4, 2});
+    check_recurrent_round_trip(
+        "LSTM", {{"units", 3}, {"return_sequences", true}, {"go_backwards", true}}, Shape{3, 2});
+    check_recurrent_round_trip("GRU", {{"units", 2}, {"return_sequences", true}}, Shape{3, 2});
+    check_recurrent_round_trip("GRU", {{"units", 2}, {"reset_after", false}, {"use_bias", false}},
+                               Shape{3, 2});
+    check_recurrent_round_trip("SimpleRNN", {{"units", 3}, {"activation", "relu"}}, Shape{2, 2});
+    check_recurrent_round_trip(
+        "Bidirectional",
+        {{"layer",
+          {{"class_name", "LSTM"}, {"config", {{"units", 2}, {"return_sequences", true}}}}},
+         {"merge_mode", "sum"}},
+        Shape{3, 2});
+    check_recurrent_round_trip("Bidirectional",
+                               {{"layer", {{"class_name", "GRU"}, {"config", {{"units", 2}}}}}},
+                               Shape{3, 2});
+  }
+
+  TEST_CASE("LSTM writes Keras's config and weight layout") {
+    auto input = Input(Shape{5, 3}, "in");
+    auto lstm = make_layer("LSTM", {{"units", 4}, {"name", "lstm"}});
+    auto out = call(lstm, input);
+    const json config = lstm->get_config();
+    CHECK(config["units"] == 4);
+    CHECK(config["activation"] == "tanh");
+    CHECK(config["recurrent_activation"] == "sigmoid");
+    CHECK(config["unit_forget_bias"] == true);
+    CHECK(config["return_sequences"] == false);
+    CHECK(config["recurrent_initializer"]["class_name"] == "Orthogonal");
+    REQUIRE(lstm->weights().size() == 3);
+    CHECK(lstm->weights()[0].value.shape() == Shape{3, 16});
+    CHECK(lstm->weights()[1].value.shape() == Shape{4, 16});
+    CHECK(lstm->weights()[2].value.shape() == Shape{16});
+    CHECK(lstm->weights()[0].name == "lstm_cell/kernel");
+    // unit_forget_bias: the forget gate's bias (the second block) starts at 1, the rest at 0.
+    const Tensor<float>& bias = lstm->weights()[2].value;
+    for (std::size_t i = 0; i < 16; ++i)
+      CHECK(bias.data()[i] == (i >= 4 && i < 8 ? 1.0F : 0.0F));
+    auto gru = make_layer("GRU", {{"units", 2}});
+    call(gru, Input(Shape{5, 3}));
+    CHECK(gru->weights()[2].value.shape() == Shape{2, 6});
+    CHECK(gru->get_config()["reset_after"] == true);
+    auto gru1 = make_layer("GRU", {{"units", 2}, {"reset_after", false}});
+    call(gru1, Input(Shape{5, 3}));
+    CHECK(gru1->weights()[2].value.shape() == Shape{6});
+    auto both = make_layer("Bidirectional",
+                           {{"layer", {{"class_name", "LSTM"}, {"config", {{"units", 2}}}}}});
+    const Shape shape = call(both, Input(Shape{5, 3})).shape();
+    CHECK(shape == Shape{4});
+    CHECK(both->weights().size() == 6);
+    CHECK(both->weights()[0].name == "forward_lstm/lstm_cell/kernel");
+    CHECK(both->weights()[3].name == "backward_lstm/lstm_cell/kernel");
+    CHECK(both->get_config()["layer"]["config"]["go_backwards"] == false);
+  }
+
+  TEST_CASE("LSTM learns to sum a sequence and its loss falls") {
+    // 256 sequences of 6 numbers in [-1, 1]; the target is their sum.
+    const std::size_t n = 256, steps = 6;
+    Tensor<float> x(Shape{n, steps, 1}), y(Shape{n, 1});
+    loadstar::SplitMix64 rng(5);
+    for (std::size_t i = 0; i < n; ++i) {
+      float sum = 0.0F;
+      for (std::size_t s = 0; s < steps; ++s) {
+        const float v = float(rng.uniform() * 2.0 - 1.0);
+        x.data()[i * steps + s] = v;
+        sum += v;
+      }
+      y.data()[i] = sum;
+    }
+    Sequential model{Input(Shape{steps, 1}), LSTM(16), Dense(1)};
+    model.compile({.optimizer = "adam", .loss = "mse"});
+    const auto history = model.fit(x, y, {.epochs = 30, .batch_size = 32, .verbose = 0});
+    const auto& loss = history.history.at("loss");
+    INFO("first loss ", loss.front(), " last loss ", loss.back());
+    CHECK(loss.back() < 0.1 * loss.front());
+    CHECK(loss.back() < 0.1);
+  }
+
+  TEST_CASE("Embedding LSTM and Dense train on token sequences") {
+    // Class 1 when token 3 appears in the sequence.
+    const std::size_t n = 128, steps = 5;
+    Tensor<float> x(Shape{n, steps}), y(Shape{n, 1});
+    loadstar::SplitMix64 rng(9);
+    for (std::size_t i = 0; i < n; ++i) {
+      bool has = false;
+      for (std::size_t s = 0; s < steps; ++s) {
+        const float token = float(rng.next() % 6);
+        x.data()[i * steps + s] = token;
+        has = has || token == 3.0F;
+      }
+      y.data()[i] = has ? 1.0F : 0.0F;
+    }
+    Sequential model{Input(Shape{steps}), Embedding(6, 8), Bidirectional(GRU(8)),
+                     Dense(1, {.activation = "sigmoid"})};
+    model.compile({.optimizer = "adam", .loss = "binary_crossentropy"});
+    const auto history = model.fit(x, y, {.epochs = 25, .batch_size = 16, .verbose = 0});
+    const auto& loss = history.history.at("loss");
+    INFO("first loss ", loss.front(), " last loss ", loss.back());
+    CHECK(loss.back() < 0.5 * loss.front());
+  }
+
+  TEST_CASE("Recurrent layers refuse what loadstar does not run by its option") {
+    const auto refused = [](const json& extra, const char* message) {
+      json config = {{"units", 2}, {"name", "r"}};
+      config.update(extra);
+      CHECK_THROWS_WITH_AS(make_layer("LSTM", config), doctest::Contains(message), ConfigError);
+    };
+    refused({{"stateful", true}}, "config.stateful: expected false");
+    refused({{"dropout", 0.2}}, "config.dropout: expected 0");
+    refused({{"recurrent_dropout", 0.1}}, "config.recurrent_dropout: expected 0");
+    refused({{"return_state", true}}, "config.return_state: expected false");
+    refused({{"time_major", true}}, "config.time_major: expected false");
+    refused({{"recurrent_regularizer", {{"class_name", "L2"}}}}, "config.recurrent_regularizer");
+    refused({{"activation", "softmax"}}, "activation must act element by element");
+    refused({{"implementation", 3}}, "config.implementation: expected 1 or 2");
+    CHECK_THROWS_WITH_AS(make_layer("GRU", {{"units", 0}}), doctest::Contains("config.units"),
+                         ConfigError);
+    CHECK_THROWS_WITH_AS(
+        make_layer("Bidirectional",
+                   {{"layer", {{"class_name", "LSTM"}, {"config", {{"units", 2}}}}},
+                    {"merge_mode", nullptr}}),
+        doctest::Contains("merge_mode None returns two outputs"), ConfigError);
+    CHECK_THROWS_WITH_AS(
+        make_layer("Bidirectional",
+                   {{"layer", {{"class_name", "Dense"}, {"config", {{"units", 2}}}}}}),
+        doctest::Contains("config.layer: expected a SimpleRNN, LSTM or GRU layer"), ConfigError);
+    // Inputs of another rank, and unknown sequence lengths.
+    auto lstm = make_layer("LSTM", {{"units", 2}, {"name", "r"}});
+    CHECK_THROWS_WITH_AS(call(lstm, Input(Shape{4})),
+                         doctest::Contains("lstm layer 'r': expects inputs (batch, timesteps, "
+                                           "features) of a fixed number of timesteps"),
+                         ShapeError);
+    CHECK_THROWS_AS(
+        LayerRegistry::instance().create(
+            "InputLayer", {{"batch_input_shape", {nullptr, nullptr, 3}}, {"name", "in"}}),
+        ConfigError);
+  }
+
+  TEST_CASE("Orthogonal fills orthonormal rows or columns times the gain") {
+    for (const Shape& shape : {Shape{6, 3}, Shape{3, 6}, Shape{2, 2, 4}}) {
+      INFO(shape.str());
+      Tensor<float> t(shape);
+      Initializer::orthogonal(2.0).fill(t, 11);
+      const std::size_t cols = shape[shape.rank() - 1], rows = t.size() / cols;
+      // Q^T Q = gain^2 I over the shorter side.
+      const bool by_columns = rows >= cols;
+      const std::size_t n = by_columns ? cols : rows, m = by_columns ? rows : cols;
+      for (std::size_t a = 0; a < n; ++a) {
+        for (std::size_t b = 0; b < n; ++b) {
+          double dot = 0.0;
+          for (std::size_t k = 0; k < m; ++k) {
+            const float va = by_columns ? t.data()[k * cols + a] : t.data()[a * cols + k];
+            const float vb = by_columns ? t.data()[k * cols + b] : t.data()[b * cols + k];
+            dot += double(va) * vb;
+          }
+          CHECK(dot == doctest::Approx(a == b ? 4.0 : 0.0).epsilon(1e-5).scale(1.0));
+        }
+      }
+      Tensor<float> again(shape);
+      Initializer::orthogonal(2.0).fill(again, 11);
+      CHECK(recurrent_same_bits(t, again));
+    }
+    const Initializer init = Initializer::from_json(
+        {{"class_name", "Orthogonal"}, {"config", {{"gain", 0.5}, {"seed", 3}}}});
+    CHECK(init.to_json() ==
+          json{{"class_name", "Orthogonal"}, {"config", {{"gain", 0.5}, {"seed", 3}}}});
+    CHECK(Initializer("orthogonal").kind() == Initializer::Kind::orthogonal);
+  }
+}
