@@ -255,10 +255,9 @@ TEST_SUITE("keras") {
                                   [](const json&) { return Initializer::constant(0.5); });
     const json dense = json::parse(R"({"units": 2, "kernel_initializer": {"module": "builtins",
         "class_name": "function", "config": "random_kernel", "registered_name": "function"}})");
-    CHECK_THROWS_WITH_AS(Registry<Layer>::instance().create("Dense", dense),
-                         doctest::Contains("layer (Dense): config.kernel_initializer: unknown "
-                                           "initializer 'function'"),
-                         ConfigError);
+    // Without them it is kept as written (with a warning, test_nested_models.cpp).
+    CHECK(Registry<Layer>::instance().create("Dense", dense)->get_config()["kernel_initializer"] ==
+          dense["kernel_initializer"]);
     auto layer = Registry<Layer>::instance().create("Dense", dense, &initializers);
     const Shape in[] = {Shape{3}};
     layer->build(in, 0);

@@ -56,7 +56,8 @@ class CapturedWarnings {
 
 std::vector<std::string> config_layer_names(const Model& model) {
   std::vector<std::string> out;
-  for (const auto& entry : model.get_config()["config"]["layers"])
+  const nlohmann::json config = model.get_config();
+  for (const auto& entry : config["config"]["layers"])
     out.push_back(entry["name"].get<std::string>());
   return out;
 }
