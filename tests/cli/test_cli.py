@@ -324,6 +324,18 @@ def bad_files_give_one_line_and_status_1():
     ]
     for args, message in cases:
         run_error(args, 1, message)
+    # Every layer class loadstar lacks at once, without advice the tool's user cannot follow.
+    several = json.loads(json.dumps(MLP_JSON))
+    several["config"]["layers"][1]["class_name"] = "Frobnicate"
+    several["config"]["layers"][2]["class_name"] = "Quux"
+    line = run_error(["summary", write_json("several.json", several)], 1,
+                     "2 layers have classes loadstar does not support: 'hidden' (Frobnicate, "
+                     "config.layers[1]), 'out' (Quux, config.layers[2])")
+    assert "custom" not in line, f"{line!r} mentions custom objects"
+    line = run_error(["summary", path("unknown.json")], 1,
+                     "layer 'hidden' (config.layers[1]) has class 'Frobnicate', which loadstar "
+                     "does not support")
+    assert "custom" not in line, f"{line!r} mentions custom objects"
 
 
 # --- summary ----------------------------------------------------------------------------------

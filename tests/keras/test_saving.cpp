@@ -268,9 +268,11 @@ TEST_SUITE("keras") {
       H5::StrType type(H5::PredType::C_S1, H5T_VARIABLE);
       file.createAttribute("model_config", type, H5::DataSpace(H5S_SCALAR)).write(type, config);
     }
-    CHECK_THROWS_WITH_AS(load_model(dir / "custom.h5"),
-                         doctest::Contains("custom.h5': layer 'scores' has class 'MyDense'"),
-                         ConfigError);
+    CHECK_THROWS_WITH_AS(
+        load_model(dir / "custom.h5"),
+        doctest::Contains("custom.h5': layer 'scores' (config.layers[1]) has class "
+                          "'MyDense', which loadstar does not support"),
+        ConfigError);
     CustomObjects custom;
     custom.add<Layer>("MyDense", [](const nlohmann::json& config) {
       return Registry<Layer>::instance().create("Dense", config);

@@ -119,6 +119,8 @@ std::unique_ptr<keras::Model> read_model(const fs::path& path, bool compile) {
     const std::string where = "model file '" + path.string() + "': ";
     try {
       return keras::model_from_json(text.str());
+    } catch (const keras::UnsupportedLayersError& e) {
+      throw keras::UnsupportedLayersError(where + e.where(), e.layers());
     } catch (const loadstar::FormatError& e) {
       throw loadstar::FormatError(where + e.what());
     } catch (const loadstar::ConfigError& e) {
@@ -631,6 +633,9 @@ int main(int argc, char** argv) {
     return fail("no command given (see 'loadstar --help')", exit_usage);
   } catch (const UsageError& e) {
     return fail(e.what(), exit_usage);
+  } catch (const keras::UnsupportedLayersError& e) {
+    // A user of the tool cannot pass custom objects: say only what loadstar does not support.
+    return fail(e.describe(/*custom_objects_advice=*/false), exit_runtime);
   } catch (const std::exception& e) {
     return fail(e.what(), exit_runtime);
   } catch (...) {

@@ -50,6 +50,9 @@ class Initializer {
     truncated_normal,
     variance_scaling,
     orthogonal,
+    /// An initializer loadstar cannot build (a Python function, an unregistered class) kept as
+    /// its file wrote it: it fills zeros, for weights a loaded file then replaces.
+    unresolved,
   };
   enum class Mode { fan_in, fan_out, fan_avg };
   enum class Distribution { truncated_normal, untruncated_normal, uniform };
@@ -102,6 +105,10 @@ class Initializer {
 
   LOADSTAR_DECL static Initializer from_name(std::string_view name);
 
+  /// The initializer a config names but loadstar cannot build (`{"class_name": "function",
+  /// "config": "random_kernel"}`): `to_json` gives `config` back unchanged, `fill` writes zeros.
+  LOADSTAR_DECL static Initializer unresolved(nlohmann::json config);
+
   /// Reads Keras's `{"class_name": ..., "config": {...}}` (or a plain name string) of a built-in
   /// initializer; throws `ConfigError` naming the key for a bad value. `Registry<Initializer>`
   /// resolves custom ones too.
@@ -135,6 +142,7 @@ class Initializer {
   Mode mode_ = Mode::fan_in;
   Distribution distribution_ = Distribution::uniform;
   std::optional<std::uint64_t> seed_;
+  nlohmann::json original_;  // the config of an unresolved initializer
 };
 
 /// The initializer registry makes `Initializer`s: every Keras name of the built-in ones
@@ -286,7 +294,21 @@ Initializer Initializer::from_config(const std::string& class_name, const nlohma
   return i;
 }
 
+Initializer Initializer::unresolved(nlohmann::json config) {
+  std::string class_name = "?";
+  if (config.is_string()) {
+    class_name = config.get<std::string>();
+  } else if (config.is_object() && config.contains("class_name") &&
+             config["class_name"].is_string()) {
+    class_name = config["class_name"].get<std::string>();
+  }
+  Initializer i(Kind::unresolved, std::move(class_name));
+  i.original_ = std::move(config);
+  return i;
+}
+
 nlohmann::json Initializer::to_json() const {
+  if (kind_ == Kind::unresolved) return original_;
   nlohmann::json config = nlohmann::json::object();
   auto seed = [&] { return seed_ ? nlohmann::json(*seed_) : nlohmann::json(nullptr); };
   switch (kind_) {
@@ -318,6 +340,8 @@ nlohmann::json Initializer::to_json() const {
     case Kind::orthogonal:
       config = {{"gain", a_}, {"seed", seed()}};
       break;
+    case Kind::unresolved:
+      break;
   }
   return {{"class_name", class_name_}, {"config", config}};
 }
@@ -332,6 +356,7 @@ void Initializer::fill(const Tensor<float>& t, std::uint64_t default_seed) const
   };
   switch (kind_) {
     case Kind::zeros:
+    case Kind::unresolved:
       std::fill(t.begin(), t.end(), 0.0F);
       return;
     case Kind::ones:

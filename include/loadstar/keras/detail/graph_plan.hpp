@@ -17,6 +17,7 @@
 
 #include "loadstar/error.hpp"
 #include "loadstar/keras/detail/graph.hpp"
+#include "loadstar/keras/detail/keras_layer_order.hpp"
 #include "loadstar/keras/detail/runtime.hpp"
 #include "loadstar/keras/input.hpp"
 #include "loadstar/keras/layer.hpp"
@@ -134,6 +135,12 @@ GraphPlan plan_graph(const std::string& model, const std::vector<KerasTensor>& i
       candidate = base + "_" + std::to_string(++n);
     used.insert(candidate);
     layer->set_name(candidate);
+  }
+  // Listed (and their weights ordered) as Keras lists them; named above in call order, as Keras
+  // names layers when they are made.
+  layers.clear();
+  for (const GraphNode* node : keras_layer_order(inputs, outputs)) {
+    if (node->layer) layers.push_back(node->layer);
   }
   std::vector<std::string> input_names;
   std::size_t unnamed = 0;

@@ -13,6 +13,7 @@
 #include "loadstar/config.hpp"
 #include "loadstar/keras/model.hpp"
 #include "loadstar/keras/registry.hpp"
+#include "loadstar/keras/saving/unsupported_layers_error.hpp"
 
 namespace loadstar::keras {
 
@@ -65,6 +66,7 @@ LOADSTAR_DECL std::unique_ptr<Model> model_from_json(std::string_view json,
 #include "loadstar/error.hpp"
 #include "loadstar/keras/detail/config_reader.hpp"
 #include "loadstar/keras/detail/graph.hpp"
+#include "loadstar/keras/detail/keras_layer_order.hpp"
 #include "loadstar/keras/input.hpp"
 #include "loadstar/keras/layer.hpp"
 #include "loadstar/keras/layers/input_layer.hpp"
@@ -84,6 +86,15 @@ LOADSTAR_DECL nlohmann::json input_layer_config(const Shape& shape, const std::s
 /// `[[["dense", 0, 0, {}], ...], ...]` (one list per call of the layer, `node_index` counting the
 /// calls of that layer inside the model, in call order).
 LOADSTAR_DECL nlohmann::json functional_config(const Model& model);
+
+/// Every layer of `model_config` (nested models' layers included) whose class neither the custom
+/// objects in scope nor the layer registry knows, with its key path under `path`.
+LOADSTAR_DECL std::vector<UnsupportedLayersError::Entry> unsupported_layers(
+    const nlohmann::json& model_config, const std::string& path = "config");
+
+/// Throws `UnsupportedLayersError` naming every layer `unsupported_layers` finds, with `where`.
+LOADSTAR_DECL void require_supported_layers(const nlohmann::json& model_config,
+                                            const std::string& where);
 
 /// `"config.layers[3]"`.
 inline std::string item_path(const std::string& path, std::size_t index) {
@@ -139,6 +150,13 @@ std::unique_ptr<Model> model_from_config(const nlohmann::json& model_config,
   const auto class_name = read.get<std::string>("class_name");
   const nlohmann::json* config = read.find("config");
   if (config == nullptr) read.fail("config", "the model's config");
+  // Every missing layer class at once, before building any layer.
+  const nlohmann::json* named = config->is_object() ? &*config : nullptr;
+  const std::string model_name =
+      named != nullptr && named->contains("name") && (*named)["name"].is_string()
+          ? (*named)["name"].get<std::string>()
+          : std::string(class_name == "Sequential" ? "sequential" : "model");
+  detail::require_supported_layers(model_config, "model '" + model_name + "' (" + class_name + ")");
   if (class_name == "Sequential") return detail::sequential_from_config(*config);
   if (class_name == "Functional" || class_name == "Model") {
     return detail::functional_from_config(*config, class_name);
@@ -161,6 +179,53 @@ std::unique_ptr<Model> model_from_json(std::string_view json, const CustomObject
 }  // namespace loadstar::keras
 
 namespace loadstar::keras::detail {
+
+std::vector<UnsupportedLayersError::Entry> unsupported_layers(const nlohmann::json& model_config,
+                                                              const std::string& path) {
+  std::vector<UnsupportedLayersError::Entry> out;
+  if (!model_config.is_object()) return out;
+  const auto inner = model_config.find("config");
+  if (inner == model_config.end()) return out;
+  // Keras 2.0-2.1 write a Sequential's list of layers alone.
+  const nlohmann::json* layers = inner->is_array() ? &*inner : nullptr;
+  std::string layers_path = path;
+  if (inner->is_object() && inner->contains("layers")) {
+    layers = &(*inner)["layers"];
+    layers_path += ".layers";
+  }
+  if (layers == nullptr || !layers->is_array()) return out;
+  const CustomObjects* custom = current_custom_objects();
+  for (std::size_t i = 0; i < layers->size(); ++i) {
+    const nlohmann::json& entry = (*layers)[i];
+    if (!entry.is_object() || !entry.contains("class_name") || !entry["class_name"].is_string())
+      continue;
+    const std::string class_name = entry["class_name"].get<std::string>();
+    const std::string entry_path = item_path(layers_path, i);
+    if ((custom != nullptr && custom->find<Layer>(class_name) != nullptr) ||
+        Registry<Layer>::instance().contains(class_name))
+      continue;
+    if (class_name == "Sequential" || class_name == "Functional" || class_name == "Model") {
+      // A nested model: its own layers.
+      auto nested = unsupported_layers(entry, entry_path + ".config");
+      out.insert(out.end(), nested.begin(), nested.end());
+      continue;
+    }
+    std::string name = "?";
+    if (entry.contains("name") && entry["name"].is_string()) {
+      name = entry["name"].get<std::string>();
+    } else if (entry.contains("config") && entry["config"].is_object() &&
+               entry["config"].contains("name") && entry["config"]["name"].is_string()) {
+      name = entry["config"]["name"].get<std::string>();
+    }
+    out.push_back({entry_path, name, class_name});
+  }
+  return out;
+}
+
+void require_supported_layers(const nlohmann::json& model_config, const std::string& where) {
+  auto missing = unsupported_layers(model_config);
+  if (!missing.empty()) throw UnsupportedLayersError(where, std::move(missing));
+}
 
 nlohmann::json input_layer_config(const Shape& shape, const std::string& name) {
   nlohmann::json batch_shape = nlohmann::json::array({nullptr});
@@ -203,15 +268,19 @@ nlohmann::json functional_config(const Model& model) {
   };
   nlohmann::json layers = nlohmann::json::array();
   nlohmann::json input_layers = nlohmann::json::array();
-  for (std::size_t i = 0; i < model.inputs().size(); ++i) {
-    const auto& name = model.input_names()[i];
-    layers.push_back({{"class_name", "InputLayer"},
-                      {"config", input_layer_config(model.inputs()[i].shape(), name)},
-                      {"name", name},
-                      {"inbound_nodes", nlohmann::json::array()}});
-    input_layers.push_back({name, 0, 0});
-  }
-  for (const auto& layer : model.layers()) {
+  for (std::size_t i = 0; i < model.inputs().size(); ++i)
+    input_layers.push_back({model.input_names()[i], 0, 0});
+  // Inputs and layers in Keras's order (keras_layer_order), so that Keras lists them alike.
+  for (const GraphNode* first : keras_layer_order(model.inputs(), model.outputs())) {
+    if (first->layer == nullptr) {
+      const std::string& name = input_names.at(first);
+      layers.push_back({{"class_name", "InputLayer"},
+                        {"config", input_layer_config(first->shape, name)},
+                        {"name", name},
+                        {"inbound_nodes", nlohmann::json::array()}});
+      continue;
+    }
+    const std::shared_ptr<Layer>& layer = first->layer;
     nlohmann::json inbound = nlohmann::json::array();
     for (const GraphNode* node : calls[layer.get()]) {
       nlohmann::json call = nlohmann::json::array();
@@ -242,6 +311,14 @@ std::shared_ptr<Layer> layer_from_entry(const ConfigReader& model, const nlohman
   const auto class_name = read.get<std::string>("class_name");
   const nlohmann::json empty = nlohmann::json::object();
   const nlohmann::json* config = read.has("config") ? read.find("config") : &empty;
+  if ((class_name == "Sequential" || class_name == "Functional" || class_name == "Model") &&
+      !Registry<Layer>::instance().contains(class_name)) {
+    std::string layer = "?";
+    if (config->is_object() && config->contains("name") && (*config)["name"].is_string())
+      layer = (*config)["name"].get<std::string>();
+    throw ConfigError(model.owner() + ": " + path + ": layer '" + layer + "' is a nested " +
+                      class_name + " model, which loadstar cannot load yet");
+  }
   try {
     return Registry<Layer>::instance().create(class_name, *config);
   } catch (const ConfigError& e) {

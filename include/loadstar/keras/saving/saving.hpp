@@ -27,6 +27,7 @@
 #include "loadstar/keras/model.hpp"
 #include "loadstar/keras/registry.hpp"
 #include "loadstar/keras/saving/options.hpp"
+#include "loadstar/keras/saving/unsupported_layers_error.hpp"
 
 namespace loadstar::keras {
 
@@ -113,6 +114,9 @@ decltype(auto) naming_file(const std::string& where, Body&& body) {
     throw FormatError(prefixed(e));
   } catch (const ShapeError& e) {
     throw ShapeError(prefixed(e));
+  } catch (const UnsupportedLayersError& e) {
+    if (e.where().find(where) != std::string::npos) throw;
+    throw UnsupportedLayersError(where + ": " + e.where(), e.layers());
   } catch (const ConfigError& e) {
     throw ConfigError(prefixed(e));
   } catch (const IoError& e) {
@@ -120,8 +124,8 @@ decltype(auto) naming_file(const std::string& where, Body&& body) {
   }
 }
 
-/// Throws `ConfigError` naming the layer and its class when a model config lists a layer class
-/// that neither `custom` nor the layer registry knows.
+/// Throws `UnsupportedLayersError` naming every layer of a model config whose class neither
+/// `custom` nor the layer registry knows, with its class.
 LOADSTAR_DECL void check_layer_classes(const nlohmann::json& config, const CustomObjects& custom,
                                        const std::string& where);
 
@@ -304,30 +308,8 @@ void require_built(const Model& model, const std::string& what) {
 
 void check_layer_classes(const nlohmann::json& config, const CustomObjects& custom,
                          const std::string& where) {
-  if (!config.is_object()) return;
-  const auto inner = config.find("config");
-  if (inner == config.end()) return;
-  const nlohmann::json* layers = nullptr;
-  if (inner->is_array()) layers = &*inner;
-  if (inner->is_object() && inner->contains("layers")) layers = &(*inner)["layers"];
-  if (layers == nullptr || !layers->is_array()) return;
-  for (const auto& entry : *layers) {
-    if (!entry.is_object() || !entry.contains("class_name") || !entry["class_name"].is_string())
-      continue;
-    const std::string class_name = entry["class_name"].get<std::string>();
-    const bool known = custom.find<Layer>(class_name) != nullptr ||
-                       Registry<Layer>::instance().contains(class_name);
-    if (known) continue;
-    std::string name = "?";
-    if (entry.contains("name") && entry["name"].is_string()) {
-      name = entry["name"].get<std::string>();
-    } else if (entry.contains("config") && entry["config"].is_object() &&
-               entry["config"].contains("name") && entry["config"]["name"].is_string()) {
-      name = entry["config"]["name"].get<std::string>();
-    }
-    throw ConfigError(where + ": layer '" + name + "' has class '" + class_name +
-                      "', which is not a loadstar layer nor among the custom objects");
-  }
+  const CustomObjectScope scope(&custom);
+  require_supported_layers(config, where);
 }
 
 nlohmann::json parse_file_json(const std::string& text, const std::string& where,

@@ -27,6 +27,7 @@
 #include "loadstar/keras/initializers.hpp"
 #include "loadstar/keras/layer.hpp"
 #include "loadstar/keras/registry.hpp"
+#include "loadstar/keras/warnings.hpp"
 
 namespace loadstar::keras::layers {
 
@@ -308,8 +309,31 @@ std::size_t config_size1(const ConfigReader& read, std::string_view key, std::si
 Initializer config_initializer(const ConfigReader& read, std::string_view key,
                                Initializer fallback) {
   if (!read.has(key)) return fallback;
-  return read.nested(key,
-                     [&] { return Registry<Initializer>::instance().create(*read.find(key)); });
+  const nlohmann::json& value = *read.find(key);
+  try {
+    return read.nested(key, [&] { return Registry<Initializer>::instance().create(value); });
+  } catch (const ConfigError&) {
+    // An initializer loadstar cannot build (a Python function among them) only creates weights,
+    // which a loaded file provides: kept as written, with a warning, so that the file loads for
+    // predict, summary and fine-tuning. Any other bad initializer config stays an error.
+    const nlohmann::json* name = &value;
+    if (value.is_object() && value.contains("class_name")) name = &value["class_name"];
+    if (!name->is_string()) throw;
+    const std::string class_name = name->get<std::string>();
+    const CustomObjects* custom = keras::detail::current_custom_objects();
+    if (Registry<Initializer>::instance().contains(class_name) ||
+        (custom != nullptr && custom->find<Initializer>(class_name) != nullptr))
+      throw;
+    const bool function = class_name == "function" && value.is_object() &&
+                          value.contains("config") && value["config"].is_string();
+    const std::string what =
+        function ? "the Python function '" + value["config"].get<std::string>() + "'"
+                 : "'" + class_name + "'";
+    warn(read.owner() + ": " + read.path(key) + ": initializer " + what +
+         " is not supported by loadstar; its weights start at zero until a file's weights are "
+         "loaded into them");
+    return Initializer::unresolved(value);
+  }
 }
 
 int config_axis(const ConfigReader& read, int fallback) {

@@ -29,6 +29,7 @@
 #include <nlohmann/json.hpp>
 
 #include "loadstar/error.hpp"
+#include "loadstar/keras/detail/keras_layer_order.hpp"
 #include "loadstar/keras/layer.hpp"
 #include "loadstar/keras/layers/registry.hpp"
 #include "loadstar/keras/losses.hpp"
@@ -244,12 +245,22 @@ namespace loadstar::keras::detail {
 
 std::vector<KerasLayerEntry> keras_layers(const Model& model) {
   std::vector<KerasLayerEntry> out;
-  if (dynamic_cast<const Sequential*>(&model) == nullptr) {
-    for (const auto& name : model.input_names())
-      out.push_back({name, "InputLayer", nullptr});
+  if (dynamic_cast<const Sequential*>(&model) != nullptr) {
+    for (const auto& layer : model.layers())
+      out.push_back({layer->name(), layer->class_name(), layer.get()});
+    return out;
   }
-  for (const auto& layer : model.layers())
-    out.push_back({layer->name(), layer->class_name(), layer.get()});
+  // A functional model lists its inputs among its layers, in Keras's order.
+  std::map<const GraphNode*, std::string> input_names;
+  for (std::size_t i = 0; i < model.inputs().size(); ++i)
+    input_names[model.inputs()[i].node().get()] = model.input_names()[i];
+  for (const GraphNode* first : keras_layer_order(model.inputs(), model.outputs())) {
+    if (first->layer == nullptr) {
+      out.push_back({input_names.at(first), "InputLayer", nullptr});
+    } else {
+      out.push_back({first->layer->name(), first->layer->class_name(), first->layer.get()});
+    }
+  }
   return out;
 }
 
@@ -358,10 +369,18 @@ nlohmann::json training_config(const Model& model) {
 nlohmann::json compile_config(const Model& model) {
   const CompileOptions& options = model.compile_options();
   const Optimizer& optimizer = model.optimizer();
+  nlohmann::json optimizer_config = optimizer.get_config();
+  // Keras 3 serializes a learning-rate schedule with its module too (serialization_lib).
+  if (const auto rate = optimizer_config.find("learning_rate");
+      rate != optimizer_config.end() && rate->is_object() && rate->contains("class_name") &&
+      !rate->contains("module")) {
+    (*rate)["module"] = "keras.optimizers.schedules";
+    (*rate)["registered_name"] = nullptr;
+  }
   return {{"optimizer",
            {{"module", "keras.optimizers"},
             {"class_name", optimizer.class_name()},
-            {"config", optimizer.get_config()},
+            {"config", std::move(optimizer_config)},
             {"registered_name", nullptr}}},
           {"loss", losses_json(options.loss, "keras.losses")},
           {"loss_weights", loss_weights_json(options)},
