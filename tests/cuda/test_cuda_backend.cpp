@@ -1823,4 +1823,48 @@ TEST_SUITE("cuda") {
     }
     check_close(predictions[0], predictions[1], 1e-4);
   }
+
+  TEST_CASE("Depthwise and separable convolutions match the PyTorch reference values on CUDA") {
+    // tests/keras/generate_conv_34.py: DepthwiseConv1D/2D and SeparableConv1D/2D with strides,
+    // dilation, valid, same and causal padding, depth multipliers and both data formats, with
+    // their inputs, weights and gradients in device memory.
+    Backends b;
+    for (const auto& c : layer_cases::load("conv_34.json")["cases"])
+      layer_cases::run_case(c, b.gpu);
+  }
+
+  TEST_CASE("A model of depthwise and separable convolutions trains on CUDA as on the CPU") {
+    const auto make = [] {
+      set_random_seed(35);
+      auto in = Input({6, 6, 3});
+      auto h = call(DepthwiseConv2D(3, {.padding = "same", .depth_multiplier = 2}), in);
+      h = call(SeparableConv2D(4, 3, {.strides = 2, .padding = "same", .activation = "relu"}), h);
+      h = call(DepthwiseConv2D(2, {.data_format = "channels_first", .activation = "tanh"}), h);
+      h = call(Reshape({2, 9}), h);
+      h = call(SeparableConv1D(3, 2, {.padding = "causal", .activation = "swish"}), h);
+      h = call(DepthwiseConv1D(2), h);
+      h = call(Flatten(), h);
+      return std::make_shared<Model>(in, call(Dense(2), h));
+    };
+    const Tensor<float> x = random_tensor({8, 6, 6, 3}, 43);
+    const Tensor<float> y = random_tensor({8, 2}, 44);
+    std::vector<std::vector<Tensor<float>>> weights;
+    std::vector<Tensor<float>> predictions;
+    for (const bool gpu : {false, true}) {
+      auto model = make();
+      model->compile({.optimizer = "sgd",
+                      .loss = "mse",
+                      .backend = gpu ? keras::cuda_backend(0) : cpu_backend(1)});
+      for (int i = 0; i < 3; ++i)
+        model->train_on_batch(x, y);
+      weights.push_back(model->get_weights());
+      predictions.push_back(model->predict(x, {.verbose = 0}));
+    }
+    REQUIRE(weights[0].size() == weights[1].size());
+    for (std::size_t i = 0; i < weights[0].size(); ++i) {
+      CAPTURE(i);
+      check_close(weights[0][i], weights[1][i], 1e-4);
+    }
+    check_close(predictions[0], predictions[1], 1e-4);
+  }
 }

@@ -21,6 +21,8 @@
 #include "loadstar/keras/layers/cropping2d.hpp"
 #include "loadstar/keras/layers/cropping3d.hpp"
 #include "loadstar/keras/layers/dense.hpp"
+#include "loadstar/keras/layers/depthwise_conv1d.hpp"
+#include "loadstar/keras/layers/depthwise_conv2d.hpp"
 #include "loadstar/keras/layers/dot.hpp"
 #include "loadstar/keras/layers/dropout.hpp"
 #include "loadstar/keras/layers/elu.hpp"
@@ -44,6 +46,8 @@
 #include "loadstar/keras/layers/repeat_vector.hpp"
 #include "loadstar/keras/layers/rescaling.hpp"
 #include "loadstar/keras/layers/reshape.hpp"
+#include "loadstar/keras/layers/separable_conv1d.hpp"
+#include "loadstar/keras/layers/separable_conv2d.hpp"
 #include "loadstar/keras/layers/softmax.hpp"
 #include "loadstar/keras/layers/spatial_dropout1d.hpp"
 #include "loadstar/keras/layers/spatial_dropout2d.hpp"
@@ -145,6 +149,10 @@ void RegistryTraits<loadstar::keras::Layer>::defaults(Registry<Layer>& registry)
   registry.add("UnitNormalization", UnitNormalization::from_config);
   registry.add("GroupNormalization", GroupNormalization::from_config);
   registry.add("Dot", Dot::from_config);
+  registry.add("DepthwiseConv1D", DepthwiseConv1D::from_config);
+  registry.add("DepthwiseConv2D", DepthwiseConv2D::from_config);
+  registry.add("SeparableConv1D", SeparableConv1D::from_config);
+  registry.add("SeparableConv2D", SeparableConv2D::from_config);
 }
 
 }  // namespace loadstar::keras
