@@ -13,10 +13,15 @@
 #include "loadstar/keras/layers/average.hpp"
 #include "loadstar/keras/layers/average_pooling1d.hpp"
 #include "loadstar/keras/layers/average_pooling2d.hpp"
+#include "loadstar/keras/layers/average_pooling3d.hpp"
 #include "loadstar/keras/layers/batch_normalization.hpp"
 #include "loadstar/keras/layers/concatenate.hpp"
 #include "loadstar/keras/layers/conv1d.hpp"
+#include "loadstar/keras/layers/conv1d_transpose.hpp"
 #include "loadstar/keras/layers/conv2d.hpp"
+#include "loadstar/keras/layers/conv2d_transpose.hpp"
+#include "loadstar/keras/layers/conv3d.hpp"
+#include "loadstar/keras/layers/conv3d_transpose.hpp"
 #include "loadstar/keras/layers/cropping1d.hpp"
 #include "loadstar/keras/layers/cropping2d.hpp"
 #include "loadstar/keras/layers/cropping3d.hpp"
@@ -32,11 +37,13 @@
 #include "loadstar/keras/layers/gaussian_noise.hpp"
 #include "loadstar/keras/layers/global_pooling1d.hpp"
 #include "loadstar/keras/layers/global_pooling2d.hpp"
+#include "loadstar/keras/layers/global_pooling3d.hpp"
 #include "loadstar/keras/layers/group_normalization.hpp"
 #include "loadstar/keras/layers/input_layer.hpp"
 #include "loadstar/keras/layers/layer_normalization.hpp"
 #include "loadstar/keras/layers/max_pooling1d.hpp"
 #include "loadstar/keras/layers/max_pooling2d.hpp"
+#include "loadstar/keras/layers/max_pooling3d.hpp"
 #include "loadstar/keras/layers/maximum.hpp"
 #include "loadstar/keras/layers/minimum.hpp"
 #include "loadstar/keras/layers/multiply.hpp"
@@ -153,6 +160,14 @@ void RegistryTraits<loadstar::keras::Layer>::defaults(Registry<Layer>& registry)
   registry.add("DepthwiseConv2D", DepthwiseConv2D::from_config);
   registry.add("SeparableConv1D", SeparableConv1D::from_config);
   registry.add("SeparableConv2D", SeparableConv2D::from_config);
+  registry.add("Conv1DTranspose", Conv1DTranspose::from_config);
+  registry.add("Conv2DTranspose", Conv2DTranspose::from_config);
+  registry.add("GlobalAveragePooling3D", GlobalAveragePooling3D::from_config);
+  registry.add("GlobalMaxPooling3D", GlobalMaxPooling3D::from_config);
+  registry.add("MaxPooling3D", MaxPooling3D::from_config);
+  registry.add("AveragePooling3D", AveragePooling3D::from_config);
+  registry.add("Conv3D", Conv3D::from_config);
+  registry.add("Conv3DTranspose", Conv3DTranspose::from_config);
 }
 
 }  // namespace loadstar::keras
