@@ -17,6 +17,9 @@ struct Conv1DOptions {
   /// `"channels_last"` (Keras's default: `(steps, channels)`) or `"channels_first"`.
   std::string data_format = "channels_last";
   std::size_t dilation_rate = 1;
+  /// The number of groups the input and output channels are split into (both divisible by it):
+  /// each group of filters sees its own group of input channels.
+  std::size_t groups = 1;
   std::string activation = "linear";
   bool use_bias = true;
   Initializer kernel_initializer = Initializer::glorot_uniform();
@@ -26,8 +29,9 @@ struct Conv1DOptions {
 
 /// Keras's `Conv1D`: inputs `(steps, in)` (channels_last) or `(in, steps)` (channels_first),
 /// kernel `(kernel_size, in, filters)` as Keras stores it, `bias` `(filters,)`; `valid`, `same`
-/// (TensorFlow's rule) or `causal` padding, strides and dilation. Computed by the im2col + GEMM
-/// path of `Conv2D` with a height of 1.
+/// (TensorFlow's rule) or `causal` padding, strides, dilation and groups (kernel
+/// `(kernel_size, in / groups, filters)`). Computed by the im2col + GEMM path of `Conv2D` with a
+/// height of 1.
 /// \code
 /// Conv1D conv(64, 3, {.padding = "causal", .activation = "relu"});
 /// \endcode
@@ -60,6 +64,11 @@ Conv1D::Conv1D(std::size_t filters, std::size_t kernel_size, Conv1DOptions optio
       kernel_size_(kernel_size),
       options_(std::move(options)) {
   channels_first_ = detail::parse_data_format(options_.data_format, label());
+  groups_ = options_.groups;
+  if (groups_ == 0 || filters % std::max<std::size_t>(groups_, 1) != 0) {
+    throw ConfigError(label() + ": groups must be positive and divide the " +
+                      std::to_string(filters) + " filters but is " + std::to_string(groups_));
+  }
   if (options_.padding != "valid" && options_.padding != "same" && options_.padding != "causal") {
     throw ConfigError(label() + ": padding must be 'valid', 'same' or 'causal' but is '" +
                       options_.padding + "'");
@@ -117,7 +126,6 @@ nlohmann::json Conv1D::get_config() const {
 
 std::shared_ptr<Layer> Conv1D::from_config(const nlohmann::json& config) {
   const auto read = detail::layer_config(config, "Conv1D");
-  read.expect("groups", 1, "loadstar has no grouped convolutions");
   if (!read.has("kernel_size")) read.fail("kernel_size", "a positive integer or a list of one");
   const std::string padding = read.get("padding", "valid");
   if (padding != "valid" && padding != "same" && padding != "causal")
@@ -131,6 +139,7 @@ std::shared_ptr<Layer> Conv1D::from_config(const nlohmann::json& config) {
                     .data_format =
                         detail::config_channels_first(read) ? "channels_first" : "channels_last",
                     .dilation_rate = detail::config_size1(read, "dilation_rate", 1),
+                    .groups = read.has("groups") ? read.positive("groups") : 1,
                     .activation = detail::config_activation(read),
                     .use_bias = read.get("use_bias", true),
                     .kernel_initializer = detail::config_initializer(read, "kernel_initializer",

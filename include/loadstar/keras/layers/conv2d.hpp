@@ -15,6 +15,9 @@ struct Conv2DOptions {
   /// `"channels_last"` (Keras's default) or `"channels_first"`.
   std::string data_format = "channels_last";
   Size2 dilation_rate = 1;
+  /// The number of groups the input and output channels are split into (both divisible by it):
+  /// each group of filters sees its own group of input channels.
+  std::size_t groups = 1;
   std::string activation = "linear";
   bool use_bias = true;
   Initializer kernel_initializer = Initializer::glorot_uniform();
@@ -24,11 +27,13 @@ struct Conv2DOptions {
 
 /// Keras's `Conv2D`: inputs `(h, w, in)` (channels_last) or `(in, h, w)` (channels_first), kernel
 /// `(kh, kw, in, filters)` in both formats as Keras stores it, `bias` `(filters,)`; `valid` or
-/// `same` padding (TensorFlow's rule), strides and dilation.
+/// `same` padding (TensorFlow's rule), strides, dilation and groups (kernel
+/// `(kh, kw, in / groups, filters)`).
 /// \code
 /// Conv2D conv(32, 3, {.padding = "same", .activation = "relu"});
 /// Conv2D strided(64, {3, 3}, {.strides = 2});
 /// Conv2D planar(8, 3, {.data_format = "channels_first"});
+/// Conv2D grouped(64, 3, {.groups = 4});
 /// \endcode
 class Conv2D : public detail::Convolution {
  public:
@@ -60,6 +65,11 @@ Conv2D::Conv2D(std::size_t filters, Size2 kernel_size, Conv2DOptions options)
       kernel_size_(kernel_size),
       options_(std::move(options)) {
   channels_first_ = detail::parse_data_format(options_.data_format, label());
+  groups_ = options_.groups;
+  if (groups_ == 0 || filters % std::max<std::size_t>(groups_, 1) != 0) {
+    throw ConfigError(label() + ": groups must be positive and divide the " +
+                      std::to_string(filters) + " filters but is " + std::to_string(groups_));
+  }
   same_ = detail::parse_padding(options_.padding, label());
   if (filters == 0 || kernel_size.h == 0 || kernel_size.w == 0 || options_.strides.h == 0 ||
       options_.strides.w == 0 || options_.dilation_rate.h == 0 || options_.dilation_rate.w == 0) {
@@ -111,7 +121,6 @@ nlohmann::json Conv2D::get_config() const {
 
 std::shared_ptr<Layer> Conv2D::from_config(const nlohmann::json& config) {
   const auto read = detail::layer_config(config, "Conv2D");
-  read.expect("groups", 1, "loadstar has no grouped convolutions");
   if (!read.has("kernel_size")) read.fail("kernel_size", "a positive integer or a list of two");
   const std::string padding = read.get("padding", "valid");
   if (padding != "valid" && padding != "same") read.fail("padding", "\"valid\" or \"same\"");
@@ -124,6 +133,7 @@ std::shared_ptr<Layer> Conv2D::from_config(const nlohmann::json& config) {
                     .data_format =
                         detail::config_channels_first(read) ? "channels_first" : "channels_last",
                     .dilation_rate = detail::config_size2(read, "dilation_rate", 1),
+                    .groups = read.has("groups") ? read.positive("groups") : 1,
                     .activation = detail::config_activation(read),
                     .use_bias = read.get("use_bias", true),
                     .kernel_initializer = detail::config_initializer(read, "kernel_initializer",

@@ -13,15 +13,22 @@
 #include "loadstar/keras/layers/average.hpp"
 #include "loadstar/keras/layers/average_pooling1d.hpp"
 #include "loadstar/keras/layers/average_pooling2d.hpp"
+#include "loadstar/keras/layers/average_pooling3d.hpp"
 #include "loadstar/keras/layers/batch_normalization.hpp"
 #include "loadstar/keras/layers/bidirectional.hpp"
 #include "loadstar/keras/layers/concatenate.hpp"
 #include "loadstar/keras/layers/conv1d.hpp"
+#include "loadstar/keras/layers/conv1d_transpose.hpp"
 #include "loadstar/keras/layers/conv2d.hpp"
+#include "loadstar/keras/layers/conv2d_transpose.hpp"
+#include "loadstar/keras/layers/conv3d.hpp"
+#include "loadstar/keras/layers/conv3d_transpose.hpp"
 #include "loadstar/keras/layers/cropping1d.hpp"
 #include "loadstar/keras/layers/cropping2d.hpp"
 #include "loadstar/keras/layers/cropping3d.hpp"
 #include "loadstar/keras/layers/dense.hpp"
+#include "loadstar/keras/layers/depthwise_conv1d.hpp"
+#include "loadstar/keras/layers/depthwise_conv2d.hpp"
 #include "loadstar/keras/layers/dot.hpp"
 #include "loadstar/keras/layers/dropout.hpp"
 #include "loadstar/keras/layers/elu.hpp"
@@ -31,6 +38,7 @@
 #include "loadstar/keras/layers/gaussian_noise.hpp"
 #include "loadstar/keras/layers/global_pooling1d.hpp"
 #include "loadstar/keras/layers/global_pooling2d.hpp"
+#include "loadstar/keras/layers/global_pooling3d.hpp"
 #include "loadstar/keras/layers/group_normalization.hpp"
 #include "loadstar/keras/layers/gru.hpp"
 #include "loadstar/keras/layers/input_layer.hpp"
@@ -38,6 +46,7 @@
 #include "loadstar/keras/layers/lstm.hpp"
 #include "loadstar/keras/layers/max_pooling1d.hpp"
 #include "loadstar/keras/layers/max_pooling2d.hpp"
+#include "loadstar/keras/layers/max_pooling3d.hpp"
 #include "loadstar/keras/layers/maximum.hpp"
 #include "loadstar/keras/layers/minimum.hpp"
 #include "loadstar/keras/layers/multiply.hpp"
@@ -47,6 +56,8 @@
 #include "loadstar/keras/layers/repeat_vector.hpp"
 #include "loadstar/keras/layers/rescaling.hpp"
 #include "loadstar/keras/layers/reshape.hpp"
+#include "loadstar/keras/layers/separable_conv1d.hpp"
+#include "loadstar/keras/layers/separable_conv2d.hpp"
 #include "loadstar/keras/layers/simple_rnn.hpp"
 #include "loadstar/keras/layers/softmax.hpp"
 #include "loadstar/keras/layers/spatial_dropout1d.hpp"
@@ -153,6 +164,18 @@ void RegistryTraits<loadstar::keras::Layer>::defaults(Registry<Layer>& registry)
   registry.add("GRU", GRU::from_config);
   registry.add("Bidirectional", Bidirectional::from_config);
   registry.add("Dot", Dot::from_config);
+  registry.add("DepthwiseConv1D", DepthwiseConv1D::from_config);
+  registry.add("DepthwiseConv2D", DepthwiseConv2D::from_config);
+  registry.add("SeparableConv1D", SeparableConv1D::from_config);
+  registry.add("SeparableConv2D", SeparableConv2D::from_config);
+  registry.add("Conv1DTranspose", Conv1DTranspose::from_config);
+  registry.add("Conv2DTranspose", Conv2DTranspose::from_config);
+  registry.add("GlobalAveragePooling3D", GlobalAveragePooling3D::from_config);
+  registry.add("GlobalMaxPooling3D", GlobalMaxPooling3D::from_config);
+  registry.add("MaxPooling3D", MaxPooling3D::from_config);
+  registry.add("AveragePooling3D", AveragePooling3D::from_config);
+  registry.add("Conv3D", Conv3D::from_config);
+  registry.add("Conv3DTranspose", Conv3DTranspose::from_config);
 }
 
 }  // namespace loadstar::keras

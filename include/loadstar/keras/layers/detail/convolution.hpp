@@ -16,9 +16,12 @@ namespace loadstar::keras::layers::detail {
 
 /// A convolution layer: the kernel `(k..., in, filters)` (Keras's layout in both data formats)
 /// seen as the `(patch, filters)` matrix that im2col rows multiply, an optional bias and an
-/// activation. A 1-D convolution is a 2-D one of height 1. With channels_first, the input is
-/// transposed to channels_last, convolved, and the output transposed back (as TensorFlow does on
-/// the CPU, which has no NCHW kernels).
+/// activation. With `groups > 1` the kernel is `(k..., in / groups, filters)` and output channel
+/// `o` sees the input channels of its group `o / (filters / groups)` only: the kernel is expanded
+/// to the block-diagonal `(patch, filters)` matrix (zeros between groups), and its gradient is
+/// taken back from that matrix's. A 1-D convolution is a 2-D one of height 1. With channels_first,
+/// the input is transposed to channels_last, convolved, and the output transposed back (as
+/// TensorFlow does on the CPU, which has no NCHW kernels).
 class Convolution : public LayerBase {
  public:
   LOADSTAR_DECL void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
@@ -39,8 +42,8 @@ class Convolution : public LayerBase {
   }
 
  protected:
-  /// The derived layer sets `channels_first_` (its data format) in its constructor, where
-  /// `label()` can name it.
+  /// The derived layer sets `channels_first_` (its data format) and `groups_` in its
+  /// constructor, where `label()` can name it.
   Convolution(const std::string& name, std::size_t filters, const std::string& activation,
               bool use_bias, Initializer kernel_initializer, Initializer bias_initializer)
       : LayerBase(name),
@@ -70,6 +73,7 @@ class Convolution : public LayerBase {
   Initializer kernel_initializer_;
   Initializer bias_initializer_;
   bool channels_first_ = false;
+  std::size_t groups_ = 1;
 
  private:
   /// `x` itself with channels_last, else `x` transposed into `scratch` (of sample shape `last`).
@@ -79,10 +83,14 @@ class Convolution : public LayerBase {
 
   LOADSTAR_DECL Conv2DGeometry geometry(std::size_t batch) const;
 
-  /// The kernel as the `(k... * in, filters)` matrix that im2col rows multiply.
+  /// The kernel as the `(k... * in, filters)` matrix that im2col rows multiply (with groups, the
+  /// block-diagonal matrix `expand_kernel` wrote).
   Tensor<float> kernel_matrix() const {
+    if (groups_ > 1) return expanded_kernel_;
     return weights_[0].value.reshape({geometry_.patch_size(), filters_});
   }
+  /// With groups: writes the block-diagonal kernel matrix (into `expanded_kernel_`).
+  LOADSTAR_DECL void expand_kernel(Backend& backend);
 
   Conv2DGeometry geometry_;
   Shape in_last_;
@@ -93,6 +101,9 @@ class Convolution : public LayerBase {
   Scratch y_last_;
   Scratch dy_last_;
   Scratch dx_last_;
+  Scratch expanded_;
+  Scratch expanded_gradient_;
+  Tensor<float> expanded_kernel_;
 };
 
 }  // namespace loadstar::keras::layers::detail
@@ -112,6 +123,7 @@ void Convolution::forward(std::span<const Tensor<float>> inputs, const Tensor<fl
   const Tensor<float> y = channels_first_ ? y_last_.get(backend, out_last_.prepend(batch)) : output;
   const Conv2DGeometry g = geometry(batch);
   const std::size_t rows = g.batch * g.out_h * g.out_w;
+  if (groups_ > 1) expand_kernel(backend);
   backend.conv2d_forward(x, g, kernel_matrix(), use_bias_ ? weights_[1].value : Tensor<float>(),
                          activation_, y.reshape({rows, filters_}));
   if (channels_first_) backend.permute(y, to_first_, output);
@@ -144,10 +156,34 @@ void Convolution::backward(std::span<const Tensor<float>> inputs, const Tensor<f
   const Tensor<float> dx = !want_dx          ? Tensor<float>()
                            : channels_first_ ? dx_last_.get(backend, in_last_.prepend(batch))
                                              : input_gradients[0];
-  backend.conv2d_backward(x, g, kernel_matrix(), use_bias_ ? weights_[1].value : Tensor<float>(),
-                          activation, y, dy, weights_[0].gradient.reshape(kernel_matrix().shape()),
-                          use_bias_ ? weights_[1].gradient : Tensor<float>(), dx,
-                          ctx.accumulate_gradients);
+  if (groups_ > 1) expand_kernel(backend);
+  const Tensor<float> dkernel = groups_ > 1
+                                    ? expanded_gradient_.get(backend, kernel_matrix().shape())
+                                    : weights_[0].gradient.reshape(kernel_matrix().shape());
+  // With groups, the block-diagonal matrix's gradient starts from zero when the bias's is added
+  // to.
+  if (groups_ > 1 && ctx.accumulate_gradients) backend.fill(dkernel, 0.0F);
+  backend.conv2d_backward(
+      x, g, kernel_matrix(), use_bias_ ? weights_[1].value : Tensor<float>(), activation, y, dy,
+      dkernel, use_bias_ ? weights_[1].gradient : Tensor<float>(), dx, ctx.accumulate_gradients);
+  if (groups_ > 1) {
+    // The gradient of each group's block, taken from the block-diagonal matrix's.
+    const std::size_t taps = g.kernel_h * g.kernel_w, in = g.in_c, per_in = in / groups_,
+                      per_out = filters_ / groups_, filters = filters_;
+    const bool accumulate = ctx.accumulate_gradients;
+    const Tensor<float> tensors[] = {dkernel, weights_[0].gradient};
+    backend.host_kernel(tensors, [=](std::span<const Tensor<float>> t) {
+      const float* full = t[0].data();
+      float* grouped = t[1].data();
+      for (std::size_t k = 0; k < taps; ++k)
+        for (std::size_t c = 0; c < per_in; ++c)
+          for (std::size_t o = 0; o < filters; ++o) {
+            const float v = full[(k * in + o / per_out * per_in + c) * filters + o];
+            float& out = grouped[(k * per_in + c) * filters + o];
+            out = accumulate ? out + v : v;
+          }
+    });
+  }
   if (want_dx && channels_first_) backend.permute(dx, to_first_, input_gradients[0]);
 }
 
@@ -158,12 +194,19 @@ Shape Convolution::finish_build(std::span<const Shape> input_shapes, const Conv2
   const std::size_t in_channels = in_last_[in_last_.rank() - 1];
   if (!weights_.empty()) {
     const Shape& kernel = weights_[0].value.shape();
-    if (kernel[kernel.rank() - 2] != in_channels) {
+    if (kernel[kernel.rank() - 2] * groups_ != in_channels) {
       throw ShapeError(label() + ": kernel is " + kernel.str() + " but the input has " +
                        std::to_string(in_channels) + " channels");
     }
   } else {
-    Tensor<float> kernel(kernel_shape);
+    if (in_channels % groups_ != 0) {
+      throw ShapeError(label() + ": " + std::to_string(groups_) +
+                       " groups must divide the input's " + std::to_string(in_channels) +
+                       " channels");
+    }
+    std::vector<std::size_t> dims(kernel_shape.begin(), kernel_shape.end());
+    dims[dims.size() - 2] = in_channels / groups_;
+    Tensor<float> kernel{Shape(dims)};
     kernel_initializer_.fill(kernel, seed);
     add_weight("kernel", kernel);
     if (use_bias_) {
@@ -185,7 +228,7 @@ nlohmann::json Convolution::convolution_config() const {
   auto config = base_config();
   config["filters"] = filters_;
   config["data_format"] = channels_first_ ? "channels_first" : "channels_last";
-  config["groups"] = 1;
+  config["groups"] = groups_;
   config["activation"] = activation_name(activation_);
   config["use_bias"] = use_bias_;
   config["kernel_initializer"] = kernel_initializer_.to_json();
@@ -194,6 +237,24 @@ nlohmann::json Convolution::convolution_config() const {
                           "kernel_constraint", "bias_constraint"})
     config[key] = nullptr;
   return config;
+}
+
+void Convolution::expand_kernel(Backend& backend) {
+  const Conv2DGeometry& g = geometry_;
+  expanded_kernel_ = expanded_.get(backend, {g.patch_size(), filters_});
+  const std::size_t taps = g.kernel_h * g.kernel_w, in = g.in_c, per_in = in / groups_,
+                    per_out = filters_ / groups_, filters = filters_;
+  const Tensor<float> tensors[] = {weights_[0].value, expanded_kernel_};
+  backend.host_kernel(tensors, [=](std::span<const Tensor<float>> t) {
+    const float* grouped = t[0].data();
+    float* full = t[1].data();
+    std::fill(full, full + taps * in * filters, 0.0F);
+    for (std::size_t k = 0; k < taps; ++k)
+      for (std::size_t c = 0; c < per_in; ++c)
+        for (std::size_t o = 0; o < filters; ++o)
+          full[(k * in + o / per_out * per_in + c) * filters + o] =
+              grouped[(k * per_in + c) * filters + o];
+  });
 }
 
 Tensor<float> Convolution::to_channels_last(Backend& backend, const Tensor<float>& x,

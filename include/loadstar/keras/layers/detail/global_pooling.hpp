@@ -1,5 +1,5 @@
 /// \file
-/// The shared part of the global pooling layers (1-D and 2-D, average and max).
+/// The shared part of the global pooling layers (1-D, 2-D and 3-D, average and max).
 #pragma once
 
 #include "loadstar/keras/layers/detail/layer_base.hpp"
@@ -19,6 +19,8 @@ struct GlobalPoolingOptions {
 using GlobalPooling2DOptions = GlobalPoolingOptions;
 /// The arguments of `GlobalAveragePooling1D` and `GlobalMaxPooling1D`.
 using GlobalPooling1DOptions = GlobalPoolingOptions;
+/// The arguments of `GlobalAveragePooling3D` and `GlobalMaxPooling3D`.
+using GlobalPooling3DOptions = GlobalPoolingOptions;
 
 namespace detail {
 
@@ -35,6 +37,7 @@ class GlobalPooling : public LayerBase {
 
   std::string class_name() const override {
     if constexpr (Rank == 1) return Max ? "GlobalMaxPooling1D" : "GlobalAveragePooling1D";
+    if constexpr (Rank == 3) return Max ? "GlobalMaxPooling3D" : "GlobalAveragePooling3D";
     return Max ? "GlobalMaxPooling2D" : "GlobalAveragePooling2D";
   }
 

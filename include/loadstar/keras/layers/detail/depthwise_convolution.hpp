@@ -1,0 +1,424 @@
+/// \file
+/// The shared part of `DepthwiseConv1D`/`2D` and `SeparableConv1D`/`2D`: a depthwise convolution
+/// over channels-last batches (a direct loop vectorised over the channels, which are contiguous:
+/// the operation is memory-bound, so no im2col), followed for the separable layers by a pointwise
+/// (1x1) convolution through the backend's convolution kernels. channels_first inputs are moved to
+/// channels_last and back.
+#pragma once
+
+#include "loadstar/config.hpp"
+
+#include <algorithm>
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "loadstar/keras/layers/detail/layer_base.hpp"
+
+namespace loadstar::keras::layers::detail {
+
+/// `z = depthwise(x) (+ bias)` over channels-last `x` `(batch, in_h, in_w, in_c)` with the kernel
+/// `(kernel_h, kernel_w, in_c, multiplier)` (Keras's layout, `g.out_c = in_c * multiplier`):
+/// output channel `c * multiplier + m` is input channel `c` convolved with `kernel[..., c, m]`.
+/// `bias` may be null.
+inline void depthwise_forward(const float* x, const Conv2DGeometry& g, const float* kernel,
+                              const float* bias, float* z) {
+  const std::size_t in_c = g.in_c, out_c = g.out_c, multiplier = out_c / in_c;
+  for (std::size_t b = 0; b < g.batch; ++b) {
+    for (std::size_t oy = 0; oy < g.out_h; ++oy) {
+      for (std::size_t ox = 0; ox < g.out_w; ++ox) {
+        float* out = z + ((b * g.out_h + oy) * g.out_w + ox) * out_c;
+        for (std::size_t j = 0; j < out_c; ++j)
+          out[j] = bias != nullptr ? bias[j] : 0.0F;
+        for (std::size_t ky = 0; ky < g.kernel_h; ++ky) {
+          const std::size_t iy = oy * g.stride_h + ky * g.dilation_h;
+          if (iy < g.pad_top || iy - g.pad_top >= g.in_h) continue;
+          for (std::size_t kx = 0; kx < g.kernel_w; ++kx) {
+            const std::size_t ix = ox * g.stride_w + kx * g.dilation_w;
+            if (ix < g.pad_left || ix - g.pad_left >= g.in_w) continue;
+            const float* in = x + ((b * g.in_h + iy - g.pad_top) * g.in_w + ix - g.pad_left) * in_c;
+            const float* k = kernel + (ky * g.kernel_w + kx) * out_c;
+            if (multiplier == 1) {
+              for (std::size_t c = 0; c < in_c; ++c)
+                out[c] += in[c] * k[c];
+            } else {
+              for (std::size_t c = 0; c < in_c; ++c)
+                for (std::size_t m = 0; m < multiplier; ++m)
+                  out[c * multiplier + m] += in[c] * k[c * multiplier + m];
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+/// The adjoint of `depthwise_forward` from the pre-bias gradient `dz`: `dkernel` and `dbias` (each
+/// skipped when null) are added to, `dx` (skipped when null) is written.
+inline void depthwise_backward(const float* x, const Conv2DGeometry& g, const float* kernel,
+                               const float* dz, float* dx, float* dkernel, float* dbias) {
+  const std::size_t in_c = g.in_c, out_c = g.out_c, multiplier = out_c / in_c;
+  if (dx != nullptr) std::fill(dx, dx + g.batch * g.in_h * g.in_w * in_c, 0.0F);
+  for (std::size_t b = 0; b < g.batch; ++b) {
+    for (std::size_t oy = 0; oy < g.out_h; ++oy) {
+      for (std::size_t ox = 0; ox < g.out_w; ++ox) {
+        const float* d = dz + ((b * g.out_h + oy) * g.out_w + ox) * out_c;
+        if (dbias != nullptr) {
+          for (std::size_t j = 0; j < out_c; ++j)
+            dbias[j] += d[j];
+        }
+        for (std::size_t ky = 0; ky < g.kernel_h; ++ky) {
+          const std::size_t iy = oy * g.stride_h + ky * g.dilation_h;
+          if (iy < g.pad_top || iy - g.pad_top >= g.in_h) continue;
+          for (std::size_t kx = 0; kx < g.kernel_w; ++kx) {
+            const std::size_t ix = ox * g.stride_w + kx * g.dilation_w;
+            if (ix < g.pad_left || ix - g.pad_left >= g.in_w) continue;
+            const std::size_t pixel =
+                ((b * g.in_h + iy - g.pad_top) * g.in_w + ix - g.pad_left) * in_c;
+            const std::size_t tap = (ky * g.kernel_w + kx) * out_c;
+            const float* in = x + pixel;
+            if (dkernel != nullptr) {
+              float* dk = dkernel + tap;
+              for (std::size_t c = 0; c < in_c; ++c)
+                for (std::size_t m = 0; m < multiplier; ++m)
+                  dk[c * multiplier + m] += in[c] * d[c * multiplier + m];
+            }
+            if (dx != nullptr) {
+              const float* k = kernel + tap;
+              float* out = dx + pixel;
+              for (std::size_t c = 0; c < in_c; ++c)
+                for (std::size_t m = 0; m < multiplier; ++m)
+                  out[c] += d[c * multiplier + m] * k[c * multiplier + m];
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+/// A depthwise convolution layer, with a pointwise convolution after it when `filters > 0` (the
+/// separable layers). Weights in Keras's order and layouts: `depthwise_kernel`
+/// `(k..., in, depth_multiplier)`, then `pointwise_kernel` `(1..., in * depth_multiplier,
+/// filters)` for the separable layers, then `bias` (`in * depth_multiplier` or `filters`
+/// elements). The bias and activation follow the last step. A 1-D layer is a 2-D one of height 1.
+class DepthwiseConvolution : public LayerBase {
+ public:
+  LOADSTAR_DECL void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+                             const CallContext& ctx) override;
+
+  LOADSTAR_DECL void backward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+                              const Tensor<float>& output_gradient,
+                              std::span<const Tensor<float>> input_gradients,
+                              const CallContext& ctx) override;
+
+ protected:
+  /// The derived layer sets `channels_first_` in its constructor, where `label()` can name it.
+  DepthwiseConvolution(const std::string& name, std::size_t filters, std::size_t depth_multiplier,
+                       const std::string& activation, bool use_bias,
+                       Initializer depthwise_initializer, Initializer pointwise_initializer,
+                       Initializer bias_initializer)
+      : LayerBase(name),
+        filters_(filters),
+        depth_multiplier_(depth_multiplier),
+        activation_(activation_from_name(activation)),
+        use_bias_(use_bias),
+        depthwise_initializer_(std::move(depthwise_initializer)),
+        pointwise_initializer_(std::move(pointwise_initializer)),
+        bias_initializer_(std::move(bias_initializer)) {}
+
+  /// Throws `ConfigError` for a zero size, or for strides and dilation both above 1 (which Keras
+  /// refuses).
+  LOADSTAR_DECL void check_sizes(std::span<const std::size_t> kernel,
+                                 std::span<const std::size_t> strides,
+                                 std::span<const std::size_t> dilation) const;
+
+  /// The input's sample shape in channels_last order.
+  Shape input_last(const Shape& in) const {
+    return channels_first_ ? move_channels(in, false) : in;
+  }
+
+  /// Builds for inputs of `spatial_rank` (1 or 2) spatial axes: the sizes are `{height, width}`
+  /// (height 1 for one axis), `padding` `"valid"`, `"same"` (TensorFlow's rule) or `"causal"` (one
+  /// axis: `(kernel - 1) * dilation` zeros before). Creates the weights (or checks them against
+  /// the input's channels when built before) and returns the output shape in the layer's data
+  /// format.
+  LOADSTAR_DECL Shape build_spatial(std::span<const Shape> input_shapes, std::size_t spatial_rank,
+                                    Size2 kernel, Size2 strides, Size2 dilation,
+                                    const std::string& padding, std::uint64_t seed);
+
+  /// Keras's keys shared by the four layers (the sizes are the subclass's).
+  LOADSTAR_DECL nlohmann::json depthwise_config() const;
+
+  std::size_t filters_;
+  std::size_t depth_multiplier_;
+  keras::Activation activation_;
+  bool use_bias_;
+  Initializer depthwise_initializer_;
+  Initializer pointwise_initializer_;
+  Initializer bias_initializer_;
+  bool channels_first_ = false;
+
+ private:
+  /// `x` itself with channels_last, else `x` transposed into `scratch` (of sample shape `last`).
+  LOADSTAR_DECL Tensor<float> to_channels_last(Backend& backend, const Tensor<float>& x,
+                                               Scratch& scratch, const Shape& last,
+                                               std::size_t batch) const;
+  /// `z = depthwise(x) (+ bias)` through the backend (`x` channels-last, `z` as `(rows, out_c)`).
+  LOADSTAR_DECL void depthwise(Backend& backend, const Tensor<float>& x, const Conv2DGeometry& g,
+                               const Tensor<float>& bias, const Tensor<float>& z) const;
+  /// The pointwise step's geometry: a 1x1 convolution of the depthwise output.
+  LOADSTAR_DECL Conv2DGeometry pointwise_geometry(std::size_t batch) const;
+  Tensor<float> pointwise_matrix() const {
+    return weights_[1].value.reshape({geometry_.out_c, filters_});
+  }
+  Tensor<float> bias() const { return use_bias_ ? weights_.back().value : Tensor<float>(); }
+  Tensor<float> bias_gradient() const {
+    return use_bias_ ? weights_.back().gradient : Tensor<float>();
+  }
+
+  Conv2DGeometry geometry_;
+  Shape in_last_;
+  Shape out_last_;
+  std::vector<std::size_t> to_last_;
+  std::vector<std::size_t> to_first_;
+  Scratch x_last_;
+  Scratch y_last_;
+  Scratch dy_last_;
+  Scratch dx_last_;
+  Scratch middle_;
+  Scratch middle_gradient_;
+};
+
+}  // namespace loadstar::keras::layers::detail
+
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
+#if LOADSTAR_KERAS_BODIES
+namespace loadstar::keras::layers::detail {
+
+void DepthwiseConvolution::check_sizes(std::span<const std::size_t> kernel,
+                                       std::span<const std::size_t> strides,
+                                       std::span<const std::size_t> dilation) const {
+  const auto any = [](std::span<const std::size_t> v, auto test) {
+    return std::any_of(v.begin(), v.end(), test);
+  };
+  const auto zero = [](std::size_t s) { return s == 0; };
+  const auto above_one = [](std::size_t s) { return s > 1; };
+  if ((filters_ == 0 && class_name().starts_with("Separable")) || depth_multiplier_ == 0 ||
+      any(kernel, zero) || any(strides, zero) || any(dilation, zero)) {
+    throw ConfigError(label() +
+                      ": filters, kernel_size, strides, dilation_rate and depth_multiplier must "
+                      "be positive");
+  }
+  if (any(strides, above_one) && any(dilation, above_one)) {
+    throw ConfigError(label() +
+                      ": strides above 1 cannot be combined with a dilation_rate above 1 (as in "
+                      "Keras)");
+  }
+}
+
+void DepthwiseConvolution::depthwise(Backend& backend, const Tensor<float>& x,
+                                     const Conv2DGeometry& g, const Tensor<float>& bias,
+                                     const Tensor<float>& z) const {
+  const Tensor<float> tensors[] = {x, weights_[0].value, bias, z};
+  backend.host_kernel(tensors, [&g](std::span<const Tensor<float>> t) {
+    depthwise_forward(t[0].data(), g, t[1].data(), t[2].empty() ? nullptr : t[2].data(),
+                      t[3].data());
+  });
+}
+
+Conv2DGeometry DepthwiseConvolution::pointwise_geometry(std::size_t batch) const {
+  return Conv2DGeometry{.batch = batch,
+                        .in_h = geometry_.out_h,
+                        .in_w = geometry_.out_w,
+                        .in_c = geometry_.out_c,
+                        .out_h = geometry_.out_h,
+                        .out_w = geometry_.out_w,
+                        .out_c = filters_};
+}
+
+void DepthwiseConvolution::forward(std::span<const Tensor<float>> inputs,
+                                   const Tensor<float>& output, const CallContext& ctx) {
+  check_inputs(inputs);
+  Backend& backend = ctx.backend;
+  const std::size_t batch = inputs[0].rows();
+  const Tensor<float> x = to_channels_last(backend, inputs[0], x_last_, in_last_, batch);
+  const Tensor<float> y = channels_first_ ? y_last_.get(backend, out_last_.prepend(batch)) : output;
+  Conv2DGeometry g = geometry_;
+  g.batch = batch;
+  const std::size_t rows = batch * g.out_h * g.out_w;
+  if (filters_ == 0) {
+    depthwise(backend, x, g, bias(), y);
+    if (activation_ != keras::Activation::linear) backend.activation_forward(activation_, y, y);
+  } else {
+    const Tensor<float> middle = middle_.get(backend, {rows, g.out_c});
+    depthwise(backend, x, g, Tensor<float>(), middle);
+    backend.conv2d_forward(middle, pointwise_geometry(batch), pointwise_matrix(), bias(),
+                           activation_, y.reshape({rows, filters_}));
+  }
+  if (channels_first_) backend.permute(y, to_first_, output);
+}
+
+void DepthwiseConvolution::backward(std::span<const Tensor<float>> inputs,
+                                    const Tensor<float>& output,
+                                    const Tensor<float>& output_gradient,
+                                    std::span<const Tensor<float>> input_gradients,
+                                    const CallContext& ctx) {
+  Backend& backend = ctx.backend;
+  const std::size_t batch = inputs[0].rows();
+  Conv2DGeometry g = geometry_;
+  g.batch = batch;
+  const std::size_t rows = batch * g.out_h * g.out_w;
+  const std::size_t out_c = filters_ == 0 ? g.out_c : filters_;
+  const Tensor<float> x = to_channels_last(backend, inputs[0], x_last_, in_last_, batch);
+  const Tensor<float> dy =
+      to_channels_last(backend, output_gradient, dy_last_, out_last_, batch).reshape({rows, out_c});
+  const Tensor<float> y =
+      activation_ == keras::Activation::linear
+          ? Tensor<float>()
+          : to_channels_last(backend, output, y_last_, out_last_, batch).reshape({rows, out_c});
+  const bool want_dx = !input_gradients.empty() && !input_gradients[0].empty();
+  const Tensor<float> dx = !want_dx          ? Tensor<float>()
+                           : channels_first_ ? dx_last_.get(backend, in_last_.prepend(batch))
+                                             : input_gradients[0];
+  // The gradient of the depthwise step's output (before its bias, which is the layer's bias when
+  // there is no pointwise step).
+  Tensor<float> dz = dy;
+  Tensor<float> dbias;
+  if (filters_ == 0) {
+    dbias = bias_gradient();
+    if (activation_ != keras::Activation::linear) {
+      Tensor<float> z;
+      if (activation_gradient_needs_input(activation_)) {
+        z = middle_.get(backend, {rows, out_c});
+        depthwise(backend, x, g, bias(), z);
+      }
+      dz = middle_gradient_.get(backend, {rows, out_c});
+      backend.activation_backward(activation_, z, y, dy, dz);
+    }
+  } else {
+    // The depthwise output is computed again rather than kept from forward, so that a shared
+    // layer stays correct.
+    const Tensor<float> middle = middle_.get(backend, {rows, g.out_c});
+    depthwise(backend, x, g, Tensor<float>(), middle);
+    dz = middle_gradient_.get(backend, {rows, g.out_c});
+    backend.conv2d_backward(
+        middle, pointwise_geometry(batch), pointwise_matrix(), bias(), activation_, y, dy,
+        weights_[1].gradient.reshape(pointwise_matrix().shape()), bias_gradient(), dz, true);
+  }
+  const Tensor<float> tensors[] = {x, weights_[0].value, dz, dx, weights_[0].gradient, dbias};
+  backend.host_kernel(tensors, [&g](std::span<const Tensor<float>> t) {
+    depthwise_backward(t[0].data(), g, t[1].data(), t[2].data(),
+                       t[3].empty() ? nullptr : t[3].data(), t[4].empty() ? nullptr : t[4].data(),
+                       t[5].empty() ? nullptr : t[5].data());
+  });
+  if (want_dx && channels_first_) backend.permute(dx, to_first_, input_gradients[0]);
+}
+
+Shape DepthwiseConvolution::build_spatial(std::span<const Shape> input_shapes,
+                                          std::size_t spatial_rank, Size2 kernel, Size2 strides,
+                                          Size2 dilation, const std::string& padding,
+                                          std::uint64_t seed) {
+  expect_inputs(input_shapes, 1);
+  expect_rank(input_shapes[0], spatial_rank + 1);
+  in_last_ = input_last(input_shapes[0]);
+  const std::size_t in_h = spatial_rank == 2 ? in_last_[0] : 1;
+  const std::size_t in_w = in_last_[spatial_rank - 1];
+  const std::size_t in_c = in_last_[spatial_rank];
+  const AxisGeometry h = axis_geometry(in_h, kernel.h, strides.h, dilation.h, padding == "same");
+  AxisGeometry w;
+  if (padding == "causal") {
+    w = {(in_w + strides.w - 1) / strides.w, (kernel.w - 1) * dilation.w};
+  } else {
+    w = axis_geometry(in_w, kernel.w, strides.w, dilation.w, padding == "same");
+  }
+  if (h.out == 0 || w.out == 0) {
+    throw ShapeError(label() + ": a kernel of size " +
+                     (spatial_rank == 2 ? std::to_string(kernel.h) + "x" : std::string()) +
+                     std::to_string(kernel.w) + " does not fit inputs of shape " +
+                     batch_str(input_shapes[0]) + " with valid padding");
+  }
+  const Conv2DGeometry g{.in_h = in_h,
+                         .in_w = in_w,
+                         .in_c = in_c,
+                         .out_h = h.out,
+                         .out_w = w.out,
+                         .out_c = in_c * depth_multiplier_,
+                         .kernel_h = kernel.h,
+                         .kernel_w = kernel.w,
+                         .stride_h = strides.h,
+                         .stride_w = strides.w,
+                         .dilation_h = dilation.h,
+                         .dilation_w = dilation.w,
+                         .pad_top = h.pad_before,
+                         .pad_left = w.pad_before};
+  const std::size_t out_c = filters_ == 0 ? g.out_c : filters_;
+  if (!weights_.empty()) {
+    const Shape& kernel = weights_[0].value.shape();
+    if (kernel[kernel.rank() - 2] != in_c) {
+      throw ShapeError(label() + ": depthwise_kernel is " + kernel.str() + " but the input has " +
+                       std::to_string(in_c) + " channels");
+    }
+  } else {
+    std::vector<std::size_t> dims;
+    if (spatial_rank == 2) dims.push_back(g.kernel_h);
+    dims.push_back(g.kernel_w);
+    dims.push_back(in_c);
+    dims.push_back(depth_multiplier_);
+    Tensor<float> kernel{Shape(dims)};
+    depthwise_initializer_.fill(kernel, seed);
+    add_weight("depthwise_kernel", kernel);
+    if (filters_ > 0) {
+      std::vector<std::size_t> pointwise(spatial_rank, 1);
+      pointwise.push_back(g.out_c);
+      pointwise.push_back(filters_);
+      Tensor<float> pointwise_kernel{Shape(pointwise)};
+      pointwise_initializer_.fill(pointwise_kernel, SplitMix64::mix(seed + 2));
+      add_weight("pointwise_kernel", pointwise_kernel);
+    }
+    if (use_bias_) {
+      Tensor<float> bias({out_c});
+      bias_initializer_.fill(bias, SplitMix64::mix(seed + 1));
+      add_weight("bias", bias);
+    }
+  }
+  geometry_ = g;
+  out_last_ = spatial_rank == 2 ? Shape{g.out_h, g.out_w, out_c} : Shape{g.out_w, out_c};
+  to_last_ = channel_axes(in_last_.rank() + 1, false);
+  to_first_ = channel_axes(in_last_.rank() + 1, true);
+  const Shape out = channels_first_ ? move_channels(out_last_, true) : out_last_;
+  remember(input_shapes, out);
+  return out;
+}
+
+nlohmann::json DepthwiseConvolution::depthwise_config() const {
+  auto config = base_config();
+  if (filters_ > 0) config["filters"] = filters_;
+  config["depth_multiplier"] = depth_multiplier_;
+  config["data_format"] = channels_first_ ? "channels_first" : "channels_last";
+  config["activation"] = activation_name(activation_);
+  config["use_bias"] = use_bias_;
+  config["depthwise_initializer"] = depthwise_initializer_.to_json();
+  if (filters_ > 0) config["pointwise_initializer"] = pointwise_initializer_.to_json();
+  config["bias_initializer"] = bias_initializer_.to_json();
+  for (const char* key : {"depthwise_regularizer", "bias_regularizer", "activity_regularizer",
+                          "depthwise_constraint", "bias_constraint"})
+    config[key] = nullptr;
+  if (filters_ > 0) {
+    config["pointwise_regularizer"] = nullptr;
+    config["pointwise_constraint"] = nullptr;
+  }
+  return config;
+}
+
+Tensor<float> DepthwiseConvolution::to_channels_last(Backend& backend, const Tensor<float>& x,
+                                                     Scratch& scratch, const Shape& last,
+                                                     std::size_t batch) const {
+  if (!channels_first_) return x;
+  const Tensor<float> moved = scratch.get(backend, last.prepend(batch));
+  backend.permute(x, to_last_, moved);
+  return moved;
+}
+
+}  // namespace loadstar::keras::layers::detail
+#endif
