@@ -15,6 +15,7 @@
 #include "loadstar/keras/layers/average_pooling2d.hpp"
 #include "loadstar/keras/layers/batch_normalization.hpp"
 #include "loadstar/keras/layers/bidirectional.hpp"
+#include "loadstar/keras/layers/center_crop.hpp"
 #include "loadstar/keras/layers/concatenate.hpp"
 #include "loadstar/keras/layers/conv1d.hpp"
 #include "loadstar/keras/layers/conv2d.hpp"
@@ -41,12 +42,14 @@
 #include "loadstar/keras/layers/maximum.hpp"
 #include "loadstar/keras/layers/minimum.hpp"
 #include "loadstar/keras/layers/multiply.hpp"
+#include "loadstar/keras/layers/normalization.hpp"
 #include "loadstar/keras/layers/permute.hpp"
 #include "loadstar/keras/layers/prelu.hpp"
 #include "loadstar/keras/layers/relu.hpp"
 #include "loadstar/keras/layers/repeat_vector.hpp"
 #include "loadstar/keras/layers/rescaling.hpp"
 #include "loadstar/keras/layers/reshape.hpp"
+#include "loadstar/keras/layers/resizing.hpp"
 #include "loadstar/keras/layers/simple_rnn.hpp"
 #include "loadstar/keras/layers/softmax.hpp"
 #include "loadstar/keras/layers/spatial_dropout1d.hpp"
@@ -153,6 +156,9 @@ void RegistryTraits<loadstar::keras::Layer>::defaults(Registry<Layer>& registry)
   registry.add("GRU", GRU::from_config);
   registry.add("Bidirectional", Bidirectional::from_config);
   registry.add("Dot", Dot::from_config);
+  registry.add("Normalization", Normalization::from_config);
+  registry.add("Resizing", Resizing::from_config);
+  registry.add("CenterCrop", CenterCrop::from_config);
 }
 
 }  // namespace loadstar::keras
