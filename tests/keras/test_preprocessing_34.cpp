@@ -156,11 +156,10 @@ TEST_SUITE("keras_layers") {
   TEST_CASE("Normalization Resizing and CenterCrop round-trip configs h5 and keras files") {
     auto& registry = LayerRegistry::instance();
     check_round_trip(registry.create("Normalization", {{"name", "norm"}}), Shape{4, 3},
-                     {ramp(Shape{3}, 2.0F), positive(Shape{3}),
-                      Tensor<float>(Shape{}, 12.0F)});
-    check_round_trip(registry.create("Normalization", {{"axis", {1, 2}}, {"invert", true}}),
-                     Shape{2, 3}, {ramp(Shape{2, 3}, 2.0F), positive(Shape{2, 3}),
-                                   Tensor<float>(Shape{}, 5.0F)});
+                     {ramp(Shape{3}, 2.0F), positive(Shape{3}), Tensor<float>(Shape{}, 12.0F)});
+    check_round_trip(
+        registry.create("Normalization", {{"axis", {1, 2}}, {"invert", true}}), Shape{2, 3},
+        {ramp(Shape{2, 3}, 2.0F), positive(Shape{2, 3}), Tensor<float>(Shape{}, 5.0F)});
     check_round_trip(
         registry.create("Normalization", {{"axis", nullptr}, {"mean", 0.5}, {"variance", 4.0}}),
         Shape{3, 2});
@@ -170,10 +169,8 @@ TEST_SUITE("keras_layers") {
                                                   {"interpolation", "nearest"},
                                                   {"crop_to_aspect_ratio", true}}),
                      Shape{4, 6, 2});
-    check_round_trip(registry.create("CenterCrop", {{"height", 2}, {"width", 3}}),
-                     Shape{4, 6, 2});
-    check_round_trip(registry.create("CenterCrop", {{"height", 5}, {"width", 5}}),
-                     Shape{4, 6, 2});
+    check_round_trip(registry.create("CenterCrop", {{"height", 2}, {"width", 3}}), Shape{4, 6, 2});
+    check_round_trip(registry.create("CenterCrop", {{"height", 5}, {"width", 5}}), Shape{4, 6, 2});
   }
 
   TEST_CASE("Normalization Resizing and CenterCrop write Keras's configs") {
@@ -248,18 +245,19 @@ TEST_SUITE("keras_layers") {
         "but found true",
         ConfigError);
     CHECK_THROWS_WITH_AS(
-        registry.create("Resizing",
-                        {{"name", "r"}, {"height", 2}, {"width", 2}, {"pad_to_aspect_ratio", true}}),
+        registry.create(
+            "Resizing",
+            {{"name", "r"}, {"height", 2}, {"width", 2}, {"pad_to_aspect_ratio", true}}),
         "layer 'r' (Resizing): config.pad_to_aspect_ratio: expected false (loadstar does not "
         "support it) but found true",
         ConfigError);
-    CHECK_THROWS_WITH_AS(registry.create("CenterCrop", {{"name", "c"},
-                                                        {"height", 2},
-                                                        {"width", 2},
-                                                        {"data_format", "channels_first"}}),
-                         "layer 'c' (CenterCrop): config.data_format: expected null or "
-                         "\"channels_last\" but found \"channels_first\"",
-                         ConfigError);
+    CHECK_THROWS_WITH_AS(
+        registry.create(
+            "CenterCrop",
+            {{"name", "c"}, {"height", 2}, {"width", 2}, {"data_format", "channels_first"}}),
+        "layer 'c' (CenterCrop): config.data_format: expected null or "
+        "\"channels_last\" but found \"channels_first\"",
+        ConfigError);
     CHECK_THROWS_WITH_AS(registry.create("Normalization", {{"name", "n"}, {"mean", "zero"}}),
                          "layer 'n' (Normalization): config.mean: expected null, a number or a "
                          "list of numbers but found \"zero\"",

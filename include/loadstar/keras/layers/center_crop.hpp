@@ -62,9 +62,9 @@ std::shared_ptr<Layer> CenterCrop::from_config(const nlohmann::json& config) {
       read.get<std::string>("data_format") != "channels_last") {
     read.fail("data_format", "null or \"channels_last\"");
   }
-  return detail::finish_layer(
-      read, std::make_shared<CenterCrop>(read.get<std::size_t>("height"),
-                                         read.get<std::size_t>("width"), detail::config_name(read)));
+  return detail::finish_layer(read, std::make_shared<CenterCrop>(read.get<std::size_t>("height"),
+                                                                 read.get<std::size_t>("width"),
+                                                                 detail::config_name(read)));
 }
 
 }  // namespace loadstar::keras::layers

@@ -156,8 +156,9 @@ Shape Normalization::build(std::span<const Shape> input_shapes, std::uint64_t) {
       fixed_variance_.assign(statistics_, fixed_variance_[0]);
     } else if (fixed_mean_.size() != statistics_) {
       throw ShapeError(label() + ": mean and variance must hold 1 or " +
-                       std::to_string(statistics_) + " values for the kept axes of inputs of shape " +
-                       batch_str(in) + " but hold " + std::to_string(fixed_mean_.size()));
+                       std::to_string(statistics_) +
+                       " values for the kept axes of inputs of shape " + batch_str(in) +
+                       " but hold " + std::to_string(fixed_mean_.size()));
     }
   } else if (weights_.empty()) {
     add_weight("mean", Tensor<float>(kept, 0.0F), false);
@@ -286,9 +287,8 @@ std::shared_ptr<Layer> Normalization::from_config(const nlohmann::json& config) 
       axis = {};
     } else if (v.is_number_integer()) {
       axis = {v.get<int>()};
-    } else if (v.is_array() && std::all_of(v.begin(), v.end(), [](const auto& a) {
-                 return a.is_number_integer();
-               })) {
+    } else if (v.is_array() && std::all_of(v.begin(), v.end(),
+                                           [](const auto& a) { return a.is_number_integer(); })) {
       axis = v.get<std::vector<int>>();
     } else {
       read.fail("axis", "null, an integer or a list of integers");
@@ -298,16 +298,16 @@ std::shared_ptr<Layer> Normalization::from_config(const nlohmann::json& config) 
     const nlohmann::json* v = read.find(key);
     if (v == nullptr || v->is_null()) return nlohmann::json(nullptr);
     std::vector<float> numbers;
-    if (!detail::flatten_numbers(*v, numbers)) read.fail(key, "null, a number or a list of numbers");
+    if (!detail::flatten_numbers(*v, numbers))
+      read.fail(key, "null, a number or a list of numbers");
     return *v;
   };
-  return detail::finish_layer(
-      read, std::make_shared<Normalization>(NormalizationOptions{
-                .axis = axis,
-                .mean = statistic("mean"),
-                .variance = statistic("variance"),
-                .invert = read.get("invert", false),
-                .name = detail::config_name(read)}));
+  return detail::finish_layer(read, std::make_shared<Normalization>(
+                                        NormalizationOptions{.axis = axis,
+                                                             .mean = statistic("mean"),
+                                                             .variance = statistic("variance"),
+                                                             .invert = read.get("invert", false),
+                                                             .name = detail::config_name(read)}));
 }
 
 }  // namespace loadstar::keras::layers

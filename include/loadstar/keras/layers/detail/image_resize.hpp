@@ -66,8 +66,8 @@ ImageResizeLayer::ImageResizeLayer(std::string name, std::size_t height, std::si
                                    bool nearest)
     : LayerBase(std::move(name)), height_(height), width_(width), nearest_(nearest) {}
 
-ImageResizeLayer::Box ImageResizeLayer::aspect_box(std::size_t h, std::size_t w,
-                                                   std::size_t height, std::size_t width) {
+ImageResizeLayer::Box ImageResizeLayer::aspect_box(std::size_t h, std::size_t w, std::size_t height,
+                                                   std::size_t width) {
   const auto crop_h = std::max<std::size_t>(
       std::min(h, static_cast<std::size_t>(double(w * height) / double(width))), 1);
   const auto crop_w = std::max<std::size_t>(
