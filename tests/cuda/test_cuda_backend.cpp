@@ -1855,6 +1855,52 @@ TEST_SUITE("cuda") {
     check_close(predictions[0], predictions[1], 1e-4);
   }
 
+  TEST_CASE("Normalization Resizing and CenterCrop match the PyTorch reference values on CUDA") {
+    // tests/keras/generate_preprocessing_34.py, with inputs, statistics and gradients in device
+    // memory.
+    Backends b;
+    // Held in a variable: a range-for over a member of a temporary would read freed memory.
+    const auto reference = layer_cases::load("preprocessing_34.json");
+    REQUIRE(reference["cases"].size() == 17);
+    for (const auto& c : reference["cases"])
+      layer_cases::run_case(c, b.gpu);
+  }
+
+  TEST_CASE("A model behind Normalization Resizing and CenterCrop trains on CUDA as on the CPU") {
+    const auto make = [] {
+      set_random_seed(35);
+      auto in = Input({5, 7, 2});
+      auto h = call(Normalization(), in);
+      h = call(Normalization({.mean = {0.5, -0.5}, .variance = {2.0, 0.5}}), h);
+      h = call(Resizing(9, 8), h);
+      h = call(CenterCrop(6, 6), h);
+      h = call(Resizing(8, 8, {.interpolation = "nearest", .crop_to_aspect_ratio = true}), h);
+      h = call(Conv2D(3, 3, {.activation = "linear"}), h);
+      h = call(Flatten(), h);
+      return std::make_shared<Model>(in, call(Dense(3), h));
+    };
+    const Tensor<float> x = random_tensor({8, 5, 7, 2}, 43);
+    const Tensor<float> y = random_tensor({8, 3}, 44);
+    std::vector<std::vector<Tensor<float>>> weights;
+    std::vector<Tensor<float>> predictions;
+    for (const bool gpu : {false, true}) {
+      auto model = make();
+      model->compile({.optimizer = "sgd",
+                      .loss = "mse",
+                      .backend = gpu ? keras::cuda_backend(0) : cpu_backend(1)});
+      for (int i = 0; i < 3; ++i)
+        model->train_on_batch(x, y);
+      weights.push_back(model->get_weights());
+      predictions.push_back(model->predict(x, {.verbose = 0}));
+    }
+    REQUIRE(weights[0].size() == weights[1].size());
+    for (std::size_t i = 0; i < weights[0].size(); ++i) {
+      CAPTURE(i);
+      check_close(weights[0][i], weights[1][i], 1e-4);
+    }
+    check_close(predictions[0], predictions[1], 1e-4);
+  }
+
   TEST_CASE("The recurrent layers match the PyTorch reference values on the CUDA backend") {
     // tests/keras/generate_recurrent.py: SimpleRNN, LSTM, GRU (reset_after true and false) and
     // Bidirectional over 1 to 5 steps in both directions, with their inputs, weights and

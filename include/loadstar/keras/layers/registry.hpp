@@ -16,6 +16,7 @@
 #include "loadstar/keras/layers/average_pooling3d.hpp"
 #include "loadstar/keras/layers/batch_normalization.hpp"
 #include "loadstar/keras/layers/bidirectional.hpp"
+#include "loadstar/keras/layers/center_crop.hpp"
 #include "loadstar/keras/layers/concatenate.hpp"
 #include "loadstar/keras/layers/conv1d.hpp"
 #include "loadstar/keras/layers/conv1d_transpose.hpp"
@@ -50,12 +51,14 @@
 #include "loadstar/keras/layers/maximum.hpp"
 #include "loadstar/keras/layers/minimum.hpp"
 #include "loadstar/keras/layers/multiply.hpp"
+#include "loadstar/keras/layers/normalization.hpp"
 #include "loadstar/keras/layers/permute.hpp"
 #include "loadstar/keras/layers/prelu.hpp"
 #include "loadstar/keras/layers/relu.hpp"
 #include "loadstar/keras/layers/repeat_vector.hpp"
 #include "loadstar/keras/layers/rescaling.hpp"
 #include "loadstar/keras/layers/reshape.hpp"
+#include "loadstar/keras/layers/resizing.hpp"
 #include "loadstar/keras/layers/separable_conv1d.hpp"
 #include "loadstar/keras/layers/separable_conv2d.hpp"
 #include "loadstar/keras/layers/simple_rnn.hpp"
@@ -176,6 +179,9 @@ void RegistryTraits<loadstar::keras::Layer>::defaults(Registry<Layer>& registry)
   registry.add("AveragePooling3D", AveragePooling3D::from_config);
   registry.add("Conv3D", Conv3D::from_config);
   registry.add("Conv3DTranspose", Conv3DTranspose::from_config);
+  registry.add("Normalization", Normalization::from_config);
+  registry.add("Resizing", Resizing::from_config);
+  registry.add("CenterCrop", CenterCrop::from_config);
 }
 
 }  // namespace loadstar::keras

@@ -1,0 +1,169 @@
+#!/usr/bin/python3
+"""Writes tests/keras/reference/preprocessing_34.json: PyTorch (float64) outputs and input
+gradients of the preprocessing layers Normalization, Resizing and CenterCrop, for
+tests/keras/test_preprocessing_34.cpp and the emulated CUDA test.
+
+Run with Debian's python3-torch: /usr/bin/python3 tests/keras/generate_preprocessing_34.py
+The cases have the format of generate_layers.py: the layer's Keras class_name and config, inputs,
+weights in Keras's layout, the upstream gradient g, and the targets of loss = sum(output * g).
+
+Normalization follows Keras's formula (x - mean) / max(sqrt(variance), 1e-7). Bilinear resizing is
+torch.nn.functional.interpolate(mode="bilinear", align_corners=False), which samples as
+tf.image.resize without antialiasing (half-pixel centres). Nearest resizing is TensorFlow's rule
+for half-pixel centres, written here with NumPy in float32 as TensorFlow computes it:
+source = min(floor((i + 0.5) * (in / out)), in - 1). The crop boxes follow Keras's CenterCrop
+and smart_resize (crop_to_aspect_ratio).
+"""
+import json
+import math
+import os
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+torch.manual_seed(3435)
+DT = torch.float64
+EPSILON = 1e-7
+
+
+def rnd(*shape, scale=1.0):
+    return (torch.rand(tuple(shape), dtype=DT) * 2 - 1) * scale
+
+
+def flat(t):
+    return [round(float(v), 10) for v in t.detach().reshape(-1).tolist()]
+
+
+def case(name, class_name, config, x, weights, fn):
+    xs = x.clone().requires_grad_(True)
+    out = fn(xs)
+    g = rnd(*out.shape)
+    (out * g).sum().backward()
+    return {
+        "name": name,
+        "class_name": class_name,
+        "config": config,
+        "training": False,
+        "input_shapes": [list(x.shape)],
+        "inputs": [flat(x)],
+        "weights": {k: flat(v) for k, v in weights.items()},
+        "upstream": flat(g),
+        "output_shape": list(out.shape),
+        "output": flat(out),
+        "input_gradients": [flat(xs.grad)],
+        "weight_gradients": {},
+        "updated_weights": {},
+    }
+
+
+cases = []
+
+
+# --- Normalization -------------------------------------------------------------------------------
+def normalize(x, mean, variance, invert):
+    scale = torch.clamp(torch.sqrt(variance), min=EPSILON)
+    return mean + x * scale if invert else (x - mean) / scale
+
+
+def normalization_case(name, shape, kept_axes, invert, tiny=False):
+    """Statistics stored as the weights mean, variance, count over the kept axes (batch axis 0)."""
+    kept = [shape[a] for a in kept_axes]
+    mean = rnd(*kept, scale=2.0)
+    variance = torch.rand(tuple(kept), dtype=DT) * 3 + 0.1
+    if tiny:
+        variance.reshape(-1)[0] = 1e-16  # below epsilon squared: the scale is epsilon
+    view = [shape[d] if d in kept_axes else 1 for d in range(len(shape))]
+    x = rnd(*shape, scale=3.0)
+    config = {"axis": kept_axes, "invert": invert, "mean": None, "variance": None}
+    weights = {"mean": mean, "variance": variance, "count": torch.tensor(11.0, dtype=DT)}
+    cases.append(case(name, "Normalization", config, x, weights,
+                      lambda t: normalize(t, mean.reshape(view), variance.reshape(view), invert)))
+
+
+normalization_case("normalization", (2, 3, 4), [2], False)
+normalization_case("normalization_invert", (3, 4), [1], True)
+normalization_case("normalization_two_axes", (2, 3, 4, 2), [1, 3], False, tiny=True)
+normalization_case("normalization_no_axis", (2, 5), [], False)
+
+
+def fixed_normalization_case(name, shape, config, mean, variance):
+    """Statistics from the config (no weights), broadcast over the last axis."""
+    m = torch.tensor(mean, dtype=DT)
+    v = torch.tensor(variance, dtype=DT)
+    cases.append(case(name, "Normalization", config, rnd(*shape, scale=3.0), {},
+                      lambda t: normalize(t, m, v, config.get("invert", False))))
+
+
+fixed_normalization_case("normalization_fixed_scalar", (2, 3, 2),
+                         {"axis": None, "mean": 0.5, "variance": 2.0}, 0.5, 2.0)
+fixed_normalization_case("normalization_fixed_list", (3, 3),
+                         {"axis": -1, "mean": [0.5, -1.0, 2.0], "variance": [4.0, 0.25, 1.0],
+                          "invert": True}, [0.5, -1.0, 2.0], [4.0, 0.25, 1.0])
+
+
+# --- Resizing and CenterCrop ----------------------------------------------------------------------
+def aspect_box(h, w, height, width):
+    """Keras's smart_resize / crop_to_aspect_ratio box (top, left, crop_h, crop_w)."""
+    crop_h = max(min(h, int(float(w * height) / width)), 1)
+    crop_w = max(min(w, int(float(h * width) / height)), 1)
+    return int(float(h - crop_h) / 2), int(float(w - crop_w) / 2), crop_h, crop_w
+
+
+def nearest_indices(n_in, n_out):
+    scale = np.float32(n_in) / np.float32(n_out)
+    i = np.arange(n_out, dtype=np.float32)
+    src = np.floor((i + np.float32(0.5)) * scale).astype(np.int64)
+    return torch.tensor(np.minimum(src, n_in - 1))
+
+
+def resize(x, box, height, width, nearest):
+    """x: (b, h, w, c); the box is cropped, then resized to (height, width)."""
+    top, left, bh, bw = box
+    x = x[:, top:top + bh, left:left + bw, :]
+    if nearest:
+        x = x.index_select(1, nearest_indices(bh, height))
+        return x.index_select(2, nearest_indices(bw, width))
+    y = F.interpolate(x.permute(0, 3, 1, 2), size=(height, width), mode="bilinear",
+                      align_corners=False)
+    return y.permute(0, 2, 3, 1)
+
+
+def resizing_case(name, shape, height, width, interpolation="bilinear", crop=False):
+    _, h, w, _ = shape
+    box = aspect_box(h, w, height, width) if crop else (0, 0, h, w)
+    config = {"height": height, "width": width, "interpolation": interpolation,
+              "crop_to_aspect_ratio": crop}
+    cases.append(case(name, "Resizing", config, rnd(*shape), {},
+                      lambda t: resize(t, box, height, width, interpolation == "nearest")))
+
+
+resizing_case("resizing_up", (2, 4, 5, 3), 7, 8)
+resizing_case("resizing_down", (1, 9, 7, 2), 4, 3)
+resizing_case("resizing_mixed", (2, 3, 8, 1), 5, 6)
+resizing_case("resizing_nearest_up", (2, 3, 5, 2), 7, 8, "nearest")
+resizing_case("resizing_nearest_down", (1, 9, 7, 2), 4, 3, "nearest")
+resizing_case("resizing_crop_to_aspect_ratio", (2, 6, 9, 2), 4, 3, crop=True)
+resizing_case("resizing_nearest_crop_to_aspect_ratio", (1, 8, 5, 2), 3, 4, "nearest", crop=True)
+
+
+def center_crop_case(name, shape, height, width):
+    _, h, w, _ = shape
+    if h >= height and w >= width:
+        box = (int((h - height) / 2), int((w - width) / 2), height, width)
+    else:
+        box = aspect_box(h, w, height, width)
+    config = {"height": height, "width": width}
+    cases.append(case(name, "CenterCrop", config, rnd(*shape), {},
+                      lambda t: resize(t, box, height, width, False)))
+
+
+center_crop_case("center_crop", (2, 7, 6, 3), 4, 3)
+center_crop_case("center_crop_even_odd", (1, 6, 5, 2), 3, 2)
+center_crop_case("center_crop_smaller", (2, 3, 5, 2), 4, 4)
+center_crop_case("center_crop_one_axis_smaller", (1, 8, 3, 2), 5, 4)
+
+with open(os.path.join(HERE, "reference", "preprocessing_34.json"), "w") as f:
+    json.dump({"cases": cases}, f, indent=0)
+    f.write("\n")
