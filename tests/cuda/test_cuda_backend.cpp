@@ -1902,4 +1902,36 @@ TEST_SUITE("cuda") {
       check_close(weights[0][i], weights[1][i], 1e-4);
     }
   }
+
+  TEST_CASE("An activity penalty on a ReLU Dense layer keeps its gradient out of the fused path") {
+    // A Dense ReLU layer followed by a Dense layer carries its ReLU gradient through the next
+    // layer's epilogue on the GPU; an activity regularizer adds to that layer's output gradient,
+    // so the pair is not fused, and the GPU trains as the CPU.
+    const auto make = [] {
+      set_random_seed(36);
+      auto in = Input({6});
+      auto hidden = std::make_shared<Dense>(8, DenseOptions{.activation = "relu"});
+      hidden->set_activity_regularizer(std::make_shared<regularizers::L2>(0.5));
+      return std::make_shared<Model>(in, call(Dense(3), call(hidden, in)));
+    };
+    const Tensor<float> x = random_tensor({10, 6}, 61);
+    const Tensor<float> y = random_tensor({10, 3}, 62);
+    std::vector<std::vector<Tensor<float>>> weights;
+    std::vector<double> losses;
+    for (const bool gpu : {false, true}) {
+      auto model = make();
+      model->compile({.optimizer = "sgd",
+                      .loss = "mse",
+                      .backend = gpu ? keras::cuda_backend(0) : cpu_backend(1)});
+      for (int i = 0; i < 3; ++i)
+        losses.push_back(*model->train_on_batch(x, y).get("loss"));
+      weights.push_back(model->get_weights());
+    }
+    for (std::size_t i = 0; i < 3; ++i)
+      CHECK(losses[i] == doctest::Approx(losses[i + 3]).epsilon(1e-5));
+    for (std::size_t i = 0; i < weights[0].size(); ++i) {
+      CAPTURE(i);
+      check_close(weights[0][i], weights[1][i], 1e-4);
+    }
+  }
 }
