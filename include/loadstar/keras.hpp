@@ -11,6 +11,7 @@
 #include "loadstar/config.hpp"  // first: says at once when the standard is older than C++20
 
 #include "loadstar/keras/callbacks.hpp"
+#include "loadstar/keras/constraints.hpp"
 #include "loadstar/keras/input.hpp"
 #include "loadstar/keras/layers.hpp"
 #include "loadstar/keras/losses.hpp"
@@ -18,6 +19,7 @@
 #include "loadstar/keras/model.hpp"
 #include "loadstar/keras/optimizers.hpp"
 #include "loadstar/keras/registry.hpp"
+#include "loadstar/keras/regularizers.hpp"
 #include "loadstar/keras/saving/model_config.hpp"
 #include "loadstar/keras/saving/saving.hpp"
 #include "loadstar/keras/sequential.hpp"

@@ -2091,4 +2091,115 @@ TEST_SUITE("cuda") {
       CHECK(bitwise_equal(run.weights[i], run.slots[i]));
     }
   }
+
+  TEST_CASE("Penalties and constraints train on the CUDA backend as the PyTorch reference") {
+    // tests/keras/generate_regularizers_34.py: weight and activity penalties in the loss of
+    // training and evaluation, their gradients, and constraints after each SGD step, computed
+    // inside the step on the device's tensors.
+    const nlohmann::json reference = layer_cases::load("regularizers_34.json")["training"];
+    const auto values = [](const nlohmann::json& v, Shape shape) {
+      const auto floats = v.get<std::vector<float>>();
+      return Tensor<float>(shape, std::span<const float>(floats));
+    };
+    const auto make = [&] {
+      auto in = Input({4});
+      auto first = std::make_shared<Dense>(3, DenseOptions{.activation = "tanh"});
+      first->set_regularizer("kernel", std::make_shared<regularizers::L2>(0.05));
+      first->set_regularizer("bias", std::make_shared<regularizers::L1>(0.02));
+      first->set_activity_regularizer(std::make_shared<regularizers::L1L2>(0.01, 0.03));
+      first->set_constraint("kernel", std::make_shared<constraints::MaxNorm>(0.8));
+      auto second = std::make_shared<Dense>(2);
+      second->set_regularizer(
+          "kernel", std::make_shared<regularizers::OrthogonalRegularizer>(0.1, "columns"));
+      second->set_constraint("bias", std::make_shared<constraints::NonNeg>());
+      auto h = call(ActivityRegularization(0.02, 0.01), call(first, in));
+      auto model = std::make_shared<Model>(in, call(second, h));
+      const nlohmann::json& w = reference["initial"];
+      model->set_weights({values(w["k1"], {4, 3}), values(w["b1"], {3}), values(w["k2"], {3, 2}),
+                          values(w["b2"], {2})});
+      return model;
+    };
+    const Tensor<float> x = values(reference["x"], {5, 4}), y = values(reference["y"], {5, 2});
+    auto model = make();
+    model->compile({.optimizer = std::make_shared<optimizers::SGD>(
+                        optimizers::SGDOptions{.learning_rate = 0.1}),
+                    .loss = "mse",
+                    .backend = keras::cuda_backend(0)});
+    for (std::size_t step = 0; step < 2; ++step) {
+      CAPTURE(step);
+      const Logs logs = model->train_on_batch(x, y);
+      CHECK(*logs.get("loss") ==
+            doctest::Approx(reference["steps"][step]["loss"].get<double>()).epsilon(1e-5));
+      const auto weights = model->get_weights();
+      const nlohmann::json& target = reference["steps"][step]["weights"];
+      check_close(values(target["k1"], {4, 3}), weights[0], 1e-4);
+      check_close(values(target["b1"], {3}), weights[1], 1e-4);
+      check_close(values(target["k2"], {3, 2}), weights[2], 1e-4);
+      check_close(values(target["b2"], {2}), weights[3], 1e-4);
+    }
+    const Logs evaluated = model->evaluate(values(reference["x_eval"], {3, 4}),
+                                           values(reference["y_eval"], {3, 2}), {.verbose = 0});
+    CHECK(*evaluated.get("loss") ==
+          doctest::Approx(reference["evaluate_loss"].get<double>()).epsilon(1e-5));
+  }
+
+  TEST_CASE("AlphaDropout and Dropout with a noise_shape train on the CUDA backend as on the CPU") {
+    const auto make = [] {
+      set_random_seed(35);
+      auto in = Input({3, 4});
+      auto h = call(
+          Dropout(0.3, {.noise_shape = nlohmann::json::array({nullptr, 1, 4}), .seed = 5}), in);
+      h = call(AlphaDropout(0.2, {.seed = 6}), h);
+      h = call(Flatten(), h);
+      return std::make_shared<Model>(in, call(Dense(2), h));
+    };
+    const Tensor<float> x = random_tensor({6, 3, 4}, 51);
+    const Tensor<float> y = random_tensor({6, 2}, 52);
+    std::vector<std::vector<Tensor<float>>> weights;
+    for (const bool gpu : {false, true}) {
+      auto model = make();
+      model->compile({.optimizer = "sgd",
+                      .loss = "mse",
+                      .backend = gpu ? keras::cuda_backend(0) : cpu_backend(1)});
+      for (int i = 0; i < 3; ++i)
+        model->train_on_batch(x, y);
+      weights.push_back(model->get_weights());
+    }
+    for (std::size_t i = 0; i < weights[0].size(); ++i) {
+      CAPTURE(i);
+      check_close(weights[0][i], weights[1][i], 1e-4);
+    }
+  }
+
+  TEST_CASE("An activity penalty on a ReLU Dense layer keeps its gradient out of the fused path") {
+    // A Dense ReLU layer followed by a Dense layer carries its ReLU gradient through the next
+    // layer's epilogue on the GPU; an activity regularizer adds to that layer's output gradient,
+    // so the pair is not fused, and the GPU trains as the CPU.
+    const auto make = [] {
+      set_random_seed(36);
+      auto in = Input({6});
+      auto hidden = std::make_shared<Dense>(8, DenseOptions{.activation = "relu"});
+      hidden->set_activity_regularizer(std::make_shared<regularizers::L2>(0.5));
+      return std::make_shared<Model>(in, call(Dense(3), call(hidden, in)));
+    };
+    const Tensor<float> x = random_tensor({10, 6}, 61);
+    const Tensor<float> y = random_tensor({10, 3}, 62);
+    std::vector<std::vector<Tensor<float>>> weights;
+    std::vector<double> losses;
+    for (const bool gpu : {false, true}) {
+      auto model = make();
+      model->compile({.optimizer = "sgd",
+                      .loss = "mse",
+                      .backend = gpu ? keras::cuda_backend(0) : cpu_backend(1)});
+      for (int i = 0; i < 3; ++i)
+        losses.push_back(*model->train_on_batch(x, y).get("loss"));
+      weights.push_back(model->get_weights());
+    }
+    for (std::size_t i = 0; i < 3; ++i)
+      CHECK(losses[i] == doctest::Approx(losses[i + 3]).epsilon(1e-5));
+    for (std::size_t i = 0; i < weights[0].size(); ++i) {
+      CAPTURE(i);
+      check_close(weights[0][i], weights[1][i], 1e-4);
+    }
+  }
 }

@@ -292,8 +292,8 @@ TEST_SUITE("keras") {
         ConfigError);
     CHECK_THROWS_WITH_AS(
         layers.create("Dense", {{"units", 2}, {"kernel_regularizer", {{"l2", 1}}}}),
-        doctest::Contains("config.kernel_regularizer: expected null (loadstar "
-                          "has no regularizers or constraints) but found"),
+        doctest::Contains("config.kernel_regularizer: regularizer: expected a name or "
+                          "{\"class_name\": ..., \"config\": {...}} but found {\"l2\":1}"),
         ConfigError);
     CHECK_THROWS_WITH_AS(layers.create("Dense", {{"units", 2}, {"use_bias", "yes"}}),
                          "layer (Dense): config.use_bias: expected a boolean but found \"yes\"",

@@ -31,7 +31,7 @@ using nlohmann::json;
 
 namespace preprocessing_34 {
 
-const json& reference() {
+const json& preprocessing_reference() {
   static const json data = layer_cases::load("preprocessing_34.json");
   return data;
 }
@@ -113,11 +113,11 @@ TEST_SUITE("keras_layers") {
   TEST_CASE("Normalization Resizing and CenterCrop match the PyTorch reference values") {
     for (std::size_t threads : {1, 3}) {
       CpuBackend backend(threads);
-      for (const auto& c : reference()["cases"])
+      for (const auto& c : preprocessing_reference()["cases"])
         layer_cases::run_case(c, backend);
     }
     loadstar::test::ProtectedBackend backend(2);
-    for (const auto& c : reference()["cases"])
+    for (const auto& c : preprocessing_reference()["cases"])
       layer_cases::run_case(c, backend);
   }
 

@@ -9,6 +9,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -22,6 +23,8 @@
 namespace loadstar::keras {
 
 class Backend;
+class Constraint;
+class Regularizer;
 
 namespace detail {
 /// The fused operations a training step's call takes part in (keras/detail/relu_fusion.hpp).
@@ -138,6 +141,36 @@ class Layer : public std::enable_shared_from_this<Layer> {
   /// The number of scalars in the weights.
   LOADSTAR_DECL std::size_t count_params() const noexcept;
 
+  /// Keras's `activity_regularizer`: a penalty on the layer's output, divided by the batch size
+  /// and added to the loss as Keras 3's `Layer.__call__` adds it (null: none).
+  const std::shared_ptr<Regularizer>& activity_regularizer() const noexcept {
+    return activity_regularizer_;
+  }
+  void set_activity_regularizer(std::shared_ptr<Regularizer> regularizer) {
+    activity_regularizer_ = std::move(regularizer);
+  }
+
+  /// A weight's regularizer and constraint (Keras's `kernel_regularizer`, `kernel_constraint`,
+  /// ... of the weight named `weight`, `"kernel"`).
+  struct WeightOptions {
+    std::string weight;
+    std::shared_ptr<Regularizer> regularizer;
+    std::shared_ptr<Constraint> constraint;
+  };
+  /// Sets the regularizer of the weight named `weight` (`"kernel"`, `"bias"`, `"gamma"`,
+  /// `"embeddings"`, ...); null removes it. The model adds its penalty to the loss, and refuses
+  /// a name the built layer has no weight of. Set before the model is made.
+  LOADSTAR_DECL void set_regularizer(const std::string& weight,
+                                     std::shared_ptr<Regularizer> regularizer);
+  /// Sets the constraint of the weight named `weight`, applied after each optimizer step; null
+  /// removes it.
+  LOADSTAR_DECL void set_constraint(const std::string& weight,
+                                    std::shared_ptr<Constraint> constraint);
+  /// The weights' regularizers and constraints, in the order they were first set.
+  std::span<const WeightOptions> weight_options() const noexcept { return weight_options_; }
+  /// The options of `weight`, or null.
+  LOADSTAR_DECL const WeightOptions* weight_options(std::string_view weight) const noexcept;
+
  protected:
   /// Adds a weight (in Keras's order) with a zero gradient of the same shape when trainable.
   LOADSTAR_DECL Variable& add_weight(std::string name, Tensor<float> value, bool trainable = true);
@@ -145,6 +178,10 @@ class Layer : public std::enable_shared_from_this<Layer> {
   std::vector<Variable> weights_;
 
  private:
+  LOADSTAR_DECL WeightOptions& options_of(const std::string& weight);
+
+  std::shared_ptr<Regularizer> activity_regularizer_;
+  std::vector<WeightOptions> weight_options_;
   std::string name_;
   bool trainable_ = true;
   bool built_ = false;
@@ -175,6 +212,27 @@ std::size_t Layer::count_params() const noexcept {
   for (const auto& w : weights_)
     n += w.value.size();
   return n;
+}
+
+Layer::WeightOptions& Layer::options_of(const std::string& weight) {
+  for (auto& options : weight_options_)
+    if (options.weight == weight) return options;
+  weight_options_.push_back({weight, nullptr, nullptr});
+  return weight_options_.back();
+}
+
+void Layer::set_regularizer(const std::string& weight, std::shared_ptr<Regularizer> regularizer) {
+  options_of(weight).regularizer = std::move(regularizer);
+}
+
+void Layer::set_constraint(const std::string& weight, std::shared_ptr<Constraint> constraint) {
+  options_of(weight).constraint = std::move(constraint);
+}
+
+const Layer::WeightOptions* Layer::weight_options(std::string_view weight) const noexcept {
+  for (const auto& options : weight_options_)
+    if (options.weight == weight) return &options;
+  return nullptr;
 }
 
 Variable& Layer::add_weight(std::string name, Tensor<float> value, bool trainable) {

@@ -55,6 +55,7 @@
 #include "loadstar/keras/detail/graph.hpp"
 #include "loadstar/keras/detail/graph_plan.hpp"
 #include "loadstar/keras/detail/params.hpp"
+#include "loadstar/keras/detail/penalty_plan.hpp"
 #include "loadstar/keras/detail/relu_fusion.hpp"
 #include "loadstar/keras/detail/runtime.hpp"
 #include "loadstar/keras/detail/shape_text.hpp"
@@ -624,6 +625,8 @@ class Model {
   std::vector<Variable*> zeroed_;  // the trainable variables zeroed before a step
   /// The pairs of layers whose ReLU gradient a device backend may fuse.
   detail::ReluFusionPlan relu_fusions_;
+  /// The regularization penalties and weight constraints.
+  detail::PenaltyPlan penalties_;
   // Compilation.
   CompileOptions options_;
   bool compiled_ = false;

@@ -104,6 +104,8 @@ void ReluFusionPlan::plan(std::span<const RuntimeNode> nodes,
       ++consumers[p];
   for (const std::size_t o : output_nodes)
     ++consumers[o];  // its loss
+  for (std::size_t k = 0; k < nodes.size(); ++k)
+    if (nodes[k].layer && nodes[k].layer->activity_regularizer()) ++consumers[k];  // its penalty
   std::vector<bool> from_output;
   for (std::size_t k = 0; k < nodes.size(); ++k) {
     const auto& node = nodes[k];

@@ -168,18 +168,13 @@ nlohmann::json BatchNormalization::get_config() const {
   config["gamma_initializer"] = options_.gamma_initializer.to_json();
   config["moving_mean_initializer"] = options_.moving_mean_initializer.to_json();
   config["moving_variance_initializer"] = options_.moving_variance_initializer.to_json();
-  for (const char* key :
-       {"beta_regularizer", "gamma_regularizer", "beta_constraint", "gamma_constraint"})
-    config[key] = nullptr;
+  write_weight_options(config, {"beta", "gamma"});
   return config;
 }
 
 std::shared_ptr<Layer> BatchNormalization::from_config(const nlohmann::json& config) {
   using detail::config_initializer;
   const auto read = detail::layer_config(config, "BatchNormalization");
-  for (const char* key :
-       {"beta_regularizer", "gamma_regularizer", "beta_constraint", "gamma_constraint"})
-    read.expect(key, nullptr, "loadstar has no regularizers or constraints");
   read.expect("renorm", false, "loadstar has no batch renormalization");
   read.expect("synchronized", false, "loadstar normalizes per replica");
   return detail::finish_layer(

@@ -201,9 +201,8 @@ nlohmann::json Dense::get_config() const {
   config["use_bias"] = options_.use_bias;
   config["kernel_initializer"] = options_.kernel_initializer.to_json();
   config["bias_initializer"] = options_.bias_initializer.to_json();
-  for (const char* key : {"kernel_regularizer", "bias_regularizer", "activity_regularizer",
-                          "kernel_constraint", "bias_constraint"})
-    config[key] = nullptr;
+  write_weight_options(config, {"kernel", "bias"});
+  config["activity_regularizer"] = regularizer_json(nullptr);
   return config;
 }
 

@@ -104,9 +104,8 @@ nlohmann::json Embedding::get_config() const {
   config["input_dim"] = input_dim_;
   config["output_dim"] = output_dim_;
   config["embeddings_initializer"] = options_.embeddings_initializer.to_json();
-  config["embeddings_regularizer"] = nullptr;
-  config["activity_regularizer"] = nullptr;
-  config["embeddings_constraint"] = nullptr;
+  write_weight_options(config, {"embeddings"});
+  config["activity_regularizer"] = regularizer_json(nullptr);
   config["mask_zero"] = false;
   config["input_length"] = nullptr;
   return config;
@@ -115,8 +114,6 @@ nlohmann::json Embedding::get_config() const {
 std::shared_ptr<Layer> Embedding::from_config(const nlohmann::json& config) {
   const auto read = detail::layer_config(config, "Embedding");
   read.expect("mask_zero", false, "loadstar has no masks");
-  read.expect("embeddings_regularizer", nullptr, "loadstar has no regularizers");
-  read.expect("embeddings_constraint", nullptr, "loadstar has no constraints");
   return detail::finish_layer(
       read, std::make_shared<Embedding>(
                 read.positive("input_dim"), read.positive("output_dim"),

@@ -217,17 +217,12 @@ nlohmann::json GroupNormalization::get_config() const {
   config["scale"] = options_.scale;
   config["beta_initializer"] = options_.beta_initializer.to_json();
   config["gamma_initializer"] = options_.gamma_initializer.to_json();
-  for (const char* key :
-       {"beta_regularizer", "gamma_regularizer", "beta_constraint", "gamma_constraint"})
-    config[key] = nullptr;
+  write_weight_options(config, {"beta", "gamma"});
   return config;
 }
 
 std::shared_ptr<Layer> GroupNormalization::from_config(const nlohmann::json& config) {
   const auto read = detail::layer_config(config, "GroupNormalization");
-  for (const char* key :
-       {"beta_regularizer", "gamma_regularizer", "beta_constraint", "gamma_constraint"})
-    read.expect(key, nullptr, "loadstar has no regularizers or constraints");
   const std::size_t groups = read.has("groups") ? read.positive("groups") : 32;
   const float epsilon = read.get("epsilon", 1e-3F);
   if (!(epsilon > 0.0F)) read.fail("epsilon", "a positive number");

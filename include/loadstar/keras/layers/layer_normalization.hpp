@@ -220,17 +220,12 @@ nlohmann::json LayerNormalization::get_config() const {
   config["scale"] = options_.scale;
   config["beta_initializer"] = options_.beta_initializer.to_json();
   config["gamma_initializer"] = options_.gamma_initializer.to_json();
-  for (const char* key :
-       {"beta_regularizer", "gamma_regularizer", "beta_constraint", "gamma_constraint"})
-    config[key] = nullptr;
+  write_weight_options(config, {"beta", "gamma"});
   return config;
 }
 
 std::shared_ptr<Layer> LayerNormalization::from_config(const nlohmann::json& config) {
   const auto read = detail::layer_config(config, "LayerNormalization");
-  for (const char* key :
-       {"beta_regularizer", "gamma_regularizer", "beta_constraint", "gamma_constraint"})
-    read.expect(key, nullptr, "loadstar has no regularizers or constraints");
   std::vector<int> axis = {-1};
   if (read.has("axis")) {
     const nlohmann::json& v = *read.find("axis");

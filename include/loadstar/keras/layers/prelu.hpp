@@ -134,8 +134,7 @@ void PReLU::backward(std::span<const Tensor<float>> inputs, const Tensor<float>&
 nlohmann::json PReLU::get_config() const {
   auto config = base_config();
   config["alpha_initializer"] = options_.alpha_initializer.to_json();
-  config["alpha_regularizer"] = nullptr;
-  config["alpha_constraint"] = nullptr;
+  write_weight_options(config, {"alpha"});
   config["shared_axes"] =
       options_.shared_axes.empty() ? nlohmann::json(nullptr) : nlohmann::json(options_.shared_axes);
   return config;
@@ -143,8 +142,6 @@ nlohmann::json PReLU::get_config() const {
 
 std::shared_ptr<Layer> PReLU::from_config(const nlohmann::json& config) {
   const auto read = detail::layer_config(config, "PReLU");
-  read.expect("alpha_regularizer", nullptr, "loadstar has no regularizers or constraints");
-  read.expect("alpha_constraint", nullptr, "loadstar has no regularizers or constraints");
   PReLUOptions options{.alpha_initializer = detail::config_initializer(read, "alpha_initializer",
                                                                        Initializer::zeros()),
                        .name = detail::config_name(read)};

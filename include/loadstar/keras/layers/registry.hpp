@@ -9,7 +9,9 @@
 
 #include "loadstar/keras/layer.hpp"
 #include "loadstar/keras/layers/activation.hpp"
+#include "loadstar/keras/layers/activity_regularization.hpp"
 #include "loadstar/keras/layers/add.hpp"
+#include "loadstar/keras/layers/alpha_dropout.hpp"
 #include "loadstar/keras/layers/average.hpp"
 #include "loadstar/keras/layers/average_pooling1d.hpp"
 #include "loadstar/keras/layers/average_pooling2d.hpp"
@@ -146,6 +148,8 @@ void RegistryTraits<loadstar::keras::Layer>::defaults(Registry<Layer>& registry)
   registry.add("RepeatVector", RepeatVector::from_config);
   registry.add("GaussianNoise", GaussianNoise::from_config);
   registry.add("GaussianDropout", GaussianDropout::from_config);
+  registry.add("AlphaDropout", AlphaDropout::from_config);
+  registry.add("ActivityRegularization", ActivityRegularization::from_config);
   registry.add("SpatialDropout1D", SpatialDropout1D::from_config);
   registry.add("SpatialDropout2D", SpatialDropout2D::from_config);
   registry.add("SpatialDropout3D", SpatialDropout3D::from_config);

@@ -27,6 +27,7 @@ LOADSTAR_DECL void Model::plan(const std::vector<KerasTensor>& inputs,
   targets_full_.assign(output_nodes_.size(), {});
   loss_scratch_full_.assign(output_nodes_.size(), {});
   relu_fusions_.plan(nodes_, output_nodes_, writes_gradients_);
+  penalties_.plan(layers_, nodes_);
 }
 
 LOADSTAR_DECL bool Model::is_chain() const {

@@ -47,10 +47,15 @@ LOADSTAR_DECL Deferred<double> Model::compute_losses(bool gradients) {
       total += weights[o] * values[o].get();
     return total;
   };
-  if (known) return sum(output_losses_, loss_weights_);
+  // Keras's model.losses (regularization penalties) join the loss of training and of
+  // evaluation alike (Keras 3's compute_loss, called by train_step and test_step).
+  const double penalty = penalties_.total(backend(), nodes_, rows_);
+  if (known) return sum(output_losses_, loss_weights_) + penalty;
   // A device may still be computing a loss: the total is added when it is read.
-  return Deferred<double>(std::function<double()>(
-      [sum, values = output_losses_, weights = loss_weights_] { return sum(values, weights); }));
+  return Deferred<double>(
+      std::function<double()>([sum, penalty, values = output_losses_, weights = loss_weights_] {
+        return sum(values, weights) + penalty;
+      }));
 }
 
 LOADSTAR_DECL void Model::backward(std::uint64_t seed) {
@@ -61,6 +66,7 @@ LOADSTAR_DECL void Model::backward(std::uint64_t seed) {
     auto& node = nodes_[k];
     if (!node.layer || !needs_backward_[k]) continue;
     ctx.accumulate_gradients = !writes_gradients_[k];
+    penalties_.add_activity_gradient(backend(), node, k, rows_);
     fusion = relu_fusions_.backward(k);
     node.layer->backward(node.input_values, node.value, node.gradient, node.input_gradients, ctx);
     for (std::size_t j = 0; j < node.inputs.size(); ++j) {
@@ -69,6 +75,8 @@ LOADSTAR_DECL void Model::backward(std::uint64_t seed) {
       }
     }
   }
+  // After every layer's backward: a layer that writes its gradients ignores what they held.
+  penalties_.add_weight_gradients(backend());
 }
 
 LOADSTAR_DECL void Model::update_metrics(RunningMetrics& running, const Deferred<double>& total) {
@@ -118,6 +126,7 @@ LOADSTAR_DECL const Logs& Model::train_step(const BatchView& batch, const StepOp
     place_weights();
     zero_gradients(trainable_);
     optimizer_->apply_batch_gradients(trainable_, 0);
+    penalties_.apply_constraints(backend());
     training_.fill(training_logs_, output_names_);
     return training_logs_;
   }
@@ -131,6 +140,7 @@ LOADSTAR_DECL const Logs& Model::train_step(const BatchView& batch, const StepOp
   const Deferred<double> total = compute_losses(true);
   backward(seed);
   optimizer_->apply_batch_gradients(trainable_, rows_);
+  penalties_.apply_constraints(backend());
   update_metrics(training_, total);
   step.end();
   fill_logs(training_, training_logs_);

@@ -233,9 +233,8 @@ nlohmann::json Convolution::convolution_config() const {
   config["use_bias"] = use_bias_;
   config["kernel_initializer"] = kernel_initializer_.to_json();
   config["bias_initializer"] = bias_initializer_.to_json();
-  for (const char* key : {"kernel_regularizer", "bias_regularizer", "activity_regularizer",
-                          "kernel_constraint", "bias_constraint"})
-    config[key] = nullptr;
+  write_weight_options(config, {"kernel", "bias"});
+  config["activity_regularizer"] = regularizer_json(nullptr);
   return config;
 }
 

@@ -9,6 +9,7 @@
 #include <cctype>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <span>
@@ -21,12 +22,14 @@
 #include "loadstar/error.hpp"
 #include "loadstar/keras/activations.hpp"
 #include "loadstar/keras/backend/backend.hpp"
+#include "loadstar/keras/constraints.hpp"
 #include "loadstar/keras/detail/config_reader.hpp"
 #include "loadstar/keras/detail/graph.hpp"
 #include "loadstar/keras/detail/shape_text.hpp"
 #include "loadstar/keras/initializers.hpp"
 #include "loadstar/keras/layer.hpp"
 #include "loadstar/keras/registry.hpp"
+#include "loadstar/keras/regularizers.hpp"
 #include "loadstar/keras/warnings.hpp"
 
 namespace loadstar::keras::layers {
@@ -83,10 +86,22 @@ class LayerBase : public Layer {
   /// `"(None, 28, 28)"`: a shape with a free batch axis, as Keras prints it.
   static std::string batch_str(const Shape& shape) { return keras::detail::batch_shape_str(shape); }
 
-  /// The keys every Keras layer config has.
+  /// The keys every Keras layer config has, and `activity_regularizer` when the layer has one.
   nlohmann::json base_config() const {
-    return {{"name", name()}, {"trainable", trainable()}, {"dtype", "float32"}};
+    nlohmann::json config = {{"name", name()}, {"trainable", trainable()}, {"dtype", "float32"}};
+    if (activity_regularizer()) config["activity_regularizer"] = regularizer_json(nullptr);
+    return config;
   }
+
+  /// Writes Keras's `<key>_regularizer` and `<key>_constraint` of each of `keys` (`"kernel"`,
+  /// `"bias"`, `"depthwise"`: `config_weight_options`'s spellings) into `config`: the layer's,
+  /// or null.
+  LOADSTAR_DECL void write_weight_options(nlohmann::json& config,
+                                          std::initializer_list<const char*> keys) const;
+
+  /// The config value of the regularizer of `weight` (the activity regularizer for null), or
+  /// null.
+  LOADSTAR_DECL nlohmann::json regularizer_json(const char* weight) const;
 
   /// The weight `index` (fixed at build, in Keras's order).
   Variable& weight(std::size_t index) { return weights_[index]; }
@@ -133,6 +148,18 @@ LOADSTAR_DECL Shape config_batch_shape(const ConfigReader& read, std::string_vie
 /// and applies `trainable` to the layer built from the config.
 LOADSTAR_DECL std::shared_ptr<Layer> finish_layer(const ConfigReader& read,
                                                   std::shared_ptr<Layer> layer);
+
+/// The weight a Keras config key names: `kernel_regularizer`'s `"kernel"`, `depthwise_...`'s
+/// `"depthwise_kernel"`; the keys of every built-in layer's weights.
+LOADSTAR_DECL std::string weight_of_key(std::string_view key);
+
+/// Reads Keras's `<weight>_regularizer` and `<weight>_constraint` keys (`kernel`, `bias`,
+/// `alpha`, `gamma`, `beta`, `embeddings`, `depthwise`, `pointwise`, `recurrent`) and
+/// `activity_regularizer`, resolved through the regularizer and constraint registries, onto
+/// `layer`. An unknown class (or a Python function's name) throws `ConfigError` naming the layer,
+/// the key and the class; a key of a weight the layer does not have is refused when the model is
+/// made.
+LOADSTAR_DECL void config_weight_options(const ConfigReader& read, Layer& layer);
 
 /// The layer's `name` (empty when absent: the model names it).
 inline std::string config_name(const ConfigReader& read) {
@@ -268,11 +295,57 @@ std::shared_ptr<Layer> finish_layer(const ConfigReader& read, std::shared_ptr<La
     if (!is_float32) read.fail("dtype", "\"float32\" (loadstar layers compute in float32)");
   }
   if (read.has("batch_input_shape")) config_batch_shape(read, "batch_input_shape");
-  for (const char* key : {"kernel_regularizer", "bias_regularizer", "activity_regularizer",
-                          "kernel_constraint", "bias_constraint"}) {
-    read.expect(key, nullptr, "loadstar has no regularizers or constraints");
-  }
+  config_weight_options(read, *layer);
   return layer;
+}
+
+std::string weight_of_key(std::string_view key) {
+  if (key == "depthwise" || key == "pointwise" || key == "recurrent")
+    return std::string(key) + "_kernel";
+  return std::string(key);
+}
+
+void config_weight_options(const ConfigReader& read, Layer& layer) {
+  for (const char* key : {"kernel", "bias", "alpha", "gamma", "beta", "embeddings", "depthwise",
+                          "pointwise", "recurrent"}) {
+    const std::string regularizer = std::string(key) + "_regularizer";
+    const std::string constraint = std::string(key) + "_constraint";
+    if (read.has(regularizer)) {
+      layer.set_regularizer(weight_of_key(key), read.nested(regularizer, [&] {
+        return Registry<Regularizer>::instance().create(*read.find(regularizer));
+      }));
+    }
+    if (read.has(constraint)) {
+      layer.set_constraint(weight_of_key(key), read.nested(constraint, [&] {
+        return Registry<Constraint>::instance().create(*read.find(constraint));
+      }));
+    }
+  }
+  if (read.has("activity_regularizer")) {
+    layer.set_activity_regularizer(read.nested("activity_regularizer", [&] {
+      return Registry<Regularizer>::instance().create(*read.find("activity_regularizer"));
+    }));
+  }
+}
+
+nlohmann::json LayerBase::regularizer_json(const char* weight) const {
+  if (weight == nullptr) {
+    return activity_regularizer() ? activity_regularizer()->to_json() : nlohmann::json(nullptr);
+  }
+  const WeightOptions* options = weight_options(weight_of_key(weight));
+  return options != nullptr && options->regularizer ? options->regularizer->to_json()
+                                                    : nlohmann::json(nullptr);
+}
+
+void LayerBase::write_weight_options(nlohmann::json& config,
+                                     std::initializer_list<const char*> keys) const {
+  for (const char* key : keys) {
+    const WeightOptions* options = weight_options(weight_of_key(key));
+    config[std::string(key) + "_regularizer"] = regularizer_json(key);
+    config[std::string(key) + "_constraint"] = options != nullptr && options->constraint
+                                                   ? options->constraint->to_json()
+                                                   : nlohmann::json(nullptr);
+  }
 }
 
 std::string config_activation(const ConfigReader& read) {
