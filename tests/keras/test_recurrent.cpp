@@ -101,21 +101,22 @@ std::filesystem::path keras3_recurrent_file() {
 /// their `name` attributes and number of datasets.
 void check_keras3_groups(const std::filesystem::path& path, const json& groups) {
   const loadstar::detail::Hdf5Lock lock;
-  const detail::ZipReader zip(path);
-  const detail::H5Reader reader(zip.read("model.weights.h5", std::uint64_t{1} << 30), "weights");
+  const loadstar::keras::detail::ZipReader zip(path);
+  const loadstar::keras::detail::H5Reader reader(
+      zip.read("model.weights.h5", std::uint64_t{1} << 30), "weights");
   std::vector<std::string> expected;
   for (const auto& group : groups) {
     const std::string where = group["path"].get<std::string>();
     INFO(path.filename().string(), ": ", where);
     expected.push_back(where);
     REQUIRE(reader.is_group(reader.root(), where));
-    const detail::H5Id vars = reader.open_group(reader.root(), where, where);
+    const loadstar::keras::detail::H5Id vars = reader.open_group(reader.root(), where, where);
     CHECK(reader.string_attribute(vars.get(), "name", where) == group["name"]);
     CHECK(reader.children(vars.get(), where).size() == group["size"].get<std::size_t>());
   }
   // No other layer groups: every `vars` group below `layers/` is one of the generator's.
-  const detail::ModelFile file =
-      detail::read_keras3_weights(reader, detail::FileLayout::keras3_archive);
+  const loadstar::keras::detail::ModelFile file = loadstar::keras::detail::read_keras3_weights(
+      reader, loadstar::keras::detail::FileLayout::keras3_archive);
   std::vector<std::string> found{"vars"};
   for (const auto& layer : file.layers)
     found.push_back("layers/" + layer.name + "/vars");
