@@ -3,11 +3,15 @@
 // initializer.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <loadstar/error.hpp>
 #include <loadstar/keras.hpp>
 #include <loadstar/keras/backend/cpu_backend.hpp>
+#include <loadstar/keras/saving/detail/model_file.hpp>
 #include <loadstar/keras/saving/model_config.hpp>
 #include <loadstar/keras/saving/saving.hpp>
 #include <memory>
@@ -20,6 +24,7 @@
 #include "temp_dir.hpp"
 
 using loadstar::ConfigError;
+using loadstar::FormatError;
 using loadstar::Shape;
 using loadstar::ShapeError;
 using loadstar::Tensor;
@@ -81,6 +86,43 @@ void check_recurrent_round_trip(const std::string& class_name, const json& confi
       CHECK(recurrent_same_bits(weights[i], model->get_weights()[i]));
     CHECK(recurrent_same_bits(loaded->predict(x, {.verbose = 0}), expected));
   }
+}
+
+/// tests/keras/reference/recurrent_keras3.keras, written in Keras 3's layout by
+/// tests/keras/generate_recurrent_keras3.py, which lists its groups and weights in
+/// recurrent_keras3.json.
+std::filesystem::path keras3_recurrent_file() {
+  const char* dir = std::getenv("LOADSTAR_SOURCE_DIR");
+  REQUIRE_MESSAGE(dir != nullptr, "LOADSTAR_SOURCE_DIR is not set");
+  return std::filesystem::path(dir) / "tests/keras/reference/recurrent_keras3.keras";
+}
+
+/// Checks that `.keras` archive `path` holds exactly the `vars` groups the generator lists, with
+/// their `name` attributes and number of datasets.
+void check_keras3_groups(const std::filesystem::path& path, const json& groups) {
+  const loadstar::detail::Hdf5Lock lock;
+  const loadstar::keras::detail::ZipReader zip(path);
+  const loadstar::keras::detail::H5Reader reader(
+      zip.read("model.weights.h5", std::uint64_t{1} << 30), "weights");
+  std::vector<std::string> expected;
+  for (const auto& group : groups) {
+    const std::string where = group["path"].get<std::string>();
+    INFO(path.filename().string(), ": ", where);
+    expected.push_back(where);
+    REQUIRE(reader.is_group(reader.root(), where));
+    const loadstar::keras::detail::H5Id vars = reader.open_group(reader.root(), where, where);
+    CHECK(reader.string_attribute(vars.get(), "name", where) == group["name"]);
+    CHECK(reader.children(vars.get(), where).size() == group["size"].get<std::size_t>());
+  }
+  // No other layer groups: every `vars` group below `layers/` is one of the generator's.
+  const loadstar::keras::detail::ModelFile file = loadstar::keras::detail::read_keras3_weights(
+      reader, loadstar::keras::detail::FileLayout::keras3_archive);
+  std::vector<std::string> found{"vars"};
+  for (const auto& layer : file.layers)
+    found.push_back("layers/" + layer.name + "/vars");
+  std::sort(expected.begin(), expected.end());
+  std::sort(found.begin(), found.end());
+  CHECK(found == expected);
 }
 
 std::shared_ptr<Layer> make_layer(const std::string& class_name, const json& config) {
@@ -273,5 +315,64 @@ TEST_SUITE("keras_layers") {
     CHECK(init.to_json() ==
           json{{"class_name", "Orthogonal"}, {"config", {{"gain", 0.5}, {"seed", 3}}}});
     CHECK(Initializer("orthogonal").kind() == Initializer::Kind::orthogonal);
+  }
+
+  TEST_CASE("load_model reads recurrent layers from the cell groups of a Keras 3 archive") {
+    const json reference = layer_cases::load("recurrent_keras3.json");
+    const auto model = load_model(keras3_recurrent_file());
+    const auto weights = model->get_weights();
+    REQUIRE(weights.size() == reference["weights"].size());
+    for (std::size_t i = 0; i < weights.size(); ++i) {
+      const json& expected = reference["weights"][i];
+      INFO(i, " ", expected["dataset"].get<std::string>());
+      const Shape shape = layer_cases::shape_of(expected["shape"]);
+      CHECK(weights[i] == layer_cases::tensor_of(expected["values"], shape));
+    }
+    // load_weights reads the same groups into a model of the same layers built here.
+    auto input = Input(Shape{4, 3});
+    auto h = call(LSTM(4, {.return_sequences = true}), input);
+    h = call(Bidirectional(GRU(2, {.return_sequences = true})), h);
+    auto built = std::make_shared<Model>(input, call(SimpleRNN(2), h));
+    built->load_weights(keras3_recurrent_file());
+    const Tensor<float> x = recurrent_wave(Shape{2, 4, 3}, 1.0F);
+    CHECK(
+        recurrent_same_bits(built->predict(x, {.verbose = 0}), model->predict(x, {.verbose = 0})));
+  }
+
+  TEST_CASE("save writes recurrent layers in the groups of Keras 3's layout") {
+    const json reference = layer_cases::load("recurrent_keras3.json");
+    check_keras3_groups(keras3_recurrent_file(), reference["groups"]);
+    const auto model = load_model(keras3_recurrent_file());
+    test_support::TempDir dir;
+    model->save(dir / "copy.keras");
+    check_keras3_groups(dir / "copy.keras", reference["groups"]);
+    const auto copy = load_model(dir / "copy.keras");
+    const auto weights = copy->get_weights();
+    REQUIRE(weights.size() == model->get_weights().size());
+    for (std::size_t i = 0; i < weights.size(); ++i)
+      CHECK(recurrent_same_bits(weights[i], model->get_weights()[i]));
+  }
+
+  TEST_CASE("load_weights names the cell group a Keras 3 file lacks for a recurrent layer") {
+    auto input = Input(Shape{4, 3});
+    auto h = call(GRU(4, {.return_sequences = true}), input);
+    h = call(Bidirectional(GRU(2, {.return_sequences = true})), h);
+    auto model = std::make_shared<Model>(input, call(SimpleRNN(2), h));
+    CHECK_THROWS_WITH_AS(model->load_weights(keras3_recurrent_file()),
+                         doctest::Contains("(GRU) has weights but the file has no group "
+                                           "'layers/gru/cell/vars' for it"),
+                         FormatError);
+    // With skip_mismatch the GRU keeps its weights and the others load.
+    const auto before = model->get_weights();
+    model->load_weights(keras3_recurrent_file(), {.skip_mismatch = true});
+    const json reference = layer_cases::load("recurrent_keras3.json");
+    const auto weights = model->get_weights();
+    REQUIRE(weights.size() == reference["weights"].size());
+    CHECK(recurrent_same_bits(weights[0], before[0]));
+    for (std::size_t i = 3; i < weights.size(); ++i) {
+      const json& expected = reference["weights"][i];
+      CHECK(weights[i] ==
+            layer_cases::tensor_of(expected["values"], layer_cases::shape_of(expected["shape"])));
+    }
   }
 }

@@ -31,6 +31,8 @@
 #include "loadstar/error.hpp"
 #include "loadstar/keras/detail/keras_layer_order.hpp"
 #include "loadstar/keras/layer.hpp"
+#include "loadstar/keras/layers/bidirectional.hpp"
+#include "loadstar/keras/layers/detail/recurrent.hpp"
 #include "loadstar/keras/layers/registry.hpp"
 #include "loadstar/keras/losses.hpp"
 #include "loadstar/keras/metrics.hpp"
@@ -67,6 +69,23 @@ LOADSTAR_DECL std::vector<KerasLayerEntry> keras_layers(const Model& model);
 /// Keras 3's `naming.to_snake_case`: `"Conv2D"` -> `"conv2d"`, `"BatchNormalization"` ->
 /// `"batch_normalization"`, `"MaxPooling2D"` -> `"max_pooling2d"`.
 LOADSTAR_DECL std::string snake_case(const std::string& name);
+
+/// One `vars` group Keras 3 writes for a layer below its `layers/<key>` group: the path between
+/// (empty for the layer's own variables), the group's `name` attribute, and the layer's weights
+/// it holds (`count` of them from `first`).
+struct Keras3Vars {
+  std::string path;
+  std::string name;
+  std::size_t first = 0;
+  std::size_t count = 0;
+};
+
+/// The `vars` groups of a layer as Keras 3's `saving_lib._save_state` walks it: the layer's own
+/// variables, then its tracked sublayers in `dir()` order. A recurrent layer owns no variables
+/// and its `cell` holds them all (`layers/lstm/cell/vars`); `Bidirectional` walks its
+/// `backward_layer` and `forward_layer`, each with its `cell` (`layers/bidirectional/
+/// forward_layer/cell/vars`); every other layer keeps its weights in its own `vars`.
+LOADSTAR_DECL std::vector<Keras3Vars> keras3_vars(const Layer& layer);
 
 /// The groups Keras 3 stores each entry of `model.layers` under (`layers/<key>`): the class name
 /// in snake case, made unique with `_1`, `_2`, ... in list order (saving_lib's
@@ -300,6 +319,28 @@ std::vector<std::string> keras3_keys(const std::vector<KerasLayerEntry>& entries
     }
   }
   return keys;
+}
+
+std::vector<Keras3Vars> keras3_vars(const Layer& layer) {
+  const std::size_t n = layer.weights().size();
+  if (dynamic_cast<const layers::detail::RecurrentLayer*>(&layer) != nullptr) {
+    return {{"", layer.name(), 0, 0}, {"cell", snake_case(layer.class_name()) + "_cell", 0, n}};
+  }
+  if (dynamic_cast<const layers::Bidirectional*>(&layer) != nullptr) {
+    // Keras names the directions after the wrapped layer (`forward_lstm`, `backward_lstm`), and
+    // the forward direction's weights come first in `layer.weights`.
+    const nlohmann::json config = layer.get_config();
+    const std::string forward = config["layer"]["class_name"].get<std::string>();
+    const std::string backward = config.contains("backward_layer")
+                                     ? config["backward_layer"]["class_name"].get<std::string>()
+                                     : forward;
+    return {{"", layer.name(), 0, 0},
+            {"backward_layer", "backward_" + snake_case(backward), 0, 0},
+            {"backward_layer/cell", snake_case(backward) + "_cell", n / 2, n - n / 2},
+            {"forward_layer", "forward_" + snake_case(forward), 0, 0},
+            {"forward_layer/cell", snake_case(forward) + "_cell", 0, n / 2}};
+  }
+  return {{"", layer.name(), 0, n}};
 }
 
 std::map<const Layer*, std::vector<Tensor<float>>> host_weights(const Model& model) {
@@ -716,12 +757,23 @@ void write_keras3_weights(H5Writer& writer, const Model& model, bool optimizer) 
   const auto keys = keras3_keys(entries);
   auto weights = host_weights(model);
   for (std::size_t i = 0; i < entries.size(); ++i) {
-    H5Id vars = writer.create_group(writer.root(), "layers/" + keys[i] + "/vars");
-    writer.string_attribute(vars.get(), "name", entries[i].name, true);
-    if (entries[i].layer == nullptr) continue;
+    if (entries[i].layer == nullptr) {
+      H5Id vars = writer.create_group(writer.root(), "layers/" + keys[i] + "/vars");
+      writer.string_attribute(vars.get(), "name", entries[i].name, true);
+      continue;
+    }
     const auto& values = weights[entries[i].layer];
-    for (std::size_t k = 0; k < values.size(); ++k)
-      writer.float_dataset(vars.get(), std::to_string(k), values[k].shape(), values[k].data());
+    for (const Keras3Vars& group : keras3_vars(*entries[i].layer)) {
+      const std::string path =
+          "layers/" + keys[i] + (group.path.empty() ? "" : "/" + group.path) + "/vars";
+      H5Id vars = writer.create_group(writer.root(), path);
+      writer.string_attribute(vars.get(), "name", group.path.empty() ? entries[i].name : group.name,
+                              true);
+      for (std::size_t k = 0; k < group.count; ++k) {
+        const Tensor<float>& value = values[group.first + k];
+        writer.float_dataset(vars.get(), std::to_string(k), value.shape(), value.data());
+      }
+    }
   }
   if (!optimizer || !model.compiled()) return;
   Optimizer& opt = model.optimizer();
@@ -788,14 +840,38 @@ void assign_weights(Model& model, const ModelFile& file, const LoadWeightsOption
     for (std::size_t i = 0; i < entries.size(); ++i) {
       const Layer* layer = entries[i].layer;
       if (layer == nullptr || layer->weights().empty()) continue;
-      const auto it = stored.find(keys[i]);
-      if (it == stored.end()) {
+      // The layer's weights gathered from its groups in its weights' order: a group Keras 3 did
+      // not write reads as empty (`H5IOStore.get`), one that must hold weights is missing.
+      const auto groups = keras3_vars(*layer);
+      std::vector<const StoredLayer*> found(groups.size(), nullptr);
+      std::string missing;
+      for (std::size_t g = 0; g < groups.size(); ++g) {
+        const auto it = stored.find(keys[i] + (groups[g].path.empty() ? "" : "/" + groups[g].path));
+        if (it != stored.end()) {
+          found[g] = it->second;
+        } else if (groups[g].count > 0 && missing.empty()) {
+          missing =
+              "layers/" + keys[i] + (groups[g].path.empty() ? "" : "/" + groups[g].path) + "/vars";
+        }
+      }
+      if (!missing.empty()) {
         if (options.skip_mismatch) continue;
         throw FormatError(where + ": layer '" + layer->name() + "' (" + layer->class_name() +
-                          ") has weights but the file has no group 'layers/" + keys[i] +
-                          "/vars' for it");
+                          ") has weights but the file has no group '" + missing + "' for it");
       }
-      assign(*layer, *it->second);
+      StoredLayer gathered{keys[i], {}};
+      std::vector<std::size_t> order(groups.size());
+      for (std::size_t g = 0; g < groups.size(); ++g)
+        order[g] = g;
+      std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+        return groups[a].first < groups[b].first;
+      });
+      for (const std::size_t g : order) {
+        if (found[g] == nullptr) continue;
+        gathered.weights.insert(gathered.weights.end(), found[g]->weights.begin(),
+                                found[g]->weights.end());
+      }
+      assign(*layer, gathered);
     }
   } else if (options.by_name) {
     std::map<std::string, const StoredLayer*> stored;

@@ -54,8 +54,8 @@ struct ModelFile {
   /// The legacy `training_config` attribute (empty when absent).
   std::string training_config;
   std::string keras_version;
-  /// Legacy: every layer of `layer_names`, in that order; Keras 3: every `layers/<key>` group
-  /// with a `vars` group.
+  /// Legacy: every layer of `layer_names`, in that order; Keras 3: every group with a `vars`
+  /// group below `layers/`, named by its path there (`lstm`, `lstm/cell`).
   std::vector<StoredLayer> layers;
   /// Whether the file holds an optimizer state (`/optimizer_weights`, `optimizer/vars`).
   bool has_optimizer = false;
@@ -299,9 +299,31 @@ ModelFile read_keras3_weights(const H5Reader& reader, FileLayout layout) {
   const hid_t root = reader.root();
   if (reader.is_group(root, "layers")) {
     H5Id layers = reader.open_group(root, "layers", "root");
-    for (const auto& key : reader.children(layers.get(), "group '/layers'")) {
-      if (!reader.is_group(layers.get(), key + "/vars")) continue;
-      file.layers.push_back({key, read_keras3_vars(reader, root, "layers/" + key + "/vars")});
+    // A layer's tracked sublayers keep their variables in groups of their own below it
+    // (`layers/lstm/cell/vars`, `layers/bidirectional/forward_layer/cell/vars`): each `vars`
+    // group is read under its path below `layers/`, down to the depth Keras's layers nest.
+    constexpr int max_depth = 3;
+    constexpr std::size_t max_groups = std::size_t{1} << 16;
+    std::vector<std::pair<std::string, int>> pending;
+    for (const auto& key : reader.children(layers.get(), "group '/layers'"))
+      pending.emplace_back(key, 0);
+    for (std::size_t i = 0; i < pending.size(); ++i) {
+      const std::string path = pending[i].first;
+      const int depth = pending[i].second;
+      if (!reader.is_group(layers.get(), path)) continue;
+      if (reader.is_group(layers.get(), path + "/vars")) {
+        file.layers.push_back({path, read_keras3_vars(reader, root, "layers/" + path + "/vars")});
+      }
+      if (depth == max_depth) continue;
+      H5Id group = reader.open_group(layers.get(), path, "group '/layers/" + path + "'");
+      for (const auto& child : reader.children(group.get(), "group '/layers/" + path + "'")) {
+        if (child != "vars") pending.emplace_back(path + "/" + child, depth + 1);
+      }
+      // Hard links may name one group many times over: a bound keeps the walk finite.
+      if (pending.size() > max_groups) {
+        reader.fail("group '/layers': expected at most " + std::to_string(max_groups) +
+                    " groups below it but found more");
+      }
     }
   }
   if (reader.is_group(root, "optimizer/vars")) {
