@@ -477,19 +477,19 @@ TEST_SUITE("keras") {
         ConfigError);
     CHECK_THROWS_WITH_AS(
         model_from_json(R"({"class_name": "Sequential", "config": {"layers": [
-            {"class_name": "GRU", "config": {"name": "gru_1", "units": 4}}]}})"),
+            {"class_name": "ConvLSTM2D", "config": {"name": "gru_1", "units": 4}}]}})"),
         doctest::Contains("model 'sequential' (Sequential): layer 'gru_1' (config.layers[0]) "
-                          "has class 'GRU', which loadstar does not support"),
+                          "has class 'ConvLSTM2D', which loadstar does not support"),
         ConfigError);
     CHECK_THROWS_WITH_AS(
         model_from_json(R"({"class_name": "Functional", "config": {"name": "f", "layers": [
             {"class_name": "InputLayer", "config": {"batch_input_shape": [null, 3, 4]},
              "name": "x", "inbound_nodes": []},
-            {"class_name": "GRU", "config": {"units": 2}, "name": "recurrent",
+            {"class_name": "ConvLSTM2D", "config": {"units": 2}, "name": "recurrent",
              "inbound_nodes": [[["x", 0, 0, {}]]]}],
             "input_layers": [["x", 0, 0]], "output_layers": [["recurrent", 0, 0]]}})"),
         doctest::Contains("model 'f' (Functional): layer 'recurrent' (config.layers[1]) has "
-                          "class 'GRU', which loadstar does not support"),
+                          "class 'ConvLSTM2D', which loadstar does not support"),
         ConfigError);
     CHECK_THROWS_WITH_AS(
         model_from_json(R"({"class_name": "Functional", "config": {"name": "f", "layers": [

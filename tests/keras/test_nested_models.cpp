@@ -87,7 +87,7 @@ TEST_SUITE("keras") {
     const char* config = R"({"class_name": "Functional", "config": {"name": "f", "layers": [
         {"class_name": "InputLayer", "config": {"batch_input_shape": [null, 3, 4]}, "name": "x",
          "inbound_nodes": []},
-        {"class_name": "GRU", "config": {"name": "recurrent", "units": 2}, "name": "recurrent",
+        {"class_name": "ConvLSTM2D", "config": {"name": "recurrent", "units": 2}, "name": "recurrent",
          "inbound_nodes": [[["x", 0, 0, {}]]]},
         {"class_name": "Dense", "config": {"name": "d", "units": 2}, "name": "d",
          "inbound_nodes": [[["recurrent", 0, 0, {}]]]},
@@ -95,14 +95,14 @@ TEST_SUITE("keras") {
             {"class_name": "Dense", "config": {"name": "inner_dense", "units": 2}},
             {"class_name": "FancyNorm", "config": {"name": "norm"}}]},
          "name": "inner", "inbound_nodes": [[["d", 0, 0, {}]]]},
-        {"class_name": "LSTM", "config": {"name": "memory", "units": 2}, "name": "memory",
+        {"class_name": "ConvLSTM1D", "config": {"name": "memory", "units": 2}, "name": "memory",
          "inbound_nodes": [[["inner", 0, 0, {}]]]}],
         "input_layers": [["x", 0, 0]], "output_layers": [["memory", 0, 0]]}})";
     CHECK_THROWS_WITH_AS(
         model_from_json(config),
         "model 'f' (Functional): 3 layers have classes loadstar does not support: 'recurrent' "
-        "(GRU, config.layers[1]), 'norm' (FancyNorm, config.layers[3].config.layers[1]), "
-        "'memory' (LSTM, config.layers[4]); pass factories for them in the custom objects",
+        "(ConvLSTM2D, config.layers[1]), 'norm' (FancyNorm, config.layers[3].config.layers[1]), "
+        "'memory' (ConvLSTM1D, config.layers[4]); pass factories for them in the custom objects",
         UnsupportedLayersError);
     try {
       model_from_json(config);
@@ -115,7 +115,7 @@ TEST_SUITE("keras") {
     }
     // The custom objects supply two of them: the third is named alone.
     CustomObjects custom;
-    for (const char* name : {"GRU", "LSTM"}) {
+    for (const char* name : {"ConvLSTM2D", "ConvLSTM1D"}) {
       custom.add<Layer>(name, [](const nlohmann::json& c) {
         return Registry<Layer>::instance().create("Dense", c);
       });
