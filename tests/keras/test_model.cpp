@@ -48,6 +48,15 @@ void* operator new(std::size_t size, std::align_val_t alignment) {
 void* operator new[](std::size_t size) {
   return operator new(size);
 }
+// The nothrow forms too (std::stable_sort's temporary buffer): every new here pairs with the
+// deletes below.
+void* operator new(std::size_t size, const std::nothrow_t&) noexcept {
+  allocations.fetch_add(1, std::memory_order_relaxed);
+  return std::malloc(size == 0 ? 1 : size);
+}
+void* operator new[](std::size_t size, const std::nothrow_t& tag) noexcept {
+  return operator new(size, tag);
+}
 void* operator new[](std::size_t size, std::align_val_t alignment) {
   return operator new(size, alignment);
 }
