@@ -198,6 +198,34 @@ Data images(std::size_t n, std::uint64_t seed) {
 
 using ModelFactory = std::function<std::shared_ptr<Model>()>;
 
+/// Trains the model `make` gives for three SGD steps of mean squared error on `x` and `y`, once
+/// on the CPU and once on the CUDA backend, and checks that the losses, the weights and the
+/// predictions agree.
+void check_trains_as_on_cpu(const ModelFactory& make, const Tensor<float>& x,
+                            const Tensor<float>& y) {
+  std::vector<std::vector<Tensor<float>>> weights;
+  std::vector<Tensor<float>> predictions;
+  std::vector<double> losses;
+  for (const bool gpu : {false, true}) {
+    auto model = make();
+    model->compile({.optimizer = "sgd",
+                    .loss = "mse",
+                    .backend = gpu ? keras::cuda_backend(0) : cpu_backend(1)});
+    for (int i = 0; i < 3; ++i)
+      losses.push_back(*model->train_on_batch(x, y).get("loss"));
+    weights.push_back(model->get_weights());
+    predictions.push_back(model->predict(x, {.verbose = 0}));
+  }
+  for (std::size_t i = 0; i < 3; ++i)
+    CHECK(losses[i] == doctest::Approx(losses[i + 3]).epsilon(1e-5));
+  REQUIRE(weights[0].size() == weights[1].size());
+  for (std::size_t i = 0; i < weights[0].size(); ++i) {
+    CAPTURE(i);
+    check_close(weights[0][i], weights[1][i], 1e-4);
+  }
+  check_close(predictions[0], predictions[1], 1e-4);
+}
+
 std::shared_ptr<Model> mlp() {
   set_random_seed(11);
   return std::make_shared<Sequential>(std::initializer_list<SequentialItem>{
@@ -1835,24 +1863,7 @@ TEST_SUITE("cuda") {
     };
     const Tensor<float> x = random_tensor({8, 6, 6, 2}, 41);
     const Tensor<float> y = random_tensor({8, 3}, 42);
-    std::vector<std::vector<Tensor<float>>> weights;
-    std::vector<Tensor<float>> predictions;
-    for (const bool gpu : {false, true}) {
-      auto model = make();
-      model->compile({.optimizer = "sgd",
-                      .loss = "mse",
-                      .backend = gpu ? keras::cuda_backend(0) : cpu_backend(1)});
-      for (int i = 0; i < 3; ++i)
-        model->train_on_batch(x, y);
-      weights.push_back(model->get_weights());
-      predictions.push_back(model->predict(x, {.verbose = 0}));
-    }
-    REQUIRE(weights[0].size() == weights[1].size());
-    for (std::size_t i = 0; i < weights[0].size(); ++i) {
-      CAPTURE(i);
-      check_close(weights[0][i], weights[1][i], 1e-4);
-    }
-    check_close(predictions[0], predictions[1], 1e-4);
+    check_trains_as_on_cpu(make, x, y);
   }
 
   TEST_CASE("Normalization Resizing and CenterCrop match the PyTorch reference values on CUDA") {
@@ -1881,24 +1892,7 @@ TEST_SUITE("cuda") {
     };
     const Tensor<float> x = random_tensor({8, 5, 7, 2}, 43);
     const Tensor<float> y = random_tensor({8, 3}, 44);
-    std::vector<std::vector<Tensor<float>>> weights;
-    std::vector<Tensor<float>> predictions;
-    for (const bool gpu : {false, true}) {
-      auto model = make();
-      model->compile({.optimizer = "sgd",
-                      .loss = "mse",
-                      .backend = gpu ? keras::cuda_backend(0) : cpu_backend(1)});
-      for (int i = 0; i < 3; ++i)
-        model->train_on_batch(x, y);
-      weights.push_back(model->get_weights());
-      predictions.push_back(model->predict(x, {.verbose = 0}));
-    }
-    REQUIRE(weights[0].size() == weights[1].size());
-    for (std::size_t i = 0; i < weights[0].size(); ++i) {
-      CAPTURE(i);
-      check_close(weights[0][i], weights[1][i], 1e-4);
-    }
-    check_close(predictions[0], predictions[1], 1e-4);
+    check_trains_as_on_cpu(make, x, y);
   }
 
   TEST_CASE("The recurrent layers match the PyTorch reference values on the CUDA backend") {
@@ -1924,24 +1918,7 @@ TEST_SUITE("cuda") {
     };
     const Tensor<float> x = random_tensor({6, 5, 3}, 43);
     const Tensor<float> y = random_tensor({6, 2}, 44);
-    std::vector<std::vector<Tensor<float>>> weights;
-    std::vector<Tensor<float>> predictions;
-    for (const bool gpu : {false, true}) {
-      auto model = make();
-      model->compile({.optimizer = "sgd",
-                      .loss = "mse",
-                      .backend = gpu ? keras::cuda_backend(0) : cpu_backend(1)});
-      for (int i = 0; i < 3; ++i)
-        model->train_on_batch(x, y);
-      weights.push_back(model->get_weights());
-      predictions.push_back(model->predict(x, {.verbose = 0}));
-    }
-    REQUIRE(weights[0].size() == weights[1].size());
-    for (std::size_t i = 0; i < weights[0].size(); ++i) {
-      CAPTURE(i);
-      check_close(weights[0][i], weights[1][i], 1e-4);
-    }
-    check_close(predictions[0], predictions[1], 1e-4);
+    check_trains_as_on_cpu(make, x, y);
   }
 
   TEST_CASE("The issue 34 convolutions match the PyTorch reference values on CUDA") {
@@ -1977,24 +1954,7 @@ TEST_SUITE("cuda") {
     };
     const Tensor<float> x = random_tensor({8, 6, 6, 3}, 43);
     const Tensor<float> y = random_tensor({8, 2}, 44);
-    std::vector<std::vector<Tensor<float>>> weights;
-    std::vector<Tensor<float>> predictions;
-    for (const bool gpu : {false, true}) {
-      auto model = make();
-      model->compile({.optimizer = "sgd",
-                      .loss = "mse",
-                      .backend = gpu ? keras::cuda_backend(0) : cpu_backend(1)});
-      for (int i = 0; i < 3; ++i)
-        model->train_on_batch(x, y);
-      weights.push_back(model->get_weights());
-      predictions.push_back(model->predict(x, {.verbose = 0}));
-    }
-    REQUIRE(weights[0].size() == weights[1].size());
-    for (std::size_t i = 0; i < weights[0].size(); ++i) {
-      CAPTURE(i);
-      check_close(weights[0][i], weights[1][i], 1e-4);
-    }
-    check_close(predictions[0], predictions[1], 1e-4);
+    check_trains_as_on_cpu(make, x, y);
   }
 
   TEST_CASE("A model of the 3-D convolutions and poolings trains on CUDA as on the CPU") {
@@ -2016,24 +1976,7 @@ TEST_SUITE("cuda") {
     };
     const Tensor<float> x = random_tensor({8, 4, 4, 4, 2}, 45);
     const Tensor<float> y = random_tensor({8, 2}, 46);
-    std::vector<std::vector<Tensor<float>>> weights;
-    std::vector<Tensor<float>> predictions;
-    for (const bool gpu : {false, true}) {
-      auto model = make();
-      model->compile({.optimizer = "sgd",
-                      .loss = "mse",
-                      .backend = gpu ? keras::cuda_backend(0) : cpu_backend(1)});
-      for (int i = 0; i < 3; ++i)
-        model->train_on_batch(x, y);
-      weights.push_back(model->get_weights());
-      predictions.push_back(model->predict(x, {.verbose = 0}));
-    }
-    REQUIRE(weights[0].size() == weights[1].size());
-    for (std::size_t i = 0; i < weights[0].size(); ++i) {
-      CAPTURE(i);
-      check_close(weights[0][i], weights[1][i], 1e-4);
-    }
-    check_close(predictions[0], predictions[1], 1e-4);
+    check_trains_as_on_cpu(make, x, y);
   }
 }
 
@@ -2155,20 +2098,7 @@ TEST_SUITE("cuda") {
     };
     const Tensor<float> x = random_tensor({6, 3, 4}, 51);
     const Tensor<float> y = random_tensor({6, 2}, 52);
-    std::vector<std::vector<Tensor<float>>> weights;
-    for (const bool gpu : {false, true}) {
-      auto model = make();
-      model->compile({.optimizer = "sgd",
-                      .loss = "mse",
-                      .backend = gpu ? keras::cuda_backend(0) : cpu_backend(1)});
-      for (int i = 0; i < 3; ++i)
-        model->train_on_batch(x, y);
-      weights.push_back(model->get_weights());
-    }
-    for (std::size_t i = 0; i < weights[0].size(); ++i) {
-      CAPTURE(i);
-      check_close(weights[0][i], weights[1][i], 1e-4);
-    }
+    check_trains_as_on_cpu(make, x, y);
   }
 
   TEST_CASE("An activity penalty on a ReLU Dense layer keeps its gradient out of the fused path") {
@@ -2184,22 +2114,6 @@ TEST_SUITE("cuda") {
     };
     const Tensor<float> x = random_tensor({10, 6}, 61);
     const Tensor<float> y = random_tensor({10, 3}, 62);
-    std::vector<std::vector<Tensor<float>>> weights;
-    std::vector<double> losses;
-    for (const bool gpu : {false, true}) {
-      auto model = make();
-      model->compile({.optimizer = "sgd",
-                      .loss = "mse",
-                      .backend = gpu ? keras::cuda_backend(0) : cpu_backend(1)});
-      for (int i = 0; i < 3; ++i)
-        losses.push_back(*model->train_on_batch(x, y).get("loss"));
-      weights.push_back(model->get_weights());
-    }
-    for (std::size_t i = 0; i < 3; ++i)
-      CHECK(losses[i] == doctest::Approx(losses[i + 3]).epsilon(1e-5));
-    for (std::size_t i = 0; i < weights[0].size(); ++i) {
-      CAPTURE(i);
-      check_close(weights[0][i], weights[1][i], 1e-4);
-    }
+    check_trains_as_on_cpu(make, x, y);
   }
 }
