@@ -1,25 +1,32 @@
 /// \file
 /// The one place that includes Eigen, inside a diagnostic push/pop so that our own code builds
-/// clean with `warning_level=3` and `-Werror`.
+/// clean with `warning_level=3` and `-Werror`. `LOADSTAR_DETAIL_EIGEN_BEGIN` / `_END` bracket any
+/// further Eigen module (detail/eigen_qr.hpp).
 #pragma once
 
 #if defined(__GNUC__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wpedantic"
-#pragma GCC diagnostic ignored "-Wshadow"
-#pragma GCC diagnostic ignored "-Wconversion"
-#pragma GCC diagnostic ignored "-Wsign-conversion"
-#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
-#pragma GCC diagnostic ignored "-Wunused-variable"
-#pragma GCC diagnostic ignored "-Wunused-but-set-variable"
-#if !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wclass-memaccess"
+#if defined(__clang__)
+#define LOADSTAR_DETAIL_EIGEN_GCC_ONLY
+#else
+#define LOADSTAR_DETAIL_EIGEN_GCC_ONLY                        \
+  _Pragma("GCC diagnostic ignored \"-Wmaybe-uninitialized\"") \
+      _Pragma("GCC diagnostic ignored \"-Wclass-memaccess\"")
 #endif
+#define LOADSTAR_DETAIL_EIGEN_BEGIN                                                       \
+  _Pragma("GCC diagnostic push") _Pragma("GCC diagnostic ignored \"-Wpedantic\"")         \
+      _Pragma("GCC diagnostic ignored \"-Wshadow\"")                                      \
+          _Pragma("GCC diagnostic ignored \"-Wconversion\"")                              \
+              _Pragma("GCC diagnostic ignored \"-Wsign-conversion\"")                     \
+                  _Pragma("GCC diagnostic ignored \"-Wdeprecated-declarations\"")         \
+                      _Pragma("GCC diagnostic ignored \"-Wunused-variable\"")             \
+                          _Pragma("GCC diagnostic ignored \"-Wunused-but-set-variable\"") \
+                              LOADSTAR_DETAIL_EIGEN_GCC_ONLY
+#define LOADSTAR_DETAIL_EIGEN_END _Pragma("GCC diagnostic pop")
+#else
+#define LOADSTAR_DETAIL_EIGEN_BEGIN
+#define LOADSTAR_DETAIL_EIGEN_END
 #endif
 
+LOADSTAR_DETAIL_EIGEN_BEGIN
 #include <Eigen/Core>
-
-#if defined(__GNUC__)
-#pragma GCC diagnostic pop
-#endif
+LOADSTAR_DETAIL_EIGEN_END

@@ -160,6 +160,9 @@ struct RegistryTraits<Initializer> {
 
 // Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
+// Only the definitions use Eigen (the orthogonal initializer's QR decomposition).
+#include "loadstar/detail/eigen_qr.hpp"
+
 namespace loadstar::keras {
 
 Initializer Initializer::constant(double value) {
@@ -408,36 +411,25 @@ void Initializer::fill(const Tensor<float>& t, std::uint64_t default_seed) const
 void Initializer::fill_orthogonal(const Tensor<float>& t, SplitMix64& rng) const {
   // keras/initializers: flat shape (rows, cols) = (prod(shape[:-1]), shape[-1]); a normal matrix
   // of (max, min) is drawn, its QR taken and Q's columns multiplied by sign(diag(R)), then Q
-  // transposed back when rows < cols. Modified Gram-Schmidt, run twice for orthogonality in
-  // double, gives the Q whose R has a positive diagonal: the same Q as the sign correction.
+  // transposed back when rows < cols.
   if (t.size() == 0) return;
-  const std::size_t cols = t.rank() == 0 ? 1 : t.shape()[t.rank() - 1];
-  const std::size_t rows = t.size() / cols;
-  const std::size_t m = std::max(rows, cols), n = std::min(rows, cols);
-  std::vector<double> a(m * n);  // row-major (m, n)
-  for (double& v : a)
-    v = rng.normal();
-  for (std::size_t j = 0; j < n; ++j) {
-    for (int pass = 0; pass < 2; ++pass) {
-      for (std::size_t k = 0; k < j; ++k) {
-        double dot = 0.0;
-        for (std::size_t r = 0; r < m; ++r)
-          dot += a[r * n + k] * a[r * n + j];
-        for (std::size_t r = 0; r < m; ++r)
-          a[r * n + j] -= dot * a[r * n + k];
-      }
-    }
-    double norm = 0.0;
-    for (std::size_t r = 0; r < m; ++r)
-      norm += a[r * n + j] * a[r * n + j];
-    norm = std::sqrt(norm);
-    for (std::size_t r = 0; r < m; ++r)
-      a[r * n + j] = norm > 0.0 ? a[r * n + j] / norm : 0.0;
+  const auto cols = static_cast<Eigen::Index>(t.rank() == 0 ? 1 : t.shape()[t.rank() - 1]);
+  const auto rows = static_cast<Eigen::Index>(t.size()) / cols;
+  const Eigen::Index m = std::max(rows, cols), n = std::min(rows, cols);
+  Eigen::MatrixXd a(m, n);
+  for (Eigen::Index r = 0; r < m; ++r) {
+    for (Eigen::Index c = 0; c < n; ++c)
+      a(r, c) = rng.normal();
+  }
+  const Eigen::HouseholderQR<Eigen::MatrixXd> qr(a);
+  Eigen::MatrixXd q = qr.householderQ() * Eigen::MatrixXd::Identity(m, n);
+  for (Eigen::Index c = 0; c < n; ++c) {
+    if (qr.matrixQR()(c, c) < 0.0) q.col(c) = -q.col(c);
   }
   float* out = t.data();
-  for (std::size_t r = 0; r < rows; ++r) {
-    for (std::size_t c = 0; c < cols; ++c)
-      out[r * cols + c] = float(a_ * (rows >= cols ? a[r * n + c] : a[c * n + r]));
+  for (Eigen::Index r = 0; r < rows; ++r) {
+    for (Eigen::Index c = 0; c < cols; ++c)
+      out[r * cols + c] = float(a_ * (rows >= cols ? q(r, c) : q(c, r)));
   }
 }
 
