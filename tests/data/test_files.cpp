@@ -608,7 +608,7 @@ TEST_SUITE("data") {
       }
     };
     CHECK_THROWS_WITH_AS(first_error("1,a\n2,b\nx7,c\n"),
-                         contains(name + " line 3 column 1: expected a int32 but found 'x7'"),
+                         contains(name + " line 3 column 1: expected an int32 but found 'x7'"),
                          FormatError);
     CHECK_THROWS_WITH_AS(first_error("1,\"a\nb\"\n3,c\"d\n"),
                          contains(name + " line 3 column 2: unquoted fields cannot have "
@@ -631,11 +631,11 @@ TEST_SUITE("data") {
                                          "record has 1"),
                          FormatError);
     CHECK_THROWS_WITH_AS(first_error("1,a\n,b\n"),
-                         contains(name + " line 2 column 1: expected a int32 (a required "
+                         contains(name + " line 2 column 1: expected an int32 (a required "
                                          "column) but the field is empty"),
                          FormatError);
     CHECK_THROWS_WITH_AS(CsvDataset({"x"}, {{CsvType::int32, CsvValue{1.f}}}),
-                         doctest::Contains("record_defaults[0]: the default must be a int32"),
+                         doctest::Contains("record_defaults[0]: the default must be an int32"),
                          ConfigError);
     CsvOptions two_chars;
     two_chars.field_delim = ";;";

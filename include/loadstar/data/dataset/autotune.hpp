@@ -11,6 +11,7 @@
 #include <tuple>
 #include <type_traits>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "loadstar/data/dataset/detail/base.hpp"
@@ -19,7 +20,7 @@ namespace loadstar {
 
 /// The bytes an element holds, as the autotune memory budget counts them: `e.bytes()` for a
 /// tensor (or any type with that member), the sum of the members of a tuple, pair, vector or
-/// map, the characters of a string, `sizeof` otherwise.
+/// map, the characters of a string, the alternative a variant holds, `sizeof` otherwise.
 template <class E>
 std::size_t element_bytes(const E& e) {
   if constexpr (requires {
@@ -28,6 +29,8 @@ std::size_t element_bytes(const E& e) {
     return static_cast<std::size_t>(e.bytes());
   } else if constexpr (std::is_same_v<E, std::string>) {
     return e.size();
+  } else if constexpr (requires { std::variant_size<E>::value; }) {
+    return std::visit([](const auto& m) { return element_bytes(m); }, e);
   } else if constexpr (requires { std::tuple_size<E>::value; }) {
     return std::apply([](const auto&... m) { return (std::size_t{0} + ... + element_bytes(m)); },
                       e);

@@ -75,6 +75,12 @@ inline const char* csv_type_name(CsvType type) {
   }
 }
 
+/// The type's name with its article: "an int32", "a float32".
+inline std::string csv_type_with_article(CsvType type) {
+  const bool vowel = type == CsvType::int32 || type == CsvType::int64;
+  return std::string(vowel ? "an " : "a ") + csv_type_name(type);
+}
+
 inline std::size_t csv_type_index(CsvType type) {
   return static_cast<std::size_t>(type);  // The order of CsvValue's alternatives.
 }
@@ -144,7 +150,7 @@ class CsvDataset : public DatasetBase<CsvDataset> {
       if (column.default_value &&
           column.default_value->index() != detail::csv_type_index(column.type)) {
         throw ConfigError("CsvDataset: record_defaults[" + std::to_string(i) +
-                          "]: the default must be a " + detail::csv_type_name(column.type) +
+                          "]: the default must be " + detail::csv_type_with_article(column.type) +
                           " like the column but is another type");
       }
     }
@@ -186,15 +192,17 @@ class CsvDataset : public DatasetBase<CsvDataset> {
   CsvDataset& operator=(CsvDataset&&) noexcept = default;
 
   std::optional<element_type> next() {
-    while (!files_.done()) {
-      if (files_.open_if_closed()) {
-        line_ = 1;
-        if (options_.header && reader().peek() != -1) read_record(false);
-      }
-      if (reader().peek() != -1) return read_record(true);
-      files_.next_file();
-    }
-    return std::nullopt;
+    if (!at_record()) return std::nullopt;
+    return read_record(true);
+  }
+
+  /// The next record's fields as text, every column, unconverted and uncounted (after the header
+  /// when `header`): what `make_csv_dataset` reads column names and infers types from.
+  std::optional<std::vector<std::string>> next_fields() {
+    if (!at_record()) return std::nullopt;
+    std::vector<std::string> fields;
+    read_record(false, &fields);
+    return fields;
   }
 
   void reset() {
@@ -217,6 +225,20 @@ class CsvDataset : public DatasetBase<CsvDataset> {
  private:
   detail::CharReader& reader() { return files_.reader(); }
 
+  /// Moves to the next record, opening files, skipping their headers and leaving ended ones;
+  /// `false` when every file has ended.
+  bool at_record() {
+    while (!files_.done()) {
+      if (files_.open_if_closed()) {
+        line_ = 1;
+        if (options_.header && reader().peek() != -1) read_record(false);
+      }
+      if (reader().peek() != -1) return true;
+      files_.next_file();
+    }
+    return false;
+  }
+
   [[noreturn]] void fail(std::size_t line, std::size_t column, const std::string& what) const {
     throw FormatError(files_.reader().where() + " line " + std::to_string(line) + " column " +
                       std::to_string(column) + ": " + what);
@@ -228,8 +250,9 @@ class CsvDataset : public DatasetBase<CsvDataset> {
     ++line_;
   }
 
-  /// Reads one record; converts its fields when `convert` (the header is read without).
-  element_type read_record(bool convert) {
+  /// Reads one record; converts its fields when `convert` (the header is read without), and
+  /// gives every field's text to `raw` when there is one.
+  element_type read_record(bool convert, std::vector<std::string>* raw = nullptr) {
     const char delim = options_.field_delim[0];
     const std::size_t record_line = line_;
     element_type out;
@@ -284,6 +307,7 @@ class CsvDataset : public DatasetBase<CsvDataset> {
                "unquoted fields cannot have quotes inside but found '" + text + "'");
         }
       }
+      if (raw != nullptr) raw->push_back(text);
       const bool include =
           options_.select_cols.empty()
               ? true
@@ -314,7 +338,7 @@ class CsvDataset : public DatasetBase<CsvDataset> {
     if (text.empty() || text == options_.na_value) {
       if (!column.default_value) {
         fail(line, index,
-             std::string("expected a ") + detail::csv_type_name(column.type) +
+             "expected " + detail::csv_type_with_article(column.type) +
                  " (a required column) but the field is " +
                  (text.empty() ? "empty" : "the na_value '" + text + "'"));
       }
@@ -322,8 +346,7 @@ class CsvDataset : public DatasetBase<CsvDataset> {
     }
     const auto bad = [&]() {
       fail(line, index,
-           std::string("expected a ") + detail::csv_type_name(column.type) + " but found '" + text +
-               "'");
+           "expected " + detail::csv_type_with_article(column.type) + " but found '" + text + "'");
     };
     switch (column.type) {
       case CsvType::int32: {

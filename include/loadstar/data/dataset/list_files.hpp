@@ -105,13 +105,21 @@ class ListFilesDataset : public DatasetBase<ListFilesDataset> {
   /// Throws `IoError` naming the pattern when it matches nothing (tf.data's "No files matched
   /// pattern").
   ListFilesDataset(std::string pattern, bool shuffle, std::uint64_t seed)
-      : pattern_(std::move(pattern)),
-        files_(detail::glob_paths(pattern_)),
-        shuffle_(shuffle),
-        seed_(seed) {
-    if (files_.empty()) {
-      throw IoError("list_files: no files matched pattern '" + pattern_ + "'");
+      : ListFilesDataset(std::vector<std::string>{std::move(pattern)}, shuffle, seed) {}
+
+  /// The files matching any of `patterns` (tf.data's list of patterns): every pattern's matches,
+  /// sorted together, a file matched twice listed twice as TensorFlow's `MatchingFiles` does.
+  /// Throws `ConfigError` for no pattern, `IoError` when none matches anything.
+  ListFilesDataset(const std::vector<std::string>& patterns, bool shuffle, std::uint64_t seed)
+      : shuffle_(shuffle), seed_(seed) {
+    if (patterns.empty()) throw ConfigError("list_files: expected a pattern but the list is empty");
+    for (const auto& pattern : patterns) {
+      pattern_ += (pattern_.empty() ? "'" : ", '") + pattern + "'";
+      auto matched = detail::glob_paths(pattern);
+      files_.insert(files_.end(), matched.begin(), matched.end());
     }
+    std::sort(files_.begin(), files_.end());
+    if (files_.empty()) throw IoError("list_files: no files matched pattern " + pattern_);
     order_ = epoch_permutation(files_.size(), seed_, epoch_, shuffle_);
   }
 
@@ -133,7 +141,7 @@ class ListFilesDataset : public DatasetBase<ListFilesDataset> {
     const std::size_t index = s["index"];
     if (files != files_.size()) {
       throw CheckpointError("list_files: state was taken with " + std::to_string(files) +
-                            " files matching '" + pattern_ + "' but " +
+                            " files matching " + pattern_ + " but " +
                             std::to_string(files_.size()) + " match now");
     }
     if (index > files) {
@@ -162,6 +170,11 @@ class ListFilesDataset : public DatasetBase<ListFilesDataset> {
 inline ListFilesDataset list_files(std::string pattern, bool shuffle = true,
                                    std::uint64_t seed = 0) {
   return ListFilesDataset(std::move(pattern), shuffle, seed);
+}
+/// The files matching any of `patterns` (see `ListFilesDataset`).
+inline ListFilesDataset list_files(const std::vector<std::string>& patterns, bool shuffle = true,
+                                   std::uint64_t seed = 0) {
+  return ListFilesDataset(patterns, shuffle, seed);
 }
 
 }  // namespace loadstar

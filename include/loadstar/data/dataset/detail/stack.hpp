@@ -9,6 +9,7 @@
 #include <tuple>
 #include <type_traits>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "loadstar/error.hpp"
@@ -75,6 +76,49 @@ struct Stacker<Tensor<T>> {
   static batch_type stack(const std::vector<Tensor<T>>& elements) {
     return stack_with(elements.size(),
                       [&](std::size_t i) -> const Tensor<T>& { return elements[i]; });
+  }
+};
+
+// A string stacks into a list of strings (a batch of text, as Keras's text utilities give it).
+template <>
+struct Stacker<std::string> {
+  using batch_type = std::vector<std::string>;
+  static batch_type stack(const std::vector<std::string>& elements) { return elements; }
+};
+
+// A variant (a CSV field of one of several types) stacks as the alternative it holds: every
+// element must hold the same one.
+template <class... E>
+struct Stacker<std::variant<E...>> {
+  using batch_type = std::variant<typename Stacker<E>::batch_type...>;
+  static batch_type stack(const std::vector<std::variant<E...>>& elements) {
+    const std::size_t index = elements.empty() ? 0 : elements[0].index();
+    for (std::size_t i = 1; i < elements.size(); ++i) {
+      if (elements[i].index() != index) {
+        throw ShapeError("batch: element " + std::to_string(i) + " holds alternative " +
+                         std::to_string(elements[i].index()) + " of its variant but element 0 " +
+                         "holds alternative " + std::to_string(index));
+      }
+    }
+    return stack_as(elements, index, std::index_sequence_for<E...>{});
+  }
+
+ private:
+  template <std::size_t... I>
+  static batch_type stack_as(const std::vector<std::variant<E...>>& elements, std::size_t index,
+                             std::index_sequence<I...>) {
+    batch_type out;
+    ((I == index ? (out = stack_one<I>(elements), 0) : 0), ...);
+    return out;
+  }
+  template <std::size_t I>
+  static batch_type stack_one(const std::vector<std::variant<E...>>& elements) {
+    using M = std::variant_alternative_t<I, std::variant<E...>>;
+    std::vector<M> column;
+    column.reserve(elements.size());
+    for (const auto& e : elements)
+      column.push_back(std::get<I>(e));
+    return batch_type(std::in_place_index<I>, Stacker<M>::stack(column));
   }
 };
 
