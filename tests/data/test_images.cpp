@@ -180,6 +180,28 @@ TEST_CASE("corrupt, truncated and unsupported data throw FormatError naming the 
   }
 }
 
+TEST_CASE("resize's bicubic is tf's ResizeBicubic (generate_bicubic.py, checked against PIL)") {
+  const auto source = image::decode_png(read_bytes(images_dir() / "rgb.png"));
+  nlohmann::json bicubic;
+  std::ifstream(images_dir() / "reference" / "bicubic.json") >> bicubic;
+  REQUIRE(bicubic["cases"].size() == 6);
+  for (const auto& c : bicubic["cases"]) {
+    CAPTURE(c["height"].get<int>());
+    CAPTURE(c["width"].get<int>());
+    const auto reference =
+        read_npy<float>(images_dir() / "reference" / c["reference"].get<std::string>());
+    const auto out = image::resize(source, c["height"], c["width"], image::ResizeMethod::bicubic);
+    CHECK(out.shape() == reference.shape());
+    CHECK(max_abs_diff(out, reference) < 2e-3);
+  }
+  // Keys' cubic overshoots at edges: values leave [0, 255] as tf's do (no clamping).
+  Tensor<float> step(Shape{1, 4, 1});
+  step.data()[2] = step.data()[3] = 255.0f;
+  const auto up = image::resize(step, 1, 16, image::resize_method("bicubic"));
+  CHECK(*std::min_element(up.begin(), up.end()) < 0.0f);
+  CHECK(*std::max_element(up.begin(), up.end()) > 255.0f);
+}
+
 TEST_CASE("resize matches PyTorch (bilinear, nearest-exact) and tf's area formula") {
   const auto source = image::decode_png(read_bytes(images_dir() / "rgb.png"));
   const auto source_float = source.cast<float>();
@@ -198,9 +220,9 @@ TEST_CASE("resize matches PyTorch (bilinear, nearest-exact) and tf's area formul
               image::resize(source_float, c["height"], c["width"], image::resize_method(method)),
               reference) < 2e-3);
   }
-  CHECK_THROWS_WITH_AS(image::resize_method("bicubic"),
-                       "resize: interpolation 'bicubic' is not implemented (bilinear, nearest and "
-                       "area are)",
+  CHECK_THROWS_WITH_AS(image::resize_method("mitchellcubic"),
+                       "resize: interpolation 'mitchellcubic' is not implemented (bilinear, "
+                       "nearest, area and bicubic are)",
                        ConfigError);
   CHECK_THROWS_WITH_AS(image::resize(source, 0, 4),
                        "resize: the target size must be positive "
@@ -498,7 +520,7 @@ TEST_CASE("image_dataset_from_directory refuses what Keras refuses and what is n
          "'rgba' or 'grayscale' but is 'cmyk'");
   refuse({.interpolation = "lanczos3"},
          "resize: interpolation 'lanczos3' is not implemented "
-         "(bilinear, nearest and area are)");
+         "(bilinear, nearest, area and bicubic are)");
   refuse({.data_format = "channels_first"},
          "image_dataset_from_directory: data_format "
          "'channels_first' is not implemented (channels_last "

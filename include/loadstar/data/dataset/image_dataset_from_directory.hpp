@@ -291,7 +291,7 @@ inline std::vector<ImageDirectoryDataset> image_datasets(const std::string& dire
 
 /// Keras's `image_dataset_from_directory(directory, ...)` for no split or `subset` `"training"` or
 /// `"validation"`. Throws `ConfigError` for any option outside Keras's values or not implemented
-/// (interpolations other than bilinear, nearest and area; `data_format="channels_first"`), for
+/// (interpolations other than bilinear, nearest, area and bicubic; `data_format="channels_first"`), for
 /// subset `"both"` (see `image_dataset_from_directory_both`), for an empty result; `IoError` for a
 /// missing directory.
 /// \code

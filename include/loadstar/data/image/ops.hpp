@@ -1,7 +1,8 @@
 /// \file
 /// Operations on decoded `(height, width, channels)` images, as `tf.image` defines them: `resize`
-/// (bilinear, nearest, area, with tf's half-pixel centres and `antialias=False`), crops, flips,
-/// brightness and contrast, their seeded random variants, and torchvision's random resized crop.
+/// (bilinear, nearest, area, bicubic, with tf's half-pixel centres and `antialias=False`), crops,
+/// flips, brightness and contrast, their seeded random variants, and torchvision's random resized
+/// crop.
 ///
 /// Random variants take an explicit seed (`map_with_seed` hands each element one) and draw from
 /// loadstar's SplitMix64: the same seed gives the same result on every run and thread count, but
@@ -13,6 +14,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -24,22 +26,22 @@
 namespace loadstar::image {
 
 /// The interpolations of `resize` (`tf.image.ResizeMethod`'s names).
-enum class ResizeMethod { bilinear, nearest, area };
+enum class ResizeMethod { bilinear, nearest, area, bicubic };
 
-/// The method named as Keras and tf name it: `"bilinear"`, `"nearest"` or `"area"`; throws
-/// `ConfigError` for tf's other methods (bicubic, lanczos3, lanczos5, gaussian, mitchellcubic),
-/// which are not implemented, and for unknown names.
+/// The method named as Keras and tf name it: `"bilinear"`, `"nearest"`, `"area"` or `"bicubic"`;
+/// throws `ConfigError` for tf's other methods (lanczos3, lanczos5, gaussian, mitchellcubic), which
+/// are not implemented, and for unknown names.
 inline ResizeMethod resize_method(std::string_view name) {
   if (name == "bilinear") return ResizeMethod::bilinear;
   if (name == "nearest") return ResizeMethod::nearest;
   if (name == "area") return ResizeMethod::area;
-  if (name == "bicubic" || name == "lanczos3" || name == "lanczos5" || name == "gaussian" ||
-      name == "mitchellcubic") {
+  if (name == "bicubic") return ResizeMethod::bicubic;
+  if (name == "lanczos3" || name == "lanczos5" || name == "gaussian" || name == "mitchellcubic") {
     throw ConfigError("resize: interpolation '" + std::string(name) +
-                      "' is not implemented (bilinear, nearest and area are)");
+                      "' is not implemented (bilinear, nearest, area and bicubic are)");
   }
   throw ConfigError("resize: unknown interpolation '" + std::string(name) +
-                    "' (expected bilinear, nearest or area)");
+                    "' (expected bilinear, nearest, area or bicubic)");
 }
 
 namespace detail {
@@ -123,6 +125,56 @@ inline AreaTaps area_taps(std::size_t in_size, std::size_t out_size, float offse
   return taps;
 }
 
+// tf's ResizeBicubic with half-pixel centres (resize_bicubic_op.cc): Keys' cubic convolution
+// (a = -0.5) at the four inputs around in = (out + 0.5) * scale - 0.5, its weights looked up in a
+// table of 1025 entries (the fraction rounded to 1/1024), taps outside the input given weight 0
+// and the four renormalised to sum to 1.
+struct CubicTap {
+  std::size_t index[4];
+  float weight[4];
+};
+inline const std::vector<float>& keys_cubic_table() {
+  static const std::vector<float> table = [] {
+    constexpr double a = -0.5;
+    std::vector<float> t(2 * 1025);
+    for (std::size_t i = 0; i <= 1024; ++i) {
+      float x = static_cast<float>(static_cast<double>(i) / 1024.0);
+      t[2 * i] = static_cast<float>(((a + 2) * x - (a + 3)) * x * x + 1);
+      x += 1.0f;
+      t[2 * i + 1] = static_cast<float>(((a * x - 5 * a) * x + 8 * a) * x - 4 * a);
+    }
+    return t;
+  }();
+  return table;
+}
+inline std::vector<CubicTap> cubic_taps(std::size_t in_size, std::size_t out_size, float offset,
+                                        float extent) {
+  const auto& table = keys_cubic_table();
+  std::vector<CubicTap> taps(out_size);
+  const float scale = extent / static_cast<float>(out_size);
+  const auto last = static_cast<std::int64_t>(in_size) - 1;
+  for (std::size_t i = 0; i < out_size; ++i) {
+    const float in = offset + (static_cast<float>(i) + 0.5f) * scale - 0.5f;
+    const auto loc = static_cast<std::int64_t>(std::floor(in));
+    const float delta = in - static_cast<float>(loc);
+    const auto at = static_cast<std::size_t>(std::lrint(delta * 1024.0f));
+    const float w[4] = {table[2 * at + 1], table[2 * at], table[2 * (1024 - at)],
+                        table[2 * (1024 - at) + 1]};
+    float sum = 0.0f;
+    for (std::size_t k = 0; k < 4; ++k) {
+      const std::int64_t index = loc - 1 + static_cast<std::int64_t>(k);
+      taps[i].index[k] = static_cast<std::size_t>(std::clamp(index, std::int64_t{0}, last));
+      taps[i].weight[k] = index >= 0 && index <= last ? w[k] : 0.0f;
+      sum += taps[i].weight[k];
+    }
+    if (std::abs(sum) >= 1000.0f * std::numeric_limits<float>::min()) {
+      for (float& weight : taps[i].weight)
+        weight *= 1.0f / sum;
+    }
+  }
+  return taps;
+}
+
 }  // namespace detail
 
 /// Resizes an image to `(height, width)` as `tf.image.resize(image, size, method,
@@ -188,6 +240,27 @@ Tensor<float> resize_box(const Tensor<T>& image, float top, float left, float bo
       for (std::size_t x = 0; x < width; ++x)
         for (std::size_t k = 0; k < c; ++k)
           *dst++ = at(ys[y], xs[x], k);
+  } else if (method == ResizeMethod::bicubic) {
+    // Along x for the four rows, then along y, as tf does.
+    const auto ys = detail::cubic_taps(in_h, height, top, box_height);
+    const auto xs = detail::cubic_taps(in_w, width, left, box_width);
+    for (std::size_t y = 0; y < height; ++y) {
+      const auto& ty = ys[y];
+      for (std::size_t x = 0; x < width; ++x) {
+        const auto& tx = xs[x];
+        for (std::size_t k = 0; k < c; ++k) {
+          float rows[4];
+          for (std::size_t r = 0; r < 4; ++r) {
+            rows[r] = at(ty.index[r], tx.index[0], k) * tx.weight[0] +
+                      at(ty.index[r], tx.index[1], k) * tx.weight[1] +
+                      at(ty.index[r], tx.index[2], k) * tx.weight[2] +
+                      at(ty.index[r], tx.index[3], k) * tx.weight[3];
+          }
+          *dst++ = rows[0] * ty.weight[0] + rows[1] * ty.weight[1] + rows[2] * ty.weight[2] +
+                   rows[3] * ty.weight[3];
+        }
+      }
+    }
   } else {
     const auto ys = detail::area_taps(in_h, height, top, box_height);
     const auto xs = detail::area_taps(in_w, width, left, box_width);
