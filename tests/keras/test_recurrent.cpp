@@ -375,4 +375,93 @@ TEST_SUITE("keras_layers") {
             layer_cases::tensor_of(expected["values"], layer_cases::shape_of(expected["shape"])));
     }
   }
+
+  TEST_CASE("TimeDistributed matches PyTorch applying the layer step by step") {
+    const json reference = layer_cases::load("time_distributed.json");
+    REQUIRE(reference["cases"].size() == 4);
+    for (std::size_t threads : {1, 3}) {
+      CpuBackend backend(threads);
+      for (const auto& c : reference["cases"])
+        layer_cases::run_case(c, backend);
+    }
+    loadstar::test::ProtectedBackend backend(2);
+    for (const auto& c : reference["cases"])
+      layer_cases::run_case(c, backend);
+  }
+
+  TEST_CASE("TimeDistributed round-trips configs h5 and keras files and trains its layer") {
+    check_recurrent_round_trip(
+        "TimeDistributed",
+        {{"layer", {{"class_name", "Dense"}, {"config", {{"units", 3}, {"activation", "relu"}}}}}},
+        Shape{4, 2});
+    check_recurrent_round_trip(
+        "TimeDistributed",
+        {{"layer",
+          {{"class_name", "Conv2D"},
+           {"config", {{"filters", 2}, {"kernel_size", {2, 2}}, {"padding", "same"}}}}}},
+        Shape{3, 4, 4, 1});
+    // Keras 3 keeps the wrapped layer's weights in `layer/vars` below the wrapper's group.
+    Sequential model{Input(Shape{5, 2}), TimeDistributed(Dense(3)), LSTM(2)};
+    test_support::TempDir dir;
+    model.save(dir / "td.keras");
+    check_keras3_groups(
+        dir / "td.keras",
+        json::array(
+            {{{"path", "vars"}, {"name", model.name()}, {"size", 0}},
+             {{"path", "layers/time_distributed/vars"}, {"name", "time_distributed"}, {"size", 0}},
+             {{"path", "layers/time_distributed/layer/vars"}, {"name", "dense"}, {"size", 2}},
+             {{"path", "layers/lstm/vars"}, {"name", "lstm"}, {"size", 0}},
+             {{"path", "layers/lstm/cell/vars"}, {"name", "lstm_cell"}, {"size", 3}}}));
+    const auto loaded = load_model(dir / "td.keras");
+    CHECK(loaded->layers()[0]->get_config()["layer"]["config"]["units"] == 3);
+    CHECK(loaded->layers()[0]->weights()[0].name == "kernel");
+  }
+
+  TEST_CASE("TimeDistributed applies its layer's regularizers and freezes with it") {
+    auto dense = std::make_shared<Dense>(2);
+    dense->set_regularizer("kernel", std::make_shared<regularizers::L2>(0.05));
+    auto wrapper = std::make_shared<TimeDistributed>(dense);
+    call(wrapper, Input(Shape{3, 4}));
+    REQUIRE(wrapper->weight_options("kernel") != nullptr);
+    CHECK(wrapper->weight_options("kernel")->regularizer != nullptr);
+    // Frozen, the wrapped weights stay as they were while the rest trains.
+    Sequential model{Input(Shape{3, 4}), TimeDistributed(Dense(2), "frozen"), Flatten(), Dense(1)};
+    model.layers()[0]->set_trainable(false);
+    model.compile({.optimizer = "sgd", .loss = "mse"});
+    const auto before = model.get_weights();
+    const Tensor<float> x = recurrent_wave(Shape{8, 3, 4}, 1.0F);
+    const Tensor<float> y = recurrent_wave(Shape{8, 1}, 0.5F);
+    model.train_on_batch(x, y);
+    const auto after = model.get_weights();
+    CHECK(recurrent_same_bits(before[0], after[0]));
+    CHECK(recurrent_same_bits(before[1], after[1]));
+    CHECK_FALSE(recurrent_same_bits(before[2], after[2]));
+  }
+
+  TEST_CASE("TimeDistributed refuses what it cannot run, naming it") {
+    CHECK_THROWS_WITH_AS(make_layer("TimeDistributed", {{"name", "t"}}),
+                         doctest::Contains("config.layer: expected the wrapped layer's"),
+                         ConfigError);
+    CHECK_THROWS_WITH_AS(
+        make_layer("TimeDistributed",
+                   {{"layer", {{"class_name", "Mystery"}, {"config", json::object()}}}}),
+        doctest::Contains("Mystery"), ConfigError);
+    CHECK_THROWS_WITH_AS(
+        call(make_layer(
+                 "TimeDistributed",
+                 {{"name", "t"}, {"layer", {{"class_name", "Dense"}, {"config", {{"units", 2}}}}}}),
+             Input(Shape{4})),
+        "time_distributed layer 't': expects inputs of rank 2 or more (time, "
+        "features..., without the batch axis) but got (None, 4)",
+        ShapeError);
+    Sequential model{Input(Shape{3, 4}), TimeDistributed(BatchNormalization(), "norm"), Flatten(),
+                     Dense(1)};
+    model.compile({.optimizer = "sgd", .loss = "mse"});
+    const Tensor<float> x = recurrent_wave(Shape{8, 3, 4}, 1.0F);
+    CHECK_THROWS_WITH_AS(model.train_on_batch(x, recurrent_wave(Shape{8, 1}, 0.5F)),
+                         doctest::Contains("time_distributed layer 'norm': training a wrapped "
+                                           "BatchNormalization is not supported"),
+                         ConfigError);
+    CHECK(model.predict(x, {.verbose = 0}).shape() == Shape{8, 1});
+  }
 }

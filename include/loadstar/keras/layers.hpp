@@ -69,6 +69,7 @@
 #include "loadstar/keras/layers/subtract.hpp"
 #include "loadstar/keras/layers/text_vectorization.hpp"
 #include "loadstar/keras/layers/thresholded_relu.hpp"
+#include "loadstar/keras/layers/time_distributed.hpp"
 #include "loadstar/keras/layers/unit_normalization.hpp"
 #include "loadstar/keras/layers/up_sampling1d.hpp"
 #include "loadstar/keras/layers/up_sampling2d.hpp"

@@ -70,6 +70,7 @@
 #include "loadstar/keras/layers/spatial_dropout3d.hpp"
 #include "loadstar/keras/layers/subtract.hpp"
 #include "loadstar/keras/layers/thresholded_relu.hpp"
+#include "loadstar/keras/layers/time_distributed.hpp"
 #include "loadstar/keras/layers/unit_normalization.hpp"
 #include "loadstar/keras/layers/up_sampling1d.hpp"
 #include "loadstar/keras/layers/up_sampling2d.hpp"
@@ -186,6 +187,11 @@ void RegistryTraits<loadstar::keras::Layer>::defaults(Registry<Layer>& registry)
   registry.add("Normalization", Normalization::from_config);
   registry.add("Resizing", Resizing::from_config);
   registry.add("CenterCrop", CenterCrop::from_config);
+  registry.add("TimeDistributed", [](const nlohmann::json& config) {
+    return TimeDistributed::from_config(config, [](const nlohmann::json& layer) {
+      return Registry<Layer>::instance().create(layer);
+    });
+  });
 }
 
 }  // namespace loadstar::keras

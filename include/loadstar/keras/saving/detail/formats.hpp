@@ -84,7 +84,8 @@ struct Keras3Vars {
 /// variables, then its tracked sublayers in `dir()` order. A recurrent layer owns no variables
 /// and its `cell` holds them all (`layers/lstm/cell/vars`); `Bidirectional` walks its
 /// `backward_layer` and `forward_layer`, each with its `cell` (`layers/bidirectional/
-/// forward_layer/cell/vars`); every other layer keeps its weights in its own `vars`.
+/// forward_layer/cell/vars`); `TimeDistributed` walks the wrapped layer as `layer`; every other
+/// layer keeps its weights in its own `vars`.
 LOADSTAR_DECL std::vector<Keras3Vars> keras3_vars(const Layer& layer);
 
 /// The groups Keras 3 stores each entry of `model.layers` under (`layers/<key>`): the class name
@@ -340,6 +341,16 @@ std::vector<Keras3Vars> keras3_vars(const Layer& layer) {
             {"forward_layer", "forward_" + snake_case(forward), 0, 0},
             {"forward_layer/cell", snake_case(forward) + "_cell", 0, n / 2}};
   }
+  if (const auto* wrapper = dynamic_cast<const layers::TimeDistributed*>(&layer)) {
+    // The wrapped layer is tracked as `layer` (keras/src/layers/core/wrapper.py), with its own
+    // walk below it (`layers/time_distributed/layer/vars`).
+    std::vector<Keras3Vars> out{{"", layer.name(), 0, 0}};
+    for (auto group : keras3_vars(*wrapper->layer())) {
+      group.path = group.path.empty() ? "layer" : "layer/" + group.path;
+      out.push_back(std::move(group));
+    }
+    return out;
+  }
   return {{"", layer.name(), 0, n}};
 }
 
@@ -541,6 +552,16 @@ nlohmann::json keras3_layer_config(const std::string& class_name, nlohmann::json
     const std::string key = item.key();
     nlohmann::json& value = item.value();
     if (!value.is_object() || !value.contains("class_name") || value.contains("module")) continue;
+    if ((key == "layer" || key == "backward_layer") && value["class_name"].is_string()) {
+      // A wrapper's layer (`TimeDistributed`, `Bidirectional`), serialized as a layer.
+      if (value.contains("config")) {
+        value["config"] =
+            keras3_layer_config(value["class_name"].get<std::string>(), value["config"]);
+      }
+      value["module"] = "keras.layers";
+      value["registered_name"] = nullptr;
+      continue;
+    }
     const auto ends = [&key](std::string_view suffix) {
       return key.size() >= suffix.size() &&
              key.compare(key.size() - suffix.size(), suffix.size(), suffix) == 0;
