@@ -2116,4 +2116,24 @@ TEST_SUITE("cuda") {
     const Tensor<float> y = random_tensor({10, 3}, 62);
     check_trains_as_on_cpu(make, x, y);
   }
+
+  TEST_CASE("TimeDistributed matches PyTorch and trains on the CUDA backend as on the CPU") {
+    // tests/keras/generate_time_distributed.py: Dense, Conv2D and Flatten applied step by step.
+    Backends b;
+    const auto reference = layer_cases::load("time_distributed.json");
+    REQUIRE(reference["cases"].size() == 4);
+    for (const auto& c : reference["cases"])
+      layer_cases::run_case(c, b.gpu);
+    const auto make = [] {
+      set_random_seed(37);
+      auto in = Input({4, 3, 3, 2});
+      auto h = call(TimeDistributed(Conv2D(3, 2, {.activation = "relu"})), in);
+      h = call(TimeDistributed(Flatten()), h);
+      h = call(LSTM(3), call(TimeDistributed(Dense(4, {.activation = "tanh"})), h));
+      return std::make_shared<Model>(in, call(Dense(2), h));
+    };
+    const Tensor<float> x = random_tensor({6, 4, 3, 3, 2}, 71);
+    const Tensor<float> y = random_tensor({6, 2}, 72);
+    check_trains_as_on_cpu(make, x, y);
+  }
 }
