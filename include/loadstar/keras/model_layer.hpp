@@ -44,9 +44,11 @@ namespace loadstar::keras {
 /// \code
 /// std::shared_ptr<Model> base = load_model("base.h5");
 /// auto base_layer = std::make_shared<ModelLayer>(base);
-/// base_layer->set_trainable(false);
+/// base_layer->set_trainable(false);  // transfer learning: only the head trains
 /// Sequential classifier{Input({32, 32, 3}), base_layer, Dense(10)};
-/// Sequential unfrozen{Input({32, 32, 3}), base, Dense(10)};  // a model as a layer
+///
+/// std::shared_ptr<Model> other = load_model("other.keras");
+/// Sequential tuned{Input({32, 32, 3}), other, Dense(10)};  // a model among the layers
 /// \endcode
 class ModelLayer : public Layer {
  public:
@@ -128,11 +130,14 @@ ModelLayer::ModelLayer(std::shared_ptr<Model> model) : model_(std::move(model)) 
                       "has no input shape yet");
   }
   if (model_->inputs().size() != 1 || model_->outputs().size() != 1) {
+    const auto count = [](std::size_t n, const char* what) {
+      return std::to_string(n) + " " + what + (n == 1 ? "" : "s");
+    };
     throw ConfigError(kind + " model '" + model_->name() +
                       "': loadstar runs a model of one input and one output as a layer but it "
                       "has " +
-                      std::to_string(model_->inputs().size()) + " inputs and " +
-                      std::to_string(model_->outputs().size()) + " outputs");
+                      count(model_->inputs().size(), "input") + " and " +
+                      count(model_->outputs().size(), "output"));
   }
   plan_ = detail::plan_graph(model_->name(), model_->inputs(), model_->outputs());
   for (const auto& layer : plan_.layers) {

@@ -376,6 +376,13 @@ std::unique_ptr<Model> sequential_from_config(const nlohmann::json& config) {
                          layer->name() + "_input"));
         has_input = true;
       }
+      // A model first (tf.keras 2's `Sequential([base, ...])`) gives its input: Keras's outer
+      // model takes the nested model's inputs.
+      const Model* nested = nested_model(*layer);
+      if (!has_input && i == 0 && nested != nullptr) {
+        model->add(Input(nested->inputs()[0].shape(), nested->input_names()[0]));
+        has_input = true;
+      }
       model->add(layer);
     } catch (const ShapeError& e) {
       throw ShapeError(read.owner() + ": " + path + ": " + e.what());
