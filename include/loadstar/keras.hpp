@@ -17,6 +17,7 @@
 #include "loadstar/keras/losses.hpp"
 #include "loadstar/keras/metrics.hpp"
 #include "loadstar/keras/model.hpp"
+#include "loadstar/keras/model_layer.hpp"
 #include "loadstar/keras/optimizers.hpp"
 #include "loadstar/keras/registry.hpp"
 #include "loadstar/keras/regularizers.hpp"

@@ -2136,4 +2136,25 @@ TEST_SUITE("cuda") {
     const Tensor<float> y = random_tensor({6, 2}, 72);
     check_trains_as_on_cpu(make, x, y);
   }
+
+  TEST_CASE("A model with a nested model trains on the CUDA backend as on the CPU") {
+    // A nested Sequential (Dense, BatchNormalization, Dense) called on a tensor, and a frozen
+    // nested model whose BatchNormalization normalizes with its moving statistics.
+    const auto make = [] {
+      set_random_seed(37);
+      auto base = std::make_shared<Sequential>(std::initializer_list<SequentialItem>{
+          Input({6}), Dense(8, {.activation = "relu"}), BatchNormalization(), Dense(5)});
+      auto frozen = std::make_shared<ModelLayer>(std::make_shared<Sequential>(
+          std::initializer_list<SequentialItem>{Input({5}), BatchNormalization(),
+                                                Dense(4, {.activation = "tanh"})},
+          "frozen"));
+      frozen->set_trainable(false);
+      auto in = Input({6});
+      auto h = call(std::shared_ptr<Model>(base), in);
+      return std::make_shared<Model>(in, call(Dense(3), call(frozen, h)));
+    };
+    const Tensor<float> x = random_tensor({10, 6}, 63);
+    const Tensor<float> y = random_tensor({10, 3}, 64);
+    check_trains_as_on_cpu(make, x, y);
+  }
 }

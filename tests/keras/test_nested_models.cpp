@@ -1,10 +1,13 @@
 // Model files as Keras users bring them: every layer class loadstar lacks named at once, an
 // initializer loadstar cannot build kept with a warning, Keras's order of a functional model's
-// layers, and Keras 3's module fields.
+// layers, Keras 3's module fields, and models nested in models (ModelLayer: run, trained, frozen,
+// and read and written in tf.keras 2's and Keras 3's layouts, against
+// tests/keras/generate_nested_models.py).
 #include <doctest/doctest.h>
 
 #include <H5Cpp.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <loadstar/keras.hpp>
@@ -15,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "keras/layer_cases.hpp"
 #include "keras/saving_support.hpp"
 #include "temp_dir.hpp"
 
@@ -79,6 +83,82 @@ std::unique_ptr<Model> branching_model() {
   return std::make_unique<Model>(a, cat, "branches");
 }
 
+/// A case of tests/keras/reference/nested_models.json (tests/keras/generate_nested_models.py).
+struct NestedCase {
+  nlohmann::json json;
+  std::filesystem::path file;
+  Tensor<float> x, y;
+  std::vector<Tensor<float>> weights;
+};
+
+NestedCase nested_case(const std::string& name) {
+  NestedCase c;
+  c.json = layer_cases::load("nested_models.json")[name];
+  const char* dir = std::getenv("LOADSTAR_SOURCE_DIR");
+  REQUIRE_MESSAGE(dir != nullptr, "LOADSTAR_SOURCE_DIR is not set");
+  c.file = std::filesystem::path(dir) / "tests/keras/reference" / c.json["file"].get<std::string>();
+  c.x = layer_cases::tensor_of(c.json["x"], layer_cases::shape_of(c.json["x_shape"]));
+  c.y = layer_cases::tensor_of(c.json["y"], layer_cases::shape_of(c.json["y_shape"]));
+  for (const auto& w : c.json["weights"])
+    c.weights.push_back(layer_cases::tensor_of(w["values"], layer_cases::shape_of(w["shape"])));
+  return c;
+}
+
+/// The `weight_names` of layer group `layer` of a legacy `.h5` file.
+std::vector<std::string> legacy_weight_names(const std::filesystem::path& path,
+                                             const std::string& layer) {
+  const loadstar::detail::Hdf5Lock lock;
+  const keras::detail::H5Reader reader(path);
+  const keras::detail::H5Id group =
+      reader.open_group(reader.root(), "model_weights/" + layer, layer);
+  return reader.string_list_attribute(group.get(), "weight_names", layer);
+}
+
+/// The `vars` groups of a `.keras` archive: path, `name` attribute and number of datasets.
+std::vector<std::string> keras3_groups(const std::filesystem::path& path) {
+  const loadstar::detail::Hdf5Lock lock;
+  const keras::detail::ZipReader zip(path);
+  const keras::detail::H5Reader reader(zip.read("model.weights.h5", std::uint64_t{1} << 30),
+                                       "weights");
+  const keras::detail::ModelFile file =
+      keras::detail::read_keras3_weights(reader, keras::detail::FileLayout::keras3_archive);
+  std::vector<std::string> out;
+  for (const std::string& where : std::vector<std::string>{"vars"}) {
+    const keras::detail::H5Id vars = reader.open_group(reader.root(), where, where);
+    out.push_back(where + " " + reader.string_attribute(vars.get(), "name", where) + " " +
+                  std::to_string(reader.children(vars.get(), where).size()));
+  }
+  for (const auto& layer : file.layers) {
+    const std::string where = "layers/" + layer.name + "/vars";
+    const keras::detail::H5Id vars = reader.open_group(reader.root(), where, where);
+    out.push_back(where + " " + reader.string_attribute(vars.get(), "name", where) + " " +
+                  std::to_string(reader.children(vars.get(), where).size()));
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+/// The inner model of the transfer-learning tests: Dense, BatchNormalization, Dense.
+std::shared_ptr<Sequential> base_model(const char* name = "base") {
+  set_random_seed(3);
+  return std::make_shared<Sequential>(
+      std::initializer_list<SequentialItem>{Input({4}),
+                                            Dense(6, {.activation = "relu", .name = "dense"}),
+                                            BatchNormalization({.name = "batch_normalization"}),
+                                            Dense(3, {.activation = "tanh", .name = "dense_1"})},
+      name);
+}
+
+/// Trains `model` three epochs of three batches with SGD and returns the losses.
+std::vector<double> train(Model& model) {
+  model.compile("sgd", "mse");
+  const auto x = inputs(12, 4);
+  const auto y = inputs(12, 2, 1.0F);
+  const auto history =
+      model.fit(x, y, {.epochs = 3, .batch_size = 4, .verbose = 0, .shuffle = false});
+  return history.history.at("loss");
+}
+
 }  // namespace
 
 TEST_SUITE("keras") {
@@ -127,14 +207,21 @@ TEST_SUITE("keras") {
                          UnsupportedLayersError);
   }
 
-  TEST_CASE("model_from_json refuses a nested model naming it") {
+  TEST_CASE("model_from_json refuses a nested model of two inputs naming it") {
     CHECK_THROWS_WITH_AS(
         model_from_json(R"({"class_name": "Sequential", "config": {"name": "outer", "layers": [
             {"class_name": "InputLayer", "config": {"batch_input_shape": [null, 4]}},
-            {"class_name": "Sequential", "config": {"name": "inner", "layers": [
-              {"class_name": "Dense", "config": {"name": "d", "units": 2}}]}}]}})"),
-        "model 'outer' (Sequential): config.layers[1]: layer 'inner' is a nested Sequential "
-        "model, which loadstar cannot load yet",
+            {"class_name": "Functional", "config": {"name": "pair", "layers": [
+              {"class_name": "InputLayer", "config": {"batch_input_shape": [null, 4],
+               "name": "a"}, "name": "a", "inbound_nodes": []},
+              {"class_name": "InputLayer", "config": {"batch_input_shape": [null, 4],
+               "name": "b"}, "name": "b", "inbound_nodes": []},
+              {"class_name": "Add", "config": {"name": "sum"}, "name": "sum",
+               "inbound_nodes": [[["a", 0, 0, {}], ["b", 0, 0, {}]]]}],
+             "input_layers": [["a", 0, 0], ["b", 0, 0]],
+             "output_layers": [["sum", 0, 0]]}}]}})"),
+        "model 'outer' (Sequential): config.layers[1]: functional model 'pair': loadstar runs a "
+        "model of one input and one output as a layer but it has 2 inputs and 1 output",
         ConfigError);
   }
 
@@ -273,5 +360,255 @@ TEST_SUITE("keras") {
     auto copy = load_model(dir / "m.keras");
     REQUIRE(copy->compiled());
     CHECK(copy->optimizer().get_config() == model->optimizer().get_config());
+  }
+  TEST_CASE("load_model runs a nested Sequential of a tf.keras 2 file as Keras computes it") {
+    const NestedCase c = nested_case("tfkeras2");
+    auto model = load_model(c.file);
+    REQUIRE(layer_names(*model) == std::vector<std::string>{"base", "head"});
+    CHECK(model->get_layer("base")->class_name() == "Sequential");
+    // The weights in layer order (the file keeps the moving statistics last).
+    const auto weights = model->get_weights();
+    REQUIRE(weights.size() == c.weights.size());
+    for (std::size_t i = 0; i < weights.size(); ++i) {
+      INFO("weight ", i);
+      CHECK(weights[i] == c.weights[i]);
+    }
+    check_close(model->predict(c.x), c.y, 1e-5);
+    // Saved in both layouts, as Keras nests them, and read back bitwise.
+    TempDir dir;
+    model->save(dir / "copy.h5");
+    CHECK(legacy_weight_names(dir / "copy.h5", "base") ==
+          c.json["base_weight_names"].get<std::vector<std::string>>());
+    model->save(dir / "copy.keras");
+    // Keras 3's groups: the functional model's input, the nested model's own (empty) vars and its
+    // layers below it, then the head.
+    std::vector<std::string> groups{"vars outer 0",
+                                    "layers/input_layer/vars image 0",
+                                    "layers/sequential/vars base 0",
+                                    "layers/sequential/layers/dense/vars dense 2",
+                                    "layers/sequential/layers/batch_normalization/vars "
+                                    "batch_normalization 4",
+                                    "layers/sequential/layers/dense_1/vars dense_1 2",
+                                    "layers/dense/vars head 2"};
+    std::sort(groups.begin(), groups.end());
+    CHECK(keras3_groups(dir / "copy.keras") == groups);
+    for (const char* name : {"copy.h5", "copy.keras"}) {
+      INFO(name);
+      auto copy = load_model(dir / name);
+      CHECK(layer_names(*copy) == layer_names(*model));
+      CHECK(same_weights(copy->get_weights(), weights));
+      CHECK(copy->predict(c.x) == model->predict(c.x));
+    }
+  }
+
+  TEST_CASE("load_model runs a frozen nested functional model of a Keras 3 archive") {
+    const NestedCase c = nested_case("keras3");
+    auto model = load_model(c.file);
+    REQUIRE(layer_names(*model) == std::vector<std::string>{"base", "head"});
+    const auto base = model->get_layer("base");
+    CHECK(base->class_name() == "Functional");
+    CHECK_FALSE(base->trainable());
+    // Only the head trains.
+    CHECK(model->trainable_variables().size() == 2);
+    const auto weights = model->get_weights();
+    REQUIRE(weights.size() == c.weights.size());
+    for (std::size_t i = 0; i < weights.size(); ++i)
+      CHECK(weights[i] == c.weights[i]);
+    check_close(model->predict(c.x), c.y, 1e-5);
+    // Its config is Keras 3's serialization of a model.
+    const nlohmann::json config = keras::detail::keras3_model_config(*model, false);
+    const auto& entry = config["config"]["layers"][1];
+    CHECK(entry["module"] == "keras.src.models.functional");
+    CHECK(entry["class_name"] == "Functional");
+    CHECK(entry["registered_name"] == "Functional");
+    CHECK(entry["config"]["name"] == "base");
+    CHECK(entry["config"]["trainable"] == false);
+    CHECK(entry["config"]["layers"][1]["inbound_nodes"][0].contains("args"));
+    TempDir dir;
+    model->save(dir / "copy.keras");
+    std::vector<std::string> expected;
+    for (const auto& group : c.json["groups"]) {
+      expected.push_back(group["path"].get<std::string>() + " " + group["name"].get<std::string>() +
+                         " " + std::to_string(group["size"].get<std::size_t>()));
+    }
+    std::sort(expected.begin(), expected.end());
+    CHECK(keras3_groups(dir / "copy.keras") == expected);
+    model->save(dir / "copy.h5");
+    for (const char* name : {"copy.keras", "copy.h5"}) {
+      INFO(name);
+      auto copy = load_model(dir / name);
+      CHECK_FALSE(copy->get_layer("base")->trainable());
+      CHECK(copy->trainable_variables().size() == 2);
+      CHECK(copy->predict(c.x) == model->predict(c.x));
+    }
+  }
+
+  TEST_CASE("ModelLayer of a frozen model leaves its weights unchanged while the head trains") {
+    auto base = base_model();
+    auto layer = std::make_shared<ModelLayer>(base);
+    layer->set_trainable(false);
+    for (const auto& inner : base->layers())
+      CHECK_FALSE(inner->trainable());
+    Sequential model{Input({4}), layer, Dense(2, {.name = "head"})};
+    CHECK(model.trainable_variables().size() == 2);
+    const auto before = model.get_weights();
+    const auto base_before = base->get_weights();
+    const auto losses = train(model);
+    const auto after = model.get_weights();
+    // The base's 8 weights (the BatchNormalization's moving statistics included: a frozen
+    // BatchNormalization normalizes with them) are bitwise unchanged; the head's changed.
+    for (std::size_t i = 0; i < 8; ++i) {
+      INFO("weight ", i);
+      CHECK(after[i] == before[i]);
+    }
+    CHECK_FALSE(after[8] == before[8]);
+    CHECK_FALSE(after[9] == before[9]);
+    CHECK(same_weights(base->get_weights(), base_before));
+    CHECK(losses.back() < losses.front());
+  }
+
+  TEST_CASE("ModelLayer trains unfrozen as the same layers stacked flat") {
+    auto base = base_model();
+    Sequential nested{Input({4}), base, Dense(2, {.name = "head"})};
+    set_random_seed(3);
+    Sequential flat{Input({4}), Dense(6, {.activation = "relu", .name = "dense"}),
+                    BatchNormalization({.name = "batch_normalization"}),
+                    Dense(3, {.activation = "tanh", .name = "dense_1"}),
+                    Dense(2, {.name = "head"})};
+    flat.set_weights(nested.get_weights());
+    CHECK(nested.trainable_variables().size() == flat.trainable_variables().size());
+    const auto nested_losses = train(nested);
+    const auto flat_losses = train(flat);
+    REQUIRE(nested_losses.size() == flat_losses.size());
+    for (std::size_t i = 0; i < flat_losses.size(); ++i)
+      CHECK(nested_losses[i] == doctest::Approx(flat_losses[i]).epsilon(1e-6));
+    const auto a = nested.get_weights(), b = flat.get_weights();
+    REQUIRE(a.size() == b.size());
+    for (std::size_t i = 0; i < a.size(); ++i)
+      check_close(a[i], b[i], 1e-5);
+    // The inner model sees the trained weights: it predicts as the nested layer does.
+    const auto x = inputs(5, 4);
+    Sequential head_only{Input({3}), nested.get_layer("head")};
+    check_close(head_only.predict(base->predict(x)), nested.predict(x), 1e-6);
+  }
+
+  TEST_CASE("save_model keeps the optimizer state of a model with a nested model") {
+    for (const char* name : {"m.h5", "m.keras"}) {
+      INFO(name);
+      auto base = base_model();
+      Sequential model;
+      model.add(Input({4}));
+      model.add(base);
+      model.add(Dense(2, {.name = "head"}));
+      model.compile("adam", "mse");
+      const auto x = inputs(8, 4);
+      const auto y = inputs(8, 2, 1.0F);
+      model.fit(x, y, {.epochs = 2, .batch_size = 4, .verbose = 0, .shuffle = false});
+      TempDir dir;
+      model.save(dir / name);
+      auto copy = load_model(dir / name);
+      REQUIRE(copy->compiled());
+      CHECK(copy->optimizer().iterations() == model.optimizer().iterations());
+      CHECK(same_weights(copy->get_weights(), model.get_weights()));
+      // The Adam slots come back paired with their weights: one more step gives the same bits.
+      const double a = *model.train_on_batch(x, y).get("loss");
+      const double b = *copy->train_on_batch(x, y).get("loss");
+      CHECK(a == b);
+      CHECK(same_weights(copy->get_weights(), model.get_weights()));
+    }
+  }
+
+  TEST_CASE("call runs a model on a tensor as a layer") {
+    auto base = base_model();
+    auto image = Input({4}, "image");
+    auto features = call(std::shared_ptr<Model>(base), image);
+    auto output = call(Dense(2, {.name = "head"}), features);
+    Model model(image, output, "classifier");
+    REQUIRE(layer_names(model) == std::vector<std::string>{"base", "head"});
+    CHECK(model.get_layer("base")->class_name() == "Sequential");
+    CHECK(model.get_weights().size() == 10);
+    const auto x = inputs(3, 4);
+    Sequential head_only{Input({3}), model.get_layer("head")};
+    check_close(model.predict(x), head_only.predict(base->predict(x)), 1e-6);
+    // Its config is the inner model's, as tf.keras 2 writes a nested model.
+    const nlohmann::json config = model.get_config();
+    const auto& entry = config["config"]["layers"][1];
+    CHECK(entry["class_name"] == "Sequential");
+    CHECK(entry["name"] == "base");
+    CHECK(entry["config"]["layers"].size() == 4);
+    CHECK(entry["inbound_nodes"] == nlohmann::json::parse(R"([[["image", 0, 0, {}]]])"));
+    auto copy = model_from_config(config);
+    copy->set_weights(model.get_weights());
+    CHECK(copy->predict(x) == model.predict(x));
+    // The summary shows the inner model as one row with its parameters.
+    std::ostringstream summary;
+    model.summary(summary);
+    CHECK(summary.str().find("base (Sequential)") != std::string::npos);
+    CHECK(summary.str().find("dense_1") == std::string::npos);
+    CHECK(summary.str().find(std::to_string(base->count_params())) != std::string::npos);
+    // A model called twice is one shared layer.
+    auto other = Input({4}, "other");
+    auto again = call(std::shared_ptr<Model>(base), other);
+    auto both = call(Add({.name = "sum"}), {features, again});
+    Model twice({image, other}, both, "twice");
+    CHECK(twice.get_weights().size() == 8);
+    Tensor<float> doubled = base->predict(x);
+    for (auto& v : doubled)
+      v *= 2.0F;
+    check_close(twice.predict_outputs(std::vector<Tensor<float>>{x, x}).front(), doubled, 1e-6);
+  }
+
+  TEST_CASE("model_from_json takes the input of a nested model that comes first") {
+    // tf.keras 2's Sequential([base, Dense(2)]) has no InputLayer of its own: its input is the
+    // nested model's.
+    auto base = base_model();
+    nlohmann::json config = {
+        {"class_name", "Sequential"},
+        {"config",
+         {{"name", "outer"},
+          {"layers",
+           {{{"class_name", "Sequential"}, {"config", ModelLayer(base).get_config()}},
+            {{"class_name", "Dense"}, {"config", {{"name", "head"}, {"units", 2}}}}}}}}};
+    auto model = model_from_config(config);
+    REQUIRE(model->inputs().size() == 1);
+    CHECK(model->inputs()[0].shape() == Shape{4});
+    REQUIRE(layer_names(*model) == std::vector<std::string>{"base", "head"});
+    const auto inner = dynamic_cast<const ModelLayer&>(*model->get_layer("base")).model();
+    inner->set_weights(base->get_weights());
+    const auto x = inputs(3, 4);
+    Sequential head_only{Input({3}), model->get_layer("head")};
+    check_close(model->predict(x), head_only.predict(base->predict(x)), 1e-6);
+  }
+
+  TEST_CASE("ModelLayer refuses a model it cannot run naming it") {
+    CHECK_THROWS_WITH_AS(ModelLayer(std::make_shared<Sequential>(
+                             std::initializer_list<SequentialItem>{Dense(2)}, "unbuilt")),
+                         "sequential model 'unbuilt': used as a layer, it must be built (give it "
+                         "an Input first) but it has no input shape yet",
+                         ConfigError);
+    CHECK_THROWS_WITH_AS(ModelLayer(nullptr), "model layer: the model is null", ConfigError);
+    auto a = Input({2}, "a");
+    auto b = Input({2}, "b");
+    auto pair =
+        std::make_shared<Model>(std::vector<KerasTensor>{a, b}, call(Add(), {a, b}), "pair");
+    CHECK_THROWS_WITH_AS(ModelLayer{pair},
+                         "functional model 'pair': loadstar runs a model of one input and one "
+                         "output as a layer but it has 2 inputs and 1 output",
+                         ConfigError);
+    auto noisy = std::make_shared<Dense>(2, DenseOptions{.name = "noisy"});
+    noisy->set_activity_regularizer(std::make_shared<regularizers::L2>(0.1));
+    auto regularized = std::make_shared<Sequential>(
+        std::initializer_list<SequentialItem>{Input({2}), noisy}, "regularized");
+    CHECK_THROWS_WITH_AS(ModelLayer{regularized},
+                         "sequential model 'regularized': layer 'noisy' has an "
+                         "activity_regularizer, which loadstar does not apply inside a model "
+                         "used as a layer",
+                         ConfigError);
+    auto base = base_model();
+    auto wide = Input({5}, "wide");
+    CHECK_THROWS_WITH_AS(call(std::shared_ptr<Model>(base), wide),
+                         "sequential model layer 'base': expects one input of shape (4,) but got "
+                         "(5,)",
+                         ShapeError);
   }
 }

@@ -134,9 +134,9 @@ class Layer : public std::enable_shared_from_this<Layer> {
   LOADSTAR_DECL void set_built(std::vector<Shape> input_shapes, Shape output_shape);
 
   /// Keras's `layer.trainable`: `false` freezes the weights (they become non-trainable, so that
-  /// optimizers skip them), those created later included.
+  /// optimizers skip them), those created later included. A layer owning layers freezes them too.
   bool trainable() const noexcept { return trainable_; }
-  LOADSTAR_DECL void set_trainable(bool trainable);
+  LOADSTAR_DECL virtual void set_trainable(bool trainable);
 
   /// The number of scalars in the weights.
   LOADSTAR_DECL std::size_t count_params() const noexcept;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "loadstar/error.hpp"
+#include "loadstar/keras/detail/nested_model.hpp"
 #include "loadstar/keras/input.hpp"
 #include "loadstar/keras/layers/input_layer.hpp"
 #include "loadstar/keras/model.hpp"
@@ -27,6 +28,10 @@ class SequentialItem {
   template <class L>
   requires std::constructible_from<LayerArg, L> SequentialItem(L&& layer)  // NOLINT: implicit
       : layer_(LayerArg(std::forward<L>(layer)).get()) {}
+  /// A model, used as a layer (`ModelLayer`, keras/model_layer.hpp).
+  template <std::derived_from<Model> M>
+  SequentialItem(std::shared_ptr<M> model)  // NOLINT: implicit on purpose
+      : layer_(detail::model_as_layer(std::move(model))) {}
 
   const std::optional<KerasTensor>& input() const noexcept { return input_; }
   const std::shared_ptr<Layer>& layer() const noexcept { return layer_; }

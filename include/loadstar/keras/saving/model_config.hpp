@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "loadstar/config.hpp"
+#include "loadstar/keras/detail/nested_model.hpp"
 #include "loadstar/keras/model.hpp"
 #include "loadstar/keras/registry.hpp"
 #include "loadstar/keras/saving/unsupported_layers_error.hpp"
@@ -311,13 +312,16 @@ std::shared_ptr<Layer> layer_from_entry(const ConfigReader& model, const nlohman
   const auto class_name = read.get<std::string>("class_name");
   const nlohmann::json empty = nlohmann::json::object();
   const nlohmann::json* config = read.has("config") ? read.find("config") : &empty;
+  const CustomObjects* custom = current_custom_objects();
   if ((class_name == "Sequential" || class_name == "Functional" || class_name == "Model") &&
+      (custom == nullptr || custom->find<Layer>(class_name) == nullptr) &&
       !Registry<Layer>::instance().contains(class_name)) {
-    std::string layer = "?";
-    if (config->is_object() && config->contains("name") && (*config)["name"].is_string())
-      layer = (*config)["name"].get<std::string>();
-    throw ConfigError(model.owner() + ": " + path + ": layer '" + layer + "' is a nested " +
-                      class_name + " model, which loadstar cannot load yet");
+    // A nested model (Keras writes its config as the model's own): a `ModelLayer`.
+    try {
+      return model_layer_from_config(class_name, *config);
+    } catch (const ConfigError& e) {
+      throw ConfigError(model.owner() + ": " + path + ": " + e.what());
+    }
   }
   try {
     return Registry<Layer>::instance().create(class_name, *config);
@@ -370,6 +374,13 @@ std::unique_ptr<Model> sequential_from_config(const nlohmann::json& config) {
         const ConfigReader shape_reader(*layer_config, read.owner(), path + ".config");
         model->add(Input(layers::detail::config_batch_shape(shape_reader, "batch_input_shape"),
                          layer->name() + "_input"));
+        has_input = true;
+      }
+      // A model first (tf.keras 2's `Sequential([base, ...])`) gives its input: Keras's outer
+      // model takes the nested model's inputs.
+      const Model* nested = nested_model(*layer);
+      if (!has_input && i == 0 && nested != nullptr) {
+        model->add(Input(nested->inputs()[0].shape(), nested->input_names()[0]));
         has_input = true;
       }
       model->add(layer);
@@ -498,3 +509,7 @@ std::unique_ptr<Model> functional_from_config(const nlohmann::json& config,
 
 }  // namespace loadstar::keras::detail
 #endif
+
+// A model used as a layer, which `layer_from_entry` makes for a nested model's entry: after
+// `Model` and `model_from_config`, whichever header a program includes first.
+#include "loadstar/keras/model_layer.hpp"

@@ -30,6 +30,7 @@
 
 #include "loadstar/error.hpp"
 #include "loadstar/keras/detail/keras_layer_order.hpp"
+#include "loadstar/keras/detail/nested_model.hpp"
 #include "loadstar/keras/layer.hpp"
 #include "loadstar/keras/layers/bidirectional.hpp"
 #include "loadstar/keras/layers/detail/recurrent.hpp"
@@ -87,6 +88,11 @@ struct Keras3Vars {
 /// forward_layer/cell/vars`); `TimeDistributed` walks the wrapped layer as `layer`; every other
 /// layer keeps its weights in its own `vars`.
 LOADSTAR_DECL std::vector<Keras3Vars> keras3_vars(const Layer& layer);
+
+/// The order tf.keras 2's HDF5 files keep a layer's weights in (`_legacy_weights`: the trainable
+/// weights, then the others): for a model used as a layer, whose weights are in layer order, the
+/// indices of its trainable weights, then of the others; `0, 1, ...` for every other layer.
+LOADSTAR_DECL std::vector<std::size_t> legacy_weight_order(const Layer& layer);
 
 /// The groups Keras 3 stores each entry of `model.layers` under (`layers/<key>`): the class name
 /// in snake case, made unique with `_1`, `_2`, ... in list order (saving_lib's
@@ -324,6 +330,32 @@ std::vector<std::string> keras3_keys(const std::vector<KerasLayerEntry>& entries
 
 std::vector<Keras3Vars> keras3_vars(const Layer& layer) {
   const std::size_t n = layer.weights().size();
+  if (const Model* model = nested_model(layer)) {
+    // A nested model keeps its layers as a model does (`layers/<key>/layers/<inner key>/vars`);
+    // its weights are its layers' in `model.layers()` order.
+    std::map<const Layer*, std::size_t> offsets;
+    std::size_t offset = 0;
+    for (const auto& inner : model->layers()) {
+      offsets[inner.get()] = offset;
+      offset += inner->weights().size();
+    }
+    std::vector<Keras3Vars> out{{"", layer.name(), 0, 0}};
+    const auto entries = keras_layers(*model);
+    const auto keys = keras3_keys(entries);
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+      const std::string path = "layers/" + keys[i];
+      if (entries[i].layer == nullptr) {
+        out.push_back({path, entries[i].name, 0, 0});
+        continue;
+      }
+      for (const Keras3Vars& group : keras3_vars(*entries[i].layer)) {
+        out.push_back({path + (group.path.empty() ? "" : "/" + group.path),
+                       group.path.empty() ? entries[i].name : group.name,
+                       offsets.at(entries[i].layer) + group.first, group.count});
+      }
+    }
+    return out;
+  }
   if (dynamic_cast<const layers::detail::RecurrentLayer*>(&layer) != nullptr) {
     return {{"", layer.name(), 0, 0}, {"cell", snake_case(layer.class_name()) + "_cell", 0, n}};
   }
@@ -354,6 +386,18 @@ std::vector<Keras3Vars> keras3_vars(const Layer& layer) {
   return {{"", layer.name(), 0, n}};
 }
 
+std::vector<std::size_t> legacy_weight_order(const Layer& layer) {
+  const auto weights = layer.weights();
+  std::vector<std::size_t> order(weights.size());
+  for (std::size_t k = 0; k < order.size(); ++k)
+    order[k] = k;
+  if (nested_model(layer) != nullptr) {
+    std::stable_partition(order.begin(), order.end(),
+                          [&](std::size_t k) { return weights[k].trainable; });
+  }
+  return order;
+}
+
 std::map<const Layer*, std::vector<Tensor<float>>> host_weights(const Model& model) {
   std::map<const Layer*, std::vector<Tensor<float>>> out;
   auto all = model.get_weights();
@@ -374,9 +418,19 @@ Tensor<float> to_host(const Model& model, const Tensor<float>& tensor) {
 
 std::vector<std::pair<std::string, std::string>> trainable_names(const Model& model) {
   std::vector<std::pair<std::string, std::string>> out;
-  for (const auto& layer : model.layers())
-    for (const auto& w : layer->weights())
-      if (w.trainable) out.emplace_back(layer->name(), w.name);
+  for (const auto& layer : model.layers()) {
+    for (const auto& w : layer->weights()) {
+      if (!w.trainable) continue;
+      // A nested model's weights are named after its layers ("dense/kernel"), as tf.keras names
+      // their variables.
+      const auto slash = w.name.rfind('/');
+      if (nested_model(*layer) != nullptr && slash != std::string::npos) {
+        out.emplace_back(w.name.substr(0, slash), w.name.substr(slash + 1));
+      } else {
+        out.emplace_back(layer->name(), w.name);
+      }
+    }
+  }
   return out;
 }
 
@@ -602,14 +656,23 @@ nlohmann::json keras3_model_config(const Model& model, bool include_compile) {
   nlohmann::json layers = nlohmann::json::array();
   for (const auto& entry : config["layers"]) {
     const std::string layer_class = entry["class_name"].get<std::string>();
-    nlohmann::json out = {{"module", "keras.layers"},
-                          {"class_name", layer_class},
-                          {"config", keras3_layer_config(layer_class, entry["config"])},
-                          {"registered_name", nullptr}};
     const std::string name = entry.contains("name") ? entry["name"].get<std::string>()
                              : entry["config"].contains("name")
                                  ? entry["config"]["name"].get<std::string>()
                                  : std::string();
+    nlohmann::json out = {{"module", "keras.layers"},
+                          {"class_name", layer_class},
+                          {"config", keras3_layer_config(layer_class, entry["config"])},
+                          {"registered_name", nullptr}};
+    if (const auto it = by_name.find(name); it != by_name.end()) {
+      if (const Model* nested = nested_model(*it->second)) {
+        // A nested model is written as Keras 3 serializes a model, with its layer's name and
+        // trainable.
+        out = keras3_model_config(*nested, false);
+        out["config"]["name"] = name;
+        out["config"]["trainable"] = it->second->trainable();
+      }
+    }
     if (const auto it = by_name.find(name); it != by_name.end() && it->second->built()) {
       const auto& shapes = it->second->built_input_shapes();
       nlohmann::json input_shape;
@@ -684,6 +747,13 @@ nlohmann::json legacy_model_config(nlohmann::json config) {
   if (layers != inner->end() && layers->is_array()) {
     for (auto& entry : *layers) {
       if (!entry.is_object()) continue;
+      // A nested model's config: its own layers' calls too.
+      const auto entry_class = entry.find("class_name");
+      if (entry_class != entry.end() && entry_class->is_string() && entry.contains("config") &&
+          (*entry_class == "Functional" || *entry_class == "Sequential" ||
+           *entry_class == "Model")) {
+        entry["config"] = legacy_model_config(entry)["config"];
+      }
       const auto nodes = entry.find("inbound_nodes");
       if (nodes == entry.end() || !nodes->is_array()) continue;
       nlohmann::json legacy = nlohmann::json::array();
@@ -728,13 +798,15 @@ void write_legacy_layers(H5Writer& writer, hid_t group, const Model& model) {
     std::vector<std::string> weight_names;
     if (entry->layer != nullptr) {
       const auto& values = weights[entry->layer];
-      for (std::size_t k = 0; k < values.size(); ++k) {
-        weight_names.push_back(entry->name + "/" + entry->layer->weights()[k].name + ":0");
-      }
+      // A nested model's weights are named after its own layers ("dense/kernel:0").
+      const std::string prefix = nested_model(*entry->layer) != nullptr ? "" : entry->name + "/";
+      const auto order = legacy_weight_order(*entry->layer);
+      for (const std::size_t k : order)
+        weight_names.push_back(prefix + entry->layer->weights()[k].name + ":0");
       writer.string_list_attribute(layer_group.get(), "weight_names", weight_names);
-      for (std::size_t k = 0; k < values.size(); ++k) {
-        writer.float_dataset(layer_group.get(), weight_names[k], values[k].shape(),
-                             values[k].data());
+      for (std::size_t i = 0; i < order.size(); ++i) {
+        writer.float_dataset(layer_group.get(), weight_names[i], values[order[i]].shape(),
+                             values[order[i]].data());
       }
     } else {
       writer.string_list_attribute(layer_group.get(), "weight_names", weight_names);
@@ -829,8 +901,19 @@ void assign_weights(Model& model, const ModelFile& file, const LoadWeightsOption
     offsets[layer.get()] = offset;
     offset += layer->weights().size();
   }
-  const auto assign = [&](const Layer& layer, const StoredLayer& stored) {
+  const auto assign = [&](const Layer& layer, const StoredLayer& file_order) {
     const auto weights = layer.weights();
+    // tf.keras 2's files keep a nested model's trainable weights first (`legacy_weight_order`).
+    StoredLayer reordered;
+    const bool legacy =
+        file.layout != FileLayout::keras3_archive && file.layout != FileLayout::keras3_weights;
+    if (legacy && nested_model(layer) != nullptr && file_order.weights.size() == weights.size()) {
+      const auto order = legacy_weight_order(layer);
+      reordered = file_order;
+      for (std::size_t i = 0; i < order.size(); ++i)
+        reordered.weights[order[i]] = file_order.weights[i];
+    }
+    const StoredLayer& stored = reordered.weights.empty() ? file_order : reordered;
     if (stored.weights.size() != weights.size()) {
       if (options.skip_mismatch) return;
       throw ShapeError(where + ": layer '" + layer.name() + "' (" + layer.class_name() + ") has " +

@@ -301,8 +301,9 @@ ModelFile read_keras3_weights(const H5Reader& reader, FileLayout layout) {
     H5Id layers = reader.open_group(root, "layers", "root");
     // A layer's tracked sublayers keep their variables in groups of their own below it
     // (`layers/lstm/cell/vars`, `layers/bidirectional/forward_layer/cell/vars`): each `vars`
-    // group is read under its path below `layers/`, down to the depth Keras's layers nest.
-    constexpr int max_depth = 3;
+    // group is read under its path below `layers/`, down to the depth Keras's layers nest
+    // (nested models add two levels each: `layers/functional/layers/bidirectional/...`).
+    constexpr int max_depth = 12;
     constexpr std::size_t max_groups = std::size_t{1} << 16;
     std::vector<std::pair<std::string, int>> pending;
     for (const auto& key : reader.children(layers.get(), "group '/layers'"))
