@@ -467,6 +467,31 @@ TEST_SUITE("keras") {
     CHECK(losses.back() < losses.front());
   }
 
+  TEST_CASE("A frozen BatchNormalization normalizes with its moving statistics in training") {
+    // Keras's fine-tuning rule at the top level too: frozen, the layer is in inference mode.
+    Sequential model{Input({3}), BatchNormalization({.name = "bn"}), Dense(1, {.name = "head"})};
+    model.layers()[0]->set_trainable(false);
+    model.compile({.optimizer = "sgd", .loss = "mse"});
+    Tensor<float> x(Shape{4, 3});
+    for (std::size_t i = 0; i < x.size(); ++i)
+      x.data()[i] = 3.0F + float(i);
+    const Tensor<float> y(Shape{4, 1}, 1.0F);
+    const auto before = model.get_weights();
+    // gamma 1, beta 0, moving mean 0 and variance 1: the layer passes x / sqrt(1 + 0.001), so the
+    // loss of the first step is the head's on that, not on the batch-normalized x (mean 0).
+    const Tensor<float> expected = model.predict(x, {.verbose = 0});
+    const double loss = model.train_on_batch(x, y).get("loss").value();
+    double mse = 0.0;
+    for (std::size_t i = 0; i < 4; ++i)
+      mse += (double(expected.data()[i]) - 1.0) * (double(expected.data()[i]) - 1.0) / 4.0;
+    CHECK(loss == doctest::Approx(mse).epsilon(1e-5));
+    const auto after = model.get_weights();
+    for (std::size_t i = 0; i < 4; ++i) {
+      INFO("weight ", i);
+      CHECK(after[i] == before[i]);
+    }
+  }
+
   TEST_CASE("ModelLayer trains unfrozen as the same layers stacked flat") {
     auto base = base_model();
     Sequential nested{Input({4}), base, Dense(2, {.name = "head"})};

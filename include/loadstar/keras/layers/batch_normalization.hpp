@@ -29,7 +29,8 @@ struct BatchNormalizationOptions {
 /// `moving = moving * momentum + batch * (1 - momentum)`. The variance fed to that update follows
 /// tf.keras 2: rank-4 inputs take Keras's fused path (`tf.compat.v1.nn.fused_batch_norm`, whose
 /// batch variance carries Bessel's correction `n / (n - 1)`), other ranks the non-fused path
-/// (`tf.nn.moments`, biased).
+/// (`tf.nn.moments`, biased). A frozen layer (`set_trainable(false)`) normalises with the moving
+/// statistics in training too and does not update them, as Keras does for fine-tuning.
 /// \code
 /// BatchNormalization bn;
 /// BatchNormalization light({.momentum = 0.9, .scale = false});
@@ -112,7 +113,9 @@ void BatchNormalization::forward(std::span<const Tensor<float>> inputs, const Te
   check_inputs(inputs);
   Backend& backend = ctx.backend;
   const Tensor<float>& x = inputs[0];
-  if (!ctx.training) {
+  // A frozen layer normalizes with its moving statistics in training too (Keras 3's `training
+  // and self.trainable`, tf.keras 2's since 2.1), and leaves them as they are.
+  if (!ctx.training || !trainable()) {
     backend.batch_norm_forward(x, moving_mean().value, moving_variance().value, gamma(), beta(),
                                epsilon(), output);
     return;
@@ -144,7 +147,7 @@ void BatchNormalization::backward(std::span<const Tensor<float>> inputs, const T
   const Tensor<float> dgamma = options_.scale ? weights_[0].gradient : Tensor<float>();
   const Tensor<float> dbeta =
       options_.center ? weights_[options_.scale ? 1 : 0].gradient : Tensor<float>();
-  if (ctx.training) {
+  if (ctx.training && trainable()) {
     // The batch statistics are recomputed rather than kept, so a shared layer stays correct.
     const Tensor<float> mean = mean_.get(backend, {features()});
     const Tensor<float> variance = variance_.get(backend, {features()});
