@@ -7,6 +7,8 @@
 /// `Model`: Keras's functional model, with `compile`, `fit`, `evaluate`, `predict`,
 /// `train_on_batch`, `test_on_batch`, `summary`, `get_weights` and `set_weights`.
 #pragma once
+// Read by sequential.hpp, whose saving headers wait for it when it comes first.
+#define LOADSTAR_DETAIL_MODEL_HPP
 
 #include "loadstar/config.hpp"
 
@@ -665,5 +667,8 @@ class Model {
 #include "loadstar/keras/model/steps.hpp"
 #include "loadstar/keras/model/weights.hpp"
 #endif
+// The saving headers use `Sequential`; sequential.hpp includes them itself when it comes first.
+#ifndef LOADSTAR_DETAIL_DEFER_SAVING
 #include "loadstar/keras/saving/model_config.hpp"
 #include "loadstar/keras/saving/saving.hpp"
+#endif

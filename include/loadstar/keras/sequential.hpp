@@ -16,6 +16,12 @@
 #include "loadstar/keras/detail/nested_model.hpp"
 #include "loadstar/keras/input.hpp"
 #include "loadstar/keras/layers/input_layer.hpp"
+// model.hpp ends with the saving headers, which use `Sequential`: when this header comes before
+// model.hpp, they wait until `Sequential` is defined below.
+#ifndef LOADSTAR_DETAIL_MODEL_HPP
+#define LOADSTAR_DETAIL_DEFER_SAVING
+#define LOADSTAR_DETAIL_SEQUENTIAL_DEFERS_SAVING
+#endif
 #include "loadstar/keras/model.hpp"
 
 namespace loadstar::keras {
@@ -87,6 +93,13 @@ class Sequential : public Model {
 };
 
 }  // namespace loadstar::keras
+
+#ifdef LOADSTAR_DETAIL_SEQUENTIAL_DEFERS_SAVING
+#undef LOADSTAR_DETAIL_SEQUENTIAL_DEFERS_SAVING
+#undef LOADSTAR_DETAIL_DEFER_SAVING
+#include "loadstar/keras/saving/model_config.hpp"
+#include "loadstar/keras/saving/saving.hpp"
+#endif
 
 // Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES

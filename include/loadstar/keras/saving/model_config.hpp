@@ -12,6 +12,12 @@
 
 #include "loadstar/config.hpp"
 #include "loadstar/keras/detail/nested_model.hpp"
+// model.hpp ends with this header and saving.hpp, which uses this one's declarations: when this
+// header comes before model.hpp, saving.hpp waits until its end.
+#ifndef LOADSTAR_DETAIL_MODEL_HPP
+#define LOADSTAR_DETAIL_DEFER_SAVING
+#define LOADSTAR_DETAIL_MODEL_CONFIG_DEFERS_SAVING
+#endif
 #include "loadstar/keras/model.hpp"
 #include "loadstar/keras/registry.hpp"
 #include "loadstar/keras/saving/unsupported_layers_error.hpp"
@@ -513,3 +519,9 @@ std::unique_ptr<Model> functional_from_config(const nlohmann::json& config,
 // A model used as a layer, which `layer_from_entry` makes for a nested model's entry: after
 // `Model` and `model_from_config`, whichever header a program includes first.
 #include "loadstar/keras/model_layer.hpp"
+
+#ifdef LOADSTAR_DETAIL_MODEL_CONFIG_DEFERS_SAVING
+#undef LOADSTAR_DETAIL_MODEL_CONFIG_DEFERS_SAVING
+#undef LOADSTAR_DETAIL_DEFER_SAVING
+#include "loadstar/keras/saving/saving.hpp"
+#endif
