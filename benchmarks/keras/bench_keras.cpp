@@ -53,7 +53,6 @@ using namespace loadstar;
 using namespace loadstar::keras;
 
 using bench::make_model;
-using bench::steps;
 
 /// Floating-point operations of one sample's training step (see the file's comment).
 double flops_per_sample(const Model& model, std::size_t batch) {
@@ -148,7 +147,7 @@ double sgemm_gflops() {
 void train(benchmark::State& state, const std::string& workload) {
   const auto batch = static_cast<std::size_t>(state.range(0));
   const auto threads = static_cast<std::size_t>(state.range(1));
-  const std::size_t rows = batch * steps;
+  const std::size_t rows = batch * bench::steps_of(workload);
   const auto [x, y] = bench::synthetic_data(workload, rows);
   const Tensor<float> masks = workload == "unet" ? bench::synthetic_masks(x) : Tensor<float>();
   auto model = make_model(workload, threads);

@@ -20,7 +20,8 @@
 //   a Conv2D 1x1 with one filter; binary cross-entropy from logits against a mask of the pixels
 //   whose first channel exceeds 0.5;
 // each with Adam(1e-3) and (but "unet") sparse categorical cross-entropy from logits, trained on
-// `steps` batches per pass of fit. benchmarks/peers/keras_torch.py builds the same
+// `steps_of(workload)` batches per pass of fit (50; 10 for "mobilenet" and "unet", whose steps are
+// longer). benchmarks/peers/keras_torch.py builds the same
 // architectures (layers, sizes, strides, bias or not, activations, BatchNormalization's
 // momentum and epsilon), optimizer and loss in PyTorch.
 #pragma once
@@ -36,8 +37,10 @@
 
 namespace loadstar::bench {
 
-/// Batches per pass of fit (one timed iteration).
+/// Batches per pass of fit (one timed iteration) of the mlp, cnn and text workloads.
 inline constexpr std::size_t steps = 50;
+/// Batches per pass of fit of the mobilenet and unet workloads.
+inline constexpr std::size_t image_steps = 10;
 /// Token ids per sequence of the text workload.
 inline constexpr std::size_t text_steps = 100;
 
@@ -55,6 +58,11 @@ inline keras::KerasTensor conv_bn_relu6(keras::KerasTensor x, std::size_t filter
   x = call(Conv2D(filters, size, {.strides = stride, .padding = "same", .use_bias = false}), x);
   x = call(BatchNormalization(), x);
   return call(ReLU({.max_value = 6.0F}), x);
+}
+
+/// Batches per pass of fit of the workload.
+inline std::size_t steps_of(const std::string& workload) {
+  return color_images(workload) ? image_steps : steps;
 }
 
 /// The mobilenet workload's model (see the file's comment).

@@ -6,7 +6,7 @@ the small U-Net of benchmarks/keras/workloads.hpp, layer for layer: sizes, strid
 activations, BatchNorm2d with Keras's epsilon 1e-3 and momentum 0.99 (PyTorch's 0.01);
 channels first as PyTorch wants), Adam(1e-3, eps 1e-7 as Keras) and cross-entropy from logits
 (binary for the U-Net, against the mask of pixels whose first channel exceeds 0.5), trained for
-the same 50 steps per pass on synthetic 28x28 images (32x32x3 for the MobileNet and the U-Net,
+the same 50 steps per pass (10 for the MobileNet and the U-Net) on synthetic 28x28 images (32x32x3 for the MobileNet and the U-Net,
 100 token ids for the text CNN). Keras's "same" padding with stride 2 pads one row and column
 after the image; PyTorch's padding=1 pads one on each side: the same output sizes and work.
 
@@ -44,6 +44,8 @@ import time
 import common
 
 STEPS = 50
+# The MobileNet's and the U-Net's steps per pass (as workloads.hpp's image_steps).
+IMAGE_STEPS = 10
 MEASURE_SECONDS = 2.0
 GRID = [("mlp", 32, 1), ("mlp", 32, 2), ("mlp", 256, 1), ("mlp", 256, 2), ("cnn", 32, 1),
         ("cnn", 32, 2), ("cnn", 256, 1), ("cnn", 256, 2), ("text", 32, 1), ("text", 32, 2)] + \
@@ -129,19 +131,24 @@ def model_of(workload):
                          nn.ReLU(), nn.Linear(128, 10))
 
 
+def steps_of(workload):
+    return IMAGE_STEPS if workload in ("mobilenet", "unet") else STEPS
+
+
 def data_of(workload, batch, device):
-    """STEPS batches of inputs and labels, made on (and kept in) device."""
+    """steps_of(workload) batches of inputs and labels, made on (and kept in) device."""
     import torch
+    steps = steps_of(workload)
     if workload == "text":
-        xs = [torch.randint(0, 1000, (batch, TEXT_STEPS), device=device) for _ in range(STEPS)]
+        xs = [torch.randint(0, 1000, (batch, TEXT_STEPS), device=device) for _ in range(steps)]
     elif workload in ("mobilenet", "unet"):
-        xs = [torch.rand((batch, 3, 32, 32), device=device) for _ in range(STEPS)]
+        xs = [torch.rand((batch, 3, 32, 32), device=device) for _ in range(steps)]
     else:
         shape = (batch, 28, 28) if workload == "mlp" else (batch, 1, 28, 28)
-        xs = [torch.rand(shape, device=device) for _ in range(STEPS)]
+        xs = [torch.rand(shape, device=device) for _ in range(steps)]
     if workload == "unet":  # the mask of the pixels whose first channel exceeds 0.5
         return xs, [(x[:, 0:1] > 0.5).float() for x in xs]
-    ys = [torch.arange(batch, device=device) % 10 for _ in range(STEPS)]
+    ys = [torch.arange(batch, device=device) % 10 for _ in range(steps)]
     return xs, ys
 
 
@@ -225,7 +232,7 @@ def measure_record(workload, batch, threads, device, mode):
     samples, start = 0, time.perf_counter()
     while time.perf_counter() - start < MEASURE_SECONDS:
         one_pass()
-        samples += batch * STEPS
+        samples += batch * len(xs)
     synchronize()  # every step queued is in the timed region
     rate = samples / (time.perf_counter() - start)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
