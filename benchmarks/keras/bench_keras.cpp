@@ -2,18 +2,34 @@
 // -> Dense(10)) at batch 32 and 256 and a small CNN (Conv2D 32, MaxPooling2D, Conv2D 64,
 // MaxPooling2D, Flatten, Dense 128, Dense 10) at batch 32 and 256, and a 1-D text CNN (Embedding
 // 1000x32, Conv1D 64x5, MaxPooling1D 4, Conv1D 64x5, GlobalMaxPooling1D, Dense 10) on sequences of
-// 100 token ids at batch 32, Adam(1e-3), sparse categorical cross-entropy from logits, on synthetic
-// data (workloads.hpp, shared with bench_keras_gpu), with 1 and 2 threads. Each iteration
+// 100 token ids at batch 32, a small MobileNet (depthwise-separable blocks with batch
+// normalization and ReLU(6)) and a small U-Net (Conv2DTranspose and Concatenate skip connections,
+// one logit per pixel) on 32x32x3 images at batch 32 and 256, Adam(1e-3), sparse categorical
+// cross-entropy from logits (binary for the U-Net), on synthetic data (workloads.hpp, shared with
+// bench_keras_gpu, which describes the models), with 1 and 2 threads. Each iteration
 // trains a fixed number of steps with fit; names are "<workload>/<batch>/<threads>", the counter
 // "rate" is samples per second (beside benchmarks/peers/keras_torch.py, same models and steps),
 // "peak_rss_mb" the process's peak resident memory.
 //
 // The roofline: "flops_per_sample" counts the floating-point operations of one sample's training
 // step (2 per multiply-add): forward, backward (the weight gradient and, except for the first
-// layer, the input gradient) of every Dense, Conv1D and Conv2D, and Adam's 6 multiply-adds per
-// parameter spread over the batch; "sgemm_gflops" is this machine's single-thread SGEMM peak,
-// measured in the same process (CpuBackend(1).gemm on 512 x 512 x 512, the best of 10 runs), so
-// that benchmarks/run reports GFLOP/s and their fraction of the peak per thread.
+// layer, the input gradient) of every Dense, Conv1D, Conv2D, DepthwiseConv2D and Conv2DTranspose,
+// and Adam's 6 multiply-adds per parameter spread over the batch; "sgemm_gflops" is this
+// machine's single-thread SGEMM peak, measured in the same process (CpuBackend(1).gemm on 512 x
+// 512 x 512, the best of 10 runs), so that benchmarks/run reports GFLOP/s and their fraction of
+// the peak per thread.
+//
+// The memory bound: "bytes_per_sample" counts the bytes one sample's training step moves at least
+// when each layer is one pass over memory (no two layers fused): a layer's forward pass reads its
+// inputs and writes its output, its backward pass reads the output's gradient and its inputs and
+// writes the inputs' gradients (3 x inputs + 2 x output floats; Reshape, Flatten and the input
+// move nothing), each weight is read twice (forward, backward) and its gradient written, and
+// Adam reads 4 and writes 3 floats per parameter, the weights' part spread over the batch.
+// "copy_gbs" is this machine's memory bandwidth with the benchmark's thread count, measured in
+// the same process as STREAM's Copy does (each thread copies its share of two 64 MiB arrays,
+// bytes read plus bytes written per second, the best of 10 copies), after the peak resident
+// memory is read; benchmarks/run reports the rate this allows (copy_gbs / bytes_per_sample) and
+// our rate's fraction of it.
 
 #include <benchmark/benchmark.h>
 #include <sys/resource.h>
@@ -21,10 +37,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <loadstar/keras.hpp>
 #include <loadstar/keras/backend/cpu_backend.hpp>
 #include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "workloads.hpp"
 
@@ -34,7 +53,6 @@ using namespace loadstar;
 using namespace loadstar::keras;
 
 using bench::make_model;
-using bench::steps;
 
 /// Floating-point operations of one sample's training step (see the file's comment).
 double flops_per_sample(const Model& model, std::size_t batch) {
@@ -42,12 +60,16 @@ double flops_per_sample(const Model& model, std::size_t batch) {
   bool first = true;  // no layer with weights before: no input gradient
   for (const auto& layer : model.layers()) {
     const std::string kind = layer->class_name();
-    if (kind != "Dense" && kind != "Conv1D" && kind != "Conv2D") {
+    if (kind != "Dense" && kind != "Conv1D" && kind != "Conv2D" && kind != "DepthwiseConv2D" &&
+        kind != "Conv2DTranspose") {
       if (!layer->weights().empty()) first = false;
       continue;
     }
-    const Shape& out = layer->built_output_shape();
-    // Every output position multiplies the kernel once: positions x kernel elements.
+    // Every output position multiplies the kernel once: positions x kernel elements (a
+    // depthwise kernel holds one tap per output channel; a transposed convolution multiplies its
+    // kernel once per input position).
+    const Shape& out =
+        kind == "Conv2DTranspose" ? layer->built_input_shapes()[0] : layer->built_output_shape();
     const double positions =
         static_cast<double>(out.elements()) / static_cast<double>(out[out.rank() - 1]);
     const double forward = positions * static_cast<double>(layer->weights()[0].value.size());
@@ -56,6 +78,50 @@ double flops_per_sample(const Model& model, std::size_t batch) {
   }
   multiply_adds += 6.0 * static_cast<double>(model.count_params()) / static_cast<double>(batch);
   return 2.0 * multiply_adds;
+}
+
+/// Bytes one sample's training step moves at least, layer by layer (see the file's comment).
+double bytes_per_sample(const Model& model, std::size_t batch) {
+  double floats = 0.0;
+  for (const auto& layer : model.layers()) {
+    const std::string kind = layer->class_name();
+    if (kind == "InputLayer" || kind == "Reshape" || kind == "Flatten") continue;
+    double inputs = 0.0;
+    for (const Shape& in : layer->built_input_shapes())
+      inputs += static_cast<double>(in.elements());
+    floats += 3.0 * inputs + 2.0 * static_cast<double>(layer->built_output_shape().elements());
+    double weights = 0.0;
+    for (const auto& w : layer->weights())
+      weights += static_cast<double>(w.value.size());
+    floats += (3.0 + 7.0) * weights / static_cast<double>(batch);
+  }
+  return 4.0 * floats;
+}
+
+/// This machine's memory bandwidth in GB/s with `threads` threads, as STREAM's Copy measures it.
+double copy_gbs(std::size_t threads) {
+  constexpr std::size_t bytes = std::size_t{64} << 20;
+  std::vector<char> from(bytes, 1), to(bytes, 0);
+  const auto copy = [&] {
+    std::vector<std::thread> workers;
+    for (std::size_t t = 0; t < threads; ++t) {
+      workers.emplace_back([&, t] {
+        const std::size_t begin = bytes * t / threads, end = bytes * (t + 1) / threads;
+        std::memcpy(to.data() + begin, from.data() + begin, end - begin);
+      });
+    }
+    for (auto& worker : workers)
+      worker.join();
+    benchmark::ClobberMemory();
+  };
+  double best = 0.0;
+  for (int run = 0; run < 11; ++run) {
+    const auto start = std::chrono::steady_clock::now();
+    copy();
+    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+    if (run > 0) best = std::max(best, 2.0 * static_cast<double>(bytes) / took.count() / 1e9);
+  }
+  return best;
 }
 
 /// This machine's single-thread SGEMM peak in GFLOP/s (measured once per process).
@@ -81,13 +147,15 @@ double sgemm_gflops() {
 void train(benchmark::State& state, const std::string& workload) {
   const auto batch = static_cast<std::size_t>(state.range(0));
   const auto threads = static_cast<std::size_t>(state.range(1));
-  const std::size_t rows = batch * steps;
+  const std::size_t rows = batch * bench::steps_of(workload);
   const auto [x, y] = bench::synthetic_data(workload, rows);
+  const Tensor<float> masks = workload == "unet" ? bench::synthetic_masks(x) : Tensor<float>();
   auto model = make_model(workload, threads);
   const FitOptions options{.epochs = 1, .batch_size = batch, .verbose = 0, .shuffle = false};
-  model->fit(x, y, options);  // warm-up: buffers allocated, optimizer slots created
+  // Warm-up: buffers allocated, optimizer slots created.
+  bench::fit_pass(*model, workload, x, y, masks, options);
   for (auto _ : state)
-    model->fit(x, y, options);
+    bench::fit_pass(*model, workload, x, y, masks, options);
   state.counters["rate"] = benchmark::Counter(static_cast<double>(state.iterations() * rows),
                                               benchmark::Counter::kIsRate);
   rusage usage{};
@@ -95,6 +163,8 @@ void train(benchmark::State& state, const std::string& workload) {
   state.counters["peak_rss_mb"] = static_cast<double>(usage.ru_maxrss) / 1024.0;
   state.counters["flops_per_sample"] = flops_per_sample(*model, batch);
   state.counters["sgemm_gflops"] = sgemm_gflops();
+  state.counters["bytes_per_sample"] = bytes_per_sample(*model, batch);
+  state.counters["copy_gbs"] = copy_gbs(threads);
   state.SetLabel("samples/s");
 }
 
@@ -106,6 +176,12 @@ void cnn(benchmark::State& state) {
 }
 void text(benchmark::State& state) {
   train(state, "text");
+}
+void mobilenet(benchmark::State& state) {
+  train(state, "mobilenet");
+}
+void unet(benchmark::State& state) {
+  train(state, "unet");
 }
 
 }  // namespace
@@ -131,6 +207,23 @@ BENCHMARK(text)
     ->Name("text")
     ->Args({32, 1})
     ->Args({32, 2})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+BENCHMARK(mobilenet)
+    ->Name("mobilenet")
+    ->Args({32, 1})
+    ->Args({32, 2})
+    ->Args({256, 1})
+    ->Args({256, 2})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(unet)
+    ->Name("unet")
+    ->Args({32, 1})
+    ->Args({32, 2})
+    ->Args({256, 1})
+    ->Args({256, 2})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

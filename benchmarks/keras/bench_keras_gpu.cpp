@@ -1,12 +1,13 @@
 // Training throughput of the Keras executor on the CUDA backend (`keras::cuda_backend(0)`): the
-// MLP and the CNN of bench_keras (workloads.hpp: same models, Adam(1e-3), cross-entropy from
-// logits, synthetic data) at batch 32 and 256, beside PyTorch on the same GPU
-// (benchmarks/peers/keras_torch.py --device cuda: eager and with the whole step in a CUDA graph).
-// Built only where Meson enables CUDA; `benchmarks/run keras --gpu` runs it.
+// MLP, the CNN, the MobileNet and the U-Net of bench_keras (workloads.hpp: same models,
+// Adam(1e-3), cross-entropy from logits, synthetic data) at batch 32 and 256, beside PyTorch on the
+// same GPU (benchmarks/peers/keras_torch.py --device cuda: eager and with the whole step in a CUDA
+// graph). Built only where Meson enables CUDA; `benchmarks/run keras --gpu` runs it.
 //
 // Names are "<workload>/<batch>/gpu"; the counter "rate" is samples per second, "peak_rss_mb"
 // the process's peak resident memory and "device_mb" the device memory the backend's pool holds.
-// Each iteration trains 50 steps with fit from arrays kept in device memory
+// Each iteration trains 50 steps (10 for the MobileNet and the U-Net) with fit from arrays kept in
+// device memory
 // (`backend.from_host`: each batch's rows are copied on the device), as PyTorch's peer keeps its
 // batches on the device, and ends with the device synchronized, so that the timed region holds
 // every kernel it queued. --host-arrays trains from host arrays instead (each batch converted
@@ -55,9 +56,11 @@ void synchronize() {
 }
 
 void train(benchmark::State& state, const std::string& workload, std::size_t batch) {
-  const std::size_t rows = batch * bench::steps;
+  const std::size_t rows = batch * bench::steps_of(workload);
   const auto [host_x, host_y] = bench::synthetic_data(workload, rows);
-  const Tensor<float> labels = host_y.cast<float>();
+  // The unet workload's targets are its masks; the others', their labels.
+  const Tensor<float> labels =
+      workload == "unet" ? bench::synthetic_masks(host_x) : host_y.cast<float>();
   const Tensor<float> x = host_arrays ? host_x : backend->from_host(host_x);
   const Tensor<float> y = host_arrays ? labels : backend->from_host(labels);
   auto model = bench::make_model(workload, 1, backend);
@@ -126,7 +129,7 @@ bool listing_only(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  for (const char* workload : {"mlp", "cnn"}) {
+  for (const char* workload : {"mlp", "cnn", "mobilenet", "unet"}) {
     for (const std::size_t batch : {32, 256}) {
       const std::string name = std::string(workload) + "/" + std::to_string(batch) + "/gpu";
       benchmark::RegisterBenchmark(

@@ -7,8 +7,23 @@
 //   Dense 10 on 28x28x1 images;
 // - "text": Embedding 1000x32 -> Conv1D 64x5 -> MaxPooling1D 4 -> Conv1D 64x5 ->
 //   GlobalMaxPooling1D -> Dense 10 on sequences of 100 token ids;
-// each with Adam(1e-3) and sparse categorical cross-entropy from logits, trained on `steps`
-// batches per pass of fit.
+// - "mobilenet": on 32x32x3 images, a stem Conv2D 32 3x3 stride 2 "same", then four
+//   depthwise-separable blocks, each DepthwiseConv2D 3x3 "same" -> BatchNormalization -> ReLU(6)
+//   -> Conv2D 1x1 -> BatchNormalization -> ReLU(6), with (filters, stride) (64, 1), (128, 2),
+//   (128, 1), (256, 2) (16x16 -> 8x8 -> 4x4), then GlobalAveragePooling2D -> Dense 10; the
+//   convolutions have no bias (BatchNormalization follows each), every BatchNormalization
+//   Keras's defaults (momentum 0.99, epsilon 1e-3);
+// - "unet": a functional encoder-decoder on 32x32x3 images to one logit per pixel: two Conv2D 3x3
+//   "same" relu per level with 8, 16 and 32 filters (32x32, 16x16, 8x8), MaxPooling2D between the
+//   encoder's levels, Conv2DTranspose 2x2 stride 2 (16, then 8 filters, linear) up, Concatenate
+//   with the encoder's output of the same size (upsampled first), two Conv2D 3x3 "same" relu, and
+//   a Conv2D 1x1 with one filter; binary cross-entropy from logits against a mask of the pixels
+//   whose first channel exceeds 0.5;
+// each with Adam(1e-3) and (but "unet") sparse categorical cross-entropy from logits, trained on
+// `steps_of(workload)` batches per pass of fit (50; 10 for "mobilenet" and "unet", whose steps are
+// longer). benchmarks/peers/keras_torch.py builds the same
+// architectures (layers, sizes, strides, bias or not, activations, BatchNormalization's
+// momentum and epsilon), optimizer and loss in PyTorch.
 #pragma once
 
 #include <cstddef>
@@ -18,13 +33,74 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace loadstar::bench {
 
-/// Batches per pass of fit (one timed iteration).
+/// Batches per pass of fit (one timed iteration) of the mlp, cnn and text workloads.
 inline constexpr std::size_t steps = 50;
+/// Batches per pass of fit of the mobilenet and unet workloads.
+inline constexpr std::size_t image_steps = 10;
 /// Token ids per sequence of the text workload.
 inline constexpr std::size_t text_steps = 100;
+
+/// Whether the workload trains on 32x32x3 images (mobilenet, unet).
+inline bool color_images(const std::string& workload) {
+  return workload == "mobilenet" || workload == "unet";
+}
+
+/// Conv2D (`filters`, `size`x`size`, `stride`, "same", no bias) -> BatchNormalization -> ReLU(6),
+/// the mobilenet workload's convolutions.
+inline keras::KerasTensor conv_bn_relu6(keras::KerasTensor x, std::size_t filters, std::size_t size,
+                                        std::size_t stride) {
+  using namespace loadstar::keras;
+  using namespace loadstar::keras::layers;
+  x = call(Conv2D(filters, size, {.strides = stride, .padding = "same", .use_bias = false}), x);
+  x = call(BatchNormalization(), x);
+  return call(ReLU({.max_value = 6.0F}), x);
+}
+
+/// Batches per pass of fit of the workload.
+inline std::size_t steps_of(const std::string& workload) {
+  return color_images(workload) ? image_steps : steps;
+}
+
+/// The mobilenet workload's model (see the file's comment).
+inline std::unique_ptr<keras::Model> mobilenet_model() {
+  using namespace loadstar::keras;
+  using namespace loadstar::keras::layers;
+  auto input = Input({32, 32, 3});
+  auto x = conv_bn_relu6(input, 32, 3, 2);
+  for (const auto& [filters, stride] :
+       {std::pair<std::size_t, std::size_t>{64, 1}, {128, 2}, {128, 1}, {256, 2}}) {
+    x = call(DepthwiseConv2D(3, {.strides = stride, .padding = "same", .use_bias = false}), x);
+    x = call(BatchNormalization(), x);
+    x = call(ReLU({.max_value = 6.0F}), x);
+    x = conv_bn_relu6(x, filters, 1, 1);
+  }
+  x = call(GlobalAveragePooling2D(), x);
+  return std::make_unique<Model>(std::vector{input}, std::vector{call(Dense(10), x)}, "mobilenet");
+}
+
+/// The unet workload's model (see the file's comment).
+inline std::unique_ptr<keras::Model> unet_model() {
+  using namespace loadstar::keras;
+  using namespace loadstar::keras::layers;
+  const auto conv_pair = [](KerasTensor x, std::size_t filters) {
+    x = call(Conv2D(filters, 3, {.padding = "same", .activation = "relu"}), x);
+    return call(Conv2D(filters, 3, {.padding = "same", .activation = "relu"}), x);
+  };
+  const auto up = [&](KerasTensor x, const KerasTensor& skip, std::size_t filters) {
+    x = call(Conv2DTranspose(filters, 2, {.strides = 2}), x);
+    return conv_pair(call(Concatenate(), std::vector{x, skip}), filters);
+  };
+  auto input = Input({32, 32, 3});
+  const auto level1 = conv_pair(input, 8);                          // 32x32x8
+  const auto level2 = conv_pair(call(MaxPooling2D(), level1), 16);  // 16x16x16
+  const auto bottom = conv_pair(call(MaxPooling2D(), level2), 32);  // 8x8x32
+  const auto x = up(up(bottom, level2, 16), level1, 8);             // 32x32x8
+  return std::make_unique<Model>(std::vector{input}, std::vector{call(Conv2D(1, 1), x)}, "unet");
+}
 
 /// The workload's model, compiled with Adam(1e-3) and cross-entropy from logits on `backend`
 /// (the CPU backend with `threads` threads when null).
@@ -33,6 +109,17 @@ inline std::unique_ptr<keras::Model> make_model(const std::string& workload, std
   using namespace loadstar::keras;
   using namespace loadstar::keras::layers;
   set_random_seed(1);
+  if (color_images(workload)) {
+    auto model = workload == "unet" ? unet_model() : mobilenet_model();
+    const LossArg loss =
+        workload == "unet" ? LossArg(std::make_shared<losses::BinaryCrossentropy>(true))
+                           : LossArg(std::make_shared<losses::SparseCategoricalCrossentropy>(true));
+    model->compile({.optimizer = optimizers::Adam({.learning_rate = 1e-3}),
+                    .loss = loss,
+                    .threads = threads,
+                    .backend = std::move(backend)});
+    return model;
+  }
   std::unique_ptr<Sequential> model;
   if (workload == "mlp") {
     model = std::make_unique<Sequential>(std::initializer_list<SequentialItem>{
@@ -56,11 +143,14 @@ inline std::unique_ptr<keras::Model> make_model(const std::string& workload, std
 }
 
 /// `rows` synthetic samples of the workload on the host: pixels in [0, 1) (token ids in
-/// [0, 1000) for "text") from a fixed linear congruential sequence, labels `i % 10`.
+/// [0, 1000) for "text") from a fixed linear congruential sequence, labels `i % 10` (unused by
+/// "unet", which trains on `synthetic_masks`).
 inline std::pair<Tensor<float>, Tensor<std::int64_t>> synthetic_data(const std::string& workload,
                                                                      std::size_t rows) {
   const bool text = workload == "text";
-  Tensor<float> x(text ? Shape{rows, text_steps} : Shape{rows, 28, 28});
+  Tensor<float> x(text                     ? Shape{rows, text_steps}
+                  : color_images(workload) ? Shape{rows, 32, 32, 3}
+                                           : Shape{rows, 28, 28});
   Tensor<std::int64_t> y({rows});
   std::uint64_t seed = 7;
   for (auto& v : x) {
@@ -71,6 +161,27 @@ inline std::pair<Tensor<float>, Tensor<std::int64_t>> synthetic_data(const std::
   for (std::size_t i = 0; i < rows; ++i)
     y(i) = static_cast<std::int64_t>(i % 10);
   return {std::move(x), std::move(y)};
+}
+
+/// The unet workload's targets for images `x` `(rows, 32, 32, 3)`: 1 where a pixel's first
+/// channel exceeds 0.5, else 0, as `(rows, 32, 32, 1)`.
+inline Tensor<float> synthetic_masks(const Tensor<float>& x) {
+  const Shape& shape = x.shape();
+  Tensor<float> mask({shape[0], shape[1], shape[2], 1});
+  for (std::size_t i = 0; i < mask.size(); ++i)
+    mask.data()[i] = x.data()[i * shape[3]] > 0.5F ? 1.0F : 0.0F;
+  return mask;
+}
+
+/// One pass of fit over the workload's synthetic data (`masks`: "unet"'s targets).
+template <class X, class Labels, class Masks>
+void fit_pass(keras::Model& model, const std::string& workload, const X& x, const Labels& labels,
+              const Masks& masks, const keras::FitOptions& options) {
+  if (workload == "unet") {
+    model.fit(x, masks, options);
+  } else {
+    model.fit(x, labels, options);
+  }
 }
 
 }  // namespace loadstar::bench

@@ -1,15 +1,20 @@
 #!/usr/bin/python3
 """PyTorch on the workloads of bench_keras and bench_keras_gpu, for `benchmarks/run keras [--gpu]`.
 
-The same models (the Fashion-MNIST MLP, the small CNN and the 1-D text CNN, channels first as
-PyTorch wants), Adam(1e-3) and cross-entropy from logits, trained for the same 50 steps per pass
-on synthetic 28x28 images (100 token ids for the text CNN).
+The same models (the Fashion-MNIST MLP, the small CNN, the 1-D text CNN, the small MobileNet and
+the small U-Net of benchmarks/keras/workloads.hpp, layer for layer: sizes, strides, bias or not,
+activations, BatchNorm2d with Keras's epsilon 1e-3 and momentum 0.99 (PyTorch's 0.01);
+channels first as PyTorch wants), Adam(1e-3, eps 1e-7 as Keras) and cross-entropy from logits
+(binary for the U-Net, against the mask of pixels whose first channel exceeds 0.5), trained for
+the same 50 steps per pass (10 for the MobileNet and the U-Net) on synthetic 28x28 images (32x32x3 for the MobileNet and the U-Net,
+100 token ids for the text CNN). Keras's "same" padding with stride 2 pads one row and column
+after the image; PyTorch's padding=1 pads one on each side: the same output sizes and work.
 
 --device cpu (the default): the "<workload>/<batch>/<threads>" grid with
 torch.set_num_threads(threads), eager only.
 
---device cuda: the "<workload>/<batch>/gpu" grid (MLP and CNN at batch 32 and 256) on the first
-GPU, with the 50 batches and their labels already in device memory and full fp32 (TF32 off for
+--device cuda: the "<workload>/<batch>/gpu" grid (MLP, CNN, MobileNet and U-Net at batch 32 and
+256) on the first GPU, with the 50 batches and their labels already in device memory and full fp32 (TF32 off for
 matmuls and cuDNN convolutions, as the CUDA backend computes), each in two modes (--mode, default
 both): "eager", the plain step with the default Adam (foreach), and "graph", the whole step
 (forward, backward and Adam(capturable=True)) captured once in a CUDA graph
@@ -39,19 +44,76 @@ import time
 import common
 
 STEPS = 50
+# The MobileNet's and the U-Net's steps per pass (as workloads.hpp's image_steps).
+IMAGE_STEPS = 10
 MEASURE_SECONDS = 2.0
 GRID = [("mlp", 32, 1), ("mlp", 32, 2), ("mlp", 256, 1), ("mlp", 256, 2), ("cnn", 32, 1),
-        ("cnn", 32, 2), ("cnn", 256, 1), ("cnn", 256, 2), ("text", 32, 1), ("text", 32, 2)]
+        ("cnn", 32, 2), ("cnn", 256, 1), ("cnn", 256, 2), ("text", 32, 1), ("text", 32, 2)] + \
+    [(w, b, t) for w in ("mobilenet", "unet") for b in (32, 256) for t in (1, 2)]
 # --device cuda: (workload, batch), named "<workload>/<batch>/gpu".
-GPU_GRID = [("mlp", 32), ("mlp", 256), ("cnn", 32), ("cnn", 256)]
+GPU_GRID = [(w, b) for w in ("mlp", "cnn", "mobilenet", "unet") for b in (32, 256)]
 MODES = ("eager", "graph")
 TEXT_STEPS = 100
 # The warm-up steps before a capture, on a side stream (as PyTorch's CUDA graph docs do).
 GRAPH_WARMUP = 3
 
 
+def mobilenet():
+    """workloads.hpp's "mobilenet": a stride-2 stem, four depthwise-separable blocks, global
+    average pooling and a dense layer; no bias before each BatchNorm2d."""
+    import torch.nn as nn
+
+    def conv_bn_relu6(cin, cout, size, stride, groups=1):
+        return [nn.Conv2d(cin, cout, size, stride, padding=size // 2, groups=groups, bias=False),
+                nn.BatchNorm2d(cout, eps=1e-3, momentum=0.01), nn.ReLU6()]
+
+    layers = conv_bn_relu6(3, 32, 3, 2)
+    channels = 32
+    for filters, stride in ((64, 1), (128, 2), (128, 1), (256, 2)):
+        layers += conv_bn_relu6(channels, channels, 3, stride, groups=channels)  # depthwise
+        layers += conv_bn_relu6(channels, filters, 1, 1)  # pointwise
+        channels = filters
+    return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(channels, 10))
+
+
+def unet():
+    """workloads.hpp's "unet": two 3x3 relu convolutions per level (8, 16, 32 filters), max
+    pooling down, 2x2 stride-2 transposed convolutions up, concatenated (upsampled first) with the
+    encoder's output of the same size, and a 1x1 convolution to one logit per pixel."""
+    import torch
+    import torch.nn as nn
+
+    def pair(cin, cout):
+        return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1), nn.ReLU(),
+                             nn.Conv2d(cout, cout, 3, padding=1), nn.ReLU())
+
+    class UNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.level1, self.level2, self.bottom = pair(3, 8), pair(8, 16), pair(16, 32)
+            self.pool = nn.MaxPool2d(2)
+            self.up2, self.decode2 = nn.ConvTranspose2d(32, 16, 2, 2), pair(32, 16)
+            self.up1, self.decode1 = nn.ConvTranspose2d(16, 8, 2, 2), pair(16, 8)
+            self.head = nn.Conv2d(8, 1, 1)
+
+        def forward(self, x):
+            level1 = self.level1(x)
+            level2 = self.level2(self.pool(level1))
+            x = self.bottom(self.pool(level2))
+            x = self.decode2(torch.cat([self.up2(x), level2], 1))
+            x = self.decode1(torch.cat([self.up1(x), level1], 1))
+            return self.head(x)
+
+    return UNet()
+
+
 def model_of(workload):
     import torch.nn as nn
+
+    if workload == "mobilenet":
+        return mobilenet()
+    if workload == "unet":
+        return unet()
 
     class Transpose(nn.Module):
         def forward(self, x):
@@ -69,15 +131,24 @@ def model_of(workload):
                          nn.ReLU(), nn.Linear(128, 10))
 
 
+def steps_of(workload):
+    return IMAGE_STEPS if workload in ("mobilenet", "unet") else STEPS
+
+
 def data_of(workload, batch, device):
-    """STEPS batches of inputs and labels, made on (and kept in) device."""
+    """steps_of(workload) batches of inputs and labels, made on (and kept in) device."""
     import torch
+    steps = steps_of(workload)
     if workload == "text":
-        xs = [torch.randint(0, 1000, (batch, TEXT_STEPS), device=device) for _ in range(STEPS)]
+        xs = [torch.randint(0, 1000, (batch, TEXT_STEPS), device=device) for _ in range(steps)]
+    elif workload in ("mobilenet", "unet"):
+        xs = [torch.rand((batch, 3, 32, 32), device=device) for _ in range(steps)]
     else:
         shape = (batch, 28, 28) if workload == "mlp" else (batch, 1, 28, 28)
-        xs = [torch.rand(shape, device=device) for _ in range(STEPS)]
-    ys = [torch.arange(batch, device=device) % 10 for _ in range(STEPS)]
+        xs = [torch.rand(shape, device=device) for _ in range(steps)]
+    if workload == "unet":  # the mask of the pixels whose first channel exceeds 0.5
+        return xs, [(x[:, 0:1] > 0.5).float() for x in xs]
+    ys = [torch.arange(batch, device=device) % 10 for _ in range(steps)]
     return xs, ys
 
 
@@ -151,7 +222,7 @@ def measure_record(workload, batch, threads, device, mode):
     model = model_of(workload).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, eps=1e-7,
                                  **({"capturable": True} if mode == "graph" else {}))
-    loss_fn = torch.nn.CrossEntropyLoss()
+    loss_fn = torch.nn.BCEWithLogitsLoss() if workload == "unet" else torch.nn.CrossEntropyLoss()
     xs, ys = data_of(workload, batch, device)
     one_pass = (graph_pass if mode == "graph" else eager_pass)(model, optimizer, loss_fn, xs, ys)
     synchronize = torch.cuda.synchronize if cuda else (lambda: None)
@@ -161,7 +232,7 @@ def measure_record(workload, batch, threads, device, mode):
     samples, start = 0, time.perf_counter()
     while time.perf_counter() - start < MEASURE_SECONDS:
         one_pass()
-        samples += batch * STEPS
+        samples += batch * len(xs)
     synchronize()  # every step queued is in the timed region
     rate = samples / (time.perf_counter() - start)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0

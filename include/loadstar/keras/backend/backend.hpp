@@ -19,6 +19,7 @@
 #include "loadstar/keras/activations.hpp"
 #include "loadstar/keras/backend/deferred.hpp"
 #include "loadstar/keras/backend/kinds.hpp"
+#include "loadstar/keras/detail/depthwise_loops.hpp"
 #include "loadstar/tensor/tensor.hpp"
 
 namespace loadstar::keras {
@@ -437,6 +438,20 @@ class Backend {
                                              const Tensor<float>& dy, const Tensor<float>& dkernel,
                                              const Tensor<float>& dbias, const Tensor<float>& dx,
                                              bool accumulate);
+  /// A depthwise convolution: `z = depthwise(x) (+ bias)` with `x` channels-last, `kernel`
+  /// `(kernel_h, kernel_w, in_c, out_c / in_c)` (Keras's layout), `bias` of `out_c` elements (or
+  /// empty) and `z` `(batch, out_h, out_w, out_c)` in any shape of that size. The default runs
+  /// detail/depthwise_loops.hpp on the host through `host_kernel`.
+  LOADSTAR_DECL virtual void depthwise_forward(const Tensor<float>& x, const Conv2DGeometry& g,
+                                               const Tensor<float>& kernel,
+                                               const Tensor<float>& bias, const Tensor<float>& z);
+  /// Its backward pass from the pre-bias gradient `dz`: the kernel's and the bias's gradients are
+  /// added into `dkernel` and `dbias`, `dx` is written (each skipped when empty).
+  LOADSTAR_DECL virtual void depthwise_backward(const Tensor<float>& x, const Conv2DGeometry& g,
+                                                const Tensor<float>& kernel,
+                                                const Tensor<float>& dz, const Tensor<float>& dx,
+                                                const Tensor<float>& dkernel,
+                                                const Tensor<float>& dbias);
 
   virtual void max_pool_forward(const Tensor<float>& x, const Pool2DGeometry& g,
                                 const Tensor<float>& y) = 0;
@@ -586,6 +601,29 @@ void Backend::conv2d_forward(const Tensor<float>& x, const Conv2DGeometry& g,
   gemm(columns, false, kernel, false, z);
   if (!bias.empty()) bias_add(z, bias);
   if (activation != Activation::linear) activation_forward(activation, z, z);
+}
+
+void Backend::depthwise_forward(const Tensor<float>& x, const Conv2DGeometry& g,
+                                const Tensor<float>& kernel, const Tensor<float>& bias,
+                                const Tensor<float>& z) {
+  const Tensor<float> tensors[] = {x, kernel, bias, z};
+  host_kernel(tensors, [&g](std::span<const Tensor<float>> t) {
+    detail::depthwise_forward_rows(t[0].data(), g, t[1].data(),
+                                   t[2].empty() ? nullptr : t[2].data(), t[3].data(), 0,
+                                   g.batch * g.out_h);
+  });
+}
+
+void Backend::depthwise_backward(const Tensor<float>& x, const Conv2DGeometry& g,
+                                 const Tensor<float>& kernel, const Tensor<float>& dz,
+                                 const Tensor<float>& dx, const Tensor<float>& dkernel,
+                                 const Tensor<float>& dbias) {
+  const Tensor<float> tensors[] = {x, kernel, dz, dx, dkernel, dbias};
+  host_kernel(tensors, [&g](std::span<const Tensor<float>> t) {
+    const auto data = [](const Tensor<float>& v) { return v.empty() ? nullptr : v.data(); };
+    detail::depthwise_backward_images(t[0].data(), g, t[1].data(), t[2].data(), data(t[3]),
+                                      data(t[4]), data(t[5]), 0, g.batch, true);
+  });
 }
 
 void Backend::conv2d_backward(const Tensor<float>& x, const Conv2DGeometry& g,

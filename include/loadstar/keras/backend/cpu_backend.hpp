@@ -303,8 +303,15 @@ inline void sgemm(bool transpose_a, bool transpose_b, std::size_t m, std::size_t
 /// `in`.
 inline void activate_range(Activation kind, const float* in, float* out, std::size_t n) {
   with_activation(kind, [&](auto k) {
-    for (std::size_t i = 0; i < n; ++i)
-      out[i] = activate(k(), in[i]);
+    if constexpr (k() == Activation::relu) {
+      // activate's relu, written out: GCC does not always inline `activate` (a switch over every
+      // kind), and a call per element keeps the loop from vectorizing.
+      for (std::size_t i = 0; i < n; ++i)
+        out[i] = in[i] > 0.0F ? in[i] : 0.0F;
+    } else {
+      for (std::size_t i = 0; i < n; ++i)
+        out[i] = activate(k(), in[i]);
+    }
   });
 }
 
@@ -473,19 +480,25 @@ class CpuBackend final : public Backend {
   void relu_forward(const Tensor<float>& x, const Tensor<float>& y, std::optional<float> max_value,
                     float negative_slope, float threshold) override {
     const float top = max_value.value_or(std::numeric_limits<float>::infinity());
-    elementwise(x.size(), [&](std::size_t i) {
-      y.data()[i] = detail::relu_value(x.data()[i], top, negative_slope, threshold);
-    });
+    // Over plain pointers and locals, so that the loop is vectorized (selects, no branches).
+    parallel(x.size(), elementwise_chunk,
+             [&, in = x.data(), out = y.data()](std::size_t i0, std::size_t i1) {
+               const float t = top, slope = negative_slope, from = threshold;
+               for (std::size_t i = i0; i < i1; ++i)
+                 out[i] = detail::relu_value(in[i], t, slope, from);
+             });
   }
 
   void relu_backward(const Tensor<float>& x, const Tensor<float>& dy, const Tensor<float>& dx,
                      std::optional<float> max_value, float negative_slope,
                      float threshold) override {
     const float top = max_value.value_or(std::numeric_limits<float>::infinity());
-    elementwise(x.size(), [&](std::size_t i) {
-      dx.data()[i] =
-          detail::relu_gradient(x.data()[i], dy.data()[i], top, negative_slope, threshold);
-    });
+    parallel(x.size(), elementwise_chunk,
+             [&, in = x.data(), d = dy.data(), out = dx.data()](std::size_t i0, std::size_t i1) {
+               const float t = top, slope = negative_slope, from = threshold;
+               for (std::size_t i = i0; i < i1; ++i)
+                 out[i] = detail::relu_gradient(in[i], d[i], t, slope, from);
+             });
   }
 
   void softmax_forward(const Tensor<float>& x, const Tensor<float>& y, std::size_t axis) override {
@@ -550,13 +563,17 @@ class CpuBackend final : public Backend {
     LOADSTAR_ASSERT(kernel.rows() == patch && y.size() == g.batch * per_image * filters,
                     "conv2d_forward: shapes do not fit");
     const ConvTiles tiles = conv_tiles(g);
+    const bool pointwise = is_pointwise(g);
     parallel(tiles.count, 1, [&](std::size_t t0, std::size_t t1) {
-      float* columns = detail::thread_buffer(0, tiles.images * per_image * patch);
+      float* buffer =
+          pointwise ? nullptr : detail::thread_buffer(0, tiles.images * per_image * patch);
       for (std::size_t t = t0; t < t1; ++t) {
         const std::size_t b0 = t * tiles.images;
         const std::size_t b1 = std::min(g.batch, b0 + tiles.images);
         const std::size_t rows = (b1 - b0) * per_image;
-        im2col_lines(x.data(), g, b0 * g.out_h, b1 * g.out_h, columns);
+        // A pointwise convolution's unfolded rows are the input's pixels themselves.
+        const float* columns = pointwise ? x.data() + b0 * per_image * patch : buffer;
+        if (!pointwise) im2col_lines(x.data(), g, b0 * g.out_h, b1 * g.out_h, buffer);
         float* z = y.data() + b0 * per_image * filters;
         pre_activation(columns, rows, kernel, bias, z);
         if (activation != Activation::linear && activation != Activation::softmax)
@@ -593,8 +610,9 @@ class CpuBackend final : public Backend {
     kernel_partials_.assign(chunks * patch * filters, 0.0F);
     tile_sums_.assign(dbias.empty() ? 0 : tiles.count * filters, 0.0);
     const std::size_t tile_rows = tiles.images * per_image;
+    const bool pointwise = is_pointwise(g);
     parallel(chunks, 1, [&](std::size_t c0, std::size_t c1) {
-      float* columns = detail::thread_buffer(0, tile_rows * patch);
+      float* buffer = pointwise ? nullptr : detail::thread_buffer(0, tile_rows * patch);
       float* gradient = detail::thread_buffer(1, tile_rows * filters);
       float* z = needs_z ? detail::thread_buffer(2, tile_rows * filters) : nullptr;
       for (std::size_t chunk = c0; chunk < c1; ++chunk) {
@@ -605,7 +623,10 @@ class CpuBackend final : public Backend {
           const std::size_t b1 = std::min(g.batch, b0 + tiles.images);
           const std::size_t rows = (b1 - b0) * per_image;
           const std::size_t offset = b0 * per_image * filters;
-          im2col_lines(x.data(), g, b0 * g.out_h, b1 * g.out_h, columns);
+          // A pointwise convolution's unfolded rows are the input's pixels, and the input's
+          // gradient is written in place.
+          const float* columns = pointwise ? x.data() + b0 * per_image * patch : buffer;
+          if (!pointwise) im2col_lines(x.data(), g, b0 * g.out_h, b1 * g.out_h, buffer);
           const float* dz = dy.data() + offset;
           if (activation != Activation::linear) {
             if (needs_z) pre_activation(columns, rows, kernel, bias, z);
@@ -621,10 +642,13 @@ class CpuBackend final : public Backend {
               for (std::size_t j = 0; j < filters; ++j)
                 sums[j] += dz[r * filters + j];
           }
-          if (!dx.empty()) {
+          if (!dx.empty() && pointwise) {
             detail::sgemm(false, true, rows, patch, filters, 1.0F, dz, filters, kernel.data(),
-                          filters, 0.0F, columns, patch);
-            col2im_images(columns, g, b0, b1, dx.data());
+                          filters, 0.0F, dx.data() + b0 * per_image * patch, patch);
+          } else if (!dx.empty()) {
+            detail::sgemm(false, true, rows, patch, filters, 1.0F, dz, filters, kernel.data(),
+                          filters, 0.0F, buffer, patch);
+            col2im_images(buffer, g, b0, b1, dx.data());
           }
         }
       }
@@ -649,6 +673,61 @@ class CpuBackend final : public Backend {
         dbias.data()[j] = static_cast<float>(accumulate ? dbias.data()[j] + sum : sum);
       }
     }
+  }
+
+  /// Split by output rows (each thread writes its own rows), at least about 2^15 multiply-adds a
+  /// chunk.
+  void depthwise_forward(const Tensor<float>& x, const Conv2DGeometry& g,
+                         const Tensor<float>& kernel, const Tensor<float>& bias,
+                         const Tensor<float>& z) override {
+    LOADSTAR_ASSERT(x.size() == g.batch * g.in_h * g.in_w * g.in_c &&
+                        z.size() == g.batch * g.out_h * g.out_w * g.out_c &&
+                        kernel.size() == g.kernel_h * g.kernel_w * g.out_c,
+                    "depthwise_forward: shapes do not fit");
+    const std::size_t row_work =
+        std::max<std::size_t>(g.out_w * g.out_c * g.kernel_h * g.kernel_w, 1);
+    const float* b = bias.empty() ? nullptr : bias.data();
+    parallel(g.batch * g.out_h, std::max<std::size_t>(1, (std::size_t{1} << 15) / row_work),
+             [&](std::size_t r0, std::size_t r1) {
+               detail::depthwise_forward_rows(x.data(), g, kernel.data(), b, z.data(), r0, r1);
+             });
+  }
+
+  /// Split by images: `depthwise_parts(batch)` fixed groups of images, each writing its images'
+  /// `dx` and its own partial sums of the kernel's and the bias's gradients, which are then added
+  /// in group order: the results do not depend on the thread count.
+  void depthwise_backward(const Tensor<float>& x, const Conv2DGeometry& g,
+                          const Tensor<float>& kernel, const Tensor<float>& dz,
+                          const Tensor<float>& dx, const Tensor<float>& dkernel,
+                          const Tensor<float>& dbias) override {
+    const std::size_t taps = g.kernel_h * g.kernel_w * g.out_c;
+    LOADSTAR_ASSERT(x.size() == g.batch * g.in_h * g.in_w * g.in_c &&
+                        dz.size() == g.batch * g.out_h * g.out_w * g.out_c &&
+                        kernel.size() == taps && (dx.empty() || dx.size() == x.size()) &&
+                        (dkernel.empty() || dkernel.size() == taps) &&
+                        (dbias.empty() || dbias.size() == g.out_c),
+                    "depthwise_backward: shapes do not fit");
+    const std::size_t parts = std::min<std::size_t>(g.batch, 16);
+    const std::size_t part_size = taps + g.out_c;
+    if (!dkernel.empty() || !dbias.empty()) depthwise_partials_.resize(parts * part_size);
+    parallel(parts, 1, [&](std::size_t p0, std::size_t p1) {
+      for (std::size_t p = p0; p < p1; ++p) {
+        float* partial = depthwise_partials_.data() + p * part_size;
+        detail::depthwise_backward_images(
+            x.data(), g, kernel.data(), dz.data(), dx.empty() ? nullptr : dx.data(),
+            dkernel.empty() ? nullptr : partial, dbias.empty() ? nullptr : partial + taps,
+            g.batch * p / parts, g.batch * (p + 1) / parts, false);
+      }
+    });
+    const auto add_parts = [&](float* out, std::size_t offset, std::size_t n) {
+      for (std::size_t p = 0; p < parts; ++p) {
+        const float* partial = depthwise_partials_.data() + p * part_size + offset;
+        for (std::size_t i = 0; i < n; ++i)
+          out[i] += partial[i];
+      }
+    };
+    if (!dkernel.empty()) add_parts(dkernel.data(), 0, taps);
+    if (!dbias.empty()) add_parts(dbias.data(), taps, g.out_c);
   }
 
   void max_pool_forward(const Tensor<float>& x, const Pool2DGeometry& g,
@@ -741,17 +820,26 @@ class CpuBackend final : public Backend {
                const Tensor<float>& variance) override {
     const std::size_t c = mean.size();
     const std::size_t n = x.size() / c;
-    parallel(c, 4, [&](std::size_t c0, std::size_t c1) {
-      for (std::size_t j = c0; j < c1; ++j) {
-        double sum = 0.0;
-        for (std::size_t r = 0; r < n; ++r)
-          sum += x.data()[r * c + j];
-        const double m = sum / static_cast<double>(n);
-        double squares = 0.0;
-        for (std::size_t r = 0; r < n; ++r)
-          squares += detail::squared_deviation(x.data()[r * c + j], m);
-        mean.data()[j] = static_cast<float>(m);
-        variance.data()[j] = static_cast<float>(squares / static_cast<double>(n));
+    // Each channel is summed row after row (the same order on any thread count), a block of
+    // channels at a time, so that the rows are read along their contiguous channels.
+    channel_blocks(c, [&](std::size_t j0, std::size_t j1) {
+      double sums[channel_block] = {}, squares[channel_block] = {}, means[channel_block];
+      const std::size_t width = j1 - j0;
+      for (std::size_t r = 0; r < n; ++r) {
+        const float* row = x.data() + r * c + j0;
+        for (std::size_t j = 0; j < width; ++j)
+          sums[j] += row[j];
+      }
+      for (std::size_t j = 0; j < width; ++j)
+        means[j] = sums[j] / static_cast<double>(n);
+      for (std::size_t r = 0; r < n; ++r) {
+        const float* row = x.data() + r * c + j0;
+        for (std::size_t j = 0; j < width; ++j)
+          squares[j] += detail::squared_deviation(row[j], means[j]);
+      }
+      for (std::size_t j = 0; j < width; ++j) {
+        mean.data()[j0 + j] = static_cast<float>(means[j]);
+        variance.data()[j0 + j] = static_cast<float>(squares[j] / static_cast<double>(n));
       }
     });
   }
@@ -762,13 +850,23 @@ class CpuBackend final : public Backend {
                           const Tensor<float>& y) override {
     const std::size_t c = mean.size();
     const std::size_t n = x.size() / c;
+    // detail::batch_norm_value with its per-channel scale computed once per block of channels
+    // (the same operations, so the same bits), vectorized along the channels.
     parallel(n, 64, [&](std::size_t r0, std::size_t r1) {
-      for (std::size_t r = r0; r < r1; ++r) {
-        for (std::size_t j = 0; j < c; ++j) {
-          const float g = gamma.empty() ? 1.0F : gamma.data()[j];
-          const float b = beta.empty() ? 0.0F : beta.data()[j];
-          y.data()[r * c + j] = detail::batch_norm_value(x.data()[r * c + j], mean.data()[j],
-                                                         variance.data()[j], g, b, epsilon);
+      for (std::size_t j0 = 0; j0 < c; j0 += channel_block) {
+        const std::size_t width = std::min(c - j0, channel_block);
+        float m[channel_block], inv[channel_block], g[channel_block], b[channel_block];
+        for (std::size_t j = 0; j < width; ++j) {
+          m[j] = mean.data()[j0 + j];
+          inv[j] = 1.0F / ::sqrtf(variance.data()[j0 + j] + epsilon);
+          g[j] = gamma.empty() ? 1.0F : gamma.data()[j0 + j];
+          b[j] = beta.empty() ? 0.0F : beta.data()[j0 + j];
+        }
+        for (std::size_t r = r0; r < r1; ++r) {
+          const float* in = x.data() + r * c + j0;
+          float* out = y.data() + r * c + j0;
+          for (std::size_t j = 0; j < width; ++j)
+            out[j] = (in[j] - m[j]) * inv[j] * g[j] + b[j];
         }
       }
     });
@@ -783,29 +881,59 @@ class CpuBackend final : public Backend {
     if (sums_.size() < 2 * c) sums_.resize(2 * c);  // grows once, then reused
     double* sum_dy = sums_.data();
     double* sum_dy_xhat = sums_.data() + c;
-    parallel(c, 4, [&](std::size_t c0, std::size_t c1) {
-      for (std::size_t j = c0; j < c1; ++j) {
-        const double inv = detail::batch_norm_inverse_std(variance.data()[j], epsilon);
-        double a = 0.0, b = 0.0;
-        for (std::size_t r = 0; r < n; ++r) {
-          a += dy.data()[r * c + j];
-          b += detail::batch_norm_dy_xhat(x.data()[r * c + j], mean.data()[j], dy.data()[r * c + j],
-                                          inv);
+    // Row after row for each channel, a block of channels at a time (as `moments`).
+    channel_blocks(c, [&](std::size_t j0, std::size_t j1) {
+      double a[channel_block] = {}, b[channel_block] = {}, inv[channel_block];
+      const std::size_t width = j1 - j0;
+      const float* m = mean.data() + j0;
+      for (std::size_t j = 0; j < width; ++j)
+        inv[j] = detail::batch_norm_inverse_std(variance.data()[j0 + j], epsilon);
+      for (std::size_t r = 0; r < n; ++r) {
+        const float* d = dy.data() + r * c + j0;
+        const float* row = x.data() + r * c + j0;
+        for (std::size_t j = 0; j < width; ++j) {
+          a[j] += d[j];
+          b[j] += detail::batch_norm_dy_xhat(row[j], m[j], d[j], inv[j]);
         }
-        sum_dy[j] = a;
-        sum_dy_xhat[j] = b;
-        if (!dbeta.empty()) dbeta.data()[j] += static_cast<float>(a);
-        if (!dgamma.empty()) dgamma.data()[j] += static_cast<float>(b);
+      }
+      for (std::size_t j = 0; j < width; ++j) {
+        sum_dy[j0 + j] = a[j];
+        sum_dy_xhat[j0 + j] = b[j];
+        if (!dbeta.empty()) dbeta.data()[j0 + j] += static_cast<float>(a[j]);
+        if (!dgamma.empty()) dgamma.data()[j0 + j] += static_cast<float>(b[j]);
       }
     });
     if (dx.empty()) return;
+    // detail::batch_norm_gradient with its per-channel terms computed once per block of channels
+    // (the same operations, so the same bits), vectorized along the channels.
+    const double count = static_cast<double>(n);
     parallel(n, 64, [&](std::size_t r0, std::size_t r1) {
-      for (std::size_t r = r0; r < r1; ++r) {
-        for (std::size_t j = 0; j < c; ++j) {
-          const double g = gamma.empty() ? 1.0 : gamma.data()[j];
-          dx.data()[r * c + j] = detail::batch_norm_gradient(
-              x.data()[r * c + j], mean.data()[j], variance.data()[j], g, epsilon, training,
-              dy.data()[r * c + j], sum_dy[j], sum_dy_xhat[j], static_cast<double>(n));
+      for (std::size_t j0 = 0; j0 < c; j0 += channel_block) {
+        const std::size_t width = std::min(c - j0, channel_block);
+        float m[channel_block];
+        double inv[channel_block], scale[channel_block], mean_dy[channel_block],
+            sums[channel_block];
+        for (std::size_t j = 0; j < width; ++j) {
+          m[j] = mean.data()[j0 + j];
+          inv[j] = detail::batch_norm_inverse_std(variance.data()[j0 + j], epsilon);
+          scale[j] = (gamma.empty() ? 1.0 : double(gamma.data()[j0 + j])) * inv[j];
+          mean_dy[j] = sum_dy[j0 + j] / count;
+          sums[j] = sum_dy_xhat[j0 + j];
+        }
+        for (std::size_t r = r0; r < r1; ++r) {
+          const float* in = x.data() + r * c + j0;
+          const float* d = dy.data() + r * c + j0;
+          float* out = dx.data() + r * c + j0;
+          if (!training) {
+            for (std::size_t j = 0; j < width; ++j)
+              out[j] = static_cast<float>(scale[j] * double(d[j]));
+            continue;
+          }
+          for (std::size_t j = 0; j < width; ++j) {
+            const double xhat = (in[j] - m[j]) * inv[j];
+            out[j] =
+                static_cast<float>(scale[j] * (double(d[j]) - mean_dy[j] - xhat * sums[j] / count));
+          }
         }
       }
     });
@@ -908,6 +1036,27 @@ class CpuBackend final : public Backend {
                                            std::max<std::size_t>(g.batch, 1));
     tiles.count = (g.batch + tiles.images - 1) / tiles.images;
     return tiles;
+  }
+
+  /// The channels a block of `channel_blocks` holds.
+  static constexpr std::size_t channel_block = 64;
+
+  /// Calls `f(j0, j1)` on blocks of at most `channel_block` of `[0, c)` channels, split over the
+  /// threads (at least 4 channels a chunk) as `parallel` splits them: a reduction over the rows
+  /// of each channel in a block reads each row's channels `[j0, j1)` together.
+  template <class F>
+  void channel_blocks(std::size_t c, F&& f) {
+    parallel(c, 4, [&](std::size_t c0, std::size_t c1) {
+      for (std::size_t j0 = c0; j0 < c1; j0 += channel_block)
+        f(j0, std::min(c1, j0 + channel_block));
+    });
+  }
+
+  /// Whether `g` is a pointwise convolution (1x1, stride 1, no padding), whose im2col is the
+  /// input itself.
+  static bool is_pointwise(const Conv2DGeometry& g) noexcept {
+    return g.kernel_h == 1 && g.kernel_w == 1 && g.stride_h == 1 && g.stride_w == 1 &&
+           g.pad_top == 0 && g.pad_left == 0 && g.out_h == g.in_h && g.out_w == g.in_w;
   }
 
   /// A tile's pre-activation: `z = columns * kernel + bias` for `rows` unfolded rows (an empty
@@ -1161,6 +1310,8 @@ class CpuBackend final : public Backend {
   std::vector<double> sums_;
   /// conv2d_backward's partial sums: the kernel gradient per chunk, the bias gradient per tile.
   std::vector<float> kernel_partials_;
+  /// `depthwise_backward`'s partial sums of each group of images (kernel, then bias).
+  std::vector<float> depthwise_partials_;
   std::vector<double> tile_sums_;
 };
 

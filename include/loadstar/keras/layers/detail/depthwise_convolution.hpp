@@ -1,9 +1,9 @@
 /// \file
 /// The shared part of `DepthwiseConv1D`/`2D` and `SeparableConv1D`/`2D`: a depthwise convolution
-/// over channels-last batches (a direct loop vectorised over the channels, which are contiguous:
-/// the operation is memory-bound, so no im2col), followed for the separable layers by a pointwise
-/// (1x1) convolution through the backend's convolution kernels. channels_first inputs are moved to
-/// channels_last and back.
+/// over channels-last batches (the backend's `depthwise_forward`/`depthwise_backward`, direct loops
+/// along the channels, which are contiguous: the operation is memory-bound, so no im2col),
+/// followed for the separable layers by a pointwise (1x1) convolution through the backend's
+/// convolution kernels. channels_first inputs are moved to channels_last and back.
 #pragma once
 
 #include "loadstar/config.hpp"
@@ -16,86 +16,6 @@
 #include "loadstar/keras/layers/detail/layer_base.hpp"
 
 namespace loadstar::keras::layers::detail {
-
-/// `z = depthwise(x) (+ bias)` over channels-last `x` `(batch, in_h, in_w, in_c)` with the kernel
-/// `(kernel_h, kernel_w, in_c, multiplier)` (Keras's layout, `g.out_c = in_c * multiplier`):
-/// output channel `c * multiplier + m` is input channel `c` convolved with `kernel[..., c, m]`.
-/// `bias` may be null.
-inline void depthwise_forward(const float* x, const Conv2DGeometry& g, const float* kernel,
-                              const float* bias, float* z) {
-  const std::size_t in_c = g.in_c, out_c = g.out_c, multiplier = out_c / in_c;
-  for (std::size_t b = 0; b < g.batch; ++b) {
-    for (std::size_t oy = 0; oy < g.out_h; ++oy) {
-      for (std::size_t ox = 0; ox < g.out_w; ++ox) {
-        float* out = z + ((b * g.out_h + oy) * g.out_w + ox) * out_c;
-        for (std::size_t j = 0; j < out_c; ++j)
-          out[j] = bias != nullptr ? bias[j] : 0.0F;
-        for (std::size_t ky = 0; ky < g.kernel_h; ++ky) {
-          const std::size_t iy = oy * g.stride_h + ky * g.dilation_h;
-          if (iy < g.pad_top || iy - g.pad_top >= g.in_h) continue;
-          for (std::size_t kx = 0; kx < g.kernel_w; ++kx) {
-            const std::size_t ix = ox * g.stride_w + kx * g.dilation_w;
-            if (ix < g.pad_left || ix - g.pad_left >= g.in_w) continue;
-            const float* in = x + ((b * g.in_h + iy - g.pad_top) * g.in_w + ix - g.pad_left) * in_c;
-            const float* k = kernel + (ky * g.kernel_w + kx) * out_c;
-            if (multiplier == 1) {
-              for (std::size_t c = 0; c < in_c; ++c)
-                out[c] += in[c] * k[c];
-            } else {
-              for (std::size_t c = 0; c < in_c; ++c)
-                for (std::size_t m = 0; m < multiplier; ++m)
-                  out[c * multiplier + m] += in[c] * k[c * multiplier + m];
-            }
-          }
-        }
-      }
-    }
-  }
-}
-
-/// The adjoint of `depthwise_forward` from the pre-bias gradient `dz`: `dkernel` and `dbias` (each
-/// skipped when null) are added to, `dx` (skipped when null) is written.
-inline void depthwise_backward(const float* x, const Conv2DGeometry& g, const float* kernel,
-                               const float* dz, float* dx, float* dkernel, float* dbias) {
-  const std::size_t in_c = g.in_c, out_c = g.out_c, multiplier = out_c / in_c;
-  if (dx != nullptr) std::fill(dx, dx + g.batch * g.in_h * g.in_w * in_c, 0.0F);
-  for (std::size_t b = 0; b < g.batch; ++b) {
-    for (std::size_t oy = 0; oy < g.out_h; ++oy) {
-      for (std::size_t ox = 0; ox < g.out_w; ++ox) {
-        const float* d = dz + ((b * g.out_h + oy) * g.out_w + ox) * out_c;
-        if (dbias != nullptr) {
-          for (std::size_t j = 0; j < out_c; ++j)
-            dbias[j] += d[j];
-        }
-        for (std::size_t ky = 0; ky < g.kernel_h; ++ky) {
-          const std::size_t iy = oy * g.stride_h + ky * g.dilation_h;
-          if (iy < g.pad_top || iy - g.pad_top >= g.in_h) continue;
-          for (std::size_t kx = 0; kx < g.kernel_w; ++kx) {
-            const std::size_t ix = ox * g.stride_w + kx * g.dilation_w;
-            if (ix < g.pad_left || ix - g.pad_left >= g.in_w) continue;
-            const std::size_t pixel =
-                ((b * g.in_h + iy - g.pad_top) * g.in_w + ix - g.pad_left) * in_c;
-            const std::size_t tap = (ky * g.kernel_w + kx) * out_c;
-            const float* in = x + pixel;
-            if (dkernel != nullptr) {
-              float* dk = dkernel + tap;
-              for (std::size_t c = 0; c < in_c; ++c)
-                for (std::size_t m = 0; m < multiplier; ++m)
-                  dk[c * multiplier + m] += in[c] * d[c * multiplier + m];
-            }
-            if (dx != nullptr) {
-              const float* k = kernel + tap;
-              float* out = dx + pixel;
-              for (std::size_t c = 0; c < in_c; ++c)
-                for (std::size_t m = 0; m < multiplier; ++m)
-                  out[c] += d[c * multiplier + m] * k[c * multiplier + m];
-            }
-          }
-        }
-      }
-    }
-  }
-}
 
 /// A depthwise convolution layer, with a pointwise convolution after it when `filters > 0` (the
 /// separable layers). Weights in Keras's order and layouts: `depthwise_kernel`
@@ -220,11 +140,7 @@ void DepthwiseConvolution::check_sizes(std::span<const std::size_t> kernel,
 void DepthwiseConvolution::depthwise(Backend& backend, const Tensor<float>& x,
                                      const Conv2DGeometry& g, const Tensor<float>& bias,
                                      const Tensor<float>& z) const {
-  const Tensor<float> tensors[] = {x, weights_[0].value, bias, z};
-  backend.host_kernel(tensors, [&g](std::span<const Tensor<float>> t) {
-    depthwise_forward(t[0].data(), g, t[1].data(), t[2].empty() ? nullptr : t[2].data(),
-                      t[3].data());
-  });
+  backend.depthwise_forward(x, g, weights_[0].value, bias, z);
 }
 
 Conv2DGeometry DepthwiseConvolution::pointwise_geometry(std::size_t batch) const {
@@ -306,12 +222,7 @@ void DepthwiseConvolution::backward(std::span<const Tensor<float>> inputs,
         middle, pointwise_geometry(batch), pointwise_matrix(), bias(), activation_, y, dy,
         weights_[1].gradient.reshape(pointwise_matrix().shape()), bias_gradient(), dz, true);
   }
-  const Tensor<float> tensors[] = {x, weights_[0].value, dz, dx, weights_[0].gradient, dbias};
-  backend.host_kernel(tensors, [&g](std::span<const Tensor<float>> t) {
-    depthwise_backward(t[0].data(), g, t[1].data(), t[2].data(),
-                       t[3].empty() ? nullptr : t[3].data(), t[4].empty() ? nullptr : t[4].data(),
-                       t[5].empty() ? nullptr : t[5].data());
-  });
+  backend.depthwise_backward(x, g, weights_[0].value, dz, dx, weights_[0].gradient, dbias);
   if (want_dx && channels_first_) backend.permute(dx, to_first_, input_gradients[0]);
 }
 
