@@ -30,8 +30,9 @@ namespace loadstar::keras::mixed_precision {
 /// float32; those of `"float16"` / `"bfloat16"` are rounded after every update.
 /// \code
 /// keras::mixed_precision::set_global_policy("mixed_bfloat16");
-/// auto hidden = layers::Dense(64, "relu");                                // mixed_bfloat16
-/// auto output = layers::Activation("softmax", {.dtype = "float32"});      // kept in float32
+/// layers::Dense hidden(64, {.activation = "relu"});  // computes in bfloat16
+/// layers::Activation output("softmax");
+/// output.set_dtype_policy("float32");                // kept in float32, as Keras recommends
 /// \endcode
 class Policy {
  public:
