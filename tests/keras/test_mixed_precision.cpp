@@ -472,4 +472,19 @@ TEST_SUITE("keras") {
       for (const float v : w)
         CHECK(v == static_cast<float>(bfloat16(v)));
   }
+
+  TEST_CASE("Model refuses an activity regularizer under loss scaling") {
+    const GlobalPolicy scope("mixed_float16");
+    auto dense = std::make_shared<layers::Dense>(2);
+    dense->set_name("d");
+    dense->set_activity_regularizer(std::make_shared<regularizers::L2>(0.1));
+    Sequential model{Input({2}), dense};
+    model.compile({.optimizer = "sgd", .loss = "mse"});
+    const Tensor<float> x(Shape{2, 2});
+    CHECK_THROWS_WITH_AS(model.train_on_batch(x, x),
+                         doctest::Contains("layer 'd' has an activity regularizer, which loadstar "
+                                           "does not combine with loss scaling "
+                                           "(LossScaleOptimizer)"),
+                         ConfigError);
+  }
 }
