@@ -900,6 +900,14 @@ void CudaBackendImpl::permute(const Tensor<float>& x, std::span<const std::size_
   launch("permute", detail::launch_permute, x.data(), y.data(), d, y.size());
 }
 
+void CudaBackendImpl::round_to(const Tensor<float>& x, DType dtype) {
+  if (dtype == DType::float32 || x.empty()) return;
+  LOADSTAR_ASSERT(dtype == DType::float16 || dtype == DType::bfloat16,
+                  "round_to: float16 or bfloat16");
+  expect("round_to", {&x});
+  launch("round_to", detail::launch_round_half, x.data(), x.size(), dtype == DType::bfloat16);
+}
+
 cudaStream_t CudaBackendImpl::active_stream(const char* call) {
   if (context_->recording) flush_recording(call);
   context_->activate();

@@ -19,6 +19,7 @@
 #include <functional>
 #include <loadstar/cuda/detail/kernels.hpp>
 #include <loadstar/cuda/detail/math.hpp>
+#include <loadstar/keras/mixed_precision/detail/half_rounding.hpp>
 #include <map>
 #include <mutex>
 #include <string_view>
@@ -996,6 +997,14 @@ cudaError_t launch_permute(cudaStream_t stream, const float* x, float* y, const 
   return submit_kernel(stream, [=] {
     for (std::size_t i = 0; i < n; ++i)
       y[i] = x[permute_offset(dims, i)];
+  });
+}
+cudaError_t launch_round_half(cudaStream_t stream, float* x, std::size_t n, bool bfloat16) {
+  const auto kind = bfloat16 ? loadstar::keras::detail::HalfKind::bfloat16
+                             : loadstar::keras::detail::HalfKind::float16;
+  return submit_kernel(stream, [=] {
+    for (std::size_t i = 0; i < n; ++i)
+      x[i] = loadstar::keras::detail::round_half(x[i], kind);
   });
 }
 

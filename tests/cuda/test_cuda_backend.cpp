@@ -2157,4 +2157,46 @@ TEST_SUITE("cuda") {
     const Tensor<float> y = random_tensor({10, 3}, 64);
     check_trains_as_on_cpu(make, x, y);
   }
+
+  TEST_CASE("CudaBackend round_to rounds to float16 and bfloat16 as the CPU backend") {
+    Backends b;
+    Tensor<float> x = random_tensor({1000}, 71);
+    for (std::size_t i = 0; i < x.size(); ++i)
+      x.data()[i] *= std::pow(10.0F, static_cast<float>(i % 13) - 6.0F);
+    x.data()[0] = 70000.0F;
+    for (const DType dtype : {DType::float16, DType::bfloat16}) {
+      CAPTURE(dtype_name(dtype));
+      Tensor<float> host = x.clone();
+      b.cpu.round_to(host, dtype);
+      const Tensor<float> device = b.gpu.from_host(x);
+      b.gpu.round_to(device, dtype);
+      CHECK(bitwise_equal(host, b.gpu.to_host(device)));
+      CHECK_FALSE(bitwise_equal(host, x));
+    }
+  }
+
+  TEST_CASE(
+      "Models under mixed_bfloat16 and mixed_float16 train on the CUDA backend as on the CPU") {
+    for (const char* policy : {"mixed_bfloat16", "mixed_float16"}) {
+      CAPTURE(policy);
+      const auto make_mlp = [policy] {
+        mixed_precision::PolicyScope scope(policy);
+        set_random_seed(36);
+        auto in = Input({6});
+        auto h = call(Dense(8, {.activation = "relu"}), in);
+        return std::make_shared<Model>(in, call(Dense(3), h));
+      };
+      check_trains_as_on_cpu(make_mlp, random_tensor({10, 6}, 63), random_tensor({10, 3}, 64));
+      const auto make_cnn = [policy] {
+        mixed_precision::PolicyScope scope(policy);
+        set_random_seed(37);
+        auto in = Input({6, 6, 2});
+        auto h = call(Conv2D(4, 3, {.activation = "relu"}), in);
+        h = call(MaxPooling2D(), h);
+        h = call(Flatten(), h);
+        return std::make_shared<Model>(in, call(Dense(3), h));
+      };
+      check_trains_as_on_cpu(make_cnn, random_tensor({8, 6, 6, 2}, 65), random_tensor({8, 3}, 66));
+    }
+  }
 }

@@ -90,6 +90,8 @@ class DistributedOptimizer final : public keras::Optimizer {
     inner_->set_iterations(iterations);
     iterations_ = iterations;
   }
+  float loss_scale() const noexcept override { return inner_->loss_scale(); }
+  keras::Optimizer* wrapped_optimizer() const noexcept override { return inner_.get(); }
   std::span<keras::Variable> variables() noexcept override { return inner_->variables(); }
   void build(std::span<keras::Variable*> variables) override { inner_->build(variables); }
   bool built() const noexcept override { return inner_->built(); }

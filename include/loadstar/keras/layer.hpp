@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "loadstar/keras/detail/fusion_role.hpp"
+#include "loadstar/keras/mixed_precision/policy.hpp"
 #include "loadstar/keras/variable.hpp"
 #include "loadstar/tensor/shape.hpp"
 #include "loadstar/tensor/tensor.hpp"
@@ -138,6 +139,12 @@ class Layer : public std::enable_shared_from_this<Layer> {
   bool trainable() const noexcept { return trainable_; }
   LOADSTAR_DECL virtual void set_trainable(bool trainable);
 
+  /// Keras's `layer.dtype_policy`: the dtype the layer computes in and that of its variables; the
+  /// global policy when the layer was made (`mixed_precision::global_policy()`), unless set.
+  const mixed_precision::Policy& dtype_policy() const noexcept { return dtype_policy_; }
+  /// Sets the policy (Keras's `dtype` argument of every layer), before the model is made.
+  void set_dtype_policy(const mixed_precision::Policy& policy) noexcept { dtype_policy_ = policy; }
+
   /// The number of scalars in the weights.
   LOADSTAR_DECL std::size_t count_params() const noexcept;
 
@@ -185,6 +192,7 @@ class Layer : public std::enable_shared_from_this<Layer> {
   std::string name_;
   bool trainable_ = true;
   bool built_ = false;
+  mixed_precision::Policy dtype_policy_ = mixed_precision::global_policy();
   std::vector<Shape> built_input_shapes_;
   Shape built_output_shape_;
 };

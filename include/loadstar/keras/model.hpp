@@ -65,6 +65,8 @@
 #include "loadstar/keras/layer.hpp"
 #include "loadstar/keras/losses.hpp"
 #include "loadstar/keras/metrics.hpp"
+#include "loadstar/keras/mixed_precision/detail/mixed_plan.hpp"
+#include "loadstar/keras/mixed_precision/policy.hpp"
 #include "loadstar/keras/optimizers.hpp"
 #include "loadstar/keras/options.hpp"
 #include "loadstar/keras/running_metrics.hpp"
@@ -138,6 +140,11 @@ class Model {
   bool stop_training = false;
 
   const std::string& name() const noexcept { return name_; }
+
+  /// Keras's `model.dtype_policy`: the global policy when the model was made. `compile` wraps the
+  /// optimizer in a `LossScaleOptimizer` when it is `"mixed_float16"`, as Keras 3 does.
+  const mixed_precision::Policy& dtype_policy() const noexcept { return dtype_policy_; }
+  void set_dtype_policy(const mixed_precision::Policy& policy) noexcept { dtype_policy_ = policy; }
 
   /// The layers in the order Keras lists them (inputs excluded), each once.
   const std::vector<std::shared_ptr<Layer>>& layers() const noexcept { return layers_; }
@@ -595,6 +602,10 @@ class Model {
   /// `gradients`, also d(total)/d(outputs) into the output nodes' gradients.
   Deferred<double> compute_losses(bool gradients);
 
+  /// With loss scaling (`Optimizer::loss_scale`), multiplies the gradients of the outputs by the
+  /// scale before the backward pass, as Keras 3's `train_step` scales the loss.
+  void scale_loss_gradients();
+
   void backward(std::uint64_t seed);
 
   /// Accumulates the current batch into `running` (its metric objects made on the first batch).
@@ -629,6 +640,10 @@ class Model {
   detail::ReluFusionPlan relu_fusions_;
   /// The regularization penalties and weight constraints.
   detail::PenaltyPlan penalties_;
+  /// Where a step rounds to the layers' half-precision compute dtypes.
+  detail::MixedPrecisionPlan mixed_;
+  /// The global dtype policy when the model was made (Keras's `model.dtype_policy`).
+  mixed_precision::Policy dtype_policy_ = mixed_precision::global_policy();
   // Compilation.
   CompileOptions options_;
   bool compiled_ = false;

@@ -18,6 +18,7 @@
 #include "loadstar/keras/optimizers/adamw.hpp"
 #include "loadstar/keras/optimizers/ftrl.hpp"
 #include "loadstar/keras/optimizers/lion.hpp"
+#include "loadstar/keras/optimizers/loss_scale_optimizer.hpp"
 #include "loadstar/keras/optimizers/nadam.hpp"
 #include "loadstar/keras/optimizers/optimizer.hpp"
 #include "loadstar/keras/optimizers/rmsprop.hpp"
@@ -69,7 +70,14 @@ void RegistryTraits<loadstar::keras::Optimizer>::defaults(Registry<Optimizer>& r
   registry.add("lion", Lion::from_config);
   registry.add("ftrl", Ftrl::from_config);
   registry.add("adafactor", Adafactor::from_config);
+  registry.add("lossscaleoptimizer", LossScaleOptimizer::from_config);
 }
+
+namespace detail {
+std::unique_ptr<Optimizer> optimizer_from_json(const nlohmann::json& value) {
+  return Registry<Optimizer>::instance().create(value, current_custom_objects());
+}
+}  // namespace detail
 
 }  // namespace loadstar::keras
 #endif

@@ -44,6 +44,9 @@ struct CompileOptions {
   /// compute the step; by default `cpu_backend(threads)`, made at `compile`. Weights move to its
   /// memory before the first step.
   std::shared_ptr<Backend> backend = nullptr;
+  /// Keras 3's `auto_scale_loss`: a model whose dtype policy is `"mixed_float16"` wraps the
+  /// optimizer in a `LossScaleOptimizer` (unless it already scales the loss).
+  bool auto_scale_loss = true;
 };
 
 /// The arguments of `fit`, in Keras's order except that `epochs` comes before `batch_size`

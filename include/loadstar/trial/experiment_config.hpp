@@ -1111,8 +1111,14 @@ void ExperimentConfigReader::read_optimizations(const json& value, ExperimentCon
   }
   if (const json* x = find(value, "mixed_precision")) {
     if (to_string(*x, "optimizations.mixed_precision") != "O0") {
+      // Determined applies O1-O3 to PyTorch trials (apex AMP); its TFKerasTrialContext reads no
+      // mixed_precision setting: a Keras trial sets its dtype policy itself.
       fail("optimizations.mixed_precision",
-           "expected O0 but found " + to_flow(*x) + ": mixed precision is not implemented yet");
+           "expected O0 but found " + to_flow(*x) +
+               ": Determined's O1-O3 are apex AMP levels for PyTorch trials; a Keras trial sets a "
+               "dtype policy instead: context.set_global_policy(\"mixed_float16\") in the "
+               "trial's constructor (from a hyperparameter if you like), or "
+               "keras::mixed_precision::set_global_policy with the Native API");
     }
   }
   if (const json* x = find(value, "grad_updates_size_file")) {

@@ -237,6 +237,17 @@ class TrialContext {
   /// How many datasets `wrap_dataset` has wrapped.
   std::size_t wrapped_datasets() const noexcept { return experimental.wrapped_datasets(); }
 
+  /// The dtype policy the trial's layers and model take (`keras::mixed_precision`'s
+  /// `"mixed_float16"`, `"mixed_bfloat16"`, ...): the runner builds the model under it, in this
+  /// trial's thread only, as a Keras trial calls `mixed_precision.set_global_policy` in its
+  /// constructor. Unset: the process's global policy.
+  void set_global_policy(const keras::mixed_precision::Policy& policy) noexcept {
+    dtype_policy_ = policy;
+  }
+  const std::optional<keras::mixed_precision::Policy>& dtype_policy() const noexcept {
+    return dtype_policy_;
+  }
+
   /// Determined's `configure_fit`: sets the given arguments, keeps the others.
   LOADSTAR_DECL void configure_fit(const FitConfig& config);
   const FitSettings& fit_settings() const noexcept { return fit_; }
@@ -254,6 +265,7 @@ class TrialContext {
 
  private:
   ExperimentConfig config_;
+  std::optional<keras::mixed_precision::Policy> dtype_policy_;
   nlohmann::json hparams_;
   std::uint64_t trial_id_;
   std::uint64_t experiment_id_;

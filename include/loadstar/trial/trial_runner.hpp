@@ -133,7 +133,12 @@ TrialResult run_attempt(const TrialSpec& spec, const RunOptions& options, TrialJ
       }
     }
   }
-  std::shared_ptr<keras::Model> model = trial->build_model();
+  std::shared_ptr<keras::Model> model;
+  {
+    std::optional<keras::mixed_precision::PolicyScope> policy;
+    if (context.dtype_policy()) policy.emplace(*context.dtype_policy());
+    model = trial->build_model();
+  }
   if (!model) {
     throw ConfigError("trial " + std::to_string(spec.trial_id) + " ('" + spec.config.entrypoint +
                       "'): build_model returned no model");

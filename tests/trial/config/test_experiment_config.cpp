@@ -370,8 +370,11 @@ data: {path: /data/fashion, augment: false}
       return std::string("accepted");
     };
     CHECK(refused("optimizations: {mixed_precision: O1}\n") ==
-          refusal("optimizations.mixed_precision: expected O0 but found O1: mixed precision is "
-                  "not implemented yet"));
+          refusal("optimizations.mixed_precision: expected O0 but found O1: Determined's O1-O3 "
+                  "are apex AMP levels for PyTorch trials; a Keras trial sets a dtype policy "
+                  "instead: context.set_global_policy(\"mixed_float16\") in the trial's "
+                  "constructor (from a hyperparameter if you like), or "
+                  "keras::mixed_precision::set_global_policy with the Native API"));
     CHECK(refused("optimizations: {gradient_compression: true}\n") ==
           refusal("optimizations.gradient_compression: expected false but found true: "
                   "loadstar's allreduce does not compress gradients"));

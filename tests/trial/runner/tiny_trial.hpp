@@ -107,6 +107,9 @@ class BlobsTrial : public trial::KerasTrial {
     if (loader == "threads") context.configure_fit({.workers = 2});
     if (loader == "processes") context.configure_fit({.workers = 2, .use_multiprocessing = true});
     if (loader == "sequence") context.configure_fit({.workers = 0});
+    // Mixed precision as a Keras trial sets it: a dtype policy from a hyperparameter.
+    if (context.get_hparams().contains("dtype_policy"))
+      context.set_global_policy(context.get_hparam("dtype_policy").get<std::string>());
   }
 
   /// `LOADSTAR_TRIAL_GREETING` as the last trial built saw it.

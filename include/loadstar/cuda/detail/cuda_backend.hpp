@@ -342,6 +342,8 @@ class CudaBackendImpl final : public CudaBackend {
   void permute(const Tensor<float>& x, std::span<const std::size_t> axes,
                const Tensor<float>& y) override;
 
+  void round_to(const Tensor<float>& x, DType dtype) override;
+
  private:
   /// The stream, for work queued directly (copies to and from the host, waits, host kernels):
   /// the work of a step being recorded is queued first, and the rest of that step runs kernel

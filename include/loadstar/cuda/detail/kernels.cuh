@@ -22,6 +22,7 @@
 
 #include "loadstar/cuda/detail/kernels.hpp"
 #include "loadstar/cuda/detail/math.hpp"
+#include "loadstar/keras/mixed_precision/detail/half_rounding.hpp"
 
 namespace loadstar::cuda::detail {
 
@@ -390,6 +391,12 @@ __global__ void scatter_add_kernel(const float* indices, std::size_t count, cons
 __global__ void permute_kernel(const float* x, float* y, PermuteDims d, std::size_t n) {
   LOADSTAR_GRID_STRIDE(i, n) {
     y[i] = x[permute_offset(d, i)];
+  }
+}
+
+__global__ void round_half_kernel(float* x, std::size_t n, keras::detail::HalfKind kind) {
+  LOADSTAR_GRID_STRIDE(i, n) {
+    x[i] = keras::detail::round_half(x[i], kind);
   }
 }
 
@@ -777,6 +784,11 @@ cudaError_t launch_scatter_add(cudaStream_t stream, const float* indices, std::s
 cudaError_t launch_permute(cudaStream_t stream, const float* x, float* y, const PermuteDims& dims,
                            std::size_t n) {
   return launch(permute_kernel, stream, n, x, y, dims, n);
+}
+
+cudaError_t launch_round_half(cudaStream_t stream, float* x, std::size_t n, bool bfloat16) {
+  return launch(round_half_kernel, stream, n, x, n,
+                bfloat16 ? keras::detail::HalfKind::bfloat16 : keras::detail::HalfKind::float16);
 }
 
 }  // namespace loadstar::cuda::detail

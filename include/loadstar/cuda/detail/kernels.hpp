@@ -105,6 +105,9 @@ cudaError_t launch_scatter_add(cudaStream_t stream, const float* indices, std::s
                                const float* dy, std::size_t width, float* table_gradient);
 cudaError_t launch_permute(cudaStream_t stream, const float* x, float* y, const PermuteDims& dims,
                            std::size_t n);
+/// Rounds `x[0..n)` in place to float16 (`bfloat16` false) or bfloat16 values, to nearest even
+/// (keras/mixed_precision/detail/half_rounding.hpp).
+cudaError_t launch_round_half(cudaStream_t stream, float* x, std::size_t n, bool bfloat16);
 
 /// The per-variable clipping scales of a fused optimizer step: squared norms of the gradients'
 /// segments into `partials` (one double per segment), then one thread adds them in a fixed order

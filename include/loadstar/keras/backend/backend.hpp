@@ -20,6 +20,7 @@
 #include "loadstar/keras/backend/deferred.hpp"
 #include "loadstar/keras/backend/kinds.hpp"
 #include "loadstar/keras/detail/depthwise_loops.hpp"
+#include "loadstar/keras/mixed_precision/detail/half_rounding.hpp"
 #include "loadstar/tensor/tensor.hpp"
 
 namespace loadstar::keras {
@@ -522,6 +523,12 @@ class Backend {
   /// The default runs on the host through `host_kernel`; a backend may override it.
   LOADSTAR_DECL virtual void permute(const Tensor<float>& x, std::span<const std::size_t> axes,
                                      const Tensor<float>& y);
+
+  /// Rounds every element of `x`, in place, to the nearest value of `dtype` (`float16` or
+  /// `bfloat16`, to nearest even; `float32` leaves `x` as it is): mixed precision's one kernel
+  /// (keras/mixed_precision/detail/half_rounding.hpp). The default runs on the host through
+  /// `host_kernel`; a backend may override it.
+  LOADSTAR_DECL virtual void round_to(const Tensor<float>& x, DType dtype);
 };
 
 namespace detail {
@@ -588,6 +595,21 @@ void Backend::permute(const Tensor<float>& x, std::span<const std::size_t> axes,
   const Tensor<float> tensors[] = {x, y};
   host_kernel(tensors, [&](std::span<const Tensor<float>> t) {
     detail::permute_rows(t[0], axes, t[1], 0, t[1].rank() == 0 ? 0 : t[1].shape()[0]);
+  });
+}
+
+void Backend::round_to(const Tensor<float>& x, DType dtype) {
+  if (dtype == DType::float32 || x.empty()) return;
+  LOADSTAR_ASSERT(dtype == DType::float16 || dtype == DType::bfloat16,
+                  "round_to: float16 or bfloat16");
+  const detail::HalfKind kind =
+      dtype == DType::bfloat16 ? detail::HalfKind::bfloat16 : detail::HalfKind::float16;
+  const Tensor<float> tensors[] = {x};
+  host_kernel(tensors, [kind](std::span<const Tensor<float>> t) {
+    float* data = t[0].data();
+    const std::size_t n = t[0].size();
+    for (std::size_t i = 0; i < n; ++i)
+      data[i] = detail::round_half(data[i], kind);
   });
 }
 

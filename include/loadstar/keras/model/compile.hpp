@@ -130,6 +130,13 @@ LOADSTAR_DECL void Model::compile(const CompileOptions& options) {
   weights_placed_ = false;
   optimizer_ = options.optimizer.object();
   if (!optimizer_) optimizer_ = std::shared_ptr<Optimizer>(get_optimizer(options.optimizer.name()));
+  // Keras 3's Trainer.compile: a model made under "mixed_float16" scales its loss.
+  if (options.auto_scale_loss && dtype_policy_.name() == "mixed_float16" &&
+      optimizer_->loss_scale() == 1.0F &&
+      dynamic_cast<optimizers::LossScaleOptimizer*>(optimizer_.get()) == nullptr) {
+    optimizer_ = std::make_shared<optimizers::LossScaleOptimizer>(optimizer_, 32768.0, 2000,
+                                                                  "loss_scale_optimizer");
+  }
   optimizer_->set_backend(backend_);
   check_metric_names(options.metrics);
   check_metric_names(options.weighted_metrics);

@@ -14,11 +14,14 @@ LOADSTAR_DECL void Model::forward(bool training, std::uint64_t seed) {
   CallContext ctx{backend(), training, seed,
                   optimizer_ ? static_cast<std::uint64_t>(optimizer_->iterations()) : 0};
   if (training) ctx.relu_fusion = &fusion;
+  mixed_.update(backend(), layers_, nodes_, name_);
+  mixed_.round_inputs_and_weights(backend(), nodes_);
   for (std::size_t k = 0; k < nodes_.size(); ++k) {
     auto& node = nodes_[k];
     if (!node.layer) continue;
     fusion = relu_fusions_.forward(k);
     node.layer->forward(node.input_values, node.value, ctx);
+    mixed_.round_value(backend(), k, node);
   }
 }
 
@@ -58,6 +61,27 @@ LOADSTAR_DECL Deferred<double> Model::compute_losses(bool gradients) {
       }));
 }
 
+LOADSTAR_DECL void Model::scale_loss_gradients() {
+  const float scale = optimizer_->loss_scale();
+  if (scale == 1.0F) return;
+  for (std::size_t k = 0; k < nodes_.size(); ++k) {
+    if (penalties_.has_activity(k)) {
+      throw ConfigError("model '" + name_ + "': layer '" + nodes_[k].layer->name() +
+                        "' has an activity regularizer, which loadstar does not combine with " +
+                        "loss scaling (LossScaleOptimizer)");
+    }
+  }
+  // The gradient of the scaled loss: each output node's once (an output listed twice shares it).
+  for (std::size_t o = 0; o < output_nodes_.size(); ++o) {
+    const std::size_t k = output_nodes_[o];
+    if (!nodes_[k].layer ||
+        std::find(output_nodes_.begin(), output_nodes_.begin() + static_cast<std::ptrdiff_t>(o),
+                  k) != output_nodes_.begin() + static_cast<std::ptrdiff_t>(o))
+      continue;
+    backend().scale(nodes_[k].gradient, scale);
+  }
+}
+
 LOADSTAR_DECL void Model::backward(std::uint64_t seed) {
   detail::ReluFusionCall fusion;
   CallContext ctx{backend(), true, seed, static_cast<std::uint64_t>(optimizer_->iterations())};
@@ -68,12 +92,21 @@ LOADSTAR_DECL void Model::backward(std::uint64_t seed) {
     ctx.accumulate_gradients = !writes_gradients_[k];
     penalties_.add_activity_gradient(backend(), node, k, rows_);
     fusion = relu_fusions_.backward(k);
+    mixed_.round_gradient(backend(), k, node);
     node.layer->backward(node.input_values, node.value, node.gradient, node.input_gradients, ctx);
+    mixed_.round_weight_gradients(backend(), k, node);
     for (std::size_t j = 0; j < node.inputs.size(); ++j) {
       if (node.targets[j] == detail::GradientTarget::accumulate) {
         backend().axpy(1.0F, node.input_gradients[j], nodes_[node.inputs[j]].gradient);
       }
     }
+  }
+  // Loss scaling (LossScaleOptimizer): the weights' gradients divided by the scale the loss's
+  // gradient was multiplied by, before the penalties' gradients, which Keras scales and unscales
+  // alike, join them.
+  if (const float scale = optimizer_->loss_scale(); scale != 1.0F) {
+    for (Variable* v : trainable_)
+      if (!v->gradient.empty()) backend().scale(v->gradient, 1.0F / scale);
   }
   // After every layer's backward: a layer that writes its gradients ignores what they held.
   penalties_.add_weight_gradients(backend());
@@ -136,11 +169,15 @@ LOADSTAR_DECL const Logs& Model::train_step(const BatchView& batch, const StepOp
   detail::StepScope step(backend(), step_key(StepKind::train));
   zero_gradients(zeroed_);
   const std::uint64_t seed = options.seed ? *options.seed : detail::global_seed();
+  detail::RestoreWeights restore(mixed_, backend());
   forward(true, seed);
   const Deferred<double> total = compute_losses(true);
+  scale_loss_gradients();
   backward(seed);
+  mixed_.restore_weights(backend());
   optimizer_->apply_batch_gradients(trainable_, rows_);
   penalties_.apply_constraints(backend());
+  mixed_.round_variables(backend());
   update_metrics(training_, total);
   step.end();
   fill_logs(training_, training_logs_);
@@ -153,7 +190,9 @@ LOADSTAR_DECL const Logs& Model::test_step(const BatchView& batch, const StepOpt
   const detail::ScopedFlushDenormal flush_denormal;
   load(batch, true, options.class_weight);
   detail::StepScope step(backend(), step_key(StepKind::test));
+  detail::RestoreWeights restore(mixed_, backend());
   forward(false, options.seed ? *options.seed : detail::global_seed());
+  mixed_.restore_weights(backend());
   const Deferred<double> total = compute_losses(false);
   update_metrics(evaluation_, total);
   step.end();
@@ -166,7 +205,9 @@ LOADSTAR_DECL const std::vector<Tensor<float>>& Model::predict_step(const BatchV
   const detail::ScopedFlushDenormal flush_denormal;
   load(batch, false, nullptr);
   detail::StepScope step(backend(), step_key(StepKind::predict));
+  detail::RestoreWeights restore(mixed_, backend());
   forward(false, detail::global_seed());
+  mixed_.restore_weights(backend());
   step.end();
   return outputs_;
 }

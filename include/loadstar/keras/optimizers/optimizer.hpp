@@ -79,6 +79,14 @@ class Optimizer {
     static_cast<void>(variables);
   }
 
+  /// The factor a training step multiplies the gradient of the loss by before the backward pass
+  /// and divides the weights' gradients by after it (`LossScaleOptimizer`'s scale); 1 for every
+  /// other optimizer.
+  virtual float loss_scale() const noexcept { return 1.0F; }
+  /// The optimizer this one wraps and steps (`LossScaleOptimizer`'s, the data-parallel
+  /// `dist::DistributedOptimizer`'s), or null: how a file finds a wrapped optimizer's state.
+  virtual Optimizer* wrapped_optimizer() const noexcept { return nullptr; }
+
   /// Keras's `get_config()`: `{"name", "learning_rate", "clipnorm", ...}`.
   virtual nlohmann::json get_config() const { return {{"name", name_}}; }
   const std::string& name() const noexcept { return name_; }

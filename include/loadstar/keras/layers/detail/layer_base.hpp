@@ -88,7 +88,8 @@ class LayerBase : public Layer {
 
   /// The keys every Keras layer config has, and `activity_regularizer` when the layer has one.
   nlohmann::json base_config() const {
-    nlohmann::json config = {{"name", name()}, {"trainable", trainable()}, {"dtype", "float32"}};
+    nlohmann::json config = {
+        {"name", name()}, {"trainable", trainable()}, {"dtype", dtype_policy().to_json()}};
     if (activity_regularizer()) config["activity_regularizer"] = regularizer_json(nullptr);
     return config;
   }
@@ -286,13 +287,10 @@ Shape config_batch_shape(const ConfigReader& read, std::string_view key) {
 std::shared_ptr<Layer> finish_layer(const ConfigReader& read, std::shared_ptr<Layer> layer) {
   layer->set_trainable(read.get("trainable", true));
   if (const nlohmann::json* dtype = read.find("dtype"); dtype != nullptr && !dtype->is_null()) {
-    // Keras 2 writes "float32"; Keras 3 a DTypePolicy {"class_name": "DTypePolicy", "config":
-    // {"name": "float32"}}.
-    const bool is_float32 =
-        *dtype == "float32" ||
-        (dtype->is_object() && dtype->contains("config") && (*dtype)["config"].is_object() &&
-         (*dtype)["config"].value("name", "") == "float32");
-    if (!is_float32) read.fail("dtype", "\"float32\" (loadstar layers compute in float32)");
+    // Keras 2 writes "float32" or {"class_name": "Policy", "config": {"name": "mixed_float16"}};
+    // Keras 3 a DTypePolicy {"class_name": "DTypePolicy", "config": {"name": "float32"}}.
+    layer->set_dtype_policy(
+        mixed_precision::Policy::from_json(*dtype, read.owner() + ": " + read.path("dtype")));
   }
   if (read.has("batch_input_shape")) config_batch_shape(read, "batch_input_shape");
   config_weight_options(read, *layer);

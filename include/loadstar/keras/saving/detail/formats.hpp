@@ -256,6 +256,15 @@ LOADSTAR_DECL void assign_weights(Model& model, const ModelFile& file,
 /// The last component of a weight name without `:0` (`"m"` of `"Adam/dense/kernel/m:0"`).
 LOADSTAR_DECL std::string last_component(const std::string& name);
 
+/// The `LossScaleOptimizer` `optimizer` is or wraps (under a `dist::DistributedOptimizer`), or
+/// null.
+inline optimizers::LossScaleOptimizer* loss_scaling(Optimizer& optimizer) {
+  for (Optimizer* o = &optimizer; o != nullptr; o = o->wrapped_optimizer()) {
+    if (auto* scaling = dynamic_cast<optimizers::LossScaleOptimizer*>(o)) return scaling;
+  }
+  return nullptr;
+}
+
 /// Restores the compiled optimizer's slots and iteration count from a file's optimizer state:
 /// tf.keras 2.x's `/optimizer_weights` (the iteration count found by name, the slots grouped by
 /// kind as OptimizerV2 lists them or interleaved per variable as Keras 3 does), or Keras 3's
@@ -601,6 +610,10 @@ nlohmann::json keras3_layer_config(const std::string& class_name, nlohmann::json
   config.erase("batch_input_shape");
   if (config.contains("dtype") && config["dtype"].is_string()) {
     config["dtype"] = dtype_policy(config["dtype"].get<std::string>());
+  } else if (config.contains("dtype") && config["dtype"].is_object() &&
+             config["dtype"].value("class_name", "") == "Policy") {
+    // A mixed policy (tf.keras 2.x's Policy object).
+    config["dtype"] = dtype_policy(config["dtype"]["config"].value("name", "float32"));
   }
   for (auto item : config.items()) {
     const std::string key = item.key();
@@ -817,7 +830,10 @@ void write_legacy_layers(H5Writer& writer, hid_t group, const Model& model) {
 }
 
 void write_legacy_optimizer(H5Writer& writer, const Model& model) {
-  Optimizer& optimizer = model.optimizer();
+  // A LossScaleOptimizer lists its inner optimizer's weights, as tf.keras's does, then its
+  // scale and its count of finite steps (tf.keras's `current_loss_scale` and `good_steps`).
+  const auto* scaling = loss_scaling(model.optimizer());
+  Optimizer& optimizer = scaling != nullptr ? scaling->inner_optimizer() : model.optimizer();
   H5Id group = writer.create_group(writer.root(), "optimizer_weights");
   const std::string prefix = optimizer.name();
   const auto slots = optimizer.variables();
@@ -835,11 +851,20 @@ void write_legacy_optimizer(H5Writer& writer, const Model& model) {
       }
     }
   }
+  if (scaling != nullptr) {
+    names.push_back(scaling->name() + "/current_loss_scale:0");
+    names.push_back(scaling->name() + "/good_steps:0");
+  }
   writer.string_list_attribute(group.get(), "weight_names", names);
   writer.int64_dataset(group.get(), names[0], optimizer.iterations());
   for (std::size_t i = 0; i < order.size(); ++i) {
     const Tensor<float> value = to_host(model, order[i]->value);
     writer.float_dataset(group.get(), names[i + 1], value.shape(), value.data());
+  }
+  if (scaling != nullptr) {
+    const float scale = scaling->loss_scale();
+    writer.float_dataset(group.get(), names[names.size() - 2], Shape{}, &scale);
+    writer.int64_dataset(group.get(), names.back(), scaling->step_counter());
   }
 }
 
@@ -869,10 +894,21 @@ void write_keras3_weights(H5Writer& writer, const Model& model, bool optimizer) 
     }
   }
   if (!optimizer || !model.compiled()) return;
-  Optimizer& opt = model.optimizer();
   H5Id vars = writer.create_group(writer.root(), "optimizer/vars");
-  writer.string_attribute(vars.get(), "name", opt.name(), true);
+  writer.string_attribute(vars.get(), "name", model.optimizer().name(), true);
   std::size_t index = 0;
+  // Keras 3's LossScaleOptimizer.variables: its own iteration (never counted: 0) and learning
+  // rate (0.0), step_counter, dynamic_scale, then the inner optimizer's variables.
+  const auto* scaling = loss_scaling(model.optimizer());
+  if (scaling != nullptr) {
+    const float zero = 0.0F;
+    const float scale = scaling->loss_scale();
+    writer.int64_dataset(vars.get(), std::to_string(index++), 0);
+    writer.float_dataset(vars.get(), std::to_string(index++), Shape{}, &zero);
+    writer.int64_dataset(vars.get(), std::to_string(index++), scaling->step_counter());
+    writer.float_dataset(vars.get(), std::to_string(index++), Shape{}, &scale);
+  }
+  Optimizer& opt = scaling != nullptr ? scaling->inner_optimizer() : model.optimizer();
   writer.int64_dataset(vars.get(), std::to_string(index++), opt.iterations());
   const nlohmann::json config = opt.get_config();
   if (config.contains("learning_rate") && config["learning_rate"].is_number()) {
@@ -1034,17 +1070,33 @@ void restore_optimizer(Model& model, const ModelFile& file, const std::string& w
     }
     return static_cast<std::int64_t>(a.values[0]);
   };
+  // A LossScaleOptimizer's scale and count of finite steps (restored last).
+  optimizers::LossScaleOptimizer* scaling = loss_scaling(optimizer);
+  const StoredArray* saved_scale = nullptr;
+  const StoredArray* saved_counter = nullptr;
   if (keras3) {
     if (file.optimizer.empty()) return;
-    iterations = count_of(file.optimizer[0]);
-    const std::size_t skip = file.optimizer.size() == slots.size() + 2 ? 2 : 1;
-    for (std::size_t i = skip; i < file.optimizer.size(); ++i)
+    // Keras 3 lists a LossScaleOptimizer's iteration, learning rate, step_counter and
+    // dynamic_scale before the inner optimizer's variables.
+    std::size_t first = 0;
+    if (scaling != nullptr && file.optimizer.size() >= slots.size() + 5) {
+      saved_counter = &file.optimizer[2];
+      saved_scale = &file.optimizer[3];
+      first = 4;
+    }
+    iterations = count_of(file.optimizer[first]);
+    const std::size_t skip = file.optimizer.size() - first == slots.size() + 2 ? 2 : 1;
+    for (std::size_t i = first + skip; i < file.optimizer.size(); ++i)
       entries.push_back(&file.optimizer[i]);
   } else {
     for (const auto& a : file.optimizer) {
       const std::string last = last_component(a.name);
       if (last == "iter" || last == "iteration" || last == "iterations") {
         iterations = count_of(a);
+      } else if (scaling != nullptr && (last == "current_loss_scale" || last == "dynamic_scale")) {
+        saved_scale = &a;
+      } else if (scaling != nullptr && (last == "good_steps" || last == "step_counter")) {
+        saved_counter = &a;
       } else if (last != "learning_rate") {
         entries.push_back(&a);
       }
@@ -1082,6 +1134,13 @@ void restore_optimizer(Model& model, const ModelFile& file, const std::string& w
     }
   }
   if (iterations) optimizer.set_iterations(*iterations);
+  if (saved_scale != nullptr && saved_counter != nullptr) {
+    if (saved_scale->values.size() != 1) {
+      throw FormatError(where + ": loss scale '" + saved_scale->name + "' is not a scalar (shape " +
+                        saved_scale->shape.str() + ")");
+    }
+    scaling->set_state(saved_scale->values[0], count_of(*saved_counter));
+  }
 }
 
 }  // namespace loadstar::keras::detail
