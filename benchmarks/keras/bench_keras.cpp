@@ -2,15 +2,18 @@
 // -> Dense(10)) at batch 32 and 256 and a small CNN (Conv2D 32, MaxPooling2D, Conv2D 64,
 // MaxPooling2D, Flatten, Dense 128, Dense 10) at batch 32 and 256, and a 1-D text CNN (Embedding
 // 1000x32, Conv1D 64x5, MaxPooling1D 4, Conv1D 64x5, GlobalMaxPooling1D, Dense 10) on sequences of
-// 100 token ids at batch 32, Adam(1e-3), sparse categorical cross-entropy from logits, on synthetic
-// data (workloads.hpp, shared with bench_keras_gpu), with 1 and 2 threads. Each iteration
+// 100 token ids at batch 32, a Transformer encoder block (Embedding, MultiHeadAttention, Add,
+// LayerNormalization, the Dense feed-forward, GlobalAveragePooling1D, Dense 10) on the same
+// sequences at batch 32 and 256, Adam(1e-3), sparse categorical cross-entropy from logits, on
+// synthetic data (workloads.hpp, shared with bench_keras_gpu), with 1 and 2 threads. Each iteration
 // trains a fixed number of steps with fit; names are "<workload>/<batch>/<threads>", the counter
 // "rate" is samples per second (beside benchmarks/peers/keras_torch.py, same models and steps),
 // "peak_rss_mb" the process's peak resident memory.
 //
 // The roofline: "flops_per_sample" counts the floating-point operations of one sample's training
 // step (2 per multiply-add): forward, backward (the weight gradient and, except for the first
-// layer, the input gradient) of every Dense, Conv1D and Conv2D, and Adam's 6 multiply-adds per
+// layer, the input gradient) of every Dense, Conv1D and Conv2D (not the attention layers'), and
+// Adam's 6 multiply-adds per
 // parameter spread over the batch; "sgemm_gflops" is this machine's single-thread SGEMM peak,
 // measured in the same process (CpuBackend(1).gemm on 512 x 512 x 512, the best of 10 runs), so
 // that benchmarks/run reports GFLOP/s and their fraction of the peak per thread.
@@ -107,6 +110,9 @@ void cnn(benchmark::State& state) {
 void text(benchmark::State& state) {
   train(state, "text");
 }
+void transformer(benchmark::State& state) {
+  train(state, "transformer");
+}
 
 }  // namespace
 
@@ -131,6 +137,14 @@ BENCHMARK(text)
     ->Name("text")
     ->Args({32, 1})
     ->Args({32, 2})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(transformer)
+    ->Name("transformer")
+    ->Args({32, 1})
+    ->Args({32, 2})
+    ->Args({256, 1})
+    ->Args({256, 2})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

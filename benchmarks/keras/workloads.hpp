@@ -7,6 +7,10 @@
 //   Dense 10 on 28x28x1 images;
 // - "text": Embedding 1000x32 -> Conv1D 64x5 -> MaxPooling1D 4 -> Conv1D 64x5 ->
 //   GlobalMaxPooling1D -> Dense 10 on sequences of 100 token ids;
+// - "transformer": a Transformer encoder block as Keras's "Text classification with Transformer"
+//   example, Embedding 1000x32 -> MultiHeadAttention(2 heads, key_dim 16)(x, x) -> Add ->
+//   LayerNormalization(1e-6) -> Dense 64 relu -> Dense 32 -> Add -> LayerNormalization ->
+//   GlobalAveragePooling1D -> Dense 10 on the text workload's sequences of 100 token ids;
 // each with Adam(1e-3) and sparse categorical cross-entropy from logits, trained on `steps`
 // batches per pass of fit.
 #pragma once
@@ -33,6 +37,23 @@ inline std::unique_ptr<keras::Model> make_model(const std::string& workload, std
   using namespace loadstar::keras;
   using namespace loadstar::keras::layers;
   set_random_seed(1);
+  const auto compile = [&](auto model) {
+    model->compile({.optimizer = optimizers::Adam({.learning_rate = 1e-3}),
+                    .loss = losses::SparseCategoricalCrossentropy(true),
+                    .threads = threads,
+                    .backend = std::move(backend)});
+    return model;
+  };
+  if (workload == "transformer") {
+    auto tokens = Input({text_steps});
+    auto x = call(Embedding(1000, 32), tokens);
+    auto attention = call(std::make_shared<MultiHeadAttention>(2, 16), {x, x});
+    auto out1 = call(LayerNormalization({.epsilon = 1e-6F}), call(Add(), {x, attention}));
+    auto ffn = call(Dense(32), call(Dense(64, {.activation = "relu"}), out1));
+    auto out2 = call(LayerNormalization({.epsilon = 1e-6F}), call(Add(), {out1, ffn}));
+    auto logits = call(Dense(10), call(GlobalAveragePooling1D(), out2));
+    return compile(std::make_unique<Model>(tokens, logits, "transformer"));
+  }
   std::unique_ptr<Sequential> model;
   if (workload == "mlp") {
     model = std::make_unique<Sequential>(std::initializer_list<SequentialItem>{
@@ -48,18 +69,15 @@ inline std::unique_ptr<keras::Model> make_model(const std::string& workload, std
         MaxPooling2D(), Conv2D(64, 3, {.activation = "relu"}), MaxPooling2D(), Flatten(),
         Dense(128, {.activation = "relu"}), Dense(10)});
   }
-  model->compile({.optimizer = optimizers::Adam({.learning_rate = 1e-3}),
-                  .loss = losses::SparseCategoricalCrossentropy(true),
-                  .threads = threads,
-                  .backend = std::move(backend)});
-  return model;
+  return compile(std::move(model));
 }
 
 /// `rows` synthetic samples of the workload on the host: pixels in [0, 1) (token ids in
-/// [0, 1000) for "text") from a fixed linear congruential sequence, labels `i % 10`.
+/// [0, 1000) for "text" and "transformer") from a fixed linear congruential sequence, labels
+/// `i % 10`.
 inline std::pair<Tensor<float>, Tensor<std::int64_t>> synthetic_data(const std::string& workload,
                                                                      std::size_t rows) {
-  const bool text = workload == "text";
+  const bool text = workload == "text" || workload == "transformer";
   Tensor<float> x(text ? Shape{rows, text_steps} : Shape{rows, 28, 28});
   Tensor<std::int64_t> y({rows});
   std::uint64_t seed = 7;

@@ -155,11 +155,15 @@ TEST_SUITE("keras_layers") {
           {"seed", 3}}},
         {"AdditiveAttention", {{"name", "b"}, {"use_scale", false}, {"dropout", 0.1}}},
     };
-    for (const auto& [class_name, config] : configs) {
+    for (const auto& entry : configs) {
+      const std::string& class_name = entry.first;
+      const json& config = entry.second;
       INFO(class_name);
       auto layer = LayerRegistry::instance().create(class_name, config);
       const json written = layer->get_config();
-      for (const auto& [key, value] : config.items()) {
+      for (const auto& item : config.items()) {
+        const std::string key = item.key();
+        const json& value = item.value();
         if (key == "kernel_regularizer") {
           CHECK(written[key]["class_name"] == "L2");
         } else if (key == "dropout") {
