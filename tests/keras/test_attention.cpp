@@ -174,6 +174,27 @@ TEST_SUITE("keras_layers") {
       }
       CHECK(LayerRegistry::instance().create(class_name, written)->get_config() == written);
     }
+    // tf.keras 2 records the build shapes; Keras 3 the gate and window it has off.
+    const json tf_keras2 = {{"name", "mha"},
+                            {"trainable", true},
+                            {"dtype", "float32"},
+                            {"num_heads", 2},
+                            {"key_dim", 3},
+                            {"value_dim", 3},
+                            {"dropout", 0.0},
+                            {"use_bias", true},
+                            {"output_shape", nullptr},
+                            {"attention_axes", {1}},
+                            {"query_shape", {nullptr, 5, 6}},
+                            {"key_shape", {nullptr, 5, 6}},
+                            {"value_shape", {nullptr, 5, 6}}};
+    auto from_tf = LayerRegistry::instance().create("MultiHeadAttention", tf_keras2);
+    const std::vector<Shape> shapes{Shape{5, 6}, Shape{5, 6}};
+    CHECK(from_tf->build(shapes, 1) == Shape{5, 6});
+    auto from_keras3 = LayerRegistry::instance().create(
+        "MultiHeadAttention",
+        {{"num_heads", 2}, {"key_dim", 3}, {"use_gate", false}, {"sliding_window", nullptr}});
+    CHECK(from_keras3->get_config()["num_heads"] == 2);
     CHECK(AdditiveAttention().get_config()["use_scale"] == true);
     CHECK(Attention().get_config()["use_scale"] == false);
     CHECK(Attention().get_config()["score_mode"] == "dot");
