@@ -325,6 +325,49 @@ TEST_SUITE("keras_layers") {
     }
   }
 
+  TEST_CASE("MultiHeadAttention waits for a value made by a layer listed after it") {
+    // The value is the output of `d`, which the config lists after the attention layer; a shared
+    // attention layer's second call asks for another use_causal_mask and is refused.
+    const json input = {{"class_name", "InputLayer"},
+                        {"name", "x"},
+                        {"config", {{"batch_input_shape", {nullptr, 5, 6}}, {"name", "x"}}},
+                        {"inbound_nodes", json::array()}};
+    const json dense = {{"class_name", "Dense"},
+                        {"name", "d"},
+                        {"config", {{"name", "d"}, {"units", 6}}},
+                        {"inbound_nodes", {{{"x", 0, 0, json::object()}}}}};
+    const auto model_of = [&](const json& nodes, const json& outputs) {
+      return json{{"class_name", "Functional"},
+                  {"config",
+                   {{"name", "later"},
+                    {"layers",
+                     {input,
+                      {{"class_name", "MultiHeadAttention"},
+                       {"name", "mha"},
+                       {"config", mha_config()},
+                       {"inbound_nodes", nodes}},
+                      dense}},
+                    {"input_layers", {{"x", 0, 0}}},
+                    {"output_layers", outputs}}}};
+    };
+    // One call: [[query, node, tensor, {kwargs}]].
+    const json first = json::array(
+        {json::array({"x", 0, 0, {{"value", {"d", 0, 0}}, {"use_causal_mask", true}}})});
+    auto model = model_from_config(
+        model_of(json::array({first}), json::array({json::array({"mha", 0, 0})})));
+    CHECK(model->predict(attention_wave(Shape{2, 5, 6}, 1.0F), {.verbose = 0}).shape() ==
+          Shape{2, 5, 6});
+    const json second = json::array({json::array({"d", 0, 0, {{"value", {"x", 0, 0}}}})});
+    CHECK_THROWS_WITH_AS(
+        model_from_config(
+            model_of(json::array({first, second}),
+                     json::array({json::array({"mha", 0, 0}), json::array({"mha", 1, 0})}))),
+        doctest::Contains("inbound_nodes[1]: use_causal_mask is false but an earlier call of "
+                          "the layer has true (loadstar applies one use_causal_mask to every "
+                          "call of a layer)"),
+        ConfigError);
+  }
+
   TEST_CASE("MultiHeadAttention with a key input saves to h5 and keras files in Keras's layout") {
     auto q = Input({4, 6}, "q"), v = Input({5, 3}, "v"), k = Input({5, 2}, "k");
     auto mha = std::make_shared<MultiHeadAttention>(

@@ -408,7 +408,8 @@ nlohmann::json MultiHeadAttention::call_kwargs() const {
 }
 
 void MultiHeadAttention::apply_call_kwargs(const nlohmann::json& kwargs, const std::string& where) {
-  detail::read_attention_kwargs(kwargs, where, options_.use_causal_mask, kwargs_seen_);
+  // Keras's default: a call without use_causal_mask has none.
+  detail::read_attention_kwargs(kwargs, where, false, options_.use_causal_mask, kwargs_seen_);
 }
 
 std::shared_ptr<Layer> MultiHeadAttention::from_config(const nlohmann::json& config) {

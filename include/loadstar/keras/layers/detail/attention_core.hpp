@@ -64,14 +64,15 @@ inline std::uint64_t attention_dropout_key(std::optional<std::uint64_t> seed,
 }
 
 /// Reads the keyword arguments of an attention layer's call from a config (tensors taken out):
-/// `use_causal_mask` (a boolean) into `causal`; `training` (null: the model's), `mask` (null) and
-/// `return_attention_scores` (false) as Keras's defaults. `attention_mask`, the `*_mask`
-/// arguments and `return_attention_scores=True` are refused by name, as is any other argument.
-/// `seen` says whether an earlier call was read; a call whose `use_causal_mask` differs from it
-/// is refused. Throws `ConfigError` beginning with `where`.
+/// `use_causal_mask` (a boolean; `absent` when the call does not give it) into `causal`;
+/// `training` (null: the model's), `mask` (null) and `return_attention_scores` (false) as
+/// Keras's defaults. `attention_mask`, the `*_mask` arguments and `return_attention_scores=True`
+/// are refused by name, as is any other argument. `seen` says whether an earlier call was read;
+/// a call whose `use_causal_mask` differs from it is refused. Throws `ConfigError` beginning with
+/// `where`.
 inline void read_attention_kwargs(const nlohmann::json& kwargs, const std::string& where,
-                                  bool& causal, bool& seen) {
-  bool this_causal = causal;  // absent: as the config or an earlier call set it
+                                  bool absent, bool& causal, bool& seen) {
+  bool this_causal = absent;
   for (const auto& [key, value] : kwargs.items()) {
     if (key == "use_causal_mask") {
       if (!value.is_boolean()) {

@@ -76,6 +76,7 @@ class DenseAttention : public LayerBase, public keras::detail::CallArguments {
 
   ScoreMode mode_;
   DenseAttentionOptions options_;
+  bool constructed_causal_;
   bool kwargs_seen_ = false;
   std::size_t query_steps_ = 0, value_steps_ = 0, features_ = 0, value_features_ = 0;
   Scratch probabilities_;
@@ -89,7 +90,10 @@ class DenseAttention : public LayerBase, public keras::detail::CallArguments {
 namespace loadstar::keras::layers::detail {
 
 DenseAttention::DenseAttention(ScoreMode mode, DenseAttentionOptions options)
-    : LayerBase(options.name), mode_(mode), options_(std::move(options)) {
+    : LayerBase(options.name),
+      mode_(mode),
+      options_(std::move(options)),
+      constructed_causal_(options_.use_causal_mask) {
   if (!(options_.dropout >= 0.0F && options_.dropout < 1.0F)) {
     throw ConfigError(label() + ": dropout must be in [0, 1) but is " +
                       std::to_string(options_.dropout));
@@ -266,7 +270,9 @@ nlohmann::json DenseAttention::call_kwargs() const {
 }
 
 void DenseAttention::apply_call_kwargs(const nlohmann::json& kwargs, const std::string& where) {
-  read_attention_kwargs(kwargs, where, options_.use_causal_mask, kwargs_seen_);
+  // A call without use_causal_mask has the layer's own (tf.keras 2.4's `causal` config), else
+  // none, as in Keras.
+  read_attention_kwargs(kwargs, where, constructed_causal_, options_.use_causal_mask, kwargs_seen_);
 }
 
 nlohmann::json DenseAttention::attention_config() const {
