@@ -2,7 +2,9 @@
 // -> Dense(10)) at batch 32 and 256 and a small CNN (Conv2D 32, MaxPooling2D, Conv2D 64,
 // MaxPooling2D, Flatten, Dense 128, Dense 10) at batch 32 and 256, and a 1-D text CNN (Embedding
 // 1000x32, Conv1D 64x5, MaxPooling1D 4, Conv1D 64x5, GlobalMaxPooling1D, Dense 10) on sequences of
-// 100 token ids at batch 32, a small MobileNet (depthwise-separable blocks with batch
+// 100 token ids at batch 32, a Transformer encoder block (Embedding, MultiHeadAttention, Add,
+// LayerNormalization, the Dense feed-forward, GlobalAveragePooling1D, Dense 10) on the same
+// sequences at batch 32 and 256, a small MobileNet (depthwise-separable blocks with batch
 // normalization and ReLU(6)) and a small U-Net (Conv2DTranspose and Concatenate skip connections,
 // one logit per pixel) on 32x32x3 images at batch 32 and 256, Adam(1e-3), sparse categorical
 // cross-entropy from logits (binary for the U-Net), on synthetic data (workloads.hpp, shared with
@@ -13,11 +15,11 @@
 //
 // The roofline: "flops_per_sample" counts the floating-point operations of one sample's training
 // step (2 per multiply-add): forward, backward (the weight gradient and, except for the first
-// layer, the input gradient) of every Dense, Conv1D, Conv2D, DepthwiseConv2D and Conv2DTranspose,
-// and Adam's 6 multiply-adds per parameter spread over the batch; "sgemm_gflops" is this
-// machine's single-thread SGEMM peak, measured in the same process (CpuBackend(1).gemm on 512 x
-// 512 x 512, the best of 10 runs), so that benchmarks/run reports GFLOP/s and their fraction of
-// the peak per thread.
+// layer, the input gradient) of every Dense, Conv1D, Conv2D, DepthwiseConv2D and Conv2DTranspose
+// (not the attention layers'), and Adam's 6 multiply-adds per parameter spread over the batch;
+// "sgemm_gflops" is this machine's single-thread SGEMM peak, measured in the same process
+// (CpuBackend(1).gemm on 512 x 512 x 512, the best of 10 runs), so that benchmarks/run reports
+// GFLOP/s and their fraction of the peak per thread.
 //
 // The memory bound: "bytes_per_sample" counts the bytes one sample's training step moves at least
 // when each layer is one pass over memory (no two layers fused): a layer's forward pass reads its
@@ -183,6 +185,9 @@ void mobilenet(benchmark::State& state) {
 void unet(benchmark::State& state) {
   train(state, "unet");
 }
+void transformer(benchmark::State& state) {
+  train(state, "transformer");
+}
 
 }  // namespace
 
@@ -207,6 +212,14 @@ BENCHMARK(text)
     ->Name("text")
     ->Args({32, 1})
     ->Args({32, 2})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(transformer)
+    ->Name("transformer")
+    ->Args({32, 1})
+    ->Args({32, 2})
+    ->Args({256, 1})
+    ->Args({256, 2})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

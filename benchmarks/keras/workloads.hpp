@@ -19,6 +19,10 @@
 //   with the encoder's output of the same size (upsampled first), two Conv2D 3x3 "same" relu, and
 //   a Conv2D 1x1 with one filter; binary cross-entropy from logits against a mask of the pixels
 //   whose first channel exceeds 0.5;
+// - "transformer": a Transformer encoder block as Keras's "Text classification with Transformer"
+//   example, Embedding 1000x32 -> MultiHeadAttention(2 heads, key_dim 16)(x, x) -> Add ->
+//   LayerNormalization(1e-6) -> Dense 64 relu -> Dense 32 -> Add -> LayerNormalization ->
+//   GlobalAveragePooling1D -> Dense 10 on the text workload's sequences of 100 token ids;
 // each with Adam(1e-3) and (but "unet") sparse categorical cross-entropy from logits, trained on
 // `steps_of(workload)` batches per pass of fit (50; 10 for "mobilenet" and "unet", whose steps are
 // longer). benchmarks/peers/keras_torch.py builds the same
@@ -109,6 +113,13 @@ inline std::unique_ptr<keras::Model> make_model(const std::string& workload, std
   using namespace loadstar::keras;
   using namespace loadstar::keras::layers;
   set_random_seed(1);
+  const auto compile = [&](auto model) {
+    model->compile({.optimizer = optimizers::Adam({.learning_rate = 1e-3}),
+                    .loss = losses::SparseCategoricalCrossentropy(true),
+                    .threads = threads,
+                    .backend = std::move(backend)});
+    return model;
+  };
   if (color_images(workload)) {
     auto model = workload == "unet" ? unet_model() : mobilenet_model();
     const LossArg loss =
@@ -119,6 +130,16 @@ inline std::unique_ptr<keras::Model> make_model(const std::string& workload, std
                     .threads = threads,
                     .backend = std::move(backend)});
     return model;
+  }
+  if (workload == "transformer") {
+    auto tokens = Input({text_steps});
+    auto x = call(Embedding(1000, 32), tokens);
+    auto attention = call(std::make_shared<MultiHeadAttention>(2, 16), {x, x});
+    auto out1 = call(LayerNormalization({.epsilon = 1e-6F}), call(Add(), {x, attention}));
+    auto ffn = call(Dense(32), call(Dense(64, {.activation = "relu"}), out1));
+    auto out2 = call(LayerNormalization({.epsilon = 1e-6F}), call(Add(), {out1, ffn}));
+    auto logits = call(Dense(10), call(GlobalAveragePooling1D(), out2));
+    return compile(std::make_unique<Model>(tokens, logits, "transformer"));
   }
   std::unique_ptr<Sequential> model;
   if (workload == "mlp") {
@@ -135,19 +156,15 @@ inline std::unique_ptr<keras::Model> make_model(const std::string& workload, std
         MaxPooling2D(), Conv2D(64, 3, {.activation = "relu"}), MaxPooling2D(), Flatten(),
         Dense(128, {.activation = "relu"}), Dense(10)});
   }
-  model->compile({.optimizer = optimizers::Adam({.learning_rate = 1e-3}),
-                  .loss = losses::SparseCategoricalCrossentropy(true),
-                  .threads = threads,
-                  .backend = std::move(backend)});
-  return model;
+  return compile(std::move(model));
 }
 
 /// `rows` synthetic samples of the workload on the host: pixels in [0, 1) (token ids in
-/// [0, 1000) for "text") from a fixed linear congruential sequence, labels `i % 10` (unused by
-/// "unet", which trains on `synthetic_masks`).
+/// [0, 1000) for "text" and "transformer") from a fixed linear congruential sequence, labels
+/// `i % 10` (unused by "unet", which trains on `synthetic_masks`).
 inline std::pair<Tensor<float>, Tensor<std::int64_t>> synthetic_data(const std::string& workload,
                                                                      std::size_t rows) {
-  const bool text = workload == "text";
+  const bool text = workload == "text" || workload == "transformer";
   Tensor<float> x(text                     ? Shape{rows, text_steps}
                   : color_images(workload) ? Shape{rows, 32, 32, 3}
                                            : Shape{rows, 28, 28});

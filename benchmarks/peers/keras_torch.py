@@ -1,14 +1,15 @@
 #!/usr/bin/python3
 """PyTorch on the workloads of bench_keras and bench_keras_gpu, for `benchmarks/run keras [--gpu]`.
 
-The same models (the Fashion-MNIST MLP, the small CNN, the 1-D text CNN, the small MobileNet and
-the small U-Net of benchmarks/keras/workloads.hpp, layer for layer: sizes, strides, bias or not,
-activations, BatchNorm2d with Keras's epsilon 1e-3 and momentum 0.99 (PyTorch's 0.01);
-channels first as PyTorch wants), Adam(1e-3, eps 1e-7 as Keras) and cross-entropy from logits
-(binary for the U-Net, against the mask of pixels whose first channel exceeds 0.5), trained for
-the same 50 steps per pass (10 for the MobileNet and the U-Net) on synthetic 28x28 images (32x32x3 for the MobileNet and the U-Net,
-100 token ids for the text CNN). Keras's "same" padding with stride 2 pads one row and column
-after the image; PyTorch's padding=1 pads one on each side: the same output sizes and work.
+The same models (the Fashion-MNIST MLP, the small CNN, the 1-D text CNN, the Transformer encoder
+block, the small MobileNet and the small U-Net of benchmarks/keras/workloads.hpp, layer for layer:
+sizes, strides, bias or not, activations, BatchNorm2d with Keras's epsilon 1e-3 and momentum 0.99
+(PyTorch's 0.01); channels first as PyTorch wants), Adam(1e-3, eps 1e-7 as Keras) and
+cross-entropy from logits (binary for the U-Net, against the mask of pixels whose first channel
+exceeds 0.5), trained for the same 50 steps per pass (10 for the MobileNet and the U-Net) on
+synthetic 28x28 images (32x32x3 for the MobileNet and the U-Net, 100 token ids for the text CNN
+and the Transformer). Keras's "same" padding with stride 2 pads one row and column after the
+image; PyTorch's padding=1 pads one on each side: the same output sizes and work.
 
 --device cpu (the default): the "<workload>/<batch>/<threads>" grid with
 torch.set_num_threads(threads), eager only.
@@ -48,7 +49,9 @@ STEPS = 50
 IMAGE_STEPS = 10
 MEASURE_SECONDS = 2.0
 GRID = [("mlp", 32, 1), ("mlp", 32, 2), ("mlp", 256, 1), ("mlp", 256, 2), ("cnn", 32, 1),
-        ("cnn", 32, 2), ("cnn", 256, 1), ("cnn", 256, 2), ("text", 32, 1), ("text", 32, 2)] + \
+        ("cnn", 32, 2), ("cnn", 256, 1), ("cnn", 256, 2), ("text", 32, 1), ("text", 32, 2),
+        ("transformer", 32, 1), ("transformer", 32, 2), ("transformer", 256, 1),
+        ("transformer", 256, 2)] + \
     [(w, b, t) for w in ("mobilenet", "unet") for b in (32, 256) for t in (1, 2)]
 # --device cuda: (workload, batch), named "<workload>/<batch>/gpu".
 GPU_GRID = [(w, b) for w in ("mlp", "cnn", "mobilenet", "unet") for b in (32, 256)]
@@ -124,6 +127,27 @@ def model_of(workload):
         return nn.Sequential(nn.Embedding(1000, 32), Transpose(), nn.Conv1d(32, 64, 5), nn.ReLU(),
                              nn.MaxPool1d(4), nn.Conv1d(64, 64, 5), nn.ReLU(),
                              nn.AdaptiveMaxPool1d(1), nn.Flatten(), nn.Linear(64, 10))
+    if workload == "transformer":
+        class Encoder(nn.Module):
+            """Keras's Transformer block of bench_keras: MultiheadAttention(32, 2 heads) is
+            Keras's MultiHeadAttention(2, key_dim=16) on 32 features."""
+
+            def __init__(self):
+                super().__init__()
+                self.embedding = nn.Embedding(1000, 32)
+                self.attention = nn.MultiheadAttention(32, 2, batch_first=True)
+                self.norm1 = nn.LayerNorm(32, eps=1e-6)
+                self.ffn = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 32))
+                self.norm2 = nn.LayerNorm(32, eps=1e-6)
+                self.logits = nn.Linear(32, 10)
+
+            def forward(self, tokens):
+                x = self.embedding(tokens)
+                out1 = self.norm1(x + self.attention(x, x, x, need_weights=False)[0])
+                out2 = self.norm2(out1 + self.ffn(out1))
+                return self.logits(out2.mean(dim=1))
+
+        return Encoder()
     if workload == "mlp":
         return nn.Sequential(nn.Flatten(), nn.Linear(784, 128), nn.ReLU(), nn.Linear(128, 10))
     return nn.Sequential(nn.Conv2d(1, 32, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(32, 64, 3),
@@ -139,7 +163,7 @@ def data_of(workload, batch, device):
     """steps_of(workload) batches of inputs and labels, made on (and kept in) device."""
     import torch
     steps = steps_of(workload)
-    if workload == "text":
+    if workload in ("text", "transformer"):
         xs = [torch.randint(0, 1000, (batch, TEXT_STEPS), device=device) for _ in range(steps)]
     elif workload in ("mobilenet", "unet"):
         xs = [torch.rand((batch, 3, 32, 32), device=device) for _ in range(steps)]

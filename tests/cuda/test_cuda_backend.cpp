@@ -2199,4 +2199,34 @@ TEST_SUITE("cuda") {
       check_trains_as_on_cpu(make_cnn, random_tensor({8, 6, 6, 2}, 65), random_tensor({8, 3}, 66));
     }
   }
+
+  TEST_CASE("The attention layers match the PyTorch reference values on the CUDA backend") {
+    // tests/keras/generate_attention.py: MultiHeadAttention (self, cross with a key, causal, two
+    // attention axes), Attention (dot and concat) and AdditiveAttention, with their inputs,
+    // weights and gradients in device memory (the attention itself is staged through the host).
+    Backends b;
+    // Held in a variable: a range-for over a member of a temporary would read freed memory.
+    const auto reference = layer_cases::load("attention.json");
+    REQUIRE(reference["cases"].size() == 12);
+    for (const auto& c : reference["cases"])
+      layer_cases::run_case(c, b.gpu);
+  }
+
+  TEST_CASE("A model of attention layers trains on the CUDA backend as on the CPU") {
+    const auto make = [] {
+      set_random_seed(37);
+      auto in = Input({5, 4});
+      auto h = call(
+          std::make_shared<MultiHeadAttention>(
+              2, 3, MultiHeadAttentionOptions{.dropout = 0.2F, .seed = 3, .use_causal_mask = true}),
+          {in, in});
+      h = call(LayerNormalization({.epsilon = 1e-6F}), call(Add(), {in, h}));
+      h = call(Attention({.use_scale = true, .score_mode = "concat", .dropout = 0.1F}), {h, in});
+      h = call(AdditiveAttention(), {h, in, h});
+      return std::make_shared<Model>(in, call(Dense(2), call(GlobalAveragePooling1D(), h)));
+    };
+    const Tensor<float> x = random_tensor({6, 5, 4}, 71);
+    const Tensor<float> y = random_tensor({6, 2}, 72);
+    check_trains_as_on_cpu(make, x, y);
+  }
 }

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <loadstar/keras/detail/call_arguments.hpp>
 #include <loadstar/keras/layers.hpp>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -64,6 +65,12 @@ inline void run_case(const nlohmann::json& c, loadstar::keras::Backend& backend)
   auto config = c["config"];
   config["name"] = name;
   auto layer = layers::LayerRegistry::instance().create(c["class_name"], config);
+  // The keyword arguments of the Keras call (the attention layers' use_causal_mask).
+  if (c.contains("call_kwargs")) {
+    auto* arguments = dynamic_cast<loadstar::keras::detail::CallArguments*>(layer.get());
+    REQUIRE_MESSAGE(arguments != nullptr, c["class_name"] << " takes no call arguments");
+    arguments->apply_call_kwargs(c["call_kwargs"], name);
+  }
   std::vector<Shape> batch_shapes, sample_shapes;
   for (const auto& s : c["input_shapes"]) {
     batch_shapes.push_back(shape_of(s));
@@ -79,8 +86,9 @@ inline void run_case(const nlohmann::json& c, loadstar::keras::Backend& backend)
   std::vector<Tensor<float>> inputs, input_gradients;
   for (std::size_t i = 0; i < batch_shapes.size(); ++i) {
     inputs.push_back(backend.from_host(tensor_of(c["inputs"][i], batch_shapes[i])));
-    input_gradients.push_back(
-        c["input_gradients"][i].is_null() ? Tensor<float>() : backend.allocate(batch_shapes[i]));
+    input_gradients.push_back(c["input_gradients"][i].is_null() && !c.value("self_attention", false)
+                                  ? Tensor<float>()
+                                  : backend.allocate(batch_shapes[i]));
   }
   const CallContext ctx{.backend = backend, .training = c["training"].get<bool>()};
   const Shape output_shape = shape_of(c["output_shape"]);
@@ -89,6 +97,11 @@ inline void run_case(const nlohmann::json& c, loadstar::keras::Backend& backend)
   check_close("output", backend.to_host(output), c["output"]);
   const Tensor<float> upstream = backend.from_host(tensor_of(c["upstream"], output_shape));
   layer->backward(inputs, output, upstream, input_gradients, ctx);
+  // One tensor given as every input (self-attention): its gradient is the sum of the inputs'.
+  if (c.value("self_attention", false)) {
+    for (std::size_t i = 1; i < inputs.size(); ++i)
+      backend.add(input_gradients[0], input_gradients[i], input_gradients[0]);
+  }
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     if (!c["input_gradients"][i].is_null())
       check_close("gradient of input " + std::to_string(i), backend.to_host(input_gradients[i]),

@@ -11,7 +11,9 @@
 #include "loadstar/keras/layers/activation.hpp"
 #include "loadstar/keras/layers/activity_regularization.hpp"
 #include "loadstar/keras/layers/add.hpp"
+#include "loadstar/keras/layers/additive_attention.hpp"
 #include "loadstar/keras/layers/alpha_dropout.hpp"
+#include "loadstar/keras/layers/attention.hpp"
 #include "loadstar/keras/layers/average.hpp"
 #include "loadstar/keras/layers/average_pooling1d.hpp"
 #include "loadstar/keras/layers/average_pooling2d.hpp"
@@ -52,6 +54,7 @@
 #include "loadstar/keras/layers/max_pooling3d.hpp"
 #include "loadstar/keras/layers/maximum.hpp"
 #include "loadstar/keras/layers/minimum.hpp"
+#include "loadstar/keras/layers/multi_head_attention.hpp"
 #include "loadstar/keras/layers/multiply.hpp"
 #include "loadstar/keras/layers/normalization.hpp"
 #include "loadstar/keras/layers/permute.hpp"
@@ -171,6 +174,9 @@ void RegistryTraits<loadstar::keras::Layer>::defaults(Registry<Layer>& registry)
   registry.add("LSTM", LSTM::from_config);
   registry.add("GRU", GRU::from_config);
   registry.add("Bidirectional", Bidirectional::from_config);
+  registry.add("MultiHeadAttention", MultiHeadAttention::from_config);
+  registry.add("Attention", Attention::from_config);
+  registry.add("AdditiveAttention", AdditiveAttention::from_config);
   registry.add("Dot", Dot::from_config);
   registry.add("DepthwiseConv1D", DepthwiseConv1D::from_config);
   registry.add("DepthwiseConv2D", DepthwiseConv2D::from_config);

@@ -71,6 +71,7 @@ LOADSTAR_DECL std::unique_ptr<Model> model_from_json(std::string_view json,
 #include <nlohmann/json.hpp>
 
 #include "loadstar/error.hpp"
+#include "loadstar/keras/detail/call_arguments.hpp"
 #include "loadstar/keras/detail/config_reader.hpp"
 #include "loadstar/keras/detail/graph.hpp"
 #include "loadstar/keras/detail/keras_layer_order.hpp"
@@ -289,9 +290,17 @@ nlohmann::json functional_config(const Model& model) {
     }
     const std::shared_ptr<Layer>& layer = first->layer;
     nlohmann::json inbound = nlohmann::json::array();
+    const auto* arguments = dynamic_cast<const CallArguments*>(layer.get());
     for (const GraphNode* node : calls[layer.get()]) {
       nlohmann::json call = nlohmann::json::array();
+      if (arguments != nullptr) {
+        std::vector<nlohmann::json> refs;
+        for (const auto& in : node->inputs)
+          refs.push_back(reference(in.get()));
+        call = legacy_call(*arguments, std::move(refs));
+      }
       for (const auto& in : node->inputs) {
+        if (arguments != nullptr) break;
         auto ref = reference(in.get());
         ref.push_back(nlohmann::json::object());
         call.push_back(std::move(ref));
@@ -467,6 +476,17 @@ std::unique_ptr<Model> functional_from_config(const nlohmann::json& config,
           inputs.push_back(*input);
         }
         if (inputs.size() != node.size()) break;
+        if (auto* arguments = dynamic_cast<CallArguments*>(p.layer.get())) {
+          const auto find = [&](const nlohmann::json& ref) -> const KerasTensor* {
+            const auto it = tensors.find({ref[0].get<std::string>(), ref[1].get<std::size_t>()});
+            return it == tensors.end() ? nullptr : &it->second;
+          };
+          if (!read_legacy_call(
+                  *arguments, node,
+                  read.owner() + ": " + p.path + ".inbound_nodes[" + std::to_string(p.done) + "]",
+                  find, inputs))
+            break;
+        }
         try {
           tensors.emplace(std::pair{p.name, p.done}, call(p.layer, inputs));
         } catch (const ShapeError& e) {

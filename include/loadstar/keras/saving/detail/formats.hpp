@@ -29,11 +29,13 @@
 #include <nlohmann/json.hpp>
 
 #include "loadstar/error.hpp"
+#include "loadstar/keras/detail/call_arguments.hpp"
 #include "loadstar/keras/detail/keras_layer_order.hpp"
 #include "loadstar/keras/detail/nested_model.hpp"
 #include "loadstar/keras/layer.hpp"
 #include "loadstar/keras/layers/bidirectional.hpp"
 #include "loadstar/keras/layers/detail/recurrent.hpp"
+#include "loadstar/keras/layers/multi_head_attention.hpp"
 #include "loadstar/keras/layers/registry.hpp"
 #include "loadstar/keras/losses.hpp"
 #include "loadstar/keras/metrics.hpp"
@@ -367,6 +369,19 @@ std::vector<Keras3Vars> keras3_vars(const Layer& layer) {
   }
   if (dynamic_cast<const layers::detail::RecurrentLayer*>(&layer) != nullptr) {
     return {{"", layer.name(), 0, 0}, {"cell", snake_case(layer.class_name()) + "_cell", 0, n}};
+  }
+  if (const auto* mha = dynamic_cast<const layers::MultiHeadAttention*>(&layer)) {
+    // The projections are EinsumDense sublayers reached through the public properties
+    // (`query_dense`, ...) in `dir()` order; the softmax and dropout sublayers (private
+    // attributes, visited last) hold no variables.
+    const std::size_t w = mha->options().use_bias ? 2 : 1;
+    return {{"", layer.name(), 0, 0},
+            {"key_dense", "key", w, w},
+            {"output_dense", "attention_output", 3 * w, w},
+            {"query_dense", "query", 0, w},
+            {"value_dense", "value", 2 * w, w},
+            {"_dropout_layer", "dropout", 0, 0},
+            {"_softmax", "softmax", 0, 0}};
   }
   if (dynamic_cast<const layers::Bidirectional*>(&layer) != nullptr) {
     // Keras names the directions after the wrapped layer (`forward_lstm`, `backward_lstm`), and
@@ -703,8 +718,15 @@ nlohmann::json keras3_model_config(const Model& model, bool include_compile) {
         nlohmann::json args = nlohmann::json::array();
         for (const auto& ref : call)
           args.push_back(keras_tensor(ref));
+        // A call's keyword arguments (`use_causal_mask`, `MultiHeadAttention`'s `value` and
+        // `key`: call_arguments.hpp) ride on its first input in the legacy form.
+        nlohmann::json kwargs = nlohmann::json::object();
+        if (!call.empty() && call[0].size() > 3 && call[0][3].is_object()) {
+          for (const auto& [key, value] : call[0][3].items())
+            kwargs[key] = is_tensor_reference(value) ? keras_tensor(value) : value;
+        }
         nodes.push_back({{"args", call.size() == 1 ? args : nlohmann::json::array({args})},
-                         {"kwargs", nlohmann::json::object()}});
+                         {"kwargs", std::move(kwargs)}});
       }
       out["name"] = name;
       out["inbound_nodes"] = std::move(nodes);
@@ -777,6 +799,21 @@ nlohmann::json legacy_model_config(nlohmann::json config) {
         }
         nlohmann::json refs = nlohmann::json::array();
         if (node.contains("args")) collect_keras_tensors(node["args"], refs);
+        // The keyword arguments go on the first input as tf.keras 2 writes them, their tensors
+        // as [layer, node, tensor] (call_arguments.hpp reads them).
+        const auto kwargs = node.find("kwargs");
+        if (kwargs != node.end() && kwargs->is_object() && !kwargs->empty() && !refs.empty()) {
+          nlohmann::json legacy_kwargs = nlohmann::json::object();
+          for (const auto& [key, value] : kwargs->items()) {
+            nlohmann::json tensors = nlohmann::json::array();
+            collect_keras_tensors(value, tensors);
+            legacy_kwargs[key] =
+                value.is_object() && tensors.size() == 1
+                    ? nlohmann::json::array({tensors[0][0], tensors[0][1], tensors[0][2]})
+                    : value;
+          }
+          refs[0][3] = std::move(legacy_kwargs);
+        }
         legacy.push_back(std::move(refs));
       }
       *nodes = std::move(legacy);

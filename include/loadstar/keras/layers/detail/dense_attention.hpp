@@ -1,0 +1,300 @@
+/// \file
+/// `DenseAttention`: what Keras's `Attention` and `AdditiveAttention` share (tf.keras 2's
+/// `BaseDenseAttention`): a call on `[query, value]` or `[query, value, key]`, scores, softmax
+/// over the value steps with dropout in training, and the scores applied to the values.
+#pragma once
+
+#include "loadstar/config.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "loadstar/keras/detail/call_arguments.hpp"
+#include "loadstar/keras/layers/detail/attention_core.hpp"
+#include "loadstar/keras/layers/detail/layer_base.hpp"
+
+namespace loadstar::keras::layers::detail {
+
+/// How the scores of a `DenseAttention` are computed.
+enum class ScoreMode {
+  /// `Attention(score_mode="dot")`: `scale * q k^T` (`scale` its weight, or 1).
+  dot,
+  /// `Attention(score_mode="concat")`: `concat_score_weight * sum tanh(scale * (q + k))`.
+  concat,
+  /// `AdditiveAttention`: `sum scale[d] * tanh(q[d] + k[d])` (`scale` its weight, or ones).
+  additive,
+};
+
+/// The options `Attention` and `AdditiveAttention` share, with Keras's defaults (`use_scale`'s
+/// differs: each class sets it).
+struct DenseAttentionOptions {
+  bool use_scale = false;
+  /// Dropout on the attention probabilities, in training.
+  float dropout = 0.0F;
+  /// The dropout's seed (null: the model's).
+  std::optional<std::uint64_t> seed = std::nullopt;
+  /// Keras's call argument `use_causal_mask`, applied to every call of the layer.
+  bool use_causal_mask = false;
+  std::string name = {};
+};
+
+/// Keras's attention over `[query, value]` or `[query, value, key]` (the key is the value when
+/// absent) of shapes `(Tq, dim)`, `(Tv, value_dim)` and `(Tv, dim)`: the output is
+/// `softmax(scores(query, key))` (over the value steps, with dropout in training) times the
+/// values, of shape `(Tq, value_dim)`.
+class DenseAttention : public LayerBase, public keras::detail::CallArguments {
+ public:
+  LOADSTAR_DECL DenseAttention(ScoreMode mode, DenseAttentionOptions options);
+
+  ScoreMode score_mode() const noexcept { return mode_; }
+  const DenseAttentionOptions& options() const noexcept { return options_; }
+
+  LOADSTAR_DECL Shape build(std::span<const Shape> input_shapes, std::uint64_t seed) override;
+  LOADSTAR_DECL void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+                             const CallContext& ctx) override;
+  LOADSTAR_DECL void backward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+                              const Tensor<float>& output_gradient,
+                              std::span<const Tensor<float>> input_gradients,
+                              const CallContext& ctx) override;
+
+  std::vector<std::string> tensor_arguments() const override { return {}; }
+  LOADSTAR_DECL nlohmann::json call_kwargs() const override;
+  LOADSTAR_DECL void apply_call_kwargs(const nlohmann::json& kwargs,
+                                       const std::string& where) override;
+
+ protected:
+  /// The keys of both classes' configs: `use_scale`, `dropout`, `seed`.
+  LOADSTAR_DECL nlohmann::json attention_config() const;
+  /// Reads `use_scale` (default `use_scale`), `dropout` and `seed` of a config.
+  LOADSTAR_DECL static DenseAttentionOptions read_options(const ConfigReader& read, bool use_scale);
+
+ private:
+  LOADSTAR_DECL AttentionShape geometry(std::size_t batch) const;
+
+  ScoreMode mode_;
+  DenseAttentionOptions options_;
+  bool constructed_causal_;
+  bool kwargs_seen_ = false;
+  std::size_t query_steps_ = 0, value_steps_ = 0, features_ = 0, value_features_ = 0;
+  Scratch probabilities_;
+  std::vector<Tensor<float>> staged_;
+};
+
+}  // namespace loadstar::keras::layers::detail
+
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
+#if LOADSTAR_KERAS_BODIES
+namespace loadstar::keras::layers::detail {
+
+DenseAttention::DenseAttention(ScoreMode mode, DenseAttentionOptions options)
+    : LayerBase(options.name),
+      mode_(mode),
+      options_(std::move(options)),
+      constructed_causal_(options_.use_causal_mask) {
+  if (!(options_.dropout >= 0.0F && options_.dropout < 1.0F)) {
+    throw ConfigError(label() + ": dropout must be in [0, 1) but is " +
+                      std::to_string(options_.dropout));
+  }
+}
+
+Shape DenseAttention::build(std::span<const Shape> input_shapes, std::uint64_t seed) {
+  if (input_shapes.size() != 2 && input_shapes.size() != 3) {
+    throw ShapeError(label() +
+                     ": expects 2 inputs [query, value] or 3 [query, value, key] but got " +
+                     std::to_string(input_shapes.size()));
+  }
+  const Shape& query = input_shapes[0];
+  const Shape& value = input_shapes[1];
+  const Shape& key = input_shapes.size() == 3 ? input_shapes[2] : value;
+  if (query.rank() != 2 || value.rank() != 2 || key.rank() != 2 || key[0] != value[0] ||
+      key[1] != query[1]) {
+    throw ShapeError(label() +
+                     ": expects a query (None, Tq, dim), a value (None, Tv, value_dim) and a key "
+                     "(None, Tv, dim) but got " +
+                     batch_str(query) + ", " + batch_str(value) + " and " + batch_str(key));
+  }
+  query_steps_ = query[0];
+  value_steps_ = value[0];
+  features_ = query[1];
+  value_features_ = value[1];
+  if (weights_.empty()) {
+    if (mode_ == ScoreMode::additive) {
+      if (options_.use_scale) {
+        Tensor<float> scale({features_});
+        Initializer::glorot_uniform().fill(scale, seed);
+        add_weight("scale", scale);
+      }
+    } else {
+      if (options_.use_scale) add_weight("scale", Tensor<float>(Shape{}, 1.0F));
+      if (mode_ == ScoreMode::concat)
+        add_weight("concat_score_weight", Tensor<float>(Shape{}, 1.0F));
+    }
+  } else if (mode_ == ScoreMode::additive && weights_[0].value.size() != features_) {
+    throw ShapeError(label() + ": scale has " + std::to_string(weights_[0].value.size()) +
+                     " elements but the query has " + std::to_string(features_) + " features");
+  }
+  Shape out{query_steps_, value_features_};
+  remember(input_shapes, out);
+  return out;
+}
+
+AttentionShape DenseAttention::geometry(std::size_t batch) const {
+  return {.batch = batch,
+          .heads = 1,
+          .query_steps = query_steps_,
+          .value_steps = value_steps_,
+          .key_dim = features_,
+          .value_dim = value_features_};
+}
+
+namespace {
+
+/// The score of a `DenseAttention` of `mode` from its weights' host views (`scale`, then
+/// `concat_score_weight` where the layer has them), with its gradients added to `gradients`
+/// (one double per element of the weights, in the same order) when not null.
+template <class F>
+void with_score(ScoreMode mode, bool use_scale, std::span<const Tensor<float>> weights,
+                double* gradients, F&& f) {
+  if (mode == ScoreMode::dot) {
+    DotScore score{.scale = use_scale ? weights[0].data()[0] : 1.0F,
+                   .scale_gradient = use_scale ? gradients : nullptr};
+    f(score);
+  } else if (mode == ScoreMode::concat) {
+    const std::size_t w = use_scale ? 1 : 0;
+    AdditiveScore score{.scale = use_scale ? weights[0].data()[0] : 1.0F,
+                        .weight = weights[w].data()[0],
+                        .scale_gradient = use_scale && gradients != nullptr ? gradients : nullptr,
+                        .weight_gradient = gradients != nullptr ? gradients + w : nullptr};
+    f(score);
+  } else {
+    AdditiveScore score{.feature_weights = use_scale ? weights[0].data() : nullptr,
+                        .feature_gradients = use_scale ? gradients : nullptr};
+    f(score);
+  }
+}
+
+}  // namespace
+
+void DenseAttention::forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+                             const CallContext& ctx) {
+  check_inputs(inputs);
+  const std::size_t batch = inputs[0].dim(0);
+  const AttentionShape s = geometry(batch);
+  const AttentionCall call{.causal = options_.use_causal_mask,
+                           .rate = options_.dropout,
+                           .training = ctx.training,
+                           .key = attention_dropout_key(options_.seed, ctx, name())};
+  staged_ = {inputs[0], inputs[1], inputs.size() == 3 ? inputs[2] : inputs[1],
+             probabilities_.get(ctx.backend, {s.probabilities()}), output};
+  for (const auto& w : weights_)
+    staged_.push_back(w.value);
+  ctx.backend.host_kernel(staged_, [&](std::span<const Tensor<float>> t) {
+    with_score(mode_, options_.use_scale, t.subspan(5), nullptr, [&](const auto& score) {
+      attention_forward(s, call, score, t[0].data(), t[2].data(), t[1].data(), t[3].data(),
+                        t[4].data());
+    });
+  });
+}
+
+void DenseAttention::backward(std::span<const Tensor<float>> inputs, const Tensor<float>&,
+                              const Tensor<float>& output_gradient,
+                              std::span<const Tensor<float>> input_gradients,
+                              const CallContext& ctx) {
+  const std::size_t batch = inputs[0].dim(0);
+  const AttentionShape s = geometry(batch);
+  const AttentionCall call{.causal = options_.use_causal_mask,
+                           .rate = options_.dropout,
+                           .training = ctx.training,
+                           .key = attention_dropout_key(options_.seed, ctx, name())};
+  const auto wanted = [&](std::size_t i) {
+    return i < input_gradients.size() ? input_gradients[i] : Tensor<float>();
+  };
+  const bool has_key = inputs.size() == 3;
+  // t: query, value, key, probabilities, output gradient, dquery, dvalue, dkey, then the weights
+  // and their gradients.
+  staged_ = {inputs[0],
+             inputs[1],
+             has_key ? inputs[2] : inputs[1],
+             probabilities_.get(ctx.backend, {s.probabilities()}),
+             output_gradient,
+             wanted(0),
+             wanted(1),
+             has_key ? wanted(2) : Tensor<float>()};
+  const std::size_t n = weights_.size();
+  for (const auto& w : weights_)
+    staged_.push_back(w.value);
+  for (const auto& w : weights_)
+    staged_.push_back(w.trainable ? w.gradient : Tensor<float>());
+  ctx.backend.host_kernel(staged_, [&](std::span<const Tensor<float>> t) {
+    std::size_t elements = 0;
+    for (std::size_t i = 0; i < n; ++i)
+      elements += t[8 + i].size();
+    std::vector<double> gradients(elements, 0.0);
+    // The key's gradient goes to its own buffer; without a key input it adds to the value's.
+    std::vector<float> key_gradient;
+    float* dk = t[7].empty() ? nullptr : t[7].data();
+    if (!has_key && !t[6].empty()) {
+      key_gradient.assign(t[6].size(), 0.0F);
+      dk = key_gradient.data();
+    }
+    for (std::size_t i = 5; i < 8; ++i)
+      if (!t[i].empty()) std::fill(t[i].data(), t[i].data() + t[i].size(), 0.0F);
+    with_score(mode_, options_.use_scale, t.subspan(8, n), gradients.data(),
+               [&](const auto& score) {
+                 // The probabilities are recomputed (a shared layer's forward of another call
+                 // may have overwritten them); the dropout mask derives from the same key.
+                 attention_forward(s, call, score, t[0].data(), t[2].data(), t[1].data(),
+                                   t[3].data(), nullptr);
+                 attention_backward(s, call, score, t[0].data(), t[2].data(), t[1].data(),
+                                    t[3].data(), t[4].data(), t[5].empty() ? nullptr : t[5].data(),
+                                    dk, t[6].empty() ? nullptr : t[6].data());
+               });
+    for (std::size_t i = 0; i < key_gradient.size(); ++i)
+      t[6].data()[i] += key_gradient[i];
+    std::size_t at = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const Tensor<float>& gradient = t[8 + n + i];
+      for (std::size_t e = 0; e < t[8 + i].size(); ++e, ++at)
+        if (!gradient.empty()) gradient.data()[e] += static_cast<float>(gradients[at]);
+    }
+  });
+}
+
+nlohmann::json DenseAttention::call_kwargs() const {
+  nlohmann::json kwargs = nlohmann::json::object();
+  if (options_.use_causal_mask) kwargs["use_causal_mask"] = true;
+  return kwargs;
+}
+
+void DenseAttention::apply_call_kwargs(const nlohmann::json& kwargs, const std::string& where) {
+  // A call without use_causal_mask has the layer's own (tf.keras 2.4's `causal` config), else
+  // none, as in Keras.
+  read_attention_kwargs(kwargs, where, constructed_causal_, options_.use_causal_mask, kwargs_seen_);
+}
+
+nlohmann::json DenseAttention::attention_config() const {
+  auto config = base_config();
+  config["use_scale"] = options_.use_scale;
+  config["dropout"] = options_.dropout;
+  config["seed"] = options_.seed ? nlohmann::json(*options_.seed) : nlohmann::json(nullptr);
+  return config;
+}
+
+DenseAttentionOptions DenseAttention::read_options(const ConfigReader& read, bool use_scale) {
+  DenseAttentionOptions options;
+  options.use_scale = read.get("use_scale", use_scale);
+  const double dropout = read.get("dropout", 0.0);
+  if (!(dropout >= 0.0 && dropout < 1.0)) read.fail("dropout", "a number in [0, 1)");
+  options.dropout = static_cast<float>(dropout);
+  options.seed = read.optional<std::uint64_t>("seed");
+  // tf.keras 2.4's `causal` (later a call argument, `use_causal_mask`).
+  options.use_causal_mask = read.get("causal", false);
+  options.name = config_name(read);
+  return options;
+}
+
+}  // namespace loadstar::keras::layers::detail
+#endif

@@ -1,0 +1,480 @@
+/// \file
+/// `MultiHeadAttention`: Keras's multi-head scaled dot-product attention.
+#pragma once
+
+#include "loadstar/config.hpp"
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "loadstar/keras/detail/call_arguments.hpp"
+#include "loadstar/keras/layers/detail/attention_core.hpp"
+#include "loadstar/keras/layers/detail/layer_base.hpp"
+
+namespace loadstar::keras::layers {
+
+/// `MultiHeadAttention`'s Keras arguments after `num_heads` and `key_dim`, with Keras's defaults.
+struct MultiHeadAttentionOptions {
+  /// The size of each head's value projection (Keras's default: `key_dim`).
+  std::optional<std::size_t> value_dim = std::nullopt;
+  /// Dropout on the attention probabilities, in training.
+  float dropout = 0.0F;
+  bool use_bias = true;
+  /// The size of the output's last axis (Keras's default: the query's features).
+  std::optional<std::size_t> output_shape = std::nullopt;
+  /// The axes attention runs over, numbered as Keras does (the batch axis 0); empty: Keras's
+  /// default, every axis but the batch and the features, the only choice loadstar runs.
+  std::vector<int> attention_axes = {};
+  Initializer kernel_initializer = Initializer::glorot_uniform();
+  Initializer bias_initializer = Initializer::zeros();
+  /// Regularizers and constraints of the four kernels and the four biases, as Keras gives its
+  /// projections the layer's own.
+  std::shared_ptr<Regularizer> kernel_regularizer = nullptr;
+  std::shared_ptr<Regularizer> bias_regularizer = nullptr;
+  std::shared_ptr<Constraint> kernel_constraint = nullptr;
+  std::shared_ptr<Constraint> bias_constraint = nullptr;
+  /// The dropout's seed (null: the model's).
+  std::optional<std::uint64_t> seed = std::nullopt;
+  /// Keras's call argument `use_causal_mask` (query step `i` attends to value steps `j <= i`),
+  /// applied to every call of the layer.
+  bool use_causal_mask = false;
+  std::string name = {};
+};
+
+/// Keras's `MultiHeadAttention`, called on `[query, value]` or `[query, value, key]` (the key is
+/// the value when absent) of shapes `(T, dim)` (or `(T1, ..., Tn, dim)`, attending over all
+/// the steps): each of `num_heads` heads projects the query and the key to `key_dim` features
+/// and the value to `value_dim`, takes `softmax(q k^T / sqrt(key_dim))` over the value steps
+/// (with dropout on it in training) times the values, and the heads' results are projected to
+/// the output. Weights in Keras's order and shapes: `query/kernel` `(dim, num_heads, key_dim)`,
+/// `query/bias` `(num_heads, key_dim)`, the same for `key` and `value` (`value_dim`), then
+/// `attention_output/kernel` `(num_heads, value_dim, out)` and `attention_output/bias`
+/// `(out,)`; without `use_bias`, no biases.
+/// \code
+/// auto x = Input({16, 32});
+/// auto y = call(std::make_shared<MultiHeadAttention>(4, 8), {x, x});  // self-attention
+/// \endcode
+class MultiHeadAttention : public detail::LayerBase, public keras::detail::CallArguments {
+ public:
+  LOADSTAR_DECL MultiHeadAttention(std::size_t num_heads, std::size_t key_dim,
+                                   MultiHeadAttentionOptions options = {});
+
+  std::string class_name() const override { return "MultiHeadAttention"; }
+  std::size_t num_heads() const noexcept { return heads_; }
+  std::size_t key_dim() const noexcept { return key_dim_; }
+  std::size_t value_dim() const noexcept { return value_dim_; }
+  const MultiHeadAttentionOptions& options() const noexcept { return options_; }
+
+  LOADSTAR_DECL Shape build(std::span<const Shape> input_shapes, std::uint64_t seed) override;
+  LOADSTAR_DECL void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+                             const CallContext& ctx) override;
+  LOADSTAR_DECL void backward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+                              const Tensor<float>& output_gradient,
+                              std::span<const Tensor<float>> input_gradients,
+                              const CallContext& ctx) override;
+  LOADSTAR_DECL nlohmann::json get_config() const override;
+
+  std::vector<std::string> tensor_arguments() const override { return {"value", "key"}; }
+  LOADSTAR_DECL nlohmann::json call_kwargs() const override;
+  LOADSTAR_DECL void apply_call_kwargs(const nlohmann::json& kwargs,
+                                       const std::string& where) override;
+
+  /// The layer described by a Keras config (the registry's factory).
+  LOADSTAR_DECL static std::shared_ptr<Layer> from_config(const nlohmann::json& config);
+
+ private:
+  /// The index of projection `p`'s kernel (0 query, 1 key, 2 value, 3 output); its bias follows.
+  std::size_t kernel_index(std::size_t p) const noexcept { return p * (options_.use_bias ? 2 : 1); }
+  /// `out = x * kernel + bias` of projection `p`, the kernel seen as `(rows of x's features,
+  /// columns)`.
+  LOADSTAR_DECL void project(Backend& backend, std::size_t p, const Tensor<float>& x,
+                             const Tensor<float>& out);
+  /// The projections and the attention of a call into the scratch buffers (`attended_` holds the
+  /// heads' results before the output projection).
+  LOADSTAR_DECL void attend(std::span<const Tensor<float>> inputs, const CallContext& ctx);
+  detail::AttentionCall attention_call(const CallContext& ctx) const;
+  detail::AttentionShape geometry(std::size_t batch) const;
+
+  std::size_t heads_;
+  std::size_t key_dim_;
+  std::size_t value_dim_;
+  MultiHeadAttentionOptions options_;
+  bool kwargs_seen_ = false;
+  std::size_t query_features_ = 0, value_features_ = 0, key_features_ = 0, out_features_ = 0;
+  std::size_t query_steps_ = 0, value_steps_ = 0;
+  detail::Scratch query_, key_, value_, attended_, probabilities_;
+  detail::Scratch query_gradient_, key_gradient_, value_gradient_, attended_gradient_;
+  std::vector<Tensor<float>> staged_;
+};
+
+}  // namespace loadstar::keras::layers
+
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
+#if LOADSTAR_KERAS_BODIES
+namespace loadstar::keras::layers {
+
+MultiHeadAttention::MultiHeadAttention(std::size_t num_heads, std::size_t key_dim,
+                                       MultiHeadAttentionOptions options)
+    : LayerBase(options.name),
+      heads_(num_heads),
+      key_dim_(key_dim),
+      value_dim_(options.value_dim.value_or(key_dim)),
+      options_(std::move(options)) {
+  if (num_heads == 0) throw ConfigError(label() + ": num_heads must be positive");
+  if (key_dim == 0) throw ConfigError(label() + ": key_dim must be positive");
+  if (value_dim_ == 0) throw ConfigError(label() + ": value_dim must be positive");
+  if (options_.output_shape && *options_.output_shape == 0)
+    throw ConfigError(label() + ": output_shape must be positive");
+  if (!(options_.dropout >= 0.0F && options_.dropout < 1.0F)) {
+    throw ConfigError(label() + ": dropout must be in [0, 1) but is " +
+                      std::to_string(options_.dropout));
+  }
+  for (const char* projection : {"query", "key", "value", "attention_output"}) {
+    const std::string p(projection);
+    if (options_.kernel_regularizer) set_regularizer(p + "/kernel", options_.kernel_regularizer);
+    if (options_.kernel_constraint) set_constraint(p + "/kernel", options_.kernel_constraint);
+    if (!options_.use_bias) continue;
+    if (options_.bias_regularizer) set_regularizer(p + "/bias", options_.bias_regularizer);
+    if (options_.bias_constraint) set_constraint(p + "/bias", options_.bias_constraint);
+  }
+}
+
+Shape MultiHeadAttention::build(std::span<const Shape> input_shapes, std::uint64_t seed) {
+  if (input_shapes.size() != 2 && input_shapes.size() != 3) {
+    throw ShapeError(label() +
+                     ": expects 2 inputs (query, value) or 3 (query, value, key) but got " +
+                     std::to_string(input_shapes.size()));
+  }
+  const Shape& query = input_shapes[0];
+  const Shape& value = input_shapes[1];
+  const Shape& key = input_shapes.size() == 3 ? input_shapes[2] : value;
+  for (const Shape* s : {&query, &value, &key}) {
+    if (s->rank() < 2 || s->rank() != query.rank()) {
+      throw ShapeError(label() +
+                       ": expects query, value and key of one rank of 2 or more "
+                       "(steps..., features; without the batch axis) but got " +
+                       batch_str(query) + ", " + batch_str(value) + " and " + batch_str(key));
+    }
+  }
+  for (std::size_t i = 0; i + 1 < value.rank(); ++i) {
+    if (value[i] != key[i]) {
+      throw ShapeError(label() + ": expects value and key alike but for their last axis but got " +
+                       batch_str(value) + " and " + batch_str(key));
+    }
+  }
+  // Keras's default attention axes: all but the batch and the features (of the projected
+  // tensors (batch, steps..., heads, dim), `range(1, rank - 2)`); negative axes count from the
+  // projected rank minus 1 (`_build_attention`).
+  const int rank = static_cast<int>(query.rank()) + 1;
+  if (!options_.attention_axes.empty()) {
+    std::vector<int> axes;
+    for (int a : options_.attention_axes)
+      axes.push_back(a < 0 ? rank + a : a);
+    std::sort(axes.begin(), axes.end());
+    std::vector<int> all;
+    for (int a = 1; a < rank - 1; ++a)
+      all.push_back(a);
+    if (axes != all) {
+      std::string given;
+      for (int a : options_.attention_axes)
+        given += (given.empty() ? "" : ", ") + std::to_string(a);
+      throw ConfigError(label() + ": attention_axes (" + given +
+                        ") must be every axis but the batch and the features of inputs " +
+                        batch_str(query) +
+                        " (Keras's default); loadstar attends over no other axes");
+    }
+  }
+  if (options_.use_causal_mask && query.rank() != 2) {
+    throw ShapeError(label() +
+                     ": use_causal_mask expects inputs of shape (None, steps, "
+                     "features) but the query is " +
+                     batch_str(query));
+  }
+  query_features_ = query[query.rank() - 1];
+  value_features_ = value[value.rank() - 1];
+  key_features_ = key[key.rank() - 1];
+  out_features_ = options_.output_shape.value_or(query_features_);
+  query_steps_ = query.elements() / query_features_;
+  value_steps_ = value.elements() / value_features_;
+  const std::vector<Shape> kernels = {
+      Shape{query_features_, heads_, key_dim_}, Shape{key_features_, heads_, key_dim_},
+      Shape{value_features_, heads_, value_dim_}, Shape{heads_, value_dim_, out_features_}};
+  const std::vector<Shape> biases = {Shape{heads_, key_dim_}, Shape{heads_, key_dim_},
+                                     Shape{heads_, value_dim_}, Shape{out_features_}};
+  if (!weights_.empty()) {
+    for (std::size_t p = 0; p < 4; ++p) {
+      if (weights_[kernel_index(p)].value.shape() != kernels[p]) {
+        throw ShapeError(label() + ": " + weights_[kernel_index(p)].name + " is " +
+                         weights_[kernel_index(p)].value.shape().str() + " but the inputs " +
+                         batch_str(query) + ", " + batch_str(value) + " need " + kernels[p].str());
+      }
+    }
+  } else {
+    const char* names[] = {"query", "key", "value", "attention_output"};
+    for (std::size_t p = 0; p < 4; ++p) {
+      Tensor<float> kernel(kernels[p]);
+      options_.kernel_initializer.fill(kernel, SplitMix64::mix(seed + 2 * p));
+      add_weight(std::string(names[p]) + "/kernel", kernel);
+      if (options_.use_bias) {
+        Tensor<float> bias(biases[p]);
+        options_.bias_initializer.fill(bias, SplitMix64::mix(seed + 2 * p + 1));
+        add_weight(std::string(names[p]) + "/bias", bias);
+      }
+    }
+  }
+  Shape out = query;
+  out[out.rank() - 1] = out_features_;
+  remember(input_shapes, out);
+  return out;
+}
+
+detail::AttentionCall MultiHeadAttention::attention_call(const CallContext& ctx) const {
+  return {.causal = options_.use_causal_mask,
+          .rate = options_.dropout,
+          .training = ctx.training,
+          .key = detail::attention_dropout_key(options_.seed, ctx, name())};
+}
+
+detail::AttentionShape MultiHeadAttention::geometry(std::size_t batch) const {
+  return {.batch = batch,
+          .heads = heads_,
+          .query_steps = query_steps_,
+          .value_steps = value_steps_,
+          .key_dim = key_dim_,
+          .value_dim = value_dim_};
+}
+
+void MultiHeadAttention::project(Backend& backend, std::size_t p, const Tensor<float>& x,
+                                 const Tensor<float>& out) {
+  const Tensor<float>& kernel = weights_[kernel_index(p)].value;
+  const std::size_t in = p == 3 ? heads_ * value_dim_ : kernel.dim(0);
+  const Tensor<float> k = kernel.reshape({in, kernel.size() / in});
+  const std::size_t rows = x.size() / in;
+  const Tensor<float> y = out.reshape({rows, k.dim(1)});
+  backend.gemm(x.reshape({rows, in}), false, k, false, y);
+  if (options_.use_bias)
+    backend.bias_add(y, weights_[kernel_index(p) + 1].value.reshape({k.dim(1)}));
+}
+
+void MultiHeadAttention::attend(std::span<const Tensor<float>> inputs, const CallContext& ctx) {
+  Backend& backend = ctx.backend;
+  const std::size_t batch = inputs[0].dim(0);
+  const Tensor<float>& value = inputs[1];
+  const Tensor<float>& key = inputs.size() == 3 ? inputs[2] : inputs[1];
+  const Tensor<float> q = query_.get(backend, {batch * query_steps_, heads_ * key_dim_});
+  const Tensor<float> k = key_.get(backend, {batch * value_steps_, heads_ * key_dim_});
+  const Tensor<float> v = value_.get(backend, {batch * value_steps_, heads_ * value_dim_});
+  project(backend, 0, inputs[0], q);
+  project(backend, 1, key, k);
+  project(backend, 2, value, v);
+  const detail::AttentionShape s = geometry(batch);
+  const Tensor<float> p = probabilities_.get(backend, {s.probabilities()});
+  const Tensor<float> o = attended_.get(backend, {batch * query_steps_, heads_ * value_dim_});
+  const detail::AttentionCall call = attention_call(ctx);
+  const detail::DotScore score{.scale = 1.0F / std::sqrt(static_cast<float>(key_dim_))};
+  staged_ = {q, k, v, p, o};
+  backend.host_kernel(staged_, [&](std::span<const Tensor<float>> t) {
+    detail::attention_forward(s, call, score, t[0].data(), t[1].data(), t[2].data(), t[3].data(),
+                              t[4].data());
+  });
+}
+
+void MultiHeadAttention::forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+                                 const CallContext& ctx) {
+  check_inputs(inputs);
+  attend(inputs, ctx);
+  const std::size_t batch = inputs[0].dim(0);
+  project(ctx.backend, 3, attended_.get(ctx.backend, {batch * query_steps_, heads_ * value_dim_}),
+          output);
+}
+
+void MultiHeadAttention::backward(std::span<const Tensor<float>> inputs, const Tensor<float>&,
+                                  const Tensor<float>& output_gradient,
+                                  std::span<const Tensor<float>> input_gradients,
+                                  const CallContext& ctx) {
+  Backend& backend = ctx.backend;
+  // The projections and probabilities are recomputed rather than kept from `forward`, so that a
+  // shared layer stays correct; the dropout mask derives from the same key.
+  attend(inputs, ctx);
+  const std::size_t batch = inputs[0].dim(0);
+  const detail::AttentionShape s = geometry(batch);
+  const std::size_t query_rows = batch * query_steps_, value_rows = batch * value_steps_;
+  const Tensor<float> q = query_.get(backend, {query_rows, heads_ * key_dim_});
+  const Tensor<float> k = key_.get(backend, {value_rows, heads_ * key_dim_});
+  const Tensor<float> v = value_.get(backend, {value_rows, heads_ * value_dim_});
+  const Tensor<float> p = probabilities_.get(backend, {s.probabilities()});
+  const Tensor<float> o = attended_.get(backend, {query_rows, heads_ * value_dim_});
+  const Tensor<float> dy = output_gradient.reshape({query_rows, out_features_});
+  const bool frozen = !weights_[0].trainable;
+  const auto kernel_of = [&](std::size_t i, std::size_t in) {
+    return weights_[kernel_index(i)].value.reshape(
+        {in, weights_[kernel_index(i)].value.size() / in});
+  };
+  const auto gradients_of = [&](std::size_t i, const Tensor<float>& x, const Tensor<float>& dz) {
+    if (frozen) return;
+    const Tensor<float>& kernel = weights_[kernel_index(i)].gradient;
+    const std::size_t in = x.row_size();
+    backend.weight_gradients(x, dz, kernel.reshape({in, kernel.size() / in}),
+                             options_.use_bias
+                                 ? weights_[kernel_index(i) + 1].gradient.reshape({dz.row_size()})
+                                 : Tensor<float>(),
+                             true);
+  };
+  // The output projection.
+  gradients_of(3, o, dy);
+  const Tensor<float> d_o = attended_gradient_.get(backend, {query_rows, heads_ * value_dim_});
+  backend.gemm(dy, false, kernel_of(3, heads_ * value_dim_), true, d_o);
+  // The attention.
+  const Tensor<float> dq = query_gradient_.get(backend, {query_rows, heads_ * key_dim_});
+  const Tensor<float> dk = key_gradient_.get(backend, {value_rows, heads_ * key_dim_});
+  const Tensor<float> dv = value_gradient_.get(backend, {value_rows, heads_ * value_dim_});
+  const detail::AttentionCall call = attention_call(ctx);
+  const detail::DotScore score{.scale = 1.0F / std::sqrt(static_cast<float>(key_dim_))};
+  staged_ = {q, k, v, p, d_o, dq, dk, dv};
+  backend.host_kernel(staged_, [&](std::span<const Tensor<float>> t) {
+    for (std::size_t i = 5; i < 8; ++i)
+      std::fill(t[i].data(), t[i].data() + t[i].size(), 0.0F);
+    detail::attention_backward(s, call, score, t[0].data(), t[1].data(), t[2].data(), t[3].data(),
+                               t[4].data(), t[5].data(), t[6].data(), t[7].data());
+  });
+  // The input projections.
+  const Tensor<float>& value_input = inputs[1];
+  const Tensor<float>& key_input = inputs.size() == 3 ? inputs[2] : inputs[1];
+  const Tensor<float> xq = inputs[0].reshape({query_rows, query_features_});
+  const Tensor<float> xv = value_input.reshape({value_rows, value_features_});
+  const Tensor<float> xk = key_input.reshape({value_rows, key_features_});
+  gradients_of(0, xq, dq);
+  gradients_of(1, xk, dk);
+  gradients_of(2, xv, dv);
+  const auto wanted = [&](std::size_t i) {
+    return i < input_gradients.size() && !input_gradients[i].empty();
+  };
+  if (wanted(0)) {
+    backend.gemm(dq, false, kernel_of(0, query_features_), true,
+                 input_gradients[0].reshape({query_rows, query_features_}));
+  }
+  if (wanted(1)) {
+    const Tensor<float> dxv = input_gradients[1].reshape({value_rows, value_features_});
+    backend.gemm(dv, false, kernel_of(2, value_features_), true, dxv);
+    // Without a key input, the key is the value: its gradient adds to the value's.
+    if (inputs.size() == 2)
+      backend.gemm(dk, false, kernel_of(1, key_features_), true, dxv, 1.0F, 1.0F);
+  }
+  if (inputs.size() == 3 && wanted(2)) {
+    backend.gemm(dk, false, kernel_of(1, key_features_), true,
+                 input_gradients[2].reshape({value_rows, key_features_}));
+  }
+}
+
+nlohmann::json MultiHeadAttention::get_config() const {
+  auto config = base_config();
+  config["num_heads"] = heads_;
+  config["key_dim"] = key_dim_;
+  config["value_dim"] = value_dim_;
+  config["dropout"] = options_.dropout;
+  config["use_bias"] = options_.use_bias;
+  config["output_shape"] = options_.output_shape ? nlohmann::json::array({*options_.output_shape})
+                                                 : nlohmann::json(nullptr);
+  config["attention_axes"] = options_.attention_axes.empty()
+                                 ? nlohmann::json(nullptr)
+                                 : nlohmann::json(options_.attention_axes);
+  config["kernel_initializer"] = options_.kernel_initializer.to_json();
+  config["bias_initializer"] = options_.bias_initializer.to_json();
+  // The projections share the layer's regularizers and constraints: the query's stand for all.
+  const auto option_json = [&](const char* weight, bool regularizer) {
+    const WeightOptions* o = weight_options(std::string("query/") + weight);
+    if (o == nullptr) return nlohmann::json(nullptr);
+    if (regularizer) return o->regularizer ? o->regularizer->to_json() : nlohmann::json(nullptr);
+    return o->constraint ? o->constraint->to_json() : nlohmann::json(nullptr);
+  };
+  config["kernel_regularizer"] = option_json("kernel", true);
+  config["bias_regularizer"] = option_json("bias", true);
+  config["activity_regularizer"] = regularizer_json(nullptr);
+  config["kernel_constraint"] = option_json("kernel", false);
+  config["bias_constraint"] = option_json("bias", false);
+  config["seed"] = options_.seed ? nlohmann::json(*options_.seed) : nlohmann::json(nullptr);
+  return config;
+}
+
+nlohmann::json MultiHeadAttention::call_kwargs() const {
+  nlohmann::json kwargs = nlohmann::json::object();
+  if (options_.use_causal_mask) kwargs["use_causal_mask"] = true;
+  return kwargs;
+}
+
+void MultiHeadAttention::apply_call_kwargs(const nlohmann::json& kwargs, const std::string& where) {
+  // Keras's default: a call without use_causal_mask has none.
+  detail::read_attention_kwargs(kwargs, where, false, options_.use_causal_mask, kwargs_seen_);
+}
+
+std::shared_ptr<Layer> MultiHeadAttention::from_config(const nlohmann::json& config) {
+  const auto read = detail::layer_config(config, "MultiHeadAttention");
+  MultiHeadAttentionOptions options;
+  options.value_dim = read.optional<std::size_t>("value_dim");
+  if (options.value_dim && *options.value_dim == 0) read.fail("value_dim", "a positive integer");
+  const double dropout = read.get("dropout", 0.0);
+  if (!(dropout >= 0.0 && dropout < 1.0)) read.fail("dropout", "a number in [0, 1)");
+  options.dropout = static_cast<float>(dropout);
+  options.use_bias = read.get("use_bias", true);
+  if (read.has("output_shape")) {
+    const nlohmann::json& v = *read.find("output_shape");
+    const auto positive = [](const nlohmann::json& d) {
+      return d.is_number_integer() && d.get<std::int64_t>() > 0;
+    };
+    if (positive(v)) {
+      options.output_shape = v.get<std::size_t>();
+    } else if (v.is_array() && v.size() == 1 && positive(v[0])) {
+      options.output_shape = v[0].get<std::size_t>();
+    } else {
+      read.fail("output_shape",
+                "a positive integer or a list of one (loadstar projects to one output axis)");
+    }
+  }
+  if (read.has("attention_axes")) {
+    const nlohmann::json& v = *read.find("attention_axes");
+    if (keras::detail::ConfigValue<int>::fits(v)) {
+      options.attention_axes = {v.get<int>()};
+    } else if (keras::detail::ConfigValue<std::vector<int>>::fits(v) && !v.empty()) {
+      options.attention_axes = v.get<std::vector<int>>();
+    } else {
+      read.fail("attention_axes", "null, an integer or a list of integers");
+    }
+  }
+  read.expect("use_gate", false, "loadstar runs no gated attention");
+  read.expect("sliding_window", nullptr, "loadstar runs no sliding-window attention");
+  options.kernel_initializer =
+      detail::config_initializer(read, "kernel_initializer", Initializer::glorot_uniform());
+  options.bias_initializer =
+      detail::config_initializer(read, "bias_initializer", Initializer::zeros());
+  options.seed = read.optional<std::uint64_t>("seed");
+  options.name = detail::config_name(read);
+  // tf.keras 2 also records the shapes it was built for (`query_shape`, `key_shape`,
+  // `value_shape`); the model's inbound nodes give them, so they are not read.
+  auto layer = std::make_shared<MultiHeadAttention>(read.positive("num_heads"),
+                                                    read.positive("key_dim"), std::move(options));
+  detail::finish_layer(read, layer);
+  // `finish_layer` reads `kernel_*` and `bias_*` as the options of weights named `kernel` and
+  // `bias`: they belong to the four projections' kernels and biases.
+  for (const char* weight : {"kernel", "bias"}) {
+    const WeightOptions* o = layer->weight_options(weight);
+    if (o == nullptr) continue;
+    const auto regularizer = o->regularizer;
+    const auto constraint = o->constraint;
+    layer->set_regularizer(weight, nullptr);
+    layer->set_constraint(weight, nullptr);
+    if (std::string(weight) == "bias" && !layer->options().use_bias) continue;
+    for (const char* projection : {"query/", "key/", "value/", "attention_output/"}) {
+      if (regularizer) layer->set_regularizer(projection + std::string(weight), regularizer);
+      if (constraint) layer->set_constraint(projection + std::string(weight), constraint);
+    }
+  }
+  return layer;
+}
+
+}  // namespace loadstar::keras::layers
+#endif

@@ -1,0 +1,300 @@
+#!/usr/bin/python3
+"""Writes tests/keras/reference/attention.json and attention_transformer.json: PyTorch (float64)
+outputs, input gradients and weight gradients of Keras's MultiHeadAttention, Attention and
+AdditiveAttention, and the losses of a Transformer encoder trained a few SGD steps, for
+tests/keras/test_attention.cpp and the emulated CUDA test.
+
+Run with Debian's python3-torch: /usr/bin/python3 tests/keras/generate_attention.py
+The layer cases have the format of generate_layers.py (class_name, config, inputs, weights in
+Keras's layout, upstream gradient g, targets of loss = sum(output * g)), plus `call_kwargs`: the
+keyword arguments of the Keras call (use_causal_mask).
+
+Keras's layout mapped to PyTorch's:
+- MultiHeadAttention's projections are EinsumDense kernels `query/kernel` (dim, heads, key_dim)
+  and biases (heads, key_dim) (`key/*`, `value/*` alike, `value_dim` for the value), applied as
+  `einsum("abc,cde->abde")`: torch's `F.linear(x, kernel.reshape(dim, heads * key_dim).T,
+  bias.reshape(-1))` viewed as (batch, steps, heads, key_dim). The output kernel
+  `attention_output/kernel` (heads, value_dim, out) is `einsum("abcd,cde->abe")`: `F.linear` of
+  the heads' results (batch, steps, heads * value_dim) with `kernel.reshape(heads * value_dim,
+  out).T`. Scores are `q k^T / sqrt(key_dim)` per head, softmax over the value steps; the causal
+  mask keeps value step j for query step i when j <= i. Where heads * key_dim equals the query's
+  features and the value and output sizes match, torch.nn.functional.multi_head_attention_forward
+  (with q_proj_weight = query kernel reshaped and transposed, in_proj_bias the three biases
+  concatenated, out_proj_weight = output kernel reshaped and transposed) checks these formulas.
+- Attention: scores `scale * q k^T` ("dot") or `concat_score_weight * sum(tanh(scale * (q + k)))`
+  ("concat"), `scale` and `concat_score_weight` scalars; AdditiveAttention:
+  `sum(scale * tanh(q + k))`, `scale` (dim,); then softmax over the value steps times the value
+  (Keras's attention.py / additive_attention.py formulas, written in torch).
+- The Transformer is Keras's "Text classification with Transformer" example: token and position
+  Embedding (tables (vocab, embed) and (steps, embed), the positions given as a second input)
+  added, MultiHeadAttention(x, x), Add, LayerNormalization(epsilon=1e-6) (gamma, beta), Dense
+  relu and Dense on rank 3 (kernel (in, out) is `x @ kernel + bias`), Add, LayerNormalization,
+  GlobalAveragePooling1D, Dense relu, Dense softmax; sparse categorical cross-entropy averaged
+  over the batch, plain SGD. Dropout rates are 0 here (their masks cannot match).
+"""
+import json
+import math
+import os
+
+import torch
+import torch.nn.functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+torch.manual_seed(3303)
+DT = torch.float64
+
+
+def rnd(*shape, scale=1.0):
+    return (torch.rand(*shape, dtype=DT) * 2 - 1) * scale
+
+
+def flat(t):
+    return [round(float(v), 10) for v in t.detach().reshape(-1).tolist()]
+
+
+def softmax_rows(scores, causal):
+    if causal:
+        tq, tv = scores.shape[-2], scores.shape[-1]
+        keep = torch.ones(tq, tv, dtype=torch.bool).tril()
+        scores = scores.masked_fill(~keep, float("-inf"))
+    return torch.softmax(scores, dim=-1)
+
+
+def mha(w, q_in, v_in, k_in, heads, key_dim, value_dim, use_bias, causal):
+    def project(x, name, dim):
+        kernel = w[name + "/kernel"]
+        bias = w[name + "/bias"].reshape(-1) if use_bias else None
+        y = F.linear(x, kernel.reshape(kernel.shape[0], -1).T, bias)
+        return y.reshape(*x.shape[:-1], heads, dim)
+
+    batch = q_in.shape[0]
+    q_steps = q_in.shape[1:-1]
+    # (batch, steps..., heads, dim) with the steps flattened: attention over all of them.
+    q = project(q_in, "query", key_dim).reshape(batch, -1, heads, key_dim).transpose(1, 2)
+    k = project(k_in, "key", key_dim).reshape(batch, -1, heads, key_dim).transpose(1, 2)
+    v = project(v_in, "value", value_dim).reshape(batch, -1, heads, value_dim).transpose(1, 2)
+    p = softmax_rows(q @ k.transpose(-1, -2) / math.sqrt(key_dim), causal)
+    o = (p @ v).transpose(1, 2).reshape(batch, *q_steps, heads * value_dim)
+    kernel = w["attention_output/kernel"]
+    out = kernel.shape[-1]
+    return F.linear(o, kernel.reshape(heads * value_dim, out).T,
+                    w["attention_output/bias"] if use_bias else None)
+
+
+def mha_weights(q_dim, k_dim, v_dim, heads, key_dim, value_dim, out, use_bias):
+    w = {"query/kernel": rnd(q_dim, heads, key_dim, scale=0.5),
+         "key/kernel": rnd(k_dim, heads, key_dim, scale=0.5),
+         "value/kernel": rnd(v_dim, heads, value_dim, scale=0.5),
+         "attention_output/kernel": rnd(heads, value_dim, out, scale=0.5)}
+    if use_bias:
+        w["query/bias"] = rnd(heads, key_dim, scale=0.2)
+        w["key/bias"] = rnd(heads, key_dim, scale=0.2)
+        w["value/bias"] = rnd(heads, value_dim, scale=0.2)
+        w["attention_output/bias"] = rnd(out, scale=0.2)
+    return w
+
+
+def finish(name, class_name, config, inputs, input_grads, w, out, call_kwargs):
+    g = rnd(*out.shape)
+    loss = (out * g).sum()
+    loss.backward()
+    return {"name": name, "class_name": class_name, "config": config,
+            "call_kwargs": call_kwargs,
+            "input_shapes": [list(x.shape) for x in inputs],
+            "inputs": [flat(x) for x in inputs],
+            "weights": {k: flat(v) for k, v in w.items()},
+            "training": True,
+            "output_shape": list(out.shape), "output": flat(out), "upstream": flat(g),
+            "input_gradients": [flat(x.grad) if grad else None
+                                for x, grad in zip(inputs, input_grads)],
+            "weight_gradients": {k: flat(v.grad) for k, v in w.items()},
+            "updated_weights": {}}
+
+
+def mha_case(name, heads, key_dim, q_shape, v_shape, k_shape=None, value_dim=None,
+             output_shape=None, use_bias=True, causal=False, self_attention=False):
+    value_dim = value_dim or key_dim
+    q_in = rnd(*q_shape, scale=1.5).requires_grad_()
+    if self_attention:
+        inputs = [q_in, q_in]
+        v_in = k_in = q_in
+    else:
+        v_in = rnd(*v_shape, scale=1.5).requires_grad_()
+        k_in = rnd(*k_shape, scale=1.5).requires_grad_() if k_shape else v_in
+        inputs = [q_in, v_in] + ([k_in] if k_shape else [])
+    out = output_shape or q_shape[-1]
+    w = mha_weights(q_shape[-1], k_in.shape[-1], v_in.shape[-1], heads, key_dim, value_dim, out,
+                    use_bias)
+    for t in w.values():
+        t.requires_grad_()
+    y = mha(w, q_in, v_in, k_in, heads, key_dim, value_dim, use_bias, causal)
+    config = {"num_heads": heads, "key_dim": key_dim, "value_dim": value_dim, "dropout": 0.0,
+              "use_bias": use_bias, "output_shape": [output_shape] if output_shape else None,
+              "attention_axes": None}
+    kwargs = {"use_causal_mask": True} if causal else {}
+    if self_attention:
+        # One tensor for both inputs: the layer gets it twice; the reference gradient of the
+        # tensor is the sum of both paths, checked on the first input, the second unchecked.
+        c = finish(name, "MultiHeadAttention", config, [q_in], [True], w, y, kwargs)
+        c["input_shapes"] = c["input_shapes"] * 2
+        c["inputs"] = c["inputs"] * 2
+        c["input_gradients"] = [c["input_gradients"][0], None]
+        c["self_attention"] = True
+        return c
+    return finish(name, "MultiHeadAttention", config, inputs, [True] * len(inputs), w, y, kwargs)
+
+
+def check_against_torch_mha():
+    """Keras's MultiHeadAttention formulas above against torch's own multi-head attention."""
+    heads, key_dim, dim = 2, 3, 6
+    w = mha_weights(dim, dim, dim, heads, key_dim, key_dim, dim, True)
+    q, k, v = rnd(2, 4, dim), rnd(2, 5, dim), rnd(2, 5, dim)
+    ours = mha(w, q, v, k, heads, key_dim, key_dim, True, False)
+    proj = {n: w[n + "/kernel"].reshape(dim, -1).T for n in ("query", "key", "value")}
+    theirs, _ = F.multi_head_attention_forward(
+        q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), dim, heads, None,
+        torch.cat([w["query/bias"].reshape(-1), w["key/bias"].reshape(-1),
+                   w["value/bias"].reshape(-1)]),
+        None, None, False, 0.0, w["attention_output/kernel"].reshape(dim, dim).T,
+        w["attention_output/bias"], training=False, need_weights=False,
+        use_separate_proj_weight=True, q_proj_weight=proj["query"], k_proj_weight=proj["key"],
+        v_proj_weight=proj["value"])
+    assert torch.allclose(ours, theirs.transpose(0, 1), atol=1e-12), "MHA formulas disagree"
+
+
+def dense_attention_case(name, class_name, config, q_shape, v_shape, k_shape=None, causal=False,
+                         scale=None, concat_weight=None):
+    q_in = rnd(*q_shape).requires_grad_()
+    v_in = rnd(*v_shape).requires_grad_()
+    k_in = rnd(*k_shape).requires_grad_() if k_shape else v_in
+    inputs = [q_in, v_in] + ([k_in] if k_shape else [])
+    w = {}
+    if scale is not None:
+        w["scale"] = scale.clone().requires_grad_()
+    if concat_weight is not None:
+        w["concat_score_weight"] = concat_weight.clone().requires_grad_()
+    if class_name == "AdditiveAttention":
+        terms = torch.tanh(q_in.unsqueeze(-2) + k_in.unsqueeze(-3))
+        scores = (terms * w["scale"]).sum(-1) if "scale" in w else terms.sum(-1)
+    elif config.get("score_mode", "dot") == "dot":
+        scores = q_in @ k_in.transpose(-1, -2)
+        if "scale" in w:
+            scores = scores * w["scale"]
+    else:
+        s = w.get("scale", torch.tensor(1.0, dtype=DT))
+        scores = w["concat_score_weight"] * torch.tanh(
+            s * (q_in.unsqueeze(-2) + k_in.unsqueeze(-3))).sum(-1)
+    y = softmax_rows(scores, causal) @ v_in
+    kwargs = {"use_causal_mask": True} if causal else {}
+    return finish(name, class_name, config, inputs, [True] * len(inputs), w, y, kwargs)
+
+
+cases = []
+check_against_torch_mha()
+cases.append(mha_case("mha_self", 2, 3, (2, 5, 6), None, value_dim=4, self_attention=True))
+cases.append(mha_case("mha_cross", 3, 2, (2, 4, 6), (2, 5, 7), k_shape=(2, 5, 8), value_dim=3,
+                      output_shape=5))
+cases.append(mha_case("mha_query_value", 2, 4, (3, 3, 5), (3, 6, 4)))
+cases.append(mha_case("mha_causal", 2, 3, (2, 5, 6), (2, 5, 6), causal=True))
+cases.append(mha_case("mha_causal_longer_value", 1, 3, (2, 3, 4), (2, 5, 4), causal=True,
+                      use_bias=False))
+cases.append(mha_case("mha_two_axes", 2, 2, (2, 2, 3, 4), (2, 3, 2, 5), value_dim=3))
+cases.append(dense_attention_case("attention_dot", "Attention",
+                                  {"use_scale": False, "score_mode": "dot", "dropout": 0.0},
+                                  (2, 3, 4), (2, 5, 6), k_shape=(2, 5, 4)))
+cases.append(dense_attention_case("attention_dot_scale_causal", "Attention",
+                                  {"use_scale": True, "score_mode": "dot", "dropout": 0.0},
+                                  (2, 4, 3), (2, 4, 3), causal=True,
+                                  scale=torch.tensor(0.7, dtype=DT)))
+cases.append(dense_attention_case("attention_concat", "Attention",
+                                  {"use_scale": False, "score_mode": "concat", "dropout": 0.0},
+                                  (2, 3, 4), (2, 5, 4),
+                                  concat_weight=torch.tensor(1.3, dtype=DT)))
+cases.append(dense_attention_case("attention_concat_scale", "Attention",
+                                  {"use_scale": True, "score_mode": "concat", "dropout": 0.0},
+                                  (2, 3, 4), (2, 5, 2), k_shape=(2, 5, 4),
+                                  scale=torch.tensor(0.8, dtype=DT),
+                                  concat_weight=torch.tensor(1.3, dtype=DT)))
+cases.append(dense_attention_case("additive_attention", "AdditiveAttention",
+                                  {"use_scale": True, "dropout": 0.0},
+                                  (2, 3, 4), (2, 5, 6), k_shape=(2, 5, 4),
+                                  scale=rnd(4)))
+cases.append(dense_attention_case("additive_attention_causal_no_scale", "AdditiveAttention",
+                                  {"use_scale": False, "dropout": 0.0},
+                                  (2, 4, 3), (2, 4, 3), causal=True))
+
+with open(os.path.join(HERE, "reference", "attention.json"), "w") as f:
+    json.dump({"cases": cases}, f, separators=(",", ":"))
+
+
+# --- The Transformer encoder trained a few steps ------------------------------------------------
+
+VOCAB, STEPS, EMBED, HEADS, FF, BATCH, CLASSES, RATE, TRAIN_STEPS = 12, 6, 8, 2, 16, 4, 2, 0.1, 4
+
+
+def layer_norm(x, gamma, beta):
+    return F.layer_norm(x, (x.shape[-1],), gamma, beta, eps=1e-6)
+
+
+def transformer_weights():
+    w = {
+        "token_embedding": {"embeddings": rnd(VOCAB, EMBED, scale=0.5)},
+        "position_embedding": {"embeddings": rnd(STEPS, EMBED, scale=0.5)},
+        "mha": mha_weights(EMBED, EMBED, EMBED, HEADS, EMBED, EMBED, EMBED, True),
+        "norm1": {"gamma": 1 + rnd(EMBED, scale=0.1), "beta": rnd(EMBED, scale=0.1)},
+        "ffn1": {"kernel": rnd(EMBED, FF, scale=0.4), "bias": rnd(FF, scale=0.1)},
+        "ffn2": {"kernel": rnd(FF, EMBED, scale=0.4), "bias": rnd(EMBED, scale=0.1)},
+        "norm2": {"gamma": 1 + rnd(EMBED, scale=0.1), "beta": rnd(EMBED, scale=0.1)},
+        "hidden": {"kernel": rnd(EMBED, 10, scale=0.4), "bias": rnd(10, scale=0.1)},
+        "logits": {"kernel": rnd(10, CLASSES, scale=0.4), "bias": rnd(CLASSES, scale=0.1)},
+    }
+    for layer in w.values():
+        for t in layer.values():
+            t.requires_grad_()
+    return w
+
+
+def transformer(w, tokens, positions):
+    x = F.embedding(tokens, w["token_embedding"]["embeddings"]) + F.embedding(
+        positions, w["position_embedding"]["embeddings"])
+    attn = mha(w["mha"], x, x, x, HEADS, EMBED, EMBED, True, False)
+    out1 = layer_norm(x + attn, w["norm1"]["gamma"], w["norm1"]["beta"])
+    ffn = F.relu(out1 @ w["ffn1"]["kernel"] + w["ffn1"]["bias"])
+    ffn = ffn @ w["ffn2"]["kernel"] + w["ffn2"]["bias"]
+    out2 = layer_norm(out1 + ffn, w["norm2"]["gamma"], w["norm2"]["beta"])
+    pooled = out2.mean(dim=1)
+    hidden = F.relu(pooled @ w["hidden"]["kernel"] + w["hidden"]["bias"])
+    return torch.softmax(hidden @ w["logits"]["kernel"] + w["logits"]["bias"], dim=-1)
+
+
+w = transformer_weights()
+initial = {name: {k: flat(v) for k, v in layer.items()} for name, layer in w.items()}
+tokens = torch.randint(0, VOCAB, (TRAIN_STEPS, BATCH, STEPS))
+labels = torch.randint(0, CLASSES, (TRAIN_STEPS, BATCH))
+positions = torch.arange(STEPS).repeat(BATCH, 1)
+losses = []
+for step in range(TRAIN_STEPS):
+    probabilities = transformer(w, tokens[step], positions)
+    loss = F.nll_loss(torch.log(probabilities), labels[step])
+    losses.append(float(loss))
+    for layer in w.values():
+        for t in layer.values():
+            t.grad = None
+    loss.backward()
+    with torch.no_grad():
+        for layer in w.values():
+            for t in layer.values():
+                t -= RATE * t.grad
+with torch.no_grad():
+    final = transformer(w, tokens[0], positions)
+
+with open(os.path.join(HERE, "reference", "attention_transformer.json"), "w") as f:
+    json.dump({"vocab": VOCAB, "steps": STEPS, "embed": EMBED, "heads": HEADS, "ff": FF,
+               "batch": BATCH, "classes": CLASSES, "learning_rate": RATE,
+               "weights": initial,
+               "tokens": [[flat(b) for b in step] for step in tokens],
+               "labels": [flat(step) for step in labels],
+               "losses": losses, "final_predictions": flat(final),
+               "final_weights": {name: {k: flat(v) for k, v in layer.items()}
+                                 for name, layer in w.items()}},
+              f, separators=(",", ":"))

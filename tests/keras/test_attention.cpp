@@ -1,0 +1,591 @@
+// MultiHeadAttention, Attention and AdditiveAttention: forward, input and weight gradients
+// against PyTorch (tests/keras/generate_attention.py), configs, call arguments in both Keras
+// node formats, .h5 and .keras files, dropout, regularizers, refusals, and a Transformer
+// encoder block trained against PyTorch's losses and on a task it must learn.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <loadstar/error.hpp>
+#include <loadstar/keras.hpp>
+#include <loadstar/keras/backend/cpu_backend.hpp>
+#include <loadstar/keras/saving/detail/formats.hpp>
+#include <loadstar/keras/saving/detail/model_file.hpp>
+#include <loadstar/keras/saving/model_config.hpp>
+#include <loadstar/keras/saving/saving.hpp>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "keras/layer_cases.hpp"
+#include "temp_dir.hpp"
+
+using loadstar::ConfigError;
+using loadstar::Shape;
+using loadstar::ShapeError;
+using loadstar::Tensor;
+using namespace loadstar::keras;
+using namespace loadstar::keras::layers;
+using nlohmann::json;
+
+namespace {
+
+const json& attention_reference() {
+  static const json data = layer_cases::load("attention.json");
+  return data;
+}
+
+Tensor<float> attention_wave(const Shape& shape, float scale, float phase = 0.0F) {
+  Tensor<float> t(shape);
+  float v = phase;
+  for (float& x : t) {
+    x = scale * std::sin(v);
+    v += 0.61F;
+  }
+  return t;
+}
+
+bool attention_same_bits(const Tensor<float>& a, const Tensor<float>& b) {
+  return a.shape() == b.shape() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+/// A functional model `mha(x, x)` (self-attention) of `config` and call kwargs `kwargs`, through
+/// a tf.keras 2 config (the value among the first input's kwargs).
+json legacy_mha_model(const json& config, const json& kwargs) {
+  json node_kwargs = kwargs;
+  node_kwargs["value"] = json::array({"x", 0, 0});
+  return {{"class_name", "Functional"},
+          {"config",
+           {{"name", "legacy"},
+            {"layers",
+             {{{"class_name", "InputLayer"},
+               {"name", "x"},
+               {"config", {{"batch_input_shape", {nullptr, 5, 6}}, {"name", "x"}}},
+               {"inbound_nodes", json::array()}},
+              {{"class_name", "MultiHeadAttention"},
+               {"name", "mha"},
+               {"config", config},
+               {"inbound_nodes", {{{"x", 0, 0, node_kwargs}}}}}}},
+            {"input_layers", {{"x", 0, 0}}},
+            {"output_layers", {{"mha", 0, 0}}}}}};
+}
+
+json mha_config() {
+  return {{"name", "mha"}, {"num_heads", 2}, {"key_dim", 3}};
+}
+
+}  // namespace
+
+TEST_SUITE("keras_layers") {
+  TEST_CASE("Attention layers match the PyTorch reference values with one and three threads") {
+    REQUIRE(attention_reference()["cases"].size() >= 12);
+    for (std::size_t threads : {1, 3}) {
+      CpuBackend backend(threads);
+      for (const auto& c : attention_reference()["cases"])
+        layer_cases::run_case(c, backend);
+    }
+  }
+
+  TEST_CASE("MultiHeadAttention has Keras's defaults and weight layout") {
+    auto layer = LayerRegistry::instance().create("MultiHeadAttention", mha_config());
+    const std::vector<Shape> shapes{Shape{5, 6}, Shape{7, 4}};
+    CHECK(layer->build(shapes, 1) == Shape{5, 6});
+    std::vector<std::string> names;
+    std::vector<Shape> weight_shapes;
+    for (const auto& w : layer->weights()) {
+      names.push_back(w.name);
+      weight_shapes.push_back(w.value.shape());
+    }
+    CHECK(names == std::vector<std::string>{"query/kernel", "query/bias", "key/kernel", "key/bias",
+                                            "value/kernel", "value/bias", "attention_output/kernel",
+                                            "attention_output/bias"});
+    CHECK(weight_shapes == std::vector<Shape>{Shape{6, 2, 3}, Shape{2, 3}, Shape{4, 2, 3},
+                                              Shape{2, 3}, Shape{4, 2, 3}, Shape{2, 3},
+                                              Shape{2, 3, 6}, Shape{6}});
+    const json config = layer->get_config();
+    CHECK(config["value_dim"] == 3);
+    CHECK(config["dropout"] == 0.0);
+    CHECK(config["use_bias"] == true);
+    CHECK(config["output_shape"].is_null());
+    CHECK(config["attention_axes"].is_null());
+    CHECK(config["kernel_initializer"]["class_name"] == "GlorotUniform");
+    CHECK(config["bias_initializer"]["class_name"] == "Zeros");
+    CHECK(config["kernel_regularizer"].is_null());
+    // Biases start at zero, kernels do not.
+    CHECK(std::all_of(layer->weights()[1].value.begin(), layer->weights()[1].value.end(),
+                      [](float v) { return v == 0.0F; }));
+    CHECK_FALSE(std::all_of(layer->weights()[0].value.begin(), layer->weights()[0].value.end(),
+                            [](float v) { return v == 0.0F; }));
+
+    SUBCASE("without biases") {
+      auto plain = LayerRegistry::instance().create("MultiHeadAttention", {{"num_heads", 1},
+                                                                           {"key_dim", 2},
+                                                                           {"use_bias", false},
+                                                                           {"value_dim", 5},
+                                                                           {"output_shape", 4}});
+      CHECK(plain->build(shapes, 1) == Shape{5, 4});
+      REQUIRE(plain->weights().size() == 4);
+      CHECK(plain->weights()[2].value.shape() == Shape{4, 1, 5});
+      CHECK(plain->weights()[3].value.shape() == Shape{1, 5, 4});
+      CHECK(plain->get_config()["output_shape"] == json::array({4}));
+    }
+  }
+
+  TEST_CASE("Attention layers round trip their configs") {
+    const std::vector<std::pair<std::string, json>> configs = {
+        {"MultiHeadAttention",
+         {{"name", "m"},
+          {"num_heads", 3},
+          {"key_dim", 4},
+          {"value_dim", 2},
+          {"dropout", 0.25},
+          {"use_bias", false},
+          {"output_shape", {7}},
+          {"attention_axes", {1}},
+          {"seed", 5},
+          {"kernel_regularizer", {{"class_name", "L2"}, {"config", {{"l2", 0.01}}}}},
+          {"bias_constraint", nullptr}}},
+        {"Attention",
+         {{"name", "a"},
+          {"use_scale", true},
+          {"score_mode", "concat"},
+          {"dropout", 0.5},
+          {"seed", 3}}},
+        {"AdditiveAttention", {{"name", "b"}, {"use_scale", false}, {"dropout", 0.1}}},
+    };
+    for (const auto& entry : configs) {
+      const std::string& class_name = entry.first;
+      const json& config = entry.second;
+      INFO(class_name);
+      auto layer = LayerRegistry::instance().create(class_name, config);
+      const json written = layer->get_config();
+      for (const auto& item : config.items()) {
+        const std::string key = item.key();
+        const json& value = item.value();
+        if (key == "kernel_regularizer") {
+          CHECK(written[key]["class_name"] == "L2");
+        } else if (key == "dropout") {
+          CHECK(std::abs(written[key].get<double>() - value.get<double>()) < 1e-7);
+        } else {
+          CHECK_MESSAGE(written[key] == value, key);
+        }
+      }
+      CHECK(LayerRegistry::instance().create(class_name, written)->get_config() == written);
+    }
+    // tf.keras 2 records the build shapes; Keras 3 the gate and window it has off.
+    const json tf_keras2 = {{"name", "mha"},
+                            {"trainable", true},
+                            {"dtype", "float32"},
+                            {"num_heads", 2},
+                            {"key_dim", 3},
+                            {"value_dim", 3},
+                            {"dropout", 0.0},
+                            {"use_bias", true},
+                            {"output_shape", nullptr},
+                            {"attention_axes", {1}},
+                            {"query_shape", {nullptr, 5, 6}},
+                            {"key_shape", {nullptr, 5, 6}},
+                            {"value_shape", {nullptr, 5, 6}}};
+    auto from_tf = LayerRegistry::instance().create("MultiHeadAttention", tf_keras2);
+    const std::vector<Shape> shapes{Shape{5, 6}, Shape{5, 6}};
+    CHECK(from_tf->build(shapes, 1) == Shape{5, 6});
+    auto from_keras3 = LayerRegistry::instance().create(
+        "MultiHeadAttention",
+        {{"num_heads", 2}, {"key_dim", 3}, {"use_gate", false}, {"sliding_window", nullptr}});
+    CHECK(from_keras3->get_config()["num_heads"] == 2);
+    CHECK(AdditiveAttention().get_config()["use_scale"] == true);
+    CHECK(Attention().get_config()["use_scale"] == false);
+    CHECK(Attention().get_config()["score_mode"] == "dot");
+  }
+
+  TEST_CASE("Attention layers refuse what loadstar does not run by name") {
+    const auto create = [](const std::string& class_name, json config) {
+      return LayerRegistry::instance().create(class_name, config);
+    };
+    CHECK_THROWS_WITH_AS(
+        create("MultiHeadAttention", {{"num_heads", 2}, {"key_dim", 2}, {"use_gate", true}}),
+        doctest::Contains("use_gate"), ConfigError);
+    CHECK_THROWS_WITH_AS(
+        create("MultiHeadAttention", {{"num_heads", 2}, {"key_dim", 2}, {"sliding_window", 4}}),
+        doctest::Contains("sliding_window"), ConfigError);
+    CHECK_THROWS_WITH_AS(
+        create("MultiHeadAttention", {{"num_heads", 2}, {"key_dim", 2}, {"output_shape", {3, 4}}}),
+        doctest::Contains("output_shape"), ConfigError);
+    CHECK_THROWS_WITH_AS(create("MultiHeadAttention", {{"num_heads", 0}, {"key_dim", 2}}),
+                         doctest::Contains("num_heads"), ConfigError);
+    CHECK_THROWS_WITH_AS(
+        create("MultiHeadAttention", {{"num_heads", 1}, {"key_dim", 2}, {"dropout", 1.0}}),
+        doctest::Contains("dropout"), ConfigError);
+    CHECK_THROWS_WITH_AS(create("Attention", {{"score_mode", "general"}}),
+                         doctest::Contains("score_mode"), ConfigError);
+    auto axes =
+        create("MultiHeadAttention",
+               {{"name", "axes"}, {"num_heads", 1}, {"key_dim", 2}, {"attention_axes", {2}}});
+    const std::vector<Shape> rank3{Shape{2, 3, 4}, Shape{2, 3, 4}};
+    CHECK_THROWS_WITH_AS(axes->build(rank3, 1),
+                         "multi_head_attention layer 'axes': attention_axes (2) must be every axis "
+                         "but the batch and the features of inputs (None, 2, 3, 4) (Keras's "
+                         "default); loadstar attends over no other axes",
+                         ConfigError);
+    // The default axes spelled out, negative ones included, are accepted.
+    auto spelled = create("MultiHeadAttention",
+                          {{"num_heads", 1}, {"key_dim", 2}, {"attention_axes", {-3, 2}}});
+    CHECK(spelled->build(rank3, 1) == Shape{2, 3, 4});
+    auto one = create("MultiHeadAttention", {{"name", "one"}, {"num_heads", 1}, {"key_dim", 2}});
+    const std::vector<Shape> single{Shape{3, 4}};
+    CHECK_THROWS_WITH_AS(one->build(single, 1),
+                         "multi_head_attention layer 'one': expects 2 inputs (query, value) or 3 "
+                         "(query, value, key) but got 1",
+                         ShapeError);
+    const std::vector<Shape> mismatched{Shape{3, 4}, Shape{5, 4}, Shape{6, 4}};
+    CHECK_THROWS_WITH_AS(one->build(mismatched, 1), doctest::Contains("value and key alike"),
+                         ShapeError);
+    auto attention = create("Attention", {{"name", "att"}});
+    const std::vector<Shape> wrong_key{Shape{3, 4}, Shape{5, 2}, Shape{5, 3}};
+    CHECK_THROWS_WITH_AS(attention->build(wrong_key, 1),
+                         "attention layer 'att': expects a query (None, Tq, dim), a value (None, "
+                         "Tv, value_dim) and a key (None, Tv, dim) but got (None, 3, 4), (None, 5, "
+                         "2) and (None, 5, 3)",
+                         ShapeError);
+    auto& arguments = dynamic_cast<loadstar::keras::detail::CallArguments&>(*one);
+    CHECK_THROWS_WITH_AS(arguments.apply_call_kwargs({{"attention_mask", {"m", 0, 0}}}, "call"),
+                         "call: the call argument 'attention_mask' is not supported (loadstar's "
+                         "attention layers take no masks; use_causal_mask is)",
+                         ConfigError);
+    CHECK_THROWS_WITH_AS(arguments.apply_call_kwargs({{"return_attention_scores", true}}, "call"),
+                         "call: return_attention_scores=True is not supported (loadstar layers "
+                         "have one output; the attention scores are not returned)",
+                         ConfigError);
+    CHECK_THROWS_WITH_AS(arguments.apply_call_kwargs({{"use_causal_mask", "yes"}}, "call"),
+                         doctest::Contains("use_causal_mask: expected a boolean"), ConfigError);
+    CHECK_THROWS_WITH_AS(arguments.apply_call_kwargs({{"scores", 1}}, "call"),
+                         "call: unknown call argument 'scores'", ConfigError);
+  }
+
+  TEST_CASE("MultiHeadAttention reads its call arguments from tf.keras 2 and Keras 3 configs") {
+    const Tensor<float> x = attention_wave(Shape{3, 5, 6}, 1.0F);
+    // A change at the last step moves every step's output without the causal mask, and only the
+    // last step's with it.
+    Tensor<float> changed = x.clone();
+    for (std::size_t b = 0; b < 3; ++b)
+      for (std::size_t f = 0; f < 6; ++f)
+        changed.data()[(b * 5 + 4) * 6 + f] += 1.0F;
+    for (const bool causal : {false, true}) {
+      INFO("causal ", causal);
+      const json kwargs = causal ? json{{"use_causal_mask", true}} : json::object();
+      auto model = model_from_config(legacy_mha_model(mha_config(), kwargs));
+      REQUIRE(model->layers().size() == 1);
+      CHECK(model->layers()[0]->built_input_shapes() ==
+            std::vector<Shape>{Shape{5, 6}, Shape{5, 6}});
+      const Tensor<float> a = model->predict(x, {.verbose = 0});
+      const Tensor<float> b = model->predict(changed, {.verbose = 0});
+      double first_steps = 0.0;
+      for (std::size_t bi = 0; bi < 3; ++bi)
+        for (std::size_t i = 0; i < 4 * 6; ++i)
+          first_steps = std::max(first_steps,
+                                 double(std::abs(a.data()[bi * 30 + i] - b.data()[bi * 30 + i])));
+      if (causal) {
+        CHECK(first_steps == 0.0);
+      } else {
+        CHECK(first_steps > 1e-3);
+      }
+      // The config the model writes records the call as tf.keras 2 does.
+      const json written = model_get_config(*model);
+      const json& node = written["config"]["layers"][1]["inbound_nodes"][0];
+      REQUIRE(node.size() == 1);
+      CHECK(node[0][3]["value"] == json::array({"x", 0, 0}));
+      CHECK(node[0][3].value("use_causal_mask", false) == causal);
+      CHECK(model_get_config(*model_from_config(written)) == written);
+      // Keras 3's node format: {"args": [query, value], "kwargs": {...}}.
+      const auto keras_tensor = [](const char* name) {
+        return json{
+            {"class_name", "__keras_tensor__"},
+            {"config",
+             {{"shape", {nullptr, 5, 6}}, {"dtype", "float32"}, {"keras_history", {name, 0, 0}}}}};
+      };
+      json keras3 = legacy_mha_model(mha_config(), kwargs);
+      keras3["config"]["layers"][1]["inbound_nodes"] =
+          json::array({{{"args", {keras_tensor("x"), keras_tensor("x")}}, {"kwargs", kwargs}}});
+      const auto legacy = loadstar::keras::detail::legacy_model_config(keras3);
+      auto from_keras3 = model_from_config(legacy);
+      from_keras3->set_weights(model->get_weights());
+      CHECK(attention_same_bits(from_keras3->predict(x, {.verbose = 0}), a));
+    }
+    SUBCASE("a call argument loadstar does not run is refused by name") {
+      CHECK_THROWS_WITH_AS(
+          model_from_config(legacy_mha_model(mha_config(), {{"attention_mask", {"x", 0, 0}}})),
+          doctest::Contains("inbound_nodes[0]: the call argument 'attention_mask' is not "
+                            "supported"),
+          ConfigError);
+      CHECK_THROWS_WITH_AS(
+          model_from_config(legacy_mha_model(mha_config(), {{"return_attention_scores", true}})),
+          doctest::Contains("return_attention_scores=True is not supported"), ConfigError);
+    }
+  }
+
+  TEST_CASE("MultiHeadAttention waits for a value made by a layer listed after it") {
+    // The value is the output of `d`, which the config lists after the attention layer; a shared
+    // attention layer's second call asks for another use_causal_mask and is refused.
+    const json input = {{"class_name", "InputLayer"},
+                        {"name", "x"},
+                        {"config", {{"batch_input_shape", {nullptr, 5, 6}}, {"name", "x"}}},
+                        {"inbound_nodes", json::array()}};
+    const json dense = {{"class_name", "Dense"},
+                        {"name", "d"},
+                        {"config", {{"name", "d"}, {"units", 6}}},
+                        {"inbound_nodes", {{{"x", 0, 0, json::object()}}}}};
+    const auto model_of = [&](const json& nodes, const json& outputs) {
+      return json{{"class_name", "Functional"},
+                  {"config",
+                   {{"name", "later"},
+                    {"layers",
+                     {input,
+                      {{"class_name", "MultiHeadAttention"},
+                       {"name", "mha"},
+                       {"config", mha_config()},
+                       {"inbound_nodes", nodes}},
+                      dense}},
+                    {"input_layers", {{"x", 0, 0}}},
+                    {"output_layers", outputs}}}};
+    };
+    // One call: [[query, node, tensor, {kwargs}]].
+    const json first = json::array(
+        {json::array({"x", 0, 0, {{"value", {"d", 0, 0}}, {"use_causal_mask", true}}})});
+    auto model = model_from_config(
+        model_of(json::array({first}), json::array({json::array({"mha", 0, 0})})));
+    CHECK(model->predict(attention_wave(Shape{2, 5, 6}, 1.0F), {.verbose = 0}).shape() ==
+          Shape{2, 5, 6});
+    const json second = json::array({json::array({"d", 0, 0, {{"value", {"x", 0, 0}}}})});
+    CHECK_THROWS_WITH_AS(
+        model_from_config(
+            model_of(json::array({first, second}),
+                     json::array({json::array({"mha", 0, 0}), json::array({"mha", 1, 0})}))),
+        doctest::Contains("inbound_nodes[1]: use_causal_mask is false but an earlier call of "
+                          "the layer has true (loadstar applies one use_causal_mask to every "
+                          "call of a layer)"),
+        ConfigError);
+  }
+
+  TEST_CASE("MultiHeadAttention with a key input saves to h5 and keras files in Keras's layout") {
+    auto q = Input({4, 6}, "q"), v = Input({5, 3}, "v"), k = Input({5, 2}, "k");
+    auto mha = std::make_shared<MultiHeadAttention>(
+        2, 3, MultiHeadAttentionOptions{.value_dim = 4, .use_causal_mask = true, .name = "mha"});
+    auto y = call(mha, {q, v, k});
+    auto att = call(Attention({.use_scale = true, .name = "att"}), {y, y});
+    auto add = call(AdditiveAttention({.name = "add"}), {att, y, y});
+    auto model = std::make_shared<Model>(std::vector{q, v, k}, std::vector{add}, "attention");
+    model->compile({.optimizer = "adam", .loss = "mse"});
+    const std::vector<Tensor<float>> x{attention_wave(Shape{3, 4, 6}, 1.0F),
+                                       attention_wave(Shape{3, 5, 3}, 0.7F, 0.2F),
+                                       attention_wave(Shape{3, 5, 2}, 0.9F, 0.5F)};
+    const Tensor<float> target = attention_wave(Shape{3, 4, 6}, 0.3F, 1.0F);
+    const auto before = model->get_weights();
+    model->train_on_batch(x, target);
+    model->train_on_batch(x, target);
+    for (std::size_t i = 0; i < before.size(); ++i)
+      CHECK_FALSE(attention_same_bits(before[i], model->get_weights()[i]));
+    const Tensor<float> expected = model->predict(x, {.verbose = 0});
+    const json full = model_get_config(*model);
+    test_support::TempDir dir;
+    for (const char* file : {"model.h5", "model.keras"}) {
+      INFO(file);
+      model->save(dir / file);
+      const auto loaded = load_model(dir / file);
+      CHECK(model_get_config(*loaded) == full);
+      CHECK(attention_same_bits(loaded->predict(x, {.verbose = 0}), expected));
+      const auto stored = loadstar::keras::detail::read_model_file(
+          dir / file, loadstar::Trust::trusted, std::chrono::milliseconds(10000));
+      std::vector<std::string> names, groups;
+      for (const auto& layer : stored.layers) {
+        if (layer.name.rfind("mha", 0) != 0 && layer.name.rfind("multi_head_attention", 0) != 0)
+          continue;
+        groups.push_back(layer.name);
+        for (const auto& w : layer.weights)
+          names.push_back(w.name);
+      }
+      if (std::string(file) == "model.h5") {
+        CHECK(names == std::vector<std::string>{
+                           "mha/query/kernel:0", "mha/query/bias:0", "mha/key/kernel:0",
+                           "mha/key/bias:0", "mha/value/kernel:0", "mha/value/bias:0",
+                           "mha/attention_output/kernel:0", "mha/attention_output/bias:0"});
+      } else {
+        std::sort(groups.begin(), groups.end());
+        CHECK(groups == std::vector<std::string>{
+                            "multi_head_attention", "multi_head_attention/_dropout_layer",
+                            "multi_head_attention/_softmax", "multi_head_attention/key_dense",
+                            "multi_head_attention/output_dense", "multi_head_attention/query_dense",
+                            "multi_head_attention/value_dense"});
+        const std::string at = "layers/multi_head_attention/";
+        CHECK(names ==
+              std::vector<std::string>{at + "key_dense/vars/0", at + "key_dense/vars/1",
+                                       at + "output_dense/vars/0", at + "output_dense/vars/1",
+                                       at + "query_dense/vars/0", at + "query_dense/vars/1",
+                                       at + "value_dense/vars/0", at + "value_dense/vars/1"});
+      }
+    }
+    // The configs' calls: the key among MultiHeadAttention's kwargs, use_causal_mask recorded.
+    json mha_node;
+    for (const auto& entry : full["config"]["layers"])
+      if (entry["name"] == "mha") mha_node = entry["inbound_nodes"][0][0];
+    REQUIRE(mha_node.is_array());
+    CHECK(mha_node[3]["value"] == json::array({"v", 0, 0}));
+    CHECK(mha_node[3]["key"] == json::array({"k", 0, 0}));
+    CHECK(mha_node[3]["use_causal_mask"] == true);
+  }
+
+  TEST_CASE("MultiHeadAttention drops attention probabilities in training only") {
+    auto x = Input({6, 4}, "x");
+    auto mha = std::make_shared<MultiHeadAttention>(
+        2, 4, MultiHeadAttentionOptions{.dropout = 0.5F, .seed = 11, .name = "mha"});
+    auto model = std::make_shared<Model>(std::vector{x}, std::vector{call(mha, {x, x})}, "drop");
+    model->compile({.optimizer = "sgd", .loss = "mse"});
+    const Tensor<float> data = attention_wave(Shape{2, 6, 4}, 1.0F);
+    const Tensor<float> a = model->predict(data, {.verbose = 0});
+    CHECK(attention_same_bits(model->predict(data, {.verbose = 0}), a));
+    // Inference equals the same layer without dropout.
+    auto plain = std::make_shared<MultiHeadAttention>(2, 4, MultiHeadAttentionOptions{.name = "p"});
+    auto plain_model =
+        std::make_shared<Model>(std::vector{x}, std::vector{call(plain, {x, x})}, "plain");
+    plain_model->set_weights(model->get_weights());
+    CHECK(attention_same_bits(plain_model->predict(data, {.verbose = 0}), a));
+    // A training step's loss differs from the inference loss (probabilities dropped).
+    const double inference = model->test_on_batch(data, data).get("loss").value();
+    const double training = model->train_on_batch(data, data).get("loss").value();
+    CHECK(std::abs(training - inference) > 1e-4);
+  }
+
+  TEST_CASE("MultiHeadAttention applies its kernel regularizer to the four kernels") {
+    auto x = Input({3, 4}, "x");
+    auto mha = LayerRegistry::instance().create(
+        "MultiHeadAttention",
+        {{"name", "mha"},
+         {"num_heads", 2},
+         {"key_dim", 2},
+         {"use_bias", false},
+         {"kernel_regularizer", {{"class_name", "L2"}, {"config", {{"l2", 0.5}}}}}});
+    auto model = std::make_shared<Model>(std::vector{x}, std::vector{call(mha, {x, x})}, "reg");
+    model->compile({.optimizer = "sgd", .loss = "mse"});
+    const Tensor<float> data = attention_wave(Shape{2, 3, 4}, 1.0F);
+    const Tensor<float> prediction = model->predict(data, {.verbose = 0});
+    double mse = 0.0;
+    for (std::size_t i = 0; i < data.size(); ++i)
+      mse += std::pow(double(prediction.data()[i]) - data.data()[i], 2.0);
+    mse /= double(data.size());
+    double penalty = 0.0;
+    for (const auto& w : model->get_weights())
+      for (float v : w)
+        penalty += 0.5 * double(v) * v;
+    const double loss = model->test_on_batch(data, data).get("loss").value();
+    CHECK(loss == doctest::Approx(mse + penalty).epsilon(1e-5));
+    CHECK(mha->get_config()["kernel_regularizer"]["config"]["l2"] == doctest::Approx(0.5));
+  }
+
+  TEST_CASE("A Transformer encoder block trains as PyTorch does") {
+    const json reference = layer_cases::load("attention_transformer.json");
+    const auto size = [&](const char* key) { return reference[key].get<std::size_t>(); };
+    const std::size_t vocab = size("vocab"), steps = size("steps"), embed = size("embed"),
+                      heads = size("heads"), ff = size("ff"), batch = size("batch"),
+                      classes = size("classes");
+    auto tokens = Input({steps}, "tokens"), positions = Input({steps}, "positions");
+    auto token_embedding = call(Embedding(vocab, embed, {.name = "token_embedding"}), tokens);
+    auto position_embedding =
+        call(Embedding(steps, embed, {.name = "position_embedding"}), positions);
+    auto x = call(Add(), {token_embedding, position_embedding});
+    auto attention = call(std::make_shared<MultiHeadAttention>(
+                              heads, embed, MultiHeadAttentionOptions{.name = "mha"}),
+                          {x, x});
+    attention = call(Dropout(0.0), attention);
+    auto out1 =
+        call(LayerNormalization({.epsilon = 1e-6F, .name = "norm1"}), call(Add(), {x, attention}));
+    auto ffn = call(Dense(ff, {.activation = "relu", .name = "ffn1"}), out1);
+    ffn = call(Dropout(0.0), call(Dense(embed, {.name = "ffn2"}), ffn));
+    auto out2 =
+        call(LayerNormalization({.epsilon = 1e-6F, .name = "norm2"}), call(Add(), {out1, ffn}));
+    auto pooled = call(GlobalAveragePooling1D(), out2);
+    auto hidden = call(Dense(10, {.activation = "relu", .name = "hidden"}), pooled);
+    auto probabilities = call(Dense(classes, {.activation = "softmax", .name = "logits"}), hidden);
+    Model model({tokens, positions}, {probabilities}, "transformer");
+    std::vector<Tensor<float>> weights;
+    for (const auto& layer : model.layers()) {
+      for (const auto& w : layer->weights()) {
+        INFO(layer->name(), "/", w.name);
+        REQUIRE(reference["weights"][layer->name()].contains(w.name));
+        weights.push_back(
+            layer_cases::tensor_of(reference["weights"][layer->name()][w.name], w.value.shape()));
+      }
+    }
+    model.set_weights(weights);
+    model.compile({.optimizer = optimizers::SGD(optimizers::SGDOptions{
+                       .learning_rate = reference["learning_rate"].get<double>()}),
+                   .loss = "sparse_categorical_crossentropy"});
+    Tensor<float> position_batch(Shape{batch, steps});
+    for (std::size_t b = 0; b < batch; ++b)
+      for (std::size_t s = 0; s < steps; ++s)
+        position_batch.data()[b * steps + s] = float(s);
+    const auto batch_of = [&](std::size_t step) {
+      std::vector<Tensor<float>> x{Tensor<float>(Shape{batch, steps}), position_batch};
+      for (std::size_t b = 0; b < batch; ++b)
+        for (std::size_t s = 0; s < steps; ++s)
+          x[0].data()[b * steps + s] = reference["tokens"][step][b][s].get<float>();
+      return x;
+    };
+    for (std::size_t step = 0; step < reference["losses"].size(); ++step) {
+      INFO("step ", step);
+      Tensor<float> labels(Shape{batch});
+      for (std::size_t b = 0; b < batch; ++b)
+        labels.data()[b] = reference["labels"][step][b].get<float>();
+      const double loss = model.train_on_batch(batch_of(step), labels).get("loss").value();
+      CHECK(loss == doctest::Approx(reference["losses"][step].get<double>()).epsilon(1e-5));
+    }
+    layer_cases::check_close("predictions after training",
+                             model.predict(batch_of(0), {.verbose = 0}),
+                             reference["final_predictions"]);
+    for (const auto& layer : model.layers())
+      for (const auto& w : layer->weights())
+        layer_cases::check_close(layer->name() + "/" + w.name, w.value,
+                                 reference["final_weights"][layer->name()][w.name]);
+  }
+
+  TEST_CASE("A Transformer encoder block learns which token is the majority") {
+    // Sequences of 9 tokens from {1, 2}: the label is the token that appears most (0 for 1).
+    constexpr std::size_t steps = 9, samples = 256, embed = 16;
+    Tensor<float> tokens(Shape{samples, steps}), positions(Shape{samples, steps}),
+        labels(Shape{samples});
+    loadstar::SplitMix64 random(2024);
+    for (std::size_t n = 0; n < samples; ++n) {
+      std::size_t ones = 0;
+      for (std::size_t s = 0; s < steps; ++s) {
+        const bool one = random.below(2) == 0;
+        ones += one ? 1 : 0;
+        tokens.data()[n * steps + s] = one ? 1.0F : 2.0F;
+        positions.data()[n * steps + s] = float(s);
+      }
+      labels.data()[n] = ones * 2 > steps ? 0.0F : 1.0F;
+    }
+    set_random_seed(7);
+    auto token_input = Input({steps}, "tokens"), position_input = Input({steps}, "positions");
+    auto x = call(Add(), {call(Embedding(3, embed), token_input),
+                          call(Embedding(steps, embed), position_input)});
+    auto attention = call(
+        std::make_shared<MultiHeadAttention>(2, embed, MultiHeadAttentionOptions{.dropout = 0.1F}),
+        {x, x});
+    auto out1 = call(LayerNormalization({.epsilon = 1e-6F}),
+                     call(Add(), {x, call(Dropout(0.1), attention)}));
+    auto ffn = call(Dense(embed), call(Dense(32, {.activation = "relu"}), out1));
+    auto out2 =
+        call(LayerNormalization({.epsilon = 1e-6F}), call(Add(), {out1, call(Dropout(0.1), ffn)}));
+    auto pooled = call(Dropout(0.1), call(GlobalAveragePooling1D(), out2));
+    auto hidden = call(Dense(20, {.activation = "relu"}), pooled);
+    Model model({token_input, position_input}, {call(Dense(2, {.activation = "softmax"}), hidden)},
+                "majority");
+    model.compile({.optimizer = optimizers::Adam(optimizers::AdamOptions{.learning_rate = 0.005}),
+                   .loss = "sparse_categorical_crossentropy",
+                   .metrics = {"accuracy"}});
+    const std::vector<Tensor<float>> inputs{tokens, positions};
+    model.fit(inputs, labels, {.epochs = 30, .batch_size = 32, .verbose = 0});
+    const double accuracy = model.evaluate(inputs, labels, {.verbose = 0}).get("accuracy").value();
+    CHECK(accuracy > 0.95);
+  }
+}
