@@ -170,74 +170,23 @@ void train(benchmark::State& state, const std::string& workload) {
   state.SetLabel("samples/s");
 }
 
-void mlp(benchmark::State& state) {
-  train(state, "mlp");
-}
-void cnn(benchmark::State& state) {
-  train(state, "cnn");
-}
-void text(benchmark::State& state) {
-  train(state, "text");
-}
-void mobilenet(benchmark::State& state) {
-  train(state, "mobilenet");
-}
-void unet(benchmark::State& state) {
-  train(state, "unet");
-}
-void transformer(benchmark::State& state) {
-  train(state, "transformer");
-}
-
 }  // namespace
 
-BENCHMARK(mlp)
-    ->Name("mlp")
-    ->Args({32, 1})
-    ->Args({32, 2})
-    ->Args({256, 1})
-    ->Args({256, 2})
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
-BENCHMARK(cnn)
-    ->Name("cnn")
-    ->Args({32, 1})
-    ->Args({32, 2})
-    ->Args({256, 1})
-    ->Args({256, 2})
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
-
-BENCHMARK(text)
-    ->Name("text")
-    ->Args({32, 1})
-    ->Args({32, 2})
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
-BENCHMARK(transformer)
-    ->Name("transformer")
-    ->Args({32, 1})
-    ->Args({32, 2})
-    ->Args({256, 1})
-    ->Args({256, 2})
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
-
-BENCHMARK(mobilenet)
-    ->Name("mobilenet")
-    ->Args({32, 1})
-    ->Args({32, 2})
-    ->Args({256, 1})
-    ->Args({256, 2})
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
-BENCHMARK(unet)
-    ->Name("unet")
-    ->Args({32, 1})
-    ->Args({32, 2})
-    ->Args({256, 1})
-    ->Args({256, 2})
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
-
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  // "<workload>/<batch>/<threads>": every workload at batch 32 and 256 (the text CNN at 32) with
+  // 1 and 2 threads.
+  for (const char* workload : {"mlp", "cnn", "text", "transformer", "mobilenet", "unet"}) {
+    auto* b = benchmark::RegisterBenchmark(
+        workload, [workload](benchmark::State& state) { train(state, workload); });
+    for (const std::int64_t batch : {32, 256}) {
+      if (batch == 256 && std::string(workload) == "text") continue;
+      b->Args({batch, 1})->Args({batch, 2});
+    }
+    b->Unit(benchmark::kMillisecond)->UseRealTime();
+  }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
