@@ -29,8 +29,8 @@
 #include "loadstar/data/dataset/timeseries_dataset_from_array.hpp"
 // File sources: list_files, TFRecord, text lines, CSV.
 #include "loadstar/data/dataset/csv.hpp"
-#include "loadstar/data/dataset/make_csv_dataset.hpp"
 #include "loadstar/data/dataset/list_files.hpp"
+#include "loadstar/data/dataset/make_csv_dataset.hpp"
 #include "loadstar/data/dataset/text_line.hpp"
 #include "loadstar/data/dataset/tfrecord.hpp"
 // tf.data's remaining operators and AUTOTUNE.

@@ -291,9 +291,9 @@ inline std::vector<ImageDirectoryDataset> image_datasets(const std::string& dire
 
 /// Keras's `image_dataset_from_directory(directory, ...)` for no split or `subset` `"training"` or
 /// `"validation"`. Throws `ConfigError` for any option outside Keras's values or not implemented
-/// (interpolations other than bilinear, nearest, area and bicubic; `data_format="channels_first"`), for
-/// subset `"both"` (see `image_dataset_from_directory_both`), for an empty result; `IoError` for a
-/// missing directory.
+/// (interpolations other than bilinear, nearest, area and bicubic;
+/// `data_format="channels_first"`), for subset `"both"` (see `image_dataset_from_directory_both`),
+/// for an empty result; `IoError` for a missing directory.
 /// \code
 /// auto train = image_dataset_from_directory("flowers", {.image_size = {180, 180}, .seed = 123,
 ///                                                       .validation_split = 0.2,
