@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <loadstar/keras/detail/call_arguments.hpp>
 #include <loadstar/keras/layers.hpp>
@@ -41,6 +42,22 @@ inline Tensor<float> tensor_of(const nlohmann::json& values, const Shape& shape)
   for (const auto& x : values)
     v.push_back(x.get<float>());
   return Tensor<float>(shape, std::span<const float>(v));
+}
+
+/// A deterministic input: `scale * sin(phase + i * step)` at element `i`.
+inline Tensor<float> wave(const Shape& shape, float scale, float phase = 0.0F, float step = 0.41F) {
+  Tensor<float> t(shape);
+  float v = phase;
+  for (float& x : t) {
+    x = scale * std::sin(v);
+    v += step;
+  }
+  return t;
+}
+
+/// Whether two tensors have the same shape and the same bits.
+inline bool same_bits(const Tensor<float>& a, const Tensor<float>& b) {
+  return a.shape() == b.shape() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 inline void check_close(const std::string& what, const Tensor<float>& actual,

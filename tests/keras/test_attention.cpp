@@ -37,20 +37,6 @@ const json& attention_reference() {
   return data;
 }
 
-Tensor<float> attention_wave(const Shape& shape, float scale, float phase = 0.0F) {
-  Tensor<float> t(shape);
-  float v = phase;
-  for (float& x : t) {
-    x = scale * std::sin(v);
-    v += 0.61F;
-  }
-  return t;
-}
-
-bool attention_same_bits(const Tensor<float>& a, const Tensor<float>& b) {
-  return a.shape() == b.shape() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
 /// A functional model `mha(x, x)` (self-attention) of `config` and call kwargs `kwargs`, through
 /// a tf.keras 2 config (the value among the first input's kwargs).
 json legacy_mha_model(const json& config, const json& kwargs) {
@@ -265,7 +251,7 @@ TEST_SUITE("keras_layers") {
   }
 
   TEST_CASE("MultiHeadAttention reads its call arguments from tf.keras 2 and Keras 3 configs") {
-    const Tensor<float> x = attention_wave(Shape{3, 5, 6}, 1.0F);
+    const Tensor<float> x = layer_cases::wave(Shape{3, 5, 6}, 1.0F, 0.0F, 0.61F);
     // A change at the last step moves every step's output without the causal mask, and only the
     // last step's with it.
     Tensor<float> changed = x.clone();
@@ -311,7 +297,7 @@ TEST_SUITE("keras_layers") {
       const auto legacy = loadstar::keras::detail::legacy_model_config(keras3);
       auto from_keras3 = model_from_config(legacy);
       from_keras3->set_weights(model->get_weights());
-      CHECK(attention_same_bits(from_keras3->predict(x, {.verbose = 0}), a));
+      CHECK(layer_cases::same_bits(from_keras3->predict(x, {.verbose = 0}), a));
     }
     SUBCASE("a call argument loadstar does not run is refused by name") {
       CHECK_THROWS_WITH_AS(
@@ -355,8 +341,8 @@ TEST_SUITE("keras_layers") {
         {json::array({"x", 0, 0, {{"value", {"d", 0, 0}}, {"use_causal_mask", true}}})});
     auto model = model_from_config(
         model_of(json::array({first}), json::array({json::array({"mha", 0, 0})})));
-    CHECK(model->predict(attention_wave(Shape{2, 5, 6}, 1.0F), {.verbose = 0}).shape() ==
-          Shape{2, 5, 6});
+    CHECK(model->predict(layer_cases::wave(Shape{2, 5, 6}, 1.0F, 0.0F, 0.61F), {.verbose = 0})
+              .shape() == Shape{2, 5, 6});
     const json second = json::array({json::array({"d", 0, 0, {{"value", {"x", 0, 0}}}})});
     CHECK_THROWS_WITH_AS(
         model_from_config(
@@ -377,15 +363,15 @@ TEST_SUITE("keras_layers") {
     auto add = call(AdditiveAttention({.name = "add"}), {att, y, y});
     auto model = std::make_shared<Model>(std::vector{q, v, k}, std::vector{add}, "attention");
     model->compile({.optimizer = "adam", .loss = "mse"});
-    const std::vector<Tensor<float>> x{attention_wave(Shape{3, 4, 6}, 1.0F),
-                                       attention_wave(Shape{3, 5, 3}, 0.7F, 0.2F),
-                                       attention_wave(Shape{3, 5, 2}, 0.9F, 0.5F)};
-    const Tensor<float> target = attention_wave(Shape{3, 4, 6}, 0.3F, 1.0F);
+    const std::vector<Tensor<float>> x{layer_cases::wave(Shape{3, 4, 6}, 1.0F, 0.0F, 0.61F),
+                                       layer_cases::wave(Shape{3, 5, 3}, 0.7F, 0.2F, 0.61F),
+                                       layer_cases::wave(Shape{3, 5, 2}, 0.9F, 0.5F, 0.61F)};
+    const Tensor<float> target = layer_cases::wave(Shape{3, 4, 6}, 0.3F, 1.0F, 0.61F);
     const auto before = model->get_weights();
     model->train_on_batch(x, target);
     model->train_on_batch(x, target);
     for (std::size_t i = 0; i < before.size(); ++i)
-      CHECK_FALSE(attention_same_bits(before[i], model->get_weights()[i]));
+      CHECK_FALSE(layer_cases::same_bits(before[i], model->get_weights()[i]));
     const Tensor<float> expected = model->predict(x, {.verbose = 0});
     const json full = model_get_config(*model);
     test_support::TempDir dir;
@@ -394,7 +380,7 @@ TEST_SUITE("keras_layers") {
       model->save(dir / file);
       const auto loaded = load_model(dir / file);
       CHECK(model_get_config(*loaded) == full);
-      CHECK(attention_same_bits(loaded->predict(x, {.verbose = 0}), expected));
+      CHECK(layer_cases::same_bits(loaded->predict(x, {.verbose = 0}), expected));
       const auto stored = loadstar::keras::detail::read_model_file(
           dir / file, loadstar::Trust::trusted, std::chrono::milliseconds(10000));
       std::vector<std::string> names, groups;
@@ -441,15 +427,15 @@ TEST_SUITE("keras_layers") {
         2, 4, MultiHeadAttentionOptions{.dropout = 0.5F, .seed = 11, .name = "mha"});
     auto model = std::make_shared<Model>(std::vector{x}, std::vector{call(mha, {x, x})}, "drop");
     model->compile({.optimizer = "sgd", .loss = "mse"});
-    const Tensor<float> data = attention_wave(Shape{2, 6, 4}, 1.0F);
+    const Tensor<float> data = layer_cases::wave(Shape{2, 6, 4}, 1.0F, 0.0F, 0.61F);
     const Tensor<float> a = model->predict(data, {.verbose = 0});
-    CHECK(attention_same_bits(model->predict(data, {.verbose = 0}), a));
+    CHECK(layer_cases::same_bits(model->predict(data, {.verbose = 0}), a));
     // Inference equals the same layer without dropout.
     auto plain = std::make_shared<MultiHeadAttention>(2, 4, MultiHeadAttentionOptions{.name = "p"});
     auto plain_model =
         std::make_shared<Model>(std::vector{x}, std::vector{call(plain, {x, x})}, "plain");
     plain_model->set_weights(model->get_weights());
-    CHECK(attention_same_bits(plain_model->predict(data, {.verbose = 0}), a));
+    CHECK(layer_cases::same_bits(plain_model->predict(data, {.verbose = 0}), a));
     // A training step's loss differs from the inference loss (probabilities dropped).
     const double inference = model->test_on_batch(data, data).get("loss").value();
     const double training = model->train_on_batch(data, data).get("loss").value();
@@ -467,7 +453,7 @@ TEST_SUITE("keras_layers") {
          {"kernel_regularizer", {{"class_name", "L2"}, {"config", {{"l2", 0.5}}}}}});
     auto model = std::make_shared<Model>(std::vector{x}, std::vector{call(mha, {x, x})}, "reg");
     model->compile({.optimizer = "sgd", .loss = "mse"});
-    const Tensor<float> data = attention_wave(Shape{2, 3, 4}, 1.0F);
+    const Tensor<float> data = layer_cases::wave(Shape{2, 3, 4}, 1.0F, 0.0F, 0.61F);
     const Tensor<float> prediction = model->predict(data, {.verbose = 0});
     double mse = 0.0;
     for (std::size_t i = 0; i < data.size(); ++i)
