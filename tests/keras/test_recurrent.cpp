@@ -439,11 +439,11 @@ TEST_SUITE("keras_layers") {
   }
 
   TEST_CASE("TimeDistributed refuses what it cannot run, naming it") {
-    CHECK_THROWS_WITH_AS(TimeDistributed(std::shared_ptr<Layer>()),
+    CHECK_THROWS_WITH_AS(static_cast<void>(TimeDistributed(std::shared_ptr<Layer>())),
                          "time_distributed layer: the wrapped layer is null", ConfigError);
     auto noisy = std::make_shared<Dense>(2, DenseOptions{.name = "noisy"});
     noisy->set_activity_regularizer(std::make_shared<regularizers::L2>(0.1));
-    CHECK_THROWS_WITH_AS(TimeDistributed(noisy),
+    CHECK_THROWS_WITH_AS(static_cast<void>(TimeDistributed(noisy)),
                          "time_distributed layer: the wrapped layer 'noisy' has an activity "
                          "regularizer, which loadstar does not apply per step",
                          ConfigError);
