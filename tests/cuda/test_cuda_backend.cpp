@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "keras/layer_cases.hpp"
+#include "keras/unknown_axes_cases.hpp"
 #include "random_tensor.hpp"
 
 using namespace loadstar;
@@ -2135,6 +2136,20 @@ TEST_SUITE("cuda") {
     const Tensor<float> x = random_tensor({6, 4, 3, 3, 2}, 71);
     const Tensor<float> y = random_tensor({6, 2}, 72);
     check_trains_as_on_cpu(make, x, y);
+  }
+
+  TEST_CASE("Text models on Input(None) train on batches of any length as PyTorch on CUDA") {
+    // tests/keras/generate_unknown_axes.py: each length settles the model's shapes again, and the
+    // CUDA backend records one step graph per length.
+    auto lstm = unknown_axes_cases::text_lstm();
+    unknown_axes_cases::check_training(*lstm, unknown_axes_cases::case_named("text_lstm"),
+                                       "sparse_categorical_crossentropy", keras::cuda_backend(0));
+    auto attention = unknown_axes_cases::text_attention();
+    unknown_axes_cases::check_training(*attention, unknown_axes_cases::case_named("text_attention"),
+                                       "mse", keras::cuda_backend(0));
+    auto tagger = unknown_axes_cases::tagger();
+    unknown_axes_cases::check_training(*tagger, unknown_axes_cases::case_named("tagger"), "mse",
+                                       keras::cuda_backend(0));
   }
 
   TEST_CASE("A model with a nested model trains on the CUDA backend as on the CPU") {

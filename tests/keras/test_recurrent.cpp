@@ -274,16 +274,16 @@ TEST_SUITE("keras_layers") {
         make_layer("Bidirectional",
                    {{"layer", {{"class_name", "Dense"}, {"config", {{"units", 2}}}}}}),
         doctest::Contains("config.layer: expected a SimpleRNN, LSTM or GRU layer"), ConfigError);
-    // Inputs of another rank, and unknown sequence lengths.
+    // Inputs of another rank, and a batch shape that is not one (unknown lengths are
+    // test_unknown_axes.cpp's).
     auto lstm = make_layer("LSTM", {{"units", 2}, {"name", "r"}});
     CHECK_THROWS_WITH_AS(call(lstm, Input(Shape{4})),
                          doctest::Contains("lstm layer 'r': expects inputs (batch, timesteps, "
-                                           "features) of a fixed number of timesteps"),
+                                           "features) with a known number of features"),
                          ShapeError);
-    CHECK_THROWS_AS(
-        LayerRegistry::instance().create(
-            "InputLayer", {{"batch_input_shape", {nullptr, nullptr, 3}}, {"name", "in"}}),
-        ConfigError);
+    CHECK_THROWS_AS(LayerRegistry::instance().create(
+                        "InputLayer", {{"batch_input_shape", {nullptr, 0, 3}}, {"name", "in"}}),
+                    ConfigError);
   }
 
   TEST_CASE("Orthogonal fills orthonormal rows or columns times the gain") {

@@ -18,6 +18,7 @@
 #include "loadstar/detail/strings.hpp"
 #include "loadstar/error.hpp"
 #include "loadstar/keras/detail/graph.hpp"
+#include "loadstar/keras/detail/shape_text.hpp"
 #include "loadstar/keras/layer.hpp"
 #include "loadstar/tensor/shape.hpp"
 
@@ -62,9 +63,11 @@ class KerasTensor {
 };
 
 /// Keras's `keras.Input(shape, name=...)`: a symbolic input of the given sample shape (without
-/// the batch axis). Unnamed inputs are named `input_1`, `input_2`, ... by their model.
+/// the batch axis). Unnamed inputs are named `input_1`, `input_2`, ... by their model. An axis
+/// of length `none` takes any length, settled per batch (Keras's `None`).
 /// \code
 /// auto image = Input({28, 28}, "image");
+/// auto tokens = Input({none}, "tokens");  // sequences of any length
 /// \endcode
 LOADSTAR_DECL KerasTensor Input(const Shape& shape, std::string name = {});
 
@@ -134,6 +137,14 @@ KerasTensor call(const LayerArg& layer_arg, const std::vector<KerasTensor>& inpu
     shapes.push_back(input.shape());
   const std::string label = detail::to_snake_case(layer->class_name()) + " layer" +
                             (layer->name().empty() ? std::string() : " '" + layer->name() + "'");
+  if (!layer->takes_unknown_axes()) {
+    for (const auto& shape : shapes) {
+      if (detail::has_unknown_axis(shape)) {
+        throw ShapeError(label + ": takes no axis of unknown length (None) but is called on " +
+                         detail::batch_shape_str(shape) + "; give the Input a fixed length");
+      }
+    }
+  }
   Shape output;
   // The built state lives on the layer (Keras's `layer.built`): a shared layer is built once.
   if (layer->built()) {

@@ -23,6 +23,11 @@
 
 namespace loadstar::keras {
 
+/// An axis of unknown length in a sample shape, Keras's `None`: `Input({none})` takes sequences of
+/// any length, settled per batch (`Input(shape=(None,))` in Keras). Written as `null` in model
+/// files and printed as `None`. A length of 0 is this, never an empty axis.
+inline constexpr std::size_t none = 0;
+
 class Backend;
 class Constraint;
 class Regularizer;
@@ -86,6 +91,22 @@ class Layer : public std::enable_shared_from_this<Layer> {
   /// shapes do not fit (`"dense layer 'fc1': expects rank-1 inputs but got (28, 28)"`).
   /// `seed` seeds the default initializers (Keras's `glorot_uniform` and friends).
   virtual Shape build(std::span<const Shape> input_shapes, std::uint64_t seed) = 0;
+
+  /// Whether the layer takes inputs with axes of unknown length (Keras's `None`, written
+  /// `keras::none` in a sample shape): a text model's sequence axis. `false` (the default): `call`
+  /// refuses such an input, naming the layer. A layer that returns `true` builds its weights
+  /// without the unknown lengths (throwing `ShapeError` for an axis it needs known, as `Dense` its
+  /// last), returns `none` for the output axes that follow them, computes the output shape of
+  /// each batch in `output_shape_for`, and reads the lengths of each batch from its tensors.
+  virtual bool takes_unknown_axes() const noexcept { return false; }
+
+  /// Keras's `compute_output_shape` for the shapes (without the batch axis) of one batch's
+  /// inputs, which are those of the build with every unknown length now known: the output's shape
+  /// for them. Called only on a layer whose `takes_unknown_axes()` is `true`; the default returns
+  /// the output shape of the build.
+  virtual Shape output_shape_for(std::span<const Shape> /*input_shapes*/) const {
+    return built_output_shape_;
+  }
 
   /// Computes `output` (batch axis first) from `inputs`.
   virtual void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,

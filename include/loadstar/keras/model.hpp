@@ -553,6 +553,22 @@ class Model {
   /// Points every view at the first `rows` rows of the buffers.
   void set_rows(std::size_t rows);
 
+  /// In a model with axes of unknown length: settles every node's shape for the batch's inputs
+  /// (each layer's `output_shape_for`), when they differ from the last batch's. Throws
+  /// `ShapeError` naming the input whose samples do not fit its declared shape.
+  void bind(const detail::ErasedBatch& batch);
+
+  /// `reserve` in a model with axes of unknown length: buffers of as many elements as the
+  /// largest batch so far needs, viewed in each batch's shapes.
+  void reserve_elements(std::size_t rows);
+
+  /// The first `rows` samples of shape `sample` in the buffer `full`.
+  static Tensor<float> leading(const Tensor<float>& full, const Shape& sample, std::size_t rows) {
+    return full.reshape({full.size()})
+        .slice_rows(0, rows * sample.elements())
+        .reshape(sample.prepend(rows));
+  }
+
   /// Sets the gradients of `variables` to zero (one `fill_many`): before a step, those of the
   /// layers that do not write theirs (`zeroed_`).
   void zero_gradients(std::span<Variable* const> variables) {
@@ -570,7 +586,7 @@ class Model {
   std::uint64_t step_key(StepKind kind) const noexcept {
     const std::uint64_t shape = (static_cast<std::uint64_t>(rows_) << 3U) |
                                 (has_weights_ ? 4U : 0U) | static_cast<std::uint64_t>(kind);
-    return (serial_ * 0x9E3779B97F4A7C15ULL) ^ shape;
+    return (serial_ * 0x9E3779B97F4A7C15ULL) ^ shape ^ bound_key_;
   }
 
   /// A number no other model of the process has.
@@ -651,6 +667,11 @@ class Model {
   std::shared_ptr<Optimizer> optimizer_;
   std::vector<std::shared_ptr<Loss>> losses_;
   std::vector<double> loss_weights_;
+  // Axes of unknown length: whether the model has any, the input shapes of the batch the nodes'
+  // shapes are settled for (empty: none yet), and a hash of them for `step_key`.
+  bool unknown_axes_ = false;
+  std::vector<Shape> bound_;
+  std::uint64_t bound_key_ = 0;
   // Buffers.
   std::size_t capacity_ = 0, rows_ = 0;
   std::vector<Tensor<float>> outputs_, targets_, targets_full_, loss_scratch_full_;

@@ -98,7 +98,7 @@ GraphPlan plan_graph(const std::string& model, const std::vector<KerasTensor>& i
     }
     index[i.node().get()] = nodes.size();
     RuntimeNode node;
-    node.shape = i.shape();
+    node.shape = node.declared = i.shape();
     nodes.push_back(std::move(node));
   }
   for (const auto& [id, graph_node] : reached) {
@@ -106,7 +106,7 @@ GraphPlan plan_graph(const std::string& model, const std::vector<KerasTensor>& i
     index[graph_node.get()] = nodes.size();
     RuntimeNode node;
     node.layer = graph_node->layer;
-    node.shape = graph_node->shape;
+    node.shape = node.declared = graph_node->shape;
     for (const auto& in : graph_node->inputs)
       node.inputs.push_back(index.at(in.get()));
     nodes.push_back(std::move(node));

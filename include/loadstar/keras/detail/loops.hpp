@@ -197,6 +197,13 @@ LOADSTAR_DECL std::vector<Tensor<float>> run_predict(Model& model, BatchSource& 
     for (std::size_t o = 0; o < outputs.size(); ++o) {
       const Tensor<float> output =
           outputs[o].is_host() ? outputs[o] : model.backend().to_host(outputs[o]);
+      if (step > 0 && outputs[o].shape().row_shape() != shapes[o].row_shape()) {
+        throw ShapeError("predict: output '" + model.output_names()[o] + "' has samples of shape " +
+                         outputs[o].shape().row_shape().str() + " in batch " +
+                         std::to_string(step) + " but " + shapes[o].row_shape().str() +
+                         " before, which one array cannot hold (an axis of unknown length); " +
+                         "call predict_step on each batch instead");
+      }
       collected[o].insert(collected[o].end(), output.begin(), output.end());
       shapes[o] = outputs[o].shape();
     }

@@ -27,7 +27,9 @@ struct RuntimeNode {
   std::shared_ptr<Layer> layer;  // null for an input
   std::vector<std::size_t> inputs;
   std::vector<GradientTarget> targets;
-  Shape shape;  // one sample
+  /// One sample's shape as declared (`keras::none` where a length is unknown), and the shape
+  /// of the current batch's samples (the same when every length is known).
+  Shape declared, shape;
   // Buffers for the largest batch, and views of the current batch's rows.
   Tensor<float> value_full, gradient_full;
   Tensor<float> value, gradient;

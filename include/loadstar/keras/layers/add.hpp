@@ -24,6 +24,9 @@ class Add : public detail::LayerBase {
   std::string class_name() const override { return "Add"; }
 
   LOADSTAR_DECL Shape build(std::span<const Shape> input_shapes, std::uint64_t) override;
+  /// Inputs with the same axes of unknown length (a residual connection in a text model).
+  bool takes_unknown_axes() const noexcept override { return true; }
+  LOADSTAR_DECL Shape output_shape_for(std::span<const Shape> input_shapes) const override;
 
   LOADSTAR_DECL void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
                              const CallContext& ctx) override;
@@ -58,6 +61,16 @@ Shape Add::build(std::span<const Shape> input_shapes, std::uint64_t) {
     }
   }
   remember(input_shapes, input_shapes[0]);
+  return input_shapes[0];
+}
+
+Shape Add::output_shape_for(std::span<const Shape> input_shapes) const {
+  for (const Shape& s : input_shapes) {
+    if (s != input_shapes[0]) {
+      throw ShapeError(label() + ": inputs must have the same shape but got " +
+                       batch_str(input_shapes[0]) + " and " + batch_str(s));
+    }
+  }
   return input_shapes[0];
 }
 

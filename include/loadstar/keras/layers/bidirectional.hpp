@@ -35,6 +35,9 @@ class Bidirectional : public detail::LayerBase {
   MergeMode merge_mode() const noexcept { return merge_mode_; }
 
   LOADSTAR_DECL Shape build(std::span<const Shape> input_shapes, std::uint64_t seed) override;
+  /// Timesteps of unknown length (a text model's), settled per batch.
+  bool takes_unknown_axes() const noexcept override { return true; }
+  LOADSTAR_DECL Shape output_shape_for(std::span<const Shape> input_shapes) const override;
   LOADSTAR_DECL void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
                              const CallContext& ctx) override;
   LOADSTAR_DECL void backward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
@@ -57,7 +60,6 @@ class Bidirectional : public detail::LayerBase {
   detail::RecurrentCore forward_, backward_;
   MergeMode merge_mode_;
   bool custom_backward_ = false;
-  std::size_t steps_ = 1;
   detail::Scratch forward_output_, backward_output_, forward_gradient_, backward_gradient_,
       input_gradient_;
 };
@@ -124,7 +126,6 @@ Shape Bidirectional::build(std::span<const Shape> input_shapes, std::uint64_t se
                                     prefix + " (backward)");
   Shape out = forward_.output_shape(input_shapes[0]);
   const Shape back = backward_.output_shape(input_shapes[0]);
-  steps_ = input_shapes[0][0];
   if (merge_mode_ == MergeMode::concat) out[out.rank() - 1] += back[back.rank() - 1];
   const std::size_t features = input_shapes[0][1];
   if (!weights_.empty()) {
@@ -145,13 +146,20 @@ Shape Bidirectional::build(std::span<const Shape> input_shapes, std::uint64_t se
   return out;
 }
 
+Shape Bidirectional::output_shape_for(std::span<const Shape> input_shapes) const {
+  Shape out = forward_.output_shape(input_shapes[0]);
+  const Shape back = backward_.output_shape(input_shapes[0]);
+  if (merge_mode_ == MergeMode::concat) out[out.rank() - 1] += back[back.rank() - 1];
+  return out;
+}
+
 void Bidirectional::forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
                             const CallContext& ctx) {
   check_inputs(inputs);
   Backend& backend = ctx.backend;
   const std::size_t batch = inputs[0].dim(0);
-  const Shape forward_shape = forward_.output_shape(built_input_shapes()[0]);
-  const Shape backward_shape = backward_.output_shape(built_input_shapes()[0]);
+  const Shape forward_shape = forward_.output_shape(inputs[0].shape().row_shape());
+  const Shape backward_shape = backward_.output_shape(inputs[0].shape().row_shape());
   const Tensor<float> yf = forward_output_.get(backend, forward_shape.prepend(batch));
   const Tensor<float> yb = backward_output_.get(backend, backward_shape.prepend(batch));
   forward_.forward(backend, direction_weights(0), inputs[0], yf);
@@ -159,7 +167,7 @@ void Bidirectional::forward(std::span<const Tensor<float>> inputs, const Tensor<
   // The backward direction's outputs come in its processing order: Keras reverses them back
   // along time when it returns sequences (and a go_backwards forward layer's stay as they are).
   const bool sequences = forward_.options().return_sequences;
-  const std::size_t steps = sequences ? steps_ : 1;
+  const std::size_t steps = sequences ? inputs[0].dim(1) : 1;
   const std::size_t uf = forward_.units(), ub = backward_.units();
   const MergeMode mode = merge_mode_;
   const Tensor<float> tensors[] = {yf, yb, output};
@@ -191,14 +199,14 @@ void Bidirectional::backward(std::span<const Tensor<float>> inputs, const Tensor
                              const CallContext& ctx) {
   Backend& backend = ctx.backend;
   const std::size_t batch = inputs[0].dim(0);
-  const Shape forward_shape = forward_.output_shape(built_input_shapes()[0]);
-  const Shape backward_shape = backward_.output_shape(built_input_shapes()[0]);
+  const Shape forward_shape = forward_.output_shape(inputs[0].shape().row_shape());
+  const Shape backward_shape = backward_.output_shape(inputs[0].shape().row_shape());
   const Tensor<float> yf = forward_output_.get(backend, forward_shape.prepend(batch));
   const Tensor<float> yb = backward_output_.get(backend, backward_shape.prepend(batch));
   const Tensor<float> dyf = forward_gradient_.get(backend, forward_shape.prepend(batch));
   const Tensor<float> dyb = backward_gradient_.get(backend, backward_shape.prepend(batch));
   const bool sequences = forward_.options().return_sequences;
-  const std::size_t steps = sequences ? steps_ : 1;
+  const std::size_t steps = sequences ? inputs[0].dim(1) : 1;
   const std::size_t uf = forward_.units(), ub = backward_.units();
   const MergeMode mode = merge_mode_;
   const Tensor<float> tensors[] = {yf, yb, output_gradient, dyf, dyb};

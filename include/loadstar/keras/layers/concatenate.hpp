@@ -29,6 +29,9 @@ class Concatenate : public detail::LayerBase {
   std::string class_name() const override { return "Concatenate"; }
 
   LOADSTAR_DECL Shape build(std::span<const Shape> input_shapes, std::uint64_t) override;
+  /// Axes of unknown length but the one joined along.
+  bool takes_unknown_axes() const noexcept override { return true; }
+  LOADSTAR_DECL Shape output_shape_for(std::span<const Shape> input_shapes) const override;
 
   LOADSTAR_DECL void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
                              const CallContext& ctx) override;
@@ -78,10 +81,30 @@ Shape Concatenate::build(std::span<const Shape> input_shapes, std::uint64_t) {
       throw ShapeError(label() + ": inputs must match except along axis " + std::to_string(axis_) +
                        " but got shapes " + batch_str(input_shapes[0]) + " and " + batch_str(s));
     }
+    if (s[axis_in_sample_] == 0) {
+      throw ShapeError(label() + ": the axis " + std::to_string(axis_) +
+                       " it joins along must have a known length but an input is " + batch_str(s));
+    }
     out[axis_in_sample_] += s[axis_in_sample_];
     extents_.push_back(s[axis_in_sample_]);
   }
   remember(input_shapes, out);
+  return out;
+}
+
+Shape Concatenate::output_shape_for(std::span<const Shape> input_shapes) const {
+  Shape out = input_shapes[0];
+  out[axis_in_sample_] = 0;
+  for (const Shape& s : input_shapes) {
+    for (std::size_t i = 0; i < s.rank(); ++i) {
+      if (i != axis_in_sample_ && s[i] != input_shapes[0][i]) {
+        throw ShapeError(label() + ": inputs must match except along axis " +
+                         std::to_string(axis_) + " but got shapes " + batch_str(input_shapes[0]) +
+                         " and " + batch_str(s));
+      }
+    }
+    out[axis_in_sample_] += s[axis_in_sample_];
+  }
   return out;
 }
 

@@ -33,6 +33,13 @@ class Dense : public detail::LayerBase {
   keras::Activation activation() const noexcept { return activation_; }
 
   LOADSTAR_DECL Shape build(std::span<const Shape> input_shapes, std::uint64_t seed) override;
+  /// Any axis but the last (the features) may have an unknown length.
+  bool takes_unknown_axes() const noexcept override { return true; }
+  Shape output_shape_for(std::span<const Shape> input_shapes) const override {
+    Shape out = input_shapes[0];
+    out[out.rank() - 1] = units_;
+    return out;
+  }
 
   LOADSTAR_DECL void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
                              const CallContext& ctx) override;
@@ -98,6 +105,10 @@ Shape Dense::build(std::span<const Shape> input_shapes, std::uint64_t seed) {
                      in.str());
   }
   const std::size_t features = in[in.rank() - 1];
+  if (features == 0) {
+    throw ShapeError(label() + ": the last axis of its input (the features) must have a known " +
+                     "length but the input is " + batch_str(in));
+  }
   if (!weights_.empty()) {
     if (weights_[0].value.dim(0) != features) {
       throw ShapeError(label() + ": kernel is " + std::to_string(features_) + "x" +

@@ -36,6 +36,8 @@ class Dropout : public detail::SameShapeLayer {
   double rate() const noexcept { return rate_; }
 
   LOADSTAR_DECL Shape build(std::span<const Shape> input_shapes, std::uint64_t seed) override;
+  /// Without `noise_shape`, element by element; a `noise_shape`'s masks follow the input's shape.
+  bool takes_unknown_axes() const noexcept override { return !noise_.active(); }
 
   LOADSTAR_DECL void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
                              const CallContext& ctx) override;

@@ -29,6 +29,13 @@ class Embedding : public detail::LayerBase {
   std::string class_name() const override { return "Embedding"; }
 
   LOADSTAR_DECL Shape build(std::span<const Shape> input_shapes, std::uint64_t seed) override;
+  /// Sequences of unknown length (`Input(shape=(None,))`), settled per batch.
+  bool takes_unknown_axes() const noexcept override { return true; }
+  Shape output_shape_for(std::span<const Shape> input_shapes) const override {
+    std::vector<std::size_t> dims(input_shapes[0].begin(), input_shapes[0].end());
+    dims.push_back(output_dim_);
+    return Shape(dims);
+  }
 
   /// Throws `ConfigError` naming the layer, the index and `input_dim` for an index outside
   /// `[0, input_dim)`.

@@ -31,6 +31,12 @@ class InputLayer : public detail::ShapeOnlyLayer {
 
   /// Accepts no inputs (the model feeds the data) or one of the declared shape.
   LOADSTAR_DECL Shape build(std::span<const Shape> input_shapes, std::uint64_t) override;
+  /// Declared with axes of unknown length (`batch_input_shape: [null, null]`), it passes each
+  /// batch's lengths on.
+  bool takes_unknown_axes() const noexcept override { return true; }
+  Shape output_shape_for(std::span<const Shape> input_shapes) const override {
+    return input_shapes[0];
+  }
 
   LOADSTAR_DECL nlohmann::json get_config() const override;
 
@@ -59,10 +65,7 @@ Shape InputLayer::build(std::span<const Shape> input_shapes, std::uint64_t) {
 }
 
 nlohmann::json InputLayer::get_config() const {
-  nlohmann::json batch_shape = nlohmann::json::array({nullptr});
-  for (std::size_t d : shape_)
-    batch_shape.push_back(d);
-  return {{"batch_input_shape", batch_shape},
+  return {{"batch_input_shape", keras::detail::batch_shape_json(shape_)},
           {"dtype", "float32"},
           {"sparse", false},
           {"ragged", false},

@@ -39,6 +39,11 @@ class LayerNormalization : public detail::LayerBase {
   std::string class_name() const override { return "LayerNormalization"; }
 
   LOADSTAR_DECL Shape build(std::span<const Shape> input_shapes, std::uint64_t seed) override;
+  /// Axes of unknown length among those not normalised (a text model's steps).
+  bool takes_unknown_axes() const noexcept override { return true; }
+  Shape output_shape_for(std::span<const Shape> input_shapes) const override {
+    return input_shapes[0];
+  }
 
   LOADSTAR_DECL void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
                              const CallContext& ctx) override;
@@ -55,6 +60,9 @@ class LayerNormalization : public detail::LayerBase {
  private:
   /// The mean and `1 / sqrt(variance + epsilon)` of every group of one sample (two passes).
   LOADSTAR_DECL void statistics(const float* in);
+  /// Maps every element of a sample of shape `in` to its group and its parameter, and sizes the
+  /// per-group statistics (again when a batch's lengths differ from the last one's).
+  LOADSTAR_DECL void map_sample(const Shape& in);
 
   Tensor<float> gamma() const { return options_.scale ? weights_[0].value : Tensor<float>(); }
   Tensor<float> beta() const {
@@ -63,6 +71,8 @@ class LayerNormalization : public detail::LayerBase {
   LOADSTAR_DECL Tensor<float> gradient_of(const std::string& name) const;
 
   LayerNormalizationOptions options_;
+  std::vector<bool> normalised_;
+  Shape mapped_;
   std::vector<std::size_t> group_of_;
   std::vector<std::size_t> param_of_;
   std::size_t groups_ = 1;
@@ -99,12 +109,45 @@ Shape LayerNormalization::build(std::span<const Shape> input_shapes, std::uint64
     }
     normalised[std::size_t(axis - 1)] = true;
   }
+  std::vector<std::size_t> param_dims;
+  for (std::size_t i = 0; i < in.rank(); ++i) {
+    if (!normalised[i]) continue;
+    if (in[i] == 0) {
+      throw ShapeError(label() + ": the axes it normalises must have known lengths but the " +
+                       "input is " + batch_str(in));
+    }
+    param_dims.push_back(in[i]);
+  }
+  const Shape param_shape(param_dims);
+  normalised_ = std::move(normalised);
+  group_size_ = param_shape.elements();
+  if (!keras::detail::has_unknown_axis(in)) map_sample(in);
+  if (!weights_.empty()) {
+    if (weights_[0].value.shape() != param_shape) {
+      throw ShapeError(label() + ": " + weights_[0].name + " is " +
+                       weights_[0].value.shape().str() + " but inputs of shape " + batch_str(in) +
+                       " need " + param_shape.str());
+    }
+  } else {
+    if (options_.scale) {
+      Tensor<float> gamma(param_shape);
+      options_.gamma_initializer.fill(gamma, seed);
+      add_weight("gamma", gamma);
+    }
+    if (options_.center) {
+      Tensor<float> beta(param_shape);
+      options_.beta_initializer.fill(beta, SplitMix64::mix(seed + 1));
+      add_weight("beta", beta);
+    }
+  }
+  remember(input_shapes, in);
+  return in;
+}
+
+void LayerNormalization::map_sample(const Shape& in) {
   // Every element of a sample belongs to one group (its coordinates off the normalised axes)
   // and one parameter (its coordinates on them, row-major in axis order).
-  std::vector<std::size_t> param_dims;
-  for (std::size_t i = 0; i < in.rank(); ++i)
-    if (normalised[i]) param_dims.push_back(in[i]);
-  const Shape param_shape(param_dims);
+  const std::vector<bool>& normalised = normalised_;
   group_of_.assign(in.elements(), 0);
   param_of_.assign(in.elements(), 0);
   groups_ = 1;
@@ -126,36 +169,17 @@ Shape LayerNormalization::build(std::span<const Shape> input_shapes, std::uint64
     group_of_[e] = group;
     param_of_[e] = param;
   }
-  group_size_ = param_shape.elements();
-  if (!weights_.empty()) {
-    if (weights_[0].value.shape() != param_shape) {
-      throw ShapeError(label() + ": " + weights_[0].name + " is " +
-                       weights_[0].value.shape().str() + " but inputs of shape " + batch_str(in) +
-                       " need " + param_shape.str());
-    }
-  } else {
-    if (options_.scale) {
-      Tensor<float> gamma(param_shape);
-      options_.gamma_initializer.fill(gamma, seed);
-      add_weight("gamma", gamma);
-    }
-    if (options_.center) {
-      Tensor<float> beta(param_shape);
-      options_.beta_initializer.fill(beta, SplitMix64::mix(seed + 1));
-      add_weight("beta", beta);
-    }
-  }
   mean_.assign(groups_, 0.0);
   inverse_.assign(groups_, 0.0);
   sum_dxhat_.assign(groups_, 0.0);
   sum_dxhat_xhat_.assign(groups_, 0.0);
-  remember(input_shapes, in);
-  return in;
+  mapped_ = in;
 }
 
 void LayerNormalization::forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
                                  const CallContext& ctx) {
   check_inputs(inputs);
+  if (inputs[0].shape().row_shape() != mapped_) map_sample(inputs[0].shape().row_shape());
   staged_ = {inputs[0], output, gamma(), beta()};
   ctx.backend.host_kernel(staged_, [this](std::span<const Tensor<float>> t) {
     const Tensor<float>& x = t[0];
@@ -179,6 +203,7 @@ void LayerNormalization::backward(std::span<const Tensor<float>> inputs, const T
                                   std::span<const Tensor<float>> input_gradients,
                                   const CallContext& ctx) {
   const Tensor<float> dx = input_gradients.empty() ? Tensor<float>() : input_gradients[0];
+  if (inputs[0].shape().row_shape() != mapped_) map_sample(inputs[0].shape().row_shape());
   staged_ = {inputs[0], output_gradient, dx, gamma(), gradient_of("gamma"), gradient_of("beta")};
   ctx.backend.host_kernel(staged_, [this](std::span<const Tensor<float>> t) {
     const Tensor<float>& x = t[0];

@@ -78,6 +78,9 @@ class MultiHeadAttention : public detail::LayerBase, public keras::detail::CallA
                               std::span<const Tensor<float>> input_gradients,
                               const CallContext& ctx) override;
   LOADSTAR_DECL nlohmann::json get_config() const override;
+  /// Steps of unknown length (a text model's), the features known.
+  bool takes_unknown_axes() const noexcept override { return true; }
+  LOADSTAR_DECL Shape output_shape_for(std::span<const Shape> input_shapes) const override;
 
   std::vector<std::string> tensor_arguments() const override { return {"value", "key"}; }
   LOADSTAR_DECL nlohmann::json call_kwargs() const override;
@@ -195,6 +198,11 @@ Shape MultiHeadAttention::build(std::span<const Shape> input_shapes, std::uint64
                      "features) but the query is " +
                      batch_str(query));
   }
+  if (query[query.rank() - 1] == 0 || value[value.rank() - 1] == 0 || key[key.rank() - 1] == 0) {
+    throw ShapeError(label() + ": the last axis (features) of query, value and key must have a " +
+                     "known length but they are " + batch_str(query) + ", " + batch_str(value) +
+                     " and " + batch_str(key));
+  }
   query_features_ = query[query.rank() - 1];
   value_features_ = value[value.rank() - 1];
   key_features_ = key[key.rank() - 1];
@@ -261,9 +269,27 @@ void MultiHeadAttention::project(Backend& backend, std::size_t p, const Tensor<f
     backend.bias_add(y, weights_[kernel_index(p) + 1].value.reshape({k.dim(1)}));
 }
 
+Shape MultiHeadAttention::output_shape_for(std::span<const Shape> input_shapes) const {
+  const Shape& value = input_shapes[1];
+  const Shape& key = input_shapes.size() == 3 ? input_shapes[2] : value;
+  bool same_steps = value.rank() == key.rank();
+  for (std::size_t i = 0; same_steps && i + 1 < value.rank(); ++i)
+    same_steps = value[i] == key[i];
+  if (!same_steps) {
+    throw ShapeError(label() + ": expects value and key of the same steps but got " +
+                     batch_str(value) + " and " + batch_str(key));
+  }
+  Shape out = input_shapes[0];
+  out[out.rank() - 1] = out_features_;
+  return out;
+}
+
 void MultiHeadAttention::attend(std::span<const Tensor<float>> inputs, const CallContext& ctx) {
   Backend& backend = ctx.backend;
   const std::size_t batch = inputs[0].dim(0);
+  // The steps of this batch (a text model's length changes from batch to batch).
+  query_steps_ = inputs[0].size() / (batch * query_features_);
+  value_steps_ = inputs[1].size() / (batch * value_features_);
   const Tensor<float>& value = inputs[1];
   const Tensor<float>& key = inputs.size() == 3 ? inputs[2] : inputs[1];
   const Tensor<float> q = query_.get(backend, {batch * query_steps_, heads_ * key_dim_});

@@ -32,6 +32,8 @@ class PReLU : public detail::SameShapeLayer {
   std::string class_name() const override { return "PReLU"; }
 
   LOADSTAR_DECL Shape build(std::span<const Shape> input_shapes, std::uint64_t seed) override;
+  /// `alpha` has the input's shape (but for `shared_axes`): every length must be known.
+  bool takes_unknown_axes() const noexcept override { return false; }
 
   LOADSTAR_DECL void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
                              const CallContext& ctx) override;

@@ -40,6 +40,9 @@ class TimeDistributed : public detail::LayerBase {
   const std::shared_ptr<Layer>& layer() const noexcept { return layer_; }
 
   LOADSTAR_DECL Shape build(std::span<const Shape> input_shapes, std::uint64_t seed) override;
+  /// A time axis of unknown length; unknown lengths in the steps if the wrapped layer takes them.
+  bool takes_unknown_axes() const noexcept override { return true; }
+  LOADSTAR_DECL Shape output_shape_for(std::span<const Shape> input_shapes) const override;
   LOADSTAR_DECL void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
                              const CallContext& ctx) override;
   LOADSTAR_DECL void backward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
@@ -93,6 +96,11 @@ Shape TimeDistributed::build(std::span<const Shape> input_shapes, std::uint64_t 
                      batch_str(in));
   }
   const Shape step = in.row_shape();
+  if (keras::detail::has_unknown_axis(step) && !layer_->takes_unknown_axes()) {
+    throw ShapeError(
+        label() + ": the wrapped " + keras::detail::to_snake_case(layer_->class_name()) +
+        " layer takes no axis of unknown length but the steps of " + batch_str(in) + " have one");
+  }
   // Keras names every layer when it is made; a model names only the layers it holds.
   if (layer_->name().empty()) layer_->set_name(keras::detail::to_snake_case(layer_->class_name()));
   Shape step_out;
@@ -119,6 +127,14 @@ Shape TimeDistributed::build(std::span<const Shape> input_shapes, std::uint64_t 
   const Shape out = step_out.prepend(in[0]);
   remember(input_shapes, out);
   return out;
+}
+
+Shape TimeDistributed::output_shape_for(std::span<const Shape> input_shapes) const {
+  const Shape step = input_shapes[0].row_shape();
+  if (step == layer_->built_input_shapes()[0])
+    return layer_->built_output_shape().prepend(input_shapes[0][0]);
+  const Shape steps[] = {step};
+  return layer_->output_shape_for(steps).prepend(input_shapes[0][0]);
 }
 
 void TimeDistributed::share_variables() {

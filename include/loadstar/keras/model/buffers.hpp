@@ -11,6 +11,11 @@ namespace loadstar::keras {
 
 LOADSTAR_DECL void Model::reserve(std::size_t rows) {
   if (!weights_placed_) place_weights();
+  if (unknown_axes_) {
+    // Until a batch settles the shapes, there is nothing to size.
+    if (!bound_.empty()) reserve_elements(rows);
+    return;
+  }
   if (rows <= capacity_) return;
   Backend& backend = this->backend();
   for (auto& node : nodes_) {
@@ -42,6 +47,92 @@ LOADSTAR_DECL void Model::reserve(std::size_t rows) {
   rows_ = 0;
 }
 
+LOADSTAR_DECL void Model::reserve_elements(std::size_t rows) {
+  Backend& backend = this->backend();
+  bool grown = false;
+  const auto ensure = [&](Tensor<float>& full, const Shape& sample, bool host) {
+    const std::size_t need = std::max<std::size_t>(rows * sample.elements(), 1);
+    const Device device = host ? Device() : backend.device();
+    if (!full.empty() && full.size() >= need && full.device() == device) return;
+    full = host ? Tensor<float>({need}) : backend.allocate({need});
+    grown = true;
+  };
+  for (auto& node : nodes_) {
+    ensure(node.value_full, node.shape, false);
+    if (node.layer) ensure(node.gradient_full, node.shape, false);
+    for (std::size_t j = 0; j < node.inputs.size(); ++j) {
+      if (node.targets[j] == detail::GradientTarget::accumulate)
+        ensure(node.scratch_full[j], nodes_[node.inputs[j]].shape, false);
+    }
+  }
+  for (std::size_t o = 0; o < output_nodes_.size(); ++o) {
+    if (!output_direct_[o]) ensure(loss_scratch_full_[o], nodes_[output_nodes_[o]].shape, false);
+  }
+  if (rows > capacity_) {
+    weights_full_ = backend.allocate({rows});
+    if (!backend.is_host()) staging_weights_full_ = Tensor<float>({rows});
+    grown = true;
+  }
+  if (!backend.is_host()) {
+    staging_full_.resize(input_names_.size());
+    for (std::size_t i = 0; i < input_names_.size(); ++i)
+      ensure(staging_full_[i], nodes_[i].shape, true);
+  }
+  capacity_ = std::max(capacity_, rows);
+  if (grown) rows_ = 0;
+}
+
+LOADSTAR_DECL void Model::bind(const detail::ErasedBatch& batch) {
+  std::vector<Shape> shapes(input_names_.size());
+  bool same = bound_.size() == shapes.size();
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    const auto& member = batch.x[input_order_[i]];
+    const Shape& declared = nodes_[i].declared;
+    if (member.shape.rank() == 0 || !detail::fits_declared(declared, member.shape.row_shape())) {
+      throw ShapeError(
+          "model '" + name_ + "': input '" + input_names_[i] + "' expects samples of shape " +
+          detail::sample_shape_str(declared) + " but " +
+          member_label(batch, true, input_order_[i]) + " has samples of shape " +
+          (member.shape.rank() == 0 ? std::string("()") : member.shape.row_shape().str()));
+    }
+    shapes[i] = member.shape.row_shape();
+    same = same && shapes[i] == bound_[i];
+  }
+  if (same) return;
+  bound_.clear();  // until every node is settled: a layer may refuse the lengths
+  std::vector<Shape> inputs;
+  for (std::size_t k = 0; k < nodes_.size(); ++k) {
+    auto& node = nodes_[k];
+    if (!node.layer) {
+      node.shape = shapes[k];
+      continue;
+    }
+    inputs.clear();
+    for (const std::size_t p : node.inputs)
+      inputs.push_back(nodes_[p].shape);
+    node.shape = detail::has_unknown_axis(node.declared) ||
+                         std::any_of(inputs.begin(), inputs.end(), detail::has_unknown_axis) ||
+                         inputs != node.layer->built_input_shapes()
+                     ? node.layer->output_shape_for(inputs)
+                     : node.declared;
+    if (!detail::fits_declared(node.declared, node.shape)) {
+      throw ShapeError(detail::to_snake_case(node.layer->class_name()) + " layer '" +
+                       node.layer->name() + "': computes samples of shape " + node.shape.str() +
+                       " for inputs of this batch, which do not fit its output shape " +
+                       detail::sample_shape_str(node.declared));
+    }
+  }
+  bound_ = std::move(shapes);
+  std::uint64_t key = 0xCBF29CE484222325ULL;
+  for (const Shape& shape : bound_) {
+    for (const std::size_t d : shape)
+      key = (key ^ d) * 0x100000001B3ULL;
+    key = (key ^ 0xFFU) * 0x100000001B3ULL;
+  }
+  bound_key_ = key << 1U;
+  rows_ = 0;
+}
+
 LOADSTAR_DECL void Model::place_weights() {
   Backend& backend = this->backend();
   for (const auto& layer : layers_) {
@@ -70,7 +161,8 @@ void Model::upload(const Member& member, const detail::ErasedBatch& batch, std::
     detail::convert_rows(member, batch.rows, batch.offset, n, target.data());
     return;
   }
-  const Tensor<float> rows = staging.slice_rows(0, n).reshape(target.shape());
+  const Tensor<float> rows =
+      staging.reshape({staging.size()}).slice_rows(0, target.size()).reshape(target.shape());
   backend().upload(rows, target, [&](std::span<const Tensor<float>> host) {
     detail::convert_rows(member, batch.rows, batch.offset, n, host[0].data());
   });
@@ -79,8 +171,8 @@ void Model::upload(const Member& member, const detail::ErasedBatch& batch, std::
 LOADSTAR_DECL void Model::set_rows(std::size_t rows) {
   if (rows == rows_) return;
   for (auto& node : nodes_) {
-    node.value = node.value_full.slice_rows(0, rows);
-    if (node.layer) node.gradient = node.gradient_full.slice_rows(0, rows);
+    node.value = leading(node.value_full, node.shape, rows);
+    if (node.layer) node.gradient = leading(node.gradient_full, node.shape, rows);
   }
   for (auto& node : nodes_) {
     for (std::size_t j = 0; j < node.inputs.size(); ++j) {
@@ -94,7 +186,7 @@ LOADSTAR_DECL void Model::set_rows(std::size_t rows) {
           node.input_gradients[j] = producer.gradient;
           break;
         case detail::GradientTarget::accumulate:
-          node.input_gradients[j] = node.scratch_full[j].slice_rows(0, rows);
+          node.input_gradients[j] = leading(node.scratch_full[j], producer.shape, rows);
           break;
       }
     }
@@ -108,6 +200,11 @@ LOADSTAR_DECL void Model::set_rows(std::size_t rows) {
 LOADSTAR_DECL void Model::prepare(const detail::ErasedBatch& batch, std::size_t max_rows) {
   if (!built()) build_from_batch(batch);
   require_built("the model");
+  if (unknown_axes_) {
+    // The shapes are settled by `load`, which sizes the buffers for them.
+    if (!weights_placed_) place_weights();
+    return;
+  }
   reserve(std::max(max_rows, batch.count));
 }
 
@@ -177,9 +274,10 @@ LOADSTAR_DECL void Model::load(const detail::ErasedBatch& batch, bool targets,
                                const ClassWeight* class_weight) {
   const std::size_t n = batch.count;
   if (n == 0) throw ShapeError("model '" + name_ + "': a batch has no rows");
+  match_members(batch, true, input_order_);
+  if (unknown_axes_) bind(batch);
   reserve(n);
   set_rows(n);
-  match_members(batch, true, input_order_);
   for (std::size_t i = 0; i < input_order_.size(); ++i) {
     const auto& member = batch.x[input_order_[i]];
     const auto& node = nodes_[i];
@@ -220,6 +318,17 @@ LOADSTAR_DECL void Model::load(const detail::ErasedBatch& batch, bool targets,
     }
     check_placement(member, member_label(batch, false, target_order_[o]));
     const Shape wanted = member.shape.with_rows(capacity_);
+    if (unknown_axes_) {
+      // Targets of varying length (a sequence's): a buffer of the most elements so far.
+      const std::size_t need = std::max<std::size_t>(wanted.elements(), 1);
+      if (targets_full_[o].size() < need || targets_full_[o].device() != backend().device())
+        targets_full_[o] = backend().allocate({need});
+      targets_[o] = leading(targets_full_[o], member.shape.row_shape(), n);
+      if (!targets_[o].is_host() && staging_targets_[o].size() < need)
+        staging_targets_[o] = Tensor<float>({need});
+      upload(member, batch, n, staging_targets_[o], targets_[o]);
+      continue;
+    }
     if (targets_full_[o].shape() != wanted || targets_full_[o].device() != backend().device())
       targets_full_[o] = backend().allocate(wanted);
     targets_[o] = targets_full_[o].slice_rows(0, n);

@@ -26,6 +26,11 @@ LOADSTAR_DECL void Model::plan(const std::vector<KerasTensor>& inputs,
   targets_.assign(output_nodes_.size(), {});
   targets_full_.assign(output_nodes_.size(), {});
   loss_scratch_full_.assign(output_nodes_.size(), {});
+  unknown_axes_ = std::any_of(nodes_.begin(), nodes_.end(), [](const detail::RuntimeNode& node) {
+    return detail::has_unknown_axis(node.declared);
+  });
+  bound_.clear();
+  bound_key_ = 0;
   relu_fusions_.plan(nodes_, output_nodes_, writes_gradients_);
   penalties_.plan(layers_, nodes_);
 }

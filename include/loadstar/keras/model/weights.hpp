@@ -84,10 +84,10 @@ LOADSTAR_DECL void Model::summary(std::ostream& out) const {
     if (!node.layer && !show_inputs_in_summary_) continue;
     std::vector<std::string> fields;
     if (!node.layer) {
-      fields = {" " + node_names_[k] + " (InputLayer)", "[" + shape_of(node.shape) + "]", "0"};
+      fields = {" " + node_names_[k] + " (InputLayer)", "[" + shape_of(node.declared) + "]", "0"};
     } else {
       fields = {" " + node.layer->name() + " (" + node.layer->class_name() + ")",
-                shape_of(node.shape), std::to_string(node.layer->count_params())};
+                shape_of(node.declared), std::to_string(node.layer->count_params())};
     }
     if (!chain) {
       std::string connected = "[";

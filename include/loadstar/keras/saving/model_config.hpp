@@ -236,10 +236,7 @@ void require_supported_layers(const nlohmann::json& model_config, const std::str
 }
 
 nlohmann::json input_layer_config(const Shape& shape, const std::string& name) {
-  nlohmann::json batch_shape = nlohmann::json::array({nullptr});
-  for (std::size_t d : shape)
-    batch_shape.push_back(d);
-  return {{"batch_input_shape", batch_shape},
+  return {{"batch_input_shape", batch_shape_json(shape)},
           {"dtype", "float32"},
           {"sparse", false},
           {"ragged", false},

@@ -53,6 +53,11 @@ class DenseAttention : public LayerBase, public keras::detail::CallArguments {
   const DenseAttentionOptions& options() const noexcept { return options_; }
 
   LOADSTAR_DECL Shape build(std::span<const Shape> input_shapes, std::uint64_t seed) override;
+  /// Steps of unknown length (a text model's), the features known.
+  bool takes_unknown_axes() const noexcept override { return true; }
+  Shape output_shape_for(std::span<const Shape> input_shapes) const override {
+    return Shape{input_shapes[0][0], value_features_};
+  }
   LOADSTAR_DECL void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
                              const CallContext& ctx) override;
   LOADSTAR_DECL void backward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
@@ -115,6 +120,10 @@ Shape DenseAttention::build(std::span<const Shape> input_shapes, std::uint64_t s
                      ": expects a query (None, Tq, dim), a value (None, Tv, value_dim) and a key "
                      "(None, Tv, dim) but got " +
                      batch_str(query) + ", " + batch_str(value) + " and " + batch_str(key));
+  }
+  if (query[1] == 0 || value[1] == 0) {
+    throw ShapeError(label() + ": the features of the query and the value must have known " +
+                     "lengths but they are " + batch_str(query) + " and " + batch_str(value));
   }
   query_steps_ = query[0];
   value_steps_ = value[0];
@@ -182,6 +191,8 @@ void DenseAttention::forward(std::span<const Tensor<float>> inputs, const Tensor
                              const CallContext& ctx) {
   check_inputs(inputs);
   const std::size_t batch = inputs[0].dim(0);
+  query_steps_ = inputs[0].dim(1);  // this batch's lengths
+  value_steps_ = inputs[1].dim(1);
   const AttentionShape s = geometry(batch);
   const AttentionCall call{.causal = options_.use_causal_mask,
                            .rate = options_.dropout,
@@ -204,6 +215,8 @@ void DenseAttention::backward(std::span<const Tensor<float>> inputs, const Tenso
                               std::span<const Tensor<float>> input_gradients,
                               const CallContext& ctx) {
   const std::size_t batch = inputs[0].dim(0);
+  query_steps_ = inputs[0].dim(1);  // this batch's lengths
+  value_steps_ = inputs[1].dim(1);
   const AttentionShape s = geometry(batch);
   const AttentionCall call{.causal = options_.use_causal_mask,
                            .rate = options_.dropout,

@@ -41,11 +41,18 @@ class GlobalPooling : public LayerBase {
     return Max ? "GlobalMaxPooling2D" : "GlobalAveragePooling2D";
   }
 
+  /// Spatial axes of unknown length (a text model's steps); the channels known.
+  bool takes_unknown_axes() const noexcept override { return true; }
+
   Shape build(std::span<const Shape> input_shapes, std::uint64_t) override {
     expect_inputs(input_shapes, 1);
     expect_rank(input_shapes[0], Rank + 1);
     in_last_ = channels_first_ ? move_channels(input_shapes[0], false) : input_shapes[0];
     const std::size_t channels = in_last_[Rank];
+    if (channels == 0) {
+      throw ShapeError(label() + ": the channels axis must have a known length but the input is " +
+                       batch_str(input_shapes[0]));
+    }
     to_last_ = channel_axes(Rank + 2, false);
     to_first_ = channel_axes(Rank + 2, true);
     std::vector<std::size_t> dims(keepdims_ ? Rank + 1 : 1, 1);
@@ -69,9 +76,8 @@ class GlobalPooling : public LayerBase {
     Backend& backend = ctx.backend;
     const Tensor<float> dy = output_gradient.reshape({output_gradient.rows(), in_last_[Rank]});
     const Tensor<float> x = channels_last(backend, inputs[0]);
-    const Tensor<float> dx = channels_first_
-                                 ? dx_last_.get(backend, in_last_.prepend(inputs[0].rows()))
-                                 : input_gradients[0];
+    const Tensor<float> dx =
+        channels_first_ ? dx_last_.get(backend, x.shape()) : input_gradients[0];
     backend.global_pool_backward(x, Max, dy, dx);
     if (channels_first_) backend.permute(dx, to_first_, input_gradients[0]);
   }
@@ -93,7 +99,8 @@ class GlobalPooling : public LayerBase {
  private:
   Tensor<float> channels_last(Backend& backend, const Tensor<float>& x) {
     if (!channels_first_) return x;
-    const Tensor<float> moved = x_last_.get(backend, in_last_.prepend(x.rows()));
+    const Tensor<float> moved =
+        x_last_.get(backend, move_channels(x.shape().row_shape(), false).prepend(x.rows()));
     backend.permute(x, to_last_, moved);
     return moved;
   }

@@ -115,6 +115,12 @@ class SameShapeLayer : public LayerBase {
   using LayerBase::LayerBase;
 
   LOADSTAR_DECL Shape build(std::span<const Shape> input_shapes, std::uint64_t) override;
+  /// Element by element: any axis may have an unknown length (a layer whose weights or noise
+  /// follow the input's shape says `false`).
+  bool takes_unknown_axes() const noexcept override { return true; }
+  Shape output_shape_for(std::span<const Shape> input_shapes) const override {
+    return input_shapes[0];
+  }
 };
 
 /// A layer that changes the shape of its one input but not its values (`InputLayer`, `Flatten`,
@@ -239,7 +245,8 @@ void LayerBase::check_inputs(std::span<const Tensor<float>> inputs) const {
                      " inputs but called with " + std::to_string(inputs.size()));
   }
   for (std::size_t i = 0; i < inputs.size(); ++i) {
-    if (inputs[i].rank() == 0 || inputs[i].shape().row_shape() != shapes[i]) {
+    if (inputs[i].rank() == 0 ||
+        !keras::detail::fits_declared(shapes[i], inputs[i].shape().row_shape())) {
       throw ShapeError(label() + ": expects inputs of shape " + batch_str(shapes[i]) + " but got " +
                        inputs[i].shape().str());
     }
@@ -273,14 +280,15 @@ Shape config_batch_shape(const ConfigReader& read, std::string_view key) {
     if (!(*value)[0].is_null() && !(*value)[0].is_number_integer()) return false;
     for (std::size_t i = 1; i < value->size(); ++i) {
       const auto& d = (*value)[i];
-      if (!d.is_number_integer() || d.get<std::int64_t>() <= 0) return false;
+      if (!d.is_null() && (!d.is_number_integer() || d.get<std::int64_t>() <= 0)) return false;
     }
     return true;
   };
-  if (!fits()) read.fail(key, "a batch shape [null, positive integers...]");
+  if (!fits()) read.fail(key, "a batch shape [null, positive integers or null...]");
+  // null: an axis of unknown length (`keras::none`), settled per batch.
   std::vector<std::size_t> dims;
   for (std::size_t i = 1; i < value->size(); ++i)
-    dims.push_back((*value)[i].get<std::size_t>());
+    dims.push_back((*value)[i].is_null() ? 0 : (*value)[i].get<std::size_t>());
   return Shape(dims);
 }
 

@@ -73,6 +73,11 @@ class Merge : public LayerBase {
     same_shapes_ = true;
     for (const Shape& s : input_shapes)
       same_shapes_ = same_shapes_ && s == out_shape;
+    if (!same_shapes_ &&
+        std::any_of(input_shapes.begin(), input_shapes.end(), keras::detail::has_unknown_axis)) {
+      throw ShapeError(label() + ": broadcasts inputs of known lengths only but got " +
+                       batch_str(input_shapes[0]) + " and " + batch_str(input_shapes[1]));
+    }
     // Where each output element of a sample reads each input (within the input's sample).
     maps_.assign(input_shapes.size(), {});
     if (!same_shapes_) {
@@ -95,6 +100,18 @@ class Merge : public LayerBase {
     }
     remember(input_shapes, out_shape);
     return out_shape;
+  }
+
+  /// Inputs of one shape with the same axes of unknown length.
+  bool takes_unknown_axes() const noexcept override { return true; }
+  Shape output_shape_for(std::span<const Shape> input_shapes) const override {
+    for (const Shape& s : input_shapes) {
+      if (s != input_shapes[0]) {
+        throw ShapeError(label() + ": inputs must have the same shape but got " +
+                         batch_str(input_shapes[0]) + " and " + batch_str(s));
+      }
+    }
+    return input_shapes[0];
   }
 
   void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,

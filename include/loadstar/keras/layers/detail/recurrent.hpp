@@ -143,6 +143,11 @@ class RecurrentLayer : public LayerBase {
   std::size_t units() const noexcept { return core_.units(); }
   const RecurrentOptions& options() const noexcept { return core_.options(); }
 
+  /// Timesteps of unknown length (a text model's), settled per batch.
+  bool takes_unknown_axes() const noexcept override { return true; }
+  Shape output_shape_for(std::span<const Shape> input_shapes) const override {
+    return core_.output_shape(input_shapes[0]);
+  }
   LOADSTAR_DECL Shape build(std::span<const Shape> input_shapes, std::uint64_t seed) override;
   LOADSTAR_DECL void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
                              const CallContext& ctx) override;
@@ -191,10 +196,10 @@ RecurrentCore::RecurrentCore(CellKind kind, std::size_t units, RecurrentOptions 
 }
 
 Shape RecurrentCore::output_shape(const Shape& in) const {
-  if (in.rank() != 2) {
+  if (in.rank() != 2 || in[1] == 0) {
     throw ShapeError(label_ +
-                     ": expects inputs (batch, timesteps, features) of a fixed number "
-                     "of timesteps but got " +
+                     ": expects inputs (batch, timesteps, features) with a known number of "
+                     "features but got " +
                      keras::detail::batch_shape_str(in));
   }
   return options_.return_sequences ? Shape{in[0], units_} : Shape{units_};

@@ -31,6 +31,8 @@ class SpatialDropout : public NoiseLayer {
   std::string class_name() const override { return class_name_; }
 
   LOADSTAR_DECL Shape build(std::span<const Shape> input_shapes, std::uint64_t) override;
+  /// Its masks follow the input's spatial shape: every length must be known.
+  bool takes_unknown_axes() const noexcept override { return false; }
 
   LOADSTAR_DECL nlohmann::json get_config() const override;
 

@@ -32,6 +32,7 @@
 #include "loadstar/keras/detail/call_arguments.hpp"
 #include "loadstar/keras/detail/keras_layer_order.hpp"
 #include "loadstar/keras/detail/nested_model.hpp"
+#include "loadstar/keras/detail/shape_text.hpp"
 #include "loadstar/keras/layer.hpp"
 #include "loadstar/keras/layers/bidirectional.hpp"
 #include "loadstar/keras/layers/detail/recurrent.hpp"
@@ -188,8 +189,6 @@ LOADSTAR_DECL bool compile_from_config(Model& model, const nlohmann::json& confi
 
 // --- Keras 3's config.json
 // ---------------------------------------------------------------------------
-
-LOADSTAR_DECL nlohmann::json batch_shape_json(const Shape& shape);
 
 inline nlohmann::json dtype_policy(const std::string& name) {
   return {{"module", "keras"},
@@ -604,13 +603,6 @@ bool compile_from_config(Model& model, const nlohmann::json& config, const Custo
   }
   model.compile(options);
   return true;
-}
-
-nlohmann::json batch_shape_json(const Shape& shape) {
-  nlohmann::json out = nlohmann::json::array({nullptr});
-  for (std::size_t d : shape)
-    out.push_back(d);
-  return out;
 }
 
 nlohmann::json keras3_layer_config(const std::string& class_name, nlohmann::json config) {

@@ -1,0 +1,203 @@
+#!/usr/bin/python3
+"""Writes tests/keras/reference/unknown_axes.json: PyTorch (float64) training of three text models
+whose inputs have a sequence axis of unknown length (Keras's `Input(shape=(None,))`), fed batches
+of different lengths one after another, for tests/keras/test_unknown_axes.cpp.
+
+Run with Debian's python3-torch: /usr/bin/python3 tests/keras/generate_unknown_axes.py
+
+Each model starts from the weights written here (in Keras's layouts), takes one plain SGD step per
+batch, and the file holds the loss of every step (computed before its update, as Keras's
+`train_on_batch` returns it), the predictions of a last batch of another length, and the final
+weights. PyTorch modules do the computing where they match Keras exactly:
+- `Embedding`: `nn.functional.embedding` with Keras's `embeddings` `(input_dim, output_dim)`.
+- `LSTM`: the cell's formulas in a loop, first checked against `nn.LSTM`; Keras's gates are i, f, c, o as PyTorch's i, f, g, o, its `kernel`
+  `(features, 4 units)` is `weight_ih_l0` transposed, `recurrent_kernel` `weight_hh_l0`
+  transposed, and its one `bias` is `bias_ih_l0` with `bias_hh_l0` zero.
+- `Bidirectional(LSTM, merge_mode="concat", return_sequences=True)`: the same loop run backwards
+  over time, checked against `nn.LSTM(bidirectional=True)` (whose reverse direction's outputs come
+  back in time order, as Keras returns them); Keras lists the forward direction's three weights,
+  then the backward one's.
+- `MultiHeadAttention`: Keras's formulas written out with einsum (query, key, value kernels
+  `(dim, heads, key_dim)`, biases `(heads, key_dim)`, output kernel `(heads, value_dim, dim)`).
+- `LayerNormalization(epsilon=1e-3)`, `GlobalAveragePooling1D`, `Dense`, `TimeDistributed(Dense)`:
+  the plain formulas.
+Losses: sparse categorical crossentropy on softmax outputs and mean squared error, both the mean
+over every sample (and step) of the batch, as Keras's `sum_over_batch_size`.
+"""
+import json
+import math
+import os
+
+import torch
+import torch.nn.functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+torch.manual_seed(4242)
+DT = torch.float64
+VOCAB = 12
+LR = 0.5
+LENGTHS = [6, 2, 9, 1, 6]  # the training batches' lengths, in order
+BATCH = 3
+PREDICT_LENGTH = 4
+
+
+def rnd(*shape, scale=0.5):
+    return (torch.rand(*shape, dtype=DT) * 2 - 1) * scale
+
+
+def flat(t):
+    return [round(float(v), 12) for v in t.detach().reshape(-1).tolist()]
+
+
+def tokens(length):
+    return torch.randint(0, VOCAB, (BATCH, length))
+
+
+def lstm_direction(x, kernel, recurrent, bias, reverse=False):
+    """One LSTM direction over x (batch, steps, features): Keras's (and PyTorch's) gates i, f, c, o;
+    the outputs of every step in time order."""
+    units = recurrent.shape[0]
+    h = torch.zeros(x.shape[0], units, dtype=DT)
+    c = torch.zeros(x.shape[0], units, dtype=DT)
+    steps = range(x.shape[1] - 1, -1, -1) if reverse else range(x.shape[1])
+    out = [None] * x.shape[1]
+    for t in steps:
+        z = x[:, t] @ kernel + h @ recurrent + bias
+        i, f, g, o = z.split(units, dim=1)
+        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+        h = torch.sigmoid(o) * torch.tanh(c)
+        out[t] = h
+    return torch.stack(out, dim=1)
+
+
+def lstm(x, kernel, recurrent, bias, bidirectional=False, back=None):
+    out = lstm_direction(x, kernel, recurrent, bias)
+    if bidirectional:
+        out = torch.cat([out, lstm_direction(x, *back, reverse=True)], dim=2)
+    return out
+
+
+def check_lstm_against_torch():
+    """The loop above against nn.LSTM (both directions), with Keras's layout mapped."""
+    x = rnd(2, 5, 3)
+    fw = (rnd(3, 8), rnd(2, 8), rnd(8))
+    bw = (rnd(3, 8), rnd(2, 8), rnd(8))
+    module = torch.nn.LSTM(3, 2, batch_first=True, bidirectional=True, dtype=DT)
+    with torch.no_grad():
+        for suffix, (k, r, b) in (("", fw), ("_reverse", bw)):
+            getattr(module, "weight_ih_l0" + suffix).copy_(k.t())
+            getattr(module, "weight_hh_l0" + suffix).copy_(r.t())
+            getattr(module, "bias_ih_l0" + suffix).copy_(b)
+            getattr(module, "bias_hh_l0" + suffix).zero_()
+        expected, _ = module(x)
+    assert torch.allclose(lstm(x, *fw, bidirectional=True, back=bw), expected, atol=1e-12)
+
+
+check_lstm_against_torch()
+
+
+def text_lstm(w, x):
+    """Embedding(12, 5) -> LSTM(4) -> Dense(3, softmax)."""
+    h = F.embedding(x, w["embeddings"])
+    h = lstm(h, w["lstm/kernel"], w["lstm/recurrent_kernel"], w["lstm/bias"])[:, -1]
+    return torch.softmax(h @ w["dense/kernel"] + w["dense/bias"], dim=-1)
+
+
+def text_attention(w, x):
+    """Embedding(12, 8) -> MultiHeadAttention(2, 3) self-attention -> Add -> LayerNormalization
+    -> GlobalAveragePooling1D -> Dense(2)."""
+    e = F.embedding(x, w["embeddings"])
+    q = torch.einsum("btd,dhk->bthk", e, w["mha/query/kernel"]) + w["mha/query/bias"]
+    k = torch.einsum("btd,dhk->bthk", e, w["mha/key/kernel"]) + w["mha/key/bias"]
+    v = torch.einsum("btd,dhk->bthk", e, w["mha/value/kernel"]) + w["mha/value/bias"]
+    scores = torch.einsum("bqhk,bshk->bhqs", q, k) / math.sqrt(q.shape[-1])
+    p = torch.softmax(scores, dim=-1)
+    o = torch.einsum("bhqs,bshk->bqhk", p, v)
+    a = torch.einsum("bqhk,hkd->bqd", o, w["mha/attention_output/kernel"]) + \
+        w["mha/attention_output/bias"]
+    r = e + a
+    mean = r.mean(dim=-1, keepdim=True)
+    var = ((r - mean) ** 2).mean(dim=-1, keepdim=True)
+    n = (r - mean) / torch.sqrt(var + 1e-3) * w["norm/gamma"] + w["norm/beta"]
+    pooled = n.mean(dim=1)
+    return pooled @ w["dense/kernel"] + w["dense/bias"]
+
+
+def tagger(w, x):
+    """Embedding(12, 5) -> Bidirectional(LSTM(3, return_sequences=True)) ->
+    TimeDistributed(Dense(1))."""
+    e = F.embedding(x, w["embeddings"])
+    h = lstm(e, w["fw/kernel"], w["fw/recurrent_kernel"], w["fw/bias"], bidirectional=True,
+             back=(w["bw/kernel"], w["bw/recurrent_kernel"], w["bw/bias"]))
+    return h @ w["td/kernel"] + w["td/bias"]
+
+
+def lstm_weights(prefix, features, units):
+    return {prefix + "kernel": rnd(features, 4 * units), prefix + "recurrent_kernel":
+            rnd(units, 4 * units), prefix + "bias": rnd(4 * units, scale=0.1)}
+
+
+def run(name, forward, weights, loss, targets):
+    w = {k: v.clone().requires_grad_(True) for k, v in weights.items()}
+    batches, losses = [], []
+    for length in LENGTHS:
+        x = tokens(length)
+        y = targets(x)
+        value = loss(forward(w, x), y)
+        for v in w.values():
+            v.grad = None
+        value.backward()
+        with torch.no_grad():
+            for v in w.values():
+                v -= LR * v.grad
+        batches.append({"x": x.reshape(-1).tolist(), "length": length, "y": flat(y),
+                        "y_shape": list(y.shape)})
+        losses.append(float(value))
+    x = tokens(PREDICT_LENGTH)
+    with torch.no_grad():
+        prediction = forward(w, x)
+    return {"name": name, "batches": batches, "losses": losses,
+            "initial_weights": {k: flat(v) for k, v in weights.items()},
+            "weight_order": list(weights.keys()),
+            "predict_x": x.reshape(-1).tolist(), "prediction": flat(prediction),
+            "prediction_shape": list(prediction.shape),
+            "final_weights": {k: flat(v) for k, v in w.items()}}
+
+
+def sparse_ce(p, y):
+    return -torch.log(p.gather(1, y.view(-1, 1))).mean()
+
+
+def mse(p, y):
+    return ((p - y) ** 2).mean()
+
+
+cases = []
+w = {"embeddings": rnd(VOCAB, 5, scale=1.0)}
+w.update(lstm_weights("lstm/", 5, 4))
+w.update({"dense/kernel": rnd(4, 3), "dense/bias": rnd(3, scale=0.1)})
+cases.append(run("text_lstm", text_lstm, w, sparse_ce, lambda x: (x.sum(dim=1) % 3)))
+
+w = {"embeddings": rnd(VOCAB, 8, scale=1.0)}
+for p in ("query", "key", "value"):
+    w["mha/%s/kernel" % p] = rnd(8, 2, 3)
+    w["mha/%s/bias" % p] = rnd(2, 3, scale=0.1)
+w["mha/attention_output/kernel"] = rnd(2, 3, 8)
+w["mha/attention_output/bias"] = rnd(8, scale=0.1)
+w.update({"norm/gamma": 1 + rnd(8, scale=0.1), "norm/beta": rnd(8, scale=0.1),
+          "dense/kernel": rnd(8, 2), "dense/bias": rnd(2, scale=0.1)})
+cases.append(run("text_attention", text_attention, w, mse,
+                 lambda x: torch.stack([(x < 6).to(DT).mean(dim=1), (x % 2).to(DT).mean(dim=1)],
+                                       dim=1)))
+
+w = {"embeddings": rnd(VOCAB, 5, scale=1.0)}
+w.update(lstm_weights("fw/", 5, 3))
+w.update(lstm_weights("bw/", 5, 3))
+w.update({"td/kernel": rnd(6, 1), "td/bias": rnd(1, scale=0.1)})
+cases.append(run("tagger", tagger, w, mse, lambda x: (x % 2).to(DT).unsqueeze(-1)))
+
+with open(os.path.join(HERE, "reference", "unknown_axes.json"), "w") as out:
+    json.dump({"generator": "tests/keras/generate_unknown_axes.py", "lr": LR, "batch": BATCH,
+               "cases": cases}, out, indent=None, separators=(",", ":"))
+    out.write("\n")
+print("wrote", len(cases), "cases")

@@ -1,0 +1,223 @@
+// Axes of unknown length (Keras's None): text models whose input is Input({none}) train on batches
+// of different lengths as PyTorch does (tests/keras/generate_unknown_axes.py), save and load with
+// null in their batch shapes, print None, and refuse, naming the layer, what cannot take them.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <loadstar/data/dataset.hpp>
+#include <loadstar/error.hpp>
+#include <loadstar/keras.hpp>
+#include <loadstar/keras/saving/model_config.hpp>
+#include <loadstar/keras/saving/saving.hpp>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "keras/layer_cases.hpp"
+#include "keras/unknown_axes_cases.hpp"
+#include "temp_dir.hpp"
+
+namespace unknown_axes_test {
+
+using loadstar::ConfigError;
+using loadstar::Shape;
+using loadstar::ShapeError;
+using loadstar::Tensor;
+using namespace loadstar::keras;
+using namespace loadstar::keras::layers;
+using nlohmann::json;
+using unknown_axes_cases::case_named;
+using unknown_axes_cases::check_training;
+using unknown_axes_cases::token_batch;
+
+TEST_CASE("an Embedding and LSTM classifier on Input(None) trains on batches of any length") {
+  auto model = unknown_axes_cases::text_lstm();
+  check_training(*model, case_named("text_lstm"), "sparse_categorical_crossentropy");
+}
+
+TEST_CASE("a self-attention block on Input(None) trains on batches of any length") {
+  auto model = unknown_axes_cases::text_attention();
+  check_training(*model, case_named("text_attention"), "mse");
+}
+
+TEST_CASE("a Bidirectional LSTM tagger returns and learns from sequences of every length") {
+  auto model = unknown_axes_cases::tagger();
+  check_training(*model, case_named("tagger"), "mse");
+}
+
+TEST_CASE("a model with an axis of unknown length prints None and saves null") {
+  auto model = unknown_axes_cases::text_lstm();
+  std::ostringstream out;
+  model->summary(out);
+  CHECK(out.str().find("[(None, None)]") != std::string::npos);
+  CHECK(out.str().find("(None, None, 5)") != std::string::npos);
+  const json config = model_get_config(*model);
+  CHECK(config.dump().find("[null,null]") != std::string::npos);
+  const auto copy = model_from_config(config);
+  CHECK(model_get_config(*copy) == config);
+  copy->set_weights(model->get_weights());
+  const Tensor<float> x = token_batch(case_named("text_lstm")["batches"][2]["x"], 9);
+  const Tensor<float> expected = model->predict(x, {.verbose = 0});
+  CHECK(layer_cases::same_bits(copy->predict(x, {.verbose = 0}), expected));
+  test_support::TempDir dir;
+  for (const char* file : {"model.h5", "model.keras"}) {
+    INFO(file);
+    model->save(dir / file);
+    const auto loaded = load_model(dir / file);
+    CHECK(model_get_config(*loaded)["config"]["layers"][0]["config"].dump().find("null,null") !=
+          std::string::npos);
+    CHECK(layer_cases::same_bits(loaded->predict(x, {.verbose = 0}), expected));
+  }
+}
+
+TEST_CASE("a tf.keras Sequential text model with batch_input_shape [null, null] loads") {
+  // What tf.keras 2 writes for Embedding(12, 5) made without input_length as a Sequential's first
+  // layer.
+  const json config = {
+      {"class_name", "Sequential"},
+      {"config",
+       {{"name", "sequential"},
+        {"layers",
+         {{{"class_name", "InputLayer"},
+           {"config",
+            {{"batch_input_shape", {nullptr, nullptr}},
+             {"dtype", "float32"},
+             {"sparse", false},
+             {"ragged", false},
+             {"name", "embedding_input"}}}},
+          {{"class_name", "Embedding"},
+           {"config",
+            {{"name", "embedding"},
+             {"trainable", true},
+             {"batch_input_shape", {nullptr, nullptr}},
+             {"dtype", "float32"},
+             {"input_dim", 12},
+             {"output_dim", 5},
+             {"embeddings_initializer",
+              {{"class_name", "RandomUniform"},
+               {"config", {{"minval", -0.05}, {"maxval", 0.05}, {"seed", nullptr}}}}},
+             {"embeddings_regularizer", nullptr},
+             {"activity_regularizer", nullptr},
+             {"embeddings_constraint", nullptr},
+             {"mask_zero", false},
+             {"input_length", nullptr}}}},
+          {{"class_name", "GlobalAveragePooling1D"},
+           {"config",
+            {{"name", "pool"},
+             {"trainable", true},
+             {"dtype", "float32"},
+             {"data_format", "channels_last"},
+             {"keepdims", false}}}},
+          {{"class_name", "Dense"},
+           {"config", {{"name", "out"}, {"units", 2}, {"activation", "linear"}}}}}}}}};
+  const auto model = model_from_config(config);
+  std::ostringstream out;
+  model->summary(out);
+  CHECK(out.str().find("(None, None, 5)") != std::string::npos);
+  model->compile({.optimizer = "sgd", .loss = "mse"});
+  // The mean over the steps of each length is what GlobalAveragePooling1D returns.
+  for (const std::size_t length : {3U, 7U, 1U}) {
+    INFO("length ", length);
+    const auto weights = model->get_weights();
+    Tensor<float> x(Shape{2, length});
+    for (std::size_t i = 0; i < x.size(); ++i)
+      x.data()[i] = static_cast<float>((i * 5) % 12);
+    const Tensor<float> y = model->predict(x, {.verbose = 0});
+    for (std::size_t b = 0; b < 2; ++b) {
+      for (std::size_t o = 0; o < 2; ++o) {
+        double expected = weights[2].data()[o];
+        for (std::size_t f = 0; f < 5; ++f) {
+          double mean = 0.0;
+          for (std::size_t s = 0; s < length; ++s) {
+            const auto token = static_cast<std::size_t>(x.data()[b * length + s]);
+            mean += weights[0].data()[token * 5 + f] / static_cast<double>(length);
+          }
+          expected += mean * weights[1].data()[f * 2 + o];
+        }
+        CHECK(y.data()[b * 2 + o] == doctest::Approx(expected).epsilon(1e-5));
+      }
+    }
+    model->train_on_batch(x, Tensor<float>(Shape{2, 2}, 0.5F));
+  }
+}
+
+TEST_CASE("layers that cannot take an axis of unknown length refuse it, naming themselves") {
+  auto tokens = Input(Shape{none, 4}, "x");
+  CHECK_THROWS_WITH_AS(call(Flatten(), tokens),
+                       "flatten layer: takes no axis of unknown length (None) but is called on "
+                       "(None, None, 4); give the Input a fixed length",
+                       ShapeError);
+  CHECK_THROWS_WITH_AS(call(Dense(3), Input(Shape{4, none})),
+                       doctest::Contains("the last axis of its input (the features) must have a "
+                                         "known length but the input is (None, 4, None)"),
+                       ShapeError);
+  CHECK_THROWS_WITH_AS(call(LSTM(3), Input(Shape{none, none})),
+                       doctest::Contains("with a known number of features but got (None, None, "
+                                         "None)"),
+                       ShapeError);
+  // A batch whose known axis differs from the declared one is refused by name.
+  auto in = Input(Shape{none, 4}, "x");
+  Model model(std::vector{in}, std::vector{call(GlobalAveragePooling1D(), in)}, "pooled");
+  CHECK_THROWS_WITH_AS(model.predict(Tensor<float>(Shape{2, 5, 3}), {.verbose = 0}),
+                       "model 'pooled': input 'x' expects samples of shape (None, 4) but x has "
+                       "samples of shape (5, 3)",
+                       ShapeError);
+  // predict stacks the batches' outputs: sequences of different lengths cannot be stacked.
+  auto seq = Input(Shape{none, 2}, "s");
+  Model same(std::vector{seq}, std::vector{call(Dense(1), seq)}, "per_step");
+  CHECK(same.predict(Tensor<float>(Shape{3, 5, 2}), {.batch_size = 3, .verbose = 0}).shape() ==
+        Shape{3, 5, 1});
+}
+
+TEST_CASE("fit trains on a padded_batch dataset whose batches differ in length") {
+  // Sentences of 1 to 7 tokens, batched by padding to each batch's longest (tf.data's
+  // padded_batch): fit takes the batches as train_on_batch takes them one by one.
+  const auto sentence = [](std::int64_t i) {
+    const auto n = static_cast<std::size_t>(1 + (i * 5) % 7);
+    Tensor<float> x(Shape{n});
+    for (std::size_t k = 0; k < n; ++k)
+      x.data()[k] = static_cast<float>((static_cast<std::size_t>(i) + 3 * k) % 11 + 1);
+    return std::tuple{x, Tensor<float>(Shape{}, static_cast<float>(i % 3))};
+  };
+  auto dataset = loadstar::range(std::int64_t{0}, std::int64_t{22}).map(sentence).padded_batch(4);
+  const auto compiled = [] {
+    set_random_seed(5);
+    auto model = unknown_axes_cases::text_lstm();
+    model->compile({.optimizer = "sgd", .loss = "sparse_categorical_crossentropy"});
+    return model;
+  };
+  auto by_fit = compiled();
+  const auto history = by_fit->fit(dataset, {.epochs = 1, .verbose = 0});
+  auto by_step = compiled();
+  std::vector<std::size_t> lengths;
+  double last = 0.0;
+  for (std::int64_t first = 0; first < 22; first += 4) {
+    std::vector<std::tuple<Tensor<float>, Tensor<float>>> rows;
+    std::size_t longest = 0;
+    for (std::int64_t i = first; i < std::min<std::int64_t>(first + 4, 22); ++i) {
+      rows.push_back(sentence(i));
+      longest = std::max(longest, std::get<0>(rows.back()).size());
+    }
+    Tensor<float> x(Shape{rows.size(), longest}, 0.0F), y(Shape{rows.size()});
+    for (std::size_t r = 0; r < rows.size(); ++r) {
+      const Tensor<float>& tokens = std::get<0>(rows[r]);
+      std::copy(tokens.begin(), tokens.end(), x.data() + r * longest);
+      y.data()[r] = std::get<1>(rows[r]).data()[0];
+    }
+    lengths.push_back(longest);
+    last = by_step->train_on_batch(x, y).get("loss").value();
+  }
+  CHECK(lengths == std::vector<std::size_t>{6, 7, 7, 6, 7, 3});
+  const auto a = by_fit->get_weights(), b = by_step->get_weights();
+  for (std::size_t i = 0; i < a.size(); ++i)
+    CHECK(layer_cases::same_bits(a[i], b[i]));
+  CHECK(std::isfinite(last));
+  CHECK(history.history.at("loss").size() == 1);
+}
+
+}  // namespace unknown_axes_test

@@ -1,0 +1,112 @@
+// The PyTorch reference of tests/keras/generate_unknown_axes.py: three text models on
+// Input({none}) (an Embedding and LSTM classifier, a self-attention block, a Bidirectional LSTM
+// tagger) trained one SGD step per batch on batches of different lengths, run on any backend.
+#pragma once
+
+#include <doctest/doctest.h>
+
+#include <loadstar/keras.hpp>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "keras/layer_cases.hpp"
+
+namespace unknown_axes_cases {
+
+using loadstar::Shape;
+using loadstar::Tensor;
+using namespace loadstar::keras;
+using namespace loadstar::keras::layers;
+using nlohmann::json;
+
+inline const json& reference() {
+  static const json data = layer_cases::load("unknown_axes.json");
+  return data;
+}
+
+inline const json& case_named(const std::string& name) {
+  for (const auto& c : reference()["cases"])
+    if (c["name"] == name) return c;
+  FAIL("no reference case " << name);
+  static const json none_found;
+  return none_found;
+}
+
+/// Token ids (batch, length) as floats, as a loader hands them to an Embedding.
+inline Tensor<float> token_batch(const json& values, std::size_t length) {
+  const std::size_t batch = reference()["batch"].get<std::size_t>();
+  Tensor<float> x(Shape{batch, length});
+  for (std::size_t i = 0; i < x.size(); ++i)
+    x.data()[i] = values[i].get<float>();
+  return x;
+}
+
+inline std::shared_ptr<Model> text_lstm() {
+  auto tokens = Input(Shape{none}, "tokens");
+  auto h = call(Embedding(12, 5), tokens);
+  h = call(LSTM(4), h);
+  auto out = call(Dense(3, {.activation = "softmax"}), h);
+  return std::make_shared<Model>(std::vector{tokens}, std::vector{out}, "text_lstm");
+}
+
+inline std::shared_ptr<Model> text_attention() {
+  auto tokens = Input(Shape{none}, "tokens");
+  auto e = call(Embedding(12, 8), tokens);
+  auto a = call(MultiHeadAttention(2, 3), {e, e});
+  auto h = call(LayerNormalization(), call(Add(), {e, a}));
+  auto out = call(Dense(2), call(GlobalAveragePooling1D(), h));
+  return std::make_shared<Model>(std::vector{tokens}, std::vector{out}, "text_attention");
+}
+
+inline std::shared_ptr<Model> tagger() {
+  auto tokens = Input(Shape{none}, "tokens");
+  auto h = call(Embedding(12, 5), tokens);
+  h = call(Bidirectional(LSTM(3, {.return_sequences = true})), h);
+  auto out = call(TimeDistributed(Dense(1)), h);
+  return std::make_shared<Model>(std::vector{tokens}, std::vector{out}, "tagger");
+}
+
+/// Sets the reference's initial weights (in the model's order), trains one SGD step per batch of
+/// the reference's lengths and checks every loss, the predictions of a batch of another length
+/// and the final weights.
+inline void check_training(Model& model, const json& c, const std::string& loss,
+                           std::shared_ptr<Backend> backend = nullptr) {
+  INFO(c["name"].get<std::string>());
+  std::vector<Tensor<float>> weights;
+  const auto current = model.get_weights();
+  REQUIRE(current.size() == c["weight_order"].size());
+  for (std::size_t i = 0; i < current.size(); ++i) {
+    weights.push_back(layer_cases::tensor_of(
+        c["initial_weights"][c["weight_order"][i].get<std::string>()], current[i].shape()));
+  }
+  model.set_weights(weights);
+  model.compile({.optimizer = optimizers::SGD(
+                     optimizers::SGDOptions{.learning_rate = reference()["lr"].get<double>()}),
+                 .loss = loss,
+                 .backend = std::move(backend)});
+  for (std::size_t step = 0; step < c["batches"].size(); ++step) {
+    const json& batch = c["batches"][step];
+    INFO("step ", step, " of length ", batch["length"].get<std::size_t>());
+    const Tensor<float> x = token_batch(batch["x"], batch["length"].get<std::size_t>());
+    const Tensor<float> y =
+        layer_cases::tensor_of(batch["y"], layer_cases::shape_of(batch["y_shape"]));
+    const double value = model.train_on_batch(x, y).get("loss").value();
+    CHECK(value == doctest::Approx(c["losses"][step].get<double>()).epsilon(1e-5));
+  }
+  const std::size_t length = c["prediction_shape"].size() == 3
+                                 ? c["prediction_shape"][1].get<std::size_t>()
+                                 : c["predict_x"].size() / reference()["batch"].get<std::size_t>();
+  const Tensor<float> predicted =
+      model.predict(token_batch(c["predict_x"], length), {.verbose = 0});
+  CHECK(predicted.shape() == layer_cases::shape_of(c["prediction_shape"]));
+  layer_cases::check_close("prediction", predicted, c["prediction"]);
+  const auto trained = model.get_weights();
+  for (std::size_t i = 0; i < trained.size(); ++i) {
+    const std::string name = c["weight_order"][i];
+    layer_cases::check_close(name, trained[i], c["final_weights"][name]);
+  }
+}
+
+}  // namespace unknown_axes_cases
