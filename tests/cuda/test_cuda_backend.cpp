@@ -2150,6 +2150,9 @@ TEST_SUITE("cuda") {
     auto tagger = unknown_axes_cases::tagger();
     unknown_axes_cases::check_training(*tagger, unknown_axes_cases::case_named("tagger"), "mse",
                                        keras::cuda_backend(0));
+    auto cnn = unknown_axes_cases::text_cnn();
+    unknown_axes_cases::check_training(*cnn, unknown_axes_cases::case_named("text_cnn"),
+                                       "binary_crossentropy", keras::cuda_backend(0));
   }
 
   TEST_CASE("A model with a nested model trains on the CUDA backend as on the CPU") {

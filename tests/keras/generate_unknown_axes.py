@@ -21,8 +21,11 @@ weights. PyTorch modules do the computing where they match Keras exactly:
   `(dim, heads, key_dim)`, biases `(heads, key_dim)`, output kernel `(heads, value_dim, dim)`).
 - `LayerNormalization(epsilon=1e-3)`, `GlobalAveragePooling1D`, `Dense`, `TimeDistributed(Dense)`:
   the plain formulas.
-Losses: sparse categorical crossentropy on softmax outputs and mean squared error, both the mean
-over every sample (and step) of the batch, as Keras's `sum_over_batch_size`.
+- `Conv1D` (valid padding, strides 2) and `GlobalMaxPooling1D`: `F.conv1d` and a max over the
+  steps.
+Losses: sparse categorical crossentropy on softmax outputs, binary crossentropy on sigmoid outputs
+and mean squared error, each the mean over every sample (and step) of the batch, as Keras's
+`sum_over_batch_size`.
 """
 import json
 import math
@@ -132,15 +135,29 @@ def tagger(w, x):
     return h @ w["td/kernel"] + w["td/bias"]
 
 
+def text_cnn(w, x):
+    """Embedding(12, 6) -> Conv1D(4, 3, strides=2, relu) -> GlobalMaxPooling1D ->
+    Dense(1, sigmoid), as Keras's "text classification from scratch" example on Input(None).
+    PyTorch's conv1d weight (out, in, k) is Keras's kernel (k, in, out) transposed."""
+    e = F.embedding(x, w["embeddings"]).transpose(1, 2)
+    h = torch.relu(F.conv1d(e, w["conv/kernel"].permute(2, 1, 0), w["conv/bias"], stride=2))
+    pooled = h.max(dim=2).values
+    return torch.sigmoid(pooled @ w["dense/kernel"] + w["dense/bias"])
+
+
+def bce(p, y):
+    return -(y * torch.log(p) + (1 - y) * torch.log(1 - p)).mean()
+
+
 def lstm_weights(prefix, features, units):
     return {prefix + "kernel": rnd(features, 4 * units), prefix + "recurrent_kernel":
             rnd(units, 4 * units), prefix + "bias": rnd(4 * units, scale=0.1)}
 
 
-def run(name, forward, weights, loss, targets):
+def run(name, forward, weights, loss, targets, lengths=LENGTHS):
     w = {k: v.clone().requires_grad_(True) for k, v in weights.items()}
     batches, losses = [], []
-    for length in LENGTHS:
+    for length in lengths:
         x = tokens(length)
         y = targets(x)
         value = loss(forward(w, x), y)
@@ -195,6 +212,11 @@ w.update(lstm_weights("fw/", 5, 3))
 w.update(lstm_weights("bw/", 5, 3))
 w.update({"td/kernel": rnd(6, 1), "td/bias": rnd(1, scale=0.1)})
 cases.append(run("tagger", tagger, w, mse, lambda x: (x % 2).to(DT).unsqueeze(-1)))
+
+w = {"embeddings": rnd(VOCAB, 6, scale=1.0), "conv/kernel": rnd(3, 6, 4),
+     "conv/bias": rnd(4, scale=0.1), "dense/kernel": rnd(4, 1), "dense/bias": rnd(1, scale=0.1)}
+cases.append(run("text_cnn", text_cnn, w, bce, lambda x: (x < 6).to(DT).mean(dim=1, keepdim=True).round(),
+                 lengths=[7, 3, 10, 4, 8]))
 
 with open(os.path.join(HERE, "reference", "unknown_axes.json"), "w") as out:
     json.dump({"generator": "tests/keras/generate_unknown_axes.py", "lr": LR, "batch": BATCH,

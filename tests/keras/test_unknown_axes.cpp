@@ -50,6 +50,18 @@ TEST_CASE("a Bidirectional LSTM tagger returns and learns from sequences of ever
   check_training(*model, case_named("tagger"), "mse");
 }
 
+TEST_CASE("a Conv1D text classifier on Input(None) trains on batches of any length") {
+  // Keras's "text classification from scratch": Conv1D and GlobalMaxPooling1D over the tokens.
+  auto model = unknown_axes_cases::text_cnn();
+  check_training(*model, case_named("text_cnn"), "binary_crossentropy");
+  // A batch shorter than the kernel is refused by the layer that cannot take it.
+  CHECK_THROWS_WITH_AS(model->predict(Tensor<float>(Shape{2, 2}, 1.0F), {.verbose = 0}),
+                       "conv1d layer 'conv1d': a kernel of size 3 does not fit inputs of shape "
+                       "(2, 6) with valid padding",
+                       ShapeError);
+  CHECK(model->predict(Tensor<float>(Shape{2, 5}, 1.0F), {.verbose = 0}).shape() == Shape{2, 1});
+}
+
 TEST_CASE("a model with an axis of unknown length prints None and saves null") {
   auto model = unknown_axes_cases::text_lstm();
   std::ostringstream out;

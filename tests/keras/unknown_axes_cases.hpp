@@ -1,6 +1,7 @@
 // The PyTorch reference of tests/keras/generate_unknown_axes.py: three text models on
 // Input({none}) (an Embedding and LSTM classifier, a self-attention block, a Bidirectional LSTM
-// tagger) trained one SGD step per batch on batches of different lengths, run on any backend.
+// tagger, a Conv1D classifier) trained one SGD step per batch on batches of different lengths, run
+// on any backend.
 #pragma once
 
 #include <doctest/doctest.h>
@@ -66,6 +67,14 @@ inline std::shared_ptr<Model> tagger() {
   h = call(Bidirectional(LSTM(3, {.return_sequences = true})), h);
   auto out = call(TimeDistributed(Dense(1)), h);
   return std::make_shared<Model>(std::vector{tokens}, std::vector{out}, "tagger");
+}
+
+inline std::shared_ptr<Model> text_cnn() {
+  auto tokens = Input(Shape{none}, "tokens");
+  auto h = call(Embedding(12, 6), tokens);
+  h = call(Conv1D(4, 3, {.strides = 2, .activation = "relu"}), h);
+  auto out = call(Dense(1, {.activation = "sigmoid"}), call(GlobalMaxPooling1D(), h));
+  return std::make_shared<Model>(std::vector{tokens}, std::vector{out}, "text_cnn");
 }
 
 /// Sets the reference's initial weights (in the model's order), trains one SGD step per batch of

@@ -42,10 +42,16 @@ class Conv1D : public detail::Convolution {
   std::string class_name() const override { return "Conv1D"; }
 
   LOADSTAR_DECL Shape build(std::span<const Shape> input_shapes, std::uint64_t seed) override;
+  /// Steps of unknown length (a text model's), settled per batch; the channels known.
+  bool takes_unknown_axes() const noexcept override { return true; }
+  LOADSTAR_DECL Shape output_shape_for(std::span<const Shape> input_shapes) const override;
 
   LOADSTAR_DECL nlohmann::json get_config() const override;
 
   LOADSTAR_DECL static std::shared_ptr<Layer> from_config(const nlohmann::json& config);
+
+ protected:
+  LOADSTAR_DECL Conv2DGeometry geometry_for(const Shape& in_last, Shape& out_last) const override;
 
  private:
   std::size_t kernel_size_;
@@ -83,36 +89,54 @@ Shape Conv1D::build(std::span<const Shape> input_shapes, std::uint64_t seed) {
   expect_inputs(input_shapes, 1);
   expect_rank(input_shapes[0], 2);
   const Shape in = input_last(input_shapes[0]);
+  if (in[1] == 0) {
+    throw ShapeError(label() + ": the channels axis must have a known length but the input is " +
+                     batch_str(input_shapes[0]));
+  }
+  Shape out_last;
+  const Conv2DGeometry g = geometry_for(in, out_last);
+  return finish_build(input_shapes, g, Shape{kernel_size_, in[1], filters_}, out_last, seed);
+}
+
+Conv2DGeometry Conv1D::geometry_for(const Shape& in, Shape& out_last) const {
   AxisGeometry steps;
-  if (options_.padding == "causal") {
+  if (in[0] == 0) {
+    steps = {0, 0};  // a length settled per batch
+  } else if (options_.padding == "causal") {
     // Keras pads (kernel_size - 1) * dilation_rate steps on the left, then convolves validly.
     steps = {(in[0] + options_.strides - 1) / options_.strides,
              (kernel_size_ - 1) * options_.dilation_rate};
   } else {
     steps = axis_geometry(in[0], kernel_size_, options_.strides, options_.dilation_rate,
                           options_.padding == "same");
+    if (steps.out == 0) {
+      throw ShapeError(label() + ": a kernel of size " + std::to_string(kernel_size_) +
+                       " does not fit inputs of shape " +
+                       (channels_first_ ? detail::move_channels(in, true) : in).str() +
+                       " with valid padding");
+    }
   }
-  if (steps.out == 0) {
-    throw ShapeError(label() + ": a kernel of size " + std::to_string(kernel_size_) +
-                     " does not fit inputs of shape " + input_shapes[0].str() +
-                     " with valid padding");
-  }
-  const Conv2DGeometry g{.in_h = 1,
-                         .in_w = in[0],
-                         .in_c = in[1],
-                         .out_h = 1,
-                         .out_w = steps.out,
-                         .out_c = filters_,
-                         .kernel_h = 1,
-                         .kernel_w = kernel_size_,
-                         .stride_h = 1,
-                         .stride_w = options_.strides,
-                         .dilation_h = 1,
-                         .dilation_w = options_.dilation_rate,
-                         .pad_top = 0,
-                         .pad_left = steps.pad_before};
-  return finish_build(input_shapes, g, Shape{kernel_size_, in[1], filters_},
-                      Shape{steps.out, filters_}, seed);
+  out_last = Shape{steps.out, filters_};
+  return Conv2DGeometry{.in_h = 1,
+                        .in_w = in[0],
+                        .in_c = in[1],
+                        .out_h = 1,
+                        .out_w = steps.out,
+                        .out_c = filters_,
+                        .kernel_h = 1,
+                        .kernel_w = kernel_size_,
+                        .stride_h = 1,
+                        .stride_w = options_.strides,
+                        .dilation_h = 1,
+                        .dilation_w = options_.dilation_rate,
+                        .pad_top = 0,
+                        .pad_left = steps.pad_before};
+}
+
+Shape Conv1D::output_shape_for(std::span<const Shape> input_shapes) const {
+  Shape out_last;
+  geometry_for(input_last(input_shapes[0]), out_last);
+  return channels_first_ ? detail::move_channels(out_last, true) : out_last;
 }
 
 nlohmann::json Conv1D::get_config() const {

@@ -64,6 +64,14 @@ class Convolution : public LayerBase {
                                    const Shape& kernel_shape, const Shape& out_last,
                                    std::uint64_t seed);
 
+  /// The geometry (batch 0) for samples whose channels_last shape is `in_last`, and their
+  /// channels_last output shape in `out_last`: what a layer that takes axes of unknown length
+  /// computes for each batch's lengths. The default: the build's.
+  virtual Conv2DGeometry geometry_for(const Shape& /*in_last*/, Shape& out_last) const {
+    out_last = out_last_;
+    return geometry_;
+  }
+
   /// Keras's keys shared by `Conv1D` and `Conv2D` (the sizes are the subclass's).
   LOADSTAR_DECL nlohmann::json convolution_config() const;
 
@@ -82,6 +90,8 @@ class Convolution : public LayerBase {
                                                std::size_t batch) const;
 
   LOADSTAR_DECL Conv2DGeometry geometry(std::size_t batch) const;
+  /// Settles the geometry for the lengths of the batch `x` when they differ from the last's.
+  LOADSTAR_DECL void settle(const Tensor<float>& x);
 
   /// The kernel as the `(k... * in, filters)` matrix that im2col rows multiply (with groups, the
   /// block-diagonal matrix `expand_kernel` wrote).
@@ -115,6 +125,7 @@ namespace loadstar::keras::layers::detail {
 void Convolution::forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
                           const CallContext& ctx) {
   check_inputs(inputs);
+  settle(inputs[0]);
   Backend& backend = ctx.backend;
   const std::size_t batch = inputs[0].rows();
   if (keras::detail::ReluGradientFusion* fused = keras::detail::fused_output(ctx))
@@ -132,6 +143,7 @@ void Convolution::forward(std::span<const Tensor<float>> inputs, const Tensor<fl
 void Convolution::backward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
                            const Tensor<float>& output_gradient,
                            std::span<const Tensor<float>> input_gradients, const CallContext& ctx) {
+  settle(inputs[0]);
   Backend& backend = ctx.backend;
   const std::size_t batch = inputs[0].rows();
   const Conv2DGeometry g = geometry(batch);
@@ -222,6 +234,15 @@ Shape Convolution::finish_build(std::span<const Shape> input_shapes, const Conv2
   const Shape out = channels_first_ ? move_channels(out_last, true) : out_last;
   remember(input_shapes, out);
   return out;
+}
+
+void Convolution::settle(const Tensor<float>& x) {
+  const Shape in_last = input_last(x.shape().row_shape());
+  if (in_last == in_last_) return;
+  Shape out_last;
+  geometry_ = geometry_for(in_last, out_last);
+  in_last_ = in_last;
+  out_last_ = out_last;
 }
 
 nlohmann::json Convolution::convolution_config() const {
