@@ -2153,6 +2153,9 @@ TEST_SUITE("cuda") {
     auto cnn = unknown_axes_cases::text_cnn();
     unknown_axes_cases::check_training(*cnn, unknown_axes_cases::case_named("text_cnn"),
                                        "binary_crossentropy", keras::cuda_backend(0));
+    auto pooled = unknown_axes_cases::text_cnn_pooled();
+    unknown_axes_cases::check_training(*pooled, unknown_axes_cases::case_named("text_cnn_pooled"),
+                                       "binary_crossentropy", keras::cuda_backend(0));
   }
 
   TEST_CASE("A model with a nested model trains on the CUDA backend as on the CPU") {

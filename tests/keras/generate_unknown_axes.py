@@ -21,8 +21,9 @@ weights. PyTorch modules do the computing where they match Keras exactly:
   `(dim, heads, key_dim)`, biases `(heads, key_dim)`, output kernel `(heads, value_dim, dim)`).
 - `LayerNormalization(epsilon=1e-3)`, `GlobalAveragePooling1D`, `Dense`, `TimeDistributed(Dense)`:
   the plain formulas.
-- `Conv1D` (valid padding, strides 2) and `GlobalMaxPooling1D`: `F.conv1d` and a max over the
-  steps.
+- `Conv1D` (valid padding and strides 2, or same padding), `GlobalMaxPooling1D`,
+  `MaxPooling1D`, `AveragePooling1D`: `F.conv1d`, a max over the steps, `F.max_pool1d`,
+  `F.avg_pool1d`.
 Losses: sparse categorical crossentropy on softmax outputs, binary crossentropy on sigmoid outputs
 and mean squared error, each the mean over every sample (and step) of the batch, as Keras's
 `sum_over_batch_size`.
@@ -145,6 +146,16 @@ def text_cnn(w, x):
     return torch.sigmoid(pooled @ w["dense/kernel"] + w["dense/bias"])
 
 
+def text_cnn_pooled(w, x):
+    """Embedding(12, 6) -> Conv1D(4, 3, padding="same", relu) -> MaxPooling1D(2) ->
+    AveragePooling1D(2) -> GlobalAveragePooling1D -> Dense(1, sigmoid). TensorFlow's "same"
+    padding of a size-3 kernel at stride 1 is one step on each side, as PyTorch's padding=1."""
+    e = F.embedding(x, w["embeddings"]).transpose(1, 2)
+    h = torch.relu(F.conv1d(e, w["conv/kernel"].permute(2, 1, 0), w["conv/bias"], padding=1))
+    h = F.avg_pool1d(F.max_pool1d(h, 2), 2)
+    return torch.sigmoid(h.mean(dim=2) @ w["dense/kernel"] + w["dense/bias"])
+
+
 def bce(p, y):
     return -(y * torch.log(p) + (1 - y) * torch.log(1 - p)).mean()
 
@@ -217,6 +228,12 @@ w = {"embeddings": rnd(VOCAB, 6, scale=1.0), "conv/kernel": rnd(3, 6, 4),
      "conv/bias": rnd(4, scale=0.1), "dense/kernel": rnd(4, 1), "dense/bias": rnd(1, scale=0.1)}
 cases.append(run("text_cnn", text_cnn, w, bce, lambda x: (x < 6).to(DT).mean(dim=1, keepdim=True).round(),
                  lengths=[7, 3, 10, 4, 8]))
+
+w = {"embeddings": rnd(VOCAB, 6, scale=1.0), "conv/kernel": rnd(3, 6, 4),
+     "conv/bias": rnd(4, scale=0.1), "dense/kernel": rnd(4, 1), "dense/bias": rnd(1, scale=0.1)}
+cases.append(run("text_cnn_pooled", text_cnn_pooled, w, bce,
+                 lambda x: (x < 6).to(DT).mean(dim=1, keepdim=True).round(),
+                 lengths=[7, 4, 10, 5, 8]))
 
 with open(os.path.join(HERE, "reference", "unknown_axes.json"), "w") as out:
     json.dump({"generator": "tests/keras/generate_unknown_axes.py", "lr": LR, "batch": BATCH,

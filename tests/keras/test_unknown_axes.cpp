@@ -62,6 +62,15 @@ TEST_CASE("a Conv1D text classifier on Input(None) trains on batches of any leng
   CHECK(model->predict(Tensor<float>(Shape{2, 5}, 1.0F), {.verbose = 0}).shape() == Shape{2, 1});
 }
 
+TEST_CASE("MaxPooling1D and AveragePooling1D pool steps of any length") {
+  auto model = unknown_axes_cases::text_cnn_pooled();
+  check_training(*model, case_named("text_cnn_pooled"), "binary_crossentropy");
+  CHECK_THROWS_WITH_AS(model->predict(Tensor<float>(Shape{2, 3}, 1.0F), {.verbose = 0}),
+                       "average_pooling1d layer 'average_pooling1d': a pool of size 2 does not "
+                       "fit inputs of shape (1, 4) with valid padding",
+                       ShapeError);
+}
+
 TEST_CASE("a model with an axis of unknown length prints None and saves null") {
   auto model = unknown_axes_cases::text_lstm();
   std::ostringstream out;

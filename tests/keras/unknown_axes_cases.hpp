@@ -1,7 +1,7 @@
 // The PyTorch reference of tests/keras/generate_unknown_axes.py: three text models on
 // Input({none}) (an Embedding and LSTM classifier, a self-attention block, a Bidirectional LSTM
-// tagger, a Conv1D classifier) trained one SGD step per batch on batches of different lengths, run
-// on any backend.
+// tagger, Conv1D classifiers with and without 1-D pooling) trained one SGD step per batch on
+// batches of different lengths, run on any backend.
 #pragma once
 
 #include <doctest/doctest.h>
@@ -75,6 +75,15 @@ inline std::shared_ptr<Model> text_cnn() {
   h = call(Conv1D(4, 3, {.strides = 2, .activation = "relu"}), h);
   auto out = call(Dense(1, {.activation = "sigmoid"}), call(GlobalMaxPooling1D(), h));
   return std::make_shared<Model>(std::vector{tokens}, std::vector{out}, "text_cnn");
+}
+
+inline std::shared_ptr<Model> text_cnn_pooled() {
+  auto tokens = Input(Shape{none}, "tokens");
+  auto h = call(Embedding(12, 6), tokens);
+  h = call(Conv1D(4, 3, {.padding = "same", .activation = "relu"}), h);
+  h = call(AveragePooling1D(), call(MaxPooling1D(), h));  // pool_size 2
+  auto out = call(Dense(1, {.activation = "sigmoid"}), call(GlobalAveragePooling1D(), h));
+  return std::make_shared<Model>(std::vector{tokens}, std::vector{out}, "text_cnn_pooled");
 }
 
 /// Sets the reference's initial weights (in the model's order), trains one SGD step per batch of

@@ -63,6 +63,16 @@ class Pooling : public LayerBase {
     return Max ? keras::detail::FusionRole::through_relu_output : keras::detail::FusionRole::none;
   }
 
+  /// `MaxPooling1D` and `AveragePooling1D`: steps of unknown length, settled per batch.
+  bool takes_unknown_axes() const noexcept override { return Rank == 1; }
+
+  Shape output_shape_for(std::span<const Shape> input_shapes) const override {
+    Shape out_last;
+    geometry_for(channels_first_ ? move_channels(input_shapes[0], false) : input_shapes[0],
+                 out_last);
+    return channels_first_ ? move_channels(out_last, true) : out_last;
+  }
+
   Shape build(std::span<const Shape> input_shapes, std::uint64_t) override {
     same_ = parse_padding(options_.padding, label());
     if (pool_.h == 0 || pool_.w == 0 || strides_.h == 0 || strides_.w == 0)
@@ -70,31 +80,11 @@ class Pooling : public LayerBase {
     expect_inputs(input_shapes, 1);
     expect_rank(input_shapes[0], Rank + 1);
     in_last_ = channels_first_ ? move_channels(input_shapes[0], false) : input_shapes[0];
-    const Shape& in = in_last_;
-    const std::size_t in_h = Rank == 1 ? 1 : in[0];
-    const std::size_t in_w = in[Rank - 1];
-    const std::size_t channels = in[Rank];
-    const auto h = axis_geometry(in_h, pool_.h, strides_.h, 1, same_);
-    const auto w = axis_geometry(in_w, pool_.w, strides_.w, 1, same_);
-    if (h.out == 0 || w.out == 0) {
-      const std::string pool =
-          Rank == 1 ? "pool of size " + std::to_string(pool_.w)
-                    : std::to_string(pool_.h) + "x" + std::to_string(pool_.w) + " pool";
-      throw ShapeError(label() + ": a " + pool + " does not fit inputs of shape " +
-                       input_shapes[0].str() + " with valid padding");
+    if (in_last_[Rank] == 0) {
+      throw ShapeError(label() + ": the channels axis must have a known length but the input is " +
+                       batch_str(input_shapes[0]));
     }
-    geometry_ = Pool2DGeometry{.in_h = in_h,
-                               .in_w = in_w,
-                               .channels = channels,
-                               .out_h = h.out,
-                               .out_w = w.out,
-                               .pool_h = pool_.h,
-                               .pool_w = pool_.w,
-                               .stride_h = strides_.h,
-                               .stride_w = strides_.w,
-                               .pad_top = h.pad_before,
-                               .pad_left = w.pad_before};
-    out_last_ = Rank == 1 ? Shape{w.out, channels} : Shape{h.out, w.out, channels};
+    geometry_ = geometry_for(in_last_, out_last_);
     to_last_ = channel_axes(Rank + 2, false);
     to_first_ = channel_axes(Rank + 2, true);
     const Shape out = channels_first_ ? move_channels(out_last_, true) : out_last_;
@@ -105,6 +95,7 @@ class Pooling : public LayerBase {
   void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
                const CallContext& ctx) override {
     check_inputs(inputs);
+    settle(inputs[0]);
     Backend& backend = ctx.backend;
     const std::size_t batch = inputs[0].rows();
     const Tensor<float> x = to_channels_last(backend, inputs[0], x_last_, in_last_);
@@ -122,6 +113,7 @@ class Pooling : public LayerBase {
                 const Tensor<float>& output_gradient,
                 std::span<const Tensor<float>> input_gradients, const CallContext& ctx) override {
     if (input_gradients.empty() || input_gradients[0].empty()) return;
+    settle(inputs[0]);
     Backend& backend = ctx.backend;
     const std::size_t batch = inputs[0].rows();
     const Tensor<float> dy = to_channels_last(backend, output_gradient, y_last_, out_last_);
@@ -192,6 +184,48 @@ class Pooling : public LayerBase {
     Pool2DGeometry g = geometry_;
     g.batch = batch;
     return g;
+  }
+
+  /// The geometry (batch 0) for samples of channels_last shape `in`, and their channels_last
+  /// output shape in `out_last`; an unknown length (0, at build) gives an unknown output length.
+  Pool2DGeometry geometry_for(const Shape& in, Shape& out_last) const {
+    const std::size_t in_h = Rank == 1 ? 1 : in[0];
+    const std::size_t in_w = in[Rank - 1];
+    const std::size_t channels = in[Rank];
+    AxisGeometry h{1, 0}, w{0, 0};
+    if (in_w != 0 && in_h != 0) {
+      h = axis_geometry(in_h, pool_.h, strides_.h, 1, same_);
+      w = axis_geometry(in_w, pool_.w, strides_.w, 1, same_);
+      if (h.out == 0 || w.out == 0) {
+        const std::string pool =
+            Rank == 1 ? "pool of size " + std::to_string(pool_.w)
+                      : std::to_string(pool_.h) + "x" + std::to_string(pool_.w) + " pool";
+        throw ShapeError(label() + ": a " + pool + " does not fit inputs of shape " +
+                         (channels_first_ ? move_channels(in, true) : in).str() +
+                         " with valid padding");
+      }
+    }
+    out_last = Rank == 1 ? Shape{w.out, channels} : Shape{h.out, w.out, channels};
+    return Pool2DGeometry{.in_h = in_h,
+                          .in_w = in_w,
+                          .channels = channels,
+                          .out_h = h.out,
+                          .out_w = w.out,
+                          .pool_h = pool_.h,
+                          .pool_w = pool_.w,
+                          .stride_h = strides_.h,
+                          .stride_w = strides_.w,
+                          .pad_top = h.pad_before,
+                          .pad_left = w.pad_before};
+  }
+
+  /// Settles the geometry for the lengths of the batch `x` when they differ from the last's.
+  void settle(const Tensor<float>& x) {
+    const Shape sample = x.shape().row_shape();
+    const Shape in = channels_first_ ? move_channels(sample, false) : sample;
+    if (in == in_last_) return;
+    geometry_ = geometry_for(in, out_last_);
+    in_last_ = in;
   }
 
   Size2 pool_;
