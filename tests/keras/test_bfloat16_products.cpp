@@ -72,7 +72,9 @@ TEST_SUITE("keras") {
       CpuBackend backend(threads);
       for (const bool transpose_a : {false, true}) {
         for (const bool transpose_b : {false, true}) {
-          for (const auto& [alpha, beta] : {std::pair{1.0F, 0.0F}, {0.5F, 1.0F}, {1.0F, -0.25F}}) {
+          // Not a structured binding: INFO captures them, which Clang 14 cannot.
+          for (const auto& scales : {std::pair{1.0F, 0.0F}, {0.5F, 1.0F}, {1.0F, -0.25F}}) {
+            const float alpha = scales.first, beta = scales.second;
             const std::size_t m = 70, n = 33, k = 129;
             const Tensor<float> a =
                 transpose_a ? products_operand(k, m, 1, true) : products_operand(m, k, 1, true);
