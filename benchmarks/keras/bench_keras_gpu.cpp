@@ -17,7 +17,9 @@
 // arrays on the device brings.
 //
 // Every step of a shape after its second replays one CUDA graph (CudaOptions::graphs);
-// --no-graphs launches each kernel instead, to measure what the graphs bring. --cudnn runs the
+// --no-graphs launches each kernel instead, to measure what the graphs bring. The counter
+// "graph_fallbacks" counts the timed steps that were to run as a graph but ran kernel by kernel,
+// and stderr says why (CudaBackend::graph_stats). --cudnn runs the
 // convolutions through cuDNN (CudaOptions::convolution = Convolution::cudnn) instead of im2col
 // and cuBLASLt, to measure which is faster; a build without cuDNN says so in one line.
 //
@@ -57,6 +59,12 @@ void synchronize() {
   cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
 }
 
+/// The benchmark's name: "<workload>/<batch>/gpu", "resnet/<batch>/gpu/<policy>".
+std::string row_name(const std::string& workload, std::size_t batch, const std::string& policy) {
+  return workload + "/" + std::to_string(batch) + "/gpu" +
+         (workload == "resnet" ? "/" + policy : "");
+}
+
 void train(benchmark::State& state, const std::string& workload, std::size_t batch,
            const std::string& policy) {
   const std::size_t rows = batch * bench::steps_of(workload);
@@ -88,6 +96,12 @@ void train(benchmark::State& state, const std::string& workload, std::size_t bat
   state.counters["cudnn_calls"] = static_cast<double>(backend->cudnn_calls());
   state.counters["graph_steps"] =
       static_cast<double>(after.captured + after.replayed - before.captured - before.replayed);
+  // Timed steps recorded for a graph that ran kernel by kernel after all, and why (stderr).
+  state.counters["graph_fallbacks"] = static_cast<double>(after.fallbacks - before.fallbacks);
+  if (after.fallbacks > before.fallbacks)
+    std::fprintf(stderr, "bench_keras_gpu: %s: %zu steps ran kernel by kernel: %s\n",
+                 row_name(workload, batch, policy).c_str(), after.fallbacks - before.fallbacks,
+                 after.last_fallback.c_str());
   state.SetLabel("samples/s");
 }
 
@@ -98,9 +112,8 @@ void train_or_exit(benchmark::State& state, const std::string& workload, std::si
   try {
     train(state, workload, batch, policy);
   } catch (const std::exception& error) {
-    const std::string suffix = workload == "resnet" ? "/" + policy : "";
-    std::fprintf(stderr, "bench_keras_gpu: %s/%zu/gpu%s: %s\n", workload.c_str(), batch,
-                 suffix.c_str(), error.what());
+    std::fprintf(stderr, "bench_keras_gpu: %s: %s\n", row_name(workload, batch, policy).c_str(),
+                 error.what());
     std::exit(1);
   }
 }
@@ -136,7 +149,7 @@ bool listing_only(int argc, char** argv) {
 int main(int argc, char** argv) {
   for (const char* workload : {"mlp", "cnn", "mobilenet", "unet"}) {
     for (const std::size_t batch : {32, 256}) {
-      const std::string name = std::string(workload) + "/" + std::to_string(batch) + "/gpu";
+      const std::string name = row_name(workload, batch, "float32");
       benchmark::RegisterBenchmark(
           name.c_str(),
           [workload, batch](benchmark::State& state) { train_or_exit(state, workload, batch); })
@@ -146,7 +159,7 @@ int main(int argc, char** argv) {
   }
   for (const std::size_t batch : {128, 512}) {
     for (const char* policy : {"float32", "mixed_float16", "mixed_bfloat16"}) {
-      const std::string name = "resnet/" + std::to_string(batch) + "/gpu/" + policy;
+      const std::string name = row_name("resnet", batch, policy);
       benchmark::RegisterBenchmark(name.c_str(),
                                    [batch, policy](benchmark::State& state) {
                                      train_or_exit(state, "resnet", batch, policy);
