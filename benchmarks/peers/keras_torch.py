@@ -16,9 +16,10 @@ The ResNet's rows carry the Keras dtype policy as a fourth part of their names
 ("resnet/<batch>/<threads>/<policy>"): "float32" trains in float32; "mixed_bfloat16" and
 "mixed_float16" run the forward pass and the loss under torch.autocast of the policy's compute
 dtype (the parameters, the gradients and Adam stay float32, as Keras's mixed policies keep the
-variables), "mixed_float16" with a torch.cuda.amp.GradScaler (Keras's LossScaleOptimizer); on the
-GPU the mixed rows also keep the model and the images in channels_last, PyTorch's fastest layout
-for half-precision convolutions.
+variables), "mixed_float16" with a torch.cuda.amp.GradScaler (Keras's LossScaleOptimizer; in the
+graph mode with Adam(fused=True), which takes the scaler's scale and overflow flag on the device,
+so that the step is captured whole); on the GPU the mixed rows also keep the model and the images
+in channels_last, PyTorch's fastest layout for half-precision convolutions.
 
 --device cpu (the default): the "<workload>/<batch>/<threads>" grid with
 torch.set_num_threads(threads), eager only.
