@@ -38,6 +38,10 @@ BUILD = os.path.join(os.path.dirname(HERE), "build-bench")
 TORCH_PYTHON = "/usr/bin/python3"
 HAS_MPIRUN = shutil.which("mpirun") is not None
 GPU_NAMES = ["mlp/32/gpu", "mlp/256/gpu", "cnn/32/gpu", "cnn/256/gpu"]
+# Every row of bench_keras_gpu and keras_torch.py --device cuda, in their order.
+ALL_GPU_NAMES = GPU_NAMES + [f"{w}/{b}/gpu" for w in ("mobilenet", "unet") for b in (32, 256)] + \
+    [f"resnet/{b}/gpu/{p}" for b in (128, 512)
+     for p in ("float32", "mixed_float16", "mixed_bfloat16")]
 
 
 def has_torch():
@@ -176,15 +180,15 @@ def write_script(path, text):
     os.chmod(path, 0o755)
 
 
-def fake_gpu_bench(folder, rates=None, failure=None):
-    """A build directory whose benchmarks/bench_keras_gpu lists the GPU rows and, when run,
-    reports `rates` ({name: samples/s}) as Google Benchmark's JSON, or prints `failure` and
+def fake_gpu_bench(folder, rates=None, failure=None, names=GPU_NAMES):
+    """A build directory whose benchmarks/bench_keras_gpu lists the GPU rows (`names`) and, when
+    run, reports `rates` ({name: samples/s}) as Google Benchmark's JSON, or prints `failure` and
     exits with 1 as bench_keras_gpu does without a GPU."""
     os.makedirs(os.path.join(folder, "benchmarks"))
     write_script(os.path.join(folder, "benchmarks", "bench_keras_gpu"), f"""\
         #!/usr/bin/python3
         import json, re, sys
-        names = {GPU_NAMES!r}
+        names = {names!r}
         if "--benchmark_list_tests=true" in sys.argv:
             print("\\n".join(n + "/real_time" for n in names))
             sys.exit(0)
@@ -201,9 +205,10 @@ def fake_gpu_bench(folder, rates=None, failure=None):
     return folder
 
 
-def fake_peer_python(folder, eager, graph):
+def fake_peer_python(folder, eager, graph, names=GPU_NAMES):
     """A stand-in for the peers' Python: `-c` probes succeed, keras_torch.py --device cuda
-    --list lists the GPU rows and a measurement prints {name: samples/s} of each mode."""
+    --list lists the GPU rows (`names`) and a measurement prints {name: samples/s} of each mode
+    (the ResNet's records with their "policy")."""
     path = os.path.join(folder, "python3")
     write_script(path, f"""\
         #!/usr/bin/python3
@@ -214,7 +219,7 @@ def fake_peer_python(folder, eager, graph):
         if args[args.index("--device") + 1] != "cuda":
             print("peers/keras_torch.py: expected --device cuda", file=sys.stderr)
             sys.exit(1)
-        names = {GPU_NAMES!r}
+        names = {names!r}
         if "--list" in args:
             print("\\n".join(names))
             sys.exit(0)
@@ -223,12 +228,14 @@ def fake_peer_python(folder, eager, graph):
         records = []
         for n in names:
             if re.search(pattern, n):
-                workload, batch, _ = n.split("/")
+                workload, batch, _, *policy = n.split("/")
                 for mode in ("eager", "graph"):
                     records.append({{"workload": workload, "batch": int(batch), "threads": "gpu",
                                     "mode": mode, "value": values[mode][n], "unit": "samples/s",
                                     "peak_rss_mb": 900.0, "device": "Stand-in GPU",
                                     "torch": "2.11.0+cu130"}})
+                    if policy:
+                        records[-1]["policy"] = policy[0]
         print(json.dumps(records))
         """)
     return path
@@ -274,11 +281,49 @@ class Gpu(OneLine):
         self.assertEqual(mlp["ours"]["samples"], [500e3, 500e3])
         self.assertAlmostEqual(mlp["ratio_eager"]["median"], 500 / 30)
         self.assertAlmostEqual(mlp["ratio_graph"]["median"], 500 / 191)
-        self.assertEqual(mlp["target"], {"eager": 10.0, "graph": 2.0, "met": True})
+        self.assertEqual(mlp["target"],
+                         {"eager": 10.0, "graph": 2.0, "float32": None, "met": True})
         self.assertEqual(by_name["cnn/256/gpu"]["target"],
-                         {"eager": None, "graph": 1.5, "met": False})
+                         {"eager": None, "graph": 1.5, "float32": None, "met": False})
+        self.assertEqual(mlp["policy"], "float32")
+        self.assertIsNone(mlp["vs_float32"])
         self.assertEqual(mlp["device_mb"], 40.0)
         self.assertEqual(mlp["gpu"], "Stand-in GPU")
+
+    def test_the_resnet_rows_give_their_policy_and_the_ratio_to_our_float32(self):
+        names = [f"resnet/512/gpu/{p}" for p in ("float32", "mixed_float16", "mixed_bfloat16")]
+        ours = dict(zip(names, (10e3, 25e3, 18e3)))
+        eager = dict(zip(names, (5e3, 8e3, 7e3)))
+        graph = dict(zip(names, (9e3, 15e3, 14e3)))
+        with tempfile.TemporaryDirectory() as folder:
+            build = fake_gpu_bench(os.path.join(folder, "build"), rates=ours, names=names)
+            python = fake_peer_python(folder, eager, graph, names=names)
+            out = os.path.join(folder, "gpu.json")
+            done = run(RUN, "keras", "--gpu", "--no-build", "--build-dir", build,
+                       "--peer-python", python, "--repeats", "1", "--json", out)
+            self.assertEqual(done.returncode, 0, done.stderr)
+            with open(out) as records:
+                results = json.load(records)
+        rows = {tuple(line.split()[:3]): line for line in done.stdout.splitlines()
+                if line.startswith("resnet")}
+        self.assertEqual(list(rows), [("resnet", "512", "float32"),
+                                      ("resnet", "512", "mixed_bfloat16"),
+                                      ("resnet", "512", "mixed_float16")])
+        self.assertTrue(rows[("resnet", "512", "float32")].endswith(" -"))
+        # mixed_float16: 1.67x graph, 2.5x our float32; mixed_bfloat16: 1.8x our float32 (< 2x).
+        self.assertIn(">= 1.5x graph, >= 2x float32", rows[("resnet", "512", "mixed_float16")])
+        self.assertIn("2.5 [2.5..2.5]", rows[("resnet", "512", "mixed_float16")])
+        self.assertTrue(rows[("resnet", "512", "mixed_float16")].endswith(" met"))
+        self.assertTrue(rows[("resnet", "512", "mixed_bfloat16")].endswith("not met"))
+        by_policy = {r["policy"]: r for r in results}
+        half = by_policy["mixed_float16"]
+        self.assertEqual((half["workload"], half["batch"]), ("resnet", 512))
+        self.assertAlmostEqual(half["vs_float32"]["median"], 2.5)
+        self.assertAlmostEqual(half["ratio_graph"]["median"], 25 / 15)
+        self.assertEqual(half["target"],
+                         {"eager": None, "graph": 1.5, "float32": 2.0, "met": True})
+        self.assertIsNone(by_policy["float32"]["vs_float32"])
+        self.assertEqual(by_policy["float32"]["target"]["met"], None)
 
     def test_only_selects_gpu_rows_and_no_peers_leaves_the_targets_open(self):
         with tempfile.TemporaryDirectory() as folder:
@@ -319,7 +364,8 @@ class Gpu(OneLine):
         listed = run(os.path.join(GPU_BENCH_DIR, "benchmarks", "bench_keras_gpu"),
                      "--benchmark_list_tests=true")
         self.assertEqual(listed.returncode, 0, listed.stderr)
-        self.assertEqual([n.split("/real_time")[0] for n in listed.stdout.split()], GPU_NAMES)
+        self.assertEqual([n.split("/real_time")[0] for n in listed.stdout.split()],
+                         ALL_GPU_NAMES)
         done = run(RUN, "keras", "--gpu", "--no-build", "--build-dir", GPU_BENCH_DIR,
                    "--no-peers", "--only", "^mlp/32/", timeout=300)
         if done.returncode == 0:
@@ -400,7 +446,7 @@ class Gpu(OneLine):
         listed = run(TORCH_PYTHON, os.path.join(PEERS, "keras_torch.py"), "--list", "--device",
                      "cuda")
         self.assertEqual(listed.returncode, 0, listed.stderr)
-        self.assertEqual(listed.stdout.split(), GPU_NAMES)
+        self.assertEqual(listed.stdout.split(), ALL_GPU_NAMES)
 
     @unittest.skipUnless(has_torch() and not has_torch_cuda(),
                          f"{TORCH_PYTHON} has no torch, or one that sees a GPU")
@@ -446,7 +492,8 @@ class GpuCheck(OneLine):
         listed = run(os.path.join(GPU_BENCH_DIR, "bundle", "benchmarks", "bench_keras_gpu"),
                      "--benchmark_list_tests=true")
         self.assertEqual(listed.returncode, 0, listed.stderr)
-        self.assertEqual([n.split("/real_time")[0] for n in listed.stdout.split()], GPU_NAMES)
+        self.assertEqual([n.split("/real_time")[0] for n in listed.stdout.split()],
+                         ALL_GPU_NAMES)
 
 
 class KernelTimes(OneLine):

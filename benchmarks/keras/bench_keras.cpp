@@ -6,11 +6,14 @@
 // LayerNormalization, the Dense feed-forward, GlobalAveragePooling1D, Dense 10) on the same
 // sequences at batch 32 and 256, a small MobileNet (depthwise-separable blocks with batch
 // normalization and ReLU(6)) and a small U-Net (Conv2DTranspose and Concatenate skip connections,
-// one logit per pixel) on 32x32x3 images at batch 32 and 256, Adam(1e-3), sparse categorical
-// cross-entropy from logits (binary for the U-Net), on synthetic data (workloads.hpp, shared with
-// bench_keras_gpu, which describes the models), with 1 and 2 threads. Each iteration
-// trains a fixed number of steps with fit; names are "<workload>/<batch>/<threads>", the counter
-// "rate" is samples per second (beside benchmarks/peers/keras_torch.py, same models and steps),
+// one logit per pixel) on 32x32x3 images at batch 32 and 256, and a ResNet-shaped CNN (residual
+// blocks of Conv2D, BatchNormalization and ReLU with Add skip connections) on 32x32x3 images at
+// batch 128 and 512 in the "float32" and "mixed_bfloat16" dtype policies, Adam(1e-3), sparse
+// categorical cross-entropy from logits (binary for the U-Net), on synthetic data (workloads.hpp,
+// shared with bench_keras_gpu, which describes the models), with 1 and 2 threads. Each iteration
+// trains a fixed number of steps with fit; names are "<workload>/<batch>/<threads>" (the ResNet's
+// "resnet/<batch>/<threads>/<policy>"), the counter "rate" is samples per second (beside
+// benchmarks/peers/keras_torch.py, same models and steps, the mixed rows under torch.autocast),
 // "peak_rss_mb" the process's peak resident memory.
 //
 // The roofline: "flops_per_sample" counts the floating-point operations of one sample's training
@@ -132,8 +135,9 @@ double sgemm_gflops() {
     constexpr std::size_t n = 512;
     CpuBackend backend(1);
     Tensor<float> a({n, n}), b({n, n}), c({n, n});
-    std::fill(a.begin(), a.end(), 0.5F);
-    std::fill(b.begin(), b.end(), 0.25F);
+    // Not bfloat16 values, so that the product is float32's SGEMM (CpuBackend::bfloat16_products).
+    std::fill(a.begin(), a.end(), 0.3F);
+    std::fill(b.begin(), b.end(), 0.7F);
     double best = 0.0;
     for (int run = 0; run < 11; ++run) {
       const auto start = std::chrono::steady_clock::now();
@@ -146,13 +150,12 @@ double sgemm_gflops() {
   return peak;
 }
 
-void train(benchmark::State& state, const std::string& workload) {
-  const auto batch = static_cast<std::size_t>(state.range(0));
-  const auto threads = static_cast<std::size_t>(state.range(1));
+void train(benchmark::State& state, const std::string& workload, std::size_t batch,
+           std::size_t threads, const std::string& policy) {
   const std::size_t rows = batch * bench::steps_of(workload);
   const auto [x, y] = bench::synthetic_data(workload, rows);
   const Tensor<float> masks = workload == "unet" ? bench::synthetic_masks(x) : Tensor<float>();
-  auto model = make_model(workload, threads);
+  auto model = make_model(workload, threads, nullptr, policy);
   const FitOptions options{.epochs = 1, .batch_size = batch, .verbose = 0, .shuffle = false};
   // Warm-up: buffers allocated, optimizer slots created.
   bench::fit_pass(*model, workload, x, y, masks, options);
@@ -176,13 +179,31 @@ int main(int argc, char** argv) {
   // "<workload>/<batch>/<threads>": every workload at batch 32 and 256 (the text CNN at 32) with
   // 1 and 2 threads.
   for (const char* workload : {"mlp", "cnn", "text", "transformer", "mobilenet", "unet"}) {
-    auto* b = benchmark::RegisterBenchmark(
-        workload, [workload](benchmark::State& state) { train(state, workload); });
+    auto* b = benchmark::RegisterBenchmark(workload, [workload](benchmark::State& state) {
+      train(state, workload, static_cast<std::size_t>(state.range(0)),
+            static_cast<std::size_t>(state.range(1)), "float32");
+    });
     for (const std::int64_t batch : {32, 256}) {
       if (batch == 256 && std::string(workload) == "text") continue;
       b->Args({batch, 1})->Args({batch, 2});
     }
     b->Unit(benchmark::kMillisecond)->UseRealTime();
+  }
+  // "resnet/<batch>/<threads>/<policy>": the ResNet at batch 128 and 512 with 1 and 2 threads, in
+  // float32 and mixed_bfloat16.
+  for (const std::size_t batch : {128, 512}) {
+    for (const std::size_t threads : {1, 2}) {
+      for (const char* policy : {"float32", "mixed_bfloat16"}) {
+        const std::string name =
+            "resnet/" + std::to_string(batch) + "/" + std::to_string(threads) + "/" + policy;
+        benchmark::RegisterBenchmark(name.c_str(),
+                                     [batch, threads, policy](benchmark::State& state) {
+                                       train(state, "resnet", batch, threads, policy);
+                                     })
+            ->Unit(benchmark::kMillisecond)
+            ->UseRealTime();
+      }
+    }
   }
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;

@@ -23,11 +23,21 @@
 //   example, Embedding 1000x32 -> MultiHeadAttention(2 heads, key_dim 16)(x, x) -> Add ->
 //   LayerNormalization(1e-6) -> Dense 64 relu -> Dense 32 -> Add -> LayerNormalization ->
 //   GlobalAveragePooling1D -> Dense 10 on the text workload's sequences of 100 token ids;
+// - "resnet": the shape of ResNet-20 (He et al.'s CIFAR-10 ResNet, v1) on 32x32x3 images with
+//   `resnet_blocks` residual blocks per stage (1, a ResNet-8; ResNet-20 has 3): a stem Conv2D 16
+//   3x3 "same" -> BatchNormalization -> ReLU, then three stages of 16, 32 and 64 filters (32x32,
+//   16x16, 8x8), each block Conv2D 3x3 (stride 2 in the first block of the second and third stages)
+//   -> BatchNormalization -> ReLU -> Conv2D 3x3 -> BatchNormalization, Add with the block's input
+//   (through a Conv2D 1x1 stride 2 -> BatchNormalization projection where the shape changes), ReLU;
+//   then GlobalAveragePooling2D -> Dense 10; the convolutions have no bias, every
+//   BatchNormalization Keras's defaults; trained in the policy `make_model` is given ("float32" or
+//   "mixed_bfloat16" on the CPU, also "mixed_float16" on the GPU);
 // each with Adam(1e-3) and (but "unet") sparse categorical cross-entropy from logits, trained on
 // `steps_of(workload)` batches per pass of fit (50; 10 for "mobilenet" and "unet", whose steps are
-// longer). benchmarks/peers/keras_torch.py builds the same
+// longer; 2 for "resnet", at batch 128 and 512). benchmarks/peers/keras_torch.py builds the same
 // architectures (layers, sizes, strides, bias or not, activations, BatchNormalization's
-// momentum and epsilon), optimizer and loss in PyTorch.
+// momentum and epsilon), optimizer and loss in PyTorch (and the mixed policies as
+// `torch.autocast` of the policy's compute dtype).
 #pragma once
 
 #include <cstddef>
@@ -45,12 +55,17 @@ namespace loadstar::bench {
 inline constexpr std::size_t steps = 50;
 /// Batches per pass of fit of the mobilenet and unet workloads.
 inline constexpr std::size_t image_steps = 10;
+/// Batches per pass of fit of the resnet workload.
+inline constexpr std::size_t resnet_steps = 2;
+/// Residual blocks per stage of the resnet workload: 1 (a ResNet-8), where ResNet-20 has 3, so
+/// that the CPU rows at batch 512 take seconds, not minutes, per pass.
+inline constexpr std::size_t resnet_blocks = 1;
 /// Token ids per sequence of the text workload.
 inline constexpr std::size_t text_steps = 100;
 
-/// Whether the workload trains on 32x32x3 images (mobilenet, unet).
+/// Whether the workload trains on 32x32x3 images (mobilenet, unet, resnet).
 inline bool color_images(const std::string& workload) {
-  return workload == "mobilenet" || workload == "unet";
+  return workload == "mobilenet" || workload == "unet" || workload == "resnet";
 }
 
 /// Conv2D (`filters`, `size`x`size`, `stride`, "same", no bias) -> BatchNormalization -> ReLU(6),
@@ -66,6 +81,7 @@ inline keras::KerasTensor conv_bn_relu6(keras::KerasTensor x, std::size_t filter
 
 /// Batches per pass of fit of the workload.
 inline std::size_t steps_of(const std::string& workload) {
+  if (workload == "resnet") return resnet_steps;
   return color_images(workload) ? image_steps : steps;
 }
 
@@ -84,6 +100,37 @@ inline std::unique_ptr<keras::Model> mobilenet_model() {
   }
   x = call(GlobalAveragePooling2D(), x);
   return std::make_unique<Model>(std::vector{input}, std::vector{call(Dense(10), x)}, "mobilenet");
+}
+
+/// Conv2D (`filters`, `size`x`size`, `stride`, "same", no bias) -> BatchNormalization, the resnet
+/// workload's convolutions.
+inline keras::KerasTensor conv_bn(keras::KerasTensor x, std::size_t filters, std::size_t size,
+                                  std::size_t stride) {
+  using namespace loadstar::keras;
+  using namespace loadstar::keras::layers;
+  x = call(Conv2D(filters, size, {.strides = stride, .padding = "same", .use_bias = false}), x);
+  return call(BatchNormalization(), x);
+}
+
+/// The resnet workload's model (see the file's comment), in the global policy.
+inline std::unique_ptr<keras::Model> resnet_model() {
+  using namespace loadstar::keras;
+  using namespace loadstar::keras::layers;
+  auto input = Input({32, 32, 3});
+  auto x = call(ReLU(), conv_bn(input, 16, 3, 1));
+  std::size_t channels = 16;
+  for (const std::size_t filters : {16, 32, 64}) {
+    for (std::size_t block = 0; block < resnet_blocks; ++block) {
+      const std::size_t stride = block == 0 && filters != channels ? 2 : 1;
+      auto y = call(ReLU(), conv_bn(x, filters, 3, stride));
+      y = conv_bn(y, filters, 3, 1);
+      const auto shortcut = stride == 1 ? x : conv_bn(x, filters, 1, stride);
+      x = call(ReLU(), call(Add(), {shortcut, y}));
+      channels = filters;
+    }
+  }
+  x = call(GlobalAveragePooling2D(), x);
+  return std::make_unique<Model>(std::vector{input}, std::vector{call(Dense(10), x)}, "resnet");
 }
 
 /// The unet workload's model (see the file's comment).
@@ -106,13 +153,17 @@ inline std::unique_ptr<keras::Model> unet_model() {
   return std::make_unique<Model>(std::vector{input}, std::vector{call(Conv2D(1, 1), x)}, "unet");
 }
 
-/// The workload's model, compiled with Adam(1e-3) and cross-entropy from logits on `backend`
-/// (the CPU backend with `threads` threads when null).
+/// The workload's model with its layers in the dtype policy `policy` ("float32",
+/// "mixed_bfloat16", "mixed_float16"), compiled with Adam(1e-3) and cross-entropy from logits
+/// on `backend` (the CPU backend with `threads` threads when null); under "mixed_float16"
+/// compile wraps Adam in a LossScaleOptimizer, as Keras does.
 inline std::unique_ptr<keras::Model> make_model(const std::string& workload, std::size_t threads,
-                                                std::shared_ptr<keras::Backend> backend = nullptr) {
+                                                std::shared_ptr<keras::Backend> backend = nullptr,
+                                                const std::string& policy = "float32") {
   using namespace loadstar::keras;
   using namespace loadstar::keras::layers;
   set_random_seed(1);
+  const mixed_precision::PolicyScope scope(policy);
   const auto compile = [&](auto model) {
     model->compile({.optimizer = optimizers::Adam({.learning_rate = 1e-3}),
                     .loss = losses::SparseCategoricalCrossentropy(true),
@@ -121,7 +172,9 @@ inline std::unique_ptr<keras::Model> make_model(const std::string& workload, std
     return model;
   };
   if (color_images(workload)) {
-    auto model = workload == "unet" ? unet_model() : mobilenet_model();
+    auto model = workload == "unet"     ? unet_model()
+                 : workload == "resnet" ? resnet_model()
+                                        : mobilenet_model();
     const LossArg loss =
         workload == "unet" ? LossArg(std::make_shared<losses::BinaryCrossentropy>(true))
                            : LossArg(std::make_shared<losses::SparseCategoricalCrossentropy>(true));

@@ -2,20 +2,30 @@
 """PyTorch on the workloads of bench_keras and bench_keras_gpu, for `benchmarks/run keras [--gpu]`.
 
 The same models (the Fashion-MNIST MLP, the small CNN, the 1-D text CNN, the Transformer encoder
-block, the small MobileNet and the small U-Net of benchmarks/keras/workloads.hpp, layer for layer:
-sizes, strides, bias or not, activations, BatchNorm2d with Keras's epsilon 1e-3 and momentum 0.99
-(PyTorch's 0.01); channels first as PyTorch wants), Adam(1e-3, eps 1e-7 as Keras) and
-cross-entropy from logits (binary for the U-Net, against the mask of pixels whose first channel
-exceeds 0.5), trained for the same 50 steps per pass (10 for the MobileNet and the U-Net) on
-synthetic 28x28 images (32x32x3 for the MobileNet and the U-Net, 100 token ids for the text CNN
-and the Transformer). Keras's "same" padding with stride 2 pads one row and column after the
-image; PyTorch's padding=1 pads one on each side: the same output sizes and work.
+block, the small MobileNet, the small U-Net and the ResNet of benchmarks/keras/workloads.hpp, layer
+for layer: sizes, strides, bias or not, activations, BatchNorm2d with Keras's epsilon 1e-3 and
+momentum 0.99 (PyTorch's 0.01); channels first as PyTorch wants), Adam(1e-3, eps 1e-7 as Keras)
+and cross-entropy from logits (binary for the U-Net, against the mask of pixels whose first
+channel exceeds 0.5), trained for the same 50 steps per pass (10 for the MobileNet and the U-Net,
+2 for the ResNet) on synthetic 28x28 images (32x32x3 for the MobileNet, the U-Net and the ResNet,
+100 token ids for the text CNN and the Transformer). Keras's "same" padding with stride 2 pads one
+row and column after the image; PyTorch's padding=1 pads one on each side: the same output sizes
+and work.
+
+The ResNet's rows carry the Keras dtype policy as a fourth part of their names
+("resnet/<batch>/<threads>/<policy>"): "float32" trains in float32; "mixed_bfloat16" and
+"mixed_float16" run the forward pass and the loss under torch.autocast of the policy's compute
+dtype (the parameters, the gradients and Adam stay float32, as Keras's mixed policies keep the
+variables), "mixed_float16" with a torch.cuda.amp.GradScaler (Keras's LossScaleOptimizer; in the
+graph mode with Adam(fused=True), which takes the scaler's scale and overflow flag on the device,
+so that the step is captured whole); on the GPU the mixed rows also keep the model and the images
+in channels_last, PyTorch's fastest layout for half-precision convolutions.
 
 --device cpu (the default): the "<workload>/<batch>/<threads>" grid with
 torch.set_num_threads(threads), eager only.
 
 --device cuda: the "<workload>/<batch>/gpu" grid (MLP, CNN, MobileNet and U-Net at batch 32 and
-256) on the first GPU, with the 50 batches and their labels already in device memory and full fp32 (TF32 off for
+256, the ResNet at 128 and 512 in each policy) on the first GPU, with the 50 batches and their labels already in device memory and full fp32 (TF32 off for
 matmuls and cuDNN convolutions, as the CUDA backend computes), each in two modes (--mode, default
 both): "eager", the plain step with the default Adam (foreach), and "graph", the whole step
 (forward, backward and Adam(capturable=True)) captured once in a CUDA graph
@@ -24,9 +34,9 @@ per batch a copy into the static tensors and one replay). The device is synchron
 clock starts and before it is read at the end. Graph mode needs --device cuda; --device cuda needs
 a PyTorch built with CUDA that sees a GPU; either is one line on stderr otherwise.
 
-Each (workload, batch, threads or device, mode) runs in its own process, so that its peak resident
-memory is its own. Prints a JSON list of {"workload", "batch", "threads", "value", "unit",
-"peak_rss_mb"} on stdout; --device cuda records carry "threads": "gpu" and add "mode", "device"
+Each (workload, batch, threads or device, policy, mode) runs in its own process, so that its peak
+resident memory is its own. Prints a JSON list of {"workload", "batch", "threads", "value",
+"unit", "peak_rss_mb"} on stdout (the ResNet's records add "policy"); --device cuda records carry "threads": "gpu" and add "mode", "device"
 (the GPU's name) and "torch" (PyTorch's version). Run with /usr/bin/python3 on the CPU, with the
 GPU machine's python3 there. Takes --list, --only REGEX and --timeout S (see common.py); a
 measuring process that dies, fails or outlives the timeout is reported in one line with the
@@ -35,6 +45,8 @@ workload and its exit code or error.
 One script for both devices, so that the models, the data, the step and the bounded child
 processes that `benchmarks/run` and dist_torch.py rely on exist once.
 """
+import contextlib
+import functools
 import json
 import multiprocessing
 import queue as queues
@@ -47,14 +59,23 @@ import common
 STEPS = 50
 # The MobileNet's and the U-Net's steps per pass (as workloads.hpp's image_steps).
 IMAGE_STEPS = 10
+# The ResNet's steps per pass and residual blocks per stage (workloads.hpp's resnet_steps and
+# resnet_blocks).
+RESNET_STEPS = 2
+RESNET_BLOCKS = 1
 MEASURE_SECONDS = 2.0
 GRID = [("mlp", 32, 1), ("mlp", 32, 2), ("mlp", 256, 1), ("mlp", 256, 2), ("cnn", 32, 1),
         ("cnn", 32, 2), ("cnn", 256, 1), ("cnn", 256, 2), ("text", 32, 1), ("text", 32, 2),
         ("transformer", 32, 1), ("transformer", 32, 2), ("transformer", 256, 1),
         ("transformer", 256, 2)] + \
-    [(w, b, t) for w in ("mobilenet", "unet") for b in (32, 256) for t in (1, 2)]
-# --device cuda: (workload, batch), named "<workload>/<batch>/gpu".
-GPU_GRID = [(w, b) for w in ("mlp", "cnn", "mobilenet", "unet") for b in (32, 256)]
+    [(w, b, t) for w in ("mobilenet", "unet") for b in (32, 256) for t in (1, 2)] + \
+    [("resnet", b, t, p) for b in (128, 512) for t in (1, 2) for p in ("float32", "mixed_bfloat16")]
+# --device cuda: (workload, batch) or (workload, batch, policy), named "<workload>/<batch>/gpu" or
+# "resnet/<batch>/gpu/<policy>".
+GPU_GRID = [(w, b) for w in ("mlp", "cnn", "mobilenet", "unet") for b in (32, 256)] + \
+    [("resnet", b, p) for b in (128, 512) for p in ("float32", "mixed_float16", "mixed_bfloat16")]
+# The compute dtype of each mixed policy (torch.autocast's dtype).
+AUTOCAST = {"mixed_bfloat16": "bfloat16", "mixed_float16": "float16"}
 MODES = ("eager", "graph")
 TEXT_STEPS = 100
 # The warm-up steps before a capture, on a side stream (as PyTorch's CUDA graph docs do).
@@ -110,6 +131,39 @@ def unet():
     return UNet()
 
 
+def resnet():
+    """workloads.hpp's "resnet": a stem 3x3 convolution, three stages of RESNET_BLOCKS residual
+    blocks (16, 32, 64 filters; stride 2 and a 1x1 stride-2 projection with BatchNorm2d in the
+    first block of the second and third stages), global average pooling and a dense layer; no bias
+    before each BatchNorm2d."""
+    import torch.nn as nn
+
+    def conv_bn(cin, cout, size, stride):
+        return [nn.Conv2d(cin, cout, size, stride, padding=size // 2, bias=False),
+                nn.BatchNorm2d(cout, eps=1e-3, momentum=0.01)]
+
+    class Block(nn.Module):
+        def __init__(self, cin, cout, stride):
+            super().__init__()
+            self.body = nn.Sequential(*conv_bn(cin, cout, 3, stride), nn.ReLU(),
+                                      *conv_bn(cout, cout, 3, 1))
+            self.shortcut = nn.Sequential(*conv_bn(cin, cout, 1, stride)) if stride != 1 \
+                else nn.Identity()
+            self.relu = nn.ReLU()
+
+        def forward(self, x):
+            return self.relu(self.shortcut(x) + self.body(x))
+
+    layers = conv_bn(3, 16, 3, 1) + [nn.ReLU()]
+    channels = 16
+    for filters in (16, 32, 64):
+        for block in range(RESNET_BLOCKS):
+            stride = 2 if block == 0 and filters != channels else 1
+            layers.append(Block(channels, filters, stride))
+            channels = filters
+    return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(channels, 10))
+
+
 def model_of(workload):
     import torch.nn as nn
 
@@ -117,6 +171,8 @@ def model_of(workload):
         return mobilenet()
     if workload == "unet":
         return unet()
+    if workload == "resnet":
+        return resnet()
 
     class Transpose(nn.Module):
         def forward(self, x):
@@ -156,6 +212,8 @@ def model_of(workload):
 
 
 def steps_of(workload):
+    if workload == "resnet":
+        return RESNET_STEPS
     return IMAGE_STEPS if workload in ("mobilenet", "unet") else STEPS
 
 
@@ -165,7 +223,7 @@ def data_of(workload, batch, device):
     steps = steps_of(workload)
     if workload in ("text", "transformer"):
         xs = [torch.randint(0, 1000, (batch, TEXT_STEPS), device=device) for _ in range(steps)]
-    elif workload in ("mobilenet", "unet"):
+    elif workload in ("mobilenet", "unet", "resnet"):
         xs = [torch.rand((batch, 3, 32, 32), device=device) for _ in range(steps)]
     else:
         shape = (batch, 28, 28) if workload == "mlp" else (batch, 1, 28, 28)
@@ -176,18 +234,36 @@ def data_of(workload, batch, device):
     return xs, ys
 
 
-def eager_pass(model, optimizer, loss_fn, xs, ys):
+class Step:
+    """One training step: the forward pass and the loss under `autocast()` (a no-op context for
+    float32), the backward pass and Adam, through `scaler` (a GradScaler) when there is one."""
+
+    def __init__(self, model, optimizer, loss_fn, autocast=contextlib.nullcontext, scaler=None):
+        self.model, self.optimizer, self.loss_fn = model, optimizer, loss_fn
+        self.autocast, self.scaler = autocast, scaler
+
+    def __call__(self, x, y, set_to_none=False):
+        self.optimizer.zero_grad(set_to_none=set_to_none)
+        with self.autocast():
+            loss = self.loss_fn(self.model(x), y)
+        if self.scaler is None:
+            loss.backward()
+            self.optimizer.step()
+        else:
+            self.scaler.scale(loss).backward()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+
+
+def eager_pass(step, xs, ys):
     """One pass of the plain training step over the batches."""
     def one_pass():
         for x, y in zip(xs, ys):
-            optimizer.zero_grad()
-            loss = loss_fn(model(x), y)
-            loss.backward()
-            optimizer.step()
+            step(x, y)
     return one_pass
 
 
-def graph_pass(model, optimizer, loss_fn, xs, ys):
+def graph_pass(step, xs, ys):
     """One pass of replays of the whole step (forward, backward, Adam) captured in a CUDA graph,
     each after copying its batch into the static input and target tensors."""
     import torch
@@ -196,16 +272,11 @@ def graph_pass(model, optimizer, loss_fn, xs, ys):
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         for _ in range(GRAPH_WARMUP):
-            optimizer.zero_grad(set_to_none=True)
-            loss_fn(model(static_x), static_y).backward()
-            optimizer.step()
+            step(static_x, static_y, set_to_none=True)
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
-    optimizer.zero_grad(set_to_none=True)
     with torch.cuda.graph(graph):
-        static_loss = loss_fn(model(static_x), static_y)
-        static_loss.backward()
-        optimizer.step()
+        step(static_x, static_y, set_to_none=True)
 
     def one_pass():
         for x, y in zip(xs, ys):
@@ -226,16 +297,37 @@ def full_fp32(torch):
         torch.backends.cudnn.allow_tf32 = False
 
 
-def measure(workload, batch, threads, queue, device="cpu", mode="eager"):
+def measure(workload, batch, threads, queue, device="cpu", mode="eager", policy=None):
     """Sends the record of one measurement (or {"error": ...}) through queue."""
     try:
-        queue.put(measure_record(workload, batch, threads, device, mode))
+        queue.put(measure_record(workload, batch, threads, device, mode, policy))
     except Exception as error:  # one line for the parent, never a traceback
         lines = str(error).strip().splitlines()
         queue.put({"error": f"{type(error).__name__}: {lines[0] if lines else ''}"})
 
 
-def measure_record(workload, batch, threads, device, mode):
+def step_of(model, workload, device, mode, policy):
+    """The training step of the model in the policy (see the file's comment)."""
+    import torch
+    half = AUTOCAST.get(policy)
+    scaler = torch.cuda.amp.GradScaler() if policy == "mixed_float16" else None
+    options = {"capturable": True} if mode == "graph" else {}
+    if mode == "graph" and scaler is not None:
+        # The fused Adam takes the scaler's scale and overflow flag on the device, so that
+        # scaler.step does not wait for the host and the step can be captured.
+        options = {"fused": True}
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, eps=1e-7, **options)
+    loss_fn = torch.nn.BCEWithLogitsLoss() if workload == "unet" else torch.nn.CrossEntropyLoss()
+    autocast = contextlib.nullcontext
+    if half:
+        # A captured step records its casts: no cache of cast weights (PyTorch's advice for
+        # autocast in CUDA graphs).
+        autocast = functools.partial(torch.autocast, device, dtype=getattr(torch, half),
+                                     cache_enabled=mode != "graph")
+    return Step(model, optimizer, loss_fn, autocast, scaler)
+
+
+def measure_record(workload, batch, threads, device, mode, policy=None):
     import torch
     cuda = device == "cuda"
     if cuda:
@@ -244,11 +336,12 @@ def measure_record(workload, batch, threads, device, mode):
         torch.set_num_threads(threads)
     torch.manual_seed(1)
     model = model_of(workload).to(device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, eps=1e-7,
-                                 **({"capturable": True} if mode == "graph" else {}))
-    loss_fn = torch.nn.BCEWithLogitsLoss() if workload == "unet" else torch.nn.CrossEntropyLoss()
     xs, ys = data_of(workload, batch, device)
-    one_pass = (graph_pass if mode == "graph" else eager_pass)(model, optimizer, loss_fn, xs, ys)
+    if cuda and policy in AUTOCAST:
+        model = model.to(memory_format=torch.channels_last)
+        xs = [x.contiguous(memory_format=torch.channels_last) for x in xs]
+    step = step_of(model, workload, device, mode, policy)
+    one_pass = (graph_pass if mode == "graph" else eager_pass)(step, xs, ys)
     synchronize = torch.cuda.synchronize if cuda else (lambda: None)
 
     one_pass()  # warm-up
@@ -262,24 +355,31 @@ def measure_record(workload, batch, threads, device, mode):
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     record = {"workload": workload, "batch": batch, "threads": threads, "value": rate,
               "unit": "samples/s", "peak_rss_mb": peak}
+    if policy is not None:
+        record["policy"] = policy
     if cuda:
         record.update({"mode": mode, "device": torch.cuda.get_device_name(),
                        "torch": torch.__version__})
     return record
 
 
-def name_of(workload, batch, threads):
-    return f"{workload}/{batch}/{threads}"
+def name_of(*point):
+    """"<workload>/<batch>/<threads or gpu>", and "/<policy>" for the ResNet's rows."""
+    return "/".join(str(part) for part in point)
 
 
 def run_child(context, point, timeout, device="cpu", mode="eager"):
     """The record the measuring process sends, waiting at most timeout seconds for it."""
-    workload, batch, threads = point
+    workload, batch, threads = point[:3]
     name = name_of(*point) + ("" if device == "cpu" else f" ({mode})")
     queue = context.Queue()
-    # The CPU grid calls measure as it always did (tests replace it with that signature).
+    # The CPU grid's float32 rows call measure as they always did (tests replace it with that
+    # signature).
+    kwargs = {} if device == "cpu" else {"device": device, "mode": mode}
+    if len(point) > 3:
+        kwargs["policy"] = point[3]
     process = context.Process(target=measure, args=(workload, batch, threads, queue),
-                              kwargs={} if device == "cpu" else {"device": device, "mode": mode})
+                              kwargs=kwargs)
     process.start()
     deadline = time.monotonic() + timeout
     record = None
@@ -317,9 +417,9 @@ def add_arguments(parser):
 
 
 def points_of(args):
-    """[(workload, batch, threads or "gpu")] of the device's grid."""
+    """[(workload, batch, threads or "gpu"[, policy])] of the device's grid."""
     if args.device == "cuda":
-        return [(workload, batch, "gpu") for workload, batch in GPU_GRID]
+        return [(point[0], point[1], "gpu", *point[2:]) for point in GPU_GRID]
     return GRID
 
 

@@ -4,14 +4,12 @@
 
 #include <doctest/doctest.h>
 
+#include "keras/fashion_mnist_split.hpp"
+
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
-#include <filesystem>
-#include <loadstar/data/idx.hpp>
 #include <loadstar/keras.hpp>
-#include <loadstar/tensor/eigen.hpp>
 #include <string>
 
 using namespace loadstar;
@@ -21,18 +19,8 @@ using namespace loadstar::keras::callbacks;
 
 namespace {
 
-struct Split {
-  Tensor<float> x;  // (n, 28, 28) in [0, 1]
-  Tensor<std::uint8_t> y;
-};
-
-Split load(const std::string& prefix) {
-  const char* dir = std::getenv("LOADSTAR_FASHION_MNIST_DIR");
-  const std::filesystem::path folder = dir ? dir : "/usr/share/datasets/fashion-mnist";
-  auto x = read_idx<std::uint8_t>(folder / (prefix + "-images-idx3-ubyte.gz"), 3).cast<float>();
-  as_vector(x) /= 255.0F;
-  return {x, read_idx<std::uint8_t>(folder / (prefix + "-labels-idx1-ubyte.gz"), 1)};
-}
+using Split = test_support::FashionMnistSplit;
+using test_support::load_fashion_mnist;
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -50,7 +38,7 @@ void compile(Model& model) {
 TEST_SUITE("keras") {
   TEST_CASE("Fashion-MNIST MLP reaches Keras's accuracy after 5 and 10 epochs" *
             doctest::timeout(1200)) {
-    const Split train = load("train"), test = load("t10k");
+    const Split train = load_fashion_mnist("train"), test = load_fashion_mnist("t10k");
     // One epoch's test accuracy moves by about 0.01 with the seed, as in Keras, and the
     // thresholds are Keras's typical values: over seeds 1, 2, 3, 7 and 42 this model gave
     // 0.852-0.876 after 5 epochs, and 0.876 (seed 3), 0.880 (7) and 0.884 (42) after 10. Each
@@ -74,7 +62,7 @@ TEST_SUITE("keras") {
   }
 
   TEST_CASE("Fashion-MNIST CNN reaches 0.90" * doctest::timeout(1500)) {
-    const Split train = load("train"), test = load("t10k");
+    const Split train = load_fashion_mnist("train"), test = load_fashion_mnist("t10k");
     set_random_seed(42);
     Sequential model{Input({28, 28}),
                      Reshape({28, 28, 1}),

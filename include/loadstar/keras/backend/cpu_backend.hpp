@@ -7,8 +7,10 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -176,12 +178,13 @@ inline void max_pool_route(const float* x, const std::size_t* offsets, std::size
   }
 }
 
-/// A grow-only, 64-byte aligned float buffer.
+/// A grow-only, 64-byte aligned buffer of `T` (floats; bfloat16 bits for the bfloat16 GEMM).
+template <class T = float>
 class GrowBuffer {
  public:
-  float* get(std::size_t size) {
+  T* get(std::size_t size) {
     if (size > size_) {
-      data_.reset(new (std::align_val_t{64}) float[size]);
+      data_.reset(new (std::align_val_t{64}) T[size]);
       size_ = size;
     }
     return data_.get();
@@ -189,16 +192,16 @@ class GrowBuffer {
 
  private:
   struct Delete {
-    void operator()(float* p) const noexcept { ::operator delete[](p, std::align_val_t{64}); }
+    void operator()(T* p) const noexcept { ::operator delete[](p, std::align_val_t{64}); }
   };
-  std::unique_ptr<float[], Delete> data_;
+  std::unique_ptr<T[], Delete> data_;
   std::size_t size_ = 0;
 };
 
 /// Buffer `slot` (0 to 3) of the calling thread, of at least `size` floats: the tiles the
 /// convolution kernels unfold into, kept across calls.
 inline float* thread_buffer(std::size_t slot, std::size_t size) {
-  thread_local GrowBuffer buffers[4];
+  thread_local GrowBuffer<> buffers[4];
   return buffers[slot].get(size);
 }
 
@@ -216,7 +219,7 @@ class GemmBlocking : public Eigen::internal::level3_blocking<float, float> {
     m_kc = k;
     Eigen::internal::computeProductBlockingSizes<float, float, 1>(m_kc, m_mc, m_nc,
                                                                   Eigen::Index{1});
-    thread_local GrowBuffer a, b;
+    thread_local GrowBuffer<> a, b;
     m_blockA = a.get(static_cast<std::size_t>(m_kc * m_mc));
     m_blockB = b.get(static_cast<std::size_t>(m_kc * m_nc));
   }
@@ -240,6 +243,144 @@ class OneOpenMpThread {
  private:
   int saved_;
 };
+
+/// Whether oneDNN computes bfloat16 products with this processor's own instructions (AVX-512 BF16
+/// or AMX), which `bfloat16_gemm` needs; decided once, from the instruction set oneDNN uses.
+inline bool native_bfloat16_products() noexcept {
+  static const bool native = [] {
+    const auto isa = static_cast<unsigned>(dnnl_get_effective_cpu_isa());
+    const auto bf16 = static_cast<unsigned>(dnnl_cpu_isa_avx512_core_bf16);
+    return (isa & bf16) == bf16;
+  }();
+  return native;
+}
+
+/// The number of products `bfloat16_gemm` computed in this process (tests read it to see which
+/// path a model took).
+inline std::atomic<std::uint64_t>& bfloat16_gemm_count() noexcept {
+  static std::atomic<std::uint64_t> count{0};
+  return count;
+}
+
+/// Copies the `rows` x `columns` matrix at `from` (row stride `ld`) densely into `to` as
+/// bfloat16, the upper halves of the floats; false as soon as a row holds a float that is not a
+/// bfloat16 value (its lower half is not zero), `to` then partly written.
+inline bool pack_bfloat16(const float* from, std::size_t rows, std::size_t columns, std::size_t ld,
+                          std::uint16_t* to) noexcept {
+  for (std::size_t r = 0; r < rows; ++r) {
+    const float* row = from + r * ld;
+    std::uint16_t* out = to + r * columns;
+    std::uint32_t lower = 0;
+    for (std::size_t j = 0; j < columns; ++j) {
+      const auto bits = std::bit_cast<std::uint32_t>(row[j]);
+      lower |= bits & 0xFFFFU;
+      out[j] = static_cast<std::uint16_t>(bits >> 16);
+    }
+    if (lower != 0) return false;
+  }
+  return true;
+}
+
+/// Throws the error of a failed oneDNN call `what` made for an `m` x `n` x `k` bfloat16 product.
+inline void check_bfloat16_gemm(dnnl_status_t status, const char* what, std::size_t m,
+                                std::size_t n, std::size_t k) {
+  if (status == dnnl_success) return;
+  throw Error("cpu backend: oneDNN's " + std::string(what) + " for a " + std::to_string(m) + " x " +
+              std::to_string(n) + " x " + std::to_string(k) +
+              " bfloat16 product failed: " + dnnl_status2str(status));
+}
+
+/// `c = alpha * op(a) * op(b) + beta * c` as `sgemm`, on oneDNN's bfloat16 matmul (bfloat16
+/// operands, products and sums in float32, a float32 result) when every element of `op(a)` and
+/// `op(b)` is a bfloat16 value, as a mixed_bfloat16 layer's inputs, weights and output gradients
+/// are (keras/mixed_precision/detail/mixed_plan.hpp rounds them), and the processor has
+/// `native_bfloat16_products`. A product of two bfloat16 values is exact in float32, so the
+/// result is float32's but for the order of the sums, as between thread counts. Returns false,
+/// `c` untouched, where either condition fails (then `sgemm` computes in float32).
+inline bool bfloat16_gemm(bool transpose_a, bool transpose_b, std::size_t m, std::size_t n,
+                          std::size_t k, float alpha, const float* a, std::size_t lda,
+                          const float* b, std::size_t ldb, float beta, float* c, std::size_t ldc) {
+  if (!native_bfloat16_products()) return false;
+  // Packed densely as stored: op(a) is m x k (stored k x m when transposed), op(b) k x n.
+  thread_local GrowBuffer<std::uint16_t> a_buffer, b_buffer;
+  std::uint16_t* packed_b = b_buffer.get(k * n);
+  if (!pack_bfloat16(b, transpose_b ? n : k, transpose_b ? k : n, ldb, packed_b)) return false;
+  std::uint16_t* packed_a = a_buffer.get(m * k);
+  if (!pack_bfloat16(a, transpose_a ? k : m, transpose_a ? m : k, lda, packed_a)) return false;
+  const auto dim = [](std::size_t v) { return static_cast<dnnl_dim_t>(v); };
+  const auto check = [&](dnnl_status_t status, const char* what) {
+    check_bfloat16_gemm(status, what, m, n, k);
+  };
+  static const dnnl_engine_t engine = [&] {
+    dnnl_engine_t made = nullptr;
+    check(dnnl_engine_create(&made, dnnl_cpu, 0), "dnnl_engine_create");
+    return made;
+  }();
+  thread_local const std::unique_ptr<dnnl_stream, dnnl_status_t (*)(dnnl_stream_t)> stream(
+      [&] {
+        dnnl_stream_t made = nullptr;
+        check(dnnl_stream_create(&made, engine, dnnl_stream_default_flags), "dnnl_stream_create");
+        return made;
+      }(),
+      dnnl_stream_destroy);
+  dnnl_memory_desc_t a_desc, b_desc, c_desc;
+  dnnl_dims_t a_dims{dim(m), dim(k)}, b_dims{dim(k), dim(n)}, c_dims{dim(m), dim(n)};
+  dnnl_dims_t a_strides{transpose_a ? 1 : dim(k), transpose_a ? dim(m) : 1};
+  dnnl_dims_t b_strides{transpose_b ? 1 : dim(n), transpose_b ? dim(k) : 1};
+  dnnl_dims_t c_strides{dim(ldc), 1};
+  check(dnnl_memory_desc_init_by_strides(&a_desc, 2, a_dims, dnnl_bf16, a_strides),
+        "dnnl_memory_desc_init_by_strides");
+  check(dnnl_memory_desc_init_by_strides(&b_desc, 2, b_dims, dnnl_bf16, b_strides),
+        "dnnl_memory_desc_init_by_strides");
+  check(dnnl_memory_desc_init_by_strides(&c_desc, 2, c_dims, dnnl_f32, c_strides),
+        "dnnl_memory_desc_init_by_strides");
+  dnnl_matmul_desc_t desc;
+  check(dnnl_matmul_desc_init(&desc, &a_desc, &b_desc, nullptr, &c_desc), "dnnl_matmul_desc_init");
+  // alpha as the output scale, beta * c as a sum post-op; oneDNN's primitive cache keeps the
+  // kernels of the shapes seen, so that making the primitive again costs microseconds.
+  std::unique_ptr<dnnl_primitive_attr, dnnl_status_t (*)(dnnl_primitive_attr_t)> attr(
+      nullptr, dnnl_primitive_attr_destroy);
+  if (alpha != 1.0F || beta != 0.0F) {
+    dnnl_primitive_attr_t made = nullptr;
+    check(dnnl_primitive_attr_create(&made), "dnnl_primitive_attr_create");
+    attr.reset(made);
+    if (alpha != 1.0F)
+      check(dnnl_primitive_attr_set_output_scales(made, 1, 0, &alpha),
+            "dnnl_primitive_attr_set_output_scales");
+    if (beta != 0.0F) {
+      dnnl_post_ops_t post_ops = nullptr;
+      check(dnnl_post_ops_create(&post_ops), "dnnl_post_ops_create");
+      const std::unique_ptr<dnnl_post_ops, dnnl_status_t (*)(dnnl_post_ops_t)> owned(
+          post_ops, dnnl_post_ops_destroy);
+      check(dnnl_post_ops_append_sum(post_ops, beta), "dnnl_post_ops_append_sum");
+      check(dnnl_primitive_attr_set_post_ops(made, post_ops), "dnnl_primitive_attr_set_post_ops");
+    }
+  }
+  const OneOpenMpThread one_thread;
+  dnnl_primitive_desc_t made_desc = nullptr;
+  check(dnnl_primitive_desc_create(&made_desc, &desc, attr.get(), engine, nullptr),
+        "dnnl_primitive_desc_create");
+  const std::unique_ptr<dnnl_primitive_desc, dnnl_status_t (*)(dnnl_primitive_desc_t)>
+      primitive_desc(made_desc, dnnl_primitive_desc_destroy);
+  dnnl_primitive_t made_primitive = nullptr;
+  check(dnnl_primitive_create(&made_primitive, made_desc), "dnnl_primitive_create");
+  const std::unique_ptr<dnnl_primitive, dnnl_status_t (*)(dnnl_primitive_t)> primitive(
+      made_primitive, dnnl_primitive_destroy);
+  using Memory = std::unique_ptr<dnnl_memory, dnnl_status_t (*)(dnnl_memory_t)>;
+  const auto memory = [&](const dnnl_memory_desc_t& memory_desc, void* data) {
+    dnnl_memory_t made = nullptr;
+    check(dnnl_memory_create(&made, &memory_desc, engine, data), "dnnl_memory_create");
+    return Memory(made, dnnl_memory_destroy);
+  };
+  const Memory a_memory = memory(a_desc, packed_a), b_memory = memory(b_desc, packed_b),
+               c_memory = memory(c_desc, c);
+  const dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, a_memory.get()},
+                                  {DNNL_ARG_WEIGHTS, b_memory.get()},
+                                  {DNNL_ARG_DST, c_memory.get()}};
+  check(dnnl_primitive_execute(primitive.get(), stream.get(), 3, args), "dnnl_primitive_execute");
+  bfloat16_gemm_count().fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
 #endif
 
 /// `c += alpha * op(a) * op(b)` on row-major matrices given by pointer and row stride, for rows
@@ -261,8 +402,9 @@ void gemm_accumulate(std::size_t m, std::size_t n, std::size_t k, const float* a
 }
 
 /// `c = alpha * op(a) * op(b) + beta * c` on row-major matrices given by pointer and row stride,
-/// on the calling thread: oneDNN's SGEMM where the build has it, else Eigen's kernel. With
-/// `beta == 0`, `c` is not read.
+/// on the calling thread: where the build has oneDNN, its bfloat16 matmul when the operands are
+/// bfloat16 values and the processor computes bfloat16 natively (`bfloat16_gemm`), else its SGEMM;
+/// else Eigen's kernel. With `beta == 0`, `c` is not read.
 inline void sgemm(bool transpose_a, bool transpose_b, std::size_t m, std::size_t n, std::size_t k,
                   float alpha, const float* a, std::size_t lda, const float* b, std::size_t ldb,
                   float beta, float* c, std::size_t ldc) {
@@ -270,6 +412,8 @@ inline void sgemm(bool transpose_a, bool transpose_b, std::size_t m, std::size_t
 #if LOADSTAR_WITH_DNNL
   // oneDNN leaves c alone when k is 0 (BLAS would scale it), which the code below handles.
   if (k != 0) {
+    if (bfloat16_gemm(transpose_a, transpose_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc))
+      return;
     const OneOpenMpThread one_thread;
     const auto dim = [](std::size_t v) { return static_cast<dnnl_dim_t>(v); };
     const dnnl_status_t status =
@@ -354,9 +498,26 @@ class CpuBackend final : public Backend {
 
   std::size_t threads() const noexcept override { return threads_; }
 
+  /// Whether the matrix products of mixed_bfloat16 layers (those of Dense, Conv2D and every other
+  /// GEMM whose operands are all bfloat16 values) run on oneDNN's bfloat16 matmul, bfloat16
+  /// operands with float32 sums and result: where the build has oneDNN and the processor has
+  /// AVX-512 BF16 or AMX. Elsewhere they run in float32 on the same bfloat16 values, which gives
+  /// the same result but for the order of the sums.
+  static bool bfloat16_products() noexcept {
+#if LOADSTAR_WITH_DNNL
+    return detail::native_bfloat16_products();
+#else
+    return false;
+#endif
+  }
+
   /// Host memory: every tensor of this backend is an ordinary host tensor.
-  Device device() const noexcept override { return Device::host(); }
-  Tensor<float> allocate(const Shape& shape) override { return Tensor<float>(shape); }
+  Device device() const noexcept override {
+    return Device::host();
+  }
+  Tensor<float> allocate(const Shape& shape) override {
+    return Tensor<float>(shape);
+  }
   void copy_from_host(const Tensor<float>& host, const Tensor<float>& tensor) override {
     copy(host, tensor);
   }
