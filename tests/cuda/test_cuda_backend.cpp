@@ -2141,21 +2141,11 @@ TEST_SUITE("cuda") {
   TEST_CASE("Text models on Input(None) train on batches of any length as PyTorch on CUDA") {
     // tests/keras/generate_unknown_axes.py: each length settles the model's shapes again, and the
     // CUDA backend records one step graph per length.
-    auto lstm = unknown_axes_cases::text_lstm();
-    unknown_axes_cases::check_training(*lstm, unknown_axes_cases::case_named("text_lstm"),
-                                       "sparse_categorical_crossentropy", keras::cuda_backend(0));
-    auto attention = unknown_axes_cases::text_attention();
-    unknown_axes_cases::check_training(*attention, unknown_axes_cases::case_named("text_attention"),
-                                       "mse", keras::cuda_backend(0));
-    auto tagger = unknown_axes_cases::tagger();
-    unknown_axes_cases::check_training(*tagger, unknown_axes_cases::case_named("tagger"), "mse",
-                                       keras::cuda_backend(0));
-    auto cnn = unknown_axes_cases::text_cnn();
-    unknown_axes_cases::check_training(*cnn, unknown_axes_cases::case_named("text_cnn"),
-                                       "binary_crossentropy", keras::cuda_backend(0));
-    auto pooled = unknown_axes_cases::text_cnn_pooled();
-    unknown_axes_cases::check_training(*pooled, unknown_axes_cases::case_named("text_cnn_pooled"),
-                                       "binary_crossentropy", keras::cuda_backend(0));
+    for (const auto& c : unknown_axes_cases::all_cases()) {
+      auto model = c.make();
+      unknown_axes_cases::check_training(*model, unknown_axes_cases::case_named(c.name), c.loss,
+                                         keras::cuda_backend(0));
+    }
   }
 
   TEST_CASE("A model with a nested model trains on the CUDA backend as on the CPU") {

@@ -127,4 +127,19 @@ inline void check_training(Model& model, const json& c, const std::string& loss,
   }
 }
 
+/// Every reference case: its name, its model and its loss.
+struct Case {
+  const char* name;
+  std::shared_ptr<Model> (*make)();
+  const char* loss;
+};
+
+inline std::vector<Case> all_cases() {
+  return {{"text_lstm", text_lstm, "sparse_categorical_crossentropy"},
+          {"text_attention", text_attention, "mse"},
+          {"tagger", tagger, "mse"},
+          {"text_cnn", text_cnn, "binary_crossentropy"},
+          {"text_cnn_pooled", text_cnn_pooled, "binary_crossentropy"}};
+}
+
 }  // namespace unknown_axes_cases
