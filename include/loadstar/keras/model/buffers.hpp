@@ -110,11 +110,10 @@ LOADSTAR_DECL void Model::bind(const detail::ErasedBatch& batch) {
     inputs.clear();
     for (const std::size_t p : node.inputs)
       inputs.push_back(nodes_[p].shape);
-    node.shape = detail::has_unknown_axis(node.declared) ||
-                         std::any_of(inputs.begin(), inputs.end(), detail::has_unknown_axis) ||
-                         inputs != node.layer->built_input_shapes()
-                     ? node.layer->output_shape_for(inputs)
-                     : node.declared;
+    // A layer built for unknown lengths was built for shapes with `none`, which a batch's never
+    // equal: only inputs unchanged since the build keep the declared output.
+    node.shape = inputs == node.layer->built_input_shapes() ? node.declared
+                                                            : node.layer->output_shape_for(inputs);
     if (!detail::fits_declared(node.declared, node.shape)) {
       throw ShapeError(detail::to_snake_case(node.layer->class_name()) + " layer '" +
                        node.layer->name() + "': computes samples of shape " + node.shape.str() +
