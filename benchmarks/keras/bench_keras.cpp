@@ -19,7 +19,8 @@
 // The roofline: "flops_per_sample" counts the floating-point operations of one sample's training
 // step (2 per multiply-add): forward, backward (the weight gradient and, except for the first
 // layer, the input gradient) of every Dense, Conv1D, Conv2D, DepthwiseConv2D and Conv2DTranspose
-// (not the attention layers'), and Adam's 6 multiply-adds per parameter spread over the batch;
+// (not the attention layers'), of every LSTM and Bidirectional LSTM (each step multiplies each
+// direction's input and recurrent kernels once), and Adam's 6 multiply-adds per parameter spread over the batch;
 // "sgemm_gflops" is this machine's single-thread SGEMM peak, measured in the same process
 // (CpuBackend(1).gemm on 512 x 512 x 512, the best of 10 runs), so that benchmarks/run reports
 // GFLOP/s and their fraction of the peak per thread.
@@ -65,6 +66,16 @@ double flops_per_sample(const Model& model, std::size_t batch) {
   bool first = true;  // no layer with weights before: no input gradient
   for (const auto& layer : model.layers()) {
     const std::string kind = layer->class_name();
+    if (kind == "LSTM" || kind == "Bidirectional") {
+      // The kernels are the rank-2 weights; the biases (one vector per direction) only add.
+      double kernels = 0.0;
+      for (const auto& w : layer->weights())
+        if (w.value.shape().rank() == 2) kernels += static_cast<double>(w.value.size());
+      const double steps = static_cast<double>(layer->built_input_shapes()[0][0]);
+      multiply_adds += steps * kernels * (first ? 2.0 : 3.0);
+      first = false;
+      continue;
+    }
     if (kind != "Dense" && kind != "Conv1D" && kind != "Conv2D" && kind != "DepthwiseConv2D" &&
         kind != "Conv2DTranspose") {
       if (!layer->weights().empty()) first = false;
@@ -178,7 +189,8 @@ void train(benchmark::State& state, const std::string& workload, std::size_t bat
 int main(int argc, char** argv) {
   // "<workload>/<batch>/<threads>": every workload at batch 32 and 256 (the text CNN at 32) with
   // 1 and 2 threads.
-  for (const char* workload : {"mlp", "cnn", "text", "transformer", "mobilenet", "unet"}) {
+  for (const char* workload :
+       {"mlp", "cnn", "text", "transformer", "bilstm", "mobilenet", "unet"}) {
     auto* b = benchmark::RegisterBenchmark(workload, [workload](benchmark::State& state) {
       train(state, workload, static_cast<std::size_t>(state.range(0)),
             static_cast<std::size_t>(state.range(1)), "float32");

@@ -23,6 +23,9 @@
 //   example, Embedding 1000x32 -> MultiHeadAttention(2 heads, key_dim 16)(x, x) -> Add ->
 //   LayerNormalization(1e-6) -> Dense 64 relu -> Dense 32 -> Add -> LayerNormalization ->
 //   GlobalAveragePooling1D -> Dense 10 on the text workload's sequences of 100 token ids;
+// - "bilstm": the recurrent text classifier, Embedding 1000x32 -> Bidirectional(LSTM(64)) (the
+//   two directions' last outputs concatenated, Keras's merge_mode "concat") -> Dense 10 on the
+//   text workload's sequences of 100 token ids;
 // - "resnet": the shape of ResNet-20 (He et al.'s CIFAR-10 ResNet, v1) on 32x32x3 images with
 //   `resnet_blocks` residual blocks per stage (1, a ResNet-8; ResNet-20 has 3): a stem Conv2D 16
 //   3x3 "same" -> BatchNormalization -> ReLU, then three stages of 16, 32 and 64 filters (32x32,
@@ -62,6 +65,11 @@ inline constexpr std::size_t resnet_steps = 2;
 inline constexpr std::size_t resnet_blocks = 1;
 /// Token ids per sequence of the text workload.
 inline constexpr std::size_t text_steps = 100;
+
+/// Whether the workload trains on sequences of `text_steps` token ids (text, transformer, bilstm).
+inline bool token_inputs(const std::string& workload) {
+  return workload == "text" || workload == "transformer" || workload == "bilstm";
+}
 
 /// Whether the workload trains on 32x32x3 images (mobilenet, unet, resnet).
 inline bool color_images(const std::string& workload) {
@@ -198,6 +206,9 @@ inline std::unique_ptr<keras::Model> make_model(const std::string& workload, std
   if (workload == "mlp") {
     model = std::make_unique<Sequential>(std::initializer_list<SequentialItem>{
         Input({28, 28}), Flatten(), Dense(128, {.activation = "relu"}), Dense(10)});
+  } else if (workload == "bilstm") {
+    model = std::make_unique<Sequential>(std::initializer_list<SequentialItem>{
+        Input({text_steps}), Embedding(1000, 32), Bidirectional(LSTM(64)), Dense(10)});
   } else if (workload == "text") {
     model = std::make_unique<Sequential>(std::initializer_list<SequentialItem>{
         Input({text_steps}), Embedding(1000, 32), Conv1D(64, 5, {.activation = "relu"}),
@@ -213,11 +224,11 @@ inline std::unique_ptr<keras::Model> make_model(const std::string& workload, std
 }
 
 /// `rows` synthetic samples of the workload on the host: pixels in [0, 1) (token ids in
-/// [0, 1000) for "text" and "transformer") from a fixed linear congruential sequence, labels
+/// [0, 1000) for the `token_inputs` workloads) from a fixed linear congruential sequence, labels
 /// `i % 10` (unused by "unet", which trains on `synthetic_masks`).
 inline std::pair<Tensor<float>, Tensor<std::int64_t>> synthetic_data(const std::string& workload,
                                                                      std::size_t rows) {
-  const bool text = workload == "text" || workload == "transformer";
+  const bool text = token_inputs(workload);
   Tensor<float> x(text                     ? Shape{rows, text_steps}
                   : color_images(workload) ? Shape{rows, 32, 32, 3}
                                            : Shape{rows, 28, 28});

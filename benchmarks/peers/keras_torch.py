@@ -67,7 +67,8 @@ MEASURE_SECONDS = 2.0
 GRID = [("mlp", 32, 1), ("mlp", 32, 2), ("mlp", 256, 1), ("mlp", 256, 2), ("cnn", 32, 1),
         ("cnn", 32, 2), ("cnn", 256, 1), ("cnn", 256, 2), ("text", 32, 1), ("text", 32, 2),
         ("transformer", 32, 1), ("transformer", 32, 2), ("transformer", 256, 1),
-        ("transformer", 256, 2)] + \
+        ("transformer", 256, 2), ("bilstm", 32, 1), ("bilstm", 32, 2), ("bilstm", 256, 1),
+        ("bilstm", 256, 2)] + \
     [(w, b, t) for w in ("mobilenet", "unet") for b in (32, 256) for t in (1, 2)] + \
     [("resnet", b, t, p) for b in (128, 512) for t in (1, 2) for p in ("float32", "mixed_bfloat16")]
 # --device cuda: (workload, batch) or (workload, batch, policy), named "<workload>/<batch>/gpu" or
@@ -165,6 +166,7 @@ def resnet():
 
 
 def model_of(workload):
+    import torch
     import torch.nn as nn
 
     if workload == "mobilenet":
@@ -204,6 +206,23 @@ def model_of(workload):
                 return self.logits(out2.mean(dim=1))
 
         return Encoder()
+    if workload == "bilstm":
+        class BiLSTM(nn.Module):
+            """Keras's Bidirectional(LSTM(64)) of bench_keras: the forward direction's last output
+            and the backward direction's (after reading the sequence from its end), concatenated,
+            are nn.LSTM(bidirectional=True)'s final hidden states."""
+
+            def __init__(self):
+                super().__init__()
+                self.embedding = nn.Embedding(1000, 32)
+                self.lstm = nn.LSTM(32, 64, batch_first=True, bidirectional=True)
+                self.logits = nn.Linear(128, 10)
+
+            def forward(self, tokens):
+                _, (h, _) = self.lstm(self.embedding(tokens))
+                return self.logits(torch.cat([h[0], h[1]], dim=1))
+
+        return BiLSTM()
     if workload == "mlp":
         return nn.Sequential(nn.Flatten(), nn.Linear(784, 128), nn.ReLU(), nn.Linear(128, 10))
     return nn.Sequential(nn.Conv2d(1, 32, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(32, 64, 3),
@@ -221,7 +240,7 @@ def data_of(workload, batch, device):
     """steps_of(workload) batches of inputs and labels, made on (and kept in) device."""
     import torch
     steps = steps_of(workload)
-    if workload in ("text", "transformer"):
+    if workload in ("text", "transformer", "bilstm"):
         xs = [torch.randint(0, 1000, (batch, TEXT_STEPS), device=device) for _ in range(steps)]
     elif workload in ("mobilenet", "unet", "resnet"):
         xs = [torch.rand((batch, 3, 32, 32), device=device) for _ in range(steps)]

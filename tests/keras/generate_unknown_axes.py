@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Writes tests/keras/reference/unknown_axes.json: PyTorch (float64) training of three text models
+"""Writes tests/keras/reference/unknown_axes.json: PyTorch (float64) training of six text models
 whose inputs have a sequence axis of unknown length (Keras's `Input(shape=(None,))`), fed batches
 of different lengths one after another, for tests/keras/test_unknown_axes.cpp.
 
@@ -24,6 +24,9 @@ weights. PyTorch modules do the computing where they match Keras exactly:
 - `Conv1D` (valid padding and strides 2, or same padding), `GlobalMaxPooling1D`,
   `MaxPooling1D`, `AveragePooling1D`: `F.conv1d`, a max over the steps, `F.max_pool1d`,
   `F.avg_pool1d`.
+- `GRU` (reset_after): the cell's formulas in a loop, first checked against `nn.GRU` (its gates
+  r, z, n are Keras's r, z, h; Keras's kernel columns are z, r, h). `SimpleRNN`: its one formula.
+- `ZeroPadding1D`, `Cropping1D`, `UpSampling1D`: `F.pad`, slicing, `repeat_interleave`.
 Losses: sparse categorical crossentropy on softmax outputs, binary crossentropy on sigmoid outputs
 and mean squared error, each the mean over every sample (and step) of the batch, as Keras's
 `sum_over_batch_size`.
@@ -234,6 +237,67 @@ w = {"embeddings": rnd(VOCAB, 6, scale=1.0), "conv/kernel": rnd(3, 6, 4),
 cases.append(run("text_cnn_pooled", text_cnn_pooled, w, bce,
                  lambda x: (x < 6).to(DT).mean(dim=1, keepdim=True).round(),
                  lengths=[7, 4, 10, 5, 8]))
+
+def gru_direction(x, kernel, recurrent, bias):
+    """Keras's GRU with reset_after (its default): gates z, r, h; bias (2, 3 units), the input
+    bias then the recurrent one; h = z * h_prev + (1 - z) * candidate."""
+    units = recurrent.shape[0]
+    h = torch.zeros(x.shape[0], units, dtype=DT)
+    out = []
+    for t in range(x.shape[1]):
+        xz, xr, xh = (x[:, t] @ kernel + bias[0]).split(units, dim=1)
+        hz, hr, hh = (h @ recurrent + bias[1]).split(units, dim=1)
+        z = torch.sigmoid(xz + hz)
+        r = torch.sigmoid(xr + hr)
+        h = z * h + (1 - z) * torch.tanh(xh + r * hh)
+        out.append(h)
+    return torch.stack(out, dim=1)
+
+
+def check_gru_against_torch():
+    """The loop above against nn.GRU: PyTorch's gates r, z, n are Keras's r, z, h, so Keras's
+    kernel columns (z, r, h) are PyTorch's rows (r, z, n) reordered and transposed."""
+    x = rnd(2, 5, 3)
+    kernel, recurrent, bias = rnd(3, 6), rnd(2, 6), rnd(2, 6)
+    module = torch.nn.GRU(3, 2, batch_first=True, dtype=DT)
+
+    def torch_order(m):  # columns z, r, h -> rows r, z, n
+        z, r, h = m.split(2, dim=-1)
+        return torch.cat([r, z, h], dim=-1).t() if m.dim() == 2 else torch.cat([r, z, h])
+
+    with torch.no_grad():
+        module.weight_ih_l0.copy_(torch_order(kernel))
+        module.weight_hh_l0.copy_(torch_order(recurrent))
+        module.bias_ih_l0.copy_(torch_order(bias[0]))
+        module.bias_hh_l0.copy_(torch_order(bias[1]))
+        expected, _ = module(x)
+    assert torch.allclose(gru_direction(x, kernel, recurrent, bias), expected, atol=1e-12)
+
+
+check_gru_against_torch()
+
+
+def padded_gru(w, x):
+    """Embedding(12, 5) -> ZeroPadding1D((1, 2)) -> GRU(4, return_sequences=True) ->
+    Cropping1D((1, 1)) -> UpSampling1D(2) -> SimpleRNN(3) -> Dense(2). SimpleRNN is
+    h = tanh(x kernel + h recurrent_kernel + bias)."""
+    e = F.pad(F.embedding(x, w["embeddings"]), (0, 0, 1, 2))
+    h = gru_direction(e, w["gru/kernel"], w["gru/recurrent_kernel"], w["gru/bias"])
+    h = h[:, 1:-1].repeat_interleave(2, dim=1)
+    s = torch.zeros(x.shape[0], 3, dtype=DT)
+    for t in range(h.shape[1]):
+        s = torch.tanh(h[:, t] @ w["rnn/kernel"] + s @ w["rnn/recurrent_kernel"] + w["rnn/bias"])
+    return s @ w["dense/kernel"] + w["dense/bias"]
+
+
+w = {"embeddings": rnd(VOCAB, 5, scale=1.0), "gru/kernel": rnd(5, 12),
+     "gru/recurrent_kernel": rnd(4, 12), "gru/bias": rnd(2, 12, scale=0.1),
+     "rnn/kernel": rnd(4, 3), "rnn/recurrent_kernel": rnd(3, 3), "rnn/bias": rnd(3, scale=0.1),
+     "dense/kernel": rnd(3, 2), "dense/bias": rnd(2, scale=0.1)}
+cases.append(run("padded_gru", padded_gru, w, mse,
+                 lambda x: torch.stack([(x < 6).to(DT).mean(dim=1), (x % 3).to(DT).mean(dim=1)],
+                                       dim=1),
+                 lengths=[5, 1, 7, 2, 4]))
 
 with open(os.path.join(HERE, "reference", "unknown_axes.json"), "w") as out:
     json.dump({"generator": "tests/keras/generate_unknown_axes.py", "lr": LR, "batch": BATCH,

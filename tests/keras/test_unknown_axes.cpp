@@ -71,6 +71,107 @@ TEST_CASE("MaxPooling1D and AveragePooling1D pool steps of any length") {
                        ShapeError);
 }
 
+TEST_CASE("GRU, SimpleRNN, ZeroPadding1D, Cropping1D and UpSampling1D take steps of any length") {
+  auto model = unknown_axes_cases::padded_gru();
+  check_training(*model, case_named("padded_gru"), "mse");
+  // A batch too short for the cropping is refused by the layer that cannot take it: one token,
+  // padded to 4 steps, cropped by 1 and 1, is 2 steps; Cropping1D((3, 2)) leaves nothing of 4.
+  auto tokens = Input(Shape{none}, "tokens");
+  auto cropped =
+      call(Cropping1D({3, 2}), call(ZeroPadding1D({1, 2}), call(Embedding(12, 2), tokens)));
+  Model short_crop(std::vector{tokens}, std::vector{call(GlobalAveragePooling1D(), cropped)},
+                   "short_crop");
+  CHECK(short_crop.predict(Tensor<float>(Shape{2, 3}, 1.0F), {.verbose = 0}).shape() ==
+        Shape{2, 2});
+  CHECK_THROWS_WITH_AS(short_crop.predict(Tensor<float>(Shape{2, 2}, 1.0F), {.verbose = 0}),
+                       "cropping1d layer 'cropping1d': cropping 3 and 2 of spatial axis 0 leaves "
+                       "nothing of inputs of shape (None, 5, 2)",
+                       ShapeError);
+}
+
+TEST_CASE("Cropping2D, ZeroPadding3D and UpSampling3D take spatial axes of any size") {
+  // The expected values by hand. Cropping2D(((1, 0), (0, 1))) keeps rows 1.. and columns ..w-2.
+  auto image = Input(Shape{none, none, 1}, "image");
+  Model crop(std::vector{image}, std::vector{call(Cropping2D({Edges{1, 0}, Edges{0, 1}}), image)},
+             "crop");
+  // ZeroPadding3D(((1, 0), (0, 1), (0, 0))) then UpSampling3D((1, 1, 2)): the d x h x w volume
+  // at plane 1, row 0 of a (d + 1) x (h + 1) x w grid of zeros, each column doubled.
+  auto volume = Input(Shape{none, none, none, 1}, "volume");
+  auto grown = call(UpSampling3D({1, 1, 2}),
+                    call(ZeroPadding3D({Edges{1, 0}, Edges{0, 1}, Edges{0, 0}}), volume));
+  Model pad(std::vector{volume}, std::vector{grown}, "pad_repeat");
+  const auto count = [](std::size_t i) { return static_cast<float>(i + 1); };
+  for (const std::size_t n : {std::size_t{2}, std::size_t{4}, std::size_t{3}}) {
+    const std::size_t d = n - 1, h = n, w = 6 - n;
+    CAPTURE(n);
+    Tensor<float> x(Shape{1, h, w, 1});
+    for (std::size_t i = 0; i < x.size(); ++i)
+      x.data()[i] = count(i);
+    const Tensor<float> cropped = crop.predict(x, {.verbose = 0});
+    REQUIRE(cropped.shape() == Shape{1, h - 1, w - 1, 1});
+    for (std::size_t r = 0; r + 1 < h; ++r)
+      for (std::size_t c = 0; c + 1 < w; ++c)
+        CHECK(cropped.data()[r * (w - 1) + c] == count((r + 1) * w + c));
+    Tensor<float> v(Shape{1, d, h, w, 1});
+    for (std::size_t i = 0; i < v.size(); ++i)
+      v.data()[i] = count(i);
+    const Tensor<float> y = pad.predict(v, {.verbose = 0});
+    REQUIRE(y.shape() == Shape{1, d + 1, h + 1, 2 * w, 1});
+    for (std::size_t a = 0; a <= d; ++a)
+      for (std::size_t b = 0; b <= h; ++b)
+        for (std::size_t c = 0; c < 2 * w; ++c) {
+          const float expected = a >= 1 && b < h ? count(((a - 1) * h + b) * w + c / 2) : 0.0F;
+          CHECK(y.data()[(a * (h + 1) + b) * 2 * w + c] == expected);
+        }
+  }
+}
+
+/// Two batches of two token sequences, of lengths 3 and 4.
+struct RaggedTokens {
+  std::size_t size() const { return 2; }
+  Tensor<float> operator[](std::size_t i) const { return Tensor<float>(Shape{2, 3 + i}, 1.0F); }
+};
+
+TEST_CASE("layers that take unknown lengths refuse them on the axes they need known") {
+  // Each names itself and the shape it was given.
+  CHECK_THROWS_WITH_AS(
+      call(TimeDistributed(std::make_shared<Flatten>()), Input(Shape{none, none, 4})),
+      doctest::Contains("the wrapped flatten layer takes no axis of unknown "
+                        "length but the steps of (None, None, None, 4) have one"),
+      ShapeError);
+  CHECK_THROWS_WITH_AS(call(LayerNormalization(), Input(Shape{3, none})),
+                       doctest::Contains("the axes it normalises must have known lengths but the "),
+                       ShapeError);
+  CHECK_THROWS_WITH_AS(
+      call(Concatenate({.axis = 1}), {Input(Shape{none, 4}), Input(Shape{none, 4})}),
+      doctest::Contains("it joins along must have a known length but an input is "
+                        "(None, None, 4)"),
+      ShapeError);
+  CHECK_THROWS_WITH_AS(call(GlobalAveragePooling1D(), Input(Shape{none, none})),
+                       doctest::Contains("the channels axis must have a known length but the "
+                                         "input is (None, None, None)"),
+                       ShapeError);
+  // predict stacks the batches' outputs: per-step outputs of batches of different lengths
+  // cannot be stacked, and predict says so, pointing to predict_step.
+  auto tokens = Input(Shape{none}, "tokens");
+  Model per_step(std::vector{tokens},
+                 std::vector{call(Embedding(12, 2, {.name = "embed"}), tokens)}, "per_step");
+  CHECK_THROWS_WITH_AS(per_step.predict(RaggedTokens{}, {.verbose = 0}),
+                       "predict: output 'embed' has samples of shape (4, 2) in batch 1 but "
+                       "(3, 2) before, which one array cannot hold (an axis of unknown length); "
+                       "call predict_step on each batch instead",
+                       ShapeError);
+  // Joined along the features, steps of unknown length concatenate.
+  auto a = Input(Shape{none, 4}, "a");
+  auto b = Input(Shape{none, 2}, "b");
+  Model joined(std::vector{a, b}, std::vector{call(Concatenate(), {a, b})}, "joined");
+  Tensor<float> xa(Shape{2, 3, 4}, 1.0F), xb(Shape{2, 3, 2}, 2.0F);
+  const Tensor<float> y = joined.predict(std::vector<Tensor<float>>{xa, xb}, {.verbose = 0});
+  CHECK(y.shape() == Shape{2, 3, 6});
+  CHECK(y.data()[3] == 1.0F);
+  CHECK(y.data()[4] == 2.0F);
+}
+
 TEST_CASE("a model with an axis of unknown length prints None and saves null") {
   auto model = unknown_axes_cases::text_lstm();
   std::ostringstream out;

@@ -1,7 +1,8 @@
-// The PyTorch reference of tests/keras/generate_unknown_axes.py: three text models on
-// Input({none}) (an Embedding and LSTM classifier, a self-attention block, a Bidirectional LSTM
-// tagger, Conv1D classifiers with and without 1-D pooling) trained one SGD step per batch on
-// batches of different lengths, run on any backend.
+// The PyTorch reference of tests/keras/generate_unknown_axes.py: text models on Input({none}) (an
+// Embedding and LSTM classifier, a self-attention block, a Bidirectional LSTM tagger, Conv1D
+// classifiers with and without 1-D pooling, a GRU and SimpleRNN stack between ZeroPadding1D,
+// Cropping1D and UpSampling1D) trained one SGD step per batch on batches of different lengths,
+// run on any backend.
 #pragma once
 
 #include <doctest/doctest.h>
@@ -86,6 +87,15 @@ inline std::shared_ptr<Model> text_cnn_pooled() {
   return std::make_shared<Model>(std::vector{tokens}, std::vector{out}, "text_cnn_pooled");
 }
 
+inline std::shared_ptr<Model> padded_gru() {
+  auto tokens = Input(Shape{none}, "tokens");
+  auto h = call(ZeroPadding1D({1, 2}), call(Embedding(12, 5), tokens));
+  h = call(GRU(4, {.return_sequences = true}), h);
+  h = call(UpSampling1D(2), call(Cropping1D({1, 1}), h));
+  auto out = call(Dense(2), call(SimpleRNN(3), h));
+  return std::make_shared<Model>(std::vector{tokens}, std::vector{out}, "padded_gru");
+}
+
 /// Sets the reference's initial weights (in the model's order), trains one SGD step per batch of
 /// the reference's lengths and checks every loss, the predictions of a batch of another length
 /// and the final weights.
@@ -139,7 +149,8 @@ inline std::vector<Case> all_cases() {
           {"text_attention", text_attention, "mse"},
           {"tagger", tagger, "mse"},
           {"text_cnn", text_cnn, "binary_crossentropy"},
-          {"text_cnn_pooled", text_cnn_pooled, "binary_crossentropy"}};
+          {"text_cnn_pooled", text_cnn_pooled, "binary_crossentropy"},
+          {"padded_gru", padded_gru, "mse"}};
 }
 
 }  // namespace unknown_axes_cases

@@ -1,5 +1,5 @@
 /// \file
-/// `GRU`: Keras's the gated recurrent unit (Cho et al. 2014), gates `z, r, h`, `reset_after` as
+/// `GRU`: Keras's gated recurrent unit (Cho et al. 2014), gates `z, r, h`, `reset_after` as
 /// Keras 2/3 (default) or Keras 1.
 #pragma once
 
@@ -9,7 +9,8 @@
 
 namespace loadstar::keras::layers {
 
-/// Keras's `GRU` over inputs `(batch, timesteps, features)` of a fixed number of timesteps:
+/// Keras's `GRU` over inputs `(batch, timesteps, features)`, the timesteps known or
+/// unknown (`none`, settled per batch):
 /// the last output `(batch, units)`, or every output `(batch, timesteps, units)` with
 /// `return_sequences`. Weights as Keras lays them out: `kernel`, `recurrent_kernel`, `bias`.
 /// \code

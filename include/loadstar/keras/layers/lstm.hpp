@@ -8,7 +8,8 @@
 
 namespace loadstar::keras::layers {
 
-/// Keras's `LSTM` over inputs `(batch, timesteps, features)` of a fixed number of timesteps:
+/// Keras's `LSTM` over inputs `(batch, timesteps, features)`, the timesteps known or
+/// unknown (`none`, settled per batch):
 /// the last output `(batch, units)`, or every output `(batch, timesteps, units)` with
 /// `return_sequences`. Weights as Keras lays them out: `kernel`, `recurrent_kernel`, `bias`.
 /// \code

@@ -1,7 +1,8 @@
 /// \file
 /// What the cropping, zero padding and nearest up-sampling layers of 1, 2 and 3 spatial axes
 /// share: the sample seen as `(planes, d1, d2, d3, inner)`, a box copied between a smaller and a
-/// larger sample, and whole-factor repetition.
+/// larger sample, and whole-factor repetition. Their axes may have unknown lengths (`none`),
+/// settled from each batch's tensors.
 #pragma once
 
 #include "loadstar/config.hpp"
@@ -65,12 +66,17 @@ class SpatialBoxLayer : public LayerBase {
 
   std::string class_name() const override { return class_name_; }
 
+  /// Any axis may have an unknown length; a cropped one must prove long enough per batch.
+  bool takes_unknown_axes() const noexcept override { return true; }
+
+  LOADSTAR_DECL Shape output_shape_for(std::span<const Shape> input_shapes) const override;
+
   LOADSTAR_DECL Shape build(std::span<const Shape> input_shapes, std::uint64_t) override;
 
   LOADSTAR_DECL void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
                              const CallContext& ctx) override;
 
-  LOADSTAR_DECL void backward(std::span<const Tensor<float>>, const Tensor<float>&,
+  LOADSTAR_DECL void backward(std::span<const Tensor<float>> inputs, const Tensor<float>&,
                               const Tensor<float>& output_gradient,
                               std::span<const Tensor<float>> input_gradients,
                               const CallContext& ctx) override;
@@ -87,12 +93,21 @@ class SpatialBoxLayer : public LayerBase {
   bool channels_first_ = false;
 
  private:
+  /// The output sample shape for input samples `in`, with their layout and output sizes; an
+  /// unknown input length gives an unknown output length.
+  LOADSTAR_DECL Shape output_for(const Shape& in, SpatialLayout& layout,
+                                 std::array<std::size_t, 3>& out) const;
+
+  /// Settles the sizes for the samples of `x` when they differ from the last call's.
+  LOADSTAR_DECL void settle(const Tensor<float>& x);
+
   /// Copies between the smaller tensor (the cropped output, or the unpadded input) and the
   /// larger, `into_large` toward the larger; zero-fills the larger first when writing it.
   LOADSTAR_DECL void copy(const CallContext& ctx, const Tensor<float>& small,
                           const Tensor<float>& large, bool into_large) const;
 
   SpatialLayout layout_;
+  Shape settled_;
   std::array<std::size_t, 3> small_dims_{1, 1, 1}, large_dims_{1, 1, 1};
 };
 
@@ -112,12 +127,17 @@ class SpatialRepeatLayer : public LayerBase {
 
   std::string class_name() const override { return class_name_; }
 
+  /// Any axis may have an unknown length.
+  bool takes_unknown_axes() const noexcept override { return true; }
+
+  LOADSTAR_DECL Shape output_shape_for(std::span<const Shape> input_shapes) const override;
+
   LOADSTAR_DECL Shape build(std::span<const Shape> input_shapes, std::uint64_t) override;
 
   LOADSTAR_DECL void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
                              const CallContext& ctx) override;
 
-  LOADSTAR_DECL void backward(std::span<const Tensor<float>>, const Tensor<float>&,
+  LOADSTAR_DECL void backward(std::span<const Tensor<float>> inputs, const Tensor<float>&,
                               const Tensor<float>& output_gradient,
                               std::span<const Tensor<float>> input_gradients,
                               const CallContext& ctx) override;
@@ -131,7 +151,11 @@ class SpatialRepeatLayer : public LayerBase {
   bool channels_first_ = false;
 
  private:
+  /// The layout of the samples of `x` (the last call's while their shape is the same).
+  LOADSTAR_DECL const SpatialLayout& settle(const Tensor<float>& x);
+
   SpatialLayout layout_;
+  Shape settled_;
 };
 
 }  // namespace detail
@@ -223,25 +247,49 @@ SpatialBoxLayer::SpatialBoxLayer(const char* class_name, std::size_t spatial, bo
     edges_[i] = {0, 0};
 }
 
+Shape SpatialBoxLayer::output_for(const Shape& in, SpatialLayout& layout,
+                                  std::array<std::size_t, 3>& out) const {
+  layout = spatial_layout(in, spatial_, channels_first_);
+  out = layout.dims;
+  for (std::size_t i = 0; i < spatial_; ++i) {
+    if (layout.dims[i] == none) continue;
+    const std::size_t edges = edges_[i][0] + edges_[i][1];
+    if (crop_ && edges >= layout.dims[i]) {
+      throw ShapeError(label() + ": cropping " + std::to_string(edges_[i][0]) + " and " +
+                       std::to_string(edges_[i][1]) + " of spatial axis " + std::to_string(i) +
+                       " leaves nothing of inputs of shape " + batch_str(in));
+    }
+    out[i] = crop_ ? layout.dims[i] - edges : layout.dims[i] + edges;
+  }
+  return spatial_shape(layout, spatial_, channels_first_, out);
+}
+
+Shape SpatialBoxLayer::output_shape_for(std::span<const Shape> input_shapes) const {
+  SpatialLayout layout;
+  std::array<std::size_t, 3> out{};
+  return output_for(input_shapes[0], layout, out);
+}
+
 Shape SpatialBoxLayer::build(std::span<const Shape> input_shapes, std::uint64_t) {
   expect_inputs(input_shapes, 1);
   expect_rank(input_shapes[0], spatial_ + 1);
-  layout_ = spatial_layout(input_shapes[0], spatial_, channels_first_);
-  std::array<std::size_t, 3> out = layout_.dims;
-  for (std::size_t i = 0; i < spatial_; ++i) {
-    const std::size_t edges = edges_[i][0] + edges_[i][1];
-    if (crop_ && edges >= layout_.dims[i]) {
-      throw ShapeError(label() + ": cropping " + std::to_string(edges_[i][0]) + " and " +
-                       std::to_string(edges_[i][1]) + " of spatial axis " + std::to_string(i) +
-                       " leaves nothing of inputs of shape " + batch_str(input_shapes[0]));
-    }
-    out[i] = crop_ ? layout_.dims[i] - edges : layout_.dims[i] + edges;
-  }
+  std::array<std::size_t, 3> out{};
+  const Shape shape = output_for(input_shapes[0], layout_, out);
   small_dims_ = crop_ ? out : layout_.dims;
   large_dims_ = crop_ ? layout_.dims : out;
-  const Shape shape = spatial_shape(layout_, spatial_, channels_first_, out);
+  settled_ = input_shapes[0];
   remember(input_shapes, shape);
   return shape;
+}
+
+void SpatialBoxLayer::settle(const Tensor<float>& x) {
+  const Shape sample = x.shape().row_shape();
+  if (sample == settled_) return;
+  std::array<std::size_t, 3> out{};
+  output_for(sample, layout_, out);
+  small_dims_ = crop_ ? out : layout_.dims;
+  large_dims_ = crop_ ? layout_.dims : out;
+  settled_ = sample;
 }
 
 void SpatialBoxLayer::copy(const CallContext& ctx, const Tensor<float>& small,
@@ -258,6 +306,7 @@ void SpatialBoxLayer::copy(const CallContext& ctx, const Tensor<float>& small,
 void SpatialBoxLayer::forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
                               const CallContext& ctx) {
   check_inputs(inputs);
+  settle(inputs[0]);
   if (crop_) {
     copy(ctx, output, inputs[0], false);
   } else {
@@ -265,11 +314,12 @@ void SpatialBoxLayer::forward(std::span<const Tensor<float>> inputs, const Tenso
   }
 }
 
-void SpatialBoxLayer::backward(std::span<const Tensor<float>>, const Tensor<float>&,
+void SpatialBoxLayer::backward(std::span<const Tensor<float>> inputs, const Tensor<float>&,
                                const Tensor<float>& output_gradient,
                                std::span<const Tensor<float>> input_gradients,
                                const CallContext& ctx) {
   if (input_gradients.empty() || input_gradients[0].empty()) return;
+  settle(inputs[0]);
   if (crop_) {
     copy(ctx, output_gradient, input_gradients[0], true);
   } else {
@@ -333,21 +383,37 @@ SpatialRepeatLayer::SpatialRepeatLayer(const char* class_name, std::size_t spati
   }
 }
 
+Shape SpatialRepeatLayer::output_shape_for(std::span<const Shape> input_shapes) const {
+  const SpatialLayout layout = spatial_layout(input_shapes[0], spatial_, channels_first_);
+  std::array<std::size_t, 3> out = layout.dims;
+  for (std::size_t i = 0; i < spatial_; ++i)
+    out[i] *= factors_[i];  // an unknown length (0) stays unknown
+  return spatial_shape(layout, spatial_, channels_first_, out);
+}
+
 Shape SpatialRepeatLayer::build(std::span<const Shape> input_shapes, std::uint64_t) {
   expect_inputs(input_shapes, 1);
   expect_rank(input_shapes[0], spatial_ + 1);
   layout_ = spatial_layout(input_shapes[0], spatial_, channels_first_);
-  std::array<std::size_t, 3> out = layout_.dims;
-  for (std::size_t i = 0; i < spatial_; ++i)
-    out[i] *= factors_[i];
-  const Shape shape = spatial_shape(layout_, spatial_, channels_first_, out);
+  settled_ = input_shapes[0];
+  const Shape shape = output_shape_for(input_shapes);
   remember(input_shapes, shape);
   return shape;
+}
+
+const SpatialLayout& SpatialRepeatLayer::settle(const Tensor<float>& x) {
+  const Shape sample = x.shape().row_shape();
+  if (sample != settled_) {
+    layout_ = spatial_layout(sample, spatial_, channels_first_);
+    settled_ = sample;
+  }
+  return layout_;
 }
 
 void SpatialRepeatLayer::forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
                                  const CallContext& ctx) {
   check_inputs(inputs);
+  settle(inputs[0]);
   const Tensor<float> tensors[] = {inputs[0], output};
   ctx.backend.host_kernel(tensors, [&](std::span<const Tensor<float>> t) {
     repeat_nearest(t[0].data(), t[1].data(), false, t[0].rows() * layout_.planes, layout_.dims,
@@ -355,11 +421,12 @@ void SpatialRepeatLayer::forward(std::span<const Tensor<float>> inputs, const Te
   });
 }
 
-void SpatialRepeatLayer::backward(std::span<const Tensor<float>>, const Tensor<float>&,
+void SpatialRepeatLayer::backward(std::span<const Tensor<float>> inputs, const Tensor<float>&,
                                   const Tensor<float>& output_gradient,
                                   std::span<const Tensor<float>> input_gradients,
                                   const CallContext& ctx) {
   if (input_gradients.empty() || input_gradients[0].empty()) return;
+  settle(inputs[0]);
   const Tensor<float> tensors[] = {input_gradients[0], output_gradient};
   ctx.backend.host_kernel(tensors, [&](std::span<const Tensor<float>> t) {
     repeat_nearest(t[0].data(), t[1].data(), true, t[0].rows() * layout_.planes, layout_.dims,
