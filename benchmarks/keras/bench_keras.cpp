@@ -20,10 +20,10 @@
 // step (2 per multiply-add): forward, backward (the weight gradient and, except for the first
 // layer, the input gradient) of every Dense, Conv1D, Conv2D, DepthwiseConv2D and Conv2DTranspose
 // (not the attention layers'), of every LSTM and Bidirectional LSTM (each step multiplies each
-// direction's input and recurrent kernels once), and Adam's 6 multiply-adds per parameter spread over the batch;
-// "sgemm_gflops" is this machine's single-thread SGEMM peak, measured in the same process
-// (CpuBackend(1).gemm on 512 x 512 x 512, the best of 10 runs), so that benchmarks/run reports
-// GFLOP/s and their fraction of the peak per thread.
+// direction's input and recurrent kernels once), and Adam's 6 multiply-adds per parameter spread
+// over the batch; "sgemm_gflops" is this machine's single-thread SGEMM peak, measured in the same
+// process (CpuBackend(1).gemm on 512 x 512 x 512, the best of 10 runs), so that benchmarks/run
+// reports GFLOP/s and their fraction of the peak per thread.
 //
 // The memory bound: "bytes_per_sample" counts the bytes one sample's training step moves at least
 // when each layer is one pass over memory (no two layers fused): a layer's forward pass reads its

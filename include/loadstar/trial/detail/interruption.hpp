@@ -33,7 +33,9 @@ enum Interruption : int { interruption_none = 0, interruption_pause = 1, interru
 inline std::atomic<int> interruption_flag{interruption_none};
 static_assert(std::atomic<int>::is_always_lock_free, "the flag is written by signal handlers");
 
-/// Records the request that `signal` makes (a pause never overrides a kill).
+/// Records the request that `signal` makes (a pause never overrides a kill): the signal thread
+/// calls it, and it is the handler of a signal that reaches a thread not blocking it (a thread
+/// started before the installation, or a forked child).
 inline void record_interruption(int signal) noexcept {
   if (signal == SIGUSR2) {
     interruption_flag.store(interruption_kill);
@@ -41,12 +43,6 @@ inline void record_interruption(int signal) noexcept {
   }
   int none = interruption_none;
   interruption_flag.compare_exchange_strong(none, interruption_pause);
-}
-
-/// The handler that takes a signal reaching a thread that does not block it (a thread started
-/// before the handlers were installed, or a child between `fork` and its own installation).
-inline void on_interruption_signal(int signal) {
-  record_interruption(signal);
 }
 
 /// The interruption asked so far.
@@ -78,7 +74,7 @@ inline void install_interruption_handlers() {
   static std::once_flag once;
   std::call_once(once, [] {
     struct sigaction action {};
-    action.sa_handler = on_interruption_signal;
+    action.sa_handler = record_interruption;
     sigemptyset(&action.sa_mask);
     ::sigaction(SIGTERM, &action, nullptr);
     ::sigaction(SIGINT, &action, nullptr);

@@ -98,7 +98,10 @@ class SpatialBoxLayer : public LayerBase {
   LOADSTAR_DECL Shape output_for(const Shape& in, SpatialLayout& layout,
                                  std::array<std::size_t, 3>& out) const;
 
-  /// Settles the sizes for the samples of `x` when they differ from the last call's.
+  /// Sets the layout and the box for input samples of shape `sample`; returns the output's.
+  LOADSTAR_DECL Shape set_box(const Shape& sample);
+
+  /// Sets the box for the samples of `x` when they differ from the last ones.
   LOADSTAR_DECL void settle(const Tensor<float>& x);
 
   /// Copies between the smaller tensor (the cropped output, or the unpadded input) and the
@@ -151,8 +154,8 @@ class SpatialRepeatLayer : public LayerBase {
   bool channels_first_ = false;
 
  private:
-  /// The layout of the samples of `x` (the last call's while their shape is the same).
-  LOADSTAR_DECL const SpatialLayout& settle(const Tensor<float>& x);
+  /// Sets the layout for the samples of `x` when they differ from the last ones.
+  LOADSTAR_DECL void settle(const Tensor<float>& x);
 
   SpatialLayout layout_;
   Shape settled_;
@@ -273,23 +276,23 @@ Shape SpatialBoxLayer::output_shape_for(std::span<const Shape> input_shapes) con
 Shape SpatialBoxLayer::build(std::span<const Shape> input_shapes, std::uint64_t) {
   expect_inputs(input_shapes, 1);
   expect_rank(input_shapes[0], spatial_ + 1);
+  const Shape shape = set_box(input_shapes[0]);
+  remember(input_shapes, shape);
+  return shape;
+}
+
+Shape SpatialBoxLayer::set_box(const Shape& sample) {
   std::array<std::size_t, 3> out{};
-  const Shape shape = output_for(input_shapes[0], layout_, out);
+  const Shape shape = output_for(sample, layout_, out);
   small_dims_ = crop_ ? out : layout_.dims;
   large_dims_ = crop_ ? layout_.dims : out;
-  settled_ = input_shapes[0];
-  remember(input_shapes, shape);
+  settled_ = sample;
   return shape;
 }
 
 void SpatialBoxLayer::settle(const Tensor<float>& x) {
   const Shape sample = x.shape().row_shape();
-  if (sample == settled_) return;
-  std::array<std::size_t, 3> out{};
-  output_for(sample, layout_, out);
-  small_dims_ = crop_ ? out : layout_.dims;
-  large_dims_ = crop_ ? layout_.dims : out;
-  settled_ = sample;
+  if (sample != settled_) set_box(sample);
 }
 
 void SpatialBoxLayer::copy(const CallContext& ctx, const Tensor<float>& small,
@@ -401,13 +404,11 @@ Shape SpatialRepeatLayer::build(std::span<const Shape> input_shapes, std::uint64
   return shape;
 }
 
-const SpatialLayout& SpatialRepeatLayer::settle(const Tensor<float>& x) {
+void SpatialRepeatLayer::settle(const Tensor<float>& x) {
   const Shape sample = x.shape().row_shape();
-  if (sample != settled_) {
-    layout_ = spatial_layout(sample, spatial_, channels_first_);
-    settled_ = sample;
-  }
-  return layout_;
+  if (sample == settled_) return;
+  layout_ = spatial_layout(sample, spatial_, channels_first_);
+  settled_ = sample;
 }
 
 void SpatialRepeatLayer::forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
