@@ -168,11 +168,12 @@ def lstm_weights(prefix, features, units):
             rnd(units, 4 * units), prefix + "bias": rnd(4 * units, scale=0.1)}
 
 
-def run(name, forward, weights, loss, targets, lengths=LENGTHS):
+def run(name, forward, weights, loss, targets, lengths=LENGTHS, make_tokens=None):
+    make_tokens = make_tokens or tokens
     w = {k: v.clone().requires_grad_(True) for k, v in weights.items()}
     batches, losses = [], []
     for length in lengths:
-        x = tokens(length)
+        x = make_tokens(length)
         y = targets(x)
         value = loss(forward(w, x), y)
         for v in w.values():
@@ -184,7 +185,7 @@ def run(name, forward, weights, loss, targets, lengths=LENGTHS):
         batches.append({"x": x.reshape(-1).tolist(), "length": length, "y": flat(y),
                         "y_shape": list(y.shape)})
         losses.append(float(value))
-    x = tokens(PREDICT_LENGTH)
+    x = make_tokens(PREDICT_LENGTH)
     with torch.no_grad():
         prediction = forward(w, x)
     return {"name": name, "batches": batches, "losses": losses,
@@ -298,6 +299,159 @@ cases.append(run("padded_gru", padded_gru, w, mse,
                  lambda x: torch.stack([(x < 6).to(DT).mean(dim=1), (x % 3).to(DT).mean(dim=1)],
                                        dim=1),
                  lengths=[5, 1, 7, 2, 4]))
+
+
+# Masks (Keras's Masking and Embedding(mask_zero=True)). Keras's backend.rnn with a mask: at a
+# masked step every state keeps its value from the step before, and the step's output is the
+# previous output (or 0 with zero_output_for_mask, which Bidirectional sets when it returns
+# sequences); the last output is the last step's. GlobalAveragePooling1D averages the unmasked
+# steps. The mask follows Dense, SimpleRNN/GRU with return_sequences, and stops at Conv1D.
+
+
+def masked_tokens(length):
+    """Tokens 1..11 padded at the end with 0 (each row keeps at least one token), and now and then
+    a 0 inside, which a mask skips as well."""
+    x = torch.randint(1, VOCAB, (BATCH, length))
+    for b in range(BATCH):
+        keep = int(torch.randint(1, length + 1, (1,)))
+        x[b, keep:] = 0
+        if keep > 2 and float(torch.rand(1)) < 0.5:
+            x[b, int(torch.randint(1, keep - 1, (1,)))] = 0
+    return x
+
+
+def masked_loop(cell, x, m, units, reverse=False, zero_output=False, carry=False):
+    """A recurrent direction over x (batch, steps, features) with mask m (batch, steps): `cell`
+    maps (x_t, h, c) to (h, c). Outputs in processing order (reversed for go_backwards)."""
+    h = torch.zeros(x.shape[0], units, dtype=DT)
+    c = torch.zeros(x.shape[0], units, dtype=DT)
+    steps = range(x.shape[1] - 1, -1, -1) if reverse else range(x.shape[1])
+    out = []
+    for t in steps:
+        h_new, c_new = cell(x[:, t], h, c)
+        keep = m[:, t:t + 1]
+        h = torch.where(keep, h_new, h)
+        if carry:
+            c = torch.where(keep, c_new, c)
+        out.append(torch.where(keep, h, torch.zeros_like(h)) if zero_output else h)
+    return torch.stack(out, dim=1)
+
+
+def lstm_cell(kernel, recurrent, bias):
+    units = recurrent.shape[0]
+
+    def cell(x, h, c):
+        i, f, g, o = (x @ kernel + h @ recurrent + bias).split(units, dim=1)
+        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+        return torch.sigmoid(o) * torch.tanh(c), c
+    return cell
+
+
+def gru_cell(kernel, recurrent, bias):
+    units = recurrent.shape[0]
+
+    def cell(x, h, c):
+        xz, xr, xh = (x @ kernel + bias[0]).split(units, dim=1)
+        hz, hr, hh = (h @ recurrent + bias[1]).split(units, dim=1)
+        z = torch.sigmoid(xz + hz)
+        r = torch.sigmoid(xr + hr)
+        return z * h + (1 - z) * torch.tanh(xh + r * hh), c
+    return cell
+
+
+def rnn_cell(kernel, recurrent, bias):
+    return lambda x, h, c: (torch.tanh(x @ kernel + h @ recurrent + bias), c)
+
+
+def check_masked_lstm_against_packed():
+    """On sequences padded at the end, the masked loop's last output is nn.LSTM's final hidden
+    state over the packed (unpadded) sequences, and its outputs past each end repeat it."""
+    x = rnd(3, 6, 4)
+    lengths = torch.tensor([6, 2, 4])
+    m = torch.arange(6).unsqueeze(0) < lengths.unsqueeze(1)
+    kernel, recurrent, bias = rnd(4, 8), rnd(2, 8), rnd(8)
+    module = torch.nn.LSTM(4, 2, batch_first=True, dtype=DT)
+    with torch.no_grad():
+        module.weight_ih_l0.copy_(kernel.t())
+        module.weight_hh_l0.copy_(recurrent.t())
+        module.bias_ih_l0.copy_(bias)
+        module.bias_hh_l0.zero_()
+        packed = torch.nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True,
+                                                         enforce_sorted=False)
+        _, (h_n, _) = module(packed)
+    out = masked_loop(lstm_cell(kernel, recurrent, bias), x, m, 2, carry=True)
+    assert torch.allclose(out[:, -1], h_n[0], atol=1e-12)
+    for b, n in enumerate(lengths.tolist()):
+        assert torch.allclose(out[b, n - 1:], h_n[0, b].expand(6 - n + 1, 2), atol=1e-12)
+
+
+check_masked_lstm_against_packed()
+
+
+def masked_lstm(w, x):
+    """Embedding(12, 5, mask_zero=True) -> LSTM(4, go_backwards=True) -> Dense(3, softmax)."""
+    m = x != 0
+    e = F.embedding(x, w["embeddings"])
+    h = masked_loop(lstm_cell(w["lstm/kernel"], w["lstm/recurrent_kernel"], w["lstm/bias"]), e, m,
+                    4, reverse=True, carry=True)[:, -1]
+    return torch.softmax(h @ w["dense/kernel"] + w["dense/bias"], dim=-1)
+
+
+def masked_bilstm_conv(w, x):
+    """Embedding(12, 5, mask_zero=True) -> Bidirectional(LSTM(3, return_sequences=True)) (masked
+    outputs 0 in both directions) -> Conv1D(2, 2, relu) (the mask stops) -> GlobalMaxPooling1D ->
+    Dense(1, sigmoid)."""
+    m = x != 0
+    e = F.embedding(x, w["embeddings"])
+    f = masked_loop(lstm_cell(w["fw/kernel"], w["fw/recurrent_kernel"], w["fw/bias"]), e, m, 3,
+                    zero_output=True, carry=True)
+    b = masked_loop(lstm_cell(w["bw/kernel"], w["bw/recurrent_kernel"], w["bw/bias"]), e, m, 3,
+                    reverse=True, zero_output=True, carry=True)
+    h = torch.cat([f, torch.flip(b, dims=[1])], dim=2).transpose(1, 2)
+    c = torch.relu(F.conv1d(h, w["conv/kernel"].permute(2, 1, 0), w["conv/bias"]))
+    return torch.sigmoid(c.max(dim=2).values @ w["dense/kernel"] + w["dense/bias"])
+
+
+def masking_rnn_pool(w, x):
+    """Embedding(12, 4) (row 0 zero) -> Masking(0.0) -> SimpleRNN(3, return_sequences=True) ->
+    Dense(3, tanh) -> GRU(2, return_sequences=True) -> GlobalAveragePooling1D (of the unmasked
+    steps) -> Dense(2). Masking's mask is any(e != 0) over the features, and its output e there."""
+    e = F.embedding(x, w["embeddings"])
+    m = (e != 0).any(dim=-1)
+    e = torch.where(m.unsqueeze(-1), e, torch.zeros_like(e))
+    h = masked_loop(rnn_cell(w["rnn/kernel"], w["rnn/recurrent_kernel"], w["rnn/bias"]), e, m, 3)
+    h = torch.tanh(h @ w["mid/kernel"] + w["mid/bias"])
+    g = masked_loop(gru_cell(w["gru/kernel"], w["gru/recurrent_kernel"], w["gru/bias"]), h, m, 2)
+    mf = m.to(DT).unsqueeze(-1)
+    pooled = (g * mf).sum(dim=1) / mf.sum(dim=1)
+    return pooled @ w["dense/kernel"] + w["dense/bias"]
+
+
+w = {"embeddings": rnd(VOCAB, 5, scale=1.0)}
+w.update(lstm_weights("lstm/", 5, 4))
+w.update({"dense/kernel": rnd(4, 3), "dense/bias": rnd(3, scale=0.1)})
+cases.append(run("masked_lstm", masked_lstm, w, sparse_ce, lambda x: (x.sum(dim=1) % 3),
+                 make_tokens=masked_tokens))
+
+w = {"embeddings": rnd(VOCAB, 5, scale=1.0)}
+w.update(lstm_weights("fw/", 5, 3))
+w.update(lstm_weights("bw/", 5, 3))
+w.update({"conv/kernel": rnd(2, 6, 2), "conv/bias": rnd(2, scale=0.1), "dense/kernel": rnd(2, 1),
+          "dense/bias": rnd(1, scale=0.1)})
+cases.append(run("masked_bilstm_conv", masked_bilstm_conv, w, bce,
+                 lambda x: ((x > 0) & (x < 6)).to(DT).mean(dim=1, keepdim=True).round(),
+                 lengths=[6, 3, 9, 2, 6], make_tokens=masked_tokens))
+
+embeddings = rnd(VOCAB, 4, scale=1.0)
+embeddings[0] = 0.0
+w = {"embeddings": embeddings, "rnn/kernel": rnd(4, 3), "rnn/recurrent_kernel": rnd(3, 3),
+     "rnn/bias": rnd(3, scale=0.1), "mid/kernel": rnd(3, 3), "mid/bias": rnd(3, scale=0.1),
+     "gru/kernel": rnd(3, 6), "gru/recurrent_kernel": rnd(2, 6), "gru/bias": rnd(2, 6, scale=0.1),
+     "dense/kernel": rnd(2, 2), "dense/bias": rnd(2, scale=0.1)}
+cases.append(run("masking_rnn_pool", masking_rnn_pool, w, mse,
+                 lambda x: torch.stack([(x > 5).to(DT).mean(dim=1), (x % 2).to(DT).mean(dim=1)],
+                                       dim=1),
+                 make_tokens=masked_tokens))
 
 with open(os.path.join(HERE, "reference", "unknown_axes.json"), "w") as out:
     json.dump({"generator": "tests/keras/generate_unknown_axes.py", "lr": LR, "batch": BATCH,

@@ -1,8 +1,9 @@
 // The PyTorch reference of tests/keras/generate_unknown_axes.py: text models on Input({none}) (an
 // Embedding and LSTM classifier, a self-attention block, a Bidirectional LSTM tagger, Conv1D
 // classifiers with and without 1-D pooling, a GRU and SimpleRNN stack between ZeroPadding1D,
-// Cropping1D and UpSampling1D) trained one SGD step per batch on batches of different lengths,
-// run on any backend.
+// Cropping1D and UpSampling1D; masked by Embedding(mask_zero=True) or Masking before LSTM,
+// Bidirectional(LSTM), SimpleRNN, GRU and GlobalAveragePooling1D) trained one SGD step per batch on
+// batches of different lengths, run on any backend.
 #pragma once
 
 #include <doctest/doctest.h>
@@ -96,6 +97,33 @@ inline std::shared_ptr<Model> padded_gru() {
   return std::make_shared<Model>(std::vector{tokens}, std::vector{out}, "padded_gru");
 }
 
+inline std::shared_ptr<Model> masked_lstm() {
+  auto tokens = Input(Shape{none}, "tokens");
+  auto h = call(Embedding(12, 5, {.mask_zero = true}), tokens);
+  h = call(LSTM(4, {.go_backwards = true}), h);
+  auto out = call(Dense(3, {.activation = "softmax"}), h);
+  return std::make_shared<Model>(std::vector{tokens}, std::vector{out}, "masked_lstm");
+}
+
+inline std::shared_ptr<Model> masked_bilstm_conv() {
+  auto tokens = Input(Shape{none}, "tokens");
+  auto h = call(Embedding(12, 5, {.mask_zero = true}), tokens);
+  h = call(Bidirectional(LSTM(3, {.return_sequences = true})), h);
+  h = call(Conv1D(2, 2, {.activation = "relu"}), h);  // the mask stops here, with a warning
+  auto out = call(Dense(1, {.activation = "sigmoid"}), call(GlobalMaxPooling1D(), h));
+  return std::make_shared<Model>(std::vector{tokens}, std::vector{out}, "masked_bilstm_conv");
+}
+
+inline std::shared_ptr<Model> masking_rnn_pool() {
+  auto tokens = Input(Shape{none}, "tokens");
+  auto h = call(Masking({.mask_value = 0.0F}), call(Embedding(12, 4), tokens));
+  h = call(SimpleRNN(3, {.return_sequences = true}), h);
+  h = call(Dense(3, {.activation = "tanh"}), h);
+  h = call(GRU(2, {.return_sequences = true}), h);
+  auto out = call(Dense(2), call(GlobalAveragePooling1D(), h));
+  return std::make_shared<Model>(std::vector{tokens}, std::vector{out}, "masking_rnn_pool");
+}
+
 /// Sets the reference's initial weights (in the model's order), trains one SGD step per batch of
 /// the reference's lengths and checks every loss, the predictions of a batch of another length
 /// and the final weights.
@@ -150,7 +178,10 @@ inline std::vector<Case> all_cases() {
           {"tagger", tagger, "mse"},
           {"text_cnn", text_cnn, "binary_crossentropy"},
           {"text_cnn_pooled", text_cnn_pooled, "binary_crossentropy"},
-          {"padded_gru", padded_gru, "mse"}};
+          {"padded_gru", padded_gru, "mse"},
+          {"masked_lstm", masked_lstm, "sparse_categorical_crossentropy"},
+          {"masked_bilstm_conv", masked_bilstm_conv, "binary_crossentropy"},
+          {"masking_rnn_pool", masking_rnn_pool, "mse"}};
 }
 
 }  // namespace unknown_axes_cases

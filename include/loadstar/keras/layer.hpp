@@ -55,6 +55,34 @@ struct CallContext {
   /// In a training step, the fused operations this call takes part in, or null: the model's plan
   /// (keras/detail/relu_fusion.hpp), read by the built-in layers whose `fusion_role` asks for it.
   const detail::ReluFusionCall* relu_fusion = nullptr;
+  /// The masks of the call's inputs (Keras's `_keras_mask`), given to a layer whose
+  /// `reads_masks()` is `true`: per input, `(batch, ...)` of 1 (a step that counts) and 0 (a
+  /// masked step), the input's shape without its last axis; empty for an input without a mask.
+  std::span<const Tensor<float>> input_masks = {};
+};
+
+/// What becomes of the masks of a layer's inputs (Keras's `supports_masking` and
+/// `compute_mask`): a mask made by `Masking` or `Embedding(mask_zero=True)` marks the steps of a
+/// sequence to skip, and flows along the graph to the layers that use it.
+enum class MaskFlow {
+  /// The layer does not support masking (Keras 3's default): a mask on its input stops there, and
+  /// the model warns once, naming the layer, as Keras does.
+  stops,
+  /// The layer uses the mask (`reads_masks()`) and its output has none (`GlobalAveragePooling1D`,
+  /// a recurrent layer returning its last output).
+  ends,
+  /// The output has the first input's mask (element-wise layers, `Dense`, `Dropout`, a recurrent
+  /// layer returning sequences).
+  passes,
+  /// The output's mask is the step-wise OR of the inputs' masks, and there is none unless every
+  /// input has one (Keras 3's merge layers, and `Concatenate` along the last axis).
+  any_of,
+  /// The layer makes the output's mask from its inputs in `compute_mask` (`Masking`, `Embedding`
+  /// with `mask_zero`).
+  computes,
+  /// The layer would use a mask in a way loadstar does not run: a masked input is refused with a
+  /// `ConfigError` naming the layer.
+  refused,
 };
 
 /// The base of every layer: Keras's `class_name`, a unique `name`, weights in Keras's order, and
@@ -135,6 +163,18 @@ class Layer : public std::enable_shared_from_this<Layer> {
   /// layer. A further fused pattern belongs in the backend's step recorder, not in more queries
   /// here.
   virtual detail::FusionRole fusion_role() const noexcept { return detail::FusionRole::none; }
+
+  /// What becomes of the masks of the layer's inputs (`MaskFlow`); `stops` by default, as a Keras
+  /// layer that does not set `supports_masking`.
+  virtual MaskFlow mask_flow() const noexcept { return MaskFlow::stops; }
+  /// Whether `forward` and `backward` read `ctx.input_masks` (a recurrent layer skips the masked
+  /// steps, `GlobalAveragePooling1D` averages the others).
+  virtual bool reads_masks() const noexcept { return false; }
+  /// For `MaskFlow::computes`: writes the output's mask `(batch, ...)` (the output's shape
+  /// without its last axis; 1 for a step that counts, 0 for a masked one) from the inputs of the
+  /// `forward` just run.
+  virtual void compute_mask(std::span<const Tensor<float>> /*inputs*/,
+                            const Tensor<float>& /*mask*/, const CallContext& /*ctx*/) {}
 
   /// The weights in Keras's order (trainable first, as `layer.weights` lists them).
   std::span<Variable> weights() noexcept { return weights_; }

@@ -46,6 +46,7 @@
 #include "loadstar/keras/layers/input_layer.hpp"
 #include "loadstar/keras/layers/layer_normalization.hpp"
 #include "loadstar/keras/layers/lstm.hpp"
+#include "loadstar/keras/layers/masking.hpp"
 #include "loadstar/keras/layers/max_pooling1d.hpp"
 #include "loadstar/keras/layers/max_pooling2d.hpp"
 #include "loadstar/keras/layers/max_pooling3d.hpp"

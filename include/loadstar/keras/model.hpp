@@ -57,6 +57,7 @@
 #include "loadstar/keras/detail/graph.hpp"
 #include "loadstar/keras/detail/graph_plan.hpp"
 #include "loadstar/keras/detail/params.hpp"
+#include "loadstar/keras/detail/mask_plan.hpp"
 #include "loadstar/keras/detail/penalty_plan.hpp"
 #include "loadstar/keras/detail/relu_fusion.hpp"
 #include "loadstar/keras/detail/runtime.hpp"
@@ -656,6 +657,8 @@ class Model {
   detail::ReluFusionPlan relu_fusions_;
   /// The regularization penalties and weight constraints.
   detail::PenaltyPlan penalties_;
+  /// The masks (`Masking`, `Embedding(mask_zero=True)`) and the nodes that carry them.
+  detail::MaskPlan masks_;
   /// Where a step rounds to the layers' half-precision compute dtypes.
   detail::MixedPrecisionPlan mixed_;
   /// The global dtype policy when the model was made (Keras's `model.dtype_policy`).

@@ -52,6 +52,9 @@ namespace loadstar::keras {
 /// \endcode
 class ModelLayer : public Layer {
  public:
+  /// Keras runs the mask through the inner model's graph, which loadstar does not: a masked input
+  /// is refused.
+  MaskFlow mask_flow() const noexcept override { return MaskFlow::refused; }
   /// Throws `ConfigError` for a null model, a model not built yet (a `Sequential` without an
   /// input shape), a model of several inputs or outputs, and an inner layer with an activity
   /// regularizer.

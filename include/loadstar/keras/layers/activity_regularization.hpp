@@ -17,6 +17,8 @@ namespace loadstar::keras::layers {
 /// \endcode
 class ActivityRegularization : public detail::ShapeOnlyLayer {
  public:
+  /// The output has the input's mask (Keras's `supports_masking`).
+  MaskFlow mask_flow() const noexcept override { return MaskFlow::passes; }
   /// Throws `ConfigError` for a factor that is negative or not finite.
   LOADSTAR_DECL explicit ActivityRegularization(double l1 = 0.0, double l2 = 0.0,
                                                 std::string name = {});

@@ -19,6 +19,8 @@ struct AddOptions {
 /// \endcode
 class Add : public detail::LayerBase {
  public:
+  /// The output's mask is the OR of the inputs' masks (Keras 3's merge layers).
+  MaskFlow mask_flow() const noexcept override { return MaskFlow::any_of; }
   explicit Add(AddOptions options = {}) : LayerBase(options.name) {}
 
   std::string class_name() const override { return "Add"; }

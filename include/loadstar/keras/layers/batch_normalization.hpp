@@ -37,6 +37,9 @@ struct BatchNormalizationOptions {
 /// \endcode
 class BatchNormalization : public detail::LayerBase {
  public:
+  /// Keras takes the batch statistics over the unmasked steps, which loadstar does not: a masked
+  /// input is refused.
+  MaskFlow mask_flow() const noexcept override { return MaskFlow::refused; }
   explicit BatchNormalization(BatchNormalizationOptions options = {})
       : LayerBase(options.name), options_(std::move(options)) {}
 

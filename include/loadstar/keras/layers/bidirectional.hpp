@@ -38,6 +38,13 @@ class Bidirectional : public detail::LayerBase {
   /// Timesteps of unknown length (a text model's), settled per batch.
   bool takes_unknown_axes() const noexcept override { return true; }
   LOADSTAR_DECL Shape output_shape_for(std::span<const Shape> input_shapes) const override;
+  /// Both directions skip masked steps (their masked outputs 0 when returning sequences, as
+  /// Keras's `Bidirectional` sets `zero_output_for_mask`); the output has the input's mask when
+  /// it returns sequences.
+  MaskFlow mask_flow() const noexcept override {
+    return forward_.options().return_sequences ? MaskFlow::passes : MaskFlow::ends;
+  }
+  bool reads_masks() const noexcept override { return true; }
   LOADSTAR_DECL void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
                              const CallContext& ctx) override;
   LOADSTAR_DECL void backward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
@@ -71,6 +78,13 @@ class Bidirectional : public detail::LayerBase {
 namespace loadstar::keras::layers {
 
 namespace detail {
+/// A direction's options: Keras's `Bidirectional` sets `zero_output_for_mask` to
+/// `return_sequences` in both.
+inline RecurrentOptions direction_options(RecurrentOptions options) {
+  options.zero_output_for_mask = options.return_sequences;
+  return options;
+}
+
 inline const char* merge_mode_name(MergeMode mode) noexcept {
   return mode == MergeMode::concat ? "concat"
          : mode == MergeMode::sum  ? "sum"
@@ -95,11 +109,12 @@ Bidirectional::Bidirectional(const detail::RecurrentLayer& layer,
       forward_(layer.class_name() == "LSTM"  ? detail::CellKind::lstm
                : layer.class_name() == "GRU" ? detail::CellKind::gru
                                              : detail::CellKind::simple_rnn,
-               layer.units(), layer.options(), "bidirectional layer"),
+               layer.units(), detail::direction_options(layer.options()), "bidirectional layer"),
       backward_(backward_layer.class_name() == "LSTM"  ? detail::CellKind::lstm
                 : backward_layer.class_name() == "GRU" ? detail::CellKind::gru
                                                        : detail::CellKind::simple_rnn,
-                backward_layer.units(), backward_layer.options(), "bidirectional layer"),
+                backward_layer.units(), detail::direction_options(backward_layer.options()),
+                "bidirectional layer"),
       merge_mode_(merge_mode),
       custom_backward_(true) {
   if (&layer != &backward_layer) {
@@ -162,8 +177,9 @@ void Bidirectional::forward(std::span<const Tensor<float>> inputs, const Tensor<
   const Shape backward_shape = backward_.output_shape(inputs[0].shape().row_shape());
   const Tensor<float> yf = forward_output_.get(backend, forward_shape.prepend(batch));
   const Tensor<float> yb = backward_output_.get(backend, backward_shape.prepend(batch));
-  forward_.forward(backend, direction_weights(0), inputs[0], yf);
-  backward_.forward(backend, direction_weights(1), inputs[0], yb);
+  const Tensor<float> mask = detail::input_mask(ctx);
+  forward_.forward(backend, direction_weights(0), inputs[0], yf, mask);
+  backward_.forward(backend, direction_weights(1), inputs[0], yb, mask);
   // The backward direction's outputs come in its processing order: Keras reverses them back
   // along time when it returns sequences (and a go_backwards forward layer's stay as they are).
   const bool sequences = forward_.options().return_sequences;
@@ -237,9 +253,10 @@ void Bidirectional::backward(std::span<const Tensor<float>> inputs, const Tensor
   const bool dx = !input_gradients.empty() && !input_gradients[0].empty();
   const Tensor<float> dx_backward =
       dx ? input_gradient_.get(backend, inputs[0].shape()) : Tensor<float>();
+  const Tensor<float> mask = detail::input_mask(ctx);
   forward_.backward(backend, direction_weights(0), inputs[0], yf, dyf,
-                    dx ? input_gradients[0] : Tensor<float>());
-  backward_.backward(backend, direction_weights(1), inputs[0], yb, dyb, dx_backward);
+                    dx ? input_gradients[0] : Tensor<float>(), mask);
+  backward_.backward(backend, direction_weights(1), inputs[0], yb, dyb, dx_backward, mask);
   if (dx) backend.add(input_gradients[0], dx_backward, input_gradients[0]);
 }
 

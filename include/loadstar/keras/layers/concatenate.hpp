@@ -27,6 +27,11 @@ class Concatenate : public detail::LayerBase {
       : LayerBase(options.name), axis_(options.axis) {}
 
   std::string class_name() const override { return "Concatenate"; }
+  /// Along the last axis, the output's mask is the OR of the inputs' masks (Keras 3); along
+  /// another, Keras joins the masks, which loadstar does not: a masked input is refused.
+  MaskFlow mask_flow() const noexcept override {
+    return along_last_ ? MaskFlow::any_of : MaskFlow::refused;
+  }
 
   LOADSTAR_DECL Shape build(std::span<const Shape> input_shapes, std::uint64_t) override;
   /// Axes of unknown length but the one joined along.
@@ -48,6 +53,7 @@ class Concatenate : public detail::LayerBase {
 
  private:
   int axis_;
+  bool along_last_ = true;
   std::size_t axis_in_sample_ = 0;
   std::vector<std::size_t> extents_;
 };
@@ -65,6 +71,7 @@ Shape Concatenate::build(std::span<const Shape> input_shapes, std::uint64_t) {
   }
   const auto rank = static_cast<int>(input_shapes[0].rank()) + 1;  // with the batch axis
   const int axis = axis_ < 0 ? axis_ + rank : axis_;
+  along_last_ = axis == rank - 1;
   if (axis < 1 || axis >= rank) {
     throw ConfigError(label() + ": axis " + std::to_string(axis_) +
                       " is not a non-batch axis of inputs of shape " + batch_str(input_shapes[0]));

@@ -26,6 +26,8 @@ struct DenseOptions {
 /// \endcode
 class Dense : public detail::LayerBase {
  public:
+  /// The output has the input's mask (Keras's `supports_masking`): a `Dense` on every step.
+  MaskFlow mask_flow() const noexcept override { return MaskFlow::passes; }
   LOADSTAR_DECL explicit Dense(std::size_t units, DenseOptions options = {});
 
   std::string class_name() const override { return "Dense"; }

@@ -30,6 +30,8 @@ struct DotOptions {
 /// \endcode
 class Dot : public detail::LayerBase {
  public:
+  /// The output has no mask (Keras's `Dot.compute_mask`).
+  MaskFlow mask_flow() const noexcept override { return MaskFlow::ends; }
   LOADSTAR_DECL explicit Dot(std::array<int, 2> axes, DotOptions options = {});
 
   std::string class_name() const override { return "Dot"; }

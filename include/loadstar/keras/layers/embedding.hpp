@@ -13,6 +13,9 @@ namespace loadstar::keras::layers {
 /// `Embedding`'s Keras arguments after `input_dim` and `output_dim`, with Keras's defaults.
 struct EmbeddingOptions {
   Initializer embeddings_initializer = Initializer::random_uniform(-0.05, 0.05);
+  /// Index 0 is padding: the output has a mask, 0 where the index is 0 (Keras's `mask_zero`),
+  /// which the layers after it follow (`MaskFlow`). `input_dim` then counts index 0 as well.
+  bool mask_zero = false;
   std::string name = {};
 };
 
@@ -47,6 +50,14 @@ class Embedding : public detail::LayerBase {
                 const CallContext& ctx) override {
     ctx.backend.scatter_add(inputs[0], rows(output_gradient), weights_[0].gradient);
   }
+
+  /// With `mask_zero`, the layer makes the output's mask; otherwise it has none.
+  MaskFlow mask_flow() const noexcept override {
+    return options_.mask_zero ? MaskFlow::computes : MaskFlow::stops;
+  }
+  /// `mask_zero`'s mask: 1 where the index is not 0.
+  LOADSTAR_DECL void compute_mask(std::span<const Tensor<float>> inputs, const Tensor<float>& mask,
+                                  const CallContext& ctx) override;
 
   LOADSTAR_DECL nlohmann::json get_config() const override;
 
@@ -106,6 +117,16 @@ void Embedding::forward(std::span<const Tensor<float>> inputs, const Tensor<floa
   }
 }
 
+void Embedding::compute_mask(std::span<const Tensor<float>> inputs, const Tensor<float>& mask,
+                             const CallContext& ctx) {
+  const Tensor<float> tensors[] = {inputs[0], mask};
+  ctx.backend.host_kernel(tensors, [](std::span<const Tensor<float>> t) {
+    // Keras: not_equal(cast(inputs, int32), 0), so that 0.5 counts as index 0.
+    for (std::size_t i = 0; i < t[1].size(); ++i)
+      t[1].data()[i] = std::trunc(t[0].data()[i]) != 0.0F ? 1.0F : 0.0F;
+  });
+}
+
 nlohmann::json Embedding::get_config() const {
   auto config = base_config();
   config["input_dim"] = input_dim_;
@@ -113,20 +134,20 @@ nlohmann::json Embedding::get_config() const {
   config["embeddings_initializer"] = options_.embeddings_initializer.to_json();
   write_weight_options(config, {"embeddings"});
   config["activity_regularizer"] = regularizer_json(nullptr);
-  config["mask_zero"] = false;
+  config["mask_zero"] = options_.mask_zero;
   config["input_length"] = nullptr;
   return config;
 }
 
 std::shared_ptr<Layer> Embedding::from_config(const nlohmann::json& config) {
   const auto read = detail::layer_config(config, "Embedding");
-  read.expect("mask_zero", false, "loadstar has no masks");
   return detail::finish_layer(
       read, std::make_shared<Embedding>(
                 read.positive("input_dim"), read.positive("output_dim"),
                 EmbeddingOptions{
                     .embeddings_initializer = detail::config_initializer(
                         read, "embeddings_initializer", Initializer::random_uniform(-0.05, 0.05)),
+                    .mask_zero = read.get("mask_zero", false),
                     .name = detail::config_name(read)}));
 }
 

@@ -16,8 +16,25 @@ namespace loadstar::keras::layers {
 class GlobalAveragePooling1D : public detail::GlobalPooling<false, 1> {
  public:
   explicit GlobalAveragePooling1D(GlobalPooling1DOptions options = {})
-      : GlobalPooling(std::move(options)) {}
+      : GlobalPooling(options), channels_first_(options.data_format == "channels_first") {}
   LOADSTAR_DECL static std::shared_ptr<Layer> from_config(const nlohmann::json& config);
+
+  /// With a mask on the input (Keras's `supports_masking`), the mean of the unmasked steps; the
+  /// output has no mask.
+  MaskFlow mask_flow() const noexcept override { return MaskFlow::ends; }
+  bool reads_masks() const noexcept override { return true; }
+  LOADSTAR_DECL void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+                             const CallContext& ctx) override;
+  LOADSTAR_DECL void backward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+                              const Tensor<float>& output_gradient,
+                              std::span<const Tensor<float>> input_gradients,
+                              const CallContext& ctx) override;
+
+ private:
+  /// The input's mask `(batch, steps)`, or an empty tensor.
+  LOADSTAR_DECL Tensor<float> mask_of(const Tensor<float>& x, const CallContext& ctx) const;
+
+  bool channels_first_;
 };
 
 /// Keras's `GlobalMaxPooling1D`: `(steps, c)` (or `(c, steps)` with channels_first) to `(c,)`,
@@ -37,6 +54,76 @@ class GlobalMaxPooling1D : public detail::GlobalPooling<true, 1> {
 // Definitions: here when header-only, in the library when separately compiled (config.hpp).
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::layers {
+
+Tensor<float> GlobalAveragePooling1D::mask_of(const Tensor<float>& x,
+                                              const CallContext& ctx) const {
+  if (ctx.input_masks.empty() || ctx.input_masks[0].empty()) return {};
+  const Tensor<float>& mask = ctx.input_masks[0];
+  if (channels_first_ || mask.size() != x.dim(0) * x.dim(1)) {
+    throw ShapeError(label() + ": takes a mask (batch, steps) on channels_last inputs but got a " +
+                     "mask " + mask.shape().str() + " for inputs " + x.shape().str() +
+                     (channels_first_ ? " in channels_first" : ""));
+  }
+  return mask;
+}
+
+void GlobalAveragePooling1D::forward(std::span<const Tensor<float>> inputs,
+                                     const Tensor<float>& output, const CallContext& ctx) {
+  const Tensor<float> mask = mask_of(inputs[0], ctx);
+  if (mask.empty()) {
+    GlobalPooling::forward(inputs, output, ctx);
+    return;
+  }
+  check_inputs(inputs);
+  // Keras: sum(where(mask, x, 0), steps) / sum(mask, steps).
+  const Tensor<float> tensors[] = {inputs[0], mask, output};
+  ctx.backend.host_kernel(tensors, [](std::span<const Tensor<float>> t) {
+    const std::size_t batch = t[0].dim(0), steps = t[0].dim(1), channels = t[0].dim(2);
+    for (std::size_t b = 0; b < batch; ++b) {
+      float* y = t[2].data() + b * channels;
+      std::fill(y, y + channels, 0.0F);
+      float count = 0.0F;
+      for (std::size_t s = 0; s < steps; ++s) {
+        if (t[1].data()[b * steps + s] == 0.0F) continue;
+        count += 1.0F;
+        const float* x = t[0].data() + (b * steps + s) * channels;
+        for (std::size_t c = 0; c < channels; ++c)
+          y[c] += x[c];
+      }
+      for (std::size_t c = 0; c < channels; ++c)
+        y[c] /= count;
+    }
+  });
+}
+
+void GlobalAveragePooling1D::backward(std::span<const Tensor<float>> inputs,
+                                      const Tensor<float>& output,
+                                      const Tensor<float>& output_gradient,
+                                      std::span<const Tensor<float>> input_gradients,
+                                      const CallContext& ctx) {
+  const Tensor<float> mask = mask_of(inputs[0], ctx);
+  if (mask.empty()) {
+    GlobalPooling::backward(inputs, output, output_gradient, input_gradients, ctx);
+    return;
+  }
+  if (input_gradients.empty() || input_gradients[0].empty()) return;
+  const Tensor<float> tensors[] = {mask, output_gradient, input_gradients[0]};
+  ctx.backend.host_kernel(tensors, [](std::span<const Tensor<float>> t) {
+    const std::size_t batch = t[2].dim(0), steps = t[2].dim(1), channels = t[2].dim(2);
+    for (std::size_t b = 0; b < batch; ++b) {
+      const float* m = t[0].data() + b * steps;
+      float count = 0.0F;
+      for (std::size_t s = 0; s < steps; ++s)
+        count += m[s] != 0.0F ? 1.0F : 0.0F;
+      const float* dy = t[1].data() + b * channels;
+      for (std::size_t s = 0; s < steps; ++s) {
+        float* dx = t[2].data() + (b * steps + s) * channels;
+        for (std::size_t c = 0; c < channels; ++c)
+          dx[c] = m[s] != 0.0F ? dy[c] / count : 0.0F;
+      }
+    }
+  });
+}
 
 std::shared_ptr<Layer> GlobalAveragePooling1D::from_config(const nlohmann::json& config) {
   const auto read = detail::layer_config(config, "GlobalAveragePooling1D");

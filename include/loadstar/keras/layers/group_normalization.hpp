@@ -33,6 +33,8 @@ struct GroupNormalizationOptions {
 /// \endcode
 class GroupNormalization : public detail::LayerBase {
  public:
+  /// The output has the input's mask (Keras's `supports_masking`).
+  MaskFlow mask_flow() const noexcept override { return MaskFlow::passes; }
   LOADSTAR_DECL explicit GroupNormalization(GroupNormalizationOptions options = {});
 
   std::string class_name() const override { return "GroupNormalization"; }

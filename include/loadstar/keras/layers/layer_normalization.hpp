@@ -34,6 +34,8 @@ struct LayerNormalizationOptions {
 /// \endcode
 class LayerNormalization : public detail::LayerBase {
  public:
+  /// The output has the input's mask (Keras's `supports_masking`).
+  MaskFlow mask_flow() const noexcept override { return MaskFlow::passes; }
   LOADSTAR_DECL explicit LayerNormalization(LayerNormalizationOptions options = {});
 
   std::string class_name() const override { return "LayerNormalization"; }

@@ -61,6 +61,9 @@ struct MultiHeadAttentionOptions {
 /// \endcode
 class MultiHeadAttention : public detail::LayerBase, public keras::detail::CallArguments {
  public:
+  /// Keras turns the inputs' masks into an attention mask, which loadstar does not yet: a masked
+  /// input is refused.
+  MaskFlow mask_flow() const noexcept override { return MaskFlow::refused; }
   LOADSTAR_DECL MultiHeadAttention(std::size_t num_heads, std::size_t key_dim,
                                    MultiHeadAttentionOptions options = {});
 

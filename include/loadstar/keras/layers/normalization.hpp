@@ -30,6 +30,8 @@ struct NormalizationOptions {
 /// \endcode
 class Normalization : public detail::LayerBase {
  public:
+  /// The output has the input's mask (Keras's `supports_masking`).
+  MaskFlow mask_flow() const noexcept override { return MaskFlow::passes; }
   LOADSTAR_DECL explicit Normalization(NormalizationOptions options = {});
 
   std::string class_name() const override { return "Normalization"; }

@@ -49,6 +49,7 @@
 #include "loadstar/keras/layers/input_layer.hpp"
 #include "loadstar/keras/layers/layer_normalization.hpp"
 #include "loadstar/keras/layers/lstm.hpp"
+#include "loadstar/keras/layers/masking.hpp"
 #include "loadstar/keras/layers/max_pooling1d.hpp"
 #include "loadstar/keras/layers/max_pooling2d.hpp"
 #include "loadstar/keras/layers/max_pooling3d.hpp"
@@ -168,6 +169,7 @@ void RegistryTraits<loadstar::keras::Layer>::defaults(Registry<Layer>& registry)
   registry.add("ELU", ELU::from_config);
   registry.add("ThresholdedReLU", ThresholdedReLU::from_config);
   registry.add("Rescaling", Rescaling::from_config);
+  registry.add("Masking", Masking::from_config);
   registry.add("UnitNormalization", UnitNormalization::from_config);
   registry.add("GroupNormalization", GroupNormalization::from_config);
   registry.add("SimpleRNN", SimpleRNN::from_config);

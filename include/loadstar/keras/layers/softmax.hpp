@@ -20,6 +20,9 @@ struct SoftmaxOptions {
 /// \endcode
 class Softmax : public detail::LayerBase {
  public:
+  /// Keras adds a large negative number at masked positions before the softmax, which loadstar
+  /// does not: a masked input is refused.
+  MaskFlow mask_flow() const noexcept override { return MaskFlow::refused; }
   explicit Softmax(SoftmaxOptions options = {}) : LayerBase(options.name), axis_(options.axis) {}
 
   std::string class_name() const override { return "Softmax"; }

@@ -28,6 +28,9 @@ namespace loadstar::keras::layers {
 /// \endcode
 class TimeDistributed : public detail::LayerBase {
  public:
+  /// Keras hands the mask to the inner layer, which loadstar does not: a masked input is
+  /// refused.
+  MaskFlow mask_flow() const noexcept override { return MaskFlow::refused; }
   /// Throws `ConfigError` for a null layer, a layer with an activity regularizer, and a layer of
   /// several inputs (a merge layer).
   LOADSTAR_DECL explicit TimeDistributed(std::shared_ptr<Layer> layer, std::string name = {});

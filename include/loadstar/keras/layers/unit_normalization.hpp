@@ -25,6 +25,8 @@ struct UnitNormalizationOptions {
 /// \endcode
 class UnitNormalization : public detail::LayerBase {
  public:
+  /// The output has the input's mask (Keras's `supports_masking`).
+  MaskFlow mask_flow() const noexcept override { return MaskFlow::passes; }
   LOADSTAR_DECL explicit UnitNormalization(UnitNormalizationOptions options = {});
 
   std::string class_name() const override { return "UnitNormalization"; }

@@ -37,6 +37,7 @@ LOADSTAR_DECL void Model::reserve(std::size_t rows) {
     }
   }
   weights_full_ = backend.allocate({rows});
+  masks_.reserve(backend, nodes_, rows);
   staging_full_.clear();
   if (!backend.is_host()) {
     for (std::size_t i = 0; i < input_names_.size(); ++i)
@@ -68,6 +69,7 @@ LOADSTAR_DECL void Model::reserve_elements(std::size_t rows) {
   for (std::size_t o = 0; o < output_nodes_.size(); ++o) {
     if (!output_direct_[o]) ensure(loss_scratch_full_[o], nodes_[output_nodes_[o]].shape, false);
   }
+  if (masks_.reserve(backend, nodes_, rows)) grown = true;
   if (rows > capacity_) {
     weights_full_ = backend.allocate({rows});
     if (!backend.is_host()) staging_weights_full_ = Tensor<float>({rows});
@@ -192,6 +194,7 @@ LOADSTAR_DECL void Model::set_rows(std::size_t rows) {
   }
   for (std::size_t o = 0; o < output_nodes_.size(); ++o)
     outputs_[o] = nodes_[output_nodes_[o]].value;
+  masks_.set_rows(nodes_, rows);
   weights_ = weights_full_.slice_rows(0, rows);
   rows_ = rows;
 }

@@ -33,6 +33,7 @@ LOADSTAR_DECL void Model::plan(const std::vector<KerasTensor>& inputs,
   bound_key_ = 0;
   relu_fusions_.plan(nodes_, output_nodes_, writes_gradients_);
   penalties_.plan(layers_, nodes_);
+  masks_.plan(name_, nodes_);
 }
 
 LOADSTAR_DECL bool Model::is_chain() const {

@@ -47,6 +47,9 @@ struct DenseAttentionOptions {
 /// values, of shape `(Tq, value_dim)`.
 class DenseAttention : public LayerBase, public keras::detail::CallArguments {
  public:
+  /// Keras ignores masked keys and zeroes masked queries, which loadstar does not yet: a masked
+  /// input is refused.
+  MaskFlow mask_flow() const noexcept override { return MaskFlow::refused; }
   LOADSTAR_DECL DenseAttention(ScoreMode mode, DenseAttentionOptions options);
 
   ScoreMode score_mode() const noexcept { return mode_; }

@@ -112,6 +112,8 @@ class LayerBase : public Layer {
 /// `Dropout`): one `build` for all of them.
 class SameShapeLayer : public LayerBase {
  public:
+  /// Keras's `supports_masking`: the output has the input's mask.
+  MaskFlow mask_flow() const noexcept override { return MaskFlow::passes; }
   using LayerBase::LayerBase;
 
   LOADSTAR_DECL Shape build(std::span<const Shape> input_shapes, std::uint64_t) override;

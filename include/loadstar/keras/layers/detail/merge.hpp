@@ -27,6 +27,8 @@ enum class MergeOp { multiply, subtract, average, maximum, minimum };
 template <MergeOp Op>
 class Merge : public LayerBase {
  public:
+  /// The output's mask is the OR of the inputs' masks (Keras 3's merge layers).
+  MaskFlow mask_flow() const noexcept override { return MaskFlow::any_of; }
   explicit Merge(MergeOptions options = {}) : LayerBase(options.name) {}
 
   std::string class_name() const override {

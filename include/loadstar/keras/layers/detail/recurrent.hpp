@@ -41,6 +41,9 @@ struct RecurrentOptions {
   bool return_sequences = false;
   /// Processes the sequence from its end and returns the outputs in that order (Keras).
   bool go_backwards = false;
+  /// With a mask on the input: a masked step's output is 0 rather than the previous step's
+  /// (Keras's `zero_output_for_mask`, which `Bidirectional` sets when it returns sequences).
+  bool zero_output_for_mask = false;
   Initializer kernel_initializer = Initializer::glorot_uniform();
   Initializer recurrent_initializer = Initializer::orthogonal();
   Initializer bias_initializer = Initializer::zeros();
@@ -77,15 +80,19 @@ class RecurrentCore {
   LOADSTAR_DECL void check_weights(std::span<const Variable> weights, std::size_t features) const;
 
   /// `output` from `x` `(batch, timesteps, features)` with `weights` (kernel, recurrent kernel
-  /// and bias when used).
+  /// and bias when used). With a `mask` `(batch, timesteps)` (empty: none), a masked step keeps
+  /// the state of the step before it and outputs it (or 0 with `zero_output_for_mask`), as
+  /// Keras's `backend.rnn` does.
   LOADSTAR_DECL void forward(Backend& backend, std::span<const Variable> weights,
-                             const Tensor<float>& x, const Tensor<float>& output);
-  /// Backpropagation through time of the `forward` that computed `output` from `x` (run again
-  /// first when the last forward had another input: a shared layer): adds the weights' gradients
-  /// (unless frozen) and writes `dx` (skipped when empty).
+                             const Tensor<float>& x, const Tensor<float>& output,
+                             const Tensor<float>& mask = {});
+  /// Backpropagation through time of the `forward` that computed `output` from `x` and `mask`
+  /// (run again first when the last forward had another input: a shared layer): adds the
+  /// weights' gradients (unless frozen) and writes `dx` (skipped when empty).
   LOADSTAR_DECL void backward(Backend& backend, std::span<const Variable> weights,
                               const Tensor<float>& x, const Tensor<float>& output,
-                              const Tensor<float>& output_gradient, const Tensor<float>& dx);
+                              const Tensor<float>& output_gradient, const Tensor<float>& dx,
+                              const Tensor<float>& mask = {});
 
   /// The Keras config keys of the cell's options (`units`, `activation`, ...).
   LOADSTAR_DECL void write_config(nlohmann::json& config) const;
@@ -102,8 +109,14 @@ class RecurrentCore {
   std::string label_;
   keras::detail::RecurrentActivations activations_;
   std::size_t batch_ = 0, steps_ = 0, features_ = 0;
-  /// The input of the last forward pass, whose intermediate values the scratch holds.
+  /// Zeroes the rows of `t` `(batch, units)` masked at step `step` (time-major `mask_`).
+  void zero_masked_rows(Backend& backend, const Tensor<float>& t, std::size_t step);
+
+  /// The input of the last forward pass, whose intermediate values the scratch holds, and
+  /// whether it had a mask (then in `mask_`, time-major in processing order).
   const float* last_input_ = nullptr;
+  bool masked_ = false;
+  Scratch mask_, saved_hidden_, saved_carry_;
   // Kept from the forward pass for the backward pass, time-major.
   Scratch x_, projection_, hidden_, carry_, recurrent_, reset_hidden_, reset_projection_;
   // The backward pass's.
@@ -120,6 +133,11 @@ LOADSTAR_DECL void transpose_time(Backend& backend, const Tensor<float>& from,
 /// Reads the options of a recurrent layer's Keras config and refuses what loadstar does not run
 /// (`stateful`, `dropout`, `return_state`, ...), each by its key.
 LOADSTAR_DECL RecurrentOptions recurrent_options(const ConfigReader& read, CellKind kind);
+
+/// The mask of a call's first input, or an empty tensor.
+inline Tensor<float> input_mask(const CallContext& ctx) {
+  return ctx.input_masks.empty() ? Tensor<float>() : ctx.input_masks[0];
+}
 
 /// The Keras class of a cell kind (`"LSTM"`).
 inline const char* cell_class_name(CellKind kind) noexcept {
@@ -148,6 +166,12 @@ class RecurrentLayer : public LayerBase {
   Shape output_shape_for(std::span<const Shape> input_shapes) const override {
     return core_.output_shape(input_shapes[0]);
   }
+  /// A masked step keeps the state of the step before it; the output has the input's mask when
+  /// it returns sequences (Keras 3.0 to 3.15, and tf.keras), none otherwise.
+  MaskFlow mask_flow() const noexcept override {
+    return core_.options().return_sequences ? MaskFlow::passes : MaskFlow::ends;
+  }
+  bool reads_masks() const noexcept override { return true; }
   LOADSTAR_DECL Shape build(std::span<const Shape> input_shapes, std::uint64_t seed) override;
   LOADSTAR_DECL void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
                              const CallContext& ctx) override;
@@ -252,12 +276,42 @@ void transpose_time(Backend& backend, const Tensor<float>& from, const Tensor<fl
   });
 }
 
+void RecurrentCore::zero_masked_rows(Backend& backend, const Tensor<float>& t, std::size_t step) {
+  const Tensor<float> tensors[] = {mask_.get(backend, {steps_, batch_}).slice_rows(step, step + 1),
+                                   t};
+  const std::size_t width = t.size() / batch_;
+  backend.host_kernel(tensors, [&](std::span<const Tensor<float>> v) {
+    for (std::size_t b = 0; b < batch_; ++b) {
+      if (v[0].data()[b] == 0.0F) std::fill_n(v[1].data() + b * width, width, 0.0F);
+    }
+  });
+}
+
 void RecurrentCore::forward(Backend& backend, std::span<const Variable> weights,
-                            const Tensor<float>& x, const Tensor<float>& output) {
+                            const Tensor<float>& x, const Tensor<float>& output,
+                            const Tensor<float>& mask) {
   last_input_ = x.data();
   batch_ = x.dim(0);
   steps_ = x.dim(1);
   features_ = x.dim(2);
+  masked_ = !mask.empty();
+  if (masked_) {
+    if (mask.size() != batch_ * steps_) {
+      throw ShapeError(label_ + ": takes a mask (batch, timesteps) " +
+                       Shape{batch_, steps_}.str() + " but got one of shape " +
+                       mask.shape().str());
+    }
+    const Tensor<float> tensors[] = {mask, mask_.get(backend, {steps_, batch_})};
+    const bool reverse = options_.go_backwards;
+    backend.host_kernel(tensors, [&](std::span<const Tensor<float>> t) {
+      for (std::size_t b = 0; b < batch_; ++b) {
+        for (std::size_t s = 0; s < steps_; ++s) {
+          t[1].data()[s * batch_ + b] =
+              t[0].data()[b * steps_ + (reverse ? steps_ - 1 - s : s)] != 0.0F ? 1.0F : 0.0F;
+        }
+      }
+    });
+  }
   const std::size_t u = units_, width = gates() * u, rows = steps_ * batch_;
   const Tensor<float>& kernel = weights[0].value;
   const Tensor<float>& recurrent = weights[1].value;
@@ -344,19 +398,49 @@ void RecurrentCore::forward(Backend& backend, std::span<const Variable> weights,
         }
       });
     }
+    if (masked_) {
+      // Keras: a masked step keeps the states of the step before it.
+      const Tensor<float> m = mask_.get(backend, {steps_, batch_}).slice_rows(s, s + 1);
+      std::vector<Tensor<float>> tensors{m, h_prev, h};
+      if (kind_ == CellKind::lstm) {
+        tensors.push_back(step_rows(carry, s));
+        tensors.push_back(step_rows(carry, s + 1));
+      }
+      backend.host_kernel(tensors, [&](std::span<const Tensor<float>> t) {
+        for (std::size_t b = 0; b < batch; ++b) {
+          if (t[0].data()[b] != 0.0F) continue;
+          for (std::size_t i = 1; i + 1 < t.size(); i += 2)
+            std::copy_n(t[i].data() + b * u, u, t[i + 1].data() + b * u);
+        }
+      });
+    }
   }
   if (options_.return_sequences) {
     transpose_time(backend, hidden.slice_rows(batch_, rows + batch_), output, batch_, steps_, false,
                    true);
+    if (masked_ && options_.zero_output_for_mask) {
+      const Tensor<float> tensors[] = {mask_.get(backend, {steps_, batch_}), output};
+      backend.host_kernel(tensors, [&](std::span<const Tensor<float>> t) {
+        for (std::size_t b = 0; b < batch; ++b) {
+          for (std::size_t s = 0; s < steps_; ++s) {
+            if (t[0].data()[s * batch + b] == 0.0F)
+              std::fill_n(t[1].data() + (b * steps_ + s) * u, u, 0.0F);
+          }
+        }
+      });
+    }
   } else {
     backend.copy(step_rows(hidden, steps_), output);
+    if (masked_ && options_.zero_output_for_mask) zero_masked_rows(backend, output, steps_ - 1);
   }
 }
 
 void RecurrentCore::backward(Backend& backend, std::span<const Variable> weights,
                              const Tensor<float>& x, const Tensor<float>& output,
-                             const Tensor<float>& output_gradient, const Tensor<float>& dx) {
-  if (x.data() != last_input_ || x.dim(0) != batch_) forward(backend, weights, x, output);
+                             const Tensor<float>& output_gradient, const Tensor<float>& dx,
+                             const Tensor<float>& mask) {
+  if (x.data() != last_input_ || x.dim(0) != batch_ || masked_ != !mask.empty())
+    forward(backend, weights, x, output, mask);
   const std::size_t u = units_, width = gates() * u, rows = steps_ * batch_, batch = batch_;
   const Tensor<float>& kernel = weights[0].value;
   const Tensor<float>& recurrent = weights[1].value;
@@ -368,6 +452,11 @@ void RecurrentCore::backward(Backend& backend, std::span<const Variable> weights
   if (options_.return_sequences) {
     dh_out = output_gradient_.get(backend, {rows, u});
     transpose_time(backend, output_gradient, dh_out, batch_, steps_, false, false);
+    if (masked_ && options_.zero_output_for_mask) {
+      // The outputs of masked steps are constants.
+      for (std::size_t s = 0; s < steps_; ++s)
+        zero_masked_rows(backend, step_rows(dh_out, s), s);
+    }
   }
   const Tensor<float> dprojection = projection_gradient_.get(backend, {rows, width});
   // A SimpleRNN's or LSTM's recurrent product adds into the same pre-activations as the input
@@ -400,6 +489,17 @@ void RecurrentCore::backward(Backend& backend, std::span<const Variable> weights
       backend.add(dh, step_rows(dh_out, s), dh);
     } else if (s + 1 == steps_) {
       backend.add(dh, output_gradient, dh);
+      if (masked_ && options_.zero_output_for_mask) zero_masked_rows(backend, dh, s);
+    }
+    Tensor<float> saved_h, saved_c;
+    if (masked_) {
+      // A masked step passes the gradients of its states to the step before it unchanged.
+      saved_h = saved_hidden_.get(backend, {batch_, u});
+      backend.copy(dh, saved_h);
+      if (kind_ == CellKind::lstm) {
+        saved_c = saved_carry_.get(backend, {batch_, u});
+        backend.copy(dcarry, saved_c);
+      }
     }
     const Tensor<float> h_prev = step_rows(hidden, s);
     const Tensor<float> z = step_rows(projection, s), dz = step_rows(dprojection, s);
@@ -466,6 +566,29 @@ void RecurrentCore::backward(Backend& backend, std::span<const Variable> weights
       }
       backend.gemm(drp, false, recurrent, true, dh, 1.0F, 1.0F);
     }
+    if (masked_) {
+      std::vector<Tensor<float>> tensors{mask_.get(backend, {steps_, batch_}).slice_rows(s, s + 1),
+                                         saved_h, dh, dz};
+      if (kind_ == CellKind::lstm) {
+        tensors.push_back(saved_c);
+        tensors.push_back(dcarry);
+      }
+      if (kind_ == CellKind::gru) {
+        tensors.push_back(step_rows(drecurrent, s));
+        if (!after) tensors.push_back(step_rows(dreset, s));
+      }
+      const CellKind kind = kind_;
+      backend.host_kernel(tensors, [&](std::span<const Tensor<float>> t) {
+        for (std::size_t b = 0; b < batch; ++b) {
+          if (t[0].data()[b] != 0.0F) continue;
+          std::copy_n(t[1].data() + b * u, u, t[2].data() + b * u);
+          std::fill_n(t[3].data() + b * width, width, 0.0F);
+          if (kind == CellKind::lstm) std::copy_n(t[4].data() + b * u, u, t[5].data() + b * u);
+          for (std::size_t i = 4; kind == CellKind::gru && i < t.size(); ++i)
+            std::fill_n(t[i].data() + b * width, width, 0.0F);
+        }
+      });
+    }
   }
   const Tensor<float> x_tm = x_.get(backend, {rows, features_});
   if (weights[0].trainable) {
@@ -488,6 +611,7 @@ void RecurrentCore::write_config(nlohmann::json& config) const {
   config["return_sequences"] = options_.return_sequences;
   config["return_state"] = false;
   config["go_backwards"] = options_.go_backwards;
+  config["zero_output_for_mask"] = options_.zero_output_for_mask;
   config["stateful"] = false;
   config["unroll"] = false;
   config["time_major"] = false;
@@ -513,7 +637,6 @@ RecurrentOptions recurrent_options(const ConfigReader& read, CellKind kind) {
   read.expect("stateful", false, "loadstar keeps no state between batches");
   read.expect("return_state", false, "a loadstar layer has one output");
   read.expect("time_major", false, "loadstar's recurrent inputs are (batch, timesteps, features)");
-  read.expect("zero_output_for_mask", false, "loadstar has no masks");
   for (const char* key : {"dropout", "recurrent_dropout"}) {
     if (!read.has(key)) continue;
     const nlohmann::json& v = *read.find(key);
@@ -547,6 +670,7 @@ RecurrentOptions recurrent_options(const ConfigReader& read, CellKind kind) {
   if (kind == CellKind::gru) o.reset_after = read.get("reset_after", true);
   o.return_sequences = read.get("return_sequences", false);
   o.go_backwards = read.get("go_backwards", false);
+  o.zero_output_for_mask = read.get("zero_output_for_mask", false);
   o.kernel_initializer =
       config_initializer(read, "kernel_initializer", Initializer::glorot_uniform());
   o.recurrent_initializer =
@@ -582,7 +706,7 @@ Shape RecurrentLayer::build(std::span<const Shape> input_shapes, std::uint64_t s
 void RecurrentLayer::forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
                              const CallContext& ctx) {
   check_inputs(inputs);
-  core_.forward(ctx.backend, weights_, inputs[0], output);
+  core_.forward(ctx.backend, weights_, inputs[0], output, input_mask(ctx));
 }
 
 void RecurrentLayer::backward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
@@ -590,7 +714,7 @@ void RecurrentLayer::backward(std::span<const Tensor<float>> inputs, const Tenso
                               std::span<const Tensor<float>> input_gradients,
                               const CallContext& ctx) {
   core_.backward(ctx.backend, weights_, inputs[0], output, output_gradient,
-                 input_gradients.empty() ? Tensor<float>() : input_gradients[0]);
+                 input_gradients.empty() ? Tensor<float>() : input_gradients[0], input_mask(ctx));
 }
 
 nlohmann::json RecurrentLayer::get_config() const {

@@ -23,6 +23,8 @@ namespace detail {
 /// `1 / (1 - rate)`; the identity otherwise.
 class SpatialDropout : public NoiseLayer {
  public:
+  /// Keras's spatial dropouts do not support masking.
+  MaskFlow mask_flow() const noexcept override { return MaskFlow::stops; }
   /// `class_name` is the layer's (the base answers `class_name()`, so that its constructor's
   /// messages name the layer).
   LOADSTAR_DECL SpatialDropout(const char* class_name, std::size_t spatial, double rate,

@@ -1,0 +1,228 @@
+/// \file
+/// The masks of a model's graph (Keras's `_keras_mask`): which node's output carries which mask,
+/// planned once per graph from each layer's `MaskFlow`, the buffers that hold them, and the one
+/// place a step computes them (model/steps.hpp).
+///
+/// A mask is made by a layer whose flow is `computes` (`Masking`, `Embedding(mask_zero=True)`)
+/// and follows the graph through the layers that pass it; a merge of masked inputs makes a new
+/// one. Each mask lives in a slot: a buffer `(batch, ...)` of 1 and 0, the shape of its node's
+/// output without the last axis, shared by every node that carries it.
+#pragma once
+
+#include "loadstar/config.hpp"
+
+#include <cstddef>
+#include <limits>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "loadstar/keras/backend/backend.hpp"
+#include "loadstar/keras/detail/runtime.hpp"
+#include "loadstar/keras/layer.hpp"
+
+namespace loadstar::keras::detail {
+
+/// A model's masks.
+class MaskPlan {
+ public:
+  static constexpr std::size_t no_mask = std::numeric_limits<std::size_t>::max();
+
+  /// Follows the masks through `nodes` (topological order). Warns once per layer call, naming it,
+  /// where a mask stops at a layer that does not support masking (as Keras 3 warns), and throws
+  /// `ConfigError` naming the layer and the mask's maker where a masked input reaches a layer
+  /// whose flow is `refused`.
+  LOADSTAR_DECL void plan(const std::string& model, std::span<const RuntimeNode> nodes);
+
+  /// Whether the graph has any mask.
+  bool empty() const noexcept { return slots_.empty(); }
+  /// The slot of node `k`'s mask, or `no_mask`.
+  std::size_t slot_of(std::size_t k) const noexcept {
+    return k < node_slot_.size() ? node_slot_[k] : no_mask;
+  }
+  /// The layer that made the mask of node `k` (`"embedding 'tokens'"`); empty without one.
+  LOADSTAR_DECL std::string maker_of(std::span<const RuntimeNode> nodes, std::size_t k) const;
+
+  /// Sizes every slot for `rows` samples of the nodes' current shapes (a model with axes of
+  /// unknown length calls it for each batch's); returns whether a buffer was replaced, so that
+  /// the views must be set again.
+  LOADSTAR_DECL bool reserve(Backend& backend, std::span<const RuntimeNode> nodes,
+                             std::size_t rows);
+  /// Points the views at the first `rows` samples, and each node's input masks at them.
+  LOADSTAR_DECL void set_rows(std::span<const RuntimeNode> nodes, std::size_t rows);
+
+  /// The masks of node `k`'s inputs (empty tensors where an input has none), for its call's
+  /// `CallContext::input_masks`.
+  std::span<const Tensor<float>> inputs(std::size_t k) const noexcept {
+    return k < node_inputs_.size() ? std::span<const Tensor<float>>(node_inputs_[k])
+                                   : std::span<const Tensor<float>>();
+  }
+
+  /// After node `k`'s forward: computes the mask the node makes, if any (its layer's
+  /// `compute_mask`, or the OR of its inputs' masks for a merge).
+  LOADSTAR_DECL void after_forward(Backend& backend, std::span<const RuntimeNode> nodes,
+                                   std::size_t k, const CallContext& ctx);
+
+ private:
+  struct Slot {
+    std::size_t node;                  // the node that makes the mask
+    MaskFlow flow;                     // computes or any_of
+    std::vector<std::size_t> sources;  // any_of: the slots combined
+    Tensor<float> full, view;
+  };
+  static Shape mask_shape(const Shape& output) {
+    return output.rank() == 0 ? Shape{} : Shape(std::vector<std::size_t>(output.begin(),
+                                                                         output.end() - 1));
+  }
+
+  std::vector<Slot> slots_;
+  std::vector<std::size_t> node_slot_;
+  std::vector<std::vector<Tensor<float>>> node_inputs_;
+};
+
+}  // namespace loadstar::keras::detail
+
+// Definitions: here when header-only, in the library when separately compiled (config.hpp).
+#if LOADSTAR_KERAS_BODIES
+#include <algorithm>
+
+#include "loadstar/error.hpp"
+#include "loadstar/keras/detail/graph.hpp"
+#include "loadstar/keras/warnings.hpp"
+
+namespace loadstar::keras::detail {
+
+void MaskPlan::plan(const std::string& model, std::span<const RuntimeNode> nodes) {
+  slots_.clear();
+  node_slot_.assign(nodes.size(), no_mask);
+  node_inputs_.assign(nodes.size(), {});
+  for (std::size_t k = 0; k < nodes.size(); ++k) {
+    const RuntimeNode& node = nodes[k];
+    if (!node.layer) continue;
+    const Layer& layer = *node.layer;
+    std::vector<std::size_t> masked;
+    for (const std::size_t p : node.inputs) {
+      if (node_slot_[p] != no_mask) masked.push_back(node_slot_[p]);
+    }
+    const MaskFlow flow = layer.mask_flow();
+    const std::string label =
+        to_snake_case(layer.class_name()) + " layer '" + layer.name() + "'";
+    if (flow == MaskFlow::computes) {
+      node_slot_[k] = slots_.size();
+      slots_.push_back({k, flow, {}, {}, {}});
+      continue;
+    }
+    if (masked.empty()) continue;
+    std::size_t first = node.inputs[0];
+    for (const std::size_t p : node.inputs) {
+      if (node_slot_[p] != no_mask) {
+        first = p;
+        break;
+      }
+    }
+    const std::string maker = maker_of(nodes, first);
+    switch (flow) {
+      case MaskFlow::stops:
+        warn("model '" + model + "': " + label +
+             " was passed an input with a mask attached to it (made by " + maker +
+             "), but does not support masking, so the mask stops there: the layers after it do "
+             "not see it (as Keras 3 does)");
+        break;
+      case MaskFlow::refused:
+        throw ConfigError("model '" + model + "': " + label +
+                          " takes an input with a mask attached to it (made by " + maker +
+                          "), which loadstar does not apply in this layer; drop the mask first "
+                          "(mask_zero=False, no Masking layer) or end it before this layer");
+      case MaskFlow::ends:
+        break;
+      case MaskFlow::passes:
+        node_slot_[k] = node_slot_[node.inputs[0]];
+        break;
+      case MaskFlow::any_of: {
+        if (masked.size() < node.inputs.size()) break;  // an unmasked input: every step counts
+        std::sort(masked.begin(), masked.end());
+        masked.erase(std::unique(masked.begin(), masked.end()), masked.end());
+        if (masked.size() == 1) {
+          node_slot_[k] = masked.front();
+        } else {
+          node_slot_[k] = slots_.size();
+          slots_.push_back({k, flow, masked, {}, {}});
+        }
+        break;
+      }
+      case MaskFlow::computes:
+        break;
+    }
+  }
+}
+
+std::string MaskPlan::maker_of(std::span<const RuntimeNode> nodes, std::size_t k) const {
+  const std::size_t slot = slot_of(k);
+  if (slot == no_mask) return {};
+  const Layer& layer = *nodes[slots_[slot].node].layer;
+  return to_snake_case(layer.class_name()) + " layer '" + layer.name() + "'";
+}
+
+bool MaskPlan::reserve(Backend& backend, std::span<const RuntimeNode> nodes, std::size_t rows) {
+  bool grown = false;
+  for (auto& slot : slots_) {
+    const std::size_t need =
+        std::max<std::size_t>(rows * mask_shape(nodes[slot.node].shape).elements(), 1);
+    if (!slot.full.empty() && slot.full.size() >= need && slot.full.device() == backend.device())
+      continue;
+    slot.full = backend.allocate({need});
+    grown = true;
+  }
+  return grown;
+}
+
+void MaskPlan::set_rows(std::span<const RuntimeNode> nodes, std::size_t rows) {
+  for (auto& slot : slots_) {
+    const Shape sample = mask_shape(nodes[slot.node].shape);
+    slot.view = slot.full.reshape({slot.full.size()})
+                    .slice_rows(0, rows * sample.elements())
+                    .reshape(sample.prepend(rows));
+  }
+  for (std::size_t k = 0; k < nodes.size(); ++k) {
+    auto& masks = node_inputs_[k];
+    masks.assign(nodes[k].inputs.size(), Tensor<float>());
+    for (std::size_t j = 0; j < masks.size(); ++j) {
+      const std::size_t slot = node_slot_[nodes[k].inputs[j]];
+      if (slot != no_mask) masks[j] = slots_[slot].view;
+    }
+  }
+}
+
+void MaskPlan::after_forward(Backend& backend, std::span<const RuntimeNode> nodes, std::size_t k,
+                             const CallContext& ctx) {
+  const std::size_t s = node_slot_[k];
+  if (s == no_mask || slots_[s].node != k) return;
+  Slot& slot = slots_[s];
+  const RuntimeNode& node = nodes[k];
+  if (slot.flow == MaskFlow::computes) {
+    node.layer->compute_mask(node.input_values, slot.view, ctx);
+    return;
+  }
+  std::vector<Tensor<float>> tensors{slot.view};
+  for (const std::size_t source : slot.sources) {
+    if (slots_[source].view.size() != slot.view.size()) {
+      throw ShapeError(to_snake_case(node.layer->class_name()) + " layer '" +
+                       node.layer->name() + "': merges masks of shapes " +
+                       slots_[source].view.shape().str() + " and " + slot.view.shape().str() +
+                       ", which must be the same");
+    }
+    tensors.push_back(slots_[source].view);
+  }
+  backend.host_kernel(tensors, [](std::span<const Tensor<float>> t) {
+    float* out = t[0].data();
+    std::fill(out, out + t[0].size(), 0.0F);
+    for (std::size_t i = 1; i < t.size(); ++i) {
+      const float* in = t[i].data();
+      for (std::size_t e = 0; e < t[0].size(); ++e)
+        out[e] = std::max(out[e], in[e]);
+    }
+  });
+}
+
+}  // namespace loadstar::keras::detail
+#endif

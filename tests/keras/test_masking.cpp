@@ -1,0 +1,239 @@
+// Masks as Keras has them: Embedding(mask_zero=True) and Masking make one, recurrent layers skip
+// the masked steps (checked against PyTorch in tests/keras/generate_unknown_axes.py), merges OR
+// the masks, GlobalAveragePooling1D averages the unmasked steps, a layer without masking support
+// stops the mask with a warning, and the layers loadstar does not apply a mask in refuse it.
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <loadstar/error.hpp>
+#include <loadstar/keras.hpp>
+#include <loadstar/keras/saving/model_config.hpp>
+#include <loadstar/keras/saving/saving.hpp>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "keras/layer_cases.hpp"
+#include "keras/unknown_axes_cases.hpp"
+#include "temp_dir.hpp"
+
+namespace masking_test {
+
+using loadstar::ConfigError;
+using loadstar::Shape;
+using loadstar::Tensor;
+using namespace loadstar::keras;
+using namespace loadstar::keras::layers;
+using nlohmann::json;
+using unknown_axes_cases::case_named;
+using unknown_axes_cases::check_training;
+using unknown_axes_cases::token_batch;
+
+/// The warnings given while it lives.
+struct CollectWarnings {
+  std::vector<std::string> seen;
+  WarningHandler previous =
+      set_warning_handler([this](const std::string& text) { seen.push_back(text); });
+  CollectWarnings() = default;
+  CollectWarnings(const CollectWarnings&) = delete;
+  CollectWarnings& operator=(const CollectWarnings&) = delete;
+  ~CollectWarnings() { set_warning_handler(previous); }
+};
+
+Tensor<float> tensor(Shape shape, std::vector<float> values) {
+  Tensor<float> t(std::move(shape));
+  REQUIRE(t.size() == values.size());
+  std::copy(values.begin(), values.end(), t.data());
+  return t;
+}
+
+TEST_CASE("Embedding(mask_zero=True) before a go_backwards LSTM trains as PyTorch's masked loop") {
+  auto model = unknown_axes_cases::masked_lstm();
+  check_training(*model, case_named("masked_lstm"), "sparse_categorical_crossentropy");
+}
+
+TEST_CASE("a masked Bidirectional LSTM outputs 0 at masked steps, and Conv1D stops the mask") {
+  CollectWarnings warnings;
+  auto model = unknown_axes_cases::masked_bilstm_conv();
+  REQUIRE(warnings.seen.size() == 1);
+  CHECK(warnings.seen[0].find("conv1d layer '") != std::string::npos);
+  CHECK(warnings.seen[0].find("(made by embedding layer '") != std::string::npos);
+  CHECK(warnings.seen[0].find("does not support masking, so the mask stops there") !=
+        std::string::npos);
+  check_training(*model, case_named("masked_bilstm_conv"), "binary_crossentropy");
+}
+
+TEST_CASE("Masking's mask passes SimpleRNN, Dense and GRU sequences to GlobalAveragePooling1D") {
+  auto model = unknown_axes_cases::masking_rnn_pool();
+  check_training(*model, case_named("masking_rnn_pool"), "mse");
+}
+
+TEST_CASE("padding at the end of a masked sequence changes nothing") {
+  auto model = unknown_axes_cases::masked_lstm();
+  const Tensor<float> padded = tensor({1, 6}, {4, 7, 2, 0, 0, 0});
+  const Tensor<float> inner = tensor({1, 6}, {0, 4, 0, 7, 2, 0});
+  const Tensor<float> bare = tensor({1, 3}, {4, 7, 2});
+  const Tensor<float> expected = model->predict(bare, {.verbose = 0});
+  layer_cases::check_close("padded", model->predict(padded, {.verbose = 0}),
+                           json(std::vector<float>(expected.data(), expected.data() + 3)));
+  layer_cases::check_close("zeros inside", model->predict(inner, {.verbose = 0}),
+                           json(std::vector<float>(expected.data(), expected.data() + 3)));
+  // Without the mask the zeros are tokens like any other.
+  auto unmasked = unknown_axes_cases::text_lstm();
+  CHECK(unmasked->predict(padded, {.verbose = 0}).shape() == Shape{1, 3});
+}
+
+TEST_CASE("Masking zeroes the masked steps, and a merge's mask is the OR of its inputs' masks") {
+  auto a = Input(Shape{3, 2}, "a");
+  auto b = Input(Shape{3, 2}, "b");
+  auto ma = call(Masking(), a);
+  auto mb = call(Masking(), b);
+  Model both(std::vector{a, b}, std::vector{call(GlobalAveragePooling1D(), call(Add(), {ma, mb}))},
+             "both");
+  const Tensor<float> xa = tensor({2, 3, 2}, {1, 1, 0, 0, 0, 0, 3, 0, 0, 0, 1, 1});
+  const Tensor<float> xb = tensor({2, 3, 2}, {0, 0, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0});
+  // Sample 0: masks (1, 0, 0) OR (0, 1, 0): the mean of steps 0 and 1 of a + b.
+  // Sample 1: masks (1, 0, 1) OR (0, 0, 0): the mean of steps 0 and 2.
+  const Tensor<float> y = both.predict(std::vector<Tensor<float>>{xa, xb}, {.verbose = 0});
+  layer_cases::check_close("or", y, json::array({1.5, 1.5, 2.0, 0.5}));
+  // Masking's output is its input where a step counts and 0 where it is masked.
+  Model masked(std::vector{a}, std::vector{call(Masking({.mask_value = 1.0F}), a)}, "masked");
+  layer_cases::check_close("masking", masked.predict(xa, {.verbose = 0}),
+                           json::array({0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0}));
+  // With an unmasked input every step counts: the plain mean over the three steps.
+  Model one(std::vector{a, b},
+            std::vector{call(GlobalAveragePooling1D(), call(Add(), {call(Masking(), a), b}))},
+            "one");
+  layer_cases::check_close("unmasked input",
+                           one.predict(std::vector<Tensor<float>>{xa, xb}, {.verbose = 0}),
+                           json::array({1.0, 1.0, 4.0 / 3.0, 1.0 / 3.0}));
+}
+
+TEST_CASE("layers that would use a mask in a way loadstar does not run refuse a masked input") {
+  const auto refused = [](auto make) {
+    auto tokens = Input(Shape{5}, "tokens");
+    auto e = call(Embedding(12, 4, {.mask_zero = true, .name = "words"}), tokens);
+    auto out = make(e);
+    return Model(std::vector{tokens}, std::vector{out}, "refusing");
+  };
+  const auto message = [](const std::string& layer) {
+    return "model 'refusing': " + layer +
+           " takes an input with a mask attached to it (made by embedding layer 'words'), which "
+           "loadstar does not apply in this layer; drop the mask first (mask_zero=False, no "
+           "Masking layer) or end it before this layer";
+  };
+  CHECK_THROWS_WITH_AS(
+      static_cast<void>(refused([](const KerasTensor& e) {
+        return call(MultiHeadAttention(2, 3, {.name = "mha"}), {e, e});
+      })),
+      message("multi_head_attention layer 'mha'").c_str(), ConfigError);
+  CHECK_THROWS_WITH_AS(static_cast<void>(refused([](const KerasTensor& e) {
+                         return call(Attention({.name = "att"}), {e, e});
+                       })),
+                       message("attention layer 'att'").c_str(), ConfigError);
+  CHECK_THROWS_WITH_AS(static_cast<void>(refused([](const KerasTensor& e) {
+                         return call(Softmax({.name = "soft"}), e);
+                       })),
+                       message("softmax layer 'soft'").c_str(), ConfigError);
+  CHECK_THROWS_WITH_AS(static_cast<void>(refused([](const KerasTensor& e) {
+                         return call(BatchNormalization({.name = "bn"}), e);
+                       })),
+                       message("batch_normalization layer 'bn'").c_str(), ConfigError);
+  CHECK_THROWS_WITH_AS(static_cast<void>(refused([](const KerasTensor& e) {
+                         return call(TimeDistributed(Dense(2), "td"), e);
+                       })),
+                       message("time_distributed layer 'td'").c_str(), ConfigError);
+  CHECK_THROWS_WITH_AS(static_cast<void>(refused([](const KerasTensor& e) {
+                         return call(Concatenate({.axis = 1, .name = "join"}), {e, e});
+                       })),
+                       message("concatenate layer 'join'").c_str(), ConfigError);
+  // Along the last axis Concatenate ORs the masks, and the LSTM after it reads them.
+  Model joined = refused([](const KerasTensor& e) {
+    return call(LSTM(2), call(Concatenate(), {e, e}));
+  });
+  CHECK(joined.predict(tensor({1, 5}, {1, 0, 2, 0, 0}), {.verbose = 0}).shape() == Shape{1, 2});
+}
+
+TEST_CASE("an output with a mask is refused at compile, since Keras weights the loss by it") {
+  auto tokens = Input(Shape{none}, "tokens");
+  auto e = call(Embedding(12, 4, {.mask_zero = true, .name = "words"}), tokens);
+  auto out = call(Dense(2, {.name = "per_step"}), call(GRU(3, {.return_sequences = true}), e));
+  Model model(std::vector{tokens}, std::vector{out}, "tagger");
+  // predict needs no loss.
+  CHECK(model.predict(tensor({1, 3}, {1, 0, 2}), {.verbose = 0}).shape() == Shape{1, 3, 2});
+  CHECK_THROWS_WITH_AS(
+      model.compile({.optimizer = "sgd", .loss = "mse"}),
+      doctest::Contains("model 'tagger': output 'per_step' carries a mask (made by embedding "
+                        "layer 'words'), which Keras applies to the loss and metrics"),
+      ConfigError);
+}
+
+TEST_CASE("mask_zero, Masking and zero_output_for_mask round-trip through configs and files") {
+  auto model = unknown_axes_cases::masked_bilstm_conv();
+  auto masking = unknown_axes_cases::masking_rnn_pool();
+  const Tensor<float> x = tensor({2, 5}, {3, 1, 0, 0, 0, 2, 0, 5, 6, 0});
+  for (Model* m : {model.get(), masking.get()}) {
+    const json config = model_get_config(*m);
+    const std::string text = config.dump();
+    INFO(text);
+    if (m == model.get()) {
+      CHECK(text.find("\"mask_zero\":true") != std::string::npos);
+      CHECK(text.find("\"zero_output_for_mask\":true") != std::string::npos);
+    } else {
+      CHECK(text.find("\"class_name\":\"Masking\"") != std::string::npos);
+      CHECK(text.find("\"mask_value\":0.0") != std::string::npos);
+    }
+    const auto copy = model_from_config(config);
+    CHECK(model_get_config(*copy) == config);
+    copy->set_weights(m->get_weights());
+    const Tensor<float> expected = m->predict(x, {.verbose = 0});
+    CHECK(layer_cases::same_bits(copy->predict(x, {.verbose = 0}), expected));
+    test_support::TempDir dir;
+    for (const char* file : {"model.h5", "model.keras"}) {
+      INFO(file);
+      m->save(dir / file);
+      CHECK(layer_cases::same_bits(load_model(dir / file)->predict(x, {.verbose = 0}), expected));
+    }
+  }
+}
+
+TEST_CASE("a Keras-written Masking and LSTM model skips masked steps wherever they are") {
+  const char* shared = std::getenv("LOADSTAR_SHARED_DIR");
+  if (shared == nullptr) {
+    MESSAGE("skipped: LOADSTAR_SHARED_DIR is not set");
+    return;
+  }
+  const auto path =
+      std::filesystem::path(shared) / "fixtures" / "keras" / "dl4j_masking_zero_lstm.h5";
+  if (!std::filesystem::exists(path)) {
+    MESSAGE("skipped: the Keras fixture " << path.string() << " is missing");
+    return;
+  }
+  // Keras 2.2.0 (tf.keras): Masking(mask_value=0) on (10, 42), then LSTM(32, hard_sigmoid).
+  auto model = load_model(path);
+  CHECK(model->layers().front()->class_name() == "Masking");
+  // Six steps at the start, or the same six among masked (all-zero) steps: the same output.
+  Tensor<float> front(Shape{3, 10, 42});
+  for (std::size_t s = 0; s < 6; ++s) {
+    for (std::size_t f = 0; f < 42; ++f) {
+      const float v = static_cast<float>((s * 42 + f) % 11) / 5.0F - 1.0F;
+      front.data()[(0 * 10 + s) * 42 + f] = v;
+      const std::size_t spread[] = {1, 2, 4, 5, 7, 9};
+      front.data()[(1 * 10 + spread[s]) * 42 + f] = v;
+      front.data()[(2 * 10 + (5 - s)) * 42 + f] = v;  // reversed: another sequence
+    }
+  }
+  const Tensor<float> y = model->predict(front, {.verbose = 0});
+  REQUIRE(y.shape() == Shape{3, 32});
+  for (std::size_t j = 0; j < 32; ++j) {
+    CHECK(y.data()[32 + j] == doctest::Approx(y.data()[j]).epsilon(1e-6));
+  }
+  float difference = 0.0F;
+  for (std::size_t j = 0; j < 32; ++j)
+    difference = std::max(difference, std::abs(y.data()[64 + j] - y.data()[j]));
+  CHECK(difference > 1e-3F);
+}
+
+}  // namespace masking_test
