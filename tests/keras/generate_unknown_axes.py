@@ -453,6 +453,67 @@ cases.append(run("masking_rnn_pool", masking_rnn_pool, w, mse,
                                        dim=1),
                  make_tokens=masked_tokens))
 
+
+
+def masked_tagger(w, x):
+    """Embedding(12, 5, mask_zero=True) -> GRU(4, return_sequences=True) -> Dense(3, softmax):
+    one class per step, the output carrying the mask."""
+    m = x != 0
+    e = F.embedding(x, w["embeddings"])
+    h = masked_loop(gru_cell(w["gru/kernel"], w["gru/recurrent_kernel"], w["gru/bias"]), e, m, 4)
+    return torch.softmax(h @ w["dense/kernel"] + w["dense/bias"], dim=-1)
+
+
+def masked_sparse_ce(p, y, x):
+    """Keras 3's loss of an output with a mask (losses.loss.apply_mask): each unmasked step's
+    crossentropy weighted total / valid, then the mean over every step: the mean over the
+    unmasked steps."""
+    m = (x != 0).to(DT)
+    ce = -torch.log(p.gather(2, y.unsqueeze(-1)).squeeze(-1))
+    return (ce * m * (m.numel() / m.sum())).sum() / m.numel()
+
+
+def masked_accuracy(p, y, x):
+    """Keras 3's MeanMetricWrapper on a masked output: the mean over the unmasked steps."""
+    m = x != 0
+    return float(((p.argmax(dim=-1) == y) & m).sum()) / float(m.sum())
+
+
+def run_masked_tagger(weights):
+    w = {k: v.clone().requires_grad_(True) for k, v in weights.items()}
+    batches, losses, accuracies = [], [], []
+    for length in LENGTHS:
+        x = masked_tokens(length)
+        y = x % 3
+        p = masked_tagger(w, x)
+        value = masked_sparse_ce(p, y, x)
+        accuracies.append(masked_accuracy(p.detach(), y, x))
+        for v in w.values():
+            v.grad = None
+        value.backward()
+        with torch.no_grad():
+            for v in w.values():
+                v -= LR * v.grad
+        batches.append({"x": x.reshape(-1).tolist(), "length": length, "y": flat(y.to(DT)),
+                        "y_shape": list(y.shape)})
+        losses.append(float(value))
+    x = masked_tokens(PREDICT_LENGTH)
+    with torch.no_grad():
+        prediction = masked_tagger(w, x)
+    return {"name": "masked_tagger", "batches": batches, "losses": losses,
+            "accuracies": accuracies,
+            "initial_weights": {k: flat(v) for k, v in weights.items()},
+            "weight_order": list(weights.keys()),
+            "predict_x": x.reshape(-1).tolist(), "prediction": flat(prediction),
+            "prediction_shape": list(prediction.shape),
+            "final_weights": {k: flat(v) for k, v in w.items()}}
+
+
+w = {"embeddings": rnd(VOCAB, 5, scale=1.0), "gru/kernel": rnd(5, 12),
+     "gru/recurrent_kernel": rnd(4, 12), "gru/bias": rnd(2, 12, scale=0.1),
+     "dense/kernel": rnd(4, 3), "dense/bias": rnd(3, scale=0.1)}
+cases.append(run_masked_tagger(w))
+
 with open(os.path.join(HERE, "reference", "unknown_axes.json"), "w") as out:
     json.dump({"generator": "tests/keras/generate_unknown_axes.py", "lr": LR, "batch": BATCH,
                "cases": cases}, out, indent=None, separators=(",", ":"))

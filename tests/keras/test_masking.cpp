@@ -156,18 +156,61 @@ TEST_CASE("layers that would use a mask in a way loadstar does not run refuse a 
   CHECK(joined.predict(tensor({1, 5}, {1, 0, 2, 0, 0}), {.verbose = 0}).shape() == Shape{1, 2});
 }
 
-TEST_CASE("an output with a mask is refused at compile, since Keras weights the loss by it") {
-  auto tokens = Input(Shape{none}, "tokens");
-  auto e = call(Embedding(12, 4, {.mask_zero = true, .name = "words"}), tokens);
-  auto out = call(Dense(2, {.name = "per_step"}), call(GRU(3, {.return_sequences = true}), e));
-  Model model(std::vector{tokens}, std::vector{out}, "tagger");
-  // predict needs no loss.
-  CHECK(model.predict(tensor({1, 3}, {1, 0, 2}), {.verbose = 0}).shape() == Shape{1, 3, 2});
-  CHECK_THROWS_WITH_AS(
-      model.compile({.optimizer = "sgd", .loss = "mse"}),
-      doctest::Contains("model 'tagger': output 'per_step' carries a mask (made by embedding "
-                        "layer 'words'), which Keras applies to the loss and metrics"),
-      ConfigError);
+TEST_CASE("a tagger's loss and accuracy are the means over its unmasked steps, as Keras 3's") {
+  auto model = unknown_axes_cases::masked_tagger();
+  const json& c = case_named("masked_tagger");
+  std::vector<Tensor<float>> weights;
+  const auto current = model->get_weights();
+  for (std::size_t i = 0; i < current.size(); ++i) {
+    weights.push_back(layer_cases::tensor_of(
+        c["initial_weights"][c["weight_order"][i].get<std::string>()], current[i].shape()));
+  }
+  model->set_weights(weights);
+  model->compile({.optimizer = optimizers::SGD(optimizers::SGDOptions{
+                      .learning_rate = unknown_axes_cases::reference()["lr"].get<double>()}),
+                  .loss = "sparse_categorical_crossentropy",
+                  .metrics = {"accuracy"}});
+  for (std::size_t step = 0; step < c["batches"].size(); ++step) {
+    const json& batch = c["batches"][step];
+    INFO("step ", step);
+    const Tensor<float> x = token_batch(batch["x"], batch["length"].get<std::size_t>());
+    const Tensor<float> y =
+        layer_cases::tensor_of(batch["y"], layer_cases::shape_of(batch["y_shape"]));
+    const Logs logs = model->train_on_batch(x, y);
+    CHECK(logs.get("loss").value() == doctest::Approx(c["losses"][step].get<double>()).epsilon(1e-5));
+    CHECK(logs.get("accuracy").value() ==
+          doctest::Approx(c["accuracies"][step].get<double>()).epsilon(1e-9));
+  }
+  const auto trained = model->get_weights();
+  for (std::size_t i = 0; i < trained.size(); ++i) {
+    const std::string name = c["weight_order"][i];
+    layer_cases::check_close(name, trained[i], c["final_weights"][name]);
+  }
+}
+
+TEST_CASE("sample weights multiply a masked output's weights, in the loss and weighted metrics") {
+  // Embedding rows 0, 1, 2 of one feature: the outputs are the tokens, masked where 0.
+  auto tokens = Input(Shape{3}, "tokens");
+  auto out = call(Embedding(3, 1, {.mask_zero = true}), tokens);
+  Model model(std::vector{tokens}, std::vector{out}, "identity");
+  model.set_weights({tensor({3, 1}, {0, 1, 2})});
+  model.compile({.optimizer = "sgd",
+                 .loss = "mse",
+                 .metrics = {"mae"},
+                 .weighted_metrics = {"mae"}});
+  const Tensor<float> x = tensor({2, 3}, {1, 2, 0, 2, 0, 0});
+  const Tensor<float> y(Shape{2, 3, 1});
+  // Squared errors 1, 4 (row 0) and 4 (row 1) unmasked; sample weights 1 and 3: Keras's
+  // sum(loss * w * mask) / valid = (1 + 4 + 12) / 3. The metrics: the mean of |e| over the
+  // unmasked steps, (1 + 2 + 2) / 3, and weighted, (1 + 2 + 6) / 5.
+  const Logs logs = model.test_on_batch(x, y, tensor({2}, {1, 3}));
+  CHECK(logs.get("loss").value() == doctest::Approx(17.0 / 3.0));
+  CHECK(logs.get("mae").value() == doctest::Approx(5.0 / 3.0));
+  CHECK(logs.get("weighted_mae").value() == doctest::Approx(9.0 / 5.0));
+  // A batch whose every step is masked has loss 0 (Keras's divide_no_nan).
+  CHECK(model.test_on_batch(tensor({1, 3}, {0, 0, 0}), Tensor<float>(Shape{1, 3, 1}))
+            .get("loss")
+            .value() == 0.0);
 }
 
 TEST_CASE("mask_zero, Masking and zero_output_for_mask round-trip through configs and files") {

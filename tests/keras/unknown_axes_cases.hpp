@@ -124,6 +124,14 @@ inline std::shared_ptr<Model> masking_rnn_pool() {
   return std::make_shared<Model>(std::vector{tokens}, std::vector{out}, "masking_rnn_pool");
 }
 
+inline std::shared_ptr<Model> masked_tagger() {
+  auto tokens = Input(Shape{none}, "tokens");
+  auto h = call(Embedding(12, 5, {.mask_zero = true}), tokens);
+  h = call(GRU(4, {.return_sequences = true}), h);
+  auto out = call(Dense(3, {.activation = "softmax"}), h);  // carries the mask to the loss
+  return std::make_shared<Model>(std::vector{tokens}, std::vector{out}, "masked_tagger");
+}
+
 /// Sets the reference's initial weights (in the model's order), trains one SGD step per batch of
 /// the reference's lengths and checks every loss, the predictions of a batch of another length
 /// and the final weights.
@@ -181,7 +189,8 @@ inline std::vector<Case> all_cases() {
           {"padded_gru", padded_gru, "mse"},
           {"masked_lstm", masked_lstm, "sparse_categorical_crossentropy"},
           {"masked_bilstm_conv", masked_bilstm_conv, "binary_crossentropy"},
-          {"masking_rnn_pool", masking_rnn_pool, "mse"}};
+          {"masking_rnn_pool", masking_rnn_pool, "mse"},
+          {"masked_tagger", masked_tagger, "sparse_categorical_crossentropy"}};
 }
 
 }  // namespace unknown_axes_cases

@@ -615,6 +615,10 @@ class Model {
 
   void forward(bool training, std::uint64_t seed);
 
+  /// For each output with a mask, its weights per value (`mask_loss_weights_`, ...) for the
+  /// current batch.
+  void weigh_masked_outputs();
+
   /// Losses of the current batch: the total, and per output into `output_losses_`; with
   /// `gradients`, also d(total)/d(outputs) into the output nodes' gradients.
   Deferred<double> compute_losses(bool gradients);
@@ -659,6 +663,10 @@ class Model {
   detail::PenaltyPlan penalties_;
   /// The masks (`Masking`, `Embedding(mask_zero=True)`) and the nodes that carry them.
   detail::MaskPlan masks_;
+  /// Per output with a mask, the weights per value its loss and metrics take (Keras 3's
+  /// `apply_mask`): the loss's, the mask's, and the mask times the sample weights (empty where
+  /// an output has no mask).
+  std::vector<Tensor<float>> mask_loss_weights_, mask_weights_, masked_sample_weights_;
   /// Where a step rounds to the layers' half-precision compute dtypes.
   detail::MixedPrecisionPlan mixed_;
   /// The global dtype policy when the model was made (Keras's `model.dtype_policy`).

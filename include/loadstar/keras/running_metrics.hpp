@@ -51,11 +51,16 @@ class RunningMetrics {
   /// Accumulates one batch of `rows` rows: its total loss, the loss of each output, and the
   /// metrics of each output from its targets and predictions (through `backend`) (`weights` only
   /// for the weighted metrics). Losses a device may still be computing are kept, in order, and
-  /// added when the logs or the state are read (the same sums, bit for bit).
+  /// added when the logs or the state are read (the same sums, bit for bit). For an output with
+  /// a mask, `masks[o]` holds its weights per value (the mask) and `masked_weights[o]` the mask
+  /// times `weights` (empty without sample weights), which the metrics that apply masks take
+  /// instead (Keras 3's `MeanMetricWrapper`); empty spans or tensors where there is none.
   LOADSTAR_DECL void update(Backend& backend, const Deferred<double>& total,
                             std::span<const Deferred<double>> output_losses, std::size_t rows,
                             std::span<const Tensor<float>> targets,
-                            std::span<const Tensor<float>> outputs, const Tensor<float>* weights);
+                            std::span<const Tensor<float>> outputs, const Tensor<float>* weights,
+                            std::span<const Tensor<float>> masks = {},
+                            std::span<const Tensor<float>> masked_weights = {});
 
   /// Writes `loss`, `<output>_loss` for several outputs, then the metrics, into `logs` (waits
   /// for what a device may still be computing).
@@ -141,7 +146,9 @@ void RunningMetrics::reset() {
 void RunningMetrics::update(Backend& backend, const Deferred<double>& total,
                             std::span<const Deferred<double>> output_losses, std::size_t rows,
                             std::span<const Tensor<float>> targets,
-                            std::span<const Tensor<float>> outputs, const Tensor<float>* weights) {
+                            std::span<const Tensor<float>> outputs, const Tensor<float>* weights,
+                            std::span<const Tensor<float>> masks,
+                            std::span<const Tensor<float>> masked_weights) {
   const auto n = static_cast<double>(rows);
   const bool known = pending_batches_.empty() && total.ready() &&
                      std::all_of(output_losses.begin(), output_losses.end(),
@@ -155,13 +162,19 @@ void RunningMetrics::update(Backend& backend, const Deferred<double>& total,
   }
   ++batches_;
   rows_ += n;
+  const auto masked = [&](std::size_t o, const std::shared_ptr<Metric>& metric) {
+    return o < masks.size() && !masks[o].empty() && metric->applies_masks();
+  };
   for (std::size_t o = 0; o < metrics.size(); ++o) {
     for (auto& metric : metrics[o])
-      metric->update_state(backend, targets[o], outputs[o], nullptr);
+      metric->update_state(backend, targets[o], outputs[o], masked(o, metric) ? &masks[o] : nullptr);
   }
   for (std::size_t o = 0; o < weighted.size(); ++o) {
-    for (auto& metric : weighted[o])
-      metric->update_state(backend, targets[o], outputs[o], weights);
+    for (auto& metric : weighted[o]) {
+      const Tensor<float>* w = weights;
+      if (masked(o, metric)) w = weights == nullptr ? &masks[o] : &masked_weights[o];
+      metric->update_state(backend, targets[o], outputs[o], w);
+    }
   }
 }
 

@@ -40,6 +40,11 @@ class MaskPlan {
   std::size_t slot_of(std::size_t k) const noexcept {
     return k < node_slot_.size() ? node_slot_[k] : no_mask;
   }
+  /// The current batch's mask of node `k` (an empty tensor without one).
+  Tensor<float> mask_of(std::size_t k) const {
+    const std::size_t slot = slot_of(k);
+    return slot == no_mask ? Tensor<float>() : slots_[slot].view;
+  }
   /// The layer that made the mask of node `k` (`"embedding 'tokens'"`); empty without one.
   LOADSTAR_DECL std::string maker_of(std::span<const RuntimeNode> nodes, std::size_t k) const;
 

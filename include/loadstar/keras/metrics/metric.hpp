@@ -46,6 +46,10 @@ class Metric {
   /// Whether a device backend may still be computing some batch's contribution, so that reading
   /// `result()` or `get_state()` may wait for it.
   virtual bool pending() const noexcept { return false; }
+  /// Whether the metric weights its values by the mask of the output it measures (Keras 3's
+  /// `MeanMetricWrapper` does: each value of a masked step counts 0); a model then gives
+  /// `update_state` weights per value, the mask times the sample weights.
+  virtual bool applies_masks() const noexcept { return false; }
   /// Forgets every batch.
   virtual void reset_state() = 0;
 

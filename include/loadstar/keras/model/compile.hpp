@@ -13,15 +13,6 @@ LOADSTAR_DECL void Model::resolve_losses() {
   const auto& spec = options_.loss;
   const std::size_t n = output_nodes_.size();
   if (spec.empty()) throw ConfigError("model '" + name_ + "': compile needs a loss");
-  for (std::size_t o = 0; o < n; ++o) {
-    if (masks_.slot_of(output_nodes_[o]) == detail::MaskPlan::no_mask) continue;
-    // Keras 3 weights each step's loss and metrics by the output's mask.
-    throw ConfigError("model '" + name_ + "': output '" + output_names_[o] +
-                      "' carries a mask (made by " + masks_.maker_of(nodes_, output_nodes_[o]) +
-                      "), which Keras applies to the loss and metrics; loadstar does not weight "
-                      "losses by a mask yet: end the mask before the output (a recurrent layer "
-                      "without return_sequences, GlobalAveragePooling1D) or give sample weights");
-  }
   auto make = [&](const LossArg& arg) {
     if (arg.object()) return arg.object();
     return std::shared_ptr<Loss>(get_loss(arg.name()));

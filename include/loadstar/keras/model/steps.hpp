@@ -27,9 +27,49 @@ LOADSTAR_DECL void Model::forward(bool training, std::uint64_t seed) {
   }
 }
 
+LOADSTAR_DECL void Model::weigh_masked_outputs() {
+  const std::size_t n = output_nodes_.size();
+  mask_loss_weights_.resize(n);
+  mask_weights_.resize(n);
+  masked_sample_weights_.resize(n);
+  for (std::size_t o = 0; o < n; ++o) {
+    const Tensor<float> mask = masks_.mask_of(output_nodes_[o]);
+    if (mask.empty()) {
+      mask_loss_weights_[o] = mask_weights_[o] = masked_sample_weights_[o] = Tensor<float>();
+      continue;
+    }
+    for (Tensor<float>* t : {&mask_loss_weights_[o], &mask_weights_[o], &masked_sample_weights_[o]})
+      if (t->shape() != mask.shape() || t->device() != mask.device())
+        *t = backend().allocate(mask.shape());
+    // Keras 3's apply_mask: a loss reduced over the batch (sum_over_batch_size) weighs each
+    // unmasked value total / valid, so that it becomes the mean of those values; `sum` and `none`,
+    // and the metrics, weigh it 1. Sample weights multiply in, per row.
+    const bool mean = losses_[o]->reduction() == Reduction::sum_over_batch_size;
+    const bool weighted = has_weights_;
+    const Tensor<float> tensors[] = {mask, weighted ? weights_ : Tensor<float>(),
+                                     mask_loss_weights_[o], mask_weights_[o],
+                                     masked_sample_weights_[o]};
+    backend().host_kernel(tensors, [&](std::span<const Tensor<float>> t) {
+      const std::size_t total = t[0].size(), per_row = total / t[0].rows();
+      double valid = 0;
+      for (std::size_t i = 0; i < total; ++i)
+        valid += t[0].data()[i] != 0.0F ? 1.0 : 0.0;
+      const double scale = !mean ? 1.0 : valid == 0 ? 0.0 : static_cast<double>(total) / valid;
+      for (std::size_t i = 0; i < total; ++i) {
+        const float m = t[0].data()[i] != 0.0F ? 1.0F : 0.0F;
+        const float w = weighted ? t[1].data()[i / per_row] : 1.0F;
+        t[2].data()[i] = static_cast<float>(m * scale) * w;
+        t[3].data()[i] = m;
+        t[4].data()[i] = m * w;
+      }
+    });
+  }
+}
+
 LOADSTAR_DECL Deferred<double> Model::compute_losses(bool gradients) {
   output_losses_.resize(output_nodes_.size());
   const Tensor<float>* weights = has_weights_ ? &weights_ : nullptr;
+  if (!masks_.empty()) weigh_masked_outputs();
   bool known = true;
   for (std::size_t o = 0; o < output_nodes_.size(); ++o) {
     auto& node = nodes_[output_nodes_[o]];
@@ -37,8 +77,9 @@ LOADSTAR_DECL Deferred<double> Model::compute_losses(bool gradients) {
     if (gradients && node.layer) {
       gradient = output_direct_[o] ? node.gradient : loss_scratch_full_[o].slice_rows(0, rows_);
     }
-    output_losses_[o] =
-        losses_[o]->compute_deferred(backend(), targets_[o], outputs_[o], weights, gradient);
+    const bool masked = o < mask_loss_weights_.size() && !mask_loss_weights_[o].empty();
+    output_losses_[o] = losses_[o]->compute_deferred(
+        backend(), targets_[o], outputs_[o], masked ? &mask_loss_weights_[o] : weights, gradient);
     known = known && output_losses_[o].ready();
     const auto weight = static_cast<float>(loss_weights_[o]);
     if (gradients && node.layer) {
@@ -118,7 +159,9 @@ LOADSTAR_DECL void Model::backward(std::uint64_t seed) {
 LOADSTAR_DECL void Model::update_metrics(RunningMetrics& running, const Deferred<double>& total) {
   if (!running.created()) create_metrics();
   const Tensor<float>* weights = has_weights_ ? &weights_ : nullptr;
-  running.update(backend(), total, output_losses_, rows_, targets_, outputs_, weights);
+  running.update(backend(), total, output_losses_, rows_, targets_, outputs_, weights,
+                 masks_.empty() ? std::span<const Tensor<float>>() : mask_weights_,
+                 masks_.empty() ? std::span<const Tensor<float>>() : masked_sample_weights_);
 }
 
 LOADSTAR_DECL DataIteratorOptions Model::data_options(const FitOptions& options) {

@@ -37,9 +37,11 @@ inline std::size_t last_axis(const Tensor<float>& y_pred) {
   return y_pred.rank() >= 2 ? y_pred.shape()[y_pred.rank() - 1] : 1;
 }
 
-/// Throws `ShapeError` unless `sample_weight` holds one weight per row of `y_pred`.
+/// Throws `ShapeError` unless `sample_weight` holds one weight per row of `y_pred`, or, with
+/// `per_value`, one per per-sample value (the shape of `y_pred` without its last axis: the
+/// weights a model makes from an output's mask, as Keras 3's `apply_mask`).
 LOADSTAR_DECL void check_sample_weight(const std::string& owner, const Tensor<float>* sample_weight,
-                                       const Tensor<float>& y_pred);
+                                       const Tensor<float>& y_pred, bool per_value = false);
 
 /// A loss whose value is a function of each last-axis row of `y_pred` (one per-sample value per
 /// row), reduced as `tf.keras`'s `compute_weighted_loss`: the per-sample values times the row's
@@ -73,7 +75,7 @@ class RowLoss : public Loss {
                                     const Tensor<float>& gradient) override {
     auto& self = static_cast<Derived&>(*this);
     self.check_shapes(y_true, y_pred);
-    check_sample_weight(name(), sample_weight, y_pred);
+    check_sample_weight(name(), sample_weight, y_pred, true);
     if (!gradient.empty() && gradient.shape() != y_pred.shape()) {
       throw ShapeError(name() + ": the gradient buffer has shape " + gradient.shape().str() +
                        " but y_pred has shape " + y_pred.shape().str());
@@ -81,9 +83,10 @@ class RowLoss : public Loss {
     const bool weighted = sample_weight != nullptr;
     static const Tensor<float> none;
     const Tensor<float>& weight = weighted ? *sample_weight : none;
-    // A device backend's kernel where it has one (the per-sample values of `none` stay on the
-    // host); the CPU backend computes below, on the tensors themselves.
-    if (!backend.is_host() && reduction() != Reduction::none) {
+    // A device backend's kernel where it has one (the per-sample values of `none`, and weights
+    // per value, stay on the host); the CPU backend computes below, on the tensors themselves.
+    if (!backend.is_host() && reduction() != Reduction::none &&
+        (!weighted || weight.size() == y_pred.rows())) {
       if (std::optional<RowLossSpec> spec = self.device_spec()) {
         const std::size_t classes = last_axis(y_pred);
         const std::size_t values = classes == 0 ? 0 : y_pred.size() / classes;
@@ -135,7 +138,10 @@ class RowLoss : public Loss {
     const std::size_t classes = last_axis(y_pred);
     const std::size_t values = classes == 0 ? 0 : y_pred.size() / classes;
     const std::size_t true_size = self.true_size(classes);
-    const std::size_t per_row = y_pred.rows() == 0 ? 1 : values / y_pred.rows();
+    // The values sharing a weight: a row's, or one each (weights per value).
+    const std::size_t per_row = sample_weight == nullptr || sample_weight->size() == 0
+                                    ? 1
+                                    : std::max<std::size_t>(values / sample_weight->size(), 1);
     const double denominator = reduction() == Reduction::sum ? 1.0 : static_cast<double>(values);
     const bool keep = reduction() == Reduction::none;
     if (keep) per_sample_.resize(values);  // reuses its capacity after the first batch
@@ -187,10 +193,14 @@ Shape without_last_axis(const Shape& shape) {
 }
 
 void check_sample_weight(const std::string& owner, const Tensor<float>* sample_weight,
-                         const Tensor<float>& y_pred) {
+                         const Tensor<float>& y_pred, bool per_value) {
   if (sample_weight == nullptr) return;
-  if (sample_weight->size() != y_pred.rows() ||
-      (sample_weight->rank() > 1 && sample_weight->rank() != 2)) {
+  const std::size_t classes = last_axis(y_pred);
+  const std::size_t values = classes == 0 ? 0 : y_pred.size() / classes;
+  const bool valued = per_value && sample_weight->rank() >= 1 &&
+                      sample_weight->size() == values && sample_weight->rows() == y_pred.rows();
+  if ((sample_weight->size() != y_pred.rows() && !valued) ||
+      (sample_weight->rank() > 1 && sample_weight->rank() != 2 && !valued)) {
     throw ShapeError(owner + ": sample_weight of shape " + sample_weight->shape().str() +
                      " needs one weight per row but y_pred has shape " + y_pred.shape().str());
   }

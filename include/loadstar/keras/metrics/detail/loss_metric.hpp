@@ -5,6 +5,7 @@
 
 #include "loadstar/config.hpp"
 
+#include <algorithm>
 #include <cstddef>
 #include <optional>
 #include <span>
@@ -31,14 +32,17 @@ class LossMetric : public MeanWrapper<Derived> {
 
   void update_state(const Tensor<float>& y_true, const Tensor<float>& y_pred,
                     const Tensor<float>* sample_weight) override {
-    check_sample_weight(this->name(), sample_weight, y_pred);
+    check_sample_weight(this->name(), sample_weight, y_pred, true);
     // The loss is made again when the metric was renamed, so that its messages name the metric.
     if (!loss_ || loss_->name() != this->name()) {
       loss_.emplace(static_cast<const Derived&>(*this).make_loss());
     }
     loss_->compute(y_true, y_pred, nullptr, Tensor<float>());
     const std::span<const float> values = loss_->per_sample();
-    const std::size_t per_row = y_pred.rows() == 0 ? 1 : values.size() / y_pred.rows();
+    // The values sharing a weight: a row's, or one each (weights from a mask).
+    const std::size_t per_row = sample_weight == nullptr || sample_weight->size() == 0
+                                    ? 1
+                                    : std::max<std::size_t>(values.size() / sample_weight->size(), 1);
     for (std::size_t j = 0; j < values.size(); ++j) {
       const double weight =
           sample_weight == nullptr ? 1.0 : static_cast<double>(sample_weight->data()[j / per_row]);

@@ -4,6 +4,7 @@
 
 #include "loadstar/config.hpp"
 
+#include <algorithm>
 #include <cstddef>
 #include <optional>
 #include <string>
@@ -74,11 +75,14 @@ class MeanWrapper : public Metric {
                     const Tensor<float>* sample_weight) override {
     const auto& self = static_cast<const Derived&>(*this);
     self.check_shapes(y_true, y_pred);
-    check_sample_weight(name(), sample_weight, y_pred);
+    check_sample_weight(name(), sample_weight, y_pred, true);
     const std::size_t classes = Derived::elementwise ? 1 : last_axis(y_pred);
     const std::size_t values = classes == 0 ? 0 : y_pred.size() / classes;
     const std::size_t true_size = self.true_size(classes);
-    const std::size_t per_row = y_pred.rows() == 0 ? 1 : values / y_pred.rows();
+    // The values sharing a weight: a row's, or those of one step (weights from a mask).
+    const std::size_t per_row = sample_weight == nullptr || sample_weight->size() == 0
+                                    ? 1
+                                    : std::max<std::size_t>(values / sample_weight->size(), 1);
     for (std::size_t j = 0; j < values; ++j) {
       const double weight =
           sample_weight == nullptr ? 1.0 : static_cast<double>(sample_weight->data()[j / per_row]);
@@ -91,10 +95,10 @@ class MeanWrapper : public Metric {
   void update_state(Backend& backend, const Tensor<float>& y_true, const Tensor<float>& y_pred,
                     const Tensor<float>* sample_weight) override {
     const auto& self = static_cast<const Derived&>(*this);
-    if (!backend.is_host()) {
+    if (!backend.is_host() && (sample_weight == nullptr || sample_weight->size() == y_pred.rows())) {
       if (const std::optional<MeanMetricSpec> spec = self.device_spec()) {
         self.check_shapes(y_true, y_pred);
-        check_sample_weight(name(), sample_weight, y_pred);
+        check_sample_weight(name(), sample_weight, y_pred, true);
         static const Tensor<float> none;
         if (auto sums = backend.mean_metric(*spec, y_true, y_pred,
                                             sample_weight != nullptr ? *sample_weight : none)) {
@@ -106,6 +110,8 @@ class MeanWrapper : public Metric {
     Metric::update_state(backend, y_true, y_pred, sample_weight);
   }
   double result() const override { return mean_.result(); }
+  /// Keras's `MeanMetricWrapper` weights each value by the output's mask.
+  bool applies_masks() const noexcept override { return true; }
   void reset_state() override { mean_ = {}; }
   nlohmann::json get_state() const override { return mean_.state(); }
   bool pending() const noexcept override { return !mean_.pending.empty(); }
