@@ -514,6 +514,78 @@ w = {"embeddings": rnd(VOCAB, 5, scale=1.0), "gru/kernel": rnd(5, 12),
      "dense/kernel": rnd(4, 3), "dense/bias": rnd(3, scale=0.1)}
 cases.append(run_masked_tagger(w))
 
+
+
+def keras_masked_softmax(scores, allowed):
+    """Keras's masked softmax: where(allowed, s, s - 1e9) then softmax over the last axis."""
+    return torch.softmax(torch.where(allowed, scores, scores - 1e9), dim=-1)
+
+
+def masked_attentions(w, x):
+    """Embedding(12, 6, mask_zero=True) -> Add([Attention()([e, e]), AdditiveAttention()([e, e])])
+    -> GlobalAveragePooling1D -> Dense(2). Both attentions ignore masked value steps (Keras
+    subtracts 1e9 from their scores) and zero their output at masked query steps; the output
+    keeps the query's mask, which the pooling uses."""
+    m = x != 0
+    e = F.embedding(x, w["embeddings"])
+    allowed = m.unsqueeze(1)  # (batch, 1, Tv)
+    dot = keras_masked_softmax(e @ e.transpose(1, 2), allowed) @ e
+    additive_scores = (w["additive/scale"] * torch.tanh(e.unsqueeze(2) + e.unsqueeze(1))).sum(-1)
+    additive = keras_masked_softmax(additive_scores, allowed) @ e
+    q = m.unsqueeze(-1)
+    h = torch.where(q, dot, torch.zeros_like(dot)) + torch.where(q, additive,
+                                                                 torch.zeros_like(additive))
+    mf = m.to(DT).unsqueeze(-1)
+    pooled = (h * mf).sum(dim=1) / mf.sum(dim=1)
+    return pooled @ w["dense/kernel"] + w["dense/bias"]
+
+
+def masked_mha(w, x):
+    """Embedding(12, 8, mask_zero=True) -> MultiHeadAttention(2, 3) on (e, e), whose attention
+    mask is the query's mask AND the value's (Keras's _compute_attention_mask) -> Add ->
+    LayerNormalization -> GlobalAveragePooling1D (unmasked steps) -> Dense(2). A masked query's
+    row has no step left: Keras's float32 scores then give it equal probabilities, and the
+    pooling leaves it out, so that it reaches neither the loss nor the gradients."""
+    m = x != 0
+    e = F.embedding(x, w["embeddings"])
+    q = torch.einsum("btd,dhk->bthk", e, w["mha/query/kernel"]) + w["mha/query/bias"]
+    k = torch.einsum("btd,dhk->bthk", e, w["mha/key/kernel"]) + w["mha/key/bias"]
+    v = torch.einsum("btd,dhk->bthk", e, w["mha/value/kernel"]) + w["mha/value/bias"]
+    scores = torch.einsum("bqhk,bshk->bhqs", q, k) / math.sqrt(q.shape[-1])
+    allowed = (m.unsqueeze(2) & m.unsqueeze(1)).unsqueeze(1)  # (batch, 1, Tq, Tv)
+    p = keras_masked_softmax(scores, allowed)
+    o = torch.einsum("bhqs,bshk->bqhk", p, v)
+    a = torch.einsum("bqhk,hkd->bqd", o, w["mha/attention_output/kernel"]) + \
+        w["mha/attention_output/bias"]
+    r = e + a
+    mean = r.mean(dim=-1, keepdim=True)
+    var = ((r - mean) ** 2).mean(dim=-1, keepdim=True)
+    n = (r - mean) / torch.sqrt(var + 1e-3) * w["norm/gamma"] + w["norm/beta"]
+    mf = m.to(DT).unsqueeze(-1)
+    pooled = (n * mf).sum(dim=1) / mf.sum(dim=1)
+    return pooled @ w["dense/kernel"] + w["dense/bias"]
+
+
+w = {"embeddings": rnd(VOCAB, 6, scale=1.0), "additive/scale": rnd(6, scale=1.0),
+     "dense/kernel": rnd(6, 2), "dense/bias": rnd(2, scale=0.1)}
+cases.append(run("masked_attentions", masked_attentions, w, mse,
+                 lambda x: torch.stack([(x > 5).to(DT).mean(dim=1), (x % 2).to(DT).mean(dim=1)],
+                                       dim=1),
+                 make_tokens=masked_tokens))
+
+w = {"embeddings": rnd(VOCAB, 8, scale=1.0)}
+for p in ("query", "key", "value"):
+    w["mha/%s/kernel" % p] = rnd(8, 2, 3)
+    w["mha/%s/bias" % p] = rnd(2, 3, scale=0.1)
+w["mha/attention_output/kernel"] = rnd(2, 3, 8)
+w["mha/attention_output/bias"] = rnd(8, scale=0.1)
+w.update({"norm/gamma": 1 + rnd(8, scale=0.1), "norm/beta": rnd(8, scale=0.1),
+          "dense/kernel": rnd(8, 2), "dense/bias": rnd(2, scale=0.1)})
+cases.append(run("masked_mha", masked_mha, w, mse,
+                 lambda x: torch.stack([(x < 6).to(DT).mean(dim=1), (x % 2).to(DT).mean(dim=1)],
+                                       dim=1),
+                 make_tokens=masked_tokens))
+
 with open(os.path.join(HERE, "reference", "unknown_axes.json"), "w") as out:
     json.dump({"generator": "tests/keras/generate_unknown_axes.py", "lr": LR, "batch": BATCH,
                "cases": cases}, out, indent=None, separators=(",", ":"))

@@ -2,8 +2,9 @@
 // Embedding and LSTM classifier, a self-attention block, a Bidirectional LSTM tagger, Conv1D
 // classifiers with and without 1-D pooling, a GRU and SimpleRNN stack between ZeroPadding1D,
 // Cropping1D and UpSampling1D; masked by Embedding(mask_zero=True) or Masking before LSTM,
-// Bidirectional(LSTM), SimpleRNN, GRU and GlobalAveragePooling1D) trained one SGD step per batch on
-// batches of different lengths, run on any backend.
+// Bidirectional(LSTM), SimpleRNN, GRU, Attention, AdditiveAttention, MultiHeadAttention,
+// GlobalAveragePooling1D and a masked loss) trained one SGD step per batch on batches of
+// different lengths, run on any backend.
 #pragma once
 
 #include <doctest/doctest.h>
@@ -132,6 +133,24 @@ inline std::shared_ptr<Model> masked_tagger() {
   return std::make_shared<Model>(std::vector{tokens}, std::vector{out}, "masked_tagger");
 }
 
+inline std::shared_ptr<Model> masked_attentions() {
+  auto tokens = Input(Shape{none}, "tokens");
+  auto e = call(Embedding(12, 6, {.mask_zero = true}), tokens);
+  auto dot = call(Attention(), {e, e});
+  auto additive = call(AdditiveAttention(), {e, e});
+  auto out = call(Dense(2), call(GlobalAveragePooling1D(), call(Add(), {dot, additive})));
+  return std::make_shared<Model>(std::vector{tokens}, std::vector{out}, "masked_attentions");
+}
+
+inline std::shared_ptr<Model> masked_mha() {
+  auto tokens = Input(Shape{none}, "tokens");
+  auto e = call(Embedding(12, 8, {.mask_zero = true}), tokens);
+  auto a = call(MultiHeadAttention(2, 3), {e, e});
+  auto h = call(LayerNormalization(), call(Add(), {e, a}));
+  auto out = call(Dense(2), call(GlobalAveragePooling1D(), h));
+  return std::make_shared<Model>(std::vector{tokens}, std::vector{out}, "masked_mha");
+}
+
 /// Sets the reference's initial weights (in the model's order), trains one SGD step per batch of
 /// the reference's lengths and checks every loss, the predictions of a batch of another length
 /// and the final weights.
@@ -190,7 +209,9 @@ inline std::vector<Case> all_cases() {
           {"masked_lstm", masked_lstm, "sparse_categorical_crossentropy"},
           {"masked_bilstm_conv", masked_bilstm_conv, "binary_crossentropy"},
           {"masking_rnn_pool", masking_rnn_pool, "mse"},
-          {"masked_tagger", masked_tagger, "sparse_categorical_crossentropy"}};
+          {"masked_tagger", masked_tagger, "sparse_categorical_crossentropy"},
+          {"masked_attentions", masked_attentions, "mse"},
+          {"masked_mha", masked_mha, "mse"}};
 }
 
 }  // namespace unknown_axes_cases

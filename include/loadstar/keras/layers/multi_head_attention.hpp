@@ -61,9 +61,11 @@ struct MultiHeadAttentionOptions {
 /// \endcode
 class MultiHeadAttention : public detail::LayerBase, public keras::detail::CallArguments {
  public:
-  /// Keras turns the inputs' masks into an attention mask, which loadstar does not yet: a masked
-  /// input is refused.
-  MaskFlow mask_flow() const noexcept override { return MaskFlow::refused; }
+  /// Keras's masks: the query's, value's and key's masks join into the attention mask (a masked
+  /// query attends to nothing, a masked value or key step is not attended to), and the output
+  /// has the query's mask.
+  MaskFlow mask_flow() const noexcept override { return MaskFlow::passes; }
+  bool reads_masks() const noexcept override { return true; }
   LOADSTAR_DECL MultiHeadAttention(std::size_t num_heads, std::size_t key_dim,
                                    MultiHeadAttentionOptions options = {});
 
@@ -104,6 +106,14 @@ class MultiHeadAttention : public detail::LayerBase, public keras::detail::CallA
   /// heads' results before the output projection).
   LOADSTAR_DECL void attend(std::span<const Tensor<float>> inputs, const CallContext& ctx);
   detail::AttentionCall attention_call(const CallContext& ctx) const;
+  /// Points `call` at the host views of the query's, value's and key's masks (empty: none),
+  /// the query's joining the attention mask as Keras's `_compute_attention_mask` has it.
+  static void masks_of(detail::AttentionCall& call, std::span<const Tensor<float>> masks) {
+    call.query_mask = masks[0].empty() ? nullptr : masks[0].data();
+    call.value_mask = masks[1].empty() ? nullptr : masks[1].data();
+    call.key_mask = masks[2].empty() ? nullptr : masks[2].data();
+    call.query_mask_in_scores = true;
+  }
   detail::AttentionShape geometry(std::size_t batch) const;
 
   std::size_t heads_;
@@ -304,10 +314,12 @@ void MultiHeadAttention::attend(std::span<const Tensor<float>> inputs, const Cal
   const detail::AttentionShape s = geometry(batch);
   const Tensor<float> p = probabilities_.get(backend, {s.probabilities()});
   const Tensor<float> o = attended_.get(backend, {batch * query_steps_, heads_ * value_dim_});
-  const detail::AttentionCall call = attention_call(ctx);
+  detail::AttentionCall call = attention_call(ctx);
   const detail::DotScore score{.scale = 1.0F / std::sqrt(static_cast<float>(key_dim_))};
-  staged_ = {q, k, v, p, o};
+  staged_ = {q, k, v, p, o, detail::input_mask(ctx, 0), detail::input_mask(ctx, 1),
+             detail::input_mask(ctx, 2)};
   backend.host_kernel(staged_, [&](std::span<const Tensor<float>> t) {
+    masks_of(call, t.subspan(5));
     detail::attention_forward(s, call, score, t[0].data(), t[1].data(), t[2].data(), t[3].data(),
                               t[4].data());
   });
@@ -362,10 +374,12 @@ void MultiHeadAttention::backward(std::span<const Tensor<float>> inputs, const T
   const Tensor<float> dq = query_gradient_.get(backend, {query_rows, heads_ * key_dim_});
   const Tensor<float> dk = key_gradient_.get(backend, {value_rows, heads_ * key_dim_});
   const Tensor<float> dv = value_gradient_.get(backend, {value_rows, heads_ * value_dim_});
-  const detail::AttentionCall call = attention_call(ctx);
+  detail::AttentionCall call = attention_call(ctx);
   const detail::DotScore score{.scale = 1.0F / std::sqrt(static_cast<float>(key_dim_))};
-  staged_ = {q, k, v, p, d_o, dq, dk, dv};
+  staged_ = {q, k, v, p, d_o, dq, dk, dv, detail::input_mask(ctx, 0), detail::input_mask(ctx, 1),
+             detail::input_mask(ctx, 2)};
   backend.host_kernel(staged_, [&](std::span<const Tensor<float>> t) {
+    masks_of(call, t.subspan(8));
     for (std::size_t i = 5; i < 8; ++i)
       std::fill(t[i].data(), t[i].data() + t[i].size(), 0.0F);
     detail::attention_backward(s, call, score, t[0].data(), t[1].data(), t[2].data(), t[3].data(),

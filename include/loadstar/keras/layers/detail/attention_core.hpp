@@ -49,9 +49,61 @@ struct AttentionCall {
   float rate = 0.0F;
   bool training = false;
   std::uint64_t key = 0;
+  /// Keras's masks of the inputs (host pointers to 1 or 0; null where an input has none): the
+  /// queries' `(batch, query_steps)`, the values' and the keys' `(batch, value_steps)`. A masked
+  /// value or key step is not attended to (Keras subtracts 1e9 from its scores).
+  const float* query_mask = nullptr;
+  const float* value_mask = nullptr;
+  const float* key_mask = nullptr;
+  /// How a masked query is treated: `MultiHeadAttention` joins the query's mask to the attention
+  /// mask (its row attends to nothing), `Attention` and `AdditiveAttention` zero its output.
+  bool query_mask_in_scores = false;
 
   bool drops() const noexcept { return training && rate > 0.0F; }
+  bool masked() const noexcept {
+    return query_mask != nullptr || value_mask != nullptr || key_mask != nullptr;
+  }
+  /// Whether the output of query `i` of sample `b` is zeroed (`Attention`'s masked query).
+  bool zeroes_query(std::size_t b, std::size_t i, std::size_t query_steps) const noexcept {
+    return query_mask != nullptr && !query_mask_in_scores &&
+           query_mask[b * query_steps + i] == 0.0F;
+  }
 };
+
+/// The probabilities of row `i` of sample `b` with the call's masks: Keras's softmax of the
+/// scores less 1e9 where a step is masked (causal, value, key or, for `MultiHeadAttention`,
+/// query), whose masked steps come out 0. A row with every step masked takes equal
+/// probabilities, as Keras's float32 arithmetic gives them (the scores less 1e9 round to the same
+/// number for scores under 32 in magnitude).
+inline void masked_softmax_row(const AttentionCall& call, std::size_t b, std::size_t i,
+                               std::size_t query_steps, std::size_t value_steps, std::size_t n,
+                               const float* scores, float* row) {
+  const bool query_out = call.query_mask != nullptr && call.query_mask_in_scores &&
+                         call.query_mask[b * query_steps + i] == 0.0F;
+  const auto allowed = [&](std::size_t j) {
+    return j < n && !query_out &&
+           (call.value_mask == nullptr || call.value_mask[b * value_steps + j] != 0.0F) &&
+           (call.key_mask == nullptr || call.key_mask[b * value_steps + j] != 0.0F);
+  };
+  float top = -INFINITY;
+  std::size_t count = 0;
+  for (std::size_t j = 0; j < value_steps; ++j) {
+    if (!allowed(j)) continue;
+    top = std::max(top, scores[j]);
+    ++count;
+  }
+  if (count == 0) {
+    std::fill(row, row + value_steps, 1.0F / static_cast<float>(value_steps));
+    return;
+  }
+  float sum = 0.0F;
+  for (std::size_t j = 0; j < value_steps; ++j) {
+    row[j] = allowed(j) ? std::exp(scores[j] - top) : 0.0F;
+    sum += row[j];
+  }
+  for (std::size_t j = 0; j < value_steps; ++j)
+    row[j] /= sum;
+}
 
 /// The key of a call's dropout on the probabilities: from `(seed or ctx.seed, ctx.step, the
 /// layer's name)`, as `Dropout`'s, so that a training step's forward and backward (and a rerun)
@@ -216,6 +268,11 @@ void attention_forward(const AttentionShape& s, const AttentionCall& call, const
         // takes to 0 in float.
         const std::size_t n = keras::detail::attended_steps(i, s.value_steps, call.causal);
         float* row = p + i * s.value_steps;
+        if (call.masked()) {
+          masked_softmax_row(call, b, i, s.query_steps, s.value_steps, n,
+                             scores.data() + i * s.value_steps, row);
+          continue;
+        }
         keras::detail::softmax_forward_line(scores.data() + i * s.value_steps, row, n, 1, 0);
         std::fill(row + n, row + s.value_steps, 0.0F);
       }
@@ -237,6 +294,8 @@ void attention_forward(const AttentionShape& s, const AttentionCall& call, const
       } else {
         oh.noalias() = ph * vh;
       }
+      for (std::size_t i = 0; call.query_mask != nullptr && i < s.query_steps; ++i)
+        if (call.zeroes_query(b, i, s.query_steps)) oh.row(Eigen::Index(i)).setZero();
     }
   }
 }
@@ -249,7 +308,7 @@ void attention_backward(const AttentionShape& s, const AttentionCall& call, cons
                         const float* dout, float* dq, float* dk, float* dv) {
   RowMatrix dp(Eigen::Index(s.query_steps), Eigen::Index(s.value_steps));
   RowMatrix ds(Eigen::Index(s.query_steps), Eigen::Index(s.value_steps));
-  RowMatrix dropped;
+  RowMatrix dropped, zeroed;
   const float keep_scale = call.drops() ? 1.0F / (1.0F - call.rate) : 1.0F;
   const auto keeps = [&](std::size_t b, std::size_t h, std::size_t i, std::size_t j) {
     return keras::detail::dropout_keeps(
@@ -262,7 +321,15 @@ void attention_backward(const AttentionShape& s, const AttentionCall& call, cons
       const auto qh = head_of(q, b, h, s.query_steps, s.heads, s.key_dim);
       const auto kh = head_of(k, b, h, s.value_steps, s.heads, s.key_dim);
       const auto vh = head_of(v, b, h, s.value_steps, s.heads, s.value_dim);
-      const auto doh = head_of(dout, b, h, s.query_steps, s.heads, s.value_dim);
+      ConstStridedMatrix doh = head_of(dout, b, h, s.query_steps, s.heads, s.value_dim);
+      if (call.query_mask != nullptr && !call.query_mask_in_scores) {
+        // A zeroed output passes no gradient back.
+        zeroed = doh;
+        for (std::size_t i = 0; i < s.query_steps; ++i)
+          if (call.zeroes_query(b, i, s.query_steps)) zeroed.row(Eigen::Index(i)).setZero();
+        new (&doh) ConstStridedMatrix(zeroed.data(), zeroed.rows(), zeroed.cols(),
+                                      Eigen::OuterStride<>(zeroed.cols()));
+      }
       const float* p = probabilities + (b * s.heads + h) * s.query_steps * s.value_steps;
       Eigen::Map<const RowMatrix> ph(p, Eigen::Index(s.query_steps), Eigen::Index(s.value_steps));
       // out = drop(p) v: dv += drop(p)^T dout; d drop(p) = dout v^T; dp = drop(d drop(p)).

@@ -47,9 +47,10 @@ struct DenseAttentionOptions {
 /// values, of shape `(Tq, value_dim)`.
 class DenseAttention : public LayerBase, public keras::detail::CallArguments {
  public:
-  /// Keras ignores masked keys and zeroes masked queries, which loadstar does not yet: a masked
-  /// input is refused.
-  MaskFlow mask_flow() const noexcept override { return MaskFlow::refused; }
+  /// Keras's masks: masked value steps are not attended to, masked queries' outputs are 0, and
+  /// the output has the query's mask.
+  MaskFlow mask_flow() const noexcept override { return MaskFlow::passes; }
+  bool reads_masks() const noexcept override { return true; }
   LOADSTAR_DECL DenseAttention(ScoreMode mode, DenseAttentionOptions options);
 
   ScoreMode score_mode() const noexcept { return mode_; }
@@ -197,16 +198,24 @@ void DenseAttention::forward(std::span<const Tensor<float>> inputs, const Tensor
   query_steps_ = inputs[0].dim(1);  // this batch's lengths
   value_steps_ = inputs[1].dim(1);
   const AttentionShape s = geometry(batch);
-  const AttentionCall call{.causal = options_.use_causal_mask,
-                           .rate = options_.dropout,
-                           .training = ctx.training,
-                           .key = attention_dropout_key(options_.seed, ctx, name())};
-  staged_ = {inputs[0], inputs[1], inputs.size() == 3 ? inputs[2] : inputs[1],
-             probabilities_.get(ctx.backend, {s.probabilities()}), output};
+  AttentionCall call{.causal = options_.use_causal_mask,
+                     .rate = options_.dropout,
+                     .training = ctx.training,
+                     .key = attention_dropout_key(options_.seed, ctx, name())};
+  // t: query, value, key, probabilities, output, the query's and the value's masks, the weights.
+  staged_ = {inputs[0],
+             inputs[1],
+             inputs.size() == 3 ? inputs[2] : inputs[1],
+             probabilities_.get(ctx.backend, {s.probabilities()}),
+             output,
+             input_mask(ctx, 0),
+             input_mask(ctx, 1)};
   for (const auto& w : weights_)
     staged_.push_back(w.value);
   ctx.backend.host_kernel(staged_, [&](std::span<const Tensor<float>> t) {
-    with_score(mode_, options_.use_scale, t.subspan(5), nullptr, [&](const auto& score) {
+    call.query_mask = t[5].empty() ? nullptr : t[5].data();
+    call.value_mask = t[6].empty() ? nullptr : t[6].data();
+    with_score(mode_, options_.use_scale, t.subspan(7), nullptr, [&](const auto& score) {
       attention_forward(s, call, score, t[0].data(), t[2].data(), t[1].data(), t[3].data(),
                         t[4].data());
     });
@@ -221,16 +230,16 @@ void DenseAttention::backward(std::span<const Tensor<float>> inputs, const Tenso
   query_steps_ = inputs[0].dim(1);  // this batch's lengths
   value_steps_ = inputs[1].dim(1);
   const AttentionShape s = geometry(batch);
-  const AttentionCall call{.causal = options_.use_causal_mask,
-                           .rate = options_.dropout,
-                           .training = ctx.training,
-                           .key = attention_dropout_key(options_.seed, ctx, name())};
+  AttentionCall call{.causal = options_.use_causal_mask,
+                     .rate = options_.dropout,
+                     .training = ctx.training,
+                     .key = attention_dropout_key(options_.seed, ctx, name())};
   const auto wanted = [&](std::size_t i) {
     return i < input_gradients.size() ? input_gradients[i] : Tensor<float>();
   };
   const bool has_key = inputs.size() == 3;
-  // t: query, value, key, probabilities, output gradient, dquery, dvalue, dkey, then the weights
-  // and their gradients.
+  // t: query, value, key, probabilities, output gradient, dquery, dvalue, dkey, the query's and
+  // the value's masks, then the weights and their gradients.
   staged_ = {inputs[0],
              inputs[1],
              has_key ? inputs[2] : inputs[1],
@@ -238,16 +247,20 @@ void DenseAttention::backward(std::span<const Tensor<float>> inputs, const Tenso
              output_gradient,
              wanted(0),
              wanted(1),
-             has_key ? wanted(2) : Tensor<float>()};
+             has_key ? wanted(2) : Tensor<float>(),
+             input_mask(ctx, 0),
+             input_mask(ctx, 1)};
   const std::size_t n = weights_.size();
   for (const auto& w : weights_)
     staged_.push_back(w.value);
   for (const auto& w : weights_)
     staged_.push_back(w.trainable ? w.gradient : Tensor<float>());
   ctx.backend.host_kernel(staged_, [&](std::span<const Tensor<float>> t) {
+    call.query_mask = t[8].empty() ? nullptr : t[8].data();
+    call.value_mask = t[9].empty() ? nullptr : t[9].data();
     std::size_t elements = 0;
     for (std::size_t i = 0; i < n; ++i)
-      elements += t[8 + i].size();
+      elements += t[10 + i].size();
     std::vector<double> gradients(elements, 0.0);
     // The key's gradient goes to its own buffer; without a key input it adds to the value's.
     std::vector<float> key_gradient;
@@ -258,7 +271,7 @@ void DenseAttention::backward(std::span<const Tensor<float>> inputs, const Tenso
     }
     for (std::size_t i = 5; i < 8; ++i)
       if (!t[i].empty()) std::fill(t[i].data(), t[i].data() + t[i].size(), 0.0F);
-    with_score(mode_, options_.use_scale, t.subspan(8, n), gradients.data(),
+    with_score(mode_, options_.use_scale, t.subspan(10, n), gradients.data(),
                [&](const auto& score) {
                  // The probabilities are recomputed (a shared layer's forward of another call
                  // may have overwritten them); the dropout mask derives from the same key.
@@ -272,8 +285,8 @@ void DenseAttention::backward(std::span<const Tensor<float>> inputs, const Tenso
       t[6].data()[i] += key_gradient[i];
     std::size_t at = 0;
     for (std::size_t i = 0; i < n; ++i) {
-      const Tensor<float>& gradient = t[8 + n + i];
-      for (std::size_t e = 0; e < t[8 + i].size(); ++e, ++at)
+      const Tensor<float>& gradient = t[10 + n + i];
+      for (std::size_t e = 0; e < t[10 + i].size(); ++e, ++at)
         if (!gradient.empty()) gradient.data()[e] += static_cast<float>(gradients[at]);
     }
   });

@@ -108,6 +108,11 @@ class LayerBase : public Layer {
   Variable& weight(std::size_t index) { return weights_[index]; }
 };
 
+/// The mask of a call's input `i` (`CallContext::input_masks`), or an empty tensor.
+inline Tensor<float> input_mask(const CallContext& ctx, std::size_t i = 0) {
+  return i < ctx.input_masks.size() ? ctx.input_masks[i] : Tensor<float>();
+}
+
 /// A layer of one input whose output has the input's shape (`Activation`, `ReLU`, `LeakyReLU`,
 /// `Dropout`): one `build` for all of them.
 class SameShapeLayer : public LayerBase {

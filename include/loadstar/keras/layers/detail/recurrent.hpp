@@ -134,11 +134,6 @@ LOADSTAR_DECL void transpose_time(Backend& backend, const Tensor<float>& from,
 /// (`stateful`, `dropout`, `return_state`, ...), each by its key.
 LOADSTAR_DECL RecurrentOptions recurrent_options(const ConfigReader& read, CellKind kind);
 
-/// The mask of a call's first input, or an empty tensor.
-inline Tensor<float> input_mask(const CallContext& ctx) {
-  return ctx.input_masks.empty() ? Tensor<float>() : ctx.input_masks[0];
-}
-
 /// The Keras class of a cell kind (`"LSTM"`).
 inline const char* cell_class_name(CellKind kind) noexcept {
   return kind == CellKind::lstm ? "LSTM" : kind == CellKind::gru ? "GRU" : "SimpleRNN";
