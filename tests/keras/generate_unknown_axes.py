@@ -188,6 +188,8 @@ def run(name, forward, weights, loss, targets, lengths=LENGTHS, make_tokens=None
     x = make_tokens(PREDICT_LENGTH)
     with torch.no_grad():
         prediction = forward(w, x)
+        if isinstance(prediction, tuple):  # (output, tokens) of a loss that reads the mask
+            prediction = prediction[0]
     return {"name": name, "batches": batches, "losses": losses,
             "initial_weights": {k: flat(v) for k, v in weights.items()},
             "weight_order": list(weights.keys()),
@@ -585,6 +587,35 @@ cases.append(run("masked_mha", masked_mha, w, mse,
                  lambda x: torch.stack([(x < 6).to(DT).mean(dim=1), (x % 2).to(DT).mean(dim=1)],
                                        dim=1),
                  make_tokens=masked_tokens))
+
+
+
+def masked_td_tagger(w, x):
+    """Embedding(12, 5, mask_zero=True) -> Bidirectional(LSTM(3, return_sequences=True)) (masked
+    outputs 0) -> TimeDistributed(Dense(1)), whose output keeps the mask for the loss."""
+    m = x != 0
+    e = F.embedding(x, w["embeddings"])
+    f = masked_loop(lstm_cell(w["fw/kernel"], w["fw/recurrent_kernel"], w["fw/bias"]), e, m, 3,
+                    zero_output=True, carry=True)
+    b = masked_loop(lstm_cell(w["bw/kernel"], w["bw/recurrent_kernel"], w["bw/bias"]), e, m, 3,
+                    reverse=True, zero_output=True, carry=True)
+    h = torch.cat([f, torch.flip(b, dims=[1])], dim=2)
+    return h @ w["td/kernel"] + w["td/bias"]
+
+
+def masked_mse(p, y, x):
+    """Keras 3's mean squared error of an output with a mask: the mean over the unmasked steps."""
+    m = (x != 0).to(DT)
+    return (((p - y) ** 2).mean(dim=-1) * m).sum() / m.sum()
+
+
+w = {"embeddings": rnd(VOCAB, 5, scale=1.0)}
+w.update(lstm_weights("fw/", 5, 3))
+w.update(lstm_weights("bw/", 5, 3))
+w.update({"td/kernel": rnd(6, 1), "td/bias": rnd(1, scale=0.1)})
+cases.append(run("masked_td_tagger", lambda w, x: (masked_td_tagger(w, x), x), w,
+                 lambda px, y: masked_mse(px[0], y, px[1]),
+                 lambda x: (x % 2).to(DT).unsqueeze(-1), make_tokens=masked_tokens))
 
 with open(os.path.join(HERE, "reference", "unknown_axes.json"), "w") as out:
     json.dump({"generator": "tests/keras/generate_unknown_axes.py", "lr": LR, "batch": BATCH,

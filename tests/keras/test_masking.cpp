@@ -81,6 +81,11 @@ TEST_CASE("MultiHeadAttention joins the query's and the value's masks into its a
   check_training(*model, case_named("masked_mha"), "mse");
 }
 
+TEST_CASE("TimeDistributed passes a mask on, and a masked mse counts only the unmasked steps") {
+  auto model = unknown_axes_cases::masked_td_tagger();
+  check_training(*model, case_named("masked_td_tagger"), "mse");
+}
+
 TEST_CASE("padding at the end of a masked sequence changes nothing") {
   auto model = unknown_axes_cases::masked_lstm();
   const Tensor<float> padded = tensor({1, 6}, {4, 7, 2, 0, 0, 0});
@@ -144,7 +149,7 @@ TEST_CASE("layers that would use a mask in a way loadstar does not run refuse a 
                        })),
                        message("batch_normalization layer 'bn'").c_str(), ConfigError);
   CHECK_THROWS_WITH_AS(static_cast<void>(refused([](const KerasTensor& e) {
-                         return call(TimeDistributed(Dense(2), "td"), e);
+                         return call(TimeDistributed(BatchNormalization(), "td"), e);
                        })),
                        message("time_distributed layer 'td'").c_str(), ConfigError);
   CHECK_THROWS_WITH_AS(static_cast<void>(refused([](const KerasTensor& e) {

@@ -151,6 +151,14 @@ inline std::shared_ptr<Model> masked_mha() {
   return std::make_shared<Model>(std::vector{tokens}, std::vector{out}, "masked_mha");
 }
 
+inline std::shared_ptr<Model> masked_td_tagger() {
+  auto tokens = Input(Shape{none}, "tokens");
+  auto h = call(Embedding(12, 5, {.mask_zero = true}), tokens);
+  h = call(Bidirectional(LSTM(3, {.return_sequences = true})), h);
+  auto out = call(TimeDistributed(Dense(1)), h);  // keeps the mask, for the loss
+  return std::make_shared<Model>(std::vector{tokens}, std::vector{out}, "masked_td_tagger");
+}
+
 /// Sets the reference's initial weights (in the model's order), trains one SGD step per batch of
 /// the reference's lengths and checks every loss, the predictions of a batch of another length
 /// and the final weights.
@@ -211,7 +219,8 @@ inline std::vector<Case> all_cases() {
           {"masking_rnn_pool", masking_rnn_pool, "mse"},
           {"masked_tagger", masked_tagger, "sparse_categorical_crossentropy"},
           {"masked_attentions", masked_attentions, "mse"},
-          {"masked_mha", masked_mha, "mse"}};
+          {"masked_mha", masked_mha, "mse"},
+          {"masked_td_tagger", masked_td_tagger, "mse"}};
 }
 
 }  // namespace unknown_axes_cases

@@ -22,15 +22,19 @@ namespace loadstar::keras::layers {
 /// A `BatchNormalization` is not: Keras 3 normalises each step over its own batch, so training one
 /// inside `TimeDistributed` is refused (inference, with the moving statistics, is the same).
 /// Weights: the wrapped layer's (the same tensors), under their own names; its regularizers and
-/// constraints apply. Masks are not supported (loadstar has none yet).
+/// constraints apply. A mask on the input passes to the output (`MaskFlow`).
 /// \code
 /// TimeDistributed per_frame(Conv2D(16, 3));  // (batch, frames, h, w, c) -> (batch, frames, ...)
 /// \endcode
 class TimeDistributed : public detail::LayerBase {
  public:
-  /// Keras hands the mask to the inner layer, which loadstar does not: a masked input is
-  /// refused.
-  MaskFlow mask_flow() const noexcept override { return MaskFlow::refused; }
+  /// The output has the input's mask (Keras 3.0 to 3.15); a wrapped layer that would read the
+  /// mask of each step (a recurrent layer, `BatchNormalization`) refuses a masked input.
+  MaskFlow mask_flow() const noexcept override {
+    const MaskFlow inner = layer_->mask_flow();
+    return layer_->reads_masks() || inner == MaskFlow::refused ? MaskFlow::refused
+                                                               : MaskFlow::passes;
+  }
   /// Throws `ConfigError` for a null layer, a layer with an activity regularizer, and a layer of
   /// several inputs (a merge layer).
   LOADSTAR_DECL explicit TimeDistributed(std::shared_ptr<Layer> layer, std::string name = {});
