@@ -256,8 +256,8 @@ TEST_SUITE("keras_layers") {
       CHECK_THROWS_WITH_AS(make_layer("LSTM", config), doctest::Contains(message), ConfigError);
     };
     refused({{"stateful", true}}, "config.stateful: expected false");
-    refused({{"dropout", 0.2}}, "config.dropout: expected 0");
-    refused({{"recurrent_dropout", 0.1}}, "config.recurrent_dropout: expected 0");
+    refused({{"dropout", 1.0}}, "config.dropout: expected a number in [0, 1)");
+    refused({{"recurrent_dropout", -0.1}}, "config.recurrent_dropout: expected a number in [0, 1)");
     refused({{"return_state", true}}, "config.return_state: expected false");
     refused({{"time_major", true}}, "config.time_major: expected false");
     refused({{"recurrent_regularizer", {{"class_name", "L2"}}}}, "config.recurrent_regularizer");
@@ -284,6 +284,53 @@ TEST_SUITE("keras_layers") {
     CHECK_THROWS_AS(LayerRegistry::instance().create(
                         "InputLayer", {{"batch_input_shape", {nullptr, 0, 3}}, {"name", "in"}}),
                     ConfigError);
+  }
+
+  TEST_CASE("Recurrent dropout loads, predicts and evaluates as Keras, and refuses training") {
+    // A Keras text model with LSTM(dropout=0.2, recurrent_dropout=0.1): dropout does nothing
+    // outside training, so predict and evaluate equal the same model without it.
+    const auto model_of = [](double dropout, double recurrent) {
+      auto tokens = Input(Shape{5}, "tokens");
+      auto h = call(Embedding(9, 4), tokens);
+      h = call(Bidirectional(GRU(3, {.return_sequences = true, .dropout = dropout}), MergeMode::sum,
+                             "both"),
+               h);
+      h = call(LSTM(2, {.dropout = dropout, .recurrent_dropout = recurrent, .seed = 7,
+                        .name = "dropping"}),
+               h);
+      return std::make_shared<Model>(std::vector{tokens}, std::vector{h}, "text");
+    };
+    set_random_seed(3);
+    auto dropping = model_of(0.2, 0.1);
+    auto plain = model_of(0.0, 0.0);
+    plain->set_weights(dropping->get_weights());
+    Tensor<float> x(Shape{2, 5});
+    for (std::size_t i = 0; i < x.size(); ++i)
+      x.data()[i] = static_cast<float>((i * 7) % 9);
+    const Tensor<float> y(Shape{2, 2});
+    CHECK(layer_cases::same_bits(dropping->predict(x, {.verbose = 0}),
+                                 plain->predict(x, {.verbose = 0})));
+    const json config = model_get_config(*dropping);
+    const json& lstm = config["config"]["layers"][3]["config"];
+    CHECK(lstm["name"] == "dropping");
+    CHECK(lstm["dropout"] == 0.2);
+    CHECK(lstm["recurrent_dropout"] == 0.1);
+    CHECK(lstm["seed"] == 7);
+    CHECK(model_get_config(*model_from_config(config)) == config);
+    dropping->compile({.optimizer = "sgd", .loss = "mse"});
+    plain->compile({.optimizer = "sgd", .loss = "mse"});
+    CHECK(dropping->test_on_batch(x, y).get("loss").value() ==
+          plain->test_on_batch(x, y).get("loss").value());
+    CHECK_THROWS_WITH_AS(static_cast<void>(dropping->train_on_batch(x, y)),
+                         "bidirectional layer 'both' (forward): dropout 0.2 and recurrent_dropout "
+                         "0.0 apply in training, which loadstar does not run for recurrent layers "
+                         "(it predicts and evaluates with them, as Keras does outside training); "
+                         "set both to 0, or add a Dropout layer before the recurrent layer, to "
+                         "train",
+                         ConfigError);
+    CHECK_THROWS_WITH_AS(static_cast<void>(LSTM(2, {.recurrent_dropout = 1.0, .name = "r"})),
+                         "lstm layer 'r': recurrent_dropout must be in [0, 1) but is 1.0",
+                         ConfigError);
   }
 
   TEST_CASE("Orthogonal fills orthonormal rows or columns times the gain") {

@@ -178,6 +178,8 @@ void Bidirectional::forward(std::span<const Tensor<float>> inputs, const Tensor<
   const Tensor<float> yf = forward_output_.get(backend, forward_shape.prepend(batch));
   const Tensor<float> yb = backward_output_.get(backend, backward_shape.prepend(batch));
   const Tensor<float> mask = detail::input_mask(ctx);
+  forward_.refuse_dropout(ctx.training);
+  backward_.refuse_dropout(ctx.training);
   forward_.forward(backend, direction_weights(0), inputs[0], yf, mask);
   backward_.forward(backend, direction_weights(1), inputs[0], yb, mask);
   // The backward direction's outputs come in its processing order: Keras reverses them back

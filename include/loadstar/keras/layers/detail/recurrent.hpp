@@ -15,6 +15,7 @@
 
 #include <array>
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -44,6 +45,13 @@ struct RecurrentOptions {
   /// With a mask on the input: a masked step's output is 0 rather than the previous step's
   /// (Keras's `zero_output_for_mask`, which `Bidirectional` sets when it returns sequences).
   bool zero_output_for_mask = false;
+  /// Keras's `dropout` (of the inputs) and `recurrent_dropout` (of the state), in `[0, 1)`, and
+  /// their `seed`: they do nothing outside training, so a model that has them loads, predicts
+  /// and evaluates; training one throws `ConfigError` naming them (loadstar does not draw
+  /// Keras's per-gate masks).
+  double dropout = 0.0;
+  double recurrent_dropout = 0.0;
+  std::optional<std::uint64_t> seed = std::nullopt;
   Initializer kernel_initializer = Initializer::glorot_uniform();
   Initializer recurrent_initializer = Initializer::orthogonal();
   Initializer bias_initializer = Initializer::zeros();
@@ -96,6 +104,9 @@ class RecurrentCore {
 
   /// The Keras config keys of the cell's options (`units`, `activation`, ...).
   LOADSTAR_DECL void write_config(nlohmann::json& config) const;
+
+  /// Throws `ConfigError` naming the options when `training` and the options ask for dropout.
+  LOADSTAR_DECL void refuse_dropout(bool training) const;
 
  private:
   /// Rows `[step * batch, (step + 1) * batch)` of a time-major buffer.
@@ -204,6 +215,13 @@ RecurrentCore::RecurrentCore(CellKind kind, std::size_t units, RecurrentOptions 
                              std::string label)
     : kind_(kind), units_(units), options_(std::move(options)), label_(std::move(label)) {
   if (units == 0) throw ConfigError(label_ + ": units must be positive");
+  for (auto [key, rate] : {std::pair{"dropout", options_.dropout},
+                           std::pair{"recurrent_dropout", options_.recurrent_dropout}}) {
+    if (!(rate >= 0.0 && rate < 1.0)) {
+      throw ConfigError(label_ + ": " + key + " must be in [0, 1) but is " +
+                        nlohmann::json(rate).dump());
+    }
+  }
   activations_.activation = activation_from_name(options_.activation);
   activations_.recurrent = activation_from_name(options_.recurrent_activation);
   for (const auto& [key, value] : {std::pair{"activation", activations_.activation},
@@ -602,6 +620,15 @@ void RecurrentCore::backward(Backend& backend, std::span<const Variable> weights
   transpose_time(backend, dx_tm, dx, batch_, steps_, options_.go_backwards, true);
 }
 
+void RecurrentCore::refuse_dropout(bool training) const {
+  if (!training || (options_.dropout == 0.0 && options_.recurrent_dropout == 0.0)) return;
+  throw ConfigError(label_ + ": dropout " + nlohmann::json(options_.dropout).dump() +
+                    " and recurrent_dropout " + nlohmann::json(options_.recurrent_dropout).dump() +
+                    " apply in training, which loadstar does not run for recurrent layers (it "
+                    "predicts and evaluates with them, as Keras does outside training); set both "
+                    "to 0, or add a Dropout layer before the recurrent layer, to train");
+}
+
 void RecurrentCore::write_config(nlohmann::json& config) const {
   config["return_sequences"] = options_.return_sequences;
   config["return_state"] = false;
@@ -622,8 +649,9 @@ void RecurrentCore::write_config(nlohmann::json& config) const {
        {"kernel_regularizer", "recurrent_regularizer", "bias_regularizer", "activity_regularizer",
         "kernel_constraint", "recurrent_constraint", "bias_constraint"})
     config[key] = nullptr;
-  config["dropout"] = 0.0;
-  config["recurrent_dropout"] = 0.0;
+  config["dropout"] = options_.dropout;
+  config["recurrent_dropout"] = options_.recurrent_dropout;
+  config["seed"] = options_.seed ? nlohmann::json(*options_.seed) : nlohmann::json(nullptr);
   if (kind_ != CellKind::simple_rnn) config["implementation"] = 2;
   if (kind_ == CellKind::gru) config["reset_after"] = options_.reset_after;
 }
@@ -632,12 +660,6 @@ RecurrentOptions recurrent_options(const ConfigReader& read, CellKind kind) {
   read.expect("stateful", false, "loadstar keeps no state between batches");
   read.expect("return_state", false, "a loadstar layer has one output");
   read.expect("time_major", false, "loadstar's recurrent inputs are (batch, timesteps, features)");
-  for (const char* key : {"dropout", "recurrent_dropout"}) {
-    if (!read.has(key)) continue;
-    const nlohmann::json& v = *read.find(key);
-    if (!v.is_number() || v.get<double>() != 0.0)
-      read.fail(key, "0 (loadstar's recurrent layers have no dropout)");
-  }
   for (const char* key : {"recurrent_regularizer", "recurrent_constraint"})
     read.expect(key, nullptr, "loadstar has no regularizers or constraints");
   // Implementation 1 and 2 (and unroll) are the same computation in another order (Keras).
@@ -666,6 +688,15 @@ RecurrentOptions recurrent_options(const ConfigReader& read, CellKind kind) {
   o.return_sequences = read.get("return_sequences", false);
   o.go_backwards = read.get("go_backwards", false);
   o.zero_output_for_mask = read.get("zero_output_for_mask", false);
+  for (auto [key, rate] : {std::pair{"dropout", &o.dropout},
+                           std::pair{"recurrent_dropout", &o.recurrent_dropout}}) {
+    if (!read.has(key)) continue;
+    const nlohmann::json& v = *read.find(key);
+    if (!v.is_number() || v.get<double>() < 0.0 || v.get<double>() >= 1.0)
+      read.fail(key, "a number in [0, 1)");
+    *rate = v.get<double>();
+  }
+  o.seed = read.optional<std::uint64_t>("seed");
   o.kernel_initializer =
       config_initializer(read, "kernel_initializer", Initializer::glorot_uniform());
   o.recurrent_initializer =
@@ -701,6 +732,7 @@ Shape RecurrentLayer::build(std::span<const Shape> input_shapes, std::uint64_t s
 void RecurrentLayer::forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
                              const CallContext& ctx) {
   check_inputs(inputs);
+  core_.refuse_dropout(ctx.training);
   core_.forward(ctx.backend, weights_, inputs[0], output, input_mask(ctx));
 }
 
