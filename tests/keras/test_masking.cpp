@@ -184,7 +184,8 @@ TEST_CASE("a tagger's loss and accuracy are the means over its unmasked steps, a
     const Tensor<float> y =
         layer_cases::tensor_of(batch["y"], layer_cases::shape_of(batch["y_shape"]));
     const Logs logs = model->train_on_batch(x, y);
-    CHECK(logs.get("loss").value() == doctest::Approx(c["losses"][step].get<double>()).epsilon(1e-5));
+    CHECK(logs.get("loss").value() ==
+          doctest::Approx(c["losses"][step].get<double>()).epsilon(1e-5));
     CHECK(logs.get("accuracy").value() ==
           doctest::Approx(c["accuracies"][step].get<double>()).epsilon(1e-9));
   }
@@ -201,10 +202,8 @@ TEST_CASE("sample weights multiply a masked output's weights, in the loss and we
   auto out = call(Embedding(3, 1, {.mask_zero = true}), tokens);
   Model model(std::vector{tokens}, std::vector{out}, "identity");
   model.set_weights({tensor({3, 1}, {0, 1, 2})});
-  model.compile({.optimizer = "sgd",
-                 .loss = "mse",
-                 .metrics = {"mae"},
-                 .weighted_metrics = {"mae"}});
+  model.compile(
+      {.optimizer = "sgd", .loss = "mse", .metrics = {"mae"}, .weighted_metrics = {"mae"}});
   const Tensor<float> x = tensor({2, 3}, {1, 2, 0, 2, 0, 0});
   const Tensor<float> y(Shape{2, 3, 1});
   // Squared errors 1, 4 (row 0) and 4 (row 1) unmasked; sample weights 1 and 3: Keras's

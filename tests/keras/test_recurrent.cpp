@@ -295,9 +295,10 @@ TEST_SUITE("keras_layers") {
       h = call(Bidirectional(GRU(3, {.return_sequences = true, .dropout = dropout}), MergeMode::sum,
                              "both"),
                h);
-      h = call(LSTM(2, {.dropout = dropout, .recurrent_dropout = recurrent, .seed = 7,
-                        .name = "dropping"}),
-               h);
+      h = call(
+          LSTM(2,
+               {.dropout = dropout, .recurrent_dropout = recurrent, .seed = 7, .name = "dropping"}),
+          h);
       return std::make_shared<Model>(std::vector{tokens}, std::vector{h}, "text");
     };
     set_random_seed(3);

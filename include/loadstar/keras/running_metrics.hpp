@@ -167,7 +167,8 @@ void RunningMetrics::update(Backend& backend, const Deferred<double>& total,
   };
   for (std::size_t o = 0; o < metrics.size(); ++o) {
     for (auto& metric : metrics[o])
-      metric->update_state(backend, targets[o], outputs[o], masked(o, metric) ? &masks[o] : nullptr);
+      metric->update_state(backend, targets[o], outputs[o],
+                           masked(o, metric) ? &masks[o] : nullptr);
   }
   for (std::size_t o = 0; o < weighted.size(); ++o) {
     for (auto& metric : weighted[o]) {

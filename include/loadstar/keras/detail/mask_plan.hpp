@@ -76,8 +76,8 @@ class MaskPlan {
     Tensor<float> full, view;
   };
   static Shape mask_shape(const Shape& output) {
-    return output.rank() == 0 ? Shape{} : Shape(std::vector<std::size_t>(output.begin(),
-                                                                         output.end() - 1));
+    return output.rank() == 0 ? Shape{}
+                              : Shape(std::vector<std::size_t>(output.begin(), output.end() - 1));
   }
 
   std::vector<Slot> slots_;
@@ -110,8 +110,7 @@ void MaskPlan::plan(const std::string& model, std::span<const RuntimeNode> nodes
       if (node_slot_[p] != no_mask) masked.push_back(node_slot_[p]);
     }
     const MaskFlow flow = layer.mask_flow();
-    const std::string label =
-        to_snake_case(layer.class_name()) + " layer '" + layer.name() + "'";
+    const std::string label = to_snake_case(layer.class_name()) + " layer '" + layer.name() + "'";
     if (flow == MaskFlow::computes) {
       node_slot_[k] = slots_.size();
       slots_.push_back({k, flow, {}, {}, {}});
@@ -211,10 +210,9 @@ void MaskPlan::after_forward(Backend& backend, std::span<const RuntimeNode> node
   std::vector<Tensor<float>> tensors{slot.view};
   for (const std::size_t source : slot.sources) {
     if (slots_[source].view.size() != slot.view.size()) {
-      throw ShapeError(to_snake_case(node.layer->class_name()) + " layer '" +
-                       node.layer->name() + "': merges masks of shapes " +
-                       slots_[source].view.shape().str() + " and " + slot.view.shape().str() +
-                       ", which must be the same");
+      throw ShapeError(to_snake_case(node.layer->class_name()) + " layer '" + node.layer->name() +
+                       "': merges masks of shapes " + slots_[source].view.shape().str() + " and " +
+                       slot.view.shape().str() + ", which must be the same");
     }
     tensors.push_back(slots_[source].view);
   }

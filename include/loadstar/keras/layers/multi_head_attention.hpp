@@ -316,7 +316,13 @@ void MultiHeadAttention::attend(std::span<const Tensor<float>> inputs, const Cal
   const Tensor<float> o = attended_.get(backend, {batch * query_steps_, heads_ * value_dim_});
   detail::AttentionCall call = attention_call(ctx);
   const detail::DotScore score{.scale = 1.0F / std::sqrt(static_cast<float>(key_dim_))};
-  staged_ = {q, k, v, p, o, detail::input_mask(ctx, 0), detail::input_mask(ctx, 1),
+  staged_ = {q,
+             k,
+             v,
+             p,
+             o,
+             detail::input_mask(ctx, 0),
+             detail::input_mask(ctx, 1),
              detail::input_mask(ctx, 2)};
   backend.host_kernel(staged_, [&](std::span<const Tensor<float>> t) {
     masks_of(call, t.subspan(5));
@@ -376,7 +382,16 @@ void MultiHeadAttention::backward(std::span<const Tensor<float>> inputs, const T
   const Tensor<float> dv = value_gradient_.get(backend, {value_rows, heads_ * value_dim_});
   detail::AttentionCall call = attention_call(ctx);
   const detail::DotScore score{.scale = 1.0F / std::sqrt(static_cast<float>(key_dim_))};
-  staged_ = {q, k, v, p, d_o, dq, dk, dv, detail::input_mask(ctx, 0), detail::input_mask(ctx, 1),
+  staged_ = {q,
+             k,
+             v,
+             p,
+             d_o,
+             dq,
+             dk,
+             dv,
+             detail::input_mask(ctx, 0),
+             detail::input_mask(ctx, 1),
              detail::input_mask(ctx, 2)};
   backend.host_kernel(staged_, [&](std::span<const Tensor<float>> t) {
     masks_of(call, t.subspan(8));

@@ -20,7 +20,8 @@ LOADSTAR_DECL void Model::forward(bool training, std::uint64_t seed) {
     auto& node = nodes_[k];
     if (!node.layer) continue;
     fusion = relu_fusions_.forward(k);
-    ctx.input_masks = node.layer->reads_masks() ? masks_.inputs(k) : std::span<const Tensor<float>>();
+    ctx.input_masks =
+        node.layer->reads_masks() ? masks_.inputs(k) : std::span<const Tensor<float>>();
     node.layer->forward(node.input_values, node.value, ctx);
     if (!masks_.empty()) masks_.after_forward(backend(), nodes_, k, ctx);
     mixed_.round_value(backend(), k, node);
@@ -136,7 +137,8 @@ LOADSTAR_DECL void Model::backward(std::uint64_t seed) {
     penalties_.add_activity_gradient(backend(), node, k, rows_);
     fusion = relu_fusions_.backward(k);
     mixed_.round_gradient(backend(), k, node);
-    ctx.input_masks = node.layer->reads_masks() ? masks_.inputs(k) : std::span<const Tensor<float>>();
+    ctx.input_masks =
+        node.layer->reads_masks() ? masks_.inputs(k) : std::span<const Tensor<float>>();
     node.layer->backward(node.input_values, node.value, node.gradient, node.input_gradients, ctx);
     mixed_.round_weight_gradients(backend(), k, node);
     for (std::size_t j = 0; j < node.inputs.size(); ++j) {

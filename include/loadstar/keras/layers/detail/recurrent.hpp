@@ -310,9 +310,8 @@ void RecurrentCore::forward(Backend& backend, std::span<const Variable> weights,
   masked_ = !mask.empty();
   if (masked_) {
     if (mask.size() != batch_ * steps_) {
-      throw ShapeError(label_ + ": takes a mask (batch, timesteps) " +
-                       Shape{batch_, steps_}.str() + " but got one of shape " +
-                       mask.shape().str());
+      throw ShapeError(label_ + ": takes a mask (batch, timesteps) " + Shape{batch_, steps_}.str() +
+                       " but got one of shape " + mask.shape().str());
     }
     const Tensor<float> tensors[] = {mask, mask_.get(backend, {steps_, batch_})};
     const bool reverse = options_.go_backwards;
@@ -688,8 +687,8 @@ RecurrentOptions recurrent_options(const ConfigReader& read, CellKind kind) {
   o.return_sequences = read.get("return_sequences", false);
   o.go_backwards = read.get("go_backwards", false);
   o.zero_output_for_mask = read.get("zero_output_for_mask", false);
-  for (auto [key, rate] : {std::pair{"dropout", &o.dropout},
-                           std::pair{"recurrent_dropout", &o.recurrent_dropout}}) {
+  for (auto [key, rate] :
+       {std::pair{"dropout", &o.dropout}, std::pair{"recurrent_dropout", &o.recurrent_dropout}}) {
     if (!read.has(key)) continue;
     const nlohmann::json& v = *read.find(key);
     if (!v.is_number() || v.get<double>() < 0.0 || v.get<double>() >= 1.0)

@@ -197,8 +197,8 @@ void check_sample_weight(const std::string& owner, const Tensor<float>* sample_w
   if (sample_weight == nullptr) return;
   const std::size_t classes = last_axis(y_pred);
   const std::size_t values = classes == 0 ? 0 : y_pred.size() / classes;
-  const bool valued = per_value && sample_weight->rank() >= 1 &&
-                      sample_weight->size() == values && sample_weight->rows() == y_pred.rows();
+  const bool valued = per_value && sample_weight->rank() >= 1 && sample_weight->size() == values &&
+                      sample_weight->rows() == y_pred.rows();
   if ((sample_weight->size() != y_pred.rows() && !valued) ||
       (sample_weight->rank() > 1 && sample_weight->rank() != 2 && !valued)) {
     throw ShapeError(owner + ": sample_weight of shape " + sample_weight->shape().str() +

@@ -95,7 +95,8 @@ class MeanWrapper : public Metric {
   void update_state(Backend& backend, const Tensor<float>& y_true, const Tensor<float>& y_pred,
                     const Tensor<float>* sample_weight) override {
     const auto& self = static_cast<const Derived&>(*this);
-    if (!backend.is_host() && (sample_weight == nullptr || sample_weight->size() == y_pred.rows())) {
+    if (!backend.is_host() &&
+        (sample_weight == nullptr || sample_weight->size() == y_pred.rows())) {
       if (const std::optional<MeanMetricSpec> spec = self.device_spec()) {
         self.check_shapes(y_true, y_pred);
         check_sample_weight(name(), sample_weight, y_pred, true);
