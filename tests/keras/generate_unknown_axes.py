@@ -168,14 +168,19 @@ def lstm_weights(prefix, features, units):
             rnd(units, 4 * units), prefix + "bias": rnd(4 * units, scale=0.1)}
 
 
-def run(name, forward, weights, loss, targets, lengths=LENGTHS, make_tokens=None):
+def run(name, forward, weights, loss, targets, lengths=LENGTHS, make_tokens=None, metric=None):
+    """One SGD step per batch; `forward` may return (output, tokens) for a loss that reads the
+    mask, and `metric(output, y, tokens)` is recorded per batch as "accuracies"."""
     make_tokens = make_tokens or tokens
     w = {k: v.clone().requires_grad_(True) for k, v in weights.items()}
-    batches, losses = [], []
+    batches, losses, accuracies = [], [], []
     for length in lengths:
         x = make_tokens(length)
         y = targets(x)
-        value = loss(forward(w, x), y)
+        out = forward(w, x)
+        value = loss(out, y)
+        if metric is not None:
+            accuracies.append(metric(out[0].detach(), y, x))
         for v in w.values():
             v.grad = None
         value.backward()
@@ -190,7 +195,8 @@ def run(name, forward, weights, loss, targets, lengths=LENGTHS, make_tokens=None
         prediction = forward(w, x)
         if isinstance(prediction, tuple):  # (output, tokens) of a loss that reads the mask
             prediction = prediction[0]
-    return {"name": name, "batches": batches, "losses": losses,
+    extra = {"accuracies": accuracies} if metric is not None else {}
+    return {"name": name, "batches": batches, "losses": losses, **extra,
             "initial_weights": {k: flat(v) for k, v in weights.items()},
             "weight_order": list(weights.keys()),
             "predict_x": x.reshape(-1).tolist(), "prediction": flat(prediction),
@@ -481,40 +487,12 @@ def masked_accuracy(p, y, x):
     return float(((p.argmax(dim=-1) == y) & m).sum()) / float(m.sum())
 
 
-def run_masked_tagger(weights):
-    w = {k: v.clone().requires_grad_(True) for k, v in weights.items()}
-    batches, losses, accuracies = [], [], []
-    for length in LENGTHS:
-        x = masked_tokens(length)
-        y = x % 3
-        p = masked_tagger(w, x)
-        value = masked_sparse_ce(p, y, x)
-        accuracies.append(masked_accuracy(p.detach(), y, x))
-        for v in w.values():
-            v.grad = None
-        value.backward()
-        with torch.no_grad():
-            for v in w.values():
-                v -= LR * v.grad
-        batches.append({"x": x.reshape(-1).tolist(), "length": length, "y": flat(y.to(DT)),
-                        "y_shape": list(y.shape)})
-        losses.append(float(value))
-    x = masked_tokens(PREDICT_LENGTH)
-    with torch.no_grad():
-        prediction = masked_tagger(w, x)
-    return {"name": "masked_tagger", "batches": batches, "losses": losses,
-            "accuracies": accuracies,
-            "initial_weights": {k: flat(v) for k, v in weights.items()},
-            "weight_order": list(weights.keys()),
-            "predict_x": x.reshape(-1).tolist(), "prediction": flat(prediction),
-            "prediction_shape": list(prediction.shape),
-            "final_weights": {k: flat(v) for k, v in w.items()}}
-
-
 w = {"embeddings": rnd(VOCAB, 5, scale=1.0), "gru/kernel": rnd(5, 12),
      "gru/recurrent_kernel": rnd(4, 12), "gru/bias": rnd(2, 12, scale=0.1),
      "dense/kernel": rnd(4, 3), "dense/bias": rnd(3, scale=0.1)}
-cases.append(run_masked_tagger(w))
+cases.append(run("masked_tagger", lambda w, x: (masked_tagger(w, x), x), w,
+                 lambda px, y: masked_sparse_ce(px[0], y, px[1]), lambda x: x % 3,
+                 make_tokens=masked_tokens, metric=masked_accuracy))
 
 
 
