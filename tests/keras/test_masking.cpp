@@ -156,6 +156,18 @@ TEST_CASE("layers that would use a mask in a way loadstar does not run refuse a 
                          return call(Concatenate({.axis = 1, .name = "join"}), {e, e});
                        })),
                        message("concatenate layer 'join'").c_str(), ConfigError);
+  // A nested model would run its layers without their masks: one that makes a mask is refused.
+  auto ids = Input(Shape{5}, "ids");
+  auto encoder = std::make_shared<Model>(
+      std::vector{ids},
+      std::vector{
+          call(LSTM(2), call(Embedding(12, 4, {.mask_zero = true, .name = "inner_words"}), ids))},
+      "encoder");
+  CHECK_THROWS_WITH_AS(static_cast<void>(ModelLayer(encoder)),
+                       "functional model 'encoder': embedding layer 'inner_words' makes a mask, "
+                       "which loadstar does not run inside a model used as a layer; call the "
+                       "model's layers in the outer model instead",
+                       ConfigError);
   // Along the last axis Concatenate ORs the masks, and the LSTM after it reads them.
   Model joined = refused([](const KerasTensor& e) {
     return call(LSTM(2), call(Concatenate(), {e, e}));
