@@ -86,6 +86,32 @@ TEST_CASE("TimeDistributed passes a mask on, and a masked mse counts only the un
   check_training(*model, case_named("masked_td_tagger"), "mse");
 }
 
+TEST_CASE("a masked LSTM learns the last token before the padding, through fit") {
+  // Sequences of 1 to 12 tokens padded with 0 at the end; class 1 when the last token is 5 or
+  // more. The mask makes the LSTM's last output its state at the last token.
+  const std::size_t n = 256, steps = 12;
+  Tensor<float> x(Shape{n, steps}), y(Shape{n, 1});
+  loadstar::SplitMix64 rng(21);
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::size_t length = 1 + rng.next() % steps;
+    float last = 0.0F;
+    for (std::size_t s = 0; s < steps; ++s) {
+      const float token = s < length ? static_cast<float>(1 + rng.next() % 9) : 0.0F;
+      x.data()[i * steps + s] = token;
+      if (s < length) last = token;
+    }
+    y.data()[i] = last >= 5.0F ? 1.0F : 0.0F;
+  }
+  set_random_seed(5);
+  Sequential model{Input(Shape{steps}), Embedding(10, 8, {.mask_zero = true}), LSTM(8),
+                   Dense(1, {.activation = "sigmoid"})};
+  model.compile({.optimizer = "adam", .loss = "binary_crossentropy", .metrics = {"accuracy"}});
+  const auto history = model.fit(x, y, {.epochs = 30, .batch_size = 32, .verbose = 0});
+  const auto& accuracy = history.history.at("accuracy");
+  INFO("accuracy ", accuracy.front(), " -> ", accuracy.back());
+  CHECK(accuracy.back() > 0.95);
+}
+
 TEST_CASE("padding at the end of a masked sequence changes nothing") {
   auto model = unknown_axes_cases::masked_lstm();
   const Tensor<float> padded = tensor({1, 6}, {4, 7, 2, 0, 0, 0});

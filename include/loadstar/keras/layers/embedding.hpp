@@ -51,9 +51,10 @@ class Embedding : public detail::LayerBase {
     ctx.backend.scatter_add(inputs[0], rows(output_gradient), weights_[0].gradient);
   }
 
-  /// With `mask_zero`, the layer makes the output's mask; otherwise it has none.
+  /// With `mask_zero`, the layer makes the output's mask; otherwise it has none (Keras's
+  /// `compute_mask`, which ends a mask on its input without a warning).
   MaskFlow mask_flow() const noexcept override {
-    return options_.mask_zero ? MaskFlow::computes : MaskFlow::stops;
+    return options_.mask_zero ? MaskFlow::computes : MaskFlow::ends;
   }
   /// `mask_zero`'s mask: 1 where the index is not 0.
   LOADSTAR_DECL void compute_mask(std::span<const Tensor<float>> inputs, const Tensor<float>& mask,
