@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <loadstar/error.hpp>
 #include <loadstar/keras.hpp>
 #include <loadstar/keras/saving/model_config.hpp>
@@ -14,6 +15,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "keras/layer_cases.hpp"
@@ -125,6 +127,50 @@ TEST_CASE("padding at the end of a masked sequence changes nothing") {
   // Without the mask the zeros are tokens like any other.
   auto unmasked = unknown_axes_cases::text_lstm();
   CHECK(unmasked->predict(padded, {.verbose = 0}).shape() == Shape{1, 3});
+}
+
+TEST_CASE("masked padding leaves every recurrent cell's training step as without it") {
+  // One SGD step on [4 7 2 0 0] with the mask equals one on [4 7 2] without: the masked steps
+  // take no part in the forward pass or the gradients. Keras 1's GRU (reset_after false) has no
+  // PyTorch case among the masked ones; this covers it with the other cells.
+  using Make = std::function<std::shared_ptr<Layer>()>;
+  const std::vector<std::pair<const char*, Make>> cells = {
+      {"lstm", [] { return std::make_shared<LSTM>(3); }},
+      {"gru", [] { return std::make_shared<GRU>(3); }},
+      {"gru_reset_before",
+       [] { return std::make_shared<GRU>(3, RecurrentOptions{.reset_after = false}); }},
+      {"simple_rnn",
+       [] { return std::make_shared<SimpleRNN>(3, RecurrentOptions{.return_sequences = false}); }},
+      {"bidirectional",
+       [] { return std::make_shared<Bidirectional>(GRU(2, {.reset_after = false})); }},
+  };
+  for (const auto& [name, make] : cells) {
+    INFO(name);
+    const auto model_of = [&](bool mask_zero) {
+      auto tokens = Input(Shape{none}, "tokens");
+      auto h = call(make(), call(Embedding(9, 4, {.mask_zero = mask_zero}), tokens));
+      return std::make_shared<Model>(std::vector{tokens}, std::vector{call(Dense(2), h)}, name);
+    };
+    set_random_seed(17);
+    auto masked = model_of(true);
+    auto bare = model_of(false);
+    bare->set_weights(masked->get_weights());
+    for (auto* m : {masked.get(), bare.get()}) {
+      m->compile({.optimizer = optimizers::SGD(optimizers::SGDOptions{.learning_rate = 0.5}),
+                  .loss = "mse"});
+    }
+    const Tensor<float> y = tensor({1, 2}, {0.5F, -1.0F});
+    const double padded =
+        masked->train_on_batch(tensor({1, 5}, {4, 7, 2, 0, 0}), y).get("loss").value();
+    const double plain = bare->train_on_batch(tensor({1, 3}, {4, 7, 2}), y).get("loss").value();
+    CHECK(padded == doctest::Approx(plain).epsilon(1e-6));
+    const auto a = masked->get_weights(), b = bare->get_weights();
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      INFO("weight ", i);
+      layer_cases::check_close("weight", a[i],
+                               json(std::vector<float>(b[i].data(), b[i].data() + b[i].size())));
+    }
+  }
 }
 
 TEST_CASE("Masking zeroes the masked steps, and a merge's mask is the OR of its inputs' masks") {

@@ -667,6 +667,7 @@ class Model {
   /// `apply_mask`): the loss's, the mask's, and the mask times the sample weights (empty where
   /// an output has no mask).
   std::vector<Tensor<float>> mask_loss_weights_, mask_weights_, masked_sample_weights_;
+  std::vector<Tensor<float>> mask_weights_full_;  // their buffers, three per output
   /// Where a step rounds to the layers' half-precision compute dtypes.
   detail::MixedPrecisionPlan mixed_;
   /// The global dtype policy when the model was made (Keras's `model.dtype_policy`).

@@ -33,15 +33,23 @@ LOADSTAR_DECL void Model::weigh_masked_outputs() {
   mask_loss_weights_.resize(n);
   mask_weights_.resize(n);
   masked_sample_weights_.resize(n);
+  mask_weights_full_.resize(3 * n);
   for (std::size_t o = 0; o < n; ++o) {
     const Tensor<float> mask = masks_.mask_of(output_nodes_[o]);
     if (mask.empty()) {
       mask_loss_weights_[o] = mask_weights_[o] = masked_sample_weights_[o] = Tensor<float>();
       continue;
     }
-    for (Tensor<float>* t : {&mask_loss_weights_[o], &mask_weights_[o], &masked_sample_weights_[o]})
-      if (t->shape() != mask.shape() || t->device() != mask.device())
-        *t = backend().allocate(mask.shape());
+    // Buffers of the most elements so far, viewed in this batch's shape: a step allocates
+    // nothing once the longest batch was seen.
+    Tensor<float>* views[] = {&mask_loss_weights_[o], &mask_weights_[o],
+                              &masked_sample_weights_[o]};
+    for (std::size_t i = 0; i < 3; ++i) {
+      Tensor<float>& full = mask_weights_full_[3 * o + i];
+      if (full.size() < mask.size() || full.device() != mask.device())
+        full = backend().allocate({mask.size()});
+      *views[i] = full.slice_rows(0, mask.size()).reshape(mask.shape());
+    }
     // Keras 3's apply_mask: a loss reduced over the batch (sum_over_batch_size) weighs each
     // unmasked value total / valid, so that it becomes the mean of those values; `sum` and `none`,
     // and the metrics, weigh it 1. Sample weights multiply in, per row.
