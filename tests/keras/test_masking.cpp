@@ -144,7 +144,10 @@ TEST_CASE("masked padding leaves every recurrent cell's training step as without
       {"bidirectional",
        [] { return std::make_shared<Bidirectional>(GRU(2, {.reset_after = false})); }},
   };
-  for (const auto& [name, make] : cells) {
+  for (const auto& cell : cells) {
+    // Named, not a structured binding: Clang 14 cannot capture those in the lambda below.
+    const char* name = cell.first;
+    const Make& make = cell.second;
     INFO(name);
     const auto model_of = [&](bool mask_zero) {
       auto tokens = Input(Shape{none}, "tokens");
