@@ -10,6 +10,7 @@
 #include <functional>
 #include <loadstar/error.hpp>
 #include <loadstar/keras.hpp>
+#include <loadstar/keras/backend/cpu_backend.hpp>
 #include <loadstar/keras/saving/model_config.hpp>
 #include <loadstar/keras/saving/saving.hpp>
 #include <memory>
@@ -26,6 +27,7 @@ namespace masking_test {
 
 using loadstar::ConfigError;
 using loadstar::Shape;
+using loadstar::ShapeError;
 using loadstar::Tensor;
 using namespace loadstar::keras;
 using namespace loadstar::keras::layers;
@@ -248,6 +250,33 @@ TEST_CASE("layers that would use a mask in a way loadstar does not run refuse a 
     return call(LSTM(2), call(Concatenate(), {e, e}));
   });
   CHECK(joined.predict(tensor({1, 5}, {1, 0, 2, 0, 0}), {.verbose = 0}).shape() == Shape{1, 2});
+}
+
+TEST_CASE("a mask that does not fit the layer reading it is refused, naming the layer") {
+  // GlobalAveragePooling1D in channels_first would take a masked input's steps for channels.
+  auto tokens = Input(Shape{4}, "tokens");
+  auto e = call(Embedding(9, 3, {.mask_zero = true}), tokens);
+  Model pooled(std::vector{tokens},
+               std::vector{call(
+                   GlobalAveragePooling1D({.data_format = "channels_first", .name = "gap"}), e)},
+               "pooled");
+  CHECK_THROWS_WITH_AS(pooled.predict(tensor({1, 4}, {1, 2, 0, 0}), {.verbose = 0}),
+                       "global_average_pooling1d layer 'gap': takes a mask (batch, steps) on "
+                       "channels_last inputs but got a mask (1, 4) for inputs (1, 4, 3) in "
+                       "channels_first",
+                       ShapeError);
+  // A recurrent layer's mask is (batch, timesteps).
+  CpuBackend backend(1);
+  LSTM lstm(2, {.name = "r"});
+  const Shape in[] = {Shape{3, 2}};
+  lstm.build(in, 0);
+  const Tensor<float> x(Shape{1, 3, 2});
+  const Tensor<float> y(Shape{1, 2});
+  const Tensor<float> wrong(Shape{1, 2});
+  CHECK_THROWS_WITH_AS(
+      lstm.forward(std::span(&x, 1), y, {.backend = backend, .input_masks = std::span(&wrong, 1)}),
+      "lstm layer 'r': takes a mask (batch, timesteps) (1, 3) but got one of shape (1, 2)",
+      ShapeError);
 }
 
 TEST_CASE("a tagger's loss and accuracy are the means over its unmasked steps, as Keras 3's") {

@@ -145,9 +145,8 @@ ModelLayer::ModelLayer(std::shared_ptr<Model> model) : model_(std::move(model)) 
   plan_ = detail::plan_graph(model_->name(), model_->inputs(), model_->outputs());
   for (const auto& layer : plan_.layers) {
     if (layer->mask_flow() == MaskFlow::computes) {
-      throw ConfigError(kind + " model '" + model_->name() + "': " +
-                        detail::to_snake_case(layer->class_name()) + " layer '" + layer->name() +
-                        "' makes a mask, which loadstar does not run inside a model used as a "
+      throw ConfigError(kind + " model '" + model_->name() + "': " + detail::layer_label(*layer) +
+                        " makes a mask, which loadstar does not run inside a model used as a "
                         "layer; call the model's layers in the outer model instead");
     }
     if (layer->activity_regularizer()) {

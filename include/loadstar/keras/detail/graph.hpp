@@ -55,6 +55,11 @@ LOADSTAR_DECL std::uint64_t global_seed();
 /// `(.)([A-Z][a-z]+)` -> `\1_\2`, then `([a-z])([A-Z])` -> `\1_\2`, lower-cased).
 LOADSTAR_DECL std::string to_snake_case(const std::string& name);
 
+/// How messages name a layer: `"dense layer 'fc1'"`.
+inline std::string layer_label(const Layer& layer) {
+  return to_snake_case(layer.class_name()) + " layer '" + layer.name() + "'";
+}
+
 }  // namespace loadstar::keras::detail
 
 // Definitions: here when header-only, in the library when separately compiled (config.hpp).

@@ -20,6 +20,7 @@
 #include "loadstar/keras/backend/backend.hpp"
 #include "loadstar/keras/detail/runtime.hpp"
 #include "loadstar/keras/layer.hpp"
+#include "loadstar/keras/losses/detail/row_loss.hpp"
 
 namespace loadstar::keras::detail {
 
@@ -75,11 +76,6 @@ class MaskPlan {
     std::vector<std::size_t> sources;  // any_of: the slots combined
     Tensor<float> full, view;
   };
-  static Shape mask_shape(const Shape& output) {
-    return output.rank() == 0 ? Shape{}
-                              : Shape(std::vector<std::size_t>(output.begin(), output.end() - 1));
-  }
-
   std::vector<Slot> slots_;
   std::vector<std::size_t> node_slot_;
   std::vector<std::vector<Tensor<float>>> node_inputs_;
@@ -104,37 +100,31 @@ void MaskPlan::plan(const std::string& model, std::span<const RuntimeNode> nodes
   for (std::size_t k = 0; k < nodes.size(); ++k) {
     const RuntimeNode& node = nodes[k];
     if (!node.layer) continue;
-    const Layer& layer = *node.layer;
-    std::vector<std::size_t> masked;
-    for (const std::size_t p : node.inputs) {
-      if (node_slot_[p] != no_mask) masked.push_back(node_slot_[p]);
-    }
-    const MaskFlow flow = layer.mask_flow();
-    const std::string label = to_snake_case(layer.class_name()) + " layer '" + layer.name() + "'";
+    const MaskFlow flow = node.layer->mask_flow();
     if (flow == MaskFlow::computes) {
       node_slot_[k] = slots_.size();
       slots_.push_back({k, flow, {}, {}, {}});
       continue;
     }
-    if (masked.empty()) continue;
-    std::size_t first = node.inputs[0];
+    std::vector<std::size_t> masked;  // the slots of the masked inputs
+    std::size_t first = 0;            // the first masked input
     for (const std::size_t p : node.inputs) {
-      if (node_slot_[p] != no_mask) {
-        first = p;
-        break;
-      }
+      if (node_slot_[p] == no_mask) continue;
+      if (masked.empty()) first = p;
+      masked.push_back(node_slot_[p]);
     }
-    const std::string maker = maker_of(nodes, first);
+    if (masked.empty()) continue;
     switch (flow) {
       case MaskFlow::stops:
-        warn("model '" + model + "': " + label +
-             " was passed an input with a mask attached to it (made by " + maker +
+        warn("model '" + model + "': " + layer_label(*node.layer) +
+             " was passed an input with a mask attached to it (made by " + maker_of(nodes, first) +
              "), but does not support masking, so the mask stops there: the layers after it do "
              "not see it (as Keras 3 does)");
         break;
       case MaskFlow::refused:
-        throw ConfigError("model '" + model + "': " + label +
-                          " takes an input with a mask attached to it (made by " + maker +
+        throw ConfigError("model '" + model + "': " + layer_label(*node.layer) +
+                          " takes an input with a mask attached to it (made by " +
+                          maker_of(nodes, first) +
                           "), which loadstar does not apply in this layer; drop the mask first "
                           "(mask_zero=False, no Masking layer) or end it before this layer");
       case MaskFlow::ends:
@@ -163,15 +153,14 @@ void MaskPlan::plan(const std::string& model, std::span<const RuntimeNode> nodes
 std::string MaskPlan::maker_of(std::span<const RuntimeNode> nodes, std::size_t k) const {
   const std::size_t slot = slot_of(k);
   if (slot == no_mask) return {};
-  const Layer& layer = *nodes[slots_[slot].node].layer;
-  return to_snake_case(layer.class_name()) + " layer '" + layer.name() + "'";
+  return layer_label(*nodes[slots_[slot].node].layer);
 }
 
 bool MaskPlan::reserve(Backend& backend, std::span<const RuntimeNode> nodes, std::size_t rows) {
   bool grown = false;
   for (auto& slot : slots_) {
     const std::size_t need =
-        std::max<std::size_t>(rows * mask_shape(nodes[slot.node].shape).elements(), 1);
+        std::max<std::size_t>(rows * without_last_axis(nodes[slot.node].shape).elements(), 1);
     if (!slot.full.empty() && slot.full.size() >= need && slot.full.device() == backend.device())
       continue;
     slot.full = backend.allocate({need});
@@ -182,7 +171,7 @@ bool MaskPlan::reserve(Backend& backend, std::span<const RuntimeNode> nodes, std
 
 void MaskPlan::set_rows(std::span<const RuntimeNode> nodes, std::size_t rows) {
   for (auto& slot : slots_) {
-    const Shape sample = mask_shape(nodes[slot.node].shape);
+    const Shape sample = without_last_axis(nodes[slot.node].shape);
     slot.view = slot.full.reshape({slot.full.size()})
                     .slice_rows(0, rows * sample.elements())
                     .reshape(sample.prepend(rows));
@@ -210,9 +199,9 @@ void MaskPlan::after_forward(Backend& backend, std::span<const RuntimeNode> node
   std::vector<Tensor<float>> tensors{slot.view};
   for (const std::size_t source : slot.sources) {
     if (slots_[source].view.size() != slot.view.size()) {
-      throw ShapeError(to_snake_case(node.layer->class_name()) + " layer '" + node.layer->name() +
-                       "': merges masks of shapes " + slots_[source].view.shape().str() + " and " +
-                       slot.view.shape().str() + ", which must be the same");
+      throw ShapeError(layer_label(*node.layer) + ": merges masks of shapes " +
+                       slots_[source].view.shape().str() + " and " + slot.view.shape().str() +
+                       ", which must be the same");
     }
     tensors.push_back(slots_[source].view);
   }

@@ -77,7 +77,7 @@ void PenaltyPlan::plan(std::span<const std::shared_ptr<Layer>> layers,
   constraints_.clear();
   activity_.assign(nodes.size(), nullptr);
   for (const auto& layer : layers) {
-    const std::string label = to_snake_case(layer->class_name()) + " layer '" + layer->name() + "'";
+    const std::string label = layer_label(*layer);
     for (const auto& options : layer->weight_options()) {
       if (!options.regularizer && !options.constraint) continue;
       Variable* variable = nullptr;

@@ -16,7 +16,7 @@ namespace loadstar::keras::layers {
 class GlobalAveragePooling1D : public detail::GlobalPooling<false, 1> {
  public:
   explicit GlobalAveragePooling1D(GlobalPooling1DOptions options = {})
-      : GlobalPooling(options), channels_first_(options.data_format == "channels_first") {}
+      : GlobalPooling(std::move(options)) {}
   LOADSTAR_DECL static std::shared_ptr<Layer> from_config(const nlohmann::json& config);
 
   /// With a mask on the input (Keras's `supports_masking`), the mean of the unmasked steps; the
@@ -33,8 +33,6 @@ class GlobalAveragePooling1D : public detail::GlobalPooling<false, 1> {
  private:
   /// The input's mask `(batch, steps)`, or an empty tensor.
   LOADSTAR_DECL Tensor<float> mask_of(const Tensor<float>& x, const CallContext& ctx) const;
-
-  bool channels_first_;
 };
 
 /// Keras's `GlobalMaxPooling1D`: `(steps, c)` (or `(c, steps)` with channels_first) to `(c,)`,
@@ -59,10 +57,10 @@ Tensor<float> GlobalAveragePooling1D::mask_of(const Tensor<float>& x,
                                               const CallContext& ctx) const {
   if (ctx.input_masks.empty() || ctx.input_masks[0].empty()) return {};
   const Tensor<float>& mask = ctx.input_masks[0];
-  if (channels_first_ || mask.size() != x.dim(0) * x.dim(1)) {
+  if (channels_first() || mask.size() != x.dim(0) * x.dim(1)) {
     throw ShapeError(label() + ": takes a mask (batch, steps) on channels_last inputs but got a " +
                      "mask " + mask.shape().str() + " for inputs " + x.shape().str() +
-                     (channels_first_ ? " in channels_first" : ""));
+                     (channels_first() ? " in channels_first" : ""));
   }
   return mask;
 }

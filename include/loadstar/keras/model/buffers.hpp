@@ -117,8 +117,8 @@ LOADSTAR_DECL void Model::bind(const detail::ErasedBatch& batch) {
     node.shape = inputs == node.layer->built_input_shapes() ? node.declared
                                                             : node.layer->output_shape_for(inputs);
     if (!detail::fits_declared(node.declared, node.shape)) {
-      throw ShapeError(detail::to_snake_case(node.layer->class_name()) + " layer '" +
-                       node.layer->name() + "': computes samples of shape " + node.shape.str() +
+      throw ShapeError(detail::layer_label(*node.layer) + ": computes samples of shape " +
+                       node.shape.str() +
                        " for inputs of this batch, which do not fit its output shape " +
                        detail::sample_shape_str(node.declared));
     }

@@ -90,6 +90,8 @@ class GlobalPooling : public LayerBase {
   }
 
  protected:
+  bool channels_first() const noexcept { return channels_first_; }
+
   static GlobalPoolingOptions options_from_config(const ConfigReader& read) {
     return {.data_format = config_channels_first(read) ? "channels_first" : "channels_last",
             .keepdims = read.get("keepdims", false),

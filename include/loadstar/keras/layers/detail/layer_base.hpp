@@ -66,7 +66,7 @@ class LayerBase : public Layer {
   /// `"max_pooling2d layer 'p'"`: Keras's snake_case class name, the one label of a layer in
   /// every message (the model names unnamed layers from the same words).
   std::string label() const {
-    return keras::detail::to_snake_case(class_name()) + " layer '" + name() + "'";
+    return keras::detail::layer_label(*this);
   }
 
   /// Throws `ShapeError` unless exactly `count` inputs are given.

@@ -120,8 +120,10 @@ class RecurrentCore {
   std::string label_;
   keras::detail::RecurrentActivations activations_;
   std::size_t batch_ = 0, steps_ = 0, features_ = 0;
-  /// Zeroes the rows of `t` `(batch, units)` masked at step `step` (time-major `mask_`).
-  void zero_masked_rows(Backend& backend, const Tensor<float>& t, std::size_t step);
+  /// Zeroes the rows of `t`, time-major `(count * batch, width)` for the steps from `first`,
+  /// that are masked at their step (`mask_`).
+  void zero_masked_rows(Backend& backend, const Tensor<float>& t, std::size_t first,
+                        std::size_t count);
 
   /// The input of the last forward pass, whose intermediate values the scratch holds, and
   /// whether it had a mask (then in `mask_`, time-major in processing order).
@@ -289,13 +291,14 @@ void transpose_time(Backend& backend, const Tensor<float>& from, const Tensor<fl
   });
 }
 
-void RecurrentCore::zero_masked_rows(Backend& backend, const Tensor<float>& t, std::size_t step) {
-  const Tensor<float> tensors[] = {mask_.get(backend, {steps_, batch_}).slice_rows(step, step + 1),
-                                   t};
-  const std::size_t width = t.size() / batch_;
+void RecurrentCore::zero_masked_rows(Backend& backend, const Tensor<float>& t, std::size_t first,
+                                     std::size_t count) {
+  const Tensor<float> tensors[] = {
+      mask_.get(backend, {steps_, batch_}).slice_rows(first, first + count), t};
+  const std::size_t width = t.size() / (count * batch_);
   backend.host_kernel(tensors, [&](std::span<const Tensor<float>> v) {
-    for (std::size_t b = 0; b < batch_; ++b) {
-      if (v[0].data()[b] == 0.0F) std::fill_n(v[1].data() + b * width, width, 0.0F);
+    for (std::size_t r = 0; r < count * batch_; ++r) {
+      if (v[0].data()[r] == 0.0F) std::fill_n(v[1].data() + r * width, width, 0.0F);
     }
   });
 }
@@ -412,17 +415,15 @@ void RecurrentCore::forward(Backend& backend, std::span<const Variable> weights,
     }
     if (masked_) {
       // Keras: a masked step keeps the states of the step before it.
-      const Tensor<float> m = mask_.get(backend, {steps_, batch_}).slice_rows(s, s + 1);
-      std::vector<Tensor<float>> tensors{m, h_prev, h};
-      if (kind_ == CellKind::lstm) {
-        tensors.push_back(step_rows(carry, s));
-        tensors.push_back(step_rows(carry, s + 1));
-      }
+      const bool lstm = kind_ == CellKind::lstm;
+      const Tensor<float> tensors[] = {mask_.get(backend, {steps_, batch_}).slice_rows(s, s + 1),
+                                       h_prev, h, lstm ? step_rows(carry, s) : Tensor<float>(),
+                                       lstm ? step_rows(carry, s + 1) : Tensor<float>()};
       backend.host_kernel(tensors, [&](std::span<const Tensor<float>> t) {
         for (std::size_t b = 0; b < batch; ++b) {
           if (t[0].data()[b] != 0.0F) continue;
-          for (std::size_t i = 1; i + 1 < t.size(); i += 2)
-            std::copy_n(t[i].data() + b * u, u, t[i + 1].data() + b * u);
+          std::copy_n(t[1].data() + b * u, u, t[2].data() + b * u);
+          if (lstm) std::copy_n(t[3].data() + b * u, u, t[4].data() + b * u);
         }
       });
     }
@@ -443,7 +444,7 @@ void RecurrentCore::forward(Backend& backend, std::span<const Variable> weights,
     }
   } else {
     backend.copy(step_rows(hidden, steps_), output);
-    if (masked_ && options_.zero_output_for_mask) zero_masked_rows(backend, output, steps_ - 1);
+    if (masked_ && options_.zero_output_for_mask) zero_masked_rows(backend, output, steps_ - 1, 1);
   }
 }
 
@@ -464,11 +465,8 @@ void RecurrentCore::backward(Backend& backend, std::span<const Variable> weights
   if (options_.return_sequences) {
     dh_out = output_gradient_.get(backend, {rows, u});
     transpose_time(backend, output_gradient, dh_out, batch_, steps_, false, false);
-    if (masked_ && options_.zero_output_for_mask) {
-      // The outputs of masked steps are constants.
-      for (std::size_t s = 0; s < steps_; ++s)
-        zero_masked_rows(backend, step_rows(dh_out, s), s);
-    }
+    // The outputs of masked steps are constants.
+    if (masked_ && options_.zero_output_for_mask) zero_masked_rows(backend, dh_out, 0, steps_);
   }
   const Tensor<float> dprojection = projection_gradient_.get(backend, {rows, width});
   // A SimpleRNN's or LSTM's recurrent product adds into the same pre-activations as the input
@@ -501,7 +499,7 @@ void RecurrentCore::backward(Backend& backend, std::span<const Variable> weights
       backend.add(dh, step_rows(dh_out, s), dh);
     } else if (s + 1 == steps_) {
       backend.add(dh, output_gradient, dh);
-      if (masked_ && options_.zero_output_for_mask) zero_masked_rows(backend, dh, s);
+      if (masked_ && options_.zero_output_for_mask) zero_masked_rows(backend, dh, s, 1);
     }
     Tensor<float> saved_h, saved_c;
     if (masked_) {
@@ -579,25 +577,24 @@ void RecurrentCore::backward(Backend& backend, std::span<const Variable> weights
       backend.gemm(drp, false, recurrent, true, dh, 1.0F, 1.0F);
     }
     if (masked_) {
-      std::vector<Tensor<float>> tensors{mask_.get(backend, {steps_, batch_}).slice_rows(s, s + 1),
-                                         saved_h, dh, dz};
-      if (kind_ == CellKind::lstm) {
-        tensors.push_back(saved_c);
-        tensors.push_back(dcarry);
-      }
-      if (kind_ == CellKind::gru) {
-        tensors.push_back(step_rows(drecurrent, s));
-        if (!after) tensors.push_back(step_rows(dreset, s));
-      }
-      const CellKind kind = kind_;
+      // t: the mask, the saved and the current state gradient, dz, the LSTM's saved and current
+      // carry gradient, the GRU's recurrent and (reset before) reset projection gradients.
+      const bool lstm = kind_ == CellKind::lstm, gru = kind_ == CellKind::gru;
+      const Tensor<float> tensors[] = {mask_.get(backend, {steps_, batch_}).slice_rows(s, s + 1),
+                                       saved_h,
+                                       dh,
+                                       dz,
+                                       saved_c,
+                                       dcarry,
+                                       gru ? step_rows(drecurrent, s) : Tensor<float>(),
+                                       gru && !after ? step_rows(dreset, s) : Tensor<float>()};
       backend.host_kernel(tensors, [&](std::span<const Tensor<float>> t) {
         for (std::size_t b = 0; b < batch; ++b) {
           if (t[0].data()[b] != 0.0F) continue;
           std::copy_n(t[1].data() + b * u, u, t[2].data() + b * u);
-          std::fill_n(t[3].data() + b * width, width, 0.0F);
-          if (kind == CellKind::lstm) std::copy_n(t[4].data() + b * u, u, t[5].data() + b * u);
-          for (std::size_t i = 4; kind == CellKind::gru && i < t.size(); ++i)
-            std::fill_n(t[i].data() + b * width, width, 0.0F);
+          if (lstm) std::copy_n(t[4].data() + b * u, u, t[5].data() + b * u);
+          for (std::size_t i : {3, 6, 7})
+            if (!t[i].empty()) std::fill_n(t[i].data() + b * width, width, 0.0F);
         }
       });
     }

@@ -43,6 +43,24 @@ inline std::size_t last_axis(const Tensor<float>& y_pred) {
 LOADSTAR_DECL void check_sample_weight(const std::string& owner, const Tensor<float>* sample_weight,
                                        const Tensor<float>& y_pred, bool per_value = false);
 
+/// The weight of each per-sample value `j` of a batch of `values` values: 1 without sample
+/// weights, else its row's (weights per row) or its own (weights per value, from a mask).
+class ValueWeights {
+ public:
+  ValueWeights(const Tensor<float>* sample_weight, std::size_t values) noexcept
+      : weights_(sample_weight),
+        shared_(sample_weight == nullptr || sample_weight->size() == 0
+                    ? 1
+                    : std::max<std::size_t>(values / sample_weight->size(), 1)) {}
+  double operator()(std::size_t j) const noexcept {
+    return weights_ == nullptr ? 1.0 : static_cast<double>(weights_->data()[j / shared_]);
+  }
+
+ private:
+  const Tensor<float>* weights_;
+  std::size_t shared_;  // the values sharing a weight
+};
+
 /// A loss whose value is a function of each last-axis row of `y_pred` (one per-sample value per
 /// row), reduced as `tf.keras`'s `compute_weighted_loss`: the per-sample values times the row's
 /// weight, summed, divided by the number of per-sample values for `sum_over_batch_size` (not by
@@ -138,10 +156,7 @@ class RowLoss : public Loss {
     const std::size_t classes = last_axis(y_pred);
     const std::size_t values = classes == 0 ? 0 : y_pred.size() / classes;
     const std::size_t true_size = self.true_size(classes);
-    // The values sharing a weight: a row's, or one each (weights per value).
-    const std::size_t per_row = sample_weight == nullptr || sample_weight->size() == 0
-                                    ? 1
-                                    : std::max<std::size_t>(values / sample_weight->size(), 1);
+    const ValueWeights weight_of(sample_weight, values);
     const double denominator = reduction() == Reduction::sum ? 1.0 : static_cast<double>(values);
     const bool keep = reduction() == Reduction::none;
     if (keep) per_sample_.resize(values);  // reuses its capacity after the first batch
@@ -150,8 +165,7 @@ class RowLoss : public Loss {
     float* g = gradient.empty() ? nullptr : gradient.data();
     double total = 0;
     for (std::size_t j = 0; j < values; ++j) {
-      const double weight =
-          sample_weight == nullptr ? 1.0 : static_cast<double>(sample_weight->data()[j / per_row]);
+      const double weight = weight_of(j);
       const double loss = self.row(t + j * true_size, p + j * classes, classes,
                                    g == nullptr ? nullptr : g + j * classes, weight / denominator);
       if (keep) per_sample_[j] = static_cast<float>(loss);

@@ -5,7 +5,6 @@
 
 #include "loadstar/config.hpp"
 
-#include <algorithm>
 #include <cstddef>
 #include <optional>
 #include <span>
@@ -39,16 +38,9 @@ class LossMetric : public MeanWrapper<Derived> {
     }
     loss_->compute(y_true, y_pred, nullptr, Tensor<float>());
     const std::span<const float> values = loss_->per_sample();
-    // The values sharing a weight: a row's, or one each (weights from a mask).
-    const std::size_t per_row =
-        sample_weight == nullptr || sample_weight->size() == 0
-            ? 1
-            : std::max<std::size_t>(values.size() / sample_weight->size(), 1);
-    for (std::size_t j = 0; j < values.size(); ++j) {
-      const double weight =
-          sample_weight == nullptr ? 1.0 : static_cast<double>(sample_weight->data()[j / per_row]);
-      this->add_value(Derived::sign * static_cast<double>(values[j]), weight);
-    }
+    const ValueWeights weight_of(sample_weight, values.size());
+    for (std::size_t j = 0; j < values.size(); ++j)
+      this->add_value(Derived::sign * static_cast<double>(values[j]), weight_of(j));
   }
 
   /// Unused: `update_state` computes the values through the loss.

@@ -4,7 +4,6 @@
 
 #include "loadstar/config.hpp"
 
-#include <algorithm>
 #include <cstddef>
 #include <optional>
 #include <string>
@@ -79,15 +78,10 @@ class MeanWrapper : public Metric {
     const std::size_t classes = Derived::elementwise ? 1 : last_axis(y_pred);
     const std::size_t values = classes == 0 ? 0 : y_pred.size() / classes;
     const std::size_t true_size = self.true_size(classes);
-    // The values sharing a weight: a row's, or those of one step (weights from a mask).
-    const std::size_t per_row = sample_weight == nullptr || sample_weight->size() == 0
-                                    ? 1
-                                    : std::max<std::size_t>(values / sample_weight->size(), 1);
+    const ValueWeights weight_of(sample_weight, values);
     for (std::size_t j = 0; j < values; ++j) {
-      const double weight =
-          sample_weight == nullptr ? 1.0 : static_cast<double>(sample_weight->data()[j / per_row]);
       mean_.add(self.value(y_true.data() + j * true_size, y_pred.data() + j * classes, classes),
-                weight);
+                weight_of(j));
     }
   }
   /// On a device backend with a kernel for the metric (`Derived::device_spec()`), the batch is
