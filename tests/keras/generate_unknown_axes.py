@@ -595,6 +595,108 @@ cases.append(run("masked_td_tagger", lambda w, x: (masked_td_tagger(w, x), x), w
                  lambda px, y: masked_mse(px[0], y, px[1]),
                  lambda x: (x % 2).to(DT).unsqueeze(-1), make_tokens=masked_tokens))
 
+
+
+def state_loop(cell, x, m, units, h0=None, c0=None, reverse=False):
+    """A recurrent direction as `masked_loop`, from the initial states h0 and c0 (zeros when None),
+    returning its outputs and its final states (those of the last unmasked step), as Keras's
+    `return_state`."""
+    h = h0 if h0 is not None else torch.zeros(x.shape[0], units, dtype=DT)
+    c = c0 if c0 is not None else torch.zeros(x.shape[0], units, dtype=DT)
+    steps = range(x.shape[1] - 1, -1, -1) if reverse else range(x.shape[1])
+    out = []
+    for t in steps:
+        h_new, c_new = cell(x[:, t], h, c)
+        keep = m[:, t:t + 1]
+        h = torch.where(keep, h_new, h)
+        c = torch.where(keep, c_new, c)
+        out.append(h)
+    return torch.stack(out, dim=1), h, c
+
+
+def check_states_against_torch():
+    """From given initial states, the loop's outputs and final states are nn.LSTM's and nn.GRU's
+    (Keras's GRU gates z, r, h reordered to torch's r, z, n)."""
+    x = rnd(3, 5, 4)
+    every = torch.ones(3, 5, dtype=torch.bool)
+    h0, c0 = rnd(3, 2), rnd(3, 2)
+    kernel, recurrent, bias = rnd(4, 8), rnd(2, 8), rnd(8)
+    module = torch.nn.LSTM(4, 2, batch_first=True, dtype=DT)
+    with torch.no_grad():
+        module.weight_ih_l0.copy_(kernel.t())
+        module.weight_hh_l0.copy_(recurrent.t())
+        module.bias_ih_l0.copy_(bias)
+        module.bias_hh_l0.zero_()
+        want, (h_n, c_n) = module(x, (h0.unsqueeze(0), c0.unsqueeze(0)))
+    out, h, c = state_loop(lstm_cell(kernel, recurrent, bias), x, every, 2, h0, c0)
+    assert torch.allclose(out, want, atol=1e-12)
+    assert torch.allclose(h, h_n[0], atol=1e-12) and torch.allclose(c, c_n[0], atol=1e-12)
+    kernel, recurrent, bias = rnd(4, 6), rnd(2, 6), rnd(2, 6)
+    module = torch.nn.GRU(4, 2, batch_first=True, dtype=DT)
+
+    def order(t):
+        return torch.cat([t[..., 2:4], t[..., 0:2], t[..., 4:6]], dim=-1)
+    with torch.no_grad():
+        module.weight_ih_l0.copy_(order(kernel).t())
+        module.weight_hh_l0.copy_(order(recurrent).t())
+        module.bias_ih_l0.copy_(order(bias[0]))
+        module.bias_hh_l0.copy_(order(bias[1]))
+        want, h_n = module(x, h0.unsqueeze(0))
+    out, h, _ = state_loop(gru_cell(kernel, recurrent, bias), x, every, 2, h0)
+    assert torch.allclose(out, want, atol=1e-12) and torch.allclose(h, h_n[0], atol=1e-12)
+
+
+check_states_against_torch()
+
+
+def seq2seq_lstm(w, x):
+    """An encoder-decoder: Embedding(12, 5, mask_zero=True) -> LSTM(4, return_state=True), whose
+    output nothing reads; its states h, c start a second LSTM(4, return_sequences=True,
+    go_backwards=True) over Embedding(12, 5) of the same tokens (no mask) -> GlobalAveragePooling1D
+    -> Dense(3, softmax)."""
+    m = x != 0
+    _, h, c = state_loop(lstm_cell(w["enc/kernel"], w["enc/recurrent_kernel"], w["enc/bias"]),
+                         F.embedding(x, w["enc_embeddings"]), m, 4)
+    every = torch.ones_like(m)
+    out, _, _ = state_loop(lstm_cell(w["dec/kernel"], w["dec/recurrent_kernel"], w["dec/bias"]),
+                           F.embedding(x, w["dec_embeddings"]), every, 4, h, c, reverse=True)
+    return torch.softmax(out.mean(dim=1) @ w["dense/kernel"] + w["dense/bias"], dim=-1)
+
+
+w = {"enc_embeddings": rnd(VOCAB, 5, scale=1.0)}
+w.update(lstm_weights("enc/", 5, 4))
+w["dec_embeddings"] = rnd(VOCAB, 5, scale=1.0)
+w.update(lstm_weights("dec/", 5, 4))
+w.update({"dense/kernel": rnd(4, 3), "dense/bias": rnd(3, scale=0.1)})
+# Keras's weight order: both embeddings (one depth from the decoder), then the LSTMs.
+order = ["enc_embeddings", "dec_embeddings"] + [k for k in w if "/" in k]
+w = {k: w[k] for k in order}
+cases.append(run("seq2seq_lstm", seq2seq_lstm, w, sparse_ce, lambda x: (x.sum(dim=1) % 3),
+                 make_tokens=masked_tokens))
+
+
+def gru_states(w, x):
+    """Embedding(12, 4, mask_zero=True) -> GRU(3, return_sequences=True, return_state=True) ->
+    [sequence, h]; SimpleRNN(3, return_state=True) over the sequence (masked) from h -> [o, h2];
+    Dense(2) of Concatenate([o, h2, h])."""
+    m = x != 0
+    e = F.embedding(x, w["embeddings"])
+    seq, h, _ = state_loop(gru_cell(w["gru/kernel"], w["gru/recurrent_kernel"], w["gru/bias"]),
+                           e, m, 3)
+    _, h2, _ = state_loop(rnn_cell(w["rnn/kernel"], w["rnn/recurrent_kernel"], w["rnn/bias"]),
+                          seq, m, 3, h)
+    return torch.cat([h2, h2, h], dim=1) @ w["dense/kernel"] + w["dense/bias"]
+
+
+w = {"embeddings": rnd(VOCAB, 4, scale=1.0),
+     "gru/kernel": rnd(4, 9), "gru/recurrent_kernel": rnd(3, 9), "gru/bias": rnd(2, 9, scale=0.1),
+     "rnn/kernel": rnd(3, 3), "rnn/recurrent_kernel": rnd(3, 3), "rnn/bias": rnd(3, scale=0.1),
+     "dense/kernel": rnd(9, 2), "dense/bias": rnd(2, scale=0.1)}
+cases.append(run("gru_states", gru_states, w, mse,
+                 lambda x: torch.stack([(x > 5).to(DT).mean(dim=1), (x % 2).to(DT).mean(dim=1)],
+                                       dim=1),
+                 make_tokens=masked_tokens))
+
 with open(os.path.join(HERE, "reference", "unknown_axes.json"), "w") as out:
     json.dump({"generator": "tests/keras/generate_unknown_axes.py", "lr": LR, "batch": BATCH,
                "cases": cases}, out, indent=None, separators=(",", ":"))

@@ -258,7 +258,6 @@ TEST_SUITE("keras_layers") {
     refused({{"stateful", true}}, "config.stateful: expected false");
     refused({{"dropout", 1.0}}, "config.dropout: expected a number in [0, 1)");
     refused({{"recurrent_dropout", -0.1}}, "config.recurrent_dropout: expected a number in [0, 1)");
-    refused({{"return_state", true}}, "config.return_state: expected false");
     refused({{"time_major", true}}, "config.time_major: expected false");
     refused({{"recurrent_regularizer", {{"class_name", "L2"}}}}, "config.recurrent_regularizer");
     refused({{"activation", "softmax"}}, "activation must act element by element");

@@ -162,6 +162,26 @@ inline std::shared_ptr<Model> masked_td_tagger() {
 /// Sets the reference's initial weights (in the model's order), trains one SGD step per batch of
 /// the reference's lengths and checks every loss, the predictions of a batch of another length
 /// and the final weights.
+inline std::shared_ptr<Model> seq2seq_lstm() {
+  auto tokens = Input(Shape{none}, "tokens");
+  auto encoded = call(Embedding(12, 5, {.mask_zero = true}), tokens);
+  // The encoder's output is read by nothing: only its states.
+  const auto encoder = call_outputs(LSTM(4, {.return_state = true}), encoded);
+  auto h = call(Embedding(12, 5), tokens);
+  h = call(LSTM(4, {.return_sequences = true, .go_backwards = true}), {h, encoder[1], encoder[2]});
+  auto out = call(Dense(3, {.activation = "softmax"}), call(GlobalAveragePooling1D(), h));
+  return std::make_shared<Model>(std::vector{tokens}, std::vector{out}, "seq2seq_lstm");
+}
+
+inline std::shared_ptr<Model> gru_states() {
+  auto tokens = Input(Shape{none}, "tokens");
+  auto e = call(Embedding(12, 4, {.mask_zero = true}), tokens);
+  const auto gru = call_outputs(GRU(3, {.return_sequences = true, .return_state = true}), e);
+  const auto rnn = call_outputs(SimpleRNN(3, {.return_state = true}), {gru[0], gru[1]});
+  auto out = call(Dense(2), call(Concatenate(), {rnn[0], rnn[1], gru[1]}));
+  return std::make_shared<Model>(std::vector{tokens}, std::vector{out}, "gru_states");
+}
+
 inline void check_training(Model& model, const json& c, const std::string& loss,
                            std::shared_ptr<Backend> backend = nullptr) {
   INFO(c["name"].get<std::string>());
@@ -220,7 +240,9 @@ inline std::vector<Case> all_cases() {
           {"masked_tagger", masked_tagger, "sparse_categorical_crossentropy"},
           {"masked_attentions", masked_attentions, "mse"},
           {"masked_mha", masked_mha, "mse"},
-          {"masked_td_tagger", masked_td_tagger, "mse"}};
+          {"masked_td_tagger", masked_td_tagger, "mse"},
+          {"seq2seq_lstm", seq2seq_lstm, "sparse_categorical_crossentropy"},
+          {"gru_states", gru_states, "mse"}};
 }
 
 }  // namespace unknown_axes_cases

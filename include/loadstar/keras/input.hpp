@@ -107,6 +107,22 @@ inline KerasTensor call(const LayerArg& layer, const KerasTensor& input) {
   return call(layer, std::vector<KerasTensor>{input});
 }
 
+/// `call` for a layer whose Keras call returns a list (`Layer::output_count() > 1`): every output,
+/// as Keras's `outputs, h, c = LSTM(8, return_state=True)(x)`. `call` refuses such a layer, so
+/// that no output is dropped unseen; on a layer with one output, this returns that one.
+/// \code
+/// auto x = Input({none, 16});
+/// auto states = call_outputs(LSTM(8, {.return_state = true}), x);  // output, h, c
+/// auto decoded = call(LSTM(8, {.return_sequences = true}), {x, states[1], states[2]});
+/// \endcode
+LOADSTAR_DECL std::vector<KerasTensor> call_outputs(const LayerArg& layer_arg,
+                                                    const std::vector<KerasTensor>& inputs);
+
+/// `call_outputs` on one symbolic input.
+inline std::vector<KerasTensor> call_outputs(const LayerArg& layer, const KerasTensor& input) {
+  return call_outputs(layer, std::vector<KerasTensor>{input});
+}
+
 }  // namespace loadstar::keras
 
 // Definitions: here when header-only, in the library when separately compiled (config.hpp).
@@ -129,6 +145,18 @@ KerasTensor Input(const Shape& shape, std::string name) {
 }
 
 KerasTensor call(const LayerArg& layer_arg, const std::vector<KerasTensor>& inputs) {
+  const std::shared_ptr<Layer>& layer = layer_arg.get();
+  if (layer != nullptr && layer->output_count() > 1) {
+    throw ConfigError(detail::to_snake_case(layer->class_name()) + " layer" +
+                      (layer->name().empty() ? std::string() : " '" + layer->name() + "'") +
+                      ": returns " + std::to_string(layer->output_count()) +
+                      " outputs; call it with call_outputs, which returns them all");
+  }
+  return call_outputs(layer_arg, inputs).front();
+}
+
+std::vector<KerasTensor> call_outputs(const LayerArg& layer_arg,
+                                      const std::vector<KerasTensor>& inputs) {
   const std::shared_ptr<Layer>& layer = layer_arg.get();
   if (layer == nullptr) throw ConfigError("call: the layer is a null pointer");
   std::vector<Shape> shapes;
@@ -167,7 +195,22 @@ KerasTensor call(const LayerArg& layer_arg, const std::vector<KerasTensor>& inpu
     node->inputs.push_back(input.node());
   node->shape = output;
   node->id = detail::next_node_id();
-  return KerasTensor(std::move(node));
+  std::vector<KerasTensor> outputs{KerasTensor(node)};
+  const std::vector<Shape> extra = layer->extra_output_shapes(shapes);
+  if (extra.size() + 1 != layer->output_count()) {
+    throw ConfigError(label + ": returns " + std::to_string(layer->output_count()) +
+                      " outputs but gives the shapes of " + std::to_string(extra.size() + 1));
+  }
+  for (std::size_t i = 0; i < extra.size(); ++i) {
+    auto sibling = std::make_shared<detail::GraphNode>();
+    sibling->layer = layer;
+    sibling->shape = extra[i];
+    sibling->id = detail::next_node_id();
+    sibling->output_index = i + 1;
+    sibling->primary = node;
+    outputs.emplace_back(std::move(sibling));
+  }
+  return outputs;
 }
 
 }  // namespace loadstar::keras

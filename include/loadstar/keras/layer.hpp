@@ -59,6 +59,13 @@ struct CallContext {
   /// `reads_masks()` is `true`: per input, `(batch, ...)` of 1 (a step that counts) and 0 (a
   /// masked step), the input's shape without its last axis; empty for an input without a mask.
   std::span<const Tensor<float>> input_masks = {};
+  /// For a layer with several outputs (`output_count() > 1`): its outputs after the first, `(batch,
+  /// ...)` in the shapes of `extra_output_shapes`, which `forward` writes and `backward` reads.
+  std::span<const Tensor<float>> extra_outputs = {};
+  /// In `backward`, the gradients of the loss with respect to `extra_outputs`; an entry with no
+  /// elements is an output nothing reads, whose gradient is zero (as is `output_gradient` then,
+  /// for a layer with several outputs whose first nothing reads).
+  std::span<const Tensor<float>> extra_output_gradients = {};
 };
 
 /// What becomes of the masks of a layer's inputs (Keras's `supports_masking` and
@@ -134,6 +141,18 @@ class Layer : public std::enable_shared_from_this<Layer> {
   /// the output shape of the build.
   virtual Shape output_shape_for(std::span<const Shape> /*input_shapes*/) const {
     return built_output_shape_;
+  }
+
+  /// The number of tensors a call of the layer returns: 1, or more for a layer whose Keras call
+  /// returns a list (a recurrent layer with `return_state`: its output and its final states).
+  /// `call_outputs` calls such a layer; `forward` writes the first output and
+  /// `CallContext::extra_outputs` the others.
+  virtual std::size_t output_count() const noexcept { return 1; }
+  /// The shapes (without the batch axis) of the outputs after the first, for inputs of the given
+  /// shapes (those of the build, or of one batch when lengths are unknown); empty for a layer with
+  /// one output.
+  virtual std::vector<Shape> extra_output_shapes(std::span<const Shape> /*input_shapes*/) const {
+    return {};
   }
 
   /// Computes `output` (batch axis first) from `inputs`.

@@ -28,7 +28,17 @@ struct GraphNode {
   std::string input_name;
   /// Creation order: a topological order of every graph built in this process.
   std::uint64_t id = 0;
+  /// Which output of the call this is (Keras's `tensor_index`): 0, or for the later outputs of a
+  /// layer with several (`Layer::output_count`), their index, with `primary` the node of output
+  /// 0, which holds the call's inputs (this node's `inputs` are empty).
+  std::size_t output_index = 0;
+  std::shared_ptr<GraphNode> primary;
 };
+
+/// The node that holds the call `node` is an output of: `node` itself, or its `primary`.
+inline const GraphNode* call_node(const GraphNode* node) noexcept {
+  return node->primary ? node->primary.get() : node;
+}
 
 LOADSTAR_DECL std::uint64_t next_node_id();
 

@@ -6,6 +6,7 @@
 
 #include "loadstar/config.hpp"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -81,6 +82,11 @@ GraphPlan plan_graph(const std::string& model, const std::vector<KerasTensor>& i
     auto node = stack.back();
     stack.pop_back();
     if (!reached.emplace(node->id, node).second) continue;
+    if (node->primary) {
+      // A later output of a call: the call is planned with its first output.
+      stack.push_back(node->primary);
+      continue;
+    }
     if (!node->layer && !declared.contains(node.get())) {
       throw ConfigError("model '" + model + "': an output depends on an Input" +
                         (node->input_name.empty() ? "" : " '" + node->input_name + "'") +
@@ -103,13 +109,35 @@ GraphPlan plan_graph(const std::string& model, const std::vector<KerasTensor>& i
   }
   for (const auto& [id, graph_node] : reached) {
     if (!graph_node->layer) continue;
-    index[graph_node.get()] = nodes.size();
+    if (graph_node->primary) {
+      // Planned after its first output, with the call's other outputs.
+      index[graph_node.get()] = index.at(graph_node->primary.get()) + graph_node->output_index;
+      continue;
+    }
+    const std::size_t k = nodes.size();
+    index[graph_node.get()] = k;
     RuntimeNode node;
     node.layer = graph_node->layer;
     node.shape = node.declared = graph_node->shape;
     for (const auto& in : graph_node->inputs)
       node.inputs.push_back(index.at(in.get()));
+    const Layer& layer = *node.layer;
+    if (layer.output_count() > 1 && layer.activity_regularizer()) {
+      throw ConfigError("model '" + model + "': " + layer_label(layer) + " has " +
+                        std::to_string(layer.output_count()) +
+                        " outputs and an activity_regularizer, which loadstar does not combine");
+    }
     nodes.push_back(std::move(node));
+    // Every output of a call has a node, read or not: the layer writes them all.
+    const std::vector<Shape> extra = layer.extra_output_shapes(layer.built_input_shapes());
+    for (std::size_t i = 0; i < extra.size(); ++i) {
+      RuntimeNode sibling;
+      sibling.layer = graph_node->layer;
+      sibling.shape = sibling.declared = extra[i];
+      sibling.primary = k;
+      nodes[k].extras.push_back(nodes.size());
+      nodes.push_back(std::move(sibling));
+    }
   }
   // Layer names: Keras's snake_case class name, then _1, _2, ... unique in the model.
   std::vector<std::shared_ptr<Layer>> layers;
@@ -152,8 +180,13 @@ GraphPlan plan_graph(const std::string& model, const std::vector<KerasTensor>& i
   std::vector<std::string> output_names;
   for (const auto& o : outputs) {
     output_nodes.push_back(index.at(o.node().get()));
-    output_names.push_back(o.is_input() ? input_names[index.at(o.node().get())]
-                                        : o.layer()->name());
+    std::string name = o.is_input() ? input_names[index.at(o.node().get())] : o.layer()->name();
+    // Several outputs of one layer: `lstm`, `lstm_1`, ... (tf.keras's unique output names).
+    std::string unique = name;
+    for (std::size_t n = 1;
+         std::find(output_names.begin(), output_names.end(), unique) != output_names.end(); ++n)
+      unique = name + "_" + std::to_string(n);
+    output_names.push_back(std::move(unique));
   }
   // A node's gradient is needed when its layer or a layer before it has trainable weights:
   // Dense right after Flatten after an input computes no gradient for its input.
@@ -164,6 +197,7 @@ GraphPlan plan_graph(const std::string& model, const std::vector<KerasTensor>& i
       needed[k] = needed[k] || w.trainable;
     for (const std::size_t p : nodes[k].inputs)
       needed[k] = needed[k] || needed[p];
+    if (nodes[k].primary != RuntimeNode::no_primary) needed[k] = needed[nodes[k].primary];
   }
   // Gradient plan: contributions in backward order are the losses, then the consumers in
   // reverse topological order; the first writes the producer's gradient, later ones add.
@@ -187,6 +221,7 @@ GraphPlan plan_graph(const std::string& model, const std::vector<KerasTensor>& i
         node.targets[j] = GradientTarget::accumulate;
       }
     }
+    node.gradient_written = written[k];
     node.input_values.resize(node.inputs.size());
     node.input_gradients.resize(node.inputs.size());
     node.scratch_full.resize(node.inputs.size());
@@ -198,14 +233,14 @@ GraphPlan plan_graph(const std::string& model, const std::vector<KerasTensor>& i
   // layer adds its calls' gradients into zeroed ones.
   std::unordered_map<const Layer*, std::size_t> backward_calls;
   for (std::size_t k = 0; k < nodes.size(); ++k) {
-    if (nodes[k].layer && needed[k]) ++backward_calls[nodes[k].layer.get()];
+    if (nodes[k].runs() && needed[k]) ++backward_calls[nodes[k].layer.get()];
   }
   const auto writes = [&](const Layer& layer) {
     return layer.writes_gradients() && backward_calls[&layer] == 1;
   };
   plan.writes_gradients.assign(nodes.size(), false);
   for (std::size_t k = 0; k < nodes.size(); ++k)
-    plan.writes_gradients[k] = nodes[k].layer && needed[k] && writes(*nodes[k].layer);
+    plan.writes_gradients[k] = nodes[k].runs() && needed[k] && writes(*nodes[k].layer);
   std::vector<Variable*> trainable;
   for (const auto& layer : layers) {
     for (auto& w : layer->weights()) {

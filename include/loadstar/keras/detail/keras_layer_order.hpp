@@ -50,7 +50,7 @@ std::vector<const GraphNode*> keras_layer_order(const std::vector<KerasTensor>& 
   // Depth first, iteratively: (node, next input to visit).
   std::vector<std::pair<const GraphNode*, std::size_t>> stack;
   for (const auto& output : outputs) {
-    stack.emplace_back(output.node().get(), 0);
+    stack.emplace_back(call_node(output.node().get()), 0);
     while (!stack.empty()) {
       auto& [node, next] = stack.back();
       if (next == 0) {
@@ -65,7 +65,7 @@ std::vector<const GraphNode*> keras_layer_order(const std::vector<KerasTensor>& 
         }
       }
       if (next < node->inputs.size()) {
-        const GraphNode* input = node->inputs[next++].get();
+        const GraphNode* input = call_node(node->inputs[next++].get());
         if (!finished.contains(input)) stack.emplace_back(input, 0);
         continue;
       }
@@ -91,7 +91,7 @@ std::vector<const GraphNode*> keras_layer_order(const std::vector<KerasTensor>& 
     }
     node_depth[node] = depth;
     for (const auto& parent : node->inputs) {
-      std::size_t& d = node_depth[parent.get()];
+      std::size_t& d = node_depth[call_node(parent.get())];
       d = std::max(d, depth + 1);
     }
   }

@@ -99,7 +99,8 @@ void MaskPlan::plan(const std::string& model, std::span<const RuntimeNode> nodes
   node_inputs_.assign(nodes.size(), {});
   for (std::size_t k = 0; k < nodes.size(); ++k) {
     const RuntimeNode& node = nodes[k];
-    if (!node.layer) continue;
+    // A later output of a call carries no mask (Keras's recurrent states).
+    if (!node.runs()) continue;
     const MaskFlow flow = node.layer->mask_flow();
     if (flow == MaskFlow::computes) {
       node_slot_[k] = slots_.size();

@@ -117,6 +117,11 @@ Bidirectional::Bidirectional(const detail::RecurrentLayer& layer,
                 "bidirectional layer"),
       merge_mode_(merge_mode),
       custom_backward_(true) {
+  if (layer.options().return_state || backward_layer.options().return_state) {
+    throw ConfigError(label() +
+                      ": wraps a layer with return_state, whose states loadstar's Bidirectional "
+                      "does not return; wrap the layer without return_state");
+  }
   if (&layer != &backward_layer) {
     if (backward_layer.options().go_backwards == layer.options().go_backwards) {
       throw ConfigError(label() + ": backward_layer must have go_backwards " +

@@ -109,6 +109,18 @@ LOADSTAR_DECL void Model::bind(const detail::ErasedBatch& batch) {
       node.shape = shapes[k];
       continue;
     }
+    if (node.primary != detail::RuntimeNode::no_primary) {
+      // A later output of a call: its shape for the inputs of its first.
+      const auto& first = nodes_[node.primary];
+      inputs.clear();
+      for (const std::size_t p : first.inputs)
+        inputs.push_back(nodes_[p].shape);
+      const auto& extras = first.extras;
+      const auto at =
+          static_cast<std::size_t>(std::find(extras.begin(), extras.end(), k) - extras.begin());
+      node.shape = node.layer->extra_output_shapes(inputs).at(at);
+      continue;
+    }
     inputs.clear();
     for (const std::size_t p : node.inputs)
       inputs.push_back(nodes_[p].shape);
@@ -190,6 +202,15 @@ LOADSTAR_DECL void Model::set_rows(std::size_t rows) {
           node.input_gradients[j] = leading(node.scratch_full[j], producer.shape, rows);
           break;
       }
+    }
+  }
+  for (auto& node : nodes_) {
+    node.extra_values.resize(node.extras.size());
+    node.extra_gradients.resize(node.extras.size());
+    for (std::size_t i = 0; i < node.extras.size(); ++i) {
+      const auto& extra = nodes_[node.extras[i]];
+      node.extra_values[i] = extra.value;
+      node.extra_gradients[i] = extra.gradient_written ? extra.gradient : Tensor<float>();
     }
   }
   for (std::size_t o = 0; o < output_nodes_.size(); ++o)

@@ -38,7 +38,7 @@ LOADSTAR_DECL void Model::plan(const std::vector<KerasTensor>& inputs,
 
 LOADSTAR_DECL bool Model::is_chain() const {
   for (std::size_t k = 0; k < nodes_.size(); ++k) {
-    if (nodes_[k].inputs.size() > 1) return false;
+    if (nodes_[k].inputs.size() > 1 || !nodes_[k].extras.empty()) return false;
     if (nodes_[k].layer && nodes_[k].inputs.front() + 1 != k) return false;
   }
   return input_names_.size() == 1 && output_nodes_.size() == 1 &&

@@ -19,9 +19,15 @@ LOADSTAR_DECL void Model::forward(bool training, std::uint64_t seed) {
   for (std::size_t k = 0; k < nodes_.size(); ++k) {
     auto& node = nodes_[k];
     if (!node.layer) continue;
+    if (!node.runs()) {
+      // A later output of a call, which its first output's node computed.
+      mixed_.round_value(backend(), k, node);
+      continue;
+    }
     fusion = relu_fusions_.forward(k);
     ctx.input_masks =
         node.layer->reads_masks() ? masks_.inputs(k) : std::span<const Tensor<float>>();
+    ctx.extra_outputs = node.extra_values;
     node.layer->forward(node.input_values, node.value, ctx);
     if (!masks_.empty()) masks_.after_forward(backend(), nodes_, k, ctx);
     mixed_.round_value(backend(), k, node);
@@ -141,13 +147,22 @@ LOADSTAR_DECL void Model::backward(std::uint64_t seed) {
   for (std::size_t k = nodes_.size(); k-- > 0;) {
     auto& node = nodes_[k];
     if (!node.layer || !needs_backward_[k]) continue;
+    if (!node.runs()) {
+      // A later output of a call: its gradient goes to the call's first output's node.
+      if (node.gradient_written) mixed_.round_gradient(backend(), k, node);
+      continue;
+    }
     ctx.accumulate_gradients = !writes_gradients_[k];
     penalties_.add_activity_gradient(backend(), node, k, rows_);
     fusion = relu_fusions_.backward(k);
     mixed_.round_gradient(backend(), k, node);
     ctx.input_masks =
         node.layer->reads_masks() ? masks_.inputs(k) : std::span<const Tensor<float>>();
-    node.layer->backward(node.input_values, node.value, node.gradient, node.input_gradients, ctx);
+    ctx.extra_outputs = node.extra_values;
+    ctx.extra_output_gradients = node.extra_gradients;
+    node.layer->backward(node.input_values, node.value,
+                         node.gradient_written ? node.gradient : Tensor<float>(),
+                         node.input_gradients, ctx);
     mixed_.round_weight_gradients(backend(), k, node);
     for (std::size_t j = 0; j < node.inputs.size(); ++j) {
       if (node.targets[j] == detail::GradientTarget::accumulate) {

@@ -82,17 +82,34 @@ LOADSTAR_DECL void Model::summary(std::ostream& out) const {
   for (std::size_t k = 0; k < nodes_.size(); ++k) {
     const auto& node = nodes_[k];
     if (!node.layer && !show_inputs_in_summary_) continue;
+    if (node.layer && !node.runs()) continue;  // shown with the call's first output
     std::vector<std::string> fields;
     if (!node.layer) {
       fields = {" " + node_names_[k] + " (InputLayer)", "[" + shape_of(node.declared) + "]", "0"};
     } else {
-      fields = {" " + node.layer->name() + " (" + node.layer->class_name() + ")",
-                shape_of(node.declared), std::to_string(node.layer->count_params())};
+      std::string shapes = shape_of(node.declared);
+      if (!node.extras.empty()) {
+        // Keras lists the shapes of a call's several outputs.
+        shapes = "[" + shapes;
+        for (const std::size_t e : node.extras)
+          shapes += ", " + shape_of(nodes_[e].declared);
+        shapes += "]";
+      }
+      fields = {" " + node.layer->name() + " (" + node.layer->class_name() + ")", shapes,
+                std::to_string(node.layer->count_params())};
     }
     if (!chain) {
       std::string connected = "[";
       for (std::size_t j = 0; j < node.inputs.size(); ++j) {
-        connected += (j ? ", '" : "'") + node_names_[node.inputs[j]] + "[0][0]'";
+        const std::size_t p = node.inputs[j];
+        const auto& producer = nodes_[p];
+        std::size_t tensor = 0;
+        if (producer.primary != detail::RuntimeNode::no_primary) {
+          const auto& extras = nodes_[producer.primary].extras;
+          tensor = 1 + static_cast<std::size_t>(std::find(extras.begin(), extras.end(), p) -
+                                                extras.begin());
+        }
+        connected += (j ? ", '" : "'") + node_names_[p] + "[0][" + std::to_string(tensor) + "]'";
       }
       fields.push_back(connected + "]");
     }

@@ -248,13 +248,13 @@ nlohmann::json functional_config(const Model& model) {
   std::map<std::uint64_t, const GraphNode*> reached;
   std::vector<const GraphNode*> stack;
   for (const auto& o : model.outputs())
-    stack.push_back(o.node().get());
+    stack.push_back(call_node(o.node().get()));
   while (!stack.empty()) {
     const GraphNode* node = stack.back();
     stack.pop_back();
     if (!reached.emplace(node->id, node).second) continue;
     for (const auto& in : node->inputs)
-      stack.push_back(in.get());
+      stack.push_back(call_node(in.get()));
   }
   std::map<const GraphNode*, std::string> input_names;
   for (std::size_t i = 0; i < model.inputs().size(); ++i)
@@ -269,7 +269,8 @@ nlohmann::json functional_config(const Model& model) {
   }
   const auto reference = [&](const GraphNode* node) {
     if (node->layer == nullptr) return nlohmann::json::array({input_names.at(node), 0, 0});
-    return nlohmann::json::array({node->layer->name(), node_index.at(node), 0});
+    return nlohmann::json::array(
+        {node->layer->name(), node_index.at(call_node(node)), node->output_index});
   };
   nlohmann::json layers = nlohmann::json::array();
   nlohmann::json input_layers = nlohmann::json::array();
@@ -420,14 +421,31 @@ std::unique_ptr<Model> functional_from_config(const nlohmann::json& config,
     std::size_t done = 0;
   };
   std::vector<Pending> pending;
-  std::map<std::pair<std::string, std::size_t>, KerasTensor> tensors;
+  // The outputs of each call (layer name, node index), by tensor index.
+  std::map<std::pair<std::string, std::size_t>, std::vector<KerasTensor>> tensors;
+  // The tensor [layer, node index, tensor index, ...] names; null when that call was not made
+  // yet. Throws `ConfigError` (at `path`) for a tensor index the call does not return.
+  const auto tensor_at = [&](const nlohmann::json& ref,
+                             const std::string& path) -> const KerasTensor* {
+    const auto it = tensors.find({ref[0].get<std::string>(), ref[1].get<std::size_t>()});
+    if (it == tensors.end()) return nullptr;
+    const std::size_t t =
+        ref.size() > 2 && ConfigValue<std::size_t>::fits(ref[2]) ? ref[2].get<std::size_t>() : 0;
+    if (t >= it->second.size()) {
+      throw ConfigError(read.owner() + ": " + path + ": expected a tensor index below " +
+                        std::to_string(it->second.size()) + " (the outputs of layer '" +
+                        ref[0].get<std::string>() + "') but found " + describe_json(ref[2]));
+    }
+    return &it->second[t];
+  };
   for (std::size_t i = 0; i < entries->size(); ++i) {
     const std::string path = item_path(read.path("layers"), i);
     auto layer = layer_from_entry(read, (*entries)[i], path);
     const ConfigReader entry((*entries)[i], read.owner(), path);
     const std::string layer_name = entry.get("name", layer->name().c_str());
     if (auto input = std::dynamic_pointer_cast<layers::InputLayer>(layer)) {
-      tensors.emplace(std::pair{layer_name, std::size_t{0}}, Input(input->shape(), layer_name));
+      tensors.emplace(std::pair{layer_name, std::size_t{0}},
+                      std::vector{Input(input->shape(), layer_name)});
       continue;
     }
     const nlohmann::json* nodes = entry.find("inbound_nodes");
@@ -447,13 +465,7 @@ std::unique_ptr<Model> functional_from_config(const nlohmann::json& config,
                         ": expected [layer name, node index, tensor index, kwargs] but found " +
                         describe_json(ref));
     }
-    if (ref[2].get<std::size_t>() != 0) {
-      throw ConfigError(read.owner() + ": " + path +
-                        ": expected tensor index 0 (loadstar layers have one output) but found " +
-                        describe_json(ref[2]));
-    }
-    const auto it = tensors.find({ref[0].get<std::string>(), ref[1].get<std::size_t>()});
-    return it == tensors.end() ? nullptr : &it->second;
+    return tensor_at(ref, path);
   };
   for (bool progress = true; progress;) {
     progress = false;
@@ -474,10 +486,9 @@ std::unique_ptr<Model> functional_from_config(const nlohmann::json& config,
         }
         if (inputs.size() != node.size()) break;
         if (auto* arguments = dynamic_cast<CallArguments*>(p.layer.get())) {
-          const auto find = [&](const nlohmann::json& ref) -> const KerasTensor* {
-            const auto it = tensors.find({ref[0].get<std::string>(), ref[1].get<std::size_t>()});
-            return it == tensors.end() ? nullptr : &it->second;
-          };
+          const std::string where =
+              read.owner() + ": " + p.path + ".inbound_nodes[" + std::to_string(p.done) + "]";
+          const auto find = [&](const nlohmann::json& ref) { return tensor_at(ref, where); };
           if (!read_legacy_call(
                   *arguments, node,
                   read.owner() + ": " + p.path + ".inbound_nodes[" + std::to_string(p.done) + "]",
@@ -485,7 +496,7 @@ std::unique_ptr<Model> functional_from_config(const nlohmann::json& config,
             break;
         }
         try {
-          tensors.emplace(std::pair{p.name, p.done}, call(p.layer, inputs));
+          tensors.emplace(std::pair{p.name, p.done}, call_outputs(p.layer, inputs));
         } catch (const ShapeError& e) {
           throw ShapeError(read.owner() + ": " + p.path + ": " + e.what());
         }
@@ -513,17 +524,17 @@ std::unique_ptr<Model> functional_from_config(const nlohmann::json& config,
     std::vector<KerasTensor> out;
     for (std::size_t i = 0; i < list->size(); ++i) {
       const nlohmann::json& ref = (*list)[i];
-      const auto it = ref.is_array() && ref.size() >= 2 && ref[0].is_string() &&
-                              ConfigValue<std::size_t>::fits(ref[1])
-                          ? tensors.find({ref[0].get<std::string>(), ref[1].get<std::size_t>()})
-                          : tensors.end();
-      if (it == tensors.end()) {
+      const KerasTensor* tensor = ref.is_array() && ref.size() >= 2 && ref[0].is_string() &&
+                                          ConfigValue<std::size_t>::fits(ref[1])
+                                      ? tensor_at(ref, item_path(read.path(key), i))
+                                      : nullptr;
+      if (tensor == nullptr) {
         throw ConfigError(read.owner() + ": " + item_path(read.path(key), i) +
                           ": expected a tensor of the model [layer name, node index, tensor "
                           "index] but found " +
                           describe_json(ref));
       }
-      out.push_back(it->second);
+      out.push_back(*tensor);
     }
     return out;
   };

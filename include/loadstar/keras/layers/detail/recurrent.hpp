@@ -40,6 +40,10 @@ struct RecurrentOptions {
   bool reset_after = true;
   /// The whole sequence `(batch, timesteps, units)` rather than the last output `(batch, units)`.
   bool return_sequences = false;
+  /// The call returns the final states too (Keras's list `[output, h]`, `[output, h, c]` for an
+  /// LSTM, each `(batch, units)`): call the layer with `call_outputs`. The last state is that of
+  /// the last unmasked step.
+  bool return_state = false;
   /// Processes the sequence from its end and returns the outputs in that order (Keras).
   bool go_backwards = false;
   /// With a mask on the input: a masked step's output is 0 rather than the previous step's
@@ -77,6 +81,11 @@ class RecurrentCore {
   std::size_t gates() const noexcept {
     return kind_ == CellKind::lstm ? 4 : kind_ == CellKind::gru ? 3 : 1;
   }
+  /// The number of states: 2 for an LSTM (`h`, `c`), else 1 (`h`).
+  std::size_t state_count() const noexcept { return kind_ == CellKind::lstm ? 2 : 1; }
+  /// Throws `ShapeError` unless `shapes` are the initial states of a call (Keras's
+  /// `initial_state`): none, or `state_count()` of shape `(units)`.
+  LOADSTAR_DECL void check_initial_states(std::span<const Shape> shapes) const;
   const RecurrentOptions& options() const noexcept { return options_; }
   /// The output shape (without the batch axis) for inputs `(timesteps, features)`; throws
   /// `ShapeError` for another rank.
@@ -90,17 +99,26 @@ class RecurrentCore {
   /// `output` from `x` `(batch, timesteps, features)` with `weights` (kernel, recurrent kernel
   /// and bias when used). With a `mask` `(batch, timesteps)` (empty: none), a masked step keeps
   /// the state of the step before it and outputs it (or 0 with `zero_output_for_mask`), as
-  /// Keras's `backend.rnn` does.
+  /// Keras's `backend.rnn` does. The states start from `initial` (`(batch, units)` each, `h` then
+  /// an LSTM's `c`; zeros when empty), and the final ones are written to `final_states` when
+  /// given.
   LOADSTAR_DECL void forward(Backend& backend, std::span<const Variable> weights,
                              const Tensor<float>& x, const Tensor<float>& output,
-                             const Tensor<float>& mask = {});
-  /// Backpropagation through time of the `forward` that computed `output` from `x` and `mask`
-  /// (run again first when the last forward had another input: a shared layer): adds the
-  /// weights' gradients (unless frozen) and writes `dx` (skipped when empty).
+                             const Tensor<float>& mask = {},
+                             std::span<const Tensor<float>> initial = {},
+                             std::span<const Tensor<float>> final_states = {});
+  /// Backpropagation through time of the `forward` that computed `output` from `x`, `mask` and
+  /// `initial` (run again first when the last forward had another input: a shared layer): adds
+  /// the weights' gradients (unless frozen) and writes `dx` (skipped when empty). An empty
+  /// `output_gradient`, or entry of `final_state_gradients`, is zero; the gradients of the
+  /// initial states are written to `initial_gradients` (an empty entry is skipped).
   LOADSTAR_DECL void backward(Backend& backend, std::span<const Variable> weights,
                               const Tensor<float>& x, const Tensor<float>& output,
                               const Tensor<float>& output_gradient, const Tensor<float>& dx,
-                              const Tensor<float>& mask = {});
+                              const Tensor<float>& mask = {},
+                              std::span<const Tensor<float>> initial = {},
+                              std::span<const Tensor<float>> initial_gradients = {},
+                              std::span<const Tensor<float>> final_state_gradients = {});
 
   /// The Keras config keys of the cell's options (`units`, `activation`, ...).
   LOADSTAR_DECL void write_config(nlohmann::json& config) const;
@@ -128,6 +146,7 @@ class RecurrentCore {
   /// The input of the last forward pass, whose intermediate values the scratch holds, and
   /// whether it had a mask (then in `mask_`, time-major in processing order).
   const float* last_input_ = nullptr;
+  const float* last_initial_ = nullptr;
   bool masked_ = false;
   Scratch mask_, saved_hidden_, saved_carry_;
   // Kept from the forward pass for the backward pass, time-major.
@@ -180,6 +199,16 @@ class RecurrentLayer : public LayerBase {
     return core_.options().return_sequences ? MaskFlow::passes : MaskFlow::ends;
   }
   bool reads_masks() const noexcept override { return true; }
+  /// With `return_state`: the output, then the final states (`h`, and an LSTM's `c`).
+  std::size_t output_count() const noexcept override {
+    return core_.options().return_state ? 1 + core_.state_count() : 1;
+  }
+  std::vector<Shape> extra_output_shapes(std::span<const Shape> /*inputs*/) const override {
+    if (!core_.options().return_state) return {};
+    return std::vector<Shape>(core_.state_count(), Shape{core_.units()});
+  }
+  /// Inputs: the sequence, then optionally the initial states (Keras's `initial_state`: `h`, and
+  /// an LSTM's `c`, each `(units)`).
   LOADSTAR_DECL Shape build(std::span<const Shape> input_shapes, std::uint64_t seed) override;
   LOADSTAR_DECL void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
                              const CallContext& ctx) override;
@@ -305,8 +334,10 @@ void RecurrentCore::zero_masked_rows(Backend& backend, const Tensor<float>& t, s
 
 void RecurrentCore::forward(Backend& backend, std::span<const Variable> weights,
                             const Tensor<float>& x, const Tensor<float>& output,
-                            const Tensor<float>& mask) {
+                            const Tensor<float>& mask, std::span<const Tensor<float>> initial,
+                            std::span<const Tensor<float>> final_states) {
   last_input_ = x.data();
+  last_initial_ = initial.empty() ? nullptr : initial[0].data();
   batch_ = x.dim(0);
   steps_ = x.dim(1);
   features_ = x.dim(2);
@@ -342,11 +373,19 @@ void RecurrentCore::forward(Backend& backend, std::span<const Variable> weights,
                                             : weights[2].value);
   }
   const Tensor<float> hidden = hidden_.get(backend, {rows + batch_, u});
-  backend.fill(step_rows(hidden, 0), 0.0F);
+  // Keras's initial_state, or zeros.
+  const auto start = [&](const Tensor<float>& states, std::size_t i) {
+    if (i < initial.size()) {
+      backend.copy(initial[i], step_rows(states, 0));
+    } else {
+      backend.fill(step_rows(states, 0), 0.0F);
+    }
+  };
+  start(hidden, 0);
   Tensor<float> carry, recurrent_projection, reset_hidden, reset_projection;
   if (kind_ == CellKind::lstm) {
     carry = carry_.get(backend, {rows + batch_, u});
-    backend.fill(step_rows(carry, 0), 0.0F);
+    start(carry, 1);
   }
   if (kind_ == CellKind::gru) {
     recurrent_projection = recurrent_.get(backend, {rows, width});
@@ -446,14 +485,20 @@ void RecurrentCore::forward(Backend& backend, std::span<const Variable> weights,
     backend.copy(step_rows(hidden, steps_), output);
     if (masked_ && options_.zero_output_for_mask) zero_masked_rows(backend, output, steps_ - 1, 1);
   }
+  // The final states: those after the last unmasked step.
+  if (!final_states.empty()) backend.copy(step_rows(hidden, steps_), final_states[0]);
+  if (final_states.size() > 1) backend.copy(step_rows(carry, steps_), final_states[1]);
 }
 
 void RecurrentCore::backward(Backend& backend, std::span<const Variable> weights,
                              const Tensor<float>& x, const Tensor<float>& output,
                              const Tensor<float>& output_gradient, const Tensor<float>& dx,
-                             const Tensor<float>& mask) {
-  if (x.data() != last_input_ || x.dim(0) != batch_ || masked_ != !mask.empty())
-    forward(backend, weights, x, output, mask);
+                             const Tensor<float>& mask, std::span<const Tensor<float>> initial,
+                             std::span<const Tensor<float>> initial_gradients,
+                             std::span<const Tensor<float>> final_state_gradients) {
+  if (x.data() != last_input_ || x.dim(0) != batch_ || masked_ != !mask.empty() ||
+      (initial.empty() ? nullptr : initial[0].data()) != last_initial_)
+    forward(backend, weights, x, output, mask, initial);
   const std::size_t u = units_, width = gates() * u, rows = steps_ * batch_, batch = batch_;
   const Tensor<float>& kernel = weights[0].value;
   const Tensor<float>& recurrent = weights[1].value;
@@ -462,7 +507,9 @@ void RecurrentCore::backward(Backend& backend, std::span<const Variable> weights
   const Tensor<float> hidden = hidden_.get(backend, {rows + batch_, u});
   const Tensor<float> projection = projection_.get(backend, {rows, width});
   Tensor<float> dh_out;
-  if (options_.return_sequences) {
+  // An output nothing reads (of a layer returning its states) has no gradient.
+  const bool output_read = !output_gradient.empty();
+  if (options_.return_sequences && output_read) {
     dh_out = output_gradient_.get(backend, {rows, u});
     transpose_time(backend, output_gradient, dh_out, batch_, steps_, false, false);
     // The outputs of masked steps are constants.
@@ -474,10 +521,18 @@ void RecurrentCore::backward(Backend& backend, std::span<const Variable> weights
   Tensor<float> drecurrent = dprojection;
   Tensor<float> carry, dcarry, recurrent_projection, reset_hidden, reset_projection, dreset;
   Tensor<float> dq;
+  // The state gradients start from those of the final states (returned by `return_state`).
+  const auto final_gradient = [&](const Tensor<float>& into, std::size_t i) {
+    if (i < final_state_gradients.size() && !final_state_gradients[i].empty()) {
+      backend.copy(final_state_gradients[i], into);
+    } else {
+      backend.fill(into, 0.0F);
+    }
+  };
   if (kind_ == CellKind::lstm) {
     carry = carry_.get(backend, {rows + batch_, u});
     dcarry = carry_gradient_.get(backend, {batch_, u});
-    backend.fill(dcarry, 0.0F);
+    final_gradient(dcarry, 1);
   }
   if (kind_ == CellKind::gru) {
     drecurrent = recurrent_gradient_.get(backend, {rows, width});
@@ -490,16 +545,23 @@ void RecurrentCore::backward(Backend& backend, std::span<const Variable> weights
     }
   }
   const Tensor<float> dh = hidden_gradient_.get(backend, {batch_, u});
-  backend.fill(dh, 0.0F);
+  final_gradient(dh, 0);
   const keras::detail::RecurrentActivations a = activations_;
   for (std::size_t s = steps_; s-- > 0;) {
     // The gradient of this step's output: the recurrent share carried from the step after, plus
     // the layer output's.
-    if (options_.return_sequences) {
+    if (output_read && options_.return_sequences) {
       backend.add(dh, step_rows(dh_out, s), dh);
-    } else if (s + 1 == steps_) {
-      backend.add(dh, output_gradient, dh);
-      if (masked_ && options_.zero_output_for_mask) zero_masked_rows(backend, dh, s, 1);
+    } else if (output_read && s + 1 == steps_) {
+      if (masked_ && options_.zero_output_for_mask) {
+        // A masked last step's output is a constant; its state's gradient still flows.
+        const Tensor<float> last = output_gradient_.get(backend, {batch_, u});
+        backend.copy(output_gradient, last);
+        zero_masked_rows(backend, last, s, 1);
+        backend.add(dh, last, dh);
+      } else {
+        backend.add(dh, output_gradient, dh);
+      }
     }
     Tensor<float> saved_h, saved_c;
     if (masked_) {
@@ -599,6 +661,11 @@ void RecurrentCore::backward(Backend& backend, std::span<const Variable> weights
       });
     }
   }
+  // What remains is the gradient of the states before the first step: the initial states'.
+  if (!initial_gradients.empty() && !initial_gradients[0].empty())
+    backend.copy(dh, initial_gradients[0]);
+  if (initial_gradients.size() > 1 && !initial_gradients[1].empty())
+    backend.copy(dcarry, initial_gradients[1]);
   const Tensor<float> x_tm = x_.get(backend, {rows, features_});
   if (weights[0].trainable) {
     const Tensor<float> no_bias;
@@ -627,7 +694,7 @@ void RecurrentCore::refuse_dropout(bool training) const {
 
 void RecurrentCore::write_config(nlohmann::json& config) const {
   config["return_sequences"] = options_.return_sequences;
-  config["return_state"] = false;
+  config["return_state"] = options_.return_state;
   config["go_backwards"] = options_.go_backwards;
   config["zero_output_for_mask"] = options_.zero_output_for_mask;
   config["stateful"] = false;
@@ -654,7 +721,6 @@ void RecurrentCore::write_config(nlohmann::json& config) const {
 
 RecurrentOptions recurrent_options(const ConfigReader& read, CellKind kind) {
   read.expect("stateful", false, "loadstar keeps no state between batches");
-  read.expect("return_state", false, "a loadstar layer has one output");
   read.expect("time_major", false, "loadstar's recurrent inputs are (batch, timesteps, features)");
   for (const char* key : {"recurrent_regularizer", "recurrent_constraint"})
     read.expect(key, nullptr, "loadstar has no regularizers or constraints");
@@ -682,6 +748,7 @@ RecurrentOptions recurrent_options(const ConfigReader& read, CellKind kind) {
   // Keras 2 and 3 default to reset_after=True; Keras 1's GRU had no such key and reset before.
   if (kind == CellKind::gru) o.reset_after = read.get("reset_after", true);
   o.return_sequences = read.get("return_sequences", false);
+  o.return_state = read.get("return_state", false);
   o.go_backwards = read.get("go_backwards", false);
   o.zero_output_for_mask = read.get("zero_output_for_mask", false);
   for (auto [key, rate] :
@@ -708,9 +775,27 @@ RecurrentLayer::RecurrentLayer(CellKind kind, std::size_t units, RecurrentOption
             keras::detail::to_snake_case(cell_class_name(kind)) + " layer '" + options.name + "'") {
 }
 
+void RecurrentCore::check_initial_states(std::span<const Shape> shapes) const {
+  if (shapes.empty()) return;
+  const std::size_t n = state_count();
+  if (shapes.size() != n) {
+    throw ShapeError(label_ + ": takes the sequence and " + std::to_string(n) + " initial state" +
+                     (n == 1 ? "" : "s") + " (initial_state) but got " +
+                     std::to_string(shapes.size()) + " after the sequence");
+  }
+  for (const Shape& shape : shapes) {
+    if (shape != Shape{units_}) {
+      throw ShapeError(label_ + ": expects initial states of shape " +
+                       keras::detail::batch_shape_str(Shape{units_}) + " but got " +
+                       keras::detail::batch_shape_str(shape));
+    }
+  }
+}
+
 Shape RecurrentLayer::build(std::span<const Shape> input_shapes, std::uint64_t seed) {
-  expect_inputs(input_shapes, 1);
+  if (input_shapes.empty()) expect_inputs(input_shapes, 1);
   core_ = RecurrentCore(core_.kind(), core_.units(), core_.options(), label());
+  core_.check_initial_states(input_shapes.subspan(1));
   const Shape out = core_.output_shape(input_shapes[0]);
   const std::size_t features = input_shapes[0][1];
   if (!weights_.empty()) {
@@ -729,15 +814,20 @@ void RecurrentLayer::forward(std::span<const Tensor<float>> inputs, const Tensor
                              const CallContext& ctx) {
   check_inputs(inputs);
   core_.refuse_dropout(ctx.training);
-  core_.forward(ctx.backend, weights_, inputs[0], output, input_mask(ctx));
+  core_.forward(ctx.backend, weights_, inputs[0], output, input_mask(ctx), inputs.subspan(1),
+                ctx.extra_outputs);
 }
 
 void RecurrentLayer::backward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
                               const Tensor<float>& output_gradient,
                               std::span<const Tensor<float>> input_gradients,
                               const CallContext& ctx) {
-  core_.backward(ctx.backend, weights_, inputs[0], output, output_gradient,
-                 input_gradients.empty() ? Tensor<float>() : input_gradients[0], input_mask(ctx));
+  core_.backward(
+      ctx.backend, weights_, inputs[0], output, output_gradient,
+      input_gradients.empty() ? Tensor<float>() : input_gradients[0], input_mask(ctx),
+      inputs.subspan(1),
+      input_gradients.size() > 1 ? input_gradients.subspan(1) : std::span<const Tensor<float>>(),
+      ctx.extra_output_gradients);
 }
 
 nlohmann::json RecurrentLayer::get_config() const {

@@ -55,6 +55,11 @@ inline constexpr const char* legacy_keras_version = "2.13.1";
 /// The Keras 3 release whose `.keras` layout our archives follow.
 inline constexpr const char* keras3_version = "3.5.0";
 
+/// Whether Keras's class `name` is a recurrent layer, whose call takes `initial_state`.
+inline bool is_recurrent_class(const std::string& name) {
+  return name == "SimpleRNN" || name == "LSTM" || name == "GRU" || name == "Bidirectional";
+}
+
 // --- the model's layers as Keras lists them
 // -------------------------------------------------------
 
@@ -665,13 +670,24 @@ nlohmann::json keras3_model_config(const Model& model, bool include_compile) {
     output_shapes[layer->name()] = layer->built_output_shape();
   const auto keras_tensor = [&](const nlohmann::json& ref) {
     const std::string name = ref[0].get<std::string>();
-    const auto shape = output_shapes.find(name);
+    auto shape = output_shapes.find(name);
+    Shape extra;  // a later output of a layer with several
+    if (const auto layer = by_name.find(name);
+        layer != by_name.end() && ref[2].get<std::size_t>() > 0 && layer->second->built()) {
+      const auto shapes = layer->second->extra_output_shapes(layer->second->built_input_shapes());
+      if (ref[2].get<std::size_t>() <= shapes.size()) {
+        extra = shapes[ref[2].get<std::size_t>() - 1];
+        shape = output_shapes.end();
+      }
+    }
+    const nlohmann::json shape_json = extra.rank() > 0 ? batch_shape_json(extra)
+                                      : shape != output_shapes.end()
+                                          ? batch_shape_json(shape->second)
+                                          : nlohmann::json(nullptr);
     return nlohmann::json{
         {"class_name", "__keras_tensor__"},
         {"config",
-         {{"shape", shape != output_shapes.end() ? batch_shape_json(shape->second) : nullptr},
-          {"dtype", "float32"},
-          {"keras_history", {name, ref[1], ref[2]}}}}};
+         {{"shape", shape_json}, {"dtype", "float32"}, {"keras_history", {name, ref[1], ref[2]}}}}};
   };
   nlohmann::json layers = nlohmann::json::array();
   for (const auto& entry : config["layers"]) {
@@ -717,7 +733,15 @@ nlohmann::json keras3_model_config(const Model& model, bool include_compile) {
           for (const auto& [key, value] : call[0][3].items())
             kwargs[key] = is_tensor_reference(value) ? keras_tensor(value) : value;
         }
-        nodes.push_back({{"args", call.size() == 1 ? args : nlohmann::json::array({args})},
+        if (is_recurrent_class(layer_class) && args.size() > 1) {
+          // A recurrent layer's later inputs are its `initial_state` (Keras 3's keyword).
+          nlohmann::json states = nlohmann::json::array();
+          for (std::size_t i = 1; i < args.size(); ++i)
+            states.push_back(args[i]);
+          kwargs["initial_state"] = std::move(states);
+          args = nlohmann::json::array({args[0]});
+        }
+        nodes.push_back({{"args", args.size() == 1 ? args : nlohmann::json::array({args})},
                          {"kwargs", std::move(kwargs)}});
       }
       out["name"] = name;
@@ -784,13 +808,25 @@ nlohmann::json legacy_model_config(nlohmann::json config) {
       const auto nodes = entry.find("inbound_nodes");
       if (nodes == entry.end() || !nodes->is_array()) continue;
       nlohmann::json legacy = nlohmann::json::array();
-      for (const auto& node : *nodes) {
+      for (nlohmann::json node : *nodes) {
         if (!node.is_object()) {
           legacy.push_back(node);
           continue;
         }
         nlohmann::json refs = nlohmann::json::array();
         if (node.contains("args")) collect_keras_tensors(node["args"], refs);
+        // Keras 3 gives a recurrent layer's initial states as the keyword `initial_state`;
+        // tf.keras 2 (and loadstar) as the inputs after the sequence.
+        if (const auto kwargs = node.find("kwargs");
+            kwargs != node.end() && kwargs->is_object() && kwargs->contains("initial_state") &&
+            entry_class != entry.end() && entry_class->is_string() &&
+            is_recurrent_class(entry_class->get<std::string>())) {
+          nlohmann::json states = nlohmann::json::array();
+          collect_keras_tensors((*kwargs)["initial_state"], states);
+          for (auto& state : states)
+            refs.push_back(std::move(state));
+          kwargs->erase("initial_state");
+        }
         // The keyword arguments go on the first input as tf.keras 2 writes them, their tensors
         // as [layer, node, tensor] (call_arguments.hpp reads them).
         const auto kwargs = node.find("kwargs");

@@ -1,0 +1,189 @@
+// Recurrent layers' states as Keras has them: `return_state` returns the final states (those of
+// the last unmasked step) beside the output, and `initial_state` starts a layer from given states;
+// an encoder-decoder trains as PyTorch's loop from nn.LSTM's and nn.GRU's initial states
+// (tests/keras/generate_unknown_axes.py), saves and loads in both formats with Keras's tensor
+// indices, and the mistakes a user can make are refused by name.
+#include <doctest/doctest.h>
+
+#include <loadstar/error.hpp>
+#include <loadstar/keras.hpp>
+#include <loadstar/keras/saving/detail/formats.hpp>
+#include <loadstar/keras/saving/model_config.hpp>
+#include <loadstar/keras/saving/saving.hpp>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "keras/layer_cases.hpp"
+#include "keras/unknown_axes_cases.hpp"
+#include "temp_dir.hpp"
+
+namespace recurrent_states_test {
+
+using loadstar::ConfigError;
+using loadstar::Shape;
+using loadstar::ShapeError;
+using loadstar::Tensor;
+using namespace loadstar::keras;
+using namespace loadstar::keras::layers;
+using nlohmann::json;
+using unknown_axes_cases::case_named;
+using unknown_axes_cases::check_training;
+
+Tensor<float> tokens_of(Shape shape, std::vector<float> values) {
+  Tensor<float> t(shape);
+  std::copy(values.begin(), values.end(), t.data());
+  return t;
+}
+
+TEST_CASE("an LSTM encoder's return_state starts a decoder LSTM, trained as PyTorch's loop") {
+  auto model = unknown_axes_cases::seq2seq_lstm();
+  check_training(*model, case_named("seq2seq_lstm"), "sparse_categorical_crossentropy");
+}
+
+TEST_CASE("GRU and SimpleRNN states, returned beside a masked sequence, train as PyTorch's loop") {
+  auto model = unknown_axes_cases::gru_states();
+  check_training(*model, case_named("gru_states"), "mse");
+}
+
+TEST_CASE("the states a model outputs are the last unmasked step's") {
+  auto tokens = Input(Shape{none}, "tokens");
+  auto e = call(Embedding(12, 3, {.mask_zero = true}), tokens);
+  const auto lstm = call_outputs(LSTM(4, {.return_state = true}), e);
+  REQUIRE(lstm.size() == 3);
+  CHECK(lstm[1].shape() == Shape{4});
+  Model model({tokens}, {lstm[0], lstm[1], lstm[2]}, "states");
+  // Keras's unique output names for one layer's several outputs.
+  CHECK(model.output_names() == std::vector<std::string>{"lstm", "lstm_1", "lstm_2"});
+  const Tensor<float> x = tokens_of({2, 5}, {3, 1, 4, 0, 0, 2, 7, 0, 5, 0});
+  const auto outputs = model.predict_outputs(x, {.verbose = 0});
+  REQUIRE(outputs.size() == 3);
+  // Without zero_output_for_mask an LSTM's last output is its last hidden state.
+  CHECK(layer_cases::same_bits(outputs[0], outputs[1]));
+  // Trailing masked steps change nothing: the states of (3, 1, 4) alone.
+  Model alone({tokens}, {lstm[1], lstm[2]}, "alone");
+  const auto short_outputs =
+      alone.predict_outputs(tokens_of({2, 3}, {3, 1, 4, 2, 7, 5}), {.verbose = 0});
+  for (std::size_t j = 0; j < 4; ++j) {
+    CHECK(outputs[1].data()[j] == doctest::Approx(short_outputs[0].data()[j]).epsilon(1e-6));
+    CHECK(outputs[2].data()[j] == doctest::Approx(short_outputs[1].data()[j]).epsilon(1e-6));
+    // The second row's masked step in the middle is skipped too.
+    CHECK(outputs[1].data()[4 + j] ==
+          doctest::Approx(short_outputs[0].data()[4 + j]).epsilon(1e-6));
+  }
+}
+
+TEST_CASE("a model with return_state and initial_state saves and loads in both formats") {
+  auto model = unknown_axes_cases::seq2seq_lstm();
+  const Tensor<float> x = tokens_of({2, 4}, {3, 1, 4, 0, 2, 7, 0, 5});
+  const Tensor<float> expected = model->predict(x, {.verbose = 0});
+  const json config = model_get_config(*model);
+  const std::string text = config.dump();
+  INFO(text);
+  CHECK(text.find("\"return_state\":true") != std::string::npos);
+  // The decoder's call: the sequence, then the encoder's tensors 1 and 2 (tf.keras 2's form).
+  CHECK(text.find("[\"lstm\",0,1,{}],[\"lstm\",0,2,{}]") != std::string::npos);
+  const auto copy = model_from_config(config);
+  CHECK(model_get_config(*copy) == config);
+  copy->set_weights(model->get_weights());
+  CHECK(layer_cases::same_bits(copy->predict(x, {.verbose = 0}), expected));
+  test_support::TempDir dir;
+  for (const char* file : {"model.h5", "model.keras"}) {
+    INFO(file);
+    model->save(dir / file);
+    CHECK(layer_cases::same_bits(load_model(dir / file)->predict(x, {.verbose = 0}), expected));
+  }
+}
+
+TEST_CASE("a Keras 3 config gives initial_state as a keyword, with tensor indices") {
+  // As Keras 3.5 writes the functional config of an encoder-decoder (shapes trimmed).
+  const auto tensor = [](const char* layer, int index) {
+    return json{{"class_name", "__keras_tensor__"},
+                {"config",
+                 {{"shape", nullptr}, {"dtype", "float32"}, {"keras_history", {layer, 0, index}}}}};
+  };
+  const json input = {
+      {"module", "keras.layers"},
+      {"class_name", "InputLayer"},
+      {"config",
+       {{"batch_shape", {nullptr, 5, 2}}, {"dtype", "float32"}, {"sparse", false}, {"name", "x"}}},
+      {"registered_name", nullptr},
+      {"name", "x"},
+      {"inbound_nodes", json::array()}};
+  const auto lstm = [](const char* name, bool sequences, bool state) {
+    return json{
+        {"units", 3}, {"return_sequences", sequences}, {"return_state", state}, {"name", name}};
+  };
+  json encoder = {{"module", "keras.layers"},
+                  {"class_name", "LSTM"},
+                  {"config", lstm("encoder", false, true)},
+                  {"registered_name", nullptr},
+                  {"name", "encoder"}};
+  encoder["inbound_nodes"] =
+      json::array({{{"args", {tensor("x", 0)}}, {"kwargs", json::object()}}});
+  json decoder = {{"module", "keras.layers"},
+                  {"class_name", "LSTM"},
+                  {"config", lstm("decoder", true, false)},
+                  {"registered_name", nullptr},
+                  {"name", "decoder"}};
+  json kwargs = json::object();
+  kwargs["initial_state"] = json::array({tensor("encoder", 1), tensor("encoder", 2)});
+  decoder["inbound_nodes"] = json::array({{{"args", {tensor("x", 0)}}, {"kwargs", kwargs}}});
+  json inner = json::object();
+  inner["name"] = "s2s";
+  inner["layers"] = json::array({input, encoder, decoder});
+  inner["input_layers"] = json::array({"x", 0, 0});
+  inner["output_layers"] =
+      json::array({json::array({"decoder", 0, 0}), json::array({"encoder", 0, 2})});
+  const json config = {{"module", "keras.src.models.functional"},
+                       {"class_name", "Functional"},
+                       {"registered_name", "Functional"},
+                       {"config", inner}};
+  const auto model = model_from_config(loadstar::keras::detail::legacy_model_config(config));
+  REQUIRE(model->outputs().size() == 2);
+  CHECK(model->outputs()[0].shape() == Shape{5, 3});
+  CHECK(model->outputs()[1].shape() == Shape{3});
+  CHECK(model->get_layer("decoder")->built_input_shapes().size() == 3);
+  // Written back as Keras 3 does: the states under initial_state.
+  const std::string written = loadstar::keras::detail::keras3_model_config(*model, false).dump();
+  INFO(written);
+  CHECK(written.find("\"initial_state\":[") != std::string::npos);
+  CHECK(written.find("\"keras_history\":[\"encoder\",0,2]") != std::string::npos);
+}
+
+TEST_CASE("the summary lists a layer's several outputs, and who reads which") {
+  auto x = Input({4, 2}, "x");
+  const auto encoder = call_outputs(GRU(3, {.return_state = true, .name = "enc"}), x);
+  auto y = call(GRU(3, {.name = "dec"}), {x, encoder[1]});
+  Model model({x}, {y}, "printed");
+  std::ostringstream out;
+  model.summary(out);
+  INFO(out.str());
+  // Keras's list of shapes, cut at the column's width as Keras cuts it.
+  CHECK(out.str().find(" enc (GRU)                      [(None, 3), (None,") != std::string::npos);
+  CHECK(out.str().find("'enc[0][1]'") != std::string::npos);
+}
+
+TEST_CASE("return_state and initial_state mistakes are refused by name") {
+  auto x = Input({4, 2}, "x");
+  // call would drop the states unseen.
+  CHECK_THROWS_WITH_AS(call(LSTM(3, {.return_state = true, .name = "enc"}), x),
+                       doctest::Contains("lstm layer 'enc': returns 3 outputs; call it with "
+                                         "call_outputs"),
+                       ConfigError);
+  auto h = Input({3}, "h");
+  auto wrong = Input({4}, "wrong");
+  // An LSTM takes h and c.
+  CHECK_THROWS_WITH_AS(call(LSTM(3, {.name = "dec"}), {x, h}),
+                       doctest::Contains("takes the sequence and 2 initial states"), ShapeError);
+  CHECK_THROWS_WITH_AS(call(GRU(3, {.name = "dec2"}), {x, wrong}),
+                       doctest::Contains("expects initial states of shape (None, 3) but got "
+                                         "(None, 4)"),
+                       ShapeError);
+  CHECK_THROWS_WITH_AS(static_cast<void>(Bidirectional(LSTM(3, {.return_state = true}))),
+                       doctest::Contains("return_state"), ConfigError);
+}
+
+}  // namespace recurrent_states_test
