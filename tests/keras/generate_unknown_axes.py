@@ -697,6 +697,41 @@ cases.append(run("gru_states", gru_states, w, mse,
                                        dim=1),
                  make_tokens=masked_tokens))
 
+def bilstm_states(w, x):
+    """Embedding(12, 5, mask_zero=True) -> Bidirectional(LSTM(3, return_state=True)), whose merged
+    output nothing reads: its states [fh, fc, bh, bc] (the backward direction's after it has run
+    from the end to the start) start Bidirectional(LSTM(3), merge_mode="sum") over Embedding(12, 5)
+    of the same tokens (no mask) -> Dense(2)."""
+    m = x != 0
+    e = F.embedding(x, w["embeddings"])
+    _, fh, fc = state_loop(lstm_cell(w["fw/kernel"], w["fw/recurrent_kernel"], w["fw/bias"]),
+                           e, m, 3)
+    _, bh, bc = state_loop(lstm_cell(w["bw/kernel"], w["bw/recurrent_kernel"], w["bw/bias"]),
+                           e, m, 3, reverse=True)
+    e2 = F.embedding(x, w["embeddings2"])
+    every = torch.ones_like(m)
+    f, _, _ = state_loop(lstm_cell(w["fw2/kernel"], w["fw2/recurrent_kernel"], w["fw2/bias"]),
+                         e2, every, 3, fh, fc)
+    b, _, _ = state_loop(lstm_cell(w["bw2/kernel"], w["bw2/recurrent_kernel"], w["bw2/bias"]),
+                         e2, every, 3, bh, bc, reverse=True)
+    return (f[:, -1] + b[:, -1]) @ w["dense/kernel"] + w["dense/bias"]
+
+
+w = {"embeddings": rnd(VOCAB, 5, scale=1.0)}
+w.update(lstm_weights("fw/", 5, 3))
+w.update(lstm_weights("bw/", 5, 3))
+w["embeddings2"] = rnd(VOCAB, 5, scale=1.0)
+w.update(lstm_weights("fw2/", 5, 3))
+w.update(lstm_weights("bw2/", 5, 3))
+w.update({"dense/kernel": rnd(3, 2), "dense/bias": rnd(2, scale=0.1)})
+# Keras's weight order: both embeddings (one depth from the second Bidirectional), then the rest.
+order = ["embeddings", "embeddings2"] + [k for k in w if "/" in k]
+w = {k: w[k] for k in order}
+cases.append(run("bilstm_states", bilstm_states, w, mse,
+                 lambda x: torch.stack([(x > 5).to(DT).mean(dim=1), (x % 2).to(DT).mean(dim=1)],
+                                       dim=1),
+                 make_tokens=masked_tokens))
+
 with open(os.path.join(HERE, "reference", "unknown_axes.json"), "w") as out:
     json.dump({"generator": "tests/keras/generate_unknown_axes.py", "lr": LR, "batch": BATCH,
                "cases": cases}, out, indent=None, separators=(",", ":"))

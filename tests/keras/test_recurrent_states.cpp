@@ -48,6 +48,19 @@ TEST_CASE("GRU and SimpleRNN states, returned beside a masked sequence, train as
   check_training(*model, case_named("gru_states"), "mse");
 }
 
+TEST_CASE("Bidirectional returns both directions' states and starts from given ones") {
+  auto model = unknown_axes_cases::bilstm_states();
+  check_training(*model, case_named("bilstm_states"), "mse");
+  const Tensor<float> x = tokens_of({2, 4}, {3, 1, 4, 0, 2, 7, 0, 5});
+  const Tensor<float> expected = model->predict(x, {.verbose = 0});
+  test_support::TempDir dir;
+  for (const char* file : {"model.h5", "model.keras"}) {
+    INFO(file);
+    model->save(dir / file);
+    CHECK(layer_cases::same_bits(load_model(dir / file)->predict(x, {.verbose = 0}), expected));
+  }
+}
+
 TEST_CASE("the states a model outputs are the last unmasked step's") {
   auto tokens = Input(Shape{none}, "tokens");
   auto e = call(Embedding(12, 3, {.mask_zero = true}), tokens);
@@ -182,8 +195,16 @@ TEST_CASE("return_state and initial_state mistakes are refused by name") {
                        doctest::Contains("expects initial states of shape (None, 3) but got "
                                          "(None, 4)"),
                        ShapeError);
-  CHECK_THROWS_WITH_AS(static_cast<void>(Bidirectional(LSTM(3, {.return_state = true}))),
-                       doctest::Contains("return_state"), ConfigError);
+  CHECK_THROWS_WITH_AS(call(Bidirectional(GRU(3), MergeMode::concat, "both"), {x, h}),
+                       doctest::Contains("bidirectional layer 'both': takes the sequence and 2 "
+                                         "initial states"),
+                       ShapeError);
+  CHECK_THROWS_WITH_AS(
+      static_cast<void>(Bidirectional(LSTM(3, {.return_state = true}),
+                                      LSTM(3, {.go_backwards = true}), MergeMode::concat)),
+      doctest::Contains("backward_layer must have the forward layer's "
+                        "return_state"),
+      ConfigError);
 }
 
 }  // namespace recurrent_states_test

@@ -182,6 +182,17 @@ inline std::shared_ptr<Model> gru_states() {
   return std::make_shared<Model>(std::vector{tokens}, std::vector{out}, "gru_states");
 }
 
+inline std::shared_ptr<Model> bilstm_states() {
+  auto tokens = Input(Shape{none}, "tokens");
+  auto e = call(Embedding(12, 5, {.mask_zero = true}), tokens);
+  // The merged output is read by nothing: only the states of both directions.
+  const auto first = call_outputs(Bidirectional(LSTM(3, {.return_state = true})), e);
+  auto h = call(Embedding(12, 5), tokens);
+  h = call(Bidirectional(LSTM(3), MergeMode::sum), {h, first[1], first[2], first[3], first[4]});
+  auto out = call(Dense(2), h);
+  return std::make_shared<Model>(std::vector{tokens}, std::vector{out}, "bilstm_states");
+}
+
 inline void check_training(Model& model, const json& c, const std::string& loss,
                            std::shared_ptr<Backend> backend = nullptr) {
   INFO(c["name"].get<std::string>());
@@ -242,7 +253,8 @@ inline std::vector<Case> all_cases() {
           {"masked_mha", masked_mha, "mse"},
           {"masked_td_tagger", masked_td_tagger, "mse"},
           {"seq2seq_lstm", seq2seq_lstm, "sparse_categorical_crossentropy"},
-          {"gru_states", gru_states, "mse"}};
+          {"gru_states", gru_states, "mse"},
+          {"bilstm_states", bilstm_states, "mse"}};
 }
 
 }  // namespace unknown_axes_cases

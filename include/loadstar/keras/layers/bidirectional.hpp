@@ -45,6 +45,19 @@ class Bidirectional : public detail::LayerBase {
     return forward_.options().return_sequences ? MaskFlow::passes : MaskFlow::ends;
   }
   bool reads_masks() const noexcept override { return true; }
+  /// With the wrapped layer's `return_state`: the merged output, then the forward direction's
+  /// final states, then the backward direction's (Keras's order).
+  std::size_t output_count() const noexcept override {
+    return forward_.options().return_state ? 1 + forward_.state_count() + backward_.state_count()
+                                           : 1;
+  }
+  std::vector<Shape> extra_output_shapes(std::span<const Shape> /*inputs*/) const override {
+    std::vector<Shape> out;
+    if (!forward_.options().return_state) return out;
+    out.assign(forward_.state_count(), Shape{forward_.units()});
+    out.insert(out.end(), backward_.state_count(), Shape{backward_.units()});
+    return out;
+  }
   LOADSTAR_DECL void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
                              const CallContext& ctx) override;
   LOADSTAR_DECL void backward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
@@ -117,10 +130,8 @@ Bidirectional::Bidirectional(const detail::RecurrentLayer& layer,
                 "bidirectional layer"),
       merge_mode_(merge_mode),
       custom_backward_(true) {
-  if (layer.options().return_state || backward_layer.options().return_state) {
-    throw ConfigError(label() +
-                      ": wraps a layer with return_state, whose states loadstar's Bidirectional "
-                      "does not return; wrap the layer without return_state");
+  if (layer.options().return_state != backward_layer.options().return_state) {
+    throw ConfigError(label() + ": backward_layer must have the forward layer's return_state");
   }
   if (&layer != &backward_layer) {
     if (backward_layer.options().go_backwards == layer.options().go_backwards) {
@@ -138,12 +149,24 @@ Bidirectional::Bidirectional(const detail::RecurrentLayer& layer,
 }
 
 Shape Bidirectional::build(std::span<const Shape> input_shapes, std::uint64_t seed) {
-  expect_inputs(input_shapes, 1);
+  if (input_shapes.empty()) expect_inputs(input_shapes, 1);
   const std::string prefix = label();
   forward_ = detail::RecurrentCore(forward_.kind(), forward_.units(), forward_.options(),
                                    prefix + " (forward)");
   backward_ = detail::RecurrentCore(backward_.kind(), backward_.units(), backward_.options(),
                                     prefix + " (backward)");
+  // Keras's initial_state: the forward direction's states, then the backward one's.
+  const std::size_t sf = forward_.state_count(), sb = backward_.state_count();
+  if (input_shapes.size() > 1) {
+    if (input_shapes.size() != 1 + sf + sb) {
+      throw ShapeError(label() + ": takes the sequence and " + std::to_string(sf + sb) +
+                       " initial states (initial_state: the forward direction's, then the "
+                       "backward one's) but got " +
+                       std::to_string(input_shapes.size() - 1) + " after the sequence");
+    }
+    forward_.check_initial_states(input_shapes.subspan(1, sf));
+    backward_.check_initial_states(input_shapes.subspan(1 + sf, sb));
+  }
   Shape out = forward_.output_shape(input_shapes[0]);
   const Shape back = backward_.output_shape(input_shapes[0]);
   if (merge_mode_ == MergeMode::concat) out[out.rank() - 1] += back[back.rank() - 1];
@@ -185,8 +208,17 @@ void Bidirectional::forward(std::span<const Tensor<float>> inputs, const Tensor<
   const Tensor<float> mask = detail::input_mask(ctx);
   forward_.refuse_dropout(ctx.training);
   backward_.refuse_dropout(ctx.training);
-  forward_.forward(backend, direction_weights(0), inputs[0], yf, mask);
-  backward_.forward(backend, direction_weights(1), inputs[0], yb, mask);
+  const std::size_t sf = forward_.state_count();
+  const auto initial = [&](std::size_t direction) {
+    if (inputs.size() == 1) return std::span<const Tensor<float>>();
+    return direction == 0 ? inputs.subspan(1, sf) : inputs.subspan(1 + sf);
+  };
+  const auto states = [&](std::size_t direction) {
+    if (ctx.extra_outputs.empty()) return std::span<const Tensor<float>>();
+    return direction == 0 ? ctx.extra_outputs.subspan(0, sf) : ctx.extra_outputs.subspan(sf);
+  };
+  forward_.forward(backend, direction_weights(0), inputs[0], yf, mask, initial(0), states(0));
+  backward_.forward(backend, direction_weights(1), inputs[0], yb, mask, initial(1), states(1));
   // The backward direction's outputs come in its processing order: Keras reverses them back
   // along time when it returns sequences (and a go_backwards forward layer's stay as they are).
   const bool sequences = forward_.options().return_sequences;
@@ -226,44 +258,61 @@ void Bidirectional::backward(std::span<const Tensor<float>> inputs, const Tensor
   const Shape backward_shape = backward_.output_shape(inputs[0].shape().row_shape());
   const Tensor<float> yf = forward_output_.get(backend, forward_shape.prepend(batch));
   const Tensor<float> yb = backward_output_.get(backend, backward_shape.prepend(batch));
-  const Tensor<float> dyf = forward_gradient_.get(backend, forward_shape.prepend(batch));
-  const Tensor<float> dyb = backward_gradient_.get(backend, backward_shape.prepend(batch));
+  // A merged output nothing reads (of a layer returning its states) has no gradient.
+  const bool read = !output_gradient.empty();
+  const Tensor<float> dyf =
+      read ? forward_gradient_.get(backend, forward_shape.prepend(batch)) : Tensor<float>();
+  const Tensor<float> dyb =
+      read ? backward_gradient_.get(backend, backward_shape.prepend(batch)) : Tensor<float>();
   const bool sequences = forward_.options().return_sequences;
   const std::size_t steps = sequences ? inputs[0].dim(1) : 1;
   const std::size_t uf = forward_.units(), ub = backward_.units();
   const MergeMode mode = merge_mode_;
   const Tensor<float> tensors[] = {yf, yb, output_gradient, dyf, dyb};
-  backend.host_kernel(tensors, [&](std::span<const Tensor<float>> t) {
-    for (std::size_t b = 0; b < batch; ++b) {
-      for (std::size_t s = 0; s < steps; ++s) {
-        const std::size_t fi = (b * steps + s) * uf, ri = (b * steps + (steps - 1 - s)) * ub;
-        float* df = t[3].data() + fi;
-        float* dr = t[4].data() + ri;
-        if (mode == MergeMode::concat) {
-          const float* dy = t[2].data() + (b * steps + s) * (uf + ub);
-          std::copy(dy, dy + uf, df);
-          std::copy(dy + uf, dy + uf + ub, dr);
-          continue;
-        }
-        const float* dy = t[2].data() + (b * steps + s) * uf;
-        for (std::size_t j = 0; j < uf; ++j) {
-          if (mode == MergeMode::mul) {
-            df[j] = dy[j] * t[1].data()[ri + j];
-            dr[j] = dy[j] * t[0].data()[fi + j];
-          } else {
-            df[j] = dr[j] = mode == MergeMode::sum ? dy[j] : dy[j] / 2.0F;
+  if (read)
+    backend.host_kernel(tensors, [&](std::span<const Tensor<float>> t) {
+      for (std::size_t b = 0; b < batch; ++b) {
+        for (std::size_t s = 0; s < steps; ++s) {
+          const std::size_t fi = (b * steps + s) * uf, ri = (b * steps + (steps - 1 - s)) * ub;
+          float* df = t[3].data() + fi;
+          float* dr = t[4].data() + ri;
+          if (mode == MergeMode::concat) {
+            const float* dy = t[2].data() + (b * steps + s) * (uf + ub);
+            std::copy(dy, dy + uf, df);
+            std::copy(dy + uf, dy + uf + ub, dr);
+            continue;
+          }
+          const float* dy = t[2].data() + (b * steps + s) * uf;
+          for (std::size_t j = 0; j < uf; ++j) {
+            if (mode == MergeMode::mul) {
+              df[j] = dy[j] * t[1].data()[ri + j];
+              dr[j] = dy[j] * t[0].data()[fi + j];
+            } else {
+              df[j] = dr[j] = mode == MergeMode::sum ? dy[j] : dy[j] / 2.0F;
+            }
           }
         }
       }
-    }
-  });
+    });
   const bool dx = !input_gradients.empty() && !input_gradients[0].empty();
   const Tensor<float> dx_backward =
       dx ? input_gradient_.get(backend, inputs[0].shape()) : Tensor<float>();
   const Tensor<float> mask = detail::input_mask(ctx);
+  const std::size_t sf = forward_.state_count();
+  // Per direction: its initial states and their gradients, and its final states' gradients.
+  const auto part = [&](std::span<const Tensor<float>> all, std::size_t direction) {
+    if (all.empty()) return all;
+    return direction == 0 ? all.subspan(0, sf) : all.subspan(sf);
+  };
+  const auto initial = inputs.subspan(1);
+  const auto initial_gradients =
+      input_gradients.size() > 1 ? input_gradients.subspan(1) : std::span<const Tensor<float>>();
   forward_.backward(backend, direction_weights(0), inputs[0], yf, dyf,
-                    dx ? input_gradients[0] : Tensor<float>(), mask);
-  backward_.backward(backend, direction_weights(1), inputs[0], yb, dyb, dx_backward, mask);
+                    dx ? input_gradients[0] : Tensor<float>(), mask, part(initial, 0),
+                    part(initial_gradients, 0), part(ctx.extra_output_gradients, 0));
+  backward_.backward(backend, direction_weights(1), inputs[0], yb, dyb, dx_backward, mask,
+                     part(initial, 1), part(initial_gradients, 1),
+                     part(ctx.extra_output_gradients, 1));
   if (dx) backend.add(input_gradients[0], dx_backward, input_gradients[0]);
 }
 
