@@ -168,7 +168,8 @@ def lstm_weights(prefix, features, units):
             rnd(units, 4 * units), prefix + "bias": rnd(4 * units, scale=0.1)}
 
 
-def run(name, forward, weights, loss, targets, lengths=LENGTHS, make_tokens=None, metric=None):
+def run(name, forward, weights, loss, targets, lengths=LENGTHS, make_tokens=None, metric=None,
+        predict_length=PREDICT_LENGTH):
     """One SGD step per batch; `forward` may return (output, tokens) for a loss that reads the
     mask, and `metric(output, y, tokens)` is recorded per batch as "accuracies"."""
     make_tokens = make_tokens or tokens
@@ -190,7 +191,7 @@ def run(name, forward, weights, loss, targets, lengths=LENGTHS, make_tokens=None
         batches.append({"x": x.reshape(-1).tolist(), "length": length, "y": flat(y),
                         "y_shape": list(y.shape)})
         losses.append(float(value))
-    x = make_tokens(PREDICT_LENGTH)
+    x = make_tokens(predict_length)
     with torch.no_grad():
         prediction = forward(w, x)
         if isinstance(prediction, tuple):  # (output, tokens) of a loss that reads the mask
@@ -730,6 +731,84 @@ w = {k: w[k] for k in order}
 cases.append(run("bilstm_states", bilstm_states, w, mse,
                  lambda x: torch.stack([(x > 5).to(DT).mean(dim=1), (x % 2).to(DT).mean(dim=1)],
                                        dim=1),
+                 make_tokens=masked_tokens))
+
+def bigru_separate(w, x):
+    """Embedding(12, 4, mask_zero=True) -> Bidirectional(GRU(3, return_sequences=True),
+    merge_mode=None) -> [forward, backward] (the backward outputs back in time order, masked
+    steps 0 in both, each with the mask) -> GlobalAveragePooling1D of each (of the unmasked steps)
+    -> Dense(2) of their Concatenate."""
+    m = x != 0
+    e = F.embedding(x, w["embeddings"])
+    f = masked_loop(gru_cell(w["fw/kernel"], w["fw/recurrent_kernel"], w["fw/bias"]), e, m, 3,
+                    zero_output=True)
+    b = masked_loop(gru_cell(w["bw/kernel"], w["bw/recurrent_kernel"], w["bw/bias"]), e, m, 3,
+                    reverse=True, zero_output=True)
+    b = torch.flip(b, dims=[1])
+    mf = m.to(DT).unsqueeze(-1)
+    pooled = torch.cat([(f * mf).sum(dim=1), (b * mf).sum(dim=1)], dim=1) / mf.sum(dim=1)
+    return pooled @ w["dense/kernel"] + w["dense/bias"]
+
+
+w = {"embeddings": rnd(VOCAB, 4, scale=1.0),
+     "fw/kernel": rnd(4, 9), "fw/recurrent_kernel": rnd(3, 9), "fw/bias": rnd(2, 9, scale=0.1),
+     "bw/kernel": rnd(4, 9), "bw/recurrent_kernel": rnd(3, 9), "bw/bias": rnd(2, 9, scale=0.1),
+     "dense/kernel": rnd(6, 2), "dense/bias": rnd(2, scale=0.1)}
+cases.append(run("bigru_separate", bigru_separate, w, mse,
+                 lambda x: torch.stack([(x > 5).to(DT).mean(dim=1), (x % 2).to(DT).mean(dim=1)],
+                                       dim=1),
+                 make_tokens=masked_tokens))
+
+def mha_scores(w, x):
+    """Input((5,)) -> Embedding(12, 6) -> MultiHeadAttention(2, 3) self-attention called with
+    return_attention_scores=True -> [y, scores (batch, 2, 5, 5)] -> Dense(2) of
+    Concatenate([GlobalAveragePooling1D(y), Flatten(scores)]): the loss reaches the scores'
+    softmax directly as well as through the output."""
+    e = F.embedding(x, w["embeddings"])
+    q = torch.einsum("btd,dhk->bthk", e, w["mha/query/kernel"]) + w["mha/query/bias"]
+    k = torch.einsum("btd,dhk->bthk", e, w["mha/key/kernel"]) + w["mha/key/bias"]
+    v = torch.einsum("btd,dhk->bthk", e, w["mha/value/kernel"]) + w["mha/value/bias"]
+    p = torch.softmax(torch.einsum("bqhk,bshk->bhqs", q, k) / math.sqrt(q.shape[-1]), dim=-1)
+    o = torch.einsum("bhqs,bshk->bqhk", p, v)
+    y = torch.einsum("bqhk,hkd->bqd", o, w["mha/attention_output/kernel"]) + \
+        w["mha/attention_output/bias"]
+    features = torch.cat([y.mean(dim=1), p.reshape(p.shape[0], -1)], dim=1)
+    return features @ w["dense/kernel"] + w["dense/bias"]
+
+
+w = {"embeddings": rnd(VOCAB, 6, scale=1.0)}
+for p in ("query", "key", "value"):
+    w["mha/%s/kernel" % p] = rnd(6, 2, 3)
+    w["mha/%s/bias" % p] = rnd(2, 3, scale=0.1)
+w["mha/attention_output/kernel"] = rnd(2, 3, 6)
+w["mha/attention_output/bias"] = rnd(6, scale=0.1)
+w.update({"dense/kernel": rnd(6 + 50, 2), "dense/bias": rnd(2, scale=0.1)})
+cases.append(run("mha_scores", mha_scores, w, mse,
+                 lambda x: torch.stack([(x > 5).to(DT).mean(dim=1), (x % 2).to(DT).mean(dim=1)],
+                                       dim=1),
+                 lengths=[5, 5, 5], predict_length=5))
+
+class StatefulLstm:
+    """Embedding(12, 5, mask_zero=True) -> LSTM(4, stateful=True) -> Dense(3, softmax): each batch
+    (of 3 samples, any length) starts from the final states of the batch before, detached (Keras's
+    truncated backpropagation through time), the first from zeros; prediction continues them."""
+
+    def __init__(self):
+        self.h = self.c = None
+
+    def __call__(self, w, x):
+        m = x != 0
+        _, h, c = state_loop(lstm_cell(w["lstm/kernel"], w["lstm/recurrent_kernel"],
+                                       w["lstm/bias"]),
+                             F.embedding(x, w["embeddings"]), m, 4, self.h, self.c)
+        self.h, self.c = h.detach(), c.detach()
+        return torch.softmax(h @ w["dense/kernel"] + w["dense/bias"], dim=-1)
+
+
+w = {"embeddings": rnd(VOCAB, 5, scale=1.0)}
+w.update(lstm_weights("lstm/", 5, 4))
+w.update({"dense/kernel": rnd(4, 3), "dense/bias": rnd(3, scale=0.1)})
+cases.append(run("stateful_lstm", StatefulLstm(), w, sparse_ce, lambda x: (x.sum(dim=1) % 3),
                  make_tokens=masked_tokens))
 
 with open(os.path.join(HERE, "reference", "unknown_axes.json"), "w") as out:

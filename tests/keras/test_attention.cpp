@@ -240,10 +240,15 @@ TEST_SUITE("keras_layers") {
                          "call: the call argument 'attention_mask' is not supported (loadstar's "
                          "attention layers take no masks; use_causal_mask is)",
                          ConfigError);
-    CHECK_THROWS_WITH_AS(arguments.apply_call_kwargs({{"return_attention_scores", true}}, "call"),
-                         "call: return_attention_scores=True is not supported (loadstar layers "
-                         "have one output; the attention scores are not returned)",
+    CHECK_THROWS_WITH_AS(arguments.apply_call_kwargs({{"return_attention_scores", "yes"}}, "call"),
+                         "call: return_attention_scores: expected a boolean but found \"yes\"",
                          ConfigError);
+    auto& attention_arguments = dynamic_cast<loadstar::keras::detail::CallArguments&>(*attention);
+    CHECK_THROWS_WITH_AS(
+        attention_arguments.apply_call_kwargs({{"return_attention_scores", true}}, "call"),
+        "call: return_attention_scores=True is not supported by this layer (MultiHeadAttention "
+        "returns its scores)",
+        ConfigError);
     CHECK_THROWS_WITH_AS(arguments.apply_call_kwargs({{"use_causal_mask", "yes"}}, "call"),
                          doctest::Contains("use_causal_mask: expected a boolean"), ConfigError);
     CHECK_THROWS_WITH_AS(arguments.apply_call_kwargs({{"scores", 1}}, "call"),
@@ -305,9 +310,16 @@ TEST_SUITE("keras_layers") {
           doctest::Contains("inbound_nodes[0]: the call argument 'attention_mask' is not "
                             "supported"),
           ConfigError);
-      CHECK_THROWS_WITH_AS(
-          model_from_config(legacy_mha_model(mha_config(), {{"return_attention_scores", true}})),
-          doctest::Contains("return_attention_scores=True is not supported"), ConfigError);
+      // return_attention_scores is run: the layer returns two tensors.
+      const auto scored =
+          model_from_config(legacy_mha_model(mha_config(), {{"return_attention_scores", true}}));
+      bool found = false;
+      for (const auto& layer : scored->layers()) {
+        if (layer->class_name() != "MultiHeadAttention") continue;
+        CHECK(layer->output_count() == 2);
+        found = true;
+      }
+      CHECK(found);
     }
   }
 

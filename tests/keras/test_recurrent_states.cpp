@@ -61,6 +61,91 @@ TEST_CASE("Bidirectional returns both directions' states and starts from given o
   }
 }
 
+TEST_CASE("Bidirectional with merge_mode None returns both directions apart, both masked") {
+  auto model = unknown_axes_cases::bigru_separate();
+  check_training(*model, case_named("bigru_separate"), "mse");
+  const json config = model_get_config(*model);
+  const std::string text = config.dump();
+  INFO(text);
+  CHECK(text.find("\"merge_mode\":null") != std::string::npos);
+  CHECK(text.find("[\"bidirectional\",0,1,{}]") != std::string::npos);
+  const Tensor<float> x = tokens_of({2, 4}, {3, 1, 4, 0, 2, 7, 0, 5});
+  const Tensor<float> expected = model->predict(x, {.verbose = 0});
+  test_support::TempDir dir;
+  for (const char* file : {"model.h5", "model.keras"}) {
+    INFO(file);
+    model->save(dir / file);
+    CHECK(layer_cases::same_bits(load_model(dir / file)->predict(x, {.verbose = 0}), expected));
+  }
+}
+
+TEST_CASE("MultiHeadAttention returns its attention scores, and learns through them") {
+  auto model = unknown_axes_cases::mha_scores();
+  check_training(*model, case_named("mha_scores"), "mse");
+  const json config = model_get_config(*model);
+  const std::string text = config.dump();
+  INFO(text);
+  // tf.keras 2's call: the value among the keyword arguments, and the scores asked for.
+  CHECK(text.find("\"return_attention_scores\":true") != std::string::npos);
+  CHECK(text.find("[\"multi_head_attention\",0,1,{}]") != std::string::npos);
+  const Tensor<float> x = tokens_of({2, 5}, {3, 1, 4, 1, 5, 2, 7, 1, 8, 2});
+  const Tensor<float> expected = model->predict(x, {.verbose = 0});
+  test_support::TempDir dir;
+  for (const char* file : {"model.h5", "model.keras"}) {
+    INFO(file);
+    model->save(dir / file);
+    CHECK(layer_cases::same_bits(load_model(dir / file)->predict(x, {.verbose = 0}), expected));
+  }
+  // The scores are each query's probabilities over the value steps.
+  auto q = Input({4, 3}, "q");
+  const auto scored =
+      call_outputs(std::make_shared<MultiHeadAttention>(
+                       2, 2, MultiHeadAttentionOptions{.return_attention_scores = true}),
+                   {q, q});
+  Model scores({q}, {scored[1]}, "scores");
+  Tensor<float> input(Shape{1, 4, 3});
+  for (std::size_t i = 0; i < input.size(); ++i)
+    input.data()[i] = static_cast<float>(i % 5) / 4.0F - 0.5F;
+  const Tensor<float> p = scores.predict(input, {.verbose = 0});
+  REQUIRE(p.shape() == Shape{1, 2, 4, 4});
+  for (std::size_t row = 0; row < 8; ++row) {
+    float sum = 0.0F;
+    for (std::size_t j = 0; j < 4; ++j)
+      sum += p.data()[row * 4 + j];
+    CHECK(sum == doctest::Approx(1.0F).epsilon(1e-6));
+  }
+}
+
+TEST_CASE("a stateful LSTM carries its states from batch to batch until reset_states") {
+  auto model = unknown_axes_cases::stateful_lstm();
+  // Trained and predicted as PyTorch's loop continuing from the batch before.
+  check_training(*model, case_named("stateful_lstm"), "sparse_categorical_crossentropy");
+  const json config = model_get_config(*model);
+  CHECK(config.dump().find("\"stateful\":true") != std::string::npos);
+  // After reset_states, a batch starts from zeros: as the same layers without stateful.
+  auto tokens = Input(Shape{none}, "tokens");
+  auto h = call(Embedding(12, 5, {.mask_zero = true}), tokens);
+  h = call(LSTM(4), h);
+  Model plain({tokens}, {call(Dense(3, {.activation = "softmax"}), h)}, "plain");
+  plain.set_weights(model->get_weights());
+  const Tensor<float> x = tokens_of({3, 4}, {3, 1, 4, 0, 2, 7, 0, 5, 9, 9, 1, 1});
+  model->reset_states();
+  const Tensor<float> first = model->predict(x, {.verbose = 0});
+  CHECK(layer_cases::same_bits(first, plain.predict(x, {.verbose = 0})));
+  // The same batch again starts from the states the first left: another answer.
+  const Tensor<float> second = model->predict(x, {.verbose = 0});
+  CHECK_FALSE(layer_cases::same_bits(first, second));
+  model->reset_states();
+  CHECK(layer_cases::same_bits(model->predict(x, {.verbose = 0}), first));
+  // Every batch must have the samples whose states it carries.
+  CHECK_THROWS_WITH_AS(model->predict(tokens_of({2, 4}, {3, 1, 4, 0, 2, 7, 0, 5}), {.verbose = 0}),
+                       doctest::Contains("lstm layer 'lstm': is stateful and carries the states "
+                                         "of batches of 3 samples, but got a batch of 2"),
+                       ShapeError);
+  CHECK_THROWS_WITH_AS(static_cast<void>(Bidirectional(LSTM(3, {.stateful = true}))),
+                       doctest::Contains("wraps a stateful layer"), ConfigError);
+}
+
 TEST_CASE("the states a model outputs are the last unmasked step's") {
   auto tokens = Input(Shape{none}, "tokens");
   auto e = call(Embedding(12, 3, {.mask_zero = true}), tokens);

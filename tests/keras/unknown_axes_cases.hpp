@@ -193,6 +193,38 @@ inline std::shared_ptr<Model> bilstm_states() {
   return std::make_shared<Model>(std::vector{tokens}, std::vector{out}, "bilstm_states");
 }
 
+inline std::shared_ptr<Model> bigru_separate() {
+  auto tokens = Input(Shape{none}, "tokens");
+  auto e = call(Embedding(12, 4, {.mask_zero = true}), tokens);
+  const auto both =
+      call_outputs(Bidirectional(GRU(3, {.return_sequences = true}), MergeMode::none), e);
+  auto pooled = call(Concatenate(), {call(GlobalAveragePooling1D(), both[0]),
+                                     call(GlobalAveragePooling1D(), both[1])});
+  auto out = call(Dense(2), pooled);
+  return std::make_shared<Model>(std::vector{tokens}, std::vector{out}, "bigru_separate");
+}
+
+inline std::shared_ptr<Model> mha_scores() {
+  auto tokens = Input(Shape{5}, "tokens");
+  auto e = call(Embedding(12, 6), tokens);
+  const auto attended =
+      call_outputs(std::make_shared<MultiHeadAttention>(
+                       2, 3, MultiHeadAttentionOptions{.return_attention_scores = true}),
+                   {e, e});
+  auto features = call(Concatenate(),
+                       {call(GlobalAveragePooling1D(), attended[0]), call(Flatten(), attended[1])});
+  auto out = call(Dense(2), features);
+  return std::make_shared<Model>(std::vector{tokens}, std::vector{out}, "mha_scores");
+}
+
+inline std::shared_ptr<Model> stateful_lstm() {
+  auto tokens = Input(Shape{none}, "tokens");
+  auto h = call(Embedding(12, 5, {.mask_zero = true}), tokens);
+  h = call(LSTM(4, {.stateful = true}), h);
+  auto out = call(Dense(3, {.activation = "softmax"}), h);
+  return std::make_shared<Model>(std::vector{tokens}, std::vector{out}, "stateful_lstm");
+}
+
 inline void check_training(Model& model, const json& c, const std::string& loss,
                            std::shared_ptr<Backend> backend = nullptr) {
   INFO(c["name"].get<std::string>());
@@ -254,7 +286,10 @@ inline std::vector<Case> all_cases() {
           {"masked_td_tagger", masked_td_tagger, "mse"},
           {"seq2seq_lstm", seq2seq_lstm, "sparse_categorical_crossentropy"},
           {"gru_states", gru_states, "mse"},
-          {"bilstm_states", bilstm_states, "mse"}};
+          {"bilstm_states", bilstm_states, "mse"},
+          {"bigru_separate", bigru_separate, "mse"},
+          {"mha_scores", mha_scores, "mse"},
+          {"stateful_lstm", stateful_lstm, "sparse_categorical_crossentropy"}};
 }
 
 }  // namespace unknown_axes_cases

@@ -186,6 +186,10 @@ class Layer : public std::enable_shared_from_this<Layer> {
   /// What becomes of the masks of the layer's inputs (`MaskFlow`); `stops` by default, as a Keras
   /// layer that does not set `supports_masking`.
   virtual MaskFlow mask_flow() const noexcept { return MaskFlow::stops; }
+  /// How many of the layer's outputs, from the first, carry the mask `mask_flow` gives the first
+  /// (1 by default; a later output has none, as a recurrent layer's states). `Bidirectional` with
+  /// `merge_mode` None masks both directions' outputs, as Keras does.
+  virtual std::size_t masked_outputs() const noexcept { return 1; }
   /// Whether `forward` and `backward` read `ctx.input_masks` (a recurrent layer skips the masked
   /// steps, `GlobalAveragePooling1D` averages the others).
   virtual bool reads_masks() const noexcept { return false; }
@@ -194,6 +198,11 @@ class Layer : public std::enable_shared_from_this<Layer> {
   /// `forward` just run.
   virtual void compute_mask(std::span<const Tensor<float>> /*inputs*/,
                             const Tensor<float>& /*mask*/, const CallContext& /*ctx*/) {}
+
+  /// Keras's `layer.reset_states()`: a stateful layer (a recurrent layer with `stateful`) forgets
+  /// the states it carries from batch to batch, and starts the next from zeros; nothing for the
+  /// others.
+  virtual void reset_states() {}
 
   /// The weights in Keras's order (trainable first, as `layer.weights` lists them).
   std::span<Variable> weights() noexcept { return weights_; }

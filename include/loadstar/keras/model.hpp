@@ -429,6 +429,12 @@ class Model {
   RunningMetrics& evaluation_metrics() noexcept { return evaluation_; }
   /// Resets both, as Keras's `model.reset_metrics()`.
   LOADSTAR_DECL void reset_metrics();
+  /// Keras's `model.reset_states()`: every stateful layer (a recurrent layer with `stateful`)
+  /// starts its next batch from zeros.
+  void reset_states() {
+    for (const auto& layer : layers_)
+      layer->reset_states();
+  }
 
   /// One training step on one batch of any kind `fit` takes; returns its loss and metrics
   /// (training metrics reset first, as Keras's `train_on_batch(reset_metrics=True)`).

@@ -80,6 +80,11 @@ class ModelLayer : public Layer {
 
   /// Freezes or unfreezes every inner layer too (Keras's `Model.trainable` setter).
   LOADSTAR_DECL void set_trainable(bool trainable) override;
+  /// Resets the inner layers' states (Keras's `Model.reset_states`).
+  void reset_states() override {
+    for (const auto& layer : plan_.layers)
+      layer->reset_states();
+  }
 
  private:
   /// `label()` of the built-in layers: `"functional model layer 'base'"`.
@@ -148,6 +153,12 @@ ModelLayer::ModelLayer(std::shared_ptr<Model> model) : model_(std::move(model)) 
       throw ConfigError(kind + " model '" + model_->name() + "': " + detail::layer_label(*layer) +
                         " makes a mask, which loadstar does not run inside a model used as a "
                         "layer; call the model's layers in the outer model instead");
+    }
+    if (layer->output_count() > 1) {
+      throw ConfigError(kind + " model '" + model_->name() + "': layer '" + layer->name() +
+                        "' returns " + std::to_string(layer->output_count()) +
+                        " outputs, which loadstar does not run inside a model used as a layer; "
+                        "call the model's layers in the outer model instead");
     }
     if (layer->activity_regularizer()) {
       throw ConfigError(kind + " model '" + model_->name() + "': layer '" + layer->name() +

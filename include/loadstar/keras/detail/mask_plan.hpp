@@ -99,8 +99,16 @@ void MaskPlan::plan(const std::string& model, std::span<const RuntimeNode> nodes
   node_inputs_.assign(nodes.size(), {});
   for (std::size_t k = 0; k < nodes.size(); ++k) {
     const RuntimeNode& node = nodes[k];
-    // A later output of a call carries no mask (Keras's recurrent states).
-    if (!node.runs()) continue;
+    if (!node.layer) continue;
+    if (!node.runs()) {
+      // A later output of a call: the first output's mask where the layer says so (both
+      // directions of a Bidirectional with merge_mode None), else none (recurrent states).
+      const auto& extras = nodes[node.primary].extras;
+      const auto index =
+          1 + static_cast<std::size_t>(std::find(extras.begin(), extras.end(), k) - extras.begin());
+      if (index < node.layer->masked_outputs()) node_slot_[k] = node_slot_[node.primary];
+      continue;
+    }
     const MaskFlow flow = node.layer->mask_flow();
     if (flow == MaskFlow::computes) {
       node_slot_[k] = slots_.size();

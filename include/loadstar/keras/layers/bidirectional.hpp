@@ -11,7 +11,9 @@
 namespace loadstar::keras::layers {
 
 /// How `Bidirectional` merges its two directions (Keras's `merge_mode`).
-enum class MergeMode { concat, sum, mul, ave };
+/// `none` is Keras's `merge_mode=None`: the two directions' outputs are returned apart (the call
+/// has two outputs: call the layer with `call_outputs`).
+enum class MergeMode { concat, sum, mul, ave, none };
 
 /// Keras's `Bidirectional`: the wrapped `SimpleRNN`, `LSTM` or `GRU` over the sequence, and a
 /// copy of it with `go_backwards` flipped (or the `backward_layer` given); with
@@ -47,14 +49,22 @@ class Bidirectional : public detail::LayerBase {
   bool reads_masks() const noexcept override { return true; }
   /// With the wrapped layer's `return_state`: the merged output, then the forward direction's
   /// final states, then the backward direction's (Keras's order).
-  std::size_t output_count() const noexcept override {
-    return forward_.options().return_state ? 1 + forward_.state_count() + backward_.state_count()
-                                           : 1;
+  /// With `MergeMode::none`, both directions' outputs have the input's mask (Keras).
+  std::size_t masked_outputs() const noexcept override {
+    return merge_mode_ == MergeMode::none ? 2 : 1;
   }
-  std::vector<Shape> extra_output_shapes(std::span<const Shape> /*inputs*/) const override {
+  /// With `MergeMode::none`, the two directions' outputs come first, apart.
+  std::size_t output_count() const noexcept override {
+    const std::size_t outputs = merge_mode_ == MergeMode::none ? 2 : 1;
+    return forward_.options().return_state
+               ? outputs + forward_.state_count() + backward_.state_count()
+               : outputs;
+  }
+  std::vector<Shape> extra_output_shapes(std::span<const Shape> inputs) const override {
     std::vector<Shape> out;
+    if (merge_mode_ == MergeMode::none) out.push_back(backward_.output_shape(inputs[0]));
     if (!forward_.options().return_state) return out;
-    out.assign(forward_.state_count(), Shape{forward_.units()});
+    out.insert(out.end(), forward_.state_count(), Shape{forward_.units()});
     out.insert(out.end(), backward_.state_count(), Shape{backward_.units()});
     return out;
   }
@@ -98,11 +108,13 @@ inline RecurrentOptions direction_options(RecurrentOptions options) {
   return options;
 }
 
-inline const char* merge_mode_name(MergeMode mode) noexcept {
-  return mode == MergeMode::concat ? "concat"
-         : mode == MergeMode::sum  ? "sum"
-         : mode == MergeMode::mul  ? "mul"
-                                   : "ave";
+/// Keras's name of a merge mode; `null` for `none`.
+inline nlohmann::json merge_mode_name(MergeMode mode) {
+  return mode == MergeMode::concat ? nlohmann::json("concat")
+         : mode == MergeMode::sum  ? nlohmann::json("sum")
+         : mode == MergeMode::mul  ? nlohmann::json("mul")
+         : mode == MergeMode::ave  ? nlohmann::json("ave")
+                                   : nlohmann::json(nullptr);
 }
 }  // namespace detail
 
@@ -130,6 +142,11 @@ Bidirectional::Bidirectional(const detail::RecurrentLayer& layer,
                 "bidirectional layer"),
       merge_mode_(merge_mode),
       custom_backward_(true) {
+  if (layer.options().stateful || backward_layer.options().stateful) {
+    throw ConfigError(label() +
+                      ": wraps a stateful layer, which loadstar's Bidirectional does not carry "
+                      "from batch to batch; wrap the layer without stateful");
+  }
   if (layer.options().return_state != backward_layer.options().return_state) {
     throw ConfigError(label() + ": backward_layer must have the forward layer's return_state");
   }
@@ -140,7 +157,8 @@ Bidirectional::Bidirectional(const detail::RecurrentLayer& layer,
                         " (the opposite of the forward layer's)");
     }
     if (backward_layer.options().return_sequences != layer.options().return_sequences ||
-        (merge_mode != MergeMode::concat && backward_layer.units() != layer.units())) {
+        (merge_mode != MergeMode::concat && merge_mode != MergeMode::none &&
+         backward_layer.units() != layer.units())) {
       throw ConfigError(label() +
                         ": backward_layer must have the forward layer's "
                         "return_sequences and output size");
@@ -213,9 +231,13 @@ void Bidirectional::forward(std::span<const Tensor<float>> inputs, const Tensor<
     if (inputs.size() == 1) return std::span<const Tensor<float>>();
     return direction == 0 ? inputs.subspan(1, sf) : inputs.subspan(1 + sf);
   };
+  // The extra outputs: the backward direction's output (merge_mode None), then the states.
+  const bool separate = merge_mode_ == MergeMode::none;
+  const std::size_t first_state = separate ? 1 : 0;
   const auto states = [&](std::size_t direction) {
-    if (ctx.extra_outputs.empty()) return std::span<const Tensor<float>>();
-    return direction == 0 ? ctx.extra_outputs.subspan(0, sf) : ctx.extra_outputs.subspan(sf);
+    if (ctx.extra_outputs.size() <= first_state) return std::span<const Tensor<float>>();
+    const auto all = ctx.extra_outputs.subspan(first_state);
+    return direction == 0 ? all.subspan(0, sf) : all.subspan(sf);
   };
   forward_.forward(backend, direction_weights(0), inputs[0], yf, mask, initial(0), states(0));
   backward_.forward(backend, direction_weights(1), inputs[0], yb, mask, initial(1), states(1));
@@ -225,12 +247,18 @@ void Bidirectional::forward(std::span<const Tensor<float>> inputs, const Tensor<
   const std::size_t steps = sequences ? inputs[0].dim(1) : 1;
   const std::size_t uf = forward_.units(), ub = backward_.units();
   const MergeMode mode = merge_mode_;
-  const Tensor<float> tensors[] = {yf, yb, output};
+  const Tensor<float> tensors[] = {yf, yb, output,
+                                   separate ? ctx.extra_outputs[0] : Tensor<float>()};
   backend.host_kernel(tensors, [&](std::span<const Tensor<float>> t) {
     for (std::size_t b = 0; b < batch; ++b) {
       for (std::size_t s = 0; s < steps; ++s) {
         const float* f = t[0].data() + (b * steps + s) * uf;
         const float* r = t[1].data() + (b * steps + (steps - 1 - s)) * ub;
+        if (mode == MergeMode::none) {
+          std::copy(f, f + uf, t[2].data() + (b * steps + s) * uf);
+          std::copy(r, r + ub, t[3].data() + (b * steps + s) * ub);
+          continue;
+        }
         if (mode == MergeMode::concat) {
           float* out = t[2].data() + (b * steps + s) * (uf + ub);
           std::copy(f, f + uf, out);
@@ -258,17 +286,26 @@ void Bidirectional::backward(std::span<const Tensor<float>> inputs, const Tensor
   const Shape backward_shape = backward_.output_shape(inputs[0].shape().row_shape());
   const Tensor<float> yf = forward_output_.get(backend, forward_shape.prepend(batch));
   const Tensor<float> yb = backward_output_.get(backend, backward_shape.prepend(batch));
-  // A merged output nothing reads (of a layer returning its states) has no gradient.
-  const bool read = !output_gradient.empty();
+  // An output nothing reads (of a layer returning several) has no gradient: the merged output,
+  // or with merge_mode None either direction's.
+  const bool separate = merge_mode_ == MergeMode::none;
+  const std::size_t first_state = separate ? 1 : 0;
+  const Tensor<float> backward_output_gradient = separate && !ctx.extra_output_gradients.empty()
+                                                     ? ctx.extra_output_gradients[0]
+                                                     : Tensor<float>();
+  const bool read_forward = !output_gradient.empty();
+  const bool read_backward = separate ? !backward_output_gradient.empty() : read_forward;
+  const bool read = read_forward || read_backward;
   const Tensor<float> dyf =
-      read ? forward_gradient_.get(backend, forward_shape.prepend(batch)) : Tensor<float>();
-  const Tensor<float> dyb =
-      read ? backward_gradient_.get(backend, backward_shape.prepend(batch)) : Tensor<float>();
+      read_forward ? forward_gradient_.get(backend, forward_shape.prepend(batch)) : Tensor<float>();
+  const Tensor<float> dyb = read_backward
+                                ? backward_gradient_.get(backend, backward_shape.prepend(batch))
+                                : Tensor<float>();
   const bool sequences = forward_.options().return_sequences;
   const std::size_t steps = sequences ? inputs[0].dim(1) : 1;
   const std::size_t uf = forward_.units(), ub = backward_.units();
   const MergeMode mode = merge_mode_;
-  const Tensor<float> tensors[] = {yf, yb, output_gradient, dyf, dyb};
+  const Tensor<float> tensors[] = {yf, yb, output_gradient, dyf, dyb, backward_output_gradient};
   if (read)
     backend.host_kernel(tensors, [&](std::span<const Tensor<float>> t) {
       for (std::size_t b = 0; b < batch; ++b) {
@@ -276,6 +313,11 @@ void Bidirectional::backward(std::span<const Tensor<float>> inputs, const Tensor
           const std::size_t fi = (b * steps + s) * uf, ri = (b * steps + (steps - 1 - s)) * ub;
           float* df = t[3].data() + fi;
           float* dr = t[4].data() + ri;
+          if (mode == MergeMode::none) {
+            if (read_forward) std::copy_n(t[2].data() + fi, uf, df);
+            if (read_backward) std::copy_n(t[5].data() + (b * steps + s) * ub, ub, dr);
+            continue;
+          }
           if (mode == MergeMode::concat) {
             const float* dy = t[2].data() + (b * steps + s) * (uf + ub);
             std::copy(dy, dy + uf, df);
@@ -304,15 +346,17 @@ void Bidirectional::backward(std::span<const Tensor<float>> inputs, const Tensor
     if (all.empty()) return all;
     return direction == 0 ? all.subspan(0, sf) : all.subspan(sf);
   };
+  const auto state_gradients = ctx.extra_output_gradients.size() > first_state
+                                   ? ctx.extra_output_gradients.subspan(first_state)
+                                   : std::span<const Tensor<float>>();
   const auto initial = inputs.subspan(1);
   const auto initial_gradients =
       input_gradients.size() > 1 ? input_gradients.subspan(1) : std::span<const Tensor<float>>();
   forward_.backward(backend, direction_weights(0), inputs[0], yf, dyf,
                     dx ? input_gradients[0] : Tensor<float>(), mask, part(initial, 0),
-                    part(initial_gradients, 0), part(ctx.extra_output_gradients, 0));
+                    part(initial_gradients, 0), part(state_gradients, 0));
   backward_.backward(backend, direction_weights(1), inputs[0], yb, dyb, dx_backward, mask,
-                     part(initial, 1), part(initial_gradients, 1),
-                     part(ctx.extra_output_gradients, 1));
+                     part(initial, 1), part(initial_gradients, 1), part(state_gradients, 1));
   if (dx) backend.add(input_gradients[0], dx_backward, input_gradients[0]);
 }
 
@@ -359,20 +403,18 @@ std::shared_ptr<Layer> Bidirectional::from_config(const nlohmann::json& config) 
   const auto layer = recurrent("layer");
   const nlohmann::json* mode = read.find("merge_mode");
   MergeMode merge = MergeMode::concat;
+  const std::string name =
+      mode != nullptr && mode->is_null() ? std::string() : read.get("merge_mode", "concat");
   if (mode != nullptr && mode->is_null()) {
-    read.fail("merge_mode",
-              "\"concat\", \"sum\", \"mul\" or \"ave\" (merge_mode None returns two outputs and "
-              "a loadstar layer has one)");
-  }
-  const std::string name = read.get("merge_mode", "concat");
-  if (name == "sum") {
+    merge = MergeMode::none;  // Keras's None: the two directions' outputs apart
+  } else if (name == "sum") {
     merge = MergeMode::sum;
   } else if (name == "mul") {
     merge = MergeMode::mul;
   } else if (name == "ave") {
     merge = MergeMode::ave;
   } else if (name != "concat") {
-    read.fail("merge_mode", "\"concat\", \"sum\", \"mul\" or \"ave\"");
+    read.fail("merge_mode", "\"concat\", \"sum\", \"mul\", \"ave\" or null");
   }
   const nlohmann::json* backward = read.find("backward_layer");
   if (backward == nullptr || backward->is_null()) {

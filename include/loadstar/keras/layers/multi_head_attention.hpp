@@ -43,6 +43,11 @@ struct MultiHeadAttentionOptions {
   /// Keras's call argument `use_causal_mask` (query step `i` attends to value steps `j <= i`),
   /// applied to every call of the layer.
   bool use_causal_mask = false;
+  /// Keras's call argument `return_attention_scores`, applied to every call of the layer: the
+  /// call returns the attention probabilities `(batch, num_heads, query steps, value steps)`
+  /// (before dropout) beside the output; call the layer with `call_outputs`. For inputs `(batch,
+  /// steps, features)` with the default `attention_axes`.
+  bool return_attention_scores = false;
   std::string name = {};
 };
 
@@ -75,6 +80,12 @@ class MultiHeadAttention : public detail::LayerBase, public keras::detail::CallA
   std::size_t value_dim() const noexcept { return value_dim_; }
   const MultiHeadAttentionOptions& options() const noexcept { return options_; }
 
+  /// With `return_attention_scores`: the output, then the attention scores.
+  std::size_t output_count() const noexcept override {
+    return options_.return_attention_scores ? 2 : 1;
+  }
+  LOADSTAR_DECL std::vector<Shape> extra_output_shapes(
+      std::span<const Shape> input_shapes) const override;
   LOADSTAR_DECL Shape build(std::span<const Shape> input_shapes, std::uint64_t seed) override;
   LOADSTAR_DECL void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
                              const CallContext& ctx) override;
@@ -329,6 +340,9 @@ void MultiHeadAttention::attend(std::span<const Tensor<float>> inputs, const Cal
     detail::attention_forward(s, call, score, t[0].data(), t[1].data(), t[2].data(), t[3].data(),
                               t[4].data());
   });
+  // Keras's attention scores: the probabilities before dropout, (batch, heads, query steps,
+  // value steps) as they are held.
+  if (!ctx.extra_outputs.empty()) ctx.backend.copy(p, ctx.extra_outputs[0].reshape({p.size()}));
 }
 
 void MultiHeadAttention::forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
@@ -356,7 +370,14 @@ void MultiHeadAttention::backward(std::span<const Tensor<float>> inputs, const T
   const Tensor<float> v = value_.get(backend, {value_rows, heads_ * value_dim_});
   const Tensor<float> p = probabilities_.get(backend, {s.probabilities()});
   const Tensor<float> o = attended_.get(backend, {query_rows, heads_ * value_dim_});
-  const Tensor<float> dy = output_gradient.reshape({query_rows, out_features_});
+  // An output nothing reads (when the scores are returned too) has no gradient.
+  const bool read = !output_gradient.empty();
+  const Tensor<float> dy =
+      read ? output_gradient.reshape({query_rows, out_features_}) : Tensor<float>();
+  const Tensor<float> dscores =
+      ctx.extra_output_gradients.empty() || ctx.extra_output_gradients[0].empty()
+          ? Tensor<float>()
+          : ctx.extra_output_gradients[0].reshape({p.size()});
   const bool frozen = !weights_[0].trainable;
   const auto kernel_of = [&](std::size_t i, std::size_t in) {
     return weights_[kernel_index(i)].value.reshape(
@@ -373,9 +394,13 @@ void MultiHeadAttention::backward(std::span<const Tensor<float>> inputs, const T
                              true);
   };
   // The output projection.
-  gradients_of(3, o, dy);
   const Tensor<float> d_o = attended_gradient_.get(backend, {query_rows, heads_ * value_dim_});
-  backend.gemm(dy, false, kernel_of(3, heads_ * value_dim_), true, d_o);
+  if (read) {
+    gradients_of(3, o, dy);
+    backend.gemm(dy, false, kernel_of(3, heads_ * value_dim_), true, d_o);
+  } else {
+    backend.fill(d_o, 0.0F);
+  }
   // The attention.
   const Tensor<float> dq = query_gradient_.get(backend, {query_rows, heads_ * key_dim_});
   const Tensor<float> dk = key_gradient_.get(backend, {value_rows, heads_ * key_dim_});
@@ -392,13 +417,15 @@ void MultiHeadAttention::backward(std::span<const Tensor<float>> inputs, const T
              dv,
              detail::input_mask(ctx, 0),
              detail::input_mask(ctx, 1),
-             detail::input_mask(ctx, 2)};
+             detail::input_mask(ctx, 2),
+             dscores};
   backend.host_kernel(staged_, [&](std::span<const Tensor<float>> t) {
-    masks_of(call, t.subspan(8));
+    masks_of(call, t.subspan(8, 3));
     for (std::size_t i = 5; i < 8; ++i)
       std::fill(t[i].data(), t[i].data() + t[i].size(), 0.0F);
     detail::attention_backward(s, call, score, t[0].data(), t[1].data(), t[2].data(), t[3].data(),
-                               t[4].data(), t[5].data(), t[6].data(), t[7].data());
+                               t[4].data(), t[5].data(), t[6].data(), t[7].data(),
+                               t[11].empty() ? nullptr : t[11].data());
   });
   // The input projections.
   const Tensor<float>& value_input = inputs[1];
@@ -462,12 +489,27 @@ nlohmann::json MultiHeadAttention::get_config() const {
 nlohmann::json MultiHeadAttention::call_kwargs() const {
   nlohmann::json kwargs = nlohmann::json::object();
   if (options_.use_causal_mask) kwargs["use_causal_mask"] = true;
+  if (options_.return_attention_scores) kwargs["return_attention_scores"] = true;
   return kwargs;
+}
+
+std::vector<Shape> MultiHeadAttention::extra_output_shapes(
+    std::span<const Shape> input_shapes) const {
+  if (!options_.return_attention_scores) return {};
+  if (!options_.attention_axes.empty() || input_shapes.size() < 2 || input_shapes[0].rank() != 2 ||
+      input_shapes[1].rank() != 2) {
+    throw ShapeError(label() +
+                     ": return_attention_scores expects inputs of shape (None, steps, features) "
+                     "and the default attention_axes, but the query is " +
+                     batch_str(input_shapes.empty() ? Shape{} : input_shapes[0]));
+  }
+  return {Shape{heads_, input_shapes[0][0], input_shapes[1][0]}};
 }
 
 void MultiHeadAttention::apply_call_kwargs(const nlohmann::json& kwargs, const std::string& where) {
   // Keras's default: a call without use_causal_mask has none.
-  detail::read_attention_kwargs(kwargs, where, false, options_.use_causal_mask, kwargs_seen_);
+  detail::read_attention_kwargs(kwargs, where, false, options_.use_causal_mask, kwargs_seen_,
+                                &options_.return_attention_scores);
 }
 
 std::shared_ptr<Layer> MultiHeadAttention::from_config(const nlohmann::json& config) {

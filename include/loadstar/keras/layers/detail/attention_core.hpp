@@ -118,13 +118,15 @@ inline std::uint64_t attention_dropout_key(std::optional<std::uint64_t> seed,
 /// Reads the keyword arguments of an attention layer's call from a config (tensors taken out):
 /// `use_causal_mask` (a boolean; `absent` when the call does not give it) into `causal`;
 /// `training` (null: the model's), `mask` (null) and `return_attention_scores` (false) as
-/// Keras's defaults. `attention_mask`, the `*_mask` arguments and `return_attention_scores=True`
-/// are refused by name, as is any other argument. `seen` says whether an earlier call was read;
-/// a call whose `use_causal_mask` differs from it is refused. Throws `ConfigError` beginning with
-/// `where`.
+/// Keras's defaults; `return_attention_scores` into `*scores` when given (`MultiHeadAttention`),
+/// else `true` is refused. `attention_mask` and the `*_mask` arguments are refused by name, as is
+/// any other argument. `seen` says whether an earlier call was read; a call whose
+/// `use_causal_mask` or `return_attention_scores` differs from it is refused. Throws
+/// `ConfigError` beginning with `where`.
 inline void read_attention_kwargs(const nlohmann::json& kwargs, const std::string& where,
-                                  bool absent, bool& causal, bool& seen) {
+                                  bool absent, bool& causal, bool& seen, bool* scores = nullptr) {
   bool this_causal = absent;
+  bool this_scores = false;
   for (const auto& [key, value] : kwargs.items()) {
     if (key == "use_causal_mask") {
       if (!value.is_boolean()) {
@@ -135,11 +137,16 @@ inline void read_attention_kwargs(const nlohmann::json& kwargs, const std::strin
     } else if ((key == "training" || key == "mask") && value.is_null()) {
       continue;
     } else if (key == "return_attention_scores") {
-      if (value != false) {
-        throw ConfigError(where +
-                          ": return_attention_scores=True is not supported (loadstar layers "
-                          "have one output; the attention scores are not returned)");
+      if (!value.is_boolean()) {
+        throw ConfigError(where + ": return_attention_scores: expected a boolean but found " +
+                          value.dump());
       }
+      if (value.get<bool>() && scores == nullptr) {
+        throw ConfigError(where +
+                          ": return_attention_scores=True is not supported by this layer "
+                          "(MultiHeadAttention returns its scores)");
+      }
+      this_scores = value.get<bool>();
     } else if (key == "attention_mask" || key == "query_mask" || key == "value_mask" ||
                key == "key_mask" || key == "mask") {
       throw ConfigError(where + ": the call argument '" + key +
@@ -154,7 +161,13 @@ inline void read_attention_kwargs(const nlohmann::json& kwargs, const std::strin
                       " but an earlier call of the layer has " + (causal ? "true" : "false") +
                       " (loadstar applies one use_causal_mask to every call of a layer)");
   }
+  if (scores != nullptr && seen && this_scores != *scores) {
+    throw ConfigError(where + ": return_attention_scores is " + (this_scores ? "true" : "false") +
+                      " but an earlier call of the layer has " + (*scores ? "true" : "false") +
+                      " (loadstar applies one return_attention_scores to every call of a layer)");
+  }
   causal = this_causal;
+  if (scores != nullptr) *scores = this_scores;
   seen = true;
 }
 
@@ -301,11 +314,14 @@ void attention_forward(const AttentionShape& s, const AttentionCall& call, const
 }
 
 /// Adds the gradients of `q`, `k` and `v` (`dq`, `dk`, `dv`; a null one is not needed) for the
-/// output gradient `dout`, given the probabilities `attention_forward` wrote for the same call.
+/// output gradient `dout`, given the probabilities `attention_forward` wrote for the same call;
+/// `dprobabilities` (null: none) is the gradient of the probabilities themselves, when the call
+/// returns them as its attention scores.
 template <class Score>
 void attention_backward(const AttentionShape& s, const AttentionCall& call, const Score& score,
                         const float* q, const float* k, const float* v, const float* probabilities,
-                        const float* dout, float* dq, float* dk, float* dv) {
+                        const float* dout, float* dq, float* dk, float* dv,
+                        const float* dprobabilities = nullptr) {
   RowMatrix dp(Eigen::Index(s.query_steps), Eigen::Index(s.value_steps));
   RowMatrix ds(Eigen::Index(s.query_steps), Eigen::Index(s.value_steps));
   RowMatrix dropped, zeroed;
@@ -348,6 +364,12 @@ void attention_backward(const AttentionShape& s, const AttentionCall& call, cons
         for (std::size_t i = 0; i < s.query_steps; ++i)
           for (std::size_t j = 0; j < s.value_steps; ++j)
             dp(Eigen::Index(i), Eigen::Index(j)) *= keeps(b, h, i, j) ? keep_scale : 0.0F;
+      }
+      // The returned scores (the probabilities before dropout) take their own gradient.
+      if (dprobabilities != nullptr) {
+        dp += Eigen::Map<const RowMatrix>(
+            dprobabilities + (b * s.heads + h) * s.query_steps * s.value_steps,
+            Eigen::Index(s.query_steps), Eigen::Index(s.value_steps));
       }
       // Softmax along each row (masked positions have p = 0, so their score gradient is 0).
       for (std::size_t i = 0; i < s.query_steps; ++i)

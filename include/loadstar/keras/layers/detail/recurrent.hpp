@@ -46,6 +46,11 @@ struct RecurrentOptions {
   bool return_state = false;
   /// Processes the sequence from its end and returns the outputs in that order (Keras).
   bool go_backwards = false;
+  /// Each batch starts from the final states of the batch before (sample `i` from sample `i`'s),
+  /// in training, evaluation and prediction alike, until `reset_states()` (Keras's `stateful`;
+  /// every batch must have the same number of samples). Gradients stop at the batch's start, as
+  /// Keras's truncated backpropagation through time; given initial states take precedence.
+  bool stateful = false;
   /// With a mask on the input: a masked step's output is 0 rather than the previous step's
   /// (Keras's `zero_output_for_mask`, which `Bidirectional` sets when it returns sequences).
   bool zero_output_for_mask = false;
@@ -217,9 +222,23 @@ class RecurrentLayer : public LayerBase {
                               std::span<const Tensor<float>> input_gradients,
                               const CallContext& ctx) override;
   LOADSTAR_DECL nlohmann::json get_config() const override;
+  /// With `stateful`: the next batch starts from zeros.
+  void reset_states() override { carried_ = false; }
 
  private:
+  /// The initial states of this call: those given as inputs, else (stateful) the states carried
+  /// from the batch before, copied to `start_` by the forward pass, or zeros; none for a layer
+  /// without either.
+  LOADSTAR_DECL std::span<const Tensor<float>> initial_states(std::span<const Tensor<float>> inputs,
+                                                              Backend& backend, bool forward);
+
   RecurrentCore core_;
+  // `stateful`: the final states of the last batch (`carried_` once there are any, for
+  // `carried_batch_` samples), and the copy this batch started from.
+  bool carried_ = false;
+  std::size_t carried_batch_ = 0;
+  std::array<Scratch, 2> carried_states_, start_;
+  std::array<Tensor<float>, 2> start_views_, carried_views_;
 };
 
 /// The layer `L` (`LSTM`, ...) of cell `kind` that a Keras config describes.
@@ -697,7 +716,7 @@ void RecurrentCore::write_config(nlohmann::json& config) const {
   config["return_state"] = options_.return_state;
   config["go_backwards"] = options_.go_backwards;
   config["zero_output_for_mask"] = options_.zero_output_for_mask;
-  config["stateful"] = false;
+  config["stateful"] = options_.stateful;
   config["unroll"] = false;
   config["time_major"] = false;
   config["units"] = units_;
@@ -720,7 +739,6 @@ void RecurrentCore::write_config(nlohmann::json& config) const {
 }
 
 RecurrentOptions recurrent_options(const ConfigReader& read, CellKind kind) {
-  read.expect("stateful", false, "loadstar keeps no state between batches");
   read.expect("time_major", false, "loadstar's recurrent inputs are (batch, timesteps, features)");
   for (const char* key : {"recurrent_regularizer", "recurrent_constraint"})
     read.expect(key, nullptr, "loadstar has no regularizers or constraints");
@@ -750,6 +768,7 @@ RecurrentOptions recurrent_options(const ConfigReader& read, CellKind kind) {
   o.return_sequences = read.get("return_sequences", false);
   o.return_state = read.get("return_state", false);
   o.go_backwards = read.get("go_backwards", false);
+  o.stateful = read.get("stateful", false);
   o.zero_output_for_mask = read.get("zero_output_for_mask", false);
   for (auto [key, rate] :
        {std::pair{"dropout", &o.dropout}, std::pair{"recurrent_dropout", &o.recurrent_dropout}}) {
@@ -810,12 +829,49 @@ Shape RecurrentLayer::build(std::span<const Shape> input_shapes, std::uint64_t s
   return out;
 }
 
+std::span<const Tensor<float>> RecurrentLayer::initial_states(std::span<const Tensor<float>> inputs,
+                                                              Backend& backend, bool forward) {
+  if (inputs.size() > 1) return inputs.subspan(1);
+  if (!core_.options().stateful) return {};
+  const std::size_t batch = inputs[0].dim(0), n = core_.state_count();
+  if (forward && carried_ && batch != carried_batch_) {
+    throw ShapeError(label() + ": is stateful and carries the states of batches of " +
+                     std::to_string(carried_batch_) + " samples, but got a batch of " +
+                     std::to_string(batch) +
+                     "; give every batch the same number of samples, or call reset_states() "
+                     "first");
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    start_views_[i] = start_[i].get(backend, {batch, core_.units()});
+    carried_views_[i] = carried_states_[i].get(backend, {batch, core_.units()});
+    if (!forward) continue;
+    if (carried_) {
+      backend.copy(carried_views_[i], start_views_[i]);
+    } else {
+      backend.fill(start_views_[i], 0.0F);
+    }
+  }
+  return {start_views_.data(), n};
+}
+
 void RecurrentLayer::forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
                              const CallContext& ctx) {
   check_inputs(inputs);
   core_.refuse_dropout(ctx.training);
-  core_.forward(ctx.backend, weights_, inputs[0], output, input_mask(ctx), inputs.subspan(1),
-                ctx.extra_outputs);
+  const auto initial = initial_states(inputs, ctx.backend, true);
+  if (!core_.options().stateful) {
+    core_.forward(ctx.backend, weights_, inputs[0], output, input_mask(ctx), initial,
+                  ctx.extra_outputs);
+    return;
+  }
+  // The final states are kept for the next batch, and returned from there.
+  const std::size_t n = core_.state_count();
+  const std::span<const Tensor<float>> carried(carried_views_.data(), n);
+  core_.forward(ctx.backend, weights_, inputs[0], output, input_mask(ctx), initial, carried);
+  carried_ = true;
+  carried_batch_ = inputs[0].dim(0);
+  for (std::size_t i = 0; i < ctx.extra_outputs.size() && i < n; ++i)
+    ctx.backend.copy(carried[i], ctx.extra_outputs[i]);
 }
 
 void RecurrentLayer::backward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
@@ -825,7 +881,7 @@ void RecurrentLayer::backward(std::span<const Tensor<float>> inputs, const Tenso
   core_.backward(
       ctx.backend, weights_, inputs[0], output, output_gradient,
       input_gradients.empty() ? Tensor<float>() : input_gradients[0], input_mask(ctx),
-      inputs.subspan(1),
+      initial_states(inputs, ctx.backend, false),
       input_gradients.size() > 1 ? input_gradients.subspan(1) : std::span<const Tensor<float>>(),
       ctx.extra_output_gradients);
 }
