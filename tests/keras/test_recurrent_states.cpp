@@ -146,6 +146,103 @@ TEST_CASE("a stateful LSTM carries its states from batch to batch until reset_st
                        doctest::Contains("wraps a stateful layer"), ConfigError);
 }
 
+TEST_CASE("a stateful layer's carried states go into a checkpoint and come back exactly") {
+  auto model = unknown_axes_cases::stateful_lstm();
+  const Tensor<float> x = tokens_of({3, 4}, {3, 1, 4, 0, 2, 7, 0, 5, 9, 9, 1, 1});
+  CHECK(model->carried_states().empty());
+  model->predict(x, {.verbose = 0});
+  // Through CBOR, as the trial's and BackupAndRestore's checkpoints keep them.
+  const json saved = json::from_cbor(json::to_cbor(model->carried_states()));
+  REQUIRE(saved.contains("lstm"));
+  CHECK(saved["lstm"].size() == 2);  // h and c
+  CHECK(saved["lstm"][0]["shape"] == json::array({3, 4}));
+  const Tensor<float> next = model->predict(x, {.verbose = 0});
+  model->reset_states();
+  model->restore_carried_states(saved);
+  CHECK(layer_cases::same_bits(model->predict(x, {.verbose = 0}), next));
+  // A checkpoint without them starts from zeros, as a fresh model does.
+  model->restore_carried_states(json::object());
+  auto fresh = unknown_axes_cases::stateful_lstm();
+  fresh->set_weights(model->get_weights());
+  CHECK(
+      layer_cases::same_bits(model->predict(x, {.verbose = 0}), fresh->predict(x, {.verbose = 0})));
+  json wrong = saved;
+  wrong["lstm"][0]["shape"] = json::array({3, 5});
+  wrong["lstm"][0]["values"] = std::vector<float>(15, 0.0F);
+  CHECK_THROWS_WITH_AS(model->restore_carried_states(wrong),
+                       doctest::Contains("lstm layer 'lstm': carries 2 states (batch, 4) but was "
+                                         "given states of shapes (3, 5), (3, 4)"),
+                       ShapeError);
+  CHECK_THROWS_WITH_AS(model->restore_carried_states(json{{"gone", json::array()}}),
+                       doctest::Contains("carried states of layer 'gone'"), ConfigError);
+}
+
+TEST_CASE("a Keras RNN of one cell loads as that cell's layer and saves as an RNN") {
+  // tf.keras 2's config of RNN(LSTMCell(3, name="cell"), return_sequences=True) after an Input.
+  const json cell = {{"class_name", "LSTMCell"},
+                     {"config",
+                      {{"name", "cell"},
+                       {"trainable", true},
+                       {"dtype", "float32"},
+                       {"units", 3},
+                       {"activation", "tanh"},
+                       {"recurrent_activation", "sigmoid"},
+                       {"use_bias", true},
+                       {"unit_forget_bias", true},
+                       {"dropout", 0.0},
+                       {"recurrent_dropout", 0.0},
+                       {"implementation", 2}}}};
+  const json rnn = {{"name", "rnn"},         {"trainable", true},
+                    {"dtype", "float32"},    {"return_sequences", true},
+                    {"return_state", false}, {"go_backwards", false},
+                    {"stateful", false},     {"unroll", false},
+                    {"time_major", false},   {"zero_output_for_mask", false},
+                    {"cell", cell}};
+  json config = {
+      {"class_name", "Sequential"},
+      {"config",
+       {{"name", "cells"},
+        {"layers",
+         json::array(
+             {{{"class_name", "InputLayer"},
+               {"config",
+                {{"batch_input_shape", {nullptr, 4, 2}}, {"dtype", "float32"}, {"name", "x"}}}},
+              {{"class_name", "RNN"}, {"config", rnn}}})}}}};
+  const auto model = model_from_config(config);
+  const auto layer = model->get_layer("rnn");
+  CHECK(layer->class_name() == "RNN");
+  CHECK(model->outputs()[0].shape() == Shape{4, 3});
+  // The same computation as an LSTM with those weights (checked against PyTorch elsewhere).
+  Sequential lstm{Input({4, 2}), LSTM(3, {.return_sequences = true})};
+  lstm.set_weights(model->get_weights());
+  Tensor<float> x(Shape{2, 4, 2});
+  for (std::size_t i = 0; i < x.size(); ++i)
+    x.data()[i] = static_cast<float>(i % 7) / 3.0F - 1.0F;
+  const Tensor<float> expected = lstm.predict(x, {.verbose = 0});
+  CHECK(layer_cases::same_bits(model->predict(x, {.verbose = 0}), expected));
+  const json written = model_get_config(*model);
+  INFO(written.dump());
+  const json& entry = written["config"]["layers"].back();
+  CHECK(entry["class_name"] == "RNN");
+  CHECK(entry["config"]["cell"]["class_name"] == "LSTMCell");
+  CHECK(entry["config"]["cell"]["config"]["name"] == "cell");
+  CHECK(entry["config"]["return_sequences"] == true);
+  CHECK_FALSE(entry["config"]["cell"]["config"].contains("return_sequences"));
+  test_support::TempDir dir;
+  for (const char* file : {"model.h5", "model.keras"}) {
+    INFO(file);
+    model->save(dir / file);
+    const auto loaded = load_model(dir / file);
+    CHECK(loaded->get_layer("rnn")->class_name() == "RNN");
+    CHECK(layer_cases::same_bits(loaded->predict(x, {.verbose = 0}), expected));
+  }
+  json stacked = config;
+  stacked["config"]["layers"][1]["config"]["cell"] = {
+      {"class_name", "StackedRNNCells"}, {"config", {{"cells", json::array({cell, cell})}}}};
+  CHECK_THROWS_WITH_AS(model_from_config(stacked),
+                       doctest::Contains("loadstar does not run StackedRNNCells"), ConfigError);
+}
+
 TEST_CASE("the states a model outputs are the last unmasked step's") {
   auto tokens = Input(Shape{none}, "tokens");
   auto e = call(Embedding(12, 3, {.mask_zero = true}), tokens);

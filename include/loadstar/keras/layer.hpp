@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "loadstar/error.hpp"
 #include "loadstar/keras/detail/fusion_role.hpp"
 #include "loadstar/keras/mixed_precision/policy.hpp"
 #include "loadstar/keras/variable.hpp"
@@ -203,6 +204,20 @@ class Layer : public std::enable_shared_from_this<Layer> {
   /// the states it carries from batch to batch, and starts the next from zeros; nothing for the
   /// others.
   virtual void reset_states() {}
+  /// The states a stateful layer carries to its next batch (views of its buffers in the memory of
+  /// the backend that computed them: `h`, then an LSTM's `c`, each `(batch, units)`); empty when
+  /// it carries none. A checkpoint keeps them so that a resumed run continues exactly.
+  virtual std::vector<Tensor<float>> carried_states() const { return {}; }
+  /// Sets the states `carried_states()` returned (in `backend`'s memory, copied with it); empty
+  /// carries none, as after `reset_states()`. Throws `ShapeError` naming the layer for states of
+  /// other shapes, and for any given to a layer that carries none.
+  virtual void restore_carried_states(Backend& /*backend*/, std::span<const Tensor<float>> states) {
+    if (!states.empty()) {
+      throw ShapeError(class_name() + " layer '" + name() +
+                       "': carries no states from batch to batch but was given " +
+                       std::to_string(states.size()));
+    }
+  }
 
   /// The weights in Keras's order (trainable first, as `layer.weights` lists them).
   std::span<Variable> weights() noexcept { return weights_; }

@@ -435,6 +435,14 @@ class Model {
     for (const auto& layer : layers_)
       layer->reset_states();
   }
+  /// The states the stateful layers carry to the next batch, as JSON for a checkpoint:
+  /// `{layer name: [{"shape": [...], "values": [...]}, ...]}` (host copies; float32 values are
+  /// exact as JSON doubles), empty when none carries any.
+  LOADSTAR_DECL nlohmann::json carried_states() const;
+  /// Puts back what `carried_states()` returned; a stateful layer it does not name starts its
+  /// next batch from zeros. Throws `ShapeError` naming the layer for states that do not fit, and
+  /// `ConfigError` for a name no layer has.
+  LOADSTAR_DECL void restore_carried_states(const nlohmann::json& states);
 
   /// One training step on one batch of any kind `fit` takes; returns its loss and metrics
   /// (training metrics reset first, as Keras's `train_on_batch(reset_metrics=True)`).

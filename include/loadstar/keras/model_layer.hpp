@@ -85,6 +85,17 @@ class ModelLayer : public Layer {
     for (const auto& layer : plan_.layers)
       layer->reset_states();
   }
+  /// A nested model's inner stateful layers are not checkpointed: refused there by name.
+  std::vector<Tensor<float>> carried_states() const override {
+    for (const auto& layer : plan_.layers) {
+      if (!layer->carried_states().empty()) {
+        throw ConfigError(label() + ": layer '" + layer->name() +
+                          "' carries states from batch to batch, which loadstar does not "
+                          "checkpoint inside a model used as a layer; call it in the outer model");
+      }
+    }
+    return {};
+  }
 
  private:
   /// `label()` of the built-in layers: `"functional model layer 'base'"`.

@@ -333,6 +333,7 @@ void BackupAndRestore::save(FitLoop& loop, bool epoch_end) {
       {"data", loop.data.state()},
       {"logs", std::move(logs)},
       {"training_metrics", m.training_metrics().state()},
+      {"carried_states", m.carried_states()},
       {"iterations", optimizer.iterations()},
       {"learning_rate", learning_rate.is_number() ? learning_rate : nullptr},
       {"seed", detail::global_seed()},
@@ -423,6 +424,8 @@ void BackupAndRestore::restore(FitLoop& loop, const std::filesystem::path& dir) 
     if (learning_rate.is_number()) optimizer.set_learning_rate(learning_rate.get<double>());
 
     m.training_metrics().restore(read.get<nlohmann::json>("training_metrics"));
+    const auto carried = state.find("carried_states");
+    m.restore_carried_states(carried != state.end() ? *carried : nlohmann::json::object());
     loop.data.restore(read.get<nlohmann::json>("data"));
     detail::restore_global_seed(read.get<std::uint64_t>("seed"));
 

@@ -131,15 +131,10 @@ Bidirectional::Bidirectional(const detail::RecurrentLayer& layer,
                              const detail::RecurrentLayer& backward_layer, MergeMode merge_mode,
                              std::string name)
     : LayerBase(std::move(name)),
-      forward_(layer.class_name() == "LSTM"  ? detail::CellKind::lstm
-               : layer.class_name() == "GRU" ? detail::CellKind::gru
-                                             : detail::CellKind::simple_rnn,
-               layer.units(), detail::direction_options(layer.options()), "bidirectional layer"),
-      backward_(backward_layer.class_name() == "LSTM"  ? detail::CellKind::lstm
-                : backward_layer.class_name() == "GRU" ? detail::CellKind::gru
-                                                       : detail::CellKind::simple_rnn,
-                backward_layer.units(), detail::direction_options(backward_layer.options()),
-                "bidirectional layer"),
+      forward_(layer.kind(), layer.units(), detail::direction_options(layer.options()),
+               "bidirectional layer"),
+      backward_(backward_layer.kind(), backward_layer.units(),
+                detail::direction_options(backward_layer.options()), "bidirectional layer"),
       merge_mode_(merge_mode),
       custom_backward_(true) {
   if (layer.options().stateful || backward_layer.options().stateful) {

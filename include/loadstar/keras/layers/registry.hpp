@@ -174,6 +174,7 @@ void RegistryTraits<loadstar::keras::Layer>::defaults(Registry<Layer>& registry)
   registry.add("GroupNormalization", GroupNormalization::from_config);
   registry.add("SimpleRNN", SimpleRNN::from_config);
   registry.add("LSTM", LSTM::from_config);
+  registry.add("RNN", layers::detail::rnn_from_config);
   registry.add("GRU", GRU::from_config);
   registry.add("Bidirectional", Bidirectional::from_config);
   registry.add("MultiHeadAttention", MultiHeadAttention::from_config);

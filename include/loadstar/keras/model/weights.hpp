@@ -17,6 +17,62 @@ LOADSTAR_DECL std::vector<Tensor<float>> Model::get_weights() const {
   return out;
 }
 
+LOADSTAR_DECL nlohmann::json Model::carried_states() const {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& layer : layers_) {
+    const auto states = layer->carried_states();
+    if (states.empty()) continue;
+    nlohmann::json list = nlohmann::json::array();
+    for (const auto& state : states) {
+      const Tensor<float> host = state.is_host() ? state : backend_->to_host(state);
+      list.push_back({{"shape", std::vector<std::size_t>(host.shape().begin(), host.shape().end())},
+                      {"values", std::vector<float>(host.data(), host.data() + host.size())}});
+    }
+    out[layer->name()] = std::move(list);
+  }
+  return out;
+}
+
+LOADSTAR_DECL void Model::restore_carried_states(const nlohmann::json& states) {
+  if (!states.is_object()) {
+    throw ConfigError("model '" + name_ + "': expected the carried states as an object but found " +
+                      states.dump());
+  }
+  for (const auto& [name, value] : states.items()) {
+    if (std::none_of(layers_.begin(), layers_.end(),
+                     [&](const auto& layer) { return layer->name() == name; })) {
+      throw ConfigError("model '" + name_ + "': carried states of layer '" + name +
+                        "', which the model does not have");
+    }
+  }
+  Backend& backend = this->backend();
+  for (const auto& layer : layers_) {
+    const auto found = states.find(layer->name());
+    if (found == states.end()) {
+      layer->reset_states();
+      continue;
+    }
+    std::vector<Tensor<float>> tensors;
+    for (const auto& state : *found) {
+      if (!state.is_object() || !state.contains("shape") || !state.contains("values")) {
+        throw ConfigError("model '" + name_ + "': layer '" + layer->name() +
+                          "': expected carried states {\"shape\", \"values\"} but found " +
+                          state.dump());
+      }
+      Tensor<float> host(Shape(state["shape"].get<std::vector<std::size_t>>()));
+      const auto values = state["values"].get<std::vector<float>>();
+      if (values.size() != host.size()) {
+        throw ShapeError("model '" + name_ + "': layer '" + layer->name() +
+                         "': a carried state of shape " + host.shape().str() + " has " +
+                         std::to_string(values.size()) + " values");
+      }
+      std::copy(values.begin(), values.end(), host.data());
+      tensors.push_back(backend.is_host() ? std::move(host) : backend.from_host(host));
+    }
+    layer->restore_carried_states(backend, tensors);
+  }
+}
+
 LOADSTAR_DECL void Model::set_weights(const std::vector<Tensor<float>>& weights) {
   std::size_t expected = 0;
   for (const auto& layer : layers_)

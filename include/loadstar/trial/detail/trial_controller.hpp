@@ -427,6 +427,9 @@ void TrialController::resume() {
     }
     keras::detail::restore_global_seed(read.get<std::uint64_t>("seed"));
     model_.training_metrics().restore(read.get<nlohmann::json>("training_metrics"));
+    // The states stateful layers carry to the next batch (checkpoints before them have none).
+    const auto carried = state.find("carried_states");
+    model_.restore_carried_states(carried != state.end() ? *carried : nlohmann::json::object());
 
     keras::detail::load_callback_states(read.get<nlohmann::json>("callbacks"), callbacks_,
                                         "checkpoint '" + file + "'", "the trial");
@@ -734,6 +737,7 @@ void TrialController::checkpoint(const Workload& w, bool pause,
       {"learning_rate", lr != config.end() && lr->is_number() ? *lr : nlohmann::json()},
       {"seed", keras::detail::global_seed()},
       {"training_metrics", model_.training_metrics().state()},
+      {"carried_states", model_.carried_states()},
       {"callbacks", std::move(callback_states)},
       {"sequencer", pause ? sequencer_.state() : sequencer_.state_after(w)},
       {"partial_workload",

@@ -189,7 +189,15 @@ class RecurrentLayer : public LayerBase {
  public:
   LOADSTAR_DECL RecurrentLayer(CellKind kind, std::size_t units, RecurrentOptions options);
 
-  std::string class_name() const override { return cell_class_name(core_.kind()); }
+  /// Keras's class: `LSTM`, `GRU`, `SimpleRNN`, or `RNN` for the layer an `RNN` with one cell
+  /// (`LSTMCell`, ...) of a file describes.
+  std::string class_name() const override {
+    return cell_name_.empty() ? cell_class_name(core_.kind()) : "RNN";
+  }
+  CellKind kind() const noexcept { return core_.kind(); }
+  /// Makes this Keras's `RNN(cell)` with the cell named `cell_name` (`lstm_cell`): the same
+  /// computation and weights, written back as Keras writes an `RNN` (its `cell` config apart).
+  void set_cell_form(std::string cell_name) { cell_name_ = std::move(cell_name); }
   std::size_t units() const noexcept { return core_.units(); }
   const RecurrentOptions& options() const noexcept { return core_.options(); }
 
@@ -224,6 +232,14 @@ class RecurrentLayer : public LayerBase {
   LOADSTAR_DECL nlohmann::json get_config() const override;
   /// With `stateful`: the next batch starts from zeros.
   void reset_states() override { carried_ = false; }
+  /// With `stateful`, once a batch has run: the final states it carries to the next.
+  std::vector<Tensor<float>> carried_states() const override {
+    if (!carried_) return {};
+    return {carried_views_.begin(),
+            carried_views_.begin() + static_cast<std::ptrdiff_t>(core_.state_count())};
+  }
+  LOADSTAR_DECL void restore_carried_states(Backend& backend,
+                                            std::span<const Tensor<float>> states) override;
 
  private:
   /// The initial states of this call: those given as inputs, else (stateful) the states carried
@@ -233,6 +249,8 @@ class RecurrentLayer : public LayerBase {
                                                               Backend& backend, bool forward);
 
   RecurrentCore core_;
+  /// The cell's name when this is an `RNN(cell)`; empty for `LSTM`, `GRU` and `SimpleRNN`.
+  std::string cell_name_;
   // `stateful`: the final states of the last batch (`carried_` once there are any, for
   // `carried_batch_` samples), and the copy this batch started from.
   bool carried_ = false;
@@ -240,6 +258,11 @@ class RecurrentLayer : public LayerBase {
   std::array<Scratch, 2> carried_states_, start_;
   std::array<Tensor<float>, 2> start_views_, carried_views_;
 };
+
+/// Keras's `RNN` of one cell (`SimpleRNNCell`, `LSTMCell`, `GRUCell`), as a saved file describes
+/// it: the recurrent layer of that cell, which writes itself back as an `RNN`.
+/// `StackedRNNCells` and other cells are refused by name.
+LOADSTAR_DECL std::shared_ptr<Layer> rnn_from_config(const nlohmann::json& config);
 
 /// The layer `L` (`LSTM`, ...) of cell `kind` that a Keras config describes.
 template <class L>
@@ -854,6 +877,35 @@ std::span<const Tensor<float>> RecurrentLayer::initial_states(std::span<const Te
   return {start_views_.data(), n};
 }
 
+void RecurrentLayer::restore_carried_states(Backend& backend,
+                                            std::span<const Tensor<float>> states) {
+  if (states.empty()) {
+    carried_ = false;
+    return;
+  }
+  const std::size_t n = core_.state_count();
+  const std::size_t batch = states[0].rank() == 2 ? states[0].dim(0) : 0;
+  bool fits = core_.options().stateful && states.size() == n && batch > 0;
+  for (std::size_t i = 0; fits && i < n; ++i)
+    fits = states[i].shape() == Shape{batch, core_.units()};
+  if (!fits) {
+    std::string found;
+    for (const auto& s : states)
+      found += (found.empty() ? "" : ", ") + s.shape().str();
+    throw ShapeError(label() + ": carries " +
+                     (core_.options().stateful ? std::to_string(n) + " states (batch, " +
+                                                     std::to_string(core_.units()) + ")"
+                                               : std::string("no states (it is not stateful)")) +
+                     " but was given states of shapes " + found);
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    carried_views_[i] = carried_states_[i].get(backend, {batch, core_.units()});
+    backend.copy(states[i], carried_views_[i]);
+  }
+  carried_ = true;
+  carried_batch_ = batch;
+}
+
 void RecurrentLayer::forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
                              const CallContext& ctx) {
   check_inputs(inputs);
@@ -888,8 +940,57 @@ void RecurrentLayer::backward(std::span<const Tensor<float>> inputs, const Tenso
 
 nlohmann::json RecurrentLayer::get_config() const {
   auto config = base_config();
-  core_.write_config(config);
+  if (cell_name_.empty()) {
+    core_.write_config(config);
+    return config;
+  }
+  // Keras's RNN: its own options, and the cell's config apart (tf.keras 2 and Keras 3 alike).
+  nlohmann::json cell = {{"name", cell_name_}, {"trainable", trainable()}, {"dtype", "float32"}};
+  core_.write_config(cell);
+  for (const char* key : {"return_sequences", "return_state", "go_backwards", "stateful", "unroll",
+                          "time_major", "zero_output_for_mask"}) {
+    config[key] = cell[key];
+    cell.erase(key);
+  }
+  config["cell"] = {{"class_name", std::string(cell_class_name(core_.kind())) + "Cell"},
+                    {"config", std::move(cell)}};
   return config;
+}
+
+std::shared_ptr<Layer> rnn_from_config(const nlohmann::json& config) {
+  const auto read = layer_config(config, "RNN");
+  const nlohmann::json* cell = read.find("cell");
+  const std::string cell_class = cell != nullptr && cell->is_object() &&
+                                         cell->contains("class_name") &&
+                                         (*cell)["class_name"].is_string()
+                                     ? (*cell)["class_name"].get<std::string>()
+                                     : std::string();
+  if (cell_class == "StackedRNNCells") {
+    read.fail("cell",
+              "one SimpleRNNCell, LSTMCell or GRUCell (loadstar does not run "
+              "StackedRNNCells; stack the recurrent layers instead)");
+  }
+  if (cell_class != "SimpleRNNCell" && cell_class != "LSTMCell" && cell_class != "GRUCell")
+    read.fail("cell", "a SimpleRNNCell, LSTMCell or GRUCell");
+  const CellKind kind = cell_class == "LSTMCell"  ? CellKind::lstm
+                        : cell_class == "GRUCell" ? CellKind::gru
+                                                  : CellKind::simple_rnn;
+  // The cell's options and the RNN's, read as one recurrent layer's config.
+  nlohmann::json merged = cell->contains("config") && (*cell)["config"].is_object()
+                              ? (*cell)["config"]
+                              : nlohmann::json::object();
+  const std::string cell_name = merged.value("name", keras::detail::to_snake_case(cell_class));
+  for (const char* key : {"name", "trainable", "dtype"})
+    merged.erase(key);
+  for (const auto& [key, value] : config.items()) {
+    if (key != "cell") merged[key] = value;
+  }
+  auto layer = read.nested("cell", [&] {
+    return std::static_pointer_cast<RecurrentLayer>(
+        recurrent_from_config<RecurrentLayer>(merged, kind));
+  });
+  layer->set_cell_form(cell_name);
+  return layer;
 }
 
 }  // namespace loadstar::keras::layers::detail

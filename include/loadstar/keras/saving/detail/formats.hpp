@@ -371,8 +371,10 @@ std::vector<Keras3Vars> keras3_vars(const Layer& layer) {
     }
     return out;
   }
-  if (dynamic_cast<const layers::detail::RecurrentLayer*>(&layer) != nullptr) {
-    return {{"", layer.name(), 0, 0}, {"cell", snake_case(layer.class_name()) + "_cell", 0, n}};
+  if (const auto* recurrent = dynamic_cast<const layers::detail::RecurrentLayer*>(&layer)) {
+    return {
+        {"", layer.name(), 0, 0},
+        {"cell", snake_case(layers::detail::cell_class_name(recurrent->kind())) + "_cell", 0, n}};
   }
   if (const auto* mha = dynamic_cast<const layers::MultiHeadAttention*>(&layer)) {
     // The projections are EinsumDense sublayers reached through the public properties
@@ -631,8 +633,10 @@ nlohmann::json keras3_layer_config(const std::string& class_name, nlohmann::json
     const std::string key = item.key();
     nlohmann::json& value = item.value();
     if (!value.is_object() || !value.contains("class_name") || value.contains("module")) continue;
-    if ((key == "layer" || key == "backward_layer") && value["class_name"].is_string()) {
-      // A wrapper's layer (`TimeDistributed`, `Bidirectional`), serialized as a layer.
+    if ((key == "layer" || key == "backward_layer" || key == "cell") &&
+        value["class_name"].is_string()) {
+      // A wrapper's layer (`TimeDistributed`, `Bidirectional`) or an `RNN`'s cell, serialized as
+      // a layer.
       if (value.contains("config")) {
         value["config"] =
             keras3_layer_config(value["class_name"].get<std::string>(), value["config"]);
