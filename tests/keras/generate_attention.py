@@ -298,3 +298,43 @@ with open(os.path.join(HERE, "reference", "attention_transformer.json"), "w") as
                "final_weights": {name: {k: flat(v) for k, v in layer.items()}
                                  for name, layer in w.items()}},
               f, separators=(",", ":"))
+
+
+# --- Cases added later (after the Transformer, so that its values stay as they were) ------------
+
+def mha_mask_case(name, heads, key_dim, q_shape, v_shape, k_shape=None):
+    """MultiHeadAttention with Keras's `attention_mask` (batch, Tq, Tv) as the call's last input:
+    Keras adds -1e9 to the masked scores (`_masked_softmax`); every row keeps one step, and the
+    mask gets no gradient."""
+    q_in = rnd(*q_shape, scale=1.5).requires_grad_()
+    v_in = rnd(*v_shape, scale=1.5).requires_grad_()
+    k_in = rnd(*k_shape, scale=1.5).requires_grad_() if k_shape else v_in
+    mask = (torch.rand(q_shape[0], q_shape[1], v_shape[1]) < 0.6).to(DT)
+    mask[:, :, 0] = 1.0
+    w = mha_weights(q_shape[-1], k_in.shape[-1], v_in.shape[-1], heads, key_dim, key_dim,
+                    q_shape[-1], True)
+    for t in w.values():
+        t.requires_grad_()
+
+    def project(x, name):
+        kernel = w[name + "/kernel"]
+        y = F.linear(x, kernel.reshape(kernel.shape[0], -1).T, w[name + "/bias"].reshape(-1))
+        return y.reshape(x.shape[0], x.shape[1], heads, key_dim).transpose(1, 2)
+
+    q, k, v = project(q_in, "query"), project(k_in, "key"), project(v_in, "value")
+    scores = q @ k.transpose(-1, -2) / math.sqrt(key_dim) + (1.0 - mask.unsqueeze(1)) * -1e9
+    o = (torch.softmax(scores, dim=-1) @ v).transpose(1, 2).reshape(q_shape[0], q_shape[1], -1)
+    kernel = w["attention_output/kernel"]
+    y = F.linear(o, kernel.reshape(heads * key_dim, -1).T, w["attention_output/bias"])
+    config = {"num_heads": heads, "key_dim": key_dim, "value_dim": key_dim, "dropout": 0.0,
+              "use_bias": True, "output_shape": None, "attention_axes": None}
+    inputs = [q_in, v_in] + ([k_in] if k_shape else []) + [mask]
+    grads = [True, True] + ([True] if k_shape else []) + [False]
+    return finish(name, "MultiHeadAttention", config, inputs, grads, w, y,
+                  {"attention_mask": ["mask", 0, 0]})
+
+
+cases.append(mha_mask_case("mha_attention_mask", 2, 3, (2, 4, 5), (2, 6, 5)))
+cases.append(mha_mask_case("mha_attention_mask_key", 1, 2, (2, 3, 4), (2, 5, 3), k_shape=(2, 5, 6)))
+with open(os.path.join(HERE, "reference", "attention.json"), "w") as f:
+    json.dump({"cases": cases}, f, separators=(",", ":"))

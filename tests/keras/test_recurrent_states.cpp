@@ -243,6 +243,53 @@ TEST_CASE("a Keras RNN of one cell loads as that cell's layer and saves as an RN
                        doctest::Contains("loadstar does not run StackedRNNCells"), ConfigError);
 }
 
+TEST_CASE("MultiHeadAttention takes Keras's attention_mask as its last input, in files too") {
+  auto q = Input({4, 5}, "q");
+  auto mask = Input({4, 4}, "mask");
+  auto y = call(std::make_shared<MultiHeadAttention>(
+                    2, 3, MultiHeadAttentionOptions{.attention_mask = true, .name = "mha"}),
+                {q, q, mask});
+  Model model({q, mask}, {y}, "masked_attention");
+  Tensor<float> x(Shape{2, 4, 5}), m(Shape{2, 4, 4});
+  for (std::size_t i = 0; i < x.size(); ++i)
+    x.data()[i] = static_cast<float>(i % 9) / 4.0F - 1.0F;
+  for (std::size_t i = 0; i < m.size(); ++i)
+    m.data()[i] = (i % 4 == 0 || i % 3 == 1) ? 1.0F : 0.0F;
+  const auto expected = model.predict_outputs(std::vector<Tensor<float>>{x, m}, {.verbose = 0});
+  // A masked value step changes nothing: the value at step 2, masked for every query, altered.
+  Tensor<float> all(Shape{2, 4, 4});
+  for (std::size_t i = 0; i < all.size(); ++i)
+    all.data()[i] = i % 4 == 2 ? 0.0F : 1.0F;
+  const auto before = model.predict_outputs(std::vector<Tensor<float>>{x, all}, {.verbose = 0});
+  Tensor<float> changed = x.clone();
+  for (std::size_t f = 0; f < 5; ++f)
+    changed.data()[2 * 5 + f] += 3.0F;
+  const auto after =
+      model.predict_outputs(std::vector<Tensor<float>>{changed, all}, {.verbose = 0});
+  // Query step 2's own output changes (its query moved); the other steps' do not.
+  for (std::size_t i : {0, 1, 3})
+    for (std::size_t f = 0; f < 5; ++f)
+      CHECK(after[0].data()[i * 5 + f] ==
+            doctest::Approx(before[0].data()[i * 5 + f]).epsilon(1e-6));
+  const std::string text = model_get_config(model).dump();
+  INFO(text);
+  CHECK(text.find("\"attention_mask\":[\"mask\",0,0]") != std::string::npos);
+  test_support::TempDir dir;
+  for (const char* file : {"model.h5", "model.keras"}) {
+    INFO(file);
+    model.save(dir / file);
+    const auto loaded = load_model(dir / file);
+    CHECK(layer_cases::same_bits(
+        loaded->predict_outputs(std::vector<Tensor<float>>{x, m}, {.verbose = 0})[0], expected[0]));
+  }
+  CHECK_THROWS_WITH_AS(call(std::make_shared<MultiHeadAttention>(
+                                2, 3, MultiHeadAttentionOptions{.attention_mask = true}),
+                            {q, q, Input({4, 3})}),
+                       doctest::Contains("expects an attention mask (None, query steps, value "
+                                         "steps)"),
+                       ShapeError);
+}
+
 TEST_CASE("the states a model outputs are the last unmasked step's") {
   auto tokens = Input(Shape{none}, "tokens");
   auto e = call(Embedding(12, 3, {.mask_zero = true}), tokens);

@@ -43,6 +43,11 @@ class CallArguments {
   /// naming that call in messages. Throws `ConfigError` naming an argument loadstar does not
   /// support, or one that differs from an earlier call of the same layer.
   virtual void apply_call_kwargs(const nlohmann::json& kwargs, const std::string& where) = 0;
+
+  /// The names among `tensor_arguments()` that a call read from a config gives (before
+  /// `apply_call_kwargs`): a layer whose tensor arguments are optional learns which its inputs
+  /// are. Nothing by default.
+  virtual void tensor_arguments_given(const std::vector<std::string>& /*names*/) {}
 };
 
 /// Whether a keyword argument of a tf.keras 2 node is a tensor: `[layer name, node index,
@@ -93,6 +98,7 @@ bool read_legacy_call(CallArguments& layer, const nlohmann::json& node, const st
     kwargs = node[0][3];
   }
   std::vector<Tensor> extra;
+  std::vector<std::string> given;
   for (const std::string& name : layer.tensor_arguments()) {
     const auto it = kwargs.find(name);
     if (it == kwargs.end()) continue;
@@ -105,9 +111,11 @@ bool read_legacy_call(CallArguments& layer, const nlohmann::json& node, const st
       const Tensor* tensor = find(*it);
       if (tensor == nullptr) return false;
       extra.push_back(*tensor);
+      given.push_back(name);
     }
     kwargs.erase(it);
   }
+  layer.tensor_arguments_given(given);
   layer.apply_call_kwargs(kwargs, where);
   inputs.insert(inputs.end(), extra.begin(), extra.end());
   return true;

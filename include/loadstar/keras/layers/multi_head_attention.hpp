@@ -48,6 +48,11 @@ struct MultiHeadAttentionOptions {
   /// (before dropout) beside the output; call the layer with `call_outputs`. For inputs `(batch,
   /// steps, features)` with the default `attention_axes`.
   bool return_attention_scores = false;
+  /// Keras's call argument `attention_mask`, given to every call of the layer: the call's last
+  /// input is a mask `(batch, query steps, value steps)`, 1 where query step `i` may attend to
+  /// value step `j` and 0 where not (joined with the inputs' masks and `use_causal_mask`, as
+  /// Keras joins them). For inputs `(batch, steps, features)`.
+  bool attention_mask = false;
   std::string name = {};
 };
 
@@ -98,7 +103,20 @@ class MultiHeadAttention : public detail::LayerBase, public keras::detail::CallA
   bool takes_unknown_axes() const noexcept override { return true; }
   LOADSTAR_DECL Shape output_shape_for(std::span<const Shape> input_shapes) const override;
 
-  std::vector<std::string> tensor_arguments() const override { return {"value", "key"}; }
+  /// `value`, `key` when the layer was called with one, and `attention_mask` with
+  /// `options().attention_mask`; all three before the first call (what a config may give).
+  std::vector<std::string> tensor_arguments() const override {
+    if (!built()) return {"value", "key", "attention_mask"};
+    std::vector<std::string> names{"value"};
+    if (has_key_) names.emplace_back("key");
+    if (options_.attention_mask) names.emplace_back("attention_mask");
+    return names;
+  }
+  /// An `attention_mask` tensor in a config's call makes the call's last input the mask.
+  void tensor_arguments_given(const std::vector<std::string>& names) override {
+    options_.attention_mask =
+        std::find(names.begin(), names.end(), "attention_mask") != names.end();
+  }
   LOADSTAR_DECL nlohmann::json call_kwargs() const override;
   LOADSTAR_DECL void apply_call_kwargs(const nlohmann::json& kwargs,
                                        const std::string& where) override;
@@ -123,6 +141,7 @@ class MultiHeadAttention : public detail::LayerBase, public keras::detail::CallA
     call.query_mask = masks[0].empty() ? nullptr : masks[0].data();
     call.value_mask = masks[1].empty() ? nullptr : masks[1].data();
     call.key_mask = masks[2].empty() ? nullptr : masks[2].data();
+    call.attention_mask = masks[3].empty() ? nullptr : masks[3].data();
     call.query_mask_in_scores = true;
   }
   detail::AttentionShape geometry(std::size_t batch) const;
@@ -132,6 +151,12 @@ class MultiHeadAttention : public detail::LayerBase, public keras::detail::CallA
   std::size_t value_dim_;
   MultiHeadAttentionOptions options_;
   bool kwargs_seen_ = false;
+  /// Whether the call gives a key (else the value serves as the key).
+  bool has_key_ = false;
+  /// The index of the key's input, and of the attention mask's.
+  std::size_t key_index_of(std::size_t inputs) const noexcept {
+    return inputs - (options_.attention_mask ? 1 : 0) == 3 ? 2 : 1;
+  }
   std::size_t query_features_ = 0, value_features_ = 0, key_features_ = 0, out_features_ = 0;
   std::size_t query_steps_ = 0, value_steps_ = 0;
   detail::Scratch query_, key_, value_, attended_, probabilities_;
@@ -172,14 +197,26 @@ MultiHeadAttention::MultiHeadAttention(std::size_t num_heads, std::size_t key_di
 }
 
 Shape MultiHeadAttention::build(std::span<const Shape> input_shapes, std::uint64_t seed) {
-  if (input_shapes.size() != 2 && input_shapes.size() != 3) {
-    throw ShapeError(label() +
-                     ": expects 2 inputs (query, value) or 3 (query, value, key) but got " +
-                     std::to_string(input_shapes.size()));
+  const std::size_t masks = options_.attention_mask ? 1 : 0;
+  if (input_shapes.size() != 2 + masks && input_shapes.size() != 3 + masks) {
+    throw ShapeError(label() + ": expects 2 inputs (query, value) or 3 (query, value, key)" +
+                     (masks ? std::string(" and the attention mask") : std::string()) +
+                     " but got " + std::to_string(input_shapes.size()));
   }
+  has_key_ = input_shapes.size() == 3 + masks;
   const Shape& query = input_shapes[0];
   const Shape& value = input_shapes[1];
-  const Shape& key = input_shapes.size() == 3 ? input_shapes[2] : value;
+  const Shape& key = input_shapes[key_index_of(input_shapes.size())];
+  if (masks != 0) {
+    const Shape& mask = input_shapes.back();
+    if (query.rank() != 2 || value.rank() != 2 || mask != Shape{query[0], value[0]}) {
+      throw ShapeError(label() +
+                       ": expects an attention mask (None, query steps, value steps) for inputs "
+                       "(None, steps, features) but got the query " +
+                       batch_str(query) + ", the value " + batch_str(value) + " and the mask " +
+                       batch_str(mask));
+    }
+  }
   for (const Shape* s : {&query, &value, &key}) {
     if (s->rank() < 2 || s->rank() != query.rank()) {
       throw ShapeError(label() +
@@ -295,7 +332,7 @@ void MultiHeadAttention::project(Backend& backend, std::size_t p, const Tensor<f
 
 Shape MultiHeadAttention::output_shape_for(std::span<const Shape> input_shapes) const {
   const Shape& value = input_shapes[1];
-  const Shape& key = input_shapes.size() == 3 ? input_shapes[2] : value;
+  const Shape& key = input_shapes[key_index_of(input_shapes.size())];
   bool same_steps = value.rank() == key.rank();
   for (std::size_t i = 0; same_steps && i + 1 < value.rank(); ++i)
     same_steps = value[i] == key[i];
@@ -315,7 +352,7 @@ void MultiHeadAttention::attend(std::span<const Tensor<float>> inputs, const Cal
   query_steps_ = inputs[0].size() / (batch * query_features_);
   value_steps_ = inputs[1].size() / (batch * value_features_);
   const Tensor<float>& value = inputs[1];
-  const Tensor<float>& key = inputs.size() == 3 ? inputs[2] : inputs[1];
+  const Tensor<float>& key = inputs[key_index_of(inputs.size())];
   const Tensor<float> q = query_.get(backend, {batch * query_steps_, heads_ * key_dim_});
   const Tensor<float> k = key_.get(backend, {batch * value_steps_, heads_ * key_dim_});
   const Tensor<float> v = value_.get(backend, {batch * value_steps_, heads_ * value_dim_});
@@ -334,7 +371,8 @@ void MultiHeadAttention::attend(std::span<const Tensor<float>> inputs, const Cal
              o,
              detail::input_mask(ctx, 0),
              detail::input_mask(ctx, 1),
-             detail::input_mask(ctx, 2)};
+             has_key_ ? detail::input_mask(ctx, 2) : Tensor<float>(),
+             options_.attention_mask ? inputs.back() : Tensor<float>()};
   backend.host_kernel(staged_, [&](std::span<const Tensor<float>> t) {
     masks_of(call, t.subspan(5));
     detail::attention_forward(s, call, score, t[0].data(), t[1].data(), t[2].data(), t[3].data(),
@@ -417,19 +455,20 @@ void MultiHeadAttention::backward(std::span<const Tensor<float>> inputs, const T
              dv,
              detail::input_mask(ctx, 0),
              detail::input_mask(ctx, 1),
-             detail::input_mask(ctx, 2),
+             has_key_ ? detail::input_mask(ctx, 2) : Tensor<float>(),
+             options_.attention_mask ? inputs.back() : Tensor<float>(),
              dscores};
   backend.host_kernel(staged_, [&](std::span<const Tensor<float>> t) {
-    masks_of(call, t.subspan(8, 3));
+    masks_of(call, t.subspan(8, 4));
     for (std::size_t i = 5; i < 8; ++i)
       std::fill(t[i].data(), t[i].data() + t[i].size(), 0.0F);
     detail::attention_backward(s, call, score, t[0].data(), t[1].data(), t[2].data(), t[3].data(),
                                t[4].data(), t[5].data(), t[6].data(), t[7].data(),
-                               t[11].empty() ? nullptr : t[11].data());
+                               t[12].empty() ? nullptr : t[12].data());
   });
   // The input projections.
   const Tensor<float>& value_input = inputs[1];
-  const Tensor<float>& key_input = inputs.size() == 3 ? inputs[2] : inputs[1];
+  const Tensor<float>& key_input = inputs[key_index_of(inputs.size())];
   const Tensor<float> xq = inputs[0].reshape({query_rows, query_features_});
   const Tensor<float> xv = value_input.reshape({value_rows, value_features_});
   const Tensor<float> xk = key_input.reshape({value_rows, key_features_});
@@ -447,10 +486,12 @@ void MultiHeadAttention::backward(std::span<const Tensor<float>> inputs, const T
     const Tensor<float> dxv = input_gradients[1].reshape({value_rows, value_features_});
     backend.gemm(dv, false, kernel_of(2, value_features_), true, dxv);
     // Without a key input, the key is the value: its gradient adds to the value's.
-    if (inputs.size() == 2)
-      backend.gemm(dk, false, kernel_of(1, key_features_), true, dxv, 1.0F, 1.0F);
+    if (!has_key_) backend.gemm(dk, false, kernel_of(1, key_features_), true, dxv, 1.0F, 1.0F);
   }
-  if (inputs.size() == 3 && wanted(2)) {
+  // The attention mask is a constant: no gradient reaches it.
+  if (options_.attention_mask && wanted(inputs.size() - 1))
+    backend.fill(input_gradients[inputs.size() - 1], 0.0F);
+  if (has_key_ && wanted(2)) {
     backend.gemm(dk, false, kernel_of(1, key_features_), true,
                  input_gradients[2].reshape({value_rows, key_features_}));
   }
@@ -509,7 +550,7 @@ std::vector<Shape> MultiHeadAttention::extra_output_shapes(
 void MultiHeadAttention::apply_call_kwargs(const nlohmann::json& kwargs, const std::string& where) {
   // Keras's default: a call without use_causal_mask has none.
   detail::read_attention_kwargs(kwargs, where, false, options_.use_causal_mask, kwargs_seen_,
-                                &options_.return_attention_scores);
+                                &options_.return_attention_scores, &options_.attention_mask);
 }
 
 std::shared_ptr<Layer> MultiHeadAttention::from_config(const nlohmann::json& config) {

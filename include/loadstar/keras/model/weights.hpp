@@ -38,7 +38,8 @@ LOADSTAR_DECL void Model::restore_carried_states(const nlohmann::json& states) {
     throw ConfigError("model '" + name_ + "': expected the carried states as an object but found " +
                       states.dump());
   }
-  for (const auto& [name, value] : states.items()) {
+  for (const auto& item : states.items()) {
+    const std::string& name = item.key();
     if (std::none_of(layers_.begin(), layers_.end(),
                      [&](const auto& layer) { return layer->name() == name; })) {
       throw ConfigError("model '" + name_ + "': carried states of layer '" + name +

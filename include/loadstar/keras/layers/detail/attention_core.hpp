@@ -20,6 +20,7 @@
 #include "loadstar/detail/eigen.hpp"
 #include "loadstar/error.hpp"
 #include "loadstar/keras/detail/attention_formulas.hpp"
+#include "loadstar/keras/detail/call_arguments.hpp"
 #include "loadstar/keras/detail/layer_formulas.hpp"
 #include "loadstar/keras/layer.hpp"
 #include "loadstar/random.hpp"
@@ -55,13 +56,18 @@ struct AttentionCall {
   const float* query_mask = nullptr;
   const float* value_mask = nullptr;
   const float* key_mask = nullptr;
+  /// Keras's `attention_mask` of `MultiHeadAttention`'s call (host pointer; null: none):
+  /// `(batch, query_steps, value_steps)`, 0 where query step `i` does not attend to value step
+  /// `j`.
+  const float* attention_mask = nullptr;
   /// How a masked query is treated: `MultiHeadAttention` joins the query's mask to the attention
   /// mask (its row attends to nothing), `Attention` and `AdditiveAttention` zero its output.
   bool query_mask_in_scores = false;
 
   bool drops() const noexcept { return training && rate > 0.0F; }
   bool masked() const noexcept {
-    return query_mask != nullptr || value_mask != nullptr || key_mask != nullptr;
+    return query_mask != nullptr || value_mask != nullptr || key_mask != nullptr ||
+           attention_mask != nullptr;
   }
   /// Whether the output of query `i` of sample `b` is zeroed (`Attention`'s masked query).
   bool zeroes_query(std::size_t b, std::size_t i, std::size_t query_steps) const noexcept {
@@ -83,7 +89,9 @@ inline void masked_softmax_row(const AttentionCall& call, std::size_t b, std::si
   const auto allowed = [&](std::size_t j) {
     return j < n && !query_out &&
            (call.value_mask == nullptr || call.value_mask[b * value_steps + j] != 0.0F) &&
-           (call.key_mask == nullptr || call.key_mask[b * value_steps + j] != 0.0F);
+           (call.key_mask == nullptr || call.key_mask[b * value_steps + j] != 0.0F) &&
+           (call.attention_mask == nullptr ||
+            call.attention_mask[(b * query_steps + i) * value_steps + j] != 0.0F);
   };
   float top = -INFINITY;
   std::size_t count = 0;
@@ -124,7 +132,8 @@ inline std::uint64_t attention_dropout_key(std::optional<std::uint64_t> seed,
 /// `use_causal_mask` or `return_attention_scores` differs from it is refused. Throws
 /// `ConfigError` beginning with `where`.
 inline void read_attention_kwargs(const nlohmann::json& kwargs, const std::string& where,
-                                  bool absent, bool& causal, bool& seen, bool* scores = nullptr) {
+                                  bool absent, bool& causal, bool& seen, bool* scores = nullptr,
+                                  bool* attention_mask = nullptr) {
   bool this_causal = absent;
   bool this_scores = false;
   for (const auto& [key, value] : kwargs.items()) {
@@ -147,6 +156,10 @@ inline void read_attention_kwargs(const nlohmann::json& kwargs, const std::strin
                           "(MultiHeadAttention returns its scores)");
       }
       this_scores = value.get<bool>();
+    } else if (key == "attention_mask" && attention_mask != nullptr &&
+               (value.is_null() || keras::detail::is_tensor_reference(value))) {
+      // A tensor: the call's last input (MultiHeadAttention's `attention_mask`).
+      *attention_mask = !value.is_null();
     } else if (key == "attention_mask" || key == "query_mask" || key == "value_mask" ||
                key == "key_mask" || key == "mask") {
       throw ConfigError(where + ": the call argument '" + key +
