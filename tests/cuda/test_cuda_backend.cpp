@@ -2213,12 +2213,13 @@ TEST_SUITE("cuda") {
 
   TEST_CASE("The attention layers match the PyTorch reference values on the CUDA backend") {
     // tests/keras/generate_attention.py: MultiHeadAttention (self, cross with a key, causal, two
-    // attention axes), Attention (dot and concat) and AdditiveAttention, with their inputs,
-    // weights and gradients in device memory (the attention itself is staged through the host).
+    // attention axes, an attention_mask), Attention (dot and concat) and AdditiveAttention, with
+    // their inputs, weights and gradients in device memory (the attention itself is staged
+    // through the host).
     Backends b;
     // Held in a variable: a range-for over a member of a temporary would read freed memory.
     const auto reference = layer_cases::load("attention.json");
-    REQUIRE(reference["cases"].size() == 12);
+    REQUIRE(reference["cases"].size() == 14);
     for (const auto& c : reference["cases"])
       layer_cases::run_case(c, b.gpu);
   }
