@@ -317,6 +317,12 @@ cases.append(run("padded_gru", padded_gru, w, mse,
 # steps. The mask follows Dense, SimpleRNN/GRU with return_sequences, and stops at Conv1D.
 
 
+def large_and_odd(x):
+    """Two regression targets of a token sequence: the fractions of tokens above 5 and of odd
+    ones."""
+    return torch.stack([(x > 5).to(DT).mean(dim=1), (x % 2).to(DT).mean(dim=1)], dim=1)
+
+
 def masked_tokens(length):
     """Tokens 1..11 padded at the end with 0 (each row keeps at least one token), and now and then
     a 0 inside, which a mask skips as well."""
@@ -458,8 +464,7 @@ w = {"embeddings": embeddings, "rnn/kernel": rnd(4, 3), "rnn/recurrent_kernel": 
      "gru/kernel": rnd(3, 6), "gru/recurrent_kernel": rnd(2, 6), "gru/bias": rnd(2, 6, scale=0.1),
      "dense/kernel": rnd(2, 2), "dense/bias": rnd(2, scale=0.1)}
 cases.append(run("masking_rnn_pool", masking_rnn_pool, w, mse,
-                 lambda x: torch.stack([(x > 5).to(DT).mean(dim=1), (x % 2).to(DT).mean(dim=1)],
-                                       dim=1),
+                 large_and_odd,
                  make_tokens=masked_tokens))
 
 
@@ -550,8 +555,7 @@ def masked_mha(w, x):
 w = {"embeddings": rnd(VOCAB, 6, scale=1.0), "additive/scale": rnd(6, scale=1.0),
      "dense/kernel": rnd(6, 2), "dense/bias": rnd(2, scale=0.1)}
 cases.append(run("masked_attentions", masked_attentions, w, mse,
-                 lambda x: torch.stack([(x > 5).to(DT).mean(dim=1), (x % 2).to(DT).mean(dim=1)],
-                                       dim=1),
+                 large_and_odd,
                  make_tokens=masked_tokens))
 
 w = {"embeddings": rnd(VOCAB, 8, scale=1.0)}
@@ -694,8 +698,7 @@ w = {"embeddings": rnd(VOCAB, 4, scale=1.0),
      "rnn/kernel": rnd(3, 3), "rnn/recurrent_kernel": rnd(3, 3), "rnn/bias": rnd(3, scale=0.1),
      "dense/kernel": rnd(9, 2), "dense/bias": rnd(2, scale=0.1)}
 cases.append(run("gru_states", gru_states, w, mse,
-                 lambda x: torch.stack([(x > 5).to(DT).mean(dim=1), (x % 2).to(DT).mean(dim=1)],
-                                       dim=1),
+                 large_and_odd,
                  make_tokens=masked_tokens))
 
 def bilstm_states(w, x):
@@ -729,8 +732,7 @@ w.update({"dense/kernel": rnd(3, 2), "dense/bias": rnd(2, scale=0.1)})
 order = ["embeddings", "embeddings2"] + [k for k in w if "/" in k]
 w = {k: w[k] for k in order}
 cases.append(run("bilstm_states", bilstm_states, w, mse,
-                 lambda x: torch.stack([(x > 5).to(DT).mean(dim=1), (x % 2).to(DT).mean(dim=1)],
-                                       dim=1),
+                 large_and_odd,
                  make_tokens=masked_tokens))
 
 def bigru_separate(w, x):
@@ -755,8 +757,7 @@ w = {"embeddings": rnd(VOCAB, 4, scale=1.0),
      "bw/kernel": rnd(4, 9), "bw/recurrent_kernel": rnd(3, 9), "bw/bias": rnd(2, 9, scale=0.1),
      "dense/kernel": rnd(6, 2), "dense/bias": rnd(2, scale=0.1)}
 cases.append(run("bigru_separate", bigru_separate, w, mse,
-                 lambda x: torch.stack([(x > 5).to(DT).mean(dim=1), (x % 2).to(DT).mean(dim=1)],
-                                       dim=1),
+                 large_and_odd,
                  make_tokens=masked_tokens))
 
 def mha_scores(w, x):
@@ -784,8 +785,7 @@ w["mha/attention_output/kernel"] = rnd(2, 3, 6)
 w["mha/attention_output/bias"] = rnd(6, scale=0.1)
 w.update({"dense/kernel": rnd(6 + 50, 2), "dense/bias": rnd(2, scale=0.1)})
 cases.append(run("mha_scores", mha_scores, w, mse,
-                 lambda x: torch.stack([(x > 5).to(DT).mean(dim=1), (x % 2).to(DT).mean(dim=1)],
-                                       dim=1),
+                 large_and_odd,
                  lengths=[5, 5, 5], predict_length=5))
 
 class StatefulLstm:

@@ -38,6 +38,18 @@ Tensor<float> tokens_of(Shape shape, std::vector<float> values) {
   return t;
 }
 
+/// Saved in both formats and loaded back, `model` predicts for `x` what it predicts now, bit for
+/// bit.
+void check_saved_predictions(Model& model, const Tensor<float>& x) {
+  const Tensor<float> expected = model.predict(x, {.verbose = 0});
+  test_support::TempDir dir;
+  for (const char* file : {"model.h5", "model.keras"}) {
+    INFO(file);
+    model.save(dir / file);
+    CHECK(layer_cases::same_bits(load_model(dir / file)->predict(x, {.verbose = 0}), expected));
+  }
+}
+
 TEST_CASE("an LSTM encoder's return_state starts a decoder LSTM, trained as PyTorch's loop") {
   auto model = unknown_axes_cases::seq2seq_lstm();
   check_training(*model, case_named("seq2seq_lstm"), "sparse_categorical_crossentropy");
@@ -52,13 +64,7 @@ TEST_CASE("Bidirectional returns both directions' states and starts from given o
   auto model = unknown_axes_cases::bilstm_states();
   check_training(*model, case_named("bilstm_states"), "mse");
   const Tensor<float> x = tokens_of({2, 4}, {3, 1, 4, 0, 2, 7, 0, 5});
-  const Tensor<float> expected = model->predict(x, {.verbose = 0});
-  test_support::TempDir dir;
-  for (const char* file : {"model.h5", "model.keras"}) {
-    INFO(file);
-    model->save(dir / file);
-    CHECK(layer_cases::same_bits(load_model(dir / file)->predict(x, {.verbose = 0}), expected));
-  }
+  check_saved_predictions(*model, x);
 }
 
 TEST_CASE("Bidirectional with merge_mode None returns both directions apart, both masked") {
@@ -70,13 +76,7 @@ TEST_CASE("Bidirectional with merge_mode None returns both directions apart, bot
   CHECK(text.find("\"merge_mode\":null") != std::string::npos);
   CHECK(text.find("[\"bidirectional\",0,1,{}]") != std::string::npos);
   const Tensor<float> x = tokens_of({2, 4}, {3, 1, 4, 0, 2, 7, 0, 5});
-  const Tensor<float> expected = model->predict(x, {.verbose = 0});
-  test_support::TempDir dir;
-  for (const char* file : {"model.h5", "model.keras"}) {
-    INFO(file);
-    model->save(dir / file);
-    CHECK(layer_cases::same_bits(load_model(dir / file)->predict(x, {.verbose = 0}), expected));
-  }
+  check_saved_predictions(*model, x);
 }
 
 TEST_CASE("MultiHeadAttention returns its attention scores, and learns through them") {
@@ -89,13 +89,7 @@ TEST_CASE("MultiHeadAttention returns its attention scores, and learns through t
   CHECK(text.find("\"return_attention_scores\":true") != std::string::npos);
   CHECK(text.find("[\"multi_head_attention\",0,1,{}]") != std::string::npos);
   const Tensor<float> x = tokens_of({2, 5}, {3, 1, 4, 1, 5, 2, 7, 1, 8, 2});
-  const Tensor<float> expected = model->predict(x, {.verbose = 0});
-  test_support::TempDir dir;
-  for (const char* file : {"model.h5", "model.keras"}) {
-    INFO(file);
-    model->save(dir / file);
-    CHECK(layer_cases::same_bits(load_model(dir / file)->predict(x, {.verbose = 0}), expected));
-  }
+  check_saved_predictions(*model, x);
   // The scores are each query's probabilities over the value steps.
   auto q = Input({4, 3}, "q");
   const auto scored =
@@ -331,12 +325,7 @@ TEST_CASE("a model with return_state and initial_state saves and loads in both f
   CHECK(model_get_config(*copy) == config);
   copy->set_weights(model->get_weights());
   CHECK(layer_cases::same_bits(copy->predict(x, {.verbose = 0}), expected));
-  test_support::TempDir dir;
-  for (const char* file : {"model.h5", "model.keras"}) {
-    INFO(file);
-    model->save(dir / file);
-    CHECK(layer_cases::same_bits(load_model(dir / file)->predict(x, {.verbose = 0}), expected));
-  }
+  check_saved_predictions(*model, x);
 }
 
 TEST_CASE("a Keras 3 config gives initial_state as a keyword, with tensor indices") {
