@@ -335,21 +335,40 @@ def masked_tokens(length):
     return x
 
 
-def masked_loop(cell, x, m, units, reverse=False, zero_output=False, carry=False):
+def state_loop(cell, x, m, units, h0=None, c0=None, reverse=False, zero_output=False):
     """A recurrent direction over x (batch, steps, features) with mask m (batch, steps): `cell`
-    maps (x_t, h, c) to (h, c). Outputs in processing order (reversed for go_backwards)."""
-    h = torch.zeros(x.shape[0], units, dtype=DT)
-    c = torch.zeros(x.shape[0], units, dtype=DT)
+    maps (x_t, h, c) to (h, c), and a masked step keeps both. Starts from the initial states h0
+    and c0 (zeros when None); returns the outputs in processing order (reversed for
+    go_backwards; 0 at masked steps with zero_output) and the final states (those of the last
+    unmasked step, as Keras's `return_state`)."""
+    h = h0 if h0 is not None else torch.zeros(x.shape[0], units, dtype=DT)
+    c = c0 if c0 is not None else torch.zeros(x.shape[0], units, dtype=DT)
     steps = range(x.shape[1] - 1, -1, -1) if reverse else range(x.shape[1])
     out = []
     for t in steps:
         h_new, c_new = cell(x[:, t], h, c)
         keep = m[:, t:t + 1]
         h = torch.where(keep, h_new, h)
-        if carry:
-            c = torch.where(keep, c_new, c)
+        c = torch.where(keep, c_new, c)
         out.append(torch.where(keep, h, torch.zeros_like(h)) if zero_output else h)
-    return torch.stack(out, dim=1)
+    return torch.stack(out, dim=1), h, c
+
+
+def masked_loop(cell, x, m, units, reverse=False, zero_output=False):
+    """`state_loop` from zero states: its outputs alone."""
+    return state_loop(cell, x, m, units, reverse=reverse, zero_output=zero_output)[0]
+
+
+def torch_lstm(kernel, recurrent, bias):
+    """nn.LSTM with Keras's weights: weight_ih = kernel.T, weight_hh = recurrent_kernel.T,
+    bias_ih = bias and bias_hh = 0 (Keras has one bias)."""
+    module = torch.nn.LSTM(kernel.shape[0], recurrent.shape[0], batch_first=True, dtype=DT)
+    with torch.no_grad():
+        module.weight_ih_l0.copy_(kernel.t())
+        module.weight_hh_l0.copy_(recurrent.t())
+        module.bias_ih_l0.copy_(bias)
+        module.bias_hh_l0.zero_()
+    return module
 
 
 def lstm_cell(kernel, recurrent, bias):
@@ -385,16 +404,12 @@ def check_masked_lstm_against_packed():
     lengths = torch.tensor([6, 2, 4])
     m = torch.arange(6).unsqueeze(0) < lengths.unsqueeze(1)
     kernel, recurrent, bias = rnd(4, 8), rnd(2, 8), rnd(8)
-    module = torch.nn.LSTM(4, 2, batch_first=True, dtype=DT)
+    module = torch_lstm(kernel, recurrent, bias)
     with torch.no_grad():
-        module.weight_ih_l0.copy_(kernel.t())
-        module.weight_hh_l0.copy_(recurrent.t())
-        module.bias_ih_l0.copy_(bias)
-        module.bias_hh_l0.zero_()
         packed = torch.nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True,
                                                          enforce_sorted=False)
         _, (h_n, _) = module(packed)
-    out = masked_loop(lstm_cell(kernel, recurrent, bias), x, m, 2, carry=True)
+    out = masked_loop(lstm_cell(kernel, recurrent, bias), x, m, 2)
     assert torch.allclose(out[:, -1], h_n[0], atol=1e-12)
     for b, n in enumerate(lengths.tolist()):
         assert torch.allclose(out[b, n - 1:], h_n[0, b].expand(6 - n + 1, 2), atol=1e-12)
@@ -408,7 +423,7 @@ def masked_lstm(w, x):
     m = x != 0
     e = F.embedding(x, w["embeddings"])
     h = masked_loop(lstm_cell(w["lstm/kernel"], w["lstm/recurrent_kernel"], w["lstm/bias"]), e, m,
-                    4, reverse=True, carry=True)[:, -1]
+                    4, reverse=True)[:, -1]
     return torch.softmax(h @ w["dense/kernel"] + w["dense/bias"], dim=-1)
 
 
@@ -419,9 +434,9 @@ def masked_bilstm_conv(w, x):
     m = x != 0
     e = F.embedding(x, w["embeddings"])
     f = masked_loop(lstm_cell(w["fw/kernel"], w["fw/recurrent_kernel"], w["fw/bias"]), e, m, 3,
-                    zero_output=True, carry=True)
+                    zero_output=True)
     b = masked_loop(lstm_cell(w["bw/kernel"], w["bw/recurrent_kernel"], w["bw/bias"]), e, m, 3,
-                    reverse=True, zero_output=True, carry=True)
+                    reverse=True, zero_output=True)
     h = torch.cat([f, torch.flip(b, dims=[1])], dim=2).transpose(1, 2)
     c = torch.relu(F.conv1d(h, w["conv/kernel"].permute(2, 1, 0), w["conv/bias"]))
     return torch.sigmoid(c.max(dim=2).values @ w["dense/kernel"] + w["dense/bias"])
@@ -579,9 +594,9 @@ def masked_td_tagger(w, x):
     m = x != 0
     e = F.embedding(x, w["embeddings"])
     f = masked_loop(lstm_cell(w["fw/kernel"], w["fw/recurrent_kernel"], w["fw/bias"]), e, m, 3,
-                    zero_output=True, carry=True)
+                    zero_output=True)
     b = masked_loop(lstm_cell(w["bw/kernel"], w["bw/recurrent_kernel"], w["bw/bias"]), e, m, 3,
-                    reverse=True, zero_output=True, carry=True)
+                    reverse=True, zero_output=True)
     h = torch.cat([f, torch.flip(b, dims=[1])], dim=2)
     return h @ w["td/kernel"] + w["td/bias"]
 
@@ -602,23 +617,6 @@ cases.append(run("masked_td_tagger", lambda w, x: (masked_td_tagger(w, x), x), w
 
 
 
-def state_loop(cell, x, m, units, h0=None, c0=None, reverse=False):
-    """A recurrent direction as `masked_loop`, from the initial states h0 and c0 (zeros when None),
-    returning its outputs and its final states (those of the last unmasked step), as Keras's
-    `return_state`."""
-    h = h0 if h0 is not None else torch.zeros(x.shape[0], units, dtype=DT)
-    c = c0 if c0 is not None else torch.zeros(x.shape[0], units, dtype=DT)
-    steps = range(x.shape[1] - 1, -1, -1) if reverse else range(x.shape[1])
-    out = []
-    for t in steps:
-        h_new, c_new = cell(x[:, t], h, c)
-        keep = m[:, t:t + 1]
-        h = torch.where(keep, h_new, h)
-        c = torch.where(keep, c_new, c)
-        out.append(h)
-    return torch.stack(out, dim=1), h, c
-
-
 def check_states_against_torch():
     """From given initial states, the loop's outputs and final states are nn.LSTM's and nn.GRU's
     (Keras's GRU gates z, r, h reordered to torch's r, z, n)."""
@@ -626,12 +624,8 @@ def check_states_against_torch():
     every = torch.ones(3, 5, dtype=torch.bool)
     h0, c0 = rnd(3, 2), rnd(3, 2)
     kernel, recurrent, bias = rnd(4, 8), rnd(2, 8), rnd(8)
-    module = torch.nn.LSTM(4, 2, batch_first=True, dtype=DT)
+    module = torch_lstm(kernel, recurrent, bias)
     with torch.no_grad():
-        module.weight_ih_l0.copy_(kernel.t())
-        module.weight_hh_l0.copy_(recurrent.t())
-        module.bias_ih_l0.copy_(bias)
-        module.bias_hh_l0.zero_()
         want, (h_n, c_n) = module(x, (h0.unsqueeze(0), c0.unsqueeze(0)))
     out, h, c = state_loop(lstm_cell(kernel, recurrent, bias), x, every, 2, h0, c0)
     assert torch.allclose(out, want, atol=1e-12)

@@ -135,6 +135,7 @@ GraphPlan plan_graph(const std::string& model, const std::vector<KerasTensor>& i
       sibling.layer = graph_node->layer;
       sibling.shape = sibling.declared = extra[i];
       sibling.primary = k;
+      sibling.output_index = i + 1;
       nodes[k].extras.push_back(nodes.size());
       nodes.push_back(std::move(sibling));
     }

@@ -103,10 +103,8 @@ void MaskPlan::plan(const std::string& model, std::span<const RuntimeNode> nodes
     if (!node.runs()) {
       // A later output of a call: the first output's mask where the layer says so (both
       // directions of a Bidirectional with merge_mode None), else none (recurrent states).
-      const auto& extras = nodes[node.primary].extras;
-      const auto index =
-          1 + static_cast<std::size_t>(std::find(extras.begin(), extras.end(), k) - extras.begin());
-      if (index < node.layer->masked_outputs()) node_slot_[k] = node_slot_[node.primary];
+      if (node.output_index < node.layer->masked_outputs())
+        node_slot_[k] = node_slot_[node.primary];
       continue;
     }
     const MaskFlow flow = node.layer->mask_flow();

@@ -33,6 +33,8 @@ struct RuntimeNode {
   /// first output, whose `forward` writes this node's value and whose `backward` reads its
   /// gradient (this node has no inputs and runs nothing itself); `no_primary` otherwise.
   std::size_t primary = no_primary;
+  /// Which output of its call this node is (Keras's tensor index): 0 for the first.
+  std::size_t output_index = 0;
   /// On the node of a call's first output: the nodes of its later outputs, in order.
   std::vector<std::size_t> extras;
   /// Whether a loss or a consumer writes this node's gradient in a training step (a layer's

@@ -115,10 +115,7 @@ LOADSTAR_DECL void Model::bind(const detail::ErasedBatch& batch) {
       inputs.clear();
       for (const std::size_t p : first.inputs)
         inputs.push_back(nodes_[p].shape);
-      const auto& extras = first.extras;
-      const auto at =
-          static_cast<std::size_t>(std::find(extras.begin(), extras.end(), k) - extras.begin());
-      node.shape = node.layer->extra_output_shapes(inputs).at(at);
+      node.shape = node.layer->extra_output_shapes(inputs).at(node.output_index - 1);
       continue;
     }
     inputs.clear();

@@ -159,14 +159,8 @@ LOADSTAR_DECL void Model::summary(std::ostream& out) const {
       std::string connected = "[";
       for (std::size_t j = 0; j < node.inputs.size(); ++j) {
         const std::size_t p = node.inputs[j];
-        const auto& producer = nodes_[p];
-        std::size_t tensor = 0;
-        if (producer.primary != detail::RuntimeNode::no_primary) {
-          const auto& extras = nodes_[producer.primary].extras;
-          tensor = 1 + static_cast<std::size_t>(std::find(extras.begin(), extras.end(), p) -
-                                                extras.begin());
-        }
-        connected += (j ? ", '" : "'") + node_names_[p] + "[0][" + std::to_string(tensor) + "]'";
+        connected += (j ? ", '" : "'") + node_names_[p] + "[0][" +
+                     std::to_string(nodes_[p].output_index) + "]'";
       }
       fields.push_back(connected + "]");
     }
