@@ -284,6 +284,44 @@ TEST_CASE("MultiHeadAttention takes Keras's attention_mask as its last input, in
                        ShapeError);
 }
 
+TEST_CASE("what a layer with several outputs cannot be part of is refused by name") {
+  auto x = Input({4, 2}, "x");
+  const auto encoder = call_outputs(LSTM(3, {.return_state = true, .name = "enc"}), x);
+  // A config's tensor index past the call's outputs.
+  json config = model_get_config(Model({x}, {encoder[2]}, "three"));
+  config["config"]["output_layers"] = json::array({json::array({"enc", 0, 3})});
+  CHECK_THROWS_WITH_AS(model_from_config(config),
+                       doctest::Contains("expected a tensor index below 3 (the outputs of layer "
+                                         "'enc') but found 3"),
+                       ConfigError);
+  // Inside a model used as a layer.
+  auto inner = std::make_shared<Model>(std::vector{x}, std::vector{encoder[1]}, "inner");
+  CHECK_THROWS_WITH_AS(static_cast<void>(ModelLayer(inner)),
+                       doctest::Contains("layer 'enc' returns 3 outputs, which loadstar does not "
+                                         "run inside a model used as a layer"),
+                       ConfigError);
+  // With an activity regularizer (Keras 3 would add a penalty per output).
+  auto y = Input({4, 2}, "y");
+  auto regularized = std::make_shared<GRU>(3, RecurrentOptions{.return_state = true});
+  regularized->set_activity_regularizer(std::make_shared<regularizers::L1L2>(0.01, 0.0));
+  const auto gru = call_outputs(regularized, y);
+  CHECK_THROWS_WITH_AS(Model({y}, {gru[1]}, "penalized"),
+                       doctest::Contains("has 2 outputs and an activity_regularizer"), ConfigError);
+  // Attention scores over other than the default axes.
+  auto image = Input({2, 3, 4}, "image");
+  CHECK_THROWS_WITH_AS(
+      call_outputs(std::make_shared<MultiHeadAttention>(
+                       2, 3, MultiHeadAttentionOptions{.return_attention_scores = true}),
+                   {image, image}),
+      doctest::Contains("return_attention_scores expects inputs of shape (None, steps, features)"),
+      ShapeError);
+  // An RNN whose cell is no recurrent cell.
+  const json rnn = {{"name", "rnn"},
+                    {"cell", {{"class_name", "Dense"}, {"config", {{"units", 3}}}}}};
+  CHECK_THROWS_WITH_AS(layers::LayerRegistry::instance().create("RNN", rnn),
+                       doctest::Contains("a SimpleRNNCell, LSTMCell or GRUCell"), ConfigError);
+}
+
 TEST_CASE("the states a model outputs are the last unmasked step's") {
   auto tokens = Input(Shape{none}, "tokens");
   auto e = call(Embedding(12, 3, {.mask_zero = true}), tokens);
