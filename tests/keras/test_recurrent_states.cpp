@@ -235,6 +235,13 @@ TEST_CASE("a Keras RNN of one cell loads as that cell's layer and saves as an RN
       {"class_name", "StackedRNNCells"}, {"config", {{"cells", json::array({cell, cell})}}}};
   CHECK_THROWS_WITH_AS(model_from_config(stacked),
                        doctest::Contains("loadstar does not run StackedRNNCells"), ConfigError);
+  // A frozen cell in a trainable RNN: one layer here, so refused rather than half applied.
+  json frozen = config;
+  frozen["config"]["layers"][1]["config"]["cell"]["config"]["trainable"] = false;
+  CHECK_THROWS_WITH_AS(model_from_config(frozen),
+                       doctest::Contains("a cell of the RNN's trainable true (loadstar runs an RNN "
+                                         "and its cell as one layer) but the cell has false"),
+                       ConfigError);
 }
 
 TEST_CASE("MultiHeadAttention takes Keras's attention_mask as its last input, in files too") {

@@ -980,6 +980,16 @@ std::shared_ptr<Layer> rnn_from_config(const nlohmann::json& config) {
                               ? (*cell)["config"]
                               : nlohmann::json::object();
   const std::string cell_name = merged.value("name", keras::detail::to_snake_case(cell_class));
+  // One policy and one trainable flag for the RNN and its cell: a cell that differs is refused.
+  for (const char* key : {"trainable", "dtype"}) {
+    const nlohmann::json outer = config.contains(key) ? config[key] : nlohmann::json(nullptr);
+    if (merged.contains(key) && !merged[key].is_null() && !outer.is_null() &&
+        merged[key] != outer) {
+      read.fail("cell", std::string("a cell of the RNN's ") + key + " " + outer.dump() +
+                            " (loadstar runs an RNN and its cell as one layer) but the cell has " +
+                            merged[key].dump());
+    }
+  }
   for (const char* key : {"name", "trainable", "dtype"})
     merged.erase(key);
   for (const auto& [key, value] : config.items()) {
