@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <numeric>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -79,6 +80,18 @@ class SplitMix64 {
  private:
   std::uint64_t state_;
 };
+
+/// FNV-1a (64 bits) of `text`: a hash of a name that is the same on every platform and standard
+/// library (unlike `std::hash`), so that keys derived from a layer's name draw the same bits
+/// everywhere.
+constexpr std::uint64_t stable_hash(std::string_view text) noexcept {
+  std::uint64_t h = 0xcbf29ce484222325ULL;
+  for (const char c : text) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 0x100000001b3ULL;
+  }
+  return h;
+}
 
 /// The seed of item `index` (a batch of a `Sequence`, an element of a `Dataset`) of epoch `epoch`
 /// of a stream seeded with `seed`. Randomness drawn from it (augmentation) is the same whatever

@@ -176,6 +176,182 @@ for inner in ["LSTM", "GRU", "SimpleRNN"]:
             cases.append(case(f"bidirectional_{inner.lower()}_{mode}_{'seq' if sequences else 'last'}",
                               "Bidirectional", config, (2, 3, 4), bidirectional=True))
 
+# Dropout in training (appended after the cases above, so that their values stay as they were).
+# The masks are loadstar's draws, reproduced here: a layer's key is
+# mix64(mix64(seed) ^ mix64(step + C) ^ fnv1a64(name)) (keras/layers/detail/recurrent.hpp,
+# recurrent_dropout_key; a Bidirectional's directions are named name/forward and name/backward);
+# mask m of the inputs uses stream mix64(key ^ mix64(1 + m)), of the state mix64(key ^ mix64(9 +
+# m)), and element i of a stream is kept when the top 53 bits of mix64(stream + golden * (i + 1))
+# as a fraction are at least the rate (keras/detail/layer_formulas.hpp, dropout_keeps); a kept
+# value is scaled by 1 / (1 - rate). What is checked against torch is how the masks enter the
+# computation, written out below as Keras 3's cells with implementation 1 (a mask per gate) or 2
+# (one input mask for every gate): the input of gate g is x * input_mask[g] and the state fed to
+# gate g's recurrent kernel h * state_mask[g]; the carried states are not dropped.
+M64 = (1 << 64) - 1
+GOLDEN = 0x9E3779B97F4A7C15
+
+
+def mix64(z):
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
+    return z ^ (z >> 31)
+
+
+def fnv1a64(text):
+    h = 0xCBF29CE484222325
+    for c in text.encode():
+        h = ((h ^ c) * 0x100000001B3) & M64
+    return h
+
+
+def dropout_key(seed, step, name):
+    return mix64(mix64(seed) ^ mix64((step + 0x632BE59BD9B4E019) & M64) ^ fnv1a64(name))
+
+
+def draw_masks(key, first_stream, count, rows, cols, rate):
+    masks = []
+    for m in range(count):
+        stream = mix64(key ^ mix64(first_stream + m))
+        keep = [((mix64((stream + GOLDEN * (i + 1)) & M64) >> 11) * 2.0 ** -53) >= rate
+                for i in range(rows * cols)]
+        assert any(keep) and not all(keep), "a mask that drops nothing or everything"
+        masks.append(torch.tensor([1.0 / (1.0 - rate) if k else 0.0 for k in keep],
+                                  dtype=DT).reshape(rows, cols))
+    return masks
+
+
+def dropout_direction(class_name, config, x, w, input_masks, state_masks, prefix=""):
+    """Keras's cell loop with the given masks: outputs (batch, steps, units), processing order."""
+    units = config["units"]
+    cell = prefix + CELL[class_name]
+    kernel, recurrent, bias = w[cell + "/kernel"], w[cell + "/recurrent_kernel"], w[cell + "/bias"]
+    if config.get("go_backwards", False):
+        x = torch.flip(x, dims=[1])
+
+    def block(t, g):
+        return t[..., g * units:(g + 1) * units]
+
+    def x_in(xs, g):
+        if not input_masks:
+            return xs
+        return xs * input_masks[g if len(input_masks) > 1 else 0]
+
+    def h_in(h, g):
+        return h * state_masks[g] if state_masks else h
+
+    h = torch.zeros(x.shape[0], units, dtype=DT)
+    c = torch.zeros(x.shape[0], units, dtype=DT)
+    outs = []
+    for s in range(x.shape[1]):
+        xs = x[:, s]
+        if class_name == "SimpleRNN":
+            h = torch.tanh(x_in(xs, 0) @ kernel + bias + h_in(h, 0) @ recurrent)
+        elif class_name == "LSTM":
+            pre = [x_in(xs, g) @ block(kernel, g) + block(bias, g) + h_in(h, g) @ block(recurrent, g)
+                   for g in range(4)]
+            c = torch.sigmoid(pre[1]) * c + torch.sigmoid(pre[0]) * torch.tanh(pre[2])
+            h = torch.sigmoid(pre[3]) * torch.tanh(c)
+        elif config.get("reset_after", True):
+            xp = [x_in(xs, g) @ block(kernel, g) + block(bias[0], g) for g in range(3)]
+            rp = [h_in(h, g) @ block(recurrent, g) + block(bias[1], g) for g in range(3)]
+            z = torch.sigmoid(xp[0] + rp[0])
+            r = torch.sigmoid(xp[1] + rp[1])
+            h = z * h + (1 - z) * torch.tanh(xp[2] + r * rp[2])
+        else:
+            xp = [x_in(xs, g) @ block(kernel, g) + block(bias, g) for g in range(3)]
+            z = torch.sigmoid(xp[0] + h_in(h, 0) @ block(recurrent, 0))
+            r = torch.sigmoid(xp[1] + h_in(h, 1) @ block(recurrent, 1))
+            h = z * h + (1 - z) * torch.tanh(xp[2] + (r * h_in(h, 2)) @ block(recurrent, 2))
+        outs.append(h)
+    return torch.stack(outs, dim=1)
+
+
+def direction_masks(class_name, config, key, batch, features):
+    k = GATES[class_name]
+    rate, recurrent_rate = config.get("dropout", 0.0), config.get("recurrent_dropout", 0.0)
+    per_gate = config.get("implementation", 2) == 1 or recurrent_rate > 0
+    inputs = draw_masks(key, 1, k if per_gate else 1, batch, features, rate) if rate > 0 else []
+    states = draw_masks(key, 9, k, batch, config["units"], recurrent_rate) \
+        if recurrent_rate > 0 else []
+    return inputs, states
+
+
+def dropout_case(name, class_name, config, shape, seed, step, bidirectional=False):
+    x = rnd(*shape)
+    inner, inner_config = (config["layer"]["class_name"], config["layer"]["config"]) \
+        if bidirectional else (class_name, config)
+    ra = inner_config.get("reset_after", True)
+    snake = {"SimpleRNN": "simple_rnn", "LSTM": "lstm", "GRU": "gru"}[inner]
+    prefixes = ["forward_" + snake + "/", "backward_" + snake + "/"] if bidirectional else [""]
+    w = {}
+    for prefix in prefixes:
+        w.update(keras_weights(inner, shape[-1], inner_config["units"], ra, prefix))
+    key_seed = inner_config.get("seed", seed)
+    # Without masks the loop is the torch operator's computation.
+    plain = dropout_direction(inner, inner_config, x, w, [], [], prefixes[0])
+    assert torch.allclose(plain, run_direction(inner, inner_config, x, w, prefixes[0]))
+    xs = x.clone().requires_grad_(True)
+    ws = {k: v.clone().requires_grad_(True) for k, v in w.items()}
+    if not bidirectional:
+        masks = direction_masks(inner, inner_config, dropout_key(key_seed, step, name), shape[0],
+                                shape[-1])
+        out = dropout_direction(inner, inner_config, xs, ws, *masks)
+        if not inner_config.get("return_sequences", False):
+            out = out[:, -1]
+    else:
+        bc = dict(inner_config, go_backwards=not inner_config.get("go_backwards", False))
+        outs = []
+        for direction, (cfg, prefix) in enumerate([(inner_config, prefixes[0]), (bc, prefixes[1])]):
+            masks = direction_masks(inner, cfg, dropout_key(
+                key_seed, step, name + ("/forward" if direction == 0 else "/backward")), shape[0],
+                shape[-1])
+            o = dropout_direction(inner, cfg, xs, ws, *masks, prefix)
+            outs.append(o if inner_config.get("return_sequences", False) else o[:, -1])
+        if inner_config.get("return_sequences", False):
+            outs[1] = torch.flip(outs[1], dims=[1])
+        out = torch.cat(outs, dim=-1)
+    g = rnd(*out.shape)
+    (out * g).sum().backward()
+    return {
+        "name": name,
+        "class_name": class_name,
+        "config": config,
+        "training": True,
+        "seed": seed,
+        "step": step,
+        "input_shapes": [list(shape)],
+        "inputs": [flat(x)],
+        "weights": {k: flat(v) for k, v in w.items()},
+        "upstream": flat(g),
+        "output_shape": list(out.shape),
+        "output": flat(out),
+        "input_gradients": [flat(xs.grad)],
+        "weight_gradients": {k: flat(v.grad) for k, v in ws.items()},
+        "updated_weights": {},
+    }
+
+
+for class_name, extra in [("SimpleRNN", {}), ("LSTM", {}), ("GRU", {}),
+                          ("GRU", {"reset_after": False})]:
+    tag = class_name.lower() + ("_reset_before" if extra else "")
+    variants = [
+        ("dropout", {"dropout": 0.3, "return_sequences": True}),
+        ("both", {"dropout": 0.25, "recurrent_dropout": 0.4}),
+        ("recurrent_backwards", {"recurrent_dropout": 0.35, "go_backwards": True,
+                                 "return_sequences": True, "seed": 77}),
+    ]
+    if class_name != "SimpleRNN":
+        variants.append(("per_gate", {"dropout": 0.3, "implementation": 1}))
+    for variant, options in variants:
+        config = dict({"units": 4}, **extra, **options)
+        cases.append(dropout_case(f"{tag}_{variant}_dropout", class_name, config, (3, 4, 5),
+                                  seed=1234, step=7))
+cases.append(dropout_case(
+    "bidirectional_lstm_dropout", "Bidirectional",
+    {"layer": {"class_name": "LSTM", "config": {"units": 3, "return_sequences": True,
+                                                 "dropout": 0.3, "recurrent_dropout": 0.45}},
+     "merge_mode": "concat"}, (3, 3, 4), seed=99, step=2, bidirectional=True))
+
 with open(os.path.join(HERE, "reference", "recurrent.json"), "w") as f:
     json.dump({"cases": cases}, f, separators=(",", ":"))
 print(len(cases), "cases")

@@ -107,7 +107,11 @@ inline void run_case(const nlohmann::json& c, loadstar::keras::Backend& backend)
                                   ? Tensor<float>()
                                   : backend.allocate(batch_shapes[i]));
   }
-  const CallContext ctx{.backend = backend, .training = c["training"].get<bool>()};
+  // The seed and step of the call draw its dropout masks (the recurrent layers' dropout cases).
+  const CallContext ctx{.backend = backend,
+                        .training = c["training"].get<bool>(),
+                        .seed = c.value("seed", std::uint64_t{0}),
+                        .step = c.value("step", std::uint64_t{0})};
   const Shape output_shape = shape_of(c["output_shape"]);
   const Tensor<float> output = backend.from_host(Tensor<float>(output_shape, std::nanf("")));
   layer->forward(inputs, output, ctx);

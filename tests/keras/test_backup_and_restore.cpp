@@ -40,6 +40,13 @@ class Interrupt : public callbacks::Callback {
   std::size_t seen_ = 0;
 };
 
+/// Resets the model's carried states when training begins (after the callbacks before it).
+class ForgetStates : public callbacks::Callback {
+ public:
+  void on_train_begin(const Logs&) override { model().reset_states(); }
+  std::string class_name() const override { return "ForgetStates"; }
+};
+
 struct Run {
   std::string weights;
   callbacks::History history;
@@ -217,6 +224,51 @@ TEST_SUITE("keras") {
     };
     CHECK(files("resumed") == files("reference"));
     CHECK(files("reference").size() > 2);
+  }
+
+  TEST_CASE("BackupAndRestore resumes a stateful LSTM from its carried states") {
+    // Each sample's states carry from batch to batch (and epoch to epoch: fit does not reset
+    // them), so the resumed fit must start its first batch from the backup's states; the LSTM's
+    // dropout masks follow the restored step.
+    Tensor<float> x(Shape{48, 5, 2}), y(Shape{48, 1});
+    for (std::size_t i = 0; i < x.size(); ++i)
+      x.data()[i] = static_cast<float>(std::sin(0.37 * static_cast<double>(i)));
+    for (std::size_t i = 0; i < y.size(); ++i)
+      y.data()[i] = static_cast<float>(std::cos(0.91 * static_cast<double>(i)));
+    const auto fit = [&](std::uint64_t seed, std::vector<std::shared_ptr<callbacks::Callback>> list)
+        -> std::pair<std::string, nlohmann::json> {
+      set_random_seed(seed);
+      Sequential m{Input({5, 2}),
+                   layers::LSTM(6, {.stateful = true, .dropout = 0.2, .recurrent_dropout = 0.2}),
+                   layers::Dense(1)};
+      m.compile({.optimizer = "adam", .loss = "mse"});
+      set_random_seed(7);
+      m.fit(x, y,
+            {.epochs = 3, .batch_size = 8, .verbose = 0, .callbacks = list, .shuffle = false});
+      return {resume_support::weight_bytes(m.get_weights()), m.carried_states()};
+    };
+    const auto reference = fit(11, {});
+    REQUIRE(reference.second.size() == 1);
+    const auto with_backup = [&](const std::filesystem::path& dir, std::size_t interrupt_after,
+                                 std::uint64_t seed, bool forget_states) {
+      std::vector<std::shared_ptr<callbacks::Callback>> list = {
+          std::make_shared<callbacks::BackupAndRestore>(
+              dir, callbacks::BackupAndRestoreOptions{.save_freq = 1}),
+          std::make_shared<Interrupt>(interrupt_after)};
+      if (forget_states) {
+        // Drops what BackupAndRestore restored, as a backup without the states would.
+        list.push_back(std::make_shared<ForgetStates>());
+      }
+      return fit(seed, list);
+    };
+    TempDir dir;
+    CHECK_THROWS_WITH(with_backup(dir / "backup", 10, 11, false), "interrupted");
+    const auto resumed = with_backup(dir / "backup", 0, 12345, false);
+    CHECK(resumed.first == reference.first);
+    CHECK(resumed.second == reference.second);
+    // Without the carried states the resumed fit trains otherwise.
+    CHECK_THROWS_WITH(with_backup(dir / "forgetful", 10, 11, true), "interrupted");
+    CHECK(with_backup(dir / "forgetful", 0, 12345, true).first != reference.first);
   }
 
   TEST_CASE("BackupAndRestore keeps one backup and the pointer to it") {

@@ -285,9 +285,10 @@ TEST_SUITE("keras_layers") {
                     ConfigError);
   }
 
-  TEST_CASE("Recurrent dropout loads, predicts and evaluates as Keras, and refuses training") {
+  TEST_CASE("Recurrent dropout predicts and evaluates as Keras and trains with its masks") {
     // A Keras text model with LSTM(dropout=0.2, recurrent_dropout=0.1): dropout does nothing
-    // outside training, so predict and evaluate equal the same model without it.
+    // outside training, so predict and evaluate equal the same model without it. The masks'
+    // numerics are in the reference cases (*_dropout).
     const auto model_of = [](double dropout, double recurrent) {
       auto tokens = Input(Shape{5}, "tokens");
       auto h = call(Embedding(9, 4), tokens);
@@ -302,8 +303,10 @@ TEST_SUITE("keras_layers") {
     };
     set_random_seed(3);
     auto dropping = model_of(0.2, 0.1);
+    auto again = model_of(0.2, 0.1);
     auto plain = model_of(0.0, 0.0);
     plain->set_weights(dropping->get_weights());
+    again->set_weights(dropping->get_weights());
     Tensor<float> x(Shape{2, 5});
     for (std::size_t i = 0; i < x.size(); ++i)
       x.data()[i] = static_cast<float>((i * 7) % 9);
@@ -316,21 +319,51 @@ TEST_SUITE("keras_layers") {
     CHECK(lstm["dropout"] == 0.2);
     CHECK(lstm["recurrent_dropout"] == 0.1);
     CHECK(lstm["seed"] == 7);
+    // recurrent_dropout draws a mask per gate: Keras's implementation 1.
+    CHECK(lstm["implementation"] == 1);
+    CHECK(config["config"]["layers"][2]["config"]["layer"]["config"]["implementation"] == 2);
     CHECK(model_get_config(*model_from_config(config)) == config);
-    dropping->compile({.optimizer = "sgd", .loss = "mse"});
-    plain->compile({.optimizer = "sgd", .loss = "mse"});
+    for (auto* m : {&dropping, &again, &plain})
+      (*m)->compile({.optimizer = "sgd", .loss = "mse"});
     CHECK(dropping->test_on_batch(x, y).get("loss").value() ==
           plain->test_on_batch(x, y).get("loss").value());
-    CHECK_THROWS_WITH_AS(static_cast<void>(dropping->train_on_batch(x, y)),
-                         "bidirectional layer 'both' (forward): dropout 0.2 and recurrent_dropout "
-                         "0.0 apply in training, which loadstar does not run for recurrent layers "
-                         "(it predicts and evaluates with them, as Keras does outside training); "
-                         "set both to 0, or add a Dropout layer before the recurrent layer, to "
-                         "train",
-                         ConfigError);
+    // Training drops: the loss differs from the plain model's, and the masks are the same for
+    // the same seeds, so a second model trains to the same bits.
+    const double dropped_loss = dropping->train_on_batch(x, y).get("loss").value();
+    CHECK(dropped_loss != plain->train_on_batch(x, y).get("loss").value());
+    CHECK(again->train_on_batch(x, y).get("loss").value() == dropped_loss);
+    static_cast<void>(dropping->train_on_batch(x, y));
+    static_cast<void>(again->train_on_batch(x, y));
+    for (std::size_t i = 0; i < dropping->get_weights().size(); ++i)
+      CHECK(layer_cases::same_bits(dropping->get_weights()[i], again->get_weights()[i]));
     CHECK_THROWS_WITH_AS(static_cast<void>(LSTM(2, {.recurrent_dropout = 1.0, .name = "r"})),
                          "lstm layer 'r': recurrent_dropout must be in [0, 1) but is 1.0",
                          ConfigError);
+  }
+
+  TEST_CASE("LSTM with dropout and recurrent_dropout learns to sum a sequence") {
+    const std::size_t n = 256, steps = 6;
+    Tensor<float> x(Shape{n, steps, 1}), y(Shape{n, 1});
+    loadstar::SplitMix64 rng(5);
+    for (std::size_t i = 0; i < n; ++i) {
+      float sum = 0.0F;
+      for (std::size_t s = 0; s < steps; ++s) {
+        const float v = float(rng.uniform() * 2.0 - 1.0);
+        x.data()[i * steps + s] = v;
+        sum += v;
+      }
+      y.data()[i] = sum;
+    }
+    set_random_seed(11);
+    Sequential model{Input(Shape{steps, 1}), LSTM(16, {.dropout = 0.05, .recurrent_dropout = 0.1}),
+                     Dense(1)};
+    model.compile({.optimizer = "adam", .loss = "mse"});
+    const double before = model.evaluate(x, y, {.verbose = 0}).get("loss").value();
+    const auto history = model.fit(x, y, {.epochs = 30, .batch_size = 32, .verbose = 0});
+    const double after = model.evaluate(x, y, {.verbose = 0}).get("loss").value();
+    INFO("loss before ", before, " after ", after, " last training loss ",
+         history.history.at("loss").back());
+    CHECK(after < 0.1 * before);
   }
 
   TEST_CASE("Orthogonal fills orthonormal rows or columns times the gain") {

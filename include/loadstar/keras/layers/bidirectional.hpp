@@ -82,6 +82,16 @@ class Bidirectional : public detail::LayerBase {
   /// The config of a direction's layer as Keras writes it (`forward_lstm`, `backward_lstm`).
   LOADSTAR_DECL nlohmann::json direction_config(const detail::RecurrentCore& core,
                                                 const std::string& prefix) const;
+  /// Each direction's dropout in this call: keyed by `name/forward` and `name/backward` in
+  /// training, none otherwise.
+  void set_dropout(const CallContext& ctx) {
+    for (auto* core : {&forward_, &backward_}) {
+      core->set_dropout(ctx.training ? std::optional(detail::recurrent_dropout_key(
+                                           core->options().seed, ctx,
+                                           name() + (core == &forward_ ? "/forward" : "/backward")))
+                                     : std::nullopt);
+    }
+  }
   std::span<const Variable> direction_weights(std::size_t direction) const {
     const std::size_t n = weights_.size() / 2;
     return std::span<const Variable>(weights_).subspan(direction * n, n);
@@ -219,8 +229,7 @@ void Bidirectional::forward(std::span<const Tensor<float>> inputs, const Tensor<
   const Tensor<float> yf = forward_output_.get(backend, forward_shape.prepend(batch));
   const Tensor<float> yb = backward_output_.get(backend, backward_shape.prepend(batch));
   const Tensor<float> mask = detail::input_mask(ctx);
-  forward_.refuse_dropout(ctx.training);
-  backward_.refuse_dropout(ctx.training);
+  set_dropout(ctx);
   const std::size_t sf = forward_.state_count();
   const auto initial = [&](std::size_t direction) {
     if (inputs.size() == 1) return std::span<const Tensor<float>>();
@@ -276,6 +285,7 @@ void Bidirectional::backward(std::span<const Tensor<float>> inputs, const Tensor
                              std::span<const Tensor<float>> input_gradients,
                              const CallContext& ctx) {
   Backend& backend = ctx.backend;
+  set_dropout(ctx);
   const std::size_t batch = inputs[0].dim(0);
   const Shape forward_shape = forward_.output_shape(inputs[0].shape().row_shape());
   const Shape backward_shape = backward_.output_shape(inputs[0].shape().row_shape());

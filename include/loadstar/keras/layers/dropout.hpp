@@ -148,7 +148,7 @@ std::shared_ptr<Layer> Dropout::from_config(const nlohmann::json& config) {
 std::uint64_t Dropout::key(const CallContext& ctx) const {
   const std::uint64_t seed = options_.seed.value_or(ctx.seed);
   return SplitMix64::mix(SplitMix64::mix(seed) ^ SplitMix64::mix(ctx.step + 0x632BE59BD9B4E019ULL) ^
-                         std::hash<std::string>{}(name()));
+                         stable_hash(name()));
 }
 
 }  // namespace loadstar::keras::layers

@@ -119,8 +119,7 @@ inline void masked_softmax_row(const AttentionCall& call, std::size_t b, std::si
 inline std::uint64_t attention_dropout_key(std::optional<std::uint64_t> seed,
                                            const CallContext& ctx, const std::string& name) {
   return SplitMix64::mix(SplitMix64::mix(seed.value_or(ctx.seed)) ^
-                         SplitMix64::mix(ctx.step + 0x3C6EF372FE94F82AULL) ^
-                         std::hash<std::string>{}(name));
+                         SplitMix64::mix(ctx.step + 0x3C6EF372FE94F82AULL) ^ stable_hash(name));
 }
 
 /// Reads the keyword arguments of an attention layer's call from a config (tensors taken out):

@@ -21,8 +21,7 @@ namespace loadstar::keras::layers::detail {
 inline std::uint64_t noise_key(std::optional<std::uint64_t> seed, const CallContext& ctx,
                                const std::string& name) {
   return SplitMix64::mix(SplitMix64::mix(seed.value_or(ctx.seed)) ^
-                         SplitMix64::mix(ctx.step + 0x632BE59BD9B4E019ULL) ^
-                         std::hash<std::string>{}(name));
+                         SplitMix64::mix(ctx.step + 0x632BE59BD9B4E019ULL) ^ stable_hash(name));
 }
 
 /// A layer that adds or multiplies noise in training and is the identity otherwise. Subclasses

@@ -54,13 +54,18 @@ struct RecurrentOptions {
   /// With a mask on the input: a masked step's output is 0 rather than the previous step's
   /// (Keras's `zero_output_for_mask`, which `Bidirectional` sets when it returns sequences).
   bool zero_output_for_mask = false;
-  /// Keras's `dropout` (of the inputs) and `recurrent_dropout` (of the state), in `[0, 1)`, and
-  /// their `seed`: they do nothing outside training, so a model that has them loads, predicts
-  /// and evaluates; training one throws `ConfigError` naming them (loadstar does not draw
-  /// Keras's per-gate masks).
+  /// Keras's `dropout` (of the inputs) and `recurrent_dropout` (of the state fed to the
+  /// recurrent kernel), in `[0, 1)`, and their `seed`. In training each call draws its masks once
+  /// and uses them at every step (Keras's `DropoutRNNCell`): a kept value is scaled by
+  /// `1 / (1 - rate)`; the carried states themselves are not dropped. Outside training they do
+  /// nothing. The masks derive from `(seed or the step's seed, the step, the layer's name)`.
   double dropout = 0.0;
   double recurrent_dropout = 0.0;
   std::optional<std::uint64_t> seed = std::nullopt;
+  /// Keras's `implementation` of an LSTM or GRU cell: the same computation, except for dropout's
+  /// masks, which are one per gate with 1 and one for all gates with 2. A `recurrent_dropout`
+  /// makes it 1, as in Keras.
+  int implementation = 2;
   Initializer kernel_initializer = Initializer::glorot_uniform();
   Initializer recurrent_initializer = Initializer::orthogonal();
   Initializer bias_initializer = Initializer::zeros();
@@ -128,8 +133,14 @@ class RecurrentCore {
   /// The Keras config keys of the cell's options (`units`, `activation`, ...).
   LOADSTAR_DECL void write_config(nlohmann::json& config) const;
 
-  /// Throws `ConfigError` naming the options when `training` and the options ask for dropout.
-  LOADSTAR_DECL void refuse_dropout(bool training) const;
+  /// Whether dropout draws a mask per gate (Keras's implementation 1, which `recurrent_dropout`
+  /// implies) rather than one for all gates.
+  bool dropout_per_gate() const noexcept {
+    return options_.implementation == 1 || options_.recurrent_dropout > 0.0;
+  }
+  /// The dropout of the next `forward` and of the `backward` of it: in training, masks drawn
+  /// from `key` (`recurrent_dropout_key`); `std::nullopt`, none.
+  void set_dropout(std::optional<std::uint64_t> key) noexcept { dropout_key_ = key; }
 
  private:
   /// Rows `[step * batch, (step + 1) * batch)` of a time-major buffer.
@@ -147,6 +158,41 @@ class RecurrentCore {
   /// that are masked at their step (`mask_`).
   void zero_masked_rows(Backend& backend, const Tensor<float>& t, std::size_t first,
                         std::size_t count);
+
+  /// Draws the dropout masks of a forward pass (when `dropout_key_` is set and a rate is not 0):
+  /// `input_masks_` masks `(batch, features)` in `input_mask_` (1, or one per gate) and
+  /// `state_masks_` masks `(batch, units)` in `state_mask_` (one per gate), each value 0 or
+  /// `1 / (1 - rate)`.
+  void draw_dropout_masks(Backend& backend);
+  /// The kernel's column blocks of the `count` mask groups: the kernel itself for one, else its
+  /// gates' blocks `(rows, units)` copied into `into`.
+  std::vector<Tensor<float>> gate_blocks(Backend& backend, const Tensor<float>& kernel,
+                                         std::size_t count, Scratch& into);
+  /// `dropped[m]` (rows `m * n` on) = `v` `(n, d)` times mask `m` of `masks` `(count * batch, d)`
+  /// (row `r` of `v` takes row `r % batch` of the mask).
+  void apply_masks(Backend& backend, const Tensor<float>& v, const Tensor<float>& masks,
+                   std::size_t count, const Tensor<float>& dropped) const;
+  /// `out` `(n, width)` = (or += when `accumulate`) the product of each group's dropped values
+  /// `dropped` `(count * n, d)` with its block of `blocks`: block `g` of the columns from group
+  /// `g` (all of them for one group).
+  void grouped_product(Backend& backend, const Tensor<float>& dropped,
+                       std::span<const Tensor<float>> blocks, const Tensor<float>& out,
+                       bool accumulate);
+  /// The adjoints of `grouped_product` for the values: `dv` `(n, d)` = (or += when `accumulate`)
+  /// the sum over groups of `(dz's block g) blocks[g]^T` times mask `g`.
+  void grouped_input_gradient(Backend& backend, const Tensor<float>& dz,
+                              std::span<const Tensor<float>> blocks, const Tensor<float>& masks,
+                              const Tensor<float>& dv, bool accumulate);
+  /// And for the weights: `dw` `(d, width)` += `dropped[g]^T (dz's block g)` in block `g`, and
+  /// `dbias` (when not empty) += the column sums of `dz`.
+  void grouped_weight_gradients(Backend& backend, const Tensor<float>& dropped,
+                                const Tensor<float>& dz, std::size_t count, const Tensor<float>& dw,
+                                const Tensor<float>& dbias);
+
+  std::optional<std::uint64_t> dropout_key_;
+  std::size_t input_masks_ = 0, state_masks_ = 0;
+  Scratch input_mask_, state_mask_, dropped_x_, dropped_hidden_, kernel_blocks_, recurrent_blocks_,
+      group_parts_, group_sum_, group_gradients_, group_weights_;
 
   /// The input of the last forward pass, whose intermediate values the scratch holds, and
   /// whether it had a mask (then in `mask_`, time-major in processing order).
@@ -166,6 +212,16 @@ class RecurrentCore {
 LOADSTAR_DECL void transpose_time(Backend& backend, const Tensor<float>& from,
                                   const Tensor<float>& to, std::size_t batch, std::size_t steps,
                                   bool reverse, bool to_batch_major);
+
+/// The key of a recurrent layer's dropout masks in one step: from `(seed or ctx.seed, ctx.step,
+/// name)`, as `Dropout`'s, so that the forward and backward passes of a step (and a resumed run)
+/// draw the same masks. `Bidirectional` keys its directions by `name/forward` and
+/// `name/backward`.
+inline std::uint64_t recurrent_dropout_key(std::optional<std::uint64_t> seed,
+                                           const CallContext& ctx, std::string_view name) {
+  return SplitMix64::mix(SplitMix64::mix(seed.value_or(ctx.seed)) ^
+                         SplitMix64::mix(ctx.step + 0x632BE59BD9B4E019ULL) ^ stable_hash(name));
+}
 
 /// Reads the options of a recurrent layer's Keras config and refuses what loadstar does not run
 /// (`stateful`, `dropout`, `return_state`, ...), each by its key.
@@ -247,6 +303,11 @@ class RecurrentLayer : public LayerBase {
   /// without either.
   LOADSTAR_DECL std::span<const Tensor<float>> initial_states(std::span<const Tensor<float>> inputs,
                                                               Backend& backend, bool forward);
+  /// The key of this call's dropout masks in training, else none.
+  std::optional<std::uint64_t> dropout_key(const CallContext& ctx) const {
+    if (!ctx.training) return std::nullopt;
+    return recurrent_dropout_key(core_.options().seed, ctx, name());
+  }
 
   RecurrentCore core_;
   /// The cell's name when this is an `RNN(cell)`; empty for `LSTM`, `GRU` and `SimpleRNN`.
@@ -407,9 +468,19 @@ void RecurrentCore::forward(Backend& backend, std::span<const Variable> weights,
   const bool two_biases = kind_ == CellKind::gru && options_.reset_after;
   const Tensor<float> x_tm = x_.get(backend, {rows, features_});
   transpose_time(backend, x, x_tm, batch_, steps_, options_.go_backwards, false);
-  // The input projection of every timestep at once.
+  draw_dropout_masks(backend);
+  // The input projection of every timestep at once (of the dropped inputs in training with
+  // dropout: one GEMM per mask).
   const Tensor<float> projection = projection_.get(backend, {rows, width});
-  backend.gemm(x_tm, false, kernel, false, projection);
+  if (input_masks_ == 0) {
+    backend.gemm(x_tm, false, kernel, false, projection);
+  } else {
+    const Tensor<float> dropped = dropped_x_.get(backend, {input_masks_ * rows, features_});
+    apply_masks(backend, x_tm, input_mask_.get(backend, {input_masks_ * batch_, features_}),
+                input_masks_, dropped);
+    const auto blocks = gate_blocks(backend, kernel, input_masks_, kernel_blocks_);
+    grouped_product(backend, dropped, blocks, projection, false);
+  }
   if (bias) {
     backend.bias_add(projection, two_biases ? weights[2].value.slice_rows(0, 1).reshape({width})
                                             : weights[2].value);
@@ -438,18 +509,42 @@ void RecurrentCore::forward(Backend& backend, std::span<const Variable> weights,
   }
   const keras::detail::RecurrentActivations a = activations_;
   const std::size_t batch = batch_;
+  // With recurrent_dropout, each gate's product of the recurrent kernel takes the state times its
+  // own mask (kept in `dropped_hidden_` for the weights' gradients).
+  std::vector<Tensor<float>> recurrent_blocks;
+  Tensor<float> state_masks, dropped_hidden;
+  if (state_masks_ > 0) {
+    recurrent_blocks = gate_blocks(backend, recurrent, state_masks_, recurrent_blocks_);
+    state_masks = state_mask_.get(backend, {state_masks_ * batch_, u});
+    dropped_hidden = dropped_hidden_.get(backend, {state_masks_ * rows, u});
+  }
+  const auto recurrent_product = [&](const Tensor<float>& h_prev, std::size_t s,
+                                     const Tensor<float>& out, bool accumulate) {
+    if (state_masks_ == 0) {
+      backend.gemm(h_prev, false, recurrent, false, out, 1.0F, accumulate ? 1.0F : 0.0F);
+      return;
+    }
+    const Tensor<float> step_dropped = group_parts_.get(backend, {state_masks_ * batch_, u});
+    apply_masks(backend, h_prev, state_masks, state_masks_, step_dropped);
+    // Kept for the backward pass, time-major per gate.
+    for (std::size_t g = 0; g < state_masks_; ++g) {
+      backend.copy(step_dropped.slice_rows(g * batch_, (g + 1) * batch_),
+                   dropped_hidden.slice_rows(g * rows + s * batch_, g * rows + (s + 1) * batch_));
+    }
+    grouped_product(backend, step_dropped, recurrent_blocks, out, accumulate);
+  };
   for (std::size_t s = 0; s < steps_; ++s) {
     const Tensor<float> h_prev = step_rows(hidden, s), h = step_rows(hidden, s + 1);
     const Tensor<float> z = step_rows(projection, s);
     if (kind_ == CellKind::simple_rnn) {
-      backend.gemm(h_prev, false, recurrent, false, z, 1.0F, 1.0F);
+      recurrent_product(h_prev, s, z, true);
       const Tensor<float> tensors[] = {z, h};
       backend.host_kernel(tensors, [&](std::span<const Tensor<float>> t) {
         for (std::size_t i = 0; i < batch * u; ++i)
           t[1].data()[i] = keras::detail::simple_rnn_value(t[0].data()[i], a);
       });
     } else if (kind_ == CellKind::lstm) {
-      backend.gemm(h_prev, false, recurrent, false, z, 1.0F, 1.0F);
+      recurrent_product(h_prev, s, z, true);
       const Tensor<float> tensors[] = {z, step_rows(carry, s), step_rows(carry, s + 1), h};
       backend.host_kernel(tensors, [&](std::span<const Tensor<float>> t) {
         for (std::size_t b = 0; b < batch; ++b) {
@@ -462,19 +557,23 @@ void RecurrentCore::forward(Backend& backend, std::span<const Variable> weights,
       });
     } else {
       const Tensor<float> rp = step_rows(recurrent_projection, s);
-      backend.gemm(h_prev, false, recurrent, false, rp);
+      recurrent_product(h_prev, s, rp, false);
       if (bias && options_.reset_after)
         backend.bias_add(rp, weights[2].value.slice_rows(1, 2).reshape({width}));
       Tensor<float> rq;
       if (!options_.reset_after) {
+        // (r * h) U_h, with recurrent_dropout (r * h * the candidate's mask) U_h.
         const Tensor<float> q = step_rows(reset_hidden, s);
-        const Tensor<float> tensors[] = {z, rp, h_prev, q};
+        const Tensor<float> candidate_mask =
+            state_masks_ > 0 ? state_masks.slice_rows(2 * batch_, 3 * batch_) : Tensor<float>();
+        const Tensor<float> tensors[] = {z, rp, h_prev, q, candidate_mask};
         backend.host_kernel(tensors, [&](std::span<const Tensor<float>> t) {
           for (std::size_t b = 0; b < batch; ++b) {
             for (std::size_t j = 0; j < u; ++j) {
-              t[3].data()[b * u + j] = keras::detail::gru_reset(t[0].data() + b * width,
-                                                                t[1].data() + b * width, u, j, a) *
-                                       t[2].data()[b * u + j];
+              const std::size_t i = b * u + j;
+              t[3].data()[i] = keras::detail::gru_reset(t[0].data() + b * width,
+                                                        t[1].data() + b * width, u, j, a) *
+                               t[2].data()[i] * (t[4].empty() ? 1.0F : t[4].data()[i]);
             }
           }
         });
@@ -589,6 +688,20 @@ void RecurrentCore::backward(Backend& backend, std::span<const Variable> weights
   const Tensor<float> dh = hidden_gradient_.get(backend, {batch_, u});
   final_gradient(dh, 0);
   const keras::detail::RecurrentActivations a = activations_;
+  // recurrent_dropout: the state's gradient through each gate's product takes its mask.
+  std::vector<Tensor<float>> recurrent_blocks;
+  Tensor<float> state_masks;
+  if (state_masks_ > 0) {
+    recurrent_blocks = gate_blocks(backend, recurrent, state_masks_, recurrent_blocks_);
+    state_masks = state_mask_.get(backend, {state_masks_ * batch_, u});
+  }
+  const auto state_gradient = [&](const Tensor<float>& dz, bool accumulate) {
+    if (state_masks_ == 0) {
+      backend.gemm(dz, false, recurrent, true, dh, 1.0F, accumulate ? 1.0F : 0.0F);
+    } else {
+      grouped_input_gradient(backend, dz, recurrent_blocks, state_masks, dh, accumulate);
+    }
+  };
   for (std::size_t s = steps_; s-- > 0;) {
     // The gradient of this step's output: the recurrent share carried from the step after, plus
     // the layer output's.
@@ -625,7 +738,7 @@ void RecurrentCore::backward(Backend& backend, std::span<const Variable> weights
               keras::detail::simple_rnn_gradient(t[0].data()[i], t[1].data()[i], t[2].data()[i], a);
         }
       });
-      backend.gemm(dz, false, recurrent, true, dh);
+      state_gradient(dz, false);
     } else if (kind_ == CellKind::lstm) {
       const Tensor<float> tensors[] = {z, step_rows(carry, s), step_rows(carry, s + 1), dh, dcarry,
                                        dz};
@@ -639,7 +752,7 @@ void RecurrentCore::backward(Backend& backend, std::span<const Variable> weights
           }
         }
       });
-      backend.gemm(dz, false, recurrent, true, dh);
+      state_gradient(dz, false);
     } else {
       const Tensor<float> rp = step_rows(recurrent_projection, s);
       const Tensor<float> drp = step_rows(drecurrent, s);
@@ -666,6 +779,14 @@ void RecurrentCore::backward(Backend& backend, std::span<const Variable> weights
       });
       if (!after) {
         backend.gemm(drq, false, recurrent, true, dq);
+        if (state_masks_ > 0) {
+          // The gradient of (r * h) before the candidate's mask.
+          const Tensor<float> masked[] = {state_masks.slice_rows(2 * batch_, 3 * batch_), dq};
+          backend.host_kernel(masked, [&](std::span<const Tensor<float>> t) {
+            for (std::size_t i = 0; i < batch * u; ++i)
+              t[1].data()[i] *= t[0].data()[i];
+          });
+        }
         const Tensor<float> reset_tensors[] = {z, rp, h_prev, dq, dz, drp, dh};
         backend.host_kernel(reset_tensors, [&](std::span<const Tensor<float>> t) {
           for (std::size_t b = 0; b < batch; ++b) {
@@ -678,7 +799,7 @@ void RecurrentCore::backward(Backend& backend, std::span<const Variable> weights
           }
         });
       }
-      backend.gemm(drp, false, recurrent, true, dh, 1.0F, 1.0F);
+      state_gradient(drp, true);
     }
     if (masked_) {
       // t: the mask, the saved and the current state gradient, dz, the LSTM's saved and current
@@ -709,29 +830,184 @@ void RecurrentCore::backward(Backend& backend, std::span<const Variable> weights
   if (initial_gradients.size() > 1 && !initial_gradients[1].empty())
     backend.copy(dcarry, initial_gradients[1]);
   const Tensor<float> x_tm = x_.get(backend, {rows, features_});
+  // With dropout, the products took the dropped inputs and states.
+  const Tensor<float> dropped_x =
+      input_masks_ > 0 ? dropped_x_.get(backend, {input_masks_ * rows, features_}) : x_tm;
   if (weights[0].trainable) {
     const Tensor<float> no_bias;
     const Tensor<float>& dbias = options_.use_bias ? weights[2].gradient : no_bias;
-    backend.weight_gradients(x_tm, dprojection, weights[0].gradient,
-                             two_biases ? dbias.slice_rows(0, 1).reshape({width}) : dbias, true);
-    backend.weight_gradients(hidden.slice_rows(0, rows), drecurrent, weights[1].gradient,
-                             two_biases ? dbias.slice_rows(1, 2).reshape({width}) : no_bias, true);
+    const Tensor<float> input_bias = two_biases ? dbias.slice_rows(0, 1).reshape({width}) : dbias;
+    const Tensor<float> recurrent_bias =
+        two_biases ? dbias.slice_rows(1, 2).reshape({width}) : no_bias;
+    if (input_masks_ > 1) {
+      grouped_weight_gradients(backend, dropped_x, dprojection, input_masks_, weights[0].gradient,
+                               input_bias);
+    } else {
+      backend.weight_gradients(dropped_x, dprojection, weights[0].gradient, input_bias, true);
+    }
+    if (state_masks_ > 0) {
+      grouped_weight_gradients(backend, dropped_hidden_.get(backend, {state_masks_ * rows, u}),
+                               drecurrent, state_masks_, weights[1].gradient, recurrent_bias);
+    } else {
+      backend.weight_gradients(hidden.slice_rows(0, rows), drecurrent, weights[1].gradient,
+                               recurrent_bias, true);
+    }
     if (kind_ == CellKind::gru && !after)
       backend.gemm(reset_hidden, true, dreset, false, weights[1].gradient, 1.0F, 1.0F);
   }
   if (dx.empty()) return;
   const Tensor<float> dx_tm = x_gradient_.get(backend, {rows, features_});
-  backend.gemm(dprojection, false, kernel, true, dx_tm);
+  if (input_masks_ == 0) {
+    backend.gemm(dprojection, false, kernel, true, dx_tm);
+  } else {
+    grouped_input_gradient(
+        backend, dprojection, gate_blocks(backend, kernel, input_masks_, kernel_blocks_),
+        input_mask_.get(backend, {input_masks_ * batch_, features_}), dx_tm, false);
+  }
   transpose_time(backend, dx_tm, dx, batch_, steps_, options_.go_backwards, true);
 }
 
-void RecurrentCore::refuse_dropout(bool training) const {
-  if (!training || (options_.dropout == 0.0 && options_.recurrent_dropout == 0.0)) return;
-  throw ConfigError(label_ + ": dropout " + nlohmann::json(options_.dropout).dump() +
-                    " and recurrent_dropout " + nlohmann::json(options_.recurrent_dropout).dump() +
-                    " apply in training, which loadstar does not run for recurrent layers (it "
-                    "predicts and evaluates with them, as Keras does outside training); set both "
-                    "to 0, or add a Dropout layer before the recurrent layer, to train");
+void RecurrentCore::draw_dropout_masks(Backend& backend) {
+  input_masks_ = 0;
+  state_masks_ = 0;
+  if (!dropout_key_) return;
+  if (options_.dropout > 0.0) input_masks_ = dropout_per_gate() ? gates() : 1;
+  if (options_.recurrent_dropout > 0.0) state_masks_ = gates();
+  // Mask `m` of the inputs draws from stream `m + 1` of the key, of the state from `m + 9`.
+  const auto draw = [&](const Tensor<float>& masks, std::size_t count, std::size_t first_stream,
+                        double rate) {
+    const std::uint64_t key = *dropout_key_;
+    const auto scale = static_cast<float>(1.0 / (1.0 - rate));
+    const std::size_t each = masks.size() / count;
+    const Tensor<float> tensors[] = {masks};
+    backend.host_kernel(tensors, [&](std::span<const Tensor<float>> t) {
+      for (std::size_t m = 0; m < count; ++m) {
+        const std::uint64_t stream = SplitMix64::mix(key ^ SplitMix64::mix(first_stream + m));
+        float* out = t[0].data() + m * each;
+        for (std::size_t i = 0; i < each; ++i)
+          out[i] = keras::detail::dropout_keeps(stream, i, rate) ? scale : 0.0F;
+      }
+    });
+  };
+  if (input_masks_ > 0) {
+    draw(input_mask_.get(backend, {input_masks_ * batch_, features_}), input_masks_, 1,
+         options_.dropout);
+  }
+  if (state_masks_ > 0) {
+    draw(state_mask_.get(backend, {state_masks_ * batch_, units_}), state_masks_, 9,
+         options_.recurrent_dropout);
+  }
+}
+
+std::vector<Tensor<float>> RecurrentCore::gate_blocks(Backend& backend, const Tensor<float>& kernel,
+                                                      std::size_t count, Scratch& into) {
+  if (count == 1) return {kernel};
+  const std::size_t rows = kernel.dim(0);
+  const Tensor<float> all = into.get(backend, {count * rows, units_});
+  std::vector<Tensor<float>> blocks;
+  for (std::size_t g = 0; g < count; ++g)
+    blocks.push_back(all.slice_rows(g * rows, (g + 1) * rows));
+  const std::vector<std::size_t> extents(count, units_);
+  backend.split(kernel, 1, extents, blocks);
+  return blocks;
+}
+
+void RecurrentCore::apply_masks(Backend& backend, const Tensor<float>& v,
+                                const Tensor<float>& masks, std::size_t count,
+                                const Tensor<float>& dropped) const {
+  const std::size_t n = v.dim(0), d = v.size() / n, batch = batch_;
+  const Tensor<float> tensors[] = {v, masks, dropped};
+  backend.host_kernel(tensors, [&](std::span<const Tensor<float>> t) {
+    for (std::size_t m = 0; m < count; ++m) {
+      for (std::size_t r = 0; r < n; ++r) {
+        const float* x = t[0].data() + r * d;
+        const float* mask = t[1].data() + (m * batch + r % batch) * d;
+        float* out = t[2].data() + (m * n + r) * d;
+        for (std::size_t f = 0; f < d; ++f)
+          out[f] = x[f] * mask[f];
+      }
+    }
+  });
+}
+
+void RecurrentCore::grouped_product(Backend& backend, const Tensor<float>& dropped,
+                                    std::span<const Tensor<float>> blocks, const Tensor<float>& out,
+                                    bool accumulate) {
+  const std::size_t count = blocks.size(), n = out.dim(0);
+  if (count == 1) {
+    backend.gemm(dropped, false, blocks[0], false, out, 1.0F, accumulate ? 1.0F : 0.0F);
+    return;
+  }
+  const Tensor<float> parts = group_sum_.get(backend, {count * n, units_});
+  std::vector<Tensor<float>> views;
+  for (std::size_t g = 0; g < count; ++g) {
+    views.push_back(parts.slice_rows(g * n, (g + 1) * n));
+    backend.gemm(dropped.slice_rows(g * n, (g + 1) * n), false, blocks[g], false, views.back());
+  }
+  if (!accumulate) {
+    backend.concatenate(views, 1, out);
+    return;
+  }
+  const Tensor<float> joined = group_gradients_.get(backend, out.shape());
+  backend.concatenate(views, 1, joined);
+  backend.add(out, joined, out);
+}
+
+void RecurrentCore::grouped_input_gradient(Backend& backend, const Tensor<float>& dz,
+                                           std::span<const Tensor<float>> blocks,
+                                           const Tensor<float>& masks, const Tensor<float>& dv,
+                                           bool accumulate) {
+  const std::size_t count = blocks.size(), n = dz.dim(0), d = blocks[0].dim(0);
+  // Each group's share `(dz's block g) blocks[g]^T`, then their sum under the masks.
+  const Tensor<float> shares = group_weights_.get(backend, {count * n, d});
+  if (count == 1) {
+    backend.gemm(dz, false, blocks[0], true, shares);
+  } else {
+    const Tensor<float> parts = group_gradients_.get(backend, {count * n, units_});
+    std::vector<Tensor<float>> views;
+    for (std::size_t g = 0; g < count; ++g)
+      views.push_back(parts.slice_rows(g * n, (g + 1) * n));
+    const std::vector<std::size_t> extents(count, units_);
+    backend.split(dz, 1, extents, views);
+    for (std::size_t g = 0; g < count; ++g) {
+      backend.gemm(views[g], false, blocks[g], true, shares.slice_rows(g * n, (g + 1) * n));
+    }
+  }
+  const std::size_t batch = batch_;
+  const Tensor<float> tensors[] = {shares, masks, dv};
+  backend.host_kernel(tensors, [&](std::span<const Tensor<float>> t) {
+    for (std::size_t r = 0; r < n; ++r) {
+      float* out = t[2].data() + r * d;
+      if (!accumulate) std::fill_n(out, d, 0.0F);
+      for (std::size_t g = 0; g < count; ++g) {
+        const float* share = t[0].data() + (g * n + r) * d;
+        const float* mask = t[1].data() + (g * batch + r % batch) * d;
+        for (std::size_t f = 0; f < d; ++f)
+          out[f] += share[f] * mask[f];
+      }
+    }
+  });
+}
+
+void RecurrentCore::grouped_weight_gradients(Backend& backend, const Tensor<float>& dropped,
+                                             const Tensor<float>& dz, std::size_t count,
+                                             const Tensor<float>& dw, const Tensor<float>& dbias) {
+  const std::size_t n = dz.dim(0), d = dropped.dim(1);
+  const Tensor<float> parts = group_gradients_.get(backend, {count * n, units_});
+  std::vector<Tensor<float>> views, weights;
+  const Tensor<float> blocks = group_weights_.get(backend, {count * d, units_});
+  for (std::size_t g = 0; g < count; ++g) {
+    views.push_back(parts.slice_rows(g * n, (g + 1) * n));
+    weights.push_back(blocks.slice_rows(g * d, (g + 1) * d));
+  }
+  const std::vector<std::size_t> extents(count, units_);
+  backend.split(dz, 1, extents, views);
+  for (std::size_t g = 0; g < count; ++g)
+    backend.gemm(dropped.slice_rows(g * n, (g + 1) * n), true, views[g], false, weights[g]);
+  const Tensor<float> joined = group_sum_.get(backend, dw.shape());
+  backend.concatenate(weights, 1, joined);
+  backend.axpy(1.0F, joined, dw);
+  if (!dbias.empty()) backend.column_sums(dz, dbias, 1.0F);
 }
 
 void RecurrentCore::write_config(nlohmann::json& config) const {
@@ -757,7 +1033,7 @@ void RecurrentCore::write_config(nlohmann::json& config) const {
   config["dropout"] = options_.dropout;
   config["recurrent_dropout"] = options_.recurrent_dropout;
   config["seed"] = options_.seed ? nlohmann::json(*options_.seed) : nlohmann::json(nullptr);
-  if (kind_ != CellKind::simple_rnn) config["implementation"] = 2;
+  if (kind_ != CellKind::simple_rnn) config["implementation"] = dropout_per_gate() ? 1 : 2;
   if (kind_ == CellKind::gru) config["reset_after"] = options_.reset_after;
 }
 
@@ -765,11 +1041,14 @@ RecurrentOptions recurrent_options(const ConfigReader& read, CellKind kind) {
   read.expect("time_major", false, "loadstar's recurrent inputs are (batch, timesteps, features)");
   for (const char* key : {"recurrent_regularizer", "recurrent_constraint"})
     read.expect(key, nullptr, "loadstar has no regularizers or constraints");
-  // Implementation 1 and 2 (and unroll) are the same computation in another order (Keras).
+  // Implementation 1 and 2 (and unroll) are the same computation in another order (Keras), but
+  // for dropout's masks: per gate with 1.
+  int implementation = 2;
   if (read.has("implementation")) {
     const nlohmann::json& v = *read.find("implementation");
     if (!v.is_number_integer() || (v.get<int>() != 1 && v.get<int>() != 2))
       read.fail("implementation", "1 or 2");
+    implementation = v.get<int>();
   }
   read.get("unroll", false);
   if (read.has("use_cudnn")) {
@@ -802,6 +1081,7 @@ RecurrentOptions recurrent_options(const ConfigReader& read, CellKind kind) {
     *rate = v.get<double>();
   }
   o.seed = read.optional<std::uint64_t>("seed");
+  o.implementation = implementation;
   o.kernel_initializer =
       config_initializer(read, "kernel_initializer", Initializer::glorot_uniform());
   o.recurrent_initializer =
@@ -909,7 +1189,7 @@ void RecurrentLayer::restore_carried_states(Backend& backend,
 void RecurrentLayer::forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
                              const CallContext& ctx) {
   check_inputs(inputs);
-  core_.refuse_dropout(ctx.training);
+  core_.set_dropout(dropout_key(ctx));
   const auto initial = initial_states(inputs, ctx.backend, true);
   if (!core_.options().stateful) {
     core_.forward(ctx.backend, weights_, inputs[0], output, input_mask(ctx), initial,
@@ -930,6 +1210,7 @@ void RecurrentLayer::backward(std::span<const Tensor<float>> inputs, const Tenso
                               const Tensor<float>& output_gradient,
                               std::span<const Tensor<float>> input_gradients,
                               const CallContext& ctx) {
+  core_.set_dropout(dropout_key(ctx));
   core_.backward(
       ctx.backend, weights_, inputs[0], output, output_gradient,
       input_gradients.empty() ? Tensor<float>() : input_gradients[0], input_mask(ctx),
