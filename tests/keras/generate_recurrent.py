@@ -352,6 +352,73 @@ cases.append(dropout_case(
                                                  "dropout": 0.3, "recurrent_dropout": 0.45}},
      "merge_mode": "concat"}, (3, 3, 4), seed=99, step=2, bidirectional=True))
 
+# RNN(StackedRNNCells([...])): at every step the cells run in order, each on the output of the
+# one before, which is the same as running each cell over the whole sequence on the sequence of
+# the cell before (processing order: only the first reverses a go_backwards sequence). Weights are
+# named stacked_rnn_cells/<cell name>/kernel, ...; each cell's dropout is keyed by name/<cell>.
+def stacked_case(name, cells, rnn, shape, seed=0, step=0):
+    x = rnd(*shape)
+    w, per_cell = {}, []
+    features = shape[-1]
+    for cell_class, cell_config in cells:
+        layer = cell_class[:-len("Cell")]
+        cw = keras_weights(layer, features, cell_config["units"],
+                           cell_config.get("reset_after", True))
+        per_cell.append(cw)
+        for k, v in cw.items():
+            w["stacked_rnn_cells/" + cell_config["name"] + k[k.index("/"):]] = v
+        features = cell_config["units"]
+    xs = x.clone().requires_grad_(True)
+    ws = {k: v.clone().requires_grad_(True) for k, v in w.items()}
+    out = xs
+    for i, (cell_class, cell_config) in enumerate(cells):
+        layer = cell_class[:-len("Cell")]
+        direction = dict(cell_config, go_backwards=i == 0 and rnn.get("go_backwards", False))
+        cw = {k: ws["stacked_rnn_cells/" + cell_config["name"] + k[k.index("/"):]]
+              for k in per_cell[i]}
+        masks = direction_masks(layer, cell_config, dropout_key(
+            cell_config.get("seed", seed), step, name + "/" + cell_config["name"]), shape[0],
+            out.shape[-1]) if seed or step else ([], [])
+        out = dropout_direction(layer, direction, out, cw, *masks)
+    if not rnn.get("return_sequences", False):
+        out = out[:, -1]
+    g = rnd(*out.shape)
+    (out * g).sum().backward()
+    config = dict(rnn, cell={"class_name": "StackedRNNCells", "config": {"cells": [
+        {"class_name": c, "config": cc} for c, cc in cells]}})
+    return {
+        "name": name,
+        "class_name": "RNN",
+        "config": config,
+        "training": True,
+        "seed": seed,
+        "step": step,
+        "input_shapes": [list(shape)],
+        "inputs": [flat(x)],
+        "weights": {k: flat(v) for k, v in w.items()},
+        "upstream": flat(g),
+        "output_shape": list(out.shape),
+        "output": flat(out),
+        "input_gradients": [flat(xs.grad)],
+        "weight_gradients": {k: flat(v.grad) for k, v in ws.items()},
+        "updated_weights": {},
+    }
+
+
+lstm_gru = [("LSTMCell", {"units": 4, "name": "lstm_cell"}),
+            ("GRUCell", {"units": 3, "name": "gru_cell"})]
+cases.append(stacked_case("stacked_lstm_gru_last", lstm_gru, {}, (3, 4, 5)))
+cases.append(stacked_case("stacked_lstm_gru_seq_backwards", lstm_gru,
+                          {"return_sequences": True, "go_backwards": True}, (3, 4, 5)))
+cases.append(stacked_case("stacked_one_simple_rnn", [("SimpleRNNCell", {"units": 3,
+                                                                        "name": "cell_a"})],
+                          {"return_sequences": True}, (2, 3, 4)))
+cases.append(stacked_case(
+    "stacked_two_lstm_dropout",
+    [("LSTMCell", {"units": 3, "name": "lstm_cell", "dropout": 0.3, "recurrent_dropout": 0.45}),
+     ("GRUCell", {"units": 4, "name": "gru_cell", "dropout": 0.4, "reset_after": False})],
+    {"return_sequences": True, "go_backwards": True}, (3, 4, 5), seed=5, step=3))
+
 with open(os.path.join(HERE, "reference", "recurrent.json"), "w") as f:
     json.dump({"cases": cases}, f, separators=(",", ":"))
 print(len(cases), "cases")

@@ -805,6 +805,28 @@ w.update({"dense/kernel": rnd(4, 3), "dense/bias": rnd(3, scale=0.1)})
 cases.append(run("stateful_lstm", StatefulLstm(), w, sparse_ce, lambda x: (x.sum(dim=1) % 3),
                  make_tokens=masked_tokens))
 
+def stacked_cells(w, x):
+    """Embedding(12, 5, mask_zero=True) -> RNN(StackedRNNCells([LSTMCell(4), GRUCell(3)]),
+    go_backwards=True) -> Dense(2): the LSTM cell reads the sequence from its end, and the GRU
+    cell reads the LSTM cell's outputs in that order, with the mask reversed likewise; a masked
+    step keeps both cells' states; the output is the GRU cell's last state."""
+    m = x != 0
+    e = F.embedding(x, w["embeddings"])
+    first, _, _ = state_loop(lstm_cell(w["lstm/kernel"], w["lstm/recurrent_kernel"],
+                                       w["lstm/bias"]), e, m, 4, reverse=True)
+    _, h, _ = state_loop(gru_cell(w["gru/kernel"], w["gru/recurrent_kernel"], w["gru/bias"]),
+                         first, torch.flip(m, dims=[1]), 3)
+    return h @ w["dense/kernel"] + w["dense/bias"]
+
+
+w = {"embeddings": rnd(VOCAB, 5, scale=1.0)}
+w.update(lstm_weights("lstm/", 5, 4))
+w.update({"gru/kernel": rnd(4, 9), "gru/recurrent_kernel": rnd(3, 9),
+          "gru/bias": rnd(2, 9, scale=0.1), "dense/kernel": rnd(3, 2),
+          "dense/bias": rnd(2, scale=0.1)})
+cases.append(run("stacked_cells", stacked_cells, w, mse, large_and_odd,
+                 make_tokens=masked_tokens))
+
 with open(os.path.join(HERE, "reference", "unknown_axes.json"), "w") as out:
     json.dump({"generator": "tests/keras/generate_unknown_axes.py", "lr": LR, "batch": BATCH,
                "cases": cases}, out, indent=None, separators=(",", ":"))

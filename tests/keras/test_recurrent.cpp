@@ -166,6 +166,108 @@ TEST_SUITE("keras_layers") {
                                Shape{3, 2});
   }
 
+  TEST_CASE("RNN of StackedRNNCells round-trips configs h5 and keras files") {
+    const auto stack = [](json cells, json extra) {
+      json config = {{"cell", {{"class_name", "StackedRNNCells"}, {"config", {{"cells", cells}}}}}};
+      config.update(extra);
+      return config;
+    };
+    const json lstm_gru = json::array(
+        {{{"class_name", "LSTMCell"}, {"config", {{"units", 3}}}},
+         {{"class_name", "GRUCell"}, {"config", {{"units", 2}, {"reset_after", false}}}}});
+    check_recurrent_round_trip("RNN", stack(lstm_gru, json::object()), Shape{4, 2});
+    check_recurrent_round_trip(
+        "RNN", stack(lstm_gru, {{"return_sequences", true}, {"go_backwards", true}}), Shape{3, 2});
+    const json two_lstm =
+        json::array({{{"class_name", "LSTMCell"}, {"config", {{"units", 2}}}},
+                     {{"class_name", "LSTMCell"}, {"config", {{"units", 3}, {"use_bias", false}}}},
+                     {{"class_name", "SimpleRNNCell"}, {"config", {{"units", 2}}}}});
+    check_recurrent_round_trip("RNN", stack(two_lstm, json::object()), Shape{3, 2});
+    // Keras's automatic cell names, and the weight names tf.keras gives them.
+    const auto layer = make_layer("RNN", stack(two_lstm, {{"name", "rnn"}}));
+    static_cast<void>(call(layer, Input(Shape{3, 2})));
+    const json config = layer->get_config();
+    CHECK(config["cell"]["config"]["cells"][1]["config"]["name"] == "lstm_cell_1");
+    CHECK(config["cell"]["config"]["cells"][2]["config"]["name"] == "simple_rnn_cell");
+    CHECK(layer->weights().size() == 8);
+    CHECK(layer->weights()[3].name == "stacked_rnn_cells/lstm_cell_1/kernel");
+    CHECK(layer->weights()[5].name == "stacked_rnn_cells/simple_rnn_cell/kernel");
+  }
+
+  TEST_CASE("RNN of StackedRNNCells carries every cell's states when stateful") {
+    const auto make = [](bool stateful) {
+      set_random_seed(21);
+      auto in = Input(Shape{4, 2});
+      auto out = call(
+          StackedRNN({{.kind = CellKind::lstm, .units = 3}, {.kind = CellKind::gru, .units = 2}},
+                     {.stateful = stateful, .name = "stack"}),
+          in);
+      return std::make_shared<Model>(std::vector{in}, std::vector{out}, "stateful_stack");
+    };
+    auto stateful = make(true);
+    auto plain = make(false);
+    const Tensor<float> a = recurrent_wave(Shape{3, 4, 2}, 1.0F);
+    const Tensor<float> b = recurrent_wave(Shape{3, 4, 2}, 1.0F, 0.5F);
+    CHECK(recurrent_same_bits(stateful->predict(a, {.verbose = 0}),
+                              plain->predict(a, {.verbose = 0})));
+    const json carried = stateful->carried_states();
+    REQUIRE(carried.contains("stack"));
+    CHECK(carried["stack"].size() == 3);  // the LSTM cell's h and c, the GRU cell's h
+    const Tensor<float> next = stateful->predict(b, {.verbose = 0});
+    CHECK_FALSE(recurrent_same_bits(next, plain->predict(b, {.verbose = 0})));
+    stateful->restore_carried_states(carried);
+    CHECK(recurrent_same_bits(stateful->predict(b, {.verbose = 0}), next));
+    stateful->reset_states();
+    CHECK(recurrent_same_bits(stateful->predict(b, {.verbose = 0}),
+                              plain->predict(b, {.verbose = 0})));
+    CHECK_THROWS_WITH_AS(
+        static_cast<void>(stateful->predict(recurrent_wave(Shape{2, 4, 2}, 1.0F), {.verbose = 0})),
+        doctest::Contains("rnn layer 'stack': is stateful and carries the states "
+                          "of batches of 3 samples, but got a batch of 2"),
+        ShapeError);
+  }
+
+  TEST_CASE("RNN of StackedRNNCells refuses what it does not run, naming it") {
+    const auto stack = [](json cells, json extra) {
+      json config = {{"name", "rnn"},
+                     {"cell", {{"class_name", "StackedRNNCells"}, {"config", {{"cells", cells}}}}}};
+      config.update(extra);
+      return config;
+    };
+    const json cells = json::array({{{"class_name", "LSTMCell"}, {"config", {{"units", 3}}}}});
+    CHECK_THROWS_WITH_AS(make_layer("RNN", stack(cells, {{"return_state", true}})),
+                         doctest::Contains("config.return_state: expected false for "
+                                           "StackedRNNCells"),
+                         ConfigError);
+    CHECK_THROWS_WITH_AS(
+        make_layer("RNN",
+                   stack(json::array({{{"class_name", "Dense"}, {"config", json::object()}}}),
+                         json::object())),
+        doctest::Contains("StackedRNNCells of SimpleRNNCell, LSTMCell or GRUCell cells but cell 0"),
+        ConfigError);
+    CHECK_THROWS_WITH_AS(make_layer("RNN", stack(json::array(), json::object())),
+                         doctest::Contains("config.cell: expected a StackedRNNCells config with a "
+                                           "non-empty list of cells"),
+                         ConfigError);
+    CHECK_THROWS_WITH_AS(
+        make_layer("RNN", stack(json::array({{{"class_name", "LSTMCell"},
+                                              {"config", {{"units", 3}, {"trainable", false}}}}}),
+                                {{"trainable", true}})),
+        doctest::Contains("a cell of the RNN's trainable true"), ConfigError);
+    CHECK_THROWS_WITH_AS(
+        make_layer("RNN", stack(json::array({{{"class_name", "LSTMCell"},
+                                              {"config", {{"units", 3}, {"dropout", 2}}}}}),
+                                json::object())),
+        doctest::Contains("config.cell: layer (LSTMCell): config.dropout"), ConfigError);
+    // Keras's initial_state for every cell: nested lists, refused when the layer is called.
+    auto layer = make_layer("RNN", stack(cells, json::object()));
+    auto x = Input(Shape{4, 2});
+    auto h = Input(Shape{3});
+    CHECK_THROWS_WITH_AS(call(layer, {x, h, h}),
+                         doctest::Contains("rnn layer 'rnn': takes one input, the sequence"),
+                         ShapeError);
+  }
+
   TEST_CASE("LSTM writes Keras's config and weight layout") {
     auto input = Input(Shape{5, 3}, "in");
     auto lstm = make_layer("LSTM", {{"units", 4}, {"name", "lstm"}});
@@ -217,6 +319,7 @@ TEST_SUITE("keras_layers") {
       }
       y.data()[i] = sum;
     }
+    set_random_seed(5);
     Sequential model{Input(Shape{steps, 1}), LSTM(16), Dense(1)};
     model.compile({.optimizer = "adam", .loss = "mse"});
     const auto history = model.fit(x, y, {.epochs = 30, .batch_size = 32, .verbose = 0});

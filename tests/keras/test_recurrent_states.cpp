@@ -110,6 +110,13 @@ TEST_CASE("MultiHeadAttention returns its attention scores, and learns through t
   }
 }
 
+TEST_CASE("an RNN of stacked cells trains as PyTorch's loop of its cells, masks and lengths") {
+  // go_backwards: the GRU cell reads the LSTM cell's outputs in processing order, with the mask
+  // reversed likewise; a masked step keeps both cells' states.
+  auto model = unknown_axes_cases::stacked_cells();
+  check_training(*model, case_named("stacked_cells"), "mse");
+}
+
 TEST_CASE("a stateful LSTM carries its states from batch to batch until reset_states") {
   auto model = unknown_axes_cases::stateful_lstm();
   // Trained and predicted as PyTorch's loop continuing from the batch before.
@@ -233,8 +240,14 @@ TEST_CASE("a Keras RNN of one cell loads as that cell's layer and saves as an RN
   json stacked = config;
   stacked["config"]["layers"][1]["config"]["cell"] = {
       {"class_name", "StackedRNNCells"}, {"config", {{"cells", json::array({cell, cell})}}}};
+  // The same cell twice: StackedRNN's cells need names of their own (their weights' names).
   CHECK_THROWS_WITH_AS(model_from_config(stacked),
-                       doctest::Contains("loadstar does not run StackedRNNCells"), ConfigError);
+                       doctest::Contains("rnn layer 'rnn': two cells are named 'cell'"),
+                       ConfigError);
+  json renamed = cell;
+  renamed["config"]["name"] = "cell_1";
+  stacked["config"]["layers"][1]["config"]["cell"]["config"]["cells"][1] = renamed;
+  CHECK(model_from_config(stacked)->get_layer("rnn")->weights().size() == 6);
   // A frozen cell in a trainable RNN: one layer here, so refused rather than half applied.
   json frozen = config;
   frozen["config"]["layers"][1]["config"]["cell"]["config"]["trainable"] = false;

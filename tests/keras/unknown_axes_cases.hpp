@@ -225,6 +225,16 @@ inline std::shared_ptr<Model> stateful_lstm() {
   return std::make_shared<Model>(std::vector{tokens}, std::vector{out}, "stateful_lstm");
 }
 
+inline std::shared_ptr<Model> stacked_cells() {
+  auto tokens = Input(Shape{none}, "tokens");
+  auto h = call(Embedding(12, 5, {.mask_zero = true}), tokens);
+  h = call(StackedRNN({{.kind = CellKind::lstm, .units = 4}, {.kind = CellKind::gru, .units = 3}},
+                      {.go_backwards = true}),
+           h);
+  auto out = call(Dense(2), h);
+  return std::make_shared<Model>(std::vector{tokens}, std::vector{out}, "stacked_cells");
+}
+
 inline void check_training(Model& model, const json& c, const std::string& loss,
                            std::shared_ptr<Backend> backend = nullptr) {
   INFO(c["name"].get<std::string>());
@@ -289,7 +299,8 @@ inline std::vector<Case> all_cases() {
           {"bilstm_states", bilstm_states, "mse"},
           {"bigru_separate", bigru_separate, "mse"},
           {"mha_scores", mha_scores, "mse"},
-          {"stateful_lstm", stateful_lstm, "sparse_categorical_crossentropy"}};
+          {"stateful_lstm", stateful_lstm, "sparse_categorical_crossentropy"},
+          {"stacked_cells", stacked_cells, "mse"}};
 }
 
 }  // namespace unknown_axes_cases

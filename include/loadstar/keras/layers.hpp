@@ -70,6 +70,7 @@
 #include "loadstar/keras/layers/spatial_dropout1d.hpp"
 #include "loadstar/keras/layers/spatial_dropout2d.hpp"
 #include "loadstar/keras/layers/spatial_dropout3d.hpp"
+#include "loadstar/keras/layers/stacked_rnn.hpp"
 #include "loadstar/keras/layers/subtract.hpp"
 #include "loadstar/keras/layers/text_vectorization.hpp"
 #include "loadstar/keras/layers/thresholded_relu.hpp"

@@ -72,6 +72,7 @@
 #include "loadstar/keras/layers/spatial_dropout1d.hpp"
 #include "loadstar/keras/layers/spatial_dropout2d.hpp"
 #include "loadstar/keras/layers/spatial_dropout3d.hpp"
+#include "loadstar/keras/layers/stacked_rnn.hpp"
 #include "loadstar/keras/layers/subtract.hpp"
 #include "loadstar/keras/layers/thresholded_relu.hpp"
 #include "loadstar/keras/layers/time_distributed.hpp"
@@ -174,7 +175,7 @@ void RegistryTraits<loadstar::keras::Layer>::defaults(Registry<Layer>& registry)
   registry.add("GroupNormalization", GroupNormalization::from_config);
   registry.add("SimpleRNN", SimpleRNN::from_config);
   registry.add("LSTM", LSTM::from_config);
-  registry.add("RNN", layers::detail::rnn_from_config);
+  registry.add("RNN", layers::detail::any_rnn_from_config);
   registry.add("GRU", GRU::from_config);
   registry.add("Bidirectional", Bidirectional::from_config);
   registry.add("MultiHeadAttention", MultiHeadAttention::from_config);

@@ -57,7 +57,8 @@ inline constexpr const char* keras3_version = "3.5.0";
 
 /// Whether Keras's class `name` is a recurrent layer, whose call takes `initial_state`.
 inline bool is_recurrent_class(const std::string& name) {
-  return name == "SimpleRNN" || name == "LSTM" || name == "GRU" || name == "Bidirectional";
+  return name == "SimpleRNN" || name == "LSTM" || name == "GRU" || name == "RNN" ||
+         name == "Bidirectional";
 }
 
 // --- the model's layers as Keras lists them
@@ -371,6 +372,24 @@ std::vector<Keras3Vars> keras3_vars(const Layer& layer) {
     }
     return out;
   }
+  if (const auto* stacked = dynamic_cast<const layers::StackedRNN*>(&layer)) {
+    // The RNN's `cell` is the StackedRNNCells, whose list `cells` holds each cell under its
+    // class name in snake case, made unique in list order (`cell/cells/lstm_cell`,
+    // `cell/cells/lstm_cell_1`).
+    std::vector<Keras3Vars> out{{"", layer.name(), 0, 0}, {"cell", "stacked_rnn_cells", 0, 0}};
+    std::map<std::string, std::size_t> seen;
+    std::size_t first = 0;
+    for (std::size_t i = 0; i < stacked->cell_count(); ++i) {
+      const auto& cell = stacked->cell(i);
+      const std::string base = snake_case(layers::detail::cell_class_name(cell.kind)) + "_cell";
+      const std::size_t n = seen[base]++;
+      const std::size_t count = cell.options.use_bias ? 3 : 2;
+      out.push_back({"cell/cells/" + (n == 0 ? base : base + "_" + std::to_string(n)),
+                     cell.options.name, first, count});
+      first += count;
+    }
+    return out;
+  }
   if (const auto* recurrent = dynamic_cast<const layers::detail::RecurrentLayer*>(&layer)) {
     return {
         {"", layer.name(), 0, 0},
@@ -632,6 +651,20 @@ nlohmann::json keras3_layer_config(const std::string& class_name, nlohmann::json
   for (auto item : config.items()) {
     const std::string key = item.key();
     nlohmann::json& value = item.value();
+    if (key == "cells" && value.is_array()) {
+      // StackedRNNCells' cells, each serialized as a layer.
+      for (auto& cell : value) {
+        if (!cell.is_object() || !cell.contains("class_name") || cell.contains("module") ||
+            !cell["class_name"].is_string())
+          continue;
+        if (cell.contains("config"))
+          cell["config"] =
+              keras3_layer_config(cell["class_name"].get<std::string>(), cell["config"]);
+        cell["module"] = "keras.layers";
+        cell["registered_name"] = nullptr;
+      }
+      continue;
+    }
     if (!value.is_object() || !value.contains("class_name") || value.contains("module")) continue;
     if ((key == "layer" || key == "backward_layer" || key == "cell") &&
         value["class_name"].is_string()) {
