@@ -827,6 +827,29 @@ w.update({"gru/kernel": rnd(4, 9), "gru/recurrent_kernel": rnd(3, 9),
 cases.append(run("stacked_cells", stacked_cells, w, mse, large_and_odd,
                  make_tokens=masked_tokens))
 
+def attention_scores(w, x):
+    """Input((5,)) -> Embedding(12, 6) -> Attention(use_scale=True) and AdditiveAttention() self-
+    attention, each called with return_attention_scores=True -> [y, scores (batch, 5, 5)] ->
+    Dense(2) of Concatenate([GlobalAveragePooling1D(y1), GlobalAveragePooling1D(y2),
+    Flatten(scores1), Flatten(scores2)]): the loss reaches each softmax through the scores as
+    well as through the output. Attention's scores: scale * q k^T; AdditiveAttention's:
+    sum_d scale[d] * tanh(q[d] + k[d])."""
+    e = F.embedding(x, w["embeddings"])
+    p1 = torch.softmax(w["attention/scale"] * (e @ e.transpose(1, 2)), dim=-1)
+    additive = (w["additive_attention/scale"] * torch.tanh(e.unsqueeze(2) + e.unsqueeze(1))).sum(-1)
+    p2 = torch.softmax(additive, dim=-1)
+    y1, y2 = p1 @ e, p2 @ e
+    features = torch.cat([y1.mean(dim=1), y2.mean(dim=1), p1.reshape(p1.shape[0], -1),
+                          p2.reshape(p2.shape[0], -1)], dim=1)
+    return features @ w["dense/kernel"] + w["dense/bias"]
+
+
+w = {"embeddings": rnd(VOCAB, 6, scale=1.0), "attention/scale": 1 + rnd(1, scale=0.2).reshape(()),
+     "additive_attention/scale": rnd(6),
+     "dense/kernel": rnd(12 + 50, 2), "dense/bias": rnd(2, scale=0.1)}
+cases.append(run("attention_scores", attention_scores, w, mse, large_and_odd,
+                 lengths=[5, 5, 5], predict_length=5))
+
 with open(os.path.join(HERE, "reference", "unknown_axes.json"), "w") as out:
     json.dump({"generator": "tests/keras/generate_unknown_axes.py", "lr": LR, "batch": BATCH,
                "cases": cases}, out, indent=None, separators=(",", ":"))

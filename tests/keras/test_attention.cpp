@@ -248,10 +248,13 @@ TEST_SUITE("keras_layers") {
     CHECK_THROWS_WITH_AS(
         attention_arguments.apply_call_kwargs({{"attention_mask", {"m", 0, 0}}}, "call"),
         doctest::Contains("the call argument 'attention_mask' is not supported"), ConfigError);
+    // return_attention_scores: the call returns the scores too, in every call of the layer.
+    attention_arguments.apply_call_kwargs({{"return_attention_scores", true}}, "call");
+    CHECK(attention->output_count() == 2);
     CHECK_THROWS_WITH_AS(
-        attention_arguments.apply_call_kwargs({{"return_attention_scores", true}}, "call"),
-        "call: return_attention_scores=True is not supported by this layer (MultiHeadAttention "
-        "returns its scores)",
+        attention_arguments.apply_call_kwargs({{"return_attention_scores", false}}, "call"),
+        doctest::Contains("call: return_attention_scores is false but an earlier call of the "
+                          "layer has true"),
         ConfigError);
     CHECK_THROWS_WITH_AS(arguments.apply_call_kwargs({{"use_causal_mask", "yes"}}, "call"),
                          doctest::Contains("use_causal_mask: expected a boolean"), ConfigError);

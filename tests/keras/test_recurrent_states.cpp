@@ -7,6 +7,7 @@
 
 #include <loadstar/error.hpp>
 #include <loadstar/keras.hpp>
+#include <loadstar/keras/backend/cpu_backend.hpp>
 #include <loadstar/keras/saving/detail/formats.hpp>
 #include <loadstar/keras/saving/model_config.hpp>
 #include <loadstar/keras/saving/saving.hpp>
@@ -77,6 +78,42 @@ TEST_CASE("Bidirectional with merge_mode None returns both directions apart, bot
   CHECK(text.find("[\"bidirectional\",0,1,{}]") != std::string::npos);
   const Tensor<float> x = tokens_of({2, 4}, {3, 1, 4, 0, 2, 7, 0, 5});
   check_saved_predictions(*model, x);
+}
+
+TEST_CASE("Attention and AdditiveAttention return their attention scores, and learn through them") {
+  auto model = unknown_axes_cases::attention_scores();
+  check_training(*model, case_named("attention_scores"), "mse");
+  const std::string text = model_get_config(*model).dump();
+  CHECK(text.find("\"return_attention_scores\":true") != std::string::npos);
+  CHECK(text.find("[\"additive_attention\",0,1,{}]") != std::string::npos);
+  check_saved_predictions(*model, tokens_of({2, 5}, {3, 1, 4, 1, 5, 2, 7, 1, 8, 2}));
+  // In training the scores are the distribution after dropout, as Keras's _apply_scores returns
+  // it: each entry 0 or the probability of prediction over (1 - rate).
+  auto q = Input({4, 3}, "q");
+  auto layer = std::make_shared<Attention>(
+      AttentionOptions{.dropout = 0.5F, .seed = 3, .return_attention_scores = true});
+  const auto scored = call_outputs(layer, {q, q});
+  Model scores({q}, {scored[1]}, "scores");
+  Tensor<float> input(Shape{1, 4, 3});
+  for (std::size_t i = 0; i < input.size(); ++i)
+    input.data()[i] = static_cast<float>(i % 5) / 4.0F - 0.5F;
+  const Tensor<float> p = scores.predict(input, {.verbose = 0});
+  REQUIRE(p.shape() == Shape{1, 4, 4});
+  CpuBackend backend(1);
+  const Tensor<float> dropped(Shape{1, 4, 4}), output(Shape{1, 4, 3});
+  const Tensor<float> extra[] = {dropped};
+  const Tensor<float> call_inputs[] = {input, input};
+  layer->forward(
+      call_inputs, output,
+      CallContext{.backend = backend, .training = true, .step = 9, .extra_outputs = extra});
+  std::size_t zeros = 0;
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    const float d = dropped.data()[i];
+    zeros += d == 0.0F ? 1 : 0;
+    if (d != 0.0F) CHECK(d == doctest::Approx(p.data()[i] * 2.0F).epsilon(1e-6));
+  }
+  CHECK(zeros > 0);
+  CHECK(zeros < p.size());
 }
 
 TEST_CASE("MultiHeadAttention returns its attention scores, and learns through them") {

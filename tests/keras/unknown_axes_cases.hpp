@@ -235,6 +235,22 @@ inline std::shared_ptr<Model> stacked_cells() {
   return std::make_shared<Model>(std::vector{tokens}, std::vector{out}, "stacked_cells");
 }
 
+inline std::shared_ptr<Model> attention_scores() {
+  auto tokens = Input(Shape{5}, "tokens");
+  auto e = call(Embedding(12, 6), tokens);
+  const auto dot = call_outputs(std::make_shared<Attention>(AttentionOptions{
+                                    .use_scale = true, .return_attention_scores = true}),
+                                {e, e});
+  const auto additive = call_outputs(std::make_shared<AdditiveAttention>(
+                                         AdditiveAttentionOptions{.return_attention_scores = true}),
+                                     {e, e});
+  auto features = call(Concatenate(), {call(GlobalAveragePooling1D(), dot[0]),
+                                       call(GlobalAveragePooling1D(), additive[0]),
+                                       call(Flatten(), dot[1]), call(Flatten(), additive[1])});
+  auto out = call(Dense(2), features);
+  return std::make_shared<Model>(std::vector{tokens}, std::vector{out}, "attention_scores");
+}
+
 inline void check_training(Model& model, const json& c, const std::string& loss,
                            std::shared_ptr<Backend> backend = nullptr) {
   INFO(c["name"].get<std::string>());
@@ -300,7 +316,8 @@ inline std::vector<Case> all_cases() {
           {"bigru_separate", bigru_separate, "mse"},
           {"mha_scores", mha_scores, "mse"},
           {"stateful_lstm", stateful_lstm, "sparse_categorical_crossentropy"},
-          {"stacked_cells", stacked_cells, "mse"}};
+          {"stacked_cells", stacked_cells, "mse"},
+          {"attention_scores", attention_scores, "mse"}};
 }
 
 }  // namespace unknown_axes_cases

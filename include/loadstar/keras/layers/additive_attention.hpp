@@ -21,6 +21,10 @@ struct AdditiveAttentionOptions {
   std::optional<std::uint64_t> seed = std::nullopt;
   /// Keras's call argument `use_causal_mask`, applied to every call of the layer.
   bool use_causal_mask = false;
+  /// Keras's call argument `return_attention_scores`, applied to every call of the layer: the
+  /// output, then the attention distribution `(Tq, Tv)` it applied (after dropout in training,
+  /// as in Keras); call the layer with `call_outputs`.
+  bool return_attention_scores = false;
   std::string name = {};
 };
 
@@ -49,11 +53,13 @@ class AdditiveAttention : public detail::DenseAttention {
 namespace loadstar::keras::layers {
 
 AdditiveAttention::AdditiveAttention(AdditiveAttentionOptions options)
-    : DenseAttention(detail::ScoreMode::additive, {.use_scale = options.use_scale,
-                                                   .dropout = options.dropout,
-                                                   .seed = options.seed,
-                                                   .use_causal_mask = options.use_causal_mask,
-                                                   .name = options.name}) {}
+    : DenseAttention(detail::ScoreMode::additive,
+                     {.use_scale = options.use_scale,
+                      .dropout = options.dropout,
+                      .seed = options.seed,
+                      .use_causal_mask = options.use_causal_mask,
+                      .return_attention_scores = options.return_attention_scores,
+                      .name = options.name}) {}
 
 nlohmann::json AdditiveAttention::get_config() const {
   return attention_config();

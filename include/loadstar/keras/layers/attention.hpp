@@ -24,6 +24,10 @@ struct AttentionOptions {
   std::optional<std::uint64_t> seed = std::nullopt;
   /// Keras's call argument `use_causal_mask`, applied to every call of the layer.
   bool use_causal_mask = false;
+  /// Keras's call argument `return_attention_scores`, applied to every call of the layer: the
+  /// output, then the attention distribution `(Tq, Tv)` it applied (after dropout in training,
+  /// as in Keras); call the layer with `call_outputs`.
+  bool return_attention_scores = false;
   std::string name = {};
 };
 
@@ -65,6 +69,7 @@ Attention::Attention(AttentionOptions options)
                       .dropout = options.dropout,
                       .seed = options.seed,
                       .use_causal_mask = options.use_causal_mask,
+                      .return_attention_scores = options.return_attention_scores,
                       .name = options.name}) {}
 
 nlohmann::json Attention::get_config() const {

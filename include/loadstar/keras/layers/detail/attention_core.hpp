@@ -63,6 +63,10 @@ struct AttentionCall {
   /// How a masked query is treated: `MultiHeadAttention` joins the query's mask to the attention
   /// mask (its row attends to nothing), `Attention` and `AdditiveAttention` zero its output.
   bool query_mask_in_scores = false;
+  /// Which probabilities a call returns as its attention scores: those after dropout
+  /// (`Attention` and `AdditiveAttention`, whose Keras `_apply_scores` returns the weights it
+  /// applied) or before (`MultiHeadAttention`).
+  bool scores_after_dropout = false;
 
   bool drops() const noexcept { return training && rate > 0.0F; }
   bool masked() const noexcept {
@@ -125,13 +129,13 @@ inline std::uint64_t attention_dropout_key(std::optional<std::uint64_t> seed,
 /// Reads the keyword arguments of an attention layer's call from a config (tensors taken out):
 /// `use_causal_mask` (a boolean; `absent` when the call does not give it) into `causal`;
 /// `training` (null: the model's), `mask` (null) and `return_attention_scores` (false) as
-/// Keras's defaults; `return_attention_scores` into `*scores` when given (`MultiHeadAttention`),
-/// else `true` is refused. `attention_mask` and the `*_mask` arguments are refused by name, as is
+/// Keras's defaults; `return_attention_scores` into `*scores` (not null for every attention
+/// layer). `attention_mask` and the `*_mask` arguments are refused by name, as is
 /// any other argument. `seen` says whether an earlier call was read; a call whose
 /// `use_causal_mask` or `return_attention_scores` differs from it is refused. Throws
 /// `ConfigError` beginning with `where`.
 inline void read_attention_kwargs(const nlohmann::json& kwargs, const std::string& where,
-                                  bool absent, bool& causal, bool& seen, bool* scores = nullptr,
+                                  bool absent, bool& causal, bool& seen, bool* scores,
                                   bool* attention_mask = nullptr) {
   bool this_causal = absent;
   bool this_scores = false;
@@ -148,11 +152,6 @@ inline void read_attention_kwargs(const nlohmann::json& kwargs, const std::strin
       if (!value.is_boolean()) {
         throw ConfigError(where + ": return_attention_scores: expected a boolean but found " +
                           value.dump());
-      }
-      if (value.get<bool>() && scores == nullptr) {
-        throw ConfigError(where +
-                          ": return_attention_scores=True is not supported by this layer "
-                          "(MultiHeadAttention returns its scores)");
       }
       this_scores = value.get<bool>();
     } else if (key == "attention_mask" && attention_mask != nullptr &&
@@ -372,17 +371,20 @@ void attention_backward(const AttentionShape& s, const AttentionCall& call, cons
         dvh.noalias() += dropped.transpose() * doh;
       }
       dp.noalias() = doh * vh.transpose();
+      const auto returned_gradient = [&] {
+        return Eigen::Map<const RowMatrix>(
+            dprobabilities + (b * s.heads + h) * s.query_steps * s.value_steps,
+            Eigen::Index(s.query_steps), Eigen::Index(s.value_steps));
+      };
+      // Scores returned after dropout take their gradient through the dropout mask.
+      if (dprobabilities != nullptr && call.scores_after_dropout) dp += returned_gradient();
       if (call.drops()) {
         for (std::size_t i = 0; i < s.query_steps; ++i)
           for (std::size_t j = 0; j < s.value_steps; ++j)
             dp(Eigen::Index(i), Eigen::Index(j)) *= keeps(b, h, i, j) ? keep_scale : 0.0F;
       }
-      // The returned scores (the probabilities before dropout) take their own gradient.
-      if (dprobabilities != nullptr) {
-        dp += Eigen::Map<const RowMatrix>(
-            dprobabilities + (b * s.heads + h) * s.query_steps * s.value_steps,
-            Eigen::Index(s.query_steps), Eigen::Index(s.value_steps));
-      }
+      // Scores returned before dropout take their own gradient.
+      if (dprobabilities != nullptr && !call.scores_after_dropout) dp += returned_gradient();
       // Softmax along each row (masked positions have p = 0, so their score gradient is 0).
       for (std::size_t i = 0; i < s.query_steps; ++i)
         keras::detail::softmax_backward_line(p + i * s.value_steps, dp.data() + i * s.value_steps,

@@ -38,6 +38,10 @@ struct DenseAttentionOptions {
   std::optional<std::uint64_t> seed = std::nullopt;
   /// Keras's call argument `use_causal_mask`, applied to every call of the layer.
   bool use_causal_mask = false;
+  /// Keras's call argument `return_attention_scores`, applied to every call of the layer: the
+  /// call returns the output, then the attention distribution `(Tq, Tv)` it applied (after
+  /// dropout in training, as Keras's `_apply_scores` returns it); call it with `call_outputs`.
+  bool return_attention_scores = false;
   std::string name = {};
 };
 
@@ -61,6 +65,14 @@ class DenseAttention : public LayerBase, public keras::detail::CallArguments {
   bool takes_unknown_axes() const noexcept override { return true; }
   Shape output_shape_for(std::span<const Shape> input_shapes) const override {
     return Shape{input_shapes[0][0], value_features_};
+  }
+  /// With `return_attention_scores`: the output, then the scores.
+  std::size_t output_count() const noexcept override {
+    return options_.return_attention_scores ? 2 : 1;
+  }
+  std::vector<Shape> extra_output_shapes(std::span<const Shape> input_shapes) const override {
+    if (!options_.return_attention_scores) return {};
+    return {Shape{input_shapes[0][0], input_shapes[1][0]}};
   }
   LOADSTAR_DECL void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
                              const CallContext& ctx) override;
@@ -88,7 +100,7 @@ class DenseAttention : public LayerBase, public keras::detail::CallArguments {
   bool constructed_causal_;
   bool kwargs_seen_ = false;
   std::size_t query_steps_ = 0, value_steps_ = 0, features_ = 0, value_features_ = 0;
-  Scratch probabilities_;
+  Scratch probabilities_, zero_gradient_;
   std::vector<Tensor<float>> staged_;
 };
 
@@ -201,7 +213,8 @@ void DenseAttention::forward(std::span<const Tensor<float>> inputs, const Tensor
   AttentionCall call{.causal = options_.use_causal_mask,
                      .rate = options_.dropout,
                      .training = ctx.training,
-                     .key = attention_dropout_key(options_.seed, ctx, name())};
+                     .key = attention_dropout_key(options_.seed, ctx, name()),
+                     .scores_after_dropout = true};
   // t: query, value, key, probabilities, output, the query's and the value's masks, the weights.
   staged_ = {inputs[0],
              inputs[1],
@@ -220,6 +233,28 @@ void DenseAttention::forward(std::span<const Tensor<float>> inputs, const Tensor
                         t[4].data());
     });
   });
+  if (ctx.extra_outputs.empty()) return;
+  // The returned scores: the distribution the values were weighted by, dropped in training.
+  const Tensor<float> scores = ctx.extra_outputs[0].reshape({s.probabilities()});
+  ctx.backend.copy(staged_[3], scores);
+  if (!call.drops()) return;
+  const Tensor<float> dropped[] = {scores};
+  ctx.backend.host_kernel(dropped, [&](std::span<const Tensor<float>> t) {
+    const float keep_scale = 1.0F / (1.0F - call.rate);
+    for (std::size_t b = 0; b < s.batch; ++b) {
+      for (std::size_t i = 0; i < s.query_steps; ++i) {
+        for (std::size_t j = 0; j < s.value_steps; ++j) {
+          float& value = t[0].data()[(b * s.query_steps + i) * s.value_steps + j];
+          value = keras::detail::dropout_keeps(call.key,
+                                               keras::detail::attention_dropout_index(
+                                                   b, 0, i, j, 1, s.query_steps, s.value_steps),
+                                               call.rate)
+                      ? value * keep_scale
+                      : 0.0F;
+        }
+      }
+    }
+  });
 }
 
 void DenseAttention::backward(std::span<const Tensor<float>> inputs, const Tensor<float>&,
@@ -233,23 +268,35 @@ void DenseAttention::backward(std::span<const Tensor<float>> inputs, const Tenso
   AttentionCall call{.causal = options_.use_causal_mask,
                      .rate = options_.dropout,
                      .training = ctx.training,
-                     .key = attention_dropout_key(options_.seed, ctx, name())};
+                     .key = attention_dropout_key(options_.seed, ctx, name()),
+                     .scores_after_dropout = true};
   const auto wanted = [&](std::size_t i) {
     return i < input_gradients.size() ? input_gradients[i] : Tensor<float>();
   };
   const bool has_key = inputs.size() == 3;
+  // An output nothing reads (when the scores are returned too) has a zero gradient.
+  Tensor<float> dy = output_gradient;
+  if (dy.empty()) {
+    dy = zero_gradient_.get(ctx.backend, {batch, query_steps_, value_features_});
+    ctx.backend.fill(dy, 0.0F);
+  }
+  const Tensor<float> dscores =
+      ctx.extra_output_gradients.empty() || ctx.extra_output_gradients[0].empty()
+          ? Tensor<float>()
+          : ctx.extra_output_gradients[0].reshape({s.probabilities()});
   // t: query, value, key, probabilities, output gradient, dquery, dvalue, dkey, the query's and
-  // the value's masks, then the weights and their gradients.
+  // the value's masks, the scores' gradient, then the weights and their gradients.
   staged_ = {inputs[0],
              inputs[1],
              has_key ? inputs[2] : inputs[1],
              probabilities_.get(ctx.backend, {s.probabilities()}),
-             output_gradient,
+             dy,
              wanted(0),
              wanted(1),
              has_key ? wanted(2) : Tensor<float>(),
              input_mask(ctx, 0),
-             input_mask(ctx, 1)};
+             input_mask(ctx, 1),
+             dscores};
   const std::size_t n = weights_.size();
   for (const auto& w : weights_)
     staged_.push_back(w.value);
@@ -258,9 +305,10 @@ void DenseAttention::backward(std::span<const Tensor<float>> inputs, const Tenso
   ctx.backend.host_kernel(staged_, [&](std::span<const Tensor<float>> t) {
     call.query_mask = t[8].empty() ? nullptr : t[8].data();
     call.value_mask = t[9].empty() ? nullptr : t[9].data();
+    const float* returned_gradient = t[10].empty() ? nullptr : t[10].data();
     std::size_t elements = 0;
     for (std::size_t i = 0; i < n; ++i)
-      elements += t[10 + i].size();
+      elements += t[11 + i].size();
     std::vector<double> gradients(elements, 0.0);
     // The key's gradient goes to its own buffer; without a key input it adds to the value's.
     std::vector<float> key_gradient;
@@ -271,7 +319,7 @@ void DenseAttention::backward(std::span<const Tensor<float>> inputs, const Tenso
     }
     for (std::size_t i = 5; i < 8; ++i)
       if (!t[i].empty()) std::fill(t[i].data(), t[i].data() + t[i].size(), 0.0F);
-    with_score(mode_, options_.use_scale, t.subspan(10, n), gradients.data(),
+    with_score(mode_, options_.use_scale, t.subspan(11, n), gradients.data(),
                [&](const auto& score) {
                  // The probabilities are recomputed (a shared layer's forward of another call
                  // may have overwritten them); the dropout mask derives from the same key.
@@ -279,14 +327,14 @@ void DenseAttention::backward(std::span<const Tensor<float>> inputs, const Tenso
                                    t[3].data(), nullptr);
                  attention_backward(s, call, score, t[0].data(), t[2].data(), t[1].data(),
                                     t[3].data(), t[4].data(), t[5].empty() ? nullptr : t[5].data(),
-                                    dk, t[6].empty() ? nullptr : t[6].data());
+                                    dk, t[6].empty() ? nullptr : t[6].data(), returned_gradient);
                });
     for (std::size_t i = 0; i < key_gradient.size(); ++i)
       t[6].data()[i] += key_gradient[i];
     std::size_t at = 0;
     for (std::size_t i = 0; i < n; ++i) {
-      const Tensor<float>& gradient = t[10 + n + i];
-      for (std::size_t e = 0; e < t[10 + i].size(); ++e, ++at)
+      const Tensor<float>& gradient = t[11 + n + i];
+      for (std::size_t e = 0; e < t[11 + i].size(); ++e, ++at)
         if (!gradient.empty()) gradient.data()[e] += static_cast<float>(gradients[at]);
     }
   });
@@ -295,13 +343,15 @@ void DenseAttention::backward(std::span<const Tensor<float>> inputs, const Tenso
 nlohmann::json DenseAttention::call_kwargs() const {
   nlohmann::json kwargs = nlohmann::json::object();
   if (options_.use_causal_mask) kwargs["use_causal_mask"] = true;
+  if (options_.return_attention_scores) kwargs["return_attention_scores"] = true;
   return kwargs;
 }
 
 void DenseAttention::apply_call_kwargs(const nlohmann::json& kwargs, const std::string& where) {
   // A call without use_causal_mask has the layer's own (tf.keras 2.4's `causal` config), else
   // none, as in Keras.
-  read_attention_kwargs(kwargs, where, constructed_causal_, options_.use_causal_mask, kwargs_seen_);
+  read_attention_kwargs(kwargs, where, constructed_causal_, options_.use_causal_mask, kwargs_seen_,
+                        &options_.return_attention_scores);
 }
 
 nlohmann::json DenseAttention::attention_config() const {
