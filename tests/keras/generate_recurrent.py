@@ -106,6 +106,27 @@ def layer_output(class_name, config, x, w, prefix=""):
     return out if config.get("return_sequences", False) else out[:, -1]
 
 
+def record(name, class_name, config, x, w, xs, ws, out, seed=None, step=None):
+    """A case: the upstream gradient g is drawn here, and the targets of loss = sum(out * g)."""
+    g = rnd(*out.shape)
+    (out * g).sum().backward()
+    c = {"name": name, "class_name": class_name, "config": config, "training": True}
+    if seed is not None:
+        c.update(seed=seed, step=step)
+    c.update({
+        "input_shapes": [list(x.shape)],
+        "inputs": [flat(x)],
+        "weights": {k: flat(v) for k, v in w.items()},
+        "upstream": flat(g),
+        "output_shape": list(out.shape),
+        "output": flat(out),
+        "input_gradients": [flat(xs.grad)],
+        "weight_gradients": {k: flat(v.grad) for k, v in ws.items()},
+        "updated_weights": {},
+    })
+    return c
+
+
 def case(name, class_name, config, shape, bidirectional=None):
     x = rnd(*shape)
     if bidirectional is None:
@@ -134,23 +155,7 @@ def case(name, class_name, config, shape, bidirectional=None):
         mode = config.get("merge_mode", "concat")
         out = {"concat": lambda: torch.cat([f, b], dim=-1), "sum": lambda: f + b,
                "mul": lambda: f * b, "ave": lambda: (f + b) / 2}[mode]()
-    g = rnd(*out.shape)
-    (out * g).sum().backward()
-    return {
-        "name": name,
-        "class_name": class_name,
-        "config": config,
-        "training": True,
-        "input_shapes": [list(shape)],
-        "inputs": [flat(x)],
-        "weights": {k: flat(v) for k, v in w.items()},
-        "upstream": flat(g),
-        "output_shape": list(out.shape),
-        "output": flat(out),
-        "input_gradients": [flat(xs.grad)],
-        "weight_gradients": {k: flat(v.grad) for k, v in ws.items()},
-        "updated_weights": {},
-    }
+    return record(name, class_name, config, x, w, xs, ws, out)
 
 
 cases = []
@@ -310,25 +315,7 @@ def dropout_case(name, class_name, config, shape, seed, step, bidirectional=Fals
         if inner_config.get("return_sequences", False):
             outs[1] = torch.flip(outs[1], dims=[1])
         out = torch.cat(outs, dim=-1)
-    g = rnd(*out.shape)
-    (out * g).sum().backward()
-    return {
-        "name": name,
-        "class_name": class_name,
-        "config": config,
-        "training": True,
-        "seed": seed,
-        "step": step,
-        "input_shapes": [list(shape)],
-        "inputs": [flat(x)],
-        "weights": {k: flat(v) for k, v in w.items()},
-        "upstream": flat(g),
-        "output_shape": list(out.shape),
-        "output": flat(out),
-        "input_gradients": [flat(xs.grad)],
-        "weight_gradients": {k: flat(v.grad) for k, v in ws.items()},
-        "updated_weights": {},
-    }
+    return record(name, class_name, config, x, w, xs, ws, out, seed, step)
 
 
 for class_name, extra in [("SimpleRNN", {}), ("LSTM", {}), ("GRU", {}),
@@ -382,27 +369,9 @@ def stacked_case(name, cells, rnn, shape, seed=0, step=0):
         out = dropout_direction(layer, direction, out, cw, *masks)
     if not rnn.get("return_sequences", False):
         out = out[:, -1]
-    g = rnd(*out.shape)
-    (out * g).sum().backward()
     config = dict(rnn, cell={"class_name": "StackedRNNCells", "config": {"cells": [
         {"class_name": c, "config": cc} for c, cc in cells]}})
-    return {
-        "name": name,
-        "class_name": "RNN",
-        "config": config,
-        "training": True,
-        "seed": seed,
-        "step": step,
-        "input_shapes": [list(shape)],
-        "inputs": [flat(x)],
-        "weights": {k: flat(v) for k, v in w.items()},
-        "upstream": flat(g),
-        "output_shape": list(out.shape),
-        "output": flat(out),
-        "input_gradients": [flat(xs.grad)],
-        "weight_gradients": {k: flat(v.grad) for k, v in ws.items()},
-        "updated_weights": {},
-    }
+    return record(name, "RNN", config, x, w, xs, ws, out, seed, step)
 
 
 lstm_gru = [("LSTMCell", {"units": 4, "name": "lstm_cell"}),

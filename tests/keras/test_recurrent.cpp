@@ -17,6 +17,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "keras/layer_cases.hpp"
@@ -123,6 +124,23 @@ void check_keras3_groups(const std::filesystem::path& path, const json& groups) 
   std::sort(expected.begin(), expected.end());
   std::sort(found.begin(), found.end());
   CHECK(found == expected);
+}
+
+/// 256 sequences of 6 numbers in [-1, 1] `(256, 6, 1)`, and their sums `(256, 1)`.
+std::pair<Tensor<float>, Tensor<float>> sum_task() {
+  const std::size_t n = 256, steps = 6;
+  Tensor<float> x(Shape{n, steps, 1}), y(Shape{n, 1});
+  loadstar::SplitMix64 rng(5);
+  for (std::size_t i = 0; i < n; ++i) {
+    float sum = 0.0F;
+    for (std::size_t s = 0; s < steps; ++s) {
+      const float v = float(rng.uniform() * 2.0 - 1.0);
+      x.data()[i * steps + s] = v;
+      sum += v;
+    }
+    y.data()[i] = sum;
+  }
+  return {x, y};
 }
 
 std::shared_ptr<Layer> make_layer(const std::string& class_name, const json& config) {
@@ -306,19 +324,8 @@ TEST_SUITE("keras_layers") {
   }
 
   TEST_CASE("LSTM learns to sum a sequence and its loss falls") {
-    // 256 sequences of 6 numbers in [-1, 1]; the target is their sum.
-    const std::size_t n = 256, steps = 6;
-    Tensor<float> x(Shape{n, steps, 1}), y(Shape{n, 1});
-    loadstar::SplitMix64 rng(5);
-    for (std::size_t i = 0; i < n; ++i) {
-      float sum = 0.0F;
-      for (std::size_t s = 0; s < steps; ++s) {
-        const float v = float(rng.uniform() * 2.0 - 1.0);
-        x.data()[i * steps + s] = v;
-        sum += v;
-      }
-      y.data()[i] = sum;
-    }
+    const auto [x, y] = sum_task();
+    const std::size_t steps = x.dim(1);
     set_random_seed(5);
     Sequential model{Input(Shape{steps, 1}), LSTM(16), Dense(1)};
     model.compile({.optimizer = "adam", .loss = "mse"});
@@ -445,18 +452,8 @@ TEST_SUITE("keras_layers") {
   }
 
   TEST_CASE("LSTM with dropout and recurrent_dropout learns to sum a sequence") {
-    const std::size_t n = 256, steps = 6;
-    Tensor<float> x(Shape{n, steps, 1}), y(Shape{n, 1});
-    loadstar::SplitMix64 rng(5);
-    for (std::size_t i = 0; i < n; ++i) {
-      float sum = 0.0F;
-      for (std::size_t s = 0; s < steps; ++s) {
-        const float v = float(rng.uniform() * 2.0 - 1.0);
-        x.data()[i * steps + s] = v;
-        sum += v;
-      }
-      y.data()[i] = sum;
-    }
+    const auto [x, y] = sum_task();
+    const std::size_t steps = x.dim(1);
     set_random_seed(11);
     Sequential model{Input(Shape{steps, 1}), LSTM(16, {.dropout = 0.05, .recurrent_dropout = 0.1}),
                      Dense(1)};
