@@ -164,9 +164,10 @@ class RecurrentCore {
   /// `state_masks_` masks `(batch, units)` in `state_mask_` (one per gate), each value 0 or
   /// `1 / (1 - rate)`.
   void draw_dropout_masks(Backend& backend);
-  /// The kernel's column blocks of the `count` mask groups: the kernel itself for one, else its
-  /// gates' blocks `(rows, units)` copied into `into`.
-  std::vector<Tensor<float>> gate_blocks(Backend& backend, const Tensor<float>& kernel,
+  /// The column blocks of `matrix` `(rows, count * units)` for `count` mask groups (a kernel, or
+  /// the gradient of a product): `matrix` itself for one, else each gate's `(rows, units)`
+  /// copied into `into`.
+  std::vector<Tensor<float>> gate_blocks(Backend& backend, const Tensor<float>& matrix,
                                          std::size_t count, Scratch& into);
   /// `dropped[m]` (rows `m * n` on) = `v` `(n, d)` times mask `m` of `masks` `(count * batch, d)`
   /// (row `r` of `v` takes row `r % batch` of the mask).
@@ -899,16 +900,16 @@ void RecurrentCore::draw_dropout_masks(Backend& backend) {
   }
 }
 
-std::vector<Tensor<float>> RecurrentCore::gate_blocks(Backend& backend, const Tensor<float>& kernel,
+std::vector<Tensor<float>> RecurrentCore::gate_blocks(Backend& backend, const Tensor<float>& matrix,
                                                       std::size_t count, Scratch& into) {
-  if (count == 1) return {kernel};
-  const std::size_t rows = kernel.dim(0);
+  if (count == 1) return {matrix};
+  const std::size_t rows = matrix.dim(0);
   const Tensor<float> all = into.get(backend, {count * rows, units_});
   std::vector<Tensor<float>> blocks;
   for (std::size_t g = 0; g < count; ++g)
     blocks.push_back(all.slice_rows(g * rows, (g + 1) * rows));
   const std::vector<std::size_t> extents(count, units_);
-  backend.split(kernel, 1, extents, blocks);
+  backend.split(matrix, 1, extents, blocks);
   return blocks;
 }
 
@@ -963,12 +964,7 @@ void RecurrentCore::grouped_input_gradient(Backend& backend, const Tensor<float>
   if (count == 1) {
     backend.gemm(dz, false, blocks[0], true, shares);
   } else {
-    const Tensor<float> parts = group_gradients_.get(backend, {count * n, units_});
-    std::vector<Tensor<float>> views;
-    for (std::size_t g = 0; g < count; ++g)
-      views.push_back(parts.slice_rows(g * n, (g + 1) * n));
-    const std::vector<std::size_t> extents(count, units_);
-    backend.split(dz, 1, extents, views);
+    const auto views = gate_blocks(backend, dz, count, group_gradients_);
     for (std::size_t g = 0; g < count; ++g) {
       backend.gemm(views[g], false, blocks[g], true, shares.slice_rows(g * n, (g + 1) * n));
     }
@@ -993,15 +989,11 @@ void RecurrentCore::grouped_weight_gradients(Backend& backend, const Tensor<floa
                                              const Tensor<float>& dz, std::size_t count,
                                              const Tensor<float>& dw, const Tensor<float>& dbias) {
   const std::size_t n = dz.dim(0), d = dropped.dim(1);
-  const Tensor<float> parts = group_gradients_.get(backend, {count * n, units_});
-  std::vector<Tensor<float>> views, weights;
+  const auto views = gate_blocks(backend, dz, count, group_gradients_);
+  std::vector<Tensor<float>> weights;
   const Tensor<float> blocks = group_weights_.get(backend, {count * d, units_});
-  for (std::size_t g = 0; g < count; ++g) {
-    views.push_back(parts.slice_rows(g * n, (g + 1) * n));
+  for (std::size_t g = 0; g < count; ++g)
     weights.push_back(blocks.slice_rows(g * d, (g + 1) * d));
-  }
-  const std::vector<std::size_t> extents(count, units_);
-  backend.split(dz, 1, extents, views);
   for (std::size_t g = 0; g < count; ++g)
     backend.gemm(dropped.slice_rows(g * n, (g + 1) * n), true, views[g], false, weights[g]);
   const Tensor<float> joined = group_sum_.get(backend, dw.shape());
