@@ -477,6 +477,25 @@ TEST_CASE("a Keras 3 config gives initial_state as a keyword, with tensor indice
   INFO(written);
   CHECK(written.find("\"initial_state\":[") != std::string::npos);
   CHECK(written.find("\"keras_history\":[\"encoder\",0,2]") != std::string::npos);
+  // The same decoder as Keras 3's RNN of one LSTMCell takes the keyword the same way.
+  json rnn_decoder = decoder;
+  rnn_decoder["class_name"] = "RNN";
+  rnn_decoder["config"] = {{"name", "decoder"},
+                           {"return_sequences", true},
+                           {"cell",
+                            {{"module", "keras.layers"},
+                             {"class_name", "LSTMCell"},
+                             {"config", {{"units", 3}, {"name", "lstm_cell"}}},
+                             {"registered_name", nullptr}}}};
+  json rnn_config = config;
+  rnn_config["config"]["layers"][2] = rnn_decoder;
+  const auto rnn_model =
+      model_from_config(loadstar::keras::detail::legacy_model_config(rnn_config));
+  CHECK(rnn_model->get_layer("decoder")->class_name() == "RNN");
+  CHECK(rnn_model->get_layer("decoder")->built_input_shapes().size() == 3);
+  const std::string rnn_written =
+      loadstar::keras::detail::keras3_model_config(*rnn_model, false).dump();
+  CHECK(rnn_written.find("\"initial_state\":[") != std::string::npos);
 }
 
 TEST_CASE("the summary lists a layer's several outputs, and who reads which") {
