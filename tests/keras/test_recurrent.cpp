@@ -201,6 +201,11 @@ TEST_SUITE("keras_layers") {
                      {{"class_name", "LSTMCell"}, {"config", {{"units", 3}, {"use_bias", false}}}},
                      {{"class_name", "SimpleRNNCell"}, {"config", {{"units", 2}}}}});
     check_recurrent_round_trip("RNN", stack(two_lstm, json::object()), Shape{3, 2});
+    // A stack of another name keeps it, in its config and as its weights' scope.
+    json named = stack(two_lstm, {{"name", "rnn"}});
+    named["cell"]["config"]["name"] = "my_cells";
+    check_recurrent_round_trip("RNN", named, Shape{3, 2});
+    CHECK(make_layer("RNN", named)->get_config()["cell"]["config"]["name"] == "my_cells");
     // Keras's automatic cell names, and the weight names tf.keras gives them.
     const auto layer = make_layer("RNN", stack(two_lstm, {{"name", "rnn"}}));
     static_cast<void>(call(layer, Input(Shape{3, 2})));
@@ -238,6 +243,12 @@ TEST_SUITE("keras_layers") {
     stateful->reset_states();
     CHECK(recurrent_same_bits(stateful->predict(b, {.verbose = 0}),
                               plain->predict(b, {.verbose = 0})));
+    json two = carried;
+    two["stack"].erase(2);
+    CHECK_THROWS_WITH_AS(stateful->restore_carried_states(two),
+                         doctest::Contains("rnn layer 'stack': carries 3 states (every cell's, in "
+                                           "order) but was given states of shapes"),
+                         ShapeError);
     CHECK_THROWS_WITH_AS(
         static_cast<void>(stateful->predict(recurrent_wave(Shape{2, 4, 2}, 1.0F), {.verbose = 0})),
         doctest::Contains("rnn layer 'stack': is stateful and carries the states "
@@ -263,6 +274,12 @@ TEST_SUITE("keras_layers") {
                          json::object())),
         doctest::Contains("StackedRNNCells of SimpleRNNCell, LSTMCell or GRUCell cells but cell 0"),
         ConfigError);
+    json reversed = stack(cells, json::object());
+    reversed["cell"]["config"]["reverse_state_order"] = true;
+    CHECK_THROWS_WITH_AS(make_layer("RNN", reversed),
+                         doctest::Contains("config.cell: expected StackedRNNCells with "
+                                           "reverse_state_order false"),
+                         ConfigError);
     CHECK_THROWS_WITH_AS(make_layer("RNN", stack(json::array(), json::object())),
                          doctest::Contains("config.cell: expected a StackedRNNCells config with a "
                                            "non-empty list of cells"),

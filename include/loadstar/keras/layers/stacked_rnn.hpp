@@ -40,6 +40,8 @@ struct StackedRNNOptions {
   bool stateful = false;
   /// With a mask: a masked step's output is 0 rather than the output of the step before.
   bool zero_output_for_mask = false;
+  /// The `StackedRNNCells`' name, the scope of the cells' weight names.
+  std::string cells_name = "stacked_rnn_cells";
   std::string name = {};
 };
 
@@ -112,6 +114,13 @@ class StackedRNN : public detail::LayerBase {
   /// With `stateful`, sizes the carried and starting states for `batch` samples, and (in the
   /// forward pass) copies the carried ones, or zeros, to the start.
   LOADSTAR_DECL void prepare_states(Backend& backend, std::size_t batch, bool forward);
+  /// Cell `i`'s dropout in this call: keyed by `name/cell_name` in training, none otherwise.
+  void set_cell_dropout(const CallContext& ctx, std::size_t i) {
+    cores_[i].set_dropout(
+        ctx.training ? std::optional(detail::recurrent_dropout_key(
+                           cells_[i].options.seed, ctx, name() + "/" + cells_[i].options.name))
+                     : std::nullopt);
+  }
   /// Runs the cells from the starting states in `start_views_`.
   LOADSTAR_DECL void run(const CallContext& ctx, const Tensor<float>& x,
                          const Tensor<float>& output);
@@ -208,7 +217,7 @@ Shape StackedRNN::build(std::span<const Shape> input_shapes, std::uint64_t seed)
       for (std::size_t k = 0; k < values.size(); ++k) {
         // tf.keras's names: stacked_rnn_cells/lstm_cell/kernel.
         const std::string suffix = names[k].substr(names[k].find('/'));
-        add_weight("stacked_rnn_cells/" + cells_[i].options.name + suffix, values[k]);
+        add_weight(options_.cells_name + "/" + cells_[i].options.name + suffix, values[k]);
       }
       first_weight_.push_back(weights_.size());
     }
@@ -277,10 +286,7 @@ void StackedRNN::run(const CallContext& ctx, const Tensor<float>& x, const Tenso
   for (std::size_t i = 0; i < cores_.size(); ++i) {
     const Tensor<float> y =
         i == last ? output : outputs_[i].get(backend, {batch, steps, cells_[i].units});
-    cores_[i].set_dropout(
-        ctx.training ? std::optional(detail::recurrent_dropout_key(
-                           cells_[i].options.seed, ctx, name() + "/" + cells_[i].options.name))
-                     : std::nullopt);
+    set_cell_dropout(ctx, i);
     cores_[i].forward(backend, cell_weights(i), input, y, cell_mask(ctx, i),
                       states_of(start_views_, i), states_of(carried_views_, i));
     input = y;
@@ -317,10 +323,7 @@ void StackedRNN::backward(std::span<const Tensor<float>> inputs, const Tensor<fl
     const Tensor<float> dx =
         i == 0 ? (input_gradients.empty() ? Tensor<float>() : input_gradients[0])
                : gradients_[i - 1].get(backend, {batch, steps, cells_[i - 1].units});
-    cores_[i].set_dropout(
-        ctx.training ? std::optional(detail::recurrent_dropout_key(
-                           cells_[i].options.seed, ctx, name() + "/" + cells_[i].options.name))
-                     : std::nullopt);
+    set_cell_dropout(ctx, i);
     cores_[i].backward(backend, cell_weights(i), x, y, dy, dx, cell_mask(ctx, i),
                        states_of(start_views_, i));
     dy = dx;
@@ -367,8 +370,7 @@ nlohmann::json StackedRNN::get_config() const {
   for (std::size_t i = 0; i < cells_.size(); ++i) {
     nlohmann::json cell = {
         {"name", cells_[i].options.name}, {"trainable", trainable()}, {"dtype", "float32"}};
-    detail::RecurrentCore(cells_[i].kind, cells_[i].units, cells_[i].options, label())
-        .write_config(cell);
+    cores_[i].write_config(cell);
     for (const char* key : {"return_sequences", "return_state", "go_backwards", "stateful",
                             "unroll", "time_major", "zero_output_for_mask"})
       cell.erase(key);
@@ -377,7 +379,7 @@ nlohmann::json StackedRNN::get_config() const {
   }
   config["cell"] = {{"class_name", "StackedRNNCells"},
                     {"config",
-                     {{"name", "stacked_rnn_cells"},
+                     {{"name", options_.cells_name},
                       {"trainable", trainable()},
                       {"dtype", "float32"},
                       {"cells", std::move(cells)}}}};
@@ -449,6 +451,10 @@ std::shared_ptr<Layer> StackedRNN::from_config(const nlohmann::json& config) {
                             .stateful = read.get("stateful", false),
                             .zero_output_for_mask = read.get("zero_output_for_mask", false),
                             .name = detail::config_name(read)};
+  if (const auto stack_name = stack->find("name"); stack_name != stack->end() &&
+                                                   stack_name->is_string() &&
+                                                   !stack_name->get<std::string>().empty())
+    options.cells_name = stack_name->get<std::string>();
   return detail::finish_layer(read, std::make_shared<StackedRNN>(std::move(cells), options));
 }
 

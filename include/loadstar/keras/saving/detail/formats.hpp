@@ -376,7 +376,8 @@ std::vector<Keras3Vars> keras3_vars(const Layer& layer) {
     // The RNN's `cell` is the StackedRNNCells, whose list `cells` holds each cell under its
     // class name in snake case, made unique in list order (`cell/cells/lstm_cell`,
     // `cell/cells/lstm_cell_1`).
-    std::vector<Keras3Vars> out{{"", layer.name(), 0, 0}, {"cell", "stacked_rnn_cells", 0, 0}};
+    std::vector<Keras3Vars> out{{"", layer.name(), 0, 0},
+                                {"cell", stacked->options().cells_name, 0, 0}};
     std::map<std::string, std::size_t> seen;
     std::size_t first = 0;
     for (std::size_t i = 0; i < stacked->cell_count(); ++i) {
