@@ -28,6 +28,14 @@ class FormatError : public Error {
   using Error::Error;
 };
 
+/// Memory that cannot be had: a tensor larger than the allocator can give (a layer of a trillion
+/// units in a model's configuration, a shape read from a corrupt file). Thrown instead of
+/// `std::bad_alloc` so that the message names the tensor and its size.
+class MemoryError : public Error {
+ public:
+  using Error::Error;
+};
+
 /// A file or directory that cannot be opened, read or written.
 class IoError : public Error {
  public:

@@ -501,6 +501,15 @@ TEST_SUITE("keras") {
         "model 'f' (Functional): config.layers[1].inbound_nodes[0][0]: expected the output of a "
         "layer of the model but found [\"y\",0,0,{}], which no layer produces",
         ConfigError);
+    // Weights no allocator can give (2 x 999999999992 floats: 8 TB): refused with the layer,
+    // the tensor and the size named, not std::bad_alloc (nor a sanitizer's report).
+    CHECK_THROWS_WITH_AS(
+        model_from_json(R"({"class_name": "Sequential", "config": {"name": "s", "layers": [
+            {"class_name": "InputLayer", "config": {"batch_input_shape": [null, 2]}},
+            {"class_name": "Dense", "config": {"name": "d", "units": 999999999992}}]}})"),
+        "model 's' (Sequential): config.layers[1]: dense layer 'd': building its weights: float32 "
+        "tensor of shape (2, 999999999992): cannot allocate 7999999999936 bytes",
+        MemoryError);
     CHECK_THROWS_WITH_AS(model_from_json("{not json"), doctest::Contains("the text is not JSON"),
                          FormatError);
     CHECK_THROWS_WITH_AS(model_from_json(R"({"class_name": "Graph", "config": {}})"),

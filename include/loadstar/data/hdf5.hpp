@@ -167,7 +167,7 @@ Tensor<T> read_hdf5(const std::filesystem::path& file, const std::string& datase
       file, name, expected_rank, options, [&](const Shape& shape, std::size_t bytes) {
         try {
           out = Tensor<T>::uninitialized(shape);
-        } catch (const std::bad_alloc&) {
+        } catch (const MemoryError&) {
           throw FormatError(detail::hdf5_file_name(file) + ": cannot allocate " +
                             std::to_string(bytes) + " bytes for dataset '" + name + "'");
         }

@@ -208,7 +208,7 @@ class Hdf5Sequence {
     try {
       x = Tensor<TX>::uninitialized(x_shape_.with_rows(end - begin));
       y = Tensor<TY>::uninitialized(y_shape_.with_rows(end - begin));
-    } catch (const std::bad_alloc&) {
+    } catch (const MemoryError&) {
       throw FormatError(detail::hdf5_file_name(state_->path) + ": cannot allocate rows [" +
                         std::to_string(begin) + ", " + std::to_string(end) + ") of datasets '" +
                         state_->x_name + "' and '" + state_->y_name + "'");

@@ -255,7 +255,7 @@ Tensor<T> read_idx(const std::filesystem::path& file,
   Tensor<T> out;
   try {
     out = Tensor<T>::uninitialized(shape);
-  } catch (const std::bad_alloc&) {
+  } catch (const MemoryError&) {
     throw FormatError(reader.name() + ": header declares shape " + shape.str() + " (" +
                       std::to_string(data_bytes) + " bytes), more than can be allocated");
   }

@@ -506,7 +506,7 @@ Tensor<T> read_npy_fd(int fd, std::uint64_t file_bytes, const std::string& where
   Tensor<T> out;
   try {
     out = Tensor<T>::uninitialized(header.shape);
-  } catch (const std::bad_alloc&) {
+  } catch (const MemoryError&) {
     throw FormatError(where + ": cannot allocate " + std::to_string(header.shape.elements()) +
                       " elements of " + std::string(dtype_name<T>()));
   }

@@ -186,7 +186,11 @@ std::vector<KerasTensor> call_outputs(const LayerArg& layer_arg,
     }
     output = layer->built_output_shape();
   } else {
-    output = layer->build(shapes, detail::next_seed());
+    try {
+      output = layer->build(shapes, detail::next_seed());
+    } catch (const MemoryError& e) {
+      throw MemoryError(label + ": building its weights: " + e.what());
+    }
     layer->set_built(shapes, output);
   }
   auto node = std::make_shared<detail::GraphNode>();

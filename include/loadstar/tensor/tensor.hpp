@@ -293,6 +293,9 @@ class Tensor {
     // can address.
     const std::size_t bytes = std::max<std::size_t>(shape_.bytes(sizeof(T)), 1);
     void* memory = detail::StorageCache::instance().allocate(bytes);
+    if (memory == nullptr) {
+      throw MemoryError(description() + ": cannot allocate " + std::to_string(bytes) + " bytes");
+    }
     // When the control block cannot be allocated, shared_ptr gives the block back itself.
     owner_ = std::shared_ptr<void>(
         memory, [bytes](void* p) { detail::StorageCache::instance().release(p, bytes); });

@@ -63,8 +63,8 @@ class Dot : public detail::LayerBase {
 
   /// `x` of one sample scaled to unit norm along its axis into `unit`, and `1 / norm` of each
   /// line into `scale` (with the floor 1e-12 on the squared norm, as `tf.math.l2_normalize`).
-  static void normalize(const float* x, const Side& side, std::vector<double>& unit,
-                        std::vector<double>& scale);
+  LOADSTAR_DECL static void normalize(const float* x, const Side& side, std::vector<double>& unit,
+                                      std::vector<double>& scale);
 
   std::array<int, 2> axes_;
   bool normalize_;

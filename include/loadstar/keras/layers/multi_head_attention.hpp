@@ -134,7 +134,7 @@ class MultiHeadAttention : public detail::LayerBase, public keras::detail::CallA
   /// The projections and the attention of a call into the scratch buffers (`attended_` holds the
   /// heads' results before the output projection).
   LOADSTAR_DECL void attend(std::span<const Tensor<float>> inputs, const CallContext& ctx);
-  detail::AttentionCall attention_call(const CallContext& ctx) const;
+  LOADSTAR_DECL detail::AttentionCall attention_call(const CallContext& ctx) const;
   /// Points `call` at the host views of the query's, value's and key's masks (empty: none),
   /// the query's joining the attention mask as Keras's `_compute_attention_mask` has it.
   static void masks_of(detail::AttentionCall& call, std::span<const Tensor<float>> masks) {
@@ -144,7 +144,7 @@ class MultiHeadAttention : public detail::LayerBase, public keras::detail::CallA
     call.attention_mask = masks[3].empty() ? nullptr : masks[3].data();
     call.query_mask_in_scores = true;
   }
-  detail::AttentionShape geometry(std::size_t batch) const;
+  LOADSTAR_DECL detail::AttentionShape geometry(std::size_t batch) const;
 
   std::size_t heads_;
   std::size_t key_dim_;

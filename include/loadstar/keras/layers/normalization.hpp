@@ -57,10 +57,10 @@ class Normalization : public detail::LayerBase {
 
  private:
   /// The statistics' shape for a sample of shape `in`, filling `index_of_`.
-  Shape kept_shape(const Shape& in);
+  LOADSTAR_DECL Shape kept_shape(const Shape& in);
   /// `y = x * a + b` per element with `a`, `b` from the statistics (forward or inverse).
-  void apply(const float* mean, const float* variance, const float* x, float* y,
-             std::size_t rows) const;
+  LOADSTAR_DECL void apply(const float* mean, const float* variance, const float* x, float* y,
+                           std::size_t rows) const;
 
   NormalizationOptions options_;
   /// The statistics' index of each element of a sample.

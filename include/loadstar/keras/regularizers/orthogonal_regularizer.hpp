@@ -44,8 +44,9 @@ class OrthogonalRegularizer : public Regularizer {
 
  private:
   /// The normalised vectors (one per row of the result) and each one's scale.
-  void normalised(const Tensor<float>& x, std::vector<double>& u, std::vector<double>& s,
-                  std::size_t& count, std::size_t& length) const;
+  LOADSTAR_DECL void normalised(const Tensor<float>& x, std::vector<double>& u,
+                                std::vector<double>& s, std::size_t& count,
+                                std::size_t& length) const;
 
   double factor_;
   bool columns_;

@@ -399,6 +399,8 @@ std::unique_ptr<Model> sequential_from_config(const nlohmann::json& config) {
       model->add(layer);
     } catch (const ShapeError& e) {
       throw ShapeError(read.owner() + ": " + path + ": " + e.what());
+    } catch (const MemoryError& e) {
+      throw MemoryError(read.owner() + ": " + path + ": " + e.what());
     }
   }
   return model;
@@ -499,6 +501,8 @@ std::unique_ptr<Model> functional_from_config(const nlohmann::json& config,
           tensors.emplace(std::pair{p.name, p.done}, call_outputs(p.layer, inputs));
         } catch (const ShapeError& e) {
           throw ShapeError(read.owner() + ": " + p.path + ": " + e.what());
+        } catch (const MemoryError& e) {
+          throw MemoryError(read.owner() + ": " + p.path + ": " + e.what());
         }
         ++p.done;
         progress = true;

@@ -130,7 +130,8 @@ class StorageCache {
     return *cache;
   }
 
-  /// A block of `bytes` bytes aligned to `LOADSTAR_TENSOR_ALIGNMENT`, reused when one is cached.
+  /// A block of `bytes` bytes aligned to `LOADSTAR_TENSOR_ALIGNMENT`, reused when one is cached;
+  /// null when the system has no such block (the caller names what it was for).
   void* allocate(std::size_t bytes) {
     if (bytes >= min_bytes) {
       if (BlockArena* arena = BlockArena::current()) {
@@ -146,8 +147,10 @@ class StorageCache {
         }
       }
     }
-    void* block = ::operator new(bytes, alignment);
-    if (bytes >= min_bytes) populate(block, bytes);
+    // The non-throwing form: a sanitizer's allocator reports a failed throwing `new` as a crash
+    // instead of throwing, and a size read from a file or a configuration may be any size.
+    void* block = ::operator new(bytes, alignment, std::nothrow);
+    if (block != nullptr && bytes >= min_bytes) populate(block, bytes);
     return block;
   }
 

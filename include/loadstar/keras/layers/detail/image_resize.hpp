@@ -50,7 +50,7 @@ class ImageResizeLayer : public LayerBase {
     std::size_t low, high;
     float weight;
   };
-  std::vector<Tap> taps(std::size_t start, std::size_t in, std::size_t out) const;
+  LOADSTAR_DECL std::vector<Tap> taps(std::size_t start, std::size_t in, std::size_t out) const;
 
   std::vector<Tap> rows_, cols_;
   std::size_t in_h_ = 0, in_w_ = 0, channels_ = 0;

@@ -156,39 +156,42 @@ class RecurrentCore {
   std::size_t batch_ = 0, steps_ = 0, features_ = 0;
   /// Zeroes the rows of `t`, time-major `(count * batch, width)` for the steps from `first`,
   /// that are masked at their step (`mask_`).
-  void zero_masked_rows(Backend& backend, const Tensor<float>& t, std::size_t first,
-                        std::size_t count);
+  LOADSTAR_DECL void zero_masked_rows(Backend& backend, const Tensor<float>& t, std::size_t first,
+                                      std::size_t count);
 
   /// Draws the dropout masks of a forward pass (when `dropout_key_` is set and a rate is not 0):
   /// `input_masks_` masks `(batch, features)` in `input_mask_` (1, or one per gate) and
   /// `state_masks_` masks `(batch, units)` in `state_mask_` (one per gate), each value 0 or
   /// `1 / (1 - rate)`.
-  void draw_dropout_masks(Backend& backend);
+  LOADSTAR_DECL void draw_dropout_masks(Backend& backend);
   /// The column blocks of `matrix` `(rows, count * units)` for `count` mask groups (a kernel, or
   /// the gradient of a product): `matrix` itself for one, else each gate's `(rows, units)`
   /// copied into `into`.
-  std::vector<Tensor<float>> gate_blocks(Backend& backend, const Tensor<float>& matrix,
-                                         std::size_t count, Scratch& into);
+  LOADSTAR_DECL std::vector<Tensor<float>> gate_blocks(Backend& backend,
+                                                       const Tensor<float>& matrix,
+                                                       std::size_t count, Scratch& into);
   /// `dropped[m]` (rows `m * n` on) = `v` `(n, d)` times mask `m` of `masks` `(count * batch, d)`
   /// (row `r` of `v` takes row `r % batch` of the mask).
-  void apply_masks(Backend& backend, const Tensor<float>& v, const Tensor<float>& masks,
-                   std::size_t count, const Tensor<float>& dropped) const;
+  LOADSTAR_DECL void apply_masks(Backend& backend, const Tensor<float>& v,
+                                 const Tensor<float>& masks, std::size_t count,
+                                 const Tensor<float>& dropped) const;
   /// `out` `(n, width)` = (or += when `accumulate`) the product of each group's dropped values
   /// `dropped` `(count * n, d)` with its block of `blocks`: block `g` of the columns from group
   /// `g` (all of them for one group).
-  void grouped_product(Backend& backend, const Tensor<float>& dropped,
-                       std::span<const Tensor<float>> blocks, const Tensor<float>& out,
-                       bool accumulate);
+  LOADSTAR_DECL void grouped_product(Backend& backend, const Tensor<float>& dropped,
+                                     std::span<const Tensor<float>> blocks,
+                                     const Tensor<float>& out, bool accumulate);
   /// The adjoints of `grouped_product` for the values: `dv` `(n, d)` = (or += when `accumulate`)
   /// the sum over groups of `(dz's block g) blocks[g]^T` times mask `g`.
-  void grouped_input_gradient(Backend& backend, const Tensor<float>& dz,
-                              std::span<const Tensor<float>> blocks, const Tensor<float>& masks,
-                              const Tensor<float>& dv, bool accumulate);
+  LOADSTAR_DECL void grouped_input_gradient(Backend& backend, const Tensor<float>& dz,
+                                            std::span<const Tensor<float>> blocks,
+                                            const Tensor<float>& masks, const Tensor<float>& dv,
+                                            bool accumulate);
   /// And for the weights: `dw` `(d, width)` += `dropped[g]^T (dz's block g)` in block `g`, and
   /// `dbias` (when not empty) += the column sums of `dz`.
-  void grouped_weight_gradients(Backend& backend, const Tensor<float>& dropped,
-                                const Tensor<float>& dz, std::size_t count, const Tensor<float>& dw,
-                                const Tensor<float>& dbias);
+  LOADSTAR_DECL void grouped_weight_gradients(Backend& backend, const Tensor<float>& dropped,
+                                              const Tensor<float>& dz, std::size_t count,
+                                              const Tensor<float>& dw, const Tensor<float>& dbias);
 
   std::optional<std::uint64_t> dropout_key_;
   std::size_t input_masks_ = 0, state_masks_ = 0;
