@@ -27,6 +27,8 @@ weights. PyTorch modules do the computing where they match Keras exactly:
 - `GRU` (reset_after): the cell's formulas in a loop, first checked against `nn.GRU` (its gates
   r, z, n are Keras's r, z, h; Keras's kernel columns are z, r, h). `SimpleRNN`: its one formula.
 - `ZeroPadding1D`, `Cropping1D`, `UpSampling1D`: `F.pad`, slicing, `repeat_interleave`.
+- `BatchNormalization` on a masked input, `Concatenate` of masked and unmasked inputs along the
+  steps: Keras 3's masked moments and `Concatenate.compute_mask`, written out (below).
 Losses: sparse categorical crossentropy on softmax outputs, binary crossentropy on sigmoid outputs
 and mean squared error, each the mean over every sample (and step) of the batch, as Keras's
 `sum_over_batch_size`.
@@ -187,7 +189,8 @@ def run(name, forward, weights, loss, targets, lengths=LENGTHS, make_tokens=None
         value.backward()
         with torch.no_grad():
             for v in w.values():
-                v -= LR * v.grad
+                if v.grad is not None:  # a non-trainable weight (moving statistics) has none
+                    v -= LR * v.grad
         batches.append({"x": x.reshape(-1).tolist(), "length": length, "y": flat(y),
                         "y_shape": list(y.shape)})
         losses.append(float(value))
@@ -849,6 +852,70 @@ w = {"embeddings": rnd(VOCAB, 6, scale=1.0), "attention/scale": 1 + rnd(1, scale
      "dense/kernel": rnd(12 + 50, 2), "dense/bias": rnd(2, scale=0.1)}
 cases.append(run("attention_scores", attention_scores, w, mse, large_and_odd,
                  lengths=[5, 5, 5], predict_length=5))
+
+# Keras 3's masked batch statistics (BatchNormalization._moments with a mask): the mask, expanded
+# over the features, weighs each value; mean = sum(m x) / (sum(m) + 1e-7) and variance =
+# sum(m (x - mean)^2) / (sum(m) + 1e-7) (backend.epsilon()), the masked values left out of both.
+# Every value is then normalised with them, and the moving statistics take them (momentum 0.9,
+# the variance biased, as Keras 3's). Outside training the moving statistics normalise.
+KERAS_EPSILON = 1e-7
+
+
+def masked_batch_norm(w, x):
+    """Embedding(12, 5, mask_zero=True) -> Dense(4, tanh) -> BatchNormalization(momentum=0.9) ->
+    GlobalAveragePooling1D (unmasked steps) -> Dense(2)."""
+    m = (x != 0).to(DT).unsqueeze(-1)
+    e = F.embedding(x, w["embeddings"])
+    h = torch.tanh(e @ w["dense/kernel"] + w["dense/bias"])
+    if torch.is_grad_enabled():  # a training step: the batch's masked statistics
+        weights = m.expand_as(h)
+        total = weights.sum(dim=(0, 1)) + KERAS_EPSILON
+        mean = (h * weights).sum(dim=(0, 1)) / total
+        difference = torch.where(weights > 0, h - mean, torch.zeros_like(h))
+        variance = (difference ** 2).sum(dim=(0, 1)) / total
+        with torch.no_grad():
+            w["bn/moving_mean"].copy_(w["bn/moving_mean"] * 0.9 + mean * 0.1)
+            w["bn/moving_variance"].copy_(w["bn/moving_variance"] * 0.9 + variance * 0.1)
+    else:
+        mean, variance = w["bn/moving_mean"], w["bn/moving_variance"]
+    n = (h - mean) / torch.sqrt(variance + 1e-3) * w["bn/gamma"] + w["bn/beta"]
+    pooled = (n * m).sum(dim=1) / m.sum(dim=1)
+    return pooled @ w["dense_1/kernel"] + w["dense_1/bias"]
+
+
+w = {"embeddings": rnd(VOCAB, 5, scale=1.0), "dense/kernel": rnd(5, 4),
+     "dense/bias": rnd(4, scale=0.1), "bn/gamma": 1 + rnd(4, scale=0.2),
+     "bn/beta": rnd(4, scale=0.1), "bn/moving_mean": rnd(4, scale=0.1),
+     "bn/moving_variance": 1 + rnd(4, scale=0.2), "dense_1/kernel": rnd(4, 2),
+     "dense_1/bias": rnd(2, scale=0.1)}
+cases.append(run("masked_batch_norm", masked_batch_norm, w, mse, large_and_odd,
+                 make_tokens=masked_tokens))
+
+
+def masked_concat_time(w, x):
+    """Embedding(12, 5, mask_zero=True) as e -> Concatenate(axis=1) of [Dense(5, tanh)(e) (masked
+    as e), Conv1D(5, 3, padding="same")(e) (no mask: Conv1D stops it), e] along the steps, on
+    Input(None): Keras 3's Concatenate.compute_mask joins the masks along the axis, an unmasked
+    input's steps all counting -> GRU(3) over the 3 * length steps, skipping the masked ones ->
+    Dense(2)."""
+    m = x != 0
+    e = F.embedding(x, w["embeddings"])
+    a = torch.tanh(e @ w["dense/kernel"] + w["dense/bias"])
+    b = F.conv1d(e.transpose(1, 2), w["conv/kernel"].permute(2, 1, 0), w["conv/bias"],
+                 padding=1).transpose(1, 2)
+    joined = torch.cat([a, b, e], dim=1)
+    mask = torch.cat([m, torch.ones_like(m), m], dim=1)
+    h = masked_loop(gru_cell(w["gru/kernel"], w["gru/recurrent_kernel"], w["gru/bias"]), joined,
+                    mask, 3)[:, -1]
+    return h @ w["dense_1/kernel"] + w["dense_1/bias"]
+
+
+w = {"embeddings": rnd(VOCAB, 5, scale=1.0), "dense/kernel": rnd(5, 5),
+     "dense/bias": rnd(5, scale=0.1), "conv/kernel": rnd(3, 5, 5), "conv/bias": rnd(5, scale=0.1),
+     "gru/kernel": rnd(5, 9), "gru/recurrent_kernel": rnd(3, 9), "gru/bias": rnd(2, 9, scale=0.1),
+     "dense_1/kernel": rnd(3, 2), "dense_1/bias": rnd(2, scale=0.1)}
+cases.append(run("masked_concat_time", masked_concat_time, w, mse, large_and_odd,
+                 make_tokens=masked_tokens))
 
 with open(os.path.join(HERE, "reference", "unknown_axes.json"), "w") as out:
     json.dump({"generator": "tests/keras/generate_unknown_axes.py", "lr": LR, "batch": BATCH,

@@ -289,6 +289,26 @@ inline void check_training(Model& model, const json& c, const std::string& loss,
   }
 }
 
+inline std::shared_ptr<Model> masked_batch_norm() {
+  auto tokens = Input(Shape{none}, "tokens");
+  auto h = call(Embedding(12, 5, {.mask_zero = true}), tokens);
+  h = call(Dense(4, {.activation = "tanh"}), h);
+  h = call(BatchNormalization({.momentum = 0.9}), h);  // the statistics of the unmasked steps
+  auto out = call(Dense(2), call(GlobalAveragePooling1D(), h));
+  return std::make_shared<Model>(std::vector{tokens}, std::vector{out}, "masked_batch_norm");
+}
+
+inline std::shared_ptr<Model> masked_concat_time() {
+  auto tokens = Input(Shape{none}, "tokens");
+  auto e = call(Embedding(12, 5, {.mask_zero = true}), tokens);
+  auto a = call(Dense(5, {.activation = "tanh"}), e);
+  auto b = call(Conv1D(5, 3, {.padding = "same"}), e);  // the mask stops here, with a warning
+  // Along the steps, of unknown length: the masks joined, the convolution's steps all counting.
+  auto joined = call(Concatenate({.axis = 1}), {a, b, e});
+  auto out = call(Dense(2), call(GRU(3), joined));
+  return std::make_shared<Model>(std::vector{tokens}, std::vector{out}, "masked_concat_time");
+}
+
 /// Every reference case: its name, its model and its loss.
 struct Case {
   const char* name;
@@ -317,7 +337,9 @@ inline std::vector<Case> all_cases() {
           {"mha_scores", mha_scores, "mse"},
           {"stateful_lstm", stateful_lstm, "sparse_categorical_crossentropy"},
           {"stacked_cells", stacked_cells, "mse"},
-          {"attention_scores", attention_scores, "mse"}};
+          {"attention_scores", attention_scores, "mse"},
+          {"masked_batch_norm", masked_batch_norm, "mse"},
+          {"masked_concat_time", masked_concat_time, "mse"}};
 }
 
 }  // namespace unknown_axes_cases

@@ -88,6 +88,11 @@ enum class MaskFlow {
   /// The layer makes the output's mask from its inputs in `compute_mask` (`Masking`, `Embedding`
   /// with `mask_zero`).
   computes,
+  /// The output's mask joins the inputs' masks along the axis the layer joins its inputs (Keras
+  /// 3's `Concatenate` along another axis than the last), an unmasked input's steps all
+  /// counting; there is none unless an input has one. The layer writes it in `compute_mask`,
+  /// which then finds the inputs' masks in `ctx.input_masks`.
+  joins,
   /// The layer would use a mask in a way loadstar does not run: a masked input is refused with a
   /// `ConfigError` naming the layer.
   refused,
@@ -194,9 +199,9 @@ class Layer : public std::enable_shared_from_this<Layer> {
   /// Whether `forward` and `backward` read `ctx.input_masks` (a recurrent layer skips the masked
   /// steps, `GlobalAveragePooling1D` averages the others).
   virtual bool reads_masks() const noexcept { return false; }
-  /// For `MaskFlow::computes`: writes the output's mask `(batch, ...)` (the output's shape
-  /// without its last axis; 1 for a step that counts, 0 for a masked one) from the inputs of the
-  /// `forward` just run.
+  /// For `MaskFlow::computes` and `MaskFlow::joins`: writes the output's mask `(batch, ...)` (the
+  /// output's shape without its last axis; 1 for a step that counts, 0 for a masked one) from the
+  /// inputs of the `forward` just run (and, for `joins`, their masks in `ctx.input_masks`).
   virtual void compute_mask(std::span<const Tensor<float>> /*inputs*/,
                             const Tensor<float>& /*mask*/, const CallContext& /*ctx*/) {}
 

@@ -65,14 +65,14 @@ class MaskPlan {
   }
 
   /// After node `k`'s forward: computes the mask the node makes, if any (its layer's
-  /// `compute_mask`, or the OR of its inputs' masks for a merge).
+  /// `compute_mask`, also for a join of masks, or the OR of its inputs' masks for a merge).
   LOADSTAR_DECL void after_forward(Backend& backend, std::span<const RuntimeNode> nodes,
                                    std::size_t k, const CallContext& ctx);
 
  private:
   struct Slot {
     std::size_t node;                  // the node that makes the mask
-    MaskFlow flow;                     // computes or any_of
+    MaskFlow flow;                     // computes, joins or any_of
     std::vector<std::size_t> sources;  // any_of: the slots combined
     Tensor<float> full, view;
   };
@@ -151,6 +151,10 @@ void MaskPlan::plan(const std::string& model, std::span<const RuntimeNode> nodes
         }
         break;
       }
+      case MaskFlow::joins:
+        node_slot_[k] = slots_.size();
+        slots_.push_back({k, flow, {}, {}, {}});
+        break;
       case MaskFlow::computes:
         break;
     }
@@ -201,6 +205,12 @@ void MaskPlan::after_forward(Backend& backend, std::span<const RuntimeNode> node
   const RuntimeNode& node = nodes[k];
   if (slot.flow == MaskFlow::computes) {
     node.layer->compute_mask(node.input_values, slot.view, ctx);
+    return;
+  }
+  if (slot.flow == MaskFlow::joins) {
+    CallContext joined = ctx;
+    joined.input_masks = inputs(k);
+    node.layer->compute_mask(node.input_values, slot.view, joined);
     return;
   }
   std::vector<Tensor<float>> tensors{slot.view};

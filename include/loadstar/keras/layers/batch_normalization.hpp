@@ -4,6 +4,9 @@
 
 #include "loadstar/config.hpp"
 
+#include <cmath>
+#include <vector>
+
 #include "loadstar/keras/layers/detail/layer_base.hpp"
 
 namespace loadstar::keras::layers {
@@ -31,15 +34,27 @@ struct BatchNormalizationOptions {
 /// batch variance carries Bessel's correction `n / (n - 1)`), other ranks the non-fused path
 /// (`tf.nn.moments`, biased). A frozen layer (`set_trainable(false)`) normalises with the moving
 /// statistics in training too and does not update them, as Keras does for fine-tuning.
+///
+/// With a mask on its input (`Embedding(mask_zero=True)`, `Masking`), training takes Keras 3's
+/// masked statistics (`BatchNormalization._moments`): the mean and the biased variance of the
+/// unmasked steps, each sum divided by the number of unmasked values plus Keras's epsilon
+/// (`1e-7`); every step is then normalised with them, the moving statistics take them as they are,
+/// and the mask passes on. Any axis but the features may have an unknown length.
 /// \code
 /// BatchNormalization bn;
 /// BatchNormalization light({.momentum = 0.9, .scale = false});
 /// \endcode
 class BatchNormalization : public detail::LayerBase {
  public:
-  /// Keras takes the batch statistics over the unmasked steps, which loadstar does not: a masked
-  /// input is refused.
-  MaskFlow mask_flow() const noexcept override { return MaskFlow::refused; }
+  /// Keras's `backend.epsilon()`, which its masked statistics add to their counts.
+  static constexpr double keras_epsilon = 1e-7;
+  /// The output keeps the input's mask; training takes the statistics of the unmasked steps.
+  MaskFlow mask_flow() const noexcept override { return MaskFlow::passes; }
+  bool reads_masks() const noexcept override { return true; }
+  bool takes_unknown_axes() const noexcept override { return true; }
+  Shape output_shape_for(std::span<const Shape> input_shapes) const override {
+    return input_shapes[0];
+  }
   explicit BatchNormalization(BatchNormalizationOptions options = {})
       : LayerBase(options.name), options_(std::move(options)) {}
 
@@ -69,6 +84,23 @@ class BatchNormalization : public detail::LayerBase {
   }
   Variable& moving_mean() { return weights_[weights_.size() - 2]; }
   Variable& moving_variance() { return weights_[weights_.size() - 1]; }
+  /// The mask of the input in `ctx` (an empty tensor without one).
+  static Tensor<float> input_mask(const CallContext& ctx) {
+    return ctx.input_masks.empty() ? Tensor<float>() : ctx.input_masks[0];
+  }
+  /// The batch's statistics of `x` into `mean` and `variance`: `moments`, or Keras 3's masked
+  /// ones where `mask` (one value per row of `x`'s features) is not empty.
+  LOADSTAR_DECL void batch_moments(Backend& backend, const Tensor<float>& x,
+                                   const Tensor<float>& mask, const Tensor<float>& mean,
+                                   const Tensor<float>& variance) const;
+  /// Adds to `dx` the gradient that reaches `x` through the masked statistics `mean` and
+  /// `variance` (what `batch_norm_backward` with constant statistics leaves out).
+  LOADSTAR_DECL void masked_statistics_gradient(Backend& backend, const Tensor<float>& x,
+                                                const Tensor<float>& mask,
+                                                const Tensor<float>& mean,
+                                                const Tensor<float>& variance,
+                                                const Tensor<float>& dy,
+                                                const Tensor<float>& dx) const;
 
   BatchNormalizationOptions options_;
   // The batch statistics, in the backend's memory.
@@ -92,6 +124,12 @@ Shape BatchNormalization::build(std::span<const Shape> input_shapes, std::uint64
                       std::to_string(options_.axis));
   }
   const std::size_t c = in[in.rank() - 1];
+  if (c == none) {
+    throw ShapeError(label() +
+                     ": the features axis it normalises must have a known length but "
+                     "the input is " +
+                     batch_str(in));
+  }
   if (weights_.empty()) {
     std::uint64_t s = seed;
     auto make = [&](const Initializer& init, const char* name, bool trainable) {
@@ -125,12 +163,14 @@ void BatchNormalization::forward(std::span<const Tensor<float>> inputs, const Te
   }
   const Tensor<float> mean = mean_.get(backend, {features()});
   const Tensor<float> variance = variance_.get(backend, {features()});
-  backend.moments(x, mean, variance);
+  const Tensor<float> mask = input_mask(ctx);
+  batch_moments(backend, x, mask, mean, variance);
   backend.batch_norm_forward(x, mean, variance, gamma(), beta(), epsilon(), output);
   const auto momentum = static_cast<float>(options_.momentum);
   backend.moving_average(moving_mean().value, mean, momentum);
   const std::size_t n = x.size() / features();
-  if (x.rank() == 4 && n > 1) {
+  // Keras 3's masked variance goes to the moving average as it is.
+  if (x.rank() == 4 && n > 1 && mask.empty()) {
     const Tensor<float> corrected = corrected_.get(backend, {features()});
     backend.copy(variance, corrected);
     backend.scale(corrected, static_cast<float>(double(n) / double(n - 1)));
@@ -154,13 +194,109 @@ void BatchNormalization::backward(std::span<const Tensor<float>> inputs, const T
     // The batch statistics are recomputed rather than kept, so a shared layer stays correct.
     const Tensor<float> mean = mean_.get(backend, {features()});
     const Tensor<float> variance = variance_.get(backend, {features()});
-    backend.moments(x, mean, variance);
-    backend.batch_norm_backward(x, mean, variance, gamma(), epsilon(), true, output_gradient, dx,
+    const Tensor<float> mask = input_mask(ctx);
+    batch_moments(backend, x, mask, mean, variance);
+    if (mask.empty()) {
+      backend.batch_norm_backward(x, mean, variance, gamma(), epsilon(), true, output_gradient, dx,
+                                  dgamma, dbeta);
+      return;
+    }
+    // The statistics' own gradient is added to that of a normalisation by constants.
+    backend.batch_norm_backward(x, mean, variance, gamma(), epsilon(), false, output_gradient, dx,
                                 dgamma, dbeta);
+    if (!dx.empty())
+      masked_statistics_gradient(backend, x, mask, mean, variance, output_gradient, dx);
   } else {
     backend.batch_norm_backward(x, moving_mean().value, moving_variance().value, gamma(), epsilon(),
                                 false, output_gradient, dx, dgamma, dbeta);
   }
+}
+
+void BatchNormalization::batch_moments(Backend& backend, const Tensor<float>& x,
+                                       const Tensor<float>& mask, const Tensor<float>& mean,
+                                       const Tensor<float>& variance) const {
+  if (mask.empty()) {
+    backend.moments(x, mean, variance);
+    return;
+  }
+  const std::size_t c = features(), n = x.size() / c;
+  if (mask.size() != n) {
+    throw ShapeError(label() + ": the mask of its input has shape " + mask.shape().str() +
+                     " but the input " + x.shape().str() + " has " + std::to_string(n) +
+                     " rows of features");
+  }
+  const Tensor<float> tensors[] = {x, mask, mean, variance};
+  backend.host_kernel(tensors, [c, n](std::span<const Tensor<float>> t) {
+    const float* xs = t[0].data();
+    const float* m = t[1].data();
+    std::vector<double> sum(c, 0.0), squares(c, 0.0);
+    double count = 0.0;
+    for (std::size_t r = 0; r < n; ++r) {
+      if (m[r] == 0.0F) continue;
+      count += 1.0;
+      for (std::size_t f = 0; f < c; ++f)
+        sum[f] += xs[r * c + f];
+    }
+    const double total = count + keras_epsilon;
+    for (std::size_t f = 0; f < c; ++f)
+      sum[f] /= total;
+    for (std::size_t r = 0; r < n; ++r) {
+      if (m[r] == 0.0F) continue;
+      for (std::size_t f = 0; f < c; ++f) {
+        const double d = xs[r * c + f] - sum[f];
+        squares[f] += d * d;
+      }
+    }
+    for (std::size_t f = 0; f < c; ++f) {
+      t[2].data()[f] = static_cast<float>(sum[f]);
+      t[3].data()[f] = static_cast<float>(squares[f] / total);
+    }
+  });
+}
+
+void BatchNormalization::masked_statistics_gradient(
+    Backend& backend, const Tensor<float>& x, const Tensor<float>& mask, const Tensor<float>& mean,
+    const Tensor<float>& variance, const Tensor<float>& dy, const Tensor<float>& dx) const {
+  // With w the mask, W = sum(w) + e, mean = sum(w x) / W, variance = sum(w (x - mean)^2) / W and
+  // s = 1 / sqrt(variance + epsilon), every y = gamma (x - mean) s + beta depends on them:
+  //   dvariance = -s^3 / 2 * sum(dy gamma (x - mean)),
+  //   dmean = -s sum(dy gamma) + dvariance * dvariance/dmean, with dvariance/dmean =
+  //   -2 sum(w (x - mean)) / W = -2 mean e / W,
+  //   dx += dvariance * 2 w (x - mean) / W + dmean * w / W.
+  const std::size_t c = features(), n = x.size() / c;
+  const Tensor<float> g = gamma();
+  const Tensor<float> tensors[] = {x, mask, mean, variance, dy, dx, g};
+  const double bn_epsilon = options_.epsilon;
+  backend.host_kernel(tensors, [c, n, bn_epsilon](std::span<const Tensor<float>> t) {
+    const float* xs = t[0].data();
+    const float* m = t[1].data();
+    const float* d = t[4].data();
+    float* out = t[5].data();
+    double count = 0.0;
+    for (std::size_t r = 0; r < n; ++r)
+      count += m[r] == 0.0F ? 0.0 : 1.0;
+    const double total = count + keras_epsilon;
+    std::vector<double> centred(c, 0.0), plain(c, 0.0), dmean(c), dvariance(c);
+    for (std::size_t r = 0; r < n; ++r) {
+      for (std::size_t f = 0; f < c; ++f) {
+        const double scaled = double(d[r * c + f]) * (t[6].empty() ? 1.0 : t[6].data()[f]);
+        plain[f] += scaled;
+        centred[f] += scaled * (double(xs[r * c + f]) - t[2].data()[f]);
+      }
+    }
+    for (std::size_t f = 0; f < c; ++f) {
+      const double s = 1.0 / std::sqrt(double(t[3].data()[f]) + bn_epsilon);
+      dvariance[f] = -0.5 * s * s * s * centred[f];
+      dmean[f] = -s * plain[f] + dvariance[f] * (-2.0 * t[2].data()[f] * keras_epsilon / total);
+    }
+    for (std::size_t r = 0; r < n; ++r) {
+      if (m[r] == 0.0F) continue;
+      for (std::size_t f = 0; f < c; ++f) {
+        const double centred_x = double(xs[r * c + f]) - t[2].data()[f];
+        out[r * c + f] += static_cast<float>((dvariance[f] * 2.0 * centred_x + dmean[f]) / total);
+      }
+    }
+  });
 }
 
 nlohmann::json BatchNormalization::get_config() const {

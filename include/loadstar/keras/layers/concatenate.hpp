@@ -4,9 +4,11 @@
 
 #include "loadstar/config.hpp"
 
+#include <algorithm>
 #include <vector>
 
 #include "loadstar/keras/layers/detail/layer_base.hpp"
+#include "loadstar/keras/losses/detail/row_loss.hpp"
 
 namespace loadstar::keras::layers {
 
@@ -27,25 +29,27 @@ class Concatenate : public detail::LayerBase {
       : LayerBase(options.name), axis_(options.axis) {}
 
   std::string class_name() const override { return "Concatenate"; }
-  /// Along the last axis, the output's mask is the OR of the inputs' masks (Keras 3); along
-  /// another, Keras joins the masks, which loadstar does not: a masked input is refused.
+  /// Along the last axis, the output's mask is the OR of the inputs' masks; along another, the
+  /// inputs' masks joined along it, an unmasked input's steps all counting (Keras 3's
+  /// `Concatenate.compute_mask`).
   MaskFlow mask_flow() const noexcept override {
-    return along_last_ ? MaskFlow::any_of : MaskFlow::refused;
+    return along_last_ ? MaskFlow::any_of : MaskFlow::joins;
   }
+  LOADSTAR_DECL void compute_mask(std::span<const Tensor<float>> inputs, const Tensor<float>& mask,
+                                  const CallContext& ctx) override;
 
   LOADSTAR_DECL Shape build(std::span<const Shape> input_shapes, std::uint64_t) override;
-  /// Axes of unknown length but the one joined along.
+  /// Any axis may have an unknown length; the one joined along has one when an input's has.
   bool takes_unknown_axes() const noexcept override { return true; }
   LOADSTAR_DECL Shape output_shape_for(std::span<const Shape> input_shapes) const override;
 
   LOADSTAR_DECL void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
                              const CallContext& ctx) override;
 
-  void backward(std::span<const Tensor<float>>, const Tensor<float>&,
-                const Tensor<float>& output_gradient,
-                std::span<const Tensor<float>> input_gradients, const CallContext& ctx) override {
-    ctx.backend.split(output_gradient, axis_in_sample_ + 1, extents_, input_gradients);
-  }
+  LOADSTAR_DECL void backward(std::span<const Tensor<float>> inputs, const Tensor<float>&,
+                              const Tensor<float>& output_gradient,
+                              std::span<const Tensor<float>> input_gradients,
+                              const CallContext& ctx) override;
 
   LOADSTAR_DECL nlohmann::json get_config() const override;
 
@@ -56,6 +60,7 @@ class Concatenate : public detail::LayerBase {
   bool along_last_ = true;
   std::size_t axis_in_sample_ = 0;
   std::vector<std::size_t> extents_;
+  detail::Scratch ones_;  // the mask of an unmasked input
 };
 
 }  // namespace loadstar::keras::layers
@@ -88,13 +93,12 @@ Shape Concatenate::build(std::span<const Shape> input_shapes, std::uint64_t) {
       throw ShapeError(label() + ": inputs must match except along axis " + std::to_string(axis_) +
                        " but got shapes " + batch_str(input_shapes[0]) + " and " + batch_str(s));
     }
-    if (s[axis_in_sample_] == 0) {
-      throw ShapeError(label() + ": the axis " + std::to_string(axis_) +
-                       " it joins along must have a known length but an input is " + batch_str(s));
-    }
-    out[axis_in_sample_] += s[axis_in_sample_];
     extents_.push_back(s[axis_in_sample_]);
   }
+  // An input of unknown length along the axis (None) gives the output an unknown length there.
+  const bool known = std::find(extents_.begin(), extents_.end(), none) == extents_.end();
+  for (const std::size_t extent : extents_)
+    out[axis_in_sample_] += known ? extent : 0;
   remember(input_shapes, out);
   return out;
 }
@@ -119,6 +123,46 @@ void Concatenate::forward(std::span<const Tensor<float>> inputs, const Tensor<fl
                           const CallContext& ctx) {
   check_inputs(inputs);
   ctx.backend.concatenate(inputs, axis_in_sample_ + 1, output);
+}
+
+void Concatenate::backward(std::span<const Tensor<float>> inputs, const Tensor<float>&,
+                           const Tensor<float>& output_gradient,
+                           std::span<const Tensor<float>> input_gradients, const CallContext& ctx) {
+  // This batch's lengths along the axis (those of the build where they are known).
+  extents_.resize(inputs.size());
+  for (std::size_t i = 0; i < inputs.size(); ++i)
+    extents_[i] = inputs[i].shape()[axis_in_sample_ + 1];
+  ctx.backend.split(output_gradient, axis_in_sample_ + 1, extents_, input_gradients);
+}
+
+void Concatenate::compute_mask(std::span<const Tensor<float>> inputs, const Tensor<float>& mask,
+                               const CallContext& ctx) {
+  // An unmasked input's part of the mask is all 1: views of one buffer of ones.
+  const auto has_mask = [&](std::size_t i) {
+    return i < ctx.input_masks.size() && !ctx.input_masks[i].empty();
+  };
+  std::size_t largest = 0;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    if (!has_mask(i)) {
+      largest = std::max(largest, keras::detail::without_last_axis(inputs[i].shape()).elements());
+    }
+  }
+  Tensor<float> ones;
+  if (largest > 0) {
+    ones = ones_.get(ctx.backend, Shape{largest});
+    ctx.backend.fill(ones, 1.0F);
+  }
+  std::vector<Tensor<float>> parts;
+  parts.reserve(inputs.size());
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    if (has_mask(i)) {
+      parts.push_back(ctx.input_masks[i]);
+    } else {
+      const Shape shape = keras::detail::without_last_axis(inputs[i].shape());
+      parts.push_back(ones.slice_rows(0, shape.elements()).reshape(shape));
+    }
+  }
+  ctx.backend.concatenate(parts, axis_in_sample_ + 1, mask);
 }
 
 nlohmann::json Concatenate::get_config() const {
