@@ -342,7 +342,10 @@ class Thresholded:
     def __init__(self, kind, config):
         self.kind, self.config = kind, config
         n = config.get("num_thresholds", 200)
-        if kind == "AUC":
+        if kind == "AUC" and config.get("thresholds") is not None:
+            # AUC's thresholds given: -epsilon, the thresholds sorted, 1 + epsilon.
+            self.t = as_float32([-EPS] + sorted(config["thresholds"]) + [1 + EPS])
+        elif kind == "AUC":
             # AUC: -epsilon, i / (n - 1), 1 + epsilon.
             self.t = as_float32([-EPS] + [i / (n - 1) for i in range(1, n - 1)] + [1 + EPS])
         else:
@@ -356,11 +359,17 @@ class Thresholded:
         self.fn = np.zeros(len(self.t))
 
     def update(self, y, p, w):
+        if self.config.get("from_logits"):
+            # AUC(from_logits=True): the sigmoid of each prediction, in float32.
+            p = (1.0 / (1.0 + np.exp(-p.astype(np.float64)))).astype(np.float32)
         if self.class_id is not None:
             y, p = y[..., self.class_id], p[..., self.class_id]
         rows = y.shape[0]
         ww = np.ones(rows) if w is None else w
         ww = np.repeat(ww, y.size // rows)
+        if self.config.get("label_weights") is not None and not self.config.get("multi_label"):
+            # Each prediction's count weighted by its label's weight (the last axis).
+            ww = ww * np.tile(np.array(self.config["label_weights"]), y.size // y.shape[-1])
         for yy, pp, v in zip(y.reshape(-1), p.reshape(-1), ww):
             above = np.float32(pp) > self.t
             if yy != 0:
@@ -419,6 +428,31 @@ class Thresholded:
         return float(((x[:-1] - x[1:]) * h).sum())
 
 
+class MultiLabelAUC:
+    """AUC(multi_label=True): one curve per label (column of the rank-2 predictions), each the
+    single-label AUC of its column; the result is their mean, or their mean weighted by
+    label_weights (divide_no_nan)."""
+
+    def __init__(self, config):
+        self.config = config
+        single = {k: v for k, v in config.items() if k not in ("multi_label", "label_weights",
+                                                               "num_labels")}
+        self.make = lambda: Thresholded("AUC", single)
+        self.labels = None
+
+    def update(self, y, p, w):
+        if self.labels is None:
+            self.labels = [self.make() for _ in range(y.shape[1])]
+        for j, label in enumerate(self.labels):
+            label.update(y[:, j], p[:, j], w)
+
+    def result(self):
+        areas = np.array([label.result() for label in self.labels])
+        weights = np.array(self.config.get("label_weights") or [1.0] * len(areas))
+        total = (areas * weights).sum()
+        return 0.0 if weights.sum() == 0 else total / weights.sum()
+
+
 MEAN_KINDS = {"BinaryCrossentropy", "CategoricalCrossentropy", "SparseCategoricalCrossentropy",
               "KLDivergence", "Poisson", "Hinge", "SquaredHinge", "CategoricalHinge",
               "LogCoshError", "MeanAbsolutePercentageError", "MeanSquaredLogarithmicError",
@@ -434,6 +468,8 @@ def make_metric(kind, config):
         return R2(config)
     if kind in ("FBetaScore", "F1Score"):
         return FBeta(config)
+    if kind == "AUC" and config.get("multi_label"):
+        return MultiLabelAUC(config)
     if kind in THRESHOLDED:
         return Thresholded(kind, config)
     return IoUMetric(kind, config)
@@ -557,6 +593,23 @@ def make_metrics():
                              batches(binary, probs, True), per_class=True))
     cases.append(metric_case("R2Score per output", "R2Score", {"class_aggregation": None},
                              batches(regression, regression, True), per_class=True))
+    # AUC's other arguments: one curve per label (mean, or weighted by label_weights), label
+    # weights on the counts of one curve, logits, thresholds given.
+    for weighted in (False, True):
+        tag = " weighted" if weighted else ""
+        for config, make_p in [
+            ({"multi_label": True}, probs),
+            ({"multi_label": True, "label_weights": [0.5, 2.0, 1.0], "curve": "PR"}, probs),
+            ({"multi_label": True, "num_labels": 3, "summation_method": "majoring",
+              "num_thresholds": 20}, probs),
+            ({"label_weights": [1.0, 0.25, 3.0]}, probs),
+            ({"from_logits": True, "curve": "PRGAIN"}, lambda r: logits(r, 3)),
+            ({"thresholds": [0.7, 0.2, 0.5, 0.35], "summation_method": "minoring"}, probs),
+            ({"thresholds": [0.1, 0.4, 0.6, 0.9], "curve": "PR", "multi_label": True,
+              "from_logits": True}, lambda r: logits(r, 3)),
+        ]:
+            name = "AUC " + json.dumps(config, sort_keys=True) + tag
+            cases.append(metric_case(name, "AUC", config, batches(binary, make_p, weighted)))
     return cases
 
 

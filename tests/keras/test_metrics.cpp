@@ -195,6 +195,31 @@ TEST_SUITE("keras") {
     }
   }
 
+  TEST_CASE("AUC names the predictions and arguments that do not fit its labels") {
+    const Tensor<float> y = Tensor<float>(Shape{2, 3}, 1.0F);
+    metrics::AUC per_label({.multi_label = true});
+    CHECK_THROWS_WITH_AS(per_label.update_state(Tensor<float>(Shape{2, 3, 1}, 1.0F),
+                                                Tensor<float>(Shape{2, 3, 1}, 0.5F), nullptr),
+                         "auc: with multi_label, y_pred must have rank 2 (samples, labels) but has "
+                         "shape (2, 3, 1)",
+                         ShapeError);
+    metrics::AUC two_labels({.multi_label = true, .num_labels = 2});
+    CHECK_THROWS_WITH_AS(two_labels.update_state(y, y, nullptr),
+                         "auc: counts 2 labels but y_pred has shape (2, 3)", ShapeError);
+    metrics::AUC weighted({.label_weights = {1.0, 2.0}});
+    CHECK_THROWS_WITH_AS(weighted.update_state(y, y, nullptr),
+                         "auc: label_weights has 2 weights but y_pred of shape (2, 3) has 3 labels "
+                         "on its last axis",
+                         ShapeError);
+    CHECK_THROWS_WITH_AS(metrics::AUC({.thresholds = {0.5, 1.5}}),
+                         "auc: thresholds must lie in [0, 1] but one is 1.500000", ConfigError);
+    CHECK_THROWS_WITH_AS(metrics::AUC({.label_weights = {1.0, -1.0}}),
+                         "auc: label_weights must be non-negative but one is -1.000000",
+                         ConfigError);
+    // Before a batch has said how many labels there are, the result is 0.
+    CHECK(per_label.result() == 0.0);
+  }
+
   TEST_CASE("F1Score and R2Score without aggregation give one score per class") {
     for (const auto& c : metric_reference_34()["metrics"]) {
       if (!c.contains("scores")) continue;

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -31,8 +32,11 @@ class ConfusionCounts {
         positives_(thresholds_.size() + 1),
         negatives_(thresholds_.size() + 1) {}
 
+  /// Counts each prediction with its row's `sample_weight` (1 without), times the weight of its
+  /// label (its index on the last axis) in `label_weights` when that is not empty.
   LOADSTAR_DECL void update(const std::string& owner, const Tensor<float>& y_true,
-                            const Tensor<float>& y_pred, const Tensor<float>* sample_weight);
+                            const Tensor<float>& y_pred, const Tensor<float>* sample_weight,
+                            std::span<const double> label_weights = {});
 
   /// True positives at threshold `i`: positive labels predicted above it.
   double true_positives(std::size_t i) const { return above(positives_, i); }
@@ -71,7 +75,8 @@ LOADSTAR_DECL double config_threshold(const ConfigReader& read);
 namespace loadstar::keras::detail {
 
 void ConfusionCounts::update(const std::string& owner, const Tensor<float>& y_true,
-                             const Tensor<float>& y_pred, const Tensor<float>* sample_weight) {
+                             const Tensor<float>& y_pred, const Tensor<float>* sample_weight,
+                             std::span<const double> label_weights) {
   if (!shapes_fit(y_true.shape(), y_pred.shape())) {
     throw ShapeError(owner + ": y_true of shape " + y_true.shape().str() +
                      " does not match y_pred of shape " + y_pred.shape().str());
@@ -79,8 +84,9 @@ void ConfusionCounts::update(const std::string& owner, const Tensor<float>& y_tr
   check_sample_weight(owner, sample_weight, y_pred);
   const std::size_t per_row = y_pred.rows() == 0 ? 1 : y_pred.size() / y_pred.rows();
   for (std::size_t j = 0; j < y_pred.size(); ++j) {
-    const double weight =
+    double weight =
         sample_weight == nullptr ? 1.0 : static_cast<double>(sample_weight->data()[j / per_row]);
+    if (!label_weights.empty()) weight *= label_weights[j % label_weights.size()];
     // The bucket is the number of thresholds below the prediction: positive at those.
     const auto bucket =
         static_cast<std::size_t>(std::lower_bound(thresholds_.begin(), thresholds_.end(),
