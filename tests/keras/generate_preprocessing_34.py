@@ -11,7 +11,9 @@ Normalization follows Keras's formula (x - mean) / max(sqrt(variance), 1e-7). Bi
 torch.nn.functional.interpolate(mode="bilinear", align_corners=False), which samples as
 tf.image.resize without antialiasing (half-pixel centres). Nearest resizing is TensorFlow's rule
 for half-pixel centres, written here with NumPy in float32 as TensorFlow computes it:
-source = min(floor((i + 0.5) * (in / out)), in - 1). The crop boxes follow Keras's CenterCrop
+source = min(floor((i + 0.5) * (in / out)), in - 1). Bicubic resizing: Pillow's weights where
+Pillow computes Keras's (enlargements), the formula written out elsewhere (below). The crop boxes
+follow Keras's CenterCrop
 and smart_resize (crop_to_aspect_ratio).
 """
 import json
@@ -20,6 +22,7 @@ import os
 
 import numpy as np
 import torch
+from PIL import Image
 import torch.nn.functional as F
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -148,6 +151,59 @@ resizing_case("resizing_crop_to_aspect_ratio", (2, 6, 9, 2), 4, 3, crop=True)
 resizing_case("resizing_nearest_crop_to_aspect_ratio", (1, 8, 5, 2), 3, 4, "nearest", crop=True)
 
 
+# Bicubic: Keys's cubic convolution (a = -0.5) at half-pixel centres without antialiasing, a pixel
+# outside the image weighing 0 and the others normalised to sum 1 (TensorFlow's resize_bicubic
+# with half_pixel_centers, up to its 1/1024 table of the fraction, and JAX's image.resize). Each
+# axis is a matrix (out, in). Pillow's BICUBIC resize of float images computes the same weights
+# when it enlarges (it antialiases when it shrinks): enlargements take Pillow's matrices, read
+# back from the resize of each one-hot row; the formula written out below gives the others, and
+# is first checked against Pillow's on enlargements.
+def pil_bicubic_matrix(n_in, n_out):
+    m = np.zeros((n_out, n_in))
+    for j in range(n_in):
+        basis = np.zeros((1, n_in), dtype=np.float32)
+        basis[0, j] = 1.0
+        row = Image.fromarray(basis, mode="F").resize((n_out, 1), Image.BICUBIC)
+        m[:, j] = np.asarray(row, dtype=np.float64)[0]
+    return m
+
+
+def keys_matrix(n_in, n_out, a=-0.5):
+    m = np.zeros((n_out, n_in))
+    for i in range(n_out):
+        s = (i + 0.5) * n_in / n_out - 0.5
+        base = math.floor(s)
+        weights = {}
+        for k in range(4):
+            p = base - 1 + k
+            if 0 <= p < n_in:
+                x = abs(s - p)
+                weights[p] = ((a + 2) * x - (a + 3)) * x * x + 1 if x <= 1 else \
+                    ((a * x - 5 * a) * x + 8 * a) * x - 4 * a if x < 2 else 0.0
+        total = sum(weights.values())
+        for p, v in weights.items():
+            m[i, p] = v / total
+    return m
+
+
+for n_in, n_out in [(4, 7), (5, 8), (3, 5), (2, 9), (6, 6)]:
+    assert np.allclose(keys_matrix(n_in, n_out), pil_bicubic_matrix(n_in, n_out), atol=2e-7), \
+        (n_in, n_out)
+
+
+def bicubic_case(name, shape, height, width, crop=False, pillow=False):
+    _, h, w, _ = shape
+    top, left, bh, bw = aspect_box(h, w, height, width) if crop else (0, 0, h, w)
+    matrix = pil_bicubic_matrix if pillow else keys_matrix
+    rows = torch.tensor(matrix(bh, height), dtype=DT)
+    cols = torch.tensor(matrix(bw, width), dtype=DT)
+    config = {"height": height, "width": width, "interpolation": "bicubic",
+              "crop_to_aspect_ratio": crop}
+    cases.append(case(name, "Resizing", config, rnd(*shape), {},
+                      lambda t: torch.einsum("ip,jq,bpqc->bijc", rows, cols,
+                                             t[:, top:top + bh, left:left + bw, :])))
+
+
 def center_crop_case(name, shape, height, width):
     _, h, w, _ = shape
     if h >= height and w >= width:
@@ -163,6 +219,11 @@ center_crop_case("center_crop", (2, 7, 6, 3), 4, 3)
 center_crop_case("center_crop_even_odd", (1, 6, 5, 2), 3, 2)
 center_crop_case("center_crop_smaller", (2, 3, 5, 2), 4, 4)
 center_crop_case("center_crop_one_axis_smaller", (1, 8, 3, 2), 5, 4)
+
+bicubic_case("resizing_bicubic_up", (2, 4, 5, 3), 7, 8, pillow=True)
+bicubic_case("resizing_bicubic_down", (1, 9, 7, 2), 4, 3)
+bicubic_case("resizing_bicubic_mixed", (2, 3, 8, 1), 5, 6)
+bicubic_case("resizing_bicubic_crop_to_aspect_ratio", (2, 6, 9, 2), 4, 3, crop=True)
 
 with open(os.path.join(HERE, "reference", "preprocessing_34.json"), "w") as f:
     json.dump({"cases": cases}, f, indent=0)

@@ -36,7 +36,7 @@ class CenterCrop : public detail::ImageResizeLayer {
 namespace loadstar::keras::layers {
 
 CenterCrop::CenterCrop(std::size_t height, std::size_t width, std::string name)
-    : ImageResizeLayer(std::move(name), height, width, false) {
+    : ImageResizeLayer(std::move(name), height, width, detail::ResizeKind::bilinear) {
   if (height == 0 || width == 0) {
     throw ConfigError(label() + ": height and width must be positive but are " +
                       std::to_string(height) + " and " + std::to_string(width));

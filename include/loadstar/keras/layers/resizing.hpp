@@ -10,7 +10,7 @@ namespace loadstar::keras::layers {
 
 /// `Resizing`'s Keras arguments after `height` and `width`, with Keras's defaults.
 struct ResizingOptions {
-  /// `"bilinear"` or `"nearest"`.
+  /// `"bilinear"`, `"nearest"` or `"bicubic"` (`ImageResizeLayer` says how each samples).
   std::string interpolation = "bilinear";
   /// Resize the largest centred box with the target's aspect ratio instead of the whole image.
   bool crop_to_aspect_ratio = false;
@@ -21,7 +21,7 @@ struct ResizingOptions {
 };
 
 /// Keras's `Resizing` of channels_last images `(batch, h, w, c)` to `(batch, height, width, c)`
-/// as `tf.image.resize` (half-pixel centres, no antialiasing).
+/// as `tf.image.resize` (half-pixel centres, no antialiasing; bicubic as `ImageResizeLayer`).
 /// \code
 /// Resizing to_224(224, 224);
 /// Resizing blocky(32, 32, {.interpolation = "nearest", .crop_to_aspect_ratio = true});
@@ -50,10 +50,16 @@ class Resizing : public detail::ImageResizeLayer {
 namespace loadstar::keras::layers {
 
 Resizing::Resizing(std::size_t height, std::size_t width, ResizingOptions options)
-    : ImageResizeLayer(options.name, height, width, options.interpolation == "nearest"),
+    : ImageResizeLayer(options.name, height, width,
+                       options.interpolation == "nearest"   ? detail::ResizeKind::nearest
+                       : options.interpolation == "bicubic" ? detail::ResizeKind::bicubic
+                                                            : detail::ResizeKind::bilinear),
       options_(std::move(options)) {
-  if (options_.interpolation != "bilinear" && options_.interpolation != "nearest") {
-    throw ConfigError(label() + ": interpolation must be \"bilinear\" or \"nearest\" but is \"" +
+  if (options_.interpolation != "bilinear" && options_.interpolation != "nearest" &&
+      options_.interpolation != "bicubic") {
+    throw ConfigError(label() +
+                      ": interpolation must be \"bilinear\", \"nearest\" or "
+                      "\"bicubic\" but is \"" +
                       options_.interpolation + "\"");
   }
   if (height == 0 || width == 0) {
