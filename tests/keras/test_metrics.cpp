@@ -218,6 +218,11 @@ TEST_SUITE("keras") {
                          ConfigError);
     // Before a batch has said how many labels there are, the result is 0.
     CHECK(per_label.result() == 0.0);
+    // A checkpoint of another number of labels is refused.
+    metrics::AUC three_labels({.multi_label = true, .num_labels = 3});
+    CHECK_THROWS_WITH_AS(three_labels.set_state(two_labels.get_state()),
+                         "auc state: expected the counts of 3 labels but found 2",
+                         loadstar::CheckpointError);
   }
 
   TEST_CASE("F1Score and R2Score without aggregation give one score per class") {

@@ -92,19 +92,20 @@ class BatchNormalization : public detail::LayerBase {
   /// ones where `mask` (one value per row of `x`'s features) is not empty.
   LOADSTAR_DECL void batch_moments(Backend& backend, const Tensor<float>& x,
                                    const Tensor<float>& mask, const Tensor<float>& mean,
-                                   const Tensor<float>& variance) const;
+                                   const Tensor<float>& variance);
   /// Adds to `dx` the gradient that reaches `x` through the masked statistics `mean` and
   /// `variance` (what `batch_norm_backward` with constant statistics leaves out).
   LOADSTAR_DECL void masked_statistics_gradient(Backend& backend, const Tensor<float>& x,
                                                 const Tensor<float>& mask,
                                                 const Tensor<float>& mean,
                                                 const Tensor<float>& variance,
-                                                const Tensor<float>& dy,
-                                                const Tensor<float>& dx) const;
+                                                const Tensor<float>& dy, const Tensor<float>& dx);
 
   BatchNormalizationOptions options_;
   // The batch statistics, in the backend's memory.
   detail::Scratch mean_, variance_, corrected_;
+  // The masked statistics' per-feature sums, sized on the first batch and reused.
+  std::vector<double> sums_;
 };
 
 }  // namespace loadstar::keras::layers
@@ -214,7 +215,7 @@ void BatchNormalization::backward(std::span<const Tensor<float>> inputs, const T
 
 void BatchNormalization::batch_moments(Backend& backend, const Tensor<float>& x,
                                        const Tensor<float>& mask, const Tensor<float>& mean,
-                                       const Tensor<float>& variance) const {
+                                       const Tensor<float>& variance) {
   if (mask.empty()) {
     backend.moments(x, mean, variance);
     return;
@@ -226,10 +227,12 @@ void BatchNormalization::batch_moments(Backend& backend, const Tensor<float>& x,
                      " rows of features");
   }
   const Tensor<float> tensors[] = {x, mask, mean, variance};
-  backend.host_kernel(tensors, [c, n](std::span<const Tensor<float>> t) {
+  sums_.assign(2 * c, 0.0);
+  backend.host_kernel(tensors, [this, c, n](std::span<const Tensor<float>> t) {
     const float* xs = t[0].data();
     const float* m = t[1].data();
-    std::vector<double> sum(c, 0.0), squares(c, 0.0);
+    double* sum = sums_.data();
+    double* squares = sums_.data() + c;
     double count = 0.0;
     for (std::size_t r = 0; r < n; ++r) {
       if (m[r] == 0.0F) continue;
@@ -256,7 +259,7 @@ void BatchNormalization::batch_moments(Backend& backend, const Tensor<float>& x,
 
 void BatchNormalization::masked_statistics_gradient(
     Backend& backend, const Tensor<float>& x, const Tensor<float>& mask, const Tensor<float>& mean,
-    const Tensor<float>& variance, const Tensor<float>& dy, const Tensor<float>& dx) const {
+    const Tensor<float>& variance, const Tensor<float>& dy, const Tensor<float>& dx) {
   // With w the mask, W = sum(w) + e, mean = sum(w x) / W, variance = sum(w (x - mean)^2) / W and
   // s = 1 / sqrt(variance + epsilon), every y = gamma (x - mean) s + beta depends on them:
   //   dvariance = -s^3 / 2 * sum(dy gamma (x - mean)),
@@ -267,7 +270,8 @@ void BatchNormalization::masked_statistics_gradient(
   const Tensor<float> g = gamma();
   const Tensor<float> tensors[] = {x, mask, mean, variance, dy, dx, g};
   const double bn_epsilon = options_.epsilon;
-  backend.host_kernel(tensors, [c, n, bn_epsilon](std::span<const Tensor<float>> t) {
+  sums_.assign(4 * c, 0.0);
+  backend.host_kernel(tensors, [this, c, n, bn_epsilon](std::span<const Tensor<float>> t) {
     const float* xs = t[0].data();
     const float* m = t[1].data();
     const float* d = t[4].data();
@@ -276,7 +280,10 @@ void BatchNormalization::masked_statistics_gradient(
     for (std::size_t r = 0; r < n; ++r)
       count += m[r] == 0.0F ? 0.0 : 1.0;
     const double total = count + keras_epsilon;
-    std::vector<double> centred(c, 0.0), plain(c, 0.0), dmean(c), dvariance(c);
+    double* centred = sums_.data();
+    double* plain = sums_.data() + c;
+    double* dmean = sums_.data() + 2 * c;
+    double* dvariance = sums_.data() + 3 * c;
     for (std::size_t r = 0; r < n; ++r) {
       for (std::size_t f = 0; f < c; ++f) {
         const double scaled = double(d[r * c + f]) * (t[6].empty() ? 1.0 : t[6].data()[f]);

@@ -60,7 +60,8 @@ class Concatenate : public detail::LayerBase {
   bool along_last_ = true;
   std::size_t axis_in_sample_ = 0;
   std::vector<std::size_t> extents_;
-  detail::Scratch ones_;  // the mask of an unmasked input
+  detail::Scratch ones_;                   // the mask of an unmasked input
+  std::vector<Tensor<float>> mask_parts_;  // compute_mask's parts, reused
 };
 
 }  // namespace loadstar::keras::layers
@@ -152,17 +153,16 @@ void Concatenate::compute_mask(std::span<const Tensor<float>> inputs, const Tens
     ones = ones_.get(ctx.backend, Shape{largest});
     ctx.backend.fill(ones, 1.0F);
   }
-  std::vector<Tensor<float>> parts;
-  parts.reserve(inputs.size());
+  mask_parts_.resize(inputs.size());
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     if (has_mask(i)) {
-      parts.push_back(ctx.input_masks[i]);
+      mask_parts_[i] = ctx.input_masks[i];
     } else {
       const Shape shape = keras::detail::without_last_axis(inputs[i].shape());
-      parts.push_back(ones.slice_rows(0, shape.elements()).reshape(shape));
+      mask_parts_[i] = ones.slice_rows(0, shape.elements()).reshape(shape);
     }
   }
-  ctx.backend.concatenate(parts, axis_in_sample_ + 1, mask);
+  ctx.backend.concatenate(mask_parts_, axis_in_sample_ + 1, mask);
 }
 
 nlohmann::json Concatenate::get_config() const {
