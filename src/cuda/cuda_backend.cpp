@@ -189,6 +189,7 @@ bool CudaBackendImpl::apply_optimizer_step(const keras::OptimizerStep& step,
       t.slots[k] = v.slots[k].data();
     }
     t.size = v.value.size();
+    t.decay = v.decay;
     t.begin = elements;
     t.segment_begin = segments;
     elements += t.size;

@@ -1350,6 +1350,15 @@ std::vector<OptimizerCase> optimizer_cases() {
          return std::make_shared<o::SGD>(
              o::SGDOptions{.learning_rate = 0.05, .momentum = 0.9, .weight_decay = 0.01});
        }},
+      // A decay large enough that applying it to the excluded kernels (about 5% over the
+      // steps) would show beyond the tolerance.
+      {"AdamW with its kernels excluded from weight decay",
+       [] {
+         auto adamw = std::make_shared<o::AdamW>(
+             o::AdamWOptions{.learning_rate = 1e-3, .weight_decay = 4.0});
+         adamw->exclude_from_weight_decay({}, {"kernel"});
+         return adamw;
+       }},
   };
 }
 

@@ -19,6 +19,7 @@ It writes tests/keras/reference/optimizers_34.json.
 import json
 import math
 import os
+import re
 
 import numpy as np
 
@@ -234,7 +235,17 @@ def update(kind, o, step, lr, w, g, s):
         raise ValueError(kind)
 
 
-def run_optimizer(kind, o, weights, grads_per_step):
+def decayed(index, exclude):
+    """Keras 3's BaseOptimizer._use_weight_decay for weight `index` (named kernel, then bias)."""
+    if exclude is None:
+        return True
+    if index in exclude.get("var_list", []):
+        return False
+    names = exclude.get("var_names", [])
+    return not (names and re.search("|".join(set(names)), ["kernel", "bias"][index]))
+
+
+def run_optimizer(kind, o, weights, grads_per_step, exclude=None):
     """Keras 3's BaseOptimizer.apply: clip, decay, update, then the moving averages."""
     w = [x.copy() for x in weights]
     slots = [make_slots(kind, o, x) for x in w]
@@ -244,8 +255,9 @@ def run_optimizer(kind, o, weights, grads_per_step):
             else o.get("learning_rate", DEFAULTS[kind])
         grads = clip(grads, o)
         if o.get("weight_decay") is not None:
-            for x in w:
-                x -= x * o["weight_decay"] * lr
+            for i, x in enumerate(w):
+                if decayed(i, exclude):
+                    x -= x * o["weight_decay"] * lr
         for x, g, s in zip(w, grads, slots):
             update(kind, o, step, lr, x, g, s)
         if o.get("use_ema"):
@@ -304,18 +316,29 @@ def make_optimizers():
         ("nadam", {"learning_rate": SCHEDULES[0]}),
         ("ftrl", {"learning_rate": SCHEDULES[5], "beta": 0.1}),
         ("adafactor", {"learning_rate": SCHEDULES[2]}),
+        # exclude_from_weight_decay: by name (a regular expression searched in the weight's
+        # name), by the variable itself, and a pattern that finds part of a name.
+        ("adam", {"learning_rate": 0.01, "weight_decay": 0.1}, {"var_names": ["bias"]}),
+        ("sgd", {"learning_rate": 0.1, "momentum": 0.9, "weight_decay": 0.1}, {"var_list": [0]}),
+        ("lion", {"learning_rate": 0.01, "weight_decay": 0.2},
+         {"var_names": ["^ker", "gamma"], "var_list": [1]}),
+        ("rmsprop", {"learning_rate": 0.01, "weight_decay": 0.2}, {"var_names": ["ias$"]}),
     ]
     cases = []
     for spec in specs:
         kind, o = spec[0], spec[1]
-        w0, g0 = (cube, cube_grads) if len(spec) > 2 else (weights, grads)
-        final, averages = run_optimizer(kind, o, w0, g0)
+        extra = spec[2] if len(spec) > 2 else None
+        exclude = extra if isinstance(extra, dict) else None
+        w0, g0 = (cube, cube_grads) if extra == "cube" else (weights, grads)
+        final, averages = run_optimizer(kind, o, w0, g0, exclude)
         case = {"optimizer": kind, "options": o,
                 "weights": [flat(x) for x in w0], "shapes": [list(x.shape) for x in w0],
                 "gradients": [[flat(g) for g in step] for step in g0],
                 "expected": [flat(x) for x in final]}
         if o.get("use_ema"):
             case["averages"] = [flat(a) for a in averages]
+        if exclude is not None:
+            case["exclude_from_weight_decay"] = exclude
         cases.append(case)
     return cases
 

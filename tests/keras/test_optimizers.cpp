@@ -269,6 +269,14 @@ void run_case(const nlohmann::json& c, loadstar::keras::Optimizer& optimizer, Ca
                  Tensor<float>(Shape(c["shapes"][i].get<std::vector<std::size_t>>())), true});
   }
   run.pointers = {&run.variables[0], &run.frozen, &run.variables[1]};
+  if (c.contains("exclude_from_weight_decay")) {
+    const auto& exclude = c["exclude_from_weight_decay"];
+    std::vector<const Variable*> var_list;
+    for (const auto& i : exclude.value("var_list", nlohmann::json::array()))
+      var_list.push_back(&run.variables[i.get<std::size_t>()]);
+    optimizer.exclude_from_weight_decay(var_list,
+                                        exclude.value("var_names", std::vector<std::string>{}));
+  }
   for (const auto& step : c["gradients"]) {
     for (std::size_t i = 0; i < run.variables.size(); ++i) {
       const auto g = step[i].get<std::vector<float>>();
@@ -283,7 +291,8 @@ void run_case(const nlohmann::json& c, loadstar::keras::Optimizer& optimizer, Ca
 TEST_SUITE("keras") {
   TEST_CASE("Nadam Adamax Lion Ftrl and Adafactor steps match Keras 3's formulas in NumPy") {
     // Five float32 steps against float64: 1e-6 absolute plus 1e-5 relative. The cases include
-    // clipping, weight decay on every optimizer, moving averages and schedules.
+    // clipping, weight decay on every optimizer (and exclude_from_weight_decay), moving averages
+    // and schedules.
     for (const auto& c : reference_34()["optimizers"]) {
       const std::string kind = c["optimizer"];
       const std::string options = c["options"].dump();
@@ -475,6 +484,47 @@ TEST_SUITE("keras") {
     CHECK(slots[3].value.shape() == Shape{});  // Keras's scalar placeholders
     CHECK(slots[4].value.shape() == Shape{});
     CHECK(slots[5].value.shape() == Shape{4});
+  }
+
+  TEST_CASE("exclude_from_weight_decay is refused once built for a bad pattern and without decay") {
+    const auto variable = [](const char* name) {
+      return Variable{name, Tensor<float>({2}, {1, 2}), Tensor<float>({2}, 0.0F), true};
+    };
+    // A LossScaleOptimizer passes the call to the optimizer it wraps: with zero gradients only
+    // the weight decay moves the weights, and it skips the kernel.
+    auto sgd = std::make_shared<optimizers::SGD>(
+        optimizers::SGDOptions{.learning_rate = 0.1, .weight_decay = 0.5});
+    optimizers::LossScaleOptimizer scaling(sgd);
+    Variable kernel = variable("kernel"), bias = variable("bias");
+    std::vector<Variable*> both{&kernel, &bias};
+    scaling.exclude_from_weight_decay({}, {"kern"});
+    scaling.apply_gradients(both);
+    CHECK(kernel.value.data()[1] == 2.0F);
+    CHECK(bias.value.data()[1] == doctest::Approx(2.0 * 0.95));
+    CHECK_THROWS_WITH_AS(
+        sgd->exclude_from_weight_decay({}, {"bias"}),
+        doctest::Contains("exclude_from_weight_decay: expected to be called before the optimizer "
+                          "is built but it is built (for 2 trainable variables)"),
+        ConfigError);
+    optimizers::Adam adam;
+    CHECK_THROWS_WITH_AS(adam.exclude_from_weight_decay({}, {"bias", "(unclosed"}),
+                         doctest::Contains("expected var_names to be regular expressions but "
+                                           "found '(?:bias)|(?:(unclosed)'"),
+                         ConfigError);
+    // An optimizer of the user's own, without weight decay.
+    struct Plain : loadstar::keras::Optimizer {
+      Plain() : Optimizer("plain") {}
+      std::string class_name() const override { return "Plain"; }
+      void apply_gradients(std::span<Variable*>) override {}
+      double learning_rate() const override { return 0.0; }
+      void set_learning_rate(double) override {}
+      std::span<Variable> variables() noexcept override { return {}; }
+    } plain;
+    const std::vector<const Variable*> excluded{&kernel};
+    CHECK_THROWS_WITH_AS(plain.exclude_from_weight_decay(excluded),
+                         "plain (Plain): exclude_from_weight_decay: expected an optimizer with a "
+                         "weight_decay option but found one without",
+                         ConfigError);
   }
 
   TEST_CASE("Nadam recomputes its momentum product when the step goes back") {

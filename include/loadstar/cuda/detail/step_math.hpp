@@ -121,14 +121,14 @@ struct UpdateParams : keras::UpdateOperands {
 };
 
 /// One element's step: `w` its value, `g` its (clipped) gradient, `s0..s2` its slots in the
-/// optimizer's order (unused ones are dummies): the optimizer's rule from update_rules.hpp, the
-/// one its CPU `update_step` applies.
+/// optimizer's order (unused ones are dummies), `decay` whether the weight decay applies to it:
+/// the optimizer's rule from update_rules.hpp, the one its CPU `update_step` applies.
 LOADSTAR_HOST_DEVICE inline void update_element(const UpdateParams& p, float g, float& w, float& s0,
-                                                float& s1, float& s2) noexcept {
+                                                float& s1, float& s2, bool decay = true) noexcept {
   namespace rules = keras::detail::update_rules;
   const Rounded gradient = g;
   Rounded value = w, r0 = s0, r1 = s1, r2 = s2;
-  rules::decay_weight<RoundedMath>(p, value);
+  if (decay) rules::decay_weight<RoundedMath>(p, value);
   switch (p.rule) {
     case UpdateRule::sgd:
       rules::sgd<RoundedMath>(p, value, gradient);
@@ -182,6 +182,7 @@ struct UpdateTarget {
   std::size_t size = 0;
   std::size_t begin = 0;          // its first element's flat index
   std::size_t segment_begin = 0;  // its first norm segment's flat index
+  bool decay = true;              // whether the weight decay applies to it
 };
 
 /// The elements one partial sum of a gradient's squared norm covers.
@@ -281,7 +282,7 @@ LOADSTAR_HOST_DEVICE inline void update_flat(const UpdateTarget* targets, std::s
   float& s0 = t.slots[0] != nullptr ? t.slots[0][j] : unused[0];
   float& s1 = t.slots[1] != nullptr ? t.slots[1][j] : unused[1];
   float& s2 = t.slots[2] != nullptr ? t.slots[2][j] : unused[2];
-  update_element(p, g, t.value[j], s0, s1, s2);
+  update_element(p, g, t.value[j], s0, s1, s2, t.decay);
 }
 
 // --- Losses: one last-axis row, in double, as the loss classes compute it -----------------------

@@ -89,6 +89,8 @@ struct VariableSlots {
   static constexpr std::size_t max_slots = 5;
   Tensor<float> value, gradient;
   std::array<Tensor<float>, max_slots> slots;
+  /// Whether the step's `weight_decay` applies to it (`Optimizer::exclude_from_weight_decay`).
+  bool decay = true;
 };
 
 struct RowLossSpec {

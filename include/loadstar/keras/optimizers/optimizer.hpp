@@ -9,9 +9,11 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "loadstar/error.hpp"
 #include "loadstar/keras/backend/backend.hpp"
 #include "loadstar/keras/variable.hpp"
 
@@ -79,6 +81,17 @@ class Optimizer {
     static_cast<void>(variables);
   }
 
+  /// Keras's `exclude_from_weight_decay(var_list, var_names)`: the weight decay skips the
+  /// variables in `var_list` (the model's own, as `Model::trainable_variables()` lists them) and
+  /// every variable whose name (`"kernel"`, `"bias"`, `"gamma"`) a regular expression in
+  /// `var_names` finds (`std::regex_search`, ECMAScript syntax; Keras joins them with `|` for
+  /// Python's `re.search`). A second call replaces the first. Throws `ConfigError` once the
+  /// optimizer is built, for a pattern that is not a regular expression, and from an optimizer
+  /// without weight decay; a wrapper (`LossScaleOptimizer`) passes the call to the optimizer it
+  /// wraps.
+  LOADSTAR_DECL virtual void exclude_from_weight_decay(
+      std::span<const Variable* const> var_list, const std::vector<std::string>& var_names = {});
+
   /// The factor a training step multiplies the gradient of the loss by before the backward pass
   /// and divides the weights' gradients by after it (`LossScaleOptimizer`'s scale); 1 for every
   /// other optimizer.
@@ -111,6 +124,17 @@ namespace loadstar::keras {
 void Optimizer::apply_batch_gradients(std::span<Variable*> variables, std::size_t rows) {
   static_cast<void>(rows);
   apply_gradients(variables);
+}
+
+void Optimizer::exclude_from_weight_decay(std::span<const Variable* const> var_list,
+                                          const std::vector<std::string>& var_names) {
+  if (Optimizer* inner = wrapped_optimizer()) {
+    inner->exclude_from_weight_decay(var_list, var_names);
+    return;
+  }
+  throw ConfigError(name() + " (" + class_name() +
+                    "): exclude_from_weight_decay: expected an optimizer with a weight_decay "
+                    "option but found one without");
 }
 
 }  // namespace loadstar::keras

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <limits>
 #include <optional>
+#include <regex>
 #include <span>
 #include <string>
 #include <vector>
@@ -123,6 +124,10 @@ class OptimizerBase : public Optimizer {
 
   LOADSTAR_DECL nlohmann::json get_config() const override;
 
+  LOADSTAR_DECL void exclude_from_weight_decay(
+      std::span<const Variable* const> var_list,
+      const std::vector<std::string>& var_names = {}) override;
+
  protected:
   /// The names of the slots each trainable variable gets, in creation order.
   virtual std::vector<std::string> slot_names() const = 0;
@@ -187,6 +192,8 @@ class OptimizerBase : public Optimizer {
   /// every `ema_overwrite_frequency` steps; `iterations_` is still this step's index.
   LOADSTAR_DECL void update_moving_averages(std::span<Variable*> variables);
   LOADSTAR_DECL void overwrite_with_averages(std::span<Variable*> variables);
+  /// Whether the weight decay applies to `variable` (`exclude_from_weight_decay`).
+  LOADSTAR_DECL bool decays(const Variable& variable) const;
 
   // Keras 2.11+ names a slot `<slot>/<variable>` (`add_variable_from_reference`): "m/kernel".
   LOADSTAR_DECL void build(Backend& backend, std::span<Variable*> variables);
@@ -199,6 +206,11 @@ class OptimizerBase : public Optimizer {
   std::vector<Variable> slots_;
   std::vector<Tensor<float>> scratch_, gradients_;
   std::vector<VariableSlots> device_variables_;  // reused: no allocation after the first step
+  // `exclude_from_weight_decay`'s variables and names, and whether each trainable variable in
+  // order is decayed (settled by `build`).
+  std::vector<const Variable*> excluded_variables_;
+  std::vector<std::string> excluded_names_;
+  std::vector<char> decays_;
   std::span<const Tensor<float>> current_slots_;
   std::size_t slots_per_variable_ = 0;
   bool built_ = false;
@@ -261,6 +273,7 @@ void OptimizerBase::apply_gradients(std::span<Variable*> variables) {
       VariableSlots& d = device_variables_[trainable];
       d.value = v->value;
       d.gradient = v->gradient;
+      d.decay = decays_[trainable] != 0;
       for (std::size_t k = 0; k < VariableSlots::max_slots; ++k)
         d.slots[k] = k < slots_per_variable_ ? slots_[trainable * slots_per_variable_ + k].value
                                              : Tensor<float>();
@@ -286,7 +299,6 @@ void OptimizerBase::apply_gradients(std::span<Variable*> variables) {
     scale = clip_scale(squares, *options_.global_clipnorm);
   }
   UpdateOperands decay_operands;
-  decay_operands.weight_decay = decay(learning_rate);
   std::size_t index = 0;
   // Per variable: its value, gradient, clipping scratch and slots, as one host kernel.
   std::array<Tensor<float>, 3 + max_slots> tensors;
@@ -303,6 +315,7 @@ void OptimizerBase::apply_gradients(std::span<Variable*> variables) {
           current_slots_ = t.subspan(3);
           ArrayMap value = array_of(t[0]);
           ArrayMap gradient = array_of(t[1]);
+          decay_operands.weight_decay = decays_[index] != 0 ? decay(learning_rate) : 0.0F;
           update_rules::decay_weight<ArrayMath>(decay_operands, value);
           if (by_norm) {
             scale = clip_scale(gradient.cast<double>().square().sum(), *options_.clipnorm);
@@ -403,6 +416,43 @@ nlohmann::json OptimizerBase::get_config() const {
   return config;
 }
 
+// `var_names` as one pattern, as Keras's `re.compile("|".join(set(var_names)))`.
+inline std::regex excluded_pattern(const std::string& optimizer,
+                                   const std::vector<std::string>& names) {
+  std::string joined;
+  for (const std::string& name : names)
+    joined += (joined.empty() ? "(?:" : "|(?:") + name + ")";
+  try {
+    return std::regex(joined, std::regex::ECMAScript);
+  } catch (const std::regex_error& e) {
+    throw ConfigError(optimizer +
+                      ": exclude_from_weight_decay: expected var_names to be regular "
+                      "expressions but found '" +
+                      joined + "' (" + e.what() + ")");
+  }
+}
+
+void OptimizerBase::exclude_from_weight_decay(std::span<const Variable* const> var_list,
+                                              const std::vector<std::string>& var_names) {
+  if (built_) {
+    throw ConfigError(name() +
+                      ": exclude_from_weight_decay: expected to be called before the "
+                      "optimizer is built but it is built (for " +
+                      std::to_string(scratch_.size()) + " trainable variables)");
+  }
+  if (!var_names.empty()) static_cast<void>(excluded_pattern(name(), var_names));
+  excluded_variables_.assign(var_list.begin(), var_list.end());
+  excluded_names_ = var_names;
+}
+
+bool OptimizerBase::decays(const Variable& variable) const {
+  if (std::find(excluded_variables_.begin(), excluded_variables_.end(), &variable) !=
+      excluded_variables_.end())
+    return false;
+  if (excluded_names_.empty()) return true;
+  return !std::regex_search(variable.name, excluded_pattern(name(), excluded_names_));
+}
+
 ArrayMap OptimizerBase::slot([[maybe_unused]] std::size_t index, std::size_t k) {
   LOADSTAR_ASSERT(k < current_slots_.size(), "slot: only valid inside update_step");
   return array_of(current_slots_[k]);
@@ -440,6 +490,7 @@ void OptimizerBase::build(Backend& backend, std::span<Variable*> variables) {
     scratch_.push_back(options_.clipnorm || options_.global_clipnorm || options_.clipvalue
                            ? backend.allocate(v->value.shape())
                            : Tensor<float>());
+    decays_.push_back(decays(*v) ? 1 : 0);
   }
   if (options_.use_ema) {
     for (Variable* v : variables) {
