@@ -350,10 +350,13 @@ TEST_SUITE("keras_layers") {
                          ShapeError);
     LayerNormalization batch_axis({.axis = {0}, .name = "ln0"});
     CHECK_THROWS_AS(batch_axis.build(rank2, 0), ShapeError);
-    CHECK_THROWS_WITH_AS(UpSampling2D(2, {.interpolation = "bicubic", .name = "u"}),
-                         "up_sampling2d layer 'u': interpolation must be 'nearest' or 'bilinear' "
-                         "but is 'bicubic'",
+    CHECK_THROWS_WITH_AS(UpSampling2D(2, {.interpolation = "gaussian", .name = "u"}),
+                         "up_sampling2d layer 'u': interpolation must be \"bilinear\", "
+                         "\"nearest\", \"bicubic\", \"lanczos3\", \"lanczos5\" or \"area\" but "
+                         "is \"gaussian\"",
                          ConfigError);
+    // Keras lowercases UpSampling2D's interpolation.
+    CHECK(UpSampling2D(2, {.interpolation = "BiCubic"}).get_config()["interpolation"] == "bicubic");
     ZeroPadding2D pad(1, {.name = "z"});
     CHECK_THROWS_WITH_AS(pad.build(rank2, 0),
                          "zero_padding2d layer 'z': expects rank-3 inputs (without the batch "
@@ -379,9 +382,9 @@ TEST_SUITE("keras_layers") {
         "but found \"last\"",
         ConfigError);
     CHECK_THROWS_WITH_AS(
-        registry.create("UpSampling2D", {{"name", "u"}, {"interpolation", "area"}}),
-        "layer 'u' (UpSampling2D): config.interpolation: expected \"nearest\" or \"bilinear\" "
-        "but found \"area\"",
+        registry.create("UpSampling2D", {{"name", "u"}, {"interpolation", "gaussian"}}),
+        "layer 'u' (UpSampling2D): config.interpolation: expected \"nearest\", \"bilinear\", "
+        "\"bicubic\", \"lanczos3\", \"lanczos5\" or \"area\" but found \"gaussian\"",
         ConfigError);
   }
 

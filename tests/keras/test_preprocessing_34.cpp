@@ -169,6 +169,15 @@ TEST_SUITE("keras_layers") {
                                                   {"interpolation", "nearest"},
                                                   {"crop_to_aspect_ratio", true}}),
                      Shape{4, 6, 2});
+    check_round_trip(registry.create("Resizing", {{"height", 4},
+                                                  {"width", 2},
+                                                  {"interpolation", "lanczos5"},
+                                                  {"pad_to_aspect_ratio", true},
+                                                  {"fill_value", 0.5},
+                                                  {"antialias", true}}),
+                     Shape{4, 6, 2});
+    check_round_trip(registry.create("UpSampling2D", {{"size", {2, 3}}, {"interpolation", "area"}}),
+                     Shape{3, 4, 2});
     check_round_trip(registry.create("CenterCrop", {{"height", 2}, {"width", 3}}), Shape{4, 6, 2});
     check_round_trip(registry.create("CenterCrop", {{"height", 5}, {"width", 5}}), Shape{4, 6, 2});
   }
@@ -224,10 +233,16 @@ TEST_SUITE("keras_layers") {
                          "normalization layer 'n': adapt needs a layer without a mean and variance "
                          "in its config",
                          ConfigError);
-    CHECK_THROWS_WITH_AS(Resizing(2, 2, {.interpolation = "lanczos3", .name = "r"}),
-                         "resizing layer 'r': interpolation must be \"bilinear\", \"nearest\" or "
-                         "\"bicubic\" but is \"lanczos3\"",
+    CHECK_THROWS_WITH_AS(Resizing(2, 2, {.interpolation = "gaussian", .name = "r"}),
+                         "resizing layer 'r': interpolation must be \"bilinear\", \"nearest\", "
+                         "\"bicubic\", \"lanczos3\", \"lanczos5\" or \"area\" but is "
+                         "\"gaussian\"",
                          ConfigError);
+    CHECK_THROWS_WITH_AS(
+        Resizing(2, 2, {.crop_to_aspect_ratio = true, .pad_to_aspect_ratio = true, .name = "r"}),
+        "resizing layer 'r': expected at most one of crop_to_aspect_ratio and pad_to_aspect_ratio "
+        "but both are true",
+        ConfigError);
     CHECK_THROWS_WITH_AS(CenterCrop(0, 2, "c"),
                          "center_crop layer 'c': height and width must be positive but are 0 and 2",
                          ConfigError);
@@ -240,16 +255,9 @@ TEST_SUITE("keras_layers") {
     auto& registry = LayerRegistry::instance();
     CHECK_THROWS_WITH_AS(
         registry.create("Resizing",
-                        {{"name", "r"}, {"height", 2}, {"width", 2}, {"antialias", true}}),
-        "layer 'r' (Resizing): config.antialias: expected false (loadstar does not support it) "
-        "but found true",
-        ConfigError);
-    CHECK_THROWS_WITH_AS(
-        registry.create(
-            "Resizing",
-            {{"name", "r"}, {"height", 2}, {"width", 2}, {"pad_to_aspect_ratio", true}}),
-        "layer 'r' (Resizing): config.pad_to_aspect_ratio: expected false (loadstar does not "
-        "support it) but found true",
+                        {{"name", "r"}, {"height", 2}, {"width", 2}, {"fill_mode", "reflect"}}),
+        doctest::Contains("resizing layer 'r': fill_mode must be \"constant\" (Keras's resize has "
+                          "no other) but is \"reflect\""),
         ConfigError);
     CHECK_THROWS_WITH_AS(
         registry.create(

@@ -10,21 +10,30 @@ namespace loadstar::keras::layers {
 
 /// `Resizing`'s Keras arguments after `height` and `width`, with Keras's defaults.
 struct ResizingOptions {
-  /// `"bilinear"`, `"nearest"` or `"bicubic"` (`ImageResizeLayer` says how each samples).
+  /// `"bilinear"`, `"nearest"`, `"bicubic"`, `"lanczos3"`, `"lanczos5"` or `"area"`
+  /// (`detail::axis_taps` says how each samples).
   std::string interpolation = "bilinear";
   /// Resize the largest centred box with the target's aspect ratio instead of the whole image.
   bool crop_to_aspect_ratio = false;
-  /// Kept for Keras's config; used by `pad_to_aspect_ratio` only, which loadstar refuses.
+  /// Pad the image with `fill_value` on both sides of one axis to the target's aspect ratio
+  /// first (at most one of the two aspect-ratio options).
+  bool pad_to_aspect_ratio = false;
+  /// The padding's fill: `"constant"`, the only mode Keras's resize has.
   std::string fill_mode = "constant";
   float fill_value = 0.0F;
+  /// Widen the kernel to a low-pass filter when shrinking (bilinear, bicubic, lanczos3,
+  /// lanczos5; nearest and area are unchanged), as `tf.image.resize`.
+  bool antialias = false;
   std::string name = {};
 };
 
 /// Keras's `Resizing` of channels_last images `(batch, h, w, c)` to `(batch, height, width, c)`
-/// as `tf.image.resize` (half-pixel centres, no antialiasing; bicubic as `ImageResizeLayer`).
+/// as `tf.image.resize` (half-pixel centres), after Keras's crop or pad to the target's aspect
+/// ratio when asked.
 /// \code
 /// Resizing to_224(224, 224);
 /// Resizing blocky(32, 32, {.interpolation = "nearest", .crop_to_aspect_ratio = true});
+/// Resizing smooth(64, 64, {.interpolation = "lanczos3", .antialias = true});
 /// \endcode
 class Resizing : public detail::ImageResizeLayer {
  public:
@@ -50,26 +59,31 @@ class Resizing : public detail::ImageResizeLayer {
 namespace loadstar::keras::layers {
 
 Resizing::Resizing(std::size_t height, std::size_t width, ResizingOptions options)
-    : ImageResizeLayer(options.name, height, width,
-                       options.interpolation == "nearest"   ? detail::ResizeKind::nearest
-                       : options.interpolation == "bicubic" ? detail::ResizeKind::bicubic
-                                                            : detail::ResizeKind::bilinear),
+    : ImageResizeLayer(options.name, height, width, detail::ResizeKind::bilinear, options.antialias,
+                       options.fill_value),
       options_(std::move(options)) {
-  if (options_.interpolation != "bilinear" && options_.interpolation != "nearest" &&
-      options_.interpolation != "bicubic") {
-    throw ConfigError(label() +
-                      ": interpolation must be \"bilinear\", \"nearest\" or "
-                      "\"bicubic\" but is \"" +
-                      options_.interpolation + "\"");
-  }
+  kind_ = detail::resize_kind(options_.interpolation, label());
   if (height == 0 || width == 0) {
     throw ConfigError(label() + ": height and width must be positive but are " +
                       std::to_string(height) + " and " + std::to_string(width));
   }
+  if (options_.crop_to_aspect_ratio && options_.pad_to_aspect_ratio) {
+    throw ConfigError(label() +
+                      ": expected at most one of crop_to_aspect_ratio and pad_to_aspect_ratio "
+                      "but both are true");
+  }
+  if (options_.fill_mode != "constant") {
+    throw ConfigError(label() +
+                      ": fill_mode must be \"constant\" (Keras's resize has no other) "
+                      "but is \"" +
+                      options_.fill_mode + "\"");
+  }
 }
 
 detail::ImageResizeLayer::Box Resizing::box(std::size_t h, std::size_t w) const {
-  return options_.crop_to_aspect_ratio ? aspect_box(h, w, height_, width_) : Box{0, 0, h, w};
+  if (options_.crop_to_aspect_ratio) return aspect_box(h, w, height_, width_);
+  if (options_.pad_to_aspect_ratio) return padded_box(h, w, height_, width_);
+  return Box{0, 0, h, w};
 }
 
 nlohmann::json Resizing::get_config() const {
@@ -78,19 +92,16 @@ nlohmann::json Resizing::get_config() const {
   config["width"] = width_;
   config["interpolation"] = options_.interpolation;
   config["crop_to_aspect_ratio"] = options_.crop_to_aspect_ratio;
-  config["pad_to_aspect_ratio"] = false;
+  config["pad_to_aspect_ratio"] = options_.pad_to_aspect_ratio;
   config["fill_mode"] = options_.fill_mode;
   config["fill_value"] = options_.fill_value;
-  config["antialias"] = false;
+  config["antialias"] = options_.antialias;
   config["data_format"] = "channels_last";
   return config;
 }
 
 std::shared_ptr<Layer> Resizing::from_config(const nlohmann::json& config) {
   const auto read = detail::layer_config(config, "Resizing");
-  for (const char* key : {"pad_to_aspect_ratio", "antialias"}) {
-    if (read.get(key, false)) read.fail(key, "false (loadstar does not support it)");
-  }
   if (read.has("data_format") && !read.find("data_format")->is_null() &&
       read.get<std::string>("data_format") != "channels_last") {
     read.fail("data_format", "null or \"channels_last\"");
@@ -100,8 +111,10 @@ std::shared_ptr<Layer> Resizing::from_config(const nlohmann::json& config) {
                 read.get<std::size_t>("height"), read.get<std::size_t>("width"),
                 ResizingOptions{.interpolation = read.get("interpolation", std::string("bilinear")),
                                 .crop_to_aspect_ratio = read.get("crop_to_aspect_ratio", false),
+                                .pad_to_aspect_ratio = read.get("pad_to_aspect_ratio", false),
                                 .fill_mode = read.get("fill_mode", std::string("constant")),
                                 .fill_value = read.get("fill_value", 0.0F),
+                                .antialias = read.get("antialias", false),
                                 .name = detail::config_name(read)}));
 }
 

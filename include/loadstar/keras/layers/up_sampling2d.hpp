@@ -1,14 +1,16 @@
 /// \file
-/// `UpSampling2D`: enlarges an image by whole factors (nearest or bilinear).
+/// `UpSampling2D`: enlarges an image by whole factors (nearest, bilinear, bicubic, Lanczos, area).
 #pragma once
 
 #include "loadstar/config.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <vector>
 
+#include "loadstar/keras/layers/detail/image_resize.hpp"
 #include "loadstar/keras/layers/detail/layer_base.hpp"
 
 namespace loadstar::keras::layers {
@@ -17,8 +19,9 @@ namespace loadstar::keras::layers {
 struct UpSampling2DOptions {
   /// `"channels_last"` (Keras's default) or `"channels_first"`.
   std::string data_format = "channels_last";
-  /// `"nearest"` (each pixel repeated) or `"bilinear"` (TensorFlow 2's `tf.image.resize`, half
-  /// pixel centres).
+  /// `"nearest"` (each pixel repeated), or `"bilinear"`, `"bicubic"`, `"lanczos3"`, `"lanczos5"`
+  /// or `"area"` (`tf.image.resize` without antialiasing, half-pixel centres, as
+  /// `detail::axis_taps` says); Keras lowercases it.
   std::string interpolation = "nearest";
   std::string name = {};
 };
@@ -88,11 +91,15 @@ class UpSampling2D : public detail::LayerBase {
   }
 
   Size2 size_;
+  detail::ResizeKind kind_;
   bool bilinear_;
   bool channels_first_ = false;
   std::size_t planes_ = 1, height_ = 0, width_ = 0, inner_ = 1;
   std::vector<Tap> rows_;
   std::vector<Tap> columns_;
+  // The other kinds: `detail::resample`'s taps and scratch.
+  detail::AxisTaps row_taps_, column_taps_;
+  std::vector<float> scratch_;
 };
 
 }  // namespace loadstar::keras::layers
@@ -102,12 +109,13 @@ class UpSampling2D : public detail::LayerBase {
 namespace loadstar::keras::layers {
 
 UpSampling2D::UpSampling2D(Size2 size, UpSampling2DOptions options)
-    : LayerBase(options.name), size_(size), bilinear_(options.interpolation == "bilinear") {
+    : LayerBase(options.name), size_(size), kind_(detail::ResizeKind::nearest), bilinear_(false) {
   channels_first_ = detail::parse_data_format(options.data_format, label());
-  if (options.interpolation != "nearest" && options.interpolation != "bilinear") {
-    throw ConfigError(label() + ": interpolation must be 'nearest' or 'bilinear' but is '" +
-                      options.interpolation + "'");
-  }
+  std::string interpolation = options.interpolation;
+  std::transform(interpolation.begin(), interpolation.end(), interpolation.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  kind_ = detail::resize_kind(interpolation, label());
+  bilinear_ = kind_ == detail::ResizeKind::bilinear;
   if (size.h == 0 || size.w == 0) throw ConfigError(label() + ": size must be positive");
 }
 
@@ -120,9 +128,14 @@ Shape UpSampling2D::build(std::span<const Shape> input_shapes, std::uint64_t) {
   height_ = channels_first_ ? in[1] : in[0];
   width_ = channels_first_ ? in[2] : in[1];
   inner_ = channels_first_ ? 1 : in[2];
-  rows_ = taps(height_, size_.h);
-  columns_ = taps(width_, size_.w);
   const std::size_t h = height_ * size_.h, w = width_ * size_.w;
+  if (kind_ == detail::ResizeKind::nearest || kind_ == detail::ResizeKind::bilinear) {
+    rows_ = taps(height_, size_.h);
+    columns_ = taps(width_, size_.w);
+  } else {
+    row_taps_ = detail::axis_taps(kind_, false, 0, height_, 0, h);
+    column_taps_ = detail::axis_taps(kind_, false, 0, width_, 0, w);
+  }
   const Shape out = channels_first_ ? Shape{in[0], h, w} : Shape{h, w, in[2]};
   remember(input_shapes, out);
   return out;
@@ -132,6 +145,13 @@ void UpSampling2D::forward(std::span<const Tensor<float>> inputs, const Tensor<f
                            const CallContext& ctx) {
   check_inputs(inputs);
   const Tensor<float> tensors[] = {inputs[0], output};
+  if (!row_taps_.offsets.empty()) {
+    ctx.backend.host_kernel(tensors, [this](std::span<const Tensor<float>> t) {
+      detail::resample(t[0].data(), t[1].data(), t[0].rows() * planes_, height_, width_, inner_,
+                       row_taps_, column_taps_, 0.0F, false, scratch_);
+    });
+    return;
+  }
   ctx.backend.host_kernel(tensors, [this](std::span<const Tensor<float>> t) {
     visit(
         t[0].rows(),
@@ -149,6 +169,13 @@ void UpSampling2D::backward(std::span<const Tensor<float>> inputs, const Tensor<
                             const CallContext& ctx) {
   if (input_gradients.empty() || input_gradients[0].empty()) return;
   const Tensor<float> tensors[] = {output_gradient, input_gradients[0]};
+  if (!row_taps_.offsets.empty()) {
+    ctx.backend.host_kernel(tensors, [&](std::span<const Tensor<float>> t) {
+      detail::resample(t[0].data(), t[1].data(), inputs[0].rows() * planes_, height_, width_,
+                       inner_, row_taps_, column_taps_, 0.0F, true, scratch_);
+    });
+    return;
+  }
   ctx.backend.host_kernel(tensors, [&](std::span<const Tensor<float>> t) {
     visit(
         inputs[0].rows(),
@@ -164,15 +191,22 @@ nlohmann::json UpSampling2D::get_config() const {
   auto config = base_config();
   config["size"] = {size_.h, size_.w};
   config["data_format"] = channels_first_ ? "channels_first" : "channels_last";
-  config["interpolation"] = bilinear_ ? "bilinear" : "nearest";
+  config["interpolation"] = detail::resize_kind_name(kind_);
   return config;
 }
 
 std::shared_ptr<Layer> UpSampling2D::from_config(const nlohmann::json& config) {
   const auto read = detail::layer_config(config, "UpSampling2D");
   const std::string interpolation = read.get("interpolation", "nearest");
-  if (interpolation != "nearest" && interpolation != "bilinear")
-    read.fail("interpolation", "\"nearest\" or \"bilinear\"");
+  try {
+    std::string lower = interpolation;
+    std::transform(lower.begin(), lower.end(), lower.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    static_cast<void>(detail::resize_kind(lower, "up_sampling2d"));
+  } catch (const ConfigError&) {
+    read.fail("interpolation",
+              "\"nearest\", \"bilinear\", \"bicubic\", \"lanczos3\", \"lanczos5\" or \"area\"");
+  }
   return detail::finish_layer(
       read,
       std::make_shared<UpSampling2D>(

@@ -1,36 +1,75 @@
 /// \file
-/// The crop-then-resize of `Resizing` and `CenterCrop` over channels_last images, as
-/// `tf.image.resize` without antialiasing (half-pixel centres).
+/// The crop-or-pad-then-resize of `Resizing` and `CenterCrop` over channels_last images, as
+/// `tf.image.resize` (half-pixel centres), and the separable resampling `UpSampling2D` shares.
 #pragma once
 
 #include "loadstar/config.hpp"
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "loadstar/keras/layers/detail/layer_base.hpp"
 
 namespace loadstar::keras::layers::detail {
 
-/// How `ImageResizeLayer` samples: Keras's `interpolation`.
-enum class ResizeKind { bilinear, nearest, bicubic };
+/// How an image is resampled: Keras's `interpolation`.
+enum class ResizeKind { bilinear, nearest, bicubic, lanczos3, lanczos5, area };
+
+/// Keras's name of `kind` (`"bilinear"`, ...).
+LOADSTAR_DECL const char* resize_kind_name(ResizeKind kind);
+/// The kind Keras names `interpolation`; `ConfigError` naming `label` and the names otherwise.
+LOADSTAR_DECL ResizeKind resize_kind(const std::string& interpolation, const std::string& label);
+
+/// One axis of a separable resampling: output `i` is the sum over `k` in
+/// `[offsets[i], offsets[i + 1])` of `weight[k]` times input `index[k]`, or times the fill value
+/// where `index[k]` is `fill` (a padded sample).
+struct AxisTaps {
+  static constexpr std::size_t fill = std::numeric_limits<std::size_t>::max();
+  std::vector<std::size_t> offsets, index;
+  std::vector<float> weight;
+  std::size_t size() const noexcept { return offsets.empty() ? 0 : offsets.size() - 1; }
+};
+
+/// The taps of `out` outputs resampling an axis of `in` samples starting at input `start`, with
+/// `pad` fill samples before and after them (`out` samples the `in + 2 * pad` of the padded
+/// axis), as `tf.image.resize` computes them at half-pixel centres: output `i` samples
+/// `s = (i + 0.5) * n / out - 0.5` of an axis of `n` samples.
+/// - `nearest`: sample `min(floor((i + 0.5) * n / out), n - 1)` (in float32, as TensorFlow).
+/// - `bilinear`, `bicubic` (Keys's cubic, `a = -0.5`), `lanczos3`, `lanczos5`: the kernel at
+///   `|s - p| / k` for every sample `p` in its support, the weights scaled to sum to 1 (0 when
+///   they sum to less than 1000 float32 epsilons): TensorFlow's `scale_and_translate` and JAX's
+///   `image.resize`; `k` is `max(n / out, 1)` with `antialias` (the kernel widened to a low-pass
+///   filter when shrinking), 1 otherwise (TensorFlow's `resize_bilinear` and `resize_bicubic` are
+///   these weights without antialiasing).
+/// - `area`: TensorFlow's `resize_area`, the mean of the box `[i * n / out, (i + 1) * n / out)`,
+///   each sample weighted by its overlap (antialiasing does not apply).
+LOADSTAR_DECL AxisTaps axis_taps(ResizeKind kind, bool antialias, std::size_t start, std::size_t in,
+                                 std::size_t pad, std::size_t out);
+
+/// `planes` images of `height x width` pixels of `inner` contiguous values each, resampled to
+/// `rows.size() x cols.size()` pixels: rows first, through `scratch`, then columns. `fill` is the
+/// value of padded samples. `adjoint` computes the input gradient from the output gradient
+/// instead (`x` the output gradient, `y` the input gradient, overwritten; padding takes none).
+LOADSTAR_DECL void resample(const float* x, float* y, std::size_t planes, std::size_t height,
+                            std::size_t width, std::size_t inner, const AxisTaps& rows,
+                            const AxisTaps& cols, float fill, bool adjoint,
+                            std::vector<float>& scratch);
 
 /// A layer mapping `(batch, h, w, c)` images to `(batch, height, width, c)`: a box of the input
-/// (the whole image, a centred crop or Keras's `crop_to_aspect_ratio` box) resized bilinearly, by
-/// nearest neighbour or bicubically; the backward pass is the resize's adjoint.
-///
-/// Bicubic is Keys's cubic convolution with `a = -0.5` at half-pixel centres, without
-/// antialiasing: output `i` samples input `s = (i + 0.5) * in / out - 0.5` from the four pixels
-/// `floor(s) - 1 .. floor(s) + 2`; a pixel outside the image weighs 0 and the others are scaled
-/// to sum to 1 (TensorFlow's `resize_bicubic` with `half_pixel_centers`, whose weights come from
-/// a table of the fraction in steps of 1/1024, and JAX's `image.resize`, exactly, as here).
+/// (the whole image, a centred crop or Keras's `crop_to_aspect_ratio` box, or the image padded to
+/// the aspect ratio) resampled as `axis_taps` says; the backward pass is the resampling's
+/// adjoint. Bilinear and nearest resizing without padding or antialiasing take a direct path.
 class ImageResizeLayer : public LayerBase {
  public:
-  /// The box of an `h` by `w` image that is resized (rows and columns from `top`, `left`).
+  /// The box of an `h` by `w` image that is resized (rows and columns from `top`, `left`), with
+  /// `pad_rows` rows of the fill value above and below it and `pad_cols` columns left and right.
   struct Box {
     std::size_t top = 0, left = 0, height = 0, width = 0;
+    std::size_t pad_rows = 0, pad_cols = 0;
   };
 
   LOADSTAR_DECL Shape build(std::span<const Shape> input_shapes, std::uint64_t) override;
@@ -47,16 +86,23 @@ class ImageResizeLayer : public LayerBase {
   /// `w` image with the aspect ratio of `height` by `width`.
   LOADSTAR_DECL static Box aspect_box(std::size_t h, std::size_t w, std::size_t height,
                                       std::size_t width);
+  /// Keras's `pad_to_aspect_ratio` box (TensorFlow's backend): the whole image with
+  /// `int((max(h, int(w * height / width)) - h) / 2)` rows of padding above and below, or the
+  /// columns' equivalent.
+  LOADSTAR_DECL static Box padded_box(std::size_t h, std::size_t w, std::size_t height,
+                                      std::size_t width);
 
  protected:
   LOADSTAR_DECL ImageResizeLayer(std::string name, std::size_t height, std::size_t width,
-                                 ResizeKind kind);
+                                 ResizeKind kind, bool antialias = false, float fill_value = 0.0F);
 
   /// The box of an `h` by `w` input that is resized to the output.
   virtual Box box(std::size_t h, std::size_t w) const = 0;
 
   std::size_t height_, width_;
   ResizeKind kind_;
+  bool antialias_;
+  float fill_value_;
 
  private:
   /// One output coordinate's two source coordinates (in the input) and the second's weight.
@@ -65,18 +111,12 @@ class ImageResizeLayer : public LayerBase {
     float weight;
   };
   LOADSTAR_DECL std::vector<Tap> taps(std::size_t start, std::size_t in, std::size_t out) const;
-  /// Bicubic: one output coordinate's four source coordinates and their weights.
-  struct CubicTap {
-    std::size_t index[4];
-    float weight[4];
-  };
-  LOADSTAR_DECL static std::vector<CubicTap> cubic_taps(std::size_t start, std::size_t in,
-                                                        std::size_t out);
-  /// The bicubic forward pass (`adjoint` false) or its adjoint (true) of one host kernel.
-  LOADSTAR_DECL void cubic(std::span<const Tensor<float>> t, bool adjoint) const;
-
   std::vector<Tap> rows_, cols_;
-  std::vector<CubicTap> cubic_rows_, cubic_cols_;
+  AxisTaps row_taps_, col_taps_;
+  std::vector<float> scratch_;
+  // Whether this resize takes `resample` (anything but bilinear or nearest without padding or
+  // antialiasing) and `row_taps_`, `col_taps_`, or the direct path and `rows_`, `cols_`.
+  bool general_ = false;
   std::size_t in_h_ = 0, in_w_ = 0, channels_ = 0;
 };
 
@@ -86,9 +126,93 @@ class ImageResizeLayer : public LayerBase {
 #if LOADSTAR_KERAS_BODIES
 namespace loadstar::keras::layers::detail {
 
-ImageResizeLayer::ImageResizeLayer(std::string name, std::size_t height, std::size_t width,
-                                   ResizeKind kind)
-    : LayerBase(std::move(name)), height_(height), width_(width), kind_(kind) {}
+const char* resize_kind_name(ResizeKind kind) {
+  switch (kind) {
+    case ResizeKind::nearest:
+      return "nearest";
+    case ResizeKind::bicubic:
+      return "bicubic";
+    case ResizeKind::lanczos3:
+      return "lanczos3";
+    case ResizeKind::lanczos5:
+      return "lanczos5";
+    case ResizeKind::area:
+      return "area";
+    case ResizeKind::bilinear:
+      break;
+  }
+  return "bilinear";
+}
+
+ResizeKind resize_kind(const std::string& interpolation, const std::string& label) {
+  for (ResizeKind kind : {ResizeKind::bilinear, ResizeKind::nearest, ResizeKind::bicubic,
+                          ResizeKind::lanczos3, ResizeKind::lanczos5, ResizeKind::area}) {
+    if (interpolation == resize_kind_name(kind)) return kind;
+  }
+  throw ConfigError(label +
+                    ": interpolation must be \"bilinear\", \"nearest\", \"bicubic\", "
+                    "\"lanczos3\", \"lanczos5\" or \"area\" but is \"" +
+                    interpolation + "\"");
+}
+
+AxisTaps axis_taps(ResizeKind kind, bool antialias, std::size_t start, std::size_t in,
+                   std::size_t pad, std::size_t out) {
+  const std::size_t n = in + 2 * pad;
+  AxisTaps taps;
+  taps.offsets.reserve(out + 1);
+  taps.offsets.push_back(0);
+  const auto push = [&](std::size_t p, double weight) {
+    taps.index.push_back(p < pad || p >= pad + in ? AxisTaps::fill : start + (p - pad));
+    taps.weight.push_back(static_cast<float>(weight));
+  };
+  const double scale = static_cast<double>(n) / static_cast<double>(out);
+  for (std::size_t i = 0; i < out; ++i) {
+    if (kind == ResizeKind::nearest) {
+      const float source = std::floor((static_cast<float>(i) + 0.5F) *
+                                      (static_cast<float>(n) / static_cast<float>(out)));
+      push(std::min(static_cast<std::size_t>(source), n - 1), 1.0);
+    } else if (kind == ResizeKind::area) {
+      const double low = static_cast<double>(i) * scale, high = static_cast<double>(i + 1) * scale;
+      for (auto p = static_cast<std::size_t>(std::floor(low));
+           static_cast<double>(p) < high && p < n; ++p) {
+        const double overlap =
+            std::min(static_cast<double>(p + 1), high) - std::max(static_cast<double>(p), low);
+        if (overlap > 0.0) push(p, overlap / scale);
+      }
+    } else {
+      const double radius = kind == ResizeKind::bilinear   ? 1.0
+                            : kind == ResizeKind::bicubic  ? 2.0
+                            : kind == ResizeKind::lanczos3 ? 3.0
+                                                           : 5.0;
+      const auto kernel = [&](double x) {
+        if (x >= radius) return 0.0;
+        if (kind == ResizeKind::bilinear) return 1.0 - x;
+        if (kind == ResizeKind::bicubic) {  // Keys's cubic with a = -0.5
+          return x < 1.0 ? ((1.5 * x - 2.5) * x) * x + 1.0 : ((-0.5 * x + 2.5) * x - 4.0) * x + 2.0;
+        }
+        if (x <= 1e-3) return 1.0;  // sinc's limit, as TensorFlow and JAX take it
+        const double pi = 3.14159265358979323846;
+        return radius * std::sin(pi * x) * std::sin(pi * x / radius) / (pi * pi * x * x);
+      };
+      const double widen = antialias ? std::max(scale, 1.0) : 1.0;
+      const double source = (static_cast<double>(i) + 0.5) * scale - 0.5;
+      const double first = std::max(std::ceil(source - radius * widen), 0.0);
+      const double last = std::min(std::floor(source + radius * widen), static_cast<double>(n - 1));
+      double sum = 0.0;
+      for (double p = first; p <= last; p += 1.0)
+        sum += kernel(std::abs(source - p) / widen);
+      // Each weight over the sum, none when the sum is about 0 (as TensorFlow and JAX).
+      if (std::abs(sum) > 1000.0 * std::numeric_limits<float>::epsilon()) {
+        for (double p = first; p <= last; p += 1.0) {
+          const double weight = kernel(std::abs(source - p) / widen);
+          if (weight != 0.0) push(static_cast<std::size_t>(p), weight / sum);
+        }
+      }
+    }
+    taps.offsets.push_back(taps.index.size());
+  }
+  return taps;
+}
 
 ImageResizeLayer::Box ImageResizeLayer::aspect_box(std::size_t h, std::size_t w, std::size_t height,
                                                    std::size_t width) {
@@ -121,64 +245,109 @@ std::vector<ImageResizeLayer::Tap> ImageResizeLayer::taps(std::size_t start, std
   return result;
 }
 
-std::vector<ImageResizeLayer::CubicTap> ImageResizeLayer::cubic_taps(std::size_t start,
-                                                                     std::size_t in,
-                                                                     std::size_t out) {
-  // Keys's kernel with a = -0.5 at the distance of each of the four pixels around the sample.
-  constexpr double a = -0.5;
-  const auto keys = [](double x) {
-    x = std::abs(x);
-    if (x <= 1.0) return ((a + 2.0) * x - (a + 3.0)) * x * x + 1.0;
-    if (x < 2.0) return ((a * x - 5.0 * a) * x + 8.0 * a) * x - 4.0 * a;
-    return 0.0;
-  };
-  const double scale = static_cast<double>(in) / static_cast<double>(out);
-  std::vector<CubicTap> result(out);
-  for (std::size_t i = 0; i < out; ++i) {
-    const double source = (static_cast<double>(i) + 0.5) * scale - 0.5;
-    const double base = std::floor(source);
-    double weights[4], sum = 0.0;
-    for (int k = 0; k < 4; ++k) {
-      const double pixel = base - 1.0 + k;
-      const bool inside = pixel >= 0.0 && pixel < static_cast<double>(in);
-      weights[k] = inside ? keys(source - pixel) : 0.0;
-      sum += weights[k];
-      // A pixel outside weighs 0; its index stays inside the image.
-      const double clamped = std::clamp(pixel, 0.0, static_cast<double>(in - 1));
-      result[i].index[k] = start + static_cast<std::size_t>(clamped);
-    }
-    for (int k = 0; k < 4; ++k)
-      result[i].weight[k] = static_cast<float>(weights[k] / sum);
-  }
-  return result;
-}
-
-void ImageResizeLayer::cubic(std::span<const Tensor<float>> t, bool adjoint) const {
-  const std::size_t c = channels_, in_image = in_h_ * in_w_ * c, out_image = height_ * width_ * c;
-  if (adjoint) std::fill(t[1].data(), t[1].data() + t[1].size(), 0.0F);
-  for (std::size_t n = 0; n < t[0].rows(); ++n) {
-    for (std::size_t i = 0; i < height_; ++i) {
-      const CubicTap& r = cubic_rows_[i];
-      for (std::size_t j = 0; j < width_; ++j) {
-        const CubicTap& q = cubic_cols_[j];
-        const std::size_t at = n * out_image + (i * width_ + j) * c;
-        for (int u = 0; u < 4; ++u) {
-          for (int v = 0; v < 4; ++v) {
-            const float w = r.weight[u] * q.weight[v];
-            if (w == 0.0F) continue;
-            const std::size_t from = n * in_image + (r.index[u] * in_w_ + q.index[v]) * c;
-            if (adjoint) {
-              for (std::size_t k = 0; k < c; ++k)
-                t[1].data()[from + k] += w * t[0].data()[at + k];
-            } else {
-              for (std::size_t k = 0; k < c; ++k)
-                t[1].data()[at + k] += w * t[0].data()[from + k];
+void resample(const float* x, float* y, std::size_t planes, std::size_t height, std::size_t width,
+              std::size_t inner, const AxisTaps& rows, const AxisTaps& cols, float fill,
+              bool adjoint, std::vector<float>& scratch) {
+  // The rows pass makes an out_h x width image per plane in `scratch`; a padded column of the
+  // padded image is the fill value in every row, so after the rows pass it is `fill` times the
+  // row's weight sum.
+  const std::size_t out_h = rows.size(), out_w = cols.size();
+  const std::size_t row = width * inner, out_row = out_w * inner;
+  // The rows' weight sums after the image (no allocation once `scratch` has grown).
+  scratch.assign(out_h * row + out_h, 0.0F);
+  float* row_sums = scratch.data() + out_h * row;
+  for (std::size_t i = 0; i < out_h; ++i)
+    for (std::size_t k = rows.offsets[i]; k < rows.offsets[i + 1]; ++k)
+      row_sums[i] += rows.weight[k];
+  for (std::size_t plane = 0; plane < planes; ++plane) {
+    const float* in = x + plane * (adjoint ? out_h * out_row : height * row);
+    float* out = y + plane * (adjoint ? height * row : out_h * out_row);
+    if (!adjoint) {
+      for (std::size_t i = 0; i < out_h; ++i) {
+        float* t = scratch.data() + i * row;
+        std::fill(t, t + row, 0.0F);
+        for (std::size_t k = rows.offsets[i]; k < rows.offsets[i + 1]; ++k) {
+          const float w = rows.weight[k];
+          if (rows.index[k] == AxisTaps::fill) {
+            for (std::size_t e = 0; e < row; ++e)
+              t[e] += w * fill;
+            continue;
+          }
+          const float* source = in + rows.index[k] * row;
+          for (std::size_t e = 0; e < row; ++e)
+            t[e] += w * source[e];
+        }
+      }
+      for (std::size_t i = 0; i < out_h; ++i) {
+        const float* t = scratch.data() + i * row;
+        for (std::size_t j = 0; j < out_w; ++j) {
+          float* target = out + i * out_row + j * inner;
+          std::fill(target, target + inner, 0.0F);
+          for (std::size_t k = cols.offsets[j]; k < cols.offsets[j + 1]; ++k) {
+            const float w = cols.weight[k];
+            if (cols.index[k] == AxisTaps::fill) {
+              for (std::size_t e = 0; e < inner; ++e)
+                target[e] += w * fill * row_sums[i];
+              continue;
             }
+            const float* source = t + cols.index[k] * inner;
+            for (std::size_t e = 0; e < inner; ++e)
+              target[e] += w * source[e];
           }
         }
       }
+      continue;
+    }
+    // The adjoint: the columns' transpose into `scratch`, then the rows' into the input gradient.
+    std::fill(scratch.data(), scratch.data() + out_h * row, 0.0F);
+    for (std::size_t i = 0; i < out_h; ++i) {
+      float* t = scratch.data() + i * row;
+      for (std::size_t j = 0; j < out_w; ++j) {
+        const float* g = in + i * out_row + j * inner;
+        for (std::size_t k = cols.offsets[j]; k < cols.offsets[j + 1]; ++k) {
+          if (cols.index[k] == AxisTaps::fill) continue;
+          const float w = cols.weight[k];
+          float* target = t + cols.index[k] * inner;
+          for (std::size_t e = 0; e < inner; ++e)
+            target[e] += w * g[e];
+        }
+      }
+    }
+    std::fill(out, out + height * row, 0.0F);
+    for (std::size_t i = 0; i < out_h; ++i) {
+      const float* t = scratch.data() + i * row;
+      for (std::size_t k = rows.offsets[i]; k < rows.offsets[i + 1]; ++k) {
+        if (rows.index[k] == AxisTaps::fill) continue;
+        const float w = rows.weight[k];
+        float* target = out + rows.index[k] * row;
+        for (std::size_t e = 0; e < row; ++e)
+          target[e] += w * t[e];
+      }
     }
   }
+}
+
+ImageResizeLayer::ImageResizeLayer(std::string name, std::size_t height, std::size_t width,
+                                   ResizeKind kind, bool antialias, float fill_value)
+    : LayerBase(std::move(name)),
+      height_(height),
+      width_(width),
+      kind_(kind),
+      antialias_(antialias),
+      fill_value_(fill_value) {}
+
+ImageResizeLayer::Box ImageResizeLayer::padded_box(std::size_t h, std::size_t w, std::size_t height,
+                                                   std::size_t width) {
+  // In float32 and truncated, as TensorFlow's backend computes them; the padding goes on both
+  // sides of one axis only.
+  const auto pad_h = std::max(
+      h, static_cast<std::size_t>(static_cast<float>(w * height) / static_cast<float>(width)));
+  const auto pad_w = std::max(
+      w, static_cast<std::size_t>(static_cast<float>(h * width) / static_cast<float>(height)));
+  Box box{0, 0, h, w};
+  box.pad_rows = static_cast<std::size_t>(static_cast<float>(pad_h - h) / 2.0F);
+  box.pad_cols = static_cast<std::size_t>(static_cast<float>(pad_w - w) / 2.0F);
+  return box;
 }
 
 Shape ImageResizeLayer::build(std::span<const Shape> input_shapes, std::uint64_t) {
@@ -192,9 +361,11 @@ Shape ImageResizeLayer::build(std::span<const Shape> input_shapes, std::uint64_t
   in_w_ = in[1];
   channels_ = in[2];
   const Box b = box(in_h_, in_w_);
-  if (kind_ == ResizeKind::bicubic) {
-    cubic_rows_ = cubic_taps(b.top, b.height, height_);
-    cubic_cols_ = cubic_taps(b.left, b.width, width_);
+  general_ = (kind_ != ResizeKind::bilinear && kind_ != ResizeKind::nearest) ||
+             (antialias_ && kind_ == ResizeKind::bilinear) || b.pad_rows != 0 || b.pad_cols != 0;
+  if (general_) {
+    row_taps_ = axis_taps(kind_, antialias_, b.top, b.height, b.pad_rows, height_);
+    col_taps_ = axis_taps(kind_, antialias_, b.left, b.width, b.pad_cols, width_);
   } else {
     rows_ = taps(b.top, b.height, height_);
     cols_ = taps(b.left, b.width, width_);
@@ -208,10 +379,10 @@ void ImageResizeLayer::forward(std::span<const Tensor<float>> inputs, const Tens
                                const CallContext& ctx) {
   check_inputs(inputs);
   const Tensor<float> tensors[] = {inputs[0], output};
-  if (kind_ == ResizeKind::bicubic) {
+  if (general_) {
     ctx.backend.host_kernel(tensors, [this](std::span<const Tensor<float>> t) {
-      std::fill(t[1].data(), t[1].data() + t[1].size(), 0.0F);
-      cubic(t, false);
+      resample(t[0].data(), t[1].data(), t[0].rows(), in_h_, in_w_, channels_, row_taps_, col_taps_,
+               fill_value_, false, scratch_);
     });
     return;
   }
@@ -245,8 +416,11 @@ void ImageResizeLayer::backward(std::span<const Tensor<float>>, const Tensor<flo
                                 const CallContext& ctx) {
   if (input_gradients.empty() || input_gradients[0].empty()) return;
   const Tensor<float> tensors[] = {output_gradient, input_gradients[0]};
-  if (kind_ == ResizeKind::bicubic) {
-    ctx.backend.host_kernel(tensors, [this](std::span<const Tensor<float>> t) { cubic(t, true); });
+  if (general_) {
+    ctx.backend.host_kernel(tensors, [this](std::span<const Tensor<float>> t) {
+      resample(t[0].data(), t[1].data(), t[1].rows(), in_h_, in_w_, channels_, row_taps_, col_taps_,
+               fill_value_, true, scratch_);
+    });
     return;
   }
   ctx.backend.host_kernel(tensors, [this](std::span<const Tensor<float>> t) {
