@@ -7,7 +7,8 @@ tests/keras/test_attention.cpp and the emulated CUDA test.
 Run with Debian's python3-torch: /usr/bin/python3 tests/keras/generate_attention.py
 The layer cases have the format of generate_layers.py (class_name, config, inputs, weights in
 Keras's layout, upstream gradient g, targets of loss = sum(output * g)), plus `call_kwargs`: the
-keyword arguments of the Keras call (use_causal_mask).
+keyword arguments of the Keras call (use_causal_mask; Softmax's mask and MultiHeadAttention's
+attention_mask, tensors that are the layer's last input).
 
 Keras's layout mapped to PyTorch's:
 - MultiHeadAttention's projections are EinsumDense kernels `query/kernel` (dim, heads, key_dim)
@@ -336,5 +337,32 @@ def mha_mask_case(name, heads, key_dim, q_shape, v_shape, k_shape=None):
 
 cases.append(mha_mask_case("mha_attention_mask", 2, 3, (2, 4, 5), (2, 6, 5)))
 cases.append(mha_mask_case("mha_attention_mask_key", 1, 2, (2, 3, 4), (2, 5, 3), k_shape=(2, 5, 6)))
+
+
+def softmax_mask_case(name, x_shape, mask_shape, axis):
+    """Softmax with Keras's call argument `mask` (the layer's second input, broadcast over its
+    axes of length 1): Keras 3 replaces the masked inputs with -1e9, takes the softmax and zeroes
+    the masked outputs; a row masked along the whole axis is all zeros. The mask gets no
+    gradient."""
+    x = rnd(*x_shape, scale=2.0).requires_grad_()
+    mask = (torch.rand(*mask_shape) < 0.6).to(DT)
+    mask.view(-1)[0] = 1.0
+    # One position masked along the whole axis: zeros out.
+    index = [0] * len(x_shape)
+    index[axis] = slice(None)
+    full = torch.ones(*mask_shape, dtype=DT)
+    full[tuple(0 if mask_shape[i] == 1 else index[i] for i in range(len(x_shape)))] = 0.0
+    mask = mask * full
+    keep = mask.expand(*x_shape) > 0.5
+    y = torch.where(keep, x, torch.full_like(x, -1e9)).softmax(dim=axis)
+    y = torch.where(keep, y, torch.zeros_like(y))
+    return finish(name, "Softmax", {"axis": axis}, [x, mask], [True, False], {}, y,
+                  {"mask": ["mask", 0, 0]})
+
+
+cases.append(softmax_mask_case("softmax_mask", (2, 3, 5), (2, 3, 5), -1))
+cases.append(softmax_mask_case("softmax_mask_broadcast_rows", (2, 4, 3), (2, 1, 3), -1))
+cases.append(softmax_mask_case("softmax_mask_axis_1", (2, 4, 3), (2, 4, 1), 1))
+
 with open(os.path.join(HERE, "reference", "attention.json"), "w") as f:
     json.dump({"cases": cases}, f, separators=(",", ":"))

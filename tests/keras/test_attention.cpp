@@ -440,6 +440,69 @@ TEST_SUITE("keras_layers") {
     CHECK(mha_node[3]["use_causal_mask"] == true);
   }
 
+  TEST_CASE("Softmax takes Keras's call argument mask as its second input, in configs and files") {
+    auto scores = Input({3, 4}, "scores");
+    auto mask = Input({3, 4}, "mask");
+    auto y = call(std::make_shared<Softmax>(SoftmaxOptions{.name = "softmax"}), {scores, mask});
+    Model model({scores, mask}, {y}, "masked_softmax");
+    const Tensor<float> x = layer_cases::wave(Shape{2, 3, 4}, 2.0F, 0.1F, 0.37F);
+    Tensor<float> m(Shape{2, 3, 4}, 1.0F);
+    for (std::size_t i = 0; i < m.size(); ++i)
+      m.data()[i] = i % 3 == 1 ? 0.0F : 1.0F;
+    for (std::size_t j = 0; j < 4; ++j)
+      m.data()[4 + j] = 0.0F;  // sample 0, row 1: masked along the whole axis
+    const auto out = model.predict_outputs(std::vector<Tensor<float>>{x, m}, {.verbose = 0})[0];
+    for (std::size_t row = 0; row < 6; ++row) {
+      double sum = 0.0;
+      for (std::size_t j = 0; j < 4; ++j) {
+        const std::size_t i = row * 4 + j;
+        if (m.data()[i] == 0.0F) CHECK(out.data()[i] == 0.0F);
+        sum += out.data()[i];
+      }
+      CHECK(sum == doctest::Approx(row == 1 ? 0.0 : 1.0));
+    }
+    // The call as tf.keras 2 records it, and read back.
+    const json written = model_get_config(model);
+    const json& node = written["config"]["layers"][2]["inbound_nodes"][0];
+    CHECK(node[0][3]["mask"] == json::array({"mask", 0, 0}));
+    CHECK(model_get_config(*model_from_config(written)) == written);
+    // Keras 3's node: {"args": [scores], "kwargs": {"mask": <the mask tensor>}}.
+    const auto keras_tensor = [](const char* name) {
+      return json{
+          {"class_name", "__keras_tensor__"},
+          {"config",
+           {{"shape", {nullptr, 3, 4}}, {"dtype", "float32"}, {"keras_history", {name, 0, 0}}}}};
+    };
+    json keras3 = written;
+    keras3["config"]["layers"][2]["inbound_nodes"] = json::array(
+        {{{"args", {keras_tensor("scores")}}, {"kwargs", {{"mask", keras_tensor("mask")}}}}});
+    const auto from_keras3 =
+        model_from_config(loadstar::keras::detail::legacy_model_config(keras3));
+    CHECK(layer_cases::same_bits(
+        from_keras3->predict_outputs(std::vector<Tensor<float>>{x, m}, {.verbose = 0})[0], out));
+    test_support::TempDir dir;
+    for (const char* file : {"model.h5", "model.keras"}) {
+      INFO(file);
+      model.save(dir / file);
+      CHECK(layer_cases::same_bits(
+          load_model(dir / file)
+              ->predict_outputs(std::vector<Tensor<float>>{x, m}, {.verbose = 0})[0],
+          out));
+    }
+    // A mask of another rank (Keras would broadcast it from the last axis) and another argument.
+    CHECK_THROWS_WITH_AS(
+        call(std::make_shared<Softmax>(SoftmaxOptions{.name = "s"}), {scores, Input({4}, "short")}),
+        "softmax layer 's': expects a mask of the inputs' rank whose every axis "
+        "is 1 or the inputs' length (inputs (None, 3, 4)) but got a mask of "
+        "shape (None, 4)",
+        ShapeError);
+    Softmax softmax({.name = "s"});
+    CHECK_THROWS_WITH_AS(softmax.apply_call_kwargs({{"axis", 1}}, "call"),
+                         "call: unknown call argument 'axis' of Softmax (its call takes the "
+                         "inputs and a mask)",
+                         ConfigError);
+  }
+
   TEST_CASE("MultiHeadAttention drops attention probabilities in training only") {
     auto x = Input({6, 4}, "x");
     auto mha = std::make_shared<MultiHeadAttention>(
