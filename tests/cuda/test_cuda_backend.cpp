@@ -2233,6 +2233,37 @@ TEST_SUITE("cuda") {
       layer_cases::run_case(c, b.gpu);
   }
 
+  TEST_CASE("Masks run through a nested model on the CUDA backend as in the PyTorch reference") {
+    // tests/keras/generate_nested_masks.py: the mask made by an Embedding inside a nested
+    // Sequential, read by its LSTM and carried out to a GlobalAveragePooling1D.
+    const auto reference = layer_cases::load("nested_masks.json");
+    const auto& c = reference["cases"][0];
+    REQUIRE(c["name"] == "inner_mask");
+    auto encoder = std::make_shared<Sequential>(
+        std::initializer_list<SequentialItem>{Input(Shape{5}), Embedding(9, 3, {.mask_zero = true}),
+                                              LSTM(4, {.return_sequences = true})},
+        "encoder");
+    auto tokens = Input(Shape{5});
+    Model model(tokens, call(Dense(1), call(GlobalAveragePooling1D(), call(encoder, tokens))));
+    model.compile({.optimizer = optimizers::SGD(optimizers::SGDOptions{.learning_rate = 0.5}),
+                   .loss = "mse",
+                   .backend = keras::cuda_backend(0)});
+    std::vector<Tensor<float>> weights;
+    for (std::size_t i = 0; i < c["weights"].size(); ++i)
+      weights.push_back(
+          layer_cases::tensor_of(c["weights"][i], layer_cases::shape_of(c["shapes"][i])));
+    model.set_weights(weights);
+    const Tensor<float> x = layer_cases::tensor_of(c["tokens"], Shape{4, 5});
+    layer_cases::check_close("predictions", model.predict(x, {.verbose = 0}), c["predictions"]);
+    const double loss =
+        *model.train_on_batch(x, layer_cases::tensor_of(c["targets"], Shape{4, 1})).get("loss");
+    CHECK(loss == doctest::Approx(c["loss"].get<double>()).epsilon(1e-5));
+    const auto after = model.get_weights();
+    REQUIRE(after.size() == c["updated"].size());
+    for (std::size_t i = 0; i < after.size(); ++i)
+      layer_cases::check_close("updated weight " + std::to_string(i), after[i], c["updated"][i]);
+  }
+
   TEST_CASE("A model of attention layers trains on the CUDA backend as on the CPU") {
     const auto make = [] {
       set_random_seed(37);

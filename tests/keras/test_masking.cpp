@@ -254,23 +254,94 @@ TEST_CASE("layers that would use a mask in a way loadstar does not run refuse a 
                          return call(TimeDistributed(BatchNormalization(), "td"), e);
                        })),
                        message("time_distributed layer 'td'").c_str(), ConfigError);
-  // A nested model would run its layers without their masks: one that makes a mask is refused.
-  auto ids = Input(Shape{5}, "ids");
-  auto encoder = std::make_shared<Model>(
-      std::vector{ids},
-      std::vector{
-          call(LSTM(2), call(Embedding(12, 4, {.mask_zero = true, .name = "inner_words"}), ids))},
-      "encoder");
-  CHECK_THROWS_WITH_AS(static_cast<void>(ModelLayer(encoder)),
-                       "functional model 'encoder': embedding layer 'inner_words' makes a mask, "
-                       "which loadstar does not run inside a model used as a layer; call the "
-                       "model's layers in the outer model instead",
-                       ConfigError);
+  // A nested model whose inner layer would refuse the mask given to its input refuses it.
+  auto features = Input(Shape{5, 4}, "features");
+  auto normalizer = std::make_shared<Model>(
+      std::vector{features},
+      std::vector{call(TimeDistributed(BatchNormalization(), "inner_td"), features)}, "normalizer");
+  CHECK(ModelLayer(normalizer).mask_flow() == MaskFlow::refused);
+  CHECK_THROWS_WITH_AS(
+      static_cast<void>(refused([&](const KerasTensor& e) { return call(normalizer, e); })),
+      message("functional layer 'normalizer'").c_str(), ConfigError);
   // Along the last axis Concatenate ORs the masks, and the LSTM after it reads them.
   Model joined = refused([](const KerasTensor& e) {
     return call(LSTM(2), call(Concatenate(), {e, e}));
   });
   CHECK(joined.predict(tensor({1, 5}, {1, 0, 2, 0, 0}), {.verbose = 0}).shape() == Shape{1, 2});
+}
+
+// The checked-in reference values of tests/keras/generate_nested_masks.py.
+const json& nested_masks_reference() {
+  static const json data = layer_cases::load("nested_masks.json");
+  return data;
+}
+
+// A reference case's model: its weights set, predicting and taking one SGD step (lr 0.5, mse).
+void check_nested_masks(Model& model, const json& c) {
+  std::vector<Tensor<float>> weights;
+  for (std::size_t i = 0; i < c["weights"].size(); ++i)
+    weights.push_back(
+        layer_cases::tensor_of(c["weights"][i], layer_cases::shape_of(c["shapes"][i])));
+  model.set_weights(weights);
+  const Tensor<float> tokens = layer_cases::tensor_of(c["tokens"], Shape{4, 5});
+  const Tensor<float> targets = layer_cases::tensor_of(c["targets"], Shape{4, 1});
+  layer_cases::check_close("predictions", model.predict(tokens, {.verbose = 0}), c["predictions"]);
+  // Saved and loaded in both formats, the nested model's masks run again.
+  test_support::TempDir dir;
+  for (const char* file : {"model.h5", "model.keras"}) {
+    INFO(file);
+    model.save(dir / file);
+    layer_cases::check_close("loaded predictions",
+                             load_model(dir / file)->predict(tokens, {.verbose = 0}),
+                             c["predictions"]);
+  }
+  model.compile(
+      {.optimizer = optimizers::SGD(optimizers::SGDOptions{.learning_rate = 0.5}), .loss = "mse"});
+  const double loss = model.train_on_batch(tokens, targets).get("loss").value();
+  CHECK(loss == doctest::Approx(c["loss"].get<double>()).epsilon(1e-5));
+  const auto after = model.get_weights();
+  REQUIRE(after.size() == c["updated"].size());
+  for (std::size_t i = 0; i < after.size(); ++i)
+    layer_cases::check_close("updated weight " + std::to_string(i), after[i], c["updated"][i]);
+}
+
+TEST_CASE("masks run through a nested model as Keras runs them, against PyTorch") {
+  const auto& cases = nested_masks_reference()["cases"];
+  REQUIRE(cases.size() == 2);
+  {
+    INFO("a mask made inside the nested model and carried out of it");
+    auto encoder = std::make_shared<Sequential>(
+        std::initializer_list<SequentialItem>{
+            Input(Shape{5}), Embedding(9, 3, {.mask_zero = true, .name = "inner_words"}),
+            LSTM(4, {.return_sequences = true, .name = "inner_lstm"})},
+        "encoder");
+    CHECK(ModelLayer(encoder).mask_flow() == MaskFlow::computes);
+    auto tokens = Input(Shape{5}, "tokens");
+    auto pooled = call(GlobalAveragePooling1D(), call(encoder, tokens));
+    Model model(std::vector{tokens}, std::vector{call(Dense(1, {.name = "head"}), pooled)},
+                "inner_mask");
+    check_nested_masks(model, cases[0]);
+  }
+  {
+    INFO("the outer mask given to the nested model's input");
+    auto features = Input(Shape{5, 3}, "features");
+    auto inner = std::make_shared<Model>(
+        std::vector{features},
+        std::vector{call(LSTM(4, {.name = "inner_lstm"}),
+                         call(Dense(5, {.activation = "tanh", .name = "inner_dense"}), features))},
+        "reader");
+    CHECK(ModelLayer(inner).mask_flow() == MaskFlow::ends);
+    auto tokens = Input(Shape{5}, "tokens");
+    auto words = call(Embedding(9, 3, {.mask_zero = true, .name = "words"}), tokens);
+    Model model(std::vector{tokens},
+                std::vector{call(Dense(1, {.name = "head"}), call(inner, words))}, "given_mask");
+    check_nested_masks(model, cases[1]);
+  }
+  // The outer mask passes a nested model of layers that pass it, to a layer after it.
+  auto features = Input(Shape{5, 3}, "features");
+  auto dense = std::make_shared<Model>(
+      std::vector{features}, std::vector{call(Dense(2, {.name = "d"}), features)}, "dense_only");
+  CHECK(ModelLayer(dense).mask_flow() == MaskFlow::passes);
 }
 
 TEST_CASE("a mask that does not fit the layer reading it is refused, naming the layer") {

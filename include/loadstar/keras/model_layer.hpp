@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "loadstar/keras/detail/graph_plan.hpp"
+#include "loadstar/keras/detail/mask_plan.hpp"
 #include "loadstar/keras/detail/nested_model.hpp"
 #include "loadstar/keras/detail/runtime.hpp"
 #include "loadstar/keras/input.hpp"
@@ -41,6 +42,13 @@ namespace loadstar::keras {
 /// Models of one input and one output are run; others are a `ConfigError`. Called twice, it is a
 /// shared layer (one set of weights); `call(model, x)` and a model among a `Sequential`'s layers
 /// make it, once per model.
+///
+/// Masks run through the inner graph as Keras runs them: a mask made inside
+/// (`Embedding(mask_zero=True)`, `Masking`) reaches the inner layers that read it, the mask of
+/// the outer input is the inner input's, and the mask the inner output carries is this layer's
+/// output mask (`mask_flow()` is `computes` when the inner output can carry one, `ends` when
+/// the inner layers use or stop the input's mask, `refused` when an inner layer would refuse
+/// it).
 /// \code
 /// std::shared_ptr<Model> base = load_model("base.h5");
 /// auto base_layer = std::make_shared<ModelLayer>(base);
@@ -52,9 +60,12 @@ namespace loadstar::keras {
 /// \endcode
 class ModelLayer : public Layer {
  public:
-  /// Keras runs the mask through the inner model's graph, which loadstar does not: a masked input
-  /// is refused.
-  MaskFlow mask_flow() const noexcept override { return MaskFlow::refused; }
+  /// What the inner graph does with masks (the class comment says which).
+  MaskFlow mask_flow() const noexcept override { return flow_; }
+  bool reads_masks() const noexcept override { return flow_ != MaskFlow::refused; }
+  /// The mask the inner output carries after the `forward` just run (all ones without one).
+  LOADSTAR_DECL void compute_mask(std::span<const Tensor<float>> inputs, const Tensor<float>& mask,
+                                  const CallContext& ctx) override;
   /// Throws `ConfigError` for a null model, a model not built yet (a `Sequential` without an
   /// input shape), a model of several inputs or outputs, and an inner layer with an activity
   /// regularizer.
@@ -114,10 +125,24 @@ class ModelLayer : public Layer {
     const float* key = nullptr;
     std::size_t capacity = 0;
     std::vector<detail::RuntimeNode> nodes;
+    // The inner masks without and with a mask given to the input, with this call's buffers.
+    detail::MaskPlan own, given;
   };
+  /// The masks of `run` for this call (`given` when the outer input has a mask, copied into the
+  /// inner input's), sized for `rows` rows; throws the inner refusal for a given mask.
+  LOADSTAR_DECL detail::MaskPlan& masks_for(Run& run, std::size_t rows, const CallContext& ctx);
+  /// The run whose buffers hold `output` (made by `run_for`).
+  LOADSTAR_DECL Run& run_of(const Tensor<float>& output);
 
   std::shared_ptr<Model> model_;
   detail::GraphPlan plan_;
+  // The inner masks planned once: `own_masks_` those made inside, `given_masks_` with the input's
+  // too (unless an inner layer refuses it: `refusal_`).
+  detail::MaskPlan own_masks_, given_masks_;
+  std::string refusal_;
+  MaskFlow flow_ = MaskFlow::refused;
+  bool warned_given_ = false;
+  const detail::MaskPlan* last_masks_ = nullptr;  // the masks of the last forward
   std::vector<Variable*> inner_;  // the inner layers' variables, in `weights_` order
   std::vector<Run> runs_;
   std::vector<bool> needed_;  // backward's per-node need, kept to allocate nothing per step
@@ -160,11 +185,6 @@ ModelLayer::ModelLayer(std::shared_ptr<Model> model) : model_(std::move(model)) 
   }
   plan_ = detail::plan_graph(model_->name(), model_->inputs(), model_->outputs());
   for (const auto& layer : plan_.layers) {
-    if (layer->mask_flow() == MaskFlow::computes) {
-      throw ConfigError(kind + " model '" + model_->name() + "': " + detail::layer_label(*layer) +
-                        " makes a mask, which loadstar does not run inside a model used as a "
-                        "layer; call the model's layers in the outer model instead");
-    }
     if (layer->output_count() > 1) {
       throw ConfigError(kind + " model '" + model_->name() + "': layer '" + layer->name() +
                         "' returns " + std::to_string(layer->output_count()) +
@@ -203,6 +223,35 @@ ModelLayer::ModelLayer(std::shared_ptr<Model> model) : model_(std::move(model)) 
     }
   }
   needed_.assign(plan_.nodes.size(), false);
+  // The masks: those made inside, and with the input's mask given too (quietly: the warnings of
+  // a mask that stops inside come when one is given).
+  const std::size_t out = plan_.output_nodes.front();
+  own_masks_.plan(model_->name(), plan_.nodes);
+  bool takes_given = true;
+  try {
+    const std::size_t input = 0;
+    given_masks_.plan(model_->name(), plan_.nodes, std::span(&input, 1), true);
+  } catch (const ConfigError& e) {
+    takes_given = false;
+    refusal_ = e.what();
+  }
+  // A mask made inside that reaches the output: computed (all ones when the inner output has
+  // none this time). The input's mask reaching the output unchanged: passed on, as the outer
+  // model passes it. Otherwise, the input's mask ends inside (used or stopped there), or is
+  // refused there.
+  const auto no_mask = detail::MaskPlan::no_mask;
+  const std::size_t given_out = takes_given ? given_masks_.slot_of(out) : no_mask;
+  const bool same_steps = detail::without_last_axis(plan_.nodes[out].shape) ==
+                          detail::without_last_axis(plan_.nodes.front().shape);
+  if (own_masks_.slot_of(out) != no_mask) {
+    flow_ = MaskFlow::computes;
+  } else if (given_out != no_mask && given_out == given_masks_.slot_of(0) && same_steps) {
+    flow_ = MaskFlow::passes;
+  } else if (given_out != no_mask) {
+    flow_ = MaskFlow::computes;
+  } else {
+    flow_ = takes_given ? MaskFlow::ends : MaskFlow::refused;
+  }
 }
 
 std::string ModelLayer::class_name() const {
@@ -246,7 +295,7 @@ std::vector<detail::RuntimeNode>& ModelLayer::run_for(const Tensor<float>& outpu
     // A new call, or the outer model allocated for a larger batch: the buffers kept for smaller
     // batches belong to outer buffers that are gone (every call of a step has the same rows).
     std::erase_if(runs_, [rows](const Run& r) { return r.capacity < rows; });
-    runs_.push_back({output.data(), 0, plan_.nodes});
+    runs_.push_back({output.data(), 0, plan_.nodes, {}, {}});
     run = &runs_.back();
   }
   auto& nodes = run->nodes;
@@ -272,6 +321,46 @@ std::vector<detail::RuntimeNode>& ModelLayer::run_for(const Tensor<float>& outpu
   return nodes;
 }
 
+ModelLayer::Run& ModelLayer::run_of(const Tensor<float>& output) {
+  for (auto& r : runs_)
+    if (r.key == output.data()) return r;
+  LOADSTAR_ASSERT(false, "model layer: backward without its forward");
+  return runs_.front();
+}
+
+detail::MaskPlan& ModelLayer::masks_for(Run& run, std::size_t rows, const CallContext& ctx) {
+  const Tensor<float> given = ctx.input_masks.empty() ? Tensor<float>() : ctx.input_masks[0];
+  if (!given.empty() && !refusal_.empty()) throw ConfigError(label() + ": " + refusal_);
+  if (!given.empty() && !warned_given_) {
+    // Keras's warnings for a mask that stops inside, once a mask comes.
+    detail::MaskPlan warnings;
+    const std::size_t input = 0;
+    warnings.plan(model_->name(), plan_.nodes, std::span(&input, 1));
+    warned_given_ = true;
+  }
+  if (run.own.empty() && run.given.empty() && (!own_masks_.empty() || !given_masks_.empty())) {
+    run.own = own_masks_;
+    run.given = given_masks_;
+  }
+  detail::MaskPlan& masks = given.empty() ? run.own : run.given;
+  if (masks.empty()) return masks;
+  masks.reserve(ctx.backend, run.nodes, rows);
+  masks.set_rows(run.nodes, rows);
+  if (!given.empty()) ctx.backend.copy(given, masks.mask_of(0));
+  return masks;
+}
+
+void ModelLayer::compute_mask(std::span<const Tensor<float>>, const Tensor<float>& mask,
+                              const CallContext& ctx) {
+  const Tensor<float> inner =
+      last_masks_ == nullptr ? Tensor<float>() : last_masks_->mask_of(plan_.output_nodes.front());
+  if (inner.empty()) {
+    ctx.backend.fill(mask, 1.0F);
+  } else {
+    ctx.backend.copy(inner, mask);
+  }
+}
+
 CallContext ModelLayer::inner_context(const CallContext& ctx, const Layer& layer) const {
   CallContext inner = ctx;
   inner.relu_fusion = nullptr;
@@ -286,6 +375,8 @@ void ModelLayer::forward(std::span<const Tensor<float>> inputs, const Tensor<flo
   const std::size_t rows = inputs[0].dim(0);
   auto& nodes = run_for(output, rows, ctx.backend);
   const std::size_t out = plan_.output_nodes.front();
+  detail::MaskPlan& masks = masks_for(run_of(output), rows, ctx);
+  last_masks_ = &masks;
   nodes.front().value = inputs[0];
   nodes[out].value = output;
   if (out == 0) {
@@ -296,9 +387,14 @@ void ModelLayer::forward(std::span<const Tensor<float>> inputs, const Tensor<flo
     for (std::size_t j = 0; j < node.inputs.size(); ++j)
       node.input_values[j] = nodes[node.inputs[j]].value;
   }
-  for (auto& node : nodes) {
-    if (node.layer)
-      node.layer->forward(node.input_values, node.value, inner_context(ctx, *node.layer));
+  for (std::size_t k = 0; k < nodes.size(); ++k) {
+    auto& node = nodes[k];
+    if (!node.layer) continue;
+    CallContext inner = inner_context(ctx, *node.layer);
+    inner.input_masks =
+        node.layer->reads_masks() ? masks.inputs(k) : std::span<const Tensor<float>>();
+    node.layer->forward(node.input_values, node.value, inner);
+    if (!masks.empty()) masks.after_forward(ctx.backend, nodes, k, inner);
   }
 }
 
@@ -341,11 +437,17 @@ void ModelLayer::backward(std::span<const Tensor<float>> inputs, const Tensor<fl
       }
     }
   }
+  // The masks of this call's forward (its buffers still hold them).
+  Run& run = run_of(output);
+  const bool given = !ctx.input_masks.empty() && !ctx.input_masks[0].empty();
+  const detail::MaskPlan& masks = given ? run.given : run.own;
   for (std::size_t k = nodes.size(); k-- > 1;) {
     auto& node = nodes[k];
     if (!needed_[k]) continue;
-    node.layer->backward(node.input_values, node.value, node.gradient, node.input_gradients,
-                         inner_context(ctx, *node.layer));
+    CallContext inner = inner_context(ctx, *node.layer);
+    inner.input_masks =
+        node.layer->reads_masks() ? masks.inputs(k) : std::span<const Tensor<float>>();
+    node.layer->backward(node.input_values, node.value, node.gradient, node.input_gradients, inner);
     for (std::size_t j = 0; j < node.inputs.size(); ++j) {
       if (node.targets[j] == detail::GradientTarget::accumulate && !node.input_gradients[j].empty())
         backend.axpy(1.0F, node.input_gradients[j], nodes[node.inputs[j]].gradient);

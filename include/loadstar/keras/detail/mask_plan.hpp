@@ -30,10 +30,13 @@ class MaskPlan {
   static constexpr std::size_t no_mask = std::numeric_limits<std::size_t>::max();
 
   /// Follows the masks through `nodes` (topological order). Warns once per layer call, naming it,
-  /// where a mask stops at a layer that does not support masking (as Keras 3 warns), and throws
-  /// `ConfigError` naming the layer and the mask's maker where a masked input reaches a layer
-  /// whose flow is `refused`.
-  LOADSTAR_DECL void plan(const std::string& model, std::span<const RuntimeNode> nodes);
+  /// where a mask stops at a layer that does not support masking (as Keras 3 warns; not when
+  /// `quiet`), and throws `ConfigError` naming the layer and the mask's maker where a masked
+  /// input reaches a layer whose flow is `refused`. The input nodes in `masked_inputs` carry a
+  /// mask of their own, which the caller writes (`mask_of`) before a step: a model used as a
+  /// layer gives its inner graph the mask of its input.
+  LOADSTAR_DECL void plan(const std::string& model, std::span<const RuntimeNode> nodes,
+                          std::span<const std::size_t> masked_inputs = {}, bool quiet = false);
 
   /// Whether the graph has any mask.
   bool empty() const noexcept { return slots_.empty(); }
@@ -93,13 +96,20 @@ class MaskPlan {
 
 namespace loadstar::keras::detail {
 
-void MaskPlan::plan(const std::string& model, std::span<const RuntimeNode> nodes) {
+void MaskPlan::plan(const std::string& model, std::span<const RuntimeNode> nodes,
+                    std::span<const std::size_t> masked_inputs, bool quiet) {
   slots_.clear();
   node_slot_.assign(nodes.size(), no_mask);
   node_inputs_.assign(nodes.size(), {});
   for (std::size_t k = 0; k < nodes.size(); ++k) {
     const RuntimeNode& node = nodes[k];
-    if (!node.layer) continue;
+    if (!node.layer) {
+      if (std::find(masked_inputs.begin(), masked_inputs.end(), k) != masked_inputs.end()) {
+        node_slot_[k] = slots_.size();
+        slots_.push_back({k, MaskFlow::computes, {}, {}, {}});
+      }
+      continue;
+    }
     if (!node.runs()) {
       // A later output of a call: the first output's mask where the layer says so (both
       // directions of a Bidirectional with merge_mode None), else none (recurrent states).
@@ -123,6 +133,7 @@ void MaskPlan::plan(const std::string& model, std::span<const RuntimeNode> nodes
     if (masked.empty()) continue;
     switch (flow) {
       case MaskFlow::stops:
+        if (quiet) break;
         warn("model '" + model + "': " + layer_label(*node.layer) +
              " was passed an input with a mask attached to it (made by " + maker_of(nodes, first) +
              "), but does not support masking, so the mask stops there: the layers after it do "
@@ -164,7 +175,8 @@ void MaskPlan::plan(const std::string& model, std::span<const RuntimeNode> nodes
 std::string MaskPlan::maker_of(std::span<const RuntimeNode> nodes, std::size_t k) const {
   const std::size_t slot = slot_of(k);
   if (slot == no_mask) return {};
-  return layer_label(*nodes[slots_[slot].node].layer);
+  const auto& maker = nodes[slots_[slot].node].layer;
+  return maker ? layer_label(*maker) : "the mask given to the model's input";
 }
 
 bool MaskPlan::reserve(Backend& backend, std::span<const RuntimeNode> nodes, std::size_t rows) {
