@@ -95,6 +95,21 @@ TEST_CASE("decode_jpeg and decode_png give the stored channels with channels 0")
   CHECK(image::sniff_format(jpeg) == image::ImageFormat::jpeg);
 }
 
+TEST_CASE("a CMYK JPEG decodes to RGB as TensorFlow decodes it, whole or a window of it") {
+  // The reference (manifest "decode") checks the pixels; here the shapes, the window and the one
+  // channel count TensorFlow refuses.
+  const auto bytes = read_bytes(images_dir() / "cmyk.jpg");
+  const auto full = image::decode_jpeg(bytes, 0, "cmyk.jpg");
+  CHECK(full.shape() == Shape{21, 27, 3});
+  CHECK(image::decode_image(bytes, 3, "cmyk.jpg") == full);
+  CHECK(image::decode_jpeg_window(bytes, {3, 5, 12, 17}, 3, "cmyk.jpg", 8) ==
+        image::crop_to_bounding_box(full, 3, 5, 12, 17));
+  CHECK_THROWS_WITH_AS(image::decode_jpeg(bytes, 1, "cmyk.jpg"),
+                       "cmyk.jpg: a CMYK JPEG image decodes to RGB (channels 0 or 3), as "
+                       "TensorFlow decodes it, but channels is 1",
+                       FormatError);
+}
+
 TEST_CASE("decode_png16 gives the 16-bit samples; 8-bit images are widened by 257") {
   const auto ref_dir = images_dir() / "reference";
   CHECK(image::decode_png16(read_bytes(images_dir() / "gray16.png")) ==

@@ -7,6 +7,7 @@ Everything is a function of this script (no randomness without a fixed seed), so
 the same bytes. The references come from independent implementations:
 - EXIF orientation: PIL's ImageOps.exif_transpose of exif<o>.jpg;
 - decoding: PIL (which decodes JPEG with libjpeg too) -> <stem>_<ext>_c<channels>.npy (uint8);
+  a CMYK JPEG's RGB from PIL's CMYK samples by TensorFlow's formula;
 - resize: torch.nn.functional.interpolate (bilinear with align_corners=False and antialias=False
   is tf.image.resize's half-pixel bilinear; 'nearest-exact' is tf's half-pixel nearest,
   floor((x + 0.5) * scale)); area: tf's ResizeArea reproduced in NumPy (float64), checked against
@@ -74,6 +75,8 @@ def make_images():
     Image.fromarray(rgb).save(os.path.join(HERE, "rgb.jpg"), quality=90)
     Image.fromarray(gray).save(os.path.join(HERE, "gray.jpg"), quality=90)
     Image.fromarray(pattern(96, 128, 3, 3)).save(os.path.join(HERE, "large.jpg"), quality=90)
+    # A CMYK JPEG (PIL writes it inverted, with Adobe's marker, as Photoshop does).
+    Image.fromarray(pattern(21, 27, 4, 9), "CMYK").save(os.path.join(HERE, "cmyk.jpg"), quality=90)
     Image.fromarray(rgb).save(os.path.join(HERE, "rgb.png"))
     Image.fromarray(pattern(23, 31, 4, 4), "RGBA").save(os.path.join(HERE, "rgba.png"))
     Image.fromarray(gray).save(os.path.join(HERE, "gray.png"))
@@ -130,6 +133,16 @@ def make_decode_references(images):
                 tolerance = 2  # libjpeg's luma (from YCbCr) against PIL's RGB -> L
             cases.append({"file": name, "channels": channels, "reference": ref_name,
                           "tolerance": tolerance})
+    # CMYK: TensorFlow's decode_jpeg (core/lib/jpeg/jpeg_mem.cc) asks libjpeg for CMYK and makes
+    # RGB itself, R = K * C / 255 in integers on the stored (inverted, Adobe) samples, which is
+    # (255 - K) * (255 - C) / 255 on the true ones PIL decodes; for 0 or 3 channels alike.
+    cmyk = np.array(Image.open(os.path.join(HERE, "cmyk.jpg"))).astype(np.int64)
+    assert Image.open(os.path.join(HERE, "cmyk.jpg")).mode == "CMYK"
+    rgb = ((255 - cmyk[:, :, 3:4]) * (255 - cmyk[:, :, :3]) // 255).astype(np.uint8)
+    save_ref("cmyk_jpg_c3.npy", rgb)
+    for channels in (0, 3):
+        cases.append({"file": "cmyk.jpg", "channels": channels, "reference": "cmyk_jpg_c3.npy",
+                      "tolerance": 0})
     # 16-bit samples: the arrays written into the files.
     save_ref("gray16_16bit.npy", images["gray16"].astype(np.int32))
     save_ref("rgb16_16bit.npy", images["rgb16"].astype(np.int32))

@@ -136,9 +136,18 @@ class JpegReader {
   const std::string& name() const noexcept { return name_; }
 
   // Chooses the output colour space for `channels` (0: as stored); returns the channel count.
+  // A CMYK (or YCCK) image decodes to CMYK, which `read_rows` turns into RGB as TensorFlow does;
+  // libjpeg has no CMYK to grey, and TensorFlow fails there too.
   int set_channels(int channels) {
     if (info_.jpeg_color_space == JCS_CMYK || info_.jpeg_color_space == JCS_YCCK) {
-      throw FormatError(name_ + ": CMYK JPEG images are not supported (grayscale and RGB are)");
+      if (channels == 1) {
+        throw FormatError(name_ +
+                          ": a CMYK JPEG image decodes to RGB (channels 0 or 3), as TensorFlow "
+                          "decodes it, but channels is 1");
+      }
+      info_.out_color_space = JCS_CMYK;
+      cmyk_ = true;
+      return 3;
     }
     if (channels == 0) channels = info_.num_components == 1 ? 1 : 3;
     info_.out_color_space = channels == 1 ? JCS_GRAYSCALE : JCS_RGB;
@@ -153,12 +162,30 @@ class JpegReader {
     }
   }
 
-  // Reads rows [output_scanline, last) into `out` (rows of `stride` bytes).
+  // Reads rows [output_scanline, last) into `out` (rows of `stride` bytes). A CMYK image's rows
+  // go through a CMYK row and become RGB as TensorFlow's decode_jpeg makes them: R = K * C / 255
+  // on Adobe's inverted samples, (255 - K) * (255 - C) / 255 on others, in integers.
   void read_rows(std::uint8_t* out, std::size_t stride, JDIMENSION last) {
+    if (cmyk_) cmyk_row_.resize(std::size_t{info_.output_width} * 4);
     call("cannot decode the image data", [&] {
       while (info_.output_scanline < last) {
-        JSAMPROW row = out + (info_.output_scanline - first_row_) * stride;
+        std::uint8_t* target = out + (info_.output_scanline - first_row_) * stride;
+        if (!cmyk_) {
+          JSAMPROW row = target;
+          jpeg_read_scanlines(&info_, &row, 1);
+          continue;
+        }
+        JSAMPROW row = cmyk_row_.data();
         jpeg_read_scanlines(&info_, &row, 1);
+        const bool adobe = info_.saw_Adobe_marker != 0;
+        for (std::size_t x = 0; x < info_.output_width; ++x) {
+          const int k = cmyk_row_[4 * x + 3];
+          for (std::size_t i = 0; i < 3; ++i) {
+            const int v = cmyk_row_[4 * x + i];
+            target[3 * x + i] =
+                static_cast<std::uint8_t>(adobe ? k * v / 255 : (255 - k) * (255 - v) / 255);
+          }
+        }
       }
     });
   }
@@ -170,6 +197,8 @@ class JpegReader {
   JpegErrors errors_{};
   bool created_ = false;
   JDIMENSION first_row_ = 0;
+  bool cmyk_ = false;
+  std::vector<std::uint8_t> cmyk_row_;
 };
 
 // libpng's callbacks: errors jump to the trap, warnings (benign ancillary-chunk notes) are dropped.
@@ -322,7 +351,8 @@ inline std::vector<std::uint8_t> read_file(const std::filesystem::path& path) {
 /// Decodes a JPEG into a `(height, width, channels)` uint8 tensor, as `tf.io.decode_jpeg`:
 /// `channels` 0 keeps the stored channels (1 for grayscale, 3 otherwise), 1 gives grayscale (the
 /// decoder's luma), 3 gives RGB. `name` (a file name) heads every error message. Throws
-/// `ConfigError` for other channel counts and `FormatError` for corrupt, truncated or CMYK data.
+/// `ConfigError` for other channel counts and `FormatError` for corrupt or truncated data. A CMYK
+/// image gives RGB as TensorFlow computes it (for `channels` 0 or 3; 1 is a `FormatError`).
 /// \code
 /// Tensor<std::uint8_t> image = image::decode_jpeg(bytes, 3, "cat.jpg");  // (375, 500, 3)
 /// \endcode
