@@ -156,17 +156,41 @@ TEST_CASE("corrupt, truncated and unsupported data throw FormatError naming the 
                          IoError);
     CHECK(image::read_file(images_dir() / "rgb.jpg") == jpeg);
   }
-  SUBCASE("no bytes, unknown bytes, GIF and BMP") {
+  SUBCASE("no bytes, unknown bytes, GIF and bad BMP data") {
     CHECK_THROWS_WITH_AS(image::decode_image({}, 0, "empty"),
-                         "empty: unknown image format (expected the signature of a JPEG or a "
-                         "PNG, found neither in 0 bytes)",
+                         "empty: unknown image format (expected the signature of a JPEG, a PNG "
+                         "or a BMP, found none in 0 bytes)",
                          FormatError);
     const std::vector<std::uint8_t> gif = {'G', 'I', 'F', '8', '9', 'a'};
     CHECK_THROWS_WITH_AS(image::decode_image(gif, 0, "a.gif"),
-                         "a.gif: GIF images are not supported (JPEG and PNG are)", FormatError);
+                         "a.gif: GIF images are not supported (JPEG, PNG and BMP are)",
+                         FormatError);
     const std::vector<std::uint8_t> bmp = {'B', 'M', 0, 0};
     CHECK_THROWS_WITH_AS(image::decode_image(bmp, 0, "a.bmp"),
-                         "a.bmp: BMP images are not supported (JPEG and PNG are)", FormatError);
+                         "a.bmp: invalid BMP data: expected a header of at least 34 bytes "
+                         "starting with 'BM' but found 4 bytes",
+                         FormatError);
+    auto rgb = read_bytes(images_dir() / "rgb24.bmp");
+    CHECK_THROWS_WITH_AS(image::decode_image(rgb, 1, "rgb24.bmp"),
+                         "rgb24.bmp: channels must be 0, 3 or 4 for a BMP image but is 1",
+                         ConfigError);
+    const auto truncated = std::vector<std::uint8_t>(rgb.begin(), rgb.end() - 1);
+    CHECK_THROWS_WITH_AS(
+        image::decode_bmp(truncated, 0, "cut.bmp"),
+        contains("cut.bmp: invalid BMP data: expected " + std::to_string(rgb.size()) + " bytes"),
+        FormatError);
+    auto rle = rgb;
+    rle[30] = 1;  // BI_RLE8
+    CHECK_THROWS_WITH_AS(image::decode_bmp(rle, 0, "rle.bmp"),
+                         "rle.bmp: compressed BMP data (compression 1) is not supported "
+                         "(uncompressed rows are)",
+                         FormatError);
+    auto deep = rgb;
+    deep[28] = 16;
+    CHECK_THROWS_WITH_AS(image::decode_bmp(deep, 0, "deep.bmp"),
+                         "deep.bmp: invalid BMP data: expected 8, 24 or 32 bits per pixel but "
+                         "found 16",
+                         FormatError);
   }
   SUBCASE("channel counts tf refuses") {
     CHECK_THROWS_WITH_AS(image::decode_image(jpeg, 4, "rgb.jpg"),

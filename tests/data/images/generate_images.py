@@ -7,7 +7,7 @@ Everything is a function of this script (no randomness without a fixed seed), so
 the same bytes. The references come from independent implementations:
 - EXIF orientation: PIL's ImageOps.exif_transpose of exif<o>.jpg;
 - decoding: PIL (which decodes JPEG with libjpeg too) -> <stem>_<ext>_c<channels>.npy (uint8);
-  a CMYK JPEG's RGB from PIL's CMYK samples by TensorFlow's formula;
+  a CMYK JPEG's RGB from PIL's CMYK samples by TensorFlow's formula; BMP: the arrays written;
 - resize: torch.nn.functional.interpolate (bilinear with align_corners=False and antialias=False
   is tf.image.resize's half-pixel bilinear; 'nearest-exact' is tf's half-pixel nearest,
   floor((x + 0.5) * scale)); area: tf's ResizeArea reproduced in NumPy (float64), checked against
@@ -90,6 +90,36 @@ def make_images():
     write_png16(os.path.join(HERE, "rgb16.png"), rgb16)
     images["gray16"] = gray16
     images["rgb16"] = rgb16
+    # BMPs as PIL writes them (bottom-up, rows padded to 4 bytes: odd widths), and one top-down
+    # (a negative height) made from the 24-bit one by hand.
+    bmp = {"rgb24": pattern(11, 13, 3, 10), "rgba32": pattern(9, 7, 4, 11),
+           "gray8": pattern(10, 15, 1, 12)}
+    Image.fromarray(bmp["rgb24"]).save(os.path.join(HERE, "rgb24.bmp"))
+    Image.fromarray(bmp["rgba32"], "RGBA").save(os.path.join(HERE, "rgba32.bmp"))
+    Image.fromarray(bmp["gray8"][:, :, 0]).save(os.path.join(HERE, "gray8.bmp"))
+    indices = (pattern(8, 9, 1, 13) // 16).astype(np.uint8)
+    palette = Image.fromarray(indices[:, :, 0], "P")
+    palette.putpalette([(37 * i) % 256 for i in range(48)])
+    palette.save(os.path.join(HERE, "palette8.bmp"))
+    bmp["palette8"] = indices
+    with open(os.path.join(HERE, "rgb24.bmp"), "rb") as f:
+        data = bytearray(f.read())
+    offset = struct.unpack_from("<I", data, 10)[0]
+    width, height = struct.unpack_from("<ii", data, 18)
+    bits, compression = struct.unpack_from("<HI", data, 28)
+    assert (width, height, bits, compression) == (13, 11, 24, 0)
+    row = (3 * width + 3) // 4 * 4
+    rows = [data[offset + y * row:offset + (y + 1) * row] for y in range(height)]
+    struct.pack_into("<i", data, 22, -height)
+    data[offset:] = b"".join(reversed(rows))
+    with open(os.path.join(HERE, "topdown.bmp"), "wb") as f:
+        f.write(data)
+    bmp["topdown"] = bmp["rgb24"]
+    for stem, channels in (("rgba32", 32), ("gray8", 8), ("palette8", 8)):
+        with open(os.path.join(HERE, stem + ".bmp"), "rb") as f:
+            header = f.read(34)
+        assert struct.unpack_from("<HI", header, 28) == (channels, 0), stem
+    images["bmp"] = bmp
     return images
 
 
@@ -143,6 +173,28 @@ def make_decode_references(images):
     for channels in (0, 3):
         cases.append({"file": "cmyk.jpg", "channels": channels, "reference": "cmyk_jpg_c3.npy",
                       "tolerance": 0})
+    # BMP: the arrays written into the files (uncompressed, lossless), as tf.io.decode_bmp gives
+    # them: BGR(A) rows made RGB(A), an 8-bit file's stored samples (a palette's indices, greys
+    # for a grey one), 3 channels repeating one sample, 4 adding an opaque alpha or keeping the
+    # stored one (PIL would drop a 32-bit file's alpha, so it is not the reference here).
+    for stem, array in images["bmp"].items():
+        stored = array.shape[2]
+        for channels in (0, 3, 4):
+            if channels == 0:
+                ref = array
+            elif stored == 1:
+                ref = np.repeat(array, 3, axis=2)
+                if channels == 4:
+                    ref = np.concatenate([ref, np.full_like(array, 255)], axis=2)
+            elif channels == 3:
+                ref = array[:, :, :3]
+            else:
+                ref = array if stored == 4 else np.concatenate(
+                    [array, np.full_like(array[:, :, :1], 255)], axis=2)
+            ref_name = f"{stem}_bmp_c{channels}.npy"
+            save_ref(ref_name, ref.astype(np.uint8))
+            cases.append({"file": stem + ".bmp", "channels": channels, "reference": ref_name,
+                          "tolerance": 0})
     # 16-bit samples: the arrays written into the files.
     save_ref("gray16_16bit.npy", images["gray16"].astype(np.int32))
     save_ref("rgb16_16bit.npy", images["rgb16"].astype(np.int32))
@@ -333,7 +385,8 @@ def main():
     for kind, corpus in CORPUS.items():
         os.makedirs(corpus, exist_ok=True)
         for name in sorted(os.listdir(HERE)):
-            if name.endswith(".jpg" if kind == "jpeg" else ".png"):
+            # fuzz_jpeg decodes any bytes with decode_image: the BMPs seed it too.
+            if name.endswith((".jpg", ".bmp") if kind == "jpeg" else (".png",)):
                 shutil.copyfile(os.path.join(HERE, name), os.path.join(corpus, name))
     print("wrote", REF)
 

@@ -109,7 +109,7 @@ using DirectoryImageStream =
 
 /// The images of a folder tree as a dataset of `(images, labels)`, as Keras's
 /// `image_dataset_from_directory`: files with a `.bmp`, `.gif`, `.jpeg`, `.jpg` or `.png` suffix
-/// (any case; GIF and BMP data throw `FormatError` when read), in Keras's order: class sub-folders
+/// (any case; GIF data throws `FormatError` when read), in Keras's order: class sub-folders
 /// sorted, files sorted by folder and name, then, with `shuffle`, the paths shuffled by NumPy's
 /// `RandomState(seed)` exactly as Keras does (`NumpyRandomState`), so a seed puts the same files
 /// in the same subset as Keras. Each epoch then shuffles through a buffer of `8 * batch_size`

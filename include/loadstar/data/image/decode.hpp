@@ -389,9 +389,87 @@ inline Tensor<std::int32_t> decode_png16(std::span<const std::uint8_t> bytes, in
   return detail::decode_png_as<std::int32_t>(bytes, channels, name, 16);
 }
 
-/// Decodes a JPEG or a PNG, recognised by its signature, as `tf.io.decode_image(channels,
-/// expand_animations=False)` with `dtype=uint8`. A JPEG with `channels` 4 is refused as tf refuses
-/// it; GIF and BMP data (which Keras's utilities list) throw `FormatError` naming the format.
+/// Decodes a BMP into a `(height, width, channels)` uint8 tensor, as `tf.io.decode_bmp` (and
+/// `decode_image`) does: uncompressed rows of 8, 24 or 32 bits per pixel from the pixel data's
+/// offset, bottom-up or (with a negative height) top-down, BGR(A) made RGB(A); `channels` 0 keeps
+/// the stored ones (1 for 8 bits), 3 or 4 convert (an 8-bit sample repeated, an opaque alpha
+/// added or the alpha dropped). As TensorFlow, an 8-bit image gives its stored samples: a grey
+/// palette's greys, another palette's indices. Throws `ConfigError` for `channels` 1 (TensorFlow
+/// refuses it too) and `FormatError` for other depths, compressed data, or a size other than the
+/// offset plus the padded rows.
+inline Tensor<std::uint8_t> decode_bmp(std::span<const std::uint8_t> bytes, int channels = 0,
+                                       const std::string& name = "bmp") {
+  if (channels != 0 && channels != 3 && channels != 4) {
+    throw ConfigError(name + ": channels must be 0, 3 or 4 for a BMP image but is " +
+                      std::to_string(channels));
+  }
+  if (bytes.size() < 34 || bytes[0] != 'B' || bytes[1] != 'M') {
+    throw FormatError(name +
+                      ": invalid BMP data: expected a header of at least 34 bytes starting "
+                      "with 'BM' but found " +
+                      std::to_string(bytes.size()) + " bytes");
+  }
+  const auto u16 = [&](std::size_t at) {
+    return static_cast<std::uint32_t>(bytes[at] | (bytes[at + 1] << 8));
+  };
+  const auto i32 = [&](std::size_t at) {
+    return static_cast<std::int32_t>(u16(at) | (u16(at + 2) << 16));
+  };
+  const std::int64_t offset = i32(10), width = i32(18), height = i32(22);
+  const std::uint32_t bits = u16(28), compression = static_cast<std::uint32_t>(i32(30));
+  const std::int64_t stored = bits / 8;
+  if (stored != 1 && stored != 3 && stored != 4) {
+    throw FormatError(name + ": invalid BMP data: expected 8, 24 or 32 bits per pixel but found " +
+                      std::to_string(bits));
+  }
+  // BI_RGB, or BI_BITFIELDS with 32 bits (read as BGRA, as TensorFlow reads it).
+  if (compression != 0 && !(compression == 3 && stored == 4)) {
+    throw FormatError(name + ": compressed BMP data (compression " + std::to_string(compression) +
+                      ") is not supported (uncompressed rows are)");
+  }
+  if (width <= 0 || height == 0 || offset < 0) {
+    throw FormatError(name +
+                      ": invalid BMP data: expected a positive width, a nonzero height and "
+                      "a nonnegative offset but found " +
+                      std::to_string(width) + ", " + std::to_string(height) + " and " +
+                      std::to_string(offset));
+  }
+  const std::int64_t rows = height < 0 ? -height : height;
+  detail::check_pixels(name, static_cast<std::size_t>(rows), static_cast<std::size_t>(width));
+  const std::int64_t row_size = (stored * width + 3) / 4 * 4;
+  const std::int64_t expected = offset + row_size * rows;
+  if (static_cast<std::int64_t>(bytes.size()) != expected) {
+    throw FormatError(name + ": invalid BMP data: expected " + std::to_string(expected) +
+                      " bytes (the pixels' offset and " + std::to_string(rows) + " rows of " +
+                      std::to_string(row_size) + ") but found " + std::to_string(bytes.size()));
+  }
+  const std::int64_t out_channels = channels == 0 ? stored : channels;
+  auto out = Tensor<std::uint8_t>::uninitialized(Shape{static_cast<std::size_t>(rows),
+                                                       static_cast<std::size_t>(width),
+                                                       static_cast<std::size_t>(out_channels)});
+  std::uint8_t* dst = out.data();
+  for (std::int64_t y = 0; y < rows; ++y) {
+    const std::uint8_t* row = bytes.data() + offset + (height < 0 ? y : rows - 1 - y) * row_size;
+    for (std::int64_t x = 0; x < width; ++x, dst += out_channels) {
+      const std::uint8_t* px = row + x * stored;
+      if (stored == 1) {
+        dst[0] = px[0];
+        if (out_channels >= 3) dst[1] = dst[2] = px[0];
+      } else {
+        dst[0] = px[2];
+        dst[1] = px[1];
+        dst[2] = px[0];
+      }
+      if (out_channels == 4) dst[3] = stored == 4 ? px[3] : 0xff;
+    }
+  }
+  return out;
+}
+
+/// Decodes a JPEG, a PNG or a BMP, recognised by its signature, as `tf.io.decode_image(channels,
+/// expand_animations=False)` with `dtype=uint8`. A JPEG with `channels` 4 and a BMP with 1 are
+/// refused as tf refuses them; GIF data (which Keras's utilities list) throws `FormatError` naming
+/// the format.
 inline Tensor<std::uint8_t> decode_image(std::span<const std::uint8_t> bytes, int channels = 0,
                                          const std::string& name = "image") {
   detail::check_channels(name, channels, "0, 1, 3 or 4", true);
@@ -404,14 +482,14 @@ inline Tensor<std::uint8_t> decode_image(std::span<const std::uint8_t> bytes, in
     case ImageFormat::png:
       return decode_png(bytes, channels, name);
     case ImageFormat::gif:
-      throw FormatError(name + ": GIF images are not supported (JPEG and PNG are)");
+      throw FormatError(name + ": GIF images are not supported (JPEG, PNG and BMP are)");
     case ImageFormat::bmp:
-      throw FormatError(name + ": BMP images are not supported (JPEG and PNG are)");
+      return decode_bmp(bytes, channels, name);
     case ImageFormat::unknown:
       break;
   }
-  throw FormatError(name + ": unknown image format (expected the signature of a JPEG or a PNG, " +
-                    "found neither in " + std::to_string(bytes.size()) + " bytes)");
+  throw FormatError(name + ": unknown image format (expected the signature of a JPEG, a PNG or " +
+                    "a BMP, found none in " + std::to_string(bytes.size()) + " bytes)");
 }
 
 }  // namespace loadstar::image
