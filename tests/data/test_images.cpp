@@ -156,15 +156,28 @@ TEST_CASE("corrupt, truncated and unsupported data throw FormatError naming the 
                          IoError);
     CHECK(image::read_file(images_dir() / "rgb.jpg") == jpeg);
   }
-  SUBCASE("no bytes, unknown bytes, GIF and bad BMP data") {
+  SUBCASE("no bytes, unknown bytes, bad GIF and BMP data") {
     CHECK_THROWS_WITH_AS(image::decode_image({}, 0, "empty"),
                          "empty: unknown image format (expected the signature of a JPEG, a PNG "
                          "or a BMP, found none in 0 bytes)",
                          FormatError);
     const std::vector<std::uint8_t> gif = {'G', 'I', 'F', '8', '9', 'a'};
     CHECK_THROWS_WITH_AS(image::decode_image(gif, 0, "a.gif"),
-                         "a.gif: GIF images are not supported (JPEG, PNG and BMP are)",
+                         contains("a.gif: invalid GIF data: cannot read the header: "),
                          FormatError);
+    const auto plain = read_bytes(images_dir() / "plain.gif");
+    CHECK_THROWS_WITH_AS(image::decode_image(plain, 1, "plain.gif"),
+                         "plain.gif: channels must be 0 or 3 for a GIF image but is 1",
+                         ConfigError);
+    // Cut inside the first frame's data: an error; inside a later frame's: the first frame.
+    const std::vector<std::uint8_t> cut(
+        plain.begin(), plain.begin() + static_cast<std::ptrdiff_t>(plain.size() / 2));
+    CHECK_THROWS_WITH_AS(image::decode_image(cut, 0, "cut.gif"),
+                         contains("cut.gif: invalid GIF data: cannot decode the first frame: "),
+                         FormatError);
+    const auto animated = read_bytes(images_dir() / "animated.gif");
+    const std::vector<std::uint8_t> tail_cut(animated.begin(), animated.end() - 40);
+    CHECK(image::decode_image(tail_cut, 0, "tail.gif") == image::decode_image(animated, 3));
     const std::vector<std::uint8_t> bmp = {'B', 'M', 0, 0};
     CHECK_THROWS_WITH_AS(image::decode_image(bmp, 0, "a.bmp"),
                          "a.bmp: invalid BMP data: expected a header of at least 34 bytes "

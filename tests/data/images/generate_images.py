@@ -8,6 +8,7 @@ the same bytes. The references come from independent implementations:
 - EXIF orientation: PIL's ImageOps.exif_transpose of exif<o>.jpg;
 - decoding: PIL (which decodes JPEG with libjpeg too) -> <stem>_<ext>_c<channels>.npy (uint8);
   a CMYK JPEG's RGB from PIL's CMYK samples by TensorFlow's formula; BMP: the arrays written;
+  GIF: PIL's indices and palette of the first frame;
 - resize: torch.nn.functional.interpolate (bilinear with align_corners=False and antialias=False
   is tf.image.resize's half-pixel bilinear; 'nearest-exact' is tf's half-pixel nearest,
   floor((x + 0.5) * scale)); area: tf's ResizeArea reproduced in NumPy (float64), checked against
@@ -120,6 +121,23 @@ def make_images():
             header = f.read(34)
         assert struct.unpack_from("<HI", header, 28) == (channels, 0), stem
     images["bmp"] = bmp
+    # GIFs as PIL writes them: a colour palette, interlaced (PIL's default from 16 rows) or not,
+    # one with a transparent colour, and an animation whose later frames PIL crops to what
+    # changes.
+    colours = [(53 * i) % 256 for i in range(96)]
+    indices = (pattern(19, 23, 1, 14)[:, :, 0] // 8).astype(np.uint8)
+    single = Image.fromarray(indices, "P")
+    single.putpalette(colours)
+    single.save(os.path.join(HERE, "interlaced.gif"))
+    single.save(os.path.join(HERE, "plain.gif"), interlace=False)
+    single.save(os.path.join(HERE, "transparent.gif"), transparency=5)
+    frames = [Image.fromarray(pattern(17, 21, 3, 15 + k)).quantize(24) for k in range(3)]
+    for k in (1, 2):
+        a = np.array(frames[0].convert("RGB"))
+        a[4:9, 6:12] = pattern(5, 6, 3, 20 + k)
+        frames[k] = Image.fromarray(a).quantize(24)
+    frames[0].save(os.path.join(HERE, "animated.gif"), save_all=True, append_images=frames[1:],
+                   duration=50, loop=0)
     return images
 
 
@@ -194,6 +212,22 @@ def make_decode_references(images):
             ref_name = f"{stem}_bmp_c{channels}.npy"
             save_ref(ref_name, ref.astype(np.uint8))
             cases.append({"file": stem + ".bmp", "channels": channels, "reference": ref_name,
+                          "tolerance": 0})
+    # GIF: the first frame as TensorFlow's gif_io.cc draws it (decode_image with
+    # expand_animations=False): PIL's colour indices of that frame through its palette, the
+    # transparent index black; the canvas is the largest frame's size, here the first's.
+    for stem in ("interlaced", "plain", "transparent", "animated"):
+        img = Image.open(os.path.join(HERE, stem + ".gif"))
+        assert img.mode == "P" and img.tile[0][1] == (0, 0) + img.size, stem
+        palette = np.array(img.getpalette(), dtype=np.uint8).reshape(-1, 3)
+        idx = np.array(img)
+        ref = palette[idx]
+        if "transparency" in img.info:
+            ref[idx == img.info["transparency"]] = 0
+        ref_name = f"{stem}_gif_c3.npy"
+        save_ref(ref_name, ref.astype(np.uint8))
+        for channels in (0, 3):
+            cases.append({"file": stem + ".gif", "channels": channels, "reference": ref_name,
                           "tolerance": 0})
     # 16-bit samples: the arrays written into the files.
     save_ref("gray16_16bit.npy", images["gray16"].astype(np.int32))
@@ -385,8 +419,8 @@ def main():
     for kind, corpus in CORPUS.items():
         os.makedirs(corpus, exist_ok=True)
         for name in sorted(os.listdir(HERE)):
-            # fuzz_jpeg decodes any bytes with decode_image: the BMPs seed it too.
-            if name.endswith((".jpg", ".bmp") if kind == "jpeg" else (".png",)):
+            # fuzz_jpeg decodes any bytes with decode_image: the BMPs and GIFs seed it too.
+            if name.endswith((".jpg", ".bmp", ".gif") if kind == "jpeg" else (".png",)):
                 shutil.copyfile(os.path.join(HERE, name), os.path.join(corpus, name))
     print("wrote", REF)
 

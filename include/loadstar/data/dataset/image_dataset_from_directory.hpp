@@ -109,11 +109,12 @@ using DirectoryImageStream =
 
 /// The images of a folder tree as a dataset of `(images, labels)`, as Keras's
 /// `image_dataset_from_directory`: files with a `.bmp`, `.gif`, `.jpeg`, `.jpg` or `.png` suffix
-/// (any case; GIF data throws `FormatError` when read), in Keras's order: class sub-folders
-/// sorted, files sorted by folder and name, then, with `shuffle`, the paths shuffled by NumPy's
-/// `RandomState(seed)` exactly as Keras does (`NumpyRandomState`), so a seed puts the same files
-/// in the same subset as Keras. Each epoch then shuffles through a buffer of `8 * batch_size`
-/// (Keras's tf.data shuffle; loadstar's generator, not tf's), decodes (`decode_image`), resizes
+/// (any case; a GIF gives its first frame, as Keras's `expand_animations=False`), in Keras's order:
+/// class sub-folders sorted, files sorted by folder and name, then, with `shuffle`, the paths
+/// shuffled by NumPy's `RandomState(seed)` exactly as Keras does (`NumpyRandomState`), so a seed
+/// puts the same files in the same subset as Keras. Each epoch then shuffles through a buffer of `8
+/// * batch_size` (Keras's tf.data shuffle; loadstar's generator, not tf's), decodes
+/// (`decode_image`), resizes
 /// (`resize`, `smart_resize` or `resize_with_pad`) and batches.
 ///
 /// Elements: images `(batch, height, width, channels)` float32 in [0, 255], labels float32 of

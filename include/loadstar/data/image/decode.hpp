@@ -1,6 +1,7 @@
 /// \file
-/// `decode_jpeg`, `decode_png`, `decode_png16` and `decode_image`: encoded bytes to an HWC `uint8`
-/// tensor, with the channel conversions of `tf.io.decode_*` (libjpeg-turbo and libpng).
+/// `decode_jpeg`, `decode_png`, `decode_png16`, `decode_bmp` and `decode_image`: encoded bytes to
+/// an HWC `uint8` tensor, with the channel conversions of `tf.io.decode_*` (libjpeg-turbo, libpng
+/// and giflib).
 ///
 /// EXIF orientation is not applied: `tf.io.decode_jpeg`/`decode_image` ignore it, and so do
 /// Keras's `load_img` and `image_dataset_from_directory` (Keras decodes through `tf.io` or PIL's
@@ -13,6 +14,7 @@
 /// destructor (`detail::trapped`), and the exception is thrown from there.
 #pragma once
 
+#include <algorithm>
 #include <csetjmp>
 #include <cstddef>
 #include <cstdint>
@@ -20,11 +22,13 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
 // jpeglib.h needs <cstdio> first (FILE).
+#include <gif_lib.h>
 #include <jpeglib.h>
 #include <png.h>
 
@@ -389,6 +393,150 @@ inline Tensor<std::int32_t> decode_png16(std::span<const std::uint8_t> bytes, in
   return detail::decode_png_as<std::int32_t>(bytes, channels, name, 16);
 }
 
+namespace detail {
+
+// giflib's input callback over a byte span.
+struct GifSource {
+  std::span<const std::uint8_t> bytes;
+  std::size_t offset = 0;
+};
+
+inline int gif_read(GifFileType* gif, GifByteType* out, int length) {
+  auto* source = static_cast<GifSource*>(gif->UserData);
+  const std::size_t n = std::min(static_cast<std::size_t>(std::max(length, 0)),
+                                 source->bytes.size() - source->offset);
+  std::memcpy(out, source->bytes.data() + source->offset, n);
+  source->offset += n;
+  return static_cast<int>(n);
+}
+
+}  // namespace detail
+
+/// Decodes a GIF's first frame into a `(height, width, 3)` uint8 tensor, as
+/// `tf.io.decode_image(expand_animations=False)` does (TensorFlow's `gif_io.cc`): the image is as
+/// wide and high as the largest frame of the file, the first frame drawn at its offset over black
+/// through its colour map (or the global one), its transparent colour black. `channels` must be 0
+/// or 3. Throws `ConfigError` for other channel counts and `FormatError` for data giflib cannot
+/// read up to the end of the first frame, a frame without a colour map, or a colour index past
+/// it; a later frame that cannot be read ends the scan for the largest frame there (TensorFlow
+/// also keeps what it read).
+inline Tensor<std::uint8_t> decode_gif_frame(std::span<const std::uint8_t> bytes, int channels = 0,
+                                             const std::string& name = "gif") {
+  if (channels != 0 && channels != 3) {
+    throw ConfigError(name + ": channels must be 0 or 3 for a GIF image but is " +
+                      std::to_string(channels));
+  }
+  detail::GifSource source{bytes, 0};
+  int error = D_GIF_SUCCEEDED;
+  GifFileType* opened = DGifOpen(&source, detail::gif_read, &error);
+  const auto fail = [&](const char* what, int code) {
+    const char* reason = GifErrorString(code);
+    return FormatError(name + ": invalid GIF data: " + what + ": " +
+                       (reason != nullptr ? reason : "unknown error"));
+  };
+  if (opened == nullptr) throw fail("cannot read the header", error);
+  const std::unique_ptr<GifFileType, void (*)(GifFileType*)> gif(opened, [](GifFileType* g) {
+    int code = D_GIF_SUCCEEDED;
+    DGifCloseFile(g, &code);
+  });
+  GraphicsControlBlock control{};
+  control.TransparentColor = NO_TRANSPARENT_COLOR;
+  int transparent = NO_TRANSPARENT_COLOR;
+  std::vector<GifColorType> colours;
+  std::vector<std::uint8_t> indices;
+  GifImageDesc first{};
+  std::size_t frames = 0, width = 0, height = 0;
+  for (bool done = false; !done;) {
+    GifRecordType type = UNDEFINED_RECORD_TYPE;
+    if (DGifGetRecordType(gif.get(), &type) == GIF_ERROR) {
+      if (frames == 0) throw fail("cannot read a record", gif->Error);
+      break;
+    }
+    if (type == EXTENSION_RECORD_TYPE) {
+      int code = 0;
+      GifByteType* block = nullptr;
+      if (DGifGetExtension(gif.get(), &code, &block) == GIF_ERROR) {
+        if (frames == 0) throw fail("cannot read an extension", gif->Error);
+        break;
+      }
+      if (code == GRAPHICS_EXT_FUNC_CODE && block != nullptr && block[0] >= 4)
+        DGifExtensionToGCB(block[0], block + 1, &control);
+      bool broken = false;
+      while (block != nullptr && !broken)
+        broken = DGifGetExtensionNext(gif.get(), &block) == GIF_ERROR;
+      if (broken) {
+        if (frames == 0) throw fail("cannot read an extension", gif->Error);
+        break;
+      }
+    } else if (type == IMAGE_DESC_RECORD_TYPE) {
+      if (DGifGetImageDesc(gif.get()) == GIF_ERROR) {
+        if (frames == 0) throw fail("cannot read an image descriptor", gif->Error);
+        break;
+      }
+      const GifImageDesc& desc = gif->Image;
+      const auto w = static_cast<std::size_t>(std::max(desc.Width, 0));
+      const auto h = static_cast<std::size_t>(std::max(desc.Height, 0));
+      width = std::max(width, w);
+      height = std::max(height, h);
+      if (frames++ == 0) {
+        detail::check_pixels(name, h, w);
+        first = desc;
+        const ColorMapObject* map = desc.ColorMap != nullptr ? desc.ColorMap : gif->SColorMap;
+        if (map == nullptr) {
+          throw FormatError(name + ": invalid GIF data: the first frame has no colour map");
+        }
+        colours.assign(map->Colors, map->Colors + map->ColorCount);
+        transparent = control.TransparentColor;
+        indices.resize(h * w);
+        // An interlaced frame stores its rows in four passes.
+        static constexpr std::size_t starts[] = {0, 4, 2, 1}, steps[] = {8, 8, 4, 2};
+        const std::size_t passes = desc.Interlace ? 4 : 1;
+        for (std::size_t pass = 0; pass < passes; ++pass) {
+          for (std::size_t y = desc.Interlace ? starts[pass] : 0; y < h;
+               y += desc.Interlace ? steps[pass] : 1) {
+            if (DGifGetLine(gif.get(), indices.data() + y * w, static_cast<int>(w)) == GIF_ERROR)
+              throw fail("cannot decode the first frame", gif->Error);
+          }
+        }
+      } else {
+        // A later frame counts for its size only: its data is skipped.
+        int code_size = 0;
+        GifByteType* block = nullptr;
+        bool broken = DGifGetCode(gif.get(), &code_size, &block) == GIF_ERROR;
+        while (!broken && block != nullptr)
+          broken = DGifGetCodeNext(gif.get(), &block) == GIF_ERROR;
+        if (broken) break;
+      }
+      control = GraphicsControlBlock{};
+      control.TransparentColor = NO_TRANSPARENT_COLOR;
+    } else if (type == TERMINATE_RECORD_TYPE) {
+      done = true;
+    }
+  }
+  if (frames == 0) throw FormatError(name + ": invalid GIF data: the file holds no image");
+  detail::check_pixels(name, height, width);
+  Tensor<std::uint8_t> out(Shape{height, width, 3}, std::uint8_t{0});
+  const auto top = static_cast<std::size_t>(std::max(first.Top, 0));
+  const auto left = static_cast<std::size_t>(std::max(first.Left, 0));
+  const auto fw = static_cast<std::size_t>(first.Width),
+             fh = static_cast<std::size_t>(first.Height);
+  for (std::size_t y = top; y < std::min(top + fh, height); ++y) {
+    for (std::size_t x = left; x < std::min(left + fw, width); ++x) {
+      const int index = indices[(y - top) * fw + (x - left)];
+      if (index == transparent) continue;  // black, as TensorFlow leaves it
+      if (index >= static_cast<int>(colours.size())) {
+        throw FormatError(name + ": invalid GIF data: colour index " + std::to_string(index) +
+                          " past the colour map's " + std::to_string(colours.size()) + " colours");
+      }
+      std::uint8_t* px = out.data() + (y * width + x) * 3;
+      px[0] = colours[static_cast<std::size_t>(index)].Red;
+      px[1] = colours[static_cast<std::size_t>(index)].Green;
+      px[2] = colours[static_cast<std::size_t>(index)].Blue;
+    }
+  }
+  return out;
+}
+
 /// Decodes a BMP into a `(height, width, channels)` uint8 tensor, as `tf.io.decode_bmp` (and
 /// `decode_image`) does: uncompressed rows of 8, 24 or 32 bits per pixel from the pixel data's
 /// offset, bottom-up or (with a negative height) top-down, BGR(A) made RGB(A); `channels` 0 keeps
@@ -466,10 +614,9 @@ inline Tensor<std::uint8_t> decode_bmp(std::span<const std::uint8_t> bytes, int 
   return out;
 }
 
-/// Decodes a JPEG, a PNG or a BMP, recognised by its signature, as `tf.io.decode_image(channels,
-/// expand_animations=False)` with `dtype=uint8`. A JPEG with `channels` 4 and a BMP with 1 are
-/// refused as tf refuses them; GIF data (which Keras's utilities list) throws `FormatError` naming
-/// the format.
+/// Decodes a JPEG, a PNG, a BMP or a GIF (its first frame, `decode_gif_frame`), recognised by its
+/// signature, as `tf.io.decode_image(channels, expand_animations=False)` with `dtype=uint8`. A
+/// JPEG with `channels` 4, a BMP with 1 and a GIF with 1 or 4 are refused as tf refuses them.
 inline Tensor<std::uint8_t> decode_image(std::span<const std::uint8_t> bytes, int channels = 0,
                                          const std::string& name = "image") {
   detail::check_channels(name, channels, "0, 1, 3 or 4", true);
@@ -482,7 +629,7 @@ inline Tensor<std::uint8_t> decode_image(std::span<const std::uint8_t> bytes, in
     case ImageFormat::png:
       return decode_png(bytes, channels, name);
     case ImageFormat::gif:
-      throw FormatError(name + ": GIF images are not supported (JPEG, PNG and BMP are)");
+      return decode_gif_frame(bytes, channels, name);
     case ImageFormat::bmp:
       return decode_bmp(bytes, channels, name);
     case ImageFormat::unknown:
