@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -107,6 +108,9 @@ struct KillRun {
 
 /// Runs the helper in `dir` until it finishes, killing the first `max_kills` runs after 1 to
 /// `spread` batches and up to 3 ms more (landing in a batch, a validation or a checkpoint write).
+/// The runs after the first are killed within a third of `spread`: a resumed run has at least
+/// the batches after the first kill's last checkpoint left, so the second kill lands however
+/// late the first did (a loaded machine moves where a kill lands).
 inline KillRun kill_until_done(const std::filesystem::path& dir, const std::string& loader,
                                loadstar::SplitMix64& rng, std::size_t max_kills,
                                std::size_t spread = 30) {
@@ -114,7 +118,8 @@ inline KillRun kill_until_done(const std::filesystem::path& dir, const std::stri
   while (run.runs < max_kills + 20) {
     ++run.runs;
     const bool kill = run.kills < max_kills;
-    const std::size_t after = kill ? 1 + rng.below(spread) : 0;
+    const std::size_t window = run.kills == 0 ? spread : std::max<std::size_t>(spread / 3, 1);
+    const std::size_t after = kill ? 1 + rng.below(window) : 0;
     const auto delay = std::chrono::microseconds(rng.below(3000));
     const ChildResult r = run_child(dir, loader, after, delay);
     if (r.exited_ok) {
