@@ -110,6 +110,25 @@ TEST_CASE("a CMYK JPEG decodes to RGB as TensorFlow decodes it, whole or a windo
                        FormatError);
 }
 
+TEST_CASE("decode_gif gives every frame of an animation as TensorFlow composes them") {
+  const auto animated = read_bytes(images_dir() / "animated.gif");
+  const auto frames = image::decode_gif(animated, "animated.gif");
+  CHECK(frames.shape() == Shape{3, 17, 21, 3});
+  const auto reference =
+      read_npy<std::int32_t>(images_dir() / "reference" / "animated_gif_frames.npy");
+  CHECK(max_abs_diff(frames, reference) == 0.0);
+  // The first frame is decode_image's; a single-frame file gives one frame.
+  CHECK(image::decode_image(animated, 3, "animated.gif") ==
+        frames.slice_rows(0, 1).reshape(Shape{17, 21, 3}));
+  CHECK(image::decode_gif(read_bytes(images_dir() / "plain.gif"), "plain.gif").shape() ==
+        Shape{1, 19, 23, 3});
+  // A later frame cut short: decode_gif refuses it, decode_image keeps the first frame.
+  const std::vector<std::uint8_t> tail_cut(animated.begin(), animated.end() - 40);
+  CHECK_THROWS_WITH_AS(image::decode_gif(tail_cut, "tail.gif"),
+                       contains("tail.gif: invalid GIF data: cannot decode frame 2: "),
+                       FormatError);
+}
+
 TEST_CASE("decode_png16 gives the 16-bit samples; 8-bit images are widened by 257") {
   const auto ref_dir = images_dir() / "reference";
   CHECK(image::decode_png16(read_bytes(images_dir() / "gray16.png")) ==
@@ -173,7 +192,7 @@ TEST_CASE("corrupt, truncated and unsupported data throw FormatError naming the 
     const std::vector<std::uint8_t> cut(
         plain.begin(), plain.begin() + static_cast<std::ptrdiff_t>(plain.size() / 2));
     CHECK_THROWS_WITH_AS(image::decode_image(cut, 0, "cut.gif"),
-                         contains("cut.gif: invalid GIF data: cannot decode the first frame: "),
+                         contains("cut.gif: invalid GIF data: cannot decode frame 0: "),
                          FormatError);
     const auto animated = read_bytes(images_dir() / "animated.gif");
     const std::vector<std::uint8_t> tail_cut(animated.begin(), animated.end() - 40);

@@ -1,5 +1,6 @@
-// libFuzzer harness: decode_image on any bytes (JPEG seeds) with every channel count, the
-// cropped and scaled JPEG decoding of decode_random_resized_crop, and the EXIF orientation reader.
+// libFuzzer harness: decode_image on any bytes (JPEG, BMP and GIF seeds) with every channel
+// count, every frame of a GIF (decode_gif), the cropped and scaled JPEG decoding of
+// decode_random_resized_crop, and the EXIF orientation reader.
 // Every outcome but an image or a loadstar::Error is a finding (a libjpeg error that escaped as a
 // longjmp would be one).
 #include <cstddef>
@@ -13,6 +14,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   for (int channels : {0, 1, 3, 4}) {
     try {
       (void)loadstar::image::decode_image(bytes, channels, "fuzz");
+    } catch (const loadstar::Error&) {
+    }
+  }
+  if (loadstar::image::sniff_format(bytes) == loadstar::image::ImageFormat::gif) {
+    try {
+      (void)loadstar::image::decode_gif(bytes, "fuzz");
     } catch (const loadstar::Error&) {
     }
   }

@@ -229,6 +229,16 @@ def make_decode_references(images):
         for channels in (0, 3):
             cases.append({"file": stem + ".gif", "channels": channels, "reference": ref_name,
                           "tolerance": 0})
+    # Every frame of the animation as tf.io.decode_gif composes them: PIL's frames in RGB (each
+    # drawn over the one before; PIL wrote them without a disposal method, so PIL's composition
+    # is TensorFlow's).
+    img = Image.open(os.path.join(HERE, "animated.gif"))
+    frames = []
+    for k in range(img.n_frames):
+        img.seek(k)
+        assert img.disposal_method in (0, 1), img.disposal_method
+        frames.append(np.array(img.convert("RGB")))
+    save_ref("animated_gif_frames.npy", np.stack(frames).astype(np.uint8))
     # 16-bit samples: the arrays written into the files.
     save_ref("gray16_16bit.npy", images["gray16"].astype(np.int32))
     save_ref("rgb16_16bit.npy", images["rgb16"].astype(np.int32))

@@ -412,23 +412,24 @@ inline int gif_read(GifFileType* gif, GifByteType* out, int length) {
 
 }  // namespace detail
 
-/// Decodes a GIF's first frame into a `(height, width, 3)` uint8 tensor, as
-/// `tf.io.decode_image(expand_animations=False)` does (TensorFlow's `gif_io.cc`): the image is as
-/// wide and high as the largest frame of the file, the first frame drawn at its offset over black
-/// through its colour map (or the global one), its transparent colour black. `channels` must be 0
-/// or 3. Throws `ConfigError` for other channel counts and `FormatError` for data giflib cannot
-/// read up to the end of the first frame, a frame without a colour map, or a colour index past
-/// it; a later frame that cannot be read ends the scan for the largest frame there (TensorFlow
-/// also keeps what it read).
-inline Tensor<std::uint8_t> decode_gif_frame(std::span<const std::uint8_t> bytes, int channels = 0,
-                                             const std::string& name = "gif") {
-  if (channels != 0 && channels != 3) {
-    throw ConfigError(name + ": channels must be 0 or 3 for a GIF image but is " +
-                      std::to_string(channels));
-  }
-  detail::GifSource source{bytes, 0};
+namespace detail {
+
+// One frame of a GIF: where it lies, its colours, its transparent index and its colour indices.
+struct GifFrame {
+  std::size_t left = 0, top = 0, width = 0, height = 0;
+  std::vector<GifColorType> colours;
+  int transparent = NO_TRANSPARENT_COLOR;
+  std::vector<std::uint8_t> indices;
+};
+
+// Reads the first frame, or every frame with `all`, and the largest frame's size (TensorFlow's
+// canvas). With `all`, a frame that cannot be read is a `FormatError`; without, a record after
+// the first frame that cannot be read ends the scan there.
+inline std::vector<GifFrame> read_gif(std::span<const std::uint8_t> bytes, const std::string& name,
+                                      bool all, std::size_t& width, std::size_t& height) {
+  GifSource source{bytes, 0};
   int error = D_GIF_SUCCEEDED;
-  GifFileType* opened = DGifOpen(&source, detail::gif_read, &error);
+  GifFileType* opened = DGifOpen(&source, gif_read, &error);
   const auto fail = [&](const char* what, int code) {
     const char* reason = GifErrorString(code);
     return FormatError(name + ": invalid GIF data: " + what + ": " +
@@ -441,63 +442,70 @@ inline Tensor<std::uint8_t> decode_gif_frame(std::span<const std::uint8_t> bytes
   });
   GraphicsControlBlock control{};
   control.TransparentColor = NO_TRANSPARENT_COLOR;
-  int transparent = NO_TRANSPARENT_COLOR;
-  std::vector<GifColorType> colours;
-  std::vector<std::uint8_t> indices;
-  GifImageDesc first{};
-  std::size_t frames = 0, width = 0, height = 0;
+  std::vector<GifFrame> frames;
+  std::size_t seen = 0, pixels = 0;
+  width = height = 0;
+  // Past the frames that are read, an error ends the scan instead of failing (first frame only).
+  const auto tolerated = [&] { return !all && seen > 0; };
   for (bool done = false; !done;) {
     GifRecordType type = UNDEFINED_RECORD_TYPE;
     if (DGifGetRecordType(gif.get(), &type) == GIF_ERROR) {
-      if (frames == 0) throw fail("cannot read a record", gif->Error);
-      break;
+      if (tolerated()) break;
+      throw fail("cannot read a record", gif->Error);
     }
     if (type == EXTENSION_RECORD_TYPE) {
       int code = 0;
       GifByteType* block = nullptr;
-      if (DGifGetExtension(gif.get(), &code, &block) == GIF_ERROR) {
-        if (frames == 0) throw fail("cannot read an extension", gif->Error);
-        break;
-      }
-      if (code == GRAPHICS_EXT_FUNC_CODE && block != nullptr && block[0] >= 4)
+      bool broken = DGifGetExtension(gif.get(), &code, &block) == GIF_ERROR;
+      if (!broken && code == GRAPHICS_EXT_FUNC_CODE && block != nullptr && block[0] >= 4)
         DGifExtensionToGCB(block[0], block + 1, &control);
-      bool broken = false;
-      while (block != nullptr && !broken)
+      while (!broken && block != nullptr)
         broken = DGifGetExtensionNext(gif.get(), &block) == GIF_ERROR;
       if (broken) {
-        if (frames == 0) throw fail("cannot read an extension", gif->Error);
-        break;
+        if (tolerated()) break;
+        throw fail("cannot read an extension", gif->Error);
       }
     } else if (type == IMAGE_DESC_RECORD_TYPE) {
       if (DGifGetImageDesc(gif.get()) == GIF_ERROR) {
-        if (frames == 0) throw fail("cannot read an image descriptor", gif->Error);
-        break;
+        if (tolerated()) break;
+        throw fail("cannot read an image descriptor", gif->Error);
       }
       const GifImageDesc& desc = gif->Image;
       const auto w = static_cast<std::size_t>(std::max(desc.Width, 0));
       const auto h = static_cast<std::size_t>(std::max(desc.Height, 0));
       width = std::max(width, w);
       height = std::max(height, h);
-      if (frames++ == 0) {
-        detail::check_pixels(name, h, w);
-        first = desc;
+      if (seen++ == 0 || all) {
+        check_pixels(name, h, w);
+        pixels += h * w;
+        if (pixels > max_pixels) check_pixels(name, pixels, 1);  // every frame's together
+        GifFrame frame;
+        frame.left = static_cast<std::size_t>(std::max(desc.Left, 0));
+        frame.top = static_cast<std::size_t>(std::max(desc.Top, 0));
+        frame.width = w;
+        frame.height = h;
         const ColorMapObject* map = desc.ColorMap != nullptr ? desc.ColorMap : gif->SColorMap;
         if (map == nullptr) {
-          throw FormatError(name + ": invalid GIF data: the first frame has no colour map");
+          throw FormatError(name + ": invalid GIF data: frame " + std::to_string(frames.size()) +
+                            " has no colour map");
         }
-        colours.assign(map->Colors, map->Colors + map->ColorCount);
-        transparent = control.TransparentColor;
-        indices.resize(h * w);
+        frame.colours.assign(map->Colors, map->Colors + map->ColorCount);
+        frame.transparent = control.TransparentColor;
+        frame.indices.resize(h * w);
         // An interlaced frame stores its rows in four passes.
         static constexpr std::size_t starts[] = {0, 4, 2, 1}, steps[] = {8, 8, 4, 2};
         const std::size_t passes = desc.Interlace ? 4 : 1;
         for (std::size_t pass = 0; pass < passes; ++pass) {
           for (std::size_t y = desc.Interlace ? starts[pass] : 0; y < h;
                y += desc.Interlace ? steps[pass] : 1) {
-            if (DGifGetLine(gif.get(), indices.data() + y * w, static_cast<int>(w)) == GIF_ERROR)
-              throw fail("cannot decode the first frame", gif->Error);
+            if (DGifGetLine(gif.get(), frame.indices.data() + y * w, static_cast<int>(w)) ==
+                GIF_ERROR) {
+              throw fail(("cannot decode frame " + std::to_string(frames.size())).c_str(),
+                         gif->Error);
+            }
           }
         }
+        frames.push_back(std::move(frame));
       } else {
         // A later frame counts for its size only: its data is skipped.
         int code_size = 0;
@@ -513,26 +521,78 @@ inline Tensor<std::uint8_t> decode_gif_frame(std::span<const std::uint8_t> bytes
       done = true;
     }
   }
-  if (frames == 0) throw FormatError(name + ": invalid GIF data: the file holds no image");
-  detail::check_pixels(name, height, width);
-  Tensor<std::uint8_t> out(Shape{height, width, 3}, std::uint8_t{0});
-  const auto top = static_cast<std::size_t>(std::max(first.Top, 0));
-  const auto left = static_cast<std::size_t>(std::max(first.Left, 0));
-  const auto fw = static_cast<std::size_t>(first.Width),
-             fh = static_cast<std::size_t>(first.Height);
-  for (std::size_t y = top; y < std::min(top + fh, height); ++y) {
-    for (std::size_t x = left; x < std::min(left + fw, width); ++x) {
-      const int index = indices[(y - top) * fw + (x - left)];
-      if (index == transparent) continue;  // black, as TensorFlow leaves it
-      if (index >= static_cast<int>(colours.size())) {
+  if (frames.empty()) throw FormatError(name + ": invalid GIF data: the file holds no image");
+  check_pixels(name, height * frames.size(), width);
+  return frames;
+}
+
+// Draws `frame` (number `k`) into `out`, a `height x width x 3` canvas holding frame `k - 1`
+// (black for the first), as TensorFlow's gif_io.cc: the frame's pixels within the canvas through
+// its colours, its transparent ones left as they are.
+inline void draw_gif_frame(const GifFrame& frame, const std::string& name, std::uint8_t* out,
+                           std::size_t width, std::size_t height) {
+  for (std::size_t y = frame.top; y < std::min(frame.top + frame.height, height); ++y) {
+    for (std::size_t x = frame.left; x < std::min(frame.left + frame.width, width); ++x) {
+      const int index = frame.indices[(y - frame.top) * frame.width + (x - frame.left)];
+      if (index == frame.transparent) continue;
+      if (index >= static_cast<int>(frame.colours.size())) {
         throw FormatError(name + ": invalid GIF data: colour index " + std::to_string(index) +
-                          " past the colour map's " + std::to_string(colours.size()) + " colours");
+                          " past the colour map's " + std::to_string(frame.colours.size()) +
+                          " colours");
       }
-      std::uint8_t* px = out.data() + (y * width + x) * 3;
-      px[0] = colours[static_cast<std::size_t>(index)].Red;
-      px[1] = colours[static_cast<std::size_t>(index)].Green;
-      px[2] = colours[static_cast<std::size_t>(index)].Blue;
+      const GifColorType& colour = frame.colours[static_cast<std::size_t>(index)];
+      std::uint8_t* px = out + (y * width + x) * 3;
+      px[0] = colour.Red;
+      px[1] = colour.Green;
+      px[2] = colour.Blue;
     }
+  }
+}
+
+inline void check_gif_channels(const std::string& name, int channels) {
+  if (channels != 0 && channels != 3) {
+    throw ConfigError(name + ": channels must be 0 or 3 for a GIF image but is " +
+                      std::to_string(channels));
+  }
+}
+
+}  // namespace detail
+
+/// Decodes a GIF's first frame into a `(height, width, 3)` uint8 tensor, as
+/// `tf.io.decode_image(expand_animations=False)` does (TensorFlow's `gif_io.cc`): the image is as
+/// wide and high as the largest frame of the file, the first frame drawn at its offset over black
+/// through its colour map (or the global one), its transparent colour black. `channels` must be 0
+/// or 3. Throws `ConfigError` for other channel counts and `FormatError` for data giflib cannot
+/// read up to the end of the first frame, a frame without a colour map, or a colour index past
+/// it; a later frame that cannot be read ends the scan for the largest frame there (TensorFlow
+/// also keeps what it read).
+inline Tensor<std::uint8_t> decode_gif_frame(std::span<const std::uint8_t> bytes, int channels = 0,
+                                             const std::string& name = "gif") {
+  detail::check_gif_channels(name, channels);
+  std::size_t width = 0, height = 0;
+  const auto frames = detail::read_gif(bytes, name, false, width, height);
+  Tensor<std::uint8_t> out(Shape{height, width, 3}, std::uint8_t{0});
+  detail::draw_gif_frame(frames.front(), name, out.data(), width, height);
+  return out;
+}
+
+/// Decodes every frame of a GIF into a `(frames, height, width, 3)` uint8 tensor, as
+/// `tf.io.decode_gif` (and `decode_image` with `expand_animations=True`) does: the canvas is as
+/// wide and high as the largest frame; each frame starts from the one before (black for the
+/// first) and draws its pixels at its offset, its transparent ones keeping what was there
+/// (disposal methods are not applied, as TensorFlow does not apply them). Throws `FormatError`
+/// for a frame that cannot be read (TensorFlow keeps a partly read last frame), a frame without
+/// a colour map, a colour index past it, or more pixels in all than `max_pixels`.
+inline Tensor<std::uint8_t> decode_gif(std::span<const std::uint8_t> bytes,
+                                       const std::string& name = "gif") {
+  std::size_t width = 0, height = 0;
+  const auto frames = detail::read_gif(bytes, name, true, width, height);
+  Tensor<std::uint8_t> out(Shape{frames.size(), height, width, 3}, std::uint8_t{0});
+  const std::size_t frame_bytes = height * width * 3;
+  for (std::size_t k = 0; k < frames.size(); ++k) {
+    std::uint8_t* canvas = out.data() + k * frame_bytes;
+    if (k > 0) std::copy_n(canvas - frame_bytes, frame_bytes, canvas);
+    detail::draw_gif_frame(frames[k], name, canvas, width, height);
   }
   return out;
 }
