@@ -114,9 +114,6 @@ class ModelLayer : public Layer {
   /// Points the inner layers' variables at this layer's tensors (the outer model moves them to
   /// its backend's memory, and `set_weights` may replace them).
   LOADSTAR_DECL void share_variables();
-  /// The buffers of one call for `rows` rows on `backend`, found by the call's output buffer.
-  LOADSTAR_DECL std::vector<detail::RuntimeNode>& run_for(const Tensor<float>& output,
-                                                          std::size_t rows, Backend& backend);
   /// The context of inner node `k`: a frozen `BatchNormalization` normalizes with its moving
   /// statistics.
   LOADSTAR_DECL CallContext inner_context(const CallContext& ctx, const Layer& layer) const;
@@ -128,11 +125,11 @@ class ModelLayer : public Layer {
     // The inner masks without and with a mask given to the input, with this call's buffers.
     detail::MaskPlan own, given;
   };
+  /// The buffers of one call for `rows` rows on `backend`, found by the call's output buffer.
+  LOADSTAR_DECL Run& run_for(const Tensor<float>& output, std::size_t rows, Backend& backend);
   /// The masks of `run` for this call (`given` when the outer input has a mask, copied into the
   /// inner input's), sized for `rows` rows; throws the inner refusal for a given mask.
   LOADSTAR_DECL detail::MaskPlan& masks_for(Run& run, std::size_t rows, const CallContext& ctx);
-  /// The run whose buffers hold `output` (made by `run_for`).
-  LOADSTAR_DECL Run& run_of(const Tensor<float>& output);
 
   std::shared_ptr<Model> model_;
   detail::GraphPlan plan_;
@@ -286,8 +283,8 @@ void ModelLayer::share_variables() {
   }
 }
 
-std::vector<detail::RuntimeNode>& ModelLayer::run_for(const Tensor<float>& output, std::size_t rows,
-                                                      Backend& backend) {
+ModelLayer::Run& ModelLayer::run_for(const Tensor<float>& output, std::size_t rows,
+                                     Backend& backend) {
   Run* run = nullptr;
   for (auto& r : runs_)
     if (r.key == output.data()) run = &r;
@@ -295,7 +292,7 @@ std::vector<detail::RuntimeNode>& ModelLayer::run_for(const Tensor<float>& outpu
     // A new call, or the outer model allocated for a larger batch: the buffers kept for smaller
     // batches belong to outer buffers that are gone (every call of a step has the same rows).
     std::erase_if(runs_, [rows](const Run& r) { return r.capacity < rows; });
-    runs_.push_back({output.data(), 0, plan_.nodes, {}, {}});
+    runs_.push_back({output.data(), 0, plan_.nodes, own_masks_, given_masks_});
     run = &runs_.back();
   }
   auto& nodes = run->nodes;
@@ -318,14 +315,7 @@ std::vector<detail::RuntimeNode>& ModelLayer::run_for(const Tensor<float>& outpu
     if (k != out) node.value = node.value_full.slice_rows(0, rows);
     node.gradient = node.gradient_full.slice_rows(0, rows);
   }
-  return nodes;
-}
-
-ModelLayer::Run& ModelLayer::run_of(const Tensor<float>& output) {
-  for (auto& r : runs_)
-    if (r.key == output.data()) return r;
-  LOADSTAR_ASSERT(false, "model layer: backward without its forward");
-  return runs_.front();
+  return *run;
 }
 
 detail::MaskPlan& ModelLayer::masks_for(Run& run, std::size_t rows, const CallContext& ctx) {
@@ -337,10 +327,6 @@ detail::MaskPlan& ModelLayer::masks_for(Run& run, std::size_t rows, const CallCo
     const std::size_t input = 0;
     warnings.plan(model_->name(), plan_.nodes, std::span(&input, 1));
     warned_given_ = true;
-  }
-  if (run.own.empty() && run.given.empty() && (!own_masks_.empty() || !given_masks_.empty())) {
-    run.own = own_masks_;
-    run.given = given_masks_;
   }
   detail::MaskPlan& masks = given.empty() ? run.own : run.given;
   if (masks.empty()) return masks;
@@ -373,9 +359,10 @@ void ModelLayer::forward(std::span<const Tensor<float>> inputs, const Tensor<flo
                          const CallContext& ctx) {
   share_variables();
   const std::size_t rows = inputs[0].dim(0);
-  auto& nodes = run_for(output, rows, ctx.backend);
+  Run& run = run_for(output, rows, ctx.backend);
+  auto& nodes = run.nodes;
   const std::size_t out = plan_.output_nodes.front();
-  detail::MaskPlan& masks = masks_for(run_of(output), rows, ctx);
+  detail::MaskPlan& masks = masks_for(run, rows, ctx);
   last_masks_ = &masks;
   nodes.front().value = inputs[0];
   nodes[out].value = output;
@@ -404,7 +391,8 @@ void ModelLayer::backward(std::span<const Tensor<float>> inputs, const Tensor<fl
   share_variables();
   Backend& backend = ctx.backend;
   const std::size_t rows = inputs[0].dim(0);
-  auto& nodes = run_for(output, rows, backend);
+  Run& run = run_for(output, rows, backend);
+  auto& nodes = run.nodes;
   const std::size_t out = plan_.output_nodes.front();
   const Tensor<float> dx = input_gradients.empty() ? Tensor<float>() : input_gradients[0];
   if (out == 0) {
@@ -438,7 +426,6 @@ void ModelLayer::backward(std::span<const Tensor<float>> inputs, const Tensor<fl
     }
   }
   // The masks of this call's forward (its buffers still hold them).
-  Run& run = run_of(output);
   const bool given = !ctx.input_masks.empty() && !ctx.input_masks[0].empty();
   const detail::MaskPlan& masks = given ? run.given : run.own;
   for (std::size_t k = nodes.size(); k-- > 1;) {

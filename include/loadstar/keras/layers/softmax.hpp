@@ -4,6 +4,7 @@
 
 #include "loadstar/config.hpp"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -72,6 +73,8 @@ class Softmax : public detail::LayerBase, public keras::detail::CallArguments {
   std::size_t axis_with_batch_ = 1;
   bool masked_ = false;
   detail::Scratch masked_inputs_;
+  // The mask's stride per axis (0 where it broadcasts) and an element's index: sized by `build`.
+  std::vector<std::size_t> mask_strides_, index_;
 };
 
 }  // namespace loadstar::keras::layers
@@ -106,6 +109,8 @@ Shape Softmax::build(std::span<const Shape> input_shapes, std::uint64_t) {
     }
   }
   axis_with_batch_ = static_cast<std::size_t>(axis);
+  mask_strides_.assign(static_cast<std::size_t>(rank), 0);
+  index_.assign(static_cast<std::size_t>(rank), 0);
   remember(input_shapes, input_shapes[0]);
   return input_shapes[0];
 }
@@ -132,22 +137,21 @@ void Softmax::forward(std::span<const Tensor<float>> inputs, const Tensor<float>
     }
   }
   // For each element of the inputs, its element of the mask (0 strides on broadcast axes).
+  std::size_t stride = 1;
+  for (std::size_t i = shape.rank(); i-- > 0;) {
+    mask_strides_[i] = mask_shape[i] == 1 ? 0 : stride;
+    stride *= mask_shape[i];
+  }
   const auto visit = [&](auto&& f) {
-    std::vector<std::size_t> strides(shape.rank(), 0);
-    std::size_t stride = 1;
-    for (std::size_t i = shape.rank(); i-- > 0;) {
-      strides[i] = mask_shape[i] == 1 ? 0 : stride;
-      stride *= mask_shape[i];
-    }
-    std::vector<std::size_t> index(shape.rank(), 0);
+    std::fill(index_.begin(), index_.end(), 0);
     std::size_t at = 0;
     for (std::size_t e = 0, n = shape.elements(); e < n; ++e) {
       f(e, at);
       for (std::size_t i = shape.rank(); i-- > 0;) {
-        at += strides[i];
-        if (++index[i] < shape[i]) break;
-        at -= strides[i] * shape[i];
-        index[i] = 0;
+        at += mask_strides_[i];
+        if (++index_[i] < shape[i]) break;
+        at -= mask_strides_[i] * shape[i];
+        index_[i] = 0;
       }
     }
   };

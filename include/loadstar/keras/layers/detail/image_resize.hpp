@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -21,6 +22,8 @@ enum class ResizeKind { bilinear, nearest, bicubic, lanczos3, lanczos5, area };
 
 /// Keras's name of `kind` (`"bilinear"`, ...).
 LOADSTAR_DECL const char* resize_kind_name(ResizeKind kind);
+/// The kind Keras names `interpolation`, or none.
+LOADSTAR_DECL std::optional<ResizeKind> parse_resize_kind(const std::string& interpolation);
 /// The kind Keras names `interpolation`; `ConfigError` naming `label` and the names otherwise.
 LOADSTAR_DECL ResizeKind resize_kind(const std::string& interpolation, const std::string& label);
 
@@ -62,7 +65,7 @@ LOADSTAR_DECL void resample(const float* x, float* y, std::size_t planes, std::s
 /// A layer mapping `(batch, h, w, c)` images to `(batch, height, width, c)`: a box of the input
 /// (the whole image, a centred crop or Keras's `crop_to_aspect_ratio` box, or the image padded to
 /// the aspect ratio) resampled as `axis_taps` says; the backward pass is the resampling's
-/// adjoint. Bilinear and nearest resizing without padding or antialiasing take a direct path.
+/// adjoint.
 class ImageResizeLayer : public LayerBase {
  public:
   /// The box of an `h` by `w` image that is resized (rows and columns from `top`, `left`), with
@@ -105,18 +108,8 @@ class ImageResizeLayer : public LayerBase {
   float fill_value_;
 
  private:
-  /// One output coordinate's two source coordinates (in the input) and the second's weight.
-  struct Tap {
-    std::size_t low, high;
-    float weight;
-  };
-  LOADSTAR_DECL std::vector<Tap> taps(std::size_t start, std::size_t in, std::size_t out) const;
-  std::vector<Tap> rows_, cols_;
   AxisTaps row_taps_, col_taps_;
   std::vector<float> scratch_;
-  // Whether this resize takes `resample` (anything but bilinear or nearest without padding or
-  // antialiasing) and `row_taps_`, `col_taps_`, or the direct path and `rows_`, `cols_`.
-  bool general_ = false;
   std::size_t in_h_ = 0, in_w_ = 0, channels_ = 0;
 };
 
@@ -144,11 +137,16 @@ const char* resize_kind_name(ResizeKind kind) {
   return "bilinear";
 }
 
-ResizeKind resize_kind(const std::string& interpolation, const std::string& label) {
+std::optional<ResizeKind> parse_resize_kind(const std::string& interpolation) {
   for (ResizeKind kind : {ResizeKind::bilinear, ResizeKind::nearest, ResizeKind::bicubic,
                           ResizeKind::lanczos3, ResizeKind::lanczos5, ResizeKind::area}) {
     if (interpolation == resize_kind_name(kind)) return kind;
   }
+  return std::nullopt;
+}
+
+ResizeKind resize_kind(const std::string& interpolation, const std::string& label) {
+  if (const auto kind = parse_resize_kind(interpolation)) return *kind;
   throw ConfigError(label +
                     ": interpolation must be \"bilinear\", \"nearest\", \"bicubic\", "
                     "\"lanczos3\", \"lanczos5\" or \"area\" but is \"" +
@@ -221,28 +219,6 @@ ImageResizeLayer::Box ImageResizeLayer::aspect_box(std::size_t h, std::size_t w,
   const auto crop_w = std::max<std::size_t>(
       std::min(w, static_cast<std::size_t>(double(h * width) / double(height))), 1);
   return {(h - crop_h) / 2, (w - crop_w) / 2, crop_h, crop_w};
-}
-
-std::vector<ImageResizeLayer::Tap> ImageResizeLayer::taps(std::size_t start, std::size_t in,
-                                                          std::size_t out) const {
-  // tf.image.resize with half-pixel centres: output i samples input (i + 0.5) * in / out - 0.5
-  // (bilinear, clamped to the box) or floor((i + 0.5) * in / out) (nearest).
-  const float scale = static_cast<float>(in) / static_cast<float>(out);
-  std::vector<Tap> result(out);
-  for (std::size_t i = 0; i < out; ++i) {
-    if (kind_ == ResizeKind::nearest) {
-      const auto source = static_cast<std::size_t>(
-          std::min(std::floor((static_cast<float>(i) + 0.5F) * scale), static_cast<float>(in - 1)));
-      result[i] = {start + source, start + source, 0.0F};
-      continue;
-    }
-    const float source = (static_cast<float>(i) + 0.5F) * scale - 0.5F;
-    const float floor = std::floor(source);
-    const auto low = static_cast<std::size_t>(std::max(floor, 0.0F));
-    const auto high = static_cast<std::size_t>(std::min(std::ceil(source), float(in - 1)));
-    result[i] = {start + low, start + std::max(high, low), source - floor};
-  }
-  return result;
 }
 
 void resample(const float* x, float* y, std::size_t planes, std::size_t height, std::size_t width,
@@ -361,15 +337,8 @@ Shape ImageResizeLayer::build(std::span<const Shape> input_shapes, std::uint64_t
   in_w_ = in[1];
   channels_ = in[2];
   const Box b = box(in_h_, in_w_);
-  general_ = (kind_ != ResizeKind::bilinear && kind_ != ResizeKind::nearest) ||
-             (antialias_ && kind_ == ResizeKind::bilinear) || b.pad_rows != 0 || b.pad_cols != 0;
-  if (general_) {
-    row_taps_ = axis_taps(kind_, antialias_, b.top, b.height, b.pad_rows, height_);
-    col_taps_ = axis_taps(kind_, antialias_, b.left, b.width, b.pad_cols, width_);
-  } else {
-    rows_ = taps(b.top, b.height, height_);
-    cols_ = taps(b.left, b.width, width_);
-  }
+  row_taps_ = axis_taps(kind_, antialias_, b.top, b.height, b.pad_rows, height_);
+  col_taps_ = axis_taps(kind_, antialias_, b.left, b.width, b.pad_cols, width_);
   const Shape out{height_, width_, channels_};
   remember(input_shapes, out);
   return out;
@@ -379,34 +348,9 @@ void ImageResizeLayer::forward(std::span<const Tensor<float>> inputs, const Tens
                                const CallContext& ctx) {
   check_inputs(inputs);
   const Tensor<float> tensors[] = {inputs[0], output};
-  if (general_) {
-    ctx.backend.host_kernel(tensors, [this](std::span<const Tensor<float>> t) {
-      resample(t[0].data(), t[1].data(), t[0].rows(), in_h_, in_w_, channels_, row_taps_, col_taps_,
-               fill_value_, false, scratch_);
-    });
-    return;
-  }
   ctx.backend.host_kernel(tensors, [this](std::span<const Tensor<float>> t) {
-    const std::size_t c = channels_, in_image = in_h_ * in_w_ * c;
-    for (std::size_t n = 0; n < t[0].rows(); ++n) {
-      const float* x = t[0].data() + n * in_image;
-      float* y = t[1].data() + n * height_ * width_ * c;
-      for (std::size_t i = 0; i < height_; ++i) {
-        const Tap& r = rows_[i];
-        for (std::size_t j = 0; j < width_; ++j) {
-          const Tap& q = cols_[j];
-          const float* a = x + (r.low * in_w_ + q.low) * c;
-          const float* b = x + (r.low * in_w_ + q.high) * c;
-          const float* d = x + (r.high * in_w_ + q.low) * c;
-          const float* e = x + (r.high * in_w_ + q.high) * c;
-          for (std::size_t k = 0; k < c; ++k) {
-            const float top = a[k] + (b[k] - a[k]) * q.weight;
-            const float bottom = d[k] + (e[k] - d[k]) * q.weight;
-            y[(i * width_ + j) * c + k] = top + (bottom - top) * r.weight;
-          }
-        }
-      }
-    }
+    resample(t[0].data(), t[1].data(), t[0].rows(), in_h_, in_w_, channels_, row_taps_, col_taps_,
+             fill_value_, false, scratch_);
   });
 }
 
@@ -416,36 +360,9 @@ void ImageResizeLayer::backward(std::span<const Tensor<float>>, const Tensor<flo
                                 const CallContext& ctx) {
   if (input_gradients.empty() || input_gradients[0].empty()) return;
   const Tensor<float> tensors[] = {output_gradient, input_gradients[0]};
-  if (general_) {
-    ctx.backend.host_kernel(tensors, [this](std::span<const Tensor<float>> t) {
-      resample(t[0].data(), t[1].data(), t[1].rows(), in_h_, in_w_, channels_, row_taps_, col_taps_,
-               fill_value_, true, scratch_);
-    });
-    return;
-  }
   ctx.backend.host_kernel(tensors, [this](std::span<const Tensor<float>> t) {
-    const std::size_t c = channels_, in_image = in_h_ * in_w_ * c;
-    std::fill(t[1].data(), t[1].data() + t[1].size(), 0.0F);
-    for (std::size_t n = 0; n < t[0].rows(); ++n) {
-      const float* dy = t[0].data() + n * height_ * width_ * c;
-      float* dx = t[1].data() + n * in_image;
-      for (std::size_t i = 0; i < height_; ++i) {
-        const Tap& r = rows_[i];
-        for (std::size_t j = 0; j < width_; ++j) {
-          const Tap& q = cols_[j];
-          const float w[] = {(1.0F - r.weight) * (1.0F - q.weight), (1.0F - r.weight) * q.weight,
-                             r.weight * (1.0F - q.weight), r.weight * q.weight};
-          float* targets[] = {dx + (r.low * in_w_ + q.low) * c, dx + (r.low * in_w_ + q.high) * c,
-                              dx + (r.high * in_w_ + q.low) * c,
-                              dx + (r.high * in_w_ + q.high) * c};
-          for (std::size_t k = 0; k < c; ++k) {
-            const float g = dy[(i * width_ + j) * c + k];
-            for (int tap = 0; tap < 4; ++tap)
-              targets[tap][k] += w[tap] * g;
-          }
-        }
-      }
-    }
+    resample(t[0].data(), t[1].data(), t[1].rows(), in_h_, in_w_, channels_, row_taps_, col_taps_,
+             fill_value_, true, scratch_);
   });
 }
 

@@ -192,8 +192,9 @@ class OptimizerBase : public Optimizer {
   /// every `ema_overwrite_frequency` steps; `iterations_` is still this step's index.
   LOADSTAR_DECL void update_moving_averages(std::span<Variable*> variables);
   LOADSTAR_DECL void overwrite_with_averages(std::span<Variable*> variables);
-  /// Whether the weight decay applies to `variable` (`exclude_from_weight_decay`).
-  LOADSTAR_DECL bool decays(const Variable& variable) const;
+  /// Whether the weight decay applies to `variable` (`exclude_from_weight_decay`), given
+  /// `pattern`, the names' regular expression (null without names).
+  LOADSTAR_DECL bool decays(const Variable& variable, const std::regex* pattern) const;
 
   // Keras 2.11+ names a slot `<slot>/<variable>` (`add_variable_from_reference`): "m/kernel".
   LOADSTAR_DECL void build(Backend& backend, std::span<Variable*> variables);
@@ -445,12 +446,11 @@ void OptimizerBase::exclude_from_weight_decay(std::span<const Variable* const> v
   excluded_names_ = var_names;
 }
 
-bool OptimizerBase::decays(const Variable& variable) const {
+bool OptimizerBase::decays(const Variable& variable, const std::regex* pattern) const {
   if (std::find(excluded_variables_.begin(), excluded_variables_.end(), &variable) !=
       excluded_variables_.end())
     return false;
-  if (excluded_names_.empty()) return true;
-  return !std::regex_search(variable.name, excluded_pattern(name(), excluded_names_));
+  return pattern == nullptr || !std::regex_search(variable.name, *pattern);
 }
 
 ArrayMap OptimizerBase::slot([[maybe_unused]] std::size_t index, std::size_t k) {
@@ -475,6 +475,9 @@ void OptimizerBase::build(std::span<Variable*> variables) {
 void OptimizerBase::build(Backend& backend, std::span<Variable*> variables) {
   const std::vector<std::string> names = slot_names();
   LOADSTAR_ASSERT(names.size() <= max_slots, "too many slots per variable");
+  const std::optional<std::regex> pattern =
+      excluded_names_.empty() ? std::nullopt
+                              : std::optional(excluded_pattern(name(), excluded_names_));
   slots_per_variable_ = names.size();
   for (Variable* v : variables) {
     if (!v->trainable) continue;
@@ -490,7 +493,7 @@ void OptimizerBase::build(Backend& backend, std::span<Variable*> variables) {
     scratch_.push_back(options_.clipnorm || options_.global_clipnorm || options_.clipvalue
                            ? backend.allocate(v->value.shape())
                            : Tensor<float>());
-    decays_.push_back(decays(*v) ? 1 : 0);
+    decays_.push_back(decays(*v, pattern ? &*pattern : nullptr) ? 1 : 0);
   }
   if (options_.use_ema) {
     for (Variable* v : variables) {
