@@ -184,6 +184,17 @@ TEST_CASE("corrupt, truncated and unsupported data throw FormatError naming the 
     CHECK_THROWS_WITH_AS(image::decode_image(gif, 0, "a.gif"),
                          contains("a.gif: invalid GIF data: cannot read the header: "),
                          FormatError);
+    // A screen without an image, and a 1x1 image without a colour map (neither global nor local).
+    const std::vector<std::uint8_t> empty_gif = {'G', 'I', 'F', '8', '9', 'a', 1,
+                                                 0,   1,   0,   0,   0,   0,   0x3b};
+    CHECK_THROWS_WITH_AS(image::decode_image(empty_gif, 0, "empty.gif"),
+                         "empty.gif: invalid GIF data: the file holds no image", FormatError);
+    const std::vector<std::uint8_t> colourless = {'G', 'I', 'F', '8',  '9', 'a',  1, 0, 1,   0,
+                                                  0,   0,   0,   0x2c, 0,   0,    0, 0, 1,   0,
+                                                  1,   0,   0,   2,    2,   0x44, 1, 0, 0x3b};
+    CHECK_THROWS_WITH_AS(image::decode_gif(colourless, "colourless.gif"),
+                         "colourless.gif: invalid GIF data: frame 0 has no colour map",
+                         FormatError);
     const auto plain = read_bytes(images_dir() / "plain.gif");
     CHECK_THROWS_WITH_AS(image::decode_image(plain, 1, "plain.gif"),
                          "plain.gif: channels must be 0 or 3 for a GIF image but is 1",
@@ -216,6 +227,12 @@ TEST_CASE("corrupt, truncated and unsupported data throw FormatError naming the 
     CHECK_THROWS_WITH_AS(image::decode_bmp(rle, 0, "rle.bmp"),
                          "rle.bmp: compressed BMP data (compression 1) is not supported "
                          "(uncompressed rows are)",
+                         FormatError);
+    auto narrow = rgb;
+    std::fill_n(narrow.begin() + 18, 4, std::uint8_t{0});  // width 0
+    CHECK_THROWS_WITH_AS(image::decode_bmp(narrow, 0, "narrow.bmp"),
+                         "narrow.bmp: invalid BMP data: expected a positive width, a nonzero "
+                         "height and a nonnegative offset but found 0, 11 and 54",
                          FormatError);
     auto deep = rgb;
     deep[28] = 16;

@@ -496,6 +496,19 @@ TEST_SUITE("keras_layers") {
         "is 1 or the inputs' length (inputs (None, 3, 4)) but got a mask of "
         "shape (None, 4)",
         ShapeError);
+    // With steps of unknown length, a batch's mask of other lengths is refused when it comes.
+    Softmax unknown({.name = "u"});
+    const Shape unknown_steps[] = {Shape{loadstar::keras::none, 4},
+                                   Shape{loadstar::keras::none, 4}};
+    unknown.build(unknown_steps, 0);
+    CpuBackend backend(1);
+    const Tensor<float> scores_batch(Shape{2, 3, 4}), other_mask(Shape{2, 5, 4});
+    const Tensor<float> probabilities(Shape{2, 3, 4});
+    const Tensor<float> both[] = {scores_batch, other_mask};
+    CHECK_THROWS_WITH_AS(unknown.forward(both, probabilities, {.backend = backend}),
+                         "softmax layer 'u': expects a mask whose every axis is 1 or the inputs' "
+                         "length (inputs (2, 3, 4)) but got one of shape (2, 5, 4)",
+                         ShapeError);
     Softmax softmax({.name = "s"});
     CHECK_THROWS_WITH_AS(softmax.apply_call_kwargs({{"axis", 1}}, "call"),
                          "call: unknown call argument 'axis' of Softmax (its call takes the "
