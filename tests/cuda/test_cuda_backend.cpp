@@ -2150,7 +2150,10 @@ TEST_SUITE("cuda") {
   TEST_CASE("Text models on Input(None) train on batches of any length as PyTorch on CUDA") {
     // tests/keras/generate_unknown_axes.py: each length settles the model's shapes again, and the
     // CUDA backend records one step graph per length.
-    for (const auto& c : unknown_axes_cases::all_cases()) {
+    auto cases = unknown_axes_cases::all_cases();
+    for (const auto& c : unknown_axes_cases::nested_cases())
+      cases.push_back(c);  // again with part of the model nested
+    for (const auto& c : cases) {
       auto model = c.make();
       unknown_axes_cases::check_training(*model, unknown_axes_cases::case_named(c.name), c.loss,
                                          keras::cuda_backend(0));
@@ -2262,6 +2265,60 @@ TEST_SUITE("cuda") {
     REQUIRE(after.size() == c["updated"].size());
     for (std::size_t i = 0; i < after.size(); ++i)
       layer_cases::check_close("updated weight " + std::to_string(i), after[i], c["updated"][i]);
+  }
+
+  TEST_CASE("A nested model of two inputs and three outputs trains on the CUDA backend") {
+    // tests/keras/generate_nested_multi.py's multi_io: PyTorch's predictions and SGD step.
+    const auto reference = layer_cases::load("nested_multi.json");
+    const auto& c = reference["cases"][0];
+    REQUIRE(c["name"] == "multi_io");
+    auto a = Input({4}, "a");
+    auto b = Input({3}, "b");
+    auto ha = call(Dense(5, {.activation = "tanh", .name = "ha"}), a);
+    auto sum = call(Add({.name = "s"}), {ha, call(Dense(5, {.name = "gb"}), b)});
+    auto pair = std::make_shared<Model>(
+        std::vector{a, b}, std::vector{call(Dense(2, {.name = "d1"}), sum), sum, a}, "pair");
+    auto x = Input({4}, "x");
+    auto y = Input({3}, "y");
+    auto outputs =
+        call_outputs(pair, {call(Dense(4, {.activation = "tanh", .name = "pre"}), x), y});
+    Model model(std::vector{x, y},
+                std::vector{call(Dense(1, {.name = "head"}),
+                                 call(Concatenate(), {outputs[0], outputs[1], outputs[2]}))},
+                "multi_io");
+    model.compile({.optimizer = optimizers::SGD(optimizers::SGDOptions{.learning_rate = 0.5}),
+                   .loss = "mse",
+                   .backend = keras::cuda_backend(0)});
+    // The weights keyed "<layer>/<variable>", in the model's order.
+    const auto keyed = [&](const nlohmann::json& values, std::vector<std::string>& keys) {
+      std::vector<Tensor<float>> out;
+      for (const auto& layer : model.layers()) {
+        for (const auto& w : layer->weights()) {
+          keys.push_back(layer->name() + "/" + w.name);
+          const auto& entry = values.at(keys.back());
+          out.push_back(layer_cases::tensor_of(entry.contains("values") ? entry["values"] : entry,
+                                               w.value.shape()));
+        }
+      }
+      return out;
+    };
+    std::vector<std::string> keys;
+    model.set_weights(keyed(c["weights"], keys));
+    std::vector<Tensor<float>> in;
+    for (const auto& input : c["inputs"])
+      in.push_back(layer_cases::tensor_of(input["values"], layer_cases::shape_of(input["shape"])));
+    layer_cases::check_close("predictions", model.predict_outputs(in, {.verbose = 0}).front(),
+                             c["predictions"]);
+    const Tensor<float> targets = layer_cases::tensor_of(
+        c["targets"]["values"], layer_cases::shape_of(c["targets"]["shape"]));
+    const double loss = *model.train_on_batch(in, targets).get("loss");
+    CHECK(loss == doctest::Approx(c["loss"].get<double>()).epsilon(1e-5));
+    keys.clear();
+    const auto updated = keyed(c["updated"], keys);
+    const auto after = model.get_weights();
+    REQUIRE(after.size() == updated.size());
+    for (std::size_t i = 0; i < after.size(); ++i)
+      layer_cases::check_close("updated " + keys[i], after[i], c["updated"][keys[i]]);
   }
 
   TEST_CASE("A model of attention layers trains on the CUDA backend as on the CPU") {

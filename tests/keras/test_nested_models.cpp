@@ -15,11 +15,13 @@
 #include <loadstar/keras/warnings.hpp>
 #include <optional>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "keras/layer_cases.hpp"
 #include "keras/saving_support.hpp"
+#include "keras/unknown_axes_cases.hpp"
 #include "temp_dir.hpp"
 
 using namespace loadstar;
@@ -159,6 +161,82 @@ std::vector<double> train(Model& model) {
   return history.history.at("loss");
 }
 
+/// A case of tests/keras/reference/nested_multi.json (tests/keras/generate_nested_multi.py).
+const nlohmann::json& multi_case(const std::string& name) {
+  static const nlohmann::json data = layer_cases::load("nested_multi.json");
+  for (const auto& c : data["cases"])
+    if (c["name"] == name) return c;
+  throw std::runtime_error("nested_multi.json has no case " + name);
+}
+
+/// The values keyed "<layer>/<variable>" in `json`, in the model's weight order.
+std::vector<Tensor<float>> keyed_weights(const Model& model, const nlohmann::json& json,
+                                         std::vector<std::string>* keys = nullptr) {
+  std::vector<Tensor<float>> out;
+  for (const auto& layer : model.layers()) {
+    for (const auto& w : layer->weights()) {
+      const std::string key = layer->name() + "/" + w.name;
+      REQUIRE_MESSAGE(json.contains(key), "no reference weight " << key);
+      const nlohmann::json& entry = json[key];
+      out.push_back(layer_cases::tensor_of(entry.contains("values") ? entry["values"] : entry,
+                                           w.value.shape()));
+      if (keys != nullptr) keys->push_back(key);
+    }
+  }
+  return out;
+}
+
+/// A reference case's model: its weights set, predicting (also after saving and loading in both
+/// formats) and taking one SGD step (lr 0.5, mse).
+void check_multi_case(Model& model, const nlohmann::json& c) {
+  model.set_weights(keyed_weights(model, c["weights"]));
+  std::vector<Tensor<float>> x;
+  for (const auto& input : c["inputs"])
+    x.push_back(layer_cases::tensor_of(input["values"], layer_cases::shape_of(input["shape"])));
+  const Tensor<float> y =
+      layer_cases::tensor_of(c["targets"]["values"], layer_cases::shape_of(c["targets"]["shape"]));
+  layer_cases::check_close("predictions", model.predict_outputs(x, {.verbose = 0}).front(),
+                           c["predictions"]);
+  TempDir dir;
+  for (const char* file : {"model.h5", "model.keras"}) {
+    INFO(file);
+    model.save(dir / file);
+    layer_cases::check_close("loaded predictions",
+                             load_model(dir / file)->predict_outputs(x, {.verbose = 0}).front(),
+                             c["predictions"]);
+  }
+  model.compile(
+      {.optimizer = optimizers::SGD(optimizers::SGDOptions{.learning_rate = 0.5}), .loss = "mse"});
+  const double loss = model.train_on_batch(x, y).get("loss").value();
+  CHECK(loss == doctest::Approx(c["loss"].get<double>()).epsilon(1e-5));
+  std::vector<std::string> keys;
+  const auto updated = keyed_weights(model, c["updated"], &keys);
+  const auto after = model.get_weights();
+  REQUIRE(after.size() == updated.size());
+  for (std::size_t i = 0; i < after.size(); ++i)
+    layer_cases::check_close("updated " + keys[i], after[i], c["updated"][keys[i]]);
+}
+
+/// The models of the encoder cases: tokens -> [encoder] -> (pooled sequence, state) -> head.
+std::unique_ptr<Model> encoder_model(bool embedding_inside) {
+  auto tokens = Input({5}, "tokens");
+  auto inner_input = embedding_inside ? Input({5}, "ids") : Input({5, 3}, "features");
+  KerasTensor x = inner_input;
+  if (embedding_inside) x = call(Embedding(9, 3, {.mask_zero = true, .name = "words"}), x);
+  auto states = call_outputs(
+      LSTM(4, {.return_sequences = true, .return_state = true, .name = "enc_lstm"}), x);
+  auto encoder = std::make_shared<Model>(std::vector{inner_input},
+                                         std::vector{states[0], states[1]}, "encoder");
+  KerasTensor outer = tokens;
+  if (!embedding_inside) outer = call(Embedding(9, 3, {.mask_zero = true, .name = "words"}), outer);
+  auto encoded = call_outputs(encoder, {outer});
+  auto pooled = call(GlobalAveragePooling1D({.name = "pool"}), encoded[0]);
+  auto joined = call(Concatenate({.name = "cat"}), {pooled, encoded[1]});
+  return std::make_unique<Model>(std::vector{tokens},
+                                 std::vector{call(Dense(1, {.name = "head"}), joined)},
+                                 embedding_inside ? "inner_states" : "encoder_states");
+}
+
 }  // namespace
 
 TEST_SUITE("keras") {
@@ -207,22 +285,41 @@ TEST_SUITE("keras") {
                          UnsupportedLayersError);
   }
 
-  TEST_CASE("model_from_json refuses a nested model of two inputs naming it") {
-    CHECK_THROWS_WITH_AS(
-        model_from_json(R"({"class_name": "Sequential", "config": {"name": "outer", "layers": [
-            {"class_name": "InputLayer", "config": {"batch_input_shape": [null, 4]}},
-            {"class_name": "Functional", "config": {"name": "pair", "layers": [
-              {"class_name": "InputLayer", "config": {"batch_input_shape": [null, 4],
-               "name": "a"}, "name": "a", "inbound_nodes": []},
-              {"class_name": "InputLayer", "config": {"batch_input_shape": [null, 4],
-               "name": "b"}, "name": "b", "inbound_nodes": []},
-              {"class_name": "Add", "config": {"name": "sum"}, "name": "sum",
-               "inbound_nodes": [[["a", 0, 0, {}], ["b", 0, 0, {}]]]}],
-             "input_layers": [["a", 0, 0], ["b", 0, 0]],
-             "output_layers": [["sum", 0, 0]]}}]}})"),
-        "model 'outer' (Sequential): config.layers[1]: functional model 'pair': loadstar runs a "
-        "model of one input and one output as a layer but it has 2 inputs and 1 output",
-        ConfigError);
+  TEST_CASE("model_from_json runs a nested model of two inputs as Keras adds them") {
+    auto pair = model_from_json(R"({"class_name": "Functional", "config": {"name": "f",
+        "layers": [
+          {"class_name": "InputLayer", "config": {"batch_input_shape": [null, 4], "name": "x"},
+           "name": "x", "inbound_nodes": []},
+          {"class_name": "Dense", "config": {"name": "twice", "units": 4, "use_bias": false},
+           "name": "twice", "inbound_nodes": [[["x", 0, 0, {}]]]},
+          {"class_name": "Functional", "config": {"name": "pair", "layers": [
+            {"class_name": "InputLayer", "config": {"batch_input_shape": [null, 4],
+             "name": "a"}, "name": "a", "inbound_nodes": []},
+            {"class_name": "InputLayer", "config": {"batch_input_shape": [null, 4],
+             "name": "b"}, "name": "b", "inbound_nodes": []},
+            {"class_name": "Add", "config": {"name": "sum"}, "name": "sum",
+             "inbound_nodes": [[["a", 0, 0, {}], ["b", 0, 0, {}]]]}],
+           "input_layers": [["a", 0, 0], ["b", 0, 0]],
+           "output_layers": [["sum", 0, 0], ["a", 0, 0]]},
+           "name": "pair", "inbound_nodes": [[["x", 0, 0, {}], ["twice", 0, 0, {}]]]},
+          {"class_name": "Subtract", "config": {"name": "diff"}, "name": "diff",
+           "inbound_nodes": [[["pair", 0, 0, {}], ["pair", 0, 1, {}]]]}],
+        "input_layers": [["x", 0, 0]], "output_layers": [["diff", 0, 0]]}})");
+    REQUIRE(pair->get_layer("pair")->output_count() == 2);
+    Tensor<float> kernel(Shape{4, 4});
+    for (std::size_t i = 0; i < 4; ++i)
+      kernel.data()[i * 5] = 2.0F;
+    pair->set_weights({kernel});
+    // (x + 2x) - x = 2x.
+    const Tensor<float> x = inputs(3, 4);
+    Tensor<float> expected = x.clone();
+    for (auto& v : expected)
+      v *= 2.0F;
+    check_close(pair->predict(x), expected, 1e-6);
+    // Written and read again, the nested model keeps its inputs, outputs and calls.
+    auto copy = model_from_config(pair->get_config());
+    copy->set_weights({kernel});
+    check_close(copy->predict(x), expected, 1e-6);
   }
 
   TEST_CASE("load_model names every layer class loadstar lacks and the file") {
@@ -583,6 +680,85 @@ TEST_SUITE("keras") {
     check_close(twice.predict_outputs(std::vector<Tensor<float>>{x, x}).front(), doubled, 1e-6);
   }
 
+  TEST_CASE("A nested model of two inputs and three outputs trains as PyTorch computes it") {
+    const auto& c = multi_case("multi_io");
+    auto a = Input({4}, "a");
+    auto b = Input({3}, "b");
+    auto ha = call(Dense(5, {.activation = "tanh", .name = "ha"}), a);
+    auto gb = call(Dense(5, {.name = "gb"}), b);
+    auto sum = call(Add({.name = "s"}), {ha, gb});
+    auto pair = std::make_shared<Model>(
+        std::vector{a, b}, std::vector{call(Dense(2, {.name = "d1"}), sum), sum, a}, "pair");
+    auto x = Input({4}, "x");
+    auto y = Input({3}, "y");
+    auto pre = call(Dense(4, {.activation = "tanh", .name = "pre"}), x);
+    auto outputs = call_outputs(pair, {pre, y});
+    REQUIRE(outputs.size() == 3);
+    CHECK(outputs[1].shape() == Shape{5});
+    CHECK(outputs[2].shape() == Shape{4});
+    auto joined = call(Concatenate({.name = "cat"}), {outputs[0], outputs[1], outputs[2]});
+    Model model(std::vector{x, y}, std::vector{call(Dense(1, {.name = "head"}), joined)},
+                "multi_io");
+    check_multi_case(model, c);
+  }
+
+  TEST_CASE("A nested encoder returning its sequence and state carries the mask on the sequence") {
+    for (const bool inside : {false, true}) {
+      const std::string where = inside ? "the mask made inside" : "the mask given from outside";
+      INFO(where);
+      auto model = encoder_model(inside);
+      const auto& layer = *model->get_layer("encoder");
+      CHECK(layer.output_count() == 2);
+      CHECK(layer.masked_outputs() == 1);
+      CHECK(layer.mask_flow() == (inside ? MaskFlow::computes : MaskFlow::passes));
+      check_multi_case(*model, multi_case(inside ? "inner_states" : "encoder_states"));
+    }
+  }
+
+  TEST_CASE("Nested models on sequences of unknown length train as PyTorch computes them") {
+    // tests/keras/generate_unknown_axes.py's cases, with part of each model nested (the weights
+    // in the same order): batches of several lengths, one SGD step each.
+    for (const auto& c : unknown_axes_cases::nested_cases()) {
+      auto model = c.make();
+      unknown_axes_cases::check_training(*model, unknown_axes_cases::case_named(c.name), c.loss);
+    }
+    // The block passes the mask it is given; the encoder makes one.
+    auto model = unknown_axes_cases::nested_masked_mha();
+    CHECK(model->get_layer("block")->mask_flow() == MaskFlow::passes);
+    auto encoder = unknown_axes_cases::nested_masked_lstm();
+    CHECK(encoder->get_layer("encoder")->mask_flow() == MaskFlow::ends);
+    std::ostringstream summary;
+    encoder->summary(summary);
+    CHECK(summary.str().find("(None, None)") != std::string::npos);
+  }
+
+  TEST_CASE("A nested model of unknown lengths runs on inputs of a known length") {
+    const auto make = [] {
+      auto ids = Input({none}, "ids");
+      auto h = call(Conv1D(3, 2, {.name = "conv"}), call(Embedding(12, 4, {.name = "e"}), ids));
+      return std::make_shared<Model>(std::vector{ids}, std::vector{h}, "features");
+    };
+    auto features = make();
+    auto tokens = Input({6}, "tokens");
+    auto encoded = call(features, tokens);
+    CHECK(encoded.shape() == Shape{5, 3});
+    Model model(std::vector{tokens}, std::vector{encoded}, "fixed");
+    Tensor<float> x(Shape{2, 6});
+    for (std::size_t i = 0; i < x.size(); ++i)
+      x.data()[i] = static_cast<float>(i % 12);
+    CHECK(layer_cases::same_bits(model.predict(x, {.verbose = 0}),
+                                 features->predict(x, {.verbose = 0})));
+    // A known length the inner model cannot take, and an unknown one where it needs one.
+    CHECK_THROWS_WITH_AS(call(make(), Input({1}, "short")),
+                         doctest::Contains("conv1d layer 'conv'"), ShapeError);
+    auto fixed_inner = std::make_shared<Model>(std::vector{tokens},
+                                               std::vector{call(Dense(2), tokens)}, "fixed_inner");
+    CHECK_THROWS_WITH_AS(call(fixed_inner, Input({none}, "any")),
+                         "functional layer 'fixed_inner': takes no axis of unknown length (None) "
+                         "but is called on (None, None); give the Input a fixed length",
+                         ShapeError);
+  }
+
   TEST_CASE("model_from_json takes the input of a nested model that comes first") {
     // tf.keras 2's Sequential([base, Dense(2)]) has no InputLayer of its own: its input is the
     // nested model's.
@@ -612,13 +788,37 @@ TEST_SUITE("keras") {
                          "an Input first) but it has no input shape yet",
                          ConfigError);
     CHECK_THROWS_WITH_AS(ModelLayer(nullptr), "model layer: the model is null", ConfigError);
-    auto a = Input({2}, "a");
-    auto b = Input({2}, "b");
-    auto pair =
-        std::make_shared<Model>(std::vector<KerasTensor>{a, b}, call(Add(), {a, b}), "pair");
-    CHECK_THROWS_WITH_AS(ModelLayer{pair},
-                         "functional model 'pair': loadstar runs a model of one input and one "
-                         "output as a layer but it has 2 inputs and 1 output",
+    // A later output carrying a mask that is not the first output's.
+    auto tokens = Input({5}, "tokens");
+    auto words = call(Embedding(9, 3, {.mask_zero = true, .name = "words"}), tokens);
+    auto pooled = call(GlobalAveragePooling1D({.name = "pool"}), words);
+    auto both = std::make_shared<Model>(std::vector{tokens}, std::vector{pooled, words}, "both");
+    CHECK_THROWS_WITH_AS(ModelLayer{both},
+                         "functional model 'both': output 1 ('words') carries the mask made by "
+                         "embedding layer 'words', which is not its first output's; used as a "
+                         "layer, a model's later outputs carry the first one's mask or none",
+                         ConfigError);
+    // A later output carrying a mask given to the model's input: refused when one comes.
+    auto features = Input({5, 3}, "features");
+    auto summary = call(GlobalAveragePooling1D({.name = "mean"}), features);
+    auto echo =
+        std::make_shared<Model>(std::vector{features}, std::vector{summary, features}, "echo");
+    auto ids = Input({5}, "ids");
+    auto echoed = call_outputs(echo, {call(Embedding(9, 3, {.mask_zero = true}), ids)});
+    Model echoing(std::vector{ids}, std::vector{echoed[0]}, "echoing");
+    CHECK_THROWS_WITH_AS(echoing.predict(inputs(2, 5, 1.0F), {.verbose = 0}),
+                         "functional model 'echo': output 1 ('features') carries the mask given "
+                         "to its input 'features', which is not its first output's; "
+                         "used as a layer, a model's later outputs carry the first one's mask or "
+                         "none",
+                         ConfigError);
+    // A model of several outputs is called with call_outputs.
+    auto x = Input({2}, "x");
+    auto split = std::make_shared<Model>(
+        std::vector{x}, std::vector{call(Dense(2, {.name = "p"}), x), call(Dense(1), x)}, "split");
+    CHECK_THROWS_WITH_AS(call(split, Input({2})),
+                         "functional layer 'split': returns 2 outputs; call it with call_outputs, "
+                         "which returns them all",
                          ConfigError);
     auto noisy = std::make_shared<Dense>(2, DenseOptions{.name = "noisy"});
     noisy->set_activity_regularizer(std::make_shared<regularizers::L2>(0.1));
@@ -634,6 +834,13 @@ TEST_SUITE("keras") {
     CHECK_THROWS_WITH_AS(call(std::shared_ptr<Model>(base), wide),
                          "sequential model layer 'base': expects one input of shape (4,) but got "
                          "(5,)",
+                         ShapeError);
+    auto a = Input({2}, "a");
+    auto b = Input({3}, "b");
+    auto pair = std::make_shared<Model>(std::vector{a, b}, call(Concatenate(), {a, b}), "pair");
+    CHECK_THROWS_WITH_AS(call(pair, Input({2})),
+                         "functional model layer 'pair': expects 2 inputs of shapes (2,), (3,) "
+                         "but got one input: (2,)",
                          ShapeError);
   }
 }

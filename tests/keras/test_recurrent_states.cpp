@@ -351,12 +351,16 @@ TEST_CASE("what a layer with several outputs cannot be part of is refused by nam
                        doctest::Contains("expected a tensor index below 3 (the outputs of layer "
                                          "'enc') but found 3"),
                        ConfigError);
-  // Inside a model used as a layer.
+  // Inside a model used as a layer, the call runs with the outputs nothing reads (the
+  // sequence and c), as in the model itself.
   auto inner = std::make_shared<Model>(std::vector{x}, std::vector{encoder[1]}, "inner");
-  CHECK_THROWS_WITH_AS(static_cast<void>(ModelLayer(inner)),
-                       doctest::Contains("layer 'enc' returns 3 outputs, which loadstar does not "
-                                         "run inside a model used as a layer"),
-                       ConfigError);
+  auto outer_x = Input({4, 2}, "outer_x");
+  Model outer({outer_x}, {call(inner, outer_x)}, "outer");
+  Tensor<float> batch(Shape{3, 4, 2});
+  for (std::size_t i = 0; i < batch.size(); ++i)
+    batch.data()[i] = static_cast<float>((i * 7) % 11) / 5.0F - 1.0F;
+  CHECK(layer_cases::same_bits(outer.predict(batch, {.verbose = 0}),
+                               inner->predict(batch, {.verbose = 0})));
   // With an activity regularizer (Keras 3 would add a penalty per output).
   auto y = Input({4, 2}, "y");
   auto regularized = std::make_shared<GRU>(3, RecurrentOptions{.return_state = true});

@@ -309,6 +309,31 @@ inline std::shared_ptr<Model> masked_concat_time() {
   return std::make_shared<Model>(std::vector{tokens}, std::vector{out}, "masked_concat_time");
 }
 
+/// masked_mha with its Transformer block a nested model, given the Embedding's mask (the same
+/// weights in the same order).
+inline std::shared_ptr<Model> nested_masked_mha() {
+  auto x = Input(Shape{none, 8}, "x");
+  auto attended = call(MultiHeadAttention(2, 3), {x, x});
+  auto block = std::make_shared<Model>(
+      std::vector{x}, std::vector{call(LayerNormalization(), call(Add(), {x, attended}))}, "block");
+  auto tokens = Input(Shape{none}, "tokens");
+  auto e = call(Embedding(12, 8, {.mask_zero = true}), tokens);
+  auto out = call(Dense(2), call(GlobalAveragePooling1D(), call(block, e)));
+  return std::make_shared<Model>(std::vector{tokens}, std::vector{out}, "nested_mha");
+}
+
+/// masked_lstm with its Embedding and LSTM a nested Sequential, which makes the mask inside.
+inline std::shared_ptr<Model> nested_masked_lstm() {
+  auto encoder = std::make_shared<Sequential>(
+      std::initializer_list<SequentialItem>{Input(Shape{none}),
+                                            Embedding(12, 5, {.mask_zero = true}),
+                                            LSTM(4, {.go_backwards = true})},
+      "encoder");
+  auto tokens = Input(Shape{none}, "tokens");
+  auto out = call(Dense(3, {.activation = "softmax"}), call(encoder, tokens));
+  return std::make_shared<Model>(std::vector{tokens}, std::vector{out}, "nested_lstm");
+}
+
 /// Every reference case: its name, its model and its loss.
 struct Case {
   const char* name;
@@ -340,6 +365,12 @@ inline std::vector<Case> all_cases() {
           {"attention_scores", attention_scores, "mse"},
           {"masked_batch_norm", masked_batch_norm, "mse"},
           {"masked_concat_time", masked_concat_time, "mse"}};
+}
+
+/// Reference cases run again with part of the model nested (a model used as a layer).
+inline std::vector<Case> nested_cases() {
+  return {{"masked_mha", nested_masked_mha, "mse"},
+          {"masked_lstm", nested_masked_lstm, "sparse_categorical_crossentropy"}};
 }
 
 }  // namespace unknown_axes_cases

@@ -90,8 +90,9 @@ enum class MaskFlow {
   computes,
   /// The output's mask joins the inputs' masks along the axis the layer joins its inputs (Keras
   /// 3's `Concatenate` along another axis than the last), an unmasked input's steps all
-  /// counting; there is none unless an input has one. The layer writes it in `compute_mask`,
-  /// which then finds the inputs' masks in `ctx.input_masks`.
+  /// counting, or is made from them otherwise (a nested model whose inner layers change them);
+  /// there is none unless an input has one. The layer writes it in `compute_mask`, which then
+  /// finds the inputs' masks in `ctx.input_masks`.
   joins,
   /// The layer would use a mask in a way loadstar does not run: a masked input is refused with a
   /// `ConfigError` naming the layer.

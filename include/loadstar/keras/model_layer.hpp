@@ -5,8 +5,10 @@
 
 #include "loadstar/config.hpp"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -39,16 +41,22 @@ namespace loadstar::keras {
 /// 2.1: `training and self.trainable`). Its `class_name` is the inner model's: `"Sequential"` or
 /// `"Functional"`, and its config the inner model's config, as Keras writes a nested model.
 ///
-/// Models of one input and one output are run; others are a `ConfigError`. Called twice, it is a
-/// shared layer (one set of weights); `call(model, x)` and a model among a `Sequential`'s layers
-/// make it, once per model.
+/// A model of several inputs takes them in the order of its `inputs()`, as Keras's
+/// `y = model([a, b])`; a model of several outputs returns them all (`output_count()`), as
+/// `a, b = model(x)`, through `call_outputs`. Called twice, it is a shared layer (one set of
+/// weights); `call(model, x)` and a model among a `Sequential`'s layers make it, once per model.
 ///
 /// Masks run through the inner graph as Keras runs them: a mask made inside
 /// (`Embedding(mask_zero=True)`, `Masking`) reaches the inner layers that read it, the mask of
 /// the outer input is the inner input's, and the mask the inner output carries is this layer's
 /// output mask (`mask_flow()` is `computes` when the inner output can carry one, `ends` when
 /// the inner layers use or stop the input's mask, `refused` when an inner layer would refuse
-/// it).
+/// it, `joins` when the inputs' masks reach the inner output changed: a mask then, unless no
+/// input has one). Several inputs give their masks to their inner inputs, each one as it comes;
+/// the mask of the first output is that of the later outputs that carry the same one (a sequence
+/// and its recurrent states: the states carry none), and a later output that would carry another
+/// is refused by name (a mask made inside when the model is made a layer, a given one when it
+/// comes).
 /// \code
 /// std::shared_ptr<Model> base = load_model("base.h5");
 /// auto base_layer = std::make_shared<ModelLayer>(base);
@@ -66,9 +74,11 @@ class ModelLayer : public Layer {
   /// The mask the inner output carries after the `forward` just run (all ones without one).
   LOADSTAR_DECL void compute_mask(std::span<const Tensor<float>> inputs, const Tensor<float>& mask,
                                   const CallContext& ctx) override;
+  /// How many outputs, from the first, carry the first output's mask.
+  std::size_t masked_outputs() const noexcept override { return masked_outputs_; }
   /// Throws `ConfigError` for a null model, a model not built yet (a `Sequential` without an
-  /// input shape), a model of several inputs or outputs, and an inner layer with an activity
-  /// regularizer.
+  /// input shape), an inner layer with an activity regularizer, and a later output that would
+  /// carry another mask than the first (see the class comment).
   LOADSTAR_DECL explicit ModelLayer(std::shared_ptr<Model> model);
 
   /// `"Sequential"` for a `Sequential`, `"Functional"` for every other model.
@@ -76,6 +86,17 @@ class ModelLayer : public Layer {
 
   /// The inner model.
   const std::shared_ptr<Model>& model() const noexcept { return model_; }
+
+  /// The inner model's outputs.
+  std::size_t output_count() const noexcept override { return outputs_.size(); }
+  /// The shapes of the inner model's outputs after the first, for inputs of the given shapes.
+  LOADSTAR_DECL std::vector<Shape> extra_output_shapes(
+      std::span<const Shape> input_shapes) const override;
+  /// Whether the inner model has axes of unknown length (a text model's `Input(shape=(None,))`):
+  /// the inner shapes are then settled for each batch's inputs, as the model settles them.
+  bool takes_unknown_axes() const noexcept override { return unknown_; }
+  /// The first output's shape for inputs of the given (known) shapes.
+  LOADSTAR_DECL Shape output_shape_for(std::span<const Shape> input_shapes) const override;
 
   LOADSTAR_DECL Shape build(std::span<const Shape> input_shapes, std::uint64_t seed) override;
   LOADSTAR_DECL void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
@@ -117,28 +138,65 @@ class ModelLayer : public Layer {
   /// The context of inner node `k`: a frozen `BatchNormalization` normalizes with its moving
   /// statistics.
   LOADSTAR_DECL CallContext inner_context(const CallContext& ctx, const Layer& layer) const;
+  /// Plans the inner masks with the inputs whose bits `given` sets carrying masks given from
+  /// outside (quietly unless `warn`); throws the plan's `ConfigError`.
+  LOADSTAR_DECL detail::MaskPlan plan_masks(std::uint64_t given, bool warn) const;
+  /// Throws `ConfigError` naming an output after `masked_outputs()` to which `plan` gives a mask.
+  LOADSTAR_DECL void check_later_outputs(const detail::MaskPlan& plan) const;
 
+  /// The inner masks of one combination of masked inputs (bit `i` of `given`: input `i`).
+  struct Masks {
+    std::uint64_t given = 0;
+    detail::MaskPlan plan;
+  };
   struct Run {
     const float* key = nullptr;
-    std::size_t capacity = 0;
+    std::size_t capacity = 0;   // the most rows seen
+    std::vector<Shape> shapes;  // the sample shapes of the inputs the nodes are settled for
     std::vector<detail::RuntimeNode> nodes;
-    // The inner masks without and with a mask given to the input, with this call's buffers.
-    detail::MaskPlan own, given;
+    // The inner masks of each combination seen, with this call's buffers.
+    std::vector<Masks> masks;
   };
-  /// The buffers of one call for `rows` rows on `backend`, found by the call's output buffer.
-  LOADSTAR_DECL Run& run_for(const Tensor<float>& output, std::size_t rows, Backend& backend);
-  /// The masks of `run` for this call (`given` when the outer input has a mask, copied into the
-  /// inner input's), sized for `rows` rows; throws the inner refusal for a given mask.
+  /// The buffers of one call on `inputs` on `backend` (the inner shapes settled for theirs),
+  /// found by the call's output buffer.
+  LOADSTAR_DECL Run& run_for(const Tensor<float>& output, std::span<const Tensor<float>> inputs,
+                             Backend& backend);
+  /// The shapes of the inner nodes for inputs of the given shapes (the declared ones for the
+  /// declared inputs); throws `ShapeError` naming an inner layer whose output does not fit.
+  LOADSTAR_DECL std::vector<Shape> node_shapes(std::span<const Shape> input_shapes) const;
+  /// Points the input nodes at `inputs` and the outputs written in place at the call's
+  /// tensors, and every node's input and extra-output views at its producers.
+  LOADSTAR_DECL void bind(Run& run, std::span<const Tensor<float>> inputs,
+                          const Tensor<float>& output, const CallContext& ctx) const;
+  /// The bits of the inputs that `ctx.input_masks` gives masks.
+  static std::uint64_t given_masks(const CallContext& ctx) noexcept;
+  /// The masks of `run` for this call (the inputs' given masks copied into the inner inputs'),
+  /// sized for `rows` rows; throws the inner refusal for a given mask.
   LOADSTAR_DECL detail::MaskPlan& masks_for(Run& run, std::size_t rows, const CallContext& ctx);
+  /// The outer tensor of output `o` of a call: `first` for the first, else the context's.
+  static Tensor<float> outer(std::size_t o, const Tensor<float>& first,
+                             std::span<const Tensor<float>> extras) {
+    if (o == 0) return first;
+    return o - 1 < extras.size() ? extras[o - 1] : Tensor<float>();
+  }
 
   std::shared_ptr<Model> model_;
   detail::GraphPlan plan_;
-  // The inner masks planned once: `own_masks_` those made inside, `given_masks_` with the input's
-  // too (unless an inner layer refuses it: `refusal_`).
-  detail::MaskPlan own_masks_, given_masks_;
+  std::size_t inputs_ = 1;
+  bool unknown_ = false;              // an inner node has an axis of unknown length
+  std::vector<std::size_t> outputs_;  // the inner output nodes, in the model's order
+  // Per output: whether the outer output tensor is the node's value buffer (its first listing
+  // of a layer node; else its value is copied there), and whether the outer gradient writes the
+  // node's gradient (its first listing; else it is added).
+  std::vector<bool> bound_, direct_;
+  std::vector<bool> written_;  // per node: whether a gradient is written into it
+  // The inner masks planned per combination of given masks, the first with none (the masks made
+  // inside); `refusal_` is the plan's error with every input masked, when an inner layer refuses
+  // such a mask.
+  std::vector<Masks> mask_plans_;
   std::string refusal_;
   MaskFlow flow_ = MaskFlow::refused;
-  bool warned_given_ = false;
+  std::size_t masked_outputs_ = 1;
   const detail::MaskPlan* last_masks_ = nullptr;  // the masks of the last forward
   std::vector<Variable*> inner_;  // the inner layers' variables, in `weights_` order
   std::vector<Run> runs_;
@@ -146,13 +204,25 @@ class ModelLayer : public Layer {
 };
 
 /// Keras's `y = model(x)`: calls `model` on `input` as a layer (a `ModelLayer`); throws what the
-/// `ModelLayer` constructor and `call` throw.
+/// `ModelLayer` constructor and `call` throw (a model of several outputs among them: call it with
+/// `call_outputs`).
 /// \code
 /// auto image = Input({28, 28});
 /// auto features = call(base, image);  // base: a std::shared_ptr<Model>
 /// Model classifier(image, call(Dense(10), features));
 /// \endcode
 LOADSTAR_DECL KerasTensor call(const std::shared_ptr<Model>& model, const KerasTensor& input);
+/// Keras's `y = model([a, b])`: a model of several inputs, given in the order of its `inputs()`.
+LOADSTAR_DECL KerasTensor call(const std::shared_ptr<Model>& model,
+                               const std::vector<KerasTensor>& inputs);
+/// Keras's `a, b = model(x)`: every output of a model of several outputs.
+/// \code
+/// auto tokens = Input({20});
+/// auto outputs = call_outputs(encoder, {tokens});  // encoder: Model(x, {sequence, state})
+/// auto logits = call(Dense(2), outputs[1]);
+/// \endcode
+LOADSTAR_DECL std::vector<KerasTensor> call_outputs(const std::shared_ptr<Model>& model,
+                                                    const std::vector<KerasTensor>& inputs);
 
 }  // namespace loadstar::keras
 
@@ -170,24 +240,12 @@ ModelLayer::ModelLayer(std::shared_ptr<Model> model) : model_(std::move(model)) 
                       "': used as a layer, it must be built (give it an Input first) but it "
                       "has no input shape yet");
   }
-  if (model_->inputs().size() != 1 || model_->outputs().size() != 1) {
-    const auto count = [](std::size_t n, const char* what) {
-      return std::to_string(n) + " " + what + (n == 1 ? "" : "s");
-    };
-    throw ConfigError(kind + " model '" + model_->name() +
-                      "': loadstar runs a model of one input and one output as a layer but it "
-                      "has " +
-                      count(model_->inputs().size(), "input") + " and " +
-                      count(model_->outputs().size(), "output"));
-  }
   plan_ = detail::plan_graph(model_->name(), model_->inputs(), model_->outputs());
+  inputs_ = model_->inputs().size();
+  outputs_ = plan_.output_nodes;
+  for (const auto& node : plan_.nodes)
+    unknown_ = unknown_ || detail::has_unknown_axis(node.declared);
   for (const auto& layer : plan_.layers) {
-    if (layer->output_count() > 1) {
-      throw ConfigError(kind + " model '" + model_->name() + "': layer '" + layer->name() +
-                        "' returns " + std::to_string(layer->output_count()) +
-                        " outputs, which loadstar does not run inside a model used as a layer; "
-                        "call the model's layers in the outer model instead");
-    }
     if (layer->activity_regularizer()) {
       throw ConfigError(kind + " model '" + model_->name() + "': layer '" + layer->name() +
                         "' has an activity_regularizer, which loadstar does not apply inside a "
@@ -206,49 +264,110 @@ ModelLayer::ModelLayer(std::shared_ptr<Model> model) : model_(std::move(model)) 
       if (options.constraint) set_constraint(prefix + options.weight, options.constraint);
     }
   }
-  // Gradient plan of the inner graph: every node may need its gradient, the input's included
-  // (it is the outer call's input gradient); the output's is the outer call's, copied.
-  std::vector<bool> written(plan_.nodes.size(), false);
-  written[plan_.output_nodes.front()] = true;
-  for (std::size_t k = plan_.nodes.size(); k-- > 0;) {
-    auto& node = plan_.nodes[k];
+  // The outputs: the first listing of a layer's output is written by the inner layer straight
+  // into the outer call's tensor; an inner input, or a node listed again, is copied there.
+  auto& nodes = plan_.nodes;
+  const std::size_t count = outputs_.size();
+  bound_.assign(count, false);
+  direct_.assign(count, false);
+  written_.assign(nodes.size(), false);
+  for (std::size_t o = 0; o < count; ++o) {
+    const std::size_t k = outputs_[o];
+    const bool first =
+        std::find(outputs_.begin(), outputs_.begin() + static_cast<std::ptrdiff_t>(o), k) ==
+        outputs_.begin() + static_cast<std::ptrdiff_t>(o);
+    bound_[o] = first && nodes[k].layer != nullptr;
+    direct_[o] = first;
+    written_[k] = true;
+  }
+  // Gradient plan of the inner graph: the outer gradients come first, then the consumers in
+  // reverse order; the first contribution to a node's gradient writes it, later ones add. Every
+  // node may need its gradient, the inputs' included (they are the outer call's input
+  // gradients).
+  for (std::size_t k = nodes.size(); k-- > 0;) {
+    auto& node = nodes[k];
     for (std::size_t j = 0; j < node.inputs.size(); ++j) {
       const std::size_t p = node.inputs[j];
       node.targets[j] =
-          written[p] ? detail::GradientTarget::accumulate : detail::GradientTarget::direct;
-      written[p] = true;
+          written_[p] ? detail::GradientTarget::accumulate : detail::GradientTarget::direct;
+      written_[p] = true;
+    }
+    node.gradient_written = written_[k];
+  }
+  needed_.assign(nodes.size(), false);
+  // The masks made inside, and with every input's mask given too (quietly: the warnings of a
+  // mask that stops inside come when one is given).
+  if (inputs_ > 64) {
+    refusal_ = "it has " + std::to_string(inputs_) +
+               " inputs, and loadstar gives masks to a model of at most 64";
+  }
+  mask_plans_.push_back({0, plan_masks(0, true)});
+  detail::MaskPlan every;
+  bool takes_given = refusal_.empty();
+  if (takes_given) {
+    try {
+      every =
+          plan_masks(inputs_ == 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << inputs_) - 1, false);
+    } catch (const ConfigError& e) {
+      takes_given = false;
+      refusal_ = e.what();
     }
   }
-  needed_.assign(plan_.nodes.size(), false);
-  // The masks: those made inside, and with the input's mask given too (quietly: the warnings of
-  // a mask that stops inside come when one is given).
-  const std::size_t out = plan_.output_nodes.front();
-  own_masks_.plan(model_->name(), plan_.nodes);
-  bool takes_given = true;
-  try {
-    const std::size_t input = 0;
-    given_masks_.plan(model_->name(), plan_.nodes, std::span(&input, 1), true);
-  } catch (const ConfigError& e) {
-    takes_given = false;
-    refusal_ = e.what();
-  }
-  // A mask made inside that reaches the output: computed (all ones when the inner output has
-  // none this time). The input's mask reaching the output unchanged: passed on, as the outer
-  // model passes it. Otherwise, the input's mask ends inside (used or stopped there), or is
-  // refused there.
+  const detail::MaskPlan& own = mask_plans_.front().plan;
+  // A mask made inside that reaches the first output: computed (all ones when the inner output
+  // has none this time). The first input's mask reaching it unchanged: passed on, as the outer
+  // model passes it. The inputs' masks reaching it otherwise: joined into the output's (there is
+  // none unless an input has one). Else, the inputs' masks end inside (used or stopped there),
+  // or are refused there.
   const auto no_mask = detail::MaskPlan::no_mask;
-  const std::size_t given_out = takes_given ? given_masks_.slot_of(out) : no_mask;
-  const bool same_steps = detail::without_last_axis(plan_.nodes[out].shape) ==
-                          detail::without_last_axis(plan_.nodes.front().shape);
-  if (own_masks_.slot_of(out) != no_mask) {
+  const std::size_t out = outputs_.front();
+  const std::size_t given_out = takes_given ? every.slot_of(out) : no_mask;
+  const bool same_steps =
+      detail::without_last_axis(nodes[out].shape) == detail::without_last_axis(nodes.front().shape);
+  if (own.slot_of(out) != no_mask) {
     flow_ = MaskFlow::computes;
-  } else if (given_out != no_mask && given_out == given_masks_.slot_of(0) && same_steps) {
+  } else if (given_out != no_mask && given_out == every.slot_of(0) && same_steps) {
     flow_ = MaskFlow::passes;
   } else if (given_out != no_mask) {
-    flow_ = MaskFlow::computes;
+    flow_ = MaskFlow::joins;
   } else {
     flow_ = takes_given ? MaskFlow::ends : MaskFlow::refused;
   }
+  // The later outputs that carry the first's mask (those carrying it with every input masked
+  // and with none); a later one that carries another mask made inside is refused here, one that
+  // carries a given mask when one is given (`masks_for`).
+  masked_outputs_ = 1;
+  while (masked_outputs_ < count && own.slot_of(outputs_[masked_outputs_]) == own.slot_of(out) &&
+         (!takes_given || every.slot_of(outputs_[masked_outputs_]) == given_out))
+    ++masked_outputs_;
+  check_later_outputs(own);
+}
+
+void ModelLayer::check_later_outputs(const detail::MaskPlan& plan) const {
+  const auto mask_of = [&](std::size_t o) {
+    const std::size_t maker = plan.maker_node(outputs_[o]);
+    return plan_.nodes[maker].layer
+               ? "the mask made by " + detail::layer_label(*plan_.nodes[maker].layer)
+               : "the mask given to its input '" + plan_.input_names[maker] + "'";
+  };
+  for (std::size_t o = masked_outputs_; o < outputs_.size(); ++o) {
+    if (plan.slot_of(outputs_[o]) == detail::MaskPlan::no_mask) continue;
+    throw ConfigError(
+        (class_name() == "Sequential" ? "sequential" : "functional") + std::string(" model '") +
+        model_->name() + "': output " + std::to_string(o) + " ('" + plan_.output_names[o] +
+        "') carries " + mask_of(o) +
+        ", which is not its first output's; used as a layer, a model's later outputs carry the "
+        "first one's mask or none");
+  }
+}
+
+detail::MaskPlan ModelLayer::plan_masks(std::uint64_t given, bool warn) const {
+  std::vector<std::size_t> masked;
+  for (std::size_t i = 0; i < inputs_ && i < 64; ++i)
+    if (((given >> i) & 1U) != 0) masked.push_back(i);
+  detail::MaskPlan plan;
+  plan.plan(model_->name(), plan_.nodes, masked, !warn);
+  return plan;
 }
 
 std::string ModelLayer::class_name() const {
@@ -261,17 +380,82 @@ std::string ModelLayer::label() const {
 }
 
 Shape ModelLayer::build(std::span<const Shape> input_shapes, std::uint64_t) {
-  const Shape& expected = plan_.nodes.front().shape;
-  if (input_shapes.size() != 1 || input_shapes[0] != expected) {
+  // The inner inputs' shapes, or (where the inner model has unknown lengths) known lengths in
+  // their place.
+  bool fits = input_shapes.size() == inputs_;
+  bool declared = fits;
+  std::string expected;
+  for (std::size_t i = 0; i < inputs_; ++i) {
+    const Shape& shape = plan_.nodes[i].declared;
+    expected += (i == 0 ? "" : ", ") + detail::sample_shape_str(shape);
+    if (!fits) continue;
+    declared = declared && input_shapes[i] == shape;
+    fits = input_shapes[i] == shape || detail::fits_declared(shape, input_shapes[i]);
+  }
+  if (!fits) {
     std::string found;
     for (const auto& s : input_shapes)
-      found += (found.empty() ? "" : ", ") + s.str();
-    throw ShapeError(
-        label() + ": expects one input of shape " + expected.str() + " but got " +
-        (input_shapes.size() == 1 ? "" : std::to_string(input_shapes.size()) + " inputs: ") +
-        (found.empty() ? "none" : found));
+      found += (found.empty() ? "" : ", ") + detail::sample_shape_str(s);
+    const auto count = [](std::size_t n) {
+      return n == 1 ? std::string("one input") : std::to_string(n) + " inputs";
+    };
+    throw ShapeError(label() + ": expects " + count(inputs_) + " of shape" +
+                     (inputs_ == 1 ? " " : "s ") + expected + " but got " +
+                     (input_shapes.size() == inputs_ ? "" : count(input_shapes.size()) + ": ") +
+                     (found.empty() ? "none" : found));
   }
-  return plan_.nodes[plan_.output_nodes.front()].shape;
+  return declared ? plan_.nodes[outputs_.front()].declared : output_shape_for(input_shapes);
+}
+
+std::vector<Shape> ModelLayer::node_shapes(std::span<const Shape> input_shapes) const {
+  const auto& nodes = plan_.nodes;
+  std::vector<Shape> shapes(nodes.size());
+  bool declared = input_shapes.size() == inputs_;
+  for (std::size_t i = 0; i < inputs_ && declared; ++i)
+    declared = input_shapes[i] == nodes[i].declared;
+  if (declared) {
+    for (std::size_t k = 0; k < nodes.size(); ++k)
+      shapes[k] = nodes[k].declared;
+    return shapes;
+  }
+  std::vector<Shape> in;
+  for (std::size_t k = 0; k < nodes.size(); ++k) {
+    const auto& node = nodes[k];
+    if (!node.layer) {
+      shapes[k] = input_shapes[k];
+      continue;
+    }
+    const auto& first = node.runs() ? node : nodes[node.primary];
+    in.clear();
+    for (const std::size_t p : first.inputs)
+      in.push_back(shapes[p]);
+    if (!node.runs()) {
+      shapes[k] = node.layer->extra_output_shapes(in).at(node.output_index - 1);
+    } else {
+      shapes[k] =
+          in == node.layer->built_input_shapes() ? node.declared : node.layer->output_shape_for(in);
+    }
+    if (!detail::fits_declared(node.declared, shapes[k])) {
+      throw ShapeError(label() + ": " + detail::layer_label(*node.layer) +
+                       " computes samples of shape " + shapes[k].str() +
+                       " for these inputs, which do not fit its output shape " +
+                       detail::sample_shape_str(node.declared));
+    }
+  }
+  return shapes;
+}
+
+Shape ModelLayer::output_shape_for(std::span<const Shape> input_shapes) const {
+  return node_shapes(input_shapes)[outputs_.front()];
+}
+
+std::vector<Shape> ModelLayer::extra_output_shapes(std::span<const Shape> input_shapes) const {
+  std::vector<Shape> shapes;
+  if (outputs_.size() < 2) return shapes;
+  const std::vector<Shape> all = node_shapes(input_shapes);
+  for (std::size_t o = 1; o < outputs_.size(); ++o)
+    shapes.push_back(all[outputs_[o]]);
+  return shapes;
 }
 
 void ModelLayer::share_variables() {
@@ -283,8 +467,9 @@ void ModelLayer::share_variables() {
   }
 }
 
-ModelLayer::Run& ModelLayer::run_for(const Tensor<float>& output, std::size_t rows,
-                                     Backend& backend) {
+ModelLayer::Run& ModelLayer::run_for(const Tensor<float>& output,
+                                     std::span<const Tensor<float>> inputs, Backend& backend) {
+  const std::size_t rows = inputs[0].dim(0);
   Run* run = nullptr;
   for (auto& r : runs_)
     if (r.key == output.data()) run = &r;
@@ -292,54 +477,107 @@ ModelLayer::Run& ModelLayer::run_for(const Tensor<float>& output, std::size_t ro
     // A new call, or the outer model allocated for a larger batch: the buffers kept for smaller
     // batches belong to outer buffers that are gone (every call of a step has the same rows).
     std::erase_if(runs_, [rows](const Run& r) { return r.capacity < rows; });
-    runs_.push_back({output.data(), 0, plan_.nodes, own_masks_, given_masks_});
+    runs_.push_back({output.data(), 0, {}, plan_.nodes, {}});
     run = &runs_.back();
+    for (std::size_t i = 0; i < inputs_; ++i)
+      run->shapes.push_back(plan_.nodes[i].shape);
   }
   auto& nodes = run->nodes;
-  const std::size_t out = plan_.output_nodes.front();
-  if (rows > run->capacity ||
-      (nodes.size() > 1 && nodes[out].gradient_full.device() != backend.device())) {
-    for (std::size_t k = 0; k < nodes.size(); ++k) {
-      auto& node = nodes[k];
-      if (node.layer && k != out) node.value_full = backend.allocate(node.shape.prepend(rows));
-      if (node.layer) node.gradient_full = backend.allocate(node.shape.prepend(rows));
-      for (std::size_t j = 0; j < node.inputs.size(); ++j) {
-        if (node.targets[j] == detail::GradientTarget::accumulate)
-          node.scratch_full[j] = backend.allocate(nodes[node.inputs[j]].shape.prepend(rows));
-      }
+  if (unknown_) {
+    // The inner shapes of this batch's lengths, settled when they change.
+    bool same = true;
+    for (std::size_t i = 0; i < inputs_; ++i)
+      same = same && inputs[i].shape().row_shape() == run->shapes[i];
+    if (!same) {
+      for (std::size_t i = 0; i < inputs_; ++i)
+        run->shapes[i] = inputs[i].shape().row_shape();
+      const std::vector<Shape> shapes = node_shapes(run->shapes);
+      for (std::size_t k = 0; k < nodes.size(); ++k)
+        nodes[k].shape = shapes[k];
     }
-    run->capacity = rows;
   }
-  for (std::size_t k = 1; k < nodes.size(); ++k) {
+  std::vector<bool> bound(nodes.size(), false);
+  for (std::size_t o = 0; o < outputs_.size(); ++o)
+    if (bound_[o]) bound[outputs_[o]] = true;
+  // Buffers of the most elements so far, viewed in this batch's shapes: a call allocates nothing
+  // once the largest batch was seen.
+  const auto view = [&](Tensor<float>& full, const Shape& sample) {
+    const std::size_t need = std::max<std::size_t>(rows * sample.elements(), 1);
+    if (full.empty() || full.size() < need || full.device() != backend.device())
+      full = backend.allocate({need});
+    return full.reshape({full.size()})
+        .slice_rows(0, rows * sample.elements())
+        .reshape(sample.prepend(rows));
+  };
+  for (std::size_t k = inputs_; k < nodes.size(); ++k) {
     auto& node = nodes[k];
-    if (k != out) node.value = node.value_full.slice_rows(0, rows);
-    node.gradient = node.gradient_full.slice_rows(0, rows);
+    if (!bound[k]) node.value = view(node.value_full, node.shape);
+    node.gradient = view(node.gradient_full, node.shape);
+    for (std::size_t j = 0; j < node.inputs.size(); ++j) {
+      node.input_gradients[j] = node.targets[j] == detail::GradientTarget::accumulate
+                                    ? view(node.scratch_full[j], nodes[node.inputs[j]].shape)
+                                    : Tensor<float>();
+    }
   }
+  run->capacity = std::max(run->capacity, rows);
   return *run;
 }
 
-detail::MaskPlan& ModelLayer::masks_for(Run& run, std::size_t rows, const CallContext& ctx) {
-  const Tensor<float> given = ctx.input_masks.empty() ? Tensor<float>() : ctx.input_masks[0];
-  if (!given.empty() && !refusal_.empty()) throw ConfigError(label() + ": " + refusal_);
-  if (!given.empty() && !warned_given_) {
-    // Keras's warnings for a mask that stops inside, once a mask comes.
-    detail::MaskPlan warnings;
-    const std::size_t input = 0;
-    warnings.plan(model_->name(), plan_.nodes, std::span(&input, 1));
-    warned_given_ = true;
+void ModelLayer::bind(Run& run, std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+                      const CallContext& ctx) const {
+  auto& nodes = run.nodes;
+  for (std::size_t i = 0; i < inputs_; ++i)
+    nodes[i].value = inputs[i];
+  for (std::size_t o = 0; o < outputs_.size(); ++o)
+    if (bound_[o]) nodes[outputs_[o]].value = outer(o, output, ctx.extra_outputs);
+  for (auto& node : nodes) {
+    for (std::size_t j = 0; j < node.inputs.size(); ++j)
+      node.input_values[j] = nodes[node.inputs[j]].value;
+    node.extra_values.resize(node.extras.size());
+    for (std::size_t e = 0; e < node.extras.size(); ++e)
+      node.extra_values[e] = nodes[node.extras[e]].value;
   }
-  detail::MaskPlan& masks = given.empty() ? run.own : run.given;
+}
+
+std::uint64_t ModelLayer::given_masks(const CallContext& ctx) noexcept {
+  std::uint64_t given = 0;
+  for (std::size_t i = 0; i < ctx.input_masks.size() && i < 64; ++i)
+    if (!ctx.input_masks[i].empty()) given |= std::uint64_t{1} << i;
+  return given;
+}
+
+detail::MaskPlan& ModelLayer::masks_for(Run& run, std::size_t rows, const CallContext& ctx) {
+  const std::uint64_t given = given_masks(ctx);
+  if (given != 0 && !refusal_.empty()) throw ConfigError(label() + ": " + refusal_);
+  auto found = std::find_if(run.masks.begin(), run.masks.end(),
+                            [given](const Masks& m) { return m.given == given; });
+  if (found == run.masks.end()) {
+    // The first call with these inputs masked: planned once (with Keras's warnings for a mask
+    // that stops inside), and copied for this call's buffers.
+    auto plan = std::find_if(mask_plans_.begin(), mask_plans_.end(),
+                             [given](const Masks& m) { return m.given == given; });
+    if (plan == mask_plans_.end()) {
+      detail::MaskPlan planned = plan_masks(given, true);
+      check_later_outputs(planned);
+      mask_plans_.push_back({given, std::move(planned)});
+      plan = std::prev(mask_plans_.end());
+    }
+    run.masks.push_back(*plan);
+    found = std::prev(run.masks.end());
+  }
+  detail::MaskPlan& masks = found->plan;
   if (masks.empty()) return masks;
   masks.reserve(ctx.backend, run.nodes, rows);
   masks.set_rows(run.nodes, rows);
-  if (!given.empty()) ctx.backend.copy(given, masks.mask_of(0));
+  for (std::size_t i = 0; i < inputs_ && i < ctx.input_masks.size(); ++i)
+    if (!ctx.input_masks[i].empty()) ctx.backend.copy(ctx.input_masks[i], masks.mask_of(i));
   return masks;
 }
 
 void ModelLayer::compute_mask(std::span<const Tensor<float>>, const Tensor<float>& mask,
                               const CallContext& ctx) {
   const Tensor<float> inner =
-      last_masks_ == nullptr ? Tensor<float>() : last_masks_->mask_of(plan_.output_nodes.front());
+      last_masks_ == nullptr ? Tensor<float>() : last_masks_->mask_of(outputs_.front());
   if (inner.empty()) {
     ctx.backend.fill(mask, 1.0F);
   } else {
@@ -351,6 +589,8 @@ CallContext ModelLayer::inner_context(const CallContext& ctx, const Layer& layer
   CallContext inner = ctx;
   inner.relu_fusion = nullptr;
   inner.accumulate_gradients = true;
+  inner.extra_outputs = {};
+  inner.extra_output_gradients = {};
   if (!layer.trainable() && layer.class_name() == "BatchNormalization") inner.training = false;
   return inner;
 }
@@ -359,30 +599,23 @@ void ModelLayer::forward(std::span<const Tensor<float>> inputs, const Tensor<flo
                          const CallContext& ctx) {
   share_variables();
   const std::size_t rows = inputs[0].dim(0);
-  Run& run = run_for(output, rows, ctx.backend);
+  Run& run = run_for(output, inputs, ctx.backend);
   auto& nodes = run.nodes;
-  const std::size_t out = plan_.output_nodes.front();
   detail::MaskPlan& masks = masks_for(run, rows, ctx);
   last_masks_ = &masks;
-  nodes.front().value = inputs[0];
-  nodes[out].value = output;
-  if (out == 0) {
-    ctx.backend.copy(inputs[0], output);
-    return;
-  }
-  for (auto& node : nodes) {
-    for (std::size_t j = 0; j < node.inputs.size(); ++j)
-      node.input_values[j] = nodes[node.inputs[j]].value;
-  }
-  for (std::size_t k = 0; k < nodes.size(); ++k) {
+  bind(run, inputs, output, ctx);
+  for (std::size_t k = inputs_; k < nodes.size(); ++k) {
     auto& node = nodes[k];
-    if (!node.layer) continue;
+    if (!node.runs()) continue;  // a later output of a call, which its first output's computed
     CallContext inner = inner_context(ctx, *node.layer);
     inner.input_masks =
         node.layer->reads_masks() ? masks.inputs(k) : std::span<const Tensor<float>>();
+    inner.extra_outputs = node.extra_values;
     node.layer->forward(node.input_values, node.value, inner);
     if (!masks.empty()) masks.after_forward(ctx.backend, nodes, k, inner);
   }
+  for (std::size_t o = 0; o < outputs_.size(); ++o)
+    if (!bound_[o]) ctx.backend.copy(nodes[outputs_[o]].value, outer(o, output, ctx.extra_outputs));
 }
 
 void ModelLayer::backward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
@@ -390,29 +623,45 @@ void ModelLayer::backward(std::span<const Tensor<float>> inputs, const Tensor<fl
                           std::span<const Tensor<float>> input_gradients, const CallContext& ctx) {
   share_variables();
   Backend& backend = ctx.backend;
-  const std::size_t rows = inputs[0].dim(0);
-  Run& run = run_for(output, rows, backend);
+  Run& run = run_for(output, inputs, backend);
+  bind(run, inputs, output, ctx);
   auto& nodes = run.nodes;
-  const std::size_t out = plan_.output_nodes.front();
-  const Tensor<float> dx = input_gradients.empty() ? Tensor<float>() : input_gradients[0];
-  if (out == 0) {
-    if (!dx.empty()) backend.copy(output_gradient, dx);
-    return;
-  }
   // A node's gradient is needed when it has trainable weights, a node before it does, or it
-  // leads back to the input whose gradient the outer call asks for.
-  needed_[0] = !dx.empty();
-  for (std::size_t k = 1; k < nodes.size(); ++k) {
+  // leads back to an input whose gradient the outer call asks for.
+  for (std::size_t i = 0; i < inputs_; ++i) {
+    nodes[i].gradient = i < input_gradients.size() ? input_gradients[i] : Tensor<float>();
+    needed_[i] = !nodes[i].gradient.empty();
+  }
+  for (std::size_t k = inputs_; k < nodes.size(); ++k) {
+    const auto& node = nodes[k];
+    if (!node.runs()) {
+      needed_[k] = needed_[node.primary];
+      continue;
+    }
     bool need = false;
-    for (const auto& w : nodes[k].layer->weights())
+    for (const auto& w : node.layer->weights())
       need = need || w.trainable;
-    for (const std::size_t p : nodes[k].inputs)
+    for (const std::size_t p : node.inputs)
       need = need || needed_[p];
     needed_[k] = need;
   }
-  nodes.front().gradient = dx;
-  nodes[out].gradient = nodes[out].gradient_full.slice_rows(0, rows);
-  backend.copy(output_gradient, nodes[out].gradient);
+  // An input nothing reads has a gradient of zero.
+  for (std::size_t i = 0; i < inputs_; ++i)
+    if (needed_[i] && !written_[i]) backend.fill(nodes[i].gradient, 0.0F);
+  // The outer gradients: the first listing of a node writes its gradient (zero for an output
+  // nothing outside reads), a later one adds.
+  for (std::size_t o = 0; o < outputs_.size(); ++o) {
+    const Tensor<float>& gradient = nodes[outputs_[o]].gradient;
+    if (gradient.empty() || !needed_[outputs_[o]]) continue;
+    const Tensor<float> given = outer(o, output_gradient, ctx.extra_output_gradients);
+    if (!direct_[o]) {
+      if (!given.empty()) backend.axpy(1.0F, given, gradient);
+    } else if (given.empty()) {
+      backend.fill(gradient, 0.0F);
+    } else {
+      backend.copy(given, gradient);
+    }
+  }
   for (auto& node : nodes) {
     for (std::size_t j = 0; j < node.inputs.size(); ++j) {
       const std::size_t p = node.inputs[j];
@@ -420,21 +669,31 @@ void ModelLayer::backward(std::span<const Tensor<float>> inputs, const Tensor<fl
         node.input_gradients[j] = Tensor<float>();
       } else if (node.targets[j] == detail::GradientTarget::direct) {
         node.input_gradients[j] = nodes[p].gradient;
-      } else {
-        node.input_gradients[j] = node.scratch_full[j].slice_rows(0, rows);
-      }
+      }  // else the scratch `run_for` points it at
+    }
+    node.extra_gradients.resize(node.extras.size());
+    for (std::size_t e = 0; e < node.extras.size(); ++e) {
+      const auto& extra = nodes[node.extras[e]];
+      node.extra_gradients[e] = extra.gradient_written ? extra.gradient : Tensor<float>();
     }
   }
   // The masks of this call's forward (its buffers still hold them).
-  const bool given = !ctx.input_masks.empty() && !ctx.input_masks[0].empty();
-  const detail::MaskPlan& masks = given ? run.given : run.own;
-  for (std::size_t k = nodes.size(); k-- > 1;) {
+  const std::uint64_t given = given_masks(ctx);
+  const auto found = std::find_if(run.masks.begin(), run.masks.end(),
+                                  [given](const Masks& m) { return m.given == given; });
+  const detail::MaskPlan* masks = found == run.masks.end() ? nullptr : &found->plan;
+  for (std::size_t k = nodes.size(); k-- > inputs_;) {
     auto& node = nodes[k];
-    if (!needed_[k]) continue;
+    if (!needed_[k] || !node.runs()) continue;
     CallContext inner = inner_context(ctx, *node.layer);
-    inner.input_masks =
-        node.layer->reads_masks() ? masks.inputs(k) : std::span<const Tensor<float>>();
-    node.layer->backward(node.input_values, node.value, node.gradient, node.input_gradients, inner);
+    inner.input_masks = node.layer->reads_masks() && masks != nullptr
+                            ? masks->inputs(k)
+                            : std::span<const Tensor<float>>();
+    inner.extra_outputs = node.extra_values;
+    inner.extra_output_gradients = node.extra_gradients;
+    node.layer->backward(node.input_values, node.value,
+                         node.gradient_written ? node.gradient : Tensor<float>(),
+                         node.input_gradients, inner);
     for (std::size_t j = 0; j < node.inputs.size(); ++j) {
       if (node.targets[j] == detail::GradientTarget::accumulate && !node.input_gradients[j].empty())
         backend.axpy(1.0F, node.input_gradients[j], nodes[node.inputs[j]].gradient);
@@ -459,6 +718,15 @@ void ModelLayer::set_trainable(bool trainable) {
 
 KerasTensor call(const std::shared_ptr<Model>& model, const KerasTensor& input) {
   return call(LayerArg(detail::model_as_layer(model)), input);
+}
+
+KerasTensor call(const std::shared_ptr<Model>& model, const std::vector<KerasTensor>& inputs) {
+  return call(LayerArg(detail::model_as_layer(model)), inputs);
+}
+
+std::vector<KerasTensor> call_outputs(const std::shared_ptr<Model>& model,
+                                      const std::vector<KerasTensor>& inputs) {
+  return call_outputs(LayerArg(detail::model_as_layer(model)), inputs);
 }
 
 }  // namespace loadstar::keras

@@ -49,6 +49,12 @@ class MaskPlan {
     const std::size_t slot = slot_of(k);
     return slot == no_mask ? Tensor<float>() : slots_[slot].view;
   }
+  /// The node that made the mask of node `k` (an input node for a given mask); `no_mask` without
+  /// one.
+  std::size_t maker_node(std::size_t k) const noexcept {
+    const std::size_t slot = slot_of(k);
+    return slot == no_mask ? no_mask : slots_[slot].node;
+  }
   /// The layer that made the mask of node `k` (`"embedding 'tokens'"`); empty without one.
   LOADSTAR_DECL std::string maker_of(std::span<const RuntimeNode> nodes, std::size_t k) const;
 
