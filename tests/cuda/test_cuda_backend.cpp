@@ -28,6 +28,7 @@
 
 #include "keras/layer_cases.hpp"
 #include "keras/unknown_axes_cases.hpp"
+#include "keras/unknown_spatial_cases.hpp"
 #include "random_tensor.hpp"
 
 using namespace loadstar;
@@ -2158,6 +2159,13 @@ TEST_SUITE("cuda") {
       unknown_axes_cases::check_training(*model, unknown_axes_cases::case_named(c.name), c.loss,
                                          keras::cuda_backend(0));
     }
+  }
+
+  TEST_CASE("A fully convolutional model trains on images of any size as PyTorch on CUDA") {
+    // tests/keras/generate_unknown_spatial.py: each image size settles the convolutions' geometry
+    // again, and the CUDA backend records one step graph per size.
+    auto model = unknown_spatial_cases::fully_convolutional();
+    unknown_spatial_cases::check_training(*model, keras::cuda_backend(0));
   }
 
   TEST_CASE("A model with a nested model trains on the CUDA backend as on the CPU") {

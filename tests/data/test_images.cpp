@@ -122,6 +122,15 @@ TEST_CASE("decode_gif gives every frame of an animation as TensorFlow composes t
         frames.slice_rows(0, 1).reshape(Shape{17, 21, 3}));
   CHECK(image::decode_gif(read_bytes(images_dir() / "plain.gif"), "plain.gif").shape() ==
         Shape{1, 19, 23, 3});
+  // decode_image with expand_animations: every frame of a GIF, one image of the other formats.
+  CHECK(image::decode_image(animated, 0, "animated.gif", true) == frames);
+  CHECK(image::decode_image(read_bytes(images_dir() / "plain.gif"), 3, "plain.gif", true).shape() ==
+        Shape{1, 19, 23, 3});
+  CHECK(image::decode_image(read_bytes(images_dir() / "rgb24.bmp"), 0, "rgb24.bmp", true) ==
+        image::decode_image(read_bytes(images_dir() / "rgb24.bmp"), 0, "rgb24.bmp"));
+  CHECK_THROWS_WITH_AS(image::decode_image(animated, 1, "animated.gif", true),
+                       "animated.gif: channels must be 0 or 3 for a GIF image but is 1",
+                       ConfigError);
   // A later frame cut short: decode_gif refuses it, decode_image keeps the first frame.
   const std::vector<std::uint8_t> tail_cut(animated.begin(), animated.end() - 40);
   CHECK_THROWS_WITH_AS(image::decode_gif(tail_cut, "tail.gif"),

@@ -249,8 +249,8 @@ TEST_SUITE("keras_layers") {
     Resizing resize(2, 2, {.name = "r"});
     const Shape flat[] = {Shape{4, 3}};
     CHECK_THROWS_WITH_AS(resize.build(flat, 0),
-                         "resizing layer 'r': expects non-empty images (batch, height, width, "
-                         "channels) but got inputs of shape (None, 4, 3)",
+                         "resizing layer 'r': expects images (batch, height, width, channels) of "
+                         "known channels but got inputs of shape (None, 4, 3)",
                          ShapeError);
     auto& registry = LayerRegistry::instance();
     CHECK_THROWS_WITH_AS(

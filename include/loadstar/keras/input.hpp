@@ -174,17 +174,37 @@ std::vector<KerasTensor> call_outputs(const LayerArg& layer_arg,
     }
   }
   Shape output;
+  bool settled = false;  // an output computed for these shapes, not the build's
   // The built state lives on the layer (Keras's `layer.built`): a shared layer is built once.
+  // One built for unknown lengths takes any lengths there, the rest as built.
+  const auto fits_build = [&] {
+    const auto& built = layer->built_input_shapes();
+    if (!layer->takes_unknown_axes() || built.size() != shapes.size()) return false;
+    for (std::size_t i = 0; i < shapes.size(); ++i) {
+      if (built[i].rank() != shapes[i].rank()) return false;
+      for (std::size_t d = 0; d < shapes[i].rank(); ++d)
+        if (built[i][d] != none && built[i][d] != shapes[i][d]) return false;
+    }
+    return true;
+  };
   if (layer->built()) {
-    if (layer->built_input_shapes() != shapes) {
-      const auto str = [](const Shape& s) { return s.str(); };
+    if (layer->built_input_shapes() != shapes && fits_build()) {
+      // Known lengths: the output computed for them; unknown ones: the build's output.
+      bool known = true;
+      for (const auto& shape : shapes)
+        known = known && !detail::has_unknown_axis(shape);
+      output = known ? layer->output_shape_for(shapes) : layer->built_output_shape();
+      settled = known;
+    } else if (layer->built_input_shapes() != shapes) {
+      const auto str = [](const Shape& s) { return detail::sample_shape_str(s); };
       const std::string expected =
           loadstar::detail::join(layer->built_input_shapes(), ", ", "", str);
       const std::string got = loadstar::detail::join(shapes, ", ", "", str);
       throw ShapeError(label + ": was built for inputs of shape " + expected +
                        " but is called on inputs of shape " + got);
+    } else {
+      output = layer->built_output_shape();
     }
-    output = layer->built_output_shape();
   } else {
     try {
       output = layer->build(shapes, detail::next_seed());
@@ -200,7 +220,9 @@ std::vector<KerasTensor> call_outputs(const LayerArg& layer_arg,
   node->shape = output;
   node->id = detail::next_node_id();
   std::vector<KerasTensor> outputs{KerasTensor(node)};
-  const std::vector<Shape> extra = layer->extra_output_shapes(shapes);
+  const std::vector<Shape> extra =
+      layer->extra_output_shapes(settled ? std::span<const Shape>(shapes)
+                                         : std::span<const Shape>(layer->built_input_shapes()));
   if (extra.size() + 1 != layer->output_count()) {
     throw ConfigError(label + ": returns " + std::to_string(layer->output_count()) +
                       " outputs but gives the shapes of " + std::to_string(extra.size() + 1));

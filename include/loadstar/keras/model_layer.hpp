@@ -169,7 +169,7 @@ class ModelLayer : public Layer {
   LOADSTAR_DECL void bind(Run& run, std::span<const Tensor<float>> inputs,
                           const Tensor<float>& output, const CallContext& ctx) const;
   /// The bits of the inputs that `ctx.input_masks` gives masks.
-  static std::uint64_t given_masks(const CallContext& ctx) noexcept;
+  LOADSTAR_DECL static std::uint64_t given_masks(const CallContext& ctx) noexcept;
   /// The masks of `run` for this call (the inputs' given masks copied into the inner inputs'),
   /// sized for `rows` rows; throws the inner refusal for a given mask.
   LOADSTAR_DECL detail::MaskPlan& masks_for(Run& run, std::size_t rows, const CallContext& ctx);

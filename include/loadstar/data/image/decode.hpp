@@ -674,11 +674,16 @@ inline Tensor<std::uint8_t> decode_bmp(std::span<const std::uint8_t> bytes, int 
   return out;
 }
 
-/// Decodes a JPEG, a PNG, a BMP or a GIF (its first frame, `decode_gif_frame`), recognised by its
-/// signature, as `tf.io.decode_image(channels, expand_animations=False)` with `dtype=uint8`. A
-/// JPEG with `channels` 4, a BMP with 1 and a GIF with 1 or 4 are refused as tf refuses them.
+/// Decodes a JPEG, a PNG, a BMP or a GIF, recognised by its signature, as
+/// `tf.io.decode_image(channels, expand_animations)` with `dtype=uint8`: a GIF gives its first
+/// frame `(height, width, 3)` (`decode_gif_frame`), or with `expand_animations` every frame
+/// `(frames, height, width, 3)` (`decode_gif`); the other formats give `(height, width,
+/// channels)` either way. `expand_animations` is `false` by default, where TensorFlow's is
+/// `true`: one image per call, as Keras's utilities decode them. A JPEG with `channels` 4, a BMP
+/// with 1 and a GIF with 1 or 4 are refused as tf refuses them.
 inline Tensor<std::uint8_t> decode_image(std::span<const std::uint8_t> bytes, int channels = 0,
-                                         const std::string& name = "image") {
+                                         const std::string& name = "image",
+                                         bool expand_animations = false) {
   detail::check_channels(name, channels, "0, 1, 3 or 4", true);
   switch (sniff_format(bytes)) {
     case ImageFormat::jpeg:
@@ -689,7 +694,9 @@ inline Tensor<std::uint8_t> decode_image(std::span<const std::uint8_t> bytes, in
     case ImageFormat::png:
       return decode_png(bytes, channels, name);
     case ImageFormat::gif:
-      return decode_gif_frame(bytes, channels, name);
+      if (!expand_animations) return decode_gif_frame(bytes, channels, name);
+      detail::check_gif_channels(name, channels);
+      return decode_gif(bytes, name);
     case ImageFormat::bmp:
       return decode_bmp(bytes, channels, name);
     case ImageFormat::unknown:

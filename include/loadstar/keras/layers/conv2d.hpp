@@ -42,10 +42,17 @@ class Conv2D : public detail::Convolution {
   std::string class_name() const override { return "Conv2D"; }
 
   LOADSTAR_DECL Shape build(std::span<const Shape> input_shapes, std::uint64_t seed) override;
+  /// Heights and widths of unknown length (a fully convolutional model's
+  /// `Input(shape=(None, None, 3))`), settled per batch; the channels known.
+  bool takes_unknown_axes() const noexcept override { return true; }
+  LOADSTAR_DECL Shape output_shape_for(std::span<const Shape> input_shapes) const override;
 
   LOADSTAR_DECL nlohmann::json get_config() const override;
 
   LOADSTAR_DECL static std::shared_ptr<Layer> from_config(const nlohmann::json& config);
+
+ protected:
+  LOADSTAR_DECL Conv2DGeometry geometry_for(const Shape& in_last, Shape& out_last) const override;
 
  private:
   Size2 kernel_size_;
@@ -83,31 +90,52 @@ Shape Conv2D::build(std::span<const Shape> input_shapes, std::uint64_t seed) {
   expect_inputs(input_shapes, 1);
   expect_rank(input_shapes[0], 3);
   const Shape in = input_last(input_shapes[0]);
-  const auto h =
-      axis_geometry(in[0], kernel_size_.h, options_.strides.h, options_.dilation_rate.h, same_);
-  const auto w =
-      axis_geometry(in[1], kernel_size_.w, options_.strides.w, options_.dilation_rate.w, same_);
-  if (h.out == 0 || w.out == 0) {
+  if (in[2] == 0) {
+    throw ShapeError(label() + ": the channels axis must have a known length but the input is " +
+                     batch_str(input_shapes[0]));
+  }
+  Shape out_last;
+  const Conv2DGeometry g = geometry_for(in, out_last);
+  return finish_build(input_shapes, g, Shape{kernel_size_.h, kernel_size_.w, in[2], filters_},
+                      out_last, seed);
+}
+
+Conv2DGeometry Conv2D::geometry_for(const Shape& in, Shape& out_last) const {
+  // An axis of unknown length (0) gives one of unknown length, settled per batch.
+  const auto axis = [&](std::size_t length, std::size_t kernel, std::size_t stride,
+                        std::size_t dilation) {
+    return length == 0 ? AxisGeometry{0, 0}
+                       : axis_geometry(length, kernel, stride, dilation, same_);
+  };
+  const auto h = axis(in[0], kernel_size_.h, options_.strides.h, options_.dilation_rate.h);
+  const auto w = axis(in[1], kernel_size_.w, options_.strides.w, options_.dilation_rate.w);
+  if ((in[0] != 0 && h.out == 0) || (in[1] != 0 && w.out == 0)) {
     throw ShapeError(label() + ": a " + std::to_string(kernel_size_.h) + "x" +
                      std::to_string(kernel_size_.w) + " kernel does not fit inputs of shape " +
-                     input_shapes[0].str() + " with valid padding");
+                     (channels_first_ ? detail::move_channels(in, true) : in).str() +
+                     " with valid padding");
   }
-  const Conv2DGeometry g{.in_h = in[0],
-                         .in_w = in[1],
-                         .in_c = in[2],
-                         .out_h = h.out,
-                         .out_w = w.out,
-                         .out_c = filters_,
-                         .kernel_h = kernel_size_.h,
-                         .kernel_w = kernel_size_.w,
-                         .stride_h = options_.strides.h,
-                         .stride_w = options_.strides.w,
-                         .dilation_h = options_.dilation_rate.h,
-                         .dilation_w = options_.dilation_rate.w,
-                         .pad_top = h.pad_before,
-                         .pad_left = w.pad_before};
-  return finish_build(input_shapes, g, Shape{kernel_size_.h, kernel_size_.w, in[2], filters_},
-                      Shape{h.out, w.out, filters_}, seed);
+  out_last = Shape{h.out, w.out, filters_};
+  return Conv2DGeometry{.in_h = in[0],
+                        .in_w = in[1],
+                        .in_c = in[2],
+                        .out_h = h.out,
+                        .out_w = w.out,
+                        .out_c = filters_,
+                        .kernel_h = kernel_size_.h,
+                        .kernel_w = kernel_size_.w,
+                        .stride_h = options_.strides.h,
+                        .stride_w = options_.strides.w,
+                        .dilation_h = options_.dilation_rate.h,
+                        .dilation_w = options_.dilation_rate.w,
+                        .pad_top = h.pad_before,
+                        .pad_left = w.pad_before};
+}
+
+Shape Conv2D::output_shape_for(std::span<const Shape> input_shapes) const {
+  Shape out_last;
+  geometry_for(input_last(input_shapes[0]), out_last);
+  return channels_first_ ? detail::move_channels(out_last, true) : out_last;
 }
 
 nlohmann::json Conv2D::get_config() const {

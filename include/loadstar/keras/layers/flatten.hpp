@@ -30,6 +30,12 @@ class Flatten : public detail::ShapeOnlyLayer {
   std::string class_name() const override { return "Flatten"; }
 
   LOADSTAR_DECL Shape build(std::span<const Shape> input_shapes, std::uint64_t) override;
+  /// Inputs with axes of unknown length give an output of unknown length (Keras's `(None,
+  /// None)`), settled per batch.
+  bool takes_unknown_axes() const noexcept override { return true; }
+  Shape output_shape_for(std::span<const Shape> input_shapes) const override {
+    return Shape{input_shapes[0].elements()};
+  }
 
   LOADSTAR_DECL void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
                              const CallContext& ctx) override;
@@ -44,9 +50,13 @@ class Flatten : public detail::ShapeOnlyLayer {
   LOADSTAR_DECL static std::shared_ptr<Layer> from_config(const nlohmann::json& config);
 
  private:
+  /// The channels_last shape of a batch `x`'s samples (channels_first inputs are moved there).
+  Shape last_of(const Tensor<float>& x) const {
+    return detail::move_channels(x.shape().row_shape(), false);
+  }
+
   bool channels_first_ = false;
   bool moves_ = false;
-  Shape in_last_;
   std::vector<std::size_t> to_last_;
   std::vector<std::size_t> to_first_;
 };
@@ -59,12 +69,12 @@ namespace loadstar::keras::layers {
 
 Shape Flatten::build(std::span<const Shape> input_shapes, std::uint64_t) {
   expect_inputs(input_shapes, 1);
+  // An unknown length (0) makes the product unknown (0) too.
   const Shape out{input_shapes[0].elements()};
   // Keras's Flatten.call: with channels_first and inputs of rank > 1 (batch axis included),
   // transpose by [0, 2, ..., rank - 1, 1] first. Rank-1 samples are left as they are.
   moves_ = channels_first_ && input_shapes[0].rank() >= 2;
   if (moves_) {
-    in_last_ = detail::move_channels(input_shapes[0], false);
     to_last_ = detail::channel_axes(input_shapes[0].rank() + 1, false);
     to_first_ = detail::channel_axes(input_shapes[0].rank() + 1, true);
   }
@@ -79,7 +89,8 @@ void Flatten::forward(std::span<const Tensor<float>> inputs, const Tensor<float>
     return;
   }
   check_inputs(inputs);
-  ctx.backend.permute(inputs[0], to_last_, output.reshape(in_last_.prepend(inputs[0].rows())));
+  ctx.backend.permute(inputs[0], to_last_,
+                      output.reshape(last_of(inputs[0]).prepend(inputs[0].rows())));
 }
 
 void Flatten::backward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
@@ -90,8 +101,9 @@ void Flatten::backward(std::span<const Tensor<float>> inputs, const Tensor<float
     return;
   }
   if (input_gradients.empty() || input_gradients[0].empty()) return;
-  ctx.backend.permute(output_gradient.reshape(in_last_.prepend(output_gradient.rows())), to_first_,
-                      input_gradients[0]);
+  ctx.backend.permute(
+      output_gradient.reshape(last_of(input_gradients[0]).prepend(output_gradient.rows())),
+      to_first_, input_gradients[0]);
 }
 
 nlohmann::json Flatten::get_config() const {

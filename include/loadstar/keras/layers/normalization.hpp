@@ -37,6 +37,12 @@ class Normalization : public detail::LayerBase {
   std::string class_name() const override { return "Normalization"; }
 
   LOADSTAR_DECL Shape build(std::span<const Shape> input_shapes, std::uint64_t) override;
+  /// Axes of unknown length where the statistics broadcast (an image's height and width); the
+  /// kept axes known.
+  bool takes_unknown_axes() const noexcept override { return true; }
+  Shape output_shape_for(std::span<const Shape> input_shapes) const override {
+    return input_shapes[0];
+  }
 
   LOADSTAR_DECL void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
                              const CallContext& ctx) override;
@@ -56,15 +62,21 @@ class Normalization : public detail::LayerBase {
   LOADSTAR_DECL static std::shared_ptr<Layer> from_config(const nlohmann::json& config);
 
  private:
-  /// The statistics' shape for a sample of shape `in`, filling `index_of_`.
+  /// The statistics' shape for a sample of shape `in` (the kept axes), filling `index_of_` when
+  /// every length is known.
   LOADSTAR_DECL Shape kept_shape(const Shape& in);
+  /// Fills `index_of_` for samples of shape `in` when it differs from the last's.
+  LOADSTAR_DECL void settle(const Shape& in);
   /// `y = x * a + b` per element with `a`, `b` from the statistics (forward or inverse).
   LOADSTAR_DECL void apply(const float* mean, const float* variance, const float* x, float* y,
                            std::size_t rows) const;
 
   NormalizationOptions options_;
-  /// The statistics' index of each element of a sample.
+  /// The statistics' index of each element of a sample of shape `indexed_`, and which axes are
+  /// kept.
   std::vector<std::size_t> index_of_;
+  Shape indexed_;
+  std::vector<bool> kept_;
   std::size_t statistics_ = 1;
   /// The mean and variance from the config, one value per statistic (empty: weights).
   std::vector<float> fixed_mean_, fixed_variance_;
@@ -127,24 +139,21 @@ Shape Normalization::kept_shape(const Shape& in) {
     kept[std::size_t(axis - 1)] = true;
   }
   std::vector<std::size_t> dims;
-  for (std::size_t i = 0; i < in.rank(); ++i)
-    if (kept[i]) dims.push_back(in[i]);
-  index_of_.assign(in.elements(), 0);
+  for (std::size_t i = 0; i < in.rank(); ++i) {
+    if (!kept[i]) continue;
+    if (in[i] == 0) {
+      throw ShapeError(label() + ": the kept axes must have known lengths but the input is " +
+                       batch_str(in));
+    }
+    dims.push_back(in[i]);
+  }
+  kept_ = std::move(kept);
   statistics_ = 1;
   for (const std::size_t d : dims)
     statistics_ *= d;
-  for (std::size_t e = 0; e < index_of_.size(); ++e) {
-    std::size_t rest = e, index = 0, stride = 1;
-    for (std::size_t i = in.rank(); i-- > 0;) {
-      const std::size_t coordinate = rest % in[i];
-      rest /= in[i];
-      if (kept[i]) {
-        index += coordinate * stride;
-        stride *= in[i];
-      }
-    }
-    index_of_[e] = index;
-  }
+  index_of_.clear();
+  indexed_ = Shape();
+  if (!keras::detail::has_unknown_axis(in)) settle(in);
   return Shape(dims);
 }
 
@@ -174,6 +183,24 @@ Shape Normalization::build(std::span<const Shape> input_shapes, std::uint64_t) {
   return in;
 }
 
+void Normalization::settle(const Shape& in) {
+  if (in == indexed_ && !index_of_.empty()) return;
+  index_of_.assign(in.elements(), 0);
+  for (std::size_t e = 0; e < index_of_.size(); ++e) {
+    std::size_t rest = e, index = 0, stride = 1;
+    for (std::size_t i = in.rank(); i-- > 0;) {
+      const std::size_t coordinate = rest % in[i];
+      rest /= in[i];
+      if (kept_[i]) {
+        index += coordinate * stride;
+        stride *= in[i];
+      }
+    }
+    index_of_[e] = index;
+  }
+  indexed_ = in;
+}
+
 void Normalization::apply(const float* mean, const float* variance, const float* x, float* y,
                           std::size_t rows) const {
   const std::size_t row = index_of_.size();
@@ -190,6 +217,7 @@ void Normalization::apply(const float* mean, const float* variance, const float*
 void Normalization::forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
                             const CallContext& ctx) {
   check_inputs(inputs);
+  settle(inputs[0].shape().row_shape());
   if (fixed_mean_.empty()) {
     const Tensor<float> tensors[] = {inputs[0], output, weights_[0].value, weights_[1].value};
     ctx.backend.host_kernel(tensors, [this](std::span<const Tensor<float>> t) {
@@ -208,6 +236,7 @@ void Normalization::backward(std::span<const Tensor<float>>, const Tensor<float>
                              std::span<const Tensor<float>> input_gradients,
                              const CallContext& ctx) {
   if (input_gradients.empty() || input_gradients[0].empty()) return;
+  settle(input_gradients[0].shape().row_shape());
   // dy/dx is the scale (invert) or its reciprocal: the kernel runs with a zero mean.
   auto run = [this](const float* variance, const float* dy, float* dx, std::size_t rows) {
     const std::size_t row = index_of_.size();
@@ -241,12 +270,20 @@ void Normalization::adapt(const Tensor<float>& data) {
   }
   const Shape sample = data.shape().row_shape();
   if (weights_.empty()) {
-    const Shape shapes[] = {sample};
+    // Built for samples of any length on the axes the statistics broadcast over (Keras keeps
+    // no other trace of the data's shape): adapted on images of one size, used on any.
+    kept_shape(sample);
+    std::vector<std::size_t> dims(sample.begin(), sample.end());
+    for (std::size_t i = 0; i < dims.size(); ++i)
+      if (!kept_[i]) dims[i] = keras::none;
+    const Shape shapes[] = {Shape(dims)};
     build(shapes, 0);
-  } else if (!built_input_shapes().empty() && built_input_shapes()[0] != sample) {
+  } else if (!built_input_shapes().empty() &&
+             !keras::detail::fits_declared(built_input_shapes()[0], sample)) {
     throw ShapeError(label() + ": built for inputs of shape " + batch_str(built_input_shapes()[0]) +
                      " but adapt got data of shape " + data.shape().str());
   }
+  settle(sample);
   std::vector<double> sums(statistics_, 0.0), squares(statistics_, 0.0), counts(statistics_, 0.0);
   const std::size_t row = index_of_.size();
   for (std::size_t r = 0; r < data.shape()[0]; ++r) {

@@ -27,6 +27,12 @@ class Reshape : public detail::ShapeOnlyLayer {
   std::string class_name() const override { return "Reshape"; }
 
   LOADSTAR_DECL Shape build(std::span<const Shape> input_shapes, std::uint64_t) override;
+  /// Inputs with axes of unknown length, where the target has a -1 to take them (its length
+  /// settled per batch).
+  bool takes_unknown_axes() const noexcept override { return true; }
+  Shape output_shape_for(std::span<const Shape> input_shapes) const override {
+    return output_for(input_shapes[0]);
+  }
 
   LOADSTAR_DECL nlohmann::json get_config() const override;
 
@@ -34,6 +40,8 @@ class Reshape : public detail::ShapeOnlyLayer {
 
  private:
   LOADSTAR_DECL std::string target_str() const;
+  /// The output shape for samples of shape `in`: the -1 unknown for an input of unknown length.
+  LOADSTAR_DECL Shape output_for(const Shape& in) const;
 
   std::vector<std::ptrdiff_t> target_;
 };
@@ -46,7 +54,12 @@ namespace loadstar::keras::layers {
 
 Shape Reshape::build(std::span<const Shape> input_shapes, std::uint64_t) {
   expect_inputs(input_shapes, 1);
-  const std::size_t total = input_shapes[0].elements();
+  const Shape out = output_for(input_shapes[0]);
+  remember(input_shapes, out);
+  return out;
+}
+
+Shape Reshape::output_for(const Shape& in) const {
   std::size_t known = 1;
   std::ptrdiff_t free_axis = -1;
   for (std::size_t i = 0; i < target_.size(); ++i) {
@@ -61,15 +74,22 @@ Shape Reshape::build(std::span<const Shape> input_shapes, std::uint64_t) {
   }
   std::vector<std::size_t> dims(target_.size());
   for (std::size_t i = 0; i < target_.size(); ++i)
-    dims[i] = target_[i] > 0 ? static_cast<std::size_t>(target_[i]) : 0;
+    dims[i] = target_[i] > 0 ? static_cast<std::size_t>(target_[i]) : keras::none;
+  if (keras::detail::has_unknown_axis(in)) {
+    if (free_axis < 0) {
+      throw ShapeError(label() + ": target_shape " + target_str() +
+                       " has no -1 to take the unknown length of inputs of shape " + batch_str(in));
+    }
+    return Shape(dims);
+  }
+  const std::size_t total = in.elements();
   if (free_axis >= 0 && known > 0 && total % known == 0)
     dims[static_cast<std::size_t>(free_axis)] = total / known;
   const Shape out(dims);
   if (out.elements() != total) {
-    throw ShapeError(label() + ": cannot reshape inputs of shape " + input_shapes[0].str() +
+    throw ShapeError(label() + ": cannot reshape inputs of shape " + in.str() +
                      " to target_shape " + target_str());
   }
-  remember(input_shapes, out);
   return out;
 }
 

@@ -39,6 +39,9 @@ class UpSampling2D : public detail::LayerBase {
   std::string class_name() const override { return "UpSampling2D"; }
 
   LOADSTAR_DECL Shape build(std::span<const Shape> input_shapes, std::uint64_t) override;
+  /// Heights and widths of unknown length, settled per batch.
+  bool takes_unknown_axes() const noexcept override { return true; }
+  LOADSTAR_DECL Shape output_shape_for(std::span<const Shape> input_shapes) const override;
 
   LOADSTAR_DECL void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
                              const CallContext& ctx) override;
@@ -53,6 +56,13 @@ class UpSampling2D : public detail::LayerBase {
   LOADSTAR_DECL static std::shared_ptr<Layer> from_config(const nlohmann::json& config);
 
  private:
+  /// The output shape for inputs of sample shape `in` (an unknown length giving one).
+  Shape output_for(const Shape& in) const {
+    return channels_first_ ? Shape{in[0], in[1] * size_.h, in[2] * size_.w}
+                           : Shape{in[0] * size_.h, in[1] * size_.w, in[2]};
+  }
+  /// The image's sizes and each axis's taps for the batch `x` when they differ from the last's.
+  LOADSTAR_DECL void settle(const Tensor<float>& x);
   /// Keras's `interpolation` lowercased, as Keras keeps it.
   static std::string lowercase(std::string name) {
     std::transform(name.begin(), name.end(), name.begin(),
@@ -86,22 +96,35 @@ Shape UpSampling2D::build(std::span<const Shape> input_shapes, std::uint64_t) {
   expect_inputs(input_shapes, 1);
   expect_rank(input_shapes[0], 3);
   const Shape& in = input_shapes[0];
-  // The image as (planes, h, w, inner): (1, h, w, c) channels_last, (c, h, w, 1) channels_first.
+  // The image as (planes, h, w, inner): (1, h, w, c) channels_last, (c, h, w, 1) channels_first;
+  // the taps are made for the first batch's sizes when a length is unknown.
   planes_ = channels_first_ ? in[0] : 1;
-  height_ = channels_first_ ? in[1] : in[0];
-  width_ = channels_first_ ? in[2] : in[1];
   inner_ = channels_first_ ? 1 : in[2];
-  const std::size_t h = height_ * size_.h, w = width_ * size_.w;
-  row_taps_ = detail::axis_taps(kind_, false, 0, height_, 0, h);
-  column_taps_ = detail::axis_taps(kind_, false, 0, width_, 0, w);
-  const Shape out = channels_first_ ? Shape{in[0], h, w} : Shape{h, w, in[2]};
+  height_ = width_ = 0;
+  const Shape out = output_for(in);
   remember(input_shapes, out);
   return out;
+}
+
+Shape UpSampling2D::output_shape_for(std::span<const Shape> input_shapes) const {
+  return output_for(input_shapes[0]);
+}
+
+void UpSampling2D::settle(const Tensor<float>& x) {
+  const Shape in = x.shape().row_shape();
+  const std::size_t height = channels_first_ ? in[1] : in[0];
+  const std::size_t width = channels_first_ ? in[2] : in[1];
+  if (height == height_ && width == width_) return;
+  height_ = height;
+  width_ = width;
+  row_taps_ = detail::axis_taps(kind_, false, 0, height_, 0, height_ * size_.h);
+  column_taps_ = detail::axis_taps(kind_, false, 0, width_, 0, width_ * size_.w);
 }
 
 void UpSampling2D::forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
                            const CallContext& ctx) {
   check_inputs(inputs);
+  settle(inputs[0]);
   const Tensor<float> tensors[] = {inputs[0], output};
   ctx.backend.host_kernel(tensors, [this](std::span<const Tensor<float>> t) {
     detail::resample(t[0].data(), t[1].data(), t[0].rows() * planes_, height_, width_, inner_,
@@ -114,6 +137,7 @@ void UpSampling2D::backward(std::span<const Tensor<float>> inputs, const Tensor<
                             std::span<const Tensor<float>> input_gradients,
                             const CallContext& ctx) {
   if (input_gradients.empty() || input_gradients[0].empty()) return;
+  settle(inputs[0]);
   const Tensor<float> tensors[] = {output_gradient, input_gradients[0]};
   ctx.backend.host_kernel(tensors, [&](std::span<const Tensor<float>> t) {
     detail::resample(t[0].data(), t[1].data(), inputs[0].rows() * planes_, height_, width_, inner_,

@@ -49,6 +49,12 @@ class ZeroPadding2D : public detail::LayerBase {
   std::string class_name() const override { return "ZeroPadding2D"; }
 
   LOADSTAR_DECL Shape build(std::span<const Shape> input_shapes, std::uint64_t) override;
+  /// Heights and widths of unknown length (keras.applications' models without their top),
+  /// settled per batch.
+  bool takes_unknown_axes() const noexcept override { return true; }
+  Shape output_shape_for(std::span<const Shape> input_shapes) const override {
+    return output_for(input_shapes[0]);
+  }
 
   LOADSTAR_DECL void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
                              const CallContext& ctx) override;
@@ -63,6 +69,23 @@ class ZeroPadding2D : public detail::LayerBase {
   LOADSTAR_DECL static std::shared_ptr<Layer> from_config(const nlohmann::json& config);
 
  private:
+  /// The output shape for inputs of sample shape `in` (an unknown length giving one).
+  Shape output_for(const Shape& in) const {
+    const auto grow = [](std::size_t n, std::size_t before, std::size_t after) {
+      return n == 0 ? 0 : n + before + after;
+    };
+    return channels_first_ ? Shape{in[0], grow(in[1], padding_.top, padding_.bottom),
+                                   grow(in[2], padding_.left, padding_.right)}
+                           : Shape{grow(in[0], padding_.top, padding_.bottom),
+                                   grow(in[1], padding_.left, padding_.right), in[2]};
+  }
+  /// The image's sizes for the samples of shape `in` (a batch's).
+  void settle(const Shape& in) {
+    planes_ = channels_first_ ? in[0] : 1;
+    height_ = channels_first_ ? in[1] : in[0];
+    width_ = channels_first_ ? in[2] : in[1];
+    inner_ = channels_first_ ? 1 : in[2];
+  }
   /// Copies every image row of `image` into its place inside `padded` (`into`), or back.
   LOADSTAR_DECL void copy_rows(const Tensor<float>& image, const Tensor<float>& padded,
                                bool into) const;
@@ -81,15 +104,9 @@ namespace loadstar::keras::layers {
 Shape ZeroPadding2D::build(std::span<const Shape> input_shapes, std::uint64_t) {
   expect_inputs(input_shapes, 1);
   expect_rank(input_shapes[0], 3);
-  const Shape& in = input_shapes[0];
   // The image as (planes, h, w, inner): (1, h, w, c) channels_last, (c, h, w, 1) channels_first.
-  planes_ = channels_first_ ? in[0] : 1;
-  height_ = channels_first_ ? in[1] : in[0];
-  width_ = channels_first_ ? in[2] : in[1];
-  inner_ = channels_first_ ? 1 : in[2];
-  const std::size_t h = height_ + padding_.top + padding_.bottom;
-  const std::size_t w = width_ + padding_.left + padding_.right;
-  const Shape out = channels_first_ ? Shape{in[0], h, w} : Shape{h, w, in[2]};
+  settle(input_shapes[0]);
+  const Shape out = output_for(input_shapes[0]);
   remember(input_shapes, out);
   return out;
 }
@@ -97,6 +114,7 @@ Shape ZeroPadding2D::build(std::span<const Shape> input_shapes, std::uint64_t) {
 void ZeroPadding2D::forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
                             const CallContext& ctx) {
   check_inputs(inputs);
+  settle(inputs[0].shape().row_shape());
   const Tensor<float> tensors[] = {inputs[0], output};
   ctx.backend.host_kernel(tensors, [this](std::span<const Tensor<float>> t) {
     std::fill(t[1].begin(), t[1].end(), 0.0F);
@@ -109,6 +127,7 @@ void ZeroPadding2D::backward(std::span<const Tensor<float>>, const Tensor<float>
                              std::span<const Tensor<float>> input_gradients,
                              const CallContext& ctx) {
   if (input_gradients.empty() || input_gradients[0].empty()) return;
+  settle(input_gradients[0].shape().row_shape());
   const Tensor<float> tensors[] = {input_gradients[0], output_gradient};
   ctx.backend.host_kernel(
       tensors, [this](std::span<const Tensor<float>> t) { copy_rows(t[0], t[1], false); });

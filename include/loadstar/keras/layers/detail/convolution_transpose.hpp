@@ -35,6 +35,9 @@ LOADSTAR_DECL TransposeAxis transpose_axis(std::size_t in, std::size_t kernel, s
 /// (`col2im(x * kernel^T)`), plus the bias and the activation.
 class ConvolutionTranspose : public LayerBase {
  public:
+  /// Steps, heights and widths of unknown length, settled per batch; the channels known.
+  bool takes_unknown_axes() const noexcept override { return true; }
+  LOADSTAR_DECL Shape output_shape_for(std::span<const Shape> input_shapes) const override;
   LOADSTAR_DECL void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
                              const CallContext& ctx) override;
 
@@ -87,7 +90,18 @@ class ConvolutionTranspose : public LayerBase {
   Tensor<float> kernel_matrix() const {
     return weights_[0].value.reshape({geometry_.patch_size(), geometry_.out_c});
   }
+  /// The geometry (batch 0, of the convolution from the output to the input) for samples of
+  /// channels_last shape `in_last` (an unknown length giving one), and their channels_last
+  /// output shape in `out_last`.
+  LOADSTAR_DECL Conv2DGeometry geometry_for(const Shape& in_last, Shape& out_last) const;
+  /// Settles the geometry for the lengths of the batch `x` when they differ from the last's.
+  LOADSTAR_DECL void settle(const Tensor<float>& x);
 
+  // The build's sizes.
+  std::size_t spatial_rank_ = 2;
+  Size2 kernel_ = 1, strides_ = 1, dilation_ = 1;
+  bool same_ = false;
+  std::optional<Size2> output_padding_;
   /// The convolution from the output to the input (batch 0).
   Conv2DGeometry geometry_;
   Shape in_last_;
@@ -159,22 +173,18 @@ Shape ConvolutionTranspose::build_spatial(std::span<const Shape> input_shapes,
   expect_inputs(input_shapes, 1);
   expect_rank(input_shapes[0], spatial_rank + 1);
   in_last_ = channels_first_ ? move_channels(input_shapes[0], false) : input_shapes[0];
-  const std::size_t in_h = spatial_rank == 2 ? in_last_[0] : 1;
-  const std::size_t in_w = in_last_[spatial_rank - 1];
+  spatial_rank_ = spatial_rank;
+  kernel_ = kernel;
+  strides_ = strides;
+  dilation_ = dilation;
+  same_ = same;
+  output_padding_ = output_padding;
   const std::size_t in_c = in_last_[spatial_rank];
-  const auto padding = [&](bool height) -> std::optional<std::size_t> {
-    if (!output_padding) return std::nullopt;
-    return height ? output_padding->h : output_padding->w;
-  };
-  const TransposeAxis h =
-      spatial_rank == 2 ? transpose_axis(in_h, kernel.h, strides.h, dilation.h, same, padding(true))
-                        : TransposeAxis{1, 0};
-  const TransposeAxis w =
-      transpose_axis(in_w, kernel.w, strides.w, dilation.w, same, padding(false));
-  if (h.out == 0 || w.out == 0) {
-    throw ShapeError(label() + ": inputs of shape " + batch_str(input_shapes[0]) +
-                     " give an empty output");
+  if (in_c == 0) {
+    throw ShapeError(label() + ": the channels axis must have a known length but the input is " +
+                     batch_str(input_shapes[0]));
   }
+  geometry_ = geometry_for(in_last_, out_last_);
   if (!weights_.empty()) {
     const Shape& k = weights_[0].value.shape();
     if (k[k.rank() - 1] != in_c) {
@@ -196,21 +206,6 @@ Shape ConvolutionTranspose::build_spatial(std::span<const Shape> input_shapes,
       add_weight("bias", bias);
     }
   }
-  geometry_ = Conv2DGeometry{.in_h = h.out,
-                             .in_w = w.out,
-                             .in_c = filters_,
-                             .out_h = in_h,
-                             .out_w = in_w,
-                             .out_c = in_c,
-                             .kernel_h = kernel.h,
-                             .kernel_w = kernel.w,
-                             .stride_h = strides.h,
-                             .stride_w = strides.w,
-                             .dilation_h = dilation.h,
-                             .dilation_w = dilation.w,
-                             .pad_top = h.pad_before,
-                             .pad_left = w.pad_before};
-  out_last_ = spatial_rank == 2 ? Shape{h.out, w.out, filters_} : Shape{w.out, filters_};
   to_last_ = channel_axes(in_last_.rank() + 1, false);
   to_first_ = channel_axes(in_last_.rank() + 1, true);
   const Shape out = channels_first_ ? move_channels(out_last_, true) : out_last_;
@@ -231,6 +226,7 @@ void ConvolutionTranspose::pre_activation(Backend& backend, const Tensor<float>&
 void ConvolutionTranspose::forward(std::span<const Tensor<float>> inputs,
                                    const Tensor<float>& output, const CallContext& ctx) {
   check_inputs(inputs);
+  settle(inputs[0]);
   Backend& backend = ctx.backend;
   const std::size_t batch = inputs[0].rows();
   const Tensor<float> x = to_channels_last(backend, inputs[0], x_last_, in_last_, batch);
@@ -247,6 +243,7 @@ void ConvolutionTranspose::backward(std::span<const Tensor<float>> inputs,
                                     const Tensor<float>& output_gradient,
                                     std::span<const Tensor<float>> input_gradients,
                                     const CallContext& ctx) {
+  settle(inputs[0]);
   Backend& backend = ctx.backend;
   const std::size_t batch = inputs[0].rows();
   Conv2DGeometry g = geometry_;
@@ -278,6 +275,58 @@ void ConvolutionTranspose::backward(std::span<const Tensor<float>> inputs,
       channels_first_ ? dx_last_.get(backend, in_last_.prepend(batch)) : input_gradients[0];
   backend.gemm(columns, false, kernel_matrix(), false, dx.reshape({in_rows, g.out_c}));
   if (channels_first_) backend.permute(dx, to_first_, input_gradients[0]);
+}
+
+Conv2DGeometry ConvolutionTranspose::geometry_for(const Shape& in_last, Shape& out_last) const {
+  const std::size_t in_h = spatial_rank_ == 2 ? in_last[0] : 1;
+  const std::size_t in_w = in_last[spatial_rank_ - 1];
+  const std::size_t in_c = in_last[spatial_rank_];
+  const auto padding = [&](bool height) -> std::optional<std::size_t> {
+    if (!output_padding_) return std::nullopt;
+    return height ? output_padding_->h : output_padding_->w;
+  };
+  // An axis of unknown length (0) gives one of unknown length, settled per batch.
+  const TransposeAxis h = in_h == 0            ? TransposeAxis{0, 0}
+                          : spatial_rank_ == 2 ? transpose_axis(in_h, kernel_.h, strides_.h,
+                                                                dilation_.h, same_, padding(true))
+                                               : TransposeAxis{1, 0};
+  const TransposeAxis w =
+      in_w == 0 ? TransposeAxis{0, 0}
+                : transpose_axis(in_w, kernel_.w, strides_.w, dilation_.w, same_, padding(false));
+  if ((in_h != 0 && h.out == 0) || (in_w != 0 && w.out == 0)) {
+    throw ShapeError(label() + ": inputs of shape " +
+                     (channels_first_ ? move_channels(in_last, true) : in_last).str() +
+                     " give an empty output");
+  }
+  out_last = spatial_rank_ == 2 ? Shape{h.out, w.out, filters_} : Shape{w.out, filters_};
+  return Conv2DGeometry{.in_h = h.out,
+                        .in_w = w.out,
+                        .in_c = filters_,
+                        .out_h = in_h,
+                        .out_w = in_w,
+                        .out_c = in_c,
+                        .kernel_h = kernel_.h,
+                        .kernel_w = kernel_.w,
+                        .stride_h = strides_.h,
+                        .stride_w = strides_.w,
+                        .dilation_h = dilation_.h,
+                        .dilation_w = dilation_.w,
+                        .pad_top = h.pad_before,
+                        .pad_left = w.pad_before};
+}
+
+void ConvolutionTranspose::settle(const Tensor<float>& x) {
+  const Shape sample = x.shape().row_shape();
+  const Shape in_last = channels_first_ ? move_channels(sample, false) : sample;
+  if (in_last == in_last_) return;
+  geometry_ = geometry_for(in_last, out_last_);
+  in_last_ = in_last;
+}
+
+Shape ConvolutionTranspose::output_shape_for(std::span<const Shape> input_shapes) const {
+  Shape out_last;
+  geometry_for(channels_first_ ? move_channels(input_shapes[0], false) : input_shapes[0], out_last);
+  return channels_first_ ? move_channels(out_last, true) : out_last;
 }
 
 nlohmann::json ConvolutionTranspose::transpose_config() const {

@@ -24,6 +24,9 @@ namespace loadstar::keras::layers::detail {
 /// elements). The bias and activation follow the last step. A 1-D layer is a 2-D one of height 1.
 class DepthwiseConvolution : public LayerBase {
  public:
+  /// Steps, heights and widths of unknown length, settled per batch; the channels known.
+  bool takes_unknown_axes() const noexcept override { return true; }
+  LOADSTAR_DECL Shape output_shape_for(std::span<const Shape> input_shapes) const override;
   LOADSTAR_DECL void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
                              const CallContext& ctx) override;
 
@@ -93,10 +96,19 @@ class DepthwiseConvolution : public LayerBase {
     return weights_[1].value.reshape({geometry_.out_c, filters_});
   }
   Tensor<float> bias() const { return use_bias_ ? weights_.back().value : Tensor<float>(); }
+  /// The geometry (batch 0) for samples of channels_last shape `in_last` (an unknown length
+  /// giving one), and their channels_last output shape in `out_last`.
+  LOADSTAR_DECL Conv2DGeometry geometry_for(const Shape& in_last, Shape& out_last) const;
+  /// Settles the geometry for the lengths of the batch `x` when they differ from the last's.
+  LOADSTAR_DECL void settle(const Tensor<float>& x);
   Tensor<float> bias_gradient() const {
     return use_bias_ ? weights_.back().gradient : Tensor<float>();
   }
 
+  // The build's sizes.
+  std::size_t spatial_rank_ = 2;
+  Size2 kernel_ = 1, strides_ = 1, dilation_ = 1;
+  std::string padding_;
   Conv2DGeometry geometry_;
   Shape in_last_;
   Shape out_last_;
@@ -156,6 +168,7 @@ Conv2DGeometry DepthwiseConvolution::pointwise_geometry(std::size_t batch) const
 void DepthwiseConvolution::forward(std::span<const Tensor<float>> inputs,
                                    const Tensor<float>& output, const CallContext& ctx) {
   check_inputs(inputs);
+  settle(inputs[0]);
   Backend& backend = ctx.backend;
   const std::size_t batch = inputs[0].rows();
   const Tensor<float> x = to_channels_last(backend, inputs[0], x_last_, in_last_, batch);
@@ -180,6 +193,7 @@ void DepthwiseConvolution::backward(std::span<const Tensor<float>> inputs,
                                     const Tensor<float>& output_gradient,
                                     std::span<const Tensor<float>> input_gradients,
                                     const CallContext& ctx) {
+  settle(inputs[0]);
   Backend& backend = ctx.backend;
   const std::size_t batch = inputs[0].rows();
   Conv2DGeometry g = geometry_;
@@ -233,36 +247,17 @@ Shape DepthwiseConvolution::build_spatial(std::span<const Shape> input_shapes,
   expect_inputs(input_shapes, 1);
   expect_rank(input_shapes[0], spatial_rank + 1);
   in_last_ = input_last(input_shapes[0]);
-  const std::size_t in_h = spatial_rank == 2 ? in_last_[0] : 1;
-  const std::size_t in_w = in_last_[spatial_rank - 1];
+  spatial_rank_ = spatial_rank;
+  kernel_ = kernel;
+  strides_ = strides;
+  dilation_ = dilation;
+  padding_ = padding;
   const std::size_t in_c = in_last_[spatial_rank];
-  const AxisGeometry h = axis_geometry(in_h, kernel.h, strides.h, dilation.h, padding == "same");
-  AxisGeometry w;
-  if (padding == "causal") {
-    w = {(in_w + strides.w - 1) / strides.w, (kernel.w - 1) * dilation.w};
-  } else {
-    w = axis_geometry(in_w, kernel.w, strides.w, dilation.w, padding == "same");
+  if (in_c == 0) {
+    throw ShapeError(label() + ": the channels axis must have a known length but the input is " +
+                     batch_str(input_shapes[0]));
   }
-  if (h.out == 0 || w.out == 0) {
-    throw ShapeError(label() + ": a kernel of size " +
-                     (spatial_rank == 2 ? std::to_string(kernel.h) + "x" : std::string()) +
-                     std::to_string(kernel.w) + " does not fit inputs of shape " +
-                     batch_str(input_shapes[0]) + " with valid padding");
-  }
-  const Conv2DGeometry g{.in_h = in_h,
-                         .in_w = in_w,
-                         .in_c = in_c,
-                         .out_h = h.out,
-                         .out_w = w.out,
-                         .out_c = in_c * depth_multiplier_,
-                         .kernel_h = kernel.h,
-                         .kernel_w = kernel.w,
-                         .stride_h = strides.h,
-                         .stride_w = strides.w,
-                         .dilation_h = dilation.h,
-                         .dilation_w = dilation.w,
-                         .pad_top = h.pad_before,
-                         .pad_left = w.pad_before};
+  const Conv2DGeometry g = geometry_for(in_last_, out_last_);
   const std::size_t out_c = filters_ == 0 ? g.out_c : filters_;
   if (!weights_.empty()) {
     const Shape& kernel = weights_[0].value.shape();
@@ -294,12 +289,65 @@ Shape DepthwiseConvolution::build_spatial(std::span<const Shape> input_shapes,
     }
   }
   geometry_ = g;
-  out_last_ = spatial_rank == 2 ? Shape{g.out_h, g.out_w, out_c} : Shape{g.out_w, out_c};
   to_last_ = channel_axes(in_last_.rank() + 1, false);
   to_first_ = channel_axes(in_last_.rank() + 1, true);
   const Shape out = channels_first_ ? move_channels(out_last_, true) : out_last_;
   remember(input_shapes, out);
   return out;
+}
+
+Conv2DGeometry DepthwiseConvolution::geometry_for(const Shape& in_last, Shape& out_last) const {
+  const std::size_t in_h = spatial_rank_ == 2 ? in_last[0] : 1;
+  const std::size_t in_w = in_last[spatial_rank_ - 1];
+  const std::size_t in_c = in_last[spatial_rank_];
+  const bool same = padding_ == "same";
+  // An axis of unknown length (0) gives one of unknown length, settled per batch.
+  const AxisGeometry h = in_h == 0 ? AxisGeometry{0, 0}
+                                   : axis_geometry(in_h, kernel_.h, strides_.h, dilation_.h, same);
+  AxisGeometry w;
+  if (in_w == 0) {
+    w = {0, 0};
+  } else if (padding_ == "causal") {
+    w = {(in_w + strides_.w - 1) / strides_.w, (kernel_.w - 1) * dilation_.w};
+  } else {
+    w = axis_geometry(in_w, kernel_.w, strides_.w, dilation_.w, same);
+  }
+  if ((in_h != 0 && h.out == 0) || (in_w != 0 && w.out == 0)) {
+    throw ShapeError(label() + ": a kernel of size " +
+                     (spatial_rank_ == 2 ? std::to_string(kernel_.h) + "x" : std::string()) +
+                     std::to_string(kernel_.w) + " does not fit inputs of shape " +
+                     batch_str(channels_first_ ? move_channels(in_last, true) : in_last) +
+                     " with valid padding");
+  }
+  const std::size_t out_c = filters_ == 0 ? in_c * depth_multiplier_ : filters_;
+  out_last = spatial_rank_ == 2 ? Shape{h.out, w.out, out_c} : Shape{w.out, out_c};
+  return Conv2DGeometry{.in_h = in_h,
+                        .in_w = in_w,
+                        .in_c = in_c,
+                        .out_h = h.out,
+                        .out_w = w.out,
+                        .out_c = in_c * depth_multiplier_,
+                        .kernel_h = kernel_.h,
+                        .kernel_w = kernel_.w,
+                        .stride_h = strides_.h,
+                        .stride_w = strides_.w,
+                        .dilation_h = dilation_.h,
+                        .dilation_w = dilation_.w,
+                        .pad_top = h.pad_before,
+                        .pad_left = w.pad_before};
+}
+
+void DepthwiseConvolution::settle(const Tensor<float>& x) {
+  const Shape in_last = input_last(x.shape().row_shape());
+  if (in_last == in_last_) return;
+  geometry_ = geometry_for(in_last, out_last_);
+  in_last_ = in_last;
+}
+
+Shape DepthwiseConvolution::output_shape_for(std::span<const Shape> input_shapes) const {
+  Shape out_last;
+  geometry_for(input_last(input_shapes[0]), out_last);
+  return channels_first_ ? move_channels(out_last, true) : out_last;
 }
 
 nlohmann::json DepthwiseConvolution::depthwise_config() const {

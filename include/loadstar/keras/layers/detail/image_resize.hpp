@@ -76,6 +76,12 @@ class ImageResizeLayer : public LayerBase {
   };
 
   LOADSTAR_DECL Shape build(std::span<const Shape> input_shapes, std::uint64_t) override;
+  /// Images of unknown height and width (a model that resizes whatever it is given), each
+  /// batch's box and taps made for its size; the channels known.
+  bool takes_unknown_axes() const noexcept override { return true; }
+  Shape output_shape_for(std::span<const Shape>) const override {
+    return Shape{height_, width_, channels_};
+  }
 
   LOADSTAR_DECL void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
                              const CallContext& ctx) override;
@@ -108,6 +114,9 @@ class ImageResizeLayer : public LayerBase {
   float fill_value_;
 
  private:
+  /// The box and taps for `h` by `w` images when they differ from the last's.
+  LOADSTAR_DECL void settle(std::size_t h, std::size_t w);
+
   AxisTaps row_taps_, col_taps_;
   std::vector<float> scratch_;
   std::size_t in_h_ = 0, in_w_ = 0, channels_ = 0;
@@ -329,24 +338,31 @@ ImageResizeLayer::Box ImageResizeLayer::padded_box(std::size_t h, std::size_t w,
 Shape ImageResizeLayer::build(std::span<const Shape> input_shapes, std::uint64_t) {
   expect_inputs(input_shapes, 1);
   const Shape& in = input_shapes[0];
-  if (in.rank() != 3 || in[0] == 0 || in[1] == 0) {
-    throw ShapeError(label() + ": expects non-empty images (batch, height, width, channels) but " +
-                     "got inputs of shape " + batch_str(in));
+  if (in.rank() != 3 || in[2] == 0) {
+    throw ShapeError(label() + ": expects images (batch, height, width, channels) of known " +
+                     "channels but got inputs of shape " + batch_str(in));
   }
-  in_h_ = in[0];
-  in_w_ = in[1];
   channels_ = in[2];
-  const Box b = box(in_h_, in_w_);
-  row_taps_ = axis_taps(kind_, antialias_, b.top, b.height, b.pad_rows, height_);
-  col_taps_ = axis_taps(kind_, antialias_, b.left, b.width, b.pad_cols, width_);
+  in_h_ = in_w_ = 0;
+  if (in[0] != 0 && in[1] != 0) settle(in[0], in[1]);
   const Shape out{height_, width_, channels_};
   remember(input_shapes, out);
   return out;
 }
 
+void ImageResizeLayer::settle(std::size_t h, std::size_t w) {
+  if (h == in_h_ && w == in_w_) return;
+  const Box b = box(h, w);
+  row_taps_ = axis_taps(kind_, antialias_, b.top, b.height, b.pad_rows, height_);
+  col_taps_ = axis_taps(kind_, antialias_, b.left, b.width, b.pad_cols, width_);
+  in_h_ = h;
+  in_w_ = w;
+}
+
 void ImageResizeLayer::forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
                                const CallContext& ctx) {
   check_inputs(inputs);
+  settle(inputs[0].dim(1), inputs[0].dim(2));
   const Tensor<float> tensors[] = {inputs[0], output};
   ctx.backend.host_kernel(tensors, [this](std::span<const Tensor<float>> t) {
     resample(t[0].data(), t[1].data(), t[0].rows(), in_h_, in_w_, channels_, row_taps_, col_taps_,
@@ -359,6 +375,7 @@ void ImageResizeLayer::backward(std::span<const Tensor<float>>, const Tensor<flo
                                 std::span<const Tensor<float>> input_gradients,
                                 const CallContext& ctx) {
   if (input_gradients.empty() || input_gradients[0].empty()) return;
+  settle(input_gradients[0].dim(1), input_gradients[0].dim(2));
   const Tensor<float> tensors[] = {output_gradient, input_gradients[0]};
   ctx.backend.host_kernel(tensors, [this](std::span<const Tensor<float>> t) {
     resample(t[0].data(), t[1].data(), t[1].rows(), in_h_, in_w_, channels_, row_taps_, col_taps_,

@@ -63,8 +63,8 @@ class Pooling : public LayerBase {
     return Max ? keras::detail::FusionRole::through_relu_output : keras::detail::FusionRole::none;
   }
 
-  /// `MaxPooling1D` and `AveragePooling1D`: steps of unknown length, settled per batch.
-  bool takes_unknown_axes() const noexcept override { return Rank == 1; }
+  /// Steps, heights and widths of unknown length, settled per batch; the channels known.
+  bool takes_unknown_axes() const noexcept override { return true; }
 
   Shape output_shape_for(std::span<const Shape> input_shapes) const override {
     Shape out_last;
@@ -192,18 +192,19 @@ class Pooling : public LayerBase {
     const std::size_t in_h = Rank == 1 ? 1 : in[0];
     const std::size_t in_w = in[Rank - 1];
     const std::size_t channels = in[Rank];
-    AxisGeometry h{1, 0}, w{0, 0};
-    if (in_w != 0 && in_h != 0) {
-      h = axis_geometry(in_h, pool_.h, strides_.h, 1, same_);
-      w = axis_geometry(in_w, pool_.w, strides_.w, 1, same_);
-      if (h.out == 0 || w.out == 0) {
-        const std::string pool =
-            Rank == 1 ? "pool of size " + std::to_string(pool_.w)
-                      : std::to_string(pool_.h) + "x" + std::to_string(pool_.w) + " pool";
-        throw ShapeError(label() + ": a " + pool + " does not fit inputs of shape " +
-                         (channels_first_ ? move_channels(in, true) : in).str() +
-                         " with valid padding");
-      }
+    // An axis of unknown length (0) gives one of unknown length.
+    const AxisGeometry h = in_h == 0   ? AxisGeometry{0, 0}
+                           : Rank == 1 ? AxisGeometry{1, 0}
+                                       : axis_geometry(in_h, pool_.h, strides_.h, 1, same_);
+    const AxisGeometry w =
+        in_w == 0 ? AxisGeometry{0, 0} : axis_geometry(in_w, pool_.w, strides_.w, 1, same_);
+    if ((in_h != 0 && h.out == 0) || (in_w != 0 && w.out == 0)) {
+      const std::string pool =
+          Rank == 1 ? "pool of size " + std::to_string(pool_.w)
+                    : std::to_string(pool_.h) + "x" + std::to_string(pool_.w) + " pool";
+      throw ShapeError(label() + ": a " + pool + " does not fit inputs of shape " +
+                       (channels_first_ ? move_channels(in, true) : in).str() +
+                       " with valid padding");
     }
     out_last = Rank == 1 ? Shape{w.out, channels} : Shape{h.out, w.out, channels};
     return Pool2DGeometry{.in_h = in_h,

@@ -33,8 +33,21 @@ class SpatialDropout : public NoiseLayer {
   std::string class_name() const override { return class_name_; }
 
   LOADSTAR_DECL Shape build(std::span<const Shape> input_shapes, std::uint64_t) override;
-  /// Its masks follow the input's spatial shape: every length must be known.
-  bool takes_unknown_axes() const noexcept override { return false; }
+  /// Steps, heights and widths of unknown length: each batch's channels are dropped over its
+  /// own sizes; the channels known.
+  bool takes_unknown_axes() const noexcept override { return true; }
+
+  void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+               const CallContext& ctx) override {
+    sample_size_ = inputs[0].shape().row_shape().elements();
+    NoiseLayer::forward(inputs, output, ctx);
+  }
+  void backward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
+                const Tensor<float>& output_gradient,
+                std::span<const Tensor<float>> input_gradients, const CallContext& ctx) override {
+    sample_size_ = inputs[0].shape().row_shape().elements();
+    NoiseLayer::backward(inputs, output, output_gradient, input_gradients, ctx);
+  }
 
   LOADSTAR_DECL nlohmann::json get_config() const override;
 
@@ -90,6 +103,10 @@ Shape SpatialDropout::build(std::span<const Shape> input_shapes, std::uint64_t) 
   expect_rank(input_shapes[0], spatial_ + 1);
   const Shape& in = input_shapes[0];
   channels_ = channels_first_ ? in[0] : in[spatial_];
+  if (channels_ == 0) {
+    throw ShapeError(label() + ": the channels axis must have a known length but the input is " +
+                     batch_str(in));
+  }
   sample_size_ = in.elements();
   remember(input_shapes, in);
   return in;
