@@ -154,6 +154,97 @@ TEST_CASE("an RNN of stacked cells trains as PyTorch's loop of its cells, masks 
   check_training(*model, case_named("stacked_cells"), "mse");
 }
 
+TEST_CASE("an RNN of stacked cells returns and takes every cell's states as its layers stacked") {
+  // The same cells as an LSTM returning its sequence and states, then a GRU returning its state
+  // (both checked against PyTorch above): output, h1, c1 and h2, from given initial states that
+  // a Dense computes, so that their gradients train it too.
+  const auto make = [](bool stacked) {
+    set_random_seed(19);
+    auto x = Input(Shape{none, 3}, "x");
+    auto z = Input(Shape{2}, "z");
+    auto h1 = call(Dense(4, {.activation = "tanh", .name = "h1"}), z);
+    auto c1 = call(Dense(4, {.name = "c1"}), z);
+    auto h2 = call(Dense(2, {.activation = "tanh", .name = "h2"}), z);
+    std::vector<KerasTensor> states;
+    if (stacked) {
+      auto stack = std::make_shared<StackedRNN>(
+          std::vector<StackedCell>{{.kind = CellKind::lstm, .units = 4},
+                                   {.kind = CellKind::gru, .units = 2}},
+          StackedRNNOptions{.return_state = true, .name = "stack"});
+      states = call_outputs(stack, {x, h1, c1, h2});
+    } else {
+      const auto lstm = call_outputs(
+          LSTM(4, {.return_sequences = true, .return_state = true, .name = "lstm"}), {x, h1, c1});
+      const auto gru = call_outputs(GRU(2, {.return_state = true, .name = "gru"}), {lstm[0], h2});
+      states = {gru[0], lstm[1], lstm[2], gru[1]};
+    }
+    REQUIRE(states.size() == 4);
+    auto joined = call(Concatenate({.name = "joined"}), states);
+    auto model = std::make_shared<Model>(std::vector{x, z},
+                                         std::vector{call(Dense(1, {.name = "head"}), joined)},
+                                         stacked ? "stacked" : "layers");
+    model->compile({.optimizer = optimizers::SGD(optimizers::SGDOptions{.learning_rate = 0.3}),
+                    .loss = "mse"});
+    return model;
+  };
+  const auto as_json = [](const Tensor<float>& t) {
+    json values = json::array();
+    for (const float v : t)
+      values.push_back(v);
+    return values;
+  };
+  auto stacked = make(true);
+  auto layers = make(false);
+  // The same weights: the stack's cells are the two layers', in order.
+  std::vector<Tensor<float>> weights;
+  for (const auto& layer : layers->layers()) {
+    if (layer->name() == "lstm" || layer->name() == "gru") {
+      const auto cells = stacked->get_layer("stack")->weights();
+      const std::size_t first = layer->name() == "lstm" ? 0 : 3;
+      for (std::size_t k = 0; k < 3; ++k)
+        weights.push_back(cells[first + k].value.clone());
+    } else {
+      for (const auto& w : stacked->get_layer(layer->name())->weights())
+        weights.push_back(w.value.clone());
+    }
+  }
+  layers->set_weights(weights);
+  Tensor<float> x(Shape{3, 5, 3}), z(Shape{3, 2}), y(Shape{3, 1});
+  for (std::size_t i = 0; i < x.size(); ++i)
+    x.data()[i] = static_cast<float>((i * 7) % 11) / 5.0F - 1.0F;
+  for (std::size_t i = 0; i < z.size(); ++i)
+    z.data()[i] = static_cast<float>(i % 4) / 2.0F - 0.7F;
+  for (std::size_t i = 0; i < y.size(); ++i)
+    y.data()[i] = static_cast<float>(i) / 3.0F;
+  const std::vector<Tensor<float>> in{x, z};
+  for (int step = 0; step < 2; ++step) {
+    INFO("step ", step);
+    const double a = stacked->train_on_batch(in, y).get("loss").value();
+    const double b = layers->train_on_batch(in, y).get("loss").value();
+    CHECK(a == doctest::Approx(b).epsilon(1e-6));
+  }
+  const auto trained = stacked->get_layer("stack")->weights();
+  std::size_t k = 0;
+  for (const char* name : {"lstm", "gru"}) {
+    for (const auto& w : layers->get_layer(name)->weights())
+      layer_cases::check_close(name, trained[k++].value, as_json(w.value));
+  }
+  for (const char* name : {"h1", "c1", "h2", "head"}) {
+    const auto a = stacked->get_layer(name)->weights(), b = layers->get_layer(name)->weights();
+    for (std::size_t i = 0; i < a.size(); ++i)
+      layer_cases::check_close(name, a[i].value, as_json(b[i].value));
+  }
+  // Keras's nested initial_state in files, both formats.
+  test_support::TempDir dir;
+  for (const char* file : {"stack.h5", "stack.keras"}) {
+    INFO(file);
+    stacked->save(dir / file);
+    auto copy = load_model(dir / file);
+    CHECK(layer_cases::same_bits(copy->predict(in, {.verbose = 0}),
+                                 stacked->predict(in, {.verbose = 0})));
+  }
+}
+
 TEST_CASE("a stateful LSTM carries its states from batch to batch until reset_states") {
   auto model = unknown_axes_cases::stateful_lstm();
   // Trained and predicted as PyTorch's loop continuing from the batch before.

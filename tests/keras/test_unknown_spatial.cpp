@@ -182,6 +182,48 @@ TEST_SUITE("keras") {
                          ShapeError);
   }
 
+  TEST_CASE("GroupNormalization and UnitNormalization train on images of any size") {
+    // The same bits as the layers built for the batch's size, predicting and training.
+    for (const bool group : {true, false}) {
+      const std::string kind = group ? "GroupNormalization" : "UnitNormalization";
+      INFO(kind);
+      const auto make = [group](const Shape& sample) {
+        auto image = Input(sample, "image");
+        KerasTensor h = call(Conv2D(4, 3, {.padding = "same", .name = "conv"}), image);
+        h = group ? call(GroupNormalization({.groups = 2, .name = "norm"}), h)
+                  : call(UnitNormalization({.axis = {1, 2}, .name = "norm"}), h);
+        auto model = std::make_shared<Model>(
+            std::vector{image}, std::vector{call(Conv2D(1, 1, {.name = "out"}), h)}, "normalized");
+        model->compile({.optimizer = optimizers::SGD(optimizers::SGDOptions{.learning_rate = 0.1}),
+                        .loss = "mse"});
+        return model;
+      };
+      auto any = make(Shape{none, none, 3});
+      for (const Shape& shape : {Shape{2, 5, 4, 3}, Shape{2, 3, 6, 3}}) {
+        INFO(shape.str());
+        auto known = make(shape.row_shape());
+        known->set_weights(any->get_weights());
+        Tensor<float> x(shape), y(Shape{shape[0], shape[1], shape[2], 1});
+        for (std::size_t i = 0; i < x.size(); ++i)
+          x.data()[i] = static_cast<float>((i * 5) % 13) / 6.0F - 1.0F;
+        for (std::size_t i = 0; i < y.size(); ++i)
+          y.data()[i] = static_cast<float>(i % 3) - 1.0F;
+        CHECK(layer_cases::same_bits(any->predict(x, {.verbose = 0}),
+                                     known->predict(x, {.verbose = 0})));
+        CHECK(any->train_on_batch(x, y).get("loss").value() ==
+              known->train_on_batch(x, y).get("loss").value());
+        const auto a = any->get_weights(), b = known->get_weights();
+        for (std::size_t i = 0; i < a.size(); ++i)
+          CHECK(layer_cases::same_bits(a[i], b[i]));
+      }
+    }
+    CHECK_THROWS_WITH_AS(
+        call(GroupNormalization({.groups = 2, .name = "g"}), Input(Shape{4, 4, none})),
+        "group_normalization layer 'g': the channels axis must have a known length but the input "
+        "is (None, 4, 4, None)",
+        ShapeError);
+  }
+
   TEST_CASE("Unknown image sizes are refused where a layer cannot take them, naming it") {
     auto image = Input(Shape{none, none, 3}, "image");
     // A known length that a kernel does not fit, in a batch.

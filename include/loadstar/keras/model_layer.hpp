@@ -189,6 +189,7 @@ class ModelLayer : public Layer {
   // of a layer node; else its value is copied there), and whether the outer gradient writes the
   // node's gradient (its first listing; else it is added).
   std::vector<bool> bound_, direct_;
+  std::vector<bool> bound_node_;  // per node: whether its value is an outer output tensor
   std::vector<bool> written_;  // per node: whether a gradient is written into it
   // The inner masks planned per combination of given masks, the first with none (the masks made
   // inside); `refusal_` is the plan's error with every input masked, when an inner layer refuses
@@ -280,6 +281,9 @@ ModelLayer::ModelLayer(std::shared_ptr<Model> model) : model_(std::move(model)) 
     direct_[o] = first;
     written_[k] = true;
   }
+  bound_node_.assign(nodes.size(), false);
+  for (std::size_t o = 0; o < count; ++o)
+    if (bound_[o]) bound_node_[outputs_[o]] = true;
   // Gradient plan of the inner graph: the outer gradients come first, then the consumers in
   // reverse order; the first contribution to a node's gradient writes it, later ones add. Every
   // node may need its gradient, the inputs' included (they are the outer call's input
@@ -496,9 +500,6 @@ ModelLayer::Run& ModelLayer::run_for(const Tensor<float>& output,
         nodes[k].shape = shapes[k];
     }
   }
-  std::vector<bool> bound(nodes.size(), false);
-  for (std::size_t o = 0; o < outputs_.size(); ++o)
-    if (bound_[o]) bound[outputs_[o]] = true;
   // Buffers of the most elements so far, viewed in this batch's shapes: a call allocates nothing
   // once the largest batch was seen.
   const auto view = [&](Tensor<float>& full, const Shape& sample) {
@@ -511,7 +512,7 @@ ModelLayer::Run& ModelLayer::run_for(const Tensor<float>& output,
   };
   for (std::size_t k = inputs_; k < nodes.size(); ++k) {
     auto& node = nodes[k];
-    if (!bound[k]) node.value = view(node.value_full, node.shape);
+    if (!bound_node_[k]) node.value = view(node.value_full, node.shape);
     node.gradient = view(node.gradient_full, node.shape);
     for (std::size_t j = 0; j < node.inputs.size(); ++j) {
       node.input_gradients[j] = node.targets[j] == detail::GradientTarget::accumulate

@@ -40,6 +40,11 @@ class GroupNormalization : public detail::LayerBase {
   std::string class_name() const override { return "GroupNormalization"; }
 
   LOADSTAR_DECL Shape build(std::span<const Shape> input_shapes, std::uint64_t seed) override;
+  /// Axes of unknown length but the channels (an image's height and width), settled per batch.
+  bool takes_unknown_axes() const noexcept override { return true; }
+  Shape output_shape_for(std::span<const Shape> input_shapes) const override {
+    return input_shapes[0];
+  }
 
   LOADSTAR_DECL void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
                              const CallContext& ctx) override;
@@ -58,8 +63,15 @@ class GroupNormalization : public detail::LayerBase {
   /// samples of `x`.
   LOADSTAR_DECL void statistics(const float* x, std::size_t rows, std::vector<double>& mean,
                                 std::vector<double>& inverse) const;
+  /// The sizes before and after the channels axis for samples of shape `in` (a batch's).
+  void settle(const Shape& in) {
+    const auto view = keras::detail::axis_view(in, axis_);
+    outer_ = view.outer;
+    inner_ = view.inner;
+  }
 
   GroupNormalizationOptions options_;
+  std::size_t axis_ = 0;  // the channels axis of a sample
   /// The sample as (outer, channels, inner) around the channel axis.
   std::size_t outer_ = 1, channels_ = 1, inner_ = 1;
 };
@@ -85,10 +97,15 @@ Shape GroupNormalization::build(std::span<const Shape> input_shapes, std::uint64
     throw ShapeError(label() + ": axis " + std::to_string(options_.axis) +
                      " is not an axis of a sample of inputs of shape " + batch_str(in));
   }
-  const auto view = keras::detail::axis_view(in, std::size_t(axis - 1));
+  axis_ = std::size_t(axis - 1);
+  const auto view = keras::detail::axis_view(in, axis_);
   outer_ = view.outer;
   channels_ = view.length;
   inner_ = view.inner;
+  if (channels_ == 0) {
+    throw ShapeError(label() + ": the channels axis must have a known length but the input is " +
+                     batch_str(in));
+  }
   if (channels_ < options_.groups || channels_ % options_.groups != 0) {
     throw ShapeError(label() + ": " + std::to_string(options_.groups) + " groups must divide the " +
                      std::to_string(channels_) + " channels of inputs of shape " + batch_str(in));
@@ -139,6 +156,7 @@ void GroupNormalization::statistics(const float* x, std::size_t rows, std::vecto
 void GroupNormalization::forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
                                  const CallContext& ctx) {
   check_inputs(inputs);
+  settle(inputs[0].shape().row_shape());
   const Tensor<float> gamma = options_.scale ? weights_[0].value : Tensor<float>();
   const Tensor<float> beta = options_.center ? weights_.back().value : Tensor<float>();
   const Tensor<float> tensors[] = {inputs[0], gamma, beta, output};
@@ -165,6 +183,7 @@ void GroupNormalization::backward(std::span<const Tensor<float>> inputs, const T
                                   std::span<const Tensor<float>> input_gradients,
                                   const CallContext& ctx) {
   const bool dx = !input_gradients.empty() && !input_gradients[0].empty();
+  settle(inputs[0].shape().row_shape());
   const Tensor<float> gamma = options_.scale ? weights_[0].value : Tensor<float>();
   const Tensor<float> dgamma = options_.scale ? weights_[0].gradient : Tensor<float>();
   const Tensor<float> dbeta = options_.center ? weights_.back().gradient : Tensor<float>();

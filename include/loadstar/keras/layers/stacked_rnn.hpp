@@ -33,6 +33,9 @@ struct StackedCell {
 struct StackedRNNOptions {
   /// Every step's output of the last cell `(batch, timesteps, units)`, rather than the last.
   bool return_sequences = false;
+  /// Also every cell's final states, in cell order (`h`, and an LSTM cell's `c`), as the call's
+  /// later outputs: Keras's `output, *states` flattened (`call_outputs`).
+  bool return_state = false;
   /// The sequence runs from its end, and the outputs stay in that order (Keras).
   bool go_backwards = false;
   /// Each batch starts from the final states of the batch before (every cell's), until
@@ -50,8 +53,9 @@ struct StackedRNNOptions {
 /// output is the last cell's. A masked step keeps every cell's states (Keras's `backend.rnn`). Each
 /// cell's dropout draws its own masks, keyed by `name/cell_name`. Its weights are the cells',
 /// in order, as Keras keeps them (`stacked_rnn_cells/lstm_cell/kernel`, ...; in `.keras` files
-/// `layers/rnn/cell/cells/lstm_cell/vars`). Keras's `return_state` and `initial_state`, which give
-/// every cell's states as nested lists, are refused by name.
+/// `layers/rnn/cell/cells/lstm_cell/vars`). Keras's `return_state` and `initial_state` give and
+/// take every cell's states, in Keras's nested lists flattened in cell order: `call(stack, {x, h1,
+/// c1, h2})` starts an LSTM cell and a GRU cell from those states.
 /// \code
 /// StackedRNN stack({{.kind = detail::CellKind::lstm, .units = 8},
 ///                   {.kind = detail::CellKind::gru, .units = 4}});
@@ -68,6 +72,13 @@ class StackedRNN : public detail::LayerBase {
   /// Timesteps of unknown length, settled per batch.
   bool takes_unknown_axes() const noexcept override { return true; }
   LOADSTAR_DECL Shape output_shape_for(std::span<const Shape> input_shapes) const override;
+  /// The output, and with `return_state` every cell's final states.
+  std::size_t output_count() const noexcept override {
+    return 1 + (options_.return_state ? state_total() : 0);
+  }
+  /// `(units)` of each cell's states, with `return_state`.
+  LOADSTAR_DECL std::vector<Shape> extra_output_shapes(
+      std::span<const Shape> input_shapes) const override;
   MaskFlow mask_flow() const noexcept override {
     return options_.return_sequences ? MaskFlow::passes : MaskFlow::ends;
   }
@@ -97,6 +108,13 @@ class StackedRNN : public detail::LayerBase {
   LOADSTAR_DECL static std::shared_ptr<Layer> from_config(const nlohmann::json& config);
 
  private:
+  /// The number of states of every cell together (an LSTM cell's 2, the others' 1).
+  std::size_t state_total() const noexcept {
+    std::size_t n = 0;
+    for (const auto& c : cells_)
+      n += c.kind == detail::CellKind::lstm ? 2 : 1;
+    return n;
+  }
   /// Cell `i`'s weights: kernel, recurrent kernel, and bias when it uses one.
   std::span<const Variable> cell_weights(std::size_t i) const {
     return std::span<const Variable>(weights_).subspan(first_weight_[i],
@@ -105,12 +123,6 @@ class StackedRNN : public detail::LayerBase {
   /// Cell `i`'s input mask: the layer's for the first; the later cells read the outputs in
   /// processing order, so with `go_backwards` the mask reversed along time.
   LOADSTAR_DECL Tensor<float> cell_mask(const CallContext& ctx, std::size_t i);
-  /// The states each cell starts from (the carried ones with `stateful`), and those it ends with.
-  std::span<const Tensor<float>> states_of(const std::vector<Tensor<float>>& all,
-                                           std::size_t i) const {
-    if (all.empty()) return {};
-    return std::span<const Tensor<float>>(all).subspan(first_state_[i], cores_[i].state_count());
-  }
   /// With `stateful`, sizes the carried and starting states for `batch` samples, and (in the
   /// forward pass) copies the carried ones, or zeros, to the start.
   LOADSTAR_DECL void prepare_states(Backend& backend, std::size_t batch, bool forward);
@@ -121,9 +133,16 @@ class StackedRNN : public detail::LayerBase {
                            cells_[i].options.seed, ctx, name() + "/" + cells_[i].options.name))
                      : std::nullopt);
   }
-  /// Runs the cells from the starting states in `start_views_`.
+  /// Runs the cells from `initial` (the given initial states, else `start_views_`), writing
+  /// their final states into `final_states` (the call's extra outputs with `return_state`, else
+  /// `carried_views_`).
   LOADSTAR_DECL void run(const CallContext& ctx, const Tensor<float>& x,
-                         const Tensor<float>& output);
+                         const Tensor<float>& output, std::span<const Tensor<float>> initial,
+                         std::span<const Tensor<float>> final_states);
+  /// The initial states of a call: its inputs after the sequence, else the stateful start.
+  std::span<const Tensor<float>> initial_of(std::span<const Tensor<float>> inputs) const {
+    return inputs.size() > 1 ? inputs.subspan(1) : std::span<const Tensor<float>>(start_views_);
+  }
 
   std::vector<StackedCell> cells_;
   StackedRNNOptions options_;
@@ -187,12 +206,28 @@ Shape StackedRNN::output_shape_for(std::span<const Shape> input_shapes) const {
   return out;
 }
 
+std::vector<Shape> StackedRNN::extra_output_shapes(std::span<const Shape>) const {
+  std::vector<Shape> shapes;
+  if (!options_.return_state) return shapes;
+  for (const auto& c : cells_) {
+    for (std::size_t k = 0; k < (c.kind == detail::CellKind::lstm ? 2U : 1U); ++k)
+      shapes.push_back(Shape{c.units});
+  }
+  return shapes;
+}
+
 Shape StackedRNN::build(std::span<const Shape> input_shapes, std::uint64_t seed) {
-  if (input_shapes.size() != 1) {
-    throw ShapeError(label() + ": takes one input, the sequence, but got " +
-                     std::to_string(input_shapes.size()) +
-                     " (initial_state of StackedRNNCells, every cell's states as nested lists, "
-                     "is not supported)");
+  const std::size_t states = state_total();
+  if (input_shapes.size() != 1 && input_shapes.size() != 1 + states) {
+    throw ShapeError(label() +
+                     ": takes the sequence, and optionally every cell's initial states (" +
+                     std::to_string(states) + " in cell order), but got " +
+                     std::to_string(input_shapes.size()) + " inputs");
+  }
+  if (input_shapes.size() > 1 && options_.stateful) {
+    throw ConfigError(label() +
+                      ": is stateful and was given initial states; a stateful RNN "
+                      "starts from the states it carries");
   }
   // Each cell runs the whole sequence: all but the last return every step's output.
   cores_.clear();
@@ -206,6 +241,17 @@ Shape StackedRNN::build(std::span<const Shape> input_shapes, std::uint64_t seed)
     cores_.emplace_back(cells_[i].kind, cells_[i].units, o,
                         label() + " (cell '" + cells_[i].options.name + "')");
     first_state_.push_back(first_state_.back() + cores_.back().state_count());
+  }
+  for (std::size_t i = 0; i + 1 < input_shapes.size(); ++i) {
+    std::size_t cell = 0;
+    while (first_state_[cell + 1] <= i)
+      ++cell;
+    if (input_shapes[i + 1] != Shape{cells_[cell].units}) {
+      throw ShapeError(label() + ": initial state " + std::to_string(i) + " (of cell '" +
+                       cells_[cell].options.name + "') must be " +
+                       batch_str(Shape{cells_[cell].units}) + " but is " +
+                       batch_str(input_shapes[i + 1]));
+    }
   }
   const Shape out = output_shape_for(input_shapes);
   if (weights_.empty()) {
@@ -279,7 +325,9 @@ void StackedRNN::prepare_states(Backend& backend, std::size_t batch, bool forwar
   }
 }
 
-void StackedRNN::run(const CallContext& ctx, const Tensor<float>& x, const Tensor<float>& output) {
+void StackedRNN::run(const CallContext& ctx, const Tensor<float>& x, const Tensor<float>& output,
+                     std::span<const Tensor<float>> initial,
+                     std::span<const Tensor<float>> final_states) {
   Backend& backend = ctx.backend;
   const std::size_t batch = x.dim(0), steps = x.dim(1), last = cores_.size() - 1;
   Tensor<float> input = x;
@@ -287,8 +335,11 @@ void StackedRNN::run(const CallContext& ctx, const Tensor<float>& x, const Tenso
     const Tensor<float> y =
         i == last ? output : outputs_[i].get(backend, {batch, steps, cells_[i].units});
     set_cell_dropout(ctx, i);
-    cores_[i].forward(backend, cell_weights(i), input, y, cell_mask(ctx, i),
-                      states_of(start_views_, i), states_of(carried_views_, i));
+    const auto cell_states = [&](std::span<const Tensor<float>> all) {
+      return all.empty() ? all : all.subspan(first_state_[i], cores_[i].state_count());
+    };
+    cores_[i].forward(backend, cell_weights(i), input, y, cell_mask(ctx, i), cell_states(initial),
+                      cell_states(final_states));
     input = y;
   }
   last_input_ = x.data();
@@ -298,7 +349,13 @@ void StackedRNN::forward(std::span<const Tensor<float>> inputs, const Tensor<flo
                          const CallContext& ctx) {
   check_inputs(inputs);
   prepare_states(ctx.backend, inputs[0].dim(0), true);
-  run(ctx, inputs[0], output);
+  const std::span<const Tensor<float>> finals =
+      options_.return_state ? ctx.extra_outputs : std::span<const Tensor<float>>(carried_views_);
+  run(ctx, inputs[0], output, initial_of(inputs), finals);
+  if (options_.stateful && options_.return_state) {
+    for (std::size_t k = 0; k < carried_views_.size(); ++k)
+      ctx.backend.copy(ctx.extra_outputs[k], carried_views_[k]);
+  }
   if (options_.stateful) {
     carried_ = true;
     carried_batch_ = inputs[0].dim(0);
@@ -313,7 +370,21 @@ void StackedRNN::backward(std::span<const Tensor<float>> inputs, const Tensor<fl
   prepare_states(backend, batch, false);
   // The cells' outputs are those of the last forward pass: of another input (a shared layer),
   // they are computed again.
-  if (inputs[0].data() != last_input_) run(ctx, inputs[0], output);
+  const std::span<const Tensor<float>> initial = initial_of(inputs);
+  if (inputs[0].data() != last_input_) {
+    run(ctx, inputs[0], output, initial,
+        options_.return_state ? ctx.extra_outputs : std::span<const Tensor<float>>(carried_views_));
+  }
+  // The gradients of the given initial states, and those of the returned final states (an empty
+  // entry: nothing reads that state).
+  const std::span<const Tensor<float>> initial_gradients =
+      inputs.size() > 1 && input_gradients.size() > 1 ? input_gradients.subspan(1)
+                                                      : std::span<const Tensor<float>>();
+  const std::span<const Tensor<float>> final_gradients =
+      options_.return_state ? ctx.extra_output_gradients : std::span<const Tensor<float>>();
+  const auto cell_states = [&](std::span<const Tensor<float>> all, std::size_t i) {
+    return all.empty() ? all : all.subspan(first_state_[i], cores_[i].state_count());
+  };
   Tensor<float> dy = output_gradient;
   for (std::size_t i = last + 1; i-- > 0;) {
     const Tensor<float> x =
@@ -325,7 +396,8 @@ void StackedRNN::backward(std::span<const Tensor<float>> inputs, const Tensor<fl
                : gradients_[i - 1].get(backend, {batch, steps, cells_[i - 1].units});
     set_cell_dropout(ctx, i);
     cores_[i].backward(backend, cell_weights(i), x, y, dy, dx, cell_mask(ctx, i),
-                       states_of(start_views_, i));
+                       cell_states(initial, i), cell_states(initial_gradients, i),
+                       cell_states(final_gradients, i));
     dy = dx;
   }
 }
@@ -360,7 +432,7 @@ void StackedRNN::restore_carried_states(Backend& backend, std::span<const Tensor
 nlohmann::json StackedRNN::get_config() const {
   auto config = base_config();
   config["return_sequences"] = options_.return_sequences;
-  config["return_state"] = false;
+  config["return_state"] = options_.return_state;
   config["go_backwards"] = options_.go_backwards;
   config["stateful"] = options_.stateful;
   config["unroll"] = false;
@@ -439,14 +511,10 @@ std::shared_ptr<Layer> StackedRNN::from_config(const nlohmann::json& config) {
     c.options.name = cell_name;
     cells.push_back(std::move(c));
   }
-  if (read.get("return_state", false)) {
-    read.fail("return_state",
-              "false for StackedRNNCells (its states are nested lists, one per cell, which "
-              "loadstar does not return; stack recurrent layers with return_state instead)");
-  }
   read.expect("time_major", false, "loadstar's recurrent inputs are (batch, timesteps, features)");
   read.get("unroll", false);
   StackedRNNOptions options{.return_sequences = read.get("return_sequences", false),
+                            .return_state = read.get("return_state", false),
                             .go_backwards = read.get("go_backwards", false),
                             .stateful = read.get("stateful", false),
                             .zero_output_for_mask = read.get("zero_output_for_mask", false),

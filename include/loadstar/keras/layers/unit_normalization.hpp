@@ -32,6 +32,11 @@ class UnitNormalization : public detail::LayerBase {
   std::string class_name() const override { return "UnitNormalization"; }
 
   LOADSTAR_DECL Shape build(std::span<const Shape> input_shapes, std::uint64_t) override;
+  /// Axes of unknown length anywhere, settled per batch.
+  bool takes_unknown_axes() const noexcept override { return true; }
+  Shape output_shape_for(std::span<const Shape> input_shapes) const override {
+    return input_shapes[0];
+  }
 
   LOADSTAR_DECL void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
                              const CallContext& ctx) override;
@@ -46,7 +51,12 @@ class UnitNormalization : public detail::LayerBase {
   LOADSTAR_DECL static std::shared_ptr<Layer> from_config(const nlohmann::json& config);
 
  private:
+  /// Fills `group_of_` and `groups_` for samples of shape `in` when it differs from the last's.
+  LOADSTAR_DECL void settle(const Shape& in);
+
   UnitNormalizationOptions options_;
+  std::vector<bool> normalised_;  // per sample axis
+  Shape indexed_;                 // the sample shape `group_of_` is for
   /// The group (coordinates on the axes not normalised over) of each element of a sample.
   std::vector<std::size_t> group_of_;
   std::size_t groups_ = 1;
@@ -76,29 +86,39 @@ Shape UnitNormalization::build(std::span<const Shape> input_shapes, std::uint64_
     }
     normalised[std::size_t(axis - 1)] = true;
   }
+  normalised_ = std::move(normalised);
+  indexed_ = Shape();
+  group_of_.clear();
+  if (!keras::detail::has_unknown_axis(in)) settle(in);
+  remember(input_shapes, in);
+  return in;
+}
+
+void UnitNormalization::settle(const Shape& in) {
+  if (in == indexed_ && !group_of_.empty()) return;
   group_of_.assign(in.elements(), 0);
   groups_ = 1;
   for (std::size_t i = 0; i < in.rank(); ++i)
-    groups_ *= normalised[i] ? 1 : in[i];
+    groups_ *= normalised_[i] ? 1 : in[i];
   for (std::size_t e = 0; e < group_of_.size(); ++e) {
     std::size_t rest = e, group = 0, stride = 1;
     for (std::size_t i = in.rank(); i-- > 0;) {
       const std::size_t coordinate = rest % in[i];
       rest /= in[i];
-      if (!normalised[i]) {
+      if (!normalised_[i]) {
         group += coordinate * stride;
         stride *= in[i];
       }
     }
     group_of_[e] = group;
   }
-  remember(input_shapes, in);
-  return in;
+  indexed_ = in;
 }
 
 void UnitNormalization::forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
                                 const CallContext& ctx) {
   check_inputs(inputs);
+  settle(inputs[0].shape().row_shape());
   const Tensor<float> tensors[] = {inputs[0], output};
   ctx.backend.host_kernel(tensors, [this](std::span<const Tensor<float>> t) {
     const std::size_t row = group_of_.size();
@@ -122,6 +142,7 @@ void UnitNormalization::backward(std::span<const Tensor<float>> inputs, const Te
                                  std::span<const Tensor<float>> input_gradients,
                                  const CallContext& ctx) {
   if (input_gradients.empty() || input_gradients[0].empty()) return;
+  settle(inputs[0].shape().row_shape());
   const Tensor<float> tensors[] = {inputs[0], output_gradient, input_gradients[0]};
   ctx.backend.host_kernel(tensors, [this](std::span<const Tensor<float>> t) {
     const std::size_t row = group_of_.size();

@@ -772,10 +772,26 @@ nlohmann::json keras3_model_config(const Model& model, bool include_compile) {
             kwargs[key] = is_tensor_reference(value) ? keras_tensor(value) : value;
         }
         if (is_recurrent_class(layer_class) && args.size() > 1) {
-          // A recurrent layer's later inputs are its `initial_state` (Keras 3's keyword).
+          // A recurrent layer's later inputs are its `initial_state` (Keras 3's keyword); an
+          // RNN of StackedRNNCells takes them nested, a list per cell of several states.
           nlohmann::json states = nlohmann::json::array();
           for (std::size_t i = 1; i < args.size(); ++i)
             states.push_back(args[i]);
+          const nlohmann::json& config = entry["config"];
+          if (layer_class == "RNN" && config.contains("cell") && config["cell"].is_object() &&
+              config["cell"].value("class_name", nlohmann::json()) == "StackedRNNCells") {
+            nlohmann::json nested = nlohmann::json::array();
+            std::size_t next = 0;
+            for (const auto& cell : config["cell"]["config"]["cells"]) {
+              const std::size_t count =
+                  cell.value("class_name", nlohmann::json()) == "LSTMCell" ? 2 : 1;
+              nlohmann::json group = nlohmann::json::array();
+              for (std::size_t k = 0; k < count && next < states.size(); ++k)
+                group.push_back(states[next++]);
+              nested.push_back(count == 1 && !group.empty() ? group[0] : group);
+            }
+            states = std::move(nested);
+          }
           kwargs["initial_state"] = std::move(states);
           args = nlohmann::json::array({args[0]});
         }
