@@ -27,35 +27,15 @@ import os
 
 import torch
 
+from masked_lstm_reference import DT, flat, lstm_steps, rnd
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 torch.manual_seed(5023)
-DT = torch.float64
 LR = 0.5
 
 
-def rnd(*shape, scale=0.5):
-    return ((torch.rand(shape, dtype=DT) * 2 - 1) * scale).requires_grad_()
-
-
-def flat(t):
-    return [round(float(v), 12) for v in t.detach().reshape(-1).tolist()]
-
-
 def lstm(x, mask, kernel, recurrent, bias, units):
-    batch, steps, _ = x.shape
-    h = torch.zeros(batch, units, dtype=DT)
-    c = torch.zeros(batch, units, dtype=DT)
-    outputs = []
-    for t in range(steps):
-        z = x[:, t] @ kernel + h @ recurrent + bias
-        i, f, g, o = (z[:, k * units:(k + 1) * units] for k in range(4))
-        c_new = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
-        h_new = torch.sigmoid(o) * torch.tanh(c_new)
-        keep = mask[:, t:t + 1]
-        h = torch.where(keep, h_new, h)
-        c = torch.where(keep, c_new, c)
-        outputs.append(h)
-    return torch.stack(outputs, dim=1), h
+    return lstm_steps(x, mask, kernel, recurrent, bias, units)
 
 
 def run(name, inputs, targets, weights, forward):
