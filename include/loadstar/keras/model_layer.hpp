@@ -190,7 +190,7 @@ class ModelLayer : public Layer {
   // node's gradient (its first listing; else it is added).
   std::vector<bool> bound_, direct_;
   std::vector<bool> bound_node_;  // per node: whether its value is an outer output tensor
-  std::vector<bool> written_;  // per node: whether a gradient is written into it
+  std::vector<bool> written_;     // per node: whether a gradient is written into it
   // The inner masks planned per combination of given masks, the first with none (the masks made
   // inside); `refusal_` is the plan's error with every input masked, when an inner layer refuses
   // such a mask.
