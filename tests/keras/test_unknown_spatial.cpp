@@ -224,6 +224,45 @@ TEST_SUITE("keras") {
         ShapeError);
   }
 
+  TEST_CASE("The 3-D convolutions and poolings train on volumes of any size") {
+    // The same bits as the layers built for the batch's size, predicting and training.
+    const auto make = [](const Shape& sample) {
+      set_random_seed(23);
+      auto clip = Input(sample, "clip");
+      auto h =
+          call(Conv3D(3, {3, 3, 3}, {.padding = "same", .activation = "relu", .name = "c"}), clip);
+      h = call(MaxPooling3D({.pool_size = {2, 2, 2}, .name = "p"}), h);
+      h = call(
+          Conv3DTranspose(2, {3, 3, 3}, {.strides = {2, 2, 2}, .padding = "same", .name = "t"}), h);
+      h = call(AveragePooling3D({.pool_size = {1, 2, 2}, .padding = "same", .name = "a"}), h);
+      auto model = std::make_shared<Model>(
+          std::vector{clip}, std::vector{call(Conv3D(1, {1, 1, 1}, {.name = "out"}), h)}, "volume");
+      model->compile({.optimizer = optimizers::SGD(optimizers::SGDOptions{.learning_rate = 0.1}),
+                      .loss = "mse"});
+      return model;
+    };
+    auto any = make(Shape{none, none, none, 2});
+    CHECK(any->outputs()[0].shape() == Shape{none, none, none, 1});
+    for (const Shape& shape : {Shape{2, 4, 6, 4, 2}, Shape{1, 2, 4, 8, 2}}) {
+      INFO(shape.str());
+      auto known = make(shape.row_shape());
+      known->set_weights(any->get_weights());
+      Tensor<float> x(shape);
+      for (std::size_t i = 0; i < x.size(); ++i)
+        x.data()[i] = static_cast<float>((i * 5) % 17) / 8.0F - 1.0F;
+      const Tensor<float> predicted = known->predict(x, {.verbose = 0});
+      CHECK(layer_cases::same_bits(any->predict(x, {.verbose = 0}), predicted));
+      Tensor<float> y(predicted.shape());
+      for (std::size_t i = 0; i < y.size(); ++i)
+        y.data()[i] = static_cast<float>(i % 3) - 1.0F;
+      CHECK(any->train_on_batch(x, y).get("loss").value() ==
+            known->train_on_batch(x, y).get("loss").value());
+      const auto a = any->get_weights(), b = known->get_weights();
+      for (std::size_t i = 0; i < a.size(); ++i)
+        CHECK(layer_cases::same_bits(a[i], b[i]));
+    }
+  }
+
   TEST_CASE("Unknown image sizes are refused where a layer cannot take them, naming it") {
     auto image = Input(Shape{none, none, 3}, "image");
     // A known length that a kernel does not fit, in a batch.

@@ -105,6 +105,10 @@ inline void conv3d_kernel_gradient(const float* x, const Conv3DGeometry& g, cons
 /// bias and apply the activation after.
 class Convolution3D : public LayerBase {
  public:
+  /// Depths, heights and widths of unknown length (a video's frames), settled per batch; the
+  /// channels known.
+  bool takes_unknown_axes() const noexcept override { return true; }
+  LOADSTAR_DECL Shape output_shape_for(std::span<const Shape> input_shapes) const override;
   LOADSTAR_DECL void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
                              const CallContext& ctx) override;
 
@@ -154,7 +158,16 @@ class Convolution3D : public LayerBase {
   /// `z = layer(x)` before the activation (`z` channels-last).
   LOADSTAR_DECL void pre_activation(Backend& backend, const Tensor<float>& x, std::size_t batch,
                                     const Tensor<float>& z) const;
+  /// The geometry (batch 0) for samples of channels_last shape `in_last` (an unknown length
+  /// giving one), and their channels_last output shape in `out_last`.
+  LOADSTAR_DECL Conv3DGeometry geometry_for(const Shape& in_last, Shape& out_last) const;
+  /// Settles the geometry for the lengths of the batch `x` when they differ from the last's.
+  LOADSTAR_DECL void settle(const Tensor<float>& x);
 
+  // The build's sizes.
+  Size3 kernel_{}, strides_{}, dilation_{};
+  bool same_ = false;
+  std::optional<Size3> output_padding_;
   Conv3DGeometry geometry_;
   Shape in_last_;
   Shape out_last_;
@@ -206,37 +219,16 @@ Shape Convolution3D::build_volume(std::span<const Shape> input_shapes, const Siz
   expect_rank(input_shapes[0], 4);
   in_last_ = channels_first_ ? move_channels(input_shapes[0], false) : input_shapes[0];
   const std::size_t in_c = in_last_[3];
-  Conv3DGeometry g{.in_c = transpose_ ? filters_ : in_c, .out_c = transpose_ ? in_c : filters_};
-  std::array<std::size_t, 3> out{};
-  for (std::size_t a = 0; a < 3; ++a) {
-    std::size_t pad = 0;
-    if (transpose_) {
-      const TransposeAxis axis = transpose_axis(
-          in_last_[a], kernel[a], strides[a], dilation[a], same,
-          output_padding ? std::optional<std::size_t>((*output_padding)[a]) : std::nullopt);
-      out[a] = axis.out;
-      pad = axis.pad_before;
-      g.in[a] = axis.out;
-      g.out[a] = in_last_[a];
-    } else {
-      const AxisGeometry axis =
-          axis_geometry(in_last_[a], kernel[a], strides[a], dilation[a], same);
-      out[a] = axis.out;
-      pad = axis.pad_before;
-      g.in[a] = in_last_[a];
-      g.out[a] = axis.out;
-    }
-    if (out[a] == 0) {
-      throw ShapeError(label() + ": a " + std::to_string(kernel[0]) + "x" +
-                       std::to_string(kernel[1]) + "x" + std::to_string(kernel[2]) +
-                       " kernel does not fit inputs of shape " + batch_str(input_shapes[0]) +
-                       " with valid padding");
-    }
-    g.kernel[a] = kernel[a];
-    g.stride[a] = strides[a];
-    g.dilation[a] = dilation[a];
-    g.pad[a] = pad;
+  if (in_c == 0) {
+    throw ShapeError(label() + ": the channels axis must have a known length but the input is " +
+                     batch_str(input_shapes[0]));
   }
+  kernel_ = kernel;
+  strides_ = strides;
+  dilation_ = dilation;
+  same_ = same;
+  output_padding_ = output_padding;
+  const Conv3DGeometry g = geometry_for(in_last_, out_last_);
   const Shape kernel_shape{kernel[0], kernel[1], kernel[2], g.in_c, g.out_c};
   if (!weights_.empty()) {
     if (weights_[0].value.shape() != kernel_shape) {
@@ -254,12 +246,63 @@ Shape Convolution3D::build_volume(std::span<const Shape> input_shapes, const Siz
     }
   }
   geometry_ = g;
-  out_last_ = Shape{out[0], out[1], out[2], filters_};
   to_last_ = channel_axes(5, false);
   to_first_ = channel_axes(5, true);
   const Shape result = channels_first_ ? move_channels(out_last_, true) : out_last_;
   remember(input_shapes, result);
   return result;
+}
+
+Conv3DGeometry Convolution3D::geometry_for(const Shape& in_last, Shape& out_last) const {
+  const std::size_t in_c = in_last[3];
+  Conv3DGeometry g{.in_c = transpose_ ? filters_ : in_c, .out_c = transpose_ ? in_c : filters_};
+  std::array<std::size_t, 3> out{};
+  for (std::size_t a = 0; a < 3; ++a) {
+    std::size_t pad = 0;
+    if (in_last[a] == 0) {
+      out[a] = 0;  // a length settled per batch
+    } else if (transpose_) {
+      const TransposeAxis axis = transpose_axis(
+          in_last[a], kernel_[a], strides_[a], dilation_[a], same_,
+          output_padding_ ? std::optional<std::size_t>((*output_padding_)[a]) : std::nullopt);
+      out[a] = axis.out;
+      pad = axis.pad_before;
+    } else {
+      const AxisGeometry axis =
+          axis_geometry(in_last[a], kernel_[a], strides_[a], dilation_[a], same_);
+      out[a] = axis.out;
+      pad = axis.pad_before;
+    }
+    if (in_last[a] != 0 && out[a] == 0) {
+      throw ShapeError(label() + ": a " + std::to_string(kernel_[0]) + "x" +
+                       std::to_string(kernel_[1]) + "x" + std::to_string(kernel_[2]) +
+                       " kernel does not fit inputs of shape " +
+                       batch_str(channels_first_ ? move_channels(in_last, true) : in_last) +
+                       " with valid padding");
+    }
+    g.in[a] = transpose_ ? out[a] : in_last[a];
+    g.out[a] = transpose_ ? in_last[a] : out[a];
+    g.kernel[a] = kernel_[a];
+    g.stride[a] = strides_[a];
+    g.dilation[a] = dilation_[a];
+    g.pad[a] = pad;
+  }
+  out_last = Shape{out[0], out[1], out[2], filters_};
+  return g;
+}
+
+void Convolution3D::settle(const Tensor<float>& x) {
+  const Shape sample = x.shape().row_shape();
+  const Shape in_last = channels_first_ ? move_channels(sample, false) : sample;
+  if (in_last == in_last_) return;
+  geometry_ = geometry_for(in_last, out_last_);
+  in_last_ = in_last;
+}
+
+Shape Convolution3D::output_shape_for(std::span<const Shape> input_shapes) const {
+  Shape out_last;
+  geometry_for(channels_first_ ? move_channels(input_shapes[0], false) : input_shapes[0], out_last);
+  return channels_first_ ? move_channels(out_last, true) : out_last;
 }
 
 void Convolution3D::pre_activation(Backend& backend, const Tensor<float>& x, std::size_t batch,
@@ -281,6 +324,7 @@ void Convolution3D::pre_activation(Backend& backend, const Tensor<float>& x, std
 void Convolution3D::forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
                             const CallContext& ctx) {
   check_inputs(inputs);
+  settle(inputs[0]);
   Backend& backend = ctx.backend;
   const std::size_t batch = inputs[0].rows();
   const Tensor<float> x = to_channels_last(backend, inputs[0], x_last_, in_last_, batch);
@@ -294,6 +338,7 @@ void Convolution3D::backward(std::span<const Tensor<float>> inputs, const Tensor
                              const Tensor<float>& output_gradient,
                              std::span<const Tensor<float>> input_gradients,
                              const CallContext& ctx) {
+  settle(inputs[0]);
   Backend& backend = ctx.backend;
   const std::size_t batch = inputs[0].rows();
   const Tensor<float> x = to_channels_last(backend, inputs[0], x_last_, in_last_, batch);

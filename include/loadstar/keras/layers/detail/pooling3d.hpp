@@ -58,45 +58,25 @@ class Pooling3D : public LayerBase {
 
   std::string class_name() const override { return Max ? "MaxPooling3D" : "AveragePooling3D"; }
 
+  /// Depths, heights and widths of unknown length, settled per batch; the channels known.
+  bool takes_unknown_axes() const noexcept override { return true; }
+  Shape output_shape_for(std::span<const Shape> input_shapes) const override {
+    Shape out_last;
+    Pool2DGeometry plane, depth;
+    geometry_for(channels_first_ ? move_channels(input_shapes[0], false) : input_shapes[0], plane,
+                 depth, out_last);
+    return channels_first_ ? move_channels(out_last, true) : out_last;
+  }
+
   Shape build(std::span<const Shape> input_shapes, std::uint64_t) override {
     expect_inputs(input_shapes, 1);
     expect_rank(input_shapes[0], 4);
     in_last_ = channels_first_ ? move_channels(input_shapes[0], false) : input_shapes[0];
-    std::array<AxisGeometry, 3> axes;
-    for (std::size_t i = 0; i < 3; ++i) {
-      axes[i] = axis_geometry(in_last_[i], pool_[i], strides_[i], 1, same_);
-      if (axes[i].out == 0) {
-        throw ShapeError(label() + ": a " + std::to_string(pool_[0]) + "x" +
-                         std::to_string(pool_[1]) + "x" + std::to_string(pool_[2]) +
-                         " pool does not fit inputs of shape " + batch_str(input_shapes[0]) +
-                         " with valid padding");
-      }
+    if (in_last_[3] == 0) {
+      throw ShapeError(label() + ": the channels axis must have a known length but the input is " +
+                       batch_str(input_shapes[0]));
     }
-    const std::size_t channels = in_last_[3];
-    // Height and width of each depth slice (batch: batch * depth), then depth over the pooled
-    // slices seen as rows of out_h * out_w pixels.
-    plane_ = Pool2DGeometry{.in_h = in_last_[1],
-                            .in_w = in_last_[2],
-                            .channels = channels,
-                            .out_h = axes[1].out,
-                            .out_w = axes[2].out,
-                            .pool_h = pool_[1],
-                            .pool_w = pool_[2],
-                            .stride_h = strides_[1],
-                            .stride_w = strides_[2],
-                            .pad_top = axes[1].pad_before,
-                            .pad_left = axes[2].pad_before};
-    depth_ = Pool2DGeometry{.in_h = in_last_[0],
-                            .in_w = axes[1].out * axes[2].out,
-                            .channels = channels,
-                            .out_h = axes[0].out,
-                            .out_w = axes[1].out * axes[2].out,
-                            .pool_h = pool_[0],
-                            .pool_w = 1,
-                            .stride_h = strides_[0],
-                            .stride_w = 1,
-                            .pad_top = axes[0].pad_before};
-    out_last_ = Shape{axes[0].out, axes[1].out, axes[2].out, channels};
+    geometry_for(in_last_, plane_, depth_, out_last_);
     to_last_ = channel_axes(5, false);
     to_first_ = channel_axes(5, true);
     const Shape out = channels_first_ ? move_channels(out_last_, true) : out_last_;
@@ -107,6 +87,7 @@ class Pooling3D : public LayerBase {
   void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
                const CallContext& ctx) override {
     check_inputs(inputs);
+    settle(inputs[0]);
     Backend& backend = ctx.backend;
     const std::size_t batch = inputs[0].rows();
     const Tensor<float> x = to_channels_last(backend, inputs[0], x_last_, in_last_);
@@ -122,6 +103,7 @@ class Pooling3D : public LayerBase {
                 const Tensor<float>& output_gradient,
                 std::span<const Tensor<float>> input_gradients, const CallContext& ctx) override {
     if (input_gradients.empty() || input_gradients[0].empty()) return;
+    settle(inputs[0]);
     Backend& backend = ctx.backend;
     const std::size_t batch = inputs[0].rows();
     const Tensor<float> dy = to_channels_last(backend, output_gradient, y_last_, out_last_);
@@ -167,6 +149,56 @@ class Pooling3D : public LayerBase {
   }
 
  private:
+  /// The slices' and the depth's geometries (batch 0) for samples of channels_last shape `in`
+  /// (an unknown length giving one), and their channels_last output shape.
+  void geometry_for(const Shape& in, Pool2DGeometry& plane, Pool2DGeometry& depth,
+                    Shape& out_last) const {
+    std::array<AxisGeometry, 3> axes;
+    for (std::size_t i = 0; i < 3; ++i) {
+      axes[i] =
+          in[i] == 0 ? AxisGeometry{0, 0} : axis_geometry(in[i], pool_[i], strides_[i], 1, same_);
+      if (in[i] != 0 && axes[i].out == 0) {
+        throw ShapeError(
+            label() + ": a " + std::to_string(pool_[0]) + "x" + std::to_string(pool_[1]) + "x" +
+            std::to_string(pool_[2]) + " pool does not fit inputs of shape " +
+            batch_str(channels_first_ ? move_channels(in, true) : in) + " with valid padding");
+      }
+    }
+    const std::size_t channels = in[3];
+    // Height and width of each depth slice (batch: batch * depth), then depth over the pooled
+    // slices seen as rows of out_h * out_w pixels.
+    plane = Pool2DGeometry{.in_h = in[1],
+                           .in_w = in[2],
+                           .channels = channels,
+                           .out_h = axes[1].out,
+                           .out_w = axes[2].out,
+                           .pool_h = pool_[1],
+                           .pool_w = pool_[2],
+                           .stride_h = strides_[1],
+                           .stride_w = strides_[2],
+                           .pad_top = axes[1].pad_before,
+                           .pad_left = axes[2].pad_before};
+    depth = Pool2DGeometry{.in_h = in[0],
+                           .in_w = axes[1].out * axes[2].out,
+                           .channels = channels,
+                           .out_h = axes[0].out,
+                           .out_w = axes[1].out * axes[2].out,
+                           .pool_h = pool_[0],
+                           .pool_w = 1,
+                           .stride_h = strides_[0],
+                           .stride_w = 1,
+                           .pad_top = axes[0].pad_before};
+    out_last = Shape{axes[0].out, axes[1].out, axes[2].out, channels};
+  }
+  /// Settles the geometries for the lengths of the batch `x` when they differ from the last's.
+  void settle(const Tensor<float>& x) {
+    const Shape sample = x.shape().row_shape();
+    const Shape in = channels_first_ ? move_channels(sample, false) : sample;
+    if (in == in_last_) return;
+    geometry_for(in, plane_, depth_, out_last_);
+    in_last_ = in;
+  }
+
   static void pool(Backend& backend, const Tensor<float>& x, const Pool2DGeometry& g,
                    const Tensor<float>& y) {
     if constexpr (Max) {
