@@ -303,6 +303,11 @@ TEST_SUITE("keras_layers") {
                          "rnn layer 'rnn': initial state 1 (of cell 'lstm_cell') must be (None, 3) "
                          "but is (None, 2)",
                          ShapeError);
+    auto stateful = make_layer("RNN", stack(cells, {{"stateful", true}}));
+    CHECK_THROWS_WITH_AS(call(stateful, {x, h, h}),
+                         "rnn layer 'rnn': is stateful and was given initial states; a stateful "
+                         "RNN starts from the states it carries",
+                         ConfigError);
   }
 
   TEST_CASE("LSTM writes Keras's config and weight layout") {

@@ -288,5 +288,18 @@ TEST_SUITE("keras") {
         "conv2d_transpose layer 't': the channels axis must have a known length but the input is "
         "(None, 4, 4, None)",
         ShapeError);
+    CHECK_THROWS_WITH_AS(call(SpatialDropout2D(0.5, {.name = "s"}), channels),
+                         "spatial_dropout2d layer 's': the channels axis must have a known length "
+                         "but the input is (None, 4, 4, None)",
+                         ShapeError);
+    auto volume = Input(Shape{2, 2, 2, none}, "volume");
+    CHECK_THROWS_WITH_AS(call(Conv3D(2, {1, 1, 1}, {.name = "c3"}), volume),
+                         "conv3d layer 'c3': the channels axis must have a known length but the "
+                         "input is (None, 2, 2, 2, None)",
+                         ShapeError);
+    CHECK_THROWS_WITH_AS(call(MaxPooling3D({.name = "p3"}), volume),
+                         "max_pooling3d layer 'p3': the channels axis must have a known length but "
+                         "the input is (None, 2, 2, 2, None)",
+                         ShapeError);
   }
 }
