@@ -185,19 +185,7 @@ Shape Normalization::build(std::span<const Shape> input_shapes, std::uint64_t) {
 
 void Normalization::settle(const Shape& in) {
   if (in == indexed_ && !index_of_.empty()) return;
-  index_of_.assign(in.elements(), 0);
-  for (std::size_t e = 0; e < index_of_.size(); ++e) {
-    std::size_t rest = e, index = 0, stride = 1;
-    for (std::size_t i = in.rank(); i-- > 0;) {
-      const std::size_t coordinate = rest % in[i];
-      rest /= in[i];
-      if (kept_[i]) {
-        index += coordinate * stride;
-        stride *= in[i];
-      }
-    }
-    index_of_[e] = index;
-  }
+  detail::indices_on_axes(in, kept_, index_of_);
   indexed_ = in;
 }
 

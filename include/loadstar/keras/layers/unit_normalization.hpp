@@ -96,22 +96,13 @@ Shape UnitNormalization::build(std::span<const Shape> input_shapes, std::uint64_
 
 void UnitNormalization::settle(const Shape& in) {
   if (in == indexed_ && !group_of_.empty()) return;
-  group_of_.assign(in.elements(), 0);
+  std::vector<bool> kept(normalised_.size());
   groups_ = 1;
-  for (std::size_t i = 0; i < in.rank(); ++i)
-    groups_ *= normalised_[i] ? 1 : in[i];
-  for (std::size_t e = 0; e < group_of_.size(); ++e) {
-    std::size_t rest = e, group = 0, stride = 1;
-    for (std::size_t i = in.rank(); i-- > 0;) {
-      const std::size_t coordinate = rest % in[i];
-      rest /= in[i];
-      if (!normalised_[i]) {
-        group += coordinate * stride;
-        stride *= in[i];
-      }
-    }
-    group_of_[e] = group;
+  for (std::size_t i = 0; i < in.rank(); ++i) {
+    kept[i] = !normalised_[i];
+    groups_ *= kept[i] ? in[i] : 1;
   }
+  detail::indices_on_axes(in, kept, group_of_);
   indexed_ = in;
 }
 

@@ -65,9 +65,7 @@ class LayerBase : public Layer {
  protected:
   /// `"max_pooling2d layer 'p'"`: Keras's snake_case class name, the one label of a layer in
   /// every message (the model names unnamed layers from the same words).
-  std::string label() const {
-    return keras::detail::layer_label(*this);
-  }
+  std::string label() const { return keras::detail::layer_label(*this); }
 
   /// Throws `ShapeError` unless exactly `count` inputs are given.
   LOADSTAR_DECL void expect_inputs(std::span<const Shape> shapes, std::size_t count) const;
@@ -214,6 +212,12 @@ LOADSTAR_DECL std::vector<std::size_t> channel_axes(std::size_t rank, bool to_fi
 
 /// A sample shape `(c, d1, ..., dn)` as `(d1, ..., dn, c)`, or back with `to_first`.
 LOADSTAR_DECL Shape move_channels(const Shape& shape, bool to_first);
+
+/// For each element of a sample of shape `in` (row-major), the row-major index of its
+/// coordinates on the axes that `on` marks, into `index`: the statistic or group an element
+/// belongs to when the other axes are reduced over.
+LOADSTAR_DECL void indices_on_axes(const Shape& in, const std::vector<bool>& on,
+                                   std::vector<std::size_t>& index);
 
 /// `"valid"` or `"same"`; anything else throws `ConfigError` naming the layer.
 LOADSTAR_DECL bool parse_padding(const std::string& padding, const std::string& label);
@@ -453,6 +457,23 @@ std::vector<std::size_t> channel_axes(std::size_t rank, bool to_first) {
     axes.push_back(to_first ? i : i + 1);
   if (!to_first) axes.push_back(1);
   return axes;
+}
+
+void indices_on_axes(const Shape& in, const std::vector<bool>& on,
+                     std::vector<std::size_t>& index) {
+  index.assign(in.elements(), 0);
+  for (std::size_t e = 0; e < index.size(); ++e) {
+    std::size_t rest = e, at = 0, stride = 1;
+    for (std::size_t i = in.rank(); i-- > 0;) {
+      const std::size_t coordinate = rest % in[i];
+      rest /= in[i];
+      if (on[i]) {
+        at += coordinate * stride;
+        stride *= in[i];
+      }
+    }
+    index[e] = at;
+  }
 }
 
 Shape move_channels(const Shape& shape, bool to_first) {
