@@ -477,6 +477,67 @@ TEST_SUITE("data") {
     }
   }
 
+  TEST_CASE("TensorFlow-written files: the TFRecord tutorial's records and image records") {
+    // tests/data/files/tensorflow/: files written by TensorFlow's TFRecordWriter (see MANIFEST),
+    // described independently by describe.py (crc32c, protobuf, PIL) in expected.json.
+    const auto expected = read_json("tensorflow/expected.json");
+    SUBCASE("42 records of four scalar features, one at a time and as one batch") {
+      const auto& table = expected["test.tfrecord"];
+      REQUIRE(table.size() == 42);
+      const loadstar::FeatureSpecs features = {
+          {"feature0", FixedLenFeature{{}, ExampleDtype::int64}},
+          {"feature1", FixedLenFeature{{}, ExampleDtype::int64}},
+          {"feature2", FixedLenFeature{{}, ExampleDtype::string}},
+          {"feature3", FixedLenFeature{{}, ExampleDtype::float32}}};
+      TFRecordDataset ds({fixture("tensorflow/test.tfrecord")});
+      const auto records = drain(ds);
+      REQUIRE(records.size() == table.size());
+      for (std::size_t i = 0; i < records.size(); ++i) {
+        CAPTURE(i);
+        auto parsed = loadstar::parse_single_example(records[i], features);
+        CHECK(std::get<Tensor<std::int64_t>>(parsed["feature0"].values).data()[0] ==
+              table[i]["feature0"].get<std::int64_t>());
+        CHECK(std::get<Tensor<std::int64_t>>(parsed["feature1"].values).data()[0] ==
+              table[i]["feature1"].get<std::int64_t>());
+        CHECK(std::get<loadstar::BytesTensor>(parsed["feature2"].values).values ==
+              std::vector<std::string>{table[i]["feature2"].get<std::string>()});
+        CHECK(std::get<Tensor<float>>(parsed["feature3"].values).data()[0] ==
+              table[i]["feature3"].get<float>());
+      }
+      auto batch = loadstar::parse_example(records, features);
+      const auto& floats = std::get<Tensor<float>>(batch["feature3"].values);
+      REQUIRE(floats.shape() == loadstar::Shape{42});
+      for (std::size_t i = 0; i < 42; ++i)
+        CHECK(floats.data()[i] == table[i]["feature3"].get<float>());
+      check_exact_resume([&] { return TFRecordDataset({fixture("tensorflow/test.tfrecord")}); }, 2,
+                         20);
+    }
+    SUBCASE("two JPEG images with their sizes and labels") {
+      const auto& images = expected["images.tfrecord"];
+      const loadstar::FeatureSpecs features = {
+          {"height", FixedLenFeature{{}, ExampleDtype::int64}},
+          {"width", FixedLenFeature{{}, ExampleDtype::int64}},
+          {"depth", FixedLenFeature{{}, ExampleDtype::int64}},
+          {"label", FixedLenFeature{{}, ExampleDtype::int64}},
+          {"image_raw", FixedLenFeature{{}, ExampleDtype::string}}};
+      TFRecordDataset ds({fixture("tensorflow/images.tfrecord")});
+      const auto records = drain(ds);
+      REQUIRE(records.size() == images.size());
+      for (std::size_t i = 0; i < records.size(); ++i) {
+        CAPTURE(i);
+        auto parsed = loadstar::parse_single_example(records[i], features);
+        for (const char* key : {"height", "width", "depth", "label"})
+          CHECK(std::get<Tensor<std::int64_t>>(parsed[key].values).data()[0] ==
+                images[i][key].get<std::int64_t>());
+        const auto& jpeg = std::get<loadstar::BytesTensor>(parsed["image_raw"].values).values;
+        REQUIRE(jpeg.size() == 1);
+        CHECK(jpeg[0].size() == images[i]["jpeg_bytes"].get<std::size_t>());
+        CHECK(crc32(0L, reinterpret_cast<const Bytef*>(jpeg[0].data()),
+                    static_cast<uInt>(jpeg[0].size())) == images[i]["jpeg_crc32"].get<uLong>());
+      }
+    }
+  }
+
   TEST_CASE("parse_single_example names the feature in its refusals") {
     TFRecordDataset ds({fixture("examples.tfrecord")});
     const std::string first = *ds.next();  // Example 0 has no "score".

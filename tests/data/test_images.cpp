@@ -1,7 +1,9 @@
 // Image decoding, tf.image's operations and Keras's image_dataset_from_directory against the
-// references that tests/data/images/generate_images.py wrote with PIL, PyTorch and NumPy.
+// references that tests/data/images/generate_images.py wrote with PIL, PyTorch and NumPy; and the
+// JPEGs of a TensorFlow-written TFRecord file (tests/data/files/tensorflow/) against PIL.
 #include <doctest/doctest.h>
 
+#include <zlib.h>
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -9,6 +11,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <loadstar/data/dataset.hpp>
+#include <loadstar/data/example.hpp>
 #include <loadstar/data/image.hpp>
 #include <loadstar/data/npy.hpp>
 #include <nlohmann/json.hpp>
@@ -82,6 +86,36 @@ TEST_CASE("decode_image matches PIL for every file and channel count") {
         read_npy<std::int32_t>(images_dir() / "reference" / c["reference"].get<std::string>());
     CHECK(max_abs_diff(decoded, reference) <= c["tolerance"].get<double>());
   }
+}
+
+TEST_CASE("the JPEGs of a TensorFlow-written TFRecord file decode as PIL decodes them") {
+  // tests/data/files/tensorflow/images.tfrecord: tf.train.Examples written by TensorFlow's
+  // TFRecordWriter; expected.json holds PIL's decoding (describe.py).
+  const auto dir = images_dir().parent_path() / "files" / "tensorflow";
+  std::ifstream in(dir / "expected.json");
+  REQUIRE(in.good());
+  const auto expected = nlohmann::json::parse(in)["images.tfrecord"];
+  const FeatureSpecs features = {{"depth", FixedLenFeature{{}, ExampleDtype::int64}},
+                                 {"image_raw", FixedLenFeature{{}, ExampleDtype::string}}};
+  TFRecordDataset records({(dir / "images.tfrecord").string()});
+  std::size_t i = 0;
+  while (auto record = records.next()) {
+    CAPTURE(i);
+    REQUIRE(i < expected.size());
+    const auto& e = expected[i++];
+    auto parsed = parse_single_example(*record, features);
+    const auto& jpeg = std::get<BytesTensor>(parsed["image_raw"].values).values.at(0);
+    const auto pixels = image::decode_image(
+        {reinterpret_cast<const std::uint8_t*>(jpeg.data()), jpeg.size()}, 0, "image_raw");
+    auto shape = e["pil_shape"].get<std::vector<std::size_t>>();
+    if (shape.size() == 2) shape.push_back(1);  // PIL's mode L is (h, w)
+    CHECK(pixels.shape() == Shape(shape));
+    CHECK(static_cast<std::int64_t>(pixels.shape()[2]) ==
+          std::get<Tensor<std::int64_t>>(parsed["depth"].values).data()[0]);
+    CHECK(crc32(0L, reinterpret_cast<const Bytef*>(pixels.data()),
+                static_cast<uInt>(pixels.size())) == e["pil_crc32"].get<uLong>());
+  }
+  CHECK(i == expected.size());
 }
 
 TEST_CASE("decode_jpeg and decode_png give the stored channels with channels 0") {
