@@ -1,9 +1,15 @@
-// The image pipeline of `benchmarks/run data` ("images/threads/<workers>"): a folder of 2000 JPEGs
-// of 500x375 pixels (quality 90, 10 classes), each decoded with torchvision's random resized crop
-// to 224x224 (only the window decoded, at a reduced scale where it can), flipped at random,
-// converted to float and batched by 64, with the map on 1 or 2 threads. The throughput is the
-// counter "rate" (images/s). The folder is written once, reproducibly (the same pixels as
-// peers/data_images.py writes with PIL), under $LOADSTAR_BENCH_IMAGES or the temporary directory.
+// The image pipeline of `benchmarks/run data`: a folder of 2000 JPEGs of 500x375 pixels (quality
+// 90, 10 classes), each decoded with torchvision's random resized crop to 224x224 (only the window
+// decoded, at a reduced scale where it can), flipped at random, converted to float and batched by
+// 64, in two modes:
+// - "images/threads/<workers>": a Dataset (from_tensor_slices, shuffle, map_with_seed, batch) with
+//   the map on 1 or 2 threads;
+// - "images/processes/<workers>": the same work as a Keras Sequence whose batch i decodes its 64
+//   images, served by SequenceAdapter on 1 or 2 forked worker processes (Multiprocess), with 2
+//   batches in flight per worker, as the peer's DataLoader(prefetch_factor=2).
+// The throughput is the counter "rate" (images/s). The folder is written once, reproducibly (the
+// same pixels as peers/data_images.py writes with PIL), under $LOADSTAR_BENCH_IMAGES or the
+// temporary directory.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -15,8 +21,11 @@
 #include <fstream>
 #include <loadstar/data/dataset.hpp>
 #include <loadstar/data/image.hpp>
+#include <loadstar/data/sequence_adapter.hpp>
+#include <loadstar/random.hpp>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -28,6 +37,11 @@ constexpr int image_count = 2000;
 constexpr int classes = 10;
 constexpr int width = 500;
 constexpr int height = 375;
+constexpr std::size_t batch_size = 64;
+constexpr std::size_t side = 224;
+// The seeds of both modes: the order of the files (1) and the crops and flips (2).
+constexpr std::uint64_t shuffle_seed = 1;
+constexpr std::uint64_t augment_seed = 2;
 
 fs::path images_root() {
   const char* env = std::getenv("LOADSTAR_BENCH_IMAGES");
@@ -104,17 +118,82 @@ std::vector<std::string> list_images(const fs::path& root) {
   return paths;
 }
 
+// The image at `path`, cropped, resized and flipped with the randomness of `seed`; both modes call
+// it, so they do the same work.
+Tensor<float> load_augment(const std::string& path, std::uint64_t seed) {
+  const auto bytes = loadstar::image::read_file(path);
+  auto image = loadstar::image::decode_random_resized_crop(bytes, side, side, seed, 3, path);
+  return loadstar::image::random_flip_left_right(image, seed ^ loadstar::golden_gamma);
+}
+
+// The map of the thread rows: a file's index to its augmented image and class.
 struct LoadAugment {
   std::shared_ptr<const std::vector<std::string>> paths;
   std::pair<Tensor<float>, std::int64_t> operator()(const Tensor<std::int64_t>& row,
                                                     std::uint64_t seed) const {
     const auto i = static_cast<std::size_t>(row.data()[0]);
-    const auto bytes = loadstar::image::read_file((*paths)[i]);
-    auto image = loadstar::image::decode_random_resized_crop(bytes, 224, 224, seed, 3, (*paths)[i]);
-    return {loadstar::image::random_flip_left_right(image, seed ^ 0x9e3779b97f4a7c15ULL),
-            static_cast<std::int64_t>(i % classes)};
+    return {load_augment((*paths)[i], seed), static_cast<std::int64_t>(i % classes)};
   }
 };
+
+// The process rows' Keras Sequence: batch `index` of epoch `e` holds the files at positions
+// 64 index .. 64 index + 63 of epoch e's permutation of the folder (`epoch_permutation` with
+// `shuffle_seed`), the one at position p cropped and flipped with `element_seed(augment_seed, e,
+// p)`, as `map_with_seed` seeds the thread rows' elements. So a batch is a function of (epoch,
+// index) alone, whichever worker process builds it; `set_epoch` runs on the consumer before the
+// adapter forks the workers of that epoch (so prefetch stops at the end of each 31-batch epoch, as
+// the peer's DataLoader iterator does). The remainder of the files (2000 = 31 x 64 + 16) is
+// left out, as the thread rows' `batch(64, true)` and the peer's `drop_last` do.
+class ImageBatches {
+ public:
+  explicit ImageBatches(std::shared_ptr<const std::vector<std::string>> paths)
+      : paths_(std::move(paths)) {}
+
+  std::size_t size() const { return paths_->size() / batch_size; }
+  void set_epoch(std::uint64_t epoch) {
+    epoch_ = epoch;
+    order_ = loadstar::epoch_permutation(paths_->size(), shuffle_seed, epoch, true);
+  }
+  std::pair<Tensor<float>, Tensor<std::int64_t>> operator[](std::size_t index) const {
+    constexpr std::size_t image_floats = side * side * 3;
+    // In a worker process a tensor this large is allocated in the slot the consumer reads it
+    // from: the images are copied once, into the batch, as `batch` stacks them.
+    auto x = Tensor<float>::uninitialized(loadstar::Shape{batch_size, side, side, 3});
+    auto y = Tensor<std::int64_t>::uninitialized(loadstar::Shape{batch_size});
+    for (std::size_t k = 0; k < batch_size; ++k) {
+      const std::size_t position = index * batch_size + k;
+      const std::size_t i = order_[position];
+      const auto image =
+          load_augment((*paths_)[i], loadstar::element_seed(augment_seed, epoch_, position));
+      std::copy_n(image.data(), image_floats, x.data() + k * image_floats);
+      y.data()[k] = static_cast<std::int64_t>(i % classes);
+    }
+    return {std::move(x), std::move(y)};
+  }
+
+ private:
+  std::shared_ptr<const std::vector<std::string>> paths_;
+  std::uint64_t epoch_ = 0;
+  std::vector<std::size_t> order_;  // epoch_'s permutation of the files
+};
+
+// A process row: `ImageBatches` on `Workers` forked worker processes.
+template <std::size_t Workers>
+void process_rows(benchmark::State& s, std::shared_ptr<const std::vector<std::string>> paths) {
+  // The batch 0 that measures the slot is built here, before the workers are forked.
+  loadstar::SequenceAdapter<ImageBatches, Workers, true> adapter(ImageBatches{std::move(paths)},
+                                                                 {.max_queue_size = 2 * Workers});
+  // Warm up as the peer does (3 batches): the workers forked, the files in the page cache.
+  for (int i = 0; i < 3; ++i)
+    benchmark::DoNotOptimize(adapter.next());
+  std::size_t images = 0;
+  for (auto _ : s) {
+    benchmark::DoNotOptimize(adapter.next());  // an infinite stream of epochs
+    images += batch_size;
+  }
+  s.counters["rate"] = benchmark::Counter(static_cast<double>(images), benchmark::Counter::kIsRate);
+  s.SetLabel("images/s");
+}
 
 void register_images(std::shared_ptr<const std::vector<std::string>> paths) {
   for (std::size_t workers : {1u, 2u}) {
@@ -126,10 +205,10 @@ void register_images(std::shared_ptr<const std::vector<std::string>> paths) {
         files.data()[i] = static_cast<std::int64_t>(i);
       auto pipeline =
           loadstar::from_tensor_slices(files)
-              .shuffle(n, 1)
-              .map_with_seed(LoadAugment{paths}, 2,
+              .shuffle(n, shuffle_seed)
+              .map_with_seed(LoadAugment{paths}, augment_seed,
                              loadstar::MapOptions{.num_parallel_calls = workers, .window = 64})
-              .batch(64, true);
+              .batch(batch_size, true);
       // Warm up as the peer does (3 batches): the threads started, the files in the page cache.
       for (int i = 0; i < 3; ++i)
         benchmark::DoNotOptimize(pipeline.next());
@@ -141,13 +220,19 @@ void register_images(std::shared_ptr<const std::vector<std::string>> paths) {
           batch = pipeline.next();
         }
         benchmark::DoNotOptimize(batch);
-        images += 64;
+        images += batch_size;
       }
       s.counters["rate"] =
           benchmark::Counter(static_cast<double>(images), benchmark::Counter::kIsRate);
       s.SetLabel("images/s");
     })->UseRealTime();
   }
+  benchmark::RegisterBenchmark("images/processes/1", [paths](benchmark::State& s) {
+    process_rows<1>(s, paths);
+  })->UseRealTime();
+  benchmark::RegisterBenchmark("images/processes/2", [paths](benchmark::State& s) {
+    process_rows<2>(s, paths);
+  })->UseRealTime();
 }
 
 }  // namespace

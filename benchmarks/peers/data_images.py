@@ -4,10 +4,13 @@
 images: the folder of 2000 JPEGs of 500x375 pixels (quality 90, 10 classes) that bench_data_images
 writes (the same pixels are written here with PIL where the folder is missing), through
 transforms.Compose([RandomResizedCrop(224), RandomHorizontalFlip(), ToTensor()]), shuffled, in
-batches of 64, with 1 or 2 worker processes (prefetch_factor=2). PyTorch has no thread workers: its
-worker processes are its parallel map, so they are reported under mode "threads". Prints a JSON
-list of {"workload", "workers", "mode", "value", "unit"} on stdout. Run with /usr/bin/python3.
-Takes --list, --only REGEX and --timeout S (see common.py).
+batches of 64, with num_workers 1 or 2 (prefetch_factor=2, persistent_workers). DataLoader's
+workers are processes: "images/processes/<N>" is num_workers=N, the peer of bench_data_images's
+SequenceAdapter on N worker processes. PyTorch has no thread workers, so its worker processes, its
+parallel map, are also the peer of our map on N threads: "images/threads/<N>" is the same
+measurement, made once for both names when both are selected. Prints a JSON list of {"workload",
+"workers", "mode", "value", "unit"} on stdout. Run with /usr/bin/python3. Takes --list,
+--only REGEX and --timeout S (see common.py).
 """
 import json
 import os
@@ -22,7 +25,8 @@ CLASSES = 10
 WIDTH, HEIGHT = 500, 375
 MEASURE_SECONDS = 2.0
 WORKERS = (1, 2)
-NAMES = [f"images/threads/{n}" for n in WORKERS]
+MODES = ("threads", "processes")
+NAMES = [f"images/{mode}/{n}" for mode in MODES for n in WORKERS]
 
 if __name__ == "__main__":
     # Before importing torch (seconds), so that --list is cheap.
@@ -95,16 +99,17 @@ def main():
     ensure_images(root())
     results = []
     for workers in WORKERS:
-        name = f"images/threads/{workers}"
-        if name not in SELECTED:
+        modes = [mode for mode in MODES if f"images/{mode}/{workers}" in SELECTED]
+        if not modes:
             continue
         try:
             value = images_per_second(workers)
         except Exception as error:  # a worker died or hung: one line, not a traceback
-            common.fail(name, f"{type(error).__name__}: "
+            common.fail(f"images/{modes[0]}/{workers}", f"{type(error).__name__}: "
                         + (str(error).strip().splitlines() or [""])[0])
-        results.append({"workload": "images", "workers": workers, "mode": "threads",
-                        "value": value, "unit": "images/s"})
+        for mode in modes:  # one DataLoader configuration, the peer of both our modes
+            results.append({"workload": "images", "workers": workers, "mode": mode,
+                            "value": value, "unit": "images/s"})
     json.dump(results, sys.stdout)
     print()
 
