@@ -38,9 +38,14 @@ namespace loadstar {
 /// first); `f` itself runs on the consuming thread. With `deterministic` (the default) the output
 /// is the sequential order; without it, when the current dataset has nothing ready the consumer
 /// takes from the next one that has, and the cycle goes on from there. With `AUTOTUNE` the
-/// number of threads starts at 1 and grows while the consumer waits, up to `cycle_length` and
-/// `options.autotune.cpu_budget`; the elements read ahead never exceed
-/// `options.autotune.ram_budget` bytes (see `autotune_report()`).
+/// number of threads is tuned every 64 elements on the wall time per element as the consumer
+/// sees it, by `detail::ThreadTuner`: it starts at 1 and climbs while that falls by a tenth or
+/// more, up to `cycle_length` and the budget's `cpu_budget`, then keeps probing, giving a thread
+/// back to the budget when one fewer costs at most a tenth more and taking one again when the
+/// cost rises and the budget has one free. The elements read ahead, each reserved at the largest
+/// size seen before it is read, never exceed the budget's `ram_budget` bytes (with a pipeline
+/// budget, `options.autotune.pipeline`, shared with the pipeline's other autotuned operators; see
+/// `autotune_report()`).
 ///
 /// State: the input's state, the cycle position and, for every open dataset, the input's state
 /// before the element that made it plus that dataset's state after the last element the
@@ -65,8 +70,9 @@ class InterleaveDataset : public DatasetBase<InterleaveDataset<D, F>> {
   using element_type = element_t<Inner>;
 
   /// Throws `ConfigError` for a `cycle_length`, `block_length` or `num_parallel_calls` of 0, for
-  /// a `cycle_length` or `block_length` of `AUTOTUNE`, and for an autotune budget given without
-  /// `AUTOTUNE`.
+  /// a `cycle_length` or `block_length` of `AUTOTUNE`, for an autotune budget given without
+  /// `AUTOTUNE` or not valid (see `detail::check_autotune_options`), and when a pipeline budget
+  /// has no thread left for it.
   InterleaveDataset(D input, F f, std::size_t cycle_length, std::size_t block_length,
                     InterleaveOptions options = {})
       : input_(std::move(input)),
@@ -89,16 +95,14 @@ class InterleaveDataset : public DatasetBase<InterleaveDataset<D, F>> {
     if (options.num_parallel_calls == 0) {
       throw ConfigError("interleave: num_parallel_calls must be positive but is 0");
     }
-    if (options.num_parallel_calls != AUTOTUNE &&
-        (options.autotune.cpu_budget != 0 || options.autotune.ram_budget != 0)) {
-      throw ConfigError("interleave: an autotune budget was given but num_parallel_calls is " +
-                        std::to_string(options.num_parallel_calls) + ", not AUTOTUNE");
-    }
+    detail::check_autotune_options(
+        options.autotune, "interleave", options.num_parallel_calls == AUTOTUNE,
+        "num_parallel_calls is " + std::to_string(options.num_parallel_calls));
     shared_->slots.resize(cycle_length);
     shared_->capacity = 2 * block_length;
     if (options.num_parallel_calls == AUTOTUNE) {
-      tuner_.emplace(options.autotune, cycle_length);
-      shared_->ram_budget = tuner_->ram_budget();
+      shared_->lease.emplace(options.autotune, "interleave");
+      tuner_.emplace(shared_->lease->budget().cpu_budget(), cycle_length);
       threads_wanted_ = 1;
     } else if (options.num_parallel_calls > 1) {
       threads_wanted_ = std::min(options.num_parallel_calls, cycle_length);
@@ -155,6 +159,8 @@ class InterleaveDataset : public DatasetBase<InterleaveDataset<D, F>> {
       slot.clear();
     started_ = input_done_ = false;
     current_ = in_block_ = 0;
+    period_start_.reset();
+    taken_ = 0;
   }
 
   nlohmann::json state() const {
@@ -204,10 +210,13 @@ class InterleaveDataset : public DatasetBase<InterleaveDataset<D, F>> {
     started_ = s["started"];
     current_ = s["current"];
     in_block_ = s["in_block"];
+    period_start_.reset();
+    taken_ = 0;
     if (tuner_ && s.contains("autotune")) {
-      threads_wanted_ =
-          std::min(s["autotune"]["num_parallel_calls"].get<std::size_t>(), tuner_->thread_limit());
-      tuner_->adopt(threads_wanted_);
+      // Keep the choice of the run that saved the state, as far as the budget has threads free.
+      hold_threads(std::clamp<std::size_t>(s["autotune"]["num_parallel_calls"].get<std::size_t>(),
+                                           1, tuner_->thread_limit()));
+      tuner_->adopt();
     }
   }
 
@@ -217,9 +226,10 @@ class InterleaveDataset : public DatasetBase<InterleaveDataset<D, F>> {
     nlohmann::json r = {{"num_parallel_calls", parallel() ? threads_wanted_ : std::size_t{1}}};
     if (tuner_) {
       std::lock_guard lock(shared_->mutex);
-      r["cpu_budget"] = tuner_->cpu_budget();
-      r["ram_budget"] = tuner_->ram_budget();
+      r["cpu_budget"] = shared_->lease->budget().cpu_budget();
+      r["ram_budget"] = shared_->lease->budget().ram_budget();
       r["peak_buffered_bytes"] = shared_->peak_bytes;
+      if (shared_->lease->shared()) r["pipeline_budget"] = true;
     }
     return r;
   }
@@ -256,7 +266,8 @@ class InterleaveDataset : public DatasetBase<InterleaveDataset<D, F>> {
     std::vector<Slot> slots;
     std::size_t capacity = 2;  // Elements read ahead per slot.
     std::size_t current = 0;   // The consumer's slot, which the threads serve first.
-    std::size_t ram_budget = 0;
+    // With `AUTOTUNE`: the threads and the bytes read ahead, from the budget.
+    std::optional<detail::BudgetLease> lease;
     std::size_t buffered_bytes = 0;
     std::size_t reserved_bytes = 0;  // For the elements being read.
     std::size_t in_flight = 0;
@@ -318,10 +329,15 @@ class InterleaveDataset : public DatasetBase<InterleaveDataset<D, F>> {
     shared_->current = current_;
     Slot& slot = slots()[current_];
     if (!ready(slot)) {
-      const auto waited_from = std::chrono::steady_clock::now();
       shared_->work.notify_all();
-      shared_->ready.wait(lock, [&] { return ready(slot) || (!slot.busy && blocked(*shared_)); });
-      if (tuner_) waited_ += std::chrono::steady_clock::now() - waited_from;
+      const auto can_go = [&] { return ready(slot) || (!slot.busy && blocked(*shared_)); };
+      if (shared_->lease && shared_->lease->shared()) {
+        // Other operators give bytes back without notifying this one: look again now and then.
+        while (!shared_->ready.wait_for(lock, std::chrono::milliseconds(2), can_go)) {
+        }
+      } else {
+        shared_->ready.wait(lock, can_go);
+      }
     }
     if (!ready(slot)) {
       // The threads may read no further ahead within the memory budget: read it here.
@@ -336,6 +352,7 @@ class InterleaveDataset : public DatasetBase<InterleaveDataset<D, F>> {
       }
       slot.consumed_state = std::move(item.state);
       lock.unlock();
+      count_taken();
       if (item.error) std::rethrow_exception(item.error);
       out = std::move(item.element);
       return true;
@@ -347,30 +364,56 @@ class InterleaveDataset : public DatasetBase<InterleaveDataset<D, F>> {
     Item item = std::move(slot.ahead.front());
     slot.ahead.pop_front();
     shared_->buffered_bytes -= item.bytes;
+    if (shared_->lease) shared_->lease->give_bytes(item.bytes);
     slot.consumed_state = std::move(item.state);
     shared_->work.notify_all();
     lock.unlock();
-    if (tuner_ && ++taken_ % 64 == 0) tune();
+    count_taken();
     if (item.error) std::rethrow_exception(item.error);
     out = std::move(item.element);
     return true;
   }
 
-  // With `AUTOTUNE`, every 64 elements: the consumer's wait per element is the cost the thread
-  // count is climbed on (see `ThreadTuner`).
-  void tune() {
-    const double cost = std::chrono::duration<double>(waited_).count() / 64.0;
-    waited_ = {};
-    const std::size_t next = tuner_->step(threads_wanted_, cost);
-    if (next > threads_wanted_) {
-      threads_wanted_ = next;
-      start_threads();
-    } else if (next < threads_wanted_) {
-      threads_wanted_ = next;
+  // With `AUTOTUNE`, every 64 elements: the wall time per element since the last time is the
+  // cost the thread count is tuned on (see `ThreadTuner`).
+  void count_taken() {
+    if (!tuner_) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (!period_start_) {
+      period_start_ = now;
+      taken_ = 0;
+      return;
+    }
+    if (++taken_ < 64) return;
+    const double cost = std::chrono::duration<double>(now - *period_start_).count() / 64.0;
+    period_start_ = now;
+    taken_ = 0;
+    const std::size_t want = tuner_->step(threads_wanted_, cost);
+    if (hold_threads(want) < want) tuner_->refused(cost);
+  }
+
+  // Takes reading threads from the budget, or gives them back, to hold `want` (as many as it has
+  // free), and starts or stops threads to match; returns the count held.
+  std::size_t hold_threads(std::size_t want) {
+    std::size_t held = 0;
+    {
+      std::lock_guard lock(shared_->mutex);
+      auto& lease = *shared_->lease;
+      while (lease.threads() < want && lease.try_add_thread()) {
+      }
+      while (lease.threads() > want)
+        lease.remove_thread();
+      held = lease.threads();
+    }
+    threads_wanted_ = held;
+    if (threads_.empty()) return held;  // Not reading yet: `start_threads` starts them.
+    start_threads();
+    while (threads_.size() > held) {
       threads_.back().request_stop();
       shared_->work.notify_all();
-      threads_.pop_back();  // Joins.
+      threads_.pop_back();  // Joins: the thread is gone when its budget share is back.
     }
+    return held;
   }
 
   void start_threads() {
@@ -390,15 +433,22 @@ class InterleaveDataset : public DatasetBase<InterleaveDataset<D, F>> {
         for (std::size_t k = 0; k < n; ++k) {
           Slot& s = shared.slots[(shared.current + k) % n];
           if (!s.inner || s.busy || s.ended || s.ahead.size() >= shared.capacity) continue;
-          if (blocked(shared)) return false;
+          if (!reserve(shared)) return false;
           slot = &s;
           return true;
         }
         return false;
       };
-      if (!shared.work.wait(lock, stop, find)) return;
+      if (shared.lease && shared.lease->shared()) {
+        // Other operators give bytes back without notifying this one: look again now and then.
+        while (!shared.work.wait_for(lock, stop, std::chrono::milliseconds(2), find)) {
+          if (stop.stop_requested()) return;
+        }
+      } else if (!shared.work.wait(lock, stop, find)) {
+        return;
+      }
       slot->busy = true;
-      const std::size_t reserved = shared.largest_element;
+      const std::size_t reserved = shared.largest_element;  // Taken from the budget by `find`.
       shared.reserved_bytes += reserved;
       ++shared.in_flight;
       lock.unlock();
@@ -407,9 +457,13 @@ class InterleaveDataset : public DatasetBase<InterleaveDataset<D, F>> {
       slot->busy = false;
       shared.reserved_bytes -= reserved;
       --shared.in_flight;
+      if (shared.lease) shared.lease->give_bytes(reserved);
       if (!item.element && !item.error) {
         slot->ended = true;
       } else {
+        // The reservation becomes the element's size (more only for an element larger than any
+        // before it).
+        if (shared.lease) shared.lease->take_bytes(item.bytes, true);
         shared.buffered_bytes += item.bytes;
         shared.largest_element = std::max(shared.largest_element, item.bytes);
         shared.peak_bytes = std::max(shared.peak_bytes, shared.buffered_bytes);
@@ -420,14 +474,19 @@ class InterleaveDataset : public DatasetBase<InterleaveDataset<D, F>> {
     }
   }
 
-  // Whether reading one more element ahead could exceed the memory budget: the elements read
-  // ahead, those being read (each reserved at the largest size seen) and one more. Before any
-  // size is known, one element is read at a time.
+  // Whether reading one more element ahead could exceed the memory budget, which holds the
+  // elements read ahead and those being read (each reserved at the largest size seen). Before
+  // any size is known, one element is read at a time.
   static bool blocked(const Shared& shared) {
-    if (shared.ram_budget == 0) return false;
+    if (!shared.lease) return false;
     if (shared.largest_element == 0) return shared.in_flight > 0;
-    return shared.buffered_bytes + shared.reserved_bytes + shared.largest_element >
-           shared.ram_budget;
+    return !shared.lease->fits(shared.largest_element);
+  }
+  // Reserves the bytes of one more element read ahead; false when `blocked`.
+  static bool reserve(Shared& shared) {
+    if (!shared.lease) return true;
+    if (shared.largest_element == 0) return shared.in_flight == 0;
+    return shared.lease->take_bytes(shared.largest_element);
   }
 
   static Item fetch(Slot& slot) {
@@ -453,6 +512,7 @@ class InterleaveDataset : public DatasetBase<InterleaveDataset<D, F>> {
       slot.ended = slot.busy = false;
     }
     shared_->buffered_bytes = shared_->reserved_bytes = shared_->in_flight = 0;
+    if (shared_->lease) shared_->lease->give_all_bytes();
   }
 
   D input_;
@@ -464,8 +524,8 @@ class InterleaveDataset : public DatasetBase<InterleaveDataset<D, F>> {
   std::optional<detail::ThreadTuner> tuner_;
   std::size_t threads_wanted_ = 1;
   std::vector<std::jthread> threads_;
-  std::size_t taken_ = 0;
-  std::chrono::steady_clock::duration waited_{};
+  std::size_t taken_ = 0;  // Elements of the tuning period.
+  std::optional<std::chrono::steady_clock::time_point> period_start_;
   bool started_ = false;
   bool input_done_ = false;
   std::size_t current_ = 0;

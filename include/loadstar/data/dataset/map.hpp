@@ -53,11 +53,17 @@ struct MapResult<F, E, true> {
 /// consumer when that element's turn comes, as a `WorkerError` "map: element 17 failed: <what>".
 ///
 /// With `num_parallel_calls` `AUTOTUNE`, the first window holds one element, whose input and
-/// output sizes set the window so that a window's inputs and outputs stay within
-/// `options.autotune.ram_budget` bytes (elements of the largest size seen so far; at most
-/// `64 * cpu_budget`); the thread count starts at 1 and climbs by one per window while the time
-/// per element falls by a tenth or more, up to `options.autotune.cpu_budget` (see
-/// `autotune_report()`). The output and the state's meaning do not change with the choice.
+/// output sizes set the window so that a window's inputs and outputs stay within the budget's
+/// `ram_budget` bytes (elements of the largest size seen so far; at most `64 * cpu_budget`); with
+/// a pipeline budget (`options.autotune.pipeline`) the window aims at the map's share of it (the
+/// budget over the operators holding it), each element of a window is reserved from it, and the
+/// window ends early when the other operators hold the rest. The thread count is tuned
+/// per window on the wall time per element between window starts (the consumer's own work
+/// included) by `detail::ThreadTuner`: it starts at 1, climbs by one while that falls by a tenth
+/// or more, then keeps probing, giving a thread back to the budget when one fewer costs at most a
+/// tenth more (a slow consumer) and taking one again when the cost rises and the budget has one
+/// free (see `autotune_report()`). The output and the state's meaning do not change with the
+/// choice.
 ///
 /// State: the upstream's state at the start of the current window, the window's length and how
 /// many of its outputs were consumed (and their order when not deterministic). A restore pulls
@@ -78,24 +84,24 @@ class MapDataset : public DatasetBase<MapDataset<D, F, WithSeed>> {
   static_assert(!std::is_void_v<element_type>, "map: the function must return an element");
 
   /// Throws `ConfigError` for `num_parallel_calls` of 0, for a `window` given with `AUTOTUNE`
-  /// (which chooses it) and for an autotune budget given without it.
+  /// (which chooses it), for an autotune budget given without it or not valid (see
+  /// `detail::check_autotune_options`), and when a pipeline budget has no thread left for it.
   MapDataset(D upstream, F f, std::uint64_t seed, MapOptions options)
       : upstream_(std::move(upstream)), f_(std::move(f)), seed_(seed), options_(options) {
     if (options.num_parallel_calls == 0) {
       throw ConfigError("map: num_parallel_calls must be positive but is 0");
     }
-    if (options.num_parallel_calls != AUTOTUNE &&
-        (options.autotune.cpu_budget != 0 || options.autotune.ram_budget != 0)) {
-      throw ConfigError("map: an autotune budget was given but num_parallel_calls is " +
-                        std::to_string(options.num_parallel_calls) + ", not AUTOTUNE");
-    }
+    detail::check_autotune_options(
+        options.autotune, "map", options.num_parallel_calls == AUTOTUNE,
+        "num_parallel_calls is " + std::to_string(options.num_parallel_calls));
     if (options.num_parallel_calls == AUTOTUNE) {
       if (options.window != 0) {
         throw ConfigError("map: window is " + std::to_string(options.window) +
                           " but with num_parallel_calls AUTOTUNE the window is chosen within the "
                           "memory budget; leave window 0");
       }
-      tuner_.emplace(options.autotune, detail::cpu_budget_of(options.autotune));
+      lease_.emplace(options.autotune, "map");
+      tuner_.emplace(lease_->budget().cpu_budget(), lease_->budget().cpu_budget());
       options_.num_parallel_calls = 1;
       options_.window = 1;  // The first window measures the element sizes.
     }
@@ -118,12 +124,15 @@ class MapDataset : public DatasetBase<MapDataset<D, F, WithSeed>> {
         throw detail::element_error("map", index, std::current_exception());
       }
     }
+    if (tuner_) tune_threads();
     window_start_ = upstream_.state();
     window_index_ = index_;
-    if (!fill_window(options_.window)) return std::nullopt;
-    const auto started = std::chrono::steady_clock::now();
+    if (!fill_window(options_.window)) {
+      period_start_.reset();  // The epoch's end: the next window starts a new period.
+      return std::nullopt;
+    }
     compute_window(0, options_.deterministic);
-    if (tuner_) tune(std::chrono::steady_clock::now() - started);
+    if (tuner_) size_window();
     return take_from_window();
   }
 
@@ -133,9 +142,10 @@ class MapDataset : public DatasetBase<MapDataset<D, F, WithSeed>> {
     nlohmann::json r = {{"num_parallel_calls", options_.num_parallel_calls},
                         {"window", options_.window}};
     if (tuner_) {
-      r["cpu_budget"] = tuner_->cpu_budget();
-      r["ram_budget"] = tuner_->ram_budget();
+      r["cpu_budget"] = lease_->budget().cpu_budget();
+      r["ram_budget"] = lease_->budget().ram_budget();
       r["peak_buffered_bytes"] = peak_bytes_;
+      if (lease_->shared()) r["pipeline_budget"] = true;
     }
     return r;
   }
@@ -145,6 +155,8 @@ class MapDataset : public DatasetBase<MapDataset<D, F, WithSeed>> {
     ++epoch_;
     index_ = 0;
     position_ = window_length_ = 0;
+    release_window();
+    period_start_.reset();
   }
 
   nlohmann::json state() const {
@@ -171,13 +183,16 @@ class MapDataset : public DatasetBase<MapDataset<D, F, WithSeed>> {
     epoch_ = s["epoch"];
     index_ = s["index"];
     position_ = window_length_ = 0;
+    release_window();
+    period_start_.reset();
     if (tuner_ && s.contains("autotune") && s["autotune"].contains("window")) {
-      // Keep the choice of the run that saved the state, within this dataset's budget.
+      // Keep the choice of the run that saved the state, within this dataset's budget (as many
+      // of its threads as the budget has free).
       const std::size_t threads = s["autotune"]["num_parallel_calls"];
       const std::size_t window = s["autotune"]["window"];
-      set_threads(std::clamp<std::size_t>(threads, 1, tuner_->thread_limit()));
+      hold_threads(std::clamp<std::size_t>(threads, 1, tuner_->thread_limit()));
       if (window > 1 && window <= window_limit_) options_.window = window;
-      tuner_->adopt(options_.num_parallel_calls);
+      tuner_->adopt();
     }
     const std::size_t consumed = s["consumed"];
     if (consumed == 0) return;
@@ -193,6 +208,7 @@ class MapDataset : public DatasetBase<MapDataset<D, F, WithSeed>> {
     }
     compute_window(consumed, true);
     position_ = consumed;
+    if (lease_) lease_->give_bytes(consumed * slot_bytes_);  // Those were handed over before.
   }
 
  private:
@@ -205,20 +221,26 @@ class MapDataset : public DatasetBase<MapDataset<D, F, WithSeed>> {
   }
 
   // Pulls up to `length` elements into the window (fewer when `budget` and the autotune memory
-  // budget says so); false when there were none.
+  // budget says so); false when there were none. With `AUTOTUNE`, each element's input and
+  // output are reserved from the budget at the largest sizes seen (the first always, so that
+  // the window is never empty).
   bool fill_window(std::size_t length, bool budget = true) {
     inputs_.resize(length);
     outputs_.resize(length);
     errors_.resize(length);
     std::size_t n = 0;
     window_in_bytes_ = window_largest_in_ = 0;
+    release_window();
+    slot_bytes_ = sized_ ? std::max<std::size_t>(1, largest_in_ + largest_out_) : 0;
     while (n < length) {
-      if (budget && tuner_ && sized_ && n > 0 &&
-          (n + 1) * std::max<std::size_t>(1, largest_in_ + largest_out_) > tuner_->ram_budget()) {
+      if (tuner_ && !lease_->take_bytes(slot_bytes_, !budget || n == 0)) {
         break;  // The window may hold no more within the memory budget.
       }
       auto input = upstream_.next();
-      if (!input) break;
+      if (!input) {
+        if (tuner_) lease_->give_bytes(slot_bytes_);
+        break;
+      }
       if (tuner_) {
         const std::size_t b = element_bytes(*input);
         window_in_bytes_ += b;
@@ -254,9 +276,41 @@ class MapDataset : public DatasetBase<MapDataset<D, F, WithSeed>> {
     run(first, window_length_, body);
   }
 
-  // With `AUTOTUNE`, after each window: sizes the window to the memory budget (after the first)
-  // and climbs the thread count on the time per element.
-  void tune(std::chrono::steady_clock::duration took) {
+  // With `AUTOTUNE`, before each window: the cost of the last period (from the last window's
+  // start to now, per element) chooses the thread count of this one.
+  void tune_threads() {
+    const auto now = std::chrono::steady_clock::now();
+    // A copy holds one thread of its own, whatever the original ran.
+    if (lease_->threads() != options_.num_parallel_calls) set_threads(lease_->threads());
+    if (period_start_ && period_measured_ && period_length_ > 0) {
+      const double cost = std::chrono::duration<double>(now - *period_start_).count() /
+                          static_cast<double>(period_length_);
+      const std::size_t want = tuner_->step(options_.num_parallel_calls, cost);
+      if (hold_threads(want) < want) tuner_->refused(cost);
+    }
+    period_start_ = now;
+  }
+
+  // Takes threads from the budget, or gives them back, to hold `want` (as many as it has free);
+  // returns the count held.
+  std::size_t hold_threads(std::size_t want) {
+    while (lease_->threads() < want && lease_->try_add_thread()) {
+    }
+    while (lease_->threads() > want)
+      lease_->remove_thread();
+    set_threads(lease_->threads());
+    return lease_->threads();
+  }
+
+  // Gives back the budget bytes the window still holds.
+  void release_window() {
+    if (lease_) lease_->give_all_bytes();
+  }
+
+  // With `AUTOTUNE`, after each window: sizes the window to the memory budget (after the first).
+  void size_window() {
+    period_length_ = window_length_;
+    period_measured_ = sized_;  // The first window, of one element, says nothing about threads.
     if (window_length_ == 0) return;
     std::size_t out_bytes = 0, largest_out = 0;
     for (std::size_t k = 0; k < window_length_; ++k) {
@@ -269,17 +323,14 @@ class MapDataset : public DatasetBase<MapDataset<D, F, WithSeed>> {
     largest_out_ = std::max(largest_out_, largest_out);
     peak_bytes_ = std::max(peak_bytes_, window_in_bytes_ + out_bytes);
     const std::size_t per_element = std::max<std::size_t>(1, largest_in_ + largest_out_);
-    window_limit_ =
-        std::clamp<std::size_t>(tuner_->ram_budget() / per_element, 1, 64 * tuner_->cpu_budget());
+    window_limit_ = std::clamp<std::size_t>(lease_->ram_share() / per_element, 1,
+                                            64 * lease_->budget().cpu_budget());
     if (!sized_) {
       sized_ = true;
       options_.window = window_limit_;
-      return;  // One element says nothing about threads.
+      return;
     }
     options_.window = std::min(options_.window, window_limit_);
-    const double cost =
-        std::chrono::duration<double>(took).count() / static_cast<double>(window_length_);
-    set_threads(tuner_->step(options_.num_parallel_calls, cost));
   }
 
   void set_threads(std::size_t threads) {
@@ -303,6 +354,7 @@ class MapDataset : public DatasetBase<MapDataset<D, F, WithSeed>> {
 
   element_type take_from_window() {
     const std::size_t slot = order_[position_++];
+    if (lease_) lease_->give_bytes(slot_bytes_);  // Handed over: the consumer holds it now.
     if (errors_[slot]) {
       auto error = std::exchange(errors_[slot], nullptr);
       outputs_[slot].reset();
@@ -330,7 +382,12 @@ class MapDataset : public DatasetBase<MapDataset<D, F, WithSeed>> {
   std::vector<std::optional<element_type>> outputs_;
   std::vector<std::exception_ptr> errors_;
   // With `AUTOTUNE`.
+  std::optional<detail::BudgetLease> lease_;
   std::optional<detail::ThreadTuner> tuner_;
+  std::optional<std::chrono::steady_clock::time_point> period_start_;  // The last window's start.
+  std::size_t period_length_ = 0;                                      // Its elements.
+  bool period_measured_ = false;  // Whether its time chooses threads.
+  std::size_t slot_bytes_ = 0;    // Reserved from the budget for each element of the window.
   bool sized_ = false;
   std::size_t window_limit_ = 1;
   std::size_t largest_in_ = 0, largest_out_ = 0;

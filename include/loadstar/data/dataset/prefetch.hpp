@@ -40,7 +40,11 @@ namespace loadstar {
 /// larger buffer absorbs the producer's jitter; a producer slower on average is not helped by
 /// any buffer). The producer starts an element only when the buffered elements plus one of the
 /// largest size seen fit in `ram_budget` bytes (one element is always allowed); the buffer size
-/// in use is `autotune_report()["buffer_size"]`, also in the state.
+/// in use is `autotune_report()["buffer_size"]`, also in the state. With a pipeline budget
+/// (`prefetch(AUTOTUNE, {.pipeline = budget})`, see `AutotuneBudget`) the producer holds one of
+/// its threads for the dataset's life, and each element is reserved from its bytes before it is
+/// produced and given back when the consumer takes it, so the buffer shares `ram_budget` with the
+/// pipeline's other autotuned operators.
 /// \code
 /// auto ds = from_tensor_slices(x, y).map(augment).batch(32).prefetch(2);
 /// \endcode
@@ -49,16 +53,18 @@ class PrefetchDataset : public DatasetBase<PrefetchDataset<D>> {
  public:
   using element_type = element_t<D>;
 
-  /// Throws `ConfigError` for a buffer size of 0, and for a budget given with a fixed buffer
-  /// size (it would be ignored).
+  /// Throws `ConfigError` for a buffer size of 0, for a budget given with a fixed buffer size
+  /// (it would be ignored) or not valid (see `detail::check_autotune_options`), and when a
+  /// pipeline budget has no thread left for the producer.
   PrefetchDataset(D upstream, std::size_t buffer_size,
                   std::optional<AutotuneOptions> budget = std::nullopt)
       : shared_(std::make_unique<Shared>(std::move(upstream))), buffer_size_(buffer_size) {
     if (buffer_size == 0) throw ConfigError("prefetch: buffer_size must be positive but is 0");
     if (buffer_size == AUTOTUNE) {
       const AutotuneOptions options = budget.value_or(AutotuneOptions{});
+      detail::check_autotune_options(options, "prefetch", true, "");
       shared_->autotune = true;
-      shared_->ram_budget = detail::ram_budget_of(options);
+      shared_->lease.emplace(options, "prefetch");
       shared_->capacity = 1;
     } else {
       if (budget) {
@@ -99,6 +105,7 @@ class PrefetchDataset : public DatasetBase<PrefetchDataset<D>> {
       slot = std::move(shared_->queue.front());
       shared_->queue.pop_front();
       shared_->buffered_bytes -= slot.bytes;
+      if (shared_->lease) shared_->lease->give_bytes(slot.bytes);
     }
     shared_->not_full.notify_one();
     consumed_state_ = std::move(slot.state);
@@ -133,8 +140,9 @@ class PrefetchDataset : public DatasetBase<PrefetchDataset<D>> {
     std::lock_guard lock(shared_->mutex);
     nlohmann::json r = {{"buffer_size", shared_->capacity}};
     if (shared_->autotune) {
-      r["ram_budget"] = shared_->ram_budget;
+      r["ram_budget"] = shared_->lease->budget().ram_budget();
       r["peak_buffered_bytes"] = shared_->peak_bytes;
+      if (shared_->lease->shared()) r["pipeline_budget"] = true;
     }
     return r;
   }
@@ -157,9 +165,9 @@ class PrefetchDataset : public DatasetBase<PrefetchDataset<D>> {
     std::condition_variable_any not_full;
     std::deque<Slot> queue;
     std::size_t capacity = 1;
-    // With `AUTOTUNE`.
+    // With `AUTOTUNE`: the producer's thread and the buffered bytes, from the budget.
     bool autotune = false;
-    std::size_t ram_budget = 0;
+    std::optional<detail::BudgetLease> lease;
     std::size_t buffered_bytes = 0;
     std::size_t largest_element = 0;
     std::size_t peak_bytes = 0;
@@ -206,18 +214,27 @@ class PrefetchDataset : public DatasetBase<PrefetchDataset<D>> {
     }
   }
 
-  // The autotuned producer: waits for room (in elements and bytes) before producing an element,
-  // so that what it holds never exceeds the budget.
+  // The autotuned producer: waits for room (in elements, and the largest element's bytes
+  // reserved from the budget) before producing an element, so that what it holds never exceeds
+  // the budget.
   static void produce_within_budget(Shared& shared, std::stop_token stop) {
     while (true) {
+      std::size_t reserved = 0;
       {
         std::unique_lock lock(shared.mutex);
         const auto room = [&] {
           if (shared.queue.size() >= shared.capacity) return false;
-          return shared.queue.empty() ||
-                 shared.buffered_bytes + shared.largest_element <= shared.ram_budget;
+          reserved = shared.largest_element;
+          return shared.lease->take_bytes(reserved, shared.queue.empty());
         };
-        if (!shared.not_full.wait(lock, stop, room)) return;
+        if (shared.lease->shared()) {
+          // Other operators give bytes back without notifying this one: look again now and then.
+          while (!shared.not_full.wait_for(lock, stop, std::chrono::milliseconds(2), room)) {
+            if (stop.stop_requested()) return;
+          }
+        } else if (!shared.not_full.wait(lock, stop, room)) {
+          return;
+        }
       }
       const auto started = std::chrono::steady_clock::now();
       Slot slot;
@@ -232,6 +249,13 @@ class PrefetchDataset : public DatasetBase<PrefetchDataset<D>> {
       {
         std::lock_guard lock(shared.mutex);
         average(shared.producer_seconds, std::chrono::steady_clock::now() - started);
+        // The reservation becomes the element's size (more only for an element larger than any
+        // before it).
+        if (slot.bytes > reserved) {
+          shared.lease->take_bytes(slot.bytes - reserved, true);
+        } else {
+          shared.lease->give_bytes(reserved - slot.bytes);
+        }
         shared.buffered_bytes += slot.bytes;
         shared.largest_element = std::max(shared.largest_element, slot.bytes);
         shared.peak_bytes = std::max(shared.peak_bytes, shared.buffered_bytes);
@@ -251,6 +275,7 @@ class PrefetchDataset : public DatasetBase<PrefetchDataset<D>> {
     if (shared_) {
       shared_->queue.clear();
       shared_->buffered_bytes = 0;
+      if (shared_->lease) shared_->lease->give_all_bytes();
     }
     ended_ = false;
     last_call_.reset();

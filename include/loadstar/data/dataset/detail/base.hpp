@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -19,14 +20,26 @@ namespace loadstar {
 /// budget of its `AutotuneOptions` (see `loadstar/data/dataset/autotune.hpp`).
 inline constexpr std::size_t AUTOTUNE = std::numeric_limits<std::size_t>::max();
 
-/// The budget of an autotuned operator, as `tf.data.Options().autotune`: it never runs more
-/// than `cpu_budget` threads nor buffers more than `ram_budget` bytes of elements.
+class AutotuneBudget;
+
+/// The budget of an autotuned operator, as `tf.data.Options().autotune`: its own (it never runs
+/// more than `cpu_budget` threads nor buffers more than `ram_budget` bytes of elements), or the
+/// pipeline's, shared by every autotuned operator given it (see `AutotuneBudget`):
+/// \code
+/// auto budget = std::make_shared<AutotuneBudget>(/*cpu_budget=*/4, /*ram_budget=*/64 << 20);
+/// auto ds = range(1000).map(decode, {.num_parallel_calls = AUTOTUNE, .autotune = {.pipeline =
+/// budget}})
+///               .prefetch(AUTOTUNE, {.pipeline = budget});
+/// \endcode
 struct AutotuneOptions {
   /// Threads the operator may run; 0 means `std::thread::hardware_concurrency()`.
   std::size_t cpu_budget = 0;
   /// Bytes of buffered elements (tensors count their bytes, see `element_bytes`); 0 means
   /// 256 MiB.
   std::size_t ram_budget = 0;
+  /// The pipeline's budget, shared with the other operators given it; the two numbers above stay
+  /// 0 then.
+  std::shared_ptr<AutotuneBudget> pipeline = nullptr;
 };
 
 /// Options of `map` and `map_with_seed`.
