@@ -889,3 +889,118 @@ TEST_CASE("follow_links: a linked folder is listed only when asked, as os.walk(f
   CHECK(listed(true) == std::vector<std::string>{root + "/cats/a.png", root + "/cats/linked/x.png",
                                                  root + "/dogs/b.png"});
 }
+
+namespace {
+
+// The per-pixel bilinear formula of tf's ResizeBilinear with half-pixel centres, written out
+// directly: each output value reads its four neighbours and lerps along x, then along y, in
+// float. `resize_box` computes it in two passes and must give the same bits.
+template <class T>
+Tensor<float> textbook_bilinear(const Tensor<T>& image, float top, float left, float box_height,
+                                float box_width, std::size_t height, std::size_t width) {
+  const std::size_t in_h = image.dim(0), in_w = image.dim(1), c = image.dim(2);
+  auto tap = [](std::size_t i, std::size_t in_size, std::size_t out_size, float offset,
+                float extent, std::size_t& lower, std::size_t& upper) {
+    const float in =
+        offset + (static_cast<float>(i) + 0.5f) * (extent / static_cast<float>(out_size)) - 0.5f;
+    const auto last = static_cast<std::int64_t>(in_size) - 1;
+    lower = static_cast<std::size_t>(
+        std::clamp(static_cast<std::int64_t>(std::floor(in)), std::int64_t{0}, last));
+    upper = static_cast<std::size_t>(
+        std::clamp(static_cast<std::int64_t>(std::ceil(in)), std::int64_t{0}, last));
+    return in - std::floor(in);
+  };
+  Tensor<float> out(Shape{height, width, c});
+  for (std::size_t y = 0; y < height; ++y) {
+    std::size_t y0 = 0, y1 = 0;
+    const float wy = tap(y, in_h, height, top, box_height, y0, y1);
+    for (std::size_t x = 0; x < width; ++x) {
+      std::size_t x0 = 0, x1 = 0;
+      const float wx = tap(x, in_w, width, left, box_width, x0, x1);
+      for (std::size_t k = 0; k < c; ++k) {
+        auto at = [&](std::size_t row, std::size_t column) {
+          return static_cast<float>(image.data()[(row * in_w + column) * c + k]);
+        };
+        const float upper_value = at(y0, x0) + (at(y0, x1) - at(y0, x0)) * wx;
+        const float lower_value = at(y1, x0) + (at(y1, x1) - at(y1, x0)) * wx;
+        out.data()[(y * width + x) * c + k] = upper_value + (lower_value - upper_value) * wy;
+      }
+    }
+  }
+  return out;
+}
+
+// Whether two tensors hold the same bits (no NaNs here: equal values of equal sign), reporting
+// the first index that differs.
+bool same_bits(const Tensor<float>& out, const Tensor<float>& target) {
+  REQUIRE(out.shape() == target.shape());
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    const float value = out.data()[i], expected = target.data()[i];
+    if (value != expected || std::signbit(value) != std::signbit(expected)) {
+      MESSAGE("index " << i << ": " << value << " but the textbook formula gives " << expected
+                       << " (a difference of " << value - expected << ")");
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("resize_box's bilinear gives the bits of the per-pixel textbook formula") {
+  struct Size {
+    std::size_t in_h, in_w, out_h, out_w;
+  };
+  // Up, down, mixed, odd, single rows, columns and pixels on either side, and the images
+  // benchmark's sizes (a 375x500 JPEG, or a window of it at a reduced scale, to 224x224).
+  const Size sizes[] = {{4, 5, 9, 11},  {17, 13, 5, 7}, {7, 23, 13, 3},       {1, 9, 4, 5},
+                        {9, 1, 5, 4},   {1, 1, 3, 2},   {6, 8, 1, 1},         {5, 7, 5, 7},
+                        {3, 31, 1, 30}, {29, 2, 30, 1}, {375, 500, 224, 224}, {100, 120, 224, 224}};
+  SplitMix64 random(2024);
+  for (const std::size_t channels :
+       {std::size_t{1}, std::size_t{2}, std::size_t{3}, std::size_t{4}, std::size_t{5}}) {
+    CAPTURE(channels);
+    for (const auto& s : sizes) {
+      CAPTURE(s.in_h);
+      CAPTURE(s.in_w);
+      CAPTURE(s.out_h);
+      CAPTURE(s.out_w);
+      Tensor<std::uint8_t> bytes(Shape{s.in_h, s.in_w, channels});
+      Tensor<float> floats(Shape{s.in_h, s.in_w, channels});
+      for (std::size_t i = 0; i < bytes.size(); ++i) {
+        bytes.data()[i] = static_cast<std::uint8_t>(random.below(256));
+        floats.data()[i] = static_cast<float>(random.uniform() * 512.0 - 256.0);
+      }
+      const float h = static_cast<float>(s.in_h), w = static_cast<float>(s.in_w);
+      CHECK(same_bits(image::resize(bytes, s.out_h, s.out_w),
+                      textbook_bilinear(bytes, 0.0f, 0.0f, h, w, s.out_h, s.out_w)));
+      CHECK(same_bits(image::resize(floats, s.out_h, s.out_w),
+                      textbook_bilinear(floats, 0.0f, 0.0f, h, w, s.out_h, s.out_w)));
+      // A fractional box partly outside the image, as decode_random_resized_crop asks for.
+      const float top = 0.3f * h - 0.7f, left = 0.6f - 0.1f * w;
+      const float box_height = 0.55f * h + 0.25f, box_width = 0.8f * w + 0.45f;
+      CHECK(
+          same_bits(image::resize_box(bytes, top, left, box_height, box_width, s.out_h, s.out_w),
+                    textbook_bilinear(bytes, top, left, box_height, box_width, s.out_h, s.out_w)));
+      CHECK(
+          same_bits(image::resize_box(floats, top, left, box_height, box_width, s.out_h, s.out_w),
+                    textbook_bilinear(floats, top, left, box_height, box_width, s.out_h, s.out_w)));
+    }
+  }
+}
+
+TEST_CASE("flip_left_right mirrors the pixels whole for every channel count") {
+  for (std::size_t channels = 1; channels <= 5; ++channels) {
+    CAPTURE(channels);
+    Tensor<std::uint8_t> image(Shape{3, 7, channels});
+    for (std::size_t i = 0; i < image.size(); ++i)
+      image.data()[i] = static_cast<std::uint8_t>(i);
+    const auto flipped = image::flip_left_right(image);
+    REQUIRE(flipped.shape() == image.shape());
+    for (std::size_t y = 0; y < 3; ++y)
+      for (std::size_t x = 0; x < 7; ++x)
+        for (std::size_t k = 0; k < channels; ++k)
+          CHECK(flipped.data()[(y * 7 + x) * channels + k] ==
+                image.data()[(y * 7 + 6 - x) * channels + k]);
+  }
+}

@@ -17,6 +17,7 @@
 #include <limits>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "loadstar/error.hpp"
@@ -76,6 +77,98 @@ inline std::vector<LinearTap> linear_taps(std::size_t in_size, std::size_t out_s
     taps[i].lerp = in - in_floor;
   }
   return taps;
+}
+
+// One row of bilinear interpolation along x: value k of output pixel x is
+// from[lower[x] + k] + (from[upper[x] + k] - from[lower[x] + k]) * weight[x]. `Channels` is the
+// channel count when known at compile time (so the channel loop unrolls), else 0 and `c` is.
+template <std::size_t Channels>
+void lerp_row(const float* from, const std::size_t* lower, const std::size_t* upper,
+              const float* weight, std::size_t width, std::size_t c, float* to) {
+  const std::size_t channels = Channels == 0 ? c : Channels;
+  for (std::size_t x = 0; x < width; ++x, to += channels) {
+    const float* a = from + lower[x];
+    const float* b = from + upper[x];
+    const float w = weight[x];
+    for (std::size_t k = 0; k < channels; ++k)
+      to[k] = a[k] + (b[k] - a[k]) * w;
+  }
+}
+
+// Bilinear interpolation of the taps `ys` x `xs`, as two passes: each input row that an output row
+// samples is interpolated along x once (and kept while the next output row samples it too), then
+// each output row is the lerp of its two interpolated rows along y. Each value is the same float
+// expressions in the same order as the per-pixel formula
+//   top = tl + (tr - tl) * wx, bottom = bl + (br - bl) * wx, out = top + (bottom - top) * wy,
+// so the results are the same bits. The x pass unrolls the channels for 1, 3 and 4 of them; the
+// y pass is one flat loop over `width * channels` values that the compiler vectorises.
+template <TensorElement T>
+void resize_bilinear(const T* in, std::size_t in_w, std::size_t c, const std::vector<LinearTap>& ys,
+                     const std::vector<LinearTap>& xs, float* dst) {
+  const std::size_t width = xs.size(), n = width * c;
+  // The columns the taps read, [first, last]; a row is converted to float over that span only.
+  std::size_t first = xs.front().lower, last = xs.front().upper;
+  for (const auto& tx : xs) {
+    first = std::min({first, tx.lower, tx.upper});
+    last = std::max({last, tx.lower, tx.upper});
+  }
+  const std::size_t span = (last + 1 - first) * c;
+  // Per output pixel: the offsets of its two samples in the span and its weight along x.
+  std::vector<std::size_t> lower(width), upper(width);
+  std::vector<float> weight(width);
+  for (std::size_t x = 0; x < width; ++x) {
+    lower[x] = (xs[x].lower - first) * c;
+    upper[x] = (xs[x].upper - first) * c;
+    weight[x] = xs[x].lerp;
+  }
+  auto lerp = c == 1 ? &lerp_row<1> : c == 3 ? &lerp_row<3> : c == 4 ? &lerp_row<4> : &lerp_row<0>;
+  constexpr bool converted = !std::is_same_v<T, float>;
+  std::vector<float> scratch(2 * n + (converted ? span : 0));
+  float* rows[2] = {scratch.data(), scratch.data() + n};
+  float* samples = scratch.data() + 2 * n;
+  std::size_t held[2] = {std::numeric_limits<std::size_t>::max(),
+                         std::numeric_limits<std::size_t>::max()};
+  auto interpolate = [&](std::size_t y, std::size_t slot) {
+    const T* row = in + (y * in_w + first) * c;
+    const float* from;
+    if constexpr (converted) {
+      for (std::size_t i = 0; i < span; ++i)
+        samples[i] = static_cast<float>(row[i]);
+      from = samples;
+    } else {
+      from = row;
+    }
+    lerp(from, lower.data(), upper.data(), weight.data(), width, c, rows[slot]);
+    held[slot] = y;
+  };
+  for (const auto& ty : ys) {
+    // The slot of the top row (ty.lower), then of the bottom one without evicting the top.
+    const std::size_t top = held[0] == ty.lower   ? 0
+                            : held[1] == ty.lower ? 1
+                            : held[0] == ty.upper ? 1
+                                                  : 0;
+    if (held[top] != ty.lower) interpolate(ty.lower, top);
+    const std::size_t bottom = held[top] == ty.upper ? top : 1 - top;
+    if (held[bottom] != ty.upper) interpolate(ty.upper, bottom);
+    const float* top_row = rows[top];
+    const float* bottom_row = rows[bottom];
+    const float wy = ty.lerp;
+    for (std::size_t j = 0; j < n; ++j)
+      dst[j] = top_row[j] + (bottom_row[j] - top_row[j]) * wy;
+    dst += n;
+  }
+}
+
+// One row of `width` pixels reversed; `Channels` is the channel count when known at compile time
+// (so the channel loop unrolls), else 0 and `c` is.
+template <class T, std::size_t Channels>
+void mirror_row(const T* row, std::size_t width, std::size_t c, T* to) {
+  const std::size_t channels = Channels == 0 ? c : Channels;
+  for (std::size_t x = 0; x < width; ++x, to += channels) {
+    const T* from = row + (width - 1 - x) * channels;
+    for (std::size_t k = 0; k < channels; ++k)
+      to[k] = from[k];
+  }
 }
 
 // tf's nearest neighbour with half-pixel centres: floor((out + 0.5) * scale), clamped.
@@ -212,27 +305,8 @@ Tensor<float> resize_box(const Tensor<T>& image, float top, float left, float bo
     return static_cast<float>(in[(y * in_w + x) * c + k]);
   };
   if (method == ResizeMethod::bilinear) {
-    const auto ys = detail::linear_taps(in_h, height, top, box_height);
-    const auto xs = detail::linear_taps(in_w, width, left, box_width);
-    for (std::size_t y = 0; y < height; ++y) {
-      const auto& ty = ys[y];
-      const T* upper_row = in + ty.lower * in_w * c;
-      const T* lower_row = in + ty.upper * in_w * c;
-      for (std::size_t x = 0; x < width; ++x) {
-        const auto& tx = xs[x];
-        const T* tl = upper_row + tx.lower * c;
-        const T* tr = upper_row + tx.upper * c;
-        const T* bl = lower_row + tx.lower * c;
-        const T* br = lower_row + tx.upper * c;
-        for (std::size_t k = 0; k < c; ++k) {
-          const float top = static_cast<float>(tl[k]) +
-                            (static_cast<float>(tr[k]) - static_cast<float>(tl[k])) * tx.lerp;
-          const float bottom = static_cast<float>(bl[k]) +
-                               (static_cast<float>(br[k]) - static_cast<float>(bl[k])) * tx.lerp;
-          *dst++ = top + (bottom - top) * ty.lerp;
-        }
-      }
-    }
+    detail::resize_bilinear(in, in_w, c, detail::linear_taps(in_h, height, top, box_height),
+                            detail::linear_taps(in_w, width, left, box_width), dst);
   } else if (method == ResizeMethod::nearest) {
     const auto ys = detail::nearest_taps(in_h, height, top, box_height);
     const auto xs = detail::nearest_taps(in_w, width, left, box_width);
@@ -404,15 +478,12 @@ Tensor<T> flip_left_right(const Tensor<T>& image) {
   auto out = Tensor<T>::uninitialized(image.shape());
   const T* in = image.begin();
   T* dst = out.begin();
-  for (std::size_t y = 0; y < h; ++y) {
-    const T* row = in + y * w * c;
-    T* out_row = dst + y * w * c;
-    for (std::size_t x = 0; x < w; ++x) {
-      const T* from = row + (w - 1 - x) * c;
-      for (std::size_t k = 0; k < c; ++k)
-        out_row[x * c + k] = from[k];
-    }
-  }
+  auto mirror = c == 1   ? &detail::mirror_row<T, 1>
+                : c == 3 ? &detail::mirror_row<T, 3>
+                : c == 4 ? &detail::mirror_row<T, 4>
+                         : &detail::mirror_row<T, 0>;
+  for (std::size_t y = 0; y < h; ++y)
+    mirror(in + y * w * c, w, c, dst + y * w * c);
   return out;
 }
 
