@@ -64,6 +64,7 @@
 #include "loadstar/keras/detail/shape_text.hpp"
 #include "loadstar/keras/input.hpp"
 #include "loadstar/keras/layer.hpp"
+#include "loadstar/keras/layers/text_vectorization.hpp"
 #include "loadstar/keras/losses.hpp"
 #include "loadstar/keras/metrics.hpp"
 #include "loadstar/keras/mixed_precision/detail/mixed_plan.hpp"
@@ -172,6 +173,107 @@ class Model {
   const std::vector<std::string>& input_names() const noexcept { return input_names_; }
   /// The names of the outputs (their layers' names), in order.
   const std::vector<std::string>& output_names() const noexcept { return output_names_; }
+
+  // --- text inputs --------------------------------------------------------------------------
+
+  /// An input that takes strings: Keras's `Input(shape=(1,), dtype="string")` read by a
+  /// `TextVectorization`, whose output (token ids, as floats, or multi-hot, count or TF-IDF rows)
+  /// is what the layers behind the input take.
+  struct TextInput {
+    /// The input's index among `inputs()`.
+    std::size_t input = 0;
+    /// The layer that turns the strings into the input's values.
+    layers::TextVectorization layer;
+    /// A sample's shape as the string input declares it: `(1)` (Keras's examples) or `()`.
+    Shape string_shape = Shape{1};
+  };
+
+  /// Makes input `input` take strings, turned into its values by `layer`: Keras's end-to-end
+  /// model `keras.Model(text, model(layer(text)))` with `text = keras.Input(shape=(1,),
+  /// dtype="string")`. From then on the input is fed texts (`predict`, `evaluate` and `fit` on a
+  /// `std::vector<std::string>`); arrays given for it are refused. `save`, `get_config` and
+  /// `load_model` keep the string input and the layer (its vocabulary in the config of a `.h5`
+  /// file, in the `vocabulary.txt` asset of a `.keras` file, as Keras). Throws `ConfigError` for
+  /// an input index out of range, one that takes strings already and a model not built yet, and
+  /// `ShapeError` when the layer's output (`output_sample_shape`) does not fit the input's shape.
+  LOADSTAR_DECL void set_text_input(layers::TextVectorization layer, std::size_t input = 0,
+                                    Shape string_shape = Shape{1});
+
+  /// The inputs that take strings, in the order they were set (a loaded model's: the config's).
+  const std::vector<TextInput>& text_inputs() const noexcept { return text_inputs_; }
+  /// The layer of `text_inputs()[k]`, to adapt or give a vocabulary (Keras's
+  /// `model.layers[1].adapt(...)`); throws `ConfigError` for `k` out of range.
+  LOADSTAR_DECL layers::TextVectorization& text_vectorization(std::size_t k = 0);
+
+  /// The outputs for texts, a model of one string input: `batch_size` texts at a time, each batch
+  /// vectorized on its own (an `int` layer without `output_sequence_length` pads it to its
+  /// longest text, as Keras's layer pads each batch). Throws `ConfigError` for a model whose
+  /// inputs are not one string input, and for a layer without a vocabulary.
+  LOADSTAR_DECL std::vector<Tensor<float>> predict_outputs(const std::vector<std::string>& texts,
+                                                           const PredictOptions& options = {});
+  /// The output of a single-output model of one string input for `texts`.
+  Tensor<float> predict(const std::vector<std::string>& texts, const PredictOptions& options = {}) {
+    if (outputs_.size() != 1) {
+      throw ConfigError("model '" + name_ + "': predict returns one output but the model has " +
+                        std::to_string(outputs_.size()) + "; use predict_outputs");
+    }
+    return predict_outputs(texts, options).front();
+  }
+
+  /// The loss and metrics over texts and their targets, a model of one string input: batches of
+  /// `batch_size` in order, each vectorized on its own, as Keras evaluates an end-to-end model.
+  template <ArrayLike Y>
+  Logs evaluate(const std::vector<std::string>& texts, const Y& y,
+                const EvaluateOptions& options = {}) {
+    require_compiled("evaluate");
+    const TextInput& text = text_input_for("evaluate", texts.size());
+    const std::size_t rows = rows_of(y, "y", "evaluate");
+    if (rows != texts.size()) {
+      throw ShapeError("model '" + name_ + "': evaluate got " + std::to_string(texts.size()) +
+                       " texts but y has " + std::to_string(rows) + " rows");
+    }
+    if (options.sample_weight && options.sample_weight->rows() != rows) {
+      throw ShapeError("model '" + name_ + "': evaluate got " + std::to_string(rows) +
+                       " texts but sample_weight has " +
+                       std::to_string(options.sample_weight->rows()) + " rows");
+    }
+    const FeedingText feeding(*this);
+    const std::size_t batch = std::max<std::size_t>(1, std::min(options.batch_size, rows));
+    EvaluateOptions rest = options;
+    rest.sample_weight.reset();
+    if (options.sample_weight) {
+      return evaluate(TextBatches<Y, true>{&texts, &y, &*options.sample_weight, &text.layer, batch},
+                      rest);
+    }
+    return evaluate(TextBatches<Y, false>{&texts, &y, nullptr, &text.layer, batch}, rest);
+  }
+
+  /// Trains a model of one string input on texts and targets, as `fit` on arrays (shuffling,
+  /// `validation_split`, sample and class weights alike): the texts are vectorized once, which is
+  /// Keras's batching exactly when every text gives a row of one length (`output_sequence_length`,
+  /// or a mode other than `int`). Throws `ConfigError` for a layer of rows of unknown length (each
+  /// shuffled batch would be padded to its own longest text) and for `validation_data` (give
+  /// `validation_split`, or `evaluate` texts after).
+  template <ArrayLike Y>
+  callbacks::History fit(const std::vector<std::string>& texts, const Y& y,
+                         const FitOptions& options = {}) {
+    require_compiled("fit");
+    const TextInput& text = text_input_for("fit", texts.size());
+    if (detail::has_unknown_axis(text.layer.output_sample_shape())) {
+      throw ConfigError("model '" + name_ + "': fit on texts needs TextVectorization '" +
+                        text.layer.options().name +
+                        "' to give rows of one length (output_sequence_length, or an output_mode "
+                        "other than \"int\"); it pads each batch to its longest text");
+    }
+    if (!options.validation_data.empty()) {
+      throw ConfigError("model '" + name_ +
+                        "': fit on texts takes no validation_data (arrays for a string input); "
+                        "give validation_split, or evaluate texts after");
+    }
+    const Tensor<float> x = text.layer(texts);
+    const FeedingText feeding(*this);
+    return fit(x, y, options);
+  }
 
   /// Prepares training: the optimizer, one loss per output, metrics and loss weights, and the
   /// thread count. Throws `ConfigError` for unknown names, for a number of losses or loss weights
@@ -660,6 +762,53 @@ class Model {
   /// does (`"acuracy"` is a `ConfigError` naming the known metrics).
   LOADSTAR_DECL void check_metric_names(const std::vector<MetricArg>& metrics) const;
 
+  // --- text inputs ----------------------------------------------------------------------------
+
+  /// Marks the batches fed while it lives as a text input's values (made by its layer).
+  struct FeedingText {
+    explicit FeedingText(Model& model) : model_(model), was_(model.feeding_text_) {
+      model.feeding_text_ = true;
+    }
+    FeedingText(const FeedingText&) = delete;
+    FeedingText& operator=(const FeedingText&) = delete;
+    ~FeedingText() { model_.feeding_text_ = was_; }
+
+   private:
+    Model& model_;
+    bool was_;
+  };
+
+  /// The batches of texts (and targets, and sample weights when `Weighted`): batch `i` is texts
+  /// `[i * batch, (i + 1) * batch)` through `layer`, with the same rows of `y` (and `w`).
+  template <class Y, bool Weighted>
+  struct TextBatches {
+    const std::vector<std::string>* texts;
+    const Y* y;
+    const Tensor<float>* w;
+    const layers::TextVectorization* layer;
+    std::size_t batch;
+    std::size_t size() const { return (texts->size() + batch - 1) / batch; }
+    auto operator[](std::size_t i) const {
+      const std::size_t begin = i * batch, end = std::min(texts->size(), begin + batch);
+      Tensor<float> x = (*layer)(std::span<const std::string>(texts->data() + begin, end - begin));
+      if constexpr (Weighted) {
+        return std::tuple{std::move(x), loadstar::slice_rows(*y, begin, end),
+                          w->slice_rows(begin, end)};
+      } else {
+        return std::pair{std::move(x), loadstar::slice_rows(*y, begin, end)};
+      }
+    }
+  };
+
+  /// The text input of a model of one string input fed `count` texts by `what`; throws
+  /// `ConfigError` for another model and for a layer without a vocabulary.
+  LOADSTAR_DECL const TextInput& text_input_for(std::string_view what, std::size_t count) const;
+  /// Refuses arrays for a string input (`load`, outside `FeedingText`).
+  LOADSTAR_DECL void refuse_arrays_for_text() const;
+
+  std::vector<TextInput> text_inputs_;
+  bool feeding_text_ = false;
+
   std::string name_;
   std::uint64_t serial_ = next_serial();
   // Graph.
@@ -727,6 +876,7 @@ class Model {
 #include "loadstar/keras/model/compile.hpp"
 #include "loadstar/keras/model/graph.hpp"
 #include "loadstar/keras/model/steps.hpp"
+#include "loadstar/keras/model/text_inputs.hpp"
 #include "loadstar/keras/model/weights.hpp"
 #endif
 // The saving headers use `Sequential`; sequential.hpp includes them itself when it comes first.

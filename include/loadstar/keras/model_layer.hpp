@@ -241,6 +241,13 @@ ModelLayer::ModelLayer(std::shared_ptr<Model> model) : model_(std::move(model)) 
                       "': used as a layer, it must be built (give it an Input first) but it "
                       "has no input shape yet");
   }
+  if (!model_->text_inputs().empty()) {
+    const auto& text = model_->text_inputs().front();
+    throw ConfigError(kind + " model '" + model_->name() + "': used as a layer, its input '" +
+                      model_->input_names()[text.input] + "' takes strings (TextVectorization '" +
+                      text.layer.options().name +
+                      "'), which loadstar reads only at the outer model's inputs");
+  }
   plan_ = detail::plan_graph(model_->name(), model_->inputs(), model_->outputs());
   inputs_ = model_->inputs().size();
   outputs_ = plan_.output_nodes;

@@ -68,9 +68,9 @@ struct TextVectorizationOptions {
 /// In `int` mode index 0 is padding (the empty token) and 1 is OOV (`[UNK]`); in the other modes
 /// 0 is OOV and empty tokens are dropped.
 ///
-/// A model file that holds a `TextVectorization` layer (string inputs) is not loaded by the
-/// executor, whose inputs are numbers; `get_config`/`from_config` and `save`/`load` keep the
-/// layer, its vocabulary and weights beside the model instead.
+/// In a model it reads a string input (`Model::set_text_input`, Keras's end-to-end model): the
+/// model is then fed texts, and its files keep the layer with its vocabulary. On its own,
+/// `get_config`/`from_config` and `save`/`load` keep the layer, its vocabulary and weights.
 /// \code
 /// keras::layers::TextVectorization vectorize({.max_tokens = 20000, .output_sequence_length =
 /// 500}); vectorize.adapt(std::vector<std::string>{"foo bar", "bar baz", "baz bada boom"});
@@ -184,6 +184,29 @@ class TextVectorization {
 
   /// The TF-IDF weights of every index (`tf_idf` only).
   const std::vector<float>& idf_weights() const noexcept { return idf_; }
+
+  /// Whether the vocabulary came with the layer (the `vocabulary` argument or `set_vocabulary`):
+  /// Keras's config then holds it, where a saved model keeps an adapted one as an asset.
+  bool has_input_vocabulary() const noexcept { return has_input_vocabulary_; }
+
+  /// Takes a vocabulary as `adapt` would have learned it (Keras's `load_assets`, reading a saved
+  /// model's `vocabulary.txt`): as `set_vocabulary`, but the layer counts as adapted, so that its
+  /// config keeps no vocabulary.
+  void load_vocabulary(const std::vector<std::string>& vocabulary,
+                       const std::optional<std::vector<float>>& idf_weights = std::nullopt) {
+    set_vocabulary(vocabulary, idf_weights);
+    has_input_vocabulary_ = false;
+    options_.vocabulary.reset();
+    options_.idf_weights.reset();
+  }
+
+  /// The shape of one string's output: `(output_sequence_length)` in `int` mode, or `(0)` (an
+  /// axis of unknown length, `keras::none`: a batch's longest row) without it; `(depth)` in the
+  /// other modes (`max_tokens` with `pad_to_max_tokens`, else the vocabulary's size).
+  Shape output_sample_shape() const {
+    if (is_int()) return Shape{options_.output_sequence_length.value_or(0)};
+    return Shape{options_.pad_to_max_tokens ? *options_.max_tokens : vocabulary_size()};
+  }
 
   /// Replaces the vocabulary (Keras's `set_vocabulary`): `vocabulary` with or without the
   /// leading special tokens, `idf_weights` one per entry of `vocabulary` for `tf_idf`. Throws
@@ -489,12 +512,9 @@ class TextVectorization {
         const auto vocabulary = j.at("vocabulary").get<std::vector<std::string>>();
         const auto weights = j.at("idf_weights").get<std::vector<float>>();
         if (vocabulary.size() > layer.token_start()) {
-          layer.set_vocabulary(vocabulary, layer.options_.output_mode == "tf_idf"
-                                               ? std::optional<std::vector<float>>(weights)
-                                               : std::nullopt);
-          layer.has_input_vocabulary_ = false;
-          layer.options_.vocabulary.reset();
-          layer.options_.idf_weights.reset();
+          layer.load_vocabulary(vocabulary, layer.options_.output_mode == "tf_idf"
+                                                ? std::optional<std::vector<float>>(weights)
+                                                : std::nullopt);
         }
       }
       return layer;

@@ -294,6 +294,7 @@ LOADSTAR_DECL void Model::load(const detail::ErasedBatch& batch, bool targets,
                                const ClassWeight* class_weight) {
   const std::size_t n = batch.count;
   if (n == 0) throw ShapeError("model '" + name_ + "': a batch has no rows");
+  if (!text_inputs_.empty() && !feeding_text_) refuse_arrays_for_text();
   match_members(batch, true, input_order_);
   if (unknown_axes_) bind(batch);
   reserve(n);

@@ -136,11 +136,37 @@ LOADSTAR_DECL void Model::summary(std::ostream& out) const {
   row(header);
   out << std::string(line, '=') << "\n";
   const auto shape_of = detail::batch_shape_str;
+  // A string input shows as Keras shows it: the input of strings, then its TextVectorization
+  // (which the input's readers are connected to).
+  const auto text_input = [&](std::size_t k) -> const TextInput* {
+    for (const auto& t : text_inputs_)
+      if (t.input == k) return &t;
+    return nullptr;
+  };
+  const auto source_name = [&](std::size_t p) {
+    const TextInput* text = nodes_[p].layer ? nullptr : text_input(p);
+    return text != nullptr ? text->layer.options().name : node_names_[p];
+  };
   for (std::size_t k = 0; k < nodes_.size(); ++k) {
     const auto& node = nodes_[k];
+    std::vector<std::string> fields;
+    if (const TextInput* text = node.layer ? nullptr : text_input(k)) {
+      if (show_inputs_in_summary_) {
+        std::vector<std::string> input{" " + node_names_[k] + " (InputLayer)",
+                                       "[" + shape_of(text->string_shape) + "]", "0"};
+        if (!chain) input.emplace_back("[]");
+        row(input);
+        out << std::string(line, ' ') << "\n";
+      }
+      fields = {" " + text->layer.options().name + " (TextVectorization)", shape_of(node.declared),
+                "0"};
+      if (!chain) fields.push_back("['" + node_names_[k] + "[0][0]']");
+      row(fields);
+      out << std::string(line, ' ') << "\n";
+      continue;
+    }
     if (!node.layer && !show_inputs_in_summary_) continue;
     if (node.layer && !node.runs()) continue;  // shown with the call's first output
-    std::vector<std::string> fields;
     if (!node.layer) {
       fields = {" " + node_names_[k] + " (InputLayer)", "[" + shape_of(node.declared) + "]", "0"};
     } else {
@@ -159,7 +185,7 @@ LOADSTAR_DECL void Model::summary(std::ostream& out) const {
       std::string connected = "[";
       for (std::size_t j = 0; j < node.inputs.size(); ++j) {
         const std::size_t p = node.inputs[j];
-        connected += (j ? ", '" : "'") + node_names_[p] + "[0][" +
+        connected += (j ? ", '" : "'") + source_name(p) + "[0][" +
                      std::to_string(nodes_[p].output_index) + "]'";
       }
       fields.push_back(connected + "]");

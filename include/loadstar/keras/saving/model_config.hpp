@@ -20,6 +20,7 @@
 #endif
 #include "loadstar/keras/model.hpp"
 #include "loadstar/keras/registry.hpp"
+#include "loadstar/keras/saving/detail/text_inputs.hpp"
 #include "loadstar/keras/saving/unsupported_layers_error.hpp"
 
 namespace loadstar::keras {
@@ -90,6 +91,9 @@ namespace detail {
 /// Keras 2's `InputLayer` config for an input of sample shape `shape`.
 LOADSTAR_DECL nlohmann::json input_layer_config(const Shape& shape, const std::string& name);
 
+/// `model_get_config` without the string inputs (the inputs as their layers' outputs).
+LOADSTAR_DECL nlohmann::json numeric_model_config(const Model& model);
+
 /// The `config` of a functional model: every layer with its `inbound_nodes`, Keras 2's
 /// `[[["dense", 0, 0, {}], ...], ...]` (one list per call of the layer, `node_index` counting the
 /// calls of that layer inside the model, in call order).
@@ -125,6 +129,12 @@ LOADSTAR_DECL std::unique_ptr<Model> functional_from_config(const nlohmann::json
 }  // namespace detail
 
 nlohmann::json model_get_config(const Model& model) {
+  nlohmann::json config = detail::numeric_model_config(model);
+  detail::join_text_inputs(config, model, false);
+  return config;
+}
+
+nlohmann::json detail::numeric_model_config(const Model& model) {
   if (const auto* sequential = dynamic_cast<const Sequential*>(&model)) {
     nlohmann::json layers = nlohmann::json::array();
     if (!model.inputs().empty()) {
@@ -164,12 +174,31 @@ std::unique_ptr<Model> model_from_config(const nlohmann::json& model_config,
       named != nullptr && named->contains("name") && (*named)["name"].is_string()
           ? (*named)["name"].get<std::string>()
           : std::string(class_name == "Sequential" ? "sequential" : "model");
-  detail::require_supported_layers(model_config, "model '" + model_name + "' (" + class_name + ")");
-  if (class_name == "Sequential") return detail::sequential_from_config(*config);
-  if (class_name == "Functional" || class_name == "Model") {
-    return detail::functional_from_config(*config, class_name);
+  const std::string where = "model '" + model_name + "' (" + class_name + ")";
+  // String inputs and their TextVectorization layers: taken out, the model built on the rest.
+  nlohmann::json numeric = model_config;
+  auto fronts = detail::split_text_inputs(numeric, where);
+  if (!fronts.empty()) config = &numeric["config"];
+  detail::require_supported_layers(numeric, where);
+  std::unique_ptr<Model> model;
+  if (class_name == "Sequential") {
+    model = detail::sequential_from_config(*config);
+  } else if (class_name == "Functional" || class_name == "Model") {
+    model = detail::functional_from_config(*config, class_name);
+  } else {
+    read.fail("class_name", "\"Sequential\", \"Functional\" or \"Model\"");
   }
-  read.fail("class_name", "\"Sequential\", \"Functional\" or \"Model\"");
+  for (auto& front : fronts) {
+    const auto& names = model->input_names();
+    const auto at = std::find(names.begin(), names.end(), front.input);
+    if (at == names.end()) {
+      throw ConfigError(where + ": the string input '" + front.input + "' is not an input of the " +
+                        "model (input_layers)");
+    }
+    model->set_text_input(std::move(front.layer), static_cast<std::size_t>(at - names.begin()),
+                          front.string_shape);
+  }
+  return model;
 }
 
 std::unique_ptr<Model> model_from_json(std::string_view json, const CustomObjects* custom) {
@@ -212,6 +241,8 @@ std::vector<UnsupportedLayersError::Entry> unsupported_layers(const nlohmann::js
     if ((custom != nullptr && custom->find<Layer>(class_name) != nullptr) ||
         Registry<Layer>::instance().contains(class_name))
       continue;
+    // Read with the string input it belongs to (split_text_inputs), which names misplaced ones.
+    if (class_name == "TextVectorization") continue;
     if (class_name == "Sequential" || class_name == "Functional" || class_name == "Model") {
       // A nested model: its own layers.
       auto nested = unsupported_layers(entry, entry_path + ".config");

@@ -73,7 +73,10 @@ LOADSTAR_DECL void load_weights(Model& model, const std::filesystem::path& path,
 #include <cctype>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -85,6 +88,7 @@ LOADSTAR_DECL void load_weights(Model& model, const std::filesystem::path& path,
 #include "loadstar/keras/saving/detail/formats.hpp"
 #include "loadstar/keras/saving/detail/h5_io.hpp"
 #include "loadstar/keras/saving/detail/model_file.hpp"
+#include "loadstar/keras/saving/detail/text_inputs.hpp"
 #include "loadstar/keras/saving/detail/zip_io.hpp"
 #include "loadstar/keras/saving/model_config.hpp"
 #include "loadstar/keras/saving/options.hpp"
@@ -129,6 +133,18 @@ decltype(auto) naming_file(const std::string& where, Body&& body) {
 LOADSTAR_DECL void check_layer_classes(const nlohmann::json& config, const CustomObjects& custom,
                                        const std::string& where);
 
+/// The `.keras` members of `model`'s adapted `TextVectorization` vocabularies: Keras's
+/// `assets/layers/<key>/vocabulary.txt`, also under `_lookup_layer/` (the layer's `StringLookup`
+/// writes its own), the tokens with the special ones joined by newlines.
+LOADSTAR_DECL std::vector<std::pair<std::string, std::string>> text_assets(const Model& model);
+
+/// Gives `model`'s adapted `TextVectorization` layers the vocabularies `file` keeps: a `.keras`
+/// archive's assets and `idf_weights` variables. Throws `FormatError` naming the file and the
+/// member for one that is missing or is not a vocabulary the layer takes, for a `.h5` file whose
+/// layer has none in its config, and for a vocabulary of another size than the model's input.
+LOADSTAR_DECL void load_text_vocabularies(Model& model, const ModelFile& file,
+                                          const std::string& where);
+
 /// Parses JSON text of a file; throws `FormatError` naming the file and `what`.
 LOADSTAR_DECL nlohmann::json parse_file_json(const std::string& text, const std::string& where,
                                              const std::string& what);
@@ -157,6 +173,8 @@ void save_model(const Model& model, const std::filesystem::path& path, const Sav
       zip.add("metadata.json", metadata);
       zip.add("config.json", config);
       zip.add("model.weights.h5", std::move(weights));
+      for (auto& [name, text] : detail::text_assets(model))
+        zip.add(name, std::move(text));
       zip.close();
     });
     return;
@@ -166,7 +184,10 @@ void save_model(const Model& model, const std::filesystem::path& path, const Sav
                       "': expected a path ending in .h5, .hdf5 or .keras but found '" + ext + "'");
   }
   const std::string where = detail::H5Reader::hdf5_name(path);
-  const std::string model_config = model_get_config(model).dump();
+  // A .h5 file keeps an adapted TextVectorization's vocabulary in the layer's config.
+  nlohmann::json config_json = detail::numeric_model_config(model);
+  detail::join_text_inputs(config_json, model, true);
+  const std::string model_config = config_json.dump();
   const std::string training_config =
       with_optimizer ? detail::training_config(model).dump() : std::string();
   const loadstar::detail::Hdf5Lock lock;
@@ -215,6 +236,7 @@ std::unique_ptr<Model> load_model(const std::filesystem::path& path,
     detail::check_layer_classes(config, custom_objects, where);
     std::unique_ptr<Model> model = model_from_config(config, &custom_objects);
     detail::assign_weights(*model, file, {}, where);
+    detail::load_text_vocabularies(*model, file, where);
     if (options.compile && !training.is_null()) {
       bool compiled = false;
       try {
@@ -310,6 +332,83 @@ void check_layer_classes(const nlohmann::json& config, const CustomObjects& cust
                          const std::string& where) {
   const CustomObjectScope scope(&custom);
   require_supported_layers(config, where);
+}
+
+std::vector<std::pair<std::string, std::string>> text_assets(const Model& model) {
+  std::vector<std::pair<std::string, std::string>> out;
+  const auto keys = text_layer_keys(model);
+  for (std::size_t k = 0; k < keys.size(); ++k) {
+    const auto& layer = model.text_inputs()[k].layer;
+    if (layer.has_input_vocabulary()) continue;  // in the config, as Keras's save_assets
+    std::string text;
+    const auto vocabulary = layer.get_vocabulary(true);
+    for (std::size_t i = 0; i < vocabulary.size(); ++i)
+      text += (i == 0 ? "" : "\n") + vocabulary[i];
+    out.emplace_back("assets/layers/" + keys[k] + "/vocabulary.txt", text);
+    out.emplace_back("assets/layers/" + keys[k] + "/_lookup_layer/vocabulary.txt", text);
+  }
+  return out;
+}
+
+void load_text_vocabularies(Model& model, const ModelFile& file, const std::string& where) {
+  const auto keys = text_layer_keys(model);
+  for (std::size_t k = 0; k < keys.size(); ++k) {
+    layers::TextVectorization& layer = model.text_vectorization(k);
+    const std::string label = "TextVectorization '" + layer.options().name + "'";
+    if (!layer.has_input_vocabulary()) {
+      if (file.layout != FileLayout::keras3_archive) {
+        throw FormatError(where + ": " + label +
+                          " has no vocabulary in its config (a .h5 file keeps one only as the "
+                          "layer's vocabulary argument; Keras keeps an adapted one in a .keras "
+                          "file's assets)");
+      }
+      const std::string member = "assets/layers/" + keys[k] + "/vocabulary.txt";
+      const std::string nested = "assets/layers/" + keys[k] + "/_lookup_layer/vocabulary.txt";
+      const std::pair<std::string, std::string>* found = nullptr;
+      for (const auto& asset : file.assets) {
+        if (asset.first == member || (found == nullptr && asset.first == nested)) found = &asset;
+      }
+      if (found == nullptr) {
+        throw FormatError(where + ": " + label + " keeps its vocabulary in the member '" + member +
+                          "', which the archive lacks");
+      }
+      const auto lines = vocabulary_lines(found->second);
+      std::optional<std::vector<float>> idf;
+      if (layer.options().output_mode == "tf_idf") {
+        for (const auto& stored : file.layers) {
+          if (stored.name != keys[k]) continue;
+          const std::string suffix = "/idf_weights";
+          for (const auto& array : stored.weights) {
+            if (array.name.size() >= suffix.size() &&
+                array.name.compare(array.name.size() - suffix.size(), suffix.size(), suffix) == 0)
+              idf = array.values;
+          }
+        }
+        if (!idf) {
+          throw FormatError(where + ": " + label +
+                            " (tf_idf) keeps its weights in the variable 'layers/" + keys[k] +
+                            "/vars/idf_weights', which the archive lacks");
+        }
+        if (idf->size() < lines.size()) {
+          throw FormatError(where + ": 'layers/" + keys[k] + "/vars/idf_weights' holds " +
+                            std::to_string(idf->size()) + " weights but the vocabulary has " +
+                            std::to_string(lines.size()) + " entries");
+        }
+        idf->resize(lines.size());  // the rest pads to max_tokens
+      }
+      try {
+        layer.load_vocabulary(lines, idf);
+      } catch (const ConfigError& e) {
+        throw FormatError(where + ": member '" + found->first + "': " + e.what());
+      }
+    }
+    const Shape made = layer.output_sample_shape();
+    const Shape declared = model.inputs()[model.text_inputs()[k].input].shape();
+    if (made[0] != 0 && declared[0] != 0 && made[0] != declared[0]) {
+      throw FormatError(where + ": " + label + " gives rows of " + sample_shape_str(made) +
+                        " but its model's input takes " + sample_shape_str(declared));
+    }
+  }
 }
 
 nlohmann::json parse_file_json(const std::string& text, const std::string& where,

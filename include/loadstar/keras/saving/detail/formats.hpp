@@ -45,6 +45,7 @@
 #include "loadstar/keras/registry.hpp"
 #include "loadstar/keras/saving/detail/h5_io.hpp"
 #include "loadstar/keras/saving/detail/model_file.hpp"
+#include "loadstar/keras/saving/detail/text_inputs.hpp"
 #include "loadstar/keras/saving/options.hpp"
 #include "loadstar/keras/sequential.hpp"
 
@@ -706,6 +707,16 @@ nlohmann::json keras3_model_config(const Model& model, bool include_compile) {
     output_shapes[model.input_names()[i]] = model.inputs()[i].shape();
   for (const auto& layer : model.layers())
     output_shapes[layer->name()] = layer->built_output_shape();
+  // A string input gives strings, its TextVectorization what the input took.
+  std::map<std::string, std::string> dtypes;
+  for (const auto& text : model.text_inputs()) {
+    const std::string& input = model.input_names()[text.input];
+    const std::string& vectorizer = text.layer.options().name;
+    output_shapes[vectorizer] = output_shapes[input];
+    output_shapes[input] = text.string_shape;
+    dtypes[input] = "string";
+    dtypes[vectorizer] = text.layer.options().output_mode == "int" ? "int64" : "float32";
+  }
   const auto keras_tensor = [&](const nlohmann::json& ref) {
     const std::string name = ref[0].get<std::string>();
     auto shape = output_shapes.find(name);
@@ -722,10 +733,12 @@ nlohmann::json keras3_model_config(const Model& model, bool include_compile) {
                                       : shape != output_shapes.end()
                                           ? batch_shape_json(shape->second)
                                           : nlohmann::json(nullptr);
-    return nlohmann::json{
-        {"class_name", "__keras_tensor__"},
-        {"config",
-         {{"shape", shape_json}, {"dtype", "float32"}, {"keras_history", {name, ref[1], ref[2]}}}}};
+    const auto dtype = dtypes.find(name);
+    return nlohmann::json{{"class_name", "__keras_tensor__"},
+                          {"config",
+                           {{"shape", shape_json},
+                            {"dtype", dtype != dtypes.end() ? dtype->second : "float32"},
+                            {"keras_history", {name, ref[1], ref[2]}}}}};
   };
   nlohmann::json layers = nlohmann::json::array();
   for (const auto& entry : config["layers"]) {
@@ -1009,6 +1022,21 @@ void write_keras3_weights(H5Writer& writer, const Model& model, bool optimizer) 
       for (std::size_t k = 0; k < group.count; ++k) {
         const Tensor<float>& value = values[group.first + k];
         writer.float_dataset(vars.get(), std::to_string(k), value.shape(), value.data());
+      }
+    }
+  }
+  // A TextVectorization has no weights but TF-IDF's, which Keras keeps under its key and its
+  // StringLookup's.
+  const auto text_keys = text_layer_keys(model);
+  for (std::size_t k = 0; k < text_keys.size(); ++k) {
+    const auto& layer = model.text_inputs()[k].layer;
+    for (const char* inner : {"", "/_lookup_layer"}) {
+      H5Id text_vars =
+          writer.create_group(writer.root(), "layers/" + text_keys[k] + inner + "/vars");
+      writer.string_attribute(text_vars.get(), "name", layer.options().name, true);
+      if (layer.options().output_mode == "tf_idf") {
+        const auto& idf = layer.idf_weights();
+        writer.float_dataset(text_vars.get(), "idf_weights", Shape{idf.size()}, idf.data());
       }
     }
   }

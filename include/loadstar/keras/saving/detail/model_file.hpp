@@ -60,6 +60,8 @@ struct ModelFile {
   /// Whether the file holds an optimizer state (`/optimizer_weights`, `optimizer/vars`).
   bool has_optimizer = false;
   std::vector<StoredArray> optimizer;
+  /// A Keras 3 archive's vocabularies: every member `assets/**/vocabulary.txt`, by name.
+  std::vector<std::pair<std::string, std::string>> assets;
 };
 
 // --- the pipe encoding (between a sandbox child and its parent, which trust each other)
@@ -207,6 +209,11 @@ std::string encode(const ModelFile& file) {
   put_u64(out, file.optimizer.size());
   for (const auto& w : file.optimizer)
     put_array(out, w);
+  put_u64(out, file.assets.size());
+  for (const auto& [name, text] : file.assets) {
+    put_text(out, name);
+    put_text(out, text);
+  }
   return out;
 }
 
@@ -228,6 +235,11 @@ ModelFile decode(const std::string& bytes) {
   file.optimizer.resize(in.u64());
   for (auto& w : file.optimizer)
     w = in.array();
+  file.assets.resize(in.u64());
+  for (auto& [name, text] : file.assets) {
+    name = in.text();
+    text = in.text();
+  }
   return file;
 }
 
@@ -276,6 +288,17 @@ std::vector<StoredArray> read_keras3_vars(const H5Reader& reader, hid_t parent,
   H5Id vars = reader.open_group(parent, path, "group '" + path + "'");
   const auto names = reader.children(vars.get(), "group '" + path + "'");
   std::vector<StoredArray> out(names.size());
+  // Variables a layer stores by name (`store["idf_weights"]`, a StringLookup's), in name order.
+  const bool named = std::none_of(names.begin(), names.end(), [](const std::string& name) {
+    return !name.empty() && name[0] >= '0' && name[0] <= '9';
+  });
+  if (named) {
+    for (std::size_t i = 0; i < names.size(); ++i) {
+      out[i] = reader.dataset(vars.get(), names[i], "group '" + path + "'");
+      out[i].name = path + "/" + names[i];
+    }
+    return out;
+  }
   for (const auto& name : names) {
     std::size_t index = 0;
     bool digits = !name.empty() && name.size() < 10;
@@ -357,7 +380,7 @@ bool is_zip(const std::string& signature) {
 ModelFile read_model_file_here(const std::filesystem::path& path, const std::string& signature) {
   if (is_zip(signature)) {
     const ZipReader zip(path);
-    // Keras's loader reads these three; anything else (assets/) is ignored.
+    // Keras's loader reads these three, and the vocabularies among the assets.
     constexpr std::uint64_t max_bytes = std::uint64_t{1} << 34;
     std::string config = zip.read("config.json", std::uint64_t{1} << 30);
     std::string metadata = zip.has("metadata.json") ? zip.read("metadata.json", 1 << 20) : "";
@@ -370,6 +393,13 @@ ModelFile read_model_file_here(const std::filesystem::path& path, const std::str
     }
     file.model_config = std::move(config);
     file.keras_version = std::move(metadata);  // the JSON of metadata.json
+    // A TextVectorization's vocabulary (Keras's `save_assets`).
+    const std::string suffix = "/vocabulary.txt";
+    for (const auto& name : zip.names()) {
+      if (name.rfind("assets/", 0) == 0 && name.size() > suffix.size() &&
+          name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0)
+        file.assets.emplace_back(name, zip.read(name, std::uint64_t{1} << 30));
+    }
     return file;
   }
   const H5Reader reader(path);

@@ -21,6 +21,7 @@
 #include <filesystem>
 #include <list>
 #include <string>
+#include <vector>
 
 #include "loadstar/error.hpp"
 
@@ -44,6 +45,17 @@ class ZipReader {
   const std::string& where() const noexcept { return where_; }
 
   bool has(const std::string& name) const { return zip_name_locate(zip_, name.c_str(), 0) >= 0; }
+
+  /// The members' names, in the archive's order.
+  std::vector<std::string> names() const {
+    std::vector<std::string> out;
+    const zip_int64_t count = zip_get_num_entries(zip_, 0);
+    for (zip_int64_t i = 0; i < count; ++i) {
+      const char* name = zip_get_name(zip_, static_cast<zip_uint64_t>(i), 0);
+      if (name != nullptr) out.emplace_back(name);
+    }
+    return out;
+  }
 
   /// The bytes of member `name`; throws `FormatError` naming the archive and the member when it
   /// is missing, declares more than `max_bytes` uncompressed (a zip bomb) or more than its
