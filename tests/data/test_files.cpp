@@ -762,22 +762,193 @@ TEST_SUITE("data") {
   }
 
   TEST_CASE("crc32c gives the table's CRC over every length and alignment") {
-    // The instruction path (three interleaved chains over 3 KiB rounds, where SSE 4.2 is
-    // compiled in) against the byte-at-a-time definition.
+    // Every path against the byte-at-a-time definition: the dispatched one (folding, the crc32
+    // instruction or the table, whichever this CPU takes) and, where the CPU has them, the
+    // instruction and folding paths themselves. Every length up to 3 long rounds of the
+    // instruction path and past 4 folding rounds, at 8 alignments, then longer ones.
+    namespace detail = loadstar::detail;
     std::mt19937 rng(35);
-    for (const std::size_t n : {0, 1, 7, 8, 9, 3071, 3072, 3073, 6144, 6151, 70000, 100003}) {
-      for (std::size_t offset = 0; offset < 3; ++offset) {
-        std::string bytes(n + offset, '\0');
-        for (auto& c : bytes)
-          c = static_cast<char>(rng());
-        const std::string_view view(bytes.data() + offset, n);
+    std::string bytes(100011, '\0');
+    for (auto& c : bytes)
+      c = static_cast<char>(rng());
+    const auto check = [](std::string_view view) {
+      const std::uint32_t expected = detail::crc32c_portable(view);
+      CHECK(detail::crc32c(view) == expected);
+      CHECK((detail::crc32c_update_portable(0xFFFFFFFFU, view) ^ 0xFFFFFFFFU) == expected);
+#if LOADSTAR_CRC32C_X86
+      if (detail::crc32c_level() >= 1) {
+        CHECK((detail::crc32c_update_instruction(0xFFFFFFFFU, view) ^ 0xFFFFFFFFU) == expected);
+      }
+      const std::size_t folded =
+          view.size() / detail::crc32c_fold_round * detail::crc32c_fold_round;
+      if (detail::crc32c_level() >= 2 && folded > 0) {
+        const std::uint32_t head = detail::crc32c_update_folded(0xFFFFFFFFU, view.data(), folded);
+        CHECK((detail::crc32c_update_instruction(head, view.substr(folded)) ^ 0xFFFFFFFFU) ==
+              expected);
+      }
+#endif
+    };
+    for (std::size_t n = 0; n <= 3 * 3072 + 8; ++n) {
+      for (std::size_t offset = 0; offset < 8; offset += (n < 1200 ? 1 : 3)) {
         CAPTURE(n);
-        CHECK(loadstar::detail::crc32c(view) == loadstar::detail::crc32c_portable(view));
+        CAPTURE(offset);
+        check(std::string_view(bytes.data() + offset, n));
       }
     }
-    CHECK(loadstar::detail::crc32c(std::string(5000, 'a')) ==
-          loadstar::detail::crc32c_portable(std::string(5000, 'a')));
-    CHECK(loadstar::detail::crc32c(std::string(5000, 'a')) !=
-          loadstar::detail::crc32c(std::string(5000, 'b')));
+    for (const std::size_t n : {16384, 16450, 65536, 70000, 100003}) {
+      CAPTURE(n);
+      check(std::string_view(bytes.data() + 3, n));
+    }
+    CHECK(detail::crc32c(std::string(5000, 'a')) ==
+          detail::crc32c_portable(std::string(5000, 'a')));
+    CHECK(detail::crc32c(std::string(5000, 'a')) != detail::crc32c(std::string(5000, 'b')));
+  }
+
+  TEST_CASE("crc32c_update goes on over pieces as over the whole and copies as it goes") {
+    // Fuzz-style: random data, lengths, alignments and split points, each piece through the
+    // dispatched path, against the table over the whole.
+    namespace detail = loadstar::detail;
+    std::mt19937_64 rng(36);
+    std::string bytes(70000, '\0');
+    for (int round = 0; round < 300; ++round) {
+      for (auto& c : bytes)
+        c = static_cast<char>(rng());
+      const std::size_t offset = rng() % 64;
+      const std::size_t n = rng() % (bytes.size() - offset);
+      const std::string_view view(bytes.data() + offset, n);
+      std::uint32_t crc = 0xFFFFFFFFU;
+      std::size_t done = 0;
+      while (done < n) {
+        const std::size_t take = std::min<std::size_t>(n - done, rng() % 9000);
+        crc = detail::crc32c_update(crc, view.substr(done, take));
+        done += take;
+      }
+      CAPTURE(round);
+      CAPTURE(n);
+      CHECK((crc ^ 0xFFFFFFFFU) == detail::crc32c_portable(view));
+    }
+    // crc32c_update_copy copies as it goes on, from and to every alignment.
+    for (int round = 0; round < 200; ++round) {
+      const std::size_t from = rng() % 64, to = rng() % 64;
+      const std::size_t n = round < 100 ? rng() % 4096 : rng() % (bytes.size() - 64);
+      const std::string_view view(bytes.data() + from, n);
+      std::string out(n + to, '\x5a');
+      const std::uint32_t crc = detail::crc32c_update_copy(0xFFFFFFFFU, view, out.data() + to);
+      CAPTURE(round);
+      CAPTURE(n);
+      CHECK((crc ^ 0xFFFFFFFFU) == detail::crc32c_portable(view));
+      CHECK(std::string_view(out).substr(to) == view);
+      CHECK(out.substr(0, to) == std::string(to, '\x5a'));
+    }
+    // A register is the same as 0 with it xored into the first 4 bytes, and all-zero data keep
+    // a zero register: edge values of the folding path.
+    const std::string zeros(4096, '\0');
+    CHECK(detail::crc32c_update(0, zeros) == 0);
+    CHECK(detail::crc32c(zeros) == detail::crc32c_portable(zeros));
+    CHECK(detail::crc32c(std::string(4096, '\xff')) ==
+          detail::crc32c_portable(std::string(4096, '\xff')));
+  }
+
+  TEST_CASE("TFRecordDataset reads records of every size from a mapped file") {
+    // Records of sizes around the 64 KiB pieces a mapped record is copied and checked in, written
+    // with the table's CRC; read whole, resumed at every record, and corrupt in a late piece.
+    test_support::TempDir dir;
+    std::mt19937_64 rng(37);
+    const auto frame = [](const std::string& data) {
+      std::string out;
+      for (int b = 0; b < 8; ++b)
+        out.push_back(static_cast<char>(static_cast<std::uint64_t>(data.size()) >> (8 * b)));
+      const auto put = [&out](std::uint32_t crc) {
+        const std::uint32_t masked = ((crc >> 15) | (crc << 17)) + 0xA282EAD8U;
+        for (int b = 0; b < 4; ++b)
+          out.push_back(static_cast<char>(masked >> (8 * b)));
+      };
+      put(loadstar::detail::crc32c_portable(out));
+      out += data;
+      put(loadstar::detail::crc32c_portable(data));
+      return out;
+    };
+    std::vector<std::string> records;
+    std::string file;
+    std::vector<std::size_t> offsets;
+    for (const std::size_t n : {0, 1, 100, 16450, 65535, 65536, 65537, 200003, 7}) {
+      std::string data(n, '\0');
+      for (auto& c : data)
+        c = static_cast<char>(rng());
+      offsets.push_back(file.size());
+      file += frame(data);
+      records.push_back(std::move(data));
+    }
+    const auto path = dir / "sizes.tfrecord";
+    write_bytes(path, file);
+    TFRecordDataset ds({path.string()});
+    CHECK(drain(ds) == records);
+    check_exact_resume([&] { return TFRecordDataset({path.string()}); }, 3, 9);
+
+    const std::string name = "tfrecord file '" + path.string() + "'";
+    SUBCASE("a flipped byte in the last piece of a long record") {
+      std::string bad = file;
+      bad[offsets[7] + 12 + 200000] ^= 0x04;
+      write_bytes(path, bad);
+      TFRecordDataset corrupt({path.string()});
+      for (int i = 0; i < 7; ++i)
+        CHECK(corrupt.next());
+      CHECK_THROWS_WITH_AS(corrupt.next(),
+                           contains(name + ": corrupt record at byte offset " +
+                                    std::to_string(offsets[7]) + ": the data's masked CRC-32C is"),
+                           FormatError);
+    }
+    SUBCASE("a state past the end of the file") {
+      TFRecordDataset one({path.string()});
+      one.next();
+      auto state = one.state();
+      state["slots"][0]["offset"] = file.size() + 5;
+      CHECK_THROWS_WITH_AS(
+          one.restore(state),
+          contains(name + ": state is at byte offset " + std::to_string(file.size() + 5) +
+                   " but the data end at " + std::to_string(file.size())),
+          CheckpointError);
+    }
+    SUBCASE("an empty file has no records") {
+      write_bytes(path, "");
+      TFRecordDataset empty({path.string(), path.string()});
+      CHECK(!empty.next());
+    }
+  }
+
+  TEST_CASE("TFRecordDataset throws for a file that shrinks while it is read") {
+    // A mapped file is read as it was when opened; one truncated since throws where read() would
+    // have come short, instead of the SIGBUS that reading the lost pages would raise. The
+    // records are over 1 MiB, so that the second one's end lies past the size last checked.
+    test_support::TempDir dir;
+    std::string file;
+    std::vector<std::size_t> offsets;
+    for (int r = 0; r < 3; ++r) {
+      const std::string data(1536 * 1024, static_cast<char>('a' + r));
+      std::string framed;
+      for (int b = 0; b < 8; ++b)
+        framed.push_back(static_cast<char>(static_cast<std::uint64_t>(data.size()) >> (8 * b)));
+      const auto put = [&framed](std::uint32_t crc) {
+        const std::uint32_t masked = loadstar::detail::mask_crc32c(crc);
+        for (int b = 0; b < 4; ++b)
+          framed.push_back(static_cast<char>(masked >> (8 * b)));
+      };
+      put(loadstar::detail::crc32c_portable(framed));
+      framed += data;
+      put(loadstar::detail::crc32c_portable(data));
+      offsets.push_back(file.size());
+      file += framed;
+    }
+    const auto path = dir / "shrinking.tfrecord";
+    write_bytes(path, file);
+    TFRecordDataset ds({path.string()});
+    CHECK(ds.next());
+    std::filesystem::resize_file(path, offsets[1] + 1024 * 1024);
+    CHECK_THROWS_WITH_AS(
+        ds.next(),
+        contains("tfrecord file '" + path.string() + "': truncated record at byte offset " +
+                 std::to_string(offsets[1]) + ": the file had " + std::to_string(file.size()) +
+                 " bytes when opened but has " + std::to_string(offsets[1] + 1024 * 1024) + " now"),
+        FormatError);
   }
 }

@@ -2,6 +2,7 @@
 /// `TFRecordDataset`: the records of TFRecord files, as `tf.data.TFRecordDataset`.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "loadstar/data/dataset/detail/base.hpp"
+#include "loadstar/data/dataset/detail/mapped_file.hpp"
 #include "loadstar/data/dataset/detail/state.hpp"
 #include "loadstar/data/detail/input_stream.hpp"
 #include "loadstar/detail/crc32c.hpp"
@@ -42,47 +44,81 @@ inline std::uint64_t load_le(const char* bytes, int count) {
 /// `RecordWriter` writes it (tensorflow/core/lib/io/record_writer.cc): the data's length as a
 /// little-endian uint64, the masked CRC-32C of those 8 bytes, the data, the masked CRC-32C of the
 /// data; both CRCs are checked.
+///
+/// An uncompressed file is mapped (`MappedFile`) where it can be: each record is copied from the
+/// page cache into the string returned, a piece at a time, and each piece's CRC taken while it is
+/// still in the CPU's cache, so that the bytes cross memory once. A compressed file, or one that
+/// cannot be mapped, is read through `InputStream`. Both give the same records, offsets and
+/// errors; a mapped file is read as it was when opened (its size then), and one that shrinks
+/// while being read throws `FormatError` (see `MappedFile` for the window in which it cannot).
 class RecordReader {
  public:
   RecordReader(const std::string& path, Compression compression, std::size_t buffer_size)
-      : stream_(path, compression, buffer_size, "tfrecord file '" + path + "'") {}
+      : where_("tfrecord file '" + path + "'") {
+    if (compression == Compression::none) map_ = MappedFile::open(path);
+    if (!map_) stream_ = std::make_unique<InputStream>(path, compression, buffer_size, where_);
+  }
 
   /// Moves to the record starting at (uncompressed) byte `offset`: a seek for a plain file,
   /// reading up to it for a compressed one.
   void seek(std::uint64_t offset) {
-    if (stream_.skip(offset) != offset) {
-      throw CheckpointError(stream_.where() + ": state is at byte offset " +
-                            std::to_string(offset) + " but the data end at " +
-                            std::to_string(stream_.offset()));
+    if (map_) {
+      if (offset > map_->size()) throw past_end(offset, map_->size());
+      offset_ = offset;
+      return;
     }
+    if (stream_->skip(offset) != offset) throw past_end(offset, stream_->offset());
   }
 
   /// The next record, or nothing at the end of the file. Throws `FormatError` naming the file and
   /// the byte offset of the record for a truncated record or a CRC mismatch.
-  std::optional<std::string> read() {
-    const std::uint64_t at = stream_.offset();
-    char header[12];
-    const std::size_t got = stream_.read(header, sizeof header);
-    if (got == 0) return std::nullopt;
-    if (got < sizeof header) {
-      throw FormatError(stream_.where() + ": truncated record at byte offset " +
-                        std::to_string(at) + ": expected a 12-byte header but the data end after " +
-                        std::to_string(got) + " bytes");
-    }
-    const std::uint32_t length_crc = static_cast<std::uint32_t>(load_le(header + 8, 4));
-    const std::uint32_t expected_length_crc = masked_crc32c(std::string_view(header, 8));
-    if (length_crc != expected_length_crc) {
-      throw FormatError(stream_.where() + ": corrupt record at byte offset " + std::to_string(at) +
-                        ": the length's masked CRC-32C is " + hex32(length_crc) +
-                        " but the length bytes give " + hex32(expected_length_crc));
-    }
+  std::optional<std::string> read() { return map_ ? read_mapped() : read_stream(); }
+
+  /// The (uncompressed) byte offset of the next record.
+  std::uint64_t offset() const noexcept { return map_ ? offset_ : stream_->offset(); }
+
+ private:
+  static constexpr std::uint64_t header_bytes = 12;
+  static constexpr std::uint64_t footer_bytes = 4;
+
+  std::optional<std::string> read_mapped() {
+    const std::uint64_t at = offset_;
+    const std::uint64_t left = map_->size() - at;
+    if (left == 0) return std::nullopt;
+    if (left < header_bytes) throw short_header(at, left);
+    require(at, at + header_bytes);
+    const char* header = map_->data() + at;
+    check_length(at, header);
     const std::uint64_t length = load_le(header, 8);
-    const auto size = stream_.data_bytes();
-    if (size && length > *size - stream_.offset()) {
-      throw FormatError(stream_.where() + ": truncated record at byte offset " +
-                        std::to_string(at) + ": the header gives " + std::to_string(length) +
-                        " bytes of data but the file has " +
-                        std::to_string(*size - stream_.offset()) + " left");
+    if (length > left - header_bytes) throw short_data(at, length, left - header_bytes);
+    if (left - header_bytes - length < footer_bytes) {
+      throw short_footer(at, length, left - header_bytes - length);
+    }
+    const std::uint64_t end = at + header_bytes + length + footer_bytes;
+    require(at, end);
+    // Copied and checked in one pass over the bytes (`crc32c_update_copy`); the string's
+    // zero-filling by `resize` writes to memory the allocator just freed, in the CPU's cache.
+    const char* in = header + header_bytes;
+    const auto size = static_cast<std::size_t>(length);
+    std::string data(size, '\0');
+    const std::uint32_t crc =
+        crc32c_update_copy(0xFFFFFFFFU, std::string_view(in, size), data.data());
+    check_data(at, in + size, mask_crc32c(crc ^ 0xFFFFFFFFU), length);
+    offset_ = end;
+    return data;
+  }
+
+  std::optional<std::string> read_stream() {
+    const std::uint64_t at = stream_->offset();
+    char header[header_bytes];
+    const std::size_t got = stream_->read(header, sizeof header);
+    if (got == 0) return std::nullopt;
+    if (got < sizeof header) throw short_header(at, got);
+    check_length(at, header);
+    const std::uint64_t length = load_le(header, 8);
+    const auto size = stream_->data_bytes();
+    if (size && length > *size - stream_->offset()) {
+      throw short_data(at, length, *size - stream_->offset());
     }
     // A plain file holds the length (checked above): one allocation. A compressed stream's data
     // are appended as they arrive, so that a length that passes its CRC but exceeds the stream
@@ -93,36 +129,73 @@ class RecordReader {
     while (data.size() < length) {
       const std::size_t old = data.size();
       const auto want = static_cast<std::size_t>(std::min<std::uint64_t>(chunk, length - old));
-      const std::size_t read = stream_.read_append(data, want);
+      const std::size_t read = stream_->read_append(data, want);
       if (read < want) {
-        throw FormatError(stream_.where() + ": truncated record at byte offset " +
-                          std::to_string(at) + ": the header gives " + std::to_string(length) +
+        throw FormatError(where_ + ": truncated record at byte offset " + std::to_string(at) +
+                          ": the header gives " + std::to_string(length) +
                           " bytes of data but the data end after " + std::to_string(old + read));
       }
     }
-    char footer[4];
-    const std::size_t footer_got = stream_.read(footer, sizeof footer);
-    if (footer_got < sizeof footer) {
-      throw FormatError(stream_.where() + ": truncated record at byte offset " +
-                        std::to_string(at) + ": expected the data's 4-byte CRC after " +
-                        std::to_string(length) + " bytes of data but found " +
-                        std::to_string(footer_got) + " bytes");
-    }
-    const std::uint32_t data_crc = static_cast<std::uint32_t>(load_le(footer, 4));
-    const std::uint32_t expected_data_crc = masked_crc32c(data);
-    if (data_crc != expected_data_crc) {
-      throw FormatError(stream_.where() + ": corrupt record at byte offset " + std::to_string(at) +
-                        ": the data's masked CRC-32C is " + hex32(data_crc) + " but the " +
-                        std::to_string(length) + " data bytes give " + hex32(expected_data_crc));
-    }
+    char footer[footer_bytes];
+    const std::size_t footer_got = stream_->read(footer, sizeof footer);
+    if (footer_got < sizeof footer) throw short_footer(at, length, footer_got);
+    check_data(at, footer, masked_crc32c(data), length);
     return data;
   }
 
-  /// The (uncompressed) byte offset of the next record.
-  std::uint64_t offset() const noexcept { return stream_.offset(); }
+  /// Throws unless the mapped file still holds its first `end` bytes.
+  void require(std::uint64_t at, std::uint64_t end) {
+    if (!map_->holds(end)) {
+      throw FormatError(where_ + ": truncated record at byte offset " + std::to_string(at) +
+                        ": the file had " + std::to_string(map_->size()) +
+                        " bytes when opened but has " + std::to_string(map_->seen_size()) +
+                        " now, short of the record's end at " + std::to_string(end));
+    }
+  }
 
- private:
-  InputStream stream_;
+  void check_length(std::uint64_t at, const char* header) const {
+    const auto length_crc = static_cast<std::uint32_t>(load_le(header + 8, 4));
+    const std::uint32_t expected = masked_crc32c(std::string_view(header, 8));
+    if (length_crc != expected) {
+      throw FormatError(where_ + ": corrupt record at byte offset " + std::to_string(at) +
+                        ": the length's masked CRC-32C is " + hex32(length_crc) +
+                        " but the length bytes give " + hex32(expected));
+    }
+  }
+  void check_data(std::uint64_t at, const char* footer, std::uint32_t expected,
+                  std::uint64_t length) const {
+    const auto data_crc = static_cast<std::uint32_t>(load_le(footer, 4));
+    if (data_crc != expected) {
+      throw FormatError(where_ + ": corrupt record at byte offset " + std::to_string(at) +
+                        ": the data's masked CRC-32C is " + hex32(data_crc) + " but the " +
+                        std::to_string(length) + " data bytes give " + hex32(expected));
+    }
+  }
+
+  FormatError short_header(std::uint64_t at, std::uint64_t got) const {
+    return FormatError(where_ + ": truncated record at byte offset " + std::to_string(at) +
+                       ": expected a 12-byte header but the data end after " + std::to_string(got) +
+                       " bytes");
+  }
+  FormatError short_data(std::uint64_t at, std::uint64_t length, std::uint64_t left) const {
+    return FormatError(where_ + ": truncated record at byte offset " + std::to_string(at) +
+                       ": the header gives " + std::to_string(length) +
+                       " bytes of data but the file has " + std::to_string(left) + " left");
+  }
+  FormatError short_footer(std::uint64_t at, std::uint64_t length, std::uint64_t got) const {
+    return FormatError(where_ + ": truncated record at byte offset " + std::to_string(at) +
+                       ": expected the data's 4-byte CRC after " + std::to_string(length) +
+                       " bytes of data but found " + std::to_string(got) + " bytes");
+  }
+  CheckpointError past_end(std::uint64_t offset, std::uint64_t end) const {
+    return CheckpointError(where_ + ": state is at byte offset " + std::to_string(offset) +
+                           " but the data end at " + std::to_string(end));
+  }
+
+  std::string where_;
+  std::optional<MappedFile> map_;
+  std::uint64_t offset_ = 0;             // Mapped: the offset of the next record.
+  std::unique_ptr<InputStream> stream_;  // Otherwise.
 };
 
 }  // namespace detail
@@ -132,7 +205,8 @@ class RecordReader {
 ///
 /// - `compression_type`: `""`, `"GZIP"` or `"ZLIB"`, for every file;
 /// - `buffer_size`: the read buffer in bytes (tf.data's default, 256 KiB; 0 reads straight from
-///   the file);
+///   the file) of a compressed file; an uncompressed one is mapped into memory and needs none
+///   (one that cannot be mapped is read through the buffer);
 /// - `num_parallel_reads`: how many files are read at once, their records interleaved one at a
 ///   time in a fixed order, as tf.data's `filenames.interleave(TFRecordDataset,
 ///   cycle_length=num_parallel_reads, block_length=1)` with deterministic order: a slot whose
@@ -140,11 +214,11 @@ class RecordReader {
 ///   consuming thread; `prefetch` or `map` with `num_parallel_calls` moves work off it.)
 ///
 /// Every record's length and data CRC-32C are checked: a corrupt or truncated file throws
-/// `FormatError` naming the file and the record's byte offset. The state is, for every open file,
-/// its index and the (uncompressed) byte offset of its next record, plus the cycle position: a
-/// plain file restores with a seek, a compressed one by inflating up to the offset.
-/// \code
-/// auto examples = TFRecordDataset({"train-0.tfrecord", "train-1.tfrecord"}, "GZIP")
+/// `FormatError` naming the file and the record's byte offset; an uncompressed file is read as it
+/// was when opened, and one that shrinks while being read throws too. The state is, for every open
+/// file, its index and the (uncompressed) byte offset of its next record, plus the cycle position:
+/// a plain file restores with a seek, a compressed one by inflating up to the offset. \code auto
+/// examples = TFRecordDataset({"train-0.tfrecord", "train-1.tfrecord"}, "GZIP")
 ///                     .shard(size, rank)
 ///                     .map([&](std::string r) { return parse_single_example(r, features); });
 /// \endcode
