@@ -76,6 +76,18 @@ inline bool is_class(const nlohmann::json& entry, const char* name) {
          entry["class_name"].get<std::string>() == name;
 }
 
+// A layer entry's config (null when the entry has none), and its class name ("?").
+inline const nlohmann::json& config_of(const nlohmann::json& entry) {
+  static const nlohmann::json none;
+  const auto found = entry.is_object() ? entry.find("config") : entry.end();
+  return entry.is_object() && found != entry.end() ? *found : none;
+}
+inline std::string class_of(const nlohmann::json& entry) {
+  return entry.is_object() && entry.contains("class_name") && entry["class_name"].is_string()
+             ? entry["class_name"].get<std::string>()
+             : std::string("?");
+}
+
 inline std::string entry_name(const nlohmann::json& entry) {
   if (entry.contains("name") && entry["name"].is_string()) return entry["name"].get<std::string>();
   if (entry.contains("config") && entry["config"].is_object() && entry["config"].contains("name") &&
@@ -139,7 +151,7 @@ inline Shape string_shape(const nlohmann::json& config, const std::string& label
 inline std::pair<layers::TextVectorization, Shape> read_layer(const nlohmann::json& entry,
                                                               const std::string& label) {
   const nlohmann::json config =
-      entry.contains("config") ? entry["config"] : nlohmann::json::object();
+      config_of(entry).is_null() ? nlohmann::json::object() : config_of(entry);
   try {
     layers::TextVectorization layer = layers::TextVectorization::from_config(config);
     Shape shape = layer.output_sample_shape();
@@ -166,7 +178,7 @@ bool is_string_dtype(const nlohmann::json& config) {
   const nlohmann::json& dtype = config["dtype"];
   if (dtype.is_string()) return dtype.get<std::string>() == "string";
   return dtype.is_object() && dtype.contains("config") && dtype["config"].is_object() &&
-         dtype["config"].value("name", nlohmann::json()) == "string";
+         dtype["config"].contains("name") && dtype["config"]["name"] == "string";
 }
 
 std::vector<TextFront> split_text_inputs(nlohmann::json& model_config, const std::string& where) {
@@ -185,7 +197,7 @@ std::vector<TextFront> split_text_inputs(nlohmann::json& model_config, const std
     const nlohmann::json& entry = (*layers)[i];
     if ((is_class(entry, "Sequential") || is_class(entry, "Functional") ||
          is_class(entry, "Model")) &&
-        holds_text_vectorization(entry.value("config", nlohmann::json()))) {
+        holds_text_vectorization(config_of(entry))) {
       throw ConfigError(label(i) +
                         ": a nested model holds a TextVectorization; loadstar reads strings only "
                         "at the outer model's inputs");
@@ -201,21 +213,21 @@ std::vector<TextFront> split_text_inputs(nlohmann::json& model_config, const std
   if (sequential) {
     for (std::size_t i = 0; i < layers->size(); ++i) {
       const nlohmann::json& entry = (*layers)[i];
-      const bool string_input = is_class(entry, "InputLayer") && is_string_dtype(entry["config"]);
+      const bool string_input = is_class(entry, "InputLayer") && is_string_dtype(config_of(entry));
       if (string_input && i != 0) {
         throw ConfigError(label(i) + ": a string InputLayer after the first layer");
       }
       if (string_input && (layers->size() < 2 || !is_class((*layers)[1], "TextVectorization"))) {
         throw ConfigError(
             label(i) + ": the input takes strings (dtype string) but the next layer is " +
-            (layers->size() < 2 ? std::string("none")
-                                : "'" + entry_name((*layers)[1]) + "' (" +
-                                      (*layers)[1].value("class_name", std::string("?")) + ")") +
+            (layers->size() < 2
+                 ? std::string("none")
+                 : "'" + entry_name((*layers)[1]) + "' (" + class_of((*layers)[1]) + ")") +
             "; loadstar reads strings only through a TextVectorization");
       }
       if (!is_class(entry, "TextVectorization")) continue;
-      const bool after_input =
-          i == 1 && is_class((*layers)[0], "InputLayer") && is_string_dtype((*layers)[0]["config"]);
+      const bool after_input = i == 1 && is_class((*layers)[0], "InputLayer") &&
+                               is_string_dtype(config_of((*layers)[0]));
       if (i > 1 || (i == 1 && !after_input)) {
         throw ConfigError(label(i) +
                           ": a TextVectorization must be the first layer, reading the model's "
@@ -226,11 +238,11 @@ std::vector<TextFront> split_text_inputs(nlohmann::json& model_config, const std
       Shape strings;
       if (after_input) {
         name = entry_name((*layers)[0]);
-        strings = string_shape((*layers)[0]["config"], label(0));
+        strings = string_shape(config_of((*layers)[0]), label(0));
       } else {
         // Keras 2 puts the input's shape on the first layer: the input is `<layer>_input`.
         name = entry_name(entry) + "_input";
-        const nlohmann::json& config = entry["config"];
+        const nlohmann::json& config = config_of(entry);
         strings = config.contains("batch_input_shape") ? string_shape(config, label(i)) : Shape{1};
       }
       layers->erase(layers->begin(), layers->begin() + static_cast<std::ptrdiff_t>(i + 1));
@@ -245,8 +257,7 @@ std::vector<TextFront> split_text_inputs(nlohmann::json& model_config, const std
       inner.is_object() && inner.contains("output_layers") ? &inner["output_layers"] : nullptr;
   for (std::size_t i = 0; i < layers->size(); ++i) {
     nlohmann::json& entry = (*layers)[i];
-    if (!is_class(entry, "InputLayer") || !is_string_dtype(entry.value("config", nlohmann::json())))
-      continue;
+    if (!is_class(entry, "InputLayer") || !is_string_dtype(config_of(entry))) continue;
     const std::string input = entry_name(entry);
     std::vector<std::size_t> readers;
     for (std::size_t j = 0; j < layers->size(); ++j) {
@@ -261,7 +272,7 @@ std::vector<TextFront> split_text_inputs(nlohmann::json& model_config, const std
       std::string found = readers.empty() ? std::string("no layer") : std::string();
       for (std::size_t r : readers) {
         found += (found.empty() ? "" : ", ") + std::string("'") + entry_name((*layers)[r]) + "' (" +
-                 (*layers)[r].value("class_name", std::string("?")) + ")";
+                 class_of((*layers)[r]) + ")";
       }
       throw ConfigError(label(i) +
                         ": the input takes strings (dtype string) and must be read by one "
@@ -276,7 +287,7 @@ std::vector<TextFront> split_text_inputs(nlohmann::json& model_config, const std
                         "' alone but found " + nodes.dump());
     }
     auto [layer, shape] = read_layer((*layers)[r], label(r));
-    const Shape strings = string_shape(entry["config"], label(i));
+    const Shape strings = string_shape(config_of(entry), label(i));
     const std::string vectorizer = entry_name((*layers)[r]);
     entry["config"] = numeric_input(input, shape);
     layers->erase(layers->begin() + static_cast<std::ptrdiff_t>(r));
