@@ -211,14 +211,7 @@ class Model {
   /// inputs are not one string input, and for a layer without a vocabulary.
   LOADSTAR_DECL std::vector<Tensor<float>> predict_outputs(const std::vector<std::string>& texts,
                                                            const PredictOptions& options = {});
-  /// The output of a single-output model of one string input for `texts`.
-  Tensor<float> predict(const std::vector<std::string>& texts, const PredictOptions& options = {}) {
-    if (outputs_.size() != 1) {
-      throw ConfigError("model '" + name_ + "': predict returns one output but the model has " +
-                        std::to_string(outputs_.size()) + "; use predict_outputs");
-    }
-    return predict_outputs(texts, options).front();
-  }
+  // `predict(texts)`, for a single-output model, is `predict`'s template over these.
 
   /// The loss and metrics over texts and their targets, a model of one string input: batches of
   /// `batch_size` in order, each vectorized on its own, as Keras evaluates an end-to-end model.
@@ -778,8 +771,9 @@ class Model {
     bool was_;
   };
 
-  /// The batches of texts (and targets, and sample weights when `Weighted`): batch `i` is texts
-  /// `[i * batch, (i + 1) * batch)` through `layer`, with the same rows of `y` (and `w`).
+  /// The batches of texts (and targets unless `Y` is `void`, and sample weights when
+  /// `Weighted`): batch `i` is texts `[i * batch, (i + 1) * batch)` through `layer`, with the
+  /// same rows of `y` (and `w`).
   template <class Y, bool Weighted>
   struct TextBatches {
     const std::vector<std::string>* texts;
@@ -791,7 +785,9 @@ class Model {
     auto operator[](std::size_t i) const {
       const std::size_t begin = i * batch, end = std::min(texts->size(), begin + batch);
       Tensor<float> x = (*layer)(std::span<const std::string>(texts->data() + begin, end - begin));
-      if constexpr (Weighted) {
+      if constexpr (std::is_void_v<Y>) {
+        return x;
+      } else if constexpr (Weighted) {
         return std::tuple{std::move(x), loadstar::slice_rows(*y, begin, end),
                           w->slice_rows(begin, end)};
       } else {

@@ -182,6 +182,9 @@ class TextVectorization {
   /// The number of indices: the tokens and the special tokens.
   std::size_t vocabulary_size() const noexcept { return token_start() + tokens_.size(); }
 
+  /// Whether the vocabulary holds a token besides the special ones (adapted, or given).
+  bool has_tokens() const noexcept { return !tokens_.empty(); }
+
   /// The TF-IDF weights of every index (`tf_idf` only).
   const std::vector<float>& idf_weights() const noexcept { return idf_; }
 

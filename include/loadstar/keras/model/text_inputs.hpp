@@ -42,7 +42,7 @@ LOADSTAR_DECL void Model::set_text_input(layers::TextVectorization layer, std::s
   }
   // An adapted layer of rows as wide as its vocabulary is checked when the vocabulary comes.
   const bool known = layer.options().output_mode == "int" || layer.options().pad_to_max_tokens ||
-                     !layer.get_vocabulary(false).empty();
+                     layer.has_tokens();
   const Shape made = layer.output_sample_shape();
   const Shape& declared = nodes_[input].declared;
   const bool fits = declared.rank() == 1 && (!known || declared[0] == 0 || declared[0] == made[0]);
@@ -74,7 +74,7 @@ LOADSTAR_DECL const Model::TextInput& Model::text_input_for(std::string_view wha
                       std::to_string(input_names_.size()) + " inputs");
   }
   const TextInput& text = text_inputs_.front();
-  if (text.layer.get_vocabulary(false).empty()) {
+  if (!text.layer.has_tokens()) {
     throw ConfigError(label + ": TextVectorization '" + text.layer.options().name +
                       "' has no vocabulary (adapt it or set_vocabulary; a model file keeps it)");
   }
@@ -94,18 +94,10 @@ LOADSTAR_DECL std::vector<Tensor<float>> Model::predict_outputs(
     const std::vector<std::string>& texts, const PredictOptions& options) {
   const TextInput& text = text_input_for("predict", texts.size());
   const std::size_t batch = std::max<std::size_t>(1, std::min(options.batch_size, texts.size()));
-  struct Batches {
-    const std::vector<std::string>* texts;
-    const layers::TextVectorization* layer;
-    std::size_t batch;
-    std::size_t size() const { return (texts->size() + batch - 1) / batch; }
-    Tensor<float> operator[](std::size_t i) const {
-      const std::size_t begin = i * batch, end = std::min(texts->size(), begin + batch);
-      return (*layer)(std::span<const std::string>(texts->data() + begin, end - begin));
-    }
-  };
   const FeedingText feeding(*this);
-  detail::SequenceSource<Batches> source(Batches{&texts, &text.layer, batch}, options.steps);
+  using Batches = TextBatches<void, false>;
+  detail::SequenceSource<Batches> source(Batches{&texts, nullptr, nullptr, &text.layer, batch},
+                                         options.steps);
   return detail::run_predict(*this, source, options);
 }
 

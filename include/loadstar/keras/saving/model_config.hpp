@@ -88,8 +88,7 @@ namespace loadstar::keras {
 
 namespace detail {
 
-/// Keras 2's `InputLayer` config for an input of sample shape `shape`.
-LOADSTAR_DECL nlohmann::json input_layer_config(const Shape& shape, const std::string& name);
+// input_layer_config: declared in saving/detail/text_inputs.hpp, which reads configs with it.
 
 /// `model_get_config` without the string inputs (the inputs as their layers' outputs).
 LOADSTAR_DECL nlohmann::json numeric_model_config(const Model& model);

@@ -36,6 +36,9 @@ struct TextFront {
   Shape string_shape;
 };
 
+/// Keras 2's `InputLayer` config for an input of sample shape `shape` (model_config.hpp).
+LOADSTAR_DECL nlohmann::json input_layer_config(const Shape& shape, const std::string& name);
+
 /// Whether a layer config's `dtype` names strings (`"string"`, or a policy of that name).
 LOADSTAR_DECL bool is_string_dtype(const nlohmann::json& config);
 
@@ -156,7 +159,7 @@ inline std::pair<layers::TextVectorization, Shape> read_layer(const nlohmann::js
     layers::TextVectorization layer = layers::TextVectorization::from_config(config);
     Shape shape = layer.output_sample_shape();
     if (layer.options().output_mode != "int" && !layer.options().pad_to_max_tokens &&
-        layer.get_vocabulary(false).empty()) {
+        !layer.has_tokens()) {
       // Adapted: the vocabulary comes later (a .keras file's asset); its size is in the config.
       if (!config.contains("vocabulary_size") || !config["vocabulary_size"].is_number_unsigned()) {
         throw ConfigError("output_mode \"" + layer.options().output_mode +
@@ -203,13 +206,6 @@ std::vector<TextFront> split_text_inputs(nlohmann::json& model_config, const std
                         "at the outer model's inputs");
     }
   }
-  const auto numeric_input = [](const std::string& name, const Shape& shape) {
-    return nlohmann::json{{"batch_input_shape", batch_shape_json(shape)},
-                          {"dtype", "float32"},
-                          {"sparse", false},
-                          {"ragged", false},
-                          {"name", name}};
-  };
   if (sequential) {
     for (std::size_t i = 0; i < layers->size(); ++i) {
       const nlohmann::json& entry = (*layers)[i];
@@ -247,7 +243,7 @@ std::vector<TextFront> split_text_inputs(nlohmann::json& model_config, const std
       }
       layers->erase(layers->begin(), layers->begin() + static_cast<std::ptrdiff_t>(i + 1));
       layers->insert(layers->begin(), nlohmann::json{{"class_name", "InputLayer"},
-                                                     {"config", numeric_input(name, shape)}});
+                                                     {"config", input_layer_config(shape, name)}});
       fronts.push_back({name, std::move(layer), strings});
       return fronts;
     }
@@ -289,7 +285,7 @@ std::vector<TextFront> split_text_inputs(nlohmann::json& model_config, const std
     auto [layer, shape] = read_layer((*layers)[r], label(r));
     const Shape strings = string_shape(config_of(entry), label(i));
     const std::string vectorizer = entry_name((*layers)[r]);
-    entry["config"] = numeric_input(input, shape);
+    entry["config"] = input_layer_config(shape, input);
     layers->erase(layers->begin() + static_cast<std::ptrdiff_t>(r));
     for (auto& other : *layers) {
       if (other.contains("inbound_nodes")) rename(other["inbound_nodes"], vectorizer, input);
@@ -316,17 +312,16 @@ void join_text_inputs(nlohmann::json& model_config, const Model& model, bool inl
     const std::string& input = model.input_names()[text.input];
     const std::string& vectorizer = text.layer.options().name;
     nlohmann::json config = text.layer.get_config();
-    if (inline_vocabulary && !text.layer.has_input_vocabulary() &&
-        !text.layer.get_vocabulary(false).empty()) {
-      config["vocabulary"] = text.layer.get_vocabulary(false);
+    if (inline_vocabulary && !text.layer.has_input_vocabulary() && text.layer.has_tokens()) {
+      const auto tokens = text.layer.get_vocabulary(false);
       if (text.layer.options().output_mode == "tf_idf") {
+        // The tokens' weights: after the special tokens', before the padding to max_tokens.
         const auto& idf = text.layer.idf_weights();
-        const std::size_t specials =
-            text.layer.get_vocabulary(true).size() - text.layer.get_vocabulary(false).size();
-        config["idf_weights"] = std::vector<float>(
-            idf.begin() + static_cast<std::ptrdiff_t>(specials),
-            idf.begin() + static_cast<std::ptrdiff_t>(text.layer.vocabulary_size()));
+        const auto end = idf.begin() + static_cast<std::ptrdiff_t>(text.layer.vocabulary_size());
+        config["idf_weights"] =
+            std::vector<float>(end - static_cast<std::ptrdiff_t>(tokens.size()), end);
       }
+      config["vocabulary"] = tokens;
     }
     std::size_t at = 0;
     while (at < layers.size() && !(is_class(layers[at], "InputLayer") &&
