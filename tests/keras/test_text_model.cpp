@@ -263,6 +263,40 @@ TEST_CASE("string inputs refuse what they cannot take, naming the layer") {
     CHECK_THROWS_WITH_AS(plain.set_text_input(fits, 1), doctest::Contains("input index below 1"),
                          ConfigError);
   }
+  SUBCASE("a second layer, an unbuilt model, and texts that do not fit the call") {
+    auto model = model_of(c);
+    TextVectorization again({.output_sequence_length = 6, .name = "again"});
+    CHECK_THROWS_WITH_AS(model->set_text_input(again),
+                         "model 'end_to_end': set_text_input: input 'text' takes strings already "
+                         "(TextVectorization 'text_vectorization')",
+                         ConfigError);
+    CHECK_THROWS_WITH_AS(model->text_vectorization(1),
+                         "model 'end_to_end': text_vectorization: expected an index below 1 (the "
+                         "string inputs) but found 1",
+                         ConfigError);
+    CHECK_THROWS_WITH_AS(model->predict(std::vector<std::string>{}),
+                         "model 'end_to_end': predict on texts: no texts", ShapeError);
+    CHECK_THROWS_WITH_AS(model->evaluate(texts(), Tensor<float>(Shape{2}), {.verbose = 0}),
+                         "model 'end_to_end': evaluate got 7 texts but y has 2 rows", ShapeError);
+    CHECK_THROWS_WITH_AS(model->evaluate(texts(), labels(),
+                                         {.verbose = 0, .sample_weight = Tensor<float>(Shape{3})}),
+                         "model 'end_to_end': evaluate got 7 texts but sample_weight has 3 rows",
+                         ShapeError);
+    Sequential unbuilt("unbuilt");
+    CHECK_THROWS_WITH_AS(unbuilt.set_text_input(TextVectorization(TextVectorizationOptions{})),
+                         "model 'unbuilt': set_text_input: the model is not built (give it an "
+                         "Input first)",
+                         ConfigError);
+    auto words = Input(Shape{6}, "words");
+    auto numbers = Input(Shape{2}, "numbers");
+    Model two({words, numbers},
+              call(Dense(1), call(Concatenate(), {call(Dense(2), words), numbers})), "two");
+    two.set_text_input(TextVectorization({.output_sequence_length = 6}));
+    CHECK_THROWS_WITH_AS(two.predict(texts()),
+                         "model 'two': predict on texts takes a model of one string input but "
+                         "the model has 2 inputs",
+                         ConfigError);
+  }
   SUBCASE("configs whose strings go elsewhere") {
     auto model = model_of(c);
     json config = model->get_config();
@@ -279,6 +313,20 @@ TEST_CASE("string inputs refuse what they cannot take, naming the layer") {
     numbers_read["config"]["layers"][0]["config"]["dtype"] = "float32";
     CHECK_THROWS_WITH_AS(model_from_config(numbers_read),
                          doctest::Contains("a TextVectorization must read a string InputLayer"),
+                         ConfigError);
+    json output = config;
+    output["config"]["output_layers"] = json::parse(R"([["text", 0, 0]])");
+    CHECK_THROWS_WITH_AS(model_from_config(output),
+                         doctest::Contains("layers[0] ('text'): the string input is an output of "
+                                           "the model"),
+                         ConfigError);
+    json nested = json::parse(R"({"class_name": "Sequential", "config": {"name": "outer",
+        "layers": [{"class_name": "InputLayer", "config": {"batch_input_shape": [null, 6]}},
+                   {"class_name": "Functional", "config": {}}]}})");
+    nested["config"]["layers"][1]["config"] = config["config"];
+    CHECK_THROWS_WITH_AS(model_from_config(nested),
+                         doctest::Contains("a nested model holds a TextVectorization; loadstar "
+                                           "reads strings only at the outer model's inputs"),
                          ConfigError);
     json wide = config;
     wide["config"]["layers"][0]["config"]["batch_input_shape"] = json::array({nullptr, 2});
