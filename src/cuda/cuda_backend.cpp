@@ -909,6 +909,25 @@ void CudaBackendImpl::round_to(const Tensor<float>& x, DType dtype) {
   launch("round_to", detail::launch_round_half, x.data(), x.size(), dtype == DType::bfloat16);
 }
 
+void CudaBackendImpl::recurrent_kernel(const keras::detail::RecurrentKernel& kernel,
+                                       std::span<const Tensor<float>> tensors, std::size_t elements,
+                                       std::uint64_t key) {
+  LOADSTAR_ASSERT(tensors.size() <= keras::detail::RecurrentTensors::max,
+                  "recurrent_kernel: more tensors than a kernel takes");
+  keras::detail::RecurrentTensors pointers;
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    if (tensors[i].empty()) continue;
+    expect("recurrent_kernel", {&tensors[i]});
+    pointers.t[i] = tensors[i].data();
+  }
+  // Dropout's key changes from step to step: a recorded step reads it from device memory, and
+  // the signature holds no key.
+  const bool keyed = kernel.op == keras::detail::RecurrentOp::dropout_masks;
+  const std::uint64_t* device_key = keyed && context_->recording ? step_scalar(key) : nullptr;
+  launch("recurrent_kernel", detail::launch_recurrent, kernel, pointers, elements,
+         device_key != nullptr || !keyed ? std::uint64_t{0} : key, device_key);
+}
+
 cudaStream_t CudaBackendImpl::active_stream(const char* call) {
   if (context_->recording) flush_recording(call);
   context_->activate();

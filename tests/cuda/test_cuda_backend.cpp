@@ -1932,6 +1932,107 @@ TEST_SUITE("cuda") {
     check_trains_as_on_cpu(make, x, y);
   }
 
+  TEST_CASE("Recurrent models train on the device alone and replay their steps from CUDA graphs") {
+    // Sequences with padding at the end: float steps of zeros (Masking's mask) or token ids of 0
+    // (Embedding's). The LSTM's dropout masks change every step (a step scalar); the GRU without
+    // reset_after and go_backwards; Bidirectional's merges; the stacked cells reading the
+    // reversed mask; GlobalAveragePooling1D over the mask.
+    Tensor<float> tokens({24, 7}), steps({24, 7, 3}), y({24});
+    for (std::size_t r = 0; r < 24; ++r) {
+      const std::size_t length = 2 + r % 6;
+      for (std::size_t s = 0; s < 7; ++s) {
+        tokens.data()[r * 7 + s] = s < length ? static_cast<float>(1 + (r * 5 + s * 3) % 11) : 0.0F;
+        for (std::size_t f = 0; f < 3; ++f)
+          steps.data()[(r * 7 + s) * 3 + f] =
+              s < length ? static_cast<float>((r * 7 + s * 3 + f * 5) % 13) / 13.0F - 0.4F : 0.0F;
+      }
+      y.data()[r] = static_cast<float>(r % 3);
+    }
+    const auto make = [](int variant) {
+      return [variant] {
+        set_random_seed(41);
+        auto in = Input(variant == 0 ? Shape{7, 3} : Shape{7});
+        auto h =
+            variant == 0 ? call(Masking(), in) : call(Embedding(12, 4, {.mask_zero = true}), in);
+        if (variant == 0) {
+          h = call(Bidirectional(LSTM(5, {.return_sequences = true,
+                                          .dropout = 0.25,
+                                          .recurrent_dropout = 0.2,
+                                          .seed = 3})),
+                   h);
+          h = call(GRU(4, {.reset_after = false, .return_sequences = true, .go_backwards = true}),
+                   h);
+          h = call(Bidirectional(SimpleRNN(3, {.return_sequences = true}), MergeMode::mul), h);
+          h = call(
+              Bidirectional(GRU(3, {.dropout = 0.1, .recurrent_dropout = 0.1}), MergeMode::ave), h);
+        } else {
+          h = call(StackedRNN({{.kind = CellKind::lstm, .units = 4},
+                               {.kind = CellKind::gru, .units = 3},
+                               {.kind = CellKind::simple_rnn, .units = 3}},
+                              {.return_sequences = true, .go_backwards = true}),
+                   h);
+          h = call(Bidirectional(LSTM(3, {.return_sequences = true}), MergeMode::sum), h);
+          h = call(GlobalAveragePooling1D(), h);
+        }
+        return std::make_shared<Model>(in, call(Dense(3), h));
+      };
+    };
+    for (const int variant : {0, 1}) {
+      CAPTURE(variant);
+      const Tensor<float>& x = variant == 0 ? steps : tokens;
+      std::vector<std::vector<Tensor<float>>> weights;
+      std::vector<Tensor<float>> predictions;
+      std::vector<std::vector<double>> losses;
+      std::vector<std::shared_ptr<loadstar::cuda::CudaBackend>> backends;
+      for (const bool graphs : {false, true}) {
+        auto backend = CudaBackend::create(0, loadstar::cuda::CudaOptions{.graphs = graphs});
+        auto model = make(variant)();
+        model->compile({.optimizer = "adam",
+                        .loss = losses::SparseCategoricalCrossentropy(true),
+                        .backend = backend});
+        const auto history =
+            model->fit(x, y, {.epochs = 3, .batch_size = 8, .verbose = 0, .seed = 2});
+        losses.push_back(history.history.at("loss"));
+        weights.push_back(model->get_weights());
+        predictions.push_back(model->predict(x, {.batch_size = 8, .verbose = 0}));
+        backends.push_back(backend);
+      }
+      // Nothing staged through the host: the whole step is kernels, and graphs hold it.
+      CHECK(backends[0]->host_kernel_calls() == 0);
+      CHECK(backends[1]->host_kernel_calls() == 0);
+      const auto& stats = backends[1]->graph_stats();
+      INFO("last fallback: " << stats.last_fallback);
+      if (variant == 0) {
+        CHECK(stats.fallbacks == 0);
+        CHECK(stats.captured == 2);  // training's batches of 8 and prediction's
+        CHECK(stats.replayed == (9 - 2) + (3 - 2));
+      } else {
+        // Embedding waits for its check of the indices: its steps run kernel by kernel.
+        CHECK(stats.last_fallback == "gather's check of the indices");
+      }
+      CHECK(losses[0] == losses[1]);
+      for (std::size_t i = 0; i < weights[0].size(); ++i) {
+        CAPTURE(i);
+        CHECK(bitwise_equal(weights[0][i], weights[1][i]));
+      }
+      CHECK(bitwise_equal(predictions[0], predictions[1]));
+      // And the CPU backend's values.
+      auto cpu = make(variant)();
+      cpu->compile({.optimizer = "adam",
+                    .loss = losses::SparseCategoricalCrossentropy(true),
+                    .backend = cpu_backend(1)});
+      const auto history = cpu->fit(x, y, {.epochs = 3, .batch_size = 8, .verbose = 0, .seed = 2});
+      for (std::size_t i = 0; i < losses[0].size(); ++i)
+        CHECK(losses[0][i] == doctest::Approx(history.history.at("loss")[i]).epsilon(1e-5));
+      const auto cpu_weights = cpu->get_weights();
+      for (std::size_t i = 0; i < cpu_weights.size(); ++i) {
+        CAPTURE(i);
+        check_close(cpu_weights[i], weights[0][i], 1e-4);
+      }
+      check_close(cpu->predict(x, {.batch_size = 8, .verbose = 0}), predictions[0], 1e-4);
+    }
+  }
+
   TEST_CASE("The issue 34 convolutions match the PyTorch reference values on CUDA") {
     // tests/keras/generate_conv_34.py: DepthwiseConv1D/2D, SeparableConv1D/2D and
     // Conv1DTranspose/Conv2DTranspose, and Conv1D/Conv2D with groups, with strides, dilation,

@@ -344,6 +344,10 @@ class CudaBackendImpl final : public CudaBackend {
 
   void round_to(const Tensor<float>& x, DType dtype) override;
 
+  void recurrent_kernel(const keras::detail::RecurrentKernel& kernel,
+                        std::span<const Tensor<float>> tensors, std::size_t elements,
+                        std::uint64_t key) override;
+
  private:
   /// The stream, for work queued directly (copies to and from the host, waits, host kernels):
   /// the work of a step being recorded is queued first, and the rest of that step runs kernel

@@ -394,6 +394,14 @@ __global__ void permute_kernel(const float* x, float* y, PermuteDims d, std::siz
   }
 }
 
+__global__ void recurrent_kernel(RecurrentKernel k, RecurrentTensors t, std::size_t n,
+                                 std::uint64_t key, const std::uint64_t* device_key) {
+  const std::uint64_t mask_key = device_key != nullptr ? *device_key : key;
+  LOADSTAR_GRID_STRIDE(i, n) {
+    keras::detail::recurrent_element(k, t, mask_key, i);
+  }
+}
+
 __global__ void round_half_kernel(float* x, std::size_t n, keras::detail::HalfKind kind) {
   LOADSTAR_GRID_STRIDE(i, n) {
     x[i] = keras::detail::round_half(x[i], kind);
@@ -784,6 +792,12 @@ cudaError_t launch_scatter_add(cudaStream_t stream, const float* indices, std::s
 cudaError_t launch_permute(cudaStream_t stream, const float* x, float* y, const PermuteDims& dims,
                            std::size_t n) {
   return launch(permute_kernel, stream, n, x, y, dims, n);
+}
+
+cudaError_t launch_recurrent(cudaStream_t stream, const RecurrentKernel& kernel,
+                             const RecurrentTensors& tensors, std::size_t elements,
+                             std::uint64_t key, const std::uint64_t* device_key) {
+  return launch(recurrent_kernel, stream, elements, kernel, tensors, elements, key, device_key);
 }
 
 cudaError_t launch_round_half(cudaStream_t stream, float* x, std::size_t n, bool bfloat16) {

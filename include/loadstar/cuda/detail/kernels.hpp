@@ -105,6 +105,12 @@ cudaError_t launch_scatter_add(cudaStream_t stream, const float* indices, std::s
                                const float* dy, std::size_t width, float* table_gradient);
 cudaError_t launch_permute(cudaStream_t stream, const float* x, float* y, const PermuteDims& dims,
                            std::size_t n);
+/// One of the recurrent layers' element-wise kernels over `elements` elements
+/// (keras/detail/recurrent_kernels.hpp). `device_key`, when not null, is read on the device
+/// instead of `key` (a replayed CUDA graph's dropout key).
+cudaError_t launch_recurrent(cudaStream_t stream, const RecurrentKernel& kernel,
+                             const RecurrentTensors& tensors, std::size_t elements,
+                             std::uint64_t key, const std::uint64_t* device_key);
 /// Rounds `x[0..n)` in place to float16 (`bfloat16` false) or bfloat16 values, to nearest even
 /// (keras/mixed_precision/detail/half_rounding.hpp).
 cudaError_t launch_round_half(cudaStream_t stream, float* x, std::size_t n, bool bfloat16);

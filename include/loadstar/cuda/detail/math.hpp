@@ -21,6 +21,7 @@
 #include "loadstar/keras/backend/kinds.hpp"
 #include "loadstar/keras/detail/activation_formulas.hpp"
 #include "loadstar/keras/detail/layer_formulas.hpp"
+#include "loadstar/keras/detail/recurrent_kernels.hpp"
 #include "loadstar/keras/losses/detail/row_formulas.hpp"
 
 namespace loadstar::cuda::detail {
@@ -53,6 +54,8 @@ using keras::detail::dropout_value;
 using keras::detail::index_in_range;
 using keras::detail::max_of;
 using keras::detail::moving_average_value;
+using keras::detail::RecurrentKernel;
+using keras::detail::RecurrentTensors;
 using keras::detail::relu_gradient;
 using keras::detail::relu_passes;
 using keras::detail::relu_value;

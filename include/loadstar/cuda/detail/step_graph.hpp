@@ -64,6 +64,21 @@ inline void sign(Signature& out, const RowLossParams& p) {
   sign(out, p.delta);
 }
 
+inline void sign(Signature& out, const RecurrentKernel& k) {
+  for (const auto v : {static_cast<std::uint64_t>(k.op), static_cast<std::uint64_t>(k.merge),
+                       static_cast<std::uint64_t>(k.activations.activation),
+                       static_cast<std::uint64_t>(k.activations.recurrent), std::uint64_t{k.batch},
+                       std::uint64_t{k.steps}, std::uint64_t{k.units}, std::uint64_t{k.width},
+                       std::uint64_t{k.rows}, std::uint64_t{k.count}, std::uint64_t{k.each},
+                       std::uint64_t{k.second_units}, k.first_stream})
+    out.push_back(v);
+  sign(out, k.rate);
+  sign(out, k.value);
+  out.push_back(std::uint64_t{k.reverse} | std::uint64_t{k.to_batch_major} << 1U |
+                std::uint64_t{k.batch_major} << 2U | std::uint64_t{k.reset_after} << 3U |
+                std::uint64_t{k.accumulate} << 4U);
+}
+
 /// A step's shape as the backend has seen it: how often, and its CUDA graph once captured.
 struct StepGraph {
   StepGraph() = default;

@@ -20,6 +20,7 @@
 #include "loadstar/keras/backend/deferred.hpp"
 #include "loadstar/keras/backend/kinds.hpp"
 #include "loadstar/keras/detail/depthwise_loops.hpp"
+#include "loadstar/keras/detail/recurrent_kernels.hpp"
 #include "loadstar/keras/mixed_precision/detail/half_rounding.hpp"
 #include "loadstar/tensor/tensor.hpp"
 
@@ -531,6 +532,14 @@ class Backend {
   /// (keras/mixed_precision/detail/half_rounding.hpp). The default runs on the host through
   /// `host_kernel`; a backend may override it.
   LOADSTAR_DECL virtual void round_to(const Tensor<float>& x, DType dtype);
+
+  /// One of the recurrent layers' element-wise kernels over its `elements` elements
+  /// (keras/detail/recurrent_kernels.hpp): `tensors` in `RecurrentOp`'s order, an empty one not
+  /// given, at most `RecurrentTensors::max`; `key` keys the dropout masks. The default runs
+  /// `recurrent_element` on the host through `host_kernel`; a backend may override it.
+  LOADSTAR_DECL virtual void recurrent_kernel(const detail::RecurrentKernel& kernel,
+                                              std::span<const Tensor<float>> tensors,
+                                              std::size_t elements, std::uint64_t key = 0);
 };
 
 namespace detail {
@@ -597,6 +606,20 @@ void Backend::permute(const Tensor<float>& x, std::span<const std::size_t> axes,
   const Tensor<float> tensors[] = {x, y};
   host_kernel(tensors, [&](std::span<const Tensor<float>> t) {
     detail::permute_rows(t[0], axes, t[1], 0, t[1].rank() == 0 ? 0 : t[1].shape()[0]);
+  });
+}
+
+void Backend::recurrent_kernel(const detail::RecurrentKernel& kernel,
+                               std::span<const Tensor<float>> tensors, std::size_t elements,
+                               std::uint64_t key) {
+  LOADSTAR_ASSERT(tensors.size() <= detail::RecurrentTensors::max,
+                  "recurrent_kernel: more tensors than a kernel takes");
+  if (elements == 0) return;
+  host_kernel(tensors, [&](std::span<const Tensor<float>> t) {
+    detail::RecurrentTensors pointers;
+    for (std::size_t i = 0; i < t.size(); ++i)
+      pointers.t[i] = t[i].empty() ? nullptr : t[i].data();
+    detail::recurrent_elements(kernel, pointers, key, elements);
   });
 }
 

@@ -14,6 +14,14 @@ namespace loadstar::keras::layers {
 /// `none` is Keras's `merge_mode=None`: the two directions' outputs are returned apart (the call
 /// has two outputs: call the layer with `call_outputs`).
 enum class MergeMode { concat, sum, mul, ave, none };
+// The recurrent kernels' merge (keras/detail/recurrent_kernels.hpp) numbers the modes alike.
+static_assert(
+    static_cast<int>(MergeMode::concat) ==
+        static_cast<int>(keras::detail::RecurrentMerge::concat) &&
+    static_cast<int>(MergeMode::sum) == static_cast<int>(keras::detail::RecurrentMerge::sum) &&
+    static_cast<int>(MergeMode::mul) == static_cast<int>(keras::detail::RecurrentMerge::mul) &&
+    static_cast<int>(MergeMode::ave) == static_cast<int>(keras::detail::RecurrentMerge::ave) &&
+    static_cast<int>(MergeMode::none) == static_cast<int>(keras::detail::RecurrentMerge::none));
 
 /// Keras's `Bidirectional`: the wrapped `SimpleRNN`, `LSTM` or `GRU` over the sequence, and a
 /// copy of it with `go_backwards` flipped (or the `backward_layer` given); with
@@ -79,6 +87,19 @@ class Bidirectional : public detail::LayerBase {
   LOADSTAR_DECL static std::shared_ptr<Layer> from_config(const nlohmann::json& config);
 
  private:
+  /// The merge of the directions' outputs, or its adjoint (`op`), for `batch` samples of `steps`
+  /// steps (1 when they return no sequences).
+  keras::detail::RecurrentKernel merge_kernel(keras::detail::RecurrentOp op, std::size_t batch,
+                                              std::size_t steps) const noexcept {
+    keras::detail::RecurrentKernel k;
+    k.op = op;
+    k.merge = static_cast<keras::detail::RecurrentMerge>(merge_mode_);
+    k.batch = batch;
+    k.steps = steps;
+    k.units = forward_.units();
+    k.second_units = backward_.units();
+    return k;
+  }
   /// The config of a direction's layer as Keras writes it (`forward_lstm`, `backward_lstm`).
   LOADSTAR_DECL nlohmann::json direction_config(const detail::RecurrentCore& core,
                                                 const std::string& prefix) const;
@@ -249,35 +270,11 @@ void Bidirectional::forward(std::span<const Tensor<float>> inputs, const Tensor<
   // along time when it returns sequences (and a go_backwards forward layer's stay as they are).
   const bool sequences = forward_.options().return_sequences;
   const std::size_t steps = sequences ? inputs[0].dim(1) : 1;
-  const std::size_t uf = forward_.units(), ub = backward_.units();
-  const MergeMode mode = merge_mode_;
   const Tensor<float> tensors[] = {yf, yb, output,
                                    separate ? ctx.extra_outputs[0] : Tensor<float>()};
-  backend.host_kernel(tensors, [&](std::span<const Tensor<float>> t) {
-    for (std::size_t b = 0; b < batch; ++b) {
-      for (std::size_t s = 0; s < steps; ++s) {
-        const float* f = t[0].data() + (b * steps + s) * uf;
-        const float* r = t[1].data() + (b * steps + (steps - 1 - s)) * ub;
-        if (mode == MergeMode::none) {
-          std::copy(f, f + uf, t[2].data() + (b * steps + s) * uf);
-          std::copy(r, r + ub, t[3].data() + (b * steps + s) * ub);
-          continue;
-        }
-        if (mode == MergeMode::concat) {
-          float* out = t[2].data() + (b * steps + s) * (uf + ub);
-          std::copy(f, f + uf, out);
-          std::copy(r, r + ub, out + uf);
-          continue;
-        }
-        float* out = t[2].data() + (b * steps + s) * uf;
-        for (std::size_t j = 0; j < uf; ++j) {
-          out[j] = mode == MergeMode::sum   ? f[j] + r[j]
-                   : mode == MergeMode::mul ? f[j] * r[j]
-                                            : (f[j] + r[j]) / 2.0F;
-        }
-      }
-    }
-  });
+  const keras::detail::RecurrentKernel k =
+      merge_kernel(keras::detail::RecurrentOp::bidirectional_merge, batch, steps);
+  backend.recurrent_kernel(k, tensors, batch * steps * keras::detail::recurrent_row_length(k));
 }
 
 void Bidirectional::backward(std::span<const Tensor<float>> inputs, const Tensor<float>&,
@@ -308,39 +305,12 @@ void Bidirectional::backward(std::span<const Tensor<float>> inputs, const Tensor
                                 : Tensor<float>();
   const bool sequences = forward_.options().return_sequences;
   const std::size_t steps = sequences ? inputs[0].dim(1) : 1;
-  const std::size_t uf = forward_.units(), ub = backward_.units();
-  const MergeMode mode = merge_mode_;
   const Tensor<float> tensors[] = {yf, yb, output_gradient, dyf, dyb, backward_output_gradient};
-  if (read)
-    backend.host_kernel(tensors, [&](std::span<const Tensor<float>> t) {
-      for (std::size_t b = 0; b < batch; ++b) {
-        for (std::size_t s = 0; s < steps; ++s) {
-          const std::size_t fi = (b * steps + s) * uf, ri = (b * steps + (steps - 1 - s)) * ub;
-          float* df = t[3].data() + fi;
-          float* dr = t[4].data() + ri;
-          if (mode == MergeMode::none) {
-            if (read_forward) std::copy_n(t[2].data() + fi, uf, df);
-            if (read_backward) std::copy_n(t[5].data() + (b * steps + s) * ub, ub, dr);
-            continue;
-          }
-          if (mode == MergeMode::concat) {
-            const float* dy = t[2].data() + (b * steps + s) * (uf + ub);
-            std::copy(dy, dy + uf, df);
-            std::copy(dy + uf, dy + uf + ub, dr);
-            continue;
-          }
-          const float* dy = t[2].data() + (b * steps + s) * uf;
-          for (std::size_t j = 0; j < uf; ++j) {
-            if (mode == MergeMode::mul) {
-              df[j] = dy[j] * t[1].data()[ri + j];
-              dr[j] = dy[j] * t[0].data()[fi + j];
-            } else {
-              df[j] = dr[j] = mode == MergeMode::sum ? dy[j] : dy[j] / 2.0F;
-            }
-          }
-        }
-      }
-    });
+  if (read) {
+    const keras::detail::RecurrentKernel k =
+        merge_kernel(keras::detail::RecurrentOp::bidirectional_split, batch, steps);
+    backend.recurrent_kernel(k, tensors, batch * steps * keras::detail::recurrent_row_length(k));
+  }
   const bool dx = !input_gradients.empty() && !input_gradients[0].empty();
   const Tensor<float> dx_backward =
       dx ? input_gradient_.get(backend, inputs[0].shape()) : Tensor<float>();

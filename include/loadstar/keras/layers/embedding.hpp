@@ -121,11 +121,10 @@ void Embedding::forward(std::span<const Tensor<float>> inputs, const Tensor<floa
 void Embedding::compute_mask(std::span<const Tensor<float>> inputs, const Tensor<float>& mask,
                              const CallContext& ctx) {
   const Tensor<float> tensors[] = {inputs[0], mask};
-  ctx.backend.host_kernel(tensors, [](std::span<const Tensor<float>> t) {
-    // Keras: not_equal(cast(inputs, int32), 0), so that 0.5 counts as index 0.
-    for (std::size_t i = 0; i < t[1].size(); ++i)
-      t[1].data()[i] = std::trunc(t[0].data()[i]) != 0.0F ? 1.0F : 0.0F;
-  });
+  keras::detail::RecurrentKernel k;
+  k.op = keras::detail::RecurrentOp::token_mask;
+  k.width = mask.size();
+  ctx.backend.recurrent_kernel(k, tensors, mask.size());
 }
 
 nlohmann::json Embedding::get_config() const {

@@ -75,23 +75,11 @@ void GlobalAveragePooling1D::forward(std::span<const Tensor<float>> inputs,
   check_inputs(inputs);
   // Keras: sum(where(mask, x, 0), steps) / sum(mask, steps).
   const Tensor<float> tensors[] = {inputs[0], mask, output};
-  ctx.backend.host_kernel(tensors, [](std::span<const Tensor<float>> t) {
-    const std::size_t batch = t[0].dim(0), steps = t[0].dim(1), channels = t[0].dim(2);
-    for (std::size_t b = 0; b < batch; ++b) {
-      float* y = t[2].data() + b * channels;
-      std::fill(y, y + channels, 0.0F);
-      float count = 0.0F;
-      for (std::size_t s = 0; s < steps; ++s) {
-        if (t[1].data()[b * steps + s] == 0.0F) continue;
-        count += 1.0F;
-        const float* x = t[0].data() + (b * steps + s) * channels;
-        for (std::size_t c = 0; c < channels; ++c)
-          y[c] += x[c];
-      }
-      for (std::size_t c = 0; c < channels; ++c)
-        y[c] /= count;
-    }
-  });
+  keras::detail::RecurrentKernel k;
+  k.op = keras::detail::RecurrentOp::masked_average;
+  k.steps = inputs[0].dim(1);
+  k.width = inputs[0].dim(2);
+  ctx.backend.recurrent_kernel(k, tensors, output.size());
 }
 
 void GlobalAveragePooling1D::backward(std::span<const Tensor<float>> inputs,
@@ -106,21 +94,11 @@ void GlobalAveragePooling1D::backward(std::span<const Tensor<float>> inputs,
   }
   if (input_gradients.empty() || input_gradients[0].empty()) return;
   const Tensor<float> tensors[] = {mask, output_gradient, input_gradients[0]};
-  ctx.backend.host_kernel(tensors, [](std::span<const Tensor<float>> t) {
-    const std::size_t batch = t[2].dim(0), steps = t[2].dim(1), channels = t[2].dim(2);
-    for (std::size_t b = 0; b < batch; ++b) {
-      const float* m = t[0].data() + b * steps;
-      float count = 0.0F;
-      for (std::size_t s = 0; s < steps; ++s)
-        count += m[s] != 0.0F ? 1.0F : 0.0F;
-      const float* dy = t[1].data() + b * channels;
-      for (std::size_t s = 0; s < steps; ++s) {
-        float* dx = t[2].data() + (b * steps + s) * channels;
-        for (std::size_t c = 0; c < channels; ++c)
-          dx[c] = m[s] != 0.0F ? dy[c] / count : 0.0F;
-      }
-    }
-  });
+  keras::detail::RecurrentKernel k;
+  k.op = keras::detail::RecurrentOp::masked_average_backward;
+  k.steps = input_gradients[0].dim(1);
+  k.width = input_gradients[0].dim(2);
+  ctx.backend.recurrent_kernel(k, tensors, output_gradient.size());
 }
 
 std::shared_ptr<Layer> GlobalAveragePooling1D::from_config(const nlohmann::json& config) {

@@ -44,15 +44,11 @@ class Masking : public detail::SameShapeLayer {
   LOADSTAR_DECL static std::shared_ptr<Layer> from_config(const nlohmann::json& config);
 
  private:
-  /// Whether the step of `width` features at `x` counts: Keras's
-  /// `any(not_equal(x, mask_value), axis=-1)` (so a NaN feature counts).
-  bool counts(const float* x, std::size_t width) const noexcept {
-    for (std::size_t f = 0; f < width; ++f) {
-      if (!(x[f] == mask_value_)) return true;
-    }
-    return false;
-  }
-
+  /// The `masking` kernel (keras/detail/recurrent_kernels.hpp) over the steps of `x`: `tensors`
+  /// are `x`, the values kept where a step counts and where they go, and the mask (each but `x`
+  /// empty when not wanted).
+  LOADSTAR_DECL void apply(const Tensor<float>& x, std::span<const Tensor<float>> tensors,
+                           const CallContext& ctx) const;
   float mask_value_;
 };
 
@@ -65,19 +61,8 @@ namespace loadstar::keras::layers {
 void Masking::forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
                       const CallContext& ctx) {
   check_inputs(inputs);
-  const Tensor<float> tensors[] = {inputs[0], output};
-  ctx.backend.host_kernel(tensors, [this](std::span<const Tensor<float>> t) {
-    const std::size_t width = t[0].shape()[t[0].rank() - 1], steps = t[0].size() / width;
-    for (std::size_t s = 0; s < steps; ++s) {
-      const float* x = t[0].data() + s * width;
-      float* y = t[1].data() + s * width;
-      if (counts(x, width)) {
-        std::copy(x, x + width, y);
-      } else {
-        std::fill(y, y + width, 0.0F);
-      }
-    }
-  });
+  const Tensor<float> tensors[] = {inputs[0], inputs[0], output};
+  apply(inputs[0], tensors, ctx);
 }
 
 void Masking::backward(std::span<const Tensor<float>> inputs, const Tensor<float>&,
@@ -85,28 +70,23 @@ void Masking::backward(std::span<const Tensor<float>> inputs, const Tensor<float
                        std::span<const Tensor<float>> input_gradients, const CallContext& ctx) {
   if (input_gradients.empty() || input_gradients[0].empty()) return;
   const Tensor<float> tensors[] = {inputs[0], output_gradient, input_gradients[0]};
-  ctx.backend.host_kernel(tensors, [this](std::span<const Tensor<float>> t) {
-    const std::size_t width = t[0].shape()[t[0].rank() - 1], steps = t[0].size() / width;
-    for (std::size_t s = 0; s < steps; ++s) {
-      const float* dy = t[1].data() + s * width;
-      float* dx = t[2].data() + s * width;
-      if (counts(t[0].data() + s * width, width)) {
-        std::copy(dy, dy + width, dx);
-      } else {
-        std::fill(dx, dx + width, 0.0F);
-      }
-    }
-  });
+  apply(inputs[0], tensors, ctx);
 }
 
 void Masking::compute_mask(std::span<const Tensor<float>> inputs, const Tensor<float>& mask,
                            const CallContext& ctx) {
-  const Tensor<float> tensors[] = {inputs[0], mask};
-  ctx.backend.host_kernel(tensors, [this](std::span<const Tensor<float>> t) {
-    const std::size_t width = t[0].shape()[t[0].rank() - 1], steps = t[0].size() / width;
-    for (std::size_t s = 0; s < steps; ++s)
-      t[1].data()[s] = counts(t[0].data() + s * width, width) ? 1.0F : 0.0F;
-  });
+  const Tensor<float> tensors[] = {inputs[0], Tensor<float>(), Tensor<float>(), mask};
+  apply(inputs[0], tensors, ctx);
+}
+
+void Masking::apply(const Tensor<float>& x, std::span<const Tensor<float>> tensors,
+                    const CallContext& ctx) const {
+  keras::detail::RecurrentKernel k;
+  k.op = keras::detail::RecurrentOp::masking;
+  k.width = x.shape()[x.rank() - 1];
+  k.value = mask_value_;
+  const std::size_t steps = k.width == 0 ? 0 : x.size() / k.width;
+  ctx.backend.recurrent_kernel(k, tensors, steps);
 }
 
 nlohmann::json Masking::get_config() const {

@@ -286,11 +286,11 @@ Tensor<float> StackedRNN::cell_mask(const CallContext& ctx, std::size_t i) {
   const Tensor<float> reversed = reversed_mask_.get(ctx.backend, {batch, steps});
   if (i == 1) {
     const Tensor<float> tensors[] = {mask, reversed};
-    ctx.backend.host_kernel(tensors, [&](std::span<const Tensor<float>> t) {
-      for (std::size_t b = 0; b < batch; ++b)
-        for (std::size_t s = 0; s < steps; ++s)
-          t[1].data()[b * steps + s] = t[0].data()[b * steps + steps - 1 - s];
-    });
+    keras::detail::RecurrentKernel k;
+    k.op = keras::detail::RecurrentOp::reverse_steps;
+    k.steps = steps;
+    k.width = 1;
+    ctx.backend.recurrent_kernel(k, tensors, reversed.size());
   }
   return reversed;
 }

@@ -143,6 +143,18 @@ class RecurrentCore {
   void set_dropout(std::optional<std::uint64_t> key) noexcept { dropout_key_ = key; }
 
  private:
+  /// A kernel of this cell's sizes and activations (keras/detail/recurrent_kernels.hpp).
+  keras::detail::RecurrentKernel cell_kernel(keras::detail::RecurrentOp op) const noexcept {
+    keras::detail::RecurrentKernel k;
+    k.op = op;
+    k.activations = activations_;
+    k.batch = batch_;
+    k.steps = steps_;
+    k.units = units_;
+    k.width = gates() * units_;
+    k.reset_after = options_.reset_after;
+    return k;
+  }
   /// Rows `[step * batch, (step + 1) * batch)` of a time-major buffer.
   Tensor<float> step_rows(const Tensor<float>& t, std::size_t step) const {
     return t.slice_rows(step * batch_, (step + 1) * batch_);
@@ -410,33 +422,24 @@ void RecurrentCore::check_weights(std::span<const Variable> weights, std::size_t
 
 void transpose_time(Backend& backend, const Tensor<float>& from, const Tensor<float>& to,
                     std::size_t batch, std::size_t steps, bool reverse, bool to_batch_major) {
-  const std::size_t width = from.size() / (batch * steps);
+  keras::detail::RecurrentKernel k;
+  k.op = keras::detail::RecurrentOp::sequence_order;
+  k.batch = batch;
+  k.steps = steps;
+  k.width = from.size() / (batch * steps);
+  k.reverse = reverse;
+  k.to_batch_major = to_batch_major;
   const Tensor<float> tensors[] = {from, to};
-  backend.host_kernel(tensors, [&](std::span<const Tensor<float>> t) {
-    const float* in = t[0].data();
-    float* out = t[1].data();
-    for (std::size_t b = 0; b < batch; ++b) {
-      for (std::size_t s = 0; s < steps; ++s) {
-        const std::size_t batch_major = (b * steps + (reverse ? steps - 1 - s : s)) * width;
-        const std::size_t time_major = (s * batch + b) * width;
-        const float* source = in + (to_batch_major ? time_major : batch_major);
-        float* target = out + (to_batch_major ? batch_major : time_major);
-        std::copy(source, source + width, target);
-      }
-    }
-  });
+  backend.recurrent_kernel(k, tensors, to.size());
 }
 
 void RecurrentCore::zero_masked_rows(Backend& backend, const Tensor<float>& t, std::size_t first,
                                      std::size_t count) {
   const Tensor<float> tensors[] = {
       mask_.get(backend, {steps_, batch_}).slice_rows(first, first + count), t};
-  const std::size_t width = t.size() / (count * batch_);
-  backend.host_kernel(tensors, [&](std::span<const Tensor<float>> v) {
-    for (std::size_t r = 0; r < count * batch_; ++r) {
-      if (v[0].data()[r] == 0.0F) std::fill_n(v[1].data() + r * width, width, 0.0F);
-    }
-  });
+  keras::detail::RecurrentKernel k = cell_kernel(keras::detail::RecurrentOp::zero_masked);
+  k.width = t.size() / (count * batch_);
+  backend.recurrent_kernel(k, tensors, t.size());
 }
 
 void RecurrentCore::forward(Backend& backend, std::span<const Variable> weights,
@@ -454,16 +457,9 @@ void RecurrentCore::forward(Backend& backend, std::span<const Variable> weights,
       throw ShapeError(label_ + ": takes a mask (batch, timesteps) " + Shape{batch_, steps_}.str() +
                        " but got one of shape " + mask.shape().str());
     }
-    const Tensor<float> tensors[] = {mask, mask_.get(backend, {steps_, batch_})};
-    const bool reverse = options_.go_backwards;
-    backend.host_kernel(tensors, [&](std::span<const Tensor<float>> t) {
-      for (std::size_t b = 0; b < batch_; ++b) {
-        for (std::size_t s = 0; s < steps_; ++s) {
-          t[1].data()[s * batch_ + b] =
-              t[0].data()[b * steps_ + (reverse ? steps_ - 1 - s : s)] != 0.0F ? 1.0F : 0.0F;
-        }
-      }
-    });
+    // Time-major (the kernels test a mask's values against 0).
+    transpose_time(backend, mask, mask_.get(backend, {steps_, batch_}), batch_, steps_,
+                   options_.go_backwards, false);
   }
   const std::size_t u = units_, width = gates() * u, rows = steps_ * batch_;
   const Tensor<float>& kernel = weights[0].value;
@@ -542,23 +538,13 @@ void RecurrentCore::forward(Backend& backend, std::span<const Variable> weights,
     const Tensor<float> z = step_rows(projection, s);
     if (kind_ == CellKind::simple_rnn) {
       recurrent_product(h_prev, s, z, true);
-      const Tensor<float> tensors[] = {z, h};
-      backend.host_kernel(tensors, [&](std::span<const Tensor<float>> t) {
-        for (std::size_t i = 0; i < batch * u; ++i)
-          t[1].data()[i] = keras::detail::simple_rnn_value(t[0].data()[i], a);
-      });
+      // keras/detail/recurrent_formulas.hpp's simple_rnn_value: the activation of `z`.
+      backend.activation_forward(a.activation, z, h);
     } else if (kind_ == CellKind::lstm) {
       recurrent_product(h_prev, s, z, true);
       const Tensor<float> tensors[] = {z, step_rows(carry, s), step_rows(carry, s + 1), h};
-      backend.host_kernel(tensors, [&](std::span<const Tensor<float>> t) {
-        for (std::size_t b = 0; b < batch; ++b) {
-          for (std::size_t j = 0; j < u; ++j) {
-            const std::size_t i = b * u + j;
-            keras::detail::lstm_forward(t[0].data() + b * width, u, j, t[1].data()[i], a,
-                                        t[2].data()[i], t[3].data()[i]);
-          }
-        }
-      });
+      backend.recurrent_kernel(cell_kernel(keras::detail::RecurrentOp::lstm_forward), tensors,
+                               batch * u);
     } else {
       const Tensor<float> rp = step_rows(recurrent_projection, s);
       recurrent_product(h_prev, s, rp, false);
@@ -571,31 +557,14 @@ void RecurrentCore::forward(Backend& backend, std::span<const Variable> weights,
         const Tensor<float> candidate_mask =
             state_masks_ > 0 ? state_masks.slice_rows(2 * batch_, 3 * batch_) : Tensor<float>();
         const Tensor<float> tensors[] = {z, rp, h_prev, q, candidate_mask};
-        backend.host_kernel(tensors, [&](std::span<const Tensor<float>> t) {
-          for (std::size_t b = 0; b < batch; ++b) {
-            for (std::size_t j = 0; j < u; ++j) {
-              const std::size_t i = b * u + j;
-              t[3].data()[i] = keras::detail::gru_reset(t[0].data() + b * width,
-                                                        t[1].data() + b * width, u, j, a) *
-                               t[2].data()[i] * (t[4].empty() ? 1.0F : t[4].data()[i]);
-            }
-          }
-        });
+        backend.recurrent_kernel(cell_kernel(keras::detail::RecurrentOp::gru_reset_hidden), tensors,
+                                 batch * u);
         rq = step_rows(reset_projection, s);
         backend.gemm(q, false, recurrent, false, rq);
       }
-      const bool after = options_.reset_after;
-      const Tensor<float> tensors[] = {z, rp, after ? rp : rq, h_prev, h};
-      backend.host_kernel(tensors, [&](std::span<const Tensor<float>> t) {
-        for (std::size_t b = 0; b < batch; ++b) {
-          for (std::size_t j = 0; j < u; ++j) {
-            const std::size_t i = b * u + j, row = b * width;
-            t[4].data()[i] =
-                keras::detail::gru_forward(t[0].data() + row, t[1].data() + row, t[2].data() + row,
-                                           u, j, t[3].data()[i], after, a);
-          }
-        }
-      });
+      const Tensor<float> tensors[] = {z, rp, options_.reset_after ? rp : rq, h_prev, h};
+      backend.recurrent_kernel(cell_kernel(keras::detail::RecurrentOp::gru_forward), tensors,
+                               batch * u);
     }
     if (masked_) {
       // Keras: a masked step keeps the states of the step before it.
@@ -603,13 +572,8 @@ void RecurrentCore::forward(Backend& backend, std::span<const Variable> weights,
       const Tensor<float> tensors[] = {mask_.get(backend, {steps_, batch_}).slice_rows(s, s + 1),
                                        h_prev, h, lstm ? step_rows(carry, s) : Tensor<float>(),
                                        lstm ? step_rows(carry, s + 1) : Tensor<float>()};
-      backend.host_kernel(tensors, [&](std::span<const Tensor<float>> t) {
-        for (std::size_t b = 0; b < batch; ++b) {
-          if (t[0].data()[b] != 0.0F) continue;
-          std::copy_n(t[1].data() + b * u, u, t[2].data() + b * u);
-          if (lstm) std::copy_n(t[3].data() + b * u, u, t[4].data() + b * u);
-        }
-      });
+      backend.recurrent_kernel(cell_kernel(keras::detail::RecurrentOp::keep_masked), tensors,
+                               batch * u);
     }
   }
   if (options_.return_sequences) {
@@ -617,14 +581,10 @@ void RecurrentCore::forward(Backend& backend, std::span<const Variable> weights,
                    true);
     if (masked_ && options_.zero_output_for_mask) {
       const Tensor<float> tensors[] = {mask_.get(backend, {steps_, batch_}), output};
-      backend.host_kernel(tensors, [&](std::span<const Tensor<float>> t) {
-        for (std::size_t b = 0; b < batch; ++b) {
-          for (std::size_t s = 0; s < steps_; ++s) {
-            if (t[0].data()[s * batch + b] == 0.0F)
-              std::fill_n(t[1].data() + (b * steps_ + s) * u, u, 0.0F);
-          }
-        }
-      });
+      keras::detail::RecurrentKernel k = cell_kernel(keras::detail::RecurrentOp::zero_masked);
+      k.width = u;
+      k.batch_major = true;
+      backend.recurrent_kernel(k, tensors, output.size());
     }
   } else {
     backend.copy(step_rows(hidden, steps_), output);
@@ -735,27 +695,14 @@ void RecurrentCore::backward(Backend& backend, std::span<const Variable> weights
     const Tensor<float> h_prev = step_rows(hidden, s);
     const Tensor<float> z = step_rows(projection, s), dz = step_rows(dprojection, s);
     if (kind_ == CellKind::simple_rnn) {
-      const Tensor<float> tensors[] = {z, step_rows(hidden, s + 1), dh, dz};
-      backend.host_kernel(tensors, [&](std::span<const Tensor<float>> t) {
-        for (std::size_t i = 0; i < batch * u; ++i) {
-          t[3].data()[i] =
-              keras::detail::simple_rnn_gradient(t[0].data()[i], t[1].data()[i], t[2].data()[i], a);
-        }
-      });
+      // simple_rnn_gradient: the activation's gradient at `z`.
+      backend.activation_backward(a.activation, z, step_rows(hidden, s + 1), dh, dz);
       state_gradient(dz, false);
     } else if (kind_ == CellKind::lstm) {
       const Tensor<float> tensors[] = {z, step_rows(carry, s), step_rows(carry, s + 1), dh, dcarry,
                                        dz};
-      backend.host_kernel(tensors, [&](std::span<const Tensor<float>> t) {
-        for (std::size_t b = 0; b < batch; ++b) {
-          for (std::size_t j = 0; j < u; ++j) {
-            const std::size_t i = b * u + j;
-            t[4].data()[i] = keras::detail::lstm_backward(
-                t[0].data() + b * width, u, j, t[1].data()[i], t[2].data()[i], t[3].data()[i],
-                t[4].data()[i], a, t[5].data() + b * width);
-          }
-        }
-      });
+      backend.recurrent_kernel(cell_kernel(keras::detail::RecurrentOp::lstm_backward), tensors,
+                               batch * u);
       state_gradient(dz, false);
     } else {
       const Tensor<float> rp = step_rows(recurrent_projection, s);
@@ -763,52 +710,29 @@ void RecurrentCore::backward(Backend& backend, std::span<const Variable> weights
       const Tensor<float> rq = after ? rp : step_rows(reset_projection, s);
       const Tensor<float> drq = after ? Tensor<float>() : step_rows(dreset, s);
       const Tensor<float> tensors[] = {z, rp, rq, h_prev, dh, dz, drp, drq};
-      backend.host_kernel(tensors, [&](std::span<const Tensor<float>> t) {
-        for (std::size_t b = 0; b < batch; ++b) {
-          for (std::size_t j = 0; j < u; ++j) {
-            const std::size_t i = b * u + j, row = b * width;
-            const float direct = keras::detail::gru_backward(
-                t[0].data() + row, t[1].data() + row, t[2].data() + row, u, j, t[3].data()[i],
-                t[4].data()[i], after, a, t[5].data() + row, t[6].data() + row);
-            t[4].data()[i] = direct;
-            if (!after) {
-              // Only the candidate's block reaches `(r * h_prev) U`.
-              float* d = t[7].data() + row;
-              d[j] = 0.0F;
-              d[u + j] = 0.0F;
-              d[2 * u + j] = t[5].data()[row + 2 * u + j];
-            }
-          }
-        }
-      });
+      backend.recurrent_kernel(cell_kernel(keras::detail::RecurrentOp::gru_backward), tensors,
+                               batch * u);
       if (!after) {
         backend.gemm(drq, false, recurrent, true, dq);
-        if (state_masks_ > 0) {
-          // The gradient of (r * h) before the candidate's mask.
-          const Tensor<float> masked[] = {state_masks.slice_rows(2 * batch_, 3 * batch_), dq};
-          backend.host_kernel(masked, [&](std::span<const Tensor<float>> t) {
-            for (std::size_t i = 0; i < batch * u; ++i)
-              t[1].data()[i] *= t[0].data()[i];
-          });
-        }
-        const Tensor<float> reset_tensors[] = {z, rp, h_prev, dq, dz, drp, dh};
-        backend.host_kernel(reset_tensors, [&](std::span<const Tensor<float>> t) {
-          for (std::size_t b = 0; b < batch; ++b) {
-            for (std::size_t j = 0; j < u; ++j) {
-              const std::size_t i = b * u + j, row = b * width;
-              t[6].data()[i] += keras::detail::gru_backward_reset(
-                  t[0].data() + row, t[1].data() + row, u, j, t[2].data()[i], t[3].data()[i], a,
-                  t[4].data() + row, t[5].data() + row);
-            }
-          }
-        });
+        // The gradient of (r * h), before the candidate's recurrent dropout mask when it has one.
+        const Tensor<float> reset_tensors[] = {
+            z,
+            rp,
+            h_prev,
+            dq,
+            dz,
+            drp,
+            dh,
+            state_masks_ > 0 ? state_masks.slice_rows(2 * batch_, 3 * batch_) : Tensor<float>()};
+        backend.recurrent_kernel(cell_kernel(keras::detail::RecurrentOp::gru_backward_reset),
+                                 reset_tensors, batch * u);
       }
       state_gradient(drp, true);
     }
     if (masked_) {
       // t: the mask, the saved and the current state gradient, dz, the LSTM's saved and current
       // carry gradient, the GRU's recurrent and (reset before) reset projection gradients.
-      const bool lstm = kind_ == CellKind::lstm, gru = kind_ == CellKind::gru;
+      const bool gru = kind_ == CellKind::gru;
       const Tensor<float> tensors[] = {mask_.get(backend, {steps_, batch_}).slice_rows(s, s + 1),
                                        saved_h,
                                        dh,
@@ -817,15 +741,8 @@ void RecurrentCore::backward(Backend& backend, std::span<const Variable> weights
                                        dcarry,
                                        gru ? step_rows(drecurrent, s) : Tensor<float>(),
                                        gru && !after ? step_rows(dreset, s) : Tensor<float>()};
-      backend.host_kernel(tensors, [&](std::span<const Tensor<float>> t) {
-        for (std::size_t b = 0; b < batch; ++b) {
-          if (t[0].data()[b] != 0.0F) continue;
-          std::copy_n(t[1].data() + b * u, u, t[2].data() + b * u);
-          if (lstm) std::copy_n(t[4].data() + b * u, u, t[5].data() + b * u);
-          for (std::size_t i : {3, 6, 7})
-            if (!t[i].empty()) std::fill_n(t[i].data() + b * width, width, 0.0F);
-        }
-      });
+      backend.recurrent_kernel(cell_kernel(keras::detail::RecurrentOp::masked_backward), tensors,
+                               batch * width);
     }
   }
   // What remains is the gradient of the states before the first step: the initial states'.
@@ -880,18 +797,14 @@ void RecurrentCore::draw_dropout_masks(Backend& backend) {
   // Mask `m` of the inputs draws from stream `m + 1` of the key, of the state from `m + 9`.
   const auto draw = [&](const Tensor<float>& masks, std::size_t count, std::size_t first_stream,
                         double rate) {
-    const std::uint64_t key = *dropout_key_;
-    const auto scale = static_cast<float>(1.0 / (1.0 - rate));
-    const std::size_t each = masks.size() / count;
+    keras::detail::RecurrentKernel k;
+    k.op = keras::detail::RecurrentOp::dropout_masks;
+    k.count = count;
+    k.each = masks.size() / count;
+    k.first_stream = first_stream;
+    k.rate = rate;
     const Tensor<float> tensors[] = {masks};
-    backend.host_kernel(tensors, [&](std::span<const Tensor<float>> t) {
-      for (std::size_t m = 0; m < count; ++m) {
-        const std::uint64_t stream = SplitMix64::mix(key ^ SplitMix64::mix(first_stream + m));
-        float* out = t[0].data() + m * each;
-        for (std::size_t i = 0; i < each; ++i)
-          out[i] = keras::detail::dropout_keeps(stream, i, rate) ? scale : 0.0F;
-      }
-    });
+    backend.recurrent_kernel(k, tensors, masks.size(), *dropout_key_);
   };
   if (input_masks_ > 0) {
     draw(input_mask_.get(backend, {input_masks_ * batch_, features_}), input_masks_, 1,
@@ -919,19 +832,13 @@ std::vector<Tensor<float>> RecurrentCore::gate_blocks(Backend& backend, const Te
 void RecurrentCore::apply_masks(Backend& backend, const Tensor<float>& v,
                                 const Tensor<float>& masks, std::size_t count,
                                 const Tensor<float>& dropped) const {
-  const std::size_t n = v.dim(0), d = v.size() / n, batch = batch_;
+  keras::detail::RecurrentKernel k;
+  k.op = keras::detail::RecurrentOp::apply_masks;
+  k.rows = v.dim(0);
+  k.width = v.size() / k.rows;
+  k.batch = batch_;
   const Tensor<float> tensors[] = {v, masks, dropped};
-  backend.host_kernel(tensors, [&](std::span<const Tensor<float>> t) {
-    for (std::size_t m = 0; m < count; ++m) {
-      for (std::size_t r = 0; r < n; ++r) {
-        const float* x = t[0].data() + r * d;
-        const float* mask = t[1].data() + (m * batch + r % batch) * d;
-        float* out = t[2].data() + (m * n + r) * d;
-        for (std::size_t f = 0; f < d; ++f)
-          out[f] = x[f] * mask[f];
-      }
-    }
-  });
+  backend.recurrent_kernel(k, tensors, count * v.size());
 }
 
 void RecurrentCore::grouped_product(Backend& backend, const Tensor<float>& dropped,
@@ -972,20 +879,15 @@ void RecurrentCore::grouped_input_gradient(Backend& backend, const Tensor<float>
       backend.gemm(views[g], false, blocks[g], true, shares.slice_rows(g * n, (g + 1) * n));
     }
   }
-  const std::size_t batch = batch_;
+  keras::detail::RecurrentKernel k;
+  k.op = keras::detail::RecurrentOp::masked_group_sum;
+  k.rows = n;
+  k.width = d;
+  k.batch = batch_;
+  k.count = count;
+  k.accumulate = accumulate;
   const Tensor<float> tensors[] = {shares, masks, dv};
-  backend.host_kernel(tensors, [&](std::span<const Tensor<float>> t) {
-    for (std::size_t r = 0; r < n; ++r) {
-      float* out = t[2].data() + r * d;
-      if (!accumulate) std::fill_n(out, d, 0.0F);
-      for (std::size_t g = 0; g < count; ++g) {
-        const float* share = t[0].data() + (g * n + r) * d;
-        const float* mask = t[1].data() + (g * batch + r % batch) * d;
-        for (std::size_t f = 0; f < d; ++f)
-          out[f] += share[f] * mask[f];
-      }
-    }
-  });
+  backend.recurrent_kernel(k, tensors, n * d);
 }
 
 void RecurrentCore::grouped_weight_gradients(Backend& backend, const Tensor<float>& dropped,
