@@ -489,13 +489,16 @@ TEST_SUITE("keras_layers") {
               ->predict_outputs(std::vector<Tensor<float>>{x, m}, {.verbose = 0})[0],
           out));
     }
-    // A mask of another rank (Keras would broadcast it from the last axis) and another argument.
+    // A mask broadcasts from the last axis, as NumPy's (Keras 3's where): (None, 5) does not
+    // meet (3, 4); (None, 4) does, its batch axis meeting the inputs' 3 rows when a batch comes.
     CHECK_THROWS_WITH_AS(
-        call(std::make_shared<Softmax>(SoftmaxOptions{.name = "s"}), {scores, Input({4}, "short")}),
-        "softmax layer 's': expects a mask of the inputs' rank whose every axis "
-        "is 1 or the inputs' length (inputs (None, 3, 4)) but got a mask of "
-        "shape (None, 4)",
+        call(std::make_shared<Softmax>(SoftmaxOptions{.name = "s"}), {scores, Input({5}, "short")}),
+        "softmax layer 's': expects a mask of at most the inputs' rank whose every axis is 1 or "
+        "the length of the inputs' axis it meets, counted from the last (inputs (None, 3, 4)) but "
+        "got a mask of shape (None, 5)",
         ShapeError);
+    CHECK_NOTHROW(call(std::make_shared<Softmax>(SoftmaxOptions{.name = "lower"}),
+                       {scores, Input({4}, "lower_mask")}));
     // With steps of unknown length, a batch's mask of other lengths is refused when it comes.
     Softmax unknown({.name = "u"});
     const Shape unknown_steps[] = {Shape{loadstar::keras::none, 4},
@@ -506,8 +509,9 @@ TEST_SUITE("keras_layers") {
     const Tensor<float> probabilities(Shape{2, 3, 4});
     const Tensor<float> both[] = {scores_batch, other_mask};
     CHECK_THROWS_WITH_AS(unknown.forward(both, probabilities, {.backend = backend}),
-                         "softmax layer 'u': expects a mask whose every axis is 1 or the inputs' "
-                         "length (inputs (2, 3, 4)) but got one of shape (2, 5, 4)",
+                         "softmax layer 'u': expects a mask of at most the inputs' rank whose "
+                         "every axis is 1 or the length of the inputs' axis it meets, counted from "
+                         "the last (inputs (2, 3, 4)) but got one of shape (2, 5, 4)",
                          ShapeError);
     Softmax softmax({.name = "s"});
     CHECK_THROWS_WITH_AS(softmax.apply_call_kwargs({{"axis", 1}}, "call"),

@@ -246,19 +246,20 @@ TEST_CASE("layers that would use a mask in a way loadstar does not run refuse a 
            "loadstar does not apply in this layer; drop the mask first (mask_zero=False, no "
            "Masking layer) or end it before this layer";
   };
-  CHECK_THROWS_WITH_AS(static_cast<void>(refused([](const KerasTensor& e) {
-                         return call(Softmax({.name = "soft"}), e);
-                       })),
-                       message("softmax layer 'soft'").c_str(), ConfigError);
-  CHECK_THROWS_WITH_AS(static_cast<void>(refused([](const KerasTensor& e) {
-                         return call(TimeDistributed(BatchNormalization(), "td"), e);
-                       })),
-                       message("time_distributed layer 'td'").c_str(), ConfigError);
+  // Softmax given a mask as its second input: Keras's output would carry that mask, of the
+  // inputs' rank, instead of the one attached to the inputs.
+  CHECK_THROWS_WITH_AS(
+      static_cast<void>(refused([](const KerasTensor& e) {
+        return call(std::make_shared<Softmax>(SoftmaxOptions{.name = "soft"}), {e, e});
+      })),
+      message("softmax layer 'soft'").c_str(), ConfigError);
   // A nested model whose inner layer would refuse the mask given to its input refuses it.
   auto features = Input(Shape{5, 4}, "features");
   auto normalizer = std::make_shared<Model>(
       std::vector{features},
-      std::vector{call(TimeDistributed(BatchNormalization(), "inner_td"), features)}, "normalizer");
+      std::vector{call(std::make_shared<Softmax>(SoftmaxOptions{.name = "inner_soft"}),
+                       {features, features})},
+      "normalizer");
   CHECK(ModelLayer(normalizer).mask_flow() == MaskFlow::refused);
   CHECK_THROWS_WITH_AS(
       static_cast<void>(refused([&](const KerasTensor& e) { return call(normalizer, e); })),
@@ -491,6 +492,89 @@ TEST_CASE("a Keras-written Masking and LSTM model skips masked steps wherever th
   for (std::size_t j = 0; j < 32; ++j)
     difference = std::max(difference, std::abs(y.data()[64 + j] - y.data()[j]));
   CHECK(difference > 1e-3F);
+}
+
+// The checked-in reference values of tests/keras/generate_time_distributed_masks.py.
+const json& time_distributed_reference() {
+  static const json data = layer_cases::load("time_distributed_masks.json");
+  return data;
+}
+
+TEST_CASE("TimeDistributed gives a wrapped layer the mask of each step as Keras 3 does") {
+  const json& reference = time_distributed_reference();
+  const Shape shape = layer_cases::shape_of(reference["shape"]);  // batch, sentences, words
+  const auto model_of = [&](const std::string& name) {
+    auto tokens = Input(shape.row_shape(), "tokens");
+    auto e = call(Embedding(12, 4, {.mask_zero = true}), tokens);
+    // td_lstm: each sentence's last unmasked output; td_lstm_pool: the mean of the unmasked
+    // words' outputs.
+    auto h = name == "td_lstm"
+                 ? call(TimeDistributed(LSTM(3), "td"), e)
+                 : call(TimeDistributed(GlobalAveragePooling1D(), "pool"),
+                        call(TimeDistributed(LSTM(3, {.return_sequences = true}), "td"), e));
+    auto out = call(Dense(2), call(Flatten(), h));
+    return std::make_shared<Model>(std::vector{tokens}, std::vector{out}, name);
+  };
+  REQUIRE(reference["cases"].size() == 2);
+  for (const auto& c : reference["cases"]) {
+    INFO(c["name"].get<std::string>());
+    auto model = model_of(c["name"]);
+    std::vector<Tensor<float>> weights;
+    const auto current = model->get_weights();
+    REQUIRE(current.size() == c["weight_order"].size());
+    for (std::size_t i = 0; i < current.size(); ++i) {
+      weights.push_back(layer_cases::tensor_of(
+          c["initial_weights"][c["weight_order"][i].get<std::string>()], current[i].shape()));
+    }
+    model->set_weights(weights);
+    model->compile({.optimizer = optimizers::SGD(
+                        optimizers::SGDOptions{.learning_rate = reference["lr"].get<double>()}),
+                    .loss = "mse"});
+    const Tensor<float> x = layer_cases::tensor_of(c["x"], shape);
+    const Tensor<float> y = layer_cases::tensor_of(c["y"], Shape{shape[0], 2});
+    CHECK(model->train_on_batch(x, y).get("loss").value() ==
+          doctest::Approx(c["loss"].get<double>()).epsilon(1e-5));
+    const auto trained = model->get_weights();
+    for (std::size_t i = 0; i < trained.size(); ++i) {
+      const std::string name = c["weight_order"][i];
+      layer_cases::check_close(name, trained[i], c["final_weights"][name]);
+    }
+    layer_cases::check_close(
+        "prediction", model->predict(layer_cases::tensor_of(c["predict_x"], shape), {.verbose = 0}),
+        c["prediction"]);
+  }
+  // The wrapped layer's own mask of each step: a wrapped LSTM passing it (returning sequences)
+  // passes it on, one ending it ends it, and BatchNormalization (inference) passes it.
+  CHECK(TimeDistributed(LSTM(3, {.return_sequences = true})).mask_flow() == MaskFlow::passes);
+  CHECK(TimeDistributed(LSTM(3)).mask_flow() == MaskFlow::ends);
+  CHECK(TimeDistributed(GlobalAveragePooling1D()).mask_flow() == MaskFlow::ends);
+  CHECK(TimeDistributed(BatchNormalization()).mask_flow() == MaskFlow::passes);
+  CHECK(TimeDistributed(Dense(2)).mask_flow() == MaskFlow::passes);
+  // Embedding's mask (batch, sentences) on (batch, sentences, 4) features: each step's mask
+  // would be (batch), not the (batch, words) a wrapped LSTM reads on steps reshaped to (2, 2).
+  auto sentences = Input(Shape{3}, "sentences");
+  auto e = call(Embedding(12, 4, {.mask_zero = true}), sentences);
+  auto words = call(TimeDistributed(Reshape({2, 2}), "split"), e);
+  Model refusing(std::vector{sentences}, std::vector{call(TimeDistributed(LSTM(3), "td"), words)},
+                 "refusing");
+  CHECK_THROWS_WITH_AS(refusing.predict(Tensor<float>(Shape{2, 3}, 1.0F), {.verbose = 0}),
+                       "time_distributed layer 'td': the wrapped lstm layer reads a mask of its "
+                       "inputs' shape without the last axis, but the mask (2, 3) of inputs (2, 3, "
+                       "2, 2) gives each step one of shape (2,) (Keras 3's mask[:, i]), which it "
+                       "cannot take",
+                       ShapeError);
+  // In inference a wrapped BatchNormalization takes the mask of each step and ignores it.
+  auto features = Input(Shape{3, 4}, "features");
+  auto masked = call(Masking(), features);
+  Model normalized(std::vector{features},
+                   std::vector{call(TimeDistributed(BatchNormalization(), "td_norm"), masked)},
+                   "normalized");
+  const Tensor<float> data = layer_cases::wave(Shape{2, 3, 4}, 1.0F);
+  Model plain(std::vector{features},
+              std::vector{call(TimeDistributed(BatchNormalization(), "plain_norm"), features)},
+              "plain");
+  CHECK(layer_cases::same_bits(normalized.predict(data, {.verbose = 0}),
+                               plain.predict(data, {.verbose = 0})));
 }
 
 }  // namespace masking_test

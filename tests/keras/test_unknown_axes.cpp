@@ -134,12 +134,10 @@ struct RaggedTokens {
 
 TEST_CASE("layers that take unknown lengths refuse them on the axes they need known") {
   // Each names itself and the shape it was given.
-  CHECK_THROWS_WITH_AS(
-      call(TimeDistributed(std::make_shared<Permute>(std::vector<std::size_t>{2, 1})),
-           Input(Shape{none, none, 4})),
-      doctest::Contains("the wrapped permute layer takes no axis of unknown "
-                        "length but the steps of (None, None, None, 4) have one"),
-      ShapeError);
+  CHECK_THROWS_WITH_AS(call(TimeDistributed(PReLU()), Input(Shape{none, none, 4})),
+                       doctest::Contains("layer takes no axis of unknown length but the steps of "
+                                         "(None, None, None, 4) have one"),
+                       ShapeError);
   CHECK_THROWS_WITH_AS(call(LayerNormalization(), Input(Shape{3, none})),
                        doctest::Contains("the axes it normalises must have known lengths but the "),
                        ShapeError);
@@ -270,9 +268,10 @@ TEST_CASE("a tf.keras Sequential text model with batch_input_shape [null, null] 
 
 TEST_CASE("layers that cannot take an axis of unknown length refuse it, naming themselves") {
   auto tokens = Input(Shape{none, 4}, "x");
-  CHECK_THROWS_WITH_AS(call(Permute({2, 1}), tokens),
-                       "permute layer: takes no axis of unknown length (None) but is called on "
-                       "(None, None, 4); give the Input a fixed length",
+  CHECK_THROWS_WITH_AS(call(PReLU(), tokens),
+                       doctest::Contains("layer: takes no axis of unknown length (None) but is "
+                                         "called on (None, None, 4); give the Input a fixed "
+                                         "length"),
                        ShapeError);
   CHECK_THROWS_WITH_AS(call(Dense(3), Input(Shape{4, none})),
                        doctest::Contains("the last axis of its input (the features) must have a "
@@ -294,6 +293,80 @@ TEST_CASE("layers that cannot take an axis of unknown length refuse it, naming t
   Model same(std::vector{seq}, std::vector{call(Dense(1), seq)}, "per_step");
   CHECK(same.predict(Tensor<float>(Shape{3, 5, 2}), {.batch_size = 3, .verbose = 0}).shape() ==
         Shape{3, 5, 1});
+}
+
+// The checked-in reference values of tests/keras/generate_permute_repeat_unknown.py.
+const json& permute_repeat_reference() {
+  static const json data = layer_cases::load("permute_repeat_unknown.json");
+  return data;
+}
+
+/// Sets the reference's initial weights, trains one SGD step per batch of the reference's lengths
+/// and checks every loss, the final weights and the predictions of a batch of another length.
+void check_permute_repeat(Model& model, const json& c) {
+  INFO(c["name"].get<std::string>());
+  const json& reference = permute_repeat_reference();
+  const std::size_t batch = reference["batch"].get<std::size_t>();
+  const auto current = model.get_weights();
+  REQUIRE(current.size() == c["weight_order"].size());
+  std::vector<Tensor<float>> weights;
+  for (std::size_t i = 0; i < current.size(); ++i) {
+    weights.push_back(layer_cases::tensor_of(
+        c["initial_weights"][c["weight_order"][i].get<std::string>()], current[i].shape()));
+  }
+  model.set_weights(weights);
+  model.compile({.optimizer = optimizers::SGD(
+                     optimizers::SGDOptions{.learning_rate = reference["lr"].get<double>()}),
+                 .loss = "mse"});
+  // A sample's shape for a length: (length) or (length, features).
+  const Shape declared = model.inputs()[0].shape();
+  const auto sample = [&](std::size_t length) {
+    std::vector<std::size_t> dims(declared.begin(), declared.end());
+    dims[0] = length;
+    return Shape(dims).prepend(batch);
+  };
+  for (std::size_t step = 0; step < c["batches"].size(); ++step) {
+    const json& b = c["batches"][step];
+    INFO("step ", step, " of length ", b["length"].get<std::size_t>());
+    const Tensor<float> x = layer_cases::tensor_of(b["x"], sample(b["length"]));
+    const Tensor<float> y = layer_cases::tensor_of(b["y"], layer_cases::shape_of(b["y_shape"]));
+    CHECK(model.train_on_batch(x, y).get("loss").value() ==
+          doctest::Approx(c["losses"][step].get<double>()).epsilon(1e-5));
+  }
+  const Tensor<float> predicted = model.predict(
+      layer_cases::tensor_of(c["predict_x"], sample(c["predict_length"])), {.verbose = 0});
+  CHECK(predicted.shape() == layer_cases::shape_of(c["prediction_shape"]));
+  layer_cases::check_close("prediction", predicted, c["prediction"]);
+  const auto trained = model.get_weights();
+  for (std::size_t i = 0; i < trained.size(); ++i) {
+    const std::string name = c["weight_order"][i];
+    layer_cases::check_close(name, trained[i], c["final_weights"][name]);
+  }
+}
+
+TEST_CASE("Permute and RepeatVector settle axes of unknown length per batch") {
+  const json& cases = permute_repeat_reference()["cases"];
+  REQUIRE(cases.size() == 2);
+  {
+    // Softmax over the steps through two Permutes: (None, 3) -> (3, None) -> (None, 3).
+    auto x = Input(Shape{none, 4}, "x");
+    auto h = call(Dense(3, {.activation = "tanh"}), x);
+    auto swapped = call(Permute({2, 1}), h);
+    CHECK(swapped.shape() == Shape{3, none});
+    auto a = call(Permute({2, 1}), call(Softmax(), swapped));
+    auto out = call(Dense(2), call(GlobalAveragePooling1D(), call(Multiply(), {a, h})));
+    Model model(std::vector{x}, std::vector{out}, "permute_attention");
+    check_permute_repeat(model, cases[0]);
+  }
+  {
+    // Input((None,)) -> RepeatVector(3): (3, None), then back to (None, 3).
+    auto x = Input(Shape{none}, "x");
+    auto repeated = call(RepeatVector(3), x);
+    CHECK(repeated.shape() == Shape{3, none});
+    auto out = call(GlobalAveragePooling1D(), call(Dense(2), call(Permute({2, 1}), repeated)));
+    Model model(std::vector{x}, std::vector{out}, "repeat_permute");
+    check_permute_repeat(model, cases[1]);
+  }
 }
 
 TEST_CASE("fit trains on a padded_batch dataset whose batches differ in length") {

@@ -17,7 +17,8 @@ struct PermuteOptions {
 };
 
 /// Keras's `Permute`: `dims` numbers the axes from 1 (axis 0 is the batch), so `Permute({2, 1})`
-/// turns `(batch, a, b)` into `(batch, b, a)`.
+/// turns `(batch, a, b)` into `(batch, b, a)`. Any axis may have an unknown length (`Input({none,
+/// 8})` permuted by `(2, 1)` gives `(8, None)`); each batch's lengths settle the output's.
 /// \code
 /// Permute swap({2, 1});
 /// \endcode
@@ -31,6 +32,8 @@ class Permute : public detail::LayerBase {
   const std::vector<std::size_t>& dims() const noexcept { return dims_; }
 
   LOADSTAR_DECL Shape build(std::span<const Shape> input_shapes, std::uint64_t) override;
+  bool takes_unknown_axes() const noexcept override { return true; }
+  LOADSTAR_DECL Shape output_shape_for(std::span<const Shape> input_shapes) const override;
 
   LOADSTAR_DECL void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
                              const CallContext& ctx) override;
@@ -86,6 +89,13 @@ Shape Permute::build(std::span<const Shape> input_shapes, std::uint64_t) {
   for (std::size_t d : dims_)
     out.push_back(in[d - 1]);
   remember(input_shapes, Shape(out));
+  return Shape(out);
+}
+
+Shape Permute::output_shape_for(std::span<const Shape> input_shapes) const {
+  std::vector<std::size_t> out;
+  for (std::size_t d : dims_)
+    out.push_back(input_shapes[0][d - 1]);
   return Shape(out);
 }
 

@@ -16,7 +16,8 @@ struct RepeatVectorOptions {
 };
 
 /// Keras's `RepeatVector`: `(batch, features)` to `(batch, n, features)`; the gradient is the sum
-/// over the `n` copies.
+/// over the `n` copies. The features may have an unknown length (`Input({none})`, giving `(n,
+/// None)`); each batch's length settles the output's.
 /// \code
 /// RepeatVector repeat(4);
 /// \endcode
@@ -27,6 +28,10 @@ class RepeatVector : public detail::LayerBase {
   std::string class_name() const override { return "RepeatVector"; }
 
   LOADSTAR_DECL Shape build(std::span<const Shape> input_shapes, std::uint64_t) override;
+  bool takes_unknown_axes() const noexcept override { return true; }
+  Shape output_shape_for(std::span<const Shape> input_shapes) const override {
+    return Shape{n_, input_shapes[0][0]};
+  }
 
   LOADSTAR_DECL void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
                              const CallContext& ctx) override;

@@ -10,6 +10,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "loadstar/keras/layers/detail/layer_base.hpp"
 
@@ -23,18 +24,29 @@ namespace loadstar::keras::layers {
 /// inside `TimeDistributed` is refused (inference, with the moving statistics, is the same).
 /// Weights: the wrapped layer's (the same tensors), under their own names; its regularizers and
 /// constraints apply. A mask on the input passes to the output (`MaskFlow`).
+///
+/// A wrapped layer that reads masks (a recurrent layer, `GlobalAveragePooling1D`,
+/// `BatchNormalization`) is given the mask of each step, as Keras 3's `TimeDistributed.call`
+/// passes it `mask[:, i]`: a mask `(batch, time, inner_steps)` (of `Embedding(mask_zero=True)` on
+/// token ids `(batch, sentences, words)`) gives a wrapped `LSTM` the mask `(batch, words)` of
+/// each sentence. A mask without the inputs' last axis alone would give the wrapped layer one it
+/// does not take (Keras 3 fails there too), and is refused by name.
 /// \code
 /// TimeDistributed per_frame(Conv2D(16, 3));  // (batch, frames, h, w, c) -> (batch, frames, ...)
 /// \endcode
 class TimeDistributed : public detail::LayerBase {
  public:
-  /// The output has the input's mask (Keras 3.0 to 3.15); a wrapped layer that would read the
-  /// mask of each step (a recurrent layer, `BatchNormalization`) refuses a masked input.
+  /// The output has the input's mask (Keras 3.0 to 3.15). With a wrapped layer that reads the
+  /// mask of each step: the output has it where the layer passes it (a recurrent layer returning
+  /// sequences), and none where the layer ends it (a recurrent layer's last output,
+  /// `GlobalAveragePooling1D`: Keras 3.16's choice, since the input's mask no longer fits).
   MaskFlow mask_flow() const noexcept override {
     const MaskFlow inner = layer_->mask_flow();
-    return layer_->reads_masks() || inner == MaskFlow::refused ? MaskFlow::refused
-                                                               : MaskFlow::passes;
+    if (inner == MaskFlow::refused) return MaskFlow::refused;
+    if (!layer_->reads_masks()) return MaskFlow::passes;
+    return inner == MaskFlow::passes || inner == MaskFlow::ends ? inner : MaskFlow::refused;
   }
+  bool reads_masks() const noexcept override { return layer_->reads_masks(); }
   /// Throws `ConfigError` for a null layer, a layer with an activity regularizer, and a layer of
   /// several inputs (a merge layer).
   LOADSTAR_DECL explicit TimeDistributed(std::shared_ptr<Layer> layer, std::string name = {});
@@ -69,6 +81,11 @@ class TimeDistributed : public detail::LayerBase {
   /// Points the wrapped layer's variables at this layer's (the model moves these to its
   /// backend's memory, `set_weights` replaces them, `set_trainable` freezes them).
   LOADSTAR_DECL void share_variables();
+  /// The context of the wrapped layer's call: `ctx` with the mask of every step, `(batch * time,
+  /// ...)`, in `masks`. Throws `ShapeError` for a mask that does not have the inputs' rank less
+  /// one.
+  LOADSTAR_DECL CallContext step_context(const Tensor<float>& inputs, const CallContext& ctx,
+                                         Tensor<float>& masks) const;
   /// `t` of shape `(batch, time, ...)` as `(batch * time, ...)`.
   static Tensor<float> merge_steps(const Tensor<float>& t) {
     const Shape step = t.shape().row_shape();
@@ -164,7 +181,35 @@ void TimeDistributed::forward(std::span<const Tensor<float>> inputs, const Tenso
   }
   share_variables();
   const Tensor<float> steps[] = {merge_steps(inputs[0])};
-  layer_->forward(steps, merge_steps(output), ctx);
+  Tensor<float> masks;
+  layer_->forward(steps, merge_steps(output), step_context(inputs[0], ctx, masks));
+}
+
+CallContext TimeDistributed::step_context(const Tensor<float>& inputs, const CallContext& ctx,
+                                          Tensor<float>& masks) const {
+  CallContext inner = ctx;
+  inner.input_masks = {};
+  const Tensor<float> mask = detail::input_mask(ctx, 0);
+  if (mask.empty()) return inner;
+  // Keras 3 hands the wrapped layer mask[:, i], which a layer reading masks takes only as a mask
+  // of its own inputs' shape without their last axis (an LSTM's backend.rnn transposes it as
+  // (batch, steps), GlobalAveragePooling1D expands its axis 2).
+  if (mask.rank() + 1 != inputs.rank()) {
+    std::vector<std::size_t> step_dims{mask.dim(0)};
+    for (std::size_t i = 2; i < mask.rank(); ++i)
+      step_dims.push_back(mask.dim(i));
+    const Shape step_mask(step_dims);
+    throw ShapeError(label() + ": the wrapped " +
+                     keras::detail::to_snake_case(layer_->class_name()) +
+                     " layer reads a mask of its inputs' shape without the last axis, but the "
+                     "mask " +
+                     mask.shape().str() + " of inputs " + inputs.shape().str() +
+                     " gives each step one of shape " + step_mask.str() +
+                     " (Keras 3's mask[:, i]), which it cannot take");
+  }
+  masks = merge_steps(mask);
+  inner.input_masks = std::span<const Tensor<float>>(&masks, 1);
+  return inner;
 }
 
 void TimeDistributed::backward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
@@ -175,7 +220,9 @@ void TimeDistributed::backward(std::span<const Tensor<float>> inputs, const Tens
   const Tensor<float> steps[] = {merge_steps(inputs[0])};
   const bool dx = !input_gradients.empty() && !input_gradients[0].empty();
   const Tensor<float> step_gradients[] = {dx ? merge_steps(input_gradients[0]) : Tensor<float>()};
-  layer_->backward(steps, merge_steps(output), merge_steps(output_gradient), step_gradients, ctx);
+  Tensor<float> masks;
+  layer_->backward(steps, merge_steps(output), merge_steps(output_gradient), step_gradients,
+                   step_context(inputs[0], ctx, masks));
 }
 
 nlohmann::json TimeDistributed::get_config() const {
