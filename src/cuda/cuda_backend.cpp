@@ -824,10 +824,41 @@ std::optional<keras::BadIndex> CudaBackendImpl::gather(const Tensor<float>& indi
     check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
     return keras::BadIndex{position, *value};
   }
-  launched(detail::launch_gather(s, indices.data(), indices.size(), table.data(), table.row_size(),
-                                 out.data()),
+  launched(detail::launch_gather(s, indices.data(), indices.size(), table.data(), table.rows(),
+                                 table.row_size(), out.data()),
            "gather");
   return std::nullopt;
+}
+
+keras::Deferred<std::optional<keras::BadIndex>> CudaBackendImpl::gather_deferred(
+    const Tensor<float>& indices, const Tensor<float>& table, const Tensor<float>& out) {
+  expect("gather", {&indices, &table, &out});
+  if (indices.empty()) return std::optional<keras::BadIndex>();
+  // The first bad index's position (bits, all ones for none) and value go to a result record,
+  // as a row loss's first bad label: read when the step's results are.
+  auto [ring_record, cell] = results_->acquire();
+  double* record = step_result(ring_record);
+  enqueue({detail::word("gather: clear the first bad index"), detail::word(record)},
+          [record](cudaStream_t s) {
+            check(cudaMemsetAsync(record + 1, 0xFF, sizeof(double), s), "cudaMemsetAsync");
+          });
+  // The record's second double holds the position's bits (record_bad_index reads them so).
+  auto* first = reinterpret_cast<unsigned long long*>(record + 1);
+  launch("gather", detail::launch_find_bad_index, indices.data(), indices.size(), table.rows(),
+         first);
+  launch("gather", detail::launch_record_bad_index, indices.data(), record);
+  launch("gather", detail::launch_gather, indices.data(), indices.size(), table.data(),
+         table.rows(), table.row_size(), out.data());
+  return keras::Deferred<std::optional<keras::BadIndex>>(
+      std::function<std::optional<keras::BadIndex>()>(
+          [cell = std::move(cell), ring = std::weak_ptr<detail::ResultRing>(results_)] {
+            const auto& v = detail::ResultRing::values(cell, ring);
+            unsigned long long bad = 0;
+            std::memcpy(&bad, &v[1], sizeof bad);
+            if (bad == ~0ULL) return std::optional<keras::BadIndex>();
+            return std::optional<keras::BadIndex>(
+                keras::BadIndex{static_cast<std::size_t>(bad), static_cast<float>(v[2])});
+          }));
 }
 
 void CudaBackendImpl::copy_rows(const Tensor<float>& source, std::span<const std::size_t> rows,
@@ -856,7 +887,7 @@ void CudaBackendImpl::scatter_add(const Tensor<float>& indices, const Tensor<flo
                                   const Tensor<float>& table_gradient) {
   expect("scatter_add", {&indices, &dy, &table_gradient});
   launch("scatter_add", detail::launch_scatter_add, indices.data(), indices.size(), dy.data(),
-         table_gradient.row_size(), table_gradient.data());
+         table_gradient.rows(), table_gradient.row_size(), table_gradient.data());
 }
 
 void CudaBackendImpl::concatenate(std::span<const Tensor<float>> parts, std::size_t axis,

@@ -929,18 +929,22 @@ cudaError_t launch_gather_rows(cudaStream_t stream, const std::uint64_t* rows, s
       std::copy_n(source + rows[r] * width, width, out + r * width);
   });
 }
+cudaError_t launch_record_bad_index(cudaStream_t stream, const float* indices, double* record) {
+  return submit_kernel(stream, [=] { record_bad_index(indices, record); });
+}
 cudaError_t launch_gather(cudaStream_t stream, const float* indices, std::size_t n,
-                          const float* table, std::size_t width, float* out) {
+                          const float* table, std::size_t rows, std::size_t width, float* out) {
   return submit_kernel(stream, [=] {
     for (std::size_t i = 0; i < n * width; ++i)
-      out[i] = gather_value(indices, table, width, i);
+      out[i] = gather_value(indices, table, rows, width, i);
   });
 }
 cudaError_t launch_scatter_add(cudaStream_t stream, const float* indices, std::size_t n,
-                               const float* dy, std::size_t width, float* table_gradient) {
+                               const float* dy, std::size_t rows, std::size_t width,
+                               float* table_gradient) {
   return submit_kernel(stream, [=] {
     for (std::size_t c = 0; c < width; ++c)
-      scatter_add_column(indices, n, dy, width, table_gradient, c);
+      scatter_add_column(indices, n, dy, rows, width, table_gradient, c);
   });
 }
 cudaError_t launch_clip_scales(cudaStream_t stream, const UpdateTarget* targets, std::size_t count,

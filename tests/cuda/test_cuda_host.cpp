@@ -687,7 +687,7 @@ TEST_SUITE("cuda") {
     CHECK_FALSE(cpu.gather(indices, table, out).has_value());
     std::vector<float> mine(out.size());
     for (std::size_t i = 0; i < mine.size(); ++i)
-      mine[i] = kd::gather_value(indices.data(), table.data(), 3, i);
+      mine[i] = kd::gather_value(indices.data(), table.data(), 5, 3, i);
     check_elements(out, mine);
 
     // The first bad index, as the device finds it (the smallest position that is out of range).
@@ -704,12 +704,23 @@ TEST_SUITE("cuda") {
       if (first) CHECK(expected->position == *first);
     }
 
+    // The value of the first bad index, recorded after its position as the device records it;
+    // a bad index gathers zeros.
+    double record[3] = {0.0, 0.0, 0.0};
+    const unsigned long long position = 3;
+    std::memcpy(&record[1], &position, sizeof position);
+    kd::record_bad_index(indices.data(), record);
+    CHECK(record[2] == -0.5);
+    const float outside[] = {1.0F, 5.0F};
+    CHECK(kd::gather_value(outside, table.data(), 5, 3, 3 + 1) == 0.0F);
+    CHECK(kd::gather_value(outside, table.data(), 5, 3, 1) == table.data()[3 + 1]);
+
     const Tensor<float> dy = random_tensor({6, 3}, 24);
     Tensor<float> gradient = random_tensor({5, 3}, 25);
     Tensor<float> mine_gradient = gradient.clone();
     cpu.scatter_add(indices, dy, gradient);
     for (std::size_t c = 0; c < 3; ++c)
-      kd::scatter_add_column(indices.data(), 6, dy.data(), 3, mine_gradient.data(), c);
+      kd::scatter_add_column(indices.data(), 6, dy.data(), 5, 3, mine_gradient.data(), c);
     check_elements(gradient, mine_gradient);
   }
 

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "loadstar/error.hpp"
+#include "loadstar/keras/backend/deferred.hpp"
 #include "loadstar/keras/detail/fusion_role.hpp"
 #include "loadstar/keras/mixed_precision/policy.hpp"
 #include "loadstar/keras/variable.hpp"
@@ -67,6 +68,10 @@ struct CallContext {
   /// elements is an output nothing reads, whose gradient is zero (as is `output_gradient` then,
   /// for a layer with several outputs whose first nothing reads).
   std::span<const Tensor<float>> extra_output_gradients = {};
+  /// Where a layer leaves a check of its inputs that a device is still running (`Embedding`'s of
+  /// its indices), or null: the model reads them with the step's losses (or, predicting, when the
+  /// step ends), and each throws what it found wrong. A layer given none waits for its check.
+  std::vector<Deferred<bool>>* deferred_checks = nullptr;
 };
 
 /// What becomes of the masks of a layer's inputs (Keras's `supports_masking` and

@@ -859,6 +859,8 @@ class Model {
   RunningMetrics training_, evaluation_;
   Logs training_logs_, evaluation_logs_;
   std::vector<Deferred<double>> output_losses_;
+  /// The checks of the step's inputs a device still runs (`CallContext::deferred_checks`).
+  std::vector<Deferred<bool>> deferred_checks_;
   detail::ErasedBatch step_batch_;
 };
 

@@ -323,6 +323,8 @@ class CudaBackendImpl final : public CudaBackend {
   /// and a wait per call), then gathers.
   std::optional<keras::BadIndex> gather(const Tensor<float>& indices, const Tensor<float>& table,
                                         const Tensor<float>& out) override;
+  keras::Deferred<std::optional<keras::BadIndex>> gather_deferred(
+      const Tensor<float>& indices, const Tensor<float>& table, const Tensor<float>& out) override;
 
   /// Rows from `offset` on: one device-to-device copy. Rows by index: the indices uploaded
   /// (page-locked, in stream order, `rows.size()` 64-bit words), then one gather kernel.

@@ -362,10 +362,14 @@ __global__ void find_bad_index_kernel(const float* indices, std::size_t n, std::
   }
 }
 
-__global__ void gather_kernel(const float* indices, const float* table, std::size_t width,
-                              float* out, std::size_t n) {
+__global__ void record_bad_index_kernel(const float* indices, double* record) {
+  if (blockIdx.x == 0 && threadIdx.x == 0) record_bad_index(indices, record);
+}
+
+__global__ void gather_kernel(const float* indices, const float* table, std::size_t rows,
+                              std::size_t width, float* out, std::size_t n) {
   LOADSTAR_GRID_STRIDE(i, n) {
-    out[i] = gather_value(indices, table, width, i);
+    out[i] = gather_value(indices, table, rows, width, i);
   }
 }
 
@@ -382,9 +386,9 @@ __global__ void gather_rows_kernel(const std::uint64_t* rows, std::size_t count,
 
 /// One thread per column, so that each element's sum runs over the indices in order.
 __global__ void scatter_add_kernel(const float* indices, std::size_t count, const float* dy,
-                                   std::size_t width, float* table_gradient) {
+                                   std::size_t rows, std::size_t width, float* table_gradient) {
   LOADSTAR_GRID_STRIDE(c, width) {
-    scatter_add_column(indices, count, dy, width, table_gradient, c);
+    scatter_add_column(indices, count, dy, rows, width, table_gradient, c);
   }
 }
 
@@ -770,10 +774,14 @@ cudaError_t launch_find_bad_index(cudaStream_t stream, const float* indices, std
   return launch(find_bad_index_kernel, stream, n, indices, n, rows, first);
 }
 
+cudaError_t launch_record_bad_index(cudaStream_t stream, const float* indices, double* record) {
+  return launch(record_bad_index_kernel, stream, 1, indices, record);
+}
+
 cudaError_t launch_gather(cudaStream_t stream, const float* indices, std::size_t n,
-                          const float* table, std::size_t width, float* out) {
+                          const float* table, std::size_t rows, std::size_t width, float* out) {
   const std::size_t total = n * width;
-  return launch(gather_kernel, stream, total, indices, table, width, out, total);
+  return launch(gather_kernel, stream, total, indices, table, rows, width, out, total);
 }
 
 cudaError_t launch_gather_rows(cudaStream_t stream, const std::uint64_t* rows, std::size_t count,
@@ -785,8 +793,9 @@ cudaError_t launch_gather_rows(cudaStream_t stream, const std::uint64_t* rows, s
 }
 
 cudaError_t launch_scatter_add(cudaStream_t stream, const float* indices, std::size_t n,
-                               const float* dy, std::size_t width, float* table_gradient) {
-  return launch(scatter_add_kernel, stream, width, indices, n, dy, width, table_gradient);
+                               const float* dy, std::size_t rows, std::size_t width,
+                               float* table_gradient) {
+  return launch(scatter_add_kernel, stream, width, indices, n, dy, rows, width, table_gradient);
 }
 
 cudaError_t launch_permute(cudaStream_t stream, const float* x, float* y, const PermuteDims& dims,

@@ -99,10 +99,16 @@ cudaError_t launch_find_bad_index(cudaStream_t stream, const float* indices, std
 /// `source`, checked by the caller).
 cudaError_t launch_gather_rows(cudaStream_t stream, const std::uint64_t* rows, std::size_t count,
                                const float* source, std::size_t width, float* out);
+/// `record[2]` = the value of the bad index whose position `launch_find_bad_index` left in
+/// `record[1]`'s bits (`record_bad_index`), one thread.
+cudaError_t launch_record_bad_index(cudaStream_t stream, const float* indices, double* record);
+/// `out[i, :] = table[indices[i], :]` (`table` `rows x width`), zeros for an index outside it.
 cudaError_t launch_gather(cudaStream_t stream, const float* indices, std::size_t n,
-                          const float* table, std::size_t width, float* out);
+                          const float* table, std::size_t rows, std::size_t width, float* out);
+/// `table_gradient[indices[i], :] += dy[i, :]`, skipping an index outside the `rows` rows.
 cudaError_t launch_scatter_add(cudaStream_t stream, const float* indices, std::size_t n,
-                               const float* dy, std::size_t width, float* table_gradient);
+                               const float* dy, std::size_t rows, std::size_t width,
+                               float* table_gradient);
 cudaError_t launch_permute(cudaStream_t stream, const float* x, float* y, const PermuteDims& dims,
                            std::size_t n);
 /// One of the recurrent layers' element-wise kernels over `elements` elements

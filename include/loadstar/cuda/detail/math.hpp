@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "loadstar/config.hpp"
 #include "loadstar/cuda/detail/step_math.hpp"
@@ -631,21 +632,35 @@ LOADSTAR_HOST_DEVICE inline void global_pool_backward_line(const float* x, bool 
 
 // --- Indexing and layout -------------------------------------------------------------------------
 
-/// Element `i` of gather's output: row `indices[i / width]` of `table` (cast toward zero).
+/// Element `i` of gather's output: row `indices[i / width]` of `table` (`rows` rows; cast toward
+/// zero), or 0 for an index outside it (which the check of the indices reports).
 LOADSTAR_HOST_DEVICE inline float gather_value(const float* indices, const float* table,
-                                               std::size_t width, std::size_t i) noexcept {
-  const auto row = static_cast<std::size_t>(indices[i / width]);
-  return table[row * width + i % width];
+                                               std::size_t rows, std::size_t width,
+                                               std::size_t i) noexcept {
+  const float index = indices[i / width];
+  if (!index_in_range(index, rows)) return 0.0F;
+  return table[static_cast<std::size_t>(index) * width + i % width];
 }
 
-/// Column `c` of scatter_add: the rows' gradients added over the indices in order, as on the CPU.
+/// Column `c` of scatter_add: the rows' gradients added over the indices in order, as on the CPU
+/// (an index outside the table's `rows` rows adds nothing).
 LOADSTAR_HOST_DEVICE inline void scatter_add_column(const float* indices, std::size_t count,
-                                                    const float* dy, std::size_t width,
-                                                    float* table_gradient, std::size_t c) noexcept {
+                                                    const float* dy, std::size_t rows,
+                                                    std::size_t width, float* table_gradient,
+                                                    std::size_t c) noexcept {
   for (std::size_t i = 0; i < count; ++i) {
+    if (!index_in_range(indices[i], rows)) continue;
     const auto row = static_cast<std::size_t>(indices[i]);
     table_gradient[row * width + c] += dy[i * width + c];
   }
+}
+
+/// After the search for the first bad index (its position's bits in `record[1]`, all ones when
+/// none): `record[2]` = that index's value, as the row loss's record of a bad label.
+LOADSTAR_HOST_DEVICE inline void record_bad_index(const float* indices, double* record) noexcept {
+  unsigned long long first = 0;
+  memcpy(&first, record + 1, sizeof first);
+  record[2] = first == ~0ULL ? 0.0 : static_cast<double>(indices[first]);
 }
 
 /// The input offset that output element `i` of a permutation reads.

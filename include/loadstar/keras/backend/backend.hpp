@@ -510,7 +510,16 @@ class Backend {
   /// that the caller reports it without reading `indices` on the host.
   virtual std::optional<BadIndex> gather(const Tensor<float>& indices, const Tensor<float>& table,
                                          const Tensor<float>& out) = 0;
-  /// `table_gradient[indices[i], :] += dy[i, :]` (indices already validated by `gather`).
+  /// `gather` whose check of the indices a device may still be running when this returns, so
+  /// that the step need not wait for it: the first bad index when read (`Deferred::get`), and
+  /// meanwhile zeros in `out` for the bad indices' rows. The default is `gather`'s, known at once.
+  virtual Deferred<std::optional<BadIndex>> gather_deferred(const Tensor<float>& indices,
+                                                            const Tensor<float>& table,
+                                                            const Tensor<float>& out) {
+    return gather(indices, table, out);
+  }
+  /// `table_gradient[indices[i], :] += dy[i, :]` (indices checked by `gather`; a device backend
+  /// skips an index outside the table, whose error `gather_deferred` reports).
   virtual void scatter_add(const Tensor<float>& indices, const Tensor<float>& dy,
                            const Tensor<float>& table_gradient) = 0;
   /// Concatenates `parts` along `axis` into `out`.

@@ -65,6 +65,9 @@ class Embedding : public detail::LayerBase {
   LOADSTAR_DECL static std::shared_ptr<Layer> from_config(const nlohmann::json& config);
 
  private:
+  /// The error of an index outside the table of layer `label`.
+  LOADSTAR_DECL static std::string bad_index_message(const std::string& label, const BadIndex& bad,
+                                                     std::size_t input_dim);
   Tensor<float> rows(const Tensor<float>& t) const {
     return t.reshape({t.size() / output_dim_, output_dim_});
   }
@@ -106,16 +109,28 @@ Shape Embedding::build(std::span<const Shape> input_shapes, std::uint64_t seed) 
 void Embedding::forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
                         const CallContext& ctx) {
   check_inputs(inputs);
-  const auto bad = ctx.backend.gather(inputs[0], weights_[0].value, rows(output));
-  if (bad) {
-    const float index = bad->value;
-    const std::string shown = std::isfinite(index) && std::trunc(index) == index
-                                  ? std::to_string(static_cast<long long>(index))
-                                  : std::to_string(index);
-    throw ConfigError(label() + ": index " + shown + " at position " +
-                      std::to_string(bad->position) + " is outside [0, input_dim) with input_dim " +
-                      std::to_string(input_dim_));
+  const auto bad = ctx.backend.gather_deferred(inputs[0], weights_[0].value, rows(output));
+  // A device still checking the indices: the model reads the check with the step's results.
+  if (!bad.ready() && ctx.deferred_checks != nullptr) {
+    ctx.deferred_checks->push_back(
+        bad.then([label = label(), input_dim = input_dim_](const std::optional<BadIndex>& found) {
+          if (found) throw ConfigError(bad_index_message(label, *found, input_dim));
+          return true;
+        }));
+    return;
   }
+  if (const auto& found = bad.get())
+    throw ConfigError(bad_index_message(label(), *found, input_dim_));
+}
+
+std::string Embedding::bad_index_message(const std::string& label, const BadIndex& bad,
+                                         std::size_t input_dim) {
+  const float index = bad.value;
+  const std::string shown = std::isfinite(index) && std::trunc(index) == index
+                                ? std::to_string(static_cast<long long>(index))
+                                : std::to_string(index);
+  return label + ": index " + shown + " at position " + std::to_string(bad.position) +
+         " is outside [0, input_dim) with input_dim " + std::to_string(input_dim);
 }
 
 void Embedding::compute_mask(std::span<const Tensor<float>> inputs, const Tensor<float>& mask,

@@ -14,6 +14,8 @@ LOADSTAR_DECL void Model::forward(bool training, std::uint64_t seed) {
   CallContext ctx{backend(), training, seed,
                   optimizer_ ? static_cast<std::uint64_t>(optimizer_->iterations()) : 0};
   if (training) ctx.relu_fusion = &fusion;
+  deferred_checks_.clear();
+  ctx.deferred_checks = &deferred_checks_;
   mixed_.update(backend(), layers_, nodes_, name_);
   mixed_.round_inputs_and_weights(backend(), nodes_);
   for (std::size_t k = 0; k < nodes_.size(); ++k) {
@@ -95,6 +97,15 @@ LOADSTAR_DECL Deferred<double> Model::compute_losses(bool gradients) {
     const bool masked = o < mask_loss_weights_.size() && !mask_loss_weights_[o].empty();
     output_losses_[o] = losses_[o]->compute_deferred(
         backend(), targets_[o], outputs_[o], masked ? &mask_loss_weights_[o] : weights, gradient);
+    if (!deferred_checks_.empty()) {
+      // The layers' checks a device still runs (an index outside an Embedding) throw first.
+      output_losses_[o] = Deferred<double>(
+          std::function<double()>([loss = output_losses_[o], checks = deferred_checks_] {
+            for (const auto& check : checks)
+              check.get();
+            return loss.get();
+          }));
+    }
     known = known && output_losses_[o].ready();
     const auto weight = static_cast<float>(loss_weights_[o]);
     if (gradients && node.layer) {
@@ -280,6 +291,9 @@ LOADSTAR_DECL const std::vector<Tensor<float>>& Model::predict_step(const BatchV
   forward(false, detail::global_seed());
   mixed_.restore_weights(backend());
   step.end();
+  // Predictions are read at once: so are the layers' checks.
+  for (const auto& check : deferred_checks_)
+    check.get();
   return outputs_;
 }
 
