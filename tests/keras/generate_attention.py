@@ -364,5 +364,175 @@ cases.append(softmax_mask_case("softmax_mask", (2, 3, 5), (2, 3, 5), -1))
 cases.append(softmax_mask_case("softmax_mask_broadcast_rows", (2, 4, 3), (2, 1, 3), -1))
 cases.append(softmax_mask_case("softmax_mask_axis_1", (2, 4, 3), (2, 4, 1), 1))
 
+
+# --- MultiHeadAttention over other attention_axes (appended: earlier values stay as they were) --
+
+STEP_LETTERS, KEY_LETTERS = "ijklm", "pqrst"
+
+
+def mha_axes(w, q_in, v_in, k_in, heads, key_dim, value_dim, axes, use_bias, causal=False,
+             mask=None):
+    """Keras's MultiHeadAttention with `attention_axes`, written as einsums over named axes:
+    the projections are (batch, steps..., heads, dim); the scores are (batch, axes not attended
+    (in order), heads, the query's attended axes, the key's attended axes (both in the order of
+    `attention_axes`)); the softmax runs jointly over the key's attended axes; `mask` has the
+    scores' shape without the heads (0: -1e9 added to the score); the causal mask (one attended
+    axis) keeps key step j for query step i when j <= i. Returns the output and the scores."""
+    rank = q_in.dim()
+    attended = [a if a >= 0 else rank + a for a in axes]
+    steps = range(1, rank - 1)
+    others = [i for i in steps if i not in attended]
+
+    def project(x, name, dim):
+        kernel = w[name + "/kernel"]
+        bias = w[name + "/bias"].reshape(-1) if use_bias else None
+        y = F.linear(x, kernel.reshape(kernel.shape[0], -1).T, bias)
+        return y.reshape(*x.shape[:-1], heads, dim)
+
+    q, k, v = project(q_in, "query", key_dim), project(k_in, "key", key_dim), project(
+        v_in, "value", value_dim)
+    q_str = "b" + "".join(STEP_LETTERS[i - 1] for i in steps) + "nh"
+    k_str = "b" + "".join(KEY_LETTERS[i - 1] if i in attended else STEP_LETTERS[i - 1]
+                          for i in steps) + "nh"
+    s_str = ("b" + "".join(STEP_LETTERS[i - 1] for i in others) + "n" +
+             "".join(STEP_LETTERS[i - 1] for i in attended) +
+             "".join(KEY_LETTERS[i - 1] for i in attended))
+    scores = torch.einsum(f"{q_str},{k_str}->{s_str}", q, k) / math.sqrt(key_dim)
+    if mask is not None:
+        scores = scores + (1.0 - mask.unsqueeze(1 + len(others))) * -1e9
+    n = len(attended)
+    shape = scores.shape
+    flat = scores.reshape(*shape[:-2 * n], math.prod(shape[-2 * n:-n]), math.prod(shape[-n:]))
+    if causal:
+        assert n == 1
+        keep = torch.ones(flat.shape[-2], flat.shape[-1], dtype=torch.bool).tril()
+        flat = flat.masked_fill(~keep, float("-inf"))
+    p = torch.softmax(flat, dim=-1).reshape(shape)
+    o = torch.einsum(f"{s_str},{k_str}->{q_str}", p, v).reshape(*q_in.shape[:-1],
+                                                                heads * value_dim)
+    kernel = w["attention_output/kernel"]
+    y = F.linear(o, kernel.reshape(heads * value_dim, -1).T,
+                 w["attention_output/bias"] if use_bias else None)
+    return y, p
+
+
+def check_mha_axes():
+    """The einsum formulas against the flattened attention above, run on each slice along the
+    axes not attended (attention_axes (2,) and (1,), the causal mask with (1,)), and against it
+    directly for the default axes."""
+    heads, key_dim = 2, 3
+    w = mha_weights(4, 4, 4, heads, key_dim, key_dim, 4, True)
+    q, v = rnd(2, 3, 5, 4), rnd(2, 3, 6, 4)
+    y, _ = mha_axes(w, q, v, v, heads, key_dim, key_dim, (2,), True)
+    for t in range(3):
+        ref = mha(w, q[:, t], v[:, t], v[:, t], heads, key_dim, key_dim, True, False)
+        assert torch.allclose(y[:, t], ref, atol=1e-12), "attention_axes (2,) disagrees"
+    q, v = rnd(2, 5, 3, 4), rnd(2, 5, 3, 4)
+    for causal in (False, True):
+        y, _ = mha_axes(w, q, v, v, heads, key_dim, key_dim, (-3,), True, causal)
+        for s in range(3):
+            ref = mha(w, q[:, :, s], v[:, :, s], v[:, :, s], heads, key_dim, key_dim, True, causal)
+            assert torch.allclose(y[:, :, s], ref, atol=1e-12), "attention_axes (1,) disagrees"
+    q, v = rnd(2, 2, 3, 4), rnd(2, 3, 2, 4)
+    y, _ = mha_axes(w, q, v, v, heads, key_dim, key_dim, (1, 2), True)
+    ref = mha(w, q, v, v, heads, key_dim, key_dim, True, False)
+    assert torch.allclose(y, ref, atol=1e-12), "the default attention_axes disagree"
+
+
+def mha_axes_case(name, heads, key_dim, axes, q_shape, v_shape, k_shape=None, value_dim=None,
+                  output_shape=None, use_bias=True, causal=False, mask=False, scores=False):
+    """A MultiHeadAttention case over `axes`; with `mask`, Keras's attention_mask (the scores'
+    shape without the heads, every row keeping one key position) is the call's last input; with
+    `scores`, the call returns the attention scores too, and the loss adds sum(scores * gs)
+    (`scores`, `scores_shape`, `scores_upstream`)."""
+    value_dim = value_dim or key_dim
+    q_in = rnd(*q_shape, scale=1.5).requires_grad_()
+    v_in = rnd(*v_shape, scale=1.5).requires_grad_()
+    k_in = rnd(*k_shape, scale=1.5).requires_grad_() if k_shape else v_in
+    inputs = [q_in, v_in] + ([k_in] if k_shape else [])
+    out = output_shape or q_shape[-1]
+    w = mha_weights(q_shape[-1], k_in.shape[-1], v_in.shape[-1], heads, key_dim, value_dim, out,
+                    use_bias)
+    for t in w.values():
+        t.requires_grad_()
+    attention_mask = None
+    if mask:
+        rank = len(q_shape)
+        attended = [a if a >= 0 else rank + a for a in axes]
+        others = [i for i in range(1, rank - 1) if i not in attended]
+        mask_shape = ([q_shape[0]] + [q_shape[i] for i in others] +
+                      [q_shape[i] for i in attended] + [v_shape[i] for i in attended])
+        attention_mask = (torch.rand(*mask_shape) < 0.6).to(DT)
+        n = len(attended)
+        rows = attention_mask.view(*mask_shape[:-2 * n], -1, math.prod(mask_shape[-n:]))
+        rows[..., 0] = 1.0
+    y, p = mha_axes(w, q_in, v_in, k_in, heads, key_dim, value_dim, axes, use_bias, causal,
+                    attention_mask)
+    config = {"num_heads": heads, "key_dim": key_dim, "value_dim": value_dim, "dropout": 0.0,
+              "use_bias": use_bias, "output_shape": [output_shape] if output_shape else None,
+              "attention_axes": list(axes)}
+    kwargs = {"use_causal_mask": True} if causal else {}
+    grads = [True] * len(inputs)
+    if mask:
+        inputs.append(attention_mask)
+        grads.append(False)
+        kwargs["attention_mask"] = ["mask", 0, 0]
+    if not scores:
+        return finish(name, "MultiHeadAttention", config, inputs, grads, w, y, kwargs)
+    gs = rnd(*p.shape)
+    c = finish(name, "MultiHeadAttention", config, inputs, grads, w,
+               MhaWithScores.apply(y, p, gs), kwargs)
+    c["call_kwargs"]["return_attention_scores"] = True
+    c["output_shape"] = list(y.shape)
+    c["output"] = flat(y)
+    c["scores_shape"] = list(p.shape)
+    c["scores"] = flat(p)
+    c["scores_upstream"] = flat(gs)
+    return c
+
+
+class MhaWithScores(torch.autograd.Function):
+    """Passes the output through while the backward also sends `gs` into the scores: the loss
+    sum(y * g) + sum(scores * gs) with one upstream `g` for `finish`."""
+
+    @staticmethod
+    def forward(ctx, y, p, gs):
+        ctx.save_for_backward(gs)
+        return y.detach().clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        (gs,) = ctx.saved_tensors
+        return g, gs, None
+
+
+check_mha_axes()
+# A list of their own, so that "cases" keeps the 17 cases the CUDA test counts.
+axes_cases = [
+    mha_axes_case("mha_axes_2", 2, 3, (2,), (2, 3, 4, 5), (2, 3, 6, 4), k_shape=(2, 3, 6, 7),
+                  value_dim=2, output_shape=3),
+    mha_axes_case("mha_axes_1_negative", 2, 2, (-3,), (2, 4, 3, 5), (2, 5, 3, 6)),
+    mha_axes_case("mha_axes_1_causal", 2, 3, (1,), (2, 4, 3, 5), (2, 4, 3, 5), use_bias=False,
+                  causal=True),
+    mha_axes_case("mha_axes_23_rank5", 2, 2, (2, 3), (2, 2, 3, 2, 4), (2, 2, 2, 3, 5),
+                  value_dim=3),
+    mha_axes_case("mha_axes_31_rank5", 1, 3, (3, 1), (2, 3, 2, 2, 4), (2, 2, 2, 3, 4)),
+    mha_axes_case("mha_axes_2_mask", 2, 3, (2,), (2, 3, 4, 5), (2, 3, 5, 5), mask=True),
+    mha_axes_case("mha_axes_1_mask_causal", 2, 2, (1,), (2, 4, 2, 3), (2, 4, 2, 3), mask=True,
+                  causal=True),
+]
+
+# The cases that return the attention scores, which run_case does not read.
+scores_cases = [
+    mha_axes_case("mha_scores_axes_2", 2, 3, (2,), (2, 3, 4, 5), (2, 3, 6, 4), scores=True),
+    mha_axes_case("mha_scores_axes_31_rank5", 2, 2, (3, 1), (2, 3, 2, 2, 4), (2, 2, 2, 3, 4),
+                  k_shape=(2, 2, 2, 3, 3), scores=True),
+    mha_axes_case("mha_scores_default_rank4", 2, 2, (1, 2), (2, 2, 3, 4), (2, 3, 2, 4),
+                  value_dim=3, scores=True),
+    mha_axes_case("mha_scores_axes_1_mask", 1, 3, (1,), (2, 4, 3, 4), (2, 5, 3, 4), mask=True,
+                  scores=True),
+]
+
 with open(os.path.join(HERE, "reference", "attention.json"), "w") as f:
-    json.dump({"cases": cases}, f, separators=(",", ":"))
+    json.dump({"cases": cases, "axes_cases": axes_cases, "scores_cases": scores_cases}, f,
+              separators=(",", ":"))

@@ -16,6 +16,7 @@
 #include <loadstar/keras/saving/saving.hpp>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,61 @@ json legacy_mha_model(const json& config, const json& kwargs) {
 
 json mha_config() {
   return {{"name", "mha"}, {"num_heads", 2}, {"key_dim", 3}};
+}
+
+/// Runs a reference case of MultiHeadAttention returning its attention scores: the output and
+/// the scores, then the gradients of sum(output * upstream) + sum(scores * scores_upstream).
+void run_scores_case(const json& c, Backend& backend) {
+  const std::string name = c["name"];
+  INFO("case ", name, " with ", backend.threads(), " threads");
+  json config = c["config"];
+  config["name"] = name;
+  auto layer = LayerRegistry::instance().create("MultiHeadAttention", config);
+  dynamic_cast<loadstar::keras::detail::CallArguments&>(*layer).apply_call_kwargs(c["call_kwargs"],
+                                                                                  name);
+  REQUIRE(layer->output_count() == 2);
+  std::vector<Shape> batch_shapes, sample_shapes;
+  for (const auto& shape : c["input_shapes"]) {
+    batch_shapes.push_back(layer_cases::shape_of(shape));
+    sample_shapes.push_back(batch_shapes.back().row_shape());
+  }
+  const Shape output_shape = layer_cases::shape_of(c["output_shape"]);
+  const Shape scores_shape = layer_cases::shape_of(c["scores_shape"]);
+  CHECK(layer->build(sample_shapes, 7) == output_shape.row_shape());
+  CHECK(layer->extra_output_shapes(sample_shapes) == std::vector<Shape>{scores_shape.row_shape()});
+  for (auto& w : layer->weights()) {
+    REQUIRE(c["weights"].contains(w.name));
+    w.value = backend.from_host(layer_cases::tensor_of(c["weights"][w.name], w.value.shape()));
+    w.gradient = backend.allocate(w.gradient.shape());
+  }
+  std::vector<Tensor<float>> inputs, input_gradients;
+  for (std::size_t i = 0; i < batch_shapes.size(); ++i) {
+    inputs.push_back(backend.from_host(layer_cases::tensor_of(c["inputs"][i], batch_shapes[i])));
+    input_gradients.push_back(
+        c["input_gradients"][i].is_null() ? Tensor<float>() : backend.allocate(batch_shapes[i]));
+  }
+  const Tensor<float> output = backend.allocate(output_shape);
+  const Tensor<float> scores[] = {backend.allocate(scores_shape)};
+  const Tensor<float> scores_upstream[] = {
+      backend.from_host(layer_cases::tensor_of(c["scores_upstream"], scores_shape))};
+  const CallContext ctx{.backend = backend,
+                        .training = true,
+                        .extra_outputs = scores,
+                        .extra_output_gradients = scores_upstream};
+  layer->forward(inputs, output, ctx);
+  layer_cases::check_close("output", backend.to_host(output), c["output"]);
+  layer_cases::check_close("scores", backend.to_host(scores[0]), c["scores"]);
+  const Tensor<float> upstream =
+      backend.from_host(layer_cases::tensor_of(c["upstream"], output_shape));
+  layer->backward(inputs, output, upstream, input_gradients, ctx);
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    if (!c["input_gradients"][i].is_null())
+      layer_cases::check_close("gradient of input " + std::to_string(i),
+                               backend.to_host(input_gradients[i]), c["input_gradients"][i]);
+  }
+  for (const auto& w : layer->weights())
+    layer_cases::check_close("gradient of " + w.name, backend.to_host(w.gradient),
+                             c["weight_gradients"][w.name]);
 }
 
 }  // namespace
@@ -206,15 +262,70 @@ TEST_SUITE("keras_layers") {
         doctest::Contains("dropout"), ConfigError);
     CHECK_THROWS_WITH_AS(create("Attention", {{"score_mode", "general"}}),
                          doctest::Contains("score_mode"), ConfigError);
-    auto axes =
-        create("MultiHeadAttention",
-               {{"name", "axes"}, {"num_heads", 1}, {"key_dim", 2}, {"attention_axes", {2}}});
     const std::vector<Shape> rank3{Shape{2, 3, 4}, Shape{2, 3, 4}};
+    // Axes that are no step axis of the inputs (the batch, the features, one named twice).
+    for (const json& given : {json{3}, json{0}, json{-1}, json{2, -2}}) {
+      INFO(given.dump());
+      auto wrong =
+          create("MultiHeadAttention",
+                 {{"name", "axes"}, {"num_heads", 1}, {"key_dim", 2}, {"attention_axes", given}});
+      CHECK_THROWS_WITH_AS(wrong->build(rank3, 1),
+                           doctest::Contains(") must be distinct axes between the batch and the "
+                                             "features of inputs (None, 2, 3, 4) (1 to 2, or -3 "
+                                             "to -2)"),
+                           ConfigError);
+    }
+    auto axes = create("MultiHeadAttention",
+                       {{"name", "axes"}, {"num_heads", 1}, {"key_dim", 2}, {"attention_axes", 3}});
     CHECK_THROWS_WITH_AS(axes->build(rank3, 1),
-                         "multi_head_attention layer 'axes': attention_axes (2) must be every axis "
-                         "but the batch and the features of inputs (None, 2, 3, 4) (Keras's "
-                         "default); loadstar attends over no other axes",
+                         "multi_head_attention layer 'axes': attention_axes (3) must be distinct "
+                         "axes between the batch and the features of inputs (None, 2, 3, 4) (1 to "
+                         "2, or -3 to -2)",
                          ConfigError);
+    // The axes not attended are batch axes: the query and the value must agree on them.
+    auto over_s = create("MultiHeadAttention",
+                         {{"name", "s"}, {"num_heads", 1}, {"key_dim", 2}, {"attention_axes", 2}});
+    const std::vector<Shape> other_t{Shape{2, 3, 4}, Shape{5, 3, 4}};
+    CHECK_THROWS_WITH_AS(over_s->build(other_t, 1),
+                         "multi_head_attention layer 's': expects a query and a value of the same "
+                         "lengths along the axes not attended (attention_axes (2)) but got (None, "
+                         "2, 3, 4) and (None, 5, 3, 4)",
+                         ShapeError);
+    const std::vector<Shape> other_s{Shape{2, 3, 4}, Shape{2, 5, 4}};
+    CHECK(over_s->build(other_s, 1) == Shape{2, 3, 4});
+    // Keras's causal mask runs along the first step axis: attention over it alone.
+    for (const json& given : {json{2}, json{1, 2}, json(nullptr)}) {
+      INFO(given.dump());
+      auto causal =
+          create("MultiHeadAttention",
+                 {{"name", "c"}, {"num_heads", 1}, {"key_dim", 2}, {"attention_axes", given}});
+      dynamic_cast<loadstar::keras::detail::CallArguments&>(*causal).apply_call_kwargs(
+          {{"use_causal_mask", true}}, "call");
+      CHECK_THROWS_WITH_AS(causal->build(rank3, 1),
+                           doctest::Contains("multi_head_attention layer 'c': use_causal_mask "
+                                             "expects attention over the first step axis alone "
+                                             "(inputs (None, steps, features), or attention_axes "
+                                             "(1)) but the query is (None, 2, 3, 4) with "),
+                           ShapeError);
+    }
+    auto causal_t =
+        create("MultiHeadAttention",
+               {{"num_heads", 1}, {"key_dim", 2}, {"attention_axes", {-3}}, {"name", "t"}});
+    dynamic_cast<loadstar::keras::detail::CallArguments&>(*causal_t).apply_call_kwargs(
+        {{"use_causal_mask", true}}, "call");
+    CHECK(causal_t->build(rank3, 1) == Shape{2, 3, 4});
+    // The attention mask has the scores' shape without the heads.
+    auto masked = create("MultiHeadAttention",
+                         {{"name", "m"}, {"num_heads", 1}, {"key_dim", 2}, {"attention_axes", 2}});
+    dynamic_cast<loadstar::keras::detail::CallArguments&>(*masked).apply_call_kwargs(
+        {{"attention_mask", {"mask", 0, 0}}}, "call");
+    const std::vector<Shape> wrong_mask{Shape{2, 3, 4}, Shape{2, 5, 4}, Shape{3, 5}};
+    CHECK_THROWS_WITH_AS(masked->build(wrong_mask, 1),
+                         "multi_head_attention layer 'm': expects an attention mask (None, 2, 3, "
+                         "5) (the scores' shape without the heads: the axes not attended, the "
+                         "query's attended axes, the value's) for the query (None, 2, 3, 4) and "
+                         "the value (None, 2, 5, 4) with attention_axes (2) but got (None, 3, 5)",
+                         ShapeError);
     // The default axes spelled out, negative ones included, are accepted.
     auto spelled = create("MultiHeadAttention",
                           {{"num_heads", 1}, {"key_dim", 2}, {"attention_axes", {-3, 2}}});
@@ -672,5 +783,264 @@ TEST_SUITE("keras_layers") {
     model.fit(inputs, labels, {.epochs = 30, .batch_size = 32, .verbose = 0});
     const double accuracy = model.evaluate(inputs, labels, {.verbose = 0}).get("accuracy").value();
     CHECK(accuracy > 0.95);
+  }
+
+  TEST_CASE("MultiHeadAttention over other attention_axes matches the PyTorch reference values") {
+    // attention_axes (2) and (-3) on (None, T, S, features), (1) with the causal mask and with an
+    // attention mask, (2, 3) and (3, 1) on rank-5 inputs.
+    REQUIRE(attention_reference()["axes_cases"].size() >= 7);
+    for (std::size_t threads : {1, 3}) {
+      CpuBackend backend(threads);
+      for (const auto& c : attention_reference()["axes_cases"])
+        layer_cases::run_case(c, backend);
+    }
+  }
+
+  TEST_CASE("MultiHeadAttention returns the scores of other attention_axes as PyTorch does") {
+    REQUIRE(attention_reference()["scores_cases"].size() >= 4);
+    for (std::size_t threads : {1, 3}) {
+      CpuBackend backend(threads);
+      for (const auto& c : attention_reference()["scores_cases"])
+        run_scores_case(c, backend);
+    }
+  }
+
+  TEST_CASE("MultiHeadAttention over other attention_axes saves loads and prints in Keras's way") {
+    // Attention over S for each T, returning its scores, then over T for each S with the causal
+    // mask (attention_axes -3, the first step axis of (None, T, S, features)).
+    auto x = Input({3, 4, 5}, "x");
+    auto over_s = std::make_shared<MultiHeadAttention>(
+        2, 3,
+        MultiHeadAttentionOptions{
+            .attention_axes = {2}, .return_attention_scores = true, .name = "over_s"});
+    const auto first = call_outputs(over_s, {x, x});
+    auto over_t = std::make_shared<MultiHeadAttention>(
+        1, 2,
+        MultiHeadAttentionOptions{
+            .value_dim = 3, .attention_axes = {-3}, .use_causal_mask = true, .name = "over_t"});
+    auto y = call(over_t, {first[0], x});
+    auto scores = call(layers::Activation("linear", {.name = "scores"}), first[1]);
+    Model model({x}, {y, scores}, "axes");
+    // Keras's einsum's scores: (batch, T, heads, S, S).
+    CHECK(model.outputs()[1].shape() == Shape{3, 2, 4, 4});
+    const Tensor<float> data = layer_cases::wave(Shape{2, 3, 4, 5}, 1.0F, 0.3F, 0.53F);
+    const auto expected = model.predict_outputs(data, {.verbose = 0});
+    REQUIRE(expected.size() == 2);
+    CHECK(expected[1].shape() == Shape{2, 3, 2, 4, 4});
+    // Each (sample, T, head, query step) row of the scores is a softmax over S.
+    for (std::size_t row = 0; row < expected[1].size() / 4; ++row) {
+      double sum = 0.0;
+      for (std::size_t j = 0; j < 4; ++j)
+        sum += expected[1].data()[row * 4 + j];
+      CHECK(sum == doctest::Approx(1.0).epsilon(1e-6));
+    }
+    // The causal mask over T: a change at the last T leaves the earlier T's outputs alone.
+    Tensor<float> changed = data.clone();
+    for (std::size_t b = 0; b < 2; ++b)
+      for (std::size_t i = 0; i < 4 * 5; ++i)
+        changed.data()[b * 60 + 2 * 20 + i] += 1.0F;
+    const Tensor<float> moved = model.predict_outputs(changed, {.verbose = 0})[0];
+    double earlier = 0.0, last = 0.0;
+    for (std::size_t b = 0; b < 2; ++b) {
+      for (std::size_t i = 0; i < 60; ++i) {
+        const double d = std::abs(moved.data()[b * 60 + i] - expected[0].data()[b * 60 + i]);
+        (i < 40 ? earlier : last) = std::max(i < 40 ? earlier : last, d);
+      }
+    }
+    CHECK(earlier == 0.0);
+    CHECK(last > 1e-3);
+    // The configs carry the axes as given, and the calls' arguments.
+    const json full = model_get_config(model);
+    json configs = json::object();
+    for (const auto& entry : full["config"]["layers"])
+      configs[entry["name"].get<std::string>()] = entry;
+    CHECK(configs["over_s"]["config"]["attention_axes"] == json::array({2}));
+    CHECK(configs["over_t"]["config"]["attention_axes"] == json::array({-3}));
+    CHECK(configs["over_s"]["inbound_nodes"][0][0][3]["return_attention_scores"] == true);
+    CHECK(configs["over_t"]["inbound_nodes"][0][0][3]["use_causal_mask"] == true);
+    const auto rebuilt = model_from_config(full);
+    CHECK(model_get_config(*rebuilt) == full);
+    rebuilt->set_weights(model.get_weights());
+    const auto again = rebuilt->predict_outputs(data, {.verbose = 0});
+    CHECK(layer_cases::same_bits(again[0], expected[0]));
+    CHECK(layer_cases::same_bits(again[1], expected[1]));
+    for (const char* layer_name : {"over_s", "over_t"}) {
+      const json config = configs[layer_name]["config"];
+      CHECK(LayerRegistry::instance().create("MultiHeadAttention", config)->get_config() == config);
+    }
+    test_support::TempDir dir;
+    for (const char* file : {"model.h5", "model.keras"}) {
+      INFO(file);
+      model.save(dir / file);
+      const auto loaded = load_model(dir / file);
+      CHECK(model_get_config(*loaded) == full);
+      const auto read = loaded->predict_outputs(data, {.verbose = 0});
+      REQUIRE(read.size() == 2);
+      CHECK(layer_cases::same_bits(read[0], expected[0]));
+      CHECK(layer_cases::same_bits(read[1], expected[1]));
+    }
+    // The summary prints both outputs' shapes (cut at the column's width as Keras cuts them),
+    // and the scores' shape where a layer reads them.
+    std::ostringstream out;
+    model.summary(out);
+    INFO(out.str());
+    CHECK(out.str().find(" over_s (MultiHeadAttention)    [(None, 3, 4, 5), (  143") !=
+          std::string::npos);
+    CHECK(out.str().find(" over_t (MultiHeadAttention)    (None, 3, 4, 5)      62") !=
+          std::string::npos);
+    CHECK(out.str().find(" scores (Activation)            (None, 3, 2, 4, 4)   0           "
+                         "['over_s[0][1]']") != std::string::npos);
+  }
+
+  TEST_CASE("MultiHeadAttention over other attention_axes trains through its scores") {
+    // A loss on the scores alone moves the query and key kernels (the value's and the output's
+    // do not reach the scores).
+    auto x = Input({2, 3, 4}, "x");
+    const auto outputs = call_outputs(
+        std::make_shared<MultiHeadAttention>(
+            2, 2,
+            MultiHeadAttentionOptions{
+                .attention_axes = {1}, .return_attention_scores = true, .name = "mha"}),
+        {x, x});
+    Model model({x}, {outputs[1]}, "scores_only");
+    model.compile({.optimizer = "sgd", .loss = "mse"});
+    const Tensor<float> data = layer_cases::wave(Shape{4, 2, 3, 4}, 1.0F, 0.0F, 0.61F);
+    // Scores (batch, S, heads, T, T): attend to the other step.
+    Tensor<float> target(Shape{4, 3, 2, 2, 2});
+    for (std::size_t i = 0; i < target.size(); ++i)
+      target.data()[i] = (i / 2) % 2 == i % 2 ? 0.0F : 1.0F;
+    const auto before = model.get_weights();
+    const double first = model.train_on_batch(data, target).get("loss").value();
+    for (int step = 0; step < 20; ++step)
+      model.train_on_batch(data, target);
+    const double later = model.test_on_batch(data, target).get("loss").value();
+    CHECK(later < first);
+    const auto after = model.get_weights();
+    // query/kernel, query/bias, key/kernel move; key/bias does not change the softmax (a
+    // constant per query row); the value and output weights get no gradient.
+    CHECK_FALSE(layer_cases::same_bits(before[0], after[0]));
+    CHECK_FALSE(layer_cases::same_bits(before[2], after[2]));
+    for (std::size_t i = 4; i < 8; ++i)
+      CHECK(layer_cases::same_bits(before[i], after[i]));
+  }
+
+  TEST_CASE("MultiHeadAttention applies the inputs' masks over the last step axis as Keras does") {
+    // Masking over (None, T, S, features) gives masks (None, T, S); with attention_axes (2),
+    // Keras joins the query's and the value's into (None, T, S, S), the same as this attention
+    // mask given explicitly.
+    auto x = Input({3, 4, 5}, "x");
+    auto masked_x = call(Masking({.mask_value = 0.0F}), x);
+    auto mha = std::make_shared<MultiHeadAttention>(
+        2, 3, MultiHeadAttentionOptions{.attention_axes = {2}, .name = "mha"});
+    Model model({x}, {call(mha, {masked_x, masked_x})}, "masked");
+    auto mask = Input({3, 4, 4}, "mask");
+    auto explicit_mha = std::make_shared<MultiHeadAttention>(
+        2, 3,
+        MultiHeadAttentionOptions{.attention_axes = {2}, .attention_mask = true, .name = "e"});
+    Model explicit_model({x, mask}, {call(explicit_mha, {x, x, mask})}, "explicit");
+    explicit_model.set_weights(model.get_weights());
+    Tensor<float> data = layer_cases::wave(Shape{2, 3, 4, 5}, 1.0F, 0.2F, 0.37F);
+    Tensor<float> steps(Shape{2, 3, 4}, 1.0F);
+    for (std::size_t i = 0; i < steps.size(); ++i) {
+      if (i % 5 != 3 && i != 8) continue;  // masked positions: every row keeps some
+      steps.data()[i] = 0.0F;
+      for (std::size_t f = 0; f < 5; ++f)
+        data.data()[i * 5 + f] = 0.0F;
+    }
+    Tensor<float> joined(Shape{2, 3, 4, 4});
+    for (std::size_t row = 0; row < 6; ++row)
+      for (std::size_t i = 0; i < 4; ++i)
+        for (std::size_t j = 0; j < 4; ++j)
+          joined.data()[(row * 4 + i) * 4 + j] =
+              steps.data()[row * 4 + i] * steps.data()[row * 4 + j];
+    const Tensor<float> a = model.predict(data, {.verbose = 0});
+    const Tensor<float> b =
+        explicit_model.predict_outputs(std::vector<Tensor<float>>{data, joined}, {.verbose = 0})[0];
+    REQUIRE(a.shape() == b.shape());
+    for (std::size_t i = 0; i < a.size(); ++i)
+      CHECK(a.data()[i] == doctest::Approx(b.data()[i]).epsilon(1e-6));
+    // Without the masks, the output differs.
+    Model unmasked({x}, {call(mha, {x, x})}, "unmasked");
+    const Tensor<float> c = unmasked.predict(data, {.verbose = 0});
+    double difference = 0.0;
+    for (std::size_t i = 0; i < a.size(); ++i)
+      difference = std::max(difference, double(std::abs(a.data()[i] - c.data()[i])));
+    CHECK(difference > 1e-3);
+    // Over T for each S, Keras's join would mix T with S: refused by name.
+    auto over_t = std::make_shared<MultiHeadAttention>(
+        2, 3, MultiHeadAttentionOptions{.attention_axes = {1}, .name = "over_t"});
+    Model refused({x}, {call(over_t, {masked_x, masked_x})}, "refused");
+    CHECK_THROWS_WITH_AS(refused.predict(data, {.verbose = 0}),
+                         doctest::Contains("multi_head_attention layer 'over_t': the masks of the "
+                                           "query, value or key with attention_axes (1) for "
+                                           "inputs (None, 3, 4, 5) are not run"),
+                         ConfigError);
+  }
+
+  TEST_CASE("MultiHeadAttention over other attention_axes takes steps of unknown length") {
+    // Attention over S for each T: T is a batch axis of any length, and each T's output depends
+    // on that T's inputs alone.
+    auto x = Input({none, 3, 4}, "x");
+    auto mha = std::make_shared<MultiHeadAttention>(
+        2, 3,
+        MultiHeadAttentionOptions{
+            .attention_axes = {2}, .return_attention_scores = true, .name = "mha"});
+    const auto outputs = call_outputs(mha, {x, x});
+    CHECK(outputs[1].shape() == Shape{none, 2, 3, 3});
+    Model model({x}, {outputs[0], outputs[1]}, "unknown");
+    const Tensor<float> long_data = layer_cases::wave(Shape{2, 5, 3, 4}, 1.0F, 0.1F, 0.43F);
+    Tensor<float> short_data(Shape{2, 2, 3, 4});
+    for (std::size_t b = 0; b < 2; ++b)
+      for (std::size_t i = 0; i < 2 * 12; ++i)
+        short_data.data()[b * 24 + i] = long_data.data()[b * 60 + i];
+    const auto long_out = model.predict_outputs(long_data, {.verbose = 0});
+    const auto short_out = model.predict_outputs(short_data, {.verbose = 0});
+    REQUIRE(long_out[0].shape() == Shape{2, 5, 3, 4});
+    REQUIRE(short_out[0].shape() == Shape{2, 2, 3, 4});
+    REQUIRE(long_out[1].shape() == Shape{2, 5, 2, 3, 3});
+    REQUIRE(short_out[1].shape() == Shape{2, 2, 2, 3, 3});
+    for (std::size_t b = 0; b < 2; ++b) {
+      for (std::size_t i = 0; i < 24; ++i)
+        CHECK(short_out[0].data()[b * 24 + i] ==
+              doctest::Approx(long_out[0].data()[b * 60 + i]).epsilon(1e-6));
+      for (std::size_t i = 0; i < 36; ++i)
+        CHECK(short_out[1].data()[b * 36 + i] ==
+              doctest::Approx(long_out[1].data()[b * 90 + i]).epsilon(1e-6));
+    }
+    // A value whose T differs from the query's is refused when the batch comes.
+    auto q = Input({none, 3, 4}, "q"), v = Input({none, 3, 4}, "v");
+    Model cross({q, v},
+                {call(std::make_shared<MultiHeadAttention>(
+                          1, 2, MultiHeadAttentionOptions{.attention_axes = {2}, .name = "cross"}),
+                      {q, v})},
+                "cross");
+    CHECK_THROWS_WITH_AS(
+        cross.predict_outputs(std::vector<Tensor<float>>{Tensor<float>(Shape{1, 2, 3, 4}),
+                                                         Tensor<float>(Shape{1, 4, 3, 4})},
+                              {.verbose = 0}),
+        doctest::Contains("multi_head_attention layer 'cross': expects a query and a value of "
+                          "the same lengths along the axes not attended (attention_axes (2)) but "
+                          "got (None, 2, 3, 4) and (None, 4, 3, 4)"),
+        ShapeError);
+  }
+
+  TEST_CASE("MultiHeadAttention over other attention_axes drops probabilities in training only") {
+    auto x = Input({3, 4, 4}, "x");
+    auto mha = std::make_shared<MultiHeadAttention>(
+        2, 4,
+        MultiHeadAttentionOptions{
+            .dropout = 0.5F, .attention_axes = {1}, .seed = 11, .name = "mha"});
+    Model model({x}, {call(mha, {x, x})}, "drop");
+    model.compile({.optimizer = "sgd", .loss = "mse"});
+    const Tensor<float> data = layer_cases::wave(Shape{2, 3, 4, 4}, 1.0F, 0.0F, 0.61F);
+    const Tensor<float> a = model.predict(data, {.verbose = 0});
+    auto plain = std::make_shared<MultiHeadAttention>(
+        2, 4, MultiHeadAttentionOptions{.attention_axes = {1}, .name = "p"});
+    Model plain_model({x}, {call(plain, {x, x})}, "plain");
+    plain_model.set_weights(model.get_weights());
+    CHECK(layer_cases::same_bits(plain_model.predict(data, {.verbose = 0}), a));
+    const double inference = model.test_on_batch(data, data).get("loss").value();
+    const double training = model.train_on_batch(data, data).get("loss").value();
+    CHECK(std::abs(training - inference) > 1e-4);
   }
 }

@@ -459,14 +459,6 @@ TEST_CASE("what a layer with several outputs cannot be part of is refused by nam
   const auto gru = call_outputs(regularized, y);
   CHECK_THROWS_WITH_AS(Model({y}, {gru[1]}, "penalized"),
                        doctest::Contains("has 2 outputs and an activity_regularizer"), ConfigError);
-  // Attention scores over other than the default axes.
-  auto image = Input({2, 3, 4}, "image");
-  CHECK_THROWS_WITH_AS(
-      call_outputs(std::make_shared<MultiHeadAttention>(
-                       2, 3, MultiHeadAttentionOptions{.return_attention_scores = true}),
-                   {image, image}),
-      doctest::Contains("return_attention_scores expects inputs of shape (None, steps, features)"),
-      ShapeError);
   // An RNN whose cell is no recurrent cell.
   const json rnn = {{"name", "rnn"},
                     {"cell", {{"class_name", "Dense"}, {"config", {{"units", 3}}}}}};

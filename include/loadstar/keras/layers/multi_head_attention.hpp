@@ -4,6 +4,7 @@
 
 #include "loadstar/config.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -27,8 +28,12 @@ struct MultiHeadAttentionOptions {
   bool use_bias = true;
   /// The size of the output's last axis (Keras's default: the query's features).
   std::optional<std::size_t> output_shape = std::nullopt;
-  /// The axes attention runs over, numbered as Keras does (the batch axis 0); empty: Keras's
-  /// default, every axis but the batch and the features, the only choice loadstar runs.
+  /// The axes attention runs over, numbered as Keras does (the batch axis 0; a negative axis
+  /// counts from the features, -2 the last step axis, as Keras 3.12 counts them: earlier versions
+  /// counted on the projections, where -3 is the last step axis); empty: Keras's default, every
+  /// axis but the batch and the features. The softmax runs over the attended axes jointly; the
+  /// other step axes are batch axes, on which the query and the value must agree (for inputs
+  /// `(batch, T, S, features)`, `{2}` attends over S for each T, `{1}` over T for each S).
   std::vector<int> attention_axes = {};
   Initializer kernel_initializer = Initializer::glorot_uniform();
   Initializer bias_initializer = Initializer::zeros();
@@ -41,33 +46,42 @@ struct MultiHeadAttentionOptions {
   /// The dropout's seed (null: the model's).
   std::optional<std::uint64_t> seed = std::nullopt;
   /// Keras's call argument `use_causal_mask` (query step `i` attends to value steps `j <= i`),
-  /// applied to every call of the layer.
+  /// applied to every call of the layer. Keras builds the mask along the first step axis, so it
+  /// applies where attention runs over that axis alone: inputs `(batch, steps, features)`, or
+  /// `attention_axes` `{1}`.
   bool use_causal_mask = false;
   /// Keras's call argument `return_attention_scores`, applied to every call of the layer: the
-  /// call returns the attention probabilities `(batch, num_heads, query steps, value steps)`
-  /// (before dropout) beside the output; call the layer with `call_outputs`. For inputs `(batch,
-  /// steps, features)` with the default `attention_axes`.
+  /// call returns the attention probabilities (before dropout) beside the output; call the layer
+  /// with `call_outputs`. Their shape is Keras's einsum's: `(batch, the axes not attended...,
+  /// num_heads, the query's attended axes..., the value's attended axes...)`, the attended axes
+  /// in the order of `attention_axes`; `(batch, num_heads, query steps, value steps)` for inputs
+  /// `(batch, steps, features)`.
   bool return_attention_scores = false;
   /// Keras's call argument `attention_mask`, given to every call of the layer: the call's last
-  /// input is a mask `(batch, query steps, value steps)`, 1 where query step `i` may attend to
-  /// value step `j` and 0 where not (joined with the inputs' masks and `use_causal_mask`, as
-  /// Keras joins them). For inputs `(batch, steps, features)`.
+  /// input is a mask of the attention scores' shape without the heads (`(batch, query steps,
+  /// value steps)` for inputs `(batch, steps, features)`), 1 where a query position may attend to
+  /// a value position and 0 where not (joined with the inputs' masks and `use_causal_mask`, as
+  /// Keras joins them).
   bool attention_mask = false;
   std::string name = {};
 };
 
 /// Keras's `MultiHeadAttention`, called on `[query, value]` or `[query, value, key]` (the key is
-/// the value when absent) of shapes `(T, dim)` (or `(T1, ..., Tn, dim)`, attending over all
-/// the steps): each of `num_heads` heads projects the query and the key to `key_dim` features
-/// and the value to `value_dim`, takes `softmax(q k^T / sqrt(key_dim))` over the value steps
-/// (with dropout on it in training) times the values, and the heads' results are projected to
-/// the output. Weights in Keras's order and shapes: `query/kernel` `(dim, num_heads, key_dim)`,
-/// `query/bias` `(num_heads, key_dim)`, the same for `key` and `value` (`value_dim`), then
-/// `attention_output/kernel` `(num_heads, value_dim, out)` and `attention_output/bias`
-/// `(out,)`; without `use_bias`, no biases.
+/// the value when absent) of shapes `(T, dim)` (or `(T1, ..., Tn, dim)`, attending over all the
+/// steps, or over those `attention_axes` names): each of `num_heads` heads projects the query and
+/// the key to `key_dim` features and the value to `value_dim`, takes `softmax(q k^T /
+/// sqrt(key_dim))` over the value steps (with dropout on it in training) times the values, and
+/// the heads' results are projected to the output. Weights in Keras's order and shapes:
+/// `query/kernel` `(dim, num_heads, key_dim)`, `query/bias` `(num_heads, key_dim)`, the same for
+/// `key` and `value` (`value_dim`), then `attention_output/kernel` `(num_heads, value_dim, out)`
+/// and `attention_output/bias` `(out,)`; without `use_bias`, no biases.
 /// \code
 /// auto x = Input({16, 32});
 /// auto y = call(std::make_shared<MultiHeadAttention>(4, 8), {x, x});  // self-attention
+/// auto image = Input({8, 8, 32});  // attention along each row's 8 columns
+/// auto rows = call(std::make_shared<MultiHeadAttention>(
+///                      4, 8, MultiHeadAttentionOptions{.attention_axes = {2}}),
+///                  {image, image});
 /// \endcode
 class MultiHeadAttention : public detail::LayerBase, public keras::detail::CallArguments {
  public:
@@ -146,6 +160,51 @@ class MultiHeadAttention : public detail::LayerBase, public keras::detail::CallA
   }
   LOADSTAR_DECL detail::AttentionShape geometry(std::size_t batch) const;
 
+  /// How a call lays its projections out for the attention core (Keras's
+  /// `_build_attention_equation`): the axes not attended join the batch, the attended ones (in
+  /// the order of `attention_axes`) make one steps axis. Projections `(batch, steps...,
+  /// channels)` are moved by `axes` to `(batch, others..., attended..., channels)`, in which the
+  /// core's probabilities `(batch * outer, heads, query_steps, value_steps)` are Keras's scores
+  /// `(batch, others..., heads, query's attended..., value's attended...)`.
+  struct Folding {
+    std::vector<std::size_t> axes, inverse;
+    /// Whether `axes` leaves every axis in place (the attended axes are the last steps, in
+    /// order): the projections are used as they are.
+    bool identity = true;
+    /// Per sample: the product of the lengths not attended, and of the attended ones.
+    std::size_t outer = 1, query_steps = 1, value_steps = 1;
+    /// Keras's scores without the batch axis, and the attention mask's (the scores' without the
+    /// heads).
+    std::vector<std::size_t> scores, mask;
+    /// Keras's default axes: every step axis, in order.
+    bool default_axes = true;
+    /// Where Keras's join of the inputs' masks (`_compute_attention_mask`: the query's mask
+    /// `(batch, ..., T, 1)` and the value's `(batch, ..., 1, S)`) lines up with the scores: the
+    /// default axes (loadstar's reading of them for several step axes), or the last step axis
+    /// alone.
+    bool masks_apply = true;
+    /// Where Keras's causal mask `(1, T, S)` over the first step axis lines up with the scores:
+    /// attention over the first step axis alone.
+    bool causal_applies = true;
+  };
+  /// The attended step axes (0 the first step) for one sample's query `(steps..., features)`, in
+  /// the order of `attention_axes`; throws `ConfigError` for an axis that is no step axis.
+  LOADSTAR_DECL std::vector<std::size_t> attended_steps(const Shape& query) const;
+  /// The layout of a call on one sample's query and value; throws `ShapeError` where they differ
+  /// along an axis not attended (an unknown length matches any).
+  LOADSTAR_DECL Folding folding(const Shape& query, const Shape& value) const;
+  /// Copies `from`, a projection `(batch, steps of sample..., channels)`, into `to` in the folded
+  /// layout, or (`back`) the folded `from` into `to` in the projection's layout.
+  LOADSTAR_DECL void refold(Backend& backend, const Tensor<float>& from, const Tensor<float>& to,
+                            const Shape& sample, bool back) const;
+  /// `attention_axes` as given, for messages: `"2"`, `"3, 1"`.
+  std::string axes_text() const {
+    std::string given;
+    for (int a : options_.attention_axes)
+      given += (given.empty() ? "" : ", ") + std::to_string(a);
+    return given;
+  }
+
   std::size_t heads_;
   std::size_t key_dim_;
   std::size_t value_dim_;
@@ -158,9 +217,15 @@ class MultiHeadAttention : public detail::LayerBase, public keras::detail::CallA
     return inputs - (options_.attention_mask ? 1 : 0) == 3 ? 2 : 1;
   }
   std::size_t query_features_ = 0, value_features_ = 0, key_features_ = 0, out_features_ = 0;
+  /// The steps of the call's query and value per sample (all of their step axes).
   std::size_t query_steps_ = 0, value_steps_ = 0;
+  Folding folding_;
   detail::Scratch query_, key_, value_, attended_, probabilities_;
   detail::Scratch query_gradient_, key_gradient_, value_gradient_, attended_gradient_;
+  /// The projections and their gradients in the folded layout, where it is not the identity.
+  detail::Scratch folded_query_, folded_key_, folded_value_, folded_attended_;
+  detail::Scratch folded_query_gradient_, folded_key_gradient_, folded_value_gradient_,
+      folded_attended_gradient_;
   std::vector<Tensor<float>> staged_;
 };
 
@@ -207,16 +272,6 @@ Shape MultiHeadAttention::build(std::span<const Shape> input_shapes, std::uint64
   const Shape& query = input_shapes[0];
   const Shape& value = input_shapes[1];
   const Shape& key = input_shapes[key_index_of(input_shapes.size())];
-  if (masks != 0) {
-    const Shape& mask = input_shapes.back();
-    if (query.rank() != 2 || value.rank() != 2 || mask != Shape{query[0], value[0]}) {
-      throw ShapeError(label() +
-                       ": expects an attention mask (None, query steps, value steps) for inputs "
-                       "(None, steps, features) but got the query " +
-                       batch_str(query) + ", the value " + batch_str(value) + " and the mask " +
-                       batch_str(mask));
-    }
-  }
   for (const Shape* s : {&query, &value, &key}) {
     if (s->rank() < 2 || s->rank() != query.rank()) {
       throw ShapeError(label() +
@@ -231,33 +286,43 @@ Shape MultiHeadAttention::build(std::span<const Shape> input_shapes, std::uint64
                        batch_str(value) + " and " + batch_str(key));
     }
   }
-  // Keras's default attention axes: all but the batch and the features (of the projected
-  // tensors (batch, steps..., heads, dim), `range(1, rank - 2)`); negative axes count from the
-  // projected rank minus 1 (`_build_attention`).
-  const int rank = static_cast<int>(query.rank()) + 1;
-  if (!options_.attention_axes.empty()) {
-    std::vector<int> axes;
-    for (int a : options_.attention_axes)
-      axes.push_back(a < 0 ? rank + a : a);
-    std::sort(axes.begin(), axes.end());
-    std::vector<int> all;
-    for (int a = 1; a < rank - 1; ++a)
-      all.push_back(a);
-    if (axes != all) {
-      std::string given;
-      for (int a : options_.attention_axes)
-        given += (given.empty() ? "" : ", ") + std::to_string(a);
-      throw ConfigError(label() + ": attention_axes (" + given +
-                        ") must be every axis but the batch and the features of inputs " +
-                        batch_str(query) +
-                        " (Keras's default); loadstar attends over no other axes");
-    }
-  }
-  if (options_.use_causal_mask && query.rank() != 2) {
+  const Folding f = folding(query, value);
+  if (options_.use_causal_mask && !f.causal_applies) {
+    // Keras's `_compute_causal_mask` is `(1, T, S)` over the first step axis, which
+    // `_masked_softmax` lines up with the last two axes of the scores.
     throw ShapeError(label() +
-                     ": use_causal_mask expects inputs of shape (None, steps, "
-                     "features) but the query is " +
-                     batch_str(query));
+                     ": use_causal_mask expects attention over the first step axis alone (inputs "
+                     "(None, steps, features), or attention_axes (1)) but the query is " +
+                     batch_str(query) +
+                     (options_.attention_axes.empty()
+                          ? std::string(" with the default attention_axes")
+                          : " with attention_axes (" + axes_text() + ")"));
+  }
+  if (masks != 0) {
+    const Shape& mask = input_shapes.back();
+    const bool fits =
+        mask.rank() == f.mask.size() && std::equal(f.mask.begin(), f.mask.end(), mask.begin());
+    if (!fits && query.rank() == 2) {
+      throw ShapeError(label() +
+                       ": expects an attention mask (None, query steps, value steps) for inputs "
+                       "(None, steps, features) but got the query " +
+                       batch_str(query) + ", the value " + batch_str(value) + " and the mask " +
+                       batch_str(mask));
+    }
+    if (!fits) {
+      std::string expected = "(None";
+      for (std::size_t d : f.mask)
+        expected += d == none ? std::string(", None") : ", " + std::to_string(d);
+      expected += ")";
+      throw ShapeError(label() + ": expects an attention mask " + expected +
+                       " (the scores' shape without the heads: the axes not attended, the "
+                       "query's attended axes, the value's) for the query " +
+                       batch_str(query) + " and the value " + batch_str(value) +
+                       (options_.attention_axes.empty()
+                            ? std::string(" with the default attention_axes")
+                            : " with attention_axes (" + axes_text() + ")") +
+                       " but got " + batch_str(mask));
+    }
   }
   if (query[query.rank() - 1] == 0 || value[value.rank() - 1] == 0 || key[key.rank() - 1] == 0) {
     throw ShapeError(label() + ": the last axis (features) of query, value and key must have a " +
@@ -310,12 +375,108 @@ detail::AttentionCall MultiHeadAttention::attention_call(const CallContext& ctx)
 }
 
 detail::AttentionShape MultiHeadAttention::geometry(std::size_t batch) const {
-  return {.batch = batch,
+  return {.batch = batch * folding_.outer,
           .heads = heads_,
-          .query_steps = query_steps_,
-          .value_steps = value_steps_,
+          .query_steps = folding_.query_steps,
+          .value_steps = folding_.value_steps,
           .key_dim = key_dim_,
           .value_dim = value_dim_};
+}
+
+std::vector<std::size_t> MultiHeadAttention::attended_steps(const Shape& query) const {
+  const std::size_t steps = query.rank() - 1;
+  std::vector<std::size_t> attended;
+  if (options_.attention_axes.empty()) {
+    for (std::size_t i = 0; i < steps; ++i)
+      attended.push_back(i);
+    return attended;
+  }
+  // Keras numbers the axes of the inputs with their batch axis (rank `steps + 2`); a negative
+  // axis is `(rank of the projections - 1) + axis` (`_build_attention`), which is `rank + axis`.
+  const int rank = static_cast<int>(steps) + 2;
+  for (int a : options_.attention_axes) {
+    const int axis = a < 0 ? rank + a : a;
+    const bool repeated =
+        axis >= 1 && std::find(attended.begin(), attended.end(),
+                               static_cast<std::size_t>(axis - 1)) != attended.end();
+    if (axis < 1 || axis > rank - 2 || repeated) {
+      throw ConfigError(label() + ": attention_axes (" + axes_text() +
+                        ") must be distinct axes between the batch and the features of inputs " +
+                        batch_str(query) + " (1 to " + std::to_string(rank - 2) + ", or " +
+                        std::to_string(1 - rank) + " to -2)");
+    }
+    attended.push_back(static_cast<std::size_t>(axis - 1));
+  }
+  return attended;
+}
+
+MultiHeadAttention::Folding MultiHeadAttention::folding(const Shape& query,
+                                                        const Shape& value) const {
+  Folding f;
+  const std::vector<std::size_t> attended = attended_steps(query);
+  const std::size_t steps = query.rank() - 1;
+  std::vector<std::size_t> others;
+  for (std::size_t i = 0; i < steps; ++i)
+    if (std::find(attended.begin(), attended.end(), i) == attended.end()) others.push_back(i);
+  // Keras's `_build_attention_equation`: the scores are (batch, others in order, heads, the
+  // query's attended axes, the key's), the attended axes in the order `attention_axes` gives.
+  f.axes.push_back(0);
+  for (std::size_t i : others) {
+    f.axes.push_back(i + 1);
+    f.outer *= query[i];
+    f.scores.push_back(query[i]);
+    if (query[i] != value[i] && query[i] != none && value[i] != none) {
+      throw ShapeError(label() +
+                       ": expects a query and a value of the same lengths along the axes not "
+                       "attended (attention_axes (" +
+                       axes_text() + ")) but got " + batch_str(query) + " and " + batch_str(value));
+    }
+  }
+  f.mask = f.scores;
+  f.scores.push_back(heads_);
+  for (std::size_t i : attended) {
+    f.axes.push_back(i + 1);
+    f.query_steps *= query[i];
+    f.scores.push_back(query[i]);
+    f.mask.push_back(query[i]);
+  }
+  for (std::size_t i : attended) {
+    f.value_steps *= value[i];
+    f.scores.push_back(value[i]);
+    f.mask.push_back(value[i]);
+  }
+  f.axes.push_back(steps + 1);
+  f.inverse.resize(f.axes.size());
+  for (std::size_t i = 0; i < f.axes.size(); ++i) {
+    f.inverse[f.axes[i]] = i;
+    f.identity = f.identity && f.axes[i] == i;
+  }
+  f.default_axes = others.empty() && f.identity;
+  f.masks_apply = f.default_axes || (attended.size() == 1 && attended[0] + 1 == steps);
+  f.causal_applies = attended.size() == 1 && attended[0] == 0;
+  return f;
+}
+
+void MultiHeadAttention::refold(Backend& backend, const Tensor<float>& from,
+                                const Tensor<float>& to, const Shape& sample, bool back) const {
+  // The projection's shape (batch, steps..., channels) and the folded one.
+  const std::size_t steps = sample.rank() - 1;
+  const std::size_t channels = from.row_size();
+  std::size_t positions = 1;
+  std::vector<std::size_t> dims{0}, folded;
+  for (std::size_t i = 0; i < steps; ++i) {
+    dims.push_back(sample[i]);
+    positions *= sample[i];
+  }
+  dims[0] = from.size() / (positions * channels);
+  dims.push_back(channels);
+  for (std::size_t axis : folding_.axes)
+    folded.push_back(dims[axis]);
+  if (back) {
+    backend.permute(from.reshape(Shape(folded)), folding_.inverse, to.reshape(Shape(dims)));
+  } else {
+    backend.permute(from.reshape(Shape(dims)), folding_.axes, to.reshape(Shape(folded)));
+  }
 }
 
 void MultiHeadAttention::project(Backend& backend, std::size_t p, const Tensor<float>& x,
@@ -349,26 +510,52 @@ void MultiHeadAttention::attend(std::span<const Tensor<float>> inputs, const Cal
   Backend& backend = ctx.backend;
   const std::size_t batch = inputs[0].dim(0);
   // The steps of this batch (a text model's length changes from batch to batch).
-  query_steps_ = inputs[0].size() / (batch * query_features_);
-  value_steps_ = inputs[1].size() / (batch * value_features_);
+  const Shape query_sample = inputs[0].shape().row_shape();
+  const Shape value_sample = inputs[1].shape().row_shape();
+  query_steps_ = query_sample.elements() / query_features_;
+  value_steps_ = value_sample.elements() / value_features_;
+  folding_ = folding(query_sample, value_sample);
+  const bool masked = !detail::input_mask(ctx, 0).empty() || !detail::input_mask(ctx, 1).empty() ||
+                      (has_key_ && !detail::input_mask(ctx, 2).empty());
+  if (masked && !folding_.masks_apply) {
+    throw ConfigError(label() + ": the masks of the query, value or key with attention_axes (" +
+                      axes_text() + ") for inputs " + batch_str(query_sample) +
+                      " are not run: Keras joins them along the last step axis, which lines up "
+                      "with its scores only for the default attention_axes or the last step "
+                      "axis alone; drop the mask first (mask_zero=False, no Masking layer) or "
+                      "give an attention_mask");
+  }
   const Tensor<float>& value = inputs[1];
   const Tensor<float>& key = inputs[key_index_of(inputs.size())];
-  const Tensor<float> q = query_.get(backend, {batch * query_steps_, heads_ * key_dim_});
-  const Tensor<float> k = key_.get(backend, {batch * value_steps_, heads_ * key_dim_});
-  const Tensor<float> v = value_.get(backend, {batch * value_steps_, heads_ * value_dim_});
+  const std::size_t query_rows = batch * query_steps_, value_rows = batch * value_steps_;
+  const Tensor<float> q = query_.get(backend, {query_rows, heads_ * key_dim_});
+  const Tensor<float> k = key_.get(backend, {value_rows, heads_ * key_dim_});
+  const Tensor<float> v = value_.get(backend, {value_rows, heads_ * value_dim_});
   project(backend, 0, inputs[0], q);
   project(backend, 1, key, k);
   project(backend, 2, value, v);
+  // The core's layout: the axes not attended join the batch (the identity for Keras's default).
+  const bool folds = !folding_.identity;
+  const auto folded = [&](detail::Scratch& scratch, const Tensor<float>& x, const Shape& sample) {
+    if (!folds) return x;
+    const Tensor<float> y = scratch.get(backend, x.shape());
+    refold(backend, x, y, sample, false);
+    return y;
+  };
+  const Tensor<float> fq = folded(folded_query_, q, query_sample);
+  const Tensor<float> fk = folded(folded_key_, k, value_sample);
+  const Tensor<float> fv = folded(folded_value_, v, value_sample);
   const detail::AttentionShape s = geometry(batch);
   const Tensor<float> p = probabilities_.get(backend, {s.probabilities()});
-  const Tensor<float> o = attended_.get(backend, {batch * query_steps_, heads_ * value_dim_});
+  const Tensor<float> o = attended_.get(backend, {query_rows, heads_ * value_dim_});
+  const Tensor<float> fo = folds ? folded_attended_.get(backend, o.shape()) : o;
   detail::AttentionCall call = attention_call(ctx);
   const detail::DotScore score{.scale = 1.0F / std::sqrt(static_cast<float>(key_dim_))};
-  staged_ = {q,
-             k,
-             v,
+  staged_ = {fq,
+             fk,
+             fv,
              p,
-             o,
+             fo,
              detail::input_mask(ctx, 0),
              detail::input_mask(ctx, 1),
              has_key_ ? detail::input_mask(ctx, 2) : Tensor<float>(),
@@ -378,8 +565,9 @@ void MultiHeadAttention::attend(std::span<const Tensor<float>> inputs, const Cal
     detail::attention_forward(s, call, score, t[0].data(), t[1].data(), t[2].data(), t[3].data(),
                               t[4].data());
   });
-  // Keras's attention scores: the probabilities before dropout, (batch, heads, query steps,
-  // value steps) as they are held.
+  if (folds) refold(backend, fo, o, query_sample, true);
+  // Keras's attention scores: the probabilities before dropout, (batch, others..., heads, query's
+  // attended..., value's attended...) as they are held.
   if (!ctx.extra_outputs.empty()) ctx.backend.copy(p, ctx.extra_outputs[0].reshape({p.size()}));
 }
 
@@ -403,9 +591,17 @@ void MultiHeadAttention::backward(std::span<const Tensor<float>> inputs, const T
   const std::size_t batch = inputs[0].dim(0);
   const detail::AttentionShape s = geometry(batch);
   const std::size_t query_rows = batch * query_steps_, value_rows = batch * value_steps_;
-  const Tensor<float> q = query_.get(backend, {query_rows, heads_ * key_dim_});
-  const Tensor<float> k = key_.get(backend, {value_rows, heads_ * key_dim_});
-  const Tensor<float> v = value_.get(backend, {value_rows, heads_ * value_dim_});
+  // The attention core's operands, in its layout (`attend` folded them where it is not the
+  // projections').
+  const bool folds = !folding_.identity;
+  const Shape query_sample = inputs[0].shape().row_shape();
+  const Shape value_sample = inputs[1].shape().row_shape();
+  const Tensor<float> q =
+      (folds ? folded_query_ : query_).get(backend, {query_rows, heads_ * key_dim_});
+  const Tensor<float> k =
+      (folds ? folded_key_ : key_).get(backend, {value_rows, heads_ * key_dim_});
+  const Tensor<float> v =
+      (folds ? folded_value_ : value_).get(backend, {value_rows, heads_ * value_dim_});
   const Tensor<float> p = probabilities_.get(backend, {s.probabilities()});
   const Tensor<float> o = attended_.get(backend, {query_rows, heads_ * value_dim_});
   // An output nothing reads (when the scores are returned too) has no gradient.
@@ -443,16 +639,21 @@ void MultiHeadAttention::backward(std::span<const Tensor<float>> inputs, const T
   const Tensor<float> dq = query_gradient_.get(backend, {query_rows, heads_ * key_dim_});
   const Tensor<float> dk = key_gradient_.get(backend, {value_rows, heads_ * key_dim_});
   const Tensor<float> dv = value_gradient_.get(backend, {value_rows, heads_ * value_dim_});
+  const Tensor<float> fd_o = folds ? folded_attended_gradient_.get(backend, d_o.shape()) : d_o;
+  const Tensor<float> fdq = folds ? folded_query_gradient_.get(backend, dq.shape()) : dq;
+  const Tensor<float> fdk = folds ? folded_key_gradient_.get(backend, dk.shape()) : dk;
+  const Tensor<float> fdv = folds ? folded_value_gradient_.get(backend, dv.shape()) : dv;
+  if (folds) refold(backend, d_o, fd_o, query_sample, false);
   detail::AttentionCall call = attention_call(ctx);
   const detail::DotScore score{.scale = 1.0F / std::sqrt(static_cast<float>(key_dim_))};
   staged_ = {q,
              k,
              v,
              p,
-             d_o,
-             dq,
-             dk,
-             dv,
+             fd_o,
+             fdq,
+             fdk,
+             fdv,
              detail::input_mask(ctx, 0),
              detail::input_mask(ctx, 1),
              has_key_ ? detail::input_mask(ctx, 2) : Tensor<float>(),
@@ -466,6 +667,11 @@ void MultiHeadAttention::backward(std::span<const Tensor<float>> inputs, const T
                                t[4].data(), t[5].data(), t[6].data(), t[7].data(),
                                t[12].empty() ? nullptr : t[12].data());
   });
+  if (folds) {
+    refold(backend, fdq, dq, query_sample, true);
+    refold(backend, fdk, dk, value_sample, true);
+    refold(backend, fdv, dv, value_sample, true);
+  }
   // The input projections.
   const Tensor<float>& value_input = inputs[1];
   const Tensor<float>& key_input = inputs[key_index_of(inputs.size())];
@@ -537,14 +743,23 @@ nlohmann::json MultiHeadAttention::call_kwargs() const {
 std::vector<Shape> MultiHeadAttention::extra_output_shapes(
     std::span<const Shape> input_shapes) const {
   if (!options_.return_attention_scores) return {};
-  if (!options_.attention_axes.empty() || input_shapes.size() < 2 || input_shapes[0].rank() != 2 ||
-      input_shapes[1].rank() != 2) {
+  if (input_shapes.size() < 2 || input_shapes[0].rank() < 2 ||
+      input_shapes[1].rank() != input_shapes[0].rank()) {
     throw ShapeError(label() +
-                     ": return_attention_scores expects inputs of shape (None, steps, features) "
-                     "and the default attention_axes, but the query is " +
-                     batch_str(input_shapes.empty() ? Shape{} : input_shapes[0]));
+                     ": return_attention_scores expects a query and a value of one rank of 2 or "
+                     "more (steps..., features) but got " +
+                     std::to_string(input_shapes.size()) + " inputs");
   }
-  return {Shape{heads_, input_shapes[0][0], input_shapes[1][0]}};
+  // Keras's scores are what its einsum gives (`_build_attention_equation`); Keras 3's symbolic
+  // `compute_output_spec` announces (batch, heads, T, T) whatever the axes.
+  const Folding f = folding(input_shapes[0], input_shapes[1]);
+  if (f.scores.size() >= Shape::max_rank) {
+    throw ShapeError(label() + ": return_attention_scores for inputs " +
+                     batch_str(input_shapes[0]) + " would give scores of rank " +
+                     std::to_string(f.scores.size() + 1) + ", more than loadstar's " +
+                     std::to_string(Shape::max_rank));
+  }
+  return {Shape(f.scores)};
 }
 
 void MultiHeadAttention::apply_call_kwargs(const nlohmann::json& kwargs, const std::string& where) {
