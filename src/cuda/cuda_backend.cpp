@@ -794,6 +794,84 @@ void CudaBackendImpl::batch_norm_backward(const Tensor<float>& x, const Tensor<f
          or_null(dgamma), or_null(dbeta), n, c, scratch);
 }
 
+namespace {
+/// `call` with its mask pointers from `masks` (the query's, value's and key's and the attention
+/// mask, empty where none).
+keras::detail::AttentionCall with_masks(keras::detail::AttentionCall call,
+                                        std::span<const Tensor<float>> masks) {
+  const auto pointer = [](const Tensor<float>& t) -> const float* {
+    return t.empty() ? nullptr : t.data();
+  };
+  call.query_mask = pointer(masks[0]);
+  call.value_mask = pointer(masks[1]);
+  call.key_mask = pointer(masks[2]);
+  call.attention_mask = pointer(masks[3]);
+  return call;
+}
+}  // namespace
+
+bool CudaBackendImpl::attention_forward(const keras::detail::AttentionShape& shape,
+                                        const keras::detail::AttentionCall& call, float scale,
+                                        std::span<const Tensor<float>> tensors) {
+  LOADSTAR_ASSERT(tensors.size() == 9, "attention_forward: q, k, v, probabilities, out, 4 masks");
+  for (const auto& t : tensors)
+    if (!t.empty()) expect("attention_forward", {&t});
+  keras::detail::AttentionCall c = with_masks(call, tensors.subspan(5));
+  // The dropout's key changes from step to step: a recorded step reads it from device memory.
+  const std::uint64_t* device_key = c.drops() && context_->recording ? step_scalar(c.key) : nullptr;
+  // Without dropout the key is not read: the signature holds none.
+  const std::uint64_t key = c.drops() ? c.key : 0;
+  c.key = 0;
+  launch("attention_forward", detail::launch_attention_forward, shape, c, scale,
+         device_key != nullptr ? std::uint64_t{0} : key, device_key, tensors[0].data(),
+         tensors[1].data(), tensors[2].data(), tensors[3].data(), or_null(tensors[4]));
+  return true;
+}
+
+bool CudaBackendImpl::attention_backward(const keras::detail::AttentionShape& shape,
+                                         const keras::detail::AttentionCall& call, float scale,
+                                         std::span<const Tensor<float>> tensors) {
+  LOADSTAR_ASSERT(tensors.size() == 13,
+                  "attention_backward: q, k, v, probabilities, dout, dq, dk, dv, 4 masks, "
+                  "dprobabilities");
+  for (const auto& t : tensors)
+    if (!t.empty()) expect("attention_backward", {&t});
+  keras::detail::AttentionCall c = with_masks(call, tensors.subspan(8, 4));
+  const std::uint64_t* device_key = c.drops() && context_->recording ? step_scalar(c.key) : nullptr;
+  // Without dropout the key is not read: the signature holds none.
+  const std::uint64_t key = c.drops() ? c.key : 0;
+  c.key = 0;
+  const Tensor<float> scores_gradient = scratch_tensor(0, {shape.probabilities()});
+  fill_many(tensors.subspan(5, 3), 0.0F);  // the rows' kernels add into them
+  launch("attention_backward", detail::launch_attention_backward, shape, c, scale,
+         device_key != nullptr ? std::uint64_t{0} : key, device_key, tensors[0].data(),
+         tensors[1].data(), tensors[2].data(), tensors[3].data(), tensors[4].data(),
+         static_cast<const float*>(or_null(tensors[12])), scores_gradient.data(),
+         or_null(tensors[5]), or_null(tensors[6]), or_null(tensors[7]));
+  return true;
+}
+
+void CudaBackendImpl::layer_norm_forward(const Tensor<float>& x, std::size_t width,
+                                         const Tensor<float>& gamma, const Tensor<float>& beta,
+                                         float epsilon, const Tensor<float>& y) {
+  expect("layer_norm_forward", {&x, &gamma, &beta, &y});
+  if (x.empty() || width == 0) return;
+  launch("layer_norm_forward", detail::launch_layer_norm_forward, x.data(), or_null(gamma),
+         or_null(beta), epsilon, y.data(), x.size() / width, width);
+}
+
+void CudaBackendImpl::layer_norm_backward(const Tensor<float>& x, std::size_t width,
+                                          const Tensor<float>& gamma, float epsilon,
+                                          const Tensor<float>& dy, const Tensor<float>& dx,
+                                          const Tensor<float>& dgamma, const Tensor<float>& dbeta) {
+  expect("layer_norm_backward", {&x, &gamma, &dy, &dx, &dgamma, &dbeta});
+  if (x.empty() || width == 0) return;
+  const std::size_t lines = x.size() / width;
+  double* scratch = scratch_doubles(detail::layer_norm_scratch(lines, width));
+  launch("layer_norm_backward", detail::launch_layer_norm_backward, x.data(), or_null(gamma),
+         epsilon, dy.data(), or_null(dx), or_null(dgamma), or_null(dbeta), lines, width, scratch);
+}
+
 void CudaBackendImpl::moving_average(const Tensor<float>& moving, const Tensor<float>& value,
                                      float momentum) {
   expect("moving_average", {&moving, &value});
@@ -1022,7 +1100,10 @@ float* CudaBackendImpl::or_null(const Tensor<float>& t) noexcept {
 }
 
 double* CudaBackendImpl::reduction_scratch(std::size_t rows, std::size_t columns) {
-  const std::size_t doubles = detail::reduction_scratch(rows, columns);
+  return scratch_doubles(detail::reduction_scratch(rows, columns));
+}
+
+double* CudaBackendImpl::scratch_doubles(std::size_t doubles) {
   if (doubles > scratch_doubles_) {
     const std::size_t grown = std::max(doubles, scratch_doubles_ * 2);
     context_->activate();

@@ -908,6 +908,67 @@ cudaError_t launch_batch_norm_backward(cudaStream_t stream, const float* x, cons
     }
   });
 }
+cudaError_t launch_attention_forward(cudaStream_t stream, const AttentionShape& shape,
+                                     const AttentionCall& call, float scale, std::uint64_t key,
+                                     const std::uint64_t* device_key, const float* q,
+                                     const float* k, const float* v, float* probabilities,
+                                     float* out) {
+  return submit_kernel(stream, [=] {
+    const std::uint64_t dropout_key = device_key != nullptr ? *device_key : key;
+    for (std::size_t bh = 0; bh < shape.batch * shape.heads; ++bh)
+      for (std::size_t i = 0; i < shape.query_steps; ++i)
+        loadstar::keras::detail::attention_forward_row(shape, call, scale, dropout_key, q, k, v,
+                                                       probabilities, out, bh / shape.heads,
+                                                       bh % shape.heads, i);
+  });
+}
+cudaError_t launch_attention_backward(cudaStream_t stream, const AttentionShape& shape,
+                                      const AttentionCall& call, float scale, std::uint64_t key,
+                                      const std::uint64_t* device_key, const float* q,
+                                      const float* k, const float* v, const float* probabilities,
+                                      const float* dout, const float* dprobabilities,
+                                      float* scores_gradient, float* dq, float* dk, float* dv) {
+  return submit_kernel(stream, [=] {
+    namespace kd = loadstar::keras::detail;
+    const std::uint64_t dropout_key = device_key != nullptr ? *device_key : key;
+    const std::size_t heads = shape.heads;
+    for (std::size_t bh = 0; bh < shape.batch * heads; ++bh)
+      for (std::size_t i = 0; i < shape.query_steps; ++i)
+        kd::attention_query_gradient_row(shape, call, scale, dropout_key, k, v, probabilities, dout,
+                                         dprobabilities, scores_gradient, dq, bh / heads,
+                                         bh % heads, i);
+    for (std::size_t bh = 0; bh < shape.batch * heads; ++bh)
+      for (std::size_t j = 0; j < shape.value_steps; ++j)
+        kd::attention_key_gradient_row(shape, call, scale, dropout_key, q, probabilities, dout,
+                                       scores_gradient, dk, dv, bh / heads, bh % heads, j);
+  });
+}
+cudaError_t launch_layer_norm_forward(cudaStream_t stream, const float* x, const float* gamma,
+                                      const float* beta, float epsilon, float* y, std::size_t lines,
+                                      std::size_t width) {
+  return submit_kernel(stream, [=] {
+    for (std::size_t line = 0; line < lines; ++line)
+      layer_norm_forward_line(x, gamma, beta, epsilon, y, width, line);
+  });
+}
+cudaError_t launch_layer_norm_backward(cudaStream_t stream, const float* x, const float* gamma,
+                                       float epsilon, const float* dy, float* dx, float* dgamma,
+                                       float* dbeta, std::size_t lines, std::size_t width,
+                                       double* scratch) {
+  return submit_kernel(stream, [=] {
+    double* stats = scratch + reduction_scratch(lines, width);
+    for (std::size_t line = 0; line < lines; ++line)
+      layer_norm_backward_line(x, gamma, epsilon, dy, dx, stats, width, line);
+    const auto add_to = [](float* gradient) {
+      return [gradient](std::size_t j, double sum) { gradient[j] += static_cast<float>(sum); };
+    };
+    if (dbeta != nullptr)
+      column_reduce(ElementValue{dy, width}, add_to(dbeta), lines, width, scratch);
+    if (dgamma != nullptr) {
+      column_reduce(LayerNormDyXhat{x, dy, stats, width}, add_to(dgamma), lines, width, scratch);
+    }
+  });
+}
 cudaError_t launch_moving_average(cudaStream_t stream, float* moving, const float* value,
                                   std::size_t n, float momentum) {
   return submit_kernel(stream, [=] {

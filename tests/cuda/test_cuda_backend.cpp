@@ -2039,6 +2039,29 @@ TEST_SUITE("cuda") {
     }
   }
 
+  TEST_CASE("LayerNormalization over its trailing axes trains on the device as on the CPU") {
+    // Over the last axis, over the last two, without scale or center; the axes before them of
+    // any length.
+    const auto make = [] {
+      set_random_seed(43);
+      auto in = Input({5, 4, 3});
+      auto h = call(LayerNormalization(), in);
+      h = call(LayerNormalization({.axis = {-2, -1}, .epsilon = 1e-2F}), h);
+      h = call(Dense(6), h);
+      h = call(LayerNormalization({.center = false}), h);
+      h = call(LayerNormalization({.scale = false}), h);
+      return std::make_shared<Model>(in, call(Dense(2), call(Flatten(), h)));
+    };
+    const Tensor<float> x = random_tensor({6, 5, 4, 3}, 45);
+    const Tensor<float> y = random_tensor({6, 2}, 46);
+    check_trains_as_on_cpu(make, x, y);
+    auto backend = CudaBackend::create(0);
+    auto model = make();
+    model->compile({.optimizer = "adam", .loss = "mse", .backend = backend});
+    CHECK(std::isfinite(*model->train_on_batch(x, y).get("loss")));
+    CHECK(backend->host_kernel_calls() == 0);
+  }
+
   TEST_CASE("The issue 34 convolutions match the PyTorch reference values on CUDA") {
     // tests/keras/generate_conv_34.py: DepthwiseConv1D/2D, SeparableConv1D/2D and
     // Conv1DTranspose/Conv2DTranspose, and Conv1D/Conv2D with groups, with strides, dilation,
@@ -2452,5 +2475,77 @@ TEST_SUITE("cuda") {
     const Tensor<float> x = random_tensor({6, 5, 4}, 71);
     const Tensor<float> y = random_tensor({6, 2}, 72);
     check_trains_as_on_cpu(make, x, y);
+  }
+
+  TEST_CASE("A Transformer block trains on the device alone and replays its steps from graphs") {
+    // Token ids with padding (Embedding's mask reaches the attention's keys and the pooling),
+    // MultiHeadAttention with dropout (its key changes every step) and a causal mask,
+    // LayerNormalization, and the scores returned and read by the loss's other output.
+    Tensor<float> tokens({16, 6}), y({16});
+    for (std::size_t r = 0; r < 16; ++r) {
+      for (std::size_t s = 0; s < 6; ++s)
+        tokens.data()[r * 6 + s] =
+            s < 2 + r % 5 ? static_cast<float>(1 + (r * 3 + s * 7) % 9) : 0.0F;
+      y.data()[r] = static_cast<float>(r % 2);
+    }
+    const auto make = [] {
+      set_random_seed(47);
+      auto in = Input({6});
+      auto x = call(Embedding(10, 8, {.mask_zero = true}), in);
+      auto h = call(std::make_shared<MultiHeadAttention>(
+                        2, 4, MultiHeadAttentionOptions{.dropout = 0.25F, .seed = 5}),
+                    {x, x});
+      h = call(LayerNormalization(), call(Add(), {x, h}));
+      auto f = call(Dense(8), call(Dense(16, {.activation = "relu"}), h));
+      h = call(LayerNormalization({.epsilon = 1e-6F}), call(Add(), {h, f}));
+      h = call(std::make_shared<MultiHeadAttention>(
+                   2, 3, MultiHeadAttentionOptions{.use_causal_mask = true}),
+               {h, h});
+      return std::make_shared<Model>(in, call(Dense(2), call(GlobalAveragePooling1D(), h)));
+    };
+    std::vector<std::vector<Tensor<float>>> weights;
+    std::vector<std::vector<double>> losses;
+    std::vector<Tensor<float>> predictions;
+    for (const bool graphs : {false, true}) {
+      auto backend = CudaBackend::create(0, loadstar::cuda::CudaOptions{.graphs = graphs});
+      auto model = make();
+      model->compile({.optimizer = "adam",
+                      .loss = losses::SparseCategoricalCrossentropy(true),
+                      .backend = backend});
+      losses.push_back(
+          model->fit(tokens, y, {.epochs = 3, .batch_size = 8, .verbose = 0, .seed = 4})
+              .history.at("loss"));
+      weights.push_back(model->get_weights());
+      predictions.push_back(model->predict(tokens, {.batch_size = 8, .verbose = 0}));
+      CHECK(backend->host_kernel_calls() == 0);
+      if (graphs) {
+        const auto& stats = backend->graph_stats();
+        INFO("last fallback: " << stats.last_fallback);
+        CHECK(stats.fallbacks == 0);
+        CHECK(stats.captured == 2);
+        CHECK(stats.replayed == (6 - 2) + (2 - 2));
+      }
+    }
+    CHECK(losses[0] == losses[1]);
+    for (std::size_t i = 0; i < weights[0].size(); ++i) {
+      CAPTURE(i);
+      CHECK(bitwise_equal(weights[0][i], weights[1][i]));
+    }
+    CHECK(bitwise_equal(predictions[0], predictions[1]));
+    // And the CPU's values.
+    auto cpu = make();
+    cpu->compile({.optimizer = "adam",
+                  .loss = losses::SparseCategoricalCrossentropy(true),
+                  .backend = cpu_backend(1)});
+    const auto history =
+        cpu->fit(tokens, y, {.epochs = 3, .batch_size = 8, .verbose = 0, .seed = 4});
+    for (std::size_t i = 0; i < losses[0].size(); ++i)
+      CHECK(losses[0][i] == doctest::Approx(history.history.at("loss")[i]).epsilon(1e-5));
+    const auto cpu_weights = cpu->get_weights();
+    for (std::size_t i = 0; i < cpu_weights.size(); ++i) {
+      CAPTURE(i);
+      check_close(cpu_weights[i], weights[0][i], 1e-4);
+    }
+    check_close(cpu->predict(tokens, {.batch_size = 8, .verbose = 0}), predictions[0], 1e-4);
   }
 }

@@ -346,6 +346,20 @@ class CudaBackendImpl final : public CudaBackend {
 
   void round_to(const Tensor<float>& x, DType dtype) override;
 
+  bool attention_forward(const keras::detail::AttentionShape& shape,
+                         const keras::detail::AttentionCall& call, float scale,
+                         std::span<const Tensor<float>> tensors) override;
+  bool attention_backward(const keras::detail::AttentionShape& shape,
+                          const keras::detail::AttentionCall& call, float scale,
+                          std::span<const Tensor<float>> tensors) override;
+
+  void layer_norm_forward(const Tensor<float>& x, std::size_t width, const Tensor<float>& gamma,
+                          const Tensor<float>& beta, float epsilon,
+                          const Tensor<float>& y) override;
+  void layer_norm_backward(const Tensor<float>& x, std::size_t width, const Tensor<float>& gamma,
+                           float epsilon, const Tensor<float>& dy, const Tensor<float>& dx,
+                           const Tensor<float>& dgamma, const Tensor<float>& dbeta) override;
+
   void recurrent_kernel(const keras::detail::RecurrentKernel& kernel,
                         std::span<const Tensor<float>> tensors, std::size_t elements,
                         std::uint64_t key) override;
@@ -487,6 +501,8 @@ class CudaBackendImpl final : public CudaBackend {
   /// Device scratch of at least the doubles a column reduction of `rows x columns` needs; it
   /// grows and is then reused (kernels on the one stream use it in turn).
   double* reduction_scratch(std::size_t rows, std::size_t columns);
+  /// At least `doubles` doubles of the scratch `reduction_scratch` gives.
+  double* scratch_doubles(std::size_t doubles);
 
   /// Device memory that grows and is then reused: `memory` holds at least `bytes`.
   void* grow(void*& memory, std::size_t& capacity, std::size_t bytes, const char* what);

@@ -269,6 +269,63 @@ struct AccumulateFinish {
   }
 };
 
+__global__ void attention_forward_kernel(AttentionShape s, AttentionCall call, float scale,
+                                         std::uint64_t key, const std::uint64_t* device_key,
+                                         const float* q, const float* k, const float* v,
+                                         float* probabilities, float* out, std::size_t rows) {
+  const std::uint64_t dropout_key = device_key != nullptr ? *device_key : key;
+  LOADSTAR_GRID_STRIDE(r, rows) {
+    const std::size_t i = r % s.query_steps, bh = r / s.query_steps;
+    keras::detail::attention_forward_row(s, call, scale, dropout_key, q, k, v, probabilities, out,
+                                         bh / s.heads, bh % s.heads, i);
+  }
+}
+
+__global__ void attention_query_gradient_kernel(AttentionShape s, AttentionCall call, float scale,
+                                                std::uint64_t key, const std::uint64_t* device_key,
+                                                const float* k, const float* v,
+                                                const float* probabilities, const float* dout,
+                                                const float* dprobabilities, float* scores_gradient,
+                                                float* dq, std::size_t rows) {
+  const std::uint64_t dropout_key = device_key != nullptr ? *device_key : key;
+  LOADSTAR_GRID_STRIDE(r, rows) {
+    const std::size_t i = r % s.query_steps, bh = r / s.query_steps;
+    keras::detail::attention_query_gradient_row(s, call, scale, dropout_key, k, v, probabilities,
+                                                dout, dprobabilities, scores_gradient, dq,
+                                                bh / s.heads, bh % s.heads, i);
+  }
+}
+
+__global__ void attention_key_gradient_kernel(AttentionShape s, AttentionCall call, float scale,
+                                              std::uint64_t key, const std::uint64_t* device_key,
+                                              const float* q, const float* probabilities,
+                                              const float* dout, const float* scores_gradient,
+                                              float* dk, float* dv, std::size_t rows) {
+  const std::uint64_t dropout_key = device_key != nullptr ? *device_key : key;
+  LOADSTAR_GRID_STRIDE(r, rows) {
+    const std::size_t j = r % s.value_steps, bh = r / s.value_steps;
+    keras::detail::attention_key_gradient_row(s, call, scale, dropout_key, q, probabilities, dout,
+                                              scores_gradient, dk, dv, bh / s.heads, bh % s.heads,
+                                              j);
+  }
+}
+
+__global__ void layer_norm_forward_kernel(const float* x, const float* gamma, const float* beta,
+                                          float epsilon, float* y, std::size_t lines,
+                                          std::size_t width) {
+  LOADSTAR_GRID_STRIDE(line, lines) {
+    layer_norm_forward_line(x, gamma, beta, epsilon, y, width, line);
+  }
+}
+
+__global__ void layer_norm_backward_kernel(const float* x, const float* gamma, float epsilon,
+                                           const float* dy, float* dx, double* stats,
+                                           std::size_t lines, std::size_t width) {
+  LOADSTAR_GRID_STRIDE(line, lines) {
+    layer_norm_backward_line(x, gamma, epsilon, dy, dx, stats, width, line);
+  }
+}
+
 __global__ void batch_norm_forward_kernel(const float* x, const float* mean, const float* variance,
                                           const float* gamma, const float* beta, float epsilon,
                                           float* y, std::size_t n, std::size_t channels) {
@@ -762,6 +819,65 @@ cudaError_t launch_batch_norm_backward(cudaStream_t stream, const float* x, cons
   return launch(batch_norm_dx_kernel, stream, n, x, mean, variance, gamma, epsilon, training, dy,
                 dx, static_cast<const double*>(sum_dy), static_cast<const double*>(sum_dy_xhat), n,
                 channels, static_cast<double>(rows));
+}
+
+cudaError_t launch_attention_forward(cudaStream_t stream, const AttentionShape& shape,
+                                     const AttentionCall& call, float scale, std::uint64_t key,
+                                     const std::uint64_t* device_key, const float* q,
+                                     const float* k, const float* v, float* probabilities,
+                                     float* out) {
+  const std::size_t rows = shape.batch * shape.heads * shape.query_steps;
+  return launch(attention_forward_kernel, stream, rows, shape, call, scale, key, device_key, q, k,
+                v, probabilities, out, rows);
+}
+
+cudaError_t launch_attention_backward(cudaStream_t stream, const AttentionShape& shape,
+                                      const AttentionCall& call, float scale, std::uint64_t key,
+                                      const std::uint64_t* device_key, const float* q,
+                                      const float* k, const float* v, const float* probabilities,
+                                      const float* dout, const float* dprobabilities,
+                                      float* scores_gradient, float* dq, float* dk, float* dv) {
+  const std::size_t query_rows = shape.batch * shape.heads * shape.query_steps;
+  if (const cudaError_t status = launch(attention_query_gradient_kernel, stream, query_rows, shape,
+                                        call, scale, key, device_key, k, v, probabilities, dout,
+                                        dprobabilities, scores_gradient, dq, query_rows);
+      status != cudaSuccess) {
+    return status;
+  }
+  const std::size_t key_rows = shape.batch * shape.heads * shape.value_steps;
+  return launch(attention_key_gradient_kernel, stream, key_rows, shape, call, scale, key,
+                device_key, q, probabilities, dout, static_cast<const float*>(scores_gradient), dk,
+                dv, key_rows);
+}
+
+cudaError_t launch_layer_norm_forward(cudaStream_t stream, const float* x, const float* gamma,
+                                      const float* beta, float epsilon, float* y, std::size_t lines,
+                                      std::size_t width) {
+  return launch(layer_norm_forward_kernel, stream, lines, x, gamma, beta, epsilon, y, lines, width);
+}
+
+cudaError_t launch_layer_norm_backward(cudaStream_t stream, const float* x, const float* gamma,
+                                       float epsilon, const float* dy, float* dx, float* dgamma,
+                                       float* dbeta, std::size_t lines, std::size_t width,
+                                       double* scratch) {
+  double* partials = scratch;
+  double* sums = scratch + reduction_chunks(lines) * width;
+  double* stats = scratch + reduction_scratch(lines, width);
+  if (const cudaError_t status = launch(layer_norm_backward_kernel, stream, lines, x, gamma,
+                                        epsilon, dy, dx, stats, lines, width);
+      status != cudaSuccess) {
+    return status;
+  }
+  if (dbeta != nullptr) {
+    if (const cudaError_t status = column_reduce(
+            stream, ElementValue{dy, width}, AccumulateFinish{sums, dbeta}, lines, width, partials);
+        status != cudaSuccess) {
+      return status;
+    }
+  }
+  if (dgamma == nullptr) return cudaSuccess;
+  return column_reduce(stream, LayerNormDyXhat{x, dy, stats, width},
+                       AccumulateFinish{sums + width, dgamma}, lines, width, partials);
 }
 
 cudaError_t launch_moving_average(cudaStream_t stream, float* moving, const float* value,

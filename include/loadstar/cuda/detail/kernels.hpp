@@ -88,6 +88,31 @@ cudaError_t launch_batch_norm_backward(cudaStream_t stream, const float* x, cons
                                        bool training, const float* dy, float* dx, float* dgamma,
                                        float* dbeta, std::size_t rows, std::size_t channels,
                                        double* scratch);
+/// Attention's query rows (`attention_forward_row`), one thread each. `device_key`, when not
+/// null, is read on the device instead of `key` (a replayed CUDA graph's dropout key).
+cudaError_t launch_attention_forward(cudaStream_t stream, const AttentionShape& shape,
+                                     const AttentionCall& call, float scale, std::uint64_t key,
+                                     const std::uint64_t* device_key, const float* q,
+                                     const float* k, const float* v, float* probabilities,
+                                     float* out);
+/// Its backward pass: every query row (`attention_query_gradient_row`), then every key row
+/// (`attention_key_gradient_row`).
+cudaError_t launch_attention_backward(cudaStream_t stream, const AttentionShape& shape,
+                                      const AttentionCall& call, float scale, std::uint64_t key,
+                                      const std::uint64_t* device_key, const float* q,
+                                      const float* k, const float* v, const float* probabilities,
+                                      const float* dout, const float* dprobabilities,
+                                      float* scores_gradient, float* dq, float* dk, float* dv);
+/// `LayerNormalization` over `lines` lines of `width` values (`gamma`, `beta` may be null).
+cudaError_t launch_layer_norm_forward(cudaStream_t stream, const float* x, const float* gamma,
+                                      const float* beta, float epsilon, float* y, std::size_t lines,
+                                      std::size_t width);
+/// Its gradients: `dx` written, `dgamma` and `dbeta` added to (each may be null); `scratch`
+/// holds `layer_norm_scratch(lines, width)` doubles.
+cudaError_t launch_layer_norm_backward(cudaStream_t stream, const float* x, const float* gamma,
+                                       float epsilon, const float* dy, float* dx, float* dgamma,
+                                       float* dbeta, std::size_t lines, std::size_t width,
+                                       double* scratch);
 cudaError_t launch_moving_average(cudaStream_t stream, float* moving, const float* value,
                                   std::size_t n, float momentum);
 

@@ -21,7 +21,9 @@
 #include "loadstar/cuda/detail/step_math.hpp"
 #include "loadstar/keras/backend/kinds.hpp"
 #include "loadstar/keras/detail/activation_formulas.hpp"
+#include "loadstar/keras/detail/attention_rows.hpp"
 #include "loadstar/keras/detail/layer_formulas.hpp"
+#include "loadstar/keras/detail/layer_norm_formulas.hpp"
 #include "loadstar/keras/detail/recurrent_kernels.hpp"
 #include "loadstar/keras/losses/detail/row_formulas.hpp"
 
@@ -45,6 +47,8 @@ using keras::Pool2DGeometry;
 // The per-element formulas are the CPU backend's, one element (or one line) at a time.
 using keras::detail::activate;
 using keras::detail::activation_gradient;
+using keras::detail::AttentionCall;
+using keras::detail::AttentionShape;
 using keras::detail::batch_norm_dy_xhat;
 using keras::detail::batch_norm_gradient;
 using keras::detail::batch_norm_inverse_std;
@@ -167,6 +171,55 @@ struct DyXhat {
     return batch_norm_dy_xhat(x[r * columns + j], mean[j], dy[r * columns + j], inv);
   }
 };
+
+/// `dy * xhat` of `LayerNormalization`'s line `r` (its mean and inverse at `stats[2 r]` and
+/// `stats[2 r + 1]`): what `layer_norm_backward` sums for `dgamma`.
+struct LayerNormDyXhat {
+  const float* x;
+  const float* dy;
+  const double* stats;
+  std::size_t columns;
+  LOADSTAR_HOST_DEVICE double operator()(std::size_t r, std::size_t j) const noexcept {
+    const keras::detail::LayerNormLine s{stats[2 * r], stats[2 * r + 1]};
+    return keras::detail::layer_norm_dy_xhat(x[r * columns + j], dy[r * columns + j], s);
+  }
+};
+
+/// Line `line` of `LayerNormalization`'s backward pass: its statistics into `stats` and, when
+/// `dx` is not null, its input gradient.
+LOADSTAR_HOST_DEVICE inline void layer_norm_backward_line(const float* x, const float* gamma,
+                                                          float epsilon, const float* dy, float* dx,
+                                                          double* stats, std::size_t width,
+                                                          std::size_t line) noexcept {
+  const float* in = x + line * width;
+  const float* d = dy + line * width;
+  const keras::detail::LayerNormLine s = keras::detail::layer_norm_line(in, width, epsilon);
+  stats[2 * line] = s.mean;
+  stats[2 * line + 1] = s.inverse;
+  if (dx == nullptr) return;
+  const keras::detail::LayerNormSums sums = keras::detail::layer_norm_sums(in, d, gamma, width, s);
+  for (std::size_t p = 0; p < width; ++p)
+    dx[line * width + p] =
+        keras::detail::layer_norm_gradient(in[p], d[p], gamma, p, width, s, sums);
+}
+
+/// Line `line` of `LayerNormalization`'s output.
+LOADSTAR_HOST_DEVICE inline void layer_norm_forward_line(const float* x, const float* gamma,
+                                                         const float* beta, float epsilon, float* y,
+                                                         std::size_t width,
+                                                         std::size_t line) noexcept {
+  const float* in = x + line * width;
+  const keras::detail::LayerNormLine s = keras::detail::layer_norm_line(in, width, epsilon);
+  for (std::size_t p = 0; p < width; ++p)
+    y[line * width + p] = keras::detail::layer_norm_value(in[p], s, gamma, beta, p);
+}
+
+/// The doubles of device scratch `layer_norm_backward` needs: a column reduction's over the
+/// lines, then two statistics per line.
+LOADSTAR_HOST_DEVICE inline std::size_t layer_norm_scratch(std::size_t lines,
+                                                           std::size_t width) noexcept {
+  return reduction_scratch(lines, width) + 2 * lines;
+}
 
 // --- Index arithmetic ---------------------------------------------------------------------------
 

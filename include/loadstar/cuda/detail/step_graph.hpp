@@ -79,6 +79,18 @@ inline void sign(Signature& out, const RecurrentKernel& k) {
                 std::uint64_t{k.accumulate} << 4U);
 }
 
+inline void sign(Signature& out, const AttentionCall& c) {
+  for (const void* p :
+       {static_cast<const void*>(c.query_mask), static_cast<const void*>(c.value_mask),
+        static_cast<const void*>(c.key_mask), static_cast<const void*>(c.attention_mask)})
+    out.push_back(word(p));
+  sign(out, c.rate);
+  out.push_back(c.key);
+  out.push_back(std::uint64_t{c.causal} | std::uint64_t{c.training} << 1U |
+                std::uint64_t{c.query_mask_in_scores} << 2U |
+                std::uint64_t{c.scores_after_dropout} << 3U);
+}
+
 /// A step's shape as the backend has seen it: how often, and its CUDA graph once captured.
 struct StepGraph {
   StepGraph() = default;

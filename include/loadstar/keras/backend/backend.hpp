@@ -19,7 +19,9 @@
 #include "loadstar/keras/activations.hpp"
 #include "loadstar/keras/backend/deferred.hpp"
 #include "loadstar/keras/backend/kinds.hpp"
+#include "loadstar/keras/detail/attention_rows.hpp"
 #include "loadstar/keras/detail/depthwise_loops.hpp"
+#include "loadstar/keras/detail/layer_norm_formulas.hpp"
 #include "loadstar/keras/detail/recurrent_kernels.hpp"
 #include "loadstar/keras/mixed_precision/detail/half_rounding.hpp"
 #include "loadstar/tensor/tensor.hpp"
@@ -549,6 +551,42 @@ class Backend {
   LOADSTAR_DECL virtual void recurrent_kernel(const detail::RecurrentKernel& kernel,
                                               std::span<const Tensor<float>> tensors,
                                               std::size_t elements, std::uint64_t key = 0);
+
+  /// Dot-product attention (`MultiHeadAttention`, and `Attention` with a fixed scale) on a
+  /// device, a thread per query row (keras/detail/attention_rows.hpp): `tensors` are `q, k, v,
+  /// probabilities, out`, then the query's, value's and key's masks and the attention mask (empty
+  /// where none; `call`'s mask pointers are taken from them). Returns `false`, computing
+  /// nothing, where the layer computes attention itself (the default: the CPU's products per
+  /// head).
+  virtual bool attention_forward(const detail::AttentionShape& /*shape*/,
+                                 const detail::AttentionCall& /*call*/, float /*scale*/,
+                                 std::span<const Tensor<float>> /*tensors*/) {
+    return false;
+  }
+  /// Its gradients: `tensors` are `q, k, v, probabilities, dout, dq, dk, dv`, the four masks, and
+  /// the gradient of the returned probabilities (empty when nothing reads them); `dq`, `dk` and
+  /// `dv` are written (each skipped when empty). `false` as `attention_forward`.
+  virtual bool attention_backward(const detail::AttentionShape& /*shape*/,
+                                  const detail::AttentionCall& /*call*/, float /*scale*/,
+                                  std::span<const Tensor<float>> /*tensors*/) {
+    return false;
+  }
+
+  /// `LayerNormalization` over the lines of `width` values of `x` (the trailing axes it
+  /// normalises): `y = xhat * gamma + beta` per line (keras/detail/layer_norm_formulas.hpp;
+  /// `gamma`, `beta` of `width` values, or empty). The default runs on the host through
+  /// `host_kernel`; a backend may override it.
+  LOADSTAR_DECL virtual void layer_norm_forward(const Tensor<float>& x, std::size_t width,
+                                                const Tensor<float>& gamma,
+                                                const Tensor<float>& beta, float epsilon,
+                                                const Tensor<float>& y);
+  /// Its gradients from `dy`: writes `dx` and adds to `dgamma` and `dbeta` (each skipped when
+  /// empty), the lines in order.
+  LOADSTAR_DECL virtual void layer_norm_backward(const Tensor<float>& x, std::size_t width,
+                                                 const Tensor<float>& gamma, float epsilon,
+                                                 const Tensor<float>& dy, const Tensor<float>& dx,
+                                                 const Tensor<float>& dgamma,
+                                                 const Tensor<float>& dbeta);
 };
 
 namespace detail {
@@ -629,6 +667,50 @@ void Backend::recurrent_kernel(const detail::RecurrentKernel& kernel,
     for (std::size_t i = 0; i < t.size(); ++i)
       pointers.t[i] = t[i].empty() ? nullptr : t[i].data();
     detail::recurrent_elements(kernel, pointers, key, elements);
+  });
+}
+
+void Backend::layer_norm_forward(const Tensor<float>& x, std::size_t width,
+                                 const Tensor<float>& gamma, const Tensor<float>& beta,
+                                 float epsilon, const Tensor<float>& y) {
+  if (x.empty() || width == 0) return;
+  const Tensor<float> tensors[] = {x, gamma, beta, y};
+  host_kernel(tensors, [&](std::span<const Tensor<float>> t) {
+    const float* g = t[1].empty() ? nullptr : t[1].data();
+    const float* b = t[2].empty() ? nullptr : t[2].data();
+    for (std::size_t line = 0; line < t[0].size() / width; ++line) {
+      const float* in = t[0].data() + line * width;
+      float* out = t[3].data() + line * width;
+      const detail::LayerNormLine s = detail::layer_norm_line(in, width, epsilon);
+      for (std::size_t p = 0; p < width; ++p)
+        out[p] = detail::layer_norm_value(in[p], s, g, b, p);
+    }
+  });
+}
+
+void Backend::layer_norm_backward(const Tensor<float>& x, std::size_t width,
+                                  const Tensor<float>& gamma, float epsilon,
+                                  const Tensor<float>& dy, const Tensor<float>& dx,
+                                  const Tensor<float>& dgamma, const Tensor<float>& dbeta) {
+  if (x.empty() || width == 0) return;
+  const Tensor<float> tensors[] = {x, gamma, dy, dx, dgamma, dbeta};
+  host_kernel(tensors, [&](std::span<const Tensor<float>> t) {
+    const float* g = t[1].empty() ? nullptr : t[1].data();
+    for (std::size_t line = 0; line < t[0].size() / width; ++line) {
+      const float* in = t[0].data() + line * width;
+      const float* d = t[2].data() + line * width;
+      const detail::LayerNormLine s = detail::layer_norm_line(in, width, epsilon);
+      for (std::size_t p = 0; p < width; ++p) {
+        if (!t[4].empty())
+          t[4].data()[p] += static_cast<float>(detail::layer_norm_dy_xhat(in[p], d[p], s));
+        if (!t[5].empty()) t[5].data()[p] += d[p];
+      }
+      if (t[3].empty()) continue;
+      const detail::LayerNormSums sums = detail::layer_norm_sums(in, d, g, width, s);
+      float* out = t[3].data() + line * width;
+      for (std::size_t p = 0; p < width; ++p)
+        out[p] = detail::layer_norm_gradient(in[p], d[p], g, p, width, s, sums);
+    }
   });
 }
 

@@ -74,6 +74,7 @@ class LayerNormalization : public detail::LayerBase {
 
   LayerNormalizationOptions options_;
   std::vector<bool> normalised_;
+  bool trailing_ = false;
   Shape mapped_;
   std::vector<std::size_t> group_of_;
   std::vector<std::size_t> param_of_;
@@ -121,6 +122,11 @@ Shape LayerNormalization::build(std::span<const Shape> input_shapes, std::uint64
     param_dims.push_back(in[i]);
   }
   const Shape param_shape(param_dims);
+  // The normalised axes are the trailing ones (Keras's default, axis=-1): each group is a line of
+  // contiguous values, which the backend's kernels normalise.
+  trailing_ = true;
+  for (std::size_t i = 0; i + 1 < normalised.size(); ++i)
+    if (normalised[i] && !normalised[i + 1]) trailing_ = false;
   normalised_ = std::move(normalised);
   group_size_ = param_shape.elements();
   if (!keras::detail::has_unknown_axis(in)) map_sample(in);
@@ -181,6 +187,11 @@ void LayerNormalization::map_sample(const Shape& in) {
 void LayerNormalization::forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
                                  const CallContext& ctx) {
   check_inputs(inputs);
+  if (trailing_) {
+    ctx.backend.layer_norm_forward(inputs[0], group_size_, gamma(), beta(), options_.epsilon,
+                                   output);
+    return;
+  }
   if (inputs[0].shape().row_shape() != mapped_) map_sample(inputs[0].shape().row_shape());
   staged_ = {inputs[0], output, gamma(), beta()};
   ctx.backend.host_kernel(staged_, [this](std::span<const Tensor<float>> t) {
@@ -205,6 +216,11 @@ void LayerNormalization::backward(std::span<const Tensor<float>> inputs, const T
                                   std::span<const Tensor<float>> input_gradients,
                                   const CallContext& ctx) {
   const Tensor<float> dx = input_gradients.empty() ? Tensor<float>() : input_gradients[0];
+  if (trailing_) {
+    ctx.backend.layer_norm_backward(inputs[0], group_size_, gamma(), options_.epsilon,
+                                    output_gradient, dx, gradient_of("gamma"), gradient_of("beta"));
+    return;
+  }
   if (inputs[0].shape().row_shape() != mapped_) map_sample(inputs[0].shape().row_shape());
   staged_ = {inputs[0], output_gradient, dx, gamma(), gradient_of("gamma"), gradient_of("beta")};
   ctx.backend.host_kernel(staged_, [this](std::span<const Tensor<float>> t) {

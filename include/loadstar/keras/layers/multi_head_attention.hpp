@@ -560,11 +560,14 @@ void MultiHeadAttention::attend(std::span<const Tensor<float>> inputs, const Cal
              detail::input_mask(ctx, 1),
              has_key_ ? detail::input_mask(ctx, 2) : Tensor<float>(),
              options_.attention_mask ? inputs.back() : Tensor<float>()};
-  backend.host_kernel(staged_, [&](std::span<const Tensor<float>> t) {
-    masks_of(call, t.subspan(5));
-    detail::attention_forward(s, call, score, t[0].data(), t[1].data(), t[2].data(), t[3].data(),
-                              t[4].data());
-  });
+  call.query_mask_in_scores = true;
+  if (!backend.attention_forward(s, call, score.scale, staged_)) {
+    backend.host_kernel(staged_, [&](std::span<const Tensor<float>> t) {
+      masks_of(call, t.subspan(5));
+      detail::attention_forward(s, call, score, t[0].data(), t[1].data(), t[2].data(), t[3].data(),
+                                t[4].data());
+    });
+  }
   if (folds) refold(backend, fo, o, query_sample, true);
   // Keras's attention scores: the probabilities before dropout, (batch, others..., heads, query's
   // attended..., value's attended...) as they are held.
@@ -659,14 +662,17 @@ void MultiHeadAttention::backward(std::span<const Tensor<float>> inputs, const T
              has_key_ ? detail::input_mask(ctx, 2) : Tensor<float>(),
              options_.attention_mask ? inputs.back() : Tensor<float>(),
              dscores};
-  backend.host_kernel(staged_, [&](std::span<const Tensor<float>> t) {
-    masks_of(call, t.subspan(8, 4));
-    for (std::size_t i = 5; i < 8; ++i)
-      std::fill(t[i].data(), t[i].data() + t[i].size(), 0.0F);
-    detail::attention_backward(s, call, score, t[0].data(), t[1].data(), t[2].data(), t[3].data(),
-                               t[4].data(), t[5].data(), t[6].data(), t[7].data(),
-                               t[12].empty() ? nullptr : t[12].data());
-  });
+  call.query_mask_in_scores = true;
+  if (!backend.attention_backward(s, call, score.scale, staged_)) {
+    backend.host_kernel(staged_, [&](std::span<const Tensor<float>> t) {
+      masks_of(call, t.subspan(8, 4));
+      for (std::size_t i = 5; i < 8; ++i)
+        std::fill(t[i].data(), t[i].data() + t[i].size(), 0.0F);
+      detail::attention_backward(s, call, score, t[0].data(), t[1].data(), t[2].data(), t[3].data(),
+                                 t[4].data(), t[5].data(), t[6].data(), t[7].data(),
+                                 t[12].empty() ? nullptr : t[12].data());
+    });
+  }
   if (folds) {
     refold(backend, fdq, dq, query_sample, true);
     refold(backend, fdk, dk, value_sample, true);

@@ -20,6 +20,7 @@
 #include "loadstar/detail/eigen.hpp"
 #include "loadstar/error.hpp"
 #include "loadstar/keras/detail/attention_formulas.hpp"
+#include "loadstar/keras/detail/attention_rows.hpp"
 #include "loadstar/keras/detail/call_arguments.hpp"
 #include "loadstar/keras/detail/layer_formulas.hpp"
 #include "loadstar/keras/layer.hpp"
@@ -27,95 +28,9 @@
 
 namespace loadstar::keras::layers::detail {
 
-/// The sizes of one attention call. Queries are `(batch, query_steps, heads, key_dim)`, keys
-/// `(batch, value_steps, heads, key_dim)`, values `(batch, value_steps, heads, value_dim)` and
-/// the output `(batch, query_steps, heads, value_dim)`, all row-major (what a projection to
-/// `heads * dim` columns gives); the probabilities are `(batch, heads, query_steps,
-/// value_steps)`, Keras's attention scores.
-struct AttentionShape {
-  std::size_t batch = 1;
-  std::size_t heads = 1;
-  std::size_t query_steps = 1;
-  std::size_t value_steps = 1;
-  std::size_t key_dim = 1;
-  std::size_t value_dim = 1;
-
-  std::size_t probabilities() const noexcept { return batch * heads * query_steps * value_steps; }
-};
-
-/// What one call asks beyond the tensors: Keras's `use_causal_mask`, and the dropout on the
-/// probabilities (inverted dropout at `rate` under `key`, in training only).
-struct AttentionCall {
-  bool causal = false;
-  float rate = 0.0F;
-  bool training = false;
-  std::uint64_t key = 0;
-  /// Keras's masks of the inputs (host pointers to 1 or 0; null where an input has none): the
-  /// queries' `(batch, query_steps)`, the values' and the keys' `(batch, value_steps)`. A masked
-  /// value or key step is not attended to (Keras subtracts 1e9 from its scores).
-  const float* query_mask = nullptr;
-  const float* value_mask = nullptr;
-  const float* key_mask = nullptr;
-  /// Keras's `attention_mask` of `MultiHeadAttention`'s call (host pointer; null: none):
-  /// `(batch, query_steps, value_steps)`, 0 where query step `i` does not attend to value step
-  /// `j`.
-  const float* attention_mask = nullptr;
-  /// How a masked query is treated: `MultiHeadAttention` joins the query's mask to the attention
-  /// mask (its row attends to nothing), `Attention` and `AdditiveAttention` zero its output.
-  bool query_mask_in_scores = false;
-  /// Which probabilities a call returns as its attention scores: those after dropout
-  /// (`Attention` and `AdditiveAttention`, whose Keras `_apply_scores` returns the weights it
-  /// applied) or before (`MultiHeadAttention`).
-  bool scores_after_dropout = false;
-
-  bool drops() const noexcept { return training && rate > 0.0F; }
-  bool masked() const noexcept {
-    return query_mask != nullptr || value_mask != nullptr || key_mask != nullptr ||
-           attention_mask != nullptr;
-  }
-  /// Whether the output of query `i` of sample `b` is zeroed (`Attention`'s masked query).
-  bool zeroes_query(std::size_t b, std::size_t i, std::size_t query_steps) const noexcept {
-    return query_mask != nullptr && !query_mask_in_scores &&
-           query_mask[b * query_steps + i] == 0.0F;
-  }
-};
-
-/// The probabilities of row `i` of sample `b` with the call's masks: Keras's softmax of the
-/// scores less 1e9 where a step is masked (causal, value, key or, for `MultiHeadAttention`,
-/// query), whose masked steps come out 0. A row with every step masked takes equal
-/// probabilities, as Keras's float32 arithmetic gives them (the scores less 1e9 round to the same
-/// number for scores under 32 in magnitude).
-inline void masked_softmax_row(const AttentionCall& call, std::size_t b, std::size_t i,
-                               std::size_t query_steps, std::size_t value_steps, std::size_t n,
-                               const float* scores, float* row) {
-  const bool query_out = call.query_mask != nullptr && call.query_mask_in_scores &&
-                         call.query_mask[b * query_steps + i] == 0.0F;
-  const auto allowed = [&](std::size_t j) {
-    return j < n && !query_out &&
-           (call.value_mask == nullptr || call.value_mask[b * value_steps + j] != 0.0F) &&
-           (call.key_mask == nullptr || call.key_mask[b * value_steps + j] != 0.0F) &&
-           (call.attention_mask == nullptr ||
-            call.attention_mask[(b * query_steps + i) * value_steps + j] != 0.0F);
-  };
-  float top = -INFINITY;
-  std::size_t count = 0;
-  for (std::size_t j = 0; j < value_steps; ++j) {
-    if (!allowed(j)) continue;
-    top = std::max(top, scores[j]);
-    ++count;
-  }
-  if (count == 0) {
-    std::fill(row, row + value_steps, 1.0F / static_cast<float>(value_steps));
-    return;
-  }
-  float sum = 0.0F;
-  for (std::size_t j = 0; j < value_steps; ++j) {
-    row[j] = allowed(j) ? std::exp(scores[j] - top) : 0.0F;
-    sum += row[j];
-  }
-  for (std::size_t j = 0; j < value_steps; ++j)
-    row[j] /= sum;
-}
+using keras::detail::AttentionCall;
+using keras::detail::AttentionShape;
+using keras::detail::masked_softmax_row;
 
 /// The key of a call's dropout on the probabilities: from `(seed or ctx.seed, ctx.step, the
 /// layer's name)`, as `Dropout`'s, so that a training step's forward and backward (and a rerun)
