@@ -1,6 +1,7 @@
 // Training throughput of the Keras executor on the CUDA backend (`keras::cuda_backend(0)`): the
-// MLP, the CNN, the MobileNet and the U-Net of bench_keras (workloads.hpp: same models,
-// Adam(1e-3), cross-entropy from logits, synthetic data) at batch 32 and 256, and the ResNet at
+// MLP, the CNN, the MobileNet, the U-Net, the Transformer block and the bidirectional LSTM of
+// bench_keras (workloads.hpp: same models, Adam(1e-3), cross-entropy from logits, synthetic data)
+// at batch 32 and 256, and the ResNet at
 // batch 128 and 512 in the "float32", "mixed_float16" and "mixed_bfloat16" dtype policies, beside
 // PyTorch on the same GPU (benchmarks/peers/keras_torch.py --device cuda: eager and with the whole
 // step in a CUDA graph, the mixed rows under torch.autocast with channels_last). Built only where
@@ -147,7 +148,7 @@ bool listing_only(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  for (const char* workload : {"mlp", "cnn", "mobilenet", "unet"}) {
+  for (const char* workload : {"mlp", "cnn", "mobilenet", "unet", "transformer", "bilstm"}) {
     for (const std::size_t batch : {32, 256}) {
       const std::string name = row_name(workload, batch, "float32");
       benchmark::RegisterBenchmark(

@@ -24,8 +24,8 @@ in channels_last, PyTorch's fastest layout for half-precision convolutions.
 --device cpu (the default): the "<workload>/<batch>/<threads>" grid with
 torch.set_num_threads(threads), eager only.
 
---device cuda: the "<workload>/<batch>/gpu" grid (MLP, CNN, MobileNet and U-Net at batch 32 and
-256, the ResNet at 128 and 512 in each policy) on the first GPU, with the 50 batches and their labels already in device memory and full fp32 (TF32 off for
+--device cuda: the "<workload>/<batch>/gpu" grid (MLP, CNN, MobileNet, U-Net, Transformer block
+and bidirectional LSTM (cuDNN's, as nn.LSTM runs on a GPU) at batch 32 and 256, the ResNet at 128 and 512 in each policy) on the first GPU, with the 50 batches and their labels already in device memory and full fp32 (TF32 off for
 matmuls and cuDNN convolutions, as the CUDA backend computes), each in two modes (--mode, default
 both): "eager", the plain step with the default Adam (foreach), and "graph", the whole step
 (forward, backward and Adam(capturable=True)) captured once in a CUDA graph
@@ -73,7 +73,8 @@ GRID = [("mlp", 32, 1), ("mlp", 32, 2), ("mlp", 256, 1), ("mlp", 256, 2), ("cnn"
     [("resnet", b, t, p) for b in (128, 512) for t in (1, 2) for p in ("float32", "mixed_bfloat16")]
 # --device cuda: (workload, batch) or (workload, batch, policy), named "<workload>/<batch>/gpu" or
 # "resnet/<batch>/gpu/<policy>".
-GPU_GRID = [(w, b) for w in ("mlp", "cnn", "mobilenet", "unet") for b in (32, 256)] + \
+GPU_GRID = [(w, b) for w in ("mlp", "cnn", "mobilenet", "unet", "transformer", "bilstm")
+            for b in (32, 256)] + \
     [("resnet", b, p) for b in (128, 512) for p in ("float32", "mixed_float16", "mixed_bfloat16")]
 # The compute dtype of each mixed policy (torch.autocast's dtype).
 AUTOCAST = {"mixed_bfloat16": "bfloat16", "mixed_float16": "float16"}

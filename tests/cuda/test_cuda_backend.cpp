@@ -2477,6 +2477,44 @@ TEST_SUITE("cuda") {
     check_trains_as_on_cpu(make, x, y);
   }
 
+  TEST_CASE("Keras's default Attention trains on the device alone as on the CPU") {
+    // Dot-product scores without a scale weight: with dropout and the values as keys, then with
+    // a key input and the causal mask; the queries' and values' masks from Embedding.
+    Tensor<float> tokens({12, 5});
+    for (std::size_t r = 0; r < 12; ++r)
+      for (std::size_t s = 0; s < 5; ++s)
+        tokens.data()[r * 5 + s] = s < 2 + r % 4 ? static_cast<float>(1 + (r + s * 3) % 7) : 0.0F;
+    const Tensor<float> y = random_tensor({12, 2}, 48);
+    const auto make = [] {
+      set_random_seed(49);
+      auto in = Input({5});
+      auto x = call(Embedding(8, 4, {.mask_zero = true}), in);
+      auto q = call(Dense(4), x);
+      auto h = call(Attention({.dropout = 0.2F, .seed = 7}), {q, x});
+      h = call(Attention({.use_causal_mask = true}), {h, x, call(Dense(4), x)});
+      return std::make_shared<Model>(in, call(Dense(2), call(GlobalAveragePooling1D(), h)));
+    };
+    std::vector<Tensor<float>> weights;
+    std::vector<double> losses;
+    for (const bool gpu : {false, true}) {
+      auto backend = gpu ? std::shared_ptr<Backend>(CudaBackend::create(0)) : cpu_backend(1);
+      auto model = make();
+      model->compile({.optimizer = "sgd", .loss = "mse", .backend = backend});
+      for (int i = 0; i < 3; ++i)
+        losses.push_back(*model->train_on_batch(tokens, y).get("loss"));
+      const auto w = model->get_weights();
+      weights.insert(weights.end(), w.begin(), w.end());
+      if (gpu) CHECK(dynamic_cast<CudaBackend&>(*backend).host_kernel_calls() == 0);
+    }
+    for (std::size_t i = 0; i < 3; ++i)
+      CHECK(losses[i] == doctest::Approx(losses[i + 3]).epsilon(1e-5));
+    const std::size_t n = weights.size() / 2;
+    for (std::size_t i = 0; i < n; ++i) {
+      CAPTURE(i);
+      check_close(weights[i], weights[n + i], 1e-4);
+    }
+  }
+
   TEST_CASE("A Transformer block trains on the device alone and replays its steps from graphs") {
     // Token ids with padding (Embedding's mask reaches the attention's keys and the pooling),
     // MultiHeadAttention with dropout (its key changes every step) and a causal mask,

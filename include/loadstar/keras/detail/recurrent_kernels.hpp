@@ -160,216 +160,284 @@ LOADSTAR_HOST_DEVICE inline std::size_t recurrent_row_length(const RecurrentKern
   }
 }
 
-/// Column `column` of row `row` (`recurrent_row_length`) of kernel `k` over `tensors`; `key` is
-/// the dropout masks' key.
+/// An op as a type (`with_recurrent_op`).
+template <RecurrentOp Op>
+struct OpConstant {
+  static constexpr RecurrentOp value = Op;
+};
+
+/// Column `column` of row `row` (`recurrent_row_length`) of kernel `k` (whose `op` is `Op`)
+/// over `tensors`; `key` is the dropout masks' key.
+template <RecurrentOp Op>
+LOADSTAR_HOST_DEVICE inline void recurrent_element_of(const RecurrentKernel& k,
+                                                      const RecurrentTensors& tensors,
+                                                      [[maybe_unused]] std::uint64_t key,
+                                                      std::size_t row,
+                                                      std::size_t column) noexcept {
+  [[maybe_unused]] float* const* t = tensors.t;
+  [[maybe_unused]] const std::size_t u = k.units, width = k.width;
+  if constexpr (Op == RecurrentOp::sequence_order) {
+    // Time-major step `s` of sample `b` is its batch-major position `s`, or `steps - 1 - s`
+    // reversed.
+    std::size_t source = 0;
+    if (k.to_batch_major) {
+      const std::size_t b = row / k.steps, position = row % k.steps;
+      source = (k.reverse ? k.steps - 1 - position : position) * k.batch + b;
+    } else {
+      const std::size_t s = row / k.batch, b = row % k.batch;
+      source = b * k.steps + (k.reverse ? k.steps - 1 - s : s);
+    }
+    t[1][row * width + column] = t[0][source * width + column];
+    return;
+  } else if constexpr (Op == RecurrentOp::reverse_steps) {
+    const std::size_t b = row / k.steps, s = row % k.steps;
+    t[1][row * width + column] = t[0][(b * k.steps + (k.steps - 1 - s)) * width + column];
+    return;
+  } else if constexpr (Op == RecurrentOp::lstm_forward) {
+    const std::size_t i = row * u + column;
+    lstm_forward(t[0] + row * width, u, column, t[1][i], k.activations, t[2][i], t[3][i]);
+    return;
+  } else if constexpr (Op == RecurrentOp::gru_reset_hidden) {
+    const std::size_t i = row * u + column;
+    t[3][i] = gru_reset(t[0] + row * width, t[1] + row * width, u, column, k.activations) *
+              t[2][i] * (t[4] == nullptr ? 1.0F : t[4][i]);
+    return;
+  } else if constexpr (Op == RecurrentOp::gru_forward) {
+    const std::size_t i = row * u + column, at = row * width;
+    t[4][i] = gru_forward(t[0] + at, t[1] + at, t[2] + at, u, column, t[3][i], k.reset_after,
+                          k.activations);
+    return;
+  } else if constexpr (Op == RecurrentOp::keep_masked) {
+    if (t[0][row] != 0.0F) return;
+    const std::size_t i = row * u + column;
+    t[2][i] = t[1][i];
+    if (t[4] != nullptr) t[4][i] = t[3][i];
+    return;
+  } else if constexpr (Op == RecurrentOp::zero_masked) {
+    const std::size_t at = k.batch_major ? (row % k.steps) * k.batch + row / k.steps : row;
+    if (t[0][at] == 0.0F) t[1][row * width + column] = 0.0F;
+    return;
+  } else if constexpr (Op == RecurrentOp::lstm_backward) {
+    const std::size_t i = row * u + column;
+    t[4][i] = lstm_backward(t[0] + row * width, u, column, t[1][i], t[2][i], t[3][i], t[4][i],
+                            k.activations, t[5] + row * width);
+    return;
+  } else if constexpr (Op == RecurrentOp::gru_backward) {
+    const std::size_t i = row * u + column, at = row * width;
+    t[4][i] = gru_backward(t[0] + at, t[1] + at, t[2] + at, u, column, t[3][i], t[4][i],
+                           k.reset_after, k.activations, t[5] + at, t[6] + at);
+    if (!k.reset_after) {
+      // Only the candidate's block reaches `(r * h_prev) U`.
+      float* d = t[7] + at;
+      d[column] = 0.0F;
+      d[u + column] = 0.0F;
+      d[2 * u + column] = t[5][at + 2 * u + column];
+    }
+    return;
+  } else if constexpr (Op == RecurrentOp::gru_backward_reset) {
+    const std::size_t i = row * u + column, at = row * width;
+    const float dq = t[7] == nullptr ? t[3][i] : t[3][i] * t[7][i];
+    t[6][i] += gru_backward_reset(t[0] + at, t[1] + at, u, column, t[2][i], dq, k.activations,
+                                  t[4] + at, t[5] + at);
+    return;
+  } else if constexpr (Op == RecurrentOp::masked_backward) {
+    if (t[0][row] != 0.0F) return;
+    const std::size_t i = row * width + column;
+    t[3][i] = 0.0F;
+    if (t[6] != nullptr) t[6][i] = 0.0F;
+    if (t[7] != nullptr) t[7][i] = 0.0F;
+    if (column < u) {
+      t[2][row * u + column] = t[1][row * u + column];
+      if (t[5] != nullptr) t[5][row * u + column] = t[4][row * u + column];
+    }
+    return;
+  } else if constexpr (Op == RecurrentOp::dropout_masks) {
+    const std::uint64_t stream = mix64(key ^ mix64(k.first_stream + row));
+    const auto scale = static_cast<float>(1.0 / (1.0 - k.rate));
+    t[0][row * k.each + column] = dropout_keeps(stream, column, k.rate) ? scale : 0.0F;
+    return;
+  } else if constexpr (Op == RecurrentOp::apply_masks) {
+    // Row `m * rows + r` of the dropped values.
+    const std::size_t m = row / k.rows, r = row % k.rows;
+    t[2][row * width + column] =
+        t[0][r * width + column] * t[1][(m * k.batch + r % k.batch) * width + column];
+    return;
+  } else if constexpr (Op == RecurrentOp::masked_group_sum) {
+    const std::size_t i = row * width + column;
+    float sum = k.accumulate ? t[2][i] : 0.0F;
+    for (std::size_t g = 0; g < k.count; ++g) {
+      sum += t[0][(g * k.rows + row) * width + column] *
+             t[1][(g * k.batch + row % k.batch) * width + column];
+    }
+    t[2][i] = sum;
+    return;
+  } else if constexpr (Op == RecurrentOp::bidirectional_merge) {
+    const std::size_t ub = k.second_units;
+    const std::size_t b = row / k.steps, s = row % k.steps;
+    const float* f = t[0] + row * u;
+    const float* r = t[1] + (b * k.steps + (k.steps - 1 - s)) * ub;
+    switch (k.merge) {
+      case RecurrentMerge::concat:
+        t[2][row * (u + ub) + column] = column < u ? f[column] : r[column - u];
+        return;
+      case RecurrentMerge::none:
+        if (column < u) {
+          t[2][row * u + column] = f[column];
+        } else {
+          t[3][row * ub + column - u] = r[column - u];
+        }
+        return;
+      case RecurrentMerge::sum:
+        t[2][row * u + column] = f[column] + r[column];
+        return;
+      case RecurrentMerge::mul:
+        t[2][row * u + column] = f[column] * r[column];
+        return;
+      case RecurrentMerge::ave:
+        t[2][row * u + column] = (f[column] + r[column]) / 2.0F;
+        return;
+    }
+    return;
+  } else if constexpr (Op == RecurrentOp::bidirectional_split) {
+    const std::size_t ub = k.second_units;
+    const std::size_t b = row / k.steps, s = row % k.steps;
+    const std::size_t fi = row * u, ri = (b * k.steps + (k.steps - 1 - s)) * ub;
+    float* df = t[3];
+    float* dr = t[4];
+    if (k.merge == RecurrentMerge::concat || k.merge == RecurrentMerge::none) {
+      const bool none = k.merge == RecurrentMerge::none;
+      if (column < u) {
+        if (df != nullptr) df[fi + column] = t[2][none ? fi + column : row * (u + ub) + column];
+      } else if (dr != nullptr) {
+        dr[ri + column - u] = none ? t[5][row * ub + column - u] : t[2][row * (u + ub) + column];
+      }
+      return;
+    }
+    const float dy = t[2][row * u + column];
+    if (k.merge == RecurrentMerge::mul) {
+      if (df != nullptr) df[fi + column] = dy * t[1][ri + column];
+      if (dr != nullptr) dr[ri + column] = dy * t[0][fi + column];
+    } else {
+      const float d = k.merge == RecurrentMerge::sum ? dy : dy / 2.0F;
+      if (df != nullptr) df[fi + column] = d;
+      if (dr != nullptr) dr[ri + column] = d;
+    }
+    return;
+  } else if constexpr (Op == RecurrentOp::token_mask) {
+    const std::size_t i = row * width + column;
+    t[1][i] = ::truncf(t[0][i]) != 0.0F ? 1.0F : 0.0F;
+    return;
+  } else if constexpr (Op == RecurrentOp::masking) {
+    const float* x = t[0] + row * width;
+    bool counts = false;
+    for (std::size_t f = 0; f < width && !counts; ++f)
+      counts = !(x[f] == k.value);
+    if (t[3] != nullptr) t[3][row] = counts ? 1.0F : 0.0F;
+    if (t[2] == nullptr) return;
+    for (std::size_t f = 0; f < width; ++f)
+      t[2][row * width + f] = counts ? t[1][row * width + f] : 0.0F;
+    return;
+  } else if constexpr (Op == RecurrentOp::masked_average) {
+    // Keras: sum(where(mask, x, 0), steps) / sum(mask, steps), the steps in order.
+    float sum = 0.0F, count = 0.0F;
+    for (std::size_t s = 0; s < k.steps; ++s) {
+      if (t[1][row * k.steps + s] == 0.0F) continue;
+      count += 1.0F;
+      sum += t[0][(row * k.steps + s) * width + column];
+    }
+    t[2][row * width + column] = sum / count;
+    return;
+  } else if constexpr (Op == RecurrentOp::masked_average_backward) {
+    const float* m = t[0] + row * k.steps;
+    float count = 0.0F;
+    for (std::size_t s = 0; s < k.steps; ++s)
+      count += m[s] != 0.0F ? 1.0F : 0.0F;
+    const float dy = t[1][row * width + column];
+    for (std::size_t s = 0; s < k.steps; ++s)
+      t[2][(row * k.steps + s) * width + column] = m[s] != 0.0F ? dy / count : 0.0F;
+    return;
+  }
+}
+
+/// Calls `f` with kernel `k`'s op as a compile-time constant (`OpConstant`): on the device with
+/// a device `f`, on the host with a host one (the host's loop, `recurrent_elements`).
+#if defined(__CUDACC__)
+#pragma nv_exec_check_disable
+#endif
+template <class F>
+LOADSTAR_HOST_DEVICE inline void with_recurrent_op(RecurrentOp op, F&& f) noexcept {
+  switch (op) {
+    case RecurrentOp::sequence_order:
+      f(OpConstant<RecurrentOp::sequence_order>{});
+      return;
+    case RecurrentOp::reverse_steps:
+      f(OpConstant<RecurrentOp::reverse_steps>{});
+      return;
+    case RecurrentOp::lstm_forward:
+      f(OpConstant<RecurrentOp::lstm_forward>{});
+      return;
+    case RecurrentOp::gru_reset_hidden:
+      f(OpConstant<RecurrentOp::gru_reset_hidden>{});
+      return;
+    case RecurrentOp::gru_forward:
+      f(OpConstant<RecurrentOp::gru_forward>{});
+      return;
+    case RecurrentOp::keep_masked:
+      f(OpConstant<RecurrentOp::keep_masked>{});
+      return;
+    case RecurrentOp::zero_masked:
+      f(OpConstant<RecurrentOp::zero_masked>{});
+      return;
+    case RecurrentOp::lstm_backward:
+      f(OpConstant<RecurrentOp::lstm_backward>{});
+      return;
+    case RecurrentOp::gru_backward:
+      f(OpConstant<RecurrentOp::gru_backward>{});
+      return;
+    case RecurrentOp::gru_backward_reset:
+      f(OpConstant<RecurrentOp::gru_backward_reset>{});
+      return;
+    case RecurrentOp::masked_backward:
+      f(OpConstant<RecurrentOp::masked_backward>{});
+      return;
+    case RecurrentOp::dropout_masks:
+      f(OpConstant<RecurrentOp::dropout_masks>{});
+      return;
+    case RecurrentOp::apply_masks:
+      f(OpConstant<RecurrentOp::apply_masks>{});
+      return;
+    case RecurrentOp::masked_group_sum:
+      f(OpConstant<RecurrentOp::masked_group_sum>{});
+      return;
+    case RecurrentOp::bidirectional_merge:
+      f(OpConstant<RecurrentOp::bidirectional_merge>{});
+      return;
+    case RecurrentOp::bidirectional_split:
+      f(OpConstant<RecurrentOp::bidirectional_split>{});
+      return;
+    case RecurrentOp::token_mask:
+      f(OpConstant<RecurrentOp::token_mask>{});
+      return;
+    case RecurrentOp::masking:
+      f(OpConstant<RecurrentOp::masking>{});
+      return;
+    case RecurrentOp::masked_average:
+      f(OpConstant<RecurrentOp::masked_average>{});
+      return;
+    case RecurrentOp::masked_average_backward:
+      f(OpConstant<RecurrentOp::masked_average_backward>{});
+      return;
+  }
+}
+
+/// Column `column` of row `row` (`recurrent_row_length`) of kernel `k` over `tensors`.
 LOADSTAR_HOST_DEVICE inline void recurrent_element(const RecurrentKernel& k,
                                                    const RecurrentTensors& tensors,
                                                    std::uint64_t key, std::size_t row,
                                                    std::size_t column) noexcept {
-  float* const* t = tensors.t;
-  const std::size_t u = k.units, width = k.width;
-  switch (k.op) {
-    case RecurrentOp::sequence_order: {
-      // Time-major step `s` of sample `b` is its batch-major position `s`, or `steps - 1 - s`
-      // reversed.
-      std::size_t source = 0;
-      if (k.to_batch_major) {
-        const std::size_t b = row / k.steps, position = row % k.steps;
-        source = (k.reverse ? k.steps - 1 - position : position) * k.batch + b;
-      } else {
-        const std::size_t s = row / k.batch, b = row % k.batch;
-        source = b * k.steps + (k.reverse ? k.steps - 1 - s : s);
-      }
-      t[1][row * width + column] = t[0][source * width + column];
-      return;
-    }
-    case RecurrentOp::reverse_steps: {
-      const std::size_t b = row / k.steps, s = row % k.steps;
-      t[1][row * width + column] = t[0][(b * k.steps + (k.steps - 1 - s)) * width + column];
-      return;
-    }
-    case RecurrentOp::lstm_forward: {
-      const std::size_t i = row * u + column;
-      lstm_forward(t[0] + row * width, u, column, t[1][i], k.activations, t[2][i], t[3][i]);
-      return;
-    }
-    case RecurrentOp::gru_reset_hidden: {
-      const std::size_t i = row * u + column;
-      t[3][i] = gru_reset(t[0] + row * width, t[1] + row * width, u, column, k.activations) *
-                t[2][i] * (t[4] == nullptr ? 1.0F : t[4][i]);
-      return;
-    }
-    case RecurrentOp::gru_forward: {
-      const std::size_t i = row * u + column, at = row * width;
-      t[4][i] = gru_forward(t[0] + at, t[1] + at, t[2] + at, u, column, t[3][i], k.reset_after,
-                            k.activations);
-      return;
-    }
-    case RecurrentOp::keep_masked: {
-      if (t[0][row] != 0.0F) return;
-      const std::size_t i = row * u + column;
-      t[2][i] = t[1][i];
-      if (t[4] != nullptr) t[4][i] = t[3][i];
-      return;
-    }
-    case RecurrentOp::zero_masked: {
-      const std::size_t at = k.batch_major ? (row % k.steps) * k.batch + row / k.steps : row;
-      if (t[0][at] == 0.0F) t[1][row * width + column] = 0.0F;
-      return;
-    }
-    case RecurrentOp::lstm_backward: {
-      const std::size_t i = row * u + column;
-      t[4][i] = lstm_backward(t[0] + row * width, u, column, t[1][i], t[2][i], t[3][i], t[4][i],
-                              k.activations, t[5] + row * width);
-      return;
-    }
-    case RecurrentOp::gru_backward: {
-      const std::size_t i = row * u + column, at = row * width;
-      t[4][i] = gru_backward(t[0] + at, t[1] + at, t[2] + at, u, column, t[3][i], t[4][i],
-                             k.reset_after, k.activations, t[5] + at, t[6] + at);
-      if (!k.reset_after) {
-        // Only the candidate's block reaches `(r * h_prev) U`.
-        float* d = t[7] + at;
-        d[column] = 0.0F;
-        d[u + column] = 0.0F;
-        d[2 * u + column] = t[5][at + 2 * u + column];
-      }
-      return;
-    }
-    case RecurrentOp::gru_backward_reset: {
-      const std::size_t i = row * u + column, at = row * width;
-      const float dq = t[7] == nullptr ? t[3][i] : t[3][i] * t[7][i];
-      t[6][i] += gru_backward_reset(t[0] + at, t[1] + at, u, column, t[2][i], dq, k.activations,
-                                    t[4] + at, t[5] + at);
-      return;
-    }
-    case RecurrentOp::masked_backward: {
-      if (t[0][row] != 0.0F) return;
-      const std::size_t i = row * width + column;
-      t[3][i] = 0.0F;
-      if (t[6] != nullptr) t[6][i] = 0.0F;
-      if (t[7] != nullptr) t[7][i] = 0.0F;
-      if (column < u) {
-        t[2][row * u + column] = t[1][row * u + column];
-        if (t[5] != nullptr) t[5][row * u + column] = t[4][row * u + column];
-      }
-      return;
-    }
-    case RecurrentOp::dropout_masks: {
-      const std::uint64_t stream = mix64(key ^ mix64(k.first_stream + row));
-      const auto scale = static_cast<float>(1.0 / (1.0 - k.rate));
-      t[0][row * k.each + column] = dropout_keeps(stream, column, k.rate) ? scale : 0.0F;
-      return;
-    }
-    case RecurrentOp::apply_masks: {
-      // Row `m * rows + r` of the dropped values.
-      const std::size_t m = row / k.rows, r = row % k.rows;
-      t[2][row * width + column] =
-          t[0][r * width + column] * t[1][(m * k.batch + r % k.batch) * width + column];
-      return;
-    }
-    case RecurrentOp::masked_group_sum: {
-      const std::size_t i = row * width + column;
-      float sum = k.accumulate ? t[2][i] : 0.0F;
-      for (std::size_t g = 0; g < k.count; ++g) {
-        sum += t[0][(g * k.rows + row) * width + column] *
-               t[1][(g * k.batch + row % k.batch) * width + column];
-      }
-      t[2][i] = sum;
-      return;
-    }
-    case RecurrentOp::bidirectional_merge: {
-      const std::size_t ub = k.second_units;
-      const std::size_t b = row / k.steps, s = row % k.steps;
-      const float* f = t[0] + row * u;
-      const float* r = t[1] + (b * k.steps + (k.steps - 1 - s)) * ub;
-      switch (k.merge) {
-        case RecurrentMerge::concat:
-          t[2][row * (u + ub) + column] = column < u ? f[column] : r[column - u];
-          return;
-        case RecurrentMerge::none:
-          if (column < u) {
-            t[2][row * u + column] = f[column];
-          } else {
-            t[3][row * ub + column - u] = r[column - u];
-          }
-          return;
-        case RecurrentMerge::sum:
-          t[2][row * u + column] = f[column] + r[column];
-          return;
-        case RecurrentMerge::mul:
-          t[2][row * u + column] = f[column] * r[column];
-          return;
-        case RecurrentMerge::ave:
-          t[2][row * u + column] = (f[column] + r[column]) / 2.0F;
-          return;
-      }
-      return;
-    }
-    case RecurrentOp::bidirectional_split: {
-      const std::size_t ub = k.second_units;
-      const std::size_t b = row / k.steps, s = row % k.steps;
-      const std::size_t fi = row * u, ri = (b * k.steps + (k.steps - 1 - s)) * ub;
-      float* df = t[3];
-      float* dr = t[4];
-      if (k.merge == RecurrentMerge::concat || k.merge == RecurrentMerge::none) {
-        const bool none = k.merge == RecurrentMerge::none;
-        if (column < u) {
-          if (df != nullptr) df[fi + column] = t[2][none ? fi + column : row * (u + ub) + column];
-        } else if (dr != nullptr) {
-          dr[ri + column - u] = none ? t[5][row * ub + column - u] : t[2][row * (u + ub) + column];
-        }
-        return;
-      }
-      const float dy = t[2][row * u + column];
-      if (k.merge == RecurrentMerge::mul) {
-        if (df != nullptr) df[fi + column] = dy * t[1][ri + column];
-        if (dr != nullptr) dr[ri + column] = dy * t[0][fi + column];
-      } else {
-        const float d = k.merge == RecurrentMerge::sum ? dy : dy / 2.0F;
-        if (df != nullptr) df[fi + column] = d;
-        if (dr != nullptr) dr[ri + column] = d;
-      }
-      return;
-    }
-    case RecurrentOp::token_mask: {
-      const std::size_t i = row * width + column;
-      t[1][i] = ::truncf(t[0][i]) != 0.0F ? 1.0F : 0.0F;
-      return;
-    }
-    case RecurrentOp::masking: {
-      const float* x = t[0] + row * width;
-      bool counts = false;
-      for (std::size_t f = 0; f < width && !counts; ++f)
-        counts = !(x[f] == k.value);
-      if (t[3] != nullptr) t[3][row] = counts ? 1.0F : 0.0F;
-      if (t[2] == nullptr) return;
-      for (std::size_t f = 0; f < width; ++f)
-        t[2][row * width + f] = counts ? t[1][row * width + f] : 0.0F;
-      return;
-    }
-    case RecurrentOp::masked_average: {
-      // Keras: sum(where(mask, x, 0), steps) / sum(mask, steps), the steps in order.
-      float sum = 0.0F, count = 0.0F;
-      for (std::size_t s = 0; s < k.steps; ++s) {
-        if (t[1][row * k.steps + s] == 0.0F) continue;
-        count += 1.0F;
-        sum += t[0][(row * k.steps + s) * width + column];
-      }
-      t[2][row * width + column] = sum / count;
-      return;
-    }
-    case RecurrentOp::masked_average_backward: {
-      const float* m = t[0] + row * k.steps;
-      float count = 0.0F;
-      for (std::size_t s = 0; s < k.steps; ++s)
-        count += m[s] != 0.0F ? 1.0F : 0.0F;
-      const float dy = t[1][row * width + column];
-      for (std::size_t s = 0; s < k.steps; ++s)
-        t[2][(row * k.steps + s) * width + column] = m[s] != 0.0F ? dy / count : 0.0F;
-      return;
-    }
-  }
+  with_recurrent_op(k.op, [&](auto op) {
+    recurrent_element_of<decltype(op)::value>(k, tensors, key, row, column);
+  });
 }
 
 /// Element `i` of kernel `k` (one device thread's work): column `i % length` of row
@@ -381,14 +449,27 @@ LOADSTAR_HOST_DEVICE inline void recurrent_element(const RecurrentKernel& k,
   recurrent_element(k, tensors, key, i / length, i % length);
 }
 
-/// Every element of kernel `k` (`elements` of them) in order, row by row: the host's loop.
+/// `rows` rows of `length` elements of kernel `k`, whose op is `Op`, in order: one function per
+/// op (not inlined into the dispatch), so that the compiler inlines the op's formulas into its
+/// loop.
+template <RecurrentOp Op>
+[[gnu::noinline]] void recurrent_rows(const RecurrentKernel& k, const RecurrentTensors& tensors,
+                                      std::uint64_t key, std::size_t rows,
+                                      std::size_t length) noexcept {
+  for (std::size_t row = 0; row < rows; ++row)
+    for (std::size_t column = 0; column < length; ++column)
+      recurrent_element_of<Op>(k, tensors, key, row, column);
+}
+
+/// Every element of kernel `k` (`elements` of them) in order, row by row: the host's loop, the
+/// op chosen once.
 inline void recurrent_elements(const RecurrentKernel& k, const RecurrentTensors& tensors,
                                std::uint64_t key, std::size_t elements) noexcept {
   const std::size_t length = recurrent_row_length(k);
   if (length == 0) return;
-  for (std::size_t row = 0; row < elements / length; ++row)
-    for (std::size_t column = 0; column < length; ++column)
-      recurrent_element(k, tensors, key, row, column);
+  with_recurrent_op(k.op, [&](auto op) {
+    recurrent_rows<decltype(op)::value>(k, tensors, key, elements / length, length);
+  });
 }
 
 }  // namespace loadstar::keras::detail

@@ -94,13 +94,17 @@ class DenseAttention : public LayerBase, public keras::detail::CallArguments {
 
  private:
   LOADSTAR_DECL AttentionShape geometry(std::size_t batch) const;
+  /// The forward pass of `staged_` on the backend's own attention kernels, for dot-product
+  /// scores of a fixed scale (Keras's default); `false` where the host computes it.
+  LOADSTAR_DECL bool device_attention(Backend& backend, const AttentionShape& s,
+                                      const AttentionCall& call);
 
   ScoreMode mode_;
   DenseAttentionOptions options_;
   bool constructed_causal_;
   bool kwargs_seen_ = false;
   std::size_t query_steps_ = 0, value_steps_ = 0, features_ = 0, value_features_ = 0;
-  Scratch probabilities_, zero_gradient_;
+  Scratch probabilities_, zero_gradient_, key_gradient_;
   std::vector<Tensor<float>> staged_;
 };
 
@@ -225,36 +229,36 @@ void DenseAttention::forward(std::span<const Tensor<float>> inputs, const Tensor
              input_mask(ctx, 1)};
   for (const auto& w : weights_)
     staged_.push_back(w.value);
-  ctx.backend.host_kernel(staged_, [&](std::span<const Tensor<float>> t) {
-    call.query_mask = t[5].empty() ? nullptr : t[5].data();
-    call.value_mask = t[6].empty() ? nullptr : t[6].data();
-    with_score(mode_, options_.use_scale, t.subspan(7), nullptr, [&](const auto& score) {
-      attention_forward(s, call, score, t[0].data(), t[2].data(), t[1].data(), t[3].data(),
-                        t[4].data());
+  if (!device_attention(ctx.backend, s, call)) {
+    ctx.backend.host_kernel(staged_, [&](std::span<const Tensor<float>> t) {
+      call.query_mask = t[5].empty() ? nullptr : t[5].data();
+      call.value_mask = t[6].empty() ? nullptr : t[6].data();
+      with_score(mode_, options_.use_scale, t.subspan(7), nullptr, [&](const auto& score) {
+        attention_forward(s, call, score, t[0].data(), t[2].data(), t[1].data(), t[3].data(),
+                          t[4].data());
+      });
     });
-  });
+  }
   if (ctx.extra_outputs.empty()) return;
-  // The returned scores: the distribution the values were weighted by, dropped in training.
+  // The returned scores: the distribution the values were weighted by, dropped in training. A
+  // probability's dropout draws at its flat index (`attention_dropout_index` of one head), as
+  // `Backend::dropout` draws.
   const Tensor<float> scores = ctx.extra_outputs[0].reshape({s.probabilities()});
-  ctx.backend.copy(staged_[3], scores);
-  if (!call.drops()) return;
-  const Tensor<float> dropped[] = {scores};
-  ctx.backend.host_kernel(dropped, [&](std::span<const Tensor<float>> t) {
-    const float keep_scale = 1.0F / (1.0F - call.rate);
-    for (std::size_t b = 0; b < s.batch; ++b) {
-      for (std::size_t i = 0; i < s.query_steps; ++i) {
-        for (std::size_t j = 0; j < s.value_steps; ++j) {
-          float& value = t[0].data()[(b * s.query_steps + i) * s.value_steps + j];
-          value = keras::detail::dropout_keeps(call.key,
-                                               keras::detail::attention_dropout_index(
-                                                   b, 0, i, j, 1, s.query_steps, s.value_steps),
-                                               call.rate)
-                      ? value * keep_scale
-                      : 0.0F;
-        }
-      }
-    }
-  });
+  if (call.drops()) {
+    ctx.backend.dropout(staged_[3], scores, call.rate, call.key);
+  } else {
+    ctx.backend.copy(staged_[3], scores);
+  }
+}
+
+bool DenseAttention::device_attention(Backend& backend, const AttentionShape& s,
+                                      const AttentionCall& call) {
+  // Dot-product scores of a fixed scale (Keras's default Attention): a backend's own kernels.
+  if (mode_ != ScoreMode::dot || options_.use_scale) return false;
+  const Tensor<float> tensors[] = {staged_[0], staged_[2],      staged_[1],
+                                   staged_[3], staged_[4],      staged_[5],
+                                   staged_[6], Tensor<float>(), Tensor<float>()};
+  return backend.attention_forward(s, call, 1.0F, tensors);
 }
 
 void DenseAttention::backward(std::span<const Tensor<float>> inputs, const Tensor<float>&,
@@ -302,6 +306,25 @@ void DenseAttention::backward(std::span<const Tensor<float>> inputs, const Tenso
     staged_.push_back(w.value);
   for (const auto& w : weights_)
     staged_.push_back(w.trainable ? w.gradient : Tensor<float>());
+  if (mode_ == ScoreMode::dot && !options_.use_scale) {
+    // The probabilities again (a shared layer's forward of another call may have overwritten
+    // them), then the gradients, on the backend's own kernels where it has them. Without a key
+    // input the key is the value: its gradient adds to the value's.
+    const Tensor<float> dk = has_key || staged_[6].empty()
+                                 ? staged_[7]
+                                 : key_gradient_.get(ctx.backend, staged_[6].shape());
+    const Tensor<float> forward[] = {staged_[0], staged_[2],      staged_[1],
+                                     staged_[3], Tensor<float>(), staged_[8],
+                                     staged_[9], Tensor<float>(), Tensor<float>()};
+    const Tensor<float> backward[] = {
+        staged_[0], staged_[2], staged_[1], staged_[3],      staged_[4],      staged_[5], dk,
+        staged_[6], staged_[8], staged_[9], Tensor<float>(), Tensor<float>(), staged_[10]};
+    if (ctx.backend.attention_forward(s, call, 1.0F, forward) &&
+        ctx.backend.attention_backward(s, call, 1.0F, backward)) {
+      if (!has_key && !staged_[6].empty()) ctx.backend.axpy(1.0F, dk, staged_[6]);
+      return;
+    }
+  }
   ctx.backend.host_kernel(staged_, [&](std::span<const Tensor<float>> t) {
     call.query_mask = t[8].empty() ? nullptr : t[8].data();
     call.value_mask = t[9].empty() ? nullptr : t[9].data();
