@@ -1818,6 +1818,57 @@ TEST_SUITE("cuda") {
   }
 }
 
+namespace {
+
+/// `make`'s model trained 3 epochs on `(x, y)` in batches of 8 (`seed` shuffles), with Adam and
+/// sparse cross-entropy from logits, then predicting `x`, on CUDA backends with graphs and
+/// without, and on the CPU: no step stages tensors through the host, the graphs' `train_steps`
+/// and `predict_steps` (each shape captured once, replayed after) give the bits of the steps run
+/// kernel by kernel, and the CPU's losses, weights and predictions agree.
+void check_device_alone(const ModelFactory& make, const Tensor<float>& x, const Tensor<float>& y,
+                        std::uint64_t seed, std::size_t train_steps, std::size_t predict_steps) {
+  std::vector<std::vector<Tensor<float>>> weights;
+  std::vector<std::vector<double>> losses;
+  std::vector<Tensor<float>> predictions;
+  const FitOptions options{.epochs = 3, .batch_size = 8, .verbose = 0, .seed = seed};
+  const auto train = [&](std::shared_ptr<Backend> backend) {
+    auto model = make();
+    model->compile({.optimizer = "adam",
+                    .loss = losses::SparseCategoricalCrossentropy(true),
+                    .backend = std::move(backend)});
+    losses.push_back(model->fit(x, y, options).history.at("loss"));
+    weights.push_back(model->get_weights());
+    predictions.push_back(model->predict(x, {.batch_size = 8, .verbose = 0}));
+  };
+  for (const bool graphs : {false, true}) {
+    auto backend = CudaBackend::create(0, loadstar::cuda::CudaOptions{.graphs = graphs});
+    train(backend);
+    CHECK(backend->host_kernel_calls() == 0);
+    if (!graphs) continue;
+    const auto& stats = backend->graph_stats();
+    INFO("last fallback: " << stats.last_fallback);
+    CHECK(stats.fallbacks == 0);
+    CHECK(stats.captured == 2);
+    CHECK(stats.replayed == (train_steps - 2) + (predict_steps - 2));
+  }
+  CHECK(losses[0] == losses[1]);
+  for (std::size_t i = 0; i < weights[0].size(); ++i) {
+    CAPTURE(i);
+    CHECK(bitwise_equal(weights[0][i], weights[1][i]));
+  }
+  CHECK(bitwise_equal(predictions[0], predictions[1]));
+  train(cpu_backend(1));
+  for (std::size_t i = 0; i < losses[0].size(); ++i)
+    CHECK(losses[0][i] == doctest::Approx(losses[2][i]).epsilon(1e-5));
+  for (std::size_t i = 0; i < weights[2].size(); ++i) {
+    CAPTURE(i);
+    check_close(weights[2][i], weights[0][i], 1e-4);
+  }
+  check_close(predictions[2], predictions[0], 1e-4);
+}
+
+}  // namespace
+
 TEST_SUITE("cuda") {
   TEST_CASE("Models that share a CUDA backend replay graphs of their own") {
     // Two models trained by turns on one backend, one step each at a time: each model's steps
@@ -1989,53 +2040,8 @@ TEST_SUITE("cuda") {
     };
     for (const int variant : {0, 1}) {
       CAPTURE(variant);
-      const Tensor<float>& x = variant == 0 ? steps : tokens;
-      std::vector<std::vector<Tensor<float>>> weights;
-      std::vector<Tensor<float>> predictions;
-      std::vector<std::vector<double>> losses;
-      std::vector<std::shared_ptr<loadstar::cuda::CudaBackend>> backends;
-      for (const bool graphs : {false, true}) {
-        auto backend = CudaBackend::create(0, loadstar::cuda::CudaOptions{.graphs = graphs});
-        auto model = make(variant)();
-        model->compile({.optimizer = "adam",
-                        .loss = losses::SparseCategoricalCrossentropy(true),
-                        .backend = backend});
-        const auto history =
-            model->fit(x, y, {.epochs = 3, .batch_size = 8, .verbose = 0, .seed = 2});
-        losses.push_back(history.history.at("loss"));
-        weights.push_back(model->get_weights());
-        predictions.push_back(model->predict(x, {.batch_size = 8, .verbose = 0}));
-        backends.push_back(backend);
-      }
-      // Nothing staged through the host: the whole step is kernels, and graphs hold it.
-      CHECK(backends[0]->host_kernel_calls() == 0);
-      CHECK(backends[1]->host_kernel_calls() == 0);
-      const auto& stats = backends[1]->graph_stats();
-      INFO("last fallback: " << stats.last_fallback);
-      // Embedding's check of its indices is read with the step's results, not waited for.
-      CHECK(stats.fallbacks == 0);
-      CHECK(stats.captured == 2);  // training's batches of 8 and prediction's
-      CHECK(stats.replayed == (9 - 2) + (3 - 2));
-      CHECK(losses[0] == losses[1]);
-      for (std::size_t i = 0; i < weights[0].size(); ++i) {
-        CAPTURE(i);
-        CHECK(bitwise_equal(weights[0][i], weights[1][i]));
-      }
-      CHECK(bitwise_equal(predictions[0], predictions[1]));
-      // And the CPU backend's values.
-      auto cpu = make(variant)();
-      cpu->compile({.optimizer = "adam",
-                    .loss = losses::SparseCategoricalCrossentropy(true),
-                    .backend = cpu_backend(1)});
-      const auto history = cpu->fit(x, y, {.epochs = 3, .batch_size = 8, .verbose = 0, .seed = 2});
-      for (std::size_t i = 0; i < losses[0].size(); ++i)
-        CHECK(losses[0][i] == doctest::Approx(history.history.at("loss")[i]).epsilon(1e-5));
-      const auto cpu_weights = cpu->get_weights();
-      for (std::size_t i = 0; i < cpu_weights.size(); ++i) {
-        CAPTURE(i);
-        check_close(cpu_weights[i], weights[0][i], 1e-4);
-      }
-      check_close(cpu->predict(x, {.batch_size = 8, .verbose = 0}), predictions[0], 1e-4);
+      // Training's batches of 8 (9 steps) and prediction's (3), each shape captured once.
+      check_device_alone(make(variant), variant == 0 ? steps : tokens, y, 2, 9, 3);
     }
   }
 
@@ -2541,49 +2547,6 @@ TEST_SUITE("cuda") {
                {h, h});
       return std::make_shared<Model>(in, call(Dense(2), call(GlobalAveragePooling1D(), h)));
     };
-    std::vector<std::vector<Tensor<float>>> weights;
-    std::vector<std::vector<double>> losses;
-    std::vector<Tensor<float>> predictions;
-    for (const bool graphs : {false, true}) {
-      auto backend = CudaBackend::create(0, loadstar::cuda::CudaOptions{.graphs = graphs});
-      auto model = make();
-      model->compile({.optimizer = "adam",
-                      .loss = losses::SparseCategoricalCrossentropy(true),
-                      .backend = backend});
-      losses.push_back(
-          model->fit(tokens, y, {.epochs = 3, .batch_size = 8, .verbose = 0, .seed = 4})
-              .history.at("loss"));
-      weights.push_back(model->get_weights());
-      predictions.push_back(model->predict(tokens, {.batch_size = 8, .verbose = 0}));
-      CHECK(backend->host_kernel_calls() == 0);
-      if (graphs) {
-        const auto& stats = backend->graph_stats();
-        INFO("last fallback: " << stats.last_fallback);
-        CHECK(stats.fallbacks == 0);
-        CHECK(stats.captured == 2);
-        CHECK(stats.replayed == (6 - 2) + (2 - 2));
-      }
-    }
-    CHECK(losses[0] == losses[1]);
-    for (std::size_t i = 0; i < weights[0].size(); ++i) {
-      CAPTURE(i);
-      CHECK(bitwise_equal(weights[0][i], weights[1][i]));
-    }
-    CHECK(bitwise_equal(predictions[0], predictions[1]));
-    // And the CPU's values.
-    auto cpu = make();
-    cpu->compile({.optimizer = "adam",
-                  .loss = losses::SparseCategoricalCrossentropy(true),
-                  .backend = cpu_backend(1)});
-    const auto history =
-        cpu->fit(tokens, y, {.epochs = 3, .batch_size = 8, .verbose = 0, .seed = 4});
-    for (std::size_t i = 0; i < losses[0].size(); ++i)
-      CHECK(losses[0][i] == doctest::Approx(history.history.at("loss")[i]).epsilon(1e-5));
-    const auto cpu_weights = cpu->get_weights();
-    for (std::size_t i = 0; i < cpu_weights.size(); ++i) {
-      CAPTURE(i);
-      check_close(cpu_weights[i], weights[0][i], 1e-4);
-    }
-    check_close(cpu->predict(tokens, {.batch_size = 8, .verbose = 0}), predictions[0], 1e-4);
+    check_device_alone(make, tokens, y, 4, 6, 2);
   }
 }
