@@ -162,7 +162,8 @@ StoredArray Decoder::array() {
   if (integer) a.integer = value;
   a.values.resize(u64());
   need(a.values.size() * 4);
-  std::memcpy(a.values.data(), bytes_.data() + at_, a.values.size() * 4);
+  // An empty array has no storage to copy into (memcpy takes no null pointer, even for 0 bytes).
+  if (!a.values.empty()) std::memcpy(a.values.data(), bytes_.data() + at_, a.values.size() * 4);
   at_ += a.values.size() * 4;
   return a;
 }
