@@ -2500,25 +2500,12 @@ TEST_SUITE("cuda") {
       h = call(Attention({.use_causal_mask = true}), {h, x, call(Dense(4), x)});
       return std::make_shared<Model>(in, call(Dense(2), call(GlobalAveragePooling1D(), h)));
     };
-    std::vector<Tensor<float>> weights;
-    std::vector<double> losses;
-    for (const bool gpu : {false, true}) {
-      auto backend = gpu ? std::shared_ptr<Backend>(CudaBackend::create(0)) : cpu_backend(1);
-      auto model = make();
-      model->compile({.optimizer = "sgd", .loss = "mse", .backend = backend});
-      for (int i = 0; i < 3; ++i)
-        losses.push_back(*model->train_on_batch(tokens, y).get("loss"));
-      const auto w = model->get_weights();
-      weights.insert(weights.end(), w.begin(), w.end());
-      if (gpu) CHECK(dynamic_cast<CudaBackend&>(*backend).host_kernel_calls() == 0);
-    }
-    for (std::size_t i = 0; i < 3; ++i)
-      CHECK(losses[i] == doctest::Approx(losses[i + 3]).epsilon(1e-5));
-    const std::size_t n = weights.size() / 2;
-    for (std::size_t i = 0; i < n; ++i) {
-      CAPTURE(i);
-      check_close(weights[i], weights[n + i], 1e-4);
-    }
+    check_trains_as_on_cpu(make, tokens, y);
+    auto backend = CudaBackend::create(0);
+    auto model = make();
+    model->compile({.optimizer = "sgd", .loss = "mse", .backend = backend});
+    CHECK(std::isfinite(*model->train_on_batch(tokens, y).get("loss")));
+    CHECK(backend->host_kernel_calls() == 0);
   }
 
   TEST_CASE("A Transformer block trains on the device alone and replays its steps from graphs") {

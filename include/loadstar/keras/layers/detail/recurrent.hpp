@@ -507,7 +507,6 @@ void RecurrentCore::forward(Backend& backend, std::span<const Variable> weights,
       reset_projection = reset_projection_.get(backend, {rows, width});
     }
   }
-  const keras::detail::RecurrentActivations a = activations_;
   const std::size_t batch = batch_;
   // With recurrent_dropout, each gate's product of the recurrent kernel takes the state times its
   // own mask (kept in `dropped_hidden_` for the weights' gradients).
@@ -539,7 +538,7 @@ void RecurrentCore::forward(Backend& backend, std::span<const Variable> weights,
     if (kind_ == CellKind::simple_rnn) {
       recurrent_product(h_prev, s, z, true);
       // keras/detail/recurrent_formulas.hpp's simple_rnn_value: the activation of `z`.
-      backend.activation_forward(a.activation, z, h);
+      backend.activation_forward(activations_.activation, z, h);
     } else if (kind_ == CellKind::lstm) {
       recurrent_product(h_prev, s, z, true);
       const Tensor<float> tensors[] = {z, step_rows(carry, s), step_rows(carry, s + 1), h};
@@ -651,7 +650,6 @@ void RecurrentCore::backward(Backend& backend, std::span<const Variable> weights
   }
   const Tensor<float> dh = hidden_gradient_.get(backend, {batch_, u});
   final_gradient(dh, 0);
-  const keras::detail::RecurrentActivations a = activations_;
   // recurrent_dropout: the state's gradient through each gate's product takes its mask.
   std::vector<Tensor<float>> recurrent_blocks;
   Tensor<float> state_masks;
@@ -696,7 +694,7 @@ void RecurrentCore::backward(Backend& backend, std::span<const Variable> weights
     const Tensor<float> z = step_rows(projection, s), dz = step_rows(dprojection, s);
     if (kind_ == CellKind::simple_rnn) {
       // simple_rnn_gradient: the activation's gradient at `z`.
-      backend.activation_backward(a.activation, z, step_rows(hidden, s + 1), dh, dz);
+      backend.activation_backward(activations_.activation, z, step_rows(hidden, s + 1), dh, dz);
       state_gradient(dz, false);
     } else if (kind_ == CellKind::lstm) {
       const Tensor<float> tensors[] = {z, step_rows(carry, s), step_rows(carry, s + 1), dh, dcarry,
