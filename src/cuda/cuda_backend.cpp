@@ -176,6 +176,7 @@ bool CudaBackendImpl::apply_optimizer_step(const keras::OptimizerStep& step,
                                            std::span<const keras::VariableSlots> variables) {
   table_.clear();  // keeps its capacity
   std::size_t elements = 0, segments = 0;
+  expect("apply_optimizer_step", {&step.condition});
   for (const auto& v : variables) {
     expect("apply_optimizer_step", {&v.value, &v.gradient});
     LOADSTAR_ASSERT(v.gradient.size() == v.value.size(), "apply_optimizer_step: sizes differ");
@@ -216,13 +217,16 @@ bool CudaBackendImpl::apply_optimizer_step(const keras::OptimizerStep& step,
   const detail::UpdateParams* device_params = nullptr;
   if (context_->recording) device_params = step_scalar(params);
   const std::size_t count = table_.size();
-  enqueue({detail::word("optimizer_step"), detail::word(targets), detail::word(count),
-           detail::word(elements), detail::word(device_params), detail::word(scales)},
-          [this, targets, count, elements, params, device_params, scales](cudaStream_t s) {
-            launched(detail::launch_optimizer_step(s, targets, count, elements, params,
-                                                   device_params, scales),
-                     "optimizer_step");
-          });
+  const float* condition = or_null(step.condition);
+  enqueue(
+      {detail::word("optimizer_step"), detail::word(targets), detail::word(count),
+       detail::word(elements), detail::word(device_params), detail::word(scales),
+       detail::word(condition)},
+      [this, targets, count, elements, params, device_params, scales, condition](cudaStream_t s) {
+        launched(detail::launch_optimizer_step(s, targets, count, elements, params, device_params,
+                                               scales, condition),
+                 "optimizer_step");
+      });
   return true;
 }
 
@@ -449,6 +453,50 @@ void CudaBackendImpl::fill_many(std::span<const Tensor<float>> tensors, float va
   launch("fill_many", detail::launch_fill_many,
          device_table(fill_tables_, fill_table_, "a fill table"), fill_table_.size(), elements,
          value);
+}
+
+const detail::FillTarget* CudaBackendImpl::flat_table(const char* call,
+                                                      std::span<const Tensor<float>> tensors,
+                                                      std::size_t& elements) {
+  fill_table_.clear();  // keeps its capacity
+  elements = 0;
+  for (const auto& t : tensors) {
+    expect(call, {&t});
+    if (t.empty()) continue;
+    fill_table_.push_back({t.data(), t.size(), elements});
+    elements += t.size();
+  }
+  return elements == 0 ? nullptr : device_table(fill_tables_, fill_table_, "a table of tensors");
+}
+
+void CudaBackendImpl::scale_many(std::span<const Tensor<float>> tensors, float alpha) {
+  std::size_t elements = 0;
+  const detail::FillTarget* table = flat_table("scale_many", tensors, elements);
+  if (table == nullptr) return;
+  const std::size_t count = fill_table_.size();
+  const float* device_alpha = context_->recording ? step_scalar(alpha) : nullptr;
+  enqueue({detail::word("scale_many"), detail::word(table), detail::word(count),
+           detail::word(elements), detail::word(device_alpha)},
+          [this, table, count, elements, alpha, device_alpha](cudaStream_t s) {
+            launched(detail::launch_scale_many(s, table, count, elements, alpha, device_alpha),
+                     "scale_many");
+          });
+}
+
+keras::Deferred<bool> CudaBackendImpl::all_finite(std::span<const Tensor<float>> tensors,
+                                                  const Tensor<float>& flag) {
+  expect("all_finite", {&flag});
+  LOADSTAR_ASSERT(flag.size() == 1, "all_finite: the flag has one element");
+  std::size_t elements = 0;
+  const detail::FillTarget* table = flat_table("all_finite", tensors, elements);
+  auto [ring_record, cell] = results_->acquire();
+  double* record = step_result(ring_record);
+  launch("all_finite", detail::launch_all_finite, table, fill_table_.size(), elements, flag.data(),
+         record);
+  return keras::Deferred<bool>(std::function<bool()>(
+      [cell = std::move(cell), ring = std::weak_ptr<detail::ResultRing>(results_)] {
+        return detail::ResultRing::values(cell, ring)[0] != 0.0;
+      }));
 }
 
 void CudaBackendImpl::copy(const Tensor<float>& x, const Tensor<float>& y) {

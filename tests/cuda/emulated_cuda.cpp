@@ -664,6 +664,27 @@ cudaError_t launch_fill_many(cudaStream_t stream, const FillTarget* targets, std
       fill_flat(targets, count, value, i);
   });
 }
+cudaError_t launch_scale_many(cudaStream_t stream, const FillTarget* targets, std::size_t count,
+                              std::size_t elements, float alpha, const float* device_alpha) {
+  return submit_kernel(stream, [=] {
+    const float a = device_alpha != nullptr ? *device_alpha : alpha;
+    for (std::size_t i = 0; i < elements; ++i)
+      scale_flat(targets, count, a, i);
+  });
+}
+cudaError_t launch_all_finite(cudaStream_t stream, const FillTarget* targets, std::size_t count,
+                              std::size_t elements, float* flag, double* record) {
+  return submit_kernel(stream, [=] {
+    *flag = 1.0F;
+    record[0] = 1.0;
+    for (std::size_t i = 0; i < elements; ++i) {
+      if (!finite_flat(targets, count, i)) {
+        *flag = 0.0F;
+        record[0] = 0.0;
+      }
+    }
+  });
+}
 cudaError_t launch_scale(cudaStream_t stream, float* x, std::size_t n, float alpha) {
   return submit_kernel(stream, [=] {
     for (std::size_t i = 0; i < n; ++i)
@@ -1020,8 +1041,9 @@ cudaError_t launch_clip_scales(cudaStream_t stream, const UpdateTarget* targets,
 cudaError_t launch_optimizer_step(cudaStream_t stream, const UpdateTarget* targets,
                                   std::size_t count, std::size_t elements,
                                   const UpdateParams& params, const UpdateParams* device_params,
-                                  const float* scales) {
+                                  const float* scales, const float* condition) {
   return submit_kernel(stream, [=] {
+    if (condition != nullptr && *condition == 0.0F) return;
     const UpdateParams p = device_params != nullptr ? *device_params : params;
     for (std::size_t i = 0; i < elements; ++i)
       update_flat(targets, count, p, scales, i);

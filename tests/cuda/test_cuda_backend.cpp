@@ -2367,6 +2367,82 @@ TEST_SUITE("cuda") {
     }
   }
 
+  TEST_CASE("A loss-scaled mixed_float16 step runs on the device alone and skips as on the CPU") {
+    // A scale far too large for float16 at first: the first steps' output gradients overflow
+    // (the step skipped, the scale halved), then the scale doubles after every third finite step
+    // until it overflows again. The finite check runs on the device and the optimizer's fused
+    // step reads it there, so the step is one graph whatever the scale.
+    const Tensor<float> x = random_tensor({8, 6}, 68);
+    const Tensor<float> y = random_tensor({8, 3}, 69);
+    constexpr int steps = 24;
+    struct Run {
+      std::vector<float> scales;
+      std::vector<std::int64_t> iterations;
+      std::vector<double> losses;
+      std::vector<Tensor<float>> weights;
+    };
+    const auto run = [&](const std::shared_ptr<Backend>& backend) {
+      std::shared_ptr<Model> model;
+      {
+        mixed_precision::PolicyScope scope("mixed_float16");
+        set_random_seed(38);
+        auto in = Input({6});
+        auto h = call(Dense(8, {.activation = "relu"}), in);
+        model = std::make_shared<Model>(in, call(Dense(3), h));
+      }
+      auto scaling = std::make_shared<optimizers::LossScaleOptimizer>(
+          std::make_shared<optimizers::Adam>(), std::ldexp(1.0, 24), 3);
+      model->compile({.optimizer = scaling, .loss = "mse", .backend = backend});
+      Run r;
+      for (int step = 0; step < steps; ++step) {
+        model->reset_metrics();
+        r.losses.push_back(*model->train_step(std::tie(x, y)).get("loss"));
+        r.scales.push_back(scaling->loss_scale());
+        r.iterations.push_back(model->optimizer().iterations());
+      }
+      r.weights = model->get_weights();
+      return r;
+    };
+    const Run cpu = run(cpu_backend(1));
+    std::size_t halved = 0, doubled = 0;
+    for (std::size_t i = 1; i < cpu.scales.size(); ++i) {
+      halved += cpu.scales[i] < cpu.scales[i - 1] ? 1 : 0;
+      doubled += cpu.scales[i] > cpu.scales[i - 1] ? 1 : 0;
+    }
+    CHECK(halved >= 4);
+    CHECK(doubled >= 2);
+    CHECK(cpu.iterations.back() < steps);
+    std::vector<Run> gpu;
+    for (const bool graphs : {false, true}) {
+      CAPTURE(graphs);
+      auto backend = CudaBackend::create(0, loadstar::cuda::CudaOptions{.graphs = graphs});
+      gpu.push_back(run(backend));
+      CHECK(backend->host_kernel_calls() == 0);
+      const auto& stats = backend->graph_stats();
+      if (graphs) {
+        INFO("last fallback: " << stats.last_fallback);
+        CHECK(stats.fallbacks == 0);
+        CHECK(stats.captured == 1);
+        CHECK(stats.replayed == steps - 2);
+      }
+      const Run& g = gpu.back();
+      CHECK(g.scales == cpu.scales);
+      CHECK(g.iterations == cpu.iterations);
+      for (std::size_t i = 0; i < cpu.losses.size(); ++i) {
+        CAPTURE(i);
+        CHECK(g.losses[i] == doctest::Approx(cpu.losses[i]).epsilon(1e-4));
+      }
+      REQUIRE(g.weights.size() == cpu.weights.size());
+      for (std::size_t i = 0; i < cpu.weights.size(); ++i) {
+        CAPTURE(i);
+        check_close(g.weights[i], cpu.weights[i], 1e-3);
+      }
+    }
+    CHECK(gpu[0].losses == gpu[1].losses);
+    for (std::size_t i = 0; i < gpu[0].weights.size(); ++i)
+      CHECK(bitwise_equal(gpu[0].weights[i], gpu[1].weights[i]));
+  }
+
   TEST_CASE("The attention layers match the PyTorch reference values on the CUDA backend") {
     // tests/keras/generate_attention.py: MultiHeadAttention (self, cross with a key, causal, two
     // attention axes, an attention_mask), Attention (dot and concat) and AdditiveAttention, with

@@ -196,6 +196,13 @@ class CudaBackendImpl final : public CudaBackend {
   /// One kernel over every tensor, from a device table of their pointers and sizes, uploaded the
   /// first time these tensors are filled together and kept (`device_table`).
   void fill_many(std::span<const Tensor<float>> tensors, float value) override;
+  /// One kernel over every tensor (a table as `fill_many`'s), `alpha` read from the step's
+  /// scalars while a step records, so that a replayed graph scales by this step's loss scale.
+  void scale_many(std::span<const Tensor<float>> tensors, float alpha) override;
+  /// Two kernels: the flag and a result record set to 1, then cleared by any element that is not
+  /// finite; the result is read from the record (`ResultRing`) when asked for.
+  keras::Deferred<bool> all_finite(std::span<const Tensor<float>> tensors,
+                                   const Tensor<float>& flag) override;
 
   void copy(const Tensor<float>& x, const Tensor<float>& y) override;
 
@@ -529,6 +536,12 @@ class CudaBackendImpl final : public CudaBackend {
 #endif
 
   void* step_scratch(std::size_t bytes);
+
+  /// `fill_table_` made of the non-empty `tensors` (checked to be on this device for `call`),
+  /// `elements` their elements in all, and its device copy (`device_table`); null when there are
+  /// no elements.
+  const detail::FillTarget* flat_table(const char* call, std::span<const Tensor<float>> tensors,
+                                       std::size_t& elements);
 
   /// Scratch for `rows x columns` per-row terms followed by their column reduction's partials.
   double* reduction_terms(std::size_t rows, std::size_t columns);

@@ -65,6 +65,29 @@ __global__ void fill_many_kernel(const FillTarget* targets, std::size_t count, s
   }
 }
 
+__global__ void scale_many_kernel(const FillTarget* targets, std::size_t count,
+                                  std::size_t elements, float alpha, const float* device_alpha) {
+  if (device_alpha != nullptr) alpha = *device_alpha;
+  LOADSTAR_GRID_STRIDE(i, elements) {
+    scale_flat(targets, count, alpha, i);
+  }
+}
+
+__global__ void finite_start_kernel(float* flag, double* record) {
+  *flag = 1.0F;
+  record[0] = 1.0;
+}
+
+__global__ void all_finite_kernel(const FillTarget* targets, std::size_t count,
+                                  std::size_t elements, float* flag, double* record) {
+  LOADSTAR_GRID_STRIDE(i, elements) {
+    if (!finite_flat(targets, count, i)) {
+      *flag = 0.0F;  // every writer writes the same
+      record[0] = 0.0;
+    }
+  }
+}
+
 __global__ void scale_kernel(float* x, std::size_t n, float alpha) {
   LOADSTAR_GRID_STRIDE(i, n) {
     x[i] *= alpha;
@@ -488,7 +511,9 @@ __global__ void clip_scales_kernel(const UpdateTarget* targets, std::size_t coun
 
 __global__ void optimizer_step_kernel(const UpdateTarget* targets, std::size_t count,
                                       std::size_t elements, UpdateParams params,
-                                      const UpdateParams* device_params, const float* scales) {
+                                      const UpdateParams* device_params, const float* scales,
+                                      const float* condition) {
+  if (condition != nullptr && *condition == 0.0F) return;
   if (device_params != nullptr) params = *device_params;
   LOADSTAR_GRID_STRIDE(i, elements) {
     update_flat(targets, count, params, scales, i);
@@ -548,9 +573,9 @@ cudaError_t launch_clip_scales(cudaStream_t stream, const UpdateTarget* targets,
 cudaError_t launch_optimizer_step(cudaStream_t stream, const UpdateTarget* targets,
                                   std::size_t count, std::size_t elements,
                                   const UpdateParams& params, const UpdateParams* device_params,
-                                  const float* scales) {
+                                  const float* scales, const float* condition) {
   return launch(optimizer_step_kernel, stream, elements, targets, count, elements, params,
-                device_params, scales);
+                device_params, scales, condition);
 }
 
 cudaError_t launch_row_loss(cudaStream_t stream, const RowLossParams& params, const RowDims& dims,
@@ -586,6 +611,19 @@ cudaError_t launch_fill(cudaStream_t stream, float* x, std::size_t n, float valu
 cudaError_t launch_fill_many(cudaStream_t stream, const FillTarget* targets, std::size_t count,
                              std::size_t elements, float value) {
   return launch(fill_many_kernel, stream, elements, targets, count, elements, value);
+}
+
+cudaError_t launch_scale_many(cudaStream_t stream, const FillTarget* targets, std::size_t count,
+                              std::size_t elements, float alpha, const float* device_alpha) {
+  return launch(scale_many_kernel, stream, elements, targets, count, elements, alpha, device_alpha);
+}
+
+cudaError_t launch_all_finite(cudaStream_t stream, const FillTarget* targets, std::size_t count,
+                              std::size_t elements, float* flag, double* record) {
+  if (const cudaError_t status = launch(finite_start_kernel, stream, 1, flag, record);
+      status != cudaSuccess)
+    return status;
+  return launch(all_finite_kernel, stream, elements, targets, count, elements, flag, record);
 }
 
 cudaError_t launch_scale(cudaStream_t stream, float* x, std::size_t n, float alpha) {

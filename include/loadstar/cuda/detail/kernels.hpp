@@ -17,6 +17,14 @@ namespace loadstar::cuda::detail {
 cudaError_t launch_fill(cudaStream_t stream, float* x, std::size_t n, float value);
 /// Every element of every target (`elements` in all, non-empty targets in flat order) set to
 /// `value`, in one launch.
+/// Every element of every target multiplied by `alpha`, or by `*device_alpha` when it is not null
+/// (a replayed CUDA graph's loss scale), in one launch.
+cudaError_t launch_scale_many(cudaStream_t stream, const FillTarget* targets, std::size_t count,
+                              std::size_t elements, float alpha, const float* device_alpha);
+/// Whether every element of every target is finite: `*flag` set to 1 and `record[0]` to 1.0,
+/// then each element that is not finite sets them to 0.
+cudaError_t launch_all_finite(cudaStream_t stream, const FillTarget* targets, std::size_t count,
+                              std::size_t elements, float* flag, double* record);
 cudaError_t launch_fill_many(cudaStream_t stream, const FillTarget* targets, std::size_t count,
                              std::size_t elements, float value);
 cudaError_t launch_scale(cudaStream_t stream, float* x, std::size_t n, float alpha);
@@ -155,11 +163,12 @@ cudaError_t launch_clip_scales(cudaStream_t stream, const UpdateTarget* targets,
 /// One optimizer step over every element of every target (`elements` in all), one launch.
 /// `scales` may be null (no norm clipping). `device_params`, when not null, are read on the
 /// device instead of `params` (a replayed CUDA graph's step-dependent learning rate and bias
-/// corrections).
+/// corrections). `condition`, when not null, is read when the step runs: where it holds 0,
+/// nothing is updated (a loss-scaled step whose gradients are not finite).
 cudaError_t launch_optimizer_step(cudaStream_t stream, const UpdateTarget* targets,
                                   std::size_t count, std::size_t elements,
                                   const UpdateParams& params, const UpdateParams* device_params,
-                                  const float* scales);
+                                  const float* scales, const float* condition);
 
 /// A row loss: the per-row terms into `terms` (one double per row) and the gradient (when `g` is
 /// not null), then the result record (`finish_row_loss`): `record[0]` their sum in a fixed order,

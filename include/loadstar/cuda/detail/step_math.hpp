@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "loadstar/keras/backend/kinds.hpp"
 #include "loadstar/keras/losses/detail/row_formulas.hpp"
@@ -223,6 +224,25 @@ LOADSTAR_HOST_DEVICE inline void fill_flat(const FillTarget* targets, std::size_
                                            float value, std::size_t i) noexcept {
   const std::size_t k = find_target(targets, count, i, [](const FillTarget& t) { return t.begin; });
   targets[k].data[i - targets[k].begin] = value;
+}
+
+/// Flat position `i` of a scaling of `targets` (non-empty ones, in flat order) by `alpha`.
+LOADSTAR_HOST_DEVICE inline void scale_flat(const FillTarget* targets, std::size_t count,
+                                            float alpha, std::size_t i) noexcept {
+  const std::size_t k = find_target(targets, count, i, [](const FillTarget& t) { return t.begin; });
+  float& x = targets[k].data[i - targets[k].begin];
+  x *= alpha;
+}
+
+/// Whether flat position `i` of `targets` holds a finite number (neither infinite nor NaN: its
+/// exponent bits are not all ones).
+LOADSTAR_HOST_DEVICE inline bool finite_flat(const FillTarget* targets, std::size_t count,
+                                             std::size_t i) noexcept {
+  const std::size_t k = find_target(targets, count, i, [](const FillTarget& t) { return t.begin; });
+  float x = targets[k].data[i - targets[k].begin];
+  std::uint32_t bits = 0;
+  memcpy(&bits, &x, sizeof bits);
+  return (bits & 0x7F800000U) != 0x7F800000U;
 }
 
 /// The squared norm of norm segment `s` (in flat order), in double, elements in order.

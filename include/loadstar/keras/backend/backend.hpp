@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -84,6 +85,10 @@ struct OptimizerStep : UpdateOperands {
   GradientClipping clipping = GradientClipping::none;
   /// `clipnorm`, `global_clipnorm` or `clipvalue`.
   double clip_threshold = 0.0;
+  /// Empty, or a one-element tensor that the step reads when it runs: where it holds 0, nothing
+  /// is updated (`LossScaleOptimizer` skipping a step whose gradients are not finite, decided on
+  /// the device by `Backend::all_finite`).
+  Tensor<float> condition;
 };
 
 /// One variable of an optimizer step: its value, its gradient (left unchanged) and its slots in
@@ -375,6 +380,20 @@ class Backend {
     for (const auto& t : tensors)
       fill(t, value);
   }
+  /// Every element of every tensor of `tensors` multiplied by `alpha` (a loss scale, applied to
+  /// the gradients); the default scales them one by one. A device backend runs one kernel that
+  /// reads `alpha` from the step's scalars, so that a replayed step uses this step's value.
+  virtual void scale_many(std::span<const Tensor<float>> tensors, float alpha) {
+    for (const auto& t : tensors)
+      if (!t.empty()) scale(t, alpha);
+  }
+  /// Whether every element of every tensor of `tensors` is finite: `flag` (one element, in this
+  /// backend's memory) is set to 1 or 0 by the step's own work, so that a later kernel of the
+  /// same step can read it (`OptimizerStep::condition`), and the result is returned for the host
+  /// (known at once on the host; a device backend's waits for the step when read). The default
+  /// computes it on the host through `host_kernel`.
+  LOADSTAR_DECL virtual Deferred<bool> all_finite(std::span<const Tensor<float>> tensors,
+                                                  const Tensor<float>& flag);
   /// `y = x` (same number of elements).
   virtual void copy(const Tensor<float>& x, const Tensor<float>& y) = 0;
   /// `x *= alpha`.
@@ -727,6 +746,23 @@ void Backend::round_to(const Tensor<float>& x, DType dtype) {
     for (std::size_t i = 0; i < n; ++i)
       data[i] = detail::round_half(data[i], kind);
   });
+}
+
+Deferred<bool> Backend::all_finite(std::span<const Tensor<float>> tensors,
+                                   const Tensor<float>& flag) {
+  LOADSTAR_ASSERT(flag.size() == 1, "all_finite: the flag has one element");
+  bool finite = true;
+  for (const auto& t : tensors) {
+    if (t.empty() || !finite) continue;
+    const Tensor<float> one[] = {t};
+    host_kernel(one, [&finite](std::span<const Tensor<float>> v) {
+      const float* data = v[0].data();
+      for (std::size_t i = 0, n = v[0].size(); i < n && finite; ++i)
+        finite = std::isfinite(data[i]);
+    });
+  }
+  fill(flag, finite ? 1.0F : 0.0F);
+  return finite;
 }
 
 void Backend::conv2d_forward(const Tensor<float>& x, const Conv2DGeometry& g,

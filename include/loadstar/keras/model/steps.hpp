@@ -140,15 +140,19 @@ LOADSTAR_DECL void Model::scale_loss_gradients() {
                         "loss scaling (LossScaleOptimizer)");
     }
   }
-  // The gradient of the scaled loss: each output node's once (an output listed twice shares it).
+  // The gradient of the scaled loss: each output node's once (an output listed twice shares it),
+  // in one call, which a device reads the scale of when the step runs (the scale changes from
+  // step to step; the step's graph does not).
+  std::vector<Tensor<float>> gradients;
   for (std::size_t o = 0; o < output_nodes_.size(); ++o) {
     const std::size_t k = output_nodes_[o];
     if (!nodes_[k].layer ||
         std::find(output_nodes_.begin(), output_nodes_.begin() + static_cast<std::ptrdiff_t>(o),
                   k) != output_nodes_.begin() + static_cast<std::ptrdiff_t>(o))
       continue;
-    backend().scale(nodes_[k].gradient, scale);
+    gradients.push_back(nodes_[k].gradient);
   }
+  backend().scale_many(gradients, scale);
 }
 
 LOADSTAR_DECL void Model::backward(std::uint64_t seed) {
@@ -185,8 +189,11 @@ LOADSTAR_DECL void Model::backward(std::uint64_t seed) {
   // gradient was multiplied by, before the penalties' gradients, which Keras scales and unscales
   // alike, join them.
   if (const float scale = optimizer_->loss_scale(); scale != 1.0F) {
+    std::vector<Tensor<float>> gradients;
+    gradients.reserve(trainable_.size());
     for (Variable* v : trainable_)
-      if (!v->gradient.empty()) backend().scale(v->gradient, 1.0F / scale);
+      if (!v->gradient.empty()) gradients.push_back(v->gradient);
+    backend().scale_many(gradients, 1.0F / scale);
   }
   // After every layer's backward: a layer that writes its gradients ignores what they held.
   penalties_.add_weight_gradients(backend());
@@ -241,6 +248,7 @@ LOADSTAR_DECL const Logs& Model::train_step(const BatchView& batch, const StepOp
     place_weights();
     zero_gradients(trainable_);
     optimizer_->apply_batch_gradients(trainable_, 0);
+    optimizer_->settle();
     penalties_.apply_constraints(backend());
     training_.fill(training_logs_, output_names_);
     return training_logs_;
@@ -262,6 +270,9 @@ LOADSTAR_DECL const Logs& Model::train_step(const BatchView& batch, const StepOp
   mixed_.round_variables(backend());
   update_metrics(training_, total);
   step.end();
+  // What the device decided in the step (a loss-scaled step's finite check) counted, so that the
+  // next step and anything reading the optimizer between steps see it.
+  optimizer_->settle();
   fill_logs(training_, training_logs_);
   return training_logs_;
 }

@@ -8,9 +8,11 @@
 #include <cmath>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -42,6 +44,13 @@ namespace loadstar::keras::optimizers {
 /// optimizer's variables, as Keras 3 lists them; `.h5`: `good_steps` and `current_loss_scale`
 /// after them), so that training resumes exactly. `apply_gradients` takes the gradients already
 /// divided by the scale (the model divides them).
+///
+/// On a device backend the check runs on the device (`Backend::all_finite`) and the wrapped
+/// optimizer's fused step reads its outcome there (`apply_gradients_if`), so that the whole step
+/// stays one CUDA graph; the scale, the counter and the iterations follow when the outcome is
+/// read back, by `settle()`, which the model's training step calls at its end (it waits for the
+/// step). A wrapped optimizer without a fused step, or with `use_ema`, is stepped after the
+/// outcome is read at once, as on the CPU.
 /// \code
 /// model.compile({.optimizer = std::make_shared<LossScaleOptimizer>(std::make_shared<Adam>()),
 ///                .loss = "mse"});
@@ -61,6 +70,9 @@ class LossScaleOptimizer final : public Optimizer {
   /// steps the wrapped optimizer and counts a finite step (doubling the scale after
   /// `dynamic_growth_steps` of them).
   LOADSTAR_DECL void apply_gradients(std::span<Variable*> variables) override;
+  /// Reads the outcome of the last step checked on the device, if not read yet, and counts it:
+  /// the wrapped optimizer's iteration and a finite step, or the halved scale.
+  LOADSTAR_DECL void settle() override;
 
   double learning_rate() const override { return inner_->learning_rate(); }
   void set_learning_rate(double learning_rate) override {
@@ -87,7 +99,7 @@ class LossScaleOptimizer final : public Optimizer {
   float loss_scale() const noexcept override { return scale_; }
   /// The finite steps since the scale last changed (Keras's `step_counter`).
   std::int64_t step_counter() const noexcept { return counter_; }
-  /// Restores the scale and the counter (from a checkpoint).
+  /// Restores the scale and the counter (from a checkpoint), after `settle()`.
   LOADSTAR_DECL void set_state(float scale, std::int64_t step_counter);
 
   double initial_scale() const noexcept { return initial_scale_; }
@@ -107,8 +119,14 @@ class LossScaleOptimizer final : public Optimizer {
   std::shared_ptr<Optimizer> inner_;
   double initial_scale_;
   std::int64_t growth_steps_;
+  /// Counts a step whose gradients were `finite` (the wrapped optimizer has stepped) or not.
+  void count_step(bool finite) noexcept;
+
   float scale_;
   std::int64_t counter_ = 0;
+  Tensor<float> flag_;                     // the device's outcome of the check
+  std::optional<Deferred<bool>> pending_;  // a step checked on the device, not yet counted
+  std::vector<Tensor<float>> gradients_;   // the trainable gradients, without allocating
 };
 
 }  // namespace loadstar::keras::optimizers
@@ -143,25 +161,45 @@ LossScaleOptimizer::LossScaleOptimizer(std::shared_ptr<Optimizer> inner_optimize
 }
 
 void LossScaleOptimizer::apply_gradients(std::span<Variable*> variables) {
+  settle();
   // Keras's check_finite: every gradient of every trainable variable.
-  bool finite = true;
-  for (Variable* v : variables) {
-    if (!v->trainable || v->gradient.empty() || !finite) continue;
-    const Tensor<float> tensors[] = {v->gradient};
-    backend().host_kernel(tensors, [&finite](std::span<const Tensor<float>> t) {
-      const float* g = t[0].data();
-      for (std::size_t i = 0, n = t[0].size(); i < n && finite; ++i)
-        finite = std::isfinite(g[i]);
-    });
+  gradients_.clear();  // keeps its capacity
+  for (Variable* v : variables)
+    if (v->trainable && !v->gradient.empty()) gradients_.push_back(v->gradient);
+  Backend& backend = this->backend();
+  if (flag_.empty() || flag_.device() != backend.device()) flag_ = backend.allocate({1});
+  Deferred<bool> finite = backend.all_finite(gradients_, flag_);
+  // On a device: the wrapped step reads the flag there, and `settle` counts the outcome.
+  if (!finite.ready() && inner_->apply_gradients_if(variables, flag_)) {
+    pending_ = std::move(finite);
+    return;
   }
+  const bool stepped = finite.get();
+  if (stepped) {
+    inner_->apply_gradients(variables);
+    iterations_ = inner_->iterations();
+  }
+  count_step(stepped);
+}
+
+void LossScaleOptimizer::settle() {
+  if (pending_) {
+    const bool stepped = pending_->get();
+    pending_.reset();
+    if (stepped) {
+      inner_->set_iterations(inner_->iterations() + 1);
+      iterations_ = inner_->iterations();
+    }
+    count_step(stepped);
+  }
+  inner_->settle();
+}
+
+void LossScaleOptimizer::count_step(bool finite) noexcept {
   if (!finite) {
     counter_ = 0;
     scale_ *= 0.5F;
-    return;
-  }
-  inner_->apply_gradients(variables);
-  iterations_ = inner_->iterations();
-  if (counter_ == growth_steps_ - 1) {
+  } else if (counter_ == growth_steps_ - 1) {
     counter_ = 0;
     scale_ *= 2.0F;
   } else {
@@ -170,6 +208,7 @@ void LossScaleOptimizer::apply_gradients(std::span<Variable*> variables) {
 }
 
 void LossScaleOptimizer::set_state(float scale, std::int64_t step_counter) {
+  settle();
   if (!(scale > 0.0F) || !std::isfinite(scale) || step_counter < 0) {
     throw ConfigError("loss scale optimizer '" + name() +
                       "': the saved scale must be positive and finite and the step counter "

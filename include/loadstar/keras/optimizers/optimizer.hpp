@@ -44,6 +44,26 @@ class Optimizer {
   /// One update of `variables` from their gradients (non-trainable ones are skipped).
   virtual void apply_gradients(std::span<Variable*> variables) = 0;
 
+  /// `apply_gradients`, made conditional on `condition` (a one-element tensor in the backend's
+  /// memory that the step's own work sets before the update runs): where it holds 0 when the
+  /// update runs, nothing changes. The iteration count is not advanced: the caller, which learns
+  /// the outcome later, does that (`LossScaleOptimizer`). Returns false, having done nothing,
+  /// where the update cannot be made conditional (the default; an optimizer whose step is not
+  /// one backend kernel); the caller then decides on the host.
+  virtual bool apply_gradients_if(std::span<Variable*> variables, const Tensor<float>& condition) {
+    static_cast<void>(variables);
+    static_cast<void>(condition);
+    return false;
+  }
+
+  /// Completes the bookkeeping of the last step whose outcome its device decided
+  /// (`LossScaleOptimizer`: whether its gradients were finite, read back once the step's work is
+  /// queued; it may wait for the device). `Model`'s training step calls it at its end; the
+  /// default passes it to the wrapped optimizer.
+  virtual void settle() {
+    if (Optimizer* wrapped = wrapped_optimizer()) wrapped->settle();
+  }
+
   /// What a training step calls: `apply_gradients` for gradients of the mean loss over a batch
   /// of `rows` rows. An optimizer that combines the gradients of several batches (the
   /// data-parallel `dist::DistributedOptimizer`) weights each by its rows; a batch of 0 rows

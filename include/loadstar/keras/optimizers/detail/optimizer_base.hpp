@@ -115,6 +115,11 @@ class OptimizerBase : public Optimizer {
                               CommonOptions options);
 
   LOADSTAR_DECL void apply_gradients(std::span<Variable*> variables) override;
+  /// The backend's fused step (`Backend::apply_optimizer_step`) with its `condition`; false where
+  /// the backend has none for this optimizer, and with `use_ema`, whose averages are updated on
+  /// the host.
+  LOADSTAR_DECL bool apply_gradients_if(std::span<Variable*> variables,
+                                        const Tensor<float>& condition) override;
 
   LOADSTAR_DECL void set_backend(std::shared_ptr<Backend> backend) override;
 
@@ -154,6 +159,10 @@ class OptimizerBase : public Optimizer {
     step.weight_decay = decay(learning_rate);
     return step;
   }
+  /// Hands this step to the backend's fused step (`condition` as `OptimizerStep::condition`);
+  /// false, with nothing done, where the backend or the optimizer has none.
+  LOADSTAR_DECL bool device_update(std::span<Variable*> variables, float learning_rate,
+                                   const Tensor<float>& condition);
   /// This step's `lr * weight_decay` (0: none), which `update_rules::decay_weight` applies.
   float decay(float learning_rate) const {
     return options_.weight_decay ? static_cast<float>(learning_rate * *options_.weight_decay)
@@ -245,6 +254,50 @@ OptimizerBase::OptimizerBase(std::string name, optimizers::LearningRate learning
   }
 }
 
+bool OptimizerBase::device_update(std::span<Variable*> variables, float learning_rate,
+                                  const Tensor<float>& condition) {
+  const bool by_norm = options_.clipnorm && *options_.clipnorm > 0;
+  const bool by_global = !by_norm && options_.global_clipnorm && *options_.global_clipnorm > 0;
+  const bool by_value = !by_norm && !by_global && options_.clipvalue && *options_.clipvalue > 0;
+  std::optional<OptimizerStep> step = device_step(learning_rate);
+  if (!step) return false;
+  step->condition = condition;
+  if (by_norm) {
+    step->clipping = GradientClipping::by_norm;
+    step->clip_threshold = *options_.clipnorm;
+  } else if (by_global) {
+    step->clipping = GradientClipping::by_global_norm;
+    step->clip_threshold = *options_.global_clipnorm;
+  } else if (by_value) {
+    step->clipping = GradientClipping::by_value;
+    step->clip_threshold = *options_.clipvalue;
+  }
+  device_variables_.resize(scratch_.size());
+  std::size_t trainable = 0;
+  for (Variable* v : variables) {
+    if (!v->trainable) continue;
+    LOADSTAR_ASSERT(trainable < device_variables_.size(), "apply_gradients: variables changed");
+    VariableSlots& d = device_variables_[trainable];
+    d.value = v->value;
+    d.gradient = v->gradient;
+    d.decay = decays_[trainable] != 0;
+    for (std::size_t k = 0; k < VariableSlots::max_slots; ++k)
+      d.slots[k] = k < slots_per_variable_ ? slots_[trainable * slots_per_variable_ + k].value
+                                           : Tensor<float>();
+    ++trainable;
+  }
+  LOADSTAR_ASSERT(trainable == device_variables_.size(), "apply_gradients: variables changed");
+  // The CPU backend declines (false): its step is the host code, bit for bit as before.
+  return backend().apply_optimizer_step(*step, device_variables_);
+}
+
+bool OptimizerBase::apply_gradients_if(std::span<Variable*> variables,
+                                       const Tensor<float>& condition) {
+  if (options_.use_ema) return false;
+  if (!built_) build(backend(), variables);
+  return device_update(variables, static_cast<float>(learning_rate_.at(iterations_)), condition);
+}
+
 void OptimizerBase::apply_gradients(std::span<Variable*> variables) {
   Backend& backend = this->backend();
   if (!built_) build(backend, variables);
@@ -255,38 +308,10 @@ void OptimizerBase::apply_gradients(std::span<Variable*> variables) {
   const bool by_value = !by_norm && !by_global && options_.clipvalue && *options_.clipvalue > 0;
   // The backend's fused step over every variable at once when it has one (a device backend);
   // otherwise one host kernel per variable below.
-  if (std::optional<OptimizerStep> step = device_step(learning_rate)) {
-    if (by_norm) {
-      step->clipping = GradientClipping::by_norm;
-      step->clip_threshold = *options_.clipnorm;
-    } else if (by_global) {
-      step->clipping = GradientClipping::by_global_norm;
-      step->clip_threshold = *options_.global_clipnorm;
-    } else if (by_value) {
-      step->clipping = GradientClipping::by_value;
-      step->clip_threshold = *options_.clipvalue;
-    }
-    device_variables_.resize(scratch_.size());
-    std::size_t trainable = 0;
-    for (Variable* v : variables) {
-      if (!v->trainable) continue;
-      LOADSTAR_ASSERT(trainable < device_variables_.size(), "apply_gradients: variables changed");
-      VariableSlots& d = device_variables_[trainable];
-      d.value = v->value;
-      d.gradient = v->gradient;
-      d.decay = decays_[trainable] != 0;
-      for (std::size_t k = 0; k < VariableSlots::max_slots; ++k)
-        d.slots[k] = k < slots_per_variable_ ? slots_[trainable * slots_per_variable_ + k].value
-                                             : Tensor<float>();
-      ++trainable;
-    }
-    LOADSTAR_ASSERT(trainable == device_variables_.size(), "apply_gradients: variables changed");
-    // The CPU backend declines (false): its step is the host code below, bit for bit as before.
-    if (backend.apply_optimizer_step(*step, device_variables_)) {
-      update_moving_averages(variables);
-      ++iterations_;
-      return;
-    }
+  if (device_update(variables, learning_rate, Tensor<float>())) {
+    update_moving_averages(variables);
+    ++iterations_;
+    return;
   }
   if (by_global) {
     gradients_.clear();  // keeps its capacity: no allocation after the first step
