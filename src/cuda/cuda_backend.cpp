@@ -57,6 +57,8 @@ CudaBackendImpl::~CudaBackendImpl() {
     if (memory != nullptr) context_->free(memory);
   for (const auto& slot : scratch_slots_)
     if (slot.memory != nullptr) context_->free(slot.memory);
+  for (const auto& slot : half_slots_)
+    if (slot.memory != nullptr) context_->free(slot.memory);
   if (cudnn_workspace_ != nullptr) context_->free(cudnn_workspace_);
 }
 
@@ -306,6 +308,16 @@ void CudaBackendImpl::gemm(const Tensor<float>& a, bool transpose_a, const Tenso
   }
   // Row-major X is column-major X^T, so C^T = op(B)^T * op(A)^T is one column-major GEMM of
   // the same buffers with the operands swapped.
+  if (product_dtype_ != DType::float32 &&
+      queue_matmul("gemm",
+                   {.m = n,
+                    .n = m,
+                    .k = k,
+                    .epilogue = CUBLASLT_EPILOGUE_DEFAULT,
+                    .transpose_b = transpose_a,
+                    .transpose_a = transpose_b},
+                   b.data(), a.data(), nullptr, c.data(), nullptr, alpha, beta))
+    return;
   const cublasOperation_t op_b = transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_a = transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   const int rows = to_int(n, "gemm"), columns = to_int(m, "gemm"), inner = to_int(k, "gemm");
@@ -1092,15 +1104,50 @@ cudaStream_t CudaBackendImpl::active_stream(const char* call) {
 }
 
 bool CudaBackendImpl::queue_matmul(const char* name, detail::LtPlans::Key key, const float* a,
-                                   const float* b, const float* bias, float* d, const void* aux) {
+                                   const float* b, const float* bias, float* d, const void* aux,
+                                   float alpha, float beta) {
+  const bool half = product_dtype_ == DType::float16 || product_dtype_ == DType::bfloat16;
+  const void* a_operand = a;
+  const void* b_operand = b;
+  if (half) {
+    key.operands = product_dtype_ == DType::bfloat16 ? CUDA_R_16BF : CUDA_R_16F;
+    // The plan first (cuBLASLt may have none), then the conversions it reads.
+    auto* a_half = half_scratch(0, key.m * key.k);
+    auto* b_half = half_scratch(1, key.k * key.n);
+    key.alignment = detail::LtPlans::alignment({a_half, b_half, d, bias, aux});
+    if (const detail::LtPlans::Plan* plan = lt_->plan(key); plan != nullptr) {
+      const bool bfloat16 = product_dtype_ == DType::bfloat16;
+      launch("to_half", detail::launch_to_half, a, a_half, key.m * key.k, bfloat16);
+      launch("to_half", detail::launch_to_half, b, b_half, key.k * key.n, bfloat16);
+      a_operand = a_half;
+      b_operand = b_half;
+      enqueue({detail::word(name), detail::word(plan), detail::word(a_operand),
+               detail::word(b_operand), detail::word(bias), detail::word(d), detail::word(aux),
+               detail::word(alpha), detail::word(beta)},
+              [this, plan, a_operand, b_operand, bias, d, aux, alpha, beta](cudaStream_t s) {
+                lt_->run(*plan, a_operand, b_operand, bias, d, s, aux, alpha, beta);
+              });
+      return true;
+    }
+    key.operands = CUDA_R_32F;  // no half-precision algorithm: fp32, as other layers
+  }
   key.alignment = detail::LtPlans::alignment({a, b, d, bias, aux});
   const detail::LtPlans::Plan* plan = lt_->plan(key);
   if (plan == nullptr) return false;
   enqueue(
       {detail::word(name), detail::word(plan), detail::word(a), detail::word(b), detail::word(bias),
-       detail::word(d), detail::word(aux)},
-      [this, plan, a, b, bias, d, aux](cudaStream_t s) { lt_->run(*plan, a, b, bias, d, s, aux); });
+       detail::word(d), detail::word(aux), detail::word(alpha), detail::word(beta)},
+      [this, plan, a, b, bias, d, aux, alpha, beta](cudaStream_t s) {
+        lt_->run(*plan, a, b, bias, d, s, aux, alpha, beta);
+      });
   return true;
+}
+
+std::uint16_t* CudaBackendImpl::half_scratch(std::size_t slot, std::size_t n) {
+  auto& scratch = half_slots_[slot];
+  return static_cast<std::uint16_t*>(grow(scratch.memory, scratch.bytes,
+                                          std::max<std::size_t>(n, 1) * sizeof(std::uint16_t),
+                                          "half-precision operands"));
 }
 
 void CudaBackendImpl::expect(const char* kernel,

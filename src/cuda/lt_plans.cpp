@@ -22,8 +22,8 @@ const LtPlans::Plan* LtPlans::plan(const Key& key) {
   return found != nullptr && found->usable ? found : nullptr;
 }
 
-void LtPlans::run(const Plan& plan_ref, const float* a, const float* b, const float* bias, float* d,
-                  cudaStream_t stream, const void* aux) const {
+void LtPlans::run(const Plan& plan_ref, const void* a, const void* b, const float* bias, float* d,
+                  cudaStream_t stream, const void* aux, float alpha, float beta) const {
   const Plan* plan = &plan_ref;
   if (bias != nullptr) {
     check(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
@@ -35,7 +35,6 @@ void LtPlans::run(const Plan& plan_ref, const float* a, const float* b, const fl
                                          &aux, sizeof aux),
           "cublasLtMatmulDescSetAttribute (aux)");
   }
-  const float alpha = 1.0F, beta = 0.0F;
   check(cublasLtMatmul(context_->cublas_lt, plan->desc, &alpha, a, plan->a, b, plan->b, &beta, d,
                        plan->d, d, plan->d, &plan->algo, context_->cublas_workspace,
                        cublas_workspace_bytes, stream),
@@ -69,12 +68,12 @@ const LtPlans::Plan* LtPlans::find(const Key& key) {
     }
     const std::uint64_t a_rows = key.transpose_a ? key.k : key.m;
     const std::uint64_t a_cols = key.transpose_a ? key.m : key.k;
-    check(cublasLtMatrixLayoutCreate(&plan.a, CUDA_R_32F, a_rows, a_cols,
+    check(cublasLtMatrixLayoutCreate(&plan.a, key.operands, a_rows, a_cols,
                                      static_cast<std::int64_t>(a_rows)),
           "cublasLtMatrixLayoutCreate");
     const std::uint64_t b_rows = key.transpose_b ? key.n : key.k;
     const std::uint64_t b_cols = key.transpose_b ? key.k : key.n;
-    check(cublasLtMatrixLayoutCreate(&plan.b, CUDA_R_32F, b_rows, b_cols,
+    check(cublasLtMatrixLayoutCreate(&plan.b, key.operands, b_rows, b_cols,
                                      static_cast<std::int64_t>(b_rows)),
           "cublasLtMatrixLayoutCreate");
     check(cublasLtMatrixLayoutCreate(&plan.d, CUDA_R_32F, key.m, key.n,

@@ -392,7 +392,16 @@ struct LtDesc {
 struct LtLayout {
   std::uint64_t rows = 0, cols = 0;
   std::int64_t ld = 0;
+  cudaDataType type = CUDA_R_32F;
 };
+/// Element `i` of a matrix of `type` (fp32, or fp16 or bf16 bits) as a float.
+float lt_element(const void* data, cudaDataType type, std::uint64_t i) {
+  using loadstar::keras::detail::HalfKind;
+  if (type == CUDA_R_32F) return static_cast<const float*>(data)[i];
+  const std::uint16_t bits = static_cast<const std::uint16_t*>(data)[i];
+  return loadstar::keras::detail::half_float(
+      bits, type == CUDA_R_16BF ? HalfKind::bfloat16 : HalfKind::float16);
+}
 /// The alignments (bytes) a preference says the A, B, C and D pointers have (256 by default).
 struct LtPreference {
   std::uint32_t alignment[4] = {256, 256, 256, 256};
@@ -412,6 +421,8 @@ cublasStatus_t set_from(T& field, const void* buffer, size_t bytes) {
 namespace loadstar::test {
 /// The number of `cublasLtMatmul` calls so far.
 std::size_t lt_matmuls = 0;
+/// Of them, those whose A and B are fp16 or bf16 (tensor-core products).
+std::size_t lt_half_matmuls = 0;
 std::map<int, std::size_t> lt_epilogues;
 /// The number of max pooling gradients carried through a ReLU (`launch_max_pool_backward`'s
 /// `relu`) queued so far.
@@ -463,9 +474,10 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc,
 }
 cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* layout, cudaDataType type,
                                           uint64_t rows, uint64_t cols, int64_t ld) {
-  if (type != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
+  if (type != CUDA_R_32F && type != CUDA_R_16F && type != CUDA_R_16BF)
+    return CUBLAS_STATUS_NOT_SUPPORTED;
   if (ld < static_cast<int64_t>(std::max<uint64_t>(rows, 1))) return CUBLAS_STATUS_INVALID_VALUE;
-  *layout = reinterpret_cast<cublasLtMatrixLayout_t>(new LtLayout{rows, cols, ld});
+  *layout = reinterpret_cast<cublasLtMatrixLayout_t>(new LtLayout{rows, cols, ld, type});
   return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t layout) {
@@ -563,6 +575,10 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const
       (d.transb == CUBLAS_OP_N ? lb.rows : lb.cols) != k ||
       (d.transb == CUBLAS_OP_N ? lb.cols : lb.rows) != n || lc.rows != m || lc.cols != n)
     return CUBLAS_STATUS_INVALID_VALUE;
+  // A and B of one type (fp32, fp16 or bf16: the products are exact in float); C and D fp32.
+  if (la.type != lb.type || lc.type != CUDA_R_32F || ld.type != CUDA_R_32F)
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  if (la.type != CUDA_R_32F) ++loadstar::test::lt_half_matmuls;
   const bool write_mask = d.epilogue == CUBLASLT_EPILOGUE_RELU_AUX_BIAS;
   const bool read_mask = d.epilogue == CUBLASLT_EPILOGUE_DRELU_BGRAD;
   const bool bias = d.epilogue == CUBLASLT_EPILOGUE_BIAS ||
@@ -580,8 +596,10 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const
     const std::uint64_t index = j * aux_ld + i;
     return std::pair<std::uint64_t, unsigned>{index / 8, static_cast<unsigned>(index % 8)};
   };
-  const auto* a = static_cast<const float*>(A);
-  const auto* b = static_cast<const float*>(B);
+  const cudaDataType operands = la.type;
+  const auto element = [operands](const void* m, std::uint64_t i) {
+    return lt_element(m, operands, i);
+  };
   const auto* c = static_cast<const float*>(C);
   auto* out = static_cast<float*>(D);
   const float a_scale = *static_cast<const float*>(alpha);
@@ -591,8 +609,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const
       for (std::uint64_t i = 0; i < m; ++i) {
         double sum = 0.0;
         for (std::uint64_t p = 0; p < k; ++p) {
-          const float av = d.transa == CUBLAS_OP_N ? a[i + p * la.ld] : a[p + i * la.ld];
-          const float bv = d.transb == CUBLAS_OP_N ? b[p + j * lb.ld] : b[j + p * lb.ld];
+          const float av = element(A, d.transa == CUBLAS_OP_N ? i + p * la.ld : p + i * la.ld);
+          const float bv = element(B, d.transb == CUBLAS_OP_N ? p + j * lb.ld : j + p * lb.ld);
           sum += double(av) * double(bv);
         }
         float value = static_cast<float>(
@@ -622,7 +640,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const
     for (std::uint64_t i = 0; bias_gradient && i < m; ++i) {
       double sum = 0.0;
       for (std::uint64_t p = 0; p < k; ++p)
-        sum += d.transa == CUBLAS_OP_N ? a[i + p * la.ld] : a[p + i * la.ld];
+        sum += element(A, d.transa == CUBLAS_OP_N ? i + p * la.ld : p + i * la.ld);
       const_cast<float*>(d.bias)[i] = static_cast<float>(sum);
     }
   });
@@ -1094,6 +1112,15 @@ cudaError_t launch_recurrent(cudaStream_t stream, const RecurrentKernel& kernel,
     // Thread by thread, as the device runs it (recurrent_element of each flat index).
     for (std::size_t i = 0; i < elements; ++i)
       loadstar::keras::detail::recurrent_element(kernel, tensors, k, i);
+  });
+}
+cudaError_t launch_to_half(cudaStream_t stream, const float* from, std::uint16_t* to, std::size_t n,
+                           bool bfloat16) {
+  const auto kind = bfloat16 ? loadstar::keras::detail::HalfKind::bfloat16
+                             : loadstar::keras::detail::HalfKind::float16;
+  return submit_kernel(stream, [=] {
+    for (std::size_t i = 0; i < n; ++i)
+      to[i] = loadstar::keras::detail::half_bits(from[i], kind);
   });
 }
 cudaError_t launch_round_half(cudaStream_t stream, float* x, std::size_t n, bool bfloat16) {

@@ -23,6 +23,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -42,6 +43,7 @@ extern bool fail_next_stream;                     // emulated_cuda.cpp
 extern std::size_t stream_syncs;                  // emulated_cuda.cpp
 extern std::vector<std::size_t> event_wait_lags;  // emulated_cuda.cpp
 extern std::size_t lt_matmuls;                    // emulated_cuda.cpp
+extern std::size_t lt_half_matmuls;               // emulated_cuda.cpp, fp16 or bf16 A and B
 extern std::map<int, std::size_t> lt_epilogues;   // emulated_cuda.cpp, by cublasLtEpilogue_t
 extern std::size_t relu_pool_gradients;           // emulated_cuda.cpp
 extern std::size_t conv_weight_reductions;        // emulated_cuda.cpp
@@ -2344,8 +2346,14 @@ TEST_SUITE("cuda") {
 
   TEST_CASE(
       "Models under mixed_bfloat16 and mixed_float16 train on the CUDA backend as on the CPU") {
-    for (const char* policy : {"mixed_bfloat16", "mixed_float16"}) {
+    // Their Dense and Conv2D products run on cuBLASLt's half-precision kernels (the operands
+    // converted to the compute dtype, exactly: they hold its values), float32's do not.
+    for (const char* policy : {"mixed_bfloat16", "mixed_float16", "float32"}) {
       CAPTURE(policy);
+#if defined(LOADSTAR_CUDA_EMULATED)
+      const std::size_t half_before = loadstar::test::lt_half_matmuls;
+      const std::size_t all_before = loadstar::test::lt_matmuls;
+#endif
       const auto make_mlp = [policy] {
         mixed_precision::PolicyScope scope(policy);
         set_random_seed(36);
@@ -2364,6 +2372,13 @@ TEST_SUITE("cuda") {
         return std::make_shared<Model>(in, call(Dense(3), h));
       };
       check_trains_as_on_cpu(make_cnn, random_tensor({8, 6, 6, 2}, 65), random_tensor({8, 3}, 66));
+#if defined(LOADSTAR_CUDA_EMULATED)
+      // Every cuBLASLt product of the mixed models (the CPU's run makes none) in half precision.
+      const std::size_t half = loadstar::test::lt_half_matmuls - half_before;
+      const std::size_t all = loadstar::test::lt_matmuls - all_before;
+      CHECK(all >= 20);
+      CHECK(half == (std::string_view(policy) == "float32" ? 0 : all));
+#endif
     }
   }
 

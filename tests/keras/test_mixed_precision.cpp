@@ -258,6 +258,57 @@ TEST_SUITE("keras") {
     CHECK(values.size() > 1000000);
   }
 
+  TEST_CASE("half_bits and half_float convert as Eigen's half and bfloat16 do") {
+    // What a half-precision matrix product reads (the CUDA backend's operands): the bits of the
+    // rounded value, and back. Every 4099th float bit pattern, with the edges and NaNs.
+    using keras::detail::HalfKind;
+    std::size_t checked = 0, wrong = 0;
+    const auto check_one = [&](float v) {
+      ++checked;
+      const float16 h(v);
+      const bfloat16 b(v);
+      std::uint16_t eigen_h = 0, eigen_b = 0;
+      std::memcpy(&eigen_h, &h, sizeof eigen_h);
+      std::memcpy(&eigen_b, &b, sizeof eigen_b);
+      const std::uint16_t ours_h = keras::detail::half_bits(v, HalfKind::float16);
+      const std::uint16_t ours_b = keras::detail::half_bits(v, HalfKind::bfloat16);
+      const float back_h = keras::detail::half_float(ours_h, HalfKind::float16);
+      const float back_b = keras::detail::half_float(ours_b, HalfKind::bfloat16);
+      bool same = true;
+      if (std::isnan(v)) {
+        // NaN stays a NaN of the same sign (payloads may differ).
+        same = (ours_h & 0x7C00U) == 0x7C00U && (ours_h & 0x3FFU) != 0 &&
+               (ours_b & 0x7F80U) == 0x7F80U && (ours_b & 0x7FU) != 0 &&
+               (ours_h >> 15U) == (ours_b >> 15U) && std::isnan(back_h) && std::isnan(back_b);
+      } else {
+        const float eigen_back_h = static_cast<float>(h), eigen_back_b = static_cast<float>(b);
+        same = ours_h == eigen_h && ours_b == eigen_b &&
+               std::memcmp(&back_h, &eigen_back_h, sizeof back_h) == 0 &&
+               std::memcmp(&back_b, &eigen_back_b, sizeof back_b) == 0;
+      }
+      if (!same && wrong++ < 5) {
+        INFO(v, ": float16 ", ours_h, " (Eigen ", eigen_h, "), bfloat16 ", ours_b, " (Eigen ",
+             eigen_b, ")");
+        CHECK(same);
+      }
+    };
+    for (std::uint64_t bits = 0; bits <= 0xFFFFFFFFULL; bits += 4099) {
+      const auto b = static_cast<std::uint32_t>(bits);
+      float v = 0;
+      std::memcpy(&v, &b, sizeof v);
+      check_one(v);
+    }
+    for (const float v :
+         {65504.0F, 65519.99F, 65520.0F, -65520.0F, 5.960464477539063e-08F,
+          2.98023223876953125e-08F, 2.9802326e-08F, 6.103515625e-05F, 6.0975551605224609375e-05F,
+          0.0F, -0.0F, 1.0009765625F, 1.00048828125F, -3.0517578125e-05F,
+          std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+          std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::quiet_NaN()})
+      check_one(v);
+    CHECK(wrong == 0);
+    CHECK(checked > 1000000);
+  }
+
   TEST_CASE("Dense under mixed_bfloat16 outputs bfloat16 values from bfloat16 weights") {
     const GlobalPolicy scope("mixed_bfloat16");
     Sequential model{Input({3}), layers::Dense(2, {.use_bias = false})};

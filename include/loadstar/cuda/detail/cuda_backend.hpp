@@ -352,6 +352,13 @@ class CudaBackendImpl final : public CudaBackend {
                const Tensor<float>& y) override;
 
   void round_to(const Tensor<float>& x, DType dtype) override;
+  /// Under `float16` or `bfloat16`, `gemm` and the fused dense products convert their operands
+  /// to that dtype (`launch_to_half`, into scratch) and multiply on cuBLASLt's half-precision
+  /// kernels (the tensor cores), fp32 sums, results and epilogues; where cuBLASLt has no
+  /// algorithm, in fp32 as before.
+  void set_product_dtype(DType dtype) override {
+    product_dtype_ = dtype;
+  }
 
   bool attention_forward(const keras::detail::AttentionShape& shape,
                          const keras::detail::AttentionCall& call, float scale,
@@ -382,7 +389,10 @@ class CudaBackendImpl final : public CudaBackend {
   /// cuBLASLt has no algorithm for it. `bias` is the epilogue's vector (read, or written by a
   /// bias gradient), `aux` its ReLU bit mask.
   bool queue_matmul(const char* name, detail::LtPlans::Key key, const float* a, const float* b,
-                    const float* bias, float* d, const void* aux = nullptr);
+                    const float* bias, float* d, const void* aux = nullptr, float alpha = 1.0F,
+                    float beta = 0.0F);
+  /// Scratch for `n` half-precision values: `slot` 0 holds a product's A, 1 its B.
+  std::uint16_t* half_scratch(std::size_t slot, std::size_t n);
 
   // --- Recording ---------------------------------------------------------------------------------
 
@@ -608,6 +618,8 @@ class CudaBackendImpl final : public CudaBackend {
     std::size_t bytes = 0;
   };
   std::array<ScratchSlot, 4> scratch_slots_;
+  std::array<ScratchSlot, 2> half_slots_;  // half-precision operands of A and B
+  DType product_dtype_ = DType::float32;
   std::size_t cudnn_calls_ = 0;
   void* cudnn_workspace_ = nullptr;  // Convolution::cudnn
 #if LOADSTAR_CUDA_WITH_CUDNN

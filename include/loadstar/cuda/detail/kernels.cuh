@@ -492,6 +492,13 @@ __global__ void round_half_kernel(float* x, std::size_t n, keras::detail::HalfKi
   }
 }
 
+__global__ void to_half_kernel(const float* from, std::uint16_t* to, std::size_t n,
+                               keras::detail::HalfKind kind) {
+  LOADSTAR_GRID_STRIDE(i, n) {
+    to[i] = keras::detail::half_bits(from[i], kind);
+  }
+}
+
 // --- Optimizer steps, losses and metrics ------------------------------------------------------
 
 __global__ void segment_squares_kernel(const UpdateTarget* targets, std::size_t count,
@@ -965,6 +972,12 @@ cudaError_t launch_recurrent(cudaStream_t stream, const RecurrentKernel& kernel,
 
 cudaError_t launch_round_half(cudaStream_t stream, float* x, std::size_t n, bool bfloat16) {
   return launch(round_half_kernel, stream, n, x, n,
+                bfloat16 ? keras::detail::HalfKind::bfloat16 : keras::detail::HalfKind::float16);
+}
+
+cudaError_t launch_to_half(cudaStream_t stream, const float* from, std::uint16_t* to, std::size_t n,
+                           bool bfloat16) {
+  return launch(to_half_kernel, stream, n, from, to, n,
                 bfloat16 ? keras::detail::HalfKind::bfloat16 : keras::detail::HalfKind::float16);
 }
 

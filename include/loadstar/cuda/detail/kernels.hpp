@@ -153,6 +153,10 @@ cudaError_t launch_recurrent(cudaStream_t stream, const RecurrentKernel& kernel,
 /// Rounds `x[0..n)` in place to float16 (`bfloat16` false) or bfloat16 values, to nearest even
 /// (keras/mixed_precision/detail/half_rounding.hpp).
 cudaError_t launch_round_half(cudaStream_t stream, float* x, std::size_t n, bool bfloat16);
+/// `to[0..n)` the float16 (`bfloat16` false) or bfloat16 bits of `from[0..n)` rounded to nearest
+/// even (`half_bits`): a half-precision matrix product's operand.
+cudaError_t launch_to_half(cudaStream_t stream, const float* from, std::uint16_t* to, std::size_t n,
+                           bool bfloat16);
 
 /// The per-variable clipping scales of a fused optimizer step: squared norms of the gradients'
 /// segments into `partials` (one double per segment), then one thread adds them in a fixed order

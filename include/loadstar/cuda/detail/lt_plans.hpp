@@ -28,8 +28,10 @@ class LtPlans {
   /// transposed when `transpose_a`, and `B` stored `k x n`, or `n x k` and transposed when
   /// `transpose_b`, then `epilogue` (a bias of `m` elements added, ReLU, its bit mask written; or
   /// the bias gradient, `A`'s sums over `k` or `D`'s over `n`, written, and the ReLU gradient
-  /// applied from the bit mask), in full fp32. `aux_ld` is the bit mask's leading dimension in
-  /// bits (a multiple of 128, at least `m`; 0 without a mask).
+  /// applied from the bit mask), accumulated in fp32. `A` and `B` hold `operands`: fp32, or fp16
+  /// or bf16 (a mixed-precision layer's products, on the tensor cores); `D`, the bias and the
+  /// sums are fp32. `aux_ld` is the bit mask's leading dimension in bits (a multiple of 128, at
+  /// least `m`; 0 without a mask).
   struct Key {
     std::uint64_t m, n, k;
     cublasLtEpilogue_t epilogue;
@@ -40,6 +42,7 @@ class LtPlans {
     std::uint32_t alignment = 256;
     bool transpose_a = false;
     std::uint64_t aux_ld = 0;
+    cudaDataType_t operands = CUDA_R_32F;
     bool operator==(const Key&) const = default;
   };
 
@@ -59,9 +62,11 @@ class LtPlans {
 
   /// Queues the multiplication of `plan` on `stream`; `bias` is the epilogue's vector (read by a
   /// bias epilogue, written by a bias-gradient one), `aux` its ReLU bit mask (written by
-  /// `RELU_AUX_BIAS`, read by `DRELU_BGRAD`).
-  void run(const Plan& plan_ref, const float* a, const float* b, const float* bias, float* d,
-           cudaStream_t stream, const void* aux = nullptr) const;
+  /// `RELU_AUX_BIAS`, read by `DRELU_BGRAD`). `D = alpha * op(A) * op(B) + beta * D` before the
+  /// epilogue.
+  void run(const Plan& plan_ref, const void* a, const void* b, const float* bias, float* d,
+           cudaStream_t stream, const void* aux = nullptr, float alpha = 1.0F,
+           float beta = 0.0F) const;
 
   struct Plan {
     Key key{};

@@ -562,6 +562,15 @@ class Backend {
   /// (keras/mixed_precision/detail/half_rounding.hpp). The default runs on the host through
   /// `host_kernel`; a backend may override it.
   LOADSTAR_DECL virtual void round_to(const Tensor<float>& x, DType dtype);
+  /// The dtype the operands of the matrix products that follow are held in: a mixed-precision
+  /// layer's inputs, weights and output gradients are rounded to its compute dtype (`float16` or
+  /// `bfloat16`; `float32`, the default, for every other layer). A device backend may then
+  /// multiply in that dtype, on its tensor cores, with float32 sums and results: the same
+  /// products, as a product of two half values is exact in float32, in another order (values a
+  /// layer computes in between, such as a fused activation's gradient, are rounded to it first,
+  /// as the layer computes in it in Keras). The default ignores it: the CPU backend finds
+  /// bfloat16 operands by their values (`CpuBackend::bfloat16_products`).
+  virtual void set_product_dtype(DType /*dtype*/) {}
 
   /// One of the recurrent layers' element-wise kernels over its `elements` elements
   /// (keras/detail/recurrent_kernels.hpp): `tensors` in `RecurrentOp`'s order, an empty one not
@@ -609,6 +618,20 @@ class Backend {
 };
 
 namespace detail {
+/// `Backend::set_product_dtype` for the layer calls of its scope, `float32` again when it ends.
+class ProductDtypeScope {
+ public:
+  explicit ProductDtypeScope(Backend& backend) : backend_(backend) {}
+  ProductDtypeScope(const ProductDtypeScope&) = delete;
+  ProductDtypeScope& operator=(const ProductDtypeScope&) = delete;
+  ~ProductDtypeScope() { backend_.set_product_dtype(DType::float32); }
+  /// Tells the backend (every time: a nested model's own scope may have reset it in between).
+  void set(DType dtype) { backend_.set_product_dtype(dtype); }
+
+ private:
+  Backend& backend_;
+};
+
 /// One step's `begin_step`, and its `end_step` on `end()` or its `abandon_step` when left by an
 /// exception first.
 class StepScope {

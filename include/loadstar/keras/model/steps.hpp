@@ -18,6 +18,7 @@ LOADSTAR_DECL void Model::forward(bool training, std::uint64_t seed) {
   ctx.deferred_checks = &deferred_checks_;
   mixed_.update(backend(), layers_, nodes_, name_);
   mixed_.round_inputs_and_weights(backend(), nodes_);
+  detail::ProductDtypeScope products(backend());
   for (std::size_t k = 0; k < nodes_.size(); ++k) {
     auto& node = nodes_[k];
     if (!node.layer) continue;
@@ -30,6 +31,7 @@ LOADSTAR_DECL void Model::forward(bool training, std::uint64_t seed) {
     ctx.input_masks =
         node.layer->reads_masks() ? masks_.inputs(k) : std::span<const Tensor<float>>();
     ctx.extra_outputs = node.extra_values;
+    products.set(mixed_.product_dtype(k));
     node.layer->forward(node.input_values, node.value, ctx);
     if (!masks_.empty()) masks_.after_forward(backend(), nodes_, k, ctx);
     mixed_.round_value(backend(), k, node);
@@ -159,6 +161,7 @@ LOADSTAR_DECL void Model::backward(std::uint64_t seed) {
   detail::ReluFusionCall fusion;
   CallContext ctx{backend(), true, seed, static_cast<std::uint64_t>(optimizer_->iterations())};
   ctx.relu_fusion = &fusion;
+  detail::ProductDtypeScope products(backend());
   for (std::size_t k = nodes_.size(); k-- > 0;) {
     auto& node = nodes_[k];
     if (!node.layer || !needs_backward_[k]) continue;
@@ -175,6 +178,7 @@ LOADSTAR_DECL void Model::backward(std::uint64_t seed) {
         node.layer->reads_masks() ? masks_.inputs(k) : std::span<const Tensor<float>>();
     ctx.extra_outputs = node.extra_values;
     ctx.extra_output_gradients = node.extra_gradients;
+    products.set(mixed_.product_dtype(k));
     node.layer->backward(node.input_values, node.value,
                          node.gradient_written ? node.gradient : Tensor<float>(),
                          node.input_gradients, ctx);

@@ -62,4 +62,41 @@ LOADSTAR_HOST_DEVICE inline float round_half(float x, HalfKind kind) noexcept {
   return kind == HalfKind::bfloat16 ? round_to_bfloat16(x) : round_to_float16(x);
 }
 
+/// The 16 bits of `x` rounded to `kind` (`round_half`): what a half-precision matrix product reads.
+LOADSTAR_HOST_DEVICE inline std::uint16_t half_bits(float x, HalfKind kind) noexcept {
+  const std::uint32_t bits = float_bits(round_half(x, kind));
+  const std::uint32_t sign = (bits >> 16U) & 0x8000U;
+  const std::uint32_t magnitude = bits & 0x7FFFFFFFU;
+  if (kind == HalfKind::bfloat16) {
+    // The rounding left the lower half zero; a NaN keeps a mantissa bit in the upper one.
+    return static_cast<std::uint16_t>(magnitude > 0x7F800000U ? sign | 0x7FC0U : bits >> 16U);
+  }
+  if (magnitude > 0x7F800000U) return static_cast<std::uint16_t>(sign | 0x7E00U);  // quiet NaN
+  if (magnitude == 0x7F800000U) return static_cast<std::uint16_t>(sign | 0x7C00U);
+  if (magnitude < 0x33800000U) return static_cast<std::uint16_t>(sign);  // under 2^-24: zero
+  const int exponent = static_cast<int>(magnitude >> 23U) - 127;
+  const std::uint32_t mantissa = magnitude & 0x7FFFFFU;
+  if (exponent >= -14) {  // a normal half: its 10 mantissa bits are float's upper ones
+    return static_cast<std::uint16_t>(sign | static_cast<std::uint32_t>(exponent + 15) << 10U |
+                                      mantissa >> 13U);
+  }
+  // A subnormal half: the value in units of 2^-24, exact after the rounding.
+  return static_cast<std::uint16_t>(sign |
+                                    (0x800000U | mantissa) >> static_cast<unsigned>(-exponent - 1));
+}
+
+/// The float value of the 16 bits `h` of `kind` (exact: every half value is a float).
+LOADSTAR_HOST_DEVICE inline float half_float(std::uint16_t h, HalfKind kind) noexcept {
+  const std::uint32_t bits = h;
+  if (kind == HalfKind::bfloat16) return bits_float(bits << 16U);
+  const std::uint32_t sign = (bits & 0x8000U) << 16U;
+  const std::uint32_t exponent = (bits >> 10U) & 0x1FU;
+  const std::uint32_t mantissa = bits & 0x3FFU;
+  if (exponent == 0x1FU) return bits_float(sign | 0x7F800000U | mantissa << 13U);
+  if (exponent != 0) return bits_float(sign | (exponent + 112U) << 23U | mantissa << 13U);
+  // Zero or a subnormal: mantissa * 2^-24, exact in float.
+  const float magnitude = static_cast<float>(mantissa) * bits_float(0x33800000U);
+  return bits_float(sign | float_bits(magnitude));
+}
+
 }  // namespace loadstar::keras::detail

@@ -63,6 +63,11 @@ class MixedPrecisionPlan {
   /// Rounds the gradients of the weights of node `k`'s layer after its backward.
   LOADSTAR_DECL void round_weight_gradients(Backend& backend, std::size_t k,
                                             const RuntimeNode& node) const;
+  /// The dtype node `k`'s layer multiplies in (`Backend::set_product_dtype`): its compute dtype
+  /// where it casts its inputs and variables to it, else `float32`.
+  DType product_dtype(std::size_t k) const noexcept {
+    return active_ ? weight_dtype_[k] : DType::float32;
+  }
   /// Rounds the variables of the layers whose variable dtype is half precision (after an update).
   LOADSTAR_DECL void round_variables(Backend& backend) const;
 
