@@ -2599,6 +2599,39 @@ TEST_SUITE("cuda") {
     CHECK(backend->host_kernel_calls() == 0);
   }
 
+  TEST_CASE("A residual CNN under mixed precision trains on the device alone from graphs") {
+    // The resnet workload's shape in small: Conv2D without bias, BatchNormalization, ReLU, an Add
+    // with a projection, pooling and a Dense head. Under mixed_float16 compile wraps Adam in a
+    // LossScaleOptimizer, whose finite check and skip run in the step's graph; the products run
+    // in the compute dtype.
+    Tensor<float> x = random_tensor({16, 6, 6, 3}, 81), y({16});
+    for (std::size_t r = 0; r < 16; ++r)
+      y.data()[r] = static_cast<float>(r % 3);
+    for (const char* policy : {"mixed_float16", "mixed_bfloat16"}) {
+      CAPTURE(policy);
+      const auto make = [policy] {
+        mixed_precision::PolicyScope scope(policy);
+        set_random_seed(48);
+        auto in = Input({6, 6, 3});
+        auto h = call(Conv2D(4, 3, {.padding = "same", .use_bias = false}), in);
+        h = call(ReLU(), call(BatchNormalization(), h));
+        auto r = call(Conv2D(8, 3, {.strides = 2, .padding = "same", .use_bias = false}), h);
+        r = call(BatchNormalization(), r);
+        auto p =
+            call(BatchNormalization(), call(Conv2D(8, 1, {.strides = 2, .use_bias = false}), h));
+        h = call(ReLU(), call(Add(), {r, p}));
+        return std::make_shared<Model>(in, call(Dense(3), call(GlobalAveragePooling2D(), h)));
+      };
+#if defined(LOADSTAR_CUDA_EMULATED)
+      const std::size_t half_before = loadstar::test::lt_half_matmuls;
+#endif
+      check_device_alone(make, x, y, 5, 6, 2);
+#if defined(LOADSTAR_CUDA_EMULATED)
+      CHECK(loadstar::test::lt_half_matmuls > half_before);
+#endif
+    }
+  }
+
   TEST_CASE("A Transformer block trains on the device alone and replays its steps from graphs") {
     // Token ids with padding (Embedding's mask reaches the attention's keys and the pooling),
     // MultiHeadAttention with dropout (its key changes every step) and a causal mask,
