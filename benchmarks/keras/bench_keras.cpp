@@ -6,7 +6,9 @@
 // LayerNormalization, the Dense feed-forward, GlobalAveragePooling1D, Dense 10) on the same
 // sequences at batch 32 and 256, a small MobileNet (depthwise-separable blocks with batch
 // normalization and ReLU(6)) and a small U-Net (Conv2DTranspose and Concatenate skip connections,
-// one logit per pixel) on 32x32x3 images at batch 32 and 256, and a ResNet-shaped CNN (residual
+// one logit per pixel) on 32x32x3 images at batch 32 and 256, three Conv2D (the second and third
+// grouped, 4 and 8 groups), GlobalAveragePooling2D and Dense 10 on 32x32x3 images at batch 32 and
+// 256, and a ResNet-shaped CNN (residual
 // blocks of Conv2D, BatchNormalization and ReLU with Add skip connections) on 32x32x3 images at
 // batch 128 and 512 in the "float32" and "mixed_bfloat16" dtype policies, Adam(1e-3), sparse
 // categorical cross-entropy from logits (binary for the U-Net), on synthetic data (workloads.hpp,
@@ -190,7 +192,7 @@ int main(int argc, char** argv) {
   // "<workload>/<batch>/<threads>": every workload at batch 32 and 256 (the text CNN at 32) with
   // 1 and 2 threads.
   for (const char* workload :
-       {"mlp", "cnn", "text", "transformer", "bilstm", "mobilenet", "unet"}) {
+       {"mlp", "cnn", "text", "transformer", "bilstm", "mobilenet", "unet", "grouped"}) {
     auto* b = benchmark::RegisterBenchmark(workload, [workload](benchmark::State& state) {
       train(state, workload, static_cast<std::size_t>(state.range(0)),
             static_cast<std::size_t>(state.range(1)), "float32");

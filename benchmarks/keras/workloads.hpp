@@ -35,12 +35,15 @@
 //   then GlobalAveragePooling2D -> Dense 10; the convolutions have no bias, every
 //   BatchNormalization Keras's defaults; trained in the policy `make_model` is given ("float32" or
 //   "mixed_bfloat16" on the CPU, also "mixed_float16" on the GPU);
+// - "grouped": grouped convolutions on 32x32x3 images (CPU only), Conv2D 32 3x3 -> Conv2D 64 3x3
+//   groups 4 -> Conv2D 64 3x3 groups 8, each "same" relu with bias, then GlobalAveragePooling2D ->
+//   Dense 10;
 // each with Adam(1e-3) and (but "unet") sparse categorical cross-entropy from logits, trained on
 // `steps_of(workload)` batches per pass of fit (50; 10 for "mobilenet" and "unet", whose steps are
-// longer; 2 for "resnet", at batch 128 and 512). benchmarks/peers/keras_torch.py builds the same
-// architectures (layers, sizes, strides, bias or not, activations, BatchNormalization's
-// momentum and epsilon), optimizer and loss in PyTorch (and the mixed policies as
-// `torch.autocast` of the policy's compute dtype).
+// longer, and for "grouped"; 2 for "resnet", at batch 128 and 512). benchmarks/peers/keras_torch.py
+// builds the same architectures (layers, sizes, strides, bias or not, activations,
+// BatchNormalization's momentum and epsilon), optimizer and loss in PyTorch (and the mixed policies
+// as `torch.autocast` of the policy's compute dtype).
 #pragma once
 
 #include <cstddef>
@@ -71,9 +74,10 @@ inline bool token_inputs(const std::string& workload) {
   return workload == "text" || workload == "transformer" || workload == "bilstm";
 }
 
-/// Whether the workload trains on 32x32x3 images (mobilenet, unet, resnet).
+/// Whether the workload trains on 32x32x3 images (mobilenet, unet, resnet, grouped).
 inline bool color_images(const std::string& workload) {
-  return workload == "mobilenet" || workload == "unet" || workload == "resnet";
+  return workload == "mobilenet" || workload == "unet" || workload == "resnet" ||
+         workload == "grouped";
 }
 
 /// Conv2D (`filters`, `size`x`size`, `stride`, "same", no bias) -> BatchNormalization -> ReLU(6),
@@ -141,6 +145,18 @@ inline std::unique_ptr<keras::Model> resnet_model() {
   return std::make_unique<Model>(std::vector{input}, std::vector{call(Dense(10), x)}, "resnet");
 }
 
+/// The grouped workload's model (see the file's comment).
+inline std::unique_ptr<keras::Model> grouped_model() {
+  using namespace loadstar::keras;
+  using namespace loadstar::keras::layers;
+  auto input = Input({32, 32, 3});
+  auto x = call(Conv2D(32, 3, {.padding = "same", .activation = "relu"}), input);
+  x = call(Conv2D(64, 3, {.padding = "same", .groups = 4, .activation = "relu"}), x);
+  x = call(Conv2D(64, 3, {.padding = "same", .groups = 8, .activation = "relu"}), x);
+  x = call(GlobalAveragePooling2D(), x);
+  return std::make_unique<Model>(std::vector{input}, std::vector{call(Dense(10), x)}, "grouped");
+}
+
 /// The unet workload's model (see the file's comment).
 inline std::unique_ptr<keras::Model> unet_model() {
   using namespace loadstar::keras;
@@ -180,9 +196,10 @@ inline std::unique_ptr<keras::Model> make_model(const std::string& workload, std
     return model;
   };
   if (color_images(workload)) {
-    auto model = workload == "unet"     ? unet_model()
-                 : workload == "resnet" ? resnet_model()
-                                        : mobilenet_model();
+    auto model = workload == "unet"      ? unet_model()
+                 : workload == "resnet"  ? resnet_model()
+                 : workload == "grouped" ? grouped_model()
+                                         : mobilenet_model();
     const LossArg loss =
         workload == "unet" ? LossArg(std::make_shared<losses::BinaryCrossentropy>(true))
                            : LossArg(std::make_shared<losses::SparseCategoricalCrossentropy>(true));

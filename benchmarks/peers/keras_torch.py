@@ -2,12 +2,14 @@
 """PyTorch on the workloads of bench_keras and bench_keras_gpu, for `benchmarks/run keras [--gpu]`.
 
 The same models (the Fashion-MNIST MLP, the small CNN, the 1-D text CNN, the Transformer encoder
-block, the small MobileNet, the small U-Net and the ResNet of benchmarks/keras/workloads.hpp, layer
+block, the small MobileNet, the small U-Net, the ResNet and the grouped CNN (CPU only) of
+benchmarks/keras/workloads.hpp, layer
 for layer: sizes, strides, bias or not, activations, BatchNorm2d with Keras's epsilon 1e-3 and
 momentum 0.99 (PyTorch's 0.01); channels first as PyTorch wants), Adam(1e-3, eps 1e-7 as Keras)
 and cross-entropy from logits (binary for the U-Net, against the mask of pixels whose first
-channel exceeds 0.5), trained for the same 50 steps per pass (10 for the MobileNet and the U-Net,
-2 for the ResNet) on synthetic 28x28 images (32x32x3 for the MobileNet, the U-Net and the ResNet,
+channel exceeds 0.5), trained for the same 50 steps per pass (10 for the MobileNet, the U-Net and
+the grouped CNN, 2 for the ResNet) on synthetic 28x28 images (32x32x3 for the MobileNet, the
+U-Net, the ResNet and the grouped CNN,
 100 token ids for the text CNN and the Transformer). Keras's "same" padding with stride 2 pads one
 row and column after the image; PyTorch's padding=1 pads one on each side: the same output sizes
 and work.
@@ -69,7 +71,7 @@ GRID = [("mlp", 32, 1), ("mlp", 32, 2), ("mlp", 256, 1), ("mlp", 256, 2), ("cnn"
         ("transformer", 32, 1), ("transformer", 32, 2), ("transformer", 256, 1),
         ("transformer", 256, 2), ("bilstm", 32, 1), ("bilstm", 32, 2), ("bilstm", 256, 1),
         ("bilstm", 256, 2)] + \
-    [(w, b, t) for w in ("mobilenet", "unet") for b in (32, 256) for t in (1, 2)] + \
+    [(w, b, t) for w in ("mobilenet", "unet", "grouped") for b in (32, 256) for t in (1, 2)] + \
     [("resnet", b, t, p) for b in (128, 512) for t in (1, 2) for p in ("float32", "mixed_bfloat16")]
 # --device cuda: (workload, batch) or (workload, batch, policy), named "<workload>/<batch>/gpu" or
 # "resnet/<batch>/gpu/<policy>".
@@ -100,6 +102,16 @@ def mobilenet():
         layers += conv_bn_relu6(channels, filters, 1, 1)  # pointwise
         channels = filters
     return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(channels, 10))
+
+
+def grouped():
+    """workloads.hpp's "grouped": three 3x3 "same" relu convolutions (32 filters, then 64 in 4
+    groups, then 64 in 8 groups), global average pooling and a dense layer."""
+    import torch.nn as nn
+    return nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(),
+                         nn.Conv2d(32, 64, 3, padding=1, groups=4), nn.ReLU(),
+                         nn.Conv2d(64, 64, 3, padding=1, groups=8), nn.ReLU(),
+                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10))
 
 
 def unet():
@@ -176,6 +188,8 @@ def model_of(workload):
         return unet()
     if workload == "resnet":
         return resnet()
+    if workload == "grouped":
+        return grouped()
 
     class Transpose(nn.Module):
         def forward(self, x):
@@ -234,7 +248,7 @@ def model_of(workload):
 def steps_of(workload):
     if workload == "resnet":
         return RESNET_STEPS
-    return IMAGE_STEPS if workload in ("mobilenet", "unet") else STEPS
+    return IMAGE_STEPS if workload in ("mobilenet", "unet", "grouped") else STEPS
 
 
 def data_of(workload, batch, device):
@@ -243,7 +257,7 @@ def data_of(workload, batch, device):
     steps = steps_of(workload)
     if workload in ("text", "transformer", "bilstm"):
         xs = [torch.randint(0, 1000, (batch, TEXT_STEPS), device=device) for _ in range(steps)]
-    elif workload in ("mobilenet", "unet", "resnet"):
+    elif workload in ("mobilenet", "unet", "resnet", "grouped"):
         xs = [torch.rand((batch, 3, 32, 32), device=device) for _ in range(steps)]
     else:
         shape = (batch, 28, 28) if workload == "mlp" else (batch, 1, 28, 28)

@@ -2079,7 +2079,7 @@ TEST_SUITE("cuda") {
     Backends b;
     // Held in a variable: a range-for over a member of a temporary would read freed memory.
     const auto reference = layer_cases::load("conv_34.json");
-    REQUIRE(reference["cases"].size() == 43);
+    REQUIRE(reference["cases"].size() == 47);
     for (const auto& c : reference["cases"])
       layer_cases::run_case(c, b.gpu);
   }
@@ -2104,6 +2104,33 @@ TEST_SUITE("cuda") {
     const Tensor<float> x = random_tensor({8, 6, 6, 3}, 43);
     const Tensor<float> y = random_tensor({8, 2}, 44);
     check_trains_as_on_cpu(make, x, y);
+  }
+
+  TEST_CASE("Grouped convolutions train on the device alone and replay their steps from graphs") {
+    // Conv2D with 2 and 4 groups (ReLU, channels_first with dilation) and Conv1D with 2
+    // (causal, swish, no bias), convolved group by group on the device: no host_kernel call, the
+    // CPU's values.
+    Tensor<float> x = random_tensor({24, 6, 6, 4}, 47), y({24});
+    for (std::size_t r = 0; r < 24; ++r)
+      y.data()[r] = static_cast<float>(r % 3);
+    const auto make = [] {
+      set_random_seed(47);
+      auto in = Input({6, 6, 4});
+      auto h = call(Conv2D(8, 3, {.padding = "same", .groups = 2, .activation = "relu"}), in);
+      h = call(Conv2D(8, 2,
+                      {.data_format = "channels_first",
+                       .dilation_rate = 2,
+                       .groups = 4,
+                       .activation = "tanh"}),
+               call(Permute({3, 1, 2}), h));
+      h = call(Reshape({8, 16}), h);
+      h = call(Conv1D(6, 2,
+                      {.padding = "causal", .groups = 2, .activation = "swish", .use_bias = false}),
+               h);
+      h = call(GlobalAveragePooling1D(), h);
+      return std::make_shared<Model>(in, call(Dense(3), h));
+    };
+    check_device_alone(make, x, y, 3, 9, 3);
   }
 
   TEST_CASE("A model of the 3-D convolutions and poolings trains on CUDA as on the CPU") {

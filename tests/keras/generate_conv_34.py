@@ -60,6 +60,8 @@ ACTIVATIONS = {
     "relu": F.relu,
     "tanh": torch.tanh,
     "swish": F.silu,
+    # Over the channels: the last axis of the channels_last outputs it is used with.
+    "softmax": lambda v: F.softmax(v, dim=1),
 }
 
 
@@ -363,6 +365,36 @@ for name, (cls, shape, filters, kernel, strides, dilation, padding, output_paddi
     fn = conv_transpose if transposed else grouped_conv
     cases.append(case(name, cls, config, [rnd(*shape, scale=1.5)], weights,
                       lambda xs, ws, c=config, f=cf, g=fn: g(xs[0], ws, 3, c, f)))
+
+# --- Conv1D/Conv2D with groups, appended after every case above (whose values stay as they were):
+# a case of several tiles of one image each (a 7x7 kernel over 10x10 images, 3 images), so that
+# the CPU backend's work splits into tiles and groups over its threads, a pointwise one (read
+# without im2col), a dilated channels_first one and a softmax over the channels (its gradient
+# mixes the groups). The inputs are rounded to 3 decimals, so that the file stays small.
+GROUPED_THREAD_SPECS = {
+    "conv2d_groups_tiles": ("Conv2D", (3, 10, 10, 8), 4, 2, [7, 7], [1, 1], [1, 1], "same",
+                            "swish", True, False),
+    "conv2d_groups_pointwise": ("Conv2D", (2, 4, 5, 12), 6, 3, [1, 1], [1, 1], [1, 1], "valid",
+                                "relu", True, False),
+    "conv2d_groups_dilated_channels_first": ("Conv2D", (2, 8, 7, 6), 8, 4, [3, 2], [1, 2], [2, 1],
+                                             "same", "tanh", True, True),
+    "conv1d_groups_softmax": ("Conv1D", (2, 5, 6), 6, 2, [2], [1], [1], "same", "softmax", True,
+                              False),
+}
+
+for name, (cls, shape, filters, groups, kernel, strides, dilation, padding, activation,
+           use_bias, cf) in GROUPED_THREAD_SPECS.items():
+    rank = len(kernel)
+    channels = shape[1] if cf else shape[-1]
+    config = {"filters": filters, "groups": groups, "kernel_size": kernel, "strides": strides,
+              "dilation_rate": dilation, "padding": padding, "activation": activation,
+              "use_bias": use_bias, "data_format": "channels_first" if cf else "channels_last"}
+    weights = {"kernel": torch.round(rnd(*kernel, channels // groups, filters) * 1000) / 1000}
+    if use_bias:
+        weights["bias"] = torch.round(rnd(filters, scale=0.5) * 1000) / 1000
+    cases.append(case(name, cls, config, [torch.round(rnd(*shape, scale=1.5) * 1000) / 1000],
+                      weights,
+                      lambda xs, ws, r=rank, c=config, f=cf: grouped_conv(xs[0], ws, r, c, f)))
 
 if __name__ == "__main__":
     path = os.path.join(HERE, "reference", "conv_34.json")

@@ -107,6 +107,55 @@ std::vector<std::pair<std::string, Shape>> conv_weight_shapes(const std::string&
   return out;
 }
 
+/// The channels `[first, first + count)` of the last axis of `t`.
+Tensor<float> conv_channels(const Tensor<float>& t, std::size_t first, std::size_t count) {
+  const std::size_t width = t.shape()[t.rank() - 1];
+  std::vector<std::size_t> dims(t.shape().begin(), t.shape().end());
+  dims.back() = count;
+  Tensor<float> out{Shape(dims)};
+  for (std::size_t i = 0; i < out.size() / count; ++i)
+    std::copy_n(t.data() + i * width + first, count, out.data() + i * count);
+  return out;
+}
+
+/// `part` checked against the channels `[first, first + part's)` of `whole`, within `tolerance`
+/// of the larger magnitude (at least 1).
+void check_channels(const char* what, const Tensor<float>& whole, std::size_t first,
+                    const Tensor<float>& part, float tolerance = 1e-5F) {
+  const Tensor<float> mine = conv_channels(whole, first, part.shape()[part.rank() - 1]);
+  REQUIRE(mine.size() == part.size());
+  for (std::size_t i = 0; i < part.size(); ++i) {
+    const float scale = std::max({1.0F, std::abs(mine.data()[i]), std::abs(part.data()[i])});
+    INFO(what, " from channel ", first, ": element ", i, " is ", mine.data()[i], ", expected ",
+         part.data()[i]);
+    CHECK(std::abs(mine.data()[i] - part.data()[i]) <= tolerance * scale);
+  }
+}
+
+/// A model of grouped Conv2D and Conv1D layers (2, 4 and 3 groups; valid, same and causal
+/// padding; channels_first with a stride), trained three steps of SGD on `backend`: the weights
+/// and the predictions after them.
+std::vector<Tensor<float>> trained_grouped(std::shared_ptr<Backend> backend) {
+  set_random_seed(34);
+  auto in = Input({9, 10, 8});
+  auto h = call(Conv2D(8, 3, {.padding = "same", .groups = 2, .activation = "relu"}), in);
+  h = call(
+      Conv2D(12, 2,
+             {.strides = 2, .data_format = "channels_first", .groups = 4, .activation = "swish"}),
+      call(Permute({3, 1, 2}), h));
+  h = call(Reshape({12, 20}), h);
+  h = call(Conv1D(6, 3, {.padding = "causal", .groups = 2, .activation = "tanh"}), h);
+  auto model = std::make_shared<Model>(in, call(Dense(2), call(Flatten(), h)), "grouped");
+  model->compile({.optimizer = "sgd", .loss = "mse", .backend = std::move(backend)});
+  const Tensor<float> x = conv_wave({6, 9, 10, 8}, 1.5F);
+  const Tensor<float> y = conv_wave({6, 2}, 0.5F, 1.0F);
+  for (int step = 0; step < 3; ++step)
+    model->train_on_batch(x, y);
+  auto out = model->get_weights();
+  out.push_back(model->predict(x, {.verbose = 0}));
+  return out;
+}
+
 }  // namespace conv_34
 
 using namespace conv_34;
@@ -483,6 +532,94 @@ TEST_SUITE("keras_layers") {
         "Conv1D",
         {{"filters", 6}, {"kernel_size", 2}, {"groups", 3}, {"data_format", "channels_first"}},
         Shape{3, 5});
+  }
+
+  TEST_CASE("CpuBackend grouped_conv2d_forward and backward convolve each group on its own") {
+    // 3 groups of 4 input channels and 3 filters, several tiles of images: for any thread count,
+    // each group's output, kernel and bias gradients and input gradient are those of an ordinary
+    // convolution of the group's channels alone, written or added to what was there.
+    const std::size_t groups = 3, per_in = 4, per_out = 3, filters = groups * per_out;
+    const Conv2DGeometry g{.batch = 5,
+                           .in_h = 9,
+                           .in_w = 8,
+                           .in_c = groups * per_in,
+                           .out_h = 9,
+                           .out_w = 8,
+                           .out_c = filters,
+                           .kernel_h = 3,
+                           .kernel_w = 3,
+                           .pad_top = 1,
+                           .pad_left = 1};
+    const std::size_t rows = g.batch * g.out_h * g.out_w, taps = g.kernel_h * g.kernel_w;
+    const Tensor<float> x = conv_wave({g.batch, g.in_h, g.in_w, g.in_c}, 1.5F);
+    const Tensor<float> kernel = conv_wave({taps * per_in, filters}, 0.4F, 0.3F);
+    const Tensor<float> bias = conv_wave({filters}, 0.5F, 0.8F);
+    const Tensor<float> dy = conv_wave({rows, filters}, 0.7F, 1.1F);
+    const Tensor<float> before = conv_wave({taps * per_in, filters}, 0.2F, 2.0F);
+    const Tensor<float> bias_before = conv_wave({filters}, 0.2F, 2.5F);
+    Conv2DGeometry group = g;
+    group.in_c = per_in;
+    group.out_c = per_out;
+    CpuBackend one(1);
+    for (std::size_t threads : {1, 2, 3}) {
+      CAPTURE(threads);
+      CpuBackend backend(threads);
+      const Tensor<float> y({rows, filters});
+      REQUIRE(backend.grouped_conv2d_forward(x, g, groups, kernel, bias,
+                                             loadstar::keras::Activation::swish, y));
+      for (const bool accumulate : {false, true}) {
+        CAPTURE(accumulate);
+        const Tensor<float> dkernel = before.clone(), dbias = bias_before.clone();
+        const Tensor<float> dx(x.shape());
+        REQUIRE(backend.grouped_conv2d_backward(x, g, groups, kernel, bias,
+                                                loadstar::keras::Activation::swish, y, dy, dkernel,
+                                                dbias, dx, accumulate));
+        for (std::size_t k = 0; k < groups; ++k) {
+          CAPTURE(k);
+          const Tensor<float> xk = conv_channels(x, k * per_in, per_in);
+          const Tensor<float> kernel_k = conv_channels(kernel, k * per_out, per_out);
+          const Tensor<float> bias_k = conv_channels(bias, k * per_out, per_out);
+          const Tensor<float> yk({rows, per_out});
+          one.conv2d_forward(xk, group, kernel_k, bias_k, loadstar::keras::Activation::swish, yk);
+          check_channels("output", y, k * per_out, yk);
+          const Tensor<float> dkernel_k = conv_channels(before, k * per_out, per_out);
+          const Tensor<float> dbias_k = conv_channels(bias_before, k * per_out, per_out);
+          const Tensor<float> dxk(xk.shape());
+          one.conv2d_backward(xk, group, kernel_k, bias_k, loadstar::keras::Activation::swish, yk,
+                              conv_channels(dy, k * per_out, per_out), dkernel_k, dbias_k, dxk,
+                              accumulate);
+          check_channels("kernel gradient", dkernel, k * per_out, dkernel_k);
+          check_channels("bias gradient", dbias, k * per_out, dbias_k);
+          check_channels("input gradient", dx, k * per_in, dxk);
+        }
+      }
+    }
+    // A softmax's gradient mixes the groups: left to the layer's per-group path.
+    const Tensor<float> dkernel(kernel.shape()), dbias({filters}), dx(x.shape());
+    CHECK_FALSE(one.grouped_conv2d_backward(
+        x, g, groups, kernel, bias, loadstar::keras::Activation::softmax,
+        Tensor<float>({rows, filters}), dy, dkernel, dbias, dx, false));
+  }
+
+  TEST_CASE("Conv1D and Conv2D with groups train alike on any thread count and group by group") {
+    // The CPU backend's grouped kernels on 1 to 3 threads, and the layers' per-group path
+    // (permute and a convolution per group, what a backend without grouped kernels runs).
+    const auto one = trained_grouped(cpu_backend(1));
+    std::vector<std::shared_ptr<Backend>> others{
+        cpu_backend(2), cpu_backend(3), std::make_shared<loadstar::test::ProtectedBackend>(2)};
+    for (std::size_t b = 0; b < others.size(); ++b) {
+      CAPTURE(b);
+      const auto other = trained_grouped(others[b]);
+      REQUIRE(other.size() == one.size());
+      for (std::size_t i = 0; i < one.size(); ++i) {
+        CAPTURE(i);
+        REQUIRE(other[i].shape() == one[i].shape());
+        for (std::size_t j = 0; j < one[i].size(); ++j) {
+          INFO("element ", j, " is ", other[i].data()[j], ", expected ", one[i].data()[j]);
+          CHECK(other[i].data()[j] == doctest::Approx(one[i].data()[j]).epsilon(1e-4));
+        }
+      }
+    }
   }
 
   TEST_CASE("Conv1D and Conv2D with groups name themselves in errors") {

@@ -463,6 +463,29 @@ class Backend {
                                              const Tensor<float>& dy, const Tensor<float>& dkernel,
                                              const Tensor<float>& dbias, const Tensor<float>& dx,
                                              bool accumulate);
+  /// A grouped convolution's forward pass (Keras's `groups`): `conv2d_forward` with the `g.in_c`
+  /// input channels and the `filters` output channels each split into `groups` contiguous groups,
+  /// output channel `o` seeing only the input channels of its group `o / (filters / groups)`;
+  /// `kernel` is the `(kernel_h * kernel_w * in_c / groups, filters)` matrix of Keras's layout.
+  /// Returns `false`, computing nothing, where the backend has no such kernel (the default): the
+  /// layer then gathers each group's channels with `permute` and calls `conv2d_forward` per group.
+  virtual bool grouped_conv2d_forward(const Tensor<float>& /*x*/, const Conv2DGeometry& /*g*/,
+                                      std::size_t /*groups*/, const Tensor<float>& /*kernel*/,
+                                      const Tensor<float>& /*bias*/, Activation /*activation*/,
+                                      const Tensor<float>& /*y*/) {
+    return false;
+  }
+  /// Its backward pass, with `conv2d_backward`'s arguments and contract; `false` as
+  /// `grouped_conv2d_forward`.
+  virtual bool grouped_conv2d_backward(const Tensor<float>& /*x*/, const Conv2DGeometry& /*g*/,
+                                       std::size_t /*groups*/, const Tensor<float>& /*kernel*/,
+                                       const Tensor<float>& /*bias*/, Activation /*activation*/,
+                                       const Tensor<float>& /*y*/, const Tensor<float>& /*dy*/,
+                                       const Tensor<float>& /*dkernel*/,
+                                       const Tensor<float>& /*dbias*/, const Tensor<float>& /*dx*/,
+                                       bool /*accumulate*/) {
+    return false;
+  }
   /// A depthwise convolution: `z = depthwise(x) (+ bias)` with `x` channels-last, `kernel`
   /// `(kernel_h, kernel_w, in_c, out_c / in_c)` (Keras's layout), `bias` of `out_c` elements (or
   /// empty) and `z` `(batch, out_h, out_w, out_c)` in any shape of that size. The default runs

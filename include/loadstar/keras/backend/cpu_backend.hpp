@@ -718,30 +718,7 @@ class CpuBackend final : public Backend {
   void conv2d_forward(const Tensor<float>& x, const Conv2DGeometry& g, const Tensor<float>& kernel,
                       const Tensor<float>& bias, Activation activation,
                       const Tensor<float>& y) override {
-    const std::size_t patch = g.patch_size();
-    const std::size_t filters = kernel.row_size();
-    const std::size_t per_image = g.out_h * g.out_w;
-    LOADSTAR_ASSERT(kernel.rows() == patch && y.size() == g.batch * per_image * filters,
-                    "conv2d_forward: shapes do not fit");
-    const ConvTiles tiles = conv_tiles(g);
-    const bool pointwise = is_pointwise(g);
-    parallel(tiles.count, 1, [&](std::size_t t0, std::size_t t1) {
-      float* buffer =
-          pointwise ? nullptr : detail::thread_buffer(0, tiles.images * per_image * patch);
-      for (std::size_t t = t0; t < t1; ++t) {
-        const std::size_t b0 = t * tiles.images;
-        const std::size_t b1 = std::min(g.batch, b0 + tiles.images);
-        const std::size_t rows = (b1 - b0) * per_image;
-        // A pointwise convolution's unfolded rows are the input's pixels themselves.
-        const float* columns = pointwise ? x.data() + b0 * per_image * patch : buffer;
-        if (!pointwise) im2col_lines(x.data(), g, b0 * g.out_h, b1 * g.out_h, buffer);
-        float* z = y.data() + b0 * per_image * filters;
-        pre_activation(columns, rows, kernel, bias, z);
-        if (activation != Activation::linear && activation != Activation::softmax)
-          detail::activate_range(activation, z, z, rows * filters);
-      }
-    });
-    if (activation == Activation::softmax) activation_forward(activation, y, y);
+    convolution_forward(x, g, 1, kernel, bias, activation, y);
   }
 
   /// Tiled as `conv2d_forward`: per tile, the activation's gradient, the kernel's gradient into
@@ -759,81 +736,32 @@ class CpuBackend final : public Backend {
                                accumulate);
       return;
     }
-    const std::size_t patch = g.patch_size();
-    const std::size_t filters = kernel.row_size();
-    const std::size_t per_image = g.out_h * g.out_w;
-    LOADSTAR_ASSERT(kernel.rows() == patch && dy.size() == g.batch * per_image * filters &&
-                        dkernel.size() == kernel.size(),
-                    "conv2d_backward: shapes do not fit");
-    const bool needs_z = activation_gradient_needs_input(activation);
-    const ConvTiles tiles = conv_tiles(g);
-    const std::size_t chunks = std::min(threads_, tiles.count);
-    kernel_partials_.assign(chunks * patch * filters, 0.0F);
-    tile_sums_.assign(dbias.empty() ? 0 : tiles.count * filters, 0.0);
-    const std::size_t tile_rows = tiles.images * per_image;
-    const bool pointwise = is_pointwise(g);
-    parallel(chunks, 1, [&](std::size_t c0, std::size_t c1) {
-      float* buffer = pointwise ? nullptr : detail::thread_buffer(0, tile_rows * patch);
-      float* gradient = detail::thread_buffer(1, tile_rows * filters);
-      float* z = needs_z ? detail::thread_buffer(2, tile_rows * filters) : nullptr;
-      for (std::size_t chunk = c0; chunk < c1; ++chunk) {
-        float* partial = kernel_partials_.data() + chunk * patch * filters;
-        for (std::size_t t = tiles.count * chunk / chunks; t < tiles.count * (chunk + 1) / chunks;
-             ++t) {
-          const std::size_t b0 = t * tiles.images;
-          const std::size_t b1 = std::min(g.batch, b0 + tiles.images);
-          const std::size_t rows = (b1 - b0) * per_image;
-          const std::size_t offset = b0 * per_image * filters;
-          // A pointwise convolution's unfolded rows are the input's pixels, and the input's
-          // gradient is written in place.
-          const float* columns = pointwise ? x.data() + b0 * per_image * patch : buffer;
-          if (!pointwise) im2col_lines(x.data(), g, b0 * g.out_h, b1 * g.out_h, buffer);
-          const float* dz = dy.data() + offset;
-          if (activation != Activation::linear) {
-            if (needs_z) pre_activation(columns, rows, kernel, bias, z);
-            detail::activation_gradient_range(activation, z, y.data() + offset, dz, gradient,
-                                              rows * filters);
-            dz = gradient;
-          }
-          detail::sgemm(true, false, patch, filters, rows, 1.0F, columns, patch, dz, filters, 1.0F,
-                        partial, filters);
-          if (!dbias.empty()) {
-            double* sums = tile_sums_.data() + t * filters;
-            for (std::size_t r = 0; r < rows; ++r)
-              for (std::size_t j = 0; j < filters; ++j)
-                sums[j] += dz[r * filters + j];
-          }
-          if (!dx.empty() && pointwise) {
-            detail::sgemm(false, true, rows, patch, filters, 1.0F, dz, filters, kernel.data(),
-                          filters, 0.0F, dx.data() + b0 * per_image * patch, patch);
-          } else if (!dx.empty()) {
-            detail::sgemm(false, true, rows, patch, filters, 1.0F, dz, filters, kernel.data(),
-                          filters, 0.0F, buffer, patch);
-            col2im_images(buffer, g, b0, b1, dx.data());
-          }
-        }
-      }
-    });
-    // Written: the first partial sum is copied (the bits of adding it to zeros).
-    if (!accumulate) {
-      if (chunks == 0)
-        std::fill_n(dkernel.data(), patch * filters, 0.0F);
-      else
-        std::copy_n(kernel_partials_.data(), patch * filters, dkernel.data());
-    }
-    for (std::size_t chunk = accumulate ? 0 : 1; chunk < chunks; ++chunk) {
-      const float* partial = kernel_partials_.data() + chunk * patch * filters;
-      for (std::size_t i = 0; i < patch * filters; ++i)
-        dkernel.data()[i] += partial[i];
-    }
-    if (!dbias.empty()) {
-      for (std::size_t j = 0; j < filters; ++j) {
-        double sum = 0.0;
-        for (std::size_t t = 0; t < tiles.count; ++t)
-          sum += tile_sums_[t * filters + j];
-        dbias.data()[j] = static_cast<float>(accumulate ? dbias.data()[j] + sum : sum);
-      }
-    }
+    convolution_backward(x, g, 1, kernel, bias, activation, y, dy, dkernel, dbias, dx, accumulate);
+  }
+
+  /// `conv2d_forward`'s tiles, each group of a tile its own piece of work: a group's channels
+  /// unfolded alone and multiplied by its own columns of the kernel (`groups` products of
+  /// `1 / groups` the size each), the pieces split over the threads.
+  bool grouped_conv2d_forward(const Tensor<float>& x, const Conv2DGeometry& g, std::size_t groups,
+                              const Tensor<float>& kernel, const Tensor<float>& bias,
+                              Activation activation, const Tensor<float>& y) override {
+    convolution_forward(x, g, groups, kernel, bias, activation, y);
+    return true;
+  }
+
+  /// `conv2d_backward`'s chunks of tiles, each group of a chunk its own piece of work (its own
+  /// columns of the chunk's partial kernel gradient, of the tiles' bias sums and its own channels
+  /// of the input gradient); with a softmax, `false` (the layer's per-group path then).
+  bool grouped_conv2d_backward(const Tensor<float>& x, const Conv2DGeometry& g, std::size_t groups,
+                               const Tensor<float>& kernel, const Tensor<float>& bias,
+                               Activation activation, const Tensor<float>& y,
+                               const Tensor<float>& dy, const Tensor<float>& dkernel,
+                               const Tensor<float>& dbias, const Tensor<float>& dx,
+                               bool accumulate) override {
+    if (activation == Activation::softmax) return false;
+    convolution_backward(x, g, groups, kernel, bias, activation, y, dy, dkernel, dbias, dx,
+                         accumulate);
+    return true;
   }
 
   /// Split by output rows (each thread writes its own rows), at least about 2^15 multiply-adds a
@@ -1199,6 +1127,170 @@ class CpuBackend final : public Backend {
     return tiles;
   }
 
+  /// `conv2d_forward` of a convolution in `groups` groups (1: an ordinary one): the pieces of
+  /// work are `(tile, group)` pairs, each a group's `in_c / groups` channels of the tile's images
+  /// unfolded and multiplied by the group's `filters / groups` columns of `kernel` into its
+  /// columns of `y`.
+  void convolution_forward(const Tensor<float>& x, const Conv2DGeometry& g, std::size_t groups,
+                           const Tensor<float>& kernel, const Tensor<float>& bias,
+                           Activation activation, const Tensor<float>& y) {
+    const std::size_t channels = g.in_c / groups;
+    const std::size_t filters = kernel.row_size();
+    const std::size_t group_filters = filters / groups;
+    Conv2DGeometry group = g;
+    group.in_c = channels;
+    const std::size_t patch = group.patch_size();
+    const std::size_t per_image = g.out_h * g.out_w;
+    LOADSTAR_ASSERT(groups > 0 && channels * groups == g.in_c &&
+                        group_filters * groups == filters && kernel.rows() == patch &&
+                        y.size() == g.batch * per_image * filters,
+                    "conv2d_forward: shapes do not fit");
+    const ConvTiles tiles = conv_tiles(group);
+    const bool pointwise = is_pointwise(g);
+    const std::size_t ld_columns = pointwise ? g.in_c : patch;
+    parallel(tiles.count * groups, 1, [&](std::size_t i0, std::size_t i1) {
+      float* buffer =
+          pointwise ? nullptr : detail::thread_buffer(0, tiles.images * per_image * patch);
+      for (std::size_t item = i0; item < i1; ++item) {
+        const std::size_t t = item / groups;
+        const std::size_t first_channel = item % groups * channels;
+        const std::size_t first_filter = item % groups * group_filters;
+        const std::size_t b0 = t * tiles.images;
+        const std::size_t b1 = std::min(g.batch, b0 + tiles.images);
+        const std::size_t rows = (b1 - b0) * per_image;
+        // A pointwise convolution's unfolded rows are the input's pixels themselves.
+        const float* columns =
+            pointwise ? x.data() + b0 * per_image * g.in_c + first_channel : buffer;
+        if (!pointwise)
+          im2col_lines(x.data(), g, b0 * g.out_h, b1 * g.out_h, buffer, first_channel, channels);
+        float* z = y.data() + b0 * per_image * filters + first_filter;
+        pre_activation(columns, ld_columns, rows, kernel.data() + first_filter, patch,
+                       group_filters, filters, bias.empty() ? nullptr : bias.data() + first_filter,
+                       z, filters);
+        if (activation == Activation::linear || activation == Activation::softmax) continue;
+        if (groups == 1) {
+          detail::activate_range(activation, z, z, rows * filters);
+        } else {
+          for (std::size_t r = 0; r < rows; ++r)
+            detail::activate_range(activation, z + r * filters, z + r * filters, group_filters);
+        }
+      }
+    });
+    if (activation == Activation::softmax) activation_forward(activation, y, y);
+  }
+
+  /// `conv2d_backward` of a convolution in `groups` groups (1: an ordinary one), not a softmax:
+  /// the pieces of work are `(chunk of tiles, group)` pairs, each adding into the group's columns
+  /// of the chunk's partial kernel gradient and of its tiles' bias sums, and writing the group's
+  /// channels of its tiles' input gradient.
+  void convolution_backward(const Tensor<float>& x, const Conv2DGeometry& g, std::size_t groups,
+                            const Tensor<float>& kernel, const Tensor<float>& bias,
+                            Activation activation, const Tensor<float>& y, const Tensor<float>& dy,
+                            const Tensor<float>& dkernel, const Tensor<float>& dbias,
+                            const Tensor<float>& dx, bool accumulate) {
+    const std::size_t channels = g.in_c / groups;
+    const std::size_t filters = kernel.row_size();
+    const std::size_t group_filters = filters / groups;
+    Conv2DGeometry group = g;
+    group.in_c = channels;
+    const std::size_t patch = group.patch_size();
+    const std::size_t per_image = g.out_h * g.out_w;
+    LOADSTAR_ASSERT(groups > 0 && channels * groups == g.in_c &&
+                        group_filters * groups == filters && kernel.rows() == patch &&
+                        dy.size() == g.batch * per_image * filters &&
+                        dkernel.size() == kernel.size(),
+                    "conv2d_backward: shapes do not fit");
+    const bool needs_z = activation_gradient_needs_input(activation);
+    const ConvTiles tiles = conv_tiles(group);
+    const std::size_t chunks = std::min(threads_, tiles.count);
+    kernel_partials_.assign(chunks * patch * filters, 0.0F);
+    tile_sums_.assign(dbias.empty() ? 0 : tiles.count * filters, 0.0);
+    const std::size_t tile_rows = tiles.images * per_image;
+    const bool pointwise = is_pointwise(g);
+    const std::size_t ld_columns = pointwise ? g.in_c : patch;
+    parallel(chunks * groups, 1, [&](std::size_t i0, std::size_t i1) {
+      float* buffer = pointwise ? nullptr : detail::thread_buffer(0, tile_rows * patch);
+      float* gradient = detail::thread_buffer(1, tile_rows * group_filters);
+      float* z = needs_z ? detail::thread_buffer(2, tile_rows * group_filters) : nullptr;
+      for (std::size_t item = i0; item < i1; ++item) {
+        const std::size_t chunk = item / groups;
+        const std::size_t first_channel = item % groups * channels;
+        const std::size_t first_filter = item % groups * group_filters;
+        const float* group_kernel = kernel.data() + first_filter;
+        float* partial = kernel_partials_.data() + chunk * patch * filters + first_filter;
+        for (std::size_t t = tiles.count * chunk / chunks; t < tiles.count * (chunk + 1) / chunks;
+             ++t) {
+          const std::size_t b0 = t * tiles.images;
+          const std::size_t b1 = std::min(g.batch, b0 + tiles.images);
+          const std::size_t rows = (b1 - b0) * per_image;
+          const std::size_t offset = b0 * per_image * filters + first_filter;
+          // A pointwise convolution's unfolded rows are the input's pixels, and the input's
+          // gradient is written in place.
+          const float* columns =
+              pointwise ? x.data() + b0 * per_image * g.in_c + first_channel : buffer;
+          if (!pointwise)
+            im2col_lines(x.data(), g, b0 * g.out_h, b1 * g.out_h, buffer, first_channel, channels);
+          const float* dz = dy.data() + offset;
+          std::size_t ld_dz = filters;
+          if (activation != Activation::linear) {
+            if (needs_z)
+              pre_activation(columns, ld_columns, rows, group_kernel, patch, group_filters, filters,
+                             bias.empty() ? nullptr : bias.data() + first_filter, z, group_filters);
+            if (groups == 1) {
+              detail::activation_gradient_range(activation, z, y.data() + offset, dz, gradient,
+                                                rows * filters);
+            } else {
+              for (std::size_t r = 0; r < rows; ++r)
+                detail::activation_gradient_range(activation,
+                                                  needs_z ? z + r * group_filters : nullptr,
+                                                  y.data() + offset + r * filters, dz + r * filters,
+                                                  gradient + r * group_filters, group_filters);
+            }
+            dz = gradient;
+            ld_dz = group_filters;
+          }
+          detail::sgemm(true, false, patch, group_filters, rows, 1.0F, columns, ld_columns, dz,
+                        ld_dz, 1.0F, partial, filters);
+          if (!dbias.empty()) {
+            double* sums = tile_sums_.data() + t * filters + first_filter;
+            for (std::size_t r = 0; r < rows; ++r)
+              for (std::size_t j = 0; j < group_filters; ++j)
+                sums[j] += dz[r * ld_dz + j];
+          }
+          if (!dx.empty() && pointwise) {
+            detail::sgemm(false, true, rows, patch, group_filters, 1.0F, dz, ld_dz, group_kernel,
+                          filters, 0.0F, dx.data() + b0 * per_image * g.in_c + first_channel,
+                          g.in_c);
+          } else if (!dx.empty()) {
+            detail::sgemm(false, true, rows, patch, group_filters, 1.0F, dz, ld_dz, group_kernel,
+                          filters, 0.0F, buffer, patch);
+            col2im_images(buffer, g, b0, b1, dx.data(), first_channel, channels);
+          }
+        }
+      }
+    });
+    // Written: the first partial sum is copied (the bits of adding it to zeros).
+    if (!accumulate) {
+      if (chunks == 0)
+        std::fill_n(dkernel.data(), patch * filters, 0.0F);
+      else
+        std::copy_n(kernel_partials_.data(), patch * filters, dkernel.data());
+    }
+    for (std::size_t chunk = accumulate ? 0 : 1; chunk < chunks; ++chunk) {
+      const float* partial = kernel_partials_.data() + chunk * patch * filters;
+      for (std::size_t i = 0; i < patch * filters; ++i)
+        dkernel.data()[i] += partial[i];
+    }
+    if (!dbias.empty()) {
+      for (std::size_t j = 0; j < filters; ++j) {
+        double sum = 0.0;
+        for (std::size_t t = 0; t < tiles.count; ++t)
+          sum += tile_sums_[t * filters + j];
+        dbias.data()[j] = static_cast<float>(accumulate ? dbias.data()[j] + sum : sum);
+      }
+    }
+  }
+
   /// The channels a block of `channel_blocks` holds.
   static constexpr std::size_t channel_block = 64;
 
@@ -1220,28 +1312,31 @@ class CpuBackend final : public Backend {
            g.pad_top == 0 && g.pad_left == 0 && g.out_h == g.in_h && g.out_w == g.in_w;
   }
 
-  /// A tile's pre-activation: `z = columns * kernel + bias` for `rows` unfolded rows (an empty
-  /// `bias` adds nothing).
-  static void pre_activation(const float* columns, std::size_t rows, const Tensor<float>& kernel,
-                             const Tensor<float>& bias, float* z) {
-    const std::size_t patch = kernel.rows();
-    const std::size_t filters = kernel.row_size();
-    detail::sgemm(false, false, rows, filters, patch, 1.0F, columns, patch, kernel.data(), filters,
-                  0.0F, z, filters);
-    if (bias.empty()) return;
+  /// A tile's pre-activation: `z = columns * kernel + bias` for `rows` unfolded rows of `patch`
+  /// values (row stride `ld_columns`) and `filters` columns of the kernel (row stride
+  /// `ld_kernel`) and of `z` (row stride `ld_z`); a null `bias` adds nothing.
+  static void pre_activation(const float* columns, std::size_t ld_columns, std::size_t rows,
+                             const float* kernel, std::size_t patch, std::size_t filters,
+                             std::size_t ld_kernel, const float* bias, float* z, std::size_t ld_z) {
+    detail::sgemm(false, false, rows, filters, patch, 1.0F, columns, ld_columns, kernel, ld_kernel,
+                  0.0F, z, ld_z);
+    if (bias == nullptr) return;
     for (std::size_t r = 0; r < rows; ++r)
       for (std::size_t j = 0; j < filters; ++j)
-        z[r * filters + j] += bias.data()[j];
+        z[r * ld_z + j] += bias[j];
   }
 
   /// im2col of output lines `[l0, l1)` (a line is `(b, oh)`) into `columns`, which points at
-  /// line `l0`'s first row. For each kernel tap (kh, kw), the pixels of a line's out_w rows are
-  /// consecutive in the input row (stride_w apart), so the copies are loops over (ow, c) rather
-  /// than a call per pixel; taps in the padding are zeros.
+  /// line `l0`'s first row, of the input channels `[first_channel, first_channel + channels)`
+  /// (a group's; every channel by default): rows of `kernel_h * kernel_w * channels` values. For
+  /// each kernel tap (kh, kw), the pixels of a line's out_w rows are consecutive in the input row
+  /// (stride_w apart), so the copies are loops over (ow, c) rather than a call per pixel; taps in
+  /// the padding are zeros.
   static void im2col_lines(const float* x, const Conv2DGeometry& g, std::size_t l0, std::size_t l1,
-                           float* columns) {
-    const std::size_t patch = g.patch_size();
-    const std::size_t channels = g.in_c;
+                           float* columns, std::size_t first_channel = 0,
+                           std::size_t channels = 0) {
+    if (channels == 0) channels = g.in_c;
+    const std::size_t patch = g.kernel_h * g.kernel_w * channels;
     for (std::size_t line = l0; line < l1; ++line) {
       const std::size_t b = line / g.out_h;
       const std::size_t oh = line % g.out_h;
@@ -1251,7 +1346,8 @@ class CpuBackend final : public Backend {
                         static_cast<std::ptrdiff_t>(g.pad_top);
         const bool row_inside = ih >= 0 && std::size_t(ih) < g.in_h;
         const float* in_row =
-            row_inside ? x + (b * g.in_h + std::size_t(ih)) * g.in_w * channels : nullptr;
+            row_inside ? x + (b * g.in_h + std::size_t(ih)) * g.in_w * g.in_c + first_channel
+                       : nullptr;
         for (std::size_t kw = 0; kw < g.kernel_w; ++kw) {
           float* out = block + (kh * g.kernel_w + kw) * channels;
           // The columns ow with iw = ow * stride_w + kw * dilation_w - pad_left inside the row.
@@ -1273,7 +1369,7 @@ class CpuBackend final : public Backend {
           for (std::size_t ow = first; ow < last; ++ow) {
             const float* in = in_row + static_cast<std::size_t>(
                                            static_cast<std::ptrdiff_t>(ow * g.stride_w) + shift) *
-                                           channels;
+                                           g.in_c;
             float* to = out + ow * patch;
             for (std::size_t c = 0; c < channels; ++c)
               to[c] = in[c];
@@ -1285,13 +1381,22 @@ class CpuBackend final : public Backend {
     }
   }
 
-  /// col2im of images `[b0, b1)`: `dx`'s images are zeroed, then every element of `columns`
-  /// (pointing at image `b0`'s first row) is added to its pixel, rows in order.
+  /// col2im of images `[b0, b1)` for the input channels `[first_channel, first_channel +
+  /// channels)` (a group's; every channel by default): those channels of `dx`'s images are zeroed,
+  /// then every element of `columns` (pointing at image `b0`'s first row, rows of
+  /// `kernel_h * kernel_w * channels` values) is added to its pixel, rows in order.
   static void col2im_images(const float* columns, const Conv2DGeometry& g, std::size_t b0,
-                            std::size_t b1, float* dx) {
-    const std::size_t patch = g.patch_size();
+                            std::size_t b1, float* dx, std::size_t first_channel = 0,
+                            std::size_t channels = 0) {
+    if (channels == 0) channels = g.in_c;
+    const std::size_t patch = g.kernel_h * g.kernel_w * channels;
     const std::size_t per_image = g.out_h * g.out_w;
-    std::fill(dx + b0 * g.in_h * g.in_w * g.in_c, dx + b1 * g.in_h * g.in_w * g.in_c, 0.0F);
+    if (channels == g.in_c) {
+      std::fill(dx + b0 * g.in_h * g.in_w * g.in_c, dx + b1 * g.in_h * g.in_w * g.in_c, 0.0F);
+    } else {
+      for (std::size_t p = b0 * g.in_h * g.in_w; p < b1 * g.in_h * g.in_w; ++p)
+        std::fill_n(dx + p * g.in_c + first_channel, channels, 0.0F);
+    }
     for (std::size_t r = b0 * per_image; r < b1 * per_image; ++r) {
       const std::size_t b = r / per_image;
       const std::size_t oh = (r / g.out_w) % g.out_h;
@@ -1300,12 +1405,13 @@ class CpuBackend final : public Backend {
       for (std::size_t kh = 0; kh < g.kernel_h; ++kh) {
         const auto ih = static_cast<std::ptrdiff_t>(oh * g.stride_h + kh * g.dilation_h) -
                         static_cast<std::ptrdiff_t>(g.pad_top);
-        for (std::size_t kw = 0; kw < g.kernel_w; ++kw, in += g.in_c) {
+        for (std::size_t kw = 0; kw < g.kernel_w; ++kw, in += channels) {
           const auto iw = static_cast<std::ptrdiff_t>(ow * g.stride_w + kw * g.dilation_w) -
                           static_cast<std::ptrdiff_t>(g.pad_left);
           if (ih < 0 || iw < 0 || std::size_t(ih) >= g.in_h || std::size_t(iw) >= g.in_w) continue;
-          float* out = dx + ((b * g.in_h + std::size_t(ih)) * g.in_w + std::size_t(iw)) * g.in_c;
-          for (std::size_t c = 0; c < g.in_c; ++c)
+          float* out = dx + ((b * g.in_h + std::size_t(ih)) * g.in_w + std::size_t(iw)) * g.in_c +
+                       first_channel;
+          for (std::size_t c = 0; c < channels; ++c)
             out[c] += in[c];
         }
       }

@@ -17,11 +17,13 @@ namespace loadstar::keras::layers::detail {
 /// A convolution layer: the kernel `(k..., in, filters)` (Keras's layout in both data formats)
 /// seen as the `(patch, filters)` matrix that im2col rows multiply, an optional bias and an
 /// activation. With `groups > 1` the kernel is `(k..., in / groups, filters)` and output channel
-/// `o` sees the input channels of its group `o / (filters / groups)` only: the kernel is expanded
-/// to the block-diagonal `(patch, filters)` matrix (zeros between groups), and its gradient is
-/// taken back from that matrix's. A 1-D convolution is a 2-D one of height 1. With channels_first,
-/// the input is transposed to channels_last, convolved, and the output transposed back (as
-/// TensorFlow does on the CPU, which has no NCHW kernels).
+/// `o` sees the input channels of its group `o / (filters / groups)` only: each group is its own
+/// convolution of `in / groups` channels into `filters / groups` (the backend's
+/// `grouped_conv2d_forward` and `grouped_conv2d_backward`, or else `conv2d_forward` and
+/// `conv2d_backward` per group on the groups' channels gathered by `permute`), never a
+/// block-diagonal kernel `groups` times the work. A 1-D convolution is a 2-D one of height 1. With
+/// channels_first, the input is transposed to channels_last, convolved, and the output transposed
+/// back (as TensorFlow does on the CPU, which has no NCHW kernels).
 class Convolution : public LayerBase {
  public:
   LOADSTAR_DECL void forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
@@ -93,14 +95,26 @@ class Convolution : public LayerBase {
   /// Settles the geometry for the lengths of the batch `x` when they differ from the last's.
   LOADSTAR_DECL void settle(const Tensor<float>& x);
 
-  /// The kernel as the `(k... * in, filters)` matrix that im2col rows multiply (with groups, the
-  /// block-diagonal matrix `expand_kernel` wrote).
+  /// The kernel as the `(k... * in / groups, filters)` matrix that im2col rows of one group
+  /// multiply.
   Tensor<float> kernel_matrix() const {
-    if (groups_ > 1) return expanded_kernel_;
-    return weights_[0].value.reshape({geometry_.patch_size(), filters_});
+    return weights_[0].value.reshape({geometry_.patch_size() / groups_, filters_});
   }
-  /// With groups: writes the block-diagonal kernel matrix (into `expanded_kernel_`).
-  LOADSTAR_DECL void expand_kernel(Backend& backend);
+  /// With groups, on a backend without `grouped_conv2d_forward`: the groups' inputs `x` and
+  /// kernel columns gathered group by group (`x_groups_`, `kernel_groups_`), a convolution per
+  /// group into `y_groups_`, scattered back into `y` `(rows, filters)`.
+  LOADSTAR_DECL void forward_per_group(Backend& backend, const Tensor<float>& x,
+                                       const Conv2DGeometry& g, const Tensor<float>& y);
+  /// Its backward pass (the arguments of `Backend::conv2d_backward`, the weights' gradients the
+  /// layer's own).
+  LOADSTAR_DECL void backward_per_group(Backend& backend, const Tensor<float>& x,
+                                        const Conv2DGeometry& g, keras::Activation activation,
+                                        const Tensor<float>& y, const Tensor<float>& dy,
+                                        const Tensor<float>& dx, bool accumulate);
+  /// Gathers each group's slice of the last axis of `x`, seen as `(n, groups, width)`, into
+  /// `gathered` `(groups, n * width)`, or back when `back`.
+  LOADSTAR_DECL void regroup(Backend& backend, const Tensor<float>& x, std::size_t width,
+                             const Tensor<float>& gathered, bool back) const;
 
   Conv2DGeometry geometry_;
   Shape in_last_;
@@ -111,9 +125,14 @@ class Convolution : public LayerBase {
   Scratch y_last_;
   Scratch dy_last_;
   Scratch dx_last_;
-  Scratch expanded_;
-  Scratch expanded_gradient_;
-  Tensor<float> expanded_kernel_;
+  // The per-group path's gathered tensors, each `(groups, ...)`.
+  Scratch x_groups_;
+  Scratch kernel_groups_;
+  Scratch y_groups_;
+  Scratch dy_groups_;
+  Scratch dkernel_groups_;
+  Scratch dx_groups_;
+  Scratch softmax_gradient_;
 };
 
 }  // namespace loadstar::keras::layers::detail
@@ -134,9 +153,13 @@ void Convolution::forward(std::span<const Tensor<float>> inputs, const Tensor<fl
   const Tensor<float> y = channels_first_ ? y_last_.get(backend, out_last_.prepend(batch)) : output;
   const Conv2DGeometry g = geometry(batch);
   const std::size_t rows = g.batch * g.out_h * g.out_w;
-  if (groups_ > 1) expand_kernel(backend);
-  backend.conv2d_forward(x, g, kernel_matrix(), use_bias_ ? weights_[1].value : Tensor<float>(),
-                         activation_, y.reshape({rows, filters_}));
+  const Tensor<float> bias = use_bias_ ? weights_[1].value : Tensor<float>();
+  if (groups_ == 1) {
+    backend.conv2d_forward(x, g, kernel_matrix(), bias, activation_, y.reshape({rows, filters_}));
+  } else if (!backend.grouped_conv2d_forward(x, g, groups_, kernel_matrix(), bias, activation_,
+                                             y.reshape({rows, filters_}))) {
+    forward_per_group(backend, x, g, y.reshape({rows, filters_}));
+  }
   if (channels_first_) backend.permute(y, to_first_, output);
 }
 
@@ -168,33 +191,15 @@ void Convolution::backward(std::span<const Tensor<float>> inputs, const Tensor<f
   const Tensor<float> dx = !want_dx          ? Tensor<float>()
                            : channels_first_ ? dx_last_.get(backend, in_last_.prepend(batch))
                                              : input_gradients[0];
-  if (groups_ > 1) expand_kernel(backend);
-  const Tensor<float> dkernel = groups_ > 1
-                                    ? expanded_gradient_.get(backend, kernel_matrix().shape())
-                                    : weights_[0].gradient.reshape(kernel_matrix().shape());
-  // With groups, the block-diagonal matrix's gradient starts from zero when the bias's is added
-  // to.
-  if (groups_ > 1 && ctx.accumulate_gradients) backend.fill(dkernel, 0.0F);
-  backend.conv2d_backward(
-      x, g, kernel_matrix(), use_bias_ ? weights_[1].value : Tensor<float>(), activation, y, dy,
-      dkernel, use_bias_ ? weights_[1].gradient : Tensor<float>(), dx, ctx.accumulate_gradients);
-  if (groups_ > 1) {
-    // The gradient of each group's block, taken from the block-diagonal matrix's.
-    const std::size_t taps = g.kernel_h * g.kernel_w, in = g.in_c, per_in = in / groups_,
-                      per_out = filters_ / groups_, filters = filters_;
-    const bool accumulate = ctx.accumulate_gradients;
-    const Tensor<float> tensors[] = {dkernel, weights_[0].gradient};
-    backend.host_kernel(tensors, [=](std::span<const Tensor<float>> t) {
-      const float* full = t[0].data();
-      float* grouped = t[1].data();
-      for (std::size_t k = 0; k < taps; ++k)
-        for (std::size_t c = 0; c < per_in; ++c)
-          for (std::size_t o = 0; o < filters; ++o) {
-            const float v = full[(k * in + o / per_out * per_in + c) * filters + o];
-            float& out = grouped[(k * per_in + c) * filters + o];
-            out = accumulate ? out + v : v;
-          }
-    });
+  const Tensor<float> bias = use_bias_ ? weights_[1].value : Tensor<float>();
+  const Tensor<float> dkernel = weights_[0].gradient.reshape(kernel_matrix().shape());
+  const Tensor<float> dbias = use_bias_ ? weights_[1].gradient : Tensor<float>();
+  if (groups_ == 1) {
+    backend.conv2d_backward(x, g, kernel_matrix(), bias, activation, y, dy, dkernel, dbias, dx,
+                            ctx.accumulate_gradients);
+  } else if (!backend.grouped_conv2d_backward(x, g, groups_, kernel_matrix(), bias, activation, y,
+                                              dy, dkernel, dbias, dx, ctx.accumulate_gradients)) {
+    backward_per_group(backend, x, g, activation, y, dy, dx, ctx.accumulate_gradients);
   }
   if (want_dx && channels_first_) backend.permute(dx, to_first_, input_gradients[0]);
 }
@@ -259,22 +264,99 @@ nlohmann::json Convolution::convolution_config() const {
   return config;
 }
 
-void Convolution::expand_kernel(Backend& backend) {
-  const Conv2DGeometry& g = geometry_;
-  expanded_kernel_ = expanded_.get(backend, {g.patch_size(), filters_});
-  const std::size_t taps = g.kernel_h * g.kernel_w, in = g.in_c, per_in = in / groups_,
-                    per_out = filters_ / groups_, filters = filters_;
-  const Tensor<float> tensors[] = {weights_[0].value, expanded_kernel_};
-  backend.host_kernel(tensors, [=](std::span<const Tensor<float>> t) {
-    const float* grouped = t[0].data();
-    float* full = t[1].data();
-    std::fill(full, full + taps * in * filters, 0.0F);
-    for (std::size_t k = 0; k < taps; ++k)
-      for (std::size_t c = 0; c < per_in; ++c)
-        for (std::size_t o = 0; o < filters; ++o)
-          full[(k * in + o / per_out * per_in + c) * filters + o] =
-              grouped[(k * per_in + c) * filters + o];
-  });
+void Convolution::regroup(Backend& backend, const Tensor<float>& x, std::size_t width,
+                          const Tensor<float>& gathered, bool back) const {
+  static constexpr std::size_t swap[] = {1, 0, 2};
+  const std::size_t n = x.size() / (groups_ * width);
+  const Tensor<float> spread = x.reshape({n, groups_, width});
+  const Tensor<float> grouped = gathered.reshape({groups_, n, width});
+  if (back) {
+    backend.permute(grouped, swap, spread);
+  } else {
+    backend.permute(spread, swap, grouped);
+  }
+}
+
+void Convolution::forward_per_group(Backend& backend, const Tensor<float>& x,
+                                    const Conv2DGeometry& g, const Tensor<float>& y) {
+  const std::size_t per_in = g.in_c / groups_, per_out = filters_ / groups_;
+  const std::size_t rows = g.batch * g.out_h * g.out_w;
+  const Tensor<float> kernel = kernel_matrix();
+  const std::size_t taps = kernel.rows();
+  Conv2DGeometry group = g;
+  group.in_c = per_in;
+  group.out_c = per_out;
+  const Tensor<float> xs = x_groups_.get(backend, {groups_, x.size() / groups_});
+  regroup(backend, x, per_in, xs, false);
+  const Tensor<float> kernels = kernel_groups_.get(backend, {groups_, taps * per_out});
+  regroup(backend, kernel, per_out, kernels, false);
+  const Tensor<float> ys = y_groups_.get(backend, {groups_, rows * per_out});
+  // A softmax runs over every output channel: after the groups are put back together.
+  const keras::Activation activation =
+      activation_ == keras::Activation::softmax ? keras::Activation::linear : activation_;
+  const Tensor<float> biases =
+      use_bias_ ? weights_[1].value.reshape({groups_, per_out}) : Tensor<float>();
+  for (std::size_t k = 0; k < groups_; ++k) {
+    backend.conv2d_forward(xs.row(k).reshape({g.batch, g.in_h, g.in_w, per_in}), group,
+                           kernels.row(k).reshape({taps, per_out}),
+                           use_bias_ ? biases.row(k) : Tensor<float>(), activation,
+                           ys.row(k).reshape({rows, per_out}));
+  }
+  regroup(backend, y, per_out, ys, true);
+  if (activation_ == keras::Activation::softmax) backend.activation_forward(activation_, y, y);
+}
+
+void Convolution::backward_per_group(Backend& backend, const Tensor<float>& x,
+                                     const Conv2DGeometry& g, keras::Activation activation,
+                                     const Tensor<float>& y, const Tensor<float>& dy,
+                                     const Tensor<float>& dx, bool accumulate) {
+  const std::size_t per_in = g.in_c / groups_, per_out = filters_ / groups_;
+  const std::size_t rows = g.batch * g.out_h * g.out_w;
+  const Tensor<float> kernel = kernel_matrix();
+  const std::size_t taps = kernel.rows();
+  Conv2DGeometry group = g;
+  group.in_c = per_in;
+  group.out_c = per_out;
+  // A softmax's gradient mixes every output channel: taken before the groups are split.
+  Tensor<float> dz = dy;
+  if (activation == keras::Activation::softmax) {
+    dz = softmax_gradient_.get(backend, {rows, filters_});
+    backend.activation_backward(activation, Tensor<float>(), y, dy, dz);
+    activation = keras::Activation::linear;
+  }
+  const Tensor<float> xs = x_groups_.get(backend, {groups_, x.size() / groups_});
+  regroup(backend, x, per_in, xs, false);
+  const Tensor<float> kernels = kernel_groups_.get(backend, {groups_, taps * per_out});
+  regroup(backend, kernel, per_out, kernels, false);
+  const Tensor<float> dys = dy_groups_.get(backend, {groups_, rows * per_out});
+  regroup(backend, dz, per_out, dys, false);
+  Tensor<float> ys;
+  if (activation != keras::Activation::linear) {
+    ys = y_groups_.get(backend, {groups_, rows * per_out});
+    regroup(backend, y, per_out, ys, false);
+  }
+  // Accumulated gradients start from the kernel's gradient so far, gathered as the kernel is.
+  const Tensor<float> dkernel = weights_[0].gradient.reshape(kernel.shape());
+  const Tensor<float> dkernels = dkernel_groups_.get(backend, {groups_, taps * per_out});
+  if (accumulate) regroup(backend, dkernel, per_out, dkernels, false);
+  const Tensor<float> dxs =
+      dx.empty() ? Tensor<float>() : dx_groups_.get(backend, {groups_, x.size() / groups_});
+  const Tensor<float> biases =
+      use_bias_ ? weights_[1].value.reshape({groups_, per_out}) : Tensor<float>();
+  const Tensor<float> dbiases =
+      use_bias_ ? weights_[1].gradient.reshape({groups_, per_out}) : Tensor<float>();
+  for (std::size_t k = 0; k < groups_; ++k) {
+    backend.conv2d_backward(
+        xs.row(k).reshape({g.batch, g.in_h, g.in_w, per_in}), group,
+        kernels.row(k).reshape({taps, per_out}), use_bias_ ? biases.row(k) : Tensor<float>(),
+        activation, ys.empty() ? Tensor<float>() : ys.row(k).reshape({rows, per_out}),
+        dys.row(k).reshape({rows, per_out}), dkernels.row(k).reshape({taps, per_out}),
+        use_bias_ ? dbiases.row(k) : Tensor<float>(),
+        dxs.empty() ? Tensor<float>() : dxs.row(k).reshape({g.batch, g.in_h, g.in_w, per_in}),
+        accumulate);
+  }
+  regroup(backend, dkernel, per_out, dkernels, true);
+  if (!dx.empty()) regroup(backend, dx, per_in, dxs, true);
 }
 
 Tensor<float> Convolution::to_channels_last(Backend& backend, const Tensor<float>& x,
