@@ -66,6 +66,13 @@ enum class LayerOp : std::uint32_t {
   alpha_dropout,
   /// Its gradient: `t[1]` = `scale * t[0]` (`dy`) where kept, else 0.
   alpha_dropout_backward,
+  /// `UnitNormalization`: `t[1]` = `t[0] / sqrt(max(sum(t[0]^2), 1e-12))`, the sum (in double,
+  /// in flat order) over the elements of each group, the elements of index `g` under `map`.
+  /// Elements: the groups (each writes its elements).
+  unit_normalize,
+  /// Its gradient: `t[2]` = `s * dy - x * s^3 * sum(x * dy)` (`x` = `t[0]`, `dy` = `t[1]`, `s`
+  /// the group's scale; `s * dy` alone below the floor). Elements: the groups.
+  unit_normalize_backward,
 };
 
 /// A sample of up to 3 spatial axes as `(count, d[0], d[1], d[2], inner)` in a small and a large
@@ -197,30 +204,30 @@ LOADSTAR_HOST_DEVICE inline std::size_t grid_index(const std::size_t* dims, std:
   return (((p * dims[0] + a) * dims[1] + b) * dims[2] + c) * inner + k;
 }
 
-/// The sum, in flat order, of `dy * x` over the negative `x` whose slope is `a` under `map`
-/// (whose first axis, the batch's, has its size in `dims[0]`), added to `start`.
-LOADSTAR_HOST_DEVICE inline float prelu_alpha_sum(const BroadcastMap& map, const float* x,
-                                                  const float* dy, std::size_t a,
-                                                  float start) noexcept {
-  // The slope's own coordinates give the base index; the broadcast axes are walked as an
-  // odometer, the last fastest (the flat order of the elements).
-  std::size_t base = 0, stride = 1;
+/// Calls `f` with the flat index of each element whose index under `map` is `a`, in flat order:
+/// the coordinates of `a` fixed, the broadcast axes walked as an odometer, the last fastest (the
+/// first axis's size in `dims[0]`).
+#if defined(__CUDACC__)
+#pragma nv_exec_check_disable
+#endif
+template <class F>
+LOADSTAR_HOST_DEVICE inline void for_each_broadcast(const BroadcastMap& map, std::size_t a,
+                                                    F&& f) noexcept {
+  std::size_t base = 0, stride = 1, total = 1;
   std::size_t flat_strides[BroadcastMap::max_axes] = {};
   for (std::size_t d = map.axes; d-- > 0;) {
     flat_strides[d] = stride;
-    if (map.strides[d] != 0) base += (a / map.strides[d]) % map.dims[d] * stride;
+    if (map.strides[d] != 0) {
+      base += (a / map.strides[d]) % map.dims[d] * stride;
+    } else {
+      total *= map.dims[d];
+    }
     stride *= map.dims[d];
   }
-  std::size_t total = 1;
-  for (std::size_t d = 0; d < map.axes; ++d)
-    total *= map.strides[d] == 0 ? map.dims[d] : 1;
   std::size_t counter[BroadcastMap::max_axes] = {};
   std::size_t offset = 0;
-  float sum = start;
   for (std::size_t j = 0; j < total; ++j) {
-    const float v = x[base + offset];
-    if (v < 0.0F) sum = layer_add(sum, layer_mul(dy[base + offset], v));
-    // The next broadcast coordinate.
+    f(base + offset);
     for (std::size_t d = map.axes; d-- > 0;) {
       if (map.strides[d] != 0) continue;
       offset += flat_strides[d];
@@ -229,7 +236,34 @@ LOADSTAR_HOST_DEVICE inline float prelu_alpha_sum(const BroadcastMap& map, const
       counter[d] = 0;
     }
   }
-  return sum;
+}
+
+/// `a * b`, `a + b` and `a - b` in double rounded once each, on the device too.
+LOADSTAR_HOST_DEVICE inline double layer_dmul(double a, double b) noexcept {
+#if defined(__CUDA_ARCH__)
+  return __dmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+LOADSTAR_HOST_DEVICE inline double layer_dadd(double a, double b) noexcept {
+#if defined(__CUDA_ARCH__)
+  return __dadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+LOADSTAR_HOST_DEVICE inline double layer_dsub(double a, double b) noexcept {
+#if defined(__CUDA_ARCH__)
+  return __dsub_rn(a, b);
+#else
+  return a - b;
+#endif
+}
+
+/// `1 / sqrt(max(sum, 1e-12))`: the scale of `UnitNormalization` (`tf.math.l2_normalize`).
+LOADSTAR_HOST_DEVICE inline double unit_scale(double sum) noexcept {
+  return 1.0 / ::sqrt(sum < 1e-12 ? 1e-12 : sum);
 }
 
 /// Element `i` of kernel `k` (whose `op` is `Op`) over `tensors`; `key` keys the noise.
@@ -281,7 +315,12 @@ LOADSTAR_HOST_DEVICE inline void layer_element_of(const LayerKernel& k, const La
   } else if constexpr (Op == LayerOp::prelu_backward) {
     t[3][i] = prelu_gradient(t[0][i], t[2][i], t[1][broadcast_index(k.map, i)]);
   } else if constexpr (Op == LayerOp::prelu_alpha_gradient) {
-    t[3][i] = prelu_alpha_sum(k.map, t[0], t[2], i, t[3][i]);
+    // d(-alpha * relu(-x)) / d alpha = min(x, 0), summed over the elements of slope `i`.
+    float sum = t[3][i];
+    for_each_broadcast(k.map, i, [&](std::size_t e) {
+      if (t[0][e] < 0.0F) sum = layer_add(sum, layer_mul(t[2][e], t[0][e]));
+    });
+    t[3][i] = sum;
   } else if constexpr (Op == LayerOp::dropout) {
     t[1][i] = dropout_keeps(key, broadcast_index(k.map, i), k.rate) ? t[0][i] * k.scale : 0.0F;
   } else if constexpr (Op == LayerOp::gaussian_noise) {
@@ -294,6 +333,29 @@ LOADSTAR_HOST_DEVICE inline void layer_element_of(const LayerKernel& k, const La
   } else if constexpr (Op == LayerOp::alpha_dropout_backward) {
     const bool kept = k.rate <= 0.0 || dropout_keeps(key, broadcast_index(k.map, i), k.rate);
     t[1][i] = kept ? k.scale * t[0][i] : 0.0F;
+  } else if constexpr (Op == LayerOp::unit_normalize) {
+    const float* x = t[0];
+    double sum = 0.0;
+    for_each_broadcast(k.map, i, [&](std::size_t e) {
+      sum = layer_dadd(sum, layer_dmul(double(x[e]), double(x[e])));
+    });
+    const double s = unit_scale(sum);
+    for_each_broadcast(k.map, i,
+                       [&](std::size_t e) { t[1][e] = static_cast<float>(double(x[e]) * s); });
+  } else if constexpr (Op == LayerOp::unit_normalize_backward) {
+    const float *x = t[0], *dy = t[1];
+    double squares = 0.0, dots = 0.0;
+    for_each_broadcast(k.map, i, [&](std::size_t e) {
+      squares = layer_dadd(squares, layer_dmul(double(x[e]), double(x[e])));
+      dots = layer_dadd(dots, layer_dmul(double(x[e]), double(dy[e])));
+    });
+    // y = x * s with s = 1 / sqrt(sum x^2): dx = s * dy - x * s^3 * sum(x * dy); below the
+    // floor 1e-12 the scale is a constant and dx = s * dy.
+    const double s = unit_scale(squares);
+    for_each_broadcast(k.map, i, [&](std::size_t e) {
+      const double tail = squares > 1e-12 ? double(x[e]) * s * s * s * dots : 0.0;
+      t[2][e] = static_cast<float>(layer_dsub(layer_dmul(s, double(dy[e])), tail));
+    });
   }
 }
 
@@ -332,6 +394,8 @@ LOADSTAR_HOST_DEVICE inline void with_layer_op(LayerOp op, F&& f) noexcept {
     LOADSTAR_LAYER_OP_CASE(gaussian_dropout)
     LOADSTAR_LAYER_OP_CASE(alpha_dropout)
     LOADSTAR_LAYER_OP_CASE(alpha_dropout_backward)
+    LOADSTAR_LAYER_OP_CASE(unit_normalize)
+    LOADSTAR_LAYER_OP_CASE(unit_normalize_backward)
   }
 #undef LOADSTAR_LAYER_OP_CASE
 }
