@@ -11,6 +11,7 @@
 
 #include "loadstar/config.hpp"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
@@ -406,13 +407,63 @@ LOADSTAR_HOST_DEVICE inline void layer_element(const LayerKernel& k, const Layer
   with_layer_op(k.op, [&](auto op) { layer_element_of<decltype(op)::value>(k, tensors, key, i); });
 }
 
+/// The box kernels (`pad`, `crop`, `repeat`, `repeat_backward`) on the host, a row of the grid
+/// written at a time: the same sources and sums, in the same order, as `layer_element_of`'s,
+/// the positions found once a row rather than once an element.
+template <LayerOp Op>
+void box_rows(const SpatialBox& box, const LayerTensors& tensors) noexcept {
+  const float* in = tensors.t[0];
+  float* out = tensors.t[1];
+  const std::size_t inner = box.inner;
+  // The grid written: the large one for pad and repeat, the small one for crop and the adjoint.
+  const std::size_t* dims = Op == LayerOp::pad || Op == LayerOp::repeat ? box.large : box.small;
+  const std::size_t rows = box.count * dims[0] * dims[1], run = dims[2] * inner;
+  const std::size_t fa = box.large[0] / box.small[0], fb = box.large[1] / box.small[1],
+                    fc = box.large[2] / box.small[2];
+  for (std::size_t r = 0; r < rows; ++r) {
+    const std::size_t b = r % dims[1], a = r / dims[1] % dims[0], p = r / dims[1] / dims[0];
+    float* row = out + r * run;
+    if constexpr (Op == LayerOp::pad) {
+      const std::size_t sa = a - box.offset[0], sb = b - box.offset[1];
+      std::fill(row, row + run, 0.0F);
+      if (sa >= box.small[0] || sb >= box.small[1]) continue;
+      const float* source = in + grid_index(box.small, inner, p, sa, sb, 0, 0);
+      std::copy(source, source + box.small[2] * inner, row + box.offset[2] * inner);
+    } else if constexpr (Op == LayerOp::crop) {
+      const float* source = in + grid_index(box.large, inner, p, a + box.offset[0],
+                                            b + box.offset[1], box.offset[2], 0);
+      std::copy(source, source + run, row);
+    } else if constexpr (Op == LayerOp::repeat) {
+      const float* source = in + grid_index(box.small, inner, p, a / fa, b / fb, 0, 0);
+      for (std::size_t c = 0; c < dims[2]; ++c)
+        std::copy(source + c / fc * inner, source + (c / fc + 1) * inner, row + c * inner);
+    } else {
+      std::fill(row, row + run, 0.0F);
+      for (std::size_t da = 0; da < fa; ++da) {
+        for (std::size_t db = 0; db < fb; ++db) {
+          const float* source =
+              in + grid_index(box.large, inner, p, a * fa + da, b * fb + db, 0, 0);
+          for (std::size_t c = 0; c < box.large[2]; ++c)
+            for (std::size_t e = 0; e < inner; ++e)
+              row[c / fc * inner + e] += source[c * inner + e];
+        }
+      }
+    }
+  }
+}
+
 /// Elements `[0, elements)` of kernel `k`, whose op is `Op`, in order: one function per op (not
 /// inlined into the dispatch), so that the compiler inlines the op's formula into its loop.
 template <LayerOp Op>
 [[gnu::noinline]] void layer_loop(const LayerKernel& k, const LayerTensors& tensors,
                                   std::uint64_t key, std::size_t elements) noexcept {
-  for (std::size_t i = 0; i < elements; ++i)
-    layer_element_of<Op>(k, tensors, key, i);
+  if constexpr (Op == LayerOp::pad || Op == LayerOp::crop || Op == LayerOp::repeat ||
+                Op == LayerOp::repeat_backward) {
+    box_rows<Op>(k.box, tensors);
+  } else {
+    for (std::size_t i = 0; i < elements; ++i)
+      layer_element_of<Op>(k, tensors, key, i);
+  }
 }
 
 /// Every element of kernel `k` in order: the host's loop, the op chosen once.
