@@ -1097,6 +1097,26 @@ void CudaBackendImpl::recurrent_kernel(const keras::detail::RecurrentKernel& ker
          device_key != nullptr || !keyed ? std::uint64_t{0} : key, device_key);
 }
 
+void CudaBackendImpl::layer_kernel(const keras::detail::LayerKernel& kernel,
+                                   std::span<const Tensor<float>> tensors, std::size_t elements,
+                                   std::uint64_t key) {
+  LOADSTAR_ASSERT(tensors.size() <= keras::detail::LayerTensors::max,
+                  "layer_kernel: more tensors than a kernel takes");
+  if (elements == 0) return;
+  keras::detail::LayerTensors pointers;
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    if (tensors[i].empty()) continue;
+    expect("layer_kernel", {&tensors[i]});
+    pointers.t[i] = tensors[i].data();
+  }
+  // The noise's key changes from step to step: a recorded step reads it from device memory, and
+  // the signature holds no key.
+  const bool keyed = keras::detail::layer_op_keyed(kernel.op);
+  const std::uint64_t* device_key = keyed && context_->recording ? step_scalar(key) : nullptr;
+  launch("layer_kernel", detail::launch_layer, kernel, pointers, elements,
+         device_key != nullptr || !keyed ? std::uint64_t{0} : key, device_key);
+}
+
 cudaStream_t CudaBackendImpl::active_stream(const char* call) {
   if (context_->recording) flush_recording(call);
   context_->activate();

@@ -1123,6 +1123,16 @@ cudaError_t launch_to_half(cudaStream_t stream, const float* from, std::uint16_t
       to[i] = loadstar::keras::detail::half_bits(from[i], kind);
   });
 }
+cudaError_t launch_layer(cudaStream_t stream, const LayerKernel& kernel,
+                         const LayerTensors& tensors, std::size_t elements, std::uint64_t key,
+                         const std::uint64_t* device_key) {
+  return submit_kernel(stream, [=] {
+    const std::uint64_t k = device_key != nullptr ? *device_key : key;
+    // Thread by thread, as the device runs it (layer_element of each flat index).
+    for (std::size_t i = 0; i < elements; ++i)
+      loadstar::keras::detail::layer_element(kernel, tensors, k, i);
+  });
+}
 cudaError_t launch_round_half(cudaStream_t stream, float* x, std::size_t n, bool bfloat16) {
   const auto kind = bfloat16 ? loadstar::keras::detail::HalfKind::bfloat16
                              : loadstar::keras::detail::HalfKind::float16;

@@ -2047,6 +2047,82 @@ TEST_SUITE("cuda") {
     }
   }
 
+  TEST_CASE("The shape activation and normalization layers of issue 34 train on the device alone") {
+    // Padding, cropping and nearest up-sampling of 1 to 3 axes (channels_first among them), ELU,
+    // ThresholdedReLU, PReLU with and without shared axes, Rescaling and UnitNormalization over
+    // the last axis and over two, forward and backward on the CUDA backend's own kernels.
+    const auto make = [](int variant) {
+      return [variant] {
+        set_random_seed(43);
+        if (variant == 0) {
+          auto in = Input({6, 6, 2});
+          auto h = call(ZeroPadding2D({0, 1, 1, 0}), in);
+          h = call(Cropping2D({{{1, 0}, {0, 1}}}), h);
+          h = call(Conv2D(3, 3, {.activation = "linear"}), h);
+          h = call(PReLU({.alpha_initializer = Initializer::constant(0.2F), .shared_axes = {1, 2}}),
+                   h);
+          h = call(UpSampling2D({2, 1}), h);
+          h = call(ELU({.alpha = 0.5F}), h);
+          h = call(ThresholdedReLU({.theta = 0.05F}), h);
+          h = call(Rescaling(0.5F, {.offset = 0.1F}), h);
+          h = call(UnitNormalization({.axis = {1, 3}}), h);
+          return std::make_shared<Model>(in, call(Dense(3), call(Flatten(), h)));
+        }
+        if (variant == 1) {
+          auto in = Input({6, 2});
+          auto h = call(ZeroPadding1D({1, 2}), in);
+          h = call(Cropping1D({2, 0}), h);
+          h = call(UpSampling1D(2), h);
+          h = call(PReLU({.alpha_initializer = Initializer::constant(0.1F)}), h);
+          h = call(UnitNormalization(), h);
+          return std::make_shared<Model>(in, call(Dense(3), call(Flatten(), h)));
+        }
+        auto in = Input({2, 3, 4, 2});
+        auto h =
+            call(ZeroPadding3D({{{1, 0}, {0, 1}, {1, 1}}}, {.data_format = "channels_first"}), in);
+        h = call(Cropping3D({{{0, 1}, {1, 0}, {0, 2}}}), h);
+        h = call(UpSampling3D({1, 2, 2}, {.data_format = "channels_first"}), h);
+        h = call(PReLU({.alpha_initializer = Initializer::constant(0.3F), .shared_axes = {1, 3}}),
+                 h);
+        return std::make_shared<Model>(in, call(Dense(3), call(Flatten(), h)));
+      };
+    };
+    const std::array<Shape, 3> shapes{Shape{24, 6, 6, 2}, Shape{24, 6, 2}, Shape{24, 2, 3, 4, 2}};
+    Tensor<float> y({24});
+    for (std::size_t r = 0; r < 24; ++r)
+      y.data()[r] = static_cast<float>(r % 3);
+    for (const int variant : {0, 1, 2}) {
+      CAPTURE(variant);
+      const Tensor<float> x = random_tensor(shapes[variant], 50 + variant);
+      check_device_alone(make(variant), x, y, 4, 9, 3);
+    }
+  }
+
+  TEST_CASE("The noise layers and Dropout with a noise_shape train on the device alone") {
+    // Each step draws new noise from its key, a step scalar of the replayed graphs: GaussianNoise,
+    // SpatialDropout2D (channels_last and channels_first), GaussianDropout, Dropout with a
+    // noise_shape shared over the batch and over axes, AlphaDropout with and without one.
+    const auto make = [] {
+      set_random_seed(44);
+      auto in = Input({5, 5, 2});
+      auto h = call(GaussianNoise(0.1F, {.seed = 3}), in);
+      h = call(Conv2D(4, 3, {.activation = "linear"}), h);
+      h = call(SpatialDropout2D(0.3, {.seed = 4}), h);
+      h = call(SpatialDropout2D(0.2, {.data_format = "channels_first", .seed = 5}), h);
+      h = call(GaussianDropout(0.2, {.seed = 6}), h);
+      h = call(Dropout(0.25, {.noise_shape = nlohmann::json::array({nullptr, 1, 3, 4})}), h);
+      h = call(Dropout(0.2, {.noise_shape = nlohmann::json::array({1, nullptr, 1, nullptr})}), h);
+      h = call(AlphaDropout(0.2, {.noise_shape = nlohmann::json::array({nullptr, 3, 1, 1})}), h);
+      h = call(Flatten(), h);
+      h = call(AlphaDropout(0.1, {.seed = 7}), h);
+      return std::make_shared<Model>(in, call(Dense(3), h));
+    };
+    Tensor<float> y({24});
+    for (std::size_t r = 0; r < 24; ++r)
+      y.data()[r] = static_cast<float>(r % 3);
+    check_device_alone(make, random_tensor({24, 5, 5, 2}, 53), y, 6, 9, 3);
+  }
+
   TEST_CASE("LayerNormalization over its trailing axes trains on the device as on the CPU") {
     // Over the last axis, over the last two, without scale or center; the axes before them of
     // any length.

@@ -378,6 +378,10 @@ class CudaBackendImpl final : public CudaBackend {
                         std::span<const Tensor<float>> tensors, std::size_t elements,
                         std::uint64_t key) override;
 
+  void layer_kernel(const keras::detail::LayerKernel& kernel,
+                    std::span<const Tensor<float>> tensors, std::size_t elements,
+                    std::uint64_t key) override;
+
  private:
   /// The stream, for work queued directly (copies to and from the host, waits, host kernels):
   /// the work of a step being recorded is queued first, and the rest of that step runs kernel

@@ -486,6 +486,14 @@ __global__ void recurrent_kernel(RecurrentKernel k, RecurrentTensors t, std::siz
   }
 }
 
+__global__ void layer_kernel(LayerKernel k, LayerTensors t, std::size_t n, std::uint64_t key,
+                             const std::uint64_t* device_key) {
+  const std::uint64_t noise_key = device_key != nullptr ? *device_key : key;
+  LOADSTAR_GRID_STRIDE(i, n) {
+    keras::detail::layer_element(k, t, noise_key, i);
+  }
+}
+
 __global__ void round_half_kernel(float* x, std::size_t n, keras::detail::HalfKind kind) {
   LOADSTAR_GRID_STRIDE(i, n) {
     x[i] = keras::detail::round_half(x[i], kind);
@@ -968,6 +976,12 @@ cudaError_t launch_recurrent(cudaStream_t stream, const RecurrentKernel& kernel,
                              const RecurrentTensors& tensors, std::size_t elements,
                              std::uint64_t key, const std::uint64_t* device_key) {
   return launch(recurrent_kernel, stream, elements, kernel, tensors, elements, key, device_key);
+}
+
+cudaError_t launch_layer(cudaStream_t stream, const LayerKernel& kernel,
+                         const LayerTensors& tensors, std::size_t elements, std::uint64_t key,
+                         const std::uint64_t* device_key) {
+  return launch(layer_kernel, stream, elements, kernel, tensors, elements, key, device_key);
 }
 
 cudaError_t launch_round_half(cudaStream_t stream, float* x, std::size_t n, bool bfloat16) {

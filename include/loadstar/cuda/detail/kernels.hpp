@@ -150,6 +150,12 @@ cudaError_t launch_permute(cudaStream_t stream, const float* x, float* y, const 
 cudaError_t launch_recurrent(cudaStream_t stream, const RecurrentKernel& kernel,
                              const RecurrentTensors& tensors, std::size_t elements,
                              std::uint64_t key, const std::uint64_t* device_key);
+/// One of the shape, activation and noise layers' element-wise kernels over `elements` elements
+/// (keras/detail/layer_kernels.hpp). `device_key`, when not null, is read on the device instead
+/// of `key` (a replayed CUDA graph's noise key).
+cudaError_t launch_layer(cudaStream_t stream, const LayerKernel& kernel,
+                         const LayerTensors& tensors, std::size_t elements, std::uint64_t key,
+                         const std::uint64_t* device_key);
 /// Rounds `x[0..n)` in place to float16 (`bfloat16` false) or bfloat16 values, to nearest even
 /// (keras/mixed_precision/detail/half_rounding.hpp).
 cudaError_t launch_round_half(cudaStream_t stream, float* x, std::size_t n, bool bfloat16);

@@ -23,6 +23,7 @@
 #include "loadstar/keras/detail/activation_formulas.hpp"
 #include "loadstar/keras/detail/attention_rows.hpp"
 #include "loadstar/keras/detail/layer_formulas.hpp"
+#include "loadstar/keras/detail/layer_kernels.hpp"
 #include "loadstar/keras/detail/layer_norm_formulas.hpp"
 #include "loadstar/keras/detail/recurrent_kernels.hpp"
 #include "loadstar/keras/losses/detail/row_formulas.hpp"
@@ -57,6 +58,8 @@ using keras::detail::column_sum_value;
 using keras::detail::dropout_keeps;
 using keras::detail::dropout_value;
 using keras::detail::index_in_range;
+using keras::detail::LayerKernel;
+using keras::detail::LayerTensors;
 using keras::detail::max_of;
 using keras::detail::moving_average_value;
 using keras::detail::RecurrentKernel;

@@ -91,6 +91,15 @@ inline void sign(Signature& out, const AttentionCall& c) {
                 std::uint64_t{c.scores_after_dropout} << 3U);
 }
 
+inline void sign(Signature& out, const LayerKernel& k) {
+  out.push_back(static_cast<std::uint64_t>(k.op));
+  sign(out, k.box);
+  sign(out, k.map);
+  for (const float v : {k.alpha, k.scale, k.offset, k.dropped})
+    sign(out, v);
+  sign(out, k.rate);
+}
+
 /// A step's shape as the backend has seen it: how often, and its CUDA graph once captured.
 struct StepGraph {
   StepGraph() = default;

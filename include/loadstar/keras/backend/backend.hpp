@@ -22,6 +22,7 @@
 #include "loadstar/keras/backend/kinds.hpp"
 #include "loadstar/keras/detail/attention_rows.hpp"
 #include "loadstar/keras/detail/depthwise_loops.hpp"
+#include "loadstar/keras/detail/layer_kernels.hpp"
 #include "loadstar/keras/detail/layer_norm_formulas.hpp"
 #include "loadstar/keras/detail/recurrent_kernels.hpp"
 #include "loadstar/keras/mixed_precision/detail/half_rounding.hpp"
@@ -603,6 +604,14 @@ class Backend {
                                               std::span<const Tensor<float>> tensors,
                                               std::size_t elements, std::uint64_t key = 0);
 
+  /// One of the element-wise kernels of the shape, activation and noise layers over its
+  /// `elements` elements (keras/detail/layer_kernels.hpp): `tensors` in `LayerOp`'s order, an
+  /// empty one not given, at most `LayerTensors::max`; `key` keys the noise. The default runs
+  /// `layer_element_of` on the host through `host_kernel`; a backend may override it.
+  LOADSTAR_DECL virtual void layer_kernel(const detail::LayerKernel& kernel,
+                                          std::span<const Tensor<float>> tensors,
+                                          std::size_t elements, std::uint64_t key = 0);
+
   /// Dot-product attention (`MultiHeadAttention`, and `Attention` with a fixed scale) on a
   /// device, a thread per query row (keras/detail/attention_rows.hpp): `tensors` are `q, k, v,
   /// probabilities, out`, then the query's, value's and key's masks and the attention mask (empty
@@ -732,6 +741,20 @@ void Backend::recurrent_kernel(const detail::RecurrentKernel& kernel,
     for (std::size_t i = 0; i < t.size(); ++i)
       pointers.t[i] = t[i].empty() ? nullptr : t[i].data();
     detail::recurrent_elements(kernel, pointers, key, elements);
+  });
+}
+
+void Backend::layer_kernel(const detail::LayerKernel& kernel,
+                           std::span<const Tensor<float>> tensors, std::size_t elements,
+                           std::uint64_t key) {
+  LOADSTAR_ASSERT(tensors.size() <= detail::LayerTensors::max,
+                  "layer_kernel: more tensors than a kernel takes");
+  if (elements == 0) return;
+  host_kernel(tensors, [&](std::span<const Tensor<float>> t) {
+    detail::LayerTensors pointers;
+    for (std::size_t i = 0; i < t.size(); ++i)
+      pointers.t[i] = t[i].empty() ? nullptr : t[i].data();
+    detail::layer_elements(kernel, pointers, key, elements);
   });
 }
 

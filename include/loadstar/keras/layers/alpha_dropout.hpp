@@ -43,18 +43,18 @@ class AlphaDropout : public detail::NoiseLayer {
   LOADSTAR_DECL static std::shared_ptr<Layer> from_config(const nlohmann::json& config);
 
  protected:
-  float apply(float x, std::uint64_t key, std::size_t i) const override {
-    return kept(key, i) ? a_ * x + b_ : dropped_;
-  }
-  float gradient(float, float dy, std::uint64_t key, std::size_t i) const override {
-    return kept(key, i) ? a_ * dy : 0.0F;
+  std::optional<keras::detail::LayerKernel> noise_kernel(bool backward) const override {
+    return keras::detail::LayerKernel{.op = backward
+                                                ? keras::detail::LayerOp::alpha_dropout_backward
+                                                : keras::detail::LayerOp::alpha_dropout,
+                                      .map = noise_.map(),
+                                      .scale = a_,
+                                      .offset = b_,
+                                      .dropped = dropped_,
+                                      .rate = rate_};
   }
 
  private:
-  bool kept(std::uint64_t key, std::size_t i) const {
-    return rate_ <= 0.0 || keras::detail::dropout_keeps(key, noise_.index(i), rate_);
-  }
-
   double rate_;
   detail::NoiseShape noise_;
   float a_ = 1.0F, b_ = 0.0F, dropped_ = 0.0F;

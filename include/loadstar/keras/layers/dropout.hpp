@@ -4,9 +4,10 @@
 
 #include "loadstar/config.hpp"
 
+#include <array>
 #include <functional>
 
-#include "loadstar/keras/detail/layer_formulas.hpp"
+#include "loadstar/keras/detail/layer_kernels.hpp"
 #include "loadstar/keras/layers/detail/layer_base.hpp"
 #include "loadstar/keras/layers/detail/noise_shape.hpp"
 
@@ -89,16 +90,10 @@ Shape Dropout::build(std::span<const Shape> input_shapes, std::uint64_t seed) {
 
 void Dropout::drop_shared(const Tensor<float>& x, const Tensor<float>& y,
                           const CallContext& ctx) const {
-  const std::uint64_t mask = key(ctx);
   const auto scale = static_cast<float>(1.0 / (1.0 - rate_));
-  const Tensor<float> tensors[] = {x, y};
-  ctx.backend.host_kernel(tensors, [&](std::span<const Tensor<float>> t) {
-    for (std::size_t i = 0; i < t[0].size(); ++i) {
-      t[1].data()[i] = keras::detail::dropout_keeps(mask, noise_.index(i), rate_)
-                           ? t[0].data()[i] * scale
-                           : 0.0F;
-    }
-  });
+  ctx.backend.layer_kernel(
+      {.op = keras::detail::LayerOp::dropout, .map = noise_.map(), .scale = scale, .rate = rate_},
+      std::array{x, y}, y.size(), key(ctx));
 }
 
 void Dropout::forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,

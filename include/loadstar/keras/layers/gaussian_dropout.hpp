@@ -32,18 +32,13 @@ class GaussianDropout : public detail::NoiseLayer {
   LOADSTAR_DECL static std::shared_ptr<Layer> from_config(const nlohmann::json& config);
 
  protected:
-  float apply(float x, std::uint64_t key, std::size_t i) const override {
-    return x * factor(key, i);
-  }
-  float gradient(float, float dy, std::uint64_t key, std::size_t i) const override {
-    return dy * factor(key, i);
+  // The same factor multiplies the values and their gradients.
+  std::optional<keras::detail::LayerKernel> noise_kernel(bool) const override {
+    return keras::detail::LayerKernel{.op = keras::detail::LayerOp::gaussian_dropout,
+                                      .scale = stddev_};
   }
 
  private:
-  float factor(std::uint64_t key, std::size_t i) const {
-    return 1.0F + stddev_ * keras::detail::normal_at(key, i);
-  }
-
   double rate_;
   float stddev_;
 };

@@ -30,10 +30,11 @@ class GaussianNoise : public detail::NoiseLayer {
   LOADSTAR_DECL static std::shared_ptr<Layer> from_config(const nlohmann::json& config);
 
  protected:
-  float apply(float x, std::uint64_t key, std::size_t i) const override {
-    return x + stddev_ * keras::detail::normal_at(key, i);
+  std::optional<keras::detail::LayerKernel> noise_kernel(bool backward) const override {
+    if (backward) return std::nullopt;
+    return keras::detail::LayerKernel{.op = keras::detail::LayerOp::gaussian_noise,
+                                      .scale = stddev_};
   }
-  float gradient(float, float dy, std::uint64_t, std::size_t) const override { return dy; }
 
  private:
   float stddev_;

@@ -4,9 +4,10 @@
 
 #include "loadstar/config.hpp"
 
+#include <array>
 #include <vector>
 
-#include "loadstar/keras/detail/layer_formulas.hpp"
+#include "loadstar/keras/detail/layer_kernels.hpp"
 #include "loadstar/keras/layers/detail/layer_base.hpp"
 
 namespace loadstar::keras::layers {
@@ -49,8 +50,13 @@ class PReLU : public detail::SameShapeLayer {
 
  private:
   PReLUOptions options_;
-  /// The index into `alpha` of each element of a sample.
-  std::vector<std::size_t> alpha_index_;
+  /// The kernel `op` over a batch of `rows` samples: each element's slope under `slope_map`.
+  LOADSTAR_DECL keras::detail::LayerKernel kernel(keras::detail::LayerOp op,
+                                                  std::size_t rows) const;
+
+  /// The batch axis (size unknown here) and a sample's axes, and their strides into `alpha` (0
+  /// along the batch and the shared axes).
+  std::vector<std::size_t> dims_, alpha_strides_;
 };
 
 }  // namespace loadstar::keras::layers
@@ -78,16 +84,14 @@ Shape PReLU::build(std::span<const Shape> input_shapes, std::uint64_t seed) {
   }
   const Shape alpha_shape(dims);
   // Each element's slope: its index with the shared axes at 0, in alpha's row-major order.
-  alpha_index_.assign(in.elements(), 0);
-  for (std::size_t i = 0; i < alpha_index_.size(); ++i) {
-    std::size_t rest = i, index = 0, stride = 1;
-    for (std::size_t a = in.rank(); a-- > 0;) {
-      const std::size_t coordinate = rest % in[a];
-      rest /= in[a];
-      index += (dims[a] == 1 ? 0 : coordinate) * stride;
-      stride *= dims[a];
-    }
-    alpha_index_[i] = index;
+  dims_.assign(1, 0);
+  dims_.insert(dims_.end(), in.begin(), in.end());
+  alpha_strides_.assign(dims_.size(), 0);
+  std::size_t stride = 1;
+  for (std::size_t a = in.rank(); a-- > 0;) {
+    if (dims[a] == 1) continue;
+    alpha_strides_[a + 1] = stride;
+    stride *= dims[a];
   }
   if (!weights_.empty()) {
     if (weights_[0].value.shape() != alpha_shape) {
@@ -106,31 +110,26 @@ Shape PReLU::build(std::span<const Shape> input_shapes, std::uint64_t seed) {
 void PReLU::forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
                     const CallContext& ctx) {
   check_inputs(inputs);
-  const Tensor<float> tensors[] = {inputs[0], weights_[0].value, output};
-  ctx.backend.host_kernel(tensors, [this](std::span<const Tensor<float>> t) {
-    const std::size_t n = alpha_index_.size();
-    for (std::size_t i = 0; i < t[0].size(); ++i)
-      t[2].data()[i] = keras::detail::prelu_value(t[0].data()[i], t[1].data()[alpha_index_[i % n]]);
-  });
+  ctx.backend.layer_kernel(kernel(keras::detail::LayerOp::prelu, inputs[0].rows()),
+                           std::array{inputs[0], weights_[0].value, output}, output.size());
 }
 
 void PReLU::backward(std::span<const Tensor<float>> inputs, const Tensor<float>&,
                      const Tensor<float>& output_gradient,
                      std::span<const Tensor<float>> input_gradients, const CallContext& ctx) {
   const Variable& alpha = weights_[0];
-  const bool dx = !input_gradients.empty() && !input_gradients[0].empty();
-  const Tensor<float> tensors[] = {inputs[0], alpha.value, output_gradient,
-                                   dx ? input_gradients[0] : Tensor<float>(), alpha.gradient};
-  ctx.backend.host_kernel(tensors, [&](std::span<const Tensor<float>> t) {
-    const std::size_t n = alpha_index_.size();
-    for (std::size_t i = 0; i < t[0].size(); ++i) {
-      const float x = t[0].data()[i], dy = t[2].data()[i];
-      const std::size_t a = alpha_index_[i % n];
-      if (dx) t[3].data()[i] = keras::detail::prelu_gradient(x, dy, t[1].data()[a]);
-      // d(-alpha * relu(-x)) / d alpha = min(x, 0).
-      if (!t[4].empty() && x < 0.0F) t[4].data()[a] += dy * x;
-    }
-  });
+  if (!input_gradients.empty() && !input_gradients[0].empty()) {
+    ctx.backend.layer_kernel(
+        kernel(keras::detail::LayerOp::prelu_backward, inputs[0].rows()),
+        std::array{inputs[0], alpha.value, output_gradient, input_gradients[0]},
+        input_gradients[0].size());
+  }
+  // d(-alpha * relu(-x)) / d alpha = min(x, 0), summed over the elements sharing a slope.
+  if (!alpha.gradient.empty()) {
+    ctx.backend.layer_kernel(kernel(keras::detail::LayerOp::prelu_alpha_gradient, inputs[0].rows()),
+                             std::array{inputs[0], alpha.value, output_gradient, alpha.gradient},
+                             alpha.gradient.size());
+  }
 }
 
 nlohmann::json PReLU::get_config() const {
@@ -161,6 +160,14 @@ std::shared_ptr<Layer> PReLU::from_config(const nlohmann::json& config) {
     }
   }
   return detail::finish_layer(read, std::make_shared<PReLU>(options));
+}
+
+keras::detail::LayerKernel PReLU::kernel(keras::detail::LayerOp op, std::size_t rows) const {
+  std::vector<std::size_t> dims = dims_;
+  dims[0] = rows;
+  keras::detail::LayerKernel kernel{.op = op};
+  kernel.map = keras::detail::broadcast_map(dims.data(), alpha_strides_.data(), dims.size());
+  return kernel;
 }
 
 }  // namespace loadstar::keras::layers

@@ -4,6 +4,9 @@
 
 #include "loadstar/config.hpp"
 
+#include <array>
+
+#include "loadstar/keras/detail/layer_kernels.hpp"
 #include "loadstar/keras/layers/detail/layer_base.hpp"
 
 namespace loadstar::keras::layers {
@@ -51,22 +54,18 @@ namespace loadstar::keras::layers {
 void Rescaling::forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
                         const CallContext& ctx) {
   check_inputs(inputs);
-  const Tensor<float> tensors[] = {inputs[0], output};
-  ctx.backend.host_kernel(tensors, [this](std::span<const Tensor<float>> t) {
-    for (std::size_t i = 0; i < t[0].size(); ++i)
-      t[1].data()[i] = t[0].data()[i] * scale_ + offset_;
-  });
+  ctx.backend.layer_kernel(
+      {.op = keras::detail::LayerOp::affine, .scale = scale_, .offset = offset_},
+      std::array{inputs[0], output}, output.size());
 }
 
 void Rescaling::backward(std::span<const Tensor<float>>, const Tensor<float>&,
                          const Tensor<float>& output_gradient,
                          std::span<const Tensor<float>> input_gradients, const CallContext& ctx) {
   if (input_gradients.empty() || input_gradients[0].empty()) return;
-  const Tensor<float> tensors[] = {output_gradient, input_gradients[0]};
-  ctx.backend.host_kernel(tensors, [this](std::span<const Tensor<float>> t) {
-    for (std::size_t i = 0; i < t[0].size(); ++i)
-      t[1].data()[i] = t[0].data()[i] * scale_;
-  });
+  ctx.backend.layer_kernel({.op = keras::detail::LayerOp::affine, .scale = scale_},
+                           std::array{output_gradient, input_gradients[0]},
+                           input_gradients[0].size());
 }
 
 nlohmann::json Rescaling::get_config() const {

@@ -4,7 +4,9 @@
 
 #include "loadstar/config.hpp"
 
-#include "loadstar/keras/detail/layer_formulas.hpp"
+#include <array>
+
+#include "loadstar/keras/detail/layer_kernels.hpp"
 #include "loadstar/keras/layers/detail/layer_base.hpp"
 
 namespace loadstar::keras::layers {
@@ -59,11 +61,8 @@ ThresholdedReLU::ThresholdedReLU(ThresholdedReLUOptions options)
 void ThresholdedReLU::forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
                               const CallContext& ctx) {
   check_inputs(inputs);
-  const Tensor<float> tensors[] = {inputs[0], output};
-  ctx.backend.host_kernel(tensors, [this](std::span<const Tensor<float>> t) {
-    for (std::size_t i = 0; i < t[0].size(); ++i)
-      t[1].data()[i] = keras::detail::thresholded_relu_value(t[0].data()[i], theta_);
-  });
+  ctx.backend.layer_kernel({.op = keras::detail::LayerOp::thresholded_relu, .alpha = theta_},
+                           std::array{inputs[0], output}, output.size());
 }
 
 void ThresholdedReLU::backward(std::span<const Tensor<float>> inputs, const Tensor<float>&,
@@ -71,11 +70,9 @@ void ThresholdedReLU::backward(std::span<const Tensor<float>> inputs, const Tens
                                std::span<const Tensor<float>> input_gradients,
                                const CallContext& ctx) {
   if (input_gradients.empty() || input_gradients[0].empty()) return;
-  const Tensor<float> tensors[] = {inputs[0], output_gradient, input_gradients[0]};
-  ctx.backend.host_kernel(tensors, [this](std::span<const Tensor<float>> t) {
-    for (std::size_t i = 0; i < t[0].size(); ++i)
-      t[2].data()[i] = t[0].data()[i] > theta_ ? t[1].data()[i] : 0.0F;
-  });
+  ctx.backend.layer_kernel(
+      {.op = keras::detail::LayerOp::thresholded_relu_backward, .alpha = theta_},
+      std::array{inputs[0], output_gradient, input_gradients[0]}, input_gradients[0].size());
 }
 
 nlohmann::json ThresholdedReLU::get_config() const {

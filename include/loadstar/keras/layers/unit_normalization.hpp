@@ -4,9 +4,10 @@
 
 #include "loadstar/config.hpp"
 
-#include <cmath>
+#include <array>
 #include <vector>
 
+#include "loadstar/keras/detail/layer_kernels.hpp"
 #include "loadstar/keras/layers/detail/layer_base.hpp"
 
 namespace loadstar::keras::layers {
@@ -51,14 +52,18 @@ class UnitNormalization : public detail::LayerBase {
   LOADSTAR_DECL static std::shared_ptr<Layer> from_config(const nlohmann::json& config);
 
  private:
-  /// Fills `group_of_` and `groups_` for samples of shape `in` when it differs from the last's.
+  /// Sets `groups_` and the axes of samples of shape `in` when it differs from the last's.
   LOADSTAR_DECL void settle(const Shape& in);
+  /// The kernel `op` over a batch of `rows` samples.
+  LOADSTAR_DECL keras::detail::LayerKernel kernel(keras::detail::LayerOp op,
+                                                  std::size_t rows) const;
 
   UnitNormalizationOptions options_;
   std::vector<bool> normalised_;  // per sample axis
-  Shape indexed_;                 // the sample shape `group_of_` is for
-  /// The group (coordinates on the axes not normalised over) of each element of a sample.
-  std::vector<std::size_t> group_of_;
+  Shape indexed_;                 // the sample shape `dims_` and `strides_` are for
+  /// The batch axis (its size set per batch) and a sample's axes, and their strides into the
+  /// groups (the coordinates on the axes not normalised over, the batch's first).
+  std::vector<std::size_t> dims_, strides_;
   std::size_t groups_ = 1;
 };
 
@@ -88,44 +93,41 @@ Shape UnitNormalization::build(std::span<const Shape> input_shapes, std::uint64_
   }
   normalised_ = std::move(normalised);
   indexed_ = Shape();
-  group_of_.clear();
   if (!keras::detail::has_unknown_axis(in)) settle(in);
   remember(input_shapes, in);
   return in;
 }
 
 void UnitNormalization::settle(const Shape& in) {
-  if (in == indexed_ && !group_of_.empty()) return;
-  std::vector<bool> kept(normalised_.size());
+  if (in == indexed_ && !dims_.empty()) return;
+  dims_.assign(1, 0);
+  dims_.insert(dims_.end(), in.begin(), in.end());
+  strides_.assign(dims_.size(), 0);
   groups_ = 1;
-  for (std::size_t i = 0; i < in.rank(); ++i) {
-    kept[i] = !normalised_[i];
-    groups_ *= kept[i] ? in[i] : 1;
+  for (std::size_t i = in.rank(); i-- > 0;) {
+    if (normalised_[i]) continue;
+    strides_[i + 1] = groups_;
+    groups_ *= in[i];
   }
-  detail::indices_on_axes(in, kept, group_of_);
+  strides_[0] = groups_;
   indexed_ = in;
+}
+
+keras::detail::LayerKernel UnitNormalization::kernel(keras::detail::LayerOp op,
+                                                     std::size_t rows) const {
+  std::vector<std::size_t> dims = dims_;
+  dims[0] = rows;
+  keras::detail::LayerKernel kernel{.op = op};
+  kernel.map = keras::detail::broadcast_map(dims.data(), strides_.data(), dims.size());
+  return kernel;
 }
 
 void UnitNormalization::forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
                                 const CallContext& ctx) {
   check_inputs(inputs);
   settle(inputs[0].shape().row_shape());
-  const Tensor<float> tensors[] = {inputs[0], output};
-  ctx.backend.host_kernel(tensors, [this](std::span<const Tensor<float>> t) {
-    const std::size_t row = group_of_.size();
-    std::vector<double> sums(groups_);
-    for (std::size_t r = 0; r < t[0].rows(); ++r) {
-      const float* x = t[0].data() + r * row;
-      float* y = t[1].data() + r * row;
-      std::fill(sums.begin(), sums.end(), 0.0);
-      for (std::size_t e = 0; e < row; ++e)
-        sums[group_of_[e]] += double(x[e]) * x[e];
-      for (double& s : sums)
-        s = 1.0 / std::sqrt(std::max(s, 1e-12));
-      for (std::size_t e = 0; e < row; ++e)
-        y[e] = static_cast<float>(x[e] * sums[group_of_[e]]);
-    }
-  });
+  ctx.backend.layer_kernel(kernel(keras::detail::LayerOp::unit_normalize, inputs[0].rows()),
+                           std::array{inputs[0], output}, inputs[0].rows() * groups_);
 }
 
 void UnitNormalization::backward(std::span<const Tensor<float>> inputs, const Tensor<float>&,
@@ -134,30 +136,9 @@ void UnitNormalization::backward(std::span<const Tensor<float>> inputs, const Te
                                  const CallContext& ctx) {
   if (input_gradients.empty() || input_gradients[0].empty()) return;
   settle(inputs[0].shape().row_shape());
-  const Tensor<float> tensors[] = {inputs[0], output_gradient, input_gradients[0]};
-  ctx.backend.host_kernel(tensors, [this](std::span<const Tensor<float>> t) {
-    const std::size_t row = group_of_.size();
-    std::vector<double> squares(groups_), dots(groups_);
-    for (std::size_t r = 0; r < t[0].rows(); ++r) {
-      const float* x = t[0].data() + r * row;
-      const float* dy = t[1].data() + r * row;
-      float* dx = t[2].data() + r * row;
-      std::fill(squares.begin(), squares.end(), 0.0);
-      std::fill(dots.begin(), dots.end(), 0.0);
-      for (std::size_t e = 0; e < row; ++e) {
-        squares[group_of_[e]] += double(x[e]) * x[e];
-        dots[group_of_[e]] += double(x[e]) * dy[e];
-      }
-      // y = x * s with s = 1 / sqrt(sum x^2): dx = s * dy - x * s^3 * sum(x * dy); below the
-      // floor 1e-12 the scale is a constant and dx = s * dy.
-      for (std::size_t e = 0; e < row; ++e) {
-        const double sum = squares[group_of_[e]];
-        const double s = 1.0 / std::sqrt(std::max(sum, 1e-12));
-        const double tail = sum > 1e-12 ? x[e] * s * s * s * dots[group_of_[e]] : 0.0;
-        dx[e] = static_cast<float>(s * dy[e] - tail);
-      }
-    }
-  });
+  ctx.backend.layer_kernel(
+      kernel(keras::detail::LayerOp::unit_normalize_backward, inputs[0].rows()),
+      std::array{inputs[0], output_gradient, input_gradients[0]}, inputs[0].rows() * groups_);
 }
 
 nlohmann::json UnitNormalization::get_config() const {

@@ -5,6 +5,7 @@
 #include "loadstar/config.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cmath>
 #include <cstring>
@@ -63,6 +64,10 @@ class UpSampling2D : public detail::LayerBase {
   }
   /// The image's sizes and each axis's taps for the batch `x` when they differ from the last's.
   LOADSTAR_DECL void settle(const Tensor<float>& x);
+  /// The kernel `op` of nearest up-sampling (repeat, or its adjoint for the gradient) for a batch
+  /// of `rows` images: on the device, where the other interpolations resample on the host.
+  LOADSTAR_DECL keras::detail::LayerKernel nearest_kernel(keras::detail::LayerOp op,
+                                                          std::size_t rows) const;
   /// Keras's `interpolation` lowercased, as Keras keeps it.
   static std::string lowercase(std::string name) {
     std::transform(name.begin(), name.end(), name.begin(),
@@ -125,6 +130,11 @@ void UpSampling2D::forward(std::span<const Tensor<float>> inputs, const Tensor<f
                            const CallContext& ctx) {
   check_inputs(inputs);
   settle(inputs[0]);
+  if (kind_ == detail::ResizeKind::nearest) {
+    ctx.backend.layer_kernel(nearest_kernel(keras::detail::LayerOp::repeat, inputs[0].rows()),
+                             std::array{inputs[0], output}, output.size());
+    return;
+  }
   const Tensor<float> tensors[] = {inputs[0], output};
   ctx.backend.host_kernel(tensors, [this](std::span<const Tensor<float>> t) {
     detail::resample(t[0].data(), t[1].data(), t[0].rows() * planes_, height_, width_, inner_,
@@ -138,11 +148,27 @@ void UpSampling2D::backward(std::span<const Tensor<float>> inputs, const Tensor<
                             const CallContext& ctx) {
   if (input_gradients.empty() || input_gradients[0].empty()) return;
   settle(inputs[0]);
+  if (kind_ == detail::ResizeKind::nearest) {
+    ctx.backend.layer_kernel(
+        nearest_kernel(keras::detail::LayerOp::repeat_backward, inputs[0].rows()),
+        std::array{output_gradient, input_gradients[0]}, input_gradients[0].size());
+    return;
+  }
   const Tensor<float> tensors[] = {output_gradient, input_gradients[0]};
   ctx.backend.host_kernel(tensors, [&](std::span<const Tensor<float>> t) {
     detail::resample(t[0].data(), t[1].data(), inputs[0].rows() * planes_, height_, width_, inner_,
                      row_taps_, column_taps_, 0.0F, true, scratch_);
   });
+}
+
+keras::detail::LayerKernel UpSampling2D::nearest_kernel(keras::detail::LayerOp op,
+                                                        std::size_t rows) const {
+  keras::detail::LayerKernel kernel{.op = op};
+  kernel.box = {.count = rows * planes_,
+                .inner = inner_,
+                .small = {height_, width_, 1},
+                .large = {height_ * size_.h, width_ * size_.w, 1}};
+  return kernel;
 }
 
 nlohmann::json UpSampling2D::get_config() const {

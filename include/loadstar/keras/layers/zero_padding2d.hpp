@@ -4,8 +4,7 @@
 
 #include "loadstar/config.hpp"
 
-#include <algorithm>
-#include <cstring>
+#include <array>
 
 #include "loadstar/keras/layers/detail/layer_base.hpp"
 
@@ -86,9 +85,9 @@ class ZeroPadding2D : public detail::LayerBase {
     width_ = channels_first_ ? in[2] : in[1];
     inner_ = channels_first_ ? 1 : in[2];
   }
-  /// Copies every image row of `image` into its place inside `padded` (`into`), or back.
-  LOADSTAR_DECL void copy_rows(const Tensor<float>& image, const Tensor<float>& padded,
-                               bool into) const;
+  /// The kernel `op` (pad, or crop for the gradient) for a batch of `rows` images.
+  LOADSTAR_DECL keras::detail::LayerKernel kernel(keras::detail::LayerOp op,
+                                                  std::size_t rows) const;
 
   Padding2D padding_;
   bool channels_first_ = false;
@@ -115,11 +114,8 @@ void ZeroPadding2D::forward(std::span<const Tensor<float>> inputs, const Tensor<
                             const CallContext& ctx) {
   check_inputs(inputs);
   settle(inputs[0].shape().row_shape());
-  const Tensor<float> tensors[] = {inputs[0], output};
-  ctx.backend.host_kernel(tensors, [this](std::span<const Tensor<float>> t) {
-    std::fill(t[1].begin(), t[1].end(), 0.0F);
-    copy_rows(t[0], t[1], true);
-  });
+  ctx.backend.layer_kernel(kernel(keras::detail::LayerOp::pad, inputs[0].rows()),
+                           std::array{inputs[0], output}, output.size());
 }
 
 void ZeroPadding2D::backward(std::span<const Tensor<float>>, const Tensor<float>&,
@@ -128,9 +124,9 @@ void ZeroPadding2D::backward(std::span<const Tensor<float>>, const Tensor<float>
                              const CallContext& ctx) {
   if (input_gradients.empty() || input_gradients[0].empty()) return;
   settle(input_gradients[0].shape().row_shape());
-  const Tensor<float> tensors[] = {input_gradients[0], output_gradient};
-  ctx.backend.host_kernel(
-      tensors, [this](std::span<const Tensor<float>> t) { copy_rows(t[0], t[1], false); });
+  ctx.backend.layer_kernel(kernel(keras::detail::LayerOp::crop, input_gradients[0].rows()),
+                           std::array{output_gradient, input_gradients[0]},
+                           input_gradients[0].size());
 }
 
 nlohmann::json ZeroPadding2D::get_config() const {
@@ -172,24 +168,16 @@ std::shared_ptr<Layer> ZeroPadding2D::from_config(const nlohmann::json& config) 
                                               .name = detail::config_name(read)}));
 }
 
-void ZeroPadding2D::copy_rows(const Tensor<float>& image, const Tensor<float>& padded,
-                              bool into) const {
-  const std::size_t padded_w = width_ + padding_.left + padding_.right;
-  const std::size_t padded_h = height_ + padding_.top + padding_.bottom;
-  const std::size_t run = width_ * inner_;
-  const std::size_t rows = image.rows() * planes_ * height_;
-  for (std::size_t r = 0; r < rows; ++r) {
-    const std::size_t plane = r / height_;
-    const std::size_t y = r % height_;
-    float* inside = image.data() + r * run;
-    float* outside =
-        padded.data() + ((plane * padded_h + y + padding_.top) * padded_w + padding_.left) * inner_;
-    if (into) {
-      std::memcpy(outside, inside, run * sizeof(float));
-    } else {
-      std::memcpy(inside, outside, run * sizeof(float));
-    }
-  }
+keras::detail::LayerKernel ZeroPadding2D::kernel(keras::detail::LayerOp op,
+                                                 std::size_t rows) const {
+  keras::detail::LayerKernel kernel{.op = op};
+  kernel.box = {.count = rows * planes_,
+                .inner = inner_,
+                .small = {height_, width_, 1},
+                .large = {height_ + padding_.top + padding_.bottom,
+                          width_ + padding_.left + padding_.right, 1},
+                .offset = {padding_.top, padding_.left, 0}};
+  return kernel;
 }
 
 }  // namespace loadstar::keras::layers

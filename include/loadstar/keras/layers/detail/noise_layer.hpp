@@ -6,10 +6,11 @@
 
 #include "loadstar/config.hpp"
 
+#include <array>
 #include <functional>
 #include <optional>
 
-#include "loadstar/keras/detail/layer_formulas.hpp"
+#include "loadstar/keras/detail/layer_kernels.hpp"
 #include "loadstar/keras/layers/detail/layer_base.hpp"
 #include "loadstar/random.hpp"
 
@@ -25,8 +26,8 @@ inline std::uint64_t noise_key(std::optional<std::uint64_t> seed, const CallCont
 }
 
 /// A layer that adds or multiplies noise in training and is the identity otherwise. Subclasses
-/// give the element-wise rule: `apply(x, key, i)` the output of element `i` (flat, batch
-/// included) and `gradient(x, dy, key, i)` its input gradient.
+/// give the element-wise kernel (keras/detail/layer_kernels.hpp) of the noise of a batch, which
+/// the backend runs under the step's key.
 class NoiseLayer : public SameShapeLayer {
  public:
   NoiseLayer(std::string name, std::optional<std::uint64_t> seed)
@@ -41,8 +42,9 @@ class NoiseLayer : public SameShapeLayer {
                               const CallContext& ctx) override;
 
  protected:
-  virtual float apply(float x, std::uint64_t key, std::size_t i) const = 0;
-  virtual float gradient(float x, float dy, std::uint64_t key, std::size_t i) const = 0;
+  /// The kernel of the noise: the output from the input, or with `backward` the
+  /// input gradient from the output gradient (none: the gradient passes unchanged).
+  virtual std::optional<keras::detail::LayerKernel> noise_kernel(bool backward) const = 0;
   /// `seed` as the config writes it (null when absent).
   nlohmann::json seed_json() const {
     return seed_ ? nlohmann::json(*seed_) : nlohmann::json(nullptr);
@@ -65,14 +67,12 @@ void NoiseLayer::forward(std::span<const Tensor<float>> inputs, const Tensor<flo
     return;
   }
   const std::uint64_t key = noise_key(seed_, ctx, name());
-  const Tensor<float> tensors[] = {inputs[0], output};
-  ctx.backend.host_kernel(tensors, [&](std::span<const Tensor<float>> t) {
-    for (std::size_t i = 0; i < t[0].size(); ++i)
-      t[1].data()[i] = apply(t[0].data()[i], key, i);
-  });
+  const auto kernel = noise_kernel(false);
+  LOADSTAR_ASSERT(kernel, "noise layer: the forward pass needs a kernel");
+  ctx.backend.layer_kernel(*kernel, std::array{inputs[0], output}, output.size(), key);
 }
 
-void NoiseLayer::backward(std::span<const Tensor<float>> inputs, const Tensor<float>&,
+void NoiseLayer::backward(std::span<const Tensor<float>>, const Tensor<float>&,
                           const Tensor<float>& output_gradient,
                           std::span<const Tensor<float>> input_gradients, const CallContext& ctx) {
   if (input_gradients.empty() || input_gradients[0].empty()) return;
@@ -80,12 +80,13 @@ void NoiseLayer::backward(std::span<const Tensor<float>> inputs, const Tensor<fl
     ctx.backend.copy(output_gradient, input_gradients[0]);
     return;
   }
-  const std::uint64_t key = noise_key(seed_, ctx, name());
-  const Tensor<float> tensors[] = {inputs[0], output_gradient, input_gradients[0]};
-  ctx.backend.host_kernel(tensors, [&](std::span<const Tensor<float>> t) {
-    for (std::size_t i = 0; i < t[0].size(); ++i)
-      t[2].data()[i] = gradient(t[0].data()[i], t[1].data()[i], key, i);
-  });
+  const auto kernel = noise_kernel(true);
+  if (!kernel) {
+    ctx.backend.copy(output_gradient, input_gradients[0]);
+    return;
+  }
+  ctx.backend.layer_kernel(*kernel, std::array{output_gradient, input_gradients[0]},
+                           input_gradients[0].size(), noise_key(seed_, ctx, name()));
 }
 
 }  // namespace loadstar::keras::layers::detail

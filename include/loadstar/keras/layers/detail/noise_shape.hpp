@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "loadstar/keras/detail/layer_kernels.hpp"
 #include "loadstar/keras/layers/detail/layer_base.hpp"
 
 namespace loadstar::keras::layers::detail {
@@ -41,24 +42,23 @@ class NoiseShape {
   /// Throws `ShapeError` naming `label` when a fixed batch size of the noise shape is not `rows`.
   LOADSTAR_DECL void check_rows(std::size_t rows, const std::string& label) const;
 
-  /// The draw of element `i` (flat, batch included).
-  std::size_t index(std::size_t i) const {
-    if (shared_.empty()) return i;  // no noise shape (or not built): a draw per element
-    const std::size_t sample = i / sample_size_;
-    std::size_t rest = i % sample_size_, flat = 0;
-    for (std::size_t d = dims_.size(); d-- > 0;) {
-      const std::size_t coordinate = rest % dims_[d];
-      rest /= dims_[d];
-      if (!shared_[d]) flat += coordinate * strides_[d];
+  /// `index` as a kernel's map (keras/detail/layer_kernels.hpp): the identity without a noise
+  /// shape.
+  keras::detail::BroadcastMap map() const {
+    if (shared_.empty()) return {};
+    std::vector<std::size_t> dims{0}, strides{per_sample_ ? noise_size_ : 0};
+    for (std::size_t d = 0; d < dims_.size(); ++d) {
+      dims.push_back(dims_[d]);
+      strides.push_back(shared_[d] ? 0 : strides_[d]);
     }
-    return (per_sample_ ? sample * noise_size_ : 0) + flat;
+    return keras::detail::broadcast_map(dims.data(), strides.data(), dims.size());
   }
 
  private:
   nlohmann::json json_;
   std::vector<std::size_t> dims_, strides_;
   std::vector<bool> shared_;
-  std::size_t sample_size_ = 1, noise_size_ = 1;
+  std::size_t noise_size_ = 1;
   bool per_sample_ = true;
 };
 
@@ -81,7 +81,6 @@ NoiseShape NoiseShape::read(const ConfigReader& read) {
 
 void NoiseShape::build(const Shape& sample, const std::string& label) {
   dims_.assign(sample.begin(), sample.end());
-  sample_size_ = std::max<std::size_t>(sample.elements(), 1);
   if (!active()) return;
   if (json_.size() != sample.rank() + 1) {
     throw ShapeError(label + ": noise_shape " + json_.dump() + " has " +

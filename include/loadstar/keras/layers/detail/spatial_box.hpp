@@ -42,18 +42,11 @@ LOADSTAR_DECL SpatialLayout spatial_layout(const Shape& sample, std::size_t spat
 LOADSTAR_DECL Shape spatial_shape(const SpatialLayout& layout, std::size_t spatial,
                                   bool channels_first, const std::array<std::size_t, 3>& dims);
 
-/// Copies, for each of `count` samples-times-planes, the box of `small_dims` at `offset` inside
-/// the `big_dims` grid of `big` from `small` (`to_big`) or into it; `inner` floats per position.
-LOADSTAR_DECL void box_copy(float* small, float* big, bool to_big, std::size_t count,
-                            const std::array<std::size_t, 3>& small_dims,
-                            const std::array<std::size_t, 3>& big_dims,
-                            const std::array<std::size_t, 3>& offset, std::size_t inner);
-
-/// Nearest up-sampling by whole `factors`: output position `o` of each axis reads input `o /
-/// factor`. `backward` zeroes `in` and adds every output's gradient to its source.
-LOADSTAR_DECL void repeat_nearest(float* in, float* out, bool backward, std::size_t count,
-                                  const std::array<std::size_t, 3>& in_dims,
-                                  const std::array<std::size_t, 3>& factors, std::size_t inner);
+/// Sets `box` to `count` samples-times-planes of `inner` floats per position, between grids of
+/// sizes `small` and `large`.
+LOADSTAR_DECL void spatial_box(keras::detail::SpatialBox& box, std::size_t count, std::size_t inner,
+                               const std::array<std::size_t, 3>& small,
+                               const std::array<std::size_t, 3>& large);
 
 /// The base of `Cropping1D/2D/3D` (`crop`) and `ZeroPadding1D/3D`: `edges` removed from (or
 /// added around) each of `spatial` axes.
@@ -157,6 +150,10 @@ class SpatialRepeatLayer : public LayerBase {
   /// Sets the layout for the samples of `x` when they differ from the last ones.
   LOADSTAR_DECL void settle(const Tensor<float>& x);
 
+  /// The kernel `op` (repeat or its adjoint) for a batch of `rows` samples.
+  LOADSTAR_DECL keras::detail::LayerKernel kernel(keras::detail::LayerOp op,
+                                                  std::size_t rows) const;
+
   SpatialLayout layout_;
   Shape settled_;
 };
@@ -185,57 +182,6 @@ Shape spatial_shape(const SpatialLayout& layout, std::size_t spatial, bool chann
     shape.push_back(dims[i]);
   if (!channels_first) shape.push_back(layout.inner);
   return Shape(shape);
-}
-
-void box_copy(float* small, float* big, bool to_big, std::size_t count,
-              const std::array<std::size_t, 3>& small_dims,
-              const std::array<std::size_t, 3>& big_dims, const std::array<std::size_t, 3>& offset,
-              std::size_t inner) {
-  const std::size_t run = small_dims[2] * inner;
-  for (std::size_t p = 0; p < count; ++p) {
-    for (std::size_t a = 0; a < small_dims[0]; ++a) {
-      for (std::size_t b = 0; b < small_dims[1]; ++b) {
-        float* s = small + ((p * small_dims[0] + a) * small_dims[1] + b) * run;
-        float* l =
-            big + (((p * big_dims[0] + a + offset[0]) * big_dims[1] + b + offset[1]) * big_dims[2] +
-                   offset[2]) *
-                      inner;
-        if (to_big) {
-          std::copy(s, s + run, l);
-        } else {
-          std::copy(l, l + run, s);
-        }
-      }
-    }
-  }
-}
-
-void repeat_nearest(float* in, float* out, bool backward, std::size_t count,
-                    const std::array<std::size_t, 3>& in_dims,
-                    const std::array<std::size_t, 3>& factors, std::size_t inner) {
-  const std::array<std::size_t, 3> out_dims{in_dims[0] * factors[0], in_dims[1] * factors[1],
-                                            in_dims[2] * factors[2]};
-  if (backward) std::fill(in, in + count * in_dims[0] * in_dims[1] * in_dims[2] * inner, 0.0F);
-  for (std::size_t p = 0; p < count; ++p) {
-    for (std::size_t a = 0; a < out_dims[0]; ++a) {
-      for (std::size_t b = 0; b < out_dims[1]; ++b) {
-        for (std::size_t c = 0; c < out_dims[2]; ++c) {
-          float* o = out + (((p * out_dims[0] + a) * out_dims[1] + b) * out_dims[2] + c) * inner;
-          float* i =
-              in + (((p * in_dims[0] + a / factors[0]) * in_dims[1] + b / factors[1]) * in_dims[2] +
-                    c / factors[2]) *
-                       inner;
-          for (std::size_t k = 0; k < inner; ++k) {
-            if (backward) {
-              i[k] += o[k];
-            } else {
-              o[k] = i[k];
-            }
-          }
-        }
-      }
-    }
-  }
 }
 
 SpatialBoxLayer::SpatialBoxLayer(const char* class_name, std::size_t spatial, bool crop,
@@ -297,13 +243,13 @@ void SpatialBoxLayer::settle(const Tensor<float>& x) {
 
 void SpatialBoxLayer::copy(const CallContext& ctx, const Tensor<float>& small,
                            const Tensor<float>& large, bool into_large) const {
-  const Tensor<float> tensors[] = {small, large};
-  ctx.backend.host_kernel(tensors, [&](std::span<const Tensor<float>> t) {
-    if (into_large) std::fill(t[1].begin(), t[1].end(), 0.0F);
-    const std::array<std::size_t, 3> offset{edges_[0][0], edges_[1][0], edges_[2][0]};
-    box_copy(t[0].data(), t[1].data(), into_large, t[0].rows() * layout_.planes, small_dims_,
-             large_dims_, offset, layout_.inner);
-  });
+  keras::detail::LayerKernel kernel{.op = into_large ? keras::detail::LayerOp::pad
+                                                     : keras::detail::LayerOp::crop};
+  spatial_box(kernel.box, small.rows() * layout_.planes, layout_.inner, small_dims_, large_dims_);
+  for (std::size_t i = 0; i < 3; ++i)
+    kernel.box.offset[i] = edges_[i][0];
+  const Tensor<float> tensors[] = {into_large ? small : large, into_large ? large : small};
+  ctx.backend.layer_kernel(kernel, tensors, tensors[1].size());
 }
 
 void SpatialBoxLayer::forward(std::span<const Tensor<float>> inputs, const Tensor<float>& output,
@@ -415,11 +361,8 @@ void SpatialRepeatLayer::forward(std::span<const Tensor<float>> inputs, const Te
                                  const CallContext& ctx) {
   check_inputs(inputs);
   settle(inputs[0]);
-  const Tensor<float> tensors[] = {inputs[0], output};
-  ctx.backend.host_kernel(tensors, [&](std::span<const Tensor<float>> t) {
-    repeat_nearest(t[0].data(), t[1].data(), false, t[0].rows() * layout_.planes, layout_.dims,
-                   factors_, layout_.inner);
-  });
+  ctx.backend.layer_kernel(kernel(keras::detail::LayerOp::repeat, inputs[0].rows()),
+                           std::array{inputs[0], output}, output.size());
 }
 
 void SpatialRepeatLayer::backward(std::span<const Tensor<float>> inputs, const Tensor<float>&,
@@ -428,11 +371,28 @@ void SpatialRepeatLayer::backward(std::span<const Tensor<float>> inputs, const T
                                   const CallContext& ctx) {
   if (input_gradients.empty() || input_gradients[0].empty()) return;
   settle(inputs[0]);
-  const Tensor<float> tensors[] = {input_gradients[0], output_gradient};
-  ctx.backend.host_kernel(tensors, [&](std::span<const Tensor<float>> t) {
-    repeat_nearest(t[0].data(), t[1].data(), true, t[0].rows() * layout_.planes, layout_.dims,
-                   factors_, layout_.inner);
-  });
+  ctx.backend.layer_kernel(kernel(keras::detail::LayerOp::repeat_backward, inputs[0].rows()),
+                           std::array{output_gradient, input_gradients[0]},
+                           input_gradients[0].size());
+}
+
+keras::detail::LayerKernel SpatialRepeatLayer::kernel(keras::detail::LayerOp op,
+                                                      std::size_t rows) const {
+  keras::detail::LayerKernel kernel{.op = op};
+  const std::array<std::size_t, 3> large{
+      layout_.dims[0] * factors_[0], layout_.dims[1] * factors_[1], layout_.dims[2] * factors_[2]};
+  spatial_box(kernel.box, rows * layout_.planes, layout_.inner, layout_.dims, large);
+  return kernel;
+}
+
+void spatial_box(keras::detail::SpatialBox& box, std::size_t count, std::size_t inner,
+                 const std::array<std::size_t, 3>& small, const std::array<std::size_t, 3>& large) {
+  box.count = count;
+  box.inner = inner;
+  for (std::size_t i = 0; i < 3; ++i) {
+    box.small[i] = small[i];
+    box.large[i] = large[i];
+  }
 }
 
 }  // namespace loadstar::keras::layers::detail

@@ -57,20 +57,21 @@ class SpatialDropout : public NoiseLayer {
                                                                 std::size_t spatial);
 
  protected:
-  float apply(float x, std::uint64_t key, std::size_t i) const override {
-    return keras::detail::dropout_keeps(key, channel(i), rate_) ? x * scale_ : 0.0F;
-  }
-  float gradient(float, float dy, std::uint64_t key, std::size_t i) const override {
-    return keras::detail::dropout_keeps(key, channel(i), rate_) ? dy * scale_ : 0.0F;
+  // One draw per (sample, channel), the same mask for the values and their gradients.
+  std::optional<keras::detail::LayerKernel> noise_kernel(bool) const override {
+    const std::size_t spatial = sample_size_ / channels_;
+    const std::array<std::size_t, 3> dims{0, channels_first_ ? channels_ : spatial,
+                                          channels_first_ ? spatial : channels_};
+    const std::array<std::size_t, 3> strides{channels_, channels_first_ ? 1U : 0U,
+                                             channels_first_ ? 0U : 1U};
+    return keras::detail::LayerKernel{
+        .op = keras::detail::LayerOp::dropout,
+        .map = keras::detail::broadcast_map(dims.data(), strides.data(), 3),
+        .scale = scale_,
+        .rate = rate_};
   }
 
  private:
-  /// The index of element `i`'s (sample, channel) pair.
-  std::size_t channel(std::size_t i) const {
-    const std::size_t sample = i / sample_size_, e = i % sample_size_;
-    return sample * channels_ + (channels_first_ ? e / (sample_size_ / channels_) : e % channels_);
-  }
-
   const char* class_name_;
   std::size_t spatial_;
   double rate_;
