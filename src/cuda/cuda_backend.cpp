@@ -1070,6 +1070,31 @@ void CudaBackendImpl::permute(const Tensor<float>& x, std::span<const std::size_
   launch("permute", detail::launch_permute, x.data(), y.data(), d, y.size());
 }
 
+void CudaBackendImpl::depthwise_forward(const Tensor<float>& x, const keras::Conv2DGeometry& g,
+                                        const Tensor<float>& kernel, const Tensor<float>& bias,
+                                        const Tensor<float>& z) {
+  expect("depthwise_forward", {&x, &kernel, &bias, &z});
+  LOADSTAR_ASSERT(
+      g.in_c > 0 && g.out_c % g.in_c == 0 && z.size() == g.batch * g.out_h * g.out_w * g.out_c,
+      "depthwise_forward: shapes do not fit");
+  launch("depthwise_forward", detail::launch_depthwise_forward, x.data(), g, kernel.data(),
+         or_null(bias), z.data());
+}
+
+void CudaBackendImpl::depthwise_backward(const Tensor<float>& x, const keras::Conv2DGeometry& g,
+                                         const Tensor<float>& kernel, const Tensor<float>& dz,
+                                         const Tensor<float>& dx, const Tensor<float>& dkernel,
+                                         const Tensor<float>& dbias) {
+  expect("depthwise_backward", {&x, &kernel, &dz, &dx, &dkernel, &dbias});
+  LOADSTAR_ASSERT(g.in_c > 0 && g.out_c % g.in_c == 0, "depthwise_backward: shapes do not fit");
+  const std::size_t rows = g.batch * g.out_h * g.out_w;
+  const std::size_t columns =
+      (dkernel.empty() ? 0 : g.kernel_h * g.kernel_w * g.out_c) + (dbias.empty() ? 0 : g.out_c);
+  double* scratch = reduction_scratch(rows, std::max<std::size_t>(columns, 1));
+  launch("depthwise_backward", detail::launch_depthwise_backward, x.data(), g, kernel.data(),
+         dz.data(), or_null(dx), or_null(dkernel), or_null(dbias), scratch);
+}
+
 void CudaBackendImpl::round_to(const Tensor<float>& x, DType dtype) {
   if (dtype == DType::float32 || x.empty()) return;
   LOADSTAR_ASSERT(dtype == DType::float16 || dtype == DType::bfloat16,

@@ -1114,6 +1114,30 @@ cudaError_t launch_recurrent(cudaStream_t stream, const RecurrentKernel& kernel,
       loadstar::keras::detail::recurrent_element(kernel, tensors, k, i);
   });
 }
+cudaError_t launch_depthwise_forward(cudaStream_t stream, const float* x,
+                                     const loadstar::keras::Conv2DGeometry& g, const float* kernel,
+                                     const float* bias, float* z) {
+  return submit_kernel(stream, [=] {
+    const std::size_t n = g.batch * g.out_h * g.out_w * g.out_c;
+    for (std::size_t i = 0; i < n; ++i)
+      z[i] = depthwise_value(x, g, kernel, bias, i);
+  });
+}
+cudaError_t launch_depthwise_backward(cudaStream_t stream, const float* x,
+                                      const loadstar::keras::Conv2DGeometry& g, const float* kernel,
+                                      const float* dz, float* dx, float* dkernel, float* dbias,
+                                      double* scratch) {
+  return submit_kernel(stream, [=] {
+    const std::size_t n = g.batch * g.in_h * g.in_w * g.in_c;
+    for (std::size_t i = 0; dx != nullptr && i < n; ++i)
+      dx[i] = depthwise_input_gradient(dz, g, kernel, i);
+    const std::size_t kernel_terms = dkernel != nullptr ? g.kernel_h * g.kernel_w * g.out_c : 0;
+    const std::size_t columns = kernel_terms + (dbias != nullptr ? g.out_c : 0);
+    column_reduce(DepthwiseWeightValue{x, dz, g, kernel_terms},
+                  ConvWeightFinish{dkernel, dbias, kernel_terms, true}, g.batch * g.out_h * g.out_w,
+                  columns, scratch);
+  });
+}
 cudaError_t launch_to_half(cudaStream_t stream, const float* from, std::uint16_t* to, std::size_t n,
                            bool bfloat16) {
   const auto kind = bfloat16 ? loadstar::keras::detail::HalfKind::bfloat16

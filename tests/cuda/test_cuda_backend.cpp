@@ -2702,6 +2702,34 @@ TEST_SUITE("cuda") {
     CHECK(backend->host_kernel_calls() == 0);
   }
 
+  TEST_CASE("Depthwise and separable convolutions train on the device alone from graphs") {
+    // The mobilenet workload's blocks in small (DepthwiseConv2D, BatchNormalization, ReLU(6),
+    // a pointwise Conv2D), with a depth multiplier, strides, dilation, "valid" padding, a bias
+    // and a fused activation, and a SeparableConv2D and a DepthwiseConv1D.
+    Tensor<float> x = random_tensor({16, 9, 9, 3}, 83), y({16});
+    for (std::size_t r = 0; r < 16; ++r)
+      y.data()[r] = static_cast<float>(r % 3);
+    const auto make = [] {
+      set_random_seed(49);
+      auto in = Input({9, 9, 3});
+      auto h = call(Conv2D(4, 3, {.strides = 2, .padding = "same", .use_bias = false}), in);
+      h = call(DepthwiseConv2D(3, {.padding = "same", .depth_multiplier = 2, .use_bias = false}),
+               h);
+      h = call(ReLU({.max_value = 6.0F}), call(BatchNormalization(), h));
+      h = call(Conv2D(6, 1, {.use_bias = false}), h);
+      h = call(DepthwiseConv2D(
+                   3, {.strides = 2, .padding = "same", .activation = "relu", .use_bias = true}),
+               h);
+      auto d = call(DepthwiseConv2D(2, {.padding = "same", .dilation_rate = 2}), h);
+      h = call(SeparableConv2D(5, 2, {.padding = "valid", .depth_multiplier = 2}), d);
+      auto pooled = call(GlobalAveragePooling2D(), h);
+      auto line = call(Reshape({3, 5}), call(Dense(15), pooled));
+      line = call(GlobalAveragePooling1D(), call(DepthwiseConv1D(2, {.padding = "same"}), line));
+      return std::make_shared<Model>(in, call(Dense(3), call(Concatenate(), {pooled, line})));
+    };
+    check_device_alone(make, x, y, 6, 6, 2);
+  }
+
   TEST_CASE("A residual CNN under mixed precision trains on the device alone from graphs") {
     // The resnet workload's shape in small: Conv2D without bias, BatchNormalization, ReLU, an Add
     // with a projection, pooling and a Dense head. Under mixed_float16 compile wraps Adam in a

@@ -352,6 +352,15 @@ class CudaBackendImpl final : public CudaBackend {
                const Tensor<float>& y) override;
 
   void round_to(const Tensor<float>& x, DType dtype) override;
+  /// A thread per output element; backward, a thread per input element and one column reduction
+  /// for the kernel's and the bias's gradients (kernels.cuh).
+  void depthwise_forward(const Tensor<float>& x, const keras::Conv2DGeometry& g,
+                         const Tensor<float>& kernel, const Tensor<float>& bias,
+                         const Tensor<float>& z) override;
+  void depthwise_backward(const Tensor<float>& x, const keras::Conv2DGeometry& g,
+                          const Tensor<float>& kernel, const Tensor<float>& dz,
+                          const Tensor<float>& dx, const Tensor<float>& dkernel,
+                          const Tensor<float>& dbias) override;
   /// Under `float16` or `bfloat16`, `gemm` and the fused dense products convert their operands
   /// to that dtype (`launch_to_half`, into scratch) and multiply on cuBLASLt's half-precision
   /// kernels (the tensor cores), fp32 sums, results and epilogues; where cuBLASLt has no

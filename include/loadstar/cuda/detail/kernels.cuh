@@ -500,6 +500,21 @@ __global__ void round_half_kernel(float* x, std::size_t n, keras::detail::HalfKi
   }
 }
 
+__global__ void depthwise_forward_kernel(const float* x, keras::Conv2DGeometry g,
+                                         const float* kernel, const float* bias, float* z,
+                                         std::size_t n) {
+  LOADSTAR_GRID_STRIDE(i, n) {
+    z[i] = depthwise_value(x, g, kernel, bias, i);
+  }
+}
+
+__global__ void depthwise_input_gradient_kernel(const float* dz, keras::Conv2DGeometry g,
+                                                const float* kernel, float* dx, std::size_t n) {
+  LOADSTAR_GRID_STRIDE(i, n) {
+    dx[i] = depthwise_input_gradient(dz, g, kernel, i);
+  }
+}
+
 __global__ void to_half_kernel(const float* from, std::uint16_t* to, std::size_t n,
                                keras::detail::HalfKind kind) {
   LOADSTAR_GRID_STRIDE(i, n) {
@@ -987,6 +1002,31 @@ cudaError_t launch_layer(cudaStream_t stream, const LayerKernel& kernel,
 cudaError_t launch_round_half(cudaStream_t stream, float* x, std::size_t n, bool bfloat16) {
   return launch(round_half_kernel, stream, n, x, n,
                 bfloat16 ? keras::detail::HalfKind::bfloat16 : keras::detail::HalfKind::float16);
+}
+
+cudaError_t launch_depthwise_forward(cudaStream_t stream, const float* x,
+                                     const keras::Conv2DGeometry& g, const float* kernel,
+                                     const float* bias, float* z) {
+  const std::size_t n = g.batch * g.out_h * g.out_w * g.out_c;
+  return launch(depthwise_forward_kernel, stream, n, x, g, kernel, bias, z, n);
+}
+
+cudaError_t launch_depthwise_backward(cudaStream_t stream, const float* x,
+                                      const keras::Conv2DGeometry& g, const float* kernel,
+                                      const float* dz, float* dx, float* dkernel, float* dbias,
+                                      double* scratch) {
+  if (dx != nullptr) {
+    const std::size_t n = g.batch * g.in_h * g.in_w * g.in_c;
+    if (const cudaError_t status =
+            launch(depthwise_input_gradient_kernel, stream, n, dz, g, kernel, dx, n);
+        status != cudaSuccess)
+      return status;
+  }
+  const std::size_t kernel_terms = dkernel != nullptr ? g.kernel_h * g.kernel_w * g.out_c : 0;
+  const std::size_t columns = kernel_terms + (dbias != nullptr ? g.out_c : 0);
+  return column_reduce(stream, DepthwiseWeightValue{x, dz, g, kernel_terms},
+                       ConvWeightFinish{dkernel, dbias, kernel_terms, true},
+                       g.batch * g.out_h * g.out_w, columns, scratch);
 }
 
 cudaError_t launch_to_half(cudaStream_t stream, const float* from, std::uint16_t* to, std::size_t n,

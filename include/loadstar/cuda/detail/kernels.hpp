@@ -159,6 +159,19 @@ cudaError_t launch_layer(cudaStream_t stream, const LayerKernel& kernel,
 /// Rounds `x[0..n)` in place to float16 (`bfloat16` false) or bfloat16 values, to nearest even
 /// (keras/mixed_precision/detail/half_rounding.hpp).
 cudaError_t launch_round_half(cudaStream_t stream, float* x, std::size_t n, bool bfloat16);
+/// A depthwise convolution (`Backend::depthwise_forward`): a thread per output element
+/// (`depthwise_value`).
+cudaError_t launch_depthwise_forward(cudaStream_t stream, const float* x,
+                                     const keras::Conv2DGeometry& g, const float* kernel,
+                                     const float* bias, float* z);
+/// Its backward pass (`Backend::depthwise_backward`): `dx` written a thread per input element
+/// (`depthwise_input_gradient`), skipped when null; the kernel's and the bias's gradients added
+/// into `dkernel` and `dbias` (each skipped when null) by one column reduction over the output
+/// positions (`DepthwiseWeightValue`) in `scratch`.
+cudaError_t launch_depthwise_backward(cudaStream_t stream, const float* x,
+                                      const keras::Conv2DGeometry& g, const float* kernel,
+                                      const float* dz, float* dx, float* dkernel, float* dbias,
+                                      double* scratch);
 /// `to[0..n)` the float16 (`bfloat16` false) or bfloat16 bits of `from[0..n)` rounded to nearest
 /// even (`half_bits`): a half-precision matrix product's operand.
 cudaError_t launch_to_half(cudaStream_t stream, const float* from, std::uint16_t* to, std::size_t n,

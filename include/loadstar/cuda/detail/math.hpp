@@ -433,6 +433,85 @@ LOADSTAR_HOST_DEVICE void conv_weight_partials(const float* x, const ConvIndex<I
 
 /// Writes (or with `accumulate`, adds) column `j`'s total of `conv_weight_partials` into the
 /// kernel gradient (`patch x filters`) or the bias gradient.
+/// Output element `i` (channels-last `(batch, out_h, out_w, out_c)`) of a depthwise convolution
+/// (`Backend::depthwise_forward`, keras/detail/depthwise_loops.hpp's layout): the bias, then the
+/// kernel's taps that fall inside the input, rows then columns, as the CPU's loops add them.
+LOADSTAR_HOST_DEVICE inline float depthwise_value(const float* x, const keras::Conv2DGeometry& g,
+                                                  const float* kernel, const float* bias,
+                                                  std::size_t i) noexcept {
+  const std::size_t out_c = g.out_c, multiplier = out_c / g.in_c;
+  const std::size_t j = i % out_c, p = i / out_c;
+  const std::size_t ox = p % g.out_w, oy = p / g.out_w % g.out_h, b = p / g.out_w / g.out_h;
+  const std::size_t c = j / multiplier;
+  float sum = bias != nullptr ? bias[j] : 0.0F;
+  for (std::size_t ky = 0; ky < g.kernel_h; ++ky) {
+    const std::size_t sy = oy * g.stride_h + ky * g.dilation_h;  // the input row plus pad_top
+    if (sy < g.pad_top || sy - g.pad_top >= g.in_h) continue;
+    for (std::size_t kx = 0; kx < g.kernel_w; ++kx) {
+      const std::size_t sx = ox * g.stride_w + kx * g.dilation_w;
+      if (sx < g.pad_left || sx - g.pad_left >= g.in_w) continue;
+      sum += x[((b * g.in_h + sy - g.pad_top) * g.in_w + sx - g.pad_left) * g.in_c + c] *
+             kernel[(ky * g.kernel_w + kx) * out_c + j];
+    }
+  }
+  return sum;
+}
+
+/// Element `i` of a depthwise convolution's input gradient (`(batch, in_h, in_w, in_c)`) from the
+/// pre-bias output gradient `dz`: the outputs whose taps read it, in the CPU's order of additions
+/// (output rows and columns ascending, which is kernel rows and columns descending), each over
+/// the channel's `multiplier` outputs.
+LOADSTAR_HOST_DEVICE inline float depthwise_input_gradient(const float* dz,
+                                                           const keras::Conv2DGeometry& g,
+                                                           const float* kernel,
+                                                           std::size_t i) noexcept {
+  const std::size_t in_c = g.in_c, out_c = g.out_c, multiplier = out_c / in_c;
+  const std::size_t c = i % in_c, p = i / in_c;
+  const std::size_t ix = p % g.in_w, iy = p / g.in_w % g.in_h, b = p / g.in_w / g.in_h;
+  float sum = 0.0F;
+  for (std::size_t ky = g.kernel_h; ky-- > 0;) {
+    const std::size_t sy = iy + g.pad_top, ry = ky * g.dilation_h;  // sy = oy * stride + ry
+    if (sy < ry || (sy - ry) % g.stride_h != 0 || (sy - ry) / g.stride_h >= g.out_h) continue;
+    const std::size_t oy = (sy - ry) / g.stride_h;
+    for (std::size_t kx = g.kernel_w; kx-- > 0;) {
+      const std::size_t sx = ix + g.pad_left, rx = kx * g.dilation_w;
+      if (sx < rx || (sx - rx) % g.stride_w != 0 || (sx - rx) / g.stride_w >= g.out_w) continue;
+      const std::size_t ox = (sx - rx) / g.stride_w;
+      const float* d = dz + ((b * g.out_h + oy) * g.out_w + ox) * out_c + c * multiplier;
+      const float* k = kernel + (ky * g.kernel_w + kx) * out_c + c * multiplier;
+      for (std::size_t m = 0; m < multiplier; ++m)
+        sum += d[m] * k[m];
+    }
+  }
+  return sum;
+}
+
+/// The terms of a depthwise convolution's weight gradients, for `column_reduce` over the output
+/// positions `r` (`batch * out_h * out_w`): column `j < kernel_terms` is kernel element `j`
+/// (`(kernel_h, kernel_w, out_c)` flat), its input element times the output gradient, or 0 where
+/// the tap falls in the padding; the `out_c` columns after them the bias's, the output gradient.
+struct DepthwiseWeightValue {
+  const float* x;
+  const float* dz;
+  keras::Conv2DGeometry g;
+  std::size_t kernel_terms;
+  LOADSTAR_HOST_DEVICE double operator()(std::size_t r, std::size_t j) const noexcept {
+    const std::size_t out_c = g.out_c;
+    if (j >= kernel_terms) return dz[r * out_c + (j - kernel_terms)];
+    const std::size_t jo = j % out_c, tap = j / out_c;
+    const std::size_t ky = tap / g.kernel_w, kx = tap % g.kernel_w;
+    const std::size_t ox = r % g.out_w, oy = r / g.out_w % g.out_h, b = r / g.out_w / g.out_h;
+    const std::size_t sy = oy * g.stride_h + ky * g.dilation_h;
+    const std::size_t sx = ox * g.stride_w + kx * g.dilation_w;
+    if (sy < g.pad_top || sy - g.pad_top >= g.in_h || sx < g.pad_left || sx - g.pad_left >= g.in_w)
+      return 0.0;
+    const std::size_t c = jo / (out_c / g.in_c);
+    return static_cast<double>(
+               x[((b * g.in_h + sy - g.pad_top) * g.in_w + sx - g.pad_left) * g.in_c + c]) *
+           static_cast<double>(dz[r * out_c + jo]);
+  }
+};
+
 struct ConvWeightFinish {
   float* dkernel;
   float* dbias;
