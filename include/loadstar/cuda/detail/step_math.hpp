@@ -17,6 +17,7 @@
 #include <cstring>
 
 #include "loadstar/keras/backend/kinds.hpp"
+#include "loadstar/keras/detail/rounded_arithmetic.hpp"
 #include "loadstar/keras/losses/detail/row_formulas.hpp"
 #include "loadstar/keras/optimizers/detail/clip_formulas.hpp"
 #include "loadstar/keras/optimizers/detail/update_rules.hpp"
@@ -33,31 +34,11 @@ using keras::detail::clip_to_value;
 
 // --- Optimizer steps: one element of one variable ------------------------------------------------
 
-/// Float arithmetic rounded after every operation, on the device: nvcc would otherwise contract
-/// `a * b + c` into one fused multiply-add wherever it sees fit, so the optimizer's update
-/// follows the formula as written, rounding for rounding, whatever the compiler decides (on the
-/// host, the compiler's contraction rules apply as they do to the CPU backend's code).
-LOADSTAR_HOST_DEVICE inline float mul_rn(float a, float b) noexcept {
-#if defined(__CUDA_ARCH__)
-  return __fmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-LOADSTAR_HOST_DEVICE inline float add_rn(float a, float b) noexcept {
-#if defined(__CUDA_ARCH__)
-  return __fadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
-LOADSTAR_HOST_DEVICE inline float sub_rn(float a, float b) noexcept {
-#if defined(__CUDA_ARCH__)
-  return __fsub_rn(a, b);
-#else
-  return a - b;
-#endif
-}
+// Float arithmetic rounded after every operation, on the device too (the optimizer's update
+// follows its formula rounding for rounding).
+using keras::detail::add_rn;
+using keras::detail::mul_rn;
+using keras::detail::sub_rn;
 
 /// Device division rounded to nearest (what `/` is on the host).
 LOADSTAR_HOST_DEVICE inline float div_rn(float a, float b) noexcept {

@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "loadstar/keras/detail/layer_formulas.hpp"
+#include "loadstar/keras/detail/rounded_arithmetic.hpp"
 #include "loadstar/random.hpp"
 
 namespace loadstar::keras::detail {
@@ -132,7 +133,7 @@ inline BroadcastMap broadcast_map(const std::size_t* dims, const std::size_t* st
     reversed.strides[count] = strides[d];
     ++count;
   }
-  BroadcastMap map;
+  BroadcastMap map{};
   map.axes = count;
   for (std::size_t d = 0; d < count; ++d) {
     map.dims[d] = reversed.dims[count - 1 - d];
@@ -144,8 +145,8 @@ inline BroadcastMap broadcast_map(const std::size_t* dims, const std::size_t* st
 /// The sizes and options of one `layer_element_of` kernel (see `LayerOp` for what each uses).
 struct LayerKernel {
   LayerOp op = LayerOp::pad;
-  SpatialBox box;
-  BroadcastMap map;
+  SpatialBox box{};
+  BroadcastMap map{};
   /// `ELU`'s alpha, `ThresholdedReLU`'s theta.
   float alpha = 0.0F;
   /// `Rescaling`'s scale and offset; a dropout's kept scale; the Gaussian layers' standard
@@ -161,23 +162,6 @@ struct LayerTensors {
   static constexpr std::size_t max = 4;
   float* t[max] = {};
 };
-
-/// `a * b` and `a + b` rounded once each, on the device too (nvcc would otherwise contract them
-/// into one fused multiply-add where the CPU rounds twice).
-LOADSTAR_HOST_DEVICE inline float layer_mul(float a, float b) noexcept {
-#if defined(__CUDA_ARCH__)
-  return __fmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-LOADSTAR_HOST_DEVICE inline float layer_add(float a, float b) noexcept {
-#if defined(__CUDA_ARCH__)
-  return __fadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
 
 /// The position of element `i` of a grid of `dims` (`count` of them, `inner` floats each
 /// position) as `(p, a, b, c, k)`.
@@ -239,29 +223,6 @@ LOADSTAR_HOST_DEVICE inline void for_each_broadcast(const BroadcastMap& map, std
   }
 }
 
-/// `a * b`, `a + b` and `a - b` in double rounded once each, on the device too.
-LOADSTAR_HOST_DEVICE inline double layer_dmul(double a, double b) noexcept {
-#if defined(__CUDA_ARCH__)
-  return __dmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-LOADSTAR_HOST_DEVICE inline double layer_dadd(double a, double b) noexcept {
-#if defined(__CUDA_ARCH__)
-  return __dadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
-LOADSTAR_HOST_DEVICE inline double layer_dsub(double a, double b) noexcept {
-#if defined(__CUDA_ARCH__)
-  return __dsub_rn(a, b);
-#else
-  return a - b;
-#endif
-}
-
 /// `1 / sqrt(max(sum, 1e-12))`: the scale of `UnitNormalization` (`tf.math.l2_normalize`).
 LOADSTAR_HOST_DEVICE inline double unit_scale(double sum) noexcept {
   return 1.0 / ::sqrt(sum < 1e-12 ? 1e-12 : sum);
@@ -309,8 +270,8 @@ LOADSTAR_HOST_DEVICE inline void layer_element_of(const LayerKernel& k, const La
   } else if constexpr (Op == LayerOp::thresholded_relu_backward) {
     t[2][i] = t[0][i] > k.alpha ? t[1][i] : 0.0F;
   } else if constexpr (Op == LayerOp::affine) {
-    const float scaled = layer_mul(t[0][i], k.scale);
-    t[1][i] = k.offset == 0.0F ? scaled : layer_add(scaled, k.offset);
+    const float scaled = mul_rn(t[0][i], k.scale);
+    t[1][i] = k.offset == 0.0F ? scaled : add_rn(scaled, k.offset);
   } else if constexpr (Op == LayerOp::prelu) {
     t[2][i] = prelu_value(t[0][i], t[1][broadcast_index(k.map, i)]);
   } else if constexpr (Op == LayerOp::prelu_backward) {
@@ -319,27 +280,26 @@ LOADSTAR_HOST_DEVICE inline void layer_element_of(const LayerKernel& k, const La
     // d(-alpha * relu(-x)) / d alpha = min(x, 0), summed over the elements of slope `i`.
     float sum = t[3][i];
     for_each_broadcast(k.map, i, [&](std::size_t e) {
-      if (t[0][e] < 0.0F) sum = layer_add(sum, layer_mul(t[2][e], t[0][e]));
+      if (t[0][e] < 0.0F) sum = add_rn(sum, mul_rn(t[2][e], t[0][e]));
     });
     t[3][i] = sum;
   } else if constexpr (Op == LayerOp::dropout) {
     t[1][i] = dropout_keeps(key, broadcast_index(k.map, i), k.rate) ? t[0][i] * k.scale : 0.0F;
   } else if constexpr (Op == LayerOp::gaussian_noise) {
-    t[1][i] = layer_add(t[0][i], layer_mul(k.scale, normal_at(key, i)));
+    t[1][i] = add_rn(t[0][i], mul_rn(k.scale, normal_at(key, i)));
   } else if constexpr (Op == LayerOp::gaussian_dropout) {
-    t[1][i] = t[0][i] * layer_add(1.0F, layer_mul(k.scale, normal_at(key, i)));
+    t[1][i] = t[0][i] * add_rn(1.0F, mul_rn(k.scale, normal_at(key, i)));
   } else if constexpr (Op == LayerOp::alpha_dropout) {
     const bool kept = k.rate <= 0.0 || dropout_keeps(key, broadcast_index(k.map, i), k.rate);
-    t[1][i] = kept ? layer_add(layer_mul(k.scale, t[0][i]), k.offset) : k.dropped;
+    t[1][i] = kept ? add_rn(mul_rn(k.scale, t[0][i]), k.offset) : k.dropped;
   } else if constexpr (Op == LayerOp::alpha_dropout_backward) {
     const bool kept = k.rate <= 0.0 || dropout_keeps(key, broadcast_index(k.map, i), k.rate);
     t[1][i] = kept ? k.scale * t[0][i] : 0.0F;
   } else if constexpr (Op == LayerOp::unit_normalize) {
     const float* x = t[0];
     double sum = 0.0;
-    for_each_broadcast(k.map, i, [&](std::size_t e) {
-      sum = layer_dadd(sum, layer_dmul(double(x[e]), double(x[e])));
-    });
+    for_each_broadcast(
+        k.map, i, [&](std::size_t e) { sum = dadd_rn(sum, dmul_rn(double(x[e]), double(x[e]))); });
     const double s = unit_scale(sum);
     for_each_broadcast(k.map, i,
                        [&](std::size_t e) { t[1][e] = static_cast<float>(double(x[e]) * s); });
@@ -347,15 +307,15 @@ LOADSTAR_HOST_DEVICE inline void layer_element_of(const LayerKernel& k, const La
     const float *x = t[0], *dy = t[1];
     double squares = 0.0, dots = 0.0;
     for_each_broadcast(k.map, i, [&](std::size_t e) {
-      squares = layer_dadd(squares, layer_dmul(double(x[e]), double(x[e])));
-      dots = layer_dadd(dots, layer_dmul(double(x[e]), double(dy[e])));
+      squares = dadd_rn(squares, dmul_rn(double(x[e]), double(x[e])));
+      dots = dadd_rn(dots, dmul_rn(double(x[e]), double(dy[e])));
     });
     // y = x * s with s = 1 / sqrt(sum x^2): dx = s * dy - x * s^3 * sum(x * dy); below the
     // floor 1e-12 the scale is a constant and dx = s * dy.
     const double s = unit_scale(squares);
     for_each_broadcast(k.map, i, [&](std::size_t e) {
       const double tail = squares > 1e-12 ? double(x[e]) * s * s * s * dots : 0.0;
-      t[2][e] = static_cast<float>(layer_dsub(layer_dmul(s, double(dy[e])), tail));
+      t[2][e] = static_cast<float>(dsub_rn(dmul_rn(s, double(dy[e])), tail));
     });
   }
 }
