@@ -120,7 +120,7 @@ class LossScaleOptimizer final : public Optimizer {
   double initial_scale_;
   std::int64_t growth_steps_;
   /// Counts a step whose gradients were `finite` (the wrapped optimizer has stepped) or not.
-  void count_step(bool finite) noexcept;
+  LOADSTAR_DECL void count_step(bool finite) noexcept;
 
   float scale_;
   std::int64_t counter_ = 0;
