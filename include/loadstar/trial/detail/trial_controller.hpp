@@ -17,6 +17,7 @@
 #include <ostream>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <unistd.h>
@@ -112,6 +113,11 @@ class TrialController {
   /// experiment and trial, or, for a staging folder, its name does (the folder is shared with the
   /// experiment's other trials).
   LOADSTAR_DECL void remove_orphans() const;
+  /// Removes this trial's checkpoint folder `path` (of checkpoint `uuid`): renamed first to its
+  /// staging name, which `remove_orphans` knows by the name alone, so that a kill in the middle
+  /// of the removal (the metadata perhaps gone already) leaves nothing a later start misses.
+  LOADSTAR_DECL void discard_checkpoint(const std::filesystem::path& path,
+                                        const std::string& uuid) const;
 
   // --- training -------------------------------------------------------------------------------
 
@@ -491,6 +497,7 @@ void TrialController::remove_orphans() const {
   std::error_code error;
   if (!std::filesystem::is_directory(spec_.checkpoint_dir, error)) return;
   std::vector<std::filesystem::path> orphans;
+  std::vector<std::pair<std::filesystem::path, std::string>> checkpoints;  // and their uuids
   for (const auto& entry : std::filesystem::directory_iterator(spec_.checkpoint_dir, error)) {
     if (!entry.is_directory()) continue;
     std::string uuid = entry.path().filename().string();
@@ -512,7 +519,7 @@ void TrialController::remove_orphans() const {
           nlohmann::json::parse(keras::detail::read_bytes(entry.path() / checkpoint_metadata_file));
       if (metadata.value("experiment_id", std::uint64_t{0}) == spec_.experiment_id &&
           metadata.value("trial_id", std::uint64_t{0}) == spec_.trial_id) {
-        orphans.push_back(entry.path());
+        checkpoints.emplace_back(entry.path(), uuid);
       }
     } catch (const std::exception&) {
       // Not (yet) a checkpoint with metadata: possibly another trial's, being written.
@@ -520,6 +527,18 @@ void TrialController::remove_orphans() const {
   }
   for (const auto& path : orphans)
     std::filesystem::remove_all(path, error);
+  for (const auto& [path, uuid] : checkpoints)
+    discard_checkpoint(path, uuid);
+}
+
+void TrialController::discard_checkpoint(const std::filesystem::path& path,
+                                         const std::string& uuid) const {
+  const auto staging =
+      spec_.checkpoint_dir / checkpoint_staging_name(uuid, spec_.experiment_id, spec_.trial_id);
+  std::error_code ignored, renamed;
+  std::filesystem::remove_all(staging, ignored);
+  std::filesystem::rename(path, staging, renamed);
+  std::filesystem::remove_all(renamed ? path : staging, ignored);
 }
 
 const keras::BatchView& TrialController::next_batch() {
@@ -825,10 +844,8 @@ void TrialController::apply_retention(bool done) {
 
 void TrialController::remove_unlisted() {
   if (!chief_) removed_.clear();
-  for (const auto& uuid : removed_) {
-    std::error_code ignored;
-    std::filesystem::remove_all(spec_.checkpoint_dir / uuid, ignored);
-  }
+  for (const auto& uuid : removed_)
+    discard_checkpoint(spec_.checkpoint_dir / uuid, uuid);
   removed_.clear();
 }
 
