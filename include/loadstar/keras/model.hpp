@@ -854,6 +854,7 @@ class Model {
   bool weights_placed_ = false;
   bool has_weights_ = false;
   std::vector<Tensor<float>> gradients_;  // zero_gradients' list
+  std::vector<Tensor<float>> scaled_;     // the gradients a loss scale multiplies or divides
   std::vector<std::size_t> input_order_, target_order_;
   // Running metrics, and the batch view of the templated steps.
   RunningMetrics training_, evaluation_;

@@ -145,16 +145,16 @@ LOADSTAR_DECL void Model::scale_loss_gradients() {
   // The gradient of the scaled loss: each output node's once (an output listed twice shares it),
   // in one call, which a device reads the scale of when the step runs (the scale changes from
   // step to step; the step's graph does not).
-  std::vector<Tensor<float>> gradients;
+  scaled_.clear();  // keeps its capacity: no allocation after the first step
   for (std::size_t o = 0; o < output_nodes_.size(); ++o) {
     const std::size_t k = output_nodes_[o];
     if (!nodes_[k].layer ||
         std::find(output_nodes_.begin(), output_nodes_.begin() + static_cast<std::ptrdiff_t>(o),
                   k) != output_nodes_.begin() + static_cast<std::ptrdiff_t>(o))
       continue;
-    gradients.push_back(nodes_[k].gradient);
+    scaled_.push_back(nodes_[k].gradient);
   }
-  backend().scale_many(gradients, scale);
+  backend().scale_many(scaled_, scale);
 }
 
 LOADSTAR_DECL void Model::backward(std::uint64_t seed) {
@@ -193,11 +193,10 @@ LOADSTAR_DECL void Model::backward(std::uint64_t seed) {
   // gradient was multiplied by, before the penalties' gradients, which Keras scales and unscales
   // alike, join them.
   if (const float scale = optimizer_->loss_scale(); scale != 1.0F) {
-    std::vector<Tensor<float>> gradients;
-    gradients.reserve(trainable_.size());
+    scaled_.clear();
     for (Variable* v : trainable_)
-      if (!v->gradient.empty()) gradients.push_back(v->gradient);
-    backend().scale_many(gradients, 1.0F / scale);
+      if (!v->gradient.empty()) scaled_.push_back(v->gradient);
+    backend().scale_many(scaled_, 1.0F / scale);
   }
   // After every layer's backward: a layer that writes its gradients ignores what they held.
   penalties_.add_weight_gradients(backend());
